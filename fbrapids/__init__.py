@@ -1,0 +1,46 @@
+"""fbrapids: FeatureBox on RAPIDS.
+
+CTR feature extraction as dataframe method chains (``.fbx``), compiled into one
+meta-kernel per operator layer, streamed into a torch trainer with a tiered embedding
+store.  Runs on cudf / dask-cudf / cupy with a GPU, and on pandas / dask / numpy without.
+
+Example:
+    >>> import pandas as pd, fbrapids
+    >>> pd.DataFrame({"a": [None, 2.0]}).fbx.clean(fill={"a": 0.0})["a"].tolist()
+    [0.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fbrapids.accessors import register_accessors
+from fbrapids.backend import Backend, BackendUnavailableError, get_backend
+
+__version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+register_accessors()
+
+
+def __getattr__(name: str):  # lazy: keep `import fbrapids` light
+    if name == "read_view":
+        from fbrapids.views.read import read_view
+
+        return read_view
+    if name == "ops":
+        import importlib
+
+        return importlib.import_module("fbrapids.ops")
+    if name == "FeatureSet":
+        from fbrapids.kernels.extract import FeatureSet
+
+        return FeatureSet
+    if name == "trial":
+        from fbrapids.trial import trial
+
+        return trial
+    raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")
+
+
+__all__ = ["Backend", "BackendUnavailableError", "get_backend", "read_view", "ops", "FeatureSet", "trial"]

@@ -1,0 +1,139 @@
+"""The ``.fbx`` accessor: FeatureBox verbs as dataframe methods.
+
+Registered through each library's own extension API, the way xarray registers its
+accessors: ``pandas.api.extensions``, ``dask.dataframe.extensions`` and, when importable,
+``cudf.api.extensions`` (dask-cudf frames are dask frames, so the dask registration
+covers them).  Each method is a thin delegate to the module that owns the verb, so
+``view.fbx.clean(...).fbx.join(...).fbx.extract(...)`` chains.
+
+Example:
+    >>> import pandas as pd, fbrapids
+    >>> df = pd.DataFrame({"a": [1, None, 3]})
+    >>> df.fbx.clean(fill={"a": 0})["a"].tolist()
+    [1.0, 0.0, 3.0]
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from fbrapids import backend as _backend
+
+
+class FbxAccessor:
+    """``df.fbx``: clean, join, extract, explain and stream on any supported frame."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    # -- views -----------------------------------------------------------------
+    def clean(self, fill: dict | None = None, json: dict | None = None, where: Any = None, **kwargs: Any) -> Any:
+        """Fill nulls, pull fields out of JSON strings, and filter rows.
+
+        See :func:`fbrapids.views.clean.clean`.
+
+        Example:
+            >>> import pandas as pd, fbrapids
+            >>> df = pd.DataFrame({"ctx": ['{"a": {"b": "x"}}', "{bad"]})
+            >>> df.fbx.clean(json={"ctx": {"ab": "a.b"}}, fill={"ab": ""})["ab"].tolist()
+            ['x', '']
+        """
+        from fbrapids.views.clean import clean
+
+        return clean(self._obj, fill=fill, json=json, where=where, **kwargs)
+
+    @property
+    def clean_report(self) -> Any:
+        """Counts of what the last ``clean`` defaulted (nulls filled, malformed JSON, ...).
+
+        For dask frames the counts are computed on first access.
+        """
+        from fbrapids.views.clean import clean_report
+
+        return clean_report(self._obj)
+
+    # -- joins -----------------------------------------------------------------
+    def join(self, other: Any, on: str | list[str], how: str = "left", **kwargs: Any) -> Any:
+        """Hash join with ``other`` on ``on``; see :func:`fbrapids.joins.join`.
+
+        Example:
+            >>> import pandas as pd, fbrapids
+            >>> a = pd.DataFrame({"k": [1, 2], "x": [10, 20]})
+            >>> b = pd.DataFrame({"k": [2], "y": [7]})
+            >>> a.fbx.join(b, on="k", how="inner")[["k", "x", "y"]].values.tolist()
+            [[2, 20, 7]]
+        """
+        from fbrapids.joins import join
+
+        return join(self._obj, other, on=on, how=how, **kwargs)
+
+    # -- features --------------------------------------------------------------
+    def extract(self, **features: Any) -> Any:
+        """Add the named feature columns, computed by layered meta-kernels.
+
+        See :func:`fbrapids.kernels.extract.extract`.
+        """
+        from fbrapids.kernels.extract import extract
+
+        return extract(self._obj, features)
+
+    def explain(self, source: bool = False, **features: Any) -> str:
+        """The layers, operators and placements ``extract(**features)`` would run.
+
+        See :func:`fbrapids.kernels.extract.explain`.
+        """
+        from fbrapids.kernels.extract import explain
+
+        return explain(self._obj, features, source=source)
+
+    # -- training --------------------------------------------------------------
+    def stream(self, **kwargs: Any) -> Any:
+        """Batches for torch; see :func:`fbrapids.trainers.stream.stream`."""
+        from fbrapids.trainers.stream import stream
+
+        return stream(self._obj, **kwargs)
+
+
+_registered = False
+
+
+def register_accessors() -> None:
+    """Register ``.fbx`` on pandas, dask, and cudf / dask-cudf frames when importable.
+
+    Idempotent; called on ``import fbrapids``.
+    """
+    global _registered
+    if _registered:
+        return
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "registration ... is overriding ..."
+        pd.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
+        try:
+            from dask.dataframe.extensions import register_dataframe_accessor as dask_register
+
+            dask_register("fbx")(FbxAccessor)
+        except ImportError:  # dask is a dependency, but keep pandas usable without it
+            pass
+        cudf = _backend.cudf_module()
+        if cudf is not None:
+            cudf.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
+            dask_cudf = _backend._try_import("dask_cudf")
+            frame_cls = getattr(dask_cudf, "DataFrame", None) if dask_cudf is not None else None
+            if frame_cls is not None and not hasattr(frame_cls, "fbx"):
+                frame_cls.fbx = _CachedAccessor("fbx", FbxAccessor)
+    _registered = True
+
+
+class _CachedAccessor:
+    """Descriptor used only where a library has no accessor API of its own."""
+
+    def __init__(self, name: str, accessor: type) -> None:
+        self._name, self._accessor = name, accessor
+
+    def __get__(self, obj: Any, cls: type) -> Any:
+        if obj is None:
+            return self._accessor
+        return self._accessor(obj)

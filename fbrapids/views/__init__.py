@@ -1,0 +1,1 @@
+"""Raw log views: reading (parquet / CSV / JSON lines) and cleaning."""
