@@ -1,0 +1,23 @@
+# Set-up is part of every target: a fresh clone needs only python3 (3.11+), a C compiler and make.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fbrapids-installed
+
+.PHONY: demo test bench clean-venv
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# the CPU build of torch first, pinned, so nothing pulls the CUDA wheels
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/fbrapids demo $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

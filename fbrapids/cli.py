@@ -1,0 +1,73 @@
+"""The ``fbrapids`` command line: ``fbrapids gen`` and ``fbrapids demo``.
+
+Example:
+    >>> main(["gen", "--help"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def _gen(args: argparse.Namespace) -> int:
+    from fbrapids.datagen import generate, read_metadata
+
+    paths = generate(args.rows, args.out, seed=args.seed)
+    meta = read_metadata(args.out)
+    sys.stdout.write(
+        f"wrote {', '.join(p.name for p in paths.values())} to {args.out} "
+        f"({args.rows:,} impressions, CTR {meta['ctr']:.3f}, oracle AUC {meta['oracle_auc']:.4f})\n"
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from fbrapids.demo import run_demo
+
+    summary = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
+                       scheduler=args.scheduler, seed=args.seed)
+    sys.stdout.write(summary.render() + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fbrapids", description="FeatureBox on RAPIDS")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("gen", help="write the seeded default ads log (four parquet files)")
+    gen.add_argument("--rows", type=int, default=200_000, help="impressions to generate")
+    gen.add_argument("--out", type=Path, required=True, help="output directory")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.set_defaults(func=_gen)
+
+    demo = sub.add_parser("demo", help="run the FeatureBox pipeline on the embedded default data")
+    demo.add_argument("--rows", type=int, default=200_000, help="impressions in the default data")
+    demo.add_argument("--data-dir", type=Path, default=None,
+                      help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
+    demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
+    demo.add_argument("--model", default="dlrm", help="dlrm | wide_deep | deepfm | din")
+    demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fbrapids`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

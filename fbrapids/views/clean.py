@@ -1,0 +1,241 @@
+"""``clean``: fill nulls, pull fields out of JSON strings, filter rows; with counts.
+
+The order is: row filters whose columns exist in the input run first (less to parse),
+then JSON extraction, then fills, then the remaining filters (those that name
+extracted columns).  Every default applied is counted: nulls filled per column,
+malformed / null / path-missing JSON per source column, rows dropped by the filters.
+
+Counts: for a pandas / cudf frame they are in ``clean_report(frame)`` at once.  For a
+dask frame they are a delayed value computed from the same tasks as the frame, so
+``dask.compute(frame, clean_report(frame).delayed)`` runs the clean once; reading
+``clean_report(frame).counts`` alone computes them.
+
+Example:
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"slot": [1, -1, 2], "ctx": ['{"d": {"os": "ios"}}', None, "{bad"]})
+    >>> out = clean(df, json={"ctx": {"os": "d.os"}}, fill={"os": ""}, where="slot >= 0")
+    >>> out["os"].tolist(), clean_report(out).counts["json"]["ctx"]["malformed"]
+    (['ios', ''], 1)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, Union
+
+import numpy as np
+import pandas as pd
+
+from fbrapids import backend as _backend
+from fbrapids.views import json_fields
+
+log = logging.getLogger(__name__)
+
+Where = Union[str, Callable[[Any], Any], Sequence[Union[str, Callable[[Any], Any]]], None]
+_REPORT_ATTR = "fbrapids.clean"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class CleanError(ValueError):
+    """A clean spec names a column that is not there, or a filter that is not boolean."""
+
+
+@dataclass
+class CleanReport:
+    """What ``clean`` defaulted and dropped.
+
+    ``counts`` is ``{"rows_in", "rows_out", "fill": {col: n}, "json": {src: {...}}}``.
+    """
+
+    _counts: dict | None = None
+    delayed: Any = None  # a dask Delayed of the counts, for dask frames
+
+    @property
+    def counts(self) -> dict:
+        if self._counts is None and self.delayed is not None:
+            self._counts = self.delayed.compute()
+        return self._counts or {}
+
+    def __repr__(self) -> str:
+        return f"CleanReport({self.counts})"
+
+
+_DASK_REPORT_REFS: dict[str, CleanReport] = {}
+
+
+_KEYWORDS = {"and", "or", "not", "in", "True", "False", "None", "nan", "inf"}
+
+
+def _referenced_columns(cond: Any) -> set[str] | None:
+    """Names a string filter refers to; None for a callable (unknown)."""
+    if isinstance(cond, str):
+        return set(_IDENT.findall(cond)) - _KEYWORDS
+    return None
+
+
+def _apply_where(frame: Any, cond: Any) -> Any:
+    if isinstance(cond, str):
+        mask = frame.eval(cond)
+    else:
+        mask = cond(frame)
+    dtype = getattr(mask, "dtype", None)
+    if dtype is None or str(dtype) not in ("bool", "boolean"):
+        raise CleanError(f"filter {cond!r} gave {dtype} values, not booleans")
+    if str(dtype) == "boolean":
+        mask = mask.fillna(False)
+    return frame[mask]
+
+
+def _split_where(where: Where, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
+    if where is None:
+        return [], []
+    conds = [where] if isinstance(where, str) or callable(where) else list(where)
+    early, late = [], []
+    for cond in conds:
+        refs = _referenced_columns(cond)
+        (early if refs is not None and refs <= set(columns) else late).append(cond)
+    return early, late
+
+
+def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
+    n = int(col.isna().sum())
+    if n == 0:
+        return col, 0
+    filled = col.fillna(value)
+    # a nullable int column with no nulls left goes back to a plain numpy dtype
+    if isinstance(filled.dtype, pd.api.extensions.ExtensionDtype) and filled.dtype.kind in "iub":
+        filled = filled.astype(filled.dtype.numpy_dtype)
+    return filled, n
+
+
+def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, drop: Sequence[str]) -> tuple[Any, dict]:
+    counts: dict[str, Any] = {"rows_in": int(len(frame)), "fill": {}, "json": {}}
+    for cond in early:
+        frame = _apply_where(frame, cond)
+    if json or fill:
+        frame = frame.copy()
+    for src, paths in json.items():
+        cols, jcounts = json_fields.extract_json(frame[src], paths)
+        for name, values in cols.items():
+            frame[name] = values
+        counts["json"][src] = jcounts
+    for col, value in fill.items():
+        frame[col], counts["fill"][col] = _fill_column(frame[col], value)
+    for cond in late:
+        frame = _apply_where(frame, cond)
+    if drop:
+        frame = frame.drop(columns=list(drop))
+    counts["rows_out"] = int(len(frame))
+    return frame, counts
+
+
+def merge_counts(parts: Sequence[dict]) -> dict:
+    """Sum per-partition clean counts into one dict of the same shape.
+
+    Example:
+        >>> merge_counts([{"rows_in": 2, "fill": {"a": 1}}, {"rows_in": 3, "fill": {"a": 2}}])
+        {'rows_in': 5, 'fill': {'a': 3}}
+    """
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                total[key] = merge_counts([total.get(key, {}), value])
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def _validate(columns: Sequence[str], fill: dict, json: dict, drop: Sequence[str]) -> None:
+    available = list(columns)
+    produced = [name for paths in json.values() for name in paths]
+    for src, paths in json.items():
+        if src not in available:
+            raise CleanError(f"json source column {src!r} not found; available: {', '.join(available)}")
+        if not isinstance(paths, dict) or not all(isinstance(p, str) and p for p in paths.values()):
+            raise CleanError(f"json spec for {src!r} must map output names to dotted paths, got {paths!r}")
+    for col in fill:
+        if col not in available and col not in produced:
+            raise CleanError(f"fill column {col!r} not found; available: {', '.join(available + produced)}")
+    for col in drop:
+        if col not in available and col not in produced:
+            raise CleanError(f"drop column {col!r} not found; available: {', '.join(available + produced)}")
+
+
+def clean(
+    df: Any,
+    fill: dict[str, Any] | None = None,
+    json: dict[str, dict[str, str]] | None = None,
+    where: Where = None,
+    drop: Sequence[str] = (),
+) -> Any:
+    """Fill nulls, extract JSON fields and filter rows of a pandas, cudf or dask frame.
+
+    Args:
+        df: the frame.
+        fill: column -> value for its nulls (extracted JSON columns included).
+        json: source column -> {output column: dotted path}.  Null, malformed or
+            path-missing documents give null (then ``fill``), and are counted.
+        where: a ``DataFrame.eval`` expression (``"slot >= 0"``), a callable
+            ``frame -> bool mask``, or a list of them; rows where it is False are dropped.
+        drop: columns to drop at the end (e.g. the raw JSON column).
+
+    Returns:
+        The cleaned frame, of the same kind; counts via :func:`clean_report`.
+
+    Example:
+        >>> import pandas as pd
+        >>> clean(pd.DataFrame({"q": [None, "a"]}), fill={"q": ""})["q"].tolist()
+        ['', 'a']
+    """
+    fill, json = dict(fill or {}), dict(json or {})
+    columns = list(df.columns)
+    _validate(columns, fill, json, drop)
+    early, late = _split_where(where, columns)
+    if not _is_dask(df):
+        out, counts = _clean_frame(df, fill, json, early, late, drop)
+        out.attrs = {**getattr(out, "attrs", {}), _REPORT_ATTR: counts} if hasattr(out, "attrs") else {}
+        log.debug("clean: %s", counts)
+        return out
+    import dask
+
+    dd = _backend.dask_dataframe()
+    meta, _ = _clean_frame(df._meta, fill, json, early, late, drop)
+    parts = df.to_delayed()
+    step = dask.delayed(_clean_frame, pure=True, nout=2)
+    results = [step(p, fill, json, early, late, drop) for p in parts]
+    frames = [r[0] for r in results]
+    counts = dask.delayed(merge_counts, pure=True)([r[1] for r in results])
+    out = dd.from_delayed(frames, meta=meta.iloc[:0], verify_meta=False)
+    report = CleanReport(delayed=counts)
+    _DASK_REPORT_REFS[out._name] = report
+    return out
+
+
+def clean_report(frame: Any) -> CleanReport:
+    """The counts of the ``clean`` that produced ``frame``.
+
+    Raises:
+        CleanError: ``frame`` was not produced by ``clean``.
+
+    Example:
+        >>> import pandas as pd
+        >>> out = clean(pd.DataFrame({"a": [None, 1.0]}), fill={"a": 0.0})
+        >>> clean_report(out).counts["fill"]
+        {'a': 1}
+    """
+    if _is_dask(frame):
+        report = _DASK_REPORT_REFS.get(frame._name)
+        if report is None:
+            raise CleanError("this dask frame was not produced by clean(); ask the cleaned frame itself")
+        return report
+    counts = getattr(frame, "attrs", {}).get(_REPORT_ATTR)
+    if counts is None:
+        raise CleanError("this frame was not produced by clean(); ask the cleaned frame itself")
+    return CleanReport(_counts=counts)
+
+
+def _is_dask(obj: Any) -> bool:
+    return hasattr(obj, "dask") and hasattr(obj, "npartitions")

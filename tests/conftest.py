@@ -1,0 +1,55 @@
+"""Shared fixtures: the real samples in ../shared/data, generated data, GPU skipping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import fbrapids  # noqa: F401  (registers the .fbx accessor)
+from fbrapids.backend import gpu_missing
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    missing = gpu_missing()
+    if not missing:
+        return
+    skip = pytest.mark.skip(reason="needs a GPU backend: missing " + "; ".join(missing))
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real CTR samples; tests using them skip when ../shared/data is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real samples not found at {SHARED_DATA} (see shared/data/DATA.md)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small generated workload folder (5,000 impressions, seed 0), made once per session."""
+    from fbrapids.datagen import generate
+
+    out = tmp_path_factory.mktemp("gen5k")
+    generate(5000, out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """A real dask LocalCluster with 2 worker processes, and a client to it."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
