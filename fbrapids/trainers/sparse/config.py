@@ -1,0 +1,79 @@
+"""Configuration of one tiered embedding table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How one embedding table is laid out over the tiers, initialised and optimised.
+
+    Attributes:
+        dim: embedding width.
+        optimizer: ``"adagrad"`` (row-wise Adagrad, its accumulator is one extra float
+            in each row) or ``"sgd"``.
+        lr: sparse learning rate.
+        eps: Adagrad epsilon (``w -= lr * g / (sqrt(acc) + eps)``).
+        initial_accumulator: Adagrad accumulator of a new row.
+        init_scale: new rows are uniform in ``[-init_scale, init_scale)``; ``None`` means
+            ``1 / sqrt(dim)``.
+        seed: with the id, fixes a new row's initial value (order-independent).
+        cache_rows: rows in the top tier (device memory with a GPU; host RAM without).
+        host_rows: rows in the host-RAM tier; ``None`` = unbounded (no SSD tier needed).
+        ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
+        eviction: ``"lru"`` or ``"lfu"``.
+        admit_after: an id gets its own row after it was seen in this many batches;
+            until then it reads the shared default row (zeros), whose gradient is dropped.
+        evict_fraction: when a tier is full, evict at least this fraction of it at once,
+            so the O(capacity) victim search runs rarely.
+        device: torch device of the top tier (``None``: cuda when available, else cpu).
+
+    Example:
+        >>> StoreConfig(dim=8, cache_rows=1000).with_(lr=0.1).lr
+        0.1
+    """
+
+    dim: int = 16
+    optimizer: str = "adagrad"
+    lr: float = 0.05
+    eps: float = 1e-8
+    initial_accumulator: float = 0.0
+    init_scale: float | None = None
+    seed: int = 0
+    cache_rows: int = 1 << 16
+    host_rows: int | None = None
+    ssd_dir: str | None = None
+    eviction: str = "lru"
+    admit_after: int = 1
+    evict_fraction: float = 1 / 64
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("adagrad", "sgd"):
+            raise ValueError(f"StoreConfig.optimizer must be 'adagrad' or 'sgd', got {self.optimizer!r}")
+        if self.eviction not in ("lru", "lfu"):
+            raise ValueError(f"StoreConfig.eviction must be 'lru' or 'lfu', got {self.eviction!r}")
+        if self.dim < 1 or self.cache_rows < 1:
+            raise ValueError(f"StoreConfig needs dim >= 1 and cache_rows >= 1 (got {self.dim}, {self.cache_rows})")
+        if self.host_rows is not None and self.ssd_dir is None:
+            raise ValueError("StoreConfig: a bounded host tier (host_rows) needs an SSD tier (ssd_dir)")
+        if self.admit_after < 1:
+            raise ValueError(f"StoreConfig.admit_after must be >= 1, got {self.admit_after}")
+
+    @property
+    def width(self) -> int:
+        """Floats per stored row: the embedding plus the optimizer state."""
+        return self.dim + (1 if self.optimizer == "adagrad" else 0)
+
+    @property
+    def scale(self) -> float:
+        return float(self.init_scale) if self.init_scale is not None else float(self.dim) ** -0.5
+
+    def with_(self, **changes: Any) -> "StoreConfig":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

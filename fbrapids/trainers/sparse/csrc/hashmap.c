@@ -1,0 +1,118 @@
+/* Open-addressing hash map from raw uint64 keys to int64 values, for the embedding store.
+ *
+ * Linear probing over a power-of-two table, a separate occupancy byte per slot so that
+ * every 64-bit key (0 and ~0 included) is a valid key, load factor kept under 1/2 by
+ * doubling.  Entries are never deleted: the store maps every id it ever admitted to a
+ * global row number, and counts sightings of ids awaiting admission.
+ * All entry points take whole arrays, so Python makes one call per batch.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t *keys;
+    int64_t *vals;
+    uint8_t *used;
+    int64_t cap;   /* power of two */
+    int64_t size;
+} fbx_hashmap;
+
+static inline uint64_t fbx_mix64(uint64_t x) { /* splitmix64 finaliser */
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+static int fbx_alloc(fbx_hashmap *h, int64_t cap) {
+    h->keys = (uint64_t *)malloc(sizeof(uint64_t) * cap);
+    h->vals = (int64_t *)malloc(sizeof(int64_t) * cap);
+    h->used = (uint8_t *)calloc(cap, 1);
+    if (!h->keys || !h->vals || !h->used) { free(h->keys); free(h->vals); free(h->used); return -1; }
+    h->cap = cap; h->size = 0;
+    return 0;
+}
+
+fbx_hashmap *fbx_hm_new(int64_t capacity) {
+    int64_t cap = 16;
+    while (cap < 2 * capacity) cap <<= 1;
+    fbx_hashmap *h = (fbx_hashmap *)malloc(sizeof(fbx_hashmap));
+    if (!h) return NULL;
+    if (fbx_alloc(h, cap) != 0) { free(h); return NULL; }
+    return h;
+}
+
+void fbx_hm_free(fbx_hashmap *h) {
+    if (!h) return;
+    free(h->keys); free(h->vals); free(h->used); free(h);
+}
+
+int64_t fbx_hm_size(const fbx_hashmap *h) { return h->size; }
+
+/* slot holding key, or the empty slot where it would go */
+static inline int64_t fbx_find(const fbx_hashmap *h, uint64_t key) {
+    int64_t mask = h->cap - 1;
+    int64_t i = (int64_t)(fbx_mix64(key) & (uint64_t)mask);
+    while (h->used[i] && h->keys[i] != key) i = (i + 1) & mask;
+    return i;
+}
+
+static int fbx_grow(fbx_hashmap *h) {
+    fbx_hashmap n;
+    if (fbx_alloc(&n, h->cap * 2) != 0) return -1;
+    for (int64_t i = 0; i < h->cap; i++) {
+        if (!h->used[i]) continue;
+        int64_t j = fbx_find(&n, h->keys[i]);
+        n.used[j] = 1; n.keys[j] = h->keys[i]; n.vals[j] = h->vals[i];
+    }
+    n.size = h->size;
+    free(h->keys); free(h->vals); free(h->used);
+    *h = n;
+    return 0;
+}
+
+static inline int fbx_reserve(fbx_hashmap *h, int64_t extra) {
+    while (2 * (h->size + extra) > h->cap)
+        if (fbx_grow(h) != 0) return -1;
+    return 0;
+}
+
+/* out[i] = value of keys[i], or missing when absent */
+void fbx_hm_get(const fbx_hashmap *h, const uint64_t *keys, int64_t n, int64_t *out, int64_t missing) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = fbx_find(h, keys[k]);
+        out[k] = h->used[i] ? h->vals[i] : missing;
+    }
+}
+
+/* insert or overwrite; returns 0, or -1 when memory runs out */
+int fbx_hm_put(fbx_hashmap *h, const uint64_t *keys, const int64_t *vals, int64_t n) {
+    if (fbx_reserve(h, n) != 0) return -1;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = fbx_find(h, keys[k]);
+        if (!h->used[i]) { h->used[i] = 1; h->keys[i] = keys[k]; h->size++; }
+        h->vals[i] = vals[k];
+    }
+    return 0;
+}
+
+/* vals[key] += 1 (absent keys start at 0); out[i] = the new count */
+int fbx_hm_incr(fbx_hashmap *h, const uint64_t *keys, int64_t n, int64_t *out) {
+    if (fbx_reserve(h, n) != 0) return -1;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = fbx_find(h, keys[k]);
+        if (!h->used[i]) { h->used[i] = 1; h->keys[i] = keys[k]; h->vals[i] = 0; h->size++; }
+        out[k] = ++h->vals[i];
+    }
+    return 0;
+}
+
+/* copy every entry out (arrays of fbx_hm_size() elements, table order) */
+void fbx_hm_export(const fbx_hashmap *h, uint64_t *keys, int64_t *vals) {
+    int64_t o = 0;
+    for (int64_t i = 0; i < h->cap; i++) {
+        if (!h->used[i]) continue;
+        keys[o] = h->keys[i]; vals[o] = h->vals[i]; o++;
+    }
+}

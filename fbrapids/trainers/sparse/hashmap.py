@@ -1,0 +1,150 @@
+"""A uint64 -> int64 hash map in C (open addressing), called once per batch through ctypes.
+
+The store keys rows by raw 64-bit feature ids, so it needs a real hash table rather than
+a modulo into a fixed array.  The C source lives next to this module
+(``csrc/hashmap.c``); it is compiled on first use with the system C compiler into a cache
+directory (``$FBRAPIDS_CACHE_DIR`` or ``~/.cache/fbrapids``), keyed by a hash of the source,
+and loaded with ctypes.
+
+Example:
+    >>> import numpy as np
+    >>> m = UInt64HashMap()
+    >>> m.put(np.array([2**64 - 1, 7], dtype=np.uint64), np.array([0, 1]))
+    >>> m.get(np.array([7, 8, 2**64 - 1], dtype=np.uint64)).tolist()
+    [1, -1, 0]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_SRC = Path(__file__).with_name("csrc") / "hashmap.c"
+
+
+def cache_dir() -> Path:
+    """Where compiled helpers are kept: ``$FBRAPIDS_CACHE_DIR`` or ``~/.cache/fbrapids``."""
+    root = os.environ.get("FBRAPIDS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fbrapids")
+    path = Path(root) / "trainers"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compile_shared(src: Path) -> Path:
+    """Compile ``src`` into a shared library once (cached by source hash); return its path.
+
+    Raises:
+        RuntimeError: no C compiler, or the compile failed (with the compiler's message).
+    """
+    text = src.read_bytes()
+    digest = hashlib.sha256(text + b"-O3 -fPIC").hexdigest()[:16]
+    out = cache_dir() / f"{src.stem}-{digest}.so"
+    if out.exists():
+        return out
+    cc = os.environ.get("CC", "cc")
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [cc, "-O3", "-fPIC", "-shared", "-o", tmp, str(src)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError as exc:
+        os.unlink(tmp)
+        raise RuntimeError(f"the embedding store needs a C compiler ({cc!r} not found; set $CC)") from exc
+    if res.returncode != 0:
+        os.unlink(tmp)
+        raise RuntimeError(f"compiling {src} failed ({' '.join(cmd)}):\n{res.stderr}")
+    os.replace(tmp, out)  # atomic: concurrent processes may race to build the same file
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(compile_shared(_SRC)))
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.fbx_hm_new.restype = p
+    lib.fbx_hm_new.argtypes = [i64]
+    lib.fbx_hm_free.argtypes = [p]
+    lib.fbx_hm_size.restype = i64
+    lib.fbx_hm_size.argtypes = [p]
+    lib.fbx_hm_get.argtypes = [p, p, i64, p, i64]
+    lib.fbx_hm_put.restype = ctypes.c_int
+    lib.fbx_hm_put.argtypes = [p, p, p, i64]
+    lib.fbx_hm_incr.restype = ctypes.c_int
+    lib.fbx_hm_incr.argtypes = [p, p, i64, p]
+    lib.fbx_hm_export.argtypes = [p, p, p]
+    return lib
+
+
+def _u64(keys: np.ndarray) -> np.ndarray:
+    keys = np.asarray(keys)
+    if keys.dtype == np.int64:
+        keys = keys.view(np.uint64)
+    if keys.dtype != np.uint64:
+        raise TypeError(f"hash map keys must be uint64 or int64, got {keys.dtype}")
+    return np.ascontiguousarray(keys)
+
+
+class UInt64HashMap:
+    """Map raw uint64 keys to int64 values; every operation takes a whole array.
+
+    Example:
+        >>> import numpy as np
+        >>> m = UInt64HashMap()
+        >>> m.incr(np.array([5, 5, 6], dtype=np.uint64)).tolist()
+        [1, 2, 1]
+        >>> len(m)
+        2
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._lib = _lib()
+        self._h = self._lib.fbx_hm_new(int(capacity))
+        if not self._h:
+            raise MemoryError(f"could not allocate a hash map of {capacity} entries")
+
+    def __del__(self) -> None:
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._lib.fbx_hm_free(h)
+
+    def __len__(self) -> int:
+        return int(self._lib.fbx_hm_size(self._h))
+
+    def get(self, keys: np.ndarray, missing: int = -1) -> np.ndarray:
+        """Values of ``keys`` (int64), ``missing`` where a key is absent."""
+        keys = _u64(keys)
+        out = np.empty(len(keys), dtype=np.int64)
+        self._lib.fbx_hm_get(self._h, keys.ctypes.data, len(keys), out.ctypes.data, int(missing))
+        return out
+
+    def put(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Insert or overwrite ``keys[i] -> values[i]``."""
+        keys = _u64(keys)
+        vals = np.ascontiguousarray(values, dtype=np.int64)
+        if len(vals) != len(keys):
+            raise ValueError(f"{len(keys)} keys but {len(vals)} values")
+        if self._lib.fbx_hm_put(self._h, keys.ctypes.data, vals.ctypes.data, len(keys)) != 0:
+            raise MemoryError("hash map could not grow")
+
+    def incr(self, keys: np.ndarray) -> np.ndarray:
+        """Add one to each key's count (absent keys start at 0); the new counts."""
+        keys = _u64(keys)
+        out = np.empty(len(keys), dtype=np.int64)
+        if self._lib.fbx_hm_incr(self._h, keys.ctypes.data, len(keys), out.ctypes.data) != 0:
+            raise MemoryError("hash map could not grow")
+        return out
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """All (keys uint64, values int64), in table order."""
+        n = len(self)
+        keys = np.empty(n, dtype=np.uint64)
+        vals = np.empty(n, dtype=np.int64)
+        self._lib.fbx_hm_export(self._h, keys.ctypes.data, vals.ctypes.data)
+        return keys, vals
