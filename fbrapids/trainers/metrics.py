@@ -1,0 +1,152 @@
+"""CTR metrics in numpy: AUC, GAUC, logloss, normalized entropy, calibration.
+
+scikit-learn is only the tests' oracle; these are written against numpy so that the
+trainer has no dependency on it.
+
+Example:
+    >>> import numpy as np
+    >>> y = np.array([0, 0, 1, 1]); p = np.array([0.1, 0.4, 0.35, 0.8])
+    >>> auc(y, p)
+    0.75
+    >>> round(logloss(y, p), 6)
+    0.472288
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _arrays(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
+    y = np.asarray(y, dtype=np.float64).ravel()
+    p = np.asarray(p, dtype=np.float64).ravel()
+    if y.shape != p.shape:
+        raise ValueError(f"labels ({y.shape[0]}) and predictions ({p.shape[0]}) differ in length")
+    if len(y) == 0:
+        raise ValueError("metrics of an empty set of predictions")
+    return y, p
+
+
+def _avg_ranks(p: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``p`` with ties given their average rank."""
+    order = np.argsort(p, kind="mergesort")
+    sp = p[order]
+    new = np.empty(len(p), dtype=bool)
+    new[0] = True
+    np.not_equal(sp[1:], sp[:-1], out=new[1:])
+    run = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(p))
+    avg = (starts + ends + 1) / 2.0  # mean of ranks starts+1 .. ends
+    ranks = np.empty(len(p), dtype=np.float64)
+    ranks[order] = avg[run]
+    return ranks
+
+
+def auc(y: Any, p: Any) -> float:
+    """Area under the ROC curve (ties count one half), via the rank-sum statistic.
+
+    Raises ``ValueError`` when only one class is present.
+    """
+    y, p = _arrays(y, p)
+    pos = y > 0.5
+    n_pos = int(pos.sum())
+    n_neg = len(y) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("AUC is undefined when only one class is present")
+    r = _avg_ranks(p)
+    return float((r[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def gauc(y: Any, p: Any, group: Any) -> float:
+    """Group AUC: per-group AUC weighted by the group's number of impressions.
+
+    Groups (users) whose labels are all one class are skipped.  Returns NaN when no group
+    has both classes.
+
+    Example:
+        >>> gauc([0, 1, 1, 0, 1], [0.2, 0.9, 0.5, 0.6, 0.3], [1, 1, 1, 2, 2])
+        0.6
+    """
+    y, p = _arrays(y, p)
+    g = np.asarray(group).ravel()
+    if len(g) != len(y):
+        raise ValueError(f"group ({len(g)}) and labels ({len(y)}) differ in length")
+    _, gi = np.unique(g, return_inverse=True)
+    order = np.lexsort((p, gi))
+    gs, ps, ys = gi[order], p[order], y[order] > 0.5
+    n = len(ys)
+    # runs of equal (group, score): average rank within the group
+    new_run = np.empty(n, dtype=bool)
+    new_run[0] = True
+    new_run[1:] = (gs[1:] != gs[:-1]) | (ps[1:] != ps[:-1])
+    new_grp = np.empty(n, dtype=bool)
+    new_grp[0] = True
+    new_grp[1:] = gs[1:] != gs[:-1]
+    run_id = np.cumsum(new_run) - 1
+    run_start = np.flatnonzero(new_run)
+    run_end = np.append(run_start[1:], n)
+    grp_start_of_row = np.maximum.accumulate(np.where(new_grp, np.arange(n), 0))
+    grp_start_of_run = grp_start_of_row[run_start]
+    run_rank = (run_start + run_end + 1) / 2.0 - grp_start_of_run
+    rank = run_rank[run_id]
+    ngroups = int(gs[-1]) + 1
+    cnt = np.bincount(gs, minlength=ngroups).astype(np.float64)
+    npos = np.bincount(gs, weights=ys.astype(np.float64), minlength=ngroups)
+    nneg = cnt - npos
+    rsum = np.bincount(gs, weights=np.where(ys, rank, 0.0), minlength=ngroups)
+    ok = (npos > 0) & (nneg > 0)
+    if not ok.any():
+        return float("nan")
+    a = (rsum[ok] - npos[ok] * (npos[ok] + 1) / 2.0) / (npos[ok] * nneg[ok])
+    w = cnt[ok]
+    return float((a * w).sum() / w.sum())
+
+
+def logloss(y: Any, p: Any, eps: float | None = None) -> float:
+    """Mean binary cross-entropy; predictions clipped to ``[eps, 1 - eps]`` (float64 eps by default)."""
+    y, p = _arrays(y, p)
+    eps = np.finfo(np.float64).eps if eps is None else eps
+    p = np.clip(p, eps, 1 - eps)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+
+
+def normalized_entropy(y: Any, p: Any) -> float:
+    """Logloss divided by the entropy of the base click rate (He et al., 2014); < 1 beats the prior."""
+    y, p = _arrays(y, p)
+    ctr = float(y.mean())
+    if ctr <= 0.0 or ctr >= 1.0:
+        return float("nan")
+    base = -(ctr * np.log(ctr) + (1 - ctr) * np.log(1 - ctr))
+    return logloss(y, p) / base
+
+
+def calibration(y: Any, p: Any) -> float:
+    """Predicted CTR over actual CTR (1.0 is calibrated); inf when there are no clicks."""
+    y, p = _arrays(y, p)
+    actual = float(y.mean())
+    return float(p.mean() / actual) if actual > 0 else float("inf")
+
+
+def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, float]:
+    """``auc``, ``gauc`` (NaN without groups), ``logloss``, ``ne``, ``calibration`` and ``n``.
+
+    Example:
+        >>> sorted(all_metrics([0, 1], [0.2, 0.7]))
+        ['auc', 'calibration', 'gauc', 'logloss', 'n', 'ne']
+    """
+    y, p = _arrays(y, p)
+    try:
+        a = auc(y, p)
+    except ValueError:
+        a = float("nan")
+    return {
+        "auc": a,
+        "gauc": gauc(y, p, group) if group is not None else float("nan"),
+        "logloss": logloss(y, p),
+        "ne": normalized_entropy(y, p),
+        "calibration": calibration(y, p),
+        "n": int(len(y)),
+    }

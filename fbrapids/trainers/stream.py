@@ -1,0 +1,212 @@
+"""``stream()``: partitions of a frame become torch batches, with background prefetch.
+
+A background thread computes partition i+1 (for a dask frame: ``df.partitions[i]``
+computed by the active scheduler, a distributed ``Client`` included) and converts it to
+host arrays while the trainer consumes partition i; a bounded queue of ``prefetch``
+partitions sits between them.  Rows are optionally shuffled within windows of
+``shuffle_window`` rows, in an order fixed by ``seed`` (every iteration repeats it).
+Batches of ``batch_size`` rows carry across partition boundaries; the last one may be
+shorter (``drop_last=False``).  Empty partitions are skipped and counted.  With a GPU the
+batches are in pinned host memory (and moved to ``device`` when one is given).
+
+NaN / inf in dense features: ``nan="error"`` (the default) raises naming the column, the
+count and the first row; ``nan="zero"`` replaces them with 0 and counts them in
+``stats["nan_replaced"]``.
+
+Example:
+    >>> import pandas as pd, pyarrow as pa, fbrapids
+    >>> df = pd.DataFrame({"click": [0, 1, 0], "d0": [0.1, 0.2, 0.3], "ad": [7, 8, 9],
+    ...                    "toks": pd.Series([[1, 2], [3], []], dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+    >>> batches = df.fbx.stream(label="click", dense=["d0"], sparse=["ad", "toks"], batch_size=2)
+    >>> [len(b) for b in batches], batches.stats["partitions"]
+    ([2, 1], 1)
+    >>> b = next(iter(batches)); b.sparse["toks"][0].tolist(), b.sparse["toks"][1].tolist()
+    ([1, 2, 3], [0, 2])
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fbrapids import backend as _backend
+from fbrapids.trainers.batch import Batch, Columns
+
+log = logging.getLogger(__name__)
+
+_DONE = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _is_dask(obj: Any) -> bool:
+    return hasattr(obj, "npartitions") and hasattr(obj, "partitions")
+
+
+class BatchStream:
+    """An iterable of :class:`~fbrapids.trainers.batch.Batch`; each iteration re-reads the source.
+
+    ``stats`` counts partitions computed, empty partitions, rows, batches, and dense values
+    replaced under ``nan="zero"``; ``producer_threads`` holds the names of the threads that
+    computed partitions.
+    """
+
+    def __init__(self, source: Any, label: str, dense: Sequence[str], sparse: Sequence[str], batch_size: int,
+                 shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
+                 group: str | None = None, nan: str = "error", drop_last: bool = False,
+                 pin_memory: bool | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        if nan not in ("error", "zero"):
+            raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
+        self.source = source
+        self.label, self.dense, self.sparse, self.group = label, list(dense), list(sparse), group
+        self.batch_size, self.shuffle_window, self.seed = int(batch_size), int(shuffle_window), int(seed)
+        self.prefetch, self.device, self.nan, self.drop_last = int(prefetch), device, nan, drop_last
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+        self.stats: dict[str, int] = {}
+        self.producer_threads: set[str] = set()
+        self._check_columns()
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.sparse)
+
+    def _check_columns(self) -> None:
+        cols = getattr(self.source, "columns", None)
+        if cols is None:
+            return
+        wanted = [self.label, *self.dense, *self.sparse] + ([self.group] if self.group else [])
+        missing = [c for c in wanted if c not in cols]
+        if missing:
+            raise KeyError(f"stream: columns {missing} are not in the frame (it has {list(cols)})")
+
+    # -- producer ------------------------------------------------------------------------
+    def _partitions(self) -> Iterator[Any]:
+        src = self.source
+        if _is_dask(src):
+            for i in range(src.npartitions):
+                yield src.partitions[i].compute()
+        elif isinstance(src, pd.DataFrame) or _backend.is_gpu_object(src):
+            yield src
+        else:  # any iterable of eager frames
+            yield from src
+
+    def _produce(self, q: queue.Queue, stop: threading.Event) -> None:
+        self.producer_threads.add(threading.current_thread().name)
+
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        try:
+            for i, part in enumerate(self._partitions()):
+                part = _backend.to_host(part)
+                self.stats["partitions"] += 1
+                if len(part) == 0:
+                    self.stats["empty_partitions"] += 1
+                    continue
+                cols = Columns.from_frame(part, self.label, self.dense, self.sparse, self.group, self.nan, part=i)
+                self.stats["nan_replaced"] += cols.nan_replaced
+                self.stats["rows"] += len(cols)
+                if not put(cols):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(_Failure(exc))
+
+    # -- consumer ------------------------------------------------------------------------
+    def _finish(self, cols: Columns) -> Batch:
+        b = cols.to_batch()
+        if self.pin_memory:
+            b = b.pin_memory()
+        if self.device is not None:
+            b = b.to(self.device)
+        self.stats["batches"] += 1
+        return b
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.stats = {"partitions": 0, "empty_partitions": 0, "rows": 0, "batches": 0, "nan_replaced": 0}
+        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+        worker = threading.Thread(target=self._produce, args=(q, stop), name="fbrapids-stream-producer", daemon=True)
+        worker.start()
+        rng = np.random.default_rng(self.seed)
+        bs = self.batch_size
+        window = 0 if self.shuffle_window <= 0 else max(bs, -(-self.shuffle_window // bs) * bs)
+        buf: Columns | None = None
+        try:
+            while True:
+                item = q.get()
+                if isinstance(item, _Failure):
+                    raise item.exc
+                if item is _DONE:
+                    break
+                buf = item if buf is None else Columns.concat([buf, item])
+                unit = window or bs
+                while len(buf) >= unit:
+                    chunk, buf = buf.slice(0, unit), buf.slice(unit, len(buf))
+                    if window:
+                        chunk = chunk.take(rng.permutation(len(chunk)))
+                    for s in range(0, len(chunk), bs):
+                        yield self._finish(chunk.slice(s, s + bs))
+            if buf is not None and len(buf):
+                if window:
+                    buf = buf.take(rng.permutation(len(buf)))
+                for s in range(0, len(buf), bs):
+                    if self.drop_last and s + bs > len(buf):
+                        break
+                    yield self._finish(buf.slice(s, min(len(buf), s + bs)))
+        finally:
+            stop.set()
+            worker.join(timeout=30)
+
+
+def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,
+           shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
+           group: str | None = None, nan: str = "error", drop_last: bool = False,
+           pin_memory: bool | None = None) -> BatchStream:
+    """Batches for torch from a pandas / cudf frame, a dask frame, or an iterable of frames.
+
+    Args:
+        df: the frame.  Dask frames are computed one partition at a time in a background
+            thread, ``prefetch`` partitions ahead.
+        label: the 0/1 label column.
+        dense: numeric columns, stacked into ``batch.dense`` ``[B, len(dense)]`` float32.
+        sparse: integer id columns (int64 / uint64 scalars) or ``list<int64>`` columns;
+            each becomes ``batch.sparse[name] = (values, offsets)``.
+        batch_size: rows per batch.
+        shuffle_window: shuffle rows within windows of this many rows (0: keep order).
+        seed: fixes the shuffle order.
+        prefetch: partitions computed ahead (the bounded queue's size).
+        device: move batches there (``"cuda"``), from pinned memory.
+        group: a column carried as ``batch.group`` (e.g. the user id, for GAUC).
+        nan: ``"error"`` or ``"zero"`` for NaN / inf in dense features.
+        drop_last: drop a final short batch.
+        pin_memory: default: pin when CUDA is available.
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> pdf = pd.DataFrame({"click": [0, 1, 1, 0], "d": [1.0, 2.0, 3.0, 4.0], "ad": [1, 2, 3, 4]})
+        >>> s = stream(dd.from_pandas(pdf, npartitions=2), label="click", dense=["d"], sparse=["ad"], batch_size=3)
+        >>> [b.label.tolist() for b in s]
+        [[0.0, 1.0, 1.0], [0.0]]
+    """
+    return BatchStream(df, label, dense, sparse, batch_size, shuffle_window, seed, prefetch, device, group, nan,
+                       drop_last, pin_memory)
