@@ -220,12 +220,12 @@ def join(
         raise JoinError(f"how={how!r} is not supported; use one of {', '.join(_HOWS)}")
     keys = [on] if isinstance(on, str) else list(on)
     casts = check_keys(left, other, keys)
+    be = _backend.backend_of(left)
+    build_bytes = _frame_bytes(other)
     if casts:
         other = other.astype(casts)
     if how == "left":
         other = _nullable_payload(other, keys) if not _is_dask(other) else other.map_partitions(_nullable_payload, keys)
-    be = _backend.backend_of(left)
-    build_bytes = _frame_bytes(other)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
 
     if not _is_dask(left):

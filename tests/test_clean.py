@@ -1,0 +1,94 @@
+import json
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+import fbrapids  # noqa: F401
+from fbrapids.views.clean import CleanError, clean_report
+
+DOCS = [
+    '{"device": {"os": "ios"}, "geo": {"city": "c1"}}',
+    '{"device": {"os": "android"}}',                       # no geo
+    '{"geo": {"city": "c2"}}',                             # no device.os
+    None,                                                  # null
+    "{'device': {'os': 'ios'}}",                           # single quotes: malformed
+    '{"device": {"os": "ios"}} trailing',                   # trailing garbage: malformed
+    '{"device": {"os": "ios"}, "geo": {"city": "c\\u00e9"}}',  # escape
+    '{"device": {"os": 7}}',                               # not a string
+    '[1, 2]',                                              # not an object
+    '{"device": {"os": NaN}}',                             # NaN literal: malformed
+]
+
+
+def _frame():
+    return pd.DataFrame({"slot": np.arange(len(DOCS), dtype=np.int8) - 1, "ctx": pd.array(DOCS, dtype="str"),
+                         "q": pd.array(["a", None] * (len(DOCS) // 2), dtype="str")})
+
+
+def _oracle(doc, path):
+    if doc is None:
+        return None
+    try:
+        value = json.loads(doc, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    except ValueError:
+        return None
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value if isinstance(value, str) else None
+
+
+def test_json_fields_fill_and_counts_on_pandas():
+    out = _frame().fbx.clean(json={"ctx": {"os": "device.os", "city": "geo.city"}}, fill={"os": "", "city": "", "q": ""})
+    assert out["os"].tolist() == [_oracle(d, "device.os") or "" for d in DOCS]
+    assert out["city"].tolist() == [_oracle(d, "geo.city") or "" for d in DOCS]
+    assert out["city"].iloc[6] == "cé"
+    counts = clean_report(out).counts
+    j = counts["json"]["ctx"]
+    assert (j["rows"], j["null_input"], j["malformed"]) == (10, 1, 3)
+    assert j["missing:os"] == 2 and j["not_string:os"] == 1  # rows 2 and 8; row 7
+    assert j["missing:city"] == 3 and j["not_string:city"] == 0  # rows 1, 7 and 8
+    assert counts["fill"] == {"os": 7, "city": 7, "q": 5}
+    assert counts["rows_in"] == counts["rows_out"] == 10
+
+
+def test_where_filters_and_counts_rows():
+    out = _frame().fbx.clean(where=["slot >= 0", lambda f: f["os"] != "android"], json={"ctx": {"os": "device.os"}})
+    assert (out["slot"] >= 0).all() and "android" not in out["os"].tolist()
+    counts = clean_report(out).counts
+    assert counts["rows_in"] == 10 and counts["rows_out"] == len(out) == 8
+    assert counts["json"]["ctx"]["rows"] == 9  # the slot filter ran before parsing
+
+
+def test_dask_clean_equals_pandas_and_counts_after_compute():
+    spec = dict(json={"ctx": {"os": "device.os"}}, fill={"os": "unknown", "q": ""}, where="slot >= 0", drop=["ctx"])
+    eager = _frame().fbx.clean(**spec)
+    lazy = dd.from_pandas(_frame(), npartitions=3).fbx.clean(**spec)
+    frame, counts = dask.compute(lazy, lazy.fbx.clean_report.delayed)
+    pd.testing.assert_frame_equal(frame, eager, check_dtype=False)
+    assert counts == clean_report(eager).counts
+    assert lazy.fbx.clean_report.counts == counts
+
+
+def test_bad_clean_specs_name_the_column():
+    frame = _frame()
+    with pytest.raises(CleanError, match="json source column 'context' not found; available: slot, ctx, q"):
+        frame.fbx.clean(json={"context": {"os": "device.os"}})
+    with pytest.raises(CleanError, match="fill column 'nope'"):
+        frame.fbx.clean(fill={"nope": 0})
+    with pytest.raises(CleanError, match="not booleans"):
+        frame.fbx.clean(where=lambda f: f["slot"] + 1)
+
+
+def test_nullable_int_fill_returns_plain_ints():
+    out = pd.DataFrame({"age": pd.array([1, None, 3], dtype="Int32")}).fbx.clean(fill={"age": -1})
+    assert out["age"].dtype == np.int32 and out["age"].tolist() == [1, -1, 3]
+
+
+def test_report_needs_a_cleaned_frame():
+    with pytest.raises(CleanError, match="not produced by clean"):
+        clean_report(_frame())
