@@ -38,6 +38,7 @@ N_CITIES = 300
 N_CATEGORIES = 200
 OS_NAMES = ("android", "ios", "harmony", "windows", "linux")
 METADATA_KEY = b"fbrapids.gen"
+ROW_GROUP_ROWS = 32_768  # one dask partition per row group: a 200k-row log streams as 7 partitions
 
 _CONSONANTS = list("bcdfghjklmnprstvwz")
 _VOWELS = list("aeiou")
@@ -314,7 +315,7 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
         table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
         path = out / f"{name}.parquet"
         tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, row_group_size=256_000)
+        pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)
         tmp.replace(path)
         paths[name] = path
     log.info("generated %d impressions into %s (oracle AUC %.4f, CTR %.4f)", rows, out, oracle_auc, meta["ctr"])

@@ -292,7 +292,9 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
     try:
         if fmt == "parquet":
             if be.is_gpu:
-                frame = be.xdf.read_parquet(path, columns=columns, row_groups=list(piece.row_groups or []) or None)
+                # cudf takes one list of row groups per input file
+                groups = [list(piece.row_groups)] if piece.row_groups is not None else None
+                frame = be.xdf.read_parquet(path, columns=columns, row_groups=groups)
             else:
                 pf = pq.ParquetFile(path)
                 table = (pf.read_row_groups(list(piece.row_groups), columns=columns)
