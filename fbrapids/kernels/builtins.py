@@ -1,0 +1,283 @@
+"""The built-in operators, registered on import.  Public constructors are in :mod:`fbrapids.ops`.
+
+Each resolver checks its parameters and gives the C (see :mod:`fbrapids.kernels.operator`
+for the template placeholders).  The device functions live in ``csrc/ops/*.h``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fbrapids.kernels import types as T
+from fbrapids.kernels.clit import c_number, c_string
+from fbrapids.kernels.operator import Impl, Operator, OperatorError, add_operator
+
+H_VIEWS = "ops/fbx_views.h"
+H_SCALAR = "ops/fbx_ops_scalar.h"
+H_HASH = "ops/fbx_ops_hash.h"
+H_STRING = "ops/fbx_ops_string.h"
+H_LIST = "ops/fbx_ops_list.h"
+H_CROSS = "ops/fbx_ops_cross.h"
+H_LOOKUP = "ops/fbx_ops_lookup.h"
+H_JSON = "ops/fbx_ops_json.h"
+
+
+def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False) -> int | None:
+    v = params.get(name)
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise OperatorError(f"parameter {name!r} must be an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise OperatorError(f"parameter {name!r} must be >= {lo}, got {v}")
+    return int(v)
+
+
+def _sep(params: dict, name: str = "sep") -> tuple[str, int]:
+    sep = params.get(name)
+    if not isinstance(sep, str) or not sep:
+        raise OperatorError(f"parameter {name!r} must be a non-empty string, got {sep!r}")
+    return c_string(sep), len(sep.encode())
+
+
+def _buckets(params: dict) -> int:
+    """buckets > 0: bucket ids (int64); 0 / None: raw fingerprints (uint64)."""
+    b = params.get("buckets")
+    return 0 if b is None else _int_param(params, "buckets", lo=0)
+
+
+def _op(name: str, inputs: tuple[str, ...], doc: str, null_rule: str = "a null input gives a null output",
+        variadic: bool = False, headers: tuple[str, ...] = ()):
+    def deco(fn):
+        add_operator(Operator(name=name, inputs=inputs, resolver=fn, doc=doc, variadic=variadic,
+                              null_rule=null_rule, headers=(H_VIEWS,) + headers), replace=True)
+        return fn
+    return deco
+
+
+# -- scalar ------------------------------------------------------------------------------
+@_op("fill_null", ("any",), "The value, or `value` where it is null (lists: only [] as the fill).",
+     null_rule="never null: nulls become `value`", headers=(H_STRING, H_LIST))
+def _fill_null(t, p):
+    (x,) = t
+    v = p.get("value")
+    if x in T.FIXED_TYPES:
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool) and x != "bool":
+            raise OperatorError(f"fill_null of a {x} column needs a number, got {v!r}")
+        return Impl(x, "expr", f"({{v0}} ? {{a0}} : ({T.C_TYPE[x]}){c_number(v, 'f64' if x in T.FLOAT_TYPES else 'i64')})",
+                    null_rule="handles")
+    if x == "str":
+        if not isinstance(v, str):
+            raise OperatorError(f"fill_null of a string column needs a string, got {v!r}")
+        return Impl("str", "var", f"fbx_fill_str({{a0}}, {{v0}}, {c_string(v)}, {len(v.encode())}, {{out}})",
+                    null_rule="handles")
+    if v != [] and v != ():
+        raise OperatorError(f"fill_null of a {x} column takes [] only, got {v!r}")
+    if x == "list<str>":
+        return Impl(x, "var", "({v0} ? fbx_slice_ls({a0}, {a0}.n, 0, {ends}, {bytes}, {nbytes}) : (*{nbytes} = 0, 0))",
+                    null_rule="handles")
+    return Impl(x, "var", "fbx_fill_li({a0}, {v0}, {out})", null_rule="handles")
+
+
+@_op("log1p", ("num",), "log(1 + x) in float64.")
+def _log1p(t, p):
+    return Impl("f64", "expr", "FBX_LOG1P((double){a0})")
+
+
+@_op("clip", ("num",), "x limited to [lower, upper], in the input's type.")
+def _clip(t, p):
+    (x,) = t
+    kind = "f64" if x in T.FLOAT_TYPES else "i64"
+    lo, hi = p.get("lower"), p.get("upper")
+    for nm, v in (("lower", lo), ("upper", hi)):
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+            raise OperatorError(f"clip parameter {nm!r} must be a number, got {v!r}")
+    if lo > hi:
+        raise OperatorError(f"clip: lower {lo} > upper {hi}")
+    ct = T.C_TYPE[x]
+    lo_c, hi_c = f"({ct}){c_number(lo, kind)}", f"({ct}){c_number(hi, kind)}"
+    return Impl(x, "expr", f"({{a0}} < {lo_c} ? {lo_c} : ({{a0}} > {hi_c} ? {hi_c} : {{a0}}))")
+
+
+@_op("cast", ("num",), "x converted to another fixed-width type (C conversion rules).")
+def _cast(t, p):
+    to = p.get("to")
+    if to not in T.FIXED_TYPES:
+        raise OperatorError(f"cast: 'to' must be one of {', '.join(T.FIXED_TYPES)}, got {to!r}")
+    return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}")
+
+
+@_op("bucketize", ("num",), "TensorFlow Bucketize: the number of boundaries b with b <= x (int32).",
+     headers=(H_SCALAR,))
+def _bucketize(t, p):
+    b = np.asarray(p.get("boundaries"), dtype=np.float64)
+    if b.ndim != 1 or len(b) == 0 or np.any(np.diff(b) < 0) or np.isnan(b).any():
+        raise OperatorError(f"bucketize: boundaries must be a non-empty sorted list of numbers, got {p.get('boundaries')!r}")
+    return Impl("i32", "expr", f"fbx_bucketize((double){{a0}}, (const double*){{b0}}, {len(b)})",
+                buffers=(np.ascontiguousarray(b),))
+
+
+for _name, _fn, _doc in (("hour", "fbx_hour", "Hour of day (UTC, 0-23) of epoch seconds (int32)."),
+                         ("weekday", "fbx_weekday", "Day of week (UTC, Monday = 0) of epoch seconds (int32)."),
+                         ("day", "fbx_day", "Day of month (UTC, 1-31) of epoch seconds (int32).")):
+    def _time(t, p, _fn=_fn):
+        return Impl("i32", "expr", f"{_fn}((fbx_i64){{a0}})")
+    _op(_name, ("int",), _doc, headers=(H_SCALAR,))(_time)
+
+
+# -- hashing -----------------------------------------------------------------------------
+def _hash_impl(x: str, buckets: int) -> Impl:
+    out_scalar, out_list = ("i64", "list<i64>") if buckets > 0 else ("u64", "list<u64>")
+    if x == "str":
+        return Impl(out_scalar, "expr", f"fbx_hb_str({{a0}}, {buckets}LL)")
+    if x in T.INT_TYPES:
+        fn = "fbx_hb_i64((fbx_i64)" if T.is_signed(x) else "fbx_hb_u64((fbx_u64)"
+        return Impl(out_scalar, "expr", f"{fn}{{a0}}, {buckets}LL)")
+    fn = {"list<str>": "fbx_hb_list_str", "list<i64>": "fbx_hb_list_i64", "list<u64>": "fbx_hb_list_u64"}[x]
+    return Impl(out_list, "var", f"{fn}({{a0}}, {buckets}LL, {{out}})")
+
+
+T.CLASSES["crossable"] = T.INT_TYPES + ("str",) + T.LIST_TYPES
+
+
+@_op("hash", ("crossable",), "FarmHash Fingerprint64 (uint64) of a string, of an integer's decimal text, "
+     "or of each element of a list.", headers=(H_HASH,))
+def _hash(t, p):
+    return _hash_impl(t[0], 0)
+
+
+@_op("hash_bucket", ("crossable",), "TensorFlow to_hash_bucket_fast: fingerprint64(str(x)) mod buckets (int64); "
+     "element-wise on lists.", headers=(H_HASH,))
+def _hash_bucket(t, p):
+    return _hash_impl(t[0], _int_param(p, "buckets", lo=1))
+
+
+_XIN = {"str": "fbx_x_str", "list<i64>": "fbx_x_li64", "list<u64>": "fbx_x_lu64", "list<str>": "fbx_x_lstr"}
+
+
+@_op("cross", ("crossable",), "Hashed cross of N inputs: hb(str(x1) + sep + ... + str(xk)); with a list "
+     "input, the cartesian product (first input outermost), at most `cap` pairs.", variadic=True,
+     headers=(H_HASH, H_CROSS), null_rule="a null input gives a null output; an empty list gives []")
+def _cross(t, p):
+    if len(t) > 16:
+        raise OperatorError(f"cross takes at most 16 inputs, got {len(t)}")
+    buckets = _buckets(p)
+    cap = _int_param(p, "cap", lo=0) if p.get("cap") is not None else 0
+    sep, seplen = _sep(p)
+    lines = [f"fbx_xin xs_{{id}}[{len(t)}];"]
+    for i, x in enumerate(t):
+        if x in _XIN:
+            lines.append(f"xs_{{id}}[{i}] = {_XIN[x]}({{a{i}}});")
+        elif T.is_signed(x):
+            lines.append(f"xs_{{id}}[{i}] = fbx_x_i64((fbx_i64){{a{i}}});")
+        else:
+            lines.append(f"xs_{{id}}[{i}] = fbx_x_u64((fbx_u64){{a{i}}});")
+    call = f"fbx_cross(xs_{{id}}, {len(t)}, {sep}, {seplen}, {buckets}LL, {{cap}}LL, {{err}}, {{out}})"
+    if any(x in T.LIST_TYPES for x in t):
+        return Impl("list<i64>" if buckets else "list<u64>", "var", call.replace("{cap}", str(cap)),
+                    prelude=" ".join(lines))
+    return Impl("i64" if buckets else "u64", "func", f"({call.replace('{cap}', '1')}, 1)", prelude=" ".join(lines))
+
+
+# -- strings -----------------------------------------------------------------------------
+@_op("split", ("str",), "Split on every occurrence of `sep`, empty pieces removed: list<str>; or with "
+     "`buckets` their hash buckets (list<int64>), buckets=0 their raw fingerprints (list<uint64>).",
+     headers=(H_HASH, H_STRING))
+def _split(t, p):
+    sep, seplen = _sep(p)
+    b = p.get("buckets")
+    if b is None:
+        return Impl("list<str>", "var", f"fbx_split_str({{a0}}, {sep}, {seplen}, {{ends}}, {{bytes}}, {{nbytes}})")
+    b = _int_param(p, "buckets", lo=0)
+    return Impl("list<i64>" if b else "list<u64>", "var", f"fbx_split_hash({{a0}}, {sep}, {seplen}, {b}LL, {{out}})")
+
+
+@_op("length", ("strorlist",), "Bytes of a string, elements of a list (int32).")
+def _length(t, p):
+    if t[0] in T.FIXED_TYPES:
+        raise OperatorError(f"length takes a string or a list, got {t[0]}")
+    return Impl("i32", "expr", "(fbx_i32)({a0}.n)")
+
+
+T.CLASSES["strorlist"] = ("str",) + T.LIST_TYPES
+
+
+@_op("lower", ("str",), "ASCII lower case (other bytes, UTF-8 included, unchanged).", headers=(H_STRING,))
+def _lower(t, p):
+    return Impl("str", "var", "fbx_lower({a0}, {out})")
+
+
+@_op("substring", ("str",), "Code points [start, start + length) of UTF-8 text (Python slicing; a negative "
+     "start counts from the end; length None means to the end).", headers=(H_STRING,))
+def _substring(t, p):
+    start = _int_param(p, "start")
+    length = _int_param(p, "length", lo=0, allow_none=True)
+    return Impl("str", "var", f"fbx_substring({{a0}}, {start}LL, {-1 if length is None else length}LL, {{out}})")
+
+
+# -- lists -------------------------------------------------------------------------------
+@_op("ngrams", ("list<str>",), "The n-grams of a token list joined by `sep` (list<str>), or with `buckets` "
+     "their hash buckets.", headers=(H_HASH, H_LIST))
+def _ngrams(t, p):
+    n = _int_param(p, "n", lo=1)
+    sep, seplen = _sep(p)
+    b = p.get("buckets")
+    if b is None:
+        return Impl("list<str>", "var", f"fbx_ngrams_str({{a0}}, {n}LL, {sep}, {seplen}, {{ends}}, {{bytes}}, {{nbytes}})")
+    b = _int_param(p, "buckets", lo=0)
+    return Impl("list<i64>" if b else "list<u64>", "var",
+                f"fbx_ngrams_hash({{a0}}, {n}LL, {sep}, {seplen}, {b}LL, {{err}}, {{out}})")
+
+
+for _name, _end in (("first_k", 0), ("last_k", 1)):
+    def _slice(t, p, _end=_end):
+        k = _int_param(p, "k", lo=0)
+        if t[0] == "list<str>":
+            return Impl("list<str>", "var", f"fbx_slice_ls({{a0}}, {k}LL, {_end}, {{ends}}, {{bytes}}, {{nbytes}})")
+        return Impl(t[0], "var", f"fbx_slice_li({{a0}}, {k}LL, {_end}, {{out}})")
+    _op(_name, ("list",), f"The {'last' if _end else 'first'} k elements of a list (behaviour sequences).",
+        headers=(H_LIST,))(_slice)
+
+
+# -- dictionaries ------------------------------------------------------------------------
+@_op("lookup", ("hashable",), "Dictionary value -> id (int64), `oov` for values not in it.",
+     null_rule="a null input gives the out-of-vocabulary id", headers=(H_LOOKUP,))
+def _lookup(t, p):
+    from fbrapids.kernels.vocab import Vocabulary
+
+    vocab = p.get("vocab")
+    if not isinstance(vocab, Vocabulary):
+        raise OperatorError(f"lookup needs a fitted Vocabulary, got {type(vocab).__name__}")
+    oov = _int_param(p, "oov")
+    x = t[0]
+    if (x == "str") != (vocab.kind == "str"):
+        raise OperatorError(f"lookup: a {x} column against a vocabulary of {vocab.kind} keys")
+    bufs = vocab.table()
+    if vocab.kind == "str":
+        call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov}LL)"
+    else:
+        call = f"fbx_lookup_int((fbx_i64){{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const fbx_i64*){{b2}}, {vocab.mask}LL, {oov}LL)"
+    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov}LL)", null_rule="handles", buffers=bufs,
+                footprint=int(sum(b.nbytes for b in bufs)))
+
+
+@_op("categorify", ("hashable",), "Fit a vocabulary (values seen at least `min_freq` times; ids 1.. by "
+     "descending frequency, ties by value) over the frame, then look up (0 = OOV / null).",
+     null_rule="a null input gives the out-of-vocabulary id 0")
+def _categorify(t, p):
+    raise OperatorError("categorify must be fitted before it is planned (extract fits it over the frame; "
+                        "or call FeatureSet.fit)")
+
+
+# -- JSON --------------------------------------------------------------------------------
+@_op("json_get", ("str",), "The string at a dotted `path` of a strict JSON document (WORKLOAD.md section 3).",
+     null_rule="null when the input is null, malformed, lacks the path, or holds a non-string there",
+     headers=(H_JSON,))
+def _json_get(t, p):
+    path = p.get("path")
+    if not isinstance(path, str) or not path:
+        raise OperatorError(f"json_get: path must be a non-empty dotted string, got {path!r}")
+    return Impl("str", "var", f"fbx_json_get({{a0}}, {c_string(path)}, {len(path.encode())}, {{status}}, {{out}})",
+                status=bool(p.get("with_status", False)))

@@ -1,0 +1,241 @@
+"""Host columns: the Arrow buffers a kernel reads and writes, and their trip to and from pandas.
+
+A :class:`HostColumn` holds numpy views of a column's Arrow buffers (no copies for
+Arrow-backed pandas columns: pandas 3 ``str`` columns are ``large_string``, whose int64
+offsets and bytes are used in place).  The kernel reads them through the pointer list
+from :meth:`HostColumn.pointers`, in this slot order per type:
+
+* fixed width: ``[values, validity]``
+* ``str``: ``[offsets(int64, n+1), bytes, validity]``
+* ``list<i64|u64>``: ``[offsets(int64, n+1), values(int64), validity]``
+* ``list<str>``: ``[list offsets(int64, n+1), string offsets(int64), bytes, validity]``
+
+Validity is an Arrow bitmap (LSB first) or a null pointer when the column has no nulls.
+Narrow offsets (Arrow ``string`` / ``list`` with int32 offsets) are widened to int64 once.
+
+Example:
+    >>> import pandas as pd
+    >>> c = from_series(pd.Series(["a", None, "bc"]), "s")
+    >>> c.type, c.n, c.offsets.tolist(), c.null_count()
+    ('str', 3, [0, 1, 1, 3], 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fbrapids.kernels import types as T
+
+_EMPTY8 = np.zeros(8, dtype=np.uint8)
+_STR_DTYPE = pd.StringDtype("pyarrow", na_value=np.nan)
+
+
+class ColumnTypeError(TypeError):
+    """A frame column the kernels cannot read (names the column and its dtype)."""
+
+
+@dataclass
+class HostColumn:
+    """One column as numpy views of Arrow buffers (see the module doc for the layout)."""
+
+    type: str
+    n: int
+    valid: np.ndarray | None = None
+    data: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    str_offsets: np.ndarray | None = None
+    bytes: np.ndarray | None = None
+    keep: list = field(default_factory=list)
+
+    def pointers(self) -> list[int]:
+        """Buffer addresses in the kernel's slot order for this type."""
+        def p(a: np.ndarray | None) -> int:
+            return 0 if a is None else a.ctypes.data
+
+        if self.type in T.FIXED_TYPES:
+            return [p(self.data), p(self.valid)]
+        if self.type == "str":
+            return [p(self.offsets), p(self.bytes), p(self.valid)]
+        if self.type in ("list<i64>", "list<u64>"):
+            return [p(self.offsets), p(self.data), p(self.valid)]
+        return [p(self.offsets), p(self.str_offsets), p(self.bytes), p(self.valid)]
+
+    def null_count(self) -> int:
+        if self.valid is None:
+            return 0
+        bits = np.unpackbits(self.valid, bitorder="little", count=self.n)
+        return int(self.n - bits.sum())
+
+    def validity_bool(self) -> np.ndarray:
+        """A bool array, True where the row holds a value."""
+        if self.valid is None:
+            return np.ones(self.n, dtype=bool)
+        return np.unpackbits(self.valid, bitorder="little", count=self.n).astype(bool)
+
+
+def slots(type_name: str) -> int:
+    """How many pointer slots a column of this type takes in a kernel's buffer list."""
+    return {"str": 3, "list<i64>": 3, "list<u64>": 3, "list<str>": 4}.get(type_name, 2)
+
+
+def pack_validity(valid_bytes: np.ndarray) -> np.ndarray | None:
+    """An Arrow bitmap from one byte per row (nonzero = valid), or None when all are valid."""
+    if valid_bytes.size == 0 or valid_bytes.all():
+        return None
+    return np.packbits(valid_bytes.astype(bool, copy=False), bitorder="little")
+
+
+def _np(buf: pa.Buffer | None, dtype: Any) -> np.ndarray:
+    if buf is None or buf.size == 0:
+        return _EMPTY8.view(dtype)[:0] if np.dtype(dtype).itemsize <= 8 else np.zeros(0, dtype)
+    return np.frombuffer(buf, dtype=dtype)
+
+
+def _validity(arr: pa.Array) -> np.ndarray | None:
+    if arr.null_count == 0:
+        return None
+    buf = arr.buffers()[0]
+    if arr.offset % 8 == 0 and buf is not None:
+        return _np(buf, np.uint8)[arr.offset // 8:]
+    return np.packbits(arr.is_valid().to_numpy(zero_copy_only=False), bitorder="little")
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_list(arr.type)
+    off = _np(arr.buffers()[1], np.int64 if large else np.int32)[arr.offset: arr.offset + len(arr) + 1]
+    if len(off) == 0:
+        return np.zeros(1, dtype=np.int64)
+    return off if large else off.astype(np.int64)
+
+
+def _bytes(arr: pa.Array) -> np.ndarray:
+    b = arr.buffers()[2]
+    return _np(b, np.uint8) if b is not None and b.size else np.zeros(1, dtype=np.uint8)
+
+
+def from_arrow(arr: pa.Array | pa.ChunkedArray, name: str) -> HostColumn:
+    """A HostColumn over an Arrow array's buffers (zero-copy where the layout allows)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    tname = T.from_arrow(arr.type)
+    if tname is None:
+        raise ColumnTypeError(f"column {name!r} has Arrow type {arr.type}, which the kernels cannot read")
+    n = len(arr)
+    valid = _validity(arr)
+    if tname in T.FIXED_TYPES:
+        if tname == "bool":
+            data = arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)
+        else:
+            data = _np(arr.buffers()[1], T.NUMPY_DTYPE[tname])[arr.offset: arr.offset + n]
+        return HostColumn(tname, n, valid=valid, data=data, keep=[arr])
+    if tname == "str":
+        return HostColumn(tname, n, valid=valid, offsets=_offsets(arr), bytes=_bytes(arr), keep=[arr])
+    offsets = _offsets(arr)
+    child = arr.values
+    if child.null_count:
+        raise ColumnTypeError(f"column {name!r}: list elements may not be null ({child.null_count} are)")
+    if tname == "list<str>":
+        return HostColumn(tname, n, valid=valid, offsets=offsets, str_offsets=_offsets(child),
+                          bytes=_bytes(child), keep=[arr, child])
+    want = pa.uint64() if tname == "list<u64>" else pa.int64()
+    if child.type != want:
+        child = child.cast(want)
+    values = _np(child.buffers()[1], np.int64)[child.offset: child.offset + len(child)]
+    if len(values) == 0:
+        values = np.zeros(1, dtype=np.int64)
+    return HostColumn(tname, n, valid=valid, offsets=offsets, data=values, keep=[arr, child])
+
+
+def from_series(s: pd.Series, name: str | None = None) -> HostColumn:
+    """A HostColumn over a pandas series (numpy, masked or Arrow-backed).
+
+    Float NaN counts as null, as everywhere in pandas.
+    """
+    name = name if name is not None else str(s.name)
+    dtype = s.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
+        data = s.to_numpy()
+        if dtype.kind == "b":
+            return HostColumn("bool", len(s), data=data.view(np.uint8), keep=[data])
+        tname = T.from_arrow(pa.from_numpy_dtype(dtype))
+        valid = None
+        if dtype.kind == "f":
+            nan = np.isnan(data)
+            valid = pack_validity(~nan) if nan.any() else None
+        return HostColumn(tname, len(s), valid=valid, data=np.ascontiguousarray(data), keep=[data])
+    arr = s.array
+    if hasattr(arr, "_mask") and hasattr(arr, "_data"):  # pandas masked arrays (Int64, Float64, boolean)
+        data, mask = arr._data, arr._mask  # noqa: SLF001 - the documented layout of masked arrays
+        tname = T.from_arrow(pa.from_numpy_dtype(data.dtype))
+        if tname is None:
+            raise ColumnTypeError(f"column {name!r} has dtype {dtype}, which the kernels cannot read")
+        return HostColumn(tname, len(s), valid=pack_validity(~mask) if mask.any() else None,
+                          data=np.ascontiguousarray(data.view(np.uint8) if tname == "bool" else data),
+                          keep=[data])
+    pa_arr = getattr(arr, "_pa_array", None)  # ArrowExtensionArray / ArrowStringArray
+    if pa_arr is None:
+        try:
+            pa_arr = pa.array(s, from_pandas=True)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise ColumnTypeError(f"column {name!r} has dtype {dtype}, which the kernels cannot read: {exc}") from exc
+    return from_arrow(pa_arr, name)
+
+
+def _buf(a: np.ndarray | None) -> pa.Buffer | None:
+    return None if a is None else pa.py_buffer(a)
+
+
+def to_arrow(c: HostColumn) -> pa.Array:
+    """The Arrow array over a HostColumn's buffers (lists get int32 offsets when they fit)."""
+    t = T.arrow_type(c.type)
+    nulls = c.null_count()
+    if c.type in T.FIXED_TYPES:
+        if c.type == "bool":
+            return pa.array(c.data.astype(bool), mask=~c.validity_bool() if nulls else None)
+        return pa.Array.from_buffers(t, c.n, [_buf(c.valid), pa.py_buffer(c.data)], null_count=nulls)
+    if c.type == "str":
+        return pa.Array.from_buffers(pa.large_string(), c.n, [_buf(c.valid), pa.py_buffer(c.offsets),
+                                                              pa.py_buffer(c.bytes)], null_count=nulls)
+    offsets = c.offsets
+    if offsets[-1] < 2**31 - 1:
+        offsets = offsets.astype(np.int32)
+        list_t = t
+    else:
+        list_t = pa.large_list(t.value_type)
+    total = int(c.offsets[-1])
+    if c.type == "list<str>":
+        nstr = total
+        child = pa.Array.from_buffers(pa.large_string(), nstr, [None, pa.py_buffer(c.str_offsets[: nstr + 1]),
+                                                                pa.py_buffer(c.bytes)])
+    else:
+        child = pa.Array.from_buffers(t.value_type, total, [None, pa.py_buffer(c.data[:total])])
+    return pa.Array.from_buffers(list_t, c.n, [_buf(c.valid), pa.py_buffer(offsets)], null_count=nulls,
+                                 children=[child])
+
+
+def to_series(c: HostColumn, index: pd.Index, name: str) -> pd.Series:
+    """A pandas series over a HostColumn: numpy for fixed-width columns without nulls,
+    pandas ``str`` for strings, ``ArrowDtype`` for lists and nullable numbers."""
+    if c.type in T.FIXED_TYPES and c.null_count() == 0:
+        data = c.data.astype(bool) if c.type == "bool" else c.data
+        return pd.Series(data, index=index, name=name, copy=False)
+    arr = to_arrow(c)
+    if c.type == "str":
+        return pd.Series(pd.arrays.ArrowStringArray(arr, dtype=_STR_DTYPE), index=index, name=name, copy=False)
+    return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name, copy=False)
+
+
+def empty_series(type_name: str, name: str) -> pd.Series:
+    """An empty series of the dtype :func:`to_series` gives for ``type_name`` (dask meta)."""
+    if type_name in T.FIXED_TYPES:
+        return pd.Series(np.zeros(0, dtype=bool if type_name == "bool" else T.NUMPY_DTYPE[type_name]), name=name)
+    if type_name == "str":
+        return pd.Series([], dtype=_STR_DTYPE, name=name)
+    return pd.Series(pd.arrays.ArrowExtensionArray(pa.array([], T.arrow_type(type_name))), name=name)

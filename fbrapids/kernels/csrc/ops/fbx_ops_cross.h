@@ -1,0 +1,87 @@
+/* fbx_ops_cross.h -- hashed feature crosses of N inputs.
+ *
+ * Each input is a scalar (a list of one) or a list; the result enumerates the cartesian
+ * product with the first input outermost ("i-major"), keeps at most cap combinations
+ * (cap <= 0: all), and hashes str(x1) + sep + ... + sep + str(xk), integers as decimal text.
+ * Null rule: a null input gives a null output; an empty list gives an empty result. */
+#ifndef FBX_OPS_CROSS_H
+#define FBX_OPS_CROSS_H
+
+#include "fbx_views.h"
+#include "farmhash.h"
+
+#define FBX_X_I64 0
+#define FBX_X_U64 1
+#define FBX_X_STR 2
+#define FBX_X_LI64 3
+#define FBX_X_LU64 4
+#define FBX_X_LSTR 5
+
+typedef struct { int kind; fbx_i64 iv; fbx_str s; fbx_li li; fbx_ls ls; } fbx_xin;
+
+FBX_DEVICE fbx_xin fbx_x_i64(fbx_i64 v) { fbx_xin x; x.kind = FBX_X_I64; x.iv = v; return x; }
+FBX_DEVICE fbx_xin fbx_x_u64(fbx_u64 v) { fbx_xin x; x.kind = FBX_X_U64; x.iv = (fbx_i64)v; return x; }
+FBX_DEVICE fbx_xin fbx_x_str(fbx_str v) { fbx_xin x; x.kind = FBX_X_STR; x.s = v; return x; }
+FBX_DEVICE fbx_xin fbx_x_li64(fbx_li v) { fbx_xin x; x.kind = FBX_X_LI64; x.li = v; return x; }
+FBX_DEVICE fbx_xin fbx_x_lu64(fbx_li v) { fbx_xin x; x.kind = FBX_X_LU64; x.li = v; return x; }
+FBX_DEVICE fbx_xin fbx_x_lstr(fbx_ls v) { fbx_xin x; x.kind = FBX_X_LSTR; x.ls = v; return x; }
+
+FBX_DEVICE fbx_i64 fbx_x_len(const fbx_xin* x) {
+  if (x->kind == FBX_X_LI64 || x->kind == FBX_X_LU64) return x->li.n;
+  if (x->kind == FBX_X_LSTR) return x->ls.n;
+  return 1;
+}
+
+/* Appends the text of element i of x at buf + len; returns the new length or -1 when it
+ * would pass FBX_KEY_MAX. */
+FBX_DEVICE fbx_i64 fbx_x_put(const fbx_xin* x, fbx_i64 i, char* buf, fbx_i64 len) {
+  if (len + 24 > FBX_KEY_MAX && x->kind != FBX_X_STR && x->kind != FBX_X_LSTR) return -1;
+  switch (x->kind) {
+    case FBX_X_I64: return len + fbx_i64_to_dec(x->iv, buf + len);
+    case FBX_X_U64: return len + fbx_u64_to_dec((fbx_u64)x->iv, buf + len);
+    case FBX_X_LI64: return len + fbx_i64_to_dec(x->li.p[i], buf + len);
+    case FBX_X_LU64: return len + fbx_u64_to_dec((fbx_u64)x->li.p[i], buf + len);
+    default: {
+      fbx_str s = x->kind == FBX_X_STR ? x->s : fbx_ls_get(x->ls, i);
+      if (len + s.n > FBX_KEY_MAX) return -1;
+      fbx_memcpy(buf + len, s.p, s.n);
+      return len + s.n;
+    }
+  }
+}
+
+/* Number of combinations (capped); writes their hashes when out != NULL. */
+FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int seplen, fbx_i64 buckets,
+                             fbx_i64 cap, fbx_i32* err, fbx_i64* out) {
+  fbx_i64 total = 1;
+  for (int j = 0; j < k; ++j) {
+    fbx_i64 n = fbx_x_len(&xs[j]);
+    if (n == 0) return 0;
+    if (cap > 0 && total > cap) continue;  /* already past the cap: avoid overflow */
+    total *= n;
+  }
+  if (cap > 0 && total > cap) total = cap;
+  if (!out) return total;
+  fbx_i64 idx[16];
+  for (int j = 0; j < k; ++j) idx[j] = 0;
+  char buf[FBX_KEY_MAX];
+  for (fbx_i64 c = 0; c < total; ++c) {
+    fbx_i64 len = 0;
+    for (int j = 0; j < k && len >= 0; ++j) {
+      if (j) {
+        if (len + seplen > FBX_KEY_MAX) { len = -1; break; }
+        fbx_memcpy(buf + len, sep, seplen); len += seplen;
+      }
+      len = fbx_x_put(&xs[j], idx[j], buf, len);
+    }
+    if (len < 0) { FBX_ATOMIC_OR_I32(err, FBX_ERR_KEY_TOO_LONG); return total; }
+    out[c] = fbx_bucket_of(fbx_fp64(buf, len), buckets);
+    for (int j = k - 1; j >= 0; --j) {  /* odometer: the last input varies fastest */
+      if (++idx[j] < fbx_x_len(&xs[j])) break;
+      idx[j] = 0;
+    }
+  }
+  return total;
+}
+
+#endif /* FBX_OPS_CROSS_H */

@@ -1,0 +1,47 @@
+/* fbx_ops_scalar.h -- numeric, time and bucketing operators (one value in, one value out).
+ * Null rule (all of them): a null input gives a null output; the host never calls them then. */
+#ifndef FBX_OPS_SCALAR_H
+#define FBX_OPS_SCALAR_H
+
+#include "fbx_views.h"
+
+/* floor(a / b) for b > 0, also for negative a (epoch seconds before 1970). */
+FBX_DEVICE fbx_i64 fbx_floordiv(fbx_i64 a, fbx_i64 b) {
+  fbx_i64 q = a / b;
+  if ((a % b) != 0 && a < 0) q -= 1;
+  return q;
+}
+
+/* Hour of the day (UTC, 0..23) of epoch seconds. */
+FBX_DEVICE fbx_i32 fbx_hour(fbx_i64 ts) {
+  return (fbx_i32)((ts - fbx_floordiv(ts, 86400) * 86400) / 3600);
+}
+
+/* Day of the week (UTC), Monday = 0; 1970-01-01 was a Thursday (3). */
+FBX_DEVICE fbx_i32 fbx_weekday(fbx_i64 ts) {
+  fbx_i64 w = (fbx_floordiv(ts, 86400) + 3) % 7;
+  return (fbx_i32)(w < 0 ? w + 7 : w);
+}
+
+/* Day of the month (UTC, 1..31): H. Hinnant's civil_from_days. */
+FBX_DEVICE fbx_i32 fbx_day(fbx_i64 ts) {
+  fbx_i64 z = fbx_floordiv(ts, 86400) + 719468;
+  fbx_i64 era = (z >= 0 ? z : z - 146096) / 146097;
+  fbx_i64 doe = z - era * 146097;
+  fbx_i64 yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  fbx_i64 doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  fbx_i64 mp = (5 * doy + 2) / 153;
+  return (fbx_i32)(doy - (153 * mp + 2) / 5 + 1);
+}
+
+/* TensorFlow Bucketize: the number of boundaries b with b <= x (boundaries sorted). */
+FBX_DEVICE fbx_i32 fbx_bucketize(double x, const double* bounds, fbx_i64 nb) {
+  fbx_i64 lo = 0, hi = nb;
+  while (lo < hi) {
+    fbx_i64 mid = (lo + hi) >> 1;
+    if (bounds[mid] <= x) lo = mid + 1; else hi = mid;
+  }
+  return (fbx_i32)lo;
+}
+
+#endif /* FBX_OPS_SCALAR_H */

@@ -1,0 +1,179 @@
+"""Planning: features -> a DAG of operator nodes (common sub-expressions merged), typed,
+layered by depth, and placed.
+
+Example:
+    >>> from fbrapids import ops
+    >>> p = build_plan({"a": ops.hour("ts"), "b": ops.cross(ops.hour("ts"), "ts", buckets=10)}, {"ts": "i64"})
+    >>> [len(layer.nodes) for layer in p.layers], p.num_ops  # hour is computed once
+    ([1, 1], 2)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from fbrapids.kernels.expr import Call, Col, Expr, as_expr
+from fbrapids.kernels.operator import Impl, Operator, OperatorError, OperatorTypeError, get_operator
+
+#: fraction of free device memory an operator's resident footprint may take on the GPU
+DEVICE_BUDGET_FRACTION = 0.5
+
+
+class FeatureError(ValueError):
+    """A feature that cannot be planned; the message names the feature (and the column)."""
+
+
+@dataclass
+class Node:
+    """One value in the plan: a frame column (``op is None``) or an operator's output."""
+
+    id: int
+    type: str
+    expr: Expr
+    op: Operator | None = None
+    impl: Impl | None = None
+    args: tuple[int, ...] = ()
+    depth: int = 0
+    placement: str = "cpu"
+    reason: str = ""
+    features: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return str(self.expr)
+
+
+@dataclass
+class Layer:
+    """Operators that depend only on earlier layers: one meta-kernel per placement."""
+
+    index: int
+    nodes: list[int]
+    placement: str = "cpu"
+
+
+@dataclass
+class Plan:
+    """A typed, layered operator DAG for one input schema."""
+
+    nodes: list[Node]
+    layers: list[Layer]
+    outputs: dict[str, int]
+    schema: dict[str, str]
+    backend: str
+    fused: bool
+
+    @property
+    def num_ops(self) -> int:
+        return sum(1 for n in self.nodes if n.op is not None)
+
+    @property
+    def key(self) -> str:
+        h = hashlib.sha256()
+        for n in self.nodes:
+            h.update(repr((n.id, n.type, n.expr.key if n.op is None else n.expr.key, n.placement)).encode())
+        h.update(repr((sorted(self.outputs.items()), self.fused, self.backend,
+                       [(l.nodes, l.placement) for l in self.layers])).encode())
+        return h.hexdigest()[:24]
+
+    def input_columns(self) -> list[str]:
+        return [n.expr.name for n in self.nodes if n.op is None]  # type: ignore[attr-defined]
+
+
+def _describe(e: Expr) -> str:
+    return f"column {e.name!r}" if isinstance(e, Col) else f"sub-expression {e}"
+
+
+def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = "cpu", fused: bool = True,
+               device_budget: int | None = None) -> Plan:
+    """Plan ``features`` (name -> expression) over a frame with ``schema`` (column -> type).
+
+    Args:
+        features: output name -> expression (a column name is an expression too).
+        schema: input column name -> kernel type name (see :mod:`fbrapids.kernels.types`).
+        backend: ``"cpu"`` or ``"gpu"`` (placement only matters on the GPU).
+        fused: one kernel per layer (True) or one kernel per operator (False, the baseline).
+        device_budget: bytes an operator may keep resident on the device; above it the
+            operator is placed on the CPU and its result copied over.
+
+    Raises:
+        FeatureError: naming the feature, the operator and the column at fault.
+    """
+    nodes: list[Node] = []
+    index: dict[tuple, int] = {}
+
+    def visit(e: Expr, feature: str) -> int:
+        if e.key in index:
+            node = nodes[index[e.key]]
+            if feature not in node.features:
+                node.features.append(feature)
+            return node.id
+        if isinstance(e, Col):
+            if e.name not in schema:
+                raise FeatureError(f"feature {feature!r}: column {e.name!r} is not in the frame "
+                                   f"(columns: {', '.join(schema)})")
+            if schema[e.name] is None:
+                raise FeatureError(f"feature {feature!r}: column {e.name!r} has a dtype the kernels cannot read")
+            node = Node(len(nodes), schema[e.name], e, features=[feature])
+        elif isinstance(e, Call):
+            args = tuple(visit(a, feature) for a in e.args)
+            try:
+                op = get_operator(e.op)
+                in_types = tuple(nodes[a].type for a in args)
+                impl = op.resolve(in_types, e.param_dict())
+            except OperatorTypeError as exc:
+                cols = ", ".join(f"input {i} is {_describe(a)} of type {nodes[args[i]].type}" for i, a in enumerate(e.args))
+                raise FeatureError(f"feature {feature!r}: {exc} ({cols})") from exc
+            except OperatorError as exc:
+                raise FeatureError(f"feature {feature!r}: {exc}") from exc
+            depth = 1 + max((nodes[a].depth for a in args), default=0)
+            node = Node(len(nodes), impl.out_type, e, op=op, impl=impl, args=args, depth=depth, features=[feature])
+        else:
+            raise FeatureError(f"feature {feature!r}: not an expression: {e!r}")
+        nodes.append(node)
+        index[e.key] = node.id
+        return node.id
+
+    outputs = {}
+    for name, e in features.items():
+        try:
+            expr = as_expr(e)
+        except TypeError as exc:
+            raise FeatureError(f"feature {name!r}: {exc}") from exc
+        outputs[name] = visit(expr, name)
+
+    _place(nodes, backend, device_budget)
+    layers = _layer(nodes, fused)
+    return Plan(nodes, layers, outputs, dict(schema), backend, fused)
+
+
+def _place(nodes: list[Node], backend: str, device_budget: int | None) -> None:
+    for n in nodes:
+        if n.op is None:
+            n.placement, n.reason = backend, "input column"
+        elif backend != "gpu":
+            n.placement, n.reason = "cpu", "CPU backend"
+        elif device_budget is not None and n.impl.footprint > device_budget:
+            n.placement = "cpu"
+            n.reason = (f"footprint {n.impl.footprint:,} B > device budget {device_budget:,} B "
+                        f"({DEVICE_BUDGET_FRACTION:.0%} of free device memory): runs on the host, result copied to the device")
+        else:
+            fp = f"footprint {n.impl.footprint:,} B fits" if n.impl.footprint else "no resident footprint"
+            n.placement, n.reason = "gpu", fp
+
+
+def _layer(nodes: list[Node], fused: bool) -> list[Layer]:
+    ops = [n for n in nodes if n.op is not None]
+    layers: list[Layer] = []
+    if not fused:
+        for n in sorted(ops, key=lambda n: (n.depth, n.id)):
+            layers.append(Layer(len(layers), [n.id], n.placement))
+        return layers
+    for d in sorted({n.depth for n in ops}):
+        for placement in ("gpu", "cpu"):
+            ids = [n.id for n in ops if n.depth == d and n.placement == placement]
+            if ids:
+                layers.append(Layer(len(layers), ids, placement))
+    return layers

@@ -1,0 +1,63 @@
+"""Kernel statistics: launches, layers, pool peak and regrowths, per plan and per process.
+
+Example:
+    >>> s = KernelStats(); s.launches += 3; s.as_dict()["launches"]
+    3
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class KernelStats:
+    """Counters of meta-kernel work (add with ``+=`` of another KernelStats)."""
+
+    launches: int = 0  #: meta-kernel launches (one per layer per non-empty partition, plus re-runs)
+    partitions: int = 0  #: partitions (frames) run
+    rows: int = 0  #: input rows run
+    regrowths: int = 0  #: pool overflows answered by growing the pool and re-running a layer
+    peak_pool_bytes: int = 0  #: largest pool use of one layer launch
+    pool_capacity: int = 0  #: largest pool capacity reached
+    compactions: int = 0  #: variable-length results compacted out of the pool
+
+    def __iadd__(self, o: "KernelStats") -> "KernelStats":
+        for k in ("launches", "partitions", "rows", "regrowths", "compactions"):
+            setattr(self, k, getattr(self, k) + getattr(o, k))
+        self.peak_pool_bytes = max(self.peak_pool_bytes, o.peak_pool_bytes)
+        self.pool_capacity = max(self.pool_capacity, o.pool_capacity)
+        return self
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+_lock = threading.Lock()
+_process = KernelStats()
+
+
+def record(s: KernelStats) -> None:
+    """Add one run's counters to the process-wide totals."""
+    global _process
+    with _lock:
+        _process += s
+
+
+def stats() -> dict[str, int]:
+    """Process-wide kernel counters since start (or the last :func:`reset_stats`).
+
+    Example:
+        >>> sorted(stats())[:3]
+        ['compactions', 'launches', 'partitions']
+    """
+    with _lock:
+        return _process.as_dict()
+
+
+def reset_stats() -> None:
+    """Zero the process-wide counters."""
+    global _process
+    with _lock:
+        _process = KernelStats()
