@@ -402,6 +402,45 @@ class TieredEmbeddingStore:
         """Release this step's pins (rows prefetched for the next step stay pinned)."""
         self._step += 1
 
+    @torch.no_grad()
+    def assign(self, ids: Any, weights: Any) -> None:
+        """Set the embeddings of ``ids`` (admitting them, past any admission gate), e.g. to
+        import a dense table: row ``i`` of an ``nn.EmbeddingBag`` is the id ``i``.
+
+        The optimizer state of assigned rows is reset to its initial value.
+
+        Example:
+            >>> import numpy as np
+            >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4))
+            >>> s.assign(np.array([9]), np.array([[1.0, 2.0]]))
+            >>> s.weights(np.array([9])).tolist()
+            [[1.0, 2.0]]
+        """
+        keys = as_uint64_ids(ids).ravel()
+        w = np.asarray(weights.detach().cpu() if isinstance(weights, torch.Tensor) else weights, dtype=np.float32)
+        if w.shape != (len(keys), self.config.dim):
+            raise ValueError(f"table {self.name!r}: weights of shape {w.shape} for {len(keys)} ids of dim "
+                             f"{self.config.dim}")
+        if len(np.unique(keys)) != len(keys):
+            raise ValueError(f"table {self.name!r}: assign() got repeated ids")
+        step = max(1, self.config.cache_rows // 2)
+        for start in range(0, len(keys), step):
+            k, rows = keys[start : start + step], w[start : start + step]
+            g = self._dir.get(k)
+            new = g < 0
+            if new.any():
+                pending, self._pending = self._pending, None
+                g[new] = self._admit(k[new])
+                self._pending = pending
+            slots = self._ensure_cached(g, self._step)
+            full = np.empty((len(k), self.config.width), dtype=np.float32)
+            full[:, : self.config.dim] = rows
+            if self.config.optimizer == "adagrad":
+                full[:, self.config.dim] = self.config.initial_accumulator
+            self._cache[torch.from_numpy(slots).to(self.device)] = torch.from_numpy(full).to(self.device)
+            self._cmeta.dirty[slots] = True
+            self.end_step()
+
     # -- reading everything, flush, checkpoint ----------------------------------------------
     def read_rows(self, g: np.ndarray) -> np.ndarray:
         """Current values (embedding + optimizer state) of global rows ``g``, wherever they are."""

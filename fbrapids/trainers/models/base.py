@@ -1,0 +1,58 @@
+"""What every CTR model here shares: batches in, logits out, store-backed embeddings."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
+from fbrapids.trainers.sparse import TieredEmbeddingStore
+
+
+class CTRModel(nn.Module):
+    """Base class: ``forward(batch) -> logits [B]``, ``predict(batch) -> click probabilities``.
+
+    The sparse parameters live in tiered stores inside
+    :class:`TieredEmbeddingBagCollection` submodules, not in ``state_dict()``; ``fit``
+    checkpoints them through :meth:`stores`.
+    """
+
+    def forward(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def predict(self, batch: Batch) -> torch.Tensor:
+        """Click probabilities ``[B]``."""
+        return torch.sigmoid(self(batch))
+
+    def collections(self) -> Iterator[tuple[str, TieredEmbeddingBagCollection]]:
+        for name, m in self.named_modules():
+            if isinstance(m, TieredEmbeddingBagCollection):
+                yield name, m
+
+    def stores(self) -> dict[str, TieredEmbeddingStore]:
+        """Every table, keyed ``"<collection path>/<table>"``."""
+        return {f"{cname or 'root'}/{t}": s for cname, c in self.collections() for t, s in c.stores.items()}
+
+    def apply_sparse_gradients(self) -> None:
+        """After ``backward()``: run the sparse optimizers and end the step of every table."""
+        for _, c in self.collections():
+            c.apply_gradients()
+
+    def prefetch(self, batch: Batch) -> int:
+        """Bring ``batch``'s rows into the caches and pin them for the next step."""
+        return sum(c.prefetch(batch.sparse) for _, c in self.collections())
+
+    def sparse_stats(self) -> dict[str, dict]:
+        return {k: s.stats() for k, s in self.stores().items()}
+
+    @staticmethod
+    def _dense(batch: Batch, device: torch.device) -> torch.Tensor:
+        return batch.dense.to(device)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")

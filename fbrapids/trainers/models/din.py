@@ -1,0 +1,60 @@
+"""DIN (Zhou et al., 2018): attention pooling of a behaviour sequence against the candidate."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, plain_mlp
+from fbrapids.trainers.sparse import StoreConfig
+
+
+class DIN(CTRModel):
+    """Deep Interest Network over tiered embeddings.
+
+    Args:
+        dense_dim: number of dense features.
+        sparse_features: features pooled by sum (the candidate among them).
+        sequences: behaviour-sequence list feature -> the candidate feature it is
+            attended against; the sequence shares the candidate's table (same id space).
+        embedding_dim, attention_mlp, mlp, store: sizes and store configuration.
+
+    Example:
+        >>> import torch
+        >>> from fbrapids.trainers.batch import Batch
+        >>> m = DIN(1, ["ad"], {"hist": "ad"}, embedding_dim=4, store=StoreConfig(cache_rows=32))
+        >>> sp = {"ad": (torch.tensor([3, 4]), torch.arange(2)), "hist": (torch.tensor([3, 5, 6]), torch.tensor([0, 1]))}
+        >>> m(Batch(torch.zeros(2, 1), torch.zeros(2), sp)).shape
+        torch.Size([2])
+    """
+
+    def __init__(self, dense_dim: int, sparse_features: Sequence[str], sequences: Mapping[str, str],
+                 embedding_dim: int = 16, attention_mlp: Sequence[int] = (36,), mlp: Sequence[int] = (200, 80),
+                 store: StoreConfig | None = None) -> None:
+        super().__init__()
+        self.sparse_features = list(sparse_features)
+        self.sequences = dict(sequences)
+        for seq, target in self.sequences.items():
+            if target not in self.sparse_features:
+                raise ValueError(f"DIN: sequence {seq!r} attends to {target!r}, which is not a sparse feature")
+        cfg = (store or StoreConfig()).with_(dim=embedding_dim)
+        feats = self.sparse_features + list(self.sequences)
+        self.emb = TieredEmbeddingBagCollection(feats, cfg, tables={s: t for s, t in self.sequences.items()})
+        self.attention = torch.nn.ModuleDict({s: AttentionPooling(embedding_dim, attention_mlp) for s in self.sequences})
+        width = dense_dim + embedding_dim * (len(self.sparse_features) + len(self.sequences))
+        self.mlp = plain_mlp([width, *mlp, 1])
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        dev = self.mlp[0].weight.device
+        looked = self.emb.lookup(batch.sparse)
+        pooled = {f: self.emb.pool(looked[f], batch.sparse[f][1]).to(dev) for f in self.sparse_features}
+        parts = [batch.dense.to(dev), *pooled.values()]
+        for seq, target in self.sequences.items():
+            rows, inv = looked[seq]
+            keys = rows.index_select(0, inv).to(dev)
+            seg = bag_segments(batch.sparse[seq][1].to(dev), len(inv))
+            parts.append(self.attention[seq](pooled[target], keys, seg))
+        return self.mlp(torch.cat(parts, dim=1)).squeeze(1)

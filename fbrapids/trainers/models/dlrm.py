@@ -1,0 +1,89 @@
+"""DLRM (Naumov et al., 2019), laid out as the reference ``DLRM_Net`` of facebookresearch/dlrm.
+
+* ``bot_l``: ``Sequential`` of Linear + ReLU over the dense features, ending in
+  ``embedding_dim`` units (``create_mlp(ln_bot, sigmoid_bot=-1)``).
+* ``emb_l``: one embedding bag per sparse feature (sum pooling), here backed by tiered
+  stores keyed by raw ids.
+* pairwise dot interactions of ``[bottom output] + bags``, strictly lower triangle,
+  concatenated after the bottom output.
+* ``top_l``: ``Sequential`` of Linear + ReLU ending in Linear + Sigmoid
+  (``create_mlp(ln_top, sigmoid_top=len(ln_top) - 2)``).
+
+So a reference state dict (``bot_l.0.weight``, ..., ``top_l.4.bias``, ``emb_l.k.weight``)
+loads with :meth:`DLRM.load_reference_state_dict`: the MLP tensors by name, and row ``i``
+of table ``k`` as the id ``i`` of the k-th sparse feature.  ``forward`` returns the
+logit (``top_l`` without its final Sigmoid); ``predict`` applies it.
+
+Example:
+    >>> import torch
+    >>> from fbrapids.trainers.batch import Batch
+    >>> from fbrapids.trainers.sparse import StoreConfig
+    >>> m = DLRM(2, ["ad", "user"], embedding_dim=4, bottom_mlp=[8], top_mlp=[8], store=StoreConfig(cache_rows=64))
+    >>> b = Batch(torch.randn(3, 2), torch.tensor([0., 1., 0.]),
+    ...           {"ad": (torch.tensor([1, 2, 3]), torch.arange(3)), "user": (torch.tensor([5, 5, 6]), torch.arange(3))})
+    >>> m(b).shape, sorted(m.state_dict())[:2]
+    (torch.Size([3]), ['bot_l.0.bias', 'bot_l.0.weight'])
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp
+from fbrapids.trainers.sparse import StoreConfig
+
+
+class DLRM(CTRModel):
+    """DLRM over a batch's dense matrix and its sparse features (see the module docstring).
+
+    Args:
+        dense_dim: number of dense features.
+        sparse_features: names of the sparse features, in table order ``emb_l.0, emb_l.1, ...``.
+        embedding_dim: embedding width (``m_spa``); also the bottom MLP's output width.
+        bottom_mlp: hidden widths of the bottom MLP (``ln_bot`` without its ends).
+        top_mlp: hidden widths of the top MLP (``ln_top`` without its ends).
+        store: tier sizes / optimizer of every table (its ``dim`` is set to ``embedding_dim``).
+        self_interaction: keep the diagonal of the interaction matrix (``arch_interaction_itself``).
+    """
+
+    def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
+                 bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64,),
+                 store: StoreConfig | None = None, self_interaction: bool = False) -> None:
+        super().__init__()
+        self.sparse_features = list(sparse_features)
+        cfg = (store or StoreConfig()).with_(dim=embedding_dim)
+        self.ln_bot = [dense_dim, *bottom_mlp, embedding_dim]
+        self.bot_l = mlp(self.ln_bot, sigmoid_layer=-1)
+        self.emb_l = TieredEmbeddingBagCollection(self.sparse_features, cfg)
+        self.interaction = DotInteraction(1 + len(self.sparse_features), self_interaction)
+        self.ln_top = [embedding_dim + self.interaction.num_outputs, *top_mlp, 1]
+        self.top_l = mlp(self.ln_top, sigmoid_layer=len(self.ln_top) - 2)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        dev = self.bot_l[0].weight.device
+        x = self.bot_l(batch.dense.to(dev))
+        pooled = self.emb_l(batch.sparse)
+        z = self.interaction(x, [pooled[f].to(dev) for f in self.sparse_features])
+        return self.top_l[:-1](z).squeeze(1)
+
+    def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Load a state dict of the reference ``DLRM_Net`` (MLPs by name, tables into the stores).
+
+        Raises ``KeyError`` / ``ValueError`` naming what does not fit.
+        """
+        mlps = {k: v for k, v in state.items() if k.startswith(("bot_l.", "top_l."))}
+        missing, unexpected = self.load_state_dict(mlps, strict=False)
+        missing = [k for k in missing if k.startswith(("bot_l.", "top_l."))]
+        if missing or unexpected:
+            raise KeyError(f"reference DLRM state dict does not fit: missing {missing}, unexpected {unexpected}")
+        for k, f in enumerate(self.sparse_features):
+            key = f"emb_l.{k}.weight"
+            if key not in state:
+                raise KeyError(f"reference DLRM state dict has no {key} for sparse feature {f!r}")
+            w = state[key]
+            self.emb_l.stores[f].assign(np.arange(w.shape[0], dtype=np.int64), w)

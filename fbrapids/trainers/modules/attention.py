@@ -1,0 +1,39 @@
+"""DIN-style attention pooling over a ragged behaviour sequence (Zhou et al., 2018)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class AttentionPooling(nn.Module):
+    """Weight each behaviour embedding by an MLP of ``[q, k, q - k, q * k]`` and sum per row.
+
+    As in DIN, the weights are not softmax-normalised.  Sequences are ragged: ``keys``
+    holds every element of every row and ``segments`` the row each element belongs to.
+
+    Example:
+        >>> import torch
+        >>> att = AttentionPooling(4)
+        >>> out = att(torch.randn(2, 4), torch.randn(3, 4), torch.tensor([0, 0, 1]))
+        >>> out.shape
+        torch.Size([2, 4])
+    """
+
+    def __init__(self, dim: int, hidden: Sequence[int] = (36,)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        prev = 4 * dim
+        for h in hidden:
+            layers += [nn.Linear(prev, h), nn.PReLU(h)]
+            prev = h
+        layers.append(nn.Linear(prev, 1))
+        self.unit = nn.Sequential(*layers)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+        q = query.index_select(0, segments)
+        w = self.unit(torch.cat([q, keys, q - keys, q * keys], dim=1))
+        out = torch.zeros_like(query)
+        return out.index_add(0, segments, w * keys)

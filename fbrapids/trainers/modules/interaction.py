@@ -1,0 +1,79 @@
+"""Feature interactions: DLRM's pairwise dot products and the FM second-order term."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class DotInteraction(nn.Module):
+    """DLRM's ``interact_features`` with ``arch_interaction_op="dot"``.
+
+    Stacks ``[x] + ly`` into ``[B, 1 + n, d]``, takes all pairwise dot products, keeps the
+    strictly lower triangle (``self_interaction=True`` keeps the diagonal too) in the
+    reference implementation's row-major order, and concatenates them after ``x``.
+
+    Example:
+        >>> import torch
+        >>> x = torch.ones(2, 3); ly = [torch.ones(2, 3), 2 * torch.ones(2, 3)]
+        >>> DotInteraction(3)(x, ly).tolist()[0]
+        [1.0, 1.0, 1.0, 3.0, 6.0, 6.0]
+    """
+
+    def __init__(self, num_features: int, self_interaction: bool = False) -> None:
+        super().__init__()
+        off = 1 if self_interaction else 0
+        ni = num_features
+        self.register_buffer("li", torch.tensor([i for i in range(ni) for j in range(i + off)], dtype=torch.long),
+                             persistent=False)
+        self.register_buffer("lj", torch.tensor([j for i in range(ni) for j in range(i + off)], dtype=torch.long),
+                             persistent=False)
+
+    @property
+    def num_outputs(self) -> int:
+        return int(self.li.numel())
+
+    def forward(self, x: torch.Tensor, ly: Sequence[torch.Tensor]) -> torch.Tensor:
+        b, d = x.shape
+        t = torch.cat([x, *ly], dim=1).view(b, -1, d)
+        z = torch.bmm(t, t.transpose(1, 2))
+        return torch.cat([x, z[:, self.li, self.lj]], dim=1)
+
+
+def fm_second_order(fields: torch.Tensor) -> torch.Tensor:
+    """Factorization-machine pairwise term ``0.5 * sum_d((sum_f v)^2 - sum_f v^2)`` over ``[B, F, d]``.
+
+    Example:
+        >>> import torch
+        >>> fm_second_order(torch.tensor([[[1.0], [2.0], [3.0]]])).tolist()
+        [11.0]
+    """
+    s = fields.sum(dim=1)
+    return 0.5 * (s * s - (fields * fields).sum(dim=1)).sum(dim=1)
+
+
+def mlp(sizes: Sequence[int], sigmoid_layer: int = -1) -> nn.Sequential:
+    """Linear layers each followed by ReLU (Sigmoid at index ``sigmoid_layer``), laid out as
+    DLRM's ``create_mlp`` (``Sequential`` of Linear, act, Linear, act, ...).
+
+    Example:
+        >>> [type(m).__name__ for m in mlp([4, 3, 1], sigmoid_layer=1)]
+        ['Linear', 'ReLU', 'Linear', 'Sigmoid']
+    """
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(int(sizes[i]), int(sizes[i + 1]), bias=True))
+        layers.append(nn.Sigmoid() if i == sigmoid_layer else nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def plain_mlp(sizes: Sequence[int]) -> nn.Sequential:
+    """ReLU MLP whose last layer is linear (outputs a logit / embedding)."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(int(sizes[i]), int(sizes[i + 1])))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
