@@ -1,0 +1,18 @@
+"""Training: stream batches from frames, tiered embedding stores, CTR models, fit / evaluate.
+
+Example:
+    >>> from fbrapids.trainers import stream, fit, evaluate, DLRM, StoreConfig
+    >>> callable(stream) and callable(fit)
+    True
+"""
+
+from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.fit import FitResult, evaluate, fit, load_checkpoint, predict, save_checkpoint
+from fbrapids.trainers.metrics import all_metrics, auc, calibration, gauc, logloss, normalized_entropy
+from fbrapids.trainers.models import DIN, DLRM, CTRModel, DeepFM, WideAndDeep
+from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+from fbrapids.trainers.stream import BatchStream, stream
+
+__all__ = ["Batch", "BatchStream", "stream", "fit", "evaluate", "predict", "FitResult", "save_checkpoint",
+           "load_checkpoint", "auc", "gauc", "logloss", "normalized_entropy", "calibration", "all_metrics",
+           "CTRModel", "DLRM", "WideAndDeep", "DeepFM", "DIN", "StoreConfig", "TieredEmbeddingStore"]
