@@ -6,6 +6,7 @@
 #define FBX_OPS_STRING_H
 
 #include "fbx_views.h"
+#include "fbx_ops_hash.h"
 
 /* Index of the next occurrence of sep in s at or after from, or s.n. */
 FBX_DEVICE fbx_i64 fbx_find(fbx_str s, fbx_i64 from, const char* sep, int seplen) {

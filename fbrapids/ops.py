@@ -1,0 +1,289 @@
+"""Feature operators: constructors of feature expressions for ``df.fbx.extract``.
+
+Each returns an expression; arguments are column names or other expressions.  Extraction
+runs them as compiled meta-kernels, one per layer of the expression DAG (see
+``df.fbx.explain``).  Hashing is FarmHash Fingerprint64 (TensorFlow
+``to_hash_bucket_fast``); integers hash as their decimal text.
+
+Example:
+    >>> import pandas as pd, fbrapids
+    >>> from fbrapids import ops
+    >>> df = pd.DataFrame({"q": ["red shoes", None], "ts": [1700000000, 1700003600]})
+    >>> out = df.fbx.extract(tok=ops.split(ops.fill_null("q", ""), " ", buckets=100), h=ops.hour("ts"))
+    >>> out["tok"].tolist(), out["h"].tolist()
+    ([[10, 9], []], [22, 23])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from fbrapids.kernels.expr import Call, Col, Expr, as_expr
+from fbrapids.kernels.operator import register_operator  # noqa: F401  (re-exported)
+from fbrapids.kernels.vocab import Vocabulary
+
+__all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
+           "split", "length", "lower", "substring", "ngrams", "first_k", "last_k", "hour", "weekday", "day",
+           "lookup", "categorify", "json_get", "register_operator", "Vocabulary"]
+
+ExprLike = Expr | str
+
+
+def col(name: str) -> Col:
+    """The input column ``name``.
+
+    Example:
+        >>> col("ts")
+        Col(name='ts')
+    """
+    return Col(name)
+
+
+def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
+    """Apply any registered operator (a user operator, say) by name.
+
+    Example:
+        >>> str(call("hour", "ts"))
+        'hour(ts)'
+    """
+    return Call(op, tuple(as_expr(x) for x in inputs), tuple(params.items()))
+
+
+def fill_null(x: ExprLike, value: Any) -> Call:
+    """``x`` with nulls replaced by ``value`` (a number, a string, or ``[]`` for lists).
+
+    Null rule: the output is never null.
+
+    Example:
+        >>> str(fill_null("q", ""))
+        "fill_null(q, value='')"
+    """
+    return call("fill_null", x, value=value)
+
+
+def log1p(x: ExprLike) -> Call:
+    """``log(1 + x)`` as float64. Null rule: null in, null out.
+
+    Example:
+        >>> str(log1p("price"))
+        'log1p(price)'
+    """
+    return call("log1p", x)
+
+
+def clip(x: ExprLike, lower: float, upper: float) -> Call:
+    """``x`` limited to ``[lower, upper]``, in the input's type. Null rule: null in, null out.
+
+    Example:
+        >>> str(clip("age", 0, 99))
+        'clip(age, lower=0, upper=99)'
+    """
+    return call("clip", x, lower=lower, upper=upper)
+
+
+def cast(x: ExprLike, to: str) -> Call:
+    """``x`` converted to the fixed-width type ``to`` (``"i8"``, ``"i32"``, ``"f64"``, ...).
+
+    Example:
+        >>> str(cast("hour", "i8"))
+        "cast(hour, to='i8')"
+    """
+    return call("cast", x, to=to)
+
+
+def bucketize(x: ExprLike, boundaries: Sequence[float]) -> Call:
+    """TensorFlow ``Bucketize``: the number of boundaries ``b`` with ``b <= x`` (int32).
+
+    Null rule: null in, null out.
+
+    Example:
+        >>> str(bucketize("age", [18, 25]))
+        'bucketize(age, boundaries=(18.0, 25.0))'
+    """
+    return call("bucketize", x, boundaries=tuple(float(b) for b in boundaries))
+
+
+def hash(x: ExprLike) -> Call:  # noqa: A001 - the operator's name
+    """FarmHash Fingerprint64 (uint64) of a string or of an integer's decimal text; of each
+    element for a list. Null rule: null in, null out.
+
+    Example:
+        >>> str(hash("q"))
+        'hash(q)'
+    """
+    return call("hash", x)
+
+
+def hash_bucket(x: ExprLike, buckets: int) -> Call:
+    """``fingerprint64(str(x)) mod buckets`` (int64), TensorFlow ``to_hash_bucket_fast``;
+    element-wise on lists. Null rule: null in, null out.
+
+    Example:
+        >>> str(hash_bucket("user_id", 1 << 20))
+        'hash_bucket(user_id, buckets=1048576)'
+    """
+    return call("hash_bucket", x, buckets=buckets)
+
+
+def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, sep: str = "_") -> Call:
+    """Hashed feature cross: ``hb(str(x1) + sep + ... + sep + str(xk), buckets)``.
+
+    With list inputs, the cartesian product with the first input outermost, keeping at
+    most ``cap`` combinations (a list<int64> result); scalars join as lists of one.
+    ``buckets=None`` gives raw fingerprints (uint64).  Null rule: a null input gives null;
+    an empty list gives [].
+
+    Example:
+        >>> str(cross("category", "city", buckets=1 << 20))
+        "cross(category, city, buckets=1048576, cap=None, sep='_')"
+    """
+    if len(xs) < 2:
+        raise ValueError(f"cross needs at least 2 inputs, got {len(xs)}")
+    return call("cross", *xs, buckets=buckets, cap=cap, sep=sep)
+
+
+def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
+    """Split a string on every occurrence of ``sep``, empty pieces removed.
+
+    ``buckets=None``: list<str>; ``buckets > 0``: the tokens' hash buckets (list<int64>);
+    ``buckets=0``: their raw fingerprints (list<uint64>).  Null rule: null in, null out.
+
+    Example:
+        >>> str(split("query", " ", buckets=1 << 18))
+        "split(query, sep=' ', buckets=262144)"
+    """
+    return call("split", x, sep=sep, buckets=buckets)
+
+
+def length(x: ExprLike) -> Call:
+    """Bytes of a string; elements of a list (int32). Null rule: null in, null out.
+
+    Example:
+        >>> str(length(split("q")))
+        "length(split(q, sep=' ', buckets=None))"
+    """
+    return call("length", x)
+
+
+def lower(x: ExprLike) -> Call:
+    """ASCII lower case; other bytes (UTF-8 included) unchanged. Null rule: null in, null out.
+
+    Example:
+        >>> str(lower("city"))
+        'lower(city)'
+    """
+    return call("lower", x)
+
+
+def substring(x: ExprLike, start: int, length: int | None = None) -> Call:
+    """Code points ``[start, start + length)`` of UTF-8 text (Python slicing: a negative
+    start counts from the end; ``length=None`` to the end). Null rule: null in, null out.
+
+    Example:
+        >>> str(substring("title", 0, 3))
+        'substring(title, start=0, length=3)'
+    """
+    return call("substring", x, start=start, length=length)
+
+
+def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None) -> Call:
+    """The ``n``-grams of a token list joined by ``sep`` (list<str>), or with ``buckets``
+    their hash buckets (list<int64>). Null rule: null in, null out.
+
+    Example:
+        >>> str(ngrams(split("q"), 2, buckets=1 << 20))
+        "ngrams(split(q, sep=' ', buckets=None), n=2, sep=' ', buckets=1048576)"
+    """
+    return call("ngrams", tokens, n=n, sep=sep, buckets=buckets)
+
+
+def first_k(x: ExprLike, k: int) -> Call:
+    """The first ``k`` elements of a list. Null rule: null in, null out.
+
+    Example:
+        >>> str(first_k("clicks", 5))
+        'first_k(clicks, k=5)'
+    """
+    return call("first_k", x, k=k)
+
+
+def last_k(x: ExprLike, k: int) -> Call:
+    """The last ``k`` elements of a list (recent behaviour). Null rule: null in, null out.
+
+    Example:
+        >>> str(last_k("clicks", 5))
+        'last_k(clicks, k=5)'
+    """
+    return call("last_k", x, k=k)
+
+
+def hour(ts: ExprLike) -> Call:
+    """Hour of day (UTC, 0-23) of epoch seconds (int32). Null rule: null in, null out.
+
+    Example:
+        >>> str(hour("ts"))
+        'hour(ts)'
+    """
+    return call("hour", ts)
+
+
+def weekday(ts: ExprLike) -> Call:
+    """Day of week (UTC, Monday = 0) of epoch seconds (int32). Null rule: null in, null out.
+
+    Example:
+        >>> str(weekday("ts"))
+        'weekday(ts)'
+    """
+    return call("weekday", ts)
+
+
+def day(ts: ExprLike) -> Call:
+    """Day of month (UTC, 1-31) of epoch seconds (int32). Null rule: null in, null out.
+
+    Example:
+        >>> str(day("ts"))
+        'day(ts)'
+    """
+    return call("day", ts)
+
+
+def lookup(x: ExprLike, vocab: Mapping[Any, int] | Sequence[Any] | Vocabulary, oov: int = 0) -> Call:
+    """Dictionary value -> id (int64); ``oov`` for values not in it.
+
+    ``vocab`` is a dict ``{value: id}``, a sequence (ids 1, 2, ... in order) or a
+    :class:`Vocabulary` (e.g. ``Vocabulary.from_counts(series.value_counts(), min_freq)``).
+    Null rule: a null input gives ``oov``.
+
+    Example:
+        >>> str(lookup("city", {"c1": 1, "c2": 2}))
+        'lookup(city, vocab=Vocabulary(str, 2 keys), oov=0)'
+    """
+    if not isinstance(vocab, Vocabulary):
+        vocab = Vocabulary.from_mapping(vocab) if isinstance(vocab, Mapping) else Vocabulary.from_values(vocab)
+    return call("lookup", x, vocab=vocab, oov=oov)
+
+
+def categorify(x: ExprLike, min_freq: int = 1) -> Call:
+    """Fit a vocabulary over the frame being extracted (a dask frame: over all its
+    partitions, in one pass) -- values seen at least ``min_freq`` times get ids 1.. by
+    descending frequency (ties by value) -- then look up; 0 is the out-of-vocabulary id.
+
+    Null rule: a null input gives 0.
+
+    Example:
+        >>> str(categorify("city", min_freq=2))
+        'categorify(city, min_freq=2)'
+    """
+    return call("categorify", x, min_freq=min_freq)
+
+
+def json_get(x: ExprLike, path: str) -> Call:
+    """The string at the dotted ``path`` of a strict JSON document (RFC 8259, the whole
+    text one value; WORKLOAD.md section 3). Null rule: null when the input is null, does
+    not parse, lacks the path, or holds a non-string there.
+
+    Example:
+        >>> str(json_get("ctx", "device.os"))
+        "json_get(ctx, path='device.os')"
+    """
+    return call("json_get", x, path=path)
