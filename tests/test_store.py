@@ -1,0 +1,199 @@
+"""The tiered embedding store: raw 64-bit ids, tiers equal to an all-in-RAM table bit for
+bit, admission gate, pinning, statistics, SSD files, save / load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore, as_uint64_ids
+from fbrapids.trainers.sparse.hashmap import UInt64HashMap
+from fbrapids.trainers.sparse.init import init_rows
+
+ID_SPACE = 20000
+SPREAD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def zipf_batches(n_batches: int, batch: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.zipf(1.1, batch) % ID_SPACE).astype(np.uint64) * SPREAD for _ in range(n_batches)]
+
+
+def train(store: TieredEmbeddingStore, batches: list[np.ndarray], prefetch: bool = True) -> None:
+    """A fixed per-batch loss so the gradients differ by position; the same order for every store."""
+    for i, ids in enumerate(batches):
+        lk = store.lookup(ids)
+        if prefetch and i + 1 < len(batches):
+            store.prefetch(batches[i + 1])
+        offsets = torch.arange(0, len(ids), 4)
+        pooled = F.embedding_bag(lk.inverse, lk.rows, offsets, mode="sum")
+        w = torch.sin(torch.arange(pooled.numel(), dtype=torch.float32) + i).reshape(pooled.shape)
+        (pooled * w).sum().backward()
+        store.apply_gradients(lk)
+        store.end_step()
+
+
+def rows_by_id(store: TieredEmbeddingStore) -> tuple[np.ndarray, np.ndarray]:
+    ids, rows = store.state()
+    order = np.argsort(ids)
+    return ids[order], rows[order]
+
+
+def test_hash_map_takes_every_64_bit_key() -> None:
+    m = UInt64HashMap(4)
+    keys = np.array([0, 1, 2**63, 2**64 - 1, 2**63 - 1], dtype=np.uint64)
+    m.put(keys, np.arange(5))
+    many = np.arange(10000, dtype=np.uint64) * SPREAD  # forces several regrowths
+    m.put(many, np.arange(10000) + 10)
+    assert m.get(keys).tolist() == [10, 1, 2, 3, 4]  # key 0 == many[0] was overwritten
+    assert m.get(np.array([12345], dtype=np.uint64)).tolist() == [-1]
+    assert len(m) == 10004
+    k, v = m.items()
+    assert dict(zip(k.tolist(), v.tolist()))[2**64 - 1] == 3
+
+
+def test_negative_int64_ids_are_twos_complement_uint64() -> None:
+    assert as_uint64_ids(np.array([-1, -2**63])).tolist() == [2**64 - 1, 2**63]
+    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16))
+    a = s.lookup(np.array([-1], dtype=np.int64), requires_grad=False)
+    s.end_step()
+    b = s.lookup(np.array([2**64 - 1], dtype=np.uint64), requires_grad=False)
+    assert len(s) == 1 and torch.equal(a.rows, b.rows)
+    assert a.ids.tolist() == [2**64 - 1]
+
+
+def test_init_is_a_function_of_id_and_seed_only() -> None:
+    ids = np.array([5, 2**64 - 1, 2**63 + 7], dtype=np.uint64)
+    a = init_rows(ids, 8, seed=3, scale=0.1)
+    b = init_rows(ids[::-1], 8, seed=3, scale=0.1)[::-1]
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, init_rows(ids, 8, seed=4, scale=0.1))
+    assert np.abs(a).max() <= 0.1 and len(np.unique(a)) == a.size
+    s1 = TieredEmbeddingStore(StoreConfig(dim=8, cache_rows=8, seed=3, init_scale=0.1))
+    s1.lookup(ids[::-1], requires_grad=False)
+    assert np.array_equal(s1.weights(ids), a)
+
+
+@pytest.mark.parametrize("optimizer,eviction", [("adagrad", "lru"), ("sgd", "lfu"), ("adagrad", "lfu")])
+def test_small_tiers_match_all_in_ram_bit_for_bit(tmp_path, optimizer: str, eviction: str) -> None:
+    batches = zipf_batches(120, 64, seed=1)
+    n_ids = len(np.unique(np.concatenate(batches)))
+    base = StoreConfig(dim=8, optimizer=optimizer, lr=0.3, eviction=eviction, seed=11)
+    ram = TieredEmbeddingStore(base.with_(cache_rows=1 << 16), "t")
+    # device tier ~1% and host tier ~10% of the id space
+    tiers = TieredEmbeddingStore(base.with_(cache_rows=max(ID_SPACE // 100, 160), host_rows=ID_SPACE // 10,
+                                            ssd_dir=str(tmp_path)), "t")
+    train(ram, batches)
+    train(tiers, batches)
+    st = tiers.stats()
+    assert n_ids > tiers.config.cache_rows + tiers.config.host_rows  # the tiers really overflowed
+    assert st["cache"]["evictions"] > 0 and st["host"]["evictions"] > 0 and st["ssd"]["hits"] > 0
+    ia, ra = rows_by_id(ram)
+    ib, rb = rows_by_id(tiers)
+    assert np.array_equal(ia, ib)
+    assert ra.tobytes() == rb.tobytes()
+    assert (tmp_path / "t" / "rows.f32").stat().st_size >= len(ib) * base.width * 4
+
+
+def test_adagrad_row_state_and_update_rule() -> None:
+    cfg = StoreConfig(dim=2, cache_rows=4, lr=0.5, eps=1e-8, initial_accumulator=0.1, init_scale=0.01)
+    s = TieredEmbeddingStore(cfg)
+    lk = s.lookup(np.array([42, 42]))
+    w0 = lk.rows.detach().clone()
+    g = torch.tensor([[1.0, 3.0]])
+    s.apply_gradients(lk, g)
+    s.end_step()
+    acc = 0.1 + (1.0 + 9.0) / 2
+    expect = w0 - 0.5 * g / (np.sqrt(np.float32(acc)) + 1e-8)
+    _, rows = s.state()
+    assert rows[0, 2] == pytest.approx(acc)
+    assert torch.allclose(torch.from_numpy(rows[:, :2]), expect, atol=1e-7)
+
+
+def test_admission_gate_reads_default_row_until_k_sightings() -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, admit_after=3, optimizer="sgd", lr=1.0))
+    for step in range(3):
+        lk = s.lookup(np.array([7, 7, 9]))  # 7 is seen once per batch, not once per occurrence
+        admitted = dict(zip(lk.ids.tolist(), lk.admitted.tolist()))
+        assert admitted == {7: step >= 2, 9: step >= 2}
+        if step < 2:
+            assert torch.count_nonzero(lk.rows) == 0 and len(s) == 0
+        lk.rows.sum().backward()
+        s.apply_gradients(lk)  # gradients of default-row reads are dropped
+        s.end_step()
+    assert len(s) == 2 and s.stats()["default_reads"] == 4
+    assert np.array_equal(s.weights(np.array([7])), init_rows(np.array([7], np.uint64), 4, 0, 0.5) - 1.0)
+
+
+def test_current_and_prefetched_rows_are_pinned(tmp_path) -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8, host_rows=8, ssd_dir=str(tmp_path), evict_fraction=0))
+    cur = s.lookup(np.arange(4))
+    assert s.prefetch(np.arange(100, 104)) == 0  # not admitted yet: prefetch does not admit
+    s.lookup(np.arange(100, 104))  # same step: 8 pinned rows fill the cache
+    with pytest.raises(RuntimeError, match="cache_rows=8 is too small"):
+        s.lookup(np.arange(200, 201))
+    s.end_step()
+    s2 = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8, host_rows=8, ssd_dir=str(tmp_path / "b"),
+                                          evict_fraction=0))
+    s2.lookup(np.arange(8)); s2.end_step()
+    s2.lookup(np.arange(8, 12)); s2.end_step()  # rows 0..3 evicted (LRU), 4..7 remain
+    s2.lookup(np.arange(4, 8))  # current batch
+    moved = s2.prefetch(np.arange(0, 4))  # next batch: brought back, evicting 8..11 only
+    assert moved == 4
+    loc = s2._cache_loc[s2._dir.get(np.arange(12, dtype=np.uint64))]
+    assert (loc[:8] >= 0).all() and (loc[8:] < 0).all()
+    s2.end_step()
+    s2.lookup(np.arange(0, 4))
+    assert s2.stats()["cache"]["hits"] >= 8  # 4..7 and the prefetched 0..3 were hits
+    del cur
+
+
+def test_stats_count_bytes_moved(tmp_path) -> None:
+    cfg = StoreConfig(dim=4, cache_rows=4, host_rows=4, ssd_dir=str(tmp_path), evict_fraction=0)
+    s = TieredEmbeddingStore(cfg)
+    w4 = cfg.width * 4
+    for start in (0, 4, 8, 0):
+        s.lookup(np.arange(start, start + 4), requires_grad=False)
+        s.end_step()
+    st = s.stats()
+    # 12 new rows; rows 0..3 went cache -> host -> SSD and came back from SSD
+    assert st["ssd"]["misses"] == 12 and st["ssd"]["hits"] == 4
+    assert st["cache"]["evictions"] == 12 - 4 + 4 and st["cache"]["bytes_out"] == st["cache"]["evictions"] * w4
+    # host held 0..3, then 4..7 (0..3 to SSD), then 8..11 (4..7 to SSD)
+    assert st["host"]["evictions"] == 8 and st["ssd"]["bytes_in"] == 8 * w4
+    assert st["cache"]["bytes_in"] == 16 * w4
+
+
+def test_flush_persists_index_and_save_load_roundtrip(tmp_path) -> None:
+    batches = zipf_batches(30, 32, seed=2)
+    cfg = StoreConfig(dim=4, cache_rows=64, host_rows=64, ssd_dir=str(tmp_path / "ssd"), admit_after=2)
+    s = TieredEmbeddingStore(cfg, "t")
+    train(s, batches)
+    s.flush()
+    with np.load(tmp_path / "ssd" / "t" / "index.npz") as z:
+        assert np.array_equal(z["ids"], s.state()[0])
+    s.save(tmp_path / "ck")
+    r = TieredEmbeddingStore(cfg.with_(ssd_dir=str(tmp_path / "ssd2")), "t")
+    r.load(tmp_path / "ck")
+    assert [a.tobytes() for a in rows_by_id(r)] == [a.tobytes() for a in rows_by_id(s)]
+    more = zipf_batches(10, 32, seed=3)
+    train(s, more)
+    train(r, more)  # pending admission counts came back too
+    assert [a.tobytes() for a in rows_by_id(r)] == [a.tobytes() for a in rows_by_id(s)]
+
+
+def test_assign_imports_dense_rows() -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=3, cache_rows=4))
+    w = np.arange(30, dtype=np.float32).reshape(10, 3)
+    s.assign(np.arange(10), w)
+    assert np.array_equal(s.weights(np.arange(10)), w)
+
+
+def test_bad_ids_and_config_errors() -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4))
+    with pytest.raises(TypeError, match="must be integers"):
+        s.lookup(np.array([1.5]))
+    with pytest.raises(ValueError, match="needs an SSD tier"):
+        StoreConfig(host_rows=10)
