@@ -76,8 +76,10 @@ def load_tables(data_dir: str | Path) -> dict[str, pd.DataFrame]:
     """The ``read`` step: the four parquet files of a workload folder as pandas frames.
 
     Example:
-        >>> tables = load_tables("data/")  # doctest: +SKIP
-        >>> sorted(tables)
+        >>> import tempfile
+        >>> from fbrapids.datagen import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(500, d)
+        >>> sorted(load_tables(d))
         ['ads', 'basic', 'impressions', 'users']
     """
     root = Path(data_dir)
@@ -214,17 +216,26 @@ def hash_bucket(values: pd.Series, buckets: int) -> np.ndarray:
         >>> hash_bucket(pd.Series(["a", "b", "c", "d"]), 10).tolist()
         [9, 2, 2, 5]
     """
-    items = values.tolist()
+    items = values.to_numpy(dtype=object)
     if pd.api.types.is_integer_dtype(values.dtype):
         items = map(str, items)
     fp = np.fromiter(map(farmhash.fingerprint64, items), dtype=np.uint64, count=len(values))
     return (fp % np.uint64(buckets)).astype(np.int64)
 
 
+ARROW_STR = pd.ArrowDtype(pa.large_string())
+
+
 def tokens(s: pd.Series, sep: str) -> pd.Series:
     """Section 2 ``tokens``: split on ``sep``, empty pieces removed, as one long series
-    whose index is the row number (0..len-1) and whose order is the token order."""
-    pieces = s.reset_index(drop=True).str.split(sep, regex=False).explode()
+    whose index is the row number (0..len-1) and whose order is the token order.
+    The split and explode run on pyarrow-backed strings (pandas' fast path for them).
+
+    Example:
+        >>> tokens(pd.Series(["a  b", "", "c"]), " ").tolist()
+        ['a', 'b', 'c']
+    """
+    pieces = s.reset_index(drop=True).astype(ARROW_STR).str.split(sep).explode()
     return pieces[pieces.notna() & (pieces != "")]
 
 
@@ -342,8 +353,8 @@ def schema_problems(df: pd.DataFrame) -> list[str]:
     """Differences between ``df`` and the section 6 schema (names, order, types, nulls).
 
     Example:
-        >>> schema_problems(pd.DataFrame({"instance_id": [1]}))[0]
-        'columns differ: ...'
+        >>> schema_problems(pd.DataFrame({"instance_id": [1]}))[0][:30]
+        "columns differ: got ['instance_"
     """
     problems = []
     if list(df.columns) != OUTPUT_COLUMNS:
@@ -472,8 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         print("schema problems:", *problems, sep="\n  ")
     if args.out:
         write_output(out, args.out)
+    no_read = float(np.median([t - r["read"] for t, r in zip(totals, runs)]))
     print(json.dumps({"rows_in": rows_in, "rows_out": len(out), "seconds_median": median,
                       "pandas_rows_per_s": rows_in / median,
+                      "pandas_rows_per_s_excluding_read": rows_in / no_read,
                       "steps": {k: float(np.median([r[k] for r in runs])) for k in runs[0]}}))
     return 1 if problems else 0
 
