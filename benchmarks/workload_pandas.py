@@ -353,8 +353,8 @@ def schema_problems(df: pd.DataFrame) -> list[str]:
     """Differences between ``df`` and the section 6 schema (names, order, types, nulls).
 
     Example:
-        >>> schema_problems(pd.DataFrame({"instance_id": [1]}))[0][:30]
-        "columns differ: got ['instance_"
+        >>> schema_problems(pd.DataFrame({"instance_id": [1]}))[0][:15]
+        'columns differ:'
     """
     problems = []
     if list(df.columns) != OUTPUT_COLUMNS:
