@@ -392,3 +392,36 @@ def test_ctx_column_shape(lib):
     docs += [_mutate(rng, d) for d in docs[:200]]
     for path in ("device.os", "geo.city"):
         assert c_get(lib, docs, path) == [oracle(d, path) for d in docs]
+
+
+def test_pandas_reference_follows_the_same_rules(lib):
+    """benchmarks/workload_pandas.py (the pandas reference of the workload) extracts JSON
+    fields by the same rules as this header: "" exactly where the C says not found."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "workload_pandas.py"
+    spec = importlib.util.spec_from_file_location("workload_pandas_for_json", path)
+    wp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wp)
+
+    rng = random.Random(11)
+    docs = [_ctx_doc(rng).encode() for _ in range(1500)]
+    docs += [(_ws(rng) + _rand_value(rng, 0) + _ws(rng)).encode() for _ in range(1500)]
+    docs += [_mutate(rng, d) for d in docs[:1500]]
+    docs += [d.encode() for d, _, _, _ in EXPLICIT]
+    docs = [d for d in docs if _utf8(d)]  # the pandas input is a str column
+    for p in ("device.os", "geo.city", "a", "a.b"):
+        got = c_get(lib, docs, p)
+        keys = tuple(p.split("."))
+        for d, (st, val) in zip(docs, got):
+            want = val.decode("utf-8") if st == FOUND else ""
+            assert wp.json_fields(d.decode("utf-8"), (keys,)) == (want,), (d, p)
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
