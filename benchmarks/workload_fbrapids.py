@@ -1,0 +1,153 @@
+"""The canonical workload (shared/bench/WORKLOAD.md) with fbrapids meta-kernels.
+
+``clean``: slot filter with numpy; ``query`` / ``os`` / ``geo_city`` through one
+meta-kernel plan (``fill_null`` and the strict ``json_get``); users / ads fills with
+numpy.  ``join``: hash joins on the int64 keys (pandas' hash index ``get_indexer``) and
+Arrow ``take``.  ``extract``: the 20 features as one plan of meta-kernels -- fused (one
+kernel per layer) or op by op (one kernel per operator).  ``merge``: inner hash join
+with ``basic`` on instance_id, the 39 output columns in order.
+
+Example:
+    >>> import tempfile
+    >>> from fbrapids.datagen import generate
+    >>> from benchmarks.workload_pandas import load_tables
+    >>> d = tempfile.mkdtemp(); _ = generate(1000, d)
+    >>> out, seconds, launches = run_fbrapids(load_tables(d))
+    >>> len(out.columns), sorted(seconds), launches
+    (39, ['clean', 'extract', 'join', 'merge'], 3)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+import fbrapids  # noqa: F401  (registers .fbx)
+from fbrapids import ops
+from fbrapids.kernels.extract import compiled_plan, extract
+
+B_ID, B_CAT, B_TOK, B_CROSS = 2**20, 2**16, 2**18, 2**20
+AGE_BOUNDS = [0, 18, 25, 35, 45, 55, 65]
+PRICE_BOUNDS = [0, 1, 2, 3, 4, 5, 6]
+OUTPUT_COLUMNS = (["instance_id", "click", "slot", "hour", "weekday", "user_id_h", "ad_id_h", "advertiser_h",
+                   "category", "gender_h", "city_h", "os_h", "geo_city_h", "age_b", "price_b", "query_len",
+                   "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h", "qxt_cross_h", "user_ad_h",
+                   "cat_city_h", "hour_cat_h"] + [f"d{i}" for i in range(10)] + [f"b{i}" for i in range(5)])
+
+CLEAN_FEATURES = {
+    "query": ops.fill_null("query", ""),
+    "os": ops.fill_null(ops.json_get("ctx", "device.os"), ""),
+    "geo_city": ops.fill_null(ops.json_get("ctx", "geo.city"), ""),
+}
+
+
+def workload_features() -> dict[str, Any]:
+    """WORKLOAD.md section 5 as feature expressions (identical sub-expressions shared)."""
+    qt = ops.split("query", " ")
+    q_tok = ops.split("query", " ", buckets=B_TOK)
+    t_tok = ops.split("title", " ", buckets=B_TOK)
+    hour = ops.hour("ts")
+    return {
+        "hour": ops.cast(hour, "i8"),
+        "weekday": ops.cast(ops.weekday("ts"), "i8"),
+        "user_id_h": ops.hash_bucket("user_id", B_ID),
+        "ad_id_h": ops.hash_bucket("ad_id", B_ID),
+        "advertiser_h": ops.hash_bucket("advertiser_id", B_CAT),
+        "gender_h": ops.hash_bucket("gender", B_CAT),
+        "city_h": ops.hash_bucket("city", B_CAT),
+        "os_h": ops.hash_bucket("os", B_CAT),
+        "geo_city_h": ops.hash_bucket("geo_city", B_CAT),
+        "age_b": ops.cast(ops.bucketize("age", AGE_BOUNDS), "i8"),
+        "price_b": ops.cast(ops.bucketize(ops.log1p("price"), PRICE_BOUNDS), "i8"),
+        "query_len": ops.length(qt),
+        "query_tok_h": q_tok,
+        "query_bigram_h": ops.ngrams(qt, 2, " ", buckets=B_CROSS),
+        "title_tok_h": t_tok,
+        "interest_h": ops.split("interests", "|", buckets=B_CAT),
+        "qxt_cross_h": ops.cross(q_tok, t_tok, buckets=B_CROSS, cap=64),
+        "user_ad_h": ops.cross("user_id", "ad_id", buckets=B_CROSS),
+        "cat_city_h": ops.cross("category", "city", buckets=B_CROSS),
+        "hour_cat_h": ops.cross(hour, "category", buckets=B_CROSS),
+    }
+
+
+def _take(col: pd.Series, idx: np.ndarray, fill: Any) -> pd.Series:
+    """col[idx] with idx == -1 -> fill (an Arrow take for strings, numpy otherwise)."""
+    miss = idx < 0
+    if isinstance(col.dtype, np.dtype):
+        out = col.to_numpy()[np.where(miss, 0, idx)] if len(col) else np.full(len(idx), fill, dtype=col.dtype)
+        if miss.any():
+            out = out.copy()
+            out[miss] = fill
+        return pd.Series(out)
+    arr = pa.array(col)
+    taken = arr.take(pa.array(idx, mask=miss)) if len(arr) else pa.nulls(len(idx), arr.type)
+    if miss.any():
+        taken = taken.fill_null(fill)
+    return pd.Series(pd.arrays.ArrowStringArray(taken.cast(pa.large_string()), dtype=pd.StringDtype("pyarrow", na_value=np.nan)))
+
+
+def clean(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    imp = tables["impressions"]
+    imp = imp[imp["slot"].to_numpy() >= 0].reset_index(drop=True)
+    imp = extract(imp, CLEAN_FEATURES).drop(columns="ctx")
+    users = tables["users"]
+    users = users.assign(age=users["age"].fillna(-1).astype("int32"), gender=users["gender"].fillna("unk"),
+                         city=users["city"].fillna(""), interests=users["interests"].fillna(""))
+    ads = tables["ads"]
+    ads = ads.assign(price=ads["price"].fillna(0.0), title=ads["title"].fillna(""))
+    return imp, users, ads
+
+
+def join(imp: pd.DataFrame, users: pd.DataFrame, ads: pd.DataFrame) -> pd.DataFrame:
+    ui = pd.Index(users["user_id"].to_numpy()).get_indexer(imp["user_id"].to_numpy())
+    ai = pd.Index(ads["ad_id"].to_numpy()).get_indexer(imp["ad_id"].to_numpy())
+    cols = {c: imp[c] for c in imp.columns}
+    for c, fill in (("age", -1), ("gender", "unk"), ("city", ""), ("interests", "")):
+        cols[c] = _take(users[c], ui, fill)
+    for c, fill in (("title", ""), ("category", -1), ("price", 0.0), ("advertiser_id", -1)):
+        cols[c] = _take(ads[c], ai, fill)
+    out = pd.DataFrame({c: (s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array) for c, s in cols.items()})
+    return out.astype({"age": "int32", "category": "int32", "advertiser_id": "int64", "price": "float64"})
+
+
+def extract_features(df: pd.DataFrame, fused: bool = True) -> tuple[pd.DataFrame, int]:
+    """The extracted frame and the kernel launches it took."""
+    feats = workload_features()
+    plan = compiled_plan(df, feats, fused=fused)
+    before = plan.stats.launches
+    out = extract(df, feats, fused=fused)
+    return out, plan.stats.launches - before
+
+
+def merge(features: pd.DataFrame, basic: pd.DataFrame) -> pd.DataFrame:
+    bi = pd.Index(basic["instance_id"].to_numpy()).get_indexer(features["instance_id"].to_numpy())
+    keep = bi >= 0
+    rows = np.flatnonzero(keep)
+    bsel = bi[keep]
+    out = {}
+    for c in OUTPUT_COLUMNS:
+        if c in features.columns:
+            s = features[c]
+            out[c] = s.to_numpy()[rows] if isinstance(s.dtype, np.dtype) else s.array.take(rows)
+        else:
+            out[c] = basic[c].to_numpy()[bsel]
+    return pd.DataFrame(out)
+
+
+def run_fbrapids(tables: dict[str, pd.DataFrame], fused: bool = True) -> tuple[pd.DataFrame, dict[str, float], int]:
+    """clean, join, extract, merge; returns (output, seconds per step, extract launches)."""
+    t0 = time.perf_counter()
+    imp, users, ads = clean(tables)
+    t1 = time.perf_counter()
+    joined = join(imp, users, ads)
+    t2 = time.perf_counter()
+    feats, launches = extract_features(joined, fused=fused)
+    t3 = time.perf_counter()
+    out = merge(feats, tables["basic"])
+    t4 = time.perf_counter()
+    return out, {"clean": t1 - t0, "join": t2 - t1, "extract": t3 - t2, "merge": t4 - t3}, launches

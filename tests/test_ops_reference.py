@@ -1,0 +1,243 @@
+"""Every built-in operator against a straightforward Python reference, on random input and
+on the real samples in ../shared/data; TensorFlow's hash test vectors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+from pathlib import Path
+
+import farmhash
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import fbrapids  # noqa: F401
+from fbrapids import ops
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+LIST_I64 = pd.ArrowDtype(pa.list_(pa.int64()))
+LIST_STR = pd.ArrowDtype(pa.list_(pa.string()))
+
+
+def fp(s) -> int:
+    return farmhash.fingerprint64(s)
+
+
+def hb(x, b):
+    return fp(str(x)) % b
+
+
+def tokens(s, sep):
+    return [t for t in s.split(sep) if t]
+
+
+def ex(df, **f):
+    return df.fbx.extract(**f)
+
+
+def col_list(s: pd.Series) -> list:
+    return [None if (v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA) else
+            (list(v) if hasattr(v, "__len__") and not isinstance(v, str) else v) for v in s.tolist()]
+
+
+@pytest.fixture(scope="module")
+def rand_strings():
+    rng = random.Random(7)
+    alphabet = "abcXYZ019 _|-é漢😀"
+    out = []
+    for i in range(10_000):
+        k = rng.choice([0, 1, 3, 8, 17, 33, 65, 200, 1500])
+        out.append("".join(rng.choice(alphabet) for _ in range(k)))
+    return out
+
+
+# -- hashing (TensorFlow vectors) ------------------------------------------------------
+def test_tf_fingerprint_vectors():
+    df = pd.DataFrame({"s": ["Hello", "World", ""]})
+    out = ex(df, h=ops.hash("s"))["h"].tolist()
+    assert out == [15404698994557526151, 18308117990299812472, 11160318154034397263]
+
+
+def test_tf_hash_bucket_vectors():
+    df = pd.DataFrame({"s": ["a", "b", "c", "d"]})
+    assert ex(df, h=ops.hash_bucket("s", 10))["h"].tolist() == [9, 2, 2, 5]
+    df3 = pd.DataFrame({"s": ["Hello", "TensorFlow", "2.x"]})
+    assert ex(df3, h=ops.hash_bucket("s", 3))["h"].tolist() == [0, 2, 2]
+
+
+def test_integers_hash_as_decimal_text():
+    vals = [0, -1, 42, 2**63 - 1, -(2**63), 123456789]
+    df = pd.DataFrame({"i": np.array(vals, dtype=np.int64), "u": np.array([0, 1, 2**64 - 1, 7, 10, 99], dtype=np.uint64)})
+    out = ex(df, a=ops.hash("i"), b=ops.hash_bucket("i", 1000), c=ops.hash("u"))
+    assert out["a"].tolist() == [fp(str(v)) for v in vals]
+    assert out["b"].tolist() == [hb(v, 1000) for v in vals]
+    assert out["c"].tolist() == [fp(str(int(v))) for v in df["u"]]
+
+
+def test_agrees_with_pyfarmhash_on_10k_random_strings(rand_strings):
+    assert any(len(s.encode()) > 1024 for s in rand_strings) and "" in rand_strings
+    df = pd.DataFrame({"s": pd.Series(rand_strings, dtype="str")})
+    out = ex(df, h=ops.hash("s"), b=ops.hash_bucket("s", 1 << 20))
+    assert out["h"].tolist() == [fp(s) for s in rand_strings]
+    assert out["b"].tolist() == [fp(s) % (1 << 20) for s in rand_strings]
+
+
+# -- scalar ops --------------------------------------------------------------------------
+def test_scalar_ops_random():
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 50, 3000)
+    x[rng.random(3000) < 0.1] = np.nan
+    ts = rng.integers(-10**9, 4 * 10**9, 3000)
+    df = pd.DataFrame({"x": x, "ts": ts, "i": rng.integers(-100, 100, 3000).astype(np.int32)})
+    out = ex(df, f=ops.fill_null("x", -7.5), l=ops.log1p(ops.fill_null(ops.clip("x", 0, 1e9), 0)),
+             c=ops.clip("i", -10, 10), b=ops.bucketize("x", [-10, 0, 0, 25.5]),
+             h=ops.hour("ts"), w=ops.weekday("ts"), d=ops.day("ts"), k=ops.cast("x", "i32"))
+    nan = np.isnan(x)
+    assert np.array_equal(out["f"].to_numpy(), np.where(nan, -7.5, x))
+    ref_l = [math.log1p(min(max(v, 0), 1e9)) if not math.isnan(v) else 0.0 for v in x]
+    assert out["l"].tolist() == ref_l
+    assert out["c"].tolist() == [min(max(int(v), -10), 10) for v in df["i"]]
+    ref_b = [None if math.isnan(v) else int(np.searchsorted([-10, 0, 0, 25.5], v, side="right")) for v in x]
+    assert col_list(out["b"]) == ref_b
+    utc = [dt.datetime.fromtimestamp(int(t), dt.timezone.utc) for t in ts]
+    assert out["h"].tolist() == [u.hour for u in utc]
+    assert out["w"].tolist() == [u.weekday() for u in utc]
+    assert out["d"].tolist() == [u.day for u in utc]
+    assert col_list(out["k"]) == [None if math.isnan(v) else int(v) for v in x]
+
+
+# -- strings and lists -------------------------------------------------------------------
+def _ref_substring(s, start, length):
+    n = len(s)
+    if start < 0:
+        start = max(n + start, 0)
+    return s[start:] if length is None else s[start:start + length]
+
+
+def test_string_ops_random(rand_strings):
+    rng = random.Random(3)
+    ss = [s if rng.random() > 0.05 else None for s in rand_strings[:3000]]
+    df = pd.DataFrame({"s": pd.Series(ss, dtype="str")})
+    out = ex(df, sp=ops.split("s", " "), sph=ops.split("s", "|", buckets=1000), sp0=ops.split("s", "ab", buckets=0),
+             ln=ops.length("s"), lo=ops.lower("s"), su=ops.substring("s", 2, 5), sn=ops.substring("s", -3),
+             f=ops.fill_null("s", "∅"), nl=ops.length(ops.split("s", " ")))
+    for i, s in enumerate(ss):
+        if s is None:
+            for c in ("sp", "sph", "ln", "lo", "su", "sn", "nl"):
+                assert col_list(out[c])[i] is None, c
+            assert out["f"][i] == "∅"
+            continue
+        assert list(out["sp"][i]) == tokens(s, " ")
+        assert list(out["sph"][i]) == [fp(t) % 1000 for t in tokens(s, "|")]
+        assert list(out["sp0"][i]) == [fp(t) for t in tokens(s, "ab")]
+        assert out["ln"][i] == len(s.encode())
+        assert out["lo"][i] == s.encode().lower().decode()
+        assert out["su"][i] == _ref_substring(s, 2, 5)
+        assert out["sn"][i] == _ref_substring(s, -3, None)
+        assert out["f"][i] == s
+        assert out["nl"][i] == len(tokens(s, " "))
+
+
+def test_list_ops_random():
+    rng = random.Random(5)
+    words = ["a", "bb", "c c", "é", "", "zz|z"]
+    lists = [[rng.choice(words) for _ in range(rng.randrange(0, 9))] if rng.random() > 0.05 else None for _ in range(2000)]
+    ints = [[rng.randrange(-5, 10**12) for _ in range(rng.randrange(0, 7))] if rng.random() > 0.05 else None for _ in range(2000)]
+    df = pd.DataFrame({"t": pd.Series(pd.arrays.ArrowExtensionArray(pa.array(lists, pa.list_(pa.string())))),
+                       "v": pd.Series(pd.arrays.ArrowExtensionArray(pa.array(ints, pa.list_(pa.int64()))))})
+    out = ex(df, g2=ops.ngrams("t", 2, "_"), g2h=ops.ngrams("t", 2, " ", buckets=977), f3=ops.first_k("t", 3),
+             l2=ops.last_k("v", 2), f2=ops.first_k("v", 2), hv=ops.hash_bucket("v", 100), ht=ops.hash("t"),
+             n=ops.length("v"), fl=ops.fill_null("v", []))
+    for i, (t, v) in enumerate(zip(lists, ints)):
+        if t is None:
+            assert col_list(out["g2"])[i] is None and col_list(out["f3"])[i] is None
+        else:
+            assert list(out["g2"][i]) == ["_".join(t[j:j + 2]) for j in range(len(t) - 1)]
+            assert list(out["g2h"][i]) == [fp(" ".join(t[j:j + 2])) % 977 for j in range(len(t) - 1)]
+            assert list(out["f3"][i]) == t[:3]
+            assert list(out["ht"][i]) == [fp(w) for w in t]
+        if v is None:
+            assert col_list(out["l2"])[i] is None and list(out["fl"][i]) == []
+        else:
+            assert list(out["l2"][i]) == v[-2:] if v else list(out["l2"][i]) == []
+            assert list(out["f2"][i]) == v[:2]
+            assert list(out["hv"][i]) == [hb(x, 100) for x in v]
+            assert out["n"][i] == len(v)
+            assert list(out["fl"][i]) == v
+
+
+def test_cross_scalar_and_list_semantics():
+    df = pd.DataFrame({"cat": np.array([17, -1, 3], dtype=np.int32), "city": pd.Series(["c42", "c42", ""], dtype="str"),
+                       "q": pd.Series(["a b", "", "x y z"], dtype="str"), "t": pd.Series(["u v w", "k", "m"], dtype="str")})
+    qh, th = ops.split("q", " ", buckets=2**18), ops.split("t", " ", buckets=2**18)
+    out = ex(df, s=ops.cross("cat", "city", buckets=2**20), l=ops.cross(qh, th, buckets=2**20, cap=4),
+             m=ops.cross("cat", ops.split("q", " "), "city", buckets=None, sep="#"))
+    assert out["s"].tolist() == [hb("17_c42", 2**20), hb("-1_c42", 2**20), hb("3_", 2**20)]
+    for i in range(3):
+        a = [fp(w) % 2**18 for w in tokens(df["q"][i], " ")]
+        b = [fp(w) % 2**18 for w in tokens(df["t"][i], " ")]
+        assert list(out["l"][i]) == [hb(f"{x}_{y}", 2**20) for x in a for y in b][:4]
+        c = [fp(f"{df['cat'][i]}#{w}#{df['city'][i]}") for w in tokens(df["q"][i], " ")]
+        assert list(out["m"][i]) == c
+
+
+def test_lookup_and_categorify():
+    df = pd.DataFrame({"c": pd.Series(["x", "y", None, "z", "x", "x", "y"], dtype="str"),
+                       "i": np.array([5, 6, 7, 5, 5, 9, 6], dtype=np.int64)})
+    out = ex(df, a=ops.lookup("c", {"x": 10, "y": 20}, oov=-1), b=ops.lookup("i", [6, 5]),
+             c=ops.categorify("c", min_freq=2), d=ops.categorify("i"))
+    assert out["a"].tolist() == [10, 20, -1, -1, 10, 10, 20]
+    assert out["b"].tolist() == [2, 1, 0, 2, 2, 0, 1]
+    assert out["c"].tolist() == [1, 2, 0, 0, 1, 1, 2]  # x(3) -> 1, y(2) -> 2, z(1) dropped
+    assert out["d"].tolist() == [1, 2, 3, 1, 1, 4, 2]  # 5(3), 6(2), then 7, 9 by value
+
+
+def test_json_get_matches_strict_reference():
+    docs = ['{"device": {"os": "ios"}, "geo": {"city": "c\\u00e9"}}', '{"device": {"os": 3}}', "{bad", None,
+            '{"device": {}}', '  {"device": {"os": "a\\"b"}}  ', '{"device": {"os": "x"}} trailing', "[]",
+            '{"device": {"os": "NaN"}, "x": NaN}']
+    df = pd.DataFrame({"ctx": pd.Series(docs, dtype="str")})
+    out = ex(df, os=ops.json_get("ctx", "device.os"), city=ops.json_get("ctx", "geo.city"))
+    assert col_list(out["os"]) == ["ios", None, None, None, None, 'a"b', None, None, None]
+    assert col_list(out["city"]) == ["cé", None, None, None, None, None, None, None, None]
+
+
+# -- real samples ------------------------------------------------------------------------
+def _need_data():
+    if not DATA.exists():
+        pytest.skip(f"real samples not found at {DATA} (../shared/data)")
+
+
+def test_real_criteo_avazu_taobao():
+    _need_data()
+    cri = pd.read_csv(DATA / "criteo_sample.txt", dtype_backend="pyarrow")
+    cats = [c for c in cri.columns if c.startswith("C")]
+    feats = {f"h_{c}": ops.hash_bucket(c, 1000) for c in cats[:8]}
+    feats["x"] = ops.cross(cats[0], cats[1], buckets=4096)
+    feats["b"] = ops.bucketize(ops.log1p(ops.fill_null(ops.clip("I1", 0, 1e9), 0)), [0, 1, 2, 3])
+    out = cri.fbx.extract(**feats)
+    for c in cats[:8]:
+        assert col_list(out[f"h_{c}"]) == [None if v is None or v is pd.NA else fp(v) % 1000 for v in cri[c].tolist()]
+    assert col_list(out["x"]) == [None if (a is pd.NA or b is pd.NA) else fp(f"{a}_{b}") % 4096
+                                  for a, b in zip(cri[cats[0]].tolist(), cri[cats[1]].tolist())]
+    i1 = [0 if v is pd.NA else min(max(v, 0), 1e9) for v in cri["I1"].tolist()]
+    assert out["b"].tolist() == [int(np.searchsorted([0, 1, 2, 3], math.log1p(v), side="right")) for v in i1]
+
+    av = pd.read_csv(DATA / "avazu_sample.txt", dtype={"id": np.uint64})
+    out = av.fbx.extract(h=ops.hash("id"), s=ops.hash_bucket("site_id", 100))
+    assert out["h"].tolist() == [fp(str(int(v))) for v in av["id"]]
+    assert out["s"].tolist() == [fp(v) % 100 for v in av["site_id"].astype(str)]
+
+    tb = pd.read_csv(DATA / "taobao_tiny_train.csv", dtype_backend="pyarrow")
+    seq = ops.split(ops.fill_null("click_sequence", ""), "^")
+    out = tb.fbx.extract(seq=seq, last=ops.last_k(seq, 3), n=ops.length(seq),
+                         hh=ops.hash_bucket(ops.last_k(seq, 3), 1 << 16), ua=ops.cross("userid", "adgroup_id", buckets=977))
+    raw = ["" if v is pd.NA or v is None else str(v) for v in tb["click_sequence"].tolist()]
+    assert [list(v) for v in out["seq"]] == [tokens(s, "^") for s in raw]
+    assert [list(v) for v in out["last"]] == [tokens(s, "^")[-3:] for s in raw]
+    assert [list(v) for v in out["hh"]] == [[fp(w) % (1 << 16) for w in tokens(s, "^")[-3:]] for s in raw]
+    assert out["ua"].tolist() == [hb(f"{u}_{a}", 977) for u, a in zip(tb["userid"].tolist(), tb["adgroup_id"].tolist())]
