@@ -68,3 +68,59 @@ def join_views(impressions: Any, users: Any, ads: Any, **join_options: Any) -> A
         .fbx.join(ads, on="ad_id", how="left", **join_options)
         .fbx.clean(fill=JOIN_MISS_FILL)
     )
+
+
+# -- section 5: the features -------------------------------------------------------------
+B_ID, B_CAT, B_TOK, B_CROSS = 1 << 20, 1 << 16, 1 << 18, 1 << 20
+AGE_BOUNDS = (0, 18, 25, 35, 45, 55, 65)
+PRICE_BOUNDS = (0, 1, 2, 3, 4, 5, 6)
+
+
+def features() -> dict[str, Any]:
+    """The workload's extracted columns (section 5) as feature expressions over ``fbrapids.ops``.
+
+    Shared sub-expressions (the token lists, ``hour``) are written once and computed once.
+
+    Example:
+        >>> f = features()
+        >>> len(f), str(f["user_ad_h"])
+        (20, "cross(user_id, ad_id, buckets=1048576, cap=None, sep='_')")
+    """
+    from fbrapids import ops
+
+    query_tokens = ops.split("query", " ")
+    hour = ops.hour("ts")
+    query_tok_h = ops.split("query", " ", buckets=B_TOK)
+    title_tok_h = ops.split("title", " ", buckets=B_TOK)
+    return {
+        "hour": ops.cast(hour, "i8"),
+        "weekday": ops.cast(ops.weekday("ts"), "i8"),
+        "user_id_h": ops.hash_bucket("user_id", B_ID),
+        "ad_id_h": ops.hash_bucket("ad_id", B_ID),
+        "advertiser_h": ops.hash_bucket("advertiser_id", B_CAT),
+        "gender_h": ops.hash_bucket("gender", B_CAT),
+        "city_h": ops.hash_bucket("city", B_CAT),
+        "os_h": ops.hash_bucket("os", B_CAT),
+        "geo_city_h": ops.hash_bucket("geo_city", B_CAT),
+        "age_b": ops.cast(ops.bucketize("age", AGE_BOUNDS), "i8"),
+        "price_b": ops.cast(ops.bucketize(ops.log1p("price"), PRICE_BOUNDS), "i8"),
+        "query_len": ops.length(query_tokens),
+        "query_tok_h": query_tok_h,
+        "query_bigram_h": ops.ngrams(query_tokens, 2, sep=" ", buckets=B_CROSS),
+        "title_tok_h": title_tok_h,
+        "interest_h": ops.split("interests", "|", buckets=B_CAT),
+        "qxt_cross_h": ops.cross(query_tok_h, title_tok_h, buckets=B_CROSS, cap=64),
+        "user_ad_h": ops.cross("user_id", "ad_id", buckets=B_CROSS),
+        "cat_city_h": ops.cross("category", "city", buckets=B_CROSS),
+        "hour_cat_h": ops.cross(hour, "category", buckets=B_CROSS),
+    }
+
+
+def extract_features(joined: Any) -> Any:
+    """Workload section 5 on a joined frame: adds the feature columns."""
+    return joined.fbx.extract(**features())
+
+
+def merge_basic(extracted: Any, basic: Any) -> Any:
+    """Workload section 6: inner join with the basic features on instance_id."""
+    return extracted.fbx.join(basic, on="instance_id", how="inner")
