@@ -8,7 +8,7 @@
 #define FBX_OPS_CROSS_H
 
 #include "fbx_views.h"
-#include "farmhash.h"
+#include "fbx_ops_hash.h"
 
 #define FBX_X_I64 0
 #define FBX_X_U64 1

@@ -4,7 +4,7 @@
 #define FBX_OPS_LIST_H
 
 #include "fbx_views.h"
-#include "farmhash.h"
+#include "fbx_ops_hash.h"
 
 /* Hashes of the n-grams (k consecutive tokens joined by sep); sets FBX_ERR_KEY_TOO_LONG in
  * *err when one n-gram exceeds FBX_KEY_MAX bytes. */
