@@ -299,7 +299,7 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
                 pf = pq.ParquetFile(path)
                 table = (pf.read_row_groups(list(piece.row_groups), columns=columns)
                          if piece.row_groups is not None else pf.read(columns=columns))
-                frame = normalize_strings(table.to_pandas())
+                frame = normalize_strings(arrow_to_pandas(table))
         elif fmt == "csv":
             return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be.xdf), dtype, path)
         else:
@@ -316,6 +316,32 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
             raise
         raise ViewError(f"{path}: {exc}") from None
     return _apply_dtypes(frame, dtype, path)
+
+
+def _arrow_list_dtype(t: pa.DataType) -> Any:
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pd.ArrowDtype(t)
+    return None
+
+
+def arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
+    """A pyarrow table as pandas; list columns stay Arrow-backed (``pd.ArrowDtype``).
+
+    pandas metadata that names an Arrow dtype pandas cannot parse back (``list<item:
+    int64>[pyarrow]``, written by pandas itself) is dropped for those columns only, so
+    nullable integer columns keep their ``Int64`` types.
+    """
+    try:
+        return table.to_pandas(types_mapper=_arrow_list_dtype)
+    except TypeError:
+        import json
+
+        meta = table.schema.pandas_metadata or {}
+        for col in meta.get("columns", []):
+            if "[pyarrow]" in str(col.get("numpy_type")):
+                col["numpy_type"], col["pandas_type"] = "object", "object"
+        table = table.replace_schema_metadata({b"pandas": json.dumps(meta).encode()})
+        return table.to_pandas(types_mapper=_arrow_list_dtype)
 
 
 def normalize_strings(frame: pd.DataFrame) -> pd.DataFrame:

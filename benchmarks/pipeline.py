@@ -1,0 +1,131 @@
+"""Pipeline vs write-then-train, side by side in one run.
+
+* **pipeline**: ``fbrapids.pipeline.run_pipeline`` — features are extracted partition by
+  partition in the stream's background thread while the trainer consumes the previous
+  partition; nothing is written.
+* **write-then-train** (the MapReduce-then-GPU-training baseline of the FeatureBox
+  paper): the same features are extracted and written to parquet, read back, then
+  streamed into the same model with the same seed.
+
+Both train the same DLRM on the same data with the same seed and evaluate on the
+held-out last day.  Bytes written / read are measured on the files themselves.  The last
+line printed is one JSON object with ``pipeline_s``, ``write_then_train_s``,
+``pipeline_intermediate_bytes``, ``baseline_intermediate_bytes``, ``pipeline_auc`` and
+``baseline_auc``.
+
+    python benchmarks/pipeline.py --rows 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from fbrapids import workload
+from fbrapids.datagen import DAYS, TS0, ensure_dataset
+from fbrapids.pipeline import DAY, DENSE, SPARSE, _stream, build_model, feature_frame, run_pipeline, split_by_day
+from fbrapids.trainers import evaluate, fit
+from fbrapids.trainers.sparse import StoreConfig
+from fbrapids.views.read import read_view
+
+
+def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> dict:
+    """Extract everything to parquet, read it back, train and evaluate; returns the figures."""
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    merged, _ = feature_frame(data_dir)
+    cutoff = TS0 + (DAYS - 1) * DAY
+    train, test = split_by_day(merged, cutoff)
+    out = work / "intermediate"
+    columns = ["click", "user_id", "ts", *DENSE, *SPARSE]
+    columns = list(dict.fromkeys(columns))
+    train[columns].to_parquet(out / "train", write_index=False)
+    test[columns].to_parquet(out / "test", write_index=False)
+    written = sum(f.stat().st_size for f in out.rglob("*.parquet"))
+    t_written = time.perf_counter()
+    train_back = read_view(out / "train" / "*.parquet")
+    test_back = read_view(out / "test" / "*.parquet")
+    read_bytes = written
+    store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "store"), seed=seed)
+    net = build_model("dlrm", len(DENSE), SPARSE, store)
+    fit(net, _stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed), progress=False)
+    metrics = evaluate(net, _stream(_partitions(test_back), DENSE, SPARSE, batch_size, seed), progress=False)
+    total = time.perf_counter() - t0
+    return {"seconds": total, "extract_write_s": t_written - t0, "bytes_written": written, "bytes_read": read_bytes,
+            "auc": metrics["auc"], "gauc": metrics["gauc"], "logloss": metrics["logloss"]}
+
+
+def _partitions(frame):
+    for piece in frame.to_delayed():
+        yield piece.compute()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--data", type=Path, default=None, help="a workload folder (default: generated)")
+    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each side; the median is reported")
+    args = parser.parse_args(argv)
+
+    data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-bench-{args.rows}", 0)
+    base = Path(tempfile.mkdtemp(prefix="fbrapids-bench-pipeline-"))
+    try:
+        # one untimed round of each on a small slice warms imports, thread pools and the kernel cache
+        small = ensure_dataset(3000, base / "warm-data", 0)
+        run_pipeline(small, batch_size=args.batch_size, seed=args.seed, work_dir=base / "warm-pipe",
+                     checkpoint=False, progress=False, count_clean=False)
+        (base / "warm-wtt" / "intermediate").mkdir(parents=True)
+        write_then_train(small, base / "warm-wtt", args.batch_size, args.seed)
+
+        pipe_times, base_times = [], []
+        for r in range(args.repeat):  # alternate the two so drift in machine load hits both
+            shutil.rmtree(base / "pipe", ignore_errors=True)
+            shutil.rmtree(base / "wtt", ignore_errors=True)
+            (base / "pipe").mkdir()
+            (base / "wtt" / "intermediate").mkdir(parents=True)
+            t = time.perf_counter()
+            pipe = run_pipeline(data, batch_size=args.batch_size, seed=args.seed, work_dir=base / "pipe",
+                                checkpoint=False, progress=False, count_clean=False)
+            pipe_times.append(time.perf_counter() - t)
+            baseline = write_then_train(data, base / "wtt", args.batch_size, args.seed)
+            base_times.append(baseline["seconds"])
+        pipeline_s = statistics.median(pipe_times)
+        baseline["seconds"] = statistics.median(base_times)
+
+        print(f"rows: {args.rows:,} impressions ({pipe.rows.get('trained', 0):,} trained, "
+              f"{pipe.rows.get('held out', 0):,} held out)")
+        print(f"{'':22}{'pipeline':>14}{'write-then-train':>20}")
+        print(f"{'wall seconds':22}{pipeline_s:>14.2f}{baseline['seconds']:>20.2f}")
+        print(f"{'intermediate written':22}{pipe.intermediate_bytes:>14,}{baseline['bytes_written']:>20,}")
+        print(f"{'intermediate read':22}{0:>14,}{baseline['bytes_read']:>20,}")
+        print(f"{'held-out AUC':22}{pipe.metrics['auc']:>14.4f}{baseline['auc']:>20.4f}")
+        print(f"{'held-out GAUC':22}{pipe.metrics['gauc']:>14.4f}{baseline['gauc']:>20.4f}")
+        print(f"{'extraction overlapped':22}{pipe.overlap_s:>13.2f}s{'0.00s':>20}")
+        print(f"runs per side: {args.repeat} (median); pipeline {['%.2f' % x for x in pipe_times]}, "
+              f"write-then-train {['%.2f' % x for x in base_times]}")
+        print(f"speed-up of the pipeline: {baseline['seconds'] / pipeline_s:.2f}x")
+        print(json.dumps({
+            "pipeline_s": round(pipeline_s, 3),
+            "write_then_train_s": round(baseline["seconds"], 3),
+            "pipeline_intermediate_bytes": pipe.intermediate_bytes,
+            "baseline_intermediate_bytes": baseline["bytes_written"],
+            "pipeline_auc": round(pipe.metrics["auc"], 5),
+            "baseline_auc": round(baseline["auc"], 5),
+        }))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
