@@ -78,6 +78,8 @@ def workload_features() -> dict[str, Any]:
 def _take(col: pd.Series, idx: np.ndarray, fill: Any) -> pd.Series:
     """col[idx] with idx == -1 -> fill (an Arrow take for strings, numpy otherwise)."""
     miss = idx < 0
+    if fill is None:
+        miss = np.zeros(len(idx), dtype=bool)
     if isinstance(col.dtype, np.dtype):
         out = col.to_numpy()[np.where(miss, 0, idx)] if len(col) else np.full(len(idx), fill, dtype=col.dtype)
         if miss.any():
@@ -85,34 +87,48 @@ def _take(col: pd.Series, idx: np.ndarray, fill: Any) -> pd.Series:
             out[miss] = fill
         return pd.Series(out)
     arr = pa.array(col)
-    taken = arr.take(pa.array(idx, mask=miss)) if len(arr) else pa.nulls(len(idx), arr.type)
+    taken = arr.take(pa.array(idx, mask=miss if miss.any() else None)) if len(arr) else pa.nulls(len(idx), arr.type)
     if miss.any():
         taken = taken.fill_null(fill)
     return pd.Series(pd.arrays.ArrowStringArray(taken.cast(pa.large_string()), dtype=pd.StringDtype("pyarrow", na_value=np.nan)))
 
 
-def clean(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def clean(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, pd.DataFrame]:
+    """Section 3.  The slot filter is returned as a row mask, applied by ``join``'s single
+    row selection (one take per column instead of two)."""
     imp = tables["impressions"]
-    imp = imp[imp["slot"].to_numpy() >= 0].reset_index(drop=True)
-    imp = extract(imp, CLEAN_FEATURES).drop(columns="ctx")
+    keep = imp["slot"].to_numpy() >= 0
+    imp = extract(imp, CLEAN_FEATURES)
     users = tables["users"]
     users = users.assign(age=users["age"].fillna(-1).astype("int32"), gender=users["gender"].fillna("unk"),
                          city=users["city"].fillna(""), interests=users["interests"].fillna(""))
     ads = tables["ads"]
     ads = ads.assign(price=ads["price"].fillna(0.0), title=ads["title"].fillna(""))
-    return imp, users, ads
+    return imp, keep, users, ads
 
 
-def join(imp: pd.DataFrame, users: pd.DataFrame, ads: pd.DataFrame) -> pd.DataFrame:
-    ui = pd.Index(users["user_id"].to_numpy()).get_indexer(imp["user_id"].to_numpy())
-    ai = pd.Index(ads["ad_id"].to_numpy()).get_indexer(imp["ad_id"].to_numpy())
-    cols = {c: imp[c] for c in imp.columns}
+IMP_COLUMNS = ("instance_id", "ts", "user_id", "ad_id", "slot", "query", "click", "os", "geo_city")
+
+
+def join(imp: pd.DataFrame, keep: np.ndarray, users: pd.DataFrame, ads: pd.DataFrame,
+         basic: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """Section 4 (left hash joins on user_id, ad_id), with the inner join of section 6
+    pushed down: rows without a ``basic`` match are dropped here, before extraction (the
+    output is the same; no feature is computed for a row the merge would drop).  Returns
+    the joined frame and each row's ``basic`` row number."""
+    bi = pd.Index(basic["instance_id"].to_numpy()).get_indexer(imp["instance_id"].to_numpy())
+    rows = np.flatnonzero(keep & (bi >= 0))
+    ui = pd.Index(users["user_id"].to_numpy()).get_indexer(imp["user_id"].to_numpy()[rows])
+    ai = pd.Index(ads["ad_id"].to_numpy()).get_indexer(imp["ad_id"].to_numpy()[rows])
+    cols = {c: _take(imp[c], rows, None) for c in IMP_COLUMNS}
     for c, fill in (("age", -1), ("gender", "unk"), ("city", ""), ("interests", "")):
         cols[c] = _take(users[c], ui, fill)
     for c, fill in (("title", ""), ("category", -1), ("price", 0.0), ("advertiser_id", -1)):
         cols[c] = _take(ads[c], ai, fill)
-    out = pd.DataFrame({c: (s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array) for c, s in cols.items()})
-    return out.astype({"age": "int32", "category": "int32", "advertiser_id": "int64", "price": "float64"})
+    out = pd.DataFrame({c: (s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array) for c, s in cols.items()},
+                       copy=False)
+    out = out.astype({"age": "int32", "category": "int32", "advertiser_id": "int64", "price": "float64"})
+    return out, bi[rows]
 
 
 def extract_features(df: pd.DataFrame, fused: bool = True) -> tuple[pd.DataFrame, int]:
@@ -124,30 +140,27 @@ def extract_features(df: pd.DataFrame, fused: bool = True) -> tuple[pd.DataFrame
     return out, plan.stats.launches - before
 
 
-def merge(features: pd.DataFrame, basic: pd.DataFrame) -> pd.DataFrame:
-    bi = pd.Index(basic["instance_id"].to_numpy()).get_indexer(features["instance_id"].to_numpy())
-    keep = bi >= 0
-    rows = np.flatnonzero(keep)
-    bsel = bi[keep]
+def merge(features: pd.DataFrame, basic_rows: np.ndarray, basic: pd.DataFrame) -> pd.DataFrame:
+    """Section 6: the basic columns of each (kept) row; the 39 columns in order."""
     out = {}
     for c in OUTPUT_COLUMNS:
         if c in features.columns:
             s = features[c]
-            out[c] = s.to_numpy()[rows] if isinstance(s.dtype, np.dtype) else s.array.take(rows)
+            out[c] = s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array
         else:
-            out[c] = basic[c].to_numpy()[bsel]
-    return pd.DataFrame(out)
+            out[c] = basic[c].to_numpy()[basic_rows]
+    return pd.DataFrame(out, copy=False)
 
 
 def run_fbrapids(tables: dict[str, pd.DataFrame], fused: bool = True) -> tuple[pd.DataFrame, dict[str, float], int]:
     """clean, join, extract, merge; returns (output, seconds per step, extract launches)."""
     t0 = time.perf_counter()
-    imp, users, ads = clean(tables)
+    imp, keep, users, ads = clean(tables)
     t1 = time.perf_counter()
-    joined = join(imp, users, ads)
+    joined, basic_rows = join(imp, keep, users, ads, tables["basic"])
     t2 = time.perf_counter()
     feats, launches = extract_features(joined, fused=fused)
     t3 = time.perf_counter()
-    out = merge(feats, tables["basic"])
+    out = merge(feats, basic_rows, tables["basic"])
     t4 = time.perf_counter()
     return out, {"clean": t1 - t0, "join": t2 - t1, "extract": t3 - t2, "merge": t4 - t3}, launches
