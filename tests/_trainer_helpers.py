@@ -59,7 +59,7 @@ def small_model(store: StoreConfig, seed: int = 0) -> DLRM:
 
 
 def tiered(ssd: str | os.PathLike) -> StoreConfig:
-    return StoreConfig(cache_rows=300, host_rows=600, ssd_dir=str(ssd), lr=0.05)
+    return StoreConfig(cache_rows=128, host_rows=256, ssd_dir=str(ssd), lr=0.05)
 
 
 def batches(df: pd.DataFrame, batch_size: int = 32):

@@ -44,10 +44,12 @@ class TieredEmbeddingBagCollection(nn.Module):
         config: one :class:`StoreConfig` for every table, or a dict table name -> config.
         tables: feature -> table name, for features that share a table (default: own table).
         mode: ``"sum"`` or ``"mean"`` pooling.
+        prefix: prepended to table names (store names, and their SSD sub-directories), so
+            that two collections of one model keep separate files.
     """
 
     def __init__(self, features: Sequence[str], config: StoreConfig | Mapping[str, StoreConfig],
-                 tables: Mapping[str, str] | None = None, mode: str = "sum") -> None:
+                 tables: Mapping[str, str] | None = None, mode: str = "sum", prefix: str = "") -> None:
         super().__init__()
         self.features = list(features)
         self.table_of = {f: (tables or {}).get(f, f) for f in self.features}
@@ -55,7 +57,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         self.stores: dict[str, TieredEmbeddingStore] = {}
         for t in dict.fromkeys(self.table_of.values()):
             cfg = config[t] if isinstance(config, Mapping) else config
-            self.stores[t] = TieredEmbeddingStore(cfg, name=t)
+            self.stores[t] = TieredEmbeddingStore(cfg, name=prefix + t)
         dims = {s.config.dim for s in self.stores.values()}
         if len(dims) != 1:
             raise ValueError(f"tables of one collection must share a dim, got {sorted(dims)}")

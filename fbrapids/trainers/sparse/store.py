@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ from fbrapids.trainers.sparse.init import init_rows
 from fbrapids.trainers.sparse.tiers import Slots, SsdFile, TierStats
 
 log = logging.getLogger(__name__)
+
+_OPEN_SSD_DIRS: "weakref.WeakValueDictionary[str, TieredEmbeddingStore]" = weakref.WeakValueDictionary()
 
 
 def as_uint64_ids(ids: Any) -> np.ndarray:
@@ -108,6 +111,13 @@ class TieredEmbeddingStore:
         self.config = config
         self.name = name
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if config.ssd_dir is not None:
+            key = str((Path(config.ssd_dir) / name).resolve())
+            other = _OPEN_SSD_DIRS.get(key)
+            if other is not None and other is not self:
+                raise ValueError(f"table {name!r}: SSD directory {key} is already used by another live table; "
+                                 "give tables distinct names or ssd_dir")
+            _OPEN_SSD_DIRS[key] = self
         self._reset()
 
     # -- state -------------------------------------------------------------------
@@ -341,20 +351,41 @@ class TieredEmbeddingStore:
         n_hit = int((self._cache_loc[ga] >= 0).sum())
         st.hits += n_hit
         st.misses += len(ga) - n_hit
-        slots = self._ensure_cached(ga, self._step)
         self._counts["lookups"] += len(keys)
         self._counts["unique_lookups"] += len(uniq)
         self._counts["default_reads"] += int((~adm).sum())
         dim = self.config.dim
-        st_t = torch.from_numpy(slots).to(self.device)
+        if not requires_grad and len(ga) - n_hit > self._cmeta.n_free + int(
+                ((self._cmeta.owner >= 0) & (self._pin < self._step)).sum()):
+            # a read-only batch larger than the cache can take: read through, cache nothing
+            slots = np.zeros(0, dtype=np.int64)
+            got = torch.from_numpy(self._read_through(ga)[:, :dim]).to(self.device)
+        else:
+            slots = self._ensure_cached(ga, self._step)
+            got = self._cache.index_select(0, torch.from_numpy(slots).to(self.device))[:, :dim]
         if adm.all():
-            rows = self._cache.index_select(0, st_t)[:, :dim].clone()
+            rows = got.clone()
         else:
             rows = self._default.expand(len(uniq), dim).clone()
-            rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = self._cache.index_select(0, st_t)[:, :dim]
+            rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got
         rows.requires_grad_(requires_grad)
         inv = torch.from_numpy(inverse.astype(np.int64, copy=False)).to(self.device)
         return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step)
+
+    def _read_through(self, g: np.ndarray) -> np.ndarray:
+        """Rows ``g`` read from wherever they are, without moving them up; rows never
+        materialised are created in host RAM."""
+        nowhere = (self._cache_loc[g] < 0) & (self._host_loc[g] < 0)
+        if self._ssd is not None:
+            st = self._stats["ssd"]
+            st.hits += int((nowhere & self._on_ssd[g]).sum())
+            nowhere &= ~self._on_ssd[g]
+        if nowhere.any():
+            gn = g[nowhere]
+            self._host_insert(gn, self._fresh_rows(gn), np.ones(len(gn), dtype=bool))
+            self._stats["ssd"].misses += len(gn)
+            self._counts["new_rows"] += len(gn)
+        return self.read_rows(g)
 
     def prefetch(self, ids: Any) -> int:
         """Bring the admitted rows among ``ids`` into the cache and pin them through the next step.
