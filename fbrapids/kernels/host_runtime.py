@@ -28,7 +28,7 @@ def lib() -> ctypes.CDLL:
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith('#include "'))
     src = inline_headers(["ops/fbx_views.h", "ops/fbx_ops_lookup.h"]) + "\n" + body
     so = load_source(src)
-    so.fbx_compact.argtypes = [_I, _P, _P, _P, _I, _P, _P]
+    so.fbx_compact.argtypes = [_I, _P, _P, _P, _I, _P, _P, _I]
     so.fbx_compact.restype = None
     so.fbx_compact_ls.argtypes = [_I, _P, _P, _P, _P, _P, _P, _P, _P, _P]
     so.fbx_compact_ls.restype = None
@@ -51,12 +51,14 @@ def prefix(cnt: np.ndarray) -> np.ndarray:
     return out
 
 
-def compact(pool: np.ndarray, off: np.ndarray, cnt: np.ndarray, elem: int) -> tuple[np.ndarray, np.ndarray]:
-    """Arrow offsets and values of a pool-resident result (``elem`` bytes per element)."""
+def compact(pool: np.ndarray, off: np.ndarray, cnt: np.ndarray, elem: int, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Arrow offsets and values of a pool-resident result (``elem`` bytes per element),
+    written by a kernel with ``block`` rows per block (each block's rows are contiguous,
+    in row order, in its pool region)."""
     offsets = prefix(cnt)
     total = int(offsets[-1])
     values = np.empty(max(total, 1), dtype=np.uint8 if elem == 1 else np.int64)
-    lib().fbx_compact(len(cnt), _ptr(pool), _ptr(off), _ptr(cnt), elem, _ptr(offsets), _ptr(values))
+    lib().fbx_compact(len(cnt), _ptr(pool), _ptr(off), _ptr(cnt), elem, _ptr(offsets), _ptr(values), block)
     return offsets, values
 
 

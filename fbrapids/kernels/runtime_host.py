@@ -30,7 +30,7 @@ from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import HostPool
-from fbrapids.kernels.render import kernel_name, layer_abi, render_module
+from fbrapids.kernels.render import HOST_BLOCK, kernel_name, layer_abi, render_module
 
 FBX_ERR_POOL_OVERFLOW = 1
 FBX_ERR_KEY_TOO_LONG = 2
@@ -159,7 +159,7 @@ class HostPlan:
                 values[nid] = HostColumn(o.type, n, valid=valid, offsets=loff, str_offsets=soffs, bytes=data)
                 st.compactions += 1
             else:
-                offsets, data = R.compact(pool.buffer, b["off"], b["cnt"], 1 if o.type == "str" else 8)
+                offsets, data = R.compact(pool.buffer, b["off"], b["cnt"], 1 if o.type == "str" else 8, HOST_BLOCK)
                 if o.type == "str":
                     values[nid] = HostColumn(o.type, n, valid=valid, offsets=offsets, bytes=data)
                 else:

@@ -8,10 +8,17 @@
 /* values[out_off[r] ..] = pool[off[r] ..], cnt[r] elements of elem bytes; out_off is the
  * exclusive prefix sum of cnt (n + 1 entries). */
 FBX_KERNEL void fbx_compact(fbx_i64 n, const char* pool, const fbx_i64* off, const fbx_i64* cnt,
-                            fbx_i64 elem, const fbx_i64* out_off, char* values) {
-  #pragma omp parallel for schedule(static, 4096)
-  for (fbx_i64 r = 0; r < n; ++r) {
-    if (cnt[r] > 0) memcpy(values + out_off[r] * elem, pool + off[r], (size_t)(cnt[r] * elem));
+                            fbx_i64 elem, const fbx_i64* out_off, char* values, fbx_i64 block) {
+  /* A kernel block's rows sit back to back, in row order, in its pool region: one copy per block. */
+  const fbx_i64 nblocks = (n + block - 1) / block;
+  (void)cnt;
+  #pragma omp parallel for schedule(static, 16)
+  for (fbx_i64 b = 0; b < nblocks; ++b) {
+    const fbx_i64 r0 = b * block, r1 = r0 + block < n ? r0 + block : n;
+    fbx_i64 r = r0;
+    while (r < r1 && cnt[r] == 0) ++r;
+    if (r == r1) continue;
+    memcpy(values + out_off[r] * elem, pool + off[r], (size_t)((out_off[r1] - out_off[r]) * elem));
   }
 }
 
