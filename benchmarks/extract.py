@@ -39,20 +39,21 @@ def data_dir(rows: int, seed: int = 0) -> Path:
     return d
 
 
-def timed(run, d: Path, repeat: int):
-    totals, steps, out, extra = [], [], None, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        tables = load_tables(d)
-        read = time.perf_counter() - t0
-        res = run(tables)
-        out, sec = res[0], res[1]
-        extra = res[2] if len(res) > 2 else None
-        sec = {"read": read, **sec}
-        steps.append(sec)
-        totals.append(sum(sec.values()))
-    med = statistics.median(totals)
-    return out, med, steps[totals.index(sorted(totals)[len(totals) // 2])], extra
+def timed_once(run, d: Path):
+    """One timed run: (output, total seconds, seconds per step incl. read, launches)."""
+    t0 = time.perf_counter()
+    tables = load_tables(d)
+    read = time.perf_counter() - t0
+    res = run(tables)
+    sec = {"read": read, **res[1]}
+    return res[0], sum(sec.values()), sec, (res[2] if len(res) > 2 else None)
+
+
+def median_run(runs: list):
+    """The run with the median total (the output of the last run)."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i][1])
+    mid = runs[order[len(runs) // 2]]
+    return runs[-1][0], statistics.median(r[1] for r in runs), mid[2], mid[3]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,15 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--data", type=Path, help="a folder with impressions/users/ads/basic parquet files")
     ap.add_argument("--out", type=Path, help="write the fused output here (parquet; not timed)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip-pandas", action="store_true", help="leave out the (slow) pandas line")
+    ap.add_argument("--pandas-repeat", type=int, default=1, help="runs of the (slow) pandas line")
+    ap.add_argument("--skip-pandas", action="store_true", help="leave out the pandas line")
     args = ap.parse_args(argv)
     d = data_dir(args.rows) if args.rows else args.data
     rows_in = len(load_tables(d)["impressions"])
 
     run_fbrapids(load_tables(d), fused=True)  # warm-up: compile / load kernels
     run_fbrapids(load_tables(d), fused=False)
-    fused_out, fused_s, fused_steps, launches = timed(lambda t: run_fbrapids(t, fused=True), d, args.repeat)
-    obo_out, obo_s, obo_steps, obo_launches = timed(lambda t: run_fbrapids(t, fused=False), d, args.repeat)
+    fused_runs, obo_runs = [], []
+    for _ in range(args.repeat):  # interleaved, so both see the same machine load
+        fused_runs.append(timed_once(lambda t: run_fbrapids(t, fused=True), d))
+        obo_runs.append(timed_once(lambda t: run_fbrapids(t, fused=False), d))
+    fused_out, fused_s, fused_steps, launches = median_run(fused_runs)
+    obo_out, obo_s, obo_steps, obo_launches = median_run(obo_runs)
     print(f"rows_in={rows_in}")
     print(f"fused      {rows_in / fused_s:12,.0f} rows/s  {fused_s:.3f}s  "
           + " ".join(f"{k}={v:.3f}" for k, v in fused_steps.items()) + f"  launches={launches}")
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     equal, why = frames_equal(fused_out, obo_out)
     pandas_rate = None
     if not args.skip_pandas:
-        pd_out, pd_s, pd_steps, _ = timed(run_pandas, d, max(1, min(args.repeat, 1)))
+        pd_out, pd_s, pd_steps, _ = median_run([timed_once(run_pandas, d) for _ in range(args.pandas_repeat)])
         pandas_rate = rows_in / pd_s
         print(f"pandas     {pandas_rate:12,.0f} rows/s  {pd_s:.3f}s  "
               + " ".join(f"{k}={v:.3f}" for k, v in pd_steps.items()))
