@@ -52,3 +52,14 @@ def test_local_cluster_two_processes():
         out = dd.from_pandas(df, npartitions=4).fbx.extract(**FEATS)
         got = client.compute(out).result()
         _check(got, want)
+
+        def compiled():
+            from fbrapids.kernels import extract as ex
+
+            return ex._compilations, len(ex._plans), __import__("os").getpid()
+
+        per_worker = client.run(compiled)
+        assert len({pid for _, _, pid in per_worker.values()}) == 2  # two worker processes
+        for comp, plans, _ in per_worker.values():
+            assert comp == plans  # no plan compiled twice in one process
+        assert sum(c for c, _, _ in per_worker.values()) < 2 * out.npartitions

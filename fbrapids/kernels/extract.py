@@ -120,6 +120,7 @@ def fit(frame: Any, features: Mapping[str, Any]) -> dict[str, Expr]:
 # -- plans -------------------------------------------------------------------------------
 _plans: dict[tuple, Any] = {}
 _plans_lock = threading.Lock()
+_compilations = 0  #: plans compiled by this process (each plan once per process)
 
 
 def _device_budget(be: _backend.Backend) -> int | None:
@@ -141,6 +142,7 @@ def _compiled(plan: Plan, target: str) -> Any:
         hit = _plans.get(key)
     if hit is not None:
         return hit
+    global _compilations
     if target == "host":
         from fbrapids.kernels.runtime_host import HostPlan
 
@@ -150,6 +152,8 @@ def _compiled(plan: Plan, target: str) -> Any:
 
         compiled = CudaPlan(plan)
     with _plans_lock:
+        if key not in _plans:
+            _compilations += 1
         return _plans.setdefault(key, compiled)
 
 
