@@ -104,12 +104,17 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
     nodes: list[Node] = []
     index: dict[tuple, int] = {}
 
+    def mark(nid: int, feature: str) -> None:
+        node = nodes[nid]
+        if feature not in node.features:
+            node.features.append(feature)
+            for a in node.args:
+                mark(a, feature)
+
     def visit(e: Expr, feature: str) -> int:
         if e.key in index:
-            node = nodes[index[e.key]]
-            if feature not in node.features:
-                node.features.append(feature)
-            return node.id
+            mark(index[e.key], feature)
+            return index[e.key]
         if isinstance(e, Col):
             if e.name not in schema:
                 raise FeatureError(f"feature {feature!r}: column {e.name!r} is not in the frame "
