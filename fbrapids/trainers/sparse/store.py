@@ -146,6 +146,7 @@ class TieredEmbeddingStore:
         self._stats = {t: TierStats() for t in ("cache", "host", "ssd")}
         self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "admissions": 0,
                         "new_rows": 0, "prefetched_rows": 0}
+        self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
     def __len__(self) -> int:
@@ -338,7 +339,7 @@ class TieredEmbeddingStore:
             requires_grad: make ``rows`` a leaf that collects gradients.
         """
         keys = as_uint64_ids(ids).ravel()
-        uniq, inverse = np.unique(keys, return_inverse=True)
+        uniq, inverse, occ = np.unique(keys, return_inverse=True, return_counts=True)
         g = self._dir.get(uniq)
         missing = g < 0
         if missing.any():
@@ -347,6 +348,7 @@ class TieredEmbeddingStore:
         ga = g[adm]
         self._last[ga] = self._step
         self._freq[ga] += 1
+        self._count_served(ga, occ[adm], int(occ[~adm].sum()))
         st = self._stats["cache"]
         n_hit = int((self._cache_loc[ga] >= 0).sum())
         st.hits += n_hit
@@ -371,6 +373,18 @@ class TieredEmbeddingStore:
         rows.requires_grad_(requires_grad)
         inv = torch.from_numpy(inverse.astype(np.int64, copy=False)).to(self.device)
         return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step)
+
+    def _count_served(self, g: np.ndarray, occ: np.ndarray, default: int) -> None:
+        """Per id occurrence (not per unique row): which tier holds its row at lookup time."""
+        inc = self._cache_loc[g] >= 0
+        inh = ~inc & (self._host_loc[g] >= 0)
+        ons = ~inc & ~inh & self._on_ssd[g]
+        sv = self._served
+        sv["cache"] += int(occ[inc].sum())
+        sv["host"] += int(occ[inh].sum())
+        sv["ssd"] += int(occ[ons].sum())
+        sv["new"] += int(occ.sum()) - int(occ[inc].sum()) - int(occ[inh].sum()) - int(occ[ons].sum())
+        sv["default"] += default
 
     def _read_through(self, g: np.ndarray) -> np.ndarray:
         """Rows ``g`` read from wherever they are, without moving them up; rows never
@@ -613,18 +627,22 @@ class TieredEmbeddingStore:
     def stats(self) -> dict[str, Any]:
         """Per-tier hits / misses / evictions / bytes moved, plus lookup counts.
 
-        ``upper_tier_hit_rate`` is the share of admitted unique lookups not read from the SSD
-        file (served by the cache or host RAM, or created new);
-        ``upper_tier_hit_rate_existing`` leaves new rows out of both sides.
+        Tier hits and misses count unique rows per batch.  ``served`` counts every id
+        occurrence by the tier its row was in when looked up (rows a prefetch brought up
+        count as cache), plus ``new`` rows and ``default``-row reads.
+        ``upper_tier_hit_rate`` is the share of occurrences of existing rows served by the
+        cache or host RAM rather than the SSD file; ``upper_tier_unique_hit_rate`` the same
+        over unique rows per batch.
         """
         out: dict[str, Any] = {t: s.as_dict() for t, s in self._stats.items()}
         out.update(self._counts)
         out["rows"] = self._n
         out["cache_used"] = self._cmeta.used
         out["host_used"] = self._hmeta.used
-        served = out["cache"]["hits"] + out["cache"]["misses"]
-        ssd_reads = out["ssd"]["hits"]
-        out["upper_tier_hit_rate"] = 1.0 - ssd_reads / served if served else 1.0
-        existing = served - self._counts["new_rows"]
-        out["upper_tier_hit_rate_existing"] = 1.0 - ssd_reads / existing if existing > 0 else 1.0
+        sv = dict(self._served)
+        out["served"] = sv
+        existing = sv["cache"] + sv["host"] + sv["ssd"]
+        out["upper_tier_hit_rate"] = (sv["cache"] + sv["host"]) / existing if existing else 1.0
+        unique = out["cache"]["hits"] + out["cache"]["misses"] - self._counts["new_rows"]
+        out["upper_tier_unique_hit_rate"] = 1.0 - out["ssd"]["hits"] / unique if unique > 0 else 1.0
         return out
