@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
+
 from benchmarks.workload_fbrapids import run_fbrapids
 from benchmarks.workload_pandas import frames_equal, load_tables, run_pandas
 from fbrapids.datagen import generate
