@@ -47,7 +47,7 @@ class StoreConfig:
     ssd_dir: str | None = None
     eviction: str = "lru"
     admit_after: int = 1
-    evict_fraction: float = 1 / 64
+    evict_fraction: float = 1 / 8
     device: str | None = None
 
     def __post_init__(self) -> None:

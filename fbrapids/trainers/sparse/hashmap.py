@@ -79,7 +79,28 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_hm_incr.restype = ctypes.c_int
     lib.fbx_hm_incr.argtypes = [p, p, i64, p]
     lib.fbx_hm_export.argtypes = [p, p, p]
+    lib.fbx_unique_u64.restype = i64
+    lib.fbx_unique_u64.argtypes = [p, i64, p, p, p]
     return lib
+
+
+def unique_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct keys in order of first occurrence, the inverse index and the counts, in O(n).
+
+    Example:
+        >>> import numpy as np
+        >>> [a.tolist() for a in unique_u64(np.array([9, 2**64 - 1, 9], dtype=np.uint64))]
+        [[9, 18446744073709551615], [0, 1, 0], [2, 1]]
+    """
+    keys = _u64(keys)
+    n = len(keys)
+    uniq = np.empty(n, dtype=np.uint64)
+    inverse = np.empty(n, dtype=np.int64)
+    counts = np.empty(n, dtype=np.int64)
+    m = _lib().fbx_unique_u64(keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data, counts.ctypes.data)
+    if m < 0:
+        raise MemoryError(f"unique of {n} keys: out of memory")
+    return uniq[:m], inverse, counts[:m]
 
 
 def _u64(keys: np.ndarray) -> np.ndarray:

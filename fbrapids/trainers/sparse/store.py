@@ -16,8 +16,8 @@ Ids are raw 64-bit keys, never reduced modulo a table size.  Negative int64 ids 
 as uint64 by two's complement (``np.int64(-1)`` is the id ``2**64 - 1``), the same bits as
 ``arr.view(np.uint64)``; so int64 and uint64 columns holding the same bits share rows.
 
-Per batch, :meth:`lookup` finds the unique ids (``np.unique``), maps them to global rows
-with a C hash table, admits new ids (after ``admit_after`` sightings; until then they
+Per batch, :meth:`lookup` finds the unique ids and maps them to global rows with C hash
+tables (one pass each), admits new ids (after ``admit_after`` sightings; until then they
 read a shared all-zero default row whose gradient is dropped), brings missing rows into
 the cache (from host RAM, else the SSD file, else a fresh row initialised from
 ``(id, seed)``), evicting unpinned LRU / LFU rows when the cache is full.  Rows of the
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.hashmap import UInt64HashMap
+from fbrapids.trainers.sparse.hashmap import UInt64HashMap, unique_u64
 from fbrapids.trainers.sparse.init import init_rows
 from fbrapids.trainers.sparse.tiers import Slots, SsdFile, TierStats
 
@@ -85,7 +85,7 @@ class Lookup:
     Attributes:
         rows: ``[n_unique, dim]`` leaf tensor (requires grad when asked) to pool from.
         inverse: ``[n_ids]`` int64 tensor, position of each input id in ``rows``.
-        ids: the unique ids (uint64, sorted).
+        ids: the unique ids (uint64, in order of first occurrence in the batch).
         admitted: bool mask over ``ids``: False rows read the default row.
         slots: cache slots of the admitted rows.
         step: the store step the slots are pinned for.
@@ -339,7 +339,7 @@ class TieredEmbeddingStore:
             requires_grad: make ``rows`` a leaf that collects gradients.
         """
         keys = as_uint64_ids(ids).ravel()
-        uniq, inverse, occ = np.unique(keys, return_inverse=True, return_counts=True)
+        uniq, inverse, occ = unique_u64(keys)  # first-occurrence order: deterministic
         g = self._dir.get(uniq)
         missing = g < 0
         if missing.any():
@@ -407,7 +407,7 @@ class TieredEmbeddingStore:
         Ids not yet admitted are left alone (prefetching does not count as a sighting).
         Returns the number of rows that had to be brought up.
         """
-        uniq = np.unique(as_uint64_ids(ids).ravel())
+        uniq = unique_u64(as_uint64_ids(ids).ravel())[0]
         g = self._dir.get(uniq)
         g = g[g >= 0]
         moved = int((self._cache_loc[g] < 0).sum())

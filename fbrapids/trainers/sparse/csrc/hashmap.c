@@ -116,3 +116,25 @@ void fbx_hm_export(const fbx_hashmap *h, uint64_t *keys, int64_t *vals) {
         keys[o] = h->keys[i]; vals[o] = h->vals[i]; o++;
     }
 }
+
+/* Distinct keys in order of first occurrence: uniq[0..ret), inverse[i] = position of keys[i]
+ * in uniq, counts[j] = occurrences of uniq[j].  O(n) with a scratch table of 2n..4n slots.
+ * Returns the number of distinct keys, or -1 when memory runs out. */
+int64_t fbx_unique_u64(const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse, int64_t *counts) {
+    int64_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    int64_t *slot = (int64_t *)malloc(sizeof(int64_t) * cap);
+    if (!slot) return -1;
+    memset(slot, 0xff, sizeof(int64_t) * cap); /* -1: empty */
+    int64_t mask = cap - 1, m = 0;
+    for (int64_t k = 0; k < n; k++) {
+        uint64_t key = keys[k];
+        int64_t i = (int64_t)(fbx_mix64(key) & (uint64_t)mask);
+        while (slot[i] >= 0 && uniq[slot[i]] != key) i = (i + 1) & mask;
+        if (slot[i] < 0) { slot[i] = m; uniq[m] = key; counts[m] = 0; m++; }
+        inverse[k] = slot[i];
+        counts[slot[i]]++;
+    }
+    free(slot);
+    return m;
+}
