@@ -204,8 +204,7 @@ def main() -> None:
         for name in ("tiered_in_ram", "torch_embeddingbag", "torchrec", "torchrec_fused_tbe", "tiered_10x"):
             res[f"{name}_ops_per_s"] = best.get(name)
 
-        sa, sb = after["served"], before["served"]
-        served = {k: sa[k] - sb[k] for k in ("cache", "host", "ssd")}
+        served = {k: after[f"served_{k}"] - before[f"served_{k}"] for k in ("cache", "host", "ssd")}
         looked = sum(served.values())
         res["upper_tier_hit_rate_10x"] = (served["cache"] + served["host"]) / looked
         res["hit_rate_10x_by_tier"] = {k: v / looked for k, v in served.items()}

@@ -197,3 +197,18 @@ def test_bad_ids_and_config_errors() -> None:
         s.lookup(np.array([1.5]))
     with pytest.raises(ValueError, match="needs an SSD tier"):
         StoreConfig(host_rows=10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for the device tier")
+def test_device_tier_on_cuda_matches_the_cpu_store(tmp_path) -> None:
+    batches = zipf_batches(40, 64, seed=4)
+    base = StoreConfig(dim=8, lr=0.3, seed=2, cache_rows=200, host_rows=400, ssd_dir=str(tmp_path / "gpu"))
+    gpu = TieredEmbeddingStore(base.with_(device="cuda"), "t")
+    cpu = TieredEmbeddingStore(base.with_(device="cpu", ssd_dir=str(tmp_path / "cpu")), "t")
+    train(gpu, batches)
+    train(cpu, batches)
+    assert gpu._cache.is_cuda
+    ig, rg = rows_by_id(gpu)
+    ic, rc = rows_by_id(cpu)
+    assert np.array_equal(ig, ic) and np.allclose(rg, rc, rtol=1e-5, atol=1e-6)

@@ -147,6 +147,8 @@ def test_stream_over_dask_partitions_on_a_local_cluster_with_processes() -> None
     want = pd.concat(_parts(sizes))
     assert torch.cat([b.label for b in got]).tolist() == want["click"].astype(float).tolist()
     assert torch.cat([b.group for b in got]).tolist() == want["user"].tolist()
+    again = list(stream(ddf, label="click", dense=["d0", "d1"], sparse=SPARSE, batch_size=16, persist=True))
+    assert [torch.equal(a.dense, b.dense) for a, b in zip(got, again)] == [True] * 6
 
 
 def test_background_thread_computes_the_next_partitions_while_a_batch_is_held() -> None:

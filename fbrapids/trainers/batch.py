@@ -92,7 +92,8 @@ def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.
     """
     dt = s.dtype
     n = len(s)
-    if isinstance(dt, pd.ArrowDtype) and (pa.types.is_list(dt.pyarrow_dtype) or pa.types.is_large_list(dt.pyarrow_dtype)):
+    if isinstance(dt, pd.ArrowDtype) and (pa.types.is_list(dt.pyarrow_dtype)
+                                          or pa.types.is_large_list(dt.pyarrow_dtype)):
         arr = s.array.__arrow_array__()
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)

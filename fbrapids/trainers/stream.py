@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -63,7 +63,7 @@ class BatchStream:
     def __init__(self, source: Any, label: str, dense: Sequence[str], sparse: Sequence[str], batch_size: int,
                  shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
                  group: str | None = None, nan: str = "error", drop_last: bool = False,
-                 pin_memory: bool | None = None) -> None:
+                 pin_memory: bool | None = None, persist: bool = False) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch < 1:
@@ -75,6 +75,7 @@ class BatchStream:
         self.batch_size, self.shuffle_window, self.seed = int(batch_size), int(shuffle_window), int(seed)
         self.prefetch, self.device, self.nan, self.drop_last = int(prefetch), device, nan, drop_last
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
+        self.persist = bool(persist)
         self.stats: dict[str, int] = {}
         self.producer_threads: set[str] = set()
         self._check_columns()
@@ -96,6 +97,8 @@ class BatchStream:
     def _partitions(self) -> Iterator[Any]:
         src = self.source
         if _is_dask(src):
+            if self.persist:  # shared upstream work (a shuffle) is done once, not once per partition
+                src = src.persist()
             for i in range(src.npartitions):
                 yield src.partitions[i].compute()
         elif isinstance(src, pd.DataFrame) or _backend.is_gpu_object(src):
@@ -181,7 +184,7 @@ class BatchStream:
 def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,
            shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
            group: str | None = None, nan: str = "error", drop_last: bool = False,
-           pin_memory: bool | None = None) -> BatchStream:
+           pin_memory: bool | None = None, persist: bool = False) -> BatchStream:
     """Batches for torch from a pandas / cudf frame, a dask frame, or an iterable of frames.
 
     Args:
@@ -200,6 +203,9 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
         nan: ``"error"`` or ``"zero"`` for NaN / inf in dense features.
         drop_last: drop a final short batch.
         pin_memory: default: pin when CUDA is available.
+        persist: for a dask frame whose partitions share expensive upstream work (a shuffle
+            join), ``persist()`` it first; otherwise each partition's graph is computed on its
+            own (right for partition-wise pipelines: read, clean, broadcast joins, extract).
 
     Example:
         >>> import pandas as pd, dask.dataframe as dd
@@ -209,4 +215,4 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
         [[0.0, 1.0, 1.0], [0.0]]
     """
     return BatchStream(df, label, dense, sparse, batch_size, shuffle_window, seed, prefetch, device, group, nan,
-                       drop_last, pin_memory)
+                       drop_last, pin_memory, persist)

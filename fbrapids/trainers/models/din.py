@@ -26,7 +26,8 @@ class DIN(CTRModel):
         >>> import torch
         >>> from fbrapids.trainers.batch import Batch
         >>> m = DIN(1, ["ad"], {"hist": "ad"}, embedding_dim=4, store=StoreConfig(cache_rows=32))
-        >>> sp = {"ad": (torch.tensor([3, 4]), torch.arange(2)), "hist": (torch.tensor([3, 5, 6]), torch.tensor([0, 1]))}
+        >>> sp = {"ad": (torch.tensor([3, 4]), torch.arange(2)),
+        ...       "hist": (torch.tensor([3, 5, 6]), torch.tensor([0, 1]))}
         >>> m(Batch(torch.zeros(2, 1), torch.zeros(2), sp)).shape
         torch.Size([2])
     """
@@ -43,7 +44,8 @@ class DIN(CTRModel):
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         feats = self.sparse_features + list(self.sequences)
         self.emb = TieredEmbeddingBagCollection(feats, cfg, tables={s: t for s, t in self.sequences.items()})
-        self.attention = torch.nn.ModuleDict({s: AttentionPooling(embedding_dim, attention_mlp) for s in self.sequences})
+        self.attention = torch.nn.ModuleDict(
+            {s: AttentionPooling(embedding_dim, attention_mlp) for s in self.sequences})
         width = dense_dim + embedding_dim * (len(self.sparse_features) + len(self.sequences))
         self.mlp = plain_mlp([width, *mlp, 1])
 

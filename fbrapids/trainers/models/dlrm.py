@@ -19,8 +19,8 @@ Example:
     >>> from fbrapids.trainers.batch import Batch
     >>> from fbrapids.trainers.sparse import StoreConfig
     >>> m = DLRM(2, ["ad", "user"], embedding_dim=4, bottom_mlp=[8], top_mlp=[8], store=StoreConfig(cache_rows=64))
-    >>> b = Batch(torch.randn(3, 2), torch.tensor([0., 1., 0.]),
-    ...           {"ad": (torch.tensor([1, 2, 3]), torch.arange(3)), "user": (torch.tensor([5, 5, 6]), torch.arange(3))})
+    >>> sp = {"ad": (torch.tensor([1, 2, 3]), torch.arange(3)), "user": (torch.tensor([5, 5, 6]), torch.arange(3))}
+    >>> b = Batch(torch.randn(3, 2), torch.tensor([0., 1., 0.]), sp)
     >>> m(b).shape, sorted(m.state_dict())[:2]
     (torch.Size([3]), ['bot_l.0.bias', 'bot_l.0.weight'])
 """

@@ -33,7 +33,8 @@ class WideAndDeep(CTRModel):
         cfg = store or StoreConfig()
         self.wide = TieredEmbeddingBagCollection(self.sparse_features, cfg.with_(dim=1), prefix="wide_")
         self.wide_dense = nn.Linear(dense_dim, 1)
-        self.deep_emb = TieredEmbeddingBagCollection(self.sparse_features, cfg.with_(dim=embedding_dim, seed=cfg.seed + 1))
+        self.deep_emb = TieredEmbeddingBagCollection(self.sparse_features,
+                                                     cfg.with_(dim=embedding_dim, seed=cfg.seed + 1))
         self.deep = plain_mlp([dense_dim + embedding_dim * len(self.sparse_features), *deep_mlp, 1])
 
     def forward(self, batch: Batch) -> torch.Tensor:

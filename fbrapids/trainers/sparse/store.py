@@ -627,9 +627,10 @@ class TieredEmbeddingStore:
     def stats(self) -> dict[str, Any]:
         """Per-tier hits / misses / evictions / bytes moved, plus lookup counts.
 
-        Tier hits and misses count unique rows per batch.  ``served`` counts every id
+        Tier hits and misses count unique rows per batch.  ``served_*`` count every id
         occurrence by the tier its row was in when looked up (rows a prefetch brought up
-        count as cache), plus ``new`` rows and ``default``-row reads.
+        count as cache), plus ``new`` rows and ``default``-row reads, as ``served_cache``,
+        ``served_host``, ``served_ssd``, ``served_new`` and ``served_default``.
         ``upper_tier_hit_rate`` is the share of occurrences of existing rows served by the
         cache or host RAM rather than the SSD file; ``upper_tier_unique_hit_rate`` the same
         over unique rows per batch.
@@ -640,7 +641,7 @@ class TieredEmbeddingStore:
         out["cache_used"] = self._cmeta.used
         out["host_used"] = self._hmeta.used
         sv = dict(self._served)
-        out["served"] = sv
+        out.update({f"served_{k}": v for k, v in sv.items()})
         existing = sv["cache"] + sv["host"] + sv["ssd"]
         out["upper_tier_hit_rate"] = (sv["cache"] + sv["host"]) / existing if existing else 1.0
         unique = out["cache"]["hits"] + out["cache"]["misses"] - self._counts["new_rows"]
