@@ -62,22 +62,26 @@ FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int sepl
   }
   if (cap > 0 && total > cap) total = cap;
   if (!out) return total;
-  fbx_i64 idx[16];
+  fbx_i64 idx[16], plen[17];
   for (int j = 0; j < k; ++j) idx[j] = 0;
+  plen[0] = 0;
   char buf[FBX_KEY_MAX];
+  int from = 0;  /* the first input whose text changed since the last combination */
   for (fbx_i64 c = 0; c < total; ++c) {
-    fbx_i64 len = 0;
-    for (int j = 0; j < k && len >= 0; ++j) {
+    fbx_i64 len = plen[from];
+    for (int j = from; j < k; ++j) {  /* the key's prefix up to input `from` is reused */
       if (j) {
         if (len + seplen > FBX_KEY_MAX) { len = -1; break; }
         fbx_memcpy(buf + len, sep, seplen); len += seplen;
       }
       len = fbx_x_put(&xs[j], idx[j], buf, len);
+      if (len < 0) break;
+      plen[j + 1] = len;
     }
     if (len < 0) { FBX_ATOMIC_OR_I32(err, FBX_ERR_KEY_TOO_LONG); return total; }
     out[c] = fbx_bucket_of(fbx_fp64(buf, len), buckets);
     for (int j = k - 1; j >= 0; --j) {  /* odometer: the last input varies fastest */
-      if (++idx[j] < fbx_x_len(&xs[j])) break;
+      if (++idx[j] < fbx_x_len(&xs[j])) { from = j; break; }
       idx[j] = 0;
     }
   }
