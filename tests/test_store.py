@@ -212,3 +212,21 @@ def test_device_tier_on_cuda_matches_the_cpu_store(tmp_path) -> None:
     ig, rg = rows_by_id(gpu)
     ic, rc = rows_by_id(cpu)
     assert np.array_equal(ig, ic) and np.allclose(rg, rc, rtol=1e-5, atol=1e-6)
+
+
+def test_read_only_lookup_larger_than_the_cache_reads_through(tmp_path) -> None:
+    cfg = StoreConfig(dim=4, cache_rows=16, host_rows=16, ssd_dir=str(tmp_path))
+    s = TieredEmbeddingStore(cfg)
+    for start in range(0, 64, 8):  # 64 rows, most of them only on the SSD
+        s.lookup(np.arange(start, start + 8), requires_grad=False)
+        s.end_step()
+    s.lookup(np.arange(8), requires_grad=True).rows.sum().backward()  # make some rows dirty
+    before = s.weights(np.arange(64))
+    with pytest.raises(RuntimeError, match="too small"):
+        s.lookup(np.arange(100), requires_grad=True)
+    assert np.array_equal(s.weights(np.arange(64)), before)  # the failed lookup lost nothing
+    s.end_step()
+    lk = s.lookup(np.arange(100), requires_grad=False)  # 36 new ids too
+    assert lk.rows.shape == (100, 4) and len(lk.slots) == 0
+    assert np.array_equal(lk.rows.numpy(), s.weights(np.arange(100)))
+    assert np.array_equal(s.weights(np.arange(64, 100)), init_rows(np.arange(64, 100, dtype=np.uint64), 4, 0, 0.5))

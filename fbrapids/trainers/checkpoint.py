@@ -100,3 +100,26 @@ def clean_partial(root: str | os.PathLike) -> list[Path]:
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)
     return gone
+
+
+def prune(root: str | os.PathLike, keep: int) -> list[Path]:
+    """Remove complete checkpoints older than the newest ``keep`` (never the ``latest`` one).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> for s in (1, 2, 3):
+        ...     with checkpoint_dir(root, s):
+        ...         pass
+        >>> [p.name for p in prune(root, keep=1)], latest_checkpoint(root).name
+        (['step-0000000001', 'step-0000000002'], 'step-0000000003')
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    root = Path(root)
+    latest = latest_checkpoint(root)
+    steps = sorted(p for p in root.glob("step-*") if p.is_dir())
+    gone = [p for p in steps[:-keep] if latest is None or p.name != latest.name]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone

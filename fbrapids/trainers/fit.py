@@ -43,7 +43,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.checkpoint import checkpoint_dir, clean_partial, latest_checkpoint, write_atomic
+from fbrapids.trainers.checkpoint import checkpoint_dir, clean_partial, latest_checkpoint, prune, write_atomic
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 
@@ -69,10 +69,11 @@ def _table_dir(key: str) -> str:
 
 
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
-                    on_file: Callable[[Path], None] | None = None) -> Path:
+                    on_file: Callable[[Path], None] | None = None, keep: int | None = None) -> Path:
     """Write a complete checkpoint of ``model`` (dense + every table) under ``root``.
 
-    ``on_file(path)`` is called after each file is in place (e.g. for progress).
+    ``on_file(path)`` is called after each file is in place (e.g. for progress).  With
+    ``keep``, older complete checkpoints beyond the newest ``keep`` are removed afterwards.
     Returns the checkpoint directory.
     """
     with checkpoint_dir(root, step) as d:
@@ -87,6 +88,8 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
         for key, store in stores.items():
             store.save(d / "tables" / _table_dir(key), progress=on_file)
         write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores)}).encode()])
+    if keep is not None:
+        prune(root, keep)
     return latest_checkpoint(root)
 
 
@@ -122,7 +125,7 @@ def _lookahead(it: Iterable[Batch]) -> Iterator[tuple[Batch, Batch | None]]:
 def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps: int | None = None,
         optimizer: torch.optim.Optimizer | None = None, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, resume: bool = True, progress: bool = True,
-        prefetch_rows: bool = True) -> FitResult:
+        prefetch_rows: bool = True, keep_checkpoints: int | None = 3) -> FitResult:
     """Train ``model`` on ``batches`` with binary cross-entropy on logits.
 
     Args:
@@ -137,6 +140,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             batches it had trained on.
         progress: show a tqdm bar.
         prefetch_rows: pin the next batch's rows in the caches while this one trains.
+        keep_checkpoints: keep this many newest checkpoints (None: all).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer is None:
@@ -155,7 +159,9 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     model.train()
     bar = tqdm(total=max_steps, initial=start, disable=not progress, desc="fit", unit="batch")
     done = False
-    for _epoch in range(epochs):
+    for epoch in range(epochs):
+        if hasattr(batches, "set_epoch"):
+            batches.set_epoch(epoch)
         for batch, nxt in _lookahead(batches):
             if max_steps is not None and step >= max_steps:
                 done = True
@@ -176,14 +182,14 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             bar.update(1)
             bar.set_postfix(loss=f"{result.losses[-1]:.4f}", refresh=False)
             if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
-                result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step))
+                result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
         if done:
             break
     bar.close()
     result.steps = step
     if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                          result.checkpoints[-1].name != f"step-{step:010d}"):
-        result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step))
+        result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
     return result
 
 

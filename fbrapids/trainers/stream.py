@@ -4,7 +4,8 @@ A background thread computes partition i+1 (for a dask frame: ``df.partitions[i]
 computed by the active scheduler, a distributed ``Client`` included) and converts it to
 host arrays while the trainer consumes partition i; a bounded queue of ``prefetch``
 partitions sits between them.  Rows are optionally shuffled within windows of
-``shuffle_window`` rows, in an order fixed by ``seed`` (every iteration repeats it).
+``shuffle_window`` rows, in an order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`;
+iterating twice in one epoch repeats the order).
 Batches of ``batch_size`` rows carry across partition boundaries; the last one may be
 shorter (``drop_last=False``).  Empty partitions are skipped and counted.  With a GPU the
 batches are in pinned host memory (and moved to ``device`` when one is given).
@@ -76,9 +77,14 @@ class BatchStream:
         self.prefetch, self.device, self.nan, self.drop_last = int(prefetch), device, nan, drop_last
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self.persist = bool(persist)
+        self.epoch = 0
         self.stats: dict[str, int] = {}
         self.producer_threads: set[str] = set()
         self._check_columns()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle epoch ``epoch`` in its own order (fixed by ``(seed, epoch)``); ``fit`` calls it."""
+        self.epoch = int(epoch)
 
     @property
     def features(self) -> list[str]:
@@ -150,7 +156,7 @@ class BatchStream:
         stop = threading.Event()
         worker = threading.Thread(target=self._produce, args=(q, stop), name="fbrapids-stream-producer", daemon=True)
         worker.start()
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng([self.seed, self.epoch])
         bs = self.batch_size
         window = 0 if self.shuffle_window <= 0 else max(bs, -(-self.shuffle_window // bs) * bs)
         buf: Columns | None = None

@@ -311,12 +311,25 @@ class TieredEmbeddingStore:
             self._host_insert(vg, rows, dirty)
         return cm.pop(m)
 
+    def _room(self) -> int:
+        """Rows the cache can take now: free slots plus unpinned occupied ones."""
+        cm = self._cmeta
+        return cm.n_free + int(((cm.owner >= 0) & (self._pin < self._step)).sum())
+
     def _ensure_cached(self, g: np.ndarray, pin_step: int) -> np.ndarray:
         """Cache slots of rows ``g`` (distinct), bringing misses up; all pinned for ``pin_step``."""
         slots = self._cache_loc[g]
         hit = slots >= 0
-        self._pin[slots[hit]] = np.maximum(self._pin[slots[hit]], pin_step)
         miss = ~hit
+        n_miss = int(miss.sum())
+        if n_miss:  # check before moving anything, so a failure loses no row
+            room = self._room() - int((hit & (self._pin[np.where(hit, slots, 0)] < self._step)).sum())
+            if n_miss > room:
+                raise RuntimeError(
+                    f"table {self.name!r}: cache_rows={self.config.cache_rows} is too small; the current and "
+                    f"prefetched batches pin {self.config.cache_rows - room} rows and "
+                    f"{n_miss} more are needed")
+        self._pin[slots[hit]] = np.maximum(self._pin[slots[hit]], pin_step)
         if miss.any():
             gm = g[miss]
             rows, dirty = self._fetch_below(gm)
@@ -357,8 +370,7 @@ class TieredEmbeddingStore:
         self._counts["unique_lookups"] += len(uniq)
         self._counts["default_reads"] += int((~adm).sum())
         dim = self.config.dim
-        if not requires_grad and len(ga) - n_hit > self._cmeta.n_free + int(
-                ((self._cmeta.owner >= 0) & (self._pin < self._step)).sum()):
+        if not requires_grad and len(ga) - n_hit > self._room():
             # a read-only batch larger than the cache can take: read through, cache nothing
             slots = np.zeros(0, dtype=np.int64)
             got = torch.from_numpy(self._read_through(ga)[:, :dim]).to(self.device)
@@ -499,9 +511,14 @@ class TieredEmbeddingStore:
             out[inh] = self._host[hs[inh]]
         rest = ~(inc | inh)
         if rest.any():
-            if self._ssd is None or not self._on_ssd[g[rest]].all():
-                raise RuntimeError(f"table {self.name!r}: rows missing from every tier (corrupt state)")
-            out[rest] = self._ssd.read(g[rest])
+            on = np.zeros(len(g), dtype=bool)
+            if self._ssd is not None:
+                on[rest] = self._on_ssd[g[rest]]
+                if on.any():
+                    out[on] = self._ssd.read(g[on])
+            fresh = rest & ~on  # admitted, never materialised: still its initial value
+            if fresh.any():
+                out[fresh] = self._fresh_rows(g[fresh])
         return out
 
     def weights(self, ids: Any) -> np.ndarray:
