@@ -63,6 +63,9 @@ def test_dlrm_loads_reference_weights_and_matches_its_output() -> None:
         want = ref(dense, offs, idx).squeeze(1)
         got = ours.eval().predict(batch)
     assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+    back = ours.reference_state_dict(ln_emb)  # and out again, loadable by the reference
+    assert set(back) == set(sd) and all(torch.equal(back[k], sd[k]) for k in sd)
+    ReferenceDLRM(m, ln_emb, [3, 8, m], [m + 6, 8, 4, 1]).load_state_dict(back)
     with pytest.raises(KeyError, match="emb_l.2.weight"):
         DLRM(3, list("abc"), embedding_dim=m, bottom_mlp=[8], top_mlp=[8, 4]).load_reference_state_dict(
             {k: v for k, v in sd.items() if k != "emb_l.2.weight"})

@@ -11,7 +11,8 @@
 
 So a reference state dict (``bot_l.0.weight``, ..., ``top_l.4.bias``, ``emb_l.k.weight``)
 loads with :meth:`DLRM.load_reference_state_dict`: the MLP tensors by name, and row ``i``
-of table ``k`` as the id ``i`` of the k-th sparse feature.  ``forward`` returns the
+of table ``k`` as the id ``i`` of the k-th sparse feature (:meth:`DLRM.reference_state_dict`
+goes the other way).  ``forward`` returns the
 logit (``top_l`` without its final Sigmoid); ``predict`` applies it.
 
 Example:
@@ -87,3 +88,13 @@ class DLRM(CTRModel):
                 raise KeyError(f"reference DLRM state dict has no {key} for sparse feature {f!r}")
             w = state[key]
             self.emb_l.stores[f].assign(np.arange(w.shape[0], dtype=np.int64), w)
+
+    def reference_state_dict(self, num_embeddings: Sequence[int]) -> dict[str, torch.Tensor]:
+        """This model as a reference ``DLRM_Net`` state dict: the MLPs, and table ``k`` as a
+        dense ``[num_embeddings[k], dim]`` matrix whose row ``i`` is the id ``i``."""
+        if len(num_embeddings) != len(self.sparse_features):
+            raise ValueError(f"{len(self.sparse_features)} tables, {len(num_embeddings)} sizes given")
+        out = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        for k, (f, n) in enumerate(zip(self.sparse_features, num_embeddings)):
+            out[f"emb_l.{k}.weight"] = torch.from_numpy(self.emb_l.stores[f].weights(np.arange(n, dtype=np.int64)))
+        return out
