@@ -63,21 +63,24 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--data", type=Path, help="a folder with impressions/users/ads/basic parquet files")
     ap.add_argument("--out", type=Path, help="write the fused output here (parquet; not timed)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--partition-rows", type=int, default=None,
+                    help="extract partition by partition (e.g. 32768, the generator's row group); default: one partition")
     ap.add_argument("--pandas-repeat", type=int, default=1, help="runs of the (slow) pandas line")
     ap.add_argument("--skip-pandas", action="store_true", help="leave out the pandas line")
     args = ap.parse_args(argv)
     d = data_dir(args.rows) if args.rows else args.data
     rows_in = len(load_tables(d)["impressions"])
 
-    run_fbrapids(load_tables(d), fused=True)  # warm-up: compile / load kernels
-    run_fbrapids(load_tables(d), fused=False)
+    pr = args.partition_rows
+    run_fbrapids(load_tables(d), fused=True, partition_rows=pr)  # warm-up: compile / load kernels, size pools
+    run_fbrapids(load_tables(d), fused=False, partition_rows=pr)
     fused_runs, obo_runs = [], []
     for _ in range(args.repeat):  # interleaved, so both see the same machine load
-        fused_runs.append(timed_once(lambda t: run_fbrapids(t, fused=True), d))
-        obo_runs.append(timed_once(lambda t: run_fbrapids(t, fused=False), d))
+        fused_runs.append(timed_once(lambda t: run_fbrapids(t, fused=True, partition_rows=pr), d))
+        obo_runs.append(timed_once(lambda t: run_fbrapids(t, fused=False, partition_rows=pr), d))
     fused_out, fused_s, fused_steps, launches = median_run(fused_runs)
     obo_out, obo_s, obo_steps, obo_launches = median_run(obo_runs)
-    print(f"rows_in={rows_in}")
+    print(f"rows_in={rows_in} partition_rows={pr or rows_in}")
     print(f"fused      {rows_in / fused_s:12,.0f} rows/s  {fused_s:.3f}s  "
           + " ".join(f"{k}={v:.3f}" for k, v in fused_steps.items()) + f"  launches={launches}")
     print(f"op-by-op   {rows_in / obo_s:12,.0f} rows/s  {obo_s:.3f}s  "
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"outputs equal: {equal} ({why})")
     if args.out:
         write_output(fused_out, args.out)
-    print(json.dumps({"rows_in": rows_in, "fused_rows_per_s": rows_in / fused_s,
+    print(json.dumps({"rows_in": rows_in, "partition_rows": pr or rows_in, "fused_rows_per_s": rows_in / fused_s,
                       "op_by_op_rows_per_s": rows_in / obo_s, "pandas_rows_per_s": pandas_rate,
                       "outputs_equal": equal, "launches_per_partition": launches,
                       "op_by_op_launches_per_partition": obo_launches}))

@@ -131,13 +131,21 @@ def join(imp: pd.DataFrame, keep: np.ndarray, users: pd.DataFrame, ads: pd.DataF
     return out, bi[rows]
 
 
-def extract_features(df: pd.DataFrame, fused: bool = True) -> tuple[pd.DataFrame, int]:
-    """The extracted frame and the kernel launches it took."""
+def extract_features(df: pd.DataFrame, fused: bool = True, partition_rows: int | None = None) -> tuple[pd.DataFrame, float]:
+    """The extracted frame and the kernel launches per partition it took.
+
+    ``partition_rows``: extract partition by partition (as a streamed log is), then
+    concatenate; None: the whole frame as one partition.
+    """
     feats = workload_features()
     plan = compiled_plan(df, feats, fused=fused)
     before = plan.stats.launches
-    out = extract(df, feats, fused=fused)
-    return out, plan.stats.launches - before
+    if not partition_rows or partition_rows >= len(df):
+        out = extract(df, feats, fused=fused)
+        return out, plan.stats.launches - before
+    parts = [extract(df.iloc[i: i + partition_rows], feats, fused=fused) for i in range(0, len(df), partition_rows)]
+    launches = (plan.stats.launches - before) / len(parts)
+    return pd.concat(parts, ignore_index=True), launches
 
 
 def merge(features: pd.DataFrame, basic_rows: np.ndarray, basic: pd.DataFrame) -> pd.DataFrame:
@@ -152,14 +160,15 @@ def merge(features: pd.DataFrame, basic_rows: np.ndarray, basic: pd.DataFrame) -
     return pd.DataFrame(out, copy=False)
 
 
-def run_fbrapids(tables: dict[str, pd.DataFrame], fused: bool = True) -> tuple[pd.DataFrame, dict[str, float], int]:
+def run_fbrapids(tables: dict[str, pd.DataFrame], fused: bool = True,
+                 partition_rows: int | None = None) -> tuple[pd.DataFrame, dict[str, float], float]:
     """clean, join, extract, merge; returns (output, seconds per step, extract launches)."""
     t0 = time.perf_counter()
     imp, keep, users, ads = clean(tables)
     t1 = time.perf_counter()
     joined, basic_rows = join(imp, keep, users, ads, tables["basic"])
     t2 = time.perf_counter()
-    feats, launches = extract_features(joined, fused=fused)
+    feats, launches = extract_features(joined, fused=fused, partition_rows=partition_rows)
     t3 = time.perf_counter()
     out = merge(feats, basic_rows, tables["basic"])
     t4 = time.perf_counter()

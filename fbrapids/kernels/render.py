@@ -38,6 +38,7 @@ from fbrapids.kernels.plan import Layer, Plan
 CSRC = Path(__file__).parent / "csrc"
 HOST_BLOCK = 256
 CUDA_BLOCK = 128
+PAR_MIN_BLOCKS = 16  # host kernels over fewer blocks (4096 rows) run single-threaded
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 
 
@@ -271,7 +272,7 @@ FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64
 {_indent(_bind(plan, abi), 2)}
   const fbx_i64 nblocks = (n + {HOST_BLOCK} - 1) / {HOST_BLOCK};
   (void)pool; (void)cap; (void)head; (void)err;
-  #pragma omp parallel for schedule(dynamic, 4)
+  #pragma omp parallel for schedule(dynamic, 4) if (nblocks >= FBX_PAR_MIN_BLOCKS)
   for (fbx_i64 blk = 0; blk < nblocks; ++blk) {{
     const fbx_i64 r0 = blk * {HOST_BLOCK}, r1 = (r0 + {HOST_BLOCK} < n) ? r0 + {HOST_BLOCK} : n;
     fbx_u64 sz[{np_}][{HOST_BLOCK}];
@@ -361,4 +362,6 @@ def render_module(plan: Plan, target: str, layers: list[Layer] | None = None) ->
     render = render_layer_cuda if target == "cuda" else render_layer_host
     body = "".join(render(plan, l) for l in layers)
     return (f"/* fbrapids meta-kernels ({target}); generated, do not edit */\n"
+            "/* below this many blocks a host kernel runs in one thread: waking the team costs more */\n"
+            f"#define FBX_PAR_MIN_BLOCKS {PAR_MIN_BLOCKS}\n"
             + inline_headers(["ops/fbx_views.h"] + headers) + "\n" + "\n".join(sources) + body)

@@ -12,7 +12,7 @@ FBX_KERNEL void fbx_compact(fbx_i64 n, const char* pool, const fbx_i64* off, con
   /* A kernel block's rows sit back to back, in row order, in its pool region: one copy per block. */
   const fbx_i64 nblocks = (n + block - 1) / block;
   (void)cnt;
-  #pragma omp parallel for schedule(static, 16)
+  #pragma omp parallel for schedule(static, 16) if (nblocks >= 64)
   for (fbx_i64 b = 0; b < nblocks; ++b) {
     const fbx_i64 r0 = b * block, r1 = r0 + block < n ? r0 + block : n;
     fbx_i64 r = r0;
@@ -28,7 +28,7 @@ FBX_KERNEL void fbx_compact(fbx_i64 n, const char* pool, const fbx_i64* off, con
 FBX_KERNEL void fbx_compact_ls(fbx_i64 n, const char* pool, const fbx_i64* offa, const fbx_i64* cnta,
                                const fbx_i64* offb, const fbx_i64* cntb, const fbx_i64* loff,
                                const fbx_i64* boff, fbx_i64* soffs, char* bytes) {
-  #pragma omp parallel for schedule(static, 4096)
+  #pragma omp parallel for schedule(static, 4096) if (n >= 16384)
   for (fbx_i64 r = 0; r < n; ++r) {
     const fbx_i64* ends = (const fbx_i64*)(pool + offa[r]);
     for (fbx_i64 i = 0; i < cnta[r]; ++i) soffs[loff[r] + i + 1] = boff[r] + ends[i];
