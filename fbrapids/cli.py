@@ -29,7 +29,8 @@ def _demo(args: argparse.Namespace) -> int:
     from fbrapids.demo import run_demo
 
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
-                      scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir)
+                      scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
+                      batch_size=args.batch_size, checkpoint_every=args.checkpoint_every)
     sys.stdout.write(result.render() + "\n")
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
     demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm"))
     demo.add_argument("--work-dir", type=Path, default=None, help="embedding store SSD files and checkpoints")
+    demo.add_argument("--batch-size", type=int, default=2048)
+    demo.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)

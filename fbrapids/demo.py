@@ -31,7 +31,8 @@ def default_data_dir(rows: int, seed: int) -> Path:
 
 def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: str | None = None,
              model: str = "dlrm", scheduler: str | None = None, seed: int = 0, progress: bool = True,
-             work_dir: str | Path | None = None) -> Any:
+             work_dir: str | Path | None = None, batch_size: int = 2048,
+             checkpoint_every: int | None = None) -> Any:
     """Generate (once) the default data and run the pipeline on it; returns the result."""
     from fbrapids.cluster import close_client, connect
     from fbrapids.datagen import ensure_dataset, read_metadata
@@ -43,7 +44,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fbrapids-demo-"))
     try:
         result = run_pipeline(data, backend=backend, model=model, client=client, seed=seed, progress=progress,
-                              work_dir=work)
+                              work_dir=work, batch_size=batch_size, checkpoint_every=checkpoint_every)
     finally:
         if client is not None:
             close_client(client)

@@ -61,6 +61,7 @@ class PipelineResult:
     intermediate_bytes: int = 0
     checkpoint: str | None = None
     oracle_auc: float | None = None
+    predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
@@ -69,10 +70,11 @@ class PipelineResult:
         lines += ["", "seconds per stage:"]
         lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
         k = self.kernel
-        lines += ["", "feature extraction:",
-                  f"  layers per partition   {k.get('layers', 0):>12}",
-                  f"  operators              {k.get('operators', 0):>12}",
-                  f"  kernel launches        {k.get('launches', 0):>12} ({k.get('partitions', 0)} partitions)",
+        lines += ["", "feature extraction (meta-kernels):",
+                  f"  feature layers         {k.get('layers', 0):>12}  (+1 JSON-cleaning kernel)",
+                  f"  feature operators      {k.get('operators', 0):>12}",
+                  f"  kernel launches        {k.get('launches', 0):>12}  ({k.get('partitions', 0)} partitions streamed, "
+                  f"{k.get('launches_per_partition', 0):.1f} per partition)",
                   f"  pool peak bytes        {k.get('pool_peak_bytes', 0):>12,}",
                   f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
         lines += ["", "joins:"] + [f"  {j}" for j in self.joins]
@@ -149,8 +151,12 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
-def feature_frame(data_dir: str | Path, backend: str | None = None, client: Any = None) -> tuple[Any, dict]:
+def feature_frame(data_dir: str | Path, backend: str | None = None, client: Any = None,
+                  extra_features: dict[str, Any] | None = None) -> tuple[Any, dict]:
     """The lazy, partitioned frame of extracted + basic features, and the cleaned views.
+
+    ``extra_features`` (name -> expression) are extracted with the workload's features,
+    in the same meta-kernels.
 
     The small dictionaries (users, ads, basic) are persisted (on the cluster when there
     is a client) so each partition's extraction reads them from memory.
@@ -159,7 +165,8 @@ def feature_frame(data_dir: str | Path, backend: str | None = None, client: Any 
     impressions, users, ads = workload.clean_views(views)
     users, ads, basic = (f.persist() for f in (users, ads, views["basic"]))
     joined = workload.join_views(impressions, users, ads)
-    merged = workload.merge_basic(workload.extract_features(joined), basic)
+    features = {**workload.features(), **(extra_features or {})}
+    merged = workload.merge_basic(joined.fbx.extract(**features), basic)
     return merged, {"impressions": impressions, "views": views, "joined": joined}
 
 
@@ -205,7 +212,9 @@ def run_pipeline(
     progress: bool = True,
     sparse: list[str] | None = None,
     dense: list[str] | None = None,
+    extra_features: dict[str, Any] | None = None,
     count_clean: bool = True,
+    checkpoint_every: int | None = None,
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -218,6 +227,10 @@ def run_pipeline(
             beyond them live in the SSD tier's files under ``work_dir``.
         work_dir: where the embedding store's SSD files and the checkpoint go.
         checkpoint: write a checkpoint at the end of training.
+        sparse / dense: the feature columns the model reads (default ``SPARSE`` / ``DENSE``).
+        extra_features: more feature expressions to extract (name -> expression); list
+            their names in ``sparse`` or ``dense`` to train on them.
+        checkpoint_every: also checkpoint every this many steps.
         count_clean: compute the clean counts for the summary (one more pass over the
             impressions' read + clean; benchmarks turn it off).
 
@@ -230,7 +243,8 @@ def run_pipeline(
     from fbrapids.joins import join_decisions
     from fbrapids.kernels import stats as kernel_stats
     from fbrapids.kernels.extract import plan_for
-    from fbrapids.trainers import fit, evaluate
+    from fbrapids.trainers.fit import fit, predict
+    from fbrapids.trainers.metrics import all_metrics
     from fbrapids.trainers.sparse import StoreConfig
 
     be = get_backend(backend)
@@ -245,7 +259,7 @@ def run_pipeline(
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
-    merged, parts = feature_frame(data_dir, backend=be.name, client=client)
+    merged, parts = feature_frame(data_dir, backend=be.name, client=client, extra_features=extra_features)
     cutoff = TS0 + (DAYS - 1) * DAY
     train, test = split_by_day(merged, cutoff)
     sparse = list(sparse or SPARSE)
@@ -254,11 +268,15 @@ def run_pipeline(
     net = build_model(model, len(dense), sparse, store, embedding_dim)
     result.seconds["plan"] = time.perf_counter() - t0
 
+    kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
+    if client is not None:
+        client.run(kernel_stats.reset_stats)
     producer = _TimedPartitions(train)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
     t = time.perf_counter()
     fitted = fit(net, stream, epochs=epochs, progress=progress,
-                 checkpoint_dir=(work / "checkpoints") if checkpoint else None, resume=False)
+                 checkpoint_dir=(work / "checkpoints") if checkpoint else None, resume=False,
+                 checkpoint_every=checkpoint_every)
     train_s = time.perf_counter() - t
     result.seconds["extract+train"] = train_s
     result.extract_busy_s = producer.busy_s
@@ -270,9 +288,17 @@ def run_pipeline(
 
     t = time.perf_counter()
     test_producer = _TimedPartitions(test)
-    result.metrics = evaluate(net, _stream(test_producer, dense, sparse, batch_size, seed), progress=progress)
+    result.predictions = predict(net, _stream(test_producer, dense, sparse, batch_size, seed), progress=progress)
+    p = result.predictions
+    result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
     result.seconds["extract+evaluate"] = time.perf_counter() - t
 
+    ks = kernel_stats.stats() if client is None else _cluster_kernel_stats(client)
+    streamed = producer.partitions + test_producer.partitions
+    plan = plan_for(parts["joined"]._meta, {**workload.features(), **(extra_features or {})})
+    result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
+                     "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
+                     "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"]}
     counts = parts["impressions"].fbx.clean_report.counts if count_clean else {}
     result.rows["impressions read"] = int(counts.get("rows_in", 0))
     result.rows["after clean"] = int(counts.get("rows_out", 0))
@@ -280,11 +306,6 @@ def run_pipeline(
     result.rows["trained"] = int(stream.samples)
     result.rows["held out"] = int(result.metrics.get("n", 0))
     result.clean = counts
-    plan = plan_for(parts["joined"]._meta, workload.features())
-    ks = kernel_stats.stats() if client is None else _cluster_kernel_stats(client)
-    result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
-                     "partitions": ks["partitions"], "pool_peak_bytes": ks["peak_pool_bytes"],
-                     "pool_regrowths": ks["regrowths"]}
     result.joins = [str(d) for d in join_decisions()[decisions_before:]]
     result.store = _store_totals(net)
     result.intermediate_bytes = _dir_bytes(scratch)

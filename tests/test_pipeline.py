@@ -1,0 +1,154 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from fbrapids import ops, workload
+from fbrapids.pipeline import feature_frame, run_pipeline
+from fbrapids.trainers.checkpoint import latest_checkpoint
+from fbrapids.trainers.fit import load_checkpoint
+from fbrapids.trial import _auc_weighted, paired_bootstrap, trial
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(gen_dir, tmp_path_factory):
+    work = tmp_path_factory.mktemp("pipe")
+    return run_pipeline(gen_dir, batch_size=512, progress=False, work_dir=work, cache_rows=1 << 14,
+                        host_rows=1 << 15), work
+
+
+def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_run, gen_dir):
+    r, work = pipeline_run
+    assert r.intermediate_bytes == 0 and not any((work / "intermediate").iterdir())
+    assert r.rows["impressions read"] == 5000
+    assert r.rows["after clean"] == int((pd.read_parquet(gen_dir / "impressions.parquet")["slot"] >= 0).sum())
+    assert r.rows["trained"] + r.rows["held out"] == r.rows["merged (train+test)"] <= r.rows["after clean"]
+    k = r.kernel
+    # per streamed partition: one JSON-cleaning meta-kernel, then one launch per feature layer
+    assert k["layers"] >= 2 and k["launches"] == (k["layers"] + 1) * k["partitions"] > 0
+    assert {"cache", "host", "ssd"} <= set(r.store) and r.store["cache"]["hits"] > 0
+    assert any((work / "store").rglob("*")), "the SSD tier keeps real files"
+    assert 0.0 <= r.metrics["auc"] <= 1.0 and r.metrics["n"] == r.rows["held out"]
+    assert r.extract_busy_s > 0 and 0 <= r.overlap_s <= r.extract_busy_s
+    assert r.checkpoint and Path(r.checkpoint).is_dir()
+    assert "intermediate bytes" in r.render() and "AUC" in r.render()
+
+
+def test_held_out_metrics_match_sklearn(pipeline_run):
+    r, _ = pipeline_run
+    p = r.predictions
+    assert r.metrics["auc"] == pytest.approx(roc_auc_score(p["label"], p["pred"]), abs=1e-9)
+
+
+def test_same_seed_same_model_same_predictions(pipeline_run, gen_dir, tmp_path):
+    r, _ = pipeline_run
+    again = run_pipeline(gen_dir, batch_size=512, progress=False, work_dir=tmp_path, cache_rows=1 << 14,
+                         host_rows=1 << 15, checkpoint=False, count_clean=False)
+    np.testing.assert_array_equal(again.predictions["pred"], r.predictions["pred"])
+
+
+def test_weighted_auc_and_paired_bootstrap():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 600)
+    p = rng.integers(0, 30, 600) / 30
+    w = rng.integers(0, 4, 600)
+    assert _auc_weighted(y, p, w) == pytest.approx(roc_auc_score(y, p, sample_weight=w), abs=1e-12)
+    g = rng.integers(0, 50, 600)
+    same = paired_bootstrap(y, p, p, g, n_boot=20)
+    assert np.all(same["auc"] == 0) and np.all(np.nan_to_num(same["gauc"]) == 0)
+    better = paired_bootstrap(y, p, y * 0.6 + p * 0.4, g, n_boot=20)
+    assert np.all(better["auc"] > 0)
+
+
+def test_trial_reports_deltas_with_intervals(gen_dir):
+    r = trial(gen_dir, {"slot_x_os": ops.cross("slot", "os")}, n_boot=30, progress=False, batch_size=512,
+              cache_rows=1 << 14, host_rows=1 << 15, count_clean=False)
+    for m in ("auc", "gauc"):
+        assert r.delta[m] == pytest.approx(r.candidate[m] - r.baseline[m])
+        lo, hi = r.interval[m]
+        assert lo <= hi and 0.0 <= r.p_better[m] <= 1.0
+    assert r.n_users > 10 and "P(better)" in r.render()
+    with pytest.raises(Exception, match="already name baseline columns"):
+        trial(gen_dir, {"hour": ops.hour("ts")}, progress=False)
+
+
+def _canonical(frame):
+    return frame.sort_values("instance_id").reset_index(drop=True)
+
+
+def test_local_cluster_features_equal_the_eager_path_bit_for_bit(gen_dir, local_cluster):
+    eager = workload.merge_basic(
+        workload.extract_features(workload.join_views(*workload.clean_views(workload.read_views(gen_dir, eager=True)))),
+        workload.read_views(gen_dir, eager=True)["basic"])
+    lazy, _ = feature_frame(gen_dir)
+    got = local_cluster.compute(lazy).result()
+    assert lazy.npartitions >= 1
+    pd.testing.assert_frame_equal(_canonical(got)[list(eager.columns)], _canonical(eager), check_dtype=False,
+                                  check_exact=True)
+
+
+def test_a_worker_killed_mid_extraction_is_retried_and_the_result_is_identical(tmp_path, local_cluster):
+    from fbrapids.datagen import generate
+
+    generate(60_000, tmp_path, seed=2)
+    views = workload.read_views(tmp_path)
+    views["impressions"] = views["impressions"].repartition(npartitions=12)
+    expected = _canonical(workload.extract_features(workload.join_views(*workload.clean_views(
+        workload.read_views(tmp_path, eager=True)))))
+    lazy = workload.extract_features(workload.join_views(*workload.clean_views(views)))
+    future = local_cluster.compute(lazy)
+    pids = local_cluster.run(os.getpid)
+    victim_addr, victim_pid = sorted(pids.items())[0]
+    deadline = time.time() + 60
+    while time.time() < deadline and not local_cluster.processing().get(victim_addr):
+        time.sleep(0.01)
+    os.kill(victim_pid, signal.SIGKILL)
+    got = future.result(timeout=300)
+    pd.testing.assert_frame_equal(_canonical(got), expected, check_dtype=False, check_exact=True)
+    local_cluster.wait_for_workers(2, timeout=60)
+    assert victim_pid not in local_cluster.run(os.getpid).values()
+
+
+def test_a_view_file_vanishing_after_planning_is_named(gen_dir, tmp_path):
+    import shutil
+
+    for f in gen_dir.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    lazy, _ = feature_frame(tmp_path)
+    (tmp_path / "impressions.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match="impressions.parquet"):
+        lazy.compute()
+
+
+def test_ctrl_c_during_the_demo_stops_cleanly_without_a_partial_latest_checkpoint(gen_dir, tmp_path):
+    work = tmp_path / "work"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from fbrapids.cli import main; sys.exit(main(sys.argv[1:]))",
+         "demo", "--data-dir", str(gen_dir), "--rows", "5000", "--work-dir", str(work), "--checkpoint-every", "2",
+         "--batch-size", "256"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ckpts = work / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and latest_checkpoint(ckpts) is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err[-2000:])
+    assert "interrupted" in err and "Traceback" not in err
+    latest = latest_checkpoint(ckpts)
+    assert latest is not None and latest.is_dir()
+    from fbrapids.pipeline import DENSE, SPARSE, build_model
+    from fbrapids.trainers.sparse import StoreConfig
+
+    model = build_model("dlrm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 14, ssd_dir=str(tmp_path / "s")))
+    assert load_checkpoint(model, None, latest) >= 2
