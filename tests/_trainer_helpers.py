@@ -89,6 +89,7 @@ def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
 
 def _main() -> None:
     mode, root, ssd, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    torch.set_num_threads(1)  # as the parent test: the same reduction order, bit for bit
     df = ctr_frame()
     model = small_model(tiered(ssd))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
@@ -16,6 +17,16 @@ from fbrapids.trainers.checkpoint import latest_checkpoint
 
 HELPER = Path(__file__).with_name("_trainer_helpers.py")
 N, M = 12, 9
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Many tiny torch ops: a thread pool only adds hand-offs on a shared CI machine (and the
+    child processes of the resume tests run with one thread too: same reduction order)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def _child(*args: str) -> subprocess.Popen:

@@ -10,7 +10,8 @@ when complete, and the ``latest`` pointer is swapped last (see
 :mod:`fbrapids.trainers.checkpoint`).  With ``resume=True`` it restores the latest
 checkpoint and skips the batches already trained on, so N steps + checkpoint + resume + M
 steps gives, on the CPU, bit for bit the weights of N + M steps without a break (the
-stream must replay the same order: same source, same ``seed``).
+stream must replay the same order: same source, same ``seed``; and torch must run with the
+same number of threads, ``torch.set_num_threads``, since CPU reductions split by thread).
 
 Example:
     >>> import pandas as pd, numpy as np, fbrapids
