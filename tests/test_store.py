@@ -250,3 +250,68 @@ def test_read_only_lookup_larger_than_the_cache_reads_through(tmp_path) -> None:
     assert lk.rows.shape == (100, 4) and len(lk.slots) == 0
     assert np.array_equal(lk.rows.numpy(), s.weights(np.arange(100)))
     assert np.array_equal(s.weights(np.arange(64, 100)), init_rows(np.arange(64, 100, dtype=np.uint64), 4, 0, 0.5))
+
+
+class DictTable:
+    """An independent reference: a dict id -> row, the same update formulas, no tiers."""
+
+    def __init__(self, cfg: StoreConfig) -> None:
+        self.cfg, self.rows, self.seen = cfg, {}, {}
+
+    def step(self, ids: np.ndarray, offsets: torch.Tensor, i: int) -> None:
+        c = self.cfg
+        uniq = pd_unique(ids)
+        order = np.argsort(uniq)
+        inverse = torch.from_numpy(order[np.searchsorted(uniq[order], ids)])
+        admitted = []
+        for u in uniq.tolist():
+            if u not in self.rows:
+                self.seen[u] = self.seen.get(u, 0) + 1
+                if self.seen[u] >= c.admit_after:
+                    r = np.empty(c.width, np.float32)
+                    r[: c.dim] = init_rows(np.array([u], np.uint64), c.dim, c.seed, c.scale)[0]
+                    r[c.dim:] = c.initial_accumulator
+                    self.rows[u] = r
+            admitted.append(u in self.rows)
+        w = torch.zeros(len(uniq), c.dim)
+        adm = np.flatnonzero(admitted)
+        if len(adm):
+            w[torch.from_numpy(adm)] = torch.from_numpy(np.stack([self.rows[uniq[j]][: c.dim] for j in adm]))
+        w.requires_grad_(True)
+        pooled = F.embedding_bag(inverse, w, offsets, mode="sum")
+        wt = torch.sin(torch.arange(pooled.numel(), dtype=torch.float32) + i).reshape(pooled.shape)
+        (pooled * wt).sum().backward()
+        if not len(adm):
+            return
+        g = w.grad[torch.from_numpy(adm)]
+        rows = torch.from_numpy(np.stack([self.rows[uniq[j]] for j in adm]))
+        if c.optimizer == "sgd":
+            rows[:, : c.dim].sub_(g * c.lr)
+        else:
+            acc = rows[:, c.dim] + (g * g).mean(dim=1)
+            rows[:, c.dim] = acc
+            rows[:, : c.dim].sub_(g * c.lr / (acc.sqrt() + c.eps).unsqueeze(1))
+        for k, j in enumerate(adm):
+            self.rows[uniq[j]] = rows[k].numpy().copy()
+
+
+def pd_unique(ids: np.ndarray) -> np.ndarray:
+    import pandas as pd
+
+    return pd.unique(ids)  # first-occurrence order, as the store's C unique
+
+
+@pytest.mark.parametrize("optimizer,admit_after", [("adagrad", 1), ("adagrad", 2), ("sgd", 3)])
+def test_store_matches_an_independent_dict_table(tmp_path, optimizer: str, admit_after: int) -> None:
+    batches = mixed_batches(60, 32, seed=9)
+    cfg = StoreConfig(dim=4, optimizer=optimizer, lr=0.2, seed=5, admit_after=admit_after, cache_rows=80,
+                      host_rows=100, ssd_dir=str(tmp_path), eviction="lfu")
+    store, ref = TieredEmbeddingStore(cfg, "t"), DictTable(cfg)
+    offsets = torch.arange(0, 32, 4)
+    train(store, batches)
+    for i, ids in enumerate(batches):
+        ref.step(ids, offsets, i)
+    ids, rows = rows_by_id(store)
+    assert sorted(ref.rows) == ids.tolist()
+    want = np.stack([ref.rows[u] for u in ids.tolist()])
+    assert want.tobytes() == rows.tobytes()
