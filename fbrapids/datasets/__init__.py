@@ -1,0 +1,1 @@
+"""Readers for public CTR logs, with the preprocessing their papers use."""

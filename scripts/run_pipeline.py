@@ -1,0 +1,51 @@
+#!/usr/bin/env python
+"""Run the FeatureBox pipeline with extraction on a dask cluster.
+
+    python scripts/run_pipeline.py --scheduler tcp://10.0.0.5:8786 --data /data/ctr-log
+    python scripts/run_pipeline.py --local-workers 2 --rows 100000      # a local cluster
+
+With ``--scheduler`` the extraction tasks run on that cluster (dask-cuda workers give the
+GPU backend); without it a local cluster is started (LocalCUDACluster with one worker per
+GPU, or a CPU LocalCluster).  Training runs in this process on the streamed partitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+from fbrapids.cluster import close_client, connect, local_cluster
+from fbrapids.datagen import ensure_dataset
+from fbrapids.pipeline import MODELS, run_pipeline
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--scheduler", default=None, help="dask scheduler address, e.g. tcp://host:8786")
+    parser.add_argument("--local-workers", type=int, default=2, help="workers of the local cluster (no --scheduler)")
+    parser.add_argument("--data", type=Path, default=None, help="workload folder (default: generate --rows)")
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--model", choices=MODELS, default="dlrm")
+    parser.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
+    parser.add_argument("--batch-size", type=int, default=2048)
+    parser.add_argument("--work-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-data-{args.rows}")
+    client = connect(args.scheduler) if args.scheduler else local_cluster(n_workers=args.local_workers,
+                                                                          backend=args.backend)
+    try:
+        result = run_pipeline(data, backend=args.backend, model=args.model, client=client,
+                              batch_size=args.batch_size, work_dir=args.work_dir)
+    finally:
+        close_client(client)
+    sys.stdout.write(result.render() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
