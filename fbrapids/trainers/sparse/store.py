@@ -322,7 +322,7 @@ class TieredEmbeddingStore:
         hit = slots >= 0
         miss = ~hit
         n_miss = int(miss.sum())
-        if n_miss:  # check before moving anything, so a failure loses no row
+        if n_miss > self._cmeta.n_free:  # check before moving anything, so a failure loses no row
             room = self._room() - int((hit & (self._pin[np.where(hit, slots, 0)] < self._step)).sum())
             if n_miss > room:
                 raise RuntimeError(
@@ -370,7 +370,8 @@ class TieredEmbeddingStore:
         self._counts["unique_lookups"] += len(uniq)
         self._counts["default_reads"] += int((~adm).sum())
         dim = self.config.dim
-        if not requires_grad and len(ga) - n_hit > self._room():
+        n_miss = len(ga) - n_hit
+        if not requires_grad and n_miss > self._cmeta.n_free and n_miss > self._room():
             # a read-only batch larger than the cache can take: read through, cache nothing
             slots = np.zeros(0, dtype=np.int64)
             got = torch.from_numpy(self._read_through(ga)[:, :dim]).to(self.device)
