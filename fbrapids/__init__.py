@@ -37,7 +37,7 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light
 
         return FeatureSet
     if name == "trial":
-        from fbrapids.trial import trial
+        from fbrapids.trials import trial
 
         return trial
     raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")

@@ -14,7 +14,7 @@ from fbrapids import ops, workload
 from fbrapids.pipeline import feature_frame, run_pipeline
 from fbrapids.trainers.checkpoint import latest_checkpoint
 from fbrapids.trainers.fit import load_checkpoint
-from fbrapids.trial import _auc_weighted, paired_bootstrap, trial
+from fbrapids.trials import _auc_weighted, paired_bootstrap, trial
 
 
 @pytest.fixture(scope="module")

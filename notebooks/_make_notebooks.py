@@ -1,0 +1,138 @@
+"""Writes the example notebooks (run it after editing a cell here): python notebooks/_make_notebooks.py"""
+import nbformat as nbf
+from pathlib import Path
+
+out = Path(__file__).resolve().parent
+SETUP = '''import os, tempfile
+from pathlib import Path
+import fbrapids
+from fbrapids.datagen import ensure_dataset
+
+ROWS = int(os.environ.get("FBRAPIDS_NOTEBOOK_ROWS", "20000"))   # the tests run these notebooks on small data
+DATA = ensure_dataset(ROWS, Path(tempfile.gettempdir()) / f"fbrapids-notebook-data-{ROWS}")
+print(fbrapids.get_backend(), ROWS, "impressions in", DATA)'''
+
+
+def nb(name, cells):
+    book = nbf.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    book.cells = [nbf.v4.new_markdown_cell(c[3:]) if c.startswith("md:") else nbf.v4.new_code_cell(c) for c in cells]
+    nbf.write(book, out / name)
+
+
+nb("01_method_chaining.ipynb", [
+    "md:# Method chaining: views → clean → join → features → explain → train\n\n"
+    "Everything is a dataframe method through the `.fbx` accessor. On a GPU machine the same cells run on "
+    "dask-cudf and CUDA meta-kernels; here they run on dask + pandas and host C meta-kernels.",
+    SETUP,
+    "md:## Read the views (lazy dask frames, one partition per parquet row group)",
+    '''from fbrapids import read_view
+imp = read_view(DATA / "impressions.parquet")
+users = read_view(DATA / "users.parquet")
+ads = read_view(DATA / "ads.parquet")
+imp.npartitions, list(imp.columns)''',
+    "md:## Clean and join in one chain",
+    '''views = (
+    imp.fbx.clean(where="slot >= 0",
+                  json={"ctx": {"os": "device.os", "geo_city": "geo.city"}},
+                  fill={"query": "", "os": "", "geo_city": ""}, drop=["ctx"])
+       .fbx.join(users.fbx.clean(fill={"age": -1, "gender": "unk"}), on="user_id")
+       .fbx.join(ads.fbx.clean(fill={"price": 0.0, "title": ""}), on="ad_id")
+       .fbx.clean(fill={"age": -1, "gender": "unk", "city": "", "interests": "", "title": "",
+                        "category": -1, "price": 0.0, "advertiser_id": -1})
+)
+views.head(3)''',
+    '''report = imp.fbx.clean(where="slot >= 0", json={"ctx": {"os": "device.os"}}).fbx.clean_report
+report.counts["json"]["ctx"]   # malformed / null / path-missing JSON, counted, never a crash''',
+    "md:## Features as expressions over operators",
+    '''from fbrapids import ops
+query_tokens = ops.split("query", " ", buckets=1 << 18)
+title_tokens = ops.split("title", " ", buckets=1 << 18)
+features = dict(
+    hour=ops.hour("ts"),
+    user_h=ops.hash_bucket("user_id", 1 << 20),
+    query_tok=query_tokens,
+    title_tok=title_tokens,
+    q_x_t=ops.cross(query_tokens, title_tokens, cap=64),   # the shared token lists are computed once
+    cat_city=ops.cross("category", "city"),
+    price_b=ops.bucketize(ops.log1p("price"), [0, 1, 2, 3, 4, 5, 6]),
+)
+print(views.fbx.explain(**features))''',
+    '''extracted = views.fbx.extract(**features)
+extracted[["instance_id", "hour", "user_h", "q_x_t"]].head(3)''',
+    "md:## Stream into DLRM on the tiered embedding store",
+    '''import torch
+from fbrapids.trainers.fit import fit, evaluate
+from fbrapids.trainers.models import DLRM
+from fbrapids.trainers.sparse import StoreConfig
+
+torch.manual_seed(0)
+sparse = ["user_h", "hour", "query_tok", "title_tok", "q_x_t", "cat_city", "price_b", "ad_id"]
+batches = extracted.fbx.stream(label="click", dense=["age", "price"], sparse=sparse, group="user_id", batch_size=1024)
+model = DLRM(2, sparse, embedding_dim=8, bottom_mlp=[16], top_mlp=[32],
+             store=StoreConfig(cache_rows=1 << 15, host_rows=1 << 16, ssd_dir=tempfile.mkdtemp()))
+result = fit(model, batches, progress=False)
+metrics = evaluate(model, batches, progress=False)
+print(result.steps, "steps;", {k: round(float(v), 4) for k, v in metrics.items()})''',
+])
+
+nb("02_custom_c_operator.ipynb", [
+    "md:# A custom C operator\n\nA user operator is a C snippet, the way `cupy.ElementwiseKernel` takes one. "
+    "It is rendered into the same meta-kernels as the built-ins: host C with OpenMP here, CUDA through NVRTC on a GPU.",
+    SETUP,
+    '''from fbrapids import ops
+from fbrapids.kernels.operator import register_operator
+
+register_operator(
+    "price_tier", "f64 price, i32 category", "i64 tier",
+    "tier = (price > 100.0 ? 2 : price > 10.0 ? 1 : 0) * 1000 + category;",
+    doc="A price tier crossed with the category, as one id.", replace=True)''',
+    '''from fbrapids import workload
+views = workload.join_views(*workload.clean_views(workload.read_views(DATA, eager=True)))
+feats = {"tier": ops.call("price_tier", "price", "category"),
+         "tier_h": ops.hash_bucket(ops.call("price_tier", "price", "category"), 1 << 16)}
+print(views.fbx.explain(source=True, **feats)[:3000])''',
+    '''out = views.fbx.extract(**feats)
+expected = ((views["price"] > 100).astype(int) + (views["price"] > 10).astype(int)) * 1000 + views["category"]
+assert (out["tier"] == expected).all()
+out[["price", "category", "tier", "tier_h"]].head()''',
+    "md:The same plan renders CUDA; NVRTC compiles it even on a machine without a GPU:",
+    '''from fbrapids.kernels import nvrtc
+if nvrtc.nvrtc_available():
+    from fbrapids.kernels.extract import plan_for
+    from fbrapids.kernels.render import render_module
+    plan = plan_for(views, feats)
+    source = render_module(plan, "cuda", layers=plan.layers)   # every layer, as it would run on a GPU
+    print("NVRTC", nvrtc.nvrtc_version(), "compiled", len(nvrtc.compile_cuda(source)), "bytes of PTX")
+else:
+    print("libnvrtc not found: pip install nvidia-cuda-nvrtc")''',
+])
+
+nb("03_feature_trial.ipynb", [
+    "md:# A feature trial: does a new feature help?\n\nBaseline features vs baseline + candidate, same data, "
+    "split and seed; the AUC / GAUC deltas come with a paired bootstrap interval over held-out users.",
+    SETUP,
+    '''from fbrapids import ops, trial
+result = trial(DATA, {"slot_x_os": ops.cross("slot", "os"), "query_x_cat": ops.cross(ops.split("query", " ", buckets=1 << 18), "category", cap=16)},
+               n_boot=50, progress=False, batch_size=1024, cache_rows=1 << 15, host_rows=1 << 16)
+print(result.render())''',
+    '''assert set(result.delta) == {"auc", "gauc"}
+result.interval''',
+])
+
+nb("04_dask_cluster.ipynb", [
+    "md:# The pipeline on a dask cluster\n\n`local_cluster()` starts a LocalCUDACluster (one worker per GPU) "
+    "on GPU machines and a LocalCluster of processes otherwise; `fbrapids.cluster.connect(address)` joins an "
+    "existing scheduler. Extraction runs on the workers; the trainer streams the partitions.",
+    SETUP,
+    '''from fbrapids.cluster import close_client, local_cluster
+client = local_cluster(n_workers=2)
+client''',
+    '''from fbrapids.pipeline import run_pipeline
+result = run_pipeline(DATA, client=client, batch_size=1024, progress=False, work_dir=tempfile.mkdtemp(),
+                      cache_rows=1 << 15, host_rows=1 << 16)
+print(result.render())''',
+    '''assert result.intermediate_bytes == 0
+assert result.kernel["launches"] == (result.kernel["layers"] + 1) * result.kernel["partitions"]
+close_client(client)''',
+])

@@ -1,0 +1,24 @@
+"""Every notebook in notebooks/ runs top to bottom without an error, on small data."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_the_four_walkthroughs():
+    names = [p.stem for p in NOTEBOOKS]
+    assert names == ["01_method_chaining", "02_custom_c_operator", "03_feature_trial", "04_dask_cluster"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("FBRAPIDS_NOTEBOOK_ROWS", "4000")
+    book = nbformat.read(path, as_version=4)
+    NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert outputs, "the notebook printed nothing"
