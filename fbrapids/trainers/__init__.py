@@ -10,9 +10,11 @@ from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.fit import FitResult, evaluate, fit, load_checkpoint, predict, save_checkpoint
 from fbrapids.trainers.metrics import all_metrics, auc, calibration, gauc, logloss, normalized_entropy
 from fbrapids.trainers.models import DIN, DLRM, CTRModel, DeepFM, WideAndDeep
+from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.stream import BatchStream, stream
 
 __all__ = ["Batch", "BatchStream", "stream", "fit", "evaluate", "predict", "FitResult", "save_checkpoint",
            "load_checkpoint", "auc", "gauc", "logloss", "normalized_entropy", "calibration", "all_metrics",
-           "CTRModel", "DLRM", "WideAndDeep", "DeepFM", "DIN", "StoreConfig", "TieredEmbeddingStore"]
+           "CTRModel", "DLRM", "WideAndDeep", "DeepFM", "DIN", "StoreConfig", "TieredEmbeddingStore",
+           "TieredEmbeddingBagCollection"]
