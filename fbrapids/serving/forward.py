@@ -1,0 +1,149 @@
+"""Model forward passes over request-side and row-side inputs, without repeating the request.
+
+Scoring one request against N items, the request-side inputs are the same for every row.
+:func:`split_forward` computes them once and broadcasts:
+
+* :class:`~fbrapids.trainers.models.WideAndDeep`: the request's wide terms and its share
+  of the deep MLP's first layer (``W[:, request columns] @ x_request``) are computed once
+  per request; the item side computes its own share once per row; the two are added
+  (broadcast by the row's request index) and the rest of the MLP runs per row.  The
+  embedding lookups of request features are over R request rows, not R x N.
+* any other :class:`~fbrapids.trainers.models.base.CTRModel`: :func:`broadcast_batch`
+  builds the full batch by gathering request rows by index (features are still computed
+  once per request and per item; only the model's own arithmetic is repeated).
+
+Both give the training-side ``model(batch)`` scores on the same rows (the tests check it).
+
+Example:
+    >>> import numpy as np
+    >>> req = SideArrays(np.ones((1, 1), np.float32), {"u": (np.array([7]), np.array([0, 1]))})
+    >>> rows = SideArrays(np.zeros((2, 1), np.float32), {"a": (np.array([1, 2]), np.array([0, 1, 2]))})
+    >>> b = broadcast_batch(req, rows, np.array([0, 0]), dense=[("request", 0), ("item", 0)], sparse=["u", "a"])
+    >>> b.dense.tolist(), b.sparse["u"][0].tolist()
+    ([[1.0, 0.0], [1.0, 0.0]], [7, 7])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fbrapids.trainers.batch import Batch, _ragged_take
+from fbrapids.trainers.models import WideAndDeep
+from fbrapids.trainers.models.base import CTRModel
+
+
+@dataclass
+class SideArrays:
+    """Host arrays of one side's model inputs over n rows: dense ``[n, k]`` float32 (this
+    side's dense inputs, in model order) and sparse name -> ``(values int64, offsets [n+1])``."""
+
+    dense: np.ndarray
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    def __len__(self) -> int:
+        return int(self.dense.shape[0])
+
+    def take(self, idx: np.ndarray) -> "SideArrays":
+        return SideArrays(self.dense[idx], {k: _ragged_take(v, o, idx) for k, (v, o) in self.sparse.items()})
+
+    @staticmethod
+    def concat(parts: Sequence["SideArrays"]) -> "SideArrays":
+        if len(parts) == 1:
+            return parts[0]
+        sp = {}
+        for k in parts[0].sparse:
+            vals = np.concatenate([p.sparse[k][0] for p in parts])
+            lens = np.concatenate([np.diff(p.sparse[k][1]) for p in parts])
+            off = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=off[1:])
+            sp[k] = (vals, off)
+        return SideArrays(np.concatenate([p.dense for p in parts]), sp)
+
+
+def _t(a: np.ndarray) -> torch.Tensor:
+    if not a.flags.writeable or not a.flags.c_contiguous:
+        a = np.array(a, copy=True, order="C")
+    return torch.from_numpy(a)
+
+
+def broadcast_batch(req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                    sparse: Sequence[str]) -> Batch:
+    """The full ``[N]``-row batch: request inputs gathered by ``owner`` (each row's request).
+
+    ``dense`` lists the model's dense inputs in order as ``(side, column in that side)``;
+    sparse features are looked up in ``rows`` first, then in ``req``.
+    """
+    n = len(owner)
+    cols = [(req.dense[owner, j] if side == "request" else rows.dense[:, j]) for side, j in dense]
+    d = np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((n, 0), dtype=np.float32)
+    sp = {}
+    for f in sparse:
+        v, o = rows.sparse[f] if f in rows.sparse else _ragged_take(*req.sparse[f], owner)
+        sp[f] = (_t(v), _t(o[:-1]))
+    return Batch(_t(d), torch.zeros(n), sp)
+
+
+def _pool(coll, looked, offsets: np.ndarray, dev: torch.device) -> torch.Tensor:
+    return coll.pool(looked, _t(offsets[:-1]).to(dev))
+
+
+def _wide_deep(model: WideAndDeep, req: SideArrays, rows: SideArrays, owner: np.ndarray,
+               dense: Sequence[tuple[str, int]], sparse: Sequence[str]) -> torch.Tensor:
+    dev = model.wide_dense.weight.device
+    own = _t(owner).to(dev)
+    side_sparse = {f: (req.sparse[f] if f not in rows.sparse else rows.sparse[f]) for f in model.sparse_features}
+    is_req = {f: f not in rows.sparse for f in model.sparse_features}
+    lookup_in = {f: (_t(v).to(dev), _t(o[:-1]).to(dev)) for f, (v, o) in side_sparse.items()}
+    wl = model.wide.lookup(lookup_in)
+    dl = model.deep_emb.lookup(lookup_in)
+    xr, xi = _t(req.dense).to(dev), _t(rows.dense).to(dev)
+    r_idx = [k for k, (s, _) in enumerate(dense) if s == "request"]
+    i_idx = [k for k, (s, _) in enumerate(dense) if s != "request"]
+    r_src = [j for s, j in dense if s == "request"]
+    i_src = [j for s, j in dense if s != "request"]
+    w = model.wide_dense.weight  # [1, d]
+    wide_r = xr[:, r_src] @ w[:, r_idx].T  # [R, 1]
+    wide_i = xi[:, i_src] @ w[:, i_idx].T + model.wide_dense.bias  # [N, 1]
+    first = model.deep[0]
+    nd = len(dense)
+    e_dim = model.deep_emb.dim
+    r_cols, i_cols, r_parts, i_parts = list(r_idx), list(i_idx), [xr[:, r_src]], [xi[:, i_src]]
+    for k, f in enumerate(model.sparse_features):
+        cols = list(range(nd + k * e_dim, nd + (k + 1) * e_dim))
+        wf = _pool(model.wide, wl[f], side_sparse[f][1], dev)
+        ef = _pool(model.deep_emb, dl[f], side_sparse[f][1], dev)
+        if is_req[f]:
+            wide_r = wide_r + wf
+            r_cols += cols
+            r_parts.append(ef)
+        else:
+            wide_i = wide_i + wf
+            i_cols += cols
+            i_parts.append(ef)
+    h_r = torch.cat(r_parts, dim=1) @ first.weight[:, r_cols].T  # once per request
+    h_i = torch.cat(i_parts, dim=1) @ first.weight[:, i_cols].T + first.bias
+    h = h_i + h_r.index_select(0, own)
+    deep = model.deep[1:](h).squeeze(1)
+    return (wide_i + wide_r.index_select(0, own)).squeeze(1) + deep
+
+
+def supports_split(model: CTRModel) -> bool:
+    """Whether :func:`split_forward` computes the request side once for this model type."""
+    return isinstance(model, WideAndDeep)
+
+
+@torch.no_grad()
+def split_forward(model: CTRModel, req: SideArrays, rows: SideArrays, owner: np.ndarray,
+                  dense: Sequence[tuple[str, int]], sparse: Sequence[str]) -> torch.Tensor:
+    """Logits ``[N]`` of ``N`` rows whose request-side inputs are row ``owner[i]`` of ``req``.
+
+    ``dense`` / ``sparse`` as in :func:`broadcast_batch`.
+    """
+    if supports_split(model):
+        return _wide_deep(model, req, rows, owner, dense, sparse)
+    return model(broadcast_batch(req, rows, owner, dense, sparse))
