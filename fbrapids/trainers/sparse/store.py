@@ -241,10 +241,24 @@ class TieredEmbeddingStore:
                 self._counts["new_rows"] += int(new.sum())
         return rows, dirty
 
-    def _victims(self, owner: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
-        key = (self._freq if self.config.eviction == "lfu" else self._last)[owner[candidates]]
+    def _victims(self, owner: np.ndarray, candidates: np.ndarray, k: int, need: int) -> np.ndarray:
+        """About ``k`` (at least ``need``) least recently / least frequently used candidates.
+
+        The cut-off is the k-th smallest key of a fixed strided sample of the candidates, so
+        a large tier is not fully partitioned on every eviction; exact when few candidates.
+        """
         if k >= len(candidates):
             return candidates
+        key = (self._freq if self.config.eviction == "lfu" else self._last)[owner[candidates]]
+        n = len(candidates)
+        if n > 16384:
+            sample = key[:: n // 4096]
+            j = min(len(sample) - 1, int(len(sample) * k / n))
+            sel = np.flatnonzero(key <= np.partition(sample, j)[j])
+            if need <= len(sel) <= 2 * k:
+                return candidates[sel]
+            if len(sel) > 2 * k:  # many ties at the cut-off: the exact k among them
+                return candidates[sel[np.argpartition(key[sel], k - 1)[:k]]]
         return candidates[np.argpartition(key, k - 1)[:k]]
 
     def _write_ssd(self, g: np.ndarray, rows: np.ndarray) -> None:
@@ -271,7 +285,7 @@ class TieredEmbeddingStore:
                     wb = dirty
                     self._write_ssd(g[wb], rows[wb])
                     return
-                vic = self._victims(hm.owner, used, kk)
+                vic = self._victims(hm.owner, used, kk, need)
                 vg = hm.owner[vic]
                 wb = hm.dirty[vic]
                 if wb.any():
@@ -298,7 +312,7 @@ class TieredEmbeddingStore:
                     f"and prefetched batches pin {cm.used - len(cand)} rows and {m} more are needed"
                 )
             k = min(max(need, int(cm.capacity * self.config.evict_fraction)), len(cand))
-            vic = self._victims(cm.owner, cand, k)
+            vic = self._victims(cm.owner, cand, k, need)
             vg = cm.owner[vic]
             vt = torch.from_numpy(vic).to(self.device)
             rows = self._cache.index_select(0, vt).cpu().numpy()
