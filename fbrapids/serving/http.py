@@ -65,7 +65,7 @@ def create_app(scorer: Scorer) -> FastAPI:
         try:
             return [p.astype(float).tolist() for p in scorer.score_batch(entries)]
         except (ValueError, KeyError, TypeError) as exc:  # bad records: the client's fault
-            raise HTTPException(400, str(exc).strip("'\"")) from None
+            raise HTTPException(400, str(exc.args[0]) if exc.args else repr(exc)) from None
 
     @app.post("/score")
     def score(body: ScoreRequest) -> dict[str, Any]:

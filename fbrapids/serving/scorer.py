@@ -91,6 +91,8 @@ class Scorer:
         pair_cols = set().union(*[columns_of(e) for e in spec.pair_features.values()])
         self._pair_item_columns = [c for c in spec.item_columns if c in pair_cols]
         self._pair_request_columns = [c for c in spec.request_columns if c in pair_cols]
+        self._owner_all = np.zeros(0, dtype=np.int64)
+        self._starts = np.zeros(2, dtype=np.int64)
         self.stats: dict[str, int] = dict.fromkeys(
             ("requests", "items", "unique_items", "item_cache_hits", "item_cache_misses", "items_extracted",
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced"), 0)
@@ -114,18 +116,26 @@ class Scorer:
         klist = keys.tolist()
         if self._cache is None or len(klist) > self._cache.capacity:
             self.stats["item_cache_misses"] += len(klist)
-            frame = records_to_frame([records[i] for i in first], spec.schema, spec.item_columns, "item")
+            frame = records_to_frame([records[i] for i in first], spec.schema, spec.item_columns,
+                                     lambda i: self._item_label(first[i]))
             return self._arrays(frame, spec.item_features, dense, sparse, "items_extracted")
         slots = self._cache.lookup(klist)
         miss = np.flatnonzero(slots < 0)
         self.stats["item_cache_hits"] += len(klist) - len(miss)
         self.stats["item_cache_misses"] += len(miss)
         if len(miss):
-            frame = records_to_frame([records[first[i]] for i in miss.tolist()], spec.schema, spec.item_columns,
-                                     "item")
+            at = first[miss]
+            frame = records_to_frame([records[g] for g in at.tolist()], spec.schema, spec.item_columns,
+                                     lambda i: self._item_label(at[i]))
             fresh = self._arrays(frame, spec.item_features, dense, sparse, "items_extracted")
             slots[miss] = self._cache.put([klist[i] for i in miss.tolist()], fresh)
         return self._cache.gather(slots)
+
+    def _item_label(self, g: int) -> str:
+        """``"item j"`` (or ``"request r item j"`` in a batch) of the call's g-th item record."""
+        r = int(self._owner_all[g])
+        j = int(g - self._starts[r])
+        return f"item {j}" if len(self._starts) == 2 else f"request {r} item {j}"
 
     def clear_cache(self) -> None:
         """Forget every cached item's features."""
@@ -179,7 +189,9 @@ class Scorer:
         owner_all = np.repeat(np.arange(len(entries)), [len(items) for _, items in entries])
         if not records:
             return np.zeros(0, dtype=np.float32)
-        key_col = records_to_frame(records, spec.schema, [spec.item_key], "item")[spec.item_key].to_numpy()
+        self._owner_all = owner_all
+        self._starts = np.concatenate([[0], np.cumsum([len(items) for _, items in entries])])
+        key_col = records_to_frame(records, spec.schema, [spec.item_key], self._item_label)[spec.item_key].to_numpy()
         item_of, keys = pd.factorize(key_col, sort=False)
         first = np.full(len(keys), -1, dtype=np.int64)
         first[item_of[::-1]] = np.arange(len(records))[::-1]
@@ -189,8 +201,9 @@ class Scorer:
         p_owner, p_item = pairs // len(keys), pairs % len(keys)
         rows = items.take(p_item) if len(pairs) != len(keys) or (p_item != np.arange(len(keys))).any() else items
         if spec.pair_features or self._dense_of["pair"] or self._sparse_of["pair"]:
-            frame = records_to_frame([records[first[i]] for i in p_item.tolist()], spec.schema,
-                                     self._pair_item_columns, "item")
+            at = first[p_item]
+            frame = records_to_frame([records[g] for g in at.tolist()], spec.schema, self._pair_item_columns,
+                                     lambda i: self._item_label(at[i]))
             for c in self._pair_request_columns:
                 frame[c] = req_frame[c].to_numpy()[p_owner] if spec.schema[c] != "str" else \
                     req_frame[c].take(p_owner).reset_index(drop=True)
@@ -210,10 +223,9 @@ class Scorer:
                     if isinstance(it, Mapping) else it for it in items]
             if not rows:
                 continue
-            for c in spec.request_columns:
-                if c not in request:
-                    raise ValueError(f"request {i}: missing column {c!r}")
-            frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], "item")
+            records_to_frame([request], spec.schema, spec.request_columns, lambda _, i=i: f"request {i}")
+            name = (lambda j: f"item {j}") if len(entries) == 1 else (lambda j, i=i: f"request {i} item {j}")
+            frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], name)
             arr = self._arrays(frame, spec.features, list(spec.dense), list(spec.sparse), "pairs_extracted")
             self.stats["rows_scored"] += len(frame)
             logits = self.model(_batch(arr))

@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -96,43 +96,48 @@ class ServingSpec:
         raise ValueError(f"ServingSpec: model input {column!r} is neither a feature nor a raw column")
 
 
-def _column(values: list[Any], name: str, kind: str, what: str) -> pd.Series:
+def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str]) -> pd.Series:
     if kind in ("int64", "uint64"):
         for i, v in enumerate(values):
             if type(v) is not int:
                 got = "null" if v is None else repr(v)
-                raise ValueError(f"{what} {i}: column {name!r} must be an integer ({kind}), got {got}")
+                raise ValueError(f"{what(i)}: column {name!r} must be an integer ({kind}), got {got}")
         try:
             return pd.Series(np.asarray(values, dtype=np.dtype(kind)), name=name)
         except OverflowError as exc:
-            raise ValueError(f"{what}: column {name!r} holds a value out of the {kind} range") from exc
+            raise ValueError(f"column {name!r} holds a value out of the {kind} range") from exc
     if kind == "float64":
         for i, v in enumerate(values):
             if v is not None and (type(v) not in (int, float)):
-                raise ValueError(f"{what} {i}: column {name!r} must be a number, got {v!r}")
+                raise ValueError(f"{what(i)}: column {name!r} must be a number, got {v!r}")
         return pd.Series(np.asarray([np.nan if v is None else v for v in values], dtype=np.float64), name=name)
     for i, v in enumerate(values):
         if v is not None and type(v) is not str:
-            raise ValueError(f"{what} {i}: column {name!r} must be a string or null, got {v!r}")
+            raise ValueError(f"{what(i)}: column {name!r} must be a string or null, got {v!r}")
     return pd.Series(pa.array(values, type=pa.large_string()).to_pandas(), name=name)
 
 
 def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
-                     what: str) -> pd.DataFrame:
+                     what: str | Callable[[int], str]) -> pd.DataFrame:
     """A pandas frame of ``columns`` typed by ``schema`` from JSON-like ``records``.
 
-    ``what`` names a record in errors (``"item"``, ``"request"``).  Raises ``ValueError``
-    naming the record and column for a non-mapping record, a missing key, or a bad value.
+    ``what`` names a record in errors: a word (``"item"`` gives ``"item 3"``) or a function
+    of the record's position (for records picked out of a larger request).  Raises
+    ``ValueError`` naming the record and column for a non-mapping record, a missing key,
+    or a bad value.
     """
+    if isinstance(what, str):
+        word = what
+        what = lambda i: f"{word} {i}"  # noqa: E731
     data = {}
     for i, r in enumerate(records):
         if type(r) is not dict and not isinstance(r, Mapping):
-            raise ValueError(f"{what} {i}: expected an object of columns, got {type(r).__name__}")
+            raise ValueError(f"{what(i)}: expected an object of columns, got {type(r).__name__}")
     for c in columns:
         try:
             values = [r[c] for r in records]
         except KeyError:
             i = next(i for i, r in enumerate(records) if c not in r)
-            raise ValueError(f"{what} {i}: missing column {c!r}") from None
+            raise ValueError(f"{what(i)}: missing column {c!r}") from None
         data[c] = _column(values, c, schema[c], what)
     return pd.DataFrame(data)

@@ -1,0 +1,173 @@
+"""Serving: scores equal the training-side model's on the same rows; request features
+once per request, item features once per item (cached); fused extraction; bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import fbrapids  # noqa: F401
+from fbrapids.kernels.extract import plan_for
+from fbrapids.serving import Scorer, export_model, load_scorer
+from fbrapids.serving.example import request_records, train_example
+from fbrapids.trainers import DeepFM, StoreConfig, fit
+
+
+@pytest.fixture(scope="module")
+def trained():
+    torch.set_num_threads(1)
+    return train_example(rows=1500, seed=0)
+
+
+def training_side_scores(model, spec, request: dict, items: list[dict]) -> np.ndarray:
+    """What the training code computes: full rows, one extract, stream, model.predict."""
+    rows = pd.DataFrame([{**request, **it, "click": 0} for it in items])
+    for c, t in spec.schema.items():
+        if t == "str":
+            rows[c] = rows[c].astype("str")
+    ext = rows.fbx.extract(**spec.features)
+    batch = next(iter(ext.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=len(rows))))
+    with torch.no_grad():
+        return model.eval().predict(batch).numpy()
+
+
+def test_scores_equal_training_side(trained) -> None:
+    model, spec, _, (users, ads, _) = trained
+    on, off = Scorer(model, spec), Scorer(model, spec, dedup=False)
+    for seed, n in ((1, 5), (2, 300)):
+        req, items = request_records(users, ads, n, seed=seed)
+        items = items + items[:3]  # repeated candidates
+        ref = training_side_scores(model, spec, req, items)
+        np.testing.assert_allclose(on.score(req, items), ref, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(off.score(req, items), ref, atol=1e-7, rtol=0)
+    assert len(np.unique(ref)) > 10  # the scores are not all the same
+
+
+def test_request_once_items_once_with_cache(trained) -> None:
+    model, spec, _, (users, ads, _) = trained
+    s = Scorer(model, spec)
+    req, items = request_records(users, ads, 200, seed=5)
+    unique = len({it["ad_id"] for it in items})
+    first = s.score(req, items)
+    assert s.stats["requests_extracted"] == 1 and s.stats["items_extracted"] == unique
+    assert s.stats["item_cache_misses"] == unique and s.stats["item_cache_hits"] == 0
+    assert s.stats["pairs_extracted"] == unique  # the cross feature: once per unique pair
+    req2, _ = request_records(users, ads, 1, seed=6)
+    second = s.score(req2, items)
+    assert s.stats["requests_extracted"] == 2 and s.stats["items_extracted"] == unique  # all from the cache
+    assert s.stats["item_cache_hits"] == unique
+    np.testing.assert_allclose(second, training_side_scores(model, spec, req2, items), atol=1e-6, rtol=0)
+    assert not np.allclose(first, second)
+
+    # launches: one per plan layer per extraction; independent hash buckets share one layer
+    frame = pd.DataFrame(items).astype({"title": "str"})
+    item_plan = plan_for(frame, spec.item_features)
+    hb_layers = {layer.index for layer in item_plan.layers for nid in layer.nodes
+                 if item_plan.nodes[nid].op.name == "hash_bucket"}
+    assert len(hb_layers) == 1 and item_plan.num_ops > len(item_plan.layers)
+    s2 = Scorer(model, spec, cache_items=0)
+    s2.score(req, items)
+    rframe = pd.DataFrame([req]).astype({c: "str" for c in ("gender", "query", "history")})
+    pframe = pd.DataFrame([{**req, **it} for it in items])
+    expected = (len(plan_for(rframe, spec.request_features).layers) + len(item_plan.layers)
+                + len(plan_for(pframe, spec.pair_features).layers))
+    assert s2.stats["kernel_launches"] == expected
+
+
+def test_score_batch_dedups_across_requests(trained) -> None:
+    model, spec, _, (users, ads, _) = trained
+    s = Scorer(model, spec)
+    entries = [dict(zip(("request", "items"), request_records(users, ads, 50, seed=k))) for k in range(3)]
+    entries[2]["items"] = entries[0]["items"][:20] + entries[1]["items"][:10]
+    got = s.score_batch(entries)
+    assert s.stats["requests_extracted"] == 3
+    assert s.stats["items_extracted"] == len({it["ad_id"] for e in entries for it in e["items"]})
+    for e, g in zip(entries, got):
+        np.testing.assert_allclose(g, training_side_scores(model, spec, e["request"], e["items"]), atol=1e-6)
+    assert s.score_batch([]) == []
+    assert s.score(entries[0]["request"], []).shape == (0,)
+
+
+def test_small_cache_evicts_and_scores_stay_equal(trained) -> None:
+    model, spec, _, (users, ads, _) = trained
+    small, none = Scorer(model, spec, cache_items=60), Scorer(model, spec, cache_items=0)
+    for k in range(6):
+        req, items = request_records(users, ads, 40, seed=100 + k)
+        np.testing.assert_allclose(small.score(req, items), none.score(req, items), atol=1e-7, rtol=0)
+    assert small._cache.stats["evictions"] > 0 and len(small._cache) <= 60
+    req, items = request_records(users, ads, 100, seed=200)  # more unique items than the cache holds
+    np.testing.assert_allclose(small.score(req, items), none.score(req, items), atol=1e-7, rtol=0)
+
+
+def test_export_load_round_trip(trained, tmp_path) -> None:
+    model, spec, kwargs, (users, ads, frame) = trained
+    export_model(tmp_path / "exp", model, spec, kwargs, sample=frame.head(50))
+    assert "kernel launch" in (tmp_path / "exp" / "plan.txt").read_text()
+    loaded = load_scorer(tmp_path / "exp")
+    req, items = request_records(users, ads, 64, seed=9)
+    np.testing.assert_array_equal(loaded.score(req, items), Scorer(model, spec).score(req, items))
+    with pytest.raises(FileNotFoundError, match="not a serving export"):
+        load_scorer(tmp_path)
+
+
+def test_non_split_model_broadcast_path(trained) -> None:
+    _, spec, _, (users, ads, frame) = trained
+    torch.manual_seed(0)
+    m = DeepFM(len(spec.dense), spec.sparse, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=1 << 14))
+    fit(m, frame.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256), progress=False)
+    req, items = request_records(users, ads, 100, seed=4)
+    np.testing.assert_allclose(Scorer(m, spec).score(req, items), training_side_scores(m, spec, req, items),
+                               atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda r, it: it[3].pop("price"), "item 3: missing column 'price'"),
+    (lambda r, it: it[1].update(price="abc"), "item 1: column 'price' must be a number, got 'abc'"),
+    (lambda r, it: it[2].update(ad_id=None), "item 2: column 'ad_id' must be an integer (int64), got null"),
+    (lambda r, it: it[0].update(ad_id=1.5), "column 'ad_id' must be an integer (int64), got 1.5"),
+    (lambda r, it: r.pop("user_id"), "request 0: missing column 'user_id'"),
+    (lambda r, it: r.update(query=7), "request 0: column 'query' must be a string or null, got 7"),
+    (lambda r, it: it.__setitem__(4, "x"), "item 4: expected an object of columns"),
+])
+def test_bad_requests_raise_clear_errors(trained, mutate, message) -> None:
+    model, spec, _, (users, ads, _) = trained
+    s = Scorer(model, spec)
+    req, items = request_records(users, ads, 8, seed=1)
+    mutate(req, items)
+    with pytest.raises(ValueError) as err:
+        s.score(req, items)
+    assert message in str(err.value)
+    good_req, good_items = request_records(users, ads, 8, seed=1)
+    assert s.score(good_req, good_items).shape == (8,)  # still serving
+
+
+def test_structural_errors_and_limits(trained) -> None:
+    model, spec, _, (users, ads, _) = trained
+    s = Scorer(model, spec, max_items=10)
+    req, items = request_records(users, ads, 11, seed=1)
+    with pytest.raises(ValueError, match="11 candidate items in one call, more than max_items=10"):
+        s.score(req, items)
+    with pytest.raises(ValueError, match="'items' must be a list"):
+        s.score_batch([{"request": req, "items": "nope"}])
+    with pytest.raises(ValueError, match="request 0: expected an object with 'request' and 'items'"):
+        s.score_batch([[1, 2]])
+    req["history"] = None  # a null string is a value: fill_null gives an empty history
+    assert np.isfinite(s.score(req, items[:3])).all()
+
+
+def test_errors_name_the_position_in_the_call(trained) -> None:
+    model, spec, _, (users, ads, _) = trained
+    s = Scorer(model, spec)
+    req, items = request_records(users, ads, 30, seed=12)
+    s.score(req, items[:10])  # items 0..9 are cached now; the bad one is among the misses
+    items = [dict(it) for it in items]
+    items[17]["title"] = 5
+    with pytest.raises(ValueError, match=r"^item 17: column 'title' must be a string or null, got 5$"):
+        s.score(req, items)
+    entries = [{"request": req, "items": items[:5]}, {"request": req, "items": items[10:20]}]
+    with pytest.raises(ValueError, match=r"^request 1 item 7: column 'title'"):
+        s.score_batch(entries)
+    with pytest.raises(ValueError, match=r"^request 1 item 7: column 'title'"):
+        Scorer(model, spec, dedup=False).score_batch(entries)
