@@ -138,7 +138,7 @@ def test_stream_over_dask_partitions_on_a_local_cluster_with_processes() -> None
     distributed = pytest.importorskip("distributed")
     sizes = [30, 0, 25, 41]
     ddf = _dask_frame(sizes)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cl, \
             distributed.Client(cl):
         s = ddf.fbx.stream(label="click", dense=["d0", "d1"], sparse=SPARSE, batch_size=16, group="user")
         got = list(s)
