@@ -237,6 +237,20 @@ def run_pipeline(
     Returns:
         A :class:`PipelineResult` (``render()`` is the demo's summary).
     """
+    import dask
+
+    # every compute of this run goes to ``client``, or to this process's threads: never to
+    # some other default client that happens to exist (kernel counters are read from there)
+    with dask.config.set(scheduler=client if client is not None else "threads"):
+        return _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
+                    work_dir, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
+                    checkpoint_every)
+
+
+def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,
+         embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
+         seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
+         extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None) -> PipelineResult:
     import torch
 
     from fbrapids.datagen import TS0, DAYS
