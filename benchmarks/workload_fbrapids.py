@@ -29,10 +29,8 @@ import pyarrow as pa
 import fbrapids  # noqa: F401  (registers .fbx)
 from fbrapids import ops
 from fbrapids.kernels.extract import compiled_plan, extract
+from fbrapids.workload import features
 
-B_ID, B_CAT, B_TOK, B_CROSS = 2**20, 2**16, 2**18, 2**20
-AGE_BOUNDS = [0, 18, 25, 35, 45, 55, 65]
-PRICE_BOUNDS = [0, 1, 2, 3, 4, 5, 6]
 OUTPUT_COLUMNS = (["instance_id", "click", "slot", "hour", "weekday", "user_id_h", "ad_id_h", "advertiser_h",
                    "category", "gender_h", "city_h", "os_h", "geo_city_h", "age_b", "price_b", "query_len",
                    "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h", "qxt_cross_h", "user_ad_h",
@@ -46,33 +44,9 @@ CLEAN_FEATURES = {
 
 
 def workload_features() -> dict[str, Any]:
-    """WORKLOAD.md section 5 as feature expressions (identical sub-expressions shared)."""
-    qt = ops.split("query", " ")
-    q_tok = ops.split("query", " ", buckets=B_TOK)
-    t_tok = ops.split("title", " ", buckets=B_TOK)
-    hour = ops.hour("ts")
-    return {
-        "hour": ops.cast(hour, "i8"),
-        "weekday": ops.cast(ops.weekday("ts"), "i8"),
-        "user_id_h": ops.hash_bucket("user_id", B_ID),
-        "ad_id_h": ops.hash_bucket("ad_id", B_ID),
-        "advertiser_h": ops.hash_bucket("advertiser_id", B_CAT),
-        "gender_h": ops.hash_bucket("gender", B_CAT),
-        "city_h": ops.hash_bucket("city", B_CAT),
-        "os_h": ops.hash_bucket("os", B_CAT),
-        "geo_city_h": ops.hash_bucket("geo_city", B_CAT),
-        "age_b": ops.cast(ops.bucketize("age", AGE_BOUNDS), "i8"),
-        "price_b": ops.cast(ops.bucketize(ops.log1p("price"), PRICE_BOUNDS), "i8"),
-        "query_len": ops.length(qt),
-        "query_tok_h": q_tok,
-        "query_bigram_h": ops.ngrams(qt, 2, " ", buckets=B_CROSS),
-        "title_tok_h": t_tok,
-        "interest_h": ops.split("interests", "|", buckets=B_CAT),
-        "qxt_cross_h": ops.cross(q_tok, t_tok, buckets=B_CROSS, cap=64),
-        "user_ad_h": ops.cross("user_id", "ad_id", buckets=B_CROSS),
-        "cat_city_h": ops.cross("category", "city", buckets=B_CROSS),
-        "hour_cat_h": ops.cross(hour, "category", buckets=B_CROSS),
-    }
+    """WORKLOAD.md section 5 as feature expressions (identical sub-expressions shared);
+    the one definition in :func:`fbrapids.workload.features`."""
+    return features()
 
 
 def _take(col: pd.Series, idx: np.ndarray, fill: Any) -> pd.Series:
