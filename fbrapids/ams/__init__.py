@@ -7,7 +7,9 @@ DICM, behaviour aggregators and partial warm-up.
 * :func:`sum_pool`, :func:`max_pool`, :class:`AttentivePooling`,
   :class:`MultiQueryAttentivePooling` - aggregators over behaviour sequences;
 * :class:`DICM` - the model; :func:`partial_warm_up` - warm start except id embeddings;
-* :func:`read_taobao`, :func:`taobao_image_store` - the Taobao sample with synthetic images.
+* :func:`read_taobao`, :func:`taobao_image_store` - the Taobao sample with synthetic images;
+* :class:`ShardedImageVectors`, :class:`DaskImageEmbedder` - vectors partitioned over a dask
+  cluster's workers and embedded where they live (``docs/ams-on-dask.md``).
 
 Example:
     >>> from fbrapids.ams import ImageEmbeddingMLP
@@ -16,12 +18,13 @@ Example:
 """
 
 from fbrapids.ams.dicm import DICM
+from fbrapids.ams.distributed import DaskImageEmbedder, ShardedImageVectors
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbedder, ImageEmbeddingMLP
 from fbrapids.ams.pooling import AttentivePooling, MultiQueryAttentivePooling, max_pool, segment_softmax, sum_pool
 from fbrapids.ams.taobao import read_taobao, taobao_image_store
 from fbrapids.ams.vectors import ImageVectorStore, synthetic_vectors
 from fbrapids.ams.warmup import WarmUpReport, partial_warm_up
 
-__all__ = ["DICM", "ImageBatchReport", "ImageEmbedder", "ImageEmbeddingMLP", "AttentivePooling",
+__all__ = ["DICM", "DaskImageEmbedder", "ShardedImageVectors", "ImageBatchReport", "ImageEmbedder", "ImageEmbeddingMLP", "AttentivePooling",
            "MultiQueryAttentivePooling", "max_pool", "sum_pool", "segment_softmax", "read_taobao",
            "taobao_image_store", "ImageVectorStore", "synthetic_vectors", "WarmUpReport", "partial_warm_up"]

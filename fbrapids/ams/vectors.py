@@ -114,6 +114,15 @@ class ImageVectorStore:
     def __len__(self) -> int:
         return len(self.index)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def nbytes(self) -> int:
         return int(self.vectors.shape[0]) * self.dim * 4

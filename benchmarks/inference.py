@@ -1,0 +1,127 @@
+"""Wide&Deep inference: latency and throughput per request of N candidate items, with and without dedup.
+
+One run trains the serving example's Wide&Deep (:mod:`fbrapids.serving.example`: requests
+are users with a query and a 20-60 word history, items are ads from a catalogue of
+``--ads``), then scores ``--requests`` requests at each of N = 64, 256, 1024, 4096 items per
+request (items drawn from the catalogue with a Zipf law, so popular ads recur across
+requests), through three scorers over the same model, interleaved request by request:
+
+* ``dedup_on``: request features extracted once per request, item features once per item
+  (LRU item cache over the catalogue), request side of the model once (split forward);
+* ``dedup_on_no_cache``: the same without the item cache (item features extracted for each
+  request's unique items);
+* ``dedup_off``: every (request, item) row materialised and every feature extracted for it,
+  then ``model(batch)`` (what scoring with the training-side code does).
+
+Latency is per ``Scorer.score`` call (JSON-like records in, probabilities out; feature
+extraction through the compiled meta-kernels included); p50 and p99 over the requests;
+throughput is items scored per second of scoring.  Warm-up requests (not measured) fill the
+item cache and compile the plans first.
+
+The last line printed is one JSON object::
+
+    {"benchmark": "inference", "device": "cpu", "torch_threads": T, "requests_per_size": R,
+     "sizes": {"64": {"dedup_on": {"p50_ms", "p99_ms", "mean_ms", "items_per_s"},
+                       "dedup_on_no_cache": {...}, "dedup_off": {...},
+                       "p50_speedup": dedup_off p50 / dedup_on p50,
+                       "throughput_ratio": dedup_on items/s / dedup_off items/s,
+                       "item_cache_hit_rate": hits / lookups of dedup_on at that size}, ...}}
+
+Usage:
+    python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
+    python benchmarks/inference.py --requests 100 --threads 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fbrapids.serving import Scorer  # noqa: E402
+from fbrapids.serving.example import train_example  # noqa: E402
+
+SIZES = (64, 256, 1024, 4096)
+MODES = ("dedup_on", "dedup_on_no_cache", "dedup_off")
+
+
+def _records(users, ads, n: int, rng: np.random.Generator, alpha: float) -> tuple[dict, list[dict]]:
+    ranks = (rng.zipf(alpha, n) - 1) % len(ads)
+    req = {k: (v.item() if hasattr(v, "item") else v) for k, v in users.iloc[int(rng.integers(len(users)))].items()}
+    cols = {c: ads[c].to_numpy() for c in ads.columns}
+    items = [{c: (cols[c][r].item() if hasattr(cols[c][r], "item") else cols[c][r]) for c in cols} for r in ranks]
+    return req, items
+
+
+def _summary(lat: list[float], items: int) -> dict[str, float]:
+    a = np.asarray(lat)
+    return {"p50_ms": round(float(np.percentile(a, 50)) * 1e3, 3), "p99_ms": round(float(np.percentile(a, 99)) * 1e3, 3),
+            "mean_ms": round(float(a.mean()) * 1e3, 3), "items_per_s": round(items * len(a) / float(a.sum()), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=40, help="measured requests per size and mode")
+    ap.add_argument("--warmup", type=int, default=5, help="unmeasured requests per size and mode first")
+    ap.add_argument("--ads", type=int, default=20000, help="catalogue size")
+    ap.add_argument("--users", type=int, default=2000)
+    ap.add_argument("--train-rows", type=int, default=20000)
+    ap.add_argument("--alpha", type=float, default=1.2, help="Zipf exponent of item popularity")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+
+    t0 = time.perf_counter()
+    model, spec, _, (users, ads, _) = train_example(rows=args.train_rows, seed=args.seed, n_users=args.users,
+                                                    n_ads=args.ads)
+    print(f"trained the example Wide&Deep on {args.train_rows} rows in {time.perf_counter() - t0:.1f}s; "
+          f"catalogue {args.ads} ads, {args.users} users")
+    scorers = {"dedup_on": Scorer(model, spec, cache_items=max(args.ads, 1)),
+               "dedup_on_no_cache": Scorer(model, spec, cache_items=0),
+               "dedup_off": Scorer(model, spec, dedup=False)}
+    rng = np.random.default_rng(args.seed + 1)
+    out: dict[str, dict] = {}
+    print(f"{'items':>6} {'mode':>18} {'p50 ms':>9} {'p99 ms':>9} {'items/s':>11}")
+    for n in SIZES:
+        lat: dict[str, list[float]] = {m: [] for m in MODES}
+        st = scorers["dedup_on"]._cache.stats if scorers["dedup_on"]._cache is not None else {}
+        hits0, miss0 = st.get("hits", 0), st.get("misses", 0)
+        for k in range(args.warmup + args.requests):
+            req, items = _records(users, ads, n, rng, args.alpha)
+            order = MODES if k % 2 == 0 else MODES[::-1]
+            for m in order:
+                t = time.perf_counter()
+                scorers[m].score(req, items)
+                if k >= args.warmup:
+                    lat[m].append(time.perf_counter() - t)
+            if k == args.warmup - 1:
+                hits0, miss0 = st.get("hits", 0), st.get("misses", 0)
+        res = {m: _summary(lat[m], n) for m in MODES}
+        res["p50_speedup"] = round(res["dedup_off"]["p50_ms"] / res["dedup_on"]["p50_ms"], 3)
+        res["throughput_ratio"] = round(res["dedup_on"]["items_per_s"] / res["dedup_off"]["items_per_s"], 3)
+        looked = st.get("hits", 0) - hits0 + st.get("misses", 0) - miss0
+        res["item_cache_hit_rate"] = round((st.get("hits", 0) - hits0) / looked, 4) if looked else None
+        out[str(n)] = res
+        for m in MODES:
+            r = res[m]
+            print(f"{n:>6} {m:>18} {r['p50_ms']:>9.2f} {r['p99_ms']:>9.2f} {r['items_per_s']:>11.0f}")
+        print(f"{n:>6} {'dedup_on vs off':>18}   p50 speedup x{res['p50_speedup']}, throughput x{res['throughput_ratio']}, "
+              f"item cache hit rate {res['item_cache_hit_rate']}")
+    print(json.dumps({"benchmark": "inference", "device": "cpu", "torch_threads": args.threads,
+                      "requests_per_size": args.requests, "catalogue": args.ads, "zipf_alpha": args.alpha,
+                      "sizes": out}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
