@@ -63,7 +63,8 @@ def _records(users, ads, n: int, rng: np.random.Generator, alpha: float) -> tupl
 
 def _summary(lat: list[float], items: int) -> dict[str, float]:
     a = np.asarray(lat)
-    return {"p50_ms": round(float(np.percentile(a, 50)) * 1e3, 3), "p99_ms": round(float(np.percentile(a, 99)) * 1e3, 3),
+    return {"p50_ms": round(float(np.percentile(a, 50)) * 1e3, 3),
+            "p99_ms": round(float(np.percentile(a, 99)) * 1e3, 3),
             "mean_ms": round(float(a.mean()) * 1e3, 3), "items_per_s": round(items * len(a) / float(a.sum()), 1)}
 
 
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in MODES:
             r = res[m]
             print(f"{n:>6} {m:>18} {r['p50_ms']:>9.2f} {r['p99_ms']:>9.2f} {r['items_per_s']:>11.0f}")
-        print(f"{n:>6} {'dedup_on vs off':>18}   p50 speedup x{res['p50_speedup']}, throughput x{res['throughput_ratio']}, "
+        print(f"{n:>6} {'dedup_on vs off':>18}   p50 speedup x{res['p50_speedup']}, "
+              f"throughput x{res['throughput_ratio']}, "
               f"item cache hit rate {res['item_cache_hit_rate']}")
     print(json.dumps({"benchmark": "inference", "device": "cpu", "torch_threads": args.threads,
                       "requests_per_size": args.requests, "catalogue": args.ads, "zipf_alpha": args.alpha,

@@ -13,7 +13,7 @@ import fbrapids  # noqa: F401
 from fbrapids.ams import (DICM, AttentivePooling, ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore,
                           MultiQueryAttentivePooling, max_pool, partial_warm_up, segment_softmax, sum_pool,
                           synthetic_vectors)
-from fbrapids.trainers import StoreConfig, fit, save_checkpoint
+from fbrapids.trainers import StoreConfig, fit
 
 LIST = pd.ArrowDtype(pa.list_(pa.int64()))
 

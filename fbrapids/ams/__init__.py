@@ -25,6 +25,7 @@ from fbrapids.ams.taobao import read_taobao, taobao_image_store
 from fbrapids.ams.vectors import ImageVectorStore, synthetic_vectors
 from fbrapids.ams.warmup import WarmUpReport, partial_warm_up
 
-__all__ = ["DICM", "DaskImageEmbedder", "ShardedImageVectors", "ImageBatchReport", "ImageEmbedder", "ImageEmbeddingMLP", "AttentivePooling",
+__all__ = ["DICM", "DaskImageEmbedder", "ShardedImageVectors", "ImageBatchReport", "ImageEmbedder",
+           "ImageEmbeddingMLP", "AttentivePooling",
            "MultiQueryAttentivePooling", "max_pool", "sum_pool", "segment_softmax", "read_taobao",
            "taobao_image_store", "ImageVectorStore", "synthetic_vectors", "WarmUpReport", "partial_warm_up"]

@@ -126,5 +126,6 @@ class MultiQueryAttentivePooling(nn.Module):
     def forward(self, queries: Sequence[torch.Tensor], keys: torch.Tensor, segments: torch.Tensor,
                 values: torch.Tensor | None = None) -> torch.Tensor:
         if len(queries) != len(self.channels):
-            raise ValueError(f"MultiQueryAttentivePooling has {len(self.channels)} channels, got {len(queries)} queries")
+            raise ValueError(f"MultiQueryAttentivePooling has {len(self.channels)} channels, "
+                             f"got {len(queries)} queries")
         return torch.cat([ch(q, keys, segments, values) for ch, q in zip(self.channels, queries)], dim=1)

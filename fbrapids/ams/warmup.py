@@ -15,7 +15,8 @@ id embeddings re-initialised:
 
 Example:
     >>> from torch import nn
-    >>> old = nn.Sequential(nn.Embedding(5, 2), nn.Linear(2, 1)); new = nn.Sequential(nn.Embedding(5, 2), nn.Linear(2, 1))
+    >>> old = nn.Sequential(nn.Embedding(5, 2), nn.Linear(2, 1))
+    >>> new = nn.Sequential(nn.Embedding(5, 2), nn.Linear(2, 1))
     >>> rep = partial_warm_up(new, old)
     >>> rep.loaded, rep.reinitialised
     (['1.bias', '1.weight'], ['0.weight'])

@@ -30,7 +30,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fbrapids.trainers.batch import Batch, _ragged_take
 from fbrapids.trainers.models import WideAndDeep

@@ -32,7 +32,8 @@ Example:
     ...                    item_features={"a": ops.hash_bucket("ad_id", 1000)}, dense=["price"], sparse=["u", "a"])
     >>> model = WideAndDeep(1, ["u", "a"], embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=64))
     >>> s = Scorer(model, spec)
-    >>> p = s.score({"user_id": 3}, [{"ad_id": 1, "price": 2.0}, {"ad_id": 2, "price": 1.0}, {"ad_id": 1, "price": 2.0}])
+    >>> items = [{"ad_id": 1, "price": 2.0}, {"ad_id": 2, "price": 1.0}, {"ad_id": 1, "price": 2.0}]
+    >>> p = s.score({"user_id": 3}, items)
     >>> p.shape, bool(p[0] == p[2]), s.stats["items_extracted"], s.stats["unique_items"]
     ((3,), True, 2, 2)
 """
