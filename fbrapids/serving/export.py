@@ -3,7 +3,10 @@
 An export directory holds:
 
 * ``serving.json``: the model class (``module:QualName``) and its constructor arguments
-  (a :class:`~fbrapids.trainers.sparse.StoreConfig` is written as ``{"StoreConfig": {...}}``);
+  (a :class:`~fbrapids.trainers.sparse.StoreConfig` is written as ``{"StoreConfig": {...}}``;
+  an :class:`~fbrapids.ams.ImageEmbedder` (DICM's images) as its sub-model sizes and the
+  path of its vector store: a disk store is referenced where it is, a RAM store is written
+  to ``images/`` in the export; the sub-model's weights are in the checkpoint);
 * ``spec.pkl``: the :class:`~fbrapids.serving.spec.ServingSpec` (feature expressions,
   schema, model inputs), pickled, and ``plan.txt``, its human-readable explanation;
 * ``model/``: a ``fit`` checkpoint (dense weights and every embedding table).
@@ -37,7 +40,9 @@ import pickle
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
+import torch
 
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.trainers.fit import load_checkpoint, save_checkpoint
@@ -47,13 +52,22 @@ from fbrapids.trainers.sparse import StoreConfig
 FORMAT = 1
 
 
-def _encode(v: Any) -> Any:
+def _encode(v: Any, d: Path) -> Any:
+    from fbrapids.ams.embedding import ImageEmbedder
+
     if isinstance(v, StoreConfig):
         return {"StoreConfig": v.to_dict()}
+    if isinstance(v, ImageEmbedder):
+        store = v.store
+        if store.path is None:  # a RAM store: written into the export
+            store = store.save(d / "images")
+        return {"ImageEmbedder": {"vectors": str(Path(store.path).resolve()), "sizes": list(v.model.sizes),
+                                  "final_prelu": isinstance(v.model.net[-1], torch.nn.PReLU), "dedup": v.dedup,
+                                  "default": store.default.tolist()}}
     if isinstance(v, Mapping):
-        return {str(k): _encode(x) for k, x in v.items()}
+        return {str(k): _encode(x, d) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_encode(x) for x in v]
+        return [_encode(x, d) for x in v]
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     raise TypeError(f"export_model: model argument of type {type(v).__name__} cannot be written as JSON")
@@ -63,6 +77,12 @@ def _decode(v: Any, keep_ssd: bool) -> Any:
     if isinstance(v, dict) and set(v) == {"StoreConfig"}:
         cfg = StoreConfig(**v["StoreConfig"])
         return cfg if keep_ssd else cfg.with_(host_rows=None, ssd_dir=None)
+    if isinstance(v, dict) and set(v) == {"ImageEmbedder"}:
+        from fbrapids.ams import ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore
+
+        e = v["ImageEmbedder"]
+        store = ImageVectorStore.open(e["vectors"], default=np.asarray(e["default"], dtype=np.float32))
+        return ImageEmbedder(store, ImageEmbeddingMLP(e["sizes"], final_prelu=e["final_prelu"]), dedup=e["dedup"])
     if isinstance(v, dict):
         return {k: _decode(x, keep_ssd) for k, x in v.items()}
     if isinstance(v, list):
@@ -81,7 +101,7 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
     d.mkdir(parents=True, exist_ok=True)
     cls = type(model)
     meta = {"format": FORMAT, "model_class": f"{cls.__module__}:{cls.__qualname__}",
-            "model_kwargs": _encode(dict(model_kwargs))}
+            "model_kwargs": _encode(dict(model_kwargs), d)}
     save_checkpoint(model, None, d / "model", step=0, keep=1)
     (d / "spec.pkl").write_bytes(pickle.dumps(spec))
     lines = [f"request features: {', '.join(spec.request_features) or '-'}",

@@ -8,6 +8,8 @@ Endpoints:
   ``{"scores": [[...], ...]}``;
 * ``GET /health`` -> ``{"status": "ok", "stats": {...}}`` (the scorer's counters).
 
+Run it with ``python -m fbrapids.serving.http EXPORT_DIR --port 8000`` (or :func:`serve`).
+
 Malformed input never crashes the service: a body that is not JSON or not of the shape
 above is answered 422 by FastAPI's validation (with its ``detail``); a record with a missing
 column or a value of the wrong type is answered 400 with ``{"detail": "item 3: column
@@ -90,3 +92,22 @@ def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 80
     from fbrapids.serving.export import load_scorer
 
     uvicorn.run(create_app(load_scorer(export_dir, **scorer_options)), host=host, port=port, log_level="info")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fbrapids.serving.http EXPORT_DIR [--host H] [--port P] [--cache-items N]``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="serve an fbrapids export over HTTP")
+    ap.add_argument("export_dir")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--cache-items", type=int, default=100_000)
+    ap.add_argument("--max-items", type=int, default=100_000)
+    args = ap.parse_args(argv)
+    serve(args.export_dir, args.host, args.port, cache_items=args.cache_items, max_items=args.max_items)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -18,7 +18,9 @@ is materialised in full and every feature extracted for every row, then ``model(
 
 Items are identified by ``item_key``: a cached item's features are reused for the same key
 (call :meth:`Scorer.clear_cache` when the catalogue changes).  NaN / null dense values
-become 0 and are counted in ``stats["nan_replaced"]``.  Bad input raises ``ValueError``
+become 0 and are counted in ``stats["nan_replaced"]``.  For a model with images (DICM),
+``stats`` also counts image references, unique images embedded and references to unknown
+image ids (they read the vector store's documented default, zeros).  Bad input raises ``ValueError``
 naming the record and column.  Calls are serialised by a lock (the embedding stores are
 not thread-safe), so a scorer may be shared by the threads of a web server.
 
@@ -40,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from typing import Any, Mapping, Sequence
@@ -96,7 +99,8 @@ class Scorer:
         self._starts = np.zeros(2, dtype=np.int64)
         self.stats: dict[str, int] = dict.fromkeys(
             ("requests", "items", "unique_items", "item_cache_hits", "item_cache_misses", "items_extracted",
-             "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced"), 0)
+             "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
+             "image_references", "unique_images_embedded", "unknown_image_references"), 0)
 
     # -- feature extraction -------------------------------------------------------------------
     def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Any], dense: list[str], sparse: list[str],
@@ -171,10 +175,17 @@ class Scorer:
             self.stats["items"] += total
             if not entries:
                 return []
+            images = getattr(self.model, "images", None)
+            before = copy.copy(getattr(images, "totals", None))
             if self.dedup:
                 probs = self._score_dedup(entries)
             else:
                 probs = self._score_full(entries)
+            if before is not None:
+                after = images.totals
+                self.stats["image_references"] += after.references - before.references
+                self.stats["unique_images_embedded"] += after.unique_images - before.unique_images
+                self.stats["unknown_image_references"] += after.unknown_references - before.unknown_references
         out, s = [], 0
         for _, items in entries:
             out.append(probs[s : s + len(items)])

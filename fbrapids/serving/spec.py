@@ -11,7 +11,8 @@ A :class:`ServingSpec` splits the training-side feature plan by where its inputs
 
 ``dense`` and ``sparse`` name the model's inputs in the order it was trained with; each is a
 feature output or a raw column of one side.  ``schema`` gives each raw column's type
-(``"int64"``, ``"uint64"``, ``"float64"``, ``"str"``); :func:`records_to_frame` turns JSON
+(``"int64"``, ``"uint64"``, ``"float64"``, ``"str"``, ``"list<int64>"``: a JSON array of
+integers, e.g. a user's behaviour item ids; null is an empty list); :func:`records_to_frame` turns JSON
 records into a pandas frame of those types, raising ``ValueError`` that names the column
 and record for a missing key, a null integer, or a value of the wrong type.
 
@@ -40,7 +41,9 @@ import pyarrow as pa
 
 from fbrapids.kernels.expr import Expr, as_expr, columns_of
 
-TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string()}
+TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string(),
+         "list<int64>": pa.list_(pa.int64())}
+LIST_INT64 = pd.ArrowDtype(pa.list_(pa.int64()))
 
 
 @dataclass
@@ -106,6 +109,12 @@ def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str])
             return pd.Series(np.asarray(values, dtype=np.dtype(kind)), name=name)
         except OverflowError as exc:
             raise ValueError(f"column {name!r} holds a value out of the {kind} range") from exc
+    if kind == "list<int64>":
+        for i, v in enumerate(values):
+            if v is not None and (type(v) is not list or any(type(x) is not int for x in v)):
+                raise ValueError(f"{what(i)}: column {name!r} must be a list of integers, got {v!r}")
+        arr = pa.array([[] if v is None else v for v in values], type=pa.list_(pa.int64()))
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), name=name, dtype=LIST_INT64)
     if kind == "float64":
         for i, v in enumerate(values):
             if v is not None and (type(v) not in (int, float)):
