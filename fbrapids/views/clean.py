@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 from dataclasses import dataclass
@@ -62,7 +63,9 @@ class CleanReport:
         return f"CleanReport({self.counts})"
 
 
-_DASK_REPORT_REFS: dict[str, CleanReport] = {}
+# reports of recently cleaned dask frames, by collection name (bounded: old ones drop out)
+_DASK_REPORT_REFS: "collections.OrderedDict[str, CleanReport]" = collections.OrderedDict()
+_MAX_REPORTS = 512
 
 
 _KEYWORDS = {"and", "or", "not", "in", "True", "False", "None", "nan", "inf"}
@@ -211,6 +214,8 @@ def clean(
     out = dd.from_delayed(frames, meta=meta.iloc[:0], verify_meta=False)
     report = CleanReport(delayed=counts)
     _DASK_REPORT_REFS[out._name] = report
+    while len(_DASK_REPORT_REFS) > _MAX_REPORTS:
+        _DASK_REPORT_REFS.popitem(last=False)
     return out
 
 
