@@ -171,3 +171,24 @@ def test_errors_name_the_position_in_the_call(trained) -> None:
         s.score_batch(entries)
     with pytest.raises(ValueError, match=r"^request 1 item 7: column 'title'"):
         Scorer(model, spec, dedup=False).score_batch(entries)
+
+
+def test_request_embeddings_looked_up_once_not_per_item(trained) -> None:
+    """Broadcast, not repeated: the request's history ids reach the embedding tables once per
+    request with dedup, once per item row without it."""
+    model, spec, _, (users, ads, _) = trained
+    req, items = request_records(users, ads, 50, seed=21)
+    n_rows = len({it["ad_id"] for it in items})
+    tokens = len(req["history"].split())
+    tables = [model.wide.stores["history_tok_h"], model.deep_emb.stores["history_tok_h"]]
+
+    def lookups() -> int:
+        return sum(t.stats()["lookups"] for t in tables)
+
+    before = lookups()
+    Scorer(model, spec).score(req, items)
+    assert lookups() - before == 2 * tokens  # wide + deep table, one request row each
+    before = lookups()
+    Scorer(model, spec, dedup=False).score(req, items)
+    assert lookups() - before == 2 * tokens * len(items)
+    assert n_rows > 1
