@@ -180,3 +180,19 @@ def test_abandoned_iteration_stops_the_producer() -> None:
     next(it)
     it.close()
     assert s.stats["partitions"] < 20
+
+
+def test_stream_over_a_filtered_broadcast_join_yields_every_partition():
+    import dask
+    import dask.dataframe as dd
+
+    left = pd.DataFrame({"k": np.arange(400) % 10, "click": np.arange(400) % 2, "d0": np.linspace(0, 1, 400),
+                         "ts": np.arange(400)})
+    right = pd.DataFrame({"k": np.arange(10), "w": np.arange(10) * 2})
+    frame = dd.merge(dd.from_pandas(left, npartitions=4), dd.from_pandas(right, npartitions=2), on="k",
+                     how="inner", broadcast=True)
+    frame = frame[frame["ts"] < 300]
+    with dask.config.set(scheduler="threads"):
+        batches = stream(frame, label="click", dense=["d0"], sparse=["w"], batch_size=64)
+        rows = sum(len(b) for b in batches)
+    assert rows == 300 and batches.stats["partitions"] == 4

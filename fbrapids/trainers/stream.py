@@ -105,8 +105,11 @@ class BatchStream:
         if _is_dask(src):
             if self.persist:  # shared upstream work (a shuffle) is done once, not once per partition
                 src = src.persist()
-            for i in range(src.npartitions):
-                yield src.partitions[i].compute()
+            # to_delayed() optimises the whole graph once, then each partition is computed on
+            # its own; ``src.partitions[i]`` after a broadcast join trips dask-expr's
+            # "Missing dependency" (dask 2026.x), see tests/test_trainer_stream.py
+            for piece in src.to_delayed():
+                yield piece.compute()
         elif isinstance(src, pd.DataFrame) or _backend.is_gpu_object(src):
             yield src
         else:  # any iterable of eager frames
