@@ -13,6 +13,11 @@ requests), through three scorers over the same model, interleaved request by req
 * ``dedup_off``: every (request, item) row materialised and every feature extracted for it,
   then ``model(batch)`` (what scoring with the training-side code does).
 
+With the ``serve`` extra installed, the same dedup scorer is also measured behind the HTTP
+service (uvicorn on 127.0.0.1, JSON in and out) at ``--http-items`` items per request, with
+1 and ``--http-clients`` concurrent clients (requests are serialised by the scorer's lock,
+so concurrency overlaps only JSON and network work).
+
 Latency is per ``Scorer.score`` call (JSON-like records in, probabilities out; feature
 extraction through the compiled meta-kernels included); p50 and p99 over the requests;
 throughput is items scored per second of scoring.  Warm-up requests (not measured) fill the
@@ -25,7 +30,9 @@ The last line printed is one JSON object::
                        "dedup_on_no_cache": {...}, "dedup_off": {...},
                        "p50_speedup": dedup_off p50 / dedup_on p50,
                        "throughput_ratio": dedup_on items/s / dedup_off items/s,
-                       "item_cache_hit_rate": hits / lookups of dedup_on at that size}, ...}}
+                       "item_cache_hit_rate": hits / lookups of dedup_on at that size}, ...},
+     "http": {"items_per_request": n, "clients_1": {"p50_ms", "p99_ms", "items_per_s", "requests_per_s"},
+              "clients_C": {...}} or null without FastAPI / uvicorn}
 
 Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
@@ -68,6 +75,62 @@ def _summary(lat: list[float], items: int) -> dict[str, float]:
             "mean_ms": round(float(a.mean()) * 1e3, 3), "items_per_s": round(items * len(a) / float(a.sum()), 1)}
 
 
+def _http(scorer: Scorer, users, ads, n: int, requests: int, clients: int, rng: np.random.Generator,
+          alpha: float) -> dict | None:
+    """Client-side latency / throughput through the HTTP service, 1 and ``clients`` at a time."""
+    try:
+        import uvicorn
+
+        from fbrapids.serving.http import create_app
+    except ImportError:
+        print("HTTP figures skipped: install the 'serve' extra (fastapi, uvicorn)")
+        return None
+    import socket
+    import threading
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(scorer), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{port}/score"
+    bodies = [json.dumps(dict(zip(("request", "items"), _records(users, ads, n, rng, alpha)))).encode()
+              for _ in range(requests)]
+
+    def post(body: bytes) -> float:
+        t = time.perf_counter()
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+        return time.perf_counter() - t
+
+    out = {"items_per_request": n}
+    try:
+        for c in (1, clients):
+            with ThreadPoolExecutor(c) as pool:
+                list(pool.map(post, bodies[: 2 * c]))  # warm-up
+                t0 = time.perf_counter()
+                lat = list(pool.map(post, bodies))
+                wall = time.perf_counter() - t0
+            a = np.asarray(lat)
+            out[f"clients_{c}"] = {"p50_ms": round(float(np.percentile(a, 50)) * 1e3, 3),
+                                   "p99_ms": round(float(np.percentile(a, 99)) * 1e3, 3),
+                                   "items_per_s": round(n * len(a) / wall, 1),
+                                   "requests_per_s": round(len(a) / wall, 2)}
+            r = out[f"clients_{c}"]
+            print(f"HTTP {n} items, {c} client(s): p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+                  f"{r['requests_per_s']:.1f} requests/s, {r['items_per_s']:.0f} items/s")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=40, help="measured requests per size and mode")
@@ -78,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=1.2, help="Zipf exponent of item popularity")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--http-items", type=int, default=256, help="items per request in the HTTP run")
+    ap.add_argument("--http-clients", type=int, default=4, help="concurrent clients in the HTTP run")
+    ap.add_argument("--no-http", action="store_true", help="skip the HTTP run")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -119,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:>6} {'dedup_on vs off':>18}   p50 speedup x{res['p50_speedup']}, "
               f"throughput x{res['throughput_ratio']}, "
               f"item cache hit rate {res['item_cache_hit_rate']}")
+    http = None if args.no_http else _http(scorers["dedup_on"], users, ads, args.http_items, args.requests,
+                                           args.http_clients, rng, args.alpha)
     print(json.dumps({"benchmark": "inference", "device": "cpu", "torch_threads": args.threads,
                       "requests_per_size": args.requests, "catalogue": args.ads, "zipf_alpha": args.alpha,
-                      "sizes": out}))
+                      "sizes": out, "http": http}))
     return 0
 
 
