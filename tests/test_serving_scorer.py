@@ -192,3 +192,24 @@ def test_request_embeddings_looked_up_once_not_per_item(trained) -> None:
     Scorer(model, spec, dedup=False).score(req, items)
     assert lookups() - before == 2 * tokens * len(items)
     assert n_rows > 1
+
+
+def test_pair_features_over_list_and_string_request_columns() -> None:
+    from fbrapids import ops
+    from fbrapids.serving import ServingSpec
+    from fbrapids.trainers import WideAndDeep
+
+    spec = ServingSpec(schema={"u": "int64", "h": "list<int64>", "q": "str", "a": "int64", "c": "str"},
+                       request_columns=["u", "h", "q"], item_columns=["a", "c"], item_key="a",
+                       request_features={"uh": ops.hash_bucket("u", 100)},
+                       item_features={"ah": ops.hash_bucket("a", 100)},
+                       pair_features={"x": ops.cross("h", "a", buckets=1000), "y": ops.cross("q", "c", buckets=1000)},
+                       sparse=["uh", "ah", "x", "y"])
+    torch.manual_seed(0)
+    m = WideAndDeep(0, spec.sparse, embedding_dim=4, deep_mlp=[4], store=StoreConfig(cache_rows=100))
+    entries = [{"request": {"u": 1, "h": [1, 2], "q": "hi"}, "items": [{"a": 3, "c": "z"}, {"a": 4, "c": "y"}]},
+               {"request": {"u": 2, "h": [], "q": None}, "items": [{"a": 3, "c": "z"}]}]
+    on, off = Scorer(m, spec).score_batch(entries), Scorer(m, spec, dedup=False).score_batch(entries)
+    for a, b in zip(on, off):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    assert on[0][0] != on[1][0]  # same item, different request-side crosses

@@ -216,9 +216,10 @@ class Scorer:
             at = first[p_item]
             frame = records_to_frame([records[g] for g in at.tolist()], spec.schema, self._pair_item_columns,
                                      lambda i: self._item_label(at[i]))
-            for c in self._pair_request_columns:
-                frame[c] = req_frame[c].to_numpy()[p_owner] if spec.schema[c] != "str" else \
-                    req_frame[c].take(p_owner).reset_index(drop=True)
+            for c in self._pair_request_columns:  # the request's columns, broadcast to its pairs
+                col = req_frame[c].take(p_owner)
+                frame[c] = col.to_numpy() if spec.schema[c] in ("int64", "uint64", "float64") else \
+                    col.reset_index(drop=True)
             pair = self._arrays(frame, spec.pair_features, self._dense_of["pair"], self._sparse_of["pair"],
                                 "pairs_extracted")
             rows = SideArrays(np.concatenate([rows.dense, pair.dense], axis=1), {**rows.sparse, **pair.sparse})
