@@ -203,7 +203,8 @@ def test_pair_features_over_list_and_string_request_columns() -> None:
                        request_columns=["u", "h", "q"], item_columns=["a", "c"], item_key="a",
                        request_features={"uh": ops.hash_bucket("u", 100)},
                        item_features={"ah": ops.hash_bucket("a", 100)},
-                       pair_features={"x": ops.cross("h", "a", buckets=1000), "y": ops.cross(ops.fill_null("q", ""), "c", buckets=1000)},
+                       pair_features={"x": ops.cross("h", "a", buckets=1000),
+                                      "y": ops.cross(ops.fill_null("q", ""), "c", buckets=1000)},
                        sparse=["uh", "ah", "x", "y"])
     torch.manual_seed(0)
     m = WideAndDeep(0, spec.sparse, embedding_dim=4, deep_mlp=[4], store=StoreConfig(cache_rows=100))
