@@ -214,3 +214,28 @@ def test_pair_features_over_list_and_string_request_columns() -> None:
     for a, b in zip(on, off):
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
     assert on[0][0] != on[1][0]  # same item, different request-side crosses
+
+
+def test_export_fits_categorify_once_over_the_training_sample(tmp_path) -> None:
+    from fbrapids import ops
+    from fbrapids.serving import ServingSpec
+    from fbrapids.trainers import WideAndDeep
+
+    spec = ServingSpec(schema={"u": "int64", "city": "str", "a": "int64"}, request_columns=["u", "city"],
+                       item_columns=["a"], item_key="a", request_features={"city_c": ops.categorify("city")},
+                       sparse=["city_c", "a"])
+    train = pd.DataFrame({"u": [1, 2, 3, 4], "city": pd.Series(["x", "y", "y", "z"], dtype="str"), "a": [1, 2, 3, 4]})
+    kwargs = dict(dense_dim=0, sparse_features=["city_c", "a"], embedding_dim=4, deep_mlp=[4],
+                  store=StoreConfig(cache_rows=64))
+    model = WideAndDeep(**kwargs)
+    with pytest.raises(ValueError, match=r"\['city_c'\] use categorify; pass sample="):
+        export_model(tmp_path / "e1", model, spec, kwargs)
+    export_model(tmp_path / "e2", model, spec, kwargs, sample=train)
+    served = load_scorer(tmp_path / "e2")
+    assert "lookup" in str(served.spec.request_features["city_c"])
+    # the request's city is looked up in the training vocabulary, not re-fitted on the request
+    fitted = train.fbx.extract(city_c=served.spec.request_features["city_c"])["city_c"].tolist()
+    got = served.spec.request_features["city_c"]
+    one = pd.DataFrame({"city": pd.Series(["z"], dtype="str")}).fbx.extract(c=got)["c"].tolist()
+    assert one == [fitted[3]] and fitted[3] != fitted[0]
+    assert served.score({"u": 9, "city": "z"}, [{"a": 1}]).shape == (1,)

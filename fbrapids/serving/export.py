@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
@@ -44,6 +45,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fbrapids.kernels.expr import Call
+from fbrapids.kernels.extract import FeatureSet
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.trainers.fit import load_checkpoint, save_checkpoint
 from fbrapids.trainers.models.base import CTRModel
@@ -94,9 +97,12 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
                  sample: pd.DataFrame | None = None) -> Path:
     """Write ``model`` (built as ``type(model)(**model_kwargs)``) and ``spec`` under ``path``.
 
-    ``sample``: an optional training frame; with it ``plan.txt`` also holds the explained
+    ``sample``: a training frame (raw columns).  ``categorify`` features are fitted over it
+    here, once, so that serving looks values up in the training vocabulary (a spec with
+    ``categorify`` and no ``sample`` is refused); ``plan.txt`` then also holds the explained
     meta-kernel plan of the features.  Returns the export directory.
     """
+    spec = _fitted(spec, sample)
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
     cls = type(model)
@@ -114,6 +120,25 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
     (d / "plan.txt").write_text("\n".join(lines) + "\n")
     (d / "serving.json").write_text(json.dumps(meta, indent=1))
     return d
+
+
+def _uses_categorify(e: Any) -> bool:
+    return isinstance(e, Call) and (e.op == "categorify" or any(_uses_categorify(a) for a in e.args))
+
+
+def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
+    """``spec`` with its ``categorify`` features fitted over ``sample`` (vocabularies frozen)."""
+    sides = ("request_features", "item_features", "pair_features")
+    pending = [f for side in sides for f, e in getattr(spec, side).items() if _uses_categorify(e)]
+    if not pending:
+        return spec
+    if sample is None:
+        raise ValueError(f"export_model: features {pending} use categorify; pass sample= (the training frame) "
+                         "so that their vocabularies are fitted once and served as lookups")
+    out = copy.copy(spec)
+    for side in sides:
+        setattr(out, side, FeatureSet(**getattr(spec, side)).fit(sample).features)
+    return out
 
 
 def load_model(path: str | os.PathLike, keep_ssd: bool = False) -> tuple[CTRModel, ServingSpec]:
