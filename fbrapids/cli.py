@@ -1,4 +1,4 @@
-"""The ``fbrapids`` command line: ``fbrapids gen`` and ``fbrapids demo``.
+"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo`` and ``fbrapids serve``.
 
 Example:
     >>> main(["gen", "--help"])  # doctest: +SKIP
@@ -38,6 +38,13 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from fbrapids.serving.http import serve
+
+    serve(args.export_dir, args.host, args.port, cache_items=args.cache_items, max_items=args.max_items)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fbrapids", description="FeatureBox on RAPIDS")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -61,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=_demo)
+
+    srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
+    srv.add_argument("export_dir", type=Path, help="a directory written by fbrapids.serving.export_model")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--cache-items", type=int, default=100_000, help="item-feature cache entries")
+    srv.add_argument("--max-items", type=int, default=100_000, help="most candidate items in one request")
+    srv.set_defaults(func=_serve)
     return parser
 
 
