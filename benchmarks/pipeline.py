@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -56,8 +57,13 @@ def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> 
     read_bytes = written
     store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "store"), seed=seed)
     net = build_model("dlrm", len(DENSE), SPARSE, store)
-    fit(net, _stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed), progress=False)
-    metrics = evaluate(net, _stream(_partitions(test_back), DENSE, SPARSE, batch_size, seed), progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))  # the same training threads as the pipeline
+    try:
+        fit(net, _stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed), progress=False)
+        metrics = evaluate(net, _stream(_partitions(test_back), DENSE, SPARSE, batch_size, seed), progress=False)
+    finally:
+        torch.set_num_threads(threads)
     total = time.perf_counter() - t0
     return {"seconds": total, "extract_write_s": t_written - t0, "bytes_written": written, "bytes_read": read_bytes,
             "auc": metrics["auc"], "gauc": metrics["gauc"], "logloss": metrics["logloss"]}

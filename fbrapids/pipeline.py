@@ -104,16 +104,20 @@ class _TimedPartitions:
     """Partitions of a dask frame, each computed on demand, with the compute time recorded.
 
     The stream's background thread iterates this, so the recorded time is extraction work
-    that runs beside training.
+    that runs beside training.  ``then`` (another ``_TimedPartitions``) is materialised in
+    the same thread once this one is exhausted: the held-out partitions are extracted
+    while the trainer still works through the last queued training batches.
     """
 
-    def __init__(self, frame: Any) -> None:
+    def __init__(self, frame: Any, then: "_TimedPartitions | None" = None) -> None:
         self.frame = frame
+        self.then = then
         self.busy_s = 0.0
         self.partitions = 0
+        self._ready: list[Any] | None = None
         self._lock = threading.Lock()
 
-    def __iter__(self) -> Iterator[Any]:
+    def _compute(self) -> Iterator[Any]:
         # to_delayed() optimises the whole graph once; (``frame.partitions[i]`` after a
         # broadcast join trips dask-expr's "Missing dependency" in dask 2026.x)
         for piece in self.frame.to_delayed():
@@ -123,6 +127,20 @@ class _TimedPartitions:
                 self.busy_s += time.perf_counter() - t
                 self.partitions += 1
             yield part
+
+    def materialize(self) -> None:
+        """Compute every partition now and keep them for the next iteration."""
+        if self._ready is None:
+            self._ready = list(self._compute())
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._ready is not None:
+            ready, self._ready = self._ready, None
+            yield from ready
+        else:
+            yield from self._compute()
+        if self.then is not None:
+            self.then.materialize()
 
 
 class _WaitTimer:
@@ -215,6 +233,7 @@ def run_pipeline(
     extra_features: dict[str, Any] | None = None,
     count_clean: bool = True,
     checkpoint_every: int | None = None,
+    train_threads: int | None = None,
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -231,6 +250,8 @@ def run_pipeline(
         extra_features: more feature expressions to extract (name -> expression); list
             their names in ``sparse`` or ``dense`` to train on them.
         checkpoint_every: also checkpoint every this many steps.
+        train_threads: torch threads while training (default on the CPU: all cores but one,
+            which the extraction running beside it uses).
         count_clean: compute the clean counts for the summary (one more pass over the
             impressions' read + clean; benchmarks turn it off).
 
@@ -244,13 +265,14 @@ def run_pipeline(
     with dask.config.set(scheduler=client if client is not None else "threads"):
         return _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                     work_dir, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                    checkpoint_every)
+                    checkpoint_every, train_threads)
 
 
 def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,
          embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
-         extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None) -> PipelineResult:
+         extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
+         train_threads: int | None) -> PipelineResult:
     import torch
 
     from fbrapids.datagen import TS0, DAYS
@@ -285,27 +307,37 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
     if client is not None:
         client.run(kernel_stats.reset_stats)
-    producer = _TimedPartitions(train)
+    test_producer = _TimedPartitions(test)
+    producer = _TimedPartitions(train, then=test_producer if epochs == 1 else None)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
+    threads_before = torch.get_num_threads()
+    if train_threads is None and not be.is_gpu:
+        train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
+    if train_threads:
+        torch.set_num_threads(train_threads)
     t = time.perf_counter()
-    fitted = fit(net, stream, epochs=epochs, progress=progress,
-                 checkpoint_dir=(work / "checkpoints") if checkpoint else None, resume=False,
-                 checkpoint_every=checkpoint_every)
-    train_s = time.perf_counter() - t
+    try:
+        fitted = fit(net, stream, epochs=epochs, progress=progress,
+                     checkpoint_dir=(work / "checkpoints") if checkpoint else None, resume=False,
+                     checkpoint_every=checkpoint_every)
+        train_s = time.perf_counter() - t
+        t = time.perf_counter()
+        test_stream = _stream(test_producer, dense, sparse, batch_size, seed)
+        result.predictions = predict(net, test_stream, progress=progress)
+        evaluate_s = time.perf_counter() - t
+    finally:
+        torch.set_num_threads(threads_before)
     result.seconds["extract+train"] = train_s
-    result.extract_busy_s = producer.busy_s
+    result.extract_busy_s = producer.busy_s + test_producer.busy_s
     result.train_wait_s = stream.wait_s
     result.overlap_s = max(0.0, producer.busy_s - stream.wait_s)
     result.samples_per_s = stream.samples / train_s if train_s > 0 else 0.0
     if fitted.checkpoints:
         result.checkpoint = str(fitted.checkpoints[-1])
 
-    t = time.perf_counter()
-    test_producer = _TimedPartitions(test)
-    result.predictions = predict(net, _stream(test_producer, dense, sparse, batch_size, seed), progress=progress)
     p = result.predictions
     result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
-    result.seconds["extract+evaluate"] = time.perf_counter() - t
+    result.seconds["extract+evaluate"] = evaluate_s
 
     ks = kernel_stats.stats() if client is None else _cluster_kernel_stats(client)
     streamed = producer.partitions + test_producer.partitions
