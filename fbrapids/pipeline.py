@@ -169,15 +169,16 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
-def feature_frame(data_dir: str | Path, backend: str | None = None, client: Any = None,
+def feature_frame(data_dir: str | Path, backend: str | None = None,
                   extra_features: dict[str, Any] | None = None) -> tuple[Any, dict]:
     """The lazy, partitioned frame of extracted + basic features, and the cleaned views.
 
     ``extra_features`` (name -> expression) are extracted with the workload's features,
     in the same meta-kernels.
 
-    The small dictionaries (users, ads, basic) are persisted (on the cluster when there
-    is a client) so each partition's extraction reads them from memory.
+    The small dictionaries (users, ads, basic) are persisted by the scheduler in force (on
+    the cluster under a distributed client) so each partition's extraction reads them from
+    memory.
     """
     views = workload.read_views(data_dir, backend=backend)
     impressions, users, ads = workload.clean_views(views)
@@ -295,7 +296,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
-    merged, parts = feature_frame(data_dir, backend=be.name, client=client, extra_features=extra_features)
+    merged, parts = feature_frame(data_dir, backend=be.name, extra_features=extra_features)
     cutoff = TS0 + (DAYS - 1) * DAY
     train, test = split_by_day(merged, cutoff)
     sparse = list(sparse or SPARSE)
