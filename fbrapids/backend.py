@@ -207,8 +207,12 @@ def to_backend(obj: Any, backend: Backend) -> Any:
         (1, 1)
     """
     if backend.is_gpu and not is_gpu_object(obj):
-        if isinstance(obj, (pd.DataFrame, pd.Series)):
-            return backend.xdf.from_pandas(obj)
+        # cudf's class constructors take pandas objects (the ``.from_pandas`` constructors
+        # were deprecated in cudf 25.12 and removed after)
+        if isinstance(obj, pd.DataFrame):
+            return backend.xdf.DataFrame(obj)
+        if isinstance(obj, pd.Series):
+            return backend.xdf.Series(obj)
         return backend.xp.asarray(obj)
     if not backend.is_gpu:
         return to_host(obj)
@@ -220,14 +224,6 @@ def dask_dataframe() -> ModuleType:
     import dask.dataframe as dd
 
     return dd
-
-
-def dask_cudf() -> ModuleType:
-    """dask_cudf, importing it only on the GPU backend."""
-    mod = _try_import("dask_cudf")
-    if mod is None:
-        raise BackendUnavailableError("dask-cudf is not installed (pip install 'fbrapids[gpu]')")
-    return mod
 
 
 def cudf_module() -> ModuleType | None:

@@ -248,5 +248,6 @@ def join(
         meta = _host_merge(left._meta, host_other.iloc[:0], keys, how, suffixes)
         return left.map_partitions(_host_merge, host_other, keys, how, suffixes, meta=meta)
     if not _is_dask(other):
-        other = dd.from_pandas(other, npartitions=1) if not be.is_gpu else _backend.dask_cudf().from_cudf(other, npartitions=1)
+        # dd.from_pandas takes pandas and cudf frames alike (dask_cudf.from_cudf is legacy)
+        other = dd.from_pandas(_backend.to_backend(other, be), npartitions=1)
     return dd.merge(left, other, on=keys, how=how, suffixes=suffixes, broadcast=use_broadcast)

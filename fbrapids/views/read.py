@@ -239,7 +239,7 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str]:
 
 
 def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
-                   xdf: Any) -> Any:
+                   be: _backend.Backend) -> Any:
     path = piece.path
     sep = csv_opts.sep or _sniff_sep(path)
     names = list(csv_opts.names) if csv_opts.names else None
@@ -255,7 +255,7 @@ def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, 
     frame = frame[columns]
     for col in columns:
         frame[col] = _convert_text_column(frame[col], dtype.get(col), path, col)
-    return frame if xdf is pd else xdf.from_pandas(frame)
+    return _backend.to_backend(frame, be)
 
 
 def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -> Any:
@@ -301,14 +301,14 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
                          if piece.row_groups is not None else pf.read(columns=columns))
                 frame = normalize_strings(arrow_to_pandas(table))
         elif fmt == "csv":
-            return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be.xdf), dtype, path)
+            return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be), dtype, path)
         else:
             frame = pd.read_json(path, lines=True, dtype=False)
             missing = [c for c in columns if c not in frame.columns]
             if missing:
                 raise ViewError(f"{path}: columns {missing} absent; available: {list(frame.columns)}")
             frame = frame[columns]
-            frame = frame if be.xdf is pd else be.xdf.from_pandas(frame)
+            frame = _backend.to_backend(frame, be)
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
