@@ -167,6 +167,7 @@ FBX_DEVICE fbx_u64 fbx_fp64(const char* s, fbx_i64 slen) {
 
 /* Decimal text of an unsigned 64-bit integer into out (no terminator); returns the
  * length (1..20). */
+#if FBX_CUDA
 FBX_DEVICE int fbx_u64_to_dec(fbx_u64 v, char* out) {
   char tmp[20];
   int n = 0;
@@ -177,6 +178,53 @@ FBX_DEVICE int fbx_u64_to_dec(fbx_u64 v, char* out) {
   for (int i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
   return n;
 }
+#else
+/* Host: count the digits first, then write two digits per step from the end, from a
+ * table of the 100 digit pairs (64-bit divisions only while the value passes 32 bits).
+ * Integer hashing is dominated by this rendering (about 2x faster than a digit at a
+ * time, then reversed); the text is the same. */
+static const char fbx_dec_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+FBX_DEVICE int fbx_dec_len(fbx_u64 v) {
+  int n = 1;
+  for (;;) {
+    if (v < 10) return n;
+    if (v < 100) return n + 1;
+    if (v < 1000) return n + 2;
+    if (v < 10000) return n + 3;
+    v /= 10000;
+    n += 4;
+  }
+}
+
+FBX_DEVICE int fbx_u64_to_dec(fbx_u64 v, char* out) {
+  const int n = fbx_dec_len(v);
+  int i = n;
+  while (v > 0xffffffffULL) {
+    const fbx_u32 q = (fbx_u32)(v % 100);
+    v /= 100;
+    i -= 2;
+    out[i] = fbx_dec_pairs[2 * q];
+    out[i + 1] = fbx_dec_pairs[2 * q + 1];
+  }
+  fbx_u32 w = (fbx_u32)v;
+  while (w >= 100) {
+    const fbx_u32 q = w % 100;
+    w /= 100;
+    i -= 2;
+    out[i] = fbx_dec_pairs[2 * q];
+    out[i + 1] = fbx_dec_pairs[2 * q + 1];
+  }
+  if (w >= 10) {
+    out[0] = fbx_dec_pairs[2 * w];
+    out[1] = fbx_dec_pairs[2 * w + 1];
+  } else {
+    out[0] = (char)('0' + (int)w);
+  }
+  return n;
+}
+#endif
 
 /* Decimal text of a signed 64-bit integer ("-1", "42", INT64_MIN included) into out
  * (no terminator); returns the length (1..20). */
@@ -192,7 +240,8 @@ FBX_DEVICE int fbx_i64_to_dec(fbx_i64 v, char* out) {
 /* TensorFlow to_hash_bucket_fast bucket of a fingerprint: fp mod buckets, as int64
  * (buckets > 0). */
 FBX_DEVICE fbx_i64 fbx_hash_bucket(fbx_u64 fp, fbx_i64 buckets) {
-  return (fbx_i64)(fp % (fbx_u64)buckets);
+  const fbx_u64 b = (fbx_u64)buckets;
+  return (b & (b - 1)) == 0 ? (fbx_i64)(fp & (b - 1)) : (fbx_i64)(fp % b);  /* same value; no division for 2^k */
 }
 
 /* Convenience: fingerprint of an int64's decimal text. */

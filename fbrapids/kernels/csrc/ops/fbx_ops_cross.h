@@ -50,6 +50,27 @@ FBX_DEVICE fbx_i64 fbx_x_put(const fbx_xin* x, fbx_i64 i, char* buf, fbx_i64 len
   }
 }
 
+#if !FBX_CUDA
+/* Host: the innermost input varies fastest, so each of its elements is rendered once per
+ * combination of the outer inputs.  When it is an integer list of at most FBX_X_CACHE
+ * elements, its decimal texts are rendered once per row into this cache instead. */
+#define FBX_X_CACHE 64
+typedef struct { fbx_i64 n; fbx_i64 start[FBX_X_CACHE + 1]; char text[FBX_X_CACHE * 20]; } fbx_xcache;
+
+FBX_DEVICE int fbx_xcache_fill(const fbx_xin* x, fbx_xcache* c) {
+  if ((x->kind != FBX_X_LI64 && x->kind != FBX_X_LU64) || x->li.n > FBX_X_CACHE) return 0;
+  fbx_i64 len = 0;
+  c->n = x->li.n;
+  c->start[0] = 0;
+  for (fbx_i64 i = 0; i < x->li.n; ++i) {
+    len += x->kind == FBX_X_LI64 ? fbx_i64_to_dec(x->li.p[i], c->text + len)
+                                 : fbx_u64_to_dec((fbx_u64)x->li.p[i], c->text + len);
+    c->start[i + 1] = len;
+  }
+  return 1;
+}
+#endif
+
 /* Number of combinations (capped); writes their hashes when out != NULL. */
 FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int seplen, fbx_i64 buckets,
                              fbx_i64 cap, fbx_i32* err, fbx_i64* out) {
@@ -67,6 +88,10 @@ FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int sepl
   plen[0] = 0;
   char buf[FBX_KEY_MAX];
   int from = 0;  /* the first input whose text changed since the last combination */
+#if !FBX_CUDA
+  fbx_xcache cache;
+  const int cached = k > 1 && fbx_xcache_fill(&xs[k - 1], &cache);
+#endif
   for (fbx_i64 c = 0; c < total; ++c) {
     fbx_i64 len = plen[from];
     for (int j = from; j < k; ++j) {  /* the key's prefix up to input `from` is reused */
@@ -74,6 +99,16 @@ FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int sepl
         if (len + seplen > FBX_KEY_MAX) { len = -1; break; }
         fbx_memcpy(buf + len, sep, seplen); len += seplen;
       }
+#if !FBX_CUDA
+      if (cached && j == k - 1) {
+        const fbx_i64 s0 = cache.start[idx[j]], tn = cache.start[idx[j] + 1] - s0;
+        if (len + 24 > FBX_KEY_MAX) { len = -1; break; }
+        for (fbx_i64 b = 0; b < tn; ++b) buf[len + b] = cache.text[s0 + b];
+        len += tn;
+        plen[j + 1] = len;
+        continue;
+      }
+#endif
       len = fbx_x_put(&xs[j], idx[j], buf, len);
       if (len < 0) break;
       plen[j + 1] = len;

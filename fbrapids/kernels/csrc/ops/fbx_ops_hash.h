@@ -8,7 +8,7 @@
 #include "farmhash.h"
 
 FBX_DEVICE fbx_i64 fbx_bucket_of(fbx_u64 fp, fbx_i64 buckets) {
-  return buckets > 0 ? (fbx_i64)(fp % (fbx_u64)buckets) : (fbx_i64)fp;
+  return buckets > 0 ? fbx_hash_bucket(fp, buckets) : (fbx_i64)fp;
 }
 FBX_DEVICE fbx_i64 fbx_hb_str(fbx_str s, fbx_i64 buckets) {
   return fbx_bucket_of(fbx_fp64(s.p, s.n), buckets);
