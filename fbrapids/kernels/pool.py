@@ -11,6 +11,8 @@ Example:
     (256, 0)
     >>> p.grow(1000); p.capacity >= 1000, p.regrowths
     (True, 1)
+    >>> p.reserve(4096); p.capacity >= 4096, p.regrowths, p.presizes
+    (True, 1, 1)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class HostPool:
         self.head = np.zeros(1, dtype=np.uint64)
         self.err = np.zeros(1, dtype=np.int32)
         self.regrowths = 0
+        self.presizes = 0
         self.peak = 0
         self._alloc(max(int(capacity if capacity is not None else initial_pool_bytes()), ALIGN))
 
@@ -63,3 +66,10 @@ class HostPool:
         """Replace the buffer with one of at least ``need`` bytes (at least double)."""
         self._alloc(max(int(need), 2 * self.capacity))
         self.regrowths += 1
+
+    def reserve(self, need: int) -> None:
+        """Make room for ``need`` bytes before a launch (no re-run involved): the host's
+        estimate from earlier launches of the same layer.  Counted in ``presizes``."""
+        if need > self.capacity:
+            self._alloc(int(need))
+            self.presizes += 1

@@ -1,8 +1,9 @@
 """Run a plan's meta-kernels on the host: one ctypes launch per layer, over Arrow buffers.
 
-Per layer: allocate the outputs, launch the layer kernel over all rows (OpenMP inside),
-re-run after growing the pool if it overflowed, compact the variable-length results out
-of the pool into Arrow buffers, reset the pool.  Launches per frame = number of layers.
+Per layer: allocate the outputs, size the pool from the layer's peak pool bytes per row
+seen so far (so steady-state runs never overflow), launch the layer kernel over all rows
+(OpenMP inside), re-run after growing the pool if it overflowed anyway, compact the
+variable-length results out of the pool into Arrow buffers, reset the pool.  Launches per frame = number of layers.
 
 Example:
     >>> import pandas as pd
@@ -59,6 +60,9 @@ class RunResult:
     stats: S.KernelStats = field(default_factory=S.KernelStats)
 
 
+POOL_HEADROOM = 1.125  #: presized pool = peak bytes per row so far x rows x this
+
+
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
 
 
@@ -76,12 +80,21 @@ class HostPlan:
             fn.argtypes, fn.restype = _ARGTYPES, None
             self.kernels.append(fn)
         self.abis = [layer_abi(plan, l) for l in self.layers]
+        #: per layer, the largest pool bytes per input row a successful launch used
+        self.pool_bytes_per_row = [0.0] * len(self.layers)
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
 
     def run(self, columns: dict[str, pd.Series] | pd.DataFrame, pool: HostPool | None = None) -> RunResult:
-        """Run every layer over the input columns; the plan's outputs as HostColumns."""
+        """Run every layer over the input columns; the plan's outputs as HostColumns.
+
+        With the default (per-thread) pool, each layer's pool is sized before the launch
+        from that layer's peak bytes per row so far (plus headroom), so only a first run or
+        an unusually heavy partition overflows and re-runs.  A pool passed by the caller is
+        used at the size the caller gave it.
+        """
         plan = self.plan
+        presize = pool is None
         pool = pool or thread_pool()
         n = len(columns) if isinstance(columns, pd.DataFrame) else len(next(iter(columns.values()), []))
         values: dict[int, HostColumn] = {}
@@ -90,8 +103,14 @@ class HostPlan:
                 values[node.id] = from_series(columns[node.expr.name], node.expr.name)
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
-        for layer, fn, abi in zip(self.layers, self.kernels, self.abis):
-            self._run_layer(layer, fn, abi, n, values, status, pool, run_stats)
+        presizes0 = pool.presizes
+        for i, (layer, fn, abi) in enumerate(zip(self.layers, self.kernels, self.abis)):
+            if presize and n and self.pool_bytes_per_row[i]:
+                pool.reserve(int(self.pool_bytes_per_row[i] * n * POOL_HEADROOM) + 128 * (1 + n // HOST_BLOCK))
+            used = self._run_layer(layer, fn, abi, n, values, status, pool, run_stats)
+            if n:
+                self.pool_bytes_per_row[i] = max(self.pool_bytes_per_row[i], used / n)
+        run_stats.presizes = pool.presizes - presizes0
         run_stats.regrowths = pool.regrowths - getattr(pool, "_reported_regrowths", 0)
         pool._reported_regrowths = pool.regrowths  # type: ignore[attr-defined]
         run_stats.pool_capacity = pool.capacity
@@ -103,7 +122,8 @@ class HostPlan:
         return RunResult(out, st, run_stats)
 
     def _run_layer(self, layer: Layer, fn, abi, n: int, values: dict[int, HostColumn],
-                   status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats) -> None:
+                   status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats) -> int:
+        """Run one layer (re-running it after an overflow); the pool bytes it used."""
         plan = self.plan
         ptrs = [0] * abi.nslots
         for nid, first in abi.inputs.items():
@@ -148,7 +168,8 @@ class HostPlan:
                 pool.grow(pool.used() + 128 * (1 + n // 256))
                 continue
             break
-        st.peak_pool_bytes = max(st.peak_pool_bytes, pool.used())
+        used = pool.used()
+        st.peak_pool_bytes = max(st.peak_pool_bytes, used)
         for nid, o in abi.outputs.items():
             b = outs[nid]
             valid = pack_validity(b["valid"])
@@ -168,3 +189,4 @@ class HostPlan:
             if "status" in b:
                 status[nid] = b["status"]
         pool.reset()  # O(1): everything that outlives the layer was compacted out above
+        return used

@@ -19,12 +19,13 @@ class KernelStats:
     partitions: int = 0  #: partitions (frames) run
     rows: int = 0  #: input rows run
     regrowths: int = 0  #: pool overflows answered by growing the pool and re-running a layer
+    presizes: int = 0  #: pools grown before a launch from the layer's earlier peak bytes per row
     peak_pool_bytes: int = 0  #: largest pool use of one layer launch
     pool_capacity: int = 0  #: largest pool capacity reached
     compactions: int = 0  #: variable-length results compacted out of the pool
 
     def __iadd__(self, o: "KernelStats") -> "KernelStats":
-        for k in ("launches", "partitions", "rows", "regrowths", "compactions"):
+        for k in ("launches", "partitions", "rows", "regrowths", "presizes", "compactions"):
             setattr(self, k, getattr(self, k) + getattr(o, k))
         self.peak_pool_bytes = max(self.peak_pool_bytes, o.peak_pool_bytes)
         self.pool_capacity = max(self.pool_capacity, o.pool_capacity)
