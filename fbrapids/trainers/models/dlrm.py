@@ -68,8 +68,8 @@ class DLRM(CTRModel):
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.bot_l[0].weight.device
         x = self.bot_l(batch.dense.to(dev))
-        pooled = self.emb_l(batch.sparse)
-        z = self.interaction(x, [pooled[f].to(dev) for f in self.sparse_features])
+        pooled = self.emb_l.pooled_stack(batch.sparse)  # [B, n_sparse, dim], in sparse_features order
+        z = self.interaction(x, pooled.to(dev))
         return self.top_l[:-1](z).squeeze(1)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:

@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
+from fbrapids.trainers.sparse.hashmap import group_by_row
+from fbrapids.trainers.sparse.store import sparse_update
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class TieredEmbeddingBagCollection(nn.Module):
             raise ValueError(f"tables of one collection must share a dim, got {sorted(dims)}")
         self.dim = dims.pop()
         self._pending: list[tuple[TieredEmbeddingStore, Lookup]] = []
+        # the leaf of the last stacked lookup and, per table, its rows' range in the leaf
+        self._stacked: tuple[torch.Tensor, list[tuple[TieredEmbeddingStore, Lookup, int, int]]] | None = None
 
     def _by_table(self, sparse: Sparse, names: Sequence[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -78,6 +82,7 @@ class TieredEmbeddingBagCollection(nn.Module):
             for store in {id(s): s for s, _ in self._pending}.values():
                 store.end_step()
             self._pending = []
+        self._stacked = None
 
     def lookup(self, sparse: Sparse) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """feature -> (rows ``[U, dim]`` leaf of its table, index of each id into rows)."""
@@ -99,8 +104,79 @@ class TieredEmbeddingBagCollection(nn.Module):
 
     def forward(self, sparse: Sparse) -> dict[str, torch.Tensor]:
         """feature -> pooled ``[B, dim]``."""
+        if len({len(sparse[f][1]) for f in self.features if f in sparse}) == 1:
+            stacked = self.pooled_stack(sparse)
+            return {f: stacked[:, k] for k, f in enumerate(self.features)}
         looked = self.lookup(sparse)
         return {f: self.pool(looked[f], sparse[f][1]) for f in self.features}
+
+    def pooled_stack(self, sparse: Sparse) -> torch.Tensor:
+        """Every feature pooled, stacked ``[B, n_features, dim]`` (in ``features`` order).
+
+        One leaf holds the batch's rows of every table; one ``embedding_bag`` call pools
+        all features (each table's rows at an offset in the leaf); with sum pooling its
+        backward is one more ``embedding_bag`` over the output gradient, the occurrences
+        grouped by row in C (:func:`~fbrapids.trainers.sparse.hashmap.group_by_row`),
+        rather than ``embedding_bag``'s sort-based backward per feature.
+        :meth:`apply_gradients` then runs the sparse optimizer once over all tables' rows.
+
+        Example:
+            >>> import torch
+            >>> from fbrapids.trainers.sparse import StoreConfig
+            >>> ebc = TieredEmbeddingBagCollection(["a", "b"], StoreConfig(dim=2, cache_rows=8))
+            >>> out = ebc.pooled_stack({"a": (torch.tensor([1, 2]), torch.tensor([0, 1])),
+            ...                         "b": (torch.tensor([3, 3, 4]), torch.tensor([0, 2]))})
+            >>> out.shape
+            torch.Size([2, 2, 2])
+        """
+        train = self.training and torch.is_grad_enabled()
+        self._drop_stale()
+        groups = self._by_table(sparse, self.features)
+        n_bags = {len(sparse[f][1]) for f in self.features}
+        if len(n_bags) != 1:
+            raise ValueError(f"features of one batch must have the same number of bags, got {sorted(n_bags)}")
+        b = n_bags.pop()
+        parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]] = []
+        rows, inv_of, base = [], {}, 0
+        for table, feats in groups.items():
+            store = self.stores[table]
+            vals = [sparse[f][0] for f in feats]
+            lk = store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=False)
+            self._pending.append((store, lk))
+            parts.append((store, lk, base, base + len(lk.ids)))
+            inv = lk.inverse.cpu().numpy()
+            start = 0
+            for f, v in zip(feats, vals):
+                inv_of[f] = (inv[start : start + len(v)], base)
+                start += len(v)
+            rows.append(lk.rows)
+            base += len(lk.ids)
+        dev = rows[0].device
+        leaf = torch.cat(rows) if len(rows) > 1 else rows[0].clone()
+        n = sum(len(inv_of[f][0]) for f in self.features)
+        idx = np.empty(n, dtype=np.int64)
+        off = np.empty(len(self.features) * b + 1, dtype=np.int64)
+        at = 0
+        for k, f in enumerate(self.features):
+            inv, tbase = inv_of[f]
+            np.add(inv, tbase, out=idx[at : at + len(inv)])
+            np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
+            at += len(inv)
+        off[-1] = n
+        idx_t, off_t = torch.from_numpy(idx).to(dev), torch.from_numpy(off[:-1]).to(dev)
+        if not train:
+            self._drop_stale()
+            pooled = F.embedding_bag(idx_t, leaf, off_t, mode=self.mode)
+        else:
+            leaf.requires_grad_(True)
+            self._stacked = (leaf, parts)
+            if self.mode == "sum":
+                starts, bags = group_by_row(idx, base, off)
+                pooled = _SumBags.apply(leaf, idx_t, off_t, torch.from_numpy(starts[:-1]).to(dev),
+                                        torch.from_numpy(bags).to(dev))
+            else:
+                pooled = F.embedding_bag(idx_t, leaf, off_t, mode=self.mode)
+        return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
 
     def pool(self, looked: tuple[torch.Tensor, torch.Tensor], offsets: torch.Tensor) -> torch.Tensor:
         rows, inv = looked
@@ -109,11 +185,47 @@ class TieredEmbeddingBagCollection(nn.Module):
     @torch.no_grad()
     def apply_gradients(self) -> None:
         """Run each table's sparse optimizer on this batch's rows, then end the step."""
+        stacked = {id(lk) for _, lk, _, _ in self._stacked[1]} if self._stacked is not None else set()
+        if self._stacked is not None:
+            self._apply_stacked(*self._stacked)
         for store, lk in self._pending:
-            store.apply_gradients(lk)
+            if id(lk) not in stacked:
+                store.apply_gradients(lk)
         for store in {id(s): s for s, _ in self._pending}.values():
             store.end_step()
         self._pending = []
+        self._stacked = None
+
+    @staticmethod
+    def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]]) -> None:
+        """The sparse optimizer over every table's rows of a stacked lookup: tables with the
+        same optimizer settings are updated in one call (the same bits as one per table)."""
+        grad = leaf.grad
+        if grad is None:
+            return
+        groups: dict[tuple, list[tuple[TieredEmbeddingStore, Lookup, int, int]]] = {}
+        for part in parts:
+            store, lk = part[0], part[1]
+            if len(lk.slots) == 0:
+                continue
+            c = store.config
+            groups.setdefault((c.optimizer, c.dim, c.lr, c.eps, store.device), []).append(part)
+        for group in groups.values():
+            cfg, dev = group[0][0].config, group[0][0].device
+            fulls, grads, whole = [], [], len(group) == len(parts)
+            for store, lk, a, z in group:
+                fulls.append(store.fresh_full(lk))
+                g = grad[a:z]
+                if not lk.admitted.all():
+                    g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
+                    whole = False
+                grads.append(g)
+            g_all = grad if whole else torch.cat(grads)
+            rows = sparse_update(torch.cat(fulls) if len(fulls) > 1 else fulls[0], g_all.to(dev, torch.float32), cfg)
+            at = 0
+            for (store, lk, _, _), f in zip(group, fulls):
+                store.write_back(lk, rows[at : at + len(f)])
+                at += len(f)
 
     def prefetch(self, sparse: Sparse) -> int:
         """Pin the next batch's rows in the caches; returns rows brought up."""
@@ -124,6 +236,26 @@ class TieredEmbeddingBagCollection(nn.Module):
 
     def stats(self) -> dict[str, dict]:
         return {t: s.stats() for t, s in self.stores.items()}
+
+
+class _SumBags(torch.autograd.Function):
+    """Sum-pooled bags whose backward is itself a sum-pooled bag over the output gradient.
+
+    ``rows_of`` / ``bags`` group the occurrences by row (see
+    :func:`~fbrapids.trainers.sparse.hashmap.group_by_row`): row ``r``'s gradient is the
+    sum of the output gradients of the bags ``bags[rows_of[r]:rows_of[r + 1]]``.
+    """
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, idx: torch.Tensor, offsets: torch.Tensor, rows_of: torch.Tensor,
+                bags: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(rows_of, bags)
+        return F.embedding_bag(idx, rows, offsets, mode="sum")
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        rows_of, bags = ctx.saved_tensors
+        return F.embedding_bag(bags, grad.contiguous(), rows_of, mode="sum"), None, None, None, None
 
 
 def bag_segments(offsets: torch.Tensor, n_values: int) -> torch.Tensor:

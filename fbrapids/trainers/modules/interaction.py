@@ -26,20 +26,50 @@ class DotInteraction(nn.Module):
         super().__init__()
         off = 1 if self_interaction else 0
         ni = num_features
+        self.num_features = ni
         self.register_buffer("li", torch.tensor([i for i in range(ni) for j in range(i + off)], dtype=torch.long),
                              persistent=False)
         self.register_buffer("lj", torch.tensor([j for i in range(ni) for j in range(i + off)], dtype=torch.long),
                              persistent=False)
+        # position of (li, lj) in the flattened [ni * ni] interaction matrix
+        self.register_buffer("flat", self.li * ni + self.lj, persistent=False)
 
     @property
     def num_outputs(self) -> int:
         return int(self.li.numel())
 
-    def forward(self, x: torch.Tensor, ly: Sequence[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ly: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+        """``x`` ``[B, d]``; ``ly`` the pooled bags, a list of ``[B, d]`` or one ``[B, n, d]``."""
         b, d = x.shape
-        t = torch.cat([x, *ly], dim=1).view(b, -1, d)
-        z = torch.bmm(t, t.transpose(1, 2))
-        return torch.cat([x, z[:, self.li, self.lj]], dim=1)
+        if isinstance(ly, torch.Tensor):
+            t = torch.cat([x.unsqueeze(1), ly], dim=1)
+        else:
+            t = torch.cat([x, *ly], dim=1).view(b, -1, d)
+        return torch.cat([x, _LowerTriangleDots.apply(t, self.flat)], dim=1)
+
+
+class _LowerTriangleDots(torch.autograd.Function):
+    """``bmm(T, T^T)`` flattened and gathered at ``flat``: the reference's ``Z[:, li, lj]``.
+
+    Forward: one ``bmm`` and one ``index_select``.  Backward: the gradient scattered into a
+    ``[B, n, n]`` matrix ``G`` (one ``index_copy_``), then ``dT = (G + G^T) T``, one ``bmm``
+    (autograd through ``bmm`` + advanced indexing takes two ``bmm`` and an ``index_put``).
+    """
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        b, n, _ = t.shape
+        ctx.save_for_backward(t, flat)
+        return torch.bmm(t, t.transpose(1, 2)).view(b, n * n).index_select(1, flat)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        t, flat = ctx.saved_tensors
+        b, n, _ = t.shape
+        g = torch.zeros((b, n * n), dtype=grad.dtype, device=grad.device)
+        g.index_copy_(1, flat, grad.contiguous())
+        g = g.view(b, n, n)
+        return torch.bmm(g + g.transpose(1, 2), t), None
 
 
 def fm_second_order(fields: torch.Tensor) -> torch.Tensor:

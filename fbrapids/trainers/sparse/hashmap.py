@@ -81,7 +81,43 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_hm_export.argtypes = [p, p, p]
     lib.fbx_unique_u64.restype = i64
     lib.fbx_unique_u64.argtypes = [p, i64, p, p, p]
+    lib.fbx_unique_get.restype = i64
+    lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
+    lib.fbx_store_touch.restype = None
+    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, p]
+    lib.fbx_group_by_row.restype = ctypes.c_int
+    lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
     return lib
+
+
+def group_by_row(idx: np.ndarray, m: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Occurrences of pooled bags grouped by the row they read (a stable counting sort, O(n + m)).
+
+    ``idx[k]`` in ``[0, m)`` is the row read by occurrence ``k``; bag ``b`` holds the occurrences
+    ``offsets[b] .. offsets[b + 1]`` (``offsets`` has one more entry than there are bags).
+    Returns ``(starts [m + 1], bags [n])``: row ``r`` is read by the bags
+    ``bags[starts[r]:starts[r + 1]]``, in occurrence order; so the gradient of a sum-pooled
+    bag's rows is itself a sum-pooled bag over the output gradient.
+
+    Example:
+        >>> import numpy as np
+        >>> [a.tolist() for a in group_by_row(np.array([1, 0, 1]), 2, np.array([0, 2, 3]))]
+        [[0, 1, 3], [0, 0, 1]]
+    """
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    n = len(idx)
+    if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != n:
+        raise ValueError(f"offsets must run from 0 to the {n} occurrences, got {offsets[:1]} .. {offsets[-1:]}")
+    starts = np.empty(m + 1, dtype=np.int64)
+    bags = np.empty(n, dtype=np.int64)
+    rc = _lib().fbx_group_by_row(idx.ctypes.data, n, int(m), offsets.ctypes.data, len(offsets) - 1,
+                                 starts.ctypes.data, bags.ctypes.data)
+    if rc == -1:
+        raise ValueError(f"a row index is outside [0, {m})")
+    if rc != 0:
+        raise MemoryError(f"grouping {n} occurrences by row: out of memory")
+    return starts, bags
 
 
 def unique_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,6 +137,35 @@ def unique_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if m < 0:
         raise MemoryError(f"unique of {n} keys: out of memory")
     return uniq[:m], inverse, counts[:m]
+
+
+def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_loc: np.ndarray,
+                on_ssd: np.ndarray, last: np.ndarray, freq: np.ndarray, step: int) -> np.ndarray:
+    """A lookup's bookkeeping over its distinct rows ``g`` (-1: not admitted) in one C pass.
+
+    Sets ``last[g] = step`` and adds one to ``freq[g]`` for admitted rows (in place), and
+    returns int64 ``[6]``: occurrences served by the cache, host RAM, the SSD file, a new
+    row, occurrences of rows not admitted, and the number of admitted rows already cached.
+
+    Example:
+        >>> import numpy as np
+        >>> last, freq = np.zeros(2, np.int64), np.zeros(2, np.int64)
+        >>> store_touch(np.array([1, -1]), np.array([3, 2]), np.array([-1, 0]), np.array([-1, -1]),
+        ...             np.zeros(2, bool), last, freq, 7).tolist(), last.tolist()
+        ([3, 0, 0, 0, 2, 1], [0, 7])
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    for a, dt in ((cache_loc, np.int64), (host_loc, np.int64), (on_ssd, np.bool_), (last, np.int64),
+                  (freq, np.int64)):
+        if a.dtype != dt or not a.flags.c_contiguous:
+            raise TypeError(f"store_touch: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+    if len(g) and int(g.max()) >= min(len(cache_loc), len(host_loc), len(on_ssd), len(last), len(freq)):
+        raise IndexError(f"store_touch: row {int(g.max())} beyond the row arrays")
+    out = np.zeros(6, dtype=np.int64)
+    _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
+                           on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), out.ctypes.data)
+    return out
 
 
 def _u64(keys: np.ndarray) -> np.ndarray:
@@ -161,6 +226,28 @@ class UInt64HashMap:
         if self._lib.fbx_hm_incr(self._h, keys.ctypes.data, len(keys), out.ctypes.data) != 0:
             raise MemoryError("hash map could not grow")
         return out
+
+    def unique_get(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`unique_u64` of ``keys`` plus the values of the distinct keys (-1 where absent),
+        in one call: ``(uniq, inverse, counts, values)``.
+
+        Example:
+            >>> import numpy as np
+            >>> m = UInt64HashMap(); m.put(np.array([9], dtype=np.uint64), np.array([4]))
+            >>> [a.tolist() for a in m.unique_get(np.array([5, 9, 5], dtype=np.uint64))]
+            [[5, 9], [0, 1, 0], [2, 1], [-1, 4]]
+        """
+        keys = _u64(keys)
+        n = len(keys)
+        uniq = np.empty(n, dtype=np.uint64)
+        inverse = np.empty(n, dtype=np.int64)
+        counts = np.empty(n, dtype=np.int64)
+        vals = np.empty(n, dtype=np.int64)
+        m = self._lib.fbx_unique_get(self._h, keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data,
+                                     counts.ctypes.data, vals.ctypes.data)
+        if m < 0:
+            raise MemoryError(f"unique of {n} keys: out of memory")
+        return uniq[:m], inverse, counts[:m], vals[:m]
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """All (keys uint64, values int64), in table order."""

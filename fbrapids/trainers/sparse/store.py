@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.hashmap import UInt64HashMap, unique_u64
+from fbrapids.trainers.sparse.hashmap import UInt64HashMap, store_touch
 from fbrapids.trainers.sparse.init import init_rows
 from fbrapids.trainers.sparse.tiers import Slots, SsdFile, TierStats
 
@@ -89,6 +89,10 @@ class Lookup:
         admitted: bool mask over ``ids``: False rows read the default row.
         slots: cache slots of the admitted rows.
         step: the store step the slots are pinned for.
+        full: ``[len(slots), width]`` the cached rows (embedding + optimizer state) of the
+            admitted ids as gathered, reused by :meth:`TieredEmbeddingStore.apply_gradients`
+            while the table was not written since (``version``).
+        version: the table's write counter when ``full`` was gathered.
     """
 
     rows: torch.Tensor
@@ -97,6 +101,34 @@ class Lookup:
     admitted: np.ndarray
     slots: np.ndarray
     step: int
+    full: torch.Tensor | None = None
+    version: int = -1
+
+
+def sparse_update(rows: torch.Tensor, grad: torch.Tensor, config: StoreConfig) -> torch.Tensor:
+    """The sparse optimizer on full rows ``[n, width]`` (embedding, then the Adagrad
+    accumulator), in place; returns ``rows``.
+
+    SGD: ``w -= lr * g``.  Row-wise Adagrad: ``acc += mean(g * g)``,
+    ``w -= lr * g / (sqrt(acc) + eps)``.  Every operation is element-wise or a reduction
+    within a row, so updating several tables' rows in one call gives the same bits as
+    one call per table.
+
+    Example:
+        >>> import torch
+        >>> r = torch.tensor([[1.0, 0.0]]); _ = sparse_update(r, torch.tensor([[2.0]]), StoreConfig(dim=1, lr=0.5))
+        >>> r.tolist()
+        [[0.5, 4.0]]
+    """
+    c = config
+    w = rows[:, : c.dim]
+    if c.optimizer == "sgd":
+        w.sub_(grad * c.lr)
+    else:
+        acc = rows[:, c.dim] + (grad * grad).mean(dim=1)
+        rows[:, c.dim] = acc
+        w.sub_(grad * c.lr / (acc.sqrt() + c.eps).unsqueeze(1))
+    return rows
 
 
 class TieredEmbeddingStore:
@@ -143,6 +175,9 @@ class TieredEmbeddingStore:
         self._hmeta = Slots(host_cap)
         self._ssd = SsdFile(Path(c.ssd_dir) / self.name, w) if c.ssd_dir is not None else None
         self._step = 0
+        self._prefetched: tuple | None = None  # (keys, rows admitted, unique_get of keys) of the last prefetch
+        # bumped by every write to cached rows other than moving rows in (never reset)
+        self._version = getattr(self, "_version", 0) + 1
         self._stats = {t: TierStats() for t in ("cache", "host", "ssd")}
         self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "admissions": 0,
                         "new_rows": 0, "prefetched_rows": 0}
@@ -366,23 +401,30 @@ class TieredEmbeddingStore:
             requires_grad: make ``rows`` a leaf that collects gradients.
         """
         keys = as_uint64_ids(ids).ravel()
-        uniq, inverse, occ = unique_u64(keys)  # first-occurrence order: deterministic
-        g = self._dir.get(uniq)
-        missing = g < 0
-        if missing.any():
+        full = None
+        uniq, inverse, occ, g = self._unique_rows(keys)  # first-occurrence order: deterministic
+        missing = np.flatnonzero(g < 0)
+        if len(missing):
             g[missing] = self._admit(uniq[missing])
-        adm = g >= 0
-        ga = g[adm]
-        self._last[ga] = self._step
-        self._freq[ga] += 1
-        self._count_served(ga, occ[adm], int(occ[~adm].sum()))
+        # last / freq of the admitted rows, and which tier serves each occurrence (one C pass)
+        touched = store_touch(g, occ, self._cache_loc, self._host_loc, self._on_ssd, self._last, self._freq,
+                              self._step)
+        sv = self._served
+        for k, tier in enumerate(("cache", "host", "ssd", "new", "default")):
+            sv[tier] += int(touched[k])
+        if len(missing):
+            adm = g >= 0
+            ga = g[adm]
+        else:
+            adm = np.ones(len(g), dtype=bool)
+            ga = g
         st = self._stats["cache"]
-        n_hit = int((self._cache_loc[ga] >= 0).sum())
+        n_hit = int(touched[5])
         st.hits += n_hit
         st.misses += len(ga) - n_hit
         self._counts["lookups"] += len(keys)
         self._counts["unique_lookups"] += len(uniq)
-        self._counts["default_reads"] += int((~adm).sum())
+        self._counts["default_reads"] += len(uniq) - len(ga)
         dim = self.config.dim
         n_miss = len(ga) - n_hit
         if not requires_grad and n_miss > self._cmeta.n_free and n_miss > self._room():
@@ -391,27 +433,27 @@ class TieredEmbeddingStore:
             got = torch.from_numpy(self._read_through(ga)[:, :dim]).to(self.device)
         else:
             slots = self._ensure_cached(ga, self._step)
-            got = self._cache.index_select(0, torch.from_numpy(slots).to(self.device))[:, :dim]
+            full = self._cache.index_select(0, torch.from_numpy(slots).to(self.device))
+            got = full[:, :dim]
         if adm.all():
-            rows = got.clone()
+            rows = got.clone() if requires_grad or full is None else got
         else:
             rows = self._default.expand(len(uniq), dim).clone()
             rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got
         rows.requires_grad_(requires_grad)
         inv = torch.from_numpy(inverse.astype(np.int64, copy=False)).to(self.device)
-        return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step)
+        return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step, full=full,
+                      version=self._version)
 
-    def _count_served(self, g: np.ndarray, occ: np.ndarray, default: int) -> None:
-        """Per id occurrence (not per unique row): which tier holds its row at lookup time."""
-        inc = self._cache_loc[g] >= 0
-        inh = ~inc & (self._host_loc[g] >= 0)
-        ons = ~inc & ~inh & self._on_ssd[g]
-        sv = self._served
-        sv["cache"] += int(occ[inc].sum())
-        sv["host"] += int(occ[inh].sum())
-        sv["ssd"] += int(occ[ons].sum())
-        sv["new"] += int(occ.sum()) - int(occ[inc].sum()) - int(occ[inh].sum()) - int(occ[ons].sum())
-        sv["default"] += default
+    def _unique_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct keys, inverse, counts and their global rows (-1: not admitted); taken
+        from the last :meth:`prefetch` when it saw the same keys and nothing was admitted
+        since (a prefetched batch is not hashed twice)."""
+        stash, self._prefetched = self._prefetched, None
+        if stash is not None and stash[1] == self._n and len(stash[0]) == len(keys) and (
+                stash[0] is keys or np.array_equal(stash[0], keys)):
+            return stash[2]
+        return self._dir.unique_get(keys)
 
     def _read_through(self, g: np.ndarray) -> np.ndarray:
         """Rows ``g`` read from wherever they are, without moving them up; rows never
@@ -434,8 +476,10 @@ class TieredEmbeddingStore:
         Ids not yet admitted are left alone (prefetching does not count as a sighting).
         Returns the number of rows that had to be brought up.
         """
-        uniq = unique_u64(as_uint64_ids(ids).ravel())[0]
-        g = self._dir.get(uniq)
+        keys = as_uint64_ids(ids).ravel()
+        found = self._dir.unique_get(keys)
+        self._prefetched = (keys, self._n, (found[0], found[1], found[2], found[3].copy()))
+        g = found[3]
         g = g[g >= 0]
         moved = int((self._cache_loc[g] < 0).sum())
         self._ensure_cached(g, self._step + 1)
@@ -454,21 +498,30 @@ class TieredEmbeddingStore:
             grad = lookup.rows.grad
         if grad is None or len(lookup.slots) == 0:
             return
-        c = self.config
         if not lookup.admitted.all():
             grad = grad[torch.from_numpy(np.flatnonzero(lookup.admitted)).to(grad.device)]
         grad = grad.to(self.device, torch.float32)
         st = torch.from_numpy(lookup.slots).to(self.device)
-        rows = self._cache.index_select(0, st)
-        w = rows[:, : c.dim]
-        if c.optimizer == "sgd":
-            w.sub_(grad * c.lr)
-        else:
-            acc = rows[:, c.dim] + (grad * grad).mean(dim=1)
-            rows[:, c.dim] = acc
-            w.sub_(grad * c.lr / (acc.sqrt() + c.eps).unsqueeze(1))
-        self._cache.index_copy_(0, st, rows)
+        rows = self.fresh_full(lookup, st)
+        self.write_back(lookup, sparse_update(rows, grad, self.config), st)
+
+    def fresh_full(self, lookup: Lookup, slots: torch.Tensor | None = None) -> torch.Tensor:
+        """The current cached rows ``[len(lookup.slots), width]`` of ``lookup``: the rows it
+        gathered when the table was not written since (the caller may update them in
+        place), else gathered again."""
+        if lookup.full is not None and lookup.version == self._version and lookup.step == self._step:
+            return lookup.full
+        if slots is None:
+            slots = torch.from_numpy(lookup.slots).to(self.device)
+        return self._cache.index_select(0, slots)
+
+    def write_back(self, lookup: Lookup, rows: torch.Tensor, slots: torch.Tensor | None = None) -> None:
+        """Store updated full rows of ``lookup``'s (pinned) slots into the cache, marked dirty."""
+        if slots is None:
+            slots = torch.from_numpy(lookup.slots).to(self.device)
+        self._cache.index_copy_(0, slots, rows)
         self._cmeta.dirty[lookup.slots] = True
+        self._version += 1
 
     def end_step(self) -> None:
         """Release this step's pins (rows prefetched for the next step stay pinned)."""
@@ -511,6 +564,7 @@ class TieredEmbeddingStore:
                 full[:, self.config.dim] = self.config.initial_accumulator
             self._cache[torch.from_numpy(slots).to(self.device)] = torch.from_numpy(full).to(self.device)
             self._cmeta.dirty[slots] = True
+            self._version += 1
             self.end_step()
 
     # -- reading everything, flush, checkpoint ----------------------------------------------

@@ -138,3 +138,58 @@ int64_t fbx_unique_u64(const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t 
     free(slot);
     return m;
 }
+
+/* Group the occurrences of pooled bags by the row they read, for the backward pass of a
+ * sum-pooled embedding bag: idx[k] (in [0, m)) is the row read by occurrence k, the bags
+ * are offsets[b] .. offsets[b + 1] (offsets has nbags + 1 entries, offsets[nbags] = n).
+ * Fills starts[0..m] (row r's occurrences are bag_sorted[starts[r] .. starts[r + 1])) and
+ * bag_sorted[n] (the bag of each occurrence, grouped by row, in occurrence order within a
+ * row: a stable counting sort, O(n + m)).  Returns 0, or -1 for an index out of range. */
+int fbx_group_by_row(const int64_t *idx, int64_t n, int64_t m, const int64_t *offsets, int64_t nbags,
+                     int64_t *starts, int64_t *bag_sorted) {
+    memset(starts, 0, sizeof(int64_t) * (m + 1));
+    for (int64_t k = 0; k < n; k++) {
+        int64_t r = idx[k];
+        if (r < 0 || r >= m) return -1;
+        starts[r + 1]++;
+    }
+    for (int64_t r = 0; r < m; r++) starts[r + 1] += starts[r];
+    int64_t *pos = (int64_t *)malloc(sizeof(int64_t) * (m > 0 ? m : 1));
+    if (!pos) return -2;
+    memcpy(pos, starts, sizeof(int64_t) * m);
+    for (int64_t b = 0; b < nbags; b++)
+        for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) bag_sorted[pos[idx[k]]++] = b;
+    free(pos);
+    return 0;
+}
+
+/* fbx_unique_u64 plus a directory lookup of every distinct key: g[j] = value of uniq[j] in
+ * dir, or -1.  One pass over the batch for the store's lookup and prefetch. */
+int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
+                       int64_t *counts, int64_t *g) {
+    int64_t m = fbx_unique_u64(keys, n, uniq, inverse, counts);
+    for (int64_t j = 0; j < m; j++) {
+        int64_t i = fbx_find(dir, uniq[j]);
+        g[j] = dir->used[i] ? dir->vals[i] : -1;
+    }
+    return m;
+}
+
+/* A lookup's bookkeeping over its m distinct rows g[j] (-1: not admitted), counts[j]
+ * occurrences each: marks admitted rows used at `step` (last) and once more (freq), and
+ * adds to out[0..5]: occurrences served by the cache, host RAM, the SSD file, a new row,
+ * occurrences of rows not admitted, and distinct admitted rows already cached. */
+void fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
+                     const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
+                     int64_t *out) {
+    for (int64_t j = 0; j < m; j++) {
+        int64_t r = g[j], c = counts[j];
+        if (r < 0) { out[4] += c; continue; }
+        last[r] = step;
+        freq[r] += 1;
+        if (cache_loc[r] >= 0) { out[0] += c; out[5] += 1; }
+        else if (host_loc[r] >= 0) out[1] += c;
+        else if (on_ssd[r]) out[2] += c;
+        else out[3] += c;
+    }
+}
