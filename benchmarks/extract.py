@@ -5,6 +5,13 @@ Usage::
 
     python benchmarks/extract.py --rows 1000000 [--repeat 3] [--out out.parquet]
     python benchmarks/extract.py --data DIR     # any folder of the four parquet files
+    python benchmarks/extract.py --rows 1000000 --partition-rows 32768 --busy-cores 1
+
+``--busy-cores K`` keeps K other processes spinning during the timed runs: the host as it
+is while ``stream()`` trains one partition and extracts the next (the trainer holds a
+core).  Every kernel launch on the host is an OpenMP parallel region that ends in a
+barrier; with a core taken, a barrier waits for a descheduled thread, so the launch count
+per partition shows up in the time.  The JSON says how many cores were kept busy.
 
 Rows/s = input impressions / (read + clean + join + extract + merge seconds), the median
 over ``--repeat`` runs (WORKLOAD.md section 7).  Kernels are compiled (or loaded from the
@@ -14,7 +21,9 @@ disk cache) in a warm-up run that is not timed.  The last line printed is one JS
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -49,6 +58,32 @@ def timed_once(run, d: Path):
     return res[0], sum(sec.values()), sec, (res[2] if len(res) > 2 else None)
 
 
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+@contextlib.contextmanager
+def busy_cores(k: int):
+    """K processes spinning on a core each, for the duration of the block (k = 0: none)."""
+    if k <= 0:
+        yield
+        return
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(k)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+
+
 def median_run(runs: list):
     """The run with the median total (the output of the last run)."""
     order = sorted(range(len(runs)), key=lambda i: runs[i][1])
@@ -67,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="extract partition by partition (e.g. 32768, the generator's row group); default: one partition")
     ap.add_argument("--pandas-repeat", type=int, default=1, help="runs of the (slow) pandas line")
     ap.add_argument("--skip-pandas", action="store_true", help="leave out the pandas line")
+    ap.add_argument("--busy-cores", type=int, default=0,
+                    help="keep this many other processes spinning during the timed fbrapids runs "
+                         "(a co-located trainer); default 0")
     args = ap.parse_args(argv)
     d = data_dir(args.rows) if args.rows else args.data
     rows_in = len(load_tables(d)["impressions"])
@@ -75,12 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     run_fbrapids(load_tables(d), fused=True, partition_rows=pr)  # warm-up: compile / load kernels, size pools
     run_fbrapids(load_tables(d), fused=False, partition_rows=pr)
     fused_runs, obo_runs = [], []
-    for _ in range(args.repeat):  # interleaved, so both see the same machine load
-        fused_runs.append(timed_once(lambda t: run_fbrapids(t, fused=True, partition_rows=pr), d))
-        obo_runs.append(timed_once(lambda t: run_fbrapids(t, fused=False, partition_rows=pr), d))
+    with busy_cores(args.busy_cores):
+        for _ in range(args.repeat):  # interleaved, so both see the same machine load
+            fused_runs.append(timed_once(lambda t: run_fbrapids(t, fused=True, partition_rows=pr), d))
+            obo_runs.append(timed_once(lambda t: run_fbrapids(t, fused=False, partition_rows=pr), d))
     fused_out, fused_s, fused_steps, launches = median_run(fused_runs)
     obo_out, obo_s, obo_steps, obo_launches = median_run(obo_runs)
-    print(f"rows_in={rows_in} partition_rows={pr or rows_in}")
+    print(f"rows_in={rows_in} partition_rows={pr or rows_in} busy_cores={args.busy_cores}")
     print(f"fused      {rows_in / fused_s:12,.0f} rows/s  {fused_s:.3f}s  "
           + " ".join(f"{k}={v:.3f}" for k, v in fused_steps.items()) + f"  launches={launches}")
     print(f"op-by-op   {rows_in / obo_s:12,.0f} rows/s  {obo_s:.3f}s  "
@@ -98,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"outputs equal: {equal} ({why})")
     if args.out:
         write_output(fused_out, args.out)
-    print(json.dumps({"rows_in": rows_in, "partition_rows": pr or rows_in, "fused_rows_per_s": rows_in / fused_s,
+    print(json.dumps({"rows_in": rows_in, "partition_rows": pr or rows_in, "busy_cores": args.busy_cores,
+                      "fused_rows_per_s": rows_in / fused_s,
                       "op_by_op_rows_per_s": rows_in / obo_s, "pandas_rows_per_s": pandas_rate,
                       "outputs_equal": equal, "launches_per_partition": launches,
                       "op_by_op_launches_per_partition": obo_launches}))
