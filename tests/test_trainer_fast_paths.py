@@ -147,3 +147,21 @@ def test_dot_interaction_matches_the_reference_in_value_and_gradient(self_intera
     assert torch.allclose(m(x, list(ly.unbind(1))), out)  # a list of [B, d] is the same input
     dbl = torch.randn(3, 4, 2, dtype=torch.double, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a: DotInteraction(4, self_interaction)(a[:, 0], a[:, 1:]), (dbl,))
+
+
+def test_default_fused_adam_resumes_bit_for_bit(tmp_path) -> None:
+    """fit's default dense optimizer (fused Adam) checkpoints and resumes exactly, in process."""
+    from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
+    from fbrapids.trainers import fit
+    from fbrapids.trainers.fit import default_optimizer
+
+    assert default_optimizer([torch.nn.Parameter(torch.zeros(2))]).defaults.get("fused") is True
+    df = ctr_frame(rows=640)
+    straight = small_model(tiered(tmp_path / "a"))
+    fit(straight, batches(df), max_steps=14, progress=False)
+    first = small_model(tiered(tmp_path / "b"))
+    fit(first, batches(df), max_steps=8, checkpoint_dir=tmp_path / "ckpt", progress=False)
+    resumed = small_model(tiered(tmp_path / "c"), seed=99)
+    res = fit(resumed, batches(df), max_steps=14, checkpoint_dir=tmp_path / "ckpt", progress=False)
+    assert res.resumed_from is not None and len(res.losses) == 6
+    assert same_bits(snapshot(straight), snapshot(resumed)) == []

@@ -85,6 +85,10 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
     lib.fbx_store_touch.restype = None
     lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, p]
+    lib.fbx_cache_slots.restype = i64
+    lib.fbx_cache_slots.argtypes = [p, i64, p, p]
+    lib.fbx_pin_slots.restype = None
+    lib.fbx_pin_slots.argtypes = [p, i64, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
     lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
     return lib
@@ -166,6 +170,41 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
     _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
                            on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), out.ctypes.data)
     return out
+
+
+def cache_slots(g: np.ndarray, cache_loc: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(cache_loc[g], number of -1 among them)`` in one C pass (``g`` int64 rows in range).
+
+    Example:
+        >>> import numpy as np
+        >>> s, miss = cache_slots(np.array([2, 0]), np.array([5, -1, -1]))
+        >>> s.tolist(), miss
+        ([-1, 5], 1)
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    if cache_loc.dtype != np.int64 or not cache_loc.flags.c_contiguous:
+        raise TypeError(f"cache_slots: cache_loc must be contiguous int64, got {cache_loc.dtype}")
+    if len(g) and (int(g.max()) >= len(cache_loc) or int(g.min()) < 0):
+        raise IndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
+    slots = np.empty(len(g), dtype=np.int64)
+    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, slots.ctypes.data)
+    return slots, int(miss)
+
+
+def pin_slots(slots: np.ndarray, pin: np.ndarray, step: int) -> None:
+    """``pin[s] = max(pin[s], step)`` for the slots ``s >= 0`` (in place, one C pass).
+
+    Example:
+        >>> import numpy as np
+        >>> pin = np.array([3, 0, 0]); pin_slots(np.array([0, -1, 2]), pin, 2); pin.tolist()
+        [3, 0, 2]
+    """
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    if pin.dtype != np.int64 or not pin.flags.c_contiguous:
+        raise TypeError(f"pin_slots: pin must be contiguous int64, got {pin.dtype}")
+    if len(slots) and int(slots.max()) >= len(pin):
+        raise IndexError(f"pin_slots: slots beyond [0, {len(pin)})")
+    _lib().fbx_pin_slots(slots.ctypes.data, len(slots), pin.ctypes.data, int(step))
 
 
 def _u64(keys: np.ndarray) -> np.ndarray:

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.hashmap import UInt64HashMap, store_touch
+from fbrapids.trainers.sparse.hashmap import UInt64HashMap, cache_slots, pin_slots, store_touch
 from fbrapids.trainers.sparse.init import init_rows
 from fbrapids.trainers.sparse.tiers import Slots, SsdFile, TierStats
 
@@ -167,6 +167,8 @@ class TieredEmbeddingStore:
         self._last = np.zeros(cap, dtype=np.int64)
         self._freq = np.zeros(cap, dtype=np.int64)
         self._cache = torch.zeros((c.cache_rows, w), dtype=torch.float32, device=self.device)
+        # on the CPU the cache's memory as numpy: its row gathers / scatters are cheaper
+        self._cache_np = self._cache.numpy() if self._cache.device.type == "cpu" else None
         self._cmeta = Slots(c.cache_rows)
         self._pin = np.full(c.cache_rows, -1, dtype=np.int64)
         self._bounded_host = c.host_rows is not None
@@ -349,8 +351,7 @@ class TieredEmbeddingStore:
             k = min(max(need, int(cm.capacity * self.config.evict_fraction)), len(cand))
             vic = self._victims(cm.owner, cand, k, need)
             vg = cm.owner[vic]
-            vt = torch.from_numpy(vic).to(self.device)
-            rows = self._cache.index_select(0, vt).cpu().numpy()
+            rows = self._cache_rows_np(vic)
             dirty = cm.dirty[vic].copy()
             self._cache_loc[vg] = -1
             cm.release(vic)
@@ -367,23 +368,25 @@ class TieredEmbeddingStore:
 
     def _ensure_cached(self, g: np.ndarray, pin_step: int) -> np.ndarray:
         """Cache slots of rows ``g`` (distinct), bringing misses up; all pinned for ``pin_step``."""
-        slots = self._cache_loc[g]
-        hit = slots >= 0
-        miss = ~hit
-        n_miss = int(miss.sum())
+        slots, n_miss = cache_slots(g, self._cache_loc)
         if n_miss > self._cmeta.n_free:  # check before moving anything, so a failure loses no row
+            hit = slots >= 0
             room = self._room() - int((hit & (self._pin[np.where(hit, slots, 0)] < self._step)).sum())
             if n_miss > room:
                 raise RuntimeError(
                     f"table {self.name!r}: cache_rows={self.config.cache_rows} is too small; the current and "
                     f"prefetched batches pin {self.config.cache_rows - room} rows and "
                     f"{n_miss} more are needed")
-        self._pin[slots[hit]] = np.maximum(self._pin[slots[hit]], pin_step)
-        if miss.any():
+        pin_slots(slots, self._pin, pin_step)  # the cached ones
+        if n_miss:
+            miss = slots < 0
             gm = g[miss]
             rows, dirty = self._fetch_below(gm)
             new_slots = self._cache_alloc(len(gm))
-            self._cache[torch.from_numpy(new_slots).to(self.device)] = torch.from_numpy(rows).to(self.device)
+            if self._cache_np is not None:
+                self._cache_np[new_slots] = rows
+            else:
+                self._cache[torch.from_numpy(new_slots).to(self.device)] = torch.from_numpy(rows).to(self.device)
             self._cmeta.owner[new_slots] = gm
             self._cmeta.dirty[new_slots] = dirty
             self._cache_loc[gm] = new_slots
@@ -433,7 +436,7 @@ class TieredEmbeddingStore:
             got = torch.from_numpy(self._read_through(ga)[:, :dim]).to(self.device)
         else:
             slots = self._ensure_cached(ga, self._step)
-            full = self._cache.index_select(0, torch.from_numpy(slots).to(self.device))
+            full = self._gather(slots)
             got = full[:, :dim]
         if adm.all():
             rows = got.clone() if requires_grad or full is None else got
@@ -511,15 +514,24 @@ class TieredEmbeddingStore:
         place), else gathered again."""
         if lookup.full is not None and lookup.version == self._version and lookup.step == self._step:
             return lookup.full
-        if slots is None:
-            slots = torch.from_numpy(lookup.slots).to(self.device)
+        if slots is None or self._cache_np is not None:
+            return self._gather(lookup.slots)
         return self._cache.index_select(0, slots)
+
+    def _gather(self, slots: np.ndarray) -> torch.Tensor:
+        """Full cached rows ``[len(slots), width]`` (a new tensor)."""
+        if self._cache_np is not None:
+            return torch.from_numpy(self._cache_np.take(slots, axis=0))
+        return self._cache.index_select(0, torch.from_numpy(slots).to(self.device))
 
     def write_back(self, lookup: Lookup, rows: torch.Tensor, slots: torch.Tensor | None = None) -> None:
         """Store updated full rows of ``lookup``'s (pinned) slots into the cache, marked dirty."""
-        if slots is None:
-            slots = torch.from_numpy(lookup.slots).to(self.device)
-        self._cache.index_copy_(0, slots, rows)
+        if self._cache_np is not None:
+            self._cache_np[lookup.slots] = rows.detach().numpy()
+        else:
+            if slots is None:
+                slots = torch.from_numpy(lookup.slots).to(self.device)
+            self._cache.index_copy_(0, slots, rows)
         self._cmeta.dirty[lookup.slots] = True
         self._version += 1
 
@@ -629,6 +641,8 @@ class TieredEmbeddingStore:
         self._ssd.write_index(self._g2id[: self._n], self._meta())
 
     def _cache_rows_np(self, slots: np.ndarray) -> np.ndarray:
+        if self._cache_np is not None:
+            return self._cache_np.take(slots, axis=0)
         return self._cache.index_select(0, torch.from_numpy(slots).to(self.device)).cpu().numpy()
 
     def save(self, directory: str | os.PathLike, chunk_rows: int = 1 << 16, progress: Any = None) -> None:

@@ -193,3 +193,22 @@ void fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const i
         else out[3] += c;
     }
 }
+
+/* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached. */
+int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t *slots) {
+    int64_t miss = 0;
+    for (int64_t j = 0; j < m; j++) {
+        int64_t s = cache_loc[g[j]];
+        slots[j] = s;
+        miss += s < 0;
+    }
+    return miss;
+}
+
+/* pin[s] = max(pin[s], step) for every cached slot s (s >= 0) in slots. */
+void fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t step) {
+    for (int64_t j = 0; j < m; j++) {
+        int64_t s = slots[j];
+        if (s >= 0 && pin[s] < step) pin[s] = step;
+    }
+}
