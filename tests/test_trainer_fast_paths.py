@@ -165,3 +165,17 @@ def test_default_fused_adam_resumes_bit_for_bit(tmp_path) -> None:
     res = fit(resumed, batches(df), max_steps=14, checkpoint_dir=tmp_path / "ckpt", progress=False)
     assert res.resumed_from is not None and len(res.losses) == 6
     assert same_bits(snapshot(straight), snapshot(resumed)) == []
+
+
+@pytest.mark.parametrize("seed,scale,dim", [(0, 0.25, 16), (2**64 - 1, 0.1, 5), (12345, 1.0 / 3.0, 1)])
+def test_initial_rows_in_c_are_the_numpy_bits(seed: int, scale: float, dim: int) -> None:
+    from fbrapids.trainers.sparse.hashmap import init_rows_into
+    from fbrapids.trainers.sparse.init import init_rows, seed_mix
+
+    rng = np.random.default_rng(seed % 1000)
+    ids = np.concatenate([rng.integers(0, 2**63, 3000).astype(np.uint64) * np.uint64(3),
+                          np.array([0, 2**64 - 1, 2**63], dtype=np.uint64)])
+    out = np.full((len(ids), dim + 2), 7.0, dtype=np.float32)
+    init_rows_into(ids, out, dim, seed_mix(seed), scale)
+    assert out[:, :dim].tobytes() == init_rows(ids, dim, seed, scale).tobytes()
+    assert (out[:, dim:] == 7.0).all()  # the columns after the embedding are left alone

@@ -89,6 +89,8 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_cache_slots.argtypes = [p, i64, p, p]
     lib.fbx_pin_slots.restype = None
     lib.fbx_pin_slots.argtypes = [p, i64, p, i64]
+    lib.fbx_init_rows.restype = None
+    lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, ctypes.c_float, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
     lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
     return lib
@@ -205,6 +207,21 @@ def pin_slots(slots: np.ndarray, pin: np.ndarray, step: int) -> None:
     if len(slots) and int(slots.max()) >= len(pin):
         raise IndexError(f"pin_slots: slots beyond [0, {len(pin)})")
     _lib().fbx_pin_slots(slots.ctypes.data, len(slots), pin.ctypes.data, int(step))
+
+
+def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, scale: float) -> None:
+    """Write :func:`fbrapids.trainers.sparse.init.init_rows` of ``ids`` into ``out[:, :dim]``
+    (float32 rows, C-contiguous, ``out.shape[1] >= dim``) in one C pass, bit for bit.
+
+    ``seed_mix`` is ``splitmix64(seed)`` (see :func:`fbrapids.trainers.sparse.init.seed_mix`).
+    """
+    ids = _u64(ids)
+    if out.dtype != np.float32 or not out.flags.c_contiguous or out.ndim != 2 or out.shape[1] < dim \
+            or out.shape[0] != len(ids):
+        raise ValueError(f"init_rows_into: out must be C-contiguous float32 [{len(ids)}, >= {dim}], "
+                         f"got {out.dtype} {out.shape}")
+    _lib().fbx_init_rows(ids.ctypes.data, len(ids), int(dim), int(seed_mix), float(scale), out.ctypes.data,
+                         out.shape[1])
 
 
 def _u64(keys: np.ndarray) -> np.ndarray:

@@ -34,6 +34,11 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def seed_mix(seed: int) -> int:
+    """The splitmix64 of ``seed`` (mod 2**64) that every initial row of that seed is keyed by."""
+    return int(splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0])
+
+
 def init_rows(ids: np.ndarray, dim: int, seed: int, scale: float) -> np.ndarray:
     """Initial embeddings ``[len(ids), dim]`` float32, uniform in ``[-scale, scale)``.
 

@@ -51,8 +51,8 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.hashmap import UInt64HashMap, cache_slots, pin_slots, store_touch
-from fbrapids.trainers.sparse.init import init_rows
+from fbrapids.trainers.sparse.hashmap import UInt64HashMap, cache_slots, init_rows_into, pin_slots, store_touch
+from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.tiers import Slots, SsdFile, TierStats
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,7 @@ class TieredEmbeddingStore:
                         "new_rows": 0, "prefetched_rows": 0}
         self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
+        self._seed_mix = seed_mix(c.seed)
 
     def __len__(self) -> int:
         """Rows admitted so far."""
@@ -235,7 +236,7 @@ class TieredEmbeddingStore:
     def _fresh_rows(self, g: np.ndarray) -> np.ndarray:
         c = self.config
         rows = np.empty((len(g), c.width), dtype=np.float32)
-        rows[:, : c.dim] = init_rows(self._g2id[g], c.dim, c.seed, c.scale)
+        init_rows_into(self._g2id[g], rows, c.dim, self._seed_mix, c.scale)  # = init_rows(), in C
         if c.optimizer == "adagrad":
             rows[:, c.dim] = c.initial_accumulator
         return rows

@@ -212,3 +212,22 @@ void fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t step) 
         if (s >= 0 && pin[s] < step) pin[s] = step;
     }
 }
+
+/* Initial embeddings of new rows, the same bits as fbrapids.trainers.sparse.init.init_rows:
+ * element (i, c) is splitmix64(splitmix64(ids[i] ^ seed_mix) + (c + 1) * golden), whose top 24
+ * bits give u in [0, 1) exactly, mapped to (2u - 1) * scale (2u - 1 is exact in float, so the
+ * one rounding is the product, as in numpy).  Row i goes to out + i * stride. */
+void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, uint64_t seed_mix, float scale, float *out,
+                   int64_t stride) {
+    const uint64_t golden = 0x9E3779B97F4A7C15ULL;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t base = fbx_mix64(ids[i] ^ seed_mix);
+        float *row = out + i * stride;
+        for (int64_t c = 0; c < dim; c++) {
+            uint64_t h = fbx_mix64(base + (uint64_t)(c + 1) * golden);
+            float unit = (float)(h >> 40) * (1.0f / 16777216.0f);
+            float centred = unit * 2.0f - 1.0f;
+            row[c] = centred * scale;
+        }
+    }
+}
