@@ -179,3 +179,17 @@ def test_initial_rows_in_c_are_the_numpy_bits(seed: int, scale: float, dim: int)
     init_rows_into(ids, out, dim, seed_mix(seed), scale)
     assert out[:, :dim].tobytes() == init_rows(ids, dim, seed, scale).tobytes()
     assert (out[:, dim:] == 7.0).all()  # the columns after the embedding are left alone
+
+
+def test_c_bookkeeping_refuses_rows_outside_its_arrays() -> None:
+    from fbrapids.trainers.sparse.hashmap import cache_slots, pin_slots, store_touch
+
+    loc = np.array([3, -1], dtype=np.int64)
+    with pytest.raises(IndexError):
+        cache_slots(np.array([0, 2]), loc)
+    with pytest.raises(IndexError):
+        pin_slots(np.array([5]), np.zeros(4, dtype=np.int64), 1)
+    last = np.zeros(2, dtype=np.int64)
+    with pytest.raises(IndexError):
+        store_touch(np.array([1, 2]), np.array([1, 1]), loc, loc, np.zeros(2, bool), last, last.copy(), 3)
+    assert last.tolist() == [0, 0]  # nothing written before the refusal

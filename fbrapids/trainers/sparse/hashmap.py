@@ -44,14 +44,14 @@ def compile_shared(src: Path) -> Path:
         RuntimeError: no C compiler, or the compile failed (with the compiler's message).
     """
     text = src.read_bytes()
-    digest = hashlib.sha256(text + b"-O3 -fPIC").hexdigest()[:16]
+    digest = hashlib.sha256(text + b"-O3 -fPIC -Wall -Werror=return-type").hexdigest()[:16]
     out = cache_dir() / f"{src.stem}-{digest}.so"
     if out.exists():
         return out
     cc = os.environ.get("CC", "cc")
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cc, "-O3", "-fPIC", "-shared", "-o", tmp, str(src)]
+    cmd = [cc, "-O3", "-fPIC", "-Wall", "-Werror=return-type", "-shared", "-o", tmp, str(src)]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True)
     except FileNotFoundError as exc:
@@ -83,12 +83,12 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_u64.argtypes = [p, i64, p, p, p]
     lib.fbx_unique_get.restype = i64
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
-    lib.fbx_store_touch.restype = None
-    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, p]
+    lib.fbx_store_touch.restype = ctypes.c_int
+    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p]
     lib.fbx_cache_slots.restype = i64
-    lib.fbx_cache_slots.argtypes = [p, i64, p, p]
-    lib.fbx_pin_slots.restype = None
-    lib.fbx_pin_slots.argtypes = [p, i64, p, i64]
+    lib.fbx_cache_slots.argtypes = [p, i64, p, i64, p]
+    lib.fbx_pin_slots.restype = ctypes.c_int
+    lib.fbx_pin_slots.argtypes = [p, i64, p, i64, i64]
     lib.fbx_init_rows.restype = None
     lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, ctypes.c_float, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
@@ -166,11 +166,14 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
                   (freq, np.int64)):
         if a.dtype != dt or not a.flags.c_contiguous:
             raise TypeError(f"store_touch: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
-    if len(g) and int(g.max()) >= min(len(cache_loc), len(host_loc), len(on_ssd), len(last), len(freq)):
-        raise IndexError(f"store_touch: row {int(g.max())} beyond the row arrays")
+    if len(counts) != len(g):
+        raise ValueError(f"store_touch: {len(g)} rows but {len(counts)} counts")
+    n_rows = min(len(cache_loc), len(host_loc), len(on_ssd), len(last), len(freq))
     out = np.zeros(6, dtype=np.int64)
-    _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
-                           on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), out.ctypes.data)
+    if _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
+                              on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), n_rows,
+                              out.ctypes.data) != 0:
+        raise IndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
     return out
 
 
@@ -186,10 +189,10 @@ def cache_slots(g: np.ndarray, cache_loc: np.ndarray) -> tuple[np.ndarray, int]:
     g = np.ascontiguousarray(g, dtype=np.int64)
     if cache_loc.dtype != np.int64 or not cache_loc.flags.c_contiguous:
         raise TypeError(f"cache_slots: cache_loc must be contiguous int64, got {cache_loc.dtype}")
-    if len(g) and (int(g.max()) >= len(cache_loc) or int(g.min()) < 0):
-        raise IndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
     slots = np.empty(len(g), dtype=np.int64)
-    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, slots.ctypes.data)
+    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, len(cache_loc), slots.ctypes.data)
+    if miss < 0:
+        raise IndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
     return slots, int(miss)
 
 
@@ -204,9 +207,8 @@ def pin_slots(slots: np.ndarray, pin: np.ndarray, step: int) -> None:
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     if pin.dtype != np.int64 or not pin.flags.c_contiguous:
         raise TypeError(f"pin_slots: pin must be contiguous int64, got {pin.dtype}")
-    if len(slots) and int(slots.max()) >= len(pin):
+    if _lib().fbx_pin_slots(slots.ctypes.data, len(slots), pin.ctypes.data, len(pin), int(step)) != 0:
         raise IndexError(f"pin_slots: slots beyond [0, {len(pin)})")
-    _lib().fbx_pin_slots(slots.ctypes.data, len(slots), pin.ctypes.data, int(step))
 
 
 def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, scale: float) -> None:

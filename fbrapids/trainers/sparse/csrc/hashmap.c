@@ -178,10 +178,13 @@ int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
 /* A lookup's bookkeeping over its m distinct rows g[j] (-1: not admitted), counts[j]
  * occurrences each: marks admitted rows used at `step` (last) and once more (freq), and
  * adds to out[0..5]: occurrences served by the cache, host RAM, the SSD file, a new row,
- * occurrences of rows not admitted, and distinct admitted rows already cached. */
-void fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
-                     const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
-                     int64_t *out) {
+ * occurrences of rows not admitted, and distinct admitted rows already cached.
+ * The row arrays hold n_rows entries; returns 0, or -1 (nothing done) for a row beyond. */
+int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
+                    const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
+                    int64_t n_rows, int64_t *out) {
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] >= n_rows) return -1;
     for (int64_t j = 0; j < m; j++) {
         int64_t r = g[j], c = counts[j];
         if (r < 0) { out[4] += c; continue; }
@@ -192,12 +195,15 @@ void fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const i
         else if (on_ssd[r]) out[2] += c;
         else out[3] += c;
     }
+    return 0;
 }
 
-/* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached. */
-int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t *slots) {
+/* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached, or -1 for
+ * a row outside [0, n_rows). */
+int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t n_rows, int64_t *slots) {
     int64_t miss = 0;
     for (int64_t j = 0; j < m; j++) {
+        if (g[j] < 0 || g[j] >= n_rows) return -1;
         int64_t s = cache_loc[g[j]];
         slots[j] = s;
         miss += s < 0;
@@ -205,12 +211,16 @@ int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, i
     return miss;
 }
 
-/* pin[s] = max(pin[s], step) for every cached slot s (s >= 0) in slots. */
-void fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t step) {
+/* pin[s] = max(pin[s], step) for every cached slot s (s >= 0) in slots; returns 0, or -1
+ * (nothing done) for a slot beyond n_slots. */
+int fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t n_slots, int64_t step) {
+    for (int64_t j = 0; j < m; j++)
+        if (slots[j] >= n_slots) return -1;
     for (int64_t j = 0; j < m; j++) {
         int64_t s = slots[j];
         if (s >= 0 && pin[s] < step) pin[s] = step;
     }
+    return 0;
 }
 
 /* Initial embeddings of new rows, the same bits as fbrapids.trainers.sparse.init.init_rows:
