@@ -193,3 +193,13 @@ def test_c_bookkeeping_refuses_rows_outside_its_arrays() -> None:
     with pytest.raises(IndexError):
         store_touch(np.array([1, 2]), np.array([1, 1]), loc, loc, np.zeros(2, bool), last, last.copy(), 3)
     assert last.tolist() == [0, 0]  # nothing written before the refusal
+
+
+def test_stacked_training_batch_larger_than_the_cache_is_an_error_not_a_read_through() -> None:
+    ebc = TieredEmbeddingBagCollection(["a"], StoreConfig(dim=2, cache_rows=8))
+    sp = {"a": (torch.arange(20), torch.arange(20))}
+    with pytest.raises(RuntimeError, match="too small"):
+        ebc.pooled_stack(sp)  # training: its gradients could not be applied
+    ebc._drop_stale()
+    with torch.no_grad():
+        assert ebc.pooled_stack(sp).shape == (20, 1, 2)  # evaluation reads through

@@ -141,7 +141,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         for table, feats in groups.items():
             store = self.stores[table]
             vals = [sparse[f][0] for f in feats]
-            lk = store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=False)
+            lk = store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=train, leaf=False)
             self._pending.append((store, lk))
             parts.append((store, lk, base, base + len(lk.ids)))
             inv = lk.inverse.cpu().numpy()

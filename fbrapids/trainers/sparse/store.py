@@ -397,12 +397,16 @@ class TieredEmbeddingStore:
         return slots
 
     # -- the per-batch API -----------------------------------------------------------------
-    def lookup(self, ids: Any, requires_grad: bool = True) -> Lookup:
+    def lookup(self, ids: Any, requires_grad: bool = True, leaf: bool = True) -> Lookup:
         """Rows for a batch of ids, pinned in the cache until :meth:`end_step`.
 
         Args:
             ids: raw ids (uint64, or int64 read as two's-complement uint64), any shape.
-            requires_grad: make ``rows`` a leaf that collects gradients.
+            requires_grad: the rows will be trained: make ``rows`` a leaf that collects
+                gradients (and never read a batch larger than the cache through).
+            leaf: with ``False``, ``rows`` is not made a separate leaf (it may share memory
+                with ``full``): for callers that copy the rows into their own leaf and hand
+                the gradient to :meth:`apply_gradients` themselves.
         """
         keys = as_uint64_ids(ids).ravel()
         full = None
@@ -440,11 +444,11 @@ class TieredEmbeddingStore:
             full = self._gather(slots)
             got = full[:, :dim]
         if adm.all():
-            rows = got.clone() if requires_grad or full is None else got
+            rows = got.clone() if (requires_grad and leaf) or full is None else got
         else:
             rows = self._default.expand(len(uniq), dim).clone()
             rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got
-        rows.requires_grad_(requires_grad)
+        rows.requires_grad_(requires_grad and leaf)
         inv = torch.from_numpy(inverse.astype(np.int64, copy=False)).to(self.device)
         return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step, full=full,
                       version=self._version)
