@@ -86,3 +86,4 @@ def test_caller_pool_is_not_presized():
     pool = HostPool(128)
     res = hp.run(df, pool=pool)
     assert res.stats.presizes == 0 and res.stats.regrowths >= 1 and pool.regrowths >= 1
+
