@@ -203,3 +203,22 @@ def test_stacked_training_batch_larger_than_the_cache_is_an_error_not_a_read_thr
     ebc._drop_stale()
     with torch.no_grad():
         assert ebc.pooled_stack(sp).shape == (20, 1, 2)  # evaluation reads through
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for the device tier")
+def test_stacked_path_on_cuda_matches_the_cpu() -> None:
+    rng = np.random.default_rng(11)
+    batches = [_sparse_batch(rng, 48) for _ in range(4)]
+    out = {}
+    for dev in ("cpu", "cuda"):
+        ebc = TieredEmbeddingBagCollection(["a", "l", "s"], StoreConfig(dim=4, cache_rows=512, device=dev))
+        for i, sp in enumerate(batches):
+            sp = {k: (v.to(dev), o.to(dev)) for k, (v, o) in sp.items() if k != "e"}
+            got = ebc.pooled_stack(sp)
+            assert got.device.type == dev
+            wt = torch.sin(torch.arange(got.numel(), dtype=torch.float32) + i).reshape(got.shape).to(dev)
+            (got * wt).sum().backward()
+            ebc.apply_gradients()
+        out[dev] = {t: s.weights(s.state()[0]) for t, s in ebc.stores.items()}
+    for t in out["cpu"]:
+        assert np.allclose(out["cpu"][t], out["cuda"][t], atol=1e-5)
