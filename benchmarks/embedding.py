@@ -20,8 +20,9 @@ Systems:
 
 The hit rate reported for ``tiered_10x`` is over the measured batches: the share of id
 lookups (every occurrence) whose row was in the cache or host RAM rather than only in the
-SSD file (``upper_tier_unique_row_hit_rate_10x``: the same over unique rows per batch); ``oracle_hit_rate_10x`` is what a perfect static cache of the hottest 10% of ids
-would serve (per lookup) under the same Zipf law, the ceiling for any cache of that size.
+SSD file (``upper_tier_unique_row_hit_rate_10x``: the same over unique rows per batch);
+``oracle_hit_rate_10x`` is what a perfect static cache of the hottest 10% of ids would serve
+(per lookup) under the same Zipf law, the ceiling for any cache of that size.
 
 The last line printed is one JSON object with the figures.
 
@@ -106,7 +107,8 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
         from torchrec.optim import RowWiseAdagrad
     except Exception as exc:  # absent or broken install: say so, report the rest
-        logging.warning("torchrec unavailable (%s): pip install --no-deps torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0 ...", exc)
+        logging.warning("torchrec unavailable (%s): pip install --no-deps torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0 ...",
+                        exc)
         return {}
     out: dict[str, Callable] = {}
     ebc = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=rows,
@@ -208,7 +210,8 @@ def main() -> None:
         looked = sum(served.values())
         res["upper_tier_hit_rate_10x"] = (served["cache"] + served["host"]) / looked
         res["hit_rate_10x_by_tier"] = {k: v / looked for k, v in served.items()}
-        uniq = (after["cache"]["hits"] + after["cache"]["misses"]) - (before["cache"]["hits"] + before["cache"]["misses"])
+        uniq = ((after["cache"]["hits"] + after["cache"]["misses"])
+                - (before["cache"]["hits"] + before["cache"]["misses"]))
         res["upper_tier_unique_row_hit_rate_10x"] = 1.0 - (after["ssd"]["hits"] - before["ssd"]["hits"]) / uniq
         res["oracle_hit_rate_10x"] = oracle
         res["ssd_file_rows"] = after["rows"]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
-from fbrapids.trainers.sparse.hashmap import group_by_row, unique_u64
+from fbrapids.trainers.sparse.hashmap import group_by_row
 from fbrapids.trainers.sparse.store import sparse_update
 
 

@@ -199,7 +199,8 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             bar.update(1)
             bar.set_postfix(loss=f"{result.losses[-1]:.4f}", refresh=False)
             if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
-                result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
+                result.checkpoints.append(
+                    save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
         if done:
             break
     bar.close()
