@@ -31,8 +31,11 @@ class DotInteraction(nn.Module):
                              persistent=False)
         self.register_buffer("lj", torch.tensor([j for i in range(ni) for j in range(i + off)], dtype=torch.long),
                              persistent=False)
-        # position of (li, lj) in the flattened [ni * ni] interaction matrix
+        # position of (li, lj) in the flattened [ni * ni] interaction matrix, and of (lj, li)
         self.register_buffer("flat", self.li * ni + self.lj, persistent=False)
+        self.register_buffer("flat_t", self.lj * ni + self.li, persistent=False)
+        self.register_buffer("diag", torch.nonzero(self.li == self.lj).flatten(), persistent=False)
+        self._grad_buffer: torch.Tensor | None = None  # the backward's [B, ni * ni] scratch, kept
 
     @property
     def num_outputs(self) -> int:
@@ -45,31 +48,43 @@ class DotInteraction(nn.Module):
             t = torch.cat([x.unsqueeze(1), ly], dim=1)
         else:
             t = torch.cat([x, *ly], dim=1).view(b, -1, d)
-        return torch.cat([x, _LowerTriangleDots.apply(t, self.flat)], dim=1)
+        buf = self._grad_buffer
+        if buf is None or buf.shape != (b, t.shape[1] ** 2) or buf.dtype != t.dtype or buf.device != t.device:
+            # positions outside flat / flat_t (the diagonal without self-interaction) stay 0
+            buf = self._grad_buffer = torch.zeros((b, t.shape[1] ** 2), dtype=t.dtype, device=t.device)
+        return torch.cat([x, _LowerTriangleDots.apply(t, self.flat, self.flat_t, self.diag, buf)], dim=1)
 
 
 class _LowerTriangleDots(torch.autograd.Function):
     """``bmm(T, T^T)`` flattened and gathered at ``flat``: the reference's ``Z[:, li, lj]``.
 
-    Forward: one ``bmm`` and one ``index_select``.  Backward: the gradient scattered into a
-    ``[B, n, n]`` matrix ``G`` (one ``index_copy_``), then ``dT = (G + G^T) T``, one ``bmm``
-    (autograd through ``bmm`` + advanced indexing takes two ``bmm`` and an ``index_put``).
+    Forward: one ``bmm`` and one ``index_select``.  Backward: ``dT = (G + G^T) T`` with
+    ``G`` the gradient scattered into a ``[B, n, n]`` matrix; the symmetric ``G + G^T`` is
+    written straight into a kept scratch buffer (the gradient copied to ``flat`` and to the
+    transposed positions ``flat_t``, doubled on the diagonal ``diag`` when it is kept), then
+    one ``bmm`` (autograd through ``bmm`` + advanced indexing takes two ``bmm`` and an
+    ``index_put``; building ``G`` with ``zeros`` and adding its transpose costs more than
+    the ``bmm``).
     """
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, t: torch.Tensor, flat: torch.Tensor, flat_t: torch.Tensor, diag: torch.Tensor,
+                buf: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         b, n, _ = t.shape
-        ctx.save_for_backward(t, flat)
+        ctx.save_for_backward(t, flat, flat_t, diag)
+        ctx.buf = buf
         return torch.bmm(t, t.transpose(1, 2)).view(b, n * n).index_select(1, flat)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        t, flat = ctx.saved_tensors
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        t, flat, flat_t, diag = ctx.saved_tensors
         b, n, _ = t.shape
-        g = torch.zeros((b, n * n), dtype=grad.dtype, device=grad.device)
-        g.index_copy_(1, flat, grad.contiguous())
-        g = g.view(b, n, n)
-        return torch.bmm(g + g.transpose(1, 2), t), None
+        g, grad = ctx.buf, grad.contiguous()
+        g.index_copy_(1, flat_t, grad)
+        g.index_copy_(1, flat, grad)
+        if len(diag):  # self-interaction: d(t_i . t_i) / d t_i = 2 t_i
+            g.index_copy_(1, flat.index_select(0, diag), 2 * grad.index_select(1, diag))
+        return torch.bmm(g.view(b, n, n), t), None, None, None, None
 
 
 def fm_second_order(fields: torch.Tensor) -> torch.Tensor:
