@@ -43,11 +43,15 @@ def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def local_cluster():
-    """A real dask LocalCluster with 2 worker processes, and a client to it."""
+    """A real dask LocalCluster with 2 worker processes, and a client to it.
+
+    The client is not made the default: tests that use it say so (``client.compute``),
+    and later tests' plain ``.compute()`` keep running in their own process.
+    """
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    client = Client(cluster)
+    client = Client(cluster, set_as_default=False)
     try:
         yield client
     finally:

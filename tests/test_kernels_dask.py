@@ -63,3 +63,17 @@ def test_local_cluster_two_processes():
         for comp, plans, _ in per_worker.values():
             assert comp == plans  # no plan compiled twice in one process
         assert sum(c for c, _, _ in per_worker.values()) < 2 * out.npartitions
+
+
+def test_user_operator_registered_in_the_client_runs_on_cluster_workers(local_cluster):
+    """Workers never imported the code that registered the operator: it travels with the task."""
+    import dask.dataframe as dd
+
+    from fbrapids import ops
+    from fbrapids.kernels.operator import register_operator
+
+    register_operator("triple_plus_one_demo", "i64 x", "i64 y", "y = 3 * x + 1;", replace=True)
+    frame = pd.DataFrame({"x": np.arange(40, dtype=np.int64)})
+    lazy = dd.from_pandas(frame, npartitions=4).fbx.extract(y=ops.call("triple_plus_one_demo", "x"))
+    got = local_cluster.compute(lazy).result().sort_index()
+    assert got["y"].tolist() == [3 * v + 1 for v in range(40)]

@@ -30,6 +30,8 @@ from fbrapids import backend as _backend
 from fbrapids.kernels import types as T
 from fbrapids.kernels.columns import empty_series, to_series
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
+from fbrapids.kernels.operator import Operator, add_operator, get_operator
+from fbrapids.kernels.operator import operators as registered_operators
 from fbrapids.kernels.plan import DEVICE_BUDGET_FRACTION, FeatureError, Plan, build_plan
 from fbrapids.kernels.render import render_module
 from fbrapids.kernels.vocab import Vocabulary
@@ -174,7 +176,27 @@ def _extract_eager(df: Any, features: Mapping[str, Any], fused: bool) -> Any:
     return df.assign(**new)
 
 
-def _extract_partition(part: pd.DataFrame, features: dict[str, Expr], fused: bool) -> pd.DataFrame:
+def _operators_used(features: Mapping[str, Expr]) -> dict[str, Operator]:
+    """The registered operators ``features`` call, by name (user-defined ones included)."""
+    used: dict[str, Operator] = {}
+    stack = list(features.values())
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Call):
+            if e.op not in used:
+                used[e.op] = get_operator(e.op)
+            stack.extend(e.args)
+    return used
+
+
+def _extract_partition(part: pd.DataFrame, features: dict[str, Expr], fused: bool,
+                       operators: dict[str, Operator] | None = None) -> pd.DataFrame:
+    # A worker process has the built-ins but not the operators a user registered in the
+    # client: they travel with the task and are registered here when missing or different.
+    for name, op in (operators or {}).items():
+        known = registered_operators().get(name)
+        if known is None or (known.source, known.inputs) != (op.source, op.inputs):
+            add_operator(op, replace=True)
     return _extract_eager(part, features, fused)
 
 
@@ -214,7 +236,7 @@ def extract(obj: Any, features: Mapping[str, Any] | "FeatureSet", fused: bool = 
                                    for name, nid in plan.outputs.items()})
         if plan.backend == "gpu":
             meta = _backend.to_backend(meta, _backend.backend_of(obj))
-        return obj.map_partitions(_extract_partition, features, fused, meta=meta)
+        return obj.map_partitions(_extract_partition, features, fused, _operators_used(features), meta=meta)
     return _extract_eager(obj, features, fused)
 
 
