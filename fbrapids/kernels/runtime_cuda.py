@@ -8,11 +8,11 @@ large_string, i.e. int64 offsets -- cudf's int32 offsets are widened there), its
 are uploaded with cupy, and the outputs come back the same way into cudf columns.  The
 kernels themselves, the pool (one atomicAdd per block) and the compaction run on the
 device.  Requires cupy and cudf (the ``gpu`` extra); written against their public APIs
-(``cupy.RawModule``, ``cudf.from_pandas``), and exercised by the tests marked ``gpu``.
+(``cupy.RawModule``, the ``cudf.Series`` constructor), and exercised by the tests marked ``gpu``.
 
 Example (on a GPU machine)::
 
-    gdf = cudf.from_pandas(df)
+    gdf = cudf.DataFrame(df)
     out = gdf.fbx.extract(h=ops.hour("ts"))   # runs CudaPlan(plan).run(gdf)
 """
 
@@ -63,6 +63,7 @@ class CudaPlan:
         be = _backend.get_backend("gpu")
         self.cp = be.xp
         self.cudf = be.xdf
+        self.backend = be
         self.plan = plan
         self.gpu_layers = [l for l in plan.layers if l.placement == "gpu"]
         self.cpu_layers = [l for l in plan.layers if l.placement == "cpu"]
@@ -133,7 +134,7 @@ class CudaPlan:
         index = gdf.index.to_pandas() if hasattr(gdf.index, "to_pandas") else pd.RangeIndex(n)
         for name, nid in self.plan.outputs.items():
             hc = self._download(dev[nid], self.plan.nodes[nid].type, n)
-            out[name] = self.cudf.from_pandas(to_series(hc, index, name))
+            out[name] = _backend.to_backend(to_series(hc, index, name), self.backend)
         return out
 
     def _run_host_layer(self, layer, cols: dict[int, HostColumn], dev, st) -> None:
