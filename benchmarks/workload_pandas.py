@@ -103,7 +103,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 
 
-def _extra_strict(doc: str) -> bool:
+def strict_text_ok(doc: str) -> bool:
     """What json.loads lets through but the workload's rules reject: lone surrogate
     escapes and nesting deeper than JSON_MAX_DEPTH.  Cheap pre-checks keep this off the
     common path."""
@@ -159,7 +159,7 @@ def json_fields(doc: str | None, paths: tuple[tuple[str, ...], ...]) -> tuple[st
         value = _DECODER.decode(doc)
     except (ValueError, RecursionError):
         return empty
-    if not _extra_strict(doc):
+    if not strict_text_ok(doc):
         return empty
     out = []
     for keys in paths:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import ctypes
 import json
 import random
-import re
 
 import numpy as np
 import pytest
 
 from _c_harness import build_harness, find_cc, pack_strings, ptr
+from benchmarks.workload_pandas import JSON_MAX_DEPTH as MAX_DEPTH
+from benchmarks.workload_pandas import strict_text_ok
 
 pytestmark = pytest.mark.skipif(find_cc() is None, reason="no C compiler (gcc) on PATH")
 
 FOUND, MALFORMED, MISSING, NOT_STRING = 0, 1, 2, 3
-MAX_DEPTH = 64
 
 
 @pytest.fixture(scope="module")
@@ -55,47 +55,6 @@ def _reject_constant(name: str):
     raise ValueError(f"non-RFC constant {name}")
 
 
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
-
-
-def _strict_text_checks(text: str) -> bool:
-    """For text that json.loads accepted: no lone surrogate escapes and nesting depth
-    <= MAX_DEPTH, checked on the text itself, so that values a duplicate key overwrote
-    count too.  (In valid JSON every backslash starts an escape inside a string.)"""
-    pending_high_end = -1
-    for m in _ESCAPE.finditer(text):
-        u = int(m.group(1), 16) if m.group(1) else None
-        if pending_high_end >= 0:
-            if m.start() != pending_high_end or u is None or not 0xDC00 <= u <= 0xDFFF:
-                return False
-            pending_high_end = -1
-            continue
-        if u is not None and 0xD800 <= u <= 0xDBFF:
-            pending_high_end = m.end()
-        elif u is not None and 0xDC00 <= u <= 0xDFFF:
-            return False
-    if pending_high_end >= 0:
-        return False
-    depth = max_depth = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            max_depth = max(max_depth, depth)
-        elif ch in "]}":
-            depth -= 1
-    return max_depth <= MAX_DEPTH
-
-
 def oracle(doc: bytes, path: str) -> tuple[int, bytes | None]:
     """Python's json.loads made RFC-strict, then a walk of the dotted path."""
     try:
@@ -104,7 +63,7 @@ def oracle(doc: bytes, path: str) -> tuple[int, bytes | None]:
                            parse_int=lambda s: 0)  # no 4300-digit int limit
     except (ValueError, RecursionError):
         return MALFORMED, None
-    if not _strict_text_checks(text):
+    if not strict_text_ok(text):  # the pandas reference's check: lone surrogates, depth
         return MALFORMED, None
     for key in (path.split(".") if path else []):
         if not isinstance(value, dict) or key not in value:
