@@ -27,6 +27,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from fbrapids.trainers.modules.attention import attention_unit
+
 
 def sum_pool(keys: torch.Tensor, segments: torch.Tensor, rows: int) -> torch.Tensor:
     """Per-row sum ``[rows, d]`` of ragged ``keys``."""
@@ -77,13 +79,7 @@ class AttentivePooling(nn.Module):
         self.normalize = normalize
         self.key_dim = key_dim
         self.proj = nn.Identity() if query_dim == key_dim else nn.Linear(query_dim, key_dim, bias=False)
-        layers: list[nn.Module] = []
-        prev = query_dim + 3 * key_dim
-        for h in hidden:
-            layers += [nn.Linear(prev, h), nn.PReLU(h)]
-            prev = h
-        layers.append(nn.Linear(prev, 1))
-        self.unit = nn.Sequential(*layers)
+        self.unit = attention_unit(query_dim + 3 * key_dim, hidden)
 
     def weights(self, query: torch.Tensor, keys: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
         """Attention weight ``[R]`` of each behaviour."""

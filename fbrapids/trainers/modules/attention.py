@@ -8,6 +8,26 @@ import torch
 from torch import nn
 
 
+
+def attention_unit(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
+    """DIN's local activation unit: Linear + PReLU per hidden width, then one score.
+
+    Example:
+        >>> attention_unit(16, (8,))
+        Sequential(
+          (0): Linear(in_features=16, out_features=8, bias=True)
+          (1): PReLU(num_parameters=8)
+          (2): Linear(in_features=8, out_features=1, bias=True)
+        )
+    """
+    layers: list[nn.Module] = []
+    prev = in_dim
+    for h in hidden:
+        layers += [nn.Linear(prev, h), nn.PReLU(h)]
+        prev = h
+    layers.append(nn.Linear(prev, 1))
+    return nn.Sequential(*layers)
+
 class AttentionPooling(nn.Module):
     """Weight each behaviour embedding by an MLP of ``[q, k, q - k, q * k]`` and sum per row.
 
@@ -24,13 +44,7 @@ class AttentionPooling(nn.Module):
 
     def __init__(self, dim: int, hidden: Sequence[int] = (36,)) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        prev = 4 * dim
-        for h in hidden:
-            layers += [nn.Linear(prev, h), nn.PReLU(h)]
-            prev = h
-        layers.append(nn.Linear(prev, 1))
-        self.unit = nn.Sequential(*layers)
+        self.unit = attention_unit(4 * dim, hidden)
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
         q = query.index_select(0, segments)
