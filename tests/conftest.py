@@ -57,3 +57,16 @@ def local_cluster():
     finally:
         client.close()
         cluster.close()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module of many tiny torch ops: a thread pool only adds
+    hand-offs on a shared CI machine, and the resume tests' child processes run with one
+    thread too (the same reduction order, so bit-exact comparisons hold)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -15,13 +15,7 @@ from fbrapids.trainers.sparse.init import init_rows
 ID_SPACE = 20000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Thousands of tiny torch ops: a thread pool only adds hand-offs on a shared CI machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SPREAD = np.uint64(0x9E3779B97F4A7C15)
 
 

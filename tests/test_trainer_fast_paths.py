@@ -21,12 +21,7 @@ from fbrapids.trainers.sparse.hashmap import group_by_row
 from fbrapids.trainers.sparse.store import sparse_update
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_group_by_row_is_a_stable_counting_sort() -> None:

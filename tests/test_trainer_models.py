@@ -13,14 +13,7 @@ from fbrapids.trainers import DIN, DLRM, DeepFM, StoreConfig, WideAndDeep, evalu
 from fbrapids.trainers.batch import Batch
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Many tiny torch ops: a thread pool only adds hand-offs on a shared CI machine (and the
-    child processes of the resume tests run with one thread too: same reduction order)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class ReferenceDLRM(nn.Module):

@@ -8,19 +8,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import torch
 
 from fbrapids.trainers import DIN, DLRM, StoreConfig, WideAndDeep, evaluate, fit, stream
 
 LIST = pd.ArrowDtype(pa.list_(pa.int64()))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _hex_ids(col: pd.Series) -> pd.Series:

@@ -19,14 +19,7 @@ HELPER = Path(__file__).with_name("_trainer_helpers.py")
 N, M = 12, 9
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Many tiny torch ops: a thread pool only adds hand-offs on a shared CI machine (and the
-    child processes of the resume tests run with one thread too: same reduction order)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _child(*args: str) -> subprocess.Popen:
