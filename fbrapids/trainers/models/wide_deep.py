@@ -13,6 +13,14 @@ from fbrapids.trainers.modules import TieredEmbeddingBagCollection, fm_second_or
 from fbrapids.trainers.sparse import StoreConfig
 
 
+
+def linear_term(weights: TieredEmbeddingBagCollection, dense_linear: nn.Linear, dense: torch.Tensor,
+                batch: Batch, features: Sequence[str]) -> torch.Tensor:
+    """The first-order part shared by Wide&Deep's wide side and DeepFM: a linear map of the
+    dense features plus one learned weight (a 1-dim embedding) per sparse id, summed."""
+    w = weights(batch.sparse)
+    return dense_linear(dense).squeeze(1) + sum(w[f].to(dense.device).squeeze(1) for f in features)
+
 class WideAndDeep(CTRModel):
     """Wide part: one weight per raw id (a dim-1 tiered table per feature) plus a linear
     term of the dense features.  Deep part: an MLP over the dense features and the pooled
@@ -40,8 +48,7 @@ class WideAndDeep(CTRModel):
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.wide_dense.weight.device
         dense = batch.dense.to(dev)
-        w = self.wide(batch.sparse)
-        wide = self.wide_dense(dense).squeeze(1) + sum(w[f].to(dev).squeeze(1) for f in self.sparse_features)
+        wide = linear_term(self.wide, self.wide_dense, dense, batch, self.sparse_features)
         e = self.deep_emb(batch.sparse)
         deep = self.deep(torch.cat([dense, *[e[f].to(dev) for f in self.sparse_features]], dim=1)).squeeze(1)
         return wide + deep
@@ -73,8 +80,7 @@ class DeepFM(CTRModel):
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.first_dense.weight.device
         dense = batch.dense.to(dev)
-        w = self.first(batch.sparse)
-        first = self.first_dense(dense).squeeze(1) + sum(w[f].to(dev).squeeze(1) for f in self.sparse_features)
+        first = linear_term(self.first, self.first_dense, dense, batch, self.sparse_features)
         e = self.emb(batch.sparse)
         fields = torch.stack([e[f].to(dev) for f in self.sparse_features], dim=1)
         deep = self.deep(torch.cat([dense, fields.flatten(1)], dim=1)).squeeze(1)
