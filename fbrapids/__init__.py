@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 
 from fbrapids.accessors import register_accessors
-from fbrapids.backend import Backend, BackendUnavailableError, get_backend
+from fbrapids.backend import Backend, get_backend
+from fbrapids.errors import BackendUnavailableError, FbrapidsError
 
 __version__ = "0.1.0"
 
@@ -43,4 +44,4 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light
     raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")
 
 
-__all__ = ["Backend", "BackendUnavailableError", "get_backend", "read_view", "ops", "FeatureSet", "trial"]
+__all__ = ["Backend", "BackendUnavailableError", "FbrapidsError", "get_backend", "read_view", "ops", "FeatureSet", "trial"]

@@ -27,15 +27,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from fbrapids.errors import BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "FBRAPIDS_BACKEND"
 _VALID = ("cpu", "gpu", "auto")
-
-
-class BackendUnavailableError(RuntimeError):
-    """The GPU backend was asked for, but what it needs is missing."""
 
 
 @functools.lru_cache(maxsize=None)

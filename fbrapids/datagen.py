@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fbrapids.errors import DataGenError
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def _unique_ids(rng: np.random.Generator, n: int, low: int, high: int) -> np.nda
     ids = np.unique(rng.integers(low, high, size=int(n * 1.05) + 16, dtype=np.int64))
     rng.shuffle(ids)
     if len(ids) < n:  # vanishingly unlikely with the ranges used here
-        raise RuntimeError("id range too small for the requested number of ids")
+        raise DataGenError("id range too small for the requested number of ids")
     return ids[:n]
 
 

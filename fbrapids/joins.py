@@ -38,6 +38,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from fbrapids import backend as _backend
+from fbrapids.errors import JoinError
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,6 @@ HASH_TABLE_OVERHEAD = 2.0
 DEFAULT_DEVICE_FRACTION = float(os.environ.get("FBRAPIDS_JOIN_DEVICE_FRACTION", "0.5"))
 BROADCAST_BYTES = int(os.environ.get("FBRAPIDS_BROADCAST_BYTES", str(256 * 2**20)))
 _HOWS = ("left", "inner")
-
-
-class JoinError(ValueError):
-    """A join that would give a wrong or silently empty answer."""
 
 
 @dataclass(frozen=True)

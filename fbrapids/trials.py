@@ -28,6 +28,7 @@ import numpy as np
 
 from fbrapids.kernels.expr import Expr
 from fbrapids.kernels.plan import FeatureError
+from fbrapids.errors import TrialError
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
         cand = run_pipeline(data_dir, work_dir=Path(work) / "candidate", extra_features=dict(candidates), **cols, **common)
     bp, cp = base.predictions, cand.predictions
     if not np.array_equal(bp["label"], cp["label"]) or not np.array_equal(bp["group"], cp["group"]):
-        raise RuntimeError("the two arms saw different held-out rows; the trial is not paired")
+        raise TrialError("the two arms saw different held-out rows; the trial is not paired")
     deltas = paired_bootstrap(bp["label"], bp["pred"], cp["pred"], bp["group"], n_boot=n_boot, seed=seed)
     result = TrialResult(extra, {m: base.metrics[m] for m in ("auc", "gauc", "logloss")},
                          {m: cand.metrics[m] for m in ("auc", "gauc", "logloss")}, n_boot=n_boot,

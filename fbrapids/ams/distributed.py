@@ -44,6 +44,7 @@ from torch import nn
 
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbeddingMLP
 from fbrapids.ams.vectors import ImageVectorStore, _as_u64, _splitmix64, synthetic_vectors
+from fbrapids.errors import ClusterError
 
 
 def owner_of(ids: Any, n_workers: int) -> np.ndarray:
@@ -123,7 +124,7 @@ class ShardedImageVectors:
     def _workers(client: Any) -> list[str]:
         workers = sorted(client.scheduler_info()["workers"])
         if not workers:
-            raise RuntimeError("the dask cluster has no workers")
+            raise ClusterError("the dask cluster has no workers")
         return workers
 
     @classmethod

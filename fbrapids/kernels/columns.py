@@ -30,13 +30,10 @@ import pandas as pd
 import pyarrow as pa
 
 from fbrapids.kernels import types as T
+from fbrapids.errors import ColumnTypeError
 
 _EMPTY8 = np.zeros(8, dtype=np.uint8)
 _STR_DTYPE = pd.StringDtype("pyarrow", na_value=np.nan)
-
-
-class ColumnTypeError(TypeError):
-    """A frame column the kernels cannot read (names the column and its dtype)."""
 
 
 @dataclass

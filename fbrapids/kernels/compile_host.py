@@ -26,20 +26,9 @@ from pathlib import Path
 
 from fbrapids.kernels.cache import cached_artifact, source_key
 from fbrapids.kernels.render import inline_headers
+from fbrapids.errors import CompilerNotFoundError, KernelCompileError
 
 FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing")
-
-
-class CompilerNotFoundError(RuntimeError):
-    """No C compiler on this machine."""
-
-
-class KernelCompileError(RuntimeError):
-    """The C compiler rejected a generated kernel (the message quotes it and the source)."""
-
-    def __init__(self, message: str, log: str, source: str):
-        super().__init__(message)
-        self.log, self.source = log, source
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,6 +31,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
+from fbrapids.errors import NvrtcUnavailableError, NvrtcCompileError
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +43,6 @@ _SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 _WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cu12/lib", "nvidia/cuda_nvrtc/lib")
 _NVRTC_SUCCESS = 0
 _CONTEXT_LINES = 1  # source lines quoted on each side of an offending line
-
-
-class NvrtcUnavailableError(RuntimeError):
-    """libnvrtc could not be found or loaded."""
-
-
-class NvrtcCompileError(RuntimeError):
-    """NVRTC rejected the source.  ``log`` holds NVRTC's log; the message also quotes the
-    offending source lines with their numbers."""
-
-    def __init__(self, message: str, log_text: str, name: str):
-        super().__init__(message)
-        self.log = log_text
-        self.name = name
 
 
 def _candidate_paths() -> list[str]:
@@ -152,7 +139,7 @@ def nvrtc_version() -> tuple[int, int]:
 def _check(lib: ctypes.CDLL, code: int, what: str) -> None:
     if code != _NVRTC_SUCCESS:
         msg = lib.nvrtcGetErrorString(code)
-        raise RuntimeError(f"{what} failed: {msg.decode() if msg else code}")
+        raise NvrtcUnavailableError(f"{what} failed: {msg.decode() if msg else code}")
 
 
 _LOG_LOCATION = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?:error|warning|catastrophic error)",

@@ -39,14 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fbrapids.kernels import types as T
-
-
-class OperatorError(ValueError):
-    """Unknown operator, wrong arity, bad parameter."""
-
-
-class OperatorTypeError(TypeError):
-    """An operator input of a type the operator does not accept."""
+from fbrapids.errors import OperatorError, OperatorTypeError
 
 
 @dataclass(frozen=True)

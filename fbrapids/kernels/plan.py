@@ -16,13 +16,10 @@ from typing import Any
 
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
 from fbrapids.kernels.operator import Impl, Operator, OperatorError, OperatorTypeError, get_operator
+from fbrapids.errors import FeatureError
 
 #: fraction of free device memory an operator's resident footprint may take on the GPU
 DEVICE_BUDGET_FRACTION = 0.5
-
-
-class FeatureError(ValueError):
-    """A feature that cannot be planned; the message names the feature (and the column)."""
 
 
 @dataclass

@@ -31,6 +31,7 @@ from fbrapids.kernels.columns import HostColumn, from_series, pack_validity, to_
 from fbrapids.kernels.plan import Plan
 from fbrapids.kernels.pool import initial_pool_bytes
 from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, layer_abi, render_module
+from fbrapids.errors import KernelRuntimeError
 
 FBX_ERR_POOL_OVERFLOW = 1
 FBX_ERR_KEY_TOO_LONG = 2
@@ -193,7 +194,7 @@ class CudaPlan:
                 st.launches += 1
             e = int(err.get()[0])
             if e & FBX_ERR_KEY_TOO_LONG:
-                raise RuntimeError(f"layer {layer.index}: a cross / n-gram key is longer than 4096 bytes")
+                raise KernelRuntimeError(f"layer {layer.index}: a cross / n-gram key is longer than 4096 bytes")
             if e & FBX_ERR_POOL_OVERFLOW:
                 need = int(head.get()[0])
                 self._pool_cap = max(2 * pool.size, need + 128 * (1 + n // CUDA_BLOCK))

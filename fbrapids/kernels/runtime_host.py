@@ -32,6 +32,7 @@ from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import HostPool
 from fbrapids.kernels.render import HOST_BLOCK, kernel_name, layer_abi, render_module
+from fbrapids.errors import KernelRuntimeError
 
 FBX_ERR_POOL_OVERFLOW = 1
 FBX_ERR_KEY_TOO_LONG = 2
@@ -45,10 +46,6 @@ def thread_pool() -> HostPool:
     if pool is None:
         pool = _local.pool = HostPool()
     return pool
-
-
-class KernelRuntimeError(RuntimeError):
-    """A kernel reported an error the data caused (e.g. a cross key over FBX_KEY_MAX bytes)."""
 
 
 @dataclass

@@ -31,16 +31,13 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 from fbrapids.views import json_fields
+from fbrapids.errors import CleanError
 
 log = logging.getLogger(__name__)
 
 Where = Union[str, Callable[[Any], Any], Sequence[Union[str, Callable[[Any], Any]]], None]
 _REPORT_ATTR = "fbrapids.clean"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class CleanError(ValueError):
-    """A clean spec names a column that is not there, or a filter that is not boolean."""
 
 
 @dataclass

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fbrapids import backend as _backend
+from fbrapids.errors import ViewError
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,6 @@ _SUFFIXES = {
     ".csv": "csv", ".tsv": "csv", ".txt": "csv",
     ".json": "json", ".jsonl": "json", ".ndjson": "json",
 }
-
-
-class ViewError(ValueError):
-    """A view could not be read as asked; the message names the file, column or pattern."""
 
 
 def expand_paths(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:

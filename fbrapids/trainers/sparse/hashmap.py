@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from fbrapids.errors import CompilerNotFoundError, KernelCompileError
 
 _SRC = Path(__file__).with_name("csrc") / "hashmap.c"
 
@@ -56,10 +57,10 @@ def compile_shared(src: Path) -> Path:
         res = subprocess.run(cmd, capture_output=True, text=True)
     except FileNotFoundError as exc:
         os.unlink(tmp)
-        raise RuntimeError(f"the embedding store needs a C compiler ({cc!r} not found; set $CC)") from exc
+        raise CompilerNotFoundError(f"the embedding store needs a C compiler ({cc!r} not found; set $CC)") from exc
     if res.returncode != 0:
         os.unlink(tmp)
-        raise RuntimeError(f"compiling {src} failed ({' '.join(cmd)}):\n{res.stderr}")
+        raise KernelCompileError(f"compiling {src} failed ({' '.join(cmd)}):\n{res.stderr}", res.stderr, str(src))
     os.replace(tmp, out)  # atomic: concurrent processes may race to build the same file
     return out
 

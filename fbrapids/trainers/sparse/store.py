@@ -54,6 +54,7 @@ from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.hashmap import UInt64HashMap, cache_slots, init_rows_into, pin_slots, store_touch
 from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.tiers import Slots, SsdFile, TierStats
+from fbrapids.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +346,7 @@ class TieredEmbeddingStore:
             need = m - cm.n_free
             cand = np.flatnonzero((cm.owner >= 0) & (self._pin < self._step))
             if len(cand) < need:
-                raise RuntimeError(
+                raise StoreError(
                     f"table {self.name!r}: cache_rows={self.config.cache_rows} is too small; the current "
                     f"and prefetched batches pin {cm.used - len(cand)} rows and {m} more are needed"
                 )
@@ -374,7 +375,7 @@ class TieredEmbeddingStore:
             hit = slots >= 0
             room = self._room() - int((hit & (self._pin[np.where(hit, slots, 0)] < self._step)).sum())
             if n_miss > room:
-                raise RuntimeError(
+                raise StoreError(
                     f"table {self.name!r}: cache_rows={self.config.cache_rows} is too small; the current and "
                     f"prefetched batches pin {self.config.cache_rows - room} rows and "
                     f"{n_miss} more are needed")
@@ -501,7 +502,7 @@ class TieredEmbeddingStore:
         Rows reading the default row are skipped.  Does not end the step.
         """
         if lookup.step != self._step:
-            raise RuntimeError(f"table {self.name!r}: lookup of step {lookup.step} applied at step {self._step}")
+            raise StoreError(f"table {self.name!r}: lookup of step {lookup.step} applied at step {self._step}")
         if grad is None:
             grad = lookup.rows.grad
         if grad is None or len(lookup.slots) == 0:

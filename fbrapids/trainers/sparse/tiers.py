@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from fbrapids.errors import StoreError
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Slots:
 
     def pop(self, m: int) -> np.ndarray:
         if m > self.n_free:
-            raise RuntimeError(f"asked for {m} free slots, {self.n_free} left")
+            raise StoreError(f"asked for {m} free slots, {self.n_free} left")
         out = self.free[self.n_free - m : self.n_free][::-1].copy()
         self.n_free -= m
         return out

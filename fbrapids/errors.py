@@ -1,0 +1,106 @@
+"""Every error fbrapids raises on purpose derives from :class:`FbrapidsError`.
+
+Each class also derives from the standard exception a caller would expect
+(``ValueError`` for bad input, ``TypeError`` for a wrong dtype, ``RuntimeError`` for a
+failure of the machine or a library), so ``except ValueError`` keeps working, and
+``except FbrapidsError`` catches everything the library raised deliberately.
+
+This module sits at the bottom of the package: it imports nothing from fbrapids.
+
+    >>> from fbrapids.errors import FbrapidsError, ViewError
+    >>> issubclass(ViewError, FbrapidsError) and issubclass(ViewError, ValueError)
+    True
+    >>> try:
+    ...     raise ViewError("no file matches 'data/*.parquet'")
+    ... except FbrapidsError as exc:
+    ...     print(type(exc).__name__, exc)
+    ViewError no file matches 'data/*.parquet'
+"""
+
+from __future__ import annotations
+
+
+class FbrapidsError(Exception):
+    """The base class of every error fbrapids raises on purpose."""
+
+
+# -- backends and machines -------------------------------------------------------------
+class BackendUnavailableError(FbrapidsError, RuntimeError):
+    """The GPU backend was asked for, but what it needs is missing."""
+
+
+# -- views, cleaning, joins --------------------------------------------------------------
+class ViewError(FbrapidsError, ValueError):
+    """A view could not be read as asked; the message names the file, column or pattern."""
+
+
+class CleanError(FbrapidsError, ValueError):
+    """A clean spec names a column that is not there, or a filter that is not boolean."""
+
+
+class JoinError(FbrapidsError, ValueError):
+    """A join that would give a wrong or silently empty answer."""
+
+
+# -- operators, plans, kernels -------------------------------------------------------------
+class FeatureError(FbrapidsError, ValueError):
+    """A feature that cannot be planned; the message names the feature (and the column)."""
+
+
+class OperatorError(FbrapidsError, ValueError):
+    """Unknown operator, wrong arity, bad parameter."""
+
+
+class OperatorTypeError(FbrapidsError, TypeError):
+    """An operator input of a type the operator does not accept."""
+
+
+class ColumnTypeError(FbrapidsError, TypeError):
+    """A frame column the kernels cannot read (names the column and its dtype)."""
+
+
+class CompilerNotFoundError(FbrapidsError, RuntimeError):
+    """No C compiler on this machine."""
+
+
+class KernelCompileError(FbrapidsError, RuntimeError):
+    """The C compiler rejected a generated kernel (the message quotes it and the source)."""
+
+    def __init__(self, message: str, log: str, source: str):
+        super().__init__(message)
+        self.log, self.source = log, source
+
+
+class KernelRuntimeError(FbrapidsError, RuntimeError):
+    """A kernel reported an error the data caused (e.g. a cross key over FBX_KEY_MAX bytes)."""
+
+
+class NvrtcUnavailableError(FbrapidsError, RuntimeError):
+    """libnvrtc could not be found or loaded."""
+
+
+class NvrtcCompileError(FbrapidsError, RuntimeError):
+    """NVRTC rejected the source.  ``log`` holds NVRTC's log; the message also quotes the
+    offending source lines with their numbers."""
+
+    def __init__(self, message: str, log_text: str, name: str):
+        super().__init__(message)
+        self.log = log_text
+        self.name = name
+
+
+# -- training and the embedding store --------------------------------------------------------
+class StoreError(FbrapidsError, RuntimeError):
+    """The embedding store cannot do what was asked (capacity, a lookup applied out of order)."""
+
+
+class ClusterError(FbrapidsError, RuntimeError):
+    """A dask cluster cannot run the work (no workers, an address that is no dask scheduler)."""
+
+
+class TrialError(FbrapidsError, RuntimeError):
+    """A feature trial whose two arms are not comparable."""
+
+
+class DataGenError(FbrapidsError, ValueError):
+    """The data generator was asked for something it cannot make."""
