@@ -104,3 +104,21 @@ class TrialError(FbrapidsError, RuntimeError):
 
 class DataGenError(FbrapidsError, ValueError):
     """The data generator was asked for something it cannot make."""
+
+
+# -- exports, checkpoints and serving ----------------------------------------------------------
+class UnsafeFileError(FbrapidsError, ValueError):
+    """An export or checkpoint that loading refuses: a path that leaves it, a file that would
+    run code (a pickle), a model class outside the registry, a format this version cannot read."""
+
+
+class ManifestError(FbrapidsError, ValueError):
+    """A directory does not match its sha256 manifest (a file missing, changed or unlisted)."""
+
+
+class RequestError(FbrapidsError, ValueError):
+    """A scoring request a client got wrong; the message names the request, item and column."""
+
+
+class RequestTooLargeError(RequestError):
+    """A scoring request over a configured bound (body bytes, items, requests per batch)."""

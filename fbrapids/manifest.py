@@ -1,0 +1,158 @@
+"""sha256 manifests of directories (exports, checkpoints): write one, verify one; and
+:func:`resolve_inside`, which refuses a path read from such a directory that leaves it.
+
+A manifest is a JSON file at the root of the directory it describes (``MANIFEST.json`` by
+default) listing every regular file under the root (except itself) by POSIX path relative
+to the root, with its size and sha256 digest.  :func:`verify_manifest` re-hashes the files
+and raises :class:`~fbrapids.errors.ManifestError` naming the first file that is missing,
+changed, or not listed; a symbolic link anywhere under the root is refused too (it could
+point outside).  Hashing streams files in 1 MiB chunks, so memory stays flat.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "a.bin").write_bytes(b"abc")
+    >>> sorted(write_manifest(d)["files"])
+    ['a.bin']
+    >>> verify_manifest(d)
+    ['a.bin']
+    >>> _ = (d / "a.bin").write_bytes(b"abd")
+    >>> verify_manifest(d)
+    Traceback (most recent call last):
+    ...
+    fbrapids.errors.ManifestError: ...a.bin: sha256 ba7816bf8f01... in the manifest, a52d159f262b... on disk
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fbrapids.errors import ManifestError, UnsafeFileError
+
+MANIFEST = "MANIFEST.json"
+ALGORITHM = "sha256"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The hex sha256 digest of a file, read in 1 MiB chunks.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"abc")
+        >>> sha256_file(p)[:12]
+        'ba7816bf8f01'
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(root: Path, name: str) -> list[str]:
+    """Every regular file under ``root`` (relative POSIX paths, sorted), the manifest excepted;
+    a symbolic link is an error."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in [*dirnames, *filenames]:
+            p = Path(dirpath) / n
+            if p.is_symlink():
+                raise ManifestError(f"{p}: a symbolic link inside {root} (refused: it may point outside)")
+        for n in filenames:
+            rel = (Path(dirpath) / n).relative_to(root).as_posix()
+            if rel != name:
+                out.append(rel)
+    return sorted(out)
+
+
+def write_manifest(root: str | os.PathLike, name: str = MANIFEST) -> dict[str, Any]:
+    """Hash every file under ``root`` and write the manifest ``root/name`` (atomically:
+    a temporary file, fsynced, renamed); returns its content."""
+    root = Path(root)
+    content = {"algorithm": ALGORITHM,
+               "files": {rel: {"bytes": (root / rel).stat().st_size, ALGORITHM: sha256_file(root / rel)}
+                         for rel in _files(root, name)}}
+    tmp = root / f".{name}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(content, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / name)
+    return content
+
+
+def read_manifest(root: str | os.PathLike, name: str = MANIFEST) -> dict[str, Any]:
+    """The manifest of ``root``; :class:`~fbrapids.errors.ManifestError` if it is absent or malformed."""
+    path = Path(root) / name
+    if not path.is_file():
+        raise ManifestError(f"{path}: no manifest")
+    try:
+        content = json.loads(path.read_text())
+        files = content["files"]
+        if content.get("algorithm") != ALGORITHM or not isinstance(files, dict):
+            raise ValueError(f"algorithm {content.get('algorithm')!r}")
+        for rel, entry in files.items():
+            if not isinstance(entry, dict) or not isinstance(entry.get(ALGORITHM), str):
+                raise ValueError(f"entry {rel!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(f"{path}: not a {ALGORITHM} manifest ({exc})") from None
+    return content
+
+
+def verify_manifest(root: str | os.PathLike, name: str = MANIFEST) -> list[str]:
+    """Check every file under ``root`` against its manifest; returns the files checked.
+
+    Raises :class:`~fbrapids.errors.ManifestError` naming the file for a missing manifest, a
+    listed file missing or changed (size or digest), a file on disk the manifest does not
+    list, or a symbolic link.
+    """
+    root = Path(root)
+    listed = read_manifest(root, name)["files"]
+    on_disk = _files(root, name)
+    extra = sorted(set(on_disk) - set(listed))
+    if extra:
+        raise ManifestError(f"{root / extra[0]}: not in the manifest {root / name}")
+    for rel in sorted(listed):
+        path = root / rel
+        if not path.resolve().is_relative_to(root.resolve()):
+            raise ManifestError(f"{root / name}: entry {rel!r} is outside {root}")
+        if rel not in on_disk:
+            raise ManifestError(f"{path}: listed in the manifest {root / name} but missing")
+        want = listed[rel]
+        if "bytes" in want and path.stat().st_size != want["bytes"]:
+            raise ManifestError(f"{path}: {want['bytes']} bytes in the manifest, {path.stat().st_size} on disk")
+        got = sha256_file(path)
+        if got != want[ALGORITHM]:
+            raise ManifestError(f"{path}: {ALGORITHM} {want[ALGORITHM][:12]}... in the manifest, "
+                                f"{got[:12]}... on disk")
+    return sorted(listed)
+
+
+def resolve_inside(root: str | os.PathLike, relative: str | os.PathLike, what: str = "path") -> Path:
+    """``root / relative`` resolved (symbolic links followed), refused with
+    :class:`~fbrapids.errors.UnsafeFileError` unless it lies inside ``root``: for paths read
+    from a file of an export or a checkpoint (a ``latest`` pointer, a table directory).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> resolve_inside(d, "step-1").name
+        'step-1'
+        >>> resolve_inside(d, "../etc", what="latest pointer")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UnsafeFileError: latest pointer '../etc' leaves ...
+    """
+    base = Path(root).resolve()
+    rel = os.fspath(relative)
+    if not rel or "\x00" in rel:
+        raise UnsafeFileError(f"{what} {rel!r} in {base} is empty or holds a NUL byte")
+    target = (base / rel).resolve()
+    if target == base or not target.is_relative_to(base):
+        raise UnsafeFileError(f"{what} {rel!r} leaves {base} (resolves to {target}); refused")
+    return target
