@@ -7,20 +7,30 @@ from pathlib import Path
 import pytest
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
-from fbrapids.backend import gpu_missing
+from fbrapids.backend import gpu_missing, resolve_name
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``gpu`` tests skip where the GPU backend is missing; ``cpu_only(reason)`` tests skip,
+    with their reason, when the suite runs on the GPU backend (``FBRAPIDS_BACKEND=gpu``).
+
+    Markers are looked up with ``get_closest_marker`` (not ``item.keywords``, which also
+    holds the names of the folders above the test, e.g. a checkout named ``gpu``).
+    """
     missing = gpu_missing()
-    if not missing:
-        return
-    skip = pytest.mark.skip(reason="needs a GPU backend: missing " + "; ".join(missing))
+    on_gpu = resolve_name() == "gpu"
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if missing and item.get_closest_marker("gpu") is not None:
+            item.add_marker(pytest.mark.skip(reason="needs a GPU backend: missing " + "; ".join(missing)))
+        cpu_only = item.get_closest_marker("cpu_only")
+        if on_gpu and cpu_only is not None:
+            why = cpu_only.kwargs.get("reason") or (cpu_only.args[0] if cpu_only.args else "")
+            if not why:
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.cpu_only needs a reason")
+            item.add_marker(pytest.mark.skip(reason=f"CPU-only on the GPU backend: {why}"))
 
 
 @pytest.fixture(scope="session")

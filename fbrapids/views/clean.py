@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, Union
 
@@ -31,13 +30,13 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 from fbrapids.views import json_fields
+from fbrapids.views.where import Where, evaluate, parse_where
 from fbrapids.errors import CleanError
 
 log = logging.getLogger(__name__)
 
-Where = Union[str, Callable[[Any], Any], Sequence[Union[str, Callable[[Any], Any]]], None]
+WhereArg = Union[str, Callable[[Any], Any], Sequence[Union[str, Callable[[Any], Any]]], None]
 _REPORT_ATTR = "fbrapids.clean"
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -65,21 +64,17 @@ _DASK_REPORT_REFS: "collections.OrderedDict[str, CleanReport]" = collections.Ord
 _MAX_REPORTS = 512
 
 
-_KEYWORDS = {"and", "or", "not", "in", "True", "False", "None", "nan", "inf"}
-
-
 def _referenced_columns(cond: Any) -> set[str] | None:
-    """Names a string filter refers to; None for a callable (unknown)."""
-    if isinstance(cond, str):
-        return set(_IDENT.findall(cond)) - _KEYWORDS
+    """Names a parsed filter reads; None for a callable (unknown)."""
+    if isinstance(cond, Where):
+        return set(cond.columns)
     return None
 
 
 def _apply_where(frame: Any, cond: Any) -> Any:
-    if isinstance(cond, str):
-        mask = frame.eval(cond)
-    else:
-        mask = cond(frame)
+    if isinstance(cond, Where):
+        return frame[evaluate(cond, frame)]
+    mask = cond(frame)
     dtype = getattr(mask, "dtype", None)
     if dtype is None or str(dtype) not in ("bool", "boolean"):
         raise CleanError(f"filter {cond!r} gave {dtype} values, not booleans")
@@ -88,10 +83,11 @@ def _apply_where(frame: Any, cond: Any) -> Any:
     return frame[mask]
 
 
-def _split_where(where: Where, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
+def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
     if where is None:
         return [], []
     conds = [where] if isinstance(where, str) or callable(where) else list(where)
+    conds = [parse_where(c) if isinstance(c, str) else c for c in conds]
     early, late = [], []
     for cond in conds:
         refs = _referenced_columns(cond)
@@ -100,12 +96,17 @@ def _split_where(where: Where, columns: Sequence[str]) -> tuple[list[Any], list[
 
 
 def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
+    """``col`` with its nulls filled, and how many there were.
+
+    The result's dtype depends on the column's dtype only, never on whether this
+    partition had nulls: a nullable pandas int / bool column (which holds no nulls once
+    filled) always becomes its numpy dtype, so every partition, and a dask frame's
+    ``_meta``, agree.
+    """
     n = int(col.isna().sum())
-    if n == 0:
-        return col, 0
-    filled = col.fillna(value)
-    # a nullable int column with no nulls left goes back to a plain numpy dtype
-    if isinstance(filled.dtype, pd.api.extensions.ExtensionDtype) and filled.dtype.kind in "iub":
+    filled = col.fillna(value) if n else col
+    if isinstance(filled.dtype, pd.api.extensions.ExtensionDtype) and filled.dtype.kind in "iub" \
+            and isinstance(getattr(filled.dtype, "numpy_dtype", None), np.dtype):
         filled = filled.astype(filled.dtype.numpy_dtype)
     return filled, n
 
@@ -168,7 +169,7 @@ def clean(
     df: Any,
     fill: dict[str, Any] | None = None,
     json: dict[str, dict[str, str]] | None = None,
-    where: Where = None,
+    where: WhereArg = None,
     drop: Sequence[str] = (),
 ) -> Any:
     """Fill nulls, extract JSON fields and filter rows of a pandas, cudf or dask frame.
@@ -178,8 +179,10 @@ def clean(
         fill: column -> value for its nulls (extracted JSON columns included).
         json: source column -> {output column: dotted path}.  Null, malformed or
             path-missing documents give null (then ``fill``), and are counted.
-        where: a ``DataFrame.eval`` expression (``"slot >= 0"``), a callable
-            ``frame -> bool mask``, or a list of them; rows where it is False are dropped.
+        where: a filter expression (``"slot >= 0 and not isnull(os)"``; the language and its
+            exact typing and null rules are in :mod:`fbrapids.views.where`), a callable
+            ``frame -> bool mask``, or a list of them; rows where it is False or unknown
+            (null) are dropped.
         drop: columns to drop at the end (e.g. the raw JSON column).
 
     Returns:
@@ -194,6 +197,13 @@ def clean(
     columns = list(df.columns)
     _validate(columns, fill, json, drop)
     early, late = _split_where(where, columns)
+    produced = {name for paths in json.values() for name in paths}
+    for cond in late:
+        unknown = sorted(_referenced_columns(cond) or set()) if isinstance(cond, Where) else []
+        unknown = [c for c in unknown if c not in columns and c not in produced]
+        if unknown:
+            raise CleanError(f"filter {cond.text!r} names column(s) {', '.join(map(repr, unknown))} not found; "
+                             f"available: {', '.join(list(columns) + sorted(produced))}")
     if not _is_dask(df):
         out, counts = _clean_frame(df, fill, json, early, late, drop)
         out.attrs = {**getattr(out, "attrs", {}), _REPORT_ATTR: counts} if hasattr(out, "attrs") else {}

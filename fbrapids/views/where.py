@@ -1,0 +1,478 @@
+"""Row filters written as Python expressions, evaluated column by column on pandas or cudf.
+
+``clean(where="slot >= 0 and not (age < 18 or isnull(city))")`` goes through here, not
+through ``DataFrame.eval``: cuDF's AST evaluator does not promote types (an ``int8``
+column against an ``int64`` literal raises), and pandas' ``eval`` and cuDF's disagree on
+nulls.  The text is parsed with Python's :mod:`ast` into a small tree that allows only:
+
+* column names, and ``int`` / ``float`` / ``str`` / ``bool`` literals (``nan``, ``inf``);
+* comparisons ``== != < <= > >=`` (chains such as ``0 <= x < 10`` too), ``in`` /
+  ``not in`` against a list or tuple of literals;
+* ``and``, ``or``, ``not``;
+* arithmetic ``+ - * / // %`` and unary minus;
+* ``isnull(x)`` / ``isna(x)`` / ``notnull(x)`` / ``notna(x)``.
+
+Anything else (attribute access, calls to other functions, ``&`` / ``|``, whose Python
+precedence differs from pandas') is a :class:`~fbrapids.errors.CleanError` naming the
+construct.
+
+Types: a literal compared with a column is cast to the column's dtype when the cast is
+exact (``slot >= 0`` on ``int8`` compares ``int8`` with ``int8``).  When it is not exact
+the comparison stays exact all the same: ``x < 300`` on ``int8`` widens the column to
+``int16``; ``x > 2.5`` on an integer column is ``x >= 3``; a literal outside every integer
+type the column could widen to (``2**64`` against ``int64``) gives the constant answer.
+A ``float32`` column against ``0.1`` (not a ``float32`` value) is widened to ``float64``,
+so ``x == 0.1`` is False for ``float32(0.1)``, unlike numpy's weak-scalar rule.
+Arithmetic widens integers to 64 bits and floats to ``float64`` first (no wrap-around).
+
+Nulls: SQL's three-valued logic on every backend.  A comparison with a null (or NaN)
+operand is *unknown*; ``not unknown`` is unknown; ``False and unknown`` is False;
+``True or unknown`` is True; rows whose filter is unknown are dropped.  (pandas' own
+``eval`` keeps ``not (x > 1)`` for a NaN ``x`` but drops it for ``pd.NA``; cuDF drops it:
+one rule here makes the backends agree.)
+
+Example:
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"slot": pd.Series([1, -1, 3, 2], dtype="int8"),
+    ...                    "age": pd.array([20, None, 15, 40], dtype="Int16")})
+    >>> w = parse_where("slot >= 0 and not age < 18")
+    >>> sorted(w.columns), evaluate(w, df).tolist()
+    (['age', 'slot'], [True, False, False, True])
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+import numpy as np
+
+from fbrapids.errors import CleanError
+
+_COMPARE: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne), ast.Lt: ("<", operator.lt),
+    ast.LtE: ("<=", operator.le), ast.Gt: (">", operator.gt), ast.GtE: (">=", operator.ge),
+}
+_ARITH: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv), ast.FloorDiv: ("//", operator.floordiv), ast.Mod: ("%", operator.mod),
+}
+_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_OPS = {sym: fn for sym, fn in list(_COMPARE.values()) + list(_ARITH.values())}
+_NULL_TESTS = {"isnull": True, "isna": True, "notnull": False, "notna": False}
+_NAMED_LITERALS = {"nan": float("nan"), "inf": float("inf"), "NaN": float("nan"), "Inf": float("inf")}
+
+Scalar = Union[int, float, str, bool]
+
+
+# -- the tree ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    name: str
+
+
+@dataclass(frozen=True)
+class Literal:
+    value: Scalar
+
+
+@dataclass(frozen=True)
+class Arith:
+    op: str
+    left: Any
+    right: Any
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str
+    left: Any
+    right: Any
+
+
+@dataclass(frozen=True)
+class IsIn:
+    operand: Any
+    values: tuple[Scalar, ...]
+    negate: bool
+
+
+@dataclass(frozen=True)
+class NullTest:
+    operand: Any
+    is_null: bool
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # "and" | "or"
+    operands: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Any
+
+
+@dataclass(frozen=True)
+class Where:
+    """A parsed filter: its text, its tree and the columns it reads."""
+
+    text: str
+    tree: Any
+    columns: frozenset[str]
+
+
+# -- parsing -----------------------------------------------------------------------------
+def parse_where(text: str) -> Where:
+    """Parse a filter expression (see the module doc for what it may contain).
+
+    Raises:
+        CleanError: the text is not a valid expression, or uses a construct outside the
+            allowed set; the message quotes the text and names the construct.
+
+    Example:
+        >>> sorted(parse_where("0 <= slot < 8 or isnull(os)").columns)
+        ['os', 'slot']
+        >>> parse_where("len(q) > 2")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.CleanError: filter 'len(q) > 2': call to 'len' is not allowed; functions: isna, isnull, notna, notnull
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise CleanError(f"filter {text!r} is not a valid expression: {exc.msg}") from None
+    tree = _Parser(text).build(node)
+    if isinstance(tree, (Literal, Arith)):
+        raise CleanError(f"filter {text!r} is not a condition (it gives values, not True/False)")
+    return Where(text, tree, frozenset(columns_of(tree)))
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def fail(self, what: str) -> CleanError:
+        return CleanError(f"filter {self.text!r}: {what}")
+
+    def build(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.BoolOp):
+            op = "and" if isinstance(node.op, ast.And) else "or"
+            return BoolOp(op, tuple(self.condition(v) for v in node.values))
+        if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.Not):
+                return Not(self.condition(node.operand))
+            if isinstance(node.op, (ast.USub, ast.UAdd)):
+                inner = self.value(node.operand)
+                sign = -1 if isinstance(node.op, ast.USub) else 1
+                if isinstance(inner, Literal) and isinstance(inner.value, (int, float)) and not isinstance(inner.value, bool):
+                    return Literal(sign * inner.value)
+                return Arith("*", Literal(sign), inner) if sign < 0 else inner
+            raise self.fail("'~' is not allowed; write 'not'")
+        if isinstance(node, ast.Compare):
+            return self.compare(node)
+        if isinstance(node, ast.BinOp):
+            if type(node.op) not in _ARITH:
+                sym = {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}.get(type(node.op), type(node.op).__name__)
+                hint = "; write 'and' / 'or'" if sym in ("&", "|") else ""
+                raise self.fail(f"operator {sym!r} is not allowed{hint}")
+            return Arith(_ARITH[type(node.op)][0], self.value(node.left), self.value(node.right))
+        if isinstance(node, ast.Call):
+            fname = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
+            if fname not in _NULL_TESTS:
+                raise self.fail(f"call to {fname!r} is not allowed; functions: {', '.join(sorted(_NULL_TESTS))}")
+            if len(node.args) != 1 or node.keywords:
+                raise self.fail(f"{fname}() takes exactly one argument")
+            return NullTest(self.value(node.args[0]), _NULL_TESTS[fname])
+        if isinstance(node, ast.Name):
+            if node.id in _NAMED_LITERALS:
+                return Literal(_NAMED_LITERALS[node.id])
+            return Column(node.id)
+        if isinstance(node, ast.Constant):
+            if node.value is None or not isinstance(node.value, (int, float, str, bool)):
+                raise self.fail(f"literal {node.value!r} is not allowed (use isnull() to test for nulls)")
+            return Literal(node.value)
+        raise self.fail(f"{type(node).__name__} expressions are not allowed ({ast.unparse(node)!r})")
+
+    def value(self, node: ast.AST) -> Any:
+        out = self.build(node)
+        if isinstance(out, (Compare, BoolOp, Not, IsIn, NullTest)):
+            raise self.fail(f"{ast.unparse(node)!r} is a condition where a value is expected")
+        return out
+
+    def condition(self, node: ast.AST) -> Any:
+        out = self.build(node)
+        if isinstance(out, Literal) or isinstance(out, Arith):
+            raise self.fail(f"{ast.unparse(node)!r} is a value where a condition is expected")
+        return out
+
+    def compare(self, node: ast.Compare) -> Any:
+        parts = []
+        left = self.value(node.left)
+        for op, right_node in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.In, ast.NotIn)):
+                if not isinstance(right_node, (ast.List, ast.Tuple, ast.Set)):
+                    raise self.fail("'in' needs a list of literals on its right")
+                values = tuple(self.literal(e) for e in right_node.elts)
+                parts.append(IsIn(left, values, isinstance(op, ast.NotIn)))
+                left = None
+                continue
+            if type(op) not in _COMPARE:
+                raise self.fail(f"comparison {type(op).__name__} is not allowed")
+            if left is None:
+                raise self.fail("'in' cannot be chained")
+            right = self.value(right_node)
+            parts.append(Compare(_COMPARE[type(op)][0], left, right))
+            left = right
+        return parts[0] if len(parts) == 1 else BoolOp("and", tuple(parts))
+
+    def literal(self, node: ast.AST) -> Scalar:
+        out = self.value(node)
+        if not isinstance(out, Literal):
+            raise self.fail(f"'in' lists hold literals only, not {ast.unparse(node)!r}")
+        return out.value
+
+
+def columns_of(tree: Any) -> set[str]:
+    """The column names a parsed tree reads.
+
+    Example:
+        >>> sorted(columns_of(parse_where("a + b > c").tree))
+        ['a', 'b', 'c']
+    """
+    if isinstance(tree, Column):
+        return {tree.name}
+    if isinstance(tree, (Arith, Compare)):
+        return columns_of(tree.left) | columns_of(tree.right)
+    if isinstance(tree, (IsIn, NullTest, Not)):
+        return columns_of(tree.operand)
+    if isinstance(tree, BoolOp):
+        return set().union(*(columns_of(t) for t in tree.operands))
+    return set()
+
+
+# -- evaluation --------------------------------------------------------------------------
+@dataclass
+class _Truth:
+    """A condition's value per row as two null-free bool series: ``value`` (True only where
+    known and true) and ``known`` (None: every row known)."""
+
+    value: Any
+    known: Any = None
+
+    def known_or(self, like: Any) -> Any:
+        return self.known if self.known is not None else _all(like, True)
+
+
+def evaluate(where: Where | str, frame: Any) -> Any:
+    """The boolean mask of the rows of ``frame`` (pandas or cudf) that pass ``where``.
+
+    The mask holds no nulls: rows whose condition is unknown are False.
+
+    Raises:
+        CleanError: a column is absent, or an operand has a type the operator cannot take.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"x": pd.Series([5, 100, -3], dtype="int8")})
+        >>> evaluate("x < 300 and x > 2.5", df).tolist()
+        [True, True, False]
+    """
+    w = parse_where(where) if isinstance(where, str) else where
+    missing = sorted(w.columns - set(map(str, frame.columns)))
+    if missing:
+        raise CleanError(f"filter {w.text!r} names column(s) {', '.join(map(repr, missing))} not in the frame; "
+                         f"available: {', '.join(map(str, frame.columns))}")
+    return _Evaluator(w.text, frame).truth(w.tree).value
+
+
+def _all(like: Any, value: bool) -> Any:
+    """A null-free bool series of ``value`` with ``like``'s index (pandas or cudf)."""
+    return (like.notna() | like.isna()) if value else (like.notna() & like.isna())
+
+
+def _dtype(s: Any) -> np.dtype | None:
+    """The numpy dtype behind a numeric series (nullable pandas dtypes unwrapped); None otherwise."""
+    dt = getattr(s.dtype, "numpy_dtype", s.dtype)
+    return dt if isinstance(dt, np.dtype) and dt.kind in "biuf" else None
+
+
+def _astype(s: Any, dt: np.dtype) -> Any:
+    """``s`` as numpy dtype ``dt``, keeping nulls: a pandas nullable column becomes the
+    nullable dtype of that width (``Int8`` -> ``Int16``); numpy / cudf columns cast directly."""
+    dt = np.dtype(dt)
+    if getattr(s.dtype, "numpy_dtype", None) is not None and not isinstance(s.dtype, np.dtype):
+        name = dt.name
+        for prefix, masked in (("uint", "UInt"), ("int", "Int"), ("float", "Float")):
+            if name.startswith(prefix):
+                return s.astype(masked + name[len(prefix):])
+    return s.astype(dt)
+
+
+class _Evaluator:
+    def __init__(self, text: str, frame: Any) -> None:
+        self.text = text
+        self.frame = frame
+
+    def fail(self, what: str) -> CleanError:
+        return CleanError(f"filter {self.text!r}: {what}")
+
+    def like(self) -> Any:
+        return self.frame[self.frame.columns[0]]
+
+    # values: a series or a Python scalar
+    def value(self, tree: Any) -> Any:
+        if isinstance(tree, Column):
+            return self.frame[tree.name]
+        if isinstance(tree, Literal):
+            return tree.value
+        if isinstance(tree, Arith):
+            left, right = self.widen(self.value(tree.left)), self.widen(self.value(tree.right))
+            try:
+                return _OPS[tree.op](left, right)
+            except (TypeError, ValueError, ZeroDivisionError) as exc:
+                raise self.fail(f"cannot compute {tree.op!r} here: {exc}") from None
+        raise self.fail("a condition is not a value")
+
+    @staticmethod
+    def widen(v: Any) -> Any:
+        """Integers to 64 bits and floats to float64 before arithmetic (no wrap-around)."""
+        dt = None if isinstance(v, (int, float, str, bool)) else _dtype(v)
+        if dt is None or dt.kind == "b":
+            return v
+        target = {"i": np.int64, "u": np.uint64, "f": np.float64}[dt.kind]
+        return v if dt == target else _astype(v, target)
+
+    # conditions
+    def truth(self, tree: Any) -> _Truth:
+        if isinstance(tree, Compare):
+            return self.compare(tree)
+        if isinstance(tree, BoolOp):
+            return self.boolop(tree)
+        if isinstance(tree, Not):
+            inner = self.truth(tree.operand)
+            known = inner.known_or(self.like())
+            return _Truth(~inner.value & known, inner.known)
+        if isinstance(tree, NullTest):
+            v = self.value(tree.operand)
+            if not hasattr(v, "isna"):
+                raise self.fail("isnull() takes a column or an expression over columns")
+            return _Truth(v.isna() if tree.is_null else v.notna())
+        if isinstance(tree, IsIn):
+            v = self.value(tree.operand)
+            if not hasattr(v, "isin"):
+                raise self.fail("'in' needs a column on its left")
+            known = v.notna()
+            hit = v.isin(list(tree.values)).fillna(False).astype(bool) & known
+            return _Truth((~hit & known) if tree.negate else hit, known)
+        if isinstance(tree, Column):
+            v = self.frame[tree.name]
+            dt = _dtype(v)
+            if dt is None or dt.kind != "b":
+                raise self.fail(f"column {tree.name!r} ({v.dtype}) is not boolean; compare it with something")
+            known = v.notna()
+            return _Truth(v.fillna(False).astype(bool) & known, known)
+        if isinstance(tree, Literal) and isinstance(tree.value, bool):
+            return _Truth(_all(self.like(), tree.value))
+        raise self.fail(f"{tree!r} is not a condition")
+
+    def boolop(self, tree: BoolOp) -> _Truth:
+        acc = self.truth(tree.operands[0])
+        for operand in tree.operands[1:]:
+            nxt = self.truth(operand)
+            if acc.known is None and nxt.known is None:
+                acc = _Truth(acc.value & nxt.value if tree.op == "and" else acc.value | nxt.value)
+                continue
+            ka, kb = acc.known_or(acc.value), nxt.known_or(nxt.value)
+            if tree.op == "and":  # False wins over unknown
+                value = acc.value & nxt.value
+                known = (ka & kb) | (ka & ~acc.value) | (kb & ~nxt.value)
+            else:  # True wins over unknown
+                value = acc.value | nxt.value
+                known = (ka & kb) | acc.value | nxt.value
+            acc = _Truth(value, known)
+        return acc
+
+    def compare(self, tree: Compare) -> _Truth:
+        left, right = self.value(tree.left), self.value(tree.right)
+        op = tree.op
+        if not hasattr(left, "notna"):
+            if not hasattr(right, "notna"):
+                raise self.fail(f"comparison {tree.left!r} {op} {tree.right!r} reads no column")
+            left, right, op = right, left, _MIRROR[op]
+        if hasattr(right, "notna"):
+            known = left.notna() & right.notna()
+            a, b = self.common(left, right)
+            raw = _OPS[op](a, b)
+        else:
+            known = left.notna()
+            raw = self.against_literal(left, op, right)
+            if isinstance(raw, bool):
+                return _Truth(known & raw, known)
+        value = raw.fillna(False).astype(bool) & known
+        return _Truth(value, known)
+
+    def common(self, a: Any, b: Any) -> tuple[Any, Any]:
+        da, db = _dtype(a), _dtype(b)
+        if da is None or db is None or da == db:
+            return a, b
+        target = np.promote_types(da, db)
+        return (a if da == target else _astype(a, target)), (b if db == target else _astype(b, target))
+
+    def against_literal(self, col: Any, op: str, lit: Scalar) -> Any:
+        """``col op lit`` with exact types; a bool when the answer is the same for every
+        non-null row."""
+        dt = _dtype(col)
+        if isinstance(lit, str) or dt is None:
+            if dt is not None:
+                raise self.fail(f"cannot compare numeric column ({col.dtype}) with the string {lit!r}")
+            if not isinstance(lit, str):
+                raise self.fail(f"cannot compare a {col.dtype} column with the number {lit!r}")
+            return _OPS[op](col, lit)
+        if dt.kind == "b":
+            if not isinstance(lit, (bool, int)) or lit not in (0, 1):
+                raise self.fail(f"cannot compare a boolean column with {lit!r}")
+            return _OPS[op](col.fillna(False).astype(bool), bool(lit))
+        if dt.kind == "f":
+            if isinstance(lit, float) and math.isnan(lit):
+                return op == "!="  # NaN equals nothing
+            cast = dt.type(lit)
+            if float(cast) == lit or math.isinf(lit):
+                return _OPS[op](col, cast)
+            return _OPS[op](_astype(col, np.float64), np.float64(lit))
+        return self.int_against(col, dt, op, lit)
+
+    def int_against(self, col: Any, dt: np.dtype, op: str, lit: int | float) -> Any:
+        if isinstance(lit, float):
+            if math.isnan(lit):
+                return op == "!="
+            if math.isinf(lit):
+                return op in ("!=", "<", "<=") if lit > 0 else op in ("!=", ">", ">=")
+            if not lit.is_integer():  # an integer never equals 2.5; x > 2.5 <=> x >= 3, x < 2.5 <=> x <= 2
+                if op in ("==", "!="):
+                    return op == "!="
+                op, lit = {"<": ("<=", math.floor(lit)), "<=": ("<=", math.floor(lit)),
+                           ">": (">=", math.ceil(lit)), ">=": (">=", math.ceil(lit))}[op]
+            lit = int(lit)
+        info = np.iinfo(dt)
+        if info.min <= lit <= info.max:
+            return _OPS[op](col, dt.type(lit))
+        wide = self.wider_int(dt, lit)
+        if wide is not None:
+            return _OPS[op](_astype(col, wide), wide.type(lit))
+        above = lit > info.max  # the literal lies beyond every value the column can hold
+        return {"==": False, "!=": True, "<": above, "<=": above, ">": not above, ">=": not above}[op]
+
+    @staticmethod
+    def wider_int(dt: np.dtype, lit: int) -> np.dtype | None:
+        """The smallest integer dtype holding every value of ``dt`` and ``lit``, if any."""
+        for cand in (np.int16, np.int32, np.int64, np.uint16, np.uint32, np.uint64):
+            c = np.dtype(cand)
+            ci, di = np.iinfo(c), np.iinfo(dt)
+            if c.itemsize >= dt.itemsize and ci.min <= di.min and ci.max >= di.max and ci.min <= lit <= ci.max:
+                return c
+        return None
