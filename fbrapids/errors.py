@@ -122,3 +122,7 @@ class RequestError(FbrapidsError, ValueError):
 
 class RequestTooLargeError(RequestError):
     """A scoring request over a configured bound (body bytes, items, requests per batch)."""
+
+
+class ExportError(FbrapidsError, ValueError):
+    """A model or spec that cannot be written as an export of data (names what and why)."""

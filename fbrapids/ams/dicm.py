@@ -40,6 +40,7 @@ from fbrapids.ams.embedding import ImageBatchReport, ImageEmbedder
 from fbrapids.ams.pooling import AttentivePooling, MultiQueryAttentivePooling, max_pool, sum_pool
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection, bag_segments
 from fbrapids.trainers.sparse import StoreConfig
 
@@ -56,6 +57,7 @@ def prelu_mlp(sizes: Sequence[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+@register_model
 class DICM(CTRModel):
     """Deep Image CTR Model (see the module docstring).
 

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from fbrapids.trainers.fit import load_tensors
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 
 
@@ -59,7 +60,7 @@ def _source_state(source: Any) -> Mapping[str, torch.Tensor]:
         p = p / "dense.pt"
     if not p.exists():
         raise FileNotFoundError(f"partial_warm_up: no weights at {p}")
-    state = torch.load(p, map_location="cpu", weights_only=False)
+    state = load_tensors(p)
     return state["model"] if isinstance(state, Mapping) and "model" in state else state
 
 

@@ -1,17 +1,25 @@
 """Export a trained model and its feature plan for inference, and load them back.
 
-An export directory holds:
+An export directory holds data only; loading it runs no code from it:
 
-* ``serving.json``: the model class (``module:QualName``) and its constructor arguments
-  (a :class:`~fbrapids.trainers.sparse.StoreConfig` is written as ``{"StoreConfig": {...}}``;
-  an :class:`~fbrapids.ams.ImageEmbedder` (DICM's images) as its sub-model sizes and the
-  path of its vector store: a disk store is referenced where it is, a RAM store is written
-  to ``images/`` in the export; the sub-model's weights are in the checkpoint);
-* ``spec.pkl``: the :class:`~fbrapids.serving.spec.ServingSpec` (feature expressions,
-  schema, model inputs), pickled, and ``plan.txt``, its human-readable explanation;
-* ``model/``: a ``fit`` checkpoint (dense weights and every embedding table).
+* ``serving.json``: the format, the model's registry name (``"WideAndDeep"``; see
+  :mod:`fbrapids.trainers.models.registry`, where a custom model is registered in code)
+  and its constructor arguments (a :class:`~fbrapids.trainers.sparse.StoreConfig` is
+  written as ``{"StoreConfig": {...}}``; an :class:`~fbrapids.ams.ImageEmbedder` (DICM's
+  images) as its sub-model sizes and its vector store, written to ``images/`` in the
+  export; the sub-model's weights are in the checkpoint);
+* ``spec.json``: the :class:`~fbrapids.serving.spec.ServingSpec` (feature expressions,
+  schema, model inputs) as JSON data (:mod:`fbrapids.serving.spec_json`), and
+  ``plan.txt``, its human-readable explanation;
+* ``model/``: a ``fit`` checkpoint (dense weights, read with ``torch.load(weights_only=True)``,
+  and every embedding table);
+* ``MANIFEST.json``: the sha256 digest of every other file (:mod:`fbrapids.manifest`).
 
-Loading rebuilds the model from its class and arguments and restores the checkpoint.
+Loading verifies the manifest (a changed, missing or added file is a
+:class:`~fbrapids.errors.ManifestError`), builds the registered model class from its
+arguments and restores the checkpoint.  A path read from the export (the checkpoint's
+``latest`` pointer, the image store) must resolve inside it, and an export of format 1
+(a pickled spec) is refused: each is an :class:`~fbrapids.errors.UnsafeFileError`.
 Embedding tables are served from RAM: a ``StoreConfig`` with an SSD tier is loaded with
 ``host_rows=None, ssd_dir=None`` unless ``keep_ssd=True`` (the training run's files are
 never opened by the server).
@@ -34,10 +42,8 @@ Example:
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import os
-import pickle
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -45,14 +51,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fbrapids.errors import ExportError, UnsafeFileError
 from fbrapids.kernels.expr import Call
 from fbrapids.kernels.extract import FeatureSet
+from fbrapids.manifest import resolve_inside, verify_manifest, write_manifest
 from fbrapids.serving.spec import ServingSpec
+from fbrapids.serving.spec_json import spec_from_json, spec_to_json
 from fbrapids.trainers.fit import load_checkpoint, save_checkpoint
+from fbrapids.trainers.models import model_class, model_name
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.sparse import StoreConfig
 
-FORMAT = 1
+FORMAT = 2
+IMAGES = "images"
 
 
 def _encode(v: Any, d: Path) -> Any:
@@ -61,10 +72,11 @@ def _encode(v: Any, d: Path) -> Any:
     if isinstance(v, StoreConfig):
         return {"StoreConfig": v.to_dict()}
     if isinstance(v, ImageEmbedder):
-        store = v.store
-        if store.path is None:  # a RAM store: written into the export
-            store = store.save(d / "images")
-        return {"ImageEmbedder": {"vectors": str(Path(store.path).resolve()), "sizes": list(v.model.sizes),
+        store = v.store  # written into the export (paths read at load time stay inside it)
+        if store.path is None or not Path(store.path).resolve().is_relative_to(d.resolve()):
+            store = store.save(d / IMAGES)
+        return {"ImageEmbedder": {"vectors": Path(store.path).resolve().relative_to(d.resolve()).as_posix(),
+                                  "sizes": list(v.model.sizes),
                                   "final_prelu": isinstance(v.model.net[-1], torch.nn.PReLU), "dedup": v.dedup,
                                   "default": store.default.tolist()}}
     if isinstance(v, Mapping):
@@ -73,23 +85,27 @@ def _encode(v: Any, d: Path) -> Any:
         return [_encode(x, d) for x in v]
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    raise TypeError(f"export_model: model argument of type {type(v).__name__} cannot be written as JSON")
+    raise ExportError(f"export_model: model argument of type {type(v).__name__} cannot be written as JSON")
 
 
-def _decode(v: Any, keep_ssd: bool) -> Any:
+def _decode(v: Any, keep_ssd: bool, d: Path) -> Any:
     if isinstance(v, dict) and set(v) == {"StoreConfig"}:
-        cfg = StoreConfig(**v["StoreConfig"])
+        try:
+            cfg = StoreConfig(**v["StoreConfig"])
+        except TypeError as exc:
+            raise UnsafeFileError(f"{d / 'serving.json'}: bad StoreConfig ({exc})") from None
         return cfg if keep_ssd else cfg.with_(host_rows=None, ssd_dir=None)
     if isinstance(v, dict) and set(v) == {"ImageEmbedder"}:
         from fbrapids.ams import ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore
 
         e = v["ImageEmbedder"]
-        store = ImageVectorStore.open(e["vectors"], default=np.asarray(e["default"], dtype=np.float32))
+        vectors = resolve_inside(d, e["vectors"], what=f"{d / 'serving.json'}: image vector store")
+        store = ImageVectorStore.open(vectors, default=np.asarray(e["default"], dtype=np.float32))
         return ImageEmbedder(store, ImageEmbeddingMLP(e["sizes"], final_prelu=e["final_prelu"]), dedup=e["dedup"])
     if isinstance(v, dict):
-        return {k: _decode(x, keep_ssd) for k, x in v.items()}
+        return {k: _decode(x, keep_ssd, d) for k, x in v.items()}
     if isinstance(v, list):
-        return [_decode(x, keep_ssd) for x in v]
+        return [_decode(x, keep_ssd, d) for x in v]
     return v
 
 
@@ -103,13 +119,14 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
     meta-kernel plan of the features.  Returns the export directory.
     """
     spec = _fitted(spec, sample)
+    spec_data = spec_to_json(spec)
     d = Path(path)
+    if d.exists() and any(d.iterdir()):
+        raise ExportError(f"export_model: {d} is not empty (an export is written into a new or empty directory)")
     d.mkdir(parents=True, exist_ok=True)
-    cls = type(model)
-    meta = {"format": FORMAT, "model_class": f"{cls.__module__}:{cls.__qualname__}",
-            "model_kwargs": _encode(dict(model_kwargs), d)}
+    meta = {"format": FORMAT, "model": model_name(type(model)), "model_kwargs": _encode(dict(model_kwargs), d)}
     save_checkpoint(model, None, d / "model", step=0, keep=1)
-    (d / "spec.pkl").write_bytes(pickle.dumps(spec))
+    (d / "spec.json").write_text(json.dumps(spec_data, indent=1))
     lines = [f"request features: {', '.join(spec.request_features) or '-'}",
              f"item features (cached by {spec.item_key}): {', '.join(spec.item_features) or '-'}",
              f"pair features: {', '.join(spec.pair_features) or '-'}",
@@ -119,6 +136,7 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
         lines += ["", sample.fbx.explain(**spec.features)]
     (d / "plan.txt").write_text("\n".join(lines) + "\n")
     (d / "serving.json").write_text(json.dumps(meta, indent=1))
+    write_manifest(d)
     return d
 
 
@@ -141,21 +159,38 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
     return out
 
 
-def load_model(path: str | os.PathLike, keep_ssd: bool = False) -> tuple[CTRModel, ServingSpec]:
-    """The model (in eval mode) and spec of an export directory."""
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnsafeFileError(f"{path}: not JSON ({exc})") from None
+
+
+def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = True) -> tuple[CTRModel, ServingSpec]:
+    """The model (in eval mode) and spec of an export directory (module docstring).
+
+    ``verify``: check every file against ``MANIFEST.json`` first (the default).
+    """
     d = Path(path)
-    if not (d / "serving.json").exists():
+    if not (d / "serving.json").is_file():
         raise FileNotFoundError(f"{d} is not a serving export (no serving.json)")
-    meta = json.loads((d / "serving.json").read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{d / 'serving.json'}: export format {meta.get('format')}, this version reads {FORMAT}")
-    mod, _, qual = meta["model_class"].partition(":")
-    cls: Any = importlib.import_module(mod)
-    for part in qual.split("."):
-        cls = getattr(cls, part)
-    model = cls(**_decode(meta["model_kwargs"], keep_ssd))
-    load_checkpoint(model, None, d / "model")
-    spec = pickle.loads((d / "spec.pkl").read_bytes())
+    meta = _read_json(d / "serving.json")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        why = " (a pickled spec: loading it could run code; export the model again)" if fmt == 1 else ""
+        raise UnsafeFileError(f"{d / 'serving.json'}: export format {fmt}, this version reads {FORMAT}{why}")
+    if verify:
+        verify_manifest(d)
+    if "model" not in meta or not isinstance(meta.get("model_kwargs"), dict):
+        raise UnsafeFileError(f"{d / 'serving.json'}: needs 'model' (a registered model name) and 'model_kwargs'")
+    cls = model_class(meta["model"])
+    kwargs = _decode(meta["model_kwargs"], keep_ssd, d)
+    try:
+        model = cls(**kwargs)
+    except TypeError as exc:
+        raise UnsafeFileError(f"{d / 'serving.json'}: model_kwargs do not fit {meta['model']} ({exc})") from None
+    load_checkpoint(model, None, resolve_inside(d, "model", what="checkpoint directory"))
+    spec = spec_from_json(_read_json(d / "spec.json"), source=str(d / "spec.json"))
     return model.eval(), spec
 
 
@@ -165,3 +200,11 @@ def load_scorer(path: str | os.PathLike, **scorer_options: Any):
 
     model, spec = load_model(path)
     return Scorer(model, spec, **scorer_options)
+
+
+def export_checkpoint(checkpoint: str | os.PathLike, path: str | os.PathLike, model: CTRModel, spec: ServingSpec,
+                      model_kwargs: Mapping[str, Any], sample: pd.DataFrame | None = None) -> Path:
+    """Restore ``checkpoint`` (a ``fit`` checkpoint directory, or a root with ``latest``) into
+    ``model`` (built as ``type(model)(**model_kwargs)``) and export it to ``path``."""
+    load_checkpoint(model, None, checkpoint)
+    return export_model(path, model.eval(), spec, model_kwargs, sample=sample)

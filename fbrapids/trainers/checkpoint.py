@@ -23,6 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from fbrapids.manifest import resolve_inside
+
 LATEST = "latest"
 
 
@@ -82,12 +84,15 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
 
 
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint under ``root`` (from the ``latest`` pointer), or None."""
+    """The newest complete checkpoint under ``root`` (from the ``latest`` pointer), or None.
+
+    The pointer must name a directory inside ``root`` (an absolute or ``../`` path, or a
+    symbolic link leading out, is an :class:`~fbrapids.errors.UnsafeFileError`)."""
     root = Path(root)
     ptr = root / LATEST
     if not ptr.exists():
         return None
-    path = root / ptr.read_text().strip()
+    path = resolve_inside(root, ptr.read_text().strip(), what=f"{ptr}: checkpoint")
     if not path.is_dir():
         raise FileNotFoundError(f"{ptr} names {path.name}, which does not exist")
     return path

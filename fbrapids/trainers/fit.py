@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ import torch
 from tqdm.auto import tqdm
 
 from fbrapids.trainers.batch import Batch
+from fbrapids.errors import UnsafeFileError
+from fbrapids.manifest import resolve_inside
 from fbrapids.trainers.checkpoint import checkpoint_dir, clean_partial, latest_checkpoint, prune, write_atomic
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
@@ -96,12 +99,18 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
 
 def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> int:
     """Restore ``model`` (and ``optimizer``) from a checkpoint directory, or from the newest
-    one under a root holding a ``latest`` pointer; returns the step."""
+    one under a root holding a ``latest`` pointer; returns the step.
+
+    Loading runs no code from the files: ``dense.pt`` is read with
+    ``torch.load(weights_only=True)`` (tensors and plain containers only; a pickle that
+    would call anything is an :class:`~fbrapids.errors.UnsafeFileError`), and every file
+    read must resolve inside the checkpoint directory.
+    """
     path = Path(path)
     if (path / "latest").exists():
         path = latest_checkpoint(path)
-    meta = json.loads((path / "meta.json").read_text())
-    state = torch.load(path / "dense.pt", weights_only=False)
+    meta = json.loads(resolve_inside(path, "meta.json").read_text())
+    state = load_tensors(resolve_inside(path, "dense.pt"))
     model.load_state_dict(state["model"])
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -110,8 +119,28 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     if sorted(stores) != meta["tables"]:
         raise ValueError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")
     for key, store in stores.items():
-        store.load(path / "tables" / _table_dir(key))
+        store.load(resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory"))
     return int(state["step"])
+
+
+def load_tensors(path: str | os.PathLike) -> object:
+    """``torch.load(path, map_location="cpu", weights_only=True)``: tensors, numbers, strings
+    and containers only; a file that would run code or build other objects is refused
+    with an :class:`~fbrapids.errors.UnsafeFileError` naming it.
+
+    Example:
+        >>> import tempfile, torch
+        >>> p = tempfile.mkdtemp() + "/w.pt"; torch.save({"w": torch.ones(2)}, p)
+        >>> load_tensors(p)["w"].tolist()
+        [1.0, 1.0]
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "Unsupported" in ln or "WeightsUnpickler" in ln), lines[0] if lines else "")
+        raise UnsafeFileError(f"{path}: refused by torch.load(weights_only=True), which loads tensors only "
+                              f"({why[:300]})") from None
 
 
 def _lookahead(it: Iterable[Batch]) -> Iterator[tuple[Batch, Batch | None]]:
