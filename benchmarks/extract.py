@@ -1,39 +1,58 @@
-"""Benchmark: the canonical workload with fused meta-kernels vs the same operators one
-kernel per operator vs idiomatic pandas, measured side by side in one run.
+"""Benchmark: the PUBLIC method chain a user writes against idiomatic pandas, one run.
 
-Usage::
+The chain timed is exactly the README's: ``read_view`` -> ``.fbx.clean`` -> ``.fbx.join``
+(users, ads) -> ``.fbx.extract`` -> ``.fbx.join(basic, how="inner")`` (the workload's
+views in :mod:`fbrapids.workload`), eager and through dask (``read_view``'s default), and
+the pandas line is :mod:`benchmarks.workload_pandas`.  Every system gets the same
+warm-up run (not timed: kernels are compiled or loaded from the disk cache there) and
+the same ``--repeat`` timed runs, interleaved so they see the same machine load; the
+figure is the median.  Every output is checked equal to pandas' (exact: same columns,
+Arrow types, bit-identical floats, equal lists).
 
-    python benchmarks/extract.py --rows 1000000 [--repeat 3] [--out out.parquet]
-    python benchmarks/extract.py --data DIR     # any folder of the four parquet files
-    python benchmarks/extract.py --rows 1000000 --partition-rows 32768 --busy-cores 1
+Usage (one line; the last line printed is one JSON object)::
 
-``--busy-cores K`` keeps K other processes spinning during the timed runs: the host as it
-is while ``stream()`` trains one partition and extracts the next (the trainer holds a
-core).  Every kernel launch on the host is an OpenMP parallel region that ends in a
-barrier; with a core taken, a barrier waits for a descheduled thread, so the launch count
-per partition shows up in the time.  The JSON says how many cores were kept busy.
+    python benchmarks/extract.py --rows 1000000            # CPU: eager, dask, op-by-op, pandas
+    python benchmarks/extract.py --rows 1000000 --backend gpu   # plus cudf / dask-cudf lines
+    python benchmarks/extract.py --data DIR                # any folder of the four parquet files
 
-Rows/s = input impressions / (read + clean + join + extract + merge seconds), the median
-over ``--repeat`` runs (WORKLOAD.md section 7).  Kernels are compiled (or loaded from the
-disk cache) in a warm-up run that is not timed.  The last line printed is one JSON object.
+``--backend gpu`` adds, in the same run: the GPU chain (eager cudf and dask-cudf) against
+the CPU chain on all of this machine's cores, fused against op-by-op on the GPU (extract
+seconds and end to end), and the synthetic launch-bound plan on the GPU.  The synthetic
+plan (``--synthetic-ops`` small independent operators, default 1,000, over
+``--synthetic-rows`` rows) runs fused (one kernel) against one kernel per operator on
+every backend in the run, and its outputs are checked equal across them.
+
+Rows/s = input impressions / seconds from the first read to the merged output in memory.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import multiprocessing
 import os
+import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.workload_fbrapids import run_fbrapids  # noqa: E402
-from benchmarks.workload_pandas import frames_equal, load_tables, run_pandas, write_output  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import fbrapids  # noqa: E402,F401  (registers .fbx)
+from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
+from fbrapids import ops  # noqa: E402
+from fbrapids import workload  # noqa: E402
+from fbrapids.backend import get_backend, gpu_missing, to_host  # noqa: E402
+from fbrapids.kernels.columns import to_series  # noqa: E402
+from fbrapids.kernels.extract import compiled_plan, extract  # noqa: E402
+from fbrapids.kernels.stats import reset_stats, stats  # noqa: E402
+
+# the columns of the joined view the output carries through, besides the features
+CARRIED = ["instance_id", "click", "slot", "category"]
 
 
 def data_dir(rows: int, seed: int = 0) -> Path:
@@ -48,47 +67,127 @@ def data_dir(rows: int, seed: int = 0) -> Path:
     return d
 
 
-def timed_once(run, d: Path):
-    """One timed run: (output, total seconds, seconds per step incl. read, launches)."""
+def public_chain(d: Path, eager: bool, backend: str = "cpu", fused: bool = True) -> tuple[Any, dict[str, float]]:
+    """The README's chain on workload folder ``d``: (output on the host, seconds per step).
+
+    Eager: seconds per step (read, clean, join, extract, merge).  Dask: the graph is built
+    step by step (``build``) and computed once (``compute``), as a user's ``.compute()``.
+    ``fused=False`` extracts with one kernel per operator (the baseline fusion is against).
+    """
+    seconds: dict[str, float] = {}
+    t = [time.perf_counter()]
+
+    def mark(step: str) -> None:
+        now = time.perf_counter()
+        seconds[step] = seconds.get(step, 0.0) + now - t[0]
+        t[0] = now
+
+    step = (lambda s: mark(s)) if eager else (lambda s: None)
+    views = workload.read_views(d, eager=eager, backend=backend)
+    step("read")
+    imp, users, ads = workload.clean_views(views)
+    step("clean")
+    joined = workload.join_views(imp, users, ads)
+    step("join")
+    feats = workload.features()
+    extracted = extract(joined, feats, fused=fused)[CARRIED + list(feats)]
+    step("extract")
+    out = workload.merge_basic(extracted, views["basic"])[OUTPUT_COLUMNS]
+    if eager:
+        mark("merge")
+    else:
+        mark("build")
+        out = out.compute()
+        mark("compute")
+    return to_host(out), seconds
+
+
+def synthetic_features(n_ops: int) -> dict[str, Any]:
+    """``n_ops`` small independent operators over two columns: one layer, launch-bound."""
+    feats: dict[str, Any] = {}
+    for i in range(n_ops):
+        kind = i % 3
+        if kind == 0:
+            feats[f"s{i}"] = ops.clip("y", -float(i % 97), float(i % 89) + 1.0)
+        elif kind == 1:
+            feats[f"s{i}"] = ops.bucketize("y", (i / 100.0, i / 100.0 + 2.5))
+        else:
+            feats[f"s{i}"] = ops.hash_bucket("x", 1000 + i)
+    return feats
+
+
+def synthetic_frame(rows: int, backend: str) -> Any:
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame({"x": rng.integers(0, 1 << 40, rows, dtype=np.int64),
+                          "y": rng.normal(0, 10, rows)})
+    from fbrapids.backend import to_backend
+
+    return to_backend(frame, get_backend(backend))
+
+
+def _plan_columns(result: Any) -> pd.DataFrame:
+    """A compiled plan's result columns as one host frame (for the equality check): host
+    plans give HostColumns, CUDA plans device series."""
+    if hasattr(result, "columns"):
+        cols = {name: to_series(c, None, name) for name, c in result.columns.items()}
+    else:
+        cols = {name: to_host(s) for name, s in result.items()}
+    return pd.DataFrame({name: s.to_numpy() for name, s in cols.items()})
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     t0 = time.perf_counter()
-    tables = load_tables(d)
-    read = time.perf_counter() - t0
-    res = run(tables)
-    sec = {"read": read, **res[1]}
-    return res[0], sum(sec.values()), sec, (res[2] if len(res) > 2 else None)
+    out = fn()
+    return out, time.perf_counter() - t0
 
 
-def _spin(stop) -> None:
-    while not stop.is_set():
-        pass
+def run_systems(systems: dict[str, Callable[[], tuple[Any, dict[str, float]]]], repeat: int,
+                launches: bool = False) -> dict[str, dict[str, Any]]:
+    """Warm every system up once, then ``repeat`` interleaved timed runs each.
+
+    Returns per system: the last output, the median total seconds, the steps of the
+    median run, and the meta-kernel launches of one run.
+    """
+    for fn in systems.values():
+        fn()
+    runs: dict[str, list] = {name: [] for name in systems}
+    for _ in range(repeat):
+        for name, fn in systems.items():
+            reset_stats()
+            (out, steps), total = timed(fn)
+            runs[name].append((out, total, steps, stats()["launches"]))
+    result = {}
+    for name, rs in runs.items():
+        order = sorted(range(len(rs)), key=lambda i: rs[i][1])
+        mid = rs[order[len(rs) // 2]]
+        result[name] = {"out": rs[-1][0], "seconds": statistics.median(r[1] for r in rs),
+                        "steps": mid[2], "launches": mid[3]}
+    return result
 
 
-@contextlib.contextmanager
-def busy_cores(k: int):
-    """K processes spinning on a core each, for the duration of the block (k = 0: none)."""
-    if k <= 0:
-        yield
-        return
-    ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    procs = [ctx.Process(target=_spin, args=(stop,), daemon=True) for _ in range(k)]
-    for p in procs:
-        p.start()
+def machine(backend: str) -> str:
+    """What this ran on, in words (CPU model, cores, and the GPU when one was used)."""
+    cpu = platform.processor() or platform.machine()
     try:
-        yield
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = f"{os.cpu_count()} cores ({cpu})"
+    if backend == "gpu":
+        try:
+            import cupy
+
+            props = cupy.cuda.runtime.getDeviceProperties(0)
+            text += f", GPU {props['name'].decode() if isinstance(props['name'], bytes) else props['name']}"
+        except Exception as exc:  # noqa: BLE001 - describing the machine must not fail the run
+            text += f", GPU (unnamed: {exc})"
+    return text
 
 
-def median_run(runs: list):
-    """The run with the median total (the output of the last run)."""
-    order = sorted(range(len(runs)), key=lambda i: runs[i][1])
-    mid = runs[order[len(runs) // 2]]
-    return runs[-1][0], statistics.median(r[1] for r in runs), mid[2], mid[3]
+def _line(name: str, rows: int, r: dict[str, Any]) -> str:
+    steps = " ".join(f"{k}={v:.3f}" for k, v in r["steps"].items())
+    return f"{name:<16}{rows / r['seconds']:12,.0f} rows/s  {r['seconds']:.3f}s  {steps}  launches={r['launches']}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,53 +195,99 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--rows", type=int, help="generate (and cache) this many impressions with fbrapids gen")
     src.add_argument("--data", type=Path, help="a folder with impressions/users/ads/basic parquet files")
-    ap.add_argument("--out", type=Path, help="write the fused output here (parquet; not timed)")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--partition-rows", type=int, default=None,
-                    help="extract partition by partition (e.g. 32768, the generator's row group); default: one partition")
-    ap.add_argument("--pandas-repeat", type=int, default=1, help="runs of the (slow) pandas line")
-    ap.add_argument("--skip-pandas", action="store_true", help="leave out the pandas line")
-    ap.add_argument("--busy-cores", type=int, default=0,
-                    help="keep this many other processes spinning during the timed fbrapids runs "
-                         "(a co-located trainer); default 0")
+    ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: add the cudf / dask-cudf chain and compare it with all CPU cores")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per system (after one warm-up each)")
+    ap.add_argument("--skip-pandas", action="store_true", help="leave out the (slow) pandas line")
+    ap.add_argument("--synthetic-ops", type=int, default=1000)
+    ap.add_argument("--synthetic-rows", type=int, default=4096)
     args = ap.parse_args(argv)
+    if args.backend == "gpu" and gpu_missing():
+        ap.error("--backend gpu: " + "; ".join(gpu_missing()))
     d = data_dir(args.rows) if args.rows else args.data
     rows_in = len(load_tables(d)["impressions"])
 
-    pr = args.partition_rows
-    run_fbrapids(load_tables(d), fused=True, partition_rows=pr)  # warm-up: compile / load kernels, size pools
-    run_fbrapids(load_tables(d), fused=False, partition_rows=pr)
-    fused_runs, obo_runs = [], []
-    with busy_cores(args.busy_cores):
-        for _ in range(args.repeat):  # interleaved, so both see the same machine load
-            fused_runs.append(timed_once(lambda t: run_fbrapids(t, fused=True, partition_rows=pr), d))
-            obo_runs.append(timed_once(lambda t: run_fbrapids(t, fused=False, partition_rows=pr), d))
-    fused_out, fused_s, fused_steps, launches = median_run(fused_runs)
-    obo_out, obo_s, obo_steps, obo_launches = median_run(obo_runs)
-    print(f"rows_in={rows_in} partition_rows={pr or rows_in} busy_cores={args.busy_cores}")
-    print(f"fused      {rows_in / fused_s:12,.0f} rows/s  {fused_s:.3f}s  "
-          + " ".join(f"{k}={v:.3f}" for k, v in fused_steps.items()) + f"  launches={launches}")
-    print(f"op-by-op   {rows_in / obo_s:12,.0f} rows/s  {obo_s:.3f}s  "
-          + " ".join(f"{k}={v:.3f}" for k, v in obo_steps.items()) + f"  launches={obo_launches}")
-    equal, why = frames_equal(fused_out, obo_out)
-    pandas_rate = None
+    def pandas_line() -> tuple[Any, dict[str, float]]:
+        t0 = time.perf_counter()
+        tables = load_tables(d)
+        read = time.perf_counter() - t0
+        out, sec = run_pandas(tables)
+        return out, {"read": read, **sec}
+
+    systems: dict[str, Callable[[], tuple[Any, dict[str, float]]]] = {
+        "cpu eager": lambda: public_chain(d, eager=True),
+        "cpu dask": lambda: public_chain(d, eager=False),
+        "cpu op-by-op": lambda: public_chain(d, eager=True, fused=False),
+    }
+    if args.backend == "gpu":
+        systems |= {
+            "gpu eager": lambda: public_chain(d, eager=True, backend="gpu"),
+            "gpu dask": lambda: public_chain(d, eager=False, backend="gpu"),
+            "gpu op-by-op": lambda: public_chain(d, eager=True, backend="gpu", fused=False),
+        }
     if not args.skip_pandas:
-        pd_out, pd_s, pd_steps, _ = median_run([timed_once(run_pandas, d) for _ in range(args.pandas_repeat)])
-        pandas_rate = rows_in / pd_s
-        print(f"pandas     {pandas_rate:12,.0f} rows/s  {pd_s:.3f}s  "
-              + " ".join(f"{k}={v:.3f}" for k, v in pd_steps.items()))
-        eq2, why2 = frames_equal(fused_out, pd_out)
-        equal, why = equal and eq2, why if not equal else why2
-        print(f"fused / op-by-op = {obo_s / fused_s:.2f}x, fused / pandas = {pd_s / fused_s:.2f}x")
-    print(f"outputs equal: {equal} ({why})")
-    if args.out:
-        write_output(fused_out, args.out)
-    print(json.dumps({"rows_in": rows_in, "partition_rows": pr or rows_in, "busy_cores": args.busy_cores,
-                      "fused_rows_per_s": rows_in / fused_s,
-                      "op_by_op_rows_per_s": rows_in / obo_s, "pandas_rows_per_s": pandas_rate,
-                      "outputs_equal": equal, "launches_per_partition": launches,
-                      "op_by_op_launches_per_partition": obo_launches}))
-    return 0 if equal else 1
+        systems["pandas"] = pandas_line
+    res = run_systems(systems, args.repeat)
+    print(f"rows_in={rows_in} repeat={args.repeat} (+1 warm-up each) machine: {machine(args.backend)}")
+    ref_name = "pandas" if "pandas" in res else "cpu eager"
+    equal_all, problems = True, []
+    for name, r in res.items():
+        print(_line(name, rows_in, r))
+        if name != ref_name:
+            ok, why = frames_equal(r["out"], res[ref_name]["out"])
+            if not ok:
+                equal_all = False
+                problems.append(f"{name} vs {ref_name}: {why}")
+    rate = {name: rows_in / r["seconds"] for name, r in res.items()}
+
+    # the synthetic launch-bound plan, fused vs one kernel per operator, on each backend
+    synth: dict[str, Any] = {}
+    feats = synthetic_features(args.synthetic_ops)
+    synth_out = {}
+    for be in (["cpu", "gpu"] if args.backend == "gpu" else ["cpu"]):
+        frame = synthetic_frame(args.synthetic_rows, be)
+        plans = {fused: compiled_plan(frame, feats, fused=fused) for fused in (True, False)}
+        sysm = {f"{be} fused": lambda f=frame, p=plans[True]: (_plan_columns(p.run(f)), {}),
+                f"{be} op-by-op": lambda f=frame, p=plans[False]: (_plan_columns(p.run(f)), {})}
+        sres = run_systems(sysm, args.repeat)
+        for name, r in sres.items():
+            synth[name] = {"seconds": r["seconds"], "launches": r["launches"]}
+            synth_out[name] = to_host(r["out"])
+        synth[f"{be} fused_speedup"] = sres[f"{be} op-by-op"]["seconds"] / sres[f"{be} fused"]["seconds"]
+    names = list(synth_out)
+    synth_equal = all(synth_out[n].equals(synth_out[names[0]]) for n in names[1:])
+    if not synth_equal:
+        equal_all = False
+        problems.append("synthetic plan outputs differ across backends / fusion")
+
+    for name in res:
+        if name != "pandas" and "pandas" in rate:
+            print(f"{name} / pandas = {rate[name] / rate['pandas']:.2f}x")
+    print(f"cpu fused / op-by-op = {rate['cpu eager'] / rate['cpu op-by-op']:.2f}x end to end, "
+          f"extract {res['cpu op-by-op']['steps']['extract'] / res['cpu eager']['steps']['extract']:.2f}x")
+    if args.backend == "gpu":
+        print(f"gpu eager / cpu eager (all {os.cpu_count()} cores) = {rate['gpu eager'] / rate['cpu eager']:.2f}x; "
+              f"gpu fused / op-by-op = {rate['gpu eager'] / rate['gpu op-by-op']:.2f}x end to end, extract "
+              f"{res['gpu op-by-op']['steps']['extract'] / res['gpu eager']['steps']['extract']:.2f}x")
+    for be in (["cpu", "gpu"] if args.backend == "gpu" else ["cpu"]):
+        f, o = synth[f"{be} fused"], synth[f"{be} op-by-op"]
+        print(f"synthetic {args.synthetic_ops} ops x {args.synthetic_rows} rows on {be}: fused {f['seconds'] * 1e3:.1f} ms "
+              f"({f['launches']} launches) vs op-by-op {o['seconds'] * 1e3:.1f} ms ({o['launches']} launches) "
+              f"= {synth[f'{be} fused_speedup']:.2f}x")
+    print(f"outputs equal: {equal_all}" + ("" if equal_all else f" ({'; '.join(problems)})"))
+    summary = {
+        "benchmark": "extract", "machine": machine(args.backend), "backend": args.backend,
+        "rows_in": rows_in, "repeat": args.repeat, "warmup": 1,
+        "rows_per_s": {k: round(v) for k, v in rate.items()},
+        "seconds": {k: r["seconds"] for k, r in res.items()},
+        "steps": {k: r["steps"] for k, r in res.items()},
+        "launches": {k: r["launches"] for k, r in res.items()},
+        "vs_pandas": ({k: rate[k] / rate["pandas"] for k in rate if k != "pandas"} if "pandas" in rate else None),
+        "synthetic": {"ops": args.synthetic_ops, "rows": args.synthetic_rows, **synth},
+        "outputs_equal": equal_all,
+    }
+    print(json.dumps(summary))
+    return 0 if equal_all else 1
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""benchmarks/extract.py end to end on a small generated folder: the three implementations
-agree, the last line is the JSON the issue asks for, launches per partition = layers, and
-``--busy-cores`` runs (and cleans up) its spinning processes."""
+"""benchmarks/extract.py end to end on a small generated folder: the public chain (eager,
+dask and op by op) equals idiomatic pandas exactly, every system is timed the same number
+of times, the launches are the plan's, and the synthetic launch-bound plan runs fused in
+one kernel against one kernel per operator with equal results."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import sys
 from pathlib import Path
 
@@ -14,15 +14,38 @@ from benchmarks import extract as bench  # noqa: E402
 from fbrapids.datagen import generate  # noqa: E402
 
 
-def test_benchmark_json_and_busy_cores(tmp_path, capsys):
+def test_public_chain_benchmark_json(tmp_path, capsys):
     d = tmp_path / "data"
     generate(3000, d, seed=1)
-    rc = bench.main(["--data", str(d), "--repeat", "1", "--partition-rows", "1024", "--busy-cores", "1"])
+    rc = bench.main(["--data", str(d), "--repeat", "1", "--synthetic-ops", "12", "--synthetic-rows", "300"])
     out = capsys.readouterr().out.strip().splitlines()
     res = json.loads(out[-1])
     assert rc == 0 and res["outputs_equal"] is True
-    assert set(res) >= {"fused_rows_per_s", "op_by_op_rows_per_s", "pandas_rows_per_s", "outputs_equal",
-                        "launches_per_partition"}
-    assert res["launches_per_partition"] == 3 and res["op_by_op_launches_per_partition"] == 26
-    assert res["busy_cores"] == 1 and res["partition_rows"] == 1024
-    assert not multiprocessing.active_children()  # the spinners are gone
+    assert set(res["rows_per_s"]) == {"cpu eager", "cpu dask", "cpu op-by-op", "pandas"}
+    assert res["repeat"] == 1 and res["warmup"] == 1 and res["rows_in"] == 3000
+    # eager: the JSON-cleaning kernel + one launch per feature layer (3); op by op: one per operator
+    assert res["launches"]["cpu eager"] == 4
+    assert res["launches"]["cpu op-by-op"] == 1 + 26
+    assert res["launches"]["pandas"] == 0
+    assert set(res["steps"]["cpu eager"]) == {"read", "clean", "join", "extract", "merge"}
+    syn = res["synthetic"]
+    assert syn["cpu fused"]["launches"] == 1 and syn["cpu op-by-op"]["launches"] == 12
+
+
+def test_synthetic_plan_is_one_layer_of_distinct_operators():
+    from fbrapids.kernels.extract import plan_for
+
+    frame = bench.synthetic_frame(10, "cpu")
+    plan = plan_for(frame, bench.synthetic_features(30))
+    assert len(plan.layers) == 1
+    assert len(plan_for(frame, bench.synthetic_features(30), fused=False).layers) == 30
+
+
+def test_public_chain_outputs_agree_across_eager_and_dask(gen_dir):
+    from benchmarks.workload_pandas import frames_equal
+
+    eager, steps = bench.public_chain(gen_dir, eager=True)
+    lazy, lazy_steps = bench.public_chain(gen_dir, eager=False)
+    ok, why = frames_equal(eager, lazy)
+    assert ok, why
+    assert set(steps) == {"read", "clean", "join", "extract", "merge"} and set(lazy_steps) == {"build", "compute"}

@@ -54,14 +54,10 @@ def test_all_ops_plan_compiles_under_nvrtc():
 
 
 def test_cuda_runtime_compaction_and_workload_plan_compile():
-    import sys
-    from pathlib import Path
-
     from fbrapids.kernels.runtime_cuda import _COMPACT_SRC
 
     assert "fbx_compact_ls" in compile_cuda(_COMPACT_SRC, name="compact.cu")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.workload_fbrapids import workload_features
+    from fbrapids.workload import features as workload_features
 
     schema = {"ts": "i64", "user_id": "i64", "ad_id": "i64", "advertiser_id": "i64", "category": "i32",
               "gender": "str", "city": "str", "os": "str", "geo_city": "str", "age": "i32", "price": "f64",
