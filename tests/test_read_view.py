@@ -163,3 +163,40 @@ def test_avazu_20_digit_ids_survive_exactly_as_uint64(shared_data):
         assert [str(v) for v in frame["id"]] == raw["id"].tolist()
     big = [int(v) for v in raw["id"] if int(v) > 2**63 - 1]
     assert big, "the sample has ids above 2^63"
+
+
+def test_dask_partitions_split_one_large_row_group_for_parallel_cores(tmp_path):
+    """A file written with one row group (pandas' default) still gives several partitions
+    (about two per core), read as row ranges; the content is the file's, in order."""
+    import numpy as np
+    import pandas as pd
+
+    from fbrapids.views.read import auto_partition_rows
+
+    n = 100_000
+    df = pd.DataFrame({"id": np.arange(n, dtype=np.int64), "s": [f"v{i % 7}" for i in range(n)]})
+    path = tmp_path / "one.parquet"
+    df.to_parquet(path, row_group_size=n)
+    view = read_view(path)
+    target = auto_partition_rows(n)
+    assert view.npartitions == -(-n // target) >= 2
+    assert view.compute()["id"].tolist() == df["id"].tolist()
+    grouped = read_view(path, partition_rows=30_000)
+    assert grouped.npartitions == 4
+    assert grouped.map_partitions(len).compute().tolist() == [25_000] * 4
+
+
+def test_dask_partitions_group_row_groups_up_to_the_target(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    n = 40_000
+    df = pd.DataFrame({"id": np.arange(n, dtype=np.int64)})
+    path = tmp_path / "groups.parquet"
+    df.to_parquet(path, row_group_size=5_000)  # 8 row groups
+    view = read_view(path, partition_rows=10_000)
+    assert view.map_partitions(len).compute().tolist() == [10_000] * 4
+    assert view.compute()["id"].tolist() == df["id"].tolist()
+    assert read_view(path, row_groups_per_partition=1).npartitions == 8
+    # the meta comes from the schema and matches what the partitions hold
+    assert dict(view._meta.dtypes) == dict(view.compute().dtypes)

@@ -57,7 +57,7 @@ def expand_paths(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike]) 
         >>> expand_paths("/nonexistent/*.parquet")
         Traceback (most recent call last):
         ...
-        fbrapids.views.read.ViewError: no files match '/nonexistent/*.parquet'
+        fbrapids.errors.ViewError: no files match '/nonexistent/*.parquet'
     """
     patterns = [path_or_glob] if isinstance(path_or_glob, (str, os.PathLike)) else list(path_or_glob)
     files: list[str] = []
@@ -99,10 +99,12 @@ class _CsvOptions:
 
 @dataclass(frozen=True)
 class FilePiece:
-    """One partition: a file, and for parquet the row groups of it to read."""
+    """One partition: a file, for parquet the row groups of it to read, and (for a file
+    with fewer row groups than the partitions wanted) the rows of those groups to keep."""
 
     path: str
     row_groups: tuple[int, ...] | None = None
+    row_slice: tuple[int, int] | None = None
 
 
 def _sniff_sep(path: str) -> str:
@@ -294,8 +296,14 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
                 frame = be.xdf.read_parquet(path, columns=columns, row_groups=groups)
             else:
                 pf = pq.ParquetFile(path)
-                table = (pf.read_row_groups(list(piece.row_groups), columns=columns)
-                         if piece.row_groups is not None else pf.read(columns=columns))
+                if piece.row_groups == ():  # the schema alone (dask meta): nothing decoded
+                    table = pf.schema_arrow.empty_table().select(columns)
+                elif piece.row_groups is not None:
+                    table = pf.read_row_groups(list(piece.row_groups), columns=columns)
+                else:
+                    table = pf.read(columns=columns)
+                if piece.row_slice is not None:
+                    table = table.slice(piece.row_slice[0], piece.row_slice[1] - piece.row_slice[0])
                 frame = normalize_strings(arrow_to_pandas(table))
         elif fmt == "csv":
             return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be), dtype, path)
@@ -363,17 +371,67 @@ def _apply_dtypes(frame: Any, dtype: dict[str, Any], path: str) -> Any:
     return frame
 
 
-def _pieces(files: list[str], fmt: str, row_groups_per_partition: int | None) -> list[FilePiece]:
-    if fmt != "parquet" or not row_groups_per_partition:
+MIN_PARTITION_ROWS = 16_384
+MAX_PARTITION_ROWS = 1 << 20
+
+
+def auto_partition_rows(total_rows: int, cores: int | None = None) -> int:
+    """Rows per dask partition when none is asked for: about two partitions per core (so
+    every core has work and a slow partition does not leave one idle), none smaller than
+    ``MIN_PARTITION_ROWS`` (per-partition overheads) nor larger than ``MAX_PARTITION_ROWS``
+    (memory in flight).
+
+    Example:
+        >>> auto_partition_rows(1_000_000, cores=2), auto_partition_rows(10_000, cores=2)
+        (250000, 16384)
+    """
+    cores = cores or os.cpu_count() or 1
+    return int(min(MAX_PARTITION_ROWS, max(MIN_PARTITION_ROWS, -(-total_rows // (2 * cores)))))
+
+
+def _pieces(files: list[str], fmt: str, row_groups_per_partition: int | None,
+            partition_rows: int | None = None) -> list[FilePiece]:
+    """The partitions of a parquet view: ``row_groups_per_partition`` groups each when
+    given; else consecutive row groups of a file up to ``partition_rows`` rows (auto when
+    None), a row group larger than that split into row ranges.  Other formats: a file each."""
+    if fmt != "parquet":
         return [FilePiece(f) for f in files]
-    out = []
-    for f in files:
-        n = pq.ParquetFile(f).metadata.num_row_groups
-        if n <= row_groups_per_partition:
-            out.append(FilePiece(f))
-        else:
+    metas = [pq.ParquetFile(f).metadata for f in files]
+    if row_groups_per_partition:
+        out = []
+        for f, meta in zip(files, metas):
+            n = meta.num_row_groups
+            if n <= row_groups_per_partition:
+                out.append(FilePiece(f))
+                continue
             for start in range(0, n, row_groups_per_partition):
                 out.append(FilePiece(f, tuple(range(start, min(n, start + row_groups_per_partition)))))
+        return out
+    target = partition_rows or auto_partition_rows(sum(m.num_rows for m in metas))
+    out = []
+    for f, meta in zip(files, metas):
+        if meta.num_rows <= target:
+            out.append(FilePiece(f))
+            continue
+        group: list[int] = []
+        rows = 0
+        for g in range(meta.num_row_groups):
+            n = meta.row_group(g).num_rows
+            if n > target:  # one large row group: read it, keep a row range (pyarrow cannot seek rows)
+                if group:
+                    out.append(FilePiece(f, tuple(group)))
+                    group, rows = [], 0
+                k = -(-n // target)
+                step = -(-n // k)
+                out.extend(FilePiece(f, (g,), (lo, min(n, lo + step))) for lo in range(0, n, step))
+                continue
+            if group and rows + n > target:
+                out.append(FilePiece(f, tuple(group)))
+                group, rows = [], 0
+            group.append(g)
+            rows += n
+        if group:
+            out.append(FilePiece(f, tuple(group) if len(group) < meta.num_row_groups else None))
     return out
 
 
@@ -388,7 +446,8 @@ def read_view(
     dtype: dict[str, Any] | None = None,
     eager: bool = False,
     backend: str | None = None,
-    row_groups_per_partition: int | None = 1,
+    row_groups_per_partition: int | None = None,
+    partition_rows: int | None = None,
 ) -> Any:
     """Read a raw log view as a dask DataFrame (dask-cudf on the GPU backend).
 
@@ -403,7 +462,12 @@ def read_view(
             valid int 260, ``"260.5"`` is an error naming the file, column and row).
         eager: return one eager pandas / cudf frame instead (for small inputs).
         backend: ``"cpu"`` / ``"gpu"`` / None (see :mod:`fbrapids.backend`).
-        row_groups_per_partition: parquet row groups per partition (None: a file each).
+        row_groups_per_partition: parquet row groups per partition (None: by
+            ``partition_rows``).
+        partition_rows: rows per dask partition for parquet (None: about two partitions
+            per core, see :func:`auto_partition_rows`); consecutive row groups are read
+            together, a larger row group is split into row ranges.  CSV and JSON lines
+            give a partition per file.  Eager reads read each file whole.
 
     Raises:
         ViewError: no file matches, a column is absent (the message lists the available
@@ -427,17 +491,19 @@ def read_view(
     unknown = [c for c in dtypes if c not in available]
     if unknown:
         raise ViewError(f"dtype given for absent column(s) {unknown} in {pattern!r}; available: {', '.join(available)}")
-    pieces = _pieces(files, fmt, row_groups_per_partition)
-
     if eager:
+        pieces = [FilePiece(f) for f in files]
         parts = [_read_one(p, fmt, cols, csv_opts, dtypes, be.name) for p in pieces]
         frames = [p for p in parts if len(p)] or parts[:1]
         frame = be.xdf.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
         _check_partition_dtypes(parts, pieces)
         return frame
 
+    pieces = _pieces(files, fmt, row_groups_per_partition, partition_rows)
     dd = _backend.dask_dataframe()
-    meta_frame = _read_one(pieces[0], fmt, cols, csv_opts, dtypes, be.name)
+    # parquet on the host: the meta from the schema, without reading a partition
+    first = FilePiece(pieces[0].path, ()) if fmt == "parquet" and not be.is_gpu else pieces[0]
+    meta_frame = _read_one(first, fmt, cols, csv_opts, dtypes, be.name)
     meta = meta_frame.iloc[:0]
     if fmt == "csv" and len(pieces) > 1:
         # make every partition convert to the first file's inferred dtypes (errors name the file)
