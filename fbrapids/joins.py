@@ -1,30 +1,44 @@
-"""Hash joins of views with dictionaries, with a host fallback for oversized ones.
+"""Hash joins of views with dictionaries and with each other, in O(rows) total.
 
-Engines: cuDF's hash join (``cudf.DataFrame.merge``) on the GPU backend, pandas' on the
-CPU, and dask's merge for partitioned frames: broadcast when the other side is small,
-shuffle otherwise.
+Engines: one row selection per join (:mod:`fbrapids.join_frames`): pandas' hash index on
+the host, pylibcudf's hash join on the GPU.  For dask frames the strategy is chosen from the
+sizes and the partitioning (shown in :func:`join_decisions`, ``explain`` and the demo):
 
-Placement (DESIGN.md, "Joins"): when the build side (``other``) is estimated larger than
-``fraction`` of the free device memory, the join runs on the host with pandas and its
-result is copied to the device.  The estimate is the build side's in-memory bytes times
-``HASH_TABLE_OVERHEAD`` (cuDF's hash table roughly doubles the key columns, plus the
-gathered payload).  The decision and the sizes behind it are logged and kept in
-:func:`join_decisions`.  On the CPU backend there is no device: every join is a host
-join, unless ``device_budget`` is given, which lets the decision be exercised (the
-engine is pandas either way there).
+* ``broadcast``: the other side is small (a dictionary: users, ads) or eager.  Its hash
+  table is built by ONE task, shared by every partition of the view (never once per
+  partition); each partition probes it.
+* ``partitioned``: both sides are sorted by the key with known divisions (the key is their
+  index, e.g. ``instance_id``).  The other side is repartitioned to the view's divisions by
+  dask and each output partition joins only its own slice.  No shuffle.
+* ``shuffle``: neither: both sides are hash-partitioned once by dask's own shuffle (P2P on a
+  distributed cluster) and joined partition by partition.
+
+Semantics, the same on both backends:
+
+* **Null keys never match** (SQL), whatever pandas or cudf would do by default.
+* ``validate`` as in pandas' ``merge``; for ``how="left"`` the default is ``"many_to_one"``:
+  duplicate keys on the right are an error naming the key and its row count.
+  ``validate=None`` opts out.
+* **Exact integers.** In a left join, the other side's int / bool columns become nullable
+  (``Int64``...) on pandas, and keep their dtype with a null mask on cudf, so ids above 2^53
+  keep their values (pandas' and cudf's own merges turn them into float64).
+* The view's index is kept, so divisions stay known through a chain of joins.
+
+Placement (DESIGN.md, "Joins"): when the build side is estimated larger than ``fraction`` of
+the free device memory, the join runs on the host and its result is copied to the device.
+The estimate is the build side's bytes times ``HASH_TABLE_OVERHEAD``.  On the CPU backend
+there is no device, unless ``device_budget`` is given.
 
 Keys must have compatible dtypes: integers with integers (int32 is widened to int64),
 strings with strings.  An int key against a string key, or int64 against uint64, is an
-error rather than a silently empty or wrong join.  In a left join, integer columns of the
-other side become nullable (``Int64``...) on pandas rather than float, so 64-bit ids keep
-their exact values; ``clean(fill=...)`` turns them back into plain ints.
+error rather than a silently empty or wrong join.
 
 Example:
     >>> import pandas as pd
-    >>> views = pd.DataFrame({"user_id": [1, 2, 3]})
-    >>> users = pd.DataFrame({"user_id": [1, 3], "age": [20, 30]})
+    >>> views = pd.DataFrame({"user_id": [1, 2, 3, None]}, dtype="Int64")
+    >>> users = pd.DataFrame({"user_id": [1, 3, None], "age": [20, 30, 99]}).astype({"user_id": "Int64"})
     >>> join(views, users, on="user_id")["age"].tolist()
-    [20, <NA>, 30]
+    [20, <NA>, 30, <NA>]
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 from fbrapids.errors import JoinError
+from fbrapids.join_frames import JoinTable, device_join, host_join, join_frames, key_values, normalize_validate
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +115,16 @@ def _key_kind(dtype: Any) -> str:
     return {"i": "int", "u": "uint", "f": "float", "b": "bool", "O": "str", "U": "str"}.get(kind, text)
 
 
+def _index_names(frame: Any) -> list[Any]:
+    return list(getattr(frame.index, "names", [frame.index.name]))
+
+
+def _key_dtype(frame: Any, key: str) -> Any:
+    if key in frame.columns:
+        return frame[key].dtype
+    return frame.index.dtype if frame.index.name == key else key_values(frame, key).dtype
+
+
 def check_keys(left: Any, right: Any, on: Sequence[str]) -> dict[str, Any]:
     """Validate join keys; returns the casts the other side needs (int32 -> int64 ...).
 
@@ -110,9 +135,9 @@ def check_keys(left: Any, right: Any, on: Sequence[str]) -> dict[str, Any]:
     casts: dict[str, Any] = {}
     for key in on:
         for side, frame in (("left", left), ("right", right)):
-            if key not in frame.columns:
+            if key not in frame.columns and key not in _index_names(frame):
                 raise JoinError(f"join key {key!r} not in the {side} frame; its columns: {', '.join(map(str, frame.columns))}")
-        lt, rt = left[key].dtype, right[key].dtype
+        lt, rt = _key_dtype(left, key), _key_dtype(right, key)
         lk, rk = _key_kind(lt), _key_kind(rt)
         if "float" in (lk, rk):
             raise JoinError(f"join key {key!r} is floating point ({lt} vs {rt}); cast it to an integer or string first")
@@ -123,23 +148,6 @@ def check_keys(left: Any, right: Any, on: Sequence[str]) -> dict[str, Any]:
         if str(lt) != str(rt):
             casts[key] = lt
     return casts
-
-
-def _nullable_payload(right: Any, on: Sequence[str]) -> Any:
-    """Right-side integer/bool columns as nullable dtypes, so a left join keeps exact ints."""
-    if _backend.is_gpu_object(right):
-        return right  # cudf columns are nullable already
-    changes = {}
-    for col in right.columns:
-        if col in on:
-            continue
-        dtype = right[col].dtype
-        if not isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iub":
-            nullable = {"b": "boolean", "i": dtype.name.capitalize(), "u": "U" + dtype.name[1:].capitalize()}[dtype.kind]
-            changes[col] = pd.api.types.pandas_dtype(nullable)
-    if not changes:
-        return right
-    return right.astype(changes)
 
 
 def decide_placement(be: _backend.Backend, build_bytes: int, device_budget: int | None, fraction: float) -> tuple[str, int | None, str]:
@@ -169,15 +177,52 @@ def _record(decision: JoinDecision) -> None:
     log.info("%s", decision)
 
 
-def _merge_eager(left: Any, right: Any, on: list[str], how: str, suffixes: tuple[str, str]) -> Any:
-    return left.merge(right, on=on, how=how, suffixes=suffixes, sort=False)
+_AUTO = "auto"
 
 
-def _host_merge(left: Any, right: Any, on: list[str], how: str, suffixes: tuple[str, str]) -> Any:
-    """Join on the host with pandas; the result goes back to ``left``'s backend."""
-    be = _backend.backend_of(left)
-    result = _merge_eager(_backend.to_host(left), _backend.to_host(right), on, how, suffixes)
-    return _backend.to_backend(result, be)
+def _estimated_bytes(frame: Any) -> int:
+    """In-memory bytes of ``frame``; for a dask frame of several partitions, its first
+    partition times the partition count (reading the whole side just to size it would be
+    one more pass over it)."""
+    if not _is_dask(frame):
+        return _frame_bytes(frame)
+    if frame.npartitions == 1:
+        return _frame_bytes(frame)
+    first = frame.partitions[0].memory_usage(deep=True, index=False).sum().compute()
+    return int(first) * frame.npartitions
+
+
+def _key_is_sorted_index(frame: Any, keys: Sequence[str]) -> bool:
+    return (_is_dask(frame) and len(keys) == 1 and frame.index.name == keys[0]
+            and keys[0] not in frame.columns and bool(frame.known_divisions))
+
+
+def build_side(right: Any, keys: Sequence[str], validate: str | None, on_host: bool) -> Any:
+    """The build side of a partitioned join, made once: a host :class:`JoinTable`, or the
+    validated cudf frame on the device."""
+    if on_host or not _backend.is_gpu_object(right):
+        return JoinTable.build(_backend.to_host(right), keys, validate)
+    if validate in ("many_to_one", "one_to_one"):
+        device_join(right.iloc[:0], right, keys, "inner", validate=validate)
+    return right
+
+
+def probe_partition(part: Any, table: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str],
+                    validate: str | None) -> Any:
+    """Join one partition of the view with a build side made by :func:`build_side`."""
+    left_validate = validate if validate in ("one_to_one", "one_to_many") else None
+    if isinstance(table, JoinTable):
+        if _backend.is_gpu_object(part):  # a dictionary too large for the device: join on the host
+            be = _backend.backend_of(part)
+            return _backend.to_backend(host_join(_backend.to_host(part), table, keys, how, suffixes, left_validate), be)
+        return host_join(part, table, keys, how, suffixes, left_validate)
+    return device_join(part, table, keys, how, suffixes, left_validate)
+
+
+def join_partitions(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str],
+                    validate: str | None, on_host: bool) -> Any:
+    """Join two co-partitioned partitions (same key range or same hash bucket)."""
+    return probe_partition(left, build_side(right, keys, validate, on_host), keys, how, suffixes, validate)
 
 
 def join(
@@ -186,65 +231,111 @@ def join(
     on: str | Sequence[str],
     how: str = "left",
     *,
+    validate: str | None = _AUTO,
     suffixes: tuple[str, str] = ("", "_right"),
     broadcast: bool | None = None,
     device_budget: int | None = None,
     fraction: float = DEFAULT_DEVICE_FRACTION,
 ) -> Any:
-    """Hash join ``left`` (a view) with ``other`` (usually a dictionary) on ``on``.
+    """Hash join ``left`` (a view) with ``other`` (a dictionary, or another view) on ``on``.
 
     Args:
         left: pandas, cudf or dask frame.
         other: frame of any of those kinds.
-        on: key column(s), present on both sides.
+        on: key column(s) (or index level names), present on both sides.
         how: ``"left"`` or ``"inner"``.
+        validate: ``"one_to_one"``, ``"one_to_many"``, ``"many_to_one"``, ``"many_to_many"``
+            (or pandas' ``"1:1"``...) or None.  Default: ``"many_to_one"`` for a left join,
+            None for an inner join.
+        suffixes: added to clashing non-key column names, left and right.
         broadcast: for dask frames, force (True) or forbid (False) a broadcast join;
-            default: broadcast when ``other`` is under ``FBRAPIDS_BROADCAST_BYTES``.
+            default: broadcast when ``other`` is eager or under ``FBRAPIDS_BROADCAST_BYTES``.
         device_budget: device bytes the build side may use (default: ``fraction`` of
             the free device memory).  Above it the join runs on the host.
         fraction: share of free device memory a build side may use.
 
     Raises:
-        JoinError: bad ``how``, missing keys, or key dtypes that cannot match.
+        JoinError: bad ``how`` or ``validate``, missing keys, key dtypes that cannot match,
+            or a key that breaks ``validate`` (named, with its row count).
 
     Example:
         >>> import pandas as pd
         >>> a = pd.DataFrame({"k": [1, 2]}); b = pd.DataFrame({"k": [2], "v": ["x"]})
         >>> join(a, b, on="k", how="inner").to_dict("list")
         {'k': [2], 'v': ['x']}
+        >>> join(a, pd.DataFrame({"k": [1, 1], "v": [5, 6]}), on="k")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.JoinError: join on k: key 1 has 2 rows on the right side, but the join was validated as 'many_to_one'; deduplicate that side, or pass validate=None to allow it
     """
     if how not in _HOWS:
         raise JoinError(f"how={how!r} is not supported; use one of {', '.join(_HOWS)}")
+    if validate == _AUTO:
+        validate = "many_to_one" if how == "left" else None
+    validate = normalize_validate(validate)
     keys = [on] if isinstance(on, str) else list(on)
     casts = check_keys(left, other, keys)
     be = _backend.backend_of(left)
-    build_bytes = _frame_bytes(other)
+    build_bytes = _estimated_bytes(other)
     if casts:
-        other = other.astype(casts)
-    if how == "left":
-        other = _nullable_payload(other, keys) if not _is_dask(other) else other.map_partitions(_nullable_payload, keys)
+        other = _cast_keys(other, casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
+    on_host = placement == "host"
 
     if not _is_dask(left):
         if _is_dask(other):
             other = other.compute()
-        decision = JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason)
-        _record(decision)
-        if placement == "host" and be.is_gpu:
-            return _host_merge(left, other, keys, how, suffixes)
-        return _merge_eager(left, _backend.to_backend(other, be), keys, how, suffixes)
+        _record(JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason))
+        if on_host and be.is_gpu:
+            result = host_join(_backend.to_host(left), _backend.to_host(other), keys, how, suffixes, validate)
+            return _backend.to_backend(result, be)
+        return join_frames(left, _backend.to_backend(other, be), keys, how, suffixes, validate)
 
-    use_broadcast = broadcast if broadcast is not None else build_bytes <= BROADCAST_BYTES
-    strategy = "broadcast" if use_broadcast else "shuffle"
+    import dask
+
+    aligned = _key_is_sorted_index(left, keys) and _key_is_sorted_index(other, keys)
+    small = not _is_dask(other) or build_bytes <= BROADCAST_BYTES
+    if broadcast is None:
+        strategy = "broadcast" if small and not aligned else ("partitioned" if aligned else "shuffle")
+    else:
+        strategy = "broadcast" if broadcast else ("partitioned" if aligned else "shuffle")
+    if strategy == "broadcast" and _is_dask(other) and not small:
+        reason += "; broadcast forced over a large side"
     _record(JoinDecision(tuple(keys), how, placement, strategy, build_bytes, budget, reason))
-    dd = _backend.dask_dataframe()
-    if placement == "host" and be.is_gpu:
-        # the dictionary stays in host memory; each partition joins on the host
-        host_other = other.compute() if _is_dask(other) else _backend.to_host(other)
-        host_other = _backend.to_host(host_other)
-        meta = _host_merge(left._meta, host_other.iloc[:0], keys, how, suffixes)
-        return left.map_partitions(_host_merge, host_other, keys, how, suffixes, meta=meta)
+    args = (keys, how, suffixes, validate)
+    meta_table = build_side(_meta_of(other), keys, None, on_host)
+    meta = probe_partition(left._meta, meta_table, *args)
+
+    if strategy == "broadcast":
+        if not _is_dask(other):
+            other = _backend.to_backend(other, be)
+        table = dask.delayed(build_side, pure=True, name=f"join-build-{dask.base.tokenize(other, *args, on_host)}")(
+            other, keys, validate, on_host)
+        return left.map_partitions(probe_partition, table, *args, meta=meta)
     if not _is_dask(other):
-        # dd.from_pandas takes pandas and cudf frames alike (dask_cudf.from_cudf is legacy)
-        other = dd.from_pandas(_backend.to_backend(other, be), npartitions=1)
-    return dd.merge(left, other, on=keys, how=how, suffixes=suffixes, broadcast=use_broadcast)
+        other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
+    if strategy == "partitioned":
+        right = other.repartition(divisions=left.divisions, force=True)
+        return left.map_partitions(join_partitions, right, *args, on_host, meta=meta)
+    n = max(left.npartitions, other.npartitions)
+    left_s = _with_key_columns(left, keys).shuffle(on=keys, npartitions=n)
+    right_s = _with_key_columns(other, keys).shuffle(on=keys, npartitions=n)
+    meta = probe_partition(left_s._meta, build_side(right_s._meta, keys, None, on_host), *args)
+    return _backend.dask_dataframe().map_partitions(join_partitions, left_s, right_s, *args, on_host, meta=meta,
+                                                    align_dataframes=False)
+
+
+def _meta_of(frame: Any) -> Any:
+    return frame._meta if _is_dask(frame) else frame.iloc[:0]
+
+
+def _with_key_columns(frame: Any, keys: Sequence[str]) -> Any:
+    """``frame`` with every key as a column (a key that is the index is reset into one)."""
+    if all(k in frame.columns for k in keys):
+        return frame
+    return frame.reset_index()
+
+
+def _cast_keys(frame: Any, casts: dict[str, Any]) -> Any:
+    cols = {k: v for k, v in casts.items() if k in frame.columns}
+    return frame.astype(cols) if cols else frame

@@ -101,46 +101,36 @@ class PipelineResult:
 
 
 class _TimedPartitions:
-    """Partitions of a dask frame, each computed on demand, with the compute time recorded.
+    """The partitions of a dask frame as one pass (:func:`~fbrapids.partition_pass.iter_partitions`),
+    with the compute time recorded.
 
     The stream's background thread iterates this, so the recorded time is extraction work
-    that runs beside training.  ``then`` (another ``_TimedPartitions``) is materialised in
-    the same thread once this one is exhausted: the held-out partitions are extracted
-    while the trainer still works through the last queued training batches.
+    that runs beside training.  Shared upstream tasks (the dictionaries' hash tables, a
+    shuffle) run once per pass; at most ``window`` partitions are in flight.
     """
 
-    def __init__(self, frame: Any, then: "_TimedPartitions | None" = None) -> None:
+    def __init__(self, frame: Any, window: int = 2) -> None:
         self.frame = frame
-        self.then = then
+        self.window = window
         self.busy_s = 0.0
         self.partitions = 0
-        self._ready: list[Any] | None = None
+        self.plan: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def _compute(self) -> Iterator[Any]:
-        # to_delayed() optimises the whole graph once; (``frame.partitions[i]`` after a
-        # broadcast join trips dask-expr's "Missing dependency" in dask 2026.x)
-        for piece in self.frame.to_delayed():
+    def __iter__(self) -> Iterator[Any]:
+        from fbrapids.partition_pass import iter_partitions
+
+        parts = iter_partitions(self.frame, window=self.window, stats=self.plan)
+        while True:
             t = time.perf_counter()
-            part = piece.compute()
+            try:
+                part = next(parts)
+            except StopIteration:
+                return
             with self._lock:
                 self.busy_s += time.perf_counter() - t
                 self.partitions += 1
             yield part
-
-    def materialize(self) -> None:
-        """Compute every partition now and keep them for the next iteration."""
-        if self._ready is None:
-            self._ready = list(self._compute())
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._ready is not None:
-            ready, self._ready = self._ready, None
-            yield from ready
-        else:
-            yield from self._compute()
-        if self.then is not None:
-            self.then.materialize()
 
 
 class _WaitTimer:
@@ -176,17 +166,41 @@ def feature_frame(data_dir: str | Path, backend: str | None = None,
     ``extra_features`` (name -> expression) are extracted with the workload's features,
     in the same meta-kernels.
 
-    The small dictionaries (users, ads, basic) are persisted by the scheduler in force (on
-    the cluster under a distributed client) so each partition's extraction reads them from
-    memory.
+    The small dictionaries (users, ads) are persisted by the scheduler in force (on the
+    cluster under a distributed client) and broadcast: their hash tables are built once per
+    pass.  The basic features are as large as the impressions: sorted by ``instance_id``
+    like them, they are joined partition by partition (see :func:`read_sorted_views`).
     """
-    views = workload.read_views(data_dir, backend=backend)
+    views = read_sorted_views(data_dir, backend=backend)
     impressions, users, ads = workload.clean_views(views)
-    users, ads, basic = (f.persist() for f in (users, ads, views["basic"]))
+    users, ads = (f.persist() for f in (users, ads))  # dictionaries: small, read and cleaned once
     joined = workload.join_views(impressions, users, ads)
     features = {**workload.features(), **(extra_features or {})}
-    merged = workload.merge_basic(joined.fbx.extract(**features), basic)
+    merged = workload.merge_basic(joined.fbx.extract(**features), views["basic"])
+    if merged.index.name == "instance_id":
+        merged = merged.reset_index()  # the key back as a column, as on the eager path
     return merged, {"impressions": impressions, "views": views, "joined": joined}
+
+
+def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[str, Any]:
+    """The workload's views; impressions and basic indexed by ``instance_id`` with known
+    divisions when their files are sorted by it (the generator writes them so), so the merge
+    with the basic features joins partition by partition, with no shuffle.
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datagen import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
+        >>> v = read_sorted_views(d)
+        >>> v["impressions"].index.name, v["basic"].known_divisions
+        ('instance_id', True)
+    """
+    from fbrapids.views.divisions import index_by_sorted_key
+
+    views = workload.read_views(data_dir, backend=backend)
+    for name in ("impressions", "basic"):
+        views[name] = index_by_sorted_key(views[name], Path(data_dir) / f"{name}.parquet", "instance_id")
+    return views
 
 
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16) -> Any:
@@ -308,8 +322,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
     if client is not None:
         client.run(kernel_stats.reset_stats)
-    test_producer = _TimedPartitions(test)
-    producer = _TimedPartitions(train, then=test_producer if epochs == 1 else None)
+    test_producer = _TimedPartitions(test)  # held-out partitions are streamed too
+    producer = _TimedPartitions(train)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:

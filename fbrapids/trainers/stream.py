@@ -1,9 +1,10 @@
 """``stream()``: partitions of a frame become torch batches, with background prefetch.
 
-A background thread computes partition i+1 (for a dask frame: ``df.partitions[i]``
-computed by the active scheduler, a distributed ``Client`` included) and converts it to
-host arrays while the trainer consumes partition i; a bounded queue of ``prefetch``
-partitions sits between them.  Rows are optionally shuffled within windows of
+A background thread computes partition i+1 (for a dask frame: one pass of
+:func:`fbrapids.partition_pass.iter_partitions` on the active scheduler, a distributed
+``Client`` included: shared upstream tasks run once per pass) and converts it to host
+arrays while the trainer consumes partition i; a bounded queue of ``prefetch`` partitions
+sits between them.  Rows are optionally shuffled within windows of
 ``shuffle_window`` rows, in an order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`;
 iterating twice in one epoch repeats the order).
 Batches of ``batch_size`` rows carry across partition boundaries; the last one may be
@@ -37,6 +38,7 @@ import pandas as pd
 import torch
 
 from fbrapids import backend as _backend
+from fbrapids.partition_pass import iter_partitions
 from fbrapids.trainers.batch import Batch, Columns
 
 log = logging.getLogger(__name__)
@@ -103,13 +105,11 @@ class BatchStream:
     def _partitions(self) -> Iterator[Any]:
         src = self.source
         if _is_dask(src):
-            if self.persist:  # shared upstream work (a shuffle) is done once, not once per partition
+            if self.persist:  # held whole; shared work already runs once per pass without it
                 src = src.persist()
-            # to_delayed() optimises the whole graph once, then each partition is computed on
-            # its own; ``src.partitions[i]`` after a broadcast join trips dask-expr's
-            # "Missing dependency" (dask 2026.x), see tests/test_trainer_stream.py
-            for piece in src.to_delayed():
-                yield piece.compute()
+            # one pass: the graph optimised once, tasks shared by several partitions (a join's
+            # build side, a shuffle) computed once, at most ``prefetch`` partitions in flight
+            yield from iter_partitions(src, window=self.prefetch)
         elif isinstance(src, pd.DataFrame) or _backend.is_gpu_object(src):
             yield src
         else:  # any iterable of eager frames
@@ -212,9 +212,8 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
         nan: ``"error"`` or ``"zero"`` for NaN / inf in dense features.
         drop_last: drop a final short batch.
         pin_memory: default: pin when CUDA is available.
-        persist: for a dask frame whose partitions share expensive upstream work (a shuffle
-            join), ``persist()`` it first; otherwise each partition's graph is computed on its
-            own (right for partition-wise pipelines: read, clean, broadcast joins, extract).
+        persist: ``persist()`` a dask frame first (it is then held whole in memory; not
+            needed for shared work: every upstream task already runs once per pass).
 
     Example:
         >>> import pandas as pd, dask.dataframe as dd

@@ -1,0 +1,61 @@
+"""Known dask divisions for a view sorted by a key, from its parquet row-group statistics.
+
+A parquet file written in key order (the generator's impressions and basic features, both
+by ``instance_id``) says so in its row-group min / max statistics, without reading a row.
+:func:`index_by_sorted_key` makes that key the index of the view, with those divisions, so
+two such views are joined partition by partition (dask aligns their divisions) instead of
+through a shuffle.  A file that is not sorted (overlapping row groups, missing statistics)
+is returned unchanged and the join falls back to dask's shuffle.
+
+Example:
+    >>> import tempfile, pandas as pd
+    >>> from fbrapids.views.read import read_view
+    >>> path = tempfile.mkdtemp() + "/v.parquet"
+    >>> pd.DataFrame({"id": range(10), "x": range(10)}).to_parquet(path, row_group_size=4)
+    >>> sorted_divisions(path, "id")
+    (0, 4, 8, 9)
+    >>> index_by_sorted_key(read_view(path), path, "id").divisions
+    (0, 4, 8, 9)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+
+def sorted_divisions(path: str | os.PathLike, column: str) -> tuple[Any, ...] | None:
+    """``(min_0, min_1, ..., min_last, max_last)`` of ``column`` over the row groups of one
+    parquet file, or None unless every row group has statistics and the groups are in
+    strictly increasing, non-overlapping key order."""
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if column not in names or meta.num_row_groups == 0:
+        return None
+    col = names.index(column)
+    mins, maxs = [], []
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(col).statistics
+        if stats is None or not stats.has_min_max or (stats.null_count or 0) > 0:
+            return None
+        mins.append(stats.min)
+        maxs.append(stats.max)
+    if any(maxs[i] >= mins[i + 1] for i in range(len(mins) - 1)):
+        return None
+    return (*mins, maxs[-1])
+
+
+def index_by_sorted_key(frame: Any, path: str | os.PathLike, key: str) -> Any:
+    """``frame`` (one partition per row group of ``path``) indexed by ``key`` with known
+    divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
+    divisions = sorted_divisions(path, key)
+    if divisions is None or len(divisions) - 1 != frame.npartitions:
+        log.info("%s is not sorted by %s in %d row groups: its joins on %s will shuffle", path, key,
+                 frame.npartitions, key)
+        return frame
+    return frame.set_index(key, sorted=True, divisions=list(divisions))
