@@ -94,6 +94,16 @@ class StoreError(FbrapidsError, RuntimeError):
     """The embedding store cannot do what was asked (capacity, a lookup applied out of order)."""
 
 
+class TierFileError(StoreError):
+    """A file of the embedding store's SSD tier cannot hold or give back its rows: a full
+    disk, a file over the size limit, or a file truncated by something else.  The message
+    names the path; ``path`` and ``errno`` (when the system gave one) are attributes."""
+
+    def __init__(self, message: str, path: str, errno: int | None = None):
+        super().__init__(message)
+        self.path, self.errno = path, errno
+
+
 class ClusterError(FbrapidsError, RuntimeError):
     """A dask cluster cannot run the work (no workers, an address that is no dask scheduler)."""
 

@@ -156,7 +156,7 @@ def test_current_and_prefetched_rows_are_pinned(tmp_path) -> None:
     s2.lookup(np.arange(4, 8))  # current batch
     moved = s2.prefetch(np.arange(0, 4))  # next batch: brought back, evicting 8..11 only
     assert moved == 4
-    loc = s2._cache_loc[s2._dir.get(np.arange(12, dtype=np.uint64))]
+    loc = s2.directory.cache_loc[s2.directory.get(np.arange(12, dtype=np.uint64))]
     assert (loc[:8] >= 0).all() and (loc[8:] < 0).all()
     s2.end_step()
     s2.lookup(np.arange(0, 4))
@@ -222,7 +222,7 @@ def test_device_tier_on_cuda_matches_the_cpu_store(tmp_path) -> None:
     cpu = TieredEmbeddingStore(base.with_(device="cpu", ssd_dir=str(tmp_path / "cpu")), "t")
     train(gpu, batches)
     train(cpu, batches)
-    assert gpu._cache.is_cuda
+    assert gpu.tiers.cache.data.is_cuda
     ig, rg = rows_by_id(gpu)
     ic, rc = rows_by_id(cpu)
     assert np.array_equal(ig, ic) and np.allclose(rg, rc, rtol=1e-5, atol=1e-6)

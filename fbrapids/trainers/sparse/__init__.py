@@ -1,5 +1,10 @@
 """The tiered embedding store: raw uint64 ids, cache / host RAM / SSD tiers, sparse optimizers.
 
+Layout: ``directory`` (id -> row, admission), ``tiers`` / ``ssd`` / ``hierarchy`` (the
+tiers and rows moving between them), ``policies`` (eviction: LRU, LFU), ``optim`` (row-wise
+Adagrad, SGD), ``persistence`` (flush, save, load), ``store`` (lookup, prefetch,
+apply_gradients, stats), ``hashmap`` (the C helpers, built by the kernels' compile cache).
+
 Example:
     >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
     >>> TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16)).config.width
@@ -7,6 +12,7 @@ Example:
 """
 
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore, as_uint64_ids
+from fbrapids.trainers.sparse.directory import as_uint64_ids
+from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore, sparse_update
 
-__all__ = ["StoreConfig", "TieredEmbeddingStore", "Lookup", "as_uint64_ids"]
+__all__ = ["StoreConfig", "TieredEmbeddingStore", "Lookup", "as_uint64_ids", "sparse_update"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from fbrapids.trainers.sparse.optim import OPTIMIZERS, SparseOptimizer, sparse_optimizer
+from fbrapids.trainers.sparse.policies import POLICIES
+
 
 @dataclass(frozen=True)
 class StoreConfig:
@@ -13,7 +16,7 @@ class StoreConfig:
     Attributes:
         dim: embedding width.
         optimizer: ``"adagrad"`` (row-wise Adagrad, its accumulator is one extra float
-            in each row) or ``"sgd"``.
+            in each row) or ``"sgd"`` (see :mod:`fbrapids.trainers.sparse.optim`).
         lr: sparse learning rate.
         eps: Adagrad epsilon (``w -= lr * g / (sqrt(acc) + eps)``).
         initial_accumulator: Adagrad accumulator of a new row.
@@ -23,12 +26,13 @@ class StoreConfig:
         cache_rows: rows in the top tier (device memory with a GPU; host RAM without).
         host_rows: rows in the host-RAM tier; ``None`` = unbounded (no SSD tier needed).
         ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
-        eviction: ``"lru"`` or ``"lfu"``.
+        eviction: ``"lru"`` or ``"lfu"`` (see :mod:`fbrapids.trainers.sparse.policies`).
         admit_after: an id gets its own row after it was seen in this many batches;
             until then it reads the shared default row (zeros), whose gradient is dropped.
         evict_fraction: when a tier is full, evict at least this fraction of it at once,
             so the O(capacity) victim search runs rarely.
-        device: torch device of the top tier (``None``: cuda when available, else cpu).
+        device: torch device of the top tier (``None``: :func:`fbrapids.trainers.device.resolve_device`;
+            a store owned by a module follows ``module.to(device)``).
 
     Example:
         >>> StoreConfig(dim=8, cache_rows=1000).with_(lr=0.1).lr
@@ -51,10 +55,10 @@ class StoreConfig:
     device: str | None = None
 
     def __post_init__(self) -> None:
-        if self.optimizer not in ("adagrad", "sgd"):
-            raise ValueError(f"StoreConfig.optimizer must be 'adagrad' or 'sgd', got {self.optimizer!r}")
-        if self.eviction not in ("lru", "lfu"):
-            raise ValueError(f"StoreConfig.eviction must be 'lru' or 'lfu', got {self.eviction!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"StoreConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.eviction not in POLICIES:
+            raise ValueError(f"StoreConfig.eviction must be one of {sorted(POLICIES)}, got {self.eviction!r}")
         if self.dim < 1 or self.cache_rows < 1:
             raise ValueError(f"StoreConfig needs dim >= 1 and cache_rows >= 1 (got {self.dim}, {self.cache_rows})")
         if self.host_rows is not None and self.ssd_dir is None:
@@ -65,11 +69,15 @@ class StoreConfig:
     @property
     def width(self) -> int:
         """Floats per stored row: the embedding plus the optimizer state."""
-        return self.dim + (1 if self.optimizer == "adagrad" else 0)
+        return self.dim + OPTIMIZERS[self.optimizer].state_width
 
     @property
     def scale(self) -> float:
         return float(self.init_scale) if self.init_scale is not None else float(self.dim) ** -0.5
+
+    def sparse_optimizer(self) -> SparseOptimizer:
+        """The sparse optimizer these settings describe."""
+        return sparse_optimizer(self.optimizer, self.dim, self.lr, self.eps, self.initial_accumulator)
 
     def with_(self, **changes: Any) -> "StoreConfig":
         """A copy with some fields changed."""

@@ -1,10 +1,12 @@
-"""A uint64 -> int64 hash map in C (open addressing), called once per batch through ctypes.
+"""The embedding store's C helpers: a uint64 -> int64 hash map (open addressing), the
+per-batch bookkeeping passes, SSD row I/O and the in-place sparse optimizers, each called
+once per batch through ctypes.
 
 The store keys rows by raw 64-bit feature ids, so it needs a real hash table rather than
-a modulo into a fixed array.  The C source lives next to this module
-(``csrc/hashmap.c``); it is compiled on first use with the system C compiler into a cache
-directory (``$FBRAPIDS_CACHE_DIR`` or ``~/.cache/fbrapids``), keyed by a hash of the source,
-and loaded with ctypes.
+a modulo into a fixed array.  The C sources live next to this module (``csrc/hashmap.c``,
+``csrc/rows.c``); they are built by the kernels' compile-and-cache path
+(:func:`fbrapids.kernels.compile_host.load_source`: the same compiler, flags, cache folder
+``$FBRAPIDS_KERNEL_CACHE`` and errors as the meta-kernels).
 
 Example:
     >>> import numpy as np
@@ -18,57 +20,24 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
-from fbrapids.errors import CompilerNotFoundError, KernelCompileError
+from fbrapids.kernels.compile_host import load_source
 
-_SRC = Path(__file__).with_name("csrc") / "hashmap.c"
-
-
-def cache_dir() -> Path:
-    """Where compiled helpers are kept: ``$FBRAPIDS_CACHE_DIR`` or ``~/.cache/fbrapids``."""
-    root = os.environ.get("FBRAPIDS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fbrapids")
-    path = Path(root) / "trainers"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = ("hashmap.c", "rows.c")
 
 
-def compile_shared(src: Path) -> Path:
-    """Compile ``src`` into a shared library once (cached by source hash); return its path.
-
-    Raises:
-        RuntimeError: no C compiler, or the compile failed (with the compiler's message).
-    """
-    text = src.read_bytes()
-    digest = hashlib.sha256(text + b"-O3 -fPIC -Wall -Werror=return-type").hexdigest()[:16]
-    out = cache_dir() / f"{src.stem}-{digest}.so"
-    if out.exists():
-        return out
-    cc = os.environ.get("CC", "cc")
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-    os.close(fd)
-    cmd = [cc, "-O3", "-fPIC", "-Wall", "-Werror=return-type", "-shared", "-o", tmp, str(src)]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True)
-    except FileNotFoundError as exc:
-        os.unlink(tmp)
-        raise CompilerNotFoundError(f"the embedding store needs a C compiler ({cc!r} not found; set $CC)") from exc
-    if res.returncode != 0:
-        os.unlink(tmp)
-        raise KernelCompileError(f"compiling {src} failed ({' '.join(cmd)}):\n{res.stderr}", res.stderr, str(src))
-    os.replace(tmp, out)  # atomic: concurrent processes may race to build the same file
-    return out
+def source_text() -> str:
+    """The C source of the store's helpers, as one translation unit."""
+    return "\n".join((CSRC / name).read_text() for name in SOURCES)
 
 
 @functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(compile_shared(_SRC)))
-    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib = load_source(source_text())
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     lib.fbx_hm_new.restype = p
     lib.fbx_hm_new.argtypes = [i64]
     lib.fbx_hm_free.argtypes = [p]
@@ -91,10 +60,96 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_pin_slots.restype = ctypes.c_int
     lib.fbx_pin_slots.argtypes = [p, i64, p, i64, i64]
     lib.fbx_init_rows.restype = None
-    lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, ctypes.c_float, p, i64]
+    lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, f32, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
     lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
+    lib.fbx_pread_rows.restype = i64
+    lib.fbx_pread_rows.argtypes = [ctypes.c_int, p, i64, i64, p]
+    lib.fbx_pwrite_rows.restype = i64
+    lib.fbx_pwrite_rows.argtypes = [ctypes.c_int, p, i64, i64, p]
+    lib.fbx_rowwise_adagrad.restype = ctypes.c_int
+    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, p, p, f32]
+    lib.fbx_sgd.restype = ctypes.c_int
+    lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32]
     return lib
+
+
+def pread_rows(fd: int, g: np.ndarray, row_bytes: int, out: np.ndarray) -> int:
+    """Read rows ``g`` (int64, ascending) of the open file ``fd`` into ``out`` (C-contiguous,
+    ``len(g) * row_bytes`` bytes).  Returns 0, ``1 + j`` when row ``g[j]`` is past the end of
+    the file, or ``-errno``.
+
+    Example:
+        >>> import os, tempfile, numpy as np
+        >>> fd, path = tempfile.mkstemp(); _ = os.write(fd, np.arange(6, dtype=np.float32).tobytes())
+        >>> out = np.empty((2, 3), np.float32); pread_rows(fd, np.array([0, 1]), 12, out), out[1].tolist()
+        (0, [3.0, 4.0, 5.0])
+        >>> pread_rows(fd, np.array([2]), 12, out[:1])
+        1
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    if not out.flags.c_contiguous or out.nbytes != len(g) * row_bytes:
+        raise ValueError(f"pread_rows: out must be C-contiguous with {len(g) * row_bytes} bytes")
+    return int(_lib().fbx_pread_rows(int(fd), g.ctypes.data, len(g), int(row_bytes), out.ctypes.data))
+
+
+def pwrite_rows(fd: int, g: np.ndarray, row_bytes: int, rows: np.ndarray) -> int:
+    """Write ``rows`` (C-contiguous, ``len(g) * row_bytes`` bytes) to rows ``g`` (int64,
+    ascending) of the open file ``fd``.  Returns 0 or ``-errno``."""
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    rows = np.ascontiguousarray(rows)
+    if rows.nbytes != len(g) * row_bytes:
+        raise ValueError(f"pwrite_rows: {rows.nbytes} bytes for {len(g)} rows of {row_bytes}")
+    return int(_lib().fbx_pwrite_rows(int(fd), g.ctypes.data, len(g), int(row_bytes), rows.ctypes.data))
+
+
+def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or not table.flags.writeable:
+        raise TypeError(f"the row table must be a writable C-contiguous float32 matrix, got {table.dtype}")
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    grad = np.ascontiguousarray(grad, dtype=np.float32)
+    if grad.shape != (len(slots), dim):
+        raise ValueError(f"gradient of shape {grad.shape} for {len(slots)} rows of dim {dim}")
+    return slots, grad
+
+
+def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, acc: np.ndarray, den: np.ndarray,
+                     dim: int, lr: float) -> None:
+    """Row-wise Adagrad in place on ``table`` rows ``slots``: the accumulator column ``dim``
+    becomes ``acc``, and ``w -= (grad * lr) / den`` with ``den = sqrt(acc) + eps`` given (see
+    :class:`fbrapids.trainers.sparse.optim.RowWiseAdagrad`, which computes both).
+
+    Example:
+        >>> import numpy as np
+        >>> t = np.array([[1.0, 0.0]], np.float32)
+        >>> f = lambda *v: np.array(v, np.float32)
+        >>> rowwise_adagrad_(t, np.array([0]), f(2.0)[None], f(4.0), f(2.0), 1, 0.5)
+        >>> t.tolist()
+        [[0.5, 4.0]]
+    """
+    slots, grad = _table_args(table, slots, grad, dim)
+    acc = np.ascontiguousarray(acc, dtype=np.float32)
+    den = np.ascontiguousarray(den, dtype=np.float32)
+    if len(acc) != len(slots) or len(den) != len(slots):
+        raise ValueError(f"{len(acc)} accumulators and {len(den)} denominators for {len(slots)} rows")
+    if _lib().fbx_rowwise_adagrad(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data,
+                                  len(slots), grad.ctypes.data, acc.ctypes.data, den.ctypes.data, float(lr)) != 0:
+        raise IndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
+
+
+def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float) -> None:
+    """SGD in place on ``table`` rows ``slots``: ``w -= grad * lr``.
+
+    Example:
+        >>> import numpy as np
+        >>> t = np.array([[1.0, 2.0]], np.float32); sgd_(t, np.array([0]), np.array([[2.0, 2.0]], np.float32), 2, 0.5)
+        >>> t.tolist()
+        [[0.0, 1.0]]
+    """
+    slots, grad = _table_args(table, slots, grad, dim)
+    if _lib().fbx_sgd(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data, len(slots),
+                      grad.ctypes.data, float(lr)) != 0:
+        raise IndexError(f"sgd_: a slot outside [0, {table.shape[0]})")
 
 
 def group_by_row(idx: np.ndarray, m: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,13 +1,22 @@
-"""Slot bookkeeping for a fixed-size tier, and the SSD tier's memory-mapped file."""
+"""The RAM tiers of a table: the cache (a torch tensor on the training device) and host RAM
+(numpy), each a fixed set of slots holding rows by global row number, with take / put /
+evict; plus the slot bookkeeping and per-tier counters they share.  The SSD tier is in
+:mod:`fbrapids.trainers.sparse.ssd`.
+
+Example:
+    >>> import numpy as np, torch
+    >>> c = CacheTier(4, width=2, device=torch.device("cpu"))
+    >>> s = c.slots.pop(1); c.put(s, np.array([[1.0, 2.0]], np.float32)); c.take(s).tolist()
+    [[1.0, 2.0]]
+"""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
+import torch
+
 from fbrapids.errors import StoreError
 
 
@@ -79,73 +88,106 @@ class Slots:
     def used(self) -> int:
         return self.capacity - self.n_free
 
+    def occupied(self) -> np.ndarray:
+        """Slots holding a row."""
+        return np.flatnonzero(self.owner >= 0)
 
-class SsdFile:
-    """Every admitted row on disk: ``rows.f32`` (row g at offset g * width * 4), memory-mapped.
+    def dirty_occupied(self) -> np.ndarray:
+        """Slots holding a row not yet written to the tier below."""
+        return np.flatnonzero(self.dirty & (self.owner >= 0))
 
-    The id -> row index is persisted next to it as ``index.npz`` by :meth:`write_index`.
 
-    Example:
-        >>> import tempfile, numpy as np
-        >>> f = SsdFile(tempfile.mkdtemp(), width=3)
-        >>> f.write(np.array([5]), np.ones((1, 3), np.float32))
-        >>> f.read(np.array([5])).tolist()
-        [[1.0, 1.0, 1.0]]
+class CacheTier:
+    """The top tier: ``rows`` rows of ``width`` floats in a torch tensor on ``device``, and
+    ``pin[slot]``, the last step a slot is pinned for (pinned rows are never evicted).
+
+    On the CPU the tensor's memory is also seen as a numpy array (``table``), whose row
+    gathers, scatters and the in-place C optimizers are cheaper than torch's.
     """
 
-    def __init__(self, directory: str | os.PathLike, width: int, capacity: int = 1 << 12) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / "rows.f32"
+    def __init__(self, rows: int, width: int, device: torch.device) -> None:
         self.width = int(width)
-        self.capacity = 0
-        with open(self.path, "wb"):
-            pass  # a new store starts from an empty file
-        self._mm: np.memmap | None = None
-        self.ensure(capacity)
+        self.data = torch.zeros((int(rows), self.width), dtype=torch.float32, device=device)
+        self.table: np.ndarray | None = self.data.numpy() if self.data.device.type == "cpu" else None
+        self.slots = Slots(rows)
+        self.pin = np.full(int(rows), -1, dtype=np.int64)
+        self.stats = TierStats()
 
-    def ensure(self, rows: int) -> None:
-        """Grow the file (doubling) so that it holds at least ``rows`` rows."""
-        if rows <= self.capacity:
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    def to(self, device: torch.device) -> None:
+        """Move the rows to ``device`` (slots and bookkeeping are unchanged)."""
+        if torch.device(device) == self.data.device:
             return
-        cap = max(int(rows), 2 * self.capacity, 1 << 12)
-        if self._mm is not None:
-            self._mm.flush()
-            self._mm = None
-        with open(self.path, "r+b") as f:
-            f.truncate(cap * self.width * 4)
-        self._mm = np.memmap(self.path, dtype=np.float32, mode="r+", shape=(cap, self.width))
-        self.capacity = cap
+        self.data = self.data.to(device)
+        self.table = self.data.numpy() if self.data.device.type == "cpu" else None
 
-    def read(self, g: np.ndarray) -> np.ndarray:
-        self.ensure(int(g.max()) + 1 if len(g) else 0)
-        return np.asarray(self._mm[g])
+    def slot_tensor(self, slots: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(slots).to(self.data.device, non_blocking=True)
 
-    def write(self, g: np.ndarray, rows: np.ndarray) -> None:
-        if len(g) == 0:
-            return
-        self.ensure(int(g.max()) + 1)
-        self._mm[g] = rows
+    def gather(self, slots: np.ndarray) -> torch.Tensor:
+        """Full rows ``[len(slots), width]`` on the device (a new tensor)."""
+        if self.table is not None:
+            return torch.from_numpy(self.table.take(slots, axis=0))
+        return self.data.index_select(0, self.slot_tensor(slots))
 
-    def rows_view(self, start: int, stop: int) -> np.ndarray:
-        self.ensure(stop)
-        return self._mm[start:stop]
+    def take(self, slots: np.ndarray) -> np.ndarray:
+        """Full rows of ``slots`` as a host numpy array (a copy)."""
+        if self.table is not None:
+            return self.table.take(slots, axis=0)
+        return self.gather(slots).cpu().numpy()
 
-    def sync(self) -> None:
-        """Write the mapped pages out and fsync the file."""
-        if self._mm is not None:
-            self._mm.flush()
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def put(self, slots: np.ndarray, rows: np.ndarray | torch.Tensor) -> None:
+        """Write full rows into ``slots``."""
+        if self.table is not None:
+            self.table[slots] = rows.detach().numpy() if isinstance(rows, torch.Tensor) else rows
+        else:
+            src = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rows))
+            self.data.index_copy_(0, self.slot_tensor(slots), src.to(self.data.device, non_blocking=True))
 
-    def write_index(self, ids: np.ndarray, meta: dict) -> None:
-        """Persist the id -> row mapping (row g holds ``ids[g]``) atomically."""
-        tmp = self.dir / "index.npz.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, ids=ids, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dir / "index.npz")
+    def evictable(self, step: int) -> np.ndarray:
+        """Occupied slots not pinned at ``step``."""
+        return np.flatnonzero((self.slots.owner >= 0) & (self.pin < step))
+
+    def room(self, step: int) -> int:
+        """Rows the cache can take at ``step``: free slots plus unpinned occupied ones."""
+        return self.slots.n_free + int(((self.slots.owner >= 0) & (self.pin < step)).sum())
+
+
+class HostTier:
+    """Host-RAM rows (numpy); ``capacity=None`` grows without bound (then there is no SSD)."""
+
+    def __init__(self, capacity: int | None, width: int) -> None:
+        self.width = int(width)
+        self.bounded = capacity is not None
+        cap = int(capacity) if capacity is not None else 1024
+        self.table = np.zeros((cap, self.width), dtype=np.float32)
+        self.slots = Slots(cap)
+        self.stats = TierStats()
+
+    def take(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and dirty flags of ``slots``, which are freed."""
+        rows = self.table[slots]
+        dirty = self.slots.dirty[slots].copy()
+        self.slots.release(slots)
+        return rows, dirty
+
+    def grow_for(self, k: int) -> None:
+        """Room for ``k`` more rows in an unbounded tier."""
+        sl = self.slots
+        cap = max(sl.capacity * 2, sl.used + k)
+        sl.grow(cap)
+        grown = np.zeros((cap, self.width), dtype=np.float32)
+        grown[: len(self.table)] = self.table
+        self.table = grown
+
+    def put(self, g: np.ndarray, rows: np.ndarray, dirty: np.ndarray) -> np.ndarray:
+        """Place rows of global rows ``g`` in free slots (there must be room); their slots."""
+        slots = self.slots.pop(len(g))
+        self.table[slots] = rows
+        self.slots.owner[slots] = g
+        self.slots.dirty[slots] = dirty
+        self.stats.bytes_in += len(g) * self.width * 4
+        return slots

@@ -1,0 +1,229 @@
+"""Rows moving between a table's tiers: brought up into the cache for a batch (from host
+RAM, else the SSD file, else new), evicted down when a tier is full (the eviction policy
+picks the victims; dirty rows are written back), and read wherever they are.
+
+Cache and host RAM are exclusive: a row evicted from the cache moves down to host RAM (a
+victim cache); a host row asked for by a batch moves up.  The SSD file holds every row
+ever written back; rows never written back are created from ``(id, seed)``.
+
+Example:
+    >>> import numpy as np, torch
+    >>> from fbrapids.trainers.sparse.config import StoreConfig
+    >>> from fbrapids.trainers.sparse.directory import RowDirectory
+    >>> d = RowDirectory(); g = d.admit(np.array([3, 4], dtype=np.uint64))
+    >>> t = TierStack(StoreConfig(dim=2, cache_rows=4, optimizer="sgd"), "t", d, torch.device("cpu"))
+    >>> slots = t.ensure_cached(g, pin_step=0, step=0)
+    >>> t.read_rows(g).shape, t.cache.stats.bytes_in
+    ((2, 2), 16)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fbrapids.errors import StoreError
+from fbrapids.trainers.sparse.config import StoreConfig
+from fbrapids.trainers.sparse.directory import RowDirectory
+from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots
+from fbrapids.trainers.sparse.init import seed_mix
+from fbrapids.trainers.sparse.policies import eviction_policy
+from fbrapids.trainers.sparse.ssd import SsdTier
+from fbrapids.trainers.sparse.tiers import CacheTier, HostTier, TierStats
+
+
+class TierStack:
+    """The cache, host and SSD tiers of one table and the moves between them."""
+
+    def __init__(self, config: StoreConfig, name: str, directory: RowDirectory, device: torch.device) -> None:
+        c = self.config = config
+        self.name = name
+        self.dir = directory
+        self.cache = CacheTier(c.cache_rows, c.width, device)
+        self.host = HostTier(c.host_rows, c.width)
+        self.ssd = SsdTier(Path(c.ssd_dir) / name, c.width) if c.ssd_dir is not None else None
+        self.ssd_stats = self.ssd.stats if self.ssd is not None else TierStats()
+        self.policy = eviction_policy(c.eviction)
+        self.optimizer = c.sparse_optimizer()
+        self.new_rows = 0
+        self.seed_mix = seed_mix(c.seed)
+        self.row_bytes = c.width * 4
+
+    # -- rows below the cache --------------------------------------------------------------
+    def fresh_rows(self, g: np.ndarray) -> np.ndarray:
+        """Initial full rows of global rows ``g`` (a function of id and seed)."""
+        c = self.config
+        rows = np.empty((len(g), c.width), dtype=np.float32)
+        init_rows_into(self.dir.g2id[g], rows, c.dim, self.seed_mix, c.scale)  # = init_rows(), in C
+        self.optimizer.init_state(rows)
+        return rows
+
+    def fetch_below(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows for ``g`` (none of them cached), taken out of host RAM, read from SSD, or new."""
+        d = self.dir
+        rows = np.empty((len(g), self.config.width), dtype=np.float32)
+        dirty = np.zeros(len(g), dtype=bool)
+        hs = d.host_loc[g]
+        inh = hs >= 0
+        hst, sst = self.host.stats, self.ssd_stats
+        n_h = int(inh.sum())
+        if n_h:
+            rows[inh], dirty[inh] = self.host.take(hs[inh])
+            d.host_loc[g[inh]] = -1
+            hst.bytes_out += n_h * self.row_bytes
+        hst.hits += n_h
+        rest = ~inh
+        hst.misses += int(rest.sum())
+        if rest.any():
+            gr = g[rest]
+            on = d.on_ssd[gr]
+            idx = np.flatnonzero(rest)
+            if on.any():
+                order = np.argsort(gr[on])  # read the file in row order
+                got = np.empty((int(on.sum()), self.config.width), dtype=np.float32)
+                got[order] = self.ssd.read(gr[on][order])
+                rows[idx[on]] = got
+                sst.hits += len(got)
+                sst.bytes_out += len(got) * self.row_bytes
+            new = ~on
+            if new.any():
+                rows[idx[new]] = self.fresh_rows(gr[new])
+                dirty[idx[new]] = True  # not on SSD yet
+                sst.misses += int(new.sum())
+                self.new_rows += int(new.sum())
+        return rows, dirty
+
+    def write_ssd(self, g: np.ndarray, rows: np.ndarray) -> None:
+        order = np.argsort(g)
+        self.ssd.write(g[order], rows[order])
+        self.dir.on_ssd[g] = True
+        self.ssd_stats.bytes_in += len(g) * self.row_bytes
+
+    def host_insert(self, g: np.ndarray, rows: np.ndarray, dirty: np.ndarray) -> None:
+        """Put rows into host RAM, evicting (writing back dirty victims) when it is full."""
+        k = len(g)
+        host, d = self.host, self.dir
+        if host.slots.n_free < k:
+            if not host.bounded:
+                host.grow_for(k)
+            else:
+                need = k - host.slots.n_free
+                used = host.slots.occupied()
+                kk = min(max(need, int(host.slots.capacity * self.config.evict_fraction)), len(used))
+                if need > len(used):  # more rows than the whole host tier: straight to SSD
+                    self.write_ssd(g[dirty], rows[dirty])
+                    return
+                vic = self.policy.victims(d, host.slots.owner, used, kk, need)
+                vg = host.slots.owner[vic]
+                wb = host.slots.dirty[vic]
+                if wb.any():
+                    self.write_ssd(vg[wb], host.table[vic[wb]])
+                    host.stats.bytes_out += int(wb.sum()) * self.row_bytes
+                d.host_loc[vg] = -1
+                host.slots.release(vic)
+                host.stats.evictions += len(vic)
+        d.host_loc[g] = host.put(g, rows, dirty)
+
+    # -- the cache ---------------------------------------------------------------------------
+    def _too_small(self, pinned: int, more: int) -> StoreError:
+        return StoreError(f"table {self.name!r}: cache_rows={self.config.cache_rows} is too small; the current "
+                          f"and prefetched batches pin {pinned} rows and {more} more are needed")
+
+    def cache_alloc(self, m: int, step: int) -> np.ndarray:
+        """``m`` free cache slots, evicting unpinned rows down to host RAM when needed."""
+        cache = self.cache
+        cm = cache.slots
+        if cm.n_free < m:
+            need = m - cm.n_free
+            cand = cache.evictable(step)
+            if len(cand) < need:
+                raise self._too_small(cm.used - len(cand), m)
+            k = min(max(need, int(cm.capacity * self.config.evict_fraction)), len(cand))
+            vic = self.policy.victims(self.dir, cm.owner, cand, k, need)
+            vg = cm.owner[vic]
+            rows = cache.take(vic)
+            dirty = cm.dirty[vic].copy()
+            self.dir.cache_loc[vg] = -1
+            cm.release(vic)
+            cache.stats.evictions += len(vic)
+            cache.stats.bytes_out += len(vic) * self.row_bytes
+            self.host_insert(vg, rows, dirty)
+        return cm.pop(m)
+
+    def ensure_cached(self, g: np.ndarray, pin_step: int, step: int) -> np.ndarray:
+        """Cache slots of rows ``g`` (distinct), bringing misses up; all pinned for ``pin_step``."""
+        cache, d = self.cache, self.dir
+        slots, n_miss = cache_slots(g, d.cache_loc)
+        if n_miss > cache.slots.n_free:  # check before moving anything, so a failure loses no row
+            hit = slots >= 0
+            room = cache.room(step) - int((hit & (cache.pin[np.where(hit, slots, 0)] < step)).sum())
+            if n_miss > room:
+                raise self._too_small(self.config.cache_rows - room, n_miss)
+        pin_slots(slots, cache.pin, pin_step)  # the cached ones
+        if n_miss:
+            miss = slots < 0
+            gm = g[miss]
+            rows, dirty = self.fetch_below(gm)
+            new_slots = self.cache_alloc(len(gm), step)
+            cache.put(new_slots, rows)
+            cache.slots.owner[new_slots] = gm
+            cache.slots.dirty[new_slots] = dirty
+            d.cache_loc[gm] = new_slots
+            cache.pin[new_slots] = pin_step
+            cache.stats.bytes_in += len(gm) * self.row_bytes
+            slots[miss] = new_slots
+        return slots
+
+    # -- reading in place --------------------------------------------------------------------
+    def read_rows(self, g: np.ndarray) -> np.ndarray:
+        """Current full rows of global rows ``g``, wherever they are (nothing moves)."""
+        d = self.dir
+        out = np.empty((len(g), self.config.width), dtype=np.float32)
+        cs = d.cache_loc[g]
+        hs = d.host_loc[g]
+        inc, inh = cs >= 0, hs >= 0
+        if inc.any():
+            out[inc] = self.cache.take(cs[inc])
+        if inh.any():
+            out[inh] = self.host.table[hs[inh]]
+        rest = ~(inc | inh)
+        if rest.any():
+            on = np.zeros(len(g), dtype=bool)
+            if self.ssd is not None:
+                on[rest] = d.on_ssd[g[rest]]
+                if on.any():
+                    gon = g[on]
+                    order = np.argsort(gon)
+                    got = np.empty((len(gon), self.config.width), dtype=np.float32)
+                    got[order] = self.ssd.read(gon[order])
+                    out[on] = got
+            fresh = rest & ~on  # admitted, never materialised: still its initial value
+            if fresh.any():
+                out[fresh] = self.fresh_rows(g[fresh])
+        return out
+
+    def read_through(self, g: np.ndarray) -> np.ndarray:
+        """Rows ``g`` read from wherever they are, without moving them up; rows never
+        materialised are created in host RAM."""
+        d = self.dir
+        nowhere = (d.cache_loc[g] < 0) & (d.host_loc[g] < 0)
+        if self.ssd is not None:
+            self.ssd_stats.hits += int((nowhere & d.on_ssd[g]).sum())
+            nowhere &= ~d.on_ssd[g]
+        if nowhere.any():
+            gn = g[nowhere]
+            self.host_insert(gn, self.fresh_rows(gn), np.ones(len(gn), dtype=bool))
+            self.ssd_stats.misses += len(gn)
+            self.new_rows += len(gn)
+        return self.read_rows(g)
+
+    def write_back_dirty(self) -> None:
+        """Write every dirty row of the cache and host RAM to the SSD file (marked clean)."""
+        for tier_slots, rows_of in ((self.cache.slots, self.cache.take),
+                                    (self.host.slots, lambda s: self.host.table[s])):
+            slots = tier_slots.dirty_occupied()
+            if len(slots):
+                self.write_ssd(tier_slots.owner[slots], rows_of(slots))
+                tier_slots.dirty[slots] = False

@@ -1,0 +1,101 @@
+"""The sparse optimizers: they update a table's rows (embedding, then optimizer state)
+given one gradient row per unique id.
+
+* :class:`SGD`: ``w -= lr * g``.
+* :class:`RowWiseAdagrad`: ``acc += mean(g * g)``, ``w -= lr * g / (sqrt(acc) + eps)``; the
+  accumulator is one extra float stored at the end of each row.
+
+Each has two forms with the same bits: :meth:`~SparseOptimizer.update` on full rows in a
+torch tensor (any device), and :meth:`~SparseOptimizer.update_table_` in place on the rows
+of a CPU table by slot, in C, with no gather or scatter.  To add an optimizer, subclass
+:class:`SparseOptimizer` (``state_width`` extra floats per row) and register it in
+:data:`OPTIMIZERS`.
+
+Example:
+    >>> import torch
+    >>> r = torch.tensor([[1.0, 0.0]])
+    >>> _ = RowWiseAdagrad(dim=1, lr=0.5, eps=1e-8).update(r, torch.tensor([[2.0]]))
+    >>> r.tolist()
+    [[0.5, 4.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fbrapids.trainers.sparse.hashmap import rowwise_adagrad_, sgd_
+
+
+class SparseOptimizer:
+    """Updates rows ``[n, dim + state_width]`` from gradients ``[n, dim]``."""
+
+    name = ""
+    state_width = 0
+
+    def __init__(self, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0) -> None:
+        self.dim, self.lr, self.eps, self.initial_state = int(dim), float(lr), float(eps), float(initial_state)
+
+    def key(self) -> tuple:
+        """Optimizers with equal keys may update several tables' rows in one call."""
+        return (self.name, self.dim, self.lr, self.eps)
+
+    def init_state(self, rows: np.ndarray) -> None:
+        """Set the optimizer state columns of new full rows."""
+        if self.state_width:
+            rows[:, self.dim :] = self.initial_state
+
+    def update(self, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """Update full rows in place; returns ``rows``."""
+        raise NotImplementedError
+
+    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
+        """Update ``table[slots]`` in place (a CPU float32 table)."""
+        raise NotImplementedError
+
+
+class SGD(SparseOptimizer):
+    name = "sgd"
+
+    def update(self, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        rows[:, : self.dim].sub_(grad * self.lr)
+        return rows
+
+    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
+        sgd_(table, slots, grad.detach().numpy(), self.dim, self.lr)
+
+
+class RowWiseAdagrad(SparseOptimizer):
+    name = "adagrad"
+    state_width = 1
+
+    def update(self, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        d = self.dim
+        acc = rows[:, d] + (grad * grad).mean(dim=1)
+        rows[:, d] = acc
+        rows[:, :d].sub_(grad * self.lr / (acc.sqrt() + self.eps).unsqueeze(1))
+        return rows
+
+    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
+        # the reduction and the sqrt by torch (its vectorised sqrt is not always correctly
+        # rounded), the rest in C: the same bits as update()
+        acc = torch.from_numpy(table[slots, self.dim]) + (grad * grad).mean(dim=1)
+        den = acc.sqrt() + self.eps
+        rowwise_adagrad_(table, slots, grad.detach().numpy(), acc.numpy(), den.numpy(), self.dim, self.lr)
+
+
+OPTIMIZERS: dict[str, type[SparseOptimizer]] = {"sgd": SGD, "adagrad": RowWiseAdagrad}
+
+
+def sparse_optimizer(name: str, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0) -> SparseOptimizer:
+    """The optimizer registered as ``name``.
+
+    Example:
+        >>> sparse_optimizer("adagrad", dim=4, lr=0.1).state_width
+        1
+    """
+    try:
+        cls = OPTIMIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown sparse optimizer {name!r}; registered: {', '.join(OPTIMIZERS)}") from None
+    return cls(dim, lr, eps, initial_state)

@@ -1,0 +1,116 @@
+"""A table on disk: :func:`flush` (dirty rows to the SSD file, the id index beside it),
+:func:`save` (a self-contained copy: ``rows.f32``, ``index.npz``, ``meta.json``) and
+:func:`load` (replace a table's contents with a saved copy).
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+    >>> a = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4)); a.assign(np.array([9]), np.array([[1.0, 2.0]]))
+    >>> d = tempfile.mkdtemp(); save(a, d)
+    >>> b = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4)); load(b, d); b.weights(np.array([9])).tolist()
+    [[1.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import numpy as np
+
+from fbrapids.errors import StoreError
+from fbrapids.trainers.sparse.config import StoreConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fbrapids.trainers.sparse.store import TieredEmbeddingStore
+
+
+def table_meta(store: "TieredEmbeddingStore") -> dict[str, Any]:
+    return {"name": store.name, "rows": len(store), "step": store.step, "config": store.config.to_dict()}
+
+
+def flush(store: "TieredEmbeddingStore") -> None:
+    """Write every dirty row of the cache and host tiers to the SSD file, fsync it, and
+    persist the id -> row index.  A no-op for a store with no SSD tier."""
+    tiers = store.tiers
+    if tiers.ssd is None:
+        return
+    tiers.write_back_dirty()
+    tiers.ssd.sync()
+    tiers.ssd.write_index(store.directory.all_ids(), table_meta(store))
+
+
+def save(store: "TieredEmbeddingStore", directory: str | os.PathLike, chunk_rows: int = 1 << 16,
+         progress: Callable[[Path], Any] | None = None) -> None:
+    """Flush, then write a self-contained copy of the table into ``directory``.
+
+    Files: ``rows.f32`` (row g = the id ``ids[g]``), ``index.npz`` (ids, pending
+    admission counts, LRU/LFU state) and ``meta.json``; each written under a temporary
+    name, fsynced, then renamed.  ``progress(path)`` is called after each file.
+    """
+    from fbrapids.trainers.checkpoint import write_atomic
+
+    flush(store)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    n, tiers, dr = len(store), store.tiers, store.directory
+
+    def row_chunks() -> Iterator[bytes]:
+        for start in range(0, n, chunk_rows):
+            stop = min(n, start + chunk_rows)
+            if tiers.ssd is not None:  # flushed: the file holds every row
+                yield tiers.ssd.rows_view(start, stop).tobytes()
+            else:
+                yield tiers.read_rows(np.arange(start, stop, dtype=np.int64)).tobytes()
+
+    write_atomic(d / "rows.f32", row_chunks())
+    if progress:
+        progress(d / "rows.f32")
+    pk, pv = dr.pending_items()
+    arrays = {"ids": dr.all_ids(), "pending_ids": pk, "pending_counts": pv, "last": dr.last[:n], "freq": dr.freq[:n]}
+
+    def npz_bytes() -> Iterator[bytes]:
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        yield buf.getvalue()
+
+    write_atomic(d / "index.npz", npz_bytes())
+    if progress:
+        progress(d / "index.npz")
+    write_atomic(d / "meta.json", [json.dumps(table_meta(store), indent=1).encode()])
+    if progress:
+        progress(d / "meta.json")
+
+
+def load(store: "TieredEmbeddingStore", directory: str | os.PathLike) -> None:
+    """Replace ``store``'s contents with a copy saved by :func:`save`.
+
+    The tier sizes stay the store's own; the cache starts cold.
+    """
+    d = Path(directory)
+    meta = json.loads((d / "meta.json").read_text())
+    saved = StoreConfig(**meta["config"])
+    width = store.config.width
+    if saved.width != width or saved.dim != store.config.dim:
+        raise StoreError(f"table {store.name!r}: checkpoint {d} has rows of width {saved.width}, this store {width}")
+    with np.load(d / "index.npz") as z:
+        ids, pk, pv, last, freq = (z[k] for k in ("ids", "pending_ids", "pending_counts", "last", "freq"))
+    n = len(ids)
+    rows = np.fromfile(d / "rows.f32", dtype=np.float32)
+    if rows.size != n * width:
+        raise StoreError(f"table {store.name!r}: {d / 'rows.f32'} holds {rows.size} floats, expected "
+                         f"{n} rows x {width}")
+    store.reset()
+    store.directory.restore(ids, last, freq, pk, pv)
+    store.restore_step(int(meta["step"]))
+    g = np.arange(n, dtype=np.int64)
+    tiers = store.tiers
+    if tiers.ssd is not None:
+        tiers.write_ssd(g, rows.reshape(n, width))
+        tiers.ssd_stats.bytes_in = 0
+    else:
+        tiers.host_insert(g, rows.reshape(n, width), np.zeros(n, dtype=bool))
+        tiers.host.stats.bytes_in = 0

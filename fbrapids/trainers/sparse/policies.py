@@ -1,0 +1,87 @@
+"""Eviction policies: which rows a full tier pushes down.
+
+A policy gives each row a key (smaller: evicted sooner) from the directory's usage arrays;
+:meth:`EvictionPolicy.victims` picks about ``k`` candidates with the smallest keys.  To add
+a policy, subclass :class:`EvictionPolicy`, implement :meth:`~EvictionPolicy.keys` and
+register it in :data:`POLICIES`; ``StoreConfig(eviction=name)`` then selects it.
+
+Example:
+    >>> import numpy as np
+    >>> from fbrapids.trainers.sparse.directory import RowDirectory
+    >>> d = RowDirectory(); _ = d.admit(np.array([5, 6, 7], dtype=np.uint64))
+    >>> d.last[:3] = [4, 1, 9]
+    >>> LRU().victims(d, owner=np.array([0, 1, 2]), candidates=np.array([0, 1, 2]), k=1, need=1).tolist()
+    [1]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fbrapids.trainers.sparse.directory import RowDirectory
+
+
+class EvictionPolicy:
+    """Chooses victims among a tier's candidate slots by a per-row key."""
+
+    name = ""
+
+    def keys(self, directory: RowDirectory, g: np.ndarray) -> np.ndarray:
+        """Eviction keys of global rows ``g``: the smallest go first."""
+        raise NotImplementedError
+
+    def victims(self, directory: RowDirectory, owner: np.ndarray, candidates: np.ndarray, k: int,
+                need: int) -> np.ndarray:
+        """About ``k`` (at least ``need``) of the ``candidates`` slots with the smallest keys.
+
+        ``owner[slot]`` is the global row in a slot.  The cut-off is the k-th smallest key
+        of a fixed strided sample of the candidates, so a large tier is not fully
+        partitioned on every eviction; exact when there are few candidates.
+        """
+        if k >= len(candidates):
+            return candidates
+        key = self.keys(directory, owner[candidates])
+        n = len(candidates)
+        if n > 16384:
+            sample = key[:: n // 4096]
+            j = min(len(sample) - 1, int(len(sample) * k / n))
+            sel = np.flatnonzero(key <= np.partition(sample, j)[j])
+            if need <= len(sel) <= 2 * k:
+                return candidates[sel]
+            if len(sel) > 2 * k:  # many ties at the cut-off: the exact k among them
+                return candidates[sel[np.argpartition(key[sel], k - 1)[:k]]]
+        return candidates[np.argpartition(key, k - 1)[:k]]
+
+
+class LRU(EvictionPolicy):
+    """Least recently used: the rows looked up longest ago go first."""
+
+    name = "lru"
+
+    def keys(self, directory: RowDirectory, g: np.ndarray) -> np.ndarray:
+        return directory.last[g]
+
+
+class LFU(EvictionPolicy):
+    """Least frequently used: the rows seen in the fewest batches go first."""
+
+    name = "lfu"
+
+    def keys(self, directory: RowDirectory, g: np.ndarray) -> np.ndarray:
+        return directory.freq[g]
+
+
+POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRU, "lfu": LFU}
+
+
+def eviction_policy(name: str) -> EvictionPolicy:
+    """The policy registered as ``name``.
+
+    Example:
+        >>> eviction_policy("lfu").name
+        'lfu'
+    """
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown eviction policy {name!r}; registered: {', '.join(POLICIES)}") from None
