@@ -136,3 +136,32 @@ class RequestTooLargeError(RequestError):
 
 class ExportError(FbrapidsError, ValueError):
     """A model or spec that cannot be written as an export of data (names what and why)."""
+
+
+# -- state: checkpoints, work dirs, data dirs --------------------------------------------------
+class CheckpointError(FbrapidsError, ValueError):
+    """No checkpoint can be used as asked (none verifies, or old ones would be mixed in)."""
+
+
+class NonFiniteError(FbrapidsError, FloatingPointError):
+    """Training reached a NaN / inf loss, gradient or weight; names the step and the table."""
+
+
+class WorkDirLockedError(FbrapidsError, RuntimeError):
+    """Another run holds the work dir; names the holder's PID and host (also as ``pid``, ``host``)."""
+
+    def __init__(self, message: str, pid: int | None = None, host: str | None = None):
+        super().__init__(message)
+        self.pid, self.host = pid, host
+
+
+class PreflightError(FbrapidsError, OSError):
+    """A directory training needs is not writable, or lacks the free space (sizes in the message)."""
+
+
+class DataDirError(FbrapidsError, ValueError):
+    """A data folder holds data fbrapids did not make; it is never overwritten."""
+
+
+class RangeError(FbrapidsError, ValueError):
+    """A dense feature outside its declared range under ``strict=True``; names the column and row."""

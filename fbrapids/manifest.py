@@ -8,6 +8,11 @@ and raises :class:`~fbrapids.errors.ManifestError` naming the first file that is
 changed, or not listed; a symbolic link anywhere under the root is refused too (it could
 point outside).  Hashing streams files in 1 MiB chunks, so memory stays flat.
 
+``FBRAPIDS_VERIFY=0`` in the environment turns the verification of checkpoints (and the
+work-dir lock, and the trainer's non-finite checks) off: only
+``benchmarks/pipeline.py --verify-overhead`` sets it, to measure what they cost; see
+:func:`verification_enabled`.
+
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -35,7 +40,18 @@ from fbrapids.errors import ManifestError, UnsafeFileError
 
 MANIFEST = "MANIFEST.json"
 ALGORITHM = "sha256"
+VERIFY_ENV = "FBRAPIDS_VERIFY"
 _CHUNK = 1 << 20
+
+
+def verification_enabled() -> bool:
+    """False only when ``FBRAPIDS_VERIFY=0`` (set by the benchmark to measure the cost).
+
+    Example:
+        >>> verification_enabled()
+        True
+    """
+    return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -1,10 +1,15 @@
-"""Crash-safe checkpoint files and directories.
+"""Crash-safe, self-verifying checkpoint directories.
 
 Every file is written under a temporary name, fsynced, then renamed into place.  A
-checkpoint is a directory ``step-XXXXXXXXXX`` built as ``.tmp-step-...`` and renamed when
-complete; the ``latest`` file naming the newest complete checkpoint is swapped in last
-(written to ``latest.tmp``, fsynced, renamed).  A process killed at any point leaves the
-previous checkpoint, and the pointer to it, intact.
+checkpoint is a directory ``step-XXXXXXXXXX`` built as ``.tmp-step-...``; when its files
+are complete a ``manifest.json`` of their sha256 digests is written last (see
+:mod:`fbrapids.manifest`), the directory is renamed into place, and the ``latest`` file
+naming it is swapped in (written to ``latest.tmp``, fsynced, renamed).  A process killed at
+any point leaves the previous checkpoint, and the pointer to it, intact.
+
+:func:`newest_verified` walks the checkpoints newest first and returns the first whose
+files match their manifest, logging each one it skips and why; :func:`prune` never removes
+the newest verified checkpoint.
 
 Example:
     >>> import tempfile, pathlib
@@ -13,52 +18,42 @@ Example:
     ...     _ = write_atomic(d / "x.bin", [b"abc"])
     >>> latest_checkpoint(root).name, (latest_checkpoint(root) / "x.bin").read_bytes()
     ('step-0000000003', b'abc')
+    >>> newest_verified(root).name
+    'step-0000000003'
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import shutil
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
-from fbrapids.manifest import resolve_inside
+from fbrapids.atomic import fsync_dir, write_atomic
+from fbrapids.errors import CheckpointError, ManifestError
+from fbrapids.manifest import resolve_inside, verification_enabled, verify_manifest, write_manifest
+
+__all__ = ["LATEST", "fsync_dir", "write_atomic", "step_name", "checkpoint_dir", "latest_checkpoint",
+           "checkpoints", "verify_checkpoint", "newest_verified", "clean_partial", "prune"]
+
+log = logging.getLogger(__name__)
 
 LATEST = "latest"
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory, so that renames inside it are durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
-    """Write ``chunks`` to ``path`` via ``path.tmp``: write, flush, fsync, rename, fsync the dir."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    return path
+_STEP = re.compile(r"^step-(\d{10})$")
 
 
 def step_name(step: int) -> str:
+    """``step-0000000042`` for step 42."""
     return f"step-{step:010d}"
 
 
 @contextlib.contextmanager
 def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
-    """Yield a temporary directory to fill; on success rename it to ``step-N`` and point
-    ``latest`` at it.  On an exception the temporary directory is removed."""
+    """Yield a temporary directory to fill; on success write its manifest, rename it to
+    ``step-N`` and point ``latest`` at it.  On an exception the temporary directory is removed."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
@@ -68,6 +63,8 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        if verification_enabled():
+            write_manifest(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -83,32 +80,83 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
     write_atomic(root / LATEST, [final.name.encode()])
 
 
-def latest_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint under ``root`` (from the ``latest`` pointer), or None.
+def checkpoints(root: str | os.PathLike) -> list[Path]:
+    """The complete checkpoint directories under ``root``, newest (highest step) first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if _STEP.match(p.name) and p.is_dir()), reverse=True)
 
-    The pointer must name a directory inside ``root`` (an absolute or ``../`` path, or a
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The checkpoint the ``latest`` pointer under ``root`` names, or None without a pointer.
+
+    An empty or dangling pointer is a :class:`~fbrapids.errors.CheckpointError` naming it;
+    the pointer must name a directory inside ``root`` (an absolute or ``../`` path, or a
     symbolic link leading out, is an :class:`~fbrapids.errors.UnsafeFileError`)."""
     root = Path(root)
     ptr = root / LATEST
     if not ptr.exists():
         return None
-    path = resolve_inside(root, ptr.read_text().strip(), what=f"{ptr}: checkpoint")
+    name = ptr.read_text().strip()
+    if not name:
+        raise CheckpointError(f"{ptr} is empty (it should name a step-* directory of {root})")
+    path = resolve_inside(root, name, what=f"{ptr}: checkpoint")
     if not path.is_dir():
-        raise FileNotFoundError(f"{ptr} names {path.name}, which does not exist")
+        raise CheckpointError(f"{ptr} names {name}, which does not exist in {root}")
     return path
+
+
+def verify_checkpoint(path: str | os.PathLike) -> Path:
+    """Check every file of one checkpoint against its manifest (a no-op when verification
+    is off); an :class:`~fbrapids.errors.ManifestError` names the bad file."""
+    path = Path(path)
+    if verification_enabled():
+        verify_manifest(path)
+    return path
+
+
+def newest_verified(root: str | os.PathLike) -> Path | None:
+    """The newest checkpoint under ``root`` whose files match its manifest.
+
+    Each newer one that does not verify is logged (WARNING) with the reason.  None when
+    ``root`` holds no checkpoint; a :class:`~fbrapids.errors.CheckpointError` listing every
+    reason when it holds some and none verifies.
+    """
+    found = checkpoints(root)
+    reasons = []
+    for path in found:
+        try:
+            verify_checkpoint(path)
+        except ManifestError as exc:
+            log.warning("checkpoint %s does not verify, falling back to an older one: %s", path.name, exc)
+            reasons.append(str(exc))
+            continue
+        if reasons:
+            log.warning("resuming from %s, the newest checkpoint that verifies (%d newer skipped)", path.name,
+                        len(reasons))
+        return path
+    if found:
+        raise CheckpointError(f"none of the {len(found)} checkpoints under {root} verifies: " + "; ".join(reasons))
+    return None
 
 
 def clean_partial(root: str | os.PathLike) -> list[Path]:
     """Remove temporary directories left by killed writers; returns what was removed."""
     root = Path(root)
-    gone = [p for p in root.glob(".tmp-step-*") if p.is_dir()]
+    gone = [p for p in root.glob(".tmp-step-*") if p.is_dir()] + [p for p in root.glob(".old-step-*") if p.is_dir()]
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)
+    if gone:
+        log.info("removed %d partial checkpoint dir(s) left by an earlier run: %s", len(gone),
+                 ", ".join(p.name for p in gone))
     return gone
 
 
-def prune(root: str | os.PathLike, keep: int) -> list[Path]:
-    """Remove complete checkpoints older than the newest ``keep`` (never the ``latest`` one).
+def prune(root: str | os.PathLike, keep: int, verified: Path | None = None) -> list[Path]:
+    """Remove complete checkpoints older than the newest ``keep``, never the ``latest`` one
+    and never the newest one that verifies (``verified`` when the caller just checked one;
+    otherwise the checkpoints are verified newest first until one passes).
 
     Example:
         >>> import tempfile, pathlib
@@ -122,9 +170,20 @@ def prune(root: str | os.PathLike, keep: int) -> list[Path]:
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     root = Path(root)
-    latest = latest_checkpoint(root)
-    steps = sorted(p for p in root.glob("step-*") if p.is_dir())
-    gone = [p for p in steps[:-keep] if latest is None or p.name != latest.name]
+    steps = checkpoints(root)
+    if len(steps) <= keep:
+        return []
+    protected = {p.name for p in steps[:keep]}
+    ptr = root / LATEST
+    if ptr.exists():
+        protected.add(ptr.read_text().strip())
+    good = verified
+    if good is None:
+        with contextlib.suppress(CheckpointError):
+            good = newest_verified(root)
+    if good is not None:
+        protected.add(Path(good).name)
+    gone = sorted(p for p in steps if p.name not in protected)
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)
     return gone

@@ -30,9 +30,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
+import math
 import os
 import pickle
 import re
@@ -44,12 +46,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from fbrapids.errors import CheckpointError, NonFiniteError, UnsafeFileError
+from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
-from fbrapids.errors import UnsafeFileError
 from fbrapids.manifest import resolve_inside
-from fbrapids.trainers.checkpoint import checkpoint_dir, clean_partial, latest_checkpoint, prune, write_atomic
+from fbrapids.trainers.checkpoint import (checkpoint_dir, checkpoints, clean_partial, newest_verified, prune,
+                                          step_name, verify_checkpoint, write_atomic)
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.workdir import lock_work_dir, preflight
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,7 @@ class FitResult:
     losses: list[float] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
     resumed_from: Path | None = None
+    skipped: list[int] = field(default_factory=list)  # steps whose update ``nan="skip"`` dropped
 
     @property
     def mean_loss(self) -> float:
@@ -72,14 +78,60 @@ def _table_dir(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", key)
 
 
+def nonfinite_weights(model: CTRModel, optimizer: torch.optim.Optimizer | None = None,
+                      tables: bool = True) -> list[str]:
+    """Where ``model`` (and ``optimizer``'s state) holds NaN / inf: dense tensor names and
+    ``table '<key>' (<n> rows)`` for embedding tables (scanned when ``tables``); empty when
+    all is finite.
+
+    Example:
+        >>> from fbrapids.trainers.models import DLRM
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> m = DLRM(1, ["ad"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(dim=2, cache_rows=8))
+        >>> m.stores()["emb_l/ad"].assign([5], [[float("nan"), 0.0]])
+        >>> nonfinite_weights(m)
+        ["table 'emb_l/ad' (1 rows)"]
+    """
+    bad = [f"dense '{k}'" for k, v in model.state_dict().items()
+           if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if optimizer is not None:
+        names = {id(p): n for n, p in model.named_parameters()}
+        for p, st in optimizer.state.items():
+            for k, v in st.items():
+                if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                    bad.append(f"optimizer state '{k}' of '{names.get(id(p), '?')}'")
+    for key, store in model.stores().items() if tables else ():
+        _, rows = store.state()
+        n = int((~np.isfinite(rows)).any(axis=1).sum()) if rows.size else 0
+        if n:
+            bad.append(f"table '{key}' ({n} rows)")
+    return bad
+
+
+def _check_rows_file(path: Path, key: str, step: int) -> None:
+    rows = np.fromfile(path, dtype=np.float32)
+    if rows.size and not np.isfinite(rows).all():
+        raise NonFiniteError(f"step {step}: table '{key}' holds {int((~np.isfinite(rows)).sum())} non-finite "
+                             f"values; no checkpoint is written from this state ({path.parent.parent.parent})")
+
+
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
                     on_file: Callable[[Path], None] | None = None, keep: int | None = None) -> Path:
-    """Write a complete checkpoint of ``model`` (dense + every table) under ``root``.
+    """Write a complete, verified checkpoint of ``model`` (dense + every table) under ``root``.
 
-    ``on_file(path)`` is called after each file is in place (e.g. for progress).  With
-    ``keep``, older complete checkpoints beyond the newest ``keep`` are removed afterwards.
-    Returns the checkpoint directory.
+    Every weight is checked finite first (a :class:`~fbrapids.errors.NonFiniteError`
+    naming the step and the table, and nothing written, otherwise); the files get a
+    manifest of digests.  ``on_file(path)`` is called after each file is in place (e.g.
+    for progress).  With ``keep``, older complete checkpoints beyond the newest ``keep``
+    are removed afterwards (never the newest verified one: this one).  Returns the
+    checkpoint directory.
     """
+    check = verification_enabled()
+    if check:
+        bad = nonfinite_weights(model, optimizer, tables=False)  # tables: checked as their files are written
+        if bad:
+            raise NonFiniteError(f"step {step}: non-finite {', '.join(bad)}; no checkpoint is written from this "
+                                 "state")
     with checkpoint_dir(root, step) as d:
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
                  "step": int(step), "torch_rng": torch.get_rng_state()}
@@ -91,24 +143,34 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
         stores = model.stores()
         for key, store in stores.items():
             store.save(d / "tables" / _table_dir(key), progress=on_file)
-        write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores)}).encode()])
+            if check:
+                _check_rows_file(d / "tables" / _table_dir(key) / "rows.f32", key, step)
+        write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores),
+                                                   "finite": check}).encode()])
+    final = Path(root) / step_name(step)
     if keep is not None:
-        prune(root, keep)
-    return latest_checkpoint(root)
+        prune(root, keep, verified=final)
+    return final
 
 
 def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> int:
     """Restore ``model`` (and ``optimizer``) from a checkpoint directory, or from the newest
-    one under a root holding a ``latest`` pointer; returns the step.
+    one that verifies under a root of checkpoints; returns the step.
 
-    Loading runs no code from the files: ``dense.pt`` is read with
-    ``torch.load(weights_only=True)`` (tensors and plain containers only; a pickle that
-    would call anything is an :class:`~fbrapids.errors.UnsafeFileError`), and every file
-    read must resolve inside the checkpoint directory.
+    The files are checked against the checkpoint's manifest first: a bad checkpoint is a
+    :class:`~fbrapids.errors.ManifestError` naming the file.  Loading runs no code from
+    the files: ``dense.pt`` is read with ``torch.load(weights_only=True)`` (tensors and
+    plain containers only; a pickle that would call anything is an
+    :class:`~fbrapids.errors.UnsafeFileError`), and every file read must resolve inside the
+    checkpoint directory.
     """
     path = Path(path)
-    if (path / "latest").exists():
-        path = latest_checkpoint(path)
+    if (path / "latest").exists() or checkpoints(path):
+        root, path = path, newest_verified(path)
+        if path is None:
+            raise CheckpointError(f"{root} holds no checkpoint")
+    else:
+        verify_checkpoint(path)
     meta = json.loads(resolve_inside(path, "meta.json").read_text())
     state = load_tensors(resolve_inside(path, "dense.pt"))
     model.load_state_dict(state["model"])
@@ -168,10 +230,53 @@ def default_optimizer(params: list[torch.nn.Parameter], lr: float = 1e-3) -> tor
         return torch.optim.Adam(params, lr=lr)
 
 
+NAN_POLICIES = ("error", "skip", "warn")
+
+
+def _nonfinite_grads(model: CTRModel) -> list[str]:
+    """Names of dense parameters whose gradient holds NaN / inf (one fused check when all are finite)."""
+    named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    if not named:
+        return []
+    if bool(torch.isfinite(torch.cat([g.reshape(-1) for _, g in named])).all()):
+        return []
+    return [n for n, g in named if not bool(torch.isfinite(g).all())]
+
+
+def _nonfinite_message(step: int, what: str, model: CTRModel, optimizer: torch.optim.Optimizer) -> str:
+    where = nonfinite_weights(model, optimizer)
+    return (f"step {step}: {what}; " + (f"non-finite weights in {', '.join(where)}" if where else
+                                        "every weight is finite (the batch's inputs or an overflow)")
+            + "; training stopped before this update and no checkpoint is written from it "
+            "(fit(nan='skip') drops such batches instead)")
+
+
+def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, model: CTRModel,
+                     resume: bool, result: FitResult) -> int:
+    """Clean debris, check the disk, and restore the newest verified checkpoint when resuming;
+    returns the step to start from."""
+    root = Path(checkpoint_dir)
+    clean_partial(root)
+    dense_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values() if torch.is_tensor(t))
+    table_bytes = sum(len(s) * (s.config.width * 4 + 24) for s in model.stores().values())
+    preflight({"checkpoint dir": root}, {"one checkpoint": 3 * dense_bytes + table_bytes})
+    found = checkpoints(root)
+    if not found:
+        return 0
+    if not resume:
+        raise CheckpointError(f"{root} already holds checkpoints up to {found[0].name} from an earlier run; resume "
+                              "from them (resume=True, --resume) or use an empty checkpoint dir")
+    ckpt = newest_verified(root)
+    start = load_checkpoint(model, optimizer, ckpt)
+    result.resumed_from = ckpt
+    log.info("resumed from %s at step %d", ckpt, start)
+    return start
+
+
 def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps: int | None = None,
         optimizer: torch.optim.Optimizer | None = None, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, resume: bool = True, progress: bool = True,
-        prefetch_rows: bool = True, keep_checkpoints: int | None = 3) -> FitResult:
+        prefetch_rows: bool = True, keep_checkpoints: int | None = 3, nan: str = "error") -> FitResult:
     """Train ``model`` on ``batches`` with binary cross-entropy on logits.
 
     Args:
@@ -180,64 +285,92 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         epochs: passes over ``batches``.
         max_steps: stop at this global step.
         optimizer: dense optimizer (default :func:`default_optimizer`: fused ``Adam(lr=1e-3)``).
-        checkpoint_dir: where checkpoints go (and are resumed from).
+        checkpoint_dir: where checkpoints go (and are resumed from); held exclusively by this
+            call (a second run on it is a :class:`~fbrapids.errors.WorkDirLockedError`), its
+            writability and free space checked before the first step.
         checkpoint_every: checkpoint every this many global steps (and at the end).
-        resume: restore the latest checkpoint in ``checkpoint_dir`` first and skip the
-            batches it had trained on.
+        resume: restore the newest checkpoint in ``checkpoint_dir`` that verifies (older ones
+            are tried when newer ones are corrupt; each skip is logged) and skip the batches
+            it had trained on.  With ``resume=False`` a ``checkpoint_dir`` that already holds
+            checkpoints is an error: runs are never mixed.
         progress: show a tqdm bar.
         prefetch_rows: pin the next batch's rows in the caches while this one trains.
-        keep_checkpoints: keep this many newest checkpoints (None: all).
+        keep_checkpoints: keep this many newest checkpoints (None: all); the newest verified
+            one is never removed.
+        nan: a NaN / inf loss or dense gradient: ``"error"`` (default) stops with a
+            :class:`~fbrapids.errors.NonFiniteError` naming the step and the table, before
+            the update; ``"skip"`` drops that batch's update (the steps are listed in
+            ``FitResult.skipped``); ``"warn"`` logs and applies it.  Checkpoints are never
+            written from non-finite weights, whatever the policy.
     """
+    if nan not in NAN_POLICIES:
+        raise ValueError(f"nan must be one of {', '.join(NAN_POLICIES)}, got {nan!r}")
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer is None:
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
-    start = 0
-    if checkpoint_dir is not None and resume:
-        clean_partial(checkpoint_dir)
-        ckpt = latest_checkpoint(checkpoint_dir)
-        if ckpt is not None:
-            start = load_checkpoint(model, optimizer, ckpt)
-            result.resumed_from = ckpt
-            log.info("resumed from %s at step %d", ckpt, start)
+    check = verification_enabled()
+    with (lock_work_dir(checkpoint_dir) if checkpoint_dir is not None else contextlib.nullcontext()):
+        start = 0 if checkpoint_dir is None else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result)
+        step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,
+                      progress, prefetch_rows, keep_checkpoints, nan if check else "warn")
+        result.steps = step
+        if checkpoint_dir is not None and step > start and (not result.checkpoints or
+                                                             result.checkpoints[-1].name != step_name(step)):
+            result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
+    return result
+
+
+def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,
+           start: int, epochs: int, max_steps: int | None, checkpoint_dir: str | os.PathLike | None,
+           checkpoint_every: int | None, progress: bool, prefetch_rows: bool, keep_checkpoints: int | None,
+           nan: str) -> int:
     step = 0
     loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
     bar = tqdm(total=max_steps, initial=start, disable=not progress, desc="fit", unit="batch")
-    done = False
-    for epoch in range(epochs):
-        if hasattr(batches, "set_epoch"):
-            batches.set_epoch(epoch)
-        for batch, nxt in _lookahead(batches):
-            if max_steps is not None and step >= max_steps:
-                done = True
-                break
-            if step < start:  # trained before the checkpoint
+    try:
+        for epoch in range(epochs):
+            if hasattr(batches, "set_epoch"):
+                batches.set_epoch(epoch)
+            for batch, nxt in _lookahead(batches):
+                if max_steps is not None and step >= max_steps:
+                    return step
+                if step < start:  # trained before the checkpoint
+                    step += 1
+                    continue
+                optimizer.zero_grad(set_to_none=True)
+                logits = model(batch)
+                if prefetch_rows and nxt is not None:
+                    model.prefetch(nxt)
+                loss = loss_fn(logits, batch.label.to(logits.device))
+                value = float(loss.detach())
+                problem = None if math.isfinite(value) else f"loss is {value}"
+                if problem is None:
+                    loss.backward()
+                    if nan != "warn":
+                        bad = _nonfinite_grads(model)
+                        problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
                 step += 1
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            logits = model(batch)
-            if prefetch_rows and nxt is not None:
-                model.prefetch(nxt)
-            loss = loss_fn(logits, batch.label.to(logits.device))
-            loss.backward()
-            optimizer.step()
-            model.apply_sparse_gradients()
-            step += 1
-            result.losses.append(float(loss.detach()))
-            bar.update(1)
-            bar.set_postfix(loss=f"{result.losses[-1]:.4f}", refresh=False)
-            if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
-                result.checkpoints.append(
-                    save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
-        if done:
-            break
-    bar.close()
-    result.steps = step
-    if checkpoint_dir is not None and step > start and (not result.checkpoints or
-                                                         result.checkpoints[-1].name != f"step-{step:010d}"):
-        result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
-    return result
+                if problem is not None:
+                    if nan == "error":
+                        raise NonFiniteError(_nonfinite_message(step, problem, model, optimizer))
+                    log.warning("step %d: %s (nan=%r)", step, problem, nan)
+                    if nan == "skip":
+                        optimizer.zero_grad(set_to_none=True)
+                        result.skipped.append(step)
+                        continue
+                optimizer.step()
+                model.apply_sparse_gradients()
+                result.losses.append(value)
+                bar.update(1)
+                bar.set_postfix(loss=f"{value:.4f}", refresh=False)
+                if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
+                    result.checkpoints.append(
+                        save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
+        return step
+    finally:
+        bar.close()
 
 
 @torch.no_grad()

@@ -1,0 +1,154 @@
+"""One run per work dir, and a preflight of the disk before training.
+
+:func:`lock_work_dir` takes an exclusive ``fcntl.flock`` on ``<dir>/.fbrapids.lock`` for
+the life of a run (the kernel drops it when the process dies, however it dies) and records
+the holder's PID and host in the file; a second run on the same dir gets a
+:class:`~fbrapids.errors.WorkDirLockedError` naming them.  Once the lock is held, ``.tmp-*``
+debris of earlier killed runs is removed.  :func:`preflight` checks that directories are
+writable and hold free space for what the run will write, before any training.
+
+Example:
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with lock_work_dir(d):
+    ...     try:
+    ...         with lock_work_dir(d):
+    ...             pass
+    ...     except WorkDirLockedError as exc:
+    ...         print("held by PID", exc.pid == os.getpid())
+    held by PID True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import resource
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from fbrapids.errors import PreflightError, WorkDirLockedError
+from fbrapids.manifest import verification_enabled
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".fbrapids.lock"
+
+
+def _holder(path: Path) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(path.read_text() or "{}")
+    return {}
+
+
+@contextlib.contextmanager
+def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[Path]:
+    """Hold ``directory`` exclusively for this process; remove stale ``.tmp-*`` entries in it.
+
+    Raises :class:`~fbrapids.errors.WorkDirLockedError` (with ``pid`` and ``host``) when
+    another run holds it.  A no-op when verification is off (``FBRAPIDS_VERIFY=0``).
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    if not verification_enabled():
+        yield d
+        return
+    path = d / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            who = _holder(path)
+            raise WorkDirLockedError(
+                f"{d} is in use by another run: PID {who.get('pid', '?')} on host {who.get('host', '?')} "
+                f"holds {path} (since {who.get('since', '?')}); wait for it to finish or use another work dir",
+                pid=who.get("pid"), host=who.get("host")) from None
+        import time
+
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        if clean:
+            clean_stale(d)
+        yield d
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def clean_stale(directory: str | os.PathLike) -> list[Path]:
+    """Remove ``.tmp-*`` files and dirs that killed runs left directly under ``directory``
+    (call it only while holding the lock); returns what was removed."""
+    gone = sorted(Path(directory).glob(".tmp-*"))
+    for p in gone:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    if gone:
+        log.info("removed %d stale temporary entries from %s: %s", len(gone), directory,
+                 ", ".join(p.name for p in gone))
+    return gone
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def preflight(dirs: Mapping[str, str | os.PathLike], need_bytes: Mapping[str, int]) -> dict[str, int]:
+    """Check before training that each of ``dirs`` (role -> path) exists or can be made,
+    is writable (a probe file is created and removed), and that the file system holds the
+    free space of ``need_bytes`` (what -> bytes, all written under ``dirs``).
+
+    Returns the free bytes per role.  Raises :class:`~fbrapids.errors.PreflightError`
+    naming the path, with the sizes.
+
+    Example:
+        >>> import tempfile
+        >>> free = preflight({"work dir": tempfile.mkdtemp()}, {"checkpoint": 1 << 20})
+        >>> free["work dir"] > 1 << 20
+        True
+    """
+    free: dict[str, int] = {}
+    for role, p in dirs.items():
+        p = Path(p)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".tmp-preflight-", dir=p)
+            try:
+                probe_bytes = memoryview(b"\0" * 4096)
+                while probe_bytes:  # a short write (a file size limit, a full disk) errors on the next call
+                    probe_bytes = probe_bytes[os.write(fd, probe_bytes):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as exc:
+            raise PreflightError(f"the {role} {p} is not writable: {exc.strerror or exc}") from exc
+        free[role] = shutil.disk_usage(p).free
+    need = sum(int(v) for v in need_bytes.values())
+    parts = ", ".join(f"{k} {_human(v)}" for k, v in need_bytes.items())
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and need_bytes and limit < max(need_bytes.values()):
+        raise PreflightError(f"the file size limit (ulimit -f) is {_human(limit)}; this run writes files of up to "
+                             f"about {_human(max(need_bytes.values()))} ({parts}) under {', '.join(map(str, dirs.values()))}")
+    for role, p in dirs.items():
+        if free[role] < need:
+            raise PreflightError(f"the {role} {p} has {_human(free[role])} free; this run needs about "
+                                 f"{_human(need)} ({parts})")
+    log.info("preflight: %s; needs about %s (%s)", ", ".join(f"{r} {_human(f)} free" for r, f in free.items()),
+             _human(need), parts)
+    return free
