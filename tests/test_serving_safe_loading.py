@@ -83,7 +83,8 @@ def test_weights_only_bypass_in_dense_pt(export, marker):
     dense.write_bytes(_evil_pt(marker))
     with pytest.raises(ManifestError, match=r"dense\.pt: \d+ bytes in the manifest"):
         load_model(export)
-    write_manifest(export)  # an attacker can rewrite the manifest too: weights_only still refuses
+    write_manifest(dense.parent)  # an attacker can rewrite the manifests too: weights_only still refuses
+    write_manifest(export)
     with pytest.raises(UnsafeFileError, match=r"dense\.pt: refused by torch.load\(weights_only=True\)"):
         load_model(export)
 
@@ -94,6 +95,7 @@ def test_fit_resume_and_partial_warm_up_refuse_the_same_file(tmp_path, marker):
     (ckpt / "dense.pt").write_bytes(_evil_pt(marker))
     (ckpt / "meta.json").write_text(json.dumps({"step": 1, "tables": []}))
     (tmp_path / "ckpt" / "latest").write_text("step-0000000001")
+    write_manifest(ckpt)  # the checkpoint's own manifest rewritten too: weights_only still refuses
     model = WideAndDeep(**_kwargs())
     with pytest.raises(UnsafeFileError, match="weights_only"):
         fit(model, [], checkpoint_dir=tmp_path / "ckpt", resume=True, progress=False)

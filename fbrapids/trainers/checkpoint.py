@@ -119,13 +119,21 @@ def verify_checkpoint(path: str | os.PathLike) -> Path:
 def newest_verified(root: str | os.PathLike) -> Path | None:
     """The newest checkpoint under ``root`` whose files match its manifest.
 
-    Each newer one that does not verify is logged (WARNING) with the reason.  None when
-    ``root`` holds no checkpoint; a :class:`~fbrapids.errors.CheckpointError` listing every
-    reason when it holds some and none verifies.
+    Each newer one that does not verify is logged (WARNING) with the reason; so is an empty
+    or dangling ``latest`` pointer (a pointer or a checkpoint leading outside ``root`` is an
+    :class:`~fbrapids.errors.UnsafeFileError`).  None when ``root`` holds no checkpoint; a
+    :class:`~fbrapids.errors.CheckpointError` listing every reason when it holds some and
+    none verifies.
     """
+    root = Path(root)
+    try:
+        latest_checkpoint(root)
+    except CheckpointError as exc:
+        log.warning("%s; using the newest checkpoint that verifies instead", exc)
     found = checkpoints(root)
     reasons = []
     for path in found:
+        resolve_inside(root, path.name, what="checkpoint")
         try:
             verify_checkpoint(path)
         except ManifestError as exc:

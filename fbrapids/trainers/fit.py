@@ -260,13 +260,15 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
     dense_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values() if torch.is_tensor(t))
     table_bytes = sum(len(s) * (s.config.width * 4 + 24) for s in model.stores().values())
     preflight({"checkpoint dir": root}, {"one checkpoint": 3 * dense_bytes + table_bytes})
-    found = checkpoints(root)
-    if not found:
-        return 0
     if not resume:
-        raise CheckpointError(f"{root} already holds checkpoints up to {found[0].name} from an earlier run; resume "
-                              "from them (resume=True, --resume) or use an empty checkpoint dir")
+        found = checkpoints(root)
+        if found:
+            raise CheckpointError(f"{root} already holds checkpoints up to {found[0].name} from an earlier run; "
+                                  "resume from them (resume=True, --resume) or use an empty checkpoint dir")
+        return 0
     ckpt = newest_verified(root)
+    if ckpt is None:
+        return 0
     start = load_checkpoint(model, optimizer, ckpt)
     result.resumed_from = ckpt
     log.info("resumed from %s at step %d", ckpt, start)
