@@ -24,7 +24,11 @@ H_LOOKUP = "ops/fbx_ops_lookup.h"
 H_JSON = "ops/fbx_ops_json.h"
 
 
-def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False) -> int | None:
+MAX_BUCKETS = 2**63 - 1  # bucket ids are int64
+
+
+def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False,
+               hi: int | None = None) -> int | None:
     v = params.get(name)
     if v is None and allow_none:
         return None
@@ -32,6 +36,8 @@ def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool 
         raise OperatorError(f"parameter {name!r} must be an integer, got {v!r}")
     if lo is not None and v < lo:
         raise OperatorError(f"parameter {name!r} must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise OperatorError(f"parameter {name!r} must be < 2^63 (bucket ids are int64), got {v}")
     return int(v)
 
 
@@ -45,7 +51,7 @@ def _sep(params: dict, name: str = "sep") -> tuple[str, int]:
 def _buckets(params: dict) -> int:
     """buckets > 0: bucket ids (int64); 0 / None: raw fingerprints (uint64)."""
     b = params.get("buckets")
-    return 0 if b is None else _int_param(params, "buckets", lo=0)
+    return 0 if b is None else _int_param(params, "buckets", lo=0, hi=MAX_BUCKETS)
 
 
 def _op(name: str, inputs: tuple[str, ...], doc: str, null_rule: str = "a null input gives a null output",
@@ -151,7 +157,7 @@ def _hash(t, p):
 @_op("hash_bucket", ("crossable",), "TensorFlow to_hash_bucket_fast: fingerprint64(str(x)) mod buckets (int64); "
      "element-wise on lists.", headers=(H_HASH,))
 def _hash_bucket(t, p):
-    return _hash_impl(t[0], _int_param(p, "buckets", lo=1))
+    return _hash_impl(t[0], _int_param(p, "buckets", lo=1, hi=MAX_BUCKETS))
 
 
 _XIN = {"str": "fbx_x_str", "list<i64>": "fbx_x_li64", "list<u64>": "fbx_x_lu64", "list<str>": "fbx_x_lstr"}
@@ -190,7 +196,7 @@ def _split(t, p):
     b = p.get("buckets")
     if b is None:
         return Impl("list<str>", "var", f"fbx_split_str({{a0}}, {sep}, {seplen}, {{ends}}, {{bytes}}, {{nbytes}})")
-    b = _int_param(p, "buckets", lo=0)
+    b = _int_param(p, "buckets", lo=0, hi=MAX_BUCKETS)
     return Impl("list<i64>" if b else "list<u64>", "var", f"fbx_split_hash({{a0}}, {sep}, {seplen}, {b}LL, {{out}})")
 
 
@@ -226,7 +232,7 @@ def _ngrams(t, p):
     b = p.get("buckets")
     if b is None:
         return Impl("list<str>", "var", f"fbx_ngrams_str({{a0}}, {n}LL, {sep}, {seplen}, {{ends}}, {{bytes}}, {{nbytes}})")
-    b = _int_param(p, "buckets", lo=0)
+    b = _int_param(p, "buckets", lo=0, hi=MAX_BUCKETS)
     return Impl("list<i64>" if b else "list<u64>", "var",
                 f"fbx_ngrams_hash({{a0}}, {n}LL, {sep}, {seplen}, {b}LL, {{err}}, {{out}})")
 

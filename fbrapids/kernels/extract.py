@@ -167,11 +167,14 @@ def compiled_plan(frame: Any, features: Mapping[str, Any], fused: bool = True) -
 
 # -- extract -----------------------------------------------------------------------------
 def _extract_eager(df: Any, features: Mapping[str, Any], fused: bool) -> Any:
-    plan = plan_for(df, features, fused)
+    from fbrapids.views.inputs import prepare
+
+    src = prepare(df, features)  # timestamps as epoch seconds; unreadable columns are errors
+    plan = plan_for(src, features, fused)
     if plan.backend == "gpu":
-        res = _compiled(plan, "cuda").run(df)
+        res = _compiled(plan, "cuda").run(src)
         return df.assign(**res)
-    res = _compiled(plan, "host").run(df)
+    res = _compiled(plan, "host").run(src)
     new = {name: to_series(c, df.index, name) for name, c in res.columns.items()}
     return df.assign(**new)
 
@@ -231,7 +234,9 @@ def extract(obj: Any, features: Mapping[str, Any] | "FeatureSet", fused: bool = 
         features = fit(obj, features)
     features = {name: as_expr(e) for name, e in features.items()}
     if hasattr(obj, "map_partitions") and hasattr(obj, "_meta"):
-        plan = plan_for(obj, features, fused)  # type errors surface here, before any task runs
+        from fbrapids.views.inputs import prepare
+
+        plan = plan_for(prepare(obj._meta, features), features, fused)  # type errors surface here, before any task runs
         meta = obj._meta.assign(**{name: empty_series(plan.nodes[nid].type, name)
                                    for name, nid in plan.outputs.items()})
         if plan.backend == "gpu":
@@ -257,7 +262,9 @@ def explain(obj: Any, features: Mapping[str, Any] | "FeatureSet", source: bool =
     pending = [n for n, e in features.items() if _has_categorify(e)]
     if pending:
         features = {n: (_unfitted_as_lookup(e) if n in pending else e) for n, e in features.items()}
-    plan = plan_for(obj, features, fused)
+    from fbrapids.views.inputs import prepare
+
+    plan = plan_for(prepare(getattr(obj, "_meta", obj), features), features, fused)
     shared = sum(1 for n in plan.nodes if n.op is not None and len(n.features) > 1)
     lines = [f"fbrapids plan: {len(plan.outputs)} feature(s), {plan.num_ops} operator(s) in {len(plan.layers)} "
              f"layer(s) -> {len(plan.layers)} kernel launch(es) per partition [{plan.backend} backend]"]

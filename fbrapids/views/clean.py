@@ -104,6 +104,8 @@ def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
     ``_meta``, agree.
     """
     n = int(col.isna().sum())
+    if isinstance(col.dtype, pd.CategoricalDtype) and value not in col.cat.categories:
+        col = col.cat.add_categories([value])  # dictionary-encoded strings: the fill joins the categories
     filled = col.fillna(value) if n else col
     if isinstance(filled.dtype, pd.api.extensions.ExtensionDtype) and filled.dtype.kind in "iub" \
             and isinstance(getattr(filled.dtype, "numpy_dtype", None), np.dtype):
