@@ -66,7 +66,7 @@ def expand_paths(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike]) 
         if os.path.isdir(p):
             found = sorted(
                 str(f) for f in Path(p).iterdir()
-                if f.is_file() and not f.name.startswith((".", "_")) and f.suffix.lower() in _SUFFIXES
+                if f.is_file() and not f.name.startswith((".", "_")) and data_suffix(str(f)) in _SUFFIXES
             )
         else:
             found = sorted(_glob.glob(p)) if _glob.has_magic(p) else ([p] if os.path.isfile(p) else [])
@@ -74,6 +74,39 @@ def expand_paths(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike]) 
             raise ViewError(f"no files match {p!r}")
         files.extend(found)
     return files
+
+
+COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd", ".lz4": "lz4"}
+
+
+def data_suffix(path: str) -> str:
+    """The suffix naming a file's format, under a compression suffix (``a.csv.gz`` -> ``.csv``).
+
+    Example:
+        >>> data_suffix("/d/part-0.csv.zst"), data_suffix("x.parquet")
+        ('.csv', '.parquet')
+    """
+    p = Path(path)
+    if p.suffix.lower() in COMPRESSIONS:
+        p = p.with_suffix("")
+    return p.suffix.lower()
+
+
+def compression_of(path: str, compression: str | None) -> str | None:
+    """The compression a CSV / JSON lines file is read with: the one named (``"gzip"``,
+    ``"bz2"``, ``"zstd"``, ``"lz4"``, or ``"none"``), else the one its suffix says."""
+    if compression is not None:
+        name = {"gz": "gzip", "zst": "zstd", "none": None}.get(compression.lower(), compression.lower())
+        if name is not None and name not in set(COMPRESSIONS.values()):
+            raise ViewError(f"unknown compression {compression!r}; expected one of gzip, bz2, zstd, lz4, none")
+        return name
+    return COMPRESSIONS.get(Path(path).suffix.lower())
+
+
+def open_binary(path: str, compression: str | None) -> Any:
+    """A binary stream of ``path``'s (decompressed) bytes."""
+    codec = compression_of(path, compression)
+    return pa.input_stream(path, compression=codec) if codec else open(path, "rb")
 
 
 def infer_format(files: Sequence[str], format: str | None) -> str:
@@ -84,7 +117,7 @@ def infer_format(files: Sequence[str], format: str | None) -> str:
         if fmt not in FORMATS:
             raise ViewError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
         return fmt
-    kinds = {_SUFFIXES.get(Path(f).suffix.lower()) for f in files}
+    kinds = {_SUFFIXES.get(data_suffix(f)) for f in files}
     if None in kinds or len(kinds) != 1:
         raise ViewError(f"cannot infer the format of {list(files)[:3]}...; pass format= one of {', '.join(FORMATS)}")
     return kinds.pop()
@@ -95,6 +128,13 @@ class _CsvOptions:
     sep: str | None
     header: bool
     names: tuple[str, ...] | None
+    encoding: str = "utf-8"
+    compression: str | None = None
+
+    @property
+    def text_encoding(self) -> str:
+        """The encoding to decode with: UTF-8 drops a leading byte-order mark."""
+        return "utf-8-sig" if self.encoding.lower().replace("_", "-") in ("utf-8", "utf8") else self.encoding
 
 
 @dataclass(frozen=True)
@@ -107,21 +147,29 @@ class FilePiece:
     row_slice: tuple[int, int] | None = None
 
 
-def _sniff_sep(path: str) -> str:
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as fh:
-        first = fh.readline()
+def _first_line(path: str, opts: _CsvOptions) -> str:
+    try:
+        with open_binary(path, opts.compression) as raw:
+            with io.TextIOWrapper(raw, encoding=opts.text_encoding, errors="replace", newline="") as fh:
+                return fh.readline()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise ViewError(f"{path}: cannot read it as {compression_of(path, opts.compression) or 'uncompressed'} "
+                        f"text: {exc}") from None
+
+
+def _sniff_sep(path: str, opts: _CsvOptions) -> str:
+    first = _first_line(path, opts)
     return "\t" if first.count("\t") > first.count(",") else ","
 
 
-def _csv_header(path: str, sep: str) -> list[str]:
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as fh:
-        return next(csv.reader([fh.readline()], delimiter=sep), [])
+def _csv_header(path: str, sep: str, opts: _CsvOptions) -> list[str]:
+    return next(csv.reader([_first_line(path, opts)], delimiter=sep), [])
 
 
-def _json_columns(path: str) -> list[str]:
+def _json_columns(path: str, opts: _CsvOptions) -> list[str]:
     import json
 
-    with open(path, "r", encoding="utf-8") as fh:
+    with open_binary(path, opts.compression) as raw, io.TextIOWrapper(raw, encoding=opts.text_encoding) as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 try:
@@ -134,26 +182,45 @@ def _json_columns(path: str) -> list[str]:
     return []
 
 
+def parquet_file(path: str) -> pq.ParquetFile:
+    """``path`` opened as parquet; a truncated or corrupt file is a ViewError naming it.
+
+    Example:
+        >>> import tempfile
+        >>> bad = tempfile.mktemp(suffix=".parquet"); _ = open(bad, "wb").write(b"PAR1 not really")
+        >>> parquet_file(bad)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.ViewError: ... is not a readable parquet file (truncated or corrupt?): ...
+    """
+    try:
+        return pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise ViewError(f"{path} is not a readable parquet file (truncated or corrupt?): {exc}") from None
+
+
 def file_columns(path: str, fmt: str, csv_opts: _CsvOptions) -> list[str]:
     """The column names stored in one file, without reading its data."""
     if fmt == "parquet":
-        return list(pq.read_schema(path).names)
+        return list(parquet_file(path).schema_arrow.names)
     if fmt == "csv":
         if not csv_opts.header:
             if csv_opts.names is None:
                 raise ViewError(f"{path}: headerless CSV needs names=[...]")
             return list(csv_opts.names)
-        return _csv_header(path, csv_opts.sep or _sniff_sep(path))
-    return _json_columns(path)
+        return _csv_header(path, csv_opts.sep or _sniff_sep(path, csv_opts), csv_opts)
+    return _json_columns(path, csv_opts)
 
 
 def _check_schemas(files: list[str], fmt: str, csv_opts: _CsvOptions) -> list[str]:
     """Every file's columns; they must match the first file's (parquet: with types)."""
     first_cols = file_columns(files[0], fmt, csv_opts)
-    first_schema = pq.read_schema(files[0]).remove_metadata() if fmt == "parquet" else None
+    first_schema = parquet_file(files[0]).schema_arrow.remove_metadata() if fmt == "parquet" else None
     for f in files[1:]:
         if fmt == "parquet":
-            schema = pq.read_schema(f).remove_metadata()
+            schema = parquet_file(f).schema_arrow.remove_metadata()
             if not schema.equals(first_schema):
                 diff = _schema_diff(first_schema, schema)
                 raise ViewError(f"schema of {f} differs from {files[0]}: {diff}")
@@ -210,8 +277,8 @@ def _int_text_to_exact(values: pd.Series, path: str, column: str) -> pd.Series:
         f = floats.to_numpy(zero_copy_only=False) if floats is not None else None
         ok = f is not None and bool(np.all(np.isnan(f) | ((np.floor(f) == f) & (np.abs(f) < 2**53))))
         if not ok:
-            bad = _first_bad_int(values)
-            raise ViewError(f"{path}: column {column!r} row {bad[0]}: {bad[1]!r} is not an integer")
+            row, text, why = _first_bad_int(values)
+            raise ViewError(f"{path}: column {column!r} row {row} (0-based, after the header): {text!r} {why}")
         ints = pc.cast(floats, pa.int64(), safe=False)
     nullable = {pa.int64(): "Int64", pa.uint64(): "UInt64"}[ints.type]
     if ints.null_count:
@@ -220,12 +287,14 @@ def _int_text_to_exact(values: pd.Series, path: str, column: str) -> pd.Series:
     return pd.Series(ints.to_numpy(), index=values.index, name=values.name)
 
 
-def _first_bad_int(values: pd.Series) -> tuple[Any, str]:
+def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
+    """(row, text, why) of the first value that keeps a column from being 64-bit integers."""
+    lowest = highest = None  # rows of a negative value and of one above 2^63 - 1
     for row, text in values.items():
         if text is None or (isinstance(text, float) and np.isnan(text)) or str(text).strip() == "":
             continue
         try:
-            int(str(text).strip())
+            v = int(str(text).strip())
         except ValueError:
             try:
                 x = float(text)
@@ -233,23 +302,33 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str]:
                     continue
             except ValueError:
                 pass
-            return row, str(text)
-    return -1, ""
+            return row, str(text), "is not an integer"
+        if not -(2**63) <= v < 2**64:
+            return row, str(text), "is outside the 64-bit range (int64, or uint64 below 2^64)"
+        if v < 0 and lowest is None:
+            lowest = (row, str(text))
+        if v >= 2**63 and highest is None:
+            highest = (row, str(text))
+    if lowest and highest:
+        return highest[0], highest[1], (f"needs uint64, but row {lowest[0]} holds the negative {lowest[1]!r}: "
+                                        "no 64-bit integer type holds both")
+    return -1, "", "is not an integer"
 
 
 def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
                    be: _backend.Backend) -> Any:
     path = piece.path
-    sep = csv_opts.sep or _sniff_sep(path)
+    sep = csv_opts.sep or _sniff_sep(path, csv_opts)
     names = list(csv_opts.names) if csv_opts.names else None
     try:
-        frame = pd.read_csv(
-            path, sep=sep, header=0 if csv_opts.header else None, names=names,
-            usecols=columns, dtype="str", keep_default_na=False, na_values=[""],
-        )
+        with open_binary(path, csv_opts.compression) as fh:
+            frame = pd.read_csv(
+                fh, sep=sep, header=0 if csv_opts.header else None, names=names, encoding=csv_opts.text_encoding,
+                usecols=columns, dtype="str", keep_default_na=False, na_values=[""],
+            )
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
-    except (ValueError, pd.errors.ParserError) as exc:
+    except (ValueError, pd.errors.ParserError, OSError, pa.ArrowInvalid) as exc:
         raise ViewError(f"{path}: {exc}") from None
     frame = frame[columns]
     for col in columns:
@@ -295,7 +374,7 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
                 groups = [list(piece.row_groups)] if piece.row_groups is not None else None
                 frame = be.xdf.read_parquet(path, columns=columns, row_groups=groups)
             else:
-                pf = pq.ParquetFile(path)
+                pf = parquet_file(path)
                 if piece.row_groups == ():  # the schema alone (dask meta): nothing decoded
                     table = pf.schema_arrow.empty_table().select(columns)
                 elif piece.row_groups is not None:
@@ -308,7 +387,8 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
         elif fmt == "csv":
             return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be), dtype, path)
         else:
-            frame = pd.read_json(path, lines=True, dtype=False)
+            with open_binary(path, csv_opts.compression) as fh:
+                frame = pd.read_json(io.TextIOWrapper(fh, encoding=csv_opts.text_encoding), lines=True, dtype=False)
             missing = [c for c in columns if c not in frame.columns]
             if missing:
                 raise ViewError(f"{path}: columns {missing} absent; available: {list(frame.columns)}")
@@ -335,7 +415,16 @@ def arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
     pandas metadata that names an Arrow dtype pandas cannot parse back (``list<item:
     int64>[pyarrow]``, written by pandas itself) is dropped for those columns only, so
     nullable integer columns keep their ``Int64`` types.
+
+    Dictionary-encoded columns (parquet dictionary pages, pandas Categorical written to
+    parquet) are decoded to their value type: the encoding is a storage detail, and plain
+    columns behave the same in every partition (a dask meta of unknown categories would
+    otherwise decide what a join matches).
     """
+    decoded = [pa.field(f.name, f.type.value_type, f.nullable) if pa.types.is_dictionary(f.type) else f
+               for f in table.schema]
+    if any(pa.types.is_dictionary(f.type) for f in table.schema):
+        table = table.cast(pa.schema(decoded, metadata=table.schema.metadata))
     try:
         return table.to_pandas(types_mapper=_arrow_list_dtype)
     except TypeError:
@@ -396,7 +485,7 @@ def _pieces(files: list[str], fmt: str, row_groups_per_partition: int | None,
     None), a row group larger than that split into row ranges.  Other formats: a file each."""
     if fmt != "parquet":
         return [FilePiece(f) for f in files]
-    metas = [pq.ParquetFile(f).metadata for f in files]
+    metas = [parquet_file(f).metadata for f in files]
     if row_groups_per_partition:
         out = []
         for f, meta in zip(files, metas):
@@ -444,6 +533,8 @@ def read_view(
     header: bool = True,
     names: Sequence[str] | None = None,
     dtype: dict[str, Any] | None = None,
+    encoding: str = "utf-8",
+    compression: str | None = None,
     eager: bool = False,
     backend: str | None = None,
     row_groups_per_partition: int | None = None,
@@ -458,6 +549,11 @@ def read_view(
         sep: CSV separator (``","`` or ``"\\t"``); sniffed from the first line when None.
         header: whether CSV files start with a header line.
         names: column names for headerless CSV.
+        encoding: the text encoding of CSV files (default UTF-8; a leading byte-order
+            mark is dropped, so the first column's name is clean).
+        compression: CSV / JSON lines compression, ``"gzip"``, ``"bz2"``, ``"zstd"``,
+            ``"lz4"`` or ``"none"``; None: from the suffix (``.csv.gz``, ``.csv.bz2``,
+            ``.csv.zst``, ``.jsonl.gz`` ...).
         dtype: per-column dtypes to enforce (ints are converted exactly; ``"260.0"`` is a
             valid int 260, ``"260.5"`` is an error naming the file, column and row).
         eager: return one eager pandas / cudf frame instead (for small inputs).
@@ -484,7 +580,7 @@ def read_view(
     pattern = os.fspath(path_or_glob) if isinstance(path_or_glob, (str, os.PathLike)) else str(list(path_or_glob))
     files = expand_paths(path_or_glob)
     fmt = infer_format(files, format)
-    csv_opts = _CsvOptions(sep, header, tuple(names) if names is not None else None)
+    csv_opts = _CsvOptions(sep, header, tuple(names) if names is not None else None, encoding, compression)
     available = _check_schemas(files, fmt, csv_opts)
     cols = _check_columns(columns, available, pattern)
     dtypes = dict(dtype or {})
