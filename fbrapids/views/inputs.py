@@ -57,7 +57,7 @@ def timestamp_columns(features: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, e in features.items():
         for call in _walk(as_expr(e)):
-            if call.op in TIMESTAMP_OPS and call.args and isinstance(call.args[0], Col):
+            if call.op in TIMESTAMP_OPS and len(call.args) == 1 and isinstance(call.args[0], Col):
                 out.setdefault(call.args[0].name, name)
     return out
 
