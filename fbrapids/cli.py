@@ -1,4 +1,5 @@
-"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo`` and ``fbrapids serve``.
+"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo``, ``fbrapids export`` and
+``fbrapids serve``.
 
 Example:
     >>> main(["gen", "--help"])  # doctest: +SKIP
@@ -10,7 +11,9 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+from fbrapids.errors import FbrapidsError
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -35,14 +38,49 @@ def _demo(args: argparse.Namespace) -> int:
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
                          "a model reaching >= 0.65 on the held-out day has learned the signal)\n")
+    if args.export is not None:
+        if not result.checkpoint:
+            sys.stderr.write("fbrapids demo --export: the run left no checkpoint to export\n")
+            return 1
+        from fbrapids.serving.demo_export import export_demo_checkpoint
+
+        out = export_demo_checkpoint(result.checkpoint, args.export, model=args.model, seed=args.seed)
+        sys.stdout.write(f"  export                 {out} (serve it: fbrapids serve {out})\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from fbrapids.serving.demo_export import export_demo_checkpoint
+
+    out = export_demo_checkpoint(args.checkpoint, args.out, model=args.model, embedding_dim=args.embedding_dim,
+                                 seed=args.seed)
+    sys.stdout.write(f"exported {args.checkpoint} to {out} (serve it: fbrapids serve {out})\n")
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
     from fbrapids.serving.http import serve
 
-    serve(args.export_dir, args.host, args.port, cache_items=args.cache_items, max_items=args.max_items)
+    serve(args.export_dir, args.host, args.port, token=args.token, insecure=args.insecure,
+          max_body_bytes=args.max_body_bytes, cache_items=args.cache_items, cache_bytes=args.cache_bytes,
+          max_items=args.max_items, max_requests=args.max_requests)
     return 0
+
+
+def _int_in(lo: int, hi: int | None = None) -> Any:
+    """An argparse type: an integer in ``[lo, hi]`` (a usage error otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is out of range: expected {lo} <= N" +
+                                             (f" <= {hi}" if hi is not None else ""))
+        return v
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,14 +105,33 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--export", type=Path, default=None, metavar="DIR",
+                      help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
     demo.set_defaults(func=_demo)
 
+    exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
+    exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
+    exp.add_argument("out", type=Path, help="the export directory (new or empty)")
+    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm"),
+                     help="the demo model the checkpoint holds")
+    exp.add_argument("--embedding-dim", type=_int_in(1), default=16)
+    exp.add_argument("--seed", type=int, default=0)
+    exp.set_defaults(func=_export)
+
     srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
-    srv.add_argument("export_dir", type=Path, help="a directory written by fbrapids.serving.export_model")
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8000)
-    srv.add_argument("--cache-items", type=int, default=100_000, help="item-feature cache entries")
-    srv.add_argument("--max-items", type=int, default=100_000, help="most candidate items in one request")
+    srv.add_argument("export_dir", type=Path, help="a directory written by `fbrapids export` or export_model")
+    srv.add_argument("--host", default="127.0.0.1",
+                     help="bind address; a non-loopback one needs --token (or $FBRAPIDS_SERVE_TOKEN) or --insecure")
+    srv.add_argument("--port", type=_int_in(0, 65535), default=8000)
+    srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` "
+                     "(default: $FBRAPIDS_SERVE_TOKEN if set)")
+    srv.add_argument("--insecure", action="store_true", help="allow a non-loopback host without a token")
+    srv.add_argument("--cache-items", type=_int_in(0), default=100_000, help="item-feature cache entries (0: off)")
+    srv.add_argument("--cache-bytes", type=_int_in(1), default=256 << 20, help="item-feature cache bytes")
+    srv.add_argument("--max-items", type=_int_in(1), default=100_000, help="most candidate items in one call")
+    srv.add_argument("--max-requests", type=_int_in(1), default=1024, help="most requests in one /score_batch")
+    srv.add_argument("--max-body-bytes", type=_int_in(1), default=16 << 20,
+                     help="largest request body, refused (413) before parsing")
     srv.set_defaults(func=_serve)
     return parser
 
@@ -86,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return args.func(args)
+    except FbrapidsError as exc:  # a refused configuration or file: the message says which
+        sys.stderr.write(f"fbrapids {args.command}: {exc}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130

@@ -165,3 +165,7 @@ class DataDirError(FbrapidsError, ValueError):
 
 class RangeError(FbrapidsError, ValueError):
     """A dense feature outside its declared range under ``strict=True``; names the column and row."""
+
+
+class ServeConfigError(FbrapidsError, ValueError):
+    """A serving configuration refused at start-up (e.g. a public host without a token)."""

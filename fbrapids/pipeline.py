@@ -203,6 +203,29 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
     return views
 
 
+def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
+                    embedding_dim: int = 16) -> tuple[type, dict[str, Any]]:
+    """The class and constructor arguments of :func:`build_model` (an export rebuilds the
+    model from them).
+
+    Example:
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> cls, kw = model_arguments("wide_deep", 3, ["a"], StoreConfig(cache_rows=8))
+        >>> cls.__name__, kw["deep_mlp"]
+        ('WideAndDeep', [64, 32])
+    """
+    from fbrapids.trainers import models
+
+    common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store)
+    if name == "dlrm":
+        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32])
+    if name == "wide_deep":
+        return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
+    if name == "deepfm":
+        return models.DeepFM, dict(common, deep_mlp=[64, 32])
+    raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+
+
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16) -> Any:
     """One of the trainer's models over the pipeline's features.
 
@@ -211,16 +234,8 @@ def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedd
         >>> type(build_model("dlrm", 3, ["a"], StoreConfig(cache_rows=8))).__name__
         'DLRM'
     """
-    from fbrapids.trainers import models
-
-    if name == "dlrm":
-        return models.DLRM(dense_dim, sparse, embedding_dim=embedding_dim, bottom_mlp=[64, 32], top_mlp=[64, 32],
-                           store=store)
-    if name == "wide_deep":
-        return models.WideAndDeep(dense_dim, sparse, embedding_dim=embedding_dim, deep_mlp=[64, 32], store=store)
-    if name == "deepfm":
-        return models.DeepFM(dense_dim, sparse, embedding_dim=embedding_dim, deep_mlp=[64, 32], store=store)
-    raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+    cls, kwargs = model_arguments(name, dense_dim, sparse, store, embedding_dim)
+    return cls(**kwargs)
 
 
 def split_by_day(frame: Any, cutoff: int) -> tuple[Any, Any]:

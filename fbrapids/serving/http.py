@@ -6,16 +6,23 @@ Endpoints:
   ``{"scores": [...], "n": N}``, one click probability per item, in order;
 * ``POST /score_batch`` ``{"requests": [{"request": ..., "items": [...]}, ...]}`` ->
   ``{"scores": [[...], ...]}``;
-* ``GET /health`` -> ``{"status": "ok", "stats": {...}}`` (the scorer's counters).
+* ``GET /health`` -> ``{"status": "ok", "stats": {...}, "item_cache": {...}, "limits": {...}}``:
+  the scorer's counters (rejected calls and replaced NaN values included: the numbers
+  policy of :mod:`fbrapids.serving.scorer`), the item cache's entries and bytes, and the
+  bounds below.
 
-Run it with ``python -m fbrapids.serving.http EXPORT_DIR --port 8000`` (or :func:`serve`).
+Run it with ``fbrapids serve EXPORT_DIR`` (or :func:`serve`).
 
-Malformed input never crashes the service: a body that is not JSON or not of the shape
-above is answered 422 by FastAPI's validation (with its ``detail``); a record with a missing
-column or a value of the wrong type is answered 400 with ``{"detail": "item 3: column
-'price' must be a number, got 'abc'"}``; more than ``max_items`` items is 413.  Concurrency:
-uvicorn serves many connections; scoring endpoints are plain functions run on its thread
-pool, and the scorer serialises the model work with a lock.
+Bounded and defensive: a body over ``max_body_bytes`` is answered 413 before any of it is
+parsed (from its ``Content-Length``, or as it streams in); more than ``max_items`` items in
+one call or ``max_requests`` requests in one batch is 413; a body that is not JSON or not
+of the shape above is 422, and a record with a missing column or a bad value is 400 with
+``{"detail": "item 3: column 'price' must be a number, got 'abc'"}``.  An error echoes at
+most a few hundred characters of the input.  With a ``token``, every endpoint needs
+``Authorization: Bearer <token>`` (401 otherwise); :func:`serve` refuses a non-loopback
+host without one unless ``insecure=True``.  Concurrency: uvicorn serves many connections;
+scoring endpoints are plain functions run on its thread pool, and the scorer serialises
+the model work with a lock.
 
 Example:
     >>> from fbrapids.serving.example import example_spec
@@ -30,19 +37,30 @@ Example:
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
+import json
 import logging
 import os
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 try:
-    from fastapi import FastAPI, HTTPException
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
     from pydantic import BaseModel
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the HTTP service needs FastAPI and uvicorn: pip install 'fbrapids[serve]'") from exc
 
+from fbrapids.errors import RequestError, RequestTooLargeError, ServeConfigError
 from fbrapids.serving.scorer import Scorer
+from fbrapids.serving.spec import show
 
 log = logging.getLogger(__name__)
+
+TOKEN_ENV = "FBRAPIDS_SERVE_TOKEN"
+MAX_BODY_BYTES = 16 << 20
+DETAIL_CHARS = 500  #: the longest error detail sent back
 
 
 class ScoreRequest(BaseModel):
@@ -56,58 +74,140 @@ class BatchScoreRequest(BaseModel):
     requests: list[ScoreRequest]
 
 
-def create_app(scorer: Scorer) -> FastAPI:
+def _cut(text: Any, limit: int = DETAIL_CHARS) -> str:
+    s = str(text)
+    return s if len(s) <= limit else f"{s[: limit - 30]}... ({len(s)} characters in all)"
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is answered 413 before the app
+    (and its JSON parser) sees any of it; the body read is handed to the app whole."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, int(max_bytes)
+
+    async def _reject(self, send: Callable[[dict], Awaitable[None]], n: int | str) -> None:
+        body = json.dumps({"detail": f"request body of {n} bytes, more than max_body_bytes={self.max_bytes}"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                       send: Callable[[dict], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            await self._reject(send, length.decode("latin-1")[:20])
+            return
+        chunks, n = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                break
+            chunk = msg.get("body", b"")
+            n += len(chunk)
+            if n > self.max_bytes:
+                await self._reject(send, f"more than {self.max_bytes}")
+                return
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replayed() -> dict:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI application serving ``scorer`` (see the module docstring)."""
-    app = FastAPI(title="fbrapids scoring", version="1")
+
+    def authorised(request: Request) -> None:
+        if token is None:
+            return
+        got = request.headers.get("authorization", "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    app = FastAPI(title="fbrapids scoring", version="1", dependencies=[Depends(authorised)])
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        detail = [{"loc": [x if isinstance(x, int) else _cut(x, 100) for x in list(e.get("loc", ()))[:8]],
+                   "msg": _cut(e.get("msg", ""), 200), "type": str(e.get("type", ""))[:50],
+                   "input": show(e.get("input"), 100)} for e in errors[:5]]
+        if len(errors) > 5:
+            detail.append({"msg": f"... and {len(errors) - 5} more errors"})
+        return JSONResponse(status_code=422, content={"detail": detail})
 
     def run(entries: list[dict[str, Any]]) -> list[list[float]]:
-        total = sum(len(e["items"]) for e in entries)
-        if total > scorer.max_items:
-            raise HTTPException(413, f"{total} candidate items, more than max_items={scorer.max_items}")
         try:
             return [p.astype(float).tolist() for p in scorer.score_batch(entries)]
-        except (ValueError, KeyError, TypeError) as exc:  # bad records: the client's fault
-            raise HTTPException(400, str(exc.args[0]) if exc.args else repr(exc)) from None
+        except RequestTooLargeError as exc:
+            raise HTTPException(413, _cut(exc)) from None
+        except RequestError as exc:  # bad records: the client's fault
+            raise HTTPException(400, _cut(exc)) from None
 
     @app.post("/score")
     def score(body: ScoreRequest) -> dict[str, Any]:
-        scores = run([body.model_dump()])[0]
+        scores = run([{"request": body.request, "items": body.items}])[0]
         return {"scores": scores, "n": len(scores)}
 
     @app.post("/score_batch")
     def score_batch(body: BatchScoreRequest) -> dict[str, Any]:
-        return {"scores": run([r.model_dump() for r in body.requests])}
+        return {"scores": run([{"request": r.request, "items": r.items} for r in body.requests])}
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "stats": dict(scorer.stats)}
+        cache = scorer._cache if hasattr(scorer, "_cache") else None
+        return {"status": "ok", "stats": dict(scorer.stats),
+                "item_cache": {"entries": len(cache) if cache else 0, "bytes": cache.bytes if cache else 0,
+                               "max_bytes": cache.max_bytes if cache else 0},
+                "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
+                           "max_body_bytes": max_body_bytes, "cache_items": scorer.cache_items}}
 
     return app
 
 
-def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, **scorer_options: Any) -> None:
-    """Load an export (:func:`fbrapids.serving.export.export_model`) and serve it until stopped."""
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds to loopback only.
+
+    Example:
+        >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("::1"), is_loopback("0.0.0.0")
+        (True, True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(host: str, token: str | None, insecure: bool) -> str | None:
+    """The bearer token to require: ``token``, else ``$FBRAPIDS_SERVE_TOKEN``; a
+    non-loopback ``host`` without one is refused unless ``insecure``."""
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback(host) and not insecure:
+        raise ServeConfigError(f"serving on {host!r} (not loopback) needs a bearer token: pass --token or set "
+                         f"${TOKEN_ENV}, or --insecure to serve without one")
+    return token
+
+
+def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
+          insecure: bool = False, max_body_bytes: int = MAX_BODY_BYTES, **scorer_options: Any) -> None:
+    """Load an export (:func:`fbrapids.serving.export.export_model`, manifest verified) and
+    serve it until stopped."""
     import uvicorn
 
     from fbrapids.serving.export import load_scorer
 
-    uvicorn.run(create_app(load_scorer(export_dir, **scorer_options)), host=host, port=port, log_level="info")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fbrapids.serving.http EXPORT_DIR [--host H] [--port P] [--cache-items N]``."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description="serve an fbrapids export over HTTP")
-    ap.add_argument("export_dir")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--cache-items", type=int, default=100_000)
-    ap.add_argument("--max-items", type=int, default=100_000)
-    args = ap.parse_args(argv)
-    serve(args.export_dir, args.host, args.port, cache_items=args.cache_items, max_items=args.max_items)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    token = resolve_token(host, token, insecure)
+    app = create_app(load_scorer(export_dir, **scorer_options), token=token, max_body_bytes=max_body_bytes)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -6,9 +6,11 @@
    and its ``request_features`` are extracted once, through ``df.fbx.extract`` (the same
    compiled meta-kernels as training: each plan layer is one kernel launch, so a plan of
    independent hash buckets is one launch);
-2. items are deduplicated by ``item_key``; items missing from the LRU item cache have their
-   ``item_features`` extracted together (one extraction for all misses of the call) and
-   cached; repeated and cached items cost no extraction;
+2. every item record is validated (types, ranges), then items are deduplicated by their
+   full content (the values of all item columns, ``item_key`` included); contents missing
+   from the LRU item cache have their ``item_features`` extracted together (one
+   extraction for all misses of the call) and cached under that content; repeated and
+   cached items cost no extraction;
 3. ``pair_features`` (request x item crosses), if any, are extracted per unique pair;
 4. :func:`~fbrapids.serving.forward.split_forward` scores the unique rows with the request
    side computed once and broadcast, and scores are scattered back to every position.
@@ -16,13 +18,30 @@
 ``dedup=False`` is the baseline the benchmark compares against: every (request, item) row
 is materialised in full and every feature extracted for every row, then ``model(batch)``.
 
-Items are identified by ``item_key``: a cached item's features are reused for the same key
-(call :meth:`Scorer.clear_cache` when the catalogue changes).  NaN / null dense values
-become 0 and are counted in ``stats["nan_replaced"]``.  For a model with images (DICM),
-``stats`` also counts image references, unique images embedded and references to unknown
-image ids (they read the vector store's documented default, zeros).  Bad input raises ``ValueError``
-naming the record and column.  Calls are serialised by a lock (the embedding stores are
-not thread-safe), so a scorer may be shared by the threads of a web server.
+The cache cannot be poisoned: a cached row is reused only for an item whose every item
+column equals the one it was computed from, so one client sending ``ad_id`` 555 with other
+features never changes another client's score for 555, and the same id twice in one call
+with different features is scored per item.  The cache is bounded in items
+(``cache_items``) and in bytes (``cache_bytes``); a call whose new items do not fit is
+scored without caching them (``stats["item_cache_bypassed"]``).
+
+Numbers (the policy, counted in ``stats`` and served by ``/health``):
+
+* a raw ``float64`` value must fit float32, the model's dense dtype (``|x| <= 3.4e38``):
+  a larger finite value or ``inf`` is a ``RequestError`` naming the record and column;
+  a model dense input a feature makes larger than that is refused the same way;
+* ``null`` and ``NaN`` are missing values: a feature's ``fill_null`` applies, and a model
+  dense input still missing becomes 0 (``stats["nan_replaced"]``);
+* negative inputs are valid numbers; a feature undefined at its input (``log1p`` of a
+  value below -1 gives NaN or -inf) gives a dense input that becomes 0, counted in
+  ``stats["nan_replaced"]`` too;
+* rejected calls are counted in ``stats["rejected_bad_input"]`` and
+  ``stats["rejected_too_large"]`` (over ``max_requests`` / ``max_items``).
+
+For a model with images (DICM), ``stats`` also counts image references, unique images
+embedded and references to unknown image ids (they read the vector store's documented
+default, zeros).  Calls are serialised by a lock (the embedding stores are not
+thread-safe), so a scorer may be shared by the threads of a web server.
 
 Example:
     >>> import pandas as pd, fbrapids
@@ -45,18 +64,19 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
+from fbrapids.errors import KernelRuntimeError, RequestError, RequestTooLargeError
 from fbrapids.kernels import stats as kstats
 from fbrapids.kernels.expr import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.forward import SideArrays, _t, split_forward
-from fbrapids.serving.spec import ServingSpec, records_to_frame
+from fbrapids.serving.spec import F32_MAX, ServingSpec, records_to_columns, records_to_frame, show
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
 from fbrapids.trainers.models.base import CTRModel
 
@@ -72,16 +92,23 @@ class Scorer:
         cache_items: item-cache capacity in items (LRU); 0 disables the cache.
         dedup: compute request / item features once and broadcast (default), or the
             materialise-every-row baseline.
-        max_items: refuse requests with more candidate items than this.
+        max_items: refuse calls with more candidate items than this (all requests together).
+        cache_bytes: bytes the item cache's entries may hold (keys, strings included).
+        max_requests: refuse :meth:`score_batch` calls with more requests than this.
     """
 
     def __init__(self, model: CTRModel, spec: ServingSpec, cache_items: int = 100_000, dedup: bool = True,
-                 max_items: int = 100_000) -> None:
+                 max_items: int = 100_000, cache_bytes: int = 256 << 20, max_requests: int = 1024) -> None:
+        for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
+                            ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1)):
+            if type(v) is not int or v < lo:
+                raise ValueError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
         self.model = model.eval()
         self.spec = spec
         self.dedup = dedup
-        self.cache_items = int(cache_items)
-        self.max_items = int(max_items)
+        self.cache_items = cache_items
+        self.max_items = max_items
+        self.max_requests = max_requests
         self._lock = threading.Lock()
         side = {c: spec.side_of(c) for c in [*spec.dense, *spec.sparse]}
         self._dense_of = {s: [c for c in spec.dense if side[c] == s] for s in ("request", "item", "pair")}
@@ -90,7 +117,7 @@ class Scorer:
         self._row_dense = self._dense_of["item"] + self._dense_of["pair"]
         self._dense_layout = [("request", self._dense_of["request"].index(c)) if side[c] == "request"
                               else ("item", self._row_dense.index(c)) for c in spec.dense]
-        self._cache = (ItemCache(self.cache_items, len(self._dense_of["item"]), self._sparse_of["item"])
+        self._cache = (ItemCache(self.cache_items, len(self._dense_of["item"]), self._sparse_of["item"], cache_bytes)
                        if self.cache_items > 0 else None)
         pair_cols = set().union(*[columns_of(e) for e in spec.pair_features.values()])
         self._pair_item_columns = [c for c in spec.item_columns if c in pair_cols]
@@ -100,41 +127,59 @@ class Scorer:
         self.stats: dict[str, int] = dict.fromkeys(
             ("requests", "items", "unique_items", "item_cache_hits", "item_cache_misses", "items_extracted",
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
-             "image_references", "unique_images_embedded", "unknown_image_references"), 0)
+             "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
+             "rejected_bad_input", "rejected_too_large"), 0)
 
     # -- feature extraction -------------------------------------------------------------------
     def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Any], dense: list[str], sparse: list[str],
-                counter: str) -> SideArrays:
+                counter: str, what: Callable[[int], str]) -> SideArrays:
         if features and len(frame):
             before = kstats.stats()["launches"]
             frame = frame.fbx.extract(**features)
             self.stats["kernel_launches"] += kstats.stats()["launches"] - before
         self.stats[counter] += len(frame)
+        for c in dense:  # a finite value float32 cannot hold would become inf: the client's to fix
+            col = frame[c].to_numpy(dtype=np.float64, na_value=np.nan)
+            over = np.flatnonzero(np.isfinite(col) & (np.abs(col) > F32_MAX))
+            if len(over):
+                raise RequestError(f"{what(int(over[0]))}: model input {c!r} = {col[over[0]]:.6g} does not fit "
+                                   f"float32, the model's dense dtype (|x| <= {F32_MAX:.7g})")
         d, replaced = dense_matrix(frame, dense, "zero")
         self.stats["nan_replaced"] += replaced
         return SideArrays(d, {c: sparse_column(frame[c], c) for c in sparse})
 
-    def _items(self, keys: np.ndarray, first: np.ndarray, records: Sequence[Mapping[str, Any]]) -> SideArrays:
-        """Item-side arrays of the unique ``keys`` (``first[i]``: a record index holding key i)."""
+    def _items(self, keys: list[tuple], first: np.ndarray, item_frame: pd.DataFrame) -> SideArrays:
+        """Item-side arrays of the unique item contents ``keys`` (``first[i]``: the call's
+        item record holding content i; ``item_frame``: the call's validated item records)."""
         spec = self.spec
         dense, sparse = self._dense_of["item"], self._sparse_of["item"]
-        klist = keys.tolist()
-        if self._cache is None or len(klist) > self._cache.capacity:
-            self.stats["item_cache_misses"] += len(klist)
-            frame = records_to_frame([records[i] for i in first], spec.schema, spec.item_columns,
-                                     lambda i: self._item_label(first[i]))
-            return self._arrays(frame, spec.item_features, dense, sparse, "items_extracted")
-        slots = self._cache.lookup(klist)
+
+        def extract(at: np.ndarray) -> SideArrays:
+            frame = item_frame.iloc[at].reset_index(drop=True) if len(at) != len(item_frame) else item_frame
+            return self._arrays(frame, spec.item_features, dense, sparse, "items_extracted",
+                                lambda i: self._item_label(at[i]))
+
+        if self._cache is None:
+            self.stats["item_cache_misses"] += len(keys)
+            return extract(first)
+        slots = self._cache.lookup(keys)
         miss = np.flatnonzero(slots < 0)
-        self.stats["item_cache_hits"] += len(klist) - len(miss)
+        self.stats["item_cache_hits"] += len(keys) - len(miss)
         self.stats["item_cache_misses"] += len(miss)
-        if len(miss):
-            at = first[miss]
-            frame = records_to_frame([records[g] for g in at.tolist()], spec.schema, spec.item_columns,
-                                     lambda i: self._item_label(at[i]))
-            fresh = self._arrays(frame, spec.item_features, dense, sparse, "items_extracted")
-            slots[miss] = self._cache.put([klist[i] for i in miss.tolist()], fresh)
-        return self._cache.gather(slots)
+        if not len(miss):
+            return self._cache.gather(slots)
+        fresh = extract(first[miss])
+        new_keys = [keys[i] for i in miss.tolist()]
+        sizes = self._cache.entry_bytes(new_keys, fresh)
+        if self._cache.reserve(len(miss), int(sizes.sum())):
+            slots[miss] = self._cache.put(new_keys, fresh)
+            return self._cache.gather(slots)
+        self.stats["item_cache_bypassed"] += len(miss)  # more new bytes or items than the cache holds
+        hit = np.flatnonzero(slots >= 0)
+        both = SideArrays.concat([self._cache.gather(slots[hit]), fresh]) if len(hit) else fresh
+        order = np.empty(len(keys), dtype=np.int64)
+        order[np.concatenate([hit, miss])] = np.arange(len(keys))
+        return both.take(order)
 
     def _item_label(self, g: int) -> str:
         """``"item j"`` (or ``"request r item j"`` in a batch) of the call's g-th item record."""
@@ -152,11 +197,11 @@ class Scorer:
     @staticmethod
     def _check(entry: Any, i: int) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]]:
         if not isinstance(entry, Mapping) or "request" not in entry or "items" not in entry:
-            raise ValueError(f"request {i}: expected an object with 'request' and 'items'")
+            raise RequestError(f"request {i}: expected an object with 'request' and 'items'")
         if not isinstance(entry["request"], Mapping):
-            raise ValueError(f"request {i}: 'request' must be an object of columns")
+            raise RequestError(f"request {i}: 'request' must be an object of columns")
         if not isinstance(entry["items"], (list, tuple)):
-            raise ValueError(f"request {i}: 'items' must be a list of objects")
+            raise RequestError(f"request {i}: 'items' must be a list of objects")
         return entry["request"], list(entry["items"])
 
     def score(self, request: Mapping[str, Any], items: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -165,63 +210,88 @@ class Scorer:
 
     def score_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
         """Scores of several ``{"request": {...}, "items": [{...}, ...]}`` entries at once:
-        request features extracted together, items deduplicated across all of them."""
-        entries = [self._check(e, i) for i, e in enumerate(requests)]
-        total = sum(len(it) for _, it in entries)
-        if total > self.max_items:
-            raise ValueError(f"{total} candidate items in one call, more than max_items={self.max_items}")
+        request features extracted together, items deduplicated across all of them.
+
+        Raises :class:`~fbrapids.errors.RequestTooLargeError` over ``max_requests`` or
+        ``max_items``, :class:`~fbrapids.errors.RequestError` for bad records (each counted
+        in ``stats``; a kernel error the data caused, such as an over-long cross key, is a
+        ``RequestError`` too).
+        """
         with self._lock, torch.no_grad():
-            self.stats["requests"] += len(entries)
-            self.stats["items"] += total
-            if not entries:
-                return []
-            images = getattr(self.model, "images", None)
-            before = copy.copy(getattr(images, "totals", None))
-            if self.dedup:
-                probs = self._score_dedup(entries)
-            else:
-                probs = self._score_full(entries)
-            if before is not None:
-                after = images.totals
-                self.stats["image_references"] += after.references - before.references
-                self.stats["unique_images_embedded"] += after.unique_images - before.unique_images
-                self.stats["unknown_image_references"] += after.unknown_references - before.unknown_references
+            try:
+                if len(requests) > self.max_requests:
+                    raise RequestTooLargeError(f"{len(requests)} requests in one call, more than "
+                                               f"max_requests={self.max_requests}")
+                entries = [self._check(e, i) for i, e in enumerate(requests)]
+                total = sum(len(it) for _, it in entries)
+                if total > self.max_items:
+                    raise RequestTooLargeError(f"{total} candidate items in one call, more than "
+                                               f"max_items={self.max_items}")
+                probs = self._score_entries(entries, total)
+            except RequestTooLargeError:
+                self.stats["rejected_too_large"] += 1
+                raise
+            except RequestError:
+                self.stats["rejected_bad_input"] += 1
+                raise
+            except KernelRuntimeError as exc:
+                self.stats["rejected_bad_input"] += 1
+                raise RequestError(show(exc.args[0] if exc.args else exc, 500)) from exc
         out, s = [], 0
         for _, items in entries:
             out.append(probs[s : s + len(items)])
             s += len(items)
         return out
 
+    def _score_entries(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]],
+                       total: int) -> np.ndarray:
+        self.stats["requests"] += len(entries)
+        self.stats["items"] += total
+        if not entries:
+            return np.zeros(0, dtype=np.float32)
+        images = getattr(self.model, "images", None)
+        before = copy.copy(getattr(images, "totals", None))
+        probs = self._score_dedup(entries) if self.dedup else self._score_full(entries)
+        if before is not None:
+            after = images.totals
+            self.stats["image_references"] += after.references - before.references
+            self.stats["unique_images_embedded"] += after.unique_images - before.unique_images
+            self.stats["unknown_image_references"] += after.unknown_references - before.unknown_references
+        return probs
+
     def _score_dedup(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
         spec = self.spec
         req_frame = records_to_frame([r for r, _ in entries], spec.schema, spec.request_columns, "request")
         req = self._arrays(req_frame, spec.request_features, self._dense_of["request"],
-                           self._sparse_of["request"], "requests_extracted")
+                           self._sparse_of["request"], "requests_extracted", lambda i: f"request {i}")
         records = [it for _, items in entries for it in items]
         owner_all = np.repeat(np.arange(len(entries)), [len(items) for _, items in entries])
         if not records:
             return np.zeros(0, dtype=np.float32)
         self._owner_all = owner_all
         self._starts = np.concatenate([[0], np.cumsum([len(items) for _, items in entries])])
-        key_col = records_to_frame(records, spec.schema, [spec.item_key], self._item_label)[spec.item_key].to_numpy()
-        item_of, keys = pd.factorize(key_col, sort=False)
+        # every item record validated first; items are identical when all their item columns are
+        item_frame, contents = records_to_columns(records, spec.schema, spec.item_columns, self._item_label)
+        index: dict[tuple, int] = {}
+        item_of = np.fromiter((index.setdefault(k, len(index)) for k in contents), dtype=np.int64,
+                              count=len(contents))
+        keys = list(index)
         first = np.full(len(keys), -1, dtype=np.int64)
         first[item_of[::-1]] = np.arange(len(records))[::-1]
         self.stats["unique_items"] += len(keys)
-        items = self._items(np.asarray(keys), first, records)
+        items = self._items(keys, first, item_frame)
         pair_of, pairs = pd.factorize(owner_all * len(keys) + item_of, sort=False)
         p_owner, p_item = pairs // len(keys), pairs % len(keys)
         rows = items.take(p_item) if len(pairs) != len(keys) or (p_item != np.arange(len(keys))).any() else items
         if spec.pair_features or self._dense_of["pair"] or self._sparse_of["pair"]:
             at = first[p_item]
-            frame = records_to_frame([records[g] for g in at.tolist()], spec.schema, self._pair_item_columns,
-                                     lambda i: self._item_label(at[i]))
+            frame = item_frame[self._pair_item_columns].iloc[at].reset_index(drop=True)
             for c in self._pair_request_columns:  # the request's columns, broadcast to its pairs
                 col = req_frame[c].take(p_owner)
                 frame[c] = col.to_numpy() if spec.schema[c] in ("int64", "uint64", "float64") else \
                     col.reset_index(drop=True)
             pair = self._arrays(frame, spec.pair_features, self._dense_of["pair"], self._sparse_of["pair"],
-                                "pairs_extracted")
+                                "pairs_extracted", lambda i: self._item_label(at[i]))
             rows = SideArrays(np.concatenate([rows.dense, pair.dense], axis=1), {**rows.sparse, **pair.sparse})
         self.stats["rows_scored"] += len(pairs)
         logits = split_forward(self.model, req, rows, p_owner, self._dense_layout, spec.sparse)
@@ -239,7 +309,7 @@ class Scorer:
             records_to_frame([request], spec.schema, spec.request_columns, lambda _, i=i: f"request {i}")
             name = (lambda j: f"item {j}") if len(entries) == 1 else (lambda j, i=i: f"request {i} item {j}")
             frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], name)
-            arr = self._arrays(frame, spec.features, list(spec.dense), list(spec.sparse), "pairs_extracted")
+            arr = self._arrays(frame, spec.features, list(spec.dense), list(spec.sparse), "pairs_extracted", name)
             self.stats["rows_scored"] += len(frame)
             logits = self.model(_batch(arr))
             parts.append(torch.sigmoid(logits).float().cpu().numpy())

@@ -13,8 +13,10 @@ A :class:`ServingSpec` splits the training-side feature plan by where its inputs
 feature output or a raw column of one side.  ``schema`` gives each raw column's type
 (``"int64"``, ``"uint64"``, ``"float64"``, ``"str"``, ``"list<int64>"``: a JSON array of
 integers, e.g. a user's behaviour item ids; null is an empty list); :func:`records_to_frame` turns JSON
-records into a pandas frame of those types, raising ``ValueError`` that names the column
-and record for a missing key, a null integer, or a value of the wrong type.
+records into a pandas frame of those types, raising :class:`~fbrapids.errors.RequestError`
+(a ``ValueError``) that names the column and record for a missing key, a null integer, a
+value of the wrong type, or a number out of its range (a float64 column holds values that
+fit float32, the model's dense dtype: ``|x| <= 3.4e38``; ``NaN`` and null are missing).
 
 Example:
     >>> from fbrapids import ops
@@ -27,7 +29,7 @@ Example:
     >>> records_to_frame([{"ad_id": 1}, {"ad_id": "x"}], {"ad_id": "int64"}, ["ad_id"], "item")
     Traceback (most recent call last):
     ...
-    ValueError: item 1: column 'ad_id' must be an integer (int64), got 'x'
+    fbrapids.errors.RequestError: item 1: column 'ad_id' must be an integer (int64), got 'x'
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fbrapids.errors import RequestError
 from fbrapids.kernels.expr import Expr, as_expr, columns_of
 
 TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string(),
@@ -99,31 +102,97 @@ class ServingSpec:
         raise ValueError(f"ServingSpec: model input {column!r} is neither a feature nor a raw column")
 
 
-def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str]) -> pd.Series:
+F32_MAX = float(np.finfo(np.float32).max)
+SHOW_CHARS = 200  #: characters of an offending value echoed in an error message
+_RANGE = {"int64": (-(1 << 63), (1 << 63) - 1), "uint64": (0, (1 << 64) - 1)}
+
+
+def show(v: Any, limit: int = SHOW_CHARS) -> str:
+    """``repr(v)`` cut to ``limit`` characters (errors echo a bounded part of the input).
+
+    Example:
+        >>> show("x" * 1000, limit=20)
+        "'xxxxxxxxxxxxx... (1002 characters)"
+    """
+    r = "null" if v is None else repr(v)
+    return r if len(r) <= limit else f"{r[: limit - 6]}... ({len(r)} characters)"
+
+
+def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str]) -> tuple[pd.Series, list[Any]]:
+    """The typed column of ``values`` and the values as the key of their content (NaN as
+    None); raises :class:`~fbrapids.errors.RequestError` naming the record and column."""
     if kind in ("int64", "uint64"):
+        lo, hi = _RANGE[kind]
         for i, v in enumerate(values):
             if type(v) is not int:
-                got = "null" if v is None else repr(v)
-                raise ValueError(f"{what(i)}: column {name!r} must be an integer ({kind}), got {got}")
-        try:
-            return pd.Series(np.asarray(values, dtype=np.dtype(kind)), name=name)
-        except OverflowError as exc:
-            raise ValueError(f"column {name!r} holds a value out of the {kind} range") from exc
+                raise RequestError(f"{what(i)}: column {name!r} must be an integer ({kind}), got {show(v)}")
+            if not lo <= v <= hi:
+                raise RequestError(f"{what(i)}: column {name!r} value {show(v)} is out of the {kind} range")
+        return pd.Series(np.asarray(values, dtype=np.dtype(kind)), name=name), values
     if kind == "list<int64>":
+        lo, hi = _RANGE["int64"]
         for i, v in enumerate(values):
-            if v is not None and (type(v) is not list or any(type(x) is not int for x in v)):
-                raise ValueError(f"{what(i)}: column {name!r} must be a list of integers, got {v!r}")
+            if v is not None and (type(v) is not list or any(type(x) is not int or not lo <= x <= hi for x in v)):
+                raise RequestError(f"{what(i)}: column {name!r} must be a list of integers, got {show(v)}")
         arr = pa.array([[] if v is None else v for v in values], type=pa.list_(pa.int64()))
-        return pd.Series(pd.arrays.ArrowExtensionArray(arr), name=name, dtype=LIST_INT64)
+        key = [None if v is None else tuple(v) for v in values]
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), name=name, dtype=LIST_INT64), key
     if kind == "float64":
+        key = values
         for i, v in enumerate(values):
-            if v is not None and (type(v) not in (int, float)):
-                raise ValueError(f"{what(i)}: column {name!r} must be a number, got {v!r}")
-        return pd.Series(np.asarray([np.nan if v is None else v for v in values], dtype=np.float64), name=name)
+            if v is None:
+                continue
+            if type(v) not in (int, float):
+                raise RequestError(f"{what(i)}: column {name!r} must be a number, got {show(v)}")
+            if v != v:  # NaN: missing, like null
+                key = key if key is not values else list(values)
+                key[i] = None
+            elif not -F32_MAX <= v <= F32_MAX:
+                raise RequestError(f"{what(i)}: column {name!r} value {show(v)} does not fit float32, the model's "
+                                   f"dense dtype (|x| <= {F32_MAX:.7g})")
+        col = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+        return pd.Series(col, name=name), key
     for i, v in enumerate(values):
         if v is not None and type(v) is not str:
-            raise ValueError(f"{what(i)}: column {name!r} must be a string or null, got {v!r}")
-    return pd.Series(pa.array(values, type=pa.large_string()).to_pandas(), name=name)
+            raise RequestError(f"{what(i)}: column {name!r} must be a string or null, got {show(v)}")
+    return pd.Series(pa.array(values, type=pa.large_string()).to_pandas(), name=name), values
+
+
+def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
+    if isinstance(what, str):
+        word = what
+        return lambda i: f"{word} {i}"
+    return what
+
+
+def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
+                       what: str | Callable[[int], str]) -> tuple[pd.DataFrame, list[tuple]]:
+    """:func:`records_to_frame` and each record's content key: the tuple of its values of
+    ``columns`` as validated (NaN as None), equal for two records exactly when their typed
+    values are equal.
+
+    Example:
+        >>> frame, keys = records_to_columns([{"a": 1, "p": 2}, {"a": 1, "p": 2.0}, {"a": 1, "p": None}],
+        ...                                  {"a": "int64", "p": "float64"}, ["a", "p"], "item")
+        >>> keys, frame["p"].tolist()[:2]
+        ([(1, 2), (1, 2.0), (1, None)], [2.0, 2.0])
+        >>> keys[0] == keys[1]
+        True
+    """
+    what = _labeller(what)
+    data, keys = {}, []
+    for i, r in enumerate(records):
+        if type(r) is not dict and not isinstance(r, Mapping):
+            raise RequestError(f"{what(i)}: expected an object of columns, got {type(r).__name__}")
+    for c in columns:
+        try:
+            values = [r[c] for r in records]
+        except KeyError:
+            i = next(i for i, r in enumerate(records) if c not in r)
+            raise RequestError(f"{what(i)}: missing column {c!r}") from None
+        data[c], key = _column(values, c, schema[c], what)
+        keys.append(key)
+    return pd.DataFrame(data), list(zip(*keys)) if keys else [() for _ in records]
 
 
 def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
@@ -132,21 +201,9 @@ def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, 
 
     ``what`` names a record in errors: a word (``"item"`` gives ``"item 3"``) or a function
     of the record's position (for records picked out of a larger request).  Raises
-    ``ValueError`` naming the record and column for a non-mapping record, a missing key,
-    or a bad value.
+    :class:`~fbrapids.errors.RequestError` (a ``ValueError``) naming the record and column
+    for a non-mapping record, a missing key, a value of the wrong type, an integer out of
+    its range, or a number that does not fit float32 (the model's dense dtype); the
+    offending value is echoed cut to ``SHOW_CHARS`` characters.
     """
-    if isinstance(what, str):
-        word = what
-        what = lambda i: f"{word} {i}"  # noqa: E731
-    data = {}
-    for i, r in enumerate(records):
-        if type(r) is not dict and not isinstance(r, Mapping):
-            raise ValueError(f"{what(i)}: expected an object of columns, got {type(r).__name__}")
-    for c in columns:
-        try:
-            values = [r[c] for r in records]
-        except KeyError:
-            i = next(i for i, r in enumerate(records) if c not in r)
-            raise ValueError(f"{what(i)}: missing column {c!r}") from None
-        data[c] = _column(values, c, schema[c], what)
-    return pd.DataFrame(data)
+    return records_to_columns(records, schema, columns, what)[0]
