@@ -19,7 +19,7 @@ from fbrapids.errors import FbrapidsError
 def _gen(args: argparse.Namespace) -> int:
     from fbrapids.datagen import generate, read_metadata
 
-    paths = generate(args.rows, args.out, seed=args.seed)
+    paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None)
     meta = read_metadata(args.out)
     sys.stdout.write(
         f"wrote {', '.join(p.name for p in paths.values())} to {args.out} "
@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--rows", type=int, default=200_000, help="impressions to generate")
     gen.add_argument("--out", type=Path, required=True, help="output directory")
     gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--row-group-rows", type=int, default=32_768,
+                     help="rows per parquet row group, i.e. per dask partition (the data does not depend on it)")
     gen.set_defaults(func=_gen)
 
     demo = sub.add_parser("demo", help="run the FeatureBox pipeline on the embedded default data")

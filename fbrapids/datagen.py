@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -127,41 +129,36 @@ def _contexts(rng: np.random.Generator, os_idx: np.ndarray, city_idx: np.ndarray
     return out
 
 
-def _roc_auc(y: np.ndarray, p: np.ndarray) -> float:
-    order = np.argsort(p, kind="mergesort")
-    ranks = np.empty(len(p), dtype=np.float64)
-    ranks[order] = np.arange(1, len(p) + 1)
-    # average ranks over ties
-    sp = p[order]
-    _, start, counts = np.unique(sp, return_index=True, return_counts=True)
-    for s, c in zip(start[counts > 1], counts[counts > 1]):
-        ranks[order[s : s + c]] = ranks[order[s : s + c]].mean()
-    pos = y == 1
-    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+BLOCK_ROWS = 65_536  # impressions drawn per block, each from its own seed: output independent of row groups
+AUC_BINS = 1 << 20  # the oracle AUC from histograms of the hidden probabilities (bounded memory)
 
 
-def generate(rows: int, out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
-    """Write ``impressions``, ``users``, ``ads`` and ``basic`` parquet files to ``out_dir``.
+@dataclass
+class _Dictionaries:
+    """Everything the impressions are drawn against: users, ads, vocabulary, hidden parameters."""
 
-    Deterministic for a given ``(rows, seed)``.  Returns the path of each file.
+    users: pd.DataFrame
+    ads: pd.DataFrame
+    user_ids: np.ndarray
+    ad_ids: np.ndarray
+    gender_idx: np.ndarray
+    user_city: np.ndarray
+    user_bias: np.ndarray
+    user_pref_cat: np.ndarray
+    category: np.ndarray
+    title_words: np.ndarray
+    title_len: np.ndarray
+    price: np.ndarray
+    price_null: np.ndarray
+    ad_quality: np.ndarray
+    vocab: np.ndarray
+    ghost_users: np.ndarray
+    ghost_ads: np.ndarray
 
-    Example:
-        >>> import tempfile, pandas as pd
-        >>> p = generate(1000, tempfile.mkdtemp(), seed=1)
-        >>> pd.read_parquet(p["impressions"]).shape[0]
-        1000
-    """
-    if rows < 100:
-        raise ValueError(f"rows must be at least 100, got {rows}")
-    rng = np.random.default_rng(seed)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+
+def _dictionaries(rng: np.random.Generator, rows: int) -> _Dictionaries:
     n_users = max(rows // 10, 20)
     n_ads = max(rows // 20, 10)
-
     vocab = _vocabulary(rng, VOCAB_SIZE)
     tags = np.array([f"t{i}" for i in range(N_TAGS)], dtype=object)
 
@@ -208,59 +205,66 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
         }
     )
     ads["price"] = ads["price"].astype("float64")  # nullable double: NaN written as null below
-
-    # ---- impressions ----------------------------------------------------------
-    ts = np.sort(rng.integers(TS0, TS0 + DAYS * 86400, size=rows))
-    u_rank = _zipf_ranks(rng, n_users, rows, a=0.8)
-    a_rank = _zipf_ranks(rng, n_ads, rows, a=0.9)
-    imp_user = user_ids[u_rank]
-    imp_ad = ad_ids[a_rank]
-    # ids absent from the dimension tables: ~0.5% users, ~0.2% ads
+    # ids absent from the dimension tables: ~0.5% of impressions' users, ~0.2% of their ads
     ghost_users = _unique_ids(rng, max(n_users // 200, 1), 2**62, 2**63 - 1)
     ghost_ads = _unique_ids(rng, max(n_ads // 500, 1), 2**40, 2**41)
-    gu = rng.random(rows) < 0.005
-    ga = rng.random(rows) < 0.002
-    imp_user = np.where(gu, ghost_users[rng.integers(0, len(ghost_users), rows)], imp_user)
-    imp_ad = np.where(ga, ghost_ads[rng.integers(0, len(ghost_ads), rows)], imp_ad)
+    return _Dictionaries(users, ads, user_ids, ad_ids, gender_idx, user_city, user_bias, user_pref_cat, category,
+                         title_words, title_len, price, price_null, ad_quality, vocab, ghost_users, ghost_ads)
 
-    slot = rng.integers(0, 8, size=rows).astype(np.int8)
-    slot[rng.random(rows) < 0.03] = -1
+
+def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int,
+                      rows: int) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray]:
+    """Impressions ``[start, stop)`` of ``rows``, their basic features, clicks and hidden
+    probabilities; drawn from a generator seeded by ``(seed, block)`` alone."""
+    rng = np.random.default_rng([seed, 0x1B, block])
+    n = stop - start
+    span = DAYS * 86400
+    lo, hi = TS0 + span * start // rows, TS0 + span * stop // rows
+    ts = np.sort(rng.integers(lo, max(hi, lo + 1), size=n))
+    u_rank = _zipf_ranks(rng, len(dic.user_ids), n, a=0.8)
+    a_rank = _zipf_ranks(rng, len(dic.ad_ids), n, a=0.9)
+    gu = rng.random(n) < 0.005
+    ga = rng.random(n) < 0.002
+    imp_user = np.where(gu, dic.ghost_users[rng.integers(0, len(dic.ghost_users), n)], dic.user_ids[u_rank])
+    imp_ad = np.where(ga, dic.ghost_ads[rng.integers(0, len(dic.ghost_ads), n)], dic.ad_ids[a_rank])
+
+    slot = rng.integers(0, 8, size=n).astype(np.int8)
+    slot[rng.random(n) < 0.03] = -1
     # query: 1-6 words, half the time about the ad's own title words
-    q_len = rng.integers(1, 7, size=rows)
+    q_len = rng.integers(1, 7, size=n)
     q_words = _zipf_ranks(rng, VOCAB_SIZE, int(q_len.sum()), a=1.05)
-    on_topic = rng.random(rows) < 0.35
-    ad_first_word = title_words[np.cumsum(title_len) - title_len][a_rank]
+    on_topic = rng.random(n) < 0.35
+    ad_first_word = dic.title_words[np.cumsum(dic.title_len) - dic.title_len][a_rank]
     first_pos = np.cumsum(q_len) - q_len
     q_words[first_pos[on_topic]] = ad_first_word[on_topic]
-    queries = np.array(_join_words(vocab, q_words, q_len, " "), dtype=object)
-    queries[rng.random(rows) < 0.03] = None
+    queries = np.array(_join_words(dic.vocab, q_words, q_len, " "), dtype=object)
+    queries[rng.random(n) < 0.03] = None
 
-    os_idx = rng.choice(len(OS_NAMES), size=rows, p=[0.55, 0.35, 0.05, 0.03, 0.02])
-    city_idx = np.where(rng.random(rows) < 0.8, user_city[u_rank], _zipf_ranks(rng, N_CITIES, rows, 0.9))
+    os_idx = rng.choice(len(OS_NAMES), size=n, p=[0.55, 0.35, 0.05, 0.03, 0.02])
+    city_idx = np.where(rng.random(n) < 0.8, dic.user_city[u_rank], _zipf_ranks(rng, N_CITIES, n, 0.9))
     ctx = _contexts(rng, os_idx, city_idx)
 
     # ---- the hidden click model ------------------------------------------------
     hour = (ts % 86400) // 3600
-    in_users = ~gu
-    in_ads = ~ga
-    ad_cat = category[a_rank]
-    logit = np.full(rows, -2.6)
-    logit += np.where(in_users, user_bias[u_rank], 0.0)
-    logit += np.where(in_ads, ad_quality[a_rank], 0.0)
-    logit += np.where(in_users & in_ads & (user_pref_cat[u_rank] % 20 == ad_cat % 20), 1.0, 0.0)
-    logit += np.where(in_ads & (gender_idx[u_rank] == ad_cat % 3), 0.5, 0.0)
+    in_users, in_ads = ~gu, ~ga
+    ad_cat = dic.category[a_rank]
+    logit = np.full(n, -2.6)
+    logit += np.where(in_users, dic.user_bias[u_rank], 0.0)
+    logit += np.where(in_ads, dic.ad_quality[a_rank], 0.0)
+    logit += np.where(in_users & in_ads & (dic.user_pref_cat[u_rank] % 20 == ad_cat % 20), 1.0, 0.0)
+    logit += np.where(in_ads & (dic.gender_idx[u_rank] == ad_cat % 3), 0.5, 0.0)
     logit += 0.5 * np.sin((hour - 8) / 24 * 2 * np.pi)
     logit += np.array([0.3, -0.2, 0.1, -0.4, 0.0])[os_idx]
     logit += np.where(slot >= 0, -0.12 * slot, 0.0)
     logit += np.where(on_topic & (queries != None), 0.9, 0.0)  # noqa: E711 (elementwise)
-    logit += np.where(in_ads & ~price_null[a_rank], -0.15 * (np.log1p(price[a_rank]) - 3.0), 0.0)
+    logit += np.where(in_ads & ~dic.price_null[a_rank], -0.15 * (np.log1p(dic.price[a_rank]) - 3.0), 0.0)
     prob = 1.0 / (1.0 + np.exp(-logit))
-    click = (rng.random(rows) < prob).astype(np.int8)
-    oracle_auc = _roc_auc(click, prob)
+    click = (rng.random(n) < prob).astype(np.int8)
 
+    instance_id = (start + np.arange(n, dtype=np.int64)) * 7 + 1_000_003
     impressions = pd.DataFrame(
         {
-            "instance_id": np.arange(rows, dtype=np.int64) * 7 + 1_000_003,
+            "instance_id": instance_id,
             "ts": ts.astype(np.int64),
             "user_id": imp_user.astype(np.int64),
             "ad_id": imp_ad.astype(np.int64),
@@ -271,10 +275,8 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
         }
     )
 
-    # ---- basic features ---------------------------------------------------------
-    has_basic = rng.random(rows) >= 0.01
-    idx = np.flatnonzero(has_basic)
-    rng.shuffle(idx)
+    # ---- basic features: ~99% of impressions, in instance_id order ------------------
+    idx = np.flatnonzero(rng.random(n) >= 0.01)
     n_b = len(idx)
     dense = rng.normal(0.0, 1.0, size=(n_b, 10)).astype(np.float32)
     # d0 carries a noisy view of the hidden logit, d1 of the hour: learnable dense signal
@@ -282,43 +284,153 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
     dense[:, 1] = (hour[idx] / 23.0).astype(np.float32)
     cats = rng.integers(0, 1000, size=(n_b, 5)).astype(np.int64)
     cats[:, 0] = slot[idx]
-    basic = pd.DataFrame({"instance_id": impressions["instance_id"].to_numpy()[idx]})
+    basic = pd.DataFrame({"instance_id": instance_id[idx]})
     for j in range(10):
         basic[f"d{j}"] = dense[:, j]
     for j in range(5):
         basic[f"b{j}"] = cats[:, j]
+    return impressions, basic, click, prob
 
-    meta = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(float(click.mean()), 4)}
-    schemas = {
-        "impressions": pa.schema(
-            [("instance_id", pa.int64()), ("ts", pa.int64()), ("user_id", pa.int64()), ("ad_id", pa.int64()),
-             ("slot", pa.int8()), ("query", pa.string()), ("ctx", pa.string()), ("click", pa.int8())]
-        ),
-        "users": pa.schema(
-            [("user_id", pa.int64()), ("age", pa.int32()), ("gender", pa.string()), ("city", pa.string()),
-             ("interests", pa.string())]
-        ),
-        "ads": pa.schema(
-            [("ad_id", pa.int64()), ("title", pa.string()), ("category", pa.int32()), ("price", pa.float64()),
-             ("advertiser_id", pa.int64())]
-        ),
-        "basic": pa.schema(
-            [("instance_id", pa.int64())] + [(f"d{j}", pa.float32()) for j in range(10)]
-            + [(f"b{j}", pa.int64()) for j in range(5)]
-        ),
-    }
-    frames = {"impressions": impressions, "users": users, "ads": ads, "basic": basic}
+
+class _RowGroupWriter:
+    """Writes tables to one parquet file in row groups of exactly ``group_rows`` rows (the
+    last may be shorter), whatever the sizes of the tables handed to it; atomic on close."""
+
+    def __init__(self, path: Path, schema: pa.Schema, group_rows: int) -> None:
+        self.path, self.tmp = path, path.with_suffix(".parquet.tmp")
+        self.schema, self.group_rows = schema, group_rows
+        self.writer = pq.ParquetWriter(self.tmp, schema)
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+
+    def add(self, frame: pd.DataFrame, ends: Iterable[int] = ()) -> None:
+        """Queue ``frame``; a row group also ends after each row offset in ``ends``."""
+        table = pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False)
+        start = 0
+        for cut in ends:
+            self._queue(table.slice(start, cut - start))
+            start = cut
+            self._flush(force=True)
+        self._queue(table.slice(start))
+
+    def _queue(self, piece: pa.Table) -> None:
+        if len(piece):
+            self.pending.append(piece)
+            self.pending_rows += len(piece)
+        while self.pending_rows >= self.group_rows:
+            self._flush()
+
+    def _flush(self, force: bool = False) -> None:
+        if not self.pending_rows:
+            self.pending = []
+            return
+        table = pa.concat_tables(self.pending)
+        take = len(table) if force else self.group_rows
+        self.writer.write_table(table.slice(0, take), row_group_size=max(take, 1))
+        rest = table.slice(take)
+        self.pending, self.pending_rows = ([rest] if len(rest) else []), len(rest)
+
+    def close(self, metadata: dict[bytes, bytes] | None = None) -> Path:
+        self._flush(force=True)
+        if metadata:
+            self.writer.add_key_value_metadata(metadata)
+        self.writer.close()
+        self.tmp.replace(self.path)
+        return self.path
+
+
+SCHEMAS = {
+    "impressions": pa.schema(
+        [("instance_id", pa.int64()), ("ts", pa.int64()), ("user_id", pa.int64()), ("ad_id", pa.int64()),
+         ("slot", pa.int8()), ("query", pa.string()), ("ctx", pa.string()), ("click", pa.int8())]
+    ),
+    "users": pa.schema(
+        [("user_id", pa.int64()), ("age", pa.int32()), ("gender", pa.string()), ("city", pa.string()),
+         ("interests", pa.string())]
+    ),
+    "ads": pa.schema(
+        [("ad_id", pa.int64()), ("title", pa.string()), ("category", pa.int32()), ("price", pa.float64()),
+         ("advertiser_id", pa.int64())]
+    ),
+    "basic": pa.schema(
+        [("instance_id", pa.int64())] + [(f"d{j}", pa.float32()) for j in range(10)]
+        + [(f"b{j}", pa.int64()) for j in range(5)]
+    ),
+}
+
+
+def _auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
+    """ROC AUC from per-bin counts of positives and negatives (ties within a bin count half)."""
+    n_pos, n_neg = int(pos.sum()), int(neg.sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    neg_below = np.cumsum(neg) - neg
+    return float((pos * neg_below).sum() + 0.5 * (pos * neg).sum()) / (n_pos * n_neg)
+
+
+def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int = ROW_GROUP_ROWS,
+             progress: bool | None = False) -> dict[str, Path]:
+    """Write ``impressions``, ``users``, ``ads`` and ``basic`` parquet files to ``out_dir``.
+
+    The impressions and their basic features are drawn in blocks of ``BLOCK_ROWS`` rows, each
+    from its own seed, and written row group by row group: memory is bounded by a block and
+    the dictionaries (users, ads), whatever ``rows``.  Both files are in ``instance_id``
+    order, and each basic row group covers the same impressions as the impressions' row
+    group of the same number.  The output is deterministic for ``(rows, seed)`` and does not
+    depend on ``row_group_rows``.
+
+    Args:
+        rows: impressions to write (at least 100).
+        out_dir: the folder (created if needed).
+        seed: the seed.
+        row_group_rows: rows per parquet row group (one dask partition each).
+        progress: show a progress bar over the impressions (None: tqdm's automatic choice).
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> p = generate(1000, tempfile.mkdtemp(), seed=1)
+        >>> pd.read_parquet(p["impressions"]).shape[0]
+        1000
+    """
+    if rows < 100:
+        raise DataGenError(f"rows must be at least 100, got {rows}")
+    if row_group_rows < 1:
+        raise DataGenError(f"row_group_rows must be at least 1, got {row_group_rows}")
+    from tqdm.auto import tqdm
+
+    rng = np.random.default_rng(seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dic = _dictionaries(rng, rows)
     paths: dict[str, Path] = {}
-    for name, frame in frames.items():
-        schema = schemas[name]
-        if name == "impressions":
-            schema = schema.with_metadata({METADATA_KEY: json.dumps(meta).encode()})
-        table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
-        path = out / f"{name}.parquet"
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)
-        tmp.replace(path)
-        paths[name] = path
+    for name in ("users", "ads"):
+        writer = _RowGroupWriter(out / f"{name}.parquet", SCHEMAS[name], row_group_rows)
+        writer.add(getattr(dic, name))
+        paths[name] = writer.close()
+
+    imp_writer = _RowGroupWriter(out / "impressions.parquet", SCHEMAS["impressions"], row_group_rows)
+    basic_writer = _RowGroupWriter(out / "basic.parquet", SCHEMAS["basic"], 2**62)  # groups cut below
+    pos = np.zeros(AUC_BINS, dtype=np.int64)
+    neg = np.zeros(AUC_BINS, dtype=np.int64)
+    clicks = 0
+    with tqdm(total=rows, unit="rows", desc="gen impressions", disable=None if progress is None else not progress) as bar:
+        for block, start in enumerate(range(0, rows, BLOCK_ROWS)):
+            stop = min(rows, start + BLOCK_ROWS)
+            impressions, basic, click, prob = _impression_block(dic, seed, block, start, stop, rows)
+            imp_writer.add(impressions)
+            # a basic row group ends where an impressions row group ends
+            ends = np.arange((start // row_group_rows + 1) * row_group_rows, stop + 1, row_group_rows)
+            basic_writer.add(basic, ends=np.searchsorted(basic["instance_id"].to_numpy(), ends * 7 + 1_000_003).tolist())
+            bins = np.minimum((prob * AUC_BINS).astype(np.int64), AUC_BINS - 1)
+            pos += np.bincount(bins[click == 1], minlength=AUC_BINS)
+            neg += np.bincount(bins[click == 0], minlength=AUC_BINS)
+            clicks += int(click.sum())
+            bar.update(stop - start)
+    oracle_auc = _auc_from_histograms(pos, neg)
+    meta = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4)}
+    paths["impressions"] = imp_writer.close({METADATA_KEY: json.dumps(meta).encode()})
+    paths["basic"] = basic_writer.close()
+    paths = {name: paths[name] for name in ("impressions", "users", "ads", "basic")}
     log.info("generated %d impressions into %s (oracle AUC %.4f, CTR %.4f)", rows, out, oracle_auc, meta["ctr"])
     return paths
 
@@ -332,8 +444,7 @@ def read_metadata(data_dir: str | Path) -> dict:
         >>> read_metadata(d)["rows"]
         500
     """
-    schema = pq.read_schema(Path(data_dir) / "impressions.parquet")
-    raw = (schema.metadata or {}).get(METADATA_KEY)
+    raw = (pq.ParquetFile(Path(data_dir) / "impressions.parquet").metadata.metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else {}
 
 

@@ -54,7 +54,8 @@ def test_distributions_follow_the_spec(tmp_path):
     tags = users["interests"].str.split("|")
     assert tags.str.len().max() <= 10 and (users["interests"] == "").any()
     assert 0.005 < 1 - len(basic) / len(imp) < 0.015 and basic["instance_id"].isin(imp["instance_id"]).all()
-    assert not basic["instance_id"].is_monotonic_increasing  # shuffled
+    # in instance_id order, like the impressions: the two views are partitioned alike
+    assert basic["instance_id"].is_monotonic_increasing
     words = pd.Series(" ".join(ads["title"]).split(" "))
     assert 0.0 < (~words.map(str.isascii)).mean() < 0.1  # some non-ASCII UTF-8 words
     assert 0.05 < imp["click"].mean() < 0.3
@@ -72,3 +73,28 @@ def test_cli_gen(tmp_path):
     assert "oracle AUC" in out.stdout
     assert len(pd.read_parquet(tmp_path / "impressions.parquet")) == 300
     assert np.isfinite(read_metadata(tmp_path)["oracle_auc"])
+
+
+def test_output_does_not_depend_on_the_row_group_size(tmp_path):
+    """Blocks are drawn from their own seeds: the same rows whatever the row-group size,
+    and each basic row group covers exactly the impressions of the same-numbered group."""
+    rows = 70_000  # more than one generator block (65,536 rows)
+    a = generate(rows, tmp_path / "a", seed=5, row_group_rows=7_000)
+    b = generate(rows, tmp_path / "b", seed=5, row_group_rows=32_768)
+    for name in a:
+        pd.testing.assert_frame_equal(pd.read_parquet(a[name]), pd.read_parquet(b[name]), check_exact=True)
+    assert read_metadata(tmp_path / "a") == read_metadata(tmp_path / "b")
+    imp, basic = pq.ParquetFile(a["impressions"]), pq.ParquetFile(a["basic"])
+    assert [imp.metadata.row_group(i).num_rows for i in range(imp.num_row_groups)] == [7_000] * 10
+    assert imp.num_row_groups == basic.num_row_groups
+    for g in range(imp.num_row_groups):
+        ids = imp.read_row_group(g, columns=["instance_id"])["instance_id"].to_numpy()
+        bids = basic.read_row_group(g, columns=["instance_id"])["instance_id"].to_numpy()
+        assert ids.min() <= bids.min() and bids.max() <= ids.max()
+        assert 0.97 * len(ids) < len(bids) < len(ids)
+
+
+def test_gen_shows_progress_over_rows(tmp_path, capsys):
+    generate(1_000, tmp_path, progress=True)
+    err = capsys.readouterr().err
+    assert "gen impressions" in err and "1000/1000" in err
