@@ -8,6 +8,17 @@ Selection order: an explicit ``name`` argument, then the ``FBRAPIDS_BACKEND``
 environment variable (``cpu`` | ``gpu`` | ``auto``), then automatic (GPU when cudf imports
 and a CUDA device is present).
 
+Device memory (GPU backend): the first time the GPU backend is made in a process, it puts
+an RMM pool (``rmm.mr.PoolMemoryResource``) under a ``StatisticsResourceAdaptor`` as the
+current device resource, routes cupy through ``rmm_cupy_allocator`` and, when torch has
+not touched CUDA yet, torch through ``rmm_torch_allocator`` -- one pool for cudf, cupy,
+the kernels and the trainer.  In a dask-cuda worker the pool dask-cuda made is adopted
+(never re-initialised).  ``FBRAPIDS_RMM_POOL`` sets the initial pool size (``"8GiB"``,
+``"0.5"`` = half the free memory, the default; ``"off"``: no pool);
+``FBRAPIDS_RMM_TORCH=0`` leaves torch on its own allocator.
+:meth:`Backend.free_device_memory` counts what the pool holds but has not handed out as
+free, so join and operator placement see the memory they can really use.
+
 Example:
     >>> from fbrapids.backend import get_backend
     >>> be = get_backend("cpu")
@@ -21,6 +32,7 @@ import functools
 import importlib
 import logging
 import os
+import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -33,6 +45,11 @@ log = logging.getLogger(__name__)
 
 ENV_VAR = "FBRAPIDS_BACKEND"
 _VALID = ("cpu", "gpu", "auto")
+POOL_ENV = "FBRAPIDS_RMM_POOL"
+TORCH_POOL_ENV = "FBRAPIDS_RMM_TORCH"
+DEFAULT_POOL = "0.5"
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,6 +106,9 @@ class Backend:
     def free_device_memory(self) -> int | None:
         """Free device memory in bytes; ``None`` on the CPU backend (there is no device).
 
+        On the GPU: the driver's free memory plus what the RMM pool holds but has not
+        handed out (the driver counts the whole pool as used).
+
         Example:
             >>> get_backend("cpu").free_device_memory() is None
             True
@@ -96,7 +116,7 @@ class Backend:
         if not self.is_gpu:
             return None
         free, _total = self.xp.cuda.runtime.memGetInfo()
-        return int(free)
+        return int(free) + device_memory().pool_free_bytes()
 
     def to_host(self, obj: Any) -> Any:
         """A pandas / numpy copy of a cudf / cupy object; CPU objects pass through."""
@@ -109,6 +129,144 @@ class Backend:
 CPU = Backend("cpu", pd, np, "pandas")
 
 
+# -- device memory (RMM) -----------------------------------------------------------------
+def parse_pool_size(text: str | None, free_bytes: int) -> int | None:
+    """The initial RMM pool size for a ``FBRAPIDS_RMM_POOL`` value; None for no pool.
+
+    A number below 1 is a fraction of ``free_bytes``; otherwise bytes with an optional unit
+    (``k``/``M``/``G``/``T`` decimal, ``KiB``/``MiB``/``GiB``/``TiB`` binary).  Rounded down to
+    a multiple of 256 bytes, as RMM requires.
+
+    Example:
+        >>> parse_pool_size("0.5", 1000), parse_pool_size("1GiB", 0), parse_pool_size("off", 10)
+        (256, 1073741824, None)
+    """
+    value = (text if text is not None else DEFAULT_POOL).strip().lower()
+    if value in ("off", "none", "no", "0", "false", ""):
+        return None
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", value)
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(f"${POOL_ENV}={text!r} is not a size: use a fraction of free memory (0.5), "
+                         "bytes with a unit (8GiB, 512MB), or off")
+    number = float(m.group(1))
+    size = int(number * free_bytes) if number < 1 and not m.group(2) else int(number * _UNITS[m.group(2)])
+    return size // 256 * 256
+
+
+def resource_chain(mr: Any) -> list[Any]:
+    """``mr`` and the resources under it (adaptors expose ``get_upstream()``)."""
+    chain = []
+    while mr is not None and len(chain) < 32:
+        chain.append(mr)
+        mr = mr.get_upstream() if hasattr(mr, "get_upstream") else None
+    return chain
+
+
+@dataclass
+class DeviceMemory:
+    """The RMM resources this process allocates device memory from.
+
+    Attributes:
+        pool: the ``PoolMemoryResource`` (None: no pool, e.g. ``FBRAPIDS_RMM_POOL=off``).
+        stats: the ``StatisticsResourceAdaptor`` over it (None where there is no RMM).
+        created: True when fbrapids made the pool, False when it adopted dask-cuda's.
+        torch: True when torch allocates through RMM too.
+    """
+
+    pool: Any = None
+    stats: Any = None
+    created: bool = False
+    torch: bool = False
+
+    def pool_free_bytes(self) -> int:
+        """Bytes the pool holds but has not handed out (0 without a pool or statistics)."""
+        if self.pool is None or self.stats is None:
+            return 0
+        used = int(self.stats.allocation_counts.current_bytes)
+        return max(0, int(self.pool.pool_size()) - max(0, used))
+
+
+def _setup_device_memory(rmm: Any) -> DeviceMemory:
+    """Make (or adopt) the RMM pool and the statistics over it, and route cupy and torch to it."""
+    mr_mod = rmm.mr
+    chain = resource_chain(mr_mod.get_current_device_resource())
+    pool = next((r for r in chain if isinstance(r, mr_mod.PoolMemoryResource)), None)
+    stats = next((r for r in chain if isinstance(r, mr_mod.StatisticsResourceAdaptor)), None)
+    created = False
+    untouched = len(chain) == 1 and type(chain[0]) is mr_mod.CudaMemoryResource  # RMM's default
+    if untouched:
+        free, _total = mr_mod.available_device_memory()
+        size = parse_pool_size(os.environ.get(POOL_ENV), int(free))
+        if size is not None:
+            pool = mr_mod.PoolMemoryResource(mr_mod.CudaMemoryResource(), initial_pool_size=size)
+            stats = mr_mod.StatisticsResourceAdaptor(pool)
+            mr_mod.set_current_device_resource(stats)
+            created = True
+            log.info("RMM pool of %s bytes (%s=%s)", f"{size:,}", POOL_ENV, os.environ.get(POOL_ENV, DEFAULT_POOL))
+    elif pool is not None and stats is None:  # e.g. a dask-cuda worker's pool: count over it, never re-initialise it
+        stats = mr_mod.StatisticsResourceAdaptor(mr_mod.get_current_device_resource())
+        mr_mod.set_current_device_resource(stats)
+    cupy = _try_import("cupy")
+    allocators = _try_import("rmm.allocators.cupy")
+    if cupy is not None and allocators is not None:
+        cupy.cuda.set_allocator(allocators.rmm_cupy_allocator)
+    return DeviceMemory(pool, stats, created, _route_torch() if pool is not None else False)
+
+
+def _route_torch() -> bool:
+    """torch's CUDA allocations through RMM, when torch has not allocated on CUDA yet."""
+    if os.environ.get(TORCH_POOL_ENV, "1").strip() in ("0", "off", "false", "no"):
+        return False
+    torch = _try_import("torch")
+    allocator = getattr(_try_import("rmm.allocators.torch"), "rmm_torch_allocator", None)
+    if torch is None or allocator is None:
+        return False
+    if torch.cuda.is_initialized():
+        log.info("torch already uses CUDA: it keeps its own allocator beside the RMM pool")
+        return False
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as exc:  # torch refuses once its allocator has been used
+        log.info("torch keeps its own allocator: %s", exc)
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def device_memory() -> DeviceMemory:
+    """This process's :class:`DeviceMemory`, set up once; empty where RMM is absent.
+
+    Example:
+        >>> isinstance(device_memory(), DeviceMemory)
+        True
+    """
+    rmm = _try_import("rmm") if not gpu_missing() else None
+    return _setup_device_memory(rmm) if rmm is not None else DeviceMemory()
+
+
+def cuda_cluster_options(**given: Any) -> dict[str, Any]:
+    """dask-cuda ``LocalCUDACluster`` options: every worker gets an RMM pool (the share of
+    the device ``FBRAPIDS_RMM_POOL`` names, default half) with cupy routed to it; ``given``
+    options win.
+
+    Example:
+        >>> cuda_cluster_options(n_workers=1)["rmm_pool_size"]
+        0.5
+        >>> "rmm_pool_size" in cuda_cluster_options(rmm_async=True)
+        False
+    """
+    opts = dict(given)
+    text = os.environ.get(POOL_ENV, DEFAULT_POOL).strip()
+    if not opts.get("rmm_async") and "rmm_pool_size" not in opts and parse_pool_size(text, 1 << 40) is not None:
+        try:
+            share = float(text)
+        except ValueError:
+            share = None
+        opts["rmm_pool_size"] = share if share is not None and share < 1 else text
+    opts.setdefault("rmm_allocator_external_lib_list", ["cupy"])
+    return opts
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_backend() -> Backend:
     missing = gpu_missing()
@@ -118,7 +276,9 @@ def _gpu_backend() -> Backend:
             + ". Install the extra with `pip install 'fbrapids[gpu]'` on a machine with an NVIDIA GPU, "
             f"or use the CPU backend ({ENV_VAR}=cpu)."
         )
-    return Backend("gpu", _try_import("cudf"), _try_import("cupy"), "cudf")
+    backend = Backend("gpu", _try_import("cudf"), _try_import("cupy"), "cudf")
+    device_memory()  # the RMM pool, before this process allocates anything on the device
+    return backend
 
 
 def resolve_name(name: str | None = None) -> str:

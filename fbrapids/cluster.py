@@ -20,8 +20,8 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
                   **cluster_kwargs: Any) -> Any:
     """A ``distributed.Client`` on a new local cluster.
 
-    On the GPU backend this is dask-cuda's ``LocalCUDACluster`` (one worker per GPU);
-    otherwise a ``LocalCluster`` of worker processes (default: one per core, at most 4).
+    On the GPU backend this is dask-cuda's ``LocalCUDACluster`` (one worker per GPU, each
+    with an RMM pool: see :func:`fbrapids.backend.cuda_cluster_options`); otherwise a ``LocalCluster`` of worker processes (default: one per core, at most 4).
 
     Example:
         >>> client = local_cluster(n_workers=2, backend="cpu")  # doctest: +SKIP
@@ -35,7 +35,9 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
         except ImportError as exc:
             raise _backend.BackendUnavailableError(
                 "the GPU backend needs dask-cuda for a local cluster (pip install 'fbrapids[gpu]')") from exc
-        cluster = LocalCUDACluster(**({"n_workers": n_workers} if n_workers else {}), **cluster_kwargs)
+        # every worker gets an RMM pool (FBRAPIDS_RMM_POOL, default half the device) with cupy on it
+        options = _backend.cuda_cluster_options(**({"n_workers": n_workers} if n_workers else {}), **cluster_kwargs)
+        cluster = LocalCUDACluster(**options)
     else:
         from distributed import LocalCluster
 

@@ -35,8 +35,27 @@ def tokens(s, sep):
     return [t for t in s.split(sep) if t]
 
 
+BACKEND = {"name": "cpu"}
+
+
+@pytest.fixture(autouse=True, params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def backend(request):
+    """Every reference test runs on the CPU backend and, where there is one, on the GPU."""
+    BACKEND["name"] = request.param
+    yield request.param
+    BACKEND["name"] = "cpu"
+
+
 def ex(df, **f):
-    return df.fbx.extract(**f)
+    """``df.fbx.extract(**f)`` on the backend in force; GPU results come back as pandas
+    through Arrow types (ints with nulls stay ints)."""
+    if BACKEND["name"] == "cpu":
+        return df.fbx.extract(**f)
+    from fbrapids.backend import get_backend, is_gpu_object, to_backend
+
+    out = to_backend(df, get_backend("gpu")).fbx.extract(**f)
+    assert is_gpu_object(out)
+    return out.to_pandas(arrow_type=True)
 
 
 def col_list(s: pd.Series) -> list:
@@ -219,7 +238,7 @@ def test_real_criteo_avazu_taobao():
     feats = {f"h_{c}": ops.hash_bucket(c, 1000) for c in cats[:8]}
     feats["x"] = ops.cross(cats[0], cats[1], buckets=4096)
     feats["b"] = ops.bucketize(ops.log1p(ops.fill_null(ops.clip("I1", 0, 1e9), 0)), [0, 1, 2, 3])
-    out = cri.fbx.extract(**feats)
+    out = ex(cri, **feats)
     for c in cats[:8]:
         assert col_list(out[f"h_{c}"]) == [None if v is None or v is pd.NA else fp(v) % 1000 for v in cri[c].tolist()]
     assert col_list(out["x"]) == [None if (a is pd.NA or b is pd.NA) else fp(f"{a}_{b}") % 4096
@@ -228,16 +247,52 @@ def test_real_criteo_avazu_taobao():
     assert out["b"].tolist() == [int(np.searchsorted([0, 1, 2, 3], math.log1p(v), side="right")) for v in i1]
 
     av = pd.read_csv(DATA / "avazu_sample.txt", dtype={"id": np.uint64})
-    out = av.fbx.extract(h=ops.hash("id"), s=ops.hash_bucket("site_id", 100))
+    out = ex(av, h=ops.hash("id"), s=ops.hash_bucket("site_id", 100))
     assert out["h"].tolist() == [fp(str(int(v))) for v in av["id"]]
     assert out["s"].tolist() == [fp(v) % 100 for v in av["site_id"].astype(str)]
 
     tb = pd.read_csv(DATA / "taobao_tiny_train.csv", dtype_backend="pyarrow")
     seq = ops.split(ops.fill_null("click_sequence", ""), "^")
-    out = tb.fbx.extract(seq=seq, last=ops.last_k(seq, 3), n=ops.length(seq),
+    out = ex(tb, seq=seq, last=ops.last_k(seq, 3), n=ops.length(seq),
                          hh=ops.hash_bucket(ops.last_k(seq, 3), 1 << 16), ua=ops.cross("userid", "adgroup_id", buckets=977))
     raw = ["" if v is pd.NA or v is None else str(v) for v in tb["click_sequence"].tolist()]
     assert [list(v) for v in out["seq"]] == [tokens(s, "^") for s in raw]
     assert [list(v) for v in out["last"]] == [tokens(s, "^")[-3:] for s in raw]
     assert [list(v) for v in out["hh"]] == [[fp(w) % (1 << 16) for w in tokens(s, "^")[-3:]] for s in raw]
     assert out["ua"].tolist() == [hb(f"{u}_{a}", 977) for u, a in zip(tb["userid"].tolist(), tb["adgroup_id"].tolist())]
+
+
+def test_nullable_ints_are_read_as_ints_with_validity():
+    """pandas ``Int64`` / ``UInt64`` / ``int64[pyarrow]`` columns (and cudf ints with nulls,
+    on the GPU run) reach the kernels as ints plus validity: values above 2^53 hash exactly
+    and nulls stay null, never NaN turned into float bits."""
+    vals = [2**53 + 1, None, -(2**62) - 3, 7, None, 2**63 - 1]
+    uvals = [2**64 - 1, 2**53 + 1, None, 0, 5, None]
+    df = pd.DataFrame({"i": pd.array(vals, dtype="Int64"), "u": pd.array(uvals, dtype="UInt64"),
+                       "a": pd.Series(pd.arrays.ArrowExtensionArray(pa.array(vals, pa.int64()))),
+                       "s": pd.array([1, None, 3, 4, 5, 6], dtype="Int8")})
+    out = ex(df, hi=ops.hash("i"), bu=ops.hash_bucket("u", 1 << 20), ha=ops.hash("a"),
+             c=ops.cross("i", "s", buckets=977), f=ops.fill_null("i", -1))
+    assert col_list(out["hi"]) == [None if v is None else fp(str(v)) for v in vals]
+    assert col_list(out["ha"]) == col_list(out["hi"])
+    assert col_list(out["bu"]) == [None if v is None else hb(v, 1 << 20) for v in uvals]
+    assert col_list(out["c"]) == [None if a is None or b is None else hb(f"{a}_{b}", 977)
+                                  for a, b in zip(vals, [1, None, 3, 4, 5, 6])]
+    assert [int(v) for v in out["f"].tolist()] == [-1 if v is None else v for v in vals]
+
+
+def test_json_get_counts_with_null_inputs():
+    """``clean``'s JSON counts (null input / malformed / missing / not a string) on the backend in force."""
+    from fbrapids.backend import get_backend, to_backend
+    from fbrapids.views.clean import clean, clean_report
+
+    docs = ['{"d": {"os": "ios"}}', None, "{bad", '{"d": {}}', '{"d": {"os": 3}}', None, '{"d": {"os": ""}}']
+    df = pd.DataFrame({"ctx": pd.Series(docs, dtype="str"), "k": np.arange(7, dtype=np.int16)})
+    df = to_backend(df, get_backend(BACKEND["name"]))
+    out = clean(df, json={"ctx": {"os": "d.os"}}, fill={"os": "?"}, where="k != 6 or os != ''", drop=["ctx"])
+    counts = clean_report(out).counts
+    assert counts["json"]["ctx"] == {"rows": 7, "null_input": 2, "malformed": 1, "missing:os": 1,
+                                     "not_string:os": 1}
+    assert counts["fill"] == {"os": 5} and counts["rows_in"] == 7 and counts["rows_out"] == 6
+    host = out.to_pandas() if hasattr(out, "to_pandas") else out
+    assert host["os"].tolist() == ["ios", "?", "?", "?", "?", "?"]

@@ -151,11 +151,21 @@ def from_arrow(arr: pa.Array | pa.ChunkedArray, name: str) -> HostColumn:
 
 
 def from_series(s: pd.Series, name: str | None = None) -> HostColumn:
-    """A HostColumn over a pandas series (numpy, masked or Arrow-backed).
+    """A HostColumn over a pandas series (numpy, masked or Arrow-backed) or a cudf series.
 
-    Float NaN counts as null, as everywhere in pandas.
+    Float NaN counts as null, as everywhere in pandas.  Nullable ints (pandas ``Int64``,
+    ``int64[pyarrow]``, cudf ints with nulls) are read as ints with a validity bitmap.
+
+    Example:
+        >>> c = from_series(pd.Series([2**60 + 1, None], dtype="Int64"))
+        >>> c.type, int(c.data[0]) == 2**60 + 1, c.validity_bool().tolist()
+        ('i64', True, [True, False])
     """
     name = name if name is not None else str(s.name)
+    if type(s).__module__.split(".")[0] == "cudf":
+        # through Arrow, never ``to_pandas()``: that turns an int column with nulls into
+        # float64 (bits above 2^53 lost); Arrow keeps the ints and their validity bitmap
+        return from_arrow(s.to_arrow(), name)
     dtype = s.dtype
     if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
         data = s.to_numpy()

@@ -112,7 +112,7 @@ class CudaPlan:
     def run(self, gdf: Any) -> dict[str, Any]:
         """The plan's output columns as cudf series (index of ``gdf``)."""
         cp = self.cp
-        host_df = _backend.to_host(gdf[[c for c in self.plan.input_columns()]])
+        host_df = gdf[[c for c in self.plan.input_columns()]]  # from_series reads cudf via Arrow
         n = len(host_df)
         dev: dict[int, dict[str, Any]] = {}
         for node in self.plan.nodes:

@@ -1,0 +1,87 @@
+"""Device memory: the RMM pool the GPU backend sets up, and how free memory is counted.
+
+The size parsing and the dask-cuda options are plain code and run everywhere; the pool
+itself needs a device (``gpu`` marker).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fbrapids import backend as B
+
+
+@pytest.mark.parametrize("text, free, want", [
+    ("0.5", 10_000, 4864),            # half the free memory, down to a multiple of 256
+    ("0.25", 2**30, 2**28),
+    ("8GiB", 0, 8 * 2**30),
+    ("512MB", 0, 512 * 10**6 // 256 * 256),
+    ("1.5g", 0, 1_500_000_000 // 256 * 256),
+    ("4096", 0, 4096),
+    ("off", 10, None), ("0", 10, None), ("none", 10, None),
+    (None, 1 << 20, 1 << 19),          # unset: the default, half the free memory
+])
+def test_pool_size_parsing(text, free, want):
+    assert B.parse_pool_size(text, free) == want
+
+
+@pytest.mark.parametrize("bad", ["lots", "8 parsecs", "-1GiB", "0.5.5"])
+def test_pool_size_errors_name_the_variable(bad):
+    with pytest.raises(ValueError, match=r"\$FBRAPIDS_RMM_POOL='.*' is not a size"):
+        B.parse_pool_size(bad, 100)
+
+
+def test_cuda_cluster_options_give_each_worker_a_pool(monkeypatch):
+    monkeypatch.delenv(B.POOL_ENV, raising=False)
+    opts = B.cuda_cluster_options(n_workers=1)
+    assert opts == {"n_workers": 1, "rmm_pool_size": 0.5, "rmm_allocator_external_lib_list": ["cupy"]}
+    monkeypatch.setenv(B.POOL_ENV, "12GiB")
+    assert B.cuda_cluster_options()["rmm_pool_size"] == "12GiB"
+    monkeypatch.setenv(B.POOL_ENV, "off")
+    assert "rmm_pool_size" not in B.cuda_cluster_options()
+    monkeypatch.setenv(B.POOL_ENV, "0.3")
+    assert B.cuda_cluster_options(rmm_pool_size="1GB")["rmm_pool_size"] == "1GB"  # given options win
+    assert "rmm_pool_size" not in B.cuda_cluster_options(rmm_async=True)  # dask-cuda warns on both
+
+
+def test_no_device_memory_on_the_cpu():
+    if not B.gpu_missing():
+        pytest.skip("a GPU backend is available here")
+    mem = B.device_memory()
+    assert mem.pool is None and mem.pool_free_bytes() == 0
+
+
+@pytest.mark.gpu
+def test_gpu_backend_allocates_from_one_counted_pool():
+    import cupy
+    import rmm
+
+    be = B.get_backend("gpu")
+    mem = B.device_memory()
+    assert mem.pool is not None and mem.stats is not None
+    chain = B.resource_chain(rmm.mr.get_current_device_resource())
+    assert mem.pool in chain and mem.stats in chain
+    driver_free_before = int(cupy.cuda.runtime.memGetInfo()[0])
+    used_before = mem.stats.allocation_counts.current_bytes
+    free_before = be.free_device_memory()
+    assert free_before >= driver_free_before  # the pool's unused part counts as free
+    n = 64 << 20
+    block = cupy.empty(n, dtype=cupy.uint8)  # cupy allocates through RMM: counted by the adaptor
+    assert mem.stats.allocation_counts.current_bytes - used_before >= n
+    if mem.pool.pool_size() >= mem.stats.allocation_counts.current_bytes:
+        # served from the pool: the driver sees nothing new, the estimate drops by the block
+        assert abs(int(cupy.cuda.runtime.memGetInfo()[0]) - driver_free_before) < n // 2
+        assert free_before - be.free_device_memory() >= n - (1 << 20)
+    del block
+
+
+@pytest.mark.gpu
+def test_torch_allocates_through_rmm_when_routed():
+    torch = pytest.importorskip("torch")
+    mem = B.device_memory()
+    if not mem.torch:
+        pytest.skip("torch touched CUDA before the GPU backend was made (it keeps its own allocator)")
+    before = mem.stats.allocation_counts.current_bytes
+    t = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+    assert mem.stats.allocation_counts.current_bytes - before >= 32 << 20
+    del t
