@@ -10,6 +10,17 @@ That keeps three promises the stock readers do not make together:
 * integer columns keep their exact 64-bit values: 20-digit ids above 2^63 come back as
   ``uint64``, never as float and never wrapped negative.
 
+The dask frame's ``_meta`` is built without reading a partition: parquet from the file's
+schema (footer only), CSV and JSON lines from their first ``META_SAMPLE_ROWS`` rows; every
+partition is then converted to those dtypes (a value that does not fit is an error naming
+the file, column and row; pass ``dtype=`` to choose).
+
+On the GPU backend cudf reads: parquet column-projected (``columns=``, row groups); CSV
+and JSON lines as text on the device, converted there after an on-device check that every
+value parses (pylibcudf's ``is_integer`` with the target's range, ``isfloat``).  A file the
+device check rejects, or whose dtypes it cannot produce, is read by the host reader
+instead, which gives the exact answer or the error naming the row.
+
 Example:
     >>> import tempfile, pandas as pd
     >>> d = tempfile.mkdtemp()
@@ -40,6 +51,7 @@ from fbrapids.errors import ViewError
 log = logging.getLogger(__name__)
 
 FORMATS = ("parquet", "csv", "json")
+META_SAMPLE_ROWS = 10_000  #: CSV / JSON rows read to infer the dtypes of a view
 _SUFFIXES = {
     ".parquet": "parquet", ".pq": "parquet",
     ".csv": "csv", ".tsv": "csv", ".txt": "csv",
@@ -316,15 +328,19 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
 
 
 def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
-                   be: _backend.Backend) -> Any:
+                   be: _backend.Backend, nrows: int | None = None) -> Any:
     path = piece.path
     sep = csv_opts.sep or _sniff_sep(path, csv_opts)
     names = list(csv_opts.names) if csv_opts.names else None
+    if be.is_gpu and nrows is None:
+        frame = _read_csv_device(path, sep, names, columns, csv_opts, dtype, be)
+        if frame is not None:
+            return frame
     try:
         with open_binary(path, csv_opts.compression) as fh:
             frame = pd.read_csv(
                 fh, sep=sep, header=0 if csv_opts.header else None, names=names, encoding=csv_opts.text_encoding,
-                usecols=columns, dtype="str", keep_default_na=False, na_values=[""],
+                usecols=columns, dtype="str", keep_default_na=False, na_values=[""], nrows=nrows,
             )
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
@@ -336,12 +352,100 @@ def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, 
     return _backend.to_backend(frame, be)
 
 
+def _read_csv_device(path: str, sep: str, names: list[str] | None, columns: list[str], csv_opts: _CsvOptions,
+                     dtype: dict[str, Any], be: _backend.Backend) -> Any:
+    """One CSV file read by cudf as text and converted on the device; None: use the host reader."""
+    if any(dtype.get(c) is None for c in columns) or not _device_readable(path, csv_opts):
+        return None  # dtypes still to infer, or compressed / not UTF-8: the host reader decides
+    try:
+        text = be.xdf.read_csv(path, sep=sep, header=0 if csv_opts.header else None, names=names,
+                               usecols=columns, dtype={c: "str" for c in columns},
+                               keep_default_na=False, na_values=[""])
+    except FileNotFoundError:
+        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+    except (ValueError, RuntimeError, OverflowError) as exc:  # libcudf parse errors: the host reader names the row
+        log.debug("%s: cudf could not read it (%s); reading on the host", path, exc)
+        return None
+    return _text_to_dtypes_device(text, columns, dtype, path, be)
+
+
+def _device_readable(path: str, csv_opts: _CsvOptions) -> bool:
+    """Whether cudf reads this text file as the host would: uncompressed UTF-8 (cudf infers
+    compression from the suffix alone, and reads UTF-8 only)."""
+    return compression_of(path, csv_opts.compression) is None and csv_opts.text_encoding == "utf-8-sig"
+
+
+def _read_json_device(path: str, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
+                      be: _backend.Backend) -> Any:
+    """One JSON-lines file read by cudf (only ``columns``, as text) and converted on the
+    device; None: use the host reader."""
+    if any(dtype.get(c) is None for c in columns) or not _device_readable(path, csv_opts):
+        return None
+    with open(path, "rb") as fh:
+        if fh.read(3) == b"\xef\xbb\xbf":
+            return None  # cudf's JSON reader has no BOM handling
+    try:
+        text = be.xdf.read_json(path, lines=True, engine="cudf", dtype={c: "str" for c in columns},
+                                prune_columns=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+    except (ValueError, RuntimeError, OverflowError, TypeError) as exc:
+        log.debug("%s: cudf could not read it (%s); reading on the host", path, exc)
+        return None
+    if any(c not in text.columns for c in columns):
+        return None  # a column absent from every line: the host reader names it
+    return _text_to_dtypes_device(text, columns, dtype, path, be)
+
+
+def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any], path: str,
+                           be: _backend.Backend) -> Any:
+    """cudf string columns converted to ``dtype`` on the device, each conversion checked
+    first; None when a check fails (the host reader then gives the answer or the error)."""
+    import pylibcudf as plc
+
+    out = {}
+    for col in columns:
+        want = dtype[col]
+        values = text[col]
+        if str(want) in ("str", "string", "object") or want is str:
+            out[col] = values
+            continue
+        np_want = np.dtype(getattr(want, "numpy_dtype", want))
+        stripped = values.str.strip()
+        if np_want.kind in "iu":
+            target = plc.types.DataType(plc.types.TypeId.UINT64 if np_want.kind == "u" else plc.types.TypeId.INT64)
+            checked = be.xdf.Series.from_pylibcudf(
+                plc.strings.convert.convert_integers.is_integer(stripped.to_pylibcudf()[0], target))
+        elif np_want.kind == "f":
+            checked = stripped.str.isfloat()
+        else:
+            return None
+        if not bool(checked.all()):  # nulls are skipped: empty fields are nulls
+            log.debug("%s: column %r does not all parse as %s on the device; reading on the host", path, col, np_want)
+            return None
+        out[col] = stripped.astype(np_want)
+    return be.xdf.DataFrame(out)
+
+
+def _check_int_range(exact: pd.Series, want: Any, path: str, column: str) -> None:
+    """Raise, naming the row, when an exact int does not fit ``want`` (numpy would wrap it)."""
+    info = np.iinfo(getattr(want, "numpy_dtype", want))
+    valid = exact.dropna()
+    if not len(valid):
+        return
+    lo, hi = valid.min(), valid.max()
+    if int(lo) < info.min or int(hi) > info.max:
+        bad = valid[(valid > info.max) if int(hi) > info.max else (valid < info.min)]
+        raise ViewError(f"{path}: column {column!r} row {bad.index[0]}: {int(bad.iloc[0])} does not fit {want}")
+
+
 def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -> Any:
     """A CSV text column as ``want``, or inferred: exact ints, else floats, else strings."""
     if want is not None:
         kind = "U" if want in ("str", "string", str) else pd.api.types.pandas_dtype(want).kind
         if kind in "iu":
             exact = _int_text_to_exact(values, path, column)
+            _check_int_range(exact, pd.api.types.pandas_dtype(want), path, column)
             try:
                 return exact.astype(want)
             except (TypeError, ValueError, OverflowError) as exc:
@@ -363,7 +467,12 @@ def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -
 def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions,
               dtype: dict[str, Any], backend_name: str) -> Any:
     """Read one partition; every failure names the file."""
-    be = _backend.get_backend(backend_name)
+    return _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.get_backend(backend_name))
+
+
+def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions,
+                dtype: dict[str, Any], be: _backend.Backend, nrows: int | None = None) -> Any:
+    """One partition (``nrows``: only its first rows, read on the host, for a meta sample)."""
     path = piece.path
     if not os.path.exists(path):
         raise FileNotFoundError(f"view file vanished before it could be read: {path}")
@@ -372,28 +481,31 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
             if be.is_gpu:
                 # cudf takes one list of row groups per input file
                 groups = [list(piece.row_groups)] if piece.row_groups is not None else None
-                frame = be.xdf.read_parquet(path, columns=columns, row_groups=groups)
+                frame = be.xdf.read_parquet(path, columns=columns, row_groups=groups, use_pandas_metadata=False)
+                if piece.row_slice is not None:
+                    frame = frame.iloc[piece.row_slice[0]:piece.row_slice[1]].reset_index(drop=True)
             else:
                 pf = parquet_file(path)
-                if piece.row_groups == ():  # the schema alone (dask meta): nothing decoded
-                    table = pf.schema_arrow.empty_table().select(columns)
-                elif piece.row_groups is not None:
+                if piece.row_groups is not None:
                     table = pf.read_row_groups(list(piece.row_groups), columns=columns)
                 else:
                     table = pf.read(columns=columns)
                 if piece.row_slice is not None:
                     table = table.slice(piece.row_slice[0], piece.row_slice[1] - piece.row_slice[0])
-                frame = normalize_strings(arrow_to_pandas(table))
+                frame = normalize_strings(arrow_to_pandas(table, _masked_ints(dtype)))
         elif fmt == "csv":
-            return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be), dtype, path)
+            return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be, nrows), dtype, path)
         else:
+            device = _read_json_device(path, columns, csv_opts, dtype, be) if be.is_gpu and nrows is None else None
+            if device is not None:
+                return device
             with open_binary(path, csv_opts.compression) as fh:
-                frame = pd.read_json(io.TextIOWrapper(fh, encoding=csv_opts.text_encoding), lines=True, dtype=False)
+                frame = pd.read_json(io.TextIOWrapper(fh, encoding=csv_opts.text_encoding), lines=True, dtype=False,
+                                     nrows=nrows)
             missing = [c for c in columns if c not in frame.columns]
             if missing:
                 raise ViewError(f"{path}: columns {missing} absent; available: {list(frame.columns)}")
-            frame = frame[columns]
-            frame = _backend.to_backend(frame, be)
+            frame = _backend.to_backend(normalize_strings(frame[columns]), be)
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
@@ -403,15 +515,69 @@ def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
     return _apply_dtypes(frame, dtype, path)
 
 
+def _masked_ints(dtype: dict[str, Any]) -> dict[str, Any]:
+    """The columns of ``dtype`` that ask for a pandas nullable int (``Int64``...)."""
+    return {c: d for c, d in dtype.items() if str(d) in _NULLABLE_INTS.values()}
+
+
 def _arrow_list_dtype(t: pa.DataType) -> Any:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return pd.ArrowDtype(t)
     return None
 
 
-def arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
+_NULLABLE_INTS = {pa.int8(): "Int8", pa.int16(): "Int16", pa.int32(): "Int32", pa.int64(): "Int64",
+                  pa.uint8(): "UInt8", pa.uint16(): "UInt16", pa.uint32(): "UInt32", pa.uint64(): "UInt64",
+                  pa.bool_(): "boolean"}
+
+
+def nullable_int_columns(files: Sequence[str], columns: Sequence[str]) -> dict[str, str]:
+    """Integer (and bool) columns of parquet ``files`` that may hold nulls, with the pandas
+    nullable dtype they read as (``{"age": "Int64"}``), from the footers' statistics alone.
+
+    A column is nullable when any row group of any file counts a null in it, or does not
+    say.  Reading those as ``Int64`` in every partition keeps their values exact (pandas
+    would turn an int column with nulls into float64) and the dtype the same everywhere.
+
+    Example:
+        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> p = tempfile.mkdtemp() + "/t.parquet"
+        >>> pq.write_table(pa.table({"a": [1, None], "b": [1, 2], "c": ["x", None]}), p)
+        >>> nullable_int_columns([p], ["a", "b", "c"])
+        {'a': 'Int64'}
+    """
+    out: dict[str, str] = {}
+    for f in files:
+        md = pq.read_metadata(f)
+        schema = md.schema.to_arrow_schema()
+        wanted = {name: _NULLABLE_INTS[schema.field(name).type] for name in columns
+                  if name in schema.names and schema.field(name).type in _NULLABLE_INTS}
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            for j in range(rg.num_columns):
+                chunk = rg.column(j)
+                name = chunk.path_in_schema
+                if name in wanted and name not in out:
+                    st = chunk.statistics
+                    if st is None or not st.has_null_count or st.null_count > 0:
+                        out[name] = wanted[name]
+    return out
+
+
+def decode_dictionaries(table: pa.Table) -> pa.Table:
+    """``table`` with dictionary-encoded columns cast to their value type."""
+    if not any(pa.types.is_dictionary(f.type) for f in table.schema):
+        return table
+    decoded = [pa.field(f.name, f.type.value_type, f.nullable) if pa.types.is_dictionary(f.type) else f
+               for f in table.schema]
+    return table.cast(pa.schema(decoded, metadata=table.schema.metadata))
+
+
+def arrow_to_pandas(table: pa.Table, nullable: dict[str, Any] | None = None) -> pd.DataFrame:
     """A pyarrow table as pandas; list columns stay Arrow-backed (``pd.ArrowDtype``).
 
+    ``nullable`` names integer columns to read as pandas nullable ints (``Int64``), never
+    through float64.
     pandas metadata that names an Arrow dtype pandas cannot parse back (``list<item:
     int64>[pyarrow]``, written by pandas itself) is dropped for those columns only, so
     nullable integer columns keep their ``Int64`` types.
@@ -421,10 +587,17 @@ def arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
     columns behave the same in every partition (a dask meta of unknown categories would
     otherwise decide what a join matches).
     """
-    decoded = [pa.field(f.name, f.type.value_type, f.nullable) if pa.types.is_dictionary(f.type) else f
-               for f in table.schema]
-    if any(pa.types.is_dictionary(f.type) for f in table.schema):
-        table = table.cast(pa.schema(decoded, metadata=table.schema.metadata))
+    table = decode_dictionaries(table)
+    frame = _arrow_to_pandas(table)
+    for name, dtype in (nullable or {}).items():
+        if name in frame.columns and str(frame[name].dtype) != str(dtype):
+            mapper = {t: pd.api.types.pandas_dtype(d) for t, d in _NULLABLE_INTS.items()}.get
+            frame[name] = pd.Series(table.column(name).to_pandas(types_mapper=mapper).array, index=frame.index,
+                                    name=name)
+    return frame
+
+
+def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
     try:
         return table.to_pandas(types_mapper=_arrow_list_dtype)
     except TypeError:
@@ -451,13 +624,38 @@ def normalize_strings(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _apply_dtypes(frame: Any, dtype: dict[str, Any], path: str) -> Any:
+    """``frame``'s columns cast to ``dtype``; a float that is not a whole number never
+    becomes an int silently (the error names the file, column and row)."""
     for col, want in dtype.items():
         if col in frame.columns and str(frame[col].dtype) != str(want):
+            have = getattr(frame[col].dtype, "numpy_dtype", frame[col].dtype)
+            target = getattr(want, "numpy_dtype", None) or (
+                np.dtype(want) if isinstance(want, (str, np.dtype)) and str(want) not in ("str", "string") else None)
+            if isinstance(have, np.dtype) and have.kind == "f" and isinstance(target, np.dtype) and target.kind in "iu":
+                values = frame[col]
+                fractional = values.notna() & ((values - values.round()).abs() > 0)
+                if bool(fractional.any()):
+                    row = _backend.to_host(fractional[fractional].index[:1])[0]
+                    raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: row {row} holds "
+                                    f"{_backend.to_host(values[fractional].iloc[:1]).iloc[0]!r}, not a whole number")
             try:
                 frame[col] = frame[col].astype(want)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}") from None
     return frame
+
+
+def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
+              be: _backend.Backend) -> Any:
+    """The empty frame a view's partitions will look like, without reading a partition:
+    parquet from the schema in the footer, CSV / JSON from the first ``META_SAMPLE_ROWS`` rows."""
+    if fmt == "parquet":
+        empty = parquet_file(piece.path).schema_arrow.empty_table().select(columns)
+        meta = (be.xdf.DataFrame.from_arrow(decode_dictionaries(empty)) if be.is_gpu
+                else normalize_strings(arrow_to_pandas(empty, _masked_ints(dtype))))
+        return _apply_dtypes(meta, dtype, piece.path)
+    sample = _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.CPU, nrows=META_SAMPLE_ROWS)
+    return _backend.to_backend(sample.iloc[:0], be)
 
 
 MIN_PARTITION_ROWS = 16_384
@@ -587,6 +785,12 @@ def read_view(
     unknown = [c for c in dtypes if c not in available]
     if unknown:
         raise ViewError(f"dtype given for absent column(s) {unknown} in {pattern!r}; available: {', '.join(available)}")
+    if fmt == "parquet" and not be.is_gpu:  # (cudf ints hold nulls as they are)
+        dtypes = nullable_int_columns(files, cols) | dtypes
+    meta = view_meta(FilePiece(files[0]), fmt, cols, csv_opts, dtypes, be)
+    if fmt != "parquet":
+        # every partition converts to the sampled dtypes (errors name the file and row)
+        dtypes = {c: meta[c].dtype for c in cols} | dtypes
     if eager:
         pieces = [FilePiece(f) for f in files]
         parts = [_read_one(p, fmt, cols, csv_opts, dtypes, be.name) for p in pieces]
@@ -597,13 +801,6 @@ def read_view(
 
     pieces = _pieces(files, fmt, row_groups_per_partition, partition_rows)
     dd = _backend.dask_dataframe()
-    # parquet on the host: the meta from the schema, without reading a partition
-    first = FilePiece(pieces[0].path, ()) if fmt == "parquet" and not be.is_gpu else pieces[0]
-    meta_frame = _read_one(first, fmt, cols, csv_opts, dtypes, be.name)
-    meta = meta_frame.iloc[:0]
-    if fmt == "csv" and len(pieces) > 1:
-        # make every partition convert to the first file's inferred dtypes (errors name the file)
-        dtypes = {c: meta[c].dtype for c in cols} | dtypes
     log.debug("read_view %s: %d files, %d partitions, format %s, columns %s", pattern, len(files), len(pieces), fmt, cols)
     return dd.from_map(
         _read_one, pieces, fmt=fmt, columns=cols, csv_opts=csv_opts, dtype=dtypes,
