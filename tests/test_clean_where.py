@@ -36,7 +36,7 @@ EXPRESSIONS = [
 ]
 
 
-def _frame(width: str, nulls: bool) -> pd.DataFrame:
+def narrow_frame(width: str, nulls: bool) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     hi = 200 if width == "uint8" else 120
     lo = 0 if width == "uint8" else -100
@@ -106,7 +106,7 @@ def _oracle(expr: str, row: dict) -> bool | None:
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_where_matches_pandas_eval_without_nulls(width, expr):
-    df = _frame(width, nulls=False)
+    df = narrow_frame(width, nulls=False)
     ours = evaluate(expr, df)
     pd_expr = (expr.replace("isnull(x)", "x.isnull()").replace("notnull(x)", "x.notnull()")
                .replace("isna(y)", "y.isna()"))
@@ -125,7 +125,7 @@ def test_where_matches_pandas_eval_without_nulls(width, expr):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_where_three_valued_logic_with_nulls(width, expr):
-    df = _frame(width, nulls=True)
+    df = narrow_frame(width, nulls=True)
     assert df["x"].isna().sum() > 40 and df["y"].isna().sum() > 40
     want = [_oracle(expr, {"x": _py(a), "y": _py(b)}) is True
             for a, b in zip(df["x"].astype(object), df["y"].astype(object))]
@@ -195,7 +195,7 @@ def test_unknown_columns_and_types_are_named():
 def test_dask_meta_and_partitions_agree_on_dtypes():
     import dask.dataframe as dd
 
-    df = _frame("int8", nulls=True).assign(z=pd.array([None] * 200 + [1] * 200, dtype="Int32"))
+    df = narrow_frame("int8", nulls=True).assign(z=pd.array([None] * 200 + [1] * 200, dtype="Int32"))
     ddf = dd.from_pandas(df, npartitions=4)
     out = clean(ddf, fill={"z": -1}, where="x >= 0 and not y > 3")
     parts = [p for p in out.to_delayed()]
