@@ -169,3 +169,15 @@ class RangeError(FbrapidsError, ValueError):
 
 class ServeConfigError(FbrapidsError, ValueError):
     """A serving configuration refused at start-up (e.g. a public host without a token)."""
+
+
+class LabelError(FbrapidsError, ValueError):
+    """A label column a trainer cannot learn from: names the column, the partition and a bad value."""
+
+
+class MetricUndefinedError(FbrapidsError, ValueError):
+    """A metric asked of data that cannot define it (AUC with one class only)."""
+
+
+class UndefinedMetricWarning(UserWarning):
+    """Evaluation data that leaves some metrics undefined (all labels one class)."""

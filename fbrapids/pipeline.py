@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fbrapids import workload
+from fbrapids.trainers.metrics import format_metric
 from fbrapids.backend import get_backend
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,11 @@ class PipelineResult:
                              f"  evictions {t['evictions']:,}  bytes moved {t['bytes_moved']:,}")
         m = self.metrics
         lines += ["", "held-out last day:",
-                  f"  AUC {m.get('auc', float('nan')):.4f}   GAUC {m.get('gauc', float('nan')):.4f}   "
-                  f"logloss {m.get('logloss', float('nan')):.4f}   NE {m.get('ne', float('nan')):.4f}   "
-                  f"calibration {m.get('calibration', float('nan')):.3f}"]
+                  f"  AUC {format_metric(m.get('auc'))}   GAUC {format_metric(m.get('gauc'))}   "
+                  f"logloss {format_metric(m.get('logloss'))}   NE {format_metric(m.get('ne'))}   "
+                  f"calibration {format_metric(m.get('calibration'), '.3f')}"]
+        if m.get("undefined"):
+            lines.append(f"  undefined: {m['undefined']}")
         lines += ["", "pipelining:",
                   f"  samples per second     {self.samples_per_s:>12,.0f}",
                   f"  extraction busy        {self.extract_busy_s:>12.2f} s",

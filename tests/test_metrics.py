@@ -65,7 +65,25 @@ def test_ne_and_calibration() -> None:
     assert abs(normalized_entropy(y, base) - 1.0) < 1e-12  # predicting the base rate: NE = 1
     assert calibration(y, np.full(4, 0.5)) == pytest.approx(2.0)
     m = all_metrics(y, np.array([0.1, 0.2, 0.3, 0.9]))
-    assert m["auc"] == 1.0 and m["n"] == 4 and np.isnan(m["gauc"]) and m["ne"] < 1.0
+    assert m["auc"] == 1.0 and m["n"] == 4 and m["gauc"] is None and m["ne"] < 1.0
+
+
+@pytest.mark.parametrize("label", [0, 1])
+def test_all_one_class_warns_and_reports_undefined_not_nan_or_inf(label) -> None:
+    from fbrapids.errors import UndefinedMetricWarning
+    from fbrapids.trainers.metrics import format_metric
+
+    y = np.full(5, label)
+    p = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    with pytest.warns(UndefinedMetricWarning, match=f"all 5 labels are {label}"):
+        m = all_metrics(y, p, group=[1, 1, 2, 2, 2])
+    assert m["auc"] is None and m["gauc"] is None and m["ne"] is None
+    assert m["logloss"] == pytest.approx(logloss(y, p))
+    if label:
+        assert m["calibration"] == pytest.approx(0.3)  # defined with clicks: mean prediction / 1
+    else:
+        assert m["calibration"] is None and "calibration needs a click" in m["undefined"]
+    assert format_metric(m["auc"]) == "undefined"
 
 
 def test_auc_one_class_raises() -> None:

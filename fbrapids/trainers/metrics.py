@@ -14,9 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
+
+from fbrapids.errors import MetricUndefinedError, UndefinedMetricWarning
 
 
 def _arrays(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -48,14 +51,16 @@ def _avg_ranks(p: np.ndarray) -> np.ndarray:
 def auc(y: Any, p: Any) -> float:
     """Area under the ROC curve (ties count one half), via the rank-sum statistic.
 
-    Raises ``ValueError`` when only one class is present.
+    Raises:
+        MetricUndefinedError: only one class is present (a ``ValueError``).
     """
     y, p = _arrays(y, p)
     pos = y > 0.5
     n_pos = int(pos.sum())
     n_neg = len(y) - n_pos
     if n_pos == 0 or n_neg == 0:
-        raise ValueError("AUC is undefined when only one class is present")
+        raise MetricUndefinedError(f"AUC is undefined when only one class is present ({len(y)} rows, all "
+                                   f"{'positive' if n_pos else 'negative'})")
     r = _avg_ranks(p)
     return float((r[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
@@ -130,23 +135,51 @@ def calibration(y: Any, p: Any) -> float:
     return float(p.mean() / actual) if actual > 0 else float("inf")
 
 
-def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, float]:
-    """``auc``, ``gauc`` (NaN without groups), ``logloss``, ``ne``, ``calibration`` and ``n``.
+def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, Any]:
+    """``auc``, ``gauc``, ``logloss``, ``ne``, ``calibration`` and ``n``.
+
+    A metric the data cannot define is ``None``, never a NaN or an infinity that reads
+    like a result: with labels of one class only, AUC, GAUC and NE are undefined (and
+    calibration too when there are no clicks); an :class:`UndefinedMetricWarning` says so
+    and ``undefined`` holds the reason.  GAUC is ``None`` without groups or when no group
+    has both classes.
 
     Example:
         >>> sorted(all_metrics([0, 1], [0.2, 0.7]))
         ['auc', 'calibration', 'gauc', 'logloss', 'n', 'ne']
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     m = all_metrics([0, 0], [0.2, 0.7])
+        >>> m["auc"], m["calibration"], m["undefined"]
+        (None, None, 'all 2 labels are 0: AUC, GAUC and NE need both classes, calibration needs a click')
     """
     y, p = _arrays(y, p)
-    try:
-        a = auc(y, p)
-    except ValueError:
-        a = float("nan")
-    return {
-        "auc": a,
-        "gauc": gauc(y, p, group) if group is not None else float("nan"),
-        "logloss": logloss(y, p),
-        "ne": normalized_entropy(y, p),
-        "calibration": calibration(y, p),
-        "n": int(len(y)),
-    }
+    pos = int((y > 0.5).sum())
+    out: dict[str, Any] = {"auc": None, "gauc": None, "logloss": logloss(y, p), "ne": None,
+                           "calibration": None, "n": int(len(y))}
+    if pos == 0 or pos == len(y):
+        reason = (f"all {len(y)} labels are {1 if pos else 0}: AUC, GAUC and NE need both classes"
+                  + ("" if pos else ", calibration needs a click"))
+        warnings.warn(f"evaluation: {reason}", UndefinedMetricWarning, stacklevel=2)
+        out["undefined"] = reason
+        if pos:
+            out["calibration"] = calibration(y, p)
+        return out
+    out["auc"] = auc(y, p)
+    if group is not None:
+        g = gauc(y, p, group)
+        out["gauc"] = None if np.isnan(g) else g
+    out["ne"] = normalized_entropy(y, p)
+    out["calibration"] = calibration(y, p)
+    return out
+
+
+def format_metric(value: float | None, spec: str = ".4f") -> str:
+    """A metric for a summary line: ``"undefined"`` for None.
+
+    Example:
+        >>> format_metric(0.71234), format_metric(None)
+        ('0.7123', 'undefined')
+    """
+    return "undefined" if value is None else format(value, spec)

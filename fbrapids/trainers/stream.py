@@ -40,6 +40,7 @@ import torch
 from fbrapids import backend as _backend
 from fbrapids.partition_pass import iter_partitions
 from fbrapids.trainers.batch import Batch, Columns
+from fbrapids.trainers.labels import check_label_range, check_labels
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ class BatchStream:
     def __init__(self, source: Any, label: str, dense: Sequence[str], sparse: Sequence[str], batch_size: int,
                  shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
                  group: str | None = None, nan: str = "error", drop_last: bool = False,
-                 pin_memory: bool | None = None, persist: bool = False) -> None:
+                 pin_memory: bool | None = None, persist: bool = False,
+                 label_range: tuple[float, float] | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch < 1:
@@ -74,6 +76,7 @@ class BatchStream:
         if nan not in ("error", "zero"):
             raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
         self.source = source
+        self.label_range = check_label_range(label_range)
         self.label, self.dense, self.sparse, self.group = label, list(dense), list(sparse), group
         self.batch_size, self.shuffle_window, self.seed = int(batch_size), int(shuffle_window), int(seed)
         self.prefetch, self.device, self.nan, self.drop_last = int(prefetch), device, nan, drop_last
@@ -134,6 +137,7 @@ class BatchStream:
                 if len(part) == 0:
                     self.stats["empty_partitions"] += 1
                     continue
+                check_labels(part[self.label], self.label, i, self.label_range)
                 cols = Columns.from_frame(part, self.label, self.dense, self.sparse, self.group, self.nan, part=i)
                 self.stats["nan_replaced"] += cols.nan_replaced
                 self.stats["rows"] += len(cols)
@@ -193,13 +197,15 @@ class BatchStream:
 def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,
            shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
            group: str | None = None, nan: str = "error", drop_last: bool = False,
-           pin_memory: bool | None = None, persist: bool = False) -> BatchStream:
+           pin_memory: bool | None = None, persist: bool = False,
+           label_range: tuple[float, float] | None = None) -> BatchStream:
     """Batches for torch from a pandas / cudf frame, a dask frame, or an iterable of frames.
 
     Args:
         df: the frame.  Dask frames are computed one partition at a time in a background
             thread, ``prefetch`` partitions ahead.
-        label: the 0/1 label column.
+        label: the label column: 0/1 by default (anything else is a ``LabelError``
+            naming the column, the partition and a bad value; strings too).
         dense: numeric columns, stacked into ``batch.dense`` ``[B, len(dense)]`` float32.
         sparse: integer id columns (int64 / uint64 scalars) or ``list<int64>`` columns;
             each becomes ``batch.sparse[name] = (values, offsets)``.
@@ -214,6 +220,8 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
         pin_memory: default: pin when CUDA is available.
         persist: ``persist()`` a dask frame first (it is then held whole in memory; not
             needed for shared work: every upstream task already runs once per pass).
+        label_range: ``(lo, hi)``: soft labels, any value in that closed range (e.g.
+            ``(0, 1)`` for click rates) instead of 0/1.
 
     Example:
         >>> import pandas as pd, dask.dataframe as dd
@@ -223,4 +231,4 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
         [[0.0, 1.0, 1.0], [0.0]]
     """
     return BatchStream(df, label, dense, sparse, batch_size, shuffle_window, seed, prefetch, device, group, nan,
-                       drop_last, pin_memory, persist)
+                       drop_last, pin_memory, persist, label_range)
