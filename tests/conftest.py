@@ -33,6 +33,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"CPU-only on the GPU backend: {why}"))
 
 
+@pytest.fixture(params=["cpu", "cuda"])
+def device(request: pytest.FixtureRequest) -> str:
+    """A torch device to run on: ``cpu``, and ``cuda`` wherever torch sees a CUDA device
+    (with or without the cudf backend, so not behind the ``gpu`` marker)."""
+    if request.param == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real CTR samples; tests using them skip when ../shared/data is absent."""

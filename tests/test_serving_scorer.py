@@ -13,6 +13,7 @@ from fbrapids.kernels.extract import plan_for
 from fbrapids.serving import Scorer, export_model, load_scorer
 from fbrapids.serving.example import request_records, train_example
 from fbrapids.trainers import DeepFM, StoreConfig, fit
+from fbrapids.trainers.device import module_device
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +31,13 @@ def training_side_scores(model, spec, request: dict, items: list[dict]) -> np.nd
     ext = rows.fbx.extract(**spec.features)
     batch = next(iter(ext.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=len(rows))))
     with torch.no_grad():
-        return model.eval().predict(batch).numpy()
+        return model.eval().predict(batch.to(module_device(model))).cpu().numpy()
 
 
-def test_scores_equal_training_side(trained) -> None:
+def test_scores_equal_training_side(trained, device: str) -> None:
     model, spec, _, (users, ads, _) = trained
-    on, off = Scorer(model, spec), Scorer(model, spec, dedup=False)
+    on, off = Scorer(model, spec, device=device), Scorer(model, spec, dedup=False)
+    assert module_device(model).type == device and {s.device.type for s in model.stores().values()} == {device}
     for seed, n in ((1, 5), (2, 300)):
         req, items = request_records(users, ads, n, seed=seed)
         items = items + items[:3]  # repeated candidates
@@ -43,6 +45,7 @@ def test_scores_equal_training_side(trained) -> None:
         np.testing.assert_allclose(on.score(req, items), ref, atol=1e-6, rtol=0)
         np.testing.assert_allclose(off.score(req, items), ref, atol=1e-7, rtol=0)
     assert len(np.unique(ref)) > 10  # the scores are not all the same
+    model.to("cpu")  # the module-scoped model goes back for the other tests
 
 
 def test_request_once_items_once_with_cache(trained) -> None:

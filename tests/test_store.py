@@ -30,9 +30,10 @@ def train(store: TieredEmbeddingStore, batches: list[np.ndarray], prefetch: bool
         lk = store.lookup(ids)
         if prefetch and i + 1 < len(batches):
             store.prefetch(batches[i + 1])
-        offsets = torch.arange(0, len(ids), 4)
+        dev = lk.rows.device  # tensors are built on the device of the lookup
+        offsets = torch.arange(0, len(ids), 4, device=dev)
         pooled = F.embedding_bag(lk.inverse, lk.rows, offsets, mode="sum")
-        w = torch.sin(torch.arange(pooled.numel(), dtype=torch.float32) + i).reshape(pooled.shape)
+        w = torch.sin(torch.arange(pooled.numel(), dtype=torch.float32, device=dev) + i).reshape(pooled.shape)
         (pooled * w).sum().backward()
         store.apply_gradients(lk)
         store.end_step()
@@ -57,9 +58,9 @@ def test_hash_map_takes_every_64_bit_key() -> None:
     assert dict(zip(k.tolist(), v.tolist()))[2**64 - 1] == 3
 
 
-def test_negative_int64_ids_are_twos_complement_uint64() -> None:
+def test_negative_int64_ids_are_twos_complement_uint64(device: str) -> None:
     assert as_uint64_ids(np.array([-1, -2**63])).tolist() == [2**64 - 1, 2**63]
-    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16))
+    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, device=device))
     a = s.lookup(np.array([-1], dtype=np.int64), requires_grad=False)
     s.end_step()
     b = s.lookup(np.array([2**64 - 1], dtype=np.uint64), requires_grad=False)
@@ -90,12 +91,12 @@ def mixed_batches(n_batches: int, batch: int, seed: int) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("optimizer,eviction", [("adagrad", "lru"), ("sgd", "lfu"), ("adagrad", "lfu")])
-def test_small_tiers_match_all_in_ram_bit_for_bit(tmp_path, optimizer: str, eviction: str) -> None:
+def test_small_tiers_match_all_in_ram_bit_for_bit(tmp_path, optimizer: str, eviction: str, device: str) -> None:
     batches = mixed_batches(400, 32, seed=1)
     n_rows = len(np.unique(np.concatenate(batches)))
     cache, host = n_rows // 100, n_rows // 10  # device tier 1%, host tier 10% of the rows
     assert cache >= 2 * 32  # room for the current and the prefetched batch
-    base = StoreConfig(dim=8, optimizer=optimizer, lr=0.3, eviction=eviction, seed=11)
+    base = StoreConfig(dim=8, optimizer=optimizer, lr=0.3, eviction=eviction, seed=11, device=device)
     ram = TieredEmbeddingStore(base.with_(cache_rows=1 << 16), "t")
     tiers = TieredEmbeddingStore(base.with_(cache_rows=cache, host_rows=host, ssd_dir=str(tmp_path)), "t")
     train(ram, batches)
@@ -126,8 +127,9 @@ def test_adagrad_row_state_and_update_rule() -> None:
     assert torch.allclose(torch.from_numpy(rows[:, :2]), expect, atol=1e-7)
 
 
-def test_admission_gate_reads_default_row_until_k_sightings() -> None:
-    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, admit_after=3, optimizer="sgd", lr=1.0))
+def test_admission_gate_reads_default_row_until_k_sightings(device: str) -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, admit_after=3, optimizer="sgd", lr=1.0,
+                                         device=device))
     for step in range(3):
         lk = s.lookup(np.array([7, 7, 9]))  # 7 is seen once per batch, not once per occurrence
         admitted = dict(zip(lk.ids.tolist(), lk.admitted.tolist()))
@@ -141,8 +143,9 @@ def test_admission_gate_reads_default_row_until_k_sightings() -> None:
     assert np.array_equal(s.weights(np.array([7])), init_rows(np.array([7], np.uint64), 4, 0, 0.5) - 1.0)
 
 
-def test_current_and_prefetched_rows_are_pinned(tmp_path) -> None:
-    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8, host_rows=8, ssd_dir=str(tmp_path), evict_fraction=0))
+def test_current_and_prefetched_rows_are_pinned(tmp_path, device: str) -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8, host_rows=8, ssd_dir=str(tmp_path), evict_fraction=0,
+                                         device=device))
     cur = s.lookup(np.arange(4))
     assert s.prefetch(np.arange(100, 104)) == 0  # not admitted yet: prefetch does not admit
     s.lookup(np.arange(100, 104))  # same step: 8 pinned rows fill the cache
@@ -150,7 +153,7 @@ def test_current_and_prefetched_rows_are_pinned(tmp_path) -> None:
         s.lookup(np.arange(200, 201))
     s.end_step()
     s2 = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8, host_rows=8, ssd_dir=str(tmp_path / "b"),
-                                          evict_fraction=0))
+                                          evict_fraction=0, device=device))
     s2.lookup(np.arange(8)); s2.end_step()
     s2.lookup(np.arange(8, 12)); s2.end_step()  # rows 0..3 evicted (LRU), 4..7 remain
     s2.lookup(np.arange(4, 8))  # current batch
@@ -164,8 +167,8 @@ def test_current_and_prefetched_rows_are_pinned(tmp_path) -> None:
     del cur
 
 
-def test_stats_count_bytes_moved(tmp_path) -> None:
-    cfg = StoreConfig(dim=4, cache_rows=4, host_rows=4, ssd_dir=str(tmp_path), evict_fraction=0)
+def test_stats_count_bytes_moved(tmp_path, device: str) -> None:
+    cfg = StoreConfig(dim=4, cache_rows=4, host_rows=4, ssd_dir=str(tmp_path), evict_fraction=0, device=device)
     s = TieredEmbeddingStore(cfg)
     w4 = cfg.width * 4
     for start in (0, 4, 8, 0):
@@ -180,9 +183,10 @@ def test_stats_count_bytes_moved(tmp_path) -> None:
     assert st["cache"]["bytes_in"] == 16 * w4
 
 
-def test_flush_persists_index_and_save_load_roundtrip(tmp_path) -> None:
+def test_flush_persists_index_and_save_load_roundtrip(tmp_path, device: str) -> None:
     batches = zipf_batches(30, 32, seed=2)
-    cfg = StoreConfig(dim=4, cache_rows=64, host_rows=64, ssd_dir=str(tmp_path / "ssd"), admit_after=2)
+    cfg = StoreConfig(dim=4, cache_rows=64, host_rows=64, ssd_dir=str(tmp_path / "ssd"), admit_after=2,
+                      device=device)
     s = TieredEmbeddingStore(cfg, "t")
     train(s, batches)
     s.flush()
@@ -198,8 +202,8 @@ def test_flush_persists_index_and_save_load_roundtrip(tmp_path) -> None:
     assert [a.tobytes() for a in rows_by_id(r)] == [a.tobytes() for a in rows_by_id(s)]
 
 
-def test_assign_imports_dense_rows() -> None:
-    s = TieredEmbeddingStore(StoreConfig(dim=3, cache_rows=4))
+def test_assign_imports_dense_rows(device: str) -> None:
+    s = TieredEmbeddingStore(StoreConfig(dim=3, cache_rows=4, device=device))
     w = np.arange(30, dtype=np.float32).reshape(10, 3)
     s.assign(np.arange(10), w)
     assert np.array_equal(s.weights(np.arange(10)), w)
@@ -228,8 +232,8 @@ def test_device_tier_on_cuda_matches_the_cpu_store(tmp_path) -> None:
     assert np.array_equal(ig, ic) and np.allclose(rg, rc, rtol=1e-5, atol=1e-6)
 
 
-def test_read_only_lookup_larger_than_the_cache_reads_through(tmp_path) -> None:
-    cfg = StoreConfig(dim=4, cache_rows=16, host_rows=16, ssd_dir=str(tmp_path))
+def test_read_only_lookup_larger_than_the_cache_reads_through(tmp_path, device: str) -> None:
+    cfg = StoreConfig(dim=4, cache_rows=16, host_rows=16, ssd_dir=str(tmp_path), device=device)
     s = TieredEmbeddingStore(cfg)
     for start in range(0, 64, 8):  # 64 rows, most of them only on the SSD
         s.lookup(np.arange(start, start + 8), requires_grad=False)
@@ -242,7 +246,8 @@ def test_read_only_lookup_larger_than_the_cache_reads_through(tmp_path) -> None:
     s.end_step()
     lk = s.lookup(np.arange(100), requires_grad=False)  # 36 new ids too
     assert lk.rows.shape == (100, 4) and len(lk.slots) == 0
-    assert np.array_equal(lk.rows.numpy(), s.weights(np.arange(100)))
+    assert lk.rows.device.type == device
+    assert np.array_equal(lk.rows.cpu().numpy(), s.weights(np.arange(100)))
     assert np.array_equal(s.weights(np.arange(64, 100)), init_rows(np.arange(64, 100, dtype=np.uint64), 4, 0, 0.5))
 
 

@@ -52,17 +52,18 @@ def _sparse_batch(rng: np.random.Generator, b: int) -> dict[str, tuple[torch.Ten
     return out
 
 
-def test_stacked_lookup_matches_per_table_bags() -> None:
+def test_stacked_lookup_matches_per_table_bags(device: str) -> None:
     """Same pooled values bit for bit; row gradients equal up to summation order."""
     rng = np.random.default_rng(3)
     cfg = StoreConfig(dim=4, cache_rows=512, optimizer="sgd", lr=0.0)  # lr 0: the weights stay put
     feats = ["a", "l", "s", "e"]
-    ebc = TieredEmbeddingBagCollection(feats, cfg, tables={"s": "l"})  # "s" shares the table of "l"
+    ebc = TieredEmbeddingBagCollection(feats, cfg, tables={"s": "l"}).to(device)  # "s" shares the table of "l"
     for _ in range(3):
-        sp = _sparse_batch(rng, 37)
+        sp = {f: (v.to(device), o.to(device)) for f, (v, o) in _sparse_batch(rng, 37).items()}
         per = ebc.lookup(sp)  # the plain path: a leaf per table, embedding_bag per feature
         want = {f: F.embedding_bag(per[f][1], per[f][0], sp[f][1], mode="sum") for f in feats}
-        w = {f: torch.randn(37, 4) for f in feats}
+        assert {t.device.type for t in want.values()} == {device}
+        w = {f: torch.randn(37, 4, device=device) for f in feats}
         sum((want[f] * w[f]).sum() for f in feats).backward()
         want_grad = {t: lk.rows.grad.clone() for (_, lk), t in zip(ebc._pending, ["a", "l", "e"])}
         ebc.apply_gradients()

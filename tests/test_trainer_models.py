@@ -93,7 +93,7 @@ MODELS = {
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_learns_the_ad_signal(name: str, tmp_path) -> None:
+def test_model_learns_the_ad_signal(name: str, tmp_path, device: str) -> None:
     torch.manual_seed(0)
     df = _frame_with_history(3072)
     train, test = df.iloc[:2560], df.iloc[2560:]
@@ -101,7 +101,7 @@ def test_model_learns_the_ad_signal(name: str, tmp_path) -> None:
     store = StoreConfig(cache_rows=600, host_rows=100, ssd_dir=str(tmp_path), lr=0.05)
     model = MODELS[name](store)
     kw = dict(label="click", dense=["d0", "d1"], sparse=feats, group="user")
-    before = evaluate(model, stream(test, batch_size=256, **kw), progress=False)
+    before = evaluate(model, stream(test, batch_size=256, **kw), progress=False, device=device)
     res = fit(model, stream(train, batch_size=64, shuffle_window=512, **kw), epochs=2,
               optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), progress=False)
     assert res.steps == 2 * 40 and np.isfinite(res.losses).all()
@@ -110,6 +110,7 @@ def test_model_learns_the_ad_signal(name: str, tmp_path) -> None:
     assert m["n"] == 512 and m["auc"] > 0.62 and m["auc"] > before["auc"] + 0.1, (before, m)
     assert m["logloss"] < before["logloss"] and m["ne"] < 1.0 and 0.7 < m["calibration"] < 1.4
     assert 0.5 < m["gauc"] <= 1.0
+    assert {s.device.type for s in model.stores().values()} == {p.device.type for p in model.parameters()} == {device}
     st = model.sparse_stats()
     assert max(s["rows"] for s in st.values()) > 600 + 100  # a table outgrew its cache + host tiers
     assert sum(s["host"]["evictions"] for s in st.values()) > 0  # and the SSD tier was used

@@ -33,6 +33,7 @@ import torch
 
 from fbrapids.trainers.batch import Batch, _ragged_take
 from fbrapids.trainers.models import WideAndDeep
+from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
 
 
@@ -93,7 +94,7 @@ def _pool(coll, looked, offsets: np.ndarray, dev: torch.device) -> torch.Tensor:
 
 def _wide_deep(model: WideAndDeep, req: SideArrays, rows: SideArrays, owner: np.ndarray,
                dense: Sequence[tuple[str, int]], sparse: Sequence[str]) -> torch.Tensor:
-    dev = model.wide_dense.weight.device
+    dev = module_device(model)
     own = _t(owner).to(dev)
     side_sparse = {f: (req.sparse[f] if f not in rows.sparse else rows.sparse[f]) for f in model.sparse_features}
     is_req = {f: f not in rows.sparse for f in model.sparse_features}
@@ -145,4 +146,4 @@ def split_forward(model: CTRModel, req: SideArrays, rows: SideArrays, owner: np.
     """
     if supports_split(model):
         return _wide_deep(model, req, rows, owner, dense, sparse)
-    return model(broadcast_batch(req, rows, owner, dense, sparse))
+    return model(broadcast_batch(req, rows, owner, dense, sparse).to(module_device(model)))

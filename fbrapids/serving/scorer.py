@@ -78,6 +78,7 @@ from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.forward import SideArrays, _t, split_forward
 from fbrapids.serving.spec import F32_MAX, ServingSpec, records_to_columns, records_to_frame, show
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
+from fbrapids.trainers.device import place_model
 from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
@@ -95,14 +96,18 @@ class Scorer:
         max_items: refuse calls with more candidate items than this (all requests together).
         cache_bytes: bytes the item cache's entries may hold (keys, strings included).
         max_requests: refuse :meth:`score_batch` calls with more requests than this.
+        device: where the model scores (:func:`fbrapids.trainers.device.place_model`); every
+            batch is built there.
     """
 
     def __init__(self, model: CTRModel, spec: ServingSpec, cache_items: int = 100_000, dedup: bool = True,
-                 max_items: int = 100_000, cache_bytes: int = 256 << 20, max_requests: int = 1024) -> None:
+                 max_items: int = 100_000, cache_bytes: int = 256 << 20, max_requests: int = 1024,
+                 device: str | torch.device | None = None) -> None:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1)):
             if type(v) is not int or v < lo:
                 raise ValueError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
+        self.device = place_model(model, device)
         self.model = model.eval()
         self.spec = spec
         self.dedup = dedup
@@ -311,7 +316,7 @@ class Scorer:
             frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], name)
             arr = self._arrays(frame, spec.features, list(spec.dense), list(spec.sparse), "pairs_extracted", name)
             self.stats["rows_scored"] += len(frame)
-            logits = self.model(_batch(arr))
+            logits = self.model(_batch(arr).to(self.device))
             parts.append(torch.sigmoid(logits).float().cpu().numpy())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 

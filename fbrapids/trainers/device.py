@@ -66,3 +66,22 @@ def module_device(module: nn.Module) -> torch.device:
     for t in module.buffers():
         return t.device
     return torch.device("cpu")
+
+
+def place_model(model: nn.Module, device: str | torch.device | None = None) -> torch.device:
+    """Put ``model`` (with its stores' cache tiers) where the rule says; returns the device.
+
+    With ``device=None``, a model its owner already put on an accelerator stays there;
+    otherwise it moves to :func:`resolve_device` ``(device)``.
+
+    Example:
+        >>> place_model(torch.nn.Linear(2, 1), "cpu")
+        device(type='cpu')
+    """
+    here = module_device(model)
+    if device is None and here.type != "cpu":
+        return here
+    target = resolve_device(device)
+    if target != here or device is not None:
+        model.to(target)
+    return module_device(model) if any(True for _ in model.parameters()) else target

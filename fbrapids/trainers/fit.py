@@ -52,6 +52,7 @@ from fbrapids.trainers.batch import Batch
 from fbrapids.manifest import resolve_inside
 from fbrapids.trainers.checkpoint import (checkpoint_dir, checkpoints, clean_partial, newest_verified, prune,
                                           step_name, verify_checkpoint, write_atomic)
+from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.workdir import lock_work_dir, preflight
@@ -278,7 +279,8 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
 def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps: int | None = None,
         optimizer: torch.optim.Optimizer | None = None, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, resume: bool = True, progress: bool = True,
-        prefetch_rows: bool = True, keep_checkpoints: int | None = 3, nan: str = "error") -> FitResult:
+        prefetch_rows: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
+        device: str | torch.device | None = None) -> FitResult:
     """Train ``model`` on ``batches`` with binary cross-entropy on logits.
 
     Args:
@@ -304,7 +306,12 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             the update; ``"skip"`` drops that batch's update (the steps are listed in
             ``FitResult.skipped``); ``"warn"`` logs and applies it.  Checkpoints are never
             written from non-finite weights, whatever the policy.
+        device: where to train (:func:`fbrapids.trainers.device.place_model`: this, else
+            where the model already is on an accelerator, else ``$FBRAPIDS_DEVICE``, else
+            cuda on the GPU backend, else the CPU); the model, its stores' caches and every
+            batch go there.
     """
+    place_model(model, device)
     if nan not in NAN_POLICIES:
         raise ValueError(f"nan must be one of {', '.join(NAN_POLICIES)}, got {nan!r}")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -328,6 +335,7 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
            checkpoint_every: int | None, progress: bool, prefetch_rows: bool, keep_checkpoints: int | None,
            nan: str) -> int:
     step = 0
+    dev = module_device(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
     bar = tqdm(total=max_steps, initial=start, disable=not progress, desc="fit", unit="batch")
@@ -342,6 +350,7 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                     step += 1
                     continue
                 optimizer.zero_grad(set_to_none=True)
+                batch = batch.to(dev)
                 logits = model(batch)
                 if prefetch_rows and nxt is not None:
                     model.prefetch(nxt)
@@ -376,12 +385,15 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
 
 
 @torch.no_grad()
-def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True) -> dict[str, np.ndarray]:
-    """Predictions, labels and groups (when the batches carry them) as numpy arrays."""
+def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
+            device: str | torch.device | None = None) -> dict[str, np.ndarray]:
+    """Predictions, labels and groups (when the batches carry them) as numpy arrays; the
+    model runs where :func:`~fbrapids.trainers.device.place_model` puts it, and so do the batches."""
+    dev = place_model(model, device)
     model.eval()
     ps, ys, gs = [], [], []
     for batch in tqdm(batches, disable=not progress, desc="predict", unit="batch"):
-        ps.append(model.predict(batch).float().cpu().numpy())
+        ps.append(model.predict(batch.to(dev)).float().cpu().numpy())
         ys.append(batch.label.cpu().numpy())
         if batch.group is not None:
             gs.append(batch.group.cpu().numpy())
@@ -392,8 +404,9 @@ def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True) ->
     return out
 
 
-def evaluate(model: CTRModel, batches: Iterable[Batch], progress: bool = True) -> dict[str, float]:
+def evaluate(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
+             device: str | torch.device | None = None) -> dict[str, float]:
     """AUC, GAUC (needs ``group=`` in the stream; NaN otherwise), logloss, normalized entropy,
-    calibration and the number of rows, over ``batches``."""
-    out = predict(model, batches, progress)
+    calibration and the number of rows, over ``batches`` (on ``device`` as in :func:`predict`)."""
+    out = predict(model, batches, progress, device)
     return all_metrics(out["label"], out["pred"], out.get("group"))

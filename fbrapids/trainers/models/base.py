@@ -52,7 +52,3 @@ class CTRModel(nn.Module):
     def _dense(batch: Batch, device: torch.device) -> torch.Tensor:
         return batch.dense.to(device)
 
-
-def model_device(model: nn.Module) -> torch.device:
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")

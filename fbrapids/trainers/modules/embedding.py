@@ -48,6 +48,9 @@ class TieredEmbeddingBagCollection(nn.Module):
         mode: ``"sum"`` or ``"mean"`` pooling.
         prefix: prepended to table names (store names, and their SSD sub-directories), so
             that two collections of one model keep separate files.
+
+    The stores' cache tiers start on the CPU, like the module's parameters (unless a
+    config names a device), and follow the module: ``module.to(device)`` moves them.
     """
 
     def __init__(self, features: Sequence[str], config: StoreConfig | Mapping[str, StoreConfig],
@@ -59,7 +62,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         self.stores: dict[str, TieredEmbeddingStore] = {}
         for t in dict.fromkeys(self.table_of.values()):
             cfg = config[t] if isinstance(config, Mapping) else config
-            self.stores[t] = TieredEmbeddingStore(cfg, name=prefix + t)
+            self.stores[t] = TieredEmbeddingStore(cfg, name=prefix + t, device="cpu")
         dims = {s.config.dim for s in self.stores.values()}
         if len(dims) != 1:
             raise ValueError(f"tables of one collection must share a dim, got {sorted(dims)}")
@@ -67,6 +70,18 @@ class TieredEmbeddingBagCollection(nn.Module):
         self._pending: list[tuple[TieredEmbeddingStore, Lookup]] = []
         # the leaf of the last stacked lookup and, per table, its rows' range in the leaf
         self._stacked: tuple[torch.Tensor, list[tuple[TieredEmbeddingStore, Lookup, int, int]]] | None = None
+
+    def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
+        """``to`` / ``cuda`` / ``cpu`` on the module also move every store's cache tier."""
+        out = super()._apply(fn, recurse)
+        for store in self.stores.values():
+            store.to(fn(torch.empty(0, device=store.device)).device)
+        return out
+
+    @property
+    def device(self) -> torch.device:
+        """Where the stores' cache tiers (and so lookups and pooled outputs) are."""
+        return next(iter(self.stores.values())).device
 
     def _by_table(self, sparse: Sparse, names: Sequence[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -121,12 +121,14 @@ class TieredEmbeddingStore:
     Args:
         config: tier sizes, optimizer, initialisation.
         name: table name (the SSD files go to ``config.ssd_dir / name``).
+        device: where the cache tier lives when ``config.device`` is None (default: the
+            device rule, :func:`fbrapids.trainers.device.resolve_device`).
     """
 
-    def __init__(self, config: StoreConfig, name: str = "table") -> None:
+    def __init__(self, config: StoreConfig, name: str = "table", device: str | torch.device | None = None) -> None:
         self.config = config
         self.name = name
-        self.device = resolve_device(config.device)
+        self.device = resolve_device(config.device or device)
         if config.ssd_dir is not None:
             key = str((Path(config.ssd_dir) / name).resolve())
             other = _OPEN_SSD_DIRS.get(key)
