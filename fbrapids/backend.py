@@ -342,6 +342,11 @@ def backend_of(obj: Any) -> Backend:
 def to_host(obj: Any) -> Any:
     """Copy a cudf / cupy object to pandas / numpy; anything else is returned as is.
 
+    cudf columns arrive as the CPU backend would hold them: list (and struct) columns
+    Arrow-backed (``pd.ArrowDtype``), never object arrays of Python lists; integer and bool
+    columns with nulls as pandas nullable dtypes (``Int64``), never float64 (whose bits
+    lose ids above 2^53); everything else as cudf's ``to_pandas()`` gives it.
+
     Example:
         >>> import numpy as np
         >>> to_host(np.arange(3)).tolist()
@@ -349,10 +354,26 @@ def to_host(obj: Any) -> Any:
     """
     if is_gpu_object(obj):
         if hasattr(obj, "to_pandas"):
-            return obj.to_pandas()
+            if hasattr(obj, "columns"):  # a cudf DataFrame: column by column, one index
+                columns = {c: _series_to_host(obj[c]).array for c in obj.columns}  # arrays: no alignment
+                return pd.DataFrame(columns, index=obj.index.to_pandas())
+            if hasattr(obj, "null_count") and hasattr(obj, "index"):  # a cudf Series
+                return _series_to_host(obj).set_axis(obj.index.to_pandas())
+            return obj.to_pandas()  # an Index
         if hasattr(obj, "get"):
             return obj.get()
     return obj
+
+
+def _series_to_host(s: Any) -> pd.Series:
+    """One cudf series as pandas (RangeIndex), with the dtype rules of :func:`to_host`."""
+    kind = getattr(s.dtype, "kind", "O")
+    nested = type(s.dtype).__name__ in ("ListDtype", "StructDtype")
+    if nested:
+        return s.to_pandas(index=False, arrow_type=True)
+    if kind in "iub" and int(s.null_count) > 0:
+        return s.to_pandas(index=False, nullable=True)
+    return s.to_pandas(index=False)
 
 
 def to_backend(obj: Any, backend: Backend) -> Any:

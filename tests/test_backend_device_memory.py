@@ -85,3 +85,22 @@ def test_torch_allocates_through_rmm_when_routed():
     t = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
     assert mem.stats.allocation_counts.current_bytes - before >= 32 << 20
     del t
+
+
+@pytest.mark.gpu
+def test_to_host_keeps_lists_arrow_backed_and_nullable_ints_exact():
+    import pandas as pd
+    import pyarrow as pa
+
+    be = B.get_backend("gpu")
+    host = pd.DataFrame({"i": pd.array([2**60 + 1, None, 3], dtype="Int64"),
+                         "l": pd.Series(pd.arrays.ArrowExtensionArray(pa.array([[1, 2], None, []], pa.list_(pa.int64())))),
+                         "s": pd.Series(["a", None, "c"], dtype="str"), "f": [0.5, 1.5, 2.5]},
+                        index=[10, 20, 30])
+    dev = B.to_backend(host, be)[lambda d: d["f"] > 1.0]  # a filtered partition: index 20, 30
+    back = B.to_host(dev)
+    assert back.index.tolist() == [20, 30]
+    assert str(back["i"].dtype) == "Int64" and back["i"].tolist()[1] == 3 and back["i"].isna().tolist() == [True, False]
+    assert isinstance(back["l"].dtype, pd.ArrowDtype) and back["l"].tolist()[1] == []
+    assert back["s"].tolist()[1] == "c" and back["f"].tolist() == [1.5, 2.5]
+    assert B.to_host(B.to_backend(host, be)["i"]).tolist()[0] == 2**60 + 1
