@@ -9,6 +9,8 @@ import pytest
 import fbrapids
 from fbrapids.views.read import ViewError, read_view
 
+pytestmark = pytest.mark.cpu_only(reason="asserts the host reader's pandas dtypes and messages; cudf's reader is checked by test_read_view_meta.py::test_gpu_views_read_by_cudf_match_the_cpu")
+
 
 def _is_dask(obj):
     return hasattr(obj, "npartitions")

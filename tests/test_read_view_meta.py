@@ -15,6 +15,14 @@ from fbrapids.views import read as R
 from fbrapids.views.read import read_view
 
 
+@pytest.fixture(autouse=True)
+def host_reader(request, monkeypatch):
+    """The CPU tests here check the host reader (pandas dtypes) whatever FBRAPIDS_BACKEND
+    says; the cudf reader has its own test below."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("FBRAPIDS_BACKEND", "cpu")
+
+
 def _dtypes(frame) -> dict:
     return {c: str(t) for c, t in frame.dtypes.items()}
 

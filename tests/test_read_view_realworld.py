@@ -15,6 +15,8 @@ import fbrapids  # noqa: F401
 from fbrapids import ops, read_view
 from fbrapids.errors import ViewError
 
+pytestmark = pytest.mark.cpu_only(reason="asserts the host reader's pandas dtypes, decompression and messages (compressed files are read on the host on every backend)")
+
 CSV = "user_id,q\n1,a b\n2,c\n"
 
 
