@@ -187,7 +187,7 @@ def bodies(draw, base: dict) -> bytes:
         else:
             rec[col] = draw(st.floats() | st.integers(min_value=-(1 << 66), max_value=1 << 66))
     if draw(st.booleans()):
-        body["items"].append(dict(body["items"][0], ad_id=body["items"][1]["ad_id"]))
+        body["items"].append(dict(body["items"][0], ad_id=body["items"][1].get("ad_id")))
     return json.dumps(body).encode()  # NaN / Infinity written as such: Python's JSON reads them
 
 
