@@ -48,8 +48,8 @@ from fbrapids import ops  # noqa: E402
 from fbrapids import workload  # noqa: E402
 from fbrapids.backend import get_backend, gpu_missing, to_host  # noqa: E402
 from fbrapids.kernels.columns import to_series  # noqa: E402
-from fbrapids.kernels.extract import compiled_plan, extract  # noqa: E402
-from fbrapids.kernels.stats import reset_stats, stats  # noqa: E402
+from fbrapids.features import compiled_plan, extract  # noqa: E402
+from fbrapids.kernels import reset_stats, stats  # noqa: E402
 
 # the columns of the joined view the output carries through, besides the features
 CARRIED = ["instance_id", "click", "slot", "category"]

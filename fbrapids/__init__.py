@@ -34,7 +34,7 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light
 
         return importlib.import_module("fbrapids.ops")
     if name == "FeatureSet":
-        from fbrapids.kernels.extract import FeatureSet
+        from fbrapids.features import FeatureSet
 
         return FeatureSet
     if name == "trial":

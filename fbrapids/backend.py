@@ -53,7 +53,12 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 
 
 @functools.lru_cache(maxsize=None)
-def _try_import(name: str) -> ModuleType | None:
+def try_import(name: str) -> ModuleType | None:
+    """The module ``name``, or None when it cannot be imported.
+
+    >>> try_import("json").__name__, try_import("no_such_module_fbx")
+    ('json', None)
+    """
     try:
         return importlib.import_module(name)
     except Exception as exc:  # ImportError, but also CUDA driver errors raised at import
@@ -71,9 +76,9 @@ def gpu_missing() -> tuple[str, ...]:
     """
     missing = []
     for mod, pkg in (("cudf", "cudf-cu13"), ("dask_cudf", "dask-cudf-cu13"), ("cupy", "cupy-cuda13x")):
-        if _try_import(mod) is None:
+        if try_import(mod) is None:
             missing.append(f"python package {pkg!r} (import {mod})")
-    cupy = _try_import("cupy")
+    cupy = try_import("cupy")
     if cupy is not None:
         try:
             if cupy.cuda.runtime.getDeviceCount() < 1:
@@ -206,8 +211,8 @@ def _setup_device_memory(rmm: Any) -> DeviceMemory:
     elif pool is not None and stats is None:  # e.g. a dask-cuda worker's pool: count over it, never re-initialise it
         stats = mr_mod.StatisticsResourceAdaptor(mr_mod.get_current_device_resource())
         mr_mod.set_current_device_resource(stats)
-    cupy = _try_import("cupy")
-    allocators = _try_import("rmm.allocators.cupy")
+    cupy = try_import("cupy")
+    allocators = try_import("rmm.allocators.cupy")
     if cupy is not None and allocators is not None:
         cupy.cuda.set_allocator(allocators.rmm_cupy_allocator)
     return DeviceMemory(pool, stats, created, _route_torch() if pool is not None else False)
@@ -217,8 +222,8 @@ def _route_torch() -> bool:
     """torch's CUDA allocations through RMM, when torch has not allocated on CUDA yet."""
     if os.environ.get(TORCH_POOL_ENV, "1").strip() in ("0", "off", "false", "no"):
         return False
-    torch = _try_import("torch")
-    allocator = getattr(_try_import("rmm.allocators.torch"), "rmm_torch_allocator", None)
+    torch = try_import("torch")
+    allocator = getattr(try_import("rmm.allocators.torch"), "rmm_torch_allocator", None)
     if torch is None or allocator is None:
         return False
     if torch.cuda.is_initialized():
@@ -240,7 +245,7 @@ def device_memory() -> DeviceMemory:
         >>> isinstance(device_memory(), DeviceMemory)
         True
     """
-    rmm = _try_import("rmm") if not gpu_missing() else None
+    rmm = try_import("rmm") if not gpu_missing() else None
     return _setup_device_memory(rmm) if rmm is not None else DeviceMemory()
 
 
@@ -276,7 +281,7 @@ def _gpu_backend() -> Backend:
             + ". Install the extra with `pip install 'fbrapids[gpu]'` on a machine with an NVIDIA GPU, "
             f"or use the CPU backend ({ENV_VAR}=cpu)."
         )
-    backend = Backend("gpu", _try_import("cudf"), _try_import("cupy"), "cudf")
+    backend = Backend("gpu", try_import("cudf"), try_import("cupy"), "cudf")
     device_memory()  # the RMM pool, before this process allocates anything on the device
     return backend
 
@@ -406,4 +411,4 @@ def dask_dataframe() -> ModuleType:
 
 def cudf_module() -> ModuleType | None:
     """cudf when importable, else None (for registering accessors)."""
-    return _try_import("cudf")
+    return try_import("cudf")

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from fbrapids.kernels.expr import Call, Col, Expr, as_expr
-from fbrapids.kernels.operator import register_operator  # noqa: F401  (re-exported)
-from fbrapids.kernels.vocab import Vocabulary
+from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
+from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
 
 __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
            "split", "length", "lower", "substring", "ngrams", "first_k", "last_k", "hour", "weekday", "day",

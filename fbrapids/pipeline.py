@@ -310,8 +310,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
 
     from fbrapids.datagen import TS0, DAYS
     from fbrapids.joins import join_decisions
-    from fbrapids.kernels import stats as kernel_stats
-    from fbrapids.kernels.extract import plan_for
+    from fbrapids import kernels as kernel_stats
+    from fbrapids.features import plan_for
     from fbrapids.trainers.fit import fit, predict
     from fbrapids.trainers.metrics import all_metrics
     from fbrapids.trainers.sparse import StoreConfig
@@ -393,7 +393,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
 
 def _cluster_kernel_stats(client: Any) -> dict[str, int]:
     """Kernel counters summed over the workers of a distributed cluster."""
-    from fbrapids.kernels import stats as kernel_stats
+    from fbrapids import kernels as kernel_stats
 
     per_worker = client.run(kernel_stats.stats)
     total = kernel_stats.KernelStats()

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from fbrapids.kernels.expr import Expr
-from fbrapids.kernels.plan import FeatureError
+from fbrapids.errors import FeatureError
+from fbrapids.kernels import Expr
 from fbrapids.errors import TrialError
 
 log = logging.getLogger(__name__)

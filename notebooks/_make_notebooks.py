@@ -81,7 +81,7 @@ nb("02_custom_c_operator.ipynb", [
     "It is rendered into the same meta-kernels as the built-ins: host C with OpenMP here, CUDA through NVRTC on a GPU.",
     SETUP,
     '''from fbrapids import ops
-from fbrapids.kernels.operator import register_operator
+from fbrapids.kernels import register_operator
 
 register_operator(
     "price_tier", "f64 price, i32 category", "i64 tier",
@@ -99,8 +99,8 @@ out[["price", "category", "tier", "tier_h"]].head()''',
     "md:The same plan renders CUDA; NVRTC compiles it even on a machine without a GPU:",
     '''from fbrapids.kernels import nvrtc
 if nvrtc.nvrtc_available():
-    from fbrapids.kernels.extract import plan_for
-    from fbrapids.kernels.render import render_module
+    from fbrapids.features import plan_for
+    from fbrapids.kernels import render_module
     plan = plan_for(views, feats)
     source = render_module(plan, "cuda", layers=plan.layers)   # every layer, as it would run on a GPU
     print("NVRTC", nvrtc.nvrtc_version(), "compiled", len(nvrtc.compile_cuda(source)), "bytes of PTX")

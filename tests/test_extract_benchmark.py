@@ -33,7 +33,7 @@ def test_public_chain_benchmark_json(tmp_path, capsys):
 
 
 def test_synthetic_plan_is_one_layer_of_distinct_operators():
-    from fbrapids.kernels.extract import plan_for
+    from fbrapids.features import plan_for
 
     frame = bench.synthetic_frame(10, "cpu")
     plan = plan_for(frame, bench.synthetic_features(30))

@@ -54,9 +54,9 @@ def test_all_ops_plan_compiles_under_nvrtc():
 
 
 def test_cuda_runtime_compaction_and_workload_plan_compile():
-    from fbrapids.kernels.runtime_cuda import _COMPACT_SRC
+    from fbrapids.kernels.runtime_cuda import COMPACT_SRC
 
-    assert "fbx_compact_ls" in compile_cuda(_COMPACT_SRC, name="compact.cu")
+    assert "fbx_compact_ls" in compile_cuda(COMPACT_SRC, name="compact.cu")
     from fbrapids.workload import features as workload_features
 
     schema = {"ts": "i64", "user_id": "i64", "ad_id": "i64", "advertiser_id": "i64", "category": "i32",

@@ -54,9 +54,9 @@ def test_local_cluster_two_processes():
         _check(got, want)
 
         def compiled():
-            from fbrapids.kernels import extract as ex
+            from fbrapids import kernels
 
-            return ex._compilations, len(ex._plans), __import__("os").getpid()
+            return kernels.compilations(), kernels.cached_plans(), __import__("os").getpid()
 
         per_worker = client.run(compiled)
         assert len({pid for _, _, pid in per_worker.values()}) == 2  # two worker processes
@@ -70,7 +70,7 @@ def test_user_operator_registered_in_the_client_runs_on_cluster_workers(local_cl
     import dask.dataframe as dd
 
     from fbrapids import ops
-    from fbrapids.kernels.operator import register_operator
+    from fbrapids.kernels import register_operator
 
     register_operator("triple_plus_one_demo", "i64 x", "i64 y", "y = 3 * x + 1;", replace=True)
     frame = pd.DataFrame({"x": np.arange(40, dtype=np.int64)})

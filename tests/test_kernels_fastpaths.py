@@ -18,7 +18,7 @@ import pytest
 
 import fbrapids  # noqa: F401  (registers .fbx)
 from fbrapids import ops
-from fbrapids.kernels.extract import extract
+from fbrapids.features import extract
 
 farmhash = pytest.importorskip("farmhash", reason="pyfarmhash (import farmhash) is the oracle")
 

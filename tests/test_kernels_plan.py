@@ -8,11 +8,12 @@ import pytest
 
 import fbrapids  # noqa: F401
 from fbrapids import ops
-from fbrapids.kernels import stats as S
-from fbrapids.kernels.compile_host import KernelCompileError
-from fbrapids.kernels.extract import compiled_plan, explain, extract, plan_for
-from fbrapids.kernels.operator import register_operator
-from fbrapids.kernels.plan import FeatureError, build_plan
+from fbrapids import kernels as S
+from fbrapids.errors import KernelCompileError
+from fbrapids.features import compiled_plan, explain, extract, plan_for
+from fbrapids.kernels import register_operator
+from fbrapids.errors import FeatureError
+from fbrapids.kernels.plan import build_plan
 from fbrapids.kernels.pool import HostPool
 from fbrapids.kernels.render import render_module
 from fbrapids.kernels.runtime_host import HostPlan

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fbrapids  # noqa: F401
-from fbrapids.kernels.extract import plan_for
+from fbrapids.features import plan_for
 from fbrapids.serving import Scorer, export_model, load_scorer
 from fbrapids.serving.example import request_records, train_example
 from fbrapids.trainers import DeepFM, StoreConfig, fit

@@ -72,18 +72,18 @@ class FbxAccessor:
     def extract(self, **features: Any) -> Any:
         """Add the named feature columns, computed by layered meta-kernels.
 
-        See :func:`fbrapids.kernels.extract.extract`.
+        See :func:`fbrapids.features.extract`.
         """
-        from fbrapids.kernels.extract import extract
+        from fbrapids.features import extract
 
         return extract(self._obj, features)
 
     def explain(self, source: bool = False, **features: Any) -> str:
         """The layers, operators and placements ``extract(**features)`` would run.
 
-        See :func:`fbrapids.kernels.extract.explain`.
+        See :func:`fbrapids.features.explain`.
         """
-        from fbrapids.kernels.extract import explain
+        from fbrapids.features import explain
 
         return explain(self._obj, features, source=source)
 
@@ -120,7 +120,7 @@ def register_accessors() -> None:
         cudf = _backend.cudf_module()
         if cudf is not None:
             cudf.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
-            dask_cudf = _backend._try_import("dask_cudf")
+            dask_cudf = _backend.try_import("dask_cudf")
             frame_cls = getattr(dask_cudf, "DataFrame", None) if dask_cudf is not None else None
             if frame_cls is not None and not hasattr(frame_cls, "fbx"):
                 frame_cls.fbx = _CachedAccessor("fbx", FbxAccessor)

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbeddingMLP
-from fbrapids.ams.vectors import ImageVectorStore, _as_u64, _splitmix64, synthetic_vectors
+from fbrapids.ams.vectors import ImageVectorStore, as_u64, splitmix64, synthetic_vectors
 from fbrapids.errors import ClusterError
 
 
@@ -54,7 +54,7 @@ def owner_of(ids: Any, n_workers: int) -> np.ndarray:
         >>> owner_of([1, 2, 3], 1).tolist()
         [0, 0, 0]
     """
-    return (_splitmix64(_as_u64(ids)) % np.uint64(n_workers)).astype(np.int64)
+    return (splitmix64(as_u64(ids)) % np.uint64(n_workers)).astype(np.int64)
 
 
 # -- worker-side functions (run inside dask worker processes) -----------------------------------
@@ -131,7 +131,7 @@ class ShardedImageVectors:
     def synthetic(cls, client: Any, ids: Any, dim: int, seed: int = 0) -> "ShardedImageVectors":
         """Shards of :func:`synthetic_vectors`, each built on its worker from its ids."""
         workers = cls._workers(client)
-        u = pd.unique(_as_u64(ids))
+        u = pd.unique(as_u64(ids))
         own = owner_of(u, len(workers))
         shards = [client.submit(_shard_synthetic, u[own == w], dim, seed, workers=[addr], pure=False)
                   for w, addr in enumerate(workers)]
@@ -246,7 +246,7 @@ class DaskImageEmbedder(nn.Module):
 
     def forward(self, refs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         names = list(refs)
-        keys = [_as_u64(refs[n]) for n in names]
+        keys = [as_u64(refs[n]) for n in names]
         sizes = [len(k) for k in keys]
         allk = np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
         inverse, uniq = pd.factorize(allk, sort=False)

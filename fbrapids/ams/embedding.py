@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fbrapids.ams.vectors import ImageVectorStore, _as_u64
+from fbrapids.ams.vectors import ImageVectorStore, as_u64
 
 PAPER_SIZES = (4096, 256, 64, 12)
 
@@ -162,7 +162,7 @@ class ImageEmbedder(nn.Module):
         All names are embedded together: with ``dedup`` each unique id once across them.
         """
         names = list(refs)
-        keys = [_as_u64(refs[n]) for n in names]
+        keys = [as_u64(refs[n]) for n in names]
         sizes = [len(k) for k in keys]
         allk = np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
         dev, dtype = self._device_dtype()

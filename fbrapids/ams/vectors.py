@@ -43,7 +43,7 @@ _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 
 
-def _as_u64(ids: Any) -> np.ndarray:
+def as_u64(ids: Any) -> np.ndarray:
     """Ids as uint64 (int64 read bit for bit, as the embedding store does)."""
     a = ids.detach().cpu().numpy() if hasattr(ids, "detach") else np.asarray(ids)
     if a.dtype == np.uint64:
@@ -57,7 +57,12 @@ def _as_u64(ids: Any) -> np.ndarray:
     raise TypeError(f"image ids must be integers, got dtype {a.dtype}")
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, element-wise on uint64 (a fast, well-mixed id hash).
+
+    >>> int(splitmix64(np.array([0], dtype=np.uint64))[0]) != 0
+    True
+    """
     with np.errstate(over="ignore"):
         z = x + _M1
         z = (z ^ (z >> np.uint64(30))) * _M2
@@ -75,11 +80,11 @@ def synthetic_vectors(ids: Any, dim: int, seed: int = 0) -> np.ndarray:
         >>> bool(np.array_equal(a[1], b[0])), a.dtype.name
         (True, 'float32')
     """
-    u = _as_u64(ids)
+    u = as_u64(ids)
     with np.errstate(over="ignore"):
-        base = _splitmix64(u ^ _splitmix64(np.uint64(seed) + np.zeros(1, dtype=np.uint64)))
+        base = splitmix64(u ^ splitmix64(np.uint64(seed) + np.zeros(1, dtype=np.uint64)))
         cols = np.arange(dim, dtype=np.uint64) * _M1
-        h = _splitmix64(base[:, None] + cols[None, :])
+        h = splitmix64(base[:, None] + cols[None, :])
     return ((h >> np.uint64(40)).astype(np.float64) / float(1 << 23) - 1.0).astype(np.float32)
 
 
@@ -95,7 +100,7 @@ class ImageVectorStore:
     """
 
     def __init__(self, ids: Any, vectors: np.ndarray, default: np.ndarray | None = None) -> None:
-        u = _as_u64(ids)
+        u = as_u64(ids)
         if vectors.ndim != 2 or vectors.shape[0] != len(u):
             raise ValueError(f"ImageVectorStore: {len(u)} ids but vectors of shape {vectors.shape}")
         self.index = pd.Index(u)
@@ -132,7 +137,7 @@ class ImageVectorStore:
                  chunk_rows: int = 1 << 14) -> "ImageVectorStore":
         """A store of :func:`synthetic_vectors` for the unique ``ids``; on disk under ``path``
         (written in chunks, then memory-mapped) or in RAM when ``path`` is None."""
-        u = pd.unique(_as_u64(ids))
+        u = pd.unique(as_u64(ids))
         if path is None:
             return cls(u, synthetic_vectors(u, dim, seed))
         return cls.create(path, u, dim, lambda chunk: synthetic_vectors(chunk, dim, seed), chunk_rows)
@@ -144,7 +149,7 @@ class ImageVectorStore:
         the memory-mapped ``vectors.npy`` chunk by chunk; returns the opened store."""
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
-        u = _as_u64(ids)
+        u = as_u64(ids)
         mm = np.lib.format.open_memmap(d / "vectors.npy", mode="w+", dtype=np.float32, shape=(len(u), dim))
         for s in range(0, len(u), chunk_rows):
             mm[s : s + chunk_rows] = make(u[s : s + chunk_rows])
@@ -179,7 +184,7 @@ class ImageVectorStore:
     def get(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(vectors [n, dim] float32, unknown [n] bool)`` for ``ids``; unknown ids read
         ``default`` and are counted in ``stats``."""
-        u = _as_u64(ids)
+        u = as_u64(ids)
         pos = self.index.get_indexer(u)
         unknown = pos < 0
         n_unknown = int(unknown.sum())

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids import ops
-from fbrapids.kernels.operator import register_operator
+from fbrapids.kernels import register_operator
 
 DENSE_IN = [f"I{i}" for i in range(1, 14)]
 SPARSE_IN = [f"C{i}" for i in range(1, 27)]

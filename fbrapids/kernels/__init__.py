@@ -1,13 +1,42 @@
-"""Feature operators as layered meta-kernels: expression DAG, layering, placement, the
-CUDA / host C renderers, the pooled allocator, the kernel cache and the runtimes.
+"""The kernel core: feature expressions -> a typed, layered DAG -> meta-kernels (host C via
+gcc + OpenMP, CUDA via NVRTC) -> runtimes that run them over column buffers.  It knows no
+frames (dask, categorify fitting, FeatureSet and explain live in :mod:`fbrapids.features`).
 
-Kernel counters of this process (launches, partitions, rows, pool regrowths, peak pool
-bytes): ``fbrapids.kernels.stats.stats()``; ``fbrapids.kernels.stats.reset_stats()``
-zeroes them.  A compiled plan carries its own counters too
-(``fbrapids.kernels.extract.compiled_plan(df, features).stats``).
+The rest of fbrapids uses this public face, not the submodules:
+
+* expressions: :class:`Expr`, :class:`Col`, :class:`Call`, :func:`as_expr`, :func:`columns_of`;
+* operators: :class:`Operator`, :class:`Impl`, :func:`register_operator`, :func:`add_operator`,
+  :func:`get_operator`, :func:`operators`, :class:`Vocabulary`;
+* planning and rendering: :func:`build_plan`, :class:`Plan`, :func:`render_module`,
+  :data:`DEVICE_BUDGET_FRACTION`;
+* runtimes: :class:`Runtime`, :class:`RunResult`, :func:`compiled`, :func:`cached`,
+  :class:`HostColumn`, :func:`to_series`, :func:`empty_series`, :func:`from_arrow_type`;
+* counters: :class:`KernelStats`, :func:`stats`, :func:`reset_stats`.
+
+Where things go: a new operator in ``builtins.py`` (C in ``csrc/ops/``); a new runtime as a
+:class:`Runtime` subclass chosen in ``compiled.py``; the buffer ABI in ``abi.py``.
 
 Example:
-    >>> from fbrapids.kernels import stats
-    >>> stats.reset_stats(); stats.stats()["launches"]
+    >>> from fbrapids import kernels
+    >>> kernels.reset_stats(); kernels.stats()["launches"]
     0
 """
+
+from fbrapids.kernels.columns import HostColumn, empty_series, to_series
+from fbrapids.kernels.compiled import cached, cached_plans, compilations, compiled
+from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
+from fbrapids.kernels.operator import Impl, Operator
+from fbrapids.kernels.plan import DEVICE_BUDGET_FRACTION, Plan, build_plan
+from fbrapids.kernels.registry import add_operator, get_operator, operators, register_operator
+from fbrapids.kernels.render import render_module
+from fbrapids.kernels.runtime import RunResult, Runtime
+from fbrapids.kernels.counters import KernelStats, record, reset_stats, stats
+from fbrapids.kernels.types import from_arrow as from_arrow_type
+from fbrapids.kernels.vocab import Vocabulary
+
+__all__ = [
+    "Call", "Col", "DEVICE_BUDGET_FRACTION", "Expr", "HostColumn", "Impl", "KernelStats", "Operator", "Plan",
+    "RunResult", "Runtime", "Vocabulary", "add_operator", "as_expr", "build_plan", "cached", "cached_plans",
+    "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "operators",
+    "record", "register_operator", "render_module", "reset_stats", "stats", "to_series",
+]

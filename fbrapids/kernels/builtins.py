@@ -1,7 +1,13 @@
-"""The built-in operators, registered on import.  Public constructors are in :mod:`fbrapids.ops`.
+"""The built-in operators, as data: :data:`BUILTINS`.  Importing this module registers
+nothing; :mod:`fbrapids.kernels.registry` fills the registry from :data:`BUILTINS`.  Public
+constructors are in :mod:`fbrapids.ops`.
 
 Each resolver checks its parameters and gives the C (see :mod:`fbrapids.kernels.operator`
 for the template placeholders).  The device functions live in ``csrc/ops/*.h``.
+
+Example:
+    >>> sorted(op.name for op in BUILTINS if op.needs_fit)
+    ['categorify']
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ import numpy as np
 
 from fbrapids.kernels import types as T
 from fbrapids.kernels.clit import c_number, c_string
-from fbrapids.kernels.operator import Impl, Operator, OperatorError, add_operator
+from fbrapids.errors import OperatorError
+from fbrapids.kernels.operator import Impl, Operator
+from fbrapids.kernels.vocab import Vocabulary
 
 H_VIEWS = "ops/fbx_views.h"
 H_SCALAR = "ops/fbx_ops_scalar.h"
@@ -22,6 +30,9 @@ H_LIST = "ops/fbx_ops_list.h"
 H_CROSS = "ops/fbx_ops_cross.h"
 H_LOOKUP = "ops/fbx_ops_lookup.h"
 H_JSON = "ops/fbx_ops_json.h"
+
+#: every built-in operator, in definition order
+BUILTINS: list[Operator] = []
 
 
 MAX_BUCKETS = 2**63 - 1  # bucket ids are int64
@@ -55,10 +66,10 @@ def _buckets(params: dict) -> int:
 
 
 def _op(name: str, inputs: tuple[str, ...], doc: str, null_rule: str = "a null input gives a null output",
-        variadic: bool = False, headers: tuple[str, ...] = ()):
+        variadic: bool = False, headers: tuple[str, ...] = (), needs_fit: bool = False):
     def deco(fn):
-        add_operator(Operator(name=name, inputs=inputs, resolver=fn, doc=doc, variadic=variadic,
-                              null_rule=null_rule, headers=(H_VIEWS,) + headers), replace=True)
+        BUILTINS.append(Operator(name=name, inputs=inputs, resolver=fn, doc=doc, variadic=variadic,
+                                 null_rule=null_rule, headers=(H_VIEWS,) + headers, needs_fit=needs_fit))
         return fn
     return deco
 
@@ -145,9 +156,6 @@ def _hash_impl(x: str, buckets: int) -> Impl:
     return Impl(out_list, "var", f"{fn}({{a0}}, {buckets}LL, {{out}})")
 
 
-T.CLASSES["crossable"] = T.INT_TYPES + ("str",) + T.LIST_TYPES
-
-
 @_op("hash", ("crossable",), "FarmHash Fingerprint64 (uint64) of a string, of an integer's decimal text, "
      "or of each element of a list.", headers=(H_HASH,))
 def _hash(t, p):
@@ -207,9 +215,6 @@ def _length(t, p):
     return Impl("i32", "expr", "(fbx_i32)({a0}.n)")
 
 
-T.CLASSES["strorlist"] = ("str",) + T.LIST_TYPES
-
-
 @_op("lower", ("str",), "ASCII lower case (other bytes, UTF-8 included, unchanged).", headers=(H_STRING,))
 def _lower(t, p):
     return Impl("str", "var", "fbx_lower({a0}, {out})")
@@ -251,8 +256,6 @@ for _name, _end in (("first_k", 0), ("last_k", 1)):
 @_op("lookup", ("hashable",), "Dictionary value -> id (int64), `oov` for values not in it.",
      null_rule="a null input gives the out-of-vocabulary id", headers=(H_LOOKUP,))
 def _lookup(t, p):
-    from fbrapids.kernels.vocab import Vocabulary
-
     vocab = p.get("vocab")
     if not isinstance(vocab, Vocabulary):
         raise OperatorError(f"lookup needs a fitted Vocabulary, got {type(vocab).__name__}")
@@ -271,7 +274,7 @@ def _lookup(t, p):
 
 @_op("categorify", ("hashable",), "Fit a vocabulary (values seen at least `min_freq` times; ids 1.. by "
      "descending frequency, ties by value) over the frame, then look up (0 = OOV / null).",
-     null_rule="a null input gives the out-of-vocabulary id 0")
+     null_rule="a null input gives the out-of-vocabulary id 0", needs_fit=True)
 def _categorify(t, p):
     raise OperatorError("categorify must be fitted before it is planned (extract fits it over the frame; "
                         "or call FeatureSet.fit)")

@@ -3,12 +3,8 @@
 A :class:`HostColumn` holds numpy views of a column's Arrow buffers (no copies for
 Arrow-backed pandas columns: pandas 3 ``str`` columns are ``large_string``, whose int64
 offsets and bytes are used in place).  The kernel reads them through the pointer list
-from :meth:`HostColumn.pointers`, in this slot order per type:
-
-* fixed width: ``[values, validity]``
-* ``str``: ``[offsets(int64, n+1), bytes, validity]``
-* ``list<i64|u64>``: ``[offsets(int64, n+1), values(int64), validity]``
-* ``list<str>``: ``[list offsets(int64, n+1), string offsets(int64), bytes, validity]``
+from :meth:`HostColumn.pointers`, in the slot order of :func:`fbrapids.kernels.abi.input_slots`
+(offsets are int64, n + 1 of them; list values int64).
 
 Validity is an Arrow bitmap (LSB first) or a null pointer when the column has no nulls.
 Narrow offsets (Arrow ``string`` / ``list`` with int32 offsets) are widened to int64 once.
@@ -29,8 +25,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.kernels import types as T
 from fbrapids.errors import ColumnTypeError
+from fbrapids.kernels import types as T
+from fbrapids.kernels.abi import input_slots
 
 _EMPTY8 = np.zeros(8, dtype=np.uint8)
 _STR_DTYPE = pd.StringDtype("pyarrow", na_value=np.nan)
@@ -48,19 +45,22 @@ class HostColumn:
     str_offsets: np.ndarray | None = None
     bytes: np.ndarray | None = None
     keep: list = field(default_factory=list)
+    valid_bit: int = 0  #: bit index of row 0 in ``valid`` (always 0 here: bitmaps are realigned)
 
     def pointers(self) -> list[int]:
-        """Buffer addresses in the kernel's slot order for this type."""
-        def p(a: np.ndarray | None) -> int:
+        """Buffer addresses (and the validity bit offset) in the kernel's slot order."""
+        def p(name: str) -> int:
+            if name == "valid_bit":
+                return self.valid_bit
+            a = getattr(self, name)
             return 0 if a is None else a.ctypes.data
 
-        if self.type in T.FIXED_TYPES:
-            return [p(self.data), p(self.valid)]
-        if self.type == "str":
-            return [p(self.offsets), p(self.bytes), p(self.valid)]
-        if self.type in ("list<i64>", "list<u64>"):
-            return [p(self.offsets), p(self.data), p(self.valid)]
-        return [p(self.offsets), p(self.str_offsets), p(self.bytes), p(self.valid)]
+        return [p(name) for name in input_slots(self.type)]
+
+    def nbytes(self) -> int:
+        """Bytes held by the column's buffers."""
+        return sum(a.nbytes for a in (self.valid, self.data, self.offsets, self.str_offsets, self.bytes)
+                   if a is not None)
 
     def null_count(self) -> int:
         if self.valid is None:
@@ -73,11 +73,6 @@ class HostColumn:
         if self.valid is None:
             return np.ones(self.n, dtype=bool)
         return np.unpackbits(self.valid, bitorder="little", count=self.n).astype(bool)
-
-
-def slots(type_name: str) -> int:
-    """How many pointer slots a column of this type takes in a kernel's buffer list."""
-    return {"str": 3, "list<i64>": 3, "list<u64>": 3, "list<str>": 4}.get(type_name, 2)
 
 
 def pack_validity(valid_bytes: np.ndarray) -> np.ndarray | None:

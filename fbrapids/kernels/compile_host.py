@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 
 from fbrapids.kernels.cache import cached_artifact, source_key
-from fbrapids.kernels.render import inline_headers
+from fbrapids.kernels.headers import inline_headers
 from fbrapids.errors import CompilerNotFoundError, KernelCompileError
 
 FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing")

@@ -1,8 +1,8 @@
-"""Operators: what a feature operator declares, and the registry of them.
+"""Operators: what a feature operator declares, and user operators from C snippets.
 
 An operator declares its inputs (type classes), its output type, its parameters and the
 per-row C it runs.  Built-ins (:mod:`fbrapids.kernels.builtins`) and user operators have
-the same form.  Resolving an operator against concrete input types gives an
+the same form; the registry of them by name is :mod:`fbrapids.kernels.registry`.  Resolving an operator against concrete input types gives an
 :class:`Impl`: the output type and the C text the renderers put in a meta-kernel.
 
 C text templates use placeholders, filled in by the renderer:
@@ -21,19 +21,16 @@ writing ``*{out}``), ``var`` (a call returning the element count, < 0 for null, 
 two-phase pool protocol).
 
 Example:
-    >>> from fbrapids.kernels.operator import register_operator, get_operator
-    >>> op = register_operator("times_plus_demo", "i64 x, i64 y", "i64 z", "z = x * y + 1;")
+    >>> op = user_operator("times_plus_demo", "i64 x, i64 y", "i64 z", "z = x * y + 1;")
     >>> op.resolve(("i64", "i64"), {}).out_type
     'i64'
-    >>> get_operator("times_plus_demo") is op
-    True
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -78,6 +75,9 @@ class Operator:
         headers: csrc headers its C needs (``ops/fbx_ops_hash.h``, ...).
         source: extra C (device functions) for user operators.
         null_rule: one line for ``explain`` and the docs.
+        needs_fit: the operator has state fitted over the data (``categorify``); the
+            features layer fits it (:mod:`fbrapids.features.fitting`) and replaces the
+            call by a fitted operator before planning.
     """
 
     name: str
@@ -88,6 +88,7 @@ class Operator:
     source: str = ""
     variadic: bool = False
     null_rule: str = "a null input gives a null output"
+    needs_fit: bool = False
 
     def check_arity(self, n: int) -> None:
         if self.variadic:
@@ -114,36 +115,6 @@ class Operator:
         return impl
 
 
-_REGISTRY: dict[str, Operator] = {}
-
-
-def add_operator(op: Operator, replace: bool = False) -> Operator:
-    """Put ``op`` in the registry (``replace`` to redefine a name)."""
-    if op.name in _REGISTRY and not replace and _REGISTRY[op.name] is not op:
-        raise OperatorError(f"operator {op.name!r} is already registered (pass replace=True to redefine it)")
-    _REGISTRY[op.name] = op
-    return op
-
-
-def get_operator(name: str) -> Operator:
-    """The registered operator ``name``; an unknown name lists the known ones."""
-    _ensure_builtins()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise OperatorError(f"unknown operator {name!r}; known operators: {', '.join(sorted(_REGISTRY))}") from None
-
-
-def operators() -> dict[str, Operator]:
-    """All registered operators by name."""
-    _ensure_builtins()
-    return dict(_REGISTRY)
-
-
-def _ensure_builtins() -> None:
-    from fbrapids.kernels import builtins  # noqa: F401  (registers on import)
-
-
 _DECL = re.compile(r"^\s*(\w+)\s+([A-Za-z_]\w*)\s*$")
 
 
@@ -158,10 +129,10 @@ def _parse_decls(text: str, what: str) -> list[tuple[str, str]]:
     return out
 
 
-def register_operator(name: str, in_params: str, out_params: str, operation: str, *,
-                      preamble: str = "", null_rule: str = "propagate", doc: str = "",
-                      replace: bool = False) -> Operator:
-    """Register a user operator from a C snippet, like ``cupy.ElementwiseKernel``.
+def user_operator(name: str, in_params: str, out_params: str, operation: str, *,
+                  preamble: str = "", null_rule: str = "propagate", doc: str = "") -> Operator:
+    """A user operator from a C snippet, like ``cupy.ElementwiseKernel`` (not registered:
+    :func:`fbrapids.kernels.registry.register_operator` builds and registers one).
 
     Args:
         name: operator name (used as ``fbrapids.ops.call(name, *inputs)``).
@@ -176,8 +147,7 @@ def register_operator(name: str, in_params: str, out_params: str, operation: str
         doc: a docstring shown by ``help``.
 
     Example:
-        >>> op = register_operator("halve_demo", "f64 x", "f64 y", "y = x / 2;", replace=True)
-        >>> op.inputs
+        >>> user_operator("halve_demo", "f64 x", "f64 y", "y = x / 2;").inputs
         ('f64',)
     """
     ins = _parse_decls(in_params, "input")
@@ -199,7 +169,6 @@ def register_operator(name: str, in_params: str, out_params: str, operation: str
     def resolver(in_types: tuple[str, ...], params: dict[str, Any]) -> Impl:
         return Impl(out_type=out_t, kind="func", template=call)
 
-    op = Operator(name=name, inputs=tuple(t for t, _ in ins), resolver=resolver,
-                  doc=doc or f"user operator: {in_params} -> {out_params}: {operation}",
-                  headers=("ops/fbx_views.h", "farmhash.h"), source=source)
-    return add_operator(op, replace=replace)
+    return Operator(name=name, inputs=tuple(t for t, _ in ins), resolver=resolver,
+                    doc=doc or f"user operator: {in_params} -> {out_params}: {operation}",
+                    headers=("ops/fbx_views.h", "farmhash.h"), source=source)

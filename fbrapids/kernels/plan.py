@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
-from fbrapids.kernels.operator import Impl, Operator, OperatorError, OperatorTypeError, get_operator
-from fbrapids.errors import FeatureError
+from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
+from fbrapids.kernels.operator import Impl, Operator
+from fbrapids.kernels.registry import get_operator
 
 #: fraction of free device memory an operator's resident footprint may take on the GPU
 DEVICE_BUDGET_FRACTION = 0.5
@@ -77,6 +78,34 @@ class Plan:
 
     def input_columns(self) -> list[str]:
         return [n.expr.name for n in self.nodes if n.op is None]  # type: ignore[attr-defined]
+
+    def layer_plan(self, layer: Layer) -> "Plan":
+        """One layer as a plan of its own: its arguments become input columns named
+        ``n<id>``, its operators' outputs are named ``n<id>`` too (ids of this plan).
+
+        The CUDA runtime runs a CPU-placed layer this way, through the host runtime's
+        public ``run``.
+
+        Example:
+            >>> from fbrapids import ops
+            >>> p = build_plan({"a": ops.cross(ops.hour("ts"), "ts", buckets=10)}, {"ts": "i64"})
+            >>> sub = p.layer_plan(p.layers[1])
+            >>> sub.input_columns(), list(sub.outputs)
+            (['n0', 'n1'], ['n2'])
+        """
+        args = sorted({a for nid in layer.nodes for a in self.nodes[nid].args})
+        new_id = {old: i for i, old in enumerate(args)}
+        nodes = [Node(i, self.nodes[old].type, Col(f"n{old}"), placement=layer.placement, reason="layer input")
+                 for i, old in enumerate(args)]
+        for nid in layer.nodes:
+            n = self.nodes[nid]
+            new_id[nid] = len(nodes)
+            nodes.append(Node(len(nodes), n.type, n.expr, op=n.op, impl=n.impl,
+                              args=tuple(new_id[a] for a in n.args), depth=1, placement=layer.placement,
+                              reason=n.reason, features=list(n.features)))
+        sub_layer = Layer(0, [new_id[nid] for nid in layer.nodes], layer.placement)
+        return Plan(nodes, [sub_layer], {f"n{nid}": new_id[nid] for nid in layer.nodes},
+                    {f"n{old}": self.nodes[old].type for old in args}, self.backend, self.fused)
 
 
 def _describe(e: Expr) -> str:

@@ -1,4 +1,4 @@
-"""The host memory pool of the pooled allocator (paper, Algorithm 1).
+"""The pool of the pooled allocator (paper, Algorithm 1) and how it is presized.
 
 One pre-allocated, 128-byte aligned byte buffer and a head counter.  Kernels reserve a
 block's share with one atomic add on the head; :meth:`HostPool.reset` puts the head back
@@ -13,6 +13,14 @@ Example:
     (True, 1)
     >>> p.reserve(4096); p.capacity >= 4096, p.regrowths, p.presizes
     (True, 1, 1)
+
+A :class:`PoolSizer` per layer presizes the pool from a high quantile of the bytes per row
+seen in recent runs, with a hard cap, so one outlier row cannot inflate later presizes:
+
+    >>> sizer = PoolSizer()
+    >>> sizer.observe(np.full(1000, 40.0)); sizer.observe(np.array([16e6]))  # one huge row
+    >>> sizer.per_row(), sizer.estimate(5000, nparts=1) < 1 << 20
+    (40.0, True)
 """
 
 from __future__ import annotations
@@ -21,9 +29,19 @@ import os
 
 import numpy as np
 
-ALIGN = 128
+from fbrapids.kernels.abi import POOL_ALIGN as ALIGN
+
 ENV_INITIAL = "FBRAPIDS_POOL_BYTES"
 DEFAULT_INITIAL = 64 << 20
+ENV_PRESIZE_MAX = "FBRAPIDS_POOL_PRESIZE_MAX"
+DEFAULT_PRESIZE_MAX = 1 << 30
+#: presized pool = quantile of bytes per row x rows x this (plus per-block alignment)
+POOL_HEADROOM = 1.125
+#: the quantile of recent rows' pool bytes a presize is taken from
+PRESIZE_QUANTILE = 0.99
+#: rows sampled per run (strided) and rows remembered across runs
+SAMPLE_ROWS = 1024
+WINDOW_ROWS = 8192
 
 
 def initial_pool_bytes() -> int:
@@ -38,13 +56,16 @@ class HostPool:
         self.head = np.zeros(1, dtype=np.uint64)
         self.err = np.zeros(1, dtype=np.int32)
         self.regrowths = 0
+        self.reported_regrowths = 0  #: regrowths already counted in a run's stats
         self.presizes = 0
         self.peak = 0
+        self.allocated_bytes = 0  #: bytes of every buffer this pool allocated, summed
         self._alloc(max(int(capacity if capacity is not None else initial_pool_bytes()), ALIGN))
 
     def _alloc(self, capacity: int) -> None:
         capacity = (capacity + ALIGN - 1) // ALIGN * ALIGN
         raw = np.empty(capacity + ALIGN, dtype=np.uint8)
+        self.allocated_bytes += raw.nbytes
         shift = (-raw.ctypes.data) % ALIGN
         self.buffer = raw[shift: shift + capacity]
         self.capacity = capacity
@@ -73,3 +94,50 @@ class HostPool:
         if need > self.capacity:
             self._alloc(int(need))
             self.presizes += 1
+
+
+def presize_max() -> int:
+    """The hard cap of a presize: ``$FBRAPIDS_POOL_PRESIZE_MAX`` or 1 GiB.  A layer that needs
+    more still runs: it overflows, the pool grows to what it asked for, and it re-runs."""
+    return int(os.environ.get(ENV_PRESIZE_MAX, DEFAULT_PRESIZE_MAX))
+
+
+def row_sample(n: int) -> np.ndarray:
+    """The rows a run samples for :class:`PoolSizer` (at most SAMPLE_ROWS, strided)."""
+    return np.arange(0, n, max(1, -(-n // SAMPLE_ROWS)), dtype=np.int64)
+
+
+class PoolSizer:
+    """One layer's pool presize: a high quantile of the pool bytes per row over the last
+    WINDOW_ROWS sampled rows (across runs), times the rows, capped by :func:`presize_max`.
+
+    A run that meets an outlier row adds one sample among thousands, so the quantile, and
+    the next presize, stay where the ordinary rows put them.
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[np.ndarray] = []
+        self._kept = 0
+        self._per_row = 0.0
+
+    def observe(self, row_bytes: np.ndarray) -> None:
+        """Record one run's sampled per-row pool bytes."""
+        if not len(row_bytes):
+            return
+        self.samples.append(np.asarray(row_bytes, dtype=np.float64))
+        self._kept += len(row_bytes)
+        while self._kept - len(self.samples[0]) >= WINDOW_ROWS:
+            self._kept -= len(self.samples.pop(0))
+        self._per_row = float(np.quantile(np.concatenate(self.samples), PRESIZE_QUANTILE))
+
+    def per_row(self) -> float:
+        """The bytes per row a presize uses (0 before any run)."""
+        return self._per_row
+
+    def estimate(self, n: int, nparts: int) -> int:
+        """Pool bytes to reserve before running ``n`` rows (0: no estimate yet)."""
+        if not n or not self._per_row:
+            return 0
+        blocks = 1 + n // 128
+        need = int(self._per_row * n * POOL_HEADROOM) + blocks * (ALIGN + 8 * nparts)
+        return min(need, presize_max())

@@ -4,17 +4,13 @@ functions and the per-row bodies are the same text for both, only the scaffold a
 them (and ``fbx_target.h``'s macros) differ -- the way tinygrad's ``renderer/cstyle.py``
 renders one IR for several targets.
 
-Each layer kernel has the signature::
-
-    kernel(fbx_i64 n, void** bufs, char* pool, fbx_u64 cap, fbx_u64* head, fbx_i32* err)
-
-``bufs`` holds, in :class:`LayerABI` order, the layer's input column buffers, its output
-buffers and its operators' parameter buffers.  Variable-length outputs follow the paper's
-Algorithm 1: every row (thread) computes its sizes, the block prefix-sums them, ONE
-atomic add on ``head`` reserves the block's 128-byte aligned share of ``pool``, and the
-rows write at base + prefix.  A block that would pass ``cap`` sets
-``FBX_ERR_POOL_OVERFLOW`` in ``err`` instead of writing; the host grows the pool and
-runs the layer again.
+Each layer kernel takes ``(n, bufs, pool, cap, head, err)``; :mod:`fbrapids.kernels.abi`
+owns the slot layout of ``bufs``, the error bits and the key limit.  Variable-length
+outputs follow the paper's Algorithm 1: every row (thread) computes its sizes, the block
+prefix-sums them, ONE atomic add on ``head`` reserves the block's 128-byte aligned share of
+``pool``, and the rows write at base + prefix.  A block that would pass ``cap`` sets
+``FBX_ERR_POOL_OVERFLOW`` in ``err`` instead of writing; the host grows the pool and runs
+the layer again.
 
 Example:
     >>> from fbrapids import ops
@@ -28,135 +24,46 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
+from fbrapids.errors import OperatorError
 from fbrapids.kernels import types as T
-from fbrapids.kernels.columns import slots
+from fbrapids.kernels.abi import HOST_LAYOUT, InputLayout, LayerABI, input_slots, layer_abi, output_slots
+from fbrapids.kernels.headers import inline_headers
 from fbrapids.kernels.plan import Layer, Plan
 
-CSRC = Path(__file__).parent / "csrc"
 HOST_BLOCK = 256
 CUDA_BLOCK = 128
 PAR_MIN_BLOCKS = 16  # host kernels over fewer blocks (4096 rows) run single-threaded
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+
+#: C declaration of each input slot: (variable suffix, C type); offsets take the layout's width
+_IN_DECL = {"data": ("_d", None), "valid": ("_v", "const fbx_u8*"), "bytes": ("_b", "const char*"),
+            "offsets": ("_o", "offsets"), "str_offsets": ("_so", "str_offsets")}
+_OUT_DECL = {"data": "_d", "valid": "_v", "off": "_o", "cnt": "_c", "off2": "_o2", "cnt2": "_c2"}
 
 
-def _find_header(name: str, from_dir: Path) -> Path:
-    for d in (from_dir, CSRC, CSRC / "ops"):
-        p = d / name
-        if p.exists():
-            return p
-    raise FileNotFoundError(f"kernel header {name!r} not found under {CSRC}")
-
-
-def inline_headers(names: list[str]) -> str:
-    """The text of the headers (and what they include), each once, includes resolved in place.
-
-    Inlined so that NVRTC needs no include path and the cache key covers the headers.
-    """
-    seen: set[Path] = set()
-    out: list[str] = []
-
-    def add(path: Path) -> None:
-        if path in seen:
-            return
-        seen.add(path)
-        text = path.read_text()
-        for dep in _INCLUDE.findall(text):
-            add(_find_header(dep, path.parent))
-        out.append(f"/* ---- {path.relative_to(CSRC)} ---- */\n" + _INCLUDE.sub("", text))
-
-    add(CSRC / "fbx_target.h")
-    for n in names:
-        add(_find_header(n, CSRC))
-    return "\n".join(out)
-
-
-@dataclass
-class OutSlots:
-    node: int
-    type: str
-    first: int  # index of the first slot in bufs
-    parts: list[int] = field(default_factory=list)  # pool part ids (var outputs)
-    status: int | None = None
-    buffers: list[int] = field(default_factory=list)
-
-
-@dataclass
-class LayerABI:
-    """Where each buffer of a layer kernel sits in ``bufs``."""
-
-    inputs: dict[int, int]  # node id -> first slot
-    outputs: dict[int, OutSlots]
-    nslots: int
-    nparts: int
-
-
-def layer_abi(plan: Plan, layer: Layer) -> LayerABI:
-    """Slot layout: inputs (column slots), then per operator its outputs, status and buffers.
-
-    Output slots: fixed ``[values, valid(u8/row)]``; str / list<int>
-    ``[valid, pool offset, count]``; list<str> ``[valid, offA, countA, offB, countB]``.
-    """
-    pos = 0
-    inputs: dict[int, int] = {}
-    for nid in layer.nodes:
-        for a in plan.nodes[nid].args:
-            if a not in inputs:
-                inputs[a] = pos
-                pos += slots(plan.nodes[a].type)
-    outputs: dict[int, OutSlots] = {}
-    nparts = 0
-    for nid in layer.nodes:
-        node = plan.nodes[nid]
-        o = OutSlots(nid, node.type, pos)
-        if node.type in T.FIXED_TYPES:
-            pos += 2
-        elif node.type == "list<str>":
-            pos += 5
-            o.parts = [nparts, nparts + 1]
-            nparts += 2
-        else:
-            pos += 3
-            o.parts = [nparts]
-            nparts += 1
-        if node.impl.status:
-            o.status = pos
-            pos += 1
-        for _ in node.impl.buffers:
-            o.buffers.append(pos)
-            pos += 1
-        outputs[nid] = o
-    return LayerABI(inputs, outputs, pos, nparts)
-
-
-def _bind(plan: Plan, abi: LayerABI) -> list[str]:
+def _bind(plan: Plan, abi: LayerABI, layouts: dict[int, InputLayout]) -> list[str]:
     lines = []
-    for nid, s in abi.inputs.items():
+    for nid, first in abi.inputs.items():
         t = plan.nodes[nid].type
-        if t in T.FIXED_TYPES:
-            lines.append(f"const {T.C_TYPE[t]}* in{nid}_d = (const {T.C_TYPE[t]}*)bufs[{s}]; "
-                         f"const fbx_u8* in{nid}_v = (const fbx_u8*)bufs[{s + 1}];")
-        elif t == "str":
-            lines.append(f"const fbx_i64* in{nid}_o = (const fbx_i64*)bufs[{s}]; const char* in{nid}_b = (const char*)bufs[{s + 1}]; "
-                         f"const fbx_u8* in{nid}_v = (const fbx_u8*)bufs[{s + 2}];")
-        elif t == "list<str>":
-            lines.append(f"const fbx_i64* in{nid}_o = (const fbx_i64*)bufs[{s}]; const fbx_i64* in{nid}_so = (const fbx_i64*)bufs[{s + 1}]; "
-                         f"const char* in{nid}_b = (const char*)bufs[{s + 2}]; const fbx_u8* in{nid}_v = (const fbx_u8*)bufs[{s + 3}];")
-        else:
-            lines.append(f"const fbx_i64* in{nid}_o = (const fbx_i64*)bufs[{s}]; const fbx_i64* in{nid}_d = (const fbx_i64*)bufs[{s + 1}]; "
-                         f"const fbx_u8* in{nid}_v = (const fbx_u8*)bufs[{s + 2}];")
+        lay = layouts.get(nid, HOST_LAYOUT)
+        parts = []
+        for i, name in enumerate(input_slots(t)):
+            if name == "valid_bit":
+                parts.append(f"const fbx_i64 in{nid}_vb = (fbx_i64)(fbx_u64)bufs[{first + i}];")
+                continue
+            suffix, ct = _IN_DECL[name]
+            if ct is None:  # values: the column's type, or int64 list elements
+                ct = f"const {T.C_TYPE[t]}*" if t in T.FIXED_TYPES else "const fbx_i64*"
+            elif ct in ("offsets", "str_offsets"):
+                ct = f"const {lay.c_type(ct)}*"
+            parts.append(f"{ct} in{nid}{suffix} = ({ct})bufs[{first + i}];")
+        lines.append(" ".join(parts))
     for nid, o in abi.outputs.items():
-        s = o.first
-        if o.type in T.FIXED_TYPES:
-            ct = T.C_TYPE[o.type]
-            lines.append(f"{ct}* o{nid}_d = ({ct}*)bufs[{s}]; fbx_u8* o{nid}_v = (fbx_u8*)bufs[{s + 1}];")
-        else:
-            lines.append(f"fbx_u8* o{nid}_v = (fbx_u8*)bufs[{s}]; fbx_i64* o{nid}_o = (fbx_i64*)bufs[{s + 1}]; "
-                         f"fbx_i64* o{nid}_c = (fbx_i64*)bufs[{s + 2}];")
-            if o.type == "list<str>":
-                lines.append(f"fbx_i64* o{nid}_o2 = (fbx_i64*)bufs[{s + 3}]; fbx_i64* o{nid}_c2 = (fbx_i64*)bufs[{s + 4}];")
+        parts = []
+        for i, name in enumerate(output_slots(o.type)):
+            ct = T.C_TYPE[o.type] if name == "data" else "fbx_u8" if name == "valid" else "fbx_i64"
+            parts.append(f"{ct}* o{nid}{_OUT_DECL[name]} = ({ct}*)bufs[{o.first + i}];")
+        lines.append(" ".join(parts))
         if o.status is not None:
             lines.append(f"fbx_i8* o{nid}_st = (fbx_i8*)bufs[{o.status}];")
         for i, b in enumerate(o.buffers):
@@ -164,19 +71,23 @@ def _bind(plan: Plan, abi: LayerABI) -> list[str]:
     return lines
 
 
-def _loads(plan: Plan, abi: LayerABI) -> list[str]:
+def _loads(plan: Plan, abi: LayerABI, layouts: dict[int, InputLayout]) -> list[str]:
     lines = []
     for nid in abi.inputs:
         t = plan.nodes[nid].type
+        lay = layouts.get(nid, HOST_LAYOUT)
+        rng = f"(fbx_i64)in{nid}_o[r], (fbx_i64)in{nid}_o[r + 1]"
         if t in T.FIXED_TYPES:
             val = f"const {T.C_TYPE[t]} a{nid} = in{nid}_d[r];"
         elif t == "str":
-            val = f"const fbx_str a{nid} = fbx_mk_str(in{nid}_o, in{nid}_b, r);"
+            val = f"const fbx_str a{nid} = fbx_str_at(in{nid}_b, {rng});"
         elif t == "list<str>":
-            val = f"const fbx_ls a{nid} = fbx_mk_ls(in{nid}_o, in{nid}_so, in{nid}_b, r);"
+            so = (f"NULL, (const fbx_i32*)in{nid}_so" if lay.str_offsets == 4
+                  else f"(const fbx_i64*)in{nid}_so, NULL")
+            val = f"const fbx_ls a{nid} = fbx_ls_at({so}, in{nid}_b, {rng});"
         else:
-            val = f"const fbx_li a{nid} = fbx_mk_li(in{nid}_o, in{nid}_d, r);"
-        lines.append(f"{val} const int v{nid} = fbx_valid(in{nid}_v, r); (void)a{nid}; (void)v{nid};")
+            val = f"const fbx_li a{nid} = fbx_li_at(in{nid}_d, {rng});"
+        lines.append(f"{val} const int v{nid} = fbx_valid(in{nid}_v, in{nid}_vb + r); (void)a{nid}; (void)v{nid};")
     return lines
 
 
@@ -243,12 +154,13 @@ def _indent(lines: list[str], n: int) -> str:
     return "\n".join(" " * n + ln for ln in lines)
 
 
-def render_layer_host(plan: Plan, layer: Layer) -> str:
+def render_layer_host(plan: Plan, layer: Layer, layouts: dict[int, InputLayout] | None = None) -> str:
     """One layer as host C: an OpenMP loop over blocks of HOST_BLOCK rows (a block plays a
     CUDA thread block; its rows run one after another, so the block's prefix sum is a loop)."""
+    layouts = layouts or {}
     abi = layer_abi(plan, layer)
     p1, p2 = _op_bodies(plan, abi)
-    loads = _loads(plan, abi)
+    loads = _loads(plan, abi, layouts)
     np_ = max(abi.nparts, 1)
     phase2 = ""
     if abi.nparts:
@@ -269,7 +181,7 @@ def render_layer_host(plan: Plan, layer: Layer) -> str:
     return f"""
 /* layer {layer.index}: {', '.join(plan.nodes[i].op.name for i in layer.nodes)} */
 FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64 cap, fbx_u64* head, fbx_i32* err) {{
-{_indent(_bind(plan, abi), 2)}
+{_indent(_bind(plan, abi, layouts), 2)}
   const fbx_i64 nblocks = (n + {HOST_BLOCK} - 1) / {HOST_BLOCK};
   (void)pool; (void)cap; (void)head; (void)err;
   #pragma omp parallel for schedule(dynamic, 4) if (nblocks >= FBX_PAR_MIN_BLOCKS)
@@ -287,12 +199,13 @@ FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64
 """
 
 
-def render_layer_cuda(plan: Plan, layer: Layer) -> str:
+def render_layer_cuda(plan: Plan, layer: Layer, layouts: dict[int, InputLayout] | None = None) -> str:
     """One layer as a CUDA kernel: a thread per row, CUDA_BLOCK threads per block, a
     shared-memory (Hillis-Steele) prefix sum of the rows' sizes, one atomicAdd per block."""
+    layouts = layouts or {}
     abi = layer_abi(plan, layer)
     p1, p2 = _op_bodies(plan, abi)
-    loads = _loads(plan, abi)
+    loads = _loads(plan, abi, layouts)
     np_ = max(abi.nparts, 1)
     phase2 = ""
     if abi.nparts:
@@ -325,7 +238,7 @@ def render_layer_cuda(plan: Plan, layer: Layer) -> str:
     return f"""
 /* layer {layer.index}: {', '.join(plan.nodes[i].op.name for i in layer.nodes)} */
 FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64 cap, fbx_u64* head, fbx_i32* err) {{
-{_indent(_bind(plan, abi), 2)}
+{_indent(_bind(plan, abi, layouts), 2)}
   __shared__ fbx_u64 sz[{np_}][{CUDA_BLOCK}];
   __shared__ fbx_u64 s_start[{np_}];
   __shared__ fbx_u64 s_base, s_tot;
@@ -341,11 +254,16 @@ FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64
 """
 
 
-def render_module(plan: Plan, target: str, layers: list[Layer] | None = None) -> str:
+def render_module(plan: Plan, target: str, layers: list[Layer] | None = None,
+                  layouts: dict[int, InputLayout] | None = None) -> str:
     """The whole source for ``target`` (``"host"`` or ``"cuda"``): headers, user operator
-    C, then one kernel per layer (by default the layers placed on that target)."""
+    C, then one kernel per layer (by default the layers placed on that target).
+
+    ``layouts`` gives the offset widths of input nodes whose offsets are not int64 (cudf
+    columns on the device); by default every input has the host layout.
+    """
     if target not in ("host", "cuda"):
-        raise ValueError(f"target must be 'host' or 'cuda', got {target!r}")
+        raise OperatorError(f"target must be 'host' or 'cuda', got {target!r}")
     if layers is None:
         want = "gpu" if target == "cuda" else "cpu"
         layers = [l for l in plan.layers if l.placement == want]
@@ -360,7 +278,7 @@ def render_module(plan: Plan, target: str, layers: list[Layer] | None = None) ->
             if node.op.source and node.op.source not in sources:
                 sources.append(node.op.source)
     render = render_layer_cuda if target == "cuda" else render_layer_host
-    body = "".join(render(plan, l) for l in layers)
+    body = "".join(render(plan, l, layouts) for l in layers)
     return (f"/* fbrapids meta-kernels ({target}); generated, do not edit */\n"
             "/* below this many blocks a host kernel runs in one thread: waking the team costs more */\n"
             f"#define FBX_PAR_MIN_BLOCKS {PAR_MIN_BLOCKS}\n"

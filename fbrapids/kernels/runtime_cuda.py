@@ -24,19 +24,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fbrapids import backend as _backend
-from fbrapids.kernels import stats as S
+from fbrapids import backend as backends
+from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
+from fbrapids.kernels.abi import check_error, input_slots, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity, to_series
 from fbrapids.kernels.plan import Plan
 from fbrapids.kernels.pool import initial_pool_bytes
-from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, layer_abi, render_module
-from fbrapids.errors import KernelRuntimeError
+from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, render_module
+from fbrapids.kernels.runtime import RunResult, Runtime
+from fbrapids.kernels.runtime_host import HostPlan
 
-FBX_ERR_POOL_OVERFLOW = 1
-FBX_ERR_KEY_TOO_LONG = 2
-
-_COMPACT_SRC = r"""
+COMPACT_SRC = r"""
 extern "C" __global__ void fbx_compact(long long n, const char* pool, const long long* off, const long long* cnt,
                                        long long elem, const long long* out_off, char* values) {
   long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -57,11 +56,11 @@ extern "C" __global__ void fbx_compact_ls(long long n, const char* pool, const l
 """
 
 
-class CudaPlan:
+class CudaPlan(Runtime):
     """A plan compiled for the device (GPU layers) plus the host (CPU-placed layers)."""
 
     def __init__(self, plan: Plan) -> None:
-        be = _backend.get_backend("gpu")
+        be = backends.get_backend("gpu")
         self.cp = be.xp
         self.cudf = be.xdf
         self.backend = be
@@ -70,12 +69,9 @@ class CudaPlan:
         self.cpu_layers = [l for l in plan.layers if l.placement == "cpu"]
         self.source = render_module(plan, "cuda", self.gpu_layers)
         self.module = self.cp.RawModule(code=self.source, options=("--std=c++17",)) if self.gpu_layers else None
-        self.compact_module = self.cp.RawModule(code=_COMPACT_SRC)
-        self.host = None
-        if self.cpu_layers:
-            from fbrapids.kernels.runtime_host import HostPlan
-
-            self.host = HostPlan(plan, self.cpu_layers)
+        self.compact_module = self.cp.RawModule(code=COMPACT_SRC)
+        #: CPU-placed layers, each compiled as a plan of its own for the host runtime
+        self.host_layers = {l.index: HostPlan(plan.layer_plan(l)) for l in self.cpu_layers}
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
         self._pool_cap = initial_pool_bytes()
@@ -92,16 +88,12 @@ class CudaPlan:
     @staticmethod
     def _ptrs(dev: dict[str, Any], type_name: str) -> list[int]:
         def p(k: str) -> int:
+            if k == "valid_bit":
+                return 0
             a = dev.get(k)
             return 0 if a is None else int(a.data.ptr)
 
-        if type_name in T.FIXED_TYPES:
-            return [p("data"), p("valid")]
-        if type_name == "str":
-            return [p("offsets"), p("bytes"), p("valid")]
-        if type_name in ("list<i64>", "list<u64>"):
-            return [p("offsets"), p("data"), p("valid")]
-        return [p("offsets"), p("str_offsets"), p("bytes"), p("valid")]
+        return [p(k) for k in input_slots(type_name)]
 
     def _download(self, dev: dict[str, Any], type_name: str, n: int) -> HostColumn:
         get = {k: (None if v is None or k == "col" else v.get()) for k, v in dev.items()}
@@ -109,7 +101,7 @@ class CudaPlan:
                           str_offsets=get.get("str_offsets"), bytes=get.get("bytes"))
 
     # -- running -------------------------------------------------------------------------
-    def run(self, gdf: Any) -> dict[str, Any]:
+    def run(self, gdf: Any) -> RunResult:
         """The plan's output columns as cudf series (index of ``gdf``)."""
         cp = self.cp
         host_df = gdf[[c for c in self.plan.input_columns()]]  # from_series reads cudf via Arrow
@@ -135,22 +127,16 @@ class CudaPlan:
         index = gdf.index.to_pandas() if hasattr(gdf.index, "to_pandas") else pd.RangeIndex(n)
         for name, nid in self.plan.outputs.items():
             hc = self._download(dev[nid], self.plan.nodes[nid].type, n)
-            out[name] = _backend.to_backend(to_series(hc, index, name), self.backend)
-        return out
+            out[name] = backends.to_backend(to_series(hc, index, name), self.backend)
+        return RunResult(out, {}, st)
 
     def _run_host_layer(self, layer, cols: dict[int, HostColumn], dev, st) -> None:
-        """A CPU-placed layer: the host kernels on host copies, results copied to the device."""
-        from fbrapids.kernels.runtime_host import thread_pool
-
-        assert self.host is not None
-        values = dict(cols)
-        idx = self.host.layers.index(layer)
-        status: dict[int, np.ndarray] = {}
-        n = next(iter(cols.values())).n if cols else 0
-        self.host._run_layer(layer, self.host.kernels[idx], self.host.abis[idx], n, values, status,
-                             thread_pool(), st)
+        """A CPU-placed layer: the host runtime's ``run`` on host copies of its inputs,
+        results copied to the device."""
+        res = self.host_layers[layer.index].run({f"n{nid}": c for nid, c in cols.items()})
+        st += res.stats
         for nid in layer.nodes:
-            dev[nid] = self._upload(values[nid])
+            dev[nid] = self._upload(res.columns[f"n{nid}"])
 
     def _run_layer(self, layer, n: int, dev, pool, head, err, st):
         cp = self.cp
@@ -164,16 +150,11 @@ class CudaPlan:
         for nid, o in abi.outputs.items():
             node = self.plan.nodes[nid]
             b: dict[str, Any] = {"valid": cp.empty(n, dtype=cp.uint8)}
-            if o.type in T.FIXED_TYPES:
-                b["data"] = cp.empty(n, dtype=T.NUMPY_DTYPE[o.type])
-                order = ["data", "valid"]
-            else:
-                b["off"], b["cnt"] = cp.zeros(n, dtype=cp.int64), cp.zeros(n, dtype=cp.int64)
-                order = ["valid", "off", "cnt"]
-                if o.type == "list<str>":
-                    b["off2"], b["cnt2"] = cp.zeros(n, dtype=cp.int64), cp.zeros(n, dtype=cp.int64)
-                    order += ["off2", "cnt2"]
-            for i, k in enumerate(order):
+            for i, k in enumerate(output_slots(o.type)):
+                if k == "data":
+                    b[k] = cp.empty(n, dtype=T.NUMPY_DTYPE[o.type])
+                elif k != "valid":
+                    b[k] = cp.zeros(n, dtype=cp.int64)
                 ptrs[o.first + i] = int(b[k].data.ptr)
             if o.status is not None:
                 b["status"] = cp.full(n, -1, dtype=cp.int8)
@@ -193,9 +174,7 @@ class CudaPlan:
                 fn(grid, (CUDA_BLOCK,), (np.int64(n), bufs, pool, np.uint64(pool.size), head, err))
                 st.launches += 1
             e = int(err.get()[0])
-            if e & FBX_ERR_KEY_TOO_LONG:
-                raise KernelRuntimeError(f"layer {layer.index}: a cross / n-gram key is longer than 4096 bytes")
-            if e & FBX_ERR_POOL_OVERFLOW:
+            if check_error(e, layer.index, (f for i in layer.nodes for f in self.plan.nodes[i].features)):
                 need = int(head.get()[0])
                 self._pool_cap = max(2 * pool.size, need + 128 * (1 + n // CUDA_BLOCK))
                 pool = cp.empty(self._pool_cap, dtype=cp.uint8)

@@ -1,9 +1,11 @@
 """Run a plan's meta-kernels on the host: one ctypes launch per layer, over Arrow buffers.
 
-Per layer: allocate the outputs, size the pool from the layer's peak pool bytes per row
-seen so far (so steady-state runs never overflow), launch the layer kernel over all rows
-(OpenMP inside), re-run after growing the pool if it overflowed anyway, compact the
-variable-length results out of the pool into Arrow buffers, reset the pool.  Launches per frame = number of layers.
+Per layer: allocate the outputs, presize the pool from a high quantile of the layer's
+recent bytes per row (:class:`~fbrapids.kernels.pool.PoolSizer`, capped, so steady-state
+runs do not overflow and one outlier row cannot inflate later presizes), launch the layer
+kernel over all rows (OpenMP inside), re-run after growing the pool if it overflowed
+anyway, compact the variable-length results out of the pool into Arrow buffers, reset the
+pool.  Launches per frame = number of layers.
 
 Example:
     >>> import pandas as pd
@@ -19,23 +21,21 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from fbrapids.kernels import host_runtime as R
-from fbrapids.kernels import stats as S
+from fbrapids.kernels import host_helpers as R
+from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
+from fbrapids.kernels.abi import check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.plan import Layer, Plan
-from fbrapids.kernels.pool import HostPool
-from fbrapids.kernels.render import HOST_BLOCK, kernel_name, layer_abi, render_module
-from fbrapids.errors import KernelRuntimeError
-
-FBX_ERR_POOL_OVERFLOW = 1
-FBX_ERR_KEY_TOO_LONG = 2
+from fbrapids.kernels.pool import HostPool, PoolSizer, row_sample
+from fbrapids.kernels.render import HOST_BLOCK, kernel_name, render_module
+from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
 
 _local = threading.local()
 
@@ -48,22 +48,14 @@ def thread_pool() -> HostPool:
     return pool
 
 
-@dataclass
-class RunResult:
-    """Output columns by feature name, side status arrays by feature name, and counters."""
-
-    columns: dict[str, HostColumn]
-    status: dict[str, np.ndarray] = field(default_factory=dict)
-    stats: S.KernelStats = field(default_factory=S.KernelStats)
-
-
-POOL_HEADROOM = 1.125  #: presized pool = peak bytes per row so far x rows x this
+def _rows(col: pd.Series | HostColumn) -> int:
+    return col.n if isinstance(col, HostColumn) else len(col)
 
 
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
 
 
-class HostPlan:
+class HostPlan(Runtime):
     """A plan compiled for the host (the given layers; by default all of them)."""
 
     def __init__(self, plan: Plan, layers: list[Layer] | None = None) -> None:
@@ -77,39 +69,48 @@ class HostPlan:
             fn.argtypes, fn.restype = _ARGTYPES, None
             self.kernels.append(fn)
         self.abis = [layer_abi(plan, l) for l in self.layers]
-        #: per layer, the largest pool bytes per input row a successful launch used
-        self.pool_bytes_per_row = [0.0] * len(self.layers)
+        #: per layer, the presize of its pool from recent runs' bytes per row
+        self.sizers = [PoolSizer() for _ in self.layers]
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
+        self._sizer_lock = threading.Lock()
 
-    def run(self, columns: dict[str, pd.Series] | pd.DataFrame, pool: HostPool | None = None) -> RunResult:
+    @property
+    def pool_bytes_per_row(self) -> list[float]:
+        """Per layer, the bytes per row its next presize uses."""
+        return [s.per_row() for s in self.sizers]
+
+    def run(self, columns: Mapping[str, pd.Series | HostColumn] | pd.DataFrame,
+            pool: HostPool | None = None) -> RunResult:
         """Run every layer over the input columns; the plan's outputs as HostColumns.
 
-        With the default (per-thread) pool, each layer's pool is sized before the launch
-        from that layer's peak bytes per row so far (plus headroom), so only a first run or
-        an unusually heavy partition overflows and re-runs.  A pool passed by the caller is
-        used at the size the caller gave it.
+        ``columns`` maps each input name to a pandas series or a HostColumn.  With the
+        default (per-thread) pool, each layer's pool is sized before the launch from that
+        layer's recent bytes per row (:class:`~fbrapids.kernels.pool.PoolSizer`), so only a
+        first run or an unusually heavy partition overflows and re-runs.  A pool passed by
+        the caller is used at the size the caller gave it.
         """
         plan = self.plan
         presize = pool is None
         pool = pool or thread_pool()
-        n = len(columns) if isinstance(columns, pd.DataFrame) else len(next(iter(columns.values()), []))
+        n = len(columns) if isinstance(columns, pd.DataFrame) else _rows(next(iter(columns.values()), []))
         values: dict[int, HostColumn] = {}
         for node in plan.nodes:
             if node.op is None:
-                values[node.id] = from_series(columns[node.expr.name], node.expr.name)
+                col = columns[node.expr.name]
+                values[node.id] = col if isinstance(col, HostColumn) else from_series(col, node.expr.name)
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
         presizes0 = pool.presizes
-        for i, (layer, fn, abi) in enumerate(zip(self.layers, self.kernels, self.abis)):
-            if presize and n and self.pool_bytes_per_row[i]:
-                pool.reserve(int(self.pool_bytes_per_row[i] * n * POOL_HEADROOM) + 128 * (1 + n // HOST_BLOCK))
-            used = self._run_layer(layer, fn, abi, n, values, status, pool, run_stats)
-            if n:
-                self.pool_bytes_per_row[i] = max(self.pool_bytes_per_row[i], used / n)
+        for layer, fn, abi, sizer in zip(self.layers, self.kernels, self.abis, self.sizers):
+            if presize and abi.nparts:
+                need = sizer.estimate(n, abi.nparts)
+                if need:
+                    pool.reserve(need)
+            self._run_layer(layer, fn, abi, n, values, status, pool, run_stats, sizer)
         run_stats.presizes = pool.presizes - presizes0
-        run_stats.regrowths = pool.regrowths - getattr(pool, "_reported_regrowths", 0)
-        pool._reported_regrowths = pool.regrowths  # type: ignore[attr-defined]
+        run_stats.regrowths = pool.regrowths - pool.reported_regrowths
+        pool.reported_regrowths = pool.regrowths
         run_stats.pool_capacity = pool.capacity
         with self._lock:
             self.stats += run_stats
@@ -119,8 +120,8 @@ class HostPlan:
         return RunResult(out, st, run_stats)
 
     def _run_layer(self, layer: Layer, fn, abi, n: int, values: dict[int, HostColumn],
-                   status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats) -> int:
-        """Run one layer (re-running it after an overflow); the pool bytes it used."""
+                   status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer) -> None:
+        """Run one layer (re-running it after an overflow)."""
         plan = self.plan
         ptrs = [0] * abi.nslots
         for nid, first in abi.inputs.items():
@@ -131,16 +132,11 @@ class HostPlan:
         for nid, o in abi.outputs.items():
             node = plan.nodes[nid]
             bufs: dict[str, np.ndarray] = {"valid": np.empty(n, dtype=np.uint8)}
-            if o.type in T.FIXED_TYPES:
-                bufs["data"] = np.empty(n, dtype=T.NUMPY_DTYPE[o.type])
-                order = ["data", "valid"]
-            else:
-                bufs["off"], bufs["cnt"] = np.zeros(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-                order = ["valid", "off", "cnt"]
-                if o.type == "list<str>":
-                    bufs["off2"], bufs["cnt2"] = np.zeros(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-                    order += ["off2", "cnt2"]
-            for i, name in enumerate(order):
+            for i, name in enumerate(output_slots(o.type)):
+                if name == "data":
+                    bufs[name] = np.empty(n, dtype=T.NUMPY_DTYPE[o.type])
+                elif name != "valid":
+                    bufs[name] = (np.zeros if name.startswith("off") else np.empty)(n, dtype=np.int64)
                 ptrs[o.first + i] = bufs[name].ctypes.data
             if o.status is not None:
                 bufs["status"] = np.full(n, -1, dtype=np.int8)
@@ -156,17 +152,21 @@ class HostPlan:
                pool.head.ctypes.data, pool.err.ctypes.data)
             st.launches += 1
             err = int(pool.err[0])
-            if err & FBX_ERR_KEY_TOO_LONG:
+            try:
+                overflow = check_error(err, layer.index, (f for i in layer.nodes for f in plan.nodes[i].features))
+            except Exception:
                 pool.reset()
-                raise KernelRuntimeError(
-                    f"layer {layer.index}: a cross / n-gram key is longer than 4096 bytes "
-                    f"(features: {', '.join(sorted({f for i in layer.nodes for f in plan.nodes[i].features}))})")
-            if err & FBX_ERR_POOL_OVERFLOW:
-                pool.grow(pool.used() + 128 * (1 + n // 256))
+                raise
+            if overflow:
+                pool.grow(pool.used() + 128 * (1 + n // HOST_BLOCK))
                 continue
             break
         used = pool.used()
         st.peak_pool_bytes = max(st.peak_pool_bytes, used)
+        if abi.nparts and n:
+            sample = row_pool_bytes(abi, outs, row_sample(n))
+            with self._sizer_lock:
+                sizer.observe(sample)
         for nid, o in abi.outputs.items():
             b = outs[nid]
             valid = pack_validity(b["valid"])
@@ -186,4 +186,3 @@ class HostPlan:
             if "status" in b:
                 status[nid] = b["status"]
         pool.reset()  # O(1): everything that outlives the layer was compacted out above
-        return used

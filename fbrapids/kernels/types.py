@@ -62,6 +62,8 @@ CLASSES = {
     "intlist": ("list<i64>", "list<u64>"),
     "strlist": ("list<str>",),
     "any": ALL_TYPES,
+    "crossable": INT_TYPES + ("str",) + LIST_TYPES,  # what hash / hash_bucket / cross take
+    "strorlist": ("str",) + LIST_TYPES,  # what length takes
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from fbrapids.kernels import host_runtime as R
+from fbrapids.kernels import host_helpers as R
 
 
 class Vocabulary:

@@ -52,8 +52,7 @@ import pandas as pd
 import torch
 
 from fbrapids.errors import ExportError, UnsafeFileError
-from fbrapids.kernels.expr import Call
-from fbrapids.kernels.extract import FeatureSet
+from fbrapids.features import FeatureSet, needs_fit
 from fbrapids.manifest import resolve_inside, verify_manifest, write_manifest
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.serving.spec_json import spec_from_json, spec_to_json
@@ -140,14 +139,10 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
     return d
 
 
-def _uses_categorify(e: Any) -> bool:
-    return isinstance(e, Call) and (e.op == "categorify" or any(_uses_categorify(a) for a in e.args))
-
-
 def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
     """``spec`` with its ``categorify`` features fitted over ``sample`` (vocabularies frozen)."""
     sides = ("request_features", "item_features", "pair_features")
-    pending = [f for side in sides for f, e in getattr(spec, side).items() if _uses_categorify(e)]
+    pending = [f for side in sides for f, e in getattr(spec, side).items() if needs_fit(e)]
     if not pending:
         return spec
     if sample is None:

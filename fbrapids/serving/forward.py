@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fbrapids.trainers.batch import Batch, _ragged_take
+from fbrapids.trainers.batch import Batch, ragged_take
 from fbrapids.trainers.models import WideAndDeep
 from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
@@ -49,7 +49,7 @@ class SideArrays:
         return int(self.dense.shape[0])
 
     def take(self, idx: np.ndarray) -> "SideArrays":
-        return SideArrays(self.dense[idx], {k: _ragged_take(v, o, idx) for k, (v, o) in self.sparse.items()})
+        return SideArrays(self.dense[idx], {k: ragged_take(v, o, idx) for k, (v, o) in self.sparse.items()})
 
     @staticmethod
     def concat(parts: Sequence["SideArrays"]) -> "SideArrays":
@@ -65,7 +65,12 @@ class SideArrays:
         return SideArrays(np.concatenate([p.dense for p in parts]), sp)
 
 
-def _t(a: np.ndarray) -> torch.Tensor:
+def to_tensor(a: np.ndarray) -> torch.Tensor:
+    """A torch tensor sharing ``a``'s memory (copied first when read-only or strided).
+
+    >>> to_tensor(np.arange(3)).tolist()
+    [0, 1, 2]
+    """
     if not a.flags.writeable or not a.flags.c_contiguous:
         a = np.array(a, copy=True, order="C")
     return torch.from_numpy(a)
@@ -83,25 +88,25 @@ def broadcast_batch(req: SideArrays, rows: SideArrays, owner: np.ndarray, dense:
     d = np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((n, 0), dtype=np.float32)
     sp = {}
     for f in sparse:
-        v, o = rows.sparse[f] if f in rows.sparse else _ragged_take(*req.sparse[f], owner)
-        sp[f] = (_t(v), _t(o[:-1]))
-    return Batch(_t(d), torch.zeros(n), sp)
+        v, o = rows.sparse[f] if f in rows.sparse else ragged_take(*req.sparse[f], owner)
+        sp[f] = (to_tensor(v), to_tensor(o[:-1]))
+    return Batch(to_tensor(d), torch.zeros(n), sp)
 
 
 def _pool(coll, looked, offsets: np.ndarray, dev: torch.device) -> torch.Tensor:
-    return coll.pool(looked, _t(offsets[:-1]).to(dev))
+    return coll.pool(looked, to_tensor(offsets[:-1]).to(dev))
 
 
 def _wide_deep(model: WideAndDeep, req: SideArrays, rows: SideArrays, owner: np.ndarray,
                dense: Sequence[tuple[str, int]], sparse: Sequence[str]) -> torch.Tensor:
     dev = module_device(model)
-    own = _t(owner).to(dev)
+    own = to_tensor(owner).to(dev)
     side_sparse = {f: (req.sparse[f] if f not in rows.sparse else rows.sparse[f]) for f in model.sparse_features}
     is_req = {f: f not in rows.sparse for f in model.sparse_features}
-    lookup_in = {f: (_t(v).to(dev), _t(o[:-1]).to(dev)) for f, (v, o) in side_sparse.items()}
+    lookup_in = {f: (to_tensor(v).to(dev), to_tensor(o[:-1]).to(dev)) for f, (v, o) in side_sparse.items()}
     wl = model.wide.lookup(lookup_in)
     dl = model.deep_emb.lookup(lookup_in)
-    xr, xi = _t(req.dense).to(dev), _t(rows.dense).to(dev)
+    xr, xi = to_tensor(req.dense).to(dev), to_tensor(rows.dense).to(dev)
     r_idx = [k for k, (s, _) in enumerate(dense) if s == "request"]
     i_idx = [k for k, (s, _) in enumerate(dense) if s != "request"]
     r_src = [j for s, j in dense if s == "request"]

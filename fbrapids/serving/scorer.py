@@ -71,11 +71,11 @@ import pandas as pd
 import torch
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
+from fbrapids import kernels as kstats
 from fbrapids.errors import KernelRuntimeError, RequestError, RequestTooLargeError
-from fbrapids.kernels import stats as kstats
-from fbrapids.kernels.expr import columns_of
+from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
-from fbrapids.serving.forward import SideArrays, _t, split_forward
+from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, records_to_columns, records_to_frame, show
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
 from fbrapids.trainers.device import place_model
@@ -323,5 +323,5 @@ class Scorer:
 
 def _batch(arr: SideArrays) -> Batch:
     """The training-side batch of full rows (offsets without their final end)."""
-    sp = {k: (_t(v), _t(o[:-1])) for k, (v, o) in arr.sparse.items()}
-    return Batch(_t(arr.dense), torch.zeros(len(arr)), sp)
+    sp = {k: (to_tensor(v), to_tensor(o[:-1])) for k, (v, o) in arr.sparse.items()}
+    return Batch(to_tensor(arr.dense), torch.zeros(len(arr)), sp)

@@ -42,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fbrapids.errors import RequestError
-from fbrapids.kernels.expr import Expr, as_expr, columns_of
+from fbrapids.kernels import Expr, as_expr, columns_of
 
 TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string(),
          "list<int64>": pa.list_(pa.int64())}

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fbrapids.errors import ExportError, OperatorError, UnsafeFileError
-from fbrapids.kernels.expr import Call, Col, Expr
+from fbrapids.kernels import Call, Col, Expr
 from fbrapids.kernels.vocab import Vocabulary
 from fbrapids.serving.spec import ServingSpec
 
@@ -110,7 +110,7 @@ def _decode(v: Any, where: str) -> Any:
 
 
 def _check_ops(e: Expr, where: str) -> None:
-    from fbrapids.kernels.operator import get_operator
+    from fbrapids.kernels import get_operator
 
     if isinstance(e, Call):
         try:

@@ -149,7 +149,13 @@ def dense_matrix(df: pd.DataFrame, cols: Sequence[str], nan: str, part: int | No
     return out, replaced
 
 
-def _ragged_take(values: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ragged_take(values: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``idx`` of a ragged column (values + n+1 offsets), as values and offsets.
+
+    >>> v, o = ragged_take(np.array([1, 2, 3]), np.array([0, 1, 3]), np.array([1]))
+    >>> v.tolist(), o.tolist()
+    ([2, 3], [0, 2])
+    """
     lengths = offsets[1:] - offsets[:-1]
     new_len = lengths[idx]
     new_off = np.zeros(len(idx) + 1, dtype=np.int64)
@@ -203,7 +209,7 @@ class Columns:
         return Columns(self.dense[start:stop], self.label[start:stop], sp, g)
 
     def take(self, idx: np.ndarray) -> "Columns":
-        sp = {k: _ragged_take(v, o, idx) for k, (v, o) in self.sparse.items()}
+        sp = {k: ragged_take(v, o, idx) for k, (v, o) in self.sparse.items()}
         g = None if self.group is None else self.group[idx]
         return Columns(self.dense[idx], self.label[idx], sp, g)
 

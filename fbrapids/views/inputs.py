@@ -34,7 +34,7 @@ _MIXED = ("mixed", "mixed-integer", "mixed-integer-float")
 
 
 def _walk(expr: Any):
-    from fbrapids.kernels.expr import Call
+    from fbrapids.kernels import Call
 
     stack = [expr]
     while stack:
@@ -52,7 +52,7 @@ def timestamp_columns(features: Mapping[str, Any]) -> dict[str, str]:
         >>> timestamp_columns({"h": ops.hour("ts"), "u": ops.hash_bucket("u", 8)})
         {'ts': 'h'}
     """
-    from fbrapids.kernels.expr import Col, as_expr
+    from fbrapids.kernels import Col, as_expr
 
     out: dict[str, str] = {}
     for name, e in features.items():
@@ -97,7 +97,7 @@ def check_and_convert(frame: Any, features: Mapping[str, Any]) -> dict[str, Any]
         FeatureError: a timestamp operator reads a column that is neither datetime nor
             integer, or a column the features read holds mixed Python types.
     """
-    from fbrapids.kernels.expr import as_expr, columns_of
+    from fbrapids.kernels import as_expr, columns_of
 
     used: dict[str, str] = {}
     for name, e in features.items():

@@ -47,9 +47,7 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
         counts ``rows``, ``null_input``, ``malformed``, ``missing:<name>``,
         ``not_string:<name>``.
     """
-    from fbrapids.kernels.columns import to_series
-    from fbrapids.kernels.expr import Call, Col
-    from fbrapids.kernels.extract import compiled_plan
+    from fbrapids.kernels import Call, Col, build_plan, compiled, to_series
 
     be = _backend.backend_of(series)
     # the GPU runs the CUDA rendering of the same plan when its runtime is available;
@@ -65,7 +63,7 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
     counts["null_input"] = int(host.isna().sum())
     if not paths:
         return {}, counts
-    res = compiled_plan(frame, feats).run(frame)
+    res = compiled(build_plan(feats, {"doc": "str"})).run(frame)
     out: dict[str, Any] = {}
     for i, name in enumerate(paths):
         st = res.status[name]

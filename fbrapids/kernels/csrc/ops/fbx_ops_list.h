@@ -53,10 +53,10 @@ FBX_DEVICE fbx_i64 fbx_slice_li(fbx_li l, fbx_i64 k, int from_end, fbx_i64* out)
 /* The first or last k elements of a string list. */
 FBX_DEVICE fbx_i64 fbx_slice_ls(fbx_ls l, fbx_i64 k, int from_end, fbx_i64* ends, char* bytes, fbx_i64* nbytes) {
   fbx_i64 n = l.n < k ? l.n : k, s = from_end ? l.n - n : 0;
-  fbx_i64 b0 = l.offs[s], nb = l.offs[s + n] - b0;
+  fbx_i64 b0 = fbx_ls_off(l, s), nb = fbx_ls_off(l, s + n) - b0;
   if (bytes) {
     fbx_memcpy(bytes, l.bytes + b0, nb);
-    for (fbx_i64 i = 0; i < n; ++i) ends[i] = l.offs[s + i + 1] - b0;
+    for (fbx_i64 i = 0; i < n; ++i) ends[i] = fbx_ls_off(l, s + i + 1) - b0;
   }
   *nbytes = nb;
   return n;

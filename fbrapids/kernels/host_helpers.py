@@ -1,4 +1,5 @@
-"""ctypes bindings of ``csrc/fbx_host_runtime.c`` (compaction and lookup-table building).
+"""Host helpers beside the meta-kernels: ctypes bindings of ``csrc/fbx_host_helpers.c``
+(compacting pool-resident results into Arrow buffers, building lookup tables).
 
 Example:
     >>> import numpy as np
@@ -15,7 +16,7 @@ import functools
 import numpy as np
 
 from fbrapids.kernels.compile_host import load_source
-from fbrapids.kernels.render import CSRC, inline_headers
+from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -24,8 +25,7 @@ _I = ctypes.c_int64
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
     """The loaded runtime library (compiled on first use, then from the disk cache)."""
-    text = (CSRC / "fbx_host_runtime.c").read_text()
-    body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith('#include "'))
+    body = without_includes((CSRC / "fbx_host_helpers.c").read_text())
     src = inline_headers(["ops/fbx_views.h", "ops/fbx_ops_lookup.h"]) + "\n" + body
     so = load_source(src)
     so.fbx_compact.argtypes = [_I, _P, _P, _P, _I, _P, _P, _I]

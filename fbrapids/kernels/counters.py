@@ -1,4 +1,4 @@
-"""Kernel statistics: launches, layers, pool peak and regrowths, per plan and per process.
+"""Kernel counters: launches, layers, pool peak and regrowths, per plan and per process.
 
 Example:
     >>> s = KernelStats(); s.launches += 3; s.as_dict()["launches"]

@@ -1,4 +1,4 @@
-/* fbx_host_runtime.c -- host helpers around the meta-kernels: compaction of pool-resident
+/* fbx_host_helpers.c -- host helpers around the meta-kernels: compaction of pool-resident
  * variable-length results into Arrow buffers (before the pool is reset), and building the
  * open-addressing tables of lookup operators.  Compiled once per machine (cached). */
 #include "ops/fbx_views.h"

@@ -1,0 +1,57 @@
+"""``explain``: what ``extract`` runs -- layers, operators, placement and reasons, counters
+so far, and optionally the generated kernel source.
+
+Example:
+    >>> import pandas as pd
+    >>> from fbrapids import ops
+    >>> print(explain(pd.DataFrame({"ts": [0]}), {"h": ops.hour("ts")}).splitlines()[0])
+    fbrapids plan: 1 feature(s), 1 operator(s) in 1 layer(s) -> 1 kernel launch(es) per partition [cpu backend]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from fbrapids.features.fitting import needs_fit, stand_ins
+from fbrapids.features.plans import plan_for
+from fbrapids.kernels import as_expr, cached, render_module
+from fbrapids.views.inputs import prepare
+
+
+def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: bool = True) -> str:
+    """What ``extract(obj, features)`` runs: layers, operators, placement and reasons, the
+    counters of its compiled plan so far (launches, pool, bytes moved between host and
+    device), and (``source=True``) the generated kernel source."""
+    features = getattr(features, "features", features)  # a FeatureSet
+    features = {name: as_expr(e) for name, e in features.items()}
+    pending = [n for n, e in features.items() if needs_fit(e)]
+    if pending:
+        features = {**features, **stand_ins({n: features[n] for n in pending})}
+    plan = plan_for(prepare(getattr(obj, "_meta", obj), features), features, fused)
+    shared = sum(1 for n in plan.nodes if n.op is not None and len(n.features) > 1)
+    lines = [f"fbrapids plan: {len(plan.outputs)} feature(s), {plan.num_ops} operator(s) in {len(plan.layers)} "
+             f"layer(s) -> {len(plan.layers)} kernel launch(es) per partition [{plan.backend} backend]"]
+    if shared:
+        lines.append(f"common sub-expressions: {shared} operator(s) shared by several features, computed once")
+    if pending:
+        lines.append(f"fitted operators in {', '.join(pending)}: fitted over the frame at extract time "
+                     "(shown unfitted)")
+    lines.append("inputs: " + ", ".join(f"{n.expr} ({n.type})" for n in plan.nodes if n.op is None))
+    for layer in plan.layers:
+        target = "CUDA meta-kernel" if layer.placement == "gpu" else "host C meta-kernel (OpenMP)"
+        lines.append(f"layer {layer.index} [{layer.placement}] {len(layer.nodes)} op(s), one {target}:")
+        for nid in layer.nodes:
+            n = plan.nodes[nid]
+            lines.append(f"  #{nid} {n.expr} -> {n.type}  [{n.placement}: {n.reason}]  "
+                         f"nulls: {n.op.null_rule}; used by: {', '.join(n.features)}")
+    lines.append("outputs: " + ", ".join(f"{k} = #{v} ({plan.nodes[v].type})" for k, v in plan.outputs.items()))
+    runtime = cached(plan)
+    if runtime is not None:
+        lines.append("stats so far: " + ", ".join(f"{k}={v}" for k, v in runtime.stats.as_dict().items()))
+    if source:
+        for target in ("host", "cuda"):
+            want = "gpu" if target == "cuda" else "cpu"
+            if any(l.placement == want for l in plan.layers):
+                lines.append(f"---- {target} source ----")
+                lines.append(render_module(plan, target))
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""``FeatureSet``: a named, reusable collection of feature expressions.
+
+Example:
+    >>> import pandas as pd
+    >>> from fbrapids import ops
+    >>> fs = FeatureSet("time", hour=ops.hour("ts"), wd=ops.weekday("ts"))
+    >>> fs.extract(pd.DataFrame({"ts": [3600]}))[["hour", "wd"]].values.tolist()
+    [[1, 3]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fbrapids.features.explain import explain
+from fbrapids.features.extract import extract
+from fbrapids.features.fitting import fit
+from fbrapids.kernels import Expr, as_expr
+
+
+class FeatureSet:
+    """A named, reusable collection of feature expressions."""
+
+    def __init__(self, name: str = "features", **features: Any) -> None:
+        self.name = name
+        self.features: dict[str, Expr] = {k: as_expr(v) for k, v in features.items()}
+
+    def add(self, **features: Any) -> "FeatureSet":
+        """Add (or replace) features; returns self for chaining."""
+        self.features.update({k: as_expr(v) for k, v in features.items()})
+        return self
+
+    def fit(self, frame: Any) -> "FeatureSet":
+        """A copy whose fitted operators (``categorify``) are fitted over ``frame`` (reuse it
+        on other frames: it is never refitted)."""
+        out = FeatureSet(self.name)
+        out.features = fit(frame, self.features)
+        return out
+
+    def extract(self, frame: Any, fused: bool = True) -> Any:
+        """``frame`` with this set's features added (see :func:`fbrapids.features.extract`)."""
+        return extract(frame, self.features, fused=fused)
+
+    def explain(self, frame: Any, source: bool = False) -> str:
+        """What :meth:`extract` runs over ``frame`` (see :func:`fbrapids.features.explain`)."""
+        return explain(frame, self.features, source=source)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __repr__(self) -> str:
+        return f"FeatureSet({self.name!r}, {', '.join(self.features)})"

@@ -1,0 +1,63 @@
+"""Frame schemas as the kernels see them: a series' dtype -> a kernel type name.
+
+Example:
+    >>> import pandas as pd
+    >>> column_type(pd.Series([1, 2])), column_type(pd.Series(["a"], dtype="str"))
+    ('i64', 'str')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fbrapids import backend as backends
+from fbrapids.errors import FeatureError
+from fbrapids.kernels import as_expr, columns_of, from_arrow_type
+
+
+def column_type(s: Any) -> str | None:
+    """The kernel type name of a pandas / cudf series' dtype (None when unreadable)."""
+    dtype = s.dtype
+    if isinstance(dtype, pd.ArrowDtype):
+        return from_arrow_type(dtype.pyarrow_dtype)
+    if isinstance(dtype, pd.StringDtype) or str(dtype) in ("str", "string"):
+        return "str"
+    if isinstance(dtype, pd.CategoricalDtype):
+        return column_type(pd.Series(dtype.categories))
+    np_dtype = getattr(dtype, "numpy_dtype", dtype)
+    if isinstance(np_dtype, np.dtype) and np_dtype.kind in "biuf":
+        return from_arrow_type(pa.from_numpy_dtype(np_dtype))
+    if backends.is_gpu_object(s):  # cudf list / string columns
+        try:
+            return from_arrow_type(s.dtype.to_arrow()) if hasattr(s.dtype, "to_arrow") else (
+                "str" if str(dtype) == "object" else None)
+        except Exception:  # noqa: BLE001 - an unreadable dtype is reported by the planner
+            return None
+    if np_dtype == np.dtype(object):
+        sample = s.dropna().head(64)
+        try:
+            return from_arrow_type(pa.array(sample.tolist()).type) if len(sample) else "str"
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+    return None
+
+
+def schema_of(frame: Any, columns: set[str]) -> dict[str, str | None]:
+    """Kernel type names of ``columns`` of a (pandas, cudf or dask) frame, from its meta."""
+    meta = getattr(frame, "_meta", frame)
+    return {c: column_type(meta[c]) for c in meta.columns if c in columns}
+
+
+def columns_used(features: Mapping[str, Any]) -> set[str]:
+    """The frame columns ``features`` read."""
+    out: set[str] = set()
+    for name, e in features.items():
+        try:
+            out |= columns_of(as_expr(e))
+        except TypeError as exc:
+            raise FeatureError(f"feature {name!r}: {exc}") from exc
+    return out

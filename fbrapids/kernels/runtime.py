@@ -1,0 +1,64 @@
+"""The runtime interface every compiled plan implements: ``run(columns) -> RunResult``.
+
+:class:`~fbrapids.kernels.runtime_host.HostPlan` (host C through ctypes) and
+:class:`~fbrapids.kernels.runtime_cuda.CudaPlan` (CUDA through cupy) are the two; a new
+runtime subclasses :class:`Runtime` and is chosen in :func:`fbrapids.kernels.compiled.compiled`.
+
+Example:
+    >>> from fbrapids.kernels.runtime_host import HostPlan
+    >>> issubclass(HostPlan, Runtime)
+    True
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from fbrapids.kernels import counters as S
+from fbrapids.kernels import types as T
+from fbrapids.kernels.abi import LayerABI
+from fbrapids.kernels.plan import Plan
+
+
+@dataclass
+class RunResult:
+    """Output columns by feature name, per-row status arrays by feature name, and counters.
+
+    The columns are :class:`~fbrapids.kernels.columns.HostColumn` from the host runtime,
+    device columns (cudf series) from the CUDA runtime.
+    """
+
+    columns: dict[str, Any]
+    status: dict[str, Any] = field(default_factory=dict)
+    stats: S.KernelStats = field(default_factory=S.KernelStats)
+
+
+class Runtime(abc.ABC):
+    """A plan compiled for one target; ``stats`` accumulates over its runs."""
+
+    plan: Plan
+    stats: S.KernelStats
+
+    @abc.abstractmethod
+    def run(self, columns: Mapping[str, Any] | Any) -> RunResult:
+        """Run every layer over ``columns`` (input name -> column, or a frame)."""
+
+
+def row_pool_bytes(abi: LayerABI, outs: Mapping[int, Mapping[str, Any]], rows: Any, xp: Any = np) -> Any:
+    """Pool bytes each of ``rows`` used in one layer launch (for :class:`~fbrapids.kernels.pool.PoolSizer`).
+
+    ``outs`` holds each output's buffers by slot name; ``xp`` is numpy or cupy.
+    """
+    total = xp.zeros(len(rows), dtype=xp.float64)
+    for nid, o in abi.outputs.items():
+        if not T.is_var(o.type):
+            continue
+        b = outs[nid]
+        total += b["cnt"][rows] * (1 if o.type == "str" else 8)
+        if o.type == "list<str>":
+            total += b["cnt2"][rows]
+    return total
