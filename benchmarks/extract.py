@@ -47,7 +47,7 @@ from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables
 from fbrapids import ops  # noqa: E402
 from fbrapids import workload  # noqa: E402
 from fbrapids.backend import get_backend, gpu_missing, to_host  # noqa: E402
-from fbrapids.kernels.columns import to_series  # noqa: E402
+from fbrapids.kernels import to_series  # noqa: E402
 from fbrapids.features import compiled_plan, extract  # noqa: E402
 from fbrapids.kernels import reset_stats, stats  # noqa: E402
 
