@@ -30,8 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fbrapids.errors import ExportError, OperatorError, UnsafeFileError
-from fbrapids.kernels import Call, Col, Expr
-from fbrapids.kernels.vocab import Vocabulary
+from fbrapids.kernels import Call, Col, Expr, Vocabulary
 from fbrapids.serving.spec import ServingSpec
 
 SIDES = ("request_features", "item_features", "pair_features")
