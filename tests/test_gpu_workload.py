@@ -110,7 +110,7 @@ def test_one_worker_local_cuda_cluster_runs_the_pipeline_extraction(gen_dir):
     import dask
 
     from fbrapids.cluster import close_client, local_cluster
-    from fbrapids.kernels import stats as kernel_stats
+    from fbrapids import kernels as kernel_stats
     from fbrapids.pipeline import feature_frame
 
     client = local_cluster(n_workers=1, backend="gpu")

@@ -11,6 +11,7 @@ The rest of fbrapids uses this public face, not the submodules:
   :data:`DEVICE_BUDGET_FRACTION`;
 * runtimes: :class:`Runtime`, :class:`RunResult`, :func:`compiled`, :func:`cached`,
   :class:`HostColumn`, :func:`to_series`, :func:`empty_series`, :func:`from_arrow_type`;
+* building: :func:`load_source` (host C through the compile-and-cache path);
 * counters: :class:`KernelStats`, :func:`stats`, :func:`reset_stats`.
 
 Where things go: a new operator in ``builtins.py`` (C in ``csrc/ops/``); a new runtime as a
@@ -23,6 +24,7 @@ Example:
 """
 
 from fbrapids.kernels.columns import HostColumn, empty_series, to_series
+from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.compiled import cached, cached_plans, compilations, compiled
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
 from fbrapids.kernels.operator import Impl, Operator
@@ -37,6 +39,6 @@ from fbrapids.kernels.vocab import Vocabulary
 __all__ = [
     "Call", "Col", "DEVICE_BUDGET_FRACTION", "Expr", "HostColumn", "Impl", "KernelStats", "Operator", "Plan",
     "RunResult", "Runtime", "Vocabulary", "add_operator", "as_expr", "build_plan", "cached", "cached_plans",
-    "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "operators",
+    "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "load_source", "operators",
     "record", "register_operator", "render_module", "reset_stats", "stats", "to_series",
 ]

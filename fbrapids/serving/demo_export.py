@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids import workload
-from fbrapids.kernels.expr import columns_of
+from fbrapids.kernels import columns_of
 from fbrapids.serving.export import export_model
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.trainers.fit import load_checkpoint

@@ -23,7 +23,7 @@ import functools
 from pathlib import Path
 
 import numpy as np
-from fbrapids.kernels.compile_host import load_source
+from fbrapids.kernels import load_source
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("hashmap.c", "rows.c")
