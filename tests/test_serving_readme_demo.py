@@ -1,0 +1,48 @@
+"""The README's demo -> export -> serve -> curl block, run as written (at 3,000 rows, in a
+temporary directory, on a free port of 127.0.0.1, with this checkout's fbrapids)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
+pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- serve-demo:begin.*?-->\s*```bash\n(.*?)```\s*<!-- serve-demo:end -->", text, re.S)
+    assert m, "README.md has no serve-demo block"
+    return m.group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("bash") is None, reason="needs bash and curl")
+def test_readme_demo_export_serve_curl(tmp_path) -> None:
+    block = readme_block()
+    assert block.count("curl -s -X POST") == 1 and "--export demo-export" in block
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = (block.replace("fbrapids ", f"{sys.executable} -m fbrapids.cli ")
+              .replace("--rows 200000", f"--rows 3000 --batch-size 256 --data-dir {tmp_path / 'data'} "
+                                        f"--work-dir {tmp_path / 'work'}")
+              .replace("8000", str(port)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FBRAPIDS_DATA": str(tmp_path / "data-root")}
+    run = subprocess.run(["bash", "-c", "set -e; trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    answer = json.loads(run.stdout.strip().splitlines()[-1])
+    assert answer["n"] == 2 and all(isinstance(p, float) and 0.0 < p < 1.0 for p in answer["scores"])
+    assert (tmp_path / "demo-export" / "MANIFEST.json").is_file() and (tmp_path / "demo-export" / "spec.json").is_file()
