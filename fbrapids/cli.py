@@ -145,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return args.func(args)
-    except FbrapidsError as exc:  # a refused configuration or file: the message says which
+    except (FbrapidsError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        # a refused configuration, a missing or unreadable file: one line saying which, no traceback
         sys.stderr.write(f"fbrapids {args.command}: {exc}\n")
         return 2
     except KeyboardInterrupt:

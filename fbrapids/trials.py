@@ -147,15 +147,25 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     if kind not in ("sparse", "dense"):
         raise ValueError(f"kind must be 'sparse' or 'dense', got {kind!r}")
     common = dict(model=model, seed=seed, progress=progress, checkpoint=False, **pipeline_options)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=3, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     with tempfile.TemporaryDirectory(prefix="fbrapids-trial-") as work:
+        bar.set_postfix_str("baseline arm")
         base = run_pipeline(data_dir, work_dir=Path(work) / "baseline", **common)
+        bar.update(1)
         extra = list(candidates)
         cols = {"sparse": SPARSE + extra, "dense": DENSE} if kind == "sparse" else {"sparse": SPARSE, "dense": DENSE + extra}
+        bar.set_postfix_str("candidate arm")
         cand = run_pipeline(data_dir, work_dir=Path(work) / "candidate", extra_features=dict(candidates), **cols, **common)
+        bar.update(1)
+        bar.set_postfix_str(f"bootstrap x{n_boot}")
     bp, cp = base.predictions, cand.predictions
     if not np.array_equal(bp["label"], cp["label"]) or not np.array_equal(bp["group"], cp["group"]):
         raise TrialError("the two arms saw different held-out rows; the trial is not paired")
     deltas = paired_bootstrap(bp["label"], bp["pred"], cp["pred"], bp["group"], n_boot=n_boot, seed=seed)
+    bar.update(1)
+    bar.close()
     result = TrialResult(extra, {m: base.metrics[m] for m in ("auc", "gauc", "logloss")},
                          {m: cand.metrics[m] for m in ("auc", "gauc", "logloss")}, n_boot=n_boot,
                          n_users=int(len(np.unique(bp["group"]))))

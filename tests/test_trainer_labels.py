@@ -43,3 +43,26 @@ def test_string_labels_name_the_column(dtype):
     df = _frame([0, 1]).assign(click=pd.Series(["no", "yes"], dtype=dtype))
     with pytest.raises(LabelError, match=r"label column 'click', partition 0 holds strings .*'no'"):
         list(df.fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=4))
+
+
+def test_progress_totals_for_fit_and_predict(capsys):
+    """fit / predict bars carry a total (so tqdm shows the time left): exact for an eager
+    frame, and for a dask stream from its second epoch on."""
+    import torch
+
+    from fbrapids.trainers import StoreConfig, fit
+    from fbrapids.trainers.fit import expected_batches
+    from fbrapids.trainers.models import DLRM
+
+    df = _frame([0, 1] * 50)
+    s = df.fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=16)
+    assert expected_batches(s) == 7 == len(list(s))
+    lazy = dd.from_pandas(df, npartitions=3).fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=16,
+                                                         drop_last=True)
+    assert expected_batches(lazy) is None
+    assert len(list(lazy)) == 6 and expected_batches(lazy) == 6
+    torch.manual_seed(0)
+    model = DLRM(1, ["ad"], embedding_dim=4, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=1024))
+    fit(model, s, epochs=2, progress=True)
+    err = capsys.readouterr().err
+    assert "14/14" in err  # the bar's total: 2 epochs x 7 batches

@@ -206,6 +206,19 @@ def load_tensors(path: str | os.PathLike) -> object:
                               f"({why[:300]})") from None
 
 
+def expected_batches(batches: Iterable[Batch]) -> int | None:
+    """How many batches one pass over ``batches`` gives, when known (progress bar totals).
+
+    Example:
+        >>> expected_batches([1, 2, 3]), expected_batches(iter([1]))
+        (3, None)
+    """
+    known = getattr(batches, "expected_batches", None)
+    if callable(known):
+        return known()
+    return len(batches) if hasattr(batches, "__len__") else None
+
+
 def _lookahead(it: Iterable[Batch]) -> Iterator[tuple[Batch, Batch | None]]:
     it = iter(it)
     cur = next(it, None)
@@ -338,11 +351,16 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
     dev = module_device(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
-    bar = tqdm(total=max_steps, initial=start, disable=not progress, desc="fit", unit="batch")
+    per_epoch = expected_batches(batches)
+    total = max_steps if max_steps is not None else (per_epoch * epochs if per_epoch is not None else None)
+    bar = tqdm(total=total, initial=start, disable=not progress, desc="fit", unit="batch")
     try:
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
                 batches.set_epoch(epoch)
+            if bar.total is None and epoch == 1 and expected_batches(batches) is not None:
+                bar.total = expected_batches(batches) * epochs  # a dask stream: known after one pass
+                bar.refresh()
             for batch, nxt in _lookahead(batches):
                 if max_steps is not None and step >= max_steps:
                     return step
@@ -392,7 +410,7 @@ def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
     dev = place_model(model, device)
     model.eval()
     ps, ys, gs = [], [], []
-    for batch in tqdm(batches, disable=not progress, desc="predict", unit="batch"):
+    for batch in tqdm(batches, total=expected_batches(batches), disable=not progress, desc="predict", unit="batch"):
         ps.append(model.predict(batch.to(dev)).float().cpu().numpy())
         ys.append(batch.label.cpu().numpy())
         if batch.group is not None:

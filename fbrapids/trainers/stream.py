@@ -76,6 +76,7 @@ class BatchStream:
         if nan not in ("error", "zero"):
             raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
         self.source = source
+        self._known_rows: int | None = None
         self.label_range = check_label_range(label_range)
         self.label, self.dense, self.sparse, self.group = label, list(dense), list(sparse), group
         self.batch_size, self.shuffle_window, self.seed = int(batch_size), int(shuffle_window), int(seed)
@@ -94,6 +95,16 @@ class BatchStream:
     @property
     def features(self) -> list[str]:
         return list(self.sparse)
+
+    def expected_batches(self) -> int | None:
+        """Batches one pass yields: exact for an eager frame; for a dask frame known once a
+        pass has completed (None before); progress bars take their totals from it."""
+        rows = self._known_rows
+        if rows is None and (isinstance(self.source, pd.DataFrame) or _backend.is_gpu_object(self.source)):
+            rows = len(self.source)
+        if rows is None:
+            return None
+        return rows // self.batch_size if self.drop_last else -(-rows // self.batch_size)
 
     def _check_columns(self) -> None:
         cols = getattr(self.source, "columns", None)
@@ -173,6 +184,7 @@ class BatchStream:
                 if isinstance(item, _Failure):
                     raise item.exc
                 if item is _DONE:
+                    self._known_rows = self.stats["rows"]  # a whole pass: its batch count is known now
                     break
                 buf = item if buf is None else Columns.concat([buf, item])
                 unit = window or bs
