@@ -181,3 +181,7 @@ class MetricUndefinedError(FbrapidsError, ValueError):
 
 class UndefinedMetricWarning(UserWarning):
     """Evaluation data that leaves some metrics undefined (all labels one class)."""
+
+
+class PlotUnavailableError(FbrapidsError, ImportError):
+    """matplotlib (the ``plot`` extra) is not installed."""
