@@ -64,6 +64,12 @@ class PipelineResult:
     oracle_auc: float | None = None
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
+    def _repr_html_(self) -> str:
+        """What a notebook shows: rows and seconds per stage (a chart), store hit rates, metrics."""
+        from fbrapids.display import pipeline_html
+
+        return pipeline_html(self)
+
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
         lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]

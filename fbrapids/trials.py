@@ -46,6 +46,12 @@ class TrialResult:
     n_boot: int = 0
     n_users: int = 0
 
+    def _repr_html_(self) -> str:
+        """What a notebook shows: the metrics table and the deltas with bootstrap error bars."""
+        from fbrapids.display import trial_html
+
+        return trial_html(self)
+
     def render(self) -> str:
         lines = [f"feature trial: baseline + {', '.join(self.candidates)}  ({self.n_boot} bootstrap rounds over "
                  f"{self.n_users:,} held-out users)"]
