@@ -60,12 +60,14 @@ class PassPlan:
         return self.graph[key].dependencies
 
     def closure(self, key: Any, stop: Any) -> list[Any]:
-        """``key`` and every task it needs, not looking past the keys in ``stop``."""
+        """``key`` and every task it needs, not looking past the keys in ``stop``, nor past
+        keys outside the graph (results a distributed cluster already holds: a persisted
+        collection's futures)."""
         seen: dict[Any, None] = {}
         todo = [key]
         while todo:
             k = todo.pop()
-            if k in seen:
+            if k in seen or k not in self.graph:
                 continue
             seen[k] = None
             if k not in stop:

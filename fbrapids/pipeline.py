@@ -204,11 +204,18 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
         >>> v["impressions"].index.name, v["basic"].known_divisions
         ('instance_id', True)
     """
-    from fbrapids.views.divisions import index_by_sorted_key
+    import pyarrow.parquet as pq
+
+    from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
+    from fbrapids.views.read import auto_partition_rows, read_view
 
     views = workload.read_views(data_dir, backend=backend)
+    first = Path(data_dir) / "impressions.parquet"
+    groups = groups_per_partition(first, auto_partition_rows(pq.ParquetFile(first).metadata.num_rows))
     for name in ("impressions", "basic"):
-        views[name] = index_by_sorted_key(views[name], Path(data_dir) / f"{name}.parquet", "instance_id")
+        path = Path(data_dir) / f"{name}.parquet"
+        frame = read_view(path, backend=backend, row_groups_per_partition=groups)
+        views[name] = index_by_sorted_key(frame, path, "instance_id", groups)
     return views
 
 

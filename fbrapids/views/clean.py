@@ -220,7 +220,9 @@ def clean(
     results = [step(p, fill, json, early, late, drop) for p in parts]
     frames = [r[0] for r in results]
     counts = dask.delayed(merge_counts, pure=True)([r[1] for r in results])
-    out = dd.from_delayed(frames, meta=meta.iloc[:0], verify_meta=False)
+    # rows are only filtered, never moved: known divisions (a view sorted by its key) stay known
+    divisions = tuple(df.divisions) if df.known_divisions else None
+    out = dd.from_delayed(frames, meta=meta.iloc[:0], divisions=divisions, verify_meta=False)
     report = CleanReport(delayed=counts)
     _DASK_REPORT_REFS[out._name] = report
     while len(_DASK_REPORT_REFS) > _MAX_REPORTS:

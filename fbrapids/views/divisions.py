@@ -14,7 +14,7 @@ Example:
     >>> pd.DataFrame({"id": range(10), "x": range(10)}).to_parquet(path, row_group_size=4)
     >>> sorted_divisions(path, "id")
     (0, 4, 8, 9)
-    >>> index_by_sorted_key(read_view(path), path, "id").divisions
+    >>> index_by_sorted_key(read_view(path, row_groups_per_partition=1), path, "id").divisions
     (0, 4, 8, 9)
 """
 
@@ -29,10 +29,11 @@ import pyarrow.parquet as pq
 log = logging.getLogger(__name__)
 
 
-def sorted_divisions(path: str | os.PathLike, column: str) -> tuple[Any, ...] | None:
-    """``(min_0, min_1, ..., min_last, max_last)`` of ``column`` over the row groups of one
-    parquet file, or None unless every row group has statistics and the groups are in
-    strictly increasing, non-overlapping key order."""
+def sorted_divisions(path: str | os.PathLike, column: str, groups_per_partition: int = 1) -> tuple[Any, ...] | None:
+    """``(min_0, min_1, ..., min_last, max_last)`` of ``column`` over the partitions of one
+    parquet file (``groups_per_partition`` consecutive row groups each), or None unless every
+    row group has statistics and the groups are in strictly increasing, non-overlapping key
+    order."""
     meta = pq.ParquetFile(path).metadata
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]
     if column not in names or meta.num_row_groups == 0:
@@ -47,13 +48,28 @@ def sorted_divisions(path: str | os.PathLike, column: str) -> tuple[Any, ...] | 
         maxs.append(stats.max)
     if any(maxs[i] >= mins[i + 1] for i in range(len(mins) - 1)):
         return None
-    return (*mins, maxs[-1])
+    return (*mins[::groups_per_partition], maxs[-1])
 
 
-def index_by_sorted_key(frame: Any, path: str | os.PathLike, key: str) -> Any:
-    """``frame`` (one partition per row group of ``path``) indexed by ``key`` with known
-    divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
-    divisions = sorted_divisions(path, key)
+def groups_per_partition(path: str | os.PathLike, partition_rows: int) -> int:
+    """Whole row groups of ``path`` per partition for about ``partition_rows`` rows each.
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> path = tempfile.mkdtemp() + "/v.parquet"
+        >>> pd.DataFrame({"id": range(100)}).to_parquet(path, row_group_size=10)
+        >>> groups_per_partition(path, 35)
+        3
+    """
+    meta = pq.ParquetFile(path).metadata
+    per_group = max(1, meta.num_rows // max(1, meta.num_row_groups))
+    return max(1, partition_rows // per_group)
+
+
+def index_by_sorted_key(frame: Any, path: str | os.PathLike, key: str, groups: int = 1) -> Any:
+    """``frame`` (``groups`` row groups of ``path`` per partition) indexed by ``key`` with
+    known divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
+    divisions = sorted_divisions(path, key, groups)
     if divisions is None or len(divisions) - 1 != frame.npartitions:
         log.info("%s is not sorted by %s in %d row groups: its joins on %s will shuffle", path, key,
                  frame.npartitions, key)
