@@ -14,7 +14,7 @@ each argument's box to its consumer's.
 Example:
     >>> import pandas as pd
     >>> from fbrapids import ops
-    >>> from fbrapids.kernels.extract import plan_for
+    >>> from fbrapids.features import plan_for
     >>> plan = plan_for(pd.DataFrame({"q": ["a b"]}), {"t": ops.split("q", " "), "n": ops.length(ops.split("q", " "))})
     >>> g = plan_graph(plan)
     >>> [(n.label, n.row, n.shared) for n in g.nodes]
@@ -34,8 +34,9 @@ KIND_COLORS = {
     "input": "#eeeeee", "hash": "#f4b183", "cross": "#ffd966", "string": "#a9d18e", "list": "#9dc3e6",
     "json": "#c5a3d9", "lookup": "#f8cbad", "scalar": "#d9d9d9", "custom": "#ff9999",
 }
-PLACEMENT_STROKES = {"gpu": "#2e7d32", "cpu": "#1f4e79", "input": "#7f7f7f"}
-PLACEMENT_NAMES = {"gpu": "device (CUDA)", "cpu": "host (C/OpenMP)", "input": "frame column"}
+PLACEMENT_STROKES = {"gpu": "#2e7d32", "cpu": "#1f4e79", "input": "#7f7f7f", "unplanned": "#999999"}
+PLACEMENT_NAMES = {"gpu": "device (CUDA)", "cpu": "host (C/OpenMP)", "input": "frame column",
+                   "unplanned": "placed when a frame is planned"}
 BOX_W, BOX_H, GAP_X, GAP_Y, LEFT, TOP = 160, 38, 16, 46, 110, 30
 
 
@@ -81,7 +82,7 @@ def operator_kind(op: Any) -> str:
     operators a user registered.
 
     Example:
-        >>> from fbrapids.kernels.operator import get_operator
+        >>> from fbrapids.kernels import get_operator
         >>> operator_kind(get_operator("cross")), operator_kind(get_operator("hour"))
         ('cross', 'scalar')
     """
@@ -111,6 +112,45 @@ def plan_graph(plan: Any) -> Graph:
             nodes.append(GraphNode(n.id, str(n.expr), operator_kind(n.op), n.placement, row_of.get(n.id, n.depth),
                                    tuple(n.args), list(n.features), n.type))
     graph = Graph(nodes, rows, outputs=dict(plan.outputs))
+    layout(graph)
+    return graph
+
+
+def expr_graph(features: dict[str, Any]) -> Graph:
+    """The graph of feature expressions before any frame is known (a ``FeatureSet``):
+    each distinct sub-expression once, rows by depth (columns on top), placement decided
+    only when a frame is planned.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> g = expr_graph({"a": ops.hash("x"), "b": ops.cross(ops.hash("x"), "y")})
+        >>> [(n.label, n.row, n.shared) for n in g.nodes]
+        [('x', 0, 2), ('hash(x)', 1, 2), ('y', 0, 1), ("cross(hash(x), y, buckets=1048576, cap=None, sep='_')", 2, 1)]
+    """
+    from fbrapids.kernels import get_operator
+
+    ids: dict[Any, GraphNode] = {}
+
+    def visit(e: Any, feature: str) -> GraphNode:
+        args = tuple(visit(a, feature).id for a in getattr(e, "args", ()))  # every value a feature reads
+        node = ids.get(e.key)
+        if node is None:
+            if hasattr(e, "op") and isinstance(e.op, str):
+                row = 1 + max((ids_by_id[a].row for a in args), default=0)
+                node = GraphNode(len(ids), str(e), operator_kind(get_operator(e.op)), "unplanned", row, args)
+            else:
+                node = GraphNode(len(ids), str(e), "input", "input", 0)
+            ids[e.key] = node
+            ids_by_id[node.id] = node
+        if feature not in node.features:
+            node.features.append(feature)
+        return node
+
+    ids_by_id: dict[int, GraphNode] = {}
+    outputs = {name: visit(e, name).id for name, e in features.items()}
+    nodes = list(ids.values())
+    depth = max((n.row for n in nodes), default=0)
+    graph = Graph(nodes, ["frame columns"] + [f"depth {d}" for d in range(1, depth + 1)], outputs=outputs)
     layout(graph)
     return graph
 
@@ -220,6 +260,13 @@ def to_svg(graph: Graph) -> str:
     return "\n".join(out)
 
 
+def graph_html(graph: Graph, title: str, text: str = "") -> str:
+    """A notebook block: a title, the graph (scrolls sideways when wide) and, folded, ``text``."""
+    details = f"<details><summary>as text</summary><pre>{html.escape(text)}</pre></details>" if text else ""
+    return (f'<div class="fbrapids-graph"><p><b>{html.escape(title)}</b></p>'
+            f'<div style="overflow-x:auto">{to_svg(graph)}</div>{details}</div>')
+
+
 class Explanation(str):
     """``explain``'s text (a ``str``: printing and slicing are unchanged) that a notebook
     shows as the plan's layered graph above that text."""
@@ -232,7 +279,7 @@ class Explanation(str):
         return obj
 
     def _repr_html_(self) -> str:
-        head = html.escape(self.split("\n", 1)[0])
-        graph = to_svg(plan_graph(self.plan)) if self.plan is not None else ""
-        return (f'<div class="fbrapids-explain"><p><b>{head}</b></p><div style="overflow-x:auto">{graph}</div>'
-                f'<details><summary>plan as text</summary><pre>{html.escape(str(self))}</pre></details></div>')
+        head = self.split("\n", 1)[0]
+        if self.plan is None:
+            return f"<pre>{html.escape(str(self))}</pre>"
+        return graph_html(plan_graph(self.plan), head, str(self))

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from fbrapids import ops, workload  # noqa: E402
-from fbrapids.kernels.extract import plan_for  # noqa: E402
+from fbrapids.features import plan_for  # noqa: E402
 from fbrapids.pipeline import PipelineResult  # noqa: E402
 from fbrapids.plan_graph import BOX_H, BOX_W, Explanation, layout, plan_graph, to_svg  # noqa: E402
 from fbrapids.trials import TrialResult  # noqa: E402
@@ -116,3 +116,22 @@ def test_trial_result_html():
     assert "<td>AUC</td><td>0.7000</td><td>0.7120</td><td>0.0120</td><td>0.0040</td><td>0.0200</td>" in page
     assert "<td>GAUC</td>" in page and "50 bootstrap rounds over 300 held-out users" in page
     assert len(_png_sizes(page)) == 1 and 'alt="trial deltas"' in page
+
+
+def test_explain_and_featureset_show_graphs_in_notebooks():
+    from fbrapids.features import FeatureSet, explain
+
+    df = pd.DataFrame({"q": ["a b", "c"], "ts": [0, 3600], "cat": [1, 2]})
+    toks = ops.split("q", " ", buckets=1 << 10)
+    fs = FeatureSet("demo", t=toks, x=ops.cross(toks, "cat"), h=ops.hour("ts"))
+    text = explain(df, fs)
+    assert isinstance(text, str) and text.startswith("fbrapids plan: 3 feature(s)")
+    page = text._repr_html_()
+    plan = plan_for(df, fs.features)
+    assert page.count('<g class="node') == len(plan.nodes)
+    assert page.count('class="node shared"') == 1  # the token list, used by t and x
+    assert "<summary>as text</summary>" in page and "layer 1 [cpu]" in page
+    assert fs.explain(df) == text and repr(fs) == "FeatureSet('demo', t, x, h)"
+    fs_page = fs._repr_html_()
+    assert fs_page.count('<g class="node') == 6  # q, ts, cat, split, cross, hour: each once
+    assert fs_page.count('class="node shared"') == 1 and "placed when a frame is planned" in fs_page

@@ -15,13 +15,15 @@ from typing import Any, Mapping
 from fbrapids.features.fitting import needs_fit, stand_ins
 from fbrapids.features.plans import plan_for
 from fbrapids.kernels import as_expr, cached, render_module
+from fbrapids.plan_graph import Explanation
 from fbrapids.views.inputs import prepare
 
 
 def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: bool = True) -> str:
     """What ``extract(obj, features)`` runs: layers, operators, placement and reasons, the
     counters of its compiled plan so far (launches, pool, bytes moved between host and
-    device), and (``source=True``) the generated kernel source."""
+    device), and (``source=True``) the generated kernel source.  The text is a ``str``; a
+    notebook shows it as the plan's layered graph (:class:`~fbrapids.plan_graph.Explanation`)."""
     features = getattr(features, "features", features)  # a FeatureSet
     features = {name: as_expr(e) for name, e in features.items()}
     pending = [n for n, e in features.items() if needs_fit(e)]
@@ -54,4 +56,4 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
             if any(l.placement == want for l in plan.layers):
                 lines.append(f"---- {target} source ----")
                 lines.append(render_module(plan, target))
-    return "\n".join(lines)
+    return Explanation("\n".join(lines), plan)

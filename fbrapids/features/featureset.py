@@ -50,3 +50,10 @@ class FeatureSet:
 
     def __repr__(self) -> str:
         return f"FeatureSet({self.name!r}, {', '.join(self.features)})"
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows: the expressions as a layered graph, shared sub-expressions
+        drawn once (placement is decided when a frame is planned: see :meth:`explain`)."""
+        from fbrapids.plan_graph import expr_graph, graph_html
+
+        return graph_html(expr_graph(self.features), f"{self!r}: {len(self)} feature(s)")
