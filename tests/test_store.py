@@ -286,10 +286,15 @@ class DictTable:
         rows = torch.from_numpy(np.stack([self.rows[uniq[j]] for j in adm]))
         if c.optimizer == "sgd":
             rows[:, : c.dim].sub_(g * c.lr)
-        else:
-            acc = rows[:, c.dim] + (g * g).mean(dim=1)
-            rows[:, c.dim] = acc
-            rows[:, : c.dim].sub_(g * c.lr / (acc.sqrt() + c.eps).unsqueeze(1))
+        else:  # row-wise Adagrad as specified: squares summed in column order, a correctly rounded sqrt
+            gn, r = g.numpy(), rows.numpy()
+            sq = np.zeros(len(gn), np.float32)
+            for col in range(c.dim):
+                sq = (sq + gn[:, col] * gn[:, col]).astype(np.float32)
+            acc = (r[:, c.dim] + sq / np.float32(c.dim)).astype(np.float32)
+            r[:, c.dim] = acc
+            den = (np.sqrt(acc) + np.float32(c.eps)).astype(np.float32)
+            r[:, : c.dim] = r[:, : c.dim] - (gn * np.float32(c.lr)) / den[:, None]
         for k, j in enumerate(adm):
             self.rows[uniq[j]] = rows[k].numpy().copy()
 

@@ -14,7 +14,6 @@ import pytest
 
 from fbrapids.errors import StoreError, TierFileError
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
-from fbrapids.trainers.sparse.hashmap import pread_rows
 from fbrapids.trainers.sparse.ssd import SsdTier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,16 +43,15 @@ def test_a_truncated_tier_file_is_a_named_error_not_a_crash(tmp_path: Path) -> N
     assert isinstance(err.value, StoreError)
 
 
-def test_the_c_reader_reports_the_first_row_past_the_end(tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(np.arange(10, dtype=np.float32).tobytes())  # 5 rows of 2 floats
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        out = np.empty((3, 2), np.float32)
-        assert pread_rows(fd, np.array([1, 3, 4]), 8, out) == 0 and out[1].tolist() == [6.0, 7.0]
-        assert pread_rows(fd, np.array([3, 4, 5]), 8, out) == 3  # 1 + the index of row 5
-    finally:
-        os.close(fd)
+def test_a_truncation_racing_with_a_copy_is_caught_in_c(tmp_path: Path) -> None:
+    """The size check passed, then the file shrank: the copy's SIGBUS is an error code."""
+    tier = SsdTier(tmp_path, width=2, capacity=4096)
+    tier.write(np.array([0, 1, 4000]), np.ones((3, 2), np.float32))
+    os.ftruncate(tier.fd, 8)  # only row 0 left (a page of the file remains mapped)
+    out = np.empty((3, 2), np.float32)
+    assert tier.map.copy(np.array([0, 1, 4000]), 8, out) == 3  # 1 + the index of row 4000
+    with pytest.raises(TierFileError, match="truncated"):
+        tier.read(np.array([0, 4000]))
 
 
 def test_the_file_is_reserved_up_front(tmp_path: Path) -> None:

@@ -30,8 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
-from fbrapids.trainers.sparse.hashmap import group_by_row
-from fbrapids.trainers.sparse.store import sparse_update
+from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +166,8 @@ class TieredEmbeddingBagCollection(nn.Module):
             rows.append(lk.rows)
             base += len(lk.ids)
         dev = rows[0].device
-        leaf = torch.cat(rows) if len(rows) > 1 else rows[0].clone()
+        cpu = dev.type == "cpu"
+        leaf = torch.cat(rows) if len(rows) > 1 else (rows[0] if cpu and rows[0].is_contiguous() else rows[0].clone())
         n = sum(len(inv_of[f][0]) for f in self.features)
         idx = np.empty(n, dtype=np.int64)
         off = np.empty(len(self.features) * b + 1, dtype=np.int64)
@@ -178,6 +178,15 @@ class TieredEmbeddingBagCollection(nn.Module):
             np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
             at += len(inv)
         off[-1] = n
+        if cpu and self.mode == "sum":  # sum pooling and its backward in C, one pass each
+            if train:
+                leaf.requires_grad_(True)
+                self._stacked = (leaf, parts)
+                pooled = _HostSumBags.apply(leaf, idx, off)
+            else:
+                self._drop_stale()
+                pooled = torch.from_numpy(bag_sum(leaf.detach().numpy(), idx, off))
+            return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
         idx_t, off_t = torch.from_numpy(idx).to(dev), torch.from_numpy(off[:-1]).to(dev)
         if not train:
             self._drop_stale()
@@ -213,34 +222,18 @@ class TieredEmbeddingBagCollection(nn.Module):
 
     @staticmethod
     def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]]) -> None:
-        """The sparse optimizer over every table's rows of a stacked lookup: tables with the
-        same optimizer settings are updated in one call (the same bits as one per table)."""
+        """The sparse optimizer over every table's rows of a stacked lookup (on a CPU cache:
+        in place, in C, one call per table)."""
         grad = leaf.grad
         if grad is None:
             return
-        groups: dict[tuple, list[tuple[TieredEmbeddingStore, Lookup, int, int]]] = {}
-        for part in parts:
-            store, lk = part[0], part[1]
+        for store, lk, a, z in parts:
             if len(lk.slots) == 0:
                 continue
-            c = store.config
-            groups.setdefault((c.optimizer, c.dim, c.lr, c.eps, store.device), []).append(part)
-        for group in groups.values():
-            cfg, dev = group[0][0].config, group[0][0].device
-            fulls, grads, whole = [], [], len(group) == len(parts)
-            for store, lk, a, z in group:
-                fulls.append(store.fresh_full(lk))
-                g = grad[a:z]
-                if not lk.admitted.all():
-                    g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
-                    whole = False
-                grads.append(g)
-            g_all = grad if whole else torch.cat(grads)
-            rows = sparse_update(torch.cat(fulls) if len(fulls) > 1 else fulls[0], g_all.to(dev, torch.float32), cfg)
-            at = 0
-            for (store, lk, _, _), f in zip(group, fulls):
-                store.write_back(lk, rows[at : at + len(f)])
-                at += len(f)
+            g = grad[a:z]
+            if not lk.admitted.all():
+                g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
+            store.update_rows(lk, g)
 
     def prefetch(self, sparse: Sparse) -> int:
         """Pin the next batch's rows in the caches; returns rows brought up."""
@@ -251,6 +244,22 @@ class TieredEmbeddingBagCollection(nn.Module):
 
     def stats(self) -> dict[str, dict]:
         return {t: s.stats() for t, s in self.stores.items()}
+
+
+class _HostSumBags(torch.autograd.Function):
+    """Sum-pooled bags on the CPU, forward and backward in C
+    (:func:`~fbrapids.trainers.sparse.hashmap.bag_sum`): ``idx`` / ``offsets`` are numpy
+    (``offsets`` ends with ``len(idx)``)."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, idx: np.ndarray, offsets: np.ndarray) -> torch.Tensor:  # type: ignore[override]
+        ctx.idx, ctx.offsets, ctx.m = idx, offsets, rows.shape[0]
+        return torch.from_numpy(bag_sum(rows.detach().numpy(), idx, offsets))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        g = bag_sum_backward(grad.detach().contiguous().numpy(), ctx.idx, ctx.offsets, ctx.m)
+        return torch.from_numpy(g), None, None
 
 
 class _SumBags(torch.autograd.Function):

@@ -1,5 +1,6 @@
 """The embedding store's C helpers: a uint64 -> int64 hash map (open addressing), the
-per-batch bookkeeping passes, SSD row I/O and the in-place sparse optimizers, each called
+per-batch bookkeeping passes, the SSD tier's guarded memory map, sum pooling and the in-place
+sparse optimizers, each called
 once per batch through ctypes.
 
 The store keys rows by raw 64-bit feature ids, so it needs a real hash table rather than
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -63,44 +65,72 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, f32, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
     lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
-    lib.fbx_pread_rows.restype = i64
-    lib.fbx_pread_rows.argtypes = [ctypes.c_int, p, i64, i64, p]
-    lib.fbx_pwrite_rows.restype = i64
-    lib.fbx_pwrite_rows.argtypes = [ctypes.c_int, p, i64, i64, p]
+    lib.fbx_map.restype = p
+    lib.fbx_map.argtypes = [ctypes.c_int, i64]
+    lib.fbx_unmap.restype = ctypes.c_int
+    lib.fbx_unmap.argtypes = [p, i64]
+    lib.fbx_map_sync.restype = ctypes.c_int
+    lib.fbx_map_sync.argtypes = [p, i64]
+    lib.fbx_map_copy.restype = i64
+    lib.fbx_map_copy.argtypes = [p, p, i64, i64, p, ctypes.c_int]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
-    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, p, p, f32]
+    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, f32, f32]
+    lib.fbx_gather_cols.restype = ctypes.c_int
+    lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p]
+    lib.fbx_bag_sum.restype = ctypes.c_int
+    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p]
+    lib.fbx_bag_sum_backward.restype = ctypes.c_int
+    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p]
     lib.fbx_sgd.restype = ctypes.c_int
     lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32]
     return lib
 
 
-def pread_rows(fd: int, g: np.ndarray, row_bytes: int, out: np.ndarray) -> int:
-    """Read rows ``g`` (int64, ascending) of the open file ``fd`` into ``out`` (C-contiguous,
-    ``len(g) * row_bytes`` bytes).  Returns 0, ``1 + j`` when row ``g[j]`` is past the end of
-    the file, or ``-errno``.
+class RowMap:
+    """``bytes`` bytes of an open file mapped read-write, rows copied in and out in C with
+    SIGBUS (a file truncated behind the map) reported as a return code, never a crash.
 
     Example:
         >>> import os, tempfile, numpy as np
-        >>> fd, path = tempfile.mkstemp(); _ = os.write(fd, np.arange(6, dtype=np.float32).tobytes())
-        >>> out = np.empty((2, 3), np.float32); pread_rows(fd, np.array([0, 1]), 12, out), out[1].tolist()
-        (0, [3.0, 4.0, 5.0])
-        >>> pread_rows(fd, np.array([2]), 12, out[:1])
+        >>> fd, path = tempfile.mkstemp(); os.ftruncate(fd, 24)
+        >>> m = RowMap(fd, 24); m.copy(np.array([1]), 12, np.ones((1, 3), np.float32), write=True)
+        0
+        >>> out = np.zeros((1, 3), np.float32); m.copy(np.array([1]), 12, out), out.tolist()
+        (0, [[1.0, 1.0, 1.0]])
+        >>> os.ftruncate(fd, 0); m.copy(np.array([1]), 12, out)   # truncated: row 0 of the call
         1
     """
-    g = np.ascontiguousarray(g, dtype=np.int64)
-    if not out.flags.c_contiguous or out.nbytes != len(g) * row_bytes:
-        raise ValueError(f"pread_rows: out must be C-contiguous with {len(g) * row_bytes} bytes")
-    return int(_lib().fbx_pread_rows(int(fd), g.ctypes.data, len(g), int(row_bytes), out.ctypes.data))
 
+    def __init__(self, fd: int, nbytes: int) -> None:
+        self.nbytes = int(nbytes)
+        self.addr = _lib().fbx_map(int(fd), self.nbytes) if self.nbytes else None
+        if self.nbytes and not self.addr:
+            err = ctypes.get_errno() or 12
+            raise OSError(err, os.strerror(err))
 
-def pwrite_rows(fd: int, g: np.ndarray, row_bytes: int, rows: np.ndarray) -> int:
-    """Write ``rows`` (C-contiguous, ``len(g) * row_bytes`` bytes) to rows ``g`` (int64,
-    ascending) of the open file ``fd``.  Returns 0 or ``-errno``."""
-    g = np.ascontiguousarray(g, dtype=np.int64)
-    rows = np.ascontiguousarray(rows)
-    if rows.nbytes != len(g) * row_bytes:
-        raise ValueError(f"pwrite_rows: {rows.nbytes} bytes for {len(g)} rows of {row_bytes}")
-    return int(_lib().fbx_pwrite_rows(int(fd), g.ctypes.data, len(g), int(row_bytes), rows.ctypes.data))
+    def copy(self, g: np.ndarray, row_bytes: int, buf: np.ndarray, write: bool = False) -> int:
+        """Read rows ``g`` into ``buf`` (or write ``buf`` into them); 0, or ``1 + j`` when row
+        ``g[j]`` is beyond the file's end."""
+        g = np.ascontiguousarray(g, dtype=np.int64)
+        if not buf.flags.c_contiguous or buf.nbytes != len(g) * row_bytes:
+            raise ValueError(f"RowMap.copy: buf must be C-contiguous with {len(g) * row_bytes} bytes")
+        if len(g) and (int(g.min()) < 0 or (int(g.max()) + 1) * row_bytes > self.nbytes):
+            raise IndexError(f"RowMap.copy: rows outside the {self.nbytes // row_bytes} mapped rows")
+        if not len(g):
+            return 0
+        return int(_lib().fbx_map_copy(self.addr, g.ctypes.data, len(g), int(row_bytes), buf.ctypes.data,
+                                       1 if write else 0))
+
+    def sync(self) -> int:
+        return int(_lib().fbx_map_sync(self.addr, self.nbytes)) if self.addr else 0
+
+    def close(self) -> None:
+        addr, self.addr = self.addr, None
+        if addr:
+            _lib().fbx_unmap(addr, self.nbytes)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -113,28 +143,77 @@ def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int
     return slots, grad
 
 
-def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, acc: np.ndarray, den: np.ndarray,
-                     dim: int, lr: float) -> None:
-    """Row-wise Adagrad in place on ``table`` rows ``slots``: the accumulator column ``dim``
-    becomes ``acc``, and ``w -= (grad * lr) / den`` with ``den = sqrt(acc) + eps`` given (see
-    :class:`fbrapids.trainers.sparse.optim.RowWiseAdagrad`, which computes both).
+def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float,
+                     eps: float) -> None:
+    """Row-wise Adagrad in place on ``table`` rows ``slots`` (accumulator in column ``dim``):
+    ``acc += mean(g * g)`` (summed in column order), ``w -= (g * lr) / (sqrt(acc) + eps)``
+    with a correctly rounded sqrt.
 
     Example:
         >>> import numpy as np
         >>> t = np.array([[1.0, 0.0]], np.float32)
-        >>> f = lambda *v: np.array(v, np.float32)
-        >>> rowwise_adagrad_(t, np.array([0]), f(2.0)[None], f(4.0), f(2.0), 1, 0.5)
+        >>> rowwise_adagrad_(t, np.array([0]), np.array([[2.0]], np.float32), 1, 0.5, 0.0)
         >>> t.tolist()
         [[0.5, 4.0]]
     """
     slots, grad = _table_args(table, slots, grad, dim)
-    acc = np.ascontiguousarray(acc, dtype=np.float32)
-    den = np.ascontiguousarray(den, dtype=np.float32)
-    if len(acc) != len(slots) or len(den) != len(slots):
-        raise ValueError(f"{len(acc)} accumulators and {len(den)} denominators for {len(slots)} rows")
     if _lib().fbx_rowwise_adagrad(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data,
-                                  len(slots), grad.ctypes.data, acc.ctypes.data, den.ctypes.data, float(lr)) != 0:
+                                  len(slots), grad.ctypes.data, float(lr), float(eps)) != 0:
         raise IndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
+
+
+def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
+    """``table[slots, :ncols]`` as a new C-contiguous float32 array, in one C pass.
+
+    Example:
+        >>> import numpy as np
+        >>> gather_cols(np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1]), 2).tolist()
+        [[3.0, 4.0]]
+    """
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    out = np.empty((len(slots), int(ncols)), dtype=np.float32)
+    if _lib().fbx_gather_cols(table.ctypes.data, table.shape[0], table.shape[1], slots.ctypes.data, len(slots),
+                              int(ncols), out.ctypes.data) != 0:
+        raise IndexError(f"gather_cols: a slot outside [0, {table.shape[0]})")
+    return out
+
+
+def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``).
+
+    Example:
+        >>> import numpy as np
+        >>> bag_sum(np.array([[1.0], [2.0]], np.float32), np.array([0, 1, 1]), np.array([0, 2, 3])).tolist()
+        [[3.0], [2.0]]
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    nb = len(offsets) - 1
+    out = np.empty((nb, rows.shape[1]), dtype=np.float32)
+    if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
+                          out.ctypes.data) != 0:
+        raise IndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
+    return out
+
+
+def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray, m: int) -> np.ndarray:
+    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient.
+
+    Example:
+        >>> import numpy as np
+        >>> g = np.array([[1.0], [5.0]], np.float32)
+        >>> bag_sum_backward(g, np.array([0, 1, 1]), np.array([0, 2, 3]), 2).tolist()
+        [[1.0], [6.0]]
+    """
+    grad_out = np.ascontiguousarray(grad_out, dtype=np.float32)
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    out = np.empty((int(m), grad_out.shape[1]), dtype=np.float32)
+    if _lib().fbx_bag_sum_backward(grad_out.ctypes.data, grad_out.shape[1], idx.ctypes.data, offsets.ctypes.data,
+                                   len(offsets) - 1, int(m), out.ctypes.data) != 0:
+        raise IndexError(f"bag_sum_backward: an index outside [0, {m})")
+    return out
 
 
 def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float) -> None:

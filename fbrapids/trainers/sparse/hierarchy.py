@@ -102,7 +102,9 @@ class TierStack:
         self.ssd_stats.bytes_in += len(g) * self.row_bytes
 
     def host_insert(self, g: np.ndarray, rows: np.ndarray, dirty: np.ndarray) -> None:
-        """Put rows into host RAM, evicting (writing back dirty victims) when it is full."""
+        """Put rows into host RAM; a full bounded tier keeps the rows the eviction policy ranks
+        highest among its victims and the incoming rows: the others go to the SSD file
+        (written back when dirty), so a cold row leaving the cache never displaces a hotter one."""
         k = len(g)
         host, d = self.host, self.dir
         if host.slots.n_free < k:
@@ -111,11 +113,20 @@ class TierStack:
             else:
                 need = k - host.slots.n_free
                 used = host.slots.occupied()
-                kk = min(max(need, int(host.slots.capacity * self.config.evict_fraction)), len(used))
                 if need > len(used):  # more rows than the whole host tier: straight to SSD
                     self.write_ssd(g[dirty], rows[dirty])
                     return
+                kk = min(max(need, int(host.slots.capacity * self.config.evict_fraction)), len(used))
                 vic = self.policy.victims(d, host.slots.owner, used, kk, need)
+                # drop the len(vic) lowest-ranked rows among the victims and the incoming rows
+                keys = np.concatenate([self.policy.keys(d, host.slots.owner[vic]), self.policy.keys(d, g)])
+                dropped = np.zeros(len(keys), dtype=bool)
+                dropped[np.argsort(keys, kind="stable")[: len(vic)]] = True
+                gone_in = dropped[len(vic):]
+                if gone_in.any():
+                    self.write_ssd(g[gone_in & dirty], rows[gone_in & dirty])
+                    g, rows, dirty = g[~gone_in], rows[~gone_in], dirty[~gone_in]
+                vic = vic[dropped[: len(vic)]]
                 vg = host.slots.owner[vic]
                 wb = host.slots.dirty[vic]
                 if wb.any():

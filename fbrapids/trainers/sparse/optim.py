@@ -5,9 +5,10 @@ given one gradient row per unique id.
 * :class:`RowWiseAdagrad`: ``acc += mean(g * g)``, ``w -= lr * g / (sqrt(acc) + eps)``; the
   accumulator is one extra float stored at the end of each row.
 
-Each has two forms with the same bits: :meth:`~SparseOptimizer.update` on full rows in a
-torch tensor (any device), and :meth:`~SparseOptimizer.update_table_` in place on the rows
-of a CPU table by slot, in C, with no gather or scatter.  To add an optimizer, subclass
+Each has two forms: :meth:`~SparseOptimizer.update` on full rows in a torch tensor (any
+device), and :meth:`~SparseOptimizer.update_table_` in place on the rows of a CPU table by
+slot, in C, with no gather or scatter (the CPU path; its row sums run in column order and
+its sqrt is correctly rounded, so its bits may differ from torch's in the last place).  To add an optimizer, subclass
 :class:`SparseOptimizer` (``state_width`` extra floats per row) and register it in
 :data:`OPTIMIZERS`.
 
@@ -73,15 +74,11 @@ class RowWiseAdagrad(SparseOptimizer):
         d = self.dim
         acc = rows[:, d] + (grad * grad).mean(dim=1)
         rows[:, d] = acc
-        rows[:, :d].sub_(grad * self.lr / (acc.sqrt() + self.eps).unsqueeze(1))
+        rows[:, :d].sub_(grad * self.lr / (acc.double().sqrt().float() + self.eps).unsqueeze(1))
         return rows
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        # the reduction and the sqrt by torch (its vectorised sqrt is not always correctly
-        # rounded), the rest in C: the same bits as update()
-        acc = torch.from_numpy(table[slots, self.dim]) + (grad * grad).mean(dim=1)
-        den = acc.sqrt() + self.eps
-        rowwise_adagrad_(table, slots, grad.detach().numpy(), acc.numpy(), den.numpy(), self.dim, self.lr)
+        rowwise_adagrad_(table, slots, grad.detach().numpy(), self.dim, self.lr, self.eps)
 
 
 OPTIMIZERS: dict[str, type[SparseOptimizer]] = {"sgd": SGD, "adagrad": RowWiseAdagrad}

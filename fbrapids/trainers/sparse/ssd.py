@@ -1,11 +1,15 @@
 """The SSD tier: every admitted row in one file, ``rows.f32`` (row g at byte
-``g * width * 4``), read and written with ``pread`` / ``pwrite`` in C.
+``g * width * 4``), copied in and out through a memory map in C.
 
-No memory map: a full disk, a file over the process's size limit, or a file truncated
-by another process is a :class:`~fbrapids.errors.TierFileError` naming the path, never
-SIGBUS.  Space is reserved up front with ``posix_fallocate`` when the file grows
-(doubling), so a write into reserved rows cannot fail for lack of space; the file's size
-is checked against the rows reserved when it is opened and before every read and write.
+A full disk, a file over the process's size limit, or a file truncated by another process
+is a :class:`~fbrapids.errors.TierFileError` naming the path, never SIGBUS:
+
+* space is reserved up front with ``posix_fallocate`` whenever the file grows (doubling),
+  before the map covers it, so a store into the map cannot fail for lack of space;
+  ENOSPC / EFBIG there is the error;
+* the file's size is checked against the rows reserved when it is opened and before
+  every read and write, and a truncation racing with a copy is caught in C (the copy's
+  SIGBUS becomes an error code, :class:`~fbrapids.trainers.sparse.hashmap.RowMap`).
 
 Example:
     >>> import tempfile, numpy as np
@@ -26,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fbrapids.errors import TierFileError
-from fbrapids.trainers.sparse.hashmap import pread_rows, pwrite_rows
+from fbrapids.trainers.sparse.hashmap import RowMap
 from fbrapids.trainers.sparse.tiers import TierStats
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,7 @@ class SsdTier:
         self.width = int(width)
         self.row_bytes = self.width * 4
         self.capacity = 0
+        self.map: RowMap | None = None
         self.stats = TierStats()
         try:
             self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -83,8 +88,19 @@ class SsdTier:
                     f"cannot grow the SSD tier file {self.path} to {cap} rows ({cap * self.row_bytes} bytes): "
                     f"{exc.strerror} (errno {errno.errorcode.get(exc.errno, exc.errno)}); free space on that disk, "
                     "or give StoreConfig a larger host tier or another ssd_dir", exc.errno) from exc
+        if self.map is not None:
+            self.map.close()
+        try:
+            self.map = RowMap(fd, cap * self.row_bytes)
+        except OSError as exc:
+            raise self._error(f"cannot map the SSD tier file {self.path} ({cap * self.row_bytes} bytes): "
+                              f"{exc.strerror}", exc.errno) from exc
         self.capacity = cap
         self.check_size()
+
+    def _truncated(self, row: int) -> TierFileError:
+        return self._error(f"the SSD tier file {self.path} ends before row {row}: it was truncated by something "
+                           "else; its rows are lost")
 
     def read(self, g: np.ndarray) -> np.ndarray:
         """Rows ``g`` (int64, ascending for sequential reads) ``[len(g), width]``."""
@@ -93,10 +109,9 @@ class SsdTier:
             return out
         self.ensure(int(g.max()) + 1)
         self.check_size()
-        rc = pread_rows(self._fd(), g, self.row_bytes, out)
+        rc = self.map.copy(g, self.row_bytes, out)
         if rc > 0:
-            raise self._error(f"the SSD tier file {self.path} ends before row {int(g[rc - 1])}: it was truncated "
-                              "by something else; its rows are lost")
+            raise self._truncated(int(g[rc - 1]))
         if rc < 0:
             raise self._error(f"reading {len(g)} rows of the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
         return out
@@ -107,18 +122,22 @@ class SsdTier:
             return
         self.ensure(int(g.max()) + 1)
         self.check_size()
-        rc = pwrite_rows(self._fd(), g, self.row_bytes, np.ascontiguousarray(rows, dtype=np.float32))
+        rc = self.map.copy(g, self.row_bytes, np.ascontiguousarray(rows, dtype=np.float32), write=True)
+        if rc > 0:
+            raise self._truncated(int(g[rc - 1]))
         if rc < 0:
-            raise self._error(f"writing {len(g)} rows to the SSD tier file {self.path}: {os.strerror(-rc)} "
-                              f"(errno {errno.errorcode.get(-rc, -rc)})", -rc)
+            raise self._error(f"writing {len(g)} rows to the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
 
     def rows_view(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start .. stop`` (a copy)."""
         return self.read(np.arange(start, stop, dtype=np.int64))
 
     def sync(self) -> None:
-        """fsync the file."""
+        """Write the mapped rows out and fsync the file."""
         self.check_size()
+        rc = self.map.sync() if self.map is not None else 0
+        if rc < 0:
+            raise self._error(f"writing the SSD tier file {self.path} out: {os.strerror(-rc)}", -rc)
         os.fsync(self._fd())
 
     def write_index(self, ids: np.ndarray, meta: dict) -> None:
@@ -131,6 +150,9 @@ class SsdTier:
         os.replace(tmp, self.dir / "index.npz")
 
     def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+            self.map = None
         fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)

@@ -5,7 +5,7 @@ One table is four parts, each in its own module:
 * :mod:`~fbrapids.trainers.sparse.directory` - id -> global row, with the admission gate;
 * :mod:`~fbrapids.trainers.sparse.tiers`, :mod:`~fbrapids.trainers.sparse.ssd` and
   :mod:`~fbrapids.trainers.sparse.hierarchy` - the cache (a torch tensor on the
-  training device), host RAM (numpy) and the SSD file (pread / pwrite), and rows
+  training device), host RAM (numpy) and the SSD file (a SIGBUS-safe map), and rows
   moving between them;
 * :mod:`~fbrapids.trainers.sparse.policies` - which rows a full tier evicts (LRU, LFU);
 * :mod:`~fbrapids.trainers.sparse.optim` - the sparse optimizers (row-wise Adagrad, SGD);
@@ -62,7 +62,7 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
-from fbrapids.trainers.sparse.hashmap import store_touch
+from fbrapids.trainers.sparse.hashmap import gather_cols, store_touch
 from fbrapids.trainers.sparse.hierarchy import TierStack
 
 log = logging.getLogger(__name__)
@@ -225,12 +225,16 @@ class TieredEmbeddingStore:
             # a read-only batch larger than the cache can take: read through, cache nothing
             slots = np.zeros(0, dtype=np.int64)
             got = torch.from_numpy(tiers.read_through(ga)[:, :dim]).to(self.device)
+        elif tiers.cache.table is not None:  # CPU: the embedding columns straight into a new tensor
+            slots = tiers.ensure_cached(ga, self._step, self._step)
+            got = torch.from_numpy(gather_cols(tiers.cache.table, slots, dim))
         else:
             slots = tiers.ensure_cached(ga, self._step, self._step)
             full = tiers.cache.gather(slots)
             got = full[:, :dim]
         if adm.all():
-            rows = got.clone() if (requires_grad and leaf) or full is None else got
+            aliased = full is not None or not got.is_contiguous()
+            rows = got.clone() if aliased and (requires_grad and leaf or full is None) else got
         else:
             rows = self._default.expand(len(uniq), dim).clone()
             rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got

@@ -50,6 +50,15 @@ void fbx_hm_free(fbx_hashmap *h) {
 
 int64_t fbx_hm_size(const fbx_hashmap *h) { return h->size; }
 
+#define FBX_AHEAD 8 /* rows prefetched ahead in the passes over a batch's rows */
+
+static inline void fbx_prefetch_probe(const fbx_hashmap *h, uint64_t key) {
+    int64_t i = (int64_t)(fbx_mix64(key) & (uint64_t)(h->cap - 1));
+    __builtin_prefetch(h->used + i);
+    __builtin_prefetch(h->keys + i);
+    __builtin_prefetch(h->vals + i);
+}
+
 /* slot holding key, or the empty slot where it would go */
 static inline int64_t fbx_find(const fbx_hashmap *h, uint64_t key) {
     int64_t mask = h->cap - 1;
@@ -169,6 +178,7 @@ int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
                        int64_t *counts, int64_t *g) {
     int64_t m = fbx_unique_u64(keys, n, uniq, inverse, counts);
     for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) fbx_prefetch_probe(dir, uniq[j + FBX_AHEAD]);
         int64_t i = fbx_find(dir, uniq[j]);
         g[j] = dir->used[i] ? dir->vals[i] : -1;
     }
@@ -176,7 +186,7 @@ int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
 }
 
 /* A lookup's bookkeeping over its m distinct rows g[j] (-1: not admitted), counts[j]
- * occurrences each: marks admitted rows used at `step` (last) and once more (freq), and
+ * occurrences each: marks admitted rows used at `step` (last) and adds their occurrences to freq, and
  * adds to out[0..5]: occurrences served by the cache, host RAM, the SSD file, a new row,
  * occurrences of rows not admitted, and distinct admitted rows already cached.
  * The row arrays hold n_rows entries; returns 0, or -1 (nothing done) for a row beyond. */
@@ -186,10 +196,15 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
     for (int64_t j = 0; j < m; j++)
         if (g[j] >= n_rows) return -1;
     for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) {
+            int64_t p = g[j + FBX_AHEAD];
+            __builtin_prefetch(cache_loc + p); __builtin_prefetch(host_loc + p); __builtin_prefetch(on_ssd + p);
+            __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
+        }
         int64_t r = g[j], c = counts[j];
         if (r < 0) { out[4] += c; continue; }
         last[r] = step;
-        freq[r] += 1;
+        freq[r] += c;
         if (cache_loc[r] >= 0) { out[0] += c; out[5] += 1; }
         else if (host_loc[r] >= 0) out[1] += c;
         else if (on_ssd[r]) out[2] += c;
@@ -203,6 +218,8 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
 int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t n_rows, int64_t *slots) {
     int64_t miss = 0;
     for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0 && g[j + FBX_AHEAD] < n_rows)
+            __builtin_prefetch(cache_loc + g[j + FBX_AHEAD]);
         if (g[j] < 0 || g[j] >= n_rows) return -1;
         int64_t s = cache_loc[g[j]];
         slots[j] = s;

@@ -1,80 +1,38 @@
 /* Row movement and the sparse optimizers of the embedding store, in C.
  *
- * The SSD tier reads and writes rows with pread / pwrite (never a memory map, so a full
- * disk or a truncated file is an error code, not SIGBUS); runs of consecutive rows are
- * one system call.  The optimizers update cached rows in place by slot.
+ * The SSD tier's rows are copied through a memory map whose SIGBUS (a file truncated
+ * behind it) is an error code, not a crash; its blocks are reserved up front, so a store
+ * into the map cannot hit a full disk.  The optimizers update cached rows in place by slot;
+ * sum pooling and its backward run over a batch's unique rows.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
-/* Read rows g[0..n) (ascending, row r at byte r * row_bytes) of the file fd into out
- * (n * row_bytes bytes), coalescing consecutive rows.  Returns 0; 1 + j when row g[j]
- * lies beyond the end of the file (a short read); -errno on an I/O error. */
-int64_t fbx_pread_rows(int fd, const int64_t *g, int64_t n, int64_t row_bytes, char *out) {
-    int64_t j = 0;
-    while (j < n) {
-        int64_t k = j + 1;
-        while (k < n && g[k] == g[k - 1] + 1) k++;
-        size_t want = (size_t)((k - j) * row_bytes), got = 0;
-        off_t at = (off_t)(g[j] * row_bytes);
-        while (got < want) {
-            ssize_t r = pread(fd, out + j * row_bytes + got, want - got, at + (off_t)got);
-            if (r < 0) {
-                if (errno == EINTR) continue;
-                return -(int64_t)errno;
-            }
-            if (r == 0) return 1 + j + (int64_t)(got / (size_t)row_bytes);
-            got += (size_t)r;
-        }
-        j = k;
-    }
-    return 0;
-}
-
-/* Write rows (n * row_bytes bytes) to rows g[0..n) (ascending) of the file fd, coalescing
- * consecutive rows.  Returns 0, or -errno (ENOSPC, EFBIG, EIO ...). */
-int64_t fbx_pwrite_rows(int fd, const int64_t *g, int64_t n, int64_t row_bytes, const char *rows) {
-    int64_t j = 0;
-    while (j < n) {
-        int64_t k = j + 1;
-        while (k < n && g[k] == g[k - 1] + 1) k++;
-        size_t want = (size_t)((k - j) * row_bytes), put = 0;
-        off_t at = (off_t)(g[j] * row_bytes);
-        while (put < want) {
-            ssize_t r = pwrite(fd, rows + j * row_bytes + put, want - put, at + (off_t)put);
-            if (r < 0) {
-                if (errno == EINTR) continue;
-                return -(int64_t)errno;
-            }
-            if (r == 0) return -(int64_t)ENOSPC;
-            put += (size_t)r;
-        }
-        j = k;
-    }
-    return 0;
-}
-
 /* Row-wise Adagrad in place on the rows table (n_slots rows of `width` floats, the
- * accumulator at column dim), given each row's new accumulator acc[j] and denominator
- * den[j] = sqrt(acc[j]) + eps (computed by the caller with torch, whose vectorised sqrt is
- * not always the correctly rounded one): row[dim] = acc[j];
- * row[c] -= (grad[j, c] * lr) / den[j].  The same float operations, in the same order, as
- * the torch formulation, so the same bits.  Returns 0, or -1 (nothing done) for a slot
- * outside [0, n_slots). */
+ * accumulator at column dim): for j < m, with row = table + slots[j] * width and g the
+ * gradient row j: s = g[0]^2 + g[1]^2 + ... (in column order), acc = row[dim] + s / dim,
+ * row[dim] = acc, den = sqrt(acc) + eps (correctly rounded), row[c] -= (g[c] * lr) / den.
+ * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots). */
 int fbx_rowwise_adagrad(float *table, int64_t n_slots, int64_t width, int64_t dim, const int64_t *slots, int64_t m,
-                        const float *grad, const float *acc, const float *den, float lr) {
+                        const float *grad, float lr, float eps) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
+    const float fdim = (float)dim;
     for (int64_t j = 0; j < m; j++) {
+        if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width, 1);
         float *row = table + slots[j] * width;
         const float *g = grad + j * dim;
-        const float dj = den[j];
-        row[dim] = acc[j];
+        float s = 0.0f;
+        for (int64_t c = 0; c < dim; c++) s = s + g[c] * g[c];
+        float acc = row[dim] + s / fdim;
+        row[dim] = acc;
+        const float den = sqrtf(acc) + eps;
         for (int64_t c = 0; c < dim; c++) {
             float step = g[c] * lr;
-            row[c] = row[c] - step / dj;
+            row[c] = row[c] - step / den;
         }
     }
     return 0;
@@ -91,5 +49,118 @@ int fbx_sgd(float *table, int64_t n_slots, int64_t width, int64_t dim, const int
         const float *g = grad + j * dim;
         for (int64_t c = 0; c < dim; c++) row[c] = row[c] - g[c] * lr;
     }
+    return 0;
+}
+
+/* out[j, 0..ncols) = table[slots[j], 0..ncols) for j < m (a gather of the leading columns).
+ * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots). */
+int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const int64_t *slots, int64_t m,
+                    int64_t ncols, float *out) {
+    for (int64_t j = 0; j < m; j++)
+        if (slots[j] < 0 || slots[j] >= n_slots) return -1;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width);
+        const float *src = table + slots[j] * width;
+        float *dst = out + j * ncols;
+        for (int64_t c = 0; c < ncols; c++) dst[c] = src[c];
+    }
+    return 0;
+}
+
+/* Sum-pooled bags: out[b] = rows[idx[k]] summed over k in offsets[b] .. offsets[b + 1]
+ * (offsets has nbags + 1 entries), in index order, from zero.  Returns 0, or -1 (nothing
+ * done) for an index outside [0, m) or offsets out of order. */
+int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, const int64_t *offsets,
+                int64_t nbags, float *out) {
+    for (int64_t b = 0; b < nbags; b++)
+        if (offsets[b] > offsets[b + 1]) return -1;
+    for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
+        if (idx[k] < 0 || idx[k] >= m) return -1;
+    for (int64_t b = 0; b < nbags; b++) {
+        float *o = out + b * dim;
+        for (int64_t c = 0; c < dim; c++) o[c] = 0.0f;
+        for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
+            const float *r = rows + idx[k] * dim;
+            for (int64_t c = 0; c < dim; c++) o[c] += r[c];
+        }
+    }
+    return 0;
+}
+
+/* The backward of fbx_bag_sum: grad_rows[r] = sum of grad_out[b] over the occurrences k of
+ * row r (idx[k] = r, k in bag b), in occurrence order, from zero (grad_rows has m rows).
+ * Returns 0, or -1 (nothing done) for an index outside [0, m). */
+int fbx_bag_sum_backward(const float *grad_out, int64_t dim, const int64_t *idx, const int64_t *offsets,
+                         int64_t nbags, int64_t m, float *grad_rows) {
+    for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
+        if (idx[k] < 0 || idx[k] >= m) return -1;
+    memset(grad_rows, 0, sizeof(float) * (size_t)(m * dim));
+    for (int64_t b = 0; b < nbags; b++) {
+        const float *g = grad_out + b * dim;
+        for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
+            float *r = grad_rows + idx[k] * dim;
+            for (int64_t c = 0; c < dim; c++) r[c] += g[c];
+        }
+    }
+    return 0;
+}
+
+/* ---- the SSD file through a memory map, with SIGBUS turned into an error code ----------
+ * The tier reserves its file's blocks with posix_fallocate before mapping them, so a store
+ * into the map cannot run out of space; a file truncated behind the map's back makes the
+ * next access raise SIGBUS.  fbx_map_copy installs a handler for the duration of one copy
+ * (the previous handler, e.g. Python's faulthandler, is restored after it), which jumps
+ * back and reports the row; a SIGBUS outside a copy goes to the previous handler. */
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+static __thread sigjmp_buf *fbx_bus_jump = NULL;
+static struct sigaction fbx_bus_previous;
+
+static void fbx_on_sigbus(int sig, siginfo_t *info, void *ctx) {
+    if (fbx_bus_jump) siglongjmp(*fbx_bus_jump, 1);
+    sigaction(SIGBUS, &fbx_bus_previous, NULL); /* not a copy of ours: the previous handler */
+    raise(sig);
+    (void)info; (void)ctx;
+}
+
+/* Map `bytes` bytes of fd read-write, shared; NULL on failure (errno set). */
+void *fbx_map(int fd, int64_t bytes) {
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+int fbx_unmap(void *p, int64_t bytes) { return munmap(p, (size_t)bytes) == 0 ? 0 : -errno; }
+
+int fbx_map_sync(void *p, int64_t bytes) { return msync(p, (size_t)bytes, MS_SYNC) == 0 ? 0 : -errno; }
+
+/* Copy rows g[0..n) between the map (row r at base + r * row_bytes) and buf (n rows):
+ * to_map = 0 reads them into buf, 1 writes buf into them.  Returns 0, or 1 + j when row
+ * g[j] could not be accessed (the file was truncated: SIGBUS). */
+int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes, char *buf, int to_map) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = fbx_on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &old) != 0) return -(int64_t)errno;
+    fbx_bus_previous = old;
+    sigjmp_buf jump;
+    volatile int64_t j = 0;
+    if (sigsetjmp(jump, 1)) {
+        fbx_bus_jump = NULL;
+        sigaction(SIGBUS, &old, NULL);
+        return 1 + j;
+    }
+    fbx_bus_jump = &jump;
+    for (j = 0; j < n; j++) {
+        char *row = base + g[j] * row_bytes;
+        if (j + 8 < n) __builtin_prefetch(base + g[j + 8] * row_bytes);
+        if (to_map) memcpy(row, buf + j * row_bytes, (size_t)row_bytes);
+        else memcpy(buf + j * row_bytes, row, (size_t)row_bytes);
+    }
+    fbx_bus_jump = NULL;
+    sigaction(SIGBUS, &old, NULL);
     return 0;
 }
