@@ -53,10 +53,33 @@ def test_all_ops_plan_compiles_under_nvrtc():
         assert f"fbx_layer_{layer.index}" in ptx
 
 
-def test_cuda_runtime_compaction_and_workload_plan_compile():
-    from fbrapids.kernels.runtime_cuda import COMPACT_SRC
+def test_cuda_runtime_device_helpers_compile():
+    """Compaction and validity packing, the device helpers CudaPlan runs around the layers."""
+    from fbrapids.kernels.runtime_cuda import device_helpers_source
 
-    assert "fbx_compact_ls" in compile_cuda(COMPACT_SRC, name="compact.cu")
+    ptx = compile_cuda(device_helpers_source(), name="device_helpers.cu", options=("--std=c++17",))
+    for entry in ("fbx_compact", "fbx_compact_ls", "fbx_pack_validity"):
+        assert f".entry {entry}(" in ptx, entry
+
+
+def test_cudf_input_layouts_compile_under_nvrtc():
+    """cudf columns come with int32 string offsets (or int64 ones), int32 list offsets and
+    int32 or int64 offsets inside list<str>: every such layout renders and compiles."""
+    from fbrapids.kernels.abi import InputLayout
+
+    feats = every_builtin()
+    plan = build_plan(feats, SCHEMA, backend="gpu")
+    ids = {plan.nodes[i].expr.name: i for i in range(len(plan.nodes)) if plan.nodes[i].op is None}
+    for sow in (4, 8):
+        layouts = {ids["q"]: InputLayout(offsets=4), ids["ctx"]: InputLayout(offsets=8),
+                   ids["ids"]: InputLayout(offsets=4), ids["seq"]: InputLayout(offsets=4, str_offsets=sow)}
+        src = render_module(plan, "cuda", layouts=layouts)
+        assert f"const fbx_i32* in{ids['q']}_o" in src and f"const fbx_i64* in{ids['ctx']}_o" in src
+        ptx = compile_cuda(src, name=f"layouts_{sow}.cu")
+        assert all(f"fbx_layer_{l.index}" in ptx for l in plan.layers)
+
+
+def test_workload_plan_compiles_under_nvrtc():
     from fbrapids.workload import features as workload_features
 
     schema = {"ts": "i64", "user_id": "i64", "ad_id": "i64", "advertiser_id": "i64", "category": "i32",

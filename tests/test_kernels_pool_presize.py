@@ -87,3 +87,68 @@ def test_caller_pool_is_not_presized():
     res = hp.run(df, pool=pool)
     assert res.stats.presizes == 0 and res.stats.regrowths >= 1 and pool.regrowths >= 1
 
+
+
+OUTLIER_TOKENS = 2_000_000
+OUTLIER_FEATURES = {"tok": ops.split("q", " "), "h": ops.split("q", " ", buckets=1 << 18)}
+
+
+def _with_outlier(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with row 0 replaced by a 2M-token text (a 4 MB title)."""
+    q = df["q"].tolist()
+    q[0] = "t " * OUTLIER_TOKENS
+    return df.assign(q=pd.Series(q, dtype="str", index=df.index))
+
+
+def test_one_outlier_row_does_not_inflate_later_presizes(monkeypatch):
+    """Issue 16: a partition with a 2M-token row, then ordinary partitions: the presize
+    comes back to what ordinary rows need, and no further pool memory is allocated."""
+    monkeypatch.setenv(ENV_INITIAL, str(1 << 20))
+    normal = [frame(5000, 10 + i) for i in range(3)]
+    schema = schema_of(normal[0], {"uid", "q"})
+    reference = HostPlan(build_plan(OUTLIER_FEATURES, schema))
+    outlier = HostPlan(build_plan(OUTLIER_FEATURES, schema))
+
+    def runs():
+        for df in normal:
+            reference.run(df)
+        first = outlier.run(_with_outlier(frame(5000, 9)))
+        from fbrapids.kernels.runtime_host import thread_pool
+
+        pool = thread_pool()
+        allocated = pool.allocated_bytes
+        later = [outlier.run(df) for df in normal]
+        return first, later, pool.allocated_bytes - allocated, pool.capacity
+
+    first, later, allocated_later, capacity = _in_fresh_thread(runs)
+    assert first.stats.regrowths >= 1  # the outlier needed more than any presize: overflow -> grow -> re-run
+    assert first.columns["tok"].offsets[1] == OUTLIER_TOKENS  # and was computed in full
+    assert allocated_later == 0 and all(r.stats.regrowths == 0 for r in later)
+    per_row, ref = outlier.pool_bytes_per_row[0], reference.pool_bytes_per_row[0]
+    assert 0 < per_row <= 1.5 * ref, (per_row, ref)
+    assert outlier.sizers[0].estimate(5000, 3) <= 1.5 * reference.sizers[0].estimate(5000, 3)
+    assert capacity < 4 * OUTLIER_TOKENS * 18  # the pool holds what the outlier needed, not a multiple of rows
+
+
+def test_single_outlier_request_then_ordinary_requests(monkeypatch):
+    """The serving shape of issue 16: a one-item request with a 2M-token title, then
+    requests of 5,000 ordinary items: nothing is presized from the lone outlier, no
+    request fails or re-runs, and no pool memory is allocated after the outlier's."""
+    monkeypatch.setenv(ENV_INITIAL, str(1 << 20))
+    base = frame(5000, 20)
+    hp = HostPlan(build_plan(OUTLIER_FEATURES, schema_of(base, {"uid", "q"})))
+
+    def runs():
+        from fbrapids.kernels.runtime_host import thread_pool
+
+        one = hp.run(_with_outlier(base.iloc[:1]))
+        pool = thread_pool()
+        allocated = pool.allocated_bytes
+        later = [hp.run(frame(5000, 21 + i)) for i in range(3)]
+        return one, later, pool.allocated_bytes - allocated
+
+    one, later, allocated_later = _in_fresh_thread(runs)
+    assert one.stats.regrowths >= 1 and one.columns["tok"].offsets[1] == OUTLIER_TOKENS
+    assert allocated_later == 0
+    assert all(r.stats.regrowths == 0 for r in later)
+    assert hp.sizers[0].estimate(5000, 3) < 1 << 22  # back to ordinary rows (a few hundred bytes each)

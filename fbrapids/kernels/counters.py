@@ -1,4 +1,5 @@
-"""Kernel counters: launches, layers, pool peak and regrowths, per plan and per process.
+"""Kernel counters: launches, layers, pool peak and regrowths, bytes moved between host and
+device, per plan and per process.
 
 Example:
     >>> s = KernelStats(); s.launches += 3; s.as_dict()["launches"]
@@ -23,9 +24,16 @@ class KernelStats:
     peak_pool_bytes: int = 0  #: largest pool use of one layer launch
     pool_capacity: int = 0  #: largest pool capacity reached
     compactions: int = 0  #: variable-length results compacted out of the pool
+    bytes_to_device: int = 0  #: every byte copied host -> device (pointer tables, constants, columns)
+    bytes_to_host: int = 0  #: every byte copied device -> host (layer status reads, columns)
+    column_bytes_to_device: int = 0  #: of which column data (inputs / results of CPU-placed layers)
+    column_bytes_to_host: int = 0  #: of which column data
+
+    _SUMMED = ("launches", "partitions", "rows", "regrowths", "presizes", "compactions", "bytes_to_device",
+               "bytes_to_host", "column_bytes_to_device", "column_bytes_to_host")
 
     def __iadd__(self, o: "KernelStats") -> "KernelStats":
-        for k in ("launches", "partitions", "rows", "regrowths", "presizes", "compactions"):
+        for k in self._SUMMED:
             setattr(self, k, getattr(self, k) + getattr(o, k))
         self.peak_pool_bytes = max(self.peak_pool_bytes, o.peak_pool_bytes)
         self.pool_capacity = max(self.pool_capacity, o.pool_capacity)
@@ -50,8 +58,8 @@ def stats() -> dict[str, int]:
     """Process-wide kernel counters since start (or the last :func:`reset_stats`).
 
     Example:
-        >>> sorted(stats())[:3]
-        ['compactions', 'launches', 'partitions']
+        >>> sorted(k for k in stats() if "bytes_to" in k)
+        ['bytes_to_device', 'bytes_to_host', 'column_bytes_to_device', 'column_bytes_to_host']
     """
     with _lock:
         return _process.as_dict()

@@ -18,7 +18,10 @@ A :class:`PoolSizer` per layer presizes the pool from a high quantile of the byt
 seen in recent runs, with a hard cap, so one outlier row cannot inflate later presizes:
 
     >>> sizer = PoolSizer()
-    >>> sizer.observe(np.full(1000, 40.0)); sizer.observe(np.array([16e6]))  # one huge row
+    >>> sizer.observe_rows(np.array([16e6]), used=16_000_000)  # a run of one huge row ...
+    >>> sizer.estimate(5000, nparts=1)  # ... presizes nothing on its own
+    0
+    >>> sizer.observe_rows(np.full(1000, 40.0), used=40_000)  # then ordinary rows
     >>> sizer.per_row(), sizer.estimate(5000, nparts=1) < 1 << 20
     (40.0, True)
 """
@@ -42,6 +45,10 @@ PRESIZE_QUANTILE = 0.99
 #: rows sampled per run (strided) and rows remembered across runs
 SAMPLE_ROWS = 1024
 WINDOW_ROWS = 8192
+#: sampled rows a layer must have seen before its quantile presizes a pool
+MIN_SAMPLED_ROWS = 64
+#: a presize never passes this many times the most pool one launch of the layer has used
+PEAK_FACTOR = 4
 
 
 def initial_pool_bytes() -> int:
@@ -108,27 +115,47 @@ def row_sample(n: int) -> np.ndarray:
 
 
 class PoolSizer:
-    """One layer's pool presize: a high quantile of the pool bytes per row over the last
-    WINDOW_ROWS sampled rows (across runs), times the rows, capped by :func:`presize_max`.
+    """One layer's pool presize: a high quantile of the pool bytes per row over recent runs,
+    times the rows, capped by :func:`presize_max`.
 
-    A run that meets an outlier row adds one sample among thousands, so the quantile, and
-    the next presize, stay where the ordinary rows put them.
+    Each run reports the PRESIZE_QUANTILE of its sampled rows' bytes and how many rows it
+    sampled; the presize takes the weighted quantile over the runs of the last WINDOW_ROWS
+    sampled rows.  A run that meets an outlier row changes its own figure only by that
+    row's weight among thousands, and a run of a single huge row weighs one row: the next
+    presize stays where the ordinary rows put it.  Bounds: no presize before
+    MIN_SAMPLED_ROWS rows were seen, none above PEAK_FACTOR times the most one launch used,
+    none above :func:`presize_max`.  A layer that needs more overflows, grows the pool to
+    what it asked for and re-runs.
     """
 
     def __init__(self) -> None:
-        self.samples: list[np.ndarray] = []
-        self._kept = 0
+        self.runs: list[tuple[float, int]] = []
+        self._weight = 0
         self._per_row = 0.0
+        self.peak_used = 0  #: most pool bytes one launch of the layer used
 
-    def observe(self, row_bytes: np.ndarray) -> None:
-        """Record one run's sampled per-row pool bytes."""
-        if not len(row_bytes):
+    def observe(self, quantile_bytes: float, rows: int, used: int = 0) -> None:
+        """Record one run: the quantile of its sampled rows' pool bytes, over ``rows``
+        samples, and the pool bytes the launch used."""
+        self.peak_used = max(self.peak_used, int(used))
+        if rows <= 0:
             return
-        self.samples.append(np.asarray(row_bytes, dtype=np.float64))
-        self._kept += len(row_bytes)
-        while self._kept - len(self.samples[0]) >= WINDOW_ROWS:
-            self._kept -= len(self.samples.pop(0))
-        self._per_row = float(np.quantile(np.concatenate(self.samples), PRESIZE_QUANTILE))
+        self.runs.append((float(quantile_bytes), int(rows)))
+        self._weight += int(rows)
+        while self._weight - self.runs[0][1] >= WINDOW_ROWS:
+            self._weight -= self.runs.pop(0)[1]
+        ordered = sorted(self.runs)
+        need, acc = PRESIZE_QUANTILE * self._weight, 0
+        for q, w in ordered:
+            acc += w
+            if acc >= need:
+                self._per_row = q
+                break
+
+    def observe_rows(self, row_bytes: np.ndarray, used: int = 0) -> None:
+        """Record one run from its sampled rows' pool bytes (and the bytes it used)."""
+        if len(row_bytes):
+            self.observe(float(np.quantile(row_bytes, PRESIZE_QUANTILE)), len(row_bytes), used)
 
     def per_row(self) -> float:
         """The bytes per row a presize uses (0 before any run)."""
@@ -136,8 +163,8 @@ class PoolSizer:
 
     def estimate(self, n: int, nparts: int) -> int:
         """Pool bytes to reserve before running ``n`` rows (0: no estimate yet)."""
-        if not n or not self._per_row:
+        if not n or not self._per_row or self._weight < MIN_SAMPLED_ROWS:
             return 0
         blocks = 1 + n // 128
         need = int(self._per_row * n * POOL_HEADROOM) + blocks * (ALIGN + 8 * nparts)
-        return min(need, presize_max())
+        return min(need, PEAK_FACTOR * max(self.peak_used, ALIGN), presize_max())

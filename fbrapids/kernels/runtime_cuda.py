@@ -1,14 +1,29 @@
-"""Run a plan on the GPU: the CUDA meta-kernels through ``cupy.RawModule``, one launch per
-GPU layer; layers placed on the CPU (operators whose footprint exceeds the device budget)
-run through the host runtime and their results are copied to the device.
+"""Run a plan on the GPU, resident on the device: the CUDA meta-kernels through
+``cupy.RawModule``, one launch per GPU layer, reading cudf column buffers in place and
+building the results as cudf columns from device buffers.
 
-Column marshalling in this first version goes through Arrow host buffers: a cudf input
-column is copied to the host once per partition (``to_pandas``: Arrow layout, strings as
-large_string, i.e. int64 offsets -- cudf's int32 offsets are widened there), its buffers
-are uploaded with cupy, and the outputs come back the same way into cudf columns.  The
-kernels themselves, the pool (one atomicAdd per block) and the compaction run on the
-device.  Requires cupy and cudf (the ``gpu`` extra); written against their public APIs
-(``cupy.RawModule``, the ``cudf.Series`` constructor), and exercised by the tests marked ``gpu``.
+Per run of a partition (a cudf frame):
+
+* inputs: each column's buffers through pylibcudf (``Series.to_pylibcudf``: data, null
+  mask, offsets, the column offset; :mod:`fbrapids.kernels.device_columns`), no copies;
+* per GPU layer: the layer's pointer table (a device buffer allocated once per plan) is
+  refreshed with one small host-to-device copy of ``nslots`` addresses; the pool (kept per
+  plan, presized from :class:`~fbrapids.kernels.pool.PoolSizer`, capped) takes the
+  variable-length results; validity is packed into cudf null masks on the device
+  (``fbx_pack_validity``), offsets are scanned on the device, and the layer makes ONE
+  device-to-host read: its status vector (error word, pool head, sampled bytes-per-row
+  quantile, null counts, result totals);
+* results: compacted out of the pool into fresh buffers (``fbx_compact``) and wrapped as
+  pylibcudf / cudf columns (string offsets INT32 when they fit, list offsets INT32);
+* operator parameter buffers (lookup tables, boundaries) are uploaded once per plan;
+* layers placed on the CPU (an operator whose footprint passes the device budget) run
+  through the host runtime's public ``run`` on a plan of their own; their inputs are
+  copied to the host and their results back (counted as column bytes).
+
+Bytes moved either way are counted in the plan's ``stats`` (``bytes_to_device``,
+``bytes_to_host`` and the column-data part of each), so a steady-state extract can be
+checked to move no column data.  Requires cupy, cudf and pylibcudf (the ``gpu`` extra);
+exercised by the tests marked ``gpu``.
 
 Example (on a GPU machine)::
 
@@ -19,41 +34,61 @@ Example (on a GPU machine)::
 from __future__ import annotations
 
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
-import pandas as pd
 
 from fbrapids import backend as backends
+from fbrapids.errors import BackendUnavailableError
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
-from fbrapids.kernels.abi import check_error, input_slots, layer_abi, output_slots
-from fbrapids.kernels.columns import HostColumn, from_series, pack_validity, to_series
-from fbrapids.kernels.plan import Plan
-from fbrapids.kernels.pool import initial_pool_bytes
+from fbrapids.kernels.abi import POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
+from fbrapids.kernels.columns import HostColumn, from_arrow
+from fbrapids.kernels.device_columns import (DeviceColumn, fixed_column, int64_child, list_column, read_column,
+                                             strings_column)
+from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
+from fbrapids.kernels.plan import Layer, Plan
+from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_bytes, row_sample
 from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, render_module
-from fbrapids.kernels.runtime import RunResult, Runtime
+from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
 from fbrapids.kernels.runtime_host import HostPlan
 
-COMPACT_SRC = r"""
-extern "C" __global__ void fbx_compact(long long n, const char* pool, const long long* off, const long long* cnt,
-                                       long long elem, const long long* out_off, char* values) {
-  long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= n) return;
-  long long nb = cnt[r] * elem;
-  for (long long i = 0; i < nb; ++i) values[out_off[r] * elem + i] = pool[off[r] + i];
-}
-extern "C" __global__ void fbx_compact_ls(long long n, const char* pool, const long long* offa, const long long* cnta,
-                                          const long long* offb, const long long* cntb, const long long* loff,
-                                          const long long* boff, long long* soffs, char* bytes) {
-  long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r == 0) soffs[0] = 0;
-  if (r >= n) return;
-  const long long* ends = (const long long*)(pool + offa[r]);
-  for (long long i = 0; i < cnta[r]; ++i) soffs[loff[r] + i + 1] = boff[r] + ends[i];
-  for (long long i = 0; i < cntb[r]; ++i) bytes[boff[r] + i] = pool[offb[r] + i];
-}
-"""
+DEVICE_HELPERS = "fbx_device_helpers.cu"
+#: status vector of a layer: [error word, pool head, bytes-per-row quantile, then per output
+#: its null count, then per variable-length output its element total (and byte total for
+#: list<str>)]
+STATUS_ERR, STATUS_HEAD, STATUS_QUANTILE, STATUS_FIXED = 0, 1, 2, 3
+
+
+def status_layout(abi: LayerABI) -> tuple[int, dict[int, int]]:
+    """The length of a layer's status vector (int64 values) and where each
+    variable-length output's totals sit in it."""
+    totals_at: dict[int, int] = {}
+    pos = STATUS_FIXED + len(abi.outputs)
+    for nid, o in abi.outputs.items():
+        if T.is_var(o.type):
+            totals_at[nid] = pos
+            pos += 2 if o.type == "list<str>" else 1
+    return pos, totals_at
+
+
+def device_helpers_source() -> str:
+    """The CUDA text of the device helpers (compaction, validity packing), headers inlined."""
+    return inline_headers([]) + "\n" + without_includes((CSRC / DEVICE_HELPERS).read_text())
+
+
+def mask_words(n: int) -> int:
+    """uint32 words of a null mask of ``n`` rows, padded to 64 bytes as libcudf allocates."""
+    return max(-(-n // 512) * 16, 16)
+
+
+@dataclass
+class DeviceValue:
+    """A node's value in a run: what the kernels read, and the pylibcudf column."""
+
+    read: DeviceColumn
+    column: Any
 
 
 class CudaPlan(Runtime):
@@ -61,154 +96,277 @@ class CudaPlan(Runtime):
 
     def __init__(self, plan: Plan) -> None:
         be = backends.get_backend("gpu")
-        self.cp = be.xp
-        self.cudf = be.xdf
-        self.backend = be
+        self.cp, self.cudf, self.backend = be.xp, be.xdf, be
+        self.plc = backends.try_import("pylibcudf")
+        if self.plc is None:
+            raise BackendUnavailableError("the CUDA runtime needs pylibcudf (installed with cudf)")
         self.plan = plan
         self.gpu_layers = [l for l in plan.layers if l.placement == "gpu"]
         self.cpu_layers = [l for l in plan.layers if l.placement == "cpu"]
-        self.source = render_module(plan, "cuda", self.gpu_layers)
-        self.module = self.cp.RawModule(code=self.source, options=("--std=c++17",)) if self.gpu_layers else None
-        self.compact_module = self.cp.RawModule(code=COMPACT_SRC)
         #: CPU-placed layers, each compiled as a plan of its own for the host runtime
         self.host_layers = {l.index: HostPlan(plan.layer_plan(l)) for l in self.cpu_layers}
+        self.abis = {l.index: layer_abi(plan, l) for l in self.gpu_layers}
+        self.sizers = {l.index: PoolSizer() for l in self.gpu_layers}
+        #: the source for inputs with int64 offsets; other input layouts render their own
+        self.source = render_module(plan, "cuda", self.gpu_layers)
+        self.modules: dict[tuple, Any] = {}
+        self.helpers = self.cp.RawModule(code=device_helpers_source(), options=("--std=c++17",))
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
-        self._pool_cap = initial_pool_bytes()
+        self._consts: dict[int, list[Any]] | None = None
+        self._tables = {l.index: self.cp.zeros(max(self.abis[l.index].nslots, 1), dtype=self.cp.uint64)
+                        for l in self.gpu_layers}
+        self.pool = self.cp.empty(initial_pool_bytes(), dtype=self.cp.uint8)
+        self.head = self.cp.zeros(1, dtype=self.cp.uint64)
+        self.err = self.cp.zeros(1, dtype=self.cp.int32)
 
-    # -- marshalling ---------------------------------------------------------------------
-    def _upload(self, c: HostColumn) -> dict[str, Any]:
-        cp = self.cp
-        d = {"col": c}
-        for k in ("valid", "data", "offsets", "str_offsets", "bytes"):
-            a = getattr(c, k)
-            d[k] = None if a is None else cp.asarray(a)
-        return d
+    # -- compilation ---------------------------------------------------------------------
+    def _module(self, layouts: dict[int, InputLayout]) -> Any:
+        key = tuple(sorted((nid, lay.offsets, lay.str_offsets) for nid, lay in layouts.items()))
+        mod = self.modules.get(key)
+        if mod is None:
+            src = self.source if not key else render_module(self.plan, "cuda", self.gpu_layers, layouts)
+            mod = self.modules[key] = self.cp.RawModule(code=src, options=("--std=c++17",))
+        return mod
 
-    @staticmethod
-    def _ptrs(dev: dict[str, Any], type_name: str) -> list[int]:
-        def p(k: str) -> int:
-            if k == "valid_bit":
-                return 0
-            a = dev.get(k)
-            return 0 if a is None else int(a.data.ptr)
-
-        return [p(k) for k in input_slots(type_name)]
-
-    def _download(self, dev: dict[str, Any], type_name: str, n: int) -> HostColumn:
-        get = {k: (None if v is None or k == "col" else v.get()) for k, v in dev.items()}
-        return HostColumn(type_name, n, valid=get.get("valid"), data=get.get("data"), offsets=get.get("offsets"),
-                          str_offsets=get.get("str_offsets"), bytes=get.get("bytes"))
+    def _constants(self, st: S.KernelStats) -> dict[int, list[Any]]:
+        """The operators' parameter buffers on the device, uploaded once per plan."""
+        if self._consts is None:
+            self._consts = {}
+            for l in self.gpu_layers:
+                for nid in l.nodes:
+                    bufs = [self.cp.asarray(b) for b in self.plan.nodes[nid].impl.buffers]
+                    st.bytes_to_device += sum(int(b.nbytes) for b in bufs)
+                    self._consts[nid] = bufs
+        return self._consts
 
     # -- running -------------------------------------------------------------------------
-    def run(self, gdf: Any) -> RunResult:
-        """The plan's output columns as cudf series (index of ``gdf``)."""
-        cp = self.cp
-        host_df = gdf[[c for c in self.plan.input_columns()]]  # from_series reads cudf via Arrow
-        n = len(host_df)
-        dev: dict[int, dict[str, Any]] = {}
-        for node in self.plan.nodes:
-            if node.op is None:
-                dev[node.id] = self._upload(from_series(host_df[node.expr.name], node.expr.name))
-        st = S.KernelStats(partitions=1, rows=n)
-        pool = cp.empty(self._pool_cap, dtype=cp.uint8)
-        head, err = cp.zeros(1, dtype=cp.uint64), cp.zeros(1, dtype=cp.int32)
-        for layer in self.plan.layers:
-            if layer.placement == "cpu":
-                cols = {nid: self._download(dev[nid], self.plan.nodes[nid].type, n)
-                        for nid in {a for i in layer.nodes for a in self.plan.nodes[i].args}}
-                self._run_host_layer(layer, cols, dev, st)
-                continue
-            pool = self._run_layer(layer, n, dev, pool, head, err, st)
+    def run(self, columns: Mapping[str, Any] | Any) -> RunResult:
+        """The plan's outputs as cudf series (on the inputs' index); per-row status arrays
+        as cupy arrays."""
         with self._lock:
-            self.stats += st
+            return self._run(columns)
+
+    def _input(self, s: Any, name: str, type_name: str) -> DeviceValue:
+        if isinstance(s.dtype, self.cudf.CategoricalDtype):
+            s = s.astype(s.cat.categories.dtype)  # decoded on the device
+        col, _meta = s.to_pylibcudf()
+        return DeviceValue(read_column(self.cp, self.plc, col, type_name, name), col)
+
+    def _run(self, columns: Mapping[str, Any] | Any) -> RunResult:
+        plan = self.plan
+        names = plan.input_columns()
+        first = columns[names[0]] if names else None
+        n = len(first) if first is not None else len(columns)
+        index = getattr(columns, "index", None)
+        if index is None or callable(index):
+            index = first.index
+        st = S.KernelStats(partitions=1, rows=n)
+        values: dict[int, DeviceValue] = {}
+        for node in plan.nodes:
+            if node.op is None:
+                values[node.id] = self._input(columns[node.expr.name], node.expr.name, node.type)
+        layouts = {nid: v.read.layout for nid, v in values.items() if v.read.layout != InputLayout()}
+        module = self._module(layouts) if self.gpu_layers else None
+        status: dict[int, Any] = {}
+        for layer in plan.layers:
+            if layer.placement == "cpu":
+                self._run_host_layer(layer, n, values, status, st)
+            else:
+                self._run_device_layer(layer, module.get_function(kernel_name(layer)), n, values, status, st)
+        st.pool_capacity = max(st.pool_capacity, int(self.pool.size))
+        self.stats += st
         S.record(st)
         out = {}
-        index = gdf.index.to_pandas() if hasattr(gdf.index, "to_pandas") else pd.RangeIndex(n)
-        for name, nid in self.plan.outputs.items():
-            hc = self._download(dev[nid], self.plan.nodes[nid].type, n)
-            out[name] = backends.to_backend(to_series(hc, index, name), self.backend)
-        return RunResult(out, {}, st)
+        for name, nid in plan.outputs.items():
+            series = self.cudf.Series.from_pylibcudf(values[nid].column)
+            series.index = index
+            series.name = name
+            out[name] = series
+        return RunResult(out, {name: status[nid] for name, nid in plan.outputs.items() if nid in status}, st)
 
-    def _run_host_layer(self, layer, cols: dict[int, HostColumn], dev, st) -> None:
+    def _run_host_layer(self, layer: Layer, n: int, values: dict[int, DeviceValue], status: dict[int, Any],
+                        st: S.KernelStats) -> None:
         """A CPU-placed layer: the host runtime's ``run`` on host copies of its inputs,
-        results copied to the device."""
-        res = self.host_layers[layer.index].run({f"n{nid}": c for nid, c in cols.items()})
-        st += res.stats
+        results copied back to the device (all counted as column bytes)."""
+        args = sorted({a for nid in layer.nodes for a in self.plan.nodes[nid].args})
+        cols = {}
+        for a in args:
+            arr = self.cudf.Series.from_pylibcudf(values[a].column).to_arrow()
+            st.bytes_to_host += arr.nbytes
+            st.column_bytes_to_host += arr.nbytes
+            cols[f"n{a}"] = from_arrow(arr, f"n{a}")
+        res = self.host_layers[layer.index].run(cols)
+        for k in ("launches", "regrowths", "presizes", "compactions"):
+            setattr(st, k, getattr(st, k) + getattr(res.stats, k))
         for nid in layer.nodes:
-            dev[nid] = self._upload(res.columns[f"n{nid}"])
+            values[nid] = self._upload(res.columns[f"n{nid}"], st)
+            if f"n{nid}" in res.status:
+                status[nid] = self.cp.asarray(res.status[f"n{nid}"])
+                st.bytes_to_device += int(status[nid].nbytes)
+                st.column_bytes_to_device += int(status[nid].nbytes)
 
-    def _run_layer(self, layer, n: int, dev, pool, head, err, st):
+    def _outputs(self, abi, n: int, ptrs: np.ndarray) -> dict[int, dict[str, Any]]:
+        """Fresh output buffers of a layer, their addresses written into ``ptrs``."""
         cp = self.cp
-        abi = layer_abi(self.plan, layer)
-        ptrs = [0] * abi.nslots
-        for nid, first in abi.inputs.items():
-            for i, p in enumerate(self._ptrs(dev[nid], self.plan.nodes[nid].type)):
-                ptrs[first + i] = p
+        consts = self._consts or {}
         outs: dict[int, dict[str, Any]] = {}
-        keep = []
         for nid, o in abi.outputs.items():
-            node = self.plan.nodes[nid]
-            b: dict[str, Any] = {"valid": cp.empty(n, dtype=cp.uint8)}
-            for i, k in enumerate(output_slots(o.type)):
-                if k == "data":
-                    b[k] = cp.empty(n, dtype=T.NUMPY_DTYPE[o.type])
-                elif k != "valid":
-                    b[k] = cp.zeros(n, dtype=cp.int64)
-                ptrs[o.first + i] = int(b[k].data.ptr)
+            b: dict[str, Any] = {}
+            for i, name in enumerate(output_slots(o.type)):
+                if name == "data":
+                    b[name] = cp.empty(max(n, 1), dtype=T.NUMPY_DTYPE[o.type])[:n]
+                elif name == "valid":
+                    b[name] = cp.empty(max(n, 1), dtype=cp.uint8)[:n]
+                else:
+                    b[name] = cp.zeros(max(n, 1), dtype=cp.int64)[:n]
+                ptrs[o.first + i] = b[name].data.ptr
             if o.status is not None:
                 b["status"] = cp.full(n, -1, dtype=cp.int8)
-                ptrs[o.status] = int(b["status"].data.ptr)
-            for buf, slot in zip(node.impl.buffers, o.buffers):
-                dbuf = cp.asarray(buf)
-                keep.append(dbuf)
-                ptrs[slot] = int(dbuf.data.ptr)
+                ptrs[o.status] = b["status"].data.ptr
+            for buf, slot in zip(consts.get(nid, ()), o.buffers):
+                ptrs[slot] = buf.data.ptr
             outs[nid] = b
-        bufs = cp.asarray(np.asarray(ptrs or [0], dtype=np.uint64))
-        fn = self.module.get_function(kernel_name(layer))
-        grid = (max((n + CUDA_BLOCK - 1) // CUDA_BLOCK, 1),)
+        return outs
+
+    def _reserve(self, need: int) -> None:
+        if need > self.pool.size:
+            self.pool = self.cp.empty(-(-need // POOL_ALIGN) * POOL_ALIGN, dtype=self.cp.uint8)
+
+    def _run_device_layer(self, layer: Layer, fn: Any, n: int, values: dict[int, DeviceValue],
+                          status: dict[int, Any], st: S.KernelStats) -> None:
+        cp, plc = self.cp, self.plc
+        abi = self.abis[layer.index]
+        self._constants(st)
+        ptrs = np.zeros(max(abi.nslots, 1), dtype=np.uint64)
+        for nid, first in abi.inputs.items():
+            p = values[nid].read.pointers()
+            ptrs[first: first + len(p)] = p
+        outs = self._outputs(abi, n, ptrs)
+        table = self._tables[layer.index]
+        table.set(ptrs)  # the pointer table: nslots addresses, no column data
+        st.bytes_to_device += int(ptrs.nbytes)
+        sizer = self.sizers[layer.index]
+        if abi.nparts:
+            self._reserve(sizer.estimate(n, abi.nparts))
+        var = [(nid, o) for nid, o in abi.outputs.items() if T.is_var(o.type)]
+        pos, totals_at = status_layout(abi)
+        grid = (max(-(-n // CUDA_BLOCK), 1),)
+        words = mask_words(n)
+        sample = cp.asarray(row_sample(n)) if abi.nparts and n else None
         while True:
-            head.fill(0)
-            err.fill(0)
+            self.head.fill(0)
+            self.err.fill(0)
             if n:
-                fn(grid, (CUDA_BLOCK,), (np.int64(n), bufs, pool, np.uint64(pool.size), head, err))
+                fn(grid, (CUDA_BLOCK,), (np.int64(n), table, self.pool, np.uint64(self.pool.size), self.head,
+                                         self.err))
                 st.launches += 1
-            e = int(err.get()[0])
-            if check_error(e, layer.index, (f for i in layer.nodes for f in self.plan.nodes[i].features)):
-                need = int(head.get()[0])
-                self._pool_cap = max(2 * pool.size, need + 128 * (1 + n // CUDA_BLOCK))
-                pool = cp.empty(self._pool_cap, dtype=cp.uint8)
+            vec = cp.zeros(pos, dtype=cp.int64)
+            vec[STATUS_ERR:STATUS_ERR + 1] = self.err.astype(cp.int64)
+            vec[STATUS_HEAD:STATUS_HEAD + 1] = self.head.astype(cp.int64)
+            masks, scans = {}, {}
+            for k, (nid, o) in enumerate(abi.outputs.items()):
+                masks[nid] = cp.empty(words, dtype=cp.uint32)
+                if n:
+                    self.helpers.get_function("fbx_pack_validity")(
+                        (max(-(-n // (32 * CUDA_BLOCK)), 1),), (CUDA_BLOCK,),
+                        (np.int64(n), outs[nid]["valid"], masks[nid], vec[STATUS_FIXED + k:]))
+            for nid, o in var:
+                b = outs[nid]
+                scans[nid] = [_scan(cp, b["cnt"])] + ([_scan(cp, b["cnt2"])] if o.type == "list<str>" else [])
+                for j, sc in enumerate(scans[nid]):
+                    vec[totals_at[nid] + j: totals_at[nid] + j + 1] = sc[n:n + 1]
+            if sample is not None:
+                q = cp.quantile(row_pool_bytes(abi, outs, sample, xp=cp), PRESIZE_QUANTILE)
+                vec[STATUS_QUANTILE:STATUS_QUANTILE + 1] = cp.ceil(q).astype(cp.int64).reshape(1)
+            host = vec.get()  # the layer's one device-to-host read
+            st.bytes_to_host += int(host.nbytes)
+            features = (f for i in layer.nodes for f in self.plan.nodes[i].features)
+            if check_error(int(host[STATUS_ERR]), layer.index, features):
+                self.pool = cp.empty(max(2 * int(self.pool.size), int(host[STATUS_HEAD]) + 128 * (1 + n // CUDA_BLOCK)),
+                                     dtype=cp.uint8)
                 st.regrowths += 1
                 continue
             break
-        st.peak_pool_bytes = max(st.peak_pool_bytes, int(head.get()[0]))
-        st.pool_capacity = max(st.pool_capacity, int(pool.size))
-        for nid, o in abi.outputs.items():
-            b = outs[nid]
-            valid_host = b["valid"].get()
-            packed = pack_validity(valid_host)
-            d: dict[str, Any] = {"valid": None if packed is None else cp.asarray(packed)}
-            if o.type in T.FIXED_TYPES:
-                d["data"] = b["data"]
-            elif o.type == "list<str>":
-                loff = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(b["cnt"])])
-                boff = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(b["cnt2"])])
-                soffs = cp.empty(int(loff[-1].get()) + 1, dtype=cp.int64)
-                data = cp.empty(max(int(boff[-1].get()), 1), dtype=cp.uint8)
-                self.compact_module.get_function("fbx_compact_ls")(
-                    grid, (CUDA_BLOCK,), (np.int64(n), pool, b["off"], b["cnt"], b["off2"], b["cnt2"], loff, boff,
-                                          soffs, data))
-                d.update(offsets=loff, str_offsets=soffs, bytes=data)
-                st.compactions += 1
-            else:
-                elem = 1 if o.type == "str" else 8
-                offs = cp.concatenate([cp.zeros(1, cp.int64), cp.cumsum(b["cnt"])])
-                total = int(offs[-1].get())
-                vals = cp.empty(max(total, 1), dtype=cp.uint8 if elem == 1 else cp.int64)
-                self.compact_module.get_function("fbx_compact")(
-                    grid, (CUDA_BLOCK,), (np.int64(n), pool, b["off"], b["cnt"], np.int64(elem), offs, vals))
-                d["offsets"] = offs
-                d["bytes" if elem == 1 else "data"] = vals
-                st.compactions += 1
-            dev[nid] = d
-        return pool  # reset is O(1): head.fill(0) at the next launch
+        used = int(host[STATUS_HEAD])
+        st.peak_pool_bytes = max(st.peak_pool_bytes, used)
+        if sample is not None:
+            sizer.observe(float(host[STATUS_QUANTILE]), len(sample), used)
+        for k, (nid, o) in enumerate(abi.outputs.items()):
+            nulls = int(host[STATUS_FIXED + k])
+            values[nid] = self._result(o.type, n, outs[nid], masks[nid], nulls, scans.get(nid),
+                                       host[totals_at[nid]: totals_at[nid] + 2] if nid in totals_at else None,
+                                       grid, st)
+            if "status" in outs[nid]:
+                status[nid] = outs[nid]["status"]
+
+    def _result(self, type_name: str, n: int, b: dict[str, Any], mask: Any, nulls: int, scans: list[Any] | None,
+                totals: Any, grid: tuple[int], st: S.KernelStats) -> DeviceValue:
+        """One GPU-layer output, compacted out of the pool."""
+        cp = self.cp
+        if type_name in T.FIXED_TYPES:
+            return self._value(type_name, n, mask, nulls, data=b["data"])
+        offs, total = scans[0], int(totals[0])
+        st.compactions += 1
+        if type_name == "list<str>":
+            nbytes = int(totals[1])
+            soffs = cp.empty(total + 1, dtype=cp.int64)
+            data = cp.empty(max(nbytes, 1), dtype=cp.uint8)
+            soffs[:1] = 0
+            if n:
+                self.helpers.get_function("fbx_compact_ls")(
+                    grid, (CUDA_BLOCK,), (np.int64(n), self.pool, b["off"], b["cnt"], b["off2"], b["cnt2"], offs,
+                                          scans[1], soffs, data))
+            return self._value(type_name, n, mask, nulls, total, nbytes, offsets=offs, str_offsets=soffs, bytes=data)
+        elem = 1 if type_name == "str" else 8
+        vals = cp.empty(max(total, 1), dtype=cp.uint8 if elem == 1 else cp.int64)
+        if n:
+            self.helpers.get_function("fbx_compact")(
+                grid, (CUDA_BLOCK,), (np.int64(n), self.pool, b["off"], b["cnt"], np.int64(elem), offs, vals))
+        if type_name == "str":
+            return self._value(type_name, n, mask, nulls, total, offsets=offs, bytes=vals)
+        return self._value(type_name, n, mask, nulls, total, offsets=offs, data=vals)
+
+    def _value(self, type_name: str, n: int, mask: Any, nulls: int, total: int = 0, nbytes: int = 0,
+               **bufs: Any) -> DeviceValue:
+        """A node value from device buffers in the host layout (int64 offsets; ``mask`` a
+        null mask realigned to bit 0; ``total`` elements and, for list<str>, ``nbytes``
+        bytes, known on the host already): the kernel slots and the pylibcudf column."""
+        cp, plc = self.cp, self.plc
+        slots = {k: int(v.data.ptr) for k, v in bufs.items()}
+        slots.update(valid=int(mask.data.ptr) if nulls else 0, valid_bit=0)
+        read = DeviceColumn(type_name, n, slots, keep=[mask, *bufs.values()])
+        if type_name in T.FIXED_TYPES:
+            return DeviceValue(read, fixed_column(plc, type_name, bufs["data"], mask, nulls))
+        offs = bufs["offsets"]
+        if type_name == "str":
+            col = strings_column(cp, plc, n, offs, bufs["bytes"], total, mask, nulls)
+        elif type_name == "list<str>":
+            child = strings_column(cp, plc, total, bufs["str_offsets"], bufs["bytes"], nbytes, None, 0)
+            col = list_column(cp, plc, n, offs, total, child, mask, nulls)
+        else:
+            col = list_column(cp, plc, n, offs, total, int64_child(plc, type_name, bufs["data"], total), mask, nulls)
+        return DeviceValue(read, col)
+
+    def _upload(self, c: HostColumn, st: S.KernelStats) -> DeviceValue:
+        """A host-runtime result on the device (column bytes, counted)."""
+        cp = self.cp
+        mask = cp.zeros(mask_words(c.n), dtype=cp.uint32)
+        if c.valid is not None:
+            mask.view(cp.uint8)[: c.valid.nbytes] = cp.asarray(c.valid)
+        bufs = {k: cp.asarray(getattr(c, k)) for k in ("data", "offsets", "str_offsets", "bytes")
+                if getattr(c, k) is not None}
+        moved = c.nbytes()
+        st.bytes_to_device += moved
+        st.column_bytes_to_device += moved
+        total = int(c.offsets[-1]) if c.offsets is not None else 0
+        nbytes = int(c.str_offsets[total]) if c.str_offsets is not None else 0
+        return self._value(c.type, c.n, mask, c.null_count(), total, nbytes, **bufs)
+
+
+def _scan(cp: Any, counts: Any) -> Any:
+    """Offsets from per-row counts: n + 1 int64 values starting at 0, on the device."""
+    out = cp.zeros(int(counts.size) + 1, dtype=cp.int64)
+    if counts.size:
+        cp.cumsum(counts, out=out[1:])
+    return out

@@ -29,7 +29,7 @@ import pandas as pd
 from fbrapids.kernels import host_helpers as R
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
-from fbrapids.kernels.abi import check_error, layer_abi, output_slots
+from fbrapids.kernels.abi import InputLayout, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.plan import Layer, Plan
@@ -49,7 +49,7 @@ def thread_pool() -> HostPool:
 
 
 def _rows(col: pd.Series | HostColumn) -> int:
-    return col.n if isinstance(col, HostColumn) else len(col)
+    return col.n if hasattr(col, "pointers") else len(col)
 
 
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
@@ -58,10 +58,13 @@ _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, 
 class HostPlan(Runtime):
     """A plan compiled for the host (the given layers; by default all of them)."""
 
-    def __init__(self, plan: Plan, layers: list[Layer] | None = None) -> None:
+    def __init__(self, plan: Plan, layers: list[Layer] | None = None,
+                 layouts: dict[int, InputLayout] | None = None) -> None:
         self.plan = plan
         self.layers = list(plan.layers) if layers is None else layers
-        self.source = render_module(plan, "host", self.layers)
+        #: input offset widths other than int64 (inputs then come as columns with ``pointers()``)
+        self.layouts = dict(layouts or {})
+        self.source = render_module(plan, "host", self.layers, self.layouts)
         self.lib = load_source(self.source)
         self.kernels = []
         for layer in self.layers:
@@ -84,7 +87,9 @@ class HostPlan(Runtime):
             pool: HostPool | None = None) -> RunResult:
         """Run every layer over the input columns; the plan's outputs as HostColumns.
 
-        ``columns`` maps each input name to a pandas series or a HostColumn.  With the
+        ``columns`` maps each input name to a pandas series, a HostColumn, or any column
+        with ``n`` and ``pointers()`` in the slot order of :mod:`fbrapids.kernels.abi`
+        (read with this plan's ``layouts``).  With the
         default (per-thread) pool, each layer's pool is sized before the launch from that
         layer's recent bytes per row (:class:`~fbrapids.kernels.pool.PoolSizer`), so only a
         first run or an unusually heavy partition overflows and re-runs.  A pool passed by
@@ -98,7 +103,7 @@ class HostPlan(Runtime):
         for node in plan.nodes:
             if node.op is None:
                 col = columns[node.expr.name]
-                values[node.id] = col if isinstance(col, HostColumn) else from_series(col, node.expr.name)
+                values[node.id] = col if hasattr(col, "pointers") else from_series(col, node.expr.name)
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
         presizes0 = pool.presizes
@@ -166,7 +171,7 @@ class HostPlan(Runtime):
         if abi.nparts and n:
             sample = row_pool_bytes(abi, outs, row_sample(n))
             with self._sizer_lock:
-                sizer.observe(sample)
+                sizer.observe_rows(sample, used)
         for nid, o in abi.outputs.items():
             b = outs[nid]
             valid = pack_validity(b["valid"])

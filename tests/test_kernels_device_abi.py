@@ -1,0 +1,109 @@
+"""The kernels' device input ABI, run on the host: the same rendered text reads columns laid
+out as cudf hands them to the CUDA runtime -- sliced (row 0 at an offset, validity bits
+starting mid-byte), string offsets int32 or int64, list offsets int32, int32 or int64
+offsets inside list<str>, BOOL8 as one byte per row -- and gives exactly what the
+ordinary host path gives on the same values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from fbrapids import ops
+from fbrapids.kernels import to_series
+from fbrapids.kernels.abi import InputLayout
+from fbrapids.kernels.device_columns import DeviceColumn
+from fbrapids.kernels.plan import build_plan
+from fbrapids.kernels.runtime_host import HostPlan
+
+N, OFFSET = 300, 5  # rows read, first row read: validity bits start mid-byte
+
+
+def _addr(buf: pa.Buffer | None) -> int:
+    return 0 if buf is None else buf.address
+
+
+def _offsets_width(t: pa.DataType) -> int:
+    return 8 if (pa.types.is_large_string(t) or pa.types.is_large_list(t)) else 4
+
+
+def cudf_like(arr: pa.Array, type_name: str) -> tuple[DeviceColumn, InputLayout]:
+    """Host addresses of a (sliced) Arrow array, as CudaPlan reads a cudf column: pointers
+    to row 0 (offset applied), the validity bitmap's base and the bit offset of row 0."""
+    o = arr.offset
+    slots = {"valid": _addr(arr.buffers()[0]) if arr.null_count else 0, "valid_bit": o if arr.null_count else 0}
+    if type_name in ("i64", "i32", "f64"):
+        slots["data"] = _addr(arr.buffers()[1]) + o * arr.type.byte_width
+        return DeviceColumn(type_name, len(arr), slots, keep=[arr]), InputLayout()
+    ow = _offsets_width(arr.type)
+    slots["offsets"] = _addr(arr.buffers()[1]) + o * ow
+    if type_name == "str":
+        slots["bytes"] = _addr(arr.buffers()[2])
+        return DeviceColumn(type_name, len(arr), slots, keep=[arr]), InputLayout(offsets=ow)
+    child = arr.values  # offsets are absolute into the (unsliced) child
+    if type_name == "list<str>":
+        sow = _offsets_width(child.type)
+        slots["str_offsets"] = _addr(child.buffers()[1]) + child.offset * sow
+        slots["bytes"] = _addr(child.buffers()[2])
+        return DeviceColumn(type_name, len(arr), slots, keep=[arr]), InputLayout(offsets=ow, str_offsets=sow)
+    slots["data"] = _addr(child.buffers()[1]) + child.offset * 8
+    return DeviceColumn(type_name, len(arr), slots, keep=[arr]), InputLayout(offsets=ow)
+
+
+def frame(rng: np.random.Generator, n: int, large: bool) -> dict[str, pa.Array]:
+    words = ["red", "shoe", "é", "blue", "x"]
+    s_t = pa.large_string() if large else pa.string()
+    q = [None if rng.random() < 0.2 else " ".join(rng.choice(words, rng.integers(0, 5))) for _ in range(n)]
+    seq = [None if rng.random() < 0.2 else list(rng.choice(words, rng.integers(0, 4))) for _ in range(n)]
+    ids = [None if rng.random() < 0.2 else rng.integers(0, 50, rng.integers(0, 4)).tolist() for _ in range(n)]
+    uid = [None if rng.random() < 0.1 else int(v) for v in rng.integers(0, 10**6, n)]
+    return {"q": pa.array(q, s_t), "seq": pa.array(seq, pa.list_(s_t)), "ids": pa.array(ids, pa.list_(pa.int64())),
+            "uid": pa.array(uid, pa.int64())}
+
+
+FEATURES = {"h": ops.hash_bucket("q", 1 << 20), "tok": ops.split("q", " "), "len": ops.length("seq"),
+            "bi": ops.ngrams("seq", 2, buckets=1 << 16), "last": ops.last_k("seq", 2), "x": ops.cross("ids", "uid", buckets=977),
+            "fi": ops.first_k("ids", 2), "fill": ops.fill_null("q", "?"), "uidh": ops.hash_bucket("uid", 1000)}
+TYPES = {"q": "str", "seq": "list<str>", "ids": "list<i64>", "uid": "i64"}
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["int32-offsets", "int64-offsets"])
+def test_sliced_cudf_layouts_read_like_the_host_path(large):
+    full = frame(np.random.default_rng(7 if large else 3), N + 2 * OFFSET, large)
+    sliced = {k: v.slice(OFFSET, N) for k, v in full.items()}
+    plan = build_plan(FEATURES, TYPES)
+    ids = {plan.nodes[i].expr.name: i for i in range(len(plan.nodes)) if plan.nodes[i].op is None}
+    cols, layouts = {}, {}
+    for name, arr in sliced.items():
+        cols[name], lay = cudf_like(arr, TYPES[name])
+        layouts[ids[name]] = lay
+    assert layouts[ids["q"]].offsets == (8 if large else 4) and layouts[ids["ids"]].offsets == 4
+    got = HostPlan(plan, layouts=layouts).run(cols)
+    frame_ = pd.DataFrame({k: pd.Series(pd.arrays.ArrowExtensionArray(v)) for k, v in sliced.items()})
+    want = HostPlan(plan).run(frame_)
+    for name in FEATURES:
+        g = to_series(got.columns[name], frame_.index, name)
+        w = to_series(want.columns[name], frame_.index, name)
+        assert g.equals(w), name
+    nulls_q = sliced["q"].null_count
+    assert to_series(got.columns["h"], frame_.index, "h").isna().sum() == nulls_q > 0
+
+
+def test_bool8_bytes_and_bit_offset_validity():
+    """cudf BOOL8: one byte per row; validity from an uint32-word mask with row 0 at bit 3."""
+    vals = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 1], dtype=np.uint8)
+    valid = np.array([1, 1, 0, 1, 1, 1, 0, 1, 1, 1], dtype=bool)
+    words = np.zeros(16, dtype=np.uint32)  # a 64-byte padded mask
+    bits = np.zeros(32, dtype=bool)
+    bits[3: 3 + len(valid)] = valid
+    words[0] = int(np.packbits(bits, bitorder="little").view(np.uint32)[0])
+    col = DeviceColumn("bool", len(vals), {"data": vals.ctypes.data, "valid": words.ctypes.data, "valid_bit": 3},
+                       keep=[vals, words])
+    plan = build_plan({"b": ops.cast("b", "i32"), "f": ops.fill_null("b", 7)}, {"b": "bool"})
+    res = HostPlan(plan).run({"b": col})
+    b = res.columns["b"]
+    assert b.validity_bool().tolist() == valid.tolist()
+    assert b.data[valid].tolist() == vals[valid].astype(int).tolist()
+    assert res.columns["f"].data.tolist() == [int(v) if ok else 7 for v, ok in zip(vals, valid)]
