@@ -49,7 +49,10 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
     lines.append("outputs: " + ", ".join(f"{k} = #{v} ({plan.nodes[v].type})" for k, v in plan.outputs.items()))
     runtime = cached(plan)
     if runtime is not None:
-        lines.append("stats so far: " + ", ".join(f"{k}={v}" for k, v in runtime.stats.as_dict().items()))
+        st = runtime.stats
+        lines.append("stats so far: " + ", ".join(f"{k}={v}" for k, v in st.as_dict().items()))
+        lines.append(f"host <-> device so far: {st.bytes_to_device:,} B to the device ({st.column_bytes_to_device:,} "
+                     f"B of column data), {st.bytes_to_host:,} B to the host ({st.column_bytes_to_host:,} B of column data)")
     if source:
         for target in ("host", "cuda"):
             want = "gpu" if target == "cuda" else "cpu"

@@ -29,6 +29,7 @@ seen in recent runs, with a hard cap, so one outlier row cannot inflate later pr
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -109,9 +110,14 @@ def presize_max() -> int:
     return int(os.environ.get(ENV_PRESIZE_MAX, DEFAULT_PRESIZE_MAX))
 
 
-def row_sample(n: int) -> np.ndarray:
-    """The rows a run samples for :class:`PoolSizer` (at most SAMPLE_ROWS, strided)."""
-    return np.arange(0, n, max(1, -(-n // SAMPLE_ROWS)), dtype=np.int64)
+def sample_step(n: int) -> int:
+    """The stride of the rows a run of ``n`` rows samples (at most SAMPLE_ROWS of them)."""
+    return max(1, -(-n // SAMPLE_ROWS))
+
+
+def row_sample(n: int, xp: Any = np) -> Any:
+    """The rows a run samples for :class:`PoolSizer` (numpy or, with ``xp=cupy``, made on the device)."""
+    return xp.arange(0, n, sample_step(n), dtype=xp.int64)
 
 
 class PoolSizer:

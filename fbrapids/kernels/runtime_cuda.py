@@ -235,7 +235,7 @@ class CudaPlan(Runtime):
 
     def _run_device_layer(self, layer: Layer, fn: Any, n: int, values: dict[int, DeviceValue],
                           status: dict[int, Any], st: S.KernelStats) -> None:
-        cp, plc = self.cp, self.plc
+        cp = self.cp
         abi = self.abis[layer.index]
         self._constants(st)
         ptrs = np.zeros(max(abi.nslots, 1), dtype=np.uint64)
@@ -253,7 +253,7 @@ class CudaPlan(Runtime):
         pos, totals_at = status_layout(abi)
         grid = (max(-(-n // CUDA_BLOCK), 1),)
         words = mask_words(n)
-        sample = cp.asarray(row_sample(n)) if abi.nparts and n else None
+        sample = row_sample(n, cp) if abi.nparts and n else None  # made on the device
         while True:
             self.head.fill(0)
             self.err.fill(0)
@@ -368,5 +368,5 @@ def _scan(cp: Any, counts: Any) -> Any:
     """Offsets from per-row counts: n + 1 int64 values starting at 0, on the device."""
     out = cp.zeros(int(counts.size) + 1, dtype=cp.int64)
     if counts.size:
-        cp.cumsum(counts, out=out[1:])
+        out[1:] = cp.cumsum(counts)
     return out
