@@ -14,7 +14,7 @@ import torch
 import fbrapids  # noqa: F401
 from fbrapids import ops
 from fbrapids.errors import RequestError, RequestTooLargeError
-from fbrapids.kernels import stats as kstats
+from fbrapids import kernels as kstats
 from fbrapids.serving import Scorer
 from fbrapids.serving.example import request_records, train_example
 from fbrapids.serving.spec import ServingSpec
