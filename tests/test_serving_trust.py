@@ -149,8 +149,6 @@ def _in_thread(fn):
     return out["r"]
 
 
-@pytest.mark.xfail(reason="pool presize from the running peak bytes per row: the kernels engineer's cap "
-                          "(issue 16) is not in main yet", strict=True)
 def test_one_outlier_row_does_not_inflate_later_pools(trained) -> None:
     """An item with a 20,000-word title, then 2,000 ordinary new items: the ordinary call's
     kernel pool stays near what it needs, not the outlier's bytes per row x 2,000 rows.
