@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench notebooks clean-venv
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(ARGS)
+
+# execute the notebooks on the embedded default data and save their outputs (figures included)
+notebooks: $(STAMP)
+	$(PY) scripts/run_notebooks.py $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

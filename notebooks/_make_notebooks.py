@@ -8,6 +8,7 @@ from pathlib import Path
 import fbrapids
 from fbrapids.datagen import ensure_dataset
 
+%matplotlib inline
 ROWS = int(os.environ.get("FBRAPIDS_NOTEBOOK_ROWS", "20000"))   # the tests run these notebooks on small data
 DATA = ensure_dataset(ROWS, Path(tempfile.gettempdir()) / f"fbrapids-notebook-data-{ROWS}")
 print(fbrapids.get_backend(), ROWS, "impressions in", DATA)'''
@@ -57,7 +58,7 @@ features = dict(
     cat_city=ops.cross("category", "city"),
     price_b=ops.bucketize(ops.log1p("price"), [0, 1, 2, 3, 4, 5, 6]),
 )
-print(views.fbx.explain(**features))''',
+views.fbx.explain(**features)   # the plan as a layered graph; print() it for the text''',
     '''extracted = views.fbx.extract(**features)
 extracted[["instance_id", "hour", "user_h", "q_x_t"]].head(3)''',
     "md:## Stream into DLRM on the tiered embedding store",
@@ -66,14 +67,28 @@ from fbrapids.trainers.fit import fit, evaluate
 from fbrapids.trainers.models import DLRM
 from fbrapids.trainers.sparse import StoreConfig
 
+from fbrapids.datagen import DAYS, TS0
+
 torch.manual_seed(0)
+cutoff = TS0 + (DAYS - 1) * 86400                                  # the last day is held out
+train, heldout = extracted[extracted["ts"] < cutoff], extracted[extracted["ts"] >= cutoff]
 sparse = ["user_h", "hour", "query_tok", "title_tok", "q_x_t", "cat_city", "price_b", "ad_id"]
-batches = extracted.fbx.stream(label="click", dense=["age", "price"], sparse=sparse, group="user_id", batch_size=1024)
+def batches(frame):
+    return frame.fbx.stream(label="click", dense=["age", "price"], sparse=sparse, group="user_id", batch_size=1024)
 model = DLRM(2, sparse, embedding_dim=8, bottom_mlp=[16], top_mlp=[32],
              store=StoreConfig(cache_rows=1 << 15, host_rows=1 << 16, ssd_dir=tempfile.mkdtemp()))
-result = fit(model, batches, progress=False)
-metrics = evaluate(model, batches, progress=False)
-print(result.steps, "steps;", {k: round(float(v), 4) for k, v in metrics.items()})''',
+losses, heldout_auc = [], {}
+for epoch in range(3):
+    losses += fit(model, batches(train), progress=False).losses
+    heldout_auc[len(losses)] = evaluate(model, batches(heldout), progress=False)["auc"]
+print(len(losses), "steps; held-out AUC by step:", {k: round(float(v), 4) for k, v in heldout_auc.items()})''',
+    "md:## What to look at: the curves, the calibration, the store",
+    '''from fbrapids import plot
+plot.training_curves(losses, heldout_auc, smooth=10)''',
+    '''from fbrapids.trainers.fit import predict
+p = predict(model, batches(heldout), progress=False)
+plot.calibration(p["label"], p["pred"], bins=10)''',
+    '''plot.store_hit_rates(model)''',
 ])
 
 nb("02_custom_c_operator.ipynb", [
@@ -116,8 +131,9 @@ nb("03_feature_trial.ipynb", [
 result = trial(DATA, {"slot_x_os": ops.cross("slot", "os"), "query_x_cat": ops.cross(ops.split("query", " ", buckets=1 << 18), "category", cap=16)},
                n_boot=50, progress=False, batch_size=1024, cache_rows=1 << 15, host_rows=1 << 16)
 print(result.render())''',
+    "md:In a notebook the result shows itself: the metrics per arm and the deltas with their bootstrap intervals.",
     '''assert set(result.delta) == {"auc", "gauc"}
-result.interval''',
+result''',
 ])
 
 nb("04_dask_cluster.ipynb", [
@@ -131,7 +147,9 @@ client''',
     '''from fbrapids.pipeline import run_pipeline
 result = run_pipeline(DATA, client=client, batch_size=1024, progress=False, work_dir=tempfile.mkdtemp(),
                       cache_rows=1 << 15, host_rows=1 << 16)
-print(result.render())''',
+result   # rows and seconds per stage, store hit rates, held-out metrics''',
+    '''from fbrapids import plot
+plot.calibration(result.predictions["label"], result.predictions["pred"], bins=10)''',
     '''assert result.intermediate_bytes == 0
 assert result.kernel["launches"] == (result.kernel["layers"] + 1) * result.kernel["partitions"]
 close_client(client)''',
