@@ -8,8 +8,11 @@ sits between them.  Rows are optionally shuffled within windows of
 ``shuffle_window`` rows, in an order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`;
 iterating twice in one epoch repeats the order).
 Batches of ``batch_size`` rows carry across partition boundaries; the last one may be
-shorter (``drop_last=False``).  Empty partitions are skipped and counted.  With a GPU the
-batches are in pinned host memory (and moved to ``device`` when one is given).
+shorter (``drop_last=False``).  Empty partitions are skipped and counted.  cudf partitions
+bound for a CUDA device (``device=``, else :func:`fbrapids.trainers.device.resolve_device`)
+become batches on the device through DLPack, built on a side CUDA stream while the previous
+partition trains (:mod:`fbrapids.trainers.device_batch`); host partitions become batches in
+pinned host memory when a GPU is present (and are moved to ``device`` when one is given).
 
 NaN / inf in dense features: ``nan="error"`` (the default) raises naming the column, the
 count and the first row; ``nan="zero"`` replaces them with 0 and counts them in
@@ -40,6 +43,8 @@ import torch
 from fbrapids import backend as _backend
 from fbrapids.partition_pass import iter_partitions
 from fbrapids.trainers.batch import Batch, Columns
+from fbrapids.trainers.device import resolve_device
+from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
 
 log = logging.getLogger(__name__)
@@ -141,15 +146,22 @@ class BatchStream:
                     continue
             return False
 
+        side = self._side_stream()
         try:
             for i, part in enumerate(self._partitions()):
-                part = _backend.to_host(part)
+                on_device = side is not None and _backend.is_gpu_object(part)
+                if not on_device:
+                    part = _backend.to_host(part)
                 self.stats["partitions"] += 1
                 if len(part) == 0:
                     self.stats["empty_partitions"] += 1
                     continue
                 check_labels(part[self.label], self.label, i, self.label_range)
-                cols = Columns.from_frame(part, self.label, self.dense, self.sparse, self.group, self.nan, part=i)
+                if on_device:  # DLPack from the cudf partition, on the side stream, while i - 1 trains
+                    cols = self._device_columns(part, i, side)
+                else:
+                    cols = Columns.from_frame(part, self.label, self.dense, self.sparse, self.group, self.nan,
+                                              part=i)
                 self.stats["nan_replaced"] += cols.nan_replaced
                 self.stats["rows"] += len(cols)
                 if not put(cols):
@@ -158,10 +170,28 @@ class BatchStream:
         except BaseException as exc:  # handed to the consumer, raised there
             put(_Failure(exc))
 
+    def _side_stream(self) -> Any:
+        """A CUDA stream for building device batches, when the batches are to live on a CUDA
+        device (``device=``, else the device rule) and cudf partitions arrive; else None."""
+        if not torch.cuda.is_available():
+            return None
+        dev = resolve_device(self.device)
+        return torch.cuda.Stream(device=dev) if dev.type == "cuda" else None
+
+    def _device_columns(self, part: Any, i: int, side: Any) -> TensorColumns:
+        import cupy as cp
+
+        cp.cuda.Stream.null.synchronize()  # the partition's own (cudf, default-stream) work is done
+        with torch.cuda.stream(side):
+            cols = device_columns(part, self.label, self.dense, self.sparse, self.group, self.nan, part=i)
+            cols.ready = torch.cuda.Event()
+            cols.ready.record(side)
+        return cols
+
     # -- consumer ------------------------------------------------------------------------
-    def _finish(self, cols: Columns) -> Batch:
+    def _finish(self, cols: Columns | TensorColumns) -> Batch:
         b = cols.to_batch()
-        if self.pin_memory:
+        if self.pin_memory and not isinstance(cols, TensorColumns):
             b = b.pin_memory()
         if self.device is not None:
             b = b.to(self.device)
@@ -186,7 +216,7 @@ class BatchStream:
                 if item is _DONE:
                     self._known_rows = self.stats["rows"]  # a whole pass: its batch count is known now
                     break
-                buf = item if buf is None else Columns.concat([buf, item])
+                buf = item if buf is None else type(item).concat([buf, item])
                 unit = window or bs
                 while len(buf) >= unit:
                     chunk, buf = buf.slice(0, unit), buf.slice(unit, len(buf))

@@ -6,7 +6,7 @@ once per batch through ctypes.
 The store keys rows by raw 64-bit feature ids, so it needs a real hash table rather than
 a modulo into a fixed array.  The C sources live next to this module (``csrc/hashmap.c``,
 ``csrc/rows.c``); they are built by the kernels' compile-and-cache path
-(:func:`fbrapids.kernels.compile_host.load_source`: the same compiler, flags, cache folder
+(:func:`fbrapids.kernels.load_source`: the same compiler, flags, cache folder
 ``$FBRAPIDS_KERNEL_CACHE`` and errors as the meta-kernels).
 
 Example:

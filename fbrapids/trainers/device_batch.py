@@ -1,0 +1,206 @@
+"""Training batches built on the GPU: cudf partitions to torch tensors through DLPack,
+with no pass through pandas or host memory.
+
+:func:`device_columns` reads only the named columns of a cudf frame: dense and label
+columns are cast to float32 on the device (nulls become NaN, then the ``nan`` policy) and
+handed to torch by ``cupy.asarray`` (the columns' ``__cuda_array_interface__``, no copy)
+and ``torch.from_dlpack``; list<int> sparse columns give their offsets and values children
+through ``Series.to_pylibcudf()`` (sliced columns respected: list offsets are INT32 and
+absolute into the values child, see ``shared/gpu/CUDF-FACTS.md`` 1.1, 4); scalar id columns
+are bags of one.  :class:`TensorColumns` then cuts batches with the same slice / take /
+concat as the host :class:`~fbrapids.trainers.batch.Columns`, in torch on the device
+(and, for tests, on the CPU).
+
+Example:
+    >>> import torch
+    >>> c = TensorColumns(torch.zeros(3, 1), torch.tensor([0., 1., 0.]),
+    ...                   {"t": (torch.tensor([5, 6, 7]), torch.tensor([0, 2, 2, 3]))})
+    >>> b = c.take(torch.tensor([2, 0])).to_batch()
+    >>> b.sparse["t"][0].tolist(), b.sparse["t"][1].tolist()
+    ([7, 5, 6], [0, 1])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from fbrapids.trainers.batch import Batch
+
+
+def ragged_take_t(values: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``idx`` of a ragged column (values + n+1 offsets), in torch on their device.
+
+    Example:
+        >>> v, o = ragged_take_t(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 3]), torch.tensor([1, 0]))
+        >>> v.tolist(), o.tolist()
+        ([2, 3, 1], [0, 2, 3])
+    """
+    lengths = offsets[1:] - offsets[:-1]
+    new_len = lengths[idx]
+    new_off = torch.zeros(len(idx) + 1, dtype=torch.int64, device=offsets.device)
+    torch.cumsum(new_len, 0, out=new_off[1:])
+    total = int(new_off[-1])
+    pos = torch.repeat_interleave(offsets[:-1][idx] - new_off[:-1], new_len, output_size=total)
+    pos += torch.arange(total, dtype=torch.int64, device=offsets.device)
+    return values[pos], new_off
+
+
+@dataclass
+class TensorColumns:
+    """Torch tensors of a run of rows (one device): dense ``[n, d]`` float32, labels,
+    sparse name -> ``(values int64, offsets [n + 1])``, group; ``ready`` is the CUDA event
+    after which they may be read (recorded on the stream that built them)."""
+
+    dense: torch.Tensor
+    label: torch.Tensor
+    sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    group: torch.Tensor | None = None
+    nan_replaced: int = field(default=0, compare=False)
+    ready: Any = field(default=None, compare=False)
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
+
+    def wait(self) -> "TensorColumns":
+        """Make the current CUDA stream wait until the columns are built."""
+        if self.ready is not None:
+            torch.cuda.current_stream(self.label.device).wait_event(self.ready)
+            self.ready = None
+        return self
+
+    def slice(self, start: int, stop: int) -> "TensorColumns":
+        sp = {}
+        for k, (v, o) in self.sparse.items():
+            oo = o[start : stop + 1]
+            lo, hi = (int(x) for x in oo[[0, -1]].tolist())
+            sp[k] = (v[lo:hi], oo - lo)
+        g = None if self.group is None else self.group[start:stop]
+        return TensorColumns(self.dense[start:stop], self.label[start:stop], sp, g)
+
+    def take(self, idx: Any) -> "TensorColumns":
+        idx = torch.as_tensor(np.asarray(idx) if not isinstance(idx, torch.Tensor) else idx,
+                              dtype=torch.int64).to(self.label.device)
+        sp = {k: ragged_take_t(v, o, idx) for k, (v, o) in self.sparse.items()}
+        g = None if self.group is None else self.group[idx]
+        return TensorColumns(self.dense[idx], self.label[idx], sp, g)
+
+    @staticmethod
+    def concat(parts: Sequence["TensorColumns"]) -> "TensorColumns":
+        parts = [p.wait() for p in parts if len(p)] or [p.wait() for p in parts[:1]]
+        if len(parts) == 1:
+            return parts[0]
+        sp = {}
+        for k in parts[0].sparse:
+            vals = torch.cat([p.sparse[k][0] for p in parts])
+            offs, base = [parts[0].sparse[k][1][:1] * 0], 0
+            for p in parts:
+                o = p.sparse[k][1]
+                offs.append(o[1:] + base)
+                base += int(o[-1])
+            sp[k] = (vals, torch.cat(offs))
+        g = None if parts[0].group is None else torch.cat([p.group for p in parts])
+        return TensorColumns(torch.cat([p.dense for p in parts]), torch.cat([p.label for p in parts]), sp, g)
+
+    def to_batch(self) -> Batch:
+        """The batch (offsets without the final end), on the columns' device."""
+        self.wait()
+        sp = {k: (v, o[:-1]) for k, (v, o) in self.sparse.items()}
+        return Batch(self.dense, self.label, sp, self.group)
+
+
+def _where(part: int | None) -> str:
+    return f" in partition {part}" if part is not None else ""
+
+
+def _tensor(series: Any, dtype: str) -> torch.Tensor:
+    """A cudf column without nulls as a torch tensor on its device (CAI -> cupy -> DLPack)."""
+    import cupy as cp
+
+    return torch.from_dlpack(cp.asarray(series.astype(dtype)))
+
+
+def _plc_ints(col: Any, start: int, stop: int) -> torch.Tensor:
+    """Elements ``start .. stop`` of a fixed-width pylibcudf column (no nulls) as an int64 tensor."""
+    import cupy as cp
+    import pylibcudf as plc
+
+    item = plc.types.size_of(col.type())
+    kinds = {1: cp.int8, 2: cp.int16, 4: cp.int32, 8: cp.int64}
+    span = col.data()
+    mem = cp.cuda.UnownedMemory(span.ptr, span.size, span)
+    arr = cp.ndarray((col.offset() + stop,), dtype=kinds[item], memptr=cp.cuda.MemoryPointer(mem, 0))
+    return torch.from_dlpack(arr[col.offset() + start : col.offset() + stop]).to(torch.int64)
+
+
+def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    import cudf
+
+    n = len(s)
+    if isinstance(s.dtype, cudf.ListDtype):
+        col, _ = s.to_pylibcudf()
+        offs_col, vals_col = col.child(0), col.child(1)
+        if vals_col.null_count():
+            raise ValueError(f"sparse feature {name!r}: {vals_col.null_count()} null ids inside lists{_where(part)}")
+        offs = _plc_ints(offs_col, col.offset(), col.offset() + n + 1)  # INT32, absolute into the child
+        lo, hi = (int(x) for x in offs[[0, -1]].tolist())
+        return _plc_ints(vals_col, lo, hi), offs - lo  # null rows are empty bags in libcudf
+    if s.dtype.kind not in "iu":
+        raise TypeError(f"sparse feature {name!r}: expected an integer id column or a list<int> column, got dtype "
+                        f"{s.dtype}{_where(part)}")
+    if s.null_count:
+        raise ValueError(f"sparse feature {name!r}: {s.null_count} null ids{_where(part)}; fill them first")
+    vals = _tensor(s, "uint64" if s.dtype == np.uint64 else "int64")
+    if vals.dtype != torch.int64:  # uint64: the same bits as int64 (the store reads them back as uint64)
+        vals = vals.view(torch.int64)
+    return vals, torch.arange(n + 1, dtype=torch.int64, device=vals.device)
+
+
+def _dense(df: Any, cols: Sequence[str], nan: str, part: int | None, device: torch.device) -> tuple[torch.Tensor, int]:
+    import numpy as _np
+
+    if not cols:
+        return torch.zeros((len(df), 0), dtype=torch.float32, device=device), 0
+    parts, replaced = [], 0
+    for c in cols:
+        s = df[c]
+        if s.dtype.kind not in "iufb":
+            raise TypeError(f"dense feature {c!r}: expected a numeric column, got dtype {s.dtype}{_where(part)}")
+        x = s.astype("float32")
+        if x.null_count:
+            x = x.fillna(_np.nan)
+        t = _tensor(x, "float32")
+        bad = ~torch.isfinite(t)
+        k = int(bad.sum())
+        if k:
+            if nan == "error":
+                first = int(torch.nonzero(bad)[0])
+                raise ValueError(f"dense feature {c!r}: {k} NaN/inf/null values{_where(part)}, first at row "
+                                 f"{df.index[first]!r}; clean them, or stream with nan='zero'")
+            t = torch.where(bad, torch.zeros((), device=t.device), t)
+            replaced += k
+        parts.append(t)
+    return torch.stack(parts, dim=1), replaced
+
+
+def device_columns(df: Any, label: str, dense: Sequence[str], sparse: Sequence[str], group: str | None = None,
+                   nan: str = "error", part: int | None = None) -> TensorColumns:
+    """The named columns of a cudf frame as :class:`TensorColumns` on its device (see the
+    module docstring); the labels are checked for nulls like the host path."""
+    y = df[label]
+    if y.null_count:
+        raise ValueError(f"label {label!r}: {y.null_count} NaN/null values{_where(part)}")
+    lab = _tensor(y, "float32")
+    d, replaced = _dense(df, dense, nan, part, lab.device)
+    sp = {name: _sparse(df[name], name, part) for name in sparse}
+    g = None
+    if group is not None:
+        gs = df[group]
+        if gs.dtype.kind in "iu" and not gs.null_count:
+            g = _tensor(gs, "int64")
+        else:  # strings etc.: a 64-bit hash on the device
+            g = _tensor(gs.hash_values(), "uint64").view(torch.int64)
+    return TensorColumns(d, lab, sp, g, replaced)

@@ -1,0 +1,67 @@
+"""Device batches: TensorColumns cut batches exactly like the host Columns (checked on the
+CPU with torch tensors), and cudf partitions become them through DLPack (gpu)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+from fbrapids.trainers.batch import Columns
+from fbrapids.trainers.device_batch import TensorColumns, device_columns
+
+LIST = pd.ArrowDtype(pa.list_(pa.int64()))
+
+
+def frame(n: int = 50, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    toks = [list(rng.integers(-5, 2**40, rng.integers(0, 4))) for _ in range(n)]
+    return pd.DataFrame({"y": rng.integers(0, 2, n), "d0": rng.random(n), "d1": rng.integers(0, 9, n),
+                         "ad": pd.Series(rng.integers(0, 2**63, n).astype(np.uint64) * np.uint64(3), dtype="uint64"),
+                         "toks": pd.Series(toks, dtype=LIST), "u": rng.integers(0, 7, n)})
+
+
+def as_tensors(c: Columns) -> TensorColumns:
+    t = torch.from_numpy
+    return TensorColumns(t(c.dense), t(c.label), {k: (t(v), t(o)) for k, (v, o) in c.sparse.items()}, t(c.group))
+
+
+def same(a: Columns, b: TensorColumns) -> None:
+    assert np.array_equal(a.dense, b.dense.numpy()) and np.array_equal(a.label, b.label.numpy())
+    assert np.array_equal(a.group, b.group.numpy())
+    for k, (v, o) in a.sparse.items():
+        assert np.array_equal(v, b.sparse[k][0].numpy()) and np.array_equal(o, b.sparse[k][1].numpy()), k
+
+
+def test_tensor_columns_slice_take_concat_like_the_host_columns() -> None:
+    kw = dict(label="y", dense=["d0", "d1"], sparse=["ad", "toks"], group="u")
+    a, b = Columns.from_frame(frame(50, 0), **kw), Columns.from_frame(frame(30, 1), **kw)
+    ta, tb = as_tensors(a), as_tensors(b)
+    same(Columns.concat([a, b]), TensorColumns.concat([ta, tb]))
+    same(a.slice(7, 31), ta.slice(7, 31))
+    idx = np.random.default_rng(2).permutation(50)
+    same(a.take(idx), ta.take(idx))
+    both = Columns.concat([a, b]).slice(10, 70).take(idx)
+    same(both, TensorColumns.concat([ta, tb]).slice(10, 70).take(idx))
+    bt = TensorColumns.concat([ta, tb]).slice(0, 16).to_batch()
+    hb = Columns.concat([a, b]).slice(0, 16).to_batch()
+    assert torch.equal(bt.sparse["toks"][1], hb.sparse["toks"][1]) and torch.equal(bt.dense, hb.dense)
+
+
+@pytest.mark.gpu
+def test_cudf_partition_to_device_columns_equals_the_host_path() -> None:
+    import cudf
+
+    df = frame(200, 3)
+    df.loc[20, "d0"] = np.nan  # inside the slice: replaced under nan="zero", an error otherwise
+    gdf = cudf.from_pandas(df).iloc[13:170]  # a sliced frame: list offsets not starting at 0
+    host = Columns.from_frame(df.iloc[13:170], "y", ["d0", "d1"], ["ad", "toks"], nan="zero")
+    dev = device_columns(gdf, "y", ["d0", "d1"], ["ad", "toks"], nan="zero")
+    assert dev.dense.is_cuda and dev.sparse["toks"][0].is_cuda
+    for k, (v, o) in host.sparse.items():
+        assert np.array_equal(v, dev.sparse[k][0].cpu().numpy()) and np.array_equal(o, dev.sparse[k][1].cpu().numpy())
+    assert np.array_equal(host.dense, dev.dense.cpu().numpy()) and dev.nan_replaced == host.nan_replaced
+    with pytest.raises(ValueError, match="d0"):
+        device_columns(cudf.from_pandas(df), "y", ["d0"], [], nan="error")
