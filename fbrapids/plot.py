@@ -218,7 +218,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc")) -> Any:
     ax.set_xticks(x, labels)
     ax.set_ylabel("candidate - baseline")
     ax.set_title("feature trial")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     return fig
 
 

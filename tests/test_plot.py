@@ -119,3 +119,21 @@ def test_stage_seconds_bars():
     ax = fig.axes[0]
     assert [r.get_width() for r in ax.patches] == [0.25, 3.5, 1.0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["plan", "extract+train", "extract+evaluate"]
+
+
+def test_readme_picture_is_the_scripts_trial_plot():
+    """The README shows docs/images/feature_trial.png, written by scripts/make_readme_figure.py
+    through plot.trial_deltas (two candidates, 110 dpi): its size is that figure's."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    root = Path(__file__).resolve().parents[1]
+    assert "](docs/images/feature_trial.png)" in (root / "README.md").read_text()
+    assert "plot.trial_deltas(results)" in (root / "scripts" / "make_readme_figure.py").read_text()
+    img = Image.open(root / "docs" / "images" / "feature_trial.png")
+    two = plot.trial_deltas({"a": _trial(0.01, (0, 0.02), 0.0, (-0.01, 0.01)),
+                             "b": _trial(0.01, (0, 0.02), 0.0, (-0.01, 0.01))})
+    w, h = two.get_size_inches()
+    assert img.size == (round(w * 110), round(h * 110))
+    assert len(img.convert("L").getcolors(maxcolors=1 << 16) or []) > 50
