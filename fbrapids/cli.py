@@ -2,7 +2,9 @@
 ``fbrapids serve``.
 
 Example:
-    >>> main(["gen", "--help"])  # doctest: +SKIP
+    >>> args = build_parser().parse_args(["gen", "--rows", "1000", "--out", "data"])
+    >>> args.command, args.rows, args.seed
+    ('gen', 1000, 0)
 """
 
 from __future__ import annotations
