@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -43,6 +42,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import fbrapids  # noqa: E402,F401  (registers .fbx)
+from benchmarks.machine import machine_description  # noqa: E402
 from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
 from fbrapids import ops  # noqa: E402
 from fbrapids import workload  # noqa: E402
@@ -165,26 +165,6 @@ def run_systems(systems: dict[str, Callable[[], tuple[Any, dict[str, float]]]], 
     return result
 
 
-def machine(backend: str) -> str:
-    """What this ran on, in words (CPU model, cores, and the GPU when one was used)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    text = f"{os.cpu_count()} cores ({cpu})"
-    if backend == "gpu":
-        try:
-            import cupy
-
-            props = cupy.cuda.runtime.getDeviceProperties(0)
-            text += f", GPU {props['name'].decode() if isinstance(props['name'], bytes) else props['name']}"
-        except Exception as exc:  # noqa: BLE001 - describing the machine must not fail the run
-            text += f", GPU (unnamed: {exc})"
-    return text
-
-
 def _line(name: str, rows: int, r: dict[str, Any]) -> str:
     steps = " ".join(f"{k}={v:.3f}" for k, v in r["steps"].items())
     return f"{name:<16}{rows / r['seconds']:12,.0f} rows/s  {r['seconds']:.3f}s  {steps}  launches={r['launches']}"
@@ -228,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_pandas:
         systems["pandas"] = pandas_line
     res = run_systems(systems, args.repeat)
-    print(f"rows_in={rows_in} repeat={args.repeat} (+1 warm-up each) machine: {machine(args.backend)}")
+    print(f"rows_in={rows_in} repeat={args.repeat} (+1 warm-up each) machine: {machine_description(args.backend)}")
     ref_name = "pandas" if "pandas" in res else "cpu eager"
     equal_all, problems = True, []
     for name, r in res.items():
@@ -276,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
               f"= {synth[f'{be} fused_speedup']:.2f}x")
     print(f"outputs equal: {equal_all}" + ("" if equal_all else f" ({'; '.join(problems)})"))
     summary = {
-        "benchmark": "extract", "machine": machine(args.backend), "backend": args.backend,
+        "benchmark": "extract", "machine": machine_description(args.backend), "backend": args.backend,
         "rows_in": rows_in, "repeat": args.repeat, "warmup": 1,
         "rows_per_s": {k: round(v) for k, v in rate.items()},
         "seconds": {k: r["seconds"] for k, r in res.items()},

@@ -8,9 +8,13 @@
   streamed into the same model with the same seed.
 
 Both train the same DLRM on the same data with the same seed and evaluate on the
-held-out last day.  Bytes written / read are measured on the files themselves.  The last
-line printed is one JSON object with ``pipeline_s``, ``write_then_train_s``,
-``pipeline_intermediate_bytes``, ``baseline_intermediate_bytes``, ``pipeline_auc`` and
+held-out last day.  Bytes written and read are measured the same way on both sides: the
+``/proc/<pid>/io`` counters of this process and its children (``write_bytes``: sent to
+storage; ``rchar``: every byte read, input parquet and SSD tier included), over the
+whole run of each side; the intermediate feature files' size on disk is shown beside them.
+The last line printed is one JSON object with ``pipeline_s``, ``write_then_train_s``,
+``pipeline_bytes_written``, ``baseline_bytes_written``, ``pipeline_bytes_read``,
+``baseline_bytes_read``, ``baseline_intermediate_file_bytes``, ``pipeline_auc`` and
 ``baseline_auc``.
 
     python benchmarks/pipeline.py --rows 200000
@@ -30,10 +34,15 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import machine_description  # noqa: E402
 from fbrapids import workload
 from fbrapids.datagen import DAYS, TS0, ensure_dataset
+from fbrapids.iostats import IOCounter
 from fbrapids.pipeline import DAY, DENSE, SPARSE, _stream, build_model, feature_frame, run_pipeline, split_by_day
 from fbrapids.trainers import evaluate, fit
+from fbrapids.trainers.metrics import format_metric
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.views.read import read_view
 
@@ -41,6 +50,7 @@ from fbrapids.views.read import read_view
 def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> dict:
     """Extract everything to parquet, read it back, train and evaluate; returns the figures."""
     torch.manual_seed(seed)
+    io = IOCounter().__enter__()
     t0 = time.perf_counter()
     merged, _ = feature_frame(data_dir)
     cutoff = TS0 + (DAYS - 1) * DAY
@@ -50,11 +60,10 @@ def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> 
     columns = list(dict.fromkeys(columns))
     train[columns].to_parquet(out / "train", write_index=False)
     test[columns].to_parquet(out / "test", write_index=False)
-    written = sum(f.stat().st_size for f in out.rglob("*.parquet"))
+    files = sum(f.stat().st_size for f in out.rglob("*.parquet"))
     t_written = time.perf_counter()
     train_back = read_view(out / "train" / "*.parquet")
     test_back = read_view(out / "test" / "*.parquet")
-    read_bytes = written
     store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "store"), seed=seed)
     net = build_model("dlrm", len(DENSE), SPARSE, store)
     threads = torch.get_num_threads()
@@ -65,7 +74,9 @@ def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> 
     finally:
         torch.set_num_threads(threads)
     total = time.perf_counter() - t0
-    return {"seconds": total, "extract_write_s": t_written - t0, "bytes_written": written, "bytes_read": read_bytes,
+    io.__exit__(None, None, None)
+    return {"seconds": total, "extract_write_s": t_written - t0, "bytes_written": io.write_bytes,
+            "bytes_read": io.rchar, "intermediate_file_bytes": files,
             "auc": metrics["auc"], "gauc": metrics["gauc"], "logloss": metrics["logloss"]}
 
 
@@ -112,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{pipe.rows.get('held out', 0):,} held out)")
         print(f"{'':22}{'pipeline':>14}{'write-then-train':>20}")
         print(f"{'wall seconds':22}{pipeline_s:>14.2f}{baseline['seconds']:>20.2f}")
-        print(f"{'intermediate written':22}{pipe.intermediate_bytes:>14,}{baseline['bytes_written']:>20,}")
-        print(f"{'intermediate read':22}{0:>14,}{baseline['bytes_read']:>20,}")
-        print(f"{'held-out AUC':22}{pipe.metrics['auc']:>14.4f}{baseline['auc']:>20.4f}")
-        print(f"{'held-out GAUC':22}{pipe.metrics['gauc']:>14.4f}{baseline['gauc']:>20.4f}")
+        print(f"{'bytes written':22}{pipe.bytes_written:>14,}{baseline['bytes_written']:>20,}  (measured, /proc io)")
+        print(f"{'bytes read':22}{pipe.bytes_read:>14,}{baseline['bytes_read']:>20,}  (measured, /proc io)")
+        print(f"{'feature files on disk':22}{0:>14,}{baseline['intermediate_file_bytes']:>20,}")
+        print(f"{'held-out AUC':22}{format_metric(pipe.metrics['auc']):>14}{format_metric(baseline['auc']):>20}")
+        print(f"{'held-out GAUC':22}{format_metric(pipe.metrics['gauc']):>14}{format_metric(baseline['gauc']):>20}")
         print(f"{'extraction overlapped':22}{pipe.overlap_s:>13.2f}s{'0.00s':>20}")
         print(f"runs per side: {args.repeat} (median); pipeline {['%.2f' % x for x in pipe_times]}, "
               f"write-then-train {['%.2f' % x for x in base_times]}")
@@ -123,10 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({
             "pipeline_s": round(pipeline_s, 3),
             "write_then_train_s": round(baseline["seconds"], 3),
-            "pipeline_intermediate_bytes": pipe.intermediate_bytes,
-            "baseline_intermediate_bytes": baseline["bytes_written"],
-            "pipeline_auc": round(pipe.metrics["auc"], 5),
-            "baseline_auc": round(baseline["auc"], 5),
+            "pipeline_bytes_written": pipe.bytes_written,
+            "baseline_bytes_written": baseline["bytes_written"],
+            "pipeline_bytes_read": pipe.bytes_read,
+            "baseline_bytes_read": baseline["bytes_read"],
+            "baseline_intermediate_file_bytes": baseline["intermediate_file_bytes"],
+            "machine": machine_description(),
+            "pipeline_auc": pipe.metrics["auc"] and round(pipe.metrics["auc"], 5),
+            "baseline_auc": baseline["auc"] and round(baseline["auc"], 5),
         }))
     finally:
         shutil.rmtree(base, ignore_errors=True)

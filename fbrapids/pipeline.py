@@ -9,8 +9,8 @@ Example:
     >>> from fbrapids.datagen import generate
     >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
     >>> r = run_pipeline(d, epochs=1, batch_size=512, progress=False, work_dir=tempfile.mkdtemp())
-    >>> r.intermediate_bytes, 0.0 <= r.metrics["auc"] <= 1.0
-    (0, True)
+    >>> r.metrics["n"] == r.rows["held out"] > 0, sorted(r.work_tree)
+    (True, ['checkpoints', 'store'])
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fbrapids import workload
+from fbrapids.iostats import IOCounter, tree_bytes
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.backend import get_backend
 
@@ -59,7 +60,9 @@ class PipelineResult:
     extract_busy_s: float = 0.0
     train_wait_s: float = 0.0
     samples_per_s: float = 0.0
-    intermediate_bytes: int = 0
+    bytes_written: int = 0  #: measured: /proc/<pid>/io write_bytes of this process and its children
+    bytes_read: int = 0  #: measured: rchar (every byte read: parquet input, SSD tier, ...)
+    work_tree: dict[str, int] = field(default_factory=dict)  #: bytes on disk under work_dir, per entry
     checkpoint: str | None = None
     oracle_auc: float | None = None
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
@@ -103,7 +106,9 @@ class PipelineResult:
                   f"  extraction busy        {self.extract_busy_s:>12.2f} s",
                   f"  overlapped w/ training {self.overlap_s:>12.2f} s",
                   f"  trainer waited         {self.train_wait_s:>12.2f} s",
-                  f"  intermediate bytes     {self.intermediate_bytes:>12,}"]
+                  f"  bytes written          {self.bytes_written:>12,}  (measured; on disk under the work dir: "
+                  + (", ".join(f"{k} {v:,}" for k, v in self.work_tree.items()) or "nothing")
+                  + "; no feature files)"]
         if self.checkpoint:
             lines.append(f"  checkpoint             {self.checkpoint}")
         return "\n".join(lines)
@@ -162,10 +167,6 @@ class _WaitTimer:
             self.wait_s += time.perf_counter() - t
             self.samples += len(batch)
             yield batch
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
 def feature_frame(data_dir: str | Path, backend: str | None = None,
@@ -332,9 +333,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     be = get_backend(backend)
     torch.manual_seed(seed)
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fbrapids-"))
-    scratch = work / "intermediate"  # where write-then-train would put its features; must stay empty
-    scratch.mkdir(parents=True, exist_ok=True)
     result = PipelineResult(be.name, model)
+    io = IOCounter().__enter__()  # bytes this run writes and reads, measured (children included)
     decisions_before = len(join_decisions())
     kernel_stats.reset_stats()
     if client is not None:
@@ -400,7 +400,9 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.clean = counts
     result.joins = [str(d) for d in join_decisions()[decisions_before:]]
     result.store = _store_totals(net)
-    result.intermediate_bytes = _dir_bytes(scratch)
+    io.__exit__(None, None, None)
+    result.bytes_written, result.bytes_read = io.write_bytes, io.rchar
+    result.work_tree = tree_bytes(work)
     return result
 
 

@@ -1,0 +1,35 @@
+"""What a benchmark ran on, in words, for its JSON line and the README table.
+
+Example:
+    >>> "cores" in machine_description()
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def machine_description(backend: str = "cpu") -> str:
+    """CPU model and cores, the load average at the time, and the GPU when one was used."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = f"{os.cpu_count()} cores ({cpu})"
+    try:
+        text += f", load average {os.getloadavg()[0]:.1f} at the start"
+    except OSError:
+        pass
+    if backend == "gpu":
+        try:
+            import cupy
+
+            name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+            text += f", GPU {name.decode() if isinstance(name, bytes) else name}"
+        except Exception as exc:  # noqa: BLE001 - describing the machine must not fail the run
+            text += f", GPU (unnamed: {exc})"
+    return text
