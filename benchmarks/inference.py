@@ -14,9 +14,11 @@ requests), through three scorers over the same model, interleaved request by req
   then ``model(batch)`` (what scoring with the training-side code does).
 
 With the ``serve`` extra installed, the same dedup scorer is also measured behind the HTTP
-service (uvicorn on 127.0.0.1, JSON in and out) at ``--http-items`` items per request, with
-1 and ``--http-clients`` concurrent clients (requests are serialised by the scorer's lock,
-so concurrency overlaps only JSON and network work).
+service (the app ``fbrapids serve`` runs, with its body limit, validation and content-keyed
+cache: uvicorn on 127.0.0.1, JSON in and out) at ``--http-items`` items per request, with 1
+and ``--http-clients`` concurrent clients, ``--http-requests`` requests each (requests are
+serialised by the scorer's lock, so concurrency overlaps only JSON and network work).
+``--http-only`` runs just that part (the issue-16 acceptance figures: 8 clients, 64 items).
 
 Latency is per ``Scorer.score`` call (JSON-like records in, probabilities out; feature
 extraction through the compiled meta-kernels included); p50 and p99 over the requests;
@@ -37,6 +39,7 @@ The last line printed is one JSON object::
 Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
     python benchmarks/inference.py --requests 100 --threads 4
+    python benchmarks/inference.py --http-only --http-items 64 --http-clients 8 --http-requests 400
 """
 
 from __future__ import annotations
@@ -143,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--http-items", type=int, default=256, help="items per request in the HTTP run")
     ap.add_argument("--http-clients", type=int, default=4, help="concurrent clients in the HTTP run")
+    ap.add_argument("--http-requests", type=int, default=None, help="measured HTTP requests (default --requests)")
     ap.add_argument("--no-http", action="store_true", help="skip the HTTP run")
+    ap.add_argument("--http-only", action="store_true", help="only the HTTP run (no in-process sizes)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed + 1)
     out: dict[str, dict] = {}
     print(f"{'items':>6} {'mode':>18} {'p50 ms':>9} {'p99 ms':>9} {'items/s':>11}")
-    for n in SIZES:
+    for n in () if args.http_only else SIZES:
         lat: dict[str, list[float]] = {m: [] for m in MODES}
         st = scorers["dedup_on"]._cache.stats if scorers["dedup_on"]._cache is not None else {}
         hits0, miss0 = st.get("hits", 0), st.get("misses", 0)
@@ -185,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:>6} {'dedup_on vs off':>18}   p50 speedup x{res['p50_speedup']}, "
               f"throughput x{res['throughput_ratio']}, "
               f"item cache hit rate {res['item_cache_hit_rate']}")
-    http = None if args.no_http else _http(scorers["dedup_on"], users, ads, args.http_items, args.requests,
-                                           args.http_clients, rng, args.alpha)
+    http = None if args.no_http else _http(scorers["dedup_on"], users, ads, args.http_items,
+                                           args.http_requests or args.requests, args.http_clients, rng, args.alpha)
     print(json.dumps({"benchmark": "inference", "device": "cpu", "torch_threads": args.threads,
                       "requests_per_size": args.requests, "catalogue": args.ads, "zipf_alpha": args.alpha,
                       "sizes": out, "http": http}))

@@ -25,3 +25,18 @@ def test_inference_benchmark_smoke() -> None:
         assert r["p50_speedup"] > 0 and 0.0 <= r["item_cache_hit_rate"] <= 1.0
     if res["http"] is not None:  # with the 'serve' extra
         assert res["http"]["clients_1"]["items_per_s"] > 0 and res["http"]["clients_4"]["p99_ms"] > 0
+
+
+def test_inference_benchmark_http_only_smoke() -> None:
+    import pytest
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    cmd = [sys.executable, str(REPO / "benchmarks" / "inference.py"), "--http-only", "--http-requests", "6",
+           "--http-clients", "2", "--http-items", "16", "--ads", "300", "--users", "30", "--train-rows", "300"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["sizes"] == {} and res["http"]["items_per_request"] == 16
+    assert res["http"]["clients_2"]["requests_per_s"] > 0 and res["http"]["clients_2"]["p99_ms"] > 0

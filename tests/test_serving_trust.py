@@ -111,11 +111,11 @@ def test_cache_bounded_in_bytes(trained) -> None:
                   for k, it in enumerate(items * 4)]
     got = s.score(req, long_items)
     np.testing.assert_allclose(got, fresh(trained, req, long_items), atol=1e-7, rtol=0)
-    assert s._cache.bytes <= 64 << 10 and s.stats["item_cache_bypassed"] > 0
+    assert s.item_cache_usage()["bytes"] <= 64 << 10 and s.stats["item_cache_bypassed"] > 0
     for k in range(0, len(long_items), 2):  # two at a time: LRU entries give way, never over the bound
         s.score(req, long_items[k : k + 2])
-        assert s._cache.bytes <= 64 << 10
-    assert s._cache.stats["evictions"] > 0
+        assert 0 < s.item_cache_usage()["bytes"] <= 64 << 10
+    assert s.item_cache_usage()["evictions"] > 0
 
 
 def test_bounds_on_items_and_requests(trained) -> None:

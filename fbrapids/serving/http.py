@@ -165,10 +165,7 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int = M
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        cache = scorer._cache if hasattr(scorer, "_cache") else None
-        return {"status": "ok", "stats": dict(scorer.stats),
-                "item_cache": {"entries": len(cache) if cache else 0, "bytes": cache.bytes if cache else 0,
-                               "max_bytes": cache.max_bytes if cache else 0},
+        return {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
                 "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
                            "max_body_bytes": max_body_bytes, "cache_items": scorer.cache_items}}
 

@@ -76,7 +76,7 @@ from fbrapids.errors import KernelRuntimeError, RequestError, RequestTooLargeErr
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
-from fbrapids.serving.spec import F32_MAX, ServingSpec, records_to_columns, records_to_frame, show
+from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
 from fbrapids.trainers.device import place_model
 from fbrapids.trainers.models.base import CTRModel
@@ -153,14 +153,14 @@ class Scorer:
         self.stats["nan_replaced"] += replaced
         return SideArrays(d, {c: sparse_column(frame[c], c) for c in sparse})
 
-    def _items(self, keys: list[tuple], first: np.ndarray, item_frame: pd.DataFrame) -> SideArrays:
+    def _items(self, keys: list[tuple], first: np.ndarray, item_values: dict[str, list[Any]]) -> SideArrays:
         """Item-side arrays of the unique item contents ``keys`` (``first[i]``: the call's
-        item record holding content i; ``item_frame``: the call's validated item records)."""
+        item record holding content i; ``item_values``: the call's validated item columns)."""
         spec = self.spec
         dense, sparse = self._dense_of["item"], self._sparse_of["item"]
 
         def extract(at: np.ndarray) -> SideArrays:
-            frame = item_frame.iloc[at].reset_index(drop=True) if len(at) != len(item_frame) else item_frame
+            frame = columns_frame(item_values, spec.schema, at)
             return self._arrays(frame, spec.item_features, dense, sparse, "items_extracted",
                                 lambda i: self._item_label(at[i]))
 
@@ -191,6 +191,13 @@ class Scorer:
         r = int(self._owner_all[g])
         j = int(g - self._starts[r])
         return f"item {j}" if len(self._starts) == 2 else f"request {r} item {j}"
+
+    def item_cache_usage(self) -> dict[str, int | None]:
+        """The item cache's ``entries``, ``bytes`` held and ``max_bytes`` (zeros without a cache)."""
+        c = self._cache
+        if c is None:
+            return {"entries": 0, "bytes": 0, "max_bytes": 0, "evictions": 0}
+        return {"entries": len(c), "bytes": c.bytes, "max_bytes": c.max_bytes, "evictions": c.stats["evictions"]}
 
     def clear_cache(self) -> None:
         """Forget every cached item's features."""
@@ -276,7 +283,7 @@ class Scorer:
         self._owner_all = owner_all
         self._starts = np.concatenate([[0], np.cumsum([len(items) for _, items in entries])])
         # every item record validated first; items are identical when all their item columns are
-        item_frame, contents = records_to_columns(records, spec.schema, spec.item_columns, self._item_label)
+        item_values, contents = records_to_columns(records, spec.schema, spec.item_columns, self._item_label)
         index: dict[tuple, int] = {}
         item_of = np.fromiter((index.setdefault(k, len(index)) for k in contents), dtype=np.int64,
                               count=len(contents))
@@ -284,13 +291,13 @@ class Scorer:
         first = np.full(len(keys), -1, dtype=np.int64)
         first[item_of[::-1]] = np.arange(len(records))[::-1]
         self.stats["unique_items"] += len(keys)
-        items = self._items(keys, first, item_frame)
+        items = self._items(keys, first, item_values)
         pair_of, pairs = pd.factorize(owner_all * len(keys) + item_of, sort=False)
         p_owner, p_item = pairs // len(keys), pairs % len(keys)
         rows = items.take(p_item) if len(pairs) != len(keys) or (p_item != np.arange(len(keys))).any() else items
         if spec.pair_features or self._dense_of["pair"] or self._sparse_of["pair"]:
             at = first[p_item]
-            frame = item_frame[self._pair_item_columns].iloc[at].reset_index(drop=True)
+            frame = columns_frame({c: item_values[c] for c in self._pair_item_columns}, spec.schema, at)
             for c in self._pair_request_columns:  # the request's columns, broadcast to its pairs
                 col = req_frame[c].take(p_owner)
                 frame[c] = col.to_numpy() if spec.schema[c] in ("int64", "uint64", "float64") else \

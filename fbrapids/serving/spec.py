@@ -118,9 +118,9 @@ def show(v: Any, limit: int = SHOW_CHARS) -> str:
     return r if len(r) <= limit else f"{r[: limit - 6]}... ({len(r)} characters)"
 
 
-def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str]) -> tuple[pd.Series, list[Any]]:
-    """The typed column of ``values`` and the values as the key of their content (NaN as
-    None); raises :class:`~fbrapids.errors.RequestError` naming the record and column."""
+def _check(values: list[Any], name: str, kind: str, what: Callable[[int], str]) -> list[Any]:
+    """Validate one column's values; returns them as the key of their content (NaN as
+    None).  Raises :class:`~fbrapids.errors.RequestError` naming the record and column."""
     if kind in ("int64", "uint64"):
         lo, hi = _RANGE[kind]
         for i, v in enumerate(values):
@@ -128,15 +128,13 @@ def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str])
                 raise RequestError(f"{what(i)}: column {name!r} must be an integer ({kind}), got {show(v)}")
             if not lo <= v <= hi:
                 raise RequestError(f"{what(i)}: column {name!r} value {show(v)} is out of the {kind} range")
-        return pd.Series(np.asarray(values, dtype=np.dtype(kind)), name=name), values
+        return values
     if kind == "list<int64>":
         lo, hi = _RANGE["int64"]
         for i, v in enumerate(values):
             if v is not None and (type(v) is not list or any(type(x) is not int or not lo <= x <= hi for x in v)):
                 raise RequestError(f"{what(i)}: column {name!r} must be a list of integers, got {show(v)}")
-        arr = pa.array([[] if v is None else v for v in values], type=pa.list_(pa.int64()))
-        key = [None if v is None else tuple(v) for v in values]
-        return pd.Series(pd.arrays.ArrowExtensionArray(arr), name=name, dtype=LIST_INT64), key
+        return [None if v is None else tuple(v) for v in values]
     if kind == "float64":
         key = values
         for i, v in enumerate(values):
@@ -150,12 +148,23 @@ def _column(values: list[Any], name: str, kind: str, what: Callable[[int], str])
             elif not -F32_MAX <= v <= F32_MAX:
                 raise RequestError(f"{what(i)}: column {name!r} value {show(v)} does not fit float32, the model's "
                                    f"dense dtype (|x| <= {F32_MAX:.7g})")
-        col = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-        return pd.Series(col, name=name), key
+        return key
     for i, v in enumerate(values):
         if v is not None and type(v) is not str:
             raise RequestError(f"{what(i)}: column {name!r} must be a string or null, got {show(v)}")
-    return pd.Series(pa.array(values, type=pa.large_string()).to_pandas(), name=name), values
+    return values
+
+
+def _series(values: list[Any], name: str, kind: str) -> pd.Series:
+    """The typed column of validated ``values``."""
+    if kind in ("int64", "uint64"):
+        return pd.Series(np.asarray(values, dtype=np.dtype(kind)), name=name)
+    if kind == "list<int64>":
+        arr = pa.array([[] if v is None else v for v in values], type=pa.list_(pa.int64()))
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), name=name, dtype=LIST_INT64)
+    if kind == "float64":
+        return pd.Series(np.asarray([np.nan if v is None else v for v in values], dtype=np.float64), name=name)
+    return pd.Series(pa.array(values, type=pa.large_string()).to_pandas(), name=name)
 
 
 def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
@@ -166,33 +175,42 @@ def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
 
 
 def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
-                       what: str | Callable[[int], str]) -> tuple[pd.DataFrame, list[tuple]]:
-    """:func:`records_to_frame` and each record's content key: the tuple of its values of
-    ``columns`` as validated (NaN as None), equal for two records exactly when their typed
-    values are equal.
+                       what: str | Callable[[int], str]) -> tuple[dict[str, list[Any]], list[tuple]]:
+    """Validate ``records`` (as :func:`records_to_frame`) without building a frame: each
+    column's values, and each record's content key, the tuple of its values of ``columns``
+    (NaN as None), equal for two records exactly when their typed values are equal.
+    :func:`columns_frame` builds the frame of any subset of the rows.
 
     Example:
-        >>> frame, keys = records_to_columns([{"a": 1, "p": 2}, {"a": 1, "p": 2.0}, {"a": 1, "p": None}],
-        ...                                  {"a": "int64", "p": "float64"}, ["a", "p"], "item")
-        >>> keys, frame["p"].tolist()[:2]
-        ([(1, 2), (1, 2.0), (1, None)], [2.0, 2.0])
-        >>> keys[0] == keys[1]
-        True
+        >>> schema = {"a": "int64", "p": "float64"}
+        >>> values, keys = records_to_columns([{"a": 1, "p": 2}, {"a": 1, "p": 2.0}, {"a": 1, "p": None}],
+        ...                                   schema, ["a", "p"], "item")
+        >>> keys, keys[0] == keys[1], columns_frame(values, schema, rows=[2, 0])["p"].tolist()
+        ([(1, 2), (1, 2.0), (1, None)], True, [nan, 2.0])
     """
     what = _labeller(what)
-    data, keys = {}, []
+    values, keys = {}, []
     for i, r in enumerate(records):
         if type(r) is not dict and not isinstance(r, Mapping):
             raise RequestError(f"{what(i)}: expected an object of columns, got {type(r).__name__}")
     for c in columns:
         try:
-            values = [r[c] for r in records]
+            values[c] = [r[c] for r in records]
         except KeyError:
             i = next(i for i, r in enumerate(records) if c not in r)
             raise RequestError(f"{what(i)}: missing column {c!r}") from None
-        data[c], key = _column(values, c, schema[c], what)
-        keys.append(key)
-    return pd.DataFrame(data), list(zip(*keys)) if keys else [() for _ in records]
+        keys.append(_check(values[c], c, schema[c], what))
+    return values, list(zip(*keys)) if keys else [() for _ in records]
+
+
+def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
+                  rows: Sequence[int] | np.ndarray | None = None) -> pd.DataFrame:
+    """The typed frame of validated column ``values`` (:func:`records_to_columns`), of the
+    given ``rows`` (all by default)."""
+    if rows is not None:
+        idx = rows.tolist() if isinstance(rows, np.ndarray) else rows
+        values = {c: [v[i] for i in idx] for c, v in values.items()}
+    return pd.DataFrame({c: _series(v, c, schema[c]) for c, v in values.items()})
 
 
 def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
@@ -206,4 +224,4 @@ def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, 
     its range, or a number that does not fit float32 (the model's dense dtype); the
     offending value is echoed cut to ``SHOW_CHARS`` characters.
     """
-    return records_to_columns(records, schema, columns, what)[0]
+    return columns_frame(records_to_columns(records, schema, columns, what)[0], schema)
