@@ -53,7 +53,7 @@ def _extract(data_dir: Path, cluster: bool) -> dict[str, Any]:
     import dask
 
     from fbrapids.joins import join_decisions
-    from fbrapids.pipeline import DENSE, GROUP, LABEL, SPARSE, _TimedPartitions, feature_frame
+    from fbrapids.pipeline import DENSE, GROUP, LABEL, SPARSE, TimedPartitions, feature_frame
     from fbrapids.trainers.stream import stream
 
     def once(path: Path) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def _extract(data_dir: Path, cluster: bool) -> dict[str, Any]:
         t0 = time.perf_counter()
         merged, _ = feature_frame(path)
         plan_s = time.perf_counter() - t0
-        parts = _TimedPartitions(merged)
+        parts = TimedPartitions(merged)
         batches = stream(parts, label=LABEL, dense=DENSE, sparse=SPARSE, group=GROUP, batch_size=2048, prefetch=2)
         t = time.perf_counter()
         rows = sum(len(b) for b in batches)

@@ -114,7 +114,7 @@ class PipelineResult:
         return "\n".join(lines)
 
 
-class _TimedPartitions:
+class TimedPartitions:
     """The partitions of a dask frame as one pass (:func:`~fbrapids.partition_pass.iter_partitions`),
     with the compute time recorded.
 
@@ -353,8 +353,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
     if client is not None:
         client.run(kernel_stats.reset_stats)
-    test_producer = _TimedPartitions(test)  # held-out partitions are streamed too
-    producer = _TimedPartitions(train)
+    test_producer = TimedPartitions(test)  # held-out partitions are streamed too
+    producer = TimedPartitions(train)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:
