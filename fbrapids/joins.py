@@ -61,6 +61,7 @@ HASH_TABLE_OVERHEAD = 2.0
 DEFAULT_DEVICE_FRACTION = float(os.environ.get("FBRAPIDS_JOIN_DEVICE_FRACTION", "0.5"))
 BROADCAST_BYTES = int(os.environ.get("FBRAPIDS_BROADCAST_BYTES", str(256 * 2**20)))
 _HOWS = ("left", "inner")
+HISTORY_ATTR = "fbrapids.joins"
 
 
 @dataclass(frozen=True)
@@ -285,11 +286,14 @@ def join(
     if not _is_dask(left):
         if _is_dask(other):
             other = other.compute()
-        _record(JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason))
+        decision = JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason)
+        _record(decision)
         if on_host and be.is_gpu:
             result = host_join(_backend.to_host(left), _backend.to_host(other), keys, how, suffixes, validate)
-            return _backend.to_backend(result, be)
-        return join_frames(left, _backend.to_backend(other, be), keys, how, suffixes, validate)
+            result = _backend.to_backend(result, be)
+        else:
+            result = join_frames(left, _backend.to_backend(other, be), keys, how, suffixes, validate)
+        return _with_history(result, left, decision)
 
     import dask
 
@@ -301,10 +305,11 @@ def join(
         strategy = "broadcast" if broadcast else ("partitioned" if aligned else "shuffle")
     if strategy == "broadcast" and _is_dask(other) and not small:
         reason += "; broadcast forced over a large side"
-    _record(JoinDecision(tuple(keys), how, placement, strategy, build_bytes, budget, reason))
+    decision = JoinDecision(tuple(keys), how, placement, strategy, build_bytes, budget, reason)
+    _record(decision)
     args = (keys, how, suffixes, validate)
     meta_table = build_side(_meta_of(other), keys, None, on_host)
-    meta = probe_partition(left._meta, meta_table, *args)
+    meta = _with_history(probe_partition(left._meta, meta_table, *args), left._meta, decision)
 
     if strategy == "broadcast":
         if not _is_dask(other):
@@ -320,9 +325,30 @@ def join(
     n = max(left.npartitions, other.npartitions)
     left_s = _with_key_columns(left, keys).shuffle(on=keys, npartitions=n)
     right_s = _with_key_columns(other, keys).shuffle(on=keys, npartitions=n)
-    meta = probe_partition(left_s._meta, build_side(right_s._meta, keys, None, on_host), *args)
+    meta = _with_history(probe_partition(left_s._meta, build_side(right_s._meta, keys, None, on_host), *args),
+                         left._meta, decision)
     return _backend.dask_dataframe().map_partitions(join_partitions, left_s, right_s, *args, on_host, meta=meta,
                                                     align_dataframes=False)
+
+
+def join_history(frame: Any) -> list[str]:
+    """The joins that made ``frame`` (eager, or a dask frame's ``_meta``), oldest first: each
+    with its strategy, placement and the sizes behind them.  ``explain`` shows them.
+
+    Example:
+        >>> import pandas as pd
+        >>> a = pd.DataFrame({"k": [1]}); b = pd.DataFrame({"k": [1], "v": [2]})
+        >>> join_history(join(a, b, on="k"))[0].startswith("join on k (left, eager)")
+        True
+    """
+    attrs = getattr(getattr(frame, "_meta", frame), "attrs", None) or {}
+    return list(attrs.get(HISTORY_ATTR, []))
+
+
+def _with_history(result: Any, left: Any, decision: JoinDecision) -> Any:
+    if hasattr(result, "attrs"):
+        result.attrs = {**result.attrs, HISTORY_ATTR: [*join_history(left), str(decision)]}
+    return result
 
 
 def _meta_of(frame: Any) -> Any:

@@ -41,6 +41,9 @@ SPARSE = [
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
 MODELS = ("dlrm", "wide_deep", "deepfm")
+# rows per streamed partition, whatever the data's size: memory in flight is a few partitions
+# (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
+PARTITION_ROWS = 1 << 18
 
 
 @dataclass
@@ -54,6 +57,7 @@ class PipelineResult:
     metrics: dict[str, float] = field(default_factory=dict)
     kernel: dict[str, Any] = field(default_factory=dict)
     joins: list[str] = field(default_factory=list)
+    passes: dict[str, dict[str, int]] = field(default_factory=dict)  # per stream: partitions, tasks, shared tasks
     store: dict[str, Any] = field(default_factory=dict)
     clean: dict[str, Any] = field(default_factory=dict)
     overlap_s: float = 0.0
@@ -88,6 +92,9 @@ class PipelineResult:
                   f"  pool peak bytes        {k.get('pool_peak_bytes', 0):>12,}",
                   f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
         lines += ["", "joins:"] + [f"  {j}" for j in self.joins]
+        for name, plan in self.passes.items():
+            lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
+                         f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
         lines += ["", "embedding store (all tables):"]
         for tier in ("cache", "host", "ssd"):
             t = self.store.get(tier)
@@ -195,7 +202,8 @@ def feature_frame(data_dir: str | Path, backend: str | None = None,
 def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[str, Any]:
     """The workload's views; impressions and basic indexed by ``instance_id`` with known
     divisions when their files are sorted by it (the generator writes them so), so the merge
-    with the basic features joins partition by partition, with no shuffle.
+    with the basic features joins partition by partition, with no shuffle.  Both are read in
+    partitions of whole row groups, at most ``PARTITION_ROWS`` rows each.
 
     Example:
         >>> import tempfile
@@ -212,7 +220,8 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
 
     views = workload.read_views(data_dir, backend=backend)
     first = Path(data_dir) / "impressions.parquet"
-    groups = groups_per_partition(first, auto_partition_rows(pq.ParquetFile(first).metadata.num_rows))
+    rows = min(auto_partition_rows(pq.ParquetFile(first).metadata.num_rows), PARTITION_ROWS)
+    groups = groups_per_partition(first, rows)
     for name in ("impressions", "basic"):
         path = Path(data_dir) / f"{name}.parquet"
         frame = read_view(path, backend=backend, row_groups_per_partition=groups)
@@ -399,6 +408,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.rows["held out"] = int(result.metrics.get("n", 0))
     result.clean = counts
     result.joins = [str(d) for d in join_decisions()[decisions_before:]]
+    result.passes = {"training": dict(producer.plan), "held-out": dict(test_producer.plan)}
     result.store = _store_totals(net)
     io.__exit__(None, None, None)
     result.bytes_written, result.bytes_read = io.write_bytes, io.rchar

@@ -38,6 +38,8 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
     if pending:
         lines.append(f"fitted operators in {', '.join(pending)}: fitted over the frame at extract time "
                      "(shown unfitted)")
+    joins = (getattr(getattr(obj, "_meta", obj), "attrs", None) or {}).get("fbrapids.joins", [])
+    lines += [f"upstream {j}" for j in joins]  # strategy, placement and sizes of the joins that made the frame
     lines.append("inputs: " + ", ".join(f"{n.expr} ({n.type})" for n in plan.nodes if n.op is None))
     for layer in plan.layers:
         target = "CUDA meta-kernel" if layer.placement == "gpu" else "host C meta-kernel (OpenMP)"
