@@ -26,7 +26,10 @@ def test_benchmark_prints_its_figures_as_the_last_json_line(tmp_path: Path) -> N
     assert res["ssd_file_rows"] == 40000 and res["ram_tier_rows"] == 4000  # SSD holds 10x the RAM tiers
     assert res["cache_rows_10x"] + res["host_rows_10x"] == 4000 and res["host_rows_10x"] > 0
     assert 0 < res["upper_tier_hit_rate_10x"] <= 1 and 0 < res["best_possible_hit_rate_10x"] <= 1
-    assert abs(sum(res["hit_rate_10x_by_tier"].values()) - 1) < 1e-9
+    # no cache of the RAM tiers' size can beat Belady's (the best possible) hit rate, and ids
+    # spread over 10x the RAM tiers must reach the SSD tier sometimes
+    assert res["upper_tier_hit_rate_10x"] <= res["best_possible_hit_rate_10x"] + 1e-9
+    assert res["hit_rate_10x_by_tier"]["ssd"] > 0
     assert (tmp_path / "bench10x_f" / "rows.f32").stat().st_size >= 40000 * 17 * 4
     for peer in ("torchrec_fused", "fbgemm_tbe"):  # measured, or the reason it was not
         assert res[f"{peer}_ops_per_s"] or any(w.split(":")[0] in ("fbgemm TBE", "TorchRec FusedEmbeddingBagCollection")

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -213,9 +214,14 @@ def _edge_case_dir(tmp: Path) -> Path:
 # ---------------------------------------------------------------------------- tests
 
 def test_generated_dataset_matches_reference(gen_dir):
-    out, seconds = wp.run_pandas(wp.load_tables(gen_dir))
+    tables = wp.load_tables(gen_dir)
+    t0 = time.perf_counter()
+    out, seconds = wp.run_pandas(tables)
+    wall = time.perf_counter() - t0
     assert set(seconds) == {"clean", "join", "extract", "merge"}
-    assert all(s >= 0 for s in seconds.values())
+    # the steps are timed back to back inside the call: they add up to at most its wall time
+    # (the canonical sort comes after them) and the extract step, the pyfarmhash loop, dominates
+    assert sum(seconds.values()) <= wall and seconds["extract"] == max(seconds.values())
     want = reference(gen_dir)
     assert len(want) > 4000
     assert_rows_equal(as_rows(out), want)
