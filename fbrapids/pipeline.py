@@ -81,6 +81,10 @@ class PipelineResult:
         """The human-readable summary printed by ``fbrapids demo``."""
         lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]
         lines += [f"  {k:<22} {v:>12,}" for k, v in self.rows.items()]
+        for src, jc in (self.clean.get("json") or {}).items():
+            nulls = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in jc.items() if k.startswith("not_string:"))
+            lines.append(f"  JSON {src}: {jc.get('malformed', 0):,} malformed, {jc.get('too_deep', 0):,} nested deeper "
+                         f"than 64, {jc.get('null_input', 0):,} null; non-string leaves read as null: {nulls or 'none'}")
         lines += ["", "seconds per stage:"]
         lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
         k = self.kernel

@@ -82,3 +82,17 @@ def test_buckets_of_2_63_or_more_are_errors(buckets):
         with pytest.raises(FeatureError, match="2\\^63"):
             df.fbx.extract(h=feat)
     assert df.fbx.extract(h=ops.hash_bucket("u", 2**63 - 1))["h"].min() >= 0
+
+
+def test_json_cleaning_counts_non_string_leaves_and_depth_apart_from_malformed():
+    deep = '{"a": ' + "[" * 70 + "]" * 70 + "}"
+    docs = ['{"d": {"os": "ios"}}', '{"d": {"os": 1}}', '{"d": {"os": true}}', '{"d": {"os": null}}',
+            deep, "{bad", None]
+    df = pd.DataFrame({"ctx": pd.Series(docs, dtype="str")})
+    out = df.fbx.clean(json={"ctx": {"os": "d.os"}})
+    c = out.fbx.clean_report.counts["json"]["ctx"]
+    assert out["os"].tolist()[:4] == ["ios", None, None, None] or out["os"].isna().tolist() == [
+        False, True, True, True, True, True, True]
+    assert c["not_string:os"] == 3 and c["too_deep"] == 1 and c["malformed"] == 1 and c["null_input"] == 1
+    lazy = dd.from_pandas(df, npartitions=3).fbx.clean(json={"ctx": {"os": "d.os"}})
+    assert lazy.fbx.clean_report.counts["json"]["ctx"] == c

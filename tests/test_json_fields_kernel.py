@@ -48,7 +48,7 @@ def test_extract_json_matches_strict_python():
     s = pd.Series(docs, dtype="str")
     paths = {"os": "device.os", "city": "geo.city"}
     cols, counts = extract_json(s, paths)
-    want = {"rows": len(docs), "null_input": sum(d is None for d in docs), "malformed": 0,
+    want = {"rows": len(docs), "null_input": sum(d is None for d in docs), "malformed": 0, "too_deep": 0,
             "missing:os": 0, "not_string:os": 0, "missing:city": 0, "not_string:city": 0}
     for i, doc in enumerate(docs):
         parsed, ok = _strict(doc) if doc is not None else (None, True)

@@ -291,7 +291,7 @@ def test_json_get_counts_with_null_inputs():
     df = to_backend(df, get_backend(BACKEND["name"]))
     out = clean(df, json={"ctx": {"os": "d.os"}}, fill={"os": "?"}, where="k != 6 or os != ''", drop=["ctx"])
     counts = clean_report(out).counts
-    assert counts["json"]["ctx"] == {"rows": 7, "null_input": 2, "malformed": 1, "missing:os": 1,
+    assert counts["json"]["ctx"] == {"rows": 7, "null_input": 2, "malformed": 1, "too_deep": 0, "missing:os": 1,
                                      "not_string:os": 1}
     assert counts["fill"] == {"os": 5} and counts["rows_in"] == 7 and counts["rows_out"] == 6
     host = out.to_pandas() if hasattr(out, "to_pandas") else out
