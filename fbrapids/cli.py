@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
-    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm"))
+    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
+                      help="din: attention over the user's last 50 clicked categories, built from the log by history")
     demo.add_argument("--work-dir", type=Path, default=None, help="embedding store SSD files and checkpoints")
     demo.add_argument("--batch-size", type=int, default=2048)
     demo.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")

@@ -185,3 +185,13 @@ class UndefinedMetricWarning(UserWarning):
 
 class PlotUnavailableError(FbrapidsError, ImportError):
     """matplotlib (the ``plot`` extra) is not installed."""
+
+
+# -- fitted operators ------------------------------------------------------------------------
+class NotFittedError(FbrapidsError, ValueError):
+    """A fitted operator (categorify, target_encode, ...) extracted with no fitted state:
+    the message names the feature and says how to fit it."""
+
+
+class FittedStateError(FbrapidsError, ValueError):
+    """Saved fitted state that cannot be read back (a missing file or table, a bad format)."""

@@ -23,7 +23,9 @@ from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
 
 __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
            "split", "length", "lower", "substring", "ngrams", "first_k", "last_k", "hour", "weekday", "day",
-           "lookup", "categorify", "json_get", "register_operator", "Vocabulary"]
+           "lookup", "categorify", "json_get", "register_operator", "Vocabulary", "count_encode", "target_encode",
+           "quantile_bucketize", "normalize", "minmax", "fill_null_fitted", "history", "window_count",
+           "window_mean", "time_since", "pad", "overlap_count"]
 
 ExprLike = Expr | str
 
@@ -246,34 +248,193 @@ def day(ts: ExprLike) -> Call:
     return call("day", ts)
 
 
-def lookup(x: ExprLike, vocab: Mapping[Any, int] | Sequence[Any] | Vocabulary, oov: int = 0) -> Call:
+def lookup(x: ExprLike, vocab: Mapping[Any, int | float] | Sequence[Any] | Vocabulary, oov: int | float = 0) -> Call:
     """Dictionary value -> id (int64); ``oov`` for values not in it.
 
     ``vocab`` is a dict ``{value: id}``, a sequence (ids 1, 2, ... in order) or a
     :class:`Vocabulary` (e.g. ``Vocabulary.from_counts(series.value_counts(), min_freq)``).
-    Null rule: a null input gives ``oov``.
+    A dict with float values (scores, prices, embeddings of one number) gives float64 and
+    ``oov`` (a float) for the rest.  Null rule: a null input gives ``oov``.
 
     Example:
         >>> str(lookup("city", {"c1": 1, "c2": 2}))
         'lookup(city, vocab=Vocabulary(str, 2 keys), oov=0)'
+        >>> str(lookup("city", {"c1": 0.25}, oov=0.0))
+        "lookup_value(city, keys=('c1',), values=(0.25,), default=0.0)"
     """
+    if isinstance(vocab, Mapping) and any(isinstance(v, float) for v in vocab.values()):
+        return call("lookup_value", x, keys=tuple(vocab), values=tuple(float(v) for v in vocab.values()),
+                    default=float(oov))
     if not isinstance(vocab, Vocabulary):
         vocab = Vocabulary.from_mapping(vocab) if isinstance(vocab, Mapping) else Vocabulary.from_values(vocab)
     return call("lookup", x, vocab=vocab, oov=oov)
 
 
-def categorify(x: ExprLike, min_freq: int = 1) -> Call:
-    """Fit a vocabulary over the frame being extracted (a dask frame: over all its
-    partitions, in one pass) -- values seen at least ``min_freq`` times get ids 1.. by
-    descending frequency (ties by value) -- then look up; 0 is the out-of-vocabulary id.
+def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
+    """A list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and pads
+    after them; ``side="left"`` keeps the last ``n`` (the most recent) and pads before them.
+    A null list becomes ``n`` padding values (0 is categorify's padding id).
 
-    Null rule: a null input gives 0.
+    Example:
+        >>> str(pad("hist", 50, 0, side="left"))
+        "pad(hist, n=50, value=0, side='left')"
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"pad: side must be 'left' or 'right', got {side!r}")
+    return call("pad", x, n=int(n), value=value, side=side)
+
+
+def overlap_count(a: ExprLike, b: ExprLike) -> Call:
+    """How many elements of list ``a`` appear in list ``b`` (int64). Null rule: null if either is null.
+
+    Example:
+        >>> str(overlap_count(split("query"), split("title")))
+        "overlap_count(split(query, sep=' ', buckets=None), split(title, sep=' ', buckets=None))"
+    """
+    return call("overlap_count", a, b)
+
+
+def categorify(x: ExprLike, min_freq: int = 1, max_size: int | None = None, oov_buckets: int = 0,
+               vocab: str | None = None) -> Call:
+    """A fitted vocabulary: value -> id, for scalars or element-wise for lists.
+
+    Fit it on the training frame (``fitted = train.fbx.fit(...)``), then extract ``fitted``
+    anywhere; it is never refitted.  The vocabulary keeps values seen at least
+    ``min_freq`` times, at most ``max_size`` of them (the most frequent; ties by value).
+    Ids: 0 padding (what :func:`pad` adds), 1 null, ``2 .. 1 + max(oov_buckets, 1)`` out
+    of vocabulary (with ``oov_buckets``, rare and unseen values are spread over that many
+    ids by their FarmHash), then the vocabulary by descending count.  Calls with the same
+    ``vocab`` name share one vocabulary fitted over all their columns (history item ids
+    then equal candidate item ids).
 
     Example:
         >>> str(categorify("city", min_freq=2))
-        'categorify(city, min_freq=2)'
+        'categorify(city, min_freq=2, max_size=None, oov_buckets=0, vocab=None)'
     """
-    return call("categorify", x, min_freq=min_freq)
+    return call("categorify", x, min_freq=min_freq, max_size=max_size, oov_buckets=oov_buckets, vocab=vocab)
+
+
+def count_encode(*keys: ExprLike) -> Call:
+    """Rows per key (tuple) in the fitted frame, int64; 0 for unseen or null keys.
+
+    Example:
+        >>> str(count_encode("user_id", "category"))
+        'count_encode(user_id, category, n_keys=2)'
+    """
+    return call("count_encode", *keys, n_keys=len(keys))
+
+
+def target_encode(*keys: ExprLike, label: ExprLike, smoothing: float = 20.0, folds: int = 5, seed: int = 0,
+                  fold_by: ExprLike | None = None) -> Call:
+    """Smoothed mean ``label`` per key (tuple): ``(sum + smoothing * prior) / (count + smoothing)``.
+
+    Fitted on the training frame; other frames get the frozen statistics.  On the
+    training frame itself (``extract(fitted, training=True)``) each row gets out-of-fold
+    statistics over ``folds`` seeded folds -- keys' and prior's sums without the row's fold --
+    so no row's label enters its own encoding.  ``fold_by`` (a row id column, e.g.
+    ``"instance_id"``) seeds the folds so they do not depend on partitioning (required on
+    dask); without it the row position does.
+
+    Example:
+        >>> str(target_encode("user_id", label="click", fold_by="instance_id"))
+        'target_encode(user_id, click, instance_id, n_keys=1, smoothing=20.0, folds=5, seed=0, fold_by=True)'
+    """
+    if not keys:
+        raise ValueError("target_encode needs at least one key")
+    extra = (fold_by,) if fold_by is not None else ()
+    return call("target_encode", *keys, label, *extra, n_keys=len(keys), smoothing=float(smoothing),
+                folds=int(folds), seed=int(seed), fold_by=fold_by is not None)
+
+
+def quantile_bucketize(x: ExprLike, n: int) -> Call:
+    """Fitted quantile buckets of ``x``: null -> 0, values -> 1..n (int32); boundaries exact
+    from value counts, so the same whatever the partitioning or backend.
+
+    Example:
+        >>> str(quantile_bucketize("price", 10))
+        'quantile_bucketize(price, n=10)'
+    """
+    return call("quantile_bucketize", x, n=int(n))
+
+
+def normalize(x: ExprLike) -> Call:
+    """``(x - mean) / std`` with the fitted mean and population std (float64); null in, null out.
+
+    Example:
+        >>> str(normalize("price"))
+        'normalize(price)'
+    """
+    return call("normalize", x)
+
+
+def minmax(x: ExprLike) -> Call:
+    """``(x - min) / (max - min)`` with the fitted min and max (float64); null in, null out.
+
+    Example:
+        >>> str(minmax("price"))
+        'minmax(price)'
+    """
+    return call("minmax", x)
+
+
+def fill_null_fitted(x: ExprLike, stat: str = "mean") -> Call:
+    """``x`` (as float64) with nulls replaced by its fitted ``"mean"`` or ``"median"``.
+
+    Example:
+        >>> str(fill_null_fitted("age", "median"))
+        "fill_null_fitted(age, stat='median')"
+    """
+    if stat not in ("mean", "median"):
+        raise ValueError(f"fill_null_fitted: stat must be 'mean' or 'median', got {stat!r}")
+    return call("fill_null_fitted", x, stat=stat)
+
+
+def history(key: ExprLike, item: ExprLike, time: ExprLike, last_n: int = 50, events: ExprLike | None = None) -> Call:
+    """The key's last ``last_n`` items strictly before the row's time, oldest first (a list).
+
+    ``events`` (a boolean / 0-1 column, e.g. ``"click"``) keeps only those rows as events.
+    On dask the frame is shuffled by ``key`` first (rows come back grouped by key).
+
+    Example:
+        >>> str(history("user_id", "category", "ts", last_n=50, events="click"))
+        'history(user_id, ts, category, click, last_n=50)'
+    """
+    extra = (events,) if events is not None else ()
+    return call("history", key, time, item, *extra, last_n=int(last_n))
+
+
+def window_count(key: ExprLike, time: ExprLike, window: int | str, events: ExprLike | None = None) -> Call:
+    """The key's events in ``[t - window, t)`` (``window``: seconds or ``"1h"``, ``"1d"``, ``"7d"``).
+
+    Example:
+        >>> str(window_count("user_id", "ts", "1d"))
+        "window_count(user_id, ts, window='1d')"
+    """
+    extra = (events,) if events is not None else ()
+    return call("window_count", key, time, *extra, window=window)
+
+
+def window_mean(key: ExprLike, value: ExprLike, time: ExprLike, window: int | str,
+                events: ExprLike | None = None) -> Call:
+    """Mean of ``value`` over the key's events in ``[t - window, t)`` (NaN when none).
+
+    Example:
+        >>> str(window_mean("user_id", "click", "ts", "7d"))
+        "window_mean(user_id, ts, click, window='7d')"
+    """
+    extra = (events,) if events is not None else ()
+    return call("window_mean", key, time, value, *extra, window=window)
+
+
+def time_since(key: ExprLike, time: ExprLike, events: ExprLike | None = None) -> Call:
+    """Time since the key's previous event strictly before the row's time (null when none).
+
+    Example:
+        >>> str(time_since("user_id", "ts"))
+        'time_since(user_id, ts)'
+    """
+    extra = (events,) if events is not None else ()
+    return call("time_since", key, time, *extra)
 
 
 def json_get(x: ExprLike, path: str) -> Call:

@@ -40,10 +40,26 @@ SPARSE = [
     "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
-MODELS = ("dlrm", "wide_deep", "deepfm")
+MODELS = ("dlrm", "wide_deep", "deepfm", "din")
 # rows per streamed partition, whatever the data's size: memory in flight is a few partitions
 # (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
 PARTITION_ROWS = 1 << 18
+#: the behaviour sequence ``--model din`` attends over: the user's last 50 clicked
+#: categories strictly before each impression, built from the log by ``history``
+DIN_SEQUENCE = "hist_cat"
+DIN_TARGET = "category"
+
+
+def din_history() -> dict[str, Any]:
+    """The history feature DIN trains on (name -> expression).
+
+    Example:
+        >>> str(din_history()["hist_cat"])
+        'history(user_id, ts, category, click, last_n=50)'
+    """
+    from fbrapids import ops
+
+    return {DIN_SEQUENCE: ops.history("user_id", DIN_TARGET, "ts", last_n=50, events="click")}
 
 
 @dataclass
@@ -68,6 +84,7 @@ class PipelineResult:
     bytes_read: int = 0  #: measured: rchar (every byte read: parquet input, SSD tier, ...)
     work_tree: dict[str, int] = field(default_factory=dict)  #: bytes on disk under work_dir, per entry
     checkpoint: str | None = None
+    fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
@@ -122,6 +139,8 @@ class PipelineResult:
                   + "; no feature files)"]
         if self.checkpoint:
             lines.append(f"  checkpoint             {self.checkpoint}")
+        if self.fitted:
+            lines += ["", self.fitted]
         return "\n".join(lines)
 
 
@@ -233,8 +252,33 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
     return views
 
 
+def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``features`` as (meta-kernel only, history, fitted).
+
+    History operators look only at strictly earlier events, so they run over the whole
+    log (after the merge with the basic features, which stays partition by partition);
+    fitted operators are fitted on the training days only.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> k, h, f = split_fitted({"h": ops.hour("ts"), "te": ops.count_encode("user_id"),
+        ...                         "s": ops.time_since("user_id", "ts")})
+        >>> sorted(k), sorted(h), sorted(f)
+        (['h'], ['s'], ['te'])
+    """
+    from fbrapids.features.fitted import FITTED_OPS, frame_calls
+    from fbrapids.kernels.expr import as_expr
+
+    kernel, history, fitted = {}, {}, {}
+    for name, e in (features or {}).items():
+        calls = frame_calls(as_expr(e))
+        group = fitted if any(c.op in FITTED_OPS for c in calls) else history if calls else kernel
+        group[name] = e
+    return kernel, history, fitted
+
+
 def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
-                    embedding_dim: int = 16) -> tuple[type, dict[str, Any]]:
+                    embedding_dim: int = 16, sequences: dict[str, str] | None = None) -> tuple[type, dict[str, Any]]:
     """The class and constructor arguments of :func:`build_model` (an export rebuilds the
     model from them).
 
@@ -253,10 +297,15 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
         return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
     if name == "deepfm":
         return models.DeepFM, dict(common, deep_mlp=[64, 32])
+    if name == "din":
+        seqs = dict(sequences or {})
+        return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
+                                attention_mlp=(36,), mlp=(64, 32))
     raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
-def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16) -> Any:
+def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,
+                sequences: dict[str, str] | None = None) -> Any:
     """One of the trainer's models over the pipeline's features.
 
     Example:
@@ -264,7 +313,7 @@ def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedd
         >>> type(build_model("dlrm", 3, ["a"], StoreConfig(cache_rows=8))).__name__
         'DLRM'
     """
-    cls, kwargs = model_arguments(name, dense_dim, sparse, store, embedding_dim)
+    cls, kwargs = model_arguments(name, dense_dim, sparse, store, embedding_dim, sequences)
     return cls(**kwargs)
 
 
@@ -294,6 +343,7 @@ def run_pipeline(
     count_clean: bool = True,
     checkpoint_every: int | None = None,
     train_threads: int | None = None,
+    sequences: dict[str, str] | None = None,
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -308,7 +358,13 @@ def run_pipeline(
         checkpoint: write a checkpoint at the end of training.
         sparse / dense: the feature columns the model reads (default ``SPARSE`` / ``DENSE``).
         extra_features: more feature expressions to extract (name -> expression); list
-            their names in ``sparse`` or ``dense`` to train on them.
+            their names in ``sparse`` or ``dense`` to train on them.  Fitted operators
+            (``target_encode``, ``categorify``, ...) among them are fitted on the training
+            days only (one pass), applied out-of-fold to the training days and frozen to
+            the held-out day; history operators run over the whole log (strictly earlier
+            events only).
+        sequences: for ``model="din"``: behaviour-sequence feature -> the sparse feature it
+            attends to (default: the last 50 clicked categories, built by ``history``).
         checkpoint_every: also checkpoint every this many steps.
         train_threads: torch threads while training (default on the CPU: all cores but one,
             which the extraction running beside it uses).
@@ -325,14 +381,14 @@ def run_pipeline(
     with dask.config.set(scheduler=client if client is not None else "threads"):
         return _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                     work_dir, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                    checkpoint_every, train_threads)
+                    checkpoint_every, train_threads, sequences)
 
 
 def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,
          embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
          extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
-         train_threads: int | None) -> PipelineResult:
+         train_threads: int | None, sequences: dict[str, str] | None = None) -> PipelineResult:
     import torch
 
     from fbrapids.datagen import TS0, DAYS
@@ -354,13 +410,32 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
-    merged, parts = feature_frame(data_dir, backend=be.name, extra_features=extra_features)
-    cutoff = TS0 + (DAYS - 1) * DAY
-    train, test = split_by_day(merged, cutoff)
     sparse = list(sparse or SPARSE)
     dense = list(dense or DENSE)
+    extra_features = dict(extra_features or {})
+    if model == "din" and sequences is None:
+        sequences = {DIN_SEQUENCE: DIN_TARGET}
+        extra_features = {**din_history(), **extra_features}
+    for seq in sequences or {}:
+        if seq not in sparse:
+            sparse.append(seq)
+    plain, history, to_fit = split_fitted(extra_features)
+    merged, parts = feature_frame(data_dir, backend=be.name, extra_features=plain)
+    if history:  # on dask: one shuffle by each history key, right across partition boundaries
+        merged = merged.fbx.extract(**history)
+    cutoff = TS0 + (DAYS - 1) * DAY
+    train, test = split_by_day(merged, cutoff)
+    if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
+        t = time.perf_counter()
+        fitted_state = train.fbx.fit(**to_fit)
+        train = train.fbx.extract(fitted_state, training=True)
+        test = test.fbx.extract(fitted_state)
+        result.seconds["fit"] = time.perf_counter() - t
+        result.fitted = fitted_state.explain()
+        if checkpoint:
+            fitted_state.save(work / "fitted")
     store = StoreConfig(cache_rows=cache_rows, host_rows=host_rows, ssd_dir=str(work / "store"), seed=seed)
-    net = build_model(model, len(dense), sparse, store, embedding_dim)
+    net = build_model(model, len(dense), sparse, store, embedding_dim, sequences=sequences)
     result.seconds["plan"] = time.perf_counter() - t0
 
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
@@ -400,7 +475,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
 
     ks = kernel_stats.stats() if client is None else _cluster_kernel_stats(client)
     streamed = producer.partitions + test_producer.partitions
-    plan = plan_for(parts["joined"]._meta, {**workload.features(), **(extra_features or {})})
+    plan = plan_for(parts["joined"]._meta, {**workload.features(), **plain})
     result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
                      "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
                      "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"]}

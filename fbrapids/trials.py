@@ -130,7 +130,8 @@ def paired_bootstrap(label: np.ndarray, base: np.ndarray, cand: np.ndarray, grou
 
 
 def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
-          n_boot: int = 200, seed: int = 0, progress: bool = True, **pipeline_options: Any) -> TrialResult:
+          n_boot: int = 200, seed: int = 0, progress: bool = True, sequences: dict[str, str] | None = None,
+          **pipeline_options: Any) -> TrialResult:
     """Train baseline vs baseline + ``candidates`` on the same data and seed; compare them.
 
     Args:
@@ -139,6 +140,9 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
         kind: ``"sparse"`` (ids, embedded) or ``"dense"`` (numbers) for the candidates.
         model: the model both arms train.
         n_boot: paired bootstrap rounds over held-out users.
+        sequences: ``model="din"``: candidate behaviour sequences -> the sparse feature each
+            attends to (the baseline arm trains DIN with no sequence).  Candidates may be
+            fitted operators (fitted on the training days only) or history operators.
         pipeline_options: passed to :func:`fbrapids.pipeline.run_pipeline` for both arms.
 
     Raises:
@@ -157,11 +161,14 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
 
     bar = tqdm(total=3, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     with tempfile.TemporaryDirectory(prefix="fbrapids-trial-") as work:
+        arms = {"sequences": {}} if model == "din" else {}
         bar.set_postfix_str("baseline arm")
-        base = run_pipeline(data_dir, work_dir=Path(work) / "baseline", **common)
+        base = run_pipeline(data_dir, work_dir=Path(work) / "baseline", **arms, **common)
         bar.update(1)
         extra = list(candidates)
         cols = {"sparse": SPARSE + extra, "dense": DENSE} if kind == "sparse" else {"sparse": SPARSE, "dense": DENSE + extra}
+        if model == "din":
+            cols["sequences"] = dict(sequences or {})
         bar.set_postfix_str("candidate arm")
         cand = run_pipeline(data_dir, work_dir=Path(work) / "candidate", extra_features=dict(candidates), **cols, **common)
         bar.update(1)

@@ -32,12 +32,13 @@ def _check(got: pd.DataFrame, want: pd.DataFrame):
 
 def test_dask_partitions_with_an_empty_one():
     df = frame()
-    want = df.fbx.extract(**FEATS)
+    fitted = df.fbx.fit(**FEATS)  # categorify: fitted once, applied to every partition
+    want = df.fbx.extract(fitted)
     ddf = dd.from_pandas(df, npartitions=3)
     empty = dd.from_pandas(df.iloc[:0], npartitions=1)
     ddf = dd.concat([ddf, empty])
     assert ddf.npartitions == 4
-    out = ddf.fbx.extract(**FEATS)
+    out = ddf.fbx.extract(fitted)
     assert set(FEATS) <= set(out.columns)
     with dask.config.set(scheduler="threads"):
         _check(out.compute(), want)
@@ -46,10 +47,11 @@ def test_dask_partitions_with_an_empty_one():
 def test_local_cluster_two_processes():
     distributed = pytest.importorskip("distributed")
     df = frame()
-    want = df.fbx.extract(**FEATS)
+    fitted = df.fbx.fit(**FEATS)
+    want = df.fbx.extract(fitted)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
             distributed.Client(cl) as client:
-        out = dd.from_pandas(df, npartitions=4).fbx.extract(**FEATS)
+        out = dd.from_pandas(df, npartitions=4).fbx.extract(fitted)
         got = client.compute(out).result()
         _check(got, want)
 

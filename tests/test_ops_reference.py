@@ -207,12 +207,13 @@ def test_cross_scalar_and_list_semantics():
 def test_lookup_and_categorify():
     df = pd.DataFrame({"c": pd.Series(["x", "y", None, "z", "x", "x", "y"], dtype="str"),
                        "i": np.array([5, 6, 7, 5, 5, 9, 6], dtype=np.int64)})
-    out = ex(df, a=ops.lookup("c", {"x": 10, "y": 20}, oov=-1), b=ops.lookup("i", [6, 5]),
-             c=ops.categorify("c", min_freq=2), d=ops.categorify("i"))
+    out = ex(df, a=ops.lookup("c", {"x": 10, "y": 20}, oov=-1), b=ops.lookup("i", [6, 5]))
     assert out["a"].tolist() == [10, 20, -1, -1, 10, 10, 20]
     assert out["b"].tolist() == [2, 1, 0, 2, 2, 0, 1]
-    assert out["c"].tolist() == [1, 2, 0, 0, 1, 1, 2]  # x(3) -> 1, y(2) -> 2, z(1) dropped
-    assert out["d"].tolist() == [1, 2, 3, 1, 1, 4, 2]  # 5(3), 6(2), then 7, 9 by value
+    # categorify is fitted (ids: 0 padding, 1 null, 2 out of vocabulary, then by count)
+    out = df.fbx.extract(df.fbx.fit(c=ops.categorify("c", min_freq=2), d=ops.categorify("i")))
+    assert out["c"].tolist() == [3, 4, 1, 2, 3, 3, 4]  # x(3) -> 3, y(2) -> 4, null 1, z(1) dropped: OOV 2
+    assert out["d"].tolist() == [3, 4, 5, 3, 3, 6, 4]  # 5(3), 6(2), then 7, 9 by value
 
 
 def test_json_get_matches_strict_reference():

@@ -69,14 +69,40 @@ class FbxAccessor:
         return join(self._obj, other, on=on, how=how, **kwargs)
 
     # -- features --------------------------------------------------------------
-    def extract(self, **features: Any) -> Any:
+    def extract(self, fitted: Any = None, /, *, training: bool = False, allow_unfitted: bool = False,
+                **features: Any) -> Any:
         """Add the named feature columns, computed by layered meta-kernels.
 
-        See :func:`fbrapids.features.extract`.
+        ``fitted`` (from :meth:`fit`) applies frozen fitted states and never refits;
+        ``training=True`` only on the frame it was fitted on (out-of-fold target
+        encodings).  A fitted operator passed without a state is a ``NotFittedError``
+        unless ``allow_unfitted=True``.  See :func:`fbrapids.features.extract`.
+
+        Example:
+            >>> import pandas as pd, fbrapids
+            >>> from fbrapids import ops
+            >>> train = pd.DataFrame({"u": [1, 1, 2], "ts": [0, 1, 2]})
+            >>> f = train.fbx.fit(n=ops.count_encode("u"), h=ops.hour("ts"))
+            >>> pd.DataFrame({"u": [2, 5], "ts": [3600, 0]}).fbx.extract(f)[["n", "h"]].values.tolist()
+            [[1, 1], [0, 0]]
         """
         from fbrapids.features import extract
 
-        return extract(self._obj, features)
+        if fitted is not None:
+            if features:
+                raise TypeError("extract: pass either a fitted object or features, not both")
+            return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted)
+        return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted)
+
+    def fit(self, time_column: str | None = "ts", **features: Any) -> Any:
+        """Fit every fitted operator of ``features`` over this frame in one pass; returns a
+        :class:`~fbrapids.features.Fitted` to pass to ``extract`` on any frame.
+
+        See :func:`fbrapids.features.fit`.
+        """
+        from fbrapids.features import fit
+
+        return fit(self._obj, features, time_column=time_column)
 
     def explain(self, source: bool = False, **features: Any) -> str:
         """The layers, operators and placements ``extract(**features)`` would run.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fbrapids.features.fitting import needs_fit, stand_ins
+from fbrapids.features.fitted import frame_calls
 from fbrapids.features.plans import plan_for
 from fbrapids.kernels import as_expr, cached, render_module
 from fbrapids.plan_graph import Explanation
@@ -24,20 +24,25 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
     counters of its compiled plan so far (launches, pool, bytes moved between host and
     device), and (``source=True``) the generated kernel source.  The text is a ``str``; a
     notebook shows it as the plan's layered graph (:class:`~fbrapids.plan_graph.Explanation`)."""
-    features = getattr(features, "features", features)  # a FeatureSet
+    fitted_text = features.explain() if hasattr(features, "states") else None  # a Fitted
+    features = getattr(features, "features", features)  # a FeatureSet or Fitted
     features = {name: as_expr(e) for name, e in features.items()}
-    pending = [n for n, e in features.items() if needs_fit(e)]
-    if pending:
-        features = {**features, **stand_ins({n: features[n] for n in pending})}
+    frame_level = {n: frame_calls(e) for n, e in features.items() if frame_calls(e)}
+    if frame_level:  # the meta-kernels run the other features and the frame-level calls' inputs
+        inputs = {f"{n}:{c.op}.{i}": a for n, calls in frame_level.items() for c in calls
+                  for i, a in enumerate(c.args) if not frame_calls(a)}
+        features = {**{n: e for n, e in features.items() if n not in frame_level}, **inputs}
     plan = plan_for(prepare(getattr(obj, "_meta", obj), features), features, fused)
     shared = sum(1 for n in plan.nodes if n.op is not None and len(n.features) > 1)
     lines = [f"fbrapids plan: {len(plan.outputs)} feature(s), {plan.num_ops} operator(s) in {len(plan.layers)} "
              f"layer(s) -> {len(plan.layers)} kernel launch(es) per partition [{plan.backend} backend]"]
     if shared:
         lines.append(f"common sub-expressions: {shared} operator(s) shared by several features, computed once")
-    if pending:
-        lines.append(f"fitted operators in {', '.join(pending)}: fitted over the frame at extract time "
-                     "(shown unfitted)")
+    for n, calls in frame_level.items():
+        lines.append(f"frame level: {n} = " + " <- ".join(f"{c.op}" for c in reversed(calls)) +
+                     " (fitted / history / row operator, outside the meta-kernels; their inputs below)")
+    if fitted_text:
+        lines.append(fitted_text)
     joins = (getattr(getattr(obj, "_meta", obj), "attrs", None) or {}).get("fbrapids.joins", [])
     lines += [f"upstream {j}" for j in joins]  # strategy, placement and sizes of the joins that made the frame
     lines.append("inputs: " + ", ".join(f"{n.expr} ({n.type})" for n in plan.nodes if n.op is None))

@@ -4,7 +4,9 @@
 * dask frames: per partition (``map_partitions``), a plan compiled once per worker process;
 * cudf / dask-cudf frames: the CUDA meta-kernels (:mod:`fbrapids.kernels.runtime_cuda`).
 
-``categorify`` expressions are fitted over the whole frame first (one dask pass).
+Fitted operators (``categorify``, ``target_encode``, ...) apply the states of a
+:class:`~fbrapids.features.Fitted` and are never refitted; history and row operators run at
+frame level first (:mod:`fbrapids.features.fitted`).
 
 Example:
     >>> import pandas as pd, fbrapids
@@ -18,20 +20,24 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fbrapids.features.fitting import fit, needs_fit
+from fbrapids.features.fitted import Fitted, extract_frame, has_frame_ops
 from fbrapids.features.run import run_features
 from fbrapids.kernels import as_expr
 
 
-def extract(obj: Any, features: Mapping[str, Any], fused: bool = True) -> Any:
+def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True, training: bool = False,
+            allow_unfitted: bool = False) -> Any:
     """Add the named feature columns to ``obj`` (like ``assign``), computed by meta-kernels.
 
     Args:
         obj: a pandas, cudf, dask or dask-cudf DataFrame.
         features: output name -> expression (from :mod:`fbrapids.ops`; a column name is an
-            expression too), or a :class:`~fbrapids.features.FeatureSet`.
+            expression too), a :class:`~fbrapids.features.FeatureSet`, or a
+            :class:`~fbrapids.features.Fitted` (fitted states applied, never refitted).
         fused: one kernel per layer (default); False launches one kernel per operator
             (the baseline the benchmark compares against).
+        training: ``obj`` is the frame the states were fitted on (out-of-fold target encodings).
+        allow_unfitted: fit operators that have no state on ``obj`` itself (explicit opt-in).
 
     Returns:
         A frame of the same kind with the feature columns added.
@@ -39,6 +45,7 @@ def extract(obj: Any, features: Mapping[str, Any], fused: bool = True) -> Any:
     Raises:
         FeatureError: a feature names a missing column, an operator gets a wrong-typed
             column, etc. (the message names the feature and the column).
+        NotFittedError: a fitted operator without a state (names the feature, says how to fit).
 
     Example:
         >>> import pandas as pd
@@ -46,10 +53,12 @@ def extract(obj: Any, features: Mapping[str, Any], fused: bool = True) -> Any:
         >>> extract(pd.DataFrame({"a": [1.0, None]}), {"b": ops.fill_null("a", 0)})["b"].tolist()
         [1.0, 0.0]
     """
+    if isinstance(features, Fitted):
+        return extract_frame(obj, features, training=training, fused=fused)
     features = getattr(features, "features", features)  # a FeatureSet
     if not features:
         return obj
     features = {name: as_expr(e) for name, e in features.items()}
-    if any(needs_fit(e) for e in features.values()):
-        features = fit(obj, features)
+    if has_frame_ops(features):  # fitted, history and row operators: frame-level stage first
+        return extract_frame(obj, features, training=training, allow_unfitted=allow_unfitted, fused=fused)
     return run_features(obj, features, fused)

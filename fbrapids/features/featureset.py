@@ -14,7 +14,7 @@ from typing import Any
 
 from fbrapids.features.explain import explain
 from fbrapids.features.extract import extract
-from fbrapids.features.fitting import fit
+from fbrapids.features.fitted import Fitted, fit
 from fbrapids.kernels import Expr, as_expr
 
 
@@ -30,12 +30,10 @@ class FeatureSet:
         self.features.update({k: as_expr(v) for k, v in features.items()})
         return self
 
-    def fit(self, frame: Any) -> "FeatureSet":
-        """A copy whose fitted operators (``categorify``) are fitted over ``frame`` (reuse it
-        on other frames: it is never refitted)."""
-        out = FeatureSet(self.name)
-        out.features = fit(frame, self.features)
-        return out
+    def fit(self, frame: Any, time_column: str | None = "ts") -> Fitted:
+        """Every fitted operator of the set fitted over ``frame`` in one pass: a
+        :class:`~fbrapids.features.Fitted` to extract on any frame (never refitted)."""
+        return fit(frame, self.features, time_column=time_column)
 
     def extract(self, frame: Any, fused: bool = True) -> Any:
         """``frame`` with this set's features added (see :func:`fbrapids.features.extract`)."""

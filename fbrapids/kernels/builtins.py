@@ -6,8 +6,8 @@ Each resolver checks its parameters and gives the C (see :mod:`fbrapids.kernels.
 for the template placeholders).  The device functions live in ``csrc/ops/*.h``.
 
 Example:
-    >>> sorted(op.name for op in BUILTINS if op.needs_fit)
-    ['categorify']
+    >>> sorted(op.name for op in BUILTINS if op.needs_fit)[:3]
+    ['categorify', 'count_encode', 'fill_null_fitted']
 """
 
 from __future__ import annotations
@@ -272,12 +272,39 @@ def _lookup(t, p):
                 footprint=int(sum(b.nbytes for b in bufs)))
 
 
-@_op("categorify", ("hashable",), "Fit a vocabulary (values seen at least `min_freq` times; ids 1.. by "
-     "descending frequency, ties by value) over the frame, then look up (0 = OOV / null).",
-     null_rule="a null input gives the out-of-vocabulary id 0", needs_fit=True)
-def _categorify(t, p):
-    raise OperatorError("categorify must be fitted before it is planned (extract fits it over the frame; "
-                        "or call FeatureSet.fit)")
+# -- frame-level operators ---------------------------------------------------------------
+# Computed over whole frames by :mod:`fbrapids.features.fitted` (fitted: their statistics
+# fitted on a training frame and frozen; history: over a key's earlier rows; row: vectorised
+# per partition), never planned into a meta-kernel: their calls are replaced by columns first.
+FRAME_LEVEL: dict[str, tuple[bool, str]] = {
+    "categorify": (True, "Fitted vocabulary: ids 0 padding, 1 null, 2.. out of vocabulary (hashed into "
+                         "`oov_buckets`), then the values seen >= `min_freq` times (at most `max_size`) by count."),
+    "count_encode": (True, "Rows per key tuple in the fitted frame (0 for unseen)."),
+    "target_encode": (True, "Smoothed mean label per key tuple; out of fold on the fitted frame."),
+    "quantile_bucketize": (True, "Fitted quantile buckets; null -> bucket 0."),
+    "normalize": (True, "(x - fitted mean) / fitted std."),
+    "minmax": (True, "(x - fitted min) / (fitted max - min)."),
+    "fill_null_fitted": (True, "Nulls replaced by the fitted mean or median."),
+    "history": (False, "The key's last N items strictly before the row's time."),
+    "window_count": (False, "The key's events in [t - window, t)."),
+    "window_mean": (False, "Mean of a value over the key's events in [t - window, t)."),
+    "time_since": (False, "Time since the key's previous event."),
+    "lookup_value": (False, "Dictionary value -> float64."),
+    "pad": (False, "A list padded / cut to exactly n elements."),
+    "overlap_count": (False, "Elements of one list found in another."),
+}
+
+
+def _frame_level(name: str):
+    def resolver(t, p):
+        raise OperatorError(f"{name} runs at frame level (fbrapids.features.fitted), not in a meta-kernel: "
+                            "extract it with frame.fbx.extract (fitted operators: fit first, frame.fbx.fit)")
+    return resolver
+
+
+for _name, (_fit, _doc) in FRAME_LEVEL.items():
+    BUILTINS.append(Operator(name=_name, inputs=("any",), resolver=_frame_level(_name), doc=_doc, variadic=True,
+                             null_rule="see fbrapids.ops", headers=(H_VIEWS,), needs_fit=_fit))
 
 
 # -- JSON --------------------------------------------------------------------------------

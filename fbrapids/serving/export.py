@@ -147,10 +147,10 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
         return spec
     if sample is None:
         raise ValueError(f"export_model: features {pending} use categorify; pass sample= (the training frame) "
-                         "so that their vocabularies are fitted once and served as lookups")
+                         "so that their states are fitted once and served as data")
     out = copy.copy(spec)
     for side in sides:
-        setattr(out, side, FeatureSet(**getattr(spec, side)).fit(sample).features)
+        setattr(out, side, FeatureSet(**getattr(spec, side)).fit(sample).frozen())  # states carried as data
     return out
 
 

@@ -1,0 +1,615 @@
+"""Fit once, apply everywhere: :func:`fit`, :class:`Fitted` and the frame-level stage of ``extract``.
+
+``fitted = fit(train, features)`` computes every fitted operator's inputs with the
+meta-kernels and all their statistics in ONE pass (one ``dask.compute``) and returns a
+:class:`Fitted` holding the frozen states.  ``extract(frame, fitted)`` applies them and
+never refits; ``training=True`` (only on the frame it was fitted on) gives target
+encodings their out-of-fold statistics.  Extracting a fitted operator without a state is a
+:class:`~fbrapids.errors.NotFittedError` naming the feature, unless ``allow_unfitted=True``.
+
+History operators (``history``, ``window_count``, ``window_mean``, ``time_since``) need no
+state: they are computed on the frame itself.  On dask only their input columns are
+shuffled by the key (dask's own shuffle), and the results go back to their rows: the
+frame keeps its partitions and row order.
+
+Example:
+    >>> import pandas as pd, fbrapids
+    >>> from fbrapids import ops
+    >>> train = pd.DataFrame({"city": ["a", "b", "a"], "ts": [1, 2, 3]})
+    >>> fitted = train.fbx.fit(c=ops.categorify("city"))
+    >>> pd.DataFrame({"city": ["b", "a", "z"], "ts": [9, 9, 9]}).fbx.extract(fitted)["c"].tolist()
+    [4, 3, 2]
+    >>> pd.DataFrame({"city": ["b"]}).fbx.extract(c=ops.categorify("city"))
+    Traceback (most recent call last):
+    ...
+    fbrapids.errors.NotFittedError: feature 'c': categorify(city, ...) has no fitted state; fit it on the training frame first: fitted = train.fbx.fit(**features), then frame.fbx.extract(fitted) (or pass allow_unfitted=True to fit on this very frame)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fbrapids import backend as _backend
+from fbrapids.errors import FeatureError, NotFittedError
+from fbrapids.fitting import history as H
+from fbrapids.fitting import rowops as R
+from fbrapids.fitting.encoders import SPECS, FittedSpec, spec_of
+from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
+from fbrapids.features.run import run_features
+from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
+
+log = logging.getLogger(__name__)
+
+FITTED_OPS = frozenset(SPECS)
+HISTORY_OPS = frozenset(H.HISTORY_OPS)
+ROW_OPS = frozenset(R.ROW_OPS)
+FRAME_OPS = FITTED_OPS | HISTORY_OPS | ROW_OPS
+_TMP = "__fbx_"
+
+
+# -- expressions ---------------------------------------------------------------------------
+def frame_calls(e: Expr) -> list[Call]:
+    """The fitted and history calls in ``e``, innermost first.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> [c.op for c in frame_calls(ops.hash_bucket(ops.count_encode("u"), 10))]
+        ['count_encode']
+    """
+    out: list[Call] = []
+
+    def walk(x: Expr) -> None:
+        if isinstance(x, Call):
+            for a in x.args:
+                walk(a)
+            if x.op in FRAME_OPS and x not in out:
+                out.append(x)
+
+    walk(e)
+    return out
+
+
+def state_id(call: Call) -> str:
+    """The id a fitted call's state is stored under (shared vocabularies share one)."""
+    vocab = call.param_dict().get("vocab") if call.op == "categorify" else None
+    if vocab:
+        return f"vocab-{vocab}"
+    return call.op + "-" + hashlib.sha1(repr(call.key).encode()).hexdigest()[:16]
+
+
+def _substitute(e: Expr, done: Mapping[Call, str]) -> Expr:
+    if not isinstance(e, Call):
+        return e
+    if e in done:
+        return Col(done[e])
+    args = tuple(_substitute(a, done) for a in e.args)
+    return Call(e.op, args, e.params) if args != e.args else e
+
+
+def _roles(call: Call) -> list[str]:
+    """Input column names of ``call``'s arguments, by role."""
+    n = len(_inputs(call))
+    if call.op in ("window_count", "time_since"):
+        return ["a0", "a1", "a3"][:n]
+    return [f"a{i}" for i in range(n)]
+
+
+def _inputs(call: Call) -> list[Expr]:
+    """The expressions the kernels compute for ``call`` (categorify adds its OOV buckets)."""
+    if call.op == "categorify":
+        width = max(int(call.param_dict().get("oov_buckets", 0) or 0), 1)
+        return [call.args[0], Call("hash_bucket", (call.args[0],), (("buckets", width),))]
+    return list(call.args)
+
+
+def _params(call: Call) -> dict[str, Any]:
+    p = call.param_dict()
+    p.pop("state", None)
+    if call.op in FITTED_OPS or call.op in ROW_OPS:
+        return p
+    return {k: v for k, v in p.items() if k in ("last_n", "window")}
+
+
+# -- the Fitted object -------------------------------------------------------------------------
+@dataclass
+class Fitted:
+    """Feature expressions and the frozen states of their fitted operators.
+
+    ``info`` holds what the fit saw: ``rows``, the ``time_column`` and its ``time_min`` /
+    ``time_max``, and ``seconds``.
+    """
+
+    features: dict[str, Expr]
+    states: dict[str, FittedState] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    _source: Any = field(default=None, repr=False, compare=False)
+
+    def extract(self, frame: Any, training: bool = False, fused: bool = True) -> Any:
+        """``frame`` with the features added, the fitted states applied (see :func:`extract`)."""
+        return extract_frame(frame, self, training=training, fused=fused)
+
+    def explain(self) -> str:
+        """Each fitted state: operator, sizes, and the rows and time range it was fitted on.
+
+        Example:
+            >>> import pandas as pd
+            >>> from fbrapids import ops
+            >>> f = fit(pd.DataFrame({"x": [1.0, 3.0], "ts": [5, 9]}), {"z": ops.normalize("x")})
+            >>> print(f.explain().splitlines()[1])
+              z: normalize: 0 bytes; fitted on 2 rows; time [5, 9] (ts); mean=2; std=1; min=1; max=3; median=2
+        """
+        i = self.info
+        head = f"fitted features: {len(self.states)} state(s), {sum(s.nbytes for s in self.states.values()):,} bytes"
+        if i:
+            head += (f"; fitted on {i.get('rows', 0):,} rows" +
+                     (f", {i['time_column']} in [{i['time_min']}, {i['time_max']}]" if i.get("time_column") else "") +
+                     f" in {i.get('seconds', 0.0):.2f} s (one pass)")
+        lines = [head]
+        for name, e in self.features.items():
+            for c in frame_calls(e):
+                if c.op in FITTED_OPS:
+                    lines.append(f"  {name}: {self.states[state_id(c)].describe()}")
+                elif c.op in HISTORY_OPS:
+                    lines.append(f"  {name}: {c.op} over the frame itself (no state; strictly earlier events)")
+        return "\n".join(lines)
+
+    def frozen(self) -> dict[str, Expr]:
+        """The features with each fitted call carrying its state as a ``state`` parameter
+        (numpy arrays, tuples of strings and JSON scalars: data a serving spec stores as JSON).
+        Extracting them applies those states; nothing is refitted.
+
+        Example:
+            >>> import pandas as pd
+            >>> from fbrapids import ops
+            >>> f = fit(pd.DataFrame({"c": ["a", "b", "a"]}), {"cid": ops.categorify("c")})
+            >>> feats = f.frozen()
+            >>> feats["cid"].param_dict()["state"]["tables"]["values"]
+            ('a', 'b')
+            >>> extract_frame(pd.DataFrame({"c": ["b", "z"]}), feats)["cid"].tolist()
+            [4, 2]
+        """
+        def freeze(e: Expr) -> Expr:
+            if not isinstance(e, Call):
+                return e
+            args = tuple(freeze(a) for a in e.args)
+            if e.op in FITTED_OPS and "state" not in e.param_dict():
+                return Call(e.op, args, e.params + (("state", state_param(self.states[state_id(e)])),))
+            return Call(e.op, args, e.params) if args != e.args else e
+
+        return {name: freeze(e) for name, e in self.features.items()}
+
+    def save(self, directory: str | Path) -> None:
+        """Write the states (npz + JSON) and the feature expressions (JSON); no pickle."""
+        save_states(self.states, directory, extra={"features": {k: expr_to_json(e) for k, e in self.features.items()},
+                                                   "info": self.info})
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Fitted":
+        """Read what :meth:`save` wrote (runs no code: JSON and ``allow_pickle=False`` npz)."""
+        doc = read_document(directory)
+        return cls({k: expr_from_json(v) for k, v in doc.get("features", {}).items()}, load_states(directory),
+                   dict(doc.get("info", {})))
+
+
+def state_param(state: FittedState) -> dict[str, Any]:
+    """A state as an expression parameter: numeric tables as arrays, text tables as tuples."""
+    tables = {k: (tuple(v.tolist()) if v.dtype.kind in "UO" else v) for k, v in state.tables.items()}
+    meta = {k: v for k, v in state.meta.items() if v is None or isinstance(v, (bool, int, float, str))}
+    return {"op": state.op, "tables": tables, "meta": meta}
+
+
+def state_from_param(p: Mapping[str, Any]) -> FittedState:
+    """The :class:`FittedState` a ``state`` parameter carries."""
+    tables = {k: (np.asarray(v, dtype=str) if isinstance(v, tuple) and v and isinstance(v[0], str)
+                  else np.asarray(v)) for k, v in p["tables"].items()}
+    return FittedState(p["op"], {}, tables, dict(p["meta"]))
+
+
+# -- expression JSON ------------------------------------------------------------------------------
+def expr_to_json(e: Expr) -> Any:
+    """A feature expression as JSON data (round-trips through :func:`expr_from_json`).
+
+    Example:
+        >>> from fbrapids import ops
+        >>> e = ops.bucketize("age", [18, 25])
+        >>> expr_from_json(expr_to_json(e)) == e
+        True
+    """
+    if isinstance(e, Col):
+        return {"col": e.name}
+    assert isinstance(e, Call)
+    return {"op": e.op, "args": [expr_to_json(a) for a in e.args], "params": [[k, _value_to_json(v)] for k, v in e.params]}
+
+
+def _value_to_json(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return {"tuple": [_value_to_json(x) for x in v]}
+    if isinstance(v, Vocabulary):
+        return {"vocabulary": {"keys": list(v.keys), "ids": v.ids.tolist(), "kind": v.kind}}
+    if isinstance(v, np.ndarray):
+        return {"array": v.tolist(), "dtype": str(v.dtype)}
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, (list, dict)):
+        raise FeatureError(f"parameter value {v!r} cannot be saved (use a tuple)")
+    return v
+
+
+def _value_from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "tuple" in v:
+            return tuple(_value_from_json(x) for x in v["tuple"])
+        if "vocabulary" in v:
+            d = v["vocabulary"]
+            return Vocabulary(d["keys"], d["ids"], kind=d["kind"])
+        if "array" in v:
+            return np.asarray(v["array"], dtype=v["dtype"])
+    return v
+
+
+def expr_from_json(doc: Any) -> Expr:
+    """The expression :func:`expr_to_json` wrote."""
+    if "col" in doc:
+        return Col(doc["col"])
+    return Call(doc["op"], tuple(expr_from_json(a) for a in doc["args"]),
+                tuple((k, _value_from_json(v)) for k, v in doc["params"]))
+
+
+# -- computing inputs --------------------------------------------------------------------------
+def _is_dask(obj: Any) -> bool:
+    return hasattr(obj, "map_partitions") and hasattr(obj, "_meta")
+
+
+def _with_inputs(frame: Any, calls: list[Call], fused: bool) -> tuple[Any, dict[Call, dict[str, str]]]:
+    """``frame`` with each call's inputs as temporary columns (kernel-computed where needed)."""
+    names: dict[Call, dict[str, str]] = {}
+    direct: dict[str, str] = {}
+    computed: dict[str, Expr] = {}
+    by_expr: dict[Expr, str] = {}
+    for c in calls:
+        cols = {}
+        for role, e in zip(_roles(c), _inputs(c)):
+            if e not in by_expr:
+                tmp = f"{_TMP}in{len(by_expr)}"
+                by_expr[e] = tmp
+                if isinstance(e, Col):
+                    direct[tmp] = e.name
+                else:
+                    computed[tmp] = e
+            cols[role] = by_expr[e]
+        names[c] = cols
+    if computed:
+        frame = run_features(frame, computed, fused)
+    if direct:
+        frame = frame.assign(**{tmp: frame[src] for tmp, src in direct.items()})
+    return frame, names
+
+
+def _inputs_frame(part: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({role: part[c] for role, c in cols.items()}, index=part.index)
+
+
+# -- fit ----------------------------------------------------------------------------------------
+def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts", fused: bool = True) -> Fitted:
+    """Fit every fitted operator of ``features`` over ``frame`` in one pass.
+
+    Args:
+        frame: the training frame (pandas, cudf, dask or dask-cudf).
+        features: output name -> expression; operators that need no fit are kept as they are.
+        time_column: recorded with the state (its min and max) when ``frame`` has it.
+
+    Returns:
+        A :class:`Fitted` to extract on any frame.
+
+    Raises:
+        FeatureError: a fitted operator nested inside another one's inputs (fit the inner
+            one first, extract it, then fit the outer one on that frame).
+
+    Example:
+        >>> import pandas as pd
+        >>> from fbrapids import ops
+        >>> f = fit(pd.DataFrame({"u": [1, 1, 2], "y": [1, 0, 1]}), {"n": ops.count_encode("u")})
+        >>> f.extract(pd.DataFrame({"u": [1, 3]}))["n"].tolist()
+        [2, 0]
+    """
+    import dask
+
+    t0 = time.perf_counter()
+    features = {name: as_expr(e) for name, e in features.items()}
+    calls: list[Call] = []
+    for name, e in features.items():
+        for c in frame_calls(e):
+            if c.op not in FITTED_OPS:
+                continue
+            inner = [a for a in c.args for x in frame_calls(a) if x.op in FITTED_OPS]
+            if inner:
+                raise FeatureError(f"feature {name!r}: {c.op} reads another fitted operator ({inner[0]}); fit the "
+                                   "inner one first and extract it, then fit the outer one on that frame")
+            if c not in calls:
+                calls.append(c)
+    base = frame
+    if any(c.args and frame_calls(a) for c in calls for a in c.args):  # history feeding a fitted operator
+        frame = _apply_frame_ops(frame, [x for c in calls for a in c.args for x in frame_calls(a)], {}, False, fused)
+        calls = [_substitute_history(c) for c in calls]
+    work, names = _with_inputs(frame, calls, fused)
+    groups: dict[str, list[Call]] = {}
+    for c in calls:
+        groups.setdefault(state_id(c), []).append(c)
+    lazy: dict[str, dict[str, list[Any]]] = {}
+    for sid, members in groups.items():
+        spec = spec_of(members[0].op, _params(members[0]))
+        _check_shared(sid, members)
+        for c in members:
+            cols = names[c]
+            inp = work[list(cols.values())].rename(columns={v: k for k, v in cols.items()})
+            for k, v in spec.stats(inp).items():
+                lazy.setdefault(sid, {}).setdefault(k, []).append(v)
+    extras: dict[str, Any] = {"rows": work.shape[0] if _is_dask(work) else len(work)}
+    cols_of = getattr(base, "columns", [])
+    if time_column and time_column in cols_of:
+        extras["time_min"] = base[time_column].min()
+        extras["time_max"] = base[time_column].max()
+    if _is_dask(work):
+        lazy, extras = dask.compute(lazy, extras)  # every fitted operator's statistics: one pass
+    rows = int(extras["rows"])
+    states: dict[str, FittedState] = {}
+    for sid, parts in lazy.items():
+        spec = spec_of(groups[sid][0].op, _params(groups[sid][0]))
+        state = spec.finish(parts, rows)
+        if "time_min" in extras:
+            state.meta.update(time_column=time_column, time_min=_scalar(extras["time_min"]),
+                              time_max=_scalar(extras["time_max"]))
+        states[sid] = state
+    info = {"rows": rows, "seconds": time.perf_counter() - t0}
+    if "time_min" in extras:
+        info.update(time_column=time_column, time_min=_scalar(extras["time_min"]), time_max=_scalar(extras["time_max"]))
+    out = Fitted(features, states, info)
+    try:
+        out._source = weakref.ref(base)
+    except TypeError:
+        out._source = None
+    log.info("fitted %d state(s) over %d rows in %.2f s", len(states), rows, info["seconds"])
+    return out
+
+
+def _scalar(v: Any) -> Any:
+    v = _backend.to_host(v) if hasattr(v, "dtype") and _backend.is_gpu_object(v) else v
+    return v.item() if hasattr(v, "item") else v
+
+
+def _check_shared(sid: str, members: list[Call]) -> None:
+    params = {tuple((k, v) for k, v in c.params) for c in members}
+    if len(params) > 1:
+        raise FeatureError(f"shared vocabulary {sid!r}: its categorify calls disagree on parameters {sorted(params)}")
+
+
+def _substitute_history(c: Call) -> Call:
+    done = {x: _history_column(x) for a in c.args for x in frame_calls(a)}
+    return Call(c.op, tuple(_substitute(a, done) for a in c.args), c.params)
+
+
+def _history_column(c: Call) -> str:
+    return f"{_TMP}h_{hashlib.sha1(repr(c.key).encode()).hexdigest()[:12]}"
+
+
+# -- apply --------------------------------------------------------------------------------------------
+def _apply_partition(part: Any, jobs: list[tuple[str, str, dict[str, Any], dict[str, str], Any]],
+                     training: bool) -> Any:
+    """One partition with the fitted / history outputs of ``jobs`` added as columns."""
+    host = _backend.to_host(part) if _backend.is_gpu_object(part) else part
+    out = {}
+    for name, op, params, cols, state in jobs:
+        inp = _inputs_frame(host, cols)
+        if op in FITTED_OPS:
+            out[name] = spec_of(op, params).apply(inp, state, training=training)
+        elif op in ROW_OPS:
+            out[name] = R.compute(op, inp, params)
+        else:
+            out[name] = H.compute(op, inp, params)
+    res = host.assign(**out)
+    if host is not part:
+        res = _backend.to_backend(res, _backend.backend_of(part))
+    return res
+
+
+def _out_dtype(op: str, spec: FittedSpec | None, call: Call, cols: dict[str, str], meta: Any) -> Any:
+    if op == "history":
+        item = meta[cols["a2"]]
+        item_type = pa.array(item.head(0)).type if not isinstance(item.dtype, pd.ArrowDtype) else item.dtype.pyarrow_dtype
+        if pa.types.is_large_string(item_type) or pa.types.is_string(item_type) or item.dtype == object:
+            item_type = pa.large_string() if not pa.types.is_integer(item_type) else item_type
+        return pd.ArrowDtype(pa.list_(item_type))
+    if op in ("time_since", "overlap_count"):
+        return H.INT64_NA
+    if op == "lookup_value":
+        return np.dtype(np.float64)
+    if op == "pad":
+        a0 = meta[cols["a0"]]
+        return a0.dtype if isinstance(a0.dtype, pd.ArrowDtype) else pd.ArrowDtype(pa.list_(pa.int64()))
+    if op == "window_count":
+        return np.dtype(np.int64)
+    if op == "categorify":
+        a0 = meta[cols["a0"]]
+        if isinstance(a0.dtype, pd.ArrowDtype) and pa.types.is_list(a0.dtype.pyarrow_dtype):
+            return pd.ArrowDtype(pa.list_(pa.int64()))
+        return np.dtype(np.int64)
+    return {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32)}.get(spec.out_type if spec else "f64",
+                                                                         np.dtype(np.float64))
+
+
+def _apply_frame_ops(frame: Any, calls: list[Call], states: Mapping[str, FittedState], training: bool,
+                     fused: bool) -> Any:
+    """``frame`` with a column per call (named by :func:`_column_of`), inputs computed first."""
+    frame, names = _with_inputs(frame, calls, fused)
+    fitted_jobs = []
+    history_by_key: dict[str, list] = {}
+    for c in calls:
+        state = states.get(state_id(c)) if c.op in FITTED_OPS else None
+        job = (_column_of(c), c.op, _params(c), names[c], state)
+        if c.op in FITTED_OPS or c.op in ROW_OPS:
+            fitted_jobs.append(job)
+        else:
+            history_by_key.setdefault(names[c]["a0"], []).append(job)
+    inputs = {col for cols in names.values() for col in cols.values()}
+    if _is_dask(frame):
+        import dask
+
+        for key, jobs in history_by_key.items():
+            frame = _history_in_place(frame, key, jobs, dask)
+        if fitted_jobs:
+            frame = _map(frame, fitted_jobs, training, dask)
+    else:
+        jobs = fitted_jobs + [j for js in history_by_key.values() for j in js]
+        frame = _apply_partition(frame, jobs, training)
+    return frame.drop(columns=sorted(inputs))
+
+
+_ROW = f"{_TMP}row"
+_PART = f"{_TMP}part"
+_POS_BITS = 40  # rows per partition below 2**40
+
+
+def _tag_rows(part: Any, partition_info: dict | None = None) -> Any:
+    number = (partition_info or {}).get("number", 0)
+    return part.assign(**{_ROW: (np.int64(number) << _POS_BITS) + np.arange(len(part), dtype=np.int64)})
+
+
+def _attach(part: Any, results: Any, names: list[str]) -> Any:
+    """``part`` with the ``names`` columns of ``results`` (its own rows, in any order) put back in row order."""
+    host = _backend.to_host(results) if _backend.is_gpu_object(results) else results
+    if len(host) != len(part):
+        raise FeatureError(f"history: {len(host)} results for a partition of {len(part)} rows")
+    order = np.argsort(host[_ROW].to_numpy(), kind="stable")
+    index = part.index if not _backend.is_gpu_object(part) else pd.RangeIndex(len(part))
+    cols = {n: pd.Series(host[n].iloc[order].array, index=index, name=n) for n in names}
+    if _backend.is_gpu_object(part):
+        cols = {n: _backend.to_backend(pd.DataFrame({n: c}), _backend.backend_of(part))[n].set_axis(part.index)
+                for n, c in cols.items()}
+    return part.drop(columns=[_ROW]).assign(**cols)
+
+
+def _history_in_place(frame: Any, key: str, jobs: list, dask: Any) -> Any:
+    """History jobs over one key on a dask frame, rows kept in their partitions and order.
+
+    Only the jobs' input columns travel: tagged with their (partition, position), shuffled by
+    the key with dask's own shuffle (each key's events in one partition), computed, and sent
+    back to their partition by ``set_index`` on the partition number with exact divisions.
+    """
+    n = frame.npartitions
+    tagged = frame.map_partitions(_tag_rows, meta=frame._meta.assign(**{_ROW: np.zeros(0, dtype=np.int64)}))
+    inputs = sorted({c for *_, cols, _ in jobs for c in cols.values()})
+    narrow = tagged[inputs + [_ROW]].shuffle(on=key)
+    computed = _map(narrow, jobs, False, dask)
+    names = [job[0] for job in jobs]
+    results = computed[[_ROW] + names]
+    results = results.assign(**{_PART: results[_ROW] // (1 << _POS_BITS)})
+    results = results.set_index(_PART, divisions=list(range(n)) + [n - 1] if n > 1 else [0, 0])
+    meta = frame._meta.assign(**{name: results._meta[name] for name in names})
+    from dask.dataframe import map_partitions
+
+    return map_partitions(_attach, tagged, results, names, align_dataframes=False, meta=meta)
+
+
+def _map(frame: Any, jobs: list, training: bool, dask: Any) -> Any:
+    meta = frame._meta
+    host_meta = _backend.to_host(meta) if _backend.is_gpu_object(meta) else meta
+    new = {}
+    for name, op, params, cols, state in jobs:
+        spec = spec_of(op, params) if op in FITTED_OPS else None
+        new[name] = pd.Series([], dtype=_out_dtype(op, spec, None, cols, host_meta), name=name)
+    out_meta = host_meta.assign(**new)
+    if host_meta is not meta:
+        out_meta = _backend.to_backend(out_meta, _backend.backend_of(meta))
+    shared = dask.delayed(jobs, pure=True)  # one graph key: the states travel once, not once per partition
+    return frame.map_partitions(_apply_partition, shared, training, meta=out_meta)
+
+
+def _column_of(c: Call) -> str:
+    return _history_column(c) if c.op in HISTORY_OPS else f"{_TMP}f_{state_id(c)}_{hashlib.sha1(repr(c.key).encode()).hexdigest()[:8]}"
+
+
+# -- extract --------------------------------------------------------------------------------------------
+def has_frame_ops(features: Mapping[str, Any]) -> bool:
+    """Whether any feature uses a fitted or history operator."""
+    return any(frame_calls(as_expr(e)) for e in features.values())
+
+
+def extract_frame(frame: Any, features: "Mapping[str, Any] | Fitted", training: bool = False,
+                  allow_unfitted: bool = False, fused: bool = True) -> Any:
+    """Add the features to ``frame``: fitted and history operators at frame level, the rest
+    through the meta-kernels.
+
+    Args:
+        features: a :class:`Fitted` (states applied, never refitted) or name -> expression.
+        training: ``frame`` is the one the states were fitted on: target encodings use
+            their out-of-fold statistics.
+        allow_unfitted: fit fitted operators that have no state on ``frame`` itself
+            (explicit opt-in; never the default).
+
+    Raises:
+        NotFittedError: a fitted operator without a state (names the feature and says how to fit).
+        FeatureError: ``frame`` is the very frame the target encodings were fitted on and
+            ``training`` is False (its own labels would leak into its encodings).
+    """
+    if isinstance(features, Fitted):
+        fitted = features
+        source = fitted._source() if fitted._source is not None else None
+        if source is not None and source is frame and not training and any(
+                c.op == "target_encode" for e in fitted.features.values() for c in frame_calls(e)):
+            raise FeatureError("this is the frame the target encodings were fitted on: extracting it with the frozen "
+                               "statistics would put each row's own label in its encoding; pass training=True for "
+                               "out-of-fold encodings")
+        exprs, states = dict(fitted.features), fitted.states
+    else:
+        exprs = {name: as_expr(e) for name, e in features.items()}
+        states = {}
+        missing = [(n, c) for n, e in exprs.items() for c in frame_calls(e)
+                   if c.op in FITTED_OPS and "state" not in c.param_dict()]
+        if missing and not allow_unfitted:
+            name, c = missing[0]
+            raise NotFittedError(f"feature {name!r}: {c.op}({c.args[0]}, ...) has no fitted state; fit it on the "
+                                 "training frame first: fitted = train.fbx.fit(**features), then "
+                                 "frame.fbx.extract(fitted) (or pass allow_unfitted=True to fit on this very frame)")
+        if missing:
+            log.warning("fitting %d operator(s) on the frame being extracted (allow_unfitted=True)", len(missing))
+            fitted = fit(frame, {n: e for n, e in exprs.items()}, fused=fused)
+            states, training = fitted.states, True
+    carried = {state_id(c): state_from_param(c.param_dict()["state"]) for e in exprs.values()
+               for c in frame_calls(e) if c.op in FITTED_OPS and "state" in c.param_dict()}
+    states = {**states, **carried}
+    for name, e in exprs.items():
+        for c in frame_calls(e):
+            if c.op in FITTED_OPS and state_id(c) not in states:
+                raise NotFittedError(f"feature {name!r}: {c.op}({c.args[0]}, ...) is not in the fitted state; "
+                                     "refit with it: fitted = train.fbx.fit(**features)")
+    made: list[str] = []
+    while True:
+        pending = [c for e in exprs.values() for c in frame_calls(e)]
+        leaves = []
+        for c in pending:
+            if not any(frame_calls(a) for a in c.args) and c not in leaves:
+                leaves.append(c)
+        if not leaves:
+            break
+        frame = _apply_frame_ops(frame, leaves, states, training, fused)
+        done = {c: _column_of(c) for c in leaves}
+        made += list(done.values())
+        exprs = {n: _substitute(e, done) for n, e in exprs.items()}
+    direct = {n: e.name for n, e in exprs.items() if isinstance(e, Col) and e.name in made}
+    rest = {n: e for n, e in exprs.items() if n not in direct}
+    if direct:
+        frame = frame.assign(**{n: frame[c] for n, c in direct.items()})
+    if rest:
+        frame = run_features(frame, rest, fused)
+    names = list(exprs)
+    return frame[[c for c in frame.columns if c not in names and c not in made] + names]

@@ -1,0 +1,477 @@
+"""Fitted operators: what each learns from the training frame, and how it applies it.
+
+Each operator is a :class:`FittedSpec` with three steps:
+
+* :meth:`~FittedSpec.stats`: lazy aggregates over the inputs frame (columns ``a0``, ``a1``,
+  ... holding the operator's computed arguments).  On dask they stay lazy, so the
+  orchestration computes every fitted operator's aggregates of one extraction in ONE
+  ``dask.compute`` (one pass over the data); on pandas they are computed at once.
+* :meth:`~FittedSpec.finish`: the computed aggregates -> a :class:`FittedState` (numpy
+  tables + JSON metadata).  Every statistic is built from exact aggregates (value counts,
+  integer label sums) sorted by value, so states are identical whatever the partitioning.
+* :meth:`~FittedSpec.apply`: one pandas partition + the frozen state -> the output column.
+
+Ids of ``categorify``: 0 padding (``pad``), 1 null, ``2 .. 1 + B`` out of vocabulary
+(``B = max(oov_buckets, 1)``; with ``oov_buckets`` the value's FarmHash bucket picks one),
+then the vocabulary by descending count (ties by value) from ``2 + B``.
+
+Example:
+    >>> import pandas as pd
+    >>> spec = spec_of("categorify", {"min_freq": 2})
+    >>> train = pd.DataFrame({"a0": ["a", "b", "a", None, "c", "c"], "a1": [0] * 6})
+    >>> state = spec.finish({k: [v] for k, v in spec.stats(train).items()}, rows=6)
+    >>> state.tables["values"].tolist()
+    ['a', 'c']
+    >>> spec.apply(pd.DataFrame({"a0": ["c", "a", "z", None], "a1": [0] * 4}), state).tolist()
+    [4, 3, 2, 1]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fbrapids.errors import FeatureError
+from fbrapids.fitting.rowops import flat_values
+from fbrapids.fitting.state import FittedState
+
+PAD_ID, NULL_ID, OOV_ID = 0, 1, 2
+
+
+def _host(obj: Any) -> Any:
+    to_pandas = getattr(obj, "to_pandas", None)
+    if to_pandas is not None and not isinstance(obj, (pd.Series, pd.DataFrame)):
+        return to_pandas()
+    return obj
+
+
+def _sum_counts(parts: list[Any]) -> pd.Series:
+    """Value counts (several, one per column sharing a vocabulary) summed, index = value."""
+    series = [_host(p) for p in parts]
+    series = [s for s in series if len(s)]
+    if not series:
+        return pd.Series([], dtype=np.int64)
+    total = series[0] if len(series) == 1 else pd.concat(series).groupby(level=0).sum()
+    return total.astype(np.int64)
+
+
+def _sorted_counts(counts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(values ascending, counts) of a value-count series, nulls dropped."""
+    counts = counts[counts.index.notna()]
+    values = np.asarray(counts.index.to_numpy())
+    order = np.argsort(values, kind="mergesort")
+    return values[order], np.asarray(counts.to_numpy(), dtype=np.int64)[order]
+
+
+def _text_or_numbers(values: np.ndarray) -> np.ndarray:
+    if values.dtype == object:
+        if len(values) and all(isinstance(v, str) for v in values):
+            return values.astype(str)
+        if len(values) and all(isinstance(v, (int, np.integer)) for v in values):
+            return values.astype(np.int64)
+        return values.astype(str) if len(values) else np.zeros(0, dtype=np.int64)
+    return values
+
+
+def _flat(series: pd.Series) -> tuple[np.ndarray | None, pd.Series, np.ndarray | None]:
+    """A list column as (offsets, flattened values, list validity); a scalar column as (None, itself, None)."""
+    if not _is_list(series):
+        return None, series, None
+    arr = pa.array(series.array)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = flat_values(arr)
+    valid = None if arr.null_count == 0 else np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+    return offsets - offsets[0], pd.Series(values.to_pandas(types_mapper=pd.ArrowDtype)), valid
+
+
+def _unflat(offsets: np.ndarray | None, ids: np.ndarray, valid: np.ndarray | None, index: pd.Index,
+            name: str | None = None) -> pd.Series:
+    if offsets is None:
+        return pd.Series(ids, index=index, name=name)
+    mask = None if valid is None else pa.array(~valid)
+    arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(ids), mask=mask)
+    return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name)
+
+
+def _index(state: FittedState, names: list[str]) -> pd.Index:
+    """The (cached) lookup index over a state's key tables."""
+    key = "index:" + ",".join(names)
+    idx = state.cache.get(key)
+    if idx is None:
+        arrays = [state.tables[n] for n in names]
+        idx = pd.Index(arrays[0]) if len(arrays) == 1 else pd.MultiIndex.from_arrays(arrays)
+        state.cache[key] = idx
+    return idx
+
+
+def _positions(idx: pd.Index, columns: list[pd.Series]) -> np.ndarray:
+    """Row -> position of its key in ``idx`` (-1 when absent or any key null)."""
+    if len(columns) == 1:
+        col = columns[0]
+        values = col.to_numpy(dtype=object, na_value=None) if isinstance(col.dtype, pd.ArrowDtype) or \
+            col.dtype == object or isinstance(col.dtype, pd.StringDtype) else col.to_numpy()
+        if len(idx) == 0:
+            return np.full(len(col), -1, dtype=np.int64)
+        pos = idx.get_indexer(values)
+    else:
+        if len(idx) == 0:
+            return np.full(len(columns[0]), -1, dtype=np.int64)
+        probe = pd.MultiIndex.from_arrays([c.to_numpy(dtype=object, na_value=None) if c.dtype == object or
+                                           isinstance(c.dtype, (pd.ArrowDtype, pd.StringDtype)) else c.to_numpy()
+                                           for c in columns])
+        pos = idx.get_indexer(probe)
+    null = np.zeros(len(columns[0]), dtype=bool)
+    for c in columns:
+        null |= c.isna().to_numpy()
+    pos = np.asarray(pos, dtype=np.int64)
+    pos[null] = -1
+    return pos
+
+
+def fold_of(fold_by: pd.Series | None, n: int, folds: int, seed: int) -> np.ndarray:
+    """Each row's fold in ``[0, folds)``: a seeded hash of its ``fold_by`` value (a row id),
+    or, without one, of its position in the frame (eager frames only).
+
+    Example:
+        >>> fold_of(pd.Series([10, 11, 12, 10]), 4, 3, seed=0).tolist() == fold_of(pd.Series([10, 11, 12, 10]), 4, 3, 0).tolist()
+        True
+    """
+    if fold_by is None:
+        base = np.arange(n, dtype=np.uint64)
+    else:
+        base = pd.util.hash_array(np.asarray(fold_by.to_numpy(dtype=object, na_value=None) if fold_by.dtype == object
+                                             or isinstance(fold_by.dtype, (pd.ArrowDtype, pd.StringDtype))
+                                             else fold_by.to_numpy()), categorize=False)
+    with np.errstate(over="ignore"):
+        z = base.astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(folds)).astype(np.int64)
+
+
+class FittedSpec:
+    """One fitted operator with its parameters (see the module doc for the three steps)."""
+
+    op = ""
+    out_type = "f64"
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = dict(params)
+
+    def stats(self, inp: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+        raise NotImplementedError
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        raise NotImplementedError
+
+
+# -- categorify --------------------------------------------------------------------------
+class Categorify(FittedSpec):
+    """Inputs: ``a0`` the values (scalar or list), ``a1`` their FarmHash buckets mod
+    ``max(oov_buckets, 1)`` (computed by the kernels, so every backend agrees)."""
+
+    op = "categorify"
+    out_type = "i64"
+
+    @property
+    def oov_width(self) -> int:
+        return max(int(self.params.get("oov_buckets", 0) or 0), 1)
+
+    def stats(self, inp: Any) -> dict[str, Any]:
+        values = inp["a0"]
+        if _is_list(values):
+            values = values.explode()
+        return {"counts": values.value_counts(dropna=True)}
+
+    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+        counts = _sum_counts(parts["counts"])
+        values, n = _sorted_counts(counts)
+        values = _text_or_numbers(values)
+        min_freq = int(self.params.get("min_freq", 1) or 1)
+        keep = n >= min_freq
+        values, n = values[keep], n[keep]
+        order = np.lexsort((values, -n))  # descending count, ties by value
+        max_size = self.params.get("max_size")
+        if max_size is not None:
+            order = order[: int(max_size)]
+        return FittedState(self.op, self.params, {"values": values[order], "counts": n[order]},
+                           {"rows": rows, "kept": int(len(order)), "seen": int(len(counts))})
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        offsets, flat, valid = _flat(part["a0"])
+        _, buckets, _ = _flat(part["a1"])
+        pos = _positions(_index(state, ["values"]), [flat])
+        first = OOV_ID + self.oov_width
+        oov = OOV_ID + (np.asarray(buckets.fillna(0).to_numpy(), dtype=np.int64) % self.oov_width)
+        ids = np.where(pos >= 0, first + pos, np.where(flat.isna().to_numpy(), NULL_ID, oov)).astype(np.int64)
+        return _unflat(offsets, ids, valid, part.index)
+
+
+def _is_list(s: Any) -> bool:
+    dtype = getattr(s, "dtype", None)
+    return isinstance(dtype, pd.ArrowDtype) and (pa.types.is_list(dtype.pyarrow_dtype)
+                                                 or pa.types.is_large_list(dtype.pyarrow_dtype))
+
+
+# -- count / target encoding -------------------------------------------------------------
+class CountEncode(FittedSpec):
+    """Rows per key tuple in the fitted frame (0 for an unseen or null key)."""
+
+    op = "count_encode"
+    out_type = "i64"
+
+    def keys(self, inp: Any) -> list[str]:
+        return [f"a{i}" for i in range(int(self.params.get("n_keys", 1)))]
+
+    def stats(self, inp: Any) -> dict[str, Any]:
+        keys = self.keys(inp)
+        return {"counts": inp[keys].groupby(keys, dropna=True).size()}
+
+    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+        counts = _host(parts["counts"][0])
+        tables = _key_tables(counts.index, len(self.keys(None)))
+        tables["count"] = np.asarray(counts.to_numpy(), dtype=np.int64)
+        return FittedState(self.op, self.params, _sort_tables(tables, len(self.keys(None))),
+                           {"rows": rows, "seen": int(len(counts))})
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        n = len(self.keys(None))
+        pos = _positions(_index(state, [f"k{i}" for i in range(n)]), [part[f"a{i}"] for i in range(n)])
+        count = state.tables["count"]
+        out = np.where(pos >= 0, count[np.maximum(pos, 0)] if len(count) else 0, 0)
+        return pd.Series(out.astype(np.int64), index=part.index)
+
+
+def _key_tables(index: pd.Index, n_keys: int) -> dict[str, np.ndarray]:
+    if n_keys == 1 and not isinstance(index, pd.MultiIndex):
+        return {"k0": _text_or_numbers(np.asarray(index.to_numpy()))}
+    return {f"k{i}": _text_or_numbers(np.asarray(index.get_level_values(i).to_numpy())) for i in range(n_keys)}
+
+
+def _sort_tables(tables: dict[str, np.ndarray], n_keys: int) -> dict[str, np.ndarray]:
+    """Tables sorted by their key columns (so a state does not depend on partitioning)."""
+    if not len(tables["k0"]):
+        return tables
+    order = np.lexsort([tables[f"k{i}"] for i in reversed(range(n_keys))])
+    return {k: v[order] for k, v in tables.items()}
+
+
+class TargetEncode(CountEncode):
+    """Smoothed mean label per key tuple: ``(sum + s * prior) / (count + s)``.
+
+    Inputs: ``a0 .. a{n-1}`` the keys, ``a{n}`` the label, and (with ``fold_by``) ``a{n+1}``
+    the row id that seeds the folds.  On the frame it was fitted on (``training=True``)
+    each row gets out-of-fold statistics: the key's and the prior's sums over the other
+    ``folds - 1`` folds only, so a row's own label never enters its own encoding.
+    Elsewhere the frozen statistics over all training rows apply.  Rows with a null label
+    count in neither.
+    """
+
+    op = "target_encode"
+
+    def _with_fold(self, inp: Any) -> Any:
+        n = int(self.params["n_keys"])
+        folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
+        has_id = bool(self.params.get("fold_by"))
+
+        def add_fold(part: pd.DataFrame) -> pd.DataFrame:
+            part = _host(part)
+            fid = part[f"a{n + 1}"] if has_id else None
+            return part.assign(fold=fold_of(fid, len(part), folds, seed))
+
+        if hasattr(inp, "map_partitions"):
+            if not has_id:
+                raise FeatureError("target_encode on a dask frame needs fold_by= (a column that identifies a row, "
+                                   "e.g. 'instance_id'): out-of-fold folds must not depend on the partitioning")
+            meta = inp._meta.assign(fold=np.zeros(0, dtype=np.int64))
+            frame = inp.map_partitions(add_fold, meta=meta)
+        else:
+            frame = add_fold(inp)
+        return frame
+
+    def stats(self, inp: Any) -> dict[str, Any]:
+        n = int(self.params["n_keys"])
+        keys = [f"a{i}" for i in range(n)]
+        frame = self._with_fold(inp)
+        lab = f"a{n}"
+        frame = frame[~frame[lab].isna()]
+        grouped = frame[keys + ["fold", lab]].groupby(keys + ["fold"], dropna=True)[lab]
+        prior = frame[["fold", lab]].groupby("fold")[lab]
+        return {"sum": grouped.sum(), "count": grouped.count(), "prior_sum": prior.sum(),
+                "prior_count": prior.count()}
+
+    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+        n = int(self.params["n_keys"])
+        s, c = _host(parts["sum"][0]), _host(parts["count"][0])
+        c = c.reindex(s.index)
+        tables = _key_tables(s.index.droplevel(n), n)
+        tables["fold"] = np.asarray(s.index.get_level_values(n).to_numpy(), dtype=np.int64)
+        tables["sum"] = np.asarray(s.to_numpy(), dtype=np.float64)
+        tables["count"] = np.asarray(c.to_numpy(), dtype=np.int64)
+        order = np.lexsort([tables["fold"]] + [tables[f"k{i}"] for i in reversed(range(n))])
+        tables = {k: v[order] for k, v in tables.items()}
+        ps, pc = _host(parts["prior_sum"][0]), _host(parts["prior_count"][0])
+        folds = int(self.params.get("folds", 5))
+        fold_sum = np.zeros(folds)
+        fold_count = np.zeros(folds, dtype=np.int64)
+        fold_sum[np.asarray(ps.index, dtype=np.int64)] = ps.to_numpy(dtype=np.float64)
+        fold_count[np.asarray(pc.index, dtype=np.int64)] = pc.to_numpy(dtype=np.int64)
+        tables["fold_sum"], tables["fold_count"] = fold_sum, fold_count
+        # frozen per-key totals (what other frames and serving read)
+        keys_only = {f"k{i}": tables[f"k{i}"] for i in range(n)}
+        frame = pd.DataFrame({**keys_only, "sum": tables["sum"], "count": tables["count"]})
+        total = frame.groupby([f"k{i}" for i in range(n)], sort=True)[["sum", "count"]].sum()
+        totals = _key_tables(total.index, n)
+        tables.update({f"total_{k}": v for k, v in totals.items()})
+        tables["total_sum"] = total["sum"].to_numpy(dtype=np.float64)
+        tables["total_count"] = total["count"].to_numpy(dtype=np.int64)
+        prior = float(fold_sum.sum() / fold_count.sum()) if fold_count.sum() else 0.0
+        return FittedState(self.op, self.params, tables,
+                           {"rows": rows, "labelled": int(fold_count.sum()), "prior": prior, "folds": folds,
+                            "seen": int(len(total))})
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        n = int(self.params["n_keys"])
+        smoothing = float(self.params.get("smoothing", 20.0))
+        keys = [part[f"a{i}"] for i in range(n)]
+        t = state.tables
+        pos = _positions(_index(state, [f"total_k{i}" for i in range(n)]), keys)
+        hit = pos >= 0
+        p = np.maximum(pos, 0)
+        s = np.where(hit, t["total_sum"][p] if len(t["total_sum"]) else 0.0, 0.0)
+        c = np.where(hit, t["total_count"][p] if len(t["total_count"]) else 0, 0).astype(np.float64)
+        prior_s = np.full(len(part), t["fold_sum"].sum())
+        prior_c = np.full(len(part), float(t["fold_count"].sum()))
+        if training:
+            folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
+            fid = part[f"a{n + 1}"] if self.params.get("fold_by") else None
+            fold = fold_of(fid, len(part), folds, seed)
+            fpos = _positions(_index(state, [f"k{i}" for i in range(n)] + ["fold"]),
+                              keys + [pd.Series(fold, index=part.index)])
+            fhit = fpos >= 0
+            fp = np.maximum(fpos, 0)
+            s = s - np.where(fhit, t["sum"][fp] if len(t["sum"]) else 0.0, 0.0)
+            c = c - np.where(fhit, t["count"][fp] if len(t["count"]) else 0, 0)
+            prior_s = prior_s - t["fold_sum"][fold]
+            prior_c = prior_c - t["fold_count"][fold]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            prior = np.where(prior_c > 0, prior_s / np.maximum(prior_c, 1), 0.0)
+            enc = (s + smoothing * prior) / (c + smoothing) if smoothing > 0 else np.where(c > 0, s / np.maximum(c, 1),
+                                                                                              prior)
+        return pd.Series(enc.astype(np.float64), index=part.index)
+
+
+# -- numeric statistics --------------------------------------------------------------------
+class _NumericStats(FittedSpec):
+    """Statistics of one numeric column built from its exact value counts."""
+
+    def stats(self, inp: Any) -> dict[str, Any]:
+        return {"counts": inp["a0"].value_counts(dropna=True)}
+
+    def summary(self, parts: dict[str, list[Any]], rows: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        values, n = _sorted_counts(_sum_counts(parts["counts"]))
+        values = values.astype(np.float64)
+        meta: dict[str, Any] = {"rows": rows, "non_null": int(n.sum())}
+        if n.sum():
+            total = int(n.sum())
+            mean = float(math.fsum((values * n).tolist()) / total)
+            var = float(math.fsum((n * (values - mean) ** 2).tolist()) / total)
+            cum = np.cumsum(n)
+            lo = values[np.searchsorted(cum, (total - 1) // 2, side="right")]
+            hi = values[np.searchsorted(cum, total // 2, side="right")]
+            meta.update(mean=mean, std=math.sqrt(var), min=float(values[0]), max=float(values[-1]),
+                        median=float((lo + hi) / 2))
+        return values, n, meta
+
+
+class QuantileBucketize(_NumericStats):
+    """``n`` quantile buckets: boundary ``i`` is the value at position ``i * N // n`` of the
+    sorted non-null values (exact, from value counts; repeats and the minimum dropped);
+    output 1 + the number of boundaries ``<= x``; null -> 0 (its own bucket)."""
+
+    op = "quantile_bucketize"
+    out_type = "i32"
+
+    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+        values, n, meta = self.summary(parts, rows)
+        buckets = int(self.params["n"])
+        bounds: list[float] = []
+        if len(values):
+            cum = np.cumsum(n)
+            total = int(cum[-1])
+            for i in range(1, buckets):
+                b = float(values[np.searchsorted(cum, i * total // buckets, side="right")])  # sorted[i*N//n]
+                if b > values[0] and (not bounds or b > bounds[-1]):
+                    bounds.append(b)
+        return FittedState(self.op, self.params, {"boundaries": np.asarray(bounds, dtype=np.float64)}, meta)
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
+        out = 1 + np.searchsorted(state.tables["boundaries"], x, side="right")
+        out[np.isnan(x)] = 0
+        return pd.Series(out.astype(np.int32), index=part.index)
+
+
+class Normalize(_NumericStats):
+    """``(x - mean) / std`` (population std; 1 when it is 0). Null in, null out."""
+
+    op = "normalize"
+
+    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+        return FittedState(self.op, self.params, {}, self.summary(parts, rows)[2])
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
+        std = state.meta.get("std") or 1.0
+        return pd.Series((x - state.meta.get("mean", 0.0)) / std, index=part.index)
+
+
+class MinMax(Normalize):
+    """``(x - min) / (max - min)`` with the fitted min and max (values outside them map
+    outside [0, 1]; a constant column maps to 0). Null in, null out."""
+
+    op = "minmax"
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
+        lo, hi = state.meta.get("min", 0.0), state.meta.get("max", 0.0)
+        return pd.Series((x - lo) / ((hi - lo) or 1.0), index=part.index)
+
+
+class FillNullFitted(Normalize):
+    """Nulls replaced by the fitted ``mean`` or ``median`` (float64)."""
+
+    op = "fill_null_fitted"
+
+    def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
+        x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
+        stat = self.params.get("stat", "mean")
+        value = state.meta.get(stat)
+        if value is None:
+            value = np.nan
+        return pd.Series(np.where(np.isnan(x), value, x), index=part.index)
+
+
+SPECS: dict[str, Callable[[dict[str, Any]], FittedSpec]] = {
+    s.op: s for s in (Categorify, CountEncode, TargetEncode, QuantileBucketize, Normalize, MinMax, FillNullFitted)
+}
+
+
+def spec_of(op: str, params: dict[str, Any]) -> FittedSpec:
+    """The fitted operator ``op`` with ``params``.
+
+    Example:
+        >>> spec_of("normalize", {}).op
+        'normalize'
+    """
+    return SPECS[op](params)
