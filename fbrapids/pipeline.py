@@ -267,7 +267,7 @@ def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[
         (['h'], ['s'], ['te'])
     """
     from fbrapids.features.fitted import FITTED_OPS, frame_calls
-    from fbrapids.kernels.expr import as_expr
+    from fbrapids.kernels import as_expr
 
     kernel, history, fitted = {}, {}, {}
     for name, e in (features or {}).items():

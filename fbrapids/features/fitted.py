@@ -291,7 +291,7 @@ def _with_inputs(frame: Any, calls: list[Call], fused: bool) -> tuple[Any, dict[
     if computed:
         frame = run_features(frame, computed, fused)
     if direct:
-        frame = frame.assign(**{tmp: frame[src] for tmp, src in direct.items()})
+        frame = copy_columns(frame, direct)
     return frame, names
 
 
@@ -384,7 +384,8 @@ def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts",
 
 def _scalar(v: Any) -> Any:
     v = _backend.to_host(v) if hasattr(v, "dtype") and _backend.is_gpu_object(v) else v
-    return v.item() if hasattr(v, "item") else v
+    v = v.item() if hasattr(v, "item") else v
+    return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
 def _check_shared(sid: str, members: list[Call]) -> None:
@@ -484,6 +485,29 @@ def _tag_rows(part: Any, partition_info: dict | None = None) -> Any:
     return part.assign(**{_ROW: (np.int64(number) << _POS_BITS) + np.arange(len(part), dtype=np.int64)})
 
 
+def _part_of_row(part: Any) -> Any:
+    return part.assign(**{_PART: part[_ROW].to_numpy() // (1 << _POS_BITS)})
+
+
+def _copy(part: Any, mapping: dict[str, str]) -> Any:
+    return part.assign(**{new: part[src].to_numpy() if not _is_list_like(part[src]) else part[src].array
+                          for new, src in mapping.items()})
+
+
+def _is_list_like(s: Any) -> bool:
+    return isinstance(getattr(s, "dtype", None), pd.ArrowDtype) or _backend.is_gpu_object(s)
+
+
+def copy_columns(frame: Any, mapping: dict[str, str]) -> Any:
+    """``frame`` with column ``src`` copied as ``new`` for each ``new: src``, per partition and
+    by position (a dask-level ``assign`` of one column to another aligns indexes, which
+    fails on the duplicate labels partition-local indexes have)."""
+    if not _is_dask(frame):
+        return frame.assign(**{new: frame[src] for new, src in mapping.items()})
+    meta = frame._meta.assign(**{new: frame._meta[src] for new, src in mapping.items()})
+    return frame.map_partitions(_copy, mapping, meta=meta)
+
+
 def _attach(part: Any, results: Any, names: list[str]) -> Any:
     """``part`` with the ``names`` columns of ``results`` (its own rows, in any order) put back in row order."""
     host = _backend.to_host(results) if _backend.is_gpu_object(results) else results
@@ -512,12 +536,18 @@ def _history_in_place(frame: Any, key: str, jobs: list, dask: Any) -> Any:
     computed = _map(narrow, jobs, False, dask)
     names = [job[0] for job in jobs]
     results = computed[[_ROW] + names]
-    results = results.assign(**{_PART: results[_ROW] // (1 << _POS_BITS)})
+    results = results.map_partitions(_part_of_row, meta=results._meta.assign(**{_PART: np.zeros(0, np.int64)}))
     results = results.set_index(_PART, divisions=list(range(n)) + [n - 1] if n > 1 else [0, 0])
     meta = frame._meta.assign(**{name: results._meta[name] for name in names})
-    from dask.dataframe import map_partitions
+    # partition i of the output = partition i of ``tagged`` + its results; built from delayed
+    # pairs so the output is ONE collection (a dask map_partitions over two frames is not
+    # co-aligned with its own columns: a later ``frame[mask]`` would re-align by the index)
+    from dask.dataframe import from_delayed
 
-    return map_partitions(_attach, tagged, results, names, align_dataframes=False, meta=meta)
+    pairs = zip(tagged.to_delayed(optimize_graph=False), results.to_delayed(optimize_graph=False))
+    pieces = [dask.delayed(_attach, pure=True)(t, r, names) for t, r in pairs]
+    return from_delayed(pieces, meta=meta, divisions=frame.divisions if frame.known_divisions else None,
+                        verify_meta=False)
 
 
 def _map(frame: Any, jobs: list, training: bool, dask: Any) -> Any:
@@ -608,7 +638,7 @@ def extract_frame(frame: Any, features: "Mapping[str, Any] | Fitted", training: 
     direct = {n: e.name for n, e in exprs.items() if isinstance(e, Col) and e.name in made}
     rest = {n: e for n, e in exprs.items() if n not in direct}
     if direct:
-        frame = frame.assign(**{n: frame[c] for n, c in direct.items()})
+        frame = copy_columns(frame, direct)
     if rest:
         frame = run_features(frame, rest, fused)
     names = list(exprs)

@@ -12,7 +12,8 @@ Two kinds of operator here need the whole frame, not one row at a time:
   row's time, computed on the frame itself (on dask after a shuffle by key).
 
 The algorithms take frames whose columns are the operators' already-computed inputs; the
-frame-facing layer computes those inputs with the meta-kernels and wires the results back.
+frame-facing layer (:mod:`fbrapids.features.fitted`) computes those inputs with the
+meta-kernels and wires the results back.
 
 Example:
     >>> import pandas as pd
