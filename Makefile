@@ -23,5 +23,9 @@ test: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) scripts/run_notebooks.py $(ARGS)
 
+# every benchmark at its documented size; the README table is filled from their JSON
+bench: $(STAMP)
+	$(PY) scripts/bench.py $(ARGS)
+
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,155 @@
+"""Run the benchmarks, keep each one's JSON line in ``benchmarks/results/<name>.json``, and
+fill the README's benchmark table from those files (``make bench``).
+
+The figures in the README are only ever these files' contents: each row says what it
+measured, on what machine and when.  ``--only extract pipeline`` re-runs some of them;
+``--table-only`` just refills the table from the files already there.
+
+    python scripts/bench.py                 # all four, at their documented sizes (long)
+    python scripts/bench.py --only extract  # one of them
+    python scripts/bench.py --table-only    # README table from benchmarks/results/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+README = REPO / "README.md"
+START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
+
+# name -> (command line after `python`, what it compares)
+BENCHMARKS: dict[str, tuple[list[str], str]] = {
+    "extract": (["benchmarks/extract.py", "--rows", "1000000"],
+                "the public chain (read_view -> clean -> join -> extract -> join basic), eager and dask, "
+                "and op by op, vs idiomatic pandas; outputs checked equal"),
+    "embedding": (["benchmarks/embedding.py"],
+                  "tiered store vs `nn.EmbeddingBag` vs TorchRec EBC (and fbgemm's fused TBE), Zipf 1.05"),
+    "pipeline": (["benchmarks/pipeline.py", "--rows", "200000"],
+                 "pipeline vs write-then-train, same model and seed; bytes measured (/proc io) on both sides"),
+    "inference": (["benchmarks/inference.py"], "scoring p50/p99 and throughput, request/item dedup on and off"),
+}
+
+
+def _k(x: float) -> str:
+    return f"{x / 1e6:.1f}M" if x >= 1e6 else f"{x / 1e3:.0f}k"
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:.1f} MB"
+
+
+def _extract(r: dict) -> str:
+    rate, vs = r["rows_per_s"], r.get("vs_pandas") or {}
+    text = (f"{r['rows_in']:,} rows: eager {_k(rate['cpu eager'])} rows/s, dask {_k(rate['cpu dask'])}, "
+            f"op-by-op {_k(rate['cpu op-by-op'])}")
+    if "pandas" in rate:
+        text += (f", pandas {_k(rate['pandas'])} (eager {vs['cpu eager']:.1f}x pandas, dask "
+                 f"{vs['cpu dask']:.1f}x)")
+    if "gpu eager" in rate:
+        text += f"; GPU eager {_k(rate['gpu eager'])} ({rate['gpu eager'] / rate['cpu eager']:.1f}x all CPU cores)"
+    syn = r.get("synthetic") or {}
+    if "cpu fused_speedup" in syn:
+        text += f"; {syn['ops']}-operator plan fused {syn['cpu fused_speedup']:.2f}x op-by-op on the CPU"
+    if "gpu fused_speedup" in syn:
+        text += f", {syn['gpu fused_speedup']:.1f}x on the GPU"
+    return text + f"; outputs equal: {r['outputs_equal']}"
+
+
+def _pipeline(r: dict) -> str:
+    return (f"{r['pipeline_s']:.2f} s vs {r['write_then_train_s']:.2f} s "
+            f"({r['write_then_train_s'] / r['pipeline_s']:.2f}x); written {_mb(r['pipeline_bytes_written'])} vs "
+            f"{_mb(r['baseline_bytes_written'])} (feature files {_mb(r['baseline_intermediate_file_bytes'])}); "
+            f"AUC {r['pipeline_auc']} vs {r['baseline_auc']}")
+
+
+def _embedding(r: dict) -> str:
+    parts = [f"{label} {_k(r[key])} ids/s" for key, label in (
+        ("tiered_in_ram_ops_per_s", "store"), ("torch_embeddingbag_ops_per_s", "EmbeddingBag"),
+        ("torchrec_ops_per_s", "TorchRec EBC"), ("fbgemm_tbe_ops_per_s", "fused TBE"),
+        ("tiered_10x_ops_per_s", "SSD 10x over RAM")) if r.get(key)]
+    if r.get("upper_tier_hit_rate_10x") is not None:
+        parts.append(f"{100 * r['upper_tier_hit_rate_10x']:.1f}% of lookups from the RAM tiers")
+    return ", ".join(parts)
+
+
+def _inference(r: dict) -> str:
+    parts = []
+    for n, res in (r.get("sizes") or {}).items():
+        on, off = res.get("dedup_on", {}), res.get("dedup_off", {})
+        if on and off:
+            parts.append(f"{n} items: p50 {on['p50_ms']:.1f} ms with dedup vs {off['p50_ms']:.1f} ms without")
+    return "; ".join(parts) or json.dumps(r)[:200]
+
+
+FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
+                                            "inference": _inference}
+
+
+def run(name: str, extra: list[str]) -> dict[str, Any]:
+    """Run one benchmark; its last stdout line (JSON) with the command, machine and date added."""
+    cmd, _ = BENCHMARKS[name]
+    sys.path.insert(0, str(REPO))
+    from benchmarks.machine import machine_description
+
+    machine = machine_description()
+    proc = subprocess.run([sys.executable, *cmd, *extra], cwd=REPO, capture_output=True, text=True)
+    sys.stderr.write(proc.stdout[-4000:])
+    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res.setdefault("machine", machine)
+    res["command"] = "python " + " ".join([*cmd, *extra])
+    res["measured_at"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
+def table() -> str:
+    """The README table, one row per results file."""
+    rows = ["| script | compares | measured (from `benchmarks/results/<name>.json`) |", "|---|---|---|"]
+    for name, (cmd, what) in BENCHMARKS.items():
+        path = RESULTS / f"{name}.json"
+        if not path.exists():
+            rows.append(f"| `{' '.join(cmd)}` | {what} | not measured yet: `python scripts/bench.py --only {name}` |")
+            continue
+        r = json.loads(path.read_text())
+        where = f"{r.get('machine', 'machine not recorded')}, {r.get('measured_at', '')}".strip(", ")
+        rows.append(f"| `{r.get('command', ' '.join(cmd)).removeprefix('python ')}` | {what} | "
+                    f"{FORMAT[name](r)} — *{where}* |")
+    return "\n".join(rows)
+
+
+def fill_readme(text: str) -> str:
+    """``text`` with the part between the table markers replaced by :func:`table`."""
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{table()}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    ap.add_argument("--table-only", action="store_true", help="refill the README table from the JSON files")
+    ap.add_argument("--args", default="", help="extra arguments for the benchmark(s), e.g. '--repeat 5'")
+    args = ap.parse_args(argv)
+    if not args.table_only:
+        for name in args.only:
+            run(name, args.args.split())
+    README.write_text(fill_readme(README.read_text()))
+    print(table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
