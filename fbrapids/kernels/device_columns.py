@@ -7,8 +7,8 @@ Reading (``read_column``) follows libcudf's documented layouts (pylibcudf ``Colu
   ``data.ptr + (offset + i) * itemsize``;
 * strings: chars in the parent's ``data()``, offsets in ``child(0)`` (INT32 or INT64), read
   from the child's base plus the parent's offset;
-* lists: offsets in ``child(0)`` (always INT32, plus the parent's offset), values in
-  ``child(1)`` (a strings column for ``list<str>``);
+* lists: offsets in ``child(0)`` (always INT32; its own begin plus the parent's offset),
+  values in ``child(1)`` from its own begin (a strings column for ``list<str>``);
 * validity: ``null_mask()``, uint32 words, LSB first, bit ``offset + i``; None when the
   column has no nulls.
 
@@ -126,7 +126,7 @@ def read_column(cp: Any, plc: Any, col: Any, type_name: str, name: str) -> Devic
     offs, child = col.child(0), col.child(1)
     if _offsets_width(plc, offs, f"column {name!r}") != 4:
         raise ColumnTypeError(f"column {name!r}: list offsets must be INT32 (libcudf's size_type)")
-    slots["offsets"] = _ptr(offs.data()) + o * 4
+    slots["offsets"] = _ptr(offs.data()) + (offs.offset() + o) * 4  # offsets().begin() + offset(), as libcudf
     if type_name == "list<str>":
         if _tid(plc, child) != "STRING":
             raise ColumnTypeError(f"column {name!r}: list elements of type {_tid(plc, child)}, expected strings")

@@ -32,10 +32,11 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 from fbrapids.errors import NvrtcUnavailableError, NvrtcCompileError
+from fbrapids.kernels.headers import CSRC
 
 log = logging.getLogger(__name__)
 
-CSRC_DIR = Path(__file__).resolve().parent / "csrc"
+CSRC_DIR = CSRC
 """The folder of the shared device-function headers (fbx_target.h, farmhash.h, ...)."""
 
 ENV_LIBRARY = "FBRAPIDS_NVRTC"
