@@ -313,6 +313,7 @@ class TieredEmbeddingStore:
         cache = self.tiers.cache
         if slots is None or cache.table is not None:
             return cache.gather(lookup.slots)
+        cache.wait_copies()
         return cache.data.index_select(0, slots)
 
     def write_back(self, lookup: Lookup, rows: torch.Tensor, slots: torch.Tensor | None = None) -> None:
@@ -321,6 +322,7 @@ class TieredEmbeddingStore:
         if cache.table is not None or slots is None:
             cache.put(lookup.slots, rows)
         else:
+            cache.wait_copies()
             cache.data.index_copy_(0, slots, rows)
         cache.slots.dirty[lookup.slots] = True
         self.version += 1

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,7 +103,10 @@ class CacheTier:
     ``pin[slot]``, the last step a slot is pinned for (pinned rows are never evicted).
 
     On the CPU the tensor's memory is also seen as a numpy array (``table``), whose row
-    gathers, scatters and the in-place C optimizers are cheaper than torch's.
+    gathers, scatters and the in-place C optimizers are cheaper than torch's.  On a CUDA
+    device, rows coming up from host RAM or the SSD file are copied through pinned memory
+    on a side stream (a prefetch for the next batch overlaps the current batch's compute);
+    reads and writes of the cache wait for that copy's event.
     """
 
     def __init__(self, rows: int, width: int, device: torch.device) -> None:
@@ -112,6 +116,8 @@ class CacheTier:
         self.slots = Slots(rows)
         self.pin = np.full(int(rows), -1, dtype=np.int64)
         self.stats = TierStats()
+        self._copies: Any = None  # CUDA: the side stream rows are copied up on
+        self._copied: Any = None  # CUDA: the event after the last copy up
 
     @property
     def device(self) -> torch.device:
@@ -121,16 +127,26 @@ class CacheTier:
         """Move the rows to ``device`` (slots and bookkeeping are unchanged)."""
         if torch.device(device) == self.data.device:
             return
+        if self.table is None:
+            self.wait_copies()
+            self._copies = None
         self.data = self.data.to(device)
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
 
     def slot_tensor(self, slots: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(slots).to(self.data.device, non_blocking=True)
 
+    def wait_copies(self) -> None:
+        """Make the current CUDA stream wait for the rows being copied up (CUDA only)."""
+        if self._copied is not None:
+            torch.cuda.current_stream(self.data.device).wait_event(self._copied)
+            self._copied = None
+
     def gather(self, slots: np.ndarray) -> torch.Tensor:
         """Full rows ``[len(slots), width]`` on the device (a new tensor)."""
         if self.table is not None:
             return torch.from_numpy(self.table.take(slots, axis=0))
+        self.wait_copies()
         return self.data.index_select(0, self.slot_tensor(slots))
 
     def take(self, slots: np.ndarray) -> np.ndarray:
@@ -143,9 +159,20 @@ class CacheTier:
         """Write full rows into ``slots``."""
         if self.table is not None:
             self.table[slots] = rows.detach().numpy() if isinstance(rows, torch.Tensor) else rows
-        else:
-            src = rows if isinstance(rows, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rows))
-            self.data.index_copy_(0, self.slot_tensor(slots), src.to(self.data.device, non_blocking=True))
+        elif isinstance(rows, torch.Tensor) and rows.device == self.data.device:
+            self.wait_copies()
+            self.data.index_copy_(0, self.slot_tensor(slots), rows)
+        else:  # host rows: through pinned memory, on a side stream; readers wait for its event
+            src = rows.detach().cpu() if isinstance(rows, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rows))
+            src, idx = src.pin_memory(), torch.from_numpy(np.ascontiguousarray(slots)).pin_memory()
+            if self._copies is None:
+                self._copies = torch.cuda.Stream(device=self.data.device)
+            self._copies.wait_stream(torch.cuda.current_stream(self.data.device))  # after the slots' last readers
+            with torch.cuda.stream(self._copies):
+                self.data.index_copy_(0, idx.to(self.data.device, non_blocking=True),
+                                      src.to(self.data.device, non_blocking=True))
+                self._copied = torch.cuda.Event()
+                self._copied.record(self._copies)
 
     def evictable(self, step: int) -> np.ndarray:
         """Occupied slots not pinned at ``step``."""
