@@ -284,7 +284,8 @@ def main() -> None:
     print(f"10x / in-RAM = {res['tiered_10x_ops_per_s'] / t_in:.2f}")
     hr = res["hit_rate_10x_by_tier"]
     print(f"10x lookups served by: cache {hr['cache']:.3f}, host {hr['host']:.3f}, ssd {hr['ssd']:.3f}; "
-          f"RAM tiers {res['upper_tier_hit_rate_10x']:.4f} against the best possible {res['best_possible_hit_rate_10x']:.4f} "
+          f"RAM tiers {res['upper_tier_hit_rate_10x']:.4f} against the best possible "
+          f"{res['best_possible_hit_rate_10x']:.4f} "
           f"for {ram} rows on the stream drawn ({res['hit_rate_vs_best_10x']:.3f} of it)")
     print(json.dumps(res))
 

@@ -27,7 +27,8 @@ item cache and compile the plans first.
 
 The last line printed is one JSON object::
 
-    {"benchmark": "inference", "device": "cpu", "torch_threads": T, "requests_per_size": R,
+    {"benchmark": "inference", "device": D (cpu or cuda, by the device rule), "torch_threads": T,
+     "requests_per_size": R,
      "sizes": {"64": {"dedup_on": {"p50_ms", "p99_ms", "mean_ms", "items_per_s"},
                        "dedup_on_no_cache": {...}, "dedup_off": {...},
                        "p50_speedup": dedup_off p50 / dedup_on p50,
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
               f"item cache hit rate {res['item_cache_hit_rate']}")
     http = None if args.no_http else _http(scorers["dedup_on"], users, ads, args.http_items,
                                            args.http_requests or args.requests, args.http_clients, rng, args.alpha)
-    print(json.dumps({"benchmark": "inference", "device": "cpu", "torch_threads": args.threads,
+    print(json.dumps({"benchmark": "inference", "device": str(scorers["dedup_on"].device),
+                      "torch_threads": args.threads,
                       "requests_per_size": args.requests, "catalogue": args.ads, "zipf_alpha": args.alpha,
                       "sizes": out, "http": http}))
     return 0

@@ -319,3 +319,20 @@ def test_store_matches_an_independent_dict_table(tmp_path, optimizer: str, admit
     assert sorted(ref.rows) == ids.tolist()
     want = np.stack([ref.rows[u] for u in ids.tolist()])
     assert want.tobytes() == rows.tobytes()
+
+
+def test_a_full_host_tier_admits_by_the_policy(tmp_path) -> None:
+    """Rows leaving the cache that rank below every host row go to the SSD file; they do not
+    displace hotter rows (LFU: occurrences looked up)."""
+    s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, host_rows=4, ssd_dir=str(tmp_path), eviction="lfu",
+                                         evict_fraction=0, device="cpu"))
+    batches = [range(0, 4)] * 2 + [range(4, 8)] * 3 + [range(8, 12), range(12, 16)]
+    for ids in batches:
+        s.lookup(np.array(list(ids)), requires_grad=False)
+        s.end_step()
+    d = s.directory
+    where = lambda ids: d.host_loc[d.get(np.array(ids, dtype=np.uint64))]  # noqa: E731
+    assert (where(range(4, 8)) >= 0).all()  # seen 3 times: kept in host RAM
+    assert (where(range(8, 12)) < 0).all() and d.on_ssd[d.get(np.arange(8, 12, dtype=np.uint64))].all()
+    assert (where(range(0, 4)) < 0).all()  # seen twice: pushed out by the rows seen 3 times
+    assert s.stats()["host"]["evictions"] == 4  # only 0..3 were evicted; 8..11 never entered

@@ -252,7 +252,8 @@ class _HostSumBags(torch.autograd.Function):
     (``offsets`` ends with ``len(idx)``)."""
 
     @staticmethod
-    def forward(ctx, rows: torch.Tensor, idx: np.ndarray, offsets: np.ndarray) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, rows: torch.Tensor, idx: np.ndarray,  # type: ignore[override]
+                offsets: np.ndarray) -> torch.Tensor:
         ctx.idx, ctx.offsets, ctx.m = idx, offsets, rows.shape[0]
         return torch.from_numpy(bag_sum(rows.detach().numpy(), idx, offsets))
 

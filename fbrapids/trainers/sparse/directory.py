@@ -4,7 +4,7 @@ admission gate, and per-row arrays (where each row lives, when and how often it 
 A global row number ``g`` is given to an id when it is admitted and never changes; the
 tiers hold rows by ``g``.  ``cache_loc[g]`` / ``host_loc[g]`` are the row's slot in the
 cache / host tier (-1: not there), ``on_ssd[g]`` whether the SSD file holds it, ``last[g]``
-the step it was last looked up at and ``freq[g]`` the number of batches it was seen in
+the step it was last looked up at and ``freq[g]`` how many times it was looked up
 (the eviction policies' keys).
 
 Example:

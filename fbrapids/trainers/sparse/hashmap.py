@@ -284,9 +284,10 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
                 on_ssd: np.ndarray, last: np.ndarray, freq: np.ndarray, step: int) -> np.ndarray:
     """A lookup's bookkeeping over its distinct rows ``g`` (-1: not admitted) in one C pass.
 
-    Sets ``last[g] = step`` and adds one to ``freq[g]`` for admitted rows (in place), and
-    returns int64 ``[6]``: occurrences served by the cache, host RAM, the SSD file, a new
-    row, occurrences of rows not admitted, and the number of admitted rows already cached.
+    Sets ``last[g] = step`` and adds each admitted row's occurrences to ``freq[g]`` (in
+    place), and returns int64 ``[6]``: occurrences served by the cache, host RAM, the SSD
+    file, a new row, occurrences of rows not admitted, and the number of admitted rows
+    already cached.
 
     Example:
         >>> import numpy as np
@@ -294,6 +295,8 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
         >>> store_touch(np.array([1, -1]), np.array([3, 2]), np.array([-1, 0]), np.array([-1, -1]),
         ...             np.zeros(2, bool), last, freq, 7).tolist(), last.tolist()
         ([3, 0, 0, 0, 2, 1], [0, 7])
+        >>> freq.tolist()
+        [0, 3]
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)

@@ -63,7 +63,7 @@ class LRU(EvictionPolicy):
 
 
 class LFU(EvictionPolicy):
-    """Least frequently used: the rows seen in the fewest batches go first."""
+    """Least frequently used: the rows looked up the fewest times go first."""
 
     name = "lfu"
 

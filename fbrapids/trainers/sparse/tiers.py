@@ -163,7 +163,8 @@ class CacheTier:
             self.wait_copies()
             self.data.index_copy_(0, self.slot_tensor(slots), rows)
         else:  # host rows: through pinned memory, on a side stream; readers wait for its event
-            src = rows.detach().cpu() if isinstance(rows, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(rows))
+            src = (rows.detach().cpu() if isinstance(rows, torch.Tensor)
+                   else torch.from_numpy(np.ascontiguousarray(rows)))
             src, idx = src.pin_memory(), torch.from_numpy(np.ascontiguousarray(slots)).pin_memory()
             if self._copies is None:
                 self._copies = torch.cuda.Stream(device=self.data.device)
