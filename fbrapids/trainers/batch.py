@@ -165,6 +165,27 @@ def ragged_take(values: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tup
     return values[pos], new_off
 
 
+def concat_parts(parts: Sequence[Any], cat: Any) -> tuple[Any, Any, dict[str, tuple[Any, Any]], Any]:
+    """``(dense, label, sparse, group)`` of runs of rows joined end to end; ``cat`` joins a
+    list of arrays (``np.concatenate`` for host columns, ``torch.cat`` for device ones).
+
+    >>> a = Columns(np.zeros((1, 0)), np.zeros(1), {"t": (np.array([4]), np.array([0, 1]))})
+    >>> concat_parts([a, a], np.concatenate)[2]["t"][1].tolist()
+    [0, 1, 2]
+    """
+    sp = {}
+    for k in parts[0].sparse:
+        vals = cat([p.sparse[k][0] for p in parts])
+        offs, base = [parts[0].sparse[k][1][:1] * 0], 0
+        for p in parts:
+            o = p.sparse[k][1]
+            offs.append(o[1:] + base)
+            base += int(o[-1])
+        sp[k] = (vals, cat(offs))
+    g = None if parts[0].group is None else cat([p.group for p in parts])
+    return cat([p.dense for p in parts]), cat([p.label for p in parts]), sp, g
+
+
 @dataclass
 class Columns:
     """Host arrays of a run of rows; cut into batches with :meth:`slice` and :meth:`take`."""
@@ -218,17 +239,7 @@ class Columns:
         parts = [p for p in parts if len(p)] or list(parts[:1])
         if len(parts) == 1:
             return parts[0]
-        sp = {}
-        for k in parts[0].sparse:
-            vals = np.concatenate([p.sparse[k][0] for p in parts])
-            offs, base = [np.zeros(1, dtype=np.int64)], 0
-            for p in parts:
-                o = p.sparse[k][1]
-                offs.append(o[1:] + base)
-                base += int(o[-1])
-            sp[k] = (vals, np.concatenate(offs))
-        g = None if parts[0].group is None else np.concatenate([p.group for p in parts])
-        return Columns(np.concatenate([p.dense for p in parts]), np.concatenate([p.label for p in parts]), sp, g)
+        return Columns(*concat_parts(parts, np.concatenate))
 
     def to_batch(self) -> Batch:
         """Torch tensors sharing these arrays' memory (offsets without the final end)."""

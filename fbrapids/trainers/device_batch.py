@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.batch import Batch, concat_parts
 
 
 def ragged_take_t(values: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,17 +93,7 @@ class TensorColumns:
         parts = [p.wait() for p in parts if len(p)] or [p.wait() for p in parts[:1]]
         if len(parts) == 1:
             return parts[0]
-        sp = {}
-        for k in parts[0].sparse:
-            vals = torch.cat([p.sparse[k][0] for p in parts])
-            offs, base = [parts[0].sparse[k][1][:1] * 0], 0
-            for p in parts:
-                o = p.sparse[k][1]
-                offs.append(o[1:] + base)
-                base += int(o[-1])
-            sp[k] = (vals, torch.cat(offs))
-        g = None if parts[0].group is None else torch.cat([p.group for p in parts])
-        return TensorColumns(torch.cat([p.dense for p in parts]), torch.cat([p.label for p in parts]), sp, g)
+        return TensorColumns(*concat_parts(parts, torch.cat))
 
     def to_batch(self) -> Batch:
         """The batch (offsets without the final end), on the columns' device."""
