@@ -35,7 +35,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
-                      batch_size=args.batch_size, checkpoint_every=args.checkpoint_every)
+                      batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume)
     sys.stdout.write(result.render() + "\n")
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--work-dir", type=Path, default=None, help="embedding store SSD files and checkpoints")
     demo.add_argument("--batch-size", type=int, default=2048)
     demo.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
+    demo.add_argument("--resume", action="store_true",
+                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
@@ -146,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from fbrapids.errors import FbrapidsError
+
     try:
         return args.func(args)
     except (FbrapidsError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:

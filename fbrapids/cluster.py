@@ -7,11 +7,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
-from typing import Any
+import socket
+import time
+from typing import Any, Callable
 
 from fbrapids import backend as _backend
+from fbrapids.errors import ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +55,146 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     return client
 
 
-def connect(address: str) -> Any:
+def probe_scheduler(address: str, timeout: float = 10.0) -> None:
+    """Check that ``address`` (``tcp://host:port``) answers like a dask scheduler.
+
+    A dask scheduler sends its handshake (a msgpack frame naming ``compression`` and
+    ``pickle-protocol``) as soon as a connection is accepted; an HTTP server (the dashboard
+    on 8787, say) sends nothing until it gets a request, and ``distributed.Client`` would
+    wait on it for ever.  Raises :class:`~fbrapids.errors.ClusterError` naming the address
+    when the peer sends something else, or nothing within ``timeout`` seconds.  Other
+    schemes (``tls://``, ``ucx://``) and a refused connection are left to the client (it
+    retries until its own connect timeout).
+
+    Example:
+        >>> probe_scheduler("inproc://nothing")  # not tcp: left to distributed
+    """
+    if "://" in address and not address.startswith("tcp://"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"scheduler address {address!r} is not tcp://host:port")
+    try:
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    except OSError:
+        return  # nothing listening (yet): distributed retries until its connect timeout
+    got = b""
+    deadline = time.monotonic() + timeout
+    with sock:
+        try:
+            while len(got) < 256 and b"pickle-protocol" not in got and time.monotonic() < deadline:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = sock.recv(256)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:
+            pass
+    if b"pickle-protocol" in got or b"compression" in got:
+        return
+    heard = f"it sent {got[:40]!r}" if got else f"it sent nothing within {timeout:g} s"
+    raise ClusterError(f"{address} accepted a connection but is not a dask scheduler ({heard}); is this the "
+                       "dashboard or another service's port? the scheduler listens on 8786 by default")
+
+
+def connect(address: str, timeout: float = 30.0) -> Any:
     """A ``distributed.Client`` connected to the scheduler at ``address`` (``tcp://host:8786``).
+
+    An address that is not a dask scheduler fails within ``timeout`` seconds with a
+    :class:`~fbrapids.errors.ClusterError` (see :func:`probe_scheduler`), never hangs.
 
     Example:
         >>> connect("tcp://127.0.0.1:8786")  # doctest: +SKIP
     """
     from distributed import Client
 
-    return Client(address)
+    probe_scheduler(address, timeout=min(timeout, 10.0))
+    try:
+        return Client(address, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(f"cannot reach a dask scheduler at {address} within {timeout:g} s: {exc}") from exc
+
+
+def worker_wait_s() -> float:
+    """How long a run waits with no worker at all before it fails (dask config
+    ``fbrapids.worker-wait``, seconds; default 60).
+
+    Example:
+        >>> worker_wait_s()
+        60.0
+    """
+    import dask
+
+    return float(dask.config.get("fbrapids.worker-wait", 60.0))
+
+
+def result_or_error(client: Any, future: Any, what: str, poll_s: float = 1.0) -> Any:
+    """``future.result()``, but a :class:`~fbrapids.errors.ClusterError` naming the scheduler
+    and ``what`` (e.g. ``"partition 3"``) once the cluster has had no worker for
+    :func:`worker_wait_s` seconds (every worker killed or gone), instead of waiting for ever.
+    Workers that come back within the wait (a nanny restarting them) let it finish."""
+    from distributed import TimeoutError as DaskTimeout
+
+    alone_since: float | None = None
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except (DaskTimeout, TimeoutError):
+            pass
+        if client.scheduler_info().get("workers"):
+            alone_since = None
+            continue
+        now = time.monotonic()
+        alone_since = alone_since if alone_since is not None else now
+        if now - alone_since >= worker_wait_s():
+            raise ClusterError(f"{what}: the scheduler {client.scheduler.address} has had no worker for "
+                               f"{now - alone_since:.0f} s (every worker died or left); start workers for it, or "
+                               "raise dask config 'fbrapids.worker-wait'")
+
+
+def require_workers(client: Any, what: str) -> None:
+    """Return once the cluster has a worker; a :class:`~fbrapids.errors.ClusterError` naming
+    the scheduler and ``what`` after :func:`worker_wait_s` seconds without one."""
+    if client.scheduler_info().get("workers"):
+        return
+    wait = worker_wait_s()
+    log.warning("the scheduler %s has no worker; waiting up to %g s for one", client.scheduler.address, wait)
+    try:
+        client.wait_for_workers(1, timeout=wait)
+    except (TimeoutError, OSError) as exc:
+        raise ClusterError(f"{what}: the scheduler {client.scheduler.address} has had no worker for {wait:g} s; "
+                           "start workers for it, or raise dask config 'fbrapids.worker-wait'") from exc
+
+
+def _tagged(read: Callable[[], dict]) -> dict:
+    return {"pid": os.getpid(), "counters": read()}
+
+
+class WorkerCounters:
+    """Counters kept in worker processes (kernel launches, say), summed over every worker
+    process seen, so that a worker restarted (new process, counters at zero) or lost does
+    not take its counts with it.  :meth:`poll` after each unit of work; :meth:`snapshots`
+    at the end.
+
+    Example:
+        >>> wc = WorkerCounters(None, dict)  # doctest: +SKIP
+    """
+
+    def __init__(self, client: Any, read: Callable[[], dict]) -> None:
+        self.client, self.read = client, read
+        self._last: dict[tuple[str, int], dict] = {}
+
+    def poll(self) -> None:
+        """Read every live worker's counters (keyed by address and process id)."""
+        for addr, got in self.client.run(functools.partial(_tagged, self.read)).items():
+            self._last[(addr, got["pid"])] = got["counters"]
+
+    def snapshots(self) -> list[dict]:
+        """The latest counters of every worker process seen (polling once more first)."""
+        with contextlib.suppress(OSError, TimeoutError):
+            self.poll()
+        return list(self._last.values())
 
 
 def get_client(address: str | None = None, **local_kwargs: Any) -> tuple[Any, bool]:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fbrapids.errors import DataGenError
+from fbrapids.errors import DataDirError, DataGenError
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ class _RowGroupWriter:
     def __init__(self, path: Path, schema: pa.Schema, group_rows: int) -> None:
         self.path, self.tmp = path, path.with_suffix(".parquet.tmp")
         self.schema, self.group_rows = schema, group_rows
-        self.writer = pq.ParquetWriter(self.tmp, schema)
+        self.writer = pq.ParquetWriter(self.tmp, schema, write_page_checksum=True)  # reads verify them
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
 
@@ -448,20 +448,47 @@ def read_metadata(data_dir: str | Path) -> dict:
     return json.loads(raw) if raw else {}
 
 
+DEMO_MARK = ".fbrapids-demo-data"
+
+
 def ensure_dataset(rows: int, out_dir: str | Path, seed: int = 0) -> Path:
-    """Generate the default data into ``out_dir`` unless a matching set is already there.
+    """The default data for ``rows`` / ``seed`` in ``out_dir``: generated there only when the
+    folder is empty (or absent) or holds data this function made (it marks its folders with
+    a ``.fbrapids-demo-data`` file); a folder of other data is never written to.
+
+    Other data that is already the asked-for set (``fbrapids gen --rows R --seed S`` made it)
+    is used as it is.  Anything else is a :class:`~fbrapids.errors.DataDirError` saying what
+    the folder holds and suggesting ``fbrapids gen``.
 
     Example:
         >>> import tempfile
         >>> d = ensure_dataset(300, tempfile.mkdtemp())
-        >>> (d / "basic.parquet").exists()
-        True
+        >>> (d / "basic.parquet").exists(), (d / DEMO_MARK).exists()
+        (True, True)
     """
     out = Path(out_dir)
     names = ("impressions", "users", "ads", "basic")
-    if all((out / f"{n}.parquet").exists() for n in names):
-        meta = read_metadata(out)
+    have = all((out / f"{n}.parquet").exists() for n in names)
+    meta = {}
+    if have:
+        try:
+            meta = read_metadata(out)
+        except (OSError, ValueError):
+            meta = {}
         if meta.get("rows") == rows and meta.get("seed") == seed:
             return out
+    ours = (out / DEMO_MARK).is_file()
+    entries = [p.name for p in out.iterdir()] if out.is_dir() else []
+    if entries and not ours:
+        held = (f"generated data of {meta['rows']:,} rows, seed {meta['seed']}" if "rows" in meta and "seed" in meta
+                else f"{len(entries)} entries ({', '.join(sorted(entries)[:4])}{', ...' if len(entries) > 4 else ''})")
+        hint = (f"pass --rows {meta['rows']} --seed {meta['seed']} to use it, " if "rows" in meta and "seed" in meta
+                else "")
+        raise DataDirError(f"{out} holds {held}, which the demo did not make; it only generates into an empty "
+                           f"folder or one it made, and never overwrites other data: {hint}choose an empty "
+                           f"--data-dir, or regenerate it yourself with `fbrapids gen --rows {rows} --seed {seed} "
+                           f"--out {out}`")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARK).write_text(json.dumps({"rows": rows, "seed": seed}))  # marked before any file is written
     generate(rows, out, seed=seed)
     return out

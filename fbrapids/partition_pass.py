@@ -113,12 +113,21 @@ def iter_partitions(frame: Any, window: int = 2, stats: dict[str, int] | None = 
     for piece in pieces[1:]:
         if piece.key not in graph:
             graph.update(convert_legacy_graph(dict(piece.__dask_graph__())))
-    plan = PassPlan.of(graph, [p.key for p in pieces])
+    get = dask.base.get_scheduler(collections=[frame])
+    client = _client_of(get)
+    try:
+        plan = PassPlan.of(graph, [p.key for p in pieces])
+    except KeyError as exc:
+        if client is None:
+            raise
+        from fbrapids.errors import ClusterError
+
+        raise ClusterError(f"pass over {len(pieces)} partitions: the scheduler {client.scheduler.address} lost the "
+                           f"data of task {exc.args[0]!r} (persisted on workers that died or left); nothing "
+                           "can recompute it in this run") from None
     if stats is not None:
         stats.update(partitions=len(pieces), tasks=len(plan.first_use), shared_tasks=plan.shared_tasks)
     log.debug("pass over %d partitions: %d tasks, %d shared", len(pieces), len(plan.first_use), plan.shared_tasks)
-    get = dask.base.get_scheduler(collections=[frame])
-    client = _client_of(get)
     if client is not None:
         yield from _futures_pass(plan, client, window)
     else:
@@ -147,6 +156,8 @@ def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[Any]:
 
 
 def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[Any]:
+    from fbrapids.cluster import result_or_error  # a bounded wait when every worker is gone
+
     held: dict[Any, Any] = {}  # shared key -> Future, released after its last consumer is done
     outstanding: deque[tuple[int, Any]] = deque()
     outputs = plan.outputs
@@ -168,7 +179,7 @@ def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[Any]:
             # on shared results whose last consumer has been submitted
             for k in [k for k in held if plan.last_use[k] < nxt]:
                 del held[k]
-        _, future = outstanding.popleft()
-        part = future.result()
+        i, future = outstanding.popleft()
+        part = result_or_error(client, future, f"partition {i} of {len(outputs)}")
         del future
         yield part

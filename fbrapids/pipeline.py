@@ -153,9 +153,10 @@ class TimedPartitions:
     shuffle) run once per pass; at most ``window`` partitions are in flight.
     """
 
-    def __init__(self, frame: Any, window: int = 2) -> None:
+    def __init__(self, frame: Any, window: int = 2, counters: Any = None) -> None:
         self.frame = frame
         self.window = window
+        self.counters = counters  # a cluster.WorkerCounters polled after each partition
         self.busy_s = 0.0
         self.partitions = 0
         self.plan: dict[str, int] = {}
@@ -174,6 +175,8 @@ class TimedPartitions:
             with self._lock:
                 self.busy_s += time.perf_counter() - t
                 self.partitions += 1
+            if self.counters is not None:
+                self.counters.poll()
             yield part
 
 
@@ -344,6 +347,7 @@ def run_pipeline(
     checkpoint_every: int | None = None,
     train_threads: int | None = None,
     sequences: dict[str, str] | None = None,
+    resume: bool = False,
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -370,6 +374,15 @@ def run_pipeline(
             which the extraction running beside it uses).
         count_clean: compute the clean counts for the summary (one more pass over the
             impressions' read + clean; benchmarks turn it off).
+        resume: continue from the newest verified checkpoint under ``work_dir/checkpoints``
+            (the batches it had trained on are skipped; same data, seed and threads give the
+            uninterrupted run's model bit for bit).  Without it, a work dir that already
+            holds checkpoints is an error.
+
+    The work dir is held exclusively for the run (a second run on it is a
+    :class:`~fbrapids.errors.WorkDirLockedError` naming this one's PID and host); before
+    training, it and the checkpoint dir are checked writable with free space for the SSD
+    tier plus one checkpoint (:class:`~fbrapids.errors.PreflightError` with the sizes).
 
     Returns:
         A :class:`PipelineResult` (``render()`` is the demo's summary).
@@ -378,17 +391,20 @@ def run_pipeline(
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
-    with dask.config.set(scheduler=client if client is not None else "threads"):
+    from fbrapids.workdir import lock_work_dir
+
+    work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fbrapids-"))
+    with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
         return _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
-                    work_dir, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                    checkpoint_every, train_threads, sequences)
+                    work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
+                    checkpoint_every, train_threads, sequences, resume)
 
 
 def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,
          embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
          extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
-         train_threads: int | None, sequences: dict[str, str] | None = None) -> PipelineResult:
+         train_threads: int | None, sequences: dict[str, str] | None = None, resume: bool = False) -> PipelineResult:
     import torch
 
     from fbrapids.datagen import TS0, DAYS
@@ -401,12 +417,15 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
 
     be = get_backend(backend)
     torch.manual_seed(seed)
-    work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fbrapids-"))
+    work = Path(work_dir)
     result = PipelineResult(be.name, model)
     io = IOCounter().__enter__()  # bytes this run writes and reads, measured (children included)
     decisions_before = len(join_decisions())
     kernel_stats.reset_stats()
     if client is not None:
+        from fbrapids.cluster import require_workers
+
+        require_workers(client, f"extracting {data_dir}")
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
@@ -436,13 +455,20 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
             fitted_state.save(work / "fitted")
     store = StoreConfig(cache_rows=cache_rows, host_rows=host_rows, ssd_dir=str(work / "store"), seed=seed)
     net = build_model(model, len(dense), sparse, store, embedding_dim, sequences=sequences)
+    ckpt_dir = (work / "checkpoints") if checkpoint else None
+    _preflight(data_dir, work, ckpt_dir, net, store)
     result.seconds["plan"] = time.perf_counter() - t0
 
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
     if client is not None:
         client.run(kernel_stats.reset_stats)
-    test_producer = TimedPartitions(test)  # held-out partitions are streamed too
-    producer = TimedPartitions(train)
+    counters = None
+    if client is not None:
+        from fbrapids.cluster import WorkerCounters
+
+        counters = WorkerCounters(client, kernel_stats.stats)  # survives worker restarts
+    test_producer = TimedPartitions(test, counters=counters)  # held-out partitions are streamed too
+    producer = TimedPartitions(train, counters=counters)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:
@@ -452,8 +478,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     t = time.perf_counter()
     try:
         fitted = fit(net, stream, epochs=epochs, progress=progress,
-                     checkpoint_dir=(work / "checkpoints") if checkpoint else None, resume=False,
-                     checkpoint_every=checkpoint_every)
+                     checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
         test_stream = _stream(test_producer, dense, sparse, batch_size, seed)
@@ -473,7 +498,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
     result.seconds["extract+evaluate"] = evaluate_s
 
-    ks = kernel_stats.stats() if client is None else _cluster_kernel_stats(client)
+    ks = kernel_stats.stats() if counters is None else _cluster_kernel_stats(counters)
     streamed = producer.partitions + test_producer.partitions
     plan = plan_for(parts["joined"]._meta, {**workload.features(), **plain})
     result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
@@ -495,15 +520,46 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     return result
 
 
-def _cluster_kernel_stats(client: Any) -> dict[str, int]:
-    """Kernel counters summed over the workers of a distributed cluster."""
+def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
+    """Kernel counters summed over every worker process of a distributed cluster seen
+    during the run (a restarted worker's earlier counts included)."""
     from fbrapids import kernels as kernel_stats
 
-    per_worker = client.run(kernel_stats.stats)
     total = kernel_stats.KernelStats()
-    for counters in per_worker.values():
-        total += kernel_stats.KernelStats(**counters)
+    for snapshot in counters.snapshots():
+        total += kernel_stats.KernelStats(**snapshot)
     return total.as_dict()
+
+
+def _parquet_rows(path: Path) -> int:
+    """Rows of a parquet file, or of every parquet file under a folder, from the footers (0 if unreadable)."""
+    import pyarrow.parquet as pq
+
+    files = [path] if path.is_file() else sorted(path.rglob("*.parquet")) if path.is_dir() else []
+    try:
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except (OSError, ValueError):
+        return 0  # the read itself will name the file
+
+
+def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any, store: Any) -> None:
+    """Work dir (and checkpoint dir) writable, with room for the SSD tier and one checkpoint.
+
+    Each table can hold at most one row per impression for a scalar feature, so the
+    impressions' row count bounds the rows per table."""
+    from fbrapids.workdir import preflight
+
+    rows = _parquet_rows(Path(data_dir) / "impressions.parquet")
+    tables = len(net.stores())
+    row_bytes = store.width * 4
+    dense = sum(t.numel() * t.element_size() for t in net.state_dict().values())
+    need = {}
+    if store.host_rows is not None:
+        need["SSD tier"] = rows * tables * row_bytes
+    if ckpt_dir is not None:
+        need["one checkpoint"] = rows * tables * (row_bytes + 24) + 3 * dense
+    dirs = {"work dir": work, **({"checkpoint dir": ckpt_dir} if ckpt_dir is not None else {})}
+    preflight(dirs, need)
 
 
 def _stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int) -> Any:

@@ -32,15 +32,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
     parser.add_argument("--batch-size", type=int, default=2048)
     parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.resume and args.work_dir is None:
+        parser.error("--resume needs the --work-dir of the run to continue")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-data-{args.rows}")
     client = connect(args.scheduler) if args.scheduler else local_cluster(n_workers=args.local_workers,
                                                                           backend=args.backend)
     try:
-        result = run_pipeline(data, backend=args.backend, model=args.model, client=client,
-                              batch_size=args.batch_size, work_dir=args.work_dir)
+        result = run_pipeline(data, backend=args.backend, model=args.model, client=client, seed=args.seed,
+                              batch_size=args.batch_size, work_dir=args.work_dir,
+                              checkpoint_every=args.checkpoint_every, resume=args.resume)
     finally:
         close_client(client)
     sys.stdout.write(result.render() + "\n")

@@ -197,6 +197,9 @@ def _json_columns(path: str, opts: _CsvOptions) -> list[str]:
 def parquet_file(path: str) -> pq.ParquetFile:
     """``path`` opened as parquet; a truncated or corrupt file is a ViewError naming it.
 
+    Page checksums are verified where the writer stored them (``fbrapids gen`` does): a
+    flipped byte in a data page is an error at read, naming the file, not a wrong value.
+
     Example:
         >>> import tempfile
         >>> bad = tempfile.mktemp(suffix=".parquet"); _ = open(bad, "wb").write(b"PAR1 not really")
@@ -205,8 +208,10 @@ def parquet_file(path: str) -> pq.ParquetFile:
         ...
         fbrapids.errors.ViewError: ... is not a readable parquet file (truncated or corrupt?): ...
     """
+    from fbrapids.manifest import verification_enabled
+
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, page_checksum_verification=verification_enabled())
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
     except (pa.ArrowException, OSError) as exc:

@@ -1,0 +1,147 @@
+"""The CLI under real faults: Ctrl-C then --resume (bit-identical final weights), two runs
+on one work dir, a data folder that is not the demo's, a truncated parquet file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fbrapids.datagen import DEMO_MARK, ensure_dataset, generate
+from fbrapids.errors import DataDirError
+from fbrapids.manifest import read_manifest
+from fbrapids.trainers.checkpoint import checkpoints
+from fbrapids.workdir import LOCK_NAME
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS = 4000
+DEMO = ["demo", "--rows", str(ROWS), "--batch-size", "256", "--checkpoint-every", "2", "--backend", "cpu"]
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "fbrapids.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _final_digests(work: Path) -> dict[str, str]:
+    """sha256 of every file of the final checkpoint: the dense weights and optimizer state,
+    and every table's rows and index."""
+    final = checkpoints(work / "checkpoints")[0]
+    return {k: v["sha256"] for k, v in read_manifest(final)["files"].items()}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("gen") / "data"
+    proc = subprocess.run([sys.executable, "-m", "fbrapids.cli", "gen", "--rows", str(ROWS), "--out", str(d)],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return d
+
+
+def test_ctrl_c_then_resume_gives_the_uninterrupted_model_bit_for_bit(data, tmp_path):
+    straight = _cli(*DEMO, "--data-dir", str(data), "--work-dir", str(tmp_path / "straight"))
+    out, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err
+    want = _final_digests(tmp_path / "straight")
+
+    work = tmp_path / "interrupted"
+    proc = _cli("-v", *DEMO, "--data-dir", str(data), "--work-dir", str(work))
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not checkpoints(work / "checkpoints"):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err, err
+    done = checkpoints(work / "checkpoints")
+    assert done and done[0].name != checkpoints(tmp_path / "straight" / "checkpoints")[0].name  # stopped early
+
+    again = _cli(*DEMO, "--data-dir", str(data), "--work-dir", str(work))  # no --resume: refused, not mixed
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 2 and "already holds checkpoints up to" in err and "--resume" in err, err
+
+    resumed = _cli("-v", *DEMO, "--data-dir", str(data), "--work-dir", str(work), "--resume")
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert f"resumed from {done[0]}" in err
+    got = _final_digests(work)
+    assert got == want
+    assert any(k.endswith("rows.f32") for k in got) and "dense.pt" in got
+
+
+def test_two_runs_on_one_work_dir_the_second_names_the_first(data, tmp_path):
+    work = tmp_path / "w"
+    first = _cli(*DEMO, "--data-dir", str(data), "--work-dir", str(work))
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and first.poll() is None:
+            lock = work / LOCK_NAME
+            if lock.exists() and lock.read_text().strip():
+                break
+            time.sleep(0.05)
+        assert first.poll() is None
+        second = _cli(*DEMO, "--data-dir", str(data), "--work-dir", str(work))
+        _, err = second.communicate(timeout=300)
+        assert second.returncode == 2, err
+        assert f"fbrapids demo: {work} is in use by another run: PID {first.pid} on host " \
+               f"{socket.gethostname()}" in err
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+
+
+def test_demo_never_overwrites_data_it_did_not_make(data, tmp_path):
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "clicks.parquet").write_bytes(b"a user's own file")
+    proc = _cli(*DEMO, "--data-dir", str(own), "--work-dir", str(tmp_path / "w"))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "which the demo did not make" in err and "fbrapids gen" in err, err
+    assert sorted(p.name for p in own.iterdir()) == ["clicks.parquet"]
+    assert (own / "clicks.parquet").read_bytes() == b"a user's own file"
+
+    # data made by `fbrapids gen` with other rows: refused with the --rows that would use it
+    before = {p.name: p.stat().st_mtime_ns for p in data.iterdir()}
+    with pytest.raises(DataDirError, match=f"generated data of {ROWS:,} rows, seed 0.*--rows {ROWS} --seed 0"):
+        ensure_dataset(ROWS + 1, data)
+    assert {p.name: p.stat().st_mtime_ns for p in data.iterdir()} == before and not (data / DEMO_MARK).exists()
+    assert ensure_dataset(ROWS, data) == data  # the asked-for set: used as it is, untouched
+    assert {p.name: p.stat().st_mtime_ns for p in data.iterdir()} == before
+
+    # a folder the demo made is its own to regenerate
+    ours = ensure_dataset(300, tmp_path / "ours")
+    assert json.loads((ours / DEMO_MARK).read_text()) == {"rows": 300, "seed": 0}
+    ensure_dataset(400, ours)
+    from fbrapids.datagen import read_metadata
+
+    assert read_metadata(ours)["rows"] == 400
+
+
+def test_gen_writes_page_checksums_and_reads_verify_them(tmp_path):
+    from fbrapids.errors import ViewError
+    from fbrapids.views.read import read_view
+
+    d = tmp_path / "d"
+    generate(3000, d)
+    basic = d / "basic.parquet"
+    raw = bytearray(basic.read_bytes())
+    # flip 256 bytes in the middle of the data pages (the footer stays readable)
+    mid = len(raw) // 3
+    for i in range(mid, mid + 256):
+        raw[i] ^= 0x5A
+    basic.write_bytes(bytes(raw))
+    with pytest.raises(ViewError, match=f"{basic}.*(CRC|checksum|corrupt)"):
+        read_view(basic, eager=True)
+    # a truncated file: the error names it
+    imp = d / "impressions.parquet"
+    imp.write_bytes(imp.read_bytes()[: imp.stat().st_size // 2])
+    with pytest.raises(ViewError, match=str(imp)):
+        read_view(imp, eager=True)

@@ -1,0 +1,140 @@
+"""Cluster faults for real: an HTTP server where a scheduler should be, every worker
+process killed, a worker restarted mid-run (kernel launch counts must survive it)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dask
+import pytest
+
+from fbrapids.cluster import close_client, connect, local_cluster
+from fbrapids.errors import ClusterError
+from fbrapids.pipeline import run_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_an_http_port_is_not_a_scheduler_and_fails_fast():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"tcp://127.0.0.1:{server.server_address[1]}"
+        t = time.monotonic()
+        with pytest.raises(ClusterError, match=f"{address} accepted a connection but is not a dask scheduler "
+                                               r"\(it sent nothing within 3 s\)"):
+            connect(address, timeout=3)
+        assert time.monotonic() - t < 10
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _worker(address: str) -> subprocess.Popen:
+    """A dask worker process of its own (no nanny: killed, it stays dead)."""
+    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
+                             "--nthreads", "1", "--no-dashboard"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+@pytest.fixture
+def own_workers():
+    """A scheduler with two worker processes of their own (no nanny: killed, they stay dead)."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=0, processes=True, dashboard_address=None, host="127.0.0.1")
+    client = Client(cluster)
+    workers = [_worker(cluster.scheduler_address) for _ in range(2)]
+    try:
+        client.wait_for_workers(2, timeout=120)
+        yield client, workers
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        client.close()
+        cluster.close()
+
+
+def _kill_all(client, workers) -> None:
+    for w in workers:
+        w.send_signal(signal.SIGKILL)
+        w.wait()
+    deadline = time.time() + 60
+    while client.scheduler_info()["workers"] and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def test_losing_every_worker_mid_run_is_an_error_naming_scheduler_and_partition(gen_dir, tmp_path, own_workers):
+    from fbrapids import kernels as kernel_stats
+
+    client, workers = own_workers
+    addr = client.scheduler.address
+    killed: list[float] = []
+
+    def kill_when_extracting() -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if any(c["launches"] > 0 for c in client.run(kernel_stats.stats).values()):
+                killed.append(time.monotonic())
+                _kill_all(client, workers)
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=kill_when_extracting, daemon=True).start()
+    with dask.config.set({"fbrapids.worker-wait": 3}):
+        # a partition waiting for a worker, or a pass whose persisted inputs died with the workers
+        with pytest.raises(ClusterError, match=f"partition.*: the scheduler {addr} (has had no worker|lost the data)"):
+            run_pipeline(gen_dir, client=client, batch_size=128, progress=False, work_dir=tmp_path,
+                         count_clean=False, checkpoint=False, backend="cpu")
+    assert killed and time.monotonic() - killed[0] < 60
+
+
+def test_a_scheduler_without_workers_is_an_error_before_any_work(gen_dir, tmp_path, own_workers):
+    client, workers = own_workers
+    _kill_all(client, workers)
+    with dask.config.set({"fbrapids.worker-wait": 2}):
+        with pytest.raises(ClusterError, match=f"extracting {gen_dir}: the scheduler {client.scheduler.address} "
+                                               "has had no worker for 2 s"):
+            run_pipeline(gen_dir, client=client, batch_size=512, progress=False, work_dir=tmp_path,
+                         count_clean=False, checkpoint=False, backend="cpu")
+
+
+def test_launch_counter_stays_right_across_a_worker_restart(gen_dir, tmp_path):
+    from fbrapids import kernels as kernel_stats
+
+    client = local_cluster(n_workers=2, backend="cpu")
+    restarted: list[str] = []
+
+    def restart_one_when_busy() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            counts = client.run(kernel_stats.stats)
+            busy = [a for a, c in counts.items() if c["launches"] > 0]
+            if busy:
+                client.restart_workers([busy[0]])
+                restarted.append(busy[0])
+                return
+            time.sleep(0.05)
+
+    try:
+        watcher = threading.Thread(target=restart_one_when_busy, daemon=True)
+        watcher.start()
+        r = run_pipeline(gen_dir, client=client, batch_size=128, progress=False, work_dir=tmp_path,
+                         count_clean=False, checkpoint=False, backend="cpu")
+        watcher.join(timeout=120)
+        assert restarted, "no worker was restarted during the run"
+        k = r.kernel
+        # every streamed partition ran its JSON-cleaning kernel plus one launch per feature layer;
+        # a partition recomputed after the restart may add launches, none may go missing
+        assert k["partitions"] > 0 and k["launches"] >= (k["layers"] + 1) * k["partitions"]
+    finally:
+        close_client(client)
