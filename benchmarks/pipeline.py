@@ -18,6 +18,12 @@ The last line printed is one JSON object with ``pipeline_s``, ``write_then_train
 ``baseline_auc``.
 
     python benchmarks/pipeline.py --rows 200000
+
+``--verify-overhead`` measures instead what the integrity checks cost: the pipeline with
+checkpoints and a reload of the last one, verification on vs off (``FBRAPIDS_VERIFY=0``),
+alternated in one run:
+
+    python benchmarks/pipeline.py --rows 200000 --verify-overhead --repeat 3 --checkpoint-every 25
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from benchmarks.machine import machine_description  # noqa: E402
 from fbrapids import workload
 from fbrapids.datagen import DAYS, TS0, ensure_dataset
 from fbrapids.iostats import IOCounter
+from fbrapids.manifest import VERIFY_ENV
 from fbrapids.pipeline import DAY, DENSE, SPARSE, _stream, build_model, feature_frame, run_pipeline, split_by_day
 from fbrapids.trainers import evaluate, fit
 from fbrapids.trainers.metrics import format_metric
@@ -85,6 +92,52 @@ def _partitions(frame):
         yield piece.compute()
 
 
+def _verified_run(data: Path, work: Path, args: argparse.Namespace, verify: bool) -> tuple[float, float]:
+    """One pipeline run writing checkpoints, then the final checkpoint loaded back into a
+    fresh model; returns (seconds, AUC).  ``verify`` False sets FBRAPIDS_VERIFY=0 for it."""
+    from fbrapids.trainers.fit import load_checkpoint
+
+    os.environ[VERIFY_ENV] = "1" if verify else "0"
+    try:
+        t = time.perf_counter()
+        r = run_pipeline(data, batch_size=args.batch_size, seed=args.seed, work_dir=work, checkpoint=True,
+                         checkpoint_every=args.checkpoint_every, progress=False, count_clean=False)
+        store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "reload"), seed=args.seed)
+        load_checkpoint(build_model("dlrm", len(DENSE), SPARSE, store), None, r.checkpoint)
+        return time.perf_counter() - t, r.metrics["auc"]
+    finally:
+        os.environ.pop(VERIFY_ENV, None)
+
+
+def verify_overhead(args: argparse.Namespace) -> int:
+    """Verification on vs off, alternated run by run in one process, same data and seed."""
+    data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-bench-{args.rows}-crc", 0)
+    base = Path(tempfile.mkdtemp(prefix="fbrapids-bench-verify-"))
+    try:
+        small = ensure_dataset(3000, base / "warm-data", 0)
+        for verify in (True, False):  # warm-up, untimed
+            _verified_run(small, base / f"warm-{verify}", args, verify)
+        times: dict[bool, list[float]] = {True: [], False: []}
+        aucs: dict[bool, float] = {}
+        for r in range(args.repeat):
+            for verify in ((True, False) if r % 2 == 0 else (False, True)):  # alternate who goes first
+                work = base / f"run-{r}-{verify}"
+                seconds, aucs[verify] = _verified_run(data, work, args, verify)
+                times[verify].append(seconds)
+                shutil.rmtree(work, ignore_errors=True)
+        on, off = statistics.median(times[True]), statistics.median(times[False])
+        print(f"rows: {args.rows:,}; pipeline + checkpoint(s) + reload, {args.repeat} runs each (median)")
+        print(f"verification on   {on:8.2f} s  {['%.2f' % x for x in times[True]]}")
+        print(f"verification off  {off:8.2f} s  {['%.2f' % x for x in times[False]]}")
+        print(f"overhead          {100 * (on - off) / off:+8.2f} %   (AUC on {aucs[True]:.5f}, off {aucs[False]:.5f})")
+        print(json.dumps({"verify_on_s": round(on, 3), "verify_off_s": round(off, 3),
+                          "overhead_pct": round(100 * (on - off) / off, 2), "runs_on": times[True],
+                          "runs_off": times[False], "auc_on": aucs[True], "auc_off": aucs[False]}))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -92,7 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=2, help="runs of each side; the median is reported")
+    parser.add_argument("--verify-overhead", action="store_true",
+                        help="instead: the pipeline with a checkpoint and its reload, with verification (manifests, "
+                             "page checksums, finite checks, work-dir lock, preflight) on vs off (FBRAPIDS_VERIFY=0)")
+    parser.add_argument("--checkpoint-every", type=int, default=None, help="with --verify-overhead")
     args = parser.parse_args(argv)
+    if args.verify_overhead:
+        return verify_overhead(args)
 
     data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-bench-{args.rows}", 0)
     base = Path(tempfile.mkdtemp(prefix="fbrapids-bench-pipeline-"))

@@ -186,6 +186,54 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     return int(state["step"])
 
 
+def weights_digest(path: str | os.PathLike) -> str:
+    """sha256 over what a checkpoint directory holds as numbers: the dense weights, the dense
+    optimizer's state, the step, and every table's ids and rows (file bytes such as
+    ``torch.save``'s archive layout or a table's SSD path do not enter it).  Two runs that
+    trained the same model bit for bit give the same digest.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from fbrapids.trainers.models import DLRM
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> m = DLRM(1, ["ad"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(dim=2, cache_rows=8))
+        >>> d = tempfile.mkdtemp(); a = weights_digest(save_checkpoint(m, None, d, 1))
+        >>> a == weights_digest(save_checkpoint(m, None, tempfile.mkdtemp(), 1)), len(a)
+        (True, 64)
+    """
+    import hashlib
+
+    path = Path(path)
+    h = hashlib.sha256()
+    state = load_tensors(resolve_inside(path, "dense.pt"))
+
+    def feed(name: str, value: object) -> None:
+        h.update(name.encode())
+        if torch.is_tensor(value):
+            h.update(str((value.dtype, tuple(value.shape))).encode())
+            h.update(value.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(value, dict):
+            for k in sorted(value, key=str):
+                feed(f"{name}/{k}", value[k])
+        elif isinstance(value, (list, tuple)):
+            for k, v in enumerate(value):
+                feed(f"{name}/{k}", v)
+        else:
+            h.update(repr(value).encode())
+
+    feed("model", state["model"])
+    feed("optimizer", state.get("optimizer"))
+    feed("step", state["step"])
+    meta = json.loads(resolve_inside(path, "meta.json").read_text())
+    for key in meta["tables"]:
+        d = resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory")
+        with np.load(d / "index.npz") as z:
+            for k in sorted(z.files):
+                feed(f"{key}/{k}", torch.from_numpy(z[k]))
+        h.update((d / "rows.f32").read_bytes())
+    return h.hexdigest()
+
+
 def load_tensors(path: str | os.PathLike) -> object:
     """``torch.load(path, map_location="cpu", weights_only=True)``: tensors, numbers, strings
     and containers only; a file that would run code or build other objects is refused
