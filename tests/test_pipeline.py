@@ -31,7 +31,7 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     # at least its input files
     assert r.bytes_written >= r.work_tree["checkpoints"] > 0
     assert r.bytes_written <= sum(r.work_tree.values()) + (1 << 20), (r.bytes_written, r.work_tree)
-    assert set(r.work_tree) == {"checkpoints", "store"}
+    assert set(r.work_tree) == {"checkpoints", "store", ".fbrapids.lock"}  # the lock: its holder's PID and host
     assert r.bytes_read >= sum(f.stat().st_size for f in gen_dir.glob("*.parquet"))
     assert r.rows["impressions read"] == 5000
     assert r.rows["after clean"] == int((pd.read_parquet(gen_dir / "impressions.parquet")["slot"] >= 0).sum())
