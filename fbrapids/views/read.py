@@ -415,7 +415,10 @@ def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any],
         if str(want) in ("str", "string", "object") or want is str:
             out[col] = values
             continue
-        np_want = np.dtype(getattr(want, "numpy_dtype", want))
+        try:
+            np_want = np.dtype(getattr(pd.api.types.pandas_dtype(want), "numpy_dtype", want))
+        except TypeError:  # a dtype numpy has no name for: the host reader converts it
+            return None
         stripped = values.str.strip()
         if np_want.kind in "iu":
             target = plc.types.DataType(plc.types.TypeId.UINT64 if np_want.kind == "u" else plc.types.TypeId.INT64)
