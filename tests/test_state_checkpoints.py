@@ -264,3 +264,19 @@ def test_preflight_names_the_dir_and_the_sizes(tmp_path):
     free = shutil.disk_usage(tmp_path).free
     with pytest.raises(PreflightError, match=r"GiB free; this run needs about .* \(SSD tier .*, one checkpoint"):
         preflight({"work dir": tmp_path}, {"SSD tier": free, "one checkpoint": 1 << 30})
+
+
+def test_dense_values_outside_declared_ranges_are_counted_or_an_error(tmp_path):
+    from fbrapids.errors import RangeError
+
+    frame = ctr_frame(rows=600)
+    frame.loc[[17, 401], "d1"] = [3e21, -7.0]  # d1 is uniform in [0, 1): two corrupt values
+    s = frame.fbx.stream(label="click", dense=["d0", "d1"], sparse=["ad"], batch_size=64, ranges={"d1": (0.0, 1.0)})
+    assert sum(len(b) for b in s) == 600 and s.out_of_range == {"d1": 2}
+    strict = frame.fbx.stream(label="click", dense=["d0", "d1"], sparse=["ad"], batch_size=64,
+                              ranges={"d1": (0.0, 1.0)}, strict=True)
+    with pytest.raises(RangeError, match=r"partition 0: dense feature 'd1' has 2 value\(s\) outside its declared "
+                                         r"range \[0.0, 1.0\], the first at row 17 \(3e\+21\)"):
+        list(strict)
+    with pytest.raises(RangeError, match="'d9', which is not a dense feature"):
+        frame.fbx.stream(label="click", dense=["d0"], sparse=["ad"], ranges={"d9": (0, 1)})

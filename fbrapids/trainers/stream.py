@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,6 +46,7 @@ from fbrapids.trainers.batch import Batch, Columns
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
+from fbrapids.trainers.ranges import check_ranges, validate_ranges
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ class BatchStream:
                  shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
                  group: str | None = None, nan: str = "error", drop_last: bool = False,
                  pin_memory: bool | None = None, persist: bool = False,
-                 label_range: tuple[float, float] | None = None) -> None:
+                 label_range: tuple[float, float] | None = None,
+                 ranges: Mapping[str, tuple[float, float]] | None = None, strict: bool = False) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch < 1:
@@ -84,6 +86,8 @@ class BatchStream:
         self._known_rows: int | None = None
         self.label_range = check_label_range(label_range)
         self.label, self.dense, self.sparse, self.group = label, list(dense), list(sparse), group
+        self.ranges, self.strict = validate_ranges(ranges, self.dense), bool(strict)
+        self.out_of_range: dict[str, int] = {}  # per dense column, values outside its declared range
         self.batch_size, self.shuffle_window, self.seed = int(batch_size), int(shuffle_window), int(seed)
         self.prefetch, self.device, self.nan, self.drop_last = int(prefetch), device, nan, drop_last
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
@@ -163,6 +167,11 @@ class BatchStream:
                     cols = Columns.from_frame(part, self.label, self.dense, self.sparse, self.group, self.nan,
                                               part=i)
                 self.stats["nan_replaced"] += cols.nan_replaced
+                if self.ranges:
+                    n = check_ranges(cols.dense, self.dense, self.ranges, self.strict, i, self.out_of_range)
+                    if n:
+                        log.warning("partition %d: %d dense value(s) outside their declared ranges (%s)", i, n,
+                                    self.out_of_range)
                 self.stats["rows"] += len(cols)
                 if not put(cols):
                     return
@@ -200,6 +209,7 @@ class BatchStream:
 
     def __iter__(self) -> Iterator[Batch]:
         self.stats = {"partitions": 0, "empty_partitions": 0, "rows": 0, "batches": 0, "nan_replaced": 0}
+        self.out_of_range = {}
         q: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
         worker = threading.Thread(target=self._produce, args=(q, stop), name="fbrapids-stream-producer", daemon=True)
@@ -240,7 +250,8 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
            shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
            group: str | None = None, nan: str = "error", drop_last: bool = False,
            pin_memory: bool | None = None, persist: bool = False,
-           label_range: tuple[float, float] | None = None) -> BatchStream:
+           label_range: tuple[float, float] | None = None,
+           ranges: Mapping[str, tuple[float, float]] | None = None, strict: bool = False) -> BatchStream:
     """Batches for torch from a pandas / cudf frame, a dask frame, or an iterable of frames.
 
     Args:
@@ -264,6 +275,11 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
             needed for shared work: every upstream task already runs once per pass).
         label_range: ``(lo, hi)``: soft labels, any value in that closed range (e.g.
             ``(0, 1)`` for click rates) instead of 0/1.
+        ranges: declared ``(lo, hi)`` (closed) of dense columns: values outside are counted
+            (per column in the stream's ``out_of_range``, logged per partition), or with
+            ``strict=True`` a :class:`~fbrapids.errors.RangeError` naming the column, the
+            partition, the count and the first row.
+        strict: see ``ranges``.
 
     Example:
         >>> import pandas as pd, dask.dataframe as dd
@@ -273,4 +289,4 @@ def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str]
         [[0.0, 1.0, 1.0], [0.0]]
     """
     return BatchStream(df, label, dense, sparse, batch_size, shuffle_window, seed, prefetch, device, group, nan,
-                       drop_last, pin_memory, persist, label_range)
+                       drop_last, pin_memory, persist, label_range, ranges, strict)
