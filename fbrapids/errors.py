@@ -195,3 +195,7 @@ class NotFittedError(FbrapidsError, ValueError):
 
 class FittedStateError(FbrapidsError, ValueError):
     """Saved fitted state that cannot be read back (a missing file or table, a bad format)."""
+
+
+class NotAnExportError(FbrapidsError, FileNotFoundError):
+    """A directory given as a serving export holds no ``serving.json`` (the message says what it is)."""

@@ -162,3 +162,13 @@ def test_spec_json_builds_data_only(export, feature, match):
     write_manifest(export)
     with pytest.raises(UnsafeFileError, match=match):
         load_model(export)
+
+
+def test_serving_a_checkpoint_says_to_export_it(tmp_path, capsys) -> None:
+    from fbrapids.cli import main as cli_main
+
+    from fbrapids.trainers.fit import save_checkpoint
+
+    save_checkpoint(WideAndDeep(**_kwargs()), None, tmp_path / "ckpt", step=1)
+    assert cli_main(["serve", str(tmp_path / "ckpt")]) == 2
+    assert "is a fit checkpoint; export it first with `fbrapids export" in capsys.readouterr().err

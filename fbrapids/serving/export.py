@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fbrapids.errors import ExportError, UnsafeFileError
+from fbrapids.errors import ExportError, NotAnExportError, UnsafeFileError
 from fbrapids.features import FeatureSet, needs_fit
 from fbrapids.manifest import resolve_inside, verify_manifest, write_manifest
 from fbrapids.serving.spec import ServingSpec
@@ -168,7 +168,9 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     """
     d = Path(path)
     if not (d / "serving.json").is_file():
-        raise FileNotFoundError(f"{d} is not a serving export (no serving.json)")
+        hint = (": it is a fit checkpoint; export it first with `fbrapids export CHECKPOINT DIR`"
+                if (d / "latest").is_file() or (d / "meta.json").is_file() or (d / "checkpoints").is_dir() else "")
+        raise NotAnExportError(f"{d} is not a serving export (no serving.json){hint}")
     meta = _read_json(d / "serving.json")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         fmt = meta.get("format") if isinstance(meta, dict) else None
