@@ -46,3 +46,26 @@ def test_readme_demo_export_serve_curl(tmp_path) -> None:
     answer = json.loads(run.stdout.strip().splitlines()[-1])
     assert answer["n"] == 2 and all(isinstance(p, float) and 0.0 < p < 1.0 for p in answer["scores"])
     assert (tmp_path / "demo-export" / "MANIFEST.json").is_file() and (tmp_path / "demo-export" / "spec.json").is_file()
+
+
+def test_export_command_turns_a_demo_checkpoint_into_a_served_model(tmp_path, capsys) -> None:
+    import numpy as np
+
+    from fbrapids.cli import main as cli_main
+    from fbrapids.pipeline import DENSE, SPARSE, model_arguments
+    from fbrapids.serving import load_scorer
+    from fbrapids.trainers.fit import save_checkpoint
+    from fbrapids.trainers.sparse import StoreConfig
+
+    cls, kw = model_arguments("deepfm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 10), embedding_dim=8)
+    save_checkpoint(cls(**kw), None, tmp_path / "checkpoints", step=3)
+    assert cli_main(["export", str(tmp_path / "checkpoints"), str(tmp_path / "exp"), "--model", "deepfm",
+                     "--embedding-dim", "8"]) == 0
+    assert "serve it: fbrapids serve" in capsys.readouterr().out
+    body = json.loads(re.search(r"-d '(\{.*?\})'", readme_block(), re.S).group(1))
+    scores = load_scorer(tmp_path / "exp").score(body["request"], body["items"])
+    assert scores.shape == (2,) and np.isfinite(scores).all()
+    assert cli_main(["export", str(tmp_path / "checkpoints"), str(tmp_path / "exp")]) == 2  # not empty: refused
+    assert "is not empty" in capsys.readouterr().err
+    assert cli_main(["export", str(tmp_path / "checkpoints"), str(tmp_path / "exp2")]) == 2  # dlrm: the wrong model
+    assert "does not hold the demo's dlrm model with embedding_dim=16" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids import workload
+from fbrapids.errors import ExportError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.export import export_model
 from fbrapids.serving.spec import ServingSpec
@@ -63,6 +64,14 @@ def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike
     spec = demo_spec()
     cls, kwargs = model_arguments(model, len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 16, seed=seed),
                                   embedding_dim)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} is not empty (an export is written into a new or empty directory)")
     net = cls(**kwargs)
-    load_checkpoint(net, None, checkpoint)
+    try:
+        load_checkpoint(net, None, checkpoint)
+    except RuntimeError as exc:  # torch's state-dict mismatch: another model or embedding size
+        first = str(exc).strip().splitlines()[0][:200]
+        raise ExportError(f"{checkpoint} does not hold the demo's {model} model with embedding_dim={embedding_dim} "
+                          f"(pass the demo's --model / --embedding-dim): {first}") from None
     return export_model(out, net.eval(), spec, kwargs)
