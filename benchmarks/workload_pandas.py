@@ -39,6 +39,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fbrapids.views.json_fields import nesting_depth  # the bracket scan only; parsing is json.loads
+
 log = logging.getLogger(__name__)
 
 TABLES = ("impressions", "users", "ads", "basic")
@@ -121,26 +123,8 @@ def strict_text_ok(doc: str) -> bool:
                 return False
         if high_end >= 0:
             return False
-    if doc.count("{") + doc.count("[") > JSON_MAX_DEPTH:
-        depth = deepest = 0
-        in_str = esc = False
-        for ch in doc:
-            if in_str:
-                if esc:
-                    esc = False
-                elif ch == "\\":
-                    esc = True
-                elif ch == '"':
-                    in_str = False
-            elif ch == '"':
-                in_str = True
-            elif ch in "[{":
-                depth += 1
-                deepest = max(deepest, depth)
-            elif ch in "]}":
-                depth -= 1
-        if deepest > JSON_MAX_DEPTH:
-            return False
+    if doc.count("{") + doc.count("[") > JSON_MAX_DEPTH and nesting_depth(doc) > JSON_MAX_DEPTH:
+        return False
     return True
 
 
