@@ -46,7 +46,7 @@ from benchmarks.machine import machine_description  # noqa: E402
 from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
 from fbrapids import ops  # noqa: E402
 from fbrapids import workload  # noqa: E402
-from fbrapids.backend import get_backend, gpu_missing, to_host  # noqa: E402
+from fbrapids.backend import get_backend, gpu_missing, is_gpu_object, to_host  # noqa: E402
 from fbrapids.kernels import to_series  # noqa: E402
 from fbrapids.features import compiled_plan, extract  # noqa: E402
 from fbrapids.kernels import reset_stats, stats  # noqa: E402
@@ -127,11 +127,8 @@ def synthetic_frame(rows: int, backend: str) -> Any:
 
 def _plan_columns(result: Any) -> pd.DataFrame:
     """A compiled plan's result columns as one host frame (for the equality check): host
-    plans give HostColumns, CUDA plans device series."""
-    if hasattr(result, "columns"):
-        cols = {name: to_series(c, None, name) for name, c in result.columns.items()}
-    else:
-        cols = {name: to_host(s) for name, s in result.items()}
+    plans give HostColumns, CUDA plans cudf series."""
+    cols = {name: to_host(c) if is_gpu_object(c) else to_series(c, None, name) for name, c in result.columns.items()}
     return pd.DataFrame({name: s.to_numpy() for name, s in cols.items()})
 
 

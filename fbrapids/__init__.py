@@ -41,7 +41,11 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light
         from fbrapids.trials import trial
 
         return trial
+    if name == "progress":
+        from fbrapids.progressbar import progress
+
+        return progress
     raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")
 
 
-__all__ = ["Backend", "BackendUnavailableError", "FbrapidsError", "get_backend", "read_view", "ops", "FeatureSet", "trial"]
+__all__ = ["Backend", "BackendUnavailableError", "FbrapidsError", "get_backend", "read_view", "ops", "FeatureSet", "trial", "progress"]

@@ -66,3 +66,15 @@ def test_progress_totals_for_fit_and_predict(capsys):
     fit(model, s, epochs=2, progress=True)
     err = capsys.readouterr().err
     assert "14/14" in err  # the bar's total: 2 epochs x 7 batches
+
+
+def test_progress_bar_over_a_large_lazy_extract(capsys):
+    import fbrapids
+    from fbrapids import ops
+
+    lazy = dd.from_pandas(_frame([0, 1] * 500), npartitions=4).fbx.extract(h=ops.hash_bucket("ad", 100))
+    with fbrapids.progress() as bar:
+        out = lazy.compute()
+    assert len(out) == 1000 and bar.tasks_done >= 4  # at least one task per partition ran under the bar
+    err = capsys.readouterr().err
+    assert f"{bar.tasks_done}/{bar.tasks_done}" in err  # the bar's total was known up front and reached

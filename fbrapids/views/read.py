@@ -810,31 +810,10 @@ def read_view(
     pieces = _pieces(files, fmt, row_groups_per_partition, partition_rows)
     dd = _backend.dask_dataframe()
     log.debug("read_view %s: %d files, %d partitions, format %s, columns %s", pattern, len(files), len(pieces), fmt, cols)
-    view = dd.from_map(
+    return dd.from_map(
         _read_one, pieces, fmt=fmt, columns=cols, csv_opts=csv_opts, dtype=dtypes,
         backend_name=be.name, meta=meta, enforce_metadata=True, label=f"read-{fmt}",
     )
-    _VIEW_PIECES[view._name] = tuple(pieces)
-    while len(_VIEW_PIECES) > 512:
-        _VIEW_PIECES.pop(next(iter(_VIEW_PIECES)))
-    return view
-
-
-_VIEW_PIECES: dict[str, tuple[FilePiece, ...]] = {}
-
-
-def view_pieces(view: Any) -> tuple[FilePiece, ...] | None:
-    """The file pieces behind each partition of a dask view ``read_view`` returned (None
-    for any other frame): which file, row groups and rows each partition reads.
-
-    Example:
-        >>> import tempfile, pandas as pd
-        >>> path = tempfile.mkdtemp() + "/v.parquet"
-        >>> pd.DataFrame({"id": range(10)}).to_parquet(path, row_group_size=4)
-        >>> [p.row_groups for p in view_pieces(read_view(path, partition_rows=8))]
-        [(0, 1), (2,)]
-    """
-    return _VIEW_PIECES.get(getattr(view, "_name", None))
 
 
 def _check_partition_dtypes(parts: list[Any], pieces: list[FilePiece]) -> None:

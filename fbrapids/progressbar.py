@@ -1,0 +1,48 @@
+"""A tqdm progress bar over the tasks of dask computes on this process's schedulers.
+
+``with progress(): frame.compute()`` shows the tasks done out of the total, and the time
+left, for any compute in the block (threads, processes or synchronous scheduler: dask's
+local callbacks; a distributed ``Client`` has its own dashboard and
+``distributed.progress``).  Large ``compute`` / lazy ``extract`` results are where it
+helps; ``fit`` / ``predict`` and ``fbrapids gen`` have their own bars.
+
+Example:
+    >>> import dask.dataframe as dd, pandas as pd
+    >>> frame = dd.from_pandas(pd.DataFrame({"a": range(100)}), npartitions=4)
+    >>> with progress(disable=True) as bar:
+    ...     total = int(frame["a"].sum().compute())
+    >>> total, bar.tasks_done > 0
+    (4950, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dask.callbacks import Callback
+
+
+class progress(Callback):  # noqa: N801 - used as a context manager, like dask's ProgressBar
+    """A dask local-scheduler callback drawing a ``tqdm.auto`` bar (total tasks, time left)."""
+
+    def __init__(self, desc: str = "compute", disable: bool = False) -> None:
+        super().__init__()
+        self.desc, self.disable = desc, disable
+        self.tasks_done = 0
+        self._bar: Any = None
+
+    def _start_state(self, dsk: Any, state: dict) -> None:
+        from tqdm.auto import tqdm
+
+        total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished") if k in state)
+        self._bar = tqdm(total=total, desc=self.desc, unit="task", disable=self.disable)
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: dict, worker_id: Any) -> None:
+        self.tasks_done += 1
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def _finish(self, dsk: Any, state: dict, errored: bool) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
