@@ -30,6 +30,7 @@ from fbrapids.trainers.sparse.directory import RowDirectory
 from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots
 from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.policies import eviction_policy
+from fbrapids.trainers.sparse.slot_map import SlotMap
 from fbrapids.trainers.sparse.ssd import SsdTier
 from fbrapids.trainers.sparse.tiers import CacheTier, HostTier, TierStats
 
@@ -50,6 +51,38 @@ class TierStack:
         self.new_rows = 0
         self.seed_mix = seed_mix(c.seed)
         self.row_bytes = c.width * 4
+        self.slot_map: SlotMap | None = None  # a CUDA cache's id -> slot map, kept exact by the moves below
+        if self.cache.device.type == "cuda":
+            self.attach_slot_map()
+
+    def attach_slot_map(self) -> SlotMap:
+        """Build the id -> slot map on the cache's device from the rows cached now (done for a
+        CUDA cache; on a CPU cache only tests do it, to check the map's path against the
+        directory's).
+
+        Example:
+            >>> import numpy as np, torch
+            >>> from fbrapids.trainers.sparse.config import StoreConfig
+            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> d = RowDirectory(); g = d.admit(np.array([3, 4], dtype=np.uint64))
+            >>> t = TierStack(StoreConfig(dim=2, cache_rows=4), "t", d, torch.device("cpu"))
+            >>> t.slot_map is None, t.ensure_cached(g, 0, 0).tolist()
+            (True, [0, 1])
+            >>> t.attach_slot_map().probe(torch.tensor([4, 3, 5])).tolist()
+            [1, 0, -1]
+        """
+        cm = self.cache.slots
+        occ = cm.occupied()
+        self.slot_map = SlotMap(cm.capacity, self.cache.device)
+        self.slot_map.insert(self.dir.g2id[cm.owner[occ]], occ)
+        return self.slot_map
+
+    def to(self, device: torch.device) -> None:
+        """Move the cache to ``device``; the id -> slot map exists exactly when it is on cuda."""
+        self.cache.to(device)
+        self.slot_map = None
+        if self.cache.device.type == "cuda":
+            self.attach_slot_map()
 
     # -- rows below the cache --------------------------------------------------------------
     def fresh_rows(self, g: np.ndarray) -> np.ndarray:
@@ -158,6 +191,8 @@ class TierStack:
             dirty = cm.dirty[vic].copy()
             self.dir.cache_loc[vg] = -1
             cm.release(vic)
+            if self.slot_map is not None:
+                self.slot_map.erase(self.dir.g2id[vg])
             cache.stats.evictions += len(vic)
             cache.stats.bytes_out += len(vic) * self.row_bytes
             self.host_insert(vg, rows, dirty)
@@ -182,6 +217,8 @@ class TierStack:
             cache.slots.owner[new_slots] = gm
             cache.slots.dirty[new_slots] = dirty
             d.cache_loc[gm] = new_slots
+            if self.slot_map is not None:
+                self.slot_map.insert(d.g2id[gm], new_slots)
             cache.pin[new_slots] = pin_step
             cache.stats.bytes_in += len(gm) * self.row_bytes
             slots[miss] = new_slots

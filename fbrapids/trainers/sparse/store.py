@@ -28,6 +28,12 @@ the current batch and of a batch announced with :meth:`~TieredEmbeddingStore.pre
 are pinned and never evicted.  :meth:`~TieredEmbeddingStore.apply_gradients` runs the
 sparse optimizer on the cached rows.
 
+On a CUDA cache, the batch's ids are made unique on the device and probed in the
+cache's id -> slot map there (:mod:`~fbrapids.trainers.sparse.slot_map`); only the ids it
+misses are looked up in the host directory (``stats()["host_directory_lookups"]`` vs
+``["device_map_hits"]``).  The rest of the per-batch bookkeeping is the CPU path's, so
+both train the same rows.
+
 The cache lives on the store's ``device`` (:func:`fbrapids.trainers.device.resolve_device`
 unless ``StoreConfig.device`` says); :meth:`~TieredEmbeddingStore.to` moves it, and a
 module owning stores moves them with ``module.to(device)``.  Lookup rows and indices are
@@ -152,7 +158,8 @@ class TieredEmbeddingStore:
         self._step = 0
         self._prefetched: tuple | None = None  # (keys, rows admitted, unique_rows of keys) of the last prefetch
         self.version += 1
-        self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "prefetched_rows": 0}
+        self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "prefetched_rows": 0,
+                        "device_map_hits": 0, "host_directory_lookups": 0}
         self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
@@ -177,7 +184,8 @@ class TieredEmbeddingStore:
             device(type='cpu')
         """
         device = torch.device(device)
-        self.tiers.cache.to(device)
+        self.tiers.to(device)
+        self._prefetched = None
         self.device = self.tiers.cache.device
         self._default = self._default.to(self.device)
         return self
@@ -194,10 +202,12 @@ class TieredEmbeddingStore:
                 with ``full``): for callers that copy the rows into their own leaf and hand
                 the gradient to :meth:`apply_gradients` themselves.
         """
-        keys = as_uint64_ids(ids).ravel()
         d, tiers = self.directory, self.tiers
         full = None
-        uniq, inverse, occ, g = self._unique_rows(keys)  # first-occurrence order: deterministic
+        if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
+            uniq, inverse, occ, g = self._unique_rows_on_device(ids)
+        else:
+            uniq, inverse, occ, g = self._unique_rows(as_uint64_ids(ids).ravel())  # first-occurrence order
         missing = np.flatnonzero(g < 0)
         if len(missing):
             g[missing] = d.admit(uniq[missing])
@@ -216,7 +226,7 @@ class TieredEmbeddingStore:
         n_hit = int(touched[5])
         st.hits += n_hit
         st.misses += len(ga) - n_hit
-        self._counts["lookups"] += len(keys)
+        self._counts["lookups"] += len(inverse)
         self._counts["unique_lookups"] += len(uniq)
         self._counts["default_reads"] += len(uniq) - len(ga)
         dim = self.config.dim
@@ -239,7 +249,8 @@ class TieredEmbeddingStore:
             rows = self._default.expand(len(uniq), dim).clone()
             rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got
         rows.requires_grad_(requires_grad and leaf)
-        inv = torch.from_numpy(inverse).to(self.device, non_blocking=True)
+        inv = inverse if isinstance(inverse, torch.Tensor) else torch.from_numpy(inverse).to(self.device,
+                                                                                            non_blocking=True)
         return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step, full=full,
                       version=self.version)
 
@@ -247,11 +258,64 @@ class TieredEmbeddingStore:
         """Distinct keys, inverse, counts and their global rows (-1: not admitted); taken
         from the last :meth:`prefetch` when it saw the same keys and nothing was admitted
         since (a prefetched batch is not hashed twice)."""
+        stash = self._take_prefetched(keys, np.array_equal)
+        if stash is not None:
+            return stash
+        found = self.directory.unique_rows(keys)
+        self._counts["host_directory_lookups"] += len(found[0])
+        return found
+
+    def _take_prefetched(self, keys: Any, same: Callable[[Any, Any], bool]) -> tuple | None:
+        """What the last :meth:`prefetch` found for ``keys`` if it saw the same keys and
+        nothing was admitted since, else None; the stash is used up either way."""
         stash, self._prefetched = self._prefetched, None
         if stash is not None and stash[1] == len(self) and len(stash[0]) == len(keys) and (
-                stash[0] is keys or np.array_equal(stash[0], keys)):
+                stash[0] is keys or same(stash[0], keys)):
             return stash[2]
-        return self.directory.unique_rows(keys)
+        return None
+
+    def _device_keys(self, ids: Any) -> torch.Tensor:
+        """Ids as an int64 tensor (the uint64 bits) on the store's device; a tensor already
+        there is not copied."""
+        if isinstance(ids, torch.Tensor) and ids.device == self.device:
+            if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+                raise TypeError(f"embedding ids must be integers (int64 / uint64), got dtype {ids.dtype}")
+            t = ids.reshape(-1)
+            return t.view(torch.int64) if t.dtype == torch.uint64 else t.to(torch.int64)
+        return torch.from_numpy(as_uint64_ids(ids).ravel().view(np.int64)).to(self.device)
+
+    def _unique_rows_on_device(self, ids: Any) -> tuple[np.ndarray, torch.Tensor, np.ndarray, np.ndarray]:
+        """Distinct ids (in first-occurrence order), inverse (a tensor on the device), counts
+        and global rows (-1: not admitted), with the distinct ids probed in the cache's id ->
+        slot map on the device: a hit's row is the owner of its slot, and only the misses are
+        looked up in the host directory."""
+        keys = self._device_keys(ids)
+        stash = self._take_prefetched(keys, torch.equal)
+        if stash is not None:
+            return stash
+        uniq_t, inverse, counts = torch.unique(keys, sorted=True, return_inverse=True, return_counts=True)
+        # into first-occurrence order, as the host path's (same rows, same gradient summation order)
+        n = keys.numel()
+        first = torch.full((len(uniq_t),), n, dtype=torch.int64, device=keys.device)
+        first.scatter_reduce_(0, inverse, torch.arange(n, device=keys.device), reduce="amin")
+        order = torch.argsort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(len(order), device=keys.device)
+        uniq_t, counts, inverse = uniq_t[order], counts[order], rank[inverse]
+        slots_t = self.tiers.slot_map.probe(uniq_t)
+        host = torch.stack([uniq_t, slots_t, counts]).cpu().numpy()  # one copy of 24 bytes per distinct id
+        uniq = np.ascontiguousarray(host[0]).view(np.uint64)
+        slots, occ = host[1], np.ascontiguousarray(host[2])
+        hit = slots >= 0
+        g = np.empty(len(uniq), dtype=np.int64)
+        g[hit] = self.tiers.cache.slots.owner[slots[hit]]
+        n_hit = int(hit.sum())
+        if n_hit < len(uniq):
+            miss = np.flatnonzero(~hit)
+            g[miss] = self.directory.get(uniq[miss])
+        self._counts["device_map_hits"] += n_hit
+        self._counts["host_directory_lookups"] += len(uniq) - n_hit
+        return uniq, inverse.reshape(-1), occ, g
 
     def prefetch(self, ids: Any) -> int:
         """Bring the admitted rows among ``ids`` into the cache and pin them through the next step.
@@ -259,10 +323,16 @@ class TieredEmbeddingStore:
         Ids not yet admitted are left alone (prefetching does not count as a sighting).
         Returns the number of rows that had to be brought up.
         """
-        keys = as_uint64_ids(ids).ravel()
-        found = self.directory.unique_rows(keys)
-        self._prefetched = (keys, len(self), (found[0], found[1], found[2], found[3].copy()))
-        g = found[3]
+        if self.tiers.slot_map is not None:
+            keys_t = self._device_keys(ids)
+            uniq, inverse, occ, g = self._unique_rows_on_device(keys_t)
+            self._prefetched = (keys_t, len(self), (uniq, inverse, occ, g.copy()))
+        else:
+            keys = as_uint64_ids(ids).ravel()
+            found = self.directory.unique_rows(keys)
+            self._counts["host_directory_lookups"] += len(found[0])
+            self._prefetched = (keys, len(self), (found[0], found[1], found[2], found[3].copy()))
+            g = found[3]
         g = g[g >= 0]
         moved = int((self.directory.cache_loc[g] < 0).sum())
         self.tiers.ensure_cached(g, self._step + 1, self._step)
@@ -420,6 +490,12 @@ class TieredEmbeddingStore:
         ``upper_tier_hit_rate`` is the share of occurrences of existing rows served by the
         cache or host RAM rather than the SSD file; ``upper_tier_unique_hit_rate`` the same
         over unique rows per batch.
+
+        ``host_directory_lookups`` counts the distinct ids of lookups and prefetches looked
+        up in the host directory's hash map; ``device_map_hits`` those found instead in a
+        CUDA cache's id -> slot map (:mod:`~fbrapids.trainers.sparse.slot_map`), which
+        sends only its misses to the host.  A CPU store has no such map: every distinct id
+        goes to the directory (a prefetched batch once).
         """
         t = self.tiers
         out: dict[str, Any] = {"cache": t.cache.stats.as_dict(), "host": t.host.stats.as_dict(),
