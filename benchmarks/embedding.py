@@ -222,7 +222,7 @@ def main() -> None:
         print(f"not measured: {line}")
     if cuda:
         steps["cuda_embeddingbag"] = embeddingbag_step(args.rows, args.dim, offsets, w, "cuda")
-        steps["tiered_cuda"], _ = tiered_step(cfg.with_(device=None), "cuda", offsets, w, "cuda")
+        steps["tiered_cuda"], ebc_cuda = tiered_step(cfg.with_(device=None), "cuda", offsets, w, "cuda")
 
     ssd_root = Path(args.ssd_dir) if args.ssd_dir else Path(tempfile.mkdtemp(prefix="fbrapids-bench-"))
     res: dict[str, object] = {}
@@ -244,6 +244,7 @@ def main() -> None:
             for ids in warm:
                 fn(ids)
         before = store.stats()
+        before_cuda = ebc_cuda.stores["f"].stats() if cuda else None
         best = dict.fromkeys(steps, 0.0)
         drawn: list[np.ndarray] = []
         for r in range(args.rounds):
@@ -252,6 +253,10 @@ def main() -> None:
             for name, fn in steps.items():
                 best[name] = max(best[name], timed(fn, batches, sync))
         after = store.stats()
+        if cuda:  # distinct ids the device map found vs those looked up in the host directory
+            after_cuda = ebc_cuda.stores["f"].stats()
+            for key in ("device_map_hits", "host_directory_lookups"):
+                res[f"tiered_cuda_{key}"] = after_cuda[key] - before_cuda[key]
         for name in ("tiered_in_ram", "torch_embeddingbag", "torchrec_fused", "fbgemm_tbe", "cuda_embeddingbag",
                      "tiered_cuda", "tiered_10x"):
             res[f"{name}_ops_per_s"] = best.get(name)
@@ -287,6 +292,9 @@ def main() -> None:
           f"RAM tiers {res['upper_tier_hit_rate_10x']:.4f} against the best possible "
           f"{res['best_possible_hit_rate_10x']:.4f} "
           f"for {ram} rows on the stream drawn ({res['hit_rate_vs_best_10x']:.3f} of it)")
+    if "tiered_cuda_device_map_hits" in res:
+        print(f"cache on cuda, distinct ids: {res['tiered_cuda_device_map_hits']} found by the device map, "
+              f"{res['tiered_cuda_host_directory_lookups']} looked up in the host directory")
     print(json.dumps(res))
 
 

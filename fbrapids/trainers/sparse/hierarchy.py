@@ -30,7 +30,7 @@ from fbrapids.trainers.sparse.directory import RowDirectory
 from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots
 from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.policies import eviction_policy
-from fbrapids.trainers.sparse.slot_map import SlotMap
+from fbrapids.trainers.sparse.slot_map import SlotMap, device_maps_available
 from fbrapids.trainers.sparse.ssd import SsdTier
 from fbrapids.trainers.sparse.tiers import CacheTier, HostTier, TierStats
 
@@ -52,12 +52,12 @@ class TierStack:
         self.seed_mix = seed_mix(c.seed)
         self.row_bytes = c.width * 4
         self.slot_map: SlotMap | None = None  # a CUDA cache's id -> slot map, kept exact by the moves below
-        if self.cache.device.type == "cuda":
+        if self.cache.device.type == "cuda" and device_maps_available():
             self.attach_slot_map()
 
     def attach_slot_map(self) -> SlotMap:
         """Build the id -> slot map on the cache's device from the rows cached now (done for a
-        CUDA cache; on a CPU cache only tests do it, to check the map's path against the
+        CUDA cache when cupy is installed; on a CPU cache only tests do it, to check the map's path against the
         directory's).
 
         Example:
@@ -78,10 +78,11 @@ class TierStack:
         return self.slot_map
 
     def to(self, device: torch.device) -> None:
-        """Move the cache to ``device``; the id -> slot map exists exactly when it is on cuda."""
+        """Move the cache to ``device``; the id -> slot map exists exactly when it is on cuda
+        (and cupy is installed)."""
         self.cache.to(device)
         self.slot_map = None
-        if self.cache.device.type == "cuda":
+        if self.cache.device.type == "cuda" and device_maps_available():
             self.attach_slot_map()
 
     # -- rows below the cache --------------------------------------------------------------

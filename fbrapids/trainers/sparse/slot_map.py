@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,8 @@ import torch
 from fbrapids.errors import StoreError
 from fbrapids.kernels import load_source
 from fbrapids.kernels.headers import inline_headers, without_includes
+
+log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "slot_map.h"
 EMPTY, TOMB = -1, -2
@@ -57,6 +61,23 @@ def slot_map_source() -> str:
         True
     """
     return inline_headers([]) + "\n" + without_includes(SOURCE.read_text())
+
+
+@functools.lru_cache(maxsize=1)
+def device_maps_available() -> bool:
+    """Whether a CUDA cache can keep its map on the device: the kernels need cupy (the
+    ``gpu`` extra).  Without it a CUDA cache's id lookups all go to the host directory
+    (logged once).
+
+    Example:
+        >>> isinstance(device_maps_available(), bool)
+        True
+    """
+    if importlib.util.find_spec("cupy") is not None:
+        return True
+    log.warning("cupy is not installed: a CUDA cache tier looks every id up in the host directory "
+                "(install the gpu extra for its device-side id -> slot map)")
+    return False
 
 
 @functools.lru_cache(maxsize=None)
