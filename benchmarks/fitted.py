@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 
 import fbrapids  # noqa: E402,F401  (registers .fbx)
-from benchmarks.extract import data_dir, machine  # noqa: E402
+from benchmarks.extract import data_dir  # noqa: E402
+from benchmarks.machine import machine_description  # noqa: E402
 from fbrapids import ops, workload  # noqa: E402
 from fbrapids.datagen import DAYS, TS0  # noqa: E402
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["fit+extract"] / med["extract"]
     mode = "eager pandas" if args.eager else "dask"
-    print(f"machine: {machine('cpu')}; {args.rows:,} impressions, {len(feats)} features ({mode}), "
+    print(f"machine: {machine_description('cpu')}; {args.rows:,} impressions, {len(feats)} features ({mode}), "
           f"median of {args.repeat}")
     for name in systems:
         print(f"{name:<12} {med[name]:8.2f} s  {args.rows / med[name]:12,.0f} rows/s")
