@@ -284,10 +284,10 @@ class TargetEncode(CountEncode):
         folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
         has_id = bool(self.params.get("fold_by"))
 
-        def add_fold(part: pd.DataFrame) -> pd.DataFrame:
-            part = _host(part)
-            fid = part[f"a{n + 1}"] if has_id else None
-            return part.assign(fold=fold_of(fid, len(part), folds, seed))
+        def add_fold(part: Any) -> Any:
+            host = _host(part)  # the fold hash runs on the host; the frame keeps its backend
+            fid = host[f"a{n + 1}"] if has_id else None
+            return part.assign(fold=fold_of(fid, len(host), folds, seed))
 
         if hasattr(inp, "map_partitions"):
             if not has_id:
