@@ -36,6 +36,9 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "pipeline": (["benchmarks/pipeline.py", "--rows", "200000"],
                  "pipeline vs write-then-train, same model and seed; bytes measured (/proc io) on both sides"),
     "inference": (["benchmarks/inference.py"], "scoring p50/p99 and throughput, request/item dedup on and off"),
+    "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
+               "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
+               "features, public chain on dask; outputs checked equal"),
 }
 
 
@@ -98,8 +101,14 @@ def _inference(r: dict) -> str:
     return "; ".join(parts) or json.dumps(r)[:200]
 
 
+def _fitted(r: dict) -> str:
+    sec = r["seconds"]
+    return (f"{r['rows']:,} rows: extract {sec['extract']:.2f} s, fit+extract {sec['fit+extract']:.2f} s "
+            f"= {r['ratio']:.2f}x (target <= 2x), median of {r['repeat']}")
+
+
 FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
-                                            "inference": _inference}
+                                            "inference": _inference, "fitted": _fitted}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:
