@@ -570,7 +570,13 @@ def _column_of(c: Call) -> str:
 
 # -- extract --------------------------------------------------------------------------------------------
 def has_frame_ops(features: Mapping[str, Any]) -> bool:
-    """Whether any feature uses a fitted or history operator."""
+    """Whether any feature uses a fitted, history or row operator.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> has_frame_ops({"h": ops.hour("ts")}), has_frame_ops({"s": ops.time_since("u", "ts")})
+        (False, True)
+    """
     return any(frame_calls(as_expr(e)) for e in features.values())
 
 
@@ -590,6 +596,13 @@ def extract_frame(frame: Any, features: "Mapping[str, Any] | Fitted", training: 
         NotFittedError: a fitted operator without a state (names the feature and says how to fit).
         FeatureError: ``frame`` is the very frame the target encodings were fitted on and
             ``training`` is False (its own labels would leak into its encodings).
+
+    Example:
+        >>> import pandas as pd
+        >>> from fbrapids import ops
+        >>> log = pd.DataFrame({"u": [1, 1, 1], "ts": [5, 9, 9]})
+        >>> extract_frame(log, {"since": ops.time_since("u", "ts")})["since"].tolist()
+        [<NA>, 4, 4]
     """
     if isinstance(features, Fitted):
         fitted = features
