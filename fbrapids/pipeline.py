@@ -320,8 +320,27 @@ def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedd
     return cls(**kwargs)
 
 
+def _rows_before(part: Any, cutoff: int, before: bool) -> Any:
+    keep = part["ts"] < cutoff
+    return part[keep if before else ~keep]
+
+
 def split_by_day(frame: Any, cutoff: int) -> tuple[Any, Any]:
-    """Rows before ``cutoff`` (epoch seconds) for training, the rest held out."""
+    """Rows before ``cutoff`` (epoch seconds) for training, the rest held out.
+
+    On dask each partition is filtered by its own rows (``map_partitions``): a dask-level
+    ``frame[mask]`` aligns the mask by index, which partition-local indexes (duplicate
+    labels across partitions) break at 1M rows.
+
+    Example:
+        >>> import pandas as pd
+        >>> tr, te = split_by_day(pd.DataFrame({"ts": [1, 5, 9]}), 5)
+        >>> tr["ts"].tolist(), te["ts"].tolist()
+        ([1], [5, 9])
+    """
+    if hasattr(frame, "map_partitions") and hasattr(frame, "_meta"):
+        return (frame.map_partitions(_rows_before, cutoff, True, meta=frame._meta),
+                frame.map_partitions(_rows_before, cutoff, False, meta=frame._meta))
     return frame[frame["ts"] < cutoff], frame[frame["ts"] >= cutoff]
 
 
