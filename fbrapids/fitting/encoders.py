@@ -287,7 +287,8 @@ class TargetEncode(CountEncode):
         def add_fold(part: Any) -> Any:
             host = _host(part)  # the fold hash runs on the host; the frame keeps its backend
             fid = host[f"a{n + 1}"] if has_id else None
-            return part.assign(fold=fold_of(fid, len(host), folds, seed))
+            part = part.assign(fold=fold_of(fid, len(host), folds, seed))
+            return part[~part[f"a{n}"].isna()]  # labelled rows only, filtered inside the partition
 
         if hasattr(inp, "map_partitions"):
             if not has_id:
@@ -304,7 +305,6 @@ class TargetEncode(CountEncode):
         keys = [f"a{i}" for i in range(n)]
         frame = self._with_fold(inp)
         lab = f"a{n}"
-        frame = frame[~frame[lab].isna()]
         grouped = frame[keys + ["fold", lab]].groupby(keys + ["fold"], dropna=True)[lab]
         prior = frame[["fold", lab]].groupby("fold")[lab]
         return {"sum": grouped.sum(), "count": grouped.count(), "prior_sum": prior.sum(),
