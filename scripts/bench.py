@@ -27,7 +27,7 @@ START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 
 # name -> (command line after `python`, what it compares)
 BENCHMARKS: dict[str, tuple[list[str], str]] = {
-    "extract": (["benchmarks/extract.py", "--rows", "1000000"],
+    "extract": (["benchmarks/extract.py", "--rows", "300000"],
                 "the public chain (read_view -> clean -> join -> extract -> join basic), eager and dask, "
                 "and op by op, vs idiomatic pandas; outputs checked equal"),
     "embedding": (["benchmarks/embedding.py", "--rows", "200000"],
