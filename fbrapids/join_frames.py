@@ -111,6 +111,20 @@ class JoinTable:
     payload: pd.DataFrame
     unique: bool
     key_dtypes: dict[str, Any] = field(default_factory=dict)
+    _nullable: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def take(self, column: str, rows: np.ndarray, fill: bool) -> Any:
+        """Payload ``column`` at ``rows``; with ``fill``, ``-1`` rows are nulls and an int /
+        bool column is taken from its nullable form (converted once per table, not per probe)."""
+        values = self.payload[column]
+        if not fill:
+            return values.array.take(rows)
+        arr = self._nullable.get(column)
+        if arr is None:
+            want = nullable_dtype(values.dtype)
+            arr = values.array if want is values.dtype else pd.array(values.to_numpy(), dtype=want)
+            self._nullable[column] = arr
+        return arr.take(rows, allow_fill=True)
 
     @classmethod
     def build(cls, right: pd.DataFrame, keys: Sequence[str], validate: str | None = None) -> "JoinTable":
@@ -181,14 +195,6 @@ def nullable_dtype(dtype: Any) -> Any:
     return pd.api.types.pandas_dtype(name)
 
 
-def _take(values: pd.Series, rows: np.ndarray, fill: bool) -> Any:
-    if not fill:
-        return values.array.take(rows)
-    arr = values.array
-    want = nullable_dtype(values.dtype)
-    if want is not values.dtype:
-        arr = pd.array(values.to_numpy(), dtype=want)
-    return arr.take(rows, allow_fill=True)
 
 
 def output_names(left_cols: Sequence[str], payload_cols: Sequence[str], keys: Sequence[str],
@@ -211,7 +217,7 @@ def assemble(left: pd.DataFrame, table: JoinTable, left_rows: np.ndarray | None,
     fill = how == "left"
     data = {lnames[c]: out[c] for c in left.columns}
     for c in table.payload.columns:
-        data[rnames[c]] = pd.Series(_take(table.payload[c], right_rows, fill), index=out.index, name=rnames[c])
+        data[rnames[c]] = pd.Series(table.take(c, right_rows, fill), index=out.index, name=rnames[c])
     return pd.DataFrame(data, index=out.index)
 
 
