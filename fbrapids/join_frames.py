@@ -214,11 +214,17 @@ def assemble(left: pd.DataFrame, table: JoinTable, left_rows: np.ndarray | None,
     """The joined frame from the row maps: one selection of left rows, one take per right column."""
     out = left if left_rows is None else left.take(left_rows)
     lnames, rnames = output_names(list(left.columns), list(table.payload.columns), table.keys, suffixes)
+    if any(k != v for k, v in lnames.items()):
+        out = out.rename(columns=lnames)
     fill = how == "left"
-    data = {lnames[c]: out[c] for c in left.columns}
-    for c in table.payload.columns:
-        data[rnames[c]] = pd.Series(table.take(c, right_rows, fill), index=out.index, name=rnames[c])
-    return pd.DataFrame(data, index=out.index)
+    # arrays, not Series: no per-column copies of the frames' attrs; concat keeps the left columns as they are
+    if fill:
+        payload = pd.DataFrame({rnames[c]: table.take(c, right_rows, fill) for c in table.payload.columns},
+                               index=out.index)
+    else:  # every row matched: one take per block of like-typed columns
+        payload = table.payload.take(right_rows).rename(columns=rnames)
+        payload.index = out.index
+    return pd.concat([out, payload], axis=1)
 
 
 def host_join(left: pd.DataFrame, right: "pd.DataFrame | JoinTable", keys: Sequence[str], how: str,

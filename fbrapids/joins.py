@@ -102,6 +102,9 @@ def _is_dask(obj: Any) -> bool:
 def _frame_bytes(frame: Any) -> int:
     if _is_dask(frame):
         return int(frame.memory_usage(deep=True, index=False).sum().compute())
+    if isinstance(frame, pd.DataFrame):  # Arrow-backed columns know their buffer sizes: no pass over strings
+        return int(sum(frame[c].array.nbytes if isinstance(frame[c].dtype, pd.api.extensions.ExtensionDtype)
+                       else frame[c].memory_usage(deep=True, index=False) for c in frame.columns))
     return int(frame.memory_usage(deep=True, index=False).sum())
 
 
