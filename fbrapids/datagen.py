@@ -135,21 +135,22 @@ AUC_BINS = 1 << 20  # the oracle AUC from histograms of the hidden probabilities
 
 @dataclass
 class _Dictionaries:
-    """Everything the impressions are drawn against: users, ads, vocabulary, hidden parameters."""
+    """What the impressions are drawn against: the users' and ads' ids and hidden numeric
+    attributes (their text columns are drawn and written block by block, never all held)."""
 
-    users: pd.DataFrame
-    ads: pd.DataFrame
     user_ids: np.ndarray
-    ad_ids: np.ndarray
+    user_age: np.ndarray
     gender_idx: np.ndarray
     user_city: np.ndarray
     user_bias: np.ndarray
     user_pref_cat: np.ndarray
+    ad_ids: np.ndarray
     category: np.ndarray
-    title_words: np.ndarray
     title_len: np.ndarray
+    ad_first_word: np.ndarray
     price: np.ndarray
     price_null: np.ndarray
+    advertiser_id: np.ndarray
     ad_quality: np.ndarray
     vocab: np.ndarray
     ghost_users: np.ndarray
@@ -160,56 +161,64 @@ def _dictionaries(rng: np.random.Generator, rows: int) -> _Dictionaries:
     n_users = max(rows // 10, 20)
     n_ads = max(rows // 20, 10)
     vocab = _vocabulary(rng, VOCAB_SIZE)
-    tags = np.array([f"t{i}" for i in range(N_TAGS)], dtype=object)
-
-    # ---- users ----------------------------------------------------------------
     user_ids = _unique_ids(rng, n_users, 1, 2**62)
     age = rng.integers(14, 75, size=n_users).astype(np.int32)
     gender_idx = rng.choice(3, size=n_users, p=[0.48, 0.48, 0.04])
-    gender = np.array(["m", "f", "o"], dtype=object)[gender_idx]
     user_city = _zipf_ranks(rng, N_CITIES, n_users, a=0.9)
-    n_interests = rng.integers(0, 11, size=n_users)
-    interest_tags = _zipf_ranks(rng, N_TAGS, int(n_interests.sum()), a=0.8)
-    interests = _join_words(tags, interest_tags, n_interests, "|")
     user_bias = rng.normal(0.0, 0.6, size=n_users)
     user_pref_cat = rng.integers(0, N_CATEGORIES, size=n_users)
-    users = pd.DataFrame(
-        {
-            "user_id": user_ids,
-            "age": pd.array(np.where(rng.random(n_users) < 0.05, -999, age), dtype="Int32"),
-            "gender": pd.array(np.where(rng.random(n_users) < 0.08, None, gender), dtype="str"),
-            "city": pd.array([f"c{c}" for c in user_city], dtype="str"),
-            "interests": pd.array(interests, dtype="str"),
-        }
-    )
-    users.loc[users["age"] == -999, "age"] = pd.NA
-
-    # ---- ads ------------------------------------------------------------------
     ad_ids = _unique_ids(rng, n_ads, 1, 2**40)
     category = _zipf_ranks(rng, N_CATEGORIES, n_ads, a=0.7).astype(np.int32)
     title_len = rng.integers(3, 13, size=n_ads)
-    title_words = _zipf_ranks(rng, VOCAB_SIZE, int(title_len.sum()), a=1.05)
-    titles = _join_words(vocab, title_words, title_len, " ")
     price = np.round(np.exp(rng.normal(3.0, 1.2, size=n_ads)), 2)
     price_null = rng.random(n_ads) < 0.04
     n_advertisers = max(n_ads // 8, 2)
     advertiser_id = _unique_ids(rng, n_advertisers, 10**6, 10**12)[rng.integers(0, n_advertisers, size=n_ads)]
     ad_quality = rng.normal(0.0, 0.5, size=n_ads)
-    ads = pd.DataFrame(
-        {
-            "ad_id": ad_ids,
-            "title": pd.array(titles, dtype="str"),
-            "category": category,
-            "price": pd.array(np.where(price_null, np.nan, price), dtype="Float64"),
-            "advertiser_id": advertiser_id,
-        }
-    )
-    ads["price"] = ads["price"].astype("float64")  # nullable double: NaN written as null below
     # ids absent from the dimension tables: ~0.5% of impressions' users, ~0.2% of their ads
     ghost_users = _unique_ids(rng, max(n_users // 200, 1), 2**62, 2**63 - 1)
     ghost_ads = _unique_ids(rng, max(n_ads // 500, 1), 2**40, 2**41)
-    return _Dictionaries(users, ads, user_ids, ad_ids, gender_idx, user_city, user_bias, user_pref_cat, category,
-                         title_words, title_len, price, price_null, ad_quality, vocab, ghost_users, ghost_ads)
+    return _Dictionaries(user_ids, age, gender_idx, user_city, user_bias, user_pref_cat, ad_ids, category, title_len,
+                         np.zeros(n_ads, dtype=np.int64), price, price_null, advertiser_id, ad_quality, vocab,
+                         ghost_users, ghost_ads)
+
+
+def _user_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int) -> pd.DataFrame:
+    """Users ``[start, stop)`` with their text columns, from a generator seeded by ``(seed, block)``."""
+    rng = np.random.default_rng([seed, 0x05E5, block])
+    n = stop - start
+    tags = np.array([f"t{i}" for i in range(N_TAGS)], dtype=object)
+    n_interests = rng.integers(0, 11, size=n)
+    interests = _join_words(tags, _zipf_ranks(rng, N_TAGS, int(n_interests.sum()), a=0.8), n_interests, "|")
+    gender = np.array(["m", "f", "o"], dtype=object)[dic.gender_idx[start:stop]]
+    return pd.DataFrame(
+        {
+            "user_id": dic.user_ids[start:stop],
+            "age": pd.array(np.where(rng.random(n) < 0.05, None, dic.user_age[start:stop]), dtype="Int32"),
+            "gender": pd.array(np.where(rng.random(n) < 0.08, None, gender), dtype="str"),
+            "city": pd.array([f"c{c}" for c in dic.user_city[start:stop]], dtype="str"),
+            "interests": pd.array(interests, dtype="str"),
+        }
+    )
+
+
+def _ad_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int) -> pd.DataFrame:
+    """Ads ``[start, stop)`` with their titles; records each ad's first title word (the
+    click model's query-about-the-title signal) in ``dic.ad_first_word``."""
+    rng = np.random.default_rng([seed, 0xAD5, block])
+    lengths = dic.title_len[start:stop]
+    words = _zipf_ranks(rng, VOCAB_SIZE, int(lengths.sum()), a=1.05)
+    dic.ad_first_word[start:stop] = words[np.cumsum(lengths) - lengths]
+    price = dic.price[start:stop]
+    return pd.DataFrame(
+        {
+            "ad_id": dic.ad_ids[start:stop],
+            "title": pd.array(_join_words(dic.vocab, words, lengths, " "), dtype="str"),
+            "category": dic.category[start:stop],
+            "price": np.where(dic.price_null[start:stop], np.nan, price),  # NaN is written as null
+            "advertiser_id": dic.advertiser_id[start:stop],
+        }
+    )
 
 
 def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int,
@@ -234,7 +243,7 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
     q_len = rng.integers(1, 7, size=n)
     q_words = _zipf_ranks(rng, VOCAB_SIZE, int(q_len.sum()), a=1.05)
     on_topic = rng.random(n) < 0.35
-    ad_first_word = dic.title_words[np.cumsum(dic.title_len) - dic.title_len][a_rank]
+    ad_first_word = dic.ad_first_word[a_rank]
     first_pos = np.cumsum(q_len) - q_len
     q_words[first_pos[on_topic]] = ad_first_word[on_topic]
     queries = np.array(_join_words(dic.vocab, q_words, q_len, " "), dtype=object)
@@ -372,9 +381,10 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
              progress: bool | None = False) -> dict[str, Path]:
     """Write ``impressions``, ``users``, ``ads`` and ``basic`` parquet files to ``out_dir``.
 
-    The impressions and their basic features are drawn in blocks of ``BLOCK_ROWS`` rows, each
-    from its own seed, and written row group by row group: memory is bounded by a block and
-    the dictionaries (users, ads), whatever ``rows``.  Both files are in ``instance_id``
+    Users, ads, impressions and basic features are drawn in blocks of ``BLOCK_ROWS`` rows, each
+    from its own seed, and written row group by row group: memory holds a block and the
+    users' and ads' ids and numeric attributes (about 60 bytes per user or ad, never their
+    text), whatever ``rows``.  Both files are in ``instance_id``
     order, and each basic row group covers the same impressions as the impressions' row
     group of the same number.  The output is deterministic for ``(rows, seed)`` and does not
     depend on ``row_group_rows``.
@@ -403,9 +413,10 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
     out.mkdir(parents=True, exist_ok=True)
     dic = _dictionaries(rng, rows)
     paths: dict[str, Path] = {}
-    for name in ("users", "ads"):
+    for name, count, make in (("users", len(dic.user_ids), _user_block), ("ads", len(dic.ad_ids), _ad_block)):
         writer = _RowGroupWriter(out / f"{name}.parquet", SCHEMAS[name], row_group_rows)
-        writer.add(getattr(dic, name))
+        for block, start in enumerate(range(0, count, BLOCK_ROWS)):
+            writer.add(make(dic, seed, block, start, min(count, start + BLOCK_ROWS)))
         paths[name] = writer.close()
 
     imp_writer = _RowGroupWriter(out / "impressions.parquet", SCHEMAS["impressions"], row_group_rows)
