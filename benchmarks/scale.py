@@ -61,7 +61,7 @@ def _extract(data_dir: Path, cluster: bool) -> dict[str, Any]:
         t0 = time.perf_counter()
         merged, _ = feature_frame(path)
         plan_s = time.perf_counter() - t0
-        parts = TimedPartitions(merged)
+        parts = TimedPartitions(merged, columns=[LABEL, GROUP, *DENSE, *SPARSE])
         batches = stream(parts, label=LABEL, dense=DENSE, sparse=SPARSE, group=GROUP, batch_size=2048, prefetch=2)
         t = time.perf_counter()
         rows = sum(len(b) for b in batches)
@@ -157,7 +157,7 @@ def _dataset(root: Path, rows: int) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="extraction sizes")
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(DEFAULT_SIZES), help="extraction sizes")
     parser.add_argument("--pipeline-sizes", type=int, nargs="*", default=list(PIPELINE_SIZES))
     parser.add_argument("--cluster-sizes", type=int, nargs="*", default=None, help="default: --sizes")
     parser.add_argument("--big", action="store_true", help=f"add {BIG:,} rows to the extraction sizes")
@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds = r["stream_s"] if kind != "pipeline" else r["total_s"]
             r["s_per_mrow"] = seconds / (rows / 1e6)
             report[section][str(rows)] = r
+            if args.out:  # after every measurement: a run cut short keeps what it measured
+                args.out.write_text(json.dumps(report, indent=2))
             sys.stderr.write(f"{section:<9} {rows:>11,} rows: {r['s_per_mrow']:.2f} s/Mrow, "
                              f"peak {r['peak_rss_bytes'] / 2**30:.2f} GiB"
                              + (f", AUC {r['auc']:.4f}" if kind == "pipeline" else "") + "\n")

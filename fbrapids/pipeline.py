@@ -146,15 +146,16 @@ class PipelineResult:
 
 class TimedPartitions:
     """The partitions of a dask frame as one pass (:func:`~fbrapids.partition_pass.iter_partitions`),
-    with the compute time recorded.
+    with the compute time recorded; ``columns``: only these are computed out (the stream's).
 
     The stream's background thread iterates this, so the recorded time is extraction work
     that runs beside training.  Shared upstream tasks (the dictionaries' hash tables, a
     shuffle) run once per pass; at most ``window`` partitions are in flight.
     """
 
-    def __init__(self, frame: Any, window: int = 2, counters: Any = None) -> None:
-        self.frame = frame
+    def __init__(self, frame: Any, window: int = 2, counters: Any = None, columns: list[str] | None = None) -> None:
+        # only the columns the consumer reads travel (from cluster workers) and are held
+        self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
         self.window = window
         self.counters = counters  # a cluster.WorkerCounters polled after each partition
         self.busy_s = 0.0
@@ -486,8 +487,10 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         from fbrapids.cluster import WorkerCounters
 
         counters = WorkerCounters(client, kernel_stats.stats)  # survives worker restarts
-    test_producer = TimedPartitions(test, counters=counters)  # held-out partitions are streamed too
-    producer = TimedPartitions(train, counters=counters)
+    stream_columns = [LABEL, GROUP, *dense, *sparse]
+    # held-out partitions are streamed too
+    test_producer = TimedPartitions(test, counters=counters, columns=stream_columns)
+    producer = TimedPartitions(train, counters=counters, columns=stream_columns)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:

@@ -45,6 +45,13 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert r.extract_busy_s > 0 and 0 <= r.overlap_s <= r.extract_busy_s
     assert r.checkpoint and Path(r.checkpoint).is_dir()
     assert f"bytes written          {r.bytes_written:>12,}" in r.render() and "AUC" in r.render()
+    # the joins' strategies and sizes, and each pass's shared work, are in the summary
+    strategies = [j.split("(")[1].split(")")[0] for j in r.joins]
+    assert strategies == ["left, broadcast", "left, broadcast", "inner, partitioned"], r.joins
+    assert all("build side ~" in j and f"  {j}" in r.render() for j in r.joins)
+    for name, plan in r.passes.items():
+        assert plan["partitions"] >= 1 and plan["tasks"] > plan["partitions"]  # shared tasks: tests/test_scale_passes.py
+        assert f"{name} pass: {plan['partitions']} partitions" in r.render()
 
 
 def test_held_out_metrics_match_sklearn(pipeline_run):
