@@ -221,9 +221,22 @@ def feature_frame(data_dir: str | Path, backend: str | None = None,
     joined = workload.join_views(impressions, users, ads)
     features = {**workload.features(), **(extra_features or {})}
     merged = workload.merge_basic(joined.fbx.extract(**features), views["basic"])
-    if merged.index.name == "instance_id":
-        merged = merged.reset_index()  # the key back as a column, as on the eager path
+    if merged.index.name == "instance_id":  # the key back as a column, as on the eager path
+        # per partition (opaque to dask's optimizer: its filter pushdown through reset_index
+        # misaligns a later row filter such as split_by_day's, dask 2026.8)
+        merged = merged.map_partitions(index_as_column, meta=index_as_column(merged._meta))
     return merged, {"impressions": impressions, "views": views, "joined": joined}
+
+
+def index_as_column(frame: Any) -> Any:
+    """``frame`` with its (named) index as its first column and a fresh default index.
+
+    Example:
+        >>> import pandas as pd
+        >>> index_as_column(pd.DataFrame({"a": [1]}, index=pd.Index([7], name="k"))).to_dict("list")
+        {'k': [7], 'a': [1]}
+    """
+    return frame.reset_index()
 
 
 def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[str, Any]:
