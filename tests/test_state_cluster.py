@@ -130,3 +130,15 @@ def test_launch_counter_stays_right_across_a_worker_restart(gen_dir, own_workers
     total = sum(c["launches"] for c in counters.snapshots())
     # the live workers alone under-report (what the summary used to print); the counter does not
     assert 0 < after_restart < total == before + after_restart
+
+
+def test_an_unwritable_checkpoint_dir_fails_before_training(gen_dir, tmp_path):
+    from fbrapids.errors import PreflightError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "checkpoints").write_text("a file where the checkpoint dir should be")
+    t = time.monotonic()
+    with pytest.raises(PreflightError, match=f"the checkpoint dir {work / 'checkpoints'} is not writable"):
+        run_pipeline(gen_dir, batch_size=512, progress=False, work_dir=work, count_clean=False, backend="cpu")
+    assert time.monotonic() - t < 120
