@@ -100,8 +100,11 @@ def _verified_run(data: Path, work: Path, args: argparse.Namespace, verify: bool
     os.environ[VERIFY_ENV] = "1" if verify else "0"
     try:
         t = time.perf_counter()
-        r = run_pipeline(data, batch_size=args.batch_size, seed=args.seed, work_dir=work, checkpoint=True,
-                         checkpoint_every=args.checkpoint_every, progress=False, count_clean=False)
+        r = run_pipeline(data, batch_size=args.batch_size, seed=args.seed, work_dir=work,
+                         checkpoint=not args.no_checkpoint, checkpoint_every=args.checkpoint_every, progress=False,
+                         count_clean=False)
+        if args.no_checkpoint:
+            return time.perf_counter() - t, r.metrics["auc"]
         store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "reload"), seed=args.seed)
         load_checkpoint(build_model("dlrm", len(DENSE), SPARSE, store), None, r.checkpoint)
         return time.perf_counter() - t, r.metrics["auc"]
@@ -126,7 +129,8 @@ def verify_overhead(args: argparse.Namespace) -> int:
                 times[verify].append(seconds)
                 shutil.rmtree(work, ignore_errors=True)
         on, off = statistics.median(times[True]), statistics.median(times[False])
-        print(f"rows: {args.rows:,}; pipeline + checkpoint(s) + reload, {args.repeat} runs each (median)")
+        what = "pipeline (no checkpoint)" if args.no_checkpoint else "pipeline + checkpoint(s) + reload"
+        print(f"rows: {args.rows:,}; {what}, {args.repeat} runs each (median)")
         print(f"verification on   {on:8.2f} s  {['%.2f' % x for x in times[True]]}")
         print(f"verification off  {off:8.2f} s  {['%.2f' % x for x in times[False]]}")
         print(f"overhead          {100 * (on - off) / off:+8.2f} %   (AUC on {aucs[True]:.5f}, off {aucs[False]:.5f})")
@@ -149,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: the pipeline with a checkpoint and its reload, with verification (manifests, "
                              "page checksums, finite checks, work-dir lock, preflight) on vs off (FBRAPIDS_VERIFY=0)")
     parser.add_argument("--checkpoint-every", type=int, default=None, help="with --verify-overhead")
+    parser.add_argument("--no-checkpoint", action="store_true",
+                        help="with --verify-overhead: the pipeline as this benchmark times it (no checkpoint, no reload)")
     args = parser.parse_args(argv)
     if args.verify_overhead:
         return verify_overhead(args)
