@@ -103,6 +103,8 @@ def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
     filled) always becomes its numpy dtype, so every partition, and a dask frame's
     ``_meta``, agree.
     """
+    if isinstance(value, str) and isinstance(col.dtype, pd.StringDtype) and col.dtype.storage == "pyarrow":
+        return _fill_arrow_strings(col, value)
     n = int(col.isna().sum())
     if isinstance(col.dtype, pd.CategoricalDtype) and value not in col.cat.categories:
         col = col.cat.add_categories([value])  # dictionary-encoded strings: the fill joins the categories
@@ -111,6 +113,20 @@ def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
             and isinstance(getattr(filled.dtype, "numpy_dtype", None), np.dtype):
         filled = filled.astype(filled.dtype.numpy_dtype)
     return filled, n
+
+
+def _fill_arrow_strings(col: pd.Series, value: str) -> tuple[pd.Series, int]:
+    """An Arrow-backed string column's nulls filled by Arrow's ``fill_null`` (one pass over
+    the offsets; pandas' ``fillna`` there goes through a masked replace several times slower).
+    Same values and dtype as ``col.fillna(value)``."""
+    import pyarrow.compute as pc
+
+    arr = col.array.__arrow_array__()
+    n = int(arr.null_count)
+    if not n:
+        return col, 0
+    filled = pd.arrays.ArrowStringArray(pc.fill_null(arr, value), dtype=col.dtype)
+    return pd.Series(filled, index=col.index, name=col.name, copy=False), n
 
 
 def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, drop: Sequence[str]) -> tuple[Any, dict]:
