@@ -220,8 +220,9 @@ def test_generated_dataset_matches_reference(gen_dir):
     wall = time.perf_counter() - t0
     assert set(seconds) == {"clean", "join", "extract", "merge"}
     # the steps are timed back to back inside the call: they add up to at most its wall time
-    # (the canonical sort comes after them) and the extract step, the pyfarmhash loop, dominates
-    assert sum(seconds.values()) <= wall and seconds["extract"] == max(seconds.values())
+    # (the canonical sort comes after them); which step is longest is not asserted (no timing
+    # assertions: a loaded machine reorders them)
+    assert sum(seconds.values()) <= wall
     want = reference(gen_dir)
     assert len(want) > 4000
     assert_rows_equal(as_rows(out), want)
