@@ -14,7 +14,7 @@ import pytest
 from fbrapids.backend import gpu_missing
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = "tests/test_read_view.py::test_csv_with_header_without_header_and_tab"
+TARGET = "tests/views/test_read_view.py::test_csv_with_header_without_header_and_tab"
 
 
 def _child(backend: str, target: str) -> str:

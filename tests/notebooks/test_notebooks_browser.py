@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 #: figures each executed notebook must show (PNG plots and inline SVG plan graphs)
 FIGURES = {"01_method_chaining": 4, "02_custom_c_operator": 0, "03_feature_trial": 1, "04_dask_cluster": 2}

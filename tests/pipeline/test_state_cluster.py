@@ -19,7 +19,7 @@ from fbrapids.cluster import close_client, connect, local_cluster
 from fbrapids.errors import ClusterError
 from fbrapids.pipeline import run_pipeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_an_http_port_is_not_a_scheduler_and_fails_fast():

@@ -1,6 +1,6 @@
 """The transfer counters: every runtime counts the bytes it moves between host and device,
 and ``explain`` reports them.  The host runtime moves none; the CUDA runtime's figures are
-checked in tests/test_kernels_gpu_residency.py (marked ``gpu``)."""
+checked in tests/kernels/test_kernels_gpu_residency.py (marked ``gpu``)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import pytest
 
 farmhash = pytest.importorskip("farmhash", reason="pyfarmhash (import farmhash) is needed")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _load_module():

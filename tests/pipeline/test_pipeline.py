@@ -50,7 +50,7 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert strategies == ["left, broadcast", "left, broadcast", "inner, partitioned"], r.joins
     assert all("build side ~" in j and f"  {j}" in r.render() for j in r.joins)
     for name, plan in r.passes.items():
-        assert plan["partitions"] >= 1 and plan["tasks"] > plan["partitions"]  # shared tasks: tests/test_scale_passes.py
+        assert plan["partitions"] >= 1 and plan["tasks"] > plan["partitions"]  # shared tasks: tests/pipeline/test_scale_passes.py
         assert f"{name} pass: {plan['partitions']} partitions" in r.render()
 
 

@@ -27,7 +27,7 @@ from fbrapids.trainers.checkpoint import checkpoints, latest_checkpoint, newest_
 from fbrapids.workdir import LOCK_NAME, preflight
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _train(tmp: Path, root: Path, steps: int, every: int, keep: int | None = None, seed: int = 0):

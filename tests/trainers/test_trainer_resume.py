@@ -15,7 +15,7 @@ from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapsho
 from fbrapids.trainers import fit, load_checkpoint
 from fbrapids.trainers.checkpoint import latest_checkpoint
 
-HELPER = Path(__file__).with_name("_trainer_helpers.py")
+HELPER = Path(__file__).resolve().parents[1] / "_trainer_helpers.py"
 N, M = 12, 9
 
 

@@ -16,7 +16,7 @@ from fbrapids.errors import StoreError, TierFileError
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.sparse.ssd import SsdTier
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def small_tiered(tmp_path: Path) -> TieredEmbeddingStore:

@@ -18,7 +18,7 @@ import pytest
 import fbrapids  # noqa: F401
 from fbrapids import ops
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 LIST_I64 = pd.ArrowDtype(pa.list_(pa.int64()))
 LIST_STR = pd.ArrowDtype(pa.list_(pa.string()))
 

@@ -128,7 +128,7 @@ def test_readme_picture_is_the_scripts_trial_plot():
 
     from PIL import Image
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert "](docs/images/feature_trial.png)" in (root / "README.md").read_text()
     assert "plot.trial_deltas(results)" in (root / "scripts" / "make_readme_figure.py").read_text()
     img = Image.open(root / "docs" / "images" / "feature_trial.png")

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: benchmarks/ is not installed
 
 from benchmarks import extract as bench  # noqa: E402
 from fbrapids.datagen import generate  # noqa: E402

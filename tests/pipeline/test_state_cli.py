@@ -20,7 +20,7 @@ from fbrapids.trainers.checkpoint import checkpoints
 from fbrapids.trainers.fit import weights_digest
 from fbrapids.workdir import LOCK_NAME
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROWS = 4000
 DEMO = ["demo", "--rows", str(ROWS), "--batch-size", "256", "--checkpoint-every", "2", "--backend", "cpu"]
 

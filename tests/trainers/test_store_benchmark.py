@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "embedding.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "embedding.py"
 KEYS = {"tiered_in_ram_ops_per_s", "torch_embeddingbag_ops_per_s", "torchrec_fused_ops_per_s", "fbgemm_tbe_ops_per_s",
         "tiered_10x_ops_per_s", "upper_tier_hit_rate_10x", "best_possible_hit_rate_10x", "not_measured"}
 

@@ -16,7 +16,7 @@ def test_openmp_wait_policy_default_and_user_override(tmp_path):
             "lib = load_source('FBX_KERNEL int fbx_t(int n) { int s = 0;\\n"
             "#pragma omp parallel for reduction(+:s)\\n for (int i = 0; i < n; ++i) s += i; return s; }')\n"
             "assert lib.fbx_t(100) == 4950\n")
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     for env_value, want in ((None, "GOMP_SPINCOUNT = '0'"), ("ACTIVE", "OMP_WAIT_POLICY = 'ACTIVE'")):
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
         env.update(PYTHONPATH=root, OMP_DISPLAY_ENV="VERBOSE")

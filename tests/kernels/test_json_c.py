@@ -359,7 +359,7 @@ def test_pandas_reference_follows_the_same_rules(lib):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "workload_pandas.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "workload_pandas.py"
     spec = importlib.util.spec_from_file_location("workload_pandas_for_json", path)
     wp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wp)
