@@ -17,22 +17,39 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from fbrapids.atomic import write_atomic
 from fbrapids.errors import StoreError
 from fbrapids.trainers.sparse.config import StoreConfig
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fbrapids.trainers.sparse.store import TieredEmbeddingStore
+
+class PersistedStore(Protocol):
+    """What persistence needs of a store (``TieredEmbeddingStore`` is one); a protocol, so this
+    module sits below store.py instead of importing it back."""
+
+    name: str
+    config: StoreConfig
+    tiers: Any
+    directory: Any
+
+    @property
+    def step(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def restore_step(self, step: int) -> None: ...
 
 
-def table_meta(store: "TieredEmbeddingStore") -> dict[str, Any]:
+def table_meta(store: PersistedStore) -> dict[str, Any]:
     return {"name": store.name, "rows": len(store), "step": store.step, "config": store.config.to_dict()}
 
 
-def flush(store: "TieredEmbeddingStore") -> None:
+def flush(store: PersistedStore) -> None:
     """Write every dirty row of the cache and host tiers to the SSD file, fsync it, and
     persist the id -> row index.  A no-op for a store with no SSD tier."""
     tiers = store.tiers
@@ -43,7 +60,7 @@ def flush(store: "TieredEmbeddingStore") -> None:
     tiers.ssd.write_index(store.directory.all_ids(), table_meta(store))
 
 
-def save(store: "TieredEmbeddingStore", directory: str | os.PathLike, chunk_rows: int = 1 << 16,
+def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
          progress: Callable[[Path], Any] | None = None) -> None:
     """Flush, then write a self-contained copy of the table into ``directory``.
 
@@ -51,7 +68,6 @@ def save(store: "TieredEmbeddingStore", directory: str | os.PathLike, chunk_rows
     admission counts, LRU/LFU state) and ``meta.json``; each written under a temporary
     name, fsynced, then renamed.  ``progress(path)`` is called after each file.
     """
-    from fbrapids.trainers.checkpoint import write_atomic
 
     flush(store)
     d = Path(directory)
@@ -85,7 +101,7 @@ def save(store: "TieredEmbeddingStore", directory: str | os.PathLike, chunk_rows
         progress(d / "meta.json")
 
 
-def load(store: "TieredEmbeddingStore", directory: str | os.PathLike) -> None:
+def load(store: PersistedStore, directory: str | os.PathLike) -> None:
     """Replace ``store``'s contents with a copy saved by :func:`save`.
 
     The tier sizes stay the store's own; the cache starts cold.
