@@ -125,14 +125,22 @@ class BatchStream:
             raise KeyError(f"stream: columns {missing} are not in the frame (it has {list(cols)})")
 
     # -- producer ------------------------------------------------------------------------
+    def _pass_window(self) -> int:
+        """Partitions of a dask pass computed together: half of ``prefetch``, the queue holds
+        the rest, so at most ``prefetch`` partitions are computed and not yet taken."""
+        return max(1, self.prefetch // 2)
+
+    def _queue_size(self) -> int:
+        return max(1, self.prefetch - self._pass_window()) if _is_dask(self.source) else self.prefetch
+
     def _partitions(self) -> Iterator[Any]:
         src = self.source
         if _is_dask(src):
             if self.persist:  # held whole; shared work already runs once per pass without it
                 src = src.persist()
             # one pass: the graph optimised once, tasks shared by several partitions (a join's
-            # build side, a shuffle) computed once, at most ``prefetch`` partitions in flight
-            yield from iter_partitions(src, window=self.prefetch)
+            # build side, a shuffle) computed once; the pass window and the queue share ``prefetch``
+            yield from iter_partitions(src, window=self._pass_window())
         elif isinstance(src, pd.DataFrame) or _backend.is_gpu_object(src):
             yield src
         else:  # any iterable of eager frames
@@ -210,7 +218,7 @@ class BatchStream:
     def __iter__(self) -> Iterator[Batch]:
         self.stats = {"partitions": 0, "empty_partitions": 0, "rows": 0, "batches": 0, "nan_replaced": 0}
         self.out_of_range = {}
-        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        q: queue.Queue = queue.Queue(maxsize=self._queue_size())
         stop = threading.Event()
         worker = threading.Thread(target=self._produce, args=(q, stop), name="fbrapids-stream-producer", daemon=True)
         worker.start()

@@ -174,6 +174,22 @@ def test_background_thread_computes_the_next_partitions_while_a_batch_is_held() 
     assert len(first) == 20 and len(rest) == 3
 
 
+def test_a_dask_stream_holds_at_most_prefetch_partitions_ahead() -> None:
+    # 6 partitions of one batch each; batch 0 is held: the producer may compute at most
+    # ``prefetch`` more (the pass window plus the queue), never the whole pass
+    ddf = dd.from_map(lambda i: _frame(20, 100 * i), list(range(6)), meta=_frame(1).iloc[:0], enforce_metadata=False)
+    with dask.config.set(scheduler="synchronous"):
+        s = stream(ddf, label="click", sparse=SPARSE, batch_size=20, prefetch=2)
+        it = iter(s)
+        next(it)
+        deadline = time.monotonic() + 60
+        while s.stats["partitions"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # give a producer that ignored the bound time to run ahead
+        assert s.stats["partitions"] == 1 + 2 and s.stats["batches"] == 1
+        assert len(list(it)) == 5
+
+
 def test_abandoned_iteration_stops_the_producer() -> None:
     s = stream(_parts([10] * 20), label="click", sparse=SPARSE, batch_size=5, prefetch=1)
     it = iter(s)
