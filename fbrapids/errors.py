@@ -123,7 +123,7 @@ class UnsafeFileError(FbrapidsError, ValueError):
 
 
 class ManifestError(FbrapidsError, ValueError):
-    """A directory does not match its sha256 manifest (a file missing, changed or unlisted)."""
+    """A directory does not match its digest manifest (a file missing, changed or unlisted)."""
 
 
 class RequestError(FbrapidsError, ValueError):

@@ -110,8 +110,10 @@ def nonfinite_weights(model: CTRModel, optimizer: torch.optim.Optimizer | None =
 
 
 def _check_rows_file(path: Path, key: str, step: int) -> None:
-    rows = np.fromfile(path, dtype=np.float32)
-    if rows.size and not np.isfinite(rows).all():
+    rows = np.memmap(path, dtype=np.float32, mode="r") if path.stat().st_size else np.empty(0, np.float32)
+    # a float64 sum of float32 values cannot overflow, so it is finite exactly when every value is
+    # (about 5x cheaper than isfinite over a copy of the file)
+    if rows.size and not np.isfinite(rows.sum(dtype=np.float64)):
         raise NonFiniteError(f"step {step}: table '{key}' holds {int((~np.isfinite(rows)).sum())} non-finite "
                              f"values; no checkpoint is written from this state ({path.parent.parent.parent})")
 
