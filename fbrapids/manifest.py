@@ -38,7 +38,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fbrapids.errors import ManifestError, UnsafeFileError
 
@@ -59,6 +59,12 @@ def verification_enabled() -> bool:
     return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+def _chunks(path: str | os.PathLike) -> Iterator[bytes]:
+    """``path``'s bytes in 1 MiB chunks (memory stays flat whatever the file's size)."""
+    with open(path, "rb") as f:
+        yield from iter(lambda: f.read(_CHUNK), b"")
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """The hex sha256 digest of a file, read in 1 MiB chunks.
 
@@ -69,9 +75,8 @@ def sha256_file(path: str | os.PathLike) -> str:
         'ba7816bf8f01'
     """
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
+    for chunk in _chunks(path):
+        h.update(chunk)
     return h.hexdigest()
 
 
@@ -101,9 +106,8 @@ def crc32_file(path: str | os.PathLike) -> str:
         '352441c2'
     """
     crc = 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            crc = zlib.crc32(chunk, crc)
+    for chunk in _chunks(path):
+        crc = zlib.crc32(chunk, crc)
     return f"{crc:08x}"
 
 
