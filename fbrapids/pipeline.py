@@ -502,8 +502,10 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         counters = WorkerCounters(client, kernel_stats.stats)  # survives worker restarts
     stream_columns = [LABEL, GROUP, *dense, *sparse]
     # held-out partitions are streamed too
-    test_producer = TimedPartitions(test, counters=counters, columns=stream_columns)
-    producer = TimedPartitions(train, counters=counters, columns=stream_columns)
+    # one partition computed at a time plus a queue of one: at most two partitions ahead of the
+    # trainer, as stream(prefetch=2) holds over a dask frame
+    test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
+    producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
     stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:
@@ -601,7 +603,7 @@ def _stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_si
     from fbrapids.trainers.stream import stream
 
     return stream(source, label=LABEL, dense=dense, sparse=sparse, group=GROUP, batch_size=batch_size,
-                  seed=seed, prefetch=2)
+                  seed=seed, prefetch=1)
 
 
 def _store_totals(model: Any) -> dict[str, Any]:
