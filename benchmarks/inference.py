@@ -19,6 +19,12 @@ cache: uvicorn on 127.0.0.1, JSON in and out) at ``--http-items`` items per requ
 and ``--http-clients`` concurrent clients, ``--http-requests`` requests each (requests are
 serialised by the scorer's lock, so concurrency overlaps only JSON and network work).
 ``--http-only`` runs just that part (the issue-16 acceptance figures: 8 clients, 64 items).
+Before it, the HTTP scorer's item cache is filled with the whole catalogue (in-process,
+unmeasured), so the HTTP figures measure the same steady state with or without
+``--http-only`` (the hit rate during the run is reported with them).  The script runs
+against the checkout named on ``PYTHONPATH`` when it is set (an older one included:
+``cd OLD && PYTHONPATH=$PWD python NEW/benchmarks/inference.py --http-only ...``), so before
+and after figures come from one script with the same warm-up.
 
 Latency is per ``Scorer.score`` call (JSON-like records in, probabilities out; feature
 extraction through the compiled meta-kernels included); p50 and p99 over the requests;
@@ -34,8 +40,8 @@ The last line printed is one JSON object::
                        "p50_speedup": dedup_off p50 / dedup_on p50,
                        "throughput_ratio": dedup_on items/s / dedup_off items/s,
                        "item_cache_hit_rate": hits / lookups of dedup_on at that size}, ...},
-     "http": {"items_per_request": n, "clients_1": {"p50_ms", "p99_ms", "items_per_s", "requests_per_s"},
-              "clients_C": {...}} or null without FastAPI / uvicorn}
+     "http": {"items_per_request": n, "clients_1": {"p50_ms", "p99_ms", "items_per_s", "requests_per_s",
+              "item_cache_hit_rate"}, "clients_C": {...}} or null without FastAPI / uvicorn}
 
 Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
@@ -48,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,7 +62,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not os.environ.get("PYTHONPATH"):  # a checkout named on PYTHONPATH (an older one, to compare) wins
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fbrapids.serving import Scorer  # noqa: E402
 from fbrapids.serving.example import train_example  # noqa: E402
@@ -79,9 +87,26 @@ def _summary(lat: list[float], items: int) -> dict[str, float]:
             "mean_ms": round(float(a.mean()) * 1e3, 3), "items_per_s": round(items * len(a) / float(a.sum()), 1)}
 
 
+def _warm_catalogue(scorer: Scorer, users, ads, chunk: int = 4096) -> None:
+    """Score every catalogue item once (in-process, unmeasured), so the item cache holds the
+    catalogue whatever ran before: the HTTP figures measure the same steady state with or
+    without ``--http-only``."""
+    req = {k: (v.item() if hasattr(v, "item") else v) for k, v in users.iloc[0].items()}
+    cols = {c: ads[c].to_numpy() for c in ads.columns}
+    for s in range(0, len(ads), chunk):
+        scorer.score(req, [{c: (cols[c][r].item() if hasattr(cols[c][r], "item") else cols[c][r]) for c in cols}
+                           for r in range(s, min(s + chunk, len(ads)))])
+
+
+def _cache_counts(scorer: Scorer) -> tuple[int, int]:
+    st = scorer.stats
+    return st.get("item_cache_hits", 0), st.get("item_cache_misses", 0)
+
+
 def _http(scorer: Scorer, users, ads, n: int, requests: int, clients: int, rng: np.random.Generator,
           alpha: float) -> dict | None:
-    """Client-side latency / throughput through the HTTP service, 1 and ``clients`` at a time."""
+    """Client-side latency / throughput through the HTTP service, 1 and ``clients`` at a time
+    (the item cache first filled with the catalogue, :func:`_warm_catalogue`)."""
     try:
         import uvicorn
 
@@ -94,6 +119,7 @@ def _http(scorer: Scorer, users, ads, n: int, requests: int, clients: int, rng: 
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
+    _warm_catalogue(scorer, users, ads)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -118,17 +144,19 @@ def _http(scorer: Scorer, users, ads, n: int, requests: int, clients: int, rng: 
         for c in (1, clients):
             with ThreadPoolExecutor(c) as pool:
                 list(pool.map(post, bodies[: 2 * c]))  # warm-up
-                t0 = time.perf_counter()
+                (h0, m0), t0 = _cache_counts(scorer), time.perf_counter()
                 lat = list(pool.map(post, bodies))
-                wall = time.perf_counter() - t0
+                wall, (h1, m1) = time.perf_counter() - t0, _cache_counts(scorer)
             a = np.asarray(lat)
             out[f"clients_{c}"] = {"p50_ms": round(float(np.percentile(a, 50)) * 1e3, 3),
                                    "p99_ms": round(float(np.percentile(a, 99)) * 1e3, 3),
                                    "items_per_s": round(n * len(a) / wall, 1),
-                                   "requests_per_s": round(len(a) / wall, 2)}
+                                   "requests_per_s": round(len(a) / wall, 2),
+                                   "item_cache_hit_rate": round((h1 - h0) / max(1, h1 - h0 + m1 - m0), 4)}
             r = out[f"clients_{c}"]
             print(f"HTTP {n} items, {c} client(s): p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
-                  f"{r['requests_per_s']:.1f} requests/s, {r['items_per_s']:.0f} items/s")
+                  f"{r['requests_per_s']:.1f} requests/s, {r['items_per_s']:.0f} items/s, "
+                  f"item cache hit rate {r['item_cache_hit_rate']}")
     finally:
         server.should_exit = True
         thread.join(timeout=20)
@@ -193,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
               f"item cache hit rate {res['item_cache_hit_rate']}")
     http = None if args.no_http else _http(scorers["dedup_on"], users, ads, args.http_items,
                                            args.http_requests or args.requests, args.http_clients, rng, args.alpha)
-    print(json.dumps({"benchmark": "inference", "device": str(scorers["dedup_on"].device),
+    print(json.dumps({"benchmark": "inference", "device": str(getattr(scorers["dedup_on"], "device", "cpu")),
                       "torch_threads": args.threads,
                       "requests_per_size": args.requests, "catalogue": args.ads, "zipf_alpha": args.alpha,
                       "sizes": out, "http": http}))
