@@ -163,6 +163,11 @@ class TimedPartitions:
         self.plan: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    @property
+    def npartitions(self) -> int:
+        """The frame's partitions (a stream over this estimates its batches from them)."""
+        return self.frame.npartitions
+
     def __iter__(self) -> Iterator[Any]:
         from fbrapids.partition_pass import iter_partitions
 
@@ -188,6 +193,16 @@ class _WaitTimer:
         self.batches = batches
         self.wait_s = 0.0
         self.samples = 0
+
+    def expected_batches(self) -> int | None:
+        from fbrapids.trainers.fit import expected_batches
+
+        return expected_batches(self.batches)
+
+    def estimated_batches(self) -> int | None:
+        from fbrapids.trainers.fit import estimated_batches
+
+        return estimated_batches(self.batches)
 
     def __iter__(self) -> Iterator[Any]:
         it = iter(self.batches)

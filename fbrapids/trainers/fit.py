@@ -257,7 +257,7 @@ def load_tensors(path: str | os.PathLike) -> object:
 
 
 def expected_batches(batches: Iterable[Batch]) -> int | None:
-    """How many batches one pass over ``batches`` gives, when known (progress bar totals).
+    """How many batches one pass over ``batches`` gives, when known exactly.
 
     Example:
         >>> expected_batches([1, 2, 3]), expected_batches(iter([1]))
@@ -267,6 +267,41 @@ def expected_batches(batches: Iterable[Batch]) -> int | None:
     if callable(known):
         return known()
     return len(batches) if hasattr(batches, "__len__") else None
+
+
+def estimated_batches(batches: Iterable[Batch]) -> int | None:
+    """The batches of one pass as progress bars show them: exact when known, else the
+    stream's running estimate (``estimated_batches()``, e.g. during a first pass over a dask
+    frame), else None.
+
+    Example:
+        >>> estimated_batches([1, 2, 3]), estimated_batches(iter([1]))
+        (3, None)
+    """
+    estimate = getattr(batches, "estimated_batches", None)
+    return estimate() if callable(estimate) else expected_batches(batches)
+
+
+class _BarTotal:
+    """Keeps a tqdm bar's total on the batches' estimate: ``per_pass`` x ``passes``, at most
+    ``cap``; re-read by :meth:`refresh` (cheap) until the count is exact."""
+
+    def __init__(self, bar: tqdm, batches: Iterable[Batch], passes: int = 1, cap: int | None = None) -> None:
+        self.bar, self.batches, self.passes, self.cap = bar, batches, passes, cap
+        self.exact = False
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.exact:
+            return
+        per_pass = estimated_batches(self.batches)
+        self.exact = per_pass is not None and per_pass == expected_batches(self.batches)
+        total = None if per_pass is None else per_pass * self.passes
+        if self.cap is not None:
+            total = self.cap if total is None else min(total, self.cap)
+        if total != self.bar.total:
+            self.bar.total = total
+            self.bar.refresh()
 
 
 def _lookahead(it: Iterable[Batch]) -> Iterator[tuple[Batch, Batch | None]]:
@@ -401,17 +436,16 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
     dev = module_device(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
-    per_epoch = expected_batches(batches)
-    total = max_steps if max_steps is not None else (per_epoch * epochs if per_epoch is not None else None)
-    bar = tqdm(total=total, initial=start, disable=not progress, desc="fit", unit="batch")
+    bar = tqdm(total=None, initial=start, disable=not progress, desc="fit", unit="batch")
+    # the total: exact for an eager frame; over a dask stream's first pass an estimate refined
+    # with each partition, exact after it
+    total = _BarTotal(bar, batches, epochs, max_steps)
     try:
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
                 batches.set_epoch(epoch)
-            if bar.total is None and epoch == 1 and expected_batches(batches) is not None:
-                bar.total = expected_batches(batches) * epochs  # a dask stream: known after one pass
-                bar.refresh()
             for batch, nxt in _lookahead(batches):
+                total.refresh()
                 if max_steps is not None and step >= max_steps:
                     return step
                 if step < start:  # trained before the checkpoint
@@ -460,11 +494,15 @@ def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
     dev = place_model(model, device)
     model.eval()
     ps, ys, gs = [], [], []
-    for batch in tqdm(batches, total=expected_batches(batches), disable=not progress, desc="predict", unit="batch"):
-        ps.append(model.predict(batch.to(dev)).float().cpu().numpy())
-        ys.append(batch.label.cpu().numpy())
-        if batch.group is not None:
-            gs.append(batch.group.cpu().numpy())
+    with tqdm(total=None, disable=not progress, desc="predict", unit="batch") as bar:
+        total = _BarTotal(bar, batches)
+        for batch in batches:
+            total.refresh()
+            ps.append(model.predict(batch.to(dev)).float().cpu().numpy())
+            ys.append(batch.label.cpu().numpy())
+            if batch.group is not None:
+                gs.append(batch.group.cpu().numpy())
+            bar.update(1)
     model.train()
     out = {"pred": np.concatenate(ps) if ps else np.zeros(0), "label": np.concatenate(ys) if ys else np.zeros(0)}
     if gs and len(gs) == len(ps):

@@ -59,7 +59,7 @@ class _Failure:
 
 
 def _is_dask(obj: Any) -> bool:
-    return hasattr(obj, "npartitions") and hasattr(obj, "partitions")
+    return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions")
 
 
 class BatchStream:
@@ -84,6 +84,7 @@ class BatchStream:
             raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
         self.source = source
         self._known_rows: int | None = None
+        self._seen = (0, 0)  # (partitions, rows) the producer has read in the pass under way
         self.label_range = check_label_range(label_range)
         self.label, self.dense, self.sparse, self.group = label, list(dense), list(sparse), group
         self.ranges, self.strict = validate_ranges(ranges, self.dense), bool(strict)
@@ -107,13 +108,43 @@ class BatchStream:
 
     def expected_batches(self) -> int | None:
         """Batches one pass yields: exact for an eager frame; for a dask frame known once a
-        pass has completed (None before); progress bars take their totals from it."""
+        pass has completed (None before).  See :meth:`estimated_batches` for the bars."""
         rows = self._known_rows
         if rows is None and (isinstance(self.source, pd.DataFrame) or _backend.is_gpu_object(self.source)):
             rows = len(self.source)
-        if rows is None:
+        return None if rows is None else self._batches(rows)
+
+    def estimated_batches(self) -> int | None:
+        """What progress bars show as the total: :meth:`expected_batches` when known; during
+        a first pass over a source whose partition count is known (a dask frame's
+        ``npartitions``, a list of frames, anything with ``npartitions``), the rows read so far
+        per partition x the partitions, refined as each partition arrives and exact once the
+        last one has; None before the first partition of a first pass.
+
+        Example:
+            >>> import pandas as pd, dask.dataframe as dd
+            >>> frame = dd.from_pandas(pd.DataFrame({"click": [0, 1] * 6, "ad": range(12)}), npartitions=3)
+            >>> s = stream(frame, label="click", sparse=["ad"], batch_size=2, prefetch=1)
+            >>> s.estimated_batches(), next(iter(s)).label.tolist(), s.estimated_batches()
+            (None, [0.0, 1.0], 6)
+        """
+        exact = self.expected_batches()
+        if exact is not None:
+            return exact
+        parts, rows = self._seen
+        total = self._partition_count()
+        if not parts or total is None:
             return None
+        return self._batches(rows if parts >= total else round(rows * total / parts))
+
+    def _batches(self, rows: int) -> int:
         return rows // self.batch_size if self.drop_last else -(-rows // self.batch_size)
+
+    def _partition_count(self) -> int | None:
+        n = getattr(self.source, "npartitions", None)
+        if n is None and isinstance(self.source, (list, tuple)):
+            n = len(self.source)
+        return None if n is None else int(n)
 
     def _check_columns(self) -> None:
         cols = getattr(self.source, "columns", None)
@@ -167,6 +198,7 @@ class BatchStream:
                 self.stats["partitions"] += 1
                 if len(part) == 0:
                     self.stats["empty_partitions"] += 1
+                    self._seen = (self.stats["partitions"], self.stats["rows"])
                     continue
                 check_labels(part[self.label], self.label, i, self.label_range)
                 if on_device:  # DLPack from the cudf partition, on the side stream, while i - 1 trains
@@ -181,6 +213,7 @@ class BatchStream:
                         log.warning("partition %d: %d dense value(s) outside their declared ranges (%s)", i, n,
                                     self.out_of_range)
                 self.stats["rows"] += len(cols)
+                self._seen = (self.stats["partitions"], self.stats["rows"])  # one assignment: read whole
                 if not put(cols):
                     return
             put(_DONE)
@@ -217,6 +250,7 @@ class BatchStream:
 
     def __iter__(self) -> Iterator[Batch]:
         self.stats = {"partitions": 0, "empty_partitions": 0, "rows": 0, "batches": 0, "nan_replaced": 0}
+        self._seen = (0, 0)
         self.out_of_range = {}
         q: queue.Queue = queue.Queue(maxsize=self._queue_size())
         stop = threading.Event()

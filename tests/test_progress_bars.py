@@ -1,0 +1,113 @@
+"""Progress bars show a total and a time left: fit / predict over a dask stream's FIRST pass
+(an estimate from the partitions read so far, exact once the pass is complete), the
+pipeline's streams (demo, trial), and trial's own bar."""
+from __future__ import annotations
+
+import re
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import torch
+
+import fbrapids  # noqa: F401
+from fbrapids.trainers import StoreConfig, fit, predict
+from fbrapids.trainers.fit import estimated_batches, expected_batches
+from fbrapids.trainers.models import DLRM
+
+# "<desc>: ... <n>/<total> [<elapsed><<remaining>, <rate>]": tqdm's line when it knows a total
+_WITH_TOTAL = re.compile(r"(?P<desc>[a-z]+): +(?:\d+%\|[^|]*\| )?(?P<n>\d+)/(?P<total>\d+) \[[0-9:]+<[0-9:?]+")
+_NO_TOTAL = re.compile(r"(?P<desc>[a-z]+): (?P<n>\d+)batch \[")
+
+
+def bar_states(err: str, desc: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """Every (n, total) the ``desc`` bar drew with a total and time left, and every n it drew
+    without.  (tqdm draws at most every 0.1 s, and always when its total changes and when it
+    closes.)"""
+    lines = re.split(r"[\r\n]", err)
+    with_total = [(int(m["n"]), int(m["total"])) for m in map(_WITH_TOTAL.search, lines) if m and m["desc"] == desc]
+    without = [int(m["n"]) for m in map(_NO_TOTAL.search, lines) if m and m["desc"] == desc]
+    return with_total, without
+
+
+def _uneven_dask_frame() -> tuple[dd.DataFrame, list[int]]:
+    """A 4-partition dask frame whose partitions hold 80, 20, 60 and 40 rows after a filter
+    (so a first-partition extrapolation is not the answer); returns it and those sizes."""
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame({"click": rng.integers(0, 2, n), "d": rng.random(n), "ad": rng.integers(0, 50, n),
+                       "keep": np.concatenate([np.arange(100) < k for k in (80, 20, 60, 40)])})
+    frame = dd.from_pandas(df, npartitions=4)
+    frame = frame[frame["keep"]]
+    return frame, [80, 20, 60, 40]
+
+
+def _model() -> DLRM:
+    torch.manual_seed(0)
+    return DLRM(1, ["ad"], embedding_dim=4, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=1024))
+
+
+def test_first_dask_pass_estimate_is_refined_per_partition_and_exact_at_the_end():
+    frame, sizes = _uneven_dask_frame()
+    s = frame.fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=10, prefetch=1)
+    assert expected_batches(s) is None and estimated_batches(s) is None  # nothing read yet
+    # after k partitions: rows so far / k x 4 partitions, in batches of 10
+    after = {k: -(-round(sum(sizes[:k]) * 4 / k) // 10) for k in range(1, 5)}
+    assert after == {1: 32, 2: 20, 3: 22, 4: 20}
+    seen = []
+    for _ in s:
+        seen.append(estimated_batches(s))
+        assert expected_batches(s) is None or seen[-1] == expected_batches(s)
+    assert len(seen) == 20 and set(seen) <= set(after.values()) and seen[0] is not None
+    assert seen[-1] == expected_batches(s) == 20  # exact after the pass
+
+
+def test_fit_and_predict_bars_have_a_total_and_time_left_in_the_first_dask_pass(capsys):
+    frame, sizes = _uneven_dask_frame()
+    exact = sum(sizes) // 10
+    s = frame.fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=10, prefetch=1)
+    fit(_model(), s, epochs=1, progress=True)
+    with_total, without = bar_states(capsys.readouterr().err, "fit")
+    assert with_total and with_total[-1] == (exact, exact)  # the bar ends complete on the exact count
+    # from the first batch on, every draw has a total and a time estimate
+    assert min(n for n, _ in with_total) <= 1 and all(n == 0 for n in without)
+
+    s2 = frame.fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=10, prefetch=1)
+    out = predict(_model(), s2, progress=True)
+    assert len(out["pred"]) == sum(sizes)
+    with_total, without = bar_states(capsys.readouterr().err, "predict")
+    assert with_total[-1] == (exact, exact) and all(n == 0 for n in without)
+    assert min(n for n, _ in with_total) <= 1
+
+
+def test_fit_bar_total_over_epochs_and_capped_by_max_steps(capsys):
+    frame, sizes = _uneven_dask_frame()
+    s = frame.fbx.stream(label="click", dense=["d"], sparse=["ad"], batch_size=10, prefetch=1)
+    fit(_model(), s, epochs=2, progress=True)
+    with_total, _ = bar_states(capsys.readouterr().err, "fit")
+    assert with_total[-1] == (40, 40)  # 2 epochs x 20 batches
+    fit(_model(), s, epochs=3, max_steps=25, progress=True)
+    with_total, _ = bar_states(capsys.readouterr().err, "fit")
+    assert with_total[-1] == (25, 25) and {t for _, t in with_total} == {25}
+    fit(_model(), s, epochs=1, max_steps=1000, progress=True)  # a cap above the data: the data's count
+    with_total, _ = bar_states(capsys.readouterr().err, "fit")
+    assert with_total[-1] == (20, 20)
+
+
+def test_trial_and_its_arms_show_totals(gen_dir, capsys):
+    """trial: its own bar over the arms, and each arm's fit / predict bars over the pipeline's
+    (dask) streams, all with a total and time left, each ending complete."""
+    from fbrapids import ops
+    from fbrapids.trials import trial
+
+    trial(gen_dir, {"slot_x_os": ops.cross("slot", "os")}, n_boot=5, progress=True, batch_size=512,
+          cache_rows=1 << 14, host_rows=1 << 15, count_clean=False)
+    err = capsys.readouterr().err
+    steps, _ = bar_states(err, "trial")
+    # drawn (by each new postfix) after the baseline and after the candidate arm
+    assert {(0, 3), (1, 3), (2, 3)} <= set(steps)
+    for desc in ("fit", "predict"):
+        with_total, without = bar_states(err, desc)
+        ends = [(n, t) for n, t in with_total if n == t]
+        assert len(ends) == 2, (desc, with_total)  # baseline and candidate arms each reach their total
+        assert all(n == 0 for n in without), (desc, without)
