@@ -92,22 +92,28 @@ def _partitions(frame):
         yield piece.compute()
 
 
-def _verified_run(data: Path, work: Path, args: argparse.Namespace, verify: bool) -> tuple[float, float]:
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads) and its waited-for children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _verified_run(data: Path, work: Path, args: argparse.Namespace, verify: bool) -> tuple[float, float, float]:
     """One pipeline run writing checkpoints, then the final checkpoint loaded back into a
-    fresh model; returns (seconds, AUC).  ``verify`` False sets FBRAPIDS_VERIFY=0 for it."""
+    fresh model; returns (wall seconds, CPU seconds, AUC).  ``verify`` False sets
+    FBRAPIDS_VERIFY=0 for it."""
     from fbrapids.trainers.fit import load_checkpoint
 
     os.environ[VERIFY_ENV] = "1" if verify else "0"
     try:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _cpu_seconds()
         r = run_pipeline(data, batch_size=args.batch_size, seed=args.seed, work_dir=work,
                          checkpoint=not args.no_checkpoint, checkpoint_every=args.checkpoint_every, progress=False,
                          count_clean=False)
-        if args.no_checkpoint:
-            return time.perf_counter() - t, r.metrics["auc"]
-        store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "reload"), seed=args.seed)
-        load_checkpoint(build_model("dlrm", len(DENSE), SPARSE, store), None, r.checkpoint)
-        return time.perf_counter() - t, r.metrics["auc"]
+        if not args.no_checkpoint:
+            store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "reload"), seed=args.seed)
+            load_checkpoint(build_model("dlrm", len(DENSE), SPARSE, store), None, r.checkpoint)
+        return time.perf_counter() - t, _cpu_seconds() - c, r.metrics["auc"]
     finally:
         os.environ.pop(VERIFY_ENV, None)
 
@@ -121,22 +127,34 @@ def verify_overhead(args: argparse.Namespace) -> int:
         for verify in (True, False):  # warm-up, untimed
             _verified_run(small, base / f"warm-{verify}", args, verify)
         times: dict[bool, list[float]] = {True: [], False: []}
+        cpu: dict[bool, list[float]] = {True: [], False: []}
         aucs: dict[bool, float] = {}
         for r in range(args.repeat):
             for verify in ((True, False) if r % 2 == 0 else (False, True)):  # alternate who goes first
                 work = base / f"run-{r}-{verify}"
-                seconds, aucs[verify] = _verified_run(data, work, args, verify)
+                seconds, cpu_s, aucs[verify] = _verified_run(data, work, args, verify)
                 times[verify].append(seconds)
+                cpu[verify].append(cpu_s)
                 shutil.rmtree(work, ignore_errors=True)
         on, off = statistics.median(times[True]), statistics.median(times[False])
+        cpu_on, cpu_off = statistics.median(cpu[True]), statistics.median(cpu[False])
         what = "pipeline (no checkpoint)" if args.no_checkpoint else "pipeline + checkpoint(s) + reload"
-        print(f"rows: {args.rows:,}; {what}, {args.repeat} runs each (median)")
-        print(f"verification on   {on:8.2f} s  {['%.2f' % x for x in times[True]]}")
-        print(f"verification off  {off:8.2f} s  {['%.2f' % x for x in times[False]]}")
-        print(f"overhead          {100 * (on - off) / off:+8.2f} %   (AUC on {aucs[True]:.5f}, off {aucs[False]:.5f})")
-        print(json.dumps({"verify_on_s": round(on, 3), "verify_off_s": round(off, 3),
-                          "overhead_pct": round(100 * (on - off) / off, 2), "runs_on": times[True],
-                          "runs_off": times[False], "auc_on": aucs[True], "auc_off": aucs[False]}))
+        print(f"machine: {machine_description()}")
+        print(f"rows: {args.rows:,}; {what}, {args.repeat} runs each (median; min in brackets)")
+        print(f"verification on   {on:8.2f} s wall ({min(times[True]):.2f})  {cpu_on:8.2f} s CPU  "
+              f"{['%.2f' % x for x in times[True]]}")
+        print(f"verification off  {off:8.2f} s wall ({min(times[False]):.2f})  {cpu_off:8.2f} s CPU  "
+              f"{['%.2f' % x for x in times[False]]}")
+        print(f"overhead          {100 * (on - off) / off:+8.2f} % wall (min {100 * (min(times[True]) / min(times[False]) - 1):+.2f} %)"
+              f"  {100 * (cpu_on - cpu_off) / cpu_off:+.2f} % CPU   (AUC on {aucs[True]:.5f}, off {aucs[False]:.5f})")
+        print(json.dumps({"machine": machine_description(), "rows": args.rows,
+                          "verify_on_s": round(on, 3), "verify_off_s": round(off, 3),
+                          "overhead_pct": round(100 * (on - off) / off, 2),
+                          "overhead_min_pct": round(100 * (min(times[True]) / min(times[False]) - 1), 2),
+                          "cpu_on_s": round(cpu_on, 3), "cpu_off_s": round(cpu_off, 3),
+                          "cpu_overhead_pct": round(100 * (cpu_on - cpu_off) / cpu_off, 2),
+                          "runs_on": times[True], "runs_off": times[False], "cpu_runs_on": cpu[True],
+                          "cpu_runs_off": cpu[False], "auc_on": aucs[True], "auc_off": aucs[False]}))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -40,6 +40,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
+from fbrapids.atomic import WriteDigests
 from fbrapids.errors import ManifestError, UnsafeFileError
 
 MANIFEST = "MANIFEST.json"
@@ -65,16 +66,41 @@ def _chunks(path: str | os.PathLike) -> Iterator[bytes]:
         yield from iter(lambda: f.read(_CHUNK), b"")
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    """The hex sha256 digest of a file, read in 1 MiB chunks.
+class _Crc32:
+    """zlib's crc32 behind hashlib's ``update`` / ``hexdigest`` (8 hex digits)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def update(self, data: bytes) -> None:
+        self.value = zlib.crc32(data, self.value)
+
+    def hexdigest(self) -> str:
+        return f"{self.value:08x}"
+
+
+def new_hasher(algorithm: str) -> Any:
+    """A fresh incremental hasher (``update(bytes)``, ``hexdigest()``) for one of :data:`ALGORITHMS`.
+
+    Example:
+        >>> h = new_hasher("crc32"); h.update(b"ab"); h.update(b"c"); h.hexdigest()
+        '352441c2'
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"digest algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    return hashlib.sha256() if algorithm == "sha256" else _Crc32()
+
+
+def file_digest(path: str | os.PathLike, algorithm: str) -> str:
+    """``path``'s digest under ``algorithm`` (one of :data:`ALGORITHMS`), read in 1 MiB chunks.
 
     Example:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"abc")
-        >>> sha256_file(p)[:12]
-        'ba7816bf8f01'
+        >>> file_digest(p, "sha256")[:12], file_digest(p, "crc32")
+        ('ba7816bf8f01', '352441c2')
     """
-    h = hashlib.sha256()
+    h = new_hasher(algorithm)
     for chunk in _chunks(path):
         h.update(chunk)
     return h.hexdigest()
@@ -96,33 +122,22 @@ def _files(root: Path, name: str) -> list[str]:
     return sorted(out)
 
 
-def crc32_file(path: str | os.PathLike) -> str:
-    """The crc32 of a file as 8 hex digits, read in 1 MiB chunks.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"; _ = p.write_bytes(b"abc")
-        >>> crc32_file(p)
-        '352441c2'
-    """
-    crc = 0
-    for chunk in _chunks(path):
-        crc = zlib.crc32(chunk, crc)
-    return f"{crc:08x}"
-
-
-def file_digest(path: str | os.PathLike, algorithm: str) -> str:
-    """``path``'s digest under ``algorithm`` (one of :data:`ALGORITHMS`)."""
-    return {"sha256": sha256_file, "crc32": crc32_file}[algorithm](path)
-
-
-def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str = ALGORITHM) -> dict[str, Any]:
+def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str = ALGORITHM,
+                   written: WriteDigests | None = None) -> dict[str, Any]:
     """Hash every file under ``root`` with ``algorithm`` and write the manifest ``root/name``
-    (atomically: a temporary file, fsynced, renamed); returns its content."""
+    (atomically: a temporary file, fsynced, renamed); returns its content.
+
+    ``written``: digests taken while the files were written (:func:`fbrapids.atomic.digests_of_writes`
+    with this algorithm); a file it holds, unchanged since (same size and modification
+    time), is not read again.
+    """
     root = Path(root)
-    content = {"algorithm": algorithm,
-               "files": {rel: {"bytes": (root / rel).stat().st_size, algorithm: file_digest(root / rel, algorithm)}
-                         for rel in _files(root, name)}}
+    files = {}
+    for rel in _files(root, name):
+        digest = written.current(rel) if written is not None else None
+        files[rel] = {"bytes": (root / rel).stat().st_size,
+                      algorithm: digest if digest is not None else file_digest(root / rel, algorithm)}
+    content = {"algorithm": algorithm, "files": files}
     tmp = root / f".{name}.tmp"
     with open(tmp, "w") as f:
         json.dump(content, f, indent=1, sort_keys=True)

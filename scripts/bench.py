@@ -35,6 +35,9 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                   "FusedEBC and fbgemm TBE (where they load), fresh Zipf 1.05 batches each round"),
     "pipeline": (["benchmarks/pipeline.py", "--rows", "200000"],
                  "pipeline vs write-then-train, same model and seed; bytes measured (/proc io) on both sides"),
+    "verify": (["benchmarks/pipeline.py", "--rows", "200000", "--verify-overhead", "--repeat", "7"],
+               "the pipeline with a checkpoint and its reload, integrity checks (manifests, page checksums, finite "
+               "checks, work-dir lock, preflight) on vs off (`FBRAPIDS_VERIFY=0`), alternated in one run"),
     "inference": (["benchmarks/inference.py"], "scoring p50/p99 and throughput, request/item dedup on and off"),
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
@@ -107,8 +110,15 @@ def _fitted(r: dict) -> str:
             f"= {r['ratio']:.2f}x (target <= 2x), median of {r['repeat']}")
 
 
+def _verify(r: dict) -> str:
+    return (f"{r['rows']:,} rows: {r['verify_on_s']:.2f} s on vs {r['verify_off_s']:.2f} s off (median of "
+            f"{len(r['runs_on'])}) = {r['overhead_pct']:+.1f}% wall, {r['cpu_overhead_pct']:+.1f}% CPU "
+            f"(target < 3%); AUC {r['auc_on']:.5f} both" if r["auc_on"] == r["auc_off"] else
+            f"AUC differs: {r['auc_on']} vs {r['auc_off']}")
+
+
 FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
-                                            "inference": _inference, "fitted": _fitted}
+                                            "verify": _verify, "inference": _inference, "fitted": _fitted}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:

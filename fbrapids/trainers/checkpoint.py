@@ -32,9 +32,9 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from fbrapids.atomic import fsync_dir, write_atomic
+from fbrapids.atomic import digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, ManifestError
-from fbrapids.manifest import resolve_inside, verification_enabled, verify_manifest, write_manifest
+from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
 
 # checkpoints guard against corruption (a torn write, a flipped page), not forgery: crc32 is
 # about three times cheaper than sha256 here; exports keep sha256
@@ -65,10 +65,14 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    check = verification_enabled()
     try:
-        yield tmp
-        if verification_enabled():
-            write_manifest(tmp, algorithm=CHECKPOINT_DIGEST)
+        # files written atomically inside are hashed as they are written: the manifest reads nothing back
+        with (digests_of_writes(tmp, lambda: new_hasher(CHECKPOINT_DIGEST)) if check
+              else contextlib.nullcontext()) as written:
+            yield tmp
+        if check:
+            write_manifest(tmp, algorithm=CHECKPOINT_DIGEST, written=written)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

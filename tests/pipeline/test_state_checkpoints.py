@@ -281,3 +281,25 @@ def test_dense_values_outside_declared_ranges_are_counted_or_an_error(tmp_path):
         list(strict)
     with pytest.raises(RangeError, match="'d9', which is not a dense feature"):
         frame.fbx.stream(label="click", dense=["d0"], sparse=["ad"], ranges={"d9": (0, 1)})
+
+
+def test_finite_checks_tell_overflowing_finite_values_from_nan_and_inf(tmp_path):
+    from fbrapids.trainers.fit import _check_rows_file, _nonfinite_grads
+
+    big = np.full(1024, 3e38, dtype=np.float32)  # finite, but rows . rows overflows float32
+    (tmp_path / "t" / "a" / "b").mkdir(parents=True)
+    path = tmp_path / "t" / "a" / "b" / "rows.f32"
+    big.tofile(path)
+    _check_rows_file(path, "ad", 7)  # no error: every value is finite
+    big[5] = np.nan
+    big.tofile(path)
+    with pytest.raises(NonFiniteError, match=r"step 7: table 'ad' holds 1 non-finite"):
+        _check_rows_file(path, "ad", 7)
+
+    model = small_model(tiered(tmp_path / "ssd"))
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 3e38)  # the total norm overflows; every gradient is finite
+    assert _nonfinite_grads(model) == []
+    name, p = next(iter(model.named_parameters()))
+    p.grad.view(-1)[0] = float("inf")
+    assert _nonfinite_grads(model) == [name]

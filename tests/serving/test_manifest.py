@@ -56,3 +56,38 @@ def test_resolve_inside(tree):
     os.symlink("/tmp", tree / "out")
     with pytest.raises(UnsafeFileError, match="leaves"):
         resolve_inside(tree, "out/x")
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io to count bytes read")
+@pytest.mark.parametrize("algorithm", ["sha256", "crc32"])
+def test_digests_taken_while_writing_spare_the_read_back_and_match_a_reread(tmp_path, algorithm):
+    from fbrapids.atomic import digests_of_writes, write_atomic
+    from fbrapids.manifest import new_hasher
+
+    payload = os.urandom(1 << 22)  # 4 MiB
+    with digests_of_writes(tmp_path, lambda: new_hasher(algorithm)) as written:
+        write_atomic(tmp_path / "big.bin", [payload[: 1 << 21], payload[1 << 21:]])
+        (tmp_path / "sub").mkdir()
+        write_atomic(tmp_path / "sub" / "x.bin", [b"abc"])
+    (tmp_path / "late.bin").write_bytes(b"not written atomically")  # not recorded: hashed from disk
+    before = _rchar()
+    content = write_manifest(tmp_path, algorithm=algorithm, written=written)
+    assert _rchar() - before < len(payload) // 2  # the 4 MiB file was not read back
+    assert sorted(content["files"]) == ["big.bin", "late.bin", "sub/x.bin"]
+    assert verify_manifest(tmp_path, accept=(algorithm,)) == ["big.bin", "late.bin", "sub/x.bin"]
+
+
+def test_a_file_changed_after_its_recorded_write_is_hashed_again(tmp_path):
+    from fbrapids.atomic import digests_of_writes, write_atomic
+    from fbrapids.manifest import new_hasher
+
+    with digests_of_writes(tmp_path, lambda: new_hasher("crc32")) as written:
+        write_atomic(tmp_path / "a.bin", [b"abc"])
+    (tmp_path / "a.bin").write_bytes(b"abcd")  # changed behind the recorder's back
+    write_manifest(tmp_path, algorithm="crc32", written=written)
+    assert verify_manifest(tmp_path, accept=("crc32",)) == ["a.bin"]  # the manifest holds the new bytes' digest
