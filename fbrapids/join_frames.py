@@ -158,7 +158,9 @@ class JoinTable:
             probe = pd.Index(plain[0]) if len(plain) == 1 else pd.MultiIndex.from_arrays(plain)
             hit = self.index.get_indexer(probe)
             hit[~valid] = -1
-            right_rows = np.where(hit >= 0, self.positions[np.maximum(hit, 0)], -1)
+            # an empty right side (a shuffle's empty bucket): every row misses
+            right_rows = (np.where(hit >= 0, self.positions[np.maximum(hit, 0)], -1) if len(self.positions)
+                          else np.full(len(hit), -1, dtype=np.int64))
             if how == "inner":
                 keep = right_rows >= 0
                 if keep.all():

@@ -29,9 +29,13 @@ the free device memory, the join runs on the host and its result is copied to th
 The estimate is the build side's bytes times ``HASH_TABLE_OVERHEAD``.  On the CPU backend
 there is no device, unless ``device_budget`` is given.
 
-Keys must have compatible dtypes: integers with integers (int32 is widened to int64),
-strings with strings.  An int key against a string key, or int64 against uint64, is an
-error rather than a silently empty or wrong join.
+Keys must have compatible dtypes: integers with integers (the narrower side is widened,
+int32 -> int64, never the wider one narrowed), strings with strings.  An int key against a
+string key, or int64 against uint64, is an error rather than a silently empty or wrong join.
+A pandas Categorical key (dictionary-encoded strings, ``astype("category")``, dask
+categoricals of known or unknown categories) is matched by its values and comes out decoded
+(:func:`check_keys`); a dask categorical whose categories turn out to be of another kind is
+an error naming the key when its partition is computed.
 
 Example:
     >>> import pandas as pd
@@ -53,7 +57,8 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 from fbrapids.errors import JoinError
-from fbrapids.join_frames import JoinTable, device_join, host_join, join_frames, key_values, normalize_validate
+from fbrapids.join_frames import (JoinTable, device_join, host_join, join_frames, key_values, normalize_validate,
+                                  nullable_dtype)
 
 log = logging.getLogger(__name__)
 
@@ -129,29 +134,85 @@ def _key_dtype(frame: Any, key: str) -> Any:
     return frame.index.dtype if frame.index.name == key else key_values(frame, key).dtype
 
 
-def check_keys(left: Any, right: Any, on: Sequence[str]) -> dict[str, Any]:
-    """Validate join keys; returns the casts the other side needs (int32 -> int64 ...).
+def _categories_dtype(dtype: Any) -> Any:
+    """The dtype of a categorical's values (its categories); None for any other dtype."""
+    categories = getattr(dtype, "categories", None) if str(dtype) == "category" else None
+    return None if categories is None else categories.dtype
+
+
+def _value_dtype(frame: Any, key: str) -> Any:
+    """The dtype of ``key``'s values: a categorical's categories dtype; None for a dask
+    categorical whose categories are unknown (``astype("category")`` on a dask column)."""
+    dtype = _key_dtype(frame, key)
+    values = _categories_dtype(dtype)
+    if values is None:
+        return dtype
+    if _is_dask(frame):
+        from dask.dataframe.utils import has_known_categories
+
+        meta = frame._meta[key] if key in frame.columns else frame._meta.index
+        if not has_known_categories(meta):
+            return None
+    return values
+
+
+def _widened(dtype: Any, width: int) -> Any:
+    """``dtype`` (an int / uint, numpy or nullable) at ``width`` bytes, keeping its nullability."""
+    numpy_dtype = getattr(dtype, "numpy_dtype", dtype)
+    wide = pd.api.types.pandas_dtype(f"{numpy_dtype.kind}{width}")
+    return nullable_dtype(wide) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else wide
+
+
+def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Validate join keys; returns the casts (key -> dtype) of the left and of the right side
+    that make both sides' keys hash alike.
+
+    * A categorical key is compared by its values: it is decoded to its categories' dtype
+      (for a dask categorical of unknown categories, to the other side's key dtype, or to
+      strings when both are unknown; a partition whose categories turn out to be of another
+      kind is a :class:`~fbrapids.errors.JoinError` naming the key).
+    * Integers of two widths: the narrower side is widened (int32 -> int64), never the wider
+      one narrowed (which would wrap values into false matches); nullability is kept.
+    * Other differing flavours (object / str / Arrow strings): the right side takes the left's.
 
     Raises:
         JoinError: a key is missing, or the key dtypes cannot match (int vs str,
             int64 vs uint64, float keys).
+
+    Example:
+        >>> import numpy as np, pandas as pd
+        >>> a = pd.DataFrame({"k": np.array([5], dtype="int32")})
+        >>> b = pd.DataFrame({"k": pd.Series([5], dtype="category"), "v": [1]})
+        >>> check_keys(a, b, ["k"])
+        ({'k': dtype('int64')}, {'k': dtype('int64')})
     """
-    casts: dict[str, Any] = {}
+    lcasts: dict[str, Any] = {}
+    rcasts: dict[str, Any] = {}
     for key in on:
         for side, frame in (("left", left), ("right", right)):
             if key not in frame.columns and key not in _index_names(frame):
                 raise JoinError(f"join key {key!r} not in the {side} frame; its columns: {', '.join(map(str, frame.columns))}")
-        lt, rt = _key_dtype(left, key), _key_dtype(right, key)
+        lraw, rraw = _key_dtype(left, key), _key_dtype(right, key)
+        lt, rt = _value_dtype(left, key), _value_dtype(right, key)
+        if lt is None and rt is None:  # unknown categories on both sides: decoded as strings, checked per partition
+            lt = rt = pd.api.types.pandas_dtype("str")
+        lt, rt = (rt if lt is None else lt), (lt if rt is None else rt)
         lk, rk = _key_kind(lt), _key_kind(rt)
         if "float" in (lk, rk):
             raise JoinError(f"join key {key!r} is floating point ({lt} vs {rt}); cast it to an integer or string first")
         if lk != rk:
             hint = ("ids above 2^63 need uint64 on both sides" if {lk, rk} == {"int", "uint"}
                     else "cast one side explicitly")
-            raise JoinError(f"join key {key!r} has dtype {lt} on the left but {rt} on the right; {hint}")
-        if str(lt) != str(rt):
-            casts[key] = lt
-    return casts
+            raise JoinError(f"join key {key!r} has dtype {lraw} on the left but {rraw} on the right; {hint}")
+        if lk in ("int", "uint"):
+            width = max(getattr(lt, "numpy_dtype", lt).itemsize, getattr(rt, "numpy_dtype", rt).itemsize)
+            lt, rt = _widened(lt, width), _widened(rt, width)
+        elif str(lt) != str(rt):
+            rt = lt
+        for casts, raw, target in ((lcasts, lraw, lt), (rcasts, rraw, rt)):
+            if str(raw) != str(target):
+                casts[key] = target
+    return lcasts, rcasts
 
 
 def decide_placement(be: _backend.Backend, build_bytes: int, device_budget: int | None, fraction: float) -> tuple[str, int | None, str]:
@@ -278,11 +339,10 @@ def join(
         validate = "many_to_one" if how == "left" else None
     validate = normalize_validate(validate)
     keys = [on] if isinstance(on, str) else list(on)
-    casts = check_keys(left, other, keys)
+    left_casts, right_casts = check_keys(left, other, keys)
     be = _backend.backend_of(left)
     build_bytes = _estimated_bytes(other)
-    if casts:
-        other = _cast_keys(other, casts)
+    left, other = _cast_keys(left, left_casts), _cast_keys(other, right_casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
     on_host = placement == "host"
 
@@ -366,5 +426,35 @@ def _with_key_columns(frame: Any, keys: Sequence[str]) -> Any:
 
 
 def _cast_keys(frame: Any, casts: dict[str, Any]) -> Any:
+    """``frame`` with its key columns cast (categoricals decoded: per partition for a dask
+    frame, each partition's categories checked against the kind of the cast)."""
     cols = {k: v for k, v in casts.items() if k in frame.columns}
-    return frame.astype(cols) if cols else frame
+    if not cols:
+        return frame
+    if not _is_dask(frame):
+        return cast_key_columns(frame, cols)
+    meta = frame._meta.astype(cols)
+    return frame.map_partitions(cast_key_columns, cols, meta=meta)
+
+
+def cast_key_columns(frame: Any, casts: dict[str, Any]) -> Any:
+    """Cast key columns of an eager frame (or a dask partition); a categorical is decoded to
+    the cast's dtype only when its categories are of the same kind (int, str...).
+
+    Example:
+        >>> import pandas as pd
+        >>> cast_key_columns(pd.DataFrame({"k": pd.Series([7, 8], dtype="category")}), {"k": "int64"})["k"].tolist()
+        [7, 8]
+        >>> cast_key_columns(pd.DataFrame({"k": pd.Series([7], dtype="category")}), {"k": "str"})
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.JoinError: join key 'k' is a categorical of int64 values where str values were expected (the other side's key dtype; str when both sides are dask categoricals of unknown categories): cast the key to its values first, e.g. .astype({'k': 'int64'})
+    """
+    for key, target in casts.items():
+        values = _categories_dtype(frame[key].dtype)
+        if values is not None and _key_kind(values) != _key_kind(target):
+            raise JoinError(f"join key {key!r} is a categorical of {values} values where {target} values were "
+                            "expected (the other side's key dtype; str when both sides are dask categoricals of "
+                            f"unknown categories): cast the key to its values first, e.g. .astype({{{key!r}: "
+                            f"'{values}'}})")
+    return frame.astype(casts)
