@@ -49,13 +49,11 @@ class HostColumn:
 
     def pointers(self) -> list[int]:
         """Buffer addresses (and the validity bit offset) in the kernel's slot order."""
-        def p(name: str) -> int:
-            if name == "valid_bit":
-                return self.valid_bit
-            a = getattr(self, name)
-            return 0 if a is None else a.ctypes.data
-
-        return [p(name) for name in input_slots(self.type)]
+        out = []
+        for name in input_slots(self.type):
+            a = self.valid_bit if name == "valid_bit" else getattr(self, name)
+            out.append(a if type(a) is int else 0 if a is None else a.ctypes.data)
+        return out
 
     def nbytes(self) -> int:
         """Bytes held by the column's buffers."""

@@ -115,11 +115,14 @@ def check_and_convert(frame: Any, features: Mapping[str, Any]) -> dict[str, Any]
         if kind not in ("i", "u"):
             raise FeatureError(f"feature {feature!r}: column {column!r} has dtype {dtype}, which hour / weekday / "
                                f"day cannot read; they accept {ACCEPTED}")
+    if _backend.is_gpu_object(frame):  # device columns hold no Python objects
+        return replace
+    dtypes = dict(zip(frame.columns, frame.dtypes))  # one pass over the dtypes, not a column fetch per input
     for column, feature in used.items():
-        if column in replace or column not in frame.columns or _backend.is_gpu_object(frame[column]):
+        if column in replace or column not in dtypes or dtypes[column] != object:
             continue
         s = frame[column]
-        if s.dtype == object and len(s) and pd.api.types.infer_dtype(s, skipna=True) in _MIXED:
+        if len(s) and pd.api.types.infer_dtype(s, skipna=True) in _MIXED:
             kinds = sorted({type(v).__name__ for v in s.dropna().head(10_000)})
             raise FeatureError(f"feature {feature!r}: column {column!r} is an object column of mixed Python types "
                                f"({', '.join(kinds)}); convert it first, e.g. df[{column!r}] = df[{column!r}].astype(str)")
