@@ -4,7 +4,8 @@
 left, for any compute in the block (threads, processes or synchronous scheduler: dask's
 local callbacks; a distributed ``Client`` has its own dashboard and
 ``distributed.progress``).  Large ``compute`` / lazy ``extract`` results are where it
-helps; ``fit`` / ``predict`` and ``fbrapids gen`` have their own bars.
+helps; ``fit`` / ``predict`` and ``fbrapids gen`` have their own bars, and an eager
+``extract`` of a large frame has its own over row chunks (:func:`row_chunks`).
 
 Example:
     >>> import dask.dataframe as dd, pandas as pd
@@ -17,9 +18,31 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from dask.callbacks import Callback
+
+
+def row_chunks(rows: int, chunk_rows: int, desc: str, show: bool | None = True,
+               delay: float = 0.0) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of consecutive chunks of at most ``chunk_rows`` over ``rows`` rows,
+    under a ``tqdm.auto`` bar counting rows (total known: it shows the time left); each
+    chunk is counted once the caller asks for the next.  ``show``: True draws the bar,
+    False never, None lets tqdm decide (a terminal or a notebook); ``delay``: seconds
+    before the bar first appears (a quick run shows none).
+
+    Example:
+        >>> list(row_chunks(10, 4, "demo", show=False))
+        [(0, 4), (4, 8), (8, 10)]
+    """
+    from tqdm.auto import tqdm
+
+    with tqdm(total=rows, desc=desc, unit="rows", unit_scale=True, disable=None if show is None else not show,
+              delay=delay) as bar:
+        for start in range(0, rows, max(1, chunk_rows)):
+            stop = min(rows, start + max(1, chunk_rows))
+            yield start, stop
+            bar.update(stop - start)
 
 
 class progress(Callback):  # noqa: N801 - used as a context manager, like dask's ProgressBar

@@ -70,13 +70,15 @@ class FbxAccessor:
 
     # -- features --------------------------------------------------------------
     def extract(self, fitted: Any = None, /, *, training: bool = False, allow_unfitted: bool = False,
-                **features: Any) -> Any:
+                progress: bool | None = None, **features: Any) -> Any:
         """Add the named feature columns, computed by layered meta-kernels.
 
         ``fitted`` (from :meth:`fit`) applies frozen fitted states and never refits;
         ``training=True`` only on the frame it was fitted on (out-of-fold target
         encodings).  A fitted operator passed without a state is a ``NotFittedError``
-        unless ``allow_unfitted=True``.  See :func:`fbrapids.features.extract`.
+        unless ``allow_unfitted=True``.  ``progress``: a bar over a large pandas frame's
+        rows (None: from 2^21 rows on; True / False: always / never); for a dask frame,
+        ``with fbrapids.progress(): out.compute()``.  See :func:`fbrapids.features.extract`.
 
         Example:
             >>> import pandas as pd, fbrapids
@@ -91,8 +93,8 @@ class FbxAccessor:
         if fitted is not None:
             if features:
                 raise TypeError("extract: pass either a fitted object or features, not both")
-            return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted)
-        return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted)
+            return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted, progress=progress)
+        return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted, progress=progress)
 
     def fit(self, time_column: str | None = "ts", **features: Any) -> Any:
         """Fit every fitted operator of ``features`` over this frame in one pass; returns a

@@ -26,7 +26,7 @@ from fbrapids.kernels import as_expr
 
 
 def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True, training: bool = False,
-            allow_unfitted: bool = False) -> Any:
+            allow_unfitted: bool = False, progress: bool | None = None) -> Any:
     """Add the named feature columns to ``obj`` (like ``assign``), computed by meta-kernels.
 
     Args:
@@ -38,6 +38,13 @@ def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True
             (the baseline the benchmark compares against).
         training: ``obj`` is the frame the states were fitted on (out-of-fold target encodings).
         allow_unfitted: fit operators that have no state on ``obj`` itself (explicit opt-in).
+        progress: a pandas frame's bar (rows done, time left): None (default) shows one
+            from ``EXTRACT_PROGRESS_ROWS`` (2^21) rows on, once the call has run a second,
+            on a terminal or in a notebook; True always; False never.  Such a frame runs
+            in chunks of ``EXTRACT_CHUNK_ROWS`` (2^18) rows, with the same output.  A dask
+            frame's work runs when it is computed: wrap that in ``with fbrapids.progress():``
+            (``progress=True`` on a dask frame is a ``FeatureError`` saying so).  cudf frames
+            run whole, without a bar.
 
     Returns:
         A frame of the same kind with the feature columns added.
@@ -54,11 +61,12 @@ def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True
         [1.0, 0.0]
     """
     if isinstance(features, Fitted):
-        return extract_frame(obj, features, training=training, fused=fused)
+        return extract_frame(obj, features, training=training, fused=fused, progress=progress)
     features = getattr(features, "features", features)  # a FeatureSet
     if not features:
         return obj
     features = {name: as_expr(e) for name, e in features.items()}
     if has_frame_ops(features):  # fitted, history and row operators: frame-level stage first
-        return extract_frame(obj, features, training=training, allow_unfitted=allow_unfitted, fused=fused)
-    return run_features(obj, features, fused)
+        return extract_frame(obj, features, training=training, allow_unfitted=allow_unfitted, fused=fused,
+                             progress=progress)
+    return run_features(obj, features, fused, progress)

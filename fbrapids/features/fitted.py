@@ -581,7 +581,7 @@ def has_frame_ops(features: Mapping[str, Any]) -> bool:
 
 
 def extract_frame(frame: Any, features: "Mapping[str, Any] | Fitted", training: bool = False,
-                  allow_unfitted: bool = False, fused: bool = True) -> Any:
+                  allow_unfitted: bool = False, fused: bool = True, progress: bool | None = False) -> Any:
     """Add the features to ``frame``: fitted and history operators at frame level, the rest
     through the meta-kernels.
 
@@ -653,6 +653,6 @@ def extract_frame(frame: Any, features: "Mapping[str, Any] | Fitted", training: 
     if direct:
         frame = copy_columns(frame, direct)
     if rest:
-        frame = run_features(frame, rest, fused)
+        frame = run_features(frame, rest, fused, progress)
     names = list(exprs)
     return frame[[c for c in frame.columns if c not in names and c not in made] + names]

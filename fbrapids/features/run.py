@@ -18,7 +18,9 @@ from typing import Any, Mapping
 import pandas as pd
 
 from fbrapids import backend as backends
+from fbrapids.errors import FeatureError
 from fbrapids.features.plans import compiled_plan, plan_for
+from fbrapids.progressbar import row_chunks
 from fbrapids.views.inputs import prepare
 from fbrapids.kernels import Call, Expr, Operator, add_operator, as_expr, empty_series, get_operator, operators, to_series
 
@@ -28,13 +30,42 @@ def is_lazy(obj: Any) -> bool:
     return hasattr(obj, "map_partitions") and hasattr(obj, "_meta")
 
 
-def run_eager(df: Any, features: Mapping[str, Any], fused: bool = True) -> Any:
-    """``df`` with the feature columns added (pandas or cudf)."""
+#: an eager pandas ``extract`` of at least this many rows shows a progress bar by default
+EXTRACT_PROGRESS_ROWS = 1 << 21
+#: rows per chunk of an eager pandas ``extract`` that shows progress (the bar advances per chunk)
+EXTRACT_CHUNK_ROWS = 1 << 18
+
+
+def run_eager(df: Any, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> Any:
+    """``df`` with the feature columns added (pandas or cudf).
+
+    ``progress``: True runs a pandas frame in chunks of ``EXTRACT_CHUNK_ROWS`` rows under a
+    bar; None does so from ``EXTRACT_PROGRESS_ROWS`` rows on (the bar then appears after a
+    second, on a terminal or in a notebook); False (the default here) runs it whole.  The
+    output is the same either way.
+    """
+    if progress is not False and (progress or len(df) >= EXTRACT_PROGRESS_ROWS) and not backends.is_gpu_object(df):
+        return df.assign(**_chunked_columns(df, features, fused, progress))
+    return df.assign(**_feature_columns(df, features, fused))
+
+
+def _feature_columns(df: Any, features: Mapping[str, Any], fused: bool) -> dict[str, Any]:
     src = prepare(df, features)  # timestamps as epoch seconds; unreadable columns are errors
     res = compiled_plan(src, features, fused).run(src)
     if backends.is_gpu_object(df):
-        return df.assign(**res.columns)
-    return df.assign(**{name: to_series(c, df.index, name) for name, c in res.columns.items()})
+        return dict(res.columns)
+    return {name: to_series(c, df.index, name) for name, c in res.columns.items()}
+
+
+def _chunked_columns(df: pd.DataFrame, features: Mapping[str, Any], fused: bool,
+                     progress: bool | None) -> dict[str, Any]:
+    """The feature columns of ``df``, computed chunk by chunk under a progress bar."""
+    parts = [_feature_columns(df.iloc[a:b], features, fused)
+             for a, b in row_chunks(len(df), EXTRACT_CHUNK_ROWS, "extract", show=True if progress else None,
+                                    delay=0.0 if progress else 1.0)]
+    if not parts:  # no rows
+        return _feature_columns(df, features, fused)
+    return {name: pd.concat([p[name] for p in parts]) for name in parts[0]}
 
 
 def operators_used(features: Mapping[str, Expr]) -> dict[str, Operator]:
@@ -63,11 +94,16 @@ def run_partition(part: pd.DataFrame, features: dict[str, Expr], fused: bool,
     return run_eager(part, features, fused)
 
 
-def run_features(obj: Any, features: Mapping[str, Any], fused: bool = True) -> Any:
-    """Add the (already fitted) feature columns to a pandas, cudf, dask or dask-cudf frame."""
+def run_features(obj: Any, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> Any:
+    """Add the (already fitted) feature columns to a pandas, cudf, dask or dask-cudf frame
+    (``progress``: see :func:`run_eager`; a dask frame's progress shows when it is computed,
+    under :func:`fbrapids.progress`)."""
     features = {name: as_expr(e) for name, e in features.items()}
     if not is_lazy(obj):
-        return run_eager(obj, features, fused)
+        return run_eager(obj, features, fused, progress)
+    if progress:
+        raise FeatureError("extract(progress=True) on a dask frame: its work runs when it is computed; show that "
+                           "with `with fbrapids.progress(): frame.compute()` (or a distributed Client's dashboard)")
     plan = plan_for(prepare(obj._meta, features), features, fused)  # type errors surface here, before any task runs
     meta = obj._meta.assign(**{name: empty_series(plan.nodes[nid].type, name)
                                for name, nid in plan.outputs.items()})
