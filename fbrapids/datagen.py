@@ -394,7 +394,8 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
         out_dir: the folder (created if needed).
         seed: the seed.
         row_group_rows: rows per parquet row group (one dask partition each).
-        progress: show a progress bar over the impressions (None: tqdm's automatic choice).
+        progress: show a progress bar over the rows written, users' and ads' included (None:
+            tqdm's automatic choice: on a terminal or in a notebook).
 
     Example:
         >>> import tempfile, pandas as pd
@@ -413,18 +414,26 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
     out.mkdir(parents=True, exist_ok=True)
     dic = _dictionaries(rng, rows)
     paths: dict[str, Path] = {}
-    for name, count, make in (("users", len(dic.user_ids), _user_block), ("ads", len(dic.ad_ids), _ad_block)):
-        writer = _RowGroupWriter(out / f"{name}.parquet", SCHEMAS[name], row_group_rows)
-        for block, start in enumerate(range(0, count, BLOCK_ROWS)):
-            writer.add(make(dic, seed, block, start, min(count, start + BLOCK_ROWS)))
-        paths[name] = writer.close()
+    dims = (("users", len(dic.user_ids), _user_block), ("ads", len(dic.ad_ids), _ad_block))
+    # one bar over every row written: the users' and ads' rows first, then the impressions'
+    bar = tqdm(total=sum(count for _, count, _ in dims) + rows, unit="rows", unit_scale=True, desc="gen",
+               disable=None if progress is None else not progress)
+    with bar:
+        for name, count, make in dims:
+            bar.set_postfix_str(name)
+            writer = _RowGroupWriter(out / f"{name}.parquet", SCHEMAS[name], row_group_rows)
+            for block, start in enumerate(range(0, count, BLOCK_ROWS)):
+                stop = min(count, start + BLOCK_ROWS)
+                writer.add(make(dic, seed, block, start, stop))
+                bar.update(stop - start)
+            paths[name] = writer.close()
 
-    imp_writer = _RowGroupWriter(out / "impressions.parquet", SCHEMAS["impressions"], row_group_rows)
-    basic_writer = _RowGroupWriter(out / "basic.parquet", SCHEMAS["basic"], 2**62)  # groups cut below
-    pos = np.zeros(AUC_BINS, dtype=np.int64)
-    neg = np.zeros(AUC_BINS, dtype=np.int64)
-    clicks = 0
-    with tqdm(total=rows, unit="rows", desc="gen impressions", disable=None if progress is None else not progress) as bar:
+        imp_writer = _RowGroupWriter(out / "impressions.parquet", SCHEMAS["impressions"], row_group_rows)
+        basic_writer = _RowGroupWriter(out / "basic.parquet", SCHEMAS["basic"], 2**62)  # groups cut below
+        pos = np.zeros(AUC_BINS, dtype=np.int64)
+        neg = np.zeros(AUC_BINS, dtype=np.int64)
+        clicks = 0
+        bar.set_postfix_str("impressions")
         for block, start in enumerate(range(0, rows, BLOCK_ROWS)):
             stop = min(rows, start + BLOCK_ROWS)
             impressions, basic, click, prob = _impression_block(dic, seed, block, start, stop, rows)

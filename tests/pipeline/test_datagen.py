@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -95,6 +96,11 @@ def test_output_does_not_depend_on_the_row_group_size(tmp_path):
 
 
 def test_gen_shows_progress_over_rows(tmp_path, capsys):
-    generate(1_000, tmp_path, progress=True)
+    """One bar from the start over every row written (users', ads', impressions'), with a
+    total and time left, ending complete."""
+    paths = generate(1_000, tmp_path, progress=True)
+    written = sum(pq.ParquetFile(paths[n]).metadata.num_rows for n in ("users", "ads", "impressions"))
+    assert written == 1_150  # 1,000 impressions, 100 users, 50 ads
     err = capsys.readouterr().err
-    assert "gen impressions" in err and "1000/1000" in err
+    assert re.search(r"gen: +0%\|[^|]*\| 0\.00/1\.15k \[", err), err  # the total is known before any row
+    assert re.search(r"gen: 100%\|[^|]*\| 1\.15k/1\.15k \[[0-9:]+<[0-9:]+", err), err
