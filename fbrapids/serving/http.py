@@ -21,8 +21,9 @@ of the shape above is 422, and a record with a missing column or a bad value is 
 most a few hundred characters of the input.  With a ``token``, every endpoint needs
 ``Authorization: Bearer <token>`` (401 otherwise); :func:`serve` refuses a non-loopback
 host without one unless ``insecure=True``.  Concurrency: uvicorn serves many connections;
-scoring endpoints are plain functions run on its thread pool, and the scorer serialises
-the model work with a lock.
+scoring endpoints are plain functions run on its thread pool, one hand-off per request (the
+token check is a coroutine and an endpoint returns its own ``JSONResponse``, so neither
+takes another), and the scorer serialises the model work with a lock.
 
 Example:
     >>> from fbrapids.serving.example import example_spec
@@ -153,14 +154,16 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int = M
         except RequestError as exc:  # bad records: the client's fault
             raise HTTPException(400, _cut(exc)) from None
 
-    @app.post("/score")
-    def score(body: ScoreRequest) -> dict[str, Any]:
+    # The scoring endpoints return their JSONResponse themselves: FastAPI then skips its own
+    # response serialisation, a second thread-pool hop per request for a plain function.
+    @app.post("/score", response_class=JSONResponse)
+    def score(body: ScoreRequest) -> JSONResponse:
         scores = run([{"request": body.request, "items": body.items}])[0]
-        return {"scores": scores, "n": len(scores)}
+        return JSONResponse({"scores": scores, "n": len(scores)})
 
-    @app.post("/score_batch")
-    def score_batch(body: BatchScoreRequest) -> dict[str, Any]:
-        return {"scores": run([{"request": r.request, "items": r.items} for r in body.requests])}
+    @app.post("/score_batch", response_class=JSONResponse)
+    def score_batch(body: BatchScoreRequest) -> JSONResponse:
+        return JSONResponse({"scores": run([{"request": r.request, "items": r.items} for r in body.requests])})
 
     @app.get("/health")
     def health() -> dict[str, Any]:

@@ -167,6 +167,38 @@ def test_bearer_token(trained, services) -> None:
     assert status == 200 and len(json.loads(answer)["scores"]) == 8
 
 
+def test_one_thread_pool_hop_per_scoring_request(trained, services, monkeypatch) -> None:
+    """Serving load (issue 16): a /score request, with or without a token, hands work to the
+    thread pool once (the scoring); the token check and the response serialisation run on
+    the event loop.  Counted by wrapping FastAPI's thread-pool entry points."""
+    import fastapi.dependencies.utils
+    import fastapi.routing
+
+    hops: list[str] = []
+
+    def counting(module):
+        inner = module.run_in_threadpool
+
+        async def run_in_threadpool(func, *args, **kwargs):
+            hops.append(getattr(kwargs.get("function", func), "__name__", repr(func)))
+            return await inner(func, *args, **kwargs)
+
+        monkeypatch.setattr(module, "run_in_threadpool", run_in_threadpool)
+
+    counting(fastapi.routing)
+    counting(fastapi.dependencies.utils)
+    body = json.dumps(_body(trained)).encode()
+    for addr, headers in ((services["open"], {}), (services["auth"], {"Authorization": f"Bearer {TOKEN}"})):
+        hops.clear()
+        status, answer = request(addr, "/score", body, headers)
+        assert status == 200 and len(json.loads(answer)["scores"]) == 8
+        assert hops == ["score"], hops
+    hops.clear()
+    batch = json.dumps({"requests": [_body(trained)] * 2}).encode()
+    status, answer = request(services["open"], "/score_batch", batch)
+    assert status == 200 and [len(s) for s in json.loads(answer)["scores"]] == [8, 8] and hops == ["score_batch"]
+
+
 def test_public_host_needs_a_token(monkeypatch, tmp_path, capsys) -> None:
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert resolve_token("127.0.0.1", None, False) is None
