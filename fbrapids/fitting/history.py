@@ -116,6 +116,8 @@ def _list_column(part: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, order: np.n
     row_of = np.repeat(np.arange(len(lengths)), lengths)
     flat = order[(lo[row_of] + (np.arange(total) - offsets[:-1][row_of]))] if total else np.zeros(0, dtype=np.int64)
     items = pa.array(part["a2"].array) if isinstance(part["a2"].dtype, pd.ArrowDtype) else pa.array(part["a2"])
+    if isinstance(items, pa.ChunkedArray):  # Arrow-backed strings of a concatenated (dask) partition
+        items = items.combine_chunks()
     values = items.take(pa.array(flat, type=pa.int64()))
     arr = pa.LargeListArray.from_arrays(pa.array(offsets), values) if total >= 1 << 31 else \
         pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)

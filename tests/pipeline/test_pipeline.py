@@ -45,6 +45,12 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert r.extract_busy_s > 0 and 0 <= r.overlap_s <= r.extract_busy_s
     assert r.checkpoint and Path(r.checkpoint).is_dir()
     assert f"bytes written          {r.bytes_written:>12,}" in r.render() and "AUC" in r.render()
+    # the JSON cleaning's counts are shown: malformed and too deep apart, non-string leaves per field
+    jc = r.clean["json"]["ctx"]
+    assert jc["malformed"] > 0 and jc["rows"] == r.rows["after clean"]  # parsed after the slot filter
+    leaves = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in jc.items() if k.startswith("not_string:"))
+    assert (f"JSON ctx: {jc['malformed']:,} malformed, {jc['too_deep']:,} nested deeper than 64, "
+            f"{jc['null_input']:,} null; non-string leaves read as null: {leaves}") in r.render()
     # the joins' strategies and sizes, and each pass's shared work, are in the summary
     strategies = [j.split("(")[1].split(")")[0] for j in r.joins]
     assert strategies == ["left, broadcast", "left, broadcast", "inner, partitioned"], r.joins
