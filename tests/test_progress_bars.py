@@ -107,7 +107,24 @@ def test_trial_and_its_arms_show_totals(gen_dir, capsys):
     # drawn (by each new postfix) after the baseline and after the candidate arm
     assert {(0, 3), (1, 3), (2, 3)} <= set(steps)
     for desc in ("fit", "predict"):
-        with_total, without = bar_states(err, desc)
-        ends = [(n, t) for n, t in with_total if n == t]
-        assert len(ends) == 2, (desc, with_total)  # baseline and candidate arms each reach their total
-        assert all(n == 0 for n in without), (desc, without)
+        bars = err.split(f"{desc}: 0batch [")[1:]  # each bar's first draw (no total before a partition is read)
+        assert len(bars) == 2, desc  # the baseline and the candidate arm
+        for text in bars:
+            with_total, without = bar_states(text, desc)
+            n, total = with_total[-1]
+            assert n == total > 0, (desc, with_total)  # ends complete on the exact count
+            assert not without, (desc, without)
+
+
+def test_batches_skipped_under_nan_skip_still_advance_the_bar(tmp_path, capsys):
+    from _trainer_helpers import batches, ctr_frame, small_model, tiered
+
+    model = small_model(tiered(tmp_path / "ssd"))
+    fit(model, batches(ctr_frame()), max_steps=4, progress=False)
+    store = model.stores()["emb_l/toks"]
+    ids, _ = store.state()
+    store.assign(ids[:1], np.full((1, store.config.dim), np.nan, np.float32))  # batches with that token: NaN loss
+    res = fit(model, batches(ctr_frame()), max_steps=20, progress=True, nan="skip")
+    assert res.skipped and len(res.skipped) + len(res.losses) == 20
+    with_total, _ = bar_states(capsys.readouterr().err, "fit")
+    assert with_total[-1] == (20, 20)  # before: 20 - len(skipped) of 20

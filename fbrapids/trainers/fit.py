@@ -469,6 +469,7 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                         bad = _nonfinite_grads(model)
                         problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
                 step += 1
+                bar.update(1)  # a batch consumed (a skipped one too: the bar reaches its total)
                 if problem is not None:
                     if nan == "error":
                         raise NonFiniteError(_nonfinite_message(step, problem, model, optimizer))
@@ -480,7 +481,6 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                 optimizer.step()
                 model.apply_sparse_gradients()
                 result.losses.append(value)
-                bar.update(1)
                 bar.set_postfix(loss=f"{value:.4f}", refresh=False)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(

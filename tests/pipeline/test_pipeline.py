@@ -42,7 +42,10 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert {"cache", "host", "ssd"} <= set(r.store) and r.store["cache"]["hits"] > 0
     assert any((work / "store").rglob("*")), "the SSD tier keeps real files"
     assert r.metrics["n"] == r.rows["held out"]
-    assert r.extract_busy_s > 0 and 0 <= r.overlap_s <= r.extract_busy_s
+    # the producer's compute time is recorded (overlap = busy - wait is in [0, busy] by its
+    # definition, so nothing to check there; that partitions are computed while the trainer
+    # holds a batch is counted in tests/trainers/test_trainer_stream.py)
+    assert r.extract_busy_s > 0
     assert r.checkpoint and Path(r.checkpoint).is_dir()
     assert f"bytes written          {r.bytes_written:>12,}" in r.render() and "AUC" in r.render()
     # the JSON cleaning's counts are shown: malformed and too deep apart, non-string leaves per field
