@@ -18,9 +18,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator
 
 from dask.callbacks import Callback
+
+log = logging.getLogger(__name__)
 
 
 def row_chunks(rows: int, chunk_rows: int, desc: str, show: bool | None = True,
@@ -46,7 +49,22 @@ def row_chunks(rows: int, chunk_rows: int, desc: str, show: bool | None = True,
 
 
 class progress(Callback):  # noqa: N801 - used as a context manager, like dask's ProgressBar
-    """A dask local-scheduler callback drawing a ``tqdm.auto`` bar (total tasks, time left)."""
+    """A dask local-scheduler callback drawing a ``tqdm.auto`` bar (total tasks, time left).
+
+    Under a distributed ``Client`` (the scheduler in force when the block is entered) local
+    callbacks see no task: entering logs a warning saying so and where to look instead,
+    rather than showing nothing silently.
+    """
+
+    def __enter__(self) -> "progress":
+        import dask
+
+        owner = getattr(dask.base.get_scheduler(), "__self__", None)
+        if type(owner).__name__ == "Client":
+            log.warning("fbrapids.progress(): computes run on the distributed Client %s, whose tasks a local "
+                        "progress bar cannot see; follow them on its dashboard (%s) or with "
+                        "distributed.progress(client.compute(frame))", owner.scheduler.address, owner.dashboard_link)
+        return super().__enter__()
 
     def __init__(self, desc: str = "compute", disable: bool = False) -> None:
         super().__init__()

@@ -128,3 +128,21 @@ def test_batches_skipped_under_nan_skip_still_advance_the_bar(tmp_path, capsys):
     assert res.skipped and len(res.skipped) + len(res.losses) == 20
     with_total, _ = bar_states(capsys.readouterr().err, "fit")
     assert with_total[-1] == (20, 20)  # before: 20 - len(skipped) of 20
+
+
+def test_progress_under_a_distributed_client_says_where_to_look(local_cluster, caplog, capsys):
+    import dask.dataframe as dd_
+
+    import fbrapids as fbr
+
+    frame = dd_.from_pandas(pd.DataFrame({"a": range(100)}), npartitions=4)
+    with local_cluster.as_current(), caplog.at_level("WARNING", logger="fbrapids.progressbar"):
+        with fbr.progress() as bar:
+            assert int(frame["a"].sum().compute()) == 4950
+    assert bar.tasks_done == 0  # the cluster ran the tasks: no local callback saw them
+    assert any("distributed Client" in r.getMessage() and "dashboard" in r.getMessage() for r in caplog.records)
+    with caplog.at_level("WARNING", logger="fbrapids.progressbar"):
+        caplog.clear()
+        with fbr.progress() as bar:  # the local scheduler again: a bar, no warning
+            frame["a"].sum().compute()
+    assert bar.tasks_done >= 4 and not caplog.records
