@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -133,7 +134,9 @@ def _wide_deep(model: WideAndDeep, req: SideArrays, rows: SideArrays, owner: np.
     h_r = torch.cat(r_parts, dim=1) @ first.weight[:, r_cols].T  # once per request
     h_i = torch.cat(i_parts, dim=1) @ first.weight[:, i_cols].T + first.bias
     h = h_i + h_r.index_select(0, own)
-    deep = model.deep[1:](h).squeeze(1)
+    for layer in itertools.islice(model.deep, 1, None):  # not model.deep[1:]: a new Sequential per call
+        h = layer(h)
+    deep = h.squeeze(1)
     return (wide_i + wide_r.index_select(0, own)).squeeze(1) + deep
 
 

@@ -167,6 +167,20 @@ def test_bearer_token(trained, services) -> None:
     assert status == 200 and len(json.loads(answer)["scores"]) == 8
 
 
+def test_lone_surrogate_is_a_400_naming_the_column(trained, services) -> None:
+    """JSON's ``"\\ud800"`` decodes to a lone surrogate, which no UTF-8 column can hold: a 400
+    naming the record and column (before: a UnicodeEncodeError from pyarrow, a 500)."""
+    body = _body(trained)
+    body["items"][2]["title"] = "ab\ud800cd"
+    body["request"]["query"] = "fine"
+    status, answer = request(services["open"], "/score", json.dumps(body).encode())
+    assert status == 400 and "item 2: column 'title'" in json.loads(answer)["detail"], answer[:300]
+    body["items"][2]["title"] = "ok \u00e9 \U0001f600"  # a real pair is text
+    body["request"]["query"] = "q\udfff"
+    status, answer = request(services["open"], "/score", json.dumps(body).encode())
+    assert status == 400 and "request 0: column 'query'" in json.loads(answer)["detail"], answer[:300]
+
+
 def test_one_thread_pool_hop_per_scoring_request(trained, services, monkeypatch) -> None:
     """Serving load (issue 16): a /score request, with or without a token, hands work to the
     thread pool once (the scoring); the token check and the response serialisation run on
