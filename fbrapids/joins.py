@@ -172,7 +172,8 @@ def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any]
       strings when both are unknown; a partition whose categories turn out to be of another
       kind is a :class:`~fbrapids.errors.JoinError` naming the key).
     * Integers of two widths: the narrower side is widened (int32 -> int64), never the wider
-      one narrowed (which would wrap values into false matches); nullability is kept.
+      one narrowed (which would wrap values into false matches); nullability is kept.  Two
+      flavours of one width (int64, Int64, int64[pyarrow]) hash alike and are left as they are.
     * Other differing flavours (object / str / Arrow strings): the right side takes the left's.
 
     Raises:
@@ -204,9 +205,9 @@ def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any]
             hint = ("ids above 2^63 need uint64 on both sides" if {lk, rk} == {"int", "uint"}
                     else "cast one side explicitly")
             raise JoinError(f"join key {key!r} has dtype {lraw} on the left but {rraw} on the right; {hint}")
-        if lk in ("int", "uint"):
-            width = max(getattr(lt, "numpy_dtype", lt).itemsize, getattr(rt, "numpy_dtype", rt).itemsize)
-            lt, rt = _widened(lt, width), _widened(rt, width)
+        if lk in ("int", "uint"):  # same width, other flavour (int64 / Int64 / int64[pyarrow]): hashed alike
+            lw, rw = getattr(lt, "numpy_dtype", lt).itemsize, getattr(rt, "numpy_dtype", rt).itemsize
+            lt, rt = (_widened(lt, rw) if lw < rw else lt), (_widened(rt, lw) if rw < lw else rt)
         elif str(lt) != str(rt):
             rt = lt
         for casts, raw, target in ((lcasts, lraw, lt), (rcasts, rraw, rt)):

@@ -149,3 +149,16 @@ def test_empty_build_side_is_all_misses():
     right = pd.DataFrame({"k": ["a"], "v": [9]})
     got = join(dd.from_pandas(left, npartitions=2), dd.from_pandas(right, npartitions=1), on="k", broadcast=False)
     assert _v(got).tolist() == [9, -1]
+
+
+@pytest.mark.parametrize("left_dtype", ["int64", "Int64", "int64[pyarrow]"])
+@pytest.mark.parametrize("right_dtype", ["int64", "Int64", "int64[pyarrow]"])
+def test_one_width_int_flavours_match_without_casts(left_dtype, right_dtype):
+    from fbrapids.joins import check_keys
+
+    left = pd.DataFrame({"k": pd.array([5, 7, -1, 2**40], dtype=left_dtype), "x": [0, 1, 2, 3]})
+    right = pd.DataFrame({"k": pd.array([5, -1, 2**40 + 1], dtype=right_dtype), "v": [1, 2, 3]})
+    assert check_keys(left, right, ["k"]) == ({}, {})  # no O(rows) conversion, the view's dtype kept
+    assert _v(join(left, right, on="k")).tolist() == [1, -1, 2, -1]
+    got = join(dd.from_pandas(left, npartitions=2), dd.from_pandas(right, npartitions=2), on="k", broadcast=False)
+    assert _v(got).tolist() == [1, -1, 2, -1] and str(got.compute()["k"].dtype) == left_dtype
