@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 import fbrapids  # noqa: F401
-from fbrapids.trainers import StoreConfig, fit, predict
+from fbrapids.trainers import StoreConfig, fit, predict, stream
 from fbrapids.trainers.fit import estimated_batches, expected_batches
 from fbrapids.trainers.models import DLRM
 
@@ -146,3 +146,13 @@ def test_progress_under_a_distributed_client_says_where_to_look(local_cluster, c
         with fbr.progress() as bar:  # the local scheduler again: a bar, no warning
             frame["a"].sum().compute()
     assert bar.tasks_done >= 4 and not caplog.records
+
+
+def test_a_list_of_eager_frames_has_an_exact_count_up_front():
+    frame, sizes = _uneven_dask_frame()
+    df = frame.compute()
+    parts = [df.iloc[:80], df.iloc[80:100], df.iloc[100:]]
+    s = stream(parts, label="click", dense=["d"], sparse=["ad"], batch_size=10, drop_last=True)
+    assert expected_batches(s) == estimated_batches(s) == 20 == len(list(s))
+    lazy_parts = stream(iter(parts), label="click", dense=["d"], sparse=["ad"], batch_size=10)
+    assert expected_batches(lazy_parts) is None  # an iterator: nothing known before it is read

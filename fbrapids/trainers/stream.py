@@ -62,6 +62,10 @@ def _is_dask(obj: Any) -> bool:
     return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions")
 
 
+def _is_eager(obj: Any) -> bool:
+    return isinstance(obj, pd.DataFrame) or _backend.is_gpu_object(obj)
+
+
 class BatchStream:
     """An iterable of :class:`~fbrapids.trainers.batch.Batch`; each iteration re-reads the source.
 
@@ -107,11 +111,14 @@ class BatchStream:
         return list(self.sparse)
 
     def expected_batches(self) -> int | None:
-        """Batches one pass yields: exact for an eager frame; for a dask frame known once a
-        pass has completed (None before).  See :meth:`estimated_batches` for the bars."""
-        rows = self._known_rows
-        if rows is None and (isinstance(self.source, pd.DataFrame) or _backend.is_gpu_object(self.source)):
-            rows = len(self.source)
+        """Batches one pass yields: exact for an eager frame or a list of them; for a dask
+        frame known once a pass has completed (None before).  See :meth:`estimated_batches`
+        for the bars."""
+        rows, src = self._known_rows, self.source
+        if rows is None and _is_eager(src):
+            rows = len(src)
+        elif rows is None and isinstance(src, (list, tuple)) and all(_is_eager(part) for part in src):
+            rows = sum(len(part) for part in src)  # a list of eager frames: known up front
         return None if rows is None else self._batches(rows)
 
     def estimated_batches(self) -> int | None:
@@ -172,7 +179,7 @@ class BatchStream:
             # one pass: the graph optimised once, tasks shared by several partitions (a join's
             # build side, a shuffle) computed once; the pass window and the queue share ``prefetch``
             yield from iter_partitions(src, window=self._pass_window())
-        elif isinstance(src, pd.DataFrame) or _backend.is_gpu_object(src):
+        elif _is_eager(src):
             yield src
         else:  # any iterable of eager frames
             yield from src
