@@ -1,6 +1,11 @@
 """Plans for frames: a frame's schema and backend -> a :class:`~fbrapids.kernels.Plan`,
 and its compiled runtime.
 
+:func:`compiled_plan` remembers the runtime of each (features, schema, backend, fused,
+device budget) it has seen (the last RUNTIME_MEMO of them), so an eager extract over a small
+frame (a served request) does not re-plan and re-hash the plan on every call;
+:func:`memo_stats` counts plans built and memo hits.
+
 Example:
     >>> import pandas as pd
     >>> from fbrapids import ops
@@ -10,11 +15,19 @@ Example:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any, Mapping
 
 from fbrapids import backend as backends
 from fbrapids.features.schema import columns_used, schema_of
-from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, build_plan, compiled
+from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled
+
+#: compiled runtimes remembered by (features, schema, backend, fused, device budget)
+RUNTIME_MEMO = 256
+_memo: OrderedDict[tuple, Runtime] = OrderedDict()
+_memo_lock = threading.Lock()
+_memo_counts = {"plans_built": 0, "memo_hits": 0}
 
 
 def device_budget(be: backends.Backend) -> int | None:
@@ -27,9 +40,55 @@ def plan_for(frame: Any, features: Mapping[str, Any], fused: bool = True) -> Pla
     """The plan ``features`` get over ``frame``'s schema (no compilation)."""
     be = backends.backend_of(frame)
     schema = schema_of(frame, columns_used(features))
-    return build_plan(dict(features), schema, backend=be.name, fused=fused, device_budget=device_budget(be))
+    return _build(features, schema, be.name, fused, device_budget(be))
+
+
+def _build(features: Mapping[str, Any], schema: dict, backend: str, fused: bool, budget: int | None) -> Plan:
+    with _memo_lock:
+        _memo_counts["plans_built"] += 1
+    return build_plan(dict(features), schema, backend=backend, fused=fused, device_budget=budget)
 
 
 def compiled_plan(frame: Any, features: Mapping[str, Any], fused: bool = True) -> Runtime:
-    """The compiled plan (HostPlan / CudaPlan) for eager ``frame``; its ``.stats`` count launches."""
-    return compiled(plan_for(frame, features, fused))
+    """The compiled plan (HostPlan / CudaPlan) for eager ``frame``; its ``.stats`` count launches.
+
+    Example:
+        >>> import pandas as pd
+        >>> from fbrapids import ops
+        >>> before = memo_stats()
+        >>> feats = {"h": ops.hash_bucket("u", 97)}
+        >>> a = compiled_plan(pd.DataFrame({"u": [1, 2]}), feats)
+        >>> b = compiled_plan(pd.DataFrame({"u": [3]}), feats)  # same features, same schema
+        >>> a is b, memo_stats()["plans_built"] - before["plans_built"] <= 1
+        (True, True)
+    """
+    be = backends.backend_of(frame)
+    schema = schema_of(frame, columns_used(features))
+    budget = device_budget(be)
+    try:
+        key: tuple | None = (tuple((name, as_expr(e).key) for name, e in features.items()),
+                             tuple(schema.items()), be.name, fused, budget)
+        hash(key)
+    except TypeError:  # a parameter with no hashable key: plan every time
+        key = None
+    if key is not None:
+        with _memo_lock:
+            hit = _memo.get(key)
+            if hit is not None:
+                _memo.move_to_end(key)
+                _memo_counts["memo_hits"] += 1
+                return hit
+    runtime = compiled(_build(features, schema, be.name, fused, budget))
+    if key is not None:
+        with _memo_lock:
+            _memo[key] = runtime
+            while len(_memo) > RUNTIME_MEMO:
+                _memo.popitem(last=False)
+    return runtime
+
+
+def memo_stats() -> dict[str, int]:
+    """``plans_built`` (by :func:`plan_for` and :func:`compiled_plan`) and ``memo_hits``
+    (eager runs whose compiled plan came from the memo) in this process."""
+    with _memo_lock:
+        return dict(_memo_counts)
