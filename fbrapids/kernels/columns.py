@@ -51,8 +51,11 @@ class HostColumn:
         """Buffer addresses (and the validity bit offset) in the kernel's slot order."""
         out = []
         for name in input_slots(self.type):
-            a = self.valid_bit if name == "valid_bit" else getattr(self, name)
-            out.append(a if type(a) is int else 0 if a is None else a.ctypes.data)
+            if name == "valid_bit":
+                out.append(int(self.valid_bit))
+            else:
+                a = getattr(self, name)
+                out.append(0 if a is None else a.ctypes.data)
         return out
 
     def nbytes(self) -> int:
