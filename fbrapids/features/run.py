@@ -65,7 +65,9 @@ def _chunked_columns(df: pd.DataFrame, features: Mapping[str, Any], fused: bool,
                                     delay=0.0 if progress else 1.0)]
     if not parts:  # no rows
         return _feature_columns(df, features, fused)
-    return {name: pd.concat([p[name] for p in parts]) for name in parts[0]}
+    # feature by feature, each chunk's piece dropped once joined: memory peaks at the output
+    # plus one feature's pieces, not twice the output
+    return {name: pd.concat([p.pop(name) for p in parts]) for name in list(parts[0])}
 
 
 def operators_used(features: Mapping[str, Expr]) -> dict[str, Operator]:
