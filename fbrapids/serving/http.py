@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import hmac
 import ipaddress
 import json
@@ -201,12 +202,36 @@ def resolve_token(host: str, token: str | None, insecure: bool) -> str | None:
 
 def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
           insecure: bool = False, max_body_bytes: int = MAX_BODY_BYTES, **scorer_options: Any) -> None:
-    """Load an export (:func:`fbrapids.serving.export.export_model`, manifest verified) and
-    serve it until stopped."""
+    """Load an export (:func:`fbrapids.serving.export.export_model`, manifest verified),
+    freeze the start-up heap out of full garbage collections (:func:`freeze_heap`) and serve
+    it until stopped."""
     import uvicorn
 
     from fbrapids.serving.export import load_scorer
 
     token = resolve_token(host, token, insecure)
     app = create_app(load_scorer(export_dir, **scorer_options), token=token, max_body_bytes=max_body_bytes)
+    log.info("start-up heap frozen: %d objects out of the collector's full passes", freeze_heap())
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+def freeze_heap() -> int:
+    """Collect garbage, then move every object alive now (the loaded model, the spec, the
+    imported modules) to the collector's permanent generation (:func:`gc.freeze`); returns
+    how many objects that is.
+
+    A full collection walks every tracked object: with a loaded process's few hundred
+    thousand, one takes 100-250 ms on 2 cores and stalls every request in flight (it set the
+    p99 of the 8-client benchmark).  Frozen, it walks only what requests allocated.  Objects
+    frozen are never collected as cycles (reference counting still frees them), so call it
+    once, after loading, as :func:`serve` does.
+
+    Example:
+        >>> import gc
+        >>> freeze_heap() >= 1
+        True
+        >>> gc.unfreeze()
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

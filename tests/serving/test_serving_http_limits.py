@@ -167,6 +167,23 @@ def test_bearer_token(trained, services) -> None:
     assert status == 200 and len(json.loads(answer)["scores"]) == 8
 
 
+def test_serve_freezes_the_start_up_heap(trained) -> None:
+    """What ``serve`` does once loaded: the objects alive then leave the collector's full
+    passes (a full pass then walks a small fraction of the heap; counted, not timed)."""
+    import gc
+
+    from fbrapids.serving.http import freeze_heap
+
+    gc.collect()
+    tracked = len(gc.get_objects())
+    try:
+        frozen = freeze_heap()
+        assert frozen >= 0.9 * tracked and len(gc.get_objects()) < 0.1 * tracked
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+
+
 def test_lone_surrogate_is_a_400_naming_the_column(trained, services) -> None:
     """JSON's ``"\\ud800"`` decodes to a lone surrogate, which no UTF-8 column can hold: a 400
     naming the record and column (before: a UnicodeEncodeError from pyarrow, a 500)."""
