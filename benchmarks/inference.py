@@ -23,8 +23,9 @@ Before it, the HTTP scorer's item cache is filled with the whole catalogue (in-p
 unmeasured), so the HTTP figures measure the same steady state with or without
 ``--http-only`` (the hit rate during the run is reported with them), and the process's heap
 is frozen out of the garbage collector's full passes, as ``fbrapids serve`` does after
-loading.  The script runs
-against the checkout named on ``PYTHONPATH`` when it is set (an older one included:
+loading.  Besides wall-clock figures, each HTTP run reports the process's CPU time per
+request (server and clients together): on a shared machine, a steadier figure.  The script
+runs against the checkout named on ``PYTHONPATH`` when it is set (an older one included:
 ``cd OLD && PYTHONPATH=$PWD python NEW/benchmarks/inference.py --http-only ...``), so before
 and after figures come from one script with the same warm-up.
 
@@ -43,7 +44,7 @@ The last line printed is one JSON object::
                        "throughput_ratio": dedup_on items/s / dedup_off items/s,
                        "item_cache_hit_rate": hits / lookups of dedup_on at that size}, ...},
      "http": {"items_per_request": n, "clients_1": {"p50_ms", "p99_ms", "items_per_s", "requests_per_s",
-              "item_cache_hit_rate"}, "clients_C": {...}} or null without FastAPI / uvicorn}
+              "cpu_ms_per_request", "item_cache_hit_rate"}, "clients_C": {...}} or null without FastAPI / uvicorn}
 
 Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
@@ -152,18 +153,20 @@ def _http(scorer: Scorer, users, ads, n: int, requests: int, clients: int, rng: 
         for c in (1, clients):
             with ThreadPoolExecutor(c) as pool:
                 list(pool.map(post, bodies[: 2 * c]))  # warm-up
-                (h0, m0), t0 = _cache_counts(scorer), time.perf_counter()
+                (h0, m0), t0, c0 = _cache_counts(scorer), time.perf_counter(), time.process_time()
                 lat = list(pool.map(post, bodies))
-                wall, (h1, m1) = time.perf_counter() - t0, _cache_counts(scorer)
+                wall, cpu, (h1, m1) = time.perf_counter() - t0, time.process_time() - c0, _cache_counts(scorer)
             a = np.asarray(lat)
             out[f"clients_{c}"] = {"p50_ms": round(float(np.percentile(a, 50)) * 1e3, 3),
                                    "p99_ms": round(float(np.percentile(a, 99)) * 1e3, 3),
                                    "items_per_s": round(n * len(a) / wall, 1),
                                    "requests_per_s": round(len(a) / wall, 2),
+                                   "cpu_ms_per_request": round(cpu / len(a) * 1e3, 3),
                                    "item_cache_hit_rate": round((h1 - h0) / max(1, h1 - h0 + m1 - m0), 4)}
             r = out[f"clients_{c}"]
             print(f"HTTP {n} items, {c} client(s): p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
                   f"{r['requests_per_s']:.1f} requests/s, {r['items_per_s']:.0f} items/s, "
+                  f"{r['cpu_ms_per_request']:.2f} CPU ms/request (server and clients), "
                   f"item cache hit rate {r['item_cache_hit_rate']}")
     finally:
         server.should_exit = True

@@ -40,5 +40,6 @@ def test_inference_benchmark_http_only_smoke() -> None:
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["sizes"] == {} and res["http"]["items_per_request"] == 16
     assert res["http"]["clients_2"]["requests_per_s"] > 0 and res["http"]["clients_2"]["p99_ms"] > 0
+    assert res["http"]["clients_2"]["cpu_ms_per_request"] > 0
     # the catalogue is scored once before the HTTP run: every item then comes from the cache
     assert res["http"]["clients_1"]["item_cache_hit_rate"] == res["http"]["clients_2"]["item_cache_hit_rate"] == 1.0
