@@ -36,3 +36,13 @@ def test_one_plan_per_schema_and_parameters() -> None:
     big = df.fbx.extract(hu=ops.hash_bucket("u", 1 << 20))
     assert small["hu"].max() < 7 <= big["hu"].max()
     assert (small["hu"].to_numpy() == big["hu"].to_numpy() % 7).mean() < 0.5  # not the same hash reduced
+
+
+def test_a_redefined_operator_is_never_served_its_old_runtime() -> None:
+    from fbrapids.kernels import register_operator
+
+    df = pd.DataFrame({"x": np.arange(5, dtype=np.int64)})
+    register_operator("memo_shift_demo", "i64 x", "i64 y", "y = x + 1;", replace=True)
+    assert df.fbx.extract(y=ops.call("memo_shift_demo", "x"))["y"].tolist() == [1, 2, 3, 4, 5]
+    register_operator("memo_shift_demo", "i64 x", "i64 y", "y = x + 100;", replace=True)
+    assert df.fbx.extract(y=ops.call("memo_shift_demo", "x"))["y"].tolist() == [100, 101, 102, 103, 104]

@@ -2,7 +2,7 @@
 and its compiled runtime.
 
 :func:`compiled_plan` remembers the runtime of each (features, schema, backend, fused,
-device budget) it has seen (the last RUNTIME_MEMO of them), so an eager extract over a small
+device budget, operator registry generation) it has seen (the last RUNTIME_MEMO of them), so an eager extract over a small
 frame (a served request) does not re-plan and re-hash the plan on every call;
 :func:`memo_stats` counts plans built and memo hits.
 
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from fbrapids import backend as backends
 from fbrapids.features.schema import columns_used, schema_of
-from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled
+from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled, registry_generation
 
 #: compiled runtimes remembered by (features, schema, backend, fused, device budget)
 RUNTIME_MEMO = 256
@@ -66,8 +66,9 @@ def compiled_plan(frame: Any, features: Mapping[str, Any], fused: bool = True) -
     schema = schema_of(frame, columns_used(features))
     budget = device_budget(be)
     try:
+        # operators are named by the key: a redefined operator moves the registry's generation
         key: tuple | None = (tuple((name, as_expr(e).key) for name, e in features.items()),
-                             tuple(schema.items()), be.name, fused, budget)
+                             tuple(schema.items()), be.name, fused, budget, registry_generation())
         hash(key)
     except TypeError:  # a parameter with no hashable key: plan every time
         key = None

@@ -29,7 +29,7 @@ from fbrapids.kernels.compiled import cached, cached_plans, compilations, compil
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
 from fbrapids.kernels.operator import Impl, Operator
 from fbrapids.kernels.plan import DEVICE_BUDGET_FRACTION, Plan, build_plan
-from fbrapids.kernels.registry import add_operator, get_operator, operators, register_operator
+from fbrapids.kernels.registry import add_operator, get_operator, operators, register_operator, registry_generation
 from fbrapids.kernels.render import render_module
 from fbrapids.kernels.runtime import RunResult, Runtime
 from fbrapids.kernels.counters import KernelStats, record, reset_stats, stats
@@ -40,5 +40,5 @@ __all__ = [
     "Call", "Col", "DEVICE_BUDGET_FRACTION", "Expr", "HostColumn", "Impl", "KernelStats", "Operator", "Plan",
     "RunResult", "Runtime", "Vocabulary", "add_operator", "as_expr", "build_plan", "cached", "cached_plans",
     "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "load_source", "operators",
-    "record", "register_operator", "render_module", "reset_stats", "stats", "to_series",
+    "record", "register_operator", "registry_generation", "render_module", "reset_stats", "stats", "to_series",
 ]

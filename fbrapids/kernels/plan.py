@@ -71,7 +71,11 @@ class Plan:
     def key(self) -> str:
         h = hashlib.sha256()
         for n in self.nodes:
-            h.update(repr((n.id, n.type, n.expr.key if n.op is None else n.expr.key, n.placement)).encode())
+            h.update(repr((n.id, n.type, n.expr.key, n.placement)).encode())
+            if n.op is not None:  # the code itself: an operator redefined under its name is another plan
+                i = n.impl
+                h.update(repr((i.out_type, i.kind, i.template, i.prelude, i.null_rule, i.headers, n.op.source,
+                               n.op.headers)).encode())
         h.update(repr((sorted(self.outputs.items()), self.fused, self.backend,
                        [(l.nodes, l.placement) for l in self.layers])).encode())
         return h.hexdigest()[:24]

@@ -20,14 +20,31 @@ from fbrapids.kernels.operator import Operator, user_operator
 
 _lock = threading.Lock()
 _REGISTRY: dict[str, Operator] = {op.name: op for op in BUILTINS}
+_generation = 0
+
+
+def registry_generation() -> int:
+    """A counter that moves whenever an operator is added or redefined: what is remembered
+    about a plan (a compiled runtime) is valid only for the generation it was made in.
+
+    Example:
+        >>> g = registry_generation()
+        >>> _ = register_operator("gen_demo", "i64 x", "i64 y", "y = x;", replace=True)
+        >>> registry_generation() > g
+        True
+    """
+    return _generation
 
 
 def add_operator(op: Operator, replace: bool = False) -> Operator:
     """Put ``op`` in the registry (``replace`` to redefine a name)."""
+    global _generation
     with _lock:
         if op.name in _REGISTRY and not replace and _REGISTRY[op.name] is not op:
             raise OperatorError(f"operator {op.name!r} is already registered (pass replace=True to redefine it)")
-        _REGISTRY[op.name] = op
+        if _REGISTRY.get(op.name) is not op:
+            _REGISTRY[op.name] = op
+            _generation += 1
     return op
 
 
