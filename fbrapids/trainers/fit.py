@@ -109,15 +109,35 @@ def nonfinite_weights(model: CTRModel, optimizer: torch.optim.Optimizer | None =
     return bad
 
 
-def _check_rows_file(path: Path, key: str, step: int) -> None:
-    rows = np.memmap(path, dtype=np.float32, mode="r") if path.stat().st_size else np.empty(0, np.float32)
-    # rows . rows is finite only if every value is (a NaN or inf makes it non-finite); finite values that
-    # overflow it are told apart by the exact count (BLAS: ~2x cheaper than a float32 sum, no copy)
-    with np.errstate(over="ignore", invalid="ignore"):
-        suspect = bool(rows.size) and not np.isfinite(np.dot(rows, rows))
-    if suspect and not np.isfinite(rows).all():
-        raise NonFiniteError(f"step {step}: table '{key}' holds {int((~np.isfinite(rows)).sum())} non-finite "
-                             f"values; no checkpoint is written from this state ({path.parent.parent.parent})")
+def finite_rows_check(key: str, step: int) -> Callable[[np.ndarray, int], None]:
+    """A ``check_rows`` for :meth:`TieredEmbeddingStore.save`: a chunk of table ``key``'s rows
+    holding NaN / inf is a :class:`~fbrapids.errors.NonFiniteError` naming the step, the
+    table, the count in the chunk and the first bad row, before the chunk is written.
+
+    Example:
+        >>> import numpy as np
+        >>> check = finite_rows_check("ad", 7)
+        >>> check(np.full((2, 4), 3e38, np.float32), 0)  # finite (rows . rows overflows: told apart)
+        >>> check(np.array([[0.0, 1.0], [np.nan, 2.0]], np.float32), 64)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.NonFiniteError: step 7: table 'ad' holds 1 non-finite value(s) in rows 64..65, the first in row 65; ...
+    """
+
+    def check(rows: np.ndarray, first_row: int) -> None:
+        flat = rows.reshape(-1)
+        # flat . flat is finite only if every value is (a NaN or inf makes it non-finite); finite values
+        # that overflow it are told apart by the exact test (BLAS: ~2x cheaper than a float32 sum, no copy)
+        with np.errstate(over="ignore", invalid="ignore"):
+            suspect = bool(flat.size) and not np.isfinite(np.dot(flat, flat))
+        if suspect and not np.isfinite(flat).all():
+            bad = ~np.isfinite(rows.reshape(len(rows), -1))
+            first = first_row + int(np.flatnonzero(bad.any(axis=1))[0])
+            raise NonFiniteError(f"step {step}: table '{key}' holds {int(bad.sum())} non-finite value(s) in rows "
+                                 f"{first_row}..{first_row + len(rows) - 1}, the first in row {first}; no "
+                                 "checkpoint is written from this state")
+
+    return check
 
 
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
@@ -146,10 +166,9 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
         if on_file:
             on_file(d / "dense.pt")
         stores = model.stores()
-        for key, store in stores.items():
-            store.save(d / "tables" / _table_dir(key), progress=on_file)
-            if check:
-                _check_rows_file(d / "tables" / _table_dir(key) / "rows.f32", key, step)
+        for key, store in stores.items():  # each chunk of rows checked finite before it is written
+            store.save(d / "tables" / _table_dir(key), progress=on_file,
+                       check_rows=finite_rows_check(key, step) if check else None)
         write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores),
                                                    "finite": check}).encode()])
     final = Path(root) / step_name(step)

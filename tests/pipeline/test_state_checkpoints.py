@@ -284,17 +284,15 @@ def test_dense_values_outside_declared_ranges_are_counted_or_an_error(tmp_path):
 
 
 def test_finite_checks_tell_overflowing_finite_values_from_nan_and_inf(tmp_path):
-    from fbrapids.trainers.fit import _check_rows_file, _nonfinite_grads
+    from fbrapids.trainers.fit import _nonfinite_grads, finite_rows_check
 
-    big = np.full(1024, 3e38, dtype=np.float32)  # finite, but rows . rows overflows float32
-    (tmp_path / "t" / "a" / "b").mkdir(parents=True)
-    path = tmp_path / "t" / "a" / "b" / "rows.f32"
-    big.tofile(path)
-    _check_rows_file(path, "ad", 7)  # no error: every value is finite
-    big[5] = np.nan
-    big.tofile(path)
-    with pytest.raises(NonFiniteError, match=r"step 7: table 'ad' holds 1 non-finite"):
-        _check_rows_file(path, "ad", 7)
+    big = np.full((256, 4), 3e38, dtype=np.float32)  # finite, but rows . rows overflows float32
+    check = finite_rows_check("ad", 7)
+    check(big, 0)  # no error: every value is finite
+    big[5, 2] = np.nan
+    with pytest.raises(NonFiniteError, match=r"step 7: table 'ad' holds 1 non-finite value\(s\) in rows "
+                                             r"1024..1279, the first in row 1029"):
+        check(big, 1024)
 
     model = small_model(tiered(tmp_path / "ssd"))
     for p in model.parameters():

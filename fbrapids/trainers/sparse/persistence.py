@@ -61,12 +61,15 @@ def flush(store: PersistedStore) -> None:
 
 
 def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
-         progress: Callable[[Path], Any] | None = None) -> None:
+         progress: Callable[[Path], Any] | None = None,
+         check_rows: Callable[[np.ndarray, int], None] | None = None) -> None:
     """Flush, then write a self-contained copy of the table into ``directory``.
 
     Files: ``rows.f32`` (row g = the id ``ids[g]``), ``index.npz`` (ids, pending
     admission counts, LRU/LFU state) and ``meta.json``; each written under a temporary
-    name, fsynced, then renamed.  ``progress(path)`` is called after each file.
+    name, fsynced, then renamed.  ``progress(path)`` is called after each file;
+    ``check_rows(rows, first_row)`` sees each chunk of rows (float32, ``[n, width]``) before
+    it is written, and may raise to abandon the file (e.g. a non-finite value).
     """
 
     flush(store)
@@ -78,9 +81,12 @@ def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 
         for start in range(0, n, chunk_rows):
             stop = min(n, start + chunk_rows)
             if tiers.ssd is not None:  # flushed: the file holds every row
-                yield tiers.ssd.rows_view(start, stop).tobytes()
+                rows = tiers.ssd.rows_view(start, stop)
             else:
-                yield tiers.read_rows(np.arange(start, stop, dtype=np.int64)).tobytes()
+                rows = tiers.read_rows(np.arange(start, stop, dtype=np.int64))
+            if check_rows is not None:
+                check_rows(rows, start)
+            yield rows.tobytes()
 
     write_atomic(d / "rows.f32", row_chunks())
     if progress:

@@ -471,9 +471,11 @@ class TieredEmbeddingStore:
         persistence.flush(self)
 
     def save(self, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
-             progress: Callable[[Path], Any] | None = None) -> None:
-        """Flush, then write a self-contained copy of the table into ``directory``."""
-        persistence.save(self, directory, chunk_rows, progress)
+             progress: Callable[[Path], Any] | None = None,
+             check_rows: Callable[[np.ndarray, int], None] | None = None) -> None:
+        """Flush, then write a self-contained copy of the table into ``directory``
+        (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
+        persistence.save(self, directory, chunk_rows, progress, check_rows)
 
     def load(self, directory: str | os.PathLike) -> None:
         """Replace this table's contents with a copy saved by :meth:`save` (the cache starts cold)."""
