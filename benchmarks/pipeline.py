@@ -94,16 +94,27 @@ def _partitions(frame):
         yield piece.compute()
 
 
+def _settle() -> None:
+    """Start each timed run from the same state: the previous run's dirty pages written back
+    (its SSD tier and checkpoint, ~200 MB, would otherwise be flushed during the next run)
+    and its garbage collected."""
+    import gc
+
+    os.sync()
+    gc.collect()
+
+
 def _cpu_seconds() -> float:
     """User + system CPU time of this process (all its threads) and its waited-for children."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _verified_run(data: Path, work: Path, args: argparse.Namespace, verify: bool) -> tuple[float, float, float]:
+def _verified_run(data: Path, work: Path, args: argparse.Namespace,
+                  verify: bool) -> tuple[float, float, float, str | None]:
     """One pipeline run writing checkpoints, then the final checkpoint loaded back into a
-    fresh model; returns (wall seconds, CPU seconds, AUC).  ``verify`` False sets
-    FBRAPIDS_VERIFY=0 for it."""
+    fresh model; returns (wall seconds, CPU seconds, AUC, the checkpoint).  ``verify`` False
+    sets FBRAPIDS_VERIFY=0 for it."""
     from fbrapids.trainers.fit import load_checkpoint
 
     os.environ[VERIFY_ENV] = "1" if verify else "0"
@@ -115,9 +126,39 @@ def _verified_run(data: Path, work: Path, args: argparse.Namespace, verify: bool
         if not args.no_checkpoint:
             store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "reload"), seed=args.seed)
             load_checkpoint(build_model("dlrm", len(DENSE), SPARSE, store), None, r.checkpoint)
-        return time.perf_counter() - t, _cpu_seconds() - c, r.metrics["auc"]
+        return time.perf_counter() - t, _cpu_seconds() - c, r.metrics["auc"], r.checkpoint
     finally:
         os.environ.pop(VERIFY_ENV, None)
+
+
+def _checkpoint_round_trips(checkpoint: str, work: Path, args: argparse.Namespace,
+                            rounds: int) -> dict[bool, list[float]]:
+    """Seconds of one save + load of ``checkpoint``'s model, verification on vs off,
+    alternated: the part of a run the checks cost most in, timed on its own (a pipeline
+    run's own noise is larger than the whole overhead)."""
+    from fbrapids.trainers.fit import load_checkpoint, save_checkpoint
+
+    def model(ssd: Path):
+        return build_model("dlrm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 17, host_rows=1 << 19,
+                                                                   ssd_dir=str(ssd), seed=args.seed))
+
+    source = model(work / "source")
+    load_checkpoint(source, None, checkpoint)
+    out: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds):
+        for verify in ((True, False) if r % 2 == 0 else (False, True)):
+            os.environ[VERIFY_ENV] = "1" if verify else "0"
+            root = work / f"trip-{r}-{verify}"
+            try:
+                _settle()
+                t = time.perf_counter()
+                saved = save_checkpoint(source, None, root, 1)
+                load_checkpoint(model(root / "ssd"), None, saved)
+                out[verify].append(time.perf_counter() - t)
+            finally:
+                os.environ.pop(VERIFY_ENV, None)
+                shutil.rmtree(root, ignore_errors=True)
+    return out
 
 
 def verify_overhead(args: argparse.Namespace) -> int:
@@ -131,18 +172,28 @@ def verify_overhead(args: argparse.Namespace) -> int:
         times: dict[bool, list[float]] = {True: [], False: []}
         cpu: dict[bool, list[float]] = {True: [], False: []}
         aucs: dict[bool, float] = {}
+        kept: str | None = None
         for r in range(args.repeat):
             for verify in ((True, False) if r % 2 == 0 else (False, True)):  # alternate who goes first
                 work = base / f"run-{r}-{verify}"
-                seconds, cpu_s, aucs[verify] = _verified_run(data, work, args, verify)
+                _settle()
+                seconds, cpu_s, aucs[verify], ckpt = _verified_run(data, work, args, verify)
                 times[verify].append(seconds)
                 cpu[verify].append(cpu_s)
-                shutil.rmtree(work, ignore_errors=True)
+                if ckpt is not None and kept is None:
+                    kept = ckpt  # timed apart below; removed with ``base``
+                else:
+                    shutil.rmtree(work, ignore_errors=True)
         on, off = statistics.median(times[True]), statistics.median(times[False])
         cpu_on, cpu_off = statistics.median(cpu[True]), statistics.median(cpu[False])
         # each round runs both back to back: the median of the rounds' own ratios cancels the machine's drift
         paired = statistics.median(100 * (a / b - 1) for a, b in zip(times[True], times[False]))
         of_medians = 100 * (on - off) / off
+        trips = _checkpoint_round_trips(kept, base / "trips", args, max(5, args.repeat)) if kept else None
+        trip_pct = None
+        if trips:
+            trip_on, trip_off = statistics.median(trips[True]), statistics.median(trips[False])
+            trip_pct = 100 * (trip_on - trip_off) / off  # the checkpoint's extra seconds, against a whole run
         what = "pipeline (no checkpoint)" if args.no_checkpoint else "pipeline + checkpoint(s) + reload"
         print(f"machine: {machine_description()}")
         print(f"rows: {args.rows:,}; {what}, {args.repeat} rounds of on + off back to back (median; min in brackets)")
@@ -153,6 +204,9 @@ def verify_overhead(args: argparse.Namespace) -> int:
         print(f"overhead          {paired:+8.2f} % wall (median of the rounds' on/off ratios); "
               f"{of_medians:+.2f} % between the medians; {100 * (cpu_on - cpu_off) / cpu_off:+.2f} % CPU   "
               f"(AUC on {aucs[True]:.5f}, off {aucs[False]:.5f})")
+        if trips:
+            print(f"checkpoint save + load alone, {len(trips[True])} rounds: on {trip_on:.3f} s, off {trip_off:.3f} s: "
+                  f"{trip_on - trip_off:+.3f} s = {trip_pct:+.2f} % of a run with verification off")
         print(json.dumps({"machine": machine_description(), "rows": args.rows,
                           "verify_on_s": round(on, 3), "verify_off_s": round(off, 3),
                           "overhead_pct": round(paired, 2), "overhead_of_medians_pct": round(of_medians, 2),
@@ -160,7 +214,9 @@ def verify_overhead(args: argparse.Namespace) -> int:
                           "cpu_on_s": round(cpu_on, 3), "cpu_off_s": round(cpu_off, 3),
                           "cpu_overhead_pct": round(100 * (cpu_on - cpu_off) / cpu_off, 2),
                           "runs_on": times[True], "runs_off": times[False], "cpu_runs_on": cpu[True],
-                          "cpu_runs_off": cpu[False], "auc_on": aucs[True], "auc_off": aucs[False]}))
+                          "cpu_runs_off": cpu[False], "auc_on": aucs[True], "auc_off": aucs[False],
+                          "checkpoint_trip_on_s": trips and trips[True], "checkpoint_trip_off_s": trips and trips[False],
+                          "checkpoint_overhead_pct_of_run": trip_pct and round(trip_pct, 2)}))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -114,7 +114,8 @@ def _verify(r: dict) -> str:
     return (f"{r['rows']:,} rows: {r['verify_on_s']:.2f} s on vs {r['verify_off_s']:.2f} s off (medians of "
             f"{len(r['runs_on'])} rounds); overhead {r['overhead_pct']:+.1f}% (median of the rounds' ratios; "
             f"{r['overhead_of_medians_pct']:+.1f}% between the medians, {r['cpu_overhead_pct']:+.1f}% CPU; "
-            f"target < 3%); AUC {r['auc_on']:.5f} both" if r["auc_on"] == r["auc_off"] else
+            f"target < 3%); the checkpoint save + load alone: {r['checkpoint_overhead_pct_of_run']:+.2f}% of a run; "
+            f"AUC {r['auc_on']:.5f} both" if r["auc_on"] == r["auc_off"] else
             f"AUC differs: {r['auc_on']} vs {r['auc_off']}")
 
 

@@ -31,5 +31,10 @@ def test_verify_overhead_pairs_each_round_and_reports_its_own_runs(gen_dir, caps
     ratios = sorted(100 * (a / b - 1) for a, b in zip(res["runs_on"], res["runs_off"]))
     assert abs(res["overhead_pct"] - round(ratios[1], 2)) < 0.01  # the median round, from the runs themselves
     assert res["auc_on"] == res["auc_off"]  # the checks change nothing the model learns
+    import statistics
+    on, off = res["checkpoint_trip_on_s"], res["checkpoint_trip_off_s"]
+    assert len(on) == len(off) == 5  # at least 5 rounds of the checkpoint save + load alone
+    share = 100 * (statistics.median(on) - statistics.median(off)) / res["verify_off_s"]
+    assert abs(res["checkpoint_overhead_pct_of_run"] - round(share, 2)) < 0.02
     import os
     assert "FBRAPIDS_VERIFY" not in os.environ  # the switch is put back after each run
