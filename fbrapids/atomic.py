@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -53,6 +55,21 @@ class WriteDigests:
         except OSError:
             return None
         return got.digest if (st.st_size, st.st_mtime_ns) == (got.bytes, got.mtime_ns) else None
+
+
+#: chunks at least this large are hashed on a background thread while the next is written
+_BACKGROUND_HASH_BYTES = 1 << 18
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """One background thread for hashing chunks (zlib and hashlib release the GIL on large buffers)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-hash")
+        return _pool
 
 
 _RECORDING: contextvars.ContextVar[WriteDigests | None] = contextvars.ContextVar("fbrapids_write_digests",
@@ -110,15 +127,26 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     recording = _recorder_for(path)
     hasher = recording[0].new_hasher() if recording else None
+    pending: Future | None = None
     try:
         with open(tmp, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
                 if hasher is not None:
-                    hasher.update(chunk)
+                    if pending is not None:
+                        pending.result()  # chunks are hashed in order
+                        pending = None
+                    if len(chunk) >= _BACKGROUND_HASH_BYTES:  # hashed while the next chunk is made and written
+                        pending = _hash_pool().submit(hasher.update, chunk)
+                    else:
+                        hasher.update(chunk)
+            if pending is not None:
+                pending.result()
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
+        if pending is not None:
+            pending.cancel()  # a hash still running finishes into a hasher nobody reads
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -106,6 +107,11 @@ def file_digest(path: str | os.PathLike, algorithm: str) -> str:
     return h.hexdigest()
 
 
+def _hash_threads(files: int) -> int:
+    """Threads that hash a directory's files side by side: up to 4, at most one per core and per file."""
+    return max(1, min(4, os.cpu_count() or 1, files))
+
+
 def _files(root: Path, name: str) -> list[str]:
     """Every regular file under ``root`` (relative POSIX paths, sorted), the manifest excepted;
     a symbolic link is an error."""
@@ -132,12 +138,13 @@ def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str
     time), is not read again.
     """
     root = Path(root)
-    files = {}
-    for rel in _files(root, name):
-        digest = written.current(rel) if written is not None else None
-        files[rel] = {"bytes": (root / rel).stat().st_size,
-                      algorithm: digest if digest is not None else file_digest(root / rel, algorithm)}
-    content = {"algorithm": algorithm, "files": files}
+    rels = _files(root, name)
+    known = {rel: written.current(rel) for rel in rels} if written is not None else {}
+    todo = [rel for rel in rels if known.get(rel) is None]
+    with ThreadPoolExecutor(max_workers=_hash_threads(len(todo))) as pool:  # side by side, as in verify
+        known.update(zip(todo, pool.map(lambda rel: file_digest(root / rel, algorithm), todo)))
+    content = {"algorithm": algorithm,
+               "files": {rel: {"bytes": (root / rel).stat().st_size, algorithm: known[rel]} for rel in rels}}
     tmp = root / f".{name}.tmp"
     with open(tmp, "w") as f:
         json.dump(content, f, indent=1, sort_keys=True)
@@ -183,18 +190,25 @@ def verify_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple
     extra = sorted(set(on_disk) - set(listed))
     if extra:
         raise ManifestError(f"{root / extra[0]}: not in the manifest {root / name}")
-    for rel in sorted(listed):
+    on_disk_set = set(on_disk)
+    for rel in sorted(listed):  # cheap checks first: containment, presence, size
         path = root / rel
         if not path.resolve().is_relative_to(root.resolve()):
             raise ManifestError(f"{root / name}: entry {rel!r} is outside {root}")
-        if rel not in on_disk:
+        if rel not in on_disk_set:
             raise ManifestError(f"{path}: listed in the manifest {root / name} but missing")
         want = listed[rel]
         if "bytes" in want and path.stat().st_size != want["bytes"]:
             raise ManifestError(f"{path}: {want['bytes']} bytes in the manifest, {path.stat().st_size} on disk")
-        got = file_digest(path, algorithm)
+    # then the digests, files hashed side by side (reads and zlib / hashlib release the GIL);
+    # the first mismatch in sorted order is the one named, whatever finishes first
+    rels = sorted(listed)
+    with ThreadPoolExecutor(max_workers=_hash_threads(len(rels))) as pool:
+        digests = list(pool.map(lambda rel: file_digest(root / rel, algorithm), rels))
+    for rel, got in zip(rels, digests):
+        want = listed[rel]
         if got != want[algorithm]:
-            raise ManifestError(f"{path}: {algorithm} {want[algorithm][:12]}... in the manifest, "
+            raise ManifestError(f"{root / rel}: {algorithm} {want[algorithm][:12]}... in the manifest, "
                                 f"{got[:12]}... on disk")
     return sorted(listed)
 
