@@ -35,7 +35,7 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                   "FusedEBC and fbgemm TBE (where they load), fresh Zipf 1.05 batches each round"),
     "pipeline": (["benchmarks/pipeline.py", "--rows", "200000"],
                  "pipeline vs write-then-train, same model and seed; bytes measured (/proc io) on both sides"),
-    "verify": (["benchmarks/pipeline.py", "--rows", "200000", "--verify-overhead", "--repeat", "11"],
+    "verify": (["benchmarks/pipeline.py", "--rows", "200000", "--verify-overhead", "--repeat", "21"],
                "the pipeline with a checkpoint and its reload, integrity checks (manifests, page checksums, finite "
                "checks, work-dir lock, preflight) on vs off (`FBRAPIDS_VERIFY=0`), alternated in one run"),
     "inference": (["benchmarks/inference.py"], "scoring p50/p99 and throughput, request/item dedup on and off"),
