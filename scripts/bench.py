@@ -38,7 +38,9 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "verify": (["benchmarks/pipeline.py", "--rows", "200000", "--verify-overhead", "--repeat", "21"],
                "the pipeline with a checkpoint and its reload, integrity checks (manifests, page checksums, finite "
                "checks, work-dir lock, preflight) on vs off (`FBRAPIDS_VERIFY=0`), alternated in one run"),
-    "inference": (["benchmarks/inference.py"], "scoring p50/p99 and throughput, request/item dedup on and off"),
+    "inference": (["benchmarks/inference.py", "--http-items", "64", "--http-clients", "8", "--http-requests", "600"],
+                  "scoring p50/p99 and throughput, request/item dedup on and off; the HTTP service under 1 and 8 "
+                  "clients (item cache filled with the catalogue first)"),
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
@@ -101,6 +103,11 @@ def _inference(r: dict) -> str:
         on, off = res.get("dedup_on", {}), res.get("dedup_off", {})
         if on and off:
             parts.append(f"{n} items: p50 {on['p50_ms']:.1f} ms with dedup vs {off['p50_ms']:.1f} ms without")
+    http = r.get("http") or {}
+    for key, res in sorted(((k, v) for k, v in http.items() if k.startswith("clients_")),
+                           key=lambda kv: int(kv[0].split("_")[1])):
+        parts.append(f"HTTP {http['items_per_request']} items, {key.split('_')[1]} client(s): "
+                     f"{res['requests_per_s']:.1f} req/s, p50 {res['p50_ms']:.1f} ms, p99 {res['p99_ms']:.1f} ms")
     return "; ".join(parts) or json.dumps(r)[:200]
 
 
