@@ -42,7 +42,9 @@ The last line printed is one JSON object::
                        "dedup_on_no_cache": {...}, "dedup_off": {...},
                        "p50_speedup": dedup_off p50 / dedup_on p50,
                        "throughput_ratio": dedup_on items/s / dedup_off items/s,
-                       "item_cache_hit_rate": hits / lookups of dedup_on at that size}, ...},
+                       "item_cache_hit_rate": hits / lookups of dedup_on at that size,
+                       "max_score_difference": the largest |score| difference of a mode from
+                       dedup_off on one request}, ...},
      "http": {"items_per_request": n, "clients_1": {"p50_ms", "p99_ms", "items_per_s", "requests_per_s",
               "cpu_ms_per_request", "item_cache_hit_rate"}, "clients_C": {...}} or null without FastAPI / uvicorn}
 
@@ -206,16 +208,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'items':>6} {'mode':>18} {'p50 ms':>9} {'p99 ms':>9} {'items/s':>11}")
     for n in () if args.http_only else SIZES:
         lat: dict[str, list[float]] = {m: [] for m in MODES}
+        worst = 0.0  # the largest score difference between modes on one request: dedup must change nothing
         st = scorers["dedup_on"]._cache.stats if scorers["dedup_on"]._cache is not None else {}
         hits0, miss0 = st.get("hits", 0), st.get("misses", 0)
         for k in range(args.warmup + args.requests):
             req, items = _records(users, ads, n, rng, args.alpha)
             order = MODES if k % 2 == 0 else MODES[::-1]
+            scores = {}
             for m in order:
                 t = time.perf_counter()
-                scorers[m].score(req, items)
+                scores[m] = scorers[m].score(req, items)
                 if k >= args.warmup:
                     lat[m].append(time.perf_counter() - t)
+            worst = max(worst, *(float(np.max(np.abs(scores[m] - scores["dedup_off"]))) for m in MODES))
             if k == args.warmup - 1:
                 hits0, miss0 = st.get("hits", 0), st.get("misses", 0)
         res = {m: _summary(lat[m], n) for m in MODES}
@@ -223,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         res["throughput_ratio"] = round(res["dedup_on"]["items_per_s"] / res["dedup_off"]["items_per_s"], 3)
         looked = st.get("hits", 0) - hits0 + st.get("misses", 0) - miss0
         res["item_cache_hit_rate"] = round((st.get("hits", 0) - hits0) / looked, 4) if looked else None
+        res["max_score_difference"] = worst
         out[str(n)] = res
         for m in MODES:
             r = res[m]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -20,16 +22,18 @@ def test_inference_benchmark_smoke() -> None:
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["benchmark"] == "inference" and sorted(res["sizes"], key=int) == ["64", "256", "1024", "4096"]
     for n, r in res["sizes"].items():
-        for mode in ("dedup_on", "dedup_on_no_cache", "dedup_off"):
-            assert r[mode]["p99_ms"] >= r[mode]["p50_ms"] > 0 and r[mode]["items_per_s"] > 0
-        assert r["p50_speedup"] > 0 and 0.0 <= r["item_cache_hit_rate"] <= 1.0
+        # dedup and the item cache change no score (the same model on the same features)
+        assert r["max_score_difference"] < 1e-5, (n, r["max_score_difference"])
+        assert r["p50_speedup"] == round(r["dedup_off"]["p50_ms"] / r["dedup_on"]["p50_ms"], 3)
+    # 4,096 Zipf items from a 400-ad catalogue: after the warm-up request nearly every ad is cached
+    assert res["sizes"]["4096"]["item_cache_hit_rate"] > 0.5
     if res["http"] is not None:  # with the 'serve' extra
-        assert res["http"]["clients_1"]["items_per_s"] > 0 and res["http"]["clients_4"]["p99_ms"] > 0
+        http = res["http"]
+        assert http["items_per_request"] == 32 and http["clients_1"]["item_cache_hit_rate"] == 1.0
+        assert http["clients_4"]["items_per_s"] == pytest.approx(32 * http["clients_4"]["requests_per_s"], rel=0.01)
 
 
 def test_inference_benchmark_http_only_smoke() -> None:
-    import pytest
-
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     cmd = [sys.executable, str(REPO / "benchmarks" / "inference.py"), "--http-only", "--http-requests", "6",
