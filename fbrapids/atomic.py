@@ -72,6 +72,14 @@ def _hash_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child has none of its parent's threads: it starts its own pool when it needs one."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
 _RECORDING: contextvars.ContextVar[WriteDigests | None] = contextvars.ContextVar("fbrapids_write_digests",
                                                                                  default=None)
 
@@ -136,7 +144,9 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
                     if pending is not None:
                         pending.result()  # chunks are hashed in order
                         pending = None
-                    if len(chunk) >= _BACKGROUND_HASH_BYTES:  # hashed while the next chunk is made and written
+                    # an immutable chunk is hashed while the next one is made and written (a bytearray or
+                    # memoryview could be refilled by the producer meanwhile: hashed here instead)
+                    if isinstance(chunk, bytes) and len(chunk) >= _BACKGROUND_HASH_BYTES:
                         pending = _hash_pool().submit(hasher.update, chunk)
                     else:
                         hasher.update(chunk)

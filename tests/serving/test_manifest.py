@@ -91,3 +91,35 @@ def test_a_file_changed_after_its_recorded_write_is_hashed_again(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"abcd")  # changed behind the recorder's back
     write_manifest(tmp_path, algorithm="crc32", written=written)
     assert verify_manifest(tmp_path, accept=("crc32",)) == ["a.bin"]  # the manifest holds the new bytes' digest
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_hashes_its_writes_with_its_own_thread(tmp_path):
+    from fbrapids.atomic import digests_of_writes, write_atomic
+    from fbrapids.manifest import new_hasher
+
+    big = os.urandom(1 << 19)  # large enough for the background hash thread
+    with digests_of_writes(tmp_path, lambda: new_hasher("crc32")) as written:
+        write_atomic(tmp_path / "parent.bin", [big, big])  # the parent's pool thread now exists
+    pid = os.fork()
+    if pid == 0:  # child: the parent's thread is not here; a write must not wait for it for ever
+        code = 1
+        try:
+            with digests_of_writes(tmp_path, lambda: new_hasher("crc32")) as mine:
+                write_atomic(tmp_path / "child.bin", [big, big])
+            code = 0 if mine.current("child.bin") == written.current("parent.bin") else 2
+        finally:
+            os._exit(code)
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung writing a file")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
