@@ -2,9 +2,9 @@
 and its compiled runtime.
 
 :func:`compiled_plan` remembers the runtime of each (features, schema, backend, fused,
-device budget, operator registry generation) it has seen (the last RUNTIME_MEMO of them), so an eager extract over a small
-frame (a served request) does not re-plan and re-hash the plan on every call;
-:func:`memo_stats` counts plans built and memo hits.
+device budget, operator registry generation) it has seen (the last RUNTIME_MEMO of them),
+so an eager extract over a small frame (a served request) does not re-plan and re-hash the
+plan on every call; :func:`memo_stats` counts plans built and memo hits.
 
 Example:
     >>> import pandas as pd
@@ -23,7 +23,7 @@ from fbrapids import backend as backends
 from fbrapids.features.schema import columns_used, schema_of
 from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled, registry_generation
 
-#: compiled runtimes remembered by (features, schema, backend, fused, device budget)
+#: compiled runtimes remembered by (features, schema, backend, fused, device budget, registry generation)
 RUNTIME_MEMO = 256
 _memo: OrderedDict[tuple, Runtime] = OrderedDict()
 _memo_lock = threading.Lock()
@@ -36,14 +36,19 @@ def device_budget(be: backends.Backend) -> int | None:
     return None if free is None else int(free * DEVICE_BUDGET_FRACTION)
 
 
+def _plan_inputs(frame: Any, features: Mapping[str, Any]) -> tuple[dict, str, int | None]:
+    """What a plan of ``features`` over ``frame`` depends on: the schema of the columns
+    used, the backend's name and its device budget."""
+    be = backends.backend_of(frame)
+    return schema_of(frame, columns_used(features)), be.name, device_budget(be)
+
+
 def plan_for(frame: Any, features: Mapping[str, Any], fused: bool = True) -> Plan:
     """The plan ``features`` get over ``frame``'s schema (no compilation)."""
-    be = backends.backend_of(frame)
-    schema = schema_of(frame, columns_used(features))
-    return _build(features, schema, be.name, fused, device_budget(be))
+    return _build(features, fused, *_plan_inputs(frame, features))
 
 
-def _build(features: Mapping[str, Any], schema: dict, backend: str, fused: bool, budget: int | None) -> Plan:
+def _build(features: Mapping[str, Any], fused: bool, schema: dict, backend: str, budget: int | None) -> Plan:
     with _memo_lock:
         _memo_counts["plans_built"] += 1
     return build_plan(dict(features), schema, backend=backend, fused=fused, device_budget=budget)
@@ -62,13 +67,11 @@ def compiled_plan(frame: Any, features: Mapping[str, Any], fused: bool = True) -
         >>> a is b, memo_stats()["plans_built"] - before["plans_built"] <= 1
         (True, True)
     """
-    be = backends.backend_of(frame)
-    schema = schema_of(frame, columns_used(features))
-    budget = device_budget(be)
+    schema, backend, budget = _plan_inputs(frame, features)
     try:
         # operators are named by the key: a redefined operator moves the registry's generation
         key: tuple | None = (tuple((name, as_expr(e).key) for name, e in features.items()),
-                             tuple(schema.items()), be.name, fused, budget, registry_generation())
+                             tuple(schema.items()), backend, fused, budget, registry_generation())
         hash(key)
     except TypeError:  # a parameter with no hashable key: plan every time
         key = None
@@ -79,7 +82,7 @@ def compiled_plan(frame: Any, features: Mapping[str, Any], fused: bool = True) -
                 _memo.move_to_end(key)
                 _memo_counts["memo_hits"] += 1
                 return hit
-    runtime = compiled(_build(features, schema, be.name, fused, budget))
+    runtime = compiled(_build(features, fused, schema, backend, budget))
     if key is not None:
         with _memo_lock:
             _memo[key] = runtime
