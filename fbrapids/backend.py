@@ -28,11 +28,14 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib
+import importlib.util
 import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -66,26 +69,89 @@ def try_import(name: str) -> ModuleType | None:
         return None
 
 
+# the import names and pip packages of the GPU backend, checked installed without importing them
+GPU_PACKAGES = (("cudf", "cudf-cu13"), ("dask_cudf", "dask-cudf-cu13"), ("cupy", "cupy-cuda13x"),
+                ("pylibcudf", "pylibcudf-cu13"), ("rmm", "rmm-cu13"))
+_CUDA_ERROR_NO_DEVICE = 100
+
+
+def installed(name: str) -> bool:
+    """Whether module ``name`` can be found (without importing it).
+
+    >>> installed("json"), installed("no_such_module_fbx")
+    (True, False)
+    """
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def visible_devices() -> tuple[int, str]:
+    """``(count, why)``: the CUDA devices this process sees, asked of the driver (``libcuda``)
+    directly -- no cudf, cupy or torch is imported.  ``why`` says why there are none.
+
+    Example:
+        >>> n, why = visible_devices()
+        >>> n > 0 or why.startswith("no CUDA device is visible")
+        True
+    """
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    scope = f" (CUDA_VISIBLE_DEVICES={where!r})" if where is not None else ""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0, "no CUDA device is visible: there is no NVIDIA driver (libcuda.so.1 cannot be loaded)"
+    rc = lib.cuInit(0)
+    if rc == _CUDA_ERROR_NO_DEVICE:
+        return 0, f"no CUDA device is visible{scope}: the driver reports none"
+    if rc != 0:
+        return 0, f"no CUDA device is visible{scope}: the driver's cuInit failed with CUresult {rc}"
+    count = ctypes.c_int(0)
+    rc = lib.cuDeviceGetCount(ctypes.byref(count))
+    if rc != 0 or count.value < 1:
+        return 0, f"no CUDA device is visible{scope}: the driver counts {count.value}"
+    return int(count.value), ""
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_missing() -> tuple[str, ...]:
     """What the GPU backend lacks on this machine: an empty tuple when it is usable.
+
+    Neither the RAPIDS packages nor cupy are imported to find out (``find_spec`` and the
+    driver are asked), so the CPU backend never loads them.
 
     Example:
         >>> isinstance(gpu_missing(), tuple)
         True
     """
-    missing = []
-    for mod, pkg in (("cudf", "cudf-cu13"), ("dask_cudf", "dask-cudf-cu13"), ("cupy", "cupy-cuda13x")):
-        if try_import(mod) is None:
-            missing.append(f"python package {pkg!r} (import {mod})")
-    cupy = try_import("cupy")
-    if cupy is not None:
-        try:
-            if cupy.cuda.runtime.getDeviceCount() < 1:
-                missing.append("a CUDA device (none found)")
-        except Exception as exc:
-            missing.append(f"a CUDA device ({exc})")
+    missing = [f"python package {pkg!r} (import {mod})" for mod, pkg in GPU_PACKAGES if not installed(mod)]
+    count, why = visible_devices()
+    if count < 1:
+        missing.append(why)
     return tuple(missing)
+
+
+def gpu_unavailable_message(missing: tuple[str, ...]) -> str:
+    """Why the GPU backend cannot be made, and what to do -- the extra only when a package is
+    missing, the device only when none is visible.
+
+    Example:
+        >>> gpu_unavailable_message(("no CUDA device is visible: the driver reports none",))
+        'the GPU backend needs a CUDA device: no CUDA device is visible: the driver reports none. The RAPIDS packages are installed; run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use the CPU backend (FBRAPIDS_BACKEND=cpu).'
+    """
+    packages = [m for m in missing if m.startswith("python package")]
+    device = [m for m in missing if not m.startswith("python package")]
+    if not packages:
+        return ("the GPU backend needs a CUDA device: " + "; ".join(device) + ". The RAPIDS packages are installed; "
+                "run on a machine with an NVIDIA GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES), "
+                f"or use the CPU backend ({ENV_VAR}=cpu).")
+    return ("the GPU backend needs " + "; ".join(missing)
+            + ". Install the extra with `pip install 'fbrapids[gpu]'`" + (" on a machine with an NVIDIA GPU" if device else "")
+            + f", or use the CPU backend ({ENV_VAR}=cpu).")
 
 
 @dataclass(frozen=True)
@@ -276,12 +342,15 @@ def cuda_cluster_options(**given: Any) -> dict[str, Any]:
 def _gpu_backend() -> Backend:
     missing = gpu_missing()
     if missing:
-        raise BackendUnavailableError(
-            "the GPU backend needs " + "; ".join(missing)
-            + ". Install the extra with `pip install 'fbrapids[gpu]'` on a machine with an NVIDIA GPU, "
-            f"or use the CPU backend ({ENV_VAR}=cpu)."
-        )
-    backend = Backend("gpu", try_import("cudf"), try_import("cupy"), "cudf")
+        raise BackendUnavailableError(gpu_unavailable_message(missing))
+    modules = {}
+    for mod, pkg in GPU_PACKAGES:
+        try:
+            modules[mod] = importlib.import_module(mod)
+        except Exception as exc:  # ImportError, or a CUDA library error raised at import
+            raise BackendUnavailableError(f"the GPU backend could not import {mod} (package {pkg!r}): "
+                                          f"{type(exc).__name__}: {exc}") from exc
+    backend = Backend("gpu", modules["cudf"], modules["cupy"], "cudf")
     device_memory()  # the RMM pool, before this process allocates anything on the device
     return backend
 
@@ -410,5 +479,130 @@ def dask_dataframe() -> ModuleType:
 
 
 def cudf_module() -> ModuleType | None:
-    """cudf when importable, else None (for registering accessors)."""
-    return try_import("cudf")
+    """cudf when the GPU backend is usable (imported then), else None."""
+    return None if gpu_missing() else try_import("cudf")
+
+
+# -- code shared by pandas and cudf objects: the questions whose answer differs --------------
+# Every helper below is checked against cudf 26.10's classes by the GPU conformance stage
+# (scripts/gpu_conformance.py); call sites in shared code ask these instead of testing
+# ``isinstance(x, pd.SomeDtype)`` or calling a pandas-only method on what may be cudf.
+def _is_cudf_dtype(dtype: Any, name: str) -> bool:
+    cls = type(dtype)
+    return cls.__name__ == name and cls.__module__.split(".")[0] == "cudf"
+
+
+def is_categorical(dtype: Any) -> bool:
+    """True for a pandas or a cudf categorical dtype (cudf's does not derive from pandas').
+
+    Example:
+        >>> is_categorical(pd.CategoricalDtype(["a"])), is_categorical(np.dtype("int64"))
+        (True, False)
+    """
+    return isinstance(dtype, pd.CategoricalDtype) or _is_cudf_dtype(dtype, "CategoricalDtype")
+
+
+def is_list_dtype(dtype: Any) -> bool:
+    """True for an Arrow-backed pandas list (or large list) dtype, and for cudf's ``ListDtype``.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_list_dtype(pd.ArrowDtype(pa.list_(pa.int64()))), is_list_dtype(np.dtype("int64"))
+        (True, False)
+    """
+    if isinstance(dtype, pd.ArrowDtype):
+        import pyarrow as pa
+
+        return pa.types.is_list(dtype.pyarrow_dtype) or pa.types.is_large_list(dtype.pyarrow_dtype)
+    return _is_cudf_dtype(dtype, "ListDtype")
+
+
+def host_dtype(dtype: Any) -> Any:
+    """The pandas dtype a cudf dtype stands for (categorical -> ``pd.CategoricalDtype``, list ->
+    ``pd.ArrowDtype``); a pandas / numpy dtype is returned as it is.
+
+    Example:
+        >>> host_dtype(np.dtype("int8"))
+        dtype('int8')
+    """
+    if _is_cudf_dtype(dtype, "CategoricalDtype"):
+        return dtype.to_pandas()
+    if _is_cudf_dtype(dtype, "ListDtype") or _is_cudf_dtype(dtype, "StructDtype"):
+        return pd.ArrowDtype(dtype.to_arrow())
+    return dtype
+
+
+def is_host_arrow_strings(col: Any) -> bool:
+    """True for a pandas series of Arrow-backed strings, whose ``.array`` holds an Arrow array.
+
+    A cudf string series has the same dtype object (``pd.StringDtype("pyarrow", na_value=nan)``)
+    but its data lives on the device and it has no ``.array``, so the dtype alone cannot tell.
+
+    Example:
+        >>> is_host_arrow_strings(pd.Series(["a", None], dtype="str")), is_host_arrow_strings(pd.Series([1]))
+        (True, False)
+    """
+    dtype = getattr(col, "dtype", None)
+    return (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow" and not is_gpu_object(col))
+
+
+def on_index(series: Any, index: Any) -> Any:
+    """``series``' values, by position, labelled with ``index`` (no alignment): for assigning a
+    column into a frame whose index has duplicate labels.  pandas and cudf alike (cudf series
+    have neither ``.array`` nor ``set_axis``; both have ``copy(deep=False)`` and the ``index`` setter).
+
+    Example:
+        >>> s = on_index(pd.Series([1, 2], index=[5, 5]), pd.Index([0, 0]))
+        >>> s.index.tolist(), s.tolist()
+        ([0, 0], [1, 2])
+    """
+    if len(series) != len(index):
+        raise ValueError(f"on_index: {len(series)} values for an index of {len(index)} labels")
+    out = series.copy(deep=False)
+    out.index = index
+    return out
+
+
+# pylibcudf type ids of the numpy integer dtypes (plc.types.TypeId member names)
+_PLC_INT_IDS = {"int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
+                "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64"}
+
+
+def plc_int_type_id(dtype: Any) -> str:
+    """The ``pylibcudf.types.TypeId`` member name of a numpy (or pandas nullable) integer dtype.
+
+    Example:
+        >>> plc_int_type_id(np.dtype("uint16")), plc_int_type_id(pd.Int8Dtype())
+        ('UINT16', 'INT8')
+    """
+    np_dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
+    if np_dtype.name not in _PLC_INT_IDS:
+        raise ValueError(f"{dtype} is not an integer dtype")
+    return _PLC_INT_IDS[np_dtype.name]
+
+
+def int_dtype_of_type_id(type_id: str) -> np.dtype:
+    """The numpy dtype of a pylibcudf integer ``TypeId`` member name, signed or not as the id says.
+
+    Example:
+        >>> int_dtype_of_type_id("UINT32"), int_dtype_of_type_id("INT8")
+        (dtype('uint32'), dtype('int8'))
+    """
+    for name, tid in _PLC_INT_IDS.items():
+        if tid == type_id:
+            return np.dtype(name)
+    raise ValueError(f"pylibcudf type {type_id} is not an integer type")
+
+
+def cudf_series_of(plc_column: Any, dtype: Any, name: Any = None, index: Any = None) -> Any:
+    """A cudf series over a pylibcudf column, typed ``dtype`` -- the dtype of the column it was
+    gathered from.  ``cudf.Series.from_pylibcudf`` rebuilds the dtype from the raw libcudf type
+    (categorical -> its codes, ``Int64`` / ``boolean`` -> numpy, a datetime's zone dropped);
+    cudf's own merge re-types its gathered columns the same way (``ColumnBase.create(col,
+    original.dtype)``, cudf 26.10 ``cudf/core/join/join.py:771-775``), which checks that
+    ``dtype``'s libcudf type is the column's (``cudf/core/column/column.py:378-384``).
+    """
+    from cudf.core.column import ColumnBase
+
+    cudf = importlib.import_module("cudf")
+    return cudf.Series._from_column(ColumnBase.create(plc_column, dtype), name=name, index=index)

@@ -41,7 +41,8 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
             raise _backend.BackendUnavailableError(
                 "the GPU backend needs dask-cuda for a local cluster (pip install 'fbrapids[gpu]')") from exc
         # every worker gets an RMM pool (FBRAPIDS_RMM_POOL, default half the device) with cupy on it
-        options = _backend.cuda_cluster_options(**({"n_workers": n_workers} if n_workers else {}), **cluster_kwargs)
+        workers = cuda_worker_count(n_workers, _backend.visible_devices()[0])
+        options = _backend.cuda_cluster_options(n_workers=workers, **cluster_kwargs)
         cluster = LocalCUDACluster(**options)
     else:
         from distributed import LocalCluster
@@ -53,6 +54,27 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     client = Client(cluster)
     log.info("started %s with %d workers", type(cluster).__name__, len(client.scheduler_info()["workers"]))
     return client
+
+
+def cuda_worker_count(requested: int | None, visible: int) -> int:
+    """Workers of a ``LocalCUDACluster``: one per visible device unless fewer are asked for.
+
+    dask-cuda gives each worker one GPU and refuses more workers than visible devices
+    ("Can not scale beyond visible devices"); that is said here, naming the numbers.
+
+    Example:
+        >>> cuda_worker_count(None, 1), cuda_worker_count(2, 4)
+        (1, 2)
+    """
+    if visible < 1:
+        raise _backend.BackendUnavailableError("a LocalCUDACluster needs a visible CUDA device, and none is visible")
+    if requested is None:
+        return visible
+    if requested < 1 or requested > visible:
+        raise _backend.BackendUnavailableError(
+            f"{requested} local GPU workers asked for, but this machine shows {visible} CUDA device(s): "
+            "a LocalCUDACluster runs one worker per device (ask for at most that many, or leave it unset)")
+    return requested
 
 
 def probe_scheduler(address: str, timeout: float = 10.0) -> None:

@@ -267,11 +267,9 @@ def device_join(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: 
     lnames, rnames = output_names(list(left.columns), payload_cols, keys, suffixes)
     ptab, _ = right[payload_cols].reset_index(drop=True).to_pylibcudf()
     gathered = plc.copying.gather(ptab, rmap, plc.copying.OutOfBoundsPolicy.NULLIFY)
-    taken = cudf.DataFrame.from_pylibcudf(gathered, metadata={"columns": payload_cols})
-    taken.index = out.index
     result = out.rename(columns=lnames)
-    for c in payload_cols:
-        result[rnames[c]] = taken[c]
+    for c, col in zip(payload_cols, gathered.columns()):  # each typed as the right side's column was
+        result[rnames[c]] = _backend.cudf_series_of(col, right[c].dtype, name=rnames[c], index=out.index)
     return result
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fbrapids.backend import resolve_name
 from fbrapids.cluster import close_client, connect, local_cluster
 from fbrapids.datagen import ensure_dataset
 from fbrapids.pipeline import MODELS, run_pipeline
@@ -25,7 +26,9 @@ from fbrapids.pipeline import MODELS, run_pipeline
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--scheduler", default=None, help="dask scheduler address, e.g. tcp://host:8786")
-    parser.add_argument("--local-workers", type=int, default=2, help="workers of the local cluster (no --scheduler)")
+    parser.add_argument("--local-workers", type=int, default=None,
+                        help="workers of the local cluster (no --scheduler); default: one per visible GPU on the "
+                             "GPU backend (LocalCUDACluster refuses more), 2 on the CPU")
     parser.add_argument("--data", type=Path, default=None, help="workload folder (default: generate --rows)")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--model", choices=MODELS, default="dlrm")
@@ -42,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-data-{args.rows}")
-    client = connect(args.scheduler) if args.scheduler else local_cluster(n_workers=args.local_workers,
-                                                                          backend=args.backend)
+    workers = args.local_workers
+    if workers is None and resolve_name(args.backend) == "cpu":
+        workers = 2
+    client = connect(args.scheduler) if args.scheduler else local_cluster(n_workers=workers, backend=args.backend)
     try:
         result = run_pipeline(data, backend=args.backend, model=args.model, client=client, seed=args.seed,
                               batch_size=args.batch_size, work_dir=args.work_dir,

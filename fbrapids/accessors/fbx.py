@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from fbrapids import backend as _backend
+from fbrapids.import_hooks import when_imported
 
 
 class FbxAccessor:
@@ -127,7 +127,9 @@ _registered = False
 
 
 def register_accessors() -> None:
-    """Register ``.fbx`` on pandas, dask, and cudf / dask-cudf frames when importable.
+    """Register ``.fbx`` on pandas at once, and on dask, cudf and dask-cudf frames when those
+    libraries are imported (now, or later by anyone: :func:`fbrapids.import_hooks.when_imported`),
+    so ``import fbrapids`` itself loads none of them.
 
     Idempotent; called on ``import fbrapids``.
     """
@@ -139,20 +141,30 @@ def register_accessors() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "registration ... is overriding ..."
         pd.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
-        try:
-            from dask.dataframe.extensions import register_dataframe_accessor as dask_register
-
-            dask_register("fbx")(FbxAccessor)
-        except ImportError:  # dask is a dependency, but keep pandas usable without it
-            pass
-        cudf = _backend.cudf_module()
-        if cudf is not None:
-            cudf.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
-            dask_cudf = _backend.try_import("dask_cudf")
-            frame_cls = getattr(dask_cudf, "DataFrame", None) if dask_cudf is not None else None
-            if frame_cls is not None and not hasattr(frame_cls, "fbx"):
-                frame_cls.fbx = _CachedAccessor("fbx", FbxAccessor)
+    when_imported("dask.dataframe", _register_dask)
+    when_imported("cudf", _register_cudf)
+    when_imported("dask_cudf", _register_dask_cudf)
     _registered = True
+
+
+def _register_dask(dd: Any) -> None:
+    from dask.dataframe.extensions import register_dataframe_accessor as dask_register
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dask_register("fbx")(FbxAccessor)
+
+
+def _register_cudf(cudf: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        cudf.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
+
+
+def _register_dask_cudf(dask_cudf: Any) -> None:
+    frame_cls = getattr(dask_cudf, "DataFrame", None)
+    if frame_cls is not None and not hasattr(frame_cls, "fbx"):
+        frame_cls.fbx = _CachedAccessor("fbx", FbxAccessor)
 
 
 class _CachedAccessor:

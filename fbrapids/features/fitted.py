@@ -490,12 +490,7 @@ def _part_of_row(part: Any) -> Any:
 
 
 def _copy(part: Any, mapping: dict[str, str]) -> Any:
-    return part.assign(**{new: part[src].to_numpy() if not _is_list_like(part[src]) else part[src].array
-                          for new, src in mapping.items()})
-
-
-def _is_list_like(s: Any) -> bool:
-    return isinstance(getattr(s, "dtype", None), pd.ArrowDtype) or _backend.is_gpu_object(s)
+    return part.assign(**{new: _backend.on_index(part[src], part.index) for new, src in mapping.items()})
 
 
 def copy_columns(frame: Any, mapping: dict[str, str]) -> Any:
@@ -517,7 +512,7 @@ def _attach(part: Any, results: Any, names: list[str]) -> Any:
     index = part.index if not _backend.is_gpu_object(part) else pd.RangeIndex(len(part))
     cols = {n: pd.Series(host[n].iloc[order].array, index=index, name=n) for n in names}
     if _backend.is_gpu_object(part):
-        cols = {n: _backend.to_backend(pd.DataFrame({n: c}), _backend.backend_of(part))[n].set_axis(part.index)
+        cols = {n: _backend.on_index(_backend.to_backend(pd.DataFrame({n: c}), _backend.backend_of(part))[n], part.index)
                 for n, c in cols.items()}
     return part.drop(columns=[_ROW]).assign(**cols)
 

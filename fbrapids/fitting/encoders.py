@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fbrapids import backend as _backend
 from fbrapids.errors import FeatureError
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
@@ -218,9 +219,7 @@ class Categorify(FittedSpec):
 
 
 def _is_list(s: Any) -> bool:
-    dtype = getattr(s, "dtype", None)
-    return isinstance(dtype, pd.ArrowDtype) and (pa.types.is_list(dtype.pyarrow_dtype)
-                                                 or pa.types.is_large_list(dtype.pyarrow_dtype))
+    return _backend.is_list_dtype(getattr(s, "dtype", None))  # cudf's ListDtype too
 
 
 # -- count / target encoding -------------------------------------------------------------

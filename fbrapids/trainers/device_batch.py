@@ -28,7 +28,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fbrapids.backend import int_dtype_of_type_id
 from fbrapids.trainers.batch import Batch, concat_parts
+
+# the device GAUC group key of non-integer (or null-holding) group columns: cudf's 64-bit
+# ``hash_values`` method (the host hashes with pandas' 64-bit ``hash_pandas_object``; the
+# keys differ, the groups they make are the same up to 64-bit collisions)
+GROUP_HASH = "xxhash64"
 
 
 def ragged_take_t(values: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,14 +122,15 @@ def _tensor(series: Any, dtype: str) -> torch.Tensor:
 def _plc_ints(col: Any, start: int, stop: int) -> torch.Tensor:
     """Elements ``start .. stop`` of a fixed-width pylibcudf column (no nulls) as an int64 tensor."""
     import cupy as cp
-    import pylibcudf as plc
 
-    item = plc.types.size_of(col.type())
-    kinds = {1: cp.int8, 2: cp.int16, 4: cp.int32, 8: cp.int64}
+    # signed or not as the column's type says (a UINT32 id above 2**31 stays positive); uint64
+    # keeps its bits as int64, as the host path does (the store reads them back as uint64)
+    dtype = int_dtype_of_type_id(col.type().id().name)
     span = col.data()
     mem = cp.cuda.UnownedMemory(span.ptr, span.size, span)
-    arr = cp.ndarray((col.offset() + stop,), dtype=kinds[item], memptr=cp.cuda.MemoryPointer(mem, 0))
-    return torch.from_dlpack(arr[col.offset() + start : col.offset() + stop]).to(torch.int64)
+    arr = cp.ndarray((col.offset() + stop,), dtype=dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+    part = arr[col.offset() + start : col.offset() + stop]
+    return torch.from_dlpack(part.view(cp.int64) if dtype == np.uint64 else part.astype(cp.int64))
 
 
 def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,6 +198,6 @@ def device_columns(df: Any, label: str, dense: Sequence[str], sparse: Sequence[s
         gs = df[group]
         if gs.dtype.kind in "iu" and not gs.null_count:
             g = _tensor(gs, "int64")
-        else:  # strings etc.: a 64-bit hash on the device
-            g = _tensor(gs.hash_values(), "uint64").view(torch.int64)
+        else:  # strings etc.: a 64-bit hash on the device (cudf's default murmur3 has 32 bits: users collide)
+            g = _tensor(gs.hash_values(method=GROUP_HASH), "uint64").view(torch.int64)
     return TensorColumns(d, lab, sp, g, replaced)

@@ -103,10 +103,10 @@ def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
     filled) always becomes its numpy dtype, so every partition, and a dask frame's
     ``_meta``, agree.
     """
-    if isinstance(value, str) and isinstance(col.dtype, pd.StringDtype) and col.dtype.storage == "pyarrow":
+    if isinstance(value, str) and _backend.is_host_arrow_strings(col):  # not cudf's: same dtype, no .array
         return _fill_arrow_strings(col, value)
     n = int(col.isna().sum())
-    if isinstance(col.dtype, pd.CategoricalDtype) and value not in col.cat.categories:
+    if _backend.is_categorical(col.dtype) and value not in col.cat.categories:  # cudf's is no pd.CategoricalDtype
         col = col.cat.add_categories([value])  # dictionary-encoded strings: the fill joins the categories
     filled = col.fillna(value) if n else col
     if isinstance(filled.dtype, pd.api.extensions.ExtensionDtype) and filled.dtype.kind in "iub" \

@@ -421,7 +421,9 @@ def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any],
             return None
         stripped = values.str.strip()
         if np_want.kind in "iu":
-            target = plc.types.DataType(plc.types.TypeId.UINT64 if np_want.kind == "u" else plc.types.TypeId.INT64)
+            # the target's own range: libcudf's cast does not check overflow, so an int8 column
+            # checked against int64 alone would wrap (the host reader raises)
+            target = plc.types.DataType(getattr(plc.types.TypeId, _backend.plc_int_type_id(np_want)))
             checked = be.xdf.Series.from_pylibcudf(
                 plc.strings.convert.convert_integers.is_integer(stripped.to_pylibcudf()[0], target))
         elif np_want.kind == "f":
