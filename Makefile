@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test bench notebooks clean-venv
+.PHONY: demo test bench notebooks clean-venv gpu-conformance gpu-check
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,3 +29,32 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# -- the GPU code without a GPU (issue 23) ---------------------------------------------------
+# A venv of its own with the pinned RAPIDS 26.10 wheels (cudf pins pandas < 3.1: kept apart from
+# $(VENV)); they install and import on a machine with no device.  Made once (the stamp), ~1.5 min.
+GPU_VENV ?= .venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_STAMP := $(GPU_VENV)/.fbrapids-gpu-installed
+GPU_PINS := cudf-cu13==26.10.2 pylibcudf-cu13==26.10.2 libcudf-cu13==26.10.2 dask-cudf-cu13==26.10.2 \
+	rmm-cu13==26.10.0 librmm-cu13==26.10.0 libkvikio-cu13==26.10.0 nvidia-libnvcomp-cu13==5.3.0.16 \
+	dask-cuda==26.10.0 cupy-cuda13x nvidia-nvjitlink "cuda-toolkit[nvrtc,cufile]"
+
+$(GPU_STAMP): pyproject.toml Makefile
+	python3 -m venv $(GPU_VENV)
+	$(GPU_PY) -m pip install --quiet --upgrade pip
+	# one resolve: the RAPIDS pins, torch's CPU build (pinned: never the CUDA wheels), and fbrapids
+	# with its serve extra, and pytest (pandas stays where cudf pins it)
+	$(GPU_PY) -m pip install --quiet $(GPU_PINS) torch==2.13.0 -e ".[serve]" pytest pytest-timeout
+	touch $(GPU_STAMP)
+
+# CI's GPU conformance stage: imports, API resolution, shared-code dtypes, host-only dry runs,
+# then the tests that need the real libraries (the resolver's injected errors among them)
+gpu-conformance: $(GPU_STAMP)
+	FBRAPIDS_BACKEND= $(GPU_PY) scripts/gpu_conformance $(ARGS)
+	FBRAPIDS_BACKEND= $(GPU_PY) -m pytest -q -p no:cacheprovider tests/gpu_conformance
+
+# everything that needs a device, in one run (see scripts/gpu_check.py); OUT=dir for the JSON and log
+OUT ?= gpu-check-out
+gpu-check:
+	python3 scripts/gpu_check.py --out $(OUT) $(ARGS)
