@@ -15,16 +15,19 @@ from __future__ import annotations
 import logging
 
 from fbrapids.accessors import register_accessors
-from fbrapids.backend import Backend, get_backend
 from fbrapids.errors import BackendUnavailableError, FbrapidsError
 
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
-register_accessors()
+register_accessors()  # on pandas / dask / cudf as each is imported: `import fbrapids` itself loads none
 
 
-def __getattr__(name: str):  # lazy: keep `import fbrapids` light
+def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --help` imports no pandas)
+    if name in ("Backend", "get_backend"):
+        from fbrapids import backend
+
+        return getattr(backend, name)
     if name == "read_view":
         from fbrapids.views.read import read_view
 

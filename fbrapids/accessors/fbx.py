@@ -127,24 +127,26 @@ _registered = False
 
 
 def register_accessors() -> None:
-    """Register ``.fbx`` on pandas at once, and on dask, cudf and dask-cudf frames when those
-    libraries are imported (now, or later by anyone: :func:`fbrapids.import_hooks.when_imported`),
-    so ``import fbrapids`` itself loads none of them.
+    """Register ``.fbx`` on pandas, dask, cudf and dask-cudf frames when those libraries are
+    imported (now, or later by anyone: :func:`fbrapids.import_hooks.when_imported`), so
+    ``import fbrapids`` itself loads none of them.
 
     Idempotent; called on ``import fbrapids``.
     """
     global _registered
     if _registered:
         return
-    import pandas as pd
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "registration ... is overriding ..."
-        pd.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
+    when_imported("pandas", _register_pandas)
     when_imported("dask.dataframe", _register_dask)
     when_imported("cudf", _register_cudf)
     when_imported("dask_cudf", _register_dask_cudf)
     _registered = True
+
+
+def _register_pandas(pd: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "registration ... is overriding ..."
+        pd.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
 
 
 def _register_dask(dd: Any) -> None:

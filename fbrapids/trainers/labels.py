@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fbrapids import backend as _backend
 from fbrapids.errors import LabelError
 
 
@@ -50,7 +51,7 @@ def check_labels(values: Any, column: str, partition: int | None = None,
     dtype = values.dtype
     if isinstance(dtype, pd.StringDtype) or str(dtype) in ("str", "string", "object") or \
             getattr(dtype, "kind", "") in "OSU" and not isinstance(dtype, pd.CategoricalDtype):
-        sample = values.dropna().head(1).tolist()
+        sample = _backend.to_host(values.dropna().head(1)).tolist()  # cudf's tolist() always raises
         example = f", e.g. {sample[0]!r}" if sample else ""
         raise LabelError(f"{where} holds strings ({dtype}{example}); labels must be numbers (0/1 clicks, or soft "
                          "labels with label_range=(lo, hi)); convert the column first, e.g. .map({'no': 0, 'yes': 1})")

@@ -70,4 +70,6 @@ RECEIVERS: dict[tuple[str, str], dict[str, str]] = {
     ("fbrapids/features/fitted.py", "_attach"): {"part": "cudf.DataFrame"},
     ("fbrapids/backend.py", "on_index"): {"series": "cudf.Series"},
     ("fbrapids/backend.py", "_series_to_host"): {"s": "cudf.Series"},
+    ("fbrapids/trainers/labels.py", "check_labels"): {"values": "cudf.Series"},
+    ("fbrapids/features/schema.py", "column_type"): {"s": "cudf.Series"},
 }

@@ -149,8 +149,13 @@ def _returned(obj: Any, owner: Any) -> Any:
         stub = stubs.stub_signature(obj)
         ann = stub.return_annotation if stub is not None else None
     if ann in (inspect.Signature.empty, None):
+        name = getattr(obj, "__name__", "")
+        if isinstance(owner, _Instance) and owner.cls.__module__.startswith("cudf") and name in SAME_CLASS:
+            return owner  # unannotated in cudf, documented to return the same kind of frame
         return None
     text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+    parts = [p.strip().strip("'\"") for p in text.split("|") if p.strip().strip("'\"") != "None"]
+    text = parts[0] if parts else ""
     if text.strip("'\"") in ("Self", "Series", "DataFrame") and isinstance(owner, _Instance):
         cls = owner.cls
         if text.strip("'\"") == "Self":
@@ -166,7 +171,52 @@ def _returned(obj: Any, owner: Any) -> Any:
     return _Instance(found) if isinstance(found, type) else None
 
 
+# cudf frame methods with no return annotation that return the frame's own class
+SAME_CLASS = frozenset({"head", "tail", "take", "rename", "reset_index", "assign", "copy", "dropna",
+                        "sort_values", "sort_index", "set_index", "merge", "drop_duplicates", "duplicated"})
+
+
+def always_raises(fn: Any) -> str:
+    """The exception a library function raises whatever its input (its body, docstring aside,
+    is one ``raise``: cudf marks what it does not support this way, e.g. ``Series.tolist``),
+    else an empty string."""
+    fn = inspect.unwrap(fn)
+    try:
+        tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return ""
+    if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    body = [b for b in tree.body[0].body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None:
+        return ast.unparse(body[0].exc)[:160]
+    return ""
+
+
+class _Dtypes:
+    """``series.dtype`` of a cudf series: any of the dtypes cudf columns carry; an attribute
+    read from it must exist on every one (the shared code's dtype tests)."""
+
+    def samples(self) -> list[Any]:
+        import cudf
+        import numpy as np
+        import pandas as pd
+
+        return [np.dtype("int64"), np.dtype("uint8"), np.dtype("float32"), np.dtype("bool"),
+                np.dtype("datetime64[ns]"), pd.StringDtype(na_value=np.nan), pd.Int64Dtype(), pd.BooleanDtype(),
+                pd.DatetimeTZDtype("ns", "UTC"), cudf.ListDtype("int64"), cudf.StructDtype({"a": "int64"}),
+                cudf.CategoricalDtype(), cudf.Decimal64Dtype(10, 2)]
+
+
 def _getattr(obj: Any, name: str) -> tuple[bool, Any]:
+    if isinstance(obj, _Dtypes):
+        lacking = [repr(d) for d in obj.samples() if not hasattr(d, name)]
+        if lacking:
+            return False, None
+        return True, _Unknown()
+    if isinstance(obj, _Instance) and name == "dtype" and obj.cls.__module__.startswith("cudf") \
+            and obj.cls.__name__ in ("Series", "Index"):
+        return True, _Dtypes()
     if isinstance(obj, _Instance):
         if not any(name in vars(k) for k in obj.cls.__mro__):  # static: enum ``name`` is no class attribute
             return False, None
@@ -217,6 +267,9 @@ class _Bound:
 
 
 def _bind_method(b: _Bound, call: ast.Call) -> tuple[str, str]:
+    raises = always_raises(b.fn) if b.owner.cls.__module__.split(".")[0] in ("cudf", "dask_cudf") else ""
+    if raises:
+        return "error", f"{b.owner.cls.__name__}.{b.fn.__name__} always raises: {raises}"
     sig = _signature(b.fn)
     if sig is None:
         return "unchecked", "no signature (compiled, no stub)"
@@ -241,13 +294,16 @@ class Resolver(ast.NodeVisitor):
         self.roots: dict[str, str] = {**(MODULE_ALIASES if aliases is None else aliases), **_import_bindings(tree)}
         self.receivers_any = RECEIVERS.get((rel, "*"), {})
         self.func_stack: list[str] = []
+        self.guards: list[set[tuple[str, str]]] = []
         self.findings: list[Finding] = []
         self._seen: set[int] = set()
 
     # -- scopes ------------------------------------------------------------------------
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         self.func_stack.append(node.name)
+        self.guards.append(_guards(node))
         self.generic_visit(node)
+        self.guards.pop()
         self.func_stack.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
@@ -335,10 +391,21 @@ class Resolver(ast.NodeVisitor):
                 self._add(node, text, "unchecked", f"attribute of a bound method {attr}")
                 return None
             if not ok:
+                prefix = ".".join(self._head_text(node, text, attrs, i))
+                if any((prefix, attr) in g for g in self.guards):
+                    self._add(node, text, "ok", f"guarded by hasattr/getattr({prefix}, {attr!r})")
+                    return None
                 self._add(node, text, "error", f"{_name(obj)} has no attribute {attr!r}")
                 return None
             obj = nxt
         return obj
+
+    @staticmethod
+    def _head_text(node: ast.AST, text: str, attrs: list[str], i: int) -> list[str]:
+        chain = _chain(node.func if isinstance(node, ast.Call) else node) or []
+        # the chain's text up to (not including) attrs[i]
+        cut = len(chain) - len(attrs) + i
+        return chain[:cut]
 
     def _reference(self, func: ast.AST, call: ast.Call | None) -> None:
         # the chain may pass through calls: a.b(x).c -> resolve a.b, bind, follow the return
@@ -423,12 +490,26 @@ class Resolver(ast.NodeVisitor):
         self.findings.append(Finding(self.rel, getattr(node, "lineno", 0), text, status, why))
 
 
+def _guards(fn: ast.AST) -> set[tuple[str, str]]:
+    """``(expr, name)`` of every ``hasattr(expr, "name")`` and ``getattr(expr, "name", default)``
+    in a function: an attribute read there is read only where it exists."""
+    out = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and (node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3)):
+            out.add((ast.unparse(node.args[0]), node.args[1].value))
+    return out
+
+
 class _Failed:
     def __init__(self, why: str) -> None:
         self.why = why
 
 
 def _name(obj: Any) -> str:
+    if isinstance(obj, _Dtypes):
+        return "some dtype a cudf series can hold"
     if isinstance(obj, _Instance):
         return f"{obj.cls.__module__}.{obj.cls.__qualname__} instance"
     return getattr(obj, "__name__", type(obj).__name__)

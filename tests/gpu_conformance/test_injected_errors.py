@@ -44,6 +44,9 @@ def test_the_real_modules_resolve(rel):
     (COLUMNS, "off.size), _view(plc, off), None, 0, 0, [])",
      "off.size), _view(plc, off), None, 0, 0, [], True, 1)", "too many"),  # too many arguments (stub signature)
     (BATCH, "col.child(0), col.child(1)", "col.child(0), col.kid(1)", "no attribute 'kid'"),  # method of an instance
+    ("fbrapids/trainers/labels.py", "_backend.to_host(values.dropna().head(1)).tolist()",
+     "values.dropna().head(1).tolist()", "always raises"),  # a cudf method that only raises
+    ("fbrapids/views/clean.py", "filled.dtype.kind in", "filled.dtype.kindd in", "no attribute 'kindd'"),  # dtype test
 ])
 def test_each_injected_error_fails_the_stage(rel, good, bad, why):
     source = (REPO / rel).read_text()
