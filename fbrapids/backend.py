@@ -367,8 +367,19 @@ def resolve_name(name: str | None = None) -> str:
         source = "argument" if name else f"${ENV_VAR}"
         raise ValueError(f"unknown backend {chosen!r} from {source}; expected one of {', '.join(_VALID)}")
     if chosen == "auto":
-        chosen = "cpu" if gpu_missing() else "gpu"
+        chosen = "gpu" if not gpu_missing() and _gpu_importable() else "cpu"
     return chosen
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_importable() -> bool:
+    """Whether the GPU packages import (asked only where a device is visible: on a machine with
+    the wheels but no device, ``auto`` never loads them)."""
+    broken = [mod for mod, _pkg in GPU_PACKAGES if try_import(mod) is None]
+    if broken:
+        log.warning("a CUDA device is visible but %s do not import; the automatic backend is the CPU "
+                    "(FBRAPIDS_BACKEND=gpu says why)", ", ".join(broken))
+    return not broken
 
 
 def get_backend(name: str | Backend | None = None) -> Backend:

@@ -38,7 +38,7 @@ def steps(py: str) -> list[tuple[str, list[str], dict[str, str], int]]:
     gpu = {"FBRAPIDS_BACKEND": "gpu"}
     cuda = {"FBRAPIDS_DEVICE": "cuda"}
     return [
-        ("pytest-gpu", [py, "-m", "pytest", "-q", "-x", "-m", "gpu", "-p", "no:cacheprovider",
+        ("pytest-gpu", [py, "-m", "pytest", "-q", "--maxfail", "20", "-m", "gpu", "-p", "no:cacheprovider",
                         "--ignore", "tests/test_notebooks.py"], gpu, 120),
         ("suite-gpu", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore", "tests/test_notebooks.py",
                        "--ignore", "tests/notebooks", "--maxfail", "30"], gpu, 240),
