@@ -41,6 +41,9 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "inference": (["benchmarks/inference.py", "--http-items", "64", "--http-clients", "8", "--http-requests", "600"],
                   "scoring p50/p99 and throughput, request/item dedup on and off; the HTTP service under 1 and 8 "
                   "clients (item cache filled with the catalogue first)"),
+    "models": (["benchmarks/models.py", "--rows", "200000", "1000000"],
+               "DLRM, Wide&Deep, DeepFM and DIN on the default demo data (`fbrapids demo --rows R --model M`, one "
+               "process each): held-out AUC / NE / logloss; target NE < 0.97 and AUC >= DLRM's - 0.01"),
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
@@ -126,8 +129,22 @@ def _verify(r: dict) -> str:
             f"AUC differs: {r['auc_on']} vs {r['auc_off']}")
 
 
+_MODEL_NAMES = {"dlrm": "DLRM", "wide_deep": "Wide&Deep", "deepfm": "DeepFM", "din": "DIN"}
+
+
+def _models(r: dict) -> str:
+    parts = []
+    for rows, res in r["rows"].items():
+        cells = ", ".join(f"{_MODEL_NAMES.get(m, m)} {x['auc']:.4f} / {x['ne']:.4f} / {x['logloss']:.4f}"
+                          for m, x in res.items())
+        ok = all(r["checks"][rows].values())
+        parts.append(f"{int(rows):,} rows (AUC / NE / logloss): {cells}{'' if ok else ' (target missed)'}")
+    return "; ".join(parts)
+
+
 FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
-                                            "verify": _verify, "inference": _inference, "fitted": _fitted}
+                                            "verify": _verify, "inference": _inference, "fitted": _fitted,
+                                            "models": _models}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:
