@@ -83,6 +83,14 @@ from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
 
+#: How far a served score may be from the training-side ``model(batch)`` on the same rows
+#: (the promise of docs/ams-and-serving.md).  Scores are float32; scoring a row alone, in a
+#: deduplicated batch or in a batch of another size reaches the BLAS kernels with other
+#: shapes, which sum in another order (and another vector width per processor), so a score
+#: may differ by a few float32 ulps (1.49e-7 seen on an Intel Xeon; an ulp near 0.5 is
+#: 6e-8).  The tests hold every served score to this bound.
+SCORE_ATOL = 1e-6
+
 
 class Scorer:
     """Scores requests against candidate items (module docstring).
