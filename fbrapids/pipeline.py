@@ -28,6 +28,7 @@ from fbrapids import workload
 from fbrapids.iostats import IOCounter, tree_bytes
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.backend import get_backend
+from fbrapids.errors import ArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class PipelineResult:
     bytes_read: int = 0  #: measured: rchar (every byte read: parquet input, SSD tier, ...)
     work_tree: dict[str, int] = field(default_factory=dict)  #: bytes on disk under work_dir, per entry
     checkpoint: str | None = None
+    export: str | None = None  #: the serving export ``run_demo(export=...)`` wrote
+    removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
     fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
@@ -139,6 +142,11 @@ class PipelineResult:
                   + "; no feature files)"]
         if self.checkpoint:
             lines.append(f"  checkpoint             {self.checkpoint}")
+        if self.removed_work_dir:
+            lines.append(f"  work dir               {self.removed_work_dir} removed (temporary: --work-dir DIR keeps "
+                         "the store and checkpoints, --export DIR the trained model)")
+        if self.export:
+            lines.append(f"  export                 {self.export} (serve it: fbrapids serve {self.export})")
         if self.fitted:
             lines += ["", self.fitted]
         return "\n".join(lines)
@@ -333,7 +341,7 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
                                 attention_mlp=(36,), mlp=(64, 32))
-    raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+    raise ArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,

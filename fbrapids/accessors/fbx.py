@@ -19,6 +19,7 @@ import warnings
 from typing import Any
 
 from fbrapids import backend as _backend
+from fbrapids.errors import InputTypeError
 
 
 class FbxAccessor:
@@ -92,7 +93,7 @@ class FbxAccessor:
 
         if fitted is not None:
             if features:
-                raise TypeError("extract: pass either a fitted object or features, not both")
+                raise InputTypeError("extract: pass either a fitted object or features, not both")
             return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted, progress=progress)
         return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted, progress=progress)
 

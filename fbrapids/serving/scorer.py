@@ -72,7 +72,7 @@ import torch
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
 from fbrapids import kernels as kstats
-from fbrapids.errors import KernelRuntimeError, RequestError, RequestTooLargeError
+from fbrapids.errors import ArgumentError, KernelRuntimeError, RequestError, RequestTooLargeError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
@@ -114,7 +114,7 @@ class Scorer:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1)):
             if type(v) is not int or v < lo:
-                raise ValueError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
+                raise ArgumentError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
         self.device = place_model(model, device)
         self.model = model.eval()
         self.spec = spec
