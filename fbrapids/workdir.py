@@ -85,6 +85,46 @@ def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[
         os.close(fd)  # releases the flock
 
 
+def abandoned(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` is a work dir whose run is over on this host: it holds a lock
+    file that no process holds, written by a PID of this host that no longer runs.
+
+    A dir without a lock file is never called abandoned (it may be one a run is setting
+    up, or one of a run with verification off).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> with lock_work_dir(d):
+        ...     held = abandoned(d)
+        >>> held, abandoned(d)  # after the run: its PID (this one) still runs
+        (False, False)
+    """
+    path = Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a run holds it
+        who = _holder(path)
+        pid = who.get("pid")
+        if who.get("host") != socket.gethostname() or not isinstance(pid, int):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # alive, another user's
+        return False
+    finally:
+        os.close(fd)
+
+
 def clean_stale(directory: str | os.PathLike) -> list[Path]:
     """Remove ``.tmp-*`` files and dirs that killed runs left directly under ``directory``
     (call it only while holding the lock); returns what was removed."""
