@@ -11,18 +11,13 @@ embedding store's SSD files and the checkpoints, ~213 MB at 200,000 rows) is a t
 path: a completed run, an error, Ctrl-C (SIGINT), SIGTERM and SIGHUP.  What should stay is
 asked for: ``export`` (the trained model as a serving export) or ``work_dir`` (kept as it
 is).  A run killed outright (SIGKILL, out of memory) cannot clean up; the next demo removes
-such folders of runs that no longer run (:func:`remove_abandoned_work_dirs`).
+such folders of runs that no longer run (:func:`fbrapids.workdir.remove_abandoned_work_dirs`).
 
 Example:
     >>> import tempfile
     >>> r = run_demo(rows=3000, data_dir=tempfile.mkdtemp(), progress=False)  # doctest: +SKIP
     >>> r.metrics["auc"] > 0.5  # doctest: +SKIP
     True
-    >>> with temporary_work_dir() as work:
-    ...     work.name.startswith(WORK_PREFIX), work.is_dir()
-    (True, True)
-    >>> work.exists()
-    False
 """
 
 from __future__ import annotations
@@ -30,96 +25,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import signal
-import tempfile
-import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from fbrapids.errors import CheckpointError, ExportError
+from fbrapids.workdir import temporary_work_dir
 
 log = logging.getLogger(__name__)
 
 #: the name prefix of the demo's temporary work dirs under ``tempfile.gettempdir()``
 WORK_PREFIX = "fbrapids-demo-"
-_TORCH_CACHE_PREFIX = "torchinductor_"  # torch.optim makes $TMPDIR/torchinductor_<user> (empty) on first use
 
 
 def default_data_dir(rows: int, seed: int) -> Path:
     """Where the demo keeps its generated data: ``$FBRAPIDS_DATA`` or ~/.cache/fbrapids/data."""
     root = Path(os.environ.get("FBRAPIDS_DATA", Path.home() / ".cache" / "fbrapids" / "data"))
     return root / f"default-{rows}-seed{seed}"
-
-
-def remove_abandoned_work_dirs(root: str | os.PathLike | None = None) -> list[Path]:
-    """Remove the demo's temporary work dirs under ``root`` (default: the temporary folder)
-    whose run no longer runs (:func:`fbrapids.workdir.abandoned`: a run killed by SIGKILL
-    or the out-of-memory killer); returns what was removed.
-
-    Example:
-        >>> remove_abandoned_work_dirs(tempfile.mkdtemp())
-        []
-    """
-    from fbrapids.workdir import abandoned
-
-    gone = []
-    for d in sorted(Path(root or tempfile.gettempdir()).glob(WORK_PREFIX + "*")):
-        if d.is_dir() and not d.is_symlink() and abandoned(d):
-            shutil.rmtree(d, ignore_errors=True)
-            gone.append(d)
-    if gone:
-        log.warning("removed %d work dir(s) of demo runs that were killed: %s", len(gone),
-                    ", ".join(str(d) for d in gone))
-    return gone
-
-
-class _Terminated(SystemExit):
-    """SIGTERM / SIGHUP while a temporary work dir exists: unwinds like ``sys.exit`` so that
-    ``finally`` blocks run (the default action would end the process on the spot)."""
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated(128 + signum)
-
-
-@contextlib.contextmanager
-def _exit_on_termination() -> Iterator[None]:
-    """While inside: SIGTERM and SIGHUP raise :class:`SystemExit` (exit status 128 + the
-    signal) in the main thread, where their action is the default; restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is signal.SIG_DFL:
-            previous[sig] = signal.signal(sig, _raise_terminated)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def temporary_work_dir() -> Iterator[Path]:
-    """A new ``fbrapids-demo-*`` folder under the temporary folder, removed when the block
-    exits however it exits (an exception, Ctrl-C, SIGTERM / SIGHUP: module docstring),
-    together with an empty torch cache folder the run made there."""
-    remove_abandoned_work_dirs()
-    tmp = Path(tempfile.gettempdir())
-    torch_before = {p.name for p in tmp.glob(_TORCH_CACHE_PREFIX + "*")}
-    with _exit_on_termination():
-        work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX))
-        try:
-            yield work
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-            for p in tmp.glob(_TORCH_CACHE_PREFIX + "*"):
-                if p.name not in torch_before:
-                    with contextlib.suppress(OSError):
-                        p.rmdir()  # only if empty: torch compiled nothing into it
-            log.info("removed the temporary work dir %s", work)
 
 
 def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: str | None = None,
@@ -153,7 +74,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
         client = connect(scheduler) if scheduler else None
         if client is not None:
             stack.callback(close_client, client)
-        work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir())
+        work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir(WORK_PREFIX))
         result = run_pipeline(data, backend=backend, model=model, client=client, seed=seed, progress=progress,
                               work_dir=work, batch_size=batch_size, checkpoint_every=checkpoint_every,
                               resume=resume)

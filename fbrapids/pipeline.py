@@ -15,9 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -414,7 +414,9 @@ def run_pipeline(
         client: a ``distributed.Client`` to extract on (None: dask's local scheduler).
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers; rows
             beyond them live in the SSD tier's files under ``work_dir``.
-        work_dir: where the embedding store's SSD files and the checkpoint go.
+        work_dir: where the embedding store's SSD files and the checkpoint go (None: a
+            temporary ``fbrapids-run-*`` folder, removed on every exit path, SIGTERM
+            included: :func:`fbrapids.workdir.temporary_work_dir`).
         checkpoint: write a checkpoint at the end of training.
         sparse / dense: the feature columns the model reads (default ``SPARSE`` / ``DENSE``).
         extra_features: more feature expressions to extract (name -> expression); list
@@ -447,13 +449,17 @@ def run_pipeline(
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
-    from fbrapids.workdir import lock_work_dir
+    from fbrapids.workdir import lock_work_dir, temporary_work_dir
 
-    work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fbrapids-"))
-    with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
-        return _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
-                    work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                    checkpoint_every, train_threads, sequences, resume)
+    with contextlib.ExitStack() as stack:
+        work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir())
+        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
+            result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
+                          work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
+                          checkpoint_every, train_threads, sequences, resume)
+        if work_dir is None:
+            result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
+    return result
 
 
 def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,

@@ -106,9 +106,24 @@ def test_killed_runs_folder_is_removed_by_the_next_run(tmp_path, data) -> None:
     nxt = _demo(tmp, data, "--batch-size", "256", "--export", str(tmp_path / "exp"))
     _, err = nxt.communicate(timeout=600)
     assert nxt.returncode == 0, err[-2000:]
-    assert not work.exists() and f"removed 1 work dir(s) of demo runs that were killed: {work}" in err
+    assert not work.exists() and f"removed 1 work dir(s) of runs that were killed: {work}" in err
     # left: at most torch's cache folder, empty, which the killed run made (runs that end remove it)
     left = list(tmp.iterdir())
     assert all(p.name.startswith("torchinductor_") and not any(p.iterdir()) for p in left), left
     assert before[1] > 0 and usage(tmp)[1] == 0
     assert (tmp_path / "exp" / "serving.json").is_file()  # what was asked for stays
+
+
+def test_run_pipeline_without_work_dir_leaves_nothing(tmp_path, data, monkeypatch) -> None:
+    """The library's rule is the demo's: no ``work_dir``, a temporary one, removed."""
+    import tempfile
+
+    from fbrapids.pipeline import run_pipeline
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    r = run_pipeline(data, batch_size=512, progress=False, count_clean=False)
+    assert r.metrics["n"] > 0 and r.work_tree.get("store", 0) > 0  # it did work in a work dir ...
+    assert r.removed_work_dir.startswith(f"{tmp}/fbrapids-run-") and r.checkpoint is None
+    assert usage(tmp) == (0, 0)  # ... which is gone
