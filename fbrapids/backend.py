@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from fbrapids.errors import BackendUnavailableError
+from fbrapids.errors import ArgumentError, BackendNameError, BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def parse_pool_size(text: str | None, free_bytes: int) -> int | None:
         return None
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", value)
     if m is None or m.group(2) not in _UNITS:
-        raise ValueError(f"${POOL_ENV}={text!r} is not a size: use a fraction of free memory (0.5), "
+        raise ArgumentError(f"${POOL_ENV}={text!r} is not a size: use a fraction of free memory (0.5), "
                          "bytes with a unit (8GiB, 512MB), or off")
     number = float(m.group(1))
     size = int(number * free_bytes) if number < 1 and not m.group(2) else int(number * _UNITS[m.group(2)])
@@ -365,7 +365,7 @@ def resolve_name(name: str | None = None) -> str:
     chosen = (name or os.environ.get(ENV_VAR) or "auto").strip().lower()
     if chosen not in _VALID:
         source = "argument" if name else f"${ENV_VAR}"
-        raise ValueError(f"unknown backend {chosen!r} from {source}; expected one of {', '.join(_VALID)}")
+        raise BackendNameError(f"unknown backend {chosen!r} from {source}; expected one of {', '.join(_VALID)}")
     if chosen == "auto":
         chosen = "gpu" if not gpu_missing() and _gpu_importable() else "cpu"
     return chosen

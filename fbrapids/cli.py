@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from fbrapids.errors import FbrapidsError
+from fbrapids.errors import FbrapidsError, UsageError
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -35,19 +36,12 @@ def _demo(args: argparse.Namespace) -> int:
 
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
-                      batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume)
+                      batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                      export=args.export)
     sys.stdout.write(result.render() + "\n")
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
                          "a model reaching >= 0.65 on the held-out day has learned the signal)\n")
-    if args.export is not None:
-        if not result.checkpoint:
-            sys.stderr.write("fbrapids demo --export: the run left no checkpoint to export\n")
-            return 1
-        from fbrapids.serving.demo_export import export_demo_checkpoint
-
-        out = export_demo_checkpoint(result.checkpoint, args.export, model=args.model, seed=args.seed)
-        sys.stdout.write(f"  export                 {out} (serve it: fbrapids serve {out})\n")
     return 0
 
 
@@ -70,7 +64,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _int_in(lo: int, hi: int | None = None) -> Any:
-    """An argparse type: an integer in ``[lo, hi]`` (a usage error otherwise)."""
+    """An argparse type: an integer in ``[lo, hi]`` (a usage error otherwise).
+
+    Example:
+        >>> _int_in(1)("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: 0 is out of range: expected an integer >= 1
+    """
 
     def parse(text: str) -> int:
         try:
@@ -78,40 +79,111 @@ def _int_in(lo: int, hi: int | None = None) -> Any:
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"{v} is out of range: expected {lo} <= N" +
-                                             (f" <= {hi}" if hi is not None else ""))
+            raise argparse.ArgumentTypeError(f"{v} is out of range: expected an integer "
+                                             + (f">= {lo}" if hi is None else f"in [{lo}, {hi}]"))
         return v
 
+    parse.__name__ = "integer"  # argparse names the type in its messages
     return parse
 
 
+MIN_ROWS = 100  #: the generator's smallest data (fbrapids.datagen.generate)
+SEED_MAX = 2**32 - 1
+BACKENDS = ("auto", "cpu", "gpu")  #: fbrapids.backend's names, checked here before any import of it
+BACKEND_ENV = "FBRAPIDS_BACKEND"
+
+
+def _usage_line(prog: str, message: str) -> str:
+    return f"{prog}: {message} (see {prog} --help)\n"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line: ``fbrapids demo: argument --seed: ...``."""
+
+    def error(self, message: str) -> Any:
+        sys.stderr.write(_usage_line(self.prog, message))
+        raise SystemExit(2)
+
+
+def _not_a_file(flag: str, path: Path | None, empty: bool = False) -> None:
+    """A usage error unless ``path`` is absent, or a directory (an empty one with ``empty``)."""
+    if path is None or not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_dir():
+        raise UsageError(f"argument {flag}: {path} is a file, not a directory")
+    if empty and any(path.iterdir()):
+        raise UsageError(f"argument {flag}: {path} is not empty (an export is written into a new or empty "
+                         "directory)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The checks argparse's types cannot make (paths, the environment), made before any
+    work; each failure is a :class:`UsageError` naming the argument (:func:`main` prints it
+    as one line and returns 2).
+
+    Example:
+        >>> check_arguments(build_parser().parse_args(["gen", "--out", "data"]))  # nothing to refuse
+        >>> check_arguments(build_parser().parse_args(["demo", "--resume"]))
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --resume: needs --work-dir, the work dir of the run to continue
+    """
+    env = os.environ.get(BACKEND_ENV)
+    if (args.command != "gen" and getattr(args, "backend", None) is None and env is not None
+            and env.strip().lower() not in BACKENDS):
+        raise UsageError(f"environment variable {BACKEND_ENV}: {env!r} is not a backend (expected one of "
+                         f"{', '.join(BACKENDS)}; unset it for automatic)")
+    if args.command == "gen":
+        _not_a_file("--out", args.out)
+    elif args.command == "demo":
+        _not_a_file("--data-dir", args.data_dir)
+        _not_a_file("--work-dir", args.work_dir)
+        _not_a_file("--export", args.export, empty=True)
+        if args.resume and args.work_dir is None:
+            raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
+    elif args.command == "export":
+        if not args.checkpoint.exists():
+            raise UsageError(f"argument checkpoint: {args.checkpoint} does not exist")
+        _not_a_file("out", args.out, empty=True)
+    elif args.command == "serve" and not args.export_dir.is_dir():
+        raise UsageError(f"argument export_dir: {args.export_dir} "
+                         + ("is a file, not an export directory" if args.export_dir.exists() else "does not exist"))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fbrapids", description="FeatureBox on RAPIDS")
+    parser = _Parser(prog="fbrapids", description="FeatureBox on RAPIDS")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("gen", help="write the seeded default ads log (four parquet files)")
-    gen.add_argument("--rows", type=int, default=200_000, help="impressions to generate")
+    gen.add_argument("--rows", type=_int_in(MIN_ROWS), default=200_000, help="impressions to generate")
     gen.add_argument("--out", type=Path, required=True, help="output directory")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--row-group-rows", type=int, default=32_768,
+    gen.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
+    gen.add_argument("--row-group-rows", type=_int_in(1), default=32_768,
                      help="rows per parquet row group, i.e. per dask partition (the data does not depend on it)")
     gen.set_defaults(func=_gen)
 
-    demo = sub.add_parser("demo", help="run the FeatureBox pipeline on the embedded default data")
-    demo.add_argument("--rows", type=int, default=200_000, help="impressions in the default data")
+    demo = sub.add_parser(
+        "demo", help="run the FeatureBox pipeline on the embedded default data",
+        description="Run the FeatureBox pipeline on the embedded default data. Nothing is left behind unasked: "
+                    "without --work-dir the run works in a temporary fbrapids-demo-* folder under $TMPDIR, removed "
+                    "on every exit (completed, failed, Ctrl-C, SIGTERM; a killed run's folder is removed by the next "
+                    "demo). Keep the trained model with --export DIR, or the whole work dir with --work-dir DIR.")
+    demo.add_argument("--rows", type=_int_in(MIN_ROWS), default=200_000, help="impressions in the default data")
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
     demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
                       help="din: attention over the user's last 50 clicked categories, built from the log by history")
-    demo.add_argument("--work-dir", type=Path, default=None, help="embedding store SSD files and checkpoints")
-    demo.add_argument("--batch-size", type=int, default=2048)
-    demo.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
+    demo.add_argument("--work-dir", type=Path, default=None,
+                      help="keep the embedding store's SSD files and the checkpoints here (default: a temporary "
+                           "folder, removed at exit)")
+    demo.add_argument("--batch-size", type=_int_in(1), default=2048)
+    demo.add_argument("--checkpoint-every", type=_int_in(1), default=None, help="also checkpoint every N steps")
     demo.add_argument("--resume", action="store_true",
                       help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
     demo.set_defaults(func=_demo)
@@ -119,10 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
-    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm"),
+    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
                      help="the demo model the checkpoint holds")
     exp.add_argument("--embedding-dim", type=_int_in(1), default=16)
-    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     exp.set_defaults(func=_export)
 
     srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
@@ -146,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fbrapids`` console script."""
     args = build_parser().parse_args(argv)
+    try:
+        check_arguments(args)
+    except UsageError as exc:
+        sys.stderr.write(_usage_line(f"fbrapids {args.command}", str(exc)))
+        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from fbrapids.errors import FbrapidsError

@@ -24,9 +24,46 @@ class FbrapidsError(Exception):
     """The base class of every error fbrapids raises on purpose."""
 
 
+# -- arguments ----------------------------------------------------------------------------
+class ArgumentError(FbrapidsError, ValueError):
+    """An argument outside the values a function accepts (the message names the argument,
+    the value given and what is accepted)."""
+
+
+class InputTypeError(FbrapidsError, TypeError):
+    """An argument or input array of a type a function does not accept (names it and its type)."""
+
+
+class NotFoundError(FbrapidsError, KeyError):
+    """A name looked up that is not there (a column of a batch or frame, a feature, a
+    state-dict key); the message names it and what there is.
+
+        >>> str(NotFoundError("column 'x' is not in the batch"))
+        "column 'x' is not in the batch"
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UsageError(FbrapidsError, ValueError):
+    """A command-line mistake found after argparse's own checks (a path that is a file, an
+    environment variable); ``fbrapids`` prints it as one line and exits with status 2."""
+
+
+class MissingFileError(FbrapidsError, FileNotFoundError):
+    """A file fbrapids needs is not there (a view file that vanished, a store's files, a
+    kernel header); the message names the path."""
+
+
 # -- backends and machines -------------------------------------------------------------
 class BackendUnavailableError(FbrapidsError, RuntimeError):
     """The GPU backend was asked for, but what it needs is missing."""
+
+
+class BackendNameError(FbrapidsError, ValueError):
+    """A backend name that is none of ``cpu``, ``gpu``, ``auto`` (from an argument or
+    ``$FBRAPIDS_BACKEND``; the message says which)."""
 
 
 # -- views, cleaning, joins --------------------------------------------------------------
@@ -104,12 +141,21 @@ class TierFileError(StoreError):
         self.path, self.errno = path, errno
 
 
+class RowIndexError(FbrapidsError, IndexError):
+    """An index outside an embedding table's rows, refused before the C code reads memory."""
+
+
 class ClusterError(FbrapidsError, RuntimeError):
     """A dask cluster cannot run the work (no workers, an address that is no dask scheduler)."""
 
 
 class TrialError(FbrapidsError, RuntimeError):
     """A feature trial whose two arms are not comparable."""
+
+
+class BatchError(FbrapidsError, ValueError):
+    """A frame that cannot become training batches: null ids, NaN dense values or labels
+    (names the feature, the partition and the first row)."""
 
 
 class DataGenError(FbrapidsError, ValueError):
@@ -132,6 +178,11 @@ class RequestError(FbrapidsError, ValueError):
 
 class RequestTooLargeError(RequestError):
     """A scoring request over a configured bound (body bytes, items, requests per batch)."""
+
+
+class SpecError(FbrapidsError, ValueError):
+    """A :class:`~fbrapids.serving.spec.ServingSpec` that does not hold together (names the
+    column or feature)."""
 
 
 class ExportError(FbrapidsError, ValueError):

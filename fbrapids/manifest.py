@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from fbrapids.atomic import WriteDigests
-from fbrapids.errors import ManifestError, UnsafeFileError
+from fbrapids.errors import ArgumentError, ManifestError, UnsafeFileError
 
 MANIFEST = "MANIFEST.json"
 ALGORITHM = "sha256"
@@ -88,7 +88,7 @@ def new_hasher(algorithm: str) -> Any:
         '352441c2'
     """
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"digest algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        raise ArgumentError(f"digest algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     return hashlib.sha256() if algorithm == "sha256" else _Crc32()
 
 

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
 from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
+from fbrapids.errors import OperatorError
 
 __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
            "split", "length", "lower", "substring", "ngrams", "first_k", "last_k", "hour", "weekday", "day",
@@ -139,7 +140,7 @@ def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, 
         "cross(category, city, buckets=1048576, cap=None, sep='_')"
     """
     if len(xs) < 2:
-        raise ValueError(f"cross needs at least 2 inputs, got {len(xs)}")
+        raise OperatorError(f"cross needs at least 2 inputs, got {len(xs)}")
     return call("cross", *xs, buckets=buckets, cap=cap, sep=sep)
 
 
@@ -280,7 +281,7 @@ def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
         "pad(hist, n=50, value=0, side='left')"
     """
     if side not in ("left", "right"):
-        raise ValueError(f"pad: side must be 'left' or 'right', got {side!r}")
+        raise OperatorError(f"pad: side must be 'left' or 'right', got {side!r}")
     return call("pad", x, n=int(n), value=value, side=side)
 
 
@@ -340,7 +341,7 @@ def target_encode(*keys: ExprLike, label: ExprLike, smoothing: float = 20.0, fol
         'target_encode(user_id, click, instance_id, n_keys=1, smoothing=20.0, folds=5, seed=0, fold_by=True)'
     """
     if not keys:
-        raise ValueError("target_encode needs at least one key")
+        raise OperatorError("target_encode needs at least one key")
     extra = (fold_by,) if fold_by is not None else ()
     return call("target_encode", *keys, label, *extra, n_keys=len(keys), smoothing=float(smoothing),
                 folds=int(folds), seed=int(seed), fold_by=fold_by is not None)
@@ -385,7 +386,7 @@ def fill_null_fitted(x: ExprLike, stat: str = "mean") -> Call:
         "fill_null_fitted(age, stat='median')"
     """
     if stat not in ("mean", "median"):
-        raise ValueError(f"fill_null_fitted: stat must be 'mean' or 'median', got {stat!r}")
+        raise OperatorError(f"fill_null_fitted: stat must be 'mean' or 'median', got {stat!r}")
     return call("fill_null_fitted", x, stat=stat)
 
 

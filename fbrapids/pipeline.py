@@ -15,9 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +28,7 @@ from fbrapids import workload
 from fbrapids.iostats import IOCounter, tree_bytes
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.backend import get_backend
+from fbrapids.errors import ArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class PipelineResult:
     bytes_read: int = 0  #: measured: rchar (every byte read: parquet input, SSD tier, ...)
     work_tree: dict[str, int] = field(default_factory=dict)  #: bytes on disk under work_dir, per entry
     checkpoint: str | None = None
+    export: str | None = None  #: the serving export ``run_demo(export=...)`` wrote
+    removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
     fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
@@ -139,6 +142,11 @@ class PipelineResult:
                   + "; no feature files)"]
         if self.checkpoint:
             lines.append(f"  checkpoint             {self.checkpoint}")
+        if self.removed_work_dir:
+            lines.append(f"  work dir               {self.removed_work_dir} removed (temporary: --work-dir DIR keeps "
+                         "the store and checkpoints, --export DIR the trained model)")
+        if self.export:
+            lines.append(f"  export                 {self.export} (serve it: fbrapids serve {self.export})")
         if self.fitted:
             lines += ["", self.fitted]
         return "\n".join(lines)
@@ -333,7 +341,7 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
                                 attention_mlp=(36,), mlp=(64, 32))
-    raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+    raise ArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,
@@ -406,7 +414,9 @@ def run_pipeline(
         client: a ``distributed.Client`` to extract on (None: dask's local scheduler).
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers; rows
             beyond them live in the SSD tier's files under ``work_dir``.
-        work_dir: where the embedding store's SSD files and the checkpoint go.
+        work_dir: where the embedding store's SSD files and the checkpoint go (None: a
+            temporary ``fbrapids-run-*`` folder, removed on every exit path, SIGTERM
+            included: :func:`fbrapids.workdir.temporary_work_dir`).
         checkpoint: write a checkpoint at the end of training.
         sparse / dense: the feature columns the model reads (default ``SPARSE`` / ``DENSE``).
         extra_features: more feature expressions to extract (name -> expression); list
@@ -439,13 +449,17 @@ def run_pipeline(
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
-    from fbrapids.workdir import lock_work_dir
+    from fbrapids.workdir import lock_work_dir, temporary_work_dir
 
-    work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="fbrapids-"))
-    with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
-        return _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
-                    work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                    checkpoint_every, train_threads, sequences, resume)
+    with contextlib.ExitStack() as stack:
+        work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir())
+        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
+            result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
+                          work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
+                          checkpoint_every, train_threads, sequences, resume)
+        if work_dir is None:
+            result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
+    return result
 
 
 def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fbrapids.errors import PlotUnavailableError
+from fbrapids.errors import ArgumentError, PlotUnavailableError
 
 TIERS = ("cache", "host", "ssd")
 
@@ -82,7 +82,7 @@ def calibration_bins(labels: Any, preds: Any, bins: int = 10) -> dict[str, np.nd
     y = np.asarray(labels, dtype=np.float64)
     p = np.asarray(preds, dtype=np.float64)
     if y.shape != p.shape or y.ndim != 1:
-        raise ValueError(f"labels and predictions must be 1-D of one length, got {y.shape} and {p.shape}")
+        raise ArgumentError(f"labels and predictions must be 1-D of one length, got {y.shape} and {p.shape}")
     edges = np.linspace(0.0, 1.0, bins + 1)
     which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
     count = np.bincount(which, minlength=bins)

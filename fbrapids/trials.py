@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fbrapids.errors import FeatureError
+from fbrapids.errors import ArgumentError, FeatureError
 from fbrapids.kernels import Expr
 from fbrapids.errors import TrialError
 
@@ -155,7 +155,7 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     if clash:
         raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
     if kind not in ("sparse", "dense"):
-        raise ValueError(f"kind must be 'sparse' or 'dense', got {kind!r}")
+        raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
     common = dict(model=model, seed=seed, progress=progress, checkpoint=False, **pipeline_options)
     from tqdm.auto import tqdm
 

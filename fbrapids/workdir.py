@@ -6,6 +6,8 @@ the holder's PID and host in the file; a second run on the same dir gets a
 :class:`~fbrapids.errors.WorkDirLockedError` naming them.  Once the lock is held, ``.tmp-*``
 debris of earlier killed runs is removed.  :func:`preflight` checks that directories are
 writable and hold free space for what the run will write, before any training.
+:func:`temporary_work_dir` is a work dir that is removed on every exit path (SIGTERM
+included), and that a later one removes when its run was killed outright.
 
 Example:
     >>> import tempfile
@@ -29,10 +31,12 @@ import logging
 import os
 import resource
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from fbrapids.errors import PreflightError, WorkDirLockedError
 from fbrapids.manifest import verification_enabled
@@ -40,6 +44,7 @@ from fbrapids.manifest import verification_enabled
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".fbrapids.lock"
+_TORCH_CACHE_PREFIX = "torchinductor_"  # torch.optim makes $TMPDIR/torchinductor_<user> (empty) on first use
 
 
 def _holder(path: Path) -> dict:
@@ -85,6 +90,46 @@ def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[
         os.close(fd)  # releases the flock
 
 
+def abandoned(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` is a work dir whose run is over on this host: it holds a lock
+    file that no process holds, written by a PID of this host that no longer runs.
+
+    A dir without a lock file is never called abandoned (it may be one a run is setting
+    up, or one of a run with verification off).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> with lock_work_dir(d):
+        ...     held = abandoned(d)
+        >>> held, abandoned(d)  # after the run: its PID (this one) still runs
+        (False, False)
+    """
+    path = Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a run holds it
+        who = _holder(path)
+        pid = who.get("pid")
+        if who.get("host") != socket.gethostname() or not isinstance(pid, int):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # alive, another user's
+        return False
+    finally:
+        os.close(fd)
+
+
 def clean_stale(directory: str | os.PathLike) -> list[Path]:
     """Remove ``.tmp-*`` files and dirs that killed runs left directly under ``directory``
     (call it only while holding the lock); returns what was removed."""
@@ -98,6 +143,84 @@ def clean_stale(directory: str | os.PathLike) -> list[Path]:
         log.info("removed %d stale temporary entries from %s: %s", len(gone), directory,
                  ", ".join(p.name for p in gone))
     return gone
+
+
+def remove_abandoned_work_dirs(prefix: str, root: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the temporary work dirs named ``prefix*`` under ``root`` (default: the
+    temporary folder) whose run no longer runs (:func:`abandoned`: a run killed by SIGKILL
+    or the out-of-memory killer); returns what was removed.
+
+    Example:
+        >>> remove_abandoned_work_dirs("fbrapids-demo-", tempfile.mkdtemp())
+        []
+    """
+    gone = []
+    for d in sorted(Path(root or tempfile.gettempdir()).glob(prefix + "*")):
+        if d.is_dir() and not d.is_symlink() and abandoned(d):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    if gone:
+        log.warning("removed %d work dir(s) of runs that were killed: %s", len(gone),
+                    ", ".join(str(d) for d in gone))
+    return gone
+
+
+class _Terminated(SystemExit):
+    """SIGTERM / SIGHUP while a temporary work dir exists: unwinds like ``sys.exit`` so that
+    ``finally`` blocks run (the default action would end the process on the spot)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _exit_on_termination() -> Iterator[None]:
+    """While inside: SIGTERM and SIGHUP raise :class:`SystemExit` (exit status 128 + the
+    signal) in the main thread, where their action is the default; restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def temporary_work_dir(prefix: str = "fbrapids-run-") -> Iterator[Path]:
+    """A new ``prefix*`` folder under the temporary folder, removed when the block exits
+    however it exits: an exception, Ctrl-C, and SIGTERM / SIGHUP (while inside, in the main
+    thread, they raise ``SystemExit(128 + signal)`` where their action is the default),
+    together with an empty torch cache folder made there meanwhile.  Folders of the same
+    prefix left by killed runs (SIGKILL) are removed first (:func:`remove_abandoned_work_dirs`).
+
+    Example:
+        >>> with temporary_work_dir("fbrapids-doc-") as work:
+        ...     work.name.startswith("fbrapids-doc-"), work.is_dir()
+        (True, True)
+        >>> work.exists()
+        False
+    """
+    remove_abandoned_work_dirs(prefix)
+    tmp = Path(tempfile.gettempdir())
+    torch_before = {p.name for p in tmp.glob(_TORCH_CACHE_PREFIX + "*")}
+    with _exit_on_termination():
+        work = Path(tempfile.mkdtemp(prefix=prefix))
+        try:
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            for p in tmp.glob(_TORCH_CACHE_PREFIX + "*"):
+                if p.name not in torch_before:
+                    with contextlib.suppress(OSError):
+                        p.rmdir()  # only if empty: torch compiled nothing into it
+            log.info("removed the temporary work dir %s", work)
 
 
 def _human(n: float) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from fbrapids.errors import InputTypeError
 from fbrapids.import_hooks import when_imported
 
 
@@ -92,7 +93,7 @@ class FbxAccessor:
 
         if fitted is not None:
             if features:
-                raise TypeError("extract: pass either a fitted object or features, not both")
+                raise InputTypeError("extract: pass either a fitted object or features, not both")
             return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted, progress=progress)
         return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted, progress=progress)
 

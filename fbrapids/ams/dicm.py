@@ -43,6 +43,7 @@ from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection, bag_segments
 from fbrapids.trainers.sparse import StoreConfig
+from fbrapids.errors import ArgumentError, NotFoundError
 
 AGGREGATORS = ("sum", "max", "attentive", "multi_query")
 
@@ -83,14 +84,14 @@ class DICM(CTRModel):
                  mlp: Sequence[int] = (200, 80), store: StoreConfig | None = None) -> None:
         super().__init__()
         if aggregator not in AGGREGATORS:
-            raise ValueError(f"DICM: aggregator must be one of {AGGREGATORS}, got {aggregator!r}")
+            raise ArgumentError(f"DICM: aggregator must be one of {AGGREGATORS}, got {aggregator!r}")
         self.sparse_features = list(sparse_features)
         self.ad_id_features = list(ad_id_features)
         missing = [f for f in self.ad_id_features if f not in self.sparse_features]
         if missing:
-            raise ValueError(f"DICM: ad_id_features {missing} are not among sparse_features")
+            raise ArgumentError(f"DICM: ad_id_features {missing} are not among sparse_features")
         if aggregator == "multi_query" and not self.ad_id_features:
-            raise ValueError("DICM: aggregator 'multi_query' needs ad_id_features (its second query)")
+            raise ArgumentError("DICM: aggregator 'multi_query' needs ad_id_features (its second query)")
         self.behaviour_images, self.ad_image, self.behaviour_ids = behaviour_images, ad_image, behaviour_ids
         self.aggregator = aggregator
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
@@ -118,10 +119,10 @@ class DICM(CTRModel):
         pooled = {f: p.to(dev) for f, p in self.emb(batch.sparse).items()}
         for f in (self.behaviour_images, self.ad_image):
             if f not in batch.sparse:
-                raise KeyError(f"DICM: image feature {f!r} is not in the batch (it has {sorted(batch.sparse)})")
+                raise NotFoundError(f"DICM: image feature {f!r} is not in the batch (it has {sorted(batch.sparse)})")
         ad_ids, ad_off = batch.sparse[self.ad_image]
         if len(ad_ids) != rows:
-            raise ValueError(f"DICM: ad image feature {self.ad_image!r} must hold one image id per row, "
+            raise ArgumentError(f"DICM: ad image feature {self.ad_image!r} must hold one image id per row, "
                              f"got {len(ad_ids)} ids for {rows} rows")
         beh_ids, beh_off = batch.sparse[self.behaviour_images]
         emb = self.images({"ad": ad_ids, "behaviour": beh_ids})

@@ -44,7 +44,7 @@ from torch import nn
 
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbeddingMLP
 from fbrapids.ams.vectors import ImageVectorStore, as_u64, splitmix64, synthetic_vectors
-from fbrapids.errors import ClusterError
+from fbrapids.errors import ArgumentError, ClusterError
 
 
 def owner_of(ids: Any, n_workers: int) -> np.ndarray:
@@ -231,7 +231,7 @@ class DaskImageEmbedder(nn.Module):
     def __init__(self, vectors: ShardedImageVectors, model: ImageEmbeddingMLP) -> None:
         super().__init__()
         if model.in_dim != vectors.dim:
-            raise ValueError(f"image sub-model takes {model.in_dim}-D vectors, the shards hold {vectors.dim}-D ones")
+            raise ArgumentError(f"image sub-model takes {model.in_dim}-D vectors, the shards hold {vectors.dim}-D ones")
         self.vectors = vectors
         self.model = model
         self.final_prelu = isinstance(model.net[-1], nn.PReLU)

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from fbrapids.ams.vectors import ImageVectorStore, as_u64
+from fbrapids.errors import ArgumentError
 
 PAPER_SIZES = (4096, 256, 64, 12)
 
@@ -58,7 +59,7 @@ class ImageEmbeddingMLP(nn.Module):
     def __init__(self, sizes: Sequence[int] = PAPER_SIZES, final_prelu: bool = False) -> None:
         super().__init__()
         if len(sizes) < 2:
-            raise ValueError(f"ImageEmbeddingMLP needs at least an input and an output size, got {list(sizes)}")
+            raise ArgumentError(f"ImageEmbeddingMLP needs at least an input and an output size, got {list(sizes)}")
         self.sizes = [int(s) for s in sizes]
         layers: list[nn.Module] = []
         for i in range(len(self.sizes) - 1):
@@ -137,7 +138,7 @@ class ImageEmbedder(nn.Module):
         super().__init__()
         in_dim = getattr(model, "in_dim", store.dim)
         if in_dim != store.dim:
-            raise ValueError(f"image sub-model takes {in_dim}-D vectors, the store holds {store.dim}-D ones")
+            raise ArgumentError(f"image sub-model takes {in_dim}-D vectors, the store holds {store.dim}-D ones")
         self.store = store
         self.model = model
         self.dedup = dedup

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fbrapids.trainers.modules.attention import attention_unit
+from fbrapids.errors import ArgumentError
 
 
 def sum_pool(keys: torch.Tensor, segments: torch.Tensor, rows: int) -> torch.Tensor:
@@ -75,7 +76,7 @@ class AttentivePooling(nn.Module):
     def __init__(self, query_dim: int, key_dim: int, hidden: Sequence[int] = (36,), normalize: str = "none") -> None:
         super().__init__()
         if normalize not in ("none", "softmax"):
-            raise ValueError(f"normalize must be 'none' or 'softmax', got {normalize!r}")
+            raise ArgumentError(f"normalize must be 'none' or 'softmax', got {normalize!r}")
         self.normalize = normalize
         self.key_dim = key_dim
         self.proj = nn.Identity() if query_dim == key_dim else nn.Linear(query_dim, key_dim, bias=False)
@@ -122,6 +123,6 @@ class MultiQueryAttentivePooling(nn.Module):
     def forward(self, queries: Sequence[torch.Tensor], keys: torch.Tensor, segments: torch.Tensor,
                 values: torch.Tensor | None = None) -> torch.Tensor:
         if len(queries) != len(self.channels):
-            raise ValueError(f"MultiQueryAttentivePooling has {len(self.channels)} channels, "
+            raise ArgumentError(f"MultiQueryAttentivePooling has {len(self.channels)} channels, "
                              f"got {len(queries)} queries")
         return torch.cat([ch(q, keys, segments, values) for ch, q in zip(self.channels, queries)], dim=1)

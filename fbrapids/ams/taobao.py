@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fbrapids.ams.vectors import ImageVectorStore
+from fbrapids.errors import ViewError
 
 ID_COLUMNS = ("userid", "adgroup_id", "cate_id", "campaign_id", "customer", "brand", "pid", "cms_segid",
               "cms_group_id", "final_gender_code", "age_level", "pvalue_level", "shopping_level", "occupation",
@@ -70,7 +71,7 @@ def read_taobao(path: str | os.PathLike, buckets: int = 1 << 20) -> pd.DataFrame
     df = pd.read_csv(path)
     missing = [c for c in (*ID_COLUMNS, "clk", "price", "click_sequence") if c not in df.columns]
     if missing:
-        raise ValueError(f"{path}: columns {missing} missing from the Taobao sample")
+        raise ViewError(f"{path}: columns {missing} missing from the Taobao sample")
     df["click_sequence"] = df["click_sequence"].astype("str")
     out = df.fbx.extract(**taobao_features(df, buckets))
     toks = pa.array(out["hist_tokens"].array.__arrow_array__())
@@ -82,7 +83,7 @@ def read_taobao(path: str | os.PathLike, buckets: int = 1 << 20) -> pd.DataFrame
     except pa.ArrowInvalid as exc:
         bad = np.flatnonzero(~pc.utf8_is_digit(flat).to_numpy(zero_copy_only=False))[0]
         owner = np.repeat(np.arange(len(out)), pc.list_value_length(toks).to_numpy(zero_copy_only=False))[bad]
-        raise ValueError(f"{path}: click_sequence item {flat[bad]} in row {owner} is not an integer id") from exc
+        raise ViewError(f"{path}: click_sequence item {flat[bad]} in row {owner} is not an integer id") from exc
     hist = pa.ListArray.from_arrays(pa.array(toks.offsets), ints)
     out["hist_img"] = pd.Series(pd.arrays.ArrowExtensionArray(hist), index=out.index, dtype=LIST)
     out["ad_img"] = out["adgroup_id"].astype("int64")

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from fbrapids.errors import ArgumentError, InputTypeError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def as_u64(ids: Any) -> np.ndarray:
         return a.astype(np.uint64).ravel()
     if a.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    raise TypeError(f"image ids must be integers, got dtype {a.dtype}")
+    raise InputTypeError(f"image ids must be integers, got dtype {a.dtype}")
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -102,11 +103,11 @@ class ImageVectorStore:
     def __init__(self, ids: Any, vectors: np.ndarray, default: np.ndarray | None = None) -> None:
         u = as_u64(ids)
         if vectors.ndim != 2 or vectors.shape[0] != len(u):
-            raise ValueError(f"ImageVectorStore: {len(u)} ids but vectors of shape {vectors.shape}")
+            raise ArgumentError(f"ImageVectorStore: {len(u)} ids but vectors of shape {vectors.shape}")
         self.index = pd.Index(u)
         if not self.index.is_unique:
             dup = self.index[self.index.duplicated()][0]
-            raise ValueError(f"ImageVectorStore: image id {int(dup)} appears more than once")
+            raise ArgumentError(f"ImageVectorStore: image id {int(dup)} appears more than once")
         self.vectors = vectors
         self.dim = int(vectors.shape[1])
         self.default = (np.zeros(self.dim, dtype=np.float32) if default is None
@@ -171,11 +172,11 @@ class ImageVectorStore:
         """Open a disk store read-only; vectors are paged in from the file as they are read."""
         d = Path(path)
         if not (d / "meta.json").exists():
-            raise FileNotFoundError(f"{d} is not an image vector store (no meta.json)")
+            raise MissingFileError(f"{d} is not an image vector store (no meta.json)")
         meta = json.loads((d / "meta.json").read_text())
         vec = np.load(d / "vectors.npy", mmap_mode="r")
         if vec.shape != (meta["rows"], meta["dim"]):
-            raise ValueError(f"{d / 'vectors.npy'} has shape {vec.shape}, meta.json says "
+            raise ArgumentError(f"{d / 'vectors.npy'} has shape {vec.shape}, meta.json says "
                              f"{(meta['rows'], meta['dim'])}")
         store = cls(np.load(d / "ids.npy"), vec, default)
         store.path = d

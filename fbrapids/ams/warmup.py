@@ -34,6 +34,7 @@ from torch import nn
 
 from fbrapids.trainers.fit import load_tensors
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection
+from fbrapids.errors import ArgumentError, MissingFileError
 
 
 @dataclass
@@ -59,7 +60,7 @@ def _source_state(source: Any) -> Mapping[str, torch.Tensor]:
             p = latest_checkpoint(p)
         p = p / "dense.pt"
     if not p.exists():
-        raise FileNotFoundError(f"partial_warm_up: no weights at {p}")
+        raise MissingFileError(f"partial_warm_up: no weights at {p}")
     state = load_tensors(p)
     return state["model"] if isinstance(state, Mapping) and "model" in state else state
 
@@ -77,7 +78,7 @@ def partial_warm_up(model: nn.Module, source: Any, reinit: Sequence[str] = ()) -
         A :class:`WarmUpReport`.
 
     Raises:
-        ValueError: a tiered table of ``model`` already holds rows.
+        ArgumentError: a tiered table of ``model`` already holds rows (a ``ValueError``).
     """
     state = _source_state(source)
     rep = WarmUpReport()
@@ -88,7 +89,7 @@ def partial_warm_up(model: nn.Module, source: Any, reinit: Sequence[str] = ()) -
         if isinstance(m, TieredEmbeddingBagCollection):
             for t, s in m.stores.items():
                 if len(s):
-                    raise ValueError(f"partial_warm_up: table {name}/{t} already holds {len(s)} rows; "
+                    raise ArgumentError(f"partial_warm_up: table {name}/{t} already holds {len(s)} rows; "
                                      "build a fresh model so that its id embeddings start re-initialised")
                 rep.fresh_tables.append(f"{name}/{t}")
     own = model.state_dict()

@@ -46,6 +46,7 @@ from fbrapids.fitting import rowops as R
 from fbrapids.fitting.encoders import SPECS, FittedSpec, spec_of
 from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
 from fbrapids.features.run import run_features
+from fbrapids.features.schema import check_columns
 from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
 
 log = logging.getLogger(__name__)
@@ -326,6 +327,7 @@ def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts",
 
     t0 = time.perf_counter()
     features = {name: as_expr(e) for name, e in features.items()}
+    check_columns(frame, features)
     calls: list[Call] = []
     for name, e in features.items():
         for c in frame_calls(e):

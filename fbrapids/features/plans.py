@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Any, Mapping
 
 from fbrapids import backend as backends
-from fbrapids.features.schema import columns_used, schema_of
+from fbrapids.features.schema import check_columns, columns_used, schema_of
 from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled, registry_generation
 
 #: compiled runtimes remembered by (features, schema, backend, fused, device budget, registry generation)
@@ -38,7 +38,20 @@ def device_budget(be: backends.Backend) -> int | None:
 
 def _plan_inputs(frame: Any, features: Mapping[str, Any]) -> tuple[dict, str, int | None]:
     """What a plan of ``features`` over ``frame`` depends on: the schema of the columns
-    used, the backend's name and its device budget."""
+    used, the backend's name and its device budget.
+
+    A column no feature can read is a :class:`~fbrapids.errors.FeatureError` naming the
+    feature, the column and the frame's columns.
+
+    Example:
+        >>> import pandas as pd
+        >>> from fbrapids import ops
+        >>> plan_for(pd.DataFrame({"ts": [0], "u": [1]}), {"h": ops.hour("tss")})
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.FeatureError: feature 'h': column 'tss' is not in the frame (columns: ts, u)
+    """
+    check_columns(frame, features)
     be = backends.backend_of(frame)
     return schema_of(frame, columns_used(features)), be.name, device_budget(be)
 

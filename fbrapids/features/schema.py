@@ -52,6 +52,27 @@ def schema_of(frame: Any, columns: set[str]) -> dict[str, str | None]:
     return {c: column_type(meta[c]) for c in meta.columns if c in columns}
 
 
+def check_columns(frame: Any, features: Mapping[str, Any]) -> None:
+    """Raise :class:`~fbrapids.errors.FeatureError` naming the feature, the column and the
+    frame's columns when a feature reads a column ``frame`` does not have.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> check_columns(pd.DataFrame({"ts": [0], "u": [1]}), {"h": ops.hour("tss")})
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.FeatureError: feature 'h': column 'tss' is not in the frame (columns: ts, u)
+    """
+    known = set(frame.columns)
+    for name, e in features.items():
+        missing = sorted(str(c) for c in columns_of(as_expr(e)) - known)
+        if missing:
+            have = [str(c) for c in frame.columns]
+            shown = ", ".join(have[:30]) + (f", ... ({len(have)} columns)" if len(have) > 30 else "")
+            raise FeatureError(f"feature {name!r}: column {missing[0]!r} is not in the frame (columns: "
+                               f"{shown or 'none'})")
+
+
 def columns_used(features: Mapping[str, Any]) -> set[str]:
     """The frame columns ``features`` read."""
     out: set[str] = set()

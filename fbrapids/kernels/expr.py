@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from fbrapids.errors import OperatorTypeError
 
 
 def param_key(v: Any) -> Any:
@@ -99,7 +100,7 @@ def as_expr(x: Any) -> Expr:
         return x
     if isinstance(x, str):
         return Col(x)
-    raise TypeError(f"expected a column name or a feature expression, got {type(x).__name__}: {x!r}")
+    raise OperatorTypeError(f"expected a column name or a feature expression, got {type(x).__name__}: {x!r}")
 
 
 def columns_of(e: Expr) -> set[str]:

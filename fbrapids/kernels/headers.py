@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from fbrapids.kernels import abi
+from fbrapids.errors import MissingFileError
 
 #: the folder of the kernels' C headers and helpers
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -27,7 +28,7 @@ def find_header(name: str, from_dir: Path = CSRC) -> Path:
         p = d / name
         if p.exists():
             return p
-    raise FileNotFoundError(f"kernel header {name!r} not found under {CSRC}")
+    raise MissingFileError(f"kernel header {name!r} not found under {CSRC}")
 
 
 def inline_headers(names: list[str]) -> str:

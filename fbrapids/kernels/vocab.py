@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fbrapids.kernels import host_helpers as R
+from fbrapids.errors import ArgumentError
 
 
 class Vocabulary:
@@ -32,13 +33,13 @@ class Vocabulary:
         elif all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
             self.kind = "int"
         else:
-            raise ValueError("vocabulary keys must be all strings or all integers")
+            raise ArgumentError("vocabulary keys must be all strings or all integers")
         self.keys = keys
         self.ids = np.asarray(list(ids), dtype=np.int64)
         if len(self.ids) != len(keys):
-            raise ValueError(f"{len(keys)} keys but {len(self.ids)} ids")
+            raise ArgumentError(f"{len(keys)} keys but {len(self.ids)} ids")
         if len(set(keys)) != len(keys):
-            raise ValueError("vocabulary keys must be unique")
+            raise ArgumentError("vocabulary keys must be unique")
         self.mask = R.table_size(len(keys)) - 1
         h = hashlib.sha1(repr((self.kind, keys)).encode())
         h.update(self.ids.tobytes())

@@ -44,6 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fbrapids.serving.forward import SideArrays
+from fbrapids.errors import ArgumentError
 
 
 class ItemCache:
@@ -59,9 +60,9 @@ class ItemCache:
 
     def __init__(self, capacity: int, dense_width: int, sparse: Sequence[str], max_bytes: int | None = None) -> None:
         if capacity < 1:
-            raise ValueError(f"ItemCache capacity must be >= 1, got {capacity}")
+            raise ArgumentError(f"ItemCache capacity must be >= 1, got {capacity}")
         if max_bytes is not None and max_bytes < 1:
-            raise ValueError(f"ItemCache max_bytes must be >= 1, got {max_bytes}")
+            raise ArgumentError(f"ItemCache max_bytes must be >= 1, got {max_bytes}")
         self.capacity = int(capacity)
         self.max_bytes = None if max_bytes is None else int(max_bytes)
         self._bytes = np.zeros(self.capacity, dtype=np.int64)
@@ -163,7 +164,7 @@ class ItemCache:
         n = len(keys)
         sizes = self.entry_bytes(keys, arrays)
         if not self.reserve(n, int(sizes.sum())):
-            raise ValueError(f"ItemCache: {n} new items of {int(sizes.sum())} bytes do not fit (capacity "
+            raise ArgumentError(f"ItemCache: {n} new items of {int(sizes.sum())} bytes do not fit (capacity "
                              f"{self.capacity} items, {self.max_bytes} bytes, less entries used by this call)")
         slots = np.array([self._free.pop() for _ in range(n)], dtype=np.int64)
         for k, s in zip(keys, slots.tolist()):

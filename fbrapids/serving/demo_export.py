@@ -6,7 +6,13 @@ serving: a request carries the impression context, the user and the basic featur
 item is an ad; features reading both (``user_ad_h``, ``cat_city_h``, ``hour_cat_h``,
 ``qxt_cross_h``) are pair features.  :func:`export_demo_checkpoint` rebuilds the demo's
 model, restores the checkpoint and exports it (``fbrapids export CHECKPOINT DIR`` or
-``fbrapids demo --export DIR``).
+``fbrapids demo --export DIR``), for each of the demo's models.
+
+DIN (``--model din``) attends over the user's behaviour sequence ``hist_cat``: in training,
+the user's last 50 clicked ad categories strictly before the impression, oldest first
+(:func:`fbrapids.pipeline.din_history`).  A served request carries that list itself, as the
+request column ``hist_cat`` (a JSON array of category ids; ``[]`` or null for a user with no
+clicks): the service has no log to rebuild it from.
 
 Example:
     >>> spec = demo_spec()
@@ -14,6 +20,9 @@ Example:
     'request'
     >>> sorted(spec.pair_features)
     ['cat_city_h', 'hour_cat_h', 'qxt_cross_h', 'user_ad_h']
+    >>> din = demo_spec(model="din")
+    >>> din.schema["hist_cat"], din.side_of("hist_cat"), din.sparse[-1]
+    ('list<int64>', 'request', 'hist_cat')
 """
 
 from __future__ import annotations
@@ -36,21 +45,39 @@ REQUEST_SCHEMA = {"user_id": "int64", "ts": "int64", "slot": "int64", "query": "
 ITEM_SCHEMA = {"ad_id": "int64", "advertiser_id": "int64", "category": "int64", "price": "float64", "title": "str"}
 
 
-def demo_spec(dense: list[str] | None = None, sparse: list[str] | None = None) -> ServingSpec:
-    """The demo's feature plan (:func:`fbrapids.workload.features`) split by side for the
-    model inputs ``dense`` / ``sparse`` (default: the pipeline's ``DENSE`` / ``SPARSE``)."""
-    from fbrapids.pipeline import DENSE, SPARSE
+def demo_inputs(model: str = "dlrm") -> tuple[list[str], list[str], dict[str, str] | None]:
+    """The model inputs ``(dense, sparse, sequences)`` the demo trains ``model`` on: the
+    pipeline's ``DENSE`` / ``SPARSE``, and for ``din`` its behaviour sequence too.
 
-    dense, sparse = list(dense or DENSE), list(sparse or SPARSE)
+    Example:
+        >>> demo_inputs("din")[2]
+        {'hist_cat': 'category'}
+    """
+    from fbrapids.pipeline import DENSE, DIN_SEQUENCE, DIN_TARGET, MODELS, SPARSE
+
+    if model not in MODELS:
+        raise ExportError(f"unknown demo model {model!r}; expected one of {', '.join(MODELS)}")
+    if model == "din":
+        return list(DENSE), [*SPARSE, DIN_SEQUENCE], {DIN_SEQUENCE: DIN_TARGET}
+    return list(DENSE), list(SPARSE), None
+
+
+def demo_spec(dense: list[str] | None = None, sparse: list[str] | None = None, model: str = "dlrm") -> ServingSpec:
+    """The demo's feature plan (:func:`fbrapids.workload.features`) split by side for the
+    model inputs ``dense`` / ``sparse`` (default: those the demo trains ``model`` on,
+    :func:`demo_inputs`); a behaviour sequence of ``din`` is a ``list<int64>`` request column."""
+    d_dense, d_sparse, sequences = demo_inputs(model)
+    dense, sparse = list(dense or d_dense), list(sparse or d_sparse)
+    request_schema = {**REQUEST_SCHEMA, **{seq: "list<int64>" for seq in sequences or {} if seq in sparse}}
     used = set(dense) | set(sparse)
     sides: dict[str, dict[str, Any]] = {"request": {}, "item": {}, "pair": {}}
     for name, e in workload.features().items():
         if name not in used:
             continue
         cols = columns_of(e)
-        side = "request" if cols <= set(REQUEST_SCHEMA) else "item" if cols <= set(ITEM_SCHEMA) else "pair"
+        side = "request" if cols <= set(request_schema) else "item" if cols <= set(ITEM_SCHEMA) else "pair"
         sides[side][name] = e
-    return ServingSpec(schema={**REQUEST_SCHEMA, **ITEM_SCHEMA}, request_columns=list(REQUEST_SCHEMA),
+    return ServingSpec(schema={**request_schema, **ITEM_SCHEMA}, request_columns=list(request_schema),
                        item_columns=list(ITEM_SCHEMA), item_key="ad_id", request_features=sides["request"],
                        item_features=sides["item"], pair_features=sides["pair"], dense=dense, sparse=sparse)
 
@@ -59,11 +86,12 @@ def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike
                            embedding_dim: int = 16, seed: int = 0) -> Path:
     """Export the demo model of ``checkpoint`` (a checkpoint directory, or a root with a
     ``latest`` pointer, e.g. ``WORK_DIR/checkpoints``) to ``out``; returns ``out``."""
-    from fbrapids.pipeline import DENSE, SPARSE, model_arguments
+    from fbrapids.pipeline import model_arguments
 
-    spec = demo_spec()
-    cls, kwargs = model_arguments(model, len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 16, seed=seed),
-                                  embedding_dim)
+    dense, sparse, sequences = demo_inputs(model)
+    spec = demo_spec(model=model)
+    cls, kwargs = model_arguments(model, len(dense), sparse, StoreConfig(cache_rows=1 << 16, seed=seed),
+                                  embedding_dim, sequences=sequences)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} is not empty (an export is written into a new or empty directory)")

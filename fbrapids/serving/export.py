@@ -146,7 +146,7 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
     if not pending:
         return spec
     if sample is None:
-        raise ValueError(f"export_model: features {pending} use categorify; pass sample= (the training frame) "
+        raise ExportError(f"export_model: features {pending} use categorify; pass sample= (the training frame) "
                          "so that their states are fitted once and served as data")
     out = copy.copy(spec)
     for side in sides:

@@ -72,7 +72,7 @@ import torch
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
 from fbrapids import kernels as kstats
-from fbrapids.errors import KernelRuntimeError, RequestError, RequestTooLargeError
+from fbrapids.errors import ArgumentError, KernelRuntimeError, RequestError, RequestTooLargeError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
@@ -82,6 +82,14 @@ from fbrapids.trainers.device import place_model
 from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
+
+#: How far a served score may be from the training-side ``model(batch)`` on the same rows
+#: (the promise of docs/ams-and-serving.md).  Scores are float32; scoring a row alone, in a
+#: deduplicated batch or in a batch of another size reaches the BLAS kernels with other
+#: shapes, which sum in another order (and another vector width per processor), so a score
+#: may differ by a few float32 ulps (1.49e-7 seen on an Intel Xeon; an ulp near 0.5 is
+#: 6e-8).  The tests hold every served score to this bound.
+SCORE_ATOL = 1e-6
 
 
 class Scorer:
@@ -106,7 +114,7 @@ class Scorer:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1)):
             if type(v) is not int or v < lo:
-                raise ValueError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
+                raise ArgumentError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
         self.device = place_model(model, device)
         self.model = model.eval()
         self.spec = spec

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.errors import RequestError
+from fbrapids.errors import RequestError, SpecError
 from fbrapids.kernels import Expr, as_expr, columns_of
 
 TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string(),
@@ -68,19 +68,19 @@ class ServingSpec:
         self.pair_features = {k: as_expr(v) for k, v in self.pair_features.items()}
         bad = [c for c in self.schema.values() if c not in TYPES]
         if bad:
-            raise ValueError(f"ServingSpec: column types {bad} not supported (use one of {sorted(TYPES)})")
+            raise SpecError(f"ServingSpec: column types {bad} not supported (use one of {sorted(TYPES)})")
         for c in [*self.request_columns, *self.item_columns]:
             if c not in self.schema:
-                raise ValueError(f"ServingSpec: column {c!r} has no type in schema")
+                raise SpecError(f"ServingSpec: column {c!r} has no type in schema")
         if self.item_key not in self.item_columns:
-            raise ValueError(f"ServingSpec: item_key {self.item_key!r} is not an item column")
+            raise SpecError(f"ServingSpec: item_key {self.item_key!r} is not an item column")
         for name, feats, cols in (("request", self.request_features, self.request_columns),
                                   ("item", self.item_features, self.item_columns),
                                   ("pair", self.pair_features, self.request_columns + self.item_columns)):
             for f, e in feats.items():
                 extra = columns_of(e) - set(cols)
                 if extra:
-                    raise ValueError(f"ServingSpec: {name} feature {f!r} reads columns {sorted(extra)} that "
+                    raise SpecError(f"ServingSpec: {name} feature {f!r} reads columns {sorted(extra)} that "
                                      f"are not {name} columns")
         for c in [*self.dense, *self.sparse]:
             self.side_of(c)
@@ -98,7 +98,7 @@ class ServingSpec:
             return "item"
         if column in self.pair_features:
             return "pair"
-        raise ValueError(f"ServingSpec: model input {column!r} is neither a feature nor a raw column")
+        raise SpecError(f"ServingSpec: model input {column!r} is neither a feature nor a raw column")
 
 
 F32_MAX = float(np.finfo(np.float32).max)

@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from fbrapids.errors import ArgumentError, BatchError, ColumnTypeError
 
 
 @dataclass
@@ -76,7 +77,7 @@ def _ids_from_numpy(arr: np.ndarray, name: str) -> np.ndarray:
         return arr.view(np.int64)
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False)
-    raise TypeError(f"sparse feature {name!r}: ids must be integers, got dtype {arr.dtype}")
+    raise ColumnTypeError(f"sparse feature {name!r}: ids must be integers, got dtype {arr.dtype}")
 
 
 def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -99,14 +100,14 @@ def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
         child_type = dt.pyarrow_dtype.value_type
         if not pa.types.is_integer(child_type):
-            raise TypeError(f"sparse feature {name!r}: list elements must be integer ids, got {child_type}"
+            raise ColumnTypeError(f"sparse feature {name!r}: list elements must be integer ids, got {child_type}"
                             f"{_where(part)}; hash strings to ids first (e.g. with an extract operator)")
         lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         flat = pc.list_flatten(arr)
         if flat.null_count:
             owner = np.repeat(np.arange(n), lengths)
             bad = owner[np.flatnonzero(~flat.is_valid().to_numpy(zero_copy_only=False))[0]]
-            raise ValueError(f"sparse feature {name!r}: {flat.null_count} null ids inside lists{_where(part)}, "
+            raise BatchError(f"sparse feature {name!r}: {flat.null_count} null ids inside lists{_where(part)}, "
                              f"first at row {s.index[bad]!r}")
         values = _ids_from_numpy(flat.to_numpy(zero_copy_only=False), name)
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -115,12 +116,12 @@ def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.
     if isinstance(dt, pd.ArrowDtype) and pa.types.is_integer(dt.pyarrow_dtype) or pd.api.types.is_integer_dtype(dt):
         if s.hasnans:
             mask = s.isna().to_numpy()
-            raise ValueError(f"sparse feature {name!r}: {int(mask.sum())} null ids{_where(part)}, "
+            raise BatchError(f"sparse feature {name!r}: {int(mask.sum())} null ids{_where(part)}, "
                              f"first at row {_first_bad(s.index, mask)!r}; fill them first")
         np_dtype = np.uint64 if "uint64" in str(dt).lower() else np.int64
         values = _ids_from_numpy(s.to_numpy(dtype=np_dtype), name)
         return values, np.arange(n + 1, dtype=np.int64)
-    raise TypeError(f"sparse feature {name!r}: expected an integer id column or a list<int64> column, "
+    raise ColumnTypeError(f"sparse feature {name!r}: expected an integer id column or a list<int64> column, "
                     f"got dtype {dt}{_where(part)}")
 
 
@@ -135,13 +136,13 @@ def dense_matrix(df: pd.DataFrame, cols: Sequence[str], nan: str, part: int | No
     for j, c in enumerate(cols):
         s = df[c]
         if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)):
-            raise TypeError(f"dense feature {c!r}: expected a numeric column, got dtype {s.dtype}{_where(part)}")
+            raise ColumnTypeError(f"dense feature {c!r}: expected a numeric column, got dtype {s.dtype}{_where(part)}")
         col = s.to_numpy(dtype=np.float64, na_value=np.nan)
         bad = ~np.isfinite(col)
         if bad.any():
             k = int(bad.sum())
             if nan == "error":
-                raise ValueError(f"dense feature {c!r}: {k} NaN/inf/null values{_where(part)}, first at row "
+                raise BatchError(f"dense feature {c!r}: {k} NaN/inf/null values{_where(part)}, first at row "
                                  f"{_first_bad(df.index, bad)!r}; clean them, or stream with nan='zero'")
             col = np.where(bad, 0.0, col)
             replaced += k
@@ -204,11 +205,11 @@ class Columns:
                    group: str | None = None, nan: str = "error", part: int | None = None) -> "Columns":
         """Read the named columns of a pandas frame (see the module docstring)."""
         if nan not in ("error", "zero"):
-            raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
+            raise ArgumentError(f"nan must be 'error' or 'zero', got {nan!r}")
         y = df[label].to_numpy(dtype=np.float64, na_value=np.nan)
         if not np.isfinite(y).all():
             bad = ~np.isfinite(y)
-            raise ValueError(f"label {label!r}: {int(bad.sum())} NaN/null values{_where(part)}, first at row "
+            raise BatchError(f"label {label!r}: {int(bad.sum())} NaN/null values{_where(part)}, first at row "
                              f"{_first_bad(df.index, bad)!r}")
         d, replaced = dense_matrix(df, dense, nan, part)
         sp = {name: sparse_column(df[name], name, part) for name in sparse}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from fbrapids.atomic import digests_of_writes, fsync_dir, write_atomic
-from fbrapids.errors import CheckpointError, ManifestError
+from fbrapids.errors import ArgumentError, CheckpointError, ManifestError
 from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
 
 # checkpoints guard against corruption (a torn write, a flipped page), not forgery: crc32 is
@@ -184,7 +184,7 @@ def prune(root: str | os.PathLike, keep: int, verified: Path | None = None) -> l
         (['step-0000000001', 'step-0000000002'], 'step-0000000003')
     """
     if keep < 1:
-        raise ValueError(f"keep must be >= 1, got {keep}")
+        raise ArgumentError(f"keep must be >= 1, got {keep}")
     root = Path(root)
     steps = checkpoints(root)
     if len(steps) <= keep:

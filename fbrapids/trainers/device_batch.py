@@ -30,6 +30,7 @@ import torch
 
 from fbrapids.backend import int_dtype_of_type_id
 from fbrapids.trainers.batch import Batch, concat_parts
+from fbrapids.errors import BatchError, ColumnTypeError
 
 # the device GAUC group key of non-integer (or null-holding) group columns: cudf's 64-bit
 # ``hash_values`` method (the host hashes with pandas' 64-bit ``hash_pandas_object``; the
@@ -141,15 +142,15 @@ def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Te
         col, _ = s.to_pylibcudf()
         offs_col, vals_col = col.child(0), col.child(1)
         if vals_col.null_count():
-            raise ValueError(f"sparse feature {name!r}: {vals_col.null_count()} null ids inside lists{_where(part)}")
+            raise BatchError(f"sparse feature {name!r}: {vals_col.null_count()} null ids inside lists{_where(part)}")
         offs = _plc_ints(offs_col, col.offset(), col.offset() + n + 1)  # INT32, absolute into the child
         lo, hi = (int(x) for x in offs[[0, -1]].tolist())
         return _plc_ints(vals_col, lo, hi), offs - lo  # null rows are empty bags in libcudf
     if s.dtype.kind not in "iu":
-        raise TypeError(f"sparse feature {name!r}: expected an integer id column or a list<int> column, got dtype "
+        raise ColumnTypeError(f"sparse feature {name!r}: expected an integer id column or a list<int> column, got dtype "
                         f"{s.dtype}{_where(part)}")
     if s.null_count:
-        raise ValueError(f"sparse feature {name!r}: {s.null_count} null ids{_where(part)}; fill them first")
+        raise BatchError(f"sparse feature {name!r}: {s.null_count} null ids{_where(part)}; fill them first")
     vals = _tensor(s, "uint64" if s.dtype == np.uint64 else "int64")
     if vals.dtype != torch.int64:  # uint64: the same bits as int64 (the store reads them back as uint64)
         vals = vals.view(torch.int64)
@@ -165,7 +166,7 @@ def _dense(df: Any, cols: Sequence[str], nan: str, part: int | None, device: tor
     for c in cols:
         s = df[c]
         if s.dtype.kind not in "iufb":
-            raise TypeError(f"dense feature {c!r}: expected a numeric column, got dtype {s.dtype}{_where(part)}")
+            raise ColumnTypeError(f"dense feature {c!r}: expected a numeric column, got dtype {s.dtype}{_where(part)}")
         x = s.astype("float32")
         if x.null_count:
             x = x.fillna(_np.nan)
@@ -175,7 +176,7 @@ def _dense(df: Any, cols: Sequence[str], nan: str, part: int | None, device: tor
         if k:
             if nan == "error":
                 first = int(torch.nonzero(bad)[0])
-                raise ValueError(f"dense feature {c!r}: {k} NaN/inf/null values{_where(part)}, first at row "
+                raise BatchError(f"dense feature {c!r}: {k} NaN/inf/null values{_where(part)}, first at row "
                                  f"{df.index[first]!r}; clean them, or stream with nan='zero'")
             t = torch.where(bad, torch.zeros((), device=t.device), t)
             replaced += k
@@ -189,7 +190,7 @@ def device_columns(df: Any, label: str, dense: Sequence[str], sparse: Sequence[s
     module docstring); the labels are checked for nulls like the host path."""
     y = df[label]
     if y.null_count:
-        raise ValueError(f"label {label!r}: {y.null_count} NaN/null values{_where(part)}")
+        raise BatchError(f"label {label!r}: {y.null_count} NaN/null values{_where(part)}")
     lab = _tensor(y, "float32")
     d, replaced = _dense(df, dense, nan, part, lab.device)
     sp = {name: _sparse(df[name], name, part) for name in sparse}

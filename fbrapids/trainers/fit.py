@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fbrapids.errors import CheckpointError, NonFiniteError, UnsafeFileError
+from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, UnsafeFileError
 from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
 from fbrapids.manifest import resolve_inside
@@ -203,7 +203,7 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     torch.set_rng_state(state["torch_rng"])
     stores = model.stores()
     if sorted(stores) != meta["tables"]:
-        raise ValueError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")
+        raise CheckpointError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")
     for key, store in stores.items():
         store.load(resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory"))
     return int(state["step"])
@@ -434,7 +434,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     """
     place_model(model, device)
     if nan not in NAN_POLICIES:
-        raise ValueError(f"nan must be one of {', '.join(NAN_POLICIES)}, got {nan!r}")
+        raise ArgumentError(f"nan must be one of {', '.join(NAN_POLICIES)}, got {nan!r}")
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer is None:
         optimizer = default_optimizer(params)

@@ -19,16 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from fbrapids.errors import MetricUndefinedError, UndefinedMetricWarning
+from fbrapids.errors import ArgumentError, MetricUndefinedError, UndefinedMetricWarning
 
 
 def _arrays(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(y, dtype=np.float64).ravel()
     p = np.asarray(p, dtype=np.float64).ravel()
     if y.shape != p.shape:
-        raise ValueError(f"labels ({y.shape[0]}) and predictions ({p.shape[0]}) differ in length")
+        raise ArgumentError(f"labels ({y.shape[0]}) and predictions ({p.shape[0]}) differ in length")
     if len(y) == 0:
-        raise ValueError("metrics of an empty set of predictions")
+        raise MetricUndefinedError("metrics of an empty set of predictions")
     return y, p
 
 
@@ -78,7 +78,7 @@ def gauc(y: Any, p: Any, group: Any) -> float:
     y, p = _arrays(y, p)
     g = np.asarray(group).ravel()
     if len(g) != len(y):
-        raise ValueError(f"group ({len(g)}) and labels ({len(y)}) differ in length")
+        raise ArgumentError(f"group ({len(g)}) and labels ({len(y)}) differ in length")
     _, gi = np.unique(g, return_inverse=True)
     order = np.lexsort((p, gi))
     gs, ps, ys = gi[order], p[order], y[order] > 0.5

@@ -47,6 +47,7 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
 from fbrapids.trainers.ranges import check_ranges, validate_ranges
+from fbrapids.errors import ArgumentError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +82,11 @@ class BatchStream:
                  label_range: tuple[float, float] | None = None,
                  ranges: Mapping[str, tuple[float, float]] | None = None, strict: bool = False) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch < 1:
-            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+            raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
         if nan not in ("error", "zero"):
-            raise ValueError(f"nan must be 'error' or 'zero', got {nan!r}")
+            raise ArgumentError(f"nan must be 'error' or 'zero', got {nan!r}")
         self.source = source
         self._known_rows: int | None = None
         self._seen = (0, 0)  # (partitions, rows) the producer has read in the pass under way
@@ -160,7 +161,7 @@ class BatchStream:
         wanted = [self.label, *self.dense, *self.sparse] + ([self.group] if self.group else [])
         missing = [c for c in wanted if c not in cols]
         if missing:
-            raise KeyError(f"stream: columns {missing} are not in the frame (it has {list(cols)})")
+            raise NotFoundError(f"stream: columns {missing} are not in the frame (it has {list(cols)})")
 
     # -- producer ------------------------------------------------------------------------
     def _pass_window(self) -> int:

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fbrapids import backend as _backend
-from fbrapids.errors import ViewError
+from fbrapids.errors import MissingFileError, ViewError
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def parquet_file(path: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, page_checksum_verification=verification_enabled())
     except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+        raise MissingFileError(f"view file vanished before it could be read: {path}") from None
     except (pa.ArrowException, OSError) as exc:
         raise ViewError(f"{path} is not a readable parquet file (truncated or corrupt?): {exc}") from None
 
@@ -348,7 +348,7 @@ def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, 
                 usecols=columns, dtype="str", keep_default_na=False, na_values=[""], nrows=nrows,
             )
     except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+        raise MissingFileError(f"view file vanished before it could be read: {path}") from None
     except (ValueError, pd.errors.ParserError, OSError, pa.ArrowInvalid) as exc:
         raise ViewError(f"{path}: {exc}") from None
     frame = frame[columns]
@@ -367,7 +367,7 @@ def _read_csv_device(path: str, sep: str, names: list[str] | None, columns: list
                                usecols=columns, dtype={c: "str" for c in columns},
                                keep_default_na=False, na_values=[""])
     except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+        raise MissingFileError(f"view file vanished before it could be read: {path}") from None
     except (ValueError, RuntimeError, OverflowError) as exc:  # libcudf parse errors: the host reader names the row
         log.debug("%s: cudf could not read it (%s); reading on the host", path, exc)
         return None
@@ -393,7 +393,7 @@ def _read_json_device(path: str, columns: list[str], csv_opts: _CsvOptions, dtyp
         text = be.xdf.read_json(path, lines=True, engine="cudf", dtype={c: "str" for c in columns},
                                 prune_columns=True)
     except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+        raise MissingFileError(f"view file vanished before it could be read: {path}") from None
     except (ValueError, RuntimeError, OverflowError, TypeError) as exc:
         log.debug("%s: cudf could not read it (%s); reading on the host", path, exc)
         return None
@@ -485,7 +485,7 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
     """One partition (``nrows``: only its first rows, read on the host, for a meta sample)."""
     path = piece.path
     if not os.path.exists(path):
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}")
+        raise MissingFileError(f"view file vanished before it could be read: {path}")
     try:
         if fmt == "parquet":
             if be.is_gpu:
@@ -517,7 +517,7 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
                 raise ViewError(f"{path}: columns {missing} absent; available: {list(frame.columns)}")
             frame = _backend.to_backend(normalize_strings(frame[columns]), be)
     except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+        raise MissingFileError(f"view file vanished before it could be read: {path}") from None
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         if isinstance(exc, ViewError):
             raise

@@ -1,5 +1,6 @@
-"""The command line answers bad input with one line on stderr and exit status 2, never a
-traceback (run as a user runs it: a subprocess)."""
+"""The command line answers bad input with one line on stderr naming the argument, and exit
+status 2, before any work is done: never a traceback (run as a user runs it: a subprocess
+of ``python -m fbrapids.cli``, this checkout's code)."""
 from __future__ import annotations
 
 import os
@@ -12,21 +13,92 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", "import sys; from fbrapids.cli import main; sys.exit(main(sys.argv[1:]))",
-                           *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "fbrapids.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=120)
 
 
-@pytest.mark.parametrize("args,says", [
-    (("gen", "--rows", "0", "--out", "OUT"), "fbrapids gen: rows must be at least"),
-    (("serve", "/missing/export"), "fbrapids serve: /missing/export"),
-])
-def test_usage_errors_are_one_line(tmp_path, args, says):
-    args = tuple(str(tmp_path / "out") if a == "OUT" else a for a in args)
-    res = _cli(*args, cwd=tmp_path)
+# (arguments, environment, the start of the one line): FILE is an existing file, FULL a
+# non-empty directory, OUT a path that must stay absent
+CASES = [
+    (("gen", "--rows", "0", "--out", "OUT"), {}, "fbrapids gen: argument --rows: 0 is out of range"),
+    (("gen", "--rows", "many", "--out", "OUT"), {}, "fbrapids gen: argument --rows: 'many' is not an integer"),
+    (("gen", "--seed", "-1", "--out", "OUT"), {}, "fbrapids gen: argument --seed: -1 is out of range"),
+    (("gen", "--row-group-rows", "0", "--out", "OUT"), {}, "fbrapids gen: argument --row-group-rows: 0 is out"),
+    (("gen", "--out", "FILE"), {}, "fbrapids gen: argument --out: FILE is a file, not a directory"),
+    (("demo", "--batch-size", "0", "--data-dir", "OUT"), {}, "fbrapids demo: argument --batch-size: 0 is out"),
+    (("demo", "--seed", "-1", "--data-dir", "OUT"), {}, "fbrapids demo: argument --seed: -1 is out of range"),
+    (("demo", "--rows", "-5", "--data-dir", "OUT"), {}, "fbrapids demo: argument --rows: -5 is out of range"),
+    (("demo", "--checkpoint-every", "0", "--data-dir", "OUT"), {}, "fbrapids demo: argument --checkpoint-every: 0"),
+    (("demo", "--data-dir", "FILE"), {}, "fbrapids demo: argument --data-dir: FILE is a file, not a directory"),
+    (("demo", "--data-dir", "OUT", "--work-dir", "FILE"), {}, "fbrapids demo: argument --work-dir: FILE is a file"),
+    (("demo", "--data-dir", "OUT", "--export", "FILE"), {}, "fbrapids demo: argument --export: FILE is a file"),
+    (("demo", "--data-dir", "OUT", "--export", "FULL"), {}, "fbrapids demo: argument --export: FULL is not empty"),
+    (("demo", "--data-dir", "OUT", "--resume"), {}, "fbrapids demo: argument --resume: needs --work-dir"),
+    (("demo", "--data-dir", "OUT", "--model", "gbdt"), {}, "fbrapids demo: argument --model: invalid choice: 'gbdt'"),
+    (("demo", "--data-dir", "OUT"), {"FBRAPIDS_BACKEND": "cuda"},
+     "fbrapids demo: environment variable FBRAPIDS_BACKEND: 'cuda' is not a backend"),
+    (("export", "OUT", "OUT2"), {}, "fbrapids export: argument checkpoint: OUT does not exist"),
+    (("export", "FULL", "FILE"), {}, "fbrapids export: argument out: FILE is a file, not a directory"),
+    (("export", "FULL", "OUT", "--embedding-dim", "0"), {}, "fbrapids export: argument --embedding-dim: 0 is out"),
+    (("export", "FULL", "OUT", "--seed", "-1"), {}, "fbrapids export: argument --seed: -1 is out of range"),
+    (("serve", "OUT"), {}, "fbrapids serve: argument export_dir: OUT does not exist"),
+    (("serve", "FILE"), {}, "fbrapids serve: argument export_dir: FILE is a file"),
+    (("serve", "FULL", "--port", "70000"), {}, "fbrapids serve: argument --port: 70000 is out of range"),
+    (("serve", "FULL", "--max-items", "0"), {}, "fbrapids serve: argument --max-items: 0 is out of range"),
+    (("serve", "FULL", "--cache-items", "-1"), {}, "fbrapids serve: argument --cache-items: -1 is out of range"),
+    (("serve", "FULL", "--cache-bytes", "0"), {}, "fbrapids serve: argument --cache-bytes: 0 is out of range"),
+    (("serve", "FULL", "--max-requests", "0"), {}, "fbrapids serve: argument --max-requests: 0 is out of range"),
+    (("serve", "FULL", "--max-body-bytes", "0"), {}, "fbrapids serve: argument --max-body-bytes: 0 is out"),
+    (("serve", "FULL"), {"FBRAPIDS_BACKEND": "cuda"}, "fbrapids serve: environment variable FBRAPIDS_BACKEND"),
+]
+
+
+@pytest.mark.parametrize("args,env,says", CASES, ids=[" ".join(c[0]) + "".join(f" {k}={v}" for k, v in c[1].items())
+                                                      for c in CASES])
+def test_usage_errors_are_one_line_naming_the_argument(tmp_path, args, env, says):
+    places = {"OUT": tmp_path / "out", "OUT2": tmp_path / "out2", "FILE": tmp_path / "file", "FULL": tmp_path / "full"}
+    places["FILE"].write_text("not a directory\n")
+    places["FULL"].mkdir()
+    (places["FULL"] / "something").write_text("x")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    res = _cli(*(str(places.get(a, a)) for a in args), cwd=tmp_path,
+               env={**env, "TMPDIR": str(tmp), "FBRAPIDS_DATA": str(tmp_path / "data-root")})
     assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
+    for name, p in places.items():
+        says = says.replace(name, str(p))
+    lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(says), res.stderr
-    assert "Traceback" not in res.stderr
-    assert not (tmp_path / "out").exists()  # nothing half-written
+    assert res.stdout == ""
+    # nothing was done: no output, data or temporary folder made
+    assert not places["OUT"].exists() and not places["OUT2"].exists() and not (tmp_path / "data-root").exists()
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_folder_holding_the_clone_does_not_shadow_the_package(tmp_path):
+    """Python run from the folder that contains a clone named ``fbrapids``: that folder is a
+    namespace package ``fbrapids`` to Python.  Installed as the Makefile installs it (a path
+    entry, ``editable_mode=compat``: here PYTHONPATH), the real package still wins, for
+    ``python -c`` and ``python -m fbrapids.cli`` alike."""
+    (tmp_path / "fbrapids" / "fbrapids").mkdir(parents=True)  # a clone's root, without __init__.py
+    (tmp_path / "fbrapids" / "README.md").write_text("a clone\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", "import fbrapids; from fbrapids import read_view; "
+                          "print(fbrapids.__file__)"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == str(REPO / "fbrapids" / "__init__.py"), res.stderr
+    res = _cli("gen", "--rows", "0", "--out", "x", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.startswith("fbrapids gen: argument --rows"), res.stderr
+    assert "editable_mode=compat" in (REPO / "Makefile").read_text()
+
+
+def test_model_choices_are_the_pipeline_models():
+    from fbrapids.cli import build_parser
+    from fbrapids.pipeline import MODELS
+
+    sub = {a.dest: a for a in build_parser()._actions}["command"].choices
+    for command in ("demo", "export"):
+        model = {a.dest: a for a in sub[command]._actions}["model"]
+        assert tuple(model.choices) == MODELS

@@ -13,6 +13,7 @@ import fbrapids  # noqa: F401
 from fbrapids import ops
 from fbrapids.ams import DICM, ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore
 from fbrapids.serving import Scorer, ServingSpec, export_model, load_scorer
+from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.trainers import StoreConfig, fit
 
 LIST = pd.ArrowDtype(pa.list_(pa.int64()))
@@ -71,8 +72,8 @@ def test_dicm_export_and_parity(trained) -> None:
     request = {"user_id": 3, "hist": [5, 7, 7, 12]}
     items = [{"ad_id": a, "cate": a % 9} for a in (7, 1, 5, 7, 60, 33)]
     ref = _training_side(model, spec, request, items)
-    np.testing.assert_allclose(served.score(request, items), ref, atol=1e-6, rtol=0)
-    np.testing.assert_allclose(Scorer(model, spec, dedup=False).score(request, items), ref, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(served.score(request, items), ref, atol=SCORE_ATOL, rtol=0)
+    np.testing.assert_allclose(Scorer(model, spec, dedup=False).score(request, items), ref, atol=SCORE_ATOL, rtol=0)
     st = served.stats
     # 5 unique candidates (ad 7 twice) x 4 behaviour images + 5 ad images; 6 distinct images embedded once
     assert st["image_references"] == 5 * 4 + 5 and st["unique_images_embedded"] == 6
@@ -87,7 +88,7 @@ def test_unknown_image_ids_read_the_default(trained) -> None:
     p = served.score(request, items)
     assert np.isfinite(p).all()
     assert served.stats["unknown_image_references"] == 2 * 2 + 1  # 900, 901 per row, ad 999 once
-    np.testing.assert_allclose(p, _training_side(model, spec, request, items), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(p, _training_side(model, spec, request, items), atol=SCORE_ATOL, rtol=0)
     # the default is documented: zeros, so an unknown id embeds like the zero vector
     emb = served.model.images
     torch.testing.assert_close(emb.embed_ids(np.array([12345])), emb.model(torch.zeros(1, 24)))

@@ -19,6 +19,7 @@ pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra 
 uvicorn = pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 
 from fbrapids.serving import Scorer, export_model, load_scorer  # noqa: E402
+from fbrapids.serving.scorer import SCORE_ATOL  # noqa: E402
 from fbrapids.serving.example import request_records, train_example  # noqa: E402
 from fbrapids.serving.http import create_app  # noqa: E402
 
@@ -67,12 +68,12 @@ def test_service_scores_equal_training_side(service) -> None:
     req, items = request_records(users, ads, 120, seed=3)
     status, body = _post(url + "/score", {"request": req, "items": items})
     assert status == 200 and body["n"] == 120
-    np.testing.assert_allclose(body["scores"], training_side_scores(model, spec, req, items), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(body["scores"], training_side_scores(model, spec, req, items), atol=SCORE_ATOL, rtol=0)
     entries = [{"request": r, "items": it} for r, it in (request_records(users, ads, 30, seed=k) for k in (4, 5))]
     status, body = _post(url + "/score_batch", {"requests": entries})
     assert status == 200 and [len(s) for s in body["scores"]] == [30, 30]
     for e, s in zip(entries, body["scores"]):
-        np.testing.assert_allclose(s, training_side_scores(model, spec, e["request"], e["items"]), atol=1e-6)
+        np.testing.assert_allclose(s, training_side_scores(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
 
 
 def test_concurrent_clients(service) -> None:
@@ -84,7 +85,7 @@ def test_concurrent_clients(service) -> None:
         results = list(pool.map(lambda j: _post(url + "/score", {"request": j[0], "items": j[1]}), jobs))
     for (status, body), exp in zip(results, expected):
         assert status == 200
-        np.testing.assert_allclose(body["scores"], exp, atol=1e-7, rtol=0)
+        np.testing.assert_allclose(body["scores"], exp, atol=SCORE_ATOL, rtol=0)
     assert scorer.stats["requests"] - before == 16
 
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import fbrapids  # noqa: F401
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.serving import Scorer
+from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.serving.example import (example_catalogue, example_model_kwargs, example_spec, request_records,
                                       training_frame)
 from fbrapids.trainers import StoreConfig, WideAndDeep, fit
@@ -98,5 +99,5 @@ def test_fit_predict_and_scorer_stay_on_one_device(device: str) -> None:
     full = Scorer(model, spec, dedup=False).score(req, items)
     handle.remove()
     assert seen == {device}  # every forward of fit, predict and both scorers ran on that device
-    np.testing.assert_allclose(scores, full, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(scores, full, atol=SCORE_ATOL, rtol=0)
     assert module_device(model).type == device

@@ -10,6 +10,7 @@ from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
+from fbrapids.errors import ArgumentError
 
 
 class DIN(CTRModel):
@@ -40,7 +41,7 @@ class DIN(CTRModel):
         self.sequences = dict(sequences)
         for seq, target in self.sequences.items():
             if target not in self.sparse_features:
-                raise ValueError(f"DIN: sequence {seq!r} attends to {target!r}, which is not a sparse feature")
+                raise ArgumentError(f"DIN: sequence {seq!r} attends to {target!r}, which is not a sparse feature")
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         feats = self.sparse_features + list(self.sequences)
         self.emb = TieredEmbeddingBagCollection(feats, cfg, tables={s: t for s, t in self.sequences.items()})

@@ -37,6 +37,7 @@ from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp
 from fbrapids.trainers.sparse import StoreConfig
+from fbrapids.errors import ArgumentError, NotFoundError
 
 
 class DLRM(CTRModel):
@@ -81,11 +82,11 @@ class DLRM(CTRModel):
         missing, unexpected = self.load_state_dict(mlps, strict=False)
         missing = [k for k in missing if k.startswith(("bot_l.", "top_l."))]
         if missing or unexpected:
-            raise KeyError(f"reference DLRM state dict does not fit: missing {missing}, unexpected {unexpected}")
+            raise NotFoundError(f"reference DLRM state dict does not fit: missing {missing}, unexpected {unexpected}")
         for k, f in enumerate(self.sparse_features):
             key = f"emb_l.{k}.weight"
             if key not in state:
-                raise KeyError(f"reference DLRM state dict has no {key} for sparse feature {f!r}")
+                raise NotFoundError(f"reference DLRM state dict has no {key} for sparse feature {f!r}")
             w = state[key]
             self.emb_l.stores[f].assign(np.arange(w.shape[0], dtype=np.int64), w)
 
@@ -93,7 +94,7 @@ class DLRM(CTRModel):
         """This model as a reference ``DLRM_Net`` state dict: the MLPs, and table ``k`` as a
         dense ``[num_embeddings[k], dim]`` matrix whose row ``i`` is the id ``i``."""
         if len(num_embeddings) != len(self.sparse_features):
-            raise ValueError(f"{len(self.sparse_features)} tables, {len(num_embeddings)} sizes given")
+            raise ArgumentError(f"{len(self.sparse_features)} tables, {len(num_embeddings)} sizes given")
         out = {k: v.detach().clone() for k, v in self.state_dict().items()}
         for k, (f, n) in enumerate(zip(self.sparse_features, num_embeddings)):
             out[f"emb_l.{k}.weight"] = torch.from_numpy(self.emb_l.stores[f].weights(np.arange(n, dtype=np.int64)))

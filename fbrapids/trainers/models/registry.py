@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fbrapids.errors import UnsafeFileError
+from fbrapids.errors import ArgumentError, ExportError, UnsafeFileError
 
 _MODELS: dict[str, type] = {}
 
@@ -37,7 +37,7 @@ def register_model(cls: type | None = None, *, name: str | None = None) -> Any:
     def add(c: type) -> type:
         key = name or c.__name__
         if _MODELS.get(key, c) is not c:
-            raise ValueError(f"register_model: {key!r} is already {_MODELS[key].__module__}.{_MODELS[key].__qualname__}")
+            raise ArgumentError(f"register_model: {key!r} is already {_MODELS[key].__module__}.{_MODELS[key].__qualname__}")
         _MODELS[key] = c
         return c
 
@@ -58,7 +58,7 @@ def model_name(cls: type) -> str:
     for k, c in _MODELS.items():
         if c is cls:
             return k
-    raise ValueError(f"{cls.__module__}.{cls.__qualname__} is not a registered model: register it with "
+    raise ExportError(f"{cls.__module__}.{cls.__qualname__} is not a registered model: register it with "
                      "fbrapids.trainers.models.register_model before exporting")
 
 

@@ -31,6 +31,7 @@ from torch import nn
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
+from fbrapids.errors import ArgumentError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class TieredEmbeddingBagCollection(nn.Module):
             self.stores[t] = TieredEmbeddingStore(cfg, name=prefix + t, device="cpu")
         dims = {s.config.dim for s in self.stores.values()}
         if len(dims) != 1:
-            raise ValueError(f"tables of one collection must share a dim, got {sorted(dims)}")
+            raise ArgumentError(f"tables of one collection must share a dim, got {sorted(dims)}")
         self.dim = dims.pop()
         self._pending: list[tuple[TieredEmbeddingStore, Lookup]] = []
         # the leaf of the last stacked lookup and, per table, its rows' range in the leaf
@@ -86,7 +87,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         out: dict[str, list[str]] = {}
         for f in names:
             if f not in sparse:
-                raise KeyError(f"sparse feature {f!r} is not in the batch (it has {sorted(sparse)})")
+                raise NotFoundError(f"sparse feature {f!r} is not in the batch (it has {sorted(sparse)})")
             out.setdefault(self.table_of[f], []).append(f)
         return out
 
@@ -148,7 +149,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         groups = self._by_table(sparse, self.features)
         n_bags = {len(sparse[f][1]) for f in self.features}
         if len(n_bags) != 1:
-            raise ValueError(f"features of one batch must have the same number of bags, got {sorted(n_bags)}")
+            raise ArgumentError(f"features of one batch must have the same number of bags, got {sorted(n_bags)}")
         b = n_bags.pop()
         parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]] = []
         rows, inv_of, base = [], {}, 0

@@ -7,6 +7,7 @@ from typing import Any
 
 from fbrapids.trainers.sparse.optim import OPTIMIZERS, SparseOptimizer, sparse_optimizer
 from fbrapids.trainers.sparse.policies import POLICIES
+from fbrapids.errors import ArgumentError
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,15 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"StoreConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+            raise ArgumentError(f"StoreConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.eviction not in POLICIES:
-            raise ValueError(f"StoreConfig.eviction must be one of {sorted(POLICIES)}, got {self.eviction!r}")
+            raise ArgumentError(f"StoreConfig.eviction must be one of {sorted(POLICIES)}, got {self.eviction!r}")
         if self.dim < 1 or self.cache_rows < 1:
-            raise ValueError(f"StoreConfig needs dim >= 1 and cache_rows >= 1 (got {self.dim}, {self.cache_rows})")
+            raise ArgumentError(f"StoreConfig needs dim >= 1 and cache_rows >= 1 (got {self.dim}, {self.cache_rows})")
         if self.host_rows is not None and self.ssd_dir is None:
-            raise ValueError("StoreConfig: a bounded host tier (host_rows) needs an SSD tier (ssd_dir)")
+            raise ArgumentError("StoreConfig: a bounded host tier (host_rows) needs an SSD tier (ssd_dir)")
         if self.admit_after < 1:
-            raise ValueError(f"StoreConfig.admit_after must be >= 1, got {self.admit_after}")
+            raise ArgumentError(f"StoreConfig.admit_after must be >= 1, got {self.admit_after}")
 
     @property
     def width(self) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.sparse.hashmap import UInt64HashMap
+from fbrapids.errors import ArgumentError, InputTypeError
 
 
 def as_uint64_ids(ids: Any) -> np.ndarray:
@@ -41,7 +42,7 @@ def as_uint64_ids(ids: Any) -> np.ndarray:
         return arr
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False).view(np.uint64)
-    raise TypeError(f"embedding ids must be integers (int64 / uint64), got dtype {arr.dtype}")
+    raise InputTypeError(f"embedding ids must be integers (int64 / uint64), got dtype {arr.dtype}")
 
 
 #: the per-row arrays and the value of a row that has none
@@ -125,7 +126,7 @@ class RowDirectory:
                 pending_counts: np.ndarray) -> None:
         """Fill an empty directory with saved rows (row g = ``ids[g]``) and admission counts."""
         if self.n:
-            raise ValueError("restore() needs an empty directory")
+            raise ArgumentError("restore() needs an empty directory")
         n = len(ids)
         self.grow(n)
         self.map.put(ids, np.arange(n, dtype=np.int64))

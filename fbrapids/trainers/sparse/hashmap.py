@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from fbrapids.kernels import load_source
+from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("hashmap.c", "rows.c")
@@ -113,9 +114,9 @@ class RowMap:
         ``g[j]`` is beyond the file's end."""
         g = np.ascontiguousarray(g, dtype=np.int64)
         if not buf.flags.c_contiguous or buf.nbytes != len(g) * row_bytes:
-            raise ValueError(f"RowMap.copy: buf must be C-contiguous with {len(g) * row_bytes} bytes")
+            raise ArgumentError(f"RowMap.copy: buf must be C-contiguous with {len(g) * row_bytes} bytes")
         if len(g) and (int(g.min()) < 0 or (int(g.max()) + 1) * row_bytes > self.nbytes):
-            raise IndexError(f"RowMap.copy: rows outside the {self.nbytes // row_bytes} mapped rows")
+            raise RowIndexError(f"RowMap.copy: rows outside the {self.nbytes // row_bytes} mapped rows")
         if not len(g):
             return 0
         return int(_lib().fbx_map_copy(self.addr, g.ctypes.data, len(g), int(row_bytes), buf.ctypes.data,
@@ -135,11 +136,11 @@ class RowMap:
 
 def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
     if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or not table.flags.writeable:
-        raise TypeError(f"the row table must be a writable C-contiguous float32 matrix, got {table.dtype}")
+        raise InputTypeError(f"the row table must be a writable C-contiguous float32 matrix, got {table.dtype}")
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     grad = np.ascontiguousarray(grad, dtype=np.float32)
     if grad.shape != (len(slots), dim):
-        raise ValueError(f"gradient of shape {grad.shape} for {len(slots)} rows of dim {dim}")
+        raise ArgumentError(f"gradient of shape {grad.shape} for {len(slots)} rows of dim {dim}")
     return slots, grad
 
 
@@ -159,7 +160,7 @@ def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim
     slots, grad = _table_args(table, slots, grad, dim)
     if _lib().fbx_rowwise_adagrad(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data,
                                   len(slots), grad.ctypes.data, float(lr), float(eps)) != 0:
-        raise IndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
+        raise RowIndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
 
 
 def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
@@ -174,7 +175,7 @@ def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
     out = np.empty((len(slots), int(ncols)), dtype=np.float32)
     if _lib().fbx_gather_cols(table.ctypes.data, table.shape[0], table.shape[1], slots.ctypes.data, len(slots),
                               int(ncols), out.ctypes.data) != 0:
-        raise IndexError(f"gather_cols: a slot outside [0, {table.shape[0]})")
+        raise RowIndexError(f"gather_cols: a slot outside [0, {table.shape[0]})")
     return out
 
 
@@ -193,7 +194,7 @@ def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarra
     out = np.empty((nb, rows.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
                           out.ctypes.data) != 0:
-        raise IndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
+        raise RowIndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
     return out
 
 
@@ -212,7 +213,7 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
     out = np.empty((int(m), grad_out.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum_backward(grad_out.ctypes.data, grad_out.shape[1], idx.ctypes.data, offsets.ctypes.data,
                                    len(offsets) - 1, int(m), out.ctypes.data) != 0:
-        raise IndexError(f"bag_sum_backward: an index outside [0, {m})")
+        raise RowIndexError(f"bag_sum_backward: an index outside [0, {m})")
     return out
 
 
@@ -228,7 +229,7 @@ def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: f
     slots, grad = _table_args(table, slots, grad, dim)
     if _lib().fbx_sgd(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data, len(slots),
                       grad.ctypes.data, float(lr)) != 0:
-        raise IndexError(f"sgd_: a slot outside [0, {table.shape[0]})")
+        raise RowIndexError(f"sgd_: a slot outside [0, {table.shape[0]})")
 
 
 def group_by_row(idx: np.ndarray, m: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,13 +250,13 @@ def group_by_row(idx: np.ndarray, m: int, offsets: np.ndarray) -> tuple[np.ndarr
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     n = len(idx)
     if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != n:
-        raise ValueError(f"offsets must run from 0 to the {n} occurrences, got {offsets[:1]} .. {offsets[-1:]}")
+        raise ArgumentError(f"offsets must run from 0 to the {n} occurrences, got {offsets[:1]} .. {offsets[-1:]}")
     starts = np.empty(m + 1, dtype=np.int64)
     bags = np.empty(n, dtype=np.int64)
     rc = _lib().fbx_group_by_row(idx.ctypes.data, n, int(m), offsets.ctypes.data, len(offsets) - 1,
                                  starts.ctypes.data, bags.ctypes.data)
     if rc == -1:
-        raise ValueError(f"a row index is outside [0, {m})")
+        raise ArgumentError(f"a row index is outside [0, {m})")
     if rc != 0:
         raise MemoryError(f"grouping {n} occurrences by row: out of memory")
     return starts, bags
@@ -303,15 +304,15 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
     for a, dt in ((cache_loc, np.int64), (host_loc, np.int64), (on_ssd, np.bool_), (last, np.int64),
                   (freq, np.int64)):
         if a.dtype != dt or not a.flags.c_contiguous:
-            raise TypeError(f"store_touch: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+            raise InputTypeError(f"store_touch: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
     if len(counts) != len(g):
-        raise ValueError(f"store_touch: {len(g)} rows but {len(counts)} counts")
+        raise ArgumentError(f"store_touch: {len(g)} rows but {len(counts)} counts")
     n_rows = min(len(cache_loc), len(host_loc), len(on_ssd), len(last), len(freq))
     out = np.zeros(6, dtype=np.int64)
     if _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
                               on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), n_rows,
                               out.ctypes.data) != 0:
-        raise IndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
+        raise RowIndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
     return out
 
 
@@ -326,11 +327,11 @@ def cache_slots(g: np.ndarray, cache_loc: np.ndarray) -> tuple[np.ndarray, int]:
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
     if cache_loc.dtype != np.int64 or not cache_loc.flags.c_contiguous:
-        raise TypeError(f"cache_slots: cache_loc must be contiguous int64, got {cache_loc.dtype}")
+        raise InputTypeError(f"cache_slots: cache_loc must be contiguous int64, got {cache_loc.dtype}")
     slots = np.empty(len(g), dtype=np.int64)
     miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, len(cache_loc), slots.ctypes.data)
     if miss < 0:
-        raise IndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
+        raise RowIndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
     return slots, int(miss)
 
 
@@ -344,9 +345,9 @@ def pin_slots(slots: np.ndarray, pin: np.ndarray, step: int) -> None:
     """
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     if pin.dtype != np.int64 or not pin.flags.c_contiguous:
-        raise TypeError(f"pin_slots: pin must be contiguous int64, got {pin.dtype}")
+        raise InputTypeError(f"pin_slots: pin must be contiguous int64, got {pin.dtype}")
     if _lib().fbx_pin_slots(slots.ctypes.data, len(slots), pin.ctypes.data, len(pin), int(step)) != 0:
-        raise IndexError(f"pin_slots: slots beyond [0, {len(pin)})")
+        raise RowIndexError(f"pin_slots: slots beyond [0, {len(pin)})")
 
 
 def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, scale: float) -> None:
@@ -358,7 +359,7 @@ def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, sc
     ids = _u64(ids)
     if out.dtype != np.float32 or not out.flags.c_contiguous or out.ndim != 2 or out.shape[1] < dim \
             or out.shape[0] != len(ids):
-        raise ValueError(f"init_rows_into: out must be C-contiguous float32 [{len(ids)}, >= {dim}], "
+        raise ArgumentError(f"init_rows_into: out must be C-contiguous float32 [{len(ids)}, >= {dim}], "
                          f"got {out.dtype} {out.shape}")
     _lib().fbx_init_rows(ids.ctypes.data, len(ids), int(dim), int(seed_mix), float(scale), out.ctypes.data,
                          out.shape[1])
@@ -369,7 +370,7 @@ def _u64(keys: np.ndarray) -> np.ndarray:
     if keys.dtype == np.int64:
         keys = keys.view(np.uint64)
     if keys.dtype != np.uint64:
-        raise TypeError(f"hash map keys must be uint64 or int64, got {keys.dtype}")
+        raise InputTypeError(f"hash map keys must be uint64 or int64, got {keys.dtype}")
     return np.ascontiguousarray(keys)
 
 
@@ -411,7 +412,7 @@ class UInt64HashMap:
         keys = _u64(keys)
         vals = np.ascontiguousarray(values, dtype=np.int64)
         if len(vals) != len(keys):
-            raise ValueError(f"{len(keys)} keys but {len(vals)} values")
+            raise ArgumentError(f"{len(keys)} keys but {len(vals)} values")
         if self._lib.fbx_hm_put(self._h, keys.ctypes.data, vals.ctypes.data, len(keys)) != 0:
             raise MemoryError("hash map could not grow")
 

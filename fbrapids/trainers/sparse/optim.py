@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.sparse.hashmap import rowwise_adagrad_, sgd_
+from fbrapids.errors import ArgumentError
 
 
 class SparseOptimizer:
@@ -94,5 +95,5 @@ def sparse_optimizer(name: str, dim: int, lr: float, eps: float = 1e-8, initial_
     try:
         cls = OPTIMIZERS[name]
     except KeyError:
-        raise ValueError(f"unknown sparse optimizer {name!r}; registered: {', '.join(OPTIMIZERS)}") from None
+        raise ArgumentError(f"unknown sparse optimizer {name!r}; registered: {', '.join(OPTIMIZERS)}") from None
     return cls(dim, lr, eps, initial_state)

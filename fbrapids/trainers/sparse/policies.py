@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from fbrapids.trainers.sparse.directory import RowDirectory
+from fbrapids.errors import ArgumentError
 
 
 class EvictionPolicy:
@@ -84,4 +85,4 @@ def eviction_policy(name: str) -> EvictionPolicy:
     try:
         return POLICIES[name]()
     except KeyError:
-        raise ValueError(f"unknown eviction policy {name!r}; registered: {', '.join(POLICIES)}") from None
+        raise ArgumentError(f"unknown eviction policy {name!r}; registered: {', '.join(POLICIES)}") from None

@@ -63,7 +63,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fbrapids.errors import StoreError
+from fbrapids.errors import InputTypeError, StoreError
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
@@ -279,7 +279,7 @@ class TieredEmbeddingStore:
         there is not copied."""
         if isinstance(ids, torch.Tensor) and ids.device == self.device:
             if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-                raise TypeError(f"embedding ids must be integers (int64 / uint64), got dtype {ids.dtype}")
+                raise InputTypeError(f"embedding ids must be integers (int64 / uint64), got dtype {ids.dtype}")
             t = ids.reshape(-1)
             return t.view(torch.int64) if t.dtype == torch.uint64 else t.to(torch.int64)
         return torch.from_numpy(as_uint64_ids(ids).ravel().view(np.int64)).to(self.device)
