@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from fbrapids.errors import ArgumentError, BackendNameError, BackendUnavailableError, InputTypeError
+from fbrapids.errors import ArgumentError, BackendNameError, BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -588,7 +588,7 @@ def plc_int_type_id(dtype: Any) -> str:
     """
     np_dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
     if np_dtype.name not in _PLC_INT_IDS:
-        raise InputTypeError(f"{dtype} is not an integer dtype")
+        raise ArgumentError(f"{dtype} is not an integer dtype")
     return _PLC_INT_IDS[np_dtype.name]
 
 
@@ -602,7 +602,7 @@ def int_dtype_of_type_id(type_id: str) -> np.dtype:
     for name, tid in _PLC_INT_IDS.items():
         if tid == type_id:
             return np.dtype(name)
-    raise InputTypeError(f"pylibcudf type {type_id} is not an integer type")
+    raise ArgumentError(f"pylibcudf type {type_id} is not an integer type")
 
 
 def cudf_series_of(plc_column: Any, dtype: Any, name: Any = None, index: Any = None) -> Any:
