@@ -46,6 +46,24 @@ def column_type(s: Any) -> str | None:
     return None
 
 
+def column_nullable(s: Any) -> bool:
+    """Whether a series' dtype can hold nulls (numpy ints and bools cannot; floats hold NaN,
+    datetimes NaT, the rest a mask or Arrow validity).
+
+    Example:
+        >>> column_nullable(pd.Series([1])), column_nullable(pd.Series([1], dtype="Int64"))
+        (False, True)
+    """
+    dtype = s.dtype
+    return not (isinstance(dtype, np.dtype) and dtype.kind in "biu")
+
+
+def nullable_columns(frame: Any, columns: set[str]) -> set[str]:
+    """Those of ``columns`` whose dtype in ``frame`` (or its dask meta) can hold nulls."""
+    meta = getattr(frame, "_meta", frame)
+    return {c for c in meta.columns if c in columns and column_nullable(meta[c])}
+
+
 def schema_of(frame: Any, columns: set[str]) -> dict[str, str | None]:
     """Kernel type names of ``columns`` of a (pandas, cudf or dask) frame, from its meta."""
     meta = getattr(frame, "_meta", frame)

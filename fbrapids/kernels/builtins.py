@@ -84,7 +84,7 @@ def _fill_null(t, p):
         if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool) and x != "bool":
             raise OperatorError(f"fill_null of a {x} column needs a number, got {v!r}")
         return Impl(x, "expr", f"({{v0}} ? {{a0}} : ({T.C_TYPE[x]}){c_number(v, 'f64' if x in T.FLOAT_TYPES else 'i64')})",
-                    null_rule="handles")
+                    null_rule="handles", never_null=True)
     if x == "str":
         if not isinstance(v, str):
             raise OperatorError(f"fill_null of a string column needs a string, got {v!r}")
@@ -268,7 +268,7 @@ def _lookup(t, p):
         call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov}LL)"
     else:
         call = f"fbx_lookup_int((fbx_i64){{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const fbx_i64*){{b2}}, {vocab.mask}LL, {oov}LL)"
-    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov}LL)", null_rule="handles", buffers=bufs,
+    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov}LL)", null_rule="handles", never_null=True, buffers=bufs,
                 footprint=int(sum(b.nbytes for b in bufs)))
 
 

@@ -223,10 +223,25 @@ def to_arrow(c: HostColumn) -> pa.Array:
                                  children=[child])
 
 
-def to_series(c: HostColumn, index: pd.Index, name: str) -> pd.Series:
-    """A pandas series over a HostColumn: numpy for fixed-width columns without nulls,
-    pandas ``str`` for strings, ``ArrowDtype`` for lists and nullable numbers."""
-    if c.type in T.FIXED_TYPES and c.null_count() == 0:
+def to_series(c: HostColumn, index: pd.Index, name: str, nullable: bool | None = None) -> pd.Series:
+    """A pandas series over a HostColumn: pandas ``str`` for strings, ``ArrowDtype`` for lists.
+
+    Fixed-width columns by ``nullable`` (whether the column *may* hold nulls, known from the
+    input dtypes: see :meth:`fbrapids.kernels.Plan.nullable_outputs`), so the dtype never
+    depends on the rows: floats are numpy (nulls as NaN); ints and bools are numpy when not
+    nullable, ``ArrowDtype`` when nullable.  ``nullable=None``: by the rows (numpy when
+    there are no nulls).
+
+    Example:
+        >>> c = HostColumn("i32", 2, data=np.array([1, 2], dtype=np.int32))
+        >>> str(to_series(c, pd.RangeIndex(2), "h").dtype), str(to_series(c, pd.RangeIndex(2), "h", True).dtype)
+        ('int32', 'int32[pyarrow]')
+    """
+    nulls = c.null_count() if c.type in T.FIXED_TYPES else 0
+    if c.type in T.FLOAT_TYPES and nullable is not None:
+        data = c.data if not nulls else np.where(c.validity_bool(), c.data, np.nan).astype(c.data.dtype)
+        return pd.Series(data, index=index, name=name, copy=False)
+    if c.type in T.FIXED_TYPES and not nulls and not nullable:
         data = c.data.astype(bool) if c.type == "bool" else c.data
         return pd.Series(data, index=index, name=name, copy=False)
     arr = to_arrow(c)
@@ -235,8 +250,10 @@ def to_series(c: HostColumn, index: pd.Index, name: str) -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name, copy=False)
 
 
-def empty_series(type_name: str, name: str) -> pd.Series:
+def empty_series(type_name: str, name: str, nullable: bool = False) -> pd.Series:
     """An empty series of the dtype :func:`to_series` gives for ``type_name`` (dask meta)."""
+    if nullable and type_name in T.INT_TYPES:
+        return pd.Series(pd.arrays.ArrowExtensionArray(pa.array([], T.arrow_type(type_name))), name=name)
     if type_name in T.FIXED_TYPES:
         return pd.Series(np.zeros(0, dtype=bool if type_name == "bool" else T.NUMPY_DTYPE[type_name]), name=name)
     if type_name == "str":

@@ -52,6 +52,7 @@ class Impl:
     status: bool = False
     headers: tuple[str, ...] = ()
     footprint: int = 0  # bytes the operator needs resident (its parameter buffers)
+    never_null: bool = False  # a value on every row, null inputs included (fill_null, lookup)
 
     def __post_init__(self) -> None:
         if self.kind not in ("expr", "func", "var"):
