@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob as _glob
 import io
 import logging
@@ -47,6 +48,7 @@ import pyarrow.parquet as pq
 
 from fbrapids import backend as _backend
 from fbrapids.errors import ViewError
+from fbrapids.views import jsonl
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,7 @@ class _CsvOptions:
     names: tuple[str, ...] | None
     encoding: str = "utf-8"
     compression: str | None = None
+    keys: tuple[str, ...] | None = None  #: JSON lines: the keys a record may hold (None: any)
 
     @property
     def text_encoding(self) -> str:
@@ -159,39 +162,68 @@ class FilePiece:
     row_slice: tuple[int, int] | None = None
 
 
-def _first_line(path: str, opts: _CsvOptions) -> str:
+def _first_lines(path: str, opts: _CsvOptions, n: int = 1) -> tuple[str, bool]:
+    """The first ``n`` lines of a text file, and whether they are all of it."""
     try:
         with open_binary(path, opts.compression) as raw:
             with io.TextIOWrapper(raw, encoding=opts.text_encoding, errors="replace", newline="") as fh:
-                return fh.readline()
+                lines = [fh.readline() for _ in range(n)]
+                return "".join(lines), not fh.readline()
     except (OSError, pa.ArrowInvalid) as exc:
         raise ViewError(f"{path}: cannot read it as {compression_of(path, opts.compression) or 'uncompressed'} "
                         f"text: {exc}") from None
 
 
-def _sniff_sep(path: str, opts: _CsvOptions) -> str:
-    first = _first_line(path, opts)
-    return "\t" if first.count("\t") > first.count(",") else ","
+def _first_line(path: str, opts: _CsvOptions) -> str:
+    return _first_lines(path, opts)[0]
 
 
-def _csv_header(path: str, sep: str, opts: _CsvOptions) -> list[str]:
-    return next(csv.reader([_first_line(path, opts)], delimiter=sep), [])
+SEP_CANDIDATES = (",", "\t", ";", "|")  #: the separators ``sep=None`` chooses from
+_SNIFF_LINES = 20
 
 
-def _json_columns(path: str, opts: _CsvOptions) -> list[str]:
-    import json
+def sniff_sep(path: str, opts: _CsvOptions) -> str:
+    """The separator of a CSV file read with ``sep=None``: tab for a ``.tsv`` file; else the
+    first of ``SEP_CANDIDATES`` that splits each of the first lines (quotes respected)
+    into the same number of fields, the most fields winning; ``","`` when none does.
 
-    with open_binary(path, opts.compression) as raw, io.TextIOWrapper(raw, encoding=opts.text_encoding) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except ValueError as exc:
-                    raise ViewError(f"{path}: line {lineno} is not JSON: {exc}") from None
-                if not isinstance(rec, dict):
-                    raise ViewError(f"{path}: line {lineno} is not a JSON object")
-                return list(rec)
-    return []
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(f"{d}/a.tsv", "w").write("id,x\\tq\\n1,2\\tz\\n")
+        >>> _ = open(f"{d}/b.csv", "w").write('a;"b;c";d\\n1;2;3\\n')
+        >>> sniff_sep(f"{d}/a.tsv", _CsvOptions(None, True, None)), sniff_sep(f"{d}/b.csv", _CsvOptions(None, True, None))
+        ('\\t', ';')
+    """
+    if data_suffix(path) == ".tsv":
+        return "\t"
+    text, whole = _first_lines(path, opts, _SNIFF_LINES)
+    best, best_fields = ",", 1
+    for cand in SEP_CANDIDATES:
+        try:
+            rows = [r for r in csv.reader(io.StringIO(text), delimiter=cand) if r]
+        except csv.Error:
+            continue
+        if not whole and len(rows) > 1:
+            rows = rows[:-1]  # the last line read may be cut inside a quoted field
+        counts = {len(r) for r in rows}
+        if len(counts) == 1 and (k := counts.pop()) > best_fields:
+            best, best_fields = cand, k
+    return best
+
+
+
+def _csv_header(path: str, sep: str, opts: _CsvOptions) -> list[str] | None:
+    """The names in a CSV file's header line; None for a file with no text at all."""
+    line = _first_line(path, opts)
+    if not line:
+        return None
+    names = next(csv.reader([line], delimiter=sep), [])
+    dup = [n for n in dict.fromkeys(names) if names.count(n) > 1]
+    if dup:
+        raise ViewError(f"{path}: the header names column{'s' if len(dup) > 1 else ''} "
+                        f"{', '.join(map(repr, dup))} more than once")
+    return names
 
 
 def parquet_file(path: str) -> pq.ParquetFile:
@@ -218,8 +250,9 @@ def parquet_file(path: str) -> pq.ParquetFile:
         raise ViewError(f"{path} is not a readable parquet file (truncated or corrupt?): {exc}") from None
 
 
-def file_columns(path: str, fmt: str, csv_opts: _CsvOptions) -> list[str]:
-    """The column names stored in one file, without reading its data."""
+def file_columns(path: str, fmt: str, csv_opts: _CsvOptions) -> list[str] | None:
+    """The column names stored in one file, without reading its data (JSON lines: the keys
+    of its first ``META_SAMPLE_ROWS`` records); None for a CSV file with no text at all."""
     if fmt == "parquet":
         return list(parquet_file(path).schema_arrow.names)
     if fmt == "csv":
@@ -227,35 +260,58 @@ def file_columns(path: str, fmt: str, csv_opts: _CsvOptions) -> list[str]:
             if csv_opts.names is None:
                 raise ViewError(f"{path}: headerless CSV needs names=[...]")
             return list(csv_opts.names)
-        return _csv_header(path, csv_opts.sep or _sniff_sep(path, csv_opts), csv_opts)
-    return _json_columns(path, csv_opts)
+        return _csv_header(path, csv_opts.sep or sniff_sep(path, csv_opts), csv_opts)
+    return _json_plan([path], csv_opts).keys
 
 
-def _check_schemas(files: list[str], fmt: str, csv_opts: _CsvOptions) -> list[str]:
-    """Every file's columns; they must match the first file's (parquet: with types)."""
-    first_cols = file_columns(files[0], fmt, csv_opts)
-    first_schema = parquet_file(files[0]).schema_arrow.remove_metadata() if fmt == "parquet" else None
-    for f in files[1:]:
-        if fmt == "parquet":
-            schema = parquet_file(f).schema_arrow.remove_metadata()
-            if not schema.equals(first_schema):
-                diff = _schema_diff(first_schema, schema)
-                raise ViewError(f"schema of {f} differs from {files[0]}: {diff}")
-        else:
-            cols = file_columns(f, fmt, csv_opts)
-            if cols != first_cols:
-                raise ViewError(f"columns of {f} {cols} differ from {files[0]} {first_cols}")
+def _read_type(t: pa.DataType) -> pa.DataType:
+    """The type a column reads as: dictionary encodings and 32 / 64-bit offsets alike."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}.get(t, t)
+
+
+def _check_schemas(files: list[str], fmt: str, csv_opts: _CsvOptions,
+                   requested: Sequence[str] | None = None) -> list[str]:
+    """The view's columns: the first file's (JSON lines: every sampled key of every file).
+
+    Parquet and CSV files must agree on them: with ``requested`` None, every file holds the
+    same columns (in any order; parquet: of the same types); else every file holds the
+    requested ones (parquet: of the same types).  A CSV file with no text at all holds no
+    rows and is left out of the comparison.  A difference is a ViewError naming both
+    files and the columns.
+    """
+    if fmt == "json":
+        return _json_plan(files, csv_opts).keys
+    if fmt == "parquet":
+        schemas = [(f, parquet_file(f).schema_arrow) for f in files]
+        first_file, first = schemas[0]
+        for f, schema in schemas[1:]:
+            names = requested if requested is not None else list(dict.fromkeys(first.names + schema.names))
+            diff = [f"{c}: {_type_or_absent(first, c)} vs {_type_or_absent(schema, c)}" for c in names
+                    if _type_or_absent(first, c) != _type_or_absent(schema, c)]
+            if diff:
+                raise ViewError(f"schema of {f} differs from {first_file}: {'; '.join(diff)}")
+        return list(first.names)
+    headers = [(f, cols) for f in files if (cols := file_columns(f, fmt, csv_opts)) is not None]
+    if not headers:
+        return list(csv_opts.names or [])
+    first_file, first_cols = headers[0]
+    for f, cols in headers[1:]:
+        if requested is not None:
+            missing = [c for c in requested if c not in cols]
+            if missing:
+                raise ViewError(f"columns of {f} {cols} lack {missing}, which {first_file} {first_cols} has")
+        elif set(cols) != set(first_cols):
+            raise ViewError(f"columns of {f} {cols} differ from {first_file} {first_cols}: "
+                            f"only in {f}: {[c for c in cols if c not in first_cols]}; "
+                            f"only in {first_file}: {[c for c in first_cols if c not in cols]}")
     return first_cols
 
 
-def _schema_diff(a: pa.Schema, b: pa.Schema) -> str:
-    parts = []
-    for name in dict.fromkeys(a.names + b.names):
-        ta = a.field(name).type if name in a.names else None
-        tb = b.field(name).type if name in b.names else None
-        if ta != tb:
-            parts.append(f"{name}: {ta if ta is not None else 'absent'} vs {tb if tb is not None else 'absent'}")
-    return "; ".join(parts) or "field order or nullability"
+def _type_or_absent(schema: pa.Schema, name: str) -> Any:
+    i = schema.get_field_index(name)
+    return "absent" if i < 0 else _read_type(schema.field(i).type)
 
 
 def _check_columns(requested: Sequence[str] | None, available: list[str], pattern: str) -> list[str]:
@@ -279,7 +335,9 @@ def _int_text_to_exact(values: pd.Series, path: str, column: str) -> pd.Series:
     """
     import pyarrow.compute as pc
 
-    arr = pa.array(values.astype("str").str.strip().replace("", None), type=pa.large_string())
+    stripped = values.astype("str").str.strip()
+    stripped = stripped.where(~_nan_texts(stripped), None).replace("", None)  # "NaN": null, as an empty field
+    arr = pa.array(stripped, type=pa.large_string())
     for target in (pa.int64(), pa.uint64()):
         try:
             ints = pc.cast(arr, target)
@@ -335,26 +393,54 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
 def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
                    be: _backend.Backend, nrows: int | None = None) -> Any:
     path = piece.path
-    sep = csv_opts.sep or _sniff_sep(path, csv_opts)
+    sep = csv_opts.sep or sniff_sep(path, csv_opts)
     names = list(csv_opts.names) if csv_opts.names else None
     if be.is_gpu and nrows is None:
         frame = _read_csv_device(path, sep, names, columns, csv_opts, dtype, be)
         if frame is not None:
             return frame
-    try:
-        with open_binary(path, csv_opts.compression) as fh:
-            frame = pd.read_csv(
-                fh, sep=sep, header=0 if csv_opts.header else None, names=names, encoding=csv_opts.text_encoding,
-                usecols=columns, dtype="str", keep_default_na=False, na_values=[""], nrows=nrows,
-            )
-    except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
-    except (ValueError, pd.errors.ParserError, OSError, pa.ArrowInvalid) as exc:
-        raise ViewError(f"{path}: {exc}") from None
+    frame = _read_csv_text(path, sep, names, csv_opts, nrows)
+    if frame is None:  # no text at all: no rows
+        frame = pd.DataFrame({c: pd.Series([], dtype="str") for c in columns})
     frame = frame[columns]
     for col in columns:
         frame[col] = _convert_text_column(frame[col], dtype.get(col), path, col)
     return _backend.to_backend(frame, be)
+
+
+def _read_csv_text(path: str, sep: str, names: list[str] | None, csv_opts: _CsvOptions,
+                   nrows: int | None) -> pd.DataFrame | None:
+    """A CSV file as text columns (every column, so that a row with more fields than the
+    header or ``names`` is an error naming its line, not data dropped); None when empty."""
+    import warnings
+
+    header = 0 if csv_opts.header else None
+    try:
+        with open_binary(path, csv_opts.compression) as fh, warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)  # "...leads to a loss of data"
+            frame = pd.read_csv(fh, sep=sep, header=header, encoding=csv_opts.text_encoding, dtype="str",
+                                keep_default_na=False, na_values=[""], nrows=nrows, index_col=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
+    except pd.errors.EmptyDataError:
+        return None
+    except pd.errors.ParserWarning:
+        raise ViewError(f"{path}: rows have more fields than the header names") from None
+    except (ValueError, pd.errors.ParserError, OSError, pa.ArrowInvalid) as exc:
+        raise ViewError(f"{path}: {exc}") from None
+    if names is None:
+        return frame
+    extra = frame.iloc[:, len(names):]
+    if extra.shape[1]:
+        rows = extra.notna().any(axis=1).to_numpy().nonzero()[0]
+        row = int(rows[0]) if len(rows) else 0
+        raise ViewError(f"{path}: row {row} (0-based{', after the header' if header == 0 else ''}) has "
+                        f"{int(frame.iloc[row].notna().to_numpy().nonzero()[0].max()) + 1} fields; "
+                        f"names= gives {len(names)}")
+    for i in range(frame.shape[1], len(names)):  # short rows throughout: the missing fields are null
+        frame[i] = pd.Series([None] * len(frame), dtype="str", index=frame.index)
+    frame.columns = list(names)
+    return frame
 
 
 def _read_csv_device(path: str, sep: str, names: list[str] | None, columns: list[str], csv_opts: _CsvOptions,
@@ -447,29 +533,154 @@ def _check_int_range(exact: pd.Series, want: Any, path: str, column: str) -> Non
         raise ViewError(f"{path}: column {column!r} row {bad.index[0]}: {int(bad.iloc[0])} does not fit {want}")
 
 
+_NAN_TEXTS = ("nan", "+nan", "-nan")
+_BOOL_TEXTS = {"true": True, "false": False}
+
+
+def _nan_texts(stripped: pd.Series) -> pd.Series:
+    """Which (stripped) texts spell a float NaN (``NaN``, ``nan``, ``-nan`` ..., any case)."""
+    return stripped.str.lower().isin(_NAN_TEXTS).fillna(False).astype(bool)
+
+
+def _text_error(path: str, column: str, values: pd.Series, bad: pd.Series, why: str) -> ViewError:
+    row = bad.to_numpy().nonzero()[0][0]
+    text = values.iloc[row]
+    shown = "an empty field" if text is None or text != text or not str(text).strip() else repr(text)
+    return ViewError(f"{path}: column {column!r} row {row} (0-based, after the header): {shown} {why}")
+
+
+def _text_to_floats(values: pd.Series, want: Any, path: str, column: str) -> pd.Series:
+    """Floats parsed from text, correctly rounded; NaN texts and empty fields are NaN; a
+    text that is no number, or a finite number that overflows ``want``, names its row."""
+    import pyarrow.compute as pc
+
+    stripped = values.str.strip()
+    text = pa.array(stripped.where(stripped.notna() & (stripped != ""), None), type=pa.large_string())
+    try:
+        out = pc.cast(text, pa.float64()).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        bad = pd.Series([not _parses_as_float(t) for t in text.to_pylist()])
+        raise _text_error(path, column, values, bad, f"is not a number ({want})") from None
+    target = np.dtype(getattr(pd.api.types.pandas_dtype(want), "numpy_dtype", want))
+    if target != np.float64:
+        with np.errstate(over="ignore"):
+            narrow = out.astype(target)
+        over = pd.Series(np.isinf(narrow) & np.isfinite(out))
+        if over.any():
+            raise _text_error(path, column, values, over, f"overflows {want}")
+    return pd.Series(out, index=values.index, name=values.name).astype(want)
+
+
+def _parses_as_float(text: str | None) -> bool:
+    import pyarrow.compute as pc
+
+    try:
+        pc.cast(pa.array([text], type=pa.large_string()), pa.float64())
+        return True
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+
+
+def _text_to_bools(values: pd.Series, want: Any, path: str, column: str) -> pd.Series:
+    """``true`` / ``false`` (any case) as booleans; empty fields null (an error for ``bool``)."""
+    low = values.str.strip().str.lower()
+    null = low.isna() | (low == "")
+    bad = ~null & ~low.isin(list(_BOOL_TEXTS)).fillna(False).astype(bool)
+    if bad.any():
+        raise _text_error(path, column, values, bad, f"is not a boolean (true / false) for {want}")
+    if null.any() and str(want) == "bool":
+        raise _text_error(path, column, values, null, "is empty, which bool cannot hold; pass "
+                          f"dtype={{{column!r}: 'boolean'}}")
+    out = pd.array([None if n else _BOOL_TEXTS[v] for v, n in zip(low, null)], dtype="boolean")
+    return pd.Series(out, index=values.index, name=values.name).astype(want)
+
+
+def _text_to_ints(values: pd.Series, want: Any, path: str, column: str) -> pd.Series:
+    """Exact ints of ``want``; a null for a non-nullable int names its row."""
+    exact = _int_text_to_exact(values, path, column)
+    dtype = pd.api.types.pandas_dtype(want)
+    _check_int_range(exact, dtype, path, column)
+    if exact.isna().any() and not isinstance(dtype, pd.api.extensions.ExtensionDtype):
+        raise _text_error(path, column, values, exact.isna(), f"is null, which {want} cannot hold; pass "
+                          f"dtype={{{column!r}: {str(want).capitalize().replace('Uint', 'UInt')!r}}}")
+    try:
+        return exact.astype(want)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ViewError(f"{path}: column {column!r} cannot be {want}: {exc}") from None
+
+
 def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -> Any:
-    """A CSV text column as ``want``, or inferred: exact ints, else floats, else strings."""
+    """A CSV text column as ``want``, or inferred (see :func:`read_view`): exact ints, else
+    floats, else booleans, else strings.  ``NaN`` texts are null in a number column."""
     if want is not None:
         kind = "U" if want in ("str", "string", str) else pd.api.types.pandas_dtype(want).kind
         if kind in "iu":
-            exact = _int_text_to_exact(values, path, column)
-            _check_int_range(exact, pd.api.types.pandas_dtype(want), path, column)
-            try:
-                return exact.astype(want)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise ViewError(f"{path}: column {column!r} cannot be {want}: {exc}") from None
+            return _text_to_ints(values, want, path, column)
         if kind == "f":
-            return pd.to_numeric(values, errors="raise").astype(want) if values.notna().any() else values.astype(want)
+            return _text_to_floats(values, want, path, column)
+        if kind == "b":
+            return _text_to_bools(values, want, path, column)
         return values.astype("str")
     stripped = values.dropna().str.strip()
+    stripped = stripped[stripped != ""]
     if stripped.empty:
         return values.astype("str")
-    if stripped.str.fullmatch(r"[+-]?\d+").all():
+    numbers = stripped[~_nan_texts(stripped)]
+    if len(numbers) and numbers.str.fullmatch(r"[+-]?\d+").all():
         return _int_text_to_exact(values, path, column)
-    numeric = pd.to_numeric(stripped, errors="coerce")
-    if numeric.notna().all():
-        return pd.to_numeric(values, errors="coerce").astype("float64")
+    if stripped.str.lower().isin(list(_BOOL_TEXTS)).all():
+        return _text_to_bools(values, "boolean" if len(stripped) < len(values) else "bool", path, column)
+    if pd.to_numeric(numbers, errors="coerce").notna().all():
+        try:
+            return _text_to_floats(values, "float64", path, column)
+        except ViewError:  # pandas' parser took a text Arrow's does not: text it stays
+            pass
     return values.astype("str")
+
+
+@dataclass(frozen=True)
+class _JsonPlan:
+    keys: list[str]  #: every key of the sampled records, in first-seen order
+    dtypes: dict[str, str]  #: the dtype each key's column reads as
+
+
+def _json_plan(files: Sequence[str], opts: _CsvOptions) -> _JsonPlan:
+    """The columns of a JSON-lines view: the keys of the first ``META_SAMPLE_ROWS`` records
+    of every file; their dtypes from the values of the first ``META_SAMPLE_ROWS`` records
+    in all (and, for a key first seen later, of the file it is first seen in)."""
+    values: dict[str, list[tuple[Any, Any]]] = {}
+    kept = 0
+    for f in files:
+        keys, sample = jsonl.scan(f, lambda f=f: open_binary(f, opts.compression), opts.text_encoding,
+                                  META_SAMPLE_ROWS)
+        n = len(next(iter(sample.values()), []))
+        where = (lambda line: line) if len(files) == 1 else (lambda line, f=f: f"line {line} of {f}")
+        for k in keys:
+            if k not in values or kept < META_SAMPLE_ROWS:
+                values.setdefault(k, []).extend((where(line), v) for line, v in sample[k])
+        if kept < META_SAMPLE_ROWS and n:
+            for k in values.keys() - set(keys):  # a key this file never has is null in it
+                values[k].append((f"a record of {f}", None))
+        kept += n
+    return _JsonPlan(list(values), {k: jsonl.infer_dtype(v, files[0], k) for k, v in values.items()})
+
+
+def _read_json_host(path: str, columns: list[str], opts: _CsvOptions, dtype: dict[str, Any],
+                    nrows: int | None = None) -> pd.DataFrame:
+    """One JSON-lines file as pandas, every column converted exactly to ``dtype``."""
+    recs = list(jsonl.records(path, lambda: open_binary(path, opts.compression), opts.text_encoding, nrows))
+    if opts.keys is not None:
+        planned = set(opts.keys)
+        for line, rec in recs:
+            extra = [k for k in rec if k not in planned]
+            if extra:
+                raise ViewError(f"{path}: line {line} has key {extra[0]!r}, which is not among the view's columns "
+                                f"(planned from the first {META_SAMPLE_ROWS} records of each file); pass "
+                                f"columns=[...] to read only chosen ones")
+    values = jsonl.columns_of(recs, columns)
+    frame = pd.DataFrame({c: jsonl.to_column(values[c], dtype.get(c, "str"), path, c) for c in columns},
+                         index=pd.RangeIndex(len(recs)))
+    return frame
 
 
 def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions,
@@ -507,13 +718,7 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
             device = _read_json_device(path, columns, csv_opts, dtype, be) if be.is_gpu and nrows is None else None
             if device is not None:
                 return device
-            with open_binary(path, csv_opts.compression) as fh:
-                frame = pd.read_json(io.TextIOWrapper(fh, encoding=csv_opts.text_encoding), lines=True, dtype=False,
-                                     nrows=nrows)
-            missing = [c for c in columns if c not in frame.columns]
-            if missing:
-                raise ViewError(f"{path}: columns {missing} absent; available: {list(frame.columns)}")
-            frame = _backend.to_backend(normalize_strings(frame[columns]), be)
+            frame = _backend.to_backend(_read_json_host(path, columns, csv_opts, dtype, nrows), be)
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
@@ -605,7 +810,31 @@ def arrow_to_pandas(table: pa.Table, nullable: dict[str, Any] | None = None) -> 
     return frame
 
 
+def without_stored_index(table: pa.Table) -> pa.Table:
+    """``table`` whose pandas metadata no longer makes its stored index the frame's index:
+    a named index reads as a column of that name, an unnamed one as ``__index_level_0__``
+    (the name pandas stored it under), like any other column of the file.
+
+    Example:
+        >>> import pandas as pd
+        >>> t = pa.Table.from_pandas(pd.DataFrame({"x": [1]}, index=pd.Index([7], name="k")))
+        >>> without_stored_index(t).to_pandas().to_dict("list")
+        {'x': [1], 'k': [7]}
+    """
+    import json
+
+    meta = table.schema.pandas_metadata
+    if not meta or not meta.get("index_columns"):
+        return table
+    stored = {c for c in meta["index_columns"] if isinstance(c, str)}
+    meta = dict(meta, index_columns=[])
+    meta["columns"] = [dict(c, name=c.get("field_name")) if c.get("field_name") in stored else c
+                       for c in meta.get("columns", [])]
+    return table.replace_schema_metadata({**table.schema.metadata, b"pandas": json.dumps(meta).encode()})
+
+
 def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
+    table = without_stored_index(table)
     try:
         return table.to_pandas(types_mapper=_arrow_list_dtype)
     except TypeError:
@@ -632,25 +861,75 @@ def normalize_strings(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _apply_dtypes(frame: Any, dtype: dict[str, Any], path: str) -> Any:
-    """``frame``'s columns cast to ``dtype``; a float that is not a whole number never
-    becomes an int silently (the error names the file, column and row)."""
+    """``frame``'s columns cast to ``dtype``, exactly: a value the target cannot hold (out
+    of range, a fraction or NaN for an int, a finite float that overflows, an int that
+    float cannot hold exactly, null for a non-nullable dtype) is an error naming the file,
+    column, row and value, never wrapped."""
     for col, want in dtype.items():
         if col in frame.columns and str(frame[col].dtype) != str(want):
-            have = getattr(frame[col].dtype, "numpy_dtype", frame[col].dtype)
-            target = getattr(want, "numpy_dtype", None) or (
-                np.dtype(want) if isinstance(want, (str, np.dtype)) and str(want) not in ("str", "string") else None)
-            if isinstance(have, np.dtype) and have.kind == "f" and isinstance(target, np.dtype) and target.kind in "iu":
-                values = frame[col]
-                fractional = values.notna() & ((values - values.round()).abs() > 0)
-                if bool(fractional.any()):
-                    row = _backend.to_host(fractional[fractional].index[:1])[0]
-                    raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: row {row} holds "
-                                    f"{_backend.to_host(values[fractional].iloc[:1]).iloc[0]!r}, not a whole number")
+            _check_cast(frame[col], want, path, col)
             try:
                 frame[col] = frame[col].astype(want)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}") from None
     return frame
+
+
+def _numpy_kind(dtype: Any) -> np.dtype | None:
+    try:
+        d = getattr(dtype, "numpy_dtype", dtype)
+        return d if isinstance(d, np.dtype) else np.dtype(d)
+    except TypeError:
+        return None
+
+
+def _check_cast(values: Any, want: Any, path: str, col: str) -> None:
+    """Raise, naming the first row, unless every value of ``values`` fits ``want`` exactly."""
+    have = _numpy_kind(values.dtype)
+    if want in ("str", "string", str) or str(want) in ("str", "string", "object"):
+        return
+    try:
+        target_dtype = pd.api.types.pandas_dtype(want)
+    except TypeError:
+        return
+    target = _numpy_kind(target_dtype)
+    if have is None or target is None or have.kind not in "iufb" or target.kind not in "iufb":
+        return
+    valid = values.notna()
+    if target.kind in "iub" and not isinstance(target_dtype, pd.api.extensions.ExtensionDtype) \
+            and not bool(valid.all()):
+        _raise_at(values, ~valid, path, col, f"is null, which {want} cannot hold")
+    present = values[valid]
+    if not len(present):
+        return
+    if target.kind in "iu" and have.kind == "f":
+        fractional = (present - present.round()).abs() > 0
+        if bool(fractional.any()):
+            _raise_at(present, fractional, path, col, f"is not a whole number ({want})")
+    if target.kind in "iu" and have.kind in "iuf":
+        info = np.iinfo(target)
+        lo, hi = present.min(), present.max()
+        if float(lo) < info.min or float(hi) > info.max or int(lo) < info.min or int(hi) > info.max:
+            _raise_at(present, (present < info.min) | (present > info.max), path, col, f"does not fit {want}")
+    if target.kind == "f" and have.kind in "iu":
+        back = present.astype(target).astype(have)
+        inexact = back != present
+        if bool(inexact.any()):
+            _raise_at(present, inexact, path, col, f"is not exactly representable as {want}")
+    if target.kind == "f" and have.kind == "f" and target.itemsize < have.itemsize:
+        finite = np.isfinite(_backend.to_host(present).to_numpy(dtype=have))
+        with np.errstate(over="ignore"):
+            over = ~np.isfinite(_backend.to_host(present).to_numpy(dtype=have).astype(target)) & finite
+        if over.any():
+            _raise_at(present, pd.Series(over, index=_backend.to_host(present).index), path, col, f"overflows {want}")
+
+
+def _raise_at(values: Any, bad: Any, path: str, col: str, why: str) -> None:
+    host, mask = _backend.to_host(values), _backend.to_host(bad)
+    pos = int(np.asarray(mask.to_numpy(dtype=bool)).nonzero()[0][0])
+    value = host.iloc[pos]
+    value = value.item() if isinstance(value, np.generic) else value
+    raise ViewError(f"{path}: column {col!r} row {host.index[pos]}: {value!r} {why}")
 
 
 def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
@@ -662,7 +941,10 @@ def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOpti
         meta = (be.xdf.DataFrame.from_arrow(decode_dictionaries(empty)) if be.is_gpu
                 else normalize_strings(arrow_to_pandas(empty, _masked_ints(dtype))))
         return _apply_dtypes(meta, dtype, piece.path)
-    sample = _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.CPU, nrows=META_SAMPLE_ROWS)
+    if fmt == "json":
+        sample = pd.DataFrame({c: jsonl.to_column([], dtype.get(c, "str"), piece.path, c) for c in columns})
+    else:
+        sample = _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.CPU, nrows=META_SAMPLE_ROWS)
     return _backend.to_backend(sample.iloc[:0], be)
 
 
@@ -787,7 +1069,8 @@ def read_view(
     files = expand_paths(path_or_glob)
     fmt = infer_format(files, format)
     csv_opts = _CsvOptions(sep, header, tuple(names) if names is not None else None, encoding, compression)
-    available = _check_schemas(files, fmt, csv_opts)
+    plan = _json_plan(files, csv_opts) if fmt == "json" else None
+    available = plan.keys if plan is not None else _check_schemas(files, fmt, csv_opts, columns)
     cols = _check_columns(columns, available, pattern)
     dtypes = dict(dtype or {})
     unknown = [c for c in dtypes if c not in available]
@@ -795,7 +1078,12 @@ def read_view(
         raise ViewError(f"dtype given for absent column(s) {unknown} in {pattern!r}; available: {', '.join(available)}")
     if fmt == "parquet" and not be.is_gpu:  # (cudf ints hold nulls as they are)
         dtypes = nullable_int_columns(files, cols) | dtypes
-    meta = view_meta(FilePiece(files[0]), fmt, cols, csv_opts, dtypes, be)
+    if plan is not None:
+        dtypes = {c: plan.dtypes[c] for c in cols} | dtypes
+        if columns is None:  # a key beyond the sampled records is an error, not dropped
+            csv_opts = dataclasses.replace(csv_opts, keys=tuple(available))
+    first = files[0] if fmt != "csv" else next((f for f in files if os.path.getsize(f)), files[0])
+    meta = view_meta(FilePiece(first), fmt, cols, csv_opts, dtypes, be)
     if fmt != "parquet":
         # every partition converts to the sampled dtypes (errors name the file and row)
         dtypes = {c: meta[c].dtype for c in cols} | dtypes
