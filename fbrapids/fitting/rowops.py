@@ -51,7 +51,8 @@ def flat_values(arr: pa.ListArray) -> pa.Array:
 
 
 def lookup_value(part: pd.DataFrame, keys: tuple, values: tuple, default: float = float("nan")) -> pd.Series:
-    """``values[i]`` where ``a0 == keys[i]`` (float64), ``default`` for other values and nulls."""
+    """``values[i]`` where ``a0 == keys[i]`` (float64), ``default`` for other values and nulls
+    (the kinds of the keys and of the column are checked first: :func:`check_key_kinds`)."""
     index = pd.Index(list(keys))
     x = part["a0"]
     probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(
@@ -63,45 +64,103 @@ def lookup_value(part: pd.DataFrame, keys: tuple, values: tuple, default: float 
     return pd.Series(out, index=part.index)
 
 
-def pad(part: pd.DataFrame, n: int, value: Any = 0, side: str = "right") -> pd.Series:
+def _pad_fill(value: Any, value_type: pa.DataType, expr: str) -> pa.Array:
+    """``value`` as one element of ``value_type`` (None: a null), exactly, or a FeatureError
+    naming the expression, the value and the type (never wrapped or rounded)."""
+    if value is None:
+        return pa.nulls(1, value_type)
+    if isinstance(value, bool) or (pa.types.is_integer(value_type) and not isinstance(value, (int, np.integer))):
+        raise FeatureError(f"{expr}: value {value!r} is not an element of the list's type {value_type}")
+    try:
+        return pa.array([value], type=value_type)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+        raise FeatureError(f"{expr}: value {value!r} does not fit the list's element type {value_type}") from exc
+
+
+def check_key_kinds(x: pd.Series, keys: tuple, what: str) -> None:
+    """A FeatureError naming ``what`` (the column) when ``lookup_value``'s keys could never
+    match it: string keys against a numeric column, other keys against a string one, keys
+    of both kinds.  Decided by the dtype (an object column: by its values, when it has some).
+
+    Example:
+        >>> check_key_kinds(pd.Series([1, 2]), ("1",), "user_id")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.FeatureError: lookup: column user_id of dtype int64 against string keys ('1', ...): nothing would match
+    """
+    is_text = isinstance(x.dtype, pd.StringDtype) or str(x.dtype) in ("str", "string") or (
+        isinstance(x.dtype, pd.ArrowDtype) and (pa.types.is_string(x.dtype.pyarrow_dtype)
+                                               or pa.types.is_large_string(x.dtype.pyarrow_dtype)))
+    if isinstance(x.dtype, pd.CategoricalDtype):
+        is_text = x.cat.categories.inferred_type in ("string", "empty") and len(x.cat.categories) > 0
+    elif x.dtype == object:
+        is_text = pd.api.types.infer_dtype(x, skipna=True) in ("string", "empty") and x.notna().any()
+    str_keys = [k for k in keys if isinstance(k, str)]
+    if str_keys and len(str_keys) < len(keys):
+        raise FeatureError(f"lookup: the keys mix strings and other values ({keys[:4]!r} ...)")
+    numeric = isinstance(x.dtype, np.dtype) and x.dtype.kind in "biuf" or getattr(
+        getattr(x.dtype, "numpy_dtype", None), "kind", "") in "biuf" and not is_text
+    if str_keys and numeric or keys and not str_keys and is_text:
+        raise FeatureError(f"lookup: column {what} of dtype {x.dtype} against "
+                           f"{'string' if str_keys else 'non-string'} keys ({keys[0]!r}, ...): nothing would match")
+
+
+def pad(part: pd.DataFrame, n: int, value: Any = 0, side: str = "right", expr: str = "pad") -> pd.Series:
     """Each list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and
     pads after them; ``side="left"`` keeps the last ``n`` (the most recent behaviour) and pads
-    before them.  A null list becomes ``n`` padding values."""
+    before them.  A null list becomes ``n`` padding values.  The result has the input's list
+    type: elements (uint64 ids, null elements) are kept exactly; ``value`` must be an element
+    of that type (``None``: null padding), else a FeatureError naming ``expr`` and the value."""
     if side not in ("left", "right"):
-        raise FeatureError(f"pad: side must be 'left' or 'right', got {side!r}")
+        raise FeatureError(f"{expr}: side must be 'left' or 'right', got {side!r}")
     arr = _list_array(part["a0"])
+    fill = _pad_fill(value, arr.type.value_type, expr)
     off = _offsets(arr)
     lengths = np.diff(off)
     if arr.null_count:
         lengths = np.where(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False)), lengths, 0)
     flat = flat_values(arr)
     rows = len(arr)
+    if rows * n > 2**31 - 1 and not pa.types.is_large_list(arr.type):
+        raise FeatureError(f"{expr}: {rows} rows of {n} elements pass a list column's 2^31 - 1 elements "
+                           "(a large_list input has no such limit)")
     take = np.minimum(lengths, n)
     src_start = off[:-1] if side == "right" else off[:-1] + (lengths - take)
     dst_start = np.arange(rows, dtype=np.int64) * n + (0 if side == "right" else n - take)
     row_of = np.repeat(np.arange(rows), take)
     within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
-    src = src_start[row_of] + within
-    dst = dst_start[row_of] + within
-    values = flat.to_numpy(zero_copy_only=False)
-    out = np.full(rows * n, value, dtype=np.result_type(values.dtype, np.asarray(value).dtype)
-                  if values.dtype.kind in "iuf" else object)
-    out[dst] = values[src]
-    lists = pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32) * n), pa.array(out))
+    idx = np.full(rows * n, len(flat), dtype=np.int64)  # the padding value, after the elements
+    idx[dst_start[row_of] + within] = src_start[row_of] + within
+    values = pa.concat_arrays([flat, fill]).take(pa.array(idx))
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int64) * n,
+                       type=pa.int64() if pa.types.is_large_list(arr.type) else pa.int32())
+    lists = (pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray).from_arrays(
+        offsets, values, type=arr.type)
     return pd.Series(pd.arrays.ArrowExtensionArray(lists), index=part.index)
 
 
+def _elements(arr: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """The row of each non-null element of ``arr`` and the elements (numpy; int64 / uint64
+    stay exact: nulls are dropped before the conversion, never turned into NaN)."""
+    flat = flat_values(arr)
+    rows = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(_offsets(arr)))
+    if flat.null_count:
+        keep = np.asarray(flat.is_valid().to_numpy(zero_copy_only=False))
+        rows, flat = rows[keep], flat.filter(pa.array(keep))
+    return rows, flat.to_numpy(zero_copy_only=False)
+
+
 def overlap_count(part: pd.DataFrame) -> pd.Series:
-    """How many elements of list ``a0`` appear in list ``a1`` (int64; null when either is null)."""
+    """How many elements of list ``a0`` (each duplicate counted) appear in list ``a1`` (int64;
+    null when either is null).  Elements compare by value (int64 5 matches uint64 5, never
+    the string "5"); null elements never match."""
     a, b = _list_array(part["a0"]), _list_array(part["a1"])
-    oa, ob = _offsets(a), _offsets(b)
-    fa, fb = flat_values(a).to_numpy(zero_copy_only=False), flat_values(b).to_numpy(zero_copy_only=False)
-    codes, _ = pd.factorize(np.concatenate([fa, fb]).astype(object) if fa.dtype != fb.dtype
+    rows_a, fa = _elements(a)
+    rows_b, fb = _elements(b)
+    codes, _ = pd.factorize(np.concatenate([fa.astype(object), fb.astype(object)]) if fa.dtype != fb.dtype
                             else np.concatenate([fa, fb]))
     ca, cb = codes[: len(fa)].astype(np.int64), codes[len(fa):].astype(np.int64)
     width = int(codes.max()) + 1 if len(codes) else 1
-    rows_a = np.repeat(np.arange(len(a), dtype=np.int64), np.diff(oa))
-    rows_b = np.repeat(np.arange(len(b), dtype=np.int64), np.diff(ob))
     hit = np.isin(rows_a * width + ca, rows_b * width + cb)
     counts = np.bincount(rows_a[hit], minlength=len(a)).astype(np.int64)
     valid = np.asarray(a.is_valid().to_numpy(zero_copy_only=False)) & np.asarray(b.is_valid().to_numpy(zero_copy_only=False))

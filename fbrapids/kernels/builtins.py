@@ -49,6 +49,8 @@ def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool 
         raise OperatorError(f"parameter {name!r} must be >= {lo}, got {v}")
     if hi is not None and v > hi:
         raise OperatorError(f"parameter {name!r} must be < 2^63 (bucket ids are int64), got {v}")
+    if not -(2**63) <= v < 2**63:  # a C int64 parameter: a larger one would be wrapped
+        raise OperatorError(f"parameter {name!r} must fit an int64, got {v}")
     return int(v)
 
 
@@ -63,6 +65,35 @@ def _buckets(params: dict) -> int:
     """buckets > 0: bucket ids (int64); 0 / None: raw fingerprints (uint64)."""
     b = params.get("buckets")
     return 0 if b is None else _int_param(params, "buckets", lo=0, hi=MAX_BUCKETS)
+
+
+def _type_range(x: str) -> tuple[int, int] | tuple[float, float]:
+    """The values a fixed-width type holds: ``(min, max)`` (floats: the finite range)."""
+    if x == "bool":
+        return 0, 1
+    info = np.iinfo(T.NUMPY_DTYPE[x]) if x in T.INT_TYPES else np.finfo(T.NUMPY_DTYPE[x])
+    return (int(info.min), int(info.max)) if x in T.INT_TYPES else (float(info.min), float(info.max))
+
+
+def _number(v: Any, x: str, what: str) -> int | float:
+    """``v`` as an exact value of a ``x`` column, or an OperatorError naming it: an integer
+    column takes integers (or integral floats) in its range, a float column any number whose
+    rounding to it stays finite.  Never wrapped."""
+    if isinstance(v, bool) and x != "bool" or not isinstance(v, (int, float, np.integer, np.floating, bool)):
+        raise OperatorError(f"{what} must be a number for a {x} column, got {v!r}")
+    lo, hi = _type_range(x)
+    if x in T.INT_TYPES:
+        if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+            raise OperatorError(f"{what} {v!r} is not an integer, and the column is {x}")
+        if not lo <= int(v) <= hi:
+            raise OperatorError(f"{what} {v!r} does not fit the column's type {x} [{lo}, {hi}]")
+        return int(v)
+    v = float(v)
+    with np.errstate(over="ignore"):
+        overflows = np.isfinite(v) and not np.isfinite(T.NUMPY_DTYPE[x](v))
+    if overflows:
+        raise OperatorError(f"{what} {v!r} does not fit the column's type {x} (overflows to infinity)")
+    return v
 
 
 def _op(name: str, inputs: tuple[str, ...], doc: str, null_rule: str = "a null input gives a null output",
@@ -81,9 +112,10 @@ def _fill_null(t, p):
     (x,) = t
     v = p.get("value")
     if x in T.FIXED_TYPES:
-        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool) and x != "bool":
-            raise OperatorError(f"fill_null of a {x} column needs a number, got {v!r}")
-        return Impl(x, "expr", f"({{v0}} ? {{a0}} : ({T.C_TYPE[x]}){c_number(v, 'f64' if x in T.FLOAT_TYPES else 'i64')})",
+        v = _number(v, x, "fill_null value")
+        if v != v:
+            raise OperatorError(f"fill_null value NaN would leave the {x} column's nulls null")
+        return Impl(x, "expr", f"({{v0}} ? {{a0}} : ({T.C_TYPE[x]}){c_number(v, x)})",
                     null_rule="handles", never_null=True)
     if x == "str":
         if not isinstance(v, str):
@@ -106,24 +138,36 @@ def _log1p(t, p):
 @_op("clip", ("num",), "x limited to [lower, upper], in the input's type.")
 def _clip(t, p):
     (x,) = t
-    kind = "f64" if x in T.FLOAT_TYPES else "i64"
     lo, hi = p.get("lower"), p.get("upper")
     for nm, v in (("lower", lo), ("upper", hi)):
-        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool) or v != v:
             raise OperatorError(f"clip parameter {nm!r} must be a number, got {v!r}")
     if lo > hi:
         raise OperatorError(f"clip: lower {lo} > upper {hi}")
+    tmin, tmax = _type_range(x) if x in T.INT_TYPES else (-np.inf, np.inf)
+    # a bound beyond the type's range on its own side changes nothing: it is the type's end;
+    # one beyond it on the other side would put every value outside the type: an error
+    if lo > tmax or hi < tmin:
+        raise OperatorError(f"clip: bounds [{lo}, {hi}] leave no value of the column's type {x} [{tmin}, {tmax}]")
+    if x in T.FLOAT_TYPES:  # a finite bound past the float type's range: its infinity
+        fmin, fmax = _type_range(x)
+        lo, hi = (-np.inf if lo < fmin else float(lo)), (np.inf if hi > fmax else float(hi))
+    lo = tmin if lo < tmin else _number(lo, x, "clip parameter 'lower'")
+    hi = tmax if hi > tmax else _number(hi, x, "clip parameter 'upper'")
     ct = T.C_TYPE[x]
-    lo_c, hi_c = f"({ct}){c_number(lo, kind)}", f"({ct}){c_number(hi, kind)}"
+    lo_c, hi_c = f"({ct}){c_number(lo, x)}", f"({ct}){c_number(hi, x)}"
     return Impl(x, "expr", f"({{a0}} < {lo_c} ? {lo_c} : ({{a0}} > {hi_c} ? {hi_c} : {{a0}}))")
 
 
-@_op("cast", ("num",), "x converted to another fixed-width type (C conversion rules).")
+@_op("cast", ("num",), "x converted to another fixed-width type: exact, or an error naming the row and the "
+     "value that does not fit (never wrapped); floats to integers truncate toward zero, to bool: x != 0.")
 def _cast(t, p):
     to = p.get("to")
     if to not in T.FIXED_TYPES:
         raise OperatorError(f"cast: 'to' must be one of {', '.join(T.FIXED_TYPES)}, got {to!r}")
-    return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}")
+    if to == "bool":
+        return Impl(to, "expr", "(fbx_u8)({a0} != 0)")
+    return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}", checks_fit=to)
 
 
 @_op("bucketize", ("num",), "TensorFlow Bucketize: the number of boundaries b with b <= x (int32).",
@@ -136,12 +180,15 @@ def _bucketize(t, p):
                 buffers=(np.ascontiguousarray(b),))
 
 
-for _name, _fn, _doc in (("hour", "fbx_hour", "Hour of day (UTC, 0-23) of epoch seconds (int32)."),
-                         ("weekday", "fbx_weekday", "Day of week (UTC, Monday = 0) of epoch seconds (int32)."),
-                         ("day", "fbx_day", "Day of month (UTC, 1-31) of epoch seconds (int32).")):
-    def _time(t, p, _fn=_fn):
-        return Impl("i32", "expr", f"{_fn}((fbx_i64){{a0}})")
-    _op(_name, ("int",), _doc, headers=(H_SCALAR,))(_time)
+_TIME_OF = ("datetime64 (any unit; time-zoned in UTC, naive taken as UTC) or integer epoch seconds (the "
+            "whole int64 / uint64 range)")
+for _name, _fn, _part, _doc in (("hour", "fbx_hour", "sod", "Hour of day (UTC, 0-23) (int32)"),
+                                ("weekday", "fbx_weekday", "days", "Day of week (UTC, Monday = 0) (int32)"),
+                                ("day", "fbx_day", "days", "Day of month (UTC, 1-31) (int32)")):
+    def _time(t, p, _fn=_fn, _part=_part):
+        sign = "u64" if t[0] == "u64" else "i64"  # a uint64 second above 2^63 is not a negative time
+        return Impl("i32", "expr", f"{_fn}(fbx_{_part}_{sign}((fbx_{sign}){{a0}}))")
+    _op(_name, ("int",), f"{_doc} of {_TIME_OF}.", headers=(H_SCALAR,))(_time)
 
 
 # -- hashing -----------------------------------------------------------------------------
@@ -260,15 +307,18 @@ def _lookup(t, p):
     if not isinstance(vocab, Vocabulary):
         raise OperatorError(f"lookup needs a fitted Vocabulary, got {type(vocab).__name__}")
     oov = _int_param(p, "oov")
+    if not -(2**63) <= oov < 2**63:
+        raise OperatorError(f"lookup: oov {oov} is not an int64 (ids are int64)")
     x = t[0]
     if (x == "str") != (vocab.kind == "str"):
         raise OperatorError(f"lookup: a {x} column against a vocabulary of {vocab.kind} keys")
-    bufs = vocab.table()
+    bufs = vocab.table(unsigned=x == "u64")
+    oov_c = c_number(oov, "i64")
     if vocab.kind == "str":
-        call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov}LL)"
+        call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov_c})"
     else:
-        call = f"fbx_lookup_int((fbx_i64){{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const fbx_i64*){{b2}}, {vocab.mask}LL, {oov}LL)"
-    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov}LL)", null_rule="handles", never_null=True, buffers=bufs,
+        call = f"fbx_lookup_int((fbx_i64){{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const fbx_i64*){{b2}}, {vocab.mask}LL, {oov_c})"
+    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov_c})", null_rule="handles", never_null=True, buffers=bufs,
                 footprint=int(sum(b.nbytes for b in bufs)))
 
 

@@ -181,11 +181,9 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
                 op = get_operator(e.op)
                 in_types = tuple(nodes[a].type for a in args)
                 impl = op.resolve(in_types, e.param_dict())
-            except OperatorTypeError as exc:
+            except (OperatorTypeError, OperatorError) as exc:  # named with the inputs: the columns at fault
                 cols = ", ".join(f"input {i} is {_describe(a)} of type {nodes[args[i]].type}" for i, a in enumerate(e.args))
                 raise FeatureError(f"feature {feature!r}: {exc} ({cols})") from exc
-            except OperatorError as exc:
-                raise FeatureError(f"feature {feature!r}: {exc}") from exc
             depth = 1 + max((nodes[a].depth for a in args), default=0)
             node = Node(len(nodes), impl.out_type, e, op=op, impl=impl, args=args, depth=depth, features=[feature])
         else:

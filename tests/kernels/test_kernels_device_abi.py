@@ -101,9 +101,11 @@ def test_bool8_bytes_and_bit_offset_validity():
     words[0] = int(np.packbits(bits, bitorder="little").view(np.uint32)[0])
     col = DeviceColumn("bool", len(vals), {"data": vals.ctypes.data, "valid": words.ctypes.data, "valid_bit": 3},
                        keep=[vals, words])
-    plan = build_plan({"b": ops.cast("b", "i32"), "f": ops.fill_null("b", 7)}, {"b": "bool"})
+    # the fill is False: the null rows hold 1 in their bytes, so a filled row shows it was read as null
+    # (a fill of 7 no longer builds: a bool holds 0 / 1 only, and a value is never wrapped)
+    plan = build_plan({"b": ops.cast("b", "i32"), "f": ops.fill_null("b", False)}, {"b": "bool"})
     res = HostPlan(plan).run({"b": col})
     b = res.columns["b"]
     assert b.validity_bool().tolist() == valid.tolist()
     assert b.data[valid].tolist() == vals[valid].astype(int).tolist()
-    assert res.columns["f"].data.tolist() == [int(v) if ok else 7 for v, ok in zip(vals, valid)]
+    assert res.columns["f"].data.tolist() == [int(v) if ok else 0 for v, ok in zip(vals, valid)]
