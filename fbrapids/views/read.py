@@ -1034,16 +1034,23 @@ def read_view(
         path_or_glob: a file, a directory, a glob, or a list of them.
         columns: the columns to read (all when None). Only these are read from disk.
         format: ``"parquet"``, ``"csv"`` or ``"json"`` (JSON lines); inferred from suffixes.
-        sep: CSV separator (``","`` or ``"\\t"``); sniffed from the first line when None.
+        sep: CSV separator.  None: tab for a ``.tsv`` file; else the first of ``","``,
+            tab, ``";"``, ``"|"`` that splits each of the file's first lines into the same
+            number (> 1) of fields, most fields winning; ``","`` when none does.
         header: whether CSV files start with a header line.
-        names: column names for headerless CSV.
+        names: column names for headerless CSV.  A row with more fields than the header
+            (or ``names``) is an error naming the file and line; a row with fewer has
+            nulls in its missing fields (pandas' rule).
         encoding: the text encoding of CSV files (default UTF-8; a leading byte-order
             mark is dropped, so the first column's name is clean).
         compression: CSV / JSON lines compression, ``"gzip"``, ``"bz2"``, ``"zstd"``,
             ``"lz4"`` or ``"none"``; None: from the suffix (``.csv.gz``, ``.csv.bz2``,
             ``.csv.zst``, ``.jsonl.gz`` ...).
         dtype: per-column dtypes to enforce (ints are converted exactly; ``"260.0"`` is a
-            valid int 260, ``"260.5"`` is an error naming the file, column and row).
+            valid int 260, ``"260.5"`` is an error naming the file, column and row).  A
+            value the dtype cannot hold (beyond a narrower int, a finite float that
+            overflows float32, an int float64 cannot hold exactly, null for ``int64`` /
+            ``bool``) is an error naming the file, column, row and value; never wrapped.
         eager: return one eager pandas / cudf frame instead (for small inputs).
         backend: ``"cpu"`` / ``"gpu"`` / None (see :mod:`fbrapids.backend`).
         row_groups_per_partition: parquet row groups per partition (None: by
@@ -1053,9 +1060,37 @@ def read_view(
             together, a larger row group is split into row ranges.  CSV and JSON lines
             give a partition per file.  Eager reads read each file whole.
 
+    What each format reads as (the same eager and on dask; the dask ``_meta`` holds the
+    dtypes every partition is converted to):
+
+    * CSV: an empty field is null; every value is text first, and a column without
+      ``dtype=`` becomes exact ints (``int64``, ``uint64`` above 2^63 - 1, ``Int64`` /
+      ``UInt64`` with nulls) when every value is an integer, else ``bool`` (``boolean``
+      with nulls) when every value is ``true`` / ``false`` (any case), else ``float64``
+      when every value is a number, else ``str``.  The text ``NaN`` (any case) is null
+      in a number column and text in a ``str`` one; ``NA``, ``null`` ... stay text.
+      Dtypes are inferred from the first ``META_SAMPLE_ROWS`` rows of the first file
+      with text; a later value they cannot hold is an error naming the file and row
+      (pass ``dtype=``).  Datetimes stay text unless ``dtype=`` names a datetime.
+    * JSON lines: see :mod:`fbrapids.views.jsonl`: ints stay exact (``Int64`` /
+      ``UInt64`` with nulls, never float64), booleans are ``bool`` / ``boolean``,
+      objects and arrays are their compact JSON text.  The columns are the keys of the
+      first ``META_SAMPLE_ROWS`` records of every file (a key missing from a record is
+      null there); with ``columns=None`` a record holding a key beyond those is an error
+      naming the file, line and key.
+    * parquet: the stored types (nullable ints as ``Int64`` ...).  An index pandas
+      stored in the file is a column like the others: a named index under its name, an
+      unnamed one as ``__index_level_0__`` (pass ``columns=`` to leave it out); a
+      ``RangeIndex`` is stored as metadata only and reads as the default index.
+    * Several files: parquet and CSV files must hold the same columns (any order;
+      parquet: the same types), or with ``columns=`` the requested ones; a difference is
+      an error naming both files and the columns.  JSON lines files are united by key.
+      An empty (0-byte) CSV file holds no rows; the others decide the columns.
+
     Raises:
         ViewError: no file matches, a column is absent (the message lists the available
-            ones), files disagree on schema (naming the file), or a value does not convert.
+            ones), files disagree on schema (naming the files and columns), or a value
+            does not convert (naming the file, column, row or line, and the value).
 
     Example:
         >>> import tempfile, pandas as pd
