@@ -16,8 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Mapping, Sequence
 
+from fbrapids.errors import OperatorError
 from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
 from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
 
@@ -28,6 +30,32 @@ __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "ha
            "window_mean", "time_since", "pad", "overlap_count"]
 
 ExprLike = Expr | str
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int_arg(op: str, name: str, v: Any, lo: int = INT64_MIN, hi: int = INT64_MAX, none: bool = False) -> Any:
+    """``v`` checked when the expression is built: an integer parameter of ``op`` in
+    ``[lo, hi]`` (kernel parameters are int64: a larger one would be wrapped, never
+    used), or ``None`` where ``none``.  Raises OperatorError naming the operator and the
+    parameter.
+
+    Example:
+        >>> _int_arg("substring", "start", 2**64)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.OperatorError: substring: parameter 'start' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551616
+    """
+    if v is None and none:
+        return v
+    try:
+        i = operator.index(v) if not isinstance(v, bool) else None
+    except TypeError:
+        i = None
+    if i is None or not lo <= i <= hi:
+        raise OperatorError(f"{op}: parameter {name!r} must be an integer in [{lo}, {hi}]"
+                            f"{' or None' if none else ''}, got {v!r}")
+    return v
 
 
 def col(name: str) -> Col:
@@ -105,8 +133,10 @@ def bucketize(x: ExprLike, boundaries: Sequence[float]) -> Call:
 
 
 def hash(x: ExprLike) -> Call:  # noqa: A001 - the operator's name
-    """FarmHash Fingerprint64 (uint64) of a string or of an integer's decimal text; of each
-    element for a list. Null rule: null in, null out.
+    """FarmHash Fingerprint64 (uint64) of a string's UTF-8 bytes (NUL bytes included) or of an
+    integer's decimal text (the exact value at any width: uint64 ``2**64 - 1`` hashes
+    ``"18446744073709551615"``; a bool hashes as ``"1"`` / ``"0"``); of each element for a
+    list. Null rule: null in, null out; a list with null elements is an error naming the column.
 
     Example:
         >>> str(hash("q"))
@@ -123,7 +153,7 @@ def hash_bucket(x: ExprLike, buckets: int) -> Call:
         >>> str(hash_bucket("user_id", 1 << 20))
         'hash_bucket(user_id, buckets=1048576)'
     """
-    return call("hash_bucket", x, buckets=buckets)
+    return call("hash_bucket", x, buckets=_int_arg("hash_bucket", "buckets", buckets, lo=1))
 
 
 def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, sep: str = "_") -> Call:
@@ -131,16 +161,18 @@ def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, 
 
     With list inputs, the cartesian product with the first input outermost, keeping at
     most ``cap`` combinations (a list<int64> result); scalars join as lists of one.
-    ``buckets=None`` gives raw fingerprints (uint64).  Null rule: a null input gives null;
-    an empty list gives [].
+    ``buckets=None`` (or 0) gives raw fingerprints (uint64).  Keys of any length hash (a
+    key past 4,096 bytes is hashed piece by piece: the same fingerprint).  Null rule: a
+    null input gives null; an empty list gives [].
 
     Example:
         >>> str(cross("category", "city", buckets=1 << 20))
         "cross(category, city, buckets=1048576, cap=None, sep='_')"
     """
     if len(xs) < 2:
-        raise ValueError(f"cross needs at least 2 inputs, got {len(xs)}")
-    return call("cross", *xs, buckets=buckets, cap=cap, sep=sep)
+        raise OperatorError(f"cross needs at least 2 inputs, got {len(xs)}")
+    return call("cross", *xs, buckets=_int_arg("cross", "buckets", buckets, lo=0, none=True),
+                cap=_int_arg("cross", "cap", cap, lo=0, none=True), sep=sep)
 
 
 def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
@@ -153,11 +185,12 @@ def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
         >>> str(split("query", " ", buckets=1 << 18))
         "split(query, sep=' ', buckets=262144)"
     """
-    return call("split", x, sep=sep, buckets=buckets)
+    return call("split", x, sep=sep, buckets=_int_arg("split", "buckets", buckets, lo=0, none=True))
 
 
 def length(x: ExprLike) -> Call:
-    """Bytes of a string; elements of a list (int32). Null rule: null in, null out.
+    """UTF-8 bytes of a string (not code points: ``"é"`` is 2); elements of a list (int32).
+    Null rule: null in, null out.
 
     Example:
         >>> str(length(split("q")))
@@ -177,45 +210,53 @@ def lower(x: ExprLike) -> Call:
 
 
 def substring(x: ExprLike, start: int, length: int | None = None) -> Call:
-    """Code points ``[start, start + length)`` of UTF-8 text (Python slicing: a negative
-    start counts from the end; ``length=None`` to the end). Null rule: null in, null out.
+    """Code points ``[start, start + length)`` of UTF-8 text: a negative start counts from
+    the end (clamped at the first code point, then ``length`` code points are taken);
+    ``length=None`` to the end. ``start`` and ``length`` must fit an int64 (an error naming
+    the parameter when the expression is built). Null rule: null in, null out.
 
     Example:
         >>> str(substring("title", 0, 3))
         'substring(title, start=0, length=3)'
     """
-    return call("substring", x, start=start, length=length)
+    return call("substring", x, start=_int_arg("substring", "start", start),
+                length=_int_arg("substring", "length", length, lo=0, none=True))
 
 
 def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None) -> Call:
-    """The ``n``-grams of a token list joined by ``sep`` (list<str>), or with ``buckets``
-    their hash buckets (list<int64>). Null rule: null in, null out.
+    """The ``n``-grams of a token list joined by ``sep`` (list<str>), or with ``buckets > 0``
+    their hash buckets (list<int64>), ``buckets=0`` their raw fingerprints (list<uint64>).
+    N-grams of any length hash. Null rule: null in, null out.
 
     Example:
         >>> str(ngrams(split("q"), 2, buckets=1 << 20))
         "ngrams(split(q, sep=' ', buckets=None), n=2, sep=' ', buckets=1048576)"
     """
-    return call("ngrams", tokens, n=n, sep=sep, buckets=buckets)
+    return call("ngrams", tokens, n=_int_arg("ngrams", "n", n, lo=1), sep=sep,
+                buckets=_int_arg("ngrams", "buckets", buckets, lo=0, none=True))
 
 
 def first_k(x: ExprLike, k: int) -> Call:
-    """The first ``k`` elements of a list. Null rule: null in, null out.
+    """The first ``k`` elements of a list (the whole list when shorter). Integer lists come
+    back as list<int64>, or list<uint64> for unsigned elements (values exact). Null rule: null
+    in, null out; a list with null elements is an error naming the column.
 
     Example:
         >>> str(first_k("clicks", 5))
         'first_k(clicks, k=5)'
     """
-    return call("first_k", x, k=k)
+    return call("first_k", x, k=_int_arg("first_k", "k", k, lo=0))
 
 
 def last_k(x: ExprLike, k: int) -> Call:
-    """The last ``k`` elements of a list (recent behaviour). Null rule: null in, null out.
+    """The last ``k`` elements of a list (recent behaviour; ``k=0`` gives []). Element types
+    as :func:`first_k`. Null rule: null in, null out; null elements: an error naming the column.
 
     Example:
         >>> str(last_k("clicks", 5))
         'last_k(clicks, k=5)'
     """
-    return call("last_k", x, k=k)
+    return call("last_k", x, k=_int_arg("last_k", "k", k, lo=0))
 
 
 def hour(ts: ExprLike) -> Call:
@@ -270,22 +311,33 @@ def lookup(x: ExprLike, vocab: Mapping[Any, int | float] | Sequence[Any] | Vocab
     return call("lookup", x, vocab=vocab, oov=oov)
 
 
+#: the longest list ``pad`` makes (list offsets are int32)
+PAD_MAX = 2**31 - 1
+
+
 def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
     """A list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and pads
     after them; ``side="left"`` keeps the last ``n`` (the most recent) and pads before them.
-    A null list becomes ``n`` padding values (0 is categorify's padding id).
+    A null list becomes ``n`` padding values (0 is categorify's padding id).  The result
+    keeps the input's list type and its elements exactly (uint64 ids, null elements);
+    ``value`` must be an element of that type (``None``: null padding), else an error
+    naming the expression and the value.
 
     Example:
         >>> str(pad("hist", 50, 0, side="left"))
         "pad(hist, n=50, value=0, side='left')"
     """
     if side not in ("left", "right"):
-        raise ValueError(f"pad: side must be 'left' or 'right', got {side!r}")
-    return call("pad", x, n=int(n), value=value, side=side)
+        raise OperatorError(f"pad: side must be 'left' or 'right', got {side!r}")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str))):
+        raise OperatorError(f"pad: parameter 'value' must be an integer, a string or None, got {value!r}")
+    return call("pad", x, n=int(_int_arg("pad", "n", n, lo=0, hi=PAD_MAX)), value=value, side=side)
 
 
 def overlap_count(a: ExprLike, b: ExprLike) -> Call:
-    """How many elements of list ``a`` appear in list ``b`` (int64). Null rule: null if either is null.
+    """How many elements of list ``a`` appear in list ``b`` (int64; a duplicate in ``a`` counts
+    each time). Elements compare by value: int64 5 matches uint64 5, never the string "5";
+    null elements never match. Null rule: null if either list is null.
 
     Example:
         >>> str(overlap_count(split("query"), split("title")))

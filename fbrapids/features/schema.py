@@ -26,8 +26,8 @@ def column_type(s: Any) -> str | None:
         return from_arrow_type(dtype.pyarrow_dtype)
     if isinstance(dtype, pd.StringDtype) or str(dtype) in ("str", "string"):
         return "str"
-    if isinstance(dtype, pd.CategoricalDtype):
-        return column_type(pd.Series(dtype.categories))
+    if isinstance(dtype, pd.CategoricalDtype):  # no categories (all null): strings, as an all-null object column
+        return column_type(pd.Series(dtype.categories)) if len(dtype.categories) else "str"
     np_dtype = getattr(dtype, "numpy_dtype", dtype)
     if isinstance(np_dtype, np.dtype) and np_dtype.kind in "biuf":
         return from_arrow_type(pa.from_numpy_dtype(np_dtype))

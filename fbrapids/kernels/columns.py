@@ -116,7 +116,10 @@ def from_arrow(arr: pa.Array | pa.ChunkedArray, name: str) -> HostColumn:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+        # no categories (an all-null categorical): a null string column, as its schema says
+        arr = arr.dictionary_decode() if len(arr.dictionary) else pa.nulls(len(arr), pa.large_string())
+    if pa.types.is_null(arr.type):  # an all-null (or empty) object column: null strings
+        arr = pa.nulls(len(arr), pa.large_string())
     tname = T.from_arrow(arr.type)
     if tname is None:
         raise ColumnTypeError(f"column {name!r} has Arrow type {arr.type}, which the kernels cannot read")

@@ -117,6 +117,12 @@ def int_columns(draw: st.DrawFn, n: int, dtypes: tuple[str, ...] = INT_DTYPES, n
 
 
 def int_series(values: list[Any], dtype: str, index: pd.Index | None = None) -> pd.Series:
+    """``values`` as a series of ``dtype``, exactly (numpy dtypes through ``np.array``:
+    ``pd.array([2**64 - 1], dtype="uint64")`` wraps to 0 in pandas 3.1)."""
+    if dtype in INT_DTYPES:
+        arr = np.array(values, dtype=dtype)
+        assert arr.tolist() == list(values), f"{dtype} did not hold {values}"
+        return pd.Series(arr, index=index)
     return pd.Series(pd.array(values, dtype=dtype), index=index)
 
 
