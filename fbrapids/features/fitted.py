@@ -503,12 +503,9 @@ def _part_of_row(part: Any) -> Any:
 
 
 def _copy(part: Any, mapping: dict[str, str]) -> Any:
-    return part.assign(**{new: part[src].to_numpy() if not _is_list_like(part[src]) else part[src].array
-                          for new, src in mapping.items()})
-
-
-def _is_list_like(s: Any) -> bool:
-    return isinstance(getattr(s, "dtype", None), pd.ArrowDtype) or _backend.is_gpu_object(s)
+    # ``.array``, never ``to_numpy()``: a nullable / Arrow int column with nulls came out as
+    # float64 (2^53 + 1 -> 2^53, 2^64 - 1 -> 2^64) while the meta kept its dtype
+    return part.assign(**{new: part[src].array for new, src in mapping.items()})
 
 
 def copy_columns(frame: Any, mapping: dict[str, str]) -> Any:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.errors import FeatureError
+from fbrapids.errors import FeatureError, OperatorTypeError
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
 
@@ -68,13 +68,22 @@ def _sorted_counts(counts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _text_or_numbers(values: np.ndarray) -> np.ndarray:
-    if values.dtype == object:
-        if len(values) and all(isinstance(v, str) for v in values):
-            return values.astype(str)
-        if len(values) and all(isinstance(v, (int, np.integer)) for v in values):
-            return values.astype(np.int64)
-        return values.astype(str) if len(values) else np.zeros(0, dtype=np.int64)
-    return values
+    """Key values as a table: text as Python strings (numpy's fixed-width text would drop a
+    trailing NUL, merging ``"a"`` and ``"a\\x00"``), integers exact (int64, else uint64 for
+    ids up to 2^64 - 1, else Python ints), anything else as its text."""
+    if values.dtype != object:
+        return values
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    if all(isinstance(v, str) for v in values):
+        return values
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+        ints = [int(v) for v in values]
+        lo, hi = min(ints), max(ints)
+        if lo >= -(1 << 63) and hi < (1 << 63):
+            return np.asarray(ints, dtype=np.int64)
+        return np.asarray(ints, dtype=np.uint64) if lo >= 0 and hi < (1 << 64) else values
+    return np.asarray([str(v) for v in values], dtype=object)
 
 
 def _flat(series: pd.Series) -> tuple[np.ndarray | None, pd.Series, np.ndarray | None]:
@@ -99,34 +108,78 @@ def _unflat(offsets: np.ndarray | None, ids: np.ndarray, valid: np.ndarray | Non
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name)
 
 
-def _index(state: FittedState, names: list[str]) -> pd.Index:
-    """The (cached) lookup index over a state's key tables."""
-    key = "index:" + ",".join(names)
+def _probe(col: pd.Series) -> np.ndarray:
+    """A key column's values for a lookup, exactly: numbers in their own numpy type (a
+    nullable or Arrow integer column with nulls would come out as float64, where 2^53 + 1
+    is 2^53; nulls become 0 here and are masked by the caller), text and categories as
+    Python objects."""
+    dtype = col.dtype
+    if isinstance(dtype, np.dtype):
+        return col.to_numpy()
+    numpy_dtype = getattr(dtype, "numpy_dtype", None)
+    if not isinstance(dtype, pd.CategoricalDtype) and numpy_dtype is not None and np.dtype(numpy_dtype).kind in "iufb":
+        fill = {"f": np.nan, "b": False}.get(np.dtype(numpy_dtype).kind, 0)
+        return col.to_numpy(dtype=numpy_dtype, na_value=fill)
+    return col.to_numpy(dtype=object, na_value=None)
+
+
+_KINDS = {"string": "text", "integer": "int", "floating": "float", "mixed-integer-float": "float",
+          "boolean": "bool", "empty": None, "decimal": "float"}
+
+
+def _kind(values: np.ndarray) -> str | None:
+    """``"text"``, ``"int"``, ``"float"``, ``"bool"`` or another inferred kind of an array's
+    values (None for no values)."""
+    if not len(values):
+        return None
+    kind = values.dtype.kind
+    if kind in "iu":
+        return "int"
+    if kind in "fb":
+        return {"f": "float", "b": "bool"}[kind]
+    if kind == "U":
+        return "text"
+    inferred = pd.api.types.infer_dtype(values, skipna=True)
+    return _KINDS.get(inferred, inferred)
+
+
+def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labels: tuple = ()) -> np.ndarray:
+    """Row -> position of its key tuple among the state's key tables ``names`` (-1 when
+    absent or any key null).  Keys compare by value, exactly: integers of two types and
+    integers against floats as Python numbers (2^53 + 1 never equals the float 2^53;
+    2^64 - 1 never equals -1).
+
+    Raises:
+        OperatorTypeError: text keys where the state holds numbers, or numbers where it holds
+            text (ids read as strings would silently all be out of vocabulary); names the
+            column and both types.
+    """
+    n = len(columns[0])
+    probes = [_probe(c) for c in columns]
+    tables = [state.tables[name] for name in names]
+    as_object = []
+    for i, (table, probe, col) in enumerate(zip(tables, probes, columns)):
+        kinds = state.cache.setdefault("kinds", {})
+        tk = kinds[names[i]] if names[i] in kinds else kinds.setdefault(names[i], _kind(table))
+        pk = _kind(probe[~col.isna().to_numpy()]) if probe.dtype == object else _kind(probe)
+        if tk is not None and pk is not None and (tk == "text") != (pk == "text"):
+            label = labels[i] if i < len(labels) else names[i]
+            raise OperatorTypeError(
+                f"{state.op}: column {label!r} holds {pk} values ({col.dtype}) but the state was fitted on {tk} "
+                f"values ({table.dtype}); no key would match: cast the column to the fitted type first")
+        as_object.append(table.dtype != probe.dtype and not (table.dtype.kind == probe.dtype.kind
+                                                             and table.dtype.kind in "iu"))
+    if n == 0 or not len(tables[0]):
+        return np.full(n, -1, dtype=np.int64)
+    key = "index:" + ",".join(f"{name}{'/o' if o else ''}" for name, o in zip(names, as_object))
     idx = state.cache.get(key)
     if idx is None:
-        arrays = [state.tables[n] for n in names]
-        idx = pd.Index(arrays[0]) if len(arrays) == 1 else pd.MultiIndex.from_arrays(arrays)
+        arrays = [t.astype(object) if o else t for t, o in zip(tables, as_object)]
+        idx = pd.Index(arrays[0], dtype=arrays[0].dtype) if len(arrays) == 1 else pd.MultiIndex.from_arrays(arrays)
         state.cache[key] = idx
-    return idx
-
-
-def _positions(idx: pd.Index, columns: list[pd.Series]) -> np.ndarray:
-    """Row -> position of its key in ``idx`` (-1 when absent or any key null)."""
-    if len(columns) == 1:
-        col = columns[0]
-        values = col.to_numpy(dtype=object, na_value=None) if isinstance(col.dtype, pd.ArrowDtype) or \
-            col.dtype == object or isinstance(col.dtype, pd.StringDtype) else col.to_numpy()
-        if len(idx) == 0:
-            return np.full(len(col), -1, dtype=np.int64)
-        pos = idx.get_indexer(values)
-    else:
-        if len(idx) == 0:
-            return np.full(len(columns[0]), -1, dtype=np.int64)
-        probe = pd.MultiIndex.from_arrays([c.to_numpy(dtype=object, na_value=None) if c.dtype == object or
-                                           isinstance(c.dtype, (pd.ArrowDtype, pd.StringDtype)) else c.to_numpy()
-                                           for c in columns])
-        pos = idx.get_indexer(probe)
-    null = np.zeros(len(columns[0]), dtype=bool)
+    probes = [p.astype(object) if o else p for p, o in zip(probes, as_object)]
+    pos = idx.get_indexer(probes[0] if len(probes) == 1 else pd.MultiIndex.from_arrays(probes))
+    null = np.zeros(n, dtype=bool)
     for c in columns:
         null |= c.isna().to_numpy()
     pos = np.asarray(pos, dtype=np.int64)
@@ -177,8 +230,9 @@ class FittedSpec:
 
 # -- categorify --------------------------------------------------------------------------
 class Categorify(FittedSpec):
-    """Inputs: ``a0`` the values (scalar or list), ``a1`` their FarmHash buckets mod
-    ``max(oov_buckets, 1)`` (computed by the kernels, so every backend agrees)."""
+    """Inputs: ``a0`` the values (scalar or list) and, with ``oov_buckets > 1``, ``a1``
+    their FarmHash buckets mod ``oov_buckets`` (computed by the kernels, so every backend
+    agrees)."""
 
     op = "categorify"
     out_type = "i64"
@@ -209,10 +263,12 @@ class Categorify(FittedSpec):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         offsets, flat, valid = _flat(part["a0"])
-        _, buckets, _ = _flat(part["a1"])
-        pos = _positions(_index(state, ["values"]), [flat])
+        pos = _lookup(state, ["values"], [flat], self.params.get("_labels", ()))
         first = OOV_ID + self.oov_width
-        oov = OOV_ID + (np.asarray(buckets.fillna(0).to_numpy(), dtype=np.int64) % self.oov_width)
+        oov = np.full(len(flat), OOV_ID, dtype=np.int64)
+        if self.oov_width > 1:
+            buckets = _flat(part["a1"])[1]
+            oov += np.asarray(buckets.fillna(0).to_numpy(), dtype=np.int64) % self.oov_width
         ids = np.where(pos >= 0, first + pos, np.where(flat.isna().to_numpy(), NULL_ID, oov)).astype(np.int64)
         return _unflat(offsets, ids, valid, part.index)
 
@@ -246,7 +302,8 @@ class CountEncode(FittedSpec):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         n = len(self.keys(None))
-        pos = _positions(_index(state, [f"k{i}" for i in range(n)]), [part[f"a{i}"] for i in range(n)])
+        pos = _lookup(state, [f"k{i}" for i in range(n)], [part[f"a{i}"] for i in range(n)],
+                      self.params.get("_labels", ()))
         count = state.tables["count"]
         out = np.where(pos >= 0, count[np.maximum(pos, 0)] if len(count) else 0, 0)
         return pd.Series(out.astype(np.int64), index=part.index)
@@ -278,6 +335,7 @@ class TargetEncode(CountEncode):
     """
 
     op = "target_encode"
+    out_type = "f64"  # not CountEncode's i64: the dask meta said int64 for float64 encodings
 
     def _with_fold(self, inp: Any) -> Any:
         n = int(self.params["n_keys"])
@@ -287,14 +345,16 @@ class TargetEncode(CountEncode):
         def add_fold(part: Any) -> Any:
             host = _host(part)  # the fold hash runs on the host; the frame keeps its backend
             fid = host[f"a{n + 1}"] if has_id else None
-            part = part.assign(fold=fold_of(fid, len(host), folds, seed))
+            # labels summed as float64: an integer label sum would wrap (uint64 labels); exact
+            # for 0/1 labels up to 2^53 rows
+            part = part.assign(fold=fold_of(fid, len(host), folds, seed), **{f"a{n}": part[f"a{n}"].astype("float64")})
             return part[~part[f"a{n}"].isna()]  # labelled rows only, filtered inside the partition
 
         if hasattr(inp, "map_partitions"):
             if not has_id:
                 raise FeatureError("target_encode on a dask frame needs fold_by= (a column that identifies a row, "
                                    "e.g. 'instance_id'): out-of-fold folds must not depend on the partitioning")
-            meta = inp._meta.assign(fold=np.zeros(0, dtype=np.int64))
+            meta = inp._meta.assign(fold=np.zeros(0, dtype=np.int64), **{f"a{n}": inp._meta[f"a{n}"].astype("float64")})
             frame = inp.map_partitions(add_fold, meta=meta)
         else:
             frame = add_fold(inp)
@@ -345,7 +405,8 @@ class TargetEncode(CountEncode):
         smoothing = float(self.params.get("smoothing", 20.0))
         keys = [part[f"a{i}"] for i in range(n)]
         t = state.tables
-        pos = _positions(_index(state, [f"total_k{i}" for i in range(n)]), keys)
+        labels = tuple(self.params.get("_labels", ()))[:n]
+        pos = _lookup(state, [f"total_k{i}" for i in range(n)], keys, labels)
         hit = pos >= 0
         p = np.maximum(pos, 0)
         s = np.where(hit, t["total_sum"][p] if len(t["total_sum"]) else 0.0, 0.0)
@@ -356,8 +417,8 @@ class TargetEncode(CountEncode):
             folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
             fid = part[f"a{n + 1}"] if self.params.get("fold_by") else None
             fold = fold_of(fid, len(part), folds, seed)
-            fpos = _positions(_index(state, [f"k{i}" for i in range(n)] + ["fold"]),
-                              keys + [pd.Series(fold, index=part.index)])
+            fpos = _lookup(state, [f"k{i}" for i in range(n)] + ["fold"], keys + [pd.Series(fold, index=part.index)],
+                           labels + ("fold",))
             fhit = fpos >= 0
             fp = np.maximum(fpos, 0)
             s = s - np.where(fhit, t["sum"][fp] if len(t["sum"]) else 0.0, 0.0)

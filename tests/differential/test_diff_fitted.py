@@ -1,0 +1,151 @@
+"""Differential tests of the fitted operators against :mod:`diffref_fitted`.
+
+Each case fits on a training frame and applies the frozen state to another frame (and,
+for target encodings, out of fold to the training frame itself), eager and with the fit
+and the extraction both on dask frames of 1, 3 and 7 partitions: the states must not
+depend on the partitioning, and nothing is refitted on the frame being extracted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, strategies as st
+
+import diffref_fitted as ref
+import os
+from hypothesis import Phase, settings
+from diff_harness import (DIFF as _DIFF, FAMILIES, assert_column, assert_error_names, materialize, modes, to_mode)
+from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, indexes, int_series, ints_of,
+                             sizes, string_series, texts)
+from fbrapids import ops
+from fbrapids.fitting.encoders import fold_of
+
+DIFF = settings(_DIFF, phases=[Phase.explicit, Phase.reuse, Phase.generate]) if os.environ.get("NOSHRINK") else _DIFF
+
+
+# -- inputs ------------------------------------------------------------------------------------
+def _null(v: Any) -> Any:
+    return None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
+
+
+@st.composite
+def key_columns(draw: st.DrawFn, n_train: int, n_apply: int) -> tuple[list, list, Callable[..., pd.Series]]:
+    """Training and applied values of one key column (a shared pool, so both repeats and
+    unseen values occur) and the function that makes a series of them: integers of every
+    width and flavour at their extremes, raw 64-bit ids (2^53 +- k, 2^63, 2^64 - 1) or
+    strings of every storage (accents, CJK, emoji, NUL, trailing NUL, very long)."""
+    kind = draw(st.sampled_from(["int", "bigid", "str"]))
+    if kind == "str":
+        storage = draw(st.sampled_from(STRING_STORAGES))
+        base = draw(st.lists(texts(), min_size=1, max_size=6))
+        pool = base + [b + "\x00" for b in base[:2]] + [""]
+        nulls = list(NULL_KINDS)
+
+        def make(vals: list, index: pd.Index | None = None) -> pd.Series:
+            return string_series(vals, storage, index=index)
+    else:
+        dtype = "uint64" if kind == "bigid" else draw(st.sampled_from(INT_DTYPES))
+        flavour = draw(st.sampled_from(["numpy", "nullable", "arrow"]))
+        full = {"numpy": dtype, "nullable": dtype.capitalize().replace("Uint", "UInt"), "arrow": f"{dtype}[pyarrow]"}[flavour]
+        pool = draw(st.lists(st.sampled_from(BIG_IDS) if kind == "bigid" else ints_of(dtype), min_size=1, max_size=6))
+        nulls = [] if flavour == "numpy" else [None]
+
+        def make(vals: list, index: pd.Index | None = None) -> pd.Series:
+            return int_series(vals, full, index=index)
+    value = st.sampled_from(pool)
+    if nulls:
+        value = st.one_of(value, st.sampled_from(nulls))
+    all_null = bool(nulls) and draw(st.integers(0, 7)) == 0
+    if all_null:
+        value = st.sampled_from(nulls)
+    train = draw(st.lists(value, min_size=n_train, max_size=n_train))
+    unseen = texts(long=False) if kind == "str" else st.sampled_from(pool)
+    apply = draw(st.lists(st.one_of(value, unseen), min_size=n_apply, max_size=n_apply))
+    return train, apply, make
+
+
+def _same_states(a: Any, b: Any, what: str) -> None:
+    """Two fits' states are equal (float sums within rounding: summed in another order)."""
+    assert a.states.keys() == b.states.keys(), what
+    for sid, sa in a.states.items():
+        sb = b.states[sid]
+        assert sa.tables.keys() == sb.tables.keys(), f"{what}: {sid}"
+        for name, ta in sa.tables.items():
+            tb = sb.tables[name]
+            same = (np.allclose(ta, tb, rtol=1e-12, atol=1e-12, equal_nan=True) if ta.dtype.kind == "f"
+                    else ta.dtype == tb.dtype and ta.tolist() == tb.tolist())
+            assert same, f"{what}: state {sid} table {name!r}: {ta!r} != {tb!r}"
+
+
+def fit_apply(train: pd.DataFrame, target: pd.DataFrame, features: dict[str, Any], family: str, fit_in: str,
+              oof: bool = True) -> Iterator[tuple[str, pd.DataFrame, pd.DataFrame | None]]:
+    """``(mode, target's result, train's out-of-fold result)`` in each mode of ``family``:
+    fitted on the eager ``train`` and, for mode ``fit_in``, on that mode's ``train`` (its
+    states must equal the eager ones: a state never depends on the partitioning)."""
+    base = modes(family)[0]
+    fits = {base: to_mode(train, base).fbx.fit(**features)}
+    fits[fit_in] = to_mode(train, fit_in).fbx.fit(**features)
+    _same_states(fits[base], fits[fit_in], f"fitted eager vs {fit_in}")
+    for mode in modes(family):
+        try:
+            fitted = fits.get(mode, fits[base])
+            out = materialize(fitted.extract(to_mode(target, mode)), mode)
+            own = materialize(fitted.extract(to_mode(train, mode), training=True), mode) if oof else None
+            yield mode, out, own
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - re-raised with the mode named
+            exc.add_note(f"[differential] raised in mode {mode!r}")
+            raise
+
+
+def _frame(cols: dict[str, pd.Series], n: int, index: pd.Index) -> pd.DataFrame:
+    return pd.DataFrame({"rid": np.arange(n, dtype=np.int64), **{k: v.set_axis(index) for k, v in cols.items()}},
+                        index=index)
+
+
+# -- categorify, count_encode, target_encode ---------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+@DIFF
+@given(data=st.data())
+def test_categorical_keys(family: str, data: st.DataObject) -> None:
+    nt, na = data.draw(sizes(), label="train rows"), data.draw(sizes(), label="apply rows")
+    ktrain, kapply, make = data.draw(key_columns(nt, na), label="key")
+    k2train = data.draw(st.lists(st.sampled_from([0, 1, None]), min_size=nt, max_size=nt), label="key2")
+    k2apply = data.draw(st.lists(st.sampled_from([0, 1, 2, None]), min_size=na, max_size=na), label="key2 apply")
+    labels = data.draw(st.lists(st.one_of(st.sampled_from([0, 1, None]), st.floats(-1e6, 1e6)), min_size=nt,
+                                max_size=nt), label="labels")
+    min_freq = data.draw(st.sampled_from([1, 2, 3]))
+    max_size = data.draw(st.sampled_from([None, 0, 1, 3]))
+    oov = data.draw(st.sampled_from([0, 1, 3]))
+    smoothing = data.draw(st.sampled_from([0.0, 1.0, 20.0]))
+    train = _frame({"k": make(ktrain), "k2": pd.Series(k2train, dtype="Int8"),
+                    "y": pd.Series([_null(v) for v in labels], dtype="Float64")},
+                   nt, data.draw(indexes(nt), label="train index"))
+    apply = _frame({"k": make(kapply), "k2": pd.Series(k2apply, dtype="Int8")}, na, data.draw(indexes(na)))
+    kt, ka = [_null(v) for v in ktrain], [_null(v) for v in kapply]
+    yt = [_null(v) for v in labels]
+    feats = {"c": ops.categorify("k", min_freq=min_freq, max_size=max_size, oov_buckets=oov),
+             "n": ops.count_encode("k"), "n2": ops.count_encode("k", "k2"),
+             "t": ops.target_encode("k", label="y", smoothing=smoothing, fold_by="rid"),
+             "t2": ops.target_encode("k", "k2", label="y", smoothing=smoothing, fold_by="rid", folds=3)}
+    want = {"c": ref.categorify(kt, ka, min_freq, max_size, oov),
+            "n": ref.count_encode([(k,) for k in kt], [(k,) for k in ka]),
+            "n2": ref.count_encode(list(zip(kt, k2train)), list(zip(ka, k2apply))),
+            "t": ref.target_encode([(k,) for k in kt], yt, [(k,) for k in ka], smoothing),
+            "t2": ref.target_encode(list(zip(kt, k2train)), yt, list(zip(ka, k2apply)), smoothing)}
+    fit_in = data.draw(st.sampled_from(modes(family)[1:]), label="fit on")
+    # out of fold on the training frame itself; the folds are the library's seeded hash of fold_by
+    rid = train["rid"]
+    want_oof = {"t": ref.target_encode_oof([(k,) for k in kt], yt, fold_of(rid, nt, 5, 0).tolist(), smoothing),
+                "t2": ref.target_encode_oof(list(zip(kt, k2train)), yt, fold_of(rid, nt, 3, 0).tolist(), smoothing),
+                "c": ref.categorify(kt, kt, min_freq, max_size, oov)}
+    for mode, out, own in fit_apply(train, apply, feats, family, fit_in):
+        for name, values in want.items():
+            assert_column(out, name, values, mode=mode, rtol=1e-12, atol=1e-12, order_by="rid")
+        for name, values in want_oof.items():
+            assert_column(own, name, values, mode=f"{mode} out of fold", rtol=1e-12, atol=1e-12, order_by="rid")
