@@ -58,6 +58,14 @@ def _int_arg(op: str, name: str, v: Any, lo: int = INT64_MIN, hi: int = INT64_MA
     return v
 
 
+def _sep_arg(op: str, sep: Any) -> str:
+    """A separator: a non-empty string (an empty one would make ``"ab" + "c"`` and
+    ``"a" + "bc"`` one key), checked when the expression is built."""
+    if not isinstance(sep, str) or not sep:
+        raise OperatorError(f"{op}: parameter 'sep' must be a non-empty string, got {sep!r}")
+    return sep
+
+
 def col(name: str) -> Col:
     """The input column ``name``.
 
@@ -172,11 +180,12 @@ def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, 
     if len(xs) < 2:
         raise OperatorError(f"cross needs at least 2 inputs, got {len(xs)}")
     return call("cross", *xs, buckets=_int_arg("cross", "buckets", buckets, lo=0, none=True),
-                cap=_int_arg("cross", "cap", cap, lo=0, none=True), sep=sep)
+                cap=_int_arg("cross", "cap", cap, lo=0, none=True), sep=_sep_arg("cross", sep))
 
 
 def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
-    """Split a string on every occurrence of ``sep``, empty pieces removed.
+    """Split a string on every occurrence of ``sep`` (a non-empty string: any bytes, NUL and
+    multi-byte characters included), empty pieces removed.
 
     ``buckets=None``: list<str>; ``buckets > 0``: the tokens' hash buckets (list<int64>);
     ``buckets=0``: their raw fingerprints (list<uint64>).  Null rule: null in, null out.
@@ -185,7 +194,7 @@ def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
         >>> str(split("query", " ", buckets=1 << 18))
         "split(query, sep=' ', buckets=262144)"
     """
-    return call("split", x, sep=sep, buckets=_int_arg("split", "buckets", buckets, lo=0, none=True))
+    return call("split", x, sep=_sep_arg("split", sep), buckets=_int_arg("split", "buckets", buckets, lo=0, none=True))
 
 
 def length(x: ExprLike) -> Call:
@@ -232,7 +241,7 @@ def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None)
         >>> str(ngrams(split("q"), 2, buckets=1 << 20))
         "ngrams(split(q, sep=' ', buckets=None), n=2, sep=' ', buckets=1048576)"
     """
-    return call("ngrams", tokens, n=_int_arg("ngrams", "n", n, lo=1), sep=sep,
+    return call("ngrams", tokens, n=_int_arg("ngrams", "n", n, lo=1), sep=_sep_arg("ngrams", sep),
                 buckets=_int_arg("ngrams", "buckets", buckets, lo=0, none=True))
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from fbrapids import backend as backends
 from fbrapids.errors import FeatureError
-from fbrapids.kernels import as_expr, columns_of, from_arrow_type
+from fbrapids.kernels import as_expr, columns_of, from_arrow_type, object_array
 
 
 def column_type(s: Any) -> str | None:
@@ -40,8 +40,8 @@ def column_type(s: Any) -> str | None:
     if np_dtype == np.dtype(object):
         sample = s.dropna().head(64)
         try:
-            return from_arrow_type(pa.array(sample.tolist()).type) if len(sample) else "str"
-        except (pa.ArrowException, TypeError, ValueError):
+            return from_arrow_type(object_array(sample.tolist()).type) if len(sample) else "str"
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return None
     return None
 

@@ -28,12 +28,15 @@ from fbrapids.errors import FeatureError
 INT64_NA = pd.ArrowDtype(pa.int64())
 
 
-def _list_array(s: pd.Series) -> pa.ListArray:
-    arr = pa.array(s.array) if isinstance(s.dtype, pd.ArrowDtype) else pa.array(s.tolist())
+def _list_array(s: pd.Series, expr: str = "a list operator") -> pa.ListArray:
+    arr = pa.array(s.array) if isinstance(s.dtype, pd.ArrowDtype) else pa.array(s.tolist(), from_pandas=True) \
+        if s.dtype == object else pa.array(s, from_pandas=True)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if arr.null_count == len(arr) and not pa.types.is_list(arr.type) and not pa.types.is_large_list(arr.type):
+        arr = pa.nulls(len(arr), pa.list_(pa.int64()))  # an all-null column (object, or str on dask): null lists
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-        raise FeatureError(f"expected a list column, got {arr.type}")
+        raise FeatureError(f"{expr}: expected a list column, got {arr.type}")
     return arr
 
 
@@ -113,7 +116,7 @@ def pad(part: pd.DataFrame, n: int, value: Any = 0, side: str = "right", expr: s
     of that type (``None``: null padding), else a FeatureError naming ``expr`` and the value."""
     if side not in ("left", "right"):
         raise FeatureError(f"{expr}: side must be 'left' or 'right', got {side!r}")
-    arr = _list_array(part["a0"])
+    arr = _list_array(part["a0"], expr)
     fill = _pad_fill(value, arr.type.value_type, expr)
     off = _offsets(arr)
     lengths = np.diff(off)
@@ -154,7 +157,7 @@ def overlap_count(part: pd.DataFrame) -> pd.Series:
     """How many elements of list ``a0`` (each duplicate counted) appear in list ``a1`` (int64;
     null when either is null).  Elements compare by value (int64 5 matches uint64 5, never
     the string "5"); null elements never match."""
-    a, b = _list_array(part["a0"]), _list_array(part["a1"])
+    a, b = _list_array(part["a0"], "overlap_count"), _list_array(part["a1"], "overlap_count")
     rows_a, fa = _elements(a)
     rows_b, fb = _elements(b)
     codes, _ = pd.factorize(np.concatenate([fa.astype(object), fb.astype(object)]) if fa.dtype != fb.dtype

@@ -111,6 +111,21 @@ def _bytes(arr: pa.Array) -> np.ndarray:
     return _np(b, np.uint8) if b is not None and b.size else np.zeros(1, dtype=np.uint8)
 
 
+def object_array(values: Any) -> pa.Array:
+    """The Arrow array of an object column's values (a series or a list).  Python ints past
+    int64 (ids up to 2^64 - 1) become uint64: pyarrow infers int64 and overflows on them.
+    Raises what pyarrow raises when no type holds them all (2^64 - 1 beside -5, say).
+
+    Example:
+        >>> object_array([2**64 - 1, 5, None]).type
+        DataType(uint64)
+    """
+    try:
+        return pa.array(values, from_pandas=True)
+    except OverflowError:
+        return pa.array(values, type=pa.uint64(), from_pandas=True)
+
+
 def from_arrow(arr: pa.Array | pa.ChunkedArray, name: str) -> HostColumn:
     """A HostColumn over an Arrow array's buffers (zero-copy where the layout allows)."""
     if isinstance(arr, pa.ChunkedArray):
@@ -188,8 +203,8 @@ def from_series(s: pd.Series, name: str | None = None) -> HostColumn:
     pa_arr = getattr(arr, "_pa_array", None)  # ArrowExtensionArray / ArrowStringArray
     if pa_arr is None:
         try:
-            pa_arr = pa.array(s, from_pandas=True)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
+            pa_arr = object_array(s)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise ColumnTypeError(f"column {name!r} has dtype {dtype}, which the kernels cannot read: {exc}") from exc
     return from_arrow(pa_arr, name)
 
