@@ -167,8 +167,9 @@ def hash_bucket(x: ExprLike, buckets: int) -> Call:
 def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, sep: str = "_") -> Call:
     """Hashed feature cross: ``hb(str(x1) + sep + ... + sep + str(xk), buckets)``.
 
-    With list inputs, the cartesian product with the first input outermost, keeping at
-    most ``cap`` combinations (a list<int64> result); scalars join as lists of one.
+    With list inputs, the cartesian product with the first input outermost, keeping the
+    first ``cap`` combinations (``None`` or 0: all) (a list<int64> result); scalars join as
+    lists of one.  ``sep`` is a non-empty string.
     ``buckets=None`` (or 0) gives raw fingerprints (uint64).  Keys of any length hash (a
     key past 4,096 bytes is hashed piece by piece: the same fingerprint).  Null rule: a
     null input gives null; an empty list gives [].

@@ -152,10 +152,15 @@ def test_integer_operators(family: str, data: st.DataObject) -> None:
     b, xb = p["b"], p["xb"]
     spelled = {"numpy": str, "nullable": lambda t: t.capitalize().replace("Uint", "UInt"),
                "arrow": lambda t: f"{t}[pyarrow]"}[kind]
+    flags = data.draw(st.lists(st.booleans() if kind == "numpy" else st.one_of(st.booleans(), st.none()),
+                               min_size=n, max_size=n))
     df = pd.DataFrame({**{t: int_series(v, spelled(t), index) for t, v in columns.items()},
-                       "u": pd.Series(np.array(ids, dtype=np.uint64), index=index)})
+                       "u": pd.Series(np.array(ids, dtype=np.uint64), index=index),
+                       "flag": pd.Series(pd.array(flags, dtype={"numpy": "bool", "nullable": "boolean",
+                                                                "arrow": "bool[pyarrow]"}[kind]), index=index)})
     feats: dict[str, Any] = {"xs": ops.cross("u", "u", buckets=None, sep="|")}
     want: dict[str, list[Any]] = {"xs": [ref.cross([u, u], buckets=None, sep="|") for u in ids]}
+    feats["hflag"], want["hflag"] = ops.hash("flag"), [ref.hash(x) for x in flags]  # a bool hashes as "1" / "0"
     for t, v in columns.items():
         feats[f"h_{t}"], want[f"h_{t}"] = ops.hash(t), [ref.hash(x) for x in v]
         feats[f"hb_{t}"], want[f"hb_{t}"] = ops.hash_bucket(t, b), [ref.hash_bucket(x, b) for x in v]
@@ -169,7 +174,7 @@ def test_integer_operators(family: str, data: st.DataObject) -> None:
         assert _is_u64(out["h_int8"]) and _is_u64(out["xs"]), f"{mode}: hash gives {out['h_int8'].dtype}, not uint64"
 
 
-LIST_PARAMS = [dict(k=0, width=3, side="left", b=1 << 20, cap=None, gram=2),
+LIST_PARAMS = [dict(k=0, width=3, side="left", b=1 << 20, cap=0, gram=2),
                dict(k=2, width=0, side="right", b=7, cap=3, gram=1),
                dict(k=5, width=6, side="right", b=2**63 - 1, cap=1, gram=3)]
 
@@ -187,7 +192,7 @@ def test_list_operators(family: str, data: st.DataObject) -> None:
     other, kind2 = data.draw(list_columns(n, kinds=(kind,) if kind in ("string", "large_string") else
                                           ("int64", "uint64", "int32", "uint8")))
     p = data.draw(params(LIST_PARAMS, k=st.integers(0, 6), width=st.integers(0, 6),
-                         side=st.sampled_from(["left", "right"]), b=BUCKETS, cap=st.one_of(st.none(), st.integers(1, 8)),
+                         side=st.sampled_from(["left", "right"]), b=BUCKETS, cap=st.one_of(st.none(), st.integers(0, 8)),
                          gram=st.integers(1, 3)))
     k, width, side, b, cap, gram = p["k"], p["width"], p["side"], p["b"], p["cap"], p["gram"]
     textual = kind in ("string", "large_string")
@@ -197,14 +202,14 @@ def test_list_operators(family: str, data: st.DataObject) -> None:
                        "s": string_series(["ab", "漢"] * (n // 2) + ["x"] * (n % 2), "str", index)})
     feats = {"fk": ops.first_k("l", k), "lk": ops.last_k("l", k), "pad": ops.pad("l", width, fill, side=side),
              "ov": ops.overlap_count("l", "m"), "len": ops.length("l"), "h": ops.hash("l"),
-             "hb": ops.hash_bucket("l", b), "x": ops.cross("s", "l", "m", buckets=b, cap=cap)}
+             "hb": ops.hash_bucket("l", b), "x": ops.cross("s", "l", "l", buckets=b, cap=cap)}
     strs = list(df["s"])
     want = {"fk": [ref.first_k(v, k) for v in values], "lk": [ref.last_k(v, k) for v in values],
             "pad": [ref.pad(v, width, fill, side) for v in values],
             "ov": [ref.overlap_count(v, m) for v, m in zip(values, other)],
             "len": [ref.length(v) for v in values], "h": [ref.hash(v) for v in values],
             "hb": [ref.hash_bucket(v, b) for v in values],
-            "x": [ref.cross([s, v, m], buckets=b, cap=cap) for s, v, m in zip(strs, values, other)]}
+            "x": [ref.cross([s, v, v], buckets=b, cap=cap) for s, v in zip(strs, values)]}
     if textual:
         feats["ng"] = ops.ngrams("l", gram, sep="+", buckets=0)
         want["ng"] = [ref.ngrams(v, gram, "+", 0) for v in values]
