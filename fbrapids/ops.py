@@ -89,7 +89,9 @@ def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
 def fill_null(x: ExprLike, value: Any) -> Call:
     """``x`` with nulls replaced by ``value`` (a number, a string, or ``[]`` for lists).
 
-    Null rule: the output is never null.
+    A number must fit the column's type exactly (an integer column takes integers in its
+    range; a float column rounds to its type): otherwise a FeatureError names the value and
+    the column; it is never wrapped.  Null rule: the output is never null (NaN is refused).
 
     Example:
         >>> str(fill_null("q", ""))
@@ -111,6 +113,10 @@ def log1p(x: ExprLike) -> Call:
 def clip(x: ExprLike, lower: float, upper: float) -> Call:
     """``x`` limited to ``[lower, upper]``, in the input's type. Null rule: null in, null out.
 
+    A bound past the type's range on its own side changes nothing; bounds that leave no
+    value of the type, or a fractional bound for an integer column, are a FeatureError
+    naming the column (never wrapped into the type).
+
     Example:
         >>> str(clip("age", 0, 99))
         'clip(age, lower=0, upper=99)'
@@ -120,6 +126,10 @@ def clip(x: ExprLike, lower: float, upper: float) -> Call:
 
 def cast(x: ExprLike, to: str) -> Call:
     """``x`` converted to the fixed-width type ``to`` (``"i8"``, ``"i32"``, ``"f64"``, ...).
+
+    Exact, or a KernelRuntimeError naming the column, the row and the value that does not
+    fit (never wrapped).  Floats to integers truncate toward zero; to ``"bool"`` is
+    ``x != 0``; to a float type rounds to nearest (an integer past 2^53 to float64 too).
 
     Example:
         >>> str(cast("hour", "i8"))
@@ -270,7 +280,9 @@ def last_k(x: ExprLike, k: int) -> Call:
 
 
 def hour(ts: ExprLike) -> Call:
-    """Hour of day (UTC, 0-23) of epoch seconds (int32). Null rule: null in, null out.
+    """Hour of day (UTC, 0-23) (int32) of a datetime64 column in any unit (a time-zoned
+    one in UTC, unlike pandas' local ``.dt.hour``; naive taken as UTC) or of integer epoch
+    seconds (int64 / uint64, any value). Null rule: null in, null out (NaT is null).
 
     Example:
         >>> str(hour("ts"))
@@ -280,7 +292,8 @@ def hour(ts: ExprLike) -> Call:
 
 
 def weekday(ts: ExprLike) -> Call:
-    """Day of week (UTC, Monday = 0) of epoch seconds (int32). Null rule: null in, null out.
+    """Day of week (UTC, Monday = 0) (int32) of a datetime64 column or epoch seconds, as
+    :func:`hour`. Null rule: null in, null out.
 
     Example:
         >>> str(weekday("ts"))
@@ -290,7 +303,8 @@ def weekday(ts: ExprLike) -> Call:
 
 
 def day(ts: ExprLike) -> Call:
-    """Day of month (UTC, 1-31) of epoch seconds (int32). Null rule: null in, null out.
+    """Day of month (UTC, 1-31) (int32) of a datetime64 column or epoch seconds, as
+    :func:`hour`. Null rule: null in, null out.
 
     Example:
         >>> str(day("ts"))

@@ -101,8 +101,8 @@ def check_key_kinds(x: pd.Series, keys: tuple, what: str) -> None:
     str_keys = [k for k in keys if isinstance(k, str)]
     if str_keys and len(str_keys) < len(keys):
         raise FeatureError(f"lookup: the keys mix strings and other values ({keys[:4]!r} ...)")
-    numeric = isinstance(x.dtype, np.dtype) and x.dtype.kind in "biuf" or getattr(
-        getattr(x.dtype, "numpy_dtype", None), "kind", "") in "biuf" and not is_text
+    kind = x.dtype.kind if isinstance(x.dtype, np.dtype) else getattr(getattr(x.dtype, "numpy_dtype", None), "kind", None)
+    numeric = kind in ("b", "i", "u", "f") and not is_text
     if str_keys and numeric or keys and not str_keys and is_text:
         raise FeatureError(f"lookup: column {what} of dtype {x.dtype} against "
                            f"{'string' if str_keys else 'non-string'} keys ({keys[0]!r}, ...): nothing would match")

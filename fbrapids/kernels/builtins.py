@@ -310,10 +310,12 @@ def _lookup(t, p):
     if not -(2**63) <= oov < 2**63:
         raise OperatorError(f"lookup: oov {oov} is not an int64 (ids are int64)")
     x = t[0]
+    oov_c = c_number(oov, "i64")
+    if not len(vocab):  # an empty vocabulary: every row (of any column) is out of it
+        return Impl("i64", "expr", oov_c, null_rule="handles", never_null=True)
     if (x == "str") != (vocab.kind == "str"):
         raise OperatorError(f"lookup: a {x} column against a vocabulary of {vocab.kind} keys")
     bufs = vocab.table(unsigned=x == "u64")
-    oov_c = c_number(oov, "i64")
     if vocab.kind == "str":
         call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov_c})"
     else:

@@ -42,6 +42,11 @@ class Node:
     def label(self) -> str:
         return str(self.expr)
 
+    @property
+    def what(self) -> str:
+        """``column 'x'`` or ``sub-expression f(x)``: the node as an error message names it."""
+        return _describe(self.expr)
+
 
 @dataclass
 class Layer:

@@ -66,7 +66,7 @@ def check_fit(plan: Plan, nid: int, arg: HostColumn) -> None:
         row = int(np.argmax(bad))
         value = arg.data[row].item()
         raise KernelRuntimeError(
-            f"feature {', '.join(repr(f) for f in node.features)}: {node.label}: {plan.nodes[node.args[0]].label} "
+            f"feature {', '.join(repr(f) for f in node.features)}: {node.label}: {plan.nodes[node.args[0]].what} "
             f"row {row} holds {value!r}, which does not fit {to} ({int(bad.sum())} such rows); a conversion never "
             f"wraps: clip the values first")
 
