@@ -150,11 +150,14 @@ def _categories_dtype(dtype: Any) -> Any:
 
 def _value_dtype(frame: Any, key: str) -> Any:
     """The dtype of ``key``'s values: a categorical's categories dtype; None for a dask
-    categorical whose categories are unknown (``astype("category")`` on a dask column)."""
+    categorical whose categories are unknown (``astype("category")`` on a dask column) or
+    for a categorical of no categories (all null)."""
     dtype = _key_dtype(frame, key)
     values = _categories_dtype(dtype)
     if values is None:
         return dtype
+    if len(dtype.categories) == 0:  # an all-null categorical: no values to type it, the other side's decides
+        return None
     if _is_dask(frame):
         from dask.dataframe.utils import has_known_categories
 
@@ -517,7 +520,7 @@ def cast_key_columns(frame: Any, casts: dict[str, Any]) -> Any:
     """
     for key, target in casts.items():
         values = _categories_dtype(frame[key].dtype)
-        if values is not None and _key_kind(values) != _key_kind(target):
+        if values is not None and len(frame[key].dtype.categories) and _key_kind(values) != _key_kind(target):
             raise JoinError(f"join key {key!r} is a categorical of {values} values where {target} values were "
                             "expected (the other side's key dtype; str when both sides are dask categoricals of "
                             f"unknown categories): cast the key to its values first, e.g. .astype({{{key!r}: "

@@ -157,6 +157,17 @@ def fill_value(column: str, dtype: Any, value: Any) -> Any:
     return value
 
 
+def _check_text_column(src: str, dtype: Any) -> None:
+    """A JSON source column holds text (strings, object, or a categorical of strings); a
+    numeric one would be read as the JSON numbers its values print as."""
+    text = str(dtype)
+    categories = getattr(dtype, "categories", None) if text == "category" else None
+    if categories is not None and len(categories):
+        text = str(categories.dtype)
+    if not (text in _STRING_DTYPES or "string" in text or text == "category"):
+        raise CleanError(f"json source column {src!r} holds {dtype} values, not JSON text")
+
+
 def _fill_int(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> int:
     if isinstance(value, (float, np.floating)):
         if not np.isfinite(value) or not float(value).is_integer():
@@ -320,6 +331,8 @@ def clean(
     fill, json = dict(fill or {}), dict(json or {})
     columns = list(df.columns)
     _validate(columns, fill, json, drop)
+    for src in json:
+        _check_text_column(src, df.dtypes[src])
     json_dtypes = {name: "str" for paths in json.values() for name in paths}
     fill = {col: fill_value(col, json_dtypes[col] if col in json_dtypes else df.dtypes[col], value)
             for col, value in fill.items()}
