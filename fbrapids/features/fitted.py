@@ -468,7 +468,8 @@ def _apply_frame_ops(frame: Any, calls: list[Call], states: Mapping[str, FittedS
         state = states.get(state_id(c)) if c.op in FITTED_OPS else None
         if c.op == "lookup_value":  # keys of another kind than the column's would match nothing, silently
             R.check_key_kinds(meta[names[c]["a0"]], c.param_dict()["keys"], str(c.args[0]))
-        params = {**_params(c), "_labels": tuple(str(a) for a in c.args)} if c.op in FITTED_OPS else _params(c)
+        params = ({**_params(c), "_labels": tuple(str(a) for a in c.args)} if c.op in FITTED_OPS or c.op in HISTORY_OPS
+                  else _params(c))  # the columns' names, for errors
         job = (_column_of(c), c.op, params, names[c], state)
         if c.op in FITTED_OPS or c.op in ROW_OPS:
             fitted_jobs.append(job)

@@ -440,18 +440,31 @@ class _NumericStats(FittedSpec):
         return {"counts": inp["a0"].value_counts(dropna=True)}
 
     def summary(self, parts: dict[str, list[Any]], rows: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """(distinct values ascending in their own type, counts, meta): integers stay exact
+        (ids past 2^53 are neither merged nor rounded before the statistics)."""
         values, n = _sorted_counts(_sum_counts(parts["counts"]))
-        values = values.astype(np.float64)
+        values = _text_or_numbers(values) if values.dtype == object else values
+        if values.dtype.kind not in "iuf":
+            values = values.astype(np.float64)
         meta: dict[str, Any] = {"rows": rows, "non_null": int(n.sum())}
         if n.sum():
             total = int(n.sum())
-            mean = float(math.fsum((values * n).tolist()) / total)
-            var = float(math.fsum((n * (values - mean) ** 2).tolist()) / total)
+            exact = values.tolist()  # Python ints (exact) or floats
+            if values.dtype.kind in "iu":
+                mean = sum(v * int(c) for v, c in zip(exact, n.tolist())) / total
+            else:
+                with np.errstate(all="ignore"):
+                    finite = bool(np.isfinite(values).all())
+                mean = math.fsum(v * int(c) for v, c in zip(exact, n.tolist())) / total if finite else \
+                    float(np.sum(values * n))  # inf / nan as numpy gives them (fsum raises on inf - inf)
+            with np.errstate(all="ignore"):
+                var = math.fsum(int(c) * (v - mean) ** 2 for v, c in zip(exact, n.tolist())) / total \
+                    if math.isfinite(mean) else float("nan")
             cum = np.cumsum(n)
-            lo = values[np.searchsorted(cum, (total - 1) // 2, side="right")]
-            hi = values[np.searchsorted(cum, total // 2, side="right")]
-            meta.update(mean=mean, std=math.sqrt(var), min=float(values[0]), max=float(values[-1]),
-                        median=float((lo + hi) / 2))
+            lo = exact[int(np.searchsorted(cum, (total - 1) // 2, side="right"))]
+            hi = exact[int(np.searchsorted(cum, total // 2, side="right"))]
+            meta.update(mean=float(mean), std=math.sqrt(var) if var == var else float("nan"), min=float(exact[0]),
+                        max=float(exact[-1]), median=float((lo + hi) / 2))
         return values, n, meta
 
 
@@ -471,20 +484,29 @@ class QuantileBucketize(_NumericStats):
             cum = np.cumsum(n)
             total = int(cum[-1])
             for i in range(1, buckets):
-                b = float(values[np.searchsorted(cum, i * total // buckets, side="right")])  # sorted[i*N//n]
+                b = values[np.searchsorted(cum, i * total // buckets, side="right")]  # sorted[i*N//n]
                 if b > values[0] and (not bounds or b > bounds[-1]):
                     bounds.append(b)
-        return FittedState(self.op, self.params, {"boundaries": np.asarray(bounds, dtype=np.float64)}, meta)
+        table = np.asarray(bounds, dtype=values.dtype if len(values) else np.float64)  # exact: ints stay ints
+        return FittedState(self.op, self.params, {"boundaries": table}, meta)
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
-        x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
-        out = 1 + np.searchsorted(state.tables["boundaries"], x, side="right")
-        out[np.isnan(x)] = 0
+        bounds = state.tables["boundaries"]
+        col = part["a0"]
+        x = _probe(col)
+        null = col.isna().to_numpy()
+        if x.dtype != bounds.dtype and not (x.dtype.kind == bounds.dtype.kind == "f"):
+            # exact comparisons across types (int64 vs uint64, floats vs ids past 2^53): Python numbers
+            x = np.where(null, 0, x).astype(object) if x.dtype.kind in "iufb" else np.where(null, 0, x)
+            bounds = bounds.astype(object)
+        out = 1 + np.searchsorted(bounds, x, side="right") if len(x) else np.zeros(0, dtype=np.int64)
+        out[null] = 0
         return pd.Series(out.astype(np.int32), index=part.index)
 
 
 class Normalize(_NumericStats):
-    """``(x - mean) / std`` (population std; 1 when it is 0). Null in, null out."""
+    """``(x - mean) / std`` (population std; 1 when it is 0). Null in, null out; fitted on
+    no values, every output is null."""
 
     op = "normalize"
 
@@ -493,19 +515,24 @@ class Normalize(_NumericStats):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
+        if "mean" not in state.meta:  # fitted on no values: no statistics, null out (not x unchanged)
+            return pd.Series(np.full(len(x), np.nan), index=part.index)
         std = state.meta.get("std") or 1.0
-        return pd.Series((x - state.meta.get("mean", 0.0)) / std, index=part.index)
+        return pd.Series((x - state.meta["mean"]) / std, index=part.index)
 
 
 class MinMax(Normalize):
     """``(x - min) / (max - min)`` with the fitted min and max (values outside them map
-    outside [0, 1]; a constant column maps to 0). Null in, null out."""
+    outside [0, 1]; a constant column maps to 0). Null in, null out; fitted on no values,
+    every output is null."""
 
     op = "minmax"
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
-        lo, hi = state.meta.get("min", 0.0), state.meta.get("max", 0.0)
+        if "min" not in state.meta:  # fitted on no values: null out (not x unchanged)
+            return pd.Series(np.full(len(x), np.nan), index=part.index)
+        lo, hi = state.meta["min"], state.meta["max"]
         return pd.Series((x - lo) / ((hi - lo) or 1.0), index=part.index)
 
 

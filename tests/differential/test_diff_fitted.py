@@ -149,3 +149,72 @@ def test_categorical_keys(family: str, data: st.DataObject) -> None:
             assert_column(out, name, values, mode=mode, rtol=1e-12, atol=1e-12, order_by="rid")
         for name, values in want_oof.items():
             assert_column(own, name, values, mode=f"{mode} out of fold", rtol=1e-12, atol=1e-12, order_by="rid")
+
+
+# -- quantile_bucketize, normalize, minmax, fill_null_fitted -----------------------------------------
+@st.composite
+def numeric_columns(draw: st.DrawFn, n_train: int, n_apply: int) -> tuple[list, list, Callable[..., pd.Series]]:
+    """Training and applied numbers: integers of every width and flavour at their extremes
+    (ids past 2^53 included), or floats with NaN; all-null now and then."""
+    if draw(st.booleans()):
+        dtype = draw(st.sampled_from(INT_DTYPES))
+        flavour = draw(st.sampled_from(["numpy", "nullable", "arrow"]))
+        full = {"numpy": dtype, "nullable": dtype.capitalize().replace("Uint", "UInt"), "arrow": f"{dtype}[pyarrow]"}[flavour]
+        big = [b for b in BIG_IDS if b <= np.iinfo(dtype).max]
+        value = st.one_of(ints_of(dtype), st.sampled_from(big)) if big else ints_of(dtype)
+        if flavour != "numpy":
+            value = st.one_of(value, st.none())
+
+        def make(vals: list, index: pd.Index | None = None) -> pd.Series:
+            return int_series(vals, full, index=index)
+    else:
+        value = st.one_of(st.floats(-1e12, 1e12), st.sampled_from([0.5, -0.0, 1e-300, 2.0 ** 60]), st.none())
+
+        def make(vals: list, index: pd.Index | None = None) -> pd.Series:
+            return pd.Series([np.nan if v is None else v for v in vals], dtype="float64", index=index)
+    if draw(st.integers(0, 7)) == 0:
+        value = st.none()
+    pool = draw(st.lists(value, min_size=1, max_size=8))
+    pick = st.sampled_from(pool)
+    return (draw(st.lists(pick, min_size=n_train, max_size=n_train)),
+            draw(st.lists(st.one_of(pick, value), min_size=n_apply, max_size=n_apply)), make)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@DIFF
+@given(data=st.data())
+def test_numeric_statistics(family: str, data: st.DataObject) -> None:
+    nt, na = data.draw(sizes(), label="train rows"), data.draw(sizes(), label="apply rows")
+    xtrain, xapply, make = data.draw(numeric_columns(nt, na), label="x")
+    buckets = data.draw(st.sampled_from([1, 2, 4, 10]))
+    train = _frame({"x": make(xtrain)}, nt, data.draw(indexes(nt), label="train index"))
+    apply = _frame({"x": make(xapply)}, na, data.draw(indexes(na), label="apply index"))
+    feats = {"q": ops.quantile_bucketize("x", buckets), "z": ops.normalize("x"), "m": ops.minmax("x"),
+             "f": ops.fill_null_fitted("x"), "md": ops.fill_null_fitted("x", "median")}
+    want = {"q": ref.quantile_bucketize(xtrain, xapply, buckets), "z": ref.normalize(xtrain, xapply),
+            "m": ref.minmax(xtrain, xapply), "f": ref.fill_null_fitted(xtrain, xapply),
+            "md": ref.fill_null_fitted(xtrain, xapply, "median")}
+    fit_in = data.draw(st.sampled_from(modes(family)[1:]), label="fit on")
+    for mode, out, _ in fit_apply(train, apply, feats, family, fit_in, oof=False):
+        for name, values in want.items():
+            assert_column(out, name, values, mode=mode, rtol=1e-9, atol=1e-9, order_by="rid")
+
+
+def test_state_fitted_on_ints_refuses_strings_and_compares_numbers_exactly() -> None:
+    """Deliberate: a state fitted on integer keys refuses text keys (and the reverse),
+    naming the column and both types, instead of answering all out of vocabulary; numbers
+    of other types (uint64, float) match by exact value."""
+    ids = [2**53 + 1, 2**64 - 1, 7]
+    train = pd.DataFrame({"k": pd.Series(ids, dtype="uint64"), "s": ["1", "a\x00", "a"]})
+    fitted = train.fbx.fit(c=ops.categorify("k"), n=ops.count_encode("k"), t=ops.count_encode("s"))
+    for frame, culprit in ((pd.DataFrame({"k": [str(v) for v in ids], "s": ["1", "a", "b"]}), "'k'"),
+                           (pd.DataFrame({"k": ids, "s": [1, 2, 3]}), "'s'")):
+        for mode in ("eager", "dask3"):
+            with pytest.raises(Exception) as info:
+                materialize(fitted.extract(to_mode(frame, mode)), mode)
+            assert_error_names(info.value, culprit)
+    probe = pd.DataFrame({"k": pd.Series([float(2**53), 7.0, None, -1], dtype="object").astype("Float64"),
+                          "s": ["a\x00", "a", "a\x00\x00", None]})
+    out = fitted.extract(probe.assign(k=pd.Series([2**53, 7, None, 1], dtype="Int64")))
+    assert out["n"].tolist() == [0, 1, 0, 0] and out["t"].tolist() == [1, 1, 0, 0]
+    assert fitted.extract(probe)["n"].tolist() == [0, 1, 0, 0]  # float 2^53 is not the id 2^53 + 1
