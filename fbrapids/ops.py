@@ -381,7 +381,10 @@ def categorify(x: ExprLike, min_freq: int = 1, max_size: int | None = None, oov_
     of vocabulary (with ``oov_buckets``, rare and unseen values are spread over that many
     ids by their FarmHash), then the vocabulary by descending count.  Calls with the same
     ``vocab`` name share one vocabulary fitted over all their columns (history item ids
-    then equal candidate item ids).
+    then equal candidate item ids).  Values compare exactly (``"a"`` and ``"a\\x00"`` differ;
+    ids past 2^53 stay distinct; an int state matches uint64 / float values by exact value);
+    a state fitted on numbers applied to text (ids read as strings) or the reverse is an
+    ``OperatorTypeError`` naming the column, never all out of vocabulary.
 
     Example:
         >>> str(categorify("city", min_freq=2))
@@ -391,7 +394,8 @@ def categorify(x: ExprLike, min_freq: int = 1, max_size: int | None = None, oov_
 
 
 def count_encode(*keys: ExprLike) -> Call:
-    """Rows per key (tuple) in the fitted frame, int64; 0 for unseen or null keys.
+    """Rows per key (tuple) in the fitted frame, int64; 0 for unseen or null keys (a tuple
+    with any null).  Keys compare as :func:`categorify`'s values do.
 
     Example:
         >>> str(count_encode("user_id", "category"))
@@ -409,7 +413,9 @@ def target_encode(*keys: ExprLike, label: ExprLike, smoothing: float = 20.0, fol
     statistics over ``folds`` seeded folds -- keys' and prior's sums without the row's fold --
     so no row's label enters its own encoding.  ``fold_by`` (a row id column, e.g.
     ``"instance_id"``) seeds the folds so they do not depend on partitioning (required on
-    dask); without it the row position does.
+    dask); without it the row position does.  Applied with frozen statistics the frame
+    needs only the keys (no label: a serving frame has none).  Labels are summed as float64;
+    rows with a null label count in neither sum nor count.
 
     Example:
         >>> str(target_encode("user_id", label="click", fold_by="instance_id"))
@@ -435,6 +441,7 @@ def quantile_bucketize(x: ExprLike, n: int) -> Call:
 
 def normalize(x: ExprLike) -> Call:
     """``(x - mean) / std`` with the fitted mean and population std (float64); null in, null out.
+    A constant column (std 0) is divided by 1; fitted on no values, every output is null.
 
     Example:
         >>> str(normalize("price"))
@@ -445,6 +452,8 @@ def normalize(x: ExprLike) -> Call:
 
 def minmax(x: ExprLike) -> Call:
     """``(x - min) / (max - min)`` with the fitted min and max (float64); null in, null out.
+    Values outside the fitted range map outside [0, 1]; a constant column is divided by 1;
+    fitted on no values, every output is null.
 
     Example:
         >>> str(minmax("price"))
@@ -454,7 +463,8 @@ def minmax(x: ExprLike) -> Call:
 
 
 def fill_null_fitted(x: ExprLike, stat: str = "mean") -> Call:
-    """``x`` (as float64) with nulls replaced by its fitted ``"mean"`` or ``"median"``.
+    """``x`` (as float64) with nulls replaced by its fitted ``"mean"`` or ``"median"`` (the
+    mean of the two middle values for an even count); fitted on no values, nulls stay null.
 
     Example:
         >>> str(fill_null_fitted("age", "median"))
@@ -468,8 +478,14 @@ def fill_null_fitted(x: ExprLike, stat: str = "mean") -> Call:
 def history(key: ExprLike, item: ExprLike, time: ExprLike, last_n: int = 50, events: ExprLike | None = None) -> Call:
     """The key's last ``last_n`` items strictly before the row's time, oldest first (a list).
 
-    ``events`` (a boolean / 0-1 column, e.g. ``"click"``) keeps only those rows as events.
-    On dask the frame is shuffled by ``key`` first (rows come back grouped by key).
+    ``events`` (a boolean / 0-1 column, e.g. ``"click"``; null is false) keeps only those
+    rows as events.  Events at equal times are ordered by item (null items first).  A row
+    with a null key or time gets ``[]``.
+
+    ``time`` is a datetime64 column (any unit, with or without a time zone: instants are
+    compared exactly in the column's unit) or integer times (epoch seconds or any integer
+    unit; exact int64, never through float64).  On dask only the inputs are shuffled by
+    ``key``; the frame keeps its partitions and row order.
 
     Example:
         >>> str(history("user_id", "category", "ts", last_n=50, events="click"))
@@ -480,7 +496,12 @@ def history(key: ExprLike, item: ExprLike, time: ExprLike, last_n: int = 50, eve
 
 
 def window_count(key: ExprLike, time: ExprLike, window: int | str, events: ExprLike | None = None) -> Call:
-    """The key's events in ``[t - window, t)`` (``window``: seconds or ``"1h"``, ``"1d"``, ``"7d"``).
+    """The key's events in ``[t - window, t)`` (int64; 0 for a row with a null key or time).
+
+    ``window``: ``"90m"``, ``"1h"``, ``"1d"``, ``"7d"`` (s / m / h / d / w), or a number:
+    seconds for a datetime ``time`` (whatever its unit), the column's own units for an
+    integer ``time`` (a string window takes integer times as epoch seconds).  Times as in
+    :func:`history`; ``events`` as there.
 
     Example:
         >>> str(window_count("user_id", "ts", "1d"))
@@ -492,7 +513,10 @@ def window_count(key: ExprLike, time: ExprLike, window: int | str, events: ExprL
 
 def window_mean(key: ExprLike, value: ExprLike, time: ExprLike, window: int | str,
                 events: ExprLike | None = None) -> Call:
-    """Mean of ``value`` over the key's events in ``[t - window, t)`` (NaN when none).
+    """Mean of ``value`` over the key's events in ``[t - window, t)`` with a non-null
+    ``value`` (float64; NaN when none).  Only values inside the window enter its sum (a huge
+    old value never cancels out of later windows).  ``window`` and times as in
+    :func:`window_count`.
 
     Example:
         >>> str(window_mean("user_id", "click", "ts", "7d"))
@@ -503,7 +527,9 @@ def window_mean(key: ExprLike, value: ExprLike, time: ExprLike, window: int | st
 
 
 def time_since(key: ExprLike, time: ExprLike, events: ExprLike | None = None) -> Call:
-    """Time since the key's previous event strictly before the row's time (null when none).
+    """Time since the key's previous event strictly before the row's time (int64, null when
+    none or when the key or time is null): in the integer time's own units, or in whole
+    seconds (floored) for a datetime column, whatever its unit.
 
     Example:
         >>> str(time_since("user_id", "ts"))

@@ -16,15 +16,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 import diffref_fitted as ref
-import os
-from hypothesis import Phase, settings
-from diff_harness import (DIFF as _DIFF, FAMILIES, assert_column, assert_error_names, materialize, modes, to_mode)
+from diff_harness import (DIFF, FAMILIES, assert_column, assert_error_names, materialize, modes, to_mode)
 from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, indexes, int_series, ints_of,
                              sizes, string_series, texts)
 from fbrapids import ops
 from fbrapids.fitting.encoders import fold_of
-
-DIFF = settings(_DIFF, phases=[Phase.explicit, Phase.reuse, Phase.generate]) if os.environ.get("NOSHRINK") else _DIFF
 
 
 # -- inputs ------------------------------------------------------------------------------------

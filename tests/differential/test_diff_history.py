@@ -15,14 +15,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 import diffref_fitted as ref
-import os
-from hypothesis import Phase, settings
-from diff_harness import DIFF as _DIFF, FAMILIES, assert_column, assert_error_names, materialize, run_modes, to_mode
+from diff_harness import DIFF, FAMILIES, assert_column, assert_error_names, materialize, run_modes, to_mode
 from diff_strategies import (BIG_IDS, TIME_UNITS, ZONES, epoch_ns_values, indexes, int_series, sizes,
                              string_series, texts, time_series)
 from fbrapids import ops
-
-DIFF = settings(_DIFF, phases=[Phase.explicit, Phase.reuse, Phase.generate]) if os.environ.get("NOSHRINK") else _DIFF
 
 
 @st.composite
