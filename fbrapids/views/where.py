@@ -23,7 +23,17 @@ the comparison stays exact all the same: ``x < 300`` on ``int8`` widens the colu
 type the column could widen to (``2**64`` against ``int64``) gives the constant answer.
 A ``float32`` column against ``0.1`` (not a ``float32`` value) is widened to ``float64``,
 so ``x == 0.1`` is False for ``float32(0.1)``, unlike numpy's weak-scalar rule.
-Arithmetic widens integers to 64 bits and floats to ``float64`` first (no wrap-around).
+A ``float`` column against an int literal no float64 holds (``2**53 + 1``) is compared
+exactly too.  Strings compare by value (a categorical's ``<`` compares its strings, not its
+codes).
+
+Arithmetic is exact or refused: integers widen to ``int64`` (``uint64`` stays ``uint64``)
+and floats to ``float64`` first; a row whose integer result the 64-bit type cannot hold
+(``x * x`` beyond 2^63, ``u - 1`` at ``u = 0`` on ``uint64``) is a
+:class:`~fbrapids.errors.CleanError` naming the row and the operands, never wrapped; an
+``int64`` operand with a ``uint64`` one is refused (no exact common type).  Integer ``//``
+and ``%`` by 0 give null (unknown, so the row is dropped); ``/`` gives ``float64`` (IEEE:
+``x / 0`` is inf or NaN), and an integer with a float operand is ``float64`` arithmetic.
 
 Nulls: SQL's three-valued logic on every backend.  A comparison with a null (or NaN)
 operand is *unknown*; ``not unknown`` is unknown; ``False and unknown`` is False;
@@ -290,6 +300,16 @@ def evaluate(where: Where | str, frame: Any) -> Any:
     return _Evaluator(w.text, frame).truth(w.tree).value
 
 
+def _is_int(v: Any) -> bool:
+    """An integer operand: a Python int literal (not a bool) or an integer series."""
+    if isinstance(v, (bool, np.bool_, float, str)):
+        return False
+    if isinstance(v, (int, np.integer)):
+        return True
+    dt = _dtype(v)
+    return dt is not None and dt.kind in "iu"
+
+
 def _all(like: Any, value: bool) -> Any:
     """A null-free bool series of ``value`` with ``like``'s index (pandas or cudf)."""
     return (like.notna() | like.isna()) if value else (like.notna() & like.isna())
@@ -332,6 +352,8 @@ class _Evaluator:
             return tree.value
         if isinstance(tree, Arith):
             left, right = self.widen(self.value(tree.left)), self.widen(self.value(tree.right))
+            if _is_int(left) and _is_int(right) and tree.op != "/":
+                return self.int_arith(tree, left, right)
             try:
                 return _OPS[tree.op](left, right)
             except (TypeError, ValueError, ZeroDivisionError) as exc:
@@ -344,8 +366,65 @@ class _Evaluator:
         dt = None if isinstance(v, (int, float, str, bool)) else _dtype(v)
         if dt is None or dt.kind == "b":
             return v
-        target = {"i": np.int64, "u": np.uint64, "f": np.float64}[dt.kind]
+        target = {"i": np.int64, "u": np.uint64 if dt.itemsize == 8 else np.int64, "f": np.float64}[dt.kind]
         return v if dt == target else _astype(v, target)
+
+    def int_arith(self, tree: Arith, a: Any, b: Any) -> Any:
+        """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a
+        uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 are null."""
+        kinds = {_dtype(v).kind for v in (a, b) if not isinstance(v, int)}
+        unsigned = "u" in kinds
+        if kinds == {"i", "u"}:
+            raise self.fail(f"{tree.op!r} of an int64 and a uint64 operand has no exact 64-bit type; cast one side")
+        dt = np.dtype(np.uint64 if unsigned else np.int64)
+        info = np.iinfo(dt)
+        a, b = (self.int_literal(v, dt, info) if isinstance(v, int) else v for v in (a, b))
+        op = tree.op
+        zero = (b == 0) if op in ("//", "%") else None
+        if zero is not None and not hasattr(zero, "where"):  # a literal divisor: every row or none
+            zero = _all(a, bool(zero))
+        if zero is not None:
+            b = b.where(b != 0, dt.type(1)) if hasattr(b, "where") else (dt.type(1) if b == 0 else b)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            r = _OPS[op](a, b)
+            if op == "+":
+                bad = (r < a) if unsigned else ((b > 0) & (r < a)) | ((b < 0) & (r > a))
+            elif op == "-":
+                bad = (a < b) if unsigned else ((b > 0) & (r > a)) | ((b < 0) & (r < a))
+            elif op == "*":
+                one = a.where(a != 0, dt.type(1)) if hasattr(a, "where") else (a or dt.type(1))
+                bad = (a != 0) & ((r // one != b) | (r % one != 0))
+                if not unsigned:
+                    bad = bad | ((a == -1) & (b == info.min)) | ((b == -1) & (a == info.min))
+            elif op == "//" and not unsigned:
+                bad = (a == info.min) & (b == -1)
+            else:
+                bad = False
+        self.check_overflow(tree, bad, a, b)
+        if zero is not None and hasattr(r, "where"):
+            if isinstance(getattr(r, "dtype", None), np.dtype) and hasattr(r, "attrs"):  # pandas numpy ints: nullable first
+                r = _astype(r.astype(("UInt" if unsigned else "Int") + "64"), dt)
+            r = r.where(~zero.fillna(False))
+        return r
+
+    def int_literal(self, v: int, dt: np.dtype, info: Any) -> Any:
+        if not info.min <= v <= info.max:
+            raise self.fail(f"the literal {v} is outside {dt}, the type of this arithmetic")
+        return dt.type(v)
+
+    def check_overflow(self, tree: Arith, bad: Any, a: Any, b: Any) -> None:
+        if isinstance(bad, (bool, np.bool_)):
+            if bad:
+                raise self.fail(f"{tree.op!r} of {a} and {b} overflows 64 bits")
+            return
+        flags = np.asarray(bad.fillna(False).to_numpy(), dtype=bool) if hasattr(bad, "fillna") else np.asarray(bad)
+        if flags.any():
+            i = int(np.flatnonzero(flags)[0])
+            row = bad.index[i]
+            show = [v.iloc[i] if hasattr(v, "iloc") else v for v in (a, b)]
+            raise self.fail(f"row {row!r}: {show[0]} {tree.op} {show[1]} overflows "
+                            f"{'uint64' if any(_dtype(v) is not None and _dtype(v).kind == 'u' for v in (a, b) if hasattr(v, 'dtype')) else 'int64'}"
+                            " (integer arithmetic is exact in 64 bits or refused)")
 
     # conditions
     def truth(self, tree: Any) -> _Truth:
@@ -432,6 +511,8 @@ class _Evaluator:
                 raise self.fail(f"cannot compare numeric column ({col.dtype}) with the string {lit!r}")
             if not isinstance(lit, str):
                 raise self.fail(f"cannot compare a {col.dtype} column with the number {lit!r}")
+            if op not in ("==", "!=") and str(col.dtype) == "category":  # strings are ordered by value, not by code
+                col = col.astype(col.cat.categories.dtype if len(col.cat.categories) else "str")
             return _OPS[op](col, lit)
         if dt.kind == "b":
             if not isinstance(lit, (bool, int)) or lit not in (0, 1):
@@ -443,7 +524,14 @@ class _Evaluator:
             cast = dt.type(lit)
             if float(cast) == lit or math.isinf(lit):
                 return _OPS[op](col, cast)
-            return _OPS[op](_astype(col, np.float64), np.float64(lit))
+            near = np.float64(lit)
+            if isinstance(lit, int) and float(near) != lit:  # an int no float64 holds: exact all the same
+                if op in ("==", "!="):
+                    return op == "!="
+                # no float lies strictly between lit and its nearest float64 ``near``
+                op = {"<": "<", "<=": "<", ">": ">=", ">=": ">="}[op] if near > lit else \
+                     {"<": "<=", "<=": "<=", ">": ">", ">=": ">"}[op]
+            return _OPS[op](_astype(col, np.float64), near)
         return self.int_against(col, dt, op, lit)
 
     def int_against(self, col: Any, dt: np.dtype, op: str, lit: int | float) -> Any:

@@ -187,10 +187,10 @@ def arith(op: str, a: Any, b: Any, unsigned: bool) -> Any:
         a, b = float(a), float(b)
         if op == "/" and b == 0:
             return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
-        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[op]
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[op]()
     if op in ("//", "%") and b == 0:
         return None
-    r = {"+": a + b, "-": a - b, "*": a * b, "//": a // b, "%": a % b}[op]
+    r = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a // b, "%": lambda: a % b}[op]()
     lo, hi = (0, 2**64 - 1) if unsigned else (-(2**63), 2**63 - 1)
     if not lo <= r <= hi:
         raise Overflow(f"{a} {op} {b}")

@@ -402,3 +402,53 @@ def test_join_refuses_mismatched_keys_naming_them(data):
             assert_values(call()["v"], [7, None], what=f"{a} with {b}")
         else:
             _expect_refusal(call, "'k'")
+
+
+WHERE_EDGES = ["x * x > 0", "x - 1 > 0", "x + 9223372036854775807 > 0", "x // 0 == 0", "isnull(x % 0)",
+               "x // -1 > 0", "f == 9007199254740993", "f < 9007199254740993", "f >= 9007199254740993",
+               "s < 'b'", "s >= 'a\\x00'", "x < 2.5", "x == 18446744073709551615", "x > -1"]
+
+
+@pytest.mark.parametrize("xdtype", ["int64", "uint64", "Int8", "uint8[pyarrow]"])
+@pytest.mark.parametrize("text", WHERE_EDGES)
+def test_where_edges_exact_or_refused(text, xdtype):
+    """Fixed extremes through the three-valued reference: wrap-around, division by zero,
+    float-vs-int exactness and categorical string order."""
+    lo, hi = ref.INT_RANGE[xdtype.split("[")[0].lower()]
+    xs = [lo, hi, 0, 1, None if xdtype[0] in "IU" or "[" in xdtype else 2]
+    n = len(xs)
+    df = pd.DataFrame({"x": int_series(xs, xdtype), "f": [2.0**53, 2.0**53 + 2, 1.0, np.nan, 0.5],
+                       "s": pd.Series(["a", "b", "a\x00", None, "é"], dtype="category"), "rid": np.arange(n)})
+    rows = [{"x": xs[i], "f": float(df["f"][i]), "s": df["s"][i], "_u": xdtype == "uint64"} for i in range(n)]
+    tree = compile_where(text)
+    try:
+        keep = [i for i, r in enumerate(rows) if tree(r) is True]
+    except ref.Overflow:
+        for mode in ("eager", "dask3"):
+            _expect_refusal(lambda: materialize(to_mode(df, mode).fbx.clean(where=text), mode), text)
+        return
+    for mode, out in run_modes(df, lambda f: f.fbx.clean(where=text), "cpu", only=("eager", "dask3")):
+        assert_values(out["rid"], keep, what=f"{mode}: rows kept by {text!r}")
+
+
+def compile_where(text: str):
+    """The few edge filters above as reference functions (no parsing of fbrapids' language)."""
+    def x_arith(op, lit, cmp_op, cmp_lit):
+        return lambda r: ref.compare(cmp_op, ref.arith(op, r["x"], r["x"] if lit == "x" else lit, r["_u"]), cmp_lit)
+    table = {
+        "x * x > 0": x_arith("*", "x", ">", 0),
+        "x - 1 > 0": x_arith("-", 1, ">", 0),
+        "x + 9223372036854775807 > 0": x_arith("+", 2**63 - 1, ">", 0),
+        "x // 0 == 0": lambda r: None,
+        "isnull(x % 0)": lambda r: True,
+        "x // -1 > 0": x_arith("//", -1, ">", 0),
+        "f == 9007199254740993": lambda r: ref.compare("==", r["f"], 2**53 + 1),
+        "f < 9007199254740993": lambda r: ref.compare("<", r["f"], 2**53 + 1),
+        "f >= 9007199254740993": lambda r: ref.compare(">=", r["f"], 2**53 + 1),
+        "s < 'b'": lambda r: ref.compare("<", None if ref.is_null(r["s"]) else r["s"], "b"),
+        "s >= 'a\\x00'": lambda r: ref.compare(">=", None if ref.is_null(r["s"]) else r["s"], "a\x00"),
+        "x < 2.5": lambda r: ref.compare("<", r["x"], 2.5),
+        "x == 18446744073709551615": lambda r: ref.compare("==", r["x"], 2**64 - 1),
+        "x > -1": lambda r: ref.compare(">", r["x"], -1),
+    }
+    return table[text]
