@@ -9,7 +9,7 @@ import pytest
 
 import fbrapids  # noqa: F401
 from fbrapids import ops
-from fbrapids.errors import FeatureError
+from fbrapids.errors import FeatureError, OperatorError
 
 # 2024-01-01 is a Monday; 05:30 UTC
 EPOCH = 1704087000
@@ -79,10 +79,14 @@ def test_categorical_strings_fill_join_and_operators():
 
 @pytest.mark.parametrize("buckets", [2**63, 2**64 + 5])
 def test_buckets_of_2_63_or_more_are_errors(buckets):
+    """Bucket ids are int64: a count of 2^63 or more is refused when the expression is
+    built, naming the operator and the parameter (never wrapped, never left to plan time)."""
     df = pd.DataFrame({"u": [1, 2], "s": ["a", "b"]})
-    for feat in (ops.hash_bucket("u", buckets), ops.cross("u", "s", buckets=buckets), ops.split("s", " ", buckets=buckets)):
-        with pytest.raises(FeatureError, match="2\\^63"):
-            df.fbx.extract(h=feat)
+    for op, build in (("hash_bucket", lambda: ops.hash_bucket("u", buckets)),
+                      ("cross", lambda: ops.cross("u", "s", buckets=buckets)),
+                      ("split", lambda: ops.split("s", " ", buckets=buckets))):
+        with pytest.raises(OperatorError, match=f"{op}.*'buckets'.*{buckets}"):
+            build()
     assert df.fbx.extract(h=ops.hash_bucket("u", 2**63 - 1))["h"].min() >= 0
 
 
