@@ -641,7 +641,12 @@ def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -
 @dataclass(frozen=True)
 class _JsonPlan:
     keys: list[str]  #: every key of the sampled records, in first-seen order
-    dtypes: dict[str, str]  #: the dtype each key's column reads as
+    samples: dict[str, list[tuple[Any, Any]]]  #: each key's sampled values
+    first_file: str
+
+    def dtype(self, key: str) -> str:
+        """The dtype ``key``'s column reads as (inferred only for columns read without dtype=)."""
+        return jsonl.infer_dtype(self.samples[key], self.first_file, key)
 
 
 def _json_plan(files: Sequence[str], opts: _CsvOptions) -> _JsonPlan:
@@ -656,13 +661,15 @@ def _json_plan(files: Sequence[str], opts: _CsvOptions) -> _JsonPlan:
         n = len(next(iter(sample.values()), []))
         where = (lambda line: line) if len(files) == 1 else (lambda line, f=f: f"line {line} of {f}")
         for k in keys:
+            if k not in values and kept:  # first seen here: null in the records before
+                values[k] = [(f"the records of the files before {f}", None)]
             if k not in values or kept < META_SAMPLE_ROWS:
                 values.setdefault(k, []).extend((where(line), v) for line, v in sample[k])
         if kept < META_SAMPLE_ROWS and n:
             for k in values.keys() - set(keys):  # a key this file never has is null in it
                 values[k].append((f"a record of {f}", None))
         kept += n
-    return _JsonPlan(list(values), {k: jsonl.infer_dtype(v, files[0], k) for k, v in values.items()})
+    return _JsonPlan(list(values), values, files[0])
 
 
 def _read_json_host(path: str, columns: list[str], opts: _CsvOptions, dtype: dict[str, Any],
@@ -1114,7 +1121,7 @@ def read_view(
     if fmt == "parquet" and not be.is_gpu:  # (cudf ints hold nulls as they are)
         dtypes = nullable_int_columns(files, cols) | dtypes
     if plan is not None:
-        dtypes = {c: plan.dtypes[c] for c in cols} | dtypes
+        dtypes = {c: plan.dtype(c) for c in cols if c not in dtypes} | dtypes
         if columns is None:  # a key beyond the sampled records is an error, not dropped
             csv_opts = dataclasses.replace(csv_opts, keys=tuple(available))
     first = files[0] if fmt != "csv" else next((f for f in files if os.path.getsize(f)), files[0])

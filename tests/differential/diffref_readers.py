@@ -70,6 +70,17 @@ def ints_dtype(ints: list[int], nulls: bool, culprits: tuple[str, ...]) -> str:
     raise Refused(*culprits)
 
 
+def as_float(f: float, dtype: str, culprits: tuple[str, ...]) -> float:
+    """``f`` rounded to ``dtype`` (float32 / float64); a finite value that overflows is refused."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        g = float(np.dtype(dtype).type(f))
+    if math.isinf(g) and not math.isinf(f):
+        raise Refused(*culprits)
+    return g
+
+
 # -- CSV ----------------------------------------------------------------------------------
 def _csv_text(path: str, sep: str, header: bool, names: list[str] | None, compression: str | None
               ) -> pd.DataFrame | None:
@@ -107,9 +118,9 @@ def _csv_infer(texts: list[str | None]) -> str:
 
 def csv_value(text: str | None, dtype: str, culprits: tuple[str, ...]) -> Any:
     """One CSV field as ``dtype``, by the docstring's rules, or Refused."""
-    t = None if text is None or text.strip() == "" else text.strip()
     if dtype == "str":
-        return text if t is not None else None
+        return text if text not in (None, "") else None  # only an empty field is null
+    t = None if text is None or text.strip() == "" else text.strip()
     if t is not None and dtype.lower() in _NUMERIC_NP and t.lower() in NAN_TEXTS:
         t = None
     if t is None:
@@ -140,7 +151,7 @@ def csv_value(text: str | None, dtype: str, culprits: tuple[str, ...]) -> Any:
             f = float(t)
         except ValueError:
             raise Refused(*culprits) from None
-        return None if math.isnan(f) else f
+        return None if math.isnan(f) else as_float(f, dtype, culprits)
     return pd.Series([t]).astype(dtype).iloc[0]
 
 
@@ -250,12 +261,12 @@ def _json_value(v: Any, want: str, culprits: tuple[str, ...]) -> Any:
         if not isinstance(v, bool):
             raise Refused(*culprits)
         return v
-    if want == "float64":
+    if want in ("float64", "float32"):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise Refused(*culprits)
-        if isinstance(v, int) and int(float(v)) != v:
+        if isinstance(v, int) and int(as_float(float(v), want, culprits)) != v:
             raise Refused(*culprits)
-        return float(v)
+        return as_float(float(v), want, culprits)
     return pd.Series([v]).astype(want).iloc[0]
 
 
