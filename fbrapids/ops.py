@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any, Mapping, Sequence
 
@@ -141,13 +142,35 @@ def cast(x: ExprLike, to: str) -> Call:
 def bucketize(x: ExprLike, boundaries: Sequence[float]) -> Call:
     """TensorFlow ``Bucketize``: the number of boundaries ``b`` with ``b <= x`` (int32).
 
-    Null rule: null in, null out.
+    Null rule: null in, null out.  The comparison is exact, as Python compares an int and
+    a float: an integer column is never read through float64 (``x = 2**53`` is below the
+    boundary ``2**53 + 1``; uint64 ids at ``2**64 - 1`` included), and an integer boundary
+    that float64 cannot hold is kept as the integer.  Boundaries must be sorted numbers
+    (no NaN): an OperatorError naming the operator and the parameter when built.
 
     Example:
         >>> str(bucketize("age", [18, 25]))
         'bucketize(age, boundaries=(18.0, 25.0))'
+        >>> bucketize("id", [2**53 + 1]).params
+        (('boundaries', (9007199254740993,)),)
     """
-    return call("bucketize", x, boundaries=tuple(float(b) for b in boundaries))
+    bs = tuple(_boundary(b) for b in boundaries)
+    if not bs or any(a > b for a, b in zip(bs, bs[1:])):
+        raise OperatorError(f"bucketize: parameter 'boundaries' must be a non-empty sorted list, got {boundaries!r}")
+    return call("bucketize", x, boundaries=bs)
+
+
+def _boundary(b: Any) -> int | float:
+    """A bucketize boundary: a float where float64 holds it exactly, else the integer."""
+    if isinstance(b, bool) or not isinstance(b, numbers.Real) or b != b:
+        raise OperatorError(f"bucketize: parameter 'boundaries' must hold numbers (no NaN), got {b!r}")
+    if not isinstance(b, numbers.Integral):
+        return float(b)
+    try:
+        f = float(b)
+    except OverflowError:
+        return int(b)
+    return f if f == b else int(b)
 
 
 def hash(x: ExprLike) -> Call:  # noqa: A001 - the operator's name

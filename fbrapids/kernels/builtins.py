@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -173,11 +175,39 @@ def _cast(t, p):
 @_op("bucketize", ("num",), "TensorFlow Bucketize: the number of boundaries b with b <= x (int32).",
      headers=(H_SCALAR,))
 def _bucketize(t, p):
-    b = np.asarray(p.get("boundaries"), dtype=np.float64)
-    if b.ndim != 1 or len(b) == 0 or np.any(np.diff(b) < 0) or np.isnan(b).any():
+    (x,) = t
+    b = list(p.get("boundaries") or ())
+    if not b or any(not _is_number(v) or v != v for v in b) or any(u > v for u, v in zip(b, b[1:])):
         raise OperatorError(f"bucketize: boundaries must be a non-empty sorted list of numbers, got {p.get('boundaries')!r}")
-    return Impl("i32", "expr", f"fbx_bucketize((double){{a0}}, (const double*){{b0}}, {len(b)})",
-                buffers=(np.ascontiguousarray(b),))
+    if x in T.FLOAT_TYPES:  # b <= x  <=>  d <= x for the smallest double d >= b (exact for any b)
+        d = np.array([_double_at_least(v) for v in b], dtype=np.float64)
+        return Impl("i32", "expr", f"fbx_bucketize((double){{a0}}, (const double*){{b0}}, {len(d)})", buffers=(d,))
+    # an integer column compares exactly: b <= x  <=>  ceil(b) <= x; thresholds past the type's
+    # ends count for every value (below) or none (above); the rest compare in the column's sign
+    tmin, tmax = _type_range(x)
+    th = [math.ceil(v) if isinstance(v, float) and math.isfinite(v) else v for v in b]
+    always = sum(1 for v in th if v <= tmin)
+    mid = [int(v) for v in th if tmin < v <= tmax]
+    kind = "u64" if x in ("u64", "u32", "u16", "u8", "bool") else "i64"
+    arr = np.array(mid or [0], dtype=np.uint64 if kind == "u64" else np.int64)
+    return Impl("i32", "expr", f"fbx_bucketize_{kind}((fbx_{kind}){{a0}}, (const fbx_{kind}*){{b0}}, {len(mid)}, "
+                f"{always})", buffers=(arr,))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _double_at_least(v: int | float) -> float:
+    """The smallest double ``d >= v`` (``inf`` past the largest): for a double ``x``,
+    ``v <= x`` exactly when ``d <= x``."""
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    try:
+        d = float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -sys.float_info.max
+    return d if d >= v else math.nextafter(d, math.inf)
 
 
 _TIME_OF = ("datetime64 (any unit; time-zoned in UTC, naive taken as UTC) or integer epoch seconds (the "

@@ -103,7 +103,9 @@ def test_integer_columns(family, data):
         feats["f"], want["f"] = ops.fill_null("x", fill), [ref.fill_null(v, int(fill)) for v in held]
     else:  # a value past the type (or a fraction for an integer column): an error naming it
         _check(df, {"f": ops.fill_null("x", fill)}, {}, family, culprits=(repr(fill),))
-    clipped, misfit = _expect(lambda v: ref.clip(v, lower, upper, t), held)
+    # the bounds are checked once more on a null row: an empty frame has the same answer
+    clipped, misfit = _expect(lambda v: ref.clip(v, lower, upper, t), held + [None])
+    clipped = clipped[:-1] if clipped is not None else None
     if misfit is None:
         feats["c"], want["c"] = ops.clip("x", lower, upper), clipped
     else:
@@ -122,6 +124,60 @@ def _misfits(v: Any, to: str) -> bool:
         return False
     except ref.Misfit:
         return True
+
+
+def _near(v: int) -> list[int | float]:
+    return [v - 2, v - 1, v, v + 1, v + 2, float(v), v - 0.5 if abs(v) < 2**52 else float(v)]
+
+
+BIG_BOUNDS = sorted({b for v in (2**53, 2**63, 2**64 - 1, -(2**63), 0) for b in _near(v)}
+                    | {-math.inf, math.inf, 2**64, 2**70, -(2**70), -1.5, 0.5}, key=lambda b: (b, isinstance(b, float)))
+BIG_VALUES = {"int64": [2**53 - 1, 2**53, 2**53 + 1, 2**53 + 3, 2**63 - 1, 2**63 - 2, -(2**63), -(2**63) + 1, -1, 0],
+              "uint64": BIG_IDS + [0, 1]}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@DIFF
+@given(data=st.data())
+def test_bucketize_big_integers(family, data):
+    """int64 / uint64 ids at 2^53 +- k, 2^63 and 2^64 - 1 against boundaries next to them
+    (integers float64 cannot hold, the floats that round them, +-inf, past 64 bits): the
+    count is exact (an integer column is never compared through float64)."""
+    n = data.draw(sizes())
+    base = data.draw(st.sampled_from(["int64", "uint64"]))
+    dtype = data.draw(st.sampled_from([base, base.capitalize().replace("Uint", "UInt"), f"{base}[pyarrow]"]))
+    value = st.sampled_from(BIG_VALUES[base])
+    values = data.draw(st.lists(value if dtype == base else st.one_of(value, st.none()), min_size=n, max_size=n))
+    x = int_series(values, dtype, index=data.draw(indexes(n)))
+    bounds = sorted(data.draw(st.lists(st.sampled_from(BIG_BOUNDS), min_size=1, max_size=4)))
+    held = _held(values)
+    _check(pd.DataFrame({"x": x, "f": x.astype("float64")}),
+           {"b": ops.bucketize("x", bounds), "g": ops.bucketize("f", bounds)},
+           {"b": [ref.bucketize(v, bounds) for v in held],
+            "g": [ref.bucketize(None if v is None else float(v), bounds) for v in held]}, family)
+
+
+def test_same_parameters_same_answer_whatever_ran_before():
+    """The plan memo tells True from 1, 2.0 from 2 and -0.0 from 0.0: one input always
+    gets one answer (fill_null(x, True) on an int column, an error, gave 1 once
+    fill_null(x, 1) had run; -0.0 came back as 0.0 after 0.0)."""
+    df = pd.DataFrame({"x": pd.array([None, 2], dtype="Int64"), "f": [math.nan, 1.0]})
+    assert df.fbx.extract(a=ops.fill_null("x", 1))["a"].tolist() == [1, 2]
+    for feats in ({"a": ops.fill_null("x", True)}, {"a": ops.fill_null("x", 1), "b": ops.fill_null("x", True)}):
+        with pytest.raises(FbrapidsError) as info:
+            df.fbx.extract(**feats)
+        assert_error_names(info.value, "True")
+    assert df.fbx.extract(a=ops.fill_null("f", 0.0))["a"].tolist() == [0.0, 1.0]
+    out = df.fbx.extract(a=ops.fill_null("f", -0.0), b=ops.fill_null("f", 0.0))
+    assert np.signbit(out["a"].iloc[0]) and not np.signbit(out["b"].iloc[0])
+
+
+def test_bucketize_boundaries_are_checked_when_built():
+    for bad in ([], [2, 1], [math.nan], ["1"], [True]):
+        with pytest.raises(FbrapidsError) as info:
+            ops.bucketize("x", bad)
+        assert_error_names(info.value, "bucketize")
+        assert_error_names(info.value, "'boundaries'")
 
 
 # -- floats: NaN / inf, f32 and f64 -----------------------------------------------------------

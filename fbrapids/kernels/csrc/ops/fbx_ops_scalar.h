@@ -50,4 +50,18 @@ FBX_DEVICE fbx_i32 fbx_bucketize(double x, const double* bounds, fbx_i64 nb) {
   return (fbx_i32)lo;
 }
 
+/* bucketize of an integer column, exact: `always` boundaries lie at or below the type's
+ * minimum; `bounds` are the other integer thresholds ceil(b) inside the type, sorted. */
+#define FBX_BUCKETIZE_INT(NAME, T)                                                  \
+  FBX_DEVICE fbx_i32 NAME(T x, const T* bounds, fbx_i64 nb, fbx_i64 always) {       \
+    fbx_i64 lo = 0, hi = nb;                                                        \
+    while (lo < hi) {                                                               \
+      fbx_i64 mid = (lo + hi) >> 1;                                                 \
+      if (bounds[mid] <= x) lo = mid + 1; else hi = mid;                            \
+    }                                                                               \
+    return (fbx_i32)(always + lo);                                                  \
+  }
+FBX_BUCKETIZE_INT(fbx_bucketize_i64, fbx_i64)
+FBX_BUCKETIZE_INT(fbx_bucketize_u64, fbx_u64)
+
 #endif /* FBX_OPS_SCALAR_H */
