@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -108,11 +110,12 @@ def from_arrow(t: pa.DataType) -> str | None:
     return None
 
 
-def misfits(values: np.ndarray, to: str) -> np.ndarray:
+def misfits(values: np.ndarray, to: str, xp: Any = np) -> np.ndarray:
     """Where ``values`` (a fixed-width array) do not fit the type ``to``: integers outside
     its range; floats whose truncation toward zero is outside it (NaN and infinities too)
     for an integer ``to``; finite floats that overflow to infinity for a float ``to``.
-    Nothing misfits ``bool`` (x != 0).
+    Nothing misfits ``bool`` (x != 0).  ``xp`` is the array module (``cupy`` for device
+    arrays: the CUDA runtime checks with the same code).
 
     Example:
         >>> misfits(np.array([-1, 255, 256]), "u8").tolist()
@@ -123,20 +126,20 @@ def misfits(values: np.ndarray, to: str) -> np.ndarray:
         [True]
     """
     if to == "bool":
-        return np.zeros(len(values), dtype=bool)
+        return xp.zeros(len(values), dtype=bool)
     dtype = np.dtype(NUMPY_DTYPE[to])
     if dtype.kind == "f":
         with np.errstate(over="ignore", invalid="ignore"):
-            return np.isfinite(values) & ~np.isfinite(values.astype(dtype))
+            return xp.isfinite(values) & ~xp.isfinite(values.astype(dtype))
     lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
     if values.dtype.kind == "f":  # lo and hi + 1 are 0 or +-2^k: exact in any float type
         with np.errstate(invalid="ignore"):
-            t = np.trunc(values)
+            t = xp.trunc(values)
             return ~((t >= lo) & (t < hi + 1))
     if values.dtype.kind not in "iu":  # bool as bytes: 0 / 1 fit every integer type
-        return np.zeros(len(values), dtype=bool)
+        return xp.zeros(len(values), dtype=bool)
     vmin, vmax = int(np.iinfo(values.dtype).min), int(np.iinfo(values.dtype).max)
-    out = np.zeros(len(values), dtype=bool)
+    out = xp.zeros(len(values), dtype=bool)
     if lo > vmin:
         out |= values < lo
     if hi < vmax:

@@ -180,6 +180,21 @@ def test_bucketize_boundaries_are_checked_when_built():
         assert_error_names(info.value, "'boundaries'")
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cast_never_wraps_on_any_runtime(family):
+    """The range check of ``cast`` runs on the CUDA runtime too (cudf / dask-cudf on a
+    GPU): a column value, a computed one and a NaN computed on the device (a value, not a
+    null) that do not fit are errors naming the row's value; values that fit pass exactly."""
+    df = pd.DataFrame({"x": pd.array([1, 300, None, -129, 5], dtype="Int64"), "y": [0.0, -2.0, None, 1.0, 2.0],
+                       "ok": pd.array([1, None, -128, 127, 0], dtype="Int64")})
+    _check(df, {"k": ops.cast("x", "i8")}, {}, family, culprits=("300", "-129"))
+    _check(df, {"k": ops.cast(ops.clip("x", -1000, 1000), "u8")}, {}, family, culprits=("300", "-129"))
+    _check(df, {"k": ops.cast(ops.log1p("y"), "i8")}, {}, family, culprits=("nan",))
+    _check(df, {"u": ops.cast(ops.fill_null("ok", 3), "u8")}, {}, family, culprits=("-128",))
+    _check(df, {"k": ops.cast("ok", "i8"), "b": ops.cast("ok", "bool")},
+           {"k": [1, None, -128, 127, 0], "b": [True, None, True, True, False]}, family)
+
+
 # -- floats: NaN / inf, f32 and f64 -----------------------------------------------------------
 FLOATS = st.one_of(st.floats(width=32), st.sampled_from([0.0, -0.0, -1.0, -1.5, 1e30, -1e30, 2.0**63, 2.0**64,
                                                          -(2.0**63), 127.9, -128.9, 255.5, math.inf, -math.inf]))
