@@ -160,15 +160,17 @@ def numeric_columns(draw: st.DrawFn, n_train: int, n_apply: int) -> tuple[list, 
         value = st.one_of(ints_of(dtype), st.sampled_from(big)) if big else ints_of(dtype)
         if flavour != "numpy":
             value = st.one_of(value, st.none())
+        nullable = flavour != "numpy"
 
         def make(vals: list, index: pd.Index | None = None) -> pd.Series:
             return int_series(vals, full, index=index)
     else:
+        nullable = True
         value = st.one_of(st.floats(-1e12, 1e12), st.sampled_from([0.5, -0.0, 1e-300, 2.0 ** 60]), st.none())
 
         def make(vals: list, index: pd.Index | None = None) -> pd.Series:
             return pd.Series([np.nan if v is None else v for v in vals], dtype="float64", index=index)
-    if draw(st.integers(0, 7)) == 0:
+    if nullable and draw(st.integers(0, 7)) == 0:  # all null
         value = st.none()
     pool = draw(st.lists(value, min_size=1, max_size=8))
     pick = st.sampled_from(pool)
