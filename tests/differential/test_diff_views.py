@@ -176,7 +176,7 @@ def conditions(draw, cols: dict, depth: int = 0):
         return f"({a[0]}) {kind} ({b[0]})", lambda r, a=a, b=b, fn=fn: fn(a[1](r), b[1](r))
     op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
     atom = draw(st.sampled_from(["x_lit", "x_flt", "f_lit", "f_int", "s_lit", "s_in", "x_in", "null", "x_f",
-                                 "x_arith", "b"]))
+                                 "x_arith", "b", "x_y", "y_f", "mismatch"]))
     unsigned = cols["x"] == "uint64"
     if atom == "x_lit":
         lit = draw(st.one_of(st.sampled_from(INT_LITS), st.integers(-300, 300)))
@@ -192,6 +192,17 @@ def conditions(draw, cols: dict, depth: int = 0):
         return f"f {op} {lit}", lambda r: ref.compare(op, r["f"], lit)
     if atom == "x_f":
         return f"x {op} f", lambda r: ref.compare(op, r["x"], r["f"])
+    if atom in ("x_y", "y_f"):  # column against column of another type: exact, never via float64
+        a, b = ("x", "y") if atom == "x_y" else ("y", "f")
+        if draw(st.booleans()):
+            a, b = b, a
+        return f"{a} {op} {b}", lambda r: ref.compare(op, r[a], r[b])
+    if atom == "mismatch":  # a literal or column of another kind: refused naming the column
+        text, culprit = draw(st.sampled_from([("x in ['a']", "'x'"), ("x == 'a'", "'x'"), ("'' != y", "'y'"),
+                                              ("s in [1]", "'s'"), ("s not in [2.5, 'a']", "'s'"),
+                                              ("s == x", "'s'"), ("f < s", "'s'")]))
+        cols["refused"].append(culprit)
+        return text, lambda r: None
     if atom == "s_lit":
         lit = draw(st.sampled_from(["", "a", "a\x00", "é", "日本", "b"]))
         if op not in ("==", "!="):
@@ -203,7 +214,7 @@ def conditions(draw, cols: dict, depth: int = 0):
         return (f"s {'not in' if neg else 'in'} {lits!r}",
                 lambda r: None if ref.is_null(r["s"]) else (r["s"] in lits) != neg)
     if atom == "x_in":
-        lits = draw(st.lists(st.sampled_from(INT_LITS + [2]), min_size=1, max_size=3))
+        lits = draw(st.lists(st.sampled_from(INT_LITS + [2, 2.0, 2.5, float(2**63)]), min_size=1, max_size=3))
         return f"x in {lits!r}", lambda r: None if ref.is_null(r["x"]) else r["x"] in lits
     if atom == "null":
         col = draw(st.sampled_from(["x", "f", "s"]))
@@ -228,22 +239,35 @@ def conditions(draw, cols: dict, depth: int = 0):
 def test_where_three_valued_and_exact(family, data):
     n = data.draw(sizes(), label="n")
     xs, xdtype = data.draw(int_columns(n))
-    fs = data.draw(st.lists(st.one_of(st.sampled_from([None, float(2**53), 0.1, -1.5, 127.5]),
+    fs = data.draw(st.lists(st.one_of(st.sampled_from([None, float(2**53), 0.1, -1.5, 127.5, float(2**63),
+                                                       float(2**64), -float(2**63)]),
                                       st.floats(-1e3, 1e3)), min_size=n, max_size=n))
+    ys, ydtype = data.draw(int_columns(n))
+    lo, hi = ref.INT_RANGE[ydtype.split("[")[0].lower()]
+    for i, tie in enumerate(data.draw(st.lists(st.sampled_from(["", "f", "y", "fy"]), min_size=n, max_size=n))):
+        if xs[i] is not None and "f" in tie:  # rows where the float column ties the int one's nearest float
+            fs[i] = float(xs[i])
+        if xs[i] is not None and "y" in tie and lo <= xs[i] <= hi:  # and rows where both int columns agree
+            ys[i] = xs[i]
     ss, storage = data.draw(string_columns(n, long=False))
     bs = data.draw(st.lists(st.sampled_from([True, False, None]), min_size=n, max_size=n))
     index = data.draw(indexes(n))
     df = pd.DataFrame({"x": int_series(xs, xdtype, index), "f": pd.Series([np.nan if v is None else v for v in fs],
                                                                            index=index, dtype="float64"),
                        "s": string_series(ss, storage, index), "b": pd.Series(pd.array(bs, dtype="boolean"), index=index),
-                       "rid": np.arange(n)}, index=index)
-    text, fn = data.draw(conditions({"x": xdtype.split("[")[0].lower()}), label="where")
-    rows = [{"x": xs[i], "f": fs[i], "s": None if ref.is_null(ss[i]) else ss[i], "b": bs[i]} for i in range(n)]
+                       "y": int_series(ys, ydtype, index), "rid": np.arange(n)}, index=index)
+    cols = {"x": xdtype.split("[")[0].lower(), "refused": []}
+    text, fn = data.draw(conditions(cols), label="where")
+    rows = [{"x": xs[i], "y": ys[i], "f": fs[i], "s": None if ref.is_null(ss[i]) else ss[i], "b": bs[i]}
+            for i in range(n)]
     try:
+        if cols["refused"]:
+            raise ref.Refused(*cols["refused"])
         keep = [i for i, r in enumerate(rows) if fn(r) is True]
-    except ref.Overflow:
+    except (ref.Overflow, ref.Refused) as exc:
+        culprits = (text, *getattr(exc, "culprits", ()))
         for mode in modes(family):
-            _expect_refusal(lambda: materialize(to_mode(df, mode).fbx.clean(where=text), mode), text)
+            _expect_refusal(lambda: materialize(to_mode(df, mode).fbx.clean(where=text), mode), *culprits)
         return
     for mode, out in run_modes(df, lambda f: f.fbx.clean(where=text), family):
         assert_values(out["rid"], keep, what=f"{mode}: rows kept by {text!r}")
@@ -406,7 +430,8 @@ def test_join_refuses_mismatched_keys_naming_them(data):
 
 WHERE_EDGES = ["x * x > 0", "x - 1 > 0", "x + 9223372036854775807 > 0", "x // 0 == 0", "isnull(x % 0)",
                "x // -1 > 0", "f == 9007199254740993", "f < 9007199254740993", "f >= 9007199254740993",
-               "s < 'b'", "s >= 'a\\x00'", "x < 2.5", "x == 18446744073709551615", "x > -1"]
+               "s < 'b'", "s >= 'a\\x00'", "x < 2.5", "x == 18446744073709551615", "x > -1",
+               "x == g", "x < g", "g >= x", "x == u", "u > x", "x in ['a']", "x == 'a'", "s in [1]", "x in [2.0, 2.5]"]
 
 
 @pytest.mark.parametrize("xdtype", ["int64", "uint64", "Int8", "uint8[pyarrow]"])
@@ -419,13 +444,19 @@ def test_where_edges_exact_or_refused(text, xdtype):
     n = len(xs)
     df = pd.DataFrame({"x": int_series(xs, xdtype), "f": [2.0**53, 2.0**53 + 2, 1.0, np.nan, 0.5],
                        "s": pd.Series(["a", "b", "a\x00", None, "é"], dtype="category"), "rid": np.arange(n)})
-    rows = [{"x": xs[i], "f": float(df["f"][i]), "s": df["s"][i], "_u": xdtype == "uint64"} for i in range(n)]
+    # columns whose float64 images tie x's: float(hi) is 2**63 / 2**64 beyond int64 / uint64
+    gs = [float(lo), float(hi), 1.0, None, 2.0]
+    us = [2**53, hi + 1 if hi < 2**64 - 1 else 2**64 - 2, 0, 2**64 - 1, 7]
+    df["g"], df["u"] = [np.nan if v is None else v for v in gs], np.array(us, dtype=np.uint64)
+    rows = [{"x": xs[i], "f": float(df["f"][i]), "s": df["s"][i], "g": gs[i], "u": us[i], "_u": xdtype == "uint64"}
+            for i in range(n)]
     tree = compile_where(text)
     try:
         keep = [i for i, r in enumerate(rows) if tree(r) is True]
-    except ref.Overflow:
+    except (ref.Overflow, ref.Refused) as exc:
         for mode in ("eager", "dask3"):
-            _expect_refusal(lambda: materialize(to_mode(df, mode).fbx.clean(where=text), mode), text)
+            _expect_refusal(lambda: materialize(to_mode(df, mode).fbx.clean(where=text), mode),
+                            text, *getattr(exc, "culprits", ()))
         return
     for mode, out in run_modes(df, lambda f: f.fbx.clean(where=text), "cpu", only=("eager", "dask3")):
         assert_values(out["rid"], keep, what=f"{mode}: rows kept by {text!r}")
@@ -450,5 +481,19 @@ def compile_where(text: str):
         "x < 2.5": lambda r: ref.compare("<", r["x"], 2.5),
         "x == 18446744073709551615": lambda r: ref.compare("==", r["x"], 2**64 - 1),
         "x > -1": lambda r: ref.compare(">", r["x"], -1),
+        "x == g": lambda r: ref.compare("==", r["x"], r["g"]),
+        "x < g": lambda r: ref.compare("<", r["x"], r["g"]),
+        "g >= x": lambda r: ref.compare(">=", r["g"], r["x"]),
+        "x == u": lambda r: ref.compare("==", r["x"], r["u"]),
+        "u > x": lambda r: ref.compare(">", r["u"], r["x"]),
+        "x in ['a']": _refused("'x'"), "x == 'a'": _refused("'x'"), "s in [1]": _refused("'s'"),
+        "x in [2.0, 2.5]": lambda r: None if r["x"] is None else r["x"] in (2.0, 2.5),
     }
     return table[text]
+
+
+def _refused(*culprits: str):
+    """A reference whose answer is an error naming ``culprits``."""
+    def fn(r):
+        raise ref.Refused(*culprits)
+    return fn

@@ -188,8 +188,12 @@ def test_unknown_columns_and_types_are_named():
     df = pd.DataFrame({"x": pd.Series([1, 2], dtype="int8"), "s": ["a", "b"]})
     with pytest.raises(CleanError, match="'nope' not found; available: x, s"):
         clean(df, where="nope > 1")
-    with pytest.raises(CleanError, match=r"numeric column \(int8\) with the string 'a'"):
+    with pytest.raises(CleanError, match=r"column 'x' \(int8\) with the str literal 'a'"):
         clean(df, where="x == 'a'")
+    with pytest.raises(CleanError, match=r"column 'x' \(int8\) with the str literal 'a'"):
+        clean(df, where="x in ['a']")
+    with pytest.raises(CleanError, match=r"column 's' \(\w+\) with the int literal 1"):
+        clean(df, where="s in [1]")
 
 
 def test_dask_meta_and_partitions_agree_on_dtypes():
