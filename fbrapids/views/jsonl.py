@@ -183,7 +183,15 @@ def _to_bools(values: Values, dtype: Any, path: str, column: str) -> Any:
 
 
 def _to_other(values: Values, dtype: Any, path: str, column: str) -> Any:
-    """Strings to another dtype (datetimes ...): pandas converts; an error names the line."""
+    """Strings to another dtype (datetimes ...): pandas converts; an error names the line.
+    A number read as a datetime counts units of it (``datetime64[s]``: epoch seconds), and
+    must be whole and within int64 less its lowest value (NaT's); a boolean is no time."""
+    if getattr(dtype, "kind", "") == "M":
+        for n, v in values:
+            if isinstance(v, bool) or (isinstance(v, float) and not (v == v and v.is_integer())):
+                raise _bad(path, column, n, v, f"is not a whole number of {dtype} units")
+            if isinstance(v, (int, float)) and not -(2**63) < v < 2**63:
+                raise _bad(path, column, n, v, f"does not fit {dtype}")
     obj = pd.Series([v for _, v in values], dtype=object)
     try:
         return obj.astype(dtype).array

@@ -16,10 +16,14 @@ partition is then converted to those dtypes (a value that does not fit is an err
 the file, column and row; pass ``dtype=`` to choose).
 
 On the GPU backend cudf reads: parquet column-projected (``columns=``, row groups); CSV
-and JSON lines as text on the device, converted there after an on-device check that every
-value parses (pylibcudf's ``is_integer`` with the target's range, ``isfloat``).  A file the
-device check rejects, or whose dtypes it cannot produce, is read by the host reader
-instead, which gives the exact answer or the error naming the row.
+as text on the device, converted there after an on-device check that every value parses
+as the host's rules would (pylibcudf's ``is_integer`` with the target's range,
+``isfloat``; no null for a non-nullable int; no integer text a float cannot hold exactly;
+no float32 overflow; NaN texts null).  A file the device check rejects, or whose dtypes it
+cannot produce (bool, datetime), is read by the host reader instead, which gives the exact
+answer or the error naming the row.  JSON lines are parsed on the host on every backend
+(cudf's reader cannot tell a JSON string from a number once read as text, keeps nested
+values' raw text and drops keys beyond the columns asked for) and moved to the device.
 
 Example:
     >>> import tempfile, pandas as pd
@@ -37,6 +41,7 @@ import glob as _glob
 import io
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -338,7 +343,8 @@ def _int_text_to_exact(values: pd.Series, path: str, column: str) -> pd.Series:
     stripped = values.astype("str").str.strip()
     stripped = stripped.where(~_nan_texts(stripped), None).replace("", None)  # "NaN": null, as an empty field
     arr = pa.array(stripped, type=pa.large_string())
-    for target in (pa.int64(), pa.uint64()):
+    digits = bool(stripped.dropna().str.fullmatch(_INT_TEXT).all())  # (Arrow's int cast also takes "0x10")
+    for target in (pa.int64(), pa.uint64()) if digits else ():
         try:
             ints = pc.cast(arr, target)
             break
@@ -368,16 +374,15 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
     for row, text in values.items():
         if text is None or (isinstance(text, float) and np.isnan(text)) or str(text).strip() == "":
             continue
-        try:
-            v = int(str(text).strip())
-        except ValueError:
-            try:
-                x = float(text)
-                if x.is_integer() and abs(x) < 2**53:
-                    continue
-            except ValueError:
-                pass
+        t = str(text).strip()
+        if t.lower() in _NAN_TEXTS:
+            continue
+        if not re.fullmatch(_INT_TEXT, t):
+            x = float(t) if _parses_as_float(t) else float("nan")
+            if x.is_integer() and abs(x) < 2**53:
+                continue
             return row, str(text), "is not an integer"
+        v = int(t)
         if not -(2**63) <= v < 2**64:
             return row, str(text), "is outside the 64-bit range (int64, or uint64 below 2^64)"
         if v < 0 and lowest is None:
@@ -466,28 +471,6 @@ def _device_readable(path: str, csv_opts: _CsvOptions) -> bool:
     return compression_of(path, csv_opts.compression) is None and csv_opts.text_encoding == "utf-8-sig"
 
 
-def _read_json_device(path: str, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
-                      be: _backend.Backend) -> Any:
-    """One JSON-lines file read by cudf (only ``columns``, as text) and converted on the
-    device; None: use the host reader."""
-    if any(dtype.get(c) is None for c in columns) or not _device_readable(path, csv_opts):
-        return None
-    with open(path, "rb") as fh:
-        if fh.read(3) == b"\xef\xbb\xbf":
-            return None  # cudf's JSON reader has no BOM handling
-    try:
-        text = be.xdf.read_json(path, lines=True, engine="cudf", dtype={c: "str" for c in columns},
-                                prune_columns=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
-    except (ValueError, RuntimeError, OverflowError, TypeError) as exc:
-        log.debug("%s: cudf could not read it (%s); reading on the host", path, exc)
-        return None
-    if any(c not in text.columns for c in columns):
-        return None  # a column absent from every line: the host reader names it
-    return _text_to_dtypes_device(text, columns, dtype, path, be)
-
-
 def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any], path: str,
                            be: _backend.Backend) -> Any:
     """cudf string columns converted to ``dtype`` on the device, each conversion checked
@@ -499,6 +482,8 @@ def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any],
         want = dtype[col]
         values = text[col]
         if str(want) in ("str", "string", "object") or want is str:
+            if bool(values.str.endswith("\r").any()):
+                return None  # a CRLF file whose CR cudf kept in the last field: the host's text
             out[col] = values
             continue
         try:
@@ -517,8 +502,35 @@ def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any],
         if not bool(checked.all()):  # nulls are skipped: empty fields are nulls
             log.debug("%s: column %r does not all parse as %s on the device; reading on the host", path, col, np_want)
             return None
+        if np_want.kind in "iu" and values.null_count \
+                and not isinstance(pd.api.types.pandas_dtype(want), pd.api.extensions.ExtensionDtype):
+            return None  # a null for a non-nullable int: the host reader names its row
+        if np_want.kind == "f" and not _device_floats_exact(stripped, np_want):
+            return None
         out[col] = stripped.astype(np_want)
+        if np_want.kind == "f":  # a NaN text is null, as on the host (cudf keeps NaN apart from null)
+            out[col] = out[col].nans_to_nulls()
     return be.xdf.DataFrame(out)
+
+
+#: the most digits an integer text may have and be exact in a float type on every value
+_EXACT_INT_DIGITS = {np.dtype("float64"): 15, np.dtype("float32"): 7, np.dtype("float16"): 3}
+
+
+def _device_floats_exact(stripped: Any, np_want: np.dtype) -> bool:
+    """Whether the cudf text column converts to ``np_want`` as the host's rules say, checked
+    on the device: no integer text longer than the type holds exactly (the host refuses an
+    inexact one, an id is never rounded) and no finite value overflowing a narrower float
+    (the host refuses it).  False: let the host reader answer or name the row."""
+    unsigned = stripped.str.lstrip("+-")
+    whole = unsigned.str.isdecimal() & (unsigned.str.len() > _EXACT_INT_DIGITS.get(np_want, 0))
+    if bool(whole.any()):
+        return False
+    if np_want.itemsize >= 8:
+        return True
+    wide = stripped.astype("float64")
+    narrow = wide.astype(np_want)
+    return not bool(((narrow.abs() == np.inf) & (wide.abs() != np.inf)).any())
 
 
 def _check_int_range(exact: pd.Series, want: Any, path: str, column: str) -> None:
@@ -534,6 +546,7 @@ def _check_int_range(exact: pd.Series, want: Any, path: str, column: str) -> Non
 
 
 _NAN_TEXTS = ("nan", "+nan", "-nan")
+_INT_TEXT = r"[+-]?[0-9]+"  #: an integer text: ASCII digits with an optional sign
 _BOOL_TEXTS = {"true": True, "false": False}
 
 
@@ -568,6 +581,12 @@ def _text_to_floats(values: pd.Series, want: Any, path: str, column: str) -> pd.
         over = pd.Series(np.isinf(narrow) & np.isfinite(out))
         if over.any():
             raise _text_error(path, column, values, over, f"overflows {want}")
+        out = narrow
+    whole = stripped.str.fullmatch(_INT_TEXT).fillna(False).astype(bool).to_numpy()
+    if whole.any():  # an integer text must be held exactly (an id is never rounded)
+        inexact = pd.Series([bool(w) and int(t) != int(o) for w, t, o in zip(whole, stripped, out)])
+        if inexact.any():
+            raise _text_error(path, column, values, inexact, f"is an integer not exactly representable as {want}")
     return pd.Series(out, index=values.index, name=values.name).astype(want)
 
 
@@ -609,6 +628,13 @@ def _text_to_ints(values: pd.Series, want: Any, path: str, column: str) -> pd.Se
         raise ViewError(f"{path}: column {column!r} cannot be {want}: {exc}") from None
 
 
+def _all_int_texts(values: pd.Series) -> bool:
+    """Whether every non-empty text of ``values`` is an integer (and one is)."""
+    stripped = values.dropna().str.strip()
+    stripped = stripped[stripped != ""]
+    return bool(len(stripped)) and bool(stripped.str.fullmatch(_INT_TEXT).all())
+
+
 def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -> Any:
     """A CSV text column as ``want``, or inferred (see :func:`read_view`): exact ints, else
     floats, else booleans, else strings.  ``NaN`` texts are null in a number column."""
@@ -620,13 +646,15 @@ def _convert_text_column(values: pd.Series, want: Any, path: str, column: str) -
             return _text_to_floats(values, want, path, column)
         if kind == "b":
             return _text_to_bools(values, want, path, column)
+        if kind == "M" and _all_int_texts(values):  # epoch numbers in the dtype's unit
+            return _cast_column(_int_text_to_exact(values, path, column), want, path, column)
         return values.astype("str")
     stripped = values.dropna().str.strip()
     stripped = stripped[stripped != ""]
     if stripped.empty:
         return values.astype("str")
     numbers = stripped[~_nan_texts(stripped)]
-    if len(numbers) and numbers.str.fullmatch(r"[+-]?\d+").all():
+    if len(numbers) and numbers.str.fullmatch(_INT_TEXT).all():
         return _int_text_to_exact(values, path, column)
     if stripped.str.lower().isin(list(_BOOL_TEXTS)).all():
         return _text_to_bools(values, "boolean" if len(stripped) < len(values) else "bool", path, column)
@@ -656,9 +684,10 @@ def _json_plan(files: Sequence[str], opts: _CsvOptions) -> _JsonPlan:
     values: dict[str, list[tuple[Any, Any]]] = {}
     kept = 0
     for f in files:
-        keys, sample = jsonl.scan(f, lambda f=f: open_binary(f, opts.compression), opts.text_encoding,
-                                  META_SAMPLE_ROWS)
-        n = len(next(iter(sample.values()), []))
+        recs = list(jsonl.records(f, lambda f=f: open_binary(f, opts.compression), opts.text_encoding,
+                                  META_SAMPLE_ROWS))
+        keys = list(dict.fromkeys(k for _, r in recs for k in r))
+        sample, n = jsonl.columns_of(recs, keys), len(recs)  # (n counts records without keys too)
         where = (lambda line: line) if len(files) == 1 else (lambda line, f=f: f"line {line} of {f}")
         for k in keys:
             if k not in values and kept:  # first seen here: null in the records before
@@ -722,9 +751,9 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
         elif fmt == "csv":
             return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be, nrows), dtype, path)
         else:
-            device = _read_json_device(path, columns, csv_opts, dtype, be) if be.is_gpu and nrows is None else None
-            if device is not None:
-                return device
+            # JSON lines are parsed on the host on every backend: cudf's reader gives a JSON
+            # string and a number the same text, nested values their raw (not compact) text,
+            # and drops keys beyond the columns asked for: not the documented answer
             frame = _backend.to_backend(_read_json_host(path, columns, csv_opts, dtype, nrows), be)
     except FileNotFoundError:
         raise FileNotFoundError(f"view file vanished before it could be read: {path}") from None
@@ -870,16 +899,51 @@ def normalize_strings(frame: pd.DataFrame) -> pd.DataFrame:
 def _apply_dtypes(frame: Any, dtype: dict[str, Any], path: str) -> Any:
     """``frame``'s columns cast to ``dtype``, exactly: a value the target cannot hold (out
     of range, a fraction or NaN for an int, a finite float that overflows, an int that
-    float cannot hold exactly, null for a non-nullable dtype) is an error naming the file,
-    column, row and value, never wrapped."""
+    float cannot hold exactly, null for a non-nullable dtype, a number other than 0 / 1
+    for a bool, a time finer than a coarser datetime unit) is an error naming the file,
+    column, row and value, never wrapped.  A text column (parquet strings) converts to a
+    number or bool by the CSV text rules (:func:`_convert_text_column`)."""
     for col, want in dtype.items():
         if col in frame.columns and str(frame[col].dtype) != str(want):
-            _check_cast(frame[col], want, path, col)
-            try:
-                frame[col] = frame[col].astype(want)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}") from None
+            frame[col] = _cast_column(frame[col], want, path, col)
     return frame
+
+
+def _is_text(dtype: Any) -> bool:
+    return isinstance(dtype, pd.StringDtype) or str(dtype) in ("object", "str", "string")
+
+
+def _cast_column(values: Any, want: Any, path: str, col: str) -> Any:
+    """One column as ``want``, exactly, or a ViewError naming the file, column, row and value."""
+    try:
+        target = pd.api.types.pandas_dtype(want) if want is not str else None
+    except TypeError:
+        target = None
+    kind = getattr(target, "kind", "O")
+    if _is_text(values.dtype) and kind in "iufb" and target is not None:
+        host = _backend.to_host(values)
+        text = host.where(host.isna(), host.astype("str")).astype("str")
+        out = _convert_text_column(text, want, path, col)
+        return out if not _backend.is_gpu_object(values) else _backend.to_backend(out, _backend.get_backend("gpu"))
+    _check_cast(values, want, path, col)
+    try:
+        return values.astype(want)
+    except (TypeError, ValueError, OverflowError) as exc:
+        _raise_first_failing(values, want, path, col, exc)
+        raise  # (unreachable: the call above raises)
+
+
+def _raise_first_failing(values: Any, want: Any, path: str, col: str, exc: Exception) -> None:
+    """Raise a ViewError naming the first row whose value alone does not cast to ``want``."""
+    host = _backend.to_host(values)
+    for pos in range(min(len(host), 100_000)):
+        try:
+            host.iloc[pos:pos + 1].astype(want)
+        except (TypeError, ValueError, OverflowError) as one:
+            value = host.iloc[pos]
+            value = value.item() if isinstance(value, np.generic) else value
+            raise ViewError(f"{path}: column {col!r} row {host.index[pos]}: {value!r} cannot be {want}: {one}") from None
+    raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}") from None
 
 
 def _numpy_kind(dtype: Any) -> np.dtype | None:
@@ -900,7 +964,15 @@ def _check_cast(values: Any, want: Any, path: str, col: str) -> None:
     except TypeError:
         return
     target = _numpy_kind(target_dtype)
-    if have is None or target is None or have.kind not in "iufb" or target.kind not in "iufb":
+    if have is None or target is None:
+        return
+    if have.kind == "M" and target.kind in "iufb":
+        raise ViewError(f"{path}: column {col!r} holds datetimes, which {want} does not: their numbers depend on the "
+                        f"unit they are stored in; read it as a datetime64 and convert explicitly")
+    if target.kind == "M" and have.kind in "iufM":
+        _check_time_cast(values, target, want, path, col)
+        return
+    if have.kind not in "iufb" or target.kind not in "iufb":
         return
     valid = values.notna()
     if target.kind in "iub" and not isinstance(target_dtype, pd.api.extensions.ExtensionDtype) \
@@ -909,15 +981,16 @@ def _check_cast(values: Any, want: Any, path: str, col: str) -> None:
     present = values[valid]
     if not len(present):
         return
-    if target.kind in "iu" and have.kind == "f":
+    if target.kind in "iub" and have.kind == "f":
         fractional = (present - present.round()).abs() > 0
         if bool(fractional.any()):
             _raise_at(present, fractional, path, col, f"is not a whole number ({want})")
+    if target.kind == "b" and have.kind in "iuf":
+        not_bit = (present != 0) & (present != 1)
+        if bool(not_bit.any()):
+            _raise_at(present, not_bit, path, col, f"is not 0 or 1, the numbers {want} holds")
     if target.kind in "iu" and have.kind in "iuf":
-        info = np.iinfo(target)
-        lo, hi = present.min(), present.max()
-        if float(lo) < info.min or float(hi) > info.max or int(lo) < info.min or int(hi) > info.max:
-            _raise_at(present, (present < info.min) | (present > info.max), path, col, f"does not fit {want}")
+        _check_int_fits(present, have, np.iinfo(target), want, path, col)
     if target.kind == "f" and have.kind in "iu":
         back = present.astype(target).astype(have)
         inexact = back != present
@@ -929,6 +1002,53 @@ def _check_cast(values: Any, want: Any, path: str, col: str) -> None:
             over = ~np.isfinite(_backend.to_host(present).to_numpy(dtype=have).astype(target)) & finite
         if over.any():
             _raise_at(present, pd.Series(over, index=_backend.to_host(present).index), path, col, f"overflows {want}")
+
+
+def _check_int_fits(present: Any, have: np.dtype, info: Any, want: Any, path: str, col: str) -> None:
+    """Raise, naming the row, unless every (whole) number of ``present`` is within ``info``;
+    float bounds compared exactly (``2.0**63`` does not fit int64)."""
+    if have.kind == "f":  # compared exactly: the bounds round to floats (2**63 - 1 -> 2.0**63)
+        flo, fhi = float(info.min), float(info.max)
+        bad = ~(((present > flo) if flo < info.min else (present >= flo))
+                & ((present < fhi) if fhi > info.max else (present <= fhi)))
+    else:
+        low, high = present.min(), present.max()
+        if int(low) >= info.min and int(high) <= info.max:
+            return
+        bad = (present < info.min) | (present > info.max)
+    if bool(bad.any()):
+        _raise_at(present, bad, path, col, f"does not fit {want}")
+
+
+@dataclass(frozen=True)
+class _TimeRange:
+    min: int = -(2**63) + 1
+    max: int = 2**63 - 1
+
+
+_TIME_RANGE = _TimeRange()  #: the numbers a datetime64 holds (int64 less NaT's)
+
+
+def _check_time_cast(values: Any, target: np.dtype, want: Any, path: str, col: str) -> None:
+    """Numbers to a datetime count units of the target (``datetime64[s]``: epoch seconds)
+    and must be whole; a datetime to a coarser unit must lose nothing."""
+    present = values[values.notna()]
+    if not len(present):
+        return
+    have = _numpy_kind(values.dtype)
+    if have.kind == "f":
+        fractional = (present - present.round()).abs() > 0
+        if bool(fractional.any()):
+            _raise_at(present, fractional, path, col, f"is not a whole number of {want} units")
+    if have.kind in "iuf":  # int64's lowest value is NaT's bit pattern: never a time
+        _check_int_fits(present, have, _TIME_RANGE, want, path, col)
+    if have.kind == "M" and getattr(values.dtype, "tz", None) is None:
+        try:
+            lost = present.astype(want).astype(values.dtype) != present
+        except (TypeError, ValueError, OverflowError):
+            return  # out of the target's range: the cast names the row
+        if bool(lost.any()):
+            _raise_at(present, lost, path, col, f"is finer than {want} holds (it would be truncated)")
 
 
 def _raise_at(values: Any, bad: Any, path: str, col: str, why: str) -> None:
@@ -1058,6 +1178,16 @@ def read_view(
             value the dtype cannot hold (beyond a narrower int, a finite float that
             overflows float32, an int float64 cannot hold exactly, null for ``int64`` /
             ``bool``) is an error naming the file, column, row and value; never wrapped.
+            An integer (text, JSON or stored) read as a float must be exact in it
+            (``"16777217"`` is not a ``float32``); a fraction rounds to the nearest.
+            Numbers read as ``bool`` must be 0 or 1; text as ``bool`` is ``true`` /
+            ``false`` (any case); stored strings read as numbers follow the CSV text
+            rules (``" +7"`` and ``"1e3"`` are ints 7 and 1000).  Numbers read as a
+            datetime count units of the dtype (``datetime64[s]``: epoch seconds) and
+            must be whole; a datetime read in a coarser unit must lose nothing; a
+            datetime is never read as a number (its number depends on its stored
+            unit).  CSV texts read as a datetime are epoch numbers in its unit when
+            every one is an integer, else datetime texts.
         eager: return one eager pandas / cudf frame instead (for small inputs).
         backend: ``"cpu"`` / ``"gpu"`` / None (see :mod:`fbrapids.backend`).
         row_groups_per_partition: parquet row groups per partition (None: by
@@ -1074,7 +1204,8 @@ def read_view(
       ``dtype=`` becomes exact ints (``int64``, ``uint64`` above 2^63 - 1, ``Int64`` /
       ``UInt64`` with nulls) when every value is an integer, else ``bool`` (``boolean``
       with nulls) when every value is ``true`` / ``false`` (any case), else ``float64``
-      when every value is a number, else ``str``.  The text ``NaN`` (any case) is null
+      when every value is a number (and every integer among them is exact in
+      float64), else ``str``.  Integers are ASCII digits with an optional sign.  The text ``NaN`` (any case) is null
       in a number column and text in a ``str`` one; ``NA``, ``null`` ... stay text.
       Dtypes are inferred from the first ``META_SAMPLE_ROWS`` rows of the first file
       with text; a later value they cannot hold is an error naming the file and row

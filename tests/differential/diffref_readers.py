@@ -26,7 +26,7 @@ OPERATORS: dict[str, Callable[..., Any]] = {}
 INT64 = (-(2**63), 2**63 - 1)
 UINT64 = (0, 2**64 - 1)
 NAN_TEXTS = ("nan", "+nan", "-nan")
-_INT_RE = re.compile(r"[+-]?\d+")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
 _NUMERIC_NP = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 
 
@@ -98,6 +98,14 @@ def _csv_text(path: str, sep: str, header: bool, names: list[str] | None, compre
                        keep_default_na=False, na_values=[""], encoding="utf-8-sig", index_col=False)
 
 
+def _float(t: str) -> float:
+    """A number text as the docstring reads it: ASCII only (Python's float() also takes
+    ``1_000`` and other scripts' digits, which are text to a CSV reader)."""
+    if not t.isascii() or "_" in t:
+        raise ValueError(t)
+    return float(t)
+
+
 def _csv_infer(texts: list[str | None]) -> str:
     present = [t.strip() for t in texts if t is not None and t.strip() != ""]
     if not present:
@@ -110,9 +118,11 @@ def _csv_infer(texts: list[str | None]) -> str:
     if all(t.lower() in ("true", "false") for t in present):
         return "boolean" if len(present) < len(texts) else "bool"
     try:
-        [float(t) for t in present]
+        [_float(t) for t in present]
     except ValueError:
         return "str"
+    if any(_INT_RE.fullmatch(t) and int(_float(t)) != int(t) for t in present):
+        return "str"  # an integer float64 cannot hold exactly: the column stays text
     return "float64"
 
 
@@ -132,7 +142,7 @@ def csv_value(text: str | None, dtype: str, culprits: tuple[str, ...]) -> Any:
             v = int(t)
         else:
             try:
-                f = float(t)
+                f = _float(t)
             except ValueError:
                 raise Refused(*culprits) from None
             if not (f.is_integer() and abs(f) < 2**53):
@@ -148,10 +158,15 @@ def csv_value(text: str | None, dtype: str, culprits: tuple[str, ...]) -> Any:
         return t.lower() == "true"
     if dtype in ("float64", "float32"):
         try:
-            f = float(t)
+            f = _float(t)
         except ValueError:
             raise Refused(*culprits) from None
-        return None if math.isnan(f) else as_float(f, dtype, culprits)
+        if math.isnan(f):
+            return None
+        g = as_float(f, dtype, culprits)
+        if _INT_RE.fullmatch(t) and int(g) != int(t):
+            raise Refused(*culprits)  # an integer is held exactly or refused
+        return g
     return pd.Series([t]).astype(dtype).iloc[0]
 
 
@@ -295,3 +310,69 @@ def _null(v: Any) -> bool:
         return v is None or bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
+
+
+# -- dtype= on stored columns (parquet) -----------------------------------------------------
+_TIME_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def cast_stored(v: Any, kind: str, target: str, culprits: tuple[str, ...]) -> Any:
+    """One stored value (``kind``: ``int``, ``float``, ``text`` or ``time`` as epoch ns) read
+    with ``dtype=target``, by read_view's docstring: exact, or Refused.
+
+    Ints read as floats must be exact; floats read as ints must be whole and in range;
+    numbers read as bool must be 0 or 1; text follows the CSV text rules; numbers read as
+    ``datetime64[u]`` count units ``u`` and must be whole (int64 less its lowest value);
+    a time read in a coarser unit must lose nothing; a time is never read as a number."""
+    if v is None:
+        if not is_nullable(target):
+            raise Refused(*culprits)
+        return None
+    if kind == "text":
+        return v if target == "str" else csv_value(v, target, culprits)
+    if target == "str":
+        return str(v)
+    if target.startswith("datetime64"):
+        unit = target[len("datetime64["):-1]
+        if kind == "time":
+            if v % _TIME_NS[unit]:
+                raise Refused(*culprits)
+            return pd.Timestamp(v, unit="ns")
+        if (isinstance(v, float) and not v.is_integer()) or not INT64[0] < v <= INT64[1]:
+            raise Refused(*culprits)
+        import numpy as np
+
+        return np.datetime64(int(v), unit)
+    if kind == "time":
+        raise Refused(*culprits)
+    if target.lower() in _NUMERIC_NP:
+        lo, hi = int_range(target)
+        if (isinstance(v, float) and not v.is_integer()) or not lo <= v <= hi:
+            raise Refused(*culprits)
+        return int(v)
+    if target in ("bool", "boolean"):
+        if v not in (0, 1):
+            raise Refused(*culprits)
+        return bool(v)
+    g = as_float(float(v), target, culprits)
+    if isinstance(v, int) and int(g) != v:
+        raise Refused(*culprits)
+    return g
+
+
+def read_cast_ref(files: list[tuple[str, list[Any]]], kind: str, column: str, target: str
+                  ) -> tuple[list[str], dict[str, str], dict[str, list[Any]]]:
+    """One stored column, file by file, read with ``dtype={column: target}``.  A time read
+    as a number is refused by its type, whatever its values (none, or only nulls, too)."""
+    if kind == "time" and not target.startswith("datetime64") and target != "str":
+        raise Refused(column)
+    values: list[Any] = []
+    found: list[tuple[str, ...]] = []
+    for path, vals in files:
+        for v in vals:
+            try:
+                values.append(cast_stored(v, kind, target, (path, column)))
+            except Refused as bad:
+                found.append(bad.culprits)
+    refuse_all(found)
+    return [column], {column: target}, {column: values}
