@@ -381,12 +381,14 @@ class _Evaluator:
 
     @staticmethod
     def widen(v: Any) -> Any:
-        """Integers to 64 bits and floats to float64 before arithmetic (no wrap-around)."""
+        """Integers to 64 bits and floats to float64 before arithmetic (no wrap-around); an
+        Arrow-backed column to pandas' masked dtype (pandas' Arrow arrays have no ``%``)."""
         dt = None if isinstance(v, (int, float, str, bool)) else _dtype(v)
         if dt is None or dt.kind == "b":
             return v
         target = {"i": np.int64, "u": np.uint64 if dt.itemsize == 8 else np.int64, "f": np.float64}[dt.kind]
-        return v if dt == target else _astype(v, target)
+        arrow = getattr(v.dtype, "pyarrow_dtype", None) is not None
+        return v if dt == target and not arrow else _astype(v, target)
 
     def int_arith(self, tree: Arith, a: Any, b: Any) -> Any:
         """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a

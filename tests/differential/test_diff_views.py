@@ -434,7 +434,7 @@ WHERE_EDGES = ["x * x > 0", "x - 1 > 0", "x + 9223372036854775807 > 0", "x // 0 
                "x == g", "x < g", "g >= x", "x == u", "u > x", "x in ['a']", "x == 'a'", "s in [1]", "x in [2.0, 2.5]"]
 
 
-@pytest.mark.parametrize("xdtype", ["int64", "uint64", "Int8", "uint8[pyarrow]"])
+@pytest.mark.parametrize("xdtype", ["int64", "uint64", "Int8", "uint8[pyarrow]", "int64[pyarrow]"])
 @pytest.mark.parametrize("text", WHERE_EDGES)
 def test_where_edges_exact_or_refused(text, xdtype):
     """Fixed extremes through the three-valued reference: wrap-around, division by zero,
@@ -448,7 +448,7 @@ def test_where_edges_exact_or_refused(text, xdtype):
     gs = [float(lo), float(hi), 1.0, None, 2.0]
     us = [2**53, hi + 1 if hi < 2**64 - 1 else 2**64 - 2, 0, 2**64 - 1, 7]
     df["g"], df["u"] = [np.nan if v is None else v for v in gs], np.array(us, dtype=np.uint64)
-    rows = [{"x": xs[i], "f": float(df["f"][i]), "s": df["s"][i], "g": gs[i], "u": us[i], "_u": xdtype == "uint64"}
+    rows = [{"x": xs[i], "f": float(df["f"][i]), "s": df["s"][i], "g": gs[i], "u": us[i], "_u": xdtype.split("[")[0].lower() == "uint64"}
             for i in range(n)]
     tree = compile_where(text)
     try:
