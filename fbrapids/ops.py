@@ -188,7 +188,8 @@ def hash(x: ExprLike) -> Call:  # noqa: A001 - the operator's name
 
 def hash_bucket(x: ExprLike, buckets: int) -> Call:
     """``fingerprint64(str(x)) mod buckets`` (int64), TensorFlow ``to_hash_bucket_fast``;
-    element-wise on lists. Null rule: null in, null out.
+    element-wise on lists (texts as :func:`hash`; ``1 <= buckets < 2**63``). Null rule:
+    null in, null out; a list with null elements is an error naming the column.
 
     Example:
         >>> str(hash_bucket("user_id", 1 << 20))
@@ -233,7 +234,7 @@ def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
 
 def length(x: ExprLike) -> Call:
     """UTF-8 bytes of a string (not code points: ``"é"`` is 2); elements of a list (int32).
-    Null rule: null in, null out.
+    Null rule: null in, null out; a list with null elements is an error naming the column.
 
     Example:
         >>> str(length(split("q")))
@@ -434,9 +435,14 @@ def target_encode(*keys: ExprLike, label: ExprLike, smoothing: float = 20.0, fol
     Fitted on the training frame; other frames get the frozen statistics.  On the
     training frame itself (``extract(fitted, training=True)``) each row gets out-of-fold
     statistics over ``folds`` seeded folds -- keys' and prior's sums without the row's fold --
-    so no row's label enters its own encoding.  ``fold_by`` (a row id column, e.g.
-    ``"instance_id"``) seeds the folds so they do not depend on partitioning (required on
-    dask); without it the row position does.  Applied with frozen statistics the frame
+    so no row's label enters its own encoding.  ``fold_by`` (a row id column of integers or
+    text, e.g. ``"instance_id"``) seeds the folds so they do not depend on partitioning
+    (required on dask); without it the row position does.  A row's fold is
+    ``splitmix64(h + 0x9E3779B97F4A7C15 * (seed + 1)) % folds`` (mod 2^64 arithmetic), ``h``
+    its ``fold_by`` value's FarmHash Fingerprint64 (``hash(fold_by)``: the text, an integer's
+    decimal text; 0 for a null) or, without ``fold_by``, its position ``0 .. n - 1``;
+    ``splitmix64(z)``: ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27;
+    z *= 0x94D049BB133111EB; z ^= z >> 31``.  Applied with frozen statistics the frame
     needs only the keys (no label: a serving frame has none).  Labels are summed as float64;
     rows with a null label count in neither sum nor count.
 

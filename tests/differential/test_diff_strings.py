@@ -61,7 +61,7 @@ def _list_values(kind: str) -> st.SearchStrategy[Any]:
     if kind == "uint64":
         return st.sampled_from(BIG_IDS + [0, 1, 7])
     if kind == "int64":
-        return st.one_of(st.sampled_from([-(2**63), 2**63 - 1, 2**53 + 1, -1, 0, 7]), st.integers(-(2**63), 2**63 - 1))
+        return st.one_of(st.sampled_from([-(2**63), 2**63 - 1, 2**53, 2**53 + 1, -1, 0, 7]), st.integers(-(2**63), 2**63 - 1))
     lo, hi = (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
     return st.sampled_from([lo, hi, 0, 1])
 
