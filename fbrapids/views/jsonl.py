@@ -152,7 +152,11 @@ def _to_ints(values: Values, dtype: Any, path: str, column: str) -> Any:
             out.append(None)
         else:
             out.append(_exact_int(v, info, dtype, path, column, n))
-    return pd.array(out, dtype=dtype) if nullable else np.array(out, dtype=dtype)
+    if not nullable:
+        return np.array(out, dtype=dtype)
+    # values and mask apart: pd.array([None, 2**53 + 1], dtype="UInt64") goes through float64
+    data = np.array([0 if v is None else v for v in out], dtype=dtype.numpy_dtype)
+    return pd.arrays.IntegerArray(data, np.array([v is None for v in out], dtype=bool))
 
 
 def _to_floats(values: Values, dtype: Any, path: str, column: str) -> Any:

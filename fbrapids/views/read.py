@@ -924,7 +924,7 @@ def _cast_column(values: Any, want: Any, path: str, col: str) -> Any:
         host = _backend.to_host(values)
         text = host.where(host.isna(), host.astype("str")).astype("str")
         out = _convert_text_column(text, want, path, col)
-        return out if not _backend.is_gpu_object(values) else _backend.to_backend(out, _backend.get_backend("gpu"))
+        return _backend.to_backend(out, _backend.backend_of(values))  # (cudf: the host's rules, moved back)
     _check_cast(values, want, path, col)
     try:
         return values.astype(want)

@@ -434,3 +434,17 @@ def test_csv_rules_hold_on_every_backend(family, tmp_path):
                 v.compute() if lazy else v
             for culprit in ("bad.csv", "'a'", value):
                 assert_error_names(err.value, culprit)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_json_ids_beside_nulls_and_keyless_records_stay_exact(family, tmp_path):
+    """Fixed edges the generated cases found: ids above 2^53 in a file without nulls of a
+    column nullable elsewhere (pandas built that UInt64 through float64: 2^53 + 1 rounded), and a file of records with no keys before the
+    file where a key first appears (it counted as no records: the key's null was refused)."""
+    (tmp_path / "a.jsonl").write_text("{}\n{}\n")
+    (tmp_path / "b.jsonl").write_text('{"id": 9007199254740993}\n{"id": 9223372036854775808}\n')
+    (tmp_path / "c.jsonl").write_text('{"i": -9007199254740993}\n')
+    for mode, out in _reads([str(tmp_path / f"{n}.jsonl") for n in "abc"], family):
+        assert [_dtype_name(out[c].dtype) for c in ("id", "i")] == ["UInt64", "Int64"], f"{mode}: {out.dtypes}"
+        assert_values(out["id"], [None, None, 2**53 + 1, 2**63, None], what=f"{mode}: ids")
+        assert_values(out["i"], [None, None, None, None, -(2**53) - 1], what=f"{mode}: ints")
