@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 import diffref_strings as ref
 from diff_harness import DIFF, FAMILIES, PROFILE, assert_column, assert_error_names, run_modes
-from diff_strategies import (BIG_IDS, INT_DTYPES, int_series, indexes, ints_of, sizes, string_columns,
-                             string_series, texts)
+from diff_strategies import (BIG_IDS, INT_DTYPES, STRING_STORAGES, int_series, indexes, ints_of, sizes,
+                             string_columns, string_series, texts)
 from fbrapids import ops
 from fbrapids.errors import FbrapidsError
 
@@ -44,6 +44,16 @@ LIST_KINDS = ("int64", "uint64", "string", "int32", "uint8", "large_string")
 def _clean(values: list[Any]) -> list[Any]:
     """The reference's view of a column: any null kind as None."""
     return [None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else v for v in values]
+
+
+#: the shared storages and pandas' Python-backed ``string[python]``
+STORAGES = STRING_STORAGES + ("string[python]",)
+
+
+def _strings(values: list[Any], storage: str, index: pd.Index) -> pd.Series:
+    if storage == "string[python]":
+        return pd.Series(_clean(values), dtype=pd.StringDtype("python"), index=index)
+    return string_series(values, storage, index)
 
 
 def _check_index(out: Any, index: pd.Index, mode: str) -> None:
@@ -100,15 +110,15 @@ def test_string_operators(family: str, data: st.DataObject) -> None:
     column in any storage, against pyfarmhash and Python's own string methods."""
     n = data.draw(sizes())
     index = data.draw(indexes(n))
-    values, storage = data.draw(string_columns(n))
-    other, storage2 = data.draw(string_columns(n, long=False))
+    values, storage = data.draw(string_columns(n, storages=STORAGES))
+    other, storage2 = data.draw(string_columns(n, long=False, storages=STORAGES))
     p = data.draw(params(STRING_PARAMS, sep=st.sampled_from(SEPS), gsep=st.sampled_from(SEPS),
                          xsep=st.sampled_from(SEPS), b=BUCKETS, sb=SPLIT_BUCKETS, gb=SPLIT_BUCKETS,
                          start=st.integers(-8, 8), size=st.one_of(st.none(), st.integers(0, 6)),
                          gram=st.integers(1, 3), xb=st.one_of(st.none(), BUCKETS)))
     sep, gsep, xsep, b, sb, gb = p["sep"], p["gsep"], p["xsep"], p["b"], p["sb"], p["gb"]
     start, size, gram, xb = p["start"], p["size"], p["gram"], p["xb"]
-    df = pd.DataFrame({"s": string_series(values, storage, index), "t": string_series(other, storage2, index)})
+    df = pd.DataFrame({"s": _strings(values, storage, index), "t": _strings(other, storage2, index)})
     vs, ts = _clean(values), _clean(other)
     feats = {"h": ops.hash("s"), "hb": ops.hash_bucket("s", b), "sp": ops.split("s", sep, buckets=sb),
              "len": ops.length("s"), "lo": ops.lower("s"), "sub": ops.substring("s", start, size),
