@@ -343,7 +343,10 @@ def lookup(x: ExprLike, vocab: Mapping[Any, int | float] | Sequence[Any] | Vocab
     ``vocab`` is a dict ``{value: id}``, a sequence (ids 1, 2, ... in order) or a
     :class:`Vocabulary` (e.g. ``Vocabulary.from_counts(series.value_counts(), min_freq)``).
     A dict with float values (scores, prices, embeddings of one number) gives float64 and
-    ``oov`` (a float) for the rest.  Null rule: a null input gives ``oov``.
+    ``oov`` (a float) for the rest.  Keys match as Python compares them, in both forms:
+    uint64 ids exactly (``2**64 - 1`` is not ``-1``; ``2**63 - 2`` is not ``2**63 - 1``,
+    never through float64), a float column's value only a key equal to it (``2**53 + 1``
+    matches no float64).  Null rule: a null input gives ``oov``.
 
     Example:
         >>> str(lookup("city", {"c1": 1, "c2": 2}))

@@ -56,15 +56,57 @@ def flat_values(arr: pa.ListArray) -> pa.Array:
 def lookup_value(part: pd.DataFrame, keys: tuple, values: tuple, default: float = float("nan")) -> pd.Series:
     """``values[i]`` where ``a0 == keys[i]`` (float64), ``default`` for other values and nulls
     (the kinds of the keys and of the column are checked first: :func:`check_key_kinds`)."""
-    index = pd.Index(list(keys))
     x = part["a0"]
-    probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(
-        x.dtype, (pd.ArrowDtype, pd.StringDtype)) else x.to_numpy()
+    kind = _number_kind(x)
+    if kind is None:
+        index, at = pd.Index(list(keys)), None
+        probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(
+            x.dtype, (pd.ArrowDtype, pd.StringDtype)) else x.to_numpy()
+    else:  # numbers compare exactly, in the column's own type (never through float64)
+        dtype = np.dtype(kind)
+        probe = x.to_numpy(dtype=dtype, na_value=0 if dtype.kind != "f" else np.nan)
+        at, held = _keys_of(keys, dtype)
+        index = pd.Index(np.array(held, dtype=dtype))
     pos = np.asarray(index.get_indexer(probe), dtype=np.int64) if len(index) else np.full(len(x), -1)
+    if at is not None and len(at):
+        pos = np.where(pos >= 0, np.asarray(at, dtype=np.int64)[np.maximum(pos, 0)], -1)
     pos[x.isna().to_numpy()] = -1
     table = np.asarray(values, dtype=np.float64)
     out = np.where(pos >= 0, table[np.maximum(pos, 0)] if len(table) else default, default)
     return pd.Series(out, index=part.index)
+
+
+def _number_kind(x: pd.Series) -> str | None:
+    """The numpy dtype a numeric (non-bool) column's values are exact in (``int64``,
+    ``uint64``, ``float64``, ...: numpy, masked or Arrow storage), or None."""
+    dt = x.dtype
+    np_dt = dt if isinstance(dt, np.dtype) else getattr(dt, "numpy_dtype", None)
+    if isinstance(dt, pd.CategoricalDtype) or np_dt is None or np.dtype(np_dt).kind not in "iuf":
+        return None
+    k = np.dtype(np_dt)
+    return "float64" if k.kind == "f" else ("int64" if k.kind == "i" else "uint64")
+
+
+def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[Any]]:
+    """The keys a column of ``dtype`` can equal (as Python compares them: ``2**64 - 1`` is
+    not ``-1``, ``2**53 + 1`` is no float64, ``2.5`` no integer), with their positions."""
+    at, held = [], []
+    for i, k in enumerate(keys):
+        if isinstance(k, (bool, np.bool_)):
+            k = int(k)
+        if not isinstance(k, (int, float, np.integer, np.floating)) or k != k:
+            continue
+        if dtype.kind == "f":
+            if isinstance(k, (int, np.integer)) and float(k) != k:
+                continue
+            at.append(i), held.append(float(k))
+            continue
+        if isinstance(k, (float, np.floating)) and not float(k).is_integer():
+            continue
+        info = np.iinfo(dtype)
+        if int(info.min) <= int(k) <= int(info.max):
+            at.append(i), held.append(int(k))
+    return at, held
 
 
 def _pad_fill(value: Any, value_type: pa.DataType, expr: str) -> pa.Array:

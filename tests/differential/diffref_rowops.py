@@ -62,7 +62,7 @@ def log1p(v: Any) -> float | None:
 def clip(v: Any, lower: float, upper: float, type_name: str) -> Any:
     """``x`` limited to ``[lower, upper]`` in the input's type; null in, null out.  Bounds
     that leave no value of the type are an error, and so is a bound that must be written
-    into an integer type but is not an integer."""
+    into an integer type but is not an integer, or into float32 but overflows it."""
     if type_name in INT_RANGE:
         lo, hi = INT_RANGE[type_name]
         if lower > hi or upper < lo:
@@ -70,6 +70,10 @@ def clip(v: Any, lower: float, upper: float, type_name: str) -> Any:
         for b, side in ((lower, lower >= lo), (upper, upper <= hi)):
             if side and not float(b).is_integer():
                 raise Misfit(f"bound {b} is not an integer")
+    if type_name == "f32":  # a finite bound that float32 cannot hold, not past its own side of the range
+        for b, own_side in ((lower, lower < 0), (upper, upper > 0)):
+            if math.isfinite(b) and math.isinf(to_f32(b)) and not own_side:
+                raise Misfit(f"bound {b} overflows f32")
     if v is None:
         return None
     if type_name == "f32":

@@ -221,10 +221,15 @@ def test_float_columns(family, data):
     bounds = sorted(data.draw(st.lists(fparams, min_size=1, max_size=3)))
     df = pd.DataFrame({"x": x})
     held_fill = ref.to_f32(fill) if t == "f32" else fill  # documented: rounded to the column's float type
-    _check(df, {"f": ops.fill_null("x", fill), "c": ops.clip("x", lower, upper), "l": ops.log1p("x"),
-                "b": ops.bucketize("x", bounds)},
-           {"f": [ref.fill_null(v, held_fill) for v in held], "c": [ref.clip(v, lower, upper, t) for v in held],
-            "l": [ref.log1p(v) for v in held], "b": [ref.bucketize(v, bounds) for v in held]}, family)
+    feats = {"f": ops.fill_null("x", fill), "l": ops.log1p("x"), "b": ops.bucketize("x", bounds)}
+    want = {"f": [ref.fill_null(v, held_fill) for v in held], "l": [ref.log1p(v) for v in held],
+            "b": [ref.bucketize(v, bounds) for v in held]}
+    clipped, misfit = _expect(lambda v: ref.clip(v, lower, upper, t), held + [None])  # + [None]: empty frames too
+    if misfit is None:
+        feats["c"], want["c"] = ops.clip("x", lower, upper), clipped[:-1]
+    else:  # a bound float32 cannot hold (1e39 as the lower bound): an error naming the column
+        _check(df, {"c": ops.clip("x", lower, upper)}, {}, family, culprits=("'x'",))
+    _check(df, feats, want, family)
     want, misfit = _expect(lambda v: ref.cast(v, to), held)
     if misfit is None:
         _check(df, {"k": ops.cast("x", to)}, {"k": want}, family)
@@ -316,6 +321,26 @@ def test_lookup_strings(family, data):
         feats["s"] = ops.lookup("x", scores, oov=-0.5)
         want["s"] = [ref.lookup(v, scores, -0.5) for v in held]
     _check(pd.DataFrame({"x": x}), feats, want, family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lookup_keys_one_float64_step_apart(family):
+    """Keys and values that float64 cannot tell apart (2^63 - 2 / 2^63 - 1, 2^53 / 2^53 + 1,
+    2^64 - 2 / 2^64 - 1) match only themselves, in the id and the float form, on int64,
+    uint64 (numpy, masked, Arrow) and float64 columns."""
+    ids = {"i": ([2**63 - 2, 2**63 - 1, None, 2**53, -1], "Int64"), "u": ([2**64 - 2, 2**64 - 1, 2**53, None, 7], "UInt64"),
+           "a": ([2**53, 2**53 + 1, None, 0, 1], "uint64[pyarrow]"), "n": ([2**53 + 1, 2**64 - 2, 3, 2**53, 1], "uint64")}
+    df = pd.DataFrame({k: int_series(v, dt) for k, (v, dt) in ids.items()})
+    df["f"] = [2.0**53, 2.0**63, None, 3.0, -1.0]
+    feats, want = {}, {}
+    for j, keys in enumerate(([2**63 - 1, 2**53 + 1, 3], [2**64 - 1, 2**53 + 1, 3], [2**63 - 1, 2**64 - 1, -1, 3])):
+        scores, mapping = {k: i + 0.5 for i, k in enumerate(keys)}, {k: i for i, k in enumerate(keys)}
+        for c in ("i", "u", "a", "n", "f"):
+            held = [None if v is None or v != v else v for v in df[c].astype(object).where(df[c].notna(), None)]
+            feats[f"s{c}{j}"], want[f"s{c}{j}"] = ops.lookup(c, scores, oov=-0.5), [ref.lookup(v, scores, -0.5) for v in held]
+            if c != "f":
+                feats[f"d{c}{j}"], want[f"d{c}{j}"] = ops.lookup(c, mapping, oov=-9), [ref.lookup(v, mapping, -9) for v in held]
+    _check(df, feats, want, family)
 
 
 def test_lookup_kinds_that_never_match_are_errors():
