@@ -310,6 +310,9 @@ def evaluate(where: Where | str, frame: Any) -> Any:
         >>> df = pd.DataFrame({"x": pd.Series([5, 100, -3], dtype="int8")})
         >>> evaluate("x < 300 and x > 2.5", df).tolist()
         [True, True, False]
+        >>> big = pd.DataFrame({"x": [2**53 + 1], "f": [2.0**53]})
+        >>> evaluate("x == f", big).tolist(), evaluate("x > f", big).tolist()  # not through float64
+        ([False], [True])
     """
     w = parse_where(where) if isinstance(where, str) else where
     missing = sorted(w.columns - set(map(str, frame.columns)))
@@ -601,6 +604,9 @@ class _Evaluator:
         type (so ``isin`` never goes through float64); a literal of another kind (a str
         against a number, a number against text) is a CleanError naming both."""
         dt = _dtype(col)
+        categories = _dtype(col.cat.categories) if str(col.dtype) == "category" else None
+        if categories is not None and categories.kind in "iuf":  # a categorical of numbers: by its values
+            dt = categories
         for lit in tree.values:
             numeric = isinstance(lit, (int, float)) and not isinstance(lit, bool)
             if dt is None and not isinstance(lit, str) or dt is not None and dt.kind in "iuf" and not numeric \
@@ -612,7 +618,7 @@ class _Evaluator:
         if dt.kind == "b":
             return [bool(v) for v in tree.values]
         kept = [v for v in tree.values if self.holds(dt, v)]
-        return np.array(kept, dtype=dt)
+        return np.array(kept, dtype=dt) if categories is None else kept
 
     @staticmethod
     def holds(dt: np.dtype, v: int | float) -> bool:
