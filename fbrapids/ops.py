@@ -115,8 +115,9 @@ def clip(x: ExprLike, lower: float, upper: float) -> Call:
     """``x`` limited to ``[lower, upper]``, in the input's type. Null rule: null in, null out.
 
     A bound past the type's range on its own side changes nothing; bounds that leave no
-    value of the type, or a fractional bound for an integer column, are a FeatureError
-    naming the column (never wrapped into the type).
+    value of the type, a fractional bound for an integer column, or a bound a float32
+    column cannot hold on the other side (``lower=1e39``: never rounded to infinity) are a
+    FeatureError naming the column (never wrapped into the type).
 
     Example:
         >>> str(clip("age", 0, 99))

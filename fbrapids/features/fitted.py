@@ -108,13 +108,17 @@ def _inputs(call: Call, training: bool = True) -> list[Expr]:
     """The expressions the kernels compute for ``call``: categorify adds its OOV buckets
     when it has several (one bucket needs no hash, so any column it can count works);
     a target encoding applied with frozen statistics (``training=False``) reads only its
-    keys, never the label or ``fold_by`` (a serving frame has no label)."""
+    keys, never the label or ``fold_by`` (a serving frame has no label); with its label
+    it reads ``fold_by``'s FarmHash fingerprint (``hash``), which seeds the folds."""
     p = call.param_dict()
     if call.op == "categorify":
         width = max(int(p.get("oov_buckets", 0) or 0), 1)
         return [call.args[0]] + ([Call("hash_bucket", (call.args[0],), (("buckets", width),))] if width > 1 else [])
-    if call.op == "target_encode" and not training:
-        return list(call.args[: int(p["n_keys"])])
+    if call.op == "target_encode":
+        n = int(p["n_keys"])
+        if not training:
+            return list(call.args[:n])
+        return list(call.args[: n + 1]) + [Call("hash", (a,), ()) for a in call.args[n + 1:]]
     return list(call.args)
 
 

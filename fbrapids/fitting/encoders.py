@@ -187,22 +187,26 @@ def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labe
     return pos
 
 
-def fold_of(fold_by: pd.Series | None, n: int, folds: int, seed: int) -> np.ndarray:
-    """Each row's fold in ``[0, folds)``: a seeded hash of its ``fold_by`` value (a row id),
-    or, without one, of its position in the frame (eager frames only).
+def fold_of(fingerprints: Any, n: int, folds: int, seed: int) -> np.ndarray:
+    """Each row's fold in ``[0, folds)``: ``splitmix64(h + 0x9E3779B97F4A7C15 * (seed + 1))
+    % folds`` (arithmetic mod 2^64), ``h`` the row's ``fold_by`` fingerprint (FarmHash
+    Fingerprint64 of its text / an integer's decimal text, as ``ops.hash`` gives; 0 for a
+    null) or, without ``fold_by``, the row's position ``0 .. n - 1``.  ``splitmix64(z)``:
+    ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB;
+    z ^= z >> 31``.
 
     Example:
-        >>> fold_of(pd.Series([10, 11, 12, 10]), 4, 3, seed=0).tolist() == fold_of(pd.Series([10, 11, 12, 10]), 4, 3, 0).tolist()
-        True
+        >>> fold_of(None, 4, 3, seed=0).tolist()
+        [1, 2, 1, 0]
+        >>> fold_of(pd.Series([0, 1, 2, None], dtype="UInt64"), 4, 3, seed=0).tolist()
+        [1, 2, 1, 1]
     """
-    if fold_by is None:
+    if fingerprints is None:
         base = np.arange(n, dtype=np.uint64)
     else:
-        base = pd.util.hash_array(np.asarray(fold_by.to_numpy(dtype=object, na_value=None) if fold_by.dtype == object
-                                             or isinstance(fold_by.dtype, (pd.ArrowDtype, pd.StringDtype))
-                                             else fold_by.to_numpy()), categorize=False)
+        base = np.asarray(_host(fingerprints).to_numpy(dtype=np.uint64, na_value=0), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = base.astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)
+        z = base + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
@@ -327,7 +331,7 @@ class TargetEncode(CountEncode):
     """Smoothed mean label per key tuple: ``(sum + s * prior) / (count + s)``.
 
     Inputs: ``a0 .. a{n-1}`` the keys, ``a{n}`` the label, and (with ``fold_by``) ``a{n+1}``
-    the row id that seeds the folds.  On the frame it was fitted on (``training=True``)
+    the FarmHash fingerprint of the row id that seeds the folds (:func:`fold_of`).  On the frame it was fitted on (``training=True``)
     each row gets out-of-fold statistics: the key's and the prior's sums over the other
     ``folds - 1`` folds only, so a row's own label never enters its own encoding.
     Elsewhere the frozen statistics over all training rows apply.  Rows with a null label

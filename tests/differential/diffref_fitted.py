@@ -104,6 +104,23 @@ def target_encode(train_keys: Sequence[tuple], train_labels: Sequence[Any], appl
                 prior, smoothing) for k in apply_keys]
 
 
+def _splitmix64(z: int) -> int:
+    mask = (1 << 64) - 1
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & mask
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def fold(row_id: Any, folds: int, seed: int = 0, position: int | None = None) -> int:
+    """A training row's fold: ``splitmix64(h + 0x9E3779B97F4A7C15 * (seed + 1)) % folds``,
+    ``h`` the Fingerprint64 of the ``fold_by`` value's text (0 for a null) or, without
+    ``fold_by`` (``row_id`` None and ``position`` given), the row's position."""
+    h = position if position is not None else 0 if row_id is None else _fingerprint(row_id)
+    return _splitmix64((h + 0x9E3779B97F4A7C15 * (seed + 1)) & ((1 << 64) - 1)) % folds
+
+
 def target_encode_oof(keys: Sequence[tuple], labels: Sequence[Any], folds_of_rows: Sequence[int],
                       smoothing: float = 20.0) -> list[float]:
     """Out of fold, on the training rows themselves: each row's key sums and prior over the

@@ -20,7 +20,6 @@ from diff_harness import (DIFF, FAMILIES, assert_column, assert_error_names, mat
 from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, indexes, int_series, ints_of,
                              sizes, string_series, texts)
 from fbrapids import ops
-from fbrapids.fitting.encoders import fold_of
 
 
 # -- inputs ------------------------------------------------------------------------------------
@@ -119,26 +118,29 @@ def test_categorical_keys(family: str, data: st.DataObject) -> None:
     max_size = data.draw(st.sampled_from([None, 0, 1, 3]))
     oov = data.draw(st.sampled_from([0, 1, 3]))
     smoothing = data.draw(st.sampled_from([0.0, 1.0, 20.0]))
+    seed = data.draw(st.sampled_from([0, 7]), label="fold seed")
+    # a text row id (a null one now and then: fingerprint 0) seeds t2's folds, the int rid t's
+    sids = [None if i == 0 and seed else f"r{i}\u00e9" for i in range(nt)]
     train = _frame({"k": make(ktrain), "k2": pd.Series(k2train, dtype="Int8"),
-                    "y": pd.Series([_null(v) for v in labels], dtype="Float64")},
-                   nt, data.draw(indexes(nt), label="train index"))
+                    "y": pd.Series([_null(v) for v in labels], dtype="Float64"),
+                    "sid": string_series(sids, "str")}, nt, data.draw(indexes(nt), label="train index"))
     apply = _frame({"k": make(kapply), "k2": pd.Series(k2apply, dtype="Int8")}, na, data.draw(indexes(na)))
     kt, ka = [_null(v) for v in ktrain], [_null(v) for v in kapply]
     yt = [_null(v) for v in labels]
     feats = {"c": ops.categorify("k", min_freq=min_freq, max_size=max_size, oov_buckets=oov),
              "n": ops.count_encode("k"), "n2": ops.count_encode("k", "k2"),
              "t": ops.target_encode("k", label="y", smoothing=smoothing, fold_by="rid"),
-             "t2": ops.target_encode("k", "k2", label="y", smoothing=smoothing, fold_by="rid", folds=3)}
+             "t2": ops.target_encode("k", "k2", label="y", smoothing=smoothing, fold_by="sid", folds=3, seed=seed)}
     want = {"c": ref.categorify(kt, ka, min_freq, max_size, oov),
             "n": ref.count_encode([(k,) for k in kt], [(k,) for k in ka]),
             "n2": ref.count_encode(list(zip(kt, k2train)), list(zip(ka, k2apply))),
             "t": ref.target_encode([(k,) for k in kt], yt, [(k,) for k in ka], smoothing),
             "t2": ref.target_encode(list(zip(kt, k2train)), yt, list(zip(ka, k2apply)), smoothing)}
     fit_in = data.draw(st.sampled_from(modes(family)[1:]), label="fit on")
-    # out of fold on the training frame itself; the folds are the library's seeded hash of fold_by
-    rid = train["rid"]
-    want_oof = {"t": ref.target_encode_oof([(k,) for k in kt], yt, fold_of(rid, nt, 5, 0).tolist(), smoothing),
-                "t2": ref.target_encode_oof(list(zip(kt, k2train)), yt, fold_of(rid, nt, 3, 0).tolist(), smoothing),
+    # out of fold on the training frame itself; folds as the docstring defines them
+    want_oof = {"t": ref.target_encode_oof([(k,) for k in kt], yt, [ref.fold(i, 5) for i in range(nt)], smoothing),
+                "t2": ref.target_encode_oof(list(zip(kt, k2train)), yt, [ref.fold(i, 3, seed) for i in sids],
+                                            smoothing),
                 "c": ref.categorify(kt, kt, min_freq, max_size, oov)}
     for mode, out, own in fit_apply(train, apply, feats, family, fit_in):
         for name, values in want.items():
@@ -216,3 +218,15 @@ def test_state_fitted_on_ints_refuses_strings_and_compares_numbers_exactly() -> 
     out = fitted.extract(probe.assign(k=pd.Series([2**53, 7, None, 1], dtype="Int64")))
     assert out["n"].tolist() == [0, 1, 0, 0] and out["t"].tolist() == [1, 1, 0, 0]
     assert fitted.extract(probe)["n"].tolist() == [0, 1, 0, 0]  # float 2^53 is not the id 2^53 + 1
+
+
+def test_fold_by_must_be_integers_or_text() -> None:
+    """The folds hash ``fold_by``'s text (documented): a float or datetime row id, whose
+    text is not an id, is refused naming the column, eager and on dask."""
+    df = pd.DataFrame({"k": [1, 1, 2], "y": [1.0, 0.0, 1.0], "f": [0.5, 1.5, 2.5],
+                       "d": pd.to_datetime([1, 2, 3], unit="s")})
+    for col in ("f", "d"):
+        for mode in ("eager", "dask3"):
+            with pytest.raises(Exception) as info:
+                to_mode(df, mode).fbx.fit(t=ops.target_encode("k", label="y", fold_by=col))
+            assert_error_names(info.value, f"'{col}'")

@@ -9,6 +9,8 @@ events 1 ns apart stay apart), with ties and nulls.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -81,9 +83,28 @@ def test_history_operators(family: str, data: st.DataObject) -> None:
             "me": ref.window_mean(kv, values, tv, int_window, flags, per_second=per_second),
             "s": ref.time_since(kv, tv, per_second=per_second),
             "se": ref.time_since(kv, tv, flags, per_second=per_second)}
-    for mode, out in run_modes(df, lambda f: f.fbx.extract(**feats), family):
+    for mode, out in run_modes(df, lambda f: _partition_of_rows(f.fbx.extract(**feats)), family):
         for name, expected in want.items():
             assert_column(out, name, expected, mode=mode, rtol=1e-12, atol=1e-12, order_by="rid")
+        # documented: on dask the frame keeps its partitions and row order (only the inputs shuffle)
+        held = _partition_of_rows(to_mode(df, mode))
+        held = materialize(held, mode) if hasattr(held, "compute") else held
+        assert out.index.equals(df.index) and out["rid"].tolist() == list(range(n)), f"{mode}: rows reordered"
+        assert out[_PART].tolist() == held[_PART].tolist(), f"{mode}: rows moved to other partitions"
+
+
+_PART = "partition_number"
+
+
+def _partition_of_rows(frame: Any) -> Any:
+    """``frame`` with each row's partition number (0 for an eager frame)."""
+    if not hasattr(frame, "map_partitions"):
+        return frame.assign(**{_PART: 0})
+
+    def tag(part: Any, partition_info: dict | None = None) -> Any:
+        return part.assign(**{_PART: (partition_info or {}).get("number", 0)})
+
+    return frame.map_partitions(tag, meta=frame._meta.assign(**{_PART: 0}))
 
 
 def test_history_time_errors_name_the_column() -> None:
