@@ -605,6 +605,8 @@ class _Evaluator:
         against a number, a number against text) is a CleanError naming both."""
         dt = _dtype(col)
         categories = _dtype(col.cat.categories) if str(col.dtype) == "category" else None
+        if categories is not None and not len(col.cat.categories):
+            return []  # all null (pandas gives it float64 categories): nothing to match, any literal
         if categories is not None and categories.kind in "iuf":  # a categorical of numbers: by its values
             dt = categories
         for lit in tree.values:
