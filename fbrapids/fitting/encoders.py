@@ -187,6 +187,10 @@ def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labe
     return pos
 
 
+#: the fold rule of :func:`fold_of`, recorded in target_encode states (an older state's folds differ)
+FOLD_HASH = "fingerprint64-splitmix64"
+
+
 def fold_of(fingerprints: Any, n: int, folds: int, seed: int) -> np.ndarray:
     """Each row's fold in ``[0, folds)``: ``splitmix64(h + 0x9E3779B97F4A7C15 * (seed + 1))
     % folds`` (arithmetic mod 2^64), ``h`` the row's ``fold_by`` fingerprint (FarmHash
@@ -402,7 +406,7 @@ class TargetEncode(CountEncode):
         prior = float(fold_sum.sum() / fold_count.sum()) if fold_count.sum() else 0.0
         return FittedState(self.op, self.params, tables,
                            {"rows": rows, "labelled": int(fold_count.sum()), "prior": prior, "folds": folds,
-                            "seen": int(len(total))})
+                            "seen": int(len(total)), "fold_hash": FOLD_HASH})
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         n = int(self.params["n_keys"])
@@ -418,6 +422,10 @@ class TargetEncode(CountEncode):
         prior_s = np.full(len(part), t["fold_sum"].sum())
         prior_c = np.full(len(part), float(t["fold_count"].sum()))
         if training:
+            if state.meta.get("fold_hash") != FOLD_HASH:
+                raise FeatureError(f"{self.op} state {state.meta.get('fold_hash') or 'without a fold hash'}: "
+                                   "fitted by an older fbrapids whose folds differ (out-of-fold encodings would "
+                                   "leak labels); refit it")
             folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
             fid = part[f"a{n + 1}"] if self.params.get("fold_by") else None
             fold = fold_of(fid, len(part), folds, seed)

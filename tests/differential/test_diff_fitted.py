@@ -230,3 +230,11 @@ def test_fold_by_must_be_integers_or_text() -> None:
             with pytest.raises(Exception) as info:
                 to_mode(df, mode).fbx.fit(t=ops.target_encode("k", label="y", fold_by=col))
             assert_error_names(info.value, f"'{col}'")
+    # a state whose folds were drawn by another rule (an older fbrapids) is refused out of fold
+    fitted = df.fbx.fit(t=ops.target_encode("k", label="y", fold_by="k"))
+    for state in fitted.states.values():
+        state.meta.pop("fold_hash")
+    assert fitted.extract(df[["k"]])["t"].notna().all()  # frozen statistics need no folds
+    with pytest.raises(Exception) as info:
+        fitted.extract(df, training=True)
+    assert_error_names(info.value, "target_encode")
