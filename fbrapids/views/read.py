@@ -929,12 +929,11 @@ def _cast_column(values: Any, want: Any, path: str, col: str) -> Any:
     try:
         return values.astype(want)
     except (TypeError, ValueError, OverflowError) as exc:
-        _raise_first_failing(values, want, path, col, exc)
-        raise  # (unreachable: the call above raises)
+        raise _first_failing(values, want, path, col, exc) from None
 
 
-def _raise_first_failing(values: Any, want: Any, path: str, col: str, exc: Exception) -> None:
-    """Raise a ViewError naming the first row whose value alone does not cast to ``want``."""
+def _first_failing(values: Any, want: Any, path: str, col: str, exc: Exception) -> ViewError:
+    """The ViewError naming the first row whose value alone does not cast to ``want``."""
     host = _backend.to_host(values)
     for pos in range(min(len(host), 100_000)):
         try:
@@ -942,8 +941,8 @@ def _raise_first_failing(values: Any, want: Any, path: str, col: str, exc: Excep
         except (TypeError, ValueError, OverflowError) as one:
             value = host.iloc[pos]
             value = value.item() if isinstance(value, np.generic) else value
-            raise ViewError(f"{path}: column {col!r} row {host.index[pos]}: {value!r} cannot be {want}: {one}") from None
-    raise ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}") from None
+            return ViewError(f"{path}: column {col!r} row {host.index[pos]}: {value!r} cannot be {want}: {one}")
+    return ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}")
 
 
 def _numpy_kind(dtype: Any) -> np.dtype | None:

@@ -237,7 +237,11 @@ def read_json_ref(paths: list[str], dtype: dict[str, str] | None = None
             elif kinds == {"bool"}:
                 want = "boolean" if nulls else "bool"
             elif kinds == {"int"}:
-                want = ints_dtype([v for v in vals if v is not None], nulls, (c,))
+                try:
+                    want = ints_dtype([v for v in vals if v is not None], nulls, (c,))
+                except Refused as bad:  # every bad column is an option: a reader may stop at any
+                    found.append(bad.culprits)
+                    continue
             elif kinds <= {"int", "float"}:
                 want = "float64"
             else:
