@@ -422,7 +422,7 @@ def join(
     if strategy == "partitioned":
         # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
         # partition (they match nothing there, but are still validated, as in an eager join)
-        right = other.repartition(divisions=_covering(left.divisions, other.divisions), force=True)
+        right = _cut_at(other, _covering(left.divisions, other.divisions))
         return _backend.dask_dataframe().map_partitions(join_partitions, left, right, *args, on_host, meta=meta,
                                                         align_dataframes=False)
     n = max(left.npartitions, other.npartitions)
@@ -442,6 +442,34 @@ def _covering(left: Sequence[Any], right: Sequence[Any]) -> tuple[Any, ...]:
         (0, 4, 11)
     """
     return (min(left[0], right[0]), *left[1:-1], max(left[-1], right[-1]))
+
+
+def _cut_at(frame: Any, divisions: Sequence[Any]) -> Any:
+    """``frame`` (sorted by its index, known divisions inside ``divisions``) cut at
+    ``divisions``: partition ``i`` holds the keys in ``[divisions[i], divisions[i + 1])``, the
+    last one its upper end too.  Not dask's ``repartition(divisions=, force=True)``: it drops
+    every row of a one-key frame (divisions ``(a, a)``) when the new divisions end in
+    ``(..., a, a)`` (a partitioned inner join then found nothing)."""
+    import dask
+
+    src, parts = frame.divisions, frame.to_delayed()
+    out = []
+    for i in range(len(divisions) - 1):
+        lo, hi = divisions[i], divisions[i + 1]
+        take = [parts[j] for j in range(len(parts)) if src[j] <= hi and src[j + 1] >= lo]
+        last = i == len(divisions) - 2
+        out.append(dask.delayed(_key_range, pure=True)(frame._meta, lo, hi, last, *take))
+    return _backend.dask_dataframe().from_delayed(out, meta=frame._meta, divisions=tuple(divisions),
+                                                  verify_meta=False)
+
+
+def _key_range(meta: Any, lo: Any, hi: Any, last: bool, *parts: Any) -> Any:
+    """The rows of ``parts`` (sorted frames) whose index lies in ``[lo, hi)`` (``[lo, hi]``
+    when ``last``), as one frame of ``meta``'s columns."""
+    whole = _backend.backend_of(meta).xdf.concat(list(parts)) if parts else meta
+    idx = whole.index
+    keep = (idx >= lo) & ((idx <= hi) if last else (idx < hi))
+    return whole[keep]
 
 
 def _after(value: Any, _check: Any) -> Any:

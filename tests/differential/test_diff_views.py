@@ -403,6 +403,20 @@ def test_join_partitioned_by_sorted_index(data):
             assert got.known_divisions
 
 
+@pytest.mark.parametrize("rk", [[2**53], [2**53, 2**53 + 1], [-1], [0, 2**53]])
+def test_join_partitioned_right_side_of_one_key(rk):
+    """dask's repartition(divisions=(0, 5, a, a)) of a one-key side (divisions (a, a)) dropped
+    all its rows: the partitioned inner join found nothing (found by the thorough profile)."""
+    lk = [0, 5, 2**53]
+    left = pd.DataFrame({"rid": np.arange(3)}, index=pd.Index(np.array(lk, dtype="int64"), name="k"))
+    right = pd.DataFrame({"r": np.arange(len(rk))}, index=pd.Index(np.array(rk, dtype="int64"), name="k"))
+    pairs = ref.join(lk, rk, "left", None)
+    got = materialize(pd_dask(left, 3).fbx.join(pd_dask(right, 2), on="k", how="left"), "dask3")
+    assert join_decisions()[-1].strategy == "partitioned"
+    assert_values(got["rid"], [i for i, _ in pairs], what="view rows")
+    assert_values(got["r"], [j for _, j in pairs], what="right rows")
+
+
 def pd_dask(frame, n):
     import dask.dataframe as dd
 
