@@ -8,8 +8,9 @@ sizes and the partitioning (shown in :func:`join_decisions`, ``explain`` and the
   table is built by ONE task, shared by every partition of the view (never once per
   partition); each partition probes it.
 * ``partitioned``: both sides are sorted by the key with known divisions (the key is their
-  index, e.g. ``instance_id``).  The other side is repartitioned to the view's divisions by
-  dask and each output partition joins only its own slice.  No shuffle.
+  index, e.g. ``instance_id``).  The other side is cut at the view's divisions (widened to
+  its own key range; each slice reads only the partitions overlapping it) and each output
+  partition joins only its own slice.  No shuffle.
 * ``shuffle``: neither: both sides are hash-partitioned once by dask's own shuffle (P2P on a
   distributed cluster) and joined partition by partition.
 
