@@ -1,6 +1,7 @@
 """Differential tests of the history operators (``history``, ``window_count``,
 ``window_mean``, ``time_since``) against :mod:`diffref_fitted`, eager and on dask frames
-of 1, 3 and 7 partitions (shuffled by key there: rows are put back in order by ``rid``).
+of 1, 3 and 7 partitions (only the inputs are shuffled by key there: the output keeps the
+input's partitions, row order and index, checked with a partition-number column).
 
 Times are datetimes in s / ms / us / ns with and without a time zone (a ``"1h"`` window is
 an hour whatever the unit) or integer epochs in seconds or nanoseconds (exact int64:
