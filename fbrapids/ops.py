@@ -447,8 +447,10 @@ def target_encode(*keys: ExprLike, label: ExprLike, smoothing: float = 20.0, fol
     decimal text; 0 for a null) or, without ``fold_by``, its position ``0 .. n - 1``;
     ``splitmix64(z)``: ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27;
     z *= 0x94D049BB133111EB; z ^= z >> 31``.  Applied with frozen statistics the frame
-    needs only the keys (no label: a serving frame has none).  Labels are summed as float64;
-    rows with a null label count in neither sum nor count.
+    needs only the keys (no label: a serving frame has none).  Labels are summed as float64
+    (out of fold, the other folds' sums are added up, never the row's fold subtracted from
+    the total, so a large label never cancels small ones); rows with a null label count in
+    neither sum nor count.
 
     Example:
         >>> str(target_encode("user_id", label="click", fold_by="instance_id"))

@@ -408,6 +408,21 @@ class TargetEncode(CountEncode):
                            {"rows": rows, "labelled": int(fold_count.sum()), "prior": prior, "folds": folds,
                             "seen": int(len(total)), "fold_hash": FOLD_HASH})
 
+    @staticmethod
+    def _by_fold(state: FittedState, n: int, folds: int) -> tuple[np.ndarray, np.ndarray]:
+        """(label sums, counts) per (key tuple of the totals, fold): built once per state."""
+        cached = state.cache.get("by_fold")
+        if cached is None:
+            t = state.tables
+            sums = np.zeros((len(t["total_sum"]), folds))
+            counts = np.zeros((len(t["total_sum"]), folds), dtype=np.int64)
+            if len(t["sum"]):
+                at = _lookup(state, [f"total_k{i}" for i in range(n)], [pd.Series(t[f"k{i}"]) for i in range(n)])
+                sums[at, t["fold"]] = t["sum"]
+                counts[at, t["fold"]] = t["count"]
+            cached = state.cache["by_fold"] = (sums, counts)
+        return cached
+
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         n = int(self.params["n_keys"])
         smoothing = float(self.params.get("smoothing", 20.0))
@@ -429,14 +444,15 @@ class TargetEncode(CountEncode):
             folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
             fid = part[f"a{n + 1}"] if self.params.get("fold_by") else None
             fold = fold_of(fid, len(part), folds, seed)
-            fpos = _lookup(state, [f"k{i}" for i in range(n)] + ["fold"], keys + [pd.Series(fold, index=part.index)],
-                           labels + ("fold",))
-            fhit = fpos >= 0
-            fp = np.maximum(fpos, 0)
-            s = s - np.where(fhit, t["sum"][fp] if len(t["sum"]) else 0.0, 0.0)
-            c = c - np.where(fhit, t["count"][fp] if len(t["count"]) else 0, 0)
-            prior_s = prior_s - t["fold_sum"][fold]
-            prior_c = prior_c - t["fold_count"][fold]
+            own = np.zeros((len(part), folds), dtype=bool)
+            own[np.arange(len(part)), fold] = True
+            # the other folds' sums added up, never the total minus the row's own fold: a large
+            # label in the row's fold would cancel the others' small ones (131072.99 - 131072)
+            sums, counts = self._by_fold(state, n, folds)
+            s = np.where(hit, np.where(own, 0.0, sums[p]).sum(axis=1), 0.0) if len(sums) else np.zeros(len(part))
+            c = np.where(hit, np.where(own, 0, counts[p]).sum(axis=1), 0).astype(np.float64) if len(sums) else s
+            prior_s = np.where(own, 0.0, t["fold_sum"][None, :]).sum(axis=1)
+            prior_c = np.where(own, 0, t["fold_count"][None, :]).sum(axis=1).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             prior = np.where(prior_c > 0, prior_s / np.maximum(prior_c, 1), 0.0)
             enc = (s + smoothing * prior) / (c + smoothing) if smoothing > 0 else np.where(c > 0, s / np.maximum(c, 1),
