@@ -202,7 +202,8 @@ def join(left_keys: Sequence[Any], right_keys: Sequence[Any], how: str, validate
          ) -> list[tuple[int, int | None]]:
     """``(left row, right row or None)`` pairs of the join, in the view's row order and,
     per view row, the right side's order; null keys never match.  ``validate`` as pandas'
-    ``merge(validate=)`` over non-null keys; Refused naming a repeated key."""
+    ``merge(validate=)`` over non-null keys; Refused naming any key repeated on a
+    validated side."""
     def repeated(keys: Sequence[Any]) -> list[Any]:
         seen: dict[Any, int] = {}
         for k in keys:
@@ -210,10 +211,10 @@ def join(left_keys: Sequence[Any], right_keys: Sequence[Any], how: str, validate
                 seen[k] = seen.get(k, 0) + 1
         return [k for k, n in seen.items() if n > 1]
 
-    if validate in ("one_to_one", "many_to_one") and repeated(right_keys):
-        raise Refused(*(repr(k) for k in repeated(right_keys)))
-    if validate in ("one_to_one", "one_to_many") and repeated(left_keys):
-        raise Refused(*(repr(k) for k in repeated(left_keys)))
+    bad = (repeated(right_keys) if validate in ("one_to_one", "many_to_one") else []) + \
+        (repeated(left_keys) if validate in ("one_to_one", "one_to_many") else [])
+    if bad:  # the docstring names "a key that breaks validate": any of them, on either side
+        raise Refused(*(repr(k) for k in bad))
     where: dict[Any, list[int]] = {}
     for j, k in enumerate(right_keys):
         if not is_null(k):
