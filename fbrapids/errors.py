@@ -109,7 +109,7 @@ class KernelCompileError(FbrapidsError, RuntimeError):
 
 
 class KernelRuntimeError(FbrapidsError, RuntimeError):
-    """A kernel reported an error the data caused (e.g. a cross key over FBX_KEY_MAX bytes)."""
+    """A kernel reported an error the data caused (e.g. a value a cast cannot hold)."""
 
 
 class NvrtcUnavailableError(FbrapidsError, RuntimeError):

@@ -283,6 +283,34 @@ def _check_device_unique(keys_frame: Any, keys: list[str], side: str, validate: 
         raise duplicate_key_error(keys, value[0] if len(keys) == 1 else value, count, side, validate)
 
 
+def check_unique_keys(frame: Any, keys: Sequence[str], side: str, validate: str) -> None:
+    """Raise the duplicate-key error when a non-null key of ``frame`` (pandas or cudf)
+    appears twice; used on a dask frame's hash buckets, so the count is the whole frame's.
+
+    Example:
+        >>> import pandas as pd
+        >>> check_unique_keys(pd.DataFrame({"k": [1, None, None]}), ["k"], "left", "one_to_one")
+        >>> check_unique_keys(pd.DataFrame({"k": [1, 1]}), ["k"], "left", "one_to_one")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.JoinError: join on k: key 1 has 2 rows on the left side, but the join was validated as 'one_to_one'; deduplicate that side, or pass validate=None to allow it
+    """
+    keys = list(keys)
+    if _backend.is_gpu_object(frame):
+        cudf = _backend.cudf_module()
+        _check_device_unique(cudf.DataFrame({k: key_values(frame, k) for k in keys}).reset_index(drop=True),
+                             keys, side, validate)
+        return
+    cols = [key_values(frame, k) for k in keys]
+    valid = np.ones(len(frame), dtype=bool)
+    for c in cols:
+        valid &= _valid_mask(c)
+    plain = [_plain_keys(c)[valid] for c in cols]
+    index = pd.Index(plain[0]) if len(keys) == 1 else pd.MultiIndex.from_arrays(plain)
+    if not index.is_unique:
+        raise _duplicate_error(keys, index, side, validate)
+
+
 def join_frames(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
                 validate: str | None = None) -> Any:
     """Join two eager frames of one backend (pandas, or cudf on the device).

@@ -8,8 +8,9 @@ sizes and the partitioning (shown in :func:`join_decisions`, ``explain`` and the
   table is built by ONE task, shared by every partition of the view (never once per
   partition); each partition probes it.
 * ``partitioned``: both sides are sorted by the key with known divisions (the key is their
-  index, e.g. ``instance_id``).  The other side is repartitioned to the view's divisions by
-  dask and each output partition joins only its own slice.  No shuffle.
+  index, e.g. ``instance_id``).  The other side is cut at the view's divisions (widened to
+  its own key range; each slice reads only the partitions overlapping it) and each output
+  partition joins only its own slice.  No shuffle.
 * ``shuffle``: neither: both sides are hash-partitioned once by dask's own shuffle (P2P on a
   distributed cluster) and joined partition by partition.
 
@@ -22,7 +23,14 @@ Semantics, the same on both backends:
 * **Exact integers.** In a left join, the other side's int / bool columns become nullable
   (``Int64``...) on pandas, and keep their dtype with a null mask on cudf, so ids above 2^53
   keep their values (pandas' and cudf's own merges turn them into float64).
-* The view's index is kept, so divisions stay known through a chain of joins.
+* The view's index is kept, so divisions stay known through a chain of joins (pandas'
+  ``merge`` resets it to 0..n-1).
+* **Row order.** Eager, broadcast and partitioned joins keep the view's row order; a view
+  row matching several right rows (``validate`` allowing it) gives them in the right side's
+  order, as pandas' ``merge``.  A **shuffle** join returns rows grouped by hash bucket of
+  the key (dask's shuffle moves them); sort by the index, or a row id, for the view's order.
+* ``validate`` holds over the whole frames on dask, whatever the strategy (a key repeated
+  in two partitions of the view breaks ``one_to_one`` as it does eagerly).
 
 Placement (DESIGN.md, "Joins"): when the build side is estimated larger than ``fraction`` of
 the free device memory, the join runs on the host and its result is copied to the device.
@@ -30,8 +38,9 @@ The estimate is the build side's bytes times ``HASH_TABLE_OVERHEAD``.  On the CP
 there is no device, unless ``device_budget`` is given.
 
 Keys must have compatible dtypes: integers with integers (the narrower side is widened,
-int32 -> int64, never the wider one narrowed), strings with strings.  An int key against a
-string key, or int64 against uint64, is an error rather than a silently empty or wrong join.
+int32 -> int64, never the wider one narrowed; uint8/16/32 with a signed key both to the
+signed type holding both), strings with strings.  An int key against a string key, or a
+signed key against uint64, is an error rather than a silently empty or wrong join.
 A pandas Categorical key (dictionary-encoded strings, ``astype("category")``, dask
 categoricals of known or unknown categories) is matched by its values and comes out decoded
 (:func:`check_keys`); a dask categorical whose categories turn out to be of another kind is
@@ -57,8 +66,8 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 from fbrapids.errors import JoinError
-from fbrapids.join_frames import (JoinTable, device_join, host_join, join_frames, key_values, normalize_validate,
-                                  nullable_dtype)
+from fbrapids.join_frames import (JoinTable, check_unique_keys, device_join, host_join, join_frames, key_values,
+                                  normalize_validate, nullable_dtype)
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +151,14 @@ def _categories_dtype(dtype: Any) -> Any:
 
 def _value_dtype(frame: Any, key: str) -> Any:
     """The dtype of ``key``'s values: a categorical's categories dtype; None for a dask
-    categorical whose categories are unknown (``astype("category")`` on a dask column)."""
+    categorical whose categories are unknown (``astype("category")`` on a dask column) or
+    for a categorical of no categories (all null)."""
     dtype = _key_dtype(frame, key)
     values = _categories_dtype(dtype)
     if values is None:
         return dtype
+    if len(dtype.categories) == 0:  # an all-null categorical: no values to type it, the other side's decides
+        return None
     if _is_dask(frame):
         from dask.dataframe.utils import has_known_categories
 
@@ -163,6 +175,23 @@ def _widened(dtype: Any, width: int) -> Any:
     return nullable_dtype(wide) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else wide
 
 
+def _signed_for_both(dtype: Any, other: Any) -> Any:
+    """The signed integer dtype (``dtype``'s flavour) that holds every value of an int and
+    a uint key below 64 bits (uint32 with int16 -> int64); None for uint64 with a signed key.
+
+    Example:
+        >>> import numpy as np
+        >>> str(_signed_for_both(np.dtype("uint8"), np.dtype("int8"))), _signed_for_both(np.dtype("uint64"), np.dtype("int64"))
+        ('int16', None)
+    """
+    sizes = {getattr(t, "numpy_dtype", t).kind: getattr(t, "numpy_dtype", t).itemsize for t in (dtype, other)}
+    width = max(sizes["i"], 2 * sizes["u"])
+    if width > 8:
+        return None
+    wide = pd.api.types.pandas_dtype(f"i{width}")
+    return nullable_dtype(wide) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else wide
+
+
 def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Validate join keys; returns the casts (key -> dtype) of the left and of the right side
     that make both sides' keys hash alike.
@@ -172,7 +201,9 @@ def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any]
       strings when both are unknown; a partition whose categories turn out to be of another
       kind is a :class:`~fbrapids.errors.JoinError` naming the key).
     * Integers of two widths: the narrower side is widened (int32 -> int64), never the wider
-      one narrowed (which would wrap values into false matches); nullability is kept.  Two
+      one narrowed (which would wrap values into false matches); nullability is kept.  A
+      signed key with an unsigned one below 64 bits: both become the signed type that holds
+      both (uint8 with int8 -> int16); uint64 with a signed key is an error.  Two
       flavours of one width (int64, Int64, int64[pyarrow]) hash alike and are left as they are.
     * Other differing flavours (object / str / Arrow strings): the right side takes the left's.
 
@@ -199,6 +230,9 @@ def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any]
             lt = rt = pd.api.types.pandas_dtype("str")
         lt, rt = (rt if lt is None else lt), (lt if rt is None else rt)
         lk, rk = _key_kind(lt), _key_kind(rt)
+        if {lk, rk} == {"int", "uint"} and _signed_for_both(lt, rt) is not None:  # uint8/16/32 with a signed key
+            lt, rt = _signed_for_both(lt, rt), _signed_for_both(rt, lt)
+            lk = rk = "int"
         if "float" in (lk, rk):
             raise JoinError(f"join key {key!r} is floating point ({lt} vs {rt}); cast it to an integer or string first")
         if lk != rk:
@@ -380,12 +414,18 @@ def join(
             other = _backend.to_backend(other, be)
         table = dask.delayed(build_side, pure=True, name=f"join-build-{dask.base.tokenize(other, *args, on_host)}")(
             other, keys, validate, on_host)
+        if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:
+            # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
+            table = dask.delayed(_after, pure=True)(table, _left_keys_unique(left, keys, validate))
         return left.map_partitions(probe_partition, table, *args, meta=meta)
     if not _is_dask(other):
         other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
     if strategy == "partitioned":
-        right = other.repartition(divisions=left.divisions, force=True)
-        return left.map_partitions(join_partitions, right, *args, on_host, meta=meta)
+        # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
+        # partition (they match nothing there, but are still validated, as in an eager join)
+        right = _cut_at(other, _covering(left.divisions, other.divisions))
+        return _backend.dask_dataframe().map_partitions(join_partitions, left, right, *args, on_host, meta=meta,
+                                                        align_dataframes=False)
     n = max(left.npartitions, other.npartitions)
     left_s = _with_key_columns(left, keys).shuffle(on=keys, npartitions=n)
     right_s = _with_key_columns(other, keys).shuffle(on=keys, npartitions=n)
@@ -393,6 +433,62 @@ def join(
                          left._meta, decision)
     return _backend.dask_dataframe().map_partitions(join_partitions, left_s, right_s, *args, on_host, meta=meta,
                                                     align_dataframes=False)
+
+
+def _covering(left: Sequence[Any], right: Sequence[Any]) -> tuple[Any, ...]:
+    """The view's divisions, widened at both ends to take in the other side's key range.
+
+    Example:
+        >>> _covering((1, 4, 6), (0, 5, 11))
+        (0, 4, 11)
+    """
+    return (min(left[0], right[0]), *left[1:-1], max(left[-1], right[-1]))
+
+
+def _cut_at(frame: Any, divisions: Sequence[Any]) -> Any:
+    """``frame`` (sorted by its index, known divisions inside ``divisions``) cut at
+    ``divisions``: partition ``i`` holds the keys in ``[divisions[i], divisions[i + 1])``, the
+    last one its upper end too.  Not dask's ``repartition(divisions=, force=True)``: it drops
+    every row of a one-key frame (divisions ``(a, a)``) when the new divisions end in
+    ``(..., a, a)`` (a partitioned inner join then found nothing)."""
+    import dask
+
+    src, parts = frame.divisions, frame.to_delayed()
+    out = []
+    for i in range(len(divisions) - 1):
+        lo, hi = divisions[i], divisions[i + 1]
+        take = [parts[j] for j in range(len(parts)) if src[j] <= hi and src[j + 1] >= lo]
+        last = i == len(divisions) - 2
+        out.append(dask.delayed(_key_range, pure=True)(frame._meta, lo, hi, last, *take))
+    return _backend.dask_dataframe().from_delayed(out, meta=frame._meta, divisions=tuple(divisions),
+                                                  verify_meta=False)
+
+
+def _key_range(meta: Any, lo: Any, hi: Any, last: bool, *parts: Any) -> Any:
+    """The rows of ``parts`` (sorted frames) whose index lies in ``[lo, hi)`` (``[lo, hi]``
+    when ``last``), as one frame of ``meta``'s columns."""
+    whole = _backend.backend_of(meta).xdf.concat(list(parts)) if parts else meta
+    idx = whole.index
+    keep = (idx >= lo) & ((idx <= hi) if last else (idx < hi))
+    return whole[keep]
+
+
+def _after(value: Any, _check: Any) -> Any:
+    """``value``, once the check it is given has passed (a dask task dependency)."""
+    return value
+
+
+def _left_keys_unique(left: Any, keys: Sequence[str], validate: str) -> Any:
+    """A delayed check that no non-null key repeats anywhere in the dask frame ``left``:
+    its keys are hash-partitioned by dask's shuffle, so equal keys meet in one bucket, and
+    each bucket is checked (the error names the key and its row count in the whole frame)."""
+    import dask
+
+    frame = _with_key_columns(left, keys)[list(keys)]
+    buckets = frame.shuffle(on=list(keys), npartitions=left.npartitions)
+    checks = [dask.delayed(check_unique_keys, pure=True)(part, list(keys), "left", validate)
+              for part in buckets.to_delayed()]
+    return dask.delayed(len, pure=True)(checks)
 
 
 def join_history(frame: Any) -> list[str]:
@@ -453,7 +549,7 @@ def cast_key_columns(frame: Any, casts: dict[str, Any]) -> Any:
     """
     for key, target in casts.items():
         values = _categories_dtype(frame[key].dtype)
-        if values is not None and _key_kind(values) != _key_kind(target):
+        if values is not None and len(frame[key].dtype.categories) and _key_kind(values) != _key_kind(target):
             raise JoinError(f"join key {key!r} is a categorical of {values} values where {target} values were "
                             "expected (the other side's key dtype; str when both sides are dask categoricals of "
                             f"unknown categories): cast the key to its values first, e.g. .astype({{{key!r}: "

@@ -97,25 +97,37 @@ def _substitute(e: Expr, done: Mapping[Call, str]) -> Expr:
     return Call(e.op, args, e.params) if args != e.args else e
 
 
-def _roles(call: Call) -> list[str]:
+def _roles(call: Call, training: bool = True) -> list[str]:
     """Input column names of ``call``'s arguments, by role."""
-    n = len(_inputs(call))
+    n = len(_inputs(call, training))
     if call.op in ("window_count", "time_since"):
         return ["a0", "a1", "a3"][:n]
     return [f"a{i}" for i in range(n)]
 
 
-def _inputs(call: Call) -> list[Expr]:
-    """The expressions the kernels compute for ``call`` (categorify adds its OOV buckets)."""
+def _inputs(call: Call, training: bool = True) -> list[Expr]:
+    """The expressions the kernels compute for ``call``: categorify adds its OOV buckets
+    when it has several (one bucket needs no hash, so any column it can count works);
+    a target encoding applied with frozen statistics (``training=False``) reads only its
+    keys, never the label or ``fold_by`` (a serving frame has no label); with its label
+    it reads ``fold_by``'s FarmHash fingerprint (``hash``), which seeds the folds."""
+    p = call.param_dict()
     if call.op == "categorify":
-        width = max(int(call.param_dict().get("oov_buckets", 0) or 0), 1)
-        return [call.args[0], Call("hash_bucket", (call.args[0],), (("buckets", width),))]
+        width = max(int(p.get("oov_buckets", 0) or 0), 1)
+        return [call.args[0]] + ([Call("hash_bucket", (call.args[0],), (("buckets", width),))] if width > 1 else [])
+    if call.op == "target_encode":
+        n = int(p["n_keys"])
+        if not training:
+            return list(call.args[:n])
+        return list(call.args[: n + 1]) + [Call("hash", (a,), ()) for a in call.args[n + 1:]]
     return list(call.args)
 
 
 def _params(call: Call) -> dict[str, Any]:
     p = call.param_dict()
     p.pop("state", None)
+    if call.op == "pad":  # its errors (a padding value the list's type cannot hold) name the expression
+        p["expr"] = str(call)
     if call.op in FITTED_OPS or call.op in ROW_OPS:
         return p
     return {k: v for k, v in p.items() if k in ("last_n", "window")}
@@ -211,8 +223,8 @@ def state_param(state: FittedState) -> dict[str, Any]:
 
 def state_from_param(p: Mapping[str, Any]) -> FittedState:
     """The :class:`FittedState` a ``state`` parameter carries."""
-    tables = {k: (np.asarray(v, dtype=str) if isinstance(v, tuple) and v and isinstance(v[0], str)
-                  else np.asarray(v)) for k, v in p["tables"].items()}
+    tables = {k: (np.asarray(v, dtype=object) if isinstance(v, tuple) and v and isinstance(v[0], str)
+                  else np.asarray(v)) for k, v in p["tables"].items()}  # object: a trailing NUL stays
     return FittedState(p["op"], {}, tables, dict(p["meta"]))
 
 
@@ -271,7 +283,8 @@ def _is_dask(obj: Any) -> bool:
     return hasattr(obj, "map_partitions") and hasattr(obj, "_meta")
 
 
-def _with_inputs(frame: Any, calls: list[Call], fused: bool) -> tuple[Any, dict[Call, dict[str, str]]]:
+def _with_inputs(frame: Any, calls: list[Call], fused: bool, training: bool = True
+                 ) -> tuple[Any, dict[Call, dict[str, str]]]:
     """``frame`` with each call's inputs as temporary columns (kernel-computed where needed)."""
     names: dict[Call, dict[str, str]] = {}
     direct: dict[str, str] = {}
@@ -279,7 +292,7 @@ def _with_inputs(frame: Any, calls: list[Call], fused: bool) -> tuple[Any, dict[
     by_expr: dict[Expr, str] = {}
     for c in calls:
         cols = {}
-        for role, e in zip(_roles(c), _inputs(c)):
+        for role, e in zip(_roles(c, training), _inputs(c, training)):
             if e not in by_expr:
                 tmp = f"{_TMP}in{len(by_expr)}"
                 by_expr[e] = tmp
@@ -353,7 +366,7 @@ def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts",
         _check_shared(sid, members)
         for c in members:
             cols = names[c]
-            inp = work[list(cols.values())].rename(columns={v: k for k, v in cols.items()})
+            inp = copy_columns(work, cols)[list(cols)]  # by role: one column may fill two (label = key)
             for k, v in spec.stats(inp).items():
                 lazy.setdefault(sid, {}).setdefault(k, []).append(v)
     extras: dict[str, Any] = {"rows": work.shape[0] if _is_dask(work) else len(work)}
@@ -453,12 +466,17 @@ def _out_dtype(op: str, spec: FittedSpec | None, call: Call, cols: dict[str, str
 def _apply_frame_ops(frame: Any, calls: list[Call], states: Mapping[str, FittedState], training: bool,
                      fused: bool) -> Any:
     """``frame`` with a column per call (named by :func:`_column_of`), inputs computed first."""
-    frame, names = _with_inputs(frame, calls, fused)
+    frame, names = _with_inputs(frame, calls, fused, training)
     fitted_jobs = []
     history_by_key: dict[str, list] = {}
+    meta = getattr(frame, "_meta", frame)
     for c in calls:
         state = states.get(state_id(c)) if c.op in FITTED_OPS else None
-        job = (_column_of(c), c.op, _params(c), names[c], state)
+        if c.op == "lookup_value":  # keys of another kind than the column's would match nothing, silently
+            R.check_key_kinds(meta[names[c]["a0"]], c.param_dict()["keys"], str(c.args[0]))
+        params = ({**_params(c), "_labels": tuple(str(a) for a in c.args)} if c.op in FITTED_OPS or c.op in HISTORY_OPS
+                  else _params(c))  # the columns' names, for errors
+        job = (_column_of(c), c.op, params, names[c], state)
         if c.op in FITTED_OPS or c.op in ROW_OPS:
             fitted_jobs.append(job)
         else:
@@ -492,6 +510,9 @@ def _part_of_row(part: Any) -> Any:
 
 
 def _copy(part: Any, mapping: dict[str, str]) -> Any:
+    # the series itself relabelled, never ``to_numpy()`` (a nullable / Arrow int column with
+    # nulls came out as float64: 2^53 + 1 -> 2^53, 2^64 - 1 -> 2^64, while the meta kept its
+    # dtype) and never ``.array`` / ``set_axis`` (cudf series have neither)
     return part.assign(**{new: _backend.on_index(part[src], part.index) for new, src in mapping.items()})
 
 

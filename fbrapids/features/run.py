@@ -20,6 +20,7 @@ import pandas as pd
 from fbrapids import backend as backends
 from fbrapids.errors import FeatureError
 from fbrapids.features.plans import compiled_plan, plan_for
+from fbrapids.features.schema import columns_used, nullable_columns
 from fbrapids.progressbar import row_chunks
 from fbrapids.views.inputs import prepare
 from fbrapids.kernels import Call, Expr, Operator, add_operator, as_expr, empty_series, get_operator, operators, to_series
@@ -51,10 +52,13 @@ def run_eager(df: Any, features: Mapping[str, Any], fused: bool = True, progress
 
 def _feature_columns(df: Any, features: Mapping[str, Any], fused: bool) -> dict[str, Any]:
     src = prepare(df, features)  # timestamps as epoch seconds; unreadable columns are errors
-    res = compiled_plan(src, features, fused).run(src)
+    runtime = compiled_plan(src, features, fused)
+    res = runtime.run(src)
     if backends.is_gpu_object(df):
         return dict(res.columns)
-    return {name: to_series(c, df.index, name) for name, c in res.columns.items()}
+    # dtypes from the input's dtypes (before prepare), never from the rows: the same on every partition
+    nullable = runtime.plan.nullable_outputs(nullable_columns(df, columns_used(features)))
+    return {name: to_series(c, df.index, name, nullable[name]) for name, c in res.columns.items()}
 
 
 def _chunked_columns(df: pd.DataFrame, features: Mapping[str, Any], fused: bool,
@@ -107,7 +111,8 @@ def run_features(obj: Any, features: Mapping[str, Any], fused: bool = True, prog
         raise FeatureError("extract(progress=True) on a dask frame: its work runs when it is computed; show that "
                            "with `with fbrapids.progress(): frame.compute()` (or a distributed Client's dashboard)")
     plan = plan_for(prepare(obj._meta, features), features, fused)  # type errors surface here, before any task runs
-    meta = obj._meta.assign(**{name: empty_series(plan.nodes[nid].type, name)
+    nullable = plan.nullable_outputs(nullable_columns(obj, columns_used(features)) if plan.backend != "gpu" else set())
+    meta = obj._meta.assign(**{name: empty_series(plan.nodes[nid].type, name, nullable[name])
                                for name, nid in plan.outputs.items()})
     if plan.backend == "gpu":
         meta = backends.to_backend(meta, backends.backend_of(obj))

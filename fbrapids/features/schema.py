@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from fbrapids import backend as backends
 from fbrapids.errors import FeatureError
-from fbrapids.kernels import as_expr, columns_of, from_arrow_type
+from fbrapids.kernels import as_expr, columns_of, from_arrow_type, object_array
 
 
 def column_type(s: Any) -> str | None:
@@ -27,7 +27,9 @@ def column_type(s: Any) -> str | None:
     if isinstance(dtype, pd.StringDtype) or str(dtype) in ("str", "string"):
         return "str"
     if backends.is_categorical(dtype):  # cudf's categorical dtype is no pd.CategoricalDtype
-        return column_type(pd.Series(backends.host_dtype(dtype).categories))
+        categories = backends.host_dtype(dtype).categories
+        # no categories (all null): strings, as an all-null object column
+        return column_type(pd.Series(categories)) if len(categories) else "str"
     np_dtype = getattr(dtype, "numpy_dtype", dtype)
     if isinstance(np_dtype, np.dtype) and np_dtype.kind in "biuf":
         return from_arrow_type(pa.from_numpy_dtype(np_dtype))
@@ -40,10 +42,28 @@ def column_type(s: Any) -> str | None:
     if np_dtype == np.dtype(object):
         sample = s.dropna().head(64)
         try:
-            return from_arrow_type(pa.array(sample.tolist()).type) if len(sample) else "str"
-        except (pa.ArrowException, TypeError, ValueError):
+            return from_arrow_type(object_array(sample.tolist()).type) if len(sample) else "str"
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return None
     return None
+
+
+def column_nullable(s: Any) -> bool:
+    """Whether a series' dtype can hold nulls (numpy ints and bools cannot; floats hold NaN,
+    datetimes NaT, the rest a mask or Arrow validity).
+
+    Example:
+        >>> column_nullable(pd.Series([1])), column_nullable(pd.Series([1], dtype="Int64"))
+        (False, True)
+    """
+    dtype = s.dtype
+    return not (isinstance(dtype, np.dtype) and dtype.kind in "biu")
+
+
+def nullable_columns(frame: Any, columns: set[str]) -> set[str]:
+    """Those of ``columns`` whose dtype in ``frame`` (or its dask meta) can hold nulls."""
+    meta = getattr(frame, "_meta", frame)
+    return {c for c in meta.columns if c in columns and column_nullable(meta[c])}
 
 
 def schema_of(frame: Any, columns: set[str]) -> dict[str, str | None]:

@@ -36,7 +36,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fbrapids import backend as _backend
-from fbrapids.errors import FeatureError
+from fbrapids.errors import FeatureError, OperatorTypeError
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
 
@@ -69,13 +69,22 @@ def _sorted_counts(counts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _text_or_numbers(values: np.ndarray) -> np.ndarray:
-    if values.dtype == object:
-        if len(values) and all(isinstance(v, str) for v in values):
-            return values.astype(str)
-        if len(values) and all(isinstance(v, (int, np.integer)) for v in values):
-            return values.astype(np.int64)
-        return values.astype(str) if len(values) else np.zeros(0, dtype=np.int64)
-    return values
+    """Key values as a table: text as Python strings (numpy's fixed-width text would drop a
+    trailing NUL, merging ``"a"`` and ``"a\\x00"``), integers exact (int64, else uint64 for
+    ids up to 2^64 - 1, else Python ints), anything else as its text."""
+    if values.dtype != object:
+        return values
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    if all(isinstance(v, str) for v in values):
+        return values
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+        ints = [int(v) for v in values]
+        lo, hi = min(ints), max(ints)
+        if lo >= -(1 << 63) and hi < (1 << 63):
+            return np.asarray(ints, dtype=np.int64)
+        return np.asarray(ints, dtype=np.uint64) if lo >= 0 and hi < (1 << 64) else values
+    return np.asarray([str(v) for v in values], dtype=object)
 
 
 def _flat(series: pd.Series) -> tuple[np.ndarray | None, pd.Series, np.ndarray | None]:
@@ -100,34 +109,78 @@ def _unflat(offsets: np.ndarray | None, ids: np.ndarray, valid: np.ndarray | Non
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name)
 
 
-def _index(state: FittedState, names: list[str]) -> pd.Index:
-    """The (cached) lookup index over a state's key tables."""
-    key = "index:" + ",".join(names)
+def _probe(col: pd.Series) -> np.ndarray:
+    """A key column's values for a lookup, exactly: numbers in their own numpy type (a
+    nullable or Arrow integer column with nulls would come out as float64, where 2^53 + 1
+    is 2^53; nulls become 0 here and are masked by the caller), text and categories as
+    Python objects."""
+    dtype = col.dtype
+    if isinstance(dtype, np.dtype):
+        return col.to_numpy()
+    numpy_dtype = getattr(dtype, "numpy_dtype", None)
+    if not isinstance(dtype, pd.CategoricalDtype) and numpy_dtype is not None and np.dtype(numpy_dtype).kind in "iufb":
+        fill = {"f": np.nan, "b": False}.get(np.dtype(numpy_dtype).kind, 0)
+        return col.to_numpy(dtype=numpy_dtype, na_value=fill)
+    return col.to_numpy(dtype=object, na_value=None)
+
+
+_KINDS = {"string": "text", "integer": "int", "floating": "float", "mixed-integer-float": "float",
+          "boolean": "bool", "empty": None, "decimal": "float"}
+
+
+def _kind(values: np.ndarray) -> str | None:
+    """``"text"``, ``"int"``, ``"float"``, ``"bool"`` or another inferred kind of an array's
+    values (None for no values)."""
+    if not len(values):
+        return None
+    kind = values.dtype.kind
+    if kind in "iu":
+        return "int"
+    if kind in "fb":
+        return {"f": "float", "b": "bool"}[kind]
+    if kind == "U":
+        return "text"
+    inferred = pd.api.types.infer_dtype(values, skipna=True)
+    return _KINDS.get(inferred, inferred)
+
+
+def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labels: tuple = ()) -> np.ndarray:
+    """Row -> position of its key tuple among the state's key tables ``names`` (-1 when
+    absent or any key null).  Keys compare by value, exactly: integers of two types and
+    integers against floats as Python numbers (2^53 + 1 never equals the float 2^53;
+    2^64 - 1 never equals -1).
+
+    Raises:
+        OperatorTypeError: text keys where the state holds numbers, or numbers where it holds
+            text (ids read as strings would silently all be out of vocabulary); names the
+            column and both types.
+    """
+    n = len(columns[0])
+    probes = [_probe(c) for c in columns]
+    tables = [state.tables[name] for name in names]
+    as_object = []
+    for i, (table, probe, col) in enumerate(zip(tables, probes, columns)):
+        kinds = state.cache.setdefault("kinds", {})
+        tk = kinds[names[i]] if names[i] in kinds else kinds.setdefault(names[i], _kind(table))
+        pk = _kind(probe[~col.isna().to_numpy()]) if probe.dtype == object else _kind(probe)
+        if tk is not None and pk is not None and (tk == "text") != (pk == "text"):
+            label = labels[i] if i < len(labels) else names[i]
+            raise OperatorTypeError(
+                f"{state.op}: column {label!r} holds {pk} values ({col.dtype}) but the state was fitted on {tk} "
+                f"values ({table.dtype}); no key would match: cast the column to the fitted type first")
+        as_object.append(table.dtype != probe.dtype and not (table.dtype.kind == probe.dtype.kind
+                                                             and table.dtype.kind in "iu"))
+    if n == 0 or not len(tables[0]):
+        return np.full(n, -1, dtype=np.int64)
+    key = "index:" + ",".join(f"{name}{'/o' if o else ''}" for name, o in zip(names, as_object))
     idx = state.cache.get(key)
     if idx is None:
-        arrays = [state.tables[n] for n in names]
-        idx = pd.Index(arrays[0]) if len(arrays) == 1 else pd.MultiIndex.from_arrays(arrays)
+        arrays = [t.astype(object) if o else t for t, o in zip(tables, as_object)]
+        idx = pd.Index(arrays[0], dtype=arrays[0].dtype) if len(arrays) == 1 else pd.MultiIndex.from_arrays(arrays)
         state.cache[key] = idx
-    return idx
-
-
-def _positions(idx: pd.Index, columns: list[pd.Series]) -> np.ndarray:
-    """Row -> position of its key in ``idx`` (-1 when absent or any key null)."""
-    if len(columns) == 1:
-        col = columns[0]
-        values = col.to_numpy(dtype=object, na_value=None) if isinstance(col.dtype, pd.ArrowDtype) or \
-            col.dtype == object or isinstance(col.dtype, pd.StringDtype) else col.to_numpy()
-        if len(idx) == 0:
-            return np.full(len(col), -1, dtype=np.int64)
-        pos = idx.get_indexer(values)
-    else:
-        if len(idx) == 0:
-            return np.full(len(columns[0]), -1, dtype=np.int64)
-        probe = pd.MultiIndex.from_arrays([c.to_numpy(dtype=object, na_value=None) if c.dtype == object or
-                                           isinstance(c.dtype, (pd.ArrowDtype, pd.StringDtype)) else c.to_numpy()
-                                           for c in columns])
-        pos = idx.get_indexer(probe)
-    null = np.zeros(len(columns[0]), dtype=bool)
+    probes = [p.astype(object) if o else p for p, o in zip(probes, as_object)]
+    pos = idx.get_indexer(probes[0] if len(probes) == 1 else pd.MultiIndex.from_arrays(probes))
+    null = np.zeros(n, dtype=bool)
     for c in columns:
         null |= c.isna().to_numpy()
     pos = np.asarray(pos, dtype=np.int64)
@@ -135,22 +188,30 @@ def _positions(idx: pd.Index, columns: list[pd.Series]) -> np.ndarray:
     return pos
 
 
-def fold_of(fold_by: pd.Series | None, n: int, folds: int, seed: int) -> np.ndarray:
-    """Each row's fold in ``[0, folds)``: a seeded hash of its ``fold_by`` value (a row id),
-    or, without one, of its position in the frame (eager frames only).
+#: the fold rule of :func:`fold_of`, recorded in target_encode states (an older state's folds differ)
+FOLD_HASH = "fingerprint64-splitmix64"
+
+
+def fold_of(fingerprints: Any, n: int, folds: int, seed: int) -> np.ndarray:
+    """Each row's fold in ``[0, folds)``: ``splitmix64(h + 0x9E3779B97F4A7C15 * (seed + 1))
+    % folds`` (arithmetic mod 2^64), ``h`` the row's ``fold_by`` fingerprint (FarmHash
+    Fingerprint64 of its text / an integer's decimal text, as ``ops.hash`` gives; 0 for a
+    null) or, without ``fold_by``, the row's position ``0 .. n - 1``.  ``splitmix64(z)``:
+    ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB;
+    z ^= z >> 31``.
 
     Example:
-        >>> fold_of(pd.Series([10, 11, 12, 10]), 4, 3, seed=0).tolist() == fold_of(pd.Series([10, 11, 12, 10]), 4, 3, 0).tolist()
-        True
+        >>> fold_of(None, 4, 3, seed=0).tolist()
+        [1, 2, 1, 0]
+        >>> fold_of(pd.Series([0, 1, 2, None], dtype="UInt64"), 4, 3, seed=0).tolist()
+        [1, 2, 1, 1]
     """
-    if fold_by is None:
+    if fingerprints is None:
         base = np.arange(n, dtype=np.uint64)
     else:
-        base = pd.util.hash_array(np.asarray(fold_by.to_numpy(dtype=object, na_value=None) if fold_by.dtype == object
-                                             or isinstance(fold_by.dtype, (pd.ArrowDtype, pd.StringDtype))
-                                             else fold_by.to_numpy()), categorize=False)
+        base = np.asarray(_host(fingerprints).to_numpy(dtype=np.uint64, na_value=0), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = base.astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)
+        z = base + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
@@ -178,8 +239,9 @@ class FittedSpec:
 
 # -- categorify --------------------------------------------------------------------------
 class Categorify(FittedSpec):
-    """Inputs: ``a0`` the values (scalar or list), ``a1`` their FarmHash buckets mod
-    ``max(oov_buckets, 1)`` (computed by the kernels, so every backend agrees)."""
+    """Inputs: ``a0`` the values (scalar or list) and, with ``oov_buckets > 1``, ``a1``
+    their FarmHash buckets mod ``oov_buckets`` (computed by the kernels, so every backend
+    agrees)."""
 
     op = "categorify"
     out_type = "i64"
@@ -210,10 +272,12 @@ class Categorify(FittedSpec):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         offsets, flat, valid = _flat(part["a0"])
-        _, buckets, _ = _flat(part["a1"])
-        pos = _positions(_index(state, ["values"]), [flat])
+        pos = _lookup(state, ["values"], [flat], self.params.get("_labels", ()))
         first = OOV_ID + self.oov_width
-        oov = OOV_ID + (np.asarray(buckets.fillna(0).to_numpy(), dtype=np.int64) % self.oov_width)
+        oov = np.full(len(flat), OOV_ID, dtype=np.int64)
+        if self.oov_width > 1:
+            buckets = _flat(part["a1"])[1]
+            oov += np.asarray(buckets.fillna(0).to_numpy(), dtype=np.int64) % self.oov_width
         ids = np.where(pos >= 0, first + pos, np.where(flat.isna().to_numpy(), NULL_ID, oov)).astype(np.int64)
         return _unflat(offsets, ids, valid, part.index)
 
@@ -245,7 +309,8 @@ class CountEncode(FittedSpec):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         n = len(self.keys(None))
-        pos = _positions(_index(state, [f"k{i}" for i in range(n)]), [part[f"a{i}"] for i in range(n)])
+        pos = _lookup(state, [f"k{i}" for i in range(n)], [part[f"a{i}"] for i in range(n)],
+                      self.params.get("_labels", ()))
         count = state.tables["count"]
         out = np.where(pos >= 0, count[np.maximum(pos, 0)] if len(count) else 0, 0)
         return pd.Series(out.astype(np.int64), index=part.index)
@@ -269,7 +334,7 @@ class TargetEncode(CountEncode):
     """Smoothed mean label per key tuple: ``(sum + s * prior) / (count + s)``.
 
     Inputs: ``a0 .. a{n-1}`` the keys, ``a{n}`` the label, and (with ``fold_by``) ``a{n+1}``
-    the row id that seeds the folds.  On the frame it was fitted on (``training=True``)
+    the FarmHash fingerprint of the row id that seeds the folds (:func:`fold_of`).  On the frame it was fitted on (``training=True``)
     each row gets out-of-fold statistics: the key's and the prior's sums over the other
     ``folds - 1`` folds only, so a row's own label never enters its own encoding.
     Elsewhere the frozen statistics over all training rows apply.  Rows with a null label
@@ -277,6 +342,7 @@ class TargetEncode(CountEncode):
     """
 
     op = "target_encode"
+    out_type = "f64"  # not CountEncode's i64: the dask meta said int64 for float64 encodings
 
     def _with_fold(self, inp: Any) -> Any:
         n = int(self.params["n_keys"])
@@ -286,14 +352,16 @@ class TargetEncode(CountEncode):
         def add_fold(part: Any) -> Any:
             host = _host(part)  # the fold hash runs on the host; the frame keeps its backend
             fid = host[f"a{n + 1}"] if has_id else None
-            part = part.assign(fold=fold_of(fid, len(host), folds, seed))
+            # labels summed as float64: an integer label sum would wrap (uint64 labels); exact
+            # for 0/1 labels up to 2^53 rows
+            part = part.assign(fold=fold_of(fid, len(host), folds, seed), **{f"a{n}": part[f"a{n}"].astype("float64")})
             return part[~part[f"a{n}"].isna()]  # labelled rows only, filtered inside the partition
 
         if hasattr(inp, "map_partitions"):
             if not has_id:
                 raise FeatureError("target_encode on a dask frame needs fold_by= (a column that identifies a row, "
                                    "e.g. 'instance_id'): out-of-fold folds must not depend on the partitioning")
-            meta = inp._meta.assign(fold=np.zeros(0, dtype=np.int64))
+            meta = inp._meta.assign(fold=np.zeros(0, dtype=np.int64), **{f"a{n}": inp._meta[f"a{n}"].astype("float64")})
             frame = inp.map_partitions(add_fold, meta=meta)
         else:
             frame = add_fold(inp)
@@ -337,14 +405,30 @@ class TargetEncode(CountEncode):
         prior = float(fold_sum.sum() / fold_count.sum()) if fold_count.sum() else 0.0
         return FittedState(self.op, self.params, tables,
                            {"rows": rows, "labelled": int(fold_count.sum()), "prior": prior, "folds": folds,
-                            "seen": int(len(total))})
+                            "seen": int(len(total)), "fold_hash": FOLD_HASH})
+
+    @staticmethod
+    def _by_fold(state: FittedState, n: int, folds: int) -> tuple[np.ndarray, np.ndarray]:
+        """(label sums, counts) per (key tuple of the totals, fold): built once per state."""
+        cached = state.cache.get("by_fold")
+        if cached is None:
+            t = state.tables
+            sums = np.zeros((len(t["total_sum"]), folds))
+            counts = np.zeros((len(t["total_sum"]), folds), dtype=np.int64)
+            if len(t["sum"]):
+                at = _lookup(state, [f"total_k{i}" for i in range(n)], [pd.Series(t[f"k{i}"]) for i in range(n)])
+                sums[at, t["fold"]] = t["sum"]
+                counts[at, t["fold"]] = t["count"]
+            cached = state.cache["by_fold"] = (sums, counts)
+        return cached
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         n = int(self.params["n_keys"])
         smoothing = float(self.params.get("smoothing", 20.0))
         keys = [part[f"a{i}"] for i in range(n)]
         t = state.tables
-        pos = _positions(_index(state, [f"total_k{i}" for i in range(n)]), keys)
+        labels = tuple(self.params.get("_labels", ()))[:n]
+        pos = _lookup(state, [f"total_k{i}" for i in range(n)], keys, labels)
         hit = pos >= 0
         p = np.maximum(pos, 0)
         s = np.where(hit, t["total_sum"][p] if len(t["total_sum"]) else 0.0, 0.0)
@@ -352,17 +436,22 @@ class TargetEncode(CountEncode):
         prior_s = np.full(len(part), t["fold_sum"].sum())
         prior_c = np.full(len(part), float(t["fold_count"].sum()))
         if training:
+            if state.meta.get("fold_hash") != FOLD_HASH:
+                raise FeatureError(f"{self.op} state {state.meta.get('fold_hash') or 'without a fold hash'}: "
+                                   "fitted by an older fbrapids whose folds differ (out-of-fold encodings would "
+                                   "leak labels); refit it")
             folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
             fid = part[f"a{n + 1}"] if self.params.get("fold_by") else None
             fold = fold_of(fid, len(part), folds, seed)
-            fpos = _positions(_index(state, [f"k{i}" for i in range(n)] + ["fold"]),
-                              keys + [pd.Series(fold, index=part.index)])
-            fhit = fpos >= 0
-            fp = np.maximum(fpos, 0)
-            s = s - np.where(fhit, t["sum"][fp] if len(t["sum"]) else 0.0, 0.0)
-            c = c - np.where(fhit, t["count"][fp] if len(t["count"]) else 0, 0)
-            prior_s = prior_s - t["fold_sum"][fold]
-            prior_c = prior_c - t["fold_count"][fold]
+            own = np.zeros((len(part), folds), dtype=bool)
+            own[np.arange(len(part)), fold] = True
+            # the other folds' sums added up, never the total minus the row's own fold: a large
+            # label in the row's fold would cancel the others' small ones (131072.99 - 131072)
+            sums, counts = self._by_fold(state, n, folds)
+            s = np.where(hit, np.where(own, 0.0, sums[p]).sum(axis=1), 0.0) if len(sums) else np.zeros(len(part))
+            c = np.where(hit, np.where(own, 0, counts[p]).sum(axis=1), 0).astype(np.float64) if len(sums) else s
+            prior_s = np.where(own, 0.0, t["fold_sum"][None, :]).sum(axis=1)
+            prior_c = np.where(own, 0, t["fold_count"][None, :]).sum(axis=1).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             prior = np.where(prior_c > 0, prior_s / np.maximum(prior_c, 1), 0.0)
             enc = (s + smoothing * prior) / (c + smoothing) if smoothing > 0 else np.where(c > 0, s / np.maximum(c, 1),
@@ -378,18 +467,31 @@ class _NumericStats(FittedSpec):
         return {"counts": inp["a0"].value_counts(dropna=True)}
 
     def summary(self, parts: dict[str, list[Any]], rows: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """(distinct values ascending in their own type, counts, meta): integers stay exact
+        (ids past 2^53 are neither merged nor rounded before the statistics)."""
         values, n = _sorted_counts(_sum_counts(parts["counts"]))
-        values = values.astype(np.float64)
+        values = _text_or_numbers(values) if values.dtype == object else values
+        if values.dtype.kind not in "iuf":
+            values = values.astype(np.float64)
         meta: dict[str, Any] = {"rows": rows, "non_null": int(n.sum())}
         if n.sum():
             total = int(n.sum())
-            mean = float(math.fsum((values * n).tolist()) / total)
-            var = float(math.fsum((n * (values - mean) ** 2).tolist()) / total)
+            exact = values.tolist()  # Python ints (exact) or floats
+            if values.dtype.kind in "iu":
+                mean = sum(v * int(c) for v, c in zip(exact, n.tolist())) / total
+            else:
+                with np.errstate(all="ignore"):
+                    finite = bool(np.isfinite(values).all())
+                mean = math.fsum(v * int(c) for v, c in zip(exact, n.tolist())) / total if finite else \
+                    float(np.sum(values * n))  # inf / nan as numpy gives them (fsum raises on inf - inf)
+            with np.errstate(all="ignore"):
+                var = math.fsum(int(c) * (v - mean) ** 2 for v, c in zip(exact, n.tolist())) / total \
+                    if math.isfinite(mean) else float("nan")
             cum = np.cumsum(n)
-            lo = values[np.searchsorted(cum, (total - 1) // 2, side="right")]
-            hi = values[np.searchsorted(cum, total // 2, side="right")]
-            meta.update(mean=mean, std=math.sqrt(var), min=float(values[0]), max=float(values[-1]),
-                        median=float((lo + hi) / 2))
+            lo = exact[int(np.searchsorted(cum, (total - 1) // 2, side="right"))]
+            hi = exact[int(np.searchsorted(cum, total // 2, side="right"))]
+            meta.update(mean=float(mean), std=math.sqrt(var) if var == var else float("nan"), min=float(exact[0]),
+                        max=float(exact[-1]), median=float((lo + hi) / 2))
         return values, n, meta
 
 
@@ -409,20 +511,29 @@ class QuantileBucketize(_NumericStats):
             cum = np.cumsum(n)
             total = int(cum[-1])
             for i in range(1, buckets):
-                b = float(values[np.searchsorted(cum, i * total // buckets, side="right")])  # sorted[i*N//n]
+                b = values[np.searchsorted(cum, i * total // buckets, side="right")]  # sorted[i*N//n]
                 if b > values[0] and (not bounds or b > bounds[-1]):
                     bounds.append(b)
-        return FittedState(self.op, self.params, {"boundaries": np.asarray(bounds, dtype=np.float64)}, meta)
+        table = np.asarray(bounds, dtype=values.dtype if len(values) else np.float64)  # exact: ints stay ints
+        return FittedState(self.op, self.params, {"boundaries": table}, meta)
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
-        x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
-        out = 1 + np.searchsorted(state.tables["boundaries"], x, side="right")
-        out[np.isnan(x)] = 0
+        bounds = state.tables["boundaries"]
+        col = part["a0"]
+        x = _probe(col)
+        null = col.isna().to_numpy()
+        if x.dtype != bounds.dtype and not (x.dtype.kind == bounds.dtype.kind == "f"):
+            # exact comparisons across types (int64 vs uint64, floats vs ids past 2^53): Python numbers
+            x = np.where(null, 0, x).astype(object) if x.dtype.kind in "iufb" else np.where(null, 0, x)
+            bounds = bounds.astype(object)
+        out = 1 + np.searchsorted(bounds, x, side="right") if len(x) else np.zeros(0, dtype=np.int64)
+        out[null] = 0
         return pd.Series(out.astype(np.int32), index=part.index)
 
 
 class Normalize(_NumericStats):
-    """``(x - mean) / std`` (population std; 1 when it is 0). Null in, null out."""
+    """``(x - mean) / std`` (population std; 1 when it is 0). Null in, null out; fitted on
+    no values, every output is null."""
 
     op = "normalize"
 
@@ -431,19 +542,24 @@ class Normalize(_NumericStats):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
+        if "mean" not in state.meta:  # fitted on no values: no statistics, null out (not x unchanged)
+            return pd.Series(np.full(len(x), np.nan), index=part.index)
         std = state.meta.get("std") or 1.0
-        return pd.Series((x - state.meta.get("mean", 0.0)) / std, index=part.index)
+        return pd.Series((x - state.meta["mean"]) / std, index=part.index)
 
 
 class MinMax(Normalize):
     """``(x - min) / (max - min)`` with the fitted min and max (values outside them map
-    outside [0, 1]; a constant column maps to 0). Null in, null out."""
+    outside [0, 1]; a constant column maps to 0). Null in, null out; fitted on no values,
+    every output is null."""
 
     op = "minmax"
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
-        lo, hi = state.meta.get("min", 0.0), state.meta.get("max", 0.0)
+        if "min" not in state.meta:  # fitted on no values: null out (not x unchanged)
+            return pd.Series(np.full(len(x), np.nan), index=part.index)
+        lo, hi = state.meta["min"], state.meta["max"]
         return pd.Series((x - lo) / ((hi - lo) or 1.0), index=part.index)
 
 

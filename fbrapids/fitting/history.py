@@ -10,6 +10,13 @@ that column: e.g. the clicks).  Events at the row's own time are never included,
 row never sees itself or anything simultaneous or later.  Events at equal times are
 ordered by item value, so results do not depend on the order of the rows.
 
+Times are exact: a ``datetime64`` column (any unit, with or without a time zone: the
+instant counts) is compared in its own unit, and a ``"1h"`` window is an hour whatever the
+unit; an integer time column (epoch seconds, or any integer unit) stays int64, never
+float64 (events 1 ns apart stay apart).  A window given as a number is in seconds for a
+datetime column and in the column's own units for an integer one (a ``"1h"`` string takes
+an integer time as epoch seconds).
+
 Each partition is computed on its own; on dask the orchestration first shuffles the frame
 by the key with dask's own shuffle, so every key's events sit in one partition and the
 results are the same for any partitioning.
@@ -56,6 +63,54 @@ def window_seconds(window: int | float | str) -> int:
     return int(window)
 
 
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def time_values(time: pd.Series, label: str = "time") -> tuple[np.ndarray, np.ndarray, int]:
+    """``(int64 times, null mask, units per second)`` of a time column, exactly: a datetime
+    (numpy, time-zoned or Arrow timestamp) as UTC instants in its own unit; integers as they
+    are (1 unit per "second"); whole floats as integers.
+
+    Raises:
+        FeatureError: fractional or out-of-int64 times, or a column of another type (names ``label``).
+
+    Example:
+        >>> t, null, per = time_values(pd.Series(pd.to_datetime(["1970-01-01 00:00:01", None]).as_unit("ms")))
+        >>> t[0], null.tolist(), per
+        (np.int64(1000), [False, True], 1000)
+    """
+    dtype = time.dtype
+    null = time.isna().to_numpy()
+    arrow = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else None
+    if arrow is not None and pa.types.is_timestamp(arrow):
+        ints = pa.array(time.array).cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        return np.asarray(ints, dtype=np.int64), null, _PER_SECOND[arrow.unit]
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        time, dtype = time.dt.tz_convert("UTC").dt.tz_localize(None), time.dt.tz_convert("UTC").dt.tz_localize(None).dtype
+    if isinstance(dtype, np.dtype) and dtype.kind == "M":
+        unit = np.datetime_data(dtype)[0]
+        return np.where(null, 0, time.to_numpy().view(np.int64)), null, _PER_SECOND[unit]
+    numeric = pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+    kind = np.dtype(getattr(dtype, "numpy_dtype", dtype)).kind if numeric else "?"
+    if kind in "iu":
+        raw = time.to_numpy(dtype=np.dtype(getattr(dtype, "numpy_dtype", dtype)), na_value=0) \
+            if not isinstance(dtype, np.dtype) else time.to_numpy()
+        if kind == "u" and len(raw) and raw.max() > _I64_MAX:
+            raise FeatureError(f"time column {label!r}: {int(raw.max())} is past int64's range; history operators "
+                               "need times within int64")
+        return raw.astype(np.int64), null, 1
+    if kind == "f":
+        raw = time.to_numpy(dtype=np.float64, na_value=np.nan)
+        ok = null | ((raw == np.floor(raw)) & (raw >= -(2.0 ** 63)) & (raw < 2.0 ** 63))
+        if not ok.all():
+            raise FeatureError(f"time column {label!r}: {raw[~ok][0]!r} is not a whole number within int64; history "
+                               "operators need a datetime or integer time (e.g. epoch seconds)")
+        return np.where(null, 0, raw).astype(np.int64), null, 1
+    raise FeatureError(f"time column {label!r} has dtype {dtype}; history operators need a datetime64 column (any "
+                       "unit or time zone) or integer times (e.g. epoch seconds)")
+
+
 @dataclass
 class _Events:
     """The partition's events sorted by (key, time, item), and each row's place among them."""
@@ -63,38 +118,40 @@ class _Events:
     order: np.ndarray  # event row positions, sorted
     start: np.ndarray  # per row: first event of its key
     before: np.ndarray  # per row: one past the last event of its key strictly before its time
-    comb: np.ndarray  # per row: the (key, time) code (-1 for rows with a null key or time)
-    ev_comb: np.ndarray
-    valid: np.ndarray
-    times: np.ndarray
+    valid: np.ndarray  # per row: a non-null key and time
+    times: np.ndarray  # per row: int64 time in its units
+    per_second: int
+    ev_comb: np.ndarray  # per event (sorted): key code * stride + time rank
+    base: np.ndarray  # per row: key code * stride
+    distinct: np.ndarray  # the distinct times of valid rows, ascending
+
+    def lower(self, window: int) -> np.ndarray:
+        """Per row: the first event of its key at or after ``t - window``."""
+        t = self.times
+        q = np.where(t < _I64_MIN + window, _I64_MIN, t - np.int64(window) if window <= _I64_MAX else _I64_MIN)
+        lo = np.searchsorted(self.ev_comb, self.base + np.searchsorted(self.distinct, q, side="left"), side="left")
+        return np.where(self.valid, lo, self.start)
 
 
-def _events(part: pd.DataFrame, span_extra: int = 0, value_col: str | None = None) -> _Events:
-    key, time = part["a0"], part["a1"]
+def _events(part: pd.DataFrame, value_col: str | None = None, label: str = "time") -> _Events:
+    key = part["a0"]
     codes = np.asarray(pd.factorize(key, use_na_sentinel=True)[0], dtype=np.int64)
-    tnull = time.isna().to_numpy()
-    times = time.to_numpy(dtype=np.float64, na_value=np.nan)  # exact for |t| < 2**53
-    if np.any(np.isfinite(times) & (times != np.floor(times))):
-        raise FeatureError("history operators need integer times (e.g. epoch seconds); got fractional values")
-    times_i = np.where(tnull, 0, np.nan_to_num(times)).astype(np.int64)
+    times, tnull, per_second = time_values(part["a1"], label)
     valid = (codes >= 0) & ~tnull
     is_event = valid.copy()
     if "a3" in part.columns:
         flag = part["a3"]
-        is_event &= flag.notna().to_numpy() & (flag.fillna(0).to_numpy().astype(bool))
+        # truthiness per value (fillna(0) raised on a nullable boolean column with nulls)
+        is_event &= flag.notna().to_numpy() & flag.to_numpy(dtype=object, na_value=False).astype(bool)
     if value_col is not None:
         is_event &= part[value_col].notna().to_numpy()
-    n_valid = int(valid.sum())
-    if n_valid:
-        tmin, tmax = int(times_i[valid].min()), int(times_i[valid].max())
-    else:
-        tmin = tmax = 0
-    span = tmax - tmin + span_extra + 1
-    n_keys = int(codes.max()) + 1 if len(codes) else 0
-    if n_keys and span > (1 << 62) // max(n_keys, 1):
-        raise FeatureError(f"history operators: {n_keys:,} keys x a time span of {span:,} units overflow int64; "
-                           "use coarser time units")
-    comb = np.where(valid, codes * span + (times_i - tmin), -1)
+    # (key, time) as one sortable int64 without overflow: key code * stride + the time's rank
+    # among the distinct times (at most rows x rows, whatever the time span or unit)
+    distinct = np.unique(times[valid])
+    stride = np.int64(len(distinct) + 1)
+    rank = np.searchsorted(distinct, times, side="left")
+    base = np.where(valid, codes * stride, -1)
+    comb = np.where(valid, base + rank, -1)
     ev_rows = np.flatnonzero(is_event)
     if "a2" in part.columns:
         tie = np.asarray(pd.factorize(part["a2"], sort=True, use_na_sentinel=True)[0], dtype=np.int64)[ev_rows]
@@ -102,10 +159,14 @@ def _events(part: pd.DataFrame, span_extra: int = 0, value_col: str | None = Non
     else:
         order = ev_rows[np.argsort(comb[ev_rows], kind="stable")]
     ev_comb = comb[order]
-    start = np.searchsorted(ev_comb, np.where(valid, codes * span, -1), side="left")
-    before = np.searchsorted(ev_comb, comb, side="left")
-    before = np.where(valid, before, start)
-    return _Events(order, start, before, comb, ev_comb, valid, times_i)
+    start = np.searchsorted(ev_comb, base, side="left")
+    before = np.where(valid, np.searchsorted(ev_comb, comb, side="left"), start)
+    return _Events(order, start, before, valid, times, per_second, ev_comb, base, distinct)
+
+
+def _window_units(window: int | str, per_second: int) -> int:
+    """The window in the time column's units (seconds x units per second), at most int64's max."""
+    return min(window_seconds(window) * per_second, _I64_MAX)
 
 
 def _list_column(part: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, order: np.ndarray) -> pd.Series:
@@ -124,46 +185,71 @@ def _list_column(part: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, order: np.n
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=part.index)
 
 
-def history(part: pd.DataFrame, last_n: int = 50) -> pd.Series:
+def history(part: pd.DataFrame, last_n: int = 50, label: str = "time") -> pd.Series:
     """``a2`` items of the ``a0`` key's events strictly before ``a1``: the last ``last_n``, oldest first."""
-    ev = _events(part)
+    ev = _events(part, label=label)
     lo = np.maximum(ev.start, ev.before - int(last_n))
     return _list_column(part, lo, ev.before, ev.order)
 
 
-def window_count(part: pd.DataFrame, window: int | str) -> pd.Series:
+def window_count(part: pd.DataFrame, window: int | str, label: str = "time") -> pd.Series:
     """Events of the row's key in ``[t - window, t)`` (int64; 0 for a null key or time)."""
-    w = window_seconds(window)
-    ev = _events(part, span_extra=w)
-    lo = np.maximum(np.searchsorted(ev.ev_comb, ev.comb - w, side="left"), ev.start)
+    ev = _events(part, label=label)
+    lo = ev.lower(_window_units(window, ev.per_second))
     return pd.Series(np.where(ev.valid, ev.before - lo, 0).astype(np.int64), index=part.index)
 
 
-def window_mean(part: pd.DataFrame, window: int | str) -> pd.Series:
+def _range_sums(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``values[lo:hi].sum()`` per row, from aligned power-of-two block sums (each summed
+    pairwise): a window's sum only ever adds values inside it, so one huge value outside
+    never cancels out of it (running sums subtracted did: 1e20 then 1, 2, 3 gave 0)."""
+    acc = np.zeros(len(lo), dtype=np.float64)
+    if not len(values):
+        return acc
+    levels = [values]
+    while len(levels[-1]) > 1:
+        prev = levels[-1]
+        levels.append(prev[: len(prev) // 2 * 2].reshape(-1, 2).sum(axis=1))
+    lo = lo.copy()
+    for k in range(len(levels)):  # up: take the block at lo while lo is not aligned to 2^(k+1)
+        size = 1 << k
+        take = ((lo & size) != 0) & (lo + size <= hi)
+        acc[take] += levels[k][lo[take] >> k]
+        lo[take] += size
+    for k in reversed(range(len(levels))):  # down: the largest blocks that still fit
+        size = 1 << k
+        take = lo + size <= hi
+        acc[take] += levels[k][lo[take] >> k]
+        lo[take] += size
+    return acc
+
+
+def window_mean(part: pd.DataFrame, window: int | str, label: str = "time") -> pd.Series:
     """Mean of ``a2`` over the key's events (non-null ``a2``) in ``[t - window, t)``; NaN when none."""
-    w = window_seconds(window)
-    ev = _events(part, span_extra=w, value_col="a2")
+    ev = _events(part, value_col="a2", label=label)
     values = part["a2"].to_numpy(dtype=np.float64, na_value=np.nan)[ev.order]
-    # per-key running sums, so a window's sum depends only on that key's events
-    codes_sorted = np.asarray(pd.factorize(part["a0"], use_na_sentinel=True)[0], dtype=np.int64)[ev.order]
-    csum = pd.Series(values).groupby(codes_sorted, sort=False).cumsum().to_numpy() if len(values) else values
-    lo = np.maximum(np.searchsorted(ev.ev_comb, ev.comb - w, side="left"), ev.start)
-    hi = ev.before
-    n = np.where(ev.valid, hi - lo, 0)
-    top = np.where(n > 0, csum[np.maximum(hi - 1, 0)] if len(csum) else 0.0, 0.0)
-    below = np.where((n > 0) & (lo > ev.start), csum[np.maximum(lo - 1, 0)] if len(csum) else 0.0, 0.0)
+    lo = ev.lower(_window_units(window, ev.per_second))
+    n = np.where(ev.valid, ev.before - lo, 0)
+    total = _range_sums(values, lo, np.where(n > 0, ev.before, lo))
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(n > 0, (top - below) / np.maximum(n, 1), np.nan)
+        mean = np.where(n > 0, total / np.maximum(n, 1), np.nan)
     return pd.Series(mean, index=part.index)
 
 
-def time_since(part: pd.DataFrame) -> pd.Series:
-    """``t`` minus the time of the key's latest event strictly before ``t`` (null when none)."""
-    ev = _events(part)
+def time_since(part: pd.DataFrame, label: str = "time") -> pd.Series:
+    """``t`` minus the time of the key's latest event strictly before ``t`` (null when none):
+    in the integer time's own units, or in whole seconds (floored) for a datetime."""
+    ev = _events(part, label=label)
     has = ev.valid & (ev.before > ev.start)
     prev = ev.order[np.maximum(ev.before - 1, 0)] if len(ev.order) else np.zeros(len(part), dtype=np.int64)
-    delta = np.where(has, ev.times - ev.times[prev] if len(ev.order) else 0, 0)
-    arr = pa.array(delta.astype(np.int64), mask=~has)
+    t, tp = ev.times, ev.times[prev] if len(ev.order) else ev.times
+    with np.errstate(over="ignore"):
+        delta = np.where(has, t - tp, 0)
+    if np.any(has & (delta < 0)):  # t > tp always: a negative difference wrapped past int64
+        row = int(np.flatnonzero(has & (delta < 0))[0])
+        raise FeatureError(f"time_since: time column {label!r}: the gap from {int(tp[row])} to {int(t[row])} "
+                           "overflows int64")
+    arr = pa.array((delta // ev.per_second).astype(np.int64), mask=~has)
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=part.index)
 
 
@@ -180,4 +266,6 @@ def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
         >>> compute("window_count", pd.DataFrame({"a0": ["u", "u"], "a1": [0, 5]}), {"window": "1h"}).tolist()
         [0, 1]
     """
-    return HISTORY_OPS[op](part, **params)
+    params = dict(params)
+    labels = params.pop("_labels", ())
+    return HISTORY_OPS[op](part, **params, label=labels[1] if len(labels) > 1 else "time")

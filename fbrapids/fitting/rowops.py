@@ -28,12 +28,15 @@ from fbrapids.errors import FeatureError
 INT64_NA = pd.ArrowDtype(pa.int64())
 
 
-def _list_array(s: pd.Series) -> pa.ListArray:
-    arr = pa.array(s.array) if isinstance(s.dtype, pd.ArrowDtype) else pa.array(s.tolist())
+def _list_array(s: pd.Series, expr: str = "a list operator") -> pa.ListArray:
+    arr = pa.array(s.array) if isinstance(s.dtype, pd.ArrowDtype) else pa.array(s.tolist(), from_pandas=True) \
+        if s.dtype == object else pa.array(s, from_pandas=True)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if arr.null_count == len(arr) and not pa.types.is_list(arr.type) and not pa.types.is_large_list(arr.type):
+        arr = pa.nulls(len(arr), pa.list_(pa.int64()))  # an all-null column (object, or str on dask): null lists
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
-        raise FeatureError(f"expected a list column, got {arr.type}")
+        raise FeatureError(f"{expr}: expected a list column, got {arr.type}")
     return arr
 
 
@@ -51,57 +54,158 @@ def flat_values(arr: pa.ListArray) -> pa.Array:
 
 
 def lookup_value(part: pd.DataFrame, keys: tuple, values: tuple, default: float = float("nan")) -> pd.Series:
-    """``values[i]`` where ``a0 == keys[i]`` (float64), ``default`` for other values and nulls."""
-    index = pd.Index(list(keys))
+    """``values[i]`` where ``a0 == keys[i]`` (float64), ``default`` for other values and nulls
+    (the kinds of the keys and of the column are checked first: :func:`check_key_kinds`)."""
     x = part["a0"]
-    probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(
-        x.dtype, (pd.ArrowDtype, pd.StringDtype)) else x.to_numpy()
+    kind = _number_kind(x)
+    if kind is None:
+        index, at = pd.Index(list(keys)), None
+        probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(
+            x.dtype, (pd.ArrowDtype, pd.StringDtype)) else x.to_numpy()
+    else:  # numbers compare exactly, in the column's own type (never through float64)
+        dtype = np.dtype(kind)
+        probe = x.to_numpy(dtype=dtype, na_value=0 if dtype.kind != "f" else np.nan)
+        at, held = _keys_of(keys, dtype)
+        index = pd.Index(np.array(held, dtype=dtype))
     pos = np.asarray(index.get_indexer(probe), dtype=np.int64) if len(index) else np.full(len(x), -1)
+    if at is not None and len(at):
+        pos = np.where(pos >= 0, np.asarray(at, dtype=np.int64)[np.maximum(pos, 0)], -1)
     pos[x.isna().to_numpy()] = -1
     table = np.asarray(values, dtype=np.float64)
     out = np.where(pos >= 0, table[np.maximum(pos, 0)] if len(table) else default, default)
     return pd.Series(out, index=part.index)
 
 
-def pad(part: pd.DataFrame, n: int, value: Any = 0, side: str = "right") -> pd.Series:
+def _number_kind(x: pd.Series) -> str | None:
+    """The numpy dtype a numeric (non-bool) column's values are exact in (``int64``,
+    ``uint64``, ``float64``, ...: numpy, masked or Arrow storage), or None."""
+    dt = x.dtype
+    np_dt = dt if isinstance(dt, np.dtype) else getattr(dt, "numpy_dtype", None)
+    if isinstance(dt, pd.CategoricalDtype) or np_dt is None or np.dtype(np_dt).kind not in "iuf":
+        return None
+    k = np.dtype(np_dt)
+    return "float64" if k.kind == "f" else ("int64" if k.kind == "i" else "uint64")
+
+
+def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[Any]]:
+    """The keys a column of ``dtype`` can equal (as Python compares them: ``2**64 - 1`` is
+    not ``-1``, ``2**53 + 1`` is no float64, ``2.5`` no integer), with their positions."""
+    at, held = [], []
+    for i, k in enumerate(keys):
+        if isinstance(k, (bool, np.bool_)):
+            k = int(k)
+        if not isinstance(k, (int, float, np.integer, np.floating)) or k != k:
+            continue
+        if dtype.kind == "f":
+            if isinstance(k, (int, np.integer)) and float(k) != k:
+                continue
+            at.append(i), held.append(float(k))
+            continue
+        if isinstance(k, (float, np.floating)) and not float(k).is_integer():
+            continue
+        info = np.iinfo(dtype)
+        if int(info.min) <= int(k) <= int(info.max):
+            at.append(i), held.append(int(k))
+    return at, held
+
+
+def _pad_fill(value: Any, value_type: pa.DataType, expr: str) -> pa.Array:
+    """``value`` as one element of ``value_type`` (None: a null), exactly, or a FeatureError
+    naming the expression, the value and the type (never wrapped or rounded)."""
+    if value is None:
+        return pa.nulls(1, value_type)
+    if isinstance(value, bool) or (pa.types.is_integer(value_type) and not isinstance(value, (int, np.integer))):
+        raise FeatureError(f"{expr}: value {value!r} is not an element of the list's type {value_type}")
+    try:
+        return pa.array([value], type=value_type)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+        raise FeatureError(f"{expr}: value {value!r} does not fit the list's element type {value_type}") from exc
+
+
+def check_key_kinds(x: pd.Series, keys: tuple, what: str) -> None:
+    """A FeatureError naming ``what`` (the column) when ``lookup_value``'s keys could never
+    match it: string keys against a numeric column, other keys against a string one, keys
+    of both kinds.  Decided by the dtype (an object column: by its values, when it has some).
+
+    Example:
+        >>> check_key_kinds(pd.Series([1, 2]), ("1",), "user_id")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.FeatureError: lookup: column user_id of dtype int64 against string keys ('1', ...): nothing would match
+    """
+    is_text = isinstance(x.dtype, pd.StringDtype) or str(x.dtype) in ("str", "string") or (
+        isinstance(x.dtype, pd.ArrowDtype) and (pa.types.is_string(x.dtype.pyarrow_dtype)
+                                               or pa.types.is_large_string(x.dtype.pyarrow_dtype)))
+    if isinstance(x.dtype, pd.CategoricalDtype):
+        is_text = x.cat.categories.inferred_type in ("string", "empty") and len(x.cat.categories) > 0
+    elif x.dtype == object:
+        is_text = pd.api.types.infer_dtype(x, skipna=True) in ("string", "empty") and x.notna().any()
+    str_keys = [k for k in keys if isinstance(k, str)]
+    if str_keys and len(str_keys) < len(keys):
+        raise FeatureError(f"lookup: the keys mix strings and other values ({keys[:4]!r} ...)")
+    kind = x.dtype.kind if isinstance(x.dtype, np.dtype) else getattr(getattr(x.dtype, "numpy_dtype", None), "kind", None)
+    numeric = kind in ("b", "i", "u", "f") and not is_text
+    if str_keys and numeric or keys and not str_keys and is_text:
+        raise FeatureError(f"lookup: column {what} of dtype {x.dtype} against "
+                           f"{'string' if str_keys else 'non-string'} keys ({keys[0]!r}, ...): nothing would match")
+
+
+def pad(part: pd.DataFrame, n: int, value: Any = 0, side: str = "right", expr: str = "pad") -> pd.Series:
     """Each list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and
     pads after them; ``side="left"`` keeps the last ``n`` (the most recent behaviour) and pads
-    before them.  A null list becomes ``n`` padding values."""
+    before them.  A null list becomes ``n`` padding values.  The result has the input's list
+    type: elements (uint64 ids, null elements) are kept exactly; ``value`` must be an element
+    of that type (``None``: null padding), else a FeatureError naming ``expr`` and the value."""
     if side not in ("left", "right"):
-        raise FeatureError(f"pad: side must be 'left' or 'right', got {side!r}")
-    arr = _list_array(part["a0"])
+        raise FeatureError(f"{expr}: side must be 'left' or 'right', got {side!r}")
+    arr = _list_array(part["a0"], expr)
+    fill = _pad_fill(value, arr.type.value_type, expr)
     off = _offsets(arr)
     lengths = np.diff(off)
     if arr.null_count:
         lengths = np.where(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False)), lengths, 0)
     flat = flat_values(arr)
     rows = len(arr)
+    if rows * n > 2**31 - 1 and not pa.types.is_large_list(arr.type):
+        raise FeatureError(f"{expr}: {rows} rows of {n} elements pass a list column's 2^31 - 1 elements "
+                           "(a large_list input has no such limit)")
     take = np.minimum(lengths, n)
     src_start = off[:-1] if side == "right" else off[:-1] + (lengths - take)
     dst_start = np.arange(rows, dtype=np.int64) * n + (0 if side == "right" else n - take)
     row_of = np.repeat(np.arange(rows), take)
     within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
-    src = src_start[row_of] + within
-    dst = dst_start[row_of] + within
-    values = flat.to_numpy(zero_copy_only=False)
-    out = np.full(rows * n, value, dtype=np.result_type(values.dtype, np.asarray(value).dtype)
-                  if values.dtype.kind in "iuf" else object)
-    out[dst] = values[src]
-    lists = pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32) * n), pa.array(out))
+    idx = np.full(rows * n, len(flat), dtype=np.int64)  # the padding value, after the elements
+    idx[dst_start[row_of] + within] = src_start[row_of] + within
+    values = pa.concat_arrays([flat, fill]).take(pa.array(idx))
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int64) * n,
+                       type=pa.int64() if pa.types.is_large_list(arr.type) else pa.int32())
+    lists = (pa.LargeListArray if pa.types.is_large_list(arr.type) else pa.ListArray).from_arrays(
+        offsets, values, type=arr.type)
     return pd.Series(pd.arrays.ArrowExtensionArray(lists), index=part.index)
 
 
+def _elements(arr: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """The row of each non-null element of ``arr`` and the elements (numpy; int64 / uint64
+    stay exact: nulls are dropped before the conversion, never turned into NaN)."""
+    flat = flat_values(arr)
+    rows = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(_offsets(arr)))
+    if flat.null_count:
+        keep = np.asarray(flat.is_valid().to_numpy(zero_copy_only=False))
+        rows, flat = rows[keep], flat.filter(pa.array(keep))
+    return rows, flat.to_numpy(zero_copy_only=False)
+
+
 def overlap_count(part: pd.DataFrame) -> pd.Series:
-    """How many elements of list ``a0`` appear in list ``a1`` (int64; null when either is null)."""
-    a, b = _list_array(part["a0"]), _list_array(part["a1"])
-    oa, ob = _offsets(a), _offsets(b)
-    fa, fb = flat_values(a).to_numpy(zero_copy_only=False), flat_values(b).to_numpy(zero_copy_only=False)
-    codes, _ = pd.factorize(np.concatenate([fa, fb]).astype(object) if fa.dtype != fb.dtype
+    """How many elements of list ``a0`` (each duplicate counted) appear in list ``a1`` (int64;
+    null when either is null).  Elements compare by value (int64 5 matches uint64 5, never
+    the string "5"); null elements never match."""
+    a, b = _list_array(part["a0"], "overlap_count"), _list_array(part["a1"], "overlap_count")
+    rows_a, fa = _elements(a)
+    rows_b, fb = _elements(b)
+    codes, _ = pd.factorize(np.concatenate([fa.astype(object), fb.astype(object)]) if fa.dtype != fb.dtype
                             else np.concatenate([fa, fb]))
     ca, cb = codes[: len(fa)].astype(np.int64), codes[len(fa):].astype(np.int64)
     width = int(codes.max()) + 1 if len(codes) else 1
-    rows_a = np.repeat(np.arange(len(a), dtype=np.int64), np.diff(oa))
-    rows_b = np.repeat(np.arange(len(b), dtype=np.int64), np.diff(ob))
     hit = np.isin(rows_a * width + ca, rows_b * width + cb)
     counts = np.bincount(rows_a[hit], minlength=len(a)).astype(np.int64)
     valid = np.asarray(a.is_valid().to_numpy(zero_copy_only=False)) & np.asarray(b.is_valid().to_numpy(zero_copy_only=False))

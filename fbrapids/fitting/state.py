@@ -75,6 +75,21 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def _utf8(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Strings as their UTF-8 bytes and offsets (numpy's fixed-width text would drop
+    trailing NULs, merging ``"a"`` and ``"a\\x00"``)."""
+    data = [v.encode("utf-8", "surrogatepass") for v in arr.tolist()]
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in data])
+    return np.frombuffer(b"".join(data), dtype=np.uint8), offsets
+
+
+def _from_utf8(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    raw = data.tobytes()
+    return np.asarray([raw[a:b].decode("utf-8", "surrogatepass") for a, b in zip(offsets[:-1], offsets[1:])]
+                      + [None], dtype=object)[:-1]
+
+
 def save_states(states: Mapping[str, FittedState], directory: str | Path, extra: Mapping[str, Any] | None = None) -> None:
     """Write ``states`` (id -> state) to ``directory`` as ``fitted.json`` + ``fitted.npz``."""
     d = Path(directory)
@@ -82,18 +97,21 @@ def save_states(states: Mapping[str, FittedState], directory: str | Path, extra:
     arrays: dict[str, np.ndarray] = {}
     doc: dict[str, Any] = {"format": FORMAT, "states": {}, **dict(extra or {})}
     for sid, s in states.items():
-        names = []
+        names, text = [], []
         for name, arr in s.tables.items():
             arr = np.asarray(arr)
-            if arr.dtype == object:
-                arr = arr.astype(str)
+            if arr.dtype == object and all(isinstance(v, str) for v in arr.tolist()):
+                arrays[f"{sid}/{name}"], arrays[f"{sid}/{name}.offsets"] = _utf8(arr)
+                names.append(name)
+                text.append(name)
+                continue
             if arr.dtype.kind not in "biufU":
                 raise FittedStateError(f"fitted state {sid} ({s.op}): table {name!r} has dtype {arr.dtype}, "
                                        "not a number or text array")
             arrays[f"{sid}/{name}"] = arr
             names.append(name)
         doc["states"][sid] = {"op": s.op, "params": {k: _jsonable(v) for k, v in s.params.items()},
-                              "tables": names, "meta": {k: _jsonable(v) for k, v in s.meta.items()}}
+                              "tables": names, "text": text, "meta": {k: _jsonable(v) for k, v in s.meta.items()}}
     with open(d / STATE_NPZ, "wb") as f:
         np.savez(f, **arrays)
     (d / STATE_JSON).write_text(json.dumps(doc, indent=1))
@@ -117,9 +135,11 @@ def load_states(directory: str | Path) -> dict[str, FittedState]:
             tables = {}
             for name in s["tables"]:
                 key = f"{sid}/{name}"
-                if key not in npz.files:
-                    raise FittedStateError(f"{d / STATE_NPZ}: table {key!r} named in {STATE_JSON} is missing")
-                tables[name] = npz[key]
+                text = name in s.get("text", ())
+                for k in (key, f"{key}.offsets") if text else (key,):
+                    if k not in npz.files:
+                        raise FittedStateError(f"{d / STATE_NPZ}: table {k!r} named in {STATE_JSON} is missing")
+                tables[name] = _from_utf8(npz[key], npz[f"{key}.offsets"]) if text else npz[key]
             out[sid] = FittedState(s["op"], dict(s["params"]), tables, dict(s["meta"]))
     return out
 

@@ -23,7 +23,7 @@ Example:
     0
 """
 
-from fbrapids.kernels.columns import HostColumn, empty_series, to_series
+from fbrapids.kernels.columns import HostColumn, empty_series, object_array, to_series
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.compiled import cached, cached_plans, compilations, compiled
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
@@ -39,6 +39,6 @@ from fbrapids.kernels.vocab import Vocabulary
 __all__ = [
     "Call", "Col", "DEVICE_BUDGET_FRACTION", "Expr", "HostColumn", "Impl", "KernelStats", "Operator", "Plan",
     "RunResult", "Runtime", "Vocabulary", "add_operator", "as_expr", "build_plan", "cached", "cached_plans",
-    "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "load_source", "operators",
-    "record", "register_operator", "registry_generation", "render_module", "reset_stats", "stats", "to_series",
+    "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "load_source",
+    "object_array", "operators", "record", "register_operator", "registry_generation", "render_module", "reset_stats", "stats", "to_series",
 ]

@@ -43,8 +43,11 @@ from fbrapids.kernels import types as T
 
 #: error bits of a kernel's error word
 ERR_POOL_OVERFLOW = 1  #: a block's pool share passed ``cap``: grow the pool, run the layer again
-ERR_KEY_TOO_LONG = 2  #: a cross / n-gram key longer than :data:`KEY_MAX` bytes
-#: longest concatenated key (cross / n-gram text) hashed in one piece, in bytes
+#: a key too long to hash (no built-in sets it: cross / n-gram keys longer than
+#: :data:`KEY_MAX` are hashed piece by piece, see ``fbx_fps`` in farmhash.h)
+ERR_KEY_TOO_LONG = 2
+#: longest concatenated key (cross / n-gram text) assembled in one buffer, in bytes; longer
+#: ones stream through the hasher (same fingerprint)
 KEY_MAX = 4096
 #: pool regions are reserved in multiples of this many bytes (one reservation per block)
 POOL_ALIGN = 128

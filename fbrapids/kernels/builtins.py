@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -49,6 +51,8 @@ def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool 
         raise OperatorError(f"parameter {name!r} must be >= {lo}, got {v}")
     if hi is not None and v > hi:
         raise OperatorError(f"parameter {name!r} must be < 2^63 (bucket ids are int64), got {v}")
+    if not -(2**63) <= v < 2**63:  # a C int64 parameter: a larger one would be wrapped
+        raise OperatorError(f"parameter {name!r} must fit an int64, got {v}")
     return int(v)
 
 
@@ -63,6 +67,35 @@ def _buckets(params: dict) -> int:
     """buckets > 0: bucket ids (int64); 0 / None: raw fingerprints (uint64)."""
     b = params.get("buckets")
     return 0 if b is None else _int_param(params, "buckets", lo=0, hi=MAX_BUCKETS)
+
+
+def _type_range(x: str) -> tuple[int, int] | tuple[float, float]:
+    """The values a fixed-width type holds: ``(min, max)`` (floats: the finite range)."""
+    if x == "bool":
+        return 0, 1
+    info = np.iinfo(T.NUMPY_DTYPE[x]) if x in T.INT_TYPES else np.finfo(T.NUMPY_DTYPE[x])
+    return (int(info.min), int(info.max)) if x in T.INT_TYPES else (float(info.min), float(info.max))
+
+
+def _number(v: Any, x: str, what: str) -> int | float:
+    """``v`` as an exact value of a ``x`` column, or an OperatorError naming it: an integer
+    column takes integers (or integral floats) in its range, a float column any number whose
+    rounding to it stays finite.  Never wrapped."""
+    if isinstance(v, bool) and x != "bool" or not isinstance(v, (int, float, np.integer, np.floating, bool)):
+        raise OperatorError(f"{what} must be a number for a {x} column, got {v!r}")
+    lo, hi = _type_range(x)
+    if x in T.INT_TYPES:
+        if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+            raise OperatorError(f"{what} {v!r} is not an integer, and the column is {x}")
+        if not lo <= int(v) <= hi:
+            raise OperatorError(f"{what} {v!r} does not fit the column's type {x} [{lo}, {hi}]")
+        return int(v)
+    v = float(v)
+    with np.errstate(over="ignore"):
+        overflows = np.isfinite(v) and not np.isfinite(T.NUMPY_DTYPE[x](v))
+    if overflows:
+        raise OperatorError(f"{what} {v!r} does not fit the column's type {x} (overflows to infinity)")
+    return v
 
 
 def _op(name: str, inputs: tuple[str, ...], doc: str, null_rule: str = "a null input gives a null output",
@@ -81,10 +114,11 @@ def _fill_null(t, p):
     (x,) = t
     v = p.get("value")
     if x in T.FIXED_TYPES:
-        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool) and x != "bool":
-            raise OperatorError(f"fill_null of a {x} column needs a number, got {v!r}")
-        return Impl(x, "expr", f"({{v0}} ? {{a0}} : ({T.C_TYPE[x]}){c_number(v, 'f64' if x in T.FLOAT_TYPES else 'i64')})",
-                    null_rule="handles")
+        v = _number(v, x, "fill_null value")
+        if v != v:
+            raise OperatorError(f"fill_null value NaN would leave the {x} column's nulls null")
+        return Impl(x, "expr", f"({{v0}} ? {{a0}} : ({T.C_TYPE[x]}){c_number(v, x)})",
+                    null_rule="handles", never_null=True)
     if x == "str":
         if not isinstance(v, str):
             raise OperatorError(f"fill_null of a string column needs a string, got {v!r}")
@@ -106,42 +140,85 @@ def _log1p(t, p):
 @_op("clip", ("num",), "x limited to [lower, upper], in the input's type.")
 def _clip(t, p):
     (x,) = t
-    kind = "f64" if x in T.FLOAT_TYPES else "i64"
     lo, hi = p.get("lower"), p.get("upper")
     for nm, v in (("lower", lo), ("upper", hi)):
-        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool):
+        if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, bool) or v != v:
             raise OperatorError(f"clip parameter {nm!r} must be a number, got {v!r}")
     if lo > hi:
         raise OperatorError(f"clip: lower {lo} > upper {hi}")
+    tmin, tmax = _type_range(x) if x in T.INT_TYPES else (-np.inf, np.inf)
+    # a bound beyond the type's range on its own side changes nothing: it is the type's end;
+    # one beyond it on the other side would put every value outside the type: an error
+    if lo > tmax or hi < tmin:
+        raise OperatorError(f"clip: bounds [{lo}, {hi}] leave no value of the column's type {x} [{tmin}, {tmax}]")
+    if x in T.FLOAT_TYPES:  # a finite bound past the float type's range: its infinity
+        fmin, fmax = _type_range(x)
+        lo, hi = (-np.inf if lo < fmin else float(lo)), (np.inf if hi > fmax else float(hi))
+    lo = tmin if lo < tmin else _number(lo, x, "clip parameter 'lower'")
+    hi = tmax if hi > tmax else _number(hi, x, "clip parameter 'upper'")
     ct = T.C_TYPE[x]
-    lo_c, hi_c = f"({ct}){c_number(lo, kind)}", f"({ct}){c_number(hi, kind)}"
+    lo_c, hi_c = f"({ct}){c_number(lo, x)}", f"({ct}){c_number(hi, x)}"
     return Impl(x, "expr", f"({{a0}} < {lo_c} ? {lo_c} : ({{a0}} > {hi_c} ? {hi_c} : {{a0}}))")
 
 
-@_op("cast", ("num",), "x converted to another fixed-width type (C conversion rules).")
+@_op("cast", ("num",), "x converted to another fixed-width type: exact, or an error naming the row and the "
+     "value that does not fit (never wrapped); floats to integers truncate toward zero, to bool: x != 0.")
 def _cast(t, p):
     to = p.get("to")
     if to not in T.FIXED_TYPES:
         raise OperatorError(f"cast: 'to' must be one of {', '.join(T.FIXED_TYPES)}, got {to!r}")
-    return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}")
+    if to == "bool":
+        return Impl(to, "expr", "(fbx_u8)({a0} != 0)")
+    return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}", checks_fit=to)
 
 
 @_op("bucketize", ("num",), "TensorFlow Bucketize: the number of boundaries b with b <= x (int32).",
      headers=(H_SCALAR,))
 def _bucketize(t, p):
-    b = np.asarray(p.get("boundaries"), dtype=np.float64)
-    if b.ndim != 1 or len(b) == 0 or np.any(np.diff(b) < 0) or np.isnan(b).any():
+    (x,) = t
+    b = list(p.get("boundaries") or ())
+    if not b or any(not _is_number(v) or v != v for v in b) or any(u > v for u, v in zip(b, b[1:])):
         raise OperatorError(f"bucketize: boundaries must be a non-empty sorted list of numbers, got {p.get('boundaries')!r}")
-    return Impl("i32", "expr", f"fbx_bucketize((double){{a0}}, (const double*){{b0}}, {len(b)})",
-                buffers=(np.ascontiguousarray(b),))
+    if x in T.FLOAT_TYPES:  # b <= x  <=>  d <= x for the smallest double d >= b (exact for any b)
+        d = np.array([_double_at_least(v) for v in b], dtype=np.float64)
+        return Impl("i32", "expr", f"fbx_bucketize((double){{a0}}, (const double*){{b0}}, {len(d)})", buffers=(d,))
+    # an integer column compares exactly: b <= x  <=>  ceil(b) <= x; thresholds past the type's
+    # ends count for every value (below) or none (above); the rest compare in the column's sign
+    tmin, tmax = _type_range(x)
+    th = [math.ceil(v) if isinstance(v, float) and math.isfinite(v) else v for v in b]
+    always = sum(1 for v in th if v <= tmin)
+    mid = [int(v) for v in th if tmin < v <= tmax]
+    kind = "u64" if x in ("u64", "u32", "u16", "u8", "bool") else "i64"
+    arr = np.array(mid or [0], dtype=np.uint64 if kind == "u64" else np.int64)
+    return Impl("i32", "expr", f"fbx_bucketize_{kind}((fbx_{kind}){{a0}}, (const fbx_{kind}*){{b0}}, {len(mid)}, "
+                f"{always})", buffers=(arr,))
 
 
-for _name, _fn, _doc in (("hour", "fbx_hour", "Hour of day (UTC, 0-23) of epoch seconds (int32)."),
-                         ("weekday", "fbx_weekday", "Day of week (UTC, Monday = 0) of epoch seconds (int32)."),
-                         ("day", "fbx_day", "Day of month (UTC, 1-31) of epoch seconds (int32).")):
-    def _time(t, p, _fn=_fn):
-        return Impl("i32", "expr", f"{_fn}((fbx_i64){{a0}})")
-    _op(_name, ("int",), _doc, headers=(H_SCALAR,))(_time)
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _double_at_least(v: int | float) -> float:
+    """The smallest double ``d >= v`` (``inf`` past the largest): for a double ``x``,
+    ``v <= x`` exactly when ``d <= x``."""
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    try:
+        d = float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -sys.float_info.max
+    return d if d >= v else math.nextafter(d, math.inf)
+
+
+_TIME_OF = ("datetime64 (any unit; time-zoned in UTC, naive taken as UTC) or integer epoch seconds (the "
+            "whole int64 / uint64 range)")
+for _name, _fn, _part, _doc in (("hour", "fbx_hour", "sod", "Hour of day (UTC, 0-23) (int32)"),
+                                ("weekday", "fbx_weekday", "days", "Day of week (UTC, Monday = 0) (int32)"),
+                                ("day", "fbx_day", "days", "Day of month (UTC, 1-31) (int32)")):
+    def _time(t, p, _fn=_fn, _part=_part):
+        sign = "u64" if t[0] == "u64" else "i64"  # a uint64 second above 2^63 is not a negative time
+        return Impl("i32", "expr", f"{_fn}(fbx_{_part}_{sign}((fbx_{sign}){{a0}}))")
+    _op(_name, ("int",), f"{_doc} of {_TIME_OF}.", headers=(H_SCALAR,))(_time)
 
 
 # -- hashing -----------------------------------------------------------------------------
@@ -260,15 +337,20 @@ def _lookup(t, p):
     if not isinstance(vocab, Vocabulary):
         raise OperatorError(f"lookup needs a fitted Vocabulary, got {type(vocab).__name__}")
     oov = _int_param(p, "oov")
+    if not -(2**63) <= oov < 2**63:
+        raise OperatorError(f"lookup: oov {oov} is not an int64 (ids are int64)")
     x = t[0]
+    oov_c = c_number(oov, "i64")
+    if not len(vocab):  # an empty vocabulary: every row (of any column) is out of it
+        return Impl("i64", "expr", oov_c, null_rule="handles", never_null=True)
     if (x == "str") != (vocab.kind == "str"):
         raise OperatorError(f"lookup: a {x} column against a vocabulary of {vocab.kind} keys")
-    bufs = vocab.table()
+    bufs = vocab.table(unsigned=x == "u64")
     if vocab.kind == "str":
-        call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov}LL)"
+        call = f"fbx_lookup_str({{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const char*){{b2}}, (const fbx_i64*){{b3}}, {vocab.mask}LL, {oov_c})"
     else:
-        call = f"fbx_lookup_int((fbx_i64){{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const fbx_i64*){{b2}}, {vocab.mask}LL, {oov}LL)"
-    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov}LL)", null_rule="handles", buffers=bufs,
+        call = f"fbx_lookup_int((fbx_i64){{a0}}, (const fbx_i64*){{b0}}, (const fbx_i64*){{b1}}, (const fbx_i64*){{b2}}, {vocab.mask}LL, {oov_c})"
+    return Impl("i64", "expr", f"({{v0}} ? {call} : {oov_c})", null_rule="handles", never_null=True, buffers=bufs,
                 footprint=int(sum(b.nbytes for b in bufs)))
 
 

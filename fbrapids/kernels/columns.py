@@ -111,12 +111,30 @@ def _bytes(arr: pa.Array) -> np.ndarray:
     return _np(b, np.uint8) if b is not None and b.size else np.zeros(1, dtype=np.uint8)
 
 
+def object_array(values: Any) -> pa.Array:
+    """The Arrow array of an object column's values (a series or a list).  Python ints past
+    int64 (ids up to 2^64 - 1) become uint64: pyarrow infers int64 and overflows on them.
+    Raises what pyarrow raises when no type holds them all (2^64 - 1 beside -5, say).
+
+    Example:
+        >>> object_array([2**64 - 1, 5, None]).type
+        DataType(uint64)
+    """
+    try:
+        return pa.array(values, from_pandas=True)
+    except OverflowError:
+        return pa.array(values, type=pa.uint64(), from_pandas=True)
+
+
 def from_arrow(arr: pa.Array | pa.ChunkedArray, name: str) -> HostColumn:
     """A HostColumn over an Arrow array's buffers (zero-copy where the layout allows)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+        # no categories (an all-null categorical): a null string column, as its schema says
+        arr = arr.dictionary_decode() if len(arr.dictionary) else pa.nulls(len(arr), pa.large_string())
+    if pa.types.is_null(arr.type):  # an all-null (or empty) object column: null strings
+        arr = pa.nulls(len(arr), pa.large_string())
     tname = T.from_arrow(arr.type)
     if tname is None:
         raise ColumnTypeError(f"column {name!r} has Arrow type {arr.type}, which the kernels cannot read")
@@ -185,8 +203,8 @@ def from_series(s: pd.Series, name: str | None = None) -> HostColumn:
     pa_arr = getattr(arr, "_pa_array", None)  # ArrowExtensionArray / ArrowStringArray
     if pa_arr is None:
         try:
-            pa_arr = pa.array(s, from_pandas=True)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
+            pa_arr = object_array(s)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise ColumnTypeError(f"column {name!r} has dtype {dtype}, which the kernels cannot read: {exc}") from exc
     return from_arrow(pa_arr, name)
 
@@ -223,10 +241,25 @@ def to_arrow(c: HostColumn) -> pa.Array:
                                  children=[child])
 
 
-def to_series(c: HostColumn, index: pd.Index, name: str) -> pd.Series:
-    """A pandas series over a HostColumn: numpy for fixed-width columns without nulls,
-    pandas ``str`` for strings, ``ArrowDtype`` for lists and nullable numbers."""
-    if c.type in T.FIXED_TYPES and c.null_count() == 0:
+def to_series(c: HostColumn, index: pd.Index, name: str, nullable: bool | None = None) -> pd.Series:
+    """A pandas series over a HostColumn: pandas ``str`` for strings, ``ArrowDtype`` for lists.
+
+    Fixed-width columns by ``nullable`` (whether the column *may* hold nulls, known from the
+    input dtypes: see :meth:`fbrapids.kernels.Plan.nullable_outputs`), so the dtype never
+    depends on the rows: floats are numpy (nulls as NaN); ints and bools are numpy when not
+    nullable, ``ArrowDtype`` when nullable.  ``nullable=None``: by the rows (numpy when
+    there are no nulls).
+
+    Example:
+        >>> c = HostColumn("i32", 2, data=np.array([1, 2], dtype=np.int32))
+        >>> str(to_series(c, pd.RangeIndex(2), "h").dtype), str(to_series(c, pd.RangeIndex(2), "h", True).dtype)
+        ('int32', 'int32[pyarrow]')
+    """
+    nulls = c.null_count() if c.type in T.FIXED_TYPES else 0
+    if c.type in T.FLOAT_TYPES and nullable is not None:
+        data = c.data if not nulls else np.where(c.validity_bool(), c.data, np.nan).astype(c.data.dtype)
+        return pd.Series(data, index=index, name=name, copy=False)
+    if c.type in T.FIXED_TYPES and not nulls and not nullable:
         data = c.data.astype(bool) if c.type == "bool" else c.data
         return pd.Series(data, index=index, name=name, copy=False)
     arr = to_arrow(c)
@@ -235,8 +268,10 @@ def to_series(c: HostColumn, index: pd.Index, name: str) -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name, copy=False)
 
 
-def empty_series(type_name: str, name: str) -> pd.Series:
+def empty_series(type_name: str, name: str, nullable: bool = False) -> pd.Series:
     """An empty series of the dtype :func:`to_series` gives for ``type_name`` (dask meta)."""
+    if nullable and type_name in T.INT_TYPES:
+        return pd.Series(pd.arrays.ArrowExtensionArray(pa.array([], T.arrow_type(type_name))), name=name)
     if type_name in T.FIXED_TYPES:
         return pd.Series(np.zeros(0, dtype=bool if type_name == "bool" else T.NUMPY_DTYPE[type_name]), name=name)
     if type_name == "str":

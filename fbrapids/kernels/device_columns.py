@@ -96,6 +96,28 @@ def _widen_values(cp: Any, plc: Any, child: Any, kind: str, keep: list) -> int:
     return int(wide.data.ptr)
 
 
+def fixed_arrays(cp: Any, dc: DeviceColumn) -> tuple[Any, Any]:
+    """A fixed-width :class:`DeviceColumn`'s rows as cupy arrays, without copying the data:
+    ``(data, valid)``, ``valid`` a bool array unpacked from the null mask (bit
+    ``valid_bit + i``; all true without a mask).  BOOL8 data reads as uint8 0 / 1."""
+    dtype = cp.dtype({"bool": "uint8", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+                      "u16": "uint16", "u32": "uint32", "u64": "uint64", "f32": "float32",
+                      "f64": "float64"}[dc.type])
+    n = dc.n
+    if not n:
+        return cp.zeros(0, dtype=dtype), cp.zeros(0, dtype=cp.bool_)
+    mem = cp.cuda.UnownedMemory(dc.slots["data"], n * dtype.itemsize, dc)
+    data = cp.ndarray((n,), dtype, cp.cuda.MemoryPointer(mem, 0))
+    if not dc.slots.get("valid"):
+        return data, cp.ones(n, dtype=cp.bool_)
+    bit = int(dc.slots.get("valid_bit", 0))
+    words = -(-(bit + n) // 32)
+    wmem = cp.cuda.UnownedMemory(dc.slots["valid"], words * 4, dc)
+    mask = cp.ndarray((words,), cp.uint32, cp.cuda.MemoryPointer(wmem, 0))
+    idx = cp.arange(n, dtype=cp.int64) + bit
+    return data, ((mask[idx >> 5] >> (idx & 31).astype(cp.uint32)) & 1).astype(cp.bool_)
+
+
 def read_column(cp: Any, plc: Any, col: Any, type_name: str, name: str) -> DeviceColumn:
     """The kernel slots of a pylibcudf column of kernel type ``type_name`` (no copies,
     except list elements narrower than 64 bits, widened on the device)."""

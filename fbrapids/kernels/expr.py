@@ -21,14 +21,56 @@ import numpy as np
 from fbrapids.errors import OperatorTypeError
 
 
+class TypedScalar(tuple):
+    """A bool or float parameter in a key: equal only to a parameter of the same kind and
+    value, so ``True`` is not ``1``, ``2.0`` is not ``2`` and ``-0.0`` is not ``0.0`` (Python
+    equality would let a plan built for one serve the other: ``fill_null(x, True)``, an
+    error on an int column, answered 1 after ``fill_null(x, 1)`` had run).  Its ``repr`` is
+    the value's, so ``repr`` of a key (fitted state ids) is unchanged.
+
+    Example:
+        >>> TypedScalar(True) == TypedScalar(1.0), TypedScalar(-0.0) == TypedScalar(0.0), repr(TypedScalar(2.0))
+        (False, False, '2.0')
+    """
+
+    value: Any
+
+    def __new__(cls, v: Any) -> "TypedScalar":
+        tag = ("bool", bool(v)) if isinstance(v, (bool, np.bool_)) else ("float", float(v).hex())
+        self = super().__new__(cls, tag)
+        self.value = v
+        return self
+
+    def __getnewargs__(self) -> tuple:
+        return (self.value,)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _sorted_items(items: list[tuple[Any, Any]]) -> tuple:
+    try:
+        return tuple(sorted(items))
+    except TypeError:  # keys of mixed kinds: by their text
+        return tuple(sorted(items, key=repr))
+
+
 def param_key(v: Any) -> Any:
-    """A hashable, content-based key for a parameter value (arrays by digest)."""
+    """A hashable, content-based key for a parameter value (arrays by digest); bools and
+    floats typed (:class:`TypedScalar`), so equal keys mean the same parameters.
+
+    Example:
+        >>> param_key(True) == param_key(1), param_key({1: 0.5}) == param_key({1: 0.5})
+        (False, True)
+    """
+    if isinstance(v, (bool, float, np.bool_, np.floating)):
+        return TypedScalar(v)
     if isinstance(v, np.ndarray):
         return ("ndarray", str(v.dtype), v.shape, hashlib.sha1(np.ascontiguousarray(v).tobytes()).hexdigest())
     if isinstance(v, (list, tuple)):
         return tuple(param_key(x) for x in v)
     if isinstance(v, dict):
-        return tuple(sorted((k, param_key(x)) for k, x in v.items()))
+        return _sorted_items([(param_key(k), param_key(x)) for k, x in v.items()])
     key = getattr(v, "key", None)
     if key is not None and not callable(key):
         return key

@@ -52,6 +52,10 @@ class Impl:
     status: bool = False
     headers: tuple[str, ...] = ()
     footprint: int = 0  # bytes the operator needs resident (its parameter buffers)
+    never_null: bool = False  # a value on every row, null inputs included (fill_null, lookup)
+    #: a type every input value must fit (cast): the runtime checks the input before the layer
+    #: runs and raises naming the feature, the row and the value (see ``types.misfits``)
+    checks_fit: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("expr", "func", "var"):
@@ -109,7 +113,12 @@ class Operator:
                 raise OperatorTypeError(
                     f"operator {self.name!r} input {i} has type {t}; it accepts {cls} "
                     f"({', '.join(T.CLASSES.get(cls, (cls,)))})")
-        impl = self.resolver(tuple(in_types), dict(params))
+        try:
+            impl = self.resolver(tuple(in_types), dict(params))
+        except OperatorError as exc:  # a parameter's error names its operator
+            if str(exc).startswith((self.name, f"operator {self.name!r}")):
+                raise
+            raise OperatorError(f"operator {self.name!r}: {exc}") from exc
         if self.headers or self.source:
             impl = Impl(**{**impl.__dict__, "headers": tuple(dict.fromkeys(self.headers + impl.headers))})
         return impl

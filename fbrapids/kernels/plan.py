@@ -42,6 +42,11 @@ class Node:
     def label(self) -> str:
         return str(self.expr)
 
+    @property
+    def what(self) -> str:
+        """``column 'x'`` or ``sub-expression f(x)``: the node as an error message names it."""
+        return _describe(self.expr)
+
 
 @dataclass
 class Layer:
@@ -79,6 +84,29 @@ class Plan:
         h.update(repr((sorted(self.outputs.items()), self.fused, self.backend,
                        [(l.nodes, l.placement) for l in self.layers])).encode())
         return h.hexdigest()[:24]
+
+    def nullable_outputs(self, nullable_columns: set[str] | frozenset[str]) -> dict[str, bool]:
+        """Whether each output may hold nulls, given the input columns that may: decided by
+        dtypes, never by the rows, so a result's dtype is the same on every partition and
+        equals a dask frame's meta.  An operator that handles nulls itself may give null
+        (``json_get``) unless it declares ``never_null`` (``fill_null``, ``lookup``); any
+        other gives null where an input is null.
+
+        Example:
+            >>> from fbrapids import ops
+            >>> p = build_plan({"h": ops.hour("ts"), "f": ops.fill_null("ts", 0)}, {"ts": "i64"})
+            >>> p.nullable_outputs({"ts"}), p.nullable_outputs(set())
+            ({'h': True, 'f': False}, {'h': False, 'f': False})
+        """
+        may: dict[int, bool] = {}
+        for n in self.nodes:  # arguments come before their users
+            if n.op is None:
+                may[n.id] = n.expr.name in nullable_columns  # type: ignore[attr-defined]
+            elif n.impl.never_null:
+                may[n.id] = False
+            else:
+                may[n.id] = n.impl.null_rule == "handles" or any(may[a] for a in n.args)
+        return {name: may[nid] for name, nid in self.outputs.items()}
 
     def input_columns(self) -> list[str]:
         return [n.expr.name for n in self.nodes if n.op is None]  # type: ignore[attr-defined]
@@ -158,11 +186,9 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
                 op = get_operator(e.op)
                 in_types = tuple(nodes[a].type for a in args)
                 impl = op.resolve(in_types, e.param_dict())
-            except OperatorTypeError as exc:
+            except (OperatorTypeError, OperatorError) as exc:  # named with the inputs: the columns at fault
                 cols = ", ".join(f"input {i} is {_describe(a)} of type {nodes[args[i]].type}" for i, a in enumerate(e.args))
                 raise FeatureError(f"feature {feature!r}: {exc} ({cols})") from exc
-            except OperatorError as exc:
-                raise FeatureError(f"feature {feature!r}: {exc}") from exc
             depth = 1 + max((nodes[a].depth for a in args), default=0)
             node = Node(len(nodes), impl.out_type, e, op=op, impl=impl, args=args, depth=depth, features=[feature])
         else:

@@ -45,14 +45,14 @@ from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_arrow
-from fbrapids.kernels.device_columns import (DeviceColumn, fixed_column, int64_child, list_column, read_column,
-                                             strings_column)
+from fbrapids.kernels.device_columns import (DeviceColumn, fixed_arrays, fixed_column, int64_child, list_column,
+                                             read_column, strings_column)
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_bytes, row_sample
 from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, render_module
 from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
-from fbrapids.kernels.runtime_host import HostPlan
+from fbrapids.kernels.runtime_host import HostPlan, check_fit_values
 
 DEVICE_HELPERS = "fbx_device_helpers.cu"
 #: status vector of a layer: [error word, pool head, bytes-per-row quantile, then per output
@@ -233,9 +233,22 @@ class CudaPlan(Runtime):
         if need > self.pool.size:
             self.pool = self.cp.empty(-(-need // POOL_ALIGN) * POOL_ALIGN, dtype=self.cp.uint8)
 
+    def _check_fits(self, layer: Layer, values: dict[int, DeviceValue]) -> None:
+        """The host runtime's conversion check (``Impl.checks_fit``: ``cast`` never wraps) on
+        the device: each checked node's argument, data and validity as cupy arrays, the
+        same ``types.misfits`` test and error (CPU-placed layers check in HostPlan); NaN is a
+        value (a misfit), as on the host, and only the null mask makes a row null."""
+        for nid in layer.nodes:
+            node = self.plan.nodes[nid]
+            if not node.impl.checks_fit:
+                continue
+            data, valid = fixed_arrays(self.cp, values[node.args[0]].read)
+            check_fit_values(self.plan, nid, data, valid, xp=self.cp)
+
     def _run_device_layer(self, layer: Layer, fn: Any, n: int, values: dict[int, DeviceValue],
                           status: dict[int, Any], st: S.KernelStats) -> None:
         cp = self.cp
+        self._check_fits(layer, values)
         abi = self.abis[layer.index]
         self._constants(st)
         ptrs = np.zeros(max(abi.nslots, 1), dtype=np.uint64)

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
+from fbrapids.errors import KernelRuntimeError
 from fbrapids.kernels import host_helpers as R
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
@@ -53,6 +54,29 @@ def _rows(col: pd.Series | HostColumn) -> int:
 
 
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
+
+
+def check_fit(plan: Plan, nid: int, arg: HostColumn) -> None:
+    """Raise when a value of ``arg`` does not fit the type node ``nid`` converts it to
+    (``Impl.checks_fit``, e.g. ``cast``), naming the features, the input, the row and the value."""
+    check_fit_values(plan, nid, arg.data[: arg.n], arg.validity_bool())
+
+
+def check_fit_values(plan: Plan, nid: int, data: Any, valid: Any, xp: Any = np) -> None:
+    """:func:`check_fit` of the argument's ``data`` and ``valid`` (bool) arrays of the
+    array module ``xp``: the host's numpy arrays, or the CUDA runtime's cupy arrays (one
+    count read back when every value fits)."""
+    node = plan.nodes[nid]
+    to = node.impl.checks_fit
+    bad = T.misfits(data, to, xp=xp) & valid
+    count = int(bad.sum())
+    if count:
+        row = int(xp.argmax(bad.astype(xp.int8)))
+        value = data[row].item()
+        raise KernelRuntimeError(
+            f"feature {', '.join(repr(f) for f in node.features)}: {node.label}: {plan.nodes[node.args[0]].what} "
+            f"row {row} holds {value!r}, which does not fit {to} ({count} such rows); a conversion never "
+            f"wraps: clip the values first")
 
 
 class HostPlan(Runtime):
@@ -128,6 +152,9 @@ class HostPlan(Runtime):
                    status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer) -> None:
         """Run one layer (re-running it after an overflow)."""
         plan = self.plan
+        for nid in layer.nodes:  # host columns: device columns (the device ABI) are the CUDA runtime's to check
+            if plan.nodes[nid].impl.checks_fit and isinstance(values[plan.nodes[nid].args[0]], HostColumn):
+                check_fit(plan, nid, values[plan.nodes[nid].args[0]])
         ptrs = [0] * abi.nslots
         for nid, first in abi.inputs.items():
             for i, p in enumerate(values[nid].pointers()):

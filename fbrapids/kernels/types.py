@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -106,3 +108,40 @@ def from_arrow(t: pa.DataType) -> str | None:
         if pa.types.is_integer(vt):
             return "list<i64>"
     return None
+
+
+def misfits(values: np.ndarray, to: str, xp: Any = np) -> np.ndarray:
+    """Where ``values`` (a fixed-width array) do not fit the type ``to``: integers outside
+    its range; floats whose truncation toward zero is outside it (NaN and infinities too)
+    for an integer ``to``; finite floats that overflow to infinity for a float ``to``.
+    Nothing misfits ``bool`` (x != 0).  ``xp`` is the array module (``cupy`` for device
+    arrays: the CUDA runtime checks with the same code).
+
+    Example:
+        >>> misfits(np.array([-1, 255, 256]), "u8").tolist()
+        [True, False, True]
+        >>> misfits(np.array([-0.5, 127.9, 128.0, np.inf]), "i8").tolist()
+        [False, False, True, True]
+        >>> misfits(np.array([2**64 - 1], dtype=np.uint64), "i64").tolist()
+        [True]
+    """
+    if to == "bool":
+        return xp.zeros(len(values), dtype=bool)
+    dtype = np.dtype(NUMPY_DTYPE[to])
+    if dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return xp.isfinite(values) & ~xp.isfinite(values.astype(dtype))
+    lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    if values.dtype.kind == "f":  # lo and hi + 1 are 0 or +-2^k: exact in any float type
+        with np.errstate(invalid="ignore"):
+            t = xp.trunc(values)
+            return ~((t >= lo) & (t < hi + 1))
+    if values.dtype.kind not in "iu":  # bool as bytes: 0 / 1 fit every integer type
+        return xp.zeros(len(values), dtype=bool)
+    vmin, vmax = int(np.iinfo(values.dtype).min), int(np.iinfo(values.dtype).max)
+    out = xp.zeros(len(values), dtype=bool)
+    if lo > vmin:
+        out |= values < lo
+    if hi < vmax:
+        out |= values > hi
+    return out

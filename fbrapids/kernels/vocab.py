@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from fbrapids.errors import OperatorError
 from fbrapids.kernels import host_helpers as R
-from fbrapids.errors import ArgumentError
 
 
 class Vocabulary:
@@ -33,18 +33,27 @@ class Vocabulary:
         elif all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
             self.kind = "int"
         else:
-            raise ArgumentError("vocabulary keys must be all strings or all integers")
+            raise OperatorError("vocabulary keys must be all strings or all integers")
+        if self.kind == "int":
+            wide = [k for k in keys if not -(2**63) <= k < 2**64]
+            if wide:
+                raise OperatorError(f"vocabulary key {wide[0]} fits no integer column (int64 or uint64)")
         self.keys = keys
-        self.ids = np.asarray(list(ids), dtype=np.int64)
+        ids = list(ids)
+        wide = [(k, i) for k, i in zip(keys, ids) if isinstance(i, bool) or not isinstance(i, (int, np.integer))
+                or not -(2**63) <= i < 2**63]
+        if wide:
+            raise OperatorError(f"vocabulary id {wide[0][1]!r} (key {wide[0][0]!r}) is not an int64")
+        self.ids = np.asarray(ids, dtype=np.int64)
         if len(self.ids) != len(keys):
-            raise ArgumentError(f"{len(keys)} keys but {len(self.ids)} ids")
+            raise OperatorError(f"{len(keys)} keys but {len(self.ids)} ids")
         if len(set(keys)) != len(keys):
-            raise ArgumentError("vocabulary keys must be unique")
+            raise OperatorError("vocabulary keys must be unique")
         self.mask = R.table_size(len(keys)) - 1
         h = hashlib.sha1(repr((self.kind, keys)).encode())
         h.update(self.ids.tobytes())
         self.key = ("vocab", h.hexdigest())
-        self._table: tuple[np.ndarray, ...] | None = None
+        self._tables: dict[bool, tuple[np.ndarray, ...]] = {}
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -75,17 +84,21 @@ class Vocabulary:
                       key=lambda kc: (-kc[1], kc[0]))
         return cls.from_values([k for k, _ in kept], kind=kind)
 
-    def table(self) -> tuple[np.ndarray, ...]:
+    def table(self, unsigned: bool = False) -> tuple[np.ndarray, ...]:
         """The buffers the lookup kernel reads: (slots, keys, ids) or (slots, key offsets,
-        key bytes, ids)."""
-        if self._table is None:
+        key bytes, ids).  Integer keys as the 64 bits a column holds them in: for a uint64
+        column (``unsigned``) the keys in [0, 2^64), else those in [-2^63, 2^63), so 2^64 - 1
+        never meets -1 (a key outside the column's range matches nothing)."""
+        if unsigned not in self._tables:
             if self.kind == "int":
-                keys = np.asarray(self.keys, dtype=np.int64) if self.keys else np.zeros(0, np.int64)
-                self._table = (R.build_int_table(keys, self.mask), keys if len(keys) else np.zeros(1, np.int64),
-                               self.ids if len(self.ids) else np.zeros(1, np.int64))
+                lo, hi = (0, 2**64) if unsigned else (-(2**63), 2**63)
+                kept = [(k, i) for k, i in zip(self.keys, self.ids.tolist()) if lo <= k < hi]
+                keys = np.array([k for k, _ in kept] or [0], dtype=np.uint64 if unsigned else np.int64).view(np.int64)
+                ids = np.array([i for _, i in kept] or [0], dtype=np.int64)
+                self._tables[unsigned] = (R.build_int_table(keys[: len(kept)], self.mask), keys, ids)
             else:
                 enc = [k.encode("utf-8") for k in self.keys]
                 koffs = R.prefix(np.array([len(b) for b in enc], dtype=np.int64))
                 kbytes = np.frombuffer(b"".join(enc) or b"\0", dtype=np.uint8).copy()
-                self._table = (R.build_str_table(koffs, kbytes, self.mask), koffs, kbytes, self.ids)
-        return self._table
+                self._tables[unsigned] = (R.build_str_table(koffs, kbytes, self.mask), koffs, kbytes, self.ids)
+        return self._tables[unsigned]

@@ -95,6 +95,120 @@ def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], li
     return early, late
 
 
+_STRING_DTYPES = ("object", "str", "string", "string[pyarrow]", "string[python]", "large_string[pyarrow]")
+
+
+def _misfit(column: str, dtype: Any, value: Any, why: str) -> CleanError:
+    return CleanError(f"fill value {value!r} for column {column!r} ({dtype}) {why}; the fill must be a value of "
+                      "the column's type (nothing is wrapped, rounded or converted to another type)")
+
+
+def fill_value(column: str, dtype: Any, value: Any) -> Any:
+    """``value`` checked against ``column``'s ``dtype`` (and made exact for it) before any
+    row is filled, so every partition, with nulls or without, agrees.
+
+    * bool columns take a bool; integer columns an int (or an integral float) within the
+      dtype's range, never a bool;
+    * float columns a number that the dtype holds: an int exactly (``2**53 + 1`` does not
+      fit float64), a float without overflow (``1e300`` does not fit float32; a float is
+      rounded to the nearest float32 as numpy does);
+    * string columns (object, ``str``, ``string``, Arrow strings) take a str: a dask frame
+      holds an object column of strings as a string column, so an object column is one too;
+    * categoricals a value of their categories' type, which joins the categories when new;
+    * datetimes a timestamp (or text pandas parses as one) of the same time-zone awareness,
+      exact in the column's unit (a half second does not fit ``datetime64[s]``).
+
+    Raises:
+        CleanError: the value does not fit; the message names the column, its dtype and the value.
+
+    Example:
+        >>> import numpy as np
+        >>> fill_value("age", np.dtype("int8"), -1.0)
+        -1
+        >>> fill_value("age", np.dtype("int8"), 1000)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.CleanError: fill value 1000 for column 'age' (int8) is outside the range -128..127; the fill must be a value of the column's type (nothing is wrapped, rounded or converted to another type)
+    """
+    if value is None or value is pd.NA or value is pd.NaT:
+        raise _misfit(column, dtype, value, "is null")
+    text = str(dtype)
+    categories = getattr(dtype, "categories", None) if text == "category" else None
+    if categories is not None:
+        if len(categories) == 0:
+            return value  # an all-null categorical of no categories: any value starts them
+        return fill_value(column, categories.dtype, value)
+    if text in _STRING_DTYPES or "string" in text:
+        if not isinstance(value, str):
+            raise _misfit(column, dtype, value, "is not a string")
+        return value
+    kind = getattr(getattr(dtype, "numpy_dtype", dtype), "kind", None)
+    if kind == "M" or isinstance(dtype, pd.DatetimeTZDtype):
+        return _fill_time(column, dtype, value)
+    if kind == "b":
+        if not isinstance(value, (bool, np.bool_)):
+            raise _misfit(column, dtype, value, "is not a bool")
+        return bool(value)
+    if kind in ("i", "u", "f"):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise _misfit(column, dtype, value, "is not a number")
+        numpy_dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
+        return _fill_int(column, dtype, numpy_dtype, value) if kind in "iu" else _fill_float(column, dtype, numpy_dtype, value)
+    return value
+
+
+def _check_text_column(src: str, dtype: Any) -> None:
+    """A JSON source column holds text (strings, object, or a categorical of strings); a
+    numeric one would be read as the JSON numbers its values print as."""
+    text = str(dtype)
+    categories = getattr(dtype, "categories", None) if text == "category" else None
+    if categories is not None and len(categories):
+        text = str(categories.dtype)
+    if not (text in _STRING_DTYPES or "string" in text or text == "category"):
+        raise CleanError(f"json source column {src!r} holds {dtype} values, not JSON text")
+
+
+def _fill_int(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> int:
+    if isinstance(value, (float, np.floating)):
+        if not np.isfinite(value) or not float(value).is_integer():
+            raise _misfit(column, dtype, value, "is not an integer")
+        value = int(value)
+    info = np.iinfo(numpy_dtype)
+    if not info.min <= int(value) <= info.max:
+        raise _misfit(column, dtype, value, f"is outside the range {info.min}..{info.max}")
+    return int(value)
+
+
+def _fill_float(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> float:
+    with np.errstate(over="ignore"):
+        held = numpy_dtype.type(value)
+    if isinstance(value, (int, np.integer)):
+        if not np.isfinite(held) or int(held) != int(value):
+            raise _misfit(column, dtype, value, f"is not exactly a {numpy_dtype} value")
+        return float(held)
+    if np.isfinite(value) and not np.isfinite(held):
+        raise _misfit(column, dtype, value, f"overflows {numpy_dtype}")
+    return float(held)
+
+
+def _fill_time(column: str, dtype: Any, value: Any) -> pd.Timestamp:
+    try:
+        ts = pd.Timestamp(value)
+    except (TypeError, ValueError) as exc:
+        raise _misfit(column, dtype, value, f"is not a timestamp ({exc})") from None
+    if ts is pd.NaT:
+        raise _misfit(column, dtype, value, "is null")
+    tz = getattr(dtype, "tz", None)
+    if (tz is None) != (ts.tz is None):
+        raise _misfit(column, dtype, value, "differs in time-zone awareness")
+    unit = getattr(dtype, "unit", None) or np.datetime_data(dtype)[0]
+    try:
+        ts = ts.tz_convert(tz) if tz is not None else ts
+        return ts.as_unit(unit, round_ok=False)
+    except (ValueError, OverflowError) as exc:
+        raise _misfit(column, dtype, value, f"is not exact in unit {unit!r} ({exc})") from None
+
+
 def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
     """``col`` with its nulls filled, and how many there were.
 
@@ -141,7 +255,10 @@ def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, dr
             frame[name] = values
         counts["json"][src] = jcounts
     for col, value in fill.items():
-        frame[col], counts["fill"][col] = _fill_column(frame[col], value)
+        try:
+            frame[col], counts["fill"][col] = _fill_column(frame[col], value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise CleanError(f"fill value {value!r} for column {col!r} ({frame[col].dtype}) failed: {exc}") from exc
     for cond in late:
         frame = _apply_where(frame, cond)
     if drop:
@@ -214,6 +331,11 @@ def clean(
     fill, json = dict(fill or {}), dict(json or {})
     columns = list(df.columns)
     _validate(columns, fill, json, drop)
+    for src in json:
+        _check_text_column(src, df.dtypes[src])
+    json_dtypes = {name: "str" for paths in json.values() for name in paths}
+    fill = {col: fill_value(col, json_dtypes[col] if col in json_dtypes else df.dtypes[col], value)
+            for col, value in fill.items()}
     early, late = _split_where(where, columns)
     produced = {name for paths in json.values() for name in paths}
     for cond in late:

@@ -23,7 +23,23 @@ the comparison stays exact all the same: ``x < 300`` on ``int8`` widens the colu
 type the column could widen to (``2**64`` against ``int64``) gives the constant answer.
 A ``float32`` column against ``0.1`` (not a ``float32`` value) is widened to ``float64``,
 so ``x == 0.1`` is False for ``float32(0.1)``, unlike numpy's weak-scalar rule.
-Arithmetic widens integers to 64 bits and floats to ``float64`` first (no wrap-around).
+A ``float`` column against an int literal no float64 holds (``2**53 + 1``) is compared
+exactly too.  Two columns compare exactly as well: ``int64`` against ``uint64`` by sign, then
+value; an integer against a float as numbers (``x == f`` is False for ``x = 2**53 + 1``,
+``f = 2.0**53``), never through ``float64`` alone.  ``x in [...]`` is exact the same way
+(``2.0`` is in an integer column's list, ``2.5`` and ``2**64`` never are).  Strings compare
+by value (a categorical's ``<`` compares its strings, not its codes).  A number against text
+(``x == 'a'``, ``x in ['a']`` on an integer column, ``s in [1]`` or ``s == x`` on a string
+column) is a :class:`~fbrapids.errors.CleanError` naming the column and the other side's type,
+never a silent False.
+
+Arithmetic is exact or refused: integers widen to ``int64`` (``uint64`` stays ``uint64``)
+and floats to ``float64`` first; a row whose integer result the 64-bit type cannot hold
+(``x * x`` beyond 2^63, ``u - 1`` at ``u = 0`` on ``uint64``) is a
+:class:`~fbrapids.errors.CleanError` naming the row and the operands, never wrapped; an
+``int64`` operand with a ``uint64`` one is refused (no exact common type).  Integer ``//``
+and ``%`` by 0 give null (unknown, so the row is dropped); ``/`` gives ``float64`` (IEEE:
+``x / 0`` is inf or NaN), and an integer with a float operand is ``float64`` arithmetic.
 
 Nulls: SQL's three-valued logic on every backend.  A comparison with a null (or NaN)
 operand is *unknown*; ``not unknown`` is unknown; ``False and unknown`` is False;
@@ -255,6 +271,19 @@ def columns_of(tree: Any) -> set[str]:
     return set()
 
 
+def _show(tree: Any) -> str:
+    """A value node as the user wrote it, to name it in an error: ``column 'x'``, ``'x + 1'``."""
+    def text(t: Any) -> str:
+        if isinstance(t, Column):
+            return t.name
+        if isinstance(t, Literal):
+            return repr(t.value)
+        if isinstance(t, Arith):
+            return f"({text(t.left)} {t.op} {text(t.right)})"
+        return repr(t)
+    return f"column {tree.name!r}" if isinstance(tree, Column) else repr(text(tree))
+
+
 # -- evaluation --------------------------------------------------------------------------
 @dataclass
 class _Truth:
@@ -281,6 +310,9 @@ def evaluate(where: Where | str, frame: Any) -> Any:
         >>> df = pd.DataFrame({"x": pd.Series([5, 100, -3], dtype="int8")})
         >>> evaluate("x < 300 and x > 2.5", df).tolist()
         [True, True, False]
+        >>> big = pd.DataFrame({"x": [2**53 + 1], "f": [2.0**53]})
+        >>> evaluate("x == f", big).tolist(), evaluate("x > f", big).tolist()  # not through float64
+        ([False], [True])
     """
     w = parse_where(where) if isinstance(where, str) else where
     missing = sorted(w.columns - set(map(str, frame.columns)))
@@ -288,6 +320,16 @@ def evaluate(where: Where | str, frame: Any) -> Any:
         raise CleanError(f"filter {w.text!r} names column(s) {', '.join(map(repr, missing))} not in the frame; "
                          f"available: {', '.join(map(str, frame.columns))}")
     return _Evaluator(w.text, frame).truth(w.tree).value
+
+
+def _is_int(v: Any) -> bool:
+    """An integer operand: a Python int literal (not a bool) or an integer series."""
+    if isinstance(v, (bool, np.bool_, float, str)):
+        return False
+    if isinstance(v, (int, np.integer)):
+        return True
+    dt = _dtype(v)
+    return dt is not None and dt.kind in "iu"
 
 
 def _all(like: Any, value: bool) -> Any:
@@ -332,6 +374,8 @@ class _Evaluator:
             return tree.value
         if isinstance(tree, Arith):
             left, right = self.widen(self.value(tree.left)), self.widen(self.value(tree.right))
+            if _is_int(left) and _is_int(right) and tree.op != "/":
+                return self.int_arith(tree, left, right)
             try:
                 return _OPS[tree.op](left, right)
             except (TypeError, ValueError, ZeroDivisionError) as exc:
@@ -340,12 +384,71 @@ class _Evaluator:
 
     @staticmethod
     def widen(v: Any) -> Any:
-        """Integers to 64 bits and floats to float64 before arithmetic (no wrap-around)."""
+        """Integers to 64 bits and floats to float64 before arithmetic (no wrap-around); an
+        Arrow-backed column to pandas' masked dtype (pandas' Arrow arrays have no ``%``)."""
         dt = None if isinstance(v, (int, float, str, bool)) else _dtype(v)
         if dt is None or dt.kind == "b":
             return v
-        target = {"i": np.int64, "u": np.uint64, "f": np.float64}[dt.kind]
-        return v if dt == target else _astype(v, target)
+        target = {"i": np.int64, "u": np.uint64 if dt.itemsize == 8 else np.int64, "f": np.float64}[dt.kind]
+        arrow = getattr(v.dtype, "pyarrow_dtype", None) is not None
+        return v if dt == target and not arrow else _astype(v, target)
+
+    def int_arith(self, tree: Arith, a: Any, b: Any) -> Any:
+        """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a
+        uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 are null."""
+        kinds = {_dtype(v).kind for v in (a, b) if not isinstance(v, int)}
+        unsigned = "u" in kinds
+        if kinds == {"i", "u"}:
+            raise self.fail(f"{tree.op!r} of an int64 and a uint64 operand has no exact 64-bit type; cast one side")
+        dt = np.dtype(np.uint64 if unsigned else np.int64)
+        info = np.iinfo(dt)
+        a, b = (self.int_literal(v, dt, info) if isinstance(v, int) else v for v in (a, b))
+        op = tree.op
+        zero = (b == 0) if op in ("//", "%") else None
+        if zero is not None and not hasattr(zero, "where"):  # a literal divisor: every row or none
+            zero = _all(a, bool(zero))
+        if zero is not None:
+            b = b.where(b != 0, dt.type(1)) if hasattr(b, "where") else (dt.type(1) if b == 0 else b)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            r = _OPS[op](a, b)
+            if op == "+":
+                bad = (r < a) if unsigned else ((b > 0) & (r < a)) | ((b < 0) & (r > a))
+            elif op == "-":
+                bad = (a < b) if unsigned else ((b > 0) & (r > a)) | ((b < 0) & (r < a))
+            elif op == "*":
+                one = a.where(a != 0, dt.type(1)) if hasattr(a, "where") else (a or dt.type(1))
+                bad = (a != 0) & ((r // one != b) | (r % one != 0))
+                if not unsigned:
+                    bad = bad | ((a == -1) & (b == info.min)) | ((b == -1) & (a == info.min))
+            elif op == "//" and not unsigned:
+                bad = (a == info.min) & (b == -1)
+            else:
+                bad = False
+        self.check_overflow(tree, bad, a, b)
+        if zero is not None and hasattr(r, "where"):
+            if isinstance(getattr(r, "dtype", None), np.dtype) and hasattr(r, "attrs"):  # pandas numpy ints: nullable first
+                r = _astype(r.astype(("UInt" if unsigned else "Int") + "64"), dt)
+            r = r.where(~zero.fillna(False))
+        return r
+
+    def int_literal(self, v: int, dt: np.dtype, info: Any) -> Any:
+        if not info.min <= v <= info.max:
+            raise self.fail(f"the literal {v} is outside {dt}, the type of this arithmetic")
+        return dt.type(v)
+
+    def check_overflow(self, tree: Arith, bad: Any, a: Any, b: Any) -> None:
+        if isinstance(bad, (bool, np.bool_)):
+            if bad:
+                raise self.fail(f"{tree.op!r} of {a} and {b} overflows 64 bits")
+            return
+        flags = np.asarray(bad.fillna(False).to_numpy(), dtype=bool) if hasattr(bad, "fillna") else np.asarray(bad)
+        if flags.any():
+            i = int(np.flatnonzero(flags)[0])
+            row = bad.index[i]
+            show = [v.iloc[i] if hasattr(v, "iloc") else v for v in (a, b)]
+            raise self.fail(f"row {row!r}: {show[0]} {tree.op} {show[1]} overflows "
+                            f"{'uint64' if any(_dtype(v) is not None and _dtype(v).kind == 'u' for v in (a, b) if hasattr(v, 'dtype')) else 'int64'}"
+                            " (integer arithmetic is exact in 64 bits or refused)")
 
     # conditions
     def truth(self, tree: Any) -> _Truth:
@@ -367,7 +470,7 @@ class _Evaluator:
             if not hasattr(v, "isin"):
                 raise self.fail("'in' needs a column on its left")
             known = v.notna()
-            hit = v.isin(list(tree.values)).fillna(False).astype(bool) & known
+            hit = v.isin(self.in_values(tree, v)).fillna(False).astype(bool) & known
             return _Truth((~hit & known) if tree.negate else hit, known)
         if isinstance(tree, Column):
             v = self.frame[tree.name]
@@ -400,38 +503,81 @@ class _Evaluator:
     def compare(self, tree: Compare) -> _Truth:
         left, right = self.value(tree.left), self.value(tree.right)
         op = tree.op
+        named = tree.left
         if not hasattr(left, "notna"):
             if not hasattr(right, "notna"):
                 raise self.fail(f"comparison {tree.left!r} {op} {tree.right!r} reads no column")
-            left, right, op = right, left, _MIRROR[op]
+            left, right, op, named = right, left, _MIRROR[op], tree.right
         if hasattr(right, "notna"):
             known = left.notna() & right.notna()
-            a, b = self.common(left, right)
-            raw = _OPS[op](a, b)
+            raw = self.columns(op, left, right, tree)
         else:
             known = left.notna()
-            raw = self.against_literal(left, op, right)
+            raw = self.against_literal(left, op, right, named)
             if isinstance(raw, bool):
                 return _Truth(known & raw, known)
         value = raw.fillna(False).astype(bool) & known
         return _Truth(value, known)
 
-    def common(self, a: Any, b: Any) -> tuple[Any, Any]:
+    def columns(self, op: str, a: Any, b: Any, tree: Compare) -> Any:
+        """``a op b`` for two series, exactly: ``int64`` against ``uint64`` by sign, then
+        value; an integer against a float as numbers (never through float64 alone)."""
         da, db = _dtype(a), _dtype(b)
         if da is None or db is None or da == db:
-            return a, b
+            if (da is None) != (db is None):
+                raise self.fail(f"cannot compare {_show(tree.left)} ({a.dtype}) with {_show(tree.right)} ({b.dtype})")
+            return _OPS[op](a, b)
+        kinds = da.kind + db.kind
+        if "f" in kinds and kinds.replace("f", "").replace("b", "") != "":  # an integer with a float
+            if da.kind == "f":
+                return self.int_vs_float(_MIRROR[op], self.widen(b), self.widen(a))
+            return self.int_vs_float(op, self.widen(a), self.widen(b))
         target = np.promote_types(da, db)
-        return (a if da == target else _astype(a, target)), (b if db == target else _astype(b, target))
+        if target.kind == "f" and "f" not in kinds:  # int64 with uint64: no exact common type
+            a, b = self.widen(a), self.widen(b)
+            if _dtype(a).kind == "u":
+                a, b, op = b, a, _MIRROR[op]
+            return self.signed_vs_unsigned(op, a, b)
+        return _OPS[op](a if da == target else _astype(a, target), b if db == target else _astype(b, target))
 
-    def against_literal(self, col: Any, op: str, lit: Scalar) -> Any:
+    @staticmethod
+    def signed_vs_unsigned(op: str, a: Any, b: Any) -> Any:
+        """``a op b`` for an ``int64`` ``a`` and a ``uint64`` ``b``: a negative ``a`` is below
+        every ``b``; otherwise both compare as ``uint64``."""
+        neg = (a < 0).fillna(False).astype(bool)
+        as_u = _astype(a.where(~neg, 0), np.uint64)
+        same = _OPS[op](as_u, b).fillna(False).astype(bool)
+        return (same & ~neg) | (neg & (op in ("<", "<=", "!=")))
+
+    @staticmethod
+    def int_vs_float(op: str, a: Any, f: Any) -> Any:
+        """``a op f`` for a 64-bit integer ``a`` and a ``float64`` ``f``, exactly.  Rounding is
+        monotonic, so where ``float(a) != f`` the float comparison is right; where they tie,
+        ``f`` is integral and compares with ``a`` as an integer (``f`` beyond the integer type
+        lies above every ``a``)."""
+        dt = _dtype(a)
+        fa = _astype(a, np.float64)
+        tie = (fa == f).fillna(False).astype(bool)
+        by_float = _OPS[op](fa, f).fillna(False).astype(bool) & ~tie
+        limit = float(2**64 if dt.kind == "u" else 2**63)
+        beyond = tie & (f >= limit).fillna(False).astype(bool)
+        exact_rows = tie & ~beyond
+        f_int = _astype(f.where(exact_rows, 0.0).fillna(0.0), dt)
+        exact = _OPS[op](a, f_int).fillna(False).astype(bool) & exact_rows
+        return by_float | exact | (beyond & (op in ("<", "<=", "!=")))
+
+    def against_literal(self, col: Any, op: str, lit: Scalar, named: Any = None) -> Any:
         """``col op lit`` with exact types; a bool when the answer is the same for every
         non-null row."""
         dt = _dtype(col)
+        what = _show(named) if named is not None else "a column"
         if isinstance(lit, str) or dt is None:
             if dt is not None:
-                raise self.fail(f"cannot compare numeric column ({col.dtype}) with the string {lit!r}")
+                raise self.fail(f"cannot compare {what} ({col.dtype}) with the str literal {lit!r}")
             if not isinstance(lit, str):
-                raise self.fail(f"cannot compare a {col.dtype} column with the number {lit!r}")
+                raise self.fail(f"cannot compare {what} ({col.dtype}) with the {type(lit).__name__} literal {lit!r}")
+            if op not in ("==", "!=") and str(col.dtype) == "category":  # strings are ordered by value, not by code
+                col = col.astype(col.cat.categories.dtype if len(col.cat.categories) else "str")
             return _OPS[op](col, lit)
         if dt.kind == "b":
             if not isinstance(lit, (bool, int)) or lit not in (0, 1):
@@ -443,8 +589,50 @@ class _Evaluator:
             cast = dt.type(lit)
             if float(cast) == lit or math.isinf(lit):
                 return _OPS[op](col, cast)
-            return _OPS[op](_astype(col, np.float64), np.float64(lit))
+            near = np.float64(lit)
+            if isinstance(lit, int) and float(near) != lit:  # an int no float64 holds: exact all the same
+                if op in ("==", "!="):
+                    return op == "!="
+                # no float lies strictly between lit and its nearest float64 ``near``
+                op = {"<": "<", "<=": "<", ">": ">=", ">=": ">="}[op] if near > lit else \
+                     {"<": "<=", "<=": "<=", ">": ">", ">=": ">"}[op]
+            return _OPS[op](_astype(col, np.float64), near)
         return self.int_against(col, dt, op, lit)
+
+    def in_values(self, tree: IsIn, col: Any) -> Any:
+        """The literals of ``col in [...]`` that a value of ``col`` can equal, in ``col``'s own
+        type (so ``isin`` never goes through float64); a literal of another kind (a str
+        against a number, a number against text) is a CleanError naming both."""
+        dt = _dtype(col)
+        categories = _dtype(col.cat.categories) if str(col.dtype) == "category" else None
+        if categories is not None and not len(col.cat.categories):
+            return []  # all null (pandas gives it float64 categories): nothing to match, any literal
+        if categories is not None and categories.kind in "iuf":  # a categorical of numbers: by its values
+            dt = categories
+        for lit in tree.values:
+            numeric = isinstance(lit, (int, float)) and not isinstance(lit, bool)
+            if dt is None and not isinstance(lit, str) or dt is not None and dt.kind in "iuf" and not numeric \
+                    or dt is not None and dt.kind == "b" and not isinstance(lit, bool):
+                raise self.fail(f"'in' compares {_show(tree.operand)} ({col.dtype}) with the "
+                                f"{type(lit).__name__} literal {lit!r}")
+        if dt is None:
+            return list(tree.values)
+        if dt.kind == "b":
+            return [bool(v) for v in tree.values]
+        kept = [v for v in tree.values if self.holds(dt, v)]
+        return np.array(kept, dtype=dt) if categories is None else kept
+
+    @staticmethod
+    def holds(dt: np.dtype, v: int | float) -> bool:
+        """Whether ``v`` is exactly a value of numeric dtype ``dt`` (NaN equals nothing)."""
+        if isinstance(v, float) and not math.isfinite(v):
+            return dt.kind == "f" and not math.isnan(v)
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            return float(v).is_integer() and info.min <= int(v) <= info.max if isinstance(v, float) \
+                else info.min <= v <= info.max
+        cast = dt.type(v)
+        return math.isfinite(cast) and (int(cast) == v if isinstance(v, int) else float(cast) == v)
 
     def int_against(self, col: Any, dt: np.dtype, op: str, lit: int | float) -> Any:
         if isinstance(lit, float):

@@ -28,3 +28,15 @@ void h_u64_to_dec(const fbx_u64* vals, fbx_i64 n, char* out, fbx_i32* lens) {
   for (fbx_i64 i = 0; i < n; ++i) lens[i] = fbx_u64_to_dec(vals[i], out + 24 * i);
 }
 
+
+/* Fingerprint of each string fed to the streaming hasher in pieces of `piece` bytes. */
+void h_fp64_pieces(const char* data, const fbx_i64* offsets, fbx_i64 n, fbx_i64 piece, fbx_u64* out) {
+  for (fbx_i64 i = 0; i < n; ++i) {
+    fbx_fps h;
+    const fbx_i64 len = offsets[i + 1] - offsets[i];
+    fbx_fps_init(&h, (fbx_u64)len);
+    for (fbx_i64 at = 0; at < len; at += piece)
+      fbx_fps_put(&h, data + offsets[i] + at, len - at < piece ? len - at : piece);
+    out[i] = fbx_fps_done(&h);
+  }
+}

@@ -117,7 +117,22 @@ def int_columns(draw: st.DrawFn, n: int, dtypes: tuple[str, ...] = INT_DTYPES, n
 
 
 def int_series(values: list[Any], dtype: str, index: pd.Index | None = None) -> pd.Series:
-    return pd.Series(pd.array(values, dtype=dtype), index=index)
+    """``values`` as a series of ``dtype``, exactly (numpy dtypes through ``np.array``:
+    ``pd.array([2**64 - 1], dtype="uint64")`` wraps to 0 in pandas 3.1)."""
+    if dtype in INT_DTYPES:
+        arr = np.array(values, dtype=dtype)
+        assert arr.tolist() == list(values), f"{dtype} did not hold {values}"
+        return pd.Series(arr, index=index)
+    # nullable / Arrow dtypes: from an exact numpy array and a mask (pd.array of a null-free
+    # list holding 2**63 goes through float64 in pandas 3.1: 2**53 + 1 came out 2**53)
+    base = dtype.split("[")[0].lower()
+    mask = np.array([v is None for v in values], dtype=bool)
+    arr = np.array([0 if v is None else v for v in values], dtype=base)
+    out = pd.Series(pd.arrays.IntegerArray(arr, mask) if "[" not in dtype else pd.array(arr, dtype=dtype), index=index)
+    if "[" in dtype and mask.any():
+        out = out.mask(pd.Series(mask, index=index))
+    assert [None if v is pd.NA else v for v in out.tolist()] == list(values), f"{dtype} did not hold {values}"
+    return out
 
 
 # -- times ---------------------------------------------------------------------------------

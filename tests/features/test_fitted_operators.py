@@ -123,7 +123,7 @@ def test_target_encode_frozen_and_out_of_fold_match_references(frames) -> None:
                                   ref_target(train, test, ["user", "cat"], 10.0))
     # out of fold on the training frame: each row from the other folds only
     got = train.fbx.extract(fitted, training=True)["te"].to_numpy()
-    fold = fold_of(train["rid"], len(train), 4, 3)
+    fold = fold_of(pd.Series([farmhash.fingerprint64(str(r)) for r in train["rid"]], dtype="uint64"), len(train), 4, 3)
     want = np.empty(len(train))
     for f in range(4):
         rows = fold == f

@@ -64,6 +64,20 @@ def test_every_length_0_to_300(lib):
     assert c_fp64(lib, items) == [farmhash.fingerprint64(b) for b in items]
 
 
+def test_streaming_hasher_equals_the_whole_key(lib):
+    """fbx_fps (keys of any length, fed in pieces: long cross / n-gram keys) gives the
+    fingerprint of the whole key, for every length to 300 and a few past 4,096 bytes,
+    whatever the piece size."""
+    rng = random.Random(3)
+    items = [bytes(rng.getrandbits(8) for _ in range(n)) for n in list(range(301)) + [4095, 4096, 4097, 9000]]
+    want = [farmhash.fingerprint64(b) for b in items]
+    data, offs = pack_strings(items)
+    for piece in (1, 3, 63, 64, 65, 4096):
+        out = np.zeros(len(items), dtype=np.uint64)
+        lib.h_fp64_pieces(ptr(data), ptr(offs), ctypes.c_int64(len(items)), ctypes.c_int64(piece), ptr(out))
+        assert [int(v) for v in out] == want, f"pieces of {piece} bytes"
+
+
 def test_agrees_with_pyfarmhash_on_random_strings(lib):
     rng = random.Random(7)
     items: list[bytes] = []

@@ -101,9 +101,66 @@ def test_bool8_bytes_and_bit_offset_validity():
     words[0] = int(np.packbits(bits, bitorder="little").view(np.uint32)[0])
     col = DeviceColumn("bool", len(vals), {"data": vals.ctypes.data, "valid": words.ctypes.data, "valid_bit": 3},
                        keep=[vals, words])
-    plan = build_plan({"b": ops.cast("b", "i32"), "f": ops.fill_null("b", 7)}, {"b": "bool"})
+    # the fill is False: the null rows hold 1 in their bytes, so a filled row shows it was read as null
+    # (a fill of 7 no longer builds: a bool holds 0 / 1 only, and a value is never wrapped)
+    plan = build_plan({"b": ops.cast("b", "i32"), "f": ops.fill_null("b", False)}, {"b": "bool"})
     res = HostPlan(plan).run({"b": col})
     b = res.columns["b"]
     assert b.validity_bool().tolist() == valid.tolist()
     assert b.data[valid].tolist() == vals[valid].astype(int).tolist()
-    assert res.columns["f"].data.tolist() == [int(v) if ok else 7 for v, ok in zip(vals, valid)]
+    assert res.columns["f"].data.tolist() == [int(v) if ok else 0 for v, ok in zip(vals, valid)]
+
+
+class _HostCuda:
+    """cupy's ``cuda.UnownedMemory`` / ``MemoryPointer`` over host addresses."""
+
+    class UnownedMemory:
+        def __init__(self, ptr: int, size: int, owner: object) -> None:
+            self.ptr, self.size, self.owner = ptr, size, owner
+
+    class MemoryPointer:
+        def __init__(self, mem: "_HostCuda.UnownedMemory", offset: int) -> None:
+            self.mem, self.offset = mem, offset
+
+
+class _HostCp:
+    """The few cupy names ``device_columns.fixed_arrays`` uses, on host memory (numpy)."""
+
+    cuda = _HostCuda
+    dtype, zeros, ones, arange = staticmethod(np.dtype), staticmethod(np.zeros), staticmethod(np.ones), staticmethod(np.arange)
+    bool_, uint32, int64, int8 = np.bool_, np.uint32, np.int64, np.int8
+
+    @staticmethod
+    def ndarray(shape: tuple[int], dtype: np.dtype, memptr: _HostCuda.MemoryPointer) -> np.ndarray:
+        import ctypes
+
+        raw = (ctypes.c_char * memptr.mem.size).from_address(memptr.mem.ptr + memptr.offset)
+        return np.frombuffer(raw, dtype=dtype, count=shape[0])
+
+
+@pytest.mark.parametrize("type_name", ["i64", "f64"])
+def test_cuda_cast_check_reads_sliced_columns_like_the_host(type_name):
+    """The CUDA runtime's cast check (CudaPlan._check_fits) reads a fixed-width column's data
+    and validity bits (starting mid-byte) through fixed_arrays and raises exactly the host
+    runtime's error: the same row, value and count."""
+    from fbrapids.errors import KernelRuntimeError
+    from fbrapids.kernels.device_columns import fixed_arrays
+    from fbrapids.kernels.runtime_host import check_fit, check_fit_values
+    from fbrapids.kernels.columns import from_arrow
+
+    vals = [None if i % 3 == 0 else (i % 100 if type_name == "i64" else i % 100 * 0.75) for i in range(N + 2 * OFFSET)]
+    vals[OFFSET + 4] = 300 if type_name == "i64" else float("nan")  # does not fit i8
+    vals[OFFSET + 7] = -129 if type_name == "i64" else 1e30
+    vals[OFFSET + 6] = None
+    arr = pa.array(vals, pa.int64() if type_name == "i64" else pa.float64()).slice(OFFSET, N)
+    dc, _ = cudf_like(arr, type_name)
+    data, valid = fixed_arrays(_HostCp, dc)
+    assert valid.tolist() == [v is not None for v in arr.to_pylist()]
+    assert [repr(d) for d, ok in zip(data.tolist(), valid) if ok] == [repr(v) for v in arr.to_pylist() if v is not None]
+    plan = build_plan({"k": ops.cast("x", "i8")}, {"x": type_name})
+    nid = plan.outputs["k"]
+    with pytest.raises(KernelRuntimeError) as host:
+        check_fit(plan, nid, from_arrow(arr, "x"))
+    with pytest.raises(KernelRuntimeError) as device:
+        check_fit_values(plan, nid, data, valid)
+    assert str(device.value) == str(host.value) and "row 4 holds" in str(host.value)

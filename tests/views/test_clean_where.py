@@ -188,8 +188,12 @@ def test_unknown_columns_and_types_are_named():
     df = pd.DataFrame({"x": pd.Series([1, 2], dtype="int8"), "s": ["a", "b"]})
     with pytest.raises(CleanError, match="'nope' not found; available: x, s"):
         clean(df, where="nope > 1")
-    with pytest.raises(CleanError, match=r"numeric column \(int8\) with the string 'a'"):
+    with pytest.raises(CleanError, match=r"column 'x' \(int8\) with the str literal 'a'"):
         clean(df, where="x == 'a'")
+    with pytest.raises(CleanError, match=r"column 'x' \(int8\) with the str literal 'a'"):
+        clean(df, where="x in ['a']")
+    with pytest.raises(CleanError, match=r"column 's' \(\w+\) with the int literal 1"):
+        clean(df, where="s in [1]")
 
 
 def test_dask_meta_and_partitions_agree_on_dtypes():
@@ -206,3 +210,14 @@ def test_dask_meta_and_partitions_agree_on_dtypes():
     eager = clean(df, fill={"z": -1}, where="x >= 0 and not y > 3")
     pd.testing.assert_frame_equal(pd.concat(computed), eager, check_dtype=True)
     assert clean_report(out).counts == clean_report(eager).counts
+
+
+def test_in_lists_are_exact_and_typed_by_the_column():
+    """``in`` compares in the column's own type (a categorical of numbers by its values);
+    a literal of another kind is refused naming the column."""
+    df = pd.DataFrame({"c": pd.Series([1, 2, None, 3], dtype="category"),
+                       "u": pd.Series([2**64 - 1, 2**53 + 1, 0, 2], dtype="uint64")})
+    assert clean(df, where="c in [1, 3.0, 2.5]").index.tolist() == [0, 3]
+    assert clean(df, where="u in [18446744073709551615, 9007199254740992, -1, 2.0]").index.tolist() == [0, 3]
+    with pytest.raises(CleanError, match=r"column 'c' \(category\) with the str literal 'a'"):
+        clean(df, where="c in ['a']")

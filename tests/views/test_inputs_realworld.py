@@ -9,7 +9,7 @@ import pytest
 
 import fbrapids  # noqa: F401
 from fbrapids import ops
-from fbrapids.errors import FeatureError
+from fbrapids.errors import FeatureError, OperatorError
 
 # 2024-01-01 is a Monday; 05:30 UTC
 EPOCH = 1704087000
@@ -26,7 +26,9 @@ def test_naive_datetimes_are_utc_in_any_unit(unit):
     epochs = [EPOCH, EPOCH + 20 * 3600 + 59, -1]  # also a second before the epoch (floors to 23:59:59)
     ts = pd.Series(pd.to_datetime(epochs, unit="s")).astype(f"datetime64[{unit}]")
     got = pd.DataFrame({"ts": ts}).fbx.extract(**FEATS)
-    pd.testing.assert_frame_equal(got[["h", "w", "d"]], _expected(epochs), check_dtype=True)
+    # a datetime column can hold NaT, so its hour is nullable int32 whatever the rows (dask's meta agrees)
+    assert all(str(got[c].dtype) == "int32[pyarrow]" for c in ("h", "w", "d"))
+    pd.testing.assert_frame_equal(got[["h", "w", "d"]].astype("int32"), _expected(epochs), check_dtype=True)
     assert got["h"].tolist() == [5, 1, 23] and got["ts"].dtype == ts.dtype  # the input column is kept as is
 
 
@@ -77,10 +79,14 @@ def test_categorical_strings_fill_join_and_operators():
 
 @pytest.mark.parametrize("buckets", [2**63, 2**64 + 5])
 def test_buckets_of_2_63_or_more_are_errors(buckets):
+    """Bucket ids are int64: a count of 2^63 or more is refused when the expression is
+    built, naming the operator and the parameter (never wrapped, never left to plan time)."""
     df = pd.DataFrame({"u": [1, 2], "s": ["a", "b"]})
-    for feat in (ops.hash_bucket("u", buckets), ops.cross("u", "s", buckets=buckets), ops.split("s", " ", buckets=buckets)):
-        with pytest.raises(FeatureError, match="2\\^63"):
-            df.fbx.extract(h=feat)
+    for op, build in (("hash_bucket", lambda: ops.hash_bucket("u", buckets)),
+                      ("cross", lambda: ops.cross("u", "s", buckets=buckets)),
+                      ("split", lambda: ops.split("s", " ", buckets=buckets))):
+        with pytest.raises(OperatorError, match=f"{op}.*'buckets'.*{buckets}"):
+            build()
     assert df.fbx.extract(h=ops.hash_bucket("u", 2**63 - 1))["h"].min() >= 0
 
 

@@ -120,36 +120,35 @@ FBX_DEVICE void fbx_fh_weak32(const char* s, fbx_u64 a, fbx_u64 b, fbx_u64* r1, 
   *r2 = b + c;
 }
 
-/* Fingerprint64 of the len bytes at s (len >= 0). */
-FBX_DEVICE fbx_u64 fbx_fp64(const char* s, fbx_i64 slen) {
-  fbx_u64 len = (fbx_u64)slen;
-  if (len <= 16) return fbx_fh_len0to16(s, len);
-  if (len <= 32) return fbx_fh_len17to32(s, len);
-  if (len <= 64) return fbx_fh_len33to64(s, len);
+/* The running state of Fingerprint64 over keys longer than 64 bytes. */
+typedef struct { fbx_u64 x, y, z, v1, v2, w1, w2; } fbx_fh_state;
 
+/* The state before the first 64-byte block (s: the key's first bytes). */
+FBX_DEVICE void fbx_fh_start(fbx_fh_state* h, const char* s) {
   const fbx_u64 seed = 81;
-  fbx_u64 x = seed;
-  fbx_u64 y = seed * FBX_FH_K1 + 113;
-  fbx_u64 z = fbx_fh_shiftmix(y * FBX_FH_K2 + 113) * FBX_FH_K2;
-  fbx_u64 v1 = 0, v2 = 0, w1 = 0, w2 = 0;
-  x = x * FBX_FH_K2 + fbx_fh_load64(s);
+  h->y = seed * FBX_FH_K1 + 113;
+  h->z = fbx_fh_shiftmix(h->y * FBX_FH_K2 + 113) * FBX_FH_K2;
+  h->v1 = h->v2 = h->w1 = h->w2 = 0;
+  h->x = seed * FBX_FH_K2 + fbx_fh_load64(s);
+}
 
-  const char* end = s + ((len - 1) / 64) * 64;
-  const char* last64 = end + ((len - 1) & 63) - 63;
-  do {
-    x = fbx_fh_rotr(x + y + v1 + fbx_fh_load64(s + 8), 37) * FBX_FH_K1;
-    y = fbx_fh_rotr(y + v2 + fbx_fh_load64(s + 48), 42) * FBX_FH_K1;
-    x ^= w2;
-    y += v1 + fbx_fh_load64(s + 40);
-    z = fbx_fh_rotr(z + w1, 33) * FBX_FH_K1;
-    fbx_fh_weak32(s, v2 * FBX_FH_K1, x + w1, &v1, &v2);
-    fbx_fh_weak32(s + 32, z + w2, y + fbx_fh_load64(s + 16), &w1, &w2);
-    fbx_u64 t = z; z = x; x = t;
-    s += 64;
-  } while (s != end);
+/* One 64-byte block of the main loop. */
+FBX_DEVICE void fbx_fh_block(fbx_fh_state* h, const char* s) {
+  h->x = fbx_fh_rotr(h->x + h->y + h->v1 + fbx_fh_load64(s + 8), 37) * FBX_FH_K1;
+  h->y = fbx_fh_rotr(h->y + h->v2 + fbx_fh_load64(s + 48), 42) * FBX_FH_K1;
+  h->x ^= h->w2;
+  h->y += h->v1 + fbx_fh_load64(s + 40);
+  h->z = fbx_fh_rotr(h->z + h->w1, 33) * FBX_FH_K1;
+  fbx_fh_weak32(s, h->v2 * FBX_FH_K1, h->x + h->w1, &h->v1, &h->v2);
+  fbx_fh_weak32(s + 32, h->z + h->w2, h->y + fbx_fh_load64(s + 16), &h->w1, &h->w2);
+  fbx_u64 t = h->z; h->z = h->x; h->x = t;
+}
 
+/* The fingerprint from the state and the key's last 64 bytes (last64; len > 64). */
+FBX_DEVICE fbx_u64 fbx_fh_finish(fbx_fh_state* h, const char* last64, fbx_u64 len) {
+  fbx_u64 x = h->x, y = h->y, z = h->z, v1 = h->v1, v2 = h->v2, w1 = h->w1, w2 = h->w2;
+  const char* s = last64;
   fbx_u64 mul = FBX_FH_K1 + ((z & 0xff) << 1);
-  s = last64;
   w1 += ((len - 1) & 63);
   v1 += w1;
   w1 += v1;
@@ -163,6 +162,61 @@ FBX_DEVICE fbx_u64 fbx_fp64(const char* s, fbx_i64 slen) {
   { fbx_u64 t = z; z = x; x = t; }
   return fbx_fh_mix16(fbx_fh_mix16(v1, w1, mul) + fbx_fh_shiftmix(y) * FBX_FH_K0 + z,
                       fbx_fh_mix16(v2, w2, mul) + x, mul);
+}
+
+/* Fingerprint64 of the len bytes at s (len >= 0). */
+FBX_DEVICE fbx_u64 fbx_fp64(const char* s, fbx_i64 slen) {
+  fbx_u64 len = (fbx_u64)slen;
+  if (len <= 16) return fbx_fh_len0to16(s, len);
+  if (len <= 32) return fbx_fh_len17to32(s, len);
+  if (len <= 64) return fbx_fh_len33to64(s, len);
+  fbx_fh_state h;
+  fbx_fh_start(&h, s);
+  const char* end = s + ((len - 1) / 64) * 64;
+  const char* last64 = end + ((len - 1) & 63) - 63;
+  do {
+    fbx_fh_block(&h, s);
+    s += 64;
+  } while (s != end);
+  return fbx_fh_finish(&h, last64, len);
+}
+
+/* Fingerprint64 of a key fed in pieces, its total length known up front: the same value
+ * as fbx_fp64 over the concatenation, in constant memory, so a key of any length hashes
+ * (cross and n-gram keys too long for one buffer).  Usage: fbx_fps_init(&h, len);
+ * fbx_fps_put(&h, piece, n) ...; fbx_fps_done(&h) once len bytes are in. */
+typedef struct {
+  fbx_fh_state st;
+  fbx_u64 len, nblocks, done;
+  int fill;       /* bytes of the current block, in buf[64 .. 64 + fill) */
+  char buf[128];  /* buf[0 .. 64): the previous block (the last 64 bytes may reach into it) */
+} fbx_fps;
+
+FBX_DEVICE void fbx_fps_init(fbx_fps* h, fbx_u64 len) {
+  h->len = len;
+  h->nblocks = len > 64 ? (len - 1) / 64 : 0;  /* blocks of the main loop; the rest is the tail */
+  h->done = 0;
+  h->fill = 0;
+}
+
+FBX_DEVICE void fbx_fps_put(fbx_fps* h, const char* p, fbx_i64 n) {
+  for (fbx_i64 i = 0; i < n; ++i) {
+    if (h->fill == 64) {  /* a full block with more bytes after it: a main-loop block */
+      if (h->done < h->nblocks) {
+        if (h->done == 0) fbx_fh_start(&h->st, h->buf + 64);
+        fbx_fh_block(&h->st, h->buf + 64);
+        ++h->done;
+      }
+      fbx_memcpy(h->buf, h->buf + 64, 64);
+      h->fill = 0;
+    }
+    h->buf[64 + h->fill++] = p[i];
+  }
+}
+
+FBX_DEVICE fbx_u64 fbx_fps_done(fbx_fps* h) {
+  if (h->len <= 64) return fbx_fp64(h->buf + 64, (fbx_i64)h->len);
+  return fbx_fh_finish(&h->st, h->buf + h->fill, h->len);  /* the last 64 bytes end at 64 + fill */
 }
 
 /* Decimal text of an unsigned 64-bit integer into out (no terminator); returns the

@@ -3,6 +3,8 @@
  * Each input is a scalar (a list of one) or a list; the result enumerates the cartesian
  * product with the first input outermost ("i-major"), keeps at most cap combinations
  * (cap <= 0: all), and hashes str(x1) + sep + ... + sep + str(xk), integers as decimal text.
+ * A key of any length hashes: one longer than FBX_KEY_MAX bytes is fed to the streaming
+ * hasher (fbx_fps) piece by piece instead of being assembled in a buffer.
  * Null rule: a null input gives a null output; an empty list gives an empty result. */
 #ifndef FBX_OPS_CROSS_H
 #define FBX_OPS_CROSS_H
@@ -50,6 +52,35 @@ FBX_DEVICE fbx_i64 fbx_x_put(const fbx_xin* x, fbx_i64 i, char* buf, fbx_i64 len
   }
 }
 
+/* The text of element i of x (integers rendered into tmp, 24 bytes). */
+FBX_DEVICE fbx_str fbx_x_text(const fbx_xin* x, fbx_i64 i, char* tmp) {
+  fbx_str s;
+  s.p = tmp;
+  switch (x->kind) {
+    case FBX_X_I64: s.n = fbx_i64_to_dec(x->iv, tmp); return s;
+    case FBX_X_U64: s.n = fbx_u64_to_dec((fbx_u64)x->iv, tmp); return s;
+    case FBX_X_LI64: s.n = fbx_i64_to_dec(x->li.p[i], tmp); return s;
+    case FBX_X_LU64: s.n = fbx_u64_to_dec((fbx_u64)x->li.p[i], tmp); return s;
+    case FBX_X_STR: return x->s;
+    default: return fbx_ls_get(x->ls, i);
+  }
+}
+
+/* Fingerprint of the key of combination idx, fed in pieces (a key of any length). */
+FBX_DEVICE fbx_u64 fbx_cross_fp_long(const fbx_xin* xs, int k, const fbx_i64* idx, const char* sep, int seplen) {
+  char tmp[24];
+  fbx_u64 len = 0;
+  for (int j = 0; j < k; ++j) len += (j ? seplen : 0) + fbx_x_text(&xs[j], idx[j], tmp).n;
+  fbx_fps h;
+  fbx_fps_init(&h, len);
+  for (int j = 0; j < k; ++j) {
+    if (j) fbx_fps_put(&h, sep, seplen);
+    fbx_str s = fbx_x_text(&xs[j], idx[j], tmp);
+    fbx_fps_put(&h, s.p, s.n);
+  }
+  return fbx_fps_done(&h);
+}
+
 #if !FBX_CUDA
 /* Host: the innermost input varies fastest, so each of its elements is rendered once per
  * combination of the outer inputs.  When it is an integer list of at most FBX_X_CACHE
@@ -94,7 +125,8 @@ FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int sepl
 #endif
   for (fbx_i64 c = 0; c < total; ++c) {
     fbx_i64 len = plen[from];
-    for (int j = from; j < k; ++j) {  /* the key's prefix up to input `from` is reused */
+    int j;
+    for (j = from; j < k; ++j) {  /* the key's prefix up to input `from` is reused */
       if (j) {
         if (len + seplen > FBX_KEY_MAX) { len = -1; break; }
         fbx_memcpy(buf + len, sep, seplen); len += seplen;
@@ -113,12 +145,13 @@ FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int sepl
       if (len < 0) break;
       plen[j + 1] = len;
     }
-    if (len < 0) { FBX_ATOMIC_OR_I32(err, FBX_ERR_KEY_TOO_LONG); return total; }
-    out[c] = fbx_bucket_of(fbx_fp64(buf, len), buckets);
-    for (int j = k - 1; j >= 0; --j) {  /* odometer: the last input varies fastest */
+    const int valid_upto = len < 0 ? j : k;  /* plen[0 .. valid_upto] hold this key's prefixes */
+    out[c] = fbx_bucket_of(len < 0 ? fbx_cross_fp_long(xs, k, idx, sep, seplen) : fbx_fp64(buf, len), buckets);
+    for (j = k - 1; j >= 0; --j) {  /* odometer: the last input varies fastest */
       if (++idx[j] < fbx_x_len(&xs[j])) { from = j; break; }
       idx[j] = 0;
     }
+    if (from > valid_upto) from = valid_upto;
   }
   return total;
 }

@@ -6,8 +6,22 @@
 #include "fbx_views.h"
 #include "fbx_ops_hash.h"
 
-/* Hashes of the n-grams (k consecutive tokens joined by sep); sets FBX_ERR_KEY_TOO_LONG in
- * *err when one n-gram exceeds FBX_KEY_MAX bytes. */
+/* Fingerprint of n-gram i of t, fed in pieces (an n-gram of any length). */
+FBX_DEVICE fbx_u64 fbx_ngram_fp_long(fbx_ls t, fbx_i64 i, fbx_i64 k, const char* sep, int seplen) {
+  fbx_u64 len = 0;
+  for (fbx_i64 j = 0; j < k; ++j) len += (j ? seplen : 0) + fbx_ls_get(t, i + j).n;
+  fbx_fps h;
+  fbx_fps_init(&h, len);
+  for (fbx_i64 j = 0; j < k; ++j) {
+    fbx_str w = fbx_ls_get(t, i + j);
+    if (j) fbx_fps_put(&h, sep, seplen);
+    fbx_fps_put(&h, w.p, w.n);
+  }
+  return fbx_fps_done(&h);
+}
+
+/* Hashes of the n-grams (k consecutive tokens joined by sep); an n-gram longer than
+ * FBX_KEY_MAX bytes is hashed piece by piece (any length hashes). */
 FBX_DEVICE fbx_i64 fbx_ngrams_hash(fbx_ls t, fbx_i64 k, const char* sep, int seplen, fbx_i64 buckets,
                                    fbx_i32* err, fbx_i64* out) {
   fbx_i64 n = t.n >= k ? t.n - k + 1 : 0;
@@ -17,11 +31,11 @@ FBX_DEVICE fbx_i64 fbx_ngrams_hash(fbx_ls t, fbx_i64 k, const char* sep, int sep
     fbx_i64 len = 0;
     for (fbx_i64 j = 0; j < k; ++j) {
       fbx_str w = fbx_ls_get(t, i + j);
-      if (len + w.n + seplen > FBX_KEY_MAX) { FBX_ATOMIC_OR_I32(err, FBX_ERR_KEY_TOO_LONG); return n; }
+      if (len + w.n + seplen > FBX_KEY_MAX) { len = -1; break; }
       if (j) { fbx_memcpy(buf + len, sep, seplen); len += seplen; }
       fbx_memcpy(buf + len, w.p, w.n); len += w.n;
     }
-    out[i] = fbx_bucket_of(fbx_fp64(buf, len), buckets);
+    out[i] = fbx_bucket_of(len < 0 ? fbx_ngram_fp_long(t, i, k, sep, seplen) : fbx_fp64(buf, len), buckets);
   }
   return n;
 }

@@ -71,6 +71,9 @@ FBX_DEVICE fbx_i64 fbx_substring(fbx_str s, fbx_i64 start, fbx_i64 length, char*
     start = nchars + start;
     if (start < 0) start = 0;
   }
+  /* no more code points than bytes: past them is the end (and start + length cannot overflow) */
+  if (start > s.n) start = s.n;
+  if (length > s.n) length = -1;
   fbx_i64 b0 = s.n, b1 = s.n, ci = -1;
   for (fbx_i64 i = 0; i < s.n; ++i) {
     if ((s.p[i] & 0xC0) != 0x80) {
