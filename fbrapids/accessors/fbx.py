@@ -18,6 +18,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from fbrapids import dask_tokens
 from fbrapids.errors import InputTypeError
 from fbrapids.import_hooks import when_imported
 
@@ -139,6 +140,7 @@ def register_accessors() -> None:
         return
     when_imported("pandas", _register_pandas)
     when_imported("dask.dataframe", _register_dask)
+    when_imported("dask.dataframe", dask_tokens.register)
     when_imported("cudf", _register_cudf)
     when_imported("dask_cudf", _register_dask_cudf)
     _registered = True
