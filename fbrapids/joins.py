@@ -57,6 +57,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import threading
 import logging
 import os
 from dataclasses import dataclass
@@ -97,16 +98,36 @@ class JoinDecision:
 
 
 _DECISIONS: collections.deque[JoinDecision] = collections.deque(maxlen=256)
+_recorded = 0  # decisions recorded in this process, the ones the deque has dropped included
+_decisions_lock = threading.Lock()
 
 
-def join_decisions() -> list[JoinDecision]:
-    """The placement decisions of the joins planned in this process, oldest first.
+def join_decision_mark() -> int:
+    """How many join decisions this process has recorded so far: pass it to
+    :func:`join_decisions` later to get only the joins planned since.
 
     Example:
-        >>> isinstance(join_decisions(), list)
+        >>> join_decision_mark() >= 0
         True
     """
-    return list(_DECISIONS)
+    return _recorded
+
+
+def join_decisions(since: int | None = None) -> list[JoinDecision]:
+    """The placement decisions of the joins planned in this process, oldest first (the last
+    256 are kept); ``since``: a :func:`join_decision_mark`, for only the joins planned after it.
+
+    Example:
+        >>> import pandas as pd, fbrapids
+        >>> mark = join_decision_mark()
+        >>> _ = pd.DataFrame({"k": [1]}).fbx.join(pd.DataFrame({"k": [1], "v": [2]}), on="k")
+        >>> [d.strategy for d in join_decisions(since=mark)]
+        ['eager']
+    """
+    with _decisions_lock:
+        kept = list(_DECISIONS)
+        new = len(kept) if since is None else max(0, min(len(kept), _recorded - since))
+    return kept[len(kept) - new:]
 
 
 def _is_dask(obj: Any) -> bool:
@@ -273,7 +294,10 @@ def decide_placement(be: _backend.Backend, build_bytes: int, device_budget: int 
 
 
 def _record(decision: JoinDecision) -> None:
-    _DECISIONS.append(decision)
+    global _recorded
+    with _decisions_lock:
+        _DECISIONS.append(decision)
+        _recorded += 1
     log.info("%s", decision)
 
 

@@ -470,7 +470,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     import torch
 
     from fbrapids.datagen import TS0, DAYS
-    from fbrapids.joins import join_decisions
+    from fbrapids.joins import join_decision_mark, join_decisions
     from fbrapids import kernels as kernel_stats
     from fbrapids.features import plan_for
     from fbrapids.trainers.fit import fit, predict
@@ -482,7 +482,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     work = Path(work_dir)
     result = PipelineResult(be.name, model)
     io = IOCounter().__enter__()  # bytes this run writes and reads, measured (children included)
-    decisions_before = len(join_decisions())
+    decisions_before = join_decision_mark()
     kernel_stats.reset_stats()
     if client is not None:
         from fbrapids.cluster import require_workers
@@ -577,7 +577,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.rows["trained"] = int(stream.samples)
     result.rows["held out"] = int(result.metrics.get("n", 0))
     result.clean = counts
-    result.joins = [str(d) for d in join_decisions()[decisions_before:]]
+    result.joins = [str(d) for d in join_decisions(since=decisions_before)]
     result.passes = {"training": dict(producer.plan), "held-out": dict(test_producer.plan)}
     result.store = _store_totals(net)
     io.__exit__(None, None, None)

@@ -132,3 +132,18 @@ def test_gpu_join_host_fallback_gives_device_frames():
     assert is_gpu_object(host) and join_decisions()[-1].placement == "host"
     pd.testing.assert_frame_equal(to_host(host).sort_values("v").reset_index(drop=True),
                                   to_host(device).sort_values("v").reset_index(drop=True), check_dtype=False)
+
+
+def test_join_decisions_since_a_mark_survive_a_full_history() -> None:
+    """The pipeline's summary lists the joins it planned by a mark, not by the history's length:
+    past 256 recorded decisions the kept history stops growing (a long test session, a notebook),
+    and a length-based slice then listed no join at all."""
+    from fbrapids.joins import join_decision_mark
+
+    left, right = pd.DataFrame({"k": [1, 2]}), pd.DataFrame({"k": [1], "v": [5]})
+    for _ in range(300):
+        left.fbx.join(right, on="k")
+    mark = join_decision_mark()
+    left.fbx.join(right, on="k", how="inner")
+    assert [d.how for d in join_decisions(since=mark)] == ["inner"]
+    assert len(join_decisions()) == 256 and join_decisions(since=0) == join_decisions()
