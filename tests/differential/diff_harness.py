@@ -31,6 +31,8 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, settings
 
+from fbrapids import dask_tokens
+
 # -- hypothesis profiles ------------------------------------------------------------------
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
             HealthCheck.large_base_example]
@@ -217,27 +219,8 @@ def assert_error_names(exc: BaseException, *culprits: str) -> None:
 
 
 # -- dask tokens that tell dtypes apart ------------------------------------------------------
-def _register_dtype_aware_tokens() -> None:
-    """dask tokenizes a pandas extension array through ``np.asarray`` (masked ``Int8`` /
-    ``UInt64`` / ``boolean``) or its Arrow data (``str`` / ``string[pyarrow]``) and a frame
-    without its dtypes, so ``[1, <NA>]`` as ``Int8`` and as ``UInt64`` get one token and
-    ``dd.from_pandas`` hands back the frame made first (its dtypes included): the second
-    case would silently run on the first case's input. The dtype goes into the token here
-    (after dask's own pandas registrations, which it makes lazily, so they do not win)."""
-    from dask.base import normalize_token
-    from pandas.core.arrays.masked import BaseMaskedArray
-
-    normalize_token(pd.Series([1]))  # dask registers its pandas tokens on first use
-
-    @normalize_token.register(BaseMaskedArray)
-    def _masked(arr: BaseMaskedArray) -> tuple:
-        return (str(arr.dtype), normalize_token(arr._data), normalize_token(arr._mask))  # noqa: SLF001
-
-    arrow_token = normalize_token.dispatch(pd.arrays.ArrowExtensionArray)
-
-    @normalize_token.register(pd.arrays.ArrowExtensionArray)
-    def _arrow(arr: pd.arrays.ArrowExtensionArray) -> tuple:
-        return (repr(arr.dtype), arrow_token(arr))
-
-
-_register_dtype_aware_tokens()
+# dask tokenizes masked (Int8 / UInt64 / boolean) and Arrow arrays without their dtype, so
+# dd.from_pandas of [1, <NA>] as Int8 and then as UInt64 would hand back the first frame: the
+# second case would silently run on the first case's input. fbrapids registers dtype-aware
+# tokens on import of dask.dataframe; registered here explicitly, before any case is built.
+dask_tokens.register()
