@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test bench notebooks clean-venv gpu-conformance gpu-check
+.PHONY: demo test bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,16 @@ notebooks: $(STAMP)
 # every benchmark at its documented size; the README table is filled from their JSON
 bench: $(STAMP)
 	$(PY) scripts/bench.py $(ARGS)
+
+# every figure in README.md, docs/*.md and the notebooks' prose, from the committed JSON under
+# benchmarks/results/ (scripts/docs_figures.py): docs-figures rewrites them, docs-check fails on a
+# stale or hand-typed one (tests/test_docs_figures.py runs the same check in the suite).
+# ARGS="--run demo trial" re-measures the demo's summary and the README's trial figure first.
+docs-figures: $(STAMP)
+	$(PY) scripts/docs_figures.py $(ARGS)
+
+docs-check: $(STAMP)
+	$(PY) scripts/docs_figures.py --check
 
 clean-venv:
 	rm -rf $(VENV)

@@ -39,6 +39,15 @@ def _demo(args: argparse.Namespace) -> int:
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
                       export=args.export)
     sys.stdout.write(result.render() + "\n")
+    if args.summary_json is not None:
+        import json
+
+        from fbrapids.datagen import read_metadata
+        from fbrapids.demo import default_data_dir
+
+        data = args.data_dir if args.data_dir is not None else default_data_dir(args.rows, args.seed)
+        summary = {**result.summary(), "data": read_metadata(data)}
+        args.summary_json.write_text(json.dumps(summary, indent=1) + "\n")
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
                          "a model reaching >= 0.65 on the held-out day has learned the signal)\n")
@@ -139,6 +148,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         _not_a_file("--data-dir", args.data_dir)
         _not_a_file("--work-dir", args.work_dir)
         _not_a_file("--export", args.export, empty=True)
+        if args.summary_json is not None and (args.summary_json.is_dir() or not args.summary_json.parent.is_dir()):
+            raise UsageError(f"argument --summary-json: {args.summary_json} "
+                             + ("is a directory" if args.summary_json.is_dir() else "is in no existing directory"))
         if args.resume and args.work_dir is None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
     elif args.command == "export":
@@ -186,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
+    demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",
+                      help="also write the summary (rows per stage, metrics, store, the data's CTR and oracle AUC) "
+                           "as JSON to FILE")
     demo.set_defaults(func=_demo)
 
     exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")

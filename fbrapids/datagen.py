@@ -33,6 +33,12 @@ from fbrapids.errors import DataDirError, DataGenError
 
 log = logging.getLogger(__name__)
 
+#: The version of the data :func:`generate` writes: bump it whenever the same rows and seed
+#: give different data (tests/notebooks/test_notebook_freshness.py fails until it is bumped).
+#: It is stored in the impressions' metadata; :func:`ensure_dataset` regenerates its own
+#: folders of another version, and notebooks and README figures record the version they
+#: were made on (a test fails when theirs is older).
+DATA_VERSION = 2
 TS0 = 1699833600  # 2023-11-13 00:00:00 UTC, a Monday
 DAYS = 7
 VOCAB_SIZE = 50_000
@@ -407,7 +413,7 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
         raise DataGenError(f"rows must be at least 100, got {rows}")
     if row_group_rows < 1:
         raise DataGenError(f"row_group_rows must be at least 1, got {row_group_rows}")
-    from tqdm.auto import tqdm
+    from fbrapids.autobar import tqdm
 
     rng = np.random.default_rng(seed)
     out = Path(out_dir)
@@ -447,7 +453,8 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
             clicks += int(click.sum())
             bar.update(stop - start)
     oracle_auc = _auc_from_histograms(pos, neg)
-    meta = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4)}
+    meta = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4),
+            "data_version": DATA_VERSION}
     paths["impressions"] = imp_writer.close({METADATA_KEY: json.dumps(meta).encode()})
     paths["basic"] = basic_writer.close()
     paths = {name: paths[name] for name in ("impressions", "users", "ads", "basic")}
@@ -456,7 +463,7 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
 
 
 def read_metadata(data_dir: str | Path) -> dict:
-    """The generator's metadata (rows, seed, oracle_auc, ctr) stored in impressions.parquet.
+    """The generator's metadata (rows, seed, oracle_auc, ctr, data_version) stored in impressions.parquet.
 
     Example:
         >>> import tempfile
@@ -495,8 +502,9 @@ def ensure_dataset(rows: int, out_dir: str | Path, seed: int = 0) -> Path:
             meta = read_metadata(out)
         except (OSError, ValueError):
             meta = {}
-        if meta.get("rows") == rows and meta.get("seed") == seed:
-            return out
+        current = meta.get("data_version") == DATA_VERSION or not (out / DEMO_MARK).is_file()
+        if meta.get("rows") == rows and meta.get("seed") == seed and current:
+            return out  # (a folder this function made from an older generator is made again)
     ours = (out / DEMO_MARK).is_file()
     entries = [p.name for p in out.iterdir()] if out.is_dir() else []
     if entries and not ours:

@@ -97,6 +97,20 @@ class PipelineResult:
 
         return pipeline_html(self)
 
+    def summary(self) -> dict[str, Any]:
+        """Everything :meth:`render` shows, as JSON-ready plain values (``fbrapids demo
+        --summary-json``); the held-out predictions are left out.
+
+        Example:
+            >>> PipelineResult("cpu", "dlrm", rows={"trained": 3}).summary()["rows"]
+            {'trained': 3}
+        """
+        import dataclasses
+        import json
+
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "predictions"}
+        return json.loads(json.dumps(out, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
         lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]

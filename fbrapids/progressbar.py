@@ -38,7 +38,7 @@ def row_chunks(rows: int, chunk_rows: int, desc: str, show: bool | None = True,
         >>> list(row_chunks(10, 4, "demo", show=False))
         [(0, 4), (4, 8), (8, 10)]
     """
-    from tqdm.auto import tqdm
+    from fbrapids.autobar import tqdm
 
     with tqdm(total=rows, desc=desc, unit="rows", unit_scale=True, disable=None if show is None else not show,
               delay=delay) as bar:
@@ -73,7 +73,7 @@ class progress(Callback):  # noqa: N801 - used as a context manager, like dask's
         self._bar: Any = None
 
     def _start_state(self, dsk: Any, state: dict) -> None:
-        from tqdm.auto import tqdm
+        from fbrapids.autobar import tqdm
 
         total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished") if k in state)
         self._bar = tqdm(total=total, desc=self.desc, unit="task", disable=self.disable)

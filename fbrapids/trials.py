@@ -157,7 +157,7 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     if kind not in ("sparse", "dense"):
         raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
     common = dict(model=model, seed=seed, progress=progress, checkpoint=False, **pipeline_options)
-    from tqdm.auto import tqdm
+    from fbrapids.autobar import tqdm
 
     bar = tqdm(total=3, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     with tempfile.TemporaryDirectory(prefix="fbrapids-trial-") as work:

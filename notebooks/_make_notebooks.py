@@ -11,7 +11,7 @@ from fbrapids.datagen import ensure_dataset
 %matplotlib inline
 ROWS = int(os.environ.get("FBRAPIDS_NOTEBOOK_ROWS", "20000"))   # the tests run these notebooks on small data
 DATA = ensure_dataset(ROWS, Path(tempfile.gettempdir()) / f"fbrapids-notebook-data-{ROWS}")
-print(fbrapids.get_backend(), ROWS, "impressions in", DATA)'''
+print(fbrapids.get_backend(), f"{ROWS:,} impressions in $TMPDIR/{DATA.name}")'''
 
 
 def nb(name, cells):
@@ -75,8 +75,9 @@ train, heldout = extracted[extracted["ts"] < cutoff], extracted[extracted["ts"] 
 sparse = ["user_h", "hour", "query_tok", "title_tok", "q_x_t", "cat_city", "price_b", "ad_id"]
 def batches(frame):
     return frame.fbx.stream(label="click", dense=["age", "price"], sparse=sparse, group="user_id", batch_size=1024)
+ssd = tempfile.TemporaryDirectory(prefix="fbrapids-notebook-ssd-")   # the SSD tier's files; removed at the end
 model = DLRM(2, sparse, embedding_dim=8, bottom_mlp=[16], top_mlp=[32],
-             store=StoreConfig(cache_rows=1 << 15, host_rows=1 << 16, ssd_dir=tempfile.mkdtemp()))
+             store=StoreConfig(cache_rows=1 << 15, host_rows=1 << 16, ssd_dir=ssd.name))
 losses, heldout_auc = [], {}
 for epoch in range(3):
     losses += fit(model, batches(train), progress=False).losses
@@ -89,6 +90,7 @@ plot.training_curves(losses, heldout_auc, smooth=10)''',
 p = predict(model, batches(heldout), progress=False)
 plot.calibration(p["label"], p["pred"], bins=10)''',
     '''plot.store_hit_rates(model)''',
+    '''ssd.cleanup()   # nothing left in the temporary folder''',
 ])
 
 nb("02_custom_c_operator.ipynb", [
@@ -145,8 +147,8 @@ nb("04_dask_cluster.ipynb", [
 client = local_cluster(n_workers=2)
 client''',
     '''from fbrapids.pipeline import run_pipeline
-result = run_pipeline(DATA, client=client, batch_size=1024, progress=False, work_dir=tempfile.mkdtemp(),
-                      cache_rows=1 << 15, host_rows=1 << 16)
+# without work_dir the store and checkpoints go to a temporary folder, removed when the run returns
+result = run_pipeline(DATA, client=client, batch_size=1024, progress=False, cache_rows=1 << 15, host_rows=1 << 16)
 result   # rows and seconds per stage, store hit rates, held-out metrics''',
     '''from fbrapids import plot
 plot.calibration(result.predictions["label"], result.predictions["pred"], bins=10)''',

@@ -1,5 +1,6 @@
 """Run the benchmarks, keep each one's JSON line in ``benchmarks/results/<name>.json``, and
-fill the README's benchmark table from those files (``make bench``).
+fill the README's benchmark table, and the docs' figures (``scripts/docs_figures.py``), from those
+files (``make bench``).
 
 The figures in the README are only ever these files' contents: each row says what it
 measured, on what machine and when.  ``--only extract pipeline`` re-runs some of them;
@@ -44,6 +45,9 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "models": (["benchmarks/models.py", "--rows", "200000", "1000000"],
                "DLRM, Wide&Deep, DeepFM and DIN on the default demo data (`fbrapids demo --rows R --model M`, one "
                "process each): held-out AUC / NE / logloss; target NE < 0.97 and AUC >= DLRM's - 0.01"),
+    "dicm": (["benchmarks/dicm_taobao.py"],
+             "DIN vs DICM's four image aggregators on the Taobao tiny sample (100 test rows, synthetic image "
+             "vectors: a smoke figure, not a result); image references vs unique images embedded"),
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
@@ -142,7 +146,14 @@ def _models(r: dict) -> str:
     return "; ".join(parts)
 
 
-FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
+def _dicm(r: dict) -> str:
+    runs = ", ".join(f"{name} {x['auc']:.3f}" for name, x in r["runs"].items())
+    im = r["images"]
+    return (f"test AUC: {runs}; {im['references']} image references, {im['unique_images']} unique embedded "
+            f"({im['dedup_ratio']:.2f} per image)")
+
+
+FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models}
 
@@ -201,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only:
             run(name, args.args.split())
     README.write_text(fill_readme(README.read_text()))
+    sys.path.insert(0, str(REPO / "scripts"))
+    import docs_figures  # the docs' figures from the same files (docs/ams-and-serving.md's inference table)
+
+    docs_figures.write_all()
     print(table())
     return 0
 

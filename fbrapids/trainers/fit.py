@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from fbrapids.autobar import tqdm
 
 from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, UnsafeFileError
 from fbrapids.manifest import verification_enabled

@@ -147,6 +147,8 @@ def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, Any]:
     Example:
         >>> sorted(all_metrics([0, 1], [0.2, 0.7]))
         ['auc', 'calibration', 'gauc', 'logloss', 'n', 'ne']
+        >>> all_metrics([0, 1, 1], [0.2, 0.7, 0.6], group=[1, 1, 1])["gauc"]  # plain floats, printable
+        1.0
         >>> import warnings
         >>> with warnings.catch_warnings():
         ...     warnings.simplefilter("ignore")
@@ -156,7 +158,7 @@ def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, Any]:
     """
     y, p = _arrays(y, p)
     pos = int((y > 0.5).sum())
-    out: dict[str, Any] = {"auc": None, "gauc": None, "logloss": logloss(y, p), "ne": None,
+    out: dict[str, Any] = {"auc": None, "gauc": None, "logloss": float(logloss(y, p)), "ne": None,
                            "calibration": None, "n": int(len(y))}
     if pos == 0 or pos == len(y):
         reason = (f"all {len(y)} labels are {1 if pos else 0}: AUC, GAUC and NE need both classes"
@@ -164,14 +166,14 @@ def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, Any]:
         warnings.warn(f"evaluation: {reason}", UndefinedMetricWarning, stacklevel=2)
         out["undefined"] = reason
         if pos:
-            out["calibration"] = calibration(y, p)
+            out["calibration"] = float(calibration(y, p))
         return out
-    out["auc"] = auc(y, p)
+    out["auc"] = float(auc(y, p))  # plain floats: printed, the dict reads 0.71, not np.float64(0.71)
     if group is not None:
         g = gauc(y, p, group)
-        out["gauc"] = None if np.isnan(g) else g
-    out["ne"] = normalized_entropy(y, p)
-    out["calibration"] = calibration(y, p)
+        out["gauc"] = None if np.isnan(g) else float(g)
+    out["ne"] = float(normalized_entropy(y, p))
+    out["calibration"] = float(calibration(y, p))
     return out
 
 

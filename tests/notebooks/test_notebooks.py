@@ -16,9 +16,17 @@ def test_there_are_the_four_walkthroughs():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path, monkeypatch):
+    """... and leaves nothing in the temporary folder but its data (a cache, reused by name)
+    and dask's scratch space, and prints no warning."""
     monkeypatch.setenv("FBRAPIDS_NOTEBOOK_ROWS", "4000")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the kernel's tempfile.gettempdir()
     book = nbformat.read(path, as_version=4)
     NotebookClient(book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert outputs, "the notebook printed nothing"
+    assert not [o for o in outputs if o.get("name") == "stderr" and "Warning" in o.get("text", "")]
+    left = sorted(p.name for p in tmp.iterdir() if p.name not in ("fbrapids-notebook-data-4000", "dask-scratch-space"))
+    assert left == [], f"{path.name} left {left} in the temporary folder"

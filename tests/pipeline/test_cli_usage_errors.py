@@ -37,6 +37,7 @@ CASES = [
     (("demo", "--data-dir", "OUT", "--export", "FULL"), {}, "fbrapids demo: argument --export: FULL is not empty"),
     (("demo", "--data-dir", "OUT", "--resume"), {}, "fbrapids demo: argument --resume: needs --work-dir"),
     (("demo", "--data-dir", "OUT", "--model", "gbdt"), {}, "fbrapids demo: argument --model: invalid choice: 'gbdt'"),
+    (("demo", "--data-dir", "OUT", "--summary-json", "FULL"), {}, "fbrapids demo: argument --summary-json: FULL is a"),
     (("demo", "--data-dir", "OUT"), {"FBRAPIDS_BACKEND": "cuda"},
      "fbrapids demo: environment variable FBRAPIDS_BACKEND: 'cuda' is not a backend"),
     (("export", "OUT", "OUT2"), {}, "fbrapids export: argument checkpoint: OUT does not exist"),

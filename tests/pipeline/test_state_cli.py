@@ -48,10 +48,18 @@ def data(tmp_path_factory) -> Path:
 
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_model_bit_for_bit(data, tmp_path):
-    straight = _cli(*DEMO, "--data-dir", str(data), "--work-dir", str(tmp_path / "straight"))
+    summary = tmp_path / "summary.json"
+    straight = _cli(*DEMO, "--data-dir", str(data), "--work-dir", str(tmp_path / "straight"),
+                    "--summary-json", str(summary))
     out, err = straight.communicate(timeout=600)
     assert straight.returncode == 0, err
     want = _final_digest(tmp_path / "straight")
+    # --summary-json: what the printed summary shows, as JSON (the README's figures come from it)
+    import json
+
+    got = json.loads(summary.read_text())
+    assert f"AUC {got['metrics']['auc']:.4f}" in out and f"{'trained':<22} {got['rows']['trained']:>12,}" in out
+    assert got["data"]["rows"] == ROWS and got["data"]["ctr"] > 0 and "predictions" not in got
 
     work = tmp_path / "interrupted"
     proc = _cli("-v", *DEMO, "--data-dir", str(data), "--work-dir", str(work))

@@ -1,0 +1,380 @@
+"""The figures of README.md, docs/*.md and the notebooks, rendered from committed JSON.
+
+Every measured number in the prose sits in a generated region::
+
+    <!-- fig:NAME -->...<!-- /fig:NAME -->
+
+whose text this script renders from the JSON under ``benchmarks/results/`` (the
+benchmarks' own, written by ``scripts/bench.py``) and ``benchmarks/results/figures/``
+(written here by ``--run``: the demo's summary, the README's feature trial).  Each
+rendered region names the file, machine and date it came from.  ``make docs-check``
+(``--check``) re-renders and fails on any difference; ``tests/test_docs_figures.py`` does the
+same, and also flags numbers that look like measurements outside the regions.
+
+    python scripts/docs_figures.py                # rewrite every region from the JSON files
+    python scripts/docs_figures.py --check        # exit 1 and list the stale regions
+    python scripts/docs_figures.py --run demo     # re-run `fbrapids demo` (fresh default data) -> figures/demo.json
+    python scripts/docs_figures.py --run trial    # re-run the README's trial -> figures/trial.json + the PNG
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+FIGURE_RESULTS = RESULTS / "figures"
+DEMO_ROWS = 200_000
+
+
+def _stamp(res: dict[str, Any], command: str) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO))
+    from benchmarks.machine import machine_description
+
+    res["machine"] = machine_description()
+    res["command"] = command
+    res["measured_at"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return res
+
+
+def run_demo(rows: int = DEMO_ROWS) -> dict[str, Any]:
+    """``fbrapids demo --rows ROWS`` on default data generated afresh by this checkout's
+    generator (a temporary ``$FBRAPIDS_DATA``); its ``--summary-json`` with machine and date."""
+    with tempfile.TemporaryDirectory(prefix="fbrapids-docs-figures-") as tmp:
+        out = Path(tmp) / "summary.json"
+        env = {**os.environ, "FBRAPIDS_DATA": str(Path(tmp) / "data")}
+        command = f"fbrapids demo --rows {rows} --summary-json FILE"
+        machine = _stamp({}, command)  # the load average at the start
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "fbrapids.cli", "demo", "--rows", str(rows), "--summary-json",
+                        str(out)], cwd=REPO, env=env, check=True)
+        res = json.loads(out.read_text())
+        res["wall_s"] = round(time.perf_counter() - start, 1)
+    for key in ("removed_work_dir", "checkpoint", "export"):  # paths of this machine's temporary folder
+        res.pop(key, None)
+    return {**res, **machine}
+
+
+def run_suite() -> dict[str, Any]:
+    """``make test``'s suite (``pytest -q`` with the project's options): tests passed, failed
+    and skipped, and its wall time (long: run it on the machine whose figure the README gives)."""
+    import xml.etree.ElementTree as ET
+
+    with tempfile.TemporaryDirectory(prefix="fbrapids-docs-figures-") as tmp:
+        report = Path(tmp) / "junit.xml"
+        res = _stamp({}, "python -m pytest -q")
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"--junitxml={report}"], cwd=REPO)
+        res["seconds"] = round(time.perf_counter() - start, 1)
+        suites = ET.parse(report).getroot()
+        suite = suites if suites.tag == "testsuite" else suites[0]
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    return {**res, **counts, "passed": counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"],
+            "exit_status": proc.returncode}
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+class Missing(Exception):
+    """A figure's JSON file is not there (yet)."""
+
+
+def load(rel: str) -> dict[str, Any]:
+    path = RESULTS / rel
+    if not path.exists():
+        raise Missing(rel)
+    return json.loads(path.read_text())
+
+
+def source(rel: str, res: dict[str, Any]) -> str:
+    """Where a figure comes from: the file, the machine and the date."""
+    return f"`benchmarks/results/{rel}`: {res.get('machine', 'machine not recorded')}, {res.get('measured_at', '')}"
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def fig_demo_summary() -> str:
+    """The README's sample of ``fbrapids demo``'s summary (a code block and its source)."""
+    r = load("figures/demo.json")
+    rows, k, m, s = r["rows"], r["kernel"], r["metrics"], r["store"]
+    joins = r["joins"][0] if r["joins"] else "none"
+    lines = [
+        "rows per stage:            " + " · ".join(f"{name} {n:,}" for name, n in rows.items()),
+        f"feature extraction:        {k['layers']} feature layers (+1 JSON-cleaning kernel), {k['operators']} "
+        f"operators, {k['launches_per_partition']:.1f} kernel launches per partition",
+        f"joins:                     {joins.split(' [')[0]} ...",
+        "embedding store:           hit rates " + " / ".join(f"{t} {s[t]['hit_rate']:.3f}" for t in ("cache", "host", "ssd")
+                                                          if t in s) + ", evictions, bytes moved",
+        f"held-out last day:         AUC {m['auc']:.4f}   GAUC {m['gauc']:.4f}   logloss {m['logloss']:.4f}   "
+        f"NE {m['ne']:.4f}   calibration {m['calibration']:.3f}",
+        f"pipelining:                {r['samples_per_s']:,.0f} samples/s, {r['overlap_s']:.2f} s of extraction "
+        f"overlapped with training, {_mb(r['bytes_written'])} written",
+        "                           (measured, /proc io: the SSD tier and checkpoint files only, no feature files)",
+    ]
+    return ("\n```\n" + "\n".join(lines) + "\n```\n\n"
+            f"*(an excerpt of {source('figures/demo.json', r)}; that run took {r['wall_s']:.0f} s, the data's "
+            f"generation included)*\n")
+
+
+def fig_demo_work_dir() -> str:
+    r = load("figures/demo.json")
+    return f"~{_mb(sum(r['work_tree'].values()))} at {r['data']['rows']:,} rows"
+
+
+def fig_default_data() -> str:
+    """The oracle AUC and CTR of the default data, and the demo's AUC, from the demo's summary."""
+    r = load("figures/demo.json")
+    d = r["data"]
+    text = f"**{d['oracle_auc']:.3f} at {d['rows']:,} rows, seed {d['seed']}** (CTR {d['ctr']:.3f}"
+    try:
+        models = load("models.json")
+        text += "; " + ", ".join(f"{v:.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
+                                 if int(rows) != d["rows"])
+    except Missing:
+        pass
+    return text + ")"
+
+
+def fig_demo_auc() -> str:
+    r = load("figures/demo.json")
+    return (f"the demo's {r['model'].upper()} reaches {r['metrics']['auc']:.4f} there after one epoch "
+            f"({source('figures/demo.json', r)})")
+
+
+def fig_trial_caption() -> str:
+    """The README's caption of docs/images/feature_trial.png."""
+    r = load("figures/trial.json")
+    parts = []
+    for label, t in r["trials"].items():
+        d, iv = t["delta"], t["interval"]
+        parts.append(f"{label}: AUC {d['auc']:+.4f} [{iv['auc'][0]:+.4f}, {iv['auc'][1]:+.4f}], "
+                     f"GAUC {d['gauc']:+.4f} [{iv['gauc'][0]:+.4f}, {iv['gauc'][1]:+.4f}]")
+    verdict = ("neither helps: every interval lies below zero" if all(
+        iv[1] < 0 for t in r["trials"].values() for iv in t["interval"].values()) else
+        "an interval that excludes zero is a clear answer")
+    return (f"two candidate features tried on the default data ({r['rows']:,} generated impressions, seed "
+            f"{r['seed']}, {r['n_boot']} bootstrap rounds over {next(iter(r['trials'].values()))['n_users']:,} "
+            f"held-out users): {'; '.join(parts)} ({verdict}; {source('figures/trial.json', r)})")
+
+
+def fig_suite() -> str:
+    try:
+        r = load("figures/suite.json")
+    except Missing:
+        return "not measured yet: `python scripts/docs_figures.py --run suite`"
+    return (f"{r['seconds'] / 60:.1f} minutes for {r['tests']:,} tests: {r['passed']:,} passed, {r['skipped']:,} "
+            f"skipped, {r['failures'] + r['errors']} failed ({source('figures/suite.json', r)})")
+
+
+def fig_inference_table() -> str:
+    """docs/ams-and-serving.md's table: ``benchmarks/inference.py``'s JSON, as the README's row."""
+    r = load("inference.json")
+    lines = [f"\nFrom `{r.get('command', 'python benchmarks/inference.py')}` ({source('inference.json', r)}): "
+             f"{r['torch_threads']} torch thread(s), a catalogue of {r['catalogue']:,} ads, Zipf({r['zipf_alpha']}) "
+             f"item popularity, {r['requests_per_size']} measured requests per size. Latency is p50 / p99 in ms "
+             "per `Scorer.score` call; items scored per second in brackets.\n",
+             "| items / request | dedup on (p50 / p99) | dedup on, no item cache | dedup off | p50 speed-up | "
+             "item cache hit rate |", "|---|---|---|---|---|---|"]
+    for n, x in r["sizes"].items():
+        on, nc, off = x["dedup_on"], x["dedup_on_no_cache"], x["dedup_off"]
+        lines.append(f"| {int(n):,} | {on['p50_ms']:.1f} / {on['p99_ms']:.1f} ({on['items_per_s'] / 1e3:,.0f}k items/s) "
+                     f"| {nc['p50_ms']:.1f} / {nc['p99_ms']:.1f} | {off['p50_ms']:.1f} / {off['p99_ms']:.1f} "
+                     f"({off['items_per_s'] / 1e3:,.0f}k items/s) | ×{x['p50_speedup']:.2f} | "
+                     f"{x['item_cache_hit_rate']:.2f} |")
+    wins = [int(n) for n, x in r["sizes"].items() if x["p50_speedup"] > 1]
+    loses = [int(n) for n, x in r["sizes"].items() if x["p50_speedup"] <= 1]
+    lines.append("")
+    if wins and loses:
+        lines.append(f"- **Up to {max(loses):,} items** a fixed per-call cost dominates: the dedup path makes three "
+                     "small extraction calls (request, item misses, pairs) where the baseline makes one, so "
+                     f"deduplication pays from {min(wins):,} items on this CPU.")
+    if wins:
+        big = r["sizes"][str(max(wins))]
+        lines.append(f"- **At {max(wins):,} items** the request side computed once and the cached item features "
+                     f"give ×{big['p50_speedup']:.2f} the p50 latency and ×{big['throughput_ratio']:.2f} the "
+                     "throughput.")
+    http = r.get("http") or {}
+    clients = sorted((int(k.split("_")[1]), v) for k, v in http.items() if k.startswith("clients_"))
+    if clients:
+        lines.append(f"- **HTTP**, at {http['items_per_request']} items per request: " + "; ".join(
+            f"{n} client{'s' if n > 1 else ''} give{'s' if n == 1 else ''} {v['requests_per_s']:.0f} requests/s "
+            f"(p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms)" for n, v in clients)
+            + ". Model work is serialised by the scorer's lock; concurrency overlaps only the JSON and network work.")
+    return "\n".join(lines) + "\n"
+
+
+def fig_dicm_table() -> str:
+    r = load("dicm.json")
+    names = {"din": "DIN", "dicm_sum": "DICM, sum", "dicm_max": "DICM, max", "dicm_attentive": "DICM, attentive",
+             "dicm_multi_query": "DICM, multi-query"}
+    lines = [f"\nFrom `{r['command']}` ({source('dicm.json', r)}): the Taobao tiny sample, {r['epochs']} epochs, "
+             f"{r['image_dim']}-D **synthetic** image vectors; 100 test rows, a few users with both classes: smoke "
+             "figures, not results.\n", "| model | test AUC | test GAUC | test logloss |", "|---|---|---|---|"]
+    lines += [f"| {names.get(n, n)} | {x['auc']:.3f} | {x['gauc']:.3f} | {x['logloss']:.3f} |" for n, x in r["runs"].items()]
+    im = r["images"]
+    lines += ["", f"Over all batches of the DICM multi-query run, there were {im['references']:,} image references "
+              f"and {im['unique_images']:,} unique images embedded ({im['dedup_ratio']:.2f} references per image). "
+              f"The raw-vector bytes were {im['communication_saving']}× the embedding bytes."]
+    return "\n".join(lines) + "\n"
+
+
+FIGURES: dict[str, Callable[[], str]] = {
+    "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
+    "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
+    "inference-table": fig_inference_table, "dicm-table": fig_dicm_table,
+}
+#: the files whose figures live in generated regions
+DOCS = ["README.md", "docs/ams-and-serving.md", "docs/ams-on-dask.md"]
+REGION = re.compile(r"<!-- fig:(?P<name>[\w-]+) -->(?P<body>.*?)<!-- /fig:(?P=name) -->", re.S)
+
+
+def render(text: str) -> str:
+    """``text`` with every generated region re-rendered from the JSON (an unknown region name
+    is an error); the README's benchmark table too (``scripts/bench.py``)."""
+    def one(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in FIGURES:
+            raise SystemExit(f"unknown figure region {name!r} (known: {', '.join(FIGURES)})")
+        try:
+            body = FIGURES[name]()
+        except Missing as exc:
+            body = f"not measured yet: benchmarks/results/{exc} is missing"
+        return f"<!-- fig:{name} -->{body}<!-- /fig:{name} -->"
+
+    text = REGION.sub(one, text)
+    if "<!-- bench-table:start -->" in text:
+        sys.path.insert(0, str(REPO / "scripts"))
+        import bench
+
+        text = bench.fill_readme(text)
+    return text
+
+
+# -- the scan for figures typed by hand ----------------------------------------------------------
+
+#: a number with a unit of time, size, rate or ratio, an "about"/"~" number, or a decimal
+MEASUREMENT = re.compile(
+    r"(?<![\w.])(?:~|about |≈ ?)?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    r"(?:\s?(?:µs|us|ms|s|min|minutes?|seconds?|hours?|[KMGT]i?B|B|x|×|%|rows/s|ids/s|req/s|requests/s|items/s|"
+    r"samples/s|M floats)\b|(?<=\d)\.\d+)")
+
+#: numbers outside the regions that are not measurements: (file, the phrase that holds them, why)
+ALLOWED: list[tuple[str, str, str]] = [
+    ("README.md", "(3.11+)", "a version requirement"),
+    ("README.md", "start at 0 and at 0.01", "an initial value (a constant of the models)"),
+    ("README.md", "~2% nulls, ~0.5% malformed documents, ~1% without", "the generator's rates (parameters)"),
+    ("README.md", "~0.5% without", "the generator's rates (parameters)"),
+    ("README.md", "AUC ≥ 0.65", "the learnable level: a target, not a measurement"),
+    ("README.md", "cuDF 26.10", "a version"),
+    ("README.md", "torch 2.13", "a version"),
+    ("README.md", "RAPIDS 26.10", "a version"),
+    ("README.md", "pandas below 3.1", "a version"),
+    ("README.md", "at about 3.5 µs a launch", "the GPU launch cost the design assumes (DESIGN.md), not measured here"),
+    ("README.md", "about 4.5 GB, since cudf asks for", "the GPU wheels' size, issue 23's set-up (pip's report)"),
+    ("README.md", "1 to 5 minutes on 2 cores", "the GPU venv's set-up time, issue 23's CI stage"),
+    ("README.md", "take about 10 s", "the GPU conformance checks' time, issue 23's CI stage"),
+    ("docs/ams-and-serving.md", "within 1e-6", "a promised tolerance"),
+    ("docs/ams-and-serving.md", "(1.5e-7 seen", "the difference in the issue's report (a cited observation)"),
+    ("docs/ams-and-serving.md", "4096/12 ≈\n  341×", "the paper's sizes"),
+    ("docs/ams-and-serving.md", "`|x| <= 3.4e38`", "float32's range"),
+    ("docs/ams-on-dask.md", "340× cut", "the paper's figure"),
+    ("docs/ams-on-dask.md", "about 1.07 M floats, roughly 4.2 MB", "arithmetic on the paper's layer sizes"),
+    ("docs/ams-on-dask.md", "within 1e-6", "a tested tolerance"),
+    ("docs/ams-on-dask.md", "within\n    1e-5", "a tested tolerance"),
+]
+
+
+def _prose(text: str) -> str:
+    """``text`` without code blocks, inline code, generated regions and the benchmark table
+    (each replaced by as many newlines, so line numbers stay)."""
+    def blank(m: re.Match) -> str:
+        return "\n" * m.group(0).count("\n")
+
+    text = re.sub(r"<!-- bench-table:start -->.*?<!-- bench-table:end -->", blank, text, flags=re.S)
+    text = REGION.sub(blank, text)
+    text = re.sub(r"```.*?```", blank, text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", blank, text, flags=re.S)
+    return re.sub(r"`[^`\n]*`", "``", text)
+
+
+def typed_figures(name: str, text: str) -> list[str]:
+    """Measurement-like numbers in ``text``'s prose outside the generated regions, less the
+    :data:`ALLOWED` phrases: ``"file:line: number | the line"``."""
+    allowed = [re.escape(phrase).replace(r"\n", r"\s*").replace(r"\ ", r"\s+").replace("`", "")
+               for doc, phrase, _ in ALLOWED if doc == name]
+    prose = _prose(text)
+    for pattern in allowed:  # an allowed phrase is blanked, its line breaks kept
+        prose = re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m.group(0)), prose)
+    found = []
+    for i, line in enumerate(prose.splitlines(), 1):
+        found += [f"{name}:{i}: {m.group(0)!r} | {line.strip()[:100]}" for m in MEASUREMENT.finditer(line)]
+    return found
+
+
+def notebook_markdown(path: Path) -> str:
+    """The markdown cells of a notebook, as one text (numbers there are prose too)."""
+    book = json.loads(path.read_text())
+    return "\n\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                       for c in book["cells"] if c["cell_type"] == "markdown")
+
+
+def check() -> list[str]:
+    """What is wrong: stale regions (re-rendered text differs) and typed figures."""
+    problems = []
+    for name in DOCS:
+        text = (REPO / name).read_text()
+        if render(text) != text:
+            problems.append(f"{name}: a generated figure differs from its JSON: python scripts/docs_figures.py")
+        problems += typed_figures(name, text)
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        problems += typed_figures(f"notebooks/{path.name}", notebook_markdown(path))
+    return problems
+
+
+def write_all() -> None:
+    """Re-render every generated region of :data:`DOCS` from the JSON files."""
+    for name in DOCS:
+        path = REPO / name
+        path.write_text(render(path.read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 listing what is stale")
+    ap.add_argument("--run", nargs="+", choices=("demo", "trial", "suite"), default=[],
+                    help="re-measure these first (demo: ~1 min; trial: ~6 min; suite: the whole test suite)")
+    args = ap.parse_args(argv)
+    for what in args.run:
+        if what == "trial":
+            subprocess.run([sys.executable, "scripts/make_readme_figure.py"], cwd=REPO, check=True)
+            continue
+        res = run_demo() if what == "demo" else run_suite()
+        FIGURE_RESULTS.mkdir(parents=True, exist_ok=True)
+        (FIGURE_RESULTS / f"{what}.json").write_text(json.dumps(res, indent=1) + "\n")
+    if args.check:
+        problems = check()
+        for p in problems:
+            print(p)
+        return 1 if problems else 0
+    write_all()
+    problems = check()
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
