@@ -15,6 +15,10 @@ same, and also flags numbers that look like measurements outside the regions.
     python scripts/docs_figures.py --check        # exit 1 and list the stale regions
     python scripts/docs_figures.py --run demo     # re-run `fbrapids demo` (fresh default data) -> figures/demo.json
     python scripts/docs_figures.py --run trial    # re-run the README's trial -> figures/trial.json + the PNG
+    python scripts/docs_figures.py --run suite    # time the whole test suite -> figures/suite.json (long)
+
+``make docs-figures`` / ``make docs-check`` run the first two.  The benchmarks' own files
+come from ``scripts/bench.py`` (``make bench``), which re-renders these regions too.
 """
 
 from __future__ import annotations
@@ -257,6 +261,9 @@ def render(text: str) -> str:
             body = FIGURES[name]()
         except Missing as exc:
             body = f"not measured yet: benchmarks/results/{exc} is missing"
+        except (KeyError, IndexError, TypeError) as exc:  # a results file of another shape: say which
+            raise SystemExit(f"figure {name!r}: its JSON lacks or changed {exc!r}; update {FIGURES[name].__name__} "
+                             "in scripts/docs_figures.py to the new results") from exc
         return f"<!-- fig:{name} -->{body}<!-- /fig:{name} -->"
 
     text = REGION.sub(one, text)

@@ -84,3 +84,9 @@ def test_demo_and_trial_figures_are_on_todays_default_data():
     assert demo["data"]["seed"] == trial["seed"] == 0
     assert demo["data"]["data_version"] == trial["data_version"] == DATA_VERSION, (
         "the generator changed since these figures: python scripts/docs_figures.py --run demo trial")
+
+
+def test_a_results_file_of_another_shape_names_the_figure(monkeypatch):
+    monkeypatch.setattr(docs_figures, "load", lambda rel: {"sizes": {}})  # e.g. a renamed key
+    with pytest.raises(SystemExit, match="figure 'inference-table'.*fig_inference_table"):
+        docs_figures.render("<!-- fig:inference-table --><!-- /fig:inference-table -->")
