@@ -28,8 +28,12 @@ Systems:
   rate on the same stream; ``--old-eviction ''`` leaves it out).
 
 ``--threads 1,2`` measures every system at each of those torch intra-op thread counts
-(``torch.set_num_threads``), the same warm-up and rounds for each; the top-level
-``*_ops_per_s`` figures are the first count's, ``by_threads`` holds them all.
+(``torch.set_num_threads``, alternating within each round), the same warm-up and rounds
+for each, fresh batches for each round and count; the store splits its row loops over
+those threads too (:func:`fbrapids.trainers.sparse.hashmap.row_threads`); the top-level
+``*_ops_per_s`` figures are the first count's, ``by_threads`` holds them all.  OpenMP
+threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless set): spinning ones starve each
+other on a loaded machine.
 
 TorchRec and fbgemm are optional: where they do not import, their figures are null and
 the reason is printed.  They load from the pinned set in ``scripts/bench_venv.sh`` (a
@@ -71,8 +75,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
+# OpenMP threads that spin while waiting starve each other on a loaded machine (2 threads on a
+# busy 2-core box ran torch's ops 100x slower); waiting passively, for every system alike
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -358,17 +366,16 @@ def main() -> None:
         before = store.stats()
         before_old = old.stats() if old is not None else None
         before_cuda = ebc_cuda.stores["f"].stats() if cuda else None
-        by_threads: dict[str, dict[str, float | None]] = {}
+        best = {n: dict.fromkeys(steps, 0.0) for n in args.threads}
         drawn: list[np.ndarray] = []
-        for ti, n_threads in enumerate(args.threads):
-            torch.set_num_threads(n_threads)
-            best = dict.fromkeys(steps, 0.0)
-            for r in range(args.rounds):
-                batches = stream.draw(args.batches, ti * args.rounds + r)
+        for r in range(args.rounds):  # thread counts alternate within a round too, so all see the same load
+            for ti, n_threads in enumerate(args.threads):
+                torch.set_num_threads(n_threads)
+                batches = stream.draw(args.batches, r * len(args.threads) + ti)
                 drawn += batches
                 for name, fn in steps.items():
-                    best[name] = max(best[name], timed(fn, batches, sync))
-            by_threads[str(n_threads)] = {f"{k}_ops_per_s": v for k, v in best.items()}
+                    best[n_threads][name] = max(best[n_threads][name], timed(fn, batches, sync))
+        by_threads = {str(n): {f"{k}_ops_per_s": v for k, v in b.items()} for n, b in best.items()}
         after = store.stats()
         if cuda:  # distinct ids the device map found vs those looked up in the host directory
             after_cuda = ebc_cuda.stores["f"].stats()
@@ -402,6 +409,8 @@ def main() -> None:
         res["ssd_bytes_written_per_batch"] = (after["ssd"]["bytes_in"] - before["ssd"]["bytes_in"]) / n_meas
         res["not_measured"] = why
         res["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
+        res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
+        res["torch"] = torch.__version__
     finally:
         if not args.ssd_dir:
             shutil.rmtree(ssd_root, ignore_errors=True)

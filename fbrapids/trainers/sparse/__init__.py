@@ -2,8 +2,7 @@
 
 Layout: ``directory`` (id -> row, admission), ``tiers`` / ``ssd`` / ``hierarchy`` (the
 tiers and rows moving between them), ``policies`` (eviction: LRU, LFU, LFU keeping RAM
-full), ``optim`` (row-wise
-Adagrad, SGD), ``persistence`` (flush, save, load), ``store`` (lookup, prefetch,
+full), ``optim`` (row-wise Adagrad, SGD), ``persistence`` (flush, save, load), ``store`` (lookup, prefetch,
 apply_gradients, stats), ``hashmap`` (the C helpers, built by the kernels' compile cache).
 
 Example:
