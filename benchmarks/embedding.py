@@ -253,6 +253,41 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
     return out, why
 
 
+def fused_matches_store(rows: int = 1000, dim: int = 16, steps: int = 3) -> float:
+    """Max abs difference between FusedEBC's rows and the store's after the same ``steps``
+    batches from the same rows (rows move by ~0.1): the two run the same optimizer."""
+    from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+    from torchrec.optim import RowWiseAdagrad
+
+    from fbrapids.trainers.sparse import TieredEmbeddingStore
+
+    fused = FusedEmbeddingBagCollection(
+        tables=[EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=rows, feature_names=["f"])],
+        optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": LR, "eps": EPS}, device=torch.device("cpu"))
+    store = TieredEmbeddingStore(StoreConfig(dim=dim, lr=LR, eps=EPS, cache_rows=rows, device="cpu"))
+    ids = np.arange(rows)
+    store.assign(ids, np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32) * 0.1)
+    weight = next(v for k, v in fused.state_dict().items() if k.endswith("weight"))
+    with torch.no_grad():
+        weight.copy_(torch.from_numpy(store.weights(ids)))
+    rng = np.random.default_rng(1)
+    bags, pooling = 64, 4
+    w = _weights(bags, dim)
+    for _ in range(steps):
+        batch = rng.integers(0, rows, size=bags * pooling)
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=["f"], values=torch.from_numpy(batch),
+                                                  lengths=torch.full((bags,), pooling))
+        (fused(kjt).values() * w).sum().backward()
+        lk = store.lookup(batch)
+        pooled = torch.nn.functional.embedding_bag(lk.inverse, lk.rows, torch.arange(0, bags * pooling, pooling),
+                                                   mode="sum")
+        (pooled * w).sum().backward()
+        store.apply_gradients(lk)
+        store.end_step()
+    return float(np.abs(weight.numpy() - store.weights(ids)).max())
+
+
 def timed(step: Step, batches: list[np.ndarray], sync: Callable[[], None]) -> float:
     """Ids per second over ``batches``."""
     sync()
@@ -408,6 +443,8 @@ def main() -> None:
         res["ssd_bytes_read_per_batch"] = (after["ssd"]["bytes_out"] - before["ssd"]["bytes_out"]) / n_meas
         res["ssd_bytes_written_per_batch"] = (after["ssd"]["bytes_in"] - before["ssd"]["bytes_in"]) / n_meas
         res["not_measured"] = why
+        if "torchrec_fused" in steps:
+            res["fused_vs_store_max_abs_diff"] = fused_matches_store()
         res["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
         res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
         res["torch"] = torch.__version__
@@ -441,6 +478,9 @@ def main() -> None:
     if "tiered_cuda_device_map_hits" in res:
         print(f"cache on cuda, distinct ids: {res['tiered_cuda_device_map_hits']} found by the device map, "
               f"{res['tiered_cuda_host_directory_lookups']} looked up in the host directory")
+    if "fused_vs_store_max_abs_diff" in res:
+        print(f"same optimizer: FusedEBC's rows and the store's after 3 batches from the same rows differ by at most "
+              f"{res['fused_vs_store_max_abs_diff']:.2g}")
     print(f"load average at the end: {res['load_average']['end'][0]:.2f}")
     print(json.dumps(res))
 

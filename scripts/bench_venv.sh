@@ -4,6 +4,8 @@
 # The shared .venv is left alone.  torchrec and fbgemm go in with --no-deps (their declared
 # deps pull other torch / fbgemm builds); the few they import are listed after them.
 # fbrapids itself is installed editable, which must keep torch 2.13.0 (checked at the end).
+# pip then says "torchrec 1.8.0 requires fbgemm-gpu, which is not installed": fbgemm-gpu-cpu
+# provides the same fbgemm_gpu module.
 # The same pins are the `bench` extra of pyproject.toml.
 #
 #   scripts/bench_venv.sh && .venv-bench/bin/python benchmarks/embedding.py --threads 1,2
