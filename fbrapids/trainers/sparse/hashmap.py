@@ -41,8 +41,8 @@ def source_text() -> str:
 
 def row_threads() -> int:
     """Threads the row loops (optimizers, gathers, pooling, bookkeeping) split a batch over:
-    torch's intra-op count (``torch.set_num_threads``); one below 2048 rows, and the same
-    bits for any count.
+    torch's intra-op count (``torch.set_num_threads``); small batches (under 2048 rows, 512
+    bags) stay on one, and the results are the same bits for any count.
 
     Example:
         >>> row_threads() == torch.get_num_threads()
