@@ -23,28 +23,51 @@ Systems:
 * ``cuda_embeddingbag`` / ``tiered_cuda`` (with a CUDA device): ``nn.EmbeddingBag`` with
   the whole table in device memory, and the store with its cache tier on the device.
 * ``tiered_10x``: RAM tiers (cache + host) holding 1/10 of the rows, every row on the SSD
-  tier (``--ssd-dir``): the SSD holds 10x the RAM tiers' rows.
+  tier (``--ssd-dir``): the SSD holds 10x the RAM tiers' rows; eviction ``--eviction``.
+* ``tiered_10x_old``: the same with the older eviction policy ``--old-eviction`` (its hit
+  rate on the same stream; ``--old-eviction ''`` leaves it out).
+
+``--threads 1,2`` measures every system at each of those torch intra-op thread counts
+(``torch.set_num_threads``, alternating within each round), the same warm-up and rounds
+for each, fresh batches for each round and count; the store splits its row loops over
+those threads too (:func:`fbrapids.trainers.sparse.hashmap.row_threads`); the top-level
+``*_ops_per_s`` figures are the first count's, ``by_threads`` holds them all.  OpenMP
+threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless set): spinning ones starve each
+other on a loaded machine.
 
 TorchRec and fbgemm are optional: where they do not import, their figures are null and
-the reason is printed (``pip install torchrec fbgemm-gpu-cpu`` with wheels built for this
-torch).
+the reason is printed.  They load from the pinned set in ``scripts/bench_venv.sh`` (a
+separate venv, ``.venv-bench``: torch 2.13.0, torchrec 1.8.0, fbgemm-gpu-cpu 1.8.0; the
+``bench`` extra of pyproject.toml lists it), run as ``.venv-bench/bin/python
+benchmarks/embedding.py``.
 
 Hit rate of ``tiered_10x``: the measured share of id lookups (every occurrence) served by
-the RAM tiers rather than the SSD file, over the measured rounds; next to it the best
-possible for a cache of that many rows on the stream actually drawn: the share of those
-lookups that go to the stream's ``ram_tier_rows`` most frequent ids.
+the RAM tiers rather than the SSD file, over the measured rounds, against the best
+possible on the stream actually drawn (``best_possible_hit_rate_10x``): Belady's offline
+optimum for RAM tiers of that many rows that, like the store's, must hold every row of a
+batch while it is trained (evicting, at each batch, the rows used again farthest ahead),
+from the start of the warm-up, with the best starting contents (so no store can beat
+it, whatever its warm-up left in RAM).  ``static_oracle_hit_rate_10x``
+is the share of the lookups that go to the stream's ``ram_tier_rows`` most frequent ids
+(counted over the measured batches only, a cache that knows those counts in advance and
+never admits another row: no store that must hold a batch's rows can reach it).
+``known_distribution_hit_rate_10x``: the share that goes to the ``ram_tier_rows`` ids most
+probable under the Zipf law drawn from, the best an online cache does when it knows that
+law (and need not hold a batch's rows); a store learns it from the lookups it has seen.
 
 The last line printed is one JSON object with the figures.
 
-Usage (the acceptance run, one line):
-    python benchmarks/embedding.py --rows 1000000 --rounds 3 --batches 40
+Usage (the acceptance run, one line; ``scripts/bench_venv.sh`` makes ``.venv-bench``):
+    .venv-bench/bin/python benchmarks/embedding.py --rows 1000000 --rounds 3 --batches 40 --threads 1,2
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -52,8 +75,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
+# OpenMP threads that spin while waiting starve each other on a loaded machine (2 threads on a
+# busy 2-core box ran torch's ops 100x slower); waiting passively, for every system alike
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -92,6 +119,57 @@ def best_hit_rate(batches: list[np.ndarray], rows: int, capacity: int) -> float:
     counts = np.bincount(np.concatenate(batches), minlength=rows)
     top = np.partition(counts, len(counts) - capacity)[len(counts) - capacity:] if capacity < rows else counts
     return float(top.sum() / counts.sum())
+
+
+def belady_hit_rate(warmup: list[np.ndarray], batches: list[np.ndarray], capacity: int) -> float:
+    """Belady's (offline optimal) share of the lookups in ``batches`` served by a cache of
+    ``capacity`` rows that must hold each batch's distinct ids while it is trained, over
+    ``warmup`` then ``batches``, starting with the best contents (the ``capacity`` ids used
+    first): at each batch the missing ids come in and, when full, out go the cached ids
+    not in the batch that are used again farthest ahead.  Every occurrence of a missing id
+    counts as a miss.
+
+    Example:
+        >>> belady_hit_rate([np.array([1, 2])], [np.array([3, 1]), np.array([1, 1, 2])], capacity=2)
+        0.6
+    """
+    seq = [np.unique(b, return_counts=True) for b in list(warmup) + list(batches)]
+    never = len(seq) + 1
+    upcoming: list[list[int]] = [[]] * len(seq)  # per batch, the next batch each of its ids is in
+    seen: dict[int, int] = {}
+    for t in range(len(seq) - 1, -1, -1):
+        ids = seq[t][0].tolist()
+        upcoming[t] = [seen.get(x, never) for x in ids]
+        seen.update(zip(ids, [t] * len(ids)))
+    # cached id -> next batch it is used in; to start, the ids used first (any start is allowed)
+    next_use = dict(sorted(seen.items(), key=lambda kv: kv[1])[:capacity])
+    heap = [(-n, x) for x, n in next_use.items()]  # (-next use, id), stale entries skipped
+    heapq.heapify(heap)
+    hit = total = 0
+    for t, (u, c) in enumerate(seq):
+        ids = u.tolist()
+        cached = np.fromiter((x in next_use for x in ids), dtype=bool, count=len(ids))
+        if t >= len(warmup):
+            hit += int(c[cached].sum())
+            total += int(c.sum())
+        for x, n in zip(ids, upcoming[t]):
+            next_use[x] = n
+            heapq.heappush(heap, (-n, x))
+        over = len(next_use) - capacity
+        if over > 0:
+            now, kept = set(ids), []
+            while over > 0:
+                neg, x = heapq.heappop(heap)
+                if next_use.get(x) != -neg:
+                    continue
+                if x in now:  # in this batch: it stays
+                    kept.append((neg, x))
+                    continue
+                del next_use[x]
+                over -= 1
+            for e in kept:
+                heapq.heappush(heap, e)
+    return hit / total if total else 1.0
 
 
 def _weights(n_bags: int, dim: int, device: str = "cpu") -> torch.Tensor:
@@ -155,14 +233,15 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
     except Exception as exc:  # absent, or built for another torch
         why.append(f"fbgemm TBE: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
     try:
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
         from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
         from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+        from torchrec.optim import RowWiseAdagrad
 
+        # FusedEBC takes a torch optimizer class and its kwargs; RowWiseAdagrad maps to fbgemm's
+        # EXACT_ROWWISE_ADAGRAD (torchrec's convert_optimizer_type_and_kwargs, lr -> learning_rate)
         fused = FusedEmbeddingBagCollection(
             tables=[EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=rows, feature_names=["f"])],
-            optimizer_type=EmbOptimType.EXACT_ROWWISE_ADAGRAD, optimizer_kwargs={"lr": LR, "eps": EPS},
-            device=torch.device("cpu"))
+            optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": LR, "eps": EPS}, device=torch.device("cpu"))
 
         def fused_step(ids: np.ndarray) -> None:
             kjt = KeyedJaggedTensor.from_lengths_sync(keys=["f"], values=torch.from_numpy(ids), lengths=lengths)
@@ -174,6 +253,41 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
     return out, why
 
 
+def fused_matches_store(rows: int = 1000, dim: int = 16, steps: int = 3) -> float:
+    """Max abs difference between FusedEBC's rows and the store's after the same ``steps``
+    batches from the same rows (rows move by ~0.1): the two run the same optimizer."""
+    from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+    from torchrec.optim import RowWiseAdagrad
+
+    from fbrapids.trainers.sparse import TieredEmbeddingStore
+
+    fused = FusedEmbeddingBagCollection(
+        tables=[EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=rows, feature_names=["f"])],
+        optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": LR, "eps": EPS}, device=torch.device("cpu"))
+    store = TieredEmbeddingStore(StoreConfig(dim=dim, lr=LR, eps=EPS, cache_rows=rows, device="cpu"))
+    ids = np.arange(rows)
+    store.assign(ids, np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32) * 0.1)
+    weight = next(v for k, v in fused.state_dict().items() if k.endswith("weight"))
+    with torch.no_grad():
+        weight.copy_(torch.from_numpy(store.weights(ids)))
+    rng = np.random.default_rng(1)
+    bags, pooling = 64, 4
+    w = _weights(bags, dim)
+    for _ in range(steps):
+        batch = rng.integers(0, rows, size=bags * pooling)
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=["f"], values=torch.from_numpy(batch),
+                                                  lengths=torch.full((bags,), pooling))
+        (fused(kjt).values() * w).sum().backward()
+        lk = store.lookup(batch)
+        pooled = torch.nn.functional.embedding_bag(lk.inverse, lk.rows, torch.arange(0, bags * pooling, pooling),
+                                                   mode="sum")
+        (pooled * w).sum().backward()
+        store.apply_gradients(lk)
+        store.end_step()
+    return float(np.abs(weight.numpy() - store.weights(ids)).max())
+
+
 def timed(step: Step, batches: list[np.ndarray], sync: Callable[[], None]) -> float:
     """Ids per second over ``batches``."""
     sync()
@@ -182,6 +296,46 @@ def timed(step: Step, batches: list[np.ndarray], sync: Callable[[], None]) -> fl
         step(ids)
     sync()
     return sum(len(b) for b in batches) / (time.perf_counter() - t)
+
+
+def thread_counts(text: str) -> list[int]:
+    """``--threads``: a comma-separated list of positive thread counts.
+
+    Example:
+        >>> thread_counts("1,2")
+        [1, 2]
+    """
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--threads wants counts like 1,2, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"--threads wants positive counts, got {text!r}")
+    return out
+
+
+def build_10x(cfg: StoreConfig, name: str, rows: int, ram: int, cache: int, ssd_root: Path, eviction: str,
+              offsets: torch.Tensor, w: torch.Tensor) -> tuple[Step, object]:
+    """The store with RAM tiers of ``ram`` rows (``cache`` of them in the cache) and every
+    one of ``rows`` ids admitted and written to its SSD file; its step and its store."""
+    cfg10 = cfg.with_(cache_rows=cache, host_rows=ram - cache, ssd_dir=str(ssd_root), eviction=eviction)
+    step, ebc = tiered_step(cfg10, name, offsets, w)
+    store = ebc.stores["f"]
+    chunk = max(1, cache // 2)
+    for s in range(0, rows, chunk):  # every row admitted and written: SSD holds 10x the RAM tiers
+        store.lookup(np.arange(s, min(rows, s + chunk), dtype=np.int64).view(np.uint64) * SCRAMBLE,
+                     requires_grad=False)
+        store.end_step()
+    store.flush()
+    return step, store
+
+
+def ram_hit_rate(before: dict, after: dict) -> tuple[float, dict[str, float]]:
+    """Share of lookups (occurrences) served by the RAM tiers between two ``stats()``, and
+    the shares by tier."""
+    served = {k: after[f"served_{k}"] - before[f"served_{k}"] for k in ("cache", "host", "ssd")}
+    looked = sum(served.values())
+    return (served["cache"] + served["host"]) / looked, {k: v / looked for k, v in served.items()}
 
 
 def main() -> None:
@@ -196,21 +350,24 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=1.05, help="Zipf exponent")
     ap.add_argument("--ssd-dir", default=None, help="directory for the SSD tier (default: a temp dir)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for every system")
-    ap.add_argument("--eviction", default="lfu", help="eviction policy of the 10x run")
+    ap.add_argument("--threads", type=thread_counts, default=[1],
+                    help="torch intra-op thread counts, e.g. 1,2: every system is measured at each")
+    ap.add_argument("--eviction", default="lfu_full", help="eviction policy of the 10x run")
+    ap.add_argument("--old-eviction", default="lfu",
+                    help="the policy it is compared with on the same stream ('' to leave it out)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     cuda = torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    load_start = os.getloadavg()
 
     size = args.batch * args.pooling
     stream = ZipfStream(args.rows, args.alpha, size, args.seed)
     offsets = torch.arange(0, size, args.pooling, dtype=torch.int64)
     w = _weights(args.batch, args.dim)
     print(f"table: {args.rows} rows x {args.dim}, batch {args.batch} bags x {args.pooling} ids, Zipf {args.alpha}, "
-          f"{args.rounds} rounds x {args.batches} fresh batches, torch {torch.__version__} threads "
-          f"{torch.get_num_threads()}, cuda {'yes' if cuda else 'no'}")
+          f"{args.rounds} rounds x {args.batches} fresh batches at each of threads {args.threads}, torch "
+          f"{torch.__version__}, cuda {'yes' if cuda else 'no'}, load average {load_start[0]:.2f}")
 
     steps: dict[str, Step] = {}
     cfg = StoreConfig(dim=args.dim, lr=LR, eps=EPS, cache_rows=args.rows, seed=1, device="cpu")
@@ -229,72 +386,102 @@ def main() -> None:
     try:
         ram = max(args.rows // 10, 2)
         cache = min(max(ram // 4, 2 * size), max(1, ram // 2))
-        cfg10 = cfg.with_(cache_rows=cache, host_rows=ram - cache, ssd_dir=str(ssd_root), eviction=args.eviction)
-        steps["tiered_10x"], ebc10 = tiered_step(cfg10, "bench10x", offsets, w)
-        store = ebc10.stores["f"]
-        chunk = max(1, cache // 2)
-        for s in range(0, args.rows, chunk):  # every row admitted and written: SSD holds 10x the RAM tiers
-            store.lookup(np.arange(s, min(args.rows, s + chunk), dtype=np.int64).view(np.uint64) * SCRAMBLE,
-                         requires_grad=False)
-            store.end_step()
-        store.flush()
+        steps["tiered_10x"], store = build_10x(cfg, "bench10x", args.rows, ram, cache, ssd_root, args.eviction,
+                                               offsets, w)
+        old = None
+        if args.old_eviction:
+            steps["tiered_10x_old"], old = build_10x(cfg, "bench10x_old", args.rows, ram, cache, ssd_root,
+                                                     args.old_eviction, offsets, w)
 
+        torch.set_num_threads(args.threads[0])
         warm = stream.draw(args.warmup, -1)
         for fn in steps.values():
             for ids in warm:
                 fn(ids)
         before = store.stats()
+        before_old = old.stats() if old is not None else None
         before_cuda = ebc_cuda.stores["f"].stats() if cuda else None
-        best = dict.fromkeys(steps, 0.0)
+        best = {n: dict.fromkeys(steps, 0.0) for n in args.threads}
         drawn: list[np.ndarray] = []
-        for r in range(args.rounds):
-            batches = stream.draw(args.batches, r)
-            drawn += batches
-            for name, fn in steps.items():
-                best[name] = max(best[name], timed(fn, batches, sync))
+        for r in range(args.rounds):  # thread counts alternate within a round too, so all see the same load
+            for ti, n_threads in enumerate(args.threads):
+                torch.set_num_threads(n_threads)
+                batches = stream.draw(args.batches, r * len(args.threads) + ti)
+                drawn += batches
+                for name, fn in steps.items():
+                    best[n_threads][name] = max(best[n_threads][name], timed(fn, batches, sync))
+        by_threads = {str(n): {f"{k}_ops_per_s": v for k, v in b.items()} for n, b in best.items()}
         after = store.stats()
         if cuda:  # distinct ids the device map found vs those looked up in the host directory
             after_cuda = ebc_cuda.stores["f"].stats()
             for key in ("device_map_hits", "host_directory_lookups"):
                 res[f"tiered_cuda_{key}"] = after_cuda[key] - before_cuda[key]
+        first = by_threads[str(args.threads[0])]
         for name in ("tiered_in_ram", "torch_embeddingbag", "torchrec_fused", "fbgemm_tbe", "cuda_embeddingbag",
-                     "tiered_cuda", "tiered_10x"):
-            res[f"{name}_ops_per_s"] = best.get(name)
-        served = {k: after[f"served_{k}"] - before[f"served_{k}"] for k in ("cache", "host", "ssd")}
-        looked = sum(served.values())
-        res["upper_tier_hit_rate_10x"] = (served["cache"] + served["host"]) / looked
-        res["hit_rate_10x_by_tier"] = {k: v / looked for k, v in served.items()}
-        res["best_possible_hit_rate_10x"] = best_hit_rate(drawn, args.rows, ram)
+                     "tiered_cuda", "tiered_10x", "tiered_10x_old"):
+            res[f"{name}_ops_per_s"] = first.get(f"{name}_ops_per_s")
+        res["threads"] = args.threads
+        res["by_threads"] = by_threads
+        res["upper_tier_hit_rate_10x"], res["hit_rate_10x_by_tier"] = ram_hit_rate(before, after)
+        res["eviction_10x"] = args.eviction
+        if old is not None:
+            res["old_eviction_10x"] = args.old_eviction
+            res["old_upper_tier_hit_rate_10x"], _ = ram_hit_rate(before_old, old.stats())
+        res["best_possible_hit_rate_10x"] = belady_hit_rate(warm, drawn, ram)
+        res["best_possible_is"] = "Belady (offline optimum, every batch's rows held)"
+        res["static_oracle_hit_rate_10x"] = best_hit_rate(drawn, args.rows, ram)
+        likeliest = np.zeros(args.rows, dtype=bool)
+        likeliest[stream.perm[:ram]] = True  # the ram most probable ids of the distribution drawn from
+        res["known_distribution_hit_rate_10x"] = float(np.mean(likeliest[np.concatenate(drawn)]))
         res["hit_rate_vs_best_10x"] = res["upper_tier_hit_rate_10x"] / res["best_possible_hit_rate_10x"]
+        if old is not None:
+            res["old_hit_rate_vs_best_10x"] = res["old_upper_tier_hit_rate_10x"] / res["best_possible_hit_rate_10x"]
         res["ssd_file_rows"] = after["rows"]
         res["ram_tier_rows"] = ram
         res["cache_rows_10x"], res["host_rows_10x"] = cache, ram - cache
-        n_meas = args.rounds * args.batches
+        n_meas = len(drawn)
         res["ssd_bytes_read_per_batch"] = (after["ssd"]["bytes_out"] - before["ssd"]["bytes_out"]) / n_meas
         res["ssd_bytes_written_per_batch"] = (after["ssd"]["bytes_in"] - before["ssd"]["bytes_in"]) / n_meas
         res["not_measured"] = why
+        if "torchrec_fused" in steps:
+            res["fused_vs_store_max_abs_diff"] = fused_matches_store()
+        res["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
+        res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
+        res["torch"] = torch.__version__
     finally:
         if not args.ssd_dir:
             shutil.rmtree(ssd_root, ignore_errors=True)
 
-    t_in = res["tiered_in_ram_ops_per_s"]
     label = {"tiered_in_ram": "tiered store, in RAM", "torch_embeddingbag": "nn.EmbeddingBag + row-wise Adagrad",
              "torchrec_fused": "TorchRec FusedEBC (CPU)", "fbgemm_tbe": "fbgemm TBE (CPU)",
              "cuda_embeddingbag": "nn.EmbeddingBag on cuda", "tiered_cuda": "tiered store, cache on cuda",
-             "tiered_10x": "tiered, SSD = 10x RAM"}
-    for name, text in label.items():
-        v = res[f"{name}_ops_per_s"]
-        if v:
-            print(f"{text:36s}: {v:12.0f} lookups+updates/s   tiered in RAM / this = {t_in / v:.2f}x")
-    print(f"10x / in-RAM = {res['tiered_10x_ops_per_s'] / t_in:.2f}")
+             "tiered_10x": f"tiered, SSD = 10x RAM ({args.eviction})",
+             "tiered_10x_old": f"tiered, SSD = 10x RAM ({args.old_eviction})"}
+    for n_threads, figs in by_threads.items():
+        t_in = figs["tiered_in_ram_ops_per_s"]
+        print(f"-- {n_threads} thread(s)")
+        for name, text in label.items():
+            v = figs.get(f"{name}_ops_per_s")
+            if v:
+                print(f"{text:36s}: {v:12.0f} lookups+updates/s   tiered in RAM / this = {t_in / v:.2f}x")
     hr = res["hit_rate_10x_by_tier"]
-    print(f"10x lookups served by: cache {hr['cache']:.3f}, host {hr['host']:.3f}, ssd {hr['ssd']:.3f}; "
-          f"RAM tiers {res['upper_tier_hit_rate_10x']:.4f} against the best possible "
-          f"{res['best_possible_hit_rate_10x']:.4f} "
-          f"for {ram} rows on the stream drawn ({res['hit_rate_vs_best_10x']:.3f} of it)")
+    print(f"10x lookups served by: cache {hr['cache']:.3f}, host {hr['host']:.3f}, ssd {hr['ssd']:.3f}")
+    opt = res["best_possible_hit_rate_10x"]
+    if old is not None:
+        print(f"RAM-tier hit rate, {args.old_eviction} (old): {res['old_upper_tier_hit_rate_10x']:.4f} "
+              f"({res['old_hit_rate_vs_best_10x']:.3f} of the best possible)")
+    print(f"RAM-tier hit rate, {args.eviction}: {res['upper_tier_hit_rate_10x']:.4f} "
+          f"({res['hit_rate_vs_best_10x']:.3f} of the best possible)")
+    print(f"best possible (Belady) for {ram} rows on the stream drawn: {opt:.4f}; the stream's {ram} most frequent "
+          f"ids (static oracle) take {res['static_oracle_hit_rate_10x']:.4f} of its lookups, its {ram} most "
+          f"probable ids {res['known_distribution_hit_rate_10x']:.4f}")
     if "tiered_cuda_device_map_hits" in res:
         print(f"cache on cuda, distinct ids: {res['tiered_cuda_device_map_hits']} found by the device map, "
               f"{res['tiered_cuda_host_directory_lookups']} looked up in the host directory")
+    if "fused_vs_store_max_abs_diff" in res:
+        print(f"same optimizer: FusedEBC's rows and the store's after 3 batches from the same rows differ by at most "
+              f"{res['fused_vs_store_max_abs_diff']:.2g}")
+    print(f"load average at the end: {res['load_average']['end'][0]:.2f}")
     print(json.dumps(res))
 
 

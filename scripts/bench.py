@@ -31,9 +31,11 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "extract": (["benchmarks/extract.py", "--rows", "300000"],
                 "the public chain (read_view -> clean -> join -> extract -> join basic), eager and dask, "
                 "and op by op, vs idiomatic pandas; outputs checked equal"),
-    "embedding": (["benchmarks/embedding.py", "--rows", "200000"],
+    "embedding": (["benchmarks/embedding.py", "--threads", "1,2"],
                   "tiered store (its module) vs `nn.EmbeddingBag` with the same row-wise Adagrad vs TorchRec "
-                  "FusedEBC and fbgemm TBE (where they load), fresh Zipf 1.05 batches each round"),
+                  "FusedEBC and fbgemm TBE (where they load: run under `.venv-bench`, made by "
+                  "`scripts/bench_venv.sh`), at 1 and 2 threads, fresh Zipf 1.05 batches each round; RAM-tier "
+                  "hit rate with the SSD 10x over RAM, old vs new eviction, against Belady's"),
     "pipeline": (["benchmarks/pipeline.py", "--rows", "200000"],
                  "pipeline vs write-then-train, same model and seed; bytes measured (/proc io) on both sides"),
     "verify": (["benchmarks/pipeline.py", "--rows", "200000", "--verify-overhead", "--repeat", "21"],
@@ -87,16 +89,24 @@ def _pipeline(r: dict) -> str:
 
 
 def _embedding(r: dict) -> str:
-    parts = [f"{label} {_k(r[key])} ids/s" for key, label in (
-        ("tiered_in_ram_ops_per_s", "store"), ("torch_embeddingbag_ops_per_s", "EmbeddingBag"),
-        ("torchrec_fused_ops_per_s", "TorchRec FusedEBC"), ("fbgemm_tbe_ops_per_s", "fbgemm TBE"),
-        ("cuda_embeddingbag_ops_per_s", "EmbeddingBag on cuda"), ("tiered_cuda_ops_per_s", "store on cuda"),
-        ("tiered_10x_ops_per_s", "SSD 10x over RAM")) if r.get(key)]
+    labels = (("tiered_in_ram_ops_per_s", "store"), ("torch_embeddingbag_ops_per_s", "EmbeddingBag"),
+              ("torchrec_fused_ops_per_s", "TorchRec FusedEBC"), ("fbgemm_tbe_ops_per_s", "fbgemm TBE"),
+              ("cuda_embeddingbag_ops_per_s", "EmbeddingBag on cuda"), ("tiered_cuda_ops_per_s", "store on cuda"),
+              ("tiered_10x_ops_per_s", "SSD 10x over RAM"))
+    parts = []
+    for threads, figs in (r.get("by_threads") or {"": r}).items():
+        cells = ", ".join(f"{label} {_k(figs[key])}" for key, label in labels if figs.get(key))
+        parts.append(f"{threads} thread(s): {cells} ids/s" if threads else f"{cells} ids/s")
     if r.get("upper_tier_hit_rate_10x") is not None:
         text = f"{100 * r['upper_tier_hit_rate_10x']:.1f}% of lookups from the RAM tiers"
+        if r.get("eviction_10x"):
+            text += f" ({r['eviction_10x']})"
         if r.get("best_possible_hit_rate_10x"):
-            text += (f" ({r['hit_rate_vs_best_10x']:.3f} of the best possible "
-                     f"{100 * r['best_possible_hit_rate_10x']:.1f}%)")
+            text += (f", {r['hit_rate_vs_best_10x']:.3f} of the best possible "
+                     f"{100 * r['best_possible_hit_rate_10x']:.1f}% (Belady)")
+        if r.get("old_upper_tier_hit_rate_10x") is not None:
+            text += (f"; {r['old_eviction_10x']}: {100 * r['old_upper_tier_hit_rate_10x']:.1f}%, "
+                     f"{r['old_hit_rate_vs_best_10x']:.3f}")
         parts.append(text)
     missing = [w.split(":")[0] for w in r.get("not_measured") or []]
     if missing:

@@ -1,5 +1,6 @@
 """benchmarks/embedding.py runs end to end on a tiny table and ends with its JSON line; its
-best-possible hit rate is the share of the stream's lookups to its most frequent ids."""
+static-oracle hit rate is the share of the stream's lookups to its most frequent ids, its
+best possible Belady's (checked against an independent Belady in test_store_hit_rate.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def test_benchmark_prints_its_figures_as_the_last_json_line(tmp_path: Path) -> N
     assert res["ssd_file_rows"] == 40000 and res["ram_tier_rows"] == 4000  # SSD holds 10x the RAM tiers
     assert res["cache_rows_10x"] + res["host_rows_10x"] == 4000 and res["host_rows_10x"] > 0
     assert 0 < res["upper_tier_hit_rate_10x"] <= 1 and 0 < res["best_possible_hit_rate_10x"] <= 1
+    assert res["eviction_10x"] == "lfu_full" and res["old_eviction_10x"] == "lfu"
+    assert 0 < res["old_upper_tier_hit_rate_10x"] <= res["best_possible_hit_rate_10x"] + 1e-9
     # no cache of the RAM tiers' size can beat Belady's (the best possible) hit rate, and ids
     # spread over 10x the RAM tiers must reach the SSD tier sometimes
     assert res["upper_tier_hit_rate_10x"] <= res["best_possible_hit_rate_10x"] + 1e-9
@@ -46,7 +49,7 @@ def test_small_rows_leave_a_host_tier() -> None:
     assert res["host_rows_10x"] > 0 and res["cache_rows_10x"] + res["host_rows_10x"] == 20000
 
 
-def test_best_possible_hit_rate_is_the_top_ids_share() -> None:
+def test_static_oracle_hit_rate_is_the_top_ids_share() -> None:
     sys.path.insert(0, str(BENCH.parent))
     from embedding import best_hit_rate
 

@@ -1,8 +1,8 @@
 """The tiered embedding store: raw uint64 ids, cache / host RAM / SSD tiers, sparse optimizers.
 
 Layout: ``directory`` (id -> row, admission), ``tiers`` / ``ssd`` / ``hierarchy`` (the
-tiers and rows moving between them), ``policies`` (eviction: LRU, LFU), ``optim`` (row-wise
-Adagrad, SGD), ``persistence`` (flush, save, load), ``store`` (lookup, prefetch,
+tiers and rows moving between them), ``policies`` (eviction: LRU, LFU, LFU keeping RAM
+full), ``optim`` (row-wise Adagrad, SGD), ``persistence`` (flush, save, load), ``store`` (lookup, prefetch,
 apply_gradients, stats), ``hashmap`` (the C helpers, built by the kernels' compile cache).
 
 Example:

@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
+
 from fbrapids.kernels import load_source
 from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError
 
@@ -35,6 +37,18 @@ SOURCES = ("hashmap.c", "rows.c")
 def source_text() -> str:
     """The C source of the store's helpers, as one translation unit."""
     return "\n".join((CSRC / name).read_text() for name in SOURCES)
+
+
+def row_threads() -> int:
+    """Threads the row loops (optimizers, gathers, pooling, bookkeeping) split a batch over:
+    torch's intra-op count (``torch.set_num_threads``); small batches (under 2048 rows, 512
+    bags) stay on one, and the results are the same bits for any count.
+
+    Example:
+        >>> row_threads() == torch.get_num_threads()
+        True
+    """
+    return torch.get_num_threads()
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,7 +71,7 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_get.restype = i64
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
     lib.fbx_store_touch.restype = ctypes.c_int
-    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p]
+    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p, ctypes.c_int]
     lib.fbx_cache_slots.restype = i64
     lib.fbx_cache_slots.argtypes = [p, i64, p, i64, p]
     lib.fbx_pin_slots.restype = ctypes.c_int
@@ -75,15 +89,15 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_copy.restype = i64
     lib.fbx_map_copy.argtypes = [p, p, i64, i64, p, ctypes.c_int]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
-    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, f32, f32]
+    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, f32, f32, ctypes.c_int]
     lib.fbx_gather_cols.restype = ctypes.c_int
-    lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p]
+    lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     lib.fbx_bag_sum.restype = ctypes.c_int
-    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p]
+    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p, ctypes.c_int]
     lib.fbx_bag_sum_backward.restype = ctypes.c_int
     lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p]
     lib.fbx_sgd.restype = ctypes.c_int
-    lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32]
+    lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int]
     return lib
 
 
@@ -145,10 +159,11 @@ def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int
 
 
 def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float,
-                     eps: float) -> None:
+                     eps: float, distinct: bool = False) -> None:
     """Row-wise Adagrad in place on ``table`` rows ``slots`` (accumulator in column ``dim``):
     ``acc += mean(g * g)`` (summed in column order), ``w -= (g * lr) / (sqrt(acc) + eps)``
-    with a correctly rounded sqrt.
+    with a correctly rounded sqrt.  ``distinct=True`` (no slot repeated) lets it split the
+    rows over :func:`row_threads` threads.
 
     Example:
         >>> import numpy as np
@@ -159,7 +174,8 @@ def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim
     """
     slots, grad = _table_args(table, slots, grad, dim)
     if _lib().fbx_rowwise_adagrad(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data,
-                                  len(slots), grad.ctypes.data, float(lr), float(eps)) != 0:
+                                  len(slots), grad.ctypes.data, float(lr), float(eps),
+                                  row_threads() if distinct else 1) != 0:
         raise RowIndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
 
 
@@ -174,7 +190,7 @@ def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     out = np.empty((len(slots), int(ncols)), dtype=np.float32)
     if _lib().fbx_gather_cols(table.ctypes.data, table.shape[0], table.shape[1], slots.ctypes.data, len(slots),
-                              int(ncols), out.ctypes.data) != 0:
+                              int(ncols), out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"gather_cols: a slot outside [0, {table.shape[0]})")
     return out
 
@@ -193,7 +209,7 @@ def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarra
     nb = len(offsets) - 1
     out = np.empty((nb, rows.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
-                          out.ctypes.data) != 0:
+                          out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
     return out
 
@@ -217,8 +233,10 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
     return out
 
 
-def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float) -> None:
-    """SGD in place on ``table`` rows ``slots``: ``w -= grad * lr``.
+def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float,
+         distinct: bool = False) -> None:
+    """SGD in place on ``table`` rows ``slots``: ``w -= grad * lr`` (``distinct``: as in
+    :func:`rowwise_adagrad_`).
 
     Example:
         >>> import numpy as np
@@ -228,7 +246,7 @@ def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: f
     """
     slots, grad = _table_args(table, slots, grad, dim)
     if _lib().fbx_sgd(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data, len(slots),
-                      grad.ctypes.data, float(lr)) != 0:
+                      grad.ctypes.data, float(lr), row_threads() if distinct else 1) != 0:
         raise RowIndexError(f"sgd_: a slot outside [0, {table.shape[0]})")
 
 
@@ -311,7 +329,7 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
     out = np.zeros(6, dtype=np.int64)
     if _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
                               on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), n_rows,
-                              out.ctypes.data) != 0:
+                              out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
     return out
 

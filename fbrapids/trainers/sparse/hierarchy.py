@@ -138,7 +138,9 @@ class TierStack:
     def host_insert(self, g: np.ndarray, rows: np.ndarray, dirty: np.ndarray) -> None:
         """Put rows into host RAM; a full bounded tier keeps the rows the eviction policy ranks
         highest among its victims and the incoming rows: the others go to the SSD file
-        (written back when dirty), so a cold row leaving the cache never displaces a hotter one."""
+        (written back when dirty), so a cold row leaving the cache never displaces a hotter one.
+        It lets go of as many rows as it examined, or, under a policy that ``keeps_ram_full``,
+        of only as many as the incoming rows need."""
         k = len(g)
         host, d = self.host, self.dir
         if host.slots.n_free < k:
@@ -152,10 +154,10 @@ class TierStack:
                     return
                 kk = min(max(need, int(host.slots.capacity * self.config.evict_fraction)), len(used))
                 vic = self.policy.victims(d, host.slots.owner, used, kk, need)
-                # drop the len(vic) lowest-ranked rows among the victims and the incoming rows
+                # drop the len(vic) (keeps_ram_full: need) lowest-ranked rows among the victims and the incoming rows
                 keys = np.concatenate([self.policy.keys(d, host.slots.owner[vic]), self.policy.keys(d, g)])
                 dropped = np.zeros(len(keys), dtype=bool)
-                dropped[np.argsort(keys, kind="stable")[: len(vic)]] = True
+                dropped[np.argsort(keys, kind="stable")[: need if self.policy.keeps_ram_full else len(vic)]] = True
                 gone_in = dropped[len(vic):]
                 if gone_in.any():
                     self.write_ssd(g[gone_in & dirty], rows[gone_in & dirty])

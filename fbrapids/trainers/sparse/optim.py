@@ -52,7 +52,7 @@ class SparseOptimizer:
         raise NotImplementedError
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        """Update ``table[slots]`` in place (a CPU float32 table)."""
+        """Update ``table[slots]`` in place (a CPU float32 table; ``slots`` distinct)."""
         raise NotImplementedError
 
 
@@ -64,7 +64,7 @@ class SGD(SparseOptimizer):
         return rows
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        sgd_(table, slots, grad.detach().numpy(), self.dim, self.lr)
+        sgd_(table, slots, grad.detach().numpy(), self.dim, self.lr, distinct=True)
 
 
 class RowWiseAdagrad(SparseOptimizer):
@@ -79,7 +79,7 @@ class RowWiseAdagrad(SparseOptimizer):
         return rows
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        rowwise_adagrad_(table, slots, grad.detach().numpy(), self.dim, self.lr, self.eps)
+        rowwise_adagrad_(table, slots, grad.detach().numpy(), self.dim, self.lr, self.eps, distinct=True)
 
 
 OPTIMIZERS: dict[str, type[SparseOptimizer]] = {"sgd": SGD, "adagrad": RowWiseAdagrad}

@@ -5,6 +5,13 @@ A policy gives each row a key (smaller: evicted sooner) from the directory's usa
 a policy, subclass :class:`EvictionPolicy`, implement :meth:`~EvictionPolicy.keys` and
 register it in :data:`POLICIES`; ``StoreConfig(eviction=name)`` then selects it.
 
+``keeps_ram_full`` says how much a full host-RAM tier lets go of (see
+:meth:`fbrapids.trainers.sparse.hierarchy.TierStack.host_insert`): False (``lru``,
+``lfu``), as many rows as it examined (an ``evict_fraction`` of the tier, so it examines
+rarely); True (``lfu_full``), only as many as the incoming rows need, the lowest ranked
+among those examined and the incoming, so the RAM tiers stay full.  Where rows are kept
+never changes their values (tests/trainers/test_store_hit_rate.py).
+
 Example:
     >>> import numpy as np
     >>> from fbrapids.trainers.sparse.directory import RowDirectory
@@ -26,6 +33,7 @@ class EvictionPolicy:
     """Chooses victims among a tier's candidate slots by a per-row key."""
 
     name = ""
+    keeps_ram_full = False
 
     def keys(self, directory: RowDirectory, g: np.ndarray) -> np.ndarray:
         """Eviction keys of global rows ``g``: the smallest go first."""
@@ -72,7 +80,19 @@ class LFU(EvictionPolicy):
         return directory.freq[g]
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRU, "lfu": LFU}
+class FullLFU(LFU):
+    """LFU keeping the RAM tiers full: a full host tier drops only the rows it must.
+
+    On the embedding benchmark's Zipf stream (``benchmarks/embedding.py``) ``lfu`` leaves
+    up to an eighth of host RAM empty after each drop; filling it serves more lookups from
+    RAM (counted there against the stream's offline optimum, Belady's).
+    """
+
+    name = "lfu_full"
+    keeps_ram_full = True
+
+
+POLICIES: dict[str, type[EvictionPolicy]] = {"lru": LRU, "lfu": LFU, "lfu_full": FullLFU}
 
 
 def eviction_policy(name: str) -> EvictionPolicy:

@@ -189,12 +189,16 @@ int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
  * occurrences each: marks admitted rows used at `step` (last) and adds their occurrences to freq, and
  * adds to out[0..5]: occurrences served by the cache, host RAM, the SSD file, a new row,
  * occurrences of rows not admitted, and distinct admitted rows already cached.
- * The row arrays hold n_rows entries; returns 0, or -1 (nothing done) for a row beyond. */
+ * The row arrays hold n_rows entries; returns 0, or -1 (nothing done) for a row beyond.
+ * With nthreads > 1 the admitted rows must be distinct (the same counts for any thread count). */
 int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
                     const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
-                    int64_t n_rows, int64_t *out) {
+                    int64_t n_rows, int64_t *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (g[j] >= n_rows) return -1;
+    int64_t o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= 2048) \
+    reduction(+ : o0, o1, o2, o3, o4, o5)
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) {
             int64_t p = g[j + FBX_AHEAD];
@@ -202,14 +206,15 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
             __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
         }
         int64_t r = g[j], c = counts[j];
-        if (r < 0) { out[4] += c; continue; }
+        if (r < 0) { o4 += c; continue; }
         last[r] = step;
         freq[r] += c;
-        if (cache_loc[r] >= 0) { out[0] += c; out[5] += 1; }
-        else if (host_loc[r] >= 0) out[1] += c;
-        else if (on_ssd[r]) out[2] += c;
-        else out[3] += c;
+        if (cache_loc[r] >= 0) { o0 += c; o5 += 1; }
+        else if (host_loc[r] >= 0) o1 += c;
+        else if (on_ssd[r]) o2 += c;
+        else o3 += c;
     }
+    out[0] += o0; out[1] += o1; out[2] += o2; out[3] += o3; out[4] += o4; out[5] += o5;
     return 0;
 }
 

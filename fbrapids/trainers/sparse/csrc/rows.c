@@ -11,16 +11,23 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Row loops split over `nthreads` OpenMP threads (the caller passes torch's intra-op count)
+ * when a batch has at least FBX_PAR_ROWS rows; each row is computed by one thread with the
+ * same arithmetic, so the result is the same bits for any thread count. */
+#define FBX_PAR_ROWS 2048
+
 /* Row-wise Adagrad in place on the rows table (n_slots rows of `width` floats, the
  * accumulator at column dim): for j < m, with row = table + slots[j] * width and g the
  * gradient row j: s = g[0]^2 + g[1]^2 + ... (in column order), acc = row[dim] + s / dim,
  * row[dim] = acc, den = sqrt(acc) + eps (correctly rounded), row[c] -= (g[c] * lr) / den.
- * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots). */
+ * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the
+ * slots must be distinct. */
 int fbx_rowwise_adagrad(float *table, int64_t n_slots, int64_t width, int64_t dim, const int64_t *slots, int64_t m,
-                        const float *grad, float lr, float eps) {
+                        const float *grad, float lr, float eps, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
     const float fdim = (float)dim;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
     for (int64_t j = 0; j < m; j++) {
         if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width, 1);
         float *row = table + slots[j] * width;
@@ -39,11 +46,12 @@ int fbx_rowwise_adagrad(float *table, int64_t n_slots, int64_t width, int64_t di
 }
 
 /* SGD in place: row[c] -= grad[j, c] * lr for the rows at slots[j].  Returns 0, or -1
- * (nothing done) for a slot outside [0, n_slots). */
+ * (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the slots must be distinct. */
 int fbx_sgd(float *table, int64_t n_slots, int64_t width, int64_t dim, const int64_t *slots, int64_t m,
-            const float *grad, float lr) {
+            const float *grad, float lr, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
     for (int64_t j = 0; j < m; j++) {
         float *row = table + slots[j] * width;
         const float *g = grad + j * dim;
@@ -55,9 +63,10 @@ int fbx_sgd(float *table, int64_t n_slots, int64_t width, int64_t dim, const int
 /* out[j, 0..ncols) = table[slots[j], 0..ncols) for j < m (a gather of the leading columns).
  * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots). */
 int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const int64_t *slots, int64_t m,
-                    int64_t ncols, float *out) {
+                    int64_t ncols, float *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
     for (int64_t j = 0; j < m; j++) {
         if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width);
         const float *src = table + slots[j] * width;
@@ -71,11 +80,12 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
  * (offsets has nbags + 1 entries), in index order, from zero.  Returns 0, or -1 (nothing
  * done) for an index outside [0, m) or offsets out of order. */
 int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, const int64_t *offsets,
-                int64_t nbags, float *out) {
+                int64_t nbags, float *out, int nthreads) {
     for (int64_t b = 0; b < nbags; b++)
         if (offsets[b] > offsets[b + 1]) return -1;
     for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
         if (idx[k] < 0 || idx[k] >= m) return -1;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 4)
     for (int64_t b = 0; b < nbags; b++) {
         float *o = out + b * dim;
         for (int64_t c = 0; c < dim; c++) o[c] = 0.0f;
