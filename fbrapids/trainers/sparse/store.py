@@ -137,6 +137,10 @@ class TieredEmbeddingStore:
         self.device = resolve_device(config.device or device)
         if config.ssd_dir is not None:
             key = str((Path(config.ssd_dir) / name).resolve())
+            if not name or not Path(key).is_relative_to(Path(config.ssd_dir).resolve()) or \
+                    Path(key) == Path(config.ssd_dir).resolve():
+                raise StoreError(f"table {name!r}: its SSD files would leave {config.ssd_dir} (a table name is a "
+                                 "folder inside ssd_dir); refused")
             other = _OPEN_SSD_DIRS.get(key)
             if other is not None and other is not self:
                 raise StoreError(f"table {name!r}: SSD directory {key} is already used by another live table; "
