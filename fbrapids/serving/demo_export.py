@@ -99,9 +99,10 @@ def training_fills(schema: dict[str, str]) -> dict[str, Any]:
 
 
 def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike, model: str = "dlrm",
-                           embedding_dim: int = 16, seed: int = 0) -> Path:
+                           embedding_dim: int = 16, seed: int = 0, signing_key: bytes | None = None) -> Path:
     """Export the demo model of ``checkpoint`` (a checkpoint directory, or a root with a
-    ``latest`` pointer, e.g. ``WORK_DIR/checkpoints``) to ``out``; returns ``out``."""
+    ``latest`` pointer, e.g. ``WORK_DIR/checkpoints``) to ``out`` (its manifest signed with
+    ``signing_key`` when given); returns ``out``."""
     from fbrapids.pipeline import model_arguments
 
     dense, sparse, sequences = demo_inputs(model)
@@ -118,4 +119,4 @@ def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike
         first = str(exc).strip().splitlines()[0][:200]
         raise ExportError(f"{checkpoint} does not hold the demo's {model} model with embedding_dim={embedding_dim} "
                           f"(pass the demo's --model / --embedding-dim): {first}") from None
-    return export_model(out, net.eval(), spec, kwargs)
+    return export_model(out, net.eval(), spec, kwargs, signing_key=signing_key)

@@ -137,7 +137,7 @@ def parse_body(raw: bytes, max_objects: int) -> Any:
 
 def _entry(body: Any, where: str) -> dict[str, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("request"), dict) or \
-            not isinstance(body.get("items"), list):
+            not isinstance(body.get("items"), list) or not all(type(it) is dict for it in body["items"]):
         raise BodyError(422, f"{where}: expected an object with 'request' (an object of columns) and 'items' "
                              f"(a list of objects), got {show(body, 100)}")
     return {"request": body["request"], "items": body["items"]}
@@ -190,9 +190,8 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
     def many(body: Any) -> list[dict[str, Any]]:
         if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
             raise BodyError(422, f"body: expected an object with 'requests' (a list), got {show(body, 100)}")
-        if len(body["requests"]) > scorer.max_requests:
-            raise RequestTooLargeError(f"{len(body['requests'])} requests in one call, more than "
-                                       f"max_requests={scorer.max_requests}")
+        if len(body["requests"]) > scorer.max_requests:  # refused (and counted) by the scorer
+            return body["requests"]
         return [_entry(r, f"requests[{i}]") for i, r in enumerate(body["requests"])]
 
     # Plain functions: parsing, validation and scoring run on the thread pool, never on the
