@@ -66,6 +66,9 @@ def _serve(args: argparse.Namespace) -> int:
     from fbrapids.serving.http import serve
 
     if args.token is not None:
+        from fbrapids.serving.http import check_token
+
+        check_token(args.token)  # refused before the warning: one line
         logging.getLogger("fbrapids.cli").warning(
             "--token is visible to every user of this machine (ps, /proc); use --token-file or $FBRAPIDS_SERVE_TOKEN")
     limits = ServeLimits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,

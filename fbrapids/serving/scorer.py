@@ -58,7 +58,8 @@ operating system (``malloc_trim``, where the C library has it).
 
 A null (or NaN) in a column of ``spec.fill`` becomes its fill value before validation, as
 training's cleaning did (``stats["nulls_filled"]``).  A value the model cannot score (its
-logit is not finite: a huge dense input overflowing the network) is a
+logit is not finite, or beyond ``max_logit`` = 1e4 where the score is saturated to exactly 0
+or 1: a huge dense input overflowing the network) is a
 :class:`~fbrapids.errors.ModelInputError` naming the record and the model input, never a
 NaN score.  :meth:`Scorer.score_each` answers per request: one bad request of a batch
 leaves the others' scores.
@@ -119,6 +120,8 @@ SCORE_ATOL = 1e-6
 MAX_ITEMS = 10_000
 #: Items per slice: a call arriving during another's large one waits for one slice at most.
 CHUNK_ITEMS = 1024
+#: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
+MAX_LOGIT = 1e4
 
 
 class Scorer:
@@ -137,13 +140,17 @@ class Scorer:
             batch is built there.
         chunk_items: a call is scored in slices of at most this many items (and requests),
             the lock handed to waiting calls between slices.
+        max_logit: a row whose logit is beyond this (or not finite) is refused, naming the
+            record and its largest dense input: no trained CTR model gives such a logit to
+            inputs like those it was trained on (the score would be exactly 0 or 1).
 
     The model's embedding stores are made read-only (module docstring).
     """
 
     def __init__(self, model: CTRModel, spec: ServingSpec, cache_items: int = 100_000, dedup: bool = True,
                  max_items: int = MAX_ITEMS, cache_bytes: int = 256 << 20, max_requests: int = 1024,
-                 device: str | torch.device | None = None, chunk_items: int = CHUNK_ITEMS) -> None:
+                 device: str | torch.device | None = None, chunk_items: int = CHUNK_ITEMS,
+                 max_logit: float = MAX_LOGIT) -> None:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1),
                             ("chunk_items", chunk_items, 1)):
@@ -157,6 +164,9 @@ class Scorer:
         self.max_items = max_items
         self.max_requests = max_requests
         self.chunk_items = chunk_items
+        if not isinstance(max_logit, (int, float)) or not max_logit > 0:
+            raise ArgumentError(f"Scorer: max_logit must be a number > 0, got {max_logit!r}")
+        self.max_logit = float(max_logit)
         self._stores = list(model.stores().values())
         for store in self._stores:  # serving never adds a row nor counts a sighting
             store.read_only = True
@@ -415,9 +425,9 @@ class Scorer:
         return probs
 
     def _finite(self, logits: torch.Tensor, label: Callable[[int], str], dense: Callable[[int], list[float]]) -> None:
-        """Refuse a slice whose logits are not all finite, naming the first such row and its
-        largest dense model input (what overflowed the network)."""
-        bad = ~torch.isfinite(logits)
+        """Refuse a slice whose logits are not all finite or beyond ``max_logit``, naming the
+        first such row and its largest dense model input (what overflowed the network)."""
+        bad = ~torch.isfinite(logits) | (logits.abs() > self.max_logit)
         if not bool(bad.any()):
             return
         k = int(torch.nonzero(bad)[0, 0])
