@@ -93,18 +93,18 @@ def _encode(v: Any, d: Path) -> Any:
     raise ExportError(f"export_model: model argument of type {type(v).__name__} cannot be written as JSON")
 
 
-def _decode(v: Any, keep_ssd: bool, d: Path, table_bytes: int = 0) -> Any:
+def _decode(v: Any, keep_ssd: bool, d: Path, cache_rows: int | None = None) -> Any:
+    """``serving.json``'s model arguments as objects; ``cache_rows``: the cap on every
+    table's cache rows, or None for a probe (cache tiers of one row on torch's meta device:
+    nothing allocated)."""
     if isinstance(v, dict) and set(v) == {"StoreConfig"}:
         try:
             cfg = StoreConfig(**v["StoreConfig"])
         except (TypeError, ValueError) as exc:
             raise UnsafeFileError(f"{d / 'serving.json'}: bad StoreConfig ({exc})") from None
-        row_bytes = cfg.width * 4
-        if row_bytes > MAX_ROW_BYTES:
-            raise UnsafeFileError(f"{d / 'serving.json'}: StoreConfig rows of {row_bytes} bytes (dim {cfg.dim}), "
-                                  f"more than {MAX_ROW_BYTES}; refused before allocating")
-        # the cache never needs more rows than the largest table the manifest lists holds
-        cfg = cfg.with_(cache_rows=max(1, min(cfg.cache_rows, table_bytes // row_bytes)))
+        if cache_rows is None:
+            return cfg.with_(cache_rows=1, host_rows=None, ssd_dir=None, device="meta")
+        cfg = cfg.with_(cache_rows=max(1, min(cfg.cache_rows, cache_rows)))
         if keep_ssd and cfg.ssd_dir is not None:  # rebuilt from the checkpoint: a private folder, never serving.json's
             return cfg.with_(ssd_dir=tempfile.mkdtemp(prefix="fbrapids-serve-ssd-"))
         return cfg.with_(host_rows=None, ssd_dir=None)
@@ -117,9 +117,9 @@ def _decode(v: Any, keep_ssd: bool, d: Path, table_bytes: int = 0) -> Any:
         store = ImageVectorStore.open(vectors, default=np.asarray(e["default"], dtype=np.float32), copy=True)
         return ImageEmbedder(store, ImageEmbeddingMLP(e["sizes"], final_prelu=e["final_prelu"]), dedup=e["dedup"])
     if isinstance(v, dict):
-        return {k: _decode(x, keep_ssd, d, table_bytes) for k, x in v.items()}
+        return {k: _decode(x, keep_ssd, d, cache_rows) for k, x in v.items()}
     if isinstance(v, list):
-        return [_decode(x, keep_ssd, d, table_bytes) for x in v]
+        return [_decode(x, keep_ssd, d, cache_rows) for x in v]
     return v
 
 
@@ -239,15 +239,18 @@ def _check_files(d: Path, listed: dict[str, int]) -> int:
     return max([n for rel, n in listed.items() if rel.endswith("/rows.f32")] + [0])
 
 
-def _dense_bytes(cls: type, kwargs: dict[str, Any]) -> int | None:
-    """Bytes of the dense weights ``cls(**kwargs)`` would allocate, counted on torch's meta
-    device (nothing allocated); None when the model cannot be built there."""
+def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
+    """``(dense weight bytes, widest embedding row in bytes)`` of ``cls(**kwargs)``, the
+    model built on torch's meta device with one-row caches (nothing allocated)."""
     try:
         with torch.device("meta"):
             m = cls(**kwargs)
-        return sum(t.numel() * t.element_size() for t in m.state_dict().values() if torch.is_tensor(t))
-    except Exception:  # noqa: BLE001 - the real construction below reports the error
-        return None
+    except (TypeError, ValueError) as exc:
+        raise UnsafeFileError(f"{source}: model_kwargs do not fit {cls.__name__} ({str(exc)[:300]})") from None
+    except MemoryError:
+        raise UnsafeFileError(f"{source}: model_kwargs ask for more memory than this machine has; refused") from None
+    dense = sum(t.numel() * t.element_size() for t in m.state_dict().values() if torch.is_tensor(t))
+    return dense, max([s.config.width * 4 for s in m.stores().values()] + [0])
 
 
 def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = True,
@@ -279,12 +282,16 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
         raise UnsafeFileError(f"{d / 'serving.json'}: needs 'model' (a registered model name) and 'model_kwargs'")
     cls = model_class(meta["model"])
     table_bytes = _check_files(d, listed)
-    kwargs = _decode(meta["model_kwargs"], keep_ssd, d, table_bytes)
-    dense_pt = [n for rel, n in listed.items() if rel.startswith("model/") and rel.endswith("/dense.pt")]
-    need = _dense_bytes(cls, kwargs) if dense_pt else None
-    if need is not None and need > max(dense_pt):
+    need, row_bytes = _probe(cls, _decode(meta["model_kwargs"], False, d), d / "serving.json")
+    if row_bytes > MAX_ROW_BYTES:
+        raise UnsafeFileError(f"{d / 'serving.json'}: embedding rows of {row_bytes} bytes, more than "
+                              f"{MAX_ROW_BYTES}; refused before allocating")
+    dense_pt = max([n for rel, n in listed.items() if rel.startswith("model/") and rel.endswith("/dense.pt")] + [0])
+    if listed and need > dense_pt:
         raise UnsafeFileError(f"{d / 'serving.json'}: model_kwargs describe {need} bytes of dense weights, the "
-                              f"export's dense.pt holds {max(dense_pt)}; refused before allocating")
+                              f"export's dense.pt holds {dense_pt}; refused before allocating")
+    # no cache needs more rows than the largest table the manifest lists holds
+    kwargs = _decode(meta["model_kwargs"], keep_ssd, d, max(1, table_bytes // max(row_bytes, 1)))
     try:
         model = cls(**kwargs)
     except (TypeError, ValueError) as exc:
