@@ -249,6 +249,9 @@ def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
         raise UnsafeFileError(f"{source}: model_kwargs do not fit {cls.__name__} ({str(exc)[:300]})") from None
     except MemoryError:
         raise UnsafeFileError(f"{source}: model_kwargs ask for more memory than this machine has; refused") from None
+    except (NotImplementedError, RuntimeError) as exc:  # a model that cannot be built on the meta device
+        raise UnsafeFileError(f"{source}: {cls.__name__} cannot be sized before loading ({str(exc)[:200]}); "
+                              "a served model must build on torch's meta device") from None
     dense = sum(t.numel() * t.element_size() for t in m.state_dict().values() if torch.is_tensor(t))
     return dense, max([s.config.width * 4 for s in m.stores().values()] + [0])
 
