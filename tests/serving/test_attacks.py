@@ -38,6 +38,7 @@ from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
 MAX_BODY = 512 << 10
 MAX_CONN = 24
+MAX_BUFFERED = 700 << 10
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def exported(trained, tmp_path_factory):
 def guarded(exported):
     """The export served with a token and tight limits (1 s deadlines, a small connection cap)."""
     limits = ServeLimits(max_body_bytes=MAX_BODY, header_timeout_s=1.0, body_timeout_s=1.0,
-                         max_connections=MAX_CONN)
+                         max_connections=MAX_CONN, max_buffered_bytes=MAX_BUFFERED)
     scorer = load_scorer(exported, max_items=2000, chunk_items=256, max_requests=8)
     server = Server(create_app(scorer, token=TOKEN, limits=limits), limits)
     yield server, scorer
@@ -223,6 +224,22 @@ def test_stalled_and_vanished_uploads_are_not_scored(trained, guarded) -> None:
         s.sendall(head + raw[: len(raw) // 2])
     assert wait_for(lambda: counts["incomplete_bodies"] > incomplete)
     assert counts["body_timeouts"] == timeouts + 1 and scorer.stats["requests"] == requests_before
+
+
+def test_stalled_uploads_hold_a_bounded_total(guarded) -> None:
+    """Two authorised uploads that send 400 KiB each and stall: together they would hold
+    more than max_buffered_bytes, so one is answered 503 at once (the other, 408 later)."""
+    server, _ = guarded
+    head = (f"POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {MAX_BODY}\r\n\r\n").encode()
+    before = server.limits.counts["busy_refused"]
+    with socket.create_connection(server.addr, timeout=30) as first, \
+            socket.create_connection(server.addr, timeout=30) as second:
+        first.sendall(head + b" " * (400 << 10))
+        second.sendall(head + b" " * (400 << 10))
+        answers = sorted([read_answer(first), read_answer(second)], key=lambda a: a[0])
+    assert [a[0] for a in answers] == [408, 503] and b"too many request bodies" in answers[1][2]
+    assert server.limits.counts["busy_refused"] == before + 1
 
 
 def test_connection_cap_and_one_log_line_per_interval(trained, guarded, caplog) -> None:
