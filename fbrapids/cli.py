@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--cache-items", type=_int_in(0), default=100_000, help="item-feature cache entries (0: off)")
     srv.add_argument("--cache-bytes", type=_int_in(1), default=256 << 20, help="item-feature cache bytes")
     srv.add_argument("--max-items", type=_int_in(1), default=10_000, help="most candidate items in one call")
-    srv.add_argument("--chunk-items", type=_int_in(1), default=1024,
+    srv.add_argument("--chunk-items", type=_int_in(1), default=512,
                      help="items scored per slice; other calls are served between slices")
     srv.add_argument("--max-requests", type=_int_in(1), default=1024, help="most requests in one /score_batch")
     srv.add_argument("--max-body-bytes", type=_int_in(1), default=4 << 20,

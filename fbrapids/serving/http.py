@@ -74,6 +74,7 @@ log = logging.getLogger(__name__)
 TOKEN_ENV = "FBRAPIDS_SERVE_TOKEN"
 MAX_BODY_BYTES = ServeLimits.max_body_bytes
 MIN_TOKEN_CHARS = 16  #: the shortest bearer token accepted
+TURN_BYTES = 64 << 10  #: a body larger than this is parsed in a turn of the scorer's lock
 DETAIL_CHARS = 500  #: the longest error detail sent back
 
 
@@ -165,7 +166,12 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
 
     def answer(parse: Callable[[Any], list[dict[str, Any]]], raw: bytes, batch: bool) -> JSONResponse:
         try:
-            entries = parse(parse_body(raw, max_objects))
+            if len(raw) > TURN_BYTES:  # a large body's parse holds the interpreter: it takes its turn like a slice
+                with scorer.turn():
+                    body = parse_body(raw, max_objects)
+            else:
+                body = parse_body(raw, max_objects)
+            entries = parse(body)
             results = scorer.score_each(entries) if batch else scorer.score_batch(entries)
         except BodyError as exc:
             return JSONResponse({"detail": _cut(exc.detail)}, status_code=exc.status)

@@ -119,7 +119,7 @@ SCORE_ATOL = 1e-6
 #: and its JSON body (~100-400 bytes per item) fits ``max_body_bytes``.
 MAX_ITEMS = 10_000
 #: Items per slice: a call arriving during another's large one waits for one slice at most.
-CHUNK_ITEMS = 1024
+CHUNK_ITEMS = 512
 #: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
 MAX_LOGIT = 1e4
 
@@ -331,6 +331,12 @@ class Scorer:
             except RequestError as exc:
                 out.append(exc)
         return out
+
+    def turn(self) -> FairLock:
+        """The scorer's first-come, first-served lock, for work that should not share the
+        interpreter with a slice of scoring (the HTTP service parses a body under it): use
+        as ``with scorer.turn(): ...``, never around a scoring call (it is not reentrant)."""
+        return self._lock
 
     def _count(self, **changes: int) -> None:
         with self._stats_lock:
