@@ -128,6 +128,9 @@ class Gate:
 
     async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
                        send: Callable[[dict], Awaitable[None]]) -> None:
+        if scope["type"] == "websocket":  # the service has no websocket endpoint: refused before any check
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
