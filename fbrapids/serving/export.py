@@ -179,11 +179,13 @@ def _read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
 
 
 def _listed(d: Path) -> dict[str, int]:
-    """The export's files and their sizes, as its manifest lists them (verified first)."""
+    """The export's files and their sizes, as its manifest lists them (verified first), or
+    as they are on disk when it has none (``verify=False``)."""
     try:
         return {rel: int(e.get("bytes", 0)) for rel, e in read_manifest(d)["files"].items()}
     except ManifestError:
-        return {}
+        return {p.relative_to(d).as_posix(): p.stat().st_size for p in d.rglob("*")
+                if p.is_file() and not p.is_symlink()}
 
 
 def check_archive(path: Path) -> None:

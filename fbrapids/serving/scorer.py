@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
@@ -406,7 +407,9 @@ class Scorer:
             raise
         except KernelRuntimeError as exc:
             self._count(rejected_bad_input=1)
-            raise RequestError(show(exc.args[0] if exc.args else exc, 500)) from exc
+            full = str(exc.args[0] if exc.args else exc)
+            log.warning("a kernel refused a call's data: %s", full[:1000])  # the plan's details stay here
+            raise RequestError(show(re.sub(r"^layer \d+: ", "", full), 500)) from exc
         finally:
             if total > self.chunk_items:
                 release_memory()
