@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flood-clients", type=int, default=2)
     ap.add_argument("--hog-clients", type=int, default=1)
     ap.add_argument("--hog-items", type=int, default=10_000, help="items per hog call (the default max_items)")
+    ap.add_argument("--attack-settle", type=float, default=3.0, help="seconds an attack runs before measuring")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (--attack / --unseen-ids: "
                                                             "default benchmarks/results/inference_attack.json / "
                                                             "inference_unseen.json)")

@@ -197,7 +197,7 @@ def attack(args) -> dict:
         req, items = request_records(users, ads, args.hog_items, seed=999)
         hog_body = json.dumps({"request": req, "items": items}).encode()
         (work / "hog.json").write_bytes(hog_body)
-        _measure(port, bodies, 20)  # warm-up: plans compiled, the item cache filled
+        _measure(port, bodies, min(20, args.attack_requests))  # warm-up: plans compiled, the item cache filled
         for _ in range(3):
             _request(port, hog_body, {"Authorization": f"Bearer {TOKEN}"})
         out = {"benchmark": "inference_attack", "machine": f"{os.cpu_count()} cores",
@@ -215,7 +215,7 @@ def attack(args) -> dict:
             attacker = subprocess.Popen(
                 [sys.executable, __file__, phase, str(port), str(n), str(work / "hog.json"), "3600", str(tally_file)],
                 env=env, preexec_fn=lambda: os.nice(19))
-            time.sleep(3.0)  # the attack under way (the attacker process started)
+            time.sleep(args.attack_settle)  # the attack under way (the attacker process started)
             res = _measure(port, bodies, args.attack_requests)
             attacker.send_signal(signal.SIGINT)
             attacker.wait(timeout=120)
