@@ -52,6 +52,8 @@ Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
     python benchmarks/inference.py --requests 100 --threads 4
     python benchmarks/inference.py --http-only --http-items 64 --http-clients 8 --http-requests 400
+    python benchmarks/inference.py --attack        # issue 25: p50 under attack (benchmarks/serving_attack.py)
+    python benchmarks/inference.py --unseen-ids    # issue 25: 500k never-seen ids, rows and RSS flat
 """
 
 from __future__ import annotations
@@ -191,9 +193,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-requests", type=int, default=None, help="measured HTTP requests (default --requests)")
     ap.add_argument("--no-http", action="store_true", help="skip the HTTP run")
     ap.add_argument("--http-only", action="store_true", help="only the HTTP run (no in-process sizes)")
+    ap.add_argument("--attack", action="store_true",
+                    help="serving under attack (benchmarks/serving_attack.py): authorised p50 unloaded and under a "
+                         "15 MB unauthenticated flood, a hog of max-size calls, 200 stalled connections")
+    ap.add_argument("--unseen-ids", action="store_true",
+                    help="table rows and RSS while scoring --unseen never-seen ids (benchmarks/serving_attack.py)")
+    ap.add_argument("--unseen", type=int, default=500_000, help="never-seen ad ids scored by --unseen-ids")
+    ap.add_argument("--attack-requests", type=int, default=60, help="measured authorised requests per phase")
+    ap.add_argument("--flood-clients", type=int, default=2)
+    ap.add_argument("--hog-clients", type=int, default=1)
+    ap.add_argument("--hog-items", type=int, default=10_000, help="items per hog call (the default max_items)")
+    ap.add_argument("--attack-settle", type=float, default=3.0, help="seconds an attack runs before measuring")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (--attack / --unseen-ids: "
+                                                            "default benchmarks/results/inference_attack.json / "
+                                                            "inference_unseen.json)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
+    if args.attack or args.unseen_ids:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import serving_attack
+
+        res = serving_attack.attack(args) if args.attack else serving_attack.unseen(args)
+        out = args.out or Path(__file__).resolve().parent / "results" / (
+            "inference_attack.json" if args.attack else "inference_unseen.json")
+        out.write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(res))
+        return 0
 
     t0 = time.perf_counter()
     model, spec, _, (users, ads, _) = train_example(rows=args.train_rows, seed=args.seed, n_users=args.users,

@@ -58,18 +58,56 @@ def _export(args: argparse.Namespace) -> int:
     from fbrapids.serving.demo_export import export_demo_checkpoint
 
     out = export_demo_checkpoint(args.checkpoint, args.out, model=args.model, embedding_dim=args.embedding_dim,
-                                 seed=args.seed)
+                                 seed=args.seed, signing_key=_signing_key(args.signing_key_file))
     sys.stdout.write(f"exported {args.checkpoint} to {out} (serve it: fbrapids serve {out})\n")
     return 0
 
 
+def _signing_key(path: Path | None) -> bytes | None:
+    """The HMAC key of ``--signing-key-file``, else ``$FBRAPIDS_SIGNING_KEY``, else None."""
+    from fbrapids.serving.signing import signing_key
+
+    return signing_key(path)
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from fbrapids.serving.guard import ServeLimits
     from fbrapids.serving.http import serve
 
+    if args.token is not None:
+        from fbrapids.serving.http import check_token
+
+        check_token(args.token)  # refused before the warning: one line
+        logging.getLogger("fbrapids.cli").warning(
+            "--token is visible to every user of this machine (ps, /proc); use --token-file or $FBRAPIDS_SERVE_TOKEN")
+    limits = ServeLimits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,
+                         header_timeout_s=args.header_timeout, max_connections=args.max_connections)
     serve(args.export_dir, args.host, args.port, token=args.token, insecure=args.insecure,
-          max_body_bytes=args.max_body_bytes, cache_items=args.cache_items, cache_bytes=args.cache_bytes,
-          max_items=args.max_items, max_requests=args.max_requests)
+          token_file=args.token_file, allow_hosts=args.allow_host, limits=limits,
+          signing_key=_signing_key(args.signing_key_file), cache_items=args.cache_items,
+          cache_bytes=args.cache_bytes, max_items=args.max_items, max_requests=args.max_requests,
+          chunk_items=args.chunk_items)
     return 0
+
+
+def _float_above(lo: float) -> Any:
+    """An argparse type: a number greater than ``lo``.
+
+    Example:
+        >>> _float_above(0)("2.5")
+        2.5
+    """
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not v > lo:
+            raise argparse.ArgumentTypeError(f"must be greater than {lo}, got {text}")
+        return v
+
+    return parse
 
 
 def _int_in(lo: int, hi: int | None = None) -> Any:
@@ -210,22 +248,40 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the demo model the checkpoint holds")
     exp.add_argument("--embedding-dim", type=_int_in(1), default=16)
     exp.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
+    exp.add_argument("--signing-key-file", type=Path, default=None, metavar="FILE",
+                     help="sign the export with the HMAC key in FILE (default: $FBRAPIDS_SIGNING_KEY if set)")
     exp.set_defaults(func=_export)
 
     srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
     srv.add_argument("export_dir", type=Path, help="a directory written by `fbrapids export` or export_model")
     srv.add_argument("--host", default="127.0.0.1",
-                     help="bind address; a non-loopback one needs --token (or $FBRAPIDS_SERVE_TOKEN) or --insecure")
+                     help="bind address; a non-loopback one needs a token (--token-file or $FBRAPIDS_SERVE_TOKEN) "
+                          "or --insecure")
     srv.add_argument("--port", type=_int_in(0, 65535), default=8000)
-    srv.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN` "
-                     "(default: $FBRAPIDS_SERVE_TOKEN if set)")
+    srv.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                     help="require `Authorization: Bearer TOKEN` on every path, TOKEN the first line of FILE "
+                          "(>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
+    srv.add_argument("--token", default=None, help="the token itself (discouraged: visible in ps; prefer --token-file)")
+    srv.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="a Host header name clients use, besides the loopback names and the bind address "
+                          "(repeatable; '*' allows any)")
+    srv.add_argument("--signing-key-file", type=Path, default=None, metavar="FILE",
+                     help="serve only an export signed with the HMAC key in FILE (default: $FBRAPIDS_SIGNING_KEY)")
     srv.add_argument("--insecure", action="store_true", help="allow a non-loopback host without a token")
     srv.add_argument("--cache-items", type=_int_in(0), default=100_000, help="item-feature cache entries (0: off)")
     srv.add_argument("--cache-bytes", type=_int_in(1), default=256 << 20, help="item-feature cache bytes")
-    srv.add_argument("--max-items", type=_int_in(1), default=100_000, help="most candidate items in one call")
+    srv.add_argument("--max-items", type=_int_in(1), default=10_000, help="most candidate items in one call")
+    srv.add_argument("--chunk-items", type=_int_in(1), default=512,
+                     help="items scored per slice; other calls are served between slices")
     srv.add_argument("--max-requests", type=_int_in(1), default=1024, help="most requests in one /score_batch")
-    srv.add_argument("--max-body-bytes", type=_int_in(1), default=16 << 20,
+    srv.add_argument("--max-body-bytes", type=_int_in(1), default=4 << 20,
                      help="largest request body, refused (413) before parsing")
+    srv.add_argument("--header-timeout", type=_float_above(0), default=10.0, metavar="S",
+                     help="close a connection that sends no complete request head within S seconds")
+    srv.add_argument("--body-timeout", type=_float_above(0), default=10.0, metavar="S",
+                     help="answer 408 to a request whose body is not received within S seconds")
+    srv.add_argument("--max-connections", type=_int_in(1), default=512,
+                     help="open connections served at once; more are closed on arrival")
     srv.set_defaults(func=_serve)
     return parser
 

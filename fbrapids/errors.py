@@ -180,6 +180,11 @@ class RequestTooLargeError(RequestError):
     """A scoring request over a configured bound (body bytes, items, requests per batch)."""
 
 
+class ModelInputError(RequestError):
+    """A valid record the model cannot score (a dense value so large the network overflows);
+    names the record and the model input."""
+
+
 class SpecError(FbrapidsError, ValueError):
     """A :class:`~fbrapids.serving.spec.ServingSpec` that does not hold together (names the
     column or feature)."""

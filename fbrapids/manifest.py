@@ -34,8 +34,10 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import stat
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -49,6 +51,9 @@ ALGORITHM = "sha256"
 ALGORITHMS = ("sha256", "crc32")
 VERIFY_ENV = "FBRAPIDS_VERIFY"
 _CHUNK = 1 << 20
+MAX_MANIFEST_BYTES = 64 << 20  #: a manifest larger than this is refused before it is read
+SIGNATURE = "hmac-sha256"  #: the manifest field holding its HMAC (a signed export)
+MIN_KEY_BYTES = 16  #: the shortest signing key accepted
 
 
 def verification_enabled() -> bool:
@@ -61,9 +66,47 @@ def verification_enabled() -> bool:
     return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+def open_regular(path: str | os.PathLike) -> Any:
+    """``path`` opened for reading in binary, refused (:class:`~fbrapids.errors.UnsafeFileError`
+    naming it) unless it is a regular file: a FIFO, a device or a socket is never read (the
+    open itself does not block: ``O_NONBLOCK``, checked on the descriptor opened).
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp(); fifo = os.path.join(d, "f"); os.mkfifo(fifo)
+        >>> open_regular(fifo)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UnsafeFileError: .../f: not a regular file (a FIFO, device or socket is never read)
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise UnsafeFileError(f"{path}: cannot be opened ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeFileError(f"{path}: not a regular file (a FIFO, device or socket is never read)")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """A regular file's bytes (:func:`open_regular`), refused unless it holds at most ``limit``."""
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise UnsafeFileError(f"{path}: {size} bytes, more than the {limit} this file may hold")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFileError(f"{path}: more than the {limit} bytes this file may hold")
+    return data
+
+
 def _chunks(path: str | os.PathLike) -> Iterator[bytes]:
     """``path``'s bytes in 1 MiB chunks (memory stays flat whatever the file's size)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         yield from iter(lambda: f.read(_CHUNK), b"")
 
 
@@ -114,7 +157,7 @@ def _hash_threads(files: int) -> int:
 
 def _files(root: Path, name: str) -> list[str]:
     """Every regular file under ``root`` (relative POSIX paths, sorted), the manifest excepted;
-    a symbolic link is an error."""
+    a symbolic link, a FIFO, a device or a socket is an error."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         for n in [*dirnames, *filenames]:
@@ -122,14 +165,37 @@ def _files(root: Path, name: str) -> list[str]:
             if p.is_symlink():
                 raise ManifestError(f"{p}: a symbolic link inside {root} (refused: it may point outside)")
         for n in filenames:
+            p = Path(dirpath) / n
+            if not stat.S_ISREG(p.lstat().st_mode):
+                raise ManifestError(f"{p}: not a regular file (a FIFO, device or socket inside {root} is refused)")
+        for n in filenames:
             rel = (Path(dirpath) / n).relative_to(root).as_posix()
             if rel != name:
                 out.append(rel)
     return sorted(out)
 
 
+def _signature(content: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of a manifest's algorithm and file entries (canonical JSON) under ``key``."""
+    body = json.dumps({"algorithm": content["algorithm"], "files": content["files"]}, sort_keys=True,
+                      separators=(",", ":")).encode()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def check_key(key: bytes, source: str = "signing key") -> bytes:
+    """``key`` if it may sign a manifest (bytes, at least :data:`MIN_KEY_BYTES` long).
+
+    Example:
+        >>> check_key(b"k" * 16) == b"k" * 16
+        True
+    """
+    if not isinstance(key, (bytes, bytearray)) or len(key) < MIN_KEY_BYTES:
+        raise ArgumentError(f"{source}: a signing key needs at least {MIN_KEY_BYTES} bytes")
+    return bytes(key)
+
+
 def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str = ALGORITHM,
-                   written: WriteDigests | None = None) -> dict[str, Any]:
+                   written: WriteDigests | None = None, key: bytes | None = None) -> dict[str, Any]:
     """Hash every file under ``root`` with ``algorithm`` and write the manifest ``root/name``
     (atomically: a temporary file, fsynced, renamed); returns its content.
 
@@ -145,6 +211,8 @@ def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str
         known.update(zip(todo, pool.map(lambda rel: file_digest(root / rel, algorithm), todo)))
     content = {"algorithm": algorithm,
                "files": {rel: {"bytes": (root / rel).stat().st_size, algorithm: known[rel]} for rel in rels}}
+    if key is not None:  # a signed manifest: only a holder of the key can write one that verifies
+        content[SIGNATURE] = _signature(content, check_key(key))
     tmp = root / f".{name}.tmp"
     with open(tmp, "w") as f:
         json.dump(content, f, indent=1, sort_keys=True)
@@ -162,7 +230,7 @@ def read_manifest(root: str | os.PathLike, name: str = MANIFEST,
     if not path.is_file():
         raise ManifestError(f"{path}: no manifest")
     try:
-        content = json.loads(path.read_text())
+        content = json.loads(read_bounded(path, MAX_MANIFEST_BYTES))
         files = content["files"]
         algorithm = content.get("algorithm")
         if algorithm not in accept or not isinstance(files, dict):
@@ -175,17 +243,28 @@ def read_manifest(root: str | os.PathLike, name: str = MANIFEST,
     return content
 
 
-def verify_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple[str, ...] = (ALGORITHM,)) -> list[str]:
+def verify_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple[str, ...] = (ALGORITHM,),
+                    key: bytes | None = None) -> list[str]:
     """Check every file under ``root`` against its manifest (made with one of the ``accept``
     algorithms); returns the files checked.
 
+    ``key``: the manifest must be signed with it (:func:`write_manifest`'s ``key``), checked
+    before any other file is opened; an unsigned or otherwise signed manifest is refused.
+
     Raises :class:`~fbrapids.errors.ManifestError` naming the file for a missing manifest, a
-    listed file missing or changed (size or digest), a file on disk the manifest does not
-    list, or a symbolic link.
+    bad signature, a listed file missing or changed (size or digest), a file on disk the
+    manifest does not list, a symbolic link, or a file that is not a regular one (a FIFO).
     """
     root = Path(root)
     manifest = read_manifest(root, name, accept)
     listed, algorithm = manifest["files"], manifest["algorithm"]
+    if key is not None:
+        got = manifest.get(SIGNATURE)
+        if not isinstance(got, str):
+            raise ManifestError(f"{root / name}: not signed, and a signing key was given (export it with the key)")
+        if not hmac.compare_digest(got, _signature(manifest, check_key(key))):
+            raise ManifestError(f"{root / name}: signature does not match the signing key (edited since it was "
+                                "signed, or signed with another key)")
     on_disk = _files(root, name)
     extra = sorted(set(on_disk) - set(listed))
     if extra:
@@ -198,6 +277,8 @@ def verify_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple
         if rel not in on_disk_set:
             raise ManifestError(f"{path}: listed in the manifest {root / name} but missing")
         want = listed[rel]
+        if not stat.S_ISREG(path.lstat().st_mode):
+            raise ManifestError(f"{path}: not a regular file")
         if "bytes" in want and path.stat().st_size != want["bytes"]:
             raise ManifestError(f"{path}: {want['bytes']} bytes in the manifest, {path.stat().st_size} on disk")
     # then the digests, files hashed side by side (reads and zlib / hashlib release the GIL);

@@ -168,13 +168,27 @@ class ImageVectorStore:
                                        lambda c: self.vectors[[pos[int(i)] for i in c]])
 
     @classmethod
-    def open(cls, path: str | os.PathLike, default: np.ndarray | None = None) -> "ImageVectorStore":
-        """Open a disk store read-only; vectors are paged in from the file as they are read."""
+    def open(cls, path: str | os.PathLike, default: np.ndarray | None = None, copy: bool = False) -> "ImageVectorStore":
+        """Open a disk store read-only; vectors are paged in from the file as they are read.
+
+        ``copy``: read the vectors into memory instead (a server does, after verifying the
+        file: an edit or a truncation of the file afterwards then changes nothing, where a
+        mapping would read the new bytes or die of SIGBUS).
+        """
         d = Path(path)
         if not (d / "meta.json").exists():
             raise MissingFileError(f"{d} is not an image vector store (no meta.json)")
         meta = json.loads((d / "meta.json").read_text())
-        vec = np.load(d / "vectors.npy", mmap_mode="r")
+        if copy:
+            from fbrapids.manifest import open_regular
+
+            with open_regular(d / "vectors.npy") as f:
+                try:
+                    vec = np.lib.format.read_array(f, allow_pickle=False)
+                except ValueError as exc:
+                    raise ArgumentError(f"{d / 'vectors.npy'}: cannot be read ({exc})") from None
+        else:
+            vec = np.load(d / "vectors.npy", mmap_mode="r")
         if vec.shape != (meta["rows"], meta["dim"]):
             raise ArgumentError(f"{d / 'vectors.npy'} has shape {vec.shape}, meta.json says "
                              f"{(meta['rows'], meta['dim'])}")

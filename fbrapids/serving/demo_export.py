@@ -3,7 +3,7 @@
 ``fbrapids demo`` trains on the joined workload (impressions x users x ads + basic
 features) and leaves a checkpoint.  :func:`demo_spec` is the same feature plan split for
 serving: a request carries the impression context, the user and the basic features; an
-item is an ad; features reading both (``user_ad_h``, ``cat_city_h``, ``hour_cat_h``,
+item is an ad; a null is filled as training's cleaning filled it (:func:`training_fills`); features reading both (``user_ad_h``, ``cat_city_h``, ``hour_cat_h``,
 ``qxt_cross_h``) are pair features.  :func:`export_demo_checkpoint` rebuilds the demo's
 model, restores the checkpoint and exports it (``fbrapids export CHECKPOINT DIR`` or
 ``fbrapids demo --export DIR``), for each of the demo's models.
@@ -77,15 +77,32 @@ def demo_spec(dense: list[str] | None = None, sparse: list[str] | None = None, m
         cols = columns_of(e)
         side = "request" if cols <= set(request_schema) else "item" if cols <= set(ITEM_SCHEMA) else "pair"
         sides[side][name] = e
-    return ServingSpec(schema={**request_schema, **ITEM_SCHEMA}, request_columns=list(request_schema),
+    schema = {**request_schema, **ITEM_SCHEMA}
+    return ServingSpec(schema=schema, request_columns=list(request_schema),
                        item_columns=list(ITEM_SCHEMA), item_key="ad_id", request_features=sides["request"],
-                       item_features=sides["item"], pair_features=sides["pair"], dense=dense, sparse=sparse)
+                       item_features=sides["item"], pair_features=sides["pair"], dense=dense, sparse=sparse,
+                       fill=training_fills(schema))
+
+
+def training_fills(schema: dict[str, str]) -> dict[str, Any]:
+    """The demo's cleaning fills (:mod:`fbrapids.workload`: impressions, users, ads, join
+    misses) of the columns in ``schema``: what training gave a null, served the same way.
+
+    Example:
+        >>> fills = training_fills({"price": "float64", "gender": "str", "os": "str", "city": "str"})
+        >>> fills == {"price": 0.0, "gender": "unk", "os": "", "city": ""}
+        True
+    """
+    fills = {**workload.IMPRESSION_CLEAN["fill"], **workload.JOIN_MISS_FILL, **workload.USER_FILL,
+             **workload.AD_FILL}
+    return {c: (float(v) if schema[c] == "float64" else v) for c, v in fills.items() if c in schema}
 
 
 def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike, model: str = "dlrm",
-                           embedding_dim: int = 16, seed: int = 0) -> Path:
+                           embedding_dim: int = 16, seed: int = 0, signing_key: bytes | None = None) -> Path:
     """Export the demo model of ``checkpoint`` (a checkpoint directory, or a root with a
-    ``latest`` pointer, e.g. ``WORK_DIR/checkpoints``) to ``out``; returns ``out``."""
+    ``latest`` pointer, e.g. ``WORK_DIR/checkpoints``) to ``out`` (its manifest signed with
+    ``signing_key`` when given); returns ``out``."""
     from fbrapids.pipeline import model_arguments
 
     dense, sparse, sequences = demo_inputs(model)
@@ -102,4 +119,4 @@ def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike
         first = str(exc).strip().splitlines()[0][:200]
         raise ExportError(f"{checkpoint} does not hold the demo's {model} model with embedding_dim={embedding_dim} "
                           f"(pass the demo's --model / --embedding-dim): {first}") from None
-    return export_model(out, net.eval(), spec, kwargs)
+    return export_model(out, net.eval(), spec, kwargs, signing_key=signing_key)

@@ -44,6 +44,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -51,18 +53,22 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fbrapids.errors import ExportError, NotAnExportError, UnsafeFileError
+from fbrapids.errors import ExportError, ManifestError, NotAnExportError, UnsafeFileError
 from fbrapids.features import FeatureSet, needs_fit
-from fbrapids.manifest import resolve_inside, verify_manifest, write_manifest
+from fbrapids.manifest import (open_regular, read_bounded, read_manifest, resolve_inside, verify_manifest,
+                               write_manifest)
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.serving.spec_json import spec_from_json, spec_to_json
-from fbrapids.trainers.fit import load_checkpoint, save_checkpoint
+from fbrapids.trainers.fit import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.models import model_class, model_name
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.sparse import StoreConfig
 
 FORMAT = 2
 IMAGES = "images"
+MAX_JSON_BYTES = 256 << 20  #: serving.json / spec.json larger than this are refused before reading
+MAX_ROW_BYTES = 64 << 20  #: an embedding row wider than this is refused before allocating
+MAX_ARCHIVE_MEMBERS = 10_000
 
 
 def _encode(v: Any, d: Path) -> Any:
@@ -87,35 +93,46 @@ def _encode(v: Any, d: Path) -> Any:
     raise ExportError(f"export_model: model argument of type {type(v).__name__} cannot be written as JSON")
 
 
-def _decode(v: Any, keep_ssd: bool, d: Path) -> Any:
+def _decode(v: Any, keep_ssd: bool, d: Path, cache_rows: int | None = None) -> Any:
+    """``serving.json``'s model arguments as objects; ``cache_rows``: the cap on every
+    table's cache rows, or None for a probe (cache tiers of one row on torch's meta device:
+    nothing allocated)."""
     if isinstance(v, dict) and set(v) == {"StoreConfig"}:
         try:
             cfg = StoreConfig(**v["StoreConfig"])
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise UnsafeFileError(f"{d / 'serving.json'}: bad StoreConfig ({exc})") from None
-        return cfg if keep_ssd else cfg.with_(host_rows=None, ssd_dir=None)
+        if cache_rows is None:
+            return cfg.with_(cache_rows=1, host_rows=None, ssd_dir=None, device="meta")
+        cfg = cfg.with_(cache_rows=max(1, min(cfg.cache_rows, cache_rows)))
+        if keep_ssd and cfg.ssd_dir is not None:  # rebuilt from the checkpoint: a private folder, never serving.json's
+            return cfg.with_(ssd_dir=tempfile.mkdtemp(prefix="fbrapids-serve-ssd-"))
+        return cfg.with_(host_rows=None, ssd_dir=None)
     if isinstance(v, dict) and set(v) == {"ImageEmbedder"}:
         from fbrapids.ams import ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore
 
         e = v["ImageEmbedder"]
         vectors = resolve_inside(d, e["vectors"], what=f"{d / 'serving.json'}: image vector store")
-        store = ImageVectorStore.open(vectors, default=np.asarray(e["default"], dtype=np.float32))
+        # copied into memory: a file edited or truncated after verification changes nothing
+        store = ImageVectorStore.open(vectors, default=np.asarray(e["default"], dtype=np.float32), copy=True)
         return ImageEmbedder(store, ImageEmbeddingMLP(e["sizes"], final_prelu=e["final_prelu"]), dedup=e["dedup"])
     if isinstance(v, dict):
-        return {k: _decode(x, keep_ssd, d) for k, x in v.items()}
+        return {k: _decode(x, keep_ssd, d, cache_rows) for k, x in v.items()}
     if isinstance(v, list):
-        return [_decode(x, keep_ssd, d) for x in v]
+        return [_decode(x, keep_ssd, d, cache_rows) for x in v]
     return v
 
 
 def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, model_kwargs: Mapping[str, Any],
-                 sample: pd.DataFrame | None = None) -> Path:
+                 sample: pd.DataFrame | None = None, signing_key: bytes | None = None) -> Path:
     """Write ``model`` (built as ``type(model)(**model_kwargs)``) and ``spec`` under ``path``.
 
     ``sample``: a training frame (raw columns).  ``categorify`` features are fitted over it
     here, once, so that serving looks values up in the training vocabulary (a spec with
     ``categorify`` and no ``sample`` is refused); ``plan.txt`` then also holds the explained
-    meta-kernel plan of the features.  Returns the export directory.
+    meta-kernel plan of the features.  ``signing_key``: sign the manifest with this HMAC key
+    (at least 16 bytes; read it from a file or the environment, never a command line), so
+    that :func:`load_model` with the key refuses any edit.  Returns the export directory.
     """
     spec = _fitted(spec, sample)
     spec_data = spec_to_json(spec)
@@ -135,7 +152,7 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
         lines += ["", sample.fbx.explain(**spec.features)]
     (d / "plan.txt").write_text("\n".join(lines) + "\n")
     (d / "serving.json").write_text(json.dumps(meta, indent=1))
-    write_manifest(d)
+    write_manifest(d, key=signing_key)
     return d
 
 
@@ -154,48 +171,155 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
     return out
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UnsafeFileError(f"{path}: not JSON ({exc})") from None
+        return json.loads(read_bounded(path, limit))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UnsafeFileError(f"{path}: not JSON ({str(exc)[:200]})") from None
 
 
-def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = True) -> tuple[CTRModel, ServingSpec]:
+def _listed(d: Path) -> dict[str, int]:
+    """The export's files and their sizes, as its manifest lists them (verified first), or
+    as they are on disk when it has none (``verify=False``)."""
+    try:
+        return {rel: int(e.get("bytes", 0)) for rel, e in read_manifest(d)["files"].items()}
+    except ManifestError:
+        return {p.relative_to(d).as_posix(): p.stat().st_size for p in d.rglob("*")
+                if p.is_file() and not p.is_symlink()}
+
+
+def check_archive(path: Path) -> None:
+    """Refuse a zip archive (``.npz``, ``.pt``) that could expand while it is read: every
+    member must be stored uncompressed (as ``np.savez`` and ``torch.save`` write them), so
+    the bytes read are the bytes on disk, and each ``.npy`` member's header must describe
+    no more data than the member holds.  One line naming the file.
+
+    Example:
+        >>> import io, tempfile, zipfile, numpy as np
+        >>> p = Path(tempfile.mkdtemp()) / "bomb.npz"
+        >>> buf = io.BytesIO(); np.save(buf, np.zeros(1 << 20))
+        >>> with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as z: z.writestr("ids.npy", buf.getvalue())
+        >>> check_archive(p)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UnsafeFileError: .../bomb.npz: member 'ids.npy' is compressed (8388736 bytes from 8...); refused
+    """
+    size = path.stat().st_size
+    try:
+        with open_regular(path) as f, zipfile.ZipFile(f) as z:
+            members = z.infolist()
+            if len(members) > MAX_ARCHIVE_MEMBERS:
+                raise UnsafeFileError(f"{path}: {len(members)} members in the archive; refused")
+            for m in members:
+                if m.compress_type != zipfile.ZIP_STORED or m.file_size != m.compress_size:
+                    raise UnsafeFileError(f"{path}: member {m.filename!r} is compressed ({m.file_size} bytes from "
+                                          f"{m.compress_size}); refused")
+                if m.file_size > size:
+                    raise UnsafeFileError(f"{path}: member {m.filename!r} claims {m.file_size} bytes, the archive "
+                                          f"holds {size}; refused")
+                if m.filename.endswith(".npy"):
+                    with z.open(m) as member:
+                        version = np.lib.format.read_magic(member)
+                        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                       else np.lib.format.read_array_header_2_0)
+                        shape, _, dtype = read_header(member)
+                    need = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+                    if dtype.hasobject or need > m.file_size:
+                        raise UnsafeFileError(f"{path}: member {m.filename!r} describes {need} bytes of {dtype}, it "
+                                              f"holds {m.file_size}; refused")
+    except UnsafeFileError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise UnsafeFileError(f"{path}: not a readable archive ({str(exc)[:200]})") from None
+
+
+def _check_files(d: Path, listed: dict[str, int]) -> int:
+    """Archives checked (:func:`check_archive`); returns the largest table's ``rows.f32`` bytes."""
+    for rel in listed:
+        if rel.endswith((".npz", ".pt")):
+            check_archive(d / rel)
+    return max([n for rel, n in listed.items() if rel.endswith("/rows.f32")] + [0])
+
+
+def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
+    """``(dense weight bytes, widest embedding row in bytes)`` of ``cls(**kwargs)``, the
+    model built on torch's meta device with one-row caches (nothing allocated)."""
+    try:
+        with torch.device("meta"):
+            m = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise UnsafeFileError(f"{source}: model_kwargs do not fit {cls.__name__} ({str(exc)[:300]})") from None
+    except MemoryError:
+        raise UnsafeFileError(f"{source}: model_kwargs ask for more memory than this machine has; refused") from None
+    except (NotImplementedError, RuntimeError) as exc:  # a model that cannot be built on the meta device
+        raise UnsafeFileError(f"{source}: {cls.__name__} cannot be sized before loading ({str(exc)[:200]}); "
+                              "a served model must build on torch's meta device") from None
+    dense = sum(t.numel() * t.element_size() for t in m.state_dict().values() if torch.is_tensor(t))
+    return dense, max([s.config.width * 4 for s in m.stores().values()] + [0])
+
+
+def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = True,
+               signing_key: bytes | None = None) -> tuple[CTRModel, ServingSpec]:
     """The model (in eval mode) and spec of an export directory (module docstring).
 
-    ``verify``: check every file against ``MANIFEST.json`` first (the default).
+    ``verify``: check every file against ``MANIFEST.json`` first (the default), before any
+    other file is parsed.  ``signing_key``: the manifest must also carry this key's HMAC
+    (:func:`export_model`'s ``signing_key``; docs/serving-security.md says what each mode
+    protects against).  Then, before anything is allocated: every zip archive (``.npz``,
+    ``.pt``) is checked not to expand, the embedding caches are sized by the tables the
+    manifest lists, and the dense weights ``serving.json`` asks for must fit in the
+    ``dense.pt`` the manifest lists.  After loading, every weight must be finite.
     """
     d = Path(path)
     if not (d / "serving.json").is_file():
         hint = (": it is a fit checkpoint; export it first with `fbrapids export CHECKPOINT DIR`"
                 if (d / "latest").is_file() or (d / "meta.json").is_file() or (d / "checkpoints").is_dir() else "")
         raise NotAnExportError(f"{d} is not a serving export (no serving.json){hint}")
+    if verify or signing_key is not None:
+        verify_manifest(d, key=signing_key)  # before any other file is parsed
+    listed = _listed(d)
     meta = _read_json(d / "serving.json")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         fmt = meta.get("format") if isinstance(meta, dict) else None
         why = " (a pickled spec: loading it could run code; export the model again)" if fmt == 1 else ""
         raise UnsafeFileError(f"{d / 'serving.json'}: export format {fmt}, this version reads {FORMAT}{why}")
-    if verify:
-        verify_manifest(d)
     if "model" not in meta or not isinstance(meta.get("model_kwargs"), dict):
         raise UnsafeFileError(f"{d / 'serving.json'}: needs 'model' (a registered model name) and 'model_kwargs'")
     cls = model_class(meta["model"])
-    kwargs = _decode(meta["model_kwargs"], keep_ssd, d)
+    table_bytes = _check_files(d, listed)
+    need, row_bytes = _probe(cls, _decode(meta["model_kwargs"], False, d), d / "serving.json")
+    if row_bytes > MAX_ROW_BYTES:
+        raise UnsafeFileError(f"{d / 'serving.json'}: embedding rows of {row_bytes} bytes, more than "
+                              f"{MAX_ROW_BYTES}; refused before allocating")
+    dense_pt = max([n for rel, n in listed.items() if rel.startswith("model/") and rel.endswith("/dense.pt")] + [0])
+    if listed and need > dense_pt:
+        raise UnsafeFileError(f"{d / 'serving.json'}: model_kwargs describe {need} bytes of dense weights, the "
+                              f"export's dense.pt holds {dense_pt}; refused before allocating")
+    # no cache needs more rows than the largest table the manifest lists holds
+    kwargs = _decode(meta["model_kwargs"], keep_ssd, d, max(1, table_bytes // max(row_bytes, 1)))
     try:
         model = cls(**kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise UnsafeFileError(f"{d / 'serving.json'}: model_kwargs do not fit {meta['model']} ({exc})") from None
-    load_checkpoint(model, None, resolve_inside(d, "model", what="checkpoint directory"))
+    try:
+        load_checkpoint(model, None, resolve_inside(d, "model", what="checkpoint directory"))
+    except (RuntimeError, KeyError) as exc:  # torch's state-dict mismatch, a table the checkpoint lacks
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise UnsafeFileError(f"{d / 'model'}: does not hold the model serving.json describes ({first})") from None
+    bad = nonfinite_weights(model)
+    if bad:
+        raise UnsafeFileError(f"{d / 'model'}: non-finite weights in {', '.join(bad[:3])}; refused (a model with "
+                              "NaN / inf weights scores NaN)")
     spec = spec_from_json(_read_json(d / "spec.json"), source=str(d / "spec.json"))
     return model.eval(), spec
 
 
-def load_scorer(path: str | os.PathLike, **scorer_options: Any):
-    """A :class:`~fbrapids.serving.scorer.Scorer` over an export directory."""
+def load_scorer(path: str | os.PathLike, signing_key: bytes | None = None, **scorer_options: Any):
+    """A :class:`~fbrapids.serving.scorer.Scorer` over an export directory (its signature
+    checked with ``signing_key`` when given)."""
     from fbrapids.serving.scorer import Scorer
 
-    model, spec = load_model(path)
+    model, spec = load_model(path, signing_key=signing_key)
     return Scorer(model, spec, **scorer_options)
 
 

@@ -5,25 +5,35 @@ Endpoints:
 * ``POST /score`` ``{"request": {...}, "items": [{...}, ...]}`` ->
   ``{"scores": [...], "n": N}``, one click probability per item, in order;
 * ``POST /score_batch`` ``{"requests": [{"request": ..., "items": [...]}, ...]}`` ->
-  ``{"scores": [[...], ...]}``;
-* ``GET /health`` -> ``{"status": "ok", "stats": {...}, "item_cache": {...}, "limits": {...}}``:
-  the scorer's counters (rejected calls and replaced NaN values included: the numbers
-  policy of :mod:`fbrapids.serving.scorer`), the item cache's entries and bytes, and the
-  bounds below.
+  ``{"scores": [[...], ...]}``, per request: a request that fails has ``null`` scores and
+  ``errors[i] = {"status": 400, "detail": ...}`` (the answer is 200 while any request was
+  scored; when none was, the first failure is the answer);
+* ``GET /health`` -> ``{"status": "ok", "stats": {...}, "item_cache": {...}, "refused": {...},
+  "tables": {...}, "limits": {...}}``: the scorer's counters (rejected calls, replaced NaN
+  values, filled nulls, unseen ids: the policy of :mod:`fbrapids.serving.scorer`), the
+  item cache's entries and bytes, the gate's refusals, each embedding table's rows (they
+  never grow while serving) and the bounds below.
 
 Run it with ``fbrapids serve EXPORT_DIR`` (or :func:`serve`).
 
-Bounded and defensive: a body over ``max_body_bytes`` is answered 413 before any of it is
-parsed (from its ``Content-Length``, or as it streams in); more than ``max_items`` items in
-one call or ``max_requests`` requests in one batch is 413; a body that is not JSON or not
-of the shape above is 422, and a record with a missing column or a bad value is 400 with
-``{"detail": "item 3: column 'price' must be a number, got 'abc'"}``.  An error echoes at
-most a few hundred characters of the input.  With a ``token``, every endpoint needs
-``Authorization: Bearer <token>`` (401 otherwise); :func:`serve` refuses a non-loopback
-host without one unless ``insecure=True``.  Concurrency: uvicorn serves many connections;
-scoring endpoints are plain functions run on its thread pool, one hand-off per request (the
-token check is a coroutine and an endpoint returns its own ``JSONResponse``, so neither
-takes another), and the scorer serialises the model work with a lock.
+Bounded and defensive (:mod:`fbrapids.serving.guard` for the network side): the ``Host``
+header, the bearer token and the ``Content-Type`` are checked from the headers, and a
+``Content-Length`` over ``max_body_bytes`` refused, before a byte of the body is read
+(421, 401, 415, 413); the body is read with a deadline; a body holding more JSON objects
+than ``max_items`` allows is refused while it is parsed (413), so a body of millions of
+empty items costs no more than the bound; more than ``max_items`` items or
+``max_requests`` requests is 413; a body that is not JSON or not of the shape above is
+422; a record with a missing column or a bad value is 400 with ``{"detail": "item 3:
+column 'price' must be a number, got 'abc'"}``; a value the model cannot score is 422
+naming the record and model input.  An error echoes at most a few hundred characters of
+the input.  With a ``token`` (at least :data:`MIN_TOKEN_CHARS` characters), every path
+needs ``Authorization: Bearer <token>``, the documentation pages included; :func:`serve`
+refuses a non-loopback host without one unless ``insecure=True``.
+
+Concurrency: uvicorn serves many connections; parsing, validation and scoring run in a
+plain endpoint function on its thread pool, one hand-off per request, never on the event
+loop; the scorer scores each call in slices of ``chunk_items`` under a first-come,
+first-served lock, so a large call delays others by one slice.
 
 Example:
     >>> from fbrapids.serving.example import example_spec
@@ -39,41 +49,41 @@ Example:
 from __future__ import annotations
 
 import gc
-import hmac
 import ipaddress
 import json
 import logging
 import os
-from typing import Any, Awaitable, Callable
+from pathlib import Path
+from typing import Any, Callable
 
 try:
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.exceptions import RequestValidationError
+    from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the HTTP service needs FastAPI and uvicorn: pip install 'fbrapids[serve]'") from exc
 
-from fbrapids.errors import RequestError, RequestTooLargeError, ServeConfigError
+from fbrapids.errors import ModelInputError, RequestError, RequestTooLargeError, ServeConfigError
+from fbrapids.serving.guard import (LOOPBACK_NAMES, Gate, ServeLimits, descriptor_room, guarded_protocol,
+                                    install_log_filter)
 from fbrapids.serving.scorer import Scorer
 from fbrapids.serving.spec import show
 
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "FBRAPIDS_SERVE_TOKEN"
-MAX_BODY_BYTES = 16 << 20
+MAX_BODY_BYTES = ServeLimits.max_body_bytes
+MIN_TOKEN_CHARS = 16  #: the shortest bearer token accepted
+TURN_BYTES = 64 << 10  #: a body larger than this is parsed in a turn of the scorer's lock
 DETAIL_CHARS = 500  #: the longest error detail sent back
 
 
 class ScoreRequest(BaseModel):
-    """One request and its candidate items (JSON objects of raw columns)."""
+    """One request and its candidate items (JSON objects of raw columns): the body of ``/score``
+    (documented in the OpenAPI schema; the body is parsed and checked by the endpoint)."""
 
     request: dict[str, Any]
     items: list[dict[str, Any]]
-
-
-class BatchScoreRequest(BaseModel):
-    requests: list[ScoreRequest]
 
 
 def _cut(text: Any, limit: int = DETAIL_CHARS) -> str:
@@ -81,96 +91,138 @@ def _cut(text: Any, limit: int = DETAIL_CHARS) -> str:
     return s if len(s) <= limit else f"{s[: limit - 30]}... ({len(s)} characters in all)"
 
 
-class BodyLimit:
-    """ASGI middleware: a request body over ``max_bytes`` is answered 413 before the app
-    (and its JSON parser) sees any of it; the body read is handed to the app whole."""
+class BodyError(Exception):
+    """A body the endpoint answers with ``status`` (not JSON, not of the expected shape, too many objects)."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, int(max_bytes)
-
-    async def _reject(self, send: Callable[[dict], Awaitable[None]], n: int | str) -> None:
-        body = json.dumps({"detail": f"request body of {n} bytes, more than max_body_bytes={self.max_bytes}"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
-
-    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
-                       send: Callable[[dict], Awaitable[None]]) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await self._reject(send, length.decode("latin-1")[:20])
-            return
-        chunks, n = [], 0
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                break
-            chunk = msg.get("body", b"")
-            n += len(chunk)
-            if n > self.max_bytes:
-                await self._reject(send, f"more than {self.max_bytes}")
-                return
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                break
-        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
-
-        async def replayed() -> dict:
-            return replay.pop() if replay else await receive()
-
-        await self.app(scope, replayed, send)
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
 
 
-def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The FastAPI application serving ``scorer`` (see the module docstring)."""
+class _Counted(dict):
+    """A JSON object hook that stops the parse once a body holds more objects than a call may."""
 
-    async def authorised(request: Request) -> None:  # async: no thread-pool hop per request
-        got = request.headers.get("authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.n = limit, 0
 
-    app = FastAPI(title="fbrapids scoring", version="1",
-                  dependencies=[] if token is None else [Depends(authorised)])
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict:
+        self.n += 1
+        if self.n > self.limit:
+            raise BodyError(413, f"more than {self.limit} JSON objects in the body: more items than max_items allows")
+        return dict(pairs)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        detail = [{"loc": [x if isinstance(x, int) else _cut(x, 100) for x in list(e.get("loc", ()))[:8]],
-                   "msg": _cut(e.get("msg", ""), 200), "type": str(e.get("type", ""))[:50],
-                   "input": show(e.get("input"), 100)} for e in errors[:5]]
-        if len(errors) > 5:
-            detail.append({"msg": f"... and {len(errors) - 5} more errors"})
-        return JSONResponse(status_code=422, content={"detail": detail})
 
-    def run(entries: list[dict[str, Any]]) -> list[list[float]]:
+def parse_body(raw: bytes, max_objects: int) -> Any:
+    """``raw`` parsed as JSON, refused (:class:`BodyError` 413) as soon as it holds more than
+    ``max_objects`` objects: a body of millions of empty items costs no more than the bound.
+    A body with few ``{`` bytes (the usual case) is parsed at full speed.
+
+    Example:
+        >>> parse_body(b'{"a": [{}, {}]}', 3)
+        {'a': [{}, {}]}
+        >>> parse_body(b'[{}, {}, {}, {}]', 3)
+        Traceback (most recent call last):
+        ...
+        fbrapids.serving.http.BodyError: more than 3 JSON objects in the body: more items than max_items allows
+    """
+    try:
+        if raw.count(b"{") <= max_objects:
+            return json.loads(raw)
+        return json.loads(raw, object_pairs_hook=_Counted(max_objects))
+    except BodyError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise BodyError(422, f"body is not JSON: {_cut(exc, 200)}") from None
+
+
+def _entry(body: Any, where: str) -> dict[str, Any]:
+    if not isinstance(body, dict) or not isinstance(body.get("request"), dict) or \
+            not isinstance(body.get("items"), list) or not all(type(it) is dict for it in body["items"]):
+        raise BodyError(422, f"{where}: expected an object with 'request' (an object of columns) and 'items' "
+                             f"(a list of objects), got {show(body, 100)}")
+    return {"request": body["request"], "items": body["items"]}
+
+
+def _status(exc: RequestError) -> int:
+    return 413 if isinstance(exc, RequestTooLargeError) else 422 if isinstance(exc, ModelInputError) else 400
+
+
+def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | None = None,
+               limits: ServeLimits | None = None) -> FastAPI:
+    """The FastAPI application serving ``scorer`` (see the module docstring), behind a
+    :class:`~fbrapids.serving.guard.Gate` with ``limits`` (``max_body_bytes`` overrides
+    theirs).  ``token``: the bearer token every path needs (at least ``MIN_TOKEN_CHARS``
+    characters), or None."""
+    limits = limits or ServeLimits()
+    if max_body_bytes is not None:
+        limits.max_body_bytes = int(max_body_bytes)
+    if token is not None:
+        check_token(token)
+    max_objects = scorer.max_items + 2 * scorer.max_requests + 2
+
+    app = FastAPI(title="fbrapids scoring", version="1")
+    app.add_middleware(Gate, limits=limits, token=token)
+
+    def answer(parse: Callable[[Any], list[dict[str, Any]]], raw: bytes, batch: bool) -> JSONResponse:
         try:
-            return [p.astype(float).tolist() for p in scorer.score_batch(entries)]
-        except RequestTooLargeError as exc:
-            raise HTTPException(413, _cut(exc)) from None
-        except RequestError as exc:  # bad records: the client's fault
-            raise HTTPException(400, _cut(exc)) from None
+            if len(raw) > TURN_BYTES:  # a large body's parse holds the interpreter: it takes its turn like a slice
+                with scorer.turn():
+                    body = parse_body(raw, max_objects)
+            else:
+                body = parse_body(raw, max_objects)
+            entries = parse(body)
+            results = scorer.score_each(entries) if batch else scorer.score_batch(entries)
+        except BodyError as exc:
+            return JSONResponse({"detail": _cut(exc.detail)}, status_code=exc.status)
+        except RequestError as exc:
+            return JSONResponse({"detail": _cut(exc)}, status_code=_status(exc))
+        if not batch:
+            scores = results[0].astype(float).tolist()
+            return JSONResponse({"scores": scores, "n": len(scores)})
+        failed = [r for r in results if isinstance(r, RequestError)]
+        if failed and len(failed) == len(results):  # nothing scored: the first failure is the answer
+            return JSONResponse({"detail": _cut(failed[0])}, status_code=_status(failed[0]))
+        out: dict[str, Any] = {"scores": [None if isinstance(r, RequestError) else r.astype(float).tolist()
+                                          for r in results]}
+        if failed:
+            out["errors"] = [{"status": _status(r), "detail": _cut(r)} if isinstance(r, RequestError) else None
+                             for r in results]
+        return JSONResponse(out)
 
-    # The scoring endpoints return their JSONResponse themselves: FastAPI then skips its own
-    # response serialisation, a second thread-pool hop per request for a plain function.
-    @app.post("/score", response_class=JSONResponse)
-    def score(body: ScoreRequest) -> JSONResponse:
-        scores = run([{"request": body.request, "items": body.items}])[0]
-        return JSONResponse({"scores": scores, "n": len(scores)})
+    def one(body: Any) -> list[dict[str, Any]]:
+        return [_entry(body, "body")]
+
+    def many(body: Any) -> list[dict[str, Any]]:
+        if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+            raise BodyError(422, f"body: expected an object with 'requests' (a list), got {show(body, 100)}")
+        if len(body["requests"]) > scorer.max_requests:  # refused (and counted) by the scorer
+            return body["requests"]
+        return [_entry(r, f"requests[{i}]") for i, r in enumerate(body["requests"])]
+
+    # Plain functions: parsing, validation and scoring run on the thread pool, never on the
+    # event loop, in one hand-off per request (they return their own JSONResponse, so FastAPI
+    # adds no serialisation hop).
+    @app.post("/score", response_class=JSONResponse, openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {"schema": ScoreRequest.model_json_schema()}}}})
+    def score(request: Request) -> JSONResponse:
+        return answer(one, request.scope["fbrapids.body"], batch=False)
 
     @app.post("/score_batch", response_class=JSONResponse)
-    def score_batch(body: BatchScoreRequest) -> JSONResponse:
-        return JSONResponse({"scores": run([{"request": r.request, "items": r.items} for r in body.requests])})
+    def score_batch(request: Request) -> JSONResponse:
+        """``{"requests": [{"request": ..., "items": [...]}, ...]}``: scores per request; a
+        request that fails has ``null`` scores and its error in ``errors`` (200 while any
+        request was scored)."""
+        return answer(many, request.scope["fbrapids.body"], batch=True)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
+                "refused": dict(limits.counts),
+                "tables": {k: len(s) for k, s in scorer.model.stores().items()},
                 "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
-                           "max_body_bytes": max_body_bytes, "cache_items": scorer.cache_items}}
+                           "chunk_items": scorer.chunk_items, "cache_items": scorer.cache_items,
+                           **limits.as_dict()}}
 
     return app
 
@@ -190,29 +242,114 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_token(host: str, token: str | None, insecure: bool) -> str | None:
-    """The bearer token to require: ``token``, else ``$FBRAPIDS_SERVE_TOKEN``; a
-    non-loopback ``host`` without one is refused unless ``insecure``."""
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if token is None and not is_loopback(host) and not insecure:
-        raise ServeConfigError(f"serving on {host!r} (not loopback) needs a bearer token: pass --token or set "
-                         f"${TOKEN_ENV}, or --insecure to serve without one")
+def check_token(token: str) -> str:
+    """``token`` if it may guard the service: at least :data:`MIN_TOKEN_CHARS` characters,
+    printable ASCII without spaces (it travels in a header); else a
+    :class:`~fbrapids.errors.ServeConfigError` (an empty token never means "no token").
+
+    Example:
+        >>> check_token("x" * 16) == "x" * 16
+        True
+        >>> check_token("")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.ServeConfigError: a bearer token needs at least 16 characters, got 0 (generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')
+    """
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
+        n = len(token) if isinstance(token, str) else 0
+        raise ServeConfigError(f"a bearer token needs at least {MIN_TOKEN_CHARS} characters, got {n} (generate one "
+                               "with: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    if not all(33 <= ord(c) < 127 for c in token):
+        raise ServeConfigError("a bearer token must be printable ASCII without spaces")
     return token
 
 
+def read_secret(path: str | os.PathLike, what: str) -> str:
+    """The first line of a secret file (a token or a signing key), trailing newline dropped;
+    a missing, unreadable, non-regular or empty file is a one-line
+    :class:`~fbrapids.errors.ServeConfigError` naming it."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise ServeConfigError(f"{p}: the {what} file is missing or not a regular file")
+        with open(p, "rb") as f:
+            text = f.read(4096).decode("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServeConfigError(f"{p}: cannot read the {what} file ({exc.__class__.__name__})") from None
+    if not text or not text[0].strip():
+        raise ServeConfigError(f"{p}: the {what} file is empty")
+    return text[0].strip()
+
+
+def resolve_token(host: str, token: str | None, insecure: bool, token_file: str | os.PathLike | None = None) -> str | None:
+    """The bearer token to require: from ``token_file``, else ``token`` (visible in ``ps``
+    when given on a command line: prefer the file or the environment), else
+    ``$FBRAPIDS_SERVE_TOKEN``; checked by :func:`check_token` (``""`` is refused, never read
+    as "no token").  A non-loopback ``host`` without one is refused unless ``insecure``."""
+    if token_file is not None:
+        if token is not None:
+            raise ServeConfigError("give the token once: --token-file or --token, not both")
+        token = read_secret(token_file, "token")
+    elif token is None:
+        token = os.environ.get(TOKEN_ENV)
+    if token is not None:
+        check_token(token)
+    if token is None and not is_loopback(host) and not insecure:
+        raise ServeConfigError(f"serving on {host!r} (not loopback) needs a bearer token: pass --token-file or set "
+                               f"${TOKEN_ENV}, or --insecure to serve without one")
+    return token
+
+
+def allowed_hosts(host: str, extra: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
+    """The ``Host`` header names served: the loopback names, the bind address when it is a
+    specific one, and ``extra`` (``"*"``: any).
+
+    Example:
+        >>> allowed_hosts("127.0.0.1")
+        ('127.0.0.1', 'localhost', '::1')
+        >>> allowed_hosts("10.0.0.5", ["ctr.internal"])
+        ('127.0.0.1', 'localhost', '::1', '10.0.0.5', 'ctr.internal')
+    """
+    names = [*LOOPBACK_NAMES]
+    if host not in ("0.0.0.0", "::", "") and host not in names:
+        names.append(host)
+    names += [h for h in extra if h not in names]
+    return tuple(names)
+
+
+def server_config(app: FastAPI, host: str, port: int, limits: ServeLimits, log_level: str = "info") -> Any:
+    """The ``uvicorn.Config`` :func:`serve` runs ``app`` with: the guarded h11 protocol
+    (request-head deadline, connection cap), the keep-alive timeout, the request-head size
+    bound, and a rate-limited log (:mod:`fbrapids.serving.guard`)."""
+    import uvicorn
+
+    limits.max_connections = descriptor_room(limits.max_connections)
+    install_log_filter()
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(limits),
+                          timeout_keep_alive=max(1, int(limits.keep_alive_s)),
+                          h11_max_incomplete_event_size=limits.max_header_bytes, timeout_graceful_shutdown=5)
+
+
 def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
-          insecure: bool = False, max_body_bytes: int = MAX_BODY_BYTES, **scorer_options: Any) -> None:
-    """Load an export (:func:`fbrapids.serving.export.export_model`, manifest verified),
-    freeze the start-up heap out of full garbage collections (:func:`freeze_heap`) and serve
-    it until stopped."""
+          insecure: bool = False, max_body_bytes: int | None = None, token_file: str | os.PathLike | None = None,
+          allow_hosts: tuple[str, ...] | list[str] = (), limits: ServeLimits | None = None,
+          signing_key: bytes | None = None, **scorer_options: Any) -> None:
+    """Load an export (:func:`fbrapids.serving.export.export_model`, manifest verified, and
+    its signature with ``signing_key``), freeze the start-up heap out of full garbage
+    collections (:func:`freeze_heap`) and serve it until stopped, with ``limits``
+    (:class:`~fbrapids.serving.guard.ServeLimits`; ``allow_hosts`` adds ``Host`` names)."""
     import uvicorn
 
     from fbrapids.serving.export import load_scorer
 
-    token = resolve_token(host, token, insecure)
-    app = create_app(load_scorer(export_dir, **scorer_options), token=token, max_body_bytes=max_body_bytes)
+    token = resolve_token(host, token, insecure, token_file)
+    limits = limits or ServeLimits()
+    limits.allowed_hosts = allowed_hosts(host, list(allow_hosts))
+    if max_body_bytes is not None:
+        limits.max_body_bytes = int(max_body_bytes)
+    app = create_app(load_scorer(export_dir, signing_key=signing_key, **scorer_options), token=token, limits=limits)
     log.info("start-up heap frozen: %d objects out of the collector's full passes", freeze_heap())
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    uvicorn.Server(server_config(app, host, port, limits)).run()
 
 
 def freeze_heap() -> int:

@@ -43,6 +43,27 @@ embedded and references to unknown image ids (they read the vector store's docum
 default, zeros).  Calls are serialised by a lock (the embedding stores are not
 thread-safe), so a scorer may be shared by the threads of a web server.
 
+Serving never changes the model: the scorer makes the model's embedding stores read-only
+(:attr:`~fbrapids.trainers.sparse.TieredEmbeddingStore.read_only`), so an id no training
+batch admitted reads the documented default row (zeros) and is counted in
+``stats["unseen_ids"]`` (distinct per call and table), however many new ids clients send;
+with ``admit_after > 1`` no lookup counts as a sighting, so one client's calls never change
+another client's score.  The table sizes stay those of the checkpoint.
+
+Fairness: a call is scored in slices of at most ``chunk_items`` items, each under a
+first-come, first-served lock (:class:`~fbrapids.serving.fairness.FairLock`), so a call
+that arrives during another's large one waits for one slice, not for the whole call.
+After a call of more than ``chunk_items`` items the freed heap is handed back to the
+operating system (``malloc_trim``, where the C library has it).
+
+A null (or NaN) in a column of ``spec.fill`` becomes its fill value before validation, as
+training's cleaning did (``stats["nulls_filled"]``).  A value the model cannot score (its
+logit is not finite, or beyond ``max_logit`` = 1e4 where the score is saturated to exactly 0
+or 1: a huge dense input overflowing the network) is a
+:class:`~fbrapids.errors.ModelInputError` naming the record and the model input, never a
+NaN score.  :meth:`Scorer.score_each` answers per request: one bad request of a batch
+leaves the others' scores.
+
 Example:
     >>> import pandas as pd, fbrapids
     >>> from fbrapids import ops
@@ -63,6 +84,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
@@ -72,9 +94,11 @@ import torch
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
 from fbrapids import kernels as kstats
-from fbrapids.errors import ArgumentError, KernelRuntimeError, RequestError, RequestTooLargeError
+from fbrapids.errors import ArgumentError, KernelRuntimeError, ModelInputError, RequestError, RequestTooLargeError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
+from fbrapids.serving.fairness import FairLock
+from fbrapids.serving.memory import release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
@@ -91,6 +115,15 @@ log = logging.getLogger(__name__)
 #: 6e-8).  The tests hold every served score to this bound.
 SCORE_ATOL = 1e-6
 
+#: Candidate items one call may hold by default (all requests of a batch together): at the
+#: example model's ~2-10 us per item on one core, a full call costs ~0.1 s of scorer time,
+#: and its JSON body (~100-400 bytes per item) fits ``max_body_bytes``.
+MAX_ITEMS = 10_000
+#: Items per slice: a call arriving during another's large one waits for one slice at most.
+CHUNK_ITEMS = 512
+#: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
+MAX_LOGIT = 1e4
+
 
 class Scorer:
     """Scores requests against candidate items (module docstring).
@@ -106,13 +139,22 @@ class Scorer:
         max_requests: refuse :meth:`score_batch` calls with more requests than this.
         device: where the model scores (:func:`fbrapids.trainers.device.place_model`); every
             batch is built there.
+        chunk_items: a call is scored in slices of at most this many items (and requests),
+            the lock handed to waiting calls between slices.
+        max_logit: a row whose logit is beyond this (or not finite) is refused, naming the
+            record and its largest dense input: no trained CTR model gives such a logit to
+            inputs like those it was trained on (the score would be exactly 0 or 1).
+
+    The model's embedding stores are made read-only (module docstring).
     """
 
     def __init__(self, model: CTRModel, spec: ServingSpec, cache_items: int = 100_000, dedup: bool = True,
-                 max_items: int = 100_000, cache_bytes: int = 256 << 20, max_requests: int = 1024,
-                 device: str | torch.device | None = None) -> None:
+                 max_items: int = MAX_ITEMS, cache_bytes: int = 256 << 20, max_requests: int = 1024,
+                 device: str | torch.device | None = None, chunk_items: int = CHUNK_ITEMS,
+                 max_logit: float = MAX_LOGIT) -> None:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
-                            ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1)):
+                            ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1),
+                            ("chunk_items", chunk_items, 1)):
             if type(v) is not int or v < lo:
                 raise ArgumentError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
         self.device = place_model(model, device)
@@ -122,7 +164,17 @@ class Scorer:
         self.cache_items = cache_items
         self.max_items = max_items
         self.max_requests = max_requests
-        self._lock = threading.Lock()
+        self.chunk_items = chunk_items
+        if not isinstance(max_logit, (int, float)) or not max_logit > 0:
+            raise ArgumentError(f"Scorer: max_logit must be a number > 0, got {max_logit!r}")
+        self.max_logit = float(max_logit)
+        self._stores = list(model.stores().values())
+        for store in self._stores:  # serving never adds a row nor counts a sighting
+            store.read_only = True
+        self._lock = FairLock()
+        self._stats_lock = threading.Lock()
+        self._origin: list[tuple[int, int]] = [(0, 0)]
+        self._batch_call = False
         side = {c: spec.side_of(c) for c in [*spec.dense, *spec.sparse]}
         self._dense_of = {s: [c for c in spec.dense if side[c] == s] for s in ("request", "item", "pair")}
         self._sparse_of = {s: [c for c in spec.sparse if side[c] == s] for s in ("request", "item", "pair")}
@@ -141,7 +193,8 @@ class Scorer:
             ("requests", "items", "unique_items", "item_cache_hits", "item_cache_misses", "items_extracted",
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
              "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
-             "rejected_bad_input", "rejected_too_large"), 0)
+             "rejected_bad_input", "rejected_too_large", "unseen_ids", "nulls_filled", "rejected_model_input",
+             "slices"), 0)
 
     # -- feature extraction -------------------------------------------------------------------
     def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Any], dense: list[str], sparse: list[str],
@@ -195,10 +248,15 @@ class Scorer:
         return both.take(order)
 
     def _item_label(self, g: int) -> str:
-        """``"item j"`` (or ``"request r item j"`` in a batch) of the call's g-th item record."""
+        """``"item j"`` (or ``"request r item j"`` in a batch) of the slice's g-th item record,
+        numbered as in the client's call."""
         r = int(self._owner_all[g])
-        j = int(g - self._starts[r])
-        return f"item {j}" if len(self._starts) == 2 else f"request {r} item {j}"
+        origin, offset = self._origin[r]
+        j = int(g - self._starts[r]) + offset
+        return f"request {origin} item {j}" if self._batch_call else f"item {j}"
+
+    def _request_label(self, i: int) -> str:
+        return f"request {self._origin[i][0]}"
 
     def item_cache_usage(self) -> dict[str, int | None]:
         """The item cache's ``entries``, ``bytes`` held and ``max_bytes`` (zeros without a cache)."""
@@ -230,48 +288,144 @@ class Scorer:
 
     def score_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
         """Scores of several ``{"request": {...}, "items": [{...}, ...]}`` entries at once:
-        request features extracted together, items deduplicated across all of them.
+        request features extracted together, items deduplicated across all of them (within
+        each slice of ``chunk_items``).
 
         Raises :class:`~fbrapids.errors.RequestTooLargeError` over ``max_requests`` or
         ``max_items``, :class:`~fbrapids.errors.RequestError` for bad records (each counted
         in ``stats``; a kernel error the data caused, such as an over-long cross key, is a
-        ``RequestError`` too).
+        ``RequestError`` too; a value the model cannot score a
+        :class:`~fbrapids.errors.ModelInputError`).
         """
-        with self._lock, torch.no_grad():
+        entries = self._entries(requests)
+        return self._score_checked(entries, list(range(len(entries))), len(entries) > 1)
+
+    def score_each(self, requests: Sequence[Mapping[str, Any]]) -> list[np.ndarray | RequestError]:
+        """As :meth:`score_batch`, but per request: each entry's scores, or the
+        :class:`~fbrapids.errors.RequestError` that entry alone raises (the others are
+        scored).  Over ``max_requests`` / ``max_items`` the whole call is refused.
+
+        Example:
+            >>> from fbrapids.serving.example import example_spec
+            >>> from fbrapids.trainers import WideAndDeep, StoreConfig
+            >>> spec = example_spec()
+            >>> m = WideAndDeep(len(spec.dense), spec.sparse, embedding_dim=4, deep_mlp=[4],
+            ...                 store=StoreConfig(cache_rows=64))
+            >>> req = {"user_id": 1, "age": 30.0, "gender": "f", "query": "a", "history": ""}
+            >>> good = {"request": req, "items": [{"ad_id": 5, "category": 1, "price": 2.0, "title": "x"}]}
+            >>> out = Scorer(m, spec).score_each([good, {"request": req, "items": [{"ad_id": "x"}]}])
+            >>> out[0].shape, str(out[1])
+            ((1,), "request 1 item 0: column 'ad_id' must be an integer (int64), got 'x'")
+        """
+        entries = self._entries(requests)
+        try:
+            return list(self._score_checked(entries, list(range(len(entries))), len(entries) > 1))
+        except RequestTooLargeError:
+            raise
+        except RequestError:
+            if len(entries) == 1:
+                raise
+        out: list[np.ndarray | RequestError] = []
+        for i, entry in enumerate(entries):  # one bad request: score the others alone
             try:
-                if len(requests) > self.max_requests:
-                    raise RequestTooLargeError(f"{len(requests)} requests in one call, more than "
-                                               f"max_requests={self.max_requests}")
-                entries = [self._check(e, i) for i, e in enumerate(requests)]
-                total = sum(len(it) for _, it in entries)
-                if total > self.max_items:
-                    raise RequestTooLargeError(f"{total} candidate items in one call, more than "
-                                               f"max_items={self.max_items}")
-                probs = self._score_entries(entries, total)
-            except RequestTooLargeError:
-                self.stats["rejected_too_large"] += 1
-                raise
-            except RequestError:
-                self.stats["rejected_bad_input"] += 1
-                raise
-            except KernelRuntimeError as exc:
-                self.stats["rejected_bad_input"] += 1
-                raise RequestError(show(exc.args[0] if exc.args else exc, 500)) from exc
-        out, s = [], 0
-        for _, items in entries:
-            out.append(probs[s : s + len(items)])
-            s += len(items)
+                out.append(self._score_checked([entry], [i], True)[0])
+            except RequestError as exc:
+                out.append(exc)
         return out
 
-    def _score_entries(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]],
-                       total: int) -> np.ndarray:
-        self.stats["requests"] += len(entries)
-        self.stats["items"] += total
+    def turn(self) -> FairLock:
+        """The scorer's first-come, first-served lock, for work that should not share the
+        interpreter with a slice of scoring (the HTTP service parses a body under it): use
+        as ``with scorer.turn(): ...``, never around a scoring call (it is not reentrant)."""
+        return self._lock
+
+    def _count(self, **changes: int) -> None:
+        with self._stats_lock:
+            for k, v in changes.items():
+                self.stats[k] += v
+
+    def _entries(self, requests: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list]]:
+        """The checked ``(request, items)`` of a call, refused over the bounds (counted)."""
+        try:
+            if len(requests) > self.max_requests:
+                raise RequestTooLargeError(f"{len(requests)} requests in one call, more than "
+                                           f"max_requests={self.max_requests}")
+            entries = [self._check(e, i) for i, e in enumerate(requests)]
+            total = sum(len(it) for _, it in entries)
+            if total > self.max_items:
+                raise RequestTooLargeError(f"{total} candidate items in one call, more than "
+                                           f"max_items={self.max_items}")
+        except RequestTooLargeError:
+            self._count(rejected_too_large=1)
+            raise
+        except RequestError:
+            self._count(rejected_bad_input=1)
+            raise
+        return entries
+
+    def _slices(self, entries: list[tuple[Mapping[str, Any], list]]) -> list[list[tuple[int, int, int]]]:
+        """The call cut into slices of at most ``chunk_items`` items and requests: each a list
+        of ``(entry, first item, stop item)``; a request with more items is cut across slices."""
+        out: list[list[tuple[int, int, int]]] = [[]]
+        room = self.chunk_items
+        for i, (_, items) in enumerate(entries):
+            start, n = 0, len(items)
+            while True:
+                if room <= 0:
+                    out.append([])
+                    room = self.chunk_items
+                take = min(n - start, room)
+                out[-1].append((i, start, start + take))
+                room -= max(take, 1)
+                start += take
+                if start >= n:
+                    break
+        return [sl for sl in out if sl]
+
+    def _score_checked(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int],
+                       batch_call: bool) -> list[np.ndarray]:
+        parts: list[list[np.ndarray]] = [[] for _ in entries]
+        total = sum(len(it) for _, it in entries)
+        self._count(requests=len(entries), items=total)
+        slices = self._slices(entries)
+        try:
+            for sl in slices:
+                chunk = [(entries[i][0], entries[i][1][a:b]) for i, a, b in sl]
+                with self._lock, torch.no_grad():
+                    self._origin = [(origin[i], a) for i, a, _ in sl]
+                    self._batch_call = batch_call
+                    probs = self._score_entries(chunk)
+                s = 0
+                for (i, a, b) in sl:
+                    parts[i].append(probs[s : s + b - a])
+                    s += b - a
+        except ModelInputError:
+            self._count(rejected_model_input=1)
+            raise
+        except RequestError:
+            self._count(rejected_bad_input=1)
+            raise
+        except KernelRuntimeError as exc:
+            self._count(rejected_bad_input=1)
+            full = str(exc.args[0] if exc.args else exc)
+            log.warning("a kernel refused a call's data: %s", full[:1000])  # the plan's details stay here
+            raise RequestError(show(re.sub(r"^layer \d+: ", "", full), 500)) from exc
+        finally:
+            if total > self.chunk_items:
+                release_memory()
+        self._count(slices=len(slices))
+        return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]
+
+    def _score_entries(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
+        """One slice, under the lock."""
         if not entries:
             return np.zeros(0, dtype=np.float32)
         images = getattr(self.model, "images", None)
         before = copy.copy(getattr(images, "totals", None))
+        unseen = sum(st.stats()["unseen_reads"] for st in self._stores) if self._stores else 0
         probs = self._score_dedup(entries) if self.dedup else self._score_full(entries)
+        if self._stores:
+            self.stats["unseen_ids"] += sum(st.stats()["unseen_reads"] for st in self._stores) - unseen
         if before is not None:
             after = images.totals
             self.stats["image_references"] += after.references - before.references
@@ -279,11 +433,28 @@ class Scorer:
             self.stats["unknown_image_references"] += after.unknown_references - before.unknown_references
         return probs
 
+    def _finite(self, logits: torch.Tensor, label: Callable[[int], str], dense: Callable[[int], list[float]]) -> None:
+        """Refuse a slice whose logits are not all finite or beyond ``max_logit``, naming the
+        first such row and its largest dense model input (what overflowed the network)."""
+        bad = ~torch.isfinite(logits) | (logits.abs() > self.max_logit)
+        if not bool(bad.any()):
+            return
+        k = int(torch.nonzero(bad)[0, 0])
+        values = dense(k)
+        if values:
+            j = int(np.argmax(np.abs(np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0))))
+            why = f"model input {self.spec.dense[j]!r} = {values[j]:.6g} is beyond what the model tolerates"
+        else:
+            why = "its inputs are beyond what the model tolerates"
+        raise ModelInputError(f"{label(k)}: {why} (its score would be {float(logits[k])}); send a smaller value")
+
     def _score_dedup(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
         spec = self.spec
-        req_frame = records_to_frame([r for r, _ in entries], spec.schema, spec.request_columns, "request")
+        filled: dict[str, int] = {}
+        req_frame = records_to_frame([r for r, _ in entries], spec.schema, spec.request_columns, self._request_label,
+                                     spec.fill, filled)
         req = self._arrays(req_frame, spec.request_features, self._dense_of["request"],
-                           self._sparse_of["request"], "requests_extracted", lambda i: f"request {i}")
+                           self._sparse_of["request"], "requests_extracted", self._request_label)
         records = [it for _, items in entries for it in items]
         owner_all = np.repeat(np.arange(len(entries)), [len(items) for _, items in entries])
         if not records:
@@ -291,7 +462,9 @@ class Scorer:
         self._owner_all = owner_all
         self._starts = np.concatenate([[0], np.cumsum([len(items) for _, items in entries])])
         # every item record validated first; items are identical when all their item columns are
-        item_values, contents = records_to_columns(records, spec.schema, spec.item_columns, self._item_label)
+        item_values, contents = records_to_columns(records, spec.schema, spec.item_columns, self._item_label,
+                                                   spec.fill, filled)
+        self.stats["nulls_filled"] += sum(filled.values())
         index: dict[tuple, int] = {}
         item_of = np.fromiter((index.setdefault(k, len(index)) for k in contents), dtype=np.int64,
                               count=len(contents))
@@ -315,24 +488,38 @@ class Scorer:
             rows = SideArrays(np.concatenate([rows.dense, pair.dense], axis=1), {**rows.sparse, **pair.sparse})
         self.stats["rows_scored"] += len(pairs)
         logits = split_forward(self.model, req, rows, p_owner, self._dense_layout, spec.sparse)
+        self._finite(logits, lambda k: self._item_label(int(first[p_item[k]])),
+                     lambda k: [float(req.dense[p_owner[k], j]) if side == "request" else float(rows.dense[k, j])
+                                for side, j in self._dense_layout])
         probs = torch.sigmoid(logits).float().cpu().numpy()
         return probs[pair_of]
 
     def _score_full(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
         spec = self.spec
         parts = []
+        filled: dict[str, int] = {}
+        item_cols = set(spec.item_columns)
         for i, (request, items) in enumerate(entries):
-            rows = [{**{c: request[c] for c in spec.request_columns if c in request}, **it}
-                    if isinstance(it, Mapping) else it for it in items]
+            req = {c: request[c] for c in spec.request_columns if c in request}
+            # a row is the request's columns and the item's item columns (an item's other keys are ignored,
+            # as on the deduplicated path)
+            rows = [{**req, **{c: v for c, v in it.items() if c in item_cols}} if isinstance(it, Mapping) else it
+                    for it in items]
             if not rows:
                 continue
-            records_to_frame([request], spec.schema, spec.request_columns, lambda _, i=i: f"request {i}")
-            name = (lambda j: f"item {j}") if len(entries) == 1 else (lambda j, i=i: f"request {i} item {j}")
-            frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], name)
+            origin, offset = self._origin[i]
+            records_to_frame([request], spec.schema, spec.request_columns, lambda _, o=origin: f"request {o}",
+                             spec.fill)
+            name = (lambda j, o=offset: f"item {j + o}") if not self._batch_call else \
+                (lambda j, r=origin, o=offset: f"request {r} item {j + o}")
+            frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], name,
+                                     spec.fill, filled)
             arr = self._arrays(frame, spec.features, list(spec.dense), list(spec.sparse), "pairs_extracted", name)
             self.stats["rows_scored"] += len(frame)
             logits = self.model(_batch(arr).to(self.device))
+            self._finite(logits, name, lambda k: [float(x) for x in arr.dense[k]])
             parts.append(torch.sigmoid(logits).float().cpu().numpy())
+        self.stats["nulls_filled"] += sum(filled.values())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 

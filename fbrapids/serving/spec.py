@@ -17,6 +17,9 @@ records into a pandas frame of those types, raising :class:`~fbrapids.errors.Req
 (a ``ValueError``) that names the column and record for a missing key, a null integer, a
 value of the wrong type, or a number out of its range (a float64 column holds values that
 fit float32, the model's dense dtype: ``|x| <= 3.4e38``; ``NaN`` and null are missing).
+``fill`` maps raw columns to the value a null (or NaN) becomes before anything else, the
+training side's cleaning fills (the demo's ``USER_FILL`` / ``AD_FILL``...): exported with
+the spec, so a served null is what training saw, not a 500.
 
 Example:
     >>> from fbrapids import ops
@@ -61,6 +64,7 @@ class ServingSpec:
     pair_features: dict[str, Any] = field(default_factory=dict)
     dense: list[str] = field(default_factory=list)
     sparse: list[str] = field(default_factory=list)
+    fill: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.request_features = {k: as_expr(v) for k, v in self.request_features.items()}
@@ -72,6 +76,16 @@ class ServingSpec:
         for c in [*self.request_columns, *self.item_columns]:
             if c not in self.schema:
                 raise SpecError(f"ServingSpec: column {c!r} has no type in schema")
+        self.fill = dict(self.fill)
+        for c, v in self.fill.items():
+            if c not in self.schema:
+                raise SpecError(f"ServingSpec: fill names column {c!r}, which has no type in schema")
+            if v is None or (isinstance(v, float) and v != v):
+                raise SpecError(f"ServingSpec: fill value of column {c!r} must not be null or NaN")
+            try:
+                _check([v], c, self.schema[c], lambda _: "fill")
+            except RequestError as exc:
+                raise SpecError(f"ServingSpec: {exc}") from None
         if self.item_key not in self.item_columns:
             raise SpecError(f"ServingSpec: item_key {self.item_key!r} is not an item column")
         for name, feats, cols in (("request", self.request_features, self.request_columns),
@@ -186,11 +200,16 @@ def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
 
 
 def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
-                       what: str | Callable[[int], str]) -> tuple[dict[str, list[Any]], list[tuple]]:
+                       what: str | Callable[[int], str], fill: Mapping[str, Any] | None = None,
+                       filled: dict[str, int] | None = None) -> tuple[dict[str, list[Any]], list[tuple]]:
     """Validate ``records`` (as :func:`records_to_frame`) without building a frame: each
     column's values, and each record's content key, the tuple of its values of ``columns``
     (NaN as None), equal for two records exactly when their typed values are equal.
     :func:`columns_frame` builds the frame of any subset of the rows.
+
+    ``fill``: column -> value that replaces a null (or a float NaN) before validation, the
+    training side's cleaning fills (:attr:`ServingSpec.fill`); ``filled`` (if given) counts
+    the values replaced per column.
 
     Example:
         >>> schema = {"a": "int64", "p": "float64"}
@@ -210,8 +229,23 @@ def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str
         except KeyError:
             i = next(i for i, r in enumerate(records) if c not in r)
             raise RequestError(f"{what(i)}: missing column {c!r}") from None
+        if fill and c in fill:
+            values[c], n = _filled(values[c], fill[c])
+            if n and filled is not None:
+                filled[c] = filled.get(c, 0) + n
         keys.append(_check(values[c], c, schema[c], what))
     return values, list(zip(*keys)) if keys else [() for _ in records]
+
+
+def _filled(values: list[Any], value: Any) -> tuple[list[Any], int]:
+    """``values`` with null and NaN replaced by ``value``, and how many were."""
+    at = [i for i, v in enumerate(values) if v is None or (type(v) is float and v != v)]
+    if not at:
+        return values, 0
+    out = list(values)
+    for i in at:
+        out[i] = value
+    return out, len(at)
 
 
 def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
@@ -226,7 +260,8 @@ def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
 
 
 def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
-                     what: str | Callable[[int], str]) -> pd.DataFrame:
+                     what: str | Callable[[int], str], fill: Mapping[str, Any] | None = None,
+                     filled: dict[str, int] | None = None) -> pd.DataFrame:
     """A pandas frame of ``columns`` typed by ``schema`` from JSON-like ``records``.
 
     ``what`` names a record in errors: a word (``"item"`` gives ``"item 3"``) or a function
@@ -236,4 +271,4 @@ def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, 
     its range, or a number that does not fit float32 (the model's dense dtype); the
     offending value is echoed cut to ``SHOW_CHARS`` characters.
     """
-    return columns_frame(records_to_columns(records, schema, columns, what)[0], schema)
+    return columns_frame(records_to_columns(records, schema, columns, what, fill, filled)[0], schema)

@@ -126,6 +126,8 @@ def spec_to_json(spec: ServingSpec) -> dict[str, Any]:
     out: dict[str, Any] = {k: getattr(spec, k) for k in _PLAIN}
     for side in SIDES:
         out[side] = {f: _encode(e, f"{side[:-9]} feature {f!r}") for f, e in getattr(spec, side).items()}
+    if spec.fill:
+        out["fill"] = dict(spec.fill)
     return out
 
 
@@ -134,6 +136,10 @@ def spec_from_json(data: Mapping[str, Any], source: str = "spec") -> ServingSpec
     if not isinstance(data, Mapping) or not set(_PLAIN) <= set(data):
         raise UnsafeFileError(f"{source}: not a serving spec (needs {', '.join(_PLAIN)})")
     kw: dict[str, Any] = {k: data[k] for k in _PLAIN}
+    fill = data.get("fill", {})
+    if not isinstance(fill, Mapping):
+        raise UnsafeFileError(f"{source}: fill must be an object of column -> value")
+    kw["fill"] = dict(fill)
     for side in SIDES:
         feats = data.get(side, {})
         if not isinstance(feats, Mapping):

@@ -68,6 +68,9 @@ def test_pickled_spec_of_format_1_is_refused(export, marker):
     meta = json.loads((export / "serving.json").read_text())
     (export / "serving.json").write_text(json.dumps({**meta, "format": 1}))
     (export / "spec.pkl").write_bytes(pickle.dumps(Payload(marker)))
+    with pytest.raises(ManifestError, match="manifest"):  # the manifest is verified before serving.json is read
+        load_model(export)
+    write_manifest(export)  # an attacker can rewrite the manifest too: format 1 is still refused
     with pytest.raises(UnsafeFileError, match="format 1.*pickled spec"):
         load_model(export)
 

@@ -216,6 +216,8 @@ def test_pair_features_over_list_and_string_request_columns() -> None:
                        sparse=["uh", "ah", "x", "y"])
     torch.manual_seed(0)
     m = WideAndDeep(0, spec.sparse, embedding_dim=4, deep_mlp=[4], store=StoreConfig(cache_rows=100))
+    for store in m.stores().values():  # rows for every bucket: serving reads unseen ids as zeros
+        store.lookup(np.arange(1000), requires_grad=False)
     entries = [{"request": {"u": 1, "h": [1, 2], "q": "hi"}, "items": [{"a": 3, "c": "z"}, {"a": 4, "c": "y"}]},
                {"request": {"u": 2, "h": [], "q": None}, "items": [{"a": 3, "c": "z"}]}]
     on, off = Scorer(m, spec).score_batch(entries), Scorer(m, spec, dedup=False).score_batch(entries)

@@ -34,7 +34,11 @@ class DotInteraction(nn.Module):
         # position of (li, lj) in the flattened [ni * ni] interaction matrix, and of (lj, li)
         self.register_buffer("flat", self.li * ni + self.lj, persistent=False)
         self.register_buffer("flat_t", self.lj * ni + self.li, persistent=False)
-        self.register_buffer("diag", torch.nonzero(self.li == self.lj).flatten(), persistent=False)
+        # the pairs (i, i), from the index lists (torch.nonzero has no meta-device form: a model
+        # sized on torch's meta device before it is loaded builds this too)
+        pairs = [(i, j) for i in range(ni) for j in range(i + off)]
+        self.register_buffer("diag", torch.tensor([k for k, (i, j) in enumerate(pairs) if i == j], dtype=torch.long),
+                             persistent=False)
         self._grad_buffer: torch.Tensor | None = None  # the backward's [B, ni * ni] scratch, kept
 
     @property

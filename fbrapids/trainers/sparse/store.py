@@ -137,12 +137,17 @@ class TieredEmbeddingStore:
         self.device = resolve_device(config.device or device)
         if config.ssd_dir is not None:
             key = str((Path(config.ssd_dir) / name).resolve())
+            if not name or not Path(key).is_relative_to(Path(config.ssd_dir).resolve()) or \
+                    Path(key) == Path(config.ssd_dir).resolve():
+                raise StoreError(f"table {name!r}: its SSD files would leave {config.ssd_dir} (a table name is a "
+                                 "folder inside ssd_dir); refused")
             other = _OPEN_SSD_DIRS.get(key)
             if other is not None and other is not self:
                 raise StoreError(f"table {name!r}: SSD directory {key} is already used by another live table; "
                                  "give tables distinct names or ssd_dir")
             _OPEN_SSD_DIRS[key] = self
         self.version = 0  # bumped by every write to cached rows other than moving rows in (never reset)
+        self.read_only = False
         self.reset()
 
     # -- state -------------------------------------------------------------------
@@ -159,13 +164,32 @@ class TieredEmbeddingStore:
         self._prefetched: tuple | None = None  # (keys, rows admitted, unique_rows of keys) of the last prefetch
         self.version += 1
         self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "prefetched_rows": 0,
-                        "device_map_hits": 0, "host_directory_lookups": 0}
+                        "device_map_hits": 0, "host_directory_lookups": 0, "unseen_reads": 0}
         self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
     def __len__(self) -> int:
         """Rows admitted so far."""
         return len(self.directory)
+
+    @property
+    def read_only(self) -> bool:
+        """Whether lookups leave the table as it is (serving): an id without a row reads the
+        default row (zeros) and is counted in ``stats()["unseen_reads"]``; nothing is
+        admitted and no sighting is counted toward ``admit_after``, so the rows and the
+        admission state stay what the checkpoint holds whatever ids are looked up.
+
+        Example:
+            >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"))
+            >>> s.read_only = True
+            >>> s.lookup(np.array([1, 2, 2]), requires_grad=False).rows.tolist(), len(s), s.stats()["unseen_reads"]
+            ([[0.0, 0.0], [0.0, 0.0]], 0, 2)
+        """
+        return self._read_only
+
+    @read_only.setter
+    def read_only(self, value: bool) -> None:
+        self._read_only = bool(value)
 
     @property
     def step(self) -> int:
@@ -209,7 +233,9 @@ class TieredEmbeddingStore:
         else:
             uniq, inverse, occ, g = self._unique_rows(as_uint64_ids(ids).ravel())  # first-occurrence order
         missing = np.flatnonzero(g < 0)
-        if len(missing):
+        if len(missing) and self.read_only:  # serving: never a new row, never a sighting counted
+            self._counts["unseen_reads"] += len(missing)
+        elif len(missing):
             g[missing] = d.admit(uniq[missing])
         # last / freq of the admitted rows, and which tier serves each occurrence (one C pass)
         touched = store_touch(g, occ, d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, self._step)

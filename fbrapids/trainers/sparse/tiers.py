@@ -190,7 +190,8 @@ class HostTier:
     def __init__(self, capacity: int | None, width: int) -> None:
         self.width = int(width)
         self.bounded = capacity is not None
-        cap = int(capacity) if capacity is not None else 1024
+        # unbounded: start at 1024 rows, or fewer wide ones (at most 16 MiB; it grows on demand)
+        cap = int(capacity) if capacity is not None else max(1, min(1024, (16 << 20) // max(1, 4 * self.width)))
         self.table = np.zeros((cap, self.width), dtype=np.float32)
         self.slots = Slots(cap)
         self.stats = TierStats()

@@ -1,0 +1,326 @@
+"""What stands between the network and the scorer: the ASGI gate, the guarded HTTP
+protocol and the rate-limited log.
+
+:class:`Gate` (ASGI middleware) answers from the request's headers alone, before a byte of
+the body is read:
+
+* a ``Host`` header not in ``allowed_hosts`` (port ignored) is 421: a web page that
+  rebinds its own DNS name to 127.0.0.1 cannot reach a loopback server;
+* with a token, a missing or wrong ``Authorization: Bearer`` is 401, on every path
+  (``/docs``, ``/redoc`` and ``/openapi.json`` included);
+* a POST whose ``Content-Type`` is not ``application/json`` is 415 (a web form or a
+  ``text/plain`` fetch from another site cannot drive the service);
+* a ``Content-Length`` over ``max_body_bytes`` is 413.
+
+Each of those answers carries ``Connection: close``: the server stops reading, the rest of
+the body is never received.  Then the body is read with a deadline (``body_timeout_s``,
+408) and a bound (413 as it streams in past ``max_body_bytes``), and all bodies being read
+together hold at most ``max_buffered_bytes`` (503 past it).  A client that hangs up before
+its body is complete is dropped: the app never sees a partial body.  What was read is
+handed to the app in ``scope["fbrapids.body"]``.  Every refusal is counted (:attr:`Gate.counts`,
+served by ``/health``).
+
+:func:`guarded_protocol` is uvicorn's h11 protocol with two more bounds: a connection must
+send a complete request head within ``header_timeout_s`` of connecting or of its last
+answer (a stalled client is closed, counted as ``header_timeouts``), and past
+``max_connections`` open connections a new one is closed at once (``connections_refused``),
+well below the process's file-descriptor limit.  :class:`RepeatFilter` lets one log line
+through per ``interval_s`` and counts the ones it held back.
+
+Example:
+    >>> limits = ServeLimits()
+    >>> limits.max_body_bytes, limits.header_timeout_s, host_allowed(b"localhost:8000", limits.allowed_hosts)
+    (4194304, 10.0, True)
+    >>> host_allowed(b"attacker.example:8000", limits.allowed_hosts)
+    False
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from fbrapids.errors import ServeConfigError
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+GATE_COUNTS = ("unauthorised", "host_refused", "media_type_refused", "too_large", "body_timeouts",
+               "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused")
+
+
+@dataclass
+class ServeLimits:
+    """The service's bounds (module docstring); the defaults are those of ``fbrapids serve``."""
+
+    max_body_bytes: int = 4 << 20
+    body_timeout_s: float = 10.0
+    header_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
+    max_connections: int = 512
+    max_header_bytes: int = 16 << 10
+    max_buffered_bytes: int = 64 << 20
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 1:
+                raise ServeConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        for name in ("body_timeout_s", "header_timeout_s", "keep_alive_s"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ServeConfigError(f"{name} must be a number of seconds > 0, got {v!r}")
+        self.allowed_hosts = tuple(h.lower().strip("[]") for h in self.allowed_hosts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "keep_alive_s",
+                                               "max_connections", "max_header_bytes", "max_buffered_bytes")}
+
+
+def host_allowed(host: bytes | None, allowed: tuple[str, ...]) -> bool:
+    """Whether a ``Host`` header names one of ``allowed`` (any port; ``"*"`` allows all).
+
+    Example:
+        >>> host_allowed(b"[::1]:80", ("::1",)), host_allowed(None, ("::1",)), host_allowed(b"x", ("*",))
+        (True, False, True)
+    """
+    if "*" in allowed:
+        return True
+    if not host:
+        return False
+    name = host.decode("latin-1").strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name in allowed
+
+
+def _media_type(value: bytes | None) -> str:
+    return (value or b"").decode("latin-1").split(";", 1)[0].strip().lower()
+
+
+class Gate:
+    """ASGI middleware: the checks from the headers, then a bounded, timed body read
+    (module docstring)."""
+
+    def __init__(self, app: Any, limits: ServeLimits, token: str | None = None) -> None:
+        self.app, self.limits = app, limits
+        self.expected = None if token is None else f"Bearer {token}".encode()
+        self.counts = limits.counts
+        self.buffered = 0
+
+    async def _answer(self, send: Callable[[dict], Awaitable[None]], status: int, detail: str,
+                      extra: list[tuple[bytes, bytes]] = ()) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close"), *extra]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                       send: Callable[[dict], Awaitable[None]]) -> None:
+        if scope["type"] == "websocket":  # the service has no websocket endpoint: refused before any check
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lim, counts = self.limits, self.counts
+        headers = dict(scope.get("headers") or [])
+        if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
+            counts["host_refused"] += 1
+            await self._answer(send, 421, "Host header not served here (allowed: "
+                               f"{', '.join(lim.allowed_hosts)}; see --allow-host)")
+            return
+        if self.expected is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
+            counts["unauthorised"] += 1
+            await self._answer(send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")])
+            return
+        if scope["method"] == "POST" and _media_type(headers.get(b"content-type")) != "application/json":
+            counts["media_type_refused"] += 1
+            await self._answer(send, 415, "POST bodies must be sent as Content-Type: application/json")
+            return
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > lim.max_body_bytes):
+            counts["too_large"] += 1
+            await self._answer(send, 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
+                               f"max_body_bytes={lim.max_body_bytes}")
+            return
+        chunks: list[bytes] = []
+        n = 0
+        deadline = time.monotonic() + lim.body_timeout_s
+        try:
+            while True:
+                try:
+                    msg = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    counts["body_timeouts"] += 1
+                    await self._answer(send, 408, f"request body not received within {lim.body_timeout_s:g} s")
+                    return
+                if msg["type"] != "http.request":  # the client hung up mid-body: nothing is scored
+                    counts["incomplete_bodies"] += 1
+                    return
+                chunk = msg.get("body", b"")
+                n += len(chunk)
+                if n > lim.max_body_bytes:
+                    counts["too_large"] += 1
+                    await self._answer(send, 413, f"request body of more than {lim.max_body_bytes} bytes, more than "
+                                       f"max_body_bytes={lim.max_body_bytes}")
+                    return
+                if self.buffered + len(chunk) > lim.max_buffered_bytes:
+                    counts["busy_refused"] += 1
+                    await self._answer(send, 503, "too many request bodies being received; retry later",
+                                       [(b"retry-after", b"1")])
+                    return
+                self.buffered += len(chunk)
+                chunks.append(chunk)
+                if not msg.get("more_body", False):
+                    break
+            scope["fbrapids.body"] = b"".join(chunks)
+        finally:
+            self.buffered -= sum(len(c) for c in chunks)
+        chunks.clear()
+        done = False
+
+        async def replayed() -> dict:
+            nonlocal done
+            if not done:
+                done = True
+                return {"type": "http.request", "body": scope["fbrapids.body"], "more_body": False}
+            return await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def guarded_protocol(limits: ServeLimits) -> type:
+    """uvicorn's h11 protocol with a request-head deadline and a connection cap (module
+    docstring); its refusals counted in ``limits.counts``."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    counts = limits.counts
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                counts["connections_refused"] += 1
+                log.warning("connection refused: %d open, max_connections=%d", len(self.connections) - 1,
+                            limits.max_connections)
+                transport.close()
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_timer = self.loop.call_later(limits.header_timeout_s, self._head_deadline)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_deadline(self) -> None:
+            self._head_timer = None
+            if self.cycle is not None and not self.cycle.response_complete:
+                return  # a request is being answered; its body has the gate's deadline
+            if not self.transport.is_closing():
+                counts["header_timeouts"] += 1
+                log.warning("closed a connection that sent no complete request within %g s", limits.header_timeout_s)
+                try:
+                    self.conn.send(h11.ConnectionClosed())
+                except h11.LocalProtocolError:
+                    pass
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def descriptor_room(max_connections: int) -> int:
+    """``max_connections`` lowered to leave 64 file descriptors free under the soft limit
+    (raised to the hard limit first, where allowed).
+
+    Example:
+        >>> 1 <= descriptor_room(512) <= 512
+        True
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_connections + 64
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, soft - 64))
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a log line through once per ``interval_s`` per message text; the next one let
+    through says how many were held back (a flood of ``Too many open files`` or of refused
+    connections becomes one line per interval).
+
+    Example:
+        >>> f = RepeatFilter(interval_s=60)
+        >>> rec = lambda: logging.LogRecord("x", logging.WARNING, "", 0, "same", None, None)
+        >>> [f.filter(rec()) for _ in range(3)], f.held_back
+        ([True, False, False], 2)
+    """
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[str, tuple[float, int]] = {}
+        self.held_back = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            key = f"{record.name}:{record.levelno}:{record.msg}"[:300]
+        except Exception:  # noqa: BLE001 - a log record must never raise
+            return True
+        now = time.monotonic()
+        last, skipped = self._last.get(key, (-1e18, 0))
+        if now - last < self.interval_s:
+            self._last[key] = (last, skipped + 1)
+            self.held_back += 1
+            return False
+        if len(self._last) > 1000:
+            self._last.clear()
+        self._last[key] = (now, 0)
+        if skipped:
+            record.msg = f"{record.msg} ({skipped} similar lines held back in the last {self.interval_s:g} s)"
+        return True
+
+
+def install_log_filter(interval_s: float = 10.0) -> RepeatFilter:
+    """One :class:`RepeatFilter` on the loggers a flood of clients fills (uvicorn's, asyncio's,
+    this module's); returns it."""
+    f = RepeatFilter(interval_s)
+    for name in ("uvicorn.error", "uvicorn.access", "asyncio", __name__):
+        lg = logging.getLogger(name)
+        if not any(isinstance(x, RepeatFilter) for x in lg.filters):
+            lg.addFilter(f)
+    return f

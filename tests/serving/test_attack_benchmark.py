@@ -1,0 +1,43 @@
+"""benchmarks/inference.py --attack and --unseen-ids run end to end on a tiny setting (the
+figures themselves are the benchmark's: timings are never asserted here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
+pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "inference.py"), "--train-rows", "300", "--out", str(out), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    assert json.loads(out.read_text()) == res
+    return res
+
+
+def test_attack_benchmark_smoke(tmp_path) -> None:
+    res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--hog-items", "2000")
+    for phase in ("unloaded", "flood", "hog", "stalled"):
+        assert res[phase]["requests"] == 4 and res[phase]["not_200"] == 0, (phase, res[phase])
+    assert set(res["flood"]["attackers_got"]) <= {"401", "0"} and res["flood"]["attackers_got"].get("401", 0) > 0
+    assert res["hog"]["attackers_got"].get("200", 0) > 0 and res["stalled"]["attackers_got"]["opened"] >= 200
+    assert res["within_2x"] == all(res[p]["ratio_to_unloaded"] <= 2 for p in ("flood", "hog", "stalled"))
+
+
+def test_unseen_ids_benchmark_smoke(tmp_path) -> None:
+    res = _run(tmp_path, "--unseen-ids", "--unseen", "20000")
+    assert res["table_rows_export"] == res["table_rows_before"] == res["table_rows_after"] > 0
+    assert res["unseen_lookups_counted"] >= 20000 and res["calls"] == 2
