@@ -79,6 +79,16 @@ def _table_dir(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", key)
 
 
+def table_dir_name(key: str) -> str:
+    """The folder of table ``key`` under a checkpoint's ``tables/``.
+
+    Example:
+        >>> table_dir_name("emb_l/ad")
+        'emb_l__ad'
+    """
+    return _table_dir(key)
+
+
 def nonfinite_weights(model: CTRModel, optimizer: torch.optim.Optimizer | None = None,
                       tables: bool = True) -> list[str]:
     """Where ``model`` (and ``optimizer``'s state) holds NaN / inf: dense tensor names and
