@@ -27,7 +27,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -102,14 +102,16 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                     checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
                     resume: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
                     group: dist.ProcessGroup | None = None, buckets: BucketTable | None = None,
-                    device: str | torch.device | None = None) -> tuple[FitResult, DistributedTrainer]:
+                    device: str | torch.device | None = None,
+                    on_file: Callable[[Path], None] | None = None) -> tuple[FitResult, DistributedTrainer]:
     """Train this rank's share of the union batches; returns the result and the trainer
     (pass the trainer to :func:`evaluate_distributed` / to a later call).
 
     Args are :func:`fbrapids.trainers.fit.fit`'s, plus ``group`` (default: the world),
     ``buckets`` (default: :meth:`BucketTable.default`, or the checkpoint's on resume).
     ``checkpoint_dir``: sharded checkpoints (:mod:`~fbrapids.trainers.distributed.checkpoint`),
-    the same path on every rank (a shared file system across nodes).
+    the same path on every rank (a shared file system across nodes); ``on_file(path)`` is
+    called after each checkpoint file this rank writes.
     """
     if nan not in ("error", "warn"):
         raise ArgumentError(f"nan must be 'error' or 'warn' in distributed training, got {nan!r}")
@@ -183,13 +185,14 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                     result.losses.append(value)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step,
-                                                           keep=keep_checkpoints))
+                                                           keep=keep_checkpoints, on_file=on_file))
             if max_steps is not None and step >= max_steps:
                 break
         result.steps = step
         if checkpoint_dir is not None and step > start and (
                 not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
-            result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
+            result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
+                                                  on_file=on_file))
     return result, trainer
 
 
