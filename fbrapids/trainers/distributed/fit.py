@@ -34,7 +34,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from fbrapids.errors import ArgumentError, DistributedError, NonFiniteError
+from fbrapids.errors import ArgumentError, CheckpointError, DistributedError, NonFiniteError
+from fbrapids.trainers.checkpoint import checkpoints
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.distributed.buckets import BucketTable
@@ -136,6 +137,10 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
             if resume:
                 start, path = restore_sharded(trainer, optimizer, checkpoint_dir)
                 result.resumed_from = path
+            elif checkpoints(checkpoint_dir):
+                raise CheckpointError(f"{checkpoint_dir} already holds checkpoints up to "
+                                      f"{checkpoints(checkpoint_dir)[0].name} from an earlier run; resume from them "
+                                      "(resume=True) or use an empty checkpoint dir")
         dev = module_device(net)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         sum_loss = torch.nn.BCEWithLogitsLoss(reduction="sum")
