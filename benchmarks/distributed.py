@@ -114,7 +114,8 @@ def tables_of(stores: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {k: s.state() for k, s in stores.items()}
 
 
-def rank_run(rank: int, world: int, train_path: str, test_path: str, batch: int, work: str) -> dict[str, Any]:
+def rank_run(rank: int, world: int, train_path: str, test_path: str, batch: int, work: str,
+             max_steps: int | None = None) -> dict[str, Any]:
     """One rank: its slices of the global batches, trained and evaluated over the union."""
     import pandas as pd
     import torch
@@ -127,15 +128,16 @@ def rank_run(rank: int, world: int, train_path: str, test_path: str, batch: int,
     held = test.iloc[rank_rows(len(test), batch, rank, world)].reset_index(drop=True)
     model = _model(str(Path(work) / "store"), rank)
     t = time.perf_counter()
-    res, trainer = fit_distributed(model, _stream(mine, batch // world))
+    res, trainer = fit_distributed(model, _stream(mine, batch // world), max_steps=max_steps)
     train_s = time.perf_counter() - t
     stats = dict(trainer.exchange.stats)
     distinct = trainer.sharded.distinct_ids
+    tables = tables_of(trainer.sharded.local_stores())  # before evaluation admits the held-out day's ids
     metrics = evaluate_distributed(trainer, _stream(held, batch // world))
     return {"rank": rank, "steps": res.steps, "train_s": train_s, "rows": len(mine), "stats": stats,
             "distinct": distinct, "metrics": metrics,
             "dense": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()} if rank == 0 else None,
-            "tables": tables_of(trainer.sharded.local_stores())}
+            "tables": tables}
 
 
 def compare(one: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, float]:
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=2048, help="the global batch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    p.add_argument("--max-steps", type=int, default=None, help="stop every run after this many steps")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -189,18 +192,19 @@ def main(argv: list[str] | None = None) -> int:
         train, test = pd.read_pickle(train_path), pd.read_pickle(test_path)
         model = _model(str(Path(tmp) / "one"))
         t = time.perf_counter()
-        fit(model, _stream(train, args.batch), progress=False)
+        fit(model, _stream(train, args.batch), progress=False, max_steps=args.max_steps)
         one_s = time.perf_counter() - t
         one = {"dense": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()},
                "tables": tables_of(model.stores()), "metrics": evaluate(model, _stream(test, args.batch),
                                                                           progress=False)}
-        out["one_process"] = {"samples_per_s": len(train) / one_s, "train_s": one_s,
+        trained = len(train) if args.max_steps is None else min(len(train), args.max_steps * args.batch)
+        out["one_process"] = {"samples_per_s": trained / one_s, "train_s": one_s,
                               "auc": one["metrics"]["auc"], "logloss": one["metrics"]["logloss"]}
-        log.info("one process: %.0f samples/s, AUC %.4f", len(train) / one_s, one["metrics"]["auc"])
+        log.info("one process: %.0f samples/s, AUC %.4f", trained / one_s, one["metrics"]["auc"])
         del model
         for world in args.worlds:
             work = Path(tmp) / f"w{world}"
-            ranks = spawn(rank_run, world, (str(train_path), str(test_path), args.batch, str(work)),
+            ranks = spawn(rank_run, world, (str(train_path), str(test_path), args.batch, str(work), args.max_steps),
                           backend=args.backend, timeout_s=3600)
             slowest = max(r["train_s"] for r in ranks)
             steps = ranks[0]["steps"]
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             ideal = (8 + 8 * DIM) * ranks[0]["distinct"]
             per_table = {k: [len(r["tables"][k][0]) for r in ranks] for k in one["tables"]}
             total = np.sum([v for v in per_table.values()], axis=0)
-            row = {"samples_per_s": len(train) / slowest, "train_s": slowest, "steps": steps,
+            row = {"samples_per_s": trained / slowest, "train_s": slowest, "steps": steps,
                    "comm_share": float(np.mean([r["stats"]["seconds"] / r["train_s"] for r in ranks])),
                    "bytes_per_step": (a2a - gathers) / steps, "ideal_bytes_per_step": ideal / steps,
                    "bytes_vs_ideal": ratio(a2a - gathers, ideal),

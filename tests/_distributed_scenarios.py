@@ -125,11 +125,15 @@ def resume_same_world(rank: int, world: int, root: Path) -> dict:
 def deepfm_counts(rank: int, world: int, root: Path) -> dict:
     """DeepFM: two collections, six tables of two widths; still one all_gather + three all_to_all per step."""
     df = ctr_frame(512)
-    torch.manual_seed(0)
-    model = DeepFM(2, FEATURES, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=2048))
+    model = deepfm_model()
     with Counter() as c:
         res, tr = fit_distributed(model, RankSlices(global_batches(df, 128), rank, world))
-    return {"steps": res.steps, "calls": dict(c.calls), "tables": len(tr.sharded.tables)}
+    return {"steps": res.steps, "calls": dict(c.calls), "tables": table_states(tr), "dense": dense_state(model)}
+
+
+def deepfm_model() -> DeepFM:
+    torch.manual_seed(0)
+    return DeepFM(2, FEATURES, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=2048))
 
 
 UNEVEN_SIZES = [150, 0, 70, 25, 105]

@@ -86,15 +86,18 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
 
 
-def assert_matches(dense: dict, tables: dict, ref_model: torch.nn.Module) -> None:
+def assert_matches(dense: dict, tables: dict, ref_model: torch.nn.Module, tol: float = 1e-5) -> None:
+    """Within ``tol`` of one process (the issue asks 1e-4 dense, 1e-3 tables; sums in another
+    order differ by ~1e-7 here, a gradient scaled by W by ~1e-4)."""
     ref_dense = {k: v.detach().numpy() for k, v in ref_model.state_dict().items()}
     assert sorted(dense) == sorted(ref_dense)
     worst = max(rel(dense[k], ref_dense[k]) for k in dense)
-    assert worst <= 1e-4, worst
+    assert worst <= tol, worst
     ref = reference_tables(ref_model)
+    assert sorted(tables) == sorted(ref)
     for key, r in ref.items():
         assert np.array_equal(tables[key]["ids"], r["ids"]), key
-        assert rel(tables[key]["rows"], r["rows"]) <= 1e-3, key
+        assert rel(tables[key]["rows"], r["rows"]) <= tol, key
 
 
 def test_buckets_balance_structured_ids() -> None:
@@ -142,6 +145,15 @@ def test_two_ranks_match_one_process(w2: list[dict], tmp_path: Path) -> None:
             assert (BucketTable.default(2).owner_of(g["tables"][key]["ids"]) == r).all()
 
 
+def test_two_ranks_match_one_process_deepfm(w2: list[dict]) -> None:
+    """Six tables of two widths, Adagrad from a non-zero accumulator (not scale-invariant)."""
+    torch.set_num_threads(1)
+    ref = S.deepfm_model()
+    fit(ref, S.global_batches(S.ctr_frame(512), 128), progress=False)
+    got = [w["deepfm_counts"] for w in w2]
+    assert_matches(got[0]["dense"], union_tables([g["tables"] for g in got]), ref)
+
+
 def test_collectives_per_step_whatever_the_tables(w2: list[dict]) -> None:
     for w in w2:
         t = w["train_match"]
@@ -152,7 +164,7 @@ def test_collectives_per_step_whatever_the_tables(w2: list[dict]) -> None:
         assert t["train_calls"]["all_to_all_single"] == 3 * steps
         assert t["eval_calls"]["all_gather"] == steps + 1 and t["eval_calls"]["all_to_all_single"] == 2 * steps
         d = w["deepfm_counts"]
-        assert d["tables"] == 6 and d["calls"]["all_gather"] == d["steps"] + 1
+        assert len(d["tables"]) == 6 and d["calls"]["all_gather"] == d["steps"] + 1
         assert d["calls"]["all_to_all_single"] == 3 * d["steps"]
         # no per-step object collectives: start-up (configuration, template) and one per checkpoint
         assert t["train_calls"]["all_gather_object"] == 3 and d["calls"]["all_gather_object"] == 2

@@ -26,13 +26,10 @@ import numpy as np
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.sparse import as_uint64_ids
+from fbrapids.trainers.sparse.init import splitmix64
 
 #: virtual buckets per table (a power of two; enough for any node's world size to balance)
 N_BUCKETS = 4096
-
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
 
 def mix64(ids: Any) -> np.ndarray:
     """splitmix64's finaliser of the raw 64-bit ids (uint64 out).
@@ -41,14 +38,7 @@ def mix64(ids: Any) -> np.ndarray:
         >>> mix64(np.array([0, 1], dtype=np.uint64)).tolist()
         [0, 6238072747940578789]
     """
-    x = as_uint64_ids(ids).ravel().copy()
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= _M1
-        x ^= x >> np.uint64(27)
-        x *= _M2
-        x ^= x >> np.uint64(31)
-    return x
+    return splitmix64(as_uint64_ids(ids).ravel())
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import os
@@ -43,12 +42,13 @@ import torch.distributed as dist
 from fbrapids.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, NonFiniteError
 from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
-from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, LATEST, clean_partial, newest_verified, prune,
-                                          step_name)
+from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, clean_partial, commit_checkpoint, newest_verified,
+                                          prune, step_name)
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.consistency import config_digest
 from fbrapids.trainers.sparse import StoreConfig
-from fbrapids.trainers.fit import finite_rows_check, load_tensors, nonfinite_weights, table_dir_name, weights_digest
+from fbrapids.trainers.fit import (load_tensors, nonfinite_weights, table_dir_name, weights_digest,
+                                   write_checkpoint_files)
 
 log = logging.getLogger(__name__)
 
@@ -72,21 +72,8 @@ def _write_shard(trainer: Any, optimizer: torch.optim.Optimizer | None, d: Path,
             raise NonFiniteError(f"rank {trainer.rank}, step {step}: non-finite {', '.join(bad)}; no checkpoint "
                                  "is written from this state")
     d.mkdir(parents=True)
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
-             "step": int(step), "torch_rng": torch.get_rng_state()}
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    write_atomic(d / "dense.pt", [buf.getvalue()])
-    if on_file:
-        on_file(d / "dense.pt")
-    stores = trainer.sharded.local_stores()
-    for key, store in stores.items():
-        store.save(d / "tables" / table_dir_name(key), progress=on_file,
-                   check_rows=finite_rows_check(key, step) if check else None)
-    write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores), "finite": check,
-                                               "rank": trainer.rank, "world": trainer.world}).encode()])
-    if on_file:
-        on_file(d / "meta.json")
+    write_checkpoint_files(d, model, optimizer, trainer.sharded.local_stores(), step, on_file,
+                           meta={"rank": trainer.rank, "world": trainer.world})
 
 
 def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
@@ -121,15 +108,7 @@ def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: st
         for d in [tmp, *tmp.rglob("*")]:
             if d.is_dir():
                 fsync_dir(d)
-        if final.exists():
-            old = root / f".old-{name}-sharded"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        fsync_dir(root)
-        write_atomic(root / LATEST, [final.name.encode()])
+        commit_checkpoint(tmp, root, step, "sharded")
         if keep is not None:
             prune(root, keep, verified=final)
     dist.barrier(group=group)

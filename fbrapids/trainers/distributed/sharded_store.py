@@ -19,9 +19,10 @@ One step over all tables (:class:`ShardedEmbeddings`):
    ``all_to_all_single`` sends the rows back.
 2. forward / backward run on the local batch; each :class:`ShardedTable` collects its rows'
    gradients.
-3. :meth:`~ShardedEmbeddings.finish`: one ``all_to_all_single`` sends the row gradients to
-   the owners; an owner sums an id's gradients over the ranks (in rank order) and applies
-   the row-wise optimizer once: synchronous SGD on the union batch.
+3. :meth:`~ShardedEmbeddings.finish`: one ``all_to_all_single`` sends the row gradients
+   (divided by W, as DDP divides the dense ones: a rank's loss is W times its share of the
+   union's mean) to the owners; an owner sums an id's gradients over the ranks (in rank
+   order) and applies the row-wise optimizer once: synchronous SGD on the union batch.
 
 Every buffer is fused across tables: per step one ``all_gather`` and three
 ``all_to_all_single`` whatever the number of tables (evaluation: one and two).  Per
@@ -137,7 +138,8 @@ class ShardedTable:
             at = np.minimum(at, max(len(order) - 1, 0))
             pos = order[at] if len(order) else np.zeros(0, dtype=np.int64)
             if len(uniq) and (not len(order) or not np.array_equal(self.ids[pos], uniq)):
-                raise StoreError(f"table {self.name!r}: lookup of ids this step did not exchange")
+                raise StoreError(f"table {self.name!r} is sharded across ranks: it serves only the ids of a step of "
+                                 "fit_distributed / predict_distributed (this lookup asks for others)")
             rows = self.rows[torch.from_numpy(pos)]
         self._lookups += 1
         rows.requires_grad_(requires_grad and leaf)
@@ -344,7 +346,10 @@ class ShardedEmbeddings:
                 a = int(p.sent[:d].sum())
                 sel = torch.from_numpy(p.order[a : a + int(p.sent[d])])
                 g = table.grad if table.grad is not None else torch.zeros(len(p.ids), dims[k])
-                out.append(g[sel].reshape(-1))
+                g = g[sel].reshape(-1)
+                # each rank's loss is its share of the union's mean times W (DDP averages the dense
+                # gradients over the ranks): the rows' gradients are averaged the same way
+                out.append(g / world if world > 1 else g)
         send_splits = [sum(int(p.sent[d]) * dims[k] for k, p in enumerate(plan.tables)) for d in range(world)]
         recv_splits = [sum(int(p.recv[s]) * dims[k] for k, p in enumerate(plan.tables)) for s in range(world)]
         gbuf = ex.all_to_all(torch.cat(out) if out else torch.zeros(0), send_splits, recv_splits)
