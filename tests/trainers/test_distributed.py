@@ -253,3 +253,16 @@ def test_rank_killed_mid_commit_keeps_latest(w2: list[dict], root: Path) -> None
     ckpt = root / "ckpt-k"
     assert latest_checkpoint(ckpt).name == "step-0000000002"
     assert newest_verified(ckpt).name == "step-0000000002"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["demo", "--nproc", "3"], "--batch-size 2048 is not divisible by 3 ranks"),
+    (["demo", "--nproc", "2", "--model", "din"], "DIN trains in one process only"),
+    (["demo", "--nproc", "2", "--resume", "--work-dir", "w"], "--resume is not supported with several ranks"),
+])
+def test_demo_nproc_refusals_are_one_line_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
+    from fbrapids.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1

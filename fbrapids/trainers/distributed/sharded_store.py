@@ -51,6 +51,7 @@ from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore, as_uint64_ids
+from fbrapids.trainers.sparse.hashmap import unique_u64
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +80,7 @@ def first_occurrence_unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
         >>> u.tolist(), inv.tolist(), c.tolist()
         ([5, 3, 9], [0, 1, 0, 2], [2, 1, 1])
     """
-    uniq, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return uniq[order], rank[inverse.reshape(-1)], counts[order]
+    return unique_u64(as_uint64_ids(keys).ravel())
 
 
 class ShardedTable:
