@@ -34,7 +34,7 @@ from fbrapids.trainers.models import DeepFM  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
 GLOBAL_BATCH = 256
-ROWS = 1536
+ROWS = 1024
 
 
 class Counter:
@@ -83,17 +83,17 @@ def dense_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def store_for(root: Path, tag: str, rank: int) -> StoreConfig:
-    return rank_store_config(StoreConfig(cache_rows=1024, host_rows=1536, ssd_dir=str(root / f"ssd-{tag}")), rank)
+    return rank_store_config(StoreConfig(cache_rows=384, host_rows=512, ssd_dir=str(root / f"ssd-{tag}")), rank)
 
 
 def train_match(rank: int, world: int, root: Path) -> dict:
     """An epoch of DLRM on the global batches (each rank its slice), checkpointed at the end;
     then evaluation over the union; collectives counted."""
     df = ctr_frame(ROWS)
-    model = small_model(store_for(root, "a", rank))
+    model = small_model(store_for(root, f"a{world}", rank))
     with Counter() as c:
         res, tr = fit_distributed(model, RankSlices(global_batches(df), rank, world),
-                                  checkpoint_dir=root / "ckpt-a")
+                                  checkpoint_dir=root / f"ckpt-a-w{world}")
     train_calls = dict(c.calls)
     with Counter() as c:
         metrics = evaluate_distributed(tr, RankSlices(global_batches(df), rank, world))
@@ -105,8 +105,9 @@ def train_match(rank: int, world: int, root: Path) -> dict:
 def train_again(rank: int, world: int, root: Path) -> dict:
     """The same run again into another checkpoint dir: the digest must not change."""
     df = ctr_frame(ROWS)
-    model = small_model(store_for(root, "b", rank))
-    res, _ = fit_distributed(model, RankSlices(global_batches(df), rank, world), checkpoint_dir=root / "ckpt-b")
+    model = small_model(store_for(root, f"b{world}", rank))
+    res, _ = fit_distributed(model, RankSlices(global_batches(df), rank, world),
+                             checkpoint_dir=root / f"ckpt-b-w{world}")
     return {"digest": sharded_digest(res.checkpoints[-1])}
 
 
@@ -195,7 +196,7 @@ def mismatch(rank: int, world: int, root: Path) -> dict:
 def restore_other_world(rank: int, world: int, root: Path) -> dict:
     """Restore the W=2 checkpoint of train_match at this world size (no training)."""
     model = small_model(store_for(root, f"w{world}", rank))
-    res, tr = fit_distributed(model, [], checkpoint_dir=root / "ckpt-a", max_steps=0)
+    res, tr = fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
     return {"tables": table_states(tr), "dense": dense_state(model), "resumed": str(res.resumed_from)}
 
 

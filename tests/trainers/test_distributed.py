@@ -29,7 +29,7 @@ from fbrapids.trainers.distributed import (BucketTable, RankSlices, concat_batch
 from fbrapids.trainers.fit import weights_digest  # noqa: E402
 
 W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch"]
-W4 = ["restore_other_world", "uneven"]
+W4 = ["restore_other_world", "uneven", "train_match", "train_again"]
 
 
 @pytest.fixture(scope="module")
@@ -117,23 +117,24 @@ def test_global_batch_must_divide() -> None:
 def test_one_rank_is_bit_identical_to_fit(world_of_one: None, tmp_path: Path) -> None:
     torch.set_num_threads(1)
     df = S.ctr_frame(S.ROWS)
-    store = StoreConfig(cache_rows=1024, host_rows=1536, ssd_dir=str(tmp_path / "ssd-fit"))
+    store = StoreConfig(cache_rows=384, host_rows=512, ssd_dir=str(tmp_path / "ssd-fit"))
     ref = small_model(store)
     done = fit(ref, S.global_batches(df), epochs=2, progress=False, checkpoint_dir=tmp_path / "fit")
     model = small_model(store.with_(ssd_dir=str(tmp_path / "ssd-dist")))
     res, trainer = fit_distributed(model, RankSlices(S.global_batches(df), 0, 1), epochs=2,
                                    checkpoint_dir=tmp_path / "dist")
-    assert res.steps == done.steps == 12
+    assert res.steps == done.steps == 2 * S.ROWS // S.GLOBAL_BATCH
     assert weights_digest(res.checkpoints[-1] / "shard-00000") == weights_digest(done.checkpoints[-1])
     assert evaluate_distributed(trainer, S.global_batches(df)) == evaluate(ref, S.global_batches(df), progress=False)
 
 
-def test_two_ranks_match_one_process(w2: list[dict], tmp_path: Path) -> None:
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_match_one_process(world: int, w2: list[dict], w4: list[dict], tmp_path: Path) -> None:
     torch.set_num_threads(1)
     df = S.ctr_frame(S.ROWS)
-    ref = small_model(StoreConfig(cache_rows=1024, host_rows=1536, ssd_dir=str(tmp_path / "ssd")))
+    ref = small_model(StoreConfig(cache_rows=384, host_rows=512, ssd_dir=str(tmp_path / "ssd")))
     fit(ref, S.global_batches(df), progress=False)
-    got = [w["train_match"] for w in w2]
+    got = [w["train_match"] for w in (w2 if world == 2 else w4)]
     assert_matches(got[0]["dense"], union_tables([g["tables"] for g in got]), ref)
     want = evaluate(ref, S.global_batches(df), progress=False)
     for g in got:  # the union's metrics, the same on every rank
@@ -142,7 +143,7 @@ def test_two_ranks_match_one_process(w2: list[dict], tmp_path: Path) -> None:
             assert abs(g["metrics"][k] - want[k]) <= 1e-4, k
     for key in got[0]["tables"]:  # every id where the bucket table puts it
         for r, g in enumerate(got):
-            assert (BucketTable.default(2).owner_of(g["tables"][key]["ids"]) == r).all()
+            assert (BucketTable.default(world).owner_of(g["tables"][key]["ids"]) == r).all()
 
 
 def test_two_ranks_match_one_process_deepfm(w2: list[dict]) -> None:
@@ -182,9 +183,11 @@ def test_bytes_per_distinct_id(w2: list[dict]) -> None:
     assert sent == distinct_train * (16 + 8 * dim) + distinct_train * (16 + 4 * dim) + per_step_gathers
 
 
-def test_same_world_runs_and_resume_give_the_same_digest(w2: list[dict]) -> None:
+def test_same_world_runs_and_resume_give_the_same_digest(w2: list[dict], w4: list[dict]) -> None:
     digests = {w[k]["digest"] for w in w2 for k in ("train_match", "train_again", "resume_same_world")}
     assert len(digests) == 1
+    four = {w[k]["digest"] for w in w4 for k in ("train_match", "train_again")}
+    assert len(four) == 1 and four != digests
     assert w2[0]["resume_same_world"]["resumed"].endswith("step-0000000003")
 
 
@@ -225,9 +228,9 @@ def test_mismatched_ranks_refused_at_start(w2: list[dict]) -> None:
 
 
 def test_resume_at_another_world_size(w2: list[dict], w4: list[dict], world_of_one: None, root: Path) -> None:
-    saved = union_tables(S.checkpoint_tables(root / "ckpt-a" / "step-0000000006"))
+    saved = union_tables(S.checkpoint_tables(root / "ckpt-a-w2" / "step-0000000004"))
     four = [w["restore_other_world"] for w in w4]
-    assert all(f["resumed"].endswith("step-0000000006") for f in four)
+    assert all(f["resumed"].endswith("step-0000000004") for f in four)
     for r, f in enumerate(four):  # 2 -> 4: each row on the rank the new bucket table names
         for t in f["tables"].values():
             assert (BucketTable.default(4).owner_of(t["ids"]) == r).all()
@@ -245,7 +248,7 @@ def test_checkpoint_of_another_model_refused(w2: list[dict], world_of_one: None,
 
     model = DLRM(2, ["ad", "user"], embedding_dim=8, bottom_mlp=[16], top_mlp=[16], store=StoreConfig(cache_rows=512))
     with pytest.raises(CheckpointError, match=r"the model's \[\] are not in it, its \['emb_l/toks'\]"):
-        fit_distributed(model, [], checkpoint_dir=root / "ckpt-a", max_steps=0)
+        fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
 
 
 def test_rank_killed_mid_commit_keeps_latest(w2: list[dict], root: Path) -> None:
