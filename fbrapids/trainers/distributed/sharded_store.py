@@ -97,6 +97,7 @@ class ShardedTable:
         self.config: StoreConfig = local.config
         self.name = local.name
         self._keys: np.ndarray | None = None  # the step's ids as the collection will ask for them
+        self._inverse = np.zeros(0, dtype=np.int64)  # position of each of ``_keys`` in ``ids``
         self.ids = np.zeros(0, dtype=np.uint64)
         self.rows = torch.zeros(0, local.config.dim)
         self.grad: torch.Tensor | None = None
@@ -115,9 +116,10 @@ class ShardedTable:
         """Rows this rank owns."""
         return len(self.local)
 
-    def install(self, keys: np.ndarray, ids: np.ndarray, rows: torch.Tensor) -> None:
-        """The step's keys (as the collection will look them up), their distinct ids and rows."""
-        self._keys, self.ids, self.rows = keys, ids, rows
+    def install(self, keys: np.ndarray, ids: np.ndarray, inverse: np.ndarray, rows: torch.Tensor) -> None:
+        """The step's keys (as the collection will look them up), their distinct ids, the
+        position of each key among them, and the distinct ids' rows."""
+        self._keys, self.ids, self._inverse, self.rows = keys, ids, inverse, rows
         self.grad = None
         self._lookups = 0
 
@@ -142,9 +144,6 @@ class ShardedTable:
         rows.requires_grad_(requires_grad and leaf)
         return Lookup(rows=rows, inverse=torch.from_numpy(np.asarray(inverse, dtype=np.int64)).to(rows.device),
                       ids=uniq, admitted=np.ones(len(uniq), dtype=bool), slots=pos, step=self._step)
-
-    def set_inverse(self, inverse: np.ndarray) -> None:
-        self._inverse = inverse
 
     @torch.no_grad()
     def update_rows(self, lookup: Lookup, grad: torch.Tensor) -> None:
@@ -322,8 +321,7 @@ class ShardedEmbeddings:
                 at += n * dims[k]
         dev = self.tables[0].device if self.tables else torch.device("cpu")
         for k, (p, table) in enumerate(zip(plans, self.tables)):
-            table.install(keys[k], p.ids, filled[k].to(dev))
-            table.set_inverse(uniq_info[k][0])
+            table.install(keys[k], p.ids, uniq_info[k][0], filled[k].to(dev))
         self.plan = StepPlan(rows, done, plans, train)
         self.steps += 1
         return self.plan
