@@ -32,6 +32,8 @@ def _gen(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.nproc > 1:
+        return _demo_ranks(args)
     from fbrapids.demo import run_demo
 
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
@@ -51,6 +53,16 @@ def _demo(args: argparse.Namespace) -> int:
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
                          "a model reaching >= 0.65 on the held-out day has learned the signal)\n")
+    return 0
+
+
+def _demo_ranks(args: argparse.Namespace) -> int:
+    from fbrapids.demo_distributed import render, run_distributed_demo
+
+    results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
+                                   backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
+                                   batch_size=args.batch_size)
+    sys.stdout.write(render(results) + "\n")
     return 0
 
 
@@ -163,6 +175,20 @@ def _not_a_file(flag: str, path: Path | None, empty: bool = False) -> None:
                          "directory)")
 
 
+def _check_nproc(args: argparse.Namespace) -> None:
+    """``demo --nproc N`` (N > 1): what several local ranks cannot do, refused before any work."""
+    if args.model == "din":
+        raise UsageError("argument --nproc: DIN trains in one process only (its history features are fitted over "
+                         "the whole log); use --model dlrm, wide_deep or deepfm")
+    for flag, value in (("--resume", args.resume), ("--export", args.export),
+                        ("--checkpoint-every", args.checkpoint_every)):
+        if value:
+            raise UsageError(f"argument --nproc: {flag} is not supported with several ranks")
+    if args.batch_size % args.nproc:
+        raise UsageError(f"argument --nproc: the global --batch-size {args.batch_size} is not divisible by "
+                         f"{args.nproc} ranks")
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """The checks argparse's types cannot make (paths, the environment), made before any
     work; each failure is a :class:`UsageError` naming the argument (:func:`main` prints it
@@ -191,6 +217,8 @@ def check_arguments(args: argparse.Namespace) -> None:
                              + ("is a directory" if args.summary_json.is_dir() else "is in no existing directory"))
         if args.resume and args.work_dir is None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
+        if args.nproc > 1:
+            _check_nproc(args)
     elif args.command == "export":
         if not args.checkpoint.exists():
             raise UsageError(f"argument checkpoint: {args.checkpoint} does not exist")
@@ -234,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
+    demo.add_argument("--nproc", type=_int_in(1, 64), default=1,
+                      help="train on N local ranks (torch.distributed: gloo, NCCL with a GPU per rank); "
+                           "--batch-size is the global batch")
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
     demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",

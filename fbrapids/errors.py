@@ -203,6 +203,10 @@ class NonFiniteError(FbrapidsError, FloatingPointError):
     """Training reached a NaN / inf loss, gradient or weight; names the step and the table."""
 
 
+class DistributedError(FbrapidsError, RuntimeError):
+    """Ranks of a distributed run disagree (configuration, SSD folders), or a rank failed; names the rank."""
+
+
 class WorkDirLockedError(FbrapidsError, RuntimeError):
     """Another run holds the work dir; names the holder's PID and host (also as ``pid``, ``host``)."""
 

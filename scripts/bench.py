@@ -50,6 +50,10 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "dicm": (["benchmarks/dicm_taobao.py"],
              "DIN vs DICM's four image aggregators on the Taobao tiny sample (100 test rows, synthetic image "
              "vectors: a smoke figure, not a result); image references vs unique images embedded"),
+    "distributed": (["benchmarks/distributed.py", "--rows", "200000", "--worlds", "1", "2", "4"],
+                    "DLRM on W = 1, 2, 4 gloo ranks (DDP + tables sharded by id) vs one process on the same global "
+                    "batches: samples/s, share of step time in the sparse exchange, bytes per step vs (8 + 8 x dim) x "
+                    "distinct ids, table rows per rank, weight / AUC / logloss differences"),
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
@@ -156,6 +160,18 @@ def _models(r: dict) -> str:
     return "; ".join(parts)
 
 
+def _distributed(r: dict) -> str:
+    one = r["one_process"]
+    parts = [f"one process {_k(one['samples_per_s'])} samples/s, AUC {one['auc']:.4f}"]
+    for w, x in r["worlds"].items():
+        parts.append(f"W={w}: {_k(x['samples_per_s'])} samples/s, {100 * x['comm_share']:.0f}% of the step in the "
+                     f"exchange, {_mb(x['bytes_per_step'])}/step = {x['bytes_vs_ideal']:.3f}x (8 + 8 dim) x distinct "
+                     f"ids, rows per rank max/mean {x['rows_max_over_mean']:.3f}, vs one process: dense "
+                     f"{x['dense_rel_diff']:.1e}, tables {x['tables_rel_diff']:.1e}, dAUC {x['abs_delta_auc']:.1e}, "
+                     f"dlogloss {x['abs_delta_logloss']:.1e}")
+    return "; ".join(parts)
+
+
 def _dicm(r: dict) -> str:
     runs = ", ".join(f"{name} {x['auc']:.3f}" for name, x in r["runs"].items())
     im = r["images"]
@@ -163,7 +179,7 @@ def _dicm(r: dict) -> str:
             f"({im['dedup_ratio']:.2f} per image)")
 
 
-FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
+FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models}
 

@@ -40,8 +40,8 @@ from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, 
 # about three times cheaper than sha256 here; exports keep sha256
 CHECKPOINT_DIGEST = "crc32"
 
-__all__ = ["LATEST", "fsync_dir", "write_atomic", "step_name", "checkpoint_dir", "latest_checkpoint",
-           "checkpoints", "verify_checkpoint", "newest_verified", "clean_partial", "prune"]
+__all__ = ["LATEST", "fsync_dir", "write_atomic", "step_name", "checkpoint_dir", "commit_checkpoint",
+           "latest_checkpoint", "checkpoints", "verify_checkpoint", "newest_verified", "clean_partial", "prune"]
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,16 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_dir(tmp)
+    commit_checkpoint(tmp, root, step, str(os.getpid()))
+
+
+def commit_checkpoint(tmp: Path, root: Path, step: int, tag: str) -> Path:
+    """Rename the complete directory ``tmp`` to ``root/step-N`` (replacing a checkpoint of the
+    same step, moved aside as ``.old-step-N-<tag>`` meanwhile), fsync ``root``, then swap the
+    ``latest`` pointer to it; returns the checkpoint."""
+    final = root / step_name(step)
     if final.exists():  # re-checkpointing the same step: replace it
-        old = root / f".old-{step_name(step)}-{os.getpid()}"
+        old = root / f".old-{step_name(step)}-{tag}"
         os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
@@ -86,6 +94,7 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
         os.replace(tmp, final)
     fsync_dir(root)
     write_atomic(root / LATEST, [final.name.encode()])
+    return final
 
 
 def checkpoints(root: str | os.PathLike) -> list[Path]:

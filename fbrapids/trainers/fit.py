@@ -40,7 +40,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -77,6 +77,16 @@ class FitResult:
 
 def _table_dir(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "__", key)
+
+
+def table_dir_name(key: str) -> str:
+    """The folder of table ``key`` under a checkpoint's ``tables/``.
+
+    Example:
+        >>> table_dir_name("emb_l/ad")
+        'emb_l__ad'
+    """
+    return _table_dir(key)
 
 
 def nonfinite_weights(model: CTRModel, optimizer: torch.optim.Optimizer | None = None,
@@ -158,23 +168,35 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
             raise NonFiniteError(f"step {step}: non-finite {', '.join(bad)}; no checkpoint is written from this "
                                  "state")
     with checkpoint_dir(root, step) as d:
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
-                 "step": int(step), "torch_rng": torch.get_rng_state()}
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        write_atomic(d / "dense.pt", [buf.getvalue()])
-        if on_file:
-            on_file(d / "dense.pt")
-        stores = model.stores()
-        for key, store in stores.items():  # each chunk of rows checked finite before it is written
-            store.save(d / "tables" / _table_dir(key), progress=on_file,
-                       check_rows=finite_rows_check(key, step) if check else None)
-        write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores),
-                                                   "finite": check}).encode()])
+        write_checkpoint_files(d, model, optimizer, model.stores(), step, on_file)
     final = Path(root) / step_name(step)
     if keep is not None:
         prune(root, keep, verified=final)
     return final
+
+
+def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Optimizer | None,
+                           stores: dict[str, Any], step: int, on_file: Callable[[Path], None] | None = None,
+                           meta: dict[str, Any] | None = None) -> None:
+    """The files of one checkpoint into directory ``d``: ``dense.pt`` (``model``'s weights,
+    ``optimizer``'s state, the step, the RNG state), each of ``stores`` under
+    ``tables/<key>/`` (every chunk of rows checked finite when verification is on), and
+    ``meta.json`` (the step, the tables, and ``meta``'s entries); ``on_file(path)`` after each."""
+    check = verification_enabled()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
+             "step": int(step), "torch_rng": torch.get_rng_state()}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_atomic(d / "dense.pt", [buf.getvalue()])
+    if on_file:
+        on_file(d / "dense.pt")
+    for key, store in stores.items():  # each chunk of rows checked finite before it is written
+        store.save(d / "tables" / _table_dir(key), progress=on_file,
+                   check_rows=finite_rows_check(key, step) if check else None)
+    write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores), "finite": check,
+                                               **(meta or {})}).encode()])
+    if on_file and meta is not None:
+        on_file(d / "meta.json")
 
 
 def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> int:

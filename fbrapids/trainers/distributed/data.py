@@ -1,0 +1,131 @@
+"""Each rank's share of the data.
+
+Two ways to split, both training every row exactly once:
+
+* :func:`shard_partitions` - rank ``r`` streams the dask partitions ``r::W`` (the scale-out
+  way: each rank extracts only its own partitions); a rank with none gets an empty share.
+* :func:`split_batches` - every rank reads the same stream of *global* batches and keeps
+  its slice of each (rows ``[r*B/W, (r+1)*B/W)``; a short last batch is split as evenly
+  as ``np.array_split`` does, so some ranks may get one row less, or none).  The union of
+  the ranks' step-``k`` batches is then exactly the global batch ``k``: W ranks train the
+  same global batches as one process.
+
+A global batch that ``W`` does not divide is refused (:func:`per_rank_batch`).
+
+Example:
+    >>> import torch
+    >>> from fbrapids.trainers.batch import Batch
+    >>> b = Batch(torch.zeros(5, 1), torch.arange(5.0), {"a": (torch.arange(7), torch.tensor([0, 2, 3, 5, 6]))})
+    >>> [slice_batch(b, 1, 3).sparse["a"][0].tolist(), slice_batch(b, 1, 3).sparse["a"][1].tolist()]
+    [[2, 3, 4], [0, 1]]
+    >>> [len(s) for s in split_batches([b], rank=1, world=2)], len(empty_like(b))
+    ([2], 0)
+    >>> concat_batches([slice_batch(b, 0, 2), slice_batch(b, 2, 5)]).sparse["a"][1].tolist()
+    [0, 2, 3, 5, 6]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import torch
+
+from fbrapids.errors import ArgumentError
+from fbrapids.trainers.batch import Batch
+
+
+def per_rank_batch(global_batch: int, world: int) -> int:
+    """``global_batch / world``; an :class:`~fbrapids.errors.ArgumentError` when it does not divide.
+
+    Example:
+        >>> per_rank_batch(4096, 4)
+        1024
+    """
+    if world < 1 or global_batch < 1 or global_batch % world:
+        raise ArgumentError(f"the global batch {global_batch} is not divisible by the world size {world}: "
+                            f"choose a global batch that is a multiple of {world} (e.g. "
+                            f"{max(world, global_batch - global_batch % world)})")
+    return global_batch // world
+
+
+def slice_batch(batch: Batch, start: int, stop: int) -> Batch:
+    """Rows ``[start, stop)`` of ``batch`` (bags re-based to start at 0)."""
+    n = len(batch)
+    start, stop = max(0, min(start, n)), max(0, min(stop, n))
+    stop = max(start, stop)
+    sparse = {}
+    for k, (v, o) in batch.sparse.items():
+        a = int(o[start]) if start < n else len(v)
+        z = int(o[stop]) if stop < n else len(v)
+        sparse[k] = (v[a:z], o[start:stop] - a)
+    return Batch(batch.dense[start:stop], batch.label[start:stop], sparse,
+                 None if batch.group is None else batch.group[start:stop])
+
+
+def empty_like(batch: Batch) -> Batch:
+    """A batch of no rows with ``batch``'s features, dtypes and device."""
+    return slice_batch(batch, 0, 0)
+
+
+def concat_batches(parts: Sequence[Batch]) -> Batch:
+    """The rows of ``parts`` one after another (the union batch of one step over the ranks)."""
+    sparse = {}
+    for k in parts[0].sparse:
+        vals, offs, base = [], [], 0
+        for p in parts:
+            v, o = p.sparse[k]
+            vals.append(v)
+            offs.append(o + base)
+            base += len(v)
+        sparse[k] = (torch.cat(vals), torch.cat(offs))
+    group = None if parts[0].group is None else torch.cat([p.group for p in parts])
+    return Batch(torch.cat([p.dense for p in parts]), torch.cat([p.label for p in parts]), sparse, group)
+
+
+def rank_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Rank ``rank``'s rows of an ``n``-row global batch: ``np.array_split``'s pieces.
+
+    Example:
+        >>> [rank_bounds(5, r, 2) for r in range(2)]
+        [(0, 3), (3, 5)]
+    """
+    q, extra = divmod(n, world)
+    start = rank * q + min(rank, extra)
+    return start, start + q + (rank < extra)
+
+
+def split_batches(batches: Iterable[Batch], rank: int, world: int) -> Iterator[Batch]:
+    """Rank ``rank``'s slice of every global batch (see the module docstring)."""
+    for b in batches:
+        yield slice_batch(b, *rank_bounds(len(b), rank, world))
+
+
+class RankSlices:
+    """An iterable over rank ``rank``'s slices of ``batches`` (re-iterable, with ``set_epoch``
+    passed through), e.g. ``RankSlices(df.fbx.stream(..., batch_size=global_batch), r, W)``."""
+
+    def __init__(self, batches: Iterable[Batch], rank: int, world: int) -> None:
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.batches, "set_epoch"):
+            self.batches.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return split_batches(self.batches, self.rank, self.world)
+
+
+def shard_partitions(frame: Any, rank: int, world: int) -> Any:
+    """Rank ``rank``'s dask partitions ``rank::world`` of ``frame`` (an empty frame, with
+    ``frame``'s columns, when there are fewer partitions than ranks).
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> f = dd.from_pandas(pd.DataFrame({"x": range(10)}), npartitions=3)
+        >>> [len(shard_partitions(f, r, 4)) for r in range(4)]
+        [4, 3, 3, 0]
+    """
+    n = frame.npartitions
+    if rank < n:
+        return frame.partitions[list(range(rank, n, world))]
+    return frame.partitions[[0]].head(0, npartitions=1, compute=False)

@@ -1,0 +1,245 @@
+"""``fit`` / ``predict`` / ``evaluate`` over the ranks of a ``torch.distributed`` group.
+
+Each rank calls :func:`fit_distributed` with its own share of the data (see
+:mod:`~fbrapids.trainers.distributed.data`: ``partitions[r::W]`` or its slice of each global
+batch) and a model built the same way on every rank.  Dense layers train data-parallel
+under ``DistributedDataParallel``; every embedding table is sharded by rows across the
+ranks (:mod:`~fbrapids.trainers.distributed.sharded_store`).  A step's loss is this rank's
+rows' share of the mean over the union batch (the union's row count is in the step's
+``all_gather``), so DDP's gradient average is the gradient of the union batch's mean loss
+however unevenly the rows fall, an empty local batch included (its loss is 0, never NaN).
+A rank out of data keeps stepping with an empty batch, serving the rows it owns, until
+every rank is done.
+
+At start-up the ranks compare a digest of their configuration (model layout, tables and
+their settings, world size, the call's options) with one ``all_gather_object``; a
+difference is a :class:`~fbrapids.errors.DistributedError` naming the ranks and what
+differs, instead of a hang later.  Two ranks sharing an SSD folder are refused the same way.
+
+With one rank, :func:`fit_distributed` trains bit for bit as :func:`fbrapids.trainers.fit.fit`
+(same weights digest).  ``FitResult.losses`` are this rank's local mean losses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from fbrapids.errors import ArgumentError, CheckpointError, DistributedError, NonFiniteError
+from fbrapids.trainers.checkpoint import checkpoints
+from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.device import module_device, place_model
+from fbrapids.trainers.distributed.buckets import BucketTable
+from fbrapids.trainers.distributed.checkpoint import restore_sharded, save_sharded
+from fbrapids.trainers.distributed.consistency import check_same_config
+from fbrapids.trainers.distributed.data import empty_like
+from fbrapids.trainers.distributed.exchange import Exchange
+from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
+from fbrapids.trainers.fit import FitResult, default_optimizer
+from fbrapids.trainers.metrics import all_metrics
+from fbrapids.trainers.models.base import CTRModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["fit_distributed", "predict_distributed", "evaluate_distributed", "DistributedTrainer"]
+
+
+def _template(first: Batch | None, group: dist.ProcessGroup | None) -> Batch | None:
+    """An empty batch with the data's features, from any rank that has data."""
+    world = dist.get_world_size(group)
+    mine = None if first is None else empty_like(first).to("cpu")
+    got: list[Any] = [None] * world
+    dist.all_gather_object(got, mine, group=group)
+    return next((b for b in got if b is not None), None)
+
+
+def _peek(it: Iterator[Batch]) -> tuple[Batch | None, Iterator[Batch]]:
+    first = next(it, None)
+    if first is None:
+        return None, iter(())
+
+    def chain() -> Iterator[Batch]:
+        yield first
+        yield from it
+
+    return first, chain()
+
+
+class DistributedTrainer:
+    """The sharded model, its DDP wrapper and the per-step exchange of one rank."""
+
+    def __init__(self, model: CTRModel, group: dist.ProcessGroup | None = None,
+                 buckets: BucketTable | None = None, device: str | torch.device | None = None) -> None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise DistributedError("torch.distributed is not initialised: launch with torchrun (or "
+                                   "fbrapids.trainers.distributed.launch) and call dist.init_process_group first")
+        self.model = model
+        self.device = place_model(model, device)
+        self.exchange = Exchange(group)
+        self.rank, self.world = self.exchange.rank, self.exchange.world
+        self.sharded: ShardedEmbeddings = shard_model(model, self.exchange, buckets)
+        dev = module_device(model)
+        self.ddp = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None,
+                                           process_group=group)
+        self.group = group
+        self.template: Batch | None = None
+
+    @property
+    def buckets(self) -> BucketTable:
+        return self.sharded.buckets
+
+
+def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batch], *, epochs: int = 1,
+                    max_steps: int | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+                    resume: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
+                    group: dist.ProcessGroup | None = None, buckets: BucketTable | None = None,
+                    device: str | torch.device | None = None,
+                    on_file: Callable[[Path], None] | None = None) -> tuple[FitResult, DistributedTrainer]:
+    """Train this rank's share of the union batches; returns the result and the trainer
+    (pass the trainer to :func:`evaluate_distributed` / to a later call).
+
+    Args are :func:`fbrapids.trainers.fit.fit`'s, plus ``group`` (default: the world),
+    ``buckets`` (default: :meth:`BucketTable.default`, or the checkpoint's on resume).
+    ``checkpoint_dir``: sharded checkpoints (:mod:`~fbrapids.trainers.distributed.checkpoint`),
+    the same path on every rank (a shared file system across nodes); ``on_file(path)`` is
+    called after each checkpoint file this rank writes.
+    """
+    if nan not in ("error", "warn"):
+        raise ArgumentError(f"nan must be 'error' or 'warn' in distributed training, got {nan!r}")
+    trainer = model if isinstance(model, DistributedTrainer) else None
+    if trainer is None:
+        check_same_config(model, group, epochs=epochs, max_steps=max_steps, checkpoint_every=checkpoint_every)
+        trainer = DistributedTrainer(model, group, buckets, device)
+    net, sharded, world = trainer.model, trainer.sharded, trainer.world
+    params = [p for p in net.parameters() if p.requires_grad]
+    if optimizer is None:
+        optimizer = default_optimizer(params)
+    result = FitResult(steps=0)
+    start = 0
+    lock = contextlib.nullcontext()
+    if checkpoint_dir is not None:
+        from fbrapids.workdir import lock_work_dir
+        if trainer.rank == 0:  # one lock for the run: the other ranks are part of it
+            lock = lock_work_dir(checkpoint_dir)
+    with lock:
+        if checkpoint_dir is not None:
+            dist.barrier(group=trainer.group)  # rank 0 holds the lock and has cleaned debris
+            if resume:
+                start, path = restore_sharded(trainer, optimizer, checkpoint_dir)
+                result.resumed_from = path
+            elif checkpoints(checkpoint_dir):
+                raise CheckpointError(f"{checkpoint_dir} already holds checkpoints up to "
+                                      f"{checkpoints(checkpoint_dir)[0].name} from an earlier run; resume from them "
+                                      "(resume=True) or use an empty checkpoint dir")
+        dev = module_device(net)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        sum_loss = torch.nn.BCEWithLogitsLoss(reduction="sum")
+        net.train()
+        step = 0
+        for epoch in range(epochs):
+            if hasattr(batches, "set_epoch"):
+                batches.set_epoch(epoch)
+            first, it = _peek(iter(batches))
+            if trainer.template is None:
+                trainer.template = _template(first, trainer.group)
+            while max_steps is None or step < max_steps:
+                local = next(it, None)
+                if step < start:  # trained before the checkpoint
+                    if sharded.begin(local, count_only=True) is None:
+                        break
+                    step += 1
+                    continue
+                plan = sharded.begin(local)
+                if plan is None:
+                    break
+                b = (local if local is not None else trainer.template).to(dev)
+                optimizer.zero_grad(set_to_none=True)
+                logits = trainer.ddp(b)
+                label = b.label.to(logits.device)
+                if (plan.rows == plan.rows[0]).all():
+                    loss = loss_fn(logits, label)  # DDP's average of equal means: the union's mean
+                else:
+                    loss = sum_loss(logits, label) * (world / float(plan.rows.sum()))
+                value = float(loss.detach())
+                loss.backward()
+                step += 1
+                problem = None if math.isfinite(value) else f"loss is {value}"
+                if problem is None and nan == "error":
+                    bad = [n for n, p in net.named_parameters() if p.grad is not None
+                           and not bool(torch.isfinite(p.grad).all())]
+                    problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
+                if problem is not None:
+                    if nan == "error":
+                        raise NonFiniteError(f"rank {trainer.rank}, step {step}: {problem}; training stopped "
+                                             "before this update")
+                    log.warning("rank %d, step %d: %s (nan='warn')", trainer.rank, step, problem)
+                optimizer.step()
+                net.apply_sparse_gradients()
+                sharded.finish()
+                if local is not None:
+                    result.losses.append(value)
+                if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
+                    result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step,
+                                                           keep=keep_checkpoints, on_file=on_file))
+            if max_steps is not None and step >= max_steps:
+                break
+        result.steps = step
+        if checkpoint_dir is not None and step > start and (
+                not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
+            result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
+                                                  on_file=on_file))
+    return result, trainer
+
+
+@torch.no_grad()
+def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch]) -> dict[str, np.ndarray]:
+    """Predictions, labels (and groups) of the union of every rank's ``batches``, on every
+    rank (gathered with ``all_gather_object``, in rank order)."""
+    net, sharded = trainer.model, trainer.sharded
+    dev = module_device(net)
+    net.eval()
+    ps, ys, gs = [], [], []
+    first, it = _peek(iter(batches))
+    if trainer.template is None:
+        trainer.template = _template(first, trainer.group)
+    try:
+        while True:
+            local = next(it, None)
+            if sharded.begin(local, train=False) is None:
+                break
+            b = (local if local is not None else trainer.template).to(dev)
+            p = net.predict(b).float().cpu().numpy()  # the inner model: DDP's forward is for training
+            sharded.plan = None
+            if local is not None:
+                ps.append(p)
+                ys.append(b.label.cpu().numpy())
+                if b.group is not None:
+                    gs.append(b.group.cpu().numpy())
+    finally:
+        net.train()
+    mine = {"pred": np.concatenate(ps) if ps else np.zeros(0, np.float32),
+            "label": np.concatenate(ys) if ys else np.zeros(0, np.float32),
+            "group": np.concatenate(gs) if gs and len(gs) == len(ps) else None}
+    got: list[Any] = [None] * trainer.world
+    dist.all_gather_object(got, mine, group=trainer.group)
+    out = {k: np.concatenate([g[k] for g in got]) for k in ("pred", "label")}
+    if all(g["group"] is not None or len(g["pred"]) == 0 for g in got) and any(g["group"] is not None for g in got):
+        out["group"] = np.concatenate([g["group"] for g in got if g["group"] is not None])
+    return out
+
+
+def evaluate_distributed(trainer: DistributedTrainer, batches: Iterable[Batch]) -> dict[str, float]:
+    """AUC, GAUC, logloss, NE, calibration and rows over the union of every rank's
+    predictions (never an average of per-rank metrics); the same on every rank."""
+    out = predict_distributed(trainer, batches)
+    return all_metrics(out["label"], out["pred"], out.get("group"))

@@ -1,0 +1,114 @@
+"""Starting ranks: under ``torchrun`` (:func:`init_from_env`) or as local processes
+(:func:`spawn`, what ``fbrapids demo --nproc N`` uses).
+
+:func:`spawn` starts ``nproc`` processes with ``torch.multiprocessing`` (the *spawn* start
+method), each joining one process group (gloo on the CPU; NCCL with one GPU per rank when
+``backend="nccl"``) and running ``fn(rank, world, *args)``; it returns each rank's return
+value.  When a rank fails (an exception, or killed), ``torch.multiprocessing`` stops the
+others and :func:`spawn` raises a :class:`~fbrapids.errors.DistributedError` naming the
+rank; a rank blocked in a collective with a dead peer fails within ``collective_timeout_s``
+(the process group's timeout), and the whole launch within ``timeout_s``.
+
+Example:
+    >>> spawn(world_of, 2)  # doctest: +SKIP
+    [(0, 2), (1, 2)]
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from fbrapids.errors import DistributedError
+
+__all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend"]
+
+
+def default_backend() -> str:
+    """``"nccl"`` when CUDA is available, else ``"gloo"``."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_rank(rank: int, world: int, init_method: str, backend: str | None = None,
+              collective_timeout_s: float = 120.0) -> None:
+    """Join the process group as ``rank`` of ``world`` (NCCL: on GPU ``rank % device_count``)."""
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=collective_timeout_s))
+
+
+def init_from_env(backend: str | None = None, collective_timeout_s: float = 120.0) -> tuple[int, int]:
+    """Join the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``; NCCL on GPU ``LOCAL_RANK``); returns (rank, world)."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise DistributedError(f"not launched by torchrun: {', '.join(missing)} not set (run `torchrun "
+                               "--nproc-per-node N ...`, or use fbrapids.trainers.distributed.launch.spawn)")
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, init_method="env://",
+                            timeout=datetime.timedelta(seconds=collective_timeout_s))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def world_of(rank: int, world: int) -> tuple[int, int]:
+    """``(rank, world)`` as the process group sees them (a launch smoke test)."""
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, backend: str | None,
+           collective_timeout_s: float, out: str, args: Sequence[Any]) -> None:
+    torch.set_num_threads(1)
+    init_rank(rank, world, init_method, backend, collective_timeout_s)
+    try:
+        value = fn(rank, world, *args)
+        with open(os.path.join(out, f"rank-{rank}.pkl"), "wb") as f:
+            pickle.dump(value, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend: str | None = "gloo",
+          timeout_s: float = 600.0, collective_timeout_s: float = 60.0) -> list[Any]:
+    """Run ``fn(rank, nproc, *args)`` on ``nproc`` local ranks; their return values, in
+    rank order.  ``fn`` must be importable (a module-level function).  A failing rank is a
+    :class:`~fbrapids.errors.DistributedError` naming it, the others stopped."""
+    if nproc < 1:
+        raise DistributedError(f"nproc must be >= 1, got {nproc}")
+    with tempfile.TemporaryDirectory(prefix="fbrapids-ranks-") as tmp:
+        init = "file://" + os.path.join(tmp, "rendezvous")
+        ctx = mp.start_processes(_entry, args=(fn, nproc, init, backend, collective_timeout_s, tmp, tuple(args)),
+                                 nprocs=nproc, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ctx.join(timeout=0.5):
+                if time.monotonic() > deadline:
+                    for p in ctx.processes:
+                        if p.is_alive():
+                            p.kill()
+                    raise DistributedError(f"{nproc} ranks still running after {timeout_s:.0f} s; all stopped")
+        except mp.ProcessRaisedException as exc:
+            last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            raise DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) failed: "
+                                   f"{last[-1] if last else exc}; every rank stopped") from exc
+        except mp.ProcessExitedException as exc:
+            raise DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank "
+                                   "stopped") from exc
+        out = []
+        for r in range(nproc):
+            path = Path(tmp) / f"rank-{r}.pkl"
+            with open(path, "rb") as f:
+                out.append(pickle.load(f))
+        return out

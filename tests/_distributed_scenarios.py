@@ -1,0 +1,261 @@
+"""Scenarios run inside real gloo ranks by tests/trainers/test_distributed.py: one launch of
+W ranks runs a list of them (launching is the slow part), each returning plain data the
+test compares with one process.
+
+Collectives are counted by wrapping ``torch.distributed.all_gather`` / ``all_to_all_single``
+in the rank processes with counting functions that call the real ones (nothing mocked).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import fbrapids  # noqa: E402,F401
+from _trainer_helpers import FEATURES, ctr_frame, small_model  # noqa: E402
+from fbrapids.errors import DistributedError  # noqa: E402
+from fbrapids.trainers.batch import Batch  # noqa: E402
+from fbrapids.trainers.distributed import (RankSlices, evaluate_distributed, fit_distributed,  # noqa: E402
+                                           rank_store_config, shard_partitions)
+from fbrapids.trainers.distributed.checkpoint import sharded_digest  # noqa: E402
+from fbrapids.trainers.models import DeepFM  # noqa: E402
+from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
+
+GLOBAL_BATCH = 256
+ROWS = 1024
+
+
+class Counter:
+    """Counts calls of torch.distributed collectives (the real functions still run)."""
+
+    names = ("all_gather", "all_to_all_single", "all_gather_object", "all_reduce", "broadcast")
+
+    def __init__(self) -> None:
+        self.calls = {n: 0 for n in self.names}
+        self.real = {n: getattr(dist, n) for n in self.names}
+
+    def __enter__(self) -> "Counter":
+        for n in self.names:
+            setattr(dist, n, self._wrap(n))
+        return self
+
+    def _wrap(self, n: str) -> Callable:
+        real = self.real[n]
+
+        def counted(*a: Any, **k: Any) -> Any:
+            self.calls[n] += 1
+            return real(*a, **k)
+
+        return counted
+
+    def __exit__(self, *exc: Any) -> None:
+        for n in self.names:
+            setattr(dist, n, self.real[n])
+
+
+def global_batches(df: pd.DataFrame, batch: int = GLOBAL_BATCH):
+    return df.fbx.stream(label="click", dense=["d0", "d1"], sparse=FEATURES, batch_size=batch, group="user")
+
+
+def table_states(trainer: Any) -> dict[str, dict[str, np.ndarray]]:
+    out = {}
+    for key, store in trainer.sharded.local_stores().items():
+        ids, rows = store.state()
+        d = store.directory
+        out[key] = {"ids": ids, "rows": rows, "last": d.last[: len(ids)].copy(), "freq": d.freq[: len(ids)].copy()}
+    return out
+
+
+def dense_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def store_for(root: Path, tag: str, rank: int) -> StoreConfig:
+    return rank_store_config(StoreConfig(cache_rows=384, host_rows=512, ssd_dir=str(root / f"ssd-{tag}")), rank)
+
+
+def train_match(rank: int, world: int, root: Path) -> dict:
+    """An epoch of DLRM on the global batches (each rank its slice), checkpointed at the end;
+    then evaluation over the union; collectives counted."""
+    df = ctr_frame(ROWS)
+    model = small_model(store_for(root, f"a{world}", rank))
+    with Counter() as c:
+        res, tr = fit_distributed(model, RankSlices(global_batches(df), rank, world),
+                                  checkpoint_dir=root / f"ckpt-a-w{world}")
+    train_calls = dict(c.calls)
+    with Counter() as c:
+        metrics = evaluate_distributed(tr, RankSlices(global_batches(df), rank, world))
+    return {"steps": res.steps, "train_calls": train_calls, "eval_calls": dict(c.calls), "metrics": metrics,
+            "dense": dense_state(model), "tables": table_states(tr), "digest": sharded_digest(res.checkpoints[-1]),
+            "stats": dict(tr.exchange.stats), "distinct": tr.sharded.distinct_ids}
+
+
+def train_again(rank: int, world: int, root: Path) -> dict:
+    """The same run again into another checkpoint dir: the digest must not change."""
+    df = ctr_frame(ROWS)
+    model = small_model(store_for(root, f"b{world}", rank))
+    res, _ = fit_distributed(model, RankSlices(global_batches(df), rank, world),
+                             checkpoint_dir=root / f"ckpt-b-w{world}")
+    return {"digest": sharded_digest(res.checkpoints[-1])}
+
+
+def resume_same_world(rank: int, world: int, root: Path) -> dict:
+    """3 steps, checkpoint, a fresh model resumes and finishes the epoch: same digest as train_match."""
+    df = ctr_frame(ROWS)
+    model = small_model(store_for(root, "c1", rank))
+    fit_distributed(model, RankSlices(global_batches(df), rank, world), checkpoint_dir=root / "ckpt-c",
+                    checkpoint_every=3, max_steps=3)
+    del model
+    model = small_model(store_for(root, "c2", rank))
+    res, _ = fit_distributed(model, RankSlices(global_batches(df), rank, world), checkpoint_dir=root / "ckpt-c")
+    return {"digest": sharded_digest(res.checkpoints[-1]), "resumed": str(res.resumed_from), "steps": res.steps}
+
+
+def deepfm_counts(rank: int, world: int, root: Path) -> dict:
+    """DeepFM: two collections, six tables of two widths; still one all_gather + three all_to_all per step."""
+    df = ctr_frame(512)
+    model = deepfm_model()
+    with Counter() as c:
+        res, tr = fit_distributed(model, RankSlices(global_batches(df, 128), rank, world))
+    return {"steps": res.steps, "calls": dict(c.calls), "tables": table_states(tr), "dense": dense_state(model)}
+
+
+def deepfm_model() -> DeepFM:
+    torch.manual_seed(0)
+    return DeepFM(2, FEATURES, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=2048))
+
+
+UNEVEN_SIZES = [150, 0, 70, 25, 105]
+
+
+def uneven_frame() -> Any:
+    import dask.dataframe as dd
+
+    df = ctr_frame(sum(UNEVEN_SIZES), seed=3)
+    df["rid"] = np.arange(len(df), dtype=np.int64)
+    cuts = np.cumsum([0, *UNEVEN_SIZES])
+    pieces = [df.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts[:-1], cuts[1:])]
+    return dd.from_map(lambda p: p, pieces, meta=df.iloc[:0], enforce_metadata=False)
+
+
+def batch_rows(b: Batch) -> dict:
+    return {"dense": b.dense.numpy().copy(), "label": b.label.numpy().copy(), "rid": b.group.numpy().copy(),
+            "sparse": {k: (v.numpy().copy(), o.numpy().copy()) for k, (v, o) in b.sparse.items()}}
+
+
+class Recorded:
+    """The batches a rank's trainer consumed, recorded as they pass."""
+
+    def __init__(self, batches: Any) -> None:
+        self.batches, self.seen = batches, []
+
+    def __iter__(self):
+        for b in self.batches:
+            self.seen.append(batch_rows(b))
+            yield b
+
+
+def uneven(rank: int, world: int, root: Path) -> dict:
+    """Partitions r::W of an uneven dask frame (an empty partition; at W=4 a rank with none),
+    per-rank batch 64 / W, a short last batch."""
+    frame = shard_partitions(uneven_frame(), rank, world)
+    stream = frame.fbx.stream(label="click", dense=["d0", "d1"], sparse=FEATURES, batch_size=64 // world,
+                              group="rid")
+    rec = Recorded(stream)
+    model = small_model(StoreConfig(cache_rows=4096))
+    res, tr = fit_distributed(model, rec)
+    return {"steps": res.steps, "batches": rec.seen, "dense": dense_state(model), "tables": table_states(tr)}
+
+
+def mismatch(rank: int, world: int, root: Path) -> dict:
+    """Rank 1 builds a wider model: every rank refuses at start-up, naming it."""
+    torch.manual_seed(0)
+    from fbrapids.trainers.models import DLRM
+
+    model = DLRM(2, FEATURES, embedding_dim=8, bottom_mlp=[16 if rank != 1 else 32], top_mlp=[16],
+                 store=StoreConfig(cache_rows=512))
+    try:
+        fit_distributed(model, RankSlices(global_batches(ctr_frame(256)), rank, world))
+    except DistributedError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+def restore_other_world(rank: int, world: int, root: Path) -> dict:
+    """Restore the W=2 checkpoint of train_match at this world size (no training)."""
+    model = small_model(store_for(root, f"w{world}", rank))
+    res, tr = fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
+    return {"tables": table_states(tr), "dense": dense_state(model), "resumed": str(res.resumed_from)}
+
+
+def kill_mid_commit(rank: int, world: int, root: Path) -> dict:
+    """Checkpoint at step 2, then rank 1 is killed (SIGKILL) while writing step 4's shard."""
+    df = ctr_frame(ROWS)
+    model = small_model(store_for(root, "k", rank))
+
+    def die(path: Path) -> None:
+        if rank == 1 and "step-0000000004" in str(path):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    fit_distributed(model, RankSlices(global_batches(df), rank, world), checkpoint_dir=root / "ckpt-k",
+                    checkpoint_every=2, max_steps=4, on_file=die)
+    return {}
+
+
+SCENARIOS = {f.__name__: f for f in (train_match, train_again, resume_same_world, deepfm_counts, uneven, mismatch,
+                                     restore_other_world, kill_mid_commit)}
+
+
+def run(rank: int, world: int, names: list[str], root: str) -> dict:
+    """Entry point of one launch: the named scenarios in order, each one's result also
+    pickled to ``root/result-<rank>-<name>.pkl`` as it completes (a launch whose last
+    scenario kills a rank returns nothing, but leaves the others' results)."""
+    out = {}
+    for n in names:
+        out[n] = SCENARIOS[n](rank, world, Path(root))
+        with open(Path(root) / f"result-{rank}-{n}.pkl", "wb") as f:
+            pickle.dump(out[n], f)
+    return out
+
+
+def results(root: str | Path, world: int, names: list[str]) -> list[dict]:
+    """What :func:`run` left in ``root``, per rank."""
+    out = []
+    for r in range(world):
+        got = {}
+        for n in names:
+            with open(Path(root) / f"result-{r}-{n}.pkl", "rb") as f:
+                got[n] = pickle.load(f)
+        out.append(got)
+    return out
+
+
+def checkpoint_tables(path: Path) -> list[dict]:
+    """Each shard's tables as saved (ids, rows, last, freq), per rank."""
+    import json
+
+    meta = json.loads((path / "dist.json").read_text())
+    out = []
+    for r in range(meta["world"]):
+        tables = {}
+        for key in meta["tables"]:
+            d = path / f"shard-{r:05d}" / "tables" / key.replace("/", "__")
+            m = json.loads((d / "meta.json").read_text())
+            width = StoreConfig(**m["config"]).width
+            with np.load(d / "index.npz") as z:
+                tables[key] = {"ids": z["ids"], "last": z["last"], "freq": z["freq"],
+                               "rows": np.fromfile(d / "rows.f32", dtype=np.float32).reshape(-1, width)}
+        out.append(tables)
+    return out

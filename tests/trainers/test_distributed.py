@@ -1,0 +1,271 @@
+"""Training on several real gloo ranks (issue 24, part B) against one process.
+
+Ranks are launched three times (W=2, W=4, and W=2 killed mid-commit), each launch running
+many scenarios (tests/_distributed_scenarios.py); W=1 runs in this process.  The oracle is
+today's single-process ``fit`` on the same global batches.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _distributed_scenarios as S  # noqa: E402
+from _trainer_helpers import small_model  # noqa: E402
+from fbrapids.errors import ArgumentError, CheckpointError, DistributedError  # noqa: E402
+from fbrapids.trainers import StoreConfig, evaluate, fit  # noqa: E402
+from fbrapids.trainers.batch import Batch  # noqa: E402
+from fbrapids.trainers.checkpoint import latest_checkpoint, newest_verified  # noqa: E402
+from fbrapids.trainers.distributed import (BucketTable, RankSlices, concat_batches, evaluate_distributed,  # noqa: E402
+                                           fit_distributed, init_rank, per_rank_batch, spawn)
+from fbrapids.trainers.fit import weights_digest  # noqa: E402
+
+W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch"]
+W4 = ["restore_other_world", "uneven", "train_match", "train_again"]
+
+
+@pytest.fixture(scope="module")
+def root() -> Path:
+    with tempfile.TemporaryDirectory(prefix="fbx-dist-") as d:
+        yield Path(d)
+
+
+@pytest.fixture(scope="module")
+def w2(root: Path) -> list[dict]:
+    """The W=2 scenarios, then rank 1 killed mid-commit (the launch's error kept as ``killed``)."""
+    with pytest.raises(DistributedError) as err:
+        spawn(S.run, 2, (W2 + ["kill_mid_commit"], str(root)), collective_timeout_s=60)
+    out = S.results(root, 2, W2)
+    out[0]["killed"] = str(err.value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def w4(root: Path, w2: list[dict]) -> list[dict]:  # restores w2's checkpoint
+    return spawn(S.run, 4, (W4, str(root)))
+
+
+@pytest.fixture
+def world_of_one(tmp_path: Path):
+    init_rank(0, 1, "file://" + str(tmp_path / "rendezvous"), "gloo")
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def union_tables(parts: list[dict]) -> dict[str, dict[str, np.ndarray]]:
+    """Every rank's rows of each table, sorted by id; asserts each id lives on one rank only."""
+    out = {}
+    for key in parts[0]:
+        cat = {k: np.concatenate([p[key][k] for p in parts]) for k in parts[0][key]}
+        assert len(np.unique(cat["ids"])) == len(cat["ids"]), f"{key}: an id on two ranks"
+        order = np.argsort(cat["ids"])
+        out[key] = {k: v[order] for k, v in cat.items()}
+    return out
+
+
+def reference_tables(model: torch.nn.Module) -> dict[str, dict[str, np.ndarray]]:
+    out = {}
+    for key, store in model.stores().items():
+        ids, rows = store.state()
+        order = np.argsort(ids)
+        out[key] = {"ids": ids[order], "rows": rows[order]}
+    return out
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+
+
+def assert_matches(dense: dict, tables: dict, ref_model: torch.nn.Module, tol: float = 1e-5) -> None:
+    """Within ``tol`` of one process (the issue asks 1e-4 dense, 1e-3 tables; sums in another
+    order differ by ~1e-7 here, a gradient scaled by W by ~1e-4)."""
+    ref_dense = {k: v.detach().numpy() for k, v in ref_model.state_dict().items()}
+    assert sorted(dense) == sorted(ref_dense)
+    worst = max(rel(dense[k], ref_dense[k]) for k in dense)
+    assert worst <= tol, worst
+    ref = reference_tables(ref_model)
+    assert sorted(tables) == sorted(ref)
+    for key, r in ref.items():
+        assert np.array_equal(tables[key]["ids"], r["ids"]), key
+        assert rel(tables[key]["rows"], r["rows"]) <= tol, key
+
+
+def test_buckets_balance_structured_ids() -> None:
+    table = BucketTable.default(4)
+    for ids in (np.arange(0, 400_000, 4), np.arange(10**12, 10**12 + 100_000), np.arange(100_000) << 32):
+        counts = np.bincount(table.owner_of(ids), minlength=4)
+        assert np.abs(counts / counts.mean() - 1).max() <= 0.05, counts
+    assert np.bincount(np.arange(0, 400_000, 4) % 4, minlength=4)[0] == 100_000  # what id % W would do
+
+
+def test_global_batch_must_divide() -> None:
+    assert per_rank_batch(256, 4) == 64
+    with pytest.raises(ArgumentError, match="not divisible by the world size 3"):
+        per_rank_batch(256, 3)
+
+
+def test_one_rank_is_bit_identical_to_fit(world_of_one: None, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    df = S.ctr_frame(S.ROWS)
+    store = StoreConfig(cache_rows=384, host_rows=512, ssd_dir=str(tmp_path / "ssd-fit"))
+    ref = small_model(store)
+    done = fit(ref, S.global_batches(df), epochs=2, progress=False, checkpoint_dir=tmp_path / "fit")
+    model = small_model(store.with_(ssd_dir=str(tmp_path / "ssd-dist")))
+    res, trainer = fit_distributed(model, RankSlices(S.global_batches(df), 0, 1), epochs=2,
+                                   checkpoint_dir=tmp_path / "dist")
+    assert res.steps == done.steps == 2 * S.ROWS // S.GLOBAL_BATCH
+    assert weights_digest(res.checkpoints[-1] / "shard-00000") == weights_digest(done.checkpoints[-1])
+    assert evaluate_distributed(trainer, S.global_batches(df)) == evaluate(ref, S.global_batches(df), progress=False)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_match_one_process(world: int, w2: list[dict], w4: list[dict], tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    df = S.ctr_frame(S.ROWS)
+    ref = small_model(StoreConfig(cache_rows=384, host_rows=512, ssd_dir=str(tmp_path / "ssd")))
+    fit(ref, S.global_batches(df), progress=False)
+    got = [w["train_match"] for w in (w2 if world == 2 else w4)]
+    assert_matches(got[0]["dense"], union_tables([g["tables"] for g in got]), ref)
+    want = evaluate(ref, S.global_batches(df), progress=False)
+    for g in got:  # the union's metrics, the same on every rank
+        assert g["metrics"]["n"] == want["n"] == S.ROWS
+        for k in ("auc", "logloss", "ne", "gauc", "calibration"):
+            assert abs(g["metrics"][k] - want[k]) <= 1e-4, k
+    for key in got[0]["tables"]:  # every id where the bucket table puts it
+        for r, g in enumerate(got):
+            assert (BucketTable.default(world).owner_of(g["tables"][key]["ids"]) == r).all()
+
+
+def test_two_ranks_match_one_process_deepfm(w2: list[dict]) -> None:
+    """Six tables of two widths, Adagrad from a non-zero accumulator (not scale-invariant)."""
+    torch.set_num_threads(1)
+    ref = S.deepfm_model()
+    fit(ref, S.global_batches(S.ctr_frame(512), 128), progress=False)
+    got = [w["deepfm_counts"] for w in w2]
+    assert_matches(got[0]["dense"], union_tables([g["tables"] for g in got]), ref)
+
+
+def test_collectives_per_step_whatever_the_tables(w2: list[dict]) -> None:
+    for w in w2:
+        t = w["train_match"]
+        steps = t["steps"]
+        assert steps == S.ROWS // S.GLOBAL_BATCH
+        # one all_gather and three all_to_all_single per step (+ the all_gather that finds every rank done)
+        assert t["train_calls"]["all_gather"] == steps + 1
+        assert t["train_calls"]["all_to_all_single"] == 3 * steps
+        assert t["eval_calls"]["all_gather"] == steps + 1 and t["eval_calls"]["all_to_all_single"] == 2 * steps
+        d = w["deepfm_counts"]
+        assert len(d["tables"]) == 6 and d["calls"]["all_gather"] == d["steps"] + 1
+        assert d["calls"]["all_to_all_single"] == 3 * d["steps"]
+        # no per-step object collectives: start-up (configuration, template) and one per checkpoint
+        assert t["train_calls"]["all_gather_object"] == 3 and d["calls"]["all_gather_object"] == 2
+
+
+def test_bytes_per_distinct_id(w2: list[dict]) -> None:
+    t = w2[0]["train_match"]
+    # per distinct (table, id) of a rank's batch: 16 bytes of (id, count), 4 * dim of row and of gradient;
+    # plus the evaluation's ids and rows, and the small all_gathers
+    dim = 8
+    sent = sum(w["train_match"]["stats"]["bytes_to_others"] + w["train_match"]["stats"]["bytes_to_self"]
+               for w in w2)
+    distinct_train = t["distinct"] // 2  # train and evaluation saw the same batches
+    per_step_gathers = sum(w["train_match"]["stats"]["all_gather"] for w in w2) * (2 + 2 * 3) * 8
+    assert sent == distinct_train * (16 + 8 * dim) + distinct_train * (16 + 4 * dim) + per_step_gathers
+
+
+def test_same_world_runs_and_resume_give_the_same_digest(w2: list[dict], w4: list[dict]) -> None:
+    digests = {w[k]["digest"] for w in w2 for k in ("train_match", "train_again", "resume_same_world")}
+    assert len(digests) == 1
+    four = {w[k]["digest"] for w in w4 for k in ("train_match", "train_again")}
+    assert len(four) == 1 and four != digests
+    assert w2[0]["resume_same_world"]["resumed"].endswith("step-0000000003")
+
+
+def _union_reference(ranks: list[dict]) -> tuple[list[Batch], np.ndarray]:
+    """The per-step union batches of an uneven run, and every row id trained."""
+    steps = max(len(r["batches"]) for r in ranks)
+    union, rids = [], []
+    for k in range(steps):
+        parts = []
+        for r in ranks:
+            if k < len(r["batches"]):
+                b = r["batches"][k]
+                parts.append(Batch(torch.from_numpy(b["dense"]), torch.from_numpy(b["label"]),
+                                   {f: (torch.from_numpy(v), torch.from_numpy(o)) for f, (v, o) in b["sparse"].items()},
+                                   torch.from_numpy(b["rid"])))
+                rids.append(b["rid"])
+        union.append(concat_batches(parts))
+    return union, np.concatenate(rids)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_uneven_data_trains_every_row_once(world: int, w2: list[dict], w4: list[dict]) -> None:
+    torch.set_num_threads(1)
+    ranks = [w["uneven"] for w in (w2 if world == 2 else w4)]
+    union, rids = _union_reference(ranks)
+    assert np.array_equal(np.sort(rids), np.arange(sum(S.UNEVEN_SIZES)))  # every row, once
+    assert all(r["steps"] == len(union) for r in ranks)
+    if world == 4:
+        assert [len(r["batches"]) for r in ranks][1] == 0  # a rank with no partition at all
+    ref = small_model(StoreConfig(cache_rows=4096))
+    fit(ref, union, progress=False)
+    assert_matches(ranks[0]["dense"], union_tables([r["tables"] for r in ranks]), ref)
+
+
+def test_mismatched_ranks_refused_at_start(w2: list[dict]) -> None:
+    for w in w2:
+        assert "rank 1's configuration differs" in w["mismatch"]["error"] and "dense" in w["mismatch"]["error"]
+
+
+def test_resume_at_another_world_size(w2: list[dict], w4: list[dict], world_of_one: None, root: Path) -> None:
+    saved = union_tables(S.checkpoint_tables(root / "ckpt-a-w2" / "step-0000000004"))
+    four = [w["restore_other_world"] for w in w4]
+    assert all(f["resumed"].endswith("step-0000000004") for f in four)
+    for r, f in enumerate(four):  # 2 -> 4: each row on the rank the new bucket table names
+        for t in f["tables"].values():
+            assert (BucketTable.default(4).owner_of(t["ids"]) == r).all()
+    one = S.restore_other_world(0, 1, root)  # 2 -> 1, in this process
+    for got in (union_tables([f["tables"] for f in four]), union_tables([one["tables"]])):
+        for key, want in saved.items():
+            for k in ("ids", "rows", "last", "freq"):  # rows include the Adagrad accumulator
+                assert np.array_equal(got[key][k], want[k]), (key, k)
+    for k, v in w2[0]["train_match"]["dense"].items():
+        assert np.array_equal(one["dense"][k], v)
+
+
+def test_checkpoint_of_another_model_refused(w2: list[dict], world_of_one: None, root: Path) -> None:
+    from fbrapids.trainers.models import DLRM
+
+    model = DLRM(2, ["ad", "user"], embedding_dim=8, bottom_mlp=[16], top_mlp=[16], store=StoreConfig(cache_rows=512))
+    with pytest.raises(CheckpointError, match=r"the model's \[\] are not in it, its \['emb_l/toks'\]"):
+        fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
+
+
+def test_rank_killed_mid_commit_keeps_latest(w2: list[dict], root: Path) -> None:
+    assert w2[0]["killed"].startswith("rank 1 ")  # named by the launch, every rank stopped
+    ckpt = root / "ckpt-k"
+    assert latest_checkpoint(ckpt).name == "step-0000000002"
+    assert newest_verified(ckpt).name == "step-0000000002"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["demo", "--nproc", "3"], "--batch-size 2048 is not divisible by 3 ranks"),
+    (["demo", "--nproc", "2", "--model", "din"], "DIN trains in one process only"),
+    (["demo", "--nproc", "2", "--resume", "--work-dir", "w"], "--resume is not supported with several ranks"),
+])
+def test_demo_nproc_refusals_are_one_line_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
+    from fbrapids.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
