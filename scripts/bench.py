@@ -44,6 +44,13 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "inference": (["benchmarks/inference.py", "--http-items", "64", "--http-clients", "8", "--http-requests", "600"],
                   "scoring p50/p99 and throughput, request/item dedup on and off; the HTTP service under 1 and 8 "
                   "clients (item cache filled with the catalogue first)"),
+    "inference_attack": (["benchmarks/inference.py", "--attack"],
+                         "authorised 64-item p50 against a real `fbrapids serve`, unloaded vs a 15 MB "
+                         "unauthenticated flood, a hog of 10,000-item calls, 200 stalled connections (attackers in a "
+                         "niced process; unloaded re-measured before each attack); target within 2x"),
+    "inference_unseen": (["benchmarks/inference.py", "--unseen-ids"],
+                         "embedding table rows and process RSS before and after scoring 500,000 never-seen ad ids "
+                         "(serving lookups are read-only); target flat within 5%"),
     "models": (["benchmarks/models.py", "--rows", "200000", "1000000"],
                "DLRM, Wide&Deep, DeepFM and DIN on the default demo data (`fbrapids demo --rows R --model M`, one "
                "process each): held-out AUC / NE / logloss; target NE < 0.97 and AUC >= DLRM's - 0.01"),
@@ -172,6 +179,18 @@ def _distributed(r: dict) -> str:
     return "; ".join(parts)
 
 
+def _inference_attack(r: dict) -> str:
+    ratios = ", ".join(f"{k} {r[k]['ratio_to_unloaded']:.2f} ({r[k]['p50_ms']:.1f} ms vs "
+                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in ("flood", "hog", "stalled"))
+    return f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}"
+
+
+def _inference_unseen(r: dict) -> str:
+    return (f"{r['never_seen_ad_ids']:,} never-seen ids: table rows {r['table_rows_before']:,} -> "
+            f"{r['table_rows_after']:,}, RSS {r['rss_before_mib']:.1f} -> {r['rss_after_mib']:.1f} MiB "
+            f"({r['rss_change_pct']:+.1f}%), {r['unseen_lookups_counted']:,} unseen lookups counted")
+
+
 def _dicm(r: dict) -> str:
     runs = ", ".join(f"{name} {x['auc']:.3f}" for name, x in r["runs"].items())
     im = r["images"]
@@ -179,7 +198,8 @@ def _dicm(r: dict) -> str:
             f"({im['dedup_ratio']:.2f} per image)")
 
 
-FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
+FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
+                                            "inference_unseen": _inference_unseen, "extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models}
 
