@@ -194,6 +194,11 @@ class CheckpointError(FbrapidsError, ValueError):
     """No checkpoint can be used as asked (none verifies, or old ones would be mixed in)."""
 
 
+class CheckpointMismatchError(CheckpointError):
+    """A resume (or a load) with settings other than the checkpoint's: another model,
+    embedding dim, feature list or order, batch size, seed or data; names each difference."""
+
+
 class NonFiniteError(FbrapidsError, FloatingPointError):
     """Training reached a NaN / inf loss, gradient or weight; names the step and the table."""
 
