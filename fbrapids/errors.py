@@ -108,6 +108,10 @@ class KernelCompileError(FbrapidsError, RuntimeError):
         self.log, self.source = log, source
 
 
+class KernelCacheError(FbrapidsError, RuntimeError):
+    """A kernel library built into the cache cannot be loaded, even rebuilt (names the file)."""
+
+
 class KernelRuntimeError(FbrapidsError, RuntimeError):
     """A kernel reported an error the data caused (e.g. a value a cast cannot hold)."""
 
