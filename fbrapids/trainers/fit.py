@@ -50,13 +50,13 @@ from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, Unsa
 from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
 from fbrapids.manifest import resolve_inside
-from fbrapids.trainers.checkpoint import (checkpoint_dir, checkpoints, clean_partial, newest_verified, prune,
-                                          step_name, verify_checkpoint, write_atomic)
+from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir, checkpoints, clean_partial, newest_verified, prune,
+                                          read_small_file, step_name, verify_checkpoint, write_atomic)
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.run_identity import MODEL_KEYS, RUN_KEY, check_identity, model_identity, run_identity
-from fbrapids.workdir import lock_work_dir, preflight
+from fbrapids.workdir import clean_stale, lock_work_dir, preflight
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
             raise CheckpointError(f"{root} holds no checkpoint")
     else:
         verify_checkpoint(path)
-    meta = json.loads(resolve_inside(path, "meta.json").read_text())
+    meta = json.loads(read_small_file(resolve_inside(path, "meta.json"), "checkpoint meta"))
     check_identity(meta.get(RUN_KEY), model_identity(model), path, keys=MODEL_KEYS)
     state = load_tensors(resolve_inside(path, "dense.pt"))
     model.load_state_dict(state["model"])
@@ -255,7 +255,7 @@ def weights_digest(path: str | os.PathLike) -> str:
     feed("model", state["model"])
     feed("optimizer", state.get("optimizer"))
     feed("step", state["step"])
-    meta = json.loads(resolve_inside(path, "meta.json").read_text())
+    meta = json.loads(read_small_file(resolve_inside(path, "meta.json"), "checkpoint meta"))
     for key in meta["tables"]:
         d = resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory")
         with np.load(d / "index.npz") as z:
@@ -386,7 +386,9 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
     """Clean debris, check the disk, and restore the newest verified checkpoint when resuming;
     returns the step to start from."""
     root = Path(checkpoint_dir)
-    clean_partial(root)
+    clean_partial(root)  # first, a checkpoint a killed re-checkpoint left only as a copy is put back
+    clean_stale(root)
+    check_pointer_writable(root)  # before training, not at its first checkpoint
     dense_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values() if torch.is_tensor(t))
     table_bytes = sum(len(s) * (s.config.width * 4 + 24) for s in model.stores().values())
     preflight({"checkpoint dir": root}, {"one checkpoint": 3 * dense_bytes + table_bytes})
@@ -399,7 +401,7 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
     ckpt = newest_verified(root)
     if ckpt is None:
         return 0
-    meta = json.loads(resolve_inside(ckpt, "meta.json").read_text())
+    meta = json.loads(read_small_file(resolve_inside(ckpt, "meta.json"), "checkpoint meta"))
     check_identity(meta.get(RUN_KEY), identity, ckpt)  # before anything is loaded
     start = load_checkpoint(model, optimizer, ckpt)
     result.resumed_from = ckpt
@@ -457,7 +459,8 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     result = FitResult(steps=0)
     identity = run_identity(model, batches, run)
     check = verification_enabled()
-    with (lock_work_dir(checkpoint_dir) if checkpoint_dir is not None else contextlib.nullcontext()):
+    # the debris is cleaned under the lock by _checkpoint_root, after restoring what a killed writer left
+    with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
         start = (0 if checkpoint_dir is None
                  else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity))
         step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,

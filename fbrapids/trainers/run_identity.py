@@ -27,9 +27,9 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from fbrapids.errors import CheckpointMismatchError, ManifestError
+from fbrapids.errors import CheckpointError, CheckpointMismatchError, ManifestError
 from fbrapids.manifest import file_digest, read_manifest, resolve_inside, verification_enabled
-from fbrapids.trainers.checkpoint import CHECKPOINT_DIGEST, checkpoints
+from fbrapids.trainers.checkpoint import CHECKPOINT_DIGEST, checkpoints, read_small_file
 
 __all__ = ["RUN_KEY", "MODEL_KEYS", "model_identity", "stream_identity", "run_identity", "check_identity",
            "recorded_identity"]
@@ -150,8 +150,8 @@ def recorded_identity(root: str | os.PathLike) -> tuple[Path, dict[str, Any] | N
                 algorithm = manifest["algorithm"]
                 if entry is None or file_digest(meta_path, algorithm) != entry[algorithm]:
                     continue
-            meta = json.loads(meta_path.read_text())
-        except (ManifestError, OSError, ValueError):
+            meta = json.loads(read_small_file(meta_path, "checkpoint meta"))
+        except (CheckpointError, ManifestError, OSError, ValueError):
             continue
         run = meta.get(RUN_KEY) if isinstance(meta, dict) else None
         return path, run if isinstance(run, dict) else None
