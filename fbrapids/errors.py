@@ -145,6 +145,15 @@ class TierFileError(StoreError):
         self.path, self.errno = path, errno
 
 
+class SsdDirLockedError(TierFileError):
+    """Another process holds an SSD table folder (two stores sharing it would overwrite each
+    other's rows); names the folder (``path``) and the holder's PID (``pid``)."""
+
+    def __init__(self, message: str, path: str, pid: int | None = None):
+        super().__init__(message, path)
+        self.pid = pid
+
+
 class RowIndexError(FbrapidsError, IndexError):
     """An index outside an embedding table's rows, refused before the C code reads memory."""
 

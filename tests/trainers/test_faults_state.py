@@ -85,18 +85,21 @@ def _cli(*args: str, cache: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def test_demo_resume_with_other_settings_exits_2_with_one_line_before_any_work(tmp_path) -> None:
+    from fbrapids.demo import run_demo
+
     data, work = tmp_path / "data", tmp_path / "work"
-    common = ["--rows", "300", "--data-dir", str(data), "--work-dir", str(work)]
-    first = _cli("demo", *common, "--batch-size", "64")  # the usual kernel cache
-    assert first.returncode == 0, first.stderr
+    run_demo(rows=300, data_dir=data, work_dir=work, batch_size=64, progress=False)  # the run to continue
     generate(300, tmp_path / "data1", seed=1, progress=None)  # other data
+    with pytest.raises(CheckpointMismatchError, match="model: 'dlrm' in the checkpoint, 'wide_deep' in this run"):
+        run_demo(rows=300, data_dir=data, work_dir=work, batch_size=64, model="wide_deep", resume=True,
+                 progress=False)
     fresh = tmp_path / "fresh-kernel-cache"  # a refused run compiles nothing: no planning, no extraction
-    cases = [(["--batch-size", "32"], ["batch_size: 64 in the checkpoint, 32 in this run"]),
-             (["--batch-size", "64", "--model", "wide_deep"], ["model: 'dlrm' in the checkpoint, 'wide_deep'"]),
-             (["--batch-size", "64", "--seed", "1", "--data-dir", str(tmp_path / "data1")],
+    common = ["--rows", "300", "--work-dir", str(work), "--resume"]
+    cases = [(["--data-dir", str(data), "--batch-size", "32"], ["batch_size: 64 in the checkpoint, 32 in this run"]),
+             (["--data-dir", str(tmp_path / "data1"), "--batch-size", "64", "--seed", "1"],
               ["seed: 0 in the checkpoint, 1 in this run", "data: fingerprint "])]
     for extra, named in cases:
-        got = _cli("demo", *common, *extra, "--resume", cache=fresh)
+        got = _cli("demo", *common, *extra, cache=fresh)
         lines = got.stderr.strip().splitlines()
         assert got.returncode == 2 and len(lines) == 1, got.stderr
         assert lines[0].startswith("fbrapids demo: cannot resume from ") and all(n in lines[0] for n in named), lines
@@ -229,3 +232,110 @@ def test_a_fifo_inside_a_checkpoint_is_refused_unread(trained, tmp_path, monkeyp
         got = _in_thread(lambda: load_checkpoint(small_model(tiered(tmp_path / f"s{verify}")), None,
                                                  root / "step-0000000004"))
         assert isinstance(got.get("error"), ManifestError)
+
+
+# -- B4: the SSD tier's folder is one process's, and its rows are checked on the way back -------
+_HOLD_SSD = """
+import sys
+import numpy as np
+from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, host_rows=16, ssd_dir=sys.argv[1], device="cpu"), "t")
+ids = np.arange(200, dtype=np.uint64)
+s.assign(ids, np.arange(800, dtype=np.float32).reshape(200, 4))
+print("READY", flush=True)
+sys.stdin.readline()
+print("SAME" if np.array_equal(s.weights(ids), np.arange(800, dtype=np.float32).reshape(200, 4)) else "CHANGED",
+      flush=True)
+"""
+
+
+def _tiered_store(ssd: Path, name: str = "t"):
+    from fbrapids.trainers.sparse import TieredEmbeddingStore
+
+    return TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, host_rows=16, ssd_dir=str(ssd), device="cpu"), name)
+
+
+def test_a_second_process_on_the_same_ssd_folder_is_refused_naming_it(tmp_path) -> None:
+    from fbrapids.errors import SsdDirLockedError
+
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_SSD, str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        with pytest.raises(SsdDirLockedError) as err:
+            _tiered_store(tmp_path)
+        assert str(tmp_path / "t") in str(err.value) and f"PID {proc.pid}" in str(err.value)
+        assert err.value.pid == proc.pid and isinstance(err.value, FbrapidsError)
+        other = _tiered_store(tmp_path, "u")  # another table's folder (e.g. another rank's): no conflict
+        other.assign(np.arange(40, dtype=np.uint64), np.ones((40, 4), np.float32))
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "SAME"  # the holder's live file was not touched
+    finally:
+        proc.kill()
+        proc.wait()
+    _tiered_store(tmp_path).assign(np.arange(3, dtype=np.uint64), np.ones((3, 4), np.float32))  # released on exit
+
+
+def _hashes_oracle(rows: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The page-checksum row hash as the ssd docstring defines it, in Python integers."""
+    out = []
+    for row, gi in zip(rows, g):
+        words = row.astype(np.float32).view(np.uint32)
+        s = sum(int(w) * ((((j + 1) * 0x9E3779B97F4A7C15) | 1) % 2**64) for j, w in enumerate(words))
+        out.append(s * (2 * int(gi) + 1) % 2**64)
+    return np.array(out, dtype=np.uint64)
+
+
+def test_the_row_hash_matches_its_definition() -> None:
+    from fbrapids.trainers.sparse.hashmap import row_hashes
+
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(7, 5)).astype(np.float32)
+    g = rng.integers(0, 2**40, 7)
+    assert row_hashes(rows, g).tolist() == _hashes_oracle(rows, g).tolist()
+
+
+def test_rows_written_from_outside_are_caught_on_the_way_back_naming_file_and_page(tmp_path) -> None:
+    from fbrapids.errors import TierFileError
+    from fbrapids.trainers.sparse.ssd import SsdTier
+
+    tier = SsdTier(tmp_path, width=4)
+    page_rows = tier.page_rows
+    assert page_rows == 1024 // 16
+    g = np.array([3, 5, 70, 600], dtype=np.int64)
+    tier.write(g, np.arange(16, dtype=np.float32).reshape(4, 4))
+    assert tier.read(np.array([5, 70, 71])).tolist() == [[4, 5, 6, 7], [8, 9, 10, 11], [0, 0, 0, 0]]
+    assert tier.pages_checked == 2  # pages 0 and 1 (rows 0..63, 64..127)
+    assert tier.read(np.arange(0, 640)).shape == (640, 4) and tier.pages_checked == 2 + 10
+    # plausible floats written over row 600 (page 9) by another process
+    subprocess.run([sys.executable, "-c", "import sys, struct; f = open(sys.argv[1], 'r+b'); f.seek(600 * 16); "
+                    "f.write(struct.pack('4f', 0.5, -0.25, 0.125, 1.0))", str(tier.path)], check=True)
+    assert tier.read(np.array([5, 70])).tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]]  # other pages: fine
+    with pytest.raises(TierFileError, match=r"page 9 \(rows 576..639, bytes 9216..10239\) does not match") as err:
+        tier.read(np.array([5, 601]))
+    assert str(tier.path) in str(err.value) and err.value.path == str(tier.path)
+    tier.write(np.array([600]), np.full((1, 4), 7.0, np.float32))  # rewriting the row keeps the page suspect
+    with pytest.raises(TierFileError, match="page 9"):
+        tier.read(np.array([600]))
+
+
+def test_a_store_and_its_checkpoint_refuse_outside_rows(tmp_path) -> None:
+    from fbrapids.errors import TierFileError
+
+    store = _tiered_store(tmp_path / "ssd")
+    for start in range(0, 200, 8):  # spill most rows to the SSD file
+        store.lookup(np.arange(start, start + 8, dtype=np.uint64), requires_grad=False)
+        store.end_step()
+    store.save(tmp_path / "good")  # every page read back and checked
+    checked = store.tiers.ssd.pages_checked
+    assert checked >= -(-200 // store.tiers.ssd.page_rows)
+    path = tmp_path / "ssd" / "t" / "rows.f32"
+    with open(path, "r+b") as f:  # plausible floats over row 2's embedding, as an outside writer would
+        f.seek(2 * store.config.width * 4)
+        f.write(np.full(4, 0.01, np.float32).tobytes())
+    with pytest.raises(TierFileError, match=rf"{path}.* page 0 "):
+        store.lookup(np.arange(0, 8, dtype=np.uint64))
+    with pytest.raises(TierFileError, match="page 0"):
+        store.save(tmp_path / "bad")  # never checkpointed
+    assert store.tiers.ssd.pages_checked > checked

@@ -164,3 +164,15 @@ int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes,
     sigaction(SIGBUS, &old, NULL);
     return 0;
 }
+
+/* The SSD tier's row hashes (fbrapids.trainers.sparse.ssd.row_hashes): for row i of n rows of
+ * `width` 32-bit words at global row g[i], out[i] = (sum over j of w[j] * (((j + 1) * 0x9E3779B97F4A7C15) | 1))
+ * * (2 g[i] + 1), all mod 2^64.  A page's checksum is the sum of its rows' hashes. */
+void fbx_row_hashes(const uint32_t *words, const int64_t *g, int64_t n, int64_t width, uint64_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t *w = words + i * width;
+        uint64_t s = 0;
+        for (int64_t j = 0; j < width; j++) s += (uint64_t)w[j] * ((((uint64_t)(j + 1)) * 0x9E3779B97F4A7C15ULL) | 1ULL);
+        out[i] = s * (2ULL * (uint64_t)g[i] + 1ULL);
+    }
+}
