@@ -5,7 +5,8 @@ data (regenerated for another seed or size, or replaced) is refused instead of c
 silently on another dataset.  Each ``*.parquet`` file under the folder enters by its
 relative path, its size and the sha256 of its footer (schema, row counts and every row
 group's statistics and offsets): a few KiB read per file, whatever the data's size.  File
-modification times do not enter it (a copied folder keeps its fingerprint).
+modification times do not enter it (a copied folder keeps its fingerprint), nor do hidden
+files and folders (a generator's temporary ones).
 
 Example:
     >>> import tempfile, pathlib, pandas as pd
@@ -58,7 +59,9 @@ def data_fingerprint(folder: str | os.PathLike) -> str:
     """sha256 over every ``*.parquet`` file under ``folder`` (sorted by relative path): its
     path, size and :func:`footer_digest`; a single file may be given too."""
     root = Path(folder)
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*.parquet") if p.is_file())
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*.parquet")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
     h = hashlib.sha256()
     for p in files:
         rel = p.name if p == root else p.relative_to(root).as_posix()

@@ -598,8 +598,18 @@ def _run_settings(data_dir: str | Path, model: str, embedding_dim: int, dense: l
     from fbrapids.data_identity import data_fingerprint
 
     return {"model": model, "embedding_dim": int(embedding_dim), "dense": list(dense), "sparse": list(sparse),
-            "sequences": dict(sequences or {}), "extra_features": {k: repr(v) for k, v in sorted(extra_features.items())},
+            "sequences": dict(sequences or {}), "extra_features": {k: _comparable(v) for k, v in sorted(extra_features.items())},
             "batch_size": int(batch_size), "seed": int(seed), "data": data_fingerprint(data_dir)}
+
+
+def _comparable(expr: Any) -> str:
+    """An expression's repr, which names its operators and parameters; one holding an
+    object's address (a user function) stands as its type only, so that a resume does
+    not differ from the run it continues by an address alone."""
+    import re
+
+    text = repr(expr)
+    return f"<{type(expr).__name__}>" if re.search(r" at 0x[0-9a-fA-F]+", text) else text
 
 
 def _check_resume(root: Path, run: dict[str, Any]) -> None:

@@ -144,8 +144,9 @@ def cached_artifact(key: str, suffix: str, build: Callable[[Path], object]) -> P
             if final.exists() and problem is None:  # another process built it while we waited
                 stats["hits"] += 1
                 return final
-            if problem is not None:
-                log.warning("kernel cache entry %s: %s; rebuilding it", final, problem)
+            if problem is not None:  # no digest: an entry of an older fbrapids (info), else damaged (warning)
+                log.log(logging.INFO if "no digest file" in problem else logging.WARNING,
+                        "kernel cache entry %s: %s; rebuilding it", final, problem)
                 stats["rebuilds"] += 1
             else:
                 stats["builds"] += 1

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 LATEST = "latest"
 _STEP = re.compile(r"^step-(\d{10})$")
-_LEFTOVER = re.compile(r"^\.(tmp|old)-(step-\d{10})(?:-\d+)?$")
+_LEFTOVER = re.compile(r"^\.(tmp|old)-(step-\d{10})(?:-[A-Za-z0-9_.-]+)?$")  # -<pid> or another writer's tag
 
 
 def step_name(step: int) -> str:
@@ -235,8 +235,8 @@ def _complete(path: Path) -> bool:
 def restore_interrupted(root: str | os.PathLike) -> list[Path]:
     """Put back a checkpoint whose same-step re-checkpoint was killed between its two renames.
 
-    Re-checkpointing step N renames ``step-N`` to ``.old-step-N-<pid>``, then the complete
-    ``.tmp-step-N-<pid>`` to ``step-N``.  Killed in between, ``step-N`` is missing while
+    Re-checkpointing step N renames ``step-N`` to ``.old-step-N-<tag>``, then the complete
+    ``.tmp-step-N-<tag>`` to ``step-N`` (the tag: the writer's PID, or another writer's name).  Killed in between, ``step-N`` is missing while
     both complete copies remain: the new one (``.tmp``) is renamed into place when its files
     match its manifest, else the previous one (``.old``) when its do (or, with verification
     off, the previous one, which was complete).  Returns the copies put back (each logged).

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 KERNEL = textwrap.dedent("""
     import ctypes, json, logging, sys
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.INFO)
     from fbrapids.kernels import cache
     from fbrapids.kernels.compile_host import load_source
     lib = load_source("FBX_KERNEL long long fbx_faults_demo(long long x) { return x * 3 + %s; }" % sys.argv[1])

@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gc
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -61,10 +63,6 @@ def _lock_folder(directory: Path) -> int:
     """An exclusive flock on ``directory/.lock`` (its fd), recording this PID; a
     :class:`~fbrapids.errors.SsdDirLockedError` naming the folder and the holder when
     another process holds it."""
-    import errno as _errno
-    import gc
-    import socket
-
     path = directory / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -73,7 +71,7 @@ def _lock_folder(directory: Path) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except OSError as exc:
-                if exc.errno not in (_errno.EWOULDBLOCK, _errno.EAGAIN, _errno.EACCES):
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
                 if attempt == 0:  # a tier of this process that is unreachable but not yet collected
                     gc.collect()
