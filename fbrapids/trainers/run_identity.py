@@ -117,15 +117,17 @@ def check_identity(recorded: Mapping[str, Any] | None, wanted: Mapping[str, Any]
     given) are compared.  A checkpoint that records nothing (written before fbrapids
     recorded settings) is logged and accepted.  Raises a
     :class:`~fbrapids.errors.CheckpointMismatchError` naming every difference."""
-    if recorded is None:
-        log.warning("checkpoint %s records none of its run's settings (an older fbrapids wrote it): resuming "
-                    "without checking that the model, features, batch size, seed and data are the same", where)
+    if recorded is None:  # a warning when resuming; a plain load (keys given) only notes it
+        log.log(logging.WARNING if keys is None else logging.INFO,
+                "checkpoint %s records none of its run's settings (an older fbrapids wrote it): continuing without "
+                "checking that the model, features, batch size, seed and data are the same", where)
         return
     wanted = _plain(dict(wanted))
     shared = [k for k in wanted if k in recorded and (keys is None or k in keys)]
     diffs = [_difference(k, recorded[k], wanted[k]) for k in shared if recorded[k] != wanted[k]]
     if diffs:
-        raise CheckpointMismatchError(f"cannot resume from {where}: it was trained with other settings: "
+        raise CheckpointMismatchError(f"cannot {'resume from' if keys is None else 'load'} {where}: it was trained "
+                                      "with other settings: "
                                       + "; ".join(diffs)
                                       + " (resume with the checkpoint's settings, or start in a new work dir)")
 
