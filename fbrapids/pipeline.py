@@ -598,7 +598,8 @@ def _run_settings(data_dir: str | Path, model: str, embedding_dim: int, dense: l
     from fbrapids.data_identity import data_fingerprint
 
     return {"model": model, "embedding_dim": int(embedding_dim), "dense": list(dense), "sparse": list(sparse),
-            "sequences": dict(sequences or {}), "extra_features": {k: _comparable(v) for k, v in sorted(extra_features.items())},
+            "sequences": dict(sequences or {}),
+            "extra_features": {k: _comparable(v) for k, v in sorted(extra_features.items())},
             "batch_size": int(batch_size), "seed": int(seed), "data": data_fingerprint(data_dir)}
 
 

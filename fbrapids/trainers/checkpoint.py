@@ -42,7 +42,8 @@ from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, 
 CHECKPOINT_DIGEST = "crc32"
 
 __all__ = ["LATEST", "fsync_dir", "write_atomic", "step_name", "checkpoint_dir", "latest_checkpoint",
-           "check_pointer_writable", "checkpoints", "read_small_file", "verify_checkpoint", "newest_verified", "restore_interrupted", "clean_partial",
+           "check_pointer_writable", "checkpoints", "read_small_file", "verify_checkpoint", "newest_verified",
+           "restore_interrupted", "clean_partial",
            "prune"]
 
 log = logging.getLogger(__name__)
@@ -236,10 +237,11 @@ def restore_interrupted(root: str | os.PathLike) -> list[Path]:
     """Put back a checkpoint whose same-step re-checkpoint was killed between its two renames.
 
     Re-checkpointing step N renames ``step-N`` to ``.old-step-N-<tag>``, then the complete
-    ``.tmp-step-N-<tag>`` to ``step-N`` (the tag: the writer's PID, or another writer's name).  Killed in between, ``step-N`` is missing while
-    both complete copies remain: the new one (``.tmp``) is renamed into place when its files
-    match its manifest, else the previous one (``.old``) when its do (or, with verification
-    off, the previous one, which was complete).  Returns the copies put back (each logged).
+    ``.tmp-step-N-<tag>`` to ``step-N`` (the tag: the writer's PID, or another writer's
+    name).  Killed in between, ``step-N`` is missing while both complete copies remain: the
+    new one (``.tmp``) is renamed into place when its files match its manifest, else the
+    previous one (``.old``) when its do (or, with verification off, the previous one, which
+    was complete).  Returns the copies put back (each logged).
     """
     root = Path(root)
     if not root.is_dir():

@@ -50,8 +50,9 @@ from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, Unsa
 from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
 from fbrapids.manifest import resolve_inside
-from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir, checkpoints, clean_partial, newest_verified, prune,
-                                          read_small_file, step_name, verify_checkpoint, write_atomic)
+from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir, checkpoints, clean_partial,
+                                          newest_verified, prune, read_small_file, step_name, verify_checkpoint,
+                                          write_atomic)
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel

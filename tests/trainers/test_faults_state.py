@@ -208,7 +208,8 @@ def test_a_non_regular_latest_pointer_is_named_and_never_read(trained, tmp_path,
                                  checkpoint_dir=root, progress=False))
     if kind == "directory":  # no pointer can be renamed over it: refused before training, naming it
         assert isinstance(run.get("error"), CheckpointError) and "\n" not in str(run["error"])
-        assert str(run["error"]).startswith(f"{root / 'latest'} is a directory") and not (root / "step-0000000005").exists()
+        assert str(run["error"]).startswith(f"{root / 'latest'} is a directory")
+        assert not (root / "step-0000000005").exists()
         return
     res = run["value"]
     assert res.resumed_from == root / "step-0000000004" and res.steps == 5  # the newest verified one, logged
@@ -281,9 +282,10 @@ def _hashes_oracle(rows: np.ndarray, g: np.ndarray) -> np.ndarray:
     """The page-checksum row hash as the ssd docstring defines it, in Python integers."""
     out = []
     for row, gi in zip(rows, g):
-        words = row.astype(np.float32).view(np.uint32)
-        s = sum(int(w) * ((((j + 1) * 0x9E3779B97F4A7C15) | 1) % 2**64) for j, w in enumerate(words))
-        out.append(s * (2 * int(gi) + 1) % 2**64)
+        words = [int(w) for w in row.astype(np.float32).view(np.uint32)]
+        a = sum(w * ((((j + 1) * 0x9E3779B1) % 2**32) | 1) for j, w in enumerate(words)) % 2**32
+        b = sum(w * ((((j + 1) * 0x85EBCA77) % 2**32) | 1) for j, w in enumerate(words)) % 2**32
+        out.append((b * 2**32 + a) * (2 * int(gi) + 1) % 2**64)
     return np.array(out, dtype=np.uint64)
 
 

@@ -138,9 +138,9 @@ class RowMap:
 
 def row_hashes(rows: np.ndarray, g: np.ndarray) -> np.ndarray:
     """The SSD tier's 64-bit hash of each float32 row ``[n, width]`` at global row ``g``
-    (``csrc/rows.c``, ``fbx_row_hashes``): the row's 32-bit words weighted by fixed odd
-    multipliers, summed, times ``2g + 1``, mod 2**64.  Any change of one word changes it, so
-    does a row moved elsewhere; an all-zero row hashes to 0.
+    (``csrc/rows.c``, ``fbx_row_hashes``): two sums of the row's 32-bit words weighted by
+    fixed odd multipliers (mod 2**32) side by side, times ``2g + 1``, mod 2**64.  Any change
+    of one word changes it, so does a row moved elsewhere; an all-zero row hashes to 0.
 
     Example:
         >>> import numpy as np
