@@ -80,11 +80,12 @@ def _lock_folder(directory: Path) -> int:
                     who = json.loads(os.pread(fd, 4096, 0) or b"{}")
                 except ValueError:
                     who = {}
+                holder = ("another store of this process" if who.get("pid") == os.getpid() else
+                          f"another process (PID {who.get('pid', '?')} on host {who.get('host', '?')} holds {path})")
                 raise SsdDirLockedError(
-                    f"the SSD table folder {directory} is in use by another process (PID {who.get('pid', '?')} on "
-                    f"host {who.get('host', '?')} holds {path}): two stores sharing it would overwrite each "
-                    "other's rows; give each process (each rank) its own ssd_dir", str(directory),
-                    pid=who.get("pid")) from None
+                    f"the SSD table folder {directory} is in use by {holder}: two stores sharing it would overwrite "
+                    "each other's rows; give each process (each rank) and each table its own ssd_dir",
+                    str(directory), pid=who.get("pid")) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
     except BaseException:
