@@ -108,6 +108,10 @@ class KernelCompileError(FbrapidsError, RuntimeError):
         self.log, self.source = log, source
 
 
+class KernelCacheError(FbrapidsError, RuntimeError):
+    """A kernel library built into the cache cannot be loaded, even rebuilt (names the file)."""
+
+
 class KernelRuntimeError(FbrapidsError, RuntimeError):
     """A kernel reported an error the data caused (e.g. a value a cast cannot hold)."""
 
@@ -139,6 +143,15 @@ class TierFileError(StoreError):
     def __init__(self, message: str, path: str, errno: int | None = None):
         super().__init__(message)
         self.path, self.errno = path, errno
+
+
+class SsdDirLockedError(TierFileError):
+    """Another process holds an SSD table folder (two stores sharing it would overwrite each
+    other's rows); names the folder (``path``) and the holder's PID (``pid``)."""
+
+    def __init__(self, message: str, path: str, pid: int | None = None):
+        super().__init__(message, path)
+        self.pid = pid
 
 
 class RowIndexError(FbrapidsError, IndexError):
@@ -197,6 +210,11 @@ class ExportError(FbrapidsError, ValueError):
 # -- state: checkpoints, work dirs, data dirs --------------------------------------------------
 class CheckpointError(FbrapidsError, ValueError):
     """No checkpoint can be used as asked (none verifies, or old ones would be mixed in)."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A resume (or a load) with settings other than the checkpoint's: another model,
+    embedding dim, feature list or order, batch size, seed or data; names each difference."""
 
 
 class NonFiniteError(FbrapidsError, FloatingPointError):

@@ -514,6 +514,9 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     for seq in sequences or {}:
         if seq not in sparse:
             sparse.append(seq)
+    run = _run_settings(data_dir, model, embedding_dim, dense, sparse, sequences, extra_features, batch_size, seed)
+    if resume and checkpoint:
+        _check_resume(work / "checkpoints", run)  # a resume with other settings: refused before planning
     plain, history, to_fit = split_fitted(extra_features)
     merged, parts = feature_frame(data_dir, backend=be.name, extra_features=plain)
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
@@ -558,7 +561,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     t = time.perf_counter()
     try:
         fitted = fit(net, stream, epochs=epochs, progress=progress,
-                     checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every)
+                     checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every, run=run)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
         test_stream = _stream(test_producer, dense, sparse, batch_size, seed)
@@ -598,6 +601,40 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.bytes_written, result.bytes_read = io.write_bytes, io.rchar
     result.work_tree = tree_bytes(work)
     return result
+
+
+def _run_settings(data_dir: str | Path, model: str, embedding_dim: int, dense: list[str], sparse: list[str],
+                  sequences: dict[str, str] | None, extra_features: dict[str, Any], batch_size: int,
+                  seed: int) -> dict[str, Any]:
+    """What a checkpoint of this run records and a resume must share with it
+    (:mod:`fbrapids.trainers.run_identity`): the model and its inputs, batch size, seed, and
+    the data's fingerprint (:func:`fbrapids.data_identity.data_fingerprint`)."""
+    from fbrapids.data_identity import data_fingerprint
+
+    return {"model": model, "embedding_dim": int(embedding_dim), "dense": list(dense), "sparse": list(sparse),
+            "sequences": dict(sequences or {}),
+            "extra_features": {k: _comparable(v) for k, v in sorted(extra_features.items())},
+            "batch_size": int(batch_size), "seed": int(seed), "data": data_fingerprint(data_dir)}
+
+
+def _comparable(expr: Any) -> str:
+    """An expression's repr, which names its operators and parameters; one holding an
+    object's address (a user function) stands as its type only, so that a resume does
+    not differ from the run it continues by an address alone."""
+    import re
+
+    text = repr(expr)
+    return f"<{type(expr).__name__}>" if re.search(r" at 0x[0-9a-fA-F]+", text) else text
+
+
+def _check_resume(root: Path, run: dict[str, Any]) -> None:
+    """Refuse (:class:`~fbrapids.errors.CheckpointMismatchError`) a resume whose settings
+    differ from those the newest checkpoint under ``root`` recorded."""
+    from fbrapids.trainers.run_identity import check_identity, recorded_identity
+
+    found = recorded_identity(root)
+    if found is not None:
+        check_identity(found[1], run, found[0])
 
 
 def _cluster_kernel_stats(counters: Any) -> dict[str, int]:

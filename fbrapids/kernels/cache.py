@@ -2,8 +2,13 @@
 
 Location: ``$FBRAPIDS_KERNEL_CACHE`` if set, else ``~/.cache/fbrapids/kernels``.  Safe with
 several processes: an artefact is built under an exclusive file lock into a temporary
-file in the cache folder and moved into place with an atomic rename, so a reader sees
-either nothing or a complete file.
+file in the cache folder, fsynced, and moved into place with an atomic rename (the folder
+fsynced after), so a reader sees either nothing or a complete file, a power loss included.
+
+Each artefact ``KEY.so`` has a digest beside it, ``KEY.so.sha256`` (its sha256 and size),
+written the same way.  An entry is used only when its bytes match the digest: an empty or
+truncated file, a flipped bit, or an entry without a digest is logged (naming the file)
+and rebuilt, never loaded.  :data:`stats` counts hits, builds and rebuilds in this process.
 
 Example:
     >>> import os, tempfile
@@ -11,18 +16,30 @@ Example:
     >>> p = cached_artifact("abc", ".txt", lambda tmp: tmp.write_text("built"))
     >>> p.read_text(), cached_artifact("abc", ".txt", lambda tmp: 1 / 0) == p
     ('built', True)
+    >>> _ = p.write_text("bui1t")  # damaged in place: rebuilt
+    >>> cached_artifact("abc", ".txt", lambda tmp: tmp.write_text("built")).read_text()
+    'built'
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 ENV_VAR = "FBRAPIDS_KERNEL_CACHE"
+#: the suffix of an artefact's digest file
+DIGEST_SUFFIX = ".sha256"
+
+log = logging.getLogger(__name__)
+
+#: this process's cache lookups: ``hits`` (a verified entry used), ``builds`` (a missing
+#: entry built), ``rebuilds`` (an entry that did not match its digest, built again)
+stats = {"hits": 0, "builds": 0, "rebuilds": 0}
 
 
 def cache_dir() -> Path:
@@ -41,26 +58,99 @@ def source_key(*parts: str) -> str:
     return h.hexdigest()[:32]
 
 
+def _digest_line(path: Path) -> str:
+    """``"<sha256> <size>"`` of the file at ``path``."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return f"{h.hexdigest()} {size}"
+
+
+def _problem(final: Path) -> str | None:
+    """Why the cached ``final`` cannot be used (None when it matches its digest)."""
+    digest = final.with_name(final.name + DIGEST_SUFFIX)
+    try:
+        want = digest.read_text().strip()
+    except FileNotFoundError:
+        return f"it has no digest file {digest.name}"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"its digest file {digest} cannot be read ({exc})"
+    try:
+        got = _digest_line(final)
+    except OSError as exc:
+        return f"it cannot be read ({exc})"
+    if got != want:
+        return f"its bytes (sha256 {got[:12]}..., {got.split()[1]} bytes) do not match its digest " \
+               f"(sha256 {want[:12]}..., {want.split()[-1]} bytes): damaged"
+    return None
+
+
+def _fsync(path: Path) -> None:
+    """fsync a file or a folder (so that the renames inside it are durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _install(d: Path, key: str, suffix: str, final: Path, build: Callable[[Path], object]) -> None:
+    """Build into a temporary file, fsync it, write its digest (temporary, fsynced, renamed),
+    rename the artefact into place and fsync the folder."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{key}.", suffix=suffix, dir=d)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    digest_tmp = tmp.with_name(tmp.name + DIGEST_SUFFIX)
+    try:
+        build(tmp)
+        _fsync(tmp)
+        with open(digest_tmp, "w") as f:
+            f.write(_digest_line(tmp) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        # the digest first: a crash between the renames leaves an entry that does not match it (rebuilt)
+        os.replace(digest_tmp, final.with_name(final.name + DIGEST_SUFFIX))
+        os.replace(tmp, final)
+        _fsync(d)
+    finally:
+        for t in (tmp, digest_tmp):
+            if t.exists():
+                t.unlink()
+
+
+def invalidate(path: str | os.PathLike, why: str) -> None:
+    """Remove a cached artefact that cannot be used (e.g. the loader refused it), so that
+    the next :func:`cached_artifact` builds it again; logged naming the file."""
+    p = Path(path)
+    log.warning("kernel cache entry %s %s; removed, it is rebuilt", p, why)
+    p.unlink(missing_ok=True)
+
+
 def cached_artifact(key: str, suffix: str, build: Callable[[Path], object]) -> Path:
-    """The cached file for ``key``, building it with ``build(tmp_path)`` when missing."""
+    """The cached file for ``key``, building it with ``build(tmp_path)`` when missing or
+    when it does not match its digest (each rebuild logged naming the file)."""
     d = cache_dir()
     final = d / f"{key}{suffix}"
-    if final.exists():
+    if final.exists() and _problem(final) is None:
+        stats["hits"] += 1
         return final
     with open(d / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if final.exists():  # another process built it while we waited
+            problem = _problem(final) if final.exists() else None
+            if final.exists() and problem is None:  # another process built it while we waited
+                stats["hits"] += 1
                 return final
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{key}.", suffix=suffix, dir=d)
-            os.close(fd)
-            tmp = Path(tmp_name)
-            try:
-                build(tmp)
-                os.replace(tmp, final)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
+            if problem is not None:  # no digest: an entry of an older fbrapids (info), else damaged (warning)
+                log.log(logging.INFO if "no digest file" in problem else logging.WARNING,
+                        "kernel cache entry %s: %s; rebuilding it", final, problem)
+                stats["rebuilds"] += 1
+            else:
+                stats["builds"] += 1
+            _install(d, key, suffix, final, build)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return final

@@ -24,9 +24,9 @@ import subprocess
 import threading
 from pathlib import Path
 
-from fbrapids.kernels.cache import cached_artifact, source_key
+from fbrapids.kernels.cache import cached_artifact, invalidate, source_key
 from fbrapids.kernels.headers import inline_headers
-from fbrapids.errors import CompilerNotFoundError, KernelCompileError
+from fbrapids.errors import CompilerNotFoundError, KernelCacheError, KernelCompileError
 
 FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing")
 
@@ -110,6 +110,22 @@ def _openmp_defaults() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
 
 
+def _load_library(source: str) -> ctypes.CDLL:
+    """Load the cached library of ``source``; one the loader refuses (a damaged entry whose
+    digest was forged or lost with it) is removed and rebuilt once, then a
+    :class:`~fbrapids.errors.KernelCacheError` names the file."""
+    path = compile_source(source)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        invalidate(path, f"cannot be loaded ({exc})")
+    path = compile_source(source)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise KernelCacheError(f"cannot load the kernel library {path}, even rebuilt: {exc}") from None
+
+
 def load_source(source: str) -> ctypes.CDLL:
     """Compile (or fetch from the cache) and load ``source``; one load per process.
 
@@ -123,6 +139,6 @@ def load_source(source: str) -> ctypes.CDLL:
         lib = _loaded.get(key)
         if lib is None:
             _openmp_defaults()
-            lib = ctypes.CDLL(str(compile_source(source)))
+            lib = _load_library(source)
             _loaded[key] = lib
         return lib

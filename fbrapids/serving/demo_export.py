@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids import workload
-from fbrapids.errors import ExportError
+from fbrapids.errors import CheckpointMismatchError, ExportError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.export import export_model
 from fbrapids.serving.spec import ServingSpec
@@ -115,7 +115,7 @@ def export_demo_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike
     net = cls(**kwargs)
     try:
         load_checkpoint(net, None, checkpoint)
-    except RuntimeError as exc:  # torch's state-dict mismatch: another model or embedding size
+    except (RuntimeError, CheckpointMismatchError) as exc:  # another model or embedding size
         first = str(exc).strip().splitlines()[0][:200]
         raise ExportError(f"{checkpoint} does not hold the demo's {model} model with embedding_dim={embedding_dim} "
                           f"(pass the demo's --model / --embedding-dim): {first}") from None

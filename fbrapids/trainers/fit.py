@@ -40,7 +40,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -50,12 +50,14 @@ from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, Unsa
 from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
 from fbrapids.manifest import resolve_inside
-from fbrapids.trainers.checkpoint import (checkpoint_dir, checkpoints, clean_partial, newest_verified, prune,
-                                          step_name, verify_checkpoint, write_atomic)
+from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir, checkpoints, clean_partial,
+                                          newest_verified, prune, read_small_file, step_name, verify_checkpoint,
+                                          write_atomic)
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
-from fbrapids.workdir import lock_work_dir, preflight
+from fbrapids.trainers.run_identity import MODEL_KEYS, RUN_KEY, check_identity, model_identity, run_identity
+from fbrapids.workdir import clean_stale, lock_work_dir, preflight
 
 log = logging.getLogger(__name__)
 
@@ -151,15 +153,18 @@ def finite_rows_check(key: str, step: int) -> Callable[[np.ndarray, int], None]:
 
 
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
-                    on_file: Callable[[Path], None] | None = None, keep: int | None = None) -> Path:
+                    on_file: Callable[[Path], None] | None = None, keep: int | None = None,
+                    run: Mapping[str, Any] | None = None) -> Path:
     """Write a complete, verified checkpoint of ``model`` (dense + every table) under ``root``.
 
     Every weight is checked finite first (a :class:`~fbrapids.errors.NonFiniteError`
     naming the step and the table, and nothing written, otherwise); the files get a
     manifest of digests.  ``on_file(path)`` is called after each file is in place (e.g.
     for progress).  With ``keep``, older complete checkpoints beyond the newest ``keep``
-    are removed afterwards (never the newest verified one: this one).  Returns the
-    checkpoint directory.
+    are removed afterwards (never the newest verified one: this one).  ``meta.json``
+    records ``run``, the settings a resume must share (:mod:`fbrapids.trainers.run_identity`;
+    default: the model's own, :func:`~fbrapids.trainers.run_identity.model_identity`).
+    Returns the checkpoint directory.
     """
     check = verification_enabled()
     if check:
@@ -168,7 +173,8 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
             raise NonFiniteError(f"step {step}: non-finite {', '.join(bad)}; no checkpoint is written from this "
                                  "state")
     with checkpoint_dir(root, step) as d:
-        write_checkpoint_files(d, model, optimizer, model.stores(), step, on_file)
+        write_checkpoint_files(d, model, optimizer, model.stores(), step, on_file,
+                               meta={RUN_KEY: dict(run) if run is not None else model_identity(model)})
     final = Path(root) / step_name(step)
     if keep is not None:
         prune(root, keep, verified=final)
@@ -208,7 +214,9 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     the files: ``dense.pt`` is read with ``torch.load(weights_only=True)`` (tensors and
     plain containers only; a pickle that would call anything is an
     :class:`~fbrapids.errors.UnsafeFileError`), and every file read must resolve inside the
-    checkpoint directory.
+    checkpoint directory.  A checkpoint of another model (class, a table's embedding dim,
+    a dense weight's shape) is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
+    the difference, before anything is loaded.
     """
     path = Path(path)
     if (path / "latest").exists() or checkpoints(path):
@@ -217,7 +225,8 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
             raise CheckpointError(f"{root} holds no checkpoint")
     else:
         verify_checkpoint(path)
-    meta = json.loads(resolve_inside(path, "meta.json").read_text())
+    meta = json.loads(read_small_file(resolve_inside(path, "meta.json"), "checkpoint meta"))
+    check_identity(meta.get(RUN_KEY), model_identity(model), path, keys=MODEL_KEYS)
     state = load_tensors(resolve_inside(path, "dense.pt"))
     model.load_state_dict(state["model"])
     if optimizer is not None and state.get("optimizer") is not None:
@@ -269,7 +278,7 @@ def weights_digest(path: str | os.PathLike) -> str:
     feed("model", state["model"])
     feed("optimizer", state.get("optimizer"))
     feed("step", state["step"])
-    meta = json.loads(resolve_inside(path, "meta.json").read_text())
+    meta = json.loads(read_small_file(resolve_inside(path, "meta.json"), "checkpoint meta"))
     for key in meta["tables"]:
         d = resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory")
         with np.load(d / "index.npz") as z:
@@ -396,11 +405,13 @@ def _nonfinite_message(step: int, what: str, model: CTRModel, optimizer: torch.o
 
 
 def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, model: CTRModel,
-                     resume: bool, result: FitResult) -> int:
+                     resume: bool, result: FitResult, identity: Mapping[str, Any]) -> int:
     """Clean debris, check the disk, and restore the newest verified checkpoint when resuming;
     returns the step to start from."""
     root = Path(checkpoint_dir)
-    clean_partial(root)
+    clean_partial(root)  # first, a checkpoint a killed re-checkpoint left only as a copy is put back
+    clean_stale(root)
+    check_pointer_writable(root)  # before training, not at its first checkpoint
     dense_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values() if torch.is_tensor(t))
     table_bytes = sum(len(s) * (s.config.width * 4 + 24) for s in model.stores().values())
     preflight({"checkpoint dir": root}, {"one checkpoint": 3 * dense_bytes + table_bytes})
@@ -413,6 +424,8 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
     ckpt = newest_verified(root)
     if ckpt is None:
         return 0
+    meta = json.loads(read_small_file(resolve_inside(ckpt, "meta.json"), "checkpoint meta"))
+    check_identity(meta.get(RUN_KEY), identity, ckpt)  # before anything is loaded
     start = load_checkpoint(model, optimizer, ckpt)
     result.resumed_from = ckpt
     log.info("resumed from %s at step %d", ckpt, start)
@@ -423,7 +436,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         optimizer: torch.optim.Optimizer | None = None, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, resume: bool = True, progress: bool = True,
         prefetch_rows: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
-        device: str | torch.device | None = None) -> FitResult:
+        device: str | torch.device | None = None, run: Mapping[str, Any] | None = None) -> FitResult:
     """Train ``model`` on ``batches`` with binary cross-entropy on logits.
 
     Args:
@@ -453,6 +466,12 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             where the model already is on an accelerator, else ``$FBRAPIDS_DEVICE``, else
             cuda on the GPU backend, else the CPU); the model, its stores' caches and every
             batch go there.
+        run: more settings a resume must share with its checkpoint (e.g. the data's
+            fingerprint), recorded in every checkpoint with the model's (class, tables'
+            dims, dense shapes) and the stream's (label, ordered dense / sparse lists,
+            batch size, seed): :mod:`fbrapids.trainers.run_identity`.  Resuming with any
+            of them changed is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
+            each difference, before anything is loaded.
     """
     place_model(model, device)
     if nan not in NAN_POLICIES:
@@ -461,22 +480,26 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     if optimizer is None:
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
+    identity = run_identity(model, batches, run)
     check = verification_enabled()
-    with (lock_work_dir(checkpoint_dir) if checkpoint_dir is not None else contextlib.nullcontext()):
-        start = 0 if checkpoint_dir is None else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result)
+    # the debris is cleaned under the lock by _checkpoint_root, after restoring what a killed writer left
+    with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
+        start = (0 if checkpoint_dir is None
+                 else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity))
         step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,
-                      progress, prefetch_rows, keep_checkpoints, nan if check else "warn")
+                      progress, prefetch_rows, keep_checkpoints, nan if check else "warn", identity)
         result.steps = step
         if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                              result.checkpoints[-1].name != step_name(step)):
-            result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
+            result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
+                                                      run=identity))
     return result
 
 
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,
            start: int, epochs: int, max_steps: int | None, checkpoint_dir: str | os.PathLike | None,
            checkpoint_every: int | None, progress: bool, prefetch_rows: bool, keep_checkpoints: int | None,
-           nan: str) -> int:
+           nan: str, identity: Mapping[str, Any] | None = None) -> int:
     step = 0
     dev = module_device(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -525,7 +548,7 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                 bar.set_postfix(loss=f"{value:.4f}", refresh=False)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(
-                        save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints))
+                        save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints, run=identity))
         return step
     finally:
         bar.close()

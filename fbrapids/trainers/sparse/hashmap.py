@@ -88,6 +88,8 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_sync.argtypes = [p, i64]
     lib.fbx_map_copy.restype = i64
     lib.fbx_map_copy.argtypes = [p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_row_hashes.restype = None
+    lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
     lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, f32, f32, ctypes.c_int]
     lib.fbx_gather_cols.restype = ctypes.c_int
@@ -146,6 +148,28 @@ class RowMap:
 
     def __del__(self) -> None:
         self.close()
+
+
+def row_hashes(rows: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The SSD tier's 64-bit hash of each float32 row ``[n, width]`` at global row ``g``
+    (``csrc/rows.c``, ``fbx_row_hashes``): two sums of the row's 32-bit words weighted by
+    fixed odd multipliers (mod 2**32) side by side, times ``2g + 1``, mod 2**64.  Any change
+    of one word changes it, so does a row moved elsewhere; an all-zero row hashes to 0.
+
+    Example:
+        >>> import numpy as np
+        >>> r = np.ones((2, 3), np.float32)
+        >>> h = row_hashes(r, np.array([0, 1])); bool(h[0] != h[1]), row_hashes(0 * r, np.array([0, 1])).tolist()
+        (True, [0, 0])
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    if rows.ndim != 2 or len(g) != len(rows):
+        raise ArgumentError(f"row_hashes: rows must be [n, width] with n = len(g), got {rows.shape} and {len(g)}")
+    out = np.empty(len(g), dtype=np.uint64)
+    if len(g):
+        _lib().fbx_row_hashes(rows.ctypes.data, g.ctypes.data, len(g), rows.shape[1], out.ctypes.data)
+    return out
 
 
 def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:

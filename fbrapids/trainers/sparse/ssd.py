@@ -11,6 +11,21 @@ is a :class:`~fbrapids.errors.TierFileError` naming the path, never SIGBUS:
   every read and write, and a truncation racing with a copy is caught in C (the copy's
   SIGBUS becomes an error code, :class:`~fbrapids.trainers.sparse.hashmap.RowMap`).
 
+The folder belongs to one process: :class:`SsdTier` holds an exclusive ``fcntl.flock`` on
+``<folder>/.lock`` (dropped by the kernel when the process dies, however it dies), taken
+before the file is opened, so a second process given the same folder gets an
+:class:`~fbrapids.errors.SsdDirLockedError` naming it and its holder, instead of zeroing the
+live file.  Separate folders (one per table, one per rank) never conflict.
+
+Rows read back are checked: the file is cut in pages of :attr:`SsdTier.page_rows` rows
+(about :data:`PAGE_BYTES` bytes), and the tier keeps one 64-bit checksum per page in memory
+(8 bytes per ``PAGE_BYTES`` of file), updated as rows are written (the checksum is a sum of
+per-row hashes, so a write updates it from the old and new rows alone).  Every read checks
+the pages it touches; bytes written into the file from outside (plausible floats included)
+are a :class:`~fbrapids.errors.TierFileError` naming the file and the page, never trained on
+or checkpointed.  ``pages_checked`` counts the checks; ``FBRAPIDS_VERIFY=0`` turns them off
+(see :func:`fbrapids.manifest.verification_enabled`).
+
 Example:
     >>> import tempfile, numpy as np
     >>> f = SsdTier(tempfile.mkdtemp(), width=3)
@@ -22,18 +37,61 @@ Example:
 from __future__ import annotations
 
 import errno
+import fcntl
+import gc
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
 
-from fbrapids.errors import TierFileError
-from fbrapids.trainers.sparse.hashmap import RowMap
+from fbrapids.errors import SsdDirLockedError, TierFileError
+from fbrapids.manifest import verification_enabled
+from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
 from fbrapids.trainers.sparse.tiers import TierStats
 
 log = logging.getLogger(__name__)
+
+#: the SSD file's checksum pages hold about this many bytes (a whole number of rows, at least one)
+PAGE_BYTES = 1024
+LOCK_NAME = ".lock"
+
+
+def _lock_folder(directory: Path) -> int:
+    """An exclusive flock on ``directory/.lock`` (its fd), recording this PID; a
+    :class:`~fbrapids.errors.SsdDirLockedError` naming the folder and the holder when
+    another process holds it."""
+    path = directory / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        for attempt in (0, 1):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if attempt == 0:  # a tier of this process that is unreachable but not yet collected
+                    gc.collect()
+                    continue
+                try:
+                    who = json.loads(os.pread(fd, 4096, 0) or b"{}")
+                except ValueError:
+                    who = {}
+                holder = ("another store of this process" if who.get("pid") == os.getpid() else
+                          f"another process (PID {who.get('pid', '?')} on host {who.get('host', '?')} holds {path})")
+                raise SsdDirLockedError(
+                    f"the SSD table folder {directory} is in use by {holder}: two stores sharing it would overwrite "
+                    "each other's rows; give each process (each rank) and each table its own ssd_dir",
+                    str(directory), pid=who.get("pid")) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class SsdTier:
@@ -48,9 +106,17 @@ class SsdTier:
         self.capacity = 0
         self.map: RowMap | None = None
         self.stats = TierStats()
+        self.fd: int | None = None
+        self.lock_fd: int | None = _lock_folder(self.dir)  # before the file is opened (and truncated)
+        self.page_rows = max(1, PAGE_BYTES // self.row_bytes)
+        self.page_sums = np.zeros(0, dtype=np.uint64)
+        self.checked = verification_enabled()
+        self.pages_checked = 0
+        self.written_end = 0  # 1 + the highest row ever written: the rows from there on are zeros
         try:
-            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
+            self.close()
             raise self._error(f"cannot open the SSD tier file {self.path}: {exc.strerror}", exc.errno) from exc
         self.ensure(capacity)
 
@@ -75,6 +141,7 @@ class SsdTier:
         if rows <= self.capacity:
             return
         cap = max(int(rows), 2 * self.capacity, 1 << 12)
+        cap = -(-cap // self.page_rows) * self.page_rows  # whole checksum pages
         self.check_size()
         fd = self._fd()
         try:
@@ -96,37 +163,84 @@ class SsdTier:
             raise self._error(f"cannot map the SSD tier file {self.path} ({cap * self.row_bytes} bytes): "
                               f"{exc.strerror}", exc.errno) from exc
         self.capacity = cap
+        # the new rows are zeros (fallocate / ftruncate), whose hash is 0
+        self.page_sums = np.concatenate([self.page_sums, np.zeros(cap // self.page_rows - len(self.page_sums),
+                                                                  dtype=np.uint64)])
         self.check_size()
 
     def _truncated(self, row: int) -> TierFileError:
         return self._error(f"the SSD tier file {self.path} ends before row {row}: it was truncated by something "
                            "else; its rows are lost")
 
+    def _copy(self, g: np.ndarray, buf: np.ndarray, write: bool = False) -> None:
+        rc = self.map.copy(g, self.row_bytes, buf, write=write)
+        if rc > 0:
+            raise self._truncated(int(g[rc - 1]))
+        if rc < 0:
+            raise self._error(f"{'writing' if write else 'reading'} {len(g)} rows "
+                              f"{'to' if write else 'of'} the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
+
+    def _pages_of(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pages holding rows ``g`` (sorted, unique) and all their rows' numbers."""
+        pages = g // self.page_rows
+        pages = (pages[np.r_[True, pages[1:] != pages[:-1]]] if bool((pages[1:] >= pages[:-1]).all())
+                 else np.unique(pages))  # sorted reads (the usual case) need no sort
+        rows = (pages[:, None] * self.page_rows + np.arange(self.page_rows, dtype=np.int64)).reshape(-1)
+        return pages, rows
+
     def read(self, g: np.ndarray) -> np.ndarray:
-        """Rows ``g`` (int64, ascending for sequential reads) ``[len(g), width]``."""
+        """Rows ``g`` (int64, ascending for sequential reads) ``[len(g), width]``; the pages
+        holding them are checked against their checksums first."""
+        g = np.asarray(g, dtype=np.int64)
         out = np.empty((len(g), self.width), dtype=np.float32)
         if len(g) == 0:
             return out
         self.ensure(int(g.max()) + 1)
         self.check_size()
-        rc = self.map.copy(g, self.row_bytes, out)
-        if rc > 0:
-            raise self._truncated(int(g[rc - 1]))
-        if rc < 0:
-            raise self._error(f"reading {len(g)} rows of the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
-        return out
+        if not self.checked:
+            self._copy(g, out)
+            return out
+        pages, rows = self._pages_of(g)
+        buf = np.empty((len(rows), self.width), dtype=np.float32)
+        self._copy(rows, buf)
+        sums = row_hashes(buf, rows).reshape(len(pages), self.page_rows).sum(axis=1, dtype=np.uint64)
+        bad = np.flatnonzero(sums != self.page_sums[pages])
+        self.pages_checked += len(pages)
+        if len(bad):
+            p = int(pages[bad[0]])
+            first, last = p * self.page_rows, (p + 1) * self.page_rows - 1
+            raise self._error(f"the SSD tier file {self.path} was changed from outside this process: page {p} (rows "
+                              f"{first}..{last}, bytes {first * self.row_bytes}..{(last + 1) * self.row_bytes - 1}) "
+                              f"does not match its checksum ({len(bad)} of {len(pages)} pages read differ); its "
+                              "rows cannot be trusted")
+        if len(rows) == len(g) and bool((rows == g).all()):  # whole pages in order (a sequential read)
+            return buf
+        return buf[np.searchsorted(rows, g)]
 
     def write(self, g: np.ndarray, rows: np.ndarray) -> None:
         """Write rows ``[len(g), width]`` at global rows ``g`` (int64)."""
         if len(g) == 0:
             return
+        g = np.asarray(g, dtype=np.int64)
         self.ensure(int(g.max()) + 1)
         self.check_size()
-        rc = self.map.copy(g, self.row_bytes, np.ascontiguousarray(rows, dtype=np.float32), write=True)
-        if rc > 0:
-            raise self._truncated(int(g[rc - 1]))
-        if rc < 0:
-            raise self._error(f"writing {len(g)} rows to the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if self.checked:  # each page's checksum moves by the new rows' hashes minus the old ones'
+            delta = row_hashes(rows, g)
+            seen = np.flatnonzero(g < self.written_end)  # rows written before (the others hold zeros: hash 0)
+            if len(seen):
+                old = np.empty((len(seen), self.width), dtype=np.float32)
+                self._copy(g[seen], old)
+                with np.errstate(over="ignore"):  # mod 2**64
+                    delta[seen] -= row_hashes(old, g[seen])
+            pages = g // self.page_rows
+            if len(pages) > 1 and not bool((pages[1:] >= pages[:-1]).all()):
+                order = np.argsort(pages, kind="stable")
+                pages, delta = pages[order], delta[order]
+            starts = np.flatnonzero(np.r_[True, pages[1:] != pages[:-1]])
+            self.page_sums[pages[starts]] += np.add.reduceat(delta, starts)
+        self._copy(g, rows, write=True)
+        self.written_end = max(self.written_end, int(g.max()) + 1)
 
     def rows_view(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start .. stop`` (a copy)."""
@@ -150,12 +264,15 @@ class SsdTier:
         os.replace(tmp, self.dir / "index.npz")
 
     def close(self) -> None:
-        if self.map is not None:
+        if getattr(self, "map", None) is not None:
             self.map.close()
             self.map = None
-        fd, self.fd = self.fd, None
+        fd, self.fd = getattr(self, "fd", None), None
         if fd is not None:
             os.close(fd)
+        lock, self.lock_fd = getattr(self, "lock_fd", None), None
+        if lock is not None:
+            os.close(lock)  # releases the folder
 
     def __del__(self) -> None:
         self.close()

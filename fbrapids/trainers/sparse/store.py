@@ -148,7 +148,12 @@ class TieredEmbeddingStore:
             _OPEN_SSD_DIRS[key] = self
         self.version = 0  # bumped by every write to cached rows other than moving rows in (never reset)
         self.read_only = False
-        self.reset()
+        try:
+            self.reset()
+        except BaseException:  # e.g. the SSD folder is held by another process: this table never lived
+            if config.ssd_dir is not None and _OPEN_SSD_DIRS.get(key) is self:
+                del _OPEN_SSD_DIRS[key]
+            raise
 
     # -- state -------------------------------------------------------------------
     def reset(self) -> None:

@@ -174,3 +174,25 @@ int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes,
     sigaction(SIGBUS, &old, NULL);
     return 0;
 }
+
+/* The SSD tier's row hashes (fbrapids.trainers.sparse.ssd): for row i of n rows of `width`
+ * 32-bit words w at global row g[i], two 32-bit sums a = sum_j w[j] * (((j + 1) * 0x9E3779B1) | 1) and
+ * b = sum_j w[j] * (((j + 1) * 0x85EBCA77) | 1) (mod 2^32; odd multipliers: any change of one word
+ * changes both), out[i] = (b * 2^32 + a) * (2 g[i] + 1) mod 2^64.  32-bit lanes, so that the loop
+ * vectorises.  A page's checksum is the sum of its rows' hashes. */
+void fbx_row_hashes(const uint32_t *words, const int64_t *g, int64_t n, int64_t width, uint64_t *out) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    for (int64_t j = 0; j < width; j++) {
+        m1[j] = ((uint32_t)(j + 1) * 0x9E3779B1u) | 1u;
+        m2[j] = ((uint32_t)(j + 1) * 0x85EBCA77u) | 1u;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t *w = words + i * width;
+        uint32_t a = 0, b = 0;
+        for (int64_t j = 0; j < width; j++) {
+            a += w[j] * m1[j];
+            b += w[j] * m2[j];
+        }
+        out[i] = ((((uint64_t)b) << 32) | a) * (2ULL * (uint64_t)g[i] + 1ULL);
+    }
+}
