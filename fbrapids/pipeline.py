@@ -276,14 +276,12 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
         >>> v["impressions"].index.name, v["basic"].known_divisions
         ('instance_id', True)
     """
-    import pyarrow.parquet as pq
-
     from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
-    from fbrapids.views.read import auto_partition_rows, read_view
+    from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
 
     views = workload.read_views(data_dir, backend=backend)
     first = Path(data_dir) / "impressions.parquet"
-    rows = min(auto_partition_rows(pq.ParquetFile(first).metadata.num_rows), PARTITION_ROWS)
+    rows = min(auto_partition_rows(parquet_file(str(first)).metadata.num_rows), PARTITION_ROWS)
     groups = groups_per_partition(first, rows)
     for name in ("impressions", "basic"):
         path = Path(data_dir) / f"{name}.parquet"
