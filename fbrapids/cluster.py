@@ -136,6 +136,11 @@ def connect(address: str, timeout: float = 30.0) -> Any:
         return Client(address, timeout=timeout)
     except (OSError, TimeoutError) as exc:
         raise ClusterError(f"cannot reach a dask scheduler at {address} within {timeout:g} s: {exc}") from exc
+    except (TypeError, ValueError, ImportError, NotImplementedError) as exc:
+        # distributed's own refusals of an address it cannot use from here: tls:// without a
+        # TLS context, inproc:// of another process, ucx:// without its package
+        raise ClusterError(f"cannot connect to the dask scheduler address {address}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
 
 
 def worker_wait_s() -> float:
