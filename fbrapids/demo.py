@@ -51,7 +51,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     """Generate (once) the default data and run the pipeline on it; returns the result.
 
     The data is generated only into an empty folder or one the demo made (see
-    :func:`fbrapids.datagen.ensure_dataset`).  With ``resume`` the run continues from the
+    :func:`fbrapids.datagen.ensure_dataset`), and held with a shared lock for the run.  With ``resume`` the run continues from the
     newest verified checkpoint in ``work_dir`` (which must then be given).  ``export``: also
     export the trained model for serving to this new or empty folder
     (:func:`fbrapids.serving.demo_export.export_demo_checkpoint`), set as ``result.export``.
@@ -61,7 +61,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     """
     from fbrapids.backend import get_backend
     from fbrapids.cluster import close_client, connect
-    from fbrapids.datagen import ensure_dataset, read_metadata
+    from fbrapids.datagen import read_metadata, using_dataset
     from fbrapids.pipeline import run_pipeline
 
     if resume and work_dir is None:
@@ -71,7 +71,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
         raise ExportError(f"{export} is not a new or empty directory (the export is refused before training)")
     data = Path(data_dir) if data_dir is not None else default_data_dir(rows, seed)
     with contextlib.ExitStack() as stack:
-        ensure_dataset(rows, data, seed=seed)
+        stack.enter_context(using_dataset(rows, data, seed=seed))  # not regenerated under this run
         client = connect(scheduler) if scheduler else None
         if client is not None:
             stack.callback(close_client, client)
