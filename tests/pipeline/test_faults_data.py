@@ -232,6 +232,6 @@ def test_a_flipped_statistics_bit_never_drops_rows_of_the_partitionwise_merge(tm
     views = _sorted_views(d)
     assert views["basic"].npartitions == 6 and views["basic"].known_divisions  # merged partition by partition
     merged = views["impressions"][["ts"]].join(views["basic"][["d0"]], how="inner")
-    with pytest.raises(ViewError, match=r"basic\.parquet: partition 1 holds instance_id .* but the file's row-group "
+    with pytest.raises(ViewError, match=r"basic\.parquet: partition 2 holds instance_id .* but the file's row-group "
                                         r"statistics put it in"):
         merged.compute()
