@@ -80,9 +80,12 @@ def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[
                 pid=who.get("pid"), host=who.get("host")) from None
         import time
 
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        except OSError as exc:  # a full disk: name the file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         if clean:
             clean_stale(d)
         yield d
