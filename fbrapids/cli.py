@@ -338,7 +338,7 @@ def failure_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int
         >>> failure_line(PermissionError(13, "Permission denied", "/data/a.parquet"), ns)
         ('/data/a.parquet: Permission denied', 2)
     """
-    code = getattr(exc, "errno", None)
+    code = getattr(exc, "errno", None) or getattr(exc.__cause__, "errno", None)
     if isinstance(exc, FbrapidsError):
         line = str(exc).replace("stream with nan='zero'", "pass --nan zero to train on 0 in their place (counted)")
     elif isinstance(exc, OSError):

@@ -195,14 +195,9 @@ def disk_need(bounds: Mapping[str, TableBound], row_bytes: int, dense_bytes: int
 
 
 def _tree_bytes(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
+    from fbrapids.iostats import tree_bytes
+
+    return sum(tree_bytes(path).values())
 
 
 def freeable(work_dir: str | os.PathLike | None) -> str:

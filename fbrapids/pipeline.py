@@ -627,6 +627,11 @@ def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any
     need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.host_rows is not None,
                      checkpoints=ckpt_dir is not None)
     log.info("embedding tables at most: %s", ", ".join(f"{k} {b.rows:,} ({b.why})" for k, b in bounds.items()))
+    # a resumed run rewrites the SSD tier's file and prunes the checkpoints there: what they
+    # hold now is space it reuses
+    held = sum(sum(tree_bytes(p).values()) for p in (work / "store", ckpt_dir) if p is not None)
+    if held:
+        need["less what the store and checkpoints there hold"] = -held
     dirs = {"work dir": work, **({"checkpoint dir": ckpt_dir} if ckpt_dir is not None else {})}
     preflight(dirs, need)
     return need

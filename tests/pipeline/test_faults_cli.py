@@ -153,13 +153,13 @@ def test_read_only_work_or_data_dir_is_one_line(data, tmp_path):
         assert line.startswith(f"fbrapids demo: {ro}/.data.lock: Read-only file system"), line
 
 
-def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_freed(data, tmp_path):
+def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_freed(data, tmp_path, capsys):
     with _tmpfs(tmp_path / "disk", "48m") as disk:
         work = disk / "w"
         proc = _cli("demo", "--rows", str(ROWS), "--data-dir", str(data), "--work-dir", str(work),
                     "--batch-size", "32", "--checkpoint-every", "1")
         end = time.monotonic() + 180
-        while not (work / "checkpoints" / "latest").exists():
+        while len(list((work / "checkpoints").glob("step-*"))) < 2:  # two checkpoints written
             assert proc.poll() is None and time.monotonic() < end, proc.communicate()
             time.sleep(0.02)
         with open(disk / "filler", "wb") as f:  # another job takes the rest of the disk
@@ -170,6 +170,21 @@ def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_free
         line = _one_line(proc)
         assert "No space left on device" in line and "; could be freed: " in line, line
         assert f"the SSD tier {work}/store (" in line and "the kernel cache " in line, line
+
+        # resuming with 2 MiB free: the preflight refuses before training, saying what could go
+        from fbrapids.cli import main  # in this process: the CLI's entry point
+
+        filler = disk / "filler"
+        os.truncate(filler, filler.stat().st_size - (2 << 20))
+
+        capsys.readouterr()
+        assert main(["demo", "--rows", str(ROWS), "--data-dir", str(data), "--work-dir", str(work), "--resume",
+                     "--backend", "cpu"]) == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith(f"fbrapids demo: the work dir {work} has ") and "free; this run needs about" in line
+        assert "checkpoints (3 kept + 1 being written)" in line and "; could be freed: " in line, line
+        assert "less what the store and checkpoints there hold -" in line, line  # reused, not counted twice
+        assert f"older checkpoints in {work}/checkpoints (" in line and f"the SSD tier {work}/store (" in line, line
 
 
 def _nan_on_the_last_day(table: pa.Table) -> pa.Table:
