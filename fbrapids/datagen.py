@@ -490,11 +490,20 @@ def _lock_path(out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _folder_lock(out: Path, mode: int) -> Iterator[int]:
+def _folder_lock(out: Path, mode: int) -> Iterator[int | None]:
     """``fcntl.flock`` (``LOCK_EX`` / ``LOCK_SH``) on the folder's lock file, waiting (logged) for
-    another process that holds it; the kernel drops it when the holder dies."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(_lock_path(out), os.O_RDWR | os.O_CREAT, 0o644)
+    another process that holds it; the kernel drops it when the holder dies.  None (no
+    lock) where the lock file cannot be made: a read-only place, where nothing can
+    regenerate the data either (a generation then fails naming the path)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(_lock_path(out), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        log.debug("no lock for %s (%s): read only", out, exc.strerror)
+        yield None
+        return
     try:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -670,8 +679,10 @@ def using_dataset(rows: int, out_dir: str | Path, seed: int = 0) -> Iterator[Pat
     with _folder_lock(out, fcntl.LOCK_SH) as fd:
         # readers share the lock; only a (re)generation takes it exclusively, and waits for them
         if not _usable(rows, out, seed):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_EX)
             _ensure_locked(rows, out, seed)
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_SH)
         yield out

@@ -150,7 +150,18 @@ def test_read_only_work_or_data_dir_is_one_line(data, tmp_path):
         assert line.startswith(f"fbrapids demo: argument --work-dir: {ro} is on a read-only file system"), line
         # the data dir is written only when the data must be generated: found then, naming the path
         line = _one_line(_cli("demo", "--rows", str(ROWS), "--data-dir", str(ro / "data")))
-        assert line.startswith(f"fbrapids demo: {ro}/.data.lock: Read-only file system"), line
+        assert line.startswith(f"fbrapids demo: {ro}/.data.tmp-") and line.endswith(": Read-only file system "
+                                                                                     "(a read-only file system: "
+                                                                                     "choose a writable --work-dir "
+                                                                                     "/ --data-dir)"), line
+    # data on a read-only disk is read as it is (no lock file can be made beside it)
+    from fbrapids.datagen import using_dataset
+
+    with _tmpfs(tmp_path / "ro2", "16m") as disk:
+        shutil.copytree(data, disk / "data")
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        with using_dataset(ROWS, disk / "data") as d:
+            assert d == disk / "data"
 
 
 def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_freed(data, tmp_path, capsys):
