@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -39,7 +40,7 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      export=args.export)
+                      export=args.export, nan=args.nan)
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         import json
@@ -189,6 +190,79 @@ def _check_nproc(args: argparse.Namespace) -> None:
                          f"{args.nproc} ranks")
 
 
+def _writable(flag: str, path: Path | None) -> None:
+    """A usage error when ``path`` (or, while absent, its nearest existing parent) cannot be
+    written (a read-only file system, no permission)."""
+    if path is None:
+        return
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK):
+        why = "on a read-only file system" if _read_only(probe) else "not writable by this user"
+        raise UsageError(f"argument {flag}: {probe} is {why}" + (f" (needed to create {path})" if probe != path else ""))
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")  #: what ``--scheduler`` can reach from this process
+
+
+def _scheduler_address(address: str) -> None:
+    """A usage error for a ``--scheduler`` address this process cannot connect to, naming
+    it: an unknown scheme, ``inproc://`` (another process's memory), ``tls://`` / ``wss://``
+    without dask's TLS settings, ``ucx://`` without its package.
+
+    Example:
+        >>> _scheduler_address("tcp://10.0.0.1:8786")
+        >>> _scheduler_address("inproc://10.0.0.1/1/1")
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --scheduler: inproc://10.0.0.1/1/1 is an in-process address, reachable only from inside the process that made it; give the scheduler's tcp://host:port
+    """
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    scheme = scheme.lower()
+    flag = "argument --scheduler"
+    if scheme == "inproc":
+        raise UsageError(f"{flag}: {address} is an in-process address, reachable only from inside the process that "
+                         "made it; give the scheduler's tcp://host:port")
+    if scheme == "ucx":
+        import importlib.util
+
+        if importlib.util.find_spec("distributed_ucxx") is None:
+            raise UsageError(f"{flag}: {address}: ucx:// needs the distributed-ucxx package, which is not installed; "
+                             "use tcp://host:port")
+        return
+    if scheme not in SCHEDULER_SCHEMES:
+        raise UsageError(f"{flag}: {address} has scheme {scheme}://, expected one of "
+                         f"{', '.join(s + '://' for s in SCHEDULER_SCHEMES)} (or host:port)")
+    host, _, port = rest.rstrip("/").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"{flag}: {address} is not {scheme}://host:port")
+    if scheme in ("tls", "wss"):
+        import dask
+
+        tls = dask.config.get("distributed.comm.tls", {}) or {}
+        client = tls.get("client") or {}
+        if not (tls.get("ca-file") and client.get("cert")):
+            raise UsageError(f"{flag}: {address} needs TLS settings, and none are set: give dask config "
+                             "distributed.comm.tls.ca-file and distributed.comm.tls.client.cert (/ .key), e.g. "
+                             "DASK_DISTRIBUTED__COMM__TLS__CA_FILE=ca.pem DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT="
+                             "cert.pem")
+    if scheme in ("ws", "wss"):
+        import importlib.util
+
+        if importlib.util.find_spec("websockets") is None:
+            raise UsageError(f"{flag}: {address}: ws:// needs the websockets package, which is not installed")
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """The checks argparse's types cannot make (paths, the environment), made before any
     work; each failure is a :class:`UsageError` naming the argument (:func:`main` prints it
@@ -219,6 +293,10 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
+        _writable("--work-dir", args.work_dir)
+        _writable("--export", args.export)
+        if args.scheduler is not None:
+            _scheduler_address(args.scheduler)
     elif args.command == "export":
         if not args.checkpoint.exists():
             raise UsageError(f"argument checkpoint: {args.checkpoint} does not exist")
@@ -265,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--nproc", type=_int_in(1, 64), default=1,
                       help="train on N local ranks (torch.distributed: gloo, NCCL with a GPU per rank); "
                            "--batch-size is the global batch")
+    demo.add_argument("--nan", choices=("error", "zero"), default="error",
+                      help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
+                           "in its place, counted in the summary (zero)")
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
     demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",
@@ -331,13 +412,49 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (FbrapidsError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:
-        # a refused configuration, a missing or unreadable file: one line saying which, no traceback
-        sys.stderr.write(f"fbrapids {args.command}: {exc}\n")
-        return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except BaseException as exc:  # one line, never a traceback (-v logs it)
+        if isinstance(exc, SystemExit):
+            raise
+        logging.getLogger("fbrapids.cli").info("the failure's traceback", exc_info=True)
+        line, status = failure_line(exc, args)
+        sys.stderr.write(f"fbrapids {args.command}: {line}\n")
+        return status
+
+
+#: errno values of a full disk or a file over the size limit
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def failure_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int]:
+    """The one line ``fbrapids`` prints for a failure, and the exit status: 2 for what the
+    input, the configuration or the machine caused (a refused configuration, a missing,
+    unreadable or corrupt file, a full or read-only disk), 1 for anything else (a bug: the
+    line names the exception; ``-v`` logs the traceback).  A full disk also says what could
+    be freed, with sizes.
+
+    Example:
+        >>> ns = build_parser().parse_args(["gen", "--out", "x"])
+        >>> failure_line(PermissionError(13, "Permission denied", "/data/a.parquet"), ns)
+        ('/data/a.parquet: Permission denied', 2)
+    """
+    code = getattr(exc, "errno", None) or getattr(exc.__cause__, "errno", None)
+    if isinstance(exc, FbrapidsError):
+        line = str(exc).replace("stream with nan='zero'", "pass --nan zero to train on 0 in their place (counted)")
+    elif isinstance(exc, OSError):
+        line = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc) or type(exc).__name__
+        if code == errno.EROFS:
+            line += " (a read-only file system: choose a writable --work-dir / --data-dir)"
+    else:
+        return f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (run with -v for " \
+               "the traceback)", 1
+    if code in _NO_SPACE or "free" in line and type(exc).__name__ == "PreflightError":
+        from fbrapids.disk_budget import freeable
+
+        line += "; " + freeable(getattr(args, "work_dir", None))
+    return " ".join(line.split("\n")), 2
 
 
 if __name__ == "__main__":

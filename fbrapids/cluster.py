@@ -136,6 +136,11 @@ def connect(address: str, timeout: float = 30.0) -> Any:
         return Client(address, timeout=timeout)
     except (OSError, TimeoutError) as exc:
         raise ClusterError(f"cannot reach a dask scheduler at {address} within {timeout:g} s: {exc}") from exc
+    except (TypeError, ValueError, ImportError, NotImplementedError) as exc:
+        # distributed's own refusals of an address it cannot use from here: tls:// without a
+        # TLS context, inproc:// of another process, ucx:// without its package
+        raise ClusterError(f"cannot connect to the dask scheduler address {address}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
 
 
 def worker_wait_s() -> float:
@@ -151,23 +156,86 @@ def worker_wait_s() -> float:
     return float(dask.config.get("fbrapids.worker-wait", 60.0))
 
 
+def partition_warn_s() -> float:
+    """Seconds a partition may take before :func:`result_or_error` warns, naming the workers
+    working on it (dask config ``fbrapids.partition-warn``; default 60; repeated each period).
+
+    Example:
+        >>> partition_warn_s()
+        60.0
+    """
+    import dask
+
+    return float(dask.config.get("fbrapids.partition-warn", 60.0))
+
+
+def partition_deadline_s() -> float | None:
+    """Seconds after which a partition still not computed is a :class:`~fbrapids.errors.ClusterError`
+    naming the workers on it (dask config ``fbrapids.partition-deadline``; default None: no
+    deadline, dask itself drops a worker silent for ``distributed.scheduler.worker-ttl``).
+
+    Example:
+        >>> partition_deadline_s() is None
+        True
+    """
+    import dask
+
+    value = dask.config.get("fbrapids.partition-deadline", None)
+    return None if value is None else float(value)
+
+
+def stalled_workers(client: Any, keys: Any = None) -> list[str]:
+    """The workers processing a task now (of ``keys`` when given, else any), each with how
+    long ago the scheduler last heard from it: ``"tcp://127.0.0.1:4242 (worker 1, last heard
+    63 s ago)"``.  A frozen worker (stopped, swapping) stops its heartbeats."""
+    wanted = None if keys is None else {str(k) for k in keys}
+    info = client.scheduler_info().get("workers", {})
+    now = time.time()
+    out = []
+    for addr, tasks in client.processing().items():
+        if not tasks or (wanted is not None and not wanted & {str(t) for t in tasks}):
+            continue
+        w = info.get(addr, {})
+        heard = now - w["last_seen"] if "last_seen" in w else float("nan")
+        out.append(f"{addr} (worker {w.get('name', '?')}, {len(tasks)} task(s), last heard {heard:.0f} s ago)")
+    return out
+
+
 def result_or_error(client: Any, future: Any, what: str, poll_s: float = 1.0) -> Any:
     """``future.result()``, but a :class:`~fbrapids.errors.ClusterError` naming the scheduler
     and ``what`` (e.g. ``"partition 3"``) once the cluster has had no worker for
     :func:`worker_wait_s` seconds (every worker killed or gone), instead of waiting for ever.
-    Workers that come back within the wait (a nanny restarting them) let it finish."""
+    Workers that come back within the wait (a nanny restarting them) let it finish.
+
+    A partition that takes longer than :func:`partition_warn_s` is never a silent stall: a
+    warning names the workers processing tasks and when each was last heard from (a frozen
+    worker stops its heartbeats), every period; past :func:`partition_deadline_s` (when set)
+    it is a ClusterError naming them."""
     from distributed import TimeoutError as DaskTimeout
 
     alone_since: float | None = None
+    started = time.monotonic()
+    warn_every, deadline = partition_warn_s(), partition_deadline_s()
+    next_warning = started + warn_every
     while True:
         try:
             return future.result(timeout=poll_s)
         except (DaskTimeout, TimeoutError):
             pass
+        now = time.monotonic()
+        if now >= next_warning or (deadline is not None and now - started >= deadline):
+            busy = stalled_workers(client) or ["no worker is processing a task of it (waiting for data or a worker)"]
+            if deadline is not None and now - started >= deadline:
+                raise ClusterError(f"{what}: not computed within {deadline:g} s (dask config fbrapids.partition-deadline)"
+                                   f"; on the scheduler {client.scheduler.address}: {'; '.join(busy)}")
+            log.warning("%s: still computing after %.0f s; on the scheduler %s: %s. A frozen worker stops its "
+                        "heartbeats; dask drops it after distributed.scheduler.worker-ttl and reruns its tasks "
+                        "(dask config fbrapids.partition-deadline fails the run instead)", what, now - started,
+                        client.scheduler.address, "; ".join(busy))
+            next_warning = now + warn_every
         if client.scheduler_info().get("workers"):
             alone_since = None
             continue
-        now = time.monotonic()
         alone_since = alone_since if alone_since is not None else now
         if now - alone_since >= worker_wait_s():
             raise ClusterError(f"{what}: the scheduler {client.scheduler.address} has had no worker for "

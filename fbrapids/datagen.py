@@ -19,17 +19,24 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import logging
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fbrapids.errors import DataDirError, DataGenError
+from fbrapids.atomic import fsync_dir, write_atomic
+from fbrapids.errors import DataDirError, DataGenError, FbrapidsError
 
 log = logging.getLogger(__name__)
 
@@ -471,52 +478,218 @@ def read_metadata(data_dir: str | Path) -> dict:
         >>> read_metadata(d)["rows"]
         500
     """
-    raw = (pq.ParquetFile(Path(data_dir) / "impressions.parquet").metadata.metadata or {}).get(METADATA_KEY)
+    from fbrapids.views.read import parquet_file  # the footer checked before pyarrow reads it
+
+    raw = (parquet_file(str(Path(data_dir) / "impressions.parquet")).metadata.metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else {}
 
 
 DEMO_MARK = ".fbrapids-demo-data"
+#: the generator's version, recorded in a demo folder's marker: a folder of another version
+#: is regenerated (it is :data:`DATA_VERSION`: bump that whenever ``generate``'s output changes)
+GENERATOR_VERSION = DATA_VERSION
+FILES = ("impressions", "users", "ads", "basic")
+
+
+def _lock_path(out: Path) -> Path:
+    """The lock of a data folder: a file beside it (the folder itself is replaced whole)."""
+    return out.parent / f".{out.name}.lock"
+
+
+@contextlib.contextmanager
+def _folder_lock(out: Path, mode: int) -> Iterator[int | None]:
+    """``fcntl.flock`` (``LOCK_EX`` / ``LOCK_SH``) on the folder's lock file, waiting (logged) for
+    another process that holds it; the kernel drops it when the holder dies.  None (no
+    lock) where the lock file cannot be made: a read-only place, where nothing can
+    regenerate the data either (a generation then fails naming the path)."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(_lock_path(out), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        log.debug("no lock for %s (%s): read only", out, exc.strerror)
+        yield None
+        return
+    try:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            log.warning("waiting for %s: another process is generating or using the data there", out)
+            fcntl.flock(fd, mode)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _marker(rows: int, seed: int, files: dict[str, dict]) -> dict:
+    return {"rows": rows, "seed": seed, "generator": GENERATOR_VERSION, "files": files}
+
+
+def _file_pins(folder: Path) -> dict[str, dict]:
+    """Each data file's size and footer digest (its footer checked: ViewError when corrupt)."""
+    from fbrapids.views.parquet_footer import check_footer
+
+    out = {}
+    for name in FILES:
+        path = folder / f"{name}.parquet"
+        out[name] = {"size": path.stat().st_size, "footer_sha256": check_footer(path).digest}
+    return out
+
+
+def _complete_for(out: Path, rows: int, seed: int) -> str | None:
+    """None when ``out`` holds the complete demo data for ``rows`` / ``seed``, as its marker
+    recorded it; else why not (the folder is then regenerated)."""
+    try:
+        mark = json.loads((out / DEMO_MARK).read_text())
+    except (OSError, ValueError) as exc:
+        return f"its marker cannot be read ({exc})"
+    if not isinstance(mark, dict) or "files" not in mark:
+        return "its marker predates completion markers (it may hold files of two generations)"
+    want = _marker(rows, seed, mark.get("files"))
+    for key in ("rows", "seed", "generator"):
+        if mark.get(key) != want[key]:
+            return f"it was generated for {key} {mark.get(key)}, not {want[key]}"
+    try:
+        pins = _file_pins(out)
+    except (OSError, FbrapidsError) as exc:
+        return f"a file cannot be read ({str(exc).splitlines()[0]})"
+    if pins != mark["files"]:
+        changed = sorted(n for n in FILES if pins.get(n) != mark["files"].get(n))
+        return f"{', '.join(f + '.parquet' for f in changed)} differ from the files generated"
+    return None
+
+
+def _remove_debris(out: Path) -> None:
+    """Temporary and replaced folders of earlier generations killed midway (under the lock)."""
+    for p in out.parent.glob(f".{out.name}.tmp-*"):
+        shutil.rmtree(p, ignore_errors=True)
+    for p in out.parent.glob(f".{out.name}.old-*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _generate_into_place(rows: int, out: Path, seed: int) -> None:
+    """Generate into a private folder beside ``out``, marker last, then rename it into place
+    (a folder being replaced is renamed aside first and removed after)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    generate(rows, tmp, seed=seed)
+    for name in FILES:  # the data durable before the marker that vouches for it
+        fd = os.open(tmp / f"{name}.parquet", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    write_atomic(tmp / DEMO_MARK, [json.dumps(_marker(rows, seed, _file_pins(tmp))).encode()])
+    fsync_dir(tmp)
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _user_data(out: Path, rows: int, seed: int) -> None:
+    """``out`` holds data the demo did not make: fine when it is the asked-for set and
+    readable; else a :class:`~fbrapids.errors.DataDirError` saying what it holds."""
+    have = all((out / f"{n}.parquet").exists() for n in FILES)
+    meta: dict = {}
+    if have:
+        try:
+            meta = read_metadata(out)
+            if meta.get("rows") == rows and meta.get("seed") == seed:
+                _file_pins(out)  # every footer readable, or the error naming the file
+                return
+        except FbrapidsError as exc:
+            raise DataDirError(f"{out} holds data the demo did not make, and it cannot be read: {exc}") from None
+        except (OSError, ValueError):
+            meta = {}
+    entries = sorted(p.name for p in out.iterdir())
+    held = (f"generated data of {meta['rows']:,} rows, seed {meta['seed']}" if "rows" in meta and "seed" in meta
+            else f"{len(entries)} entries ({', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''})")
+    hint = (f"pass --rows {meta['rows']} --seed {meta['seed']} to use it, " if "rows" in meta and "seed" in meta
+            else "")
+    raise DataDirError(f"{out} holds {held}, which the demo did not make; it only generates into an empty "
+                       f"folder or one it made, and never overwrites other data: {hint}choose an empty "
+                       f"--data-dir, or regenerate it yourself with `fbrapids gen --rows {rows} --seed {seed} "
+                       f"--out {out}`")
+
+
+def _usable(rows: int, out: Path, seed: int) -> bool:
+    """Whether ``out`` can be used as it is: complete demo data for ``rows`` / ``seed``, or the
+    asked-for data of a user (other user data is a DataDirError); False: (re)generate."""
+    if (out / DEMO_MARK).is_file():
+        why = _complete_for(out, rows, seed)
+        if why is not None:
+            log.warning("regenerating the demo data in %s: %s", out, why)
+        return why is None
+    if out.is_dir() and any(out.iterdir()):
+        _user_data(out, rows, seed)
+        return True
+    return False
+
+
+def _ensure_locked(rows: int, out: Path, seed: int) -> Path:
+    _remove_debris(out)
+    if _usable(rows, out, seed):
+        return out
+    if out.is_dir() and not (out / DEMO_MARK).exists():
+        out.rmdir()  # an empty folder: replaced by the generated one
+    _generate_into_place(rows, out, seed)
+    return out
 
 
 def ensure_dataset(rows: int, out_dir: str | Path, seed: int = 0) -> Path:
     """The default data for ``rows`` / ``seed`` in ``out_dir``: generated there only when the
-    folder is empty (or absent) or holds data this function made (it marks its folders with
-    a ``.fbrapids-demo-data`` file); a folder of other data is never written to.
+    folder is empty (or absent) or holds data this function made (marked by a
+    ``.fbrapids-demo-data`` file); a folder of other data is never written to.
+
+    Generation is safe against concurrent runs and kills: under an exclusive ``flock`` on
+    a lock file beside the folder, the data is generated into a private temporary folder,
+    its marker written last (rows, seed, the generator's version and each file's size and
+    footer digest), and the folder renamed into place.  A marked folder is used only when
+    its marker matches the request and its files are the ones generated; else (a kill
+    midway, a corrupt or replaced file, other rows or seed) it is regenerated.
 
     Other data that is already the asked-for set (``fbrapids gen --rows R --seed S`` made it)
-    is used as it is.  Anything else is a :class:`~fbrapids.errors.DataDirError` saying what
-    the folder holds and suggesting ``fbrapids gen``.
+    is used as it is, when readable.  Anything else is a
+    :class:`~fbrapids.errors.DataDirError` saying what the folder holds and suggesting
+    ``fbrapids gen``.
 
     Example:
         >>> import tempfile
         >>> d = ensure_dataset(300, tempfile.mkdtemp())
-        >>> (d / "basic.parquet").exists(), (d / DEMO_MARK).exists()
-        (True, True)
+        >>> (d / "basic.parquet").exists(), json.loads((d / DEMO_MARK).read_text())["rows"]
+        (True, 300)
     """
     out = Path(out_dir)
-    names = ("impressions", "users", "ads", "basic")
-    have = all((out / f"{n}.parquet").exists() for n in names)
-    meta = {}
-    if have:
-        try:
-            meta = read_metadata(out)
-        except (OSError, ValueError):
-            meta = {}
-        current = meta.get("data_version") == DATA_VERSION or not (out / DEMO_MARK).is_file()
-        if meta.get("rows") == rows and meta.get("seed") == seed and current:
-            return out  # (a folder this function made from an older generator is made again)
-    ours = (out / DEMO_MARK).is_file()
-    entries = [p.name for p in out.iterdir()] if out.is_dir() else []
-    if entries and not ours:
-        held = (f"generated data of {meta['rows']:,} rows, seed {meta['seed']}" if "rows" in meta and "seed" in meta
-                else f"{len(entries)} entries ({', '.join(sorted(entries)[:4])}{', ...' if len(entries) > 4 else ''})")
-        hint = (f"pass --rows {meta['rows']} --seed {meta['seed']} to use it, " if "rows" in meta and "seed" in meta
-                else "")
-        raise DataDirError(f"{out} holds {held}, which the demo did not make; it only generates into an empty "
-                           f"folder or one it made, and never overwrites other data: {hint}choose an empty "
-                           f"--data-dir, or regenerate it yourself with `fbrapids gen --rows {rows} --seed {seed} "
-                           f"--out {out}`")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / DEMO_MARK).write_text(json.dumps({"rows": rows, "seed": seed}))  # marked before any file is written
-    generate(rows, out, seed=seed)
-    return out
+    with _folder_lock(out, fcntl.LOCK_EX):
+        return _ensure_locked(rows, out, seed)
+
+
+@contextlib.contextmanager
+def using_dataset(rows: int, out_dir: str | Path, seed: int = 0) -> Iterator[Path]:
+    """:func:`ensure_dataset`, then a shared lock on the folder while the block runs: another
+    run may read it too, but none regenerates it under this one (it waits, logged).
+
+    Example:
+        >>> import tempfile
+        >>> with using_dataset(300, tempfile.mkdtemp() + "/d") as d:
+        ...     read_metadata(d)["rows"]
+        300
+    """
+    out = Path(out_dir)
+    with _folder_lock(out, fcntl.LOCK_SH) as fd:
+        # readers share the lock; only a (re)generation takes it exclusively, and waits for them
+        if not _usable(rows, out, seed):
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            _ensure_locked(rows, out, seed)
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+        yield out

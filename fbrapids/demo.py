@@ -47,20 +47,21 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
              model: str = "dlrm", scheduler: str | None = None, seed: int = 0, progress: bool = True,
              work_dir: str | Path | None = None, batch_size: int = 2048,
              checkpoint_every: int | None = None, resume: bool = False,
-             export: str | Path | None = None) -> Any:
+             export: str | Path | None = None, nan: str = "error") -> Any:
     """Generate (once) the default data and run the pipeline on it; returns the result.
 
     The data is generated only into an empty folder or one the demo made (see
-    :func:`fbrapids.datagen.ensure_dataset`).  With ``resume`` the run continues from the
+    :func:`fbrapids.datagen.ensure_dataset`), and held with a shared lock for the run.  With ``resume`` the run continues from the
     newest verified checkpoint in ``work_dir`` (which must then be given).  ``export``: also
     export the trained model for serving to this new or empty folder
     (:func:`fbrapids.serving.demo_export.export_demo_checkpoint`), set as ``result.export``.
-    Without ``work_dir`` the work dir is temporary and removed before returning (module
+    ``nan``: NaN / inf / null in a dense feature, ``"error"`` or ``"zero"`` (see
+    :func:`fbrapids.pipeline.run_pipeline`).  Without ``work_dir`` the work dir is temporary and removed before returning (module
     docstring); ``result.checkpoint`` is then None and ``result.removed_work_dir`` names it.
     """
     from fbrapids.backend import get_backend
     from fbrapids.cluster import close_client, connect
-    from fbrapids.datagen import ensure_dataset, read_metadata
+    from fbrapids.datagen import read_metadata, using_dataset
     from fbrapids.pipeline import run_pipeline
 
     if resume and work_dir is None:
@@ -70,14 +71,14 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
         raise ExportError(f"{export} is not a new or empty directory (the export is refused before training)")
     data = Path(data_dir) if data_dir is not None else default_data_dir(rows, seed)
     with contextlib.ExitStack() as stack:
-        ensure_dataset(rows, data, seed=seed)
+        stack.enter_context(using_dataset(rows, data, seed=seed))  # not regenerated under this run
         client = connect(scheduler) if scheduler else None
         if client is not None:
             stack.callback(close_client, client)
         work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir(WORK_PREFIX))
         result = run_pipeline(data, backend=backend, model=model, client=client, seed=seed, progress=progress,
                               work_dir=work, batch_size=batch_size, checkpoint_every=checkpoint_every,
-                              resume=resume)
+                              resume=resume, nan=nan)
         result.oracle_auc = read_metadata(data).get("oracle_auc")
         if export is not None:
             if not result.checkpoint:

@@ -71,6 +71,11 @@ class ViewError(FbrapidsError, ValueError):
     """A view could not be read as asked; the message names the file, column or pattern."""
 
 
+class InputChangedError(ViewError):
+    """An input file that changed (replaced, rewritten, truncated) after the run planned it,
+    or whose rows contradict what its footer said; the message names the file."""
+
+
 class CleanError(FbrapidsError, ValueError):
     """A clean spec names a column that is not there, or a filter that is not boolean."""
 

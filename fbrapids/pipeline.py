@@ -42,6 +42,7 @@ SPARSE = [
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
 MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 # rows per streamed partition, whatever the data's size: memory in flight is a few partitions
 # (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
 PARTITION_ROWS = 1 << 18
@@ -290,14 +291,12 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
         >>> v["impressions"].index.name, v["basic"].known_divisions
         ('instance_id', True)
     """
-    import pyarrow.parquet as pq
-
     from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
-    from fbrapids.views.read import auto_partition_rows, read_view
+    from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
 
     views = workload.read_views(data_dir, backend=backend)
     first = Path(data_dir) / "impressions.parquet"
-    rows = min(auto_partition_rows(pq.ParquetFile(first).metadata.num_rows), PARTITION_ROWS)
+    rows = min(auto_partition_rows(parquet_file(str(first)).metadata.num_rows), PARTITION_ROWS)
     groups = groups_per_partition(first, rows)
     for name in ("impressions", "basic"):
         path = Path(data_dir) / f"{name}.parquet"
@@ -418,6 +417,7 @@ def run_pipeline(
     train_threads: int | None = None,
     sequences: dict[str, str] | None = None,
     resume: bool = False,
+    nan: str = "error",
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -450,11 +450,15 @@ def run_pipeline(
             (the batches it had trained on are skipped; same data, seed and threads give the
             uninterrupted run's model bit for bit).  Without it, a work dir that already
             holds checkpoints is an error.
+        nan: NaN / inf / null in a dense feature: ``"error"`` (stop, naming the column) or
+            ``"zero"`` (train and evaluate on 0 in its place; counted in
+            ``result.rows["dense NaN/inf/null -> 0"]``).
 
     The work dir is held exclusively for the run (a second run on it is a
     :class:`~fbrapids.errors.WorkDirLockedError` naming this one's PID and host); before
     training, it and the checkpoint dir are checked writable with free space for the SSD
-    tier plus one checkpoint (:class:`~fbrapids.errors.PreflightError` with the sizes).
+    tier plus ``KEEP_CHECKPOINTS + 1`` checkpoints, each table sized by its bound
+    (:mod:`fbrapids.disk_budget`; :class:`~fbrapids.errors.PreflightError` with the sizes).
 
     Returns:
         A :class:`PipelineResult` (``render()`` is the demo's summary).
@@ -470,7 +474,7 @@ def run_pipeline(
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
             result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                           work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                          checkpoint_every, train_threads, sequences, resume)
+                          checkpoint_every, train_threads, sequences, resume, nan)
         if work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
@@ -480,7 +484,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
          embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
          extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
-         train_threads: int | None, sequences: dict[str, str] | None = None, resume: bool = False) -> PipelineResult:
+         train_threads: int | None, sequences: dict[str, str] | None = None, resume: bool = False,
+         nan: str = "error") -> PipelineResult:
     import torch
 
     from fbrapids.datagen import TS0, DAYS
@@ -490,6 +495,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     from fbrapids.trainers.fit import fit, predict
     from fbrapids.trainers.metrics import all_metrics
     from fbrapids.trainers.sparse import StoreConfig
+    from fbrapids.plan_checks import check_held_out, check_stream_columns
 
     be = get_backend(backend)
     torch.manual_seed(seed)
@@ -522,6 +528,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)
     cutoff = TS0 + (DAYS - 1) * DAY
+    check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
+    check_stream_columns(merged._meta, LABEL, dense, sparse, data_dir)
     train, test = split_by_day(merged, cutoff)
     if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
         t = time.perf_counter()
@@ -535,7 +543,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     store = StoreConfig(cache_rows=cache_rows, host_rows=host_rows, ssd_dir=str(work / "store"), seed=seed)
     net = build_model(model, len(dense), sparse, store, embedding_dim, sequences=sequences)
     ckpt_dir = (work / "checkpoints") if checkpoint else None
-    _preflight(data_dir, work, ckpt_dir, net, store)
+    _preflight(data_dir, work, ckpt_dir, net, store, sparse, {**workload.features(), **extra_features})
     result.seconds["plan"] = time.perf_counter() - t0
 
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
@@ -552,7 +560,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     # trainer, as stream(prefetch=2) holds over a dask frame
     test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
     producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
-    stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed))
+    stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed, nan))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:
         train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
@@ -561,10 +569,11 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     t = time.perf_counter()
     try:
         fitted = fit(net, stream, epochs=epochs, progress=progress,
-                     checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every, run=run)
+                     checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every, run=run,
+                     keep_checkpoints=KEEP_CHECKPOINTS)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
-        test_stream = _stream(test_producer, dense, sparse, batch_size, seed)
+        test_stream = _stream(test_producer, dense, sparse, batch_size, seed, nan)
         result.predictions = predict(net, test_stream, progress=progress)
         evaluate_s = time.perf_counter() - t
     finally:
@@ -576,6 +585,10 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.samples_per_s = stream.samples / train_s if train_s > 0 else 0.0
     if fitted.checkpoints:
         result.checkpoint = str(fitted.checkpoints[-1])
+    elif getattr(fitted, "resumed_from", None) is not None:
+        # resumed after training had finished (the run died in evaluation, say): nothing
+        # left to train, and the checkpoint it resumed from is this model, to export
+        result.checkpoint = str(fitted.resumed_from)
 
     p = result.predictions
     result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
@@ -593,6 +606,9 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.rows["merged (train+test)"] = int(stream.samples + result.metrics.get("n", 0))
     result.rows["trained"] = int(stream.samples)
     result.rows["held out"] = int(result.metrics.get("n", 0))
+    if nan == "zero":
+        result.rows["dense NaN/inf/null -> 0"] = sum(int(getattr(st, "stats", {}).get("nan_replaced", 0))
+                                                     for st in (stream.batches, test_stream))
     result.clean = counts
     result.joins = [str(d) for d in join_decisions(since=decisions_before)]
     result.passes = {"training": dict(producer.plan), "held-out": dict(test_producer.plan)}
@@ -648,42 +664,36 @@ def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
     return total.as_dict()
 
 
-def _parquet_rows(path: Path) -> int:
-    """Rows of a parquet file, or of every parquet file under a folder, from the footers (0 if unreadable)."""
-    import pyarrow.parquet as pq
-
-    files = [path] if path.is_file() else sorted(path.rglob("*.parquet")) if path.is_dir() else []
-    try:
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    except (OSError, ValueError):
-        return 0  # the read itself will name the file
-
-
-def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any, store: Any) -> None:
-    """Work dir (and checkpoint dir) writable, with room for the SSD tier and one checkpoint.
-
-    Each table can hold at most one row per impression for a scalar feature, so the
-    impressions' row count bounds the rows per table."""
+def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any, store: Any,
+               sparse: list[str], features: dict[str, Any]) -> dict[str, int]:
+    """Work dir (and checkpoint dir) writable, with room for the SSD tier and ``keep + 1``
+    checkpoints, each table sized by what bounds it (:mod:`fbrapids.disk_budget`: a hashed
+    feature by its buckets, a raw id by its dictionary's rows), not by the log's rows.
+    Returns the bytes needed, by what."""
+    from fbrapids.disk_budget import disk_need, table_bounds
     from fbrapids.workdir import preflight
 
-    rows = _parquet_rows(Path(data_dir) / "impressions.parquet")
-    tables = len(net.stores())
-    row_bytes = store.width * 4
+    bounds = table_bounds(data_dir, sparse, features)
     dense = sum(t.numel() * t.element_size() for t in net.state_dict().values())
-    need = {}
-    if store.host_rows is not None:
-        need["SSD tier"] = rows * tables * row_bytes
-    if ckpt_dir is not None:
-        need["one checkpoint"] = rows * tables * (row_bytes + 24) + 3 * dense
+    need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.host_rows is not None,
+                     checkpoints=ckpt_dir is not None)
+    log.info("embedding tables at most: %s", ", ".join(f"{k} {b.rows:,} ({b.why})" for k, b in bounds.items()))
+    # a resumed run rewrites the SSD tier's file and prunes the checkpoints there: what they
+    # hold now is space it reuses
+    held = sum(sum(tree_bytes(p).values()) for p in (work / "store", ckpt_dir) if p is not None)
+    if held:
+        need["less what the store and checkpoints there hold"] = -held
     dirs = {"work dir": work, **({"checkpoint dir": ckpt_dir} if ckpt_dir is not None else {})}
     preflight(dirs, need)
+    return need
 
 
-def _stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int) -> Any:
+def _stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
+            nan: str = "error") -> Any:
     from fbrapids.trainers.stream import stream
 
     return stream(source, label=LABEL, dense=dense, sparse=sparse, group=GROUP, batch_size=batch_size,
-                  seed=seed, prefetch=1)
+                  seed=seed, prefetch=1, nan=nan)
 
 
 def _store_totals(model: Any) -> dict[str, Any]:

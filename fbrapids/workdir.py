@@ -80,9 +80,12 @@ def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[
                 pid=who.get("pid"), host=who.get("host")) from None
         import time
 
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        except OSError as exc:  # a full disk: name the file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         if clean:
             clean_stale(d)
         yield d
@@ -223,7 +226,13 @@ def temporary_work_dir(prefix: str = "fbrapids-run-") -> Iterator[Path]:
             log.info("removed the temporary work dir %s", work)
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """``n`` bytes for people: ``1.5 GiB``.
+
+    Example:
+        >>> human_bytes(3 << 29)
+        '1.5 GiB'
+    """
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
@@ -263,15 +272,15 @@ def preflight(dirs: Mapping[str, str | os.PathLike], need_bytes: Mapping[str, in
             raise PreflightError(f"the {role} {p} is not writable: {exc.strerror or exc}") from exc
         free[role] = shutil.disk_usage(p).free
     need = sum(int(v) for v in need_bytes.values())
-    parts = ", ".join(f"{k} {_human(v)}" for k, v in need_bytes.items())
+    parts = ", ".join(f"{k} {human_bytes(v)}" for k, v in need_bytes.items())
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit != resource.RLIM_INFINITY and need_bytes and limit < max(need_bytes.values()):
-        raise PreflightError(f"the file size limit (ulimit -f) is {_human(limit)}; this run writes files of up to "
-                             f"about {_human(max(need_bytes.values()))} ({parts}) under {', '.join(map(str, dirs.values()))}")
+        raise PreflightError(f"the file size limit (ulimit -f) is {human_bytes(limit)}; this run writes files of up to "
+                             f"about {human_bytes(max(need_bytes.values()))} ({parts}) under {', '.join(map(str, dirs.values()))}")
     for role, p in dirs.items():
         if free[role] < need:
-            raise PreflightError(f"the {role} {p} has {_human(free[role])} free; this run needs about "
-                                 f"{_human(need)} ({parts})")
-    log.info("preflight: %s; needs about %s (%s)", ", ".join(f"{r} {_human(f)} free" for r, f in free.items()),
-             _human(need), parts)
+            raise PreflightError(f"the {role} {p} has {human_bytes(free[role])} free; this run needs about "
+                                 f"{human_bytes(need)} ({parts})")
+    log.info("preflight: %s; needs about %s (%s)", ", ".join(f"{r} {human_bytes(f)} free" for r, f in free.items()),
+             human_bytes(need), parts)
     return free

@@ -7,6 +7,12 @@ two such views are joined partition by partition (dask aligns their divisions) i
 through a shuffle.  A file that is not sorted (overlapping row groups, missing statistics)
 is returned unchanged and the join falls back to dask's shuffle.
 
+The statistics are not covered by the page checksums: one flipped bit there shifts a
+division, and a partition-wise join would silently drop the rows on the wrong side of it.
+So every partition read is checked against its divisions (:func:`keys_within`): a first
+or last key outside them is a :class:`~fbrapids.errors.ViewError` naming the file, the
+partition and the keys.
+
 Example:
     >>> import tempfile, pandas as pd
     >>> from fbrapids.views.read import read_view
@@ -24,7 +30,8 @@ import logging
 import os
 from typing import Any
 
-import pyarrow.parquet as pq
+from fbrapids.errors import ViewError
+from fbrapids.views.read import parquet_file
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +41,7 @@ def sorted_divisions(path: str | os.PathLike, column: str, groups_per_partition:
     parquet file (``groups_per_partition`` consecutive row groups each), or None unless every
     row group has statistics and the groups are in strictly increasing, non-overlapping key
     order."""
-    meta = pq.ParquetFile(path).metadata
+    meta = parquet_file(os.fspath(path)).metadata  # the footer checked before pyarrow reads it
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]
     if column not in names or meta.num_row_groups == 0:
         return None
@@ -61,7 +68,7 @@ def groups_per_partition(path: str | os.PathLike, partition_rows: int) -> int:
         >>> groups_per_partition(path, 35)
         3
     """
-    meta = pq.ParquetFile(path).metadata
+    meta = parquet_file(os.fspath(path)).metadata  # the footer checked before pyarrow reads it
     per_group = max(1, meta.num_rows // max(1, meta.num_row_groups))
     return max(1, partition_rows // per_group)
 
@@ -74,4 +81,34 @@ def index_by_sorted_key(frame: Any, path: str | os.PathLike, key: str, groups: i
         log.info("%s is not sorted by %s in %d row groups: its joins on %s will shuffle", path, key,
                  frame.npartitions, key)
         return frame
-    return frame.set_index(key, sorted=True, divisions=list(divisions))
+    indexed = frame.set_index(key, sorted=True, divisions=list(divisions))
+    return indexed.map_partitions(keys_within, list(divisions), os.fspath(path), key, meta=indexed._meta)
+
+
+def keys_within(part: Any, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> Any:
+    """``part`` (partition ``partition_info["number"]`` of a frame indexed by ``key`` with
+    ``divisions`` from the statistics of ``path``), checked: its keys lie within its
+    divisions, else a :class:`~fbrapids.errors.ViewError` naming the file.
+
+    Example:
+        >>> import pandas as pd
+        >>> part = pd.DataFrame({"x": [1, 2]}, index=pd.Index([5, 9], name="id"))
+        >>> len(keys_within(part, [0, 10, 20], "v.parquet", "id", {"number": 0}))
+        2
+        >>> keys_within(part, [0, 8, 20], "v.parquet", "id", {"number": 0})
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.ViewError: v.parquet: partition 0 holds id 5 to 9, but the file's row-group statistics put it in [0, 8); ...
+    """
+    if partition_info is None or not len(part):
+        return part
+    i = partition_info["number"]
+    lo, hi = divisions[i], divisions[i + 1]
+    last = i == len(divisions) - 2
+    first_key, last_key = part.index.min(), part.index.max()
+    if first_key < lo or last_key > hi or (not last and last_key >= hi):
+        raise ViewError(f"{path}: partition {i} holds {key} {first_key} to {last_key}, but the file's row-group "
+                        f"statistics put it in [{lo}, {hi}{']' if last else ')'}; the footer's statistics are "
+                        "corrupt (not covered by the page checksums), and a join by partition would drop rows: "
+                        "rewrite the file (or regenerate it)")
+    return part

@@ -54,6 +54,7 @@ import pyarrow.parquet as pq
 from fbrapids import backend as _backend
 from fbrapids.errors import MissingFileError, ViewError
 from fbrapids.views import jsonl
+from fbrapids.views.parquet_footer import FilePin, check_footer, check_pin, pin_file
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class FilePiece:
     path: str
     row_groups: tuple[int, ...] | None = None
     row_slice: tuple[int, int] | None = None
+    pin: FilePin | None = None  #: the file as planned: a read fails, naming it, when it changed since
 
 
 def _first_lines(path: str, opts: _CsvOptions, n: int = 1) -> tuple[str, bool]:
@@ -231,11 +233,15 @@ def _csv_header(path: str, sep: str, opts: _CsvOptions) -> list[str] | None:
     return names
 
 
-def parquet_file(path: str) -> pq.ParquetFile:
+def parquet_file(path: str, pin: FilePin | None = None) -> pq.ParquetFile:
     """``path`` opened as parquet; a truncated or corrupt file is a ViewError naming it.
 
-    Page checksums are verified where the writer stored them (``fbrapids gen`` does): a
-    flipped byte in a data page is an error at read, naming the file, not a wrong value.
+    The footer is checked in Python before pyarrow reads it (a corrupt footer can abort
+    pyarrow's process: :func:`fbrapids.views.parquet_footer.check_footer`); with ``pin``,
+    the file must still be the one pinned (its footer was checked then), else an
+    :class:`~fbrapids.errors.InputChangedError` naming it.  Page checksums are verified
+    where the writer stored them (``fbrapids gen`` does): a flipped byte in a data page is
+    an error at read, naming the file, not a wrong value.
 
     Example:
         >>> import tempfile
@@ -243,10 +249,14 @@ def parquet_file(path: str) -> pq.ParquetFile:
         >>> parquet_file(bad)
         Traceback (most recent call last):
         ...
-        fbrapids.errors.ViewError: ... is not a readable parquet file (truncated or corrupt?): ...
+        fbrapids.errors.ViewError: ... is not a readable parquet file (corrupt footer): ... (truncated?)
     """
     from fbrapids.manifest import verification_enabled
 
+    if pin is not None:
+        check_pin(pin)
+    else:
+        check_footer(path)
     try:
         return pq.ParquetFile(path, page_checksum_verification=verification_enabled())
     except FileNotFoundError:
@@ -733,6 +743,8 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
     path = piece.path
     if not os.path.exists(path):
         raise MissingFileError(f"view file vanished before it could be read: {path}")
+    if piece.pin is not None:
+        check_pin(piece.pin)
     try:
         if fmt == "parquet":
             if be.is_gpu:
@@ -742,7 +754,7 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
                 if piece.row_slice is not None:
                     frame = frame.iloc[piece.row_slice[0]:piece.row_slice[1]].reset_index(drop=True)
             else:
-                pf = parquet_file(path)
+                pf = parquet_file(path, piece.pin)
                 if piece.row_groups is not None:
                     table = pf.read_row_groups(list(piece.row_groups), columns=columns)
                 else:
@@ -751,7 +763,10 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
                     table = table.slice(piece.row_slice[0], piece.row_slice[1] - piece.row_slice[0])
                 frame = normalize_strings(arrow_to_pandas(table, _masked_ints(dtype)))
         elif fmt == "csv":
-            return _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be, nrows), dtype, path)
+            frame = _apply_dtypes(_read_csv_file(piece, columns, csv_opts, dtype, be, nrows), dtype, path)
+            if piece.pin is not None:
+                check_pin(piece.pin)
+            return frame
         else:
             # JSON lines are parsed on the host on every backend: cudf's reader gives a JSON
             # string and a number the same text, nested values their raw (not compact) text,
@@ -762,7 +777,11 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOp
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         if isinstance(exc, ViewError):
             raise
+        if piece.pin is not None:
+            check_pin(piece.pin)  # a file replaced while it was read: say that, not what it broke
         raise ViewError(f"{path}: {exc}") from None
+    if piece.pin is not None:
+        check_pin(piece.pin)  # not replaced while it was read
     return _apply_dtypes(frame, dtype, path)
 
 
@@ -799,7 +818,7 @@ def nullable_int_columns(files: Sequence[str], columns: Sequence[str]) -> dict[s
     """
     out: dict[str, str] = {}
     for f in files:
-        md = pq.read_metadata(f)
+        md = parquet_file(f).metadata  # the footer checked first
         schema = md.schema.to_arrow_schema()
         wanted = {name: _NULLABLE_INTS[schema.field(name).type] for name in columns
                   if name in schema.names and schema.field(name).type in _NULLABLE_INTS}
@@ -1099,24 +1118,25 @@ def _pieces(files: list[str], fmt: str, row_groups_per_partition: int | None,
     """The partitions of a parquet view: ``row_groups_per_partition`` groups each when
     given; else consecutive row groups of a file up to ``partition_rows`` rows (auto when
     None), a row group larger than that split into row ranges.  Other formats: a file each."""
+    pins = {f: pin_file(f, parquet=fmt == "parquet") for f in files}  # every read checks its file is this one
     if fmt != "parquet":
-        return [FilePiece(f) for f in files]
-    metas = [parquet_file(f).metadata for f in files]
+        return [FilePiece(f, pin=pins[f]) for f in files]
+    metas = [parquet_file(f, pins[f]).metadata for f in files]
     if row_groups_per_partition:
         out = []
         for f, meta in zip(files, metas):
             n = meta.num_row_groups
             if n <= row_groups_per_partition:
-                out.append(FilePiece(f))
+                out.append(FilePiece(f, pin=pins[f]))
                 continue
             for start in range(0, n, row_groups_per_partition):
-                out.append(FilePiece(f, tuple(range(start, min(n, start + row_groups_per_partition)))))
+                out.append(FilePiece(f, tuple(range(start, min(n, start + row_groups_per_partition))), pin=pins[f]))
         return out
     target = partition_rows or auto_partition_rows(sum(m.num_rows for m in metas))
     out = []
     for f, meta in zip(files, metas):
         if meta.num_rows <= target:
-            out.append(FilePiece(f))
+            out.append(FilePiece(f, pin=pins[f]))
             continue
         group: list[int] = []
         rows = 0
@@ -1124,19 +1144,19 @@ def _pieces(files: list[str], fmt: str, row_groups_per_partition: int | None,
             n = meta.row_group(g).num_rows
             if n > target:  # one large row group: read it, keep a row range (pyarrow cannot seek rows)
                 if group:
-                    out.append(FilePiece(f, tuple(group)))
+                    out.append(FilePiece(f, tuple(group), pin=pins[f]))
                     group, rows = [], 0
                 k = -(-n // target)
                 step = -(-n // k)
-                out.extend(FilePiece(f, (g,), (lo, min(n, lo + step))) for lo in range(0, n, step))
+                out.extend(FilePiece(f, (g,), (lo, min(n, lo + step)), pins[f]) for lo in range(0, n, step))
                 continue
             if group and rows + n > target:
-                out.append(FilePiece(f, tuple(group)))
+                out.append(FilePiece(f, tuple(group), pin=pins[f]))
                 group, rows = [], 0
             group.append(g)
             rows += n
         if group:
-            out.append(FilePiece(f, tuple(group) if len(group) < meta.num_row_groups else None))
+            out.append(FilePiece(f, tuple(group) if len(group) < meta.num_row_groups else None, pin=pins[f]))
     return out
 
 
@@ -1262,7 +1282,7 @@ def read_view(
         # every partition converts to the sampled dtypes (errors name the file and row)
         dtypes = {c: meta[c].dtype for c in cols} | dtypes
     if eager:
-        pieces = [FilePiece(f) for f in files]
+        pieces = [FilePiece(f, pin=pin_file(f, parquet=fmt == "parquet")) for f in files]
         parts = [_read_one(p, fmt, cols, csv_opts, dtypes, be.name) for p in pieces]
         frames = [p for p in parts if len(p)] or parts[:1]
         frame = be.xdf.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
