@@ -190,7 +190,7 @@ def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_free
 
         capsys.readouterr()
         assert main(["demo", "--rows", str(ROWS), "--data-dir", str(data), "--work-dir", str(work), "--resume",
-                     "--backend", "cpu"]) == 2
+                     "--batch-size", "32", "--backend", "cpu"]) == 2
         line = capsys.readouterr().err.strip()
         assert line.startswith(f"fbrapids demo: the work dir {work} has ") and "free; this run needs about" in line
         assert "checkpoints (3 kept + 1 being written)" in line and "; could be freed: " in line, line
