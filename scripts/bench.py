@@ -57,7 +57,7 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "dicm": (["benchmarks/dicm_taobao.py"],
              "DIN vs DICM's four image aggregators on the Taobao tiny sample (100 test rows, synthetic image "
              "vectors: a smoke figure, not a result); image references vs unique images embedded"),
-    "distributed": (["benchmarks/distributed.py", "--rows", "200000", "--worlds", "1", "2", "4"],
+    "distributed": (["benchmarks/distributed_training.py", "--rows", "200000", "--worlds", "1", "2", "4"],
                     "DLRM on W = 1, 2, 4 gloo ranks (DDP + tables sharded by id) vs one process on the same global "
                     "batches: samples/s, share of step time in the sparse exchange, bytes per step vs (8 + 8 x dim) x "
                     "distinct ids, table rows per rank, weight / AUC / logloss differences"),

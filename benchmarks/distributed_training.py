@@ -18,7 +18,7 @@ weight difference of the dense layers and of the tables (all rows, by id), |delt
 |delta logloss| (acceptance: <= 1e-4, <= 1e-3, <= 1e-4, <= 1e-4).  The last line printed is
 one JSON object; ``--out`` writes it too (``benchmarks/results/distributed.json``).
 
-    python benchmarks/distributed.py --rows 200000 --worlds 1 2 4 --out benchmarks/results/distributed.json
+    python benchmarks/distributed_training.py --rows 200000 --worlds 1 2 4 --out benchmarks/results/distributed.json
 
 On a multi-GPU node (NCCL, one GPU per rank) the same code runs with ``--backend nccl``
 (each rank on GPU ``rank``; the exchange's buffers move through the GPUs), or through
@@ -29,6 +29,9 @@ torchrun on the demo itself::
 Example:
     >>> ratio(144, 136)
     1.0588
+
+(Not ``benchmarks/distributed.py``: run as a script, this folder is ``sys.path[0]``, and a module
+named ``distributed`` there would shadow dask's ``distributed`` package for every benchmark.)
 """
 
 from __future__ import annotations
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--out" in shown:  # the command as scripts/bench.py records it (without where the JSON went)
         i = shown.index("--out")
         shown = shown[:i] + shown[i + 2 :]
-    out["command"] = "python benchmarks/distributed.py " + " ".join(shown)
+    out["command"] = "python benchmarks/distributed_training.py " + " ".join(shown)
     out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     text = json.dumps(out, default=float)
     if args.out:
