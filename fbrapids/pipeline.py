@@ -529,7 +529,6 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         merged = merged.fbx.extract(**history)
     cutoff = TS0 + (DAYS - 1) * DAY
     check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
-    check_stream_columns(merged._meta, LABEL, dense, sparse, data_dir)
     train, test = split_by_day(merged, cutoff)
     if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
         t = time.perf_counter()
@@ -540,6 +539,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         result.fitted = fitted_state.explain()
         if checkpoint:
             fitted_state.save(work / "fitted")
+    check_stream_columns(train._meta, LABEL, dense, sparse, data_dir)  # fitted features included
     store = StoreConfig(cache_rows=cache_rows, host_rows=host_rows, ssd_dir=str(work / "store"), seed=seed)
     net = build_model(model, len(dense), sparse, store, embedding_dim, sequences=sequences)
     ckpt_dir = (work / "checkpoints") if checkpoint else None
