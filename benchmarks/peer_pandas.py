@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from typing import Iterable
 
 import farmhash
@@ -31,8 +30,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from benchmarks.workload_pandas import (AGE_BOUNDS, B_CAT, B_CROSS, B_ID, B_TOK, LIST_INT64, PRICE_BOUNDS, QXT_CAP,
-                                        canonical, join, json_fields, merge)
+from benchmarks.workload_pandas import (B_CAT, B_CROSS, B_TOK, LIST_INT64, QXT_CAP, clean_users_ads, json_fields,
+                                        run_pandas, scalar_features)
 
 TOKEN_BITS = 18  # token bucket ids are < B_TOK = 2^18: a (query, title) token pair packs into one int64
 assert B_TOK <= 1 << TOKEN_BITS
@@ -134,12 +133,7 @@ def clean_fast(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFr
     imp["os"] = pd.Series(os_u[codes], index=imp.index, dtype="str")
     imp["geo_city"] = pd.Series(geo_u[codes], index=imp.index, dtype="str")
     imp = imp.drop(columns="ctx")
-    users = tables["users"].copy()
-    users["age"] = users["age"].fillna(-1).astype("int32")
-    users = users.fillna({"gender": "unk", "city": "", "interests": ""})
-    ads = tables["ads"].copy()
-    ads = ads.fillna({"price": 0.0, "title": ""})
-    return imp, users, ads
+    return (imp, *clean_users_ads(tables))
 
 
 def _token_hashes(tok: TokenLists, buckets: int) -> np.ndarray:
@@ -150,19 +144,7 @@ def extract_fast(df: pd.DataFrame) -> pd.DataFrame:
     """Section 5 with distinct values hashed once (see the module doc)."""
     df = df.reset_index(drop=True)
     n = len(df)
-    out = pd.DataFrame({"instance_id": df["instance_id"], "click": df["click"], "slot": df["slot"]})
-    hour = (df["ts"] % 86400) // 3600
-    out["hour"] = hour.astype("int8")
-    out["weekday"] = ((df["ts"] // 86400 + 3) % 7).astype("int8")
-    out["user_id_h"] = hash_distinct(df["user_id"], B_ID)
-    out["ad_id_h"] = hash_distinct(df["ad_id"], B_ID)
-    out["advertiser_h"] = hash_distinct(df["advertiser_id"], B_CAT)
-    out["category"] = df["category"].astype("int32")
-    for col in ("gender", "city", "os", "geo_city"):
-        out[f"{col}_h"] = hash_distinct(df[col], B_CAT)
-    out["age_b"] = np.searchsorted(AGE_BOUNDS, df["age"].to_numpy(np.float64), side="right").astype(np.int8)
-    out["price_b"] = np.searchsorted(PRICE_BOUNDS, np.log1p(df["price"].to_numpy(np.float64)),
-                                     side="right").astype(np.int8)
+    out, hour = scalar_features(df, hash_distinct)  # the reference's, with each distinct value hashed once
 
     q = TokenLists(df["query"], " ")
     t = TokenLists(df["title"], " ")
@@ -210,13 +192,4 @@ def extract_fast(df: pd.DataFrame) -> pd.DataFrame:
 def run_pandas_fast(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, float]]:
     """Clean, join, extract and merge of :func:`benchmarks.workload_pandas.load_tables`'
     tables: the output in canonical form and the seconds of each step."""
-    t0 = time.perf_counter()
-    imp, users, ads = clean_fast(tables)
-    t1 = time.perf_counter()
-    joined = join(imp, users, ads)
-    t2 = time.perf_counter()
-    features = extract_fast(joined)
-    t3 = time.perf_counter()
-    out = merge(features, tables["basic"])
-    t4 = time.perf_counter()
-    return canonical(out), {"clean": t1 - t0, "join": t2 - t1, "extract": t3 - t2, "merge": t4 - t3}
+    return run_pandas(tables, clean_fast, extract_fast)
