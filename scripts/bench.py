@@ -31,6 +31,9 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                 "the public chain (read_view -> clean -> join -> extract -> join basic), eager and dask, "
                 "and op by op, vs pandas and polars written for speed (distinct values hashed once) and the "
                 "hash-every-row pandas reference; outputs checked equal"),
+    "extract_2m": (["benchmarks/extract.py", "--rows", "2000000", "--repeat", "1", "--out",
+                    "benchmarks/results/extract_2m.json"],
+                   "the same at 2M rows (one timed run after the warm-up)"),
     "embedding": (["benchmarks/embedding.py", "--rows", "200000"],
                   "tiered store (its module) vs `nn.EmbeddingBag` with the same row-wise Adagrad vs TorchRec "
                   "FusedEBC and fbgemm TBE (where they load), fresh Zipf 1.05 batches each round"),
@@ -157,7 +160,7 @@ def _models(r: dict) -> str:
     return "; ".join(parts)
 
 
-FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
+FORMAT: dict[str, Callable[[dict], str]] = {"extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models}
 
