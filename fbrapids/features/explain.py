@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from fbrapids.features.fitted import frame_calls
 from fbrapids import backend as backends
+from fbrapids.errors import FbrapidsError
 from fbrapids.features.plans import plan_for
 from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
 from fbrapids.plan_graph import Explanation
@@ -79,5 +80,8 @@ def dictionary_paths(obj: Any, plan: Any) -> dict[int, str]:
     if hasattr(obj, "_meta") or backends.is_gpu_object(obj) or not plan.dictionary_nodes:
         return describe_paths(plan, None)
     args = {a for n in plan.dictionary_nodes for a in n.args if plan.nodes[a].op is None}
-    inputs = {a: from_series(obj[plan.nodes[a].expr.name], plan.nodes[a].expr.name) for a in args}
+    try:
+        inputs = {a: from_series(obj[plan.nodes[a].expr.name], plan.nodes[a].expr.name) for a in args}
+    except FbrapidsError:  # a column the kernels read only once prepared: decided when the plan runs
+        inputs = {}
     return describe_paths(plan, inputs or None)

@@ -72,3 +72,19 @@ def test_categorical_inputs_use_their_codes(joined: pd.DataFrame) -> None:
     assert st_cat["dictionary_runs"] == 6
     _, st_plain = _run(joined, "auto")
     assert st_cat["hashes_saved"] - st_plain["hashes_saved"] > 3.9 * len(joined) - 4 * 1000
+
+
+def test_explain_shows_each_operators_path(joined: pd.DataFrame) -> None:
+    lines = str(joined.fbx.explain(**workload.features())).splitlines()
+
+    def path(op: str) -> str:  # the line under the operator's own line
+        i = next(i for i, line in enumerate(lines) if line.strip().startswith("#") and f" {op}" in line)
+        return lines[i + 1].strip()
+
+    assert path("split(title, sep=' ', buckets=262144)").startswith("dictionary path: once per distinct value (")
+    assert path("hash_bucket(user_id,").startswith("row by row (plain input")
+    assert path("split(query, sep=' ', buckets=262144)") == "row by row (too many distinct values)"
+    assert path("hash_bucket(city,").startswith("row by row")
+    coded = str(joined.astype({"city": "category"}).fbx.explain(**workload.features())).splitlines()
+    i = next(i for i, line in enumerate(coded) if " hash_bucket(city," in line)
+    assert coded[i + 1].strip() == f"dictionary path: once per distinct value ({joined['city'].nunique():,} distinct of {len(joined):,} rows)"
