@@ -69,7 +69,7 @@ SAMPLE_ROWS = 8_192
 SAMPLE_DISTINCT_MAX = 0.9
 #: the dictionary path is kept where the distinct values (tuples) are at most this share of
 #: the rows (``auto`` mode; a token list costs several fingerprints per row)
-MAX_DISTINCT_SHARE = {"scalar": 0.3, "tokens": 0.3}
+MAX_DISTINCT_SHARE = {"scalar": 0.3, "tokens": 0.5}
 #: operators whose every output value or list element is one FarmHash fingerprint
 HASHING_OPS = ("hash", "hash_bucket", "cross", "split", "ngrams")
 MODES = ("auto", "on", "off")
