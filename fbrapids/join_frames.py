@@ -236,15 +236,18 @@ def output_names(left_cols: Sequence[str], payload_cols: Sequence[str], keys: Se
 #: by column on a few threads: Arrow's ``take`` releases the GIL, and list columns are big
 PARALLEL_TAKE_ROWS = 100_000
 PARALLEL_TAKE_COLUMNS = 4
-_take_pool: list[ThreadPoolExecutor] = []
+_take_pool: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own
 _take_pool_lock = threading.Lock()
 
 
 def _pool() -> ThreadPoolExecutor:
     with _take_pool_lock:
-        if not _take_pool:
-            _take_pool.append(ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="fbx-take"))
-        return _take_pool[0]
+        pool = _take_pool.get(os.getpid())
+        if pool is None:  # (a pool inherited through fork has no threads in the child)
+            _take_pool.clear()
+            pool = _take_pool[os.getpid()] = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)),
+                                                                 thread_name_prefix="fbx-take")
+        return pool
 
 
 def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
