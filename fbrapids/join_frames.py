@@ -29,9 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -232,47 +229,10 @@ def output_names(left_cols: Sequence[str], payload_cols: Sequence[str], keys: Se
     return lnames, rnames
 
 
-#: frames of at least this many rows (and PARALLEL_TAKE_COLUMNS columns) are gathered column
-#: by column on a few threads: Arrow's ``take`` releases the GIL, and list columns are big
-PARALLEL_TAKE_ROWS = 100_000
-PARALLEL_TAKE_COLUMNS = 4
-_take_pool: dict[int, ThreadPoolExecutor] = {}  # by process id: a forked worker makes its own
-_take_pool_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    with _take_pool_lock:
-        pool = _take_pool.get(os.getpid())
-        if pool is None:  # (a pool inherited through fork has no threads in the child)
-            _take_pool.clear()
-            pool = _take_pool[os.getpid()] = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)),
-                                                                 thread_name_prefix="fbx-take")
-        return pool
-
-
-def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """``frame.take(rows)``; a large frame's columns gathered in parallel (same frame).
-
-    Example:
-        >>> f = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}, index=[7, 8, 9])
-        >>> take_rows(f, np.array([2, 0])).equals(f.take([2, 0]))
-        True
-    """
-    cols = list(frame.columns)
-    if (len(rows) < PARALLEL_TAKE_ROWS or len(cols) < PARALLEL_TAKE_COLUMNS or len(set(cols)) != len(cols)
-            or threading.current_thread().name.startswith("fbx-take")):
-        return frame.take(rows)
-    arrays = list(_pool().map(lambda c: frame[c].array.take(rows), cols))
-    out = pd.DataFrame(dict(zip(cols, arrays)), index=frame.index.take(rows), copy=False)
-    out.columns = frame.columns
-    out.attrs = dict(frame.attrs)
-    return out
-
-
 def assemble(left: pd.DataFrame, table: JoinTable, left_rows: np.ndarray | None, right_rows: np.ndarray, how: str,
              suffixes: tuple[str, str]) -> pd.DataFrame:
     """The joined frame from the row maps: one selection of left rows, one take per right column."""
-    out = left if left_rows is None else take_rows(left, left_rows)
+    out = left if left_rows is None else left.take(left_rows)
     lnames, rnames = output_names(list(left.columns), list(table.payload.columns), table.keys, suffixes)
     if any(k != v for k, v in lnames.items()):
         out = out.rename(columns=lnames)
@@ -282,7 +242,7 @@ def assemble(left: pd.DataFrame, table: JoinTable, left_rows: np.ndarray | None,
         payload = pd.DataFrame({rnames[c]: table.take(c, right_rows, fill) for c in table.payload.columns},
                                index=out.index)
     else:  # every row matched: one take per block of like-typed columns
-        payload = take_rows(table.payload, right_rows).rename(columns=rnames)
+        payload = table.payload.take(right_rows).rename(columns=rnames)
         payload.index = out.index
     return pd.concat([out, payload], axis=1)
 
