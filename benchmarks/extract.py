@@ -1,17 +1,32 @@
-"""Benchmark: the PUBLIC method chain a user writes against idiomatic pandas, one run.
+"""Benchmark: the PUBLIC method chain a user writes against pandas and polars, one run.
 
 The chain timed is exactly the README's: ``read_view`` -> ``.fbx.clean`` -> ``.fbx.join``
 (users, ads) -> ``.fbx.extract`` -> ``.fbx.join(basic, how="inner")`` (the workload's
-views in :mod:`fbrapids.workload`), eager and through dask (``read_view``'s default), and
-the pandas line is :mod:`benchmarks.workload_pandas`.  Every system gets the same
-warm-up run (not timed: kernels are compiled or loaded from the disk cache there) and
-the same ``--repeat`` timed runs, interleaved so they see the same machine load; the
-figure is the median.  Every output is checked equal to pandas' (exact: same columns,
-Arrow types, bit-identical floats, equal lists).
+views in :mod:`fbrapids.workload`), eager and through dask (``read_view``'s default).
+
+The peers, each written as a user who cares about speed would, none calling fbrapids:
+
+* ``pandas``: :mod:`benchmarks.peer_pandas`, each distinct value hashed once (factorize,
+  fingerprint the uniques, take), texts split once per distinct text, ``pd.merge``;
+* ``polars eager`` / ``polars lazy``: :mod:`benchmarks.peer_polars` (polars 1.x; FarmHash
+  of each batch's unique values through ``map_batches`` + ``replace_strict``);
+* ``pandas rows``: :mod:`benchmarks.workload_pandas`, FarmHash called on every row, kept
+  as a labelled reference line (the figure this benchmark used to report against).
+
+FarmHash is pyfarmhash's ``fingerprint64`` in every peer (pip extra ``bench``:
+``pip install -e '.[bench]'``).  The headline is the ratio against the best peer (the
+fastest of them in this run), and against the best pandas and the best polars.  Every
+system gets the same warm-up run (not timed: kernels are compiled or loaded from the disk
+cache there) and the same ``--repeat`` timed runs, interleaved so they see the same
+machine load; the figure is the median.  Every output is checked equal to the reference
+line's (exact: same columns, Arrow types, bit-identical floats, equal lists).  The load
+average is printed at the start and the end, and everything goes into the JSON line and
+into ``--out`` (default ``benchmarks/results/extract.json``, which ``scripts/bench.py
+--table-only`` turns into the README's table).
 
 Usage (one line; the last line printed is one JSON object)::
 
-    python benchmarks/extract.py --rows 1000000            # CPU: eager, dask, op-by-op, pandas
+    python benchmarks/extract.py --rows 1000000            # CPU: eager, dask, op-by-op, the peers
     python benchmarks/extract.py --rows 1000000 --backend gpu   # plus cudf / dask-cudf lines
     python benchmarks/extract.py --data DIR                # any folder of the four parquet files
 
@@ -44,6 +59,7 @@ import pandas as pd  # noqa: E402
 import fbrapids  # noqa: E402,F401  (registers .fbx)
 from benchmarks.machine import machine_description  # noqa: E402
 from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
+from benchmarks.peer_pandas import run_pandas_fast  # noqa: E402
 from fbrapids import ops  # noqa: E402
 from fbrapids import workload  # noqa: E402
 from fbrapids.backend import get_backend, gpu_missing, is_gpu_object, to_host  # noqa: E402
@@ -53,6 +69,9 @@ from fbrapids.kernels import reset_stats, stats  # noqa: E402
 
 # the columns of the joined view the output carries through, besides the features
 CARRIED = ["instance_id", "click", "slot", "category"]
+#: the peers, fastest-written first; "pandas rows" hashes every row (the reference line)
+PEERS = ("pandas", "polars eager", "polars lazy", "pandas rows")
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def data_dir(rows: int, seed: int = 0) -> Path:
@@ -139,29 +158,39 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def run_systems(systems: dict[str, Callable[[], tuple[Any, dict[str, float]]]], repeat: int,
-                launches: bool = False) -> dict[str, dict[str, Any]]:
+                launches: bool = False, compare: Callable[[Any, Any], tuple[bool, str]] | None = None
+                ) -> dict[str, dict[str, Any]]:
     """Warm every system up once, then ``repeat`` interleaved timed runs each.
 
     Returns per system: the last output, the median total seconds, the steps of the
-    median run, and the meta-kernel launches of one run.
+    median run, and the meta-kernel launches of one run.  With ``compare``, only the
+    first system's output is kept: every other one is compared with it (``compare(out,
+    first)`` -> ``(equal, why)``, under ``"equal"``) as soon as it is made, so memory holds
+    two outputs, not one per system (2M rows x 7 systems would not fit beside other work).
     """
+    names = list(systems)
     for fn in systems.values():
         fn()
     runs: dict[str, list] = {name: [] for name in systems}
     last: dict[str, Any] = {}
-    for _ in range(repeat):
+    equal: dict[str, tuple[bool, str]] = {}
+    for rep in range(repeat):
         for name, fn in systems.items():
             reset_stats()
             last.pop(name, None)  # one output per system held at a time (memory is bounded by it)
             (out, steps), total = timed(fn)
-            last[name] = out
             runs[name].append((total, steps, stats()["launches"]))
+            if compare is None or name == names[0]:
+                last[name] = out
+            elif rep == repeat - 1:
+                equal[name] = compare(out, last[names[0]])
+            del out
     result = {}
     for name, rs in runs.items():
         order = sorted(range(len(rs)), key=lambda i: rs[i][0])
         mid = rs[order[len(rs) // 2]]
-        result[name] = {"out": last[name], "seconds": statistics.median(r[0] for r in rs),
-                        "steps": mid[1], "launches": mid[2]}
+        result[name] = {"out": last.get(name), "seconds": statistics.median(r[0] for r in rs),
+                        "steps": mid[1], "launches": mid[2], "equal": equal.get(name)}
     return result
 
 
@@ -178,7 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
                     help="gpu: add the cudf / dask-cudf chain and compare it with all CPU cores")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per system (after one warm-up each)")
-    ap.add_argument("--skip-pandas", action="store_true", help="leave out the (slow) pandas line")
+    ap.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS),
+                    help="the peers to run (default: all): pandas (distinct values hashed once), polars eager and "
+                         "lazy, and the hash-every-row pandas reference line ('pandas rows')")
+    ap.add_argument("--skip-pandas", action="store_true", help="run no peer (same as --peers with none)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "extract.json",
+                    help="write the summary here too (default: %(default)s); '-' writes none")
     ap.add_argument("--synthetic-ops", type=int, default=1000)
     ap.add_argument("--synthetic-rows", type=int, default=4096)
     args = ap.parse_args(argv)
@@ -187,12 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     d = data_dir(args.rows) if args.rows else args.data
     rows_in = len(load_tables(d)["impressions"])
 
-    def pandas_line() -> tuple[Any, dict[str, float]]:
-        t0 = time.perf_counter()
-        tables = load_tables(d)
-        read = time.perf_counter() - t0
-        out, sec = run_pandas(tables)
-        return out, {"read": read, **sec}
+    load_start = os.getloadavg()
+
+    def pandas_line(run: Callable[[dict], tuple[Any, dict[str, float]]]) -> Callable[[], tuple[Any, dict[str, float]]]:
+        def go() -> tuple[Any, dict[str, float]]:
+            t0 = time.perf_counter()
+            tables = load_tables(d)
+            read = time.perf_counter() - t0
+            out, sec = run(tables)
+            return out, {"read": read, **sec}
+        return go
 
     systems: dict[str, Callable[[], tuple[Any, dict[str, float]]]] = {
         "cpu eager": lambda: public_chain(d, eager=True),
@@ -205,19 +243,35 @@ def main(argv: list[str] | None = None) -> int:
             "gpu dask": lambda: public_chain(d, eager=False, backend="gpu"),
             "gpu op-by-op": lambda: public_chain(d, eager=True, backend="gpu", fused=False),
         }
-    if not args.skip_pandas:
-        systems["pandas"] = pandas_line
-    res = run_systems(systems, args.repeat)
-    print(f"rows_in={rows_in} repeat={args.repeat} (+1 warm-up each) machine: {machine_description(args.backend)}")
-    ref_name = "pandas" if "pandas" in res else "cpu eager"
+    peers = [] if args.skip_pandas else list(dict.fromkeys(args.peers))
+    if "pandas" in peers:
+        systems["pandas"] = pandas_line(run_pandas_fast)
+    if "polars eager" in peers or "polars lazy" in peers:
+        from benchmarks.peer_polars import run_polars
+
+        if "polars eager" in peers:
+            systems["polars eager"] = lambda: run_polars(d, lazy=False)
+        if "polars lazy" in peers:
+            systems["polars lazy"] = lambda: run_polars(d, lazy=True)
+    if "pandas rows" in peers:
+        systems["pandas rows"] = pandas_line(run_pandas)
+    machine = machine_description(args.backend)  # with the load average at the start
+    res = run_systems(systems, args.repeat, compare=frames_equal)
+    print(f"rows_in={rows_in} repeat={args.repeat} (+1 warm-up each) machine: {machine}")
+    # every output is compared with the first system's as it is made (the reference line,
+    # the hash-every-row pandas, among them): equal to it, all are equal to the reference
+    ref_name = next((p for p in ("pandas rows", "pandas", "polars eager", "polars lazy") if p in res), None)
+    first = next(iter(res))
     equal_all, problems = True, []
     for name, r in res.items():
         print(_line(name, rows_in, r))
-        if name != ref_name:
-            ok, why = frames_equal(r["out"], res[ref_name]["out"])
+        if name != first:
+            ok, why = r["equal"]
             if not ok:
                 equal_all = False
-                problems.append(f"{name} vs {ref_name}: {why}")
+                problems.append(f"{name} vs {first}: {why}")
+    if ref_name is not None:
+        print(f"each output compared with {first}'s (exact), the reference line ({ref_name}) included")
     rate = {name: rows_in / r["seconds"] for name, r in res.items()}
 
     # the synthetic launch-bound plan, fused vs one kernel per operator, on each backend
@@ -240,9 +294,22 @@ def main(argv: list[str] | None = None) -> int:
         equal_all = False
         problems.append("synthetic plan outputs differ across backends / fusion")
 
-    for name in res:
-        if name != "pandas" and "pandas" in rate:
-            print(f"{name} / pandas = {rate[name] / rate['pandas']:.2f}x")
+    peer_rate = {p: rate[p] for p in PEERS if p in rate}
+    best = {}
+    if peer_rate:
+        best["best peer"] = max(peer_rate, key=peer_rate.get)
+        for family, names in (("best pandas", ("pandas", "pandas rows")), ("best polars", ("polars eager", "polars lazy"))):
+            have = [p for p in names if p in peer_rate]
+            if have:
+                best[family] = max(have, key=peer_rate.get)
+    vs_best = {f"{name} / {label}": rate[name] / rate[peer] for name in rate if name not in PEERS
+               for label, peer in best.items()}
+    for label, peer in best.items():
+        print(f"{label}: {peer} ({rate[peer]:,.0f} rows/s)")
+    for k, v in vs_best.items():
+        print(f"{k} = {v:.2f}x")
+    if "pandas rows" in rate:
+        print(f"(reference line: cpu eager / pandas rows = {rate['cpu eager'] / rate['pandas rows']:.2f}x)")
     print(f"cpu fused / op-by-op = {rate['cpu eager'] / rate['cpu op-by-op']:.2f}x end to end, "
           f"extract {res['cpu op-by-op']['steps']['extract'] / res['cpu eager']['steps']['extract']:.2f}x")
     if args.backend == "gpu":
@@ -255,17 +322,31 @@ def main(argv: list[str] | None = None) -> int:
               f"({f['launches']} launches) vs op-by-op {o['seconds'] * 1e3:.1f} ms ({o['launches']} launches) "
               f"= {synth[f'{be} fused_speedup']:.2f}x")
     print(f"outputs equal: {equal_all}" + ("" if equal_all else f" ({'; '.join(problems)})"))
+    load_end = os.getloadavg()
+    print(f"load average (1, 5, 15 min): {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} at the start, "
+          f"{load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f} at the end")
     summary = {
-        "benchmark": "extract", "machine": machine_description(args.backend), "backend": args.backend,
-        "rows_in": rows_in, "repeat": args.repeat, "warmup": 1,
+        "benchmark": "extract", "machine": machine, "backend": args.backend,
+        "load_average": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in load_end]},
+        "rows_in": rows_in, "repeat": args.repeat, "warmup": 1, "peers": list(peer_rate),
+        "best": best, "vs_best": vs_best,
         "rows_per_s": {k: round(v) for k, v in rate.items()},
         "seconds": {k: r["seconds"] for k, r in res.items()},
         "steps": {k: r["steps"] for k, r in res.items()},
         "launches": {k: r["launches"] for k, r in res.items()},
-        "vs_pandas": ({k: rate[k] / rate["pandas"] for k in rate if k != "pandas"} if "pandas" in rate else None),
+        "vs_pandas": ({k: rate[k] / rate["pandas"] for k in rate if k not in PEERS} if "pandas" in rate else None),
+        "vs_pandas_rows": ({k: rate[k] / rate["pandas rows"] for k in rate if k not in PEERS}
+                           if "pandas rows" in rate else None),
         "synthetic": {"ops": args.synthetic_ops, "rows": args.synthetic_rows, **synth},
         "outputs_equal": equal_all,
     }
+    if str(args.out) != "-":
+        import datetime as dt
+
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        saved = {**summary, "command": "python benchmarks/extract.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                 "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+        args.out.write_text(json.dumps(saved, indent=1) + "\n")
     print(json.dumps(summary))
     return 0 if equal_all else 1
 

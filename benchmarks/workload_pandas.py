@@ -31,7 +31,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import farmhash
 import numpy as np
@@ -165,14 +165,17 @@ def clean(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame, 
     imp["os"] = pd.Series([f[0] for f in fields], index=imp.index, dtype="str")
     imp["geo_city"] = pd.Series([f[1] for f in fields], index=imp.index, dtype="str")
     imp = imp.drop(columns="ctx")
+    return (imp, *clean_users_ads(tables))
 
+
+def clean_users_ads(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Section 3's fills of users and ads."""
     users = tables["users"].copy()
     users["age"] = users["age"].fillna(-1).astype("int32")
     users = users.fillna({"gender": "unk", "city": "", "interests": ""})
-
     ads = tables["ads"].copy()
     ads = ads.fillna({"price": 0.0, "title": ""})
-    return imp, users, ads
+    return users, ads
 
 
 # ------------------------------------------------------------------------- join
@@ -233,25 +236,33 @@ def _list_column(row_ids: np.ndarray, values: np.ndarray, n_rows: int) -> pd.Ser
     return pd.Series(arr, dtype=LIST_INT64)
 
 
-def extract(df: pd.DataFrame) -> pd.DataFrame:
-    """Section 5: the per-row features, plus the columns the output carries through."""
-    df = df.reset_index(drop=True)
-    n = len(df)
+def scalar_features(df: pd.DataFrame, hash_fn: Callable[[pd.Series, int], np.ndarray]
+                    ) -> tuple[pd.DataFrame, pd.Series]:
+    """The carried columns and the scalar features (time, hashed ids and categories,
+    buckets), hashing with ``hash_fn(values, buckets)``; and the hour (crossed later)."""
     out = pd.DataFrame({"instance_id": df["instance_id"], "click": df["click"],
                         "slot": df["slot"]})
     hour = (df["ts"] % 86400) // 3600
     weekday = (df["ts"] // 86400 + 3) % 7
     out["hour"] = hour.astype("int8")
     out["weekday"] = weekday.astype("int8")
-    out["user_id_h"] = hash_bucket(df["user_id"], B_ID)
-    out["ad_id_h"] = hash_bucket(df["ad_id"], B_ID)
-    out["advertiser_h"] = hash_bucket(df["advertiser_id"], B_CAT)
+    out["user_id_h"] = hash_fn(df["user_id"], B_ID)
+    out["ad_id_h"] = hash_fn(df["ad_id"], B_ID)
+    out["advertiser_h"] = hash_fn(df["advertiser_id"], B_CAT)
     out["category"] = df["category"].astype("int32")
     for col in ("gender", "city", "os", "geo_city"):
-        out[f"{col}_h"] = hash_bucket(df[col], B_CAT)
+        out[f"{col}_h"] = hash_fn(df[col], B_CAT)
     out["age_b"] = np.searchsorted(AGE_BOUNDS, df["age"].to_numpy(np.float64), side="right").astype(np.int8)
     out["price_b"] = np.searchsorted(PRICE_BOUNDS, np.log1p(df["price"].to_numpy(np.float64)),
                                      side="right").astype(np.int8)
+    return out, hour
+
+
+def extract(df: pd.DataFrame) -> pd.DataFrame:
+    """Section 5: the per-row features, plus the columns the output carries through."""
+    df = df.reset_index(drop=True)
+    n = len(df)
+    out, hour = scalar_features(df, hash_bucket)
 
     qt = tokens(df["query"], " ")
     tt = tokens(df["title"], " ")
@@ -296,19 +307,21 @@ def merge(features: pd.DataFrame, basic: pd.DataFrame) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------- driver
 
-def run_pandas(tables: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Run clean, join, extract and merge on the tables of :func:`load_tables`.
+def run_pandas(tables: dict[str, pd.DataFrame], clean_step: Callable = clean, extract_step: Callable = extract
+               ) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Run clean, join, extract and merge on the tables of :func:`load_tables`
+    (``clean_step`` / ``extract_step``: another peer's steps).
 
     Returns the output in canonical form (sorted by instance_id) and the seconds of each
     step: ``{"clean", "join", "extract", "merge"}``.
     """
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    imp, users, ads = clean(tables)
+    imp, users, ads = clean_step(tables)
     t1 = time.perf_counter()
     joined = join(imp, users, ads)
     t2 = time.perf_counter()
-    features = extract(joined)
+    features = extract_step(joined)
     t3 = time.perf_counter()
     out = merge(features, tables["basic"])
     t4 = time.perf_counter()

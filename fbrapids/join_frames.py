@@ -112,6 +112,7 @@ class JoinTable:
     unique: bool
     key_dtypes: dict[str, Any] = field(default_factory=dict)
     _nullable: dict[str, Any] = field(default_factory=dict, repr=False)
+    _sorted: np.ndarray | None = field(default=None, repr=False)  # the keys when sorted ints (see _sorted_lookup)
 
     def take(self, column: str, rows: np.ndarray, fill: bool) -> Any:
         """Payload ``column`` at ``rows``; with ``fill``, ``-1`` rows are nulls and an int /
@@ -143,6 +144,21 @@ class JoinTable:
         payload = right[[c for c in right.columns if c not in keys]]
         return cls(keys, index, positions, payload, unique, {k: c.dtype for k, c in zip(keys, cols)})
 
+    def _sorted_lookup(self, probe: Any) -> np.ndarray | None:
+        """``get_indexer`` by binary search when the right keys are integers in increasing
+        order (ids written in order, as a log's basic features are) and the probe's are of
+        the same dtype; None otherwise.  No hash table is built."""
+        keys = self._sorted
+        if keys is None:
+            values = np.asarray(self.index) if not isinstance(self.index, pd.MultiIndex) else None
+            ok = (values is not None and values.dtype.kind in "iu" and len(values) > 0
+                  and bool(self.index.is_monotonic_increasing))
+            keys = self._sorted = values if ok else np.zeros(0)
+        if not len(keys) or not isinstance(probe, np.ndarray) or probe.dtype != keys.dtype:
+            return None
+        pos = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
+        return np.where(keys[pos] == probe, pos, -1)
+
     def probe(self, left: pd.DataFrame, how: str, validate: str | None = None) -> tuple[np.ndarray | None, np.ndarray]:
         """``(left_rows, right_rows)``: the row maps of the join (``left_rows`` None: every left row once)."""
         cols = [key_values(left, k) for k in self.keys]
@@ -155,8 +171,10 @@ class JoinTable:
             if not lkeys.is_unique:
                 raise _duplicate_error(self.keys, lkeys, "left", validate)
         if self.unique:
-            probe = pd.Index(plain[0]) if len(plain) == 1 else pd.MultiIndex.from_arrays(plain)
-            hit = self.index.get_indexer(probe)
+            hit = self._sorted_lookup(plain[0]) if len(plain) == 1 else None
+            if hit is None:
+                probe = pd.Index(plain[0]) if len(plain) == 1 else pd.MultiIndex.from_arrays(plain)
+                hit = self.index.get_indexer(probe)
             hit[~valid] = -1
             # an empty right side (a shuffle's empty bucket): every row misses
             right_rows = (np.where(hit >= 0, self.positions[np.maximum(hit, 0)], -1) if len(self.positions)

@@ -30,7 +30,11 @@ START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
 BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "extract": (["benchmarks/extract.py", "--rows", "300000"],
                 "the public chain (read_view -> clean -> join -> extract -> join basic), eager and dask, "
-                "and op by op, vs idiomatic pandas; outputs checked equal"),
+                "and op by op, vs pandas and polars written for speed (distinct values hashed once) and the "
+                "hash-every-row pandas reference; outputs checked equal"),
+    "extract_2m": (["benchmarks/extract.py", "--rows", "2000000", "--repeat", "1", "--out",
+                    "benchmarks/results/extract_2m.json"],
+                   "the same at 2M rows (one timed run after the warm-up)"),
     "embedding": (["benchmarks/embedding.py", "--threads", "1,2"],
                   "tiered store (its module) vs `nn.EmbeddingBag` with the same row-wise Adagrad vs TorchRec "
                   "FusedEBC and fbgemm TBE (where they load: run under `.venv-bench`, made by "
@@ -79,7 +83,18 @@ def _extract(r: dict) -> str:
     rate, vs = r["rows_per_s"], r.get("vs_pandas") or {}
     text = (f"{r['rows_in']:,} rows: eager {_k(rate['cpu eager'])} rows/s, dask {_k(rate['cpu dask'])}, "
             f"op-by-op {_k(rate['cpu op-by-op'])}")
-    if "pandas" in rate:
+    peers = [p for p in ("pandas", "polars eager", "polars lazy", "pandas rows") if p in rate]
+    if peers and "vs_best" in r:  # every peer, then the ratios against the best of them
+        names = {"pandas": "pandas (distinct values hashed once)", "pandas rows": "pandas hashing every row (reference)"}
+        text += "; peers: " + ", ".join(f"{names.get(p, p)} {_k(rate[p])}" for p in peers)
+        best = r["best"]
+        text += (f"; eager {r['vs_best']['cpu eager / best peer']:.1f}x the best peer ({best['best peer']}), dask "
+                 f"{r['vs_best']['cpu dask / best peer']:.1f}x")
+        for label in ("best pandas", "best polars"):
+            if label in best:
+                text += (f"; eager {r['vs_best'][f'cpu eager / {label}']:.1f}x / dask "
+                         f"{r['vs_best'][f'cpu dask / {label}']:.1f}x {best[label]}")
+    elif "pandas" in rate:
         text += (f", pandas {_k(rate['pandas'])} (eager {vs['cpu eager']:.1f}x pandas, dask "
                  f"{vs['cpu dask']:.1f}x)")
     if "gpu eager" in rate:
@@ -89,6 +104,9 @@ def _extract(r: dict) -> str:
         text += f"; {syn['ops']}-operator plan fused {syn['cpu fused_speedup']:.2f}x op-by-op on the CPU"
     if "gpu fused_speedup" in syn:
         text += f", {syn['gpu fused_speedup']:.1f}x on the GPU"
+    load = r.get("load_average")
+    if load:
+        text += f"; load average {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end"
     return text + f"; outputs equal: {r['outputs_equal']}"
 
 
@@ -199,7 +217,7 @@ def _dicm(r: dict) -> str:
 
 
 FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
-                                            "inference_unseen": _inference_unseen, "extract": _extract, "pipeline": _pipeline, "embedding": _embedding,
+                                            "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models}
 

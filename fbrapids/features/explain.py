@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fbrapids.features.fitted import frame_calls
+from fbrapids import backend as backends
+from fbrapids.errors import FbrapidsError
 from fbrapids.features.plans import plan_for
-from fbrapids.kernels import as_expr, cached, render_module
+from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
 from fbrapids.plan_graph import Explanation
 from fbrapids.views.inputs import prepare
 
@@ -46,6 +48,7 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
     joins = (getattr(getattr(obj, "_meta", obj), "attrs", None) or {}).get("fbrapids.joins", [])
     lines += [f"upstream {j}" for j in joins]  # strategy, placement and sizes of the joins that made the frame
     lines.append("inputs: " + ", ".join(f"{n.expr} ({n.type})" for n in plan.nodes if n.op is None))
+    paths = dictionary_paths(obj, plan)
     for layer in plan.layers:
         target = "CUDA meta-kernel" if layer.placement == "gpu" else "host C meta-kernel (OpenMP)"
         lines.append(f"layer {layer.index} [{layer.placement}] {len(layer.nodes)} op(s), one {target}:")
@@ -53,6 +56,8 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
             n = plan.nodes[nid]
             lines.append(f"  #{nid} {n.expr} -> {n.type}  [{n.placement}: {n.reason}]  "
                          f"nulls: {n.op.null_rule}; used by: {', '.join(n.features)}")
+            if nid in paths:
+                lines.append(f"      {paths[nid]}")
     lines.append("outputs: " + ", ".join(f"{k} = #{v} ({plan.nodes[v].type})" for k, v in plan.outputs.items()))
     runtime = cached(plan)
     if runtime is not None:
@@ -67,3 +72,16 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
                 lines.append(f"---- {target} source ----")
                 lines.append(render_module(plan, target))
     return Explanation("\n".join(lines), plan)
+
+
+def dictionary_paths(obj: Any, plan: Any) -> dict[int, str]:
+    """Per dictionary-capable operator of ``plan``, the path extracting ``obj`` takes (an
+    eager pandas frame: chosen from its columns; dask: per partition)."""
+    if hasattr(obj, "_meta") or backends.is_gpu_object(obj) or not plan.dictionary_nodes:
+        return describe_paths(plan, None)
+    args = {a for n in plan.dictionary_nodes for a in n.args if plan.nodes[a].op is None}
+    try:
+        inputs = {a: from_series(obj[plan.nodes[a].expr.name], plan.nodes[a].expr.name) for a in args}
+    except FbrapidsError:  # a column the kernels read only once prepared: decided when the plan runs
+        inputs = {}
+    return describe_paths(plan, inputs or None)

@@ -12,7 +12,9 @@ The rest of fbrapids uses this public face, not the submodules:
 * runtimes: :class:`Runtime`, :class:`RunResult`, :func:`compiled`, :func:`cached`,
   :class:`HostColumn`, :func:`to_series`, :func:`empty_series`, :func:`from_arrow_type`;
 * building: :func:`load_source` (host C through the compile-and-cache path);
-* counters: :class:`KernelStats`, :func:`stats`, :func:`reset_stats`.
+* counters: :class:`KernelStats`, :func:`stats`, :func:`reset_stats`;
+* the dictionary path: :func:`dictionary_mode`, :func:`dictionary_paths` (see
+  :mod:`fbrapids.kernels.dictionary`).
 
 Where things go: a new operator in ``builtins.py`` (C in ``csrc/ops/``); a new runtime as a
 :class:`Runtime` subclass chosen in ``compiled.py``; the buffer ABI in ``abi.py``.
@@ -23,7 +25,7 @@ Example:
     0
 """
 
-from fbrapids.kernels.columns import HostColumn, empty_series, object_array, to_series
+from fbrapids.kernels.columns import HostColumn, empty_series, from_series, object_array, to_series
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.compiled import cached, cached_plans, compilations, compiled
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
@@ -33,12 +35,13 @@ from fbrapids.kernels.registry import add_operator, get_operator, operators, reg
 from fbrapids.kernels.render import render_module
 from fbrapids.kernels.runtime import RunResult, Runtime
 from fbrapids.kernels.counters import KernelStats, record, reset_stats, stats
+from fbrapids.kernels.dictionary import describe as dictionary_paths, dictionary_mode
 from fbrapids.kernels.types import from_arrow as from_arrow_type
 from fbrapids.kernels.vocab import Vocabulary
 
 __all__ = [
     "Call", "Col", "DEVICE_BUDGET_FRACTION", "Expr", "HostColumn", "Impl", "KernelStats", "Operator", "Plan",
     "RunResult", "Runtime", "Vocabulary", "add_operator", "as_expr", "build_plan", "cached", "cached_plans",
-    "columns_of", "compilations", "compiled", "empty_series", "from_arrow_type", "get_operator", "load_source",
+    "columns_of", "compilations", "compiled", "dictionary_mode", "dictionary_paths", "empty_series", "from_series", "from_arrow_type", "get_operator", "load_source",
     "object_array", "operators", "record", "register_operator", "registry_generation", "render_module", "reset_stats", "stats", "to_series",
 ]

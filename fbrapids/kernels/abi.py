@@ -134,6 +134,7 @@ class LayerABI:
     outputs: dict[int, OutSlots]
     nslots: int
     nparts: int
+    skip: int | None = None  #: the skip array's slot (None: no operator of the layer may be skipped)
 
 
 def layer_abi(plan: Any, layer: Any) -> LayerABI:
@@ -163,7 +164,10 @@ def layer_abi(plan: Any, layer: Any) -> LayerABI:
             o.buffers.append(pos)
             pos += 1
         outputs[nid] = o
-    return LayerABI(inputs, outputs, pos, nparts)
+    skip = None
+    if any(getattr(plan.nodes[nid], "dict_slot", None) is not None for nid in layer.nodes):
+        skip, pos = pos, pos + 1
+    return LayerABI(inputs, outputs, pos, nparts, skip)
 
 
 def check_error(err: int, layer_index: int, features: Iterable[str]) -> bool:

@@ -46,6 +46,11 @@ class HostColumn:
     bytes: np.ndarray | None = None
     keep: list = field(default_factory=list)
     valid_bit: int = 0  #: bit index of row 0 in ``valid`` (always 0 here: bitmaps are realigned)
+    #: of an Arrow dictionary / categorical column: its codes (a null row has the code
+    #: ``dict_values.n - 1``, a null value of its own) and values, which the dictionary path
+    #: takes as they come (see :mod:`fbrapids.kernels.dictionary`)
+    dict_codes: np.ndarray | None = None
+    dict_values: "HostColumn | None" = None
 
     def pointers(self) -> list[int]:
         """Buffer addresses (and the validity bit offset) in the kernel's slot order."""
@@ -126,13 +131,39 @@ def object_array(values: Any) -> pa.Array:
         return pa.array(values, type=pa.uint64(), from_pandas=True)
 
 
+def dictionary_codes(arr: pa.DictionaryArray) -> tuple[np.ndarray, pa.Array] | None:
+    """The codes (a null row gets the code ``len(dictionary)``) and values (the dictionary,
+    plus a null when a row is null) of an Arrow dictionary array; None when its dictionary
+    is empty.
+
+    Example:
+        >>> codes, values = dictionary_codes(pa.array(["x", None, "y", "x"]).dictionary_encode())
+        >>> codes.tolist(), values.to_pylist()
+        ([0, 2, 1, 0], ['x', 'y', None])
+    """
+    if not len(arr.dictionary):
+        return None
+    values = arr.dictionary
+    if arr.null_count:
+        codes = np.asarray(arr.indices.fill_null(len(values)), dtype=np.int64)
+        values = pa.concat_arrays([values, pa.nulls(1, values.type)])
+    else:
+        codes = np.asarray(arr.indices, dtype=np.int64)
+    return codes, values
+
+
 def from_arrow(arr: pa.Array | pa.ChunkedArray, name: str) -> HostColumn:
     """A HostColumn over an Arrow array's buffers (zero-copy where the layout allows)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     if pa.types.is_dictionary(arr.type):
+        coded = dictionary_codes(arr)
         # no categories (an all-null categorical): a null string column, as its schema says
         arr = arr.dictionary_decode() if len(arr.dictionary) else pa.nulls(len(arr), pa.large_string())
+        col = from_arrow(arr, name)
+        if coded is not None:
+            col.dict_codes, col.dict_values = coded[0], from_arrow(coded[1], name)
+        return col
     if pa.types.is_null(arr.type):  # an all-null (or empty) object column: null strings
         arr = pa.nulls(len(arr), pa.large_string())
     tname = T.from_arrow(arr.type)

@@ -28,9 +28,17 @@ class KernelStats:
     bytes_to_host: int = 0  #: every byte copied device -> host (layer status reads, columns)
     column_bytes_to_device: int = 0  #: of which column data (inputs / results of CPU-placed layers)
     column_bytes_to_host: int = 0  #: of which column data
+    #: FarmHash fingerprints taken by the hashing operators (hash, hash_bucket, cross, and
+    #: split / ngrams with buckets): one per output value or list element computed
+    hashes: int = 0
+    #: fingerprints the row path would have taken beyond ``hashes``: operators run once per
+    #: distinct value (the dictionary path) fill their other rows from those
+    hashes_saved: int = 0
+    dictionary_runs: int = 0  #: operator runs on the dictionary path (per partition)
 
     _SUMMED = ("launches", "partitions", "rows", "regrowths", "presizes", "compactions", "bytes_to_device",
-               "bytes_to_host", "column_bytes_to_device", "column_bytes_to_host")
+               "bytes_to_host", "column_bytes_to_device", "column_bytes_to_host", "hashes", "hashes_saved",
+               "dictionary_runs")
 
     def __iadd__(self, o: "KernelStats") -> "KernelStats":
         for k in self._SUMMED:

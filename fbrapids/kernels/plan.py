@@ -17,7 +17,9 @@ from typing import Any
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
 from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
 from fbrapids.kernels.operator import Impl, Operator
+from fbrapids.kernels.builtins import BUILTINS
 from fbrapids.kernels.registry import get_operator
+from fbrapids.kernels.types import INT_TYPES
 
 #: fraction of free device memory an operator's resident footprint may take on the GPU
 DEVICE_BUDGET_FRACTION = 0.5
@@ -37,6 +39,9 @@ class Node:
     placement: str = "cpu"
     reason: str = ""
     features: list[str] = field(default_factory=list)
+    #: index of the node's flag in a layer kernel's skip array when it may run on the
+    #: dictionary path (computed once per distinct input value; see :func:`dictionary_capable`)
+    dict_slot: int | None = None
 
     @property
     def label(self) -> str:
@@ -67,6 +72,14 @@ class Plan:
     schema: dict[str, str]
     backend: str
     fused: bool
+    #: operators may run once per distinct value (:mod:`fbrapids.kernels.dictionary`); False
+    #: for the plans that run those operators over the distinct values themselves
+    dictionary: bool = True
+
+    @property
+    def dictionary_nodes(self) -> list[Node]:
+        """The operators that may run on the dictionary path, in skip-slot order."""
+        return [n for n in self.nodes if n.dict_slot is not None]
 
     @property
     def num_ops(self) -> int:
@@ -81,7 +94,7 @@ class Plan:
                 i = n.impl
                 h.update(repr((i.out_type, i.kind, i.template, i.prelude, i.null_rule, i.headers, n.op.source,
                                n.op.headers)).encode())
-        h.update(repr((sorted(self.outputs.items()), self.fused, self.backend,
+        h.update(repr((sorted(self.outputs.items()), self.fused, self.backend, self.dictionary,
                        [(l.nodes, l.placement) for l in self.layers])).encode())
         return h.hexdigest()[:24]
 
@@ -139,13 +152,34 @@ class Plan:
         return Plan(nodes, [sub_layer], {f"n{nid}": new_id[nid] for nid in layer.nodes},
                     {f"n{old}": self.nodes[old].type for old in args}, self.backend, self.fused)
 
+    def node_plan(self, nid: int) -> "Plan":
+        """One operator as a plan of its own, on the row path: its arguments are input
+        columns ``a0``, ``a1``, ... and its output is ``out``.  The dictionary path runs
+        this plan over an operator's distinct input values.
+
+        Example:
+            >>> from fbrapids import ops
+            >>> p = build_plan({"c": ops.cross("u", "v", buckets=8)}, {"u": "i64", "v": "str"})
+            >>> sub = p.node_plan(2)
+            >>> sub.input_columns(), list(sub.outputs), sub.dictionary_nodes
+            (['a0', 'a1'], ['out'], [])
+        """
+        n = self.nodes[nid]
+        nodes = [Node(i, self.nodes[a].type, Col(f"a{i}"), placement=n.placement, reason="operator input")
+                 for i, a in enumerate(n.args)]
+        nodes.append(Node(len(nodes), n.type, n.expr, op=n.op, impl=n.impl, args=tuple(range(len(n.args))),
+                          depth=1, placement=n.placement, reason=n.reason, features=list(n.features)))
+        layer = Layer(0, [len(nodes) - 1], n.placement)
+        return Plan(nodes, [layer], {"out": len(nodes) - 1}, {f"a{i}": self.nodes[a].type for i, a in enumerate(n.args)},
+                    self.backend, self.fused, dictionary=False)
+
 
 def _describe(e: Expr) -> str:
     return f"column {e.name!r}" if isinstance(e, Col) else f"sub-expression {e}"
 
 
 def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = "cpu", fused: bool = True,
-               device_budget: int | None = None) -> Plan:
+               device_budget: int | None = None, dictionary: bool = True) -> Plan:
     """Plan ``features`` (name -> expression) over a frame with ``schema`` (column -> type).
 
     Args:
@@ -155,6 +189,8 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
         fused: one kernel per layer (True) or one kernel per operator (False, the baseline).
         device_budget: bytes an operator may keep resident on the device; above it the
             operator is placed on the CPU and its result copied over.
+        dictionary: let the operators :func:`dictionary_capable` allows run once per
+            distinct input value where a partition's values repeat (decided per run).
 
     Raises:
         FeatureError: naming the feature, the operator and the column at fault.
@@ -206,8 +242,44 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
         outputs[name] = visit(expr, name)
 
     _place(nodes, backend, device_budget)
+    if dictionary:
+        slot = 0
+        for n in nodes:
+            if dictionary_capable(n, nodes):
+                n.dict_slot, slot = slot, slot + 1
     layers = _layer(nodes, fused)
-    return Plan(nodes, layers, outputs, dict(schema), backend, fused)
+    return Plan(nodes, layers, outputs, dict(schema), backend, fused, dictionary)
+
+
+#: built-in operators that may run once per distinct input value (or tuple of values)
+DICTIONARY_OPS = ("hash", "hash_bucket", "cross", "lookup", "split", "ngrams")
+
+
+def dictionary_capable(node: Node, nodes: list[Node]) -> bool:
+    """Whether ``node`` may run on the dictionary path: a built-in ``hash``,
+    ``hash_bucket``, ``lookup`` or ``cross`` of scalar inputs, ``split`` of a string, or
+    ``ngrams`` of a token list (the last only where its tokens are on the dictionary path
+    themselves: a list has no dictionary of its own).  Each is a pure function of its
+    inputs' values, so computing it once per distinct value and scattering the results
+    gives the row path's output bit for bit.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> p = build_plan({"a": ops.hash_bucket("u", 8), "b": ops.log1p("u")}, {"u": "i64"})
+        >>> [n.op.name for n in p.dictionary_nodes]
+        ['hash_bucket']
+    """
+    if node.op is None or node.op.name not in DICTIONARY_OPS or node.op.source:
+        return False
+    # the built-in itself, not a user's redefinition under its name
+    if not any(b is node.op or (b.name == node.op.name and b.resolver is node.op.resolver) for b in BUILTINS):
+        return False
+    types = [nodes[a].type for a in node.args]
+    if node.op.name == "split":
+        return types == ["str"]
+    if node.op.name == "ngrams":
+        return types == ["list<str>"]
+    return bool(types) and all(t == "str" or t in INT_TYPES for t in types)
 
 
 def _place(nodes: list[Node], backend: str, device_budget: int | None) -> None:

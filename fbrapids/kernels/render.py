@@ -69,6 +69,12 @@ def _bind(plan: Plan, abi: LayerABI, layouts: dict[int, InputLayout]) -> list[st
             lines.append(f"fbx_i8* o{nid}_st = (fbx_i8*)bufs[{o.status}];")
         for i, b in enumerate(o.buffers):
             lines.append(f"const void* pb{nid}_{i} = (const void*)bufs[{b}];")
+    if abi.skip is not None:  # operators the runtime computes once per distinct value instead
+        lines.append(f"const fbx_u8* skip = (const fbx_u8*)bufs[{abi.skip}]; (void)skip;")
+        for nid in abi.outputs:
+            slot = plan.nodes[nid].dict_slot
+            if slot is not None:
+                lines.append(f"const int sk{nid} = skip != NULL && skip[{slot}];")
     return lines
 
 
@@ -144,6 +150,11 @@ def _op_bodies(plan: Plan, abi: LayerABI) -> tuple[list[str], list[str]]:
             call2 = _fill(impl.template, {**m, "status": "NULL", "out": dst})
             p2.append(f"{tag} if (o{nid}_c[r] > 0) {{ const fbx_u64 off = base + sz[{pa}][t]; "
                       f"o{nid}_o[r] = (fbx_i64)off; {pre} (void)({call2}); }}")
+        if node.dict_slot is not None:  # on the dictionary path: no values, no pool bytes
+            zero = "" if not T.is_var(node.type) else (
+                f"o{nid}_c[r] = 0; " + "".join(f"sz[{part}][t] = 0; " for part in o.parts)
+                + (f"o{nid}_c2[r] = 0; " if node.type == "list<str>" else ""))
+            p1[-1] = f"if (sk{nid}) {{ {zero}}} else {p1[-1]}"
     return p1, p2
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 from fbrapids.errors import KernelRuntimeError
 from fbrapids.kernels import host_helpers as R
 from fbrapids.kernels import counters as S
+from fbrapids.kernels import dictionary as D
 from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import InputLayout, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
@@ -101,6 +102,8 @@ class HostPlan(Runtime):
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
         self._sizer_lock = threading.Lock()
+        #: per dictionary-path operator, its one-operator plan (run over distinct values)
+        self._distinct_runtimes: dict[int, HostPlan] = {}
 
     @property
     def pool_bytes_per_row(self) -> list[float]:
@@ -108,7 +111,7 @@ class HostPlan(Runtime):
         return [s.per_row() for s in self.sizers]
 
     def run(self, columns: Mapping[str, pd.Series | HostColumn] | pd.DataFrame,
-            pool: HostPool | None = None) -> RunResult:
+            pool: HostPool | None = None, record: bool = True) -> RunResult:
         """Run every layer over the input columns; the plan's outputs as HostColumns.
 
         ``columns`` maps each input name to a pandas series, a HostColumn, or any column
@@ -118,6 +121,10 @@ class HostPlan(Runtime):
         layer's recent bytes per row (:class:`~fbrapids.kernels.pool.PoolSizer`), so only a
         first run or an unusually heavy partition overflows and re-runs.  A pool passed by
         the caller is used at the size the caller gave it.
+
+        Operators that may run once per distinct value do so where :func:`fbrapids.kernels.
+        dictionary.choose` says (the layer kernel skips them); ``record=False`` leaves the
+        process-wide counters to the caller (a run inside another run).
         """
         plan = self.plan
         presize = pool is None
@@ -131,26 +138,72 @@ class HostPlan(Runtime):
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
         presizes0 = pool.presizes
+        how = D.mode() if plan.dictionary and plan.dictionary_nodes else "off"
+        coded = {nid: D.Coded(c.dict_codes, c.dict_values) for nid, c in values.items()
+                 if getattr(c, "dict_codes", None) is not None}
+        skip = D.flags(plan)
         for layer, fn, abi, sizer in zip(self.layers, self.kernels, self.abis, self.sizers):
+            done = self._dictionary_path(layer, n, values, coded, skip, how, run_stats) if how != "off" else set()
+            if len(done) == len(layer.nodes):
+                continue  # every operator of the layer ran once per distinct value: no launch
             if presize and abi.nparts:
                 need = sizer.estimate(n, abi.nparts)
                 if need:
                     pool.reserve(need)
-            self._run_layer(layer, fn, abi, n, values, status, pool, run_stats, sizer)
+            self._run_layer(layer, fn, abi, n, values, status, pool, run_stats, sizer, skip, done)
         run_stats.presizes = pool.presizes - presizes0
         run_stats.regrowths = pool.regrowths - pool.reported_regrowths
         pool.reported_regrowths = pool.regrowths
         run_stats.pool_capacity = pool.capacity
         with self._lock:
             self.stats += run_stats
-        S.record(run_stats)
+        if record:
+            S.record(run_stats)
         out = {name: values[nid] for name, nid in plan.outputs.items()}
         st = {name: status[nid] for name, nid in plan.outputs.items() if nid in status}
         return RunResult(out, st, run_stats)
 
+    def _dictionary_path(self, layer: Layer, n: int, values: dict[int, HostColumn], coded: dict[int, D.Coded],
+                         skip: np.ndarray, how: str, st: S.KernelStats) -> set[int]:
+        """Run the layer's operators that take the dictionary path on this partition (their
+        results into ``values``, their codes into ``coded``, their skip flags set); returns their ids."""
+        plan = self.plan
+        done: set[int] = set()
+        for nid in layer.nodes:
+            node = plan.nodes[nid]
+            if node.dict_slot is None or not all(a in coded or isinstance(values[a], HostColumn) for a in node.args):
+                continue
+            if not D.choose(plan, node, values, coded, n, how):
+                continue
+            res = D.run_coded(plan, node, values, coded, lambda cols, nid=nid: self._run_distinct(nid, cols, st), how)
+            if res is None:
+                continue
+            values[nid] = D.take(res.values, res.codes)
+            coded[nid] = res
+            skip[node.dict_slot] = 1
+            done.add(nid)
+            made = D.hash_count(node, res.values)
+            st.hashes += made
+            st.hashes_saved += D.hash_count(node, values[nid]) - made
+            st.dictionary_runs += 1
+        return done
+
+    def _run_distinct(self, nid: int, columns: list[HostColumn], st: S.KernelStats) -> HostColumn:
+        """Operator ``nid`` over the distinct values ``columns`` (one per argument), row by row."""
+        runtime = self._distinct_runtimes.get(nid)
+        if runtime is None:
+            runtime = self._distinct_runtimes[nid] = HostPlan(self.plan.node_plan(nid))
+        res = runtime.run({f"a{i}": c for i, c in enumerate(columns)}, record=False)
+        for k in ("launches", "compactions", "regrowths", "presizes"):
+            setattr(st, k, getattr(st, k) + getattr(res.stats, k))
+        st.peak_pool_bytes = max(st.peak_pool_bytes, res.stats.peak_pool_bytes)
+        return res.columns["out"]
+
     def _run_layer(self, layer: Layer, fn, abi, n: int, values: dict[int, HostColumn],
-                   status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer) -> None:
-        """Run one layer (re-running it after an overflow)."""
+                   status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer,
+                   skip: np.ndarray | None = None, done: set[int] = frozenset()) -> None:
+        """Run one layer (re-running it after an overflow); the operators in ``done`` (on
+        the dictionary path, flagged in ``skip``) keep the values they have."""
         plan = self.plan
         for nid in layer.nodes:  # host columns: device columns (the device ABI) are the CUDA runtime's to check
             if plan.nodes[nid].impl.checks_fit and isinstance(values[plan.nodes[nid].args[0]], HostColumn):
@@ -177,6 +230,8 @@ class HostPlan(Runtime):
                 ptrs[slot] = b.ctypes.data
                 keep.append(b)
             outs[nid] = bufs
+        if abi.skip is not None and skip is not None:
+            ptrs[abi.skip] = skip.ctypes.data
         arr = (ctypes.c_void_p * max(abi.nslots, 1))(*ptrs)
         while True:
             pool.reset()
@@ -200,6 +255,8 @@ class HostPlan(Runtime):
             with self._sizer_lock:
                 sizer.observe_rows(sample, used)
         for nid, o in abi.outputs.items():
+            if nid in done:
+                continue
             b = outs[nid]
             valid = pack_validity(b["valid"])
             if o.type in T.FIXED_TYPES:
@@ -217,4 +274,5 @@ class HostPlan(Runtime):
                 st.compactions += 1
             if "status" in b:
                 status[nid] = b["status"]
+            st.hashes += D.hash_count(plan.nodes[nid], values[nid])
         pool.reset()  # O(1): everything that outlives the layer was compacted out above

@@ -223,6 +223,10 @@ def test_list_operators(family: str, data: st.DataObject) -> None:
     if textual:
         feats["ng"] = ops.ngrams("l", gram, sep="+", buckets=0)
         want["ng"] = [ref.ngrams(v, gram, "+", 0) for v in values]
+    else:  # two integer lists: the host's token x token loop (a separator past 8 bytes: the general one)
+        xsep = data.draw(st.sampled_from(["_", "::", "é漢", "123456789"]))
+        feats["x2"] = ops.cross("l", "m", buckets=b, cap=cap, sep=xsep)
+        want["x2"] = [ref.cross([v, m], buckets=b, cap=cap, sep=xsep) for v, m in zip(values, other)]
     for mode, out in run_modes(df, lambda f: f.fbx.extract(**feats), family):
         _check_index(out, index, mode)
         for name, w in want.items():

@@ -17,16 +17,24 @@ from fbrapids.datagen import generate  # noqa: E402
 def test_public_chain_benchmark_json(tmp_path, capsys):
     d = tmp_path / "data"
     generate(3000, d, seed=1)
-    rc = bench.main(["--data", str(d), "--repeat", "1", "--synthetic-ops", "12", "--synthetic-rows", "300"])
+    saved = tmp_path / "extract.json"
+    rc = bench.main(["--data", str(d), "--repeat", "1", "--synthetic-ops", "12", "--synthetic-rows", "300",
+                     "--out", str(saved)])
     out = capsys.readouterr().out.strip().splitlines()
     res = json.loads(out[-1])
     assert rc == 0 and res["outputs_equal"] is True
-    assert set(res["rows_per_s"]) == {"cpu eager", "cpu dask", "cpu op-by-op", "pandas"}
+    # every peer, each distinct value hashed once, and the hash-every-row reference line
+    assert set(res["rows_per_s"]) == {"cpu eager", "cpu dask", "cpu op-by-op", "pandas", "polars eager",
+                                      "polars lazy", "pandas rows"}
+    assert res["best"]["best peer"] in res["peers"] and res["vs_best"]["cpu eager / best peer"] > 0
+    assert len(res["load_average"]["start"]) == 3
+    kept = json.loads(saved.read_text())  # the results file: the same summary, with its command and date
+    assert kept["rows_per_s"] == res["rows_per_s"] and kept["command"].startswith("python benchmarks/extract.py")
     assert res["repeat"] == 1 and res["warmup"] == 1 and res["rows_in"] == 3000
     # eager: the JSON-cleaning kernel + one launch per feature layer (3); op by op: one per operator
     assert res["launches"]["cpu eager"] == 4
     assert res["launches"]["cpu op-by-op"] == 1 + 26
-    assert res["launches"]["pandas"] == 0
+    assert res["launches"]["pandas"] == 0 and res["launches"]["polars lazy"] == 0
     # in this order: the inner join with the basic view (merge) comes after extraction, never pushed before it
     assert list(res["steps"]["cpu eager"]) == ["read", "clean", "join", "extract", "merge"]
     syn = res["synthetic"]
@@ -66,3 +74,12 @@ def test_every_system_gets_the_same_warm_up_and_timed_runs():
     res = bench.run_systems({"a": system("a"), "b": system("b"), "pandas": system("pandas")}, repeat=3)
     assert calls == ["a", "b", "pandas"] + ["a", "b", "pandas"] * 3
     assert {name: r["out"] for name, r in res.items()} == {"a": "a", "b": "b", "pandas": "pandas"}
+
+
+def test_outputs_are_compared_with_the_first_systems_as_they_are_made():
+    """With ``compare``, only the first system's output is kept; each other one is compared
+    with it on the last timed run (memory holds two outputs, whatever the systems)."""
+    res = bench.run_systems({"a": lambda: (1, {}), "b": lambda: (1, {}), "c": lambda: (2, {})}, repeat=2,
+                            compare=lambda x, y: (x == y, f"{x} vs {y}"))
+    assert res["a"]["out"] == 1 and res["b"]["out"] is None and res["c"]["out"] is None
+    assert res["b"]["equal"] == (True, "1 vs 1") and res["c"]["equal"] == (False, "2 vs 1")

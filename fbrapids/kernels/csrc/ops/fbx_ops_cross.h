@@ -102,6 +102,33 @@ FBX_DEVICE int fbx_xcache_fill(const fbx_xin* x, fbx_xcache* c) {
 }
 #endif
 
+#if !FBX_CUDA
+/* Host: two integer lists of at most FBX_X_CACHE elements each (a token x token cross):
+ * both lists' decimal texts rendered once per row, each key assembled from them and hashed.
+ * The same keys in the same order (first input outermost) as the general loop below;
+ * returns 0 (nothing written) when the inputs are not of that form. */
+FBX_DEVICE int fbx_cross2_lists(const fbx_xin* xs, const char* sep, int seplen, fbx_i64 buckets, fbx_i64 total,
+                                fbx_i64* out) {
+  if (seplen > 8) return 0;
+  fbx_xcache ca, cb;
+  if (!fbx_xcache_fill(&xs[0], &ca) || !fbx_xcache_fill(&xs[1], &cb)) return 0;
+  char buf[48];  /* 20 digits + a separator of at most 8 bytes + 20 digits */
+  fbx_i64 c = 0;
+  for (fbx_i64 i = 0; i < ca.n && c < total; ++i) {
+    const fbx_i64 la = ca.start[i + 1] - ca.start[i];
+    for (fbx_i64 b = 0; b < la; ++b) buf[b] = ca.text[ca.start[i] + b];
+    for (int b = 0; b < seplen; ++b) buf[la + b] = sep[b];
+    const fbx_i64 pre = la + seplen;
+    for (fbx_i64 j = 0; j < cb.n && c < total; ++j, ++c) {
+      const fbx_i64 s0 = cb.start[j], lb = cb.start[j + 1] - s0;
+      for (fbx_i64 b = 0; b < lb; ++b) buf[pre + b] = cb.text[s0 + b];
+      out[c] = fbx_bucket_of(fbx_fp64(buf, pre + lb), buckets);
+    }
+  }
+  return 1;
+}
+#endif
+
 /* Number of combinations (capped); writes their hashes when out != NULL. */
 FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int seplen, fbx_i64 buckets,
                              fbx_i64 cap, fbx_i32* err, fbx_i64* out) {
@@ -114,6 +141,9 @@ FBX_DEVICE fbx_i64 fbx_cross(const fbx_xin* xs, int k, const char* sep, int sepl
   }
   if (cap > 0 && total > cap) total = cap;
   if (!out) return total;
+#if !FBX_CUDA
+  if (k == 2 && fbx_cross2_lists(xs, sep, seplen, buckets, total, out)) return total;
+#endif
   fbx_i64 idx[16], plen[17];
   for (int j = 0; j < k; ++j) idx[j] = 0;
   plen[0] = 0;
