@@ -48,7 +48,7 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
         from distributed import LocalCluster
 
         workers = n_workers or max(1, min(4, os.cpu_count() or 1))
-        cluster_kwargs.setdefault("dashboard_address", None)
+        cluster_kwargs.setdefault("dashboard_address", ":0")  # its HTTP server on a free port: never a clash on 8787
         cluster = LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker, processes=True,
                                **cluster_kwargs)
     client = Client(cluster)
