@@ -189,6 +189,10 @@ class TieredEmbeddingStore:
             >>> s.read_only = True
             >>> s.lookup(np.array([1, 2, 2]), requires_grad=False).rows.tolist(), len(s), s.stats()["unseen_reads"]
             ([[0.0, 0.0], [0.0, 0.0]], 0, 2)
+            >>> s.lookup(np.array([1]))  # training on it: refused, never silently unlearned
+            Traceback (most recent call last):
+            ...
+            fbrapids.errors.StoreError: table ... is read-only (a Scorer serves it): ...
         """
         return self._read_only
 
@@ -230,7 +234,13 @@ class TieredEmbeddingStore:
             leaf: with ``False``, ``rows`` is not made a separate leaf (it may share memory
                 with ``full``): for callers that copy the rows into their own leaf and hand
                 the gradient to :meth:`apply_gradients` themselves.
+
+        A read-only table (serving) refuses ``requires_grad``: training on it would never
+        learn an id it has no row for (a :class:`~fbrapids.errors.StoreError`).
         """
+        if requires_grad and self.read_only:
+            raise StoreError(f"table {self.name!r} is read-only (a Scorer serves it): training on it would never learn "
+                             "unseen ids; set store.read_only = False on each of model.stores() to train again")
         d, tiers = self.directory, self.tiers
         full = None
         if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
