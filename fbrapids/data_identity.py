@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from pathlib import Path
 
 __all__ = ["footer_digest", "data_fingerprint"]
 
-_MAGIC = b"PAR1"
-#: a file without a parquet footer enters by this many bytes of its end
+#: a file without a readable parquet footer enters by this many bytes of its end
 _TAIL_BYTES = 1 << 16
 
 
 def footer_digest(path: str | os.PathLike) -> str:
-    """sha256 of a parquet file's footer (the metadata and its length), or of its last
-    64 KiB when it does not end like a parquet file.
+    """sha256 of a parquet file's footer (the metadata, its length and the magic bytes, as
+    :func:`fbrapids.views.parquet_footer.read_footer_bytes` finds it), or of its last 64 KiB
+    when it does not end like a parquet file.
 
     Example:
         >>> import tempfile, pathlib, pandas as pd
@@ -41,18 +42,17 @@ def footer_digest(path: str | os.PathLike) -> str:
         >>> len(footer_digest(p))
         64
     """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        tail = 0
-        if size >= 12:
-            f.seek(size - 8)
-            end = f.read(8)
-            if end[4:] == _MAGIC:
-                tail = int.from_bytes(end[:4], "little") + 8
-        if not 0 < tail <= size - 4:
-            tail = min(size, _TAIL_BYTES)
-        f.seek(size - tail)
-        return hashlib.sha256(f.read(tail)).hexdigest()
+    from fbrapids.errors import ViewError
+    from fbrapids.views.parquet_footer import MAGIC, read_footer_bytes
+
+    try:
+        raw, _ = read_footer_bytes(path)
+        return hashlib.sha256(raw + struct.pack("<I", len(raw)) + MAGIC).hexdigest()
+    except ViewError:  # not a readable parquet file: its tail stands for it
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(size - min(size, _TAIL_BYTES))
+            return hashlib.sha256(f.read()).hexdigest()
 
 
 def data_fingerprint(folder: str | os.PathLike) -> str:
