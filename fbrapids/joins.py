@@ -304,16 +304,30 @@ def _record(decision: JoinDecision) -> None:
 _AUTO = "auto"
 
 
-def _estimated_bytes(frame: Any) -> int:
-    """In-memory bytes of ``frame``; for a dask frame of several partitions, its first
-    partition times the partition count (reading the whole side just to size it would be
-    one more pass over it)."""
+def _estimated_bytes(frame: Any) -> tuple[int, Any]:
+    """``(bytes, first)``: the in-memory bytes of ``frame`` and, for a dask frame, its first
+    partition as computed to size it (None for an eager frame).  A dask frame of several
+    partitions is sized as its first partition times the partition count (reading the
+    whole side just to size it would be one more pass over it); the join builds its table
+    from ``first`` and the other partitions, so partition 0 is read and cleaned once."""
     if not _is_dask(frame):
-        return _frame_bytes(frame)
-    if frame.npartitions == 1:
-        return _frame_bytes(frame)
-    first = frame.partitions[0].memory_usage(deep=True, index=False).sum().compute()
-    return int(first) * frame.npartitions
+        return _frame_bytes(frame), None
+    first = frame.partitions[0].compute() if frame.npartitions > 1 else frame.compute()
+    return _frame_bytes(first) * frame.npartitions, first
+
+
+def build_side_of_parts(first: Any, *rest: Any, keys: Sequence[str], validate: str | None, on_host: bool) -> Any:
+    """:func:`build_side` of the frame made of the partitions ``first, *rest`` (in order).
+
+    Example:
+        >>> import pandas as pd
+        >>> t = build_side_of_parts(pd.DataFrame({"k": [1]}), pd.DataFrame({"k": [2]}), keys=["k"],
+        ...                         validate=None, on_host=True)
+        >>> t.index.tolist()
+        [1, 2]
+    """
+    whole = _backend.backend_of(first).xdf.concat([first, *rest]) if rest else first
+    return build_side(whole, keys, validate, on_host)
 
 
 def _key_is_sorted_index(frame: Any, keys: Sequence[str]) -> bool:
@@ -400,14 +414,17 @@ def join(
     keys = [on] if isinstance(on, str) else list(on)
     left_casts, right_casts = check_keys(left, other, keys)
     be = _backend.backend_of(left)
-    build_bytes = _estimated_bytes(other)
+    build_bytes, first = _estimated_bytes(other)
+    if first is not None and right_casts:
+        first = cast_key_columns(first, {k: v for k, v in right_casts.items() if k in first.columns})
     left, other = _cast_keys(left, left_casts), _cast_keys(other, right_casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
     on_host = placement == "host"
 
     if not _is_dask(left):
         if _is_dask(other):
-            other = other.compute()
+            other = first if other.npartitions == 1 else _backend.backend_of(first).xdf.concat(
+                [first, other.partitions[1:].compute()])
         decision = JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason)
         _record(decision)
         if on_host and be.is_gpu:
@@ -434,10 +451,13 @@ def join(
     meta = _with_history(probe_partition(left._meta, meta_table, *args), left._meta, decision)
 
     if strategy == "broadcast":
+        name = f"join-build-{dask.base.tokenize(other, *args, on_host)}"
         if not _is_dask(other):
-            other = _backend.to_backend(other, be)
-        table = dask.delayed(build_side, pure=True, name=f"join-build-{dask.base.tokenize(other, *args, on_host)}")(
-            other, keys, validate, on_host)
+            table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, be), keys, validate,
+                                                                   on_host)
+        else:  # partition 0 as computed to size this side; the others read here
+            table = dask.delayed(build_side_of_parts, pure=True, name=name)(
+                first, *other.to_delayed()[1:], keys=keys, validate=validate, on_host=on_host)
         if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:
             # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
             table = dask.delayed(_after, pure=True)(table, _left_keys_unique(left, keys, validate))
