@@ -72,6 +72,8 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
     lib.fbx_store_touch.restype = ctypes.c_int
     lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_window_keys.restype = ctypes.c_int
+    lib.fbx_window_keys.argtypes = [p, i64, p, p, i64, i64, i64, p]
     lib.fbx_cache_slots.restype = i64
     lib.fbx_cache_slots.argtypes = [p, i64, p, i64, p]
     lib.fbx_pin_slots.restype = ctypes.c_int
@@ -355,6 +357,27 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
                               on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), n_rows,
                               out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
+    return out
+
+
+def window_keys(g: np.ndarray, next_use: np.ndarray, freq: np.ndarray, current: int, in_window: int) -> np.ndarray:
+    """Eviction keys of rows ``g`` in one C pass: ``in_window - next_use[g]`` where
+    ``next_use[g] > current``, else ``freq[g]`` (int64 arrays; ``g`` in range of both).
+
+    Example:
+        >>> import numpy as np
+        >>> window_keys(np.array([0, 1]), np.array([-1, 7]), np.array([3, 4]), current=5, in_window=100).tolist()
+        [3, 93]
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    for a in (next_use, freq):
+        if a.dtype != np.int64 or not a.flags.c_contiguous:
+            raise InputTypeError(f"window_keys: expected contiguous int64 arrays, got {a.dtype}")
+    out = np.empty(len(g), dtype=np.int64)
+    n_rows = min(len(next_use), len(freq))
+    if _lib().fbx_window_keys(g.ctypes.data, len(g), next_use.ctypes.data, freq.ctypes.data, n_rows, int(current),
+                              int(in_window), out.ctypes.data) != 0:
+        raise RowIndexError(f"window_keys: rows outside [0, {n_rows})")
     return out
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from fbrapids.errors import ArgumentError
+from fbrapids.trainers.sparse.hashmap import window_keys
 
 #: keys of rows needed in the window start here (above any history count)
 IN_WINDOW = np.int64(1) << np.int64(62)
@@ -45,7 +46,7 @@ class UseWindow:
     """Next known use of each row (``next_use[g]``, -1: none known) from announced batches.
 
     The pending batches' occurrences are numbered in announcement order; the next step of
-    occurrence ``k`` is ``ring[k % len(ring)]`` (the ring doubles when more are pending).
+    occurrence ``k`` is ``ring[k % len(ring)]`` (a power of two; it doubles when more are pending).
     """
 
     def __init__(self, ring_size: int = 1 << 14) -> None:
@@ -83,7 +84,7 @@ class UseWindow:
             size *= 2
         idx = np.arange(self.oldest, self.occurrences, dtype=np.int64)
         ring = np.full(size, -1, dtype=np.int64)
-        ring[idx % size] = self.ring[idx % len(self.ring)]
+        ring[idx & (size - 1)] = self.ring[idx & (len(self.ring) - 1)]
         self.ring = ring
 
     def clear(self) -> None:
@@ -110,11 +111,11 @@ class UseWindow:
         if n:
             self.cover(int(g.max()) + 1)
             linked = self.last_step[g] > self.current  # its previous announced use is still to come: link it
-            self.ring[self.last_occ[g[linked]] % len(self.ring)] = step
+            self.ring[self.last_occ[g[linked]] & (len(self.ring) - 1)] = step
             self.next_use[g[~linked]] = step  # no use announced before this one
             self.last_step[g] = step
             self.last_occ[g] = np.arange(base, base + n, dtype=np.int64)
-            self.ring[np.arange(base, base + n) % len(self.ring)] = -1
+            self.ring[np.arange(base, base + n) & (len(self.ring) - 1)] = -1
         self.pending[step] = (g.copy(), base)
         self.occurrences += n
         self.last_announced = step
@@ -125,7 +126,7 @@ class UseWindow:
         wait for their next announced use."""
         for s in sorted(s for s in self.pending if s <= step):
             g, base = self.pending.pop(s)
-            self.next_use[g] = self.ring[np.arange(base, base + len(g)) % len(self.ring)]
+            self.next_use[g] = self.ring[np.arange(base, base + len(g)) & (len(self.ring) - 1)]
             self.oldest = base + len(g)
         self.current = max(self.current, int(step))
 
@@ -134,5 +135,4 @@ class UseWindow:
         rows used again in the window above every other, the sooner the higher; the
         others by ``freq[g]``."""
         self.cover(len(freq))
-        nu = self.next_use[g]
-        return np.where(nu > self.current, IN_WINDOW - nu, freq[g])
+        return window_keys(g, self.next_use, freq, self.current, int(IN_WINDOW))

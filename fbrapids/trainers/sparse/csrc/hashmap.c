@@ -218,6 +218,23 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
     return 0;
 }
 
+/* Eviction keys of the lfu_window policy over m rows g[j]: a row whose next known use
+ * next_use[r] comes after `current` gets in_window - next_use[r] (the sooner, the higher), any
+ * other freq[r]; returns 0, or -1 (nothing written) for a row outside [0, n_rows). */
+int fbx_window_keys(const int64_t *g, int64_t m, const int64_t *next_use, const int64_t *freq, int64_t n_rows,
+                    int64_t current, int64_t in_window, int64_t *out) {
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] < 0 || g[j] >= n_rows) return -1;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) {
+            __builtin_prefetch(next_use + g[j + FBX_AHEAD]); __builtin_prefetch(freq + g[j + FBX_AHEAD]);
+        }
+        int64_t nu = next_use[g[j]];
+        out[j] = nu > current ? in_window - nu : freq[g[j]];
+    }
+    return 0;
+}
+
 /* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached, or -1 for
  * a row outside [0, n_rows). */
 int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t n_rows, int64_t *slots) {
