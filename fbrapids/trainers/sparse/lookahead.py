@@ -17,14 +17,15 @@ announced are not tracked (they rank by their counts).
 
 Bookkeeping per announced batch ``s``: its distinct rows and, for each, the next
 announced step holding that row (filled in when that later batch is announced: each row
-remembers the step and position of its last announcement).  When step ``s`` begins, its
-rows' next use becomes those steps.  Per announced batch: one pass over its distinct
-rows; per lookup: one assignment.
+remembers the step and number of its last announced occurrence).  When step ``s``
+begins, its rows' next use becomes those steps.  Per announced batch: one C pass over its
+rows; per lookup: one over the rows of the batches announced for it.
 
 Example:
     >>> import numpy as np
     >>> w = UseWindow()
-    >>> w.announce(np.array([0, 1]), step=0); w.announce(np.array([1, 2]), step=1)
+    >>> w.announce(np.array([0, 1]), step=0), w.announce(np.array([1, 2, 2, -1]), step=1)
+    (2, 2)
     >>> w.begin(0); w.next_use[:3].tolist()   # row 1 is needed at step 1; row 0 not again (-1)
     [-1, 1, 1]
     >>> w.keys(np.array([0, 1, 2]), freq=np.array([5, 1, 1])).tolist()[0]   # row 0: its count
@@ -36,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from fbrapids.errors import ArgumentError
-from fbrapids.trainers.sparse.hashmap import window_keys
+from fbrapids.trainers.sparse.hashmap import window_announce, window_begin, window_keys
 
 #: keys of rows needed in the window start here (above any history count)
 IN_WINDOW = np.int64(1) << np.int64(62)
@@ -95,38 +96,33 @@ class UseWindow:
         self.oldest = self.occurrences
         self.last_announced = -1
 
-    def announce(self, g: np.ndarray, step: int) -> None:
-        """Rows ``g`` (distinct global rows) are looked up at ``step``.  Batches are
-        announced in step order; one announced out of order (at or before the last one)
-        starts a new plan."""
+    def announce(self, g: np.ndarray, step: int) -> int:
+        """The batch looked up at ``step`` holds rows ``g`` (-1: an id not admitted, skipped;
+        repeats count once); returns its distinct rows.  Batches are announced in step
+        order; one announced out of order (at or before the last one) starts a new plan."""
         step = int(step)
         if step <= self.current:
-            return  # begun already: nothing left to plan for it
+            return 0  # begun already: nothing left to plan for it
         if step <= self.last_announced:
             self.clear()
         g = np.asarray(g, dtype=np.int64)
-        n = len(g)
-        self._ring_room(n)
-        base = self.occurrences
-        if n:
+        self._ring_room(len(g))
+        if len(g):
             self.cover(int(g.max()) + 1)
-            linked = self.last_step[g] > self.current  # its previous announced use is still to come: link it
-            self.ring[self.last_occ[g[linked]] & (len(self.ring) - 1)] = step
-            self.next_use[g[~linked]] = step  # no use announced before this one
-            self.last_step[g] = step
-            self.last_occ[g] = np.arange(base, base + n, dtype=np.int64)
-            self.ring[np.arange(base, base + n) & (len(self.ring) - 1)] = -1
-        self.pending[step] = (g.copy(), base)
-        self.occurrences += n
+        base = self.occurrences
+        rows = window_announce(g, step, self.current, self.next_use, self.last_step, self.last_occ, self.ring, base)
+        self.pending[step] = (rows, base)
+        self.occurrences += len(rows)
         self.last_announced = step
-        self.announced_rows += n
+        self.announced_rows += len(rows)
+        return len(rows)
 
     def begin(self, step: int) -> None:
         """Step ``step`` is being looked up: the rows of the batches announced up to it now
         wait for their next announced use."""
         for s in sorted(s for s in self.pending if s <= step):
             g, base = self.pending.pop(s)
-            self.next_use[g] = self.ring[np.arange(base, base + len(g)) & (len(self.ring) - 1)]
+            window_begin(g, self.ring, base, self.next_use)
             self.oldest = base + len(g)
         self.current = max(self.current, int(step))
 

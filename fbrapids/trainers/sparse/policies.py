@@ -111,7 +111,7 @@ class WindowLFU(FullLFU):
         >>> import numpy as np
         >>> d = RowDirectory(); _ = d.admit(np.array([5, 6, 7], dtype=np.uint64))
         >>> d.freq[:3] = [9, 1, 4]
-        >>> p = WindowLFU(); p.window.announce(np.array([1]), step=1)   # row 1 is needed at step 1
+        >>> p = WindowLFU(); _ = p.window.announce(np.array([1]), step=1)   # row 1 is needed at step 1
         >>> p.victims(d, owner=np.array([0, 1, 2]), candidates=np.array([0, 1, 2]), k=1, need=1).tolist()
         [2]
     """

@@ -410,11 +410,10 @@ class TieredEmbeddingStore:
         if ahead < 0:
             raise ArgumentError(f"table {self.name!r}: announce(ahead={ahead}): a batch can only be announced for "
                                 "this step or a later one")
-        g = self.directory.unique_rows(as_uint64_ids(ids).ravel())[3]
-        g = g[g >= 0]
-        self.tiers.policy.window.announce(g, self._step + int(ahead))
-        self._counts["announced_rows"] += len(g)
-        return len(g)
+        noted = self.tiers.policy.window.announce(self.directory.get(as_uint64_ids(ids).ravel()),
+                                                  self._step + int(ahead))
+        self._counts["announced_rows"] += noted
+        return noted
 
     @torch.no_grad()
     def apply_gradients(self, lookup: Lookup, grad: torch.Tensor | None = None) -> None:
