@@ -58,6 +58,9 @@ never admits another row: no store that must hold a batch's rows can reach it).
 ``known_distribution_hit_rate_10x``: the share that goes to the ``ram_tier_rows`` ids most
 probable under the Zipf law drawn from, the best an online cache does when it knows that
 law (and need not hold a batch's rows); a store learns it from the lookups it has seen.
+``ssd_rows_read_per_batch`` (``old_...`` for the older policy): rows the 10x store read
+from its SSD file per measured batch; no policy reads ahead, so each RAM hit is a read
+saved.  ``benchmarks/window_simulation.py`` simulates the hit rate by window length.
 
 The last line printed is one JSON object with the figures.
 

@@ -19,7 +19,8 @@ Bookkeeping per announced batch ``s``: its distinct rows and, for each, the next
 announced step holding that row (filled in when that later batch is announced: each row
 remembers the step and number of its last announced occurrence).  When step ``s``
 begins, its rows' next use becomes those steps.  Per announced batch: one C pass over its
-rows; per lookup: one over the rows of the batches announced for it.
+rows; per lookup: one over the rows of the batches announced for it.  Memory: 24 bytes
+per row of the table, plus 8 per pending occurrence.
 
 Example:
     >>> import numpy as np
