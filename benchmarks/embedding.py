@@ -6,7 +6,8 @@ One table of ``--rows`` ids of width ``--dim``; each batch is ``--batch`` bags o
 backward, and the sparse update (row-wise Adagrad, lr 0.05, eps 1e-8 everywhere).
 Throughput = ids looked up (each with its update) per second.  Every system sees the
 same batches: ``--rounds`` rounds, each drawing ``--batches`` FRESH batches, the systems
-alternating within a round (same warm-up for all); the best round of each counts.
+alternating within a round (same warm-up for all; the two 10x stores swap places every
+other round: the one right after ``nn.EmbeddingBag`` runs slower); the best round of each counts.
 
 Systems:
 
@@ -23,7 +24,10 @@ Systems:
 * ``cuda_embeddingbag`` / ``tiered_cuda`` (with a CUDA device): ``nn.EmbeddingBag`` with
   the whole table in device memory, and the store with its cache tier on the device.
 * ``tiered_10x``: RAM tiers (cache + host) holding 1/10 of the rows, every row on the SSD
-  tier (``--ssd-dir``): the SSD holds 10x the RAM tiers' rows; eviction ``--eviction``.
+  tier (``--ssd-dir``): the SSD holds 10x the RAM tiers' rows; eviction ``--eviction``
+  (default ``lfu_window``: before each batch it is told the ids of the batch ``--window``
+  ahead, as :func:`fbrapids.trainers.fit.fit` does from the stream's extracted
+  partitions, default the trainer's 32; the announcing is inside the timed steps).
 * ``tiered_10x_old``: the same with the older eviction policy ``--old-eviction`` (its hit
   rate on the same stream; ``--old-eviction ''`` leaves it out).
 
@@ -54,6 +58,9 @@ never admits another row: no store that must hold a batch's rows can reach it).
 ``known_distribution_hit_rate_10x``: the share that goes to the ``ram_tier_rows`` ids most
 probable under the Zipf law drawn from, the best an online cache does when it knows that
 law (and need not hold a batch's rows); a store learns it from the lookups it has seen.
+``ssd_rows_read_per_batch`` (``old_...`` for the older policy): rows the 10x store read
+from its SSD file per measured batch; no policy reads ahead, so each RAM hit is a read
+saved.  ``benchmarks/window_simulation.py`` simulates the hit rate by window length.
 
 The last line printed is one JSON object with the figures.
 
@@ -84,6 +91,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fbrapids.trainers.fit import LOOKAHEAD_BATCHES  # noqa: E402
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
@@ -330,6 +338,23 @@ def build_10x(cfg: StoreConfig, name: str, rows: int, ram: int, cache: int, ssd_
     return step, store
 
 
+def announcing(step: Step, store: object, batches: list[np.ndarray], window: int) -> Step:
+    """``step`` over exactly ``batches`` in order, first announcing to ``store`` the batch
+    ``window`` ahead (before the first: the first ``window + 1``), as the trainer does."""
+    pos = 0
+
+    def run(ids: np.ndarray) -> None:
+        nonlocal pos
+        if pos >= len(batches) or batches[pos] is not ids:
+            raise RuntimeError("the announcing step got a batch out of its planned order")
+        for j in range(0 if pos == 0 else pos + window, min(pos + window, len(batches) - 1) + 1):
+            store.announce(batches[j].view(np.uint64) * SCRAMBLE, j - pos)
+        step(ids)
+        pos += 1
+
+    return run
+
+
 def ram_hit_rate(before: dict, after: dict) -> tuple[float, dict[str, float]]:
     """Share of lookups (occurrences) served by the RAM tiers between two ``stats()``, and
     the shares by tier."""
@@ -352,8 +377,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=thread_counts, default=[1],
                     help="torch intra-op thread counts, e.g. 1,2: every system is measured at each")
-    ap.add_argument("--eviction", default="lfu_full", help="eviction policy of the 10x run")
-    ap.add_argument("--old-eviction", default="lfu",
+    ap.add_argument("--eviction", default="lfu_window", help="eviction policy of the 10x run")
+    ap.add_argument("--window", type=int, default=LOOKAHEAD_BATCHES,
+                    help="batches announced ahead to an eviction policy that uses them (lfu_window); default: "
+                         "the trainer's (fit(lookahead=...))")
+    ap.add_argument("--old-eviction", default="lfu_full",
                     help="the policy it is compared with on the same stream ('' to leave it out)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -395,6 +423,12 @@ def main() -> None:
 
         torch.set_num_threads(args.threads[0])
         warm = stream.draw(args.warmup, -1)
+        # every round's batches, drawn up front (the same draws): the 10x stores see them in this order
+        planned = [stream.draw(args.batches, r * len(args.threads) + ti)
+                   for r in range(args.rounds) for ti in range(len(args.threads))]
+        for name, st in (("tiered_10x", store), ("tiered_10x_old", old)):
+            if st is not None and st.uses_window:
+                steps[name] = announcing(steps[name], st, warm + [b for bs in planned for b in bs], args.window)
         for fn in steps.values():
             for ids in warm:
                 fn(ids)
@@ -406,10 +440,14 @@ def main() -> None:
         for r in range(args.rounds):  # thread counts alternate within a round too, so all see the same load
             for ti, n_threads in enumerate(args.threads):
                 torch.set_num_threads(n_threads)
-                batches = stream.draw(args.batches, r * len(args.threads) + ti)
+                batches = planned[r * len(args.threads) + ti]
                 drawn += batches
-                for name, fn in steps.items():
-                    best[n_threads][name] = max(best[n_threads][name], timed(fn, batches, sync))
+                order = list(steps)
+                if r % 2 and "tiered_10x_old" in steps:  # the two 10x stores take turns going first
+                    a, b = order.index("tiered_10x"), order.index("tiered_10x_old")
+                    order[a], order[b] = order[b], order[a]
+                for name in order:
+                    best[n_threads][name] = max(best[n_threads][name], timed(steps[name], batches, sync))
         by_threads = {str(n): {f"{k}_ops_per_s": v for k, v in b.items()} for n, b in best.items()}
         after = store.stats()
         if cuda:  # distinct ids the device map found vs those looked up in the host directory
@@ -424,9 +462,14 @@ def main() -> None:
         res["by_threads"] = by_threads
         res["upper_tier_hit_rate_10x"], res["hit_rate_10x_by_tier"] = ram_hit_rate(before, after)
         res["eviction_10x"] = args.eviction
+        res["announced_window_10x"] = args.window if store.uses_window else 0
+        n_meas = len(drawn)
+        res["ssd_rows_read_per_batch"] = (after["ssd"]["hits"] - before["ssd"]["hits"]) / n_meas
         if old is not None:
+            after_old = old.stats()
             res["old_eviction_10x"] = args.old_eviction
-            res["old_upper_tier_hit_rate_10x"], _ = ram_hit_rate(before_old, old.stats())
+            res["old_upper_tier_hit_rate_10x"], _ = ram_hit_rate(before_old, after_old)
+            res["old_ssd_rows_read_per_batch"] = (after_old["ssd"]["hits"] - before_old["ssd"]["hits"]) / n_meas
         res["best_possible_hit_rate_10x"] = belady_hit_rate(warm, drawn, ram)
         res["best_possible_is"] = "Belady (offline optimum, every batch's rows held)"
         res["static_oracle_hit_rate_10x"] = best_hit_rate(drawn, args.rows, ram)
@@ -439,7 +482,6 @@ def main() -> None:
         res["ssd_file_rows"] = after["rows"]
         res["ram_tier_rows"] = ram
         res["cache_rows_10x"], res["host_rows_10x"] = cache, ram - cache
-        n_meas = len(drawn)
         res["ssd_bytes_read_per_batch"] = (after["ssd"]["bytes_out"] - before["ssd"]["bytes_out"]) / n_meas
         res["ssd_bytes_written_per_batch"] = (after["ssd"]["bytes_in"] - before["ssd"]["bytes_in"]) / n_meas
         res["not_measured"] = why
@@ -470,8 +512,11 @@ def main() -> None:
     if old is not None:
         print(f"RAM-tier hit rate, {args.old_eviction} (old): {res['old_upper_tier_hit_rate_10x']:.4f} "
               f"({res['old_hit_rate_vs_best_10x']:.3f} of the best possible)")
-    print(f"RAM-tier hit rate, {args.eviction}: {res['upper_tier_hit_rate_10x']:.4f} "
+    told = f", told {args.window} batches ahead" if res["announced_window_10x"] else ""
+    print(f"RAM-tier hit rate, {args.eviction}{told}: {res['upper_tier_hit_rate_10x']:.4f} "
           f"({res['hit_rate_vs_best_10x']:.3f} of the best possible)")
+    print(f"rows read from the SSD file per batch: {args.eviction} {res['ssd_rows_read_per_batch']:.0f}"
+          + (f", {args.old_eviction} {res['old_ssd_rows_read_per_batch']:.0f}" if old is not None else ""))
     print(f"best possible (Belady) for {ram} rows on the stream drawn: {opt:.4f}; the stream's {ram} most frequent "
           f"ids (static oracle) take {res['static_oracle_hit_rate_10x']:.4f} of its lookups, its {ram} most "
           f"probable ids {res['known_distribution_hit_rate_10x']:.4f}")

@@ -129,7 +129,8 @@ def _embedding(r: dict) -> str:
     if r.get("upper_tier_hit_rate_10x") is not None:
         text = f"{100 * r['upper_tier_hit_rate_10x']:.1f}% of lookups from the RAM tiers"
         if r.get("eviction_10x"):
-            text += f" ({r['eviction_10x']})"
+            text += f" ({r['eviction_10x']}" + (f", told {r['announced_window_10x']} batches ahead"
+                                                 if r.get("announced_window_10x") else "") + ")"
         if r.get("best_possible_hit_rate_10x"):
             text += (f", {r['hit_rate_vs_best_10x']:.3f} of the best possible "
                      f"{100 * r['best_possible_hit_rate_10x']:.1f}% (Belady)")

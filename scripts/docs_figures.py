@@ -243,7 +243,12 @@ def fig_dicm_table() -> str:
 def fig_hit_rate() -> str:
     r = load("embedding.json")
     return (f"{r['hit_rate_vs_best_10x']:.3f} of Belady's offline optimum ({r['best_possible_hit_rate_10x']:.4f}) "
-            f"with `{r['eviction_10x']}` (`{r['old_eviction_10x']}`: {r['old_hit_rate_vs_best_10x']:.3f}); a cache told "
+            f"with `{r['eviction_10x']}`"
+            + (f" told the {r['announced_window_10x']} batches ahead, as `fit` does" if r.get("announced_window_10x") else "")
+            + f" (`{r['old_eviction_10x']}`: {r['old_hit_rate_vs_best_10x']:.3f})"
+            + (f"; SSD rows read per batch {r['ssd_rows_read_per_batch']:.0f} against {r['old_ssd_rows_read_per_batch']:.0f}"
+               if r.get("old_ssd_rows_read_per_batch") else "")
+            + "; a cache told "
             f"the Zipf law itself (and never made to hold other rows) would get "
             f"{r['known_distribution_hit_rate_10x']:.4f}, "
             f"{r['known_distribution_hit_rate_10x'] / r['best_possible_hit_rate_10x']:.3f} of the optimum "

@@ -30,8 +30,10 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
+import itertools
 import json
 import logging
 import math
@@ -356,13 +358,23 @@ class _BarTotal:
             self.bar.refresh()
 
 
-def _lookahead(it: Iterable[Batch]) -> Iterator[tuple[Batch, Batch | None]]:
+def _lookahead(it: Iterable[Batch], depth: int = 1) -> Iterator[tuple[Batch, list[Batch]]]:
+    """Each batch with the (up to) ``depth`` batches after it, read ahead of it.
+
+    Example:
+        >>> [(b, ahead) for b, ahead in _lookahead(iter([1, 2, 3]), depth=2)]
+        [(1, [2, 3]), (2, [3]), (3, [])]
+    """
     it = iter(it)
-    cur = next(it, None)
-    while cur is not None:
-        nxt = next(it, None)
-        yield cur, nxt
-        cur = nxt
+    window = collections.deque(itertools.islice(it, depth + 1))
+    while window:
+        cur = window.popleft()
+        window.extend(itertools.islice(it, 1))
+        yield cur, list(window)
+
+
+#: batches ``fit`` reads ahead and announces to ``lfu_window`` tables (``fit(lookahead=...)``)
+LOOKAHEAD_BATCHES = 32
 
 
 def default_optimizer(params: list[torch.nn.Parameter], lr: float = 1e-3) -> torch.optim.Optimizer:
@@ -436,7 +448,8 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         optimizer: torch.optim.Optimizer | None = None, checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None, resume: bool = True, progress: bool = True,
         prefetch_rows: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
-        device: str | torch.device | None = None, run: Mapping[str, Any] | None = None) -> FitResult:
+        device: str | torch.device | None = None, run: Mapping[str, Any] | None = None,
+        lookahead: int = LOOKAHEAD_BATCHES) -> FitResult:
     """Train ``model`` on ``batches`` with binary cross-entropy on logits.
 
     Args:
@@ -455,6 +468,13 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             checkpoints is an error: runs are never mixed.
         progress: show a tqdm bar.
         prefetch_rows: pin the next batch's rows in the caches while this one trains.
+        lookahead: where a table's eviction uses upcoming batches (``StoreConfig(eviction=
+            "lfu_window")``), read this many batches ahead of training and announce each
+            one's ids to it (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.announce`)
+            as it enters that window; otherwise only the next batch is read ahead.  A
+            stream already holds the partitions it extracted ahead (a 200k-row demo
+            partition is 16 batches of 2,048 rows; the pipeline's partitions up to 128), so
+            the default, 32, holds about two demo partitions' batches.
         keep_checkpoints: keep this many newest checkpoints (None: all); the newest verified
             one is never removed.
         nan: a NaN / inf loss or dense gradient: ``"error"`` (default) stops with a
@@ -486,8 +506,11 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
         start = (0 if checkpoint_dir is None
                  else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity))
+        if lookahead < 0:
+            raise ArgumentError(f"lookahead must be >= 0 batches, got {lookahead}")
         step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,
-                      progress, prefetch_rows, keep_checkpoints, nan if check else "warn", identity)
+                      progress, prefetch_rows, keep_checkpoints, nan if check else "warn", identity,
+                      lookahead if model.uses_window() else 0)
         result.steps = step
         if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                              result.checkpoints[-1].name != step_name(step)):
@@ -499,7 +522,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,
            start: int, epochs: int, max_steps: int | None, checkpoint_dir: str | os.PathLike | None,
            checkpoint_every: int | None, progress: bool, prefetch_rows: bool, keep_checkpoints: int | None,
-           nan: str, identity: Mapping[str, Any] | None = None) -> int:
+           nan: str, identity: Mapping[str, Any] | None = None, lookahead: int = 0) -> int:
     step = 0
     dev = module_device(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -512,18 +535,24 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
                 batches.set_epoch(epoch)
-            for batch, nxt in _lookahead(batches):
+            announced = 0  # batches of this pass announced so far
+            for i, (batch, ahead) in enumerate(_lookahead(batches, max(1, lookahead))):
                 total.refresh()
                 if max_steps is not None and step >= max_steps:
                     return step
                 if step < start:  # trained before the checkpoint
                     step += 1
                     continue
+                if lookahead:  # this batch and those entering the window, each announced once
+                    upcoming = [batch, *ahead[:lookahead]]
+                    for j in range(max(announced, i), i + len(upcoming)):
+                        model.announce(upcoming[j - i], j - i)
+                    announced = i + len(upcoming)
                 optimizer.zero_grad(set_to_none=True)
                 batch = batch.to(dev)
                 logits = model(batch)
-                if prefetch_rows and nxt is not None:
-                    model.prefetch(nxt)
+                if prefetch_rows and ahead:
+                    model.prefetch(ahead[0])
                 loss = loss_fn(logits, batch.label.to(logits.device))
                 value = float(loss.detach())
                 problem = None if math.isfinite(value) else f"loss is {value}"

@@ -27,7 +27,9 @@ def test_benchmark_prints_its_figures_as_the_last_json_line(tmp_path: Path) -> N
     assert res["ssd_file_rows"] == 40000 and res["ram_tier_rows"] == 4000  # SSD holds 10x the RAM tiers
     assert res["cache_rows_10x"] + res["host_rows_10x"] == 4000 and res["host_rows_10x"] > 0
     assert 0 < res["upper_tier_hit_rate_10x"] <= 1 and 0 < res["best_possible_hit_rate_10x"] <= 1
-    assert res["eviction_10x"] == "lfu_full" and res["old_eviction_10x"] == "lfu"
+    assert res["eviction_10x"] == "lfu_window" and res["old_eviction_10x"] == "lfu_full"
+    assert res["announced_window_10x"] == 32  # the trainer's window (fit's LOOKAHEAD_BATCHES)
+    assert res["ssd_rows_read_per_batch"] > 0 and res["old_ssd_rows_read_per_batch"] > 0
     assert 0 < res["old_upper_tier_hit_rate_10x"] <= res["best_possible_hit_rate_10x"] + 1e-9
     # no cache of the RAM tiers' size can beat Belady's (the best possible) hit rate, and ids
     # spread over 10x the RAM tiers must reach the SSD tier sometimes

@@ -162,6 +162,9 @@ class ShardedTable:
         if grad is not None:
             self.update_rows(lookup, grad)
 
+    #: announced upcoming batches are not forwarded to the owners' stores
+    uses_window = False
+
     def prefetch(self, ids: Any) -> int:
         """A no-op: rows come with the step's exchange."""
         return 0

@@ -45,6 +45,15 @@ class CTRModel(nn.Module):
         """Bring ``batch``'s rows into the caches and pin them for the next step."""
         return sum(c.prefetch(batch.sparse) for _, c in self.collections())
 
+    def announce(self, batch: Batch, ahead: int) -> int:
+        """Announce ``batch``, looked up ``ahead`` steps from now, to the tables whose eviction
+        uses upcoming batches (``lfu_window``); returns the rows noted."""
+        return sum(c.announce(batch.sparse, ahead) for _, c in self.collections())
+
+    def uses_window(self) -> bool:
+        """Whether any table's eviction uses announced upcoming batches."""
+        return any(s.uses_window for s in self.stores().values())
+
     def sparse_stats(self) -> dict[str, dict]:
         return {k: s.stats() for k, s in self.stores().items()}
 

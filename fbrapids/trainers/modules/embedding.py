@@ -243,6 +243,16 @@ class TieredEmbeddingBagCollection(nn.Module):
             moved += self.stores[table].prefetch(torch.cat([sparse[f][0] for f in feats]))
         return moved
 
+    def announce(self, sparse: Sparse, ahead: int) -> int:
+        """Announce a batch looked up ``ahead`` steps from now to the tables whose eviction
+        uses upcoming batches (``lfu_window``); returns the rows noted."""
+        noted = 0
+        for table, feats in self._by_table(sparse, [f for f in self.features if f in sparse]).items():
+            store = self.stores[table]
+            if store.uses_window:
+                noted += store.announce(torch.cat([sparse[f][0] for f in feats]), ahead)
+        return noted
+
     def stats(self) -> dict[str, dict]:
         return {t: s.stats() for t, s in self.stores.items()}
 

@@ -27,7 +27,9 @@ class StoreConfig:
         cache_rows: rows in the top tier (device memory with a GPU; host RAM without).
         host_rows: rows in the host-RAM tier; ``None`` = unbounded (no SSD tier needed).
         ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
-        eviction: ``"lru"``, ``"lfu"`` or ``"lfu_full"`` (see :mod:`fbrapids.trainers.sparse.policies`).
+        eviction: ``"lru"``, ``"lfu"``, ``"lfu_full"`` or ``"lfu_window"`` (``lfu_full`` that
+            keeps the rows of announced upcoming batches; see
+            :mod:`fbrapids.trainers.sparse.policies`).
         admit_after: an id gets its own row after it was seen in this many batches;
             until then it reads the shared default row (zeros), whose gradient is dropped.
         evict_fraction: when a tier is full, evict at least this fraction of it at once,

@@ -72,6 +72,12 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
     lib.fbx_store_touch.restype = ctypes.c_int
     lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_window_keys.restype = ctypes.c_int
+    lib.fbx_window_keys.argtypes = [p, i64, p, p, i64, i64, i64, p]
+    lib.fbx_window_announce.restype = i64
+    lib.fbx_window_announce.argtypes = [p, i64, i64, i64, p, p, p, p, i64, i64, i64, p]
+    lib.fbx_window_begin.restype = None
+    lib.fbx_window_begin.argtypes = [p, i64, p, i64, i64, p]
     lib.fbx_cache_slots.restype = i64
     lib.fbx_cache_slots.argtypes = [p, i64, p, i64, p]
     lib.fbx_pin_slots.restype = ctypes.c_int
@@ -356,6 +362,74 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
                               out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
     return out
+
+
+def window_keys(g: np.ndarray, next_use: np.ndarray, freq: np.ndarray, current: int, in_window: int) -> np.ndarray:
+    """Eviction keys of rows ``g`` in one C pass: ``in_window - next_use[g]`` where
+    ``next_use[g] > current``, else ``freq[g]`` (int64 arrays; ``g`` in range of both).
+
+    Example:
+        >>> import numpy as np
+        >>> window_keys(np.array([0, 1]), np.array([-1, 7]), np.array([3, 4]), current=5, in_window=100).tolist()
+        [3, 93]
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    _int64_arrays("window_keys", next_use, freq)
+    out = np.empty(len(g), dtype=np.int64)
+    n_rows = min(len(next_use), len(freq))
+    if _lib().fbx_window_keys(g.ctypes.data, len(g), next_use.ctypes.data, freq.ctypes.data, n_rows, int(current),
+                              int(in_window), out.ctypes.data) != 0:
+        raise RowIndexError(f"window_keys: rows outside [0, {n_rows})")
+    return out
+
+
+def _int64_arrays(where: str, *arrays: np.ndarray) -> None:
+    for a in arrays:
+        if a.dtype != np.int64 or not a.flags.c_contiguous:
+            raise InputTypeError(f"{where}: expected contiguous int64 arrays, got {a.dtype}")
+
+
+def window_announce(g: np.ndarray, step: int, current: int, next_use: np.ndarray, last_step: np.ndarray,
+                    last_occ: np.ndarray, ring: np.ndarray, occ0: int) -> np.ndarray:
+    """One pass of :meth:`fbrapids.trainers.sparse.lookahead.UseWindow.announce` over a
+    batch's rows ``g`` (-1 and repeats skipped; ``len(ring)`` a power of two): links each
+    row's pending occurrence to ``step`` (else sets its ``next_use``), numbers its new
+    occurrence from ``occ0``; returns the distinct rows, in order.
+
+    Example:
+        >>> import numpy as np
+        >>> nu, ls, lo, ring = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.full(8, -1)
+        >>> window_announce(np.array([2, -1, 2, 0]), 1, 0, nu, ls, lo, ring, 0).tolist(), nu.tolist()
+        ([2, 0], [1, -1, 1, -1])
+        >>> window_announce(np.array([2]), 2, 0, nu, ls, lo, ring, 2).tolist(), ring[:3].tolist()
+        ([2], [2, -1, -1])
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    _int64_arrays("window_announce", next_use, last_step, last_occ, ring)
+    n_rows = min(len(next_use), len(last_step), len(last_occ))
+    out = np.empty(len(g), dtype=np.int64)
+    n = _lib().fbx_window_announce(g.ctypes.data, len(g), int(step), int(current), next_use.ctypes.data,
+                                   last_step.ctypes.data, last_occ.ctypes.data, ring.ctypes.data, len(ring) - 1,
+                                   int(occ0), n_rows, out.ctypes.data)
+    if n < 0:
+        raise RowIndexError(f"window_announce: rows outside [0, {n_rows})")
+    return out[:n]
+
+
+def window_begin(g: np.ndarray, ring: np.ndarray, occ0: int, next_use: np.ndarray) -> None:
+    """``next_use[g[j]] = ring[(occ0 + j) % len(ring)]`` in one C pass (``g`` distinct rows
+    in range, as :func:`window_announce` returned them).
+
+    Example:
+        >>> import numpy as np
+        >>> nu = np.full(3, -1); window_begin(np.array([2, 0]), np.array([7, 9, 5, 4]), 3, nu); nu.tolist()
+        [7, -1, 4]
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    _int64_arrays("window_begin", next_use, ring)
+    if len(g) and (int(g.min()) < 0 or int(g.max()) >= len(next_use)):
+        raise RowIndexError(f"window_begin: rows outside [0, {len(next_use)})")
+    _lib().fbx_window_begin(g.ctypes.data, len(g), ring.ctypes.data, len(ring) - 1, int(occ0), next_use.ctypes.data)
 
 
 def cache_slots(g: np.ndarray, cache_loc: np.ndarray) -> tuple[np.ndarray, int]:

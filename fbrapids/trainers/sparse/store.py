@@ -7,12 +7,14 @@ One table is four parts, each in its own module:
   :mod:`~fbrapids.trainers.sparse.hierarchy` - the cache (a torch tensor on the
   training device), host RAM (numpy) and the SSD file (a SIGBUS-safe map), and rows
   moving between them;
-* :mod:`~fbrapids.trainers.sparse.policies` - which rows a full tier evicts (LRU, LFU);
+* :mod:`~fbrapids.trainers.sparse.policies` - which rows a full tier evicts (LRU, LFU, and
+  LFU after the rows announced batches use again, :mod:`~fbrapids.trainers.sparse.lookahead`);
 * :mod:`~fbrapids.trainers.sparse.optim` - the sparse optimizers (row-wise Adagrad, SGD);
 * :mod:`~fbrapids.trainers.sparse.persistence` - flush, save, load.
 
 This module is the per-batch face: :meth:`TieredEmbeddingStore.lookup`,
-:meth:`~TieredEmbeddingStore.prefetch`, :meth:`~TieredEmbeddingStore.apply_gradients`
+:meth:`~TieredEmbeddingStore.prefetch`, :meth:`~TieredEmbeddingStore.announce` (upcoming
+batches, for the ``lfu_window`` eviction), :meth:`~TieredEmbeddingStore.apply_gradients`
 and :meth:`~TieredEmbeddingStore.stats`.
 
 Ids are raw 64-bit keys, never reduced modulo a table size.  Negative int64 ids are read
@@ -63,7 +65,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fbrapids.errors import InputTypeError, StoreError
+from fbrapids.errors import ArgumentError, InputTypeError, StoreError
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
@@ -169,7 +171,8 @@ class TieredEmbeddingStore:
         self._prefetched: tuple | None = None  # (keys, rows admitted, unique_rows of keys) of the last prefetch
         self.version += 1
         self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "prefetched_rows": 0,
-                        "device_map_hits": 0, "host_directory_lookups": 0, "unseen_reads": 0}
+                        "device_map_hits": 0, "host_directory_lookups": 0, "unseen_reads": 0,
+                        "announced_rows": 0}
         self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
@@ -242,6 +245,8 @@ class TieredEmbeddingStore:
             raise StoreError(f"table {self.name!r} is read-only (a Scorer serves it): training on it would never learn "
                              "unseen ids; set store.read_only = False on each of model.stores() to train again")
         d, tiers = self.directory, self.tiers
+        if self.uses_window:
+            tiers.policy.window.begin(self._step)
         full = None
         if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
             uniq, inverse, occ, g = self._unique_rows_on_device(ids)
@@ -379,6 +384,36 @@ class TieredEmbeddingStore:
         self.tiers.ensure_cached(g, self._step + 1, self._step)
         self._counts["prefetched_rows"] += moved
         return moved
+
+    @property
+    def uses_window(self) -> bool:
+        """Whether the eviction policy ranks rows by announced upcoming batches
+        (``lfu_window``): then :meth:`announce` is worth calling."""
+        return self.tiers.policy.uses_window
+
+    def announce(self, ids: Any, ahead: int = 1) -> int:
+        """Tell the eviction policy the ids of the batch to be looked up ``ahead`` steps from
+        now (0: this step's, before its lookup); returns the admitted rows noted.
+
+        Batches are announced in order; an announcement is a hint only: it moves nothing
+        (no row is read ahead) and never changes a row's value.  A policy without a window
+        ignores it (0).  Ids not admitted yet are not tracked.
+
+        Example:
+            >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, eviction="lfu_window", device="cpu"))
+            >>> _ = s.lookup(np.array([1, 2]), requires_grad=False); s.end_step()
+            >>> s.announce(np.array([2, 2, 3]), ahead=1), s.stats()["announced_rows"]
+            (1, 1)
+        """
+        if not self.uses_window:
+            return 0
+        if ahead < 0:
+            raise ArgumentError(f"table {self.name!r}: announce(ahead={ahead}): a batch can only be announced for "
+                                "this step or a later one")
+        noted = self.tiers.policy.window.announce(self.directory.get(as_uint64_ids(ids).ravel()),
+                                                  self._step + int(ahead))
+        self._counts["announced_rows"] += noted
+        return noted
 
     @torch.no_grad()
     def apply_gradients(self, lookup: Lookup, grad: torch.Tensor | None = None) -> None:
@@ -533,6 +568,9 @@ class TieredEmbeddingStore:
         ``upper_tier_hit_rate`` is the share of occurrences of existing rows served by the
         cache or host RAM rather than the SSD file; ``upper_tier_unique_hit_rate`` the same
         over unique rows per batch.
+
+        ``announced_rows`` counts the distinct admitted rows of the batches
+        :meth:`announce` told an ``lfu_window`` policy about.
 
         ``host_directory_lookups`` counts the distinct ids of lookups and prefetches looked
         up in the host directory's hash map; ``device_map_hits`` those found instead in a

@@ -218,6 +218,63 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
     return 0;
 }
 
+/* Eviction keys of the lfu_window policy over m rows g[j]: a row whose next known use
+ * next_use[r] comes after `current` gets in_window - next_use[r] (the sooner, the higher), any
+ * other freq[r]; returns 0, or -1 (nothing written) for a row outside [0, n_rows). */
+int fbx_window_keys(const int64_t *g, int64_t m, const int64_t *next_use, const int64_t *freq, int64_t n_rows,
+                    int64_t current, int64_t in_window, int64_t *out) {
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] < 0 || g[j] >= n_rows) return -1;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) {
+            __builtin_prefetch(next_use + g[j + FBX_AHEAD]); __builtin_prefetch(freq + g[j + FBX_AHEAD]);
+        }
+        int64_t nu = next_use[g[j]];
+        out[j] = nu > current ? in_window - nu : freq[g[j]];
+    }
+    return 0;
+}
+
+/* A batch announced for `step` (after every step announced before; `current` begun last):
+ * its rows g[0..m) (-1: not admitted, skipped; repeats counted once) are numbered as
+ * occurrences occ0, occ0 + 1, ... in ring (index & mask, next step -1 for now); a row whose
+ * last announced step is still to come (> current) gets this step as that occurrence's
+ * next, any other gets it as its next use.  Writes the distinct rows to rows_out and
+ * returns how many, or -1 (nothing done) for a row outside [0, n_rows). */
+int64_t fbx_window_announce(const int64_t *g, int64_t m, int64_t step, int64_t current, int64_t *next_use,
+                            int64_t *last_step, int64_t *last_occ, int64_t *ring, int64_t mask, int64_t occ0,
+                            int64_t n_rows, int64_t *rows_out) {
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] >= n_rows) return -1;
+    int64_t n = 0;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) {
+            int64_t p = g[j + FBX_AHEAD];
+            __builtin_prefetch(last_step + p, 1); __builtin_prefetch(last_occ + p, 1);
+            __builtin_prefetch(next_use + p, 1);
+        }
+        int64_t r = g[j];
+        if (r < 0 || last_step[r] == step) continue;
+        if (last_step[r] > current) ring[last_occ[r] & mask] = step;
+        else next_use[r] = step;
+        last_step[r] = step;
+        last_occ[r] = occ0 + n;
+        ring[(occ0 + n) & mask] = -1;
+        rows_out[n++] = r;
+    }
+    return n;
+}
+
+/* Step begun: next_use[g[j]] = ring[(occ0 + j) & mask] for the m rows of a batch announced
+ * with its first occurrence numbered occ0 (rows in range). */
+void fbx_window_begin(const int64_t *g, int64_t m, const int64_t *ring, int64_t mask, int64_t occ0,
+                      int64_t *next_use) {
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) __builtin_prefetch(next_use + g[j + FBX_AHEAD], 1);
+        next_use[g[j]] = ring[(occ0 + j) & mask];
+    }
+}
+
 /* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached, or -1 for
  * a row outside [0, n_rows). */
 int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t n_rows, int64_t *slots) {
