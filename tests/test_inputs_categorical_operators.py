@@ -26,6 +26,8 @@ CASES = {
     "lower": ops.lower("c"),
     "substring": ops.substring("c", 1, 2),
     "json_get": ops.json_get("c", "d.os"),
+    "json_scan": ops.call("json_scan", "c", paths=("d.os", "d")),
+    "json_pick": ops.call("json_pick", "c", ops.call("json_scan", "c", paths=("d", "d.os")), index=1),
     "fill_null": ops.fill_null("c", "zz"),
     "lookup": ops.lookup("c", ["a b", "x"]),
     "lookup_value": ops.lookup("c", {"a b": 0.5, "x": 2.0}, oov=-1.0),

@@ -32,6 +32,7 @@ H_LIST = "ops/fbx_ops_list.h"
 H_CROSS = "ops/fbx_ops_cross.h"
 H_LOOKUP = "ops/fbx_ops_lookup.h"
 H_JSON = "ops/fbx_ops_json.h"
+JSON_MAX_PATHS = 16  #: FBX_JSON_MAX_PATHS of csrc/json_path.h: paths one json_scan reads
 
 #: every built-in operator, in definition order
 BUILTINS: list[Operator] = []
@@ -394,8 +395,39 @@ for _name, (_fit, _doc) in FRAME_LEVEL.items():
      null_rule="null when the input is null, malformed, lacks the path, or holds a non-string there",
      headers=(H_JSON,))
 def _json_get(t, p):
+    path = _json_path(p, "json_get")
+    return Impl("str", "var", f"fbx_json_get({{a0}}, {path}, {{status}}, {{out}}, {{scratch}})",
+                status=bool(p.get("with_status", False)))
+
+
+def _json_path(p: dict, op: str) -> str:
+    """The C arguments ``path, path_len`` of a json operator's ``path`` parameter."""
     path = p.get("path")
     if not isinstance(path, str) or not path:
-        raise OperatorError(f"json_get: path must be a non-empty dotted string, got {path!r}")
-    return Impl("str", "var", f"fbx_json_get({{a0}}, {c_string(path)}, {len(path.encode())}, {{status}}, {{out}})",
+        raise OperatorError(f"{op}: path must be a non-empty dotted string, got {path!r}")
+    return f"{c_string(path)}, {len(path.encode())}"
+
+
+@_op("json_scan", ("str",), "One strict-JSON pass for several dotted `paths` (1 to 16) at once: per path "
+     "(offset of its string value << 3) | status (0 found, 1 malformed, 2 missing, 3 not a string, 4 too deep), "
+     "what json_pick reads.", headers=(H_JSON,))
+def _json_scan(t, p):
+    paths = p.get("paths")
+    if not isinstance(paths, tuple) or not 1 <= len(paths) <= JSON_MAX_PATHS:
+        raise OperatorError(f"json_scan: paths must be a tuple of 1 to {JSON_MAX_PATHS} paths, got {paths!r}")
+    for path in paths:
+        _json_path({"path": path}, "json_scan")
+    lens = ", ".join(f"{len(q.encode())}" for q in paths)
+    return Impl("list<i64>", "var", f"fbx_json_scan({{a0}}, {c_string(''.join(paths))}, pl{{id}}, {len(paths)}, {{out}})",
+                prelude=f"const fbx_i64 pl{{id}}[{len(paths)}] = {{{lens}}};")
+
+
+@_op("json_pick", ("str", "intlist"), "The string json_scan (the second input, over the same document) found "
+     "for its path number `index`.", null_rule="null when either input is null, or json_scan's status for the path is "
+     "not 0", headers=(H_JSON,))
+def _json_pick(t, p):
+    index = _int_param(p, "index", lo=0)
+    if index >= JSON_MAX_PATHS:
+        raise OperatorError(f"json_pick: index must be < {JSON_MAX_PATHS} (a json_scan reads at most that many paths)")
+    return Impl("str", "var", f"fbx_json_pick({{a0}}, {{a1}}, {index}LL, {{status}}, {{out}})",
                 status=bool(p.get("with_status", False)))

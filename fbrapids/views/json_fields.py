@@ -5,12 +5,14 @@
 non-string there) and the counts of each case.  Strictness follows section 3 of the
 canonical workload: RFC 8259, the whole text one JSON value, no NaN/Infinity literals.
 
-The parsing runs in the ``json_get`` meta-kernel (``csrc/json_path.h``), one plan for all
-the paths of a column: host C with OpenMP on the CPU backend, the same device functions
-as CUDA on the GPU backend (the CUDA plan reads the cudf column in place, and the counts
-are computed on the device and read back in one small transfer), so both give the same
-answers.  Each ``json_get`` also writes
-a per-row status (0 found, 1 malformed, 2 missing, 3 not a string) the counts come from.
+The parsing runs in one meta-kernel plan for all the paths of a column (``csrc/json_path.h``):
+``json_scan`` walks each document ONCE, validating it and finding every path (up to 16 per
+scan), and ``json_pick`` copies each found string out, without parsing again.  Host C with
+OpenMP on the CPU backend, the same device functions as CUDA on the GPU backend (the CUDA
+plan reads the cudf column in place, and the counts are computed on the device and read
+back in one small transfer), so both give the same answers.  Each ``json_pick`` also
+writes a per-row status (0 found, 1 malformed, 2 missing, 3 not a string, 4 too deep) the
+counts come from.
 
 What is null, and counted (``clean_report(frame).counts["json"][source]``):
 
@@ -39,7 +41,7 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 
-_STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING = 1, 2, 3
+_STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING, _STATUS_TOO_DEEP = 1, 2, 3, 4
 MAX_DEPTH = 64  #: FBX_JSON_MAX_DEPTH of csrc/json_path.h
 
 
@@ -76,11 +78,6 @@ def nesting_depth(doc: str) -> int:
     return deepest
 
 
-def _too_deep(docs: Any) -> int:
-    """How many of the (malformed) documents nest deeper than MAX_DEPTH."""
-    return sum(1 for d in docs if isinstance(d, str) and nesting_depth(d) > MAX_DEPTH)
-
-
 def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
     """Extract dotted ``paths`` from the JSON strings in ``series``.
 
@@ -94,9 +91,17 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
         ``not_string:<name>`` (see the module doc).
     """
     from fbrapids.kernels import Call, Col, build_plan, compiled, to_series
+    from fbrapids.kernels.builtins import JSON_MAX_PATHS
 
-    feats = {name: Call("json_get", (Col("doc"),), (("path", path), ("with_status", True)))
-             for name, path in paths.items()}
+    # one strict-JSON pass per document for all the paths (json_scan, in groups of
+    # JSON_MAX_PATHS); json_pick then only copies each found value out
+    feats = {}
+    names = list(paths)
+    for g in range(0, len(names), JSON_MAX_PATHS):
+        group = names[g: g + JSON_MAX_PATHS]
+        scan = Call("json_scan", (Col("doc"),), (("paths", tuple(paths[n] for n in group)),))
+        for k, name in enumerate(group):
+            feats[name] = Call("json_pick", (Col("doc"), scan), (("index", k), ("with_status", True)))
     counts = dict.fromkeys(count_keys(list(paths)), 0)
     counts["rows"] = int(len(series))
     be = _backend.backend_of(series)
@@ -108,12 +113,9 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
             return {}, counts
         res = compiled(build_plan(feats, {"doc": "str"}, backend="gpu")).run({"doc": doc})
         xp = be.xp
-        bins = xp.stack([xp.bincount(res.status[name][res.status[name] >= 0].astype(xp.int64), minlength=4)[:4]
+        bins = xp.stack([xp.bincount(res.status[name][res.status[name] >= 0].astype(xp.int64), minlength=5)[:5]
                          for name in paths]).get()  # every count in one small device-to-host read
         out = {name: res.columns[name] for name in paths}
-        first = res.status[next(iter(paths))]
-        bad = be.xp.flatnonzero(first == _STATUS_MALFORMED)
-        counts["too_deep"] = _too_deep(doc.iloc[bad].to_pandas()) if len(bad) else 0  # the few malformed rows only
     else:
         host = _backend.to_host(series)
         if not (isinstance(host.dtype, pd.StringDtype) or str(host.dtype) in ("str", "string")):
@@ -123,14 +125,13 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
             return {}, counts
         frame = pd.DataFrame({"doc": host.array}, index=host.index, copy=False)
         res = compiled(build_plan(feats, {"doc": "str"})).run(frame)
-        bins = np.stack([np.bincount(res.status[name][res.status[name] >= 0].astype(np.int64), minlength=4)[:4]
+        bins = np.stack([np.bincount(res.status[name][res.status[name] >= 0].astype(np.int64), minlength=5)[:5]
                          for name in paths])
         out = {name: to_series(res.columns[name], host.index, name) for name in paths}
-        bad = np.flatnonzero(res.status[next(iter(paths))] == _STATUS_MALFORMED)
-        counts["too_deep"] = _too_deep(host.iloc[bad]) if len(bad) else 0  # the few malformed rows only
     for i, name in enumerate(paths):
-        if i == 0:  # the whole document is validated for every path; too deep is counted apart
-            counts["malformed"] = int(bins[i][_STATUS_MALFORMED]) - counts["too_deep"]
+        if i == 0:  # a document malformed (or too deep) is so for every path
+            counts["malformed"] = int(bins[i][_STATUS_MALFORMED])
+            counts["too_deep"] = int(bins[i][_STATUS_TOO_DEEP])
         counts[f"missing:{name}"] = int(bins[i][_STATUS_MISSING])
         counts[f"not_string:{name}"] = int(bins[i][_STATUS_NOT_STRING])
     return out, counts
