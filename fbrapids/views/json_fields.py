@@ -78,6 +78,29 @@ def nesting_depth(doc: str) -> int:
     return deepest
 
 
+def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
+    """The plan's features for ``paths`` of the JSON column ``source``: one ``json_scan``
+    (one strict-JSON walk per document) per 16 paths, and a ``json_pick`` per path, which
+    copies the value the scan found without parsing again.
+
+    Example:
+        >>> feats = json_features({"os": "device.os", "city": "geo.city"})
+        >>> str(feats["city"])
+        "json_pick(doc, json_scan(doc, paths=('device.os', 'geo.city')), index=1, with_status=True)"
+    """
+    from fbrapids.kernels import Call, Col
+    from fbrapids.kernels.builtins import JSON_MAX_PATHS
+
+    feats: dict[str, Any] = {}
+    names = list(paths)
+    for g in range(0, len(names), JSON_MAX_PATHS):
+        group = names[g: g + JSON_MAX_PATHS]
+        scan = Call("json_scan", (Col(source),), (("paths", tuple(paths[n] for n in group)),))
+        for k, name in enumerate(group):
+            feats[name] = Call("json_pick", (Col(source), scan), (("index", k), ("with_status", True)))
+    return feats
+
+
 def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
     """Extract dotted ``paths`` from the JSON strings in ``series``.
 
@@ -90,18 +113,9 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
         counts ``rows``, ``null_input``, ``malformed``, ``too_deep``, ``missing:<name>``,
         ``not_string:<name>`` (see the module doc).
     """
-    from fbrapids.kernels import Call, Col, build_plan, compiled, to_series
-    from fbrapids.kernels.builtins import JSON_MAX_PATHS
+    from fbrapids.kernels import build_plan, compiled, to_series
 
-    # one strict-JSON pass per document for all the paths (json_scan, in groups of
-    # JSON_MAX_PATHS); json_pick then only copies each found value out
-    feats = {}
-    names = list(paths)
-    for g in range(0, len(names), JSON_MAX_PATHS):
-        group = names[g: g + JSON_MAX_PATHS]
-        scan = Call("json_scan", (Col("doc"),), (("paths", tuple(paths[n] for n in group)),))
-        for k, name in enumerate(group):
-            feats[name] = Call("json_pick", (Col("doc"), scan), (("index", k), ("with_status", True)))
+    feats = json_features(paths)
     counts = dict.fromkeys(count_keys(list(paths)), 0)
     counts["rows"] = int(len(series))
     be = _backend.backend_of(series)
