@@ -241,9 +241,8 @@ def _fill_arrow_strings(col: pd.Series, value: str) -> tuple[pd.Series, int]:
     if not n:
         return col, 0
     chunks = [_empty_nulls_as_empty_strings(c) for c in arr.chunks] if value == "" else [None]
-    if any(c is None for c in chunks):
-        chunks = [pc.fill_null(arr, value)]
-    filled = pd.arrays.ArrowStringArray(pa.chunked_array(chunks, type=arr.type), dtype=col.dtype)
+    done = pa.chunked_array(chunks, type=arr.type) if all(c is not None for c in chunks) else pc.fill_null(arr, value)
+    filled = pd.arrays.ArrowStringArray(done, dtype=col.dtype)
     return pd.Series(filled, index=col.index, name=col.name, copy=False), n
 
 
