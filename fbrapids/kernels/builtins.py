@@ -401,11 +401,11 @@ def _json_get(t, p):
 
 
 def _json_path(p: dict, op: str) -> str:
-    """The C arguments ``path, path_len`` of a json operator's ``path`` parameter."""
+    """The C arguments ``path, path_len, segments`` of a json operator's ``path`` parameter."""
     path = p.get("path")
     if not isinstance(path, str) or not path:
         raise OperatorError(f"{op}: path must be a non-empty dotted string, got {path!r}")
-    return f"{c_string(path)}, {len(path.encode())}"
+    return f"{c_string(path)}, {len(path.encode())}, {path.count('.') + 1}"
 
 
 @_op("json_scan", ("str",), "One strict-JSON pass for several dotted `paths` (1 to 16) at once: per path "
@@ -418,8 +418,10 @@ def _json_scan(t, p):
     for path in paths:
         _json_path({"path": path}, "json_scan")
     lens = ", ".join(f"{len(q.encode())}" for q in paths)
-    return Impl("list<i64>", "var", f"fbx_json_scan({{a0}}, {c_string(''.join(paths))}, pl{{id}}, {len(paths)}, {{out}})",
-                prelude=f"const fbx_i64 pl{{id}}[{len(paths)}] = {{{lens}}};")
+    segs = ", ".join(f"{q.count('.') + 1}" for q in paths)
+    return Impl("list<i64>", "var",
+                f"fbx_json_scan({{a0}}, {c_string(''.join(paths))}, pl{{id}}, ps{{id}}, {len(paths)}, {{out}})",
+                prelude=f"const fbx_i64 pl{{id}}[{len(paths)}] = {{{lens}}}; const fbx_i64 ps{{id}}[{len(paths)}] = {{{segs}}};")
 
 
 @_op("json_pick", ("str", "intlist"), "The string json_scan (the second input, over the same document) found "

@@ -34,7 +34,7 @@
  *   - a path of length 0 addresses the root value itself; otherwise it is split on every
  *     '.', so a key that contains '.' cannot be addressed, and "a..b" has an empty middle key.
  *
- * fbx_json_walk(doc, n, paths, path_lens, npaths, result, val_start, val_len), underneath,
+ * fbx_json_walk(doc, n, paths, path_lens, path_nsegs, npaths, result, val_start, val_len), underneath,
  * validates once and looks up several paths in the same pass (json_scan's one walk);
  * fbx_json_bracket_depth tells a too-deep malformed document from another.
  *
@@ -250,9 +250,16 @@ FBX_DEVICE fbx_i64 fbx_json_unescape(const char* raw, fbx_i64 n, char* out) {
 /* Whether the validated string body raw[0..n), unescaped, equals key[0..key_len). */
 FBX_DEVICE int fbx_json_key_equals(const char* raw, fbx_i64 n, const char* key,
                                    fbx_i64 key_len) {
+  if (n < key_len) return 0; /* unescaping never lengthens a body */
   fbx_i64 i = 0, pos = 0;
   char buf[4];
   while (i < n) {
+    if (raw[i] != '\\') { /* a byte that stands for itself */
+      if (pos >= key_len || raw[i] != key[pos]) return 0;
+      ++i;
+      ++pos;
+      continue;
+    }
     int k = fbx_json_unit(raw, &i, buf);
     if (pos + k > key_len) return 0;
     for (int j = 0; j < k; ++j)
@@ -262,29 +269,41 @@ FBX_DEVICE int fbx_json_key_equals(const char* raw, fbx_i64 n, const char* key,
   return pos == key_len;
 }
 
-/* Start and length of the k-th '.'-separated segment of path (k >= 0). */
-FBX_DEVICE void fbx_json_segment(const char* path, fbx_i64 path_len, int k, fbx_i64* start,
-                                 fbx_i64* len) {
-  fbx_i64 s = 0;
-  for (int seg = 0; seg < k; ++seg) {
-    while (s < path_len && path[s] != '.') ++s;
-    ++s; /* past the '.' */
-  }
-  fbx_i64 e = s;
+/* The '.'-separated segment of path after the one at [*start, *start + *len) (the first
+ * one when first), in place. */
+FBX_DEVICE void fbx_json_next_segment(const char* path, fbx_i64 path_len, int first, fbx_i64* start,
+                                      fbx_i64* len) {
+  fbx_i64 s = first ? 0 : *start + *len + 1, e = s;
   while (e < path_len && path[e] != '.') ++e;
   *start = s;
   *len = e - s;
 }
 
+/* The segment of path before the one starting at *start (> 0), in place. */
+FBX_DEVICE void fbx_json_prev_segment(const char* path, fbx_i64* start, fbx_i64* len) {
+  fbx_i64 e = *start - 1, s = e; /* path[e] is the '.' ending it */
+  while (s > 0 && path[s - 1] != '.') --s;
+  *start = s;
+  *len = e - s;
+}
+
+/* Segments of a dotted path: 0 for the empty path (the root), else 1 + its dots. */
+FBX_DEVICE fbx_i64 fbx_json_nsegments(const char* path, fbx_i64 path_len) {
+  fbx_i64 nseg = path_len > 0;
+  for (fbx_i64 j = 0; j < path_len; ++j) nseg += path[j] == '.';
+  return nseg;
+}
+
 /* The walk behind fbx_json_get_string and the json ops: ONE pass over doc that validates
  * it and looks up npaths (<= FBX_JSON_MAX_PATHS) dotted paths at once.  Path k is
  * paths[o_k .. o_k + path_lens[k]), o_k the sum of the lengths before it (the paths
- * concatenated).  Returns 1 when doc is malformed (then every result[k] is
- * FBX_JSON_MALFORMED), else 0 with result[k] the status of path k and, where it is
+ * concatenated), and has path_nsegs[k] segments (fbx_json_nsegments).  Returns 1 when
+ * doc is malformed (then every result[k] is FBX_JSON_MALFORMED), else 0 with result[k] the status of path k and, where it is
  * FBX_JSON_FOUND, val_start[k] / val_len[k] the raw string body's span (between the
  * quotes, still escaped). */
 FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, const fbx_i64* path_lens,
-                             int npaths, int* result, fbx_i64* val_start, fbx_i64* val_len) {
+                             const fbx_i64* path_nsegs, int npaths, int* result, fbx_i64* val_start,
+                             fbx_i64* val_len) {
   const char* path[FBX_JSON_MAX_PATHS];
   int nseg[FBX_JSON_MAX_PATHS];   /* path segments (0 for the empty path = the root) */
   int pm[FBX_JSON_MAX_PATHS];     /* containers 1..pm are the objects along path k */
@@ -294,11 +313,7 @@ FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, cons
   for (int k = 0; k < npaths; ++k) {
     path[k] = paths + o;
     o += path_lens[k];
-    nseg[k] = 0;
-    if (path_lens[k] > 0) {
-      nseg[k] = 1;
-      for (fbx_i64 j = 0; j < path_lens[k]; ++j) nseg[k] += path[k][j] == '.';
-    }
+    nseg[k] = (int)path_nsegs[k];
     pm[k] = 0;
     seg_start[k] = seg_len[k] = 0;
     pending[k] = nseg[k] == 0 ? 1 : 2;
@@ -328,9 +343,9 @@ FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, cons
             if (pending[k] == 1) result[k] = FBX_JSON_NOT_STRING;
             else if (pending[k] == 2) {
               result[k] = FBX_JSON_MISSING;
-              if (c == '{') {
+              if (c == '{') { /* one level deeper along path k: its next segment */
                 pm[k] = depth;
-                fbx_json_segment(path[k], path_lens[k], pm[k] - 1, &seg_start[k], &seg_len[k]);
+                fbx_json_next_segment(path[k], path_lens[k], pm[k] == 1, &seg_start[k], &seg_len[k]);
               }
             }
             pending[k] = 0;
@@ -371,7 +386,7 @@ FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, cons
         for (int k = 0; k < npaths; ++k) {
           if (depth == pm[k]) {
             --pm[k];
-            if (pm[k] > 0) fbx_json_segment(path[k], path_lens[k], pm[k] - 1, &seg_start[k], &seg_len[k]);
+            if (pm[k] > 0) fbx_json_prev_segment(path[k], &seg_start[k], &seg_len[k]);
           }
         }
         --depth;
@@ -410,7 +425,7 @@ FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, cons
         for (int k = 0; k < npaths; ++k) {
           if (depth == pm[k]) {
             --pm[k];
-            if (pm[k] > 0) fbx_json_segment(path[k], path_lens[k], pm[k] - 1, &seg_start[k], &seg_len[k]);
+            if (pm[k] > 0) fbx_json_prev_segment(path[k], &seg_start[k], &seg_len[k]);
           }
         }
         --depth;
@@ -429,8 +444,8 @@ FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, cons
 FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* path,
                                        fbx_i64 path_len, char* out, int* status) {
   int result;
-  fbx_i64 val_start, val_len;
-  fbx_json_walk(doc, n, path, &path_len, 1, &result, &val_start, &val_len);
+  fbx_i64 val_start, val_len, nseg = fbx_json_nsegments(path, path_len);
+  fbx_json_walk(doc, n, path, &path_len, &nseg, 1, &result, &val_start, &val_len);
   if (status != NULL) *status = result;
   if (result != FBX_JSON_FOUND) return -1;
   return fbx_json_unescape(doc + val_start, val_len, out);

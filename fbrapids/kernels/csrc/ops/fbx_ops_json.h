@@ -18,12 +18,12 @@
 #include "fbx_views.h"
 #include "json_path.h"
 
-FBX_DEVICE fbx_i64 fbx_json_get(fbx_str doc, const char* path, fbx_i64 path_len, fbx_i8* status, char* out,
-                                fbx_i64* scratch) {
+FBX_DEVICE fbx_i64 fbx_json_get(fbx_str doc, const char* path, fbx_i64 path_len, fbx_i64 nseg, fbx_i8* status,
+                                char* out, fbx_i64* scratch) {
   if (out != NULL) return fbx_json_unescape_to_quote(doc.p + *scratch, out);
   int st;
   fbx_i64 vs, vl;
-  fbx_json_walk(doc.p, doc.n, path, &path_len, 1, &st, &vs, &vl);
+  fbx_json_walk(doc.p, doc.n, path, &path_len, &nseg, 1, &st, &vs, &vl);
   if (status) *status = (fbx_i8)st;
   if (st != FBX_JSON_FOUND) return -1;
   fbx_i64 len = fbx_json_unescape(doc.p + vs, vl, NULL);
@@ -32,13 +32,13 @@ FBX_DEVICE fbx_i64 fbx_json_get(fbx_str doc, const char* path, fbx_i64 path_len,
 }
 
 /* json_scan: npaths codes; the size phase only counts them, the write phase walks once. */
-FBX_DEVICE fbx_i64 fbx_json_scan(fbx_str doc, const char* paths, const fbx_i64* path_lens, int npaths,
-                                 fbx_i64* out) {
+FBX_DEVICE fbx_i64 fbx_json_scan(fbx_str doc, const char* paths, const fbx_i64* path_lens,
+                                 const fbx_i64* path_nsegs, int npaths, fbx_i64* out) {
   if (out == NULL) return npaths;
   int st[FBX_JSON_MAX_PATHS];
   fbx_i64 vs[FBX_JSON_MAX_PATHS], vl[FBX_JSON_MAX_PATHS];
   int deep = 0;
-  if (fbx_json_walk(doc.p, doc.n, paths, path_lens, npaths, st, vs, vl))
+  if (fbx_json_walk(doc.p, doc.n, paths, path_lens, path_nsegs, npaths, st, vs, vl))
     deep = fbx_json_bracket_depth(doc.p, doc.n) > FBX_JSON_MAX_DEPTH;
   for (int k = 0; k < npaths; ++k)
     out[k] = (st[k] == FBX_JSON_FOUND ? vs[k] * 8 : 0) + (deep ? FBX_JSON_TOO_DEEP : st[k]);
