@@ -3,8 +3,10 @@ against Python's json module made strict, on varied, mutated, deep and generated
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import re
 
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
@@ -91,20 +93,13 @@ PATHS = st.sampled_from([
 ])
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.|\\\Z)*(?:"|\Z)', re.S)  # a string, or one left open at the end
+
+
 def _bracket_depth(text: str) -> int:
-    depth = deepest = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            esc, in_str = (False, True) if esc else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    """The deepest run of open '[' / '{' once the strings are cut out."""
+    outside = _STRING.sub("", text)
+    return max(itertools.accumulate((1 if ch in "[{" else -1 for ch in outside if ch in "[{]}"), initial=0))
 
 
 def _has_lone_surrogate(v) -> bool:
