@@ -6,11 +6,12 @@ non-string there) and the counts of each case.  Strictness follows section 3 of 
 canonical workload: RFC 8259, the whole text one JSON value, no NaN/Infinity literals.
 
 The parsing runs in one meta-kernel plan for all the paths of a column (``csrc/json_path.h``):
-``json_scan`` walks each document ONCE, validating it and finding every path (up to 16 per
-scan), and ``json_pick`` copies each found string out, without parsing again.  Host C with
-OpenMP on the CPU backend, the same device functions as CUDA on the GPU backend (the CUDA
-plan reads the cudf column in place, and the counts are computed on the device and read
-back in one small transfer), so both give the same answers.  Each ``json_pick`` also
+``json_scan`` walks each document ONCE, validating it and finding up to 4 paths, whose
+places it packs in one int64 per row, and ``json_pick`` copies each found string out
+without parsing again.  Host C with OpenMP on the CPU backend, the same device functions
+as CUDA on the GPU backend (the CUDA plan reads the cudf column in place, and the counts
+are computed on the device and read back in one small transfer), so both give the same
+answers.  Each ``json_pick`` also
 writes a per-row status (0 found, 1 malformed, 2 missing, 3 not a string, 4 too deep) the
 counts come from.
 
@@ -80,24 +81,29 @@ def nesting_depth(doc: str) -> int:
 
 def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
     """The plan's features for ``paths`` of the JSON column ``source``: one ``json_scan``
-    (one strict-JSON walk per document) per 16 paths, and a ``json_pick`` per path, which
-    copies the value the scan found without parsing again.
+    (one strict-JSON walk per document) per 4 paths, and a ``json_pick`` per path, which
+    copies the value the scan found without parsing again (it walks the document for its
+    own path only when the value sits too far into it for the scan's code: past 512 MiB
+    with 2 paths in the scan, 8 KiB with 4).
 
     Example:
         >>> feats = json_features({"os": "device.os", "city": "geo.city"})
-        >>> str(feats["city"])
-        "json_pick(doc, json_scan(doc, paths=('device.os', 'geo.city')), index=1, with_status=True)"
+        >>> feats["os"].args[1] is feats["city"].args[1]  # one scan, read by both picks
+        True
+        >>> str(feats["city"].args[1])
+        "json_scan(doc, paths=('device.os', 'geo.city'))"
     """
     from fbrapids.kernels import Call, Col
-    from fbrapids.kernels.builtins import JSON_MAX_PATHS
+    from fbrapids.kernels.builtins import JSON_SCAN_PATHS
 
     feats: dict[str, Any] = {}
     names = list(paths)
-    for g in range(0, len(names), JSON_MAX_PATHS):
-        group = names[g: g + JSON_MAX_PATHS]
+    for g in range(0, len(names), JSON_SCAN_PATHS):
+        group = names[g: g + JSON_SCAN_PATHS]
         scan = Call("json_scan", (Col(source),), (("paths", tuple(paths[n] for n in group)),))
         for k, name in enumerate(group):
-            feats[name] = Call("json_pick", (Col(source), scan), (("index", k), ("with_status", True)))
+            feats[name] = Call("json_pick", (Col(source), scan), (("index", k), ("group", len(group)),
+                                                                   ("path", paths[name]), ("with_status", True)))
     return feats
 
 
