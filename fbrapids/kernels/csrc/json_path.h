@@ -59,7 +59,7 @@
 #define FBX_JSON_TOO_DEEP 4 /* malformed, and nested deeper than FBX_JSON_MAX_DEPTH (json ops only) */
 
 FBX_DEVICE int fbx_json_is_ws(fbx_u8 c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+  return c <= ' ' && (c == ' ' || c == '\t' || c == '\n' || c == '\r'); /* one test for most bytes */
 }
 
 FBX_DEVICE fbx_i64 fbx_json_skip_ws(const char* d, fbx_i64 i, fbx_i64 n) {
@@ -115,6 +115,10 @@ FBX_DEVICE fbx_i64 fbx_json_scan_string(const char* d, fbx_i64 i, fbx_i64 n) {
   ++i; /* opening quote */
   while (i < n) {
     fbx_u8 c = (fbx_u8)d[i];
+    if ((fbx_u8)(c - 0x23) < 0x5D && c != '\\') { /* '#' .. DEL but the backslash: itself */
+      ++i;
+      continue;
+    }
     if (c == '"') return i + 1;
     if (c < 0x20) return -1;
     if (c == '\\') {
@@ -397,8 +401,9 @@ FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, cons
       if (doc[i] != '"') { malformed = 1; break; }
       fbx_i64 e = fbx_json_scan_string(doc, i, n);
       if (e < 0) { malformed = 1; break; }
+      const char c0 = doc[i + 1]; /* a key's first byte: most keys differ there */
       for (int k = 0; k < npaths; ++k) {
-        if (depth == pm[k] &&
+        if (depth == pm[k] && (seg_len[k] == 0 || c0 == '\\' || c0 == path[k][seg_start[k]]) &&
             fbx_json_key_equals(doc + i + 1, e - i - 2, path[k] + seg_start[k], seg_len[k])) {
           pending[k] = (pm[k] == nseg[k]) ? 1 : 2;
           any_pending = 1;
