@@ -32,6 +32,7 @@ H_LIST = "ops/fbx_ops_list.h"
 H_CROSS = "ops/fbx_ops_cross.h"
 H_LOOKUP = "ops/fbx_ops_lookup.h"
 H_JSON = "ops/fbx_ops_json.h"
+JSON_SCAN_PATHS = 4  #: FBX_JSON_SCAN_PATHS of csrc/ops/fbx_ops_json.h: paths one json_scan reads
 
 #: every built-in operator, in definition order
 BUILTINS: list[Operator] = []
@@ -394,8 +395,42 @@ for _name, (_fit, _doc) in FRAME_LEVEL.items():
      null_rule="null when the input is null, malformed, lacks the path, or holds a non-string there",
      headers=(H_JSON,))
 def _json_get(t, p):
+    path = _json_path(p, "json_get")
+    return Impl("str", "var", f"fbx_json_get({{a0}}, {path}, {{status}}, {{out}}, {{scratch}})",
+                status=bool(p.get("with_status", False)))
+
+
+def _json_path(p: dict, op: str) -> str:
+    """The C arguments ``path, path_len, segments`` of a json operator's ``path`` parameter."""
     path = p.get("path")
     if not isinstance(path, str) or not path:
-        raise OperatorError(f"json_get: path must be a non-empty dotted string, got {path!r}")
-    return Impl("str", "var", f"fbx_json_get({{a0}}, {c_string(path)}, {len(path.encode())}, {{status}}, {{out}})",
+        raise OperatorError(f"{op}: path must be a non-empty dotted string, got {path!r}")
+    return f"{c_string(path)}, {len(path.encode())}, {path.count('.') + 1}"
+
+
+@_op("json_scan", ("str",), "One strict-JSON walk for 1 to 4 dotted `paths` at once: their codes packed in an "
+     "int64, 64 / len(paths) bits each, (offset of the string value << 3) | status (0 found, 1 malformed, 2 missing, "
+     "3 not a string, 4 too deep, 7 offset too large for the code), what json_pick reads.", headers=(H_JSON,))
+def _json_scan(t, p):
+    paths = p.get("paths")
+    if not isinstance(paths, tuple) or not 1 <= len(paths) <= JSON_SCAN_PATHS:
+        raise OperatorError(f"json_scan: paths must be a tuple of 1 to {JSON_SCAN_PATHS} paths, got {paths!r}")
+    for path in paths:
+        _json_path({"path": path}, "json_scan")
+    lens = ", ".join(f"{len(q.encode())}" for q in paths)
+    segs = ", ".join(f"{q.count('.') + 1}" for q in paths)
+    return Impl("i64", "func", f"fbx_json_scan({{a0}}, {c_string(''.join(paths))}, pl{{id}}, ps{{id}}, {len(paths)}, {{out}})",
+                prelude=f"const fbx_i64 pl{{id}}[{len(paths)}] = {{{lens}}}; const fbx_i64 ps{{id}}[{len(paths)}] = {{{segs}}};")
+
+
+@_op("json_pick", ("str", "int"), "The string json_scan (the second input, over the same document, of `group` "
+     "paths) found for its path number `index`, which is `path` (walked again only when its offset did not fit).",
+     null_rule="null when either input is null, or json_scan's status for the path is not 0", headers=(H_JSON,))
+def _json_pick(t, p):
+    group = _int_param(p, "group", lo=1)
+    index = _int_param(p, "index", lo=0)
+    if not index < group <= JSON_SCAN_PATHS:
+        raise OperatorError(f"json_pick: needs 0 <= index < group <= {JSON_SCAN_PATHS}, got index {index}, group {group}")
+    path = _json_path(p, "json_pick")
+    return Impl("str", "var", f"fbx_json_pick({{a0}}, {{a1}}, {index}, {group}, {path}, {{status}}, {{out}}, {{scratch}})",
                 status=bool(p.get("with_status", False)))

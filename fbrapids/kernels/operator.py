@@ -15,6 +15,8 @@ C text templates use placeholders, filled in by the renderer:
 * ``{b0}``, ...: read-only parameter buffers (lookup tables, boundaries);
 * ``{err}``: the kernel's error word; ``{status}``: a per-row int8 side output or NULL;
 * ``{id}``: a name unique to the operator instance (for prelude temporaries).
+* ``{scratch}``: (``var`` results other than ``list<str>``) a per-row ``fbx_i64*`` the size
+  phase may write and the write phase reads back (json_get keeps the value's offset there).
 
 Kinds: ``expr`` (a C expression giving the value), ``func`` (a call returning validity,
 writing ``*{out}``), ``var`` (a call returning the element count, < 0 for null, in the

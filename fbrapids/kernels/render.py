@@ -143,13 +143,17 @@ def _op_bodies(plan: Plan, abi: LayerABI) -> tuple[list[str], list[str]]:
             (pa,) = o.parts
             es = 1 if node.type == "str" else 8
             dst = "(pool + off)" if node.type == "str" else "(fbx_i64*)(pool + off)"
-            call1 = _fill(impl.template, {**m, "status": f"&o{nid}_st[r]" if impl.status else "NULL", "out": "NULL"})
+            # {scratch}: a row's int64 the size phase may leave for the write phase (in the
+            # offset slot, which the write phase reads before it puts the row's offset there)
+            call1 = _fill(impl.template, {**m, "status": f"&o{nid}_st[r]" if impl.status else "NULL", "out": "NULL",
+                                          "scratch": f"&o{nid}_o[r]"})
             p1.append(f"{tag} {{ int vv = {valid}; fbx_i64 cc = 0; if (vv) {{ {pre} cc = {call1}; "
                       f"if (cc < 0) {{ vv = 0; cc = 0; }} }} o{nid}_v[r] = (fbx_u8)vv; o{nid}_c[r] = cc; "
                       f"sz[{pa}][t] = (fbx_u64)cc * {es}; }}")
-            call2 = _fill(impl.template, {**m, "status": "NULL", "out": dst})
+            call2 = _fill(impl.template, {**m, "status": "NULL", "out": dst, "scratch": "&scr"})
+            scr = f"fbx_i64 scr = o{nid}_o[r]; " if "{scratch}" in impl.template else ""
             p2.append(f"{tag} if (o{nid}_c[r] > 0) {{ const fbx_u64 off = base + sz[{pa}][t]; "
-                      f"o{nid}_o[r] = (fbx_i64)off; {pre} (void)({call2}); }}")
+                      f"{scr}o{nid}_o[r] = (fbx_i64)off; {pre} (void)({call2}); }}")
         if node.dict_slot is not None:  # on the dictionary path: no values, no pool bytes
             zero = "" if not T.is_var(node.type) else (
                 f"o{nid}_c[r] = 0; " + "".join(f"sz[{part}][t] = 0; " for part in o.parts)

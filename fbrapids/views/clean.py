@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fbrapids import backend as _backend
 from fbrapids.views import json_fields
@@ -239,8 +240,33 @@ def _fill_arrow_strings(col: pd.Series, value: str) -> tuple[pd.Series, int]:
     n = int(arr.null_count)
     if not n:
         return col, 0
-    filled = pd.arrays.ArrowStringArray(pc.fill_null(arr, value), dtype=col.dtype)
+    chunks = [_empty_nulls_as_empty_strings(c) for c in arr.chunks] if value == "" else [None]
+    done = pa.chunked_array(chunks, type=arr.type) if all(c is not None for c in chunks) else pc.fill_null(arr, value)
+    filled = pd.arrays.ArrowStringArray(done, dtype=col.dtype)
     return pd.Series(filled, index=col.index, name=col.name, copy=False), n
+
+
+def _empty_nulls_as_empty_strings(chunk: pa.Array) -> pa.Array | None:
+    """``chunk`` with its nulls read as ``""``, without a copy, when every null slot already
+    spans no bytes (as Arrow's readers and the kernels write them): the same offsets and
+    bytes, no validity bitmap.  None when some null slot holds bytes.
+
+    Example:
+        >>> _empty_nulls_as_empty_strings(pa.array(["a", None, "bc"])).to_pylist()
+        ['a', '', 'bc']
+    """
+    import pyarrow.compute as pc
+
+    if not chunk.null_count:
+        return chunk
+    if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+        return None
+    offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if pa.types.is_large_string(chunk.type) else np.int32)
+    span = int(offsets[chunk.offset + len(chunk)]) - int(offsets[chunk.offset])
+    if pc.sum(pc.binary_length(chunk)).as_py() != span:  # lengths are >= 0: equal iff nulls span nothing
+        return None
+    return pa.Array.from_buffers(chunk.type, len(chunk), [None, *chunk.buffers()[1:]], null_count=0,
+                                 offset=chunk.offset)
 
 
 def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, drop: Sequence[str]) -> tuple[Any, dict]:

@@ -5,12 +5,15 @@
 non-string there) and the counts of each case.  Strictness follows section 3 of the
 canonical workload: RFC 8259, the whole text one JSON value, no NaN/Infinity literals.
 
-The parsing runs in the ``json_get`` meta-kernel (``csrc/json_path.h``), one plan for all
-the paths of a column: host C with OpenMP on the CPU backend, the same device functions
+The parsing runs in one meta-kernel plan for all the paths of a column (``csrc/json_path.h``):
+``json_scan`` walks each document ONCE, validating it and finding up to 4 paths, whose
+places it packs in one int64 per row, and ``json_pick`` copies each found string out
+without parsing again.  Host C with OpenMP on the CPU backend, the same device functions
 as CUDA on the GPU backend (the CUDA plan reads the cudf column in place, and the counts
 are computed on the device and read back in one small transfer), so both give the same
-answers.  Each ``json_get`` also writes
-a per-row status (0 found, 1 malformed, 2 missing, 3 not a string) the counts come from.
+answers.  Each ``json_pick`` also
+writes a per-row status (0 found, 1 malformed, 2 missing, 3 not a string, 4 too deep) the
+counts come from.
 
 What is null, and counted (``clean_report(frame).counts["json"][source]``):
 
@@ -39,7 +42,7 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 
-_STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING = 1, 2, 3
+_STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING, _STATUS_TOO_DEEP = 1, 2, 3, 4
 MAX_DEPTH = 64  #: FBX_JSON_MAX_DEPTH of csrc/json_path.h
 
 
@@ -76,9 +79,32 @@ def nesting_depth(doc: str) -> int:
     return deepest
 
 
-def _too_deep(docs: Any) -> int:
-    """How many of the (malformed) documents nest deeper than MAX_DEPTH."""
-    return sum(1 for d in docs if isinstance(d, str) and nesting_depth(d) > MAX_DEPTH)
+def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
+    """The plan's features for ``paths`` of the JSON column ``source``: one ``json_scan``
+    (one strict-JSON walk per document) per 4 paths, and a ``json_pick`` per path, which
+    copies the value the scan found without parsing again (it walks the document for its
+    own path only when the value sits too far into it for the scan's code: past 512 MiB
+    with 2 paths in the scan, 8 KiB with 4).
+
+    Example:
+        >>> feats = json_features({"os": "device.os", "city": "geo.city"})
+        >>> feats["os"].args[1] is feats["city"].args[1]  # one scan, read by both picks
+        True
+        >>> str(feats["city"].args[1])
+        "json_scan(doc, paths=('device.os', 'geo.city'))"
+    """
+    from fbrapids.kernels import Call, Col
+    from fbrapids.kernels.builtins import JSON_SCAN_PATHS
+
+    feats: dict[str, Any] = {}
+    names = list(paths)
+    for g in range(0, len(names), JSON_SCAN_PATHS):
+        group = names[g: g + JSON_SCAN_PATHS]
+        scan = Call("json_scan", (Col(source),), (("paths", tuple(paths[n] for n in group)),))
+        for k, name in enumerate(group):
+            feats[name] = Call("json_pick", (Col(source), scan), (("index", k), ("group", len(group)),
+                                                                   ("path", paths[name]), ("with_status", True)))
+    return feats
 
 
 def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
@@ -93,10 +119,9 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
         counts ``rows``, ``null_input``, ``malformed``, ``too_deep``, ``missing:<name>``,
         ``not_string:<name>`` (see the module doc).
     """
-    from fbrapids.kernels import Call, Col, build_plan, compiled, to_series
+    from fbrapids.kernels import build_plan, compiled, to_series
 
-    feats = {name: Call("json_get", (Col("doc"),), (("path", path), ("with_status", True)))
-             for name, path in paths.items()}
+    feats = json_features(paths)
     counts = dict.fromkeys(count_keys(list(paths)), 0)
     counts["rows"] = int(len(series))
     be = _backend.backend_of(series)
@@ -108,12 +133,9 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
             return {}, counts
         res = compiled(build_plan(feats, {"doc": "str"}, backend="gpu")).run({"doc": doc})
         xp = be.xp
-        bins = xp.stack([xp.bincount(res.status[name][res.status[name] >= 0].astype(xp.int64), minlength=4)[:4]
+        bins = xp.stack([xp.bincount(res.status[name][res.status[name] >= 0].astype(xp.int64), minlength=5)[:5]
                          for name in paths]).get()  # every count in one small device-to-host read
         out = {name: res.columns[name] for name in paths}
-        first = res.status[next(iter(paths))]
-        bad = be.xp.flatnonzero(first == _STATUS_MALFORMED)
-        counts["too_deep"] = _too_deep(doc.iloc[bad].to_pandas()) if len(bad) else 0  # the few malformed rows only
     else:
         host = _backend.to_host(series)
         if not (isinstance(host.dtype, pd.StringDtype) or str(host.dtype) in ("str", "string")):
@@ -123,14 +145,13 @@ def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], di
             return {}, counts
         frame = pd.DataFrame({"doc": host.array}, index=host.index, copy=False)
         res = compiled(build_plan(feats, {"doc": "str"})).run(frame)
-        bins = np.stack([np.bincount(res.status[name][res.status[name] >= 0].astype(np.int64), minlength=4)[:4]
-                         for name in paths])
+        # int8 statuses read as uint8 (a null row's -1 as 255): one bincount, no mask or copy
+        bins = np.stack([np.bincount(res.status[name].view(np.uint8), minlength=5)[:5] for name in paths])
         out = {name: to_series(res.columns[name], host.index, name) for name in paths}
-        bad = np.flatnonzero(res.status[next(iter(paths))] == _STATUS_MALFORMED)
-        counts["too_deep"] = _too_deep(host.iloc[bad]) if len(bad) else 0  # the few malformed rows only
     for i, name in enumerate(paths):
-        if i == 0:  # the whole document is validated for every path; too deep is counted apart
-            counts["malformed"] = int(bins[i][_STATUS_MALFORMED]) - counts["too_deep"]
+        if i == 0:  # a document malformed (or too deep) is so for every path
+            counts["malformed"] = int(bins[i][_STATUS_MALFORMED])
+            counts["too_deep"] = int(bins[i][_STATUS_TOO_DEEP])
         counts[f"missing:{name}"] = int(bins[i][_STATUS_MISSING])
         counts[f"not_string:{name}"] = int(bins[i][_STATUS_NOT_STRING])
     return out, counts

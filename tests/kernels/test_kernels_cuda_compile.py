@@ -32,6 +32,9 @@ def every_builtin() -> dict:
         "hour": ops.hour("ts"), "weekday": ops.weekday("ts"), "day": ops.day("ts"),
         "lookup_s": ops.lookup("q", {"a": 1}), "lookup_i": ops.lookup("uid", [5, 6]),
         "json_get": ops.json_get("ctx", "device.os"),
+        "json_scan": ops.call("json_scan", "ctx", paths=("device.os", "geo.city")),
+        "json_pick": ops.call("json_pick", "ctx", ops.call("json_scan", "ctx", paths=("a", "b.c", "d")), index=1,
+                              group=3, path="b.c"),
     }
 
 

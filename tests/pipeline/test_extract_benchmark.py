@@ -31,9 +31,10 @@ def test_public_chain_benchmark_json(tmp_path, capsys):
     kept = json.loads(saved.read_text())  # the results file: the same summary, with its command and date
     assert kept["rows_per_s"] == res["rows_per_s"] and kept["command"].startswith("python benchmarks/extract.py")
     assert res["repeat"] == 1 and res["warmup"] == 1 and res["rows_in"] == 3000
-    # eager: the JSON-cleaning kernel + one launch per feature layer (3); op by op: one per operator
-    assert res["launches"]["cpu eager"] == 4
-    assert res["launches"]["cpu op-by-op"] == 1 + 26
+    # eager: the JSON-cleaning plan's two layers (json_scan, then json_pick) + one launch per feature
+    # layer (3); op by op: the same two, then one per operator
+    assert res["launches"]["cpu eager"] == 2 + 3
+    assert res["launches"]["cpu op-by-op"] == 2 + 26
     assert res["launches"]["pandas"] == 0 and res["launches"]["polars lazy"] == 0
     # in this order: the inner join with the basic view (merge) comes after extraction, never pushed before it
     assert list(res["steps"]["cpu eager"]) == ["read", "clean", "join", "extract", "merge"]

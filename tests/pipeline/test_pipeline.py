@@ -37,8 +37,9 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert r.rows["after clean"] == int((pd.read_parquet(gen_dir / "impressions.parquet")["slot"] >= 0).sum())
     assert r.rows["trained"] + r.rows["held out"] == r.rows["merged (train+test)"] <= r.rows["after clean"]
     k = r.kernel
-    # per streamed partition: one JSON-cleaning meta-kernel, then one launch per feature layer
-    assert k["layers"] >= 2 and k["launches"] == (k["layers"] + 1) * k["partitions"] > 0
+    # per streamed partition: the JSON-cleaning plan's two launches (json_scan, json_pick), then one
+    # launch per feature layer
+    assert k["layers"] >= 2 and k["launches"] == (k["layers"] + 2) * k["partitions"] > 0
     assert {"cache", "host", "ssd"} <= set(r.store) and r.store["cache"]["hits"] > 0
     assert any((work / "store").rglob("*")), "the SSD tier keeps real files"
     assert r.metrics["n"] == r.rows["held out"]

@@ -92,3 +92,37 @@ def test_nullable_int_fill_returns_plain_ints():
 def test_report_needs_a_cleaned_frame():
     with pytest.raises(CleanError, match="not produced by clean"):
         clean_report(_frame())
+
+
+def _arrow_str_frame(chunks: list) -> pd.DataFrame:
+    import pyarrow as pa
+
+    return pd.DataFrame({"s": pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(chunks, pa.large_string())),
+                                        dtype="str")})
+
+
+def test_fill_empty_string_reuses_the_bytes_and_equals_fillna():
+    """Filling "" where every null slot spans no bytes drops the validity bitmap only: the
+    result's bytes are the input's buffer (no copy), its values those of pandas' fillna."""
+    import pyarrow as pa
+
+    frame = _arrow_str_frame([pa.array(["a", None, "bcd", None], pa.large_string())[1:],
+                              pa.array([None, "日本"], pa.large_string())])
+    out = frame.fbx.clean(fill={"s": ""})
+    assert out["s"].tolist() == frame["s"].astype(object).fillna("").tolist() == ["", "bcd", "", "", "日本"]
+    assert out["s"].dtype == frame["s"].dtype and clean_report(out).counts["fill"]["s"] == 3
+    src, got = frame["s"].array.__arrow_array__(), out["s"].array.__arrow_array__()
+    assert [c.null_count for c in got.chunks] == [0, 0]
+    assert [c.buffers()[2].address for c in got.chunks] == [c.buffers()[2].address for c in src.chunks]
+
+
+def test_fill_null_slots_holding_bytes_are_filled_not_exposed():
+    """A null slot may hold bytes (Arrow allows it): those never show through a fill."""
+    import pyarrow as pa
+
+    offsets = pa.py_buffer(np.array([0, 1, 4, 6], dtype=np.int64).tobytes())
+    valid = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little").tobytes())
+    arr = pa.Array.from_buffers(pa.large_string(), 3, [valid, offsets, pa.py_buffer(b"xhidyz")], null_count=1)
+    for value in ("", "f"):
+        out = _arrow_str_frame([arr]).fbx.clean(fill={"s": value})
+        assert out["s"].tolist() == ["x", value, "yz"]

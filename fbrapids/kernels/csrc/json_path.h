@@ -34,6 +34,10 @@
  *   - a path of length 0 addresses the root value itself; otherwise it is split on every
  *     '.', so a key that contains '.' cannot be addressed, and "a..b" has an empty middle key.
  *
+ * fbx_json_walk(doc, n, paths, path_lens, path_nsegs, npaths, result, val_start, val_len), underneath,
+ * validates once and looks up several paths in the same pass (json_scan's one walk);
+ * fbx_json_bracket_depth tells a too-deep malformed document from another.
+ *
  * Example (host C):
  *   int st; char buf[64];
  *   const char* d = "{\"device\":{\"os\":\"ios\"}}";
@@ -46,14 +50,16 @@
 #include "fbx_target.h"
 
 #define FBX_JSON_MAX_DEPTH 64
+#define FBX_JSON_MAX_PATHS 16 /* paths one fbx_json_walk looks up at once */
 
 #define FBX_JSON_FOUND 0
 #define FBX_JSON_MALFORMED 1
 #define FBX_JSON_MISSING 2
 #define FBX_JSON_NOT_STRING 3
+#define FBX_JSON_TOO_DEEP 4 /* malformed, and nested deeper than FBX_JSON_MAX_DEPTH (json ops only) */
 
 FBX_DEVICE int fbx_json_is_ws(fbx_u8 c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+  return c <= ' ' && (c == ' ' || c == '\t' || c == '\n' || c == '\r'); /* one test for most bytes */
 }
 
 FBX_DEVICE fbx_i64 fbx_json_skip_ws(const char* d, fbx_i64 i, fbx_i64 n) {
@@ -109,6 +115,10 @@ FBX_DEVICE fbx_i64 fbx_json_scan_string(const char* d, fbx_i64 i, fbx_i64 n) {
   ++i; /* opening quote */
   while (i < n) {
     fbx_u8 c = (fbx_u8)d[i];
+    if ((fbx_u8)(c - 0x23) < 0x5D && c != '\\') { /* '#' .. DEL but the backslash: itself */
+      ++i;
+      continue;
+    }
     if (c == '"') return i + 1;
     if (c < 0x20) return -1;
     if (c == '\\') {
@@ -244,9 +254,16 @@ FBX_DEVICE fbx_i64 fbx_json_unescape(const char* raw, fbx_i64 n, char* out) {
 /* Whether the validated string body raw[0..n), unescaped, equals key[0..key_len). */
 FBX_DEVICE int fbx_json_key_equals(const char* raw, fbx_i64 n, const char* key,
                                    fbx_i64 key_len) {
+  if (n < key_len) return 0; /* unescaping never lengthens a body */
   fbx_i64 i = 0, pos = 0;
   char buf[4];
   while (i < n) {
+    if (raw[i] != '\\') { /* a byte that stands for itself */
+      if (pos >= key_len || raw[i] != key[pos]) return 0;
+      ++i;
+      ++pos;
+      continue;
+    }
     int k = fbx_json_unit(raw, &i, buf);
     if (pos + k > key_len) return 0;
     for (int j = 0; j < k; ++j)
@@ -256,35 +273,60 @@ FBX_DEVICE int fbx_json_key_equals(const char* raw, fbx_i64 n, const char* key,
   return pos == key_len;
 }
 
-/* Start and length of the k-th '.'-separated segment of path (k >= 0). */
-FBX_DEVICE void fbx_json_segment(const char* path, fbx_i64 path_len, int k, fbx_i64* start,
-                                 fbx_i64* len) {
-  fbx_i64 s = 0;
-  for (int seg = 0; seg < k; ++seg) {
-    while (s < path_len && path[s] != '.') ++s;
-    ++s; /* past the '.' */
-  }
-  fbx_i64 e = s;
+/* The '.'-separated segment of path after the one at [*start, *start + *len) (the first
+ * one when first), in place. */
+FBX_DEVICE void fbx_json_next_segment(const char* path, fbx_i64 path_len, int first, fbx_i64* start,
+                                      fbx_i64* len) {
+  fbx_i64 s = first ? 0 : *start + *len + 1, e = s;
   while (e < path_len && path[e] != '.') ++e;
   *start = s;
   *len = e - s;
 }
 
-FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* path,
-                                       fbx_i64 path_len, char* out, int* status) {
-  /* Number of path segments (0 for the empty path = the root). */
-  int nseg = 0;
-  if (path_len > 0) {
-    nseg = 1;
-    for (fbx_i64 k = 0; k < path_len; ++k) nseg += path[k] == '.';
+/* The segment of path before the one starting at *start (> 0), in place. */
+FBX_DEVICE void fbx_json_prev_segment(const char* path, fbx_i64* start, fbx_i64* len) {
+  fbx_i64 e = *start - 1, s = e; /* path[e] is the '.' ending it */
+  while (s > 0 && path[s - 1] != '.') --s;
+  *start = s;
+  *len = e - s;
+}
+
+/* Segments of a dotted path: 0 for the empty path (the root), else 1 + its dots. */
+FBX_DEVICE fbx_i64 fbx_json_nsegments(const char* path, fbx_i64 path_len) {
+  fbx_i64 nseg = path_len > 0;
+  for (fbx_i64 j = 0; j < path_len; ++j) nseg += path[j] == '.';
+  return nseg;
+}
+
+/* The walk behind fbx_json_get_string and the json ops: ONE pass over doc that validates
+ * it and looks up npaths (<= FBX_JSON_MAX_PATHS) dotted paths at once.  Path k is
+ * paths[o_k .. o_k + path_lens[k]), o_k the sum of the lengths before it (the paths
+ * concatenated), and has path_nsegs[k] segments (fbx_json_nsegments).  Returns 1 when
+ * doc is malformed (then every result[k] is FBX_JSON_MALFORMED), else 0 with result[k] the status of path k and, where it is
+ * FBX_JSON_FOUND, val_start[k] / val_len[k] the raw string body's span (between the
+ * quotes, still escaped). */
+FBX_DEVICE int fbx_json_walk(const char* doc, fbx_i64 n, const char* paths, const fbx_i64* path_lens,
+                             const fbx_i64* path_nsegs, int npaths, int* result, fbx_i64* val_start,
+                             fbx_i64* val_len) {
+  const char* path[FBX_JSON_MAX_PATHS];
+  int nseg[FBX_JSON_MAX_PATHS];   /* path segments (0 for the empty path = the root) */
+  int pm[FBX_JSON_MAX_PATHS];     /* containers 1..pm are the objects along path k */
+  int pending[FBX_JSON_MAX_PATHS]; /* 1: next value is the target; 2: an intermediate */
+  fbx_i64 seg_start[FBX_JSON_MAX_PATHS], seg_len[FBX_JSON_MAX_PATHS]; /* segment pm-1 */
+  fbx_i64 o = 0;
+  for (int k = 0; k < npaths; ++k) {
+    path[k] = paths + o;
+    o += path_lens[k];
+    nseg[k] = (int)path_nsegs[k];
+    pm[k] = 0;
+    seg_start[k] = seg_len[k] = 0;
+    pending[k] = nseg[k] == 0 ? 1 : 2;
+    result[k] = FBX_JSON_MISSING;
+    val_start[k] = val_len[k] = 0;
   }
+  int any_pending = npaths > 0; /* some pending[k] is set */
   fbx_u64 is_obj = 0;  /* bit (depth-1): the open container at that depth is an object */
   int depth = 0;       /* open containers */
-  int pm = 0;          /* containers 1..pm are the objects along the path */
-  fbx_i64 seg_start = 0, seg_len = 0; /* segment pm-1, searched for in container pm */
-  int pending = nseg == 0 ? 1 : 2;    /* 1: next value is the target; 2: an intermediate */
-  int result = FBX_JSON_MISSING;
-  fbx_i64 val_start = 0, val_len = 0;
   int malformed = 0;
 
   /* States: 0 expect a value, 1 expect a key (or '}' when allow_close), 2 after a value. */
@@ -295,20 +337,24 @@ FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* p
     if (state == 0) {
       if (i >= n) { malformed = 1; break; }
       char c = doc[i];
-      int pend = pending;
-      pending = 0;
       if (c == '{' || c == '[') {
         if (depth >= FBX_JSON_MAX_DEPTH) { malformed = 1; break; }
         if (c == '{') is_obj |= ((fbx_u64)1 << depth);
         else is_obj &= ~((fbx_u64)1 << depth);
         ++depth;
-        if (pend == 1) result = FBX_JSON_NOT_STRING;
-        else if (pend == 2) {
-          result = FBX_JSON_MISSING;
-          if (c == '{') {
-            pm = depth;
-            fbx_json_segment(path, path_len, pm - 1, &seg_start, &seg_len);
+        if (any_pending) {
+          for (int k = 0; k < npaths; ++k) {
+            if (pending[k] == 1) result[k] = FBX_JSON_NOT_STRING;
+            else if (pending[k] == 2) {
+              result[k] = FBX_JSON_MISSING;
+              if (c == '{') { /* one level deeper along path k: its next segment */
+                pm[k] = depth;
+                fbx_json_next_segment(path[k], path_lens[k], pm[k] == 1, &seg_start[k], &seg_len[k]);
+              }
+            }
+            pending[k] = 0;
           }
+          any_pending = 0;
         }
         i = fbx_json_skip_ws(doc, i + 1, n);
         if (c == '{') { state = 1; allow_close = 1; }
@@ -324,20 +370,28 @@ FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* p
       else if (c == '-' || (c >= '0' && c <= '9')) e = fbx_json_scan_number(doc, i, n);
       else e = -1;
       if (e < 0) { malformed = 1; break; }
-      if (pend == 1) {
-        if (c == '"') { result = FBX_JSON_FOUND; val_start = i + 1; val_len = e - i - 2; }
-        else result = FBX_JSON_NOT_STRING;
-      } else if (pend == 2) {
-        result = FBX_JSON_MISSING;
+      if (any_pending) {
+        for (int k = 0; k < npaths; ++k) {
+          if (pending[k] == 1) {
+            if (c == '"') { result[k] = FBX_JSON_FOUND; val_start[k] = i + 1; val_len[k] = e - i - 2; }
+            else result[k] = FBX_JSON_NOT_STRING;
+          } else if (pending[k] == 2) {
+            result[k] = FBX_JSON_MISSING;
+          }
+          pending[k] = 0;
+        }
+        any_pending = 0;
       }
       i = e;
       state = 2;
     } else if (state == 1) {
       if (i >= n) { malformed = 1; break; }
       if (doc[i] == '}' && allow_close) {
-        if (depth == pm) {
-          --pm;
-          if (pm > 0) fbx_json_segment(path, path_len, pm - 1, &seg_start, &seg_len);
+        for (int k = 0; k < npaths; ++k) {
+          if (depth == pm[k]) {
+            --pm[k];
+            if (pm[k] > 0) fbx_json_prev_segment(path[k], &seg_start[k], &seg_len[k]);
+          }
         }
         --depth;
         ++i;
@@ -347,9 +401,14 @@ FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* p
       if (doc[i] != '"') { malformed = 1; break; }
       fbx_i64 e = fbx_json_scan_string(doc, i, n);
       if (e < 0) { malformed = 1; break; }
-      if (depth == pm &&
-          fbx_json_key_equals(doc + i + 1, e - i - 2, path + seg_start, seg_len))
-        pending = (pm == nseg) ? 1 : 2;
+      const char c0 = doc[i + 1]; /* a key's first byte: most keys differ there */
+      for (int k = 0; k < npaths; ++k) {
+        if (depth == pm[k] && (seg_len[k] == 0 || c0 == '\\' || c0 == path[k][seg_start[k]]) &&
+            fbx_json_key_equals(doc + i + 1, e - i - 2, path[k] + seg_start[k], seg_len[k])) {
+          pending[k] = (pm[k] == nseg[k]) ? 1 : 2;
+          any_pending = 1;
+        }
+      }
       i = fbx_json_skip_ws(doc, e, n);
       if (i >= n || doc[i] != ':') { malformed = 1; break; }
       i = fbx_json_skip_ws(doc, i + 1, n);
@@ -368,9 +427,11 @@ FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* p
         if (top_obj) { state = 1; allow_close = 0; }
         else state = 0;
       } else if ((c == '}' && top_obj) || (c == ']' && !top_obj)) {
-        if (depth == pm) {
-          --pm;
-          if (pm > 0) fbx_json_segment(path, path_len, pm - 1, &seg_start, &seg_len);
+        for (int k = 0; k < npaths; ++k) {
+          if (depth == pm[k]) {
+            --pm[k];
+            if (pm[k] > 0) fbx_json_prev_segment(path[k], &seg_start[k], &seg_len[k]);
+          }
         }
         --depth;
         ++i;
@@ -380,10 +441,56 @@ FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* p
       }
     }
   }
-  if (malformed) result = FBX_JSON_MALFORMED;
+  if (malformed)
+    for (int k = 0; k < npaths; ++k) result[k] = FBX_JSON_MALFORMED;
+  return malformed;
+}
+
+FBX_DEVICE fbx_i64 fbx_json_get_string(const char* doc, fbx_i64 n, const char* path,
+                                       fbx_i64 path_len, char* out, int* status) {
+  int result;
+  fbx_i64 val_start, val_len, nseg = fbx_json_nsegments(path, path_len);
+  fbx_json_walk(doc, n, path, &path_len, &nseg, 1, &result, &val_start, &val_len);
   if (status != NULL) *status = result;
   if (result != FBX_JSON_FOUND) return -1;
   return fbx_json_unescape(doc + val_start, val_len, out);
+}
+
+/* The deepest nesting of '[' / '{' in doc, brackets inside strings not counted, on ANY
+ * text (malformed too): json_fields.nesting_depth's definition, byte by byte (the bytes
+ * it looks at are ASCII, so UTF-8 text gives the code-point answer). */
+FBX_DEVICE fbx_i64 fbx_json_bracket_depth(const char* d, fbx_i64 n) {
+  fbx_i64 depth = 0, deepest = 0;
+  int in_str = 0, esc = 0;
+  for (fbx_i64 i = 0; i < n; ++i) {
+    char c = d[i];
+    if (in_str) {
+      if (esc) esc = 0;
+      else if (c == '\\') esc = 1;
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) deepest = depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+/* Unescape the validated string body starting at raw[0] up to its closing quote into out
+ * (when out != NULL); returns the unescaped length in bytes. */
+FBX_DEVICE fbx_i64 fbx_json_unescape_to_quote(const char* raw, char* out) {
+  fbx_i64 i = 0, len = 0;
+  char buf[4];
+  while (raw[i] != '"') {
+    int k = fbx_json_unit(raw, &i, buf);
+    if (out != NULL)
+      for (int j = 0; j < k; ++j) out[len + j] = buf[j];
+    len += k;
+  }
+  return len;
 }
 
 #endif /* FBX_JSON_PATH_H */
