@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fbrapids import backend as _backend
+from fbrapids.frame_rows import filter_rows
 from fbrapids.views import json_fields
 from fbrapids.views.where import Where, evaluate, parse_where
 from fbrapids.errors import CleanError
@@ -73,14 +74,14 @@ def _referenced_columns(cond: Any) -> set[str] | None:
 
 def _apply_where(frame: Any, cond: Any) -> Any:
     if isinstance(cond, Where):
-        return frame[evaluate(cond, frame)]
+        return filter_rows(frame, evaluate(cond, frame))
     mask = cond(frame)
     dtype = getattr(mask, "dtype", None)
     if dtype is None or str(dtype) not in ("bool", "boolean"):
         raise CleanError(f"filter {cond!r} gave {dtype} values, not booleans")
     if str(dtype) == "boolean":
         mask = mask.fillna(False)
-    return frame[mask]
+    return filter_rows(frame, mask)
 
 
 def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:

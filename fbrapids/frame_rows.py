@@ -1,0 +1,138 @@
+"""Row selections of pandas frames and arrays: ``frame.take(rows)`` and ``frame[mask]`` as
+pandas computes them, with the costly columns taken faster.
+
+* A variable-width Arrow column (strings, ``list<int64>`` token hashes) is taken by the
+  host kernel of :mod:`fbrapids.kernels.arrow_take`, which writes its output once;
+  pyarrow's ``take`` regrows its buffers and costs several times more on fresh memory.
+* The other columns are taken by pandas, in a second thread while the kernel runs (numpy,
+  pandas and the kernel release the GIL).
+* A selection that keeps a contiguous range of rows is a slice (no copy), and one that
+  keeps every row in order returns the frame's shallow copy, as pandas does.
+
+The result is ``frame.take(rows)``'s: the same index, columns, dtypes, values, nulls and
+``attrs``.  A frame that is not pandas (cudf) is left to its own ``take``.
+
+Example:
+    >>> import pandas as pd, pyarrow as pa, numpy as np
+    >>> df = pd.DataFrame({"a": [1, 2, 3], "t": pd.array([[1], [], [2, 3]], pd.ArrowDtype(pa.list_(pa.int64())))})
+    >>> take_rows(df, np.array([2, 0])).equals(df.take([2, 0]))
+    True
+    >>> filter_rows(df, np.array([False, True, True]))["t"].tolist()
+    [[], [2, 3]]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fbrapids.kernels.arrow_take import supports, take_var_width
+
+#: below this many rows a selection is pandas' own (the kernel's and the thread's setup cost more)
+MIN_ROWS = 4096
+
+
+def _arrow_values(array: Any) -> Any:
+    """The pyarrow array behind a pandas Arrow-backed array whose type the kernel takes; else None."""
+    if not isinstance(getattr(array, "dtype", None), (pd.ArrowDtype, pd.StringDtype)):
+        return None
+    if getattr(array.dtype, "storage", "pyarrow") != "pyarrow" or not hasattr(array, "__arrow_array__"):
+        return None
+    values = array.__arrow_array__()
+    return values if supports(values.type) else None
+
+
+def take_array(array: Any, rows: np.ndarray, fill: bool = False) -> Any:
+    """``array.take(rows, allow_fill=fill)`` for a pandas array; with ``fill``, ``-1`` is a
+    null.  Arrow strings and lists of fixed-width values go through the host kernel.
+
+    Example:
+        >>> import pandas as pd, numpy as np
+        >>> take_array(pd.array(["x", None, "yz"], dtype="str"), np.array([2, -1, 0]), fill=True).tolist()
+        ['yz', nan, 'x']
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    values = _arrow_values(array) if len(rows) >= MIN_ROWS else None
+    if values is not None and (fill or len(rows) == 0 or int(rows.min()) >= 0):
+        taken = take_var_width(values, rows)
+        if taken is not None:
+            return array.dtype.__from_arrow__(taken)
+    return array.take(rows, allow_fill=fill)
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-take")
+
+
+def _threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _contiguous(rows: np.ndarray) -> bool:
+    """Whether ``rows`` is ``start, start + 1, ..., stop - 1`` (checked from its ends first)."""
+    return bool(len(rows)) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all())
+
+
+def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """``frame.take(rows)`` (``rows``: non-negative row positions).
+
+    Example:
+        >>> import pandas as pd, numpy as np
+        >>> take_rows(pd.DataFrame({"s": ["a", "b", "c"]}, index=[7, 8, 9]), np.array([1, 2])).index.tolist()
+        [8, 9]
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if not isinstance(frame, pd.DataFrame) or len(rows) < MIN_ROWS:
+        return frame.take(rows)
+    if _contiguous(rows) and int(rows[0]) >= 0:
+        return frame.iloc[int(rows[0]): int(rows[-1]) + 1]
+    arrays = [frame.iloc[:, i].array for i in range(frame.shape[1])]
+    kernel = [i for i, a in enumerate(arrays) if _arrow_values(a) is not None]
+    if not kernel:
+        return frame.take(rows)
+    index = frame.index.take(rows)  # raises for a row out of bounds, before any column is taken
+    out: list[Any] = [None] * len(arrays)
+    rest = [i for i in range(len(arrays)) if i not in set(kernel)]
+
+    def take_rest() -> None:
+        for i in rest:
+            out[i] = arrays[i].take(rows)
+
+    pending = _pool().submit(take_rest) if _threads() > 1 and rest else None
+    if pending is None:
+        take_rest()
+    for i in kernel:
+        out[i] = take_array(arrays[i], rows)
+    if pending is not None:
+        pending.result()
+    result = pd.DataFrame(dict(enumerate(out)), index=index, copy=False)
+    result.columns = frame.columns
+    return result.__finalize__(frame, method="take")
+
+
+def filter_rows(frame: pd.DataFrame, mask: Any) -> pd.DataFrame:
+    """``frame[mask]`` for a boolean mask (a numpy array, or a Series on ``frame``'s index).
+
+    Example:
+        >>> import pandas as pd, numpy as np
+        >>> filter_rows(pd.DataFrame({"a": [1, 2, 3]}), np.array([True, False, True]))["a"].tolist()
+        [1, 3]
+    """
+    keep = mask
+    if isinstance(mask, pd.Series):
+        if mask.index is not frame.index and not mask.index.equals(frame.index):
+            return frame[mask]
+        keep = mask.to_numpy()
+    if (not isinstance(frame, pd.DataFrame) or not isinstance(keep, np.ndarray) or keep.dtype != bool
+            or keep.ndim != 1 or len(keep) != len(frame) or len(frame) < MIN_ROWS or keep.all()):
+        return frame[mask]
+    return take_rows(frame, np.flatnonzero(keep))
