@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fbrapids.kernels.arrow_take import supports, take_var_width
+from fbrapids.kernels.arrow_take import fill_null_var_width, supports, take_var_width
 
 #: below this many rows a selection is pandas' own (the kernel's and the thread's setup cost more)
 MIN_ROWS = 4096
@@ -47,9 +47,10 @@ def _arrow_values(array: Any) -> Any:
     return values if supports(values.type) else None
 
 
-def take_array(array: Any, rows: np.ndarray, fill: bool = False) -> Any:
+def take_array(array: Any, rows: np.ndarray, fill: bool = False, bounds: tuple[int, int] | None = None) -> Any:
     """``array.take(rows, allow_fill=fill)`` for a pandas array; with ``fill``, ``-1`` is a
     null.  Arrow strings and lists of fixed-width values go through the host kernel.
+    ``bounds``: ``(rows.min(), rows.max())`` when known.
 
     Example:
         >>> import pandas as pd, numpy as np
@@ -58,11 +59,30 @@ def take_array(array: Any, rows: np.ndarray, fill: bool = False) -> Any:
     """
     rows = np.asarray(rows, dtype=np.int64)
     values = _arrow_values(array) if len(rows) >= MIN_ROWS else None
-    if values is not None and (fill or len(rows) == 0 or int(rows.min()) >= 0):
-        taken = take_var_width(values, rows)
+    if values is not None and len(rows) and bounds is None:
+        bounds = (int(rows.min()), int(rows.max()))
+    if values is not None and (fill or len(rows) == 0 or bounds[0] >= 0):
+        taken = take_var_width(values, rows, bounds)
         if taken is not None:
             return array.dtype.__from_arrow__(taken)
     return array.take(rows, allow_fill=fill)
+
+
+def fill_null_strings(values: Any, value: str) -> Any:
+    """An Arrow string column's nulls filled with ``value``: ``pyarrow.compute.fill_null``'s
+    result, written by the take kernel (every row, a miss filled) on a large column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> fill_null_strings(pa.array([None, "b"], pa.large_string()), "a").to_pylist()
+        ['a', 'b']
+    """
+    filled = fill_null_var_width(values, value.encode()) if len(values) >= MIN_ROWS else None
+    if filled is None:
+        import pyarrow.compute as pc
+
+        filled = pc.fill_null(values, value)
+    return filled
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,6 +120,7 @@ def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     if not kernel:
         return frame.take(rows)
     index = frame.index.take(rows)  # raises for a row out of bounds, before any column is taken
+    bounds = (int(rows.min()), int(rows.max())) if len(rows) else None
     out: list[Any] = [None] * len(arrays)
     rest = [i for i in range(len(arrays)) if i not in set(kernel)]
 
@@ -111,7 +132,7 @@ def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     if pending is None:
         take_rest()
     for i in kernel:
-        out[i] = take_array(arrays[i], rows)
+        out[i] = take_array(arrays[i], rows, bounds=bounds)
     if pending is not None:
         pending.result()
     result = pd.DataFrame(dict(enumerate(out)), index=index, copy=False)

@@ -42,10 +42,10 @@ def lib() -> ctypes.CDLL:
     so = load_source(without_includes((CSRC / "fbx_row_take.c").read_text()))
     for bits in (32, 64):
         offsets = getattr(so, f"fbx_take_offsets{bits}")
-        offsets.argtypes = [_I, _P, _P, _P, _I, _P, _P, _P]
+        offsets.argtypes = [_I, _P, _P, _P, _I, _I, _P, _P, _P]
         offsets.restype = _I
         values = getattr(so, f"fbx_take_values{bits}")
-        values.argtypes = [_I, _P, _P, _P, _I, _P, _P]
+        values.argtypes = [_I, _P, _P, _P, _I, _P, _I, _P, _P, _P]
         values.restype = None
     return so
 
@@ -82,16 +82,22 @@ def _one_array(values: "pa.Array | pa.ChunkedArray") -> pa.Array:
     return values
 
 
-def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray) -> pa.Array | None:
+def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray,
+                   bounds: tuple[int, int] | None = None, fill: bytes | None = None) -> pa.Array | None:
     """``values`` at ``rows`` (int64; ``-1``: a null), or None when the kernel does not apply
     (an unsupported type, a list child with nulls, a row beyond the end, or more values
-    than the offsets can address)."""
-    if not supports(values.type):
+    than the offsets can address).  ``bounds``: ``(rows.min(), rows.max())`` when the
+    caller knows them (one pass over the rows for every column of a frame).  ``fill``: the
+    bytes of a string / binary value that a miss or a null input row becomes (no nulls
+    are left)."""
+    if not supports(values.type) or (fill is not None and _is_list(values.type)):
         return None
     arr = _one_array(values)
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     n, length = len(rows), len(arr)
-    if n and int(rows.max()) >= length:
+    if n and bounds is None:
+        bounds = (int(rows.min()), int(rows.max()))
+    if n and bounds[1] >= length:
         return None  # the caller's own take reports the row out of bounds
     bits = _offset_bits(arr.type)
     if _is_list(arr.type):
@@ -105,19 +111,22 @@ def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray) -> pa
         base = arr.buffers()[2].address if arr.buffers()[2] is not None else 0
     in_off = arr.buffers()[1].address + arr.offset * (bits // 8)
     in_valid = arr.buffers()[0]
-    has_nulls = (arr.null_count > 0) or (n > 0 and int(rows.min()) < 0)
+    has_nulls = fill is None and ((arr.null_count > 0) or (n > 0 and bounds[0] < 0))
+    valid_in = in_valid.address if (in_valid is not None and arr.null_count) else None
+    fill_buf = np.frombuffer(fill + b"\0", dtype=np.uint8) if fill is not None else None
     out_off = pa.allocate_buffer((n + 1) * (bits // 8))
     out_valid = pa.allocate_buffer((n + 7) // 8) if has_nulls else None
     null_count = np.zeros(1, dtype=np.int64)
     so = lib()
     total = getattr(so, f"fbx_take_offsets{bits}")(
-        n, rows.ctypes.data, in_off, in_valid.address if (in_valid is not None and arr.null_count) else None,
-        arr.offset, out_off.address, out_valid.address if out_valid is not None else None, null_count.ctypes.data)
+        n, rows.ctypes.data, in_off, valid_in, arr.offset, -1 if fill is None else len(fill), out_off.address,
+        out_valid.address if out_valid is not None else None, null_count.ctypes.data)
     if total < 0:
         return None
     out_values = pa.allocate_buffer(total * elem)
     if total:
-        getattr(so, f"fbx_take_values{bits}")(n, rows.ctypes.data, in_off, base, elem, out_off.address,
+        getattr(so, f"fbx_take_values{bits}")(n, rows.ctypes.data, in_off, valid_in, arr.offset, base, elem,
+                                              None if fill_buf is None else fill_buf.ctypes.data, out_off.address,
                                               out_values.address)
     nulls = int(null_count[0])
     validity = out_valid if nulls else None
@@ -125,4 +134,16 @@ def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray) -> pa
         child = pa.Array.from_buffers(arr.type.value_type, total, [None, out_values], null_count=0)
         return pa.Array.from_buffers(arr.type, n, [validity, out_off], null_count=nulls, children=[child])
     return pa.Array.from_buffers(arr.type, n, [validity, out_off, out_values], null_count=nulls)
+
+
+def fill_null_var_width(values: "pa.Array | pa.ChunkedArray", fill: bytes) -> pa.Array | None:
+    """A string / binary column's nulls replaced by ``fill`` (its bytes), as
+    ``pyarrow.compute.fill_null``: a take of every row with a fill; None for another type.
+
+    Example:
+        >>> fill_null_var_width(pa.array(["a", None, "bc"]), b"-").to_pylist()
+        ['a', '-', 'bc']
+    """
+    n = len(values)
+    return take_var_width(values, np.arange(n, dtype=np.int64), (0, n - 1) if n else None, fill)
 

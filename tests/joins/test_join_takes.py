@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
 from fbrapids import frame_rows
-from fbrapids.frame_rows import filter_rows, take_array, take_rows
+from fbrapids.frame_rows import fill_null_strings, filter_rows, take_array, take_rows
 from fbrapids.join_frames import join_frames
 from fbrapids.kernels.arrow_take import take_var_width
 
@@ -41,10 +41,10 @@ def _strings(n: int):
 
 
 @st.composite
-def arrow_columns(draw):
+def arrow_columns(draw, kinds=LIST_TYPES + STRING_TYPES):
     """A list or string column, maybe sliced, maybe chunked (chunks possibly sliced too)."""
     n = draw(st.integers(0, 40))
-    kind = draw(st.sampled_from(LIST_TYPES + STRING_TYPES))
+    kind = draw(st.sampled_from(kinds))
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         arr = pa.array(draw(_lists(n)), kind)
     else:
@@ -100,6 +100,23 @@ def test_kernel_take_equals_pyarrow_take(data):
                         pa.types.is_list(got.type) else np.int64)[got.offset: got.offset + len(got) + 1]
     if len(got):
         assert (np.diff(off)[~np.asarray(got.is_valid())] == 0).all()
+
+
+@SETTINGS
+@given(data=st.data(), value=st.text(max_size=4))
+def test_kernel_fill_equals_pyarrow_fill_null(data, value):
+    values = data.draw(arrow_columns(kinds=[pa.string(), pa.large_string()]))
+    got = fill_null_strings(values, value)
+    got.validate(full=True)
+    want = pc.fill_null(values, value)
+    want = want.combine_chunks() if isinstance(want, pa.ChunkedArray) else want
+    assert got.null_count == 0 and got.type == values.type and got.equals(want)
+
+
+def test_clean_fill_equals_pandas_fillna():
+    col = pd.Series(pd.array([None if i % 7 == 0 else f"v{i % 13}" for i in range(10_000)], dtype="str"), name="s")
+    out = pd.DataFrame({"s": col}).fbx.clean(fill={"s": "unk"})
+    pd.testing.assert_series_equal(out["s"], col.fillna("unk"))
 
 
 def test_kernel_declines_what_it_cannot_take():
