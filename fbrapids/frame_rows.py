@@ -2,10 +2,11 @@
 pandas computes them, with the costly columns taken faster.
 
 * A variable-width Arrow column (strings, ``list<int64>`` token hashes) is taken by the
-  host kernel of :mod:`fbrapids.kernels.arrow_take`, which writes its output once;
+  host kernel of :func:`fbrapids.kernels.take_var_width`, which writes its output once;
   pyarrow's ``take`` regrows its buffers and costs several times more on fresh memory.
 * The other columns are taken by pandas, in a second thread while the kernel runs (numpy,
-  pandas and the kernel release the GIL).
+  pandas and the kernel release the GIL; only when called from the main thread and more
+  than one core is there).
 * A selection that keeps a contiguous range of rows is a slice (no copy), and one that
   keeps every row in order returns the frame's shallow copy, as pandas does.
 
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fbrapids.kernels.arrow_take import fill_null_var_width, supports, take_var_width
+from fbrapids.kernels import fill_null_var_width, take_var_width, takes_type
 
 #: below this many rows a selection is pandas' own (the kernel's and the thread's setup cost more)
 MIN_ROWS = 4096
@@ -44,7 +46,7 @@ def _arrow_values(array: Any) -> Any:
     if getattr(array.dtype, "storage", "pyarrow") != "pyarrow" or not hasattr(array, "__arrow_array__"):
         return None
     values = array.__arrow_array__()
-    return values if supports(values.type) else None
+    return values if takes_type(values.type) else None
 
 
 def take_array(array: Any, rows: np.ndarray, fill: bool = False, bounds: tuple[int, int] | None = None) -> Any:
@@ -128,7 +130,10 @@ def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
         for i in rest:
             out[i] = arrays[i].take(rows)
 
-    pending = _pool().submit(take_rest) if _threads() > 1 and rest else None
+    # a second thread only from the main thread: under dask's threaded scheduler the partitions run side by side
+    # already, and would queue behind each other on the one helper thread
+    helper = _threads() > 1 and rest and threading.current_thread() is threading.main_thread()
+    pending = _pool().submit(take_rest) if helper else None
     if pending is None:
         take_rest()
     for i in kernel:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
 from fbrapids import frame_rows
+from fbrapids.kernels import arrow_take
 from fbrapids.frame_rows import fill_null_strings, filter_rows, take_array, take_rows
 from fbrapids.join_frames import join_frames
 from fbrapids.kernels.arrow_take import take_var_width
@@ -117,6 +118,27 @@ def test_clean_fill_equals_pandas_fillna():
     col = pd.Series(pd.array([None if i % 7 == 0 else f"v{i % 13}" for i in range(10_000)], dtype="str"), name="s")
     out = pd.DataFrame({"s": col}).fbx.clean(fill={"s": "unk"})
     pd.testing.assert_series_equal(out["s"], col.fillna("unk"))
+
+
+@pytest.mark.parametrize("large_buffer", [0, 1 << 40])
+def test_kernel_take_from_either_allocator(monkeypatch, large_buffer):
+    """Every output buffer from the system allocator (0), or from pyarrow's pool: the same values."""
+    monkeypatch.setattr(arrow_take, "LARGE_BUFFER", large_buffer)
+    values = pa.array([[1, 2], None, [], [3, 4, 5]] * 50, pa.list_(pa.int64()))
+    rows = np.array([3, 0, -1, 2, 1, 199, 198], dtype=np.int64)
+    assert take_var_width(values, rows).equals(_pyarrow_take(values, rows))
+    strings = pa.array(["ab", None, "", "xyz"] * 50, pa.large_string())
+    assert take_var_width(strings, rows).equals(_pyarrow_take(strings, rows))
+
+
+def test_take_rows_from_a_worker_thread_equals_pandas_take():
+    frame = pd.DataFrame({"i": np.arange(50), "tok": pd.array([[i] * (i % 3) for i in range(50)],
+                                                              dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+    rows = np.arange(0, 50, 3)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(take_rows, frame, rows).result()
+    _same_frame(got, frame.take(rows))
 
 
 def test_kernel_declines_what_it_cannot_take():
