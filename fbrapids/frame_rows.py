@@ -4,9 +4,9 @@ pandas computes them, with the costly columns taken faster.
 * A variable-width Arrow column (strings, ``list<int64>`` token hashes) is taken by the
   host kernel of :func:`fbrapids.kernels.take_var_width`, which writes its output once;
   pyarrow's ``take`` regrows its buffers and costs several times more on fresh memory.
-* The other columns are taken by pandas, in a second thread while the kernel runs (numpy,
-  pandas and the kernel release the GIL; only when called from the main thread and more
-  than one core is there).
+* The other columns are taken by pandas, one by one.  (Taking them in a second thread
+  while the kernel ran did not pay on the 2-core benchmark box: the kernel already runs on
+  both cores; merge with basic at 2M rows, load 2.7, 0.68 s with the thread, 0.60 s without.)
 * A selection that keeps a contiguous range of rows is a slice (no copy), and one that
   keeps every row in order returns the frame's shallow copy, as pandas does.
 
@@ -24,10 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -35,7 +31,7 @@ import pandas as pd
 
 from fbrapids.kernels import fill_null_var_width, take_var_width, takes_type
 
-#: below this many rows a selection is pandas' own (the kernel's and the thread's setup cost more)
+#: below this many rows a selection is pandas' own (the kernel's setup costs more)
 MIN_ROWS = 4096
 
 
@@ -87,18 +83,6 @@ def fill_null_strings(values: Any, value: str) -> Any:
     return filled
 
 
-@functools.lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-take")
-
-
-def _threads() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def _contiguous(rows: np.ndarray) -> bool:
     """Whether ``rows`` is ``start, start + 1, ..., stop - 1`` (checked from its ends first)."""
     return bool(len(rows)) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all())
@@ -118,28 +102,12 @@ def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     if _contiguous(rows) and int(rows[0]) >= 0:
         return frame.iloc[int(rows[0]): int(rows[-1]) + 1]
     arrays = [frame.iloc[:, i].array for i in range(frame.shape[1])]
-    kernel = [i for i, a in enumerate(arrays) if _arrow_values(a) is not None]
+    kernel = {i for i, a in enumerate(arrays) if _arrow_values(a) is not None}
     if not kernel:
         return frame.take(rows)
     index = frame.index.take(rows)  # raises for a row out of bounds, before any column is taken
     bounds = (int(rows.min()), int(rows.max())) if len(rows) else None
-    out: list[Any] = [None] * len(arrays)
-    rest = [i for i in range(len(arrays)) if i not in set(kernel)]
-
-    def take_rest() -> None:
-        for i in rest:
-            out[i] = arrays[i].take(rows)
-
-    # a second thread only from the main thread: under dask's threaded scheduler the partitions run side by side
-    # already, and would queue behind each other on the one helper thread
-    helper = _threads() > 1 and rest and threading.current_thread() is threading.main_thread()
-    pending = _pool().submit(take_rest) if helper else None
-    if pending is None:
-        take_rest()
-    for i in kernel:
-        out[i] = take_array(arrays[i], rows, bounds=bounds)
-    if pending is not None:
-        pending.result()
+    out = [take_array(a, rows, bounds=bounds) if i in kernel else a.take(rows) for i, a in enumerate(arrays)]
     result = pd.DataFrame(dict(enumerate(out)), index=index, copy=False)
     result.columns = frame.columns
     return result.__finalize__(frame, method="take")

@@ -131,16 +131,6 @@ def test_kernel_take_from_either_allocator(monkeypatch, large_buffer):
     assert take_var_width(strings, rows).equals(_pyarrow_take(strings, rows))
 
 
-def test_take_rows_from_a_worker_thread_equals_pandas_take():
-    frame = pd.DataFrame({"i": np.arange(50), "tok": pd.array([[i] * (i % 3) for i in range(50)],
-                                                              dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
-    rows = np.arange(0, 50, 3)
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(1) as pool:
-        got = pool.submit(take_rows, frame, rows).result()
-    _same_frame(got, frame.take(rows))
-
-
 def test_kernel_declines_what_it_cannot_take():
     with_child_nulls = pa.array([[1, None], [2]], pa.list_(pa.int64()))
     assert take_var_width(with_child_nulls, np.array([1, 0])) is None
