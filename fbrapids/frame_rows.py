@@ -9,6 +9,8 @@ pandas computes them, with the costly columns taken faster.
   both cores; merge with basic at 2M rows, load 2.7, 0.68 s with the thread, 0.60 s without.)
 * A selection that keeps a contiguous range of rows is a slice (no copy), and one that
   keeps every row in order returns the frame's shallow copy, as pandas does.
+* :func:`fill_null_strings` (clean's string fills) is the same kernel taking every row,
+  a null replaced by the fill.
 
 The result is ``frame.take(rows)``'s: the same index, columns, dtypes, values, nulls and
 ``attrs``.  A frame that is not pandas (cudf) is left to its own ``take``.
