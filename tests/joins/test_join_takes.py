@@ -131,6 +131,25 @@ def test_kernel_take_from_either_allocator(monkeypatch, large_buffer):
     assert take_var_width(strings, rows).equals(_pyarrow_take(strings, rows))
 
 
+def test_kernel_take_over_many_threads_equals_pyarrow_take():
+    """Enough rows (an odd count) for the kernels' OpenMP blocks: offsets summed across threads, each
+    thread's validity bytes its own."""
+    rng = np.random.default_rng(11)
+    n = 70_001
+    lens = rng.integers(0, 5, n)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    valid = rng.random(n) > 0.1
+    lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(-2**62, 2**62, int(offsets[-1]))),
+                                     mask=pa.array(~valid)).slice(1)
+    strings = pa.array([None if i % 9 == 0 else "s" * (i % 4) for i in range(n)], pa.large_string()).slice(3)
+    for rows in (rng.integers(-1, n - 3, 90_001), np.flatnonzero(rng.random(n - 3) < 0.98)):
+        for values in (lists, strings):
+            got = take_var_width(values, rows)
+            got.validate(full=True)
+            assert got.equals(_pyarrow_take(values, rows))
+    assert fill_null_strings(strings, "x").equals(pc.fill_null(strings, "x"))
+
+
 def test_kernel_declines_what_it_cannot_take():
     with_child_nulls = pa.array([[1, None], [2]], pa.list_(pa.int64()))
     assert take_var_width(with_child_nulls, np.array([1, 0])) is None
