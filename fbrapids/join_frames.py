@@ -37,6 +37,7 @@ import pandas as pd
 
 from fbrapids import backend as _backend
 from fbrapids.errors import JoinError
+from fbrapids.frame_rows import take_array, take_rows
 
 VALIDATE = {
     "one_to_one": "one_to_one", "1:1": "one_to_one",
@@ -119,13 +120,13 @@ class JoinTable:
         bool column is taken from its nullable form (converted once per table, not per probe)."""
         values = self.payload[column]
         if not fill:
-            return values.array.take(rows)
+            return take_array(values.array, rows)
         arr = self._nullable.get(column)
         if arr is None:
             want = nullable_dtype(values.dtype)
             arr = values.array if want is values.dtype else pd.array(values.to_numpy(), dtype=want)
             self._nullable[column] = arr
-        return arr.take(rows, allow_fill=True)
+        return take_array(arr, rows, fill=True)
 
     @classmethod
     def build(cls, right: pd.DataFrame, keys: Sequence[str], validate: str | None = None) -> "JoinTable":
@@ -232,7 +233,7 @@ def output_names(left_cols: Sequence[str], payload_cols: Sequence[str], keys: Se
 def assemble(left: pd.DataFrame, table: JoinTable, left_rows: np.ndarray | None, right_rows: np.ndarray, how: str,
              suffixes: tuple[str, str]) -> pd.DataFrame:
     """The joined frame from the row maps: one selection of left rows, one take per right column."""
-    out = left if left_rows is None else left.take(left_rows)
+    out = left if left_rows is None else take_rows(left, left_rows)
     lnames, rnames = output_names(list(left.columns), list(table.payload.columns), table.keys, suffixes)
     if any(k != v for k, v in lnames.items()):
         out = out.rename(columns=lnames)
@@ -240,9 +241,9 @@ def assemble(left: pd.DataFrame, table: JoinTable, left_rows: np.ndarray | None,
     # arrays, not Series: no per-column copies of the frames' attrs; concat keeps the left columns as they are
     if fill:
         payload = pd.DataFrame({rnames[c]: table.take(c, right_rows, fill) for c in table.payload.columns},
-                               index=out.index)
+                               index=out.index, copy=False)
     else:  # every row matched: one take per block of like-typed columns
-        payload = table.payload.take(right_rows).rename(columns=rnames)
+        payload = take_rows(table.payload, right_rows).rename(columns=rnames)
         payload.index = out.index
     return pd.concat([out, payload], axis=1)
 

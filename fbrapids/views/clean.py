@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fbrapids import backend as _backend
+from fbrapids.frame_rows import fill_null_strings, filter_rows
 from fbrapids.views import json_fields
 from fbrapids.views.where import Where, evaluate, parse_where
 from fbrapids.errors import CleanError
@@ -74,14 +75,14 @@ def _referenced_columns(cond: Any) -> set[str] | None:
 
 def _apply_where(frame: Any, cond: Any) -> Any:
     if isinstance(cond, Where):
-        return frame[evaluate(cond, frame)]
+        return filter_rows(frame, evaluate(cond, frame))
     mask = cond(frame)
     dtype = getattr(mask, "dtype", None)
     if dtype is None or str(dtype) not in ("bool", "boolean"):
         raise CleanError(f"filter {cond!r} gave {dtype} values, not booleans")
     if str(dtype) == "boolean":
         mask = mask.fillna(False)
-    return frame[mask]
+    return filter_rows(frame, mask)
 
 
 def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
@@ -231,17 +232,17 @@ def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
 
 
 def _fill_arrow_strings(col: pd.Series, value: str) -> tuple[pd.Series, int]:
-    """An Arrow-backed string column's nulls filled by Arrow's ``fill_null`` (one pass over
-    the offsets; pandas' ``fillna`` there goes through a masked replace several times slower).
-    Same values and dtype as ``col.fillna(value)``."""
-    import pyarrow.compute as pc
-
+    """An Arrow-backed string column's nulls filled as Arrow's ``fill_null`` does: for ``""``
+    with no bytes under the null slots, the same buffers without the validity bitmap;
+    otherwise by the take kernel on a large column (pandas' ``fillna`` there goes through a
+    masked replace several times slower).  Same values and dtype as ``col.fillna(value)``."""
     arr = col.array.__arrow_array__()
     n = int(arr.null_count)
     if not n:
         return col, 0
     chunks = [_empty_nulls_as_empty_strings(c) for c in arr.chunks] if value == "" else [None]
-    done = pa.chunked_array(chunks, type=arr.type) if all(c is not None for c in chunks) else pc.fill_null(arr, value)
+    done = (pa.chunked_array(chunks, type=arr.type) if all(c is not None for c in chunks)
+            else fill_null_strings(arr, value))  # no copy where the null slots hold no bytes
     filled = pd.arrays.ArrowStringArray(done, dtype=col.dtype)
     return pd.Series(filled, index=col.index, name=col.name, copy=False), n
 
