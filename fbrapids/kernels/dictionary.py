@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 
 from fbrapids.errors import UsageError
 from fbrapids.kernels import types as T
+from fbrapids.kernels.arrow_take import take_var_width
 from fbrapids.kernels.columns import HostColumn, from_arrow, pack_validity, to_arrow
 from fbrapids.kernels.plan import Node, Plan
 
@@ -133,7 +134,9 @@ class Coded:
 
 
 def take(col: HostColumn, idx: np.ndarray) -> HostColumn:
-    """The rows ``idx`` of ``col`` (numpy for fixed widths, Arrow ``take`` for the rest).
+    """The rows ``idx`` of ``col``: numpy for fixed widths; strings and lists of fixed-width
+    values by the take kernel (:func:`~fbrapids.kernels.arrow_take.take_var_width`: output
+    written once, OpenMP), Arrow ``take`` for the rest.
 
     Example:
         >>> c = HostColumn("i64", 3, data=np.array([4, 5, 6]))
@@ -143,7 +146,9 @@ def take(col: HostColumn, idx: np.ndarray) -> HostColumn:
     if col.type in T.FIXED_TYPES:
         valid = None if col.valid is None else pack_validity(col.validity_bool()[idx])
         return HostColumn(col.type, len(idx), valid=valid, data=col.data[: col.n][idx])
-    return from_arrow(to_arrow(col).take(pa.array(idx)), "dictionary")
+    arr = to_arrow(col)
+    taken = take_var_width(arr, idx) if len(idx) else None
+    return from_arrow(taken if taken is not None else arr.take(pa.array(idx)), "dictionary")
 
 
 def encode(col: HostColumn) -> Coded:
