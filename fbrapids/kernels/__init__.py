@@ -13,7 +13,8 @@ The rest of fbrapids uses this public face, not the submodules:
   :class:`HostColumn`, :func:`to_series`, :func:`empty_series`, :func:`from_arrow_type`;
 * building: :func:`load_source` (host C through the compile-and-cache path);
 * row takes of Arrow strings / lists: :func:`take_var_width`, :func:`fill_null_var_width`,
-  :func:`takes_type` (see :mod:`fbrapids.kernels.arrow_take`);
+  :func:`takes_type` (see :mod:`fbrapids.kernels.arrow_take`); large host buffers in plain
+  pages: :func:`host_empty` (:mod:`fbrapids.kernels.host_memory`);
 * counters: :class:`KernelStats`, :func:`stats`, :func:`reset_stats`;
 * the dictionary path: :func:`dictionary_mode`, :func:`dictionary_paths` (see
   :mod:`fbrapids.kernels.dictionary`).
@@ -28,6 +29,7 @@ Example:
 """
 
 from fbrapids.kernels.arrow_take import fill_null_var_width, take_var_width, takes_type
+from fbrapids.kernels.host_memory import empty as host_empty
 from fbrapids.kernels.columns import HostColumn, empty_series, from_series, object_array, to_series
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.compiled import cached, cached_plans, compilations, compiled
@@ -46,5 +48,5 @@ __all__ = [
     "Call", "Col", "DEVICE_BUDGET_FRACTION", "Expr", "HostColumn", "Impl", "KernelStats", "Operator", "Plan",
     "RunResult", "Runtime", "Vocabulary", "add_operator", "as_expr", "build_plan", "cached", "cached_plans",
     "columns_of", "compilations", "compiled", "dictionary_mode", "dictionary_paths", "empty_series", "fill_null_var_width", "from_series", "from_arrow_type", "get_operator", "load_source",
-    "object_array", "operators", "record", "register_operator", "registry_generation", "render_module", "reset_stats", "stats", "take_var_width", "takes_type", "to_series",
+    "object_array", "operators", "record", "register_operator", "registry_generation", "render_module", "host_empty", "reset_stats", "stats", "take_var_width", "takes_type", "to_series",
 ]

@@ -15,6 +15,7 @@ import functools
 
 import numpy as np
 
+from fbrapids.kernels import host_memory as HM
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
 
@@ -45,7 +46,7 @@ def _ptr(a: np.ndarray) -> int:
 
 def prefix(cnt: np.ndarray) -> np.ndarray:
     """Exclusive prefix sum with a leading 0 (n + 1 entries, int64)."""
-    out = np.empty(len(cnt) + 1, dtype=np.int64)
+    out = HM.empty(len(cnt) + 1, np.int64)
     out[0] = 0
     np.cumsum(cnt, out=out[1:])
     return out
@@ -57,7 +58,7 @@ def compact(pool: np.ndarray, off: np.ndarray, cnt: np.ndarray, elem: int, block
     in row order, in its pool region)."""
     offsets = prefix(cnt)
     total = int(offsets[-1])
-    values = np.empty(max(total, 1), dtype=np.uint8 if elem == 1 else np.int64)
+    values = HM.empty(max(total, 1), np.uint8 if elem == 1 else np.int64)
     lib().fbx_compact(len(cnt), _ptr(pool), _ptr(off), _ptr(cnt), elem, _ptr(offsets), _ptr(values), block)
     return offsets, values
 
@@ -66,8 +67,8 @@ def compact_str_list(pool: np.ndarray, offa: np.ndarray, cnta: np.ndarray, offb:
                      cntb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """List offsets, string offsets and bytes of a pool-resident list<str> result."""
     loff, boff = prefix(cnta), prefix(cntb)
-    soffs = np.empty(int(loff[-1]) + 1, dtype=np.int64)
-    data = np.empty(max(int(boff[-1]), 1), dtype=np.uint8)
+    soffs = HM.empty(int(loff[-1]) + 1, np.int64)
+    data = HM.empty(max(int(boff[-1]), 1), np.uint8)
     lib().fbx_compact_ls(len(cnta), _ptr(pool), _ptr(offa), _ptr(cnta), _ptr(offb), _ptr(cntb),
                          _ptr(loff), _ptr(boff), _ptr(soffs), _ptr(data))
     return loff, soffs, data

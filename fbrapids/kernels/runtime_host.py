@@ -28,6 +28,7 @@ import pandas as pd
 
 from fbrapids.errors import KernelRuntimeError
 from fbrapids.kernels import host_helpers as R
+from fbrapids.kernels import host_memory as HM
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import dictionary as D
 from fbrapids.kernels import types as T
@@ -216,15 +217,15 @@ class HostPlan(Runtime):
         keep = []
         for nid, o in abi.outputs.items():
             node = plan.nodes[nid]
-            bufs: dict[str, np.ndarray] = {"valid": np.empty(n, dtype=np.uint8)}
+            bufs: dict[str, np.ndarray] = {"valid": HM.empty(n, np.uint8)}
             for i, name in enumerate(output_slots(o.type)):
                 if name == "data":
-                    bufs[name] = np.empty(n, dtype=T.NUMPY_DTYPE[o.type])
+                    bufs[name] = HM.empty(n, T.NUMPY_DTYPE[o.type])
                 elif name != "valid":
-                    bufs[name] = (np.zeros if name.startswith("off") else np.empty)(n, dtype=np.int64)
+                    bufs[name] = (HM.zeros if name.startswith("off") else HM.empty)(n, np.int64)
                 ptrs[o.first + i] = bufs[name].ctypes.data
             if o.status is not None:
-                bufs["status"] = np.full(n, -1, dtype=np.int8)
+                bufs["status"] = HM.full(n, -1, np.int8)
                 ptrs[o.status] = bufs["status"].ctypes.data
             for b, slot in zip(node.impl.buffers, o.buffers):
                 ptrs[slot] = b.ctypes.data
