@@ -124,7 +124,7 @@ class PipelineResult:
         lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
         k = self.kernel
         lines += ["", "feature extraction (meta-kernels):",
-                  f"  feature layers         {k.get('layers', 0):>12}  (+1 JSON-cleaning kernel)",
+                  f"  feature layers         {k.get('layers', 0):>12}  (+2 JSON-cleaning kernels: scan, pick)",
                   f"  feature operators      {k.get('operators', 0):>12}",
                   f"  kernel launches        {k.get('launches', 0):>12}  ({k.get('partitions', 0)} partitions streamed, "
                   f"{k.get('launches_per_partition', 0):.1f} per partition)",

@@ -117,7 +117,7 @@ def fig_demo_summary() -> str:
     joins = r["joins"][0] if r["joins"] else "none"
     lines = [
         "rows per stage:            " + " · ".join(f"{name} {n:,}" for name, n in rows.items()),
-        f"feature extraction:        {k['layers']} feature layers (+1 JSON-cleaning kernel), {k['operators']} "
+        f"feature extraction:        {k['layers']} feature layers (+2 JSON-cleaning kernels: scan, pick), {k['operators']} "
         f"operators, {k['launches_per_partition']:.1f} kernel launches per partition",
         f"joins:                     {joins.split(' [')[0]} ...",
         "embedding store:           hit rates " + " / ".join(f"{t} {s[t]['hit_rate']:.3f}" for t in ("cache", "host", "ssd")
