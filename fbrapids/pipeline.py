@@ -127,7 +127,8 @@ class PipelineResult:
                   f"  feature layers         {k.get('layers', 0):>12}  (+2 JSON-cleaning kernels: scan, pick)",
                   f"  feature operators      {k.get('operators', 0):>12}",
                   f"  kernel launches        {k.get('launches', 0):>12}  ({k.get('partitions', 0)} partitions streamed, "
-                  f"{k.get('launches_per_partition', 0):.1f} per partition)",
+                  f"{k.get('launches_per_partition', 0):.1f} per partition, "
+                  f"{k.get('dictionary_runs', 0)} of them the dictionary path's runs over distinct values)",
                   f"  pool peak bytes        {k.get('pool_peak_bytes', 0):>12,}",
                   f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
         lines += ["", "joins:"] + [f"  {j}" for j in self.joins]
@@ -599,7 +600,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     plan = plan_for(parts["joined"]._meta, {**workload.features(), **plain})
     result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
                      "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
-                     "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"]}
+                     "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
+                     "dictionary_runs": ks["dictionary_runs"]}
     counts = parts["impressions"].fbx.clean_report.counts if count_clean else {}
     result.rows["impressions read"] = int(counts.get("rows_in", 0))
     result.rows["after clean"] = int(counts.get("rows_out", 0))

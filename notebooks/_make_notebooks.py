@@ -153,6 +153,7 @@ result   # rows and seconds per stage, store hit rates, held-out metrics''',
     '''from fbrapids import plot
 plot.calibration(result.predictions["label"], result.predictions["pred"], bins=10)''',
     '''assert result.bytes_written <= sum(result.work_tree.values()) + (1 << 20)  # measured: no feature files
-assert result.kernel["launches"] == (result.kernel["layers"] + 2) * result.kernel["partitions"]  # + JSON scan, pick
+k = result.kernel  # per partition: JSON scan + pick + one per feature layer; + one per dictionary-path run
+assert k["launches"] == (k["layers"] + 2) * k["partitions"] + k["dictionary_runs"]
 close_client(client)''',
 ])
