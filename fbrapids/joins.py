@@ -316,28 +316,24 @@ def _estimated_bytes(frame: Any) -> tuple[int, Any]:
     return _frame_bytes(first) * frame.npartitions, first
 
 
-def build_side_of_parts(first: Any, *rest: Any, keys: Sequence[str], validate: str | None, on_host: bool) -> Any:
-    """:func:`build_side` of the frame made of the partitions ``first, *rest`` (in order).
-
-    Example:
-        >>> import pandas as pd
-        >>> t = build_side_of_parts(pd.DataFrame({"k": [1]}), pd.DataFrame({"k": [2]}), keys=["k"],
-        ...                         validate=None, on_host=True)
-        >>> t.index.tolist()
-        [1, 2]
-    """
-    whole = _backend.backend_of(first).xdf.concat([first, *rest]) if rest else first
-    return build_side(whole, keys, validate, on_host)
-
-
 def _key_is_sorted_index(frame: Any, keys: Sequence[str]) -> bool:
     return (_is_dask(frame) and len(keys) == 1 and frame.index.name == keys[0]
             and keys[0] not in frame.columns and bool(frame.known_divisions))
 
 
-def build_side(right: Any, keys: Sequence[str], validate: str | None, on_host: bool) -> Any:
+def build_side(right: Any, keys: Sequence[str], validate: str | None, on_host: bool, rest: Sequence[Any] = ()) -> Any:
     """The build side of a partitioned join, made once: a host :class:`JoinTable`, or the
-    validated cudf frame on the device."""
+    validated cudf frame on the device.  ``rest``: more partitions of the same side, after
+    ``right`` (a dask build side whose first partition was computed at planning).
+
+    Example:
+        >>> import pandas as pd
+        >>> t = build_side(pd.DataFrame({"k": [1]}), ["k"], None, True, rest=[pd.DataFrame({"k": [2]})])
+        >>> t.index.tolist()
+        [1, 2]
+    """
+    if len(rest):
+        right = _backend.backend_of(right).xdf.concat([right, *rest])
     if on_host or not _backend.is_gpu_object(right):
         return JoinTable.build(_backend.to_host(right), keys, validate)
     if validate in ("many_to_one", "one_to_one"):
@@ -456,8 +452,8 @@ def join(
             table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, be), keys, validate,
                                                                    on_host)
         else:  # partition 0 as computed to size this side; the others read here
-            table = dask.delayed(build_side_of_parts, pure=True, name=name)(
-                first, *other.to_delayed()[1:], keys=keys, validate=validate, on_host=on_host)
+            table = dask.delayed(build_side, pure=True, name=name)(first, keys, validate, on_host,
+                                                                   other.to_delayed()[1:])
         if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:
             # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
             table = dask.delayed(_after, pure=True)(table, _left_keys_unique(left, keys, validate))

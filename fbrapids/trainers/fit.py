@@ -364,13 +364,16 @@ def _lookahead(it: Iterable[Batch], depth: int = 1) -> Iterator[tuple[Batch, lis
     Example:
         >>> [(b, ahead) for b, ahead in _lookahead(iter([1, 2, 3]), depth=2)]
         [(1, [2, 3]), (2, [3]), (3, [])]
+        >>> read = []
+        >>> for b, ahead in _lookahead(iter(read.append(i) or i for i in range(5)), depth=1):
+        ...     assert len(read) == b + 2 - (b == 4)  # this batch and one more, no further
     """
     it = iter(it)
     window = collections.deque(itertools.islice(it, depth + 1))
     while window:
         cur = window.popleft()
+        yield cur, list(window)  # ``depth`` batches read ahead of ``cur``, no more
         window.extend(itertools.islice(it, 1))
-        yield cur, list(window)
 
 
 #: batches ``fit`` reads ahead and announces to ``lfu_window`` tables (``fit(lookahead=...)``)

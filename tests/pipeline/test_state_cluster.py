@@ -54,6 +54,12 @@ def own_workers():
     workers = [_worker(cluster.scheduler_address) for _ in range(2)]
     try:
         client.wait_for_workers(2, timeout=120)
+        # the cluster object learns of workers from the scheduler a little later; a worker it
+        # never listed, once removed, makes its close raise KeyError (distributed's
+        # deploy/spec.py _update_worker_status), so wait until it lists both
+        deadline = time.monotonic() + 60
+        while len(cluster.scheduler_info.get("workers", {})) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         yield client, workers
     finally:
         for w in workers:
