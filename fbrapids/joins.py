@@ -306,13 +306,14 @@ _AUTO = "auto"
 
 def _estimated_bytes(frame: Any) -> tuple[int, Any]:
     """``(bytes, first)``: the in-memory bytes of ``frame`` and, for a dask frame, its first
-    partition as computed to size it (None for an eager frame).  A dask frame of several
-    partitions is sized as its first partition times the partition count (reading the
-    whole side just to size it would be one more pass over it); the join builds its table
-    from ``first`` and the other partitions, so partition 0 is read and cleaned once."""
+    partition persisted (None for an eager frame).  A dask frame of several partitions is
+    sized as its first partition times the partition count (reading the whole side just to
+    size it would be one more pass over it).  The partition stays where it was computed (a
+    worker's memory on a cluster: only its size comes back), and a broadcast join builds its
+    table from it and the other partitions, so partition 0 is read and cleaned once."""
     if not _is_dask(frame):
         return _frame_bytes(frame), None
-    first = frame.partitions[0].compute() if frame.npartitions > 1 else frame.compute()
+    first = frame.partitions[0].persist()
     return _frame_bytes(first) * frame.npartitions, first
 
 
@@ -411,16 +412,16 @@ def join(
     left_casts, right_casts = check_keys(left, other, keys)
     be = _backend.backend_of(left)
     build_bytes, first = _estimated_bytes(other)
-    if first is not None and right_casts:
-        first = cast_key_columns(first, {k: v for k, v in right_casts.items() if k in first.columns})
+    if first is not None:
+        first = _cast_keys(first, right_casts)
     left, other = _cast_keys(left, left_casts), _cast_keys(other, right_casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
     on_host = placement == "host"
 
     if not _is_dask(left):
         if _is_dask(other):
-            other = first if other.npartitions == 1 else _backend.backend_of(first).xdf.concat(
-                [first, other.partitions[1:].compute()])
+            other = (first.compute() if other.npartitions == 1 else
+                     _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
         decision = JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason)
         _record(decision)
         if on_host and be.is_gpu:
@@ -452,7 +453,7 @@ def join(
             table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, be), keys, validate,
                                                                    on_host)
         else:  # partition 0 as computed to size this side; the others read here
-            table = dask.delayed(build_side, pure=True, name=name)(first, keys, validate, on_host,
+            table = dask.delayed(build_side, pure=True, name=name)(first.to_delayed()[0], keys, validate, on_host,
                                                                    other.to_delayed()[1:])
         if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:
             # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
