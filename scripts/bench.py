@@ -32,9 +32,10 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                 "the public chain (read_view -> clean -> join -> extract -> join basic), eager and dask, "
                 "and op by op, vs pandas and polars written for speed (distinct values hashed once) and the "
                 "hash-every-row pandas reference; outputs checked equal"),
-    "extract_2m": (["benchmarks/extract.py", "--rows", "2000000", "--repeat", "1", "--out",
+    "extract_2m": (["benchmarks/extract.py", "--rows", "2000000", "--repeat", "2", "--out",
                     "benchmarks/results/extract_2m.json"],
-                   "the same at 2M rows (one timed run after the warm-up)"),
+                   "the same at 2M rows (the best of 2 timed runs after the warm-up: one run's figure "
+                   "moved by up to 20% with the page faults of fresh memory)"),
     "embedding": (["benchmarks/embedding.py", "--threads", "1,2"],
                   "tiered store (its module) vs `nn.EmbeddingBag` with the same row-wise Adagrad vs TorchRec "
                   "FusedEBC and fbgemm TBE (where they load: run under `.venv-bench`, made by "
