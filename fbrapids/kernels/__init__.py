@@ -14,7 +14,7 @@ The rest of fbrapids uses this public face, not the submodules:
 * building: :func:`load_source` (host C through the compile-and-cache path);
 * row takes of Arrow strings / lists: :func:`take_var_width`, :func:`fill_null_var_width`,
   :func:`takes_type` (see :mod:`fbrapids.kernels.arrow_take`); large host buffers in plain
-  pages: :func:`host_empty` (:mod:`fbrapids.kernels.host_memory`);
+  pages, reused once freed: :func:`host_empty` (:mod:`fbrapids.kernels.host_memory`);
 * counters: :class:`KernelStats`, :func:`stats`, :func:`reset_stats`;
 * the dictionary path: :func:`dictionary_mode`, :func:`dictionary_paths` (see
   :mod:`fbrapids.kernels.dictionary`).

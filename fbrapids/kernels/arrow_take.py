@@ -14,8 +14,9 @@ index ``-1`` gives a null (a left join's miss); a null input row stays null, wit
 Anything else (:func:`takes_type` is False) is left to the caller, and so is an output whose
 offsets would overflow their type.  Values and nulls are those of ``pyarrow.compute.take``.
 With a fill value, a miss or a null row is that value instead (:func:`fill_null_var_width`:
-``pyarrow.compute.fill_null`` of a string column, as a take of every row).  A buffer of
-:data:`LARGE_BUFFER` bytes or more comes from the system allocator (see :func:`_pool_for`).
+``pyarrow.compute.fill_null`` of a string column, as a take of every row).  The offsets and values
+buffers are :func:`fbrapids.kernels.host_memory.arrow_buffer`'s (a large one reuses the
+pages of an earlier output).
 
 Example:
     >>> import numpy as np, pyarrow as pa
@@ -32,25 +33,12 @@ import functools
 import numpy as np
 import pyarrow as pa
 
+from fbrapids.kernels import host_memory as HM
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.headers import CSRC, without_includes
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
-#: an output buffer this large (bytes) comes from the system allocator (see :func:`_pool_for`)
-LARGE_BUFFER = 64 << 20
-
-
-def _pool_for(nbytes: int) -> pa.MemoryPool:
-    """Where an output buffer of ``nbytes`` is allocated.  pyarrow's default pool (mimalloc)
-    reuses freed memory, which pays for the many small and middling buffers; a fresh buffer
-    of hundreds of MB from it is backed by transparent huge pages, whose faults compact
-    memory in the kernel: measured on the 2-core benchmark box, a 400 MB list column's take
-    in the chain spent 0.95 s of system time in 192 page faults with mimalloc, 0.17 s in 96k
-    faults from the system allocator (malloc: plain pages)."""
-    return pa.system_memory_pool() if nbytes >= LARGE_BUFFER else pa.default_memory_pool()
-
-
 @functools.lru_cache(maxsize=None)
 def lib() -> ctypes.CDLL:
     """The loaded take kernels (compiled on first use, then from the disk cache)."""
@@ -129,7 +117,7 @@ def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray,
     has_nulls = fill is None and ((arr.null_count > 0) or (n > 0 and bounds[0] < 0))
     valid_in = in_valid.address if (in_valid is not None and arr.null_count) else None
     fill_buf = np.frombuffer(fill + b"\0", dtype=np.uint8) if fill is not None else None
-    out_off = pa.allocate_buffer((n + 1) * (bits // 8), memory_pool=_pool_for((n + 1) * (bits // 8)))
+    out_off = HM.arrow_buffer((n + 1) * (bits // 8))
     out_valid = pa.allocate_buffer((n + 7) // 8) if has_nulls else None
     null_count = np.zeros(1, dtype=np.int64)
     so = lib()
@@ -138,7 +126,7 @@ def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray,
         out_valid.address if out_valid is not None else None, null_count.ctypes.data)
     if total < 0:
         return None
-    out_values = pa.allocate_buffer(total * elem, memory_pool=_pool_for(total * elem))
+    out_values = HM.arrow_buffer(total * elem)
     if total:
         getattr(so, f"fbx_take_values{bits}")(n, rows.ctypes.data, in_off, valid_in, arr.offset, base, elem,
                                               None if fill_buf is None else fill_buf.ctypes.data, out_off.address,

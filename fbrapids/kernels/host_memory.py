@@ -1,15 +1,28 @@
-"""Host buffers for the kernels' outputs: a large one comes from the system allocator, in
-plain pages.
+"""Host buffers for the kernels' and the row takes' outputs: a large one comes from a
+retained pool of mapped blocks, in plain pages.
 
-numpy asks the kernel for transparent huge pages on every array of 4 MiB or more
-(``madvise(MADV_HUGEPAGE)``); with Linux's common ``defrag=madvise`` setting, faulting such
-an array in compacts memory first.  A kernel's outputs are written once, right after they
-are allocated, and at 2M rows they are hundreds of MB per partition: on the 2-core
-benchmark box, the canonical chain at 2M rows spent 1.6-4.2 s of system time per run with
-numpy's buffers, 0.8-1.6 s without the advice.  Here a buffer of :data:`LARGE_BYTES` or more
-is a pyarrow buffer from the system allocator (malloc: plain pages, no advice), viewed as a
-numpy array that keeps it alive; a smaller one is numpy's own.  Values are never read
-before they are written, so the choice changes no result.
+Two costs of fresh memory, both measured on the 2-core benchmark box (a virtual machine,
+where a page fault costs 3-7 us):
+
+* numpy asks the kernel for transparent huge pages on every array of 4 MiB or more
+  (``madvise(MADV_HUGEPAGE)``), and so does pyarrow's mimalloc for its large segments; with
+  Linux's common ``defrag=madvise`` setting, faulting such a buffer in compacts memory
+  first.  The canonical chain at 2M rows spent 1.6-4.2 s of system time per run with
+  numpy's buffers.
+* A buffer from the system allocator (``malloc``: plain pages) is unmapped when it is
+  freed, so the next partition's outputs fault every page in again: at 2M rows the
+  extraction and the merge faulted 300k-430k pages (1.2-1.7 GB) per run, 0.8-2.2 s of
+  system time.
+
+So a buffer of :data:`LARGE_BYTES` or more is carved from an anonymous mapping (plain
+pages, no advice), and when the last array, view or Arrow buffer over it is gone, the
+mapping is kept for the next buffer of its size class instead of being unmapped: a
+partition's outputs reuse the pages the previous partition's outputs were faulted into,
+as a device pool (RMM) does on the GPU.  What is kept is capped at
+``$FBRAPIDS_HOST_CACHE_BYTES`` (default :data:`DEFAULT_CACHE_BYTES`; ``0`` keeps nothing):
+past it, the blocks kept longest are unmapped first; :func:`release` unmaps them all.  A smaller buffer is numpy's or pyarrow's own.  Values are
+never read before they are written (:func:`zeros` and :func:`full` write every item), so
+reuse changes no result.  :func:`stats` counts the blocks reused, mapped and kept.
 
 Example:
     >>> a = empty(1 << 20, np.int64)
@@ -18,17 +31,121 @@ Example:
     (7340032, 'int64', True)
     >>> zeros(3, np.int64).tolist()
     [0, 0, 0]
+    >>> before = stats()["reused"]
+    >>> address = a.ctypes.data
+    >>> del a  # its block is kept ...
+    >>> b = empty(1 << 20, np.int64)  # ... and this array of the same size class reuses it
+    >>> stats()["reused"] - before, b.ctypes.data == address
+    (1, True)
 """
 
 from __future__ import annotations
 
+import mmap
+import os
+import threading
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-#: arrays this large (bytes) come from the system allocator (numpy's hugepage advice starts at 4 MiB)
+#: buffers this large (bytes) come from the retained blocks (numpy's hugepage advice starts at 4 MiB)
 LARGE_BYTES = 4 << 20
+#: the environment variable capping the bytes of freed blocks kept for reuse
+ENV_CACHE_BYTES = "FBRAPIDS_HOST_CACHE_BYTES"
+#: the default cap: 1/8 of the machine's memory, at most 4 GiB
+DEFAULT_CACHE_BYTES = min(4 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 8)
+#: a block may serve a buffer of its size class or of this many classes below (up to ~1.5x the need)
+CLASS_SLACK = 4
+_PAGE = mmap.PAGESIZE
+
+
+def size_class(nbytes: int) -> int:
+    """The block size that serves ``nbytes``: rounded up to an eighth of its power of two
+    (at most 12.5% more), and to whole pages.
+
+    Example:
+        >>> size_class(5 << 20) == 5 << 20, size_class((5 << 20) + 1) == (5 << 20) + (512 << 10)
+        (True, True)
+    """
+    nbytes = max(int(nbytes), 1)
+    step = max(_PAGE, 1 << max(nbytes.bit_length() - 4, 0))
+    return -(-nbytes // step) * step
+
+
+def _next_class(size: int) -> int:
+    return size_class(size + 1)
+
+
+class _Blocks:
+    """The freed blocks kept for reuse, by size class, oldest first for eviction, under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free: dict[int, list[mmap.mmap]] = {}
+        self.order: OrderedDict[int, mmap.mmap] = OrderedDict()  #: id -> block, the longest kept first
+        self.kept_bytes = 0
+        self.reused = 0
+        self.mapped = 0
+        self.dropped = 0
+
+    def cap(self) -> int:
+        return int(os.environ.get(ENV_CACHE_BYTES, DEFAULT_CACHE_BYTES))
+
+    def take(self, nbytes: int) -> mmap.mmap:
+        """A block of at least ``nbytes``: the last kept one of its class (or of up to
+        CLASS_SLACK classes above), else a new mapping."""
+        size = size_class(nbytes)
+        with self.lock:
+            want = size
+            for _ in range(CLASS_SLACK + 1):
+                kept = self.free.get(want)
+                if kept:
+                    block = kept.pop()
+                    del self.order[id(block)]
+                    self.kept_bytes -= len(block)
+                    self.reused += 1
+                    return block
+                want = _next_class(want)
+            self.mapped += 1
+        return mmap.mmap(-1, size)
+
+    def give_back(self, block: mmap.mmap) -> None:
+        """Called when the last array over ``block`` is gone: keep it, unmapping the blocks
+        kept longest while the cap would be passed (the workload's sizes have moved on)."""
+        cap = self.cap()
+        with self.lock:
+            if len(block) > cap:
+                self.dropped += 1
+                return  # unmapped once the last reference (the array's export) goes
+            while self.kept_bytes + len(block) > cap:
+                _, old = self.order.popitem(last=False)
+                self.free[len(old)].remove(old)
+                self.kept_bytes -= len(old)
+                self.dropped += 1
+            self.free.setdefault(len(block), []).append(block)
+            self.order[id(block)] = block
+            self.kept_bytes += len(block)
+
+    def release(self) -> int:
+        with self.lock:
+            freed, self.kept_bytes = self.kept_bytes, 0
+            self.free, self.order = {}, OrderedDict()
+        return freed
+
+
+_BLOCKS = _Blocks()
+
+
+def _large(nbytes: int) -> np.ndarray:
+    """``nbytes`` bytes (uint8) over a retained block; the block is given back when the array
+    and everything viewing it are gone."""
+    block = _BLOCKS.take(nbytes)
+    out = np.frombuffer(block, dtype=np.uint8, count=nbytes)
+    weakref.finalize(out, _BLOCKS.give_back, block).atexit = False
+    return out
 
 
 def empty(n: int, dtype: Any) -> np.ndarray:
@@ -37,7 +154,7 @@ def empty(n: int, dtype: Any) -> np.ndarray:
     nbytes = int(n) * dtype.itemsize
     if nbytes < LARGE_BYTES:
         return np.empty(n, dtype=dtype)
-    return np.frombuffer(pa.allocate_buffer(nbytes, memory_pool=pa.system_memory_pool()), dtype=dtype, count=int(n))
+    return _large(nbytes).view(dtype)
 
 
 def zeros(n: int, dtype: Any) -> np.ndarray:
@@ -54,3 +171,42 @@ def full(n: int, value: Any, dtype: Any) -> np.ndarray:
     out = empty(n, dtype)
     out.fill(value)
     return out
+
+
+def arrow_buffer(nbytes: int) -> pa.Buffer:
+    """A mutable, uninitialised pyarrow buffer of ``nbytes``: over a retained block when large,
+    else from pyarrow's default pool (which reuses small and middling buffers itself).
+
+    Example:
+        >>> buf = arrow_buffer(LARGE_BYTES)
+        >>> buf.size == LARGE_BYTES, buf.is_mutable, buf.address % 64
+        (True, True, 0)
+    """
+    if nbytes < LARGE_BYTES:
+        return pa.allocate_buffer(nbytes)
+    return pa.py_buffer(_large(nbytes))
+
+
+def release() -> int:
+    """Unmap every kept block (each is unmapped once nothing views it); returns the bytes let go.
+
+    Example:
+        >>> _ = release()
+        >>> stats()["kept_bytes"]
+        0
+    """
+    return _BLOCKS.release()
+
+
+def stats() -> dict[str, int]:
+    """Counters of the retained blocks: ``reused`` (a buffer served by a kept block),
+    ``mapped`` (a new mapping), ``dropped`` (a freed block unmapped: the cap was reached),
+    ``kept_bytes`` and ``kept_blocks`` (kept now).
+
+    Example:
+        >>> sorted(stats())
+        ['dropped', 'kept_blocks', 'kept_bytes', 'mapped', 'reused']
+    """
+    with _BLOCKS.lock:
+        return {"reused": _BLOCKS.reused, "mapped": _BLOCKS.mapped, "dropped": _BLOCKS.dropped,
+                "kept_bytes": _BLOCKS.kept_bytes, "kept_blocks": sum(len(v) for v in _BLOCKS.free.values())}

@@ -891,9 +891,11 @@ def without_stored_index(table: pa.Table) -> pa.Table:
 
 
 def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
+    # split_blocks: a block per column, so a number column without nulls is a view of its
+    # Arrow buffer (read-only; pandas copies on write) instead of a copy into one 2-d block
     table = without_stored_index(table)
     try:
-        return table.to_pandas(types_mapper=_arrow_list_dtype)
+        return table.to_pandas(types_mapper=_arrow_list_dtype, split_blocks=True)
     except TypeError:
         import json
 
@@ -902,7 +904,7 @@ def _arrow_to_pandas(table: pa.Table) -> pd.DataFrame:
             if "[pyarrow]" in str(col.get("numpy_type")):
                 col["numpy_type"], col["pandas_type"] = "object", "object"
         table = table.replace_schema_metadata({b"pandas": json.dumps(meta).encode()})
-        return table.to_pandas(types_mapper=_arrow_list_dtype)
+        return table.to_pandas(types_mapper=_arrow_list_dtype, split_blocks=True)
 
 
 def normalize_strings(frame: pd.DataFrame) -> pd.DataFrame:

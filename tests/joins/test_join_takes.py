@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
 from fbrapids import frame_rows
-from fbrapids.kernels import arrow_take
+from fbrapids.kernels import arrow_take, host_memory
 from fbrapids.frame_rows import fill_null_strings, filter_rows, take_array, take_rows
 from fbrapids.join_frames import join_frames
 from fbrapids.kernels.arrow_take import take_var_width
@@ -122,8 +122,8 @@ def test_clean_fill_equals_pandas_fillna():
 
 @pytest.mark.parametrize("large_buffer", [0, 1 << 40])
 def test_kernel_take_from_either_allocator(monkeypatch, large_buffer):
-    """Every output buffer from the system allocator (0), or from pyarrow's pool: the same values."""
-    monkeypatch.setattr(arrow_take, "LARGE_BUFFER", large_buffer)
+    """Every output buffer from the retained blocks (0), or from pyarrow's pool: the same values."""
+    monkeypatch.setattr(host_memory, "LARGE_BYTES", large_buffer)
     values = pa.array([[1, 2], None, [], [3, 4, 5]] * 50, pa.list_(pa.int64()))
     rows = np.array([3, 0, -1, 2, 1, 199, 198], dtype=np.int64)
     assert take_var_width(values, rows).equals(_pyarrow_take(values, rows))

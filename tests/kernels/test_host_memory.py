@@ -1,6 +1,8 @@
-"""Kernel outputs of 4 MiB and more live in system-allocator buffers (plain pages): the
-values are those of the same plan run over slices small enough for numpy's own buffers
-(the oracle), bit for bit."""
+"""Kernel outputs of 4 MiB and more live in retained mapped blocks (plain pages, reused
+once freed): the values are those of the same plan run over slices small enough for
+numpy's own buffers (the oracle), bit for bit, also when every block it reuses was filled
+with garbage first; a block is reused only when nothing views it any more, and never kept
+past the cap."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+import pytest
+
 from fbrapids import ops
-from fbrapids.kernels import host_empty
+from fbrapids.kernels import host_empty, host_memory
 from fbrapids.kernels.host_memory import LARGE_BYTES
 from fbrapids.kernels.plan import build_plan
 from fbrapids.kernels.runtime_host import HostPlan
@@ -25,15 +29,36 @@ def _frame(n: int) -> pd.DataFrame:
     return pd.DataFrame({"u": ids, "t": text})
 
 
-def test_large_outputs_match_the_same_plan_over_small_slices() -> None:
-    frame = _frame(ROWS)
+def _plan():
     toks = ops.split("t", " ", buckets=1 << 18)
-    plan = build_plan({"h": ops.hash_bucket("u", 1 << 20), "x": ops.cross("u", toks, buckets=1 << 20), "k": toks},
+    return build_plan({"h": ops.hash_bucket("u", 1 << 20), "x": ops.cross("u", toks, buckets=1 << 20), "k": toks},
                       {"u": "i64", "t": "str"})
-    runtime = HostPlan(plan)
-    whole = runtime.run(frame).columns
+
+
+def _poison_blocks(sizes: list[int]) -> None:
+    """Leave kept blocks of these sizes (and their neighbours) full of 0xAB bytes."""
+    held = [host_memory.empty(n, np.uint8) for n in sizes for n in (n, n * 9 // 10, n * 11 // 10)]
+    for a in held:
+        a.fill(0xAB)
+    del held, a
+
+
+@pytest.mark.parametrize("poisoned", [False, True])
+def test_large_outputs_match_the_same_plan_over_small_slices(poisoned: bool) -> None:
+    frame = _frame(ROWS)
+    plan = _plan()
+    if poisoned:  # a first run's outputs, each filled with garbage, freed: the second run's blocks
+        first = HostPlan(plan).run(frame).columns
+        sizes = [a.nbytes for c in first.values() for a in vars(c).values()
+                 if isinstance(a, np.ndarray) and a.nbytes >= LARGE_BYTES]
+        del first
+        _poison_blocks(sizes)
+    before = host_memory.stats()
+    whole = HostPlan(plan).run(frame).columns
     h = whole["h"].data
-    assert isinstance(h.base, pa.Buffer) and h.nbytes >= LARGE_BYTES  # the system allocator's, not numpy's
+    assert h.nbytes >= LARGE_BYTES and not h.flags.owndata and not isinstance(h.base, pa.Buffer)  # a retained block
+    if poisoned:
+        assert host_memory.stats()["reused"] > before["reused"]
     step = 100_000  # 800 kB outputs: numpy's buffers
     parts = [HostPlan(plan).run(frame.iloc[i:i + step].reset_index(drop=True)).columns for i in range(0, ROWS, step)]
     assert np.array_equal(h, np.concatenate([p["h"].data for p in parts]))
@@ -52,7 +77,59 @@ def _arrow(col):
 
 def test_host_empty_is_writable_and_sized() -> None:
     small, large = host_empty(10, np.int32), host_empty(ROWS, np.float64)
-    assert small.base is None or not isinstance(small.base, pa.Buffer)
-    assert isinstance(large.base, pa.Buffer) and large.shape == (ROWS,) and large.flags.writeable
+    assert small.flags.owndata  # numpy's own
+    assert not large.flags.owndata and large.shape == (ROWS,) and large.flags.writeable
     large[:] = 1.5
     assert float(large.sum()) == 1.5 * ROWS
+
+
+def test_a_freed_block_is_reused_and_a_viewed_one_is_not() -> None:
+    host_memory.release()
+    a = host_memory.empty(ROWS, np.int64)
+    a[:] = np.arange(ROWS)
+    address = a.ctypes.data
+    view, buffer = a[5:], pa.py_buffer(a)  # a view and an Arrow buffer keep the block in use
+    del a
+    before = host_memory.stats()
+    b = host_memory.empty(ROWS, np.int64)
+    after = host_memory.stats()
+    assert b.ctypes.data != address and after["mapped"] == before["mapped"] + 1 and after["reused"] == before["reused"]
+    b[:] = -1
+    assert int(view[0]) == 5 and np.frombuffer(buffer, np.int64)[-1] == ROWS - 1  # untouched by b
+    del view, buffer  # now the first block is free: kept for the next buffer of its class
+    assert host_memory.stats()["kept_bytes"] == host_memory.size_class(ROWS * 8)
+    c = host_memory.empty(ROWS - 1000, np.int64)  # a slightly smaller need: the same class
+    assert c.ctypes.data == address and host_memory.stats()["reused"] == after["reused"] + 1
+    assert host_memory.stats()["kept_bytes"] == 0
+
+
+def test_nothing_is_kept_past_the_cap(monkeypatch) -> None:
+    host_memory.release()
+    monkeypatch.setenv(host_memory.ENV_CACHE_BYTES, str(LARGE_BYTES * 3))
+    before = host_memory.stats()
+    held = [host_memory.empty(LARGE_BYTES, np.uint8) for _ in range(5)]
+    addresses = [a.ctypes.data for a in held]
+    while held:
+        held.pop(0)  # freed in order: the last three freed are kept, the first two unmapped
+    after = host_memory.stats()
+    assert after["kept_bytes"] == LARGE_BYTES * 3 and after["kept_blocks"] == 3
+    assert after["dropped"] == before["dropped"] + 2
+    again = [host_memory.empty(LARGE_BYTES, np.uint8) for _ in range(3)]
+    assert sorted(a.ctypes.data for a in again) == sorted(addresses[2:])
+    del again
+    monkeypatch.setenv(host_memory.ENV_CACHE_BYTES, "0")
+    host_memory.release()
+    before = host_memory.stats()
+    host_memory.empty(LARGE_BYTES, np.uint8)  # freed at once: over the cap of 0, dropped
+    assert host_memory.stats()["kept_bytes"] == 0 and host_memory.stats()["dropped"] == before["dropped"] + 1
+
+
+def test_arrow_buffer_is_aligned_and_reuses_blocks() -> None:
+    host_memory.release()
+    small = host_memory.arrow_buffer(100)
+    assert small.size == 100 and small.is_mutable
+    big = host_memory.arrow_buffer(LARGE_BYTES + 1)
+    address = big.address
+    assert big.size == LARGE_BYTES + 1 and big.is_mutable and address % 64 == 0
+    del big
+    assert host_memory.arrow_buffer(LARGE_BYTES + 100).address == address
