@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -55,7 +56,7 @@ import pyarrow as pa
 LARGE_BYTES = 4 << 20
 #: the environment variable capping the bytes of freed blocks kept for reuse
 ENV_CACHE_BYTES = "FBRAPIDS_HOST_CACHE_BYTES"
-#: the default cap: 1/8 of the machine's memory, at most 4 GiB
+#: the default cap: 1/8 of the machine's memory, at most 4 GiB (in a dask worker, see :func:`default_cap`)
 DEFAULT_CACHE_BYTES = min(4 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 8)
 #: a block may serve a buffer of its size class or of this many classes below (up to ~1.5x the need)
 CLASS_SLACK = 4
@@ -92,7 +93,8 @@ class _Blocks:
         self.dropped = 0
 
     def cap(self) -> int:
-        return int(os.environ.get(ENV_CACHE_BYTES, DEFAULT_CACHE_BYTES))
+        value = os.environ.get(ENV_CACHE_BYTES)
+        return int(value) if value is not None else default_cap()
 
     def take(self, nbytes: int) -> mmap.mmap:
         """A block of at least ``nbytes``: the last kept one of its class (or of up to
@@ -137,6 +139,28 @@ class _Blocks:
 
 
 _BLOCKS = _Blocks()
+
+
+def default_cap() -> int:
+    """The cap without ``$FBRAPIDS_HOST_CACHE_BYTES``: :data:`DEFAULT_CACHE_BYTES`, or, in a
+    dask worker's task with a memory limit, an eighth of that limit if less (several worker
+    processes on one machine each keep their own blocks, and a worker's memory monitor
+    counts them).
+
+    Example:
+        >>> default_cap() <= DEFAULT_CACHE_BYTES
+        True
+    """
+    if "distributed" in sys.modules:  # a worker imports it; a plain process may never
+        from distributed import get_worker
+
+        try:
+            limit = get_worker().memory_manager.memory_limit
+        except (ValueError, AttributeError):
+            limit = None
+        if limit:
+            return min(DEFAULT_CACHE_BYTES, int(limit) // 8)
+    return DEFAULT_CACHE_BYTES
 
 
 def _large(nbytes: int) -> np.ndarray:

@@ -133,3 +133,18 @@ def test_arrow_buffer_is_aligned_and_reuses_blocks() -> None:
     assert big.size == LARGE_BYTES + 1 and big.is_mutable and address % 64 == 0
     del big
     assert host_memory.arrow_buffer(LARGE_BYTES + 100).address == address
+
+
+def _worker_cap() -> int:
+    from fbrapids.kernels import host_memory as hm
+
+    return hm.default_cap()
+
+
+def test_a_dask_worker_keeps_an_eighth_of_its_memory_limit() -> None:
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="2GiB",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        assert client.submit(_worker_cap, pure=False).result() == min(host_memory.DEFAULT_CACHE_BYTES, (2 << 30) // 8)
+    assert host_memory.default_cap() == host_memory.DEFAULT_CACHE_BYTES  # this process is no worker
