@@ -170,12 +170,17 @@ class HostPlan(Runtime):
         results into ``values``, their codes into ``coded``, their skip flags set); returns their ids."""
         plan = self.plan
         done: set[int] = set()
-        for nid in layer.nodes:
+        eligible = [nid for nid in layer.nodes if plan.nodes[nid].dict_slot is not None
+                    and all(a in coded or isinstance(values[a], HostColumn) for a in plan.nodes[nid].args)]
+        chosen = {nid for nid in eligible if D.choose(plan, plan.nodes[nid], values, coded, n, how)}
+        # the chosen operators' plain inputs coded at once, in parallel (each is one thread's work)
+        plain = {a: values[a] for nid in chosen for a in plan.nodes[nid].args if a not in coded}
+        coded.update(D.encode_all(plain))
+        for nid in eligible:
             node = plan.nodes[nid]
-            if node.dict_slot is None or not all(a in coded or isinstance(values[a], HostColumn) for a in node.args):
-                continue
-            if not D.choose(plan, node, values, coded, n, how):
-                continue
+            if nid not in chosen and not (all(a in coded for a in node.args)
+                                          and D.choose(plan, node, values, coded, n, how)):
+                continue  # (an operator over inputs the others coded meanwhile may take the path too)
             res = D.run_coded(plan, node, values, coded, lambda cols, nid=nid: self._run_distinct(nid, cols, st), how)
             if res is None:
                 continue
