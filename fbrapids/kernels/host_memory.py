@@ -19,10 +19,11 @@ pages, no advice), and when the last array, view or Arrow buffer over it is gone
 mapping is kept for the next buffer of its size class instead of being unmapped: a
 partition's outputs reuse the pages the previous partition's outputs were faulted into,
 as a device pool (RMM) does on the GPU.  What is kept is capped at
-``$FBRAPIDS_HOST_CACHE_BYTES`` (default :data:`DEFAULT_CACHE_BYTES`; ``0`` keeps nothing):
-past it, the blocks kept longest are unmapped first; :func:`release` unmaps them all.  A smaller buffer is numpy's or pyarrow's own.  Values are
-never read before they are written (:func:`zeros` and :func:`full` write every item), so
-reuse changes no result.  :func:`stats` counts the blocks reused, mapped and kept.
+``$FBRAPIDS_HOST_CACHE_BYTES`` (default :func:`default_cap`; ``0`` keeps nothing): past
+it, the blocks kept longest are unmapped first; :func:`release` unmaps them all.  A
+smaller buffer is numpy's or pyarrow's own.  Values are never read before they are
+written (:func:`zeros` and :func:`full` write every item), so reuse changes no result.
+:func:`stats` counts the blocks reused, mapped and kept.
 
 Example:
     >>> a = empty(1 << 20, np.int64)
@@ -52,12 +53,24 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fbrapids.errors import UsageError
+
 #: buffers this large (bytes) come from the retained blocks (numpy's hugepage advice starts at 4 MiB)
 LARGE_BYTES = 4 << 20
 #: the environment variable capping the bytes of freed blocks kept for reuse
 ENV_CACHE_BYTES = "FBRAPIDS_HOST_CACHE_BYTES"
+
+
+def _machine_bytes() -> int:
+    """The machine's memory (1 GiB where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 30
+
+
 #: the default cap: 1/8 of the machine's memory, at most 4 GiB (in a dask worker, see :func:`default_cap`)
-DEFAULT_CACHE_BYTES = min(4 << 30, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 8)
+DEFAULT_CACHE_BYTES = min(4 << 30, _machine_bytes() // 8)
 #: a block may serve a buffer of its size class or of this many classes below (up to ~1.5x the need)
 CLASS_SLACK = 4
 _PAGE = mmap.PAGESIZE
@@ -93,13 +106,24 @@ class _Blocks:
         self.dropped = 0
 
     def cap(self) -> int:
+        """The cap in force: ``$FBRAPIDS_HOST_CACHE_BYTES`` (a whole number of bytes), else :func:`default_cap`."""
         value = os.environ.get(ENV_CACHE_BYTES)
-        return int(value) if value is not None else default_cap()
+        if value is None:
+            return default_cap()
+        try:
+            cap = int(value)
+        except ValueError:
+            cap = -1
+        if cap < 0:
+            raise UsageError(f"${ENV_CACHE_BYTES}={value!r}: expected a whole number of bytes, 0 or more "
+                             "(0 keeps no freed block)")
+        return cap
 
     def take(self, nbytes: int) -> mmap.mmap:
         """A block of at least ``nbytes``: the last kept one of its class (or of up to
         CLASS_SLACK classes above), else a new mapping."""
         size = size_class(nbytes)
+        self.cap()  # a malformed cap is an error here, where a caller sees it (not in a finalizer)
         with self.lock:
             want = size
             for _ in range(CLASS_SLACK + 1):
@@ -117,7 +141,10 @@ class _Blocks:
     def give_back(self, block: mmap.mmap) -> None:
         """Called when the last array over ``block`` is gone: keep it, unmapping the blocks
         kept longest while the cap would be passed (the workload's sizes have moved on)."""
-        cap = self.cap()
+        try:
+            cap = self.cap()
+        except UsageError:  # (reported by take; a finalizer's exception would only be printed)
+            cap = 0
         with self.lock:
             if len(block) > cap:
                 self.dropped += 1

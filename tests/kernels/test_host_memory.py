@@ -148,3 +148,13 @@ def test_a_dask_worker_keeps_an_eighth_of_its_memory_limit() -> None:
                       dashboard_address=None) as cluster, Client(cluster) as client:
         assert client.submit(_worker_cap, pure=False).result() == min(host_memory.DEFAULT_CACHE_BYTES, (2 << 30) // 8)
     assert host_memory.default_cap() == host_memory.DEFAULT_CACHE_BYTES  # this process is no worker
+
+
+def test_a_malformed_cap_is_an_error_naming_the_variable(monkeypatch) -> None:
+    from fbrapids.errors import FbrapidsError
+
+    for bad in ("2GB", "-1"):
+        monkeypatch.setenv(host_memory.ENV_CACHE_BYTES, bad)
+        with pytest.raises(FbrapidsError, match=host_memory.ENV_CACHE_BYTES):
+            host_memory.empty(LARGE_BYTES, np.uint8)
+    assert host_memory.empty(10, np.uint8).nbytes == 10  # small buffers never read it
