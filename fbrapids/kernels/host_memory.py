@@ -47,7 +47,7 @@ import os
 import sys
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 import numpy as np
@@ -94,10 +94,17 @@ def _next_class(size: int) -> int:
 
 
 class _Blocks:
-    """The freed blocks kept for reuse, by size class, oldest first for eviction, under one lock."""
+    """The freed blocks kept for reuse, by size class, oldest first for eviction, under one lock.
+
+    A block comes back from a finalizer, which may run inside any frame of any thread,
+    also one that holds the lock (the garbage collector runs on an allocation).  So
+    :meth:`give_back` never waits for the lock: it queues the block, and files it (keeps it
+    or unmaps it) only if the lock is free; whoever holds the lock files the queue when it
+    lets go."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.returned: deque[mmap.mmap] = deque()  #: blocks given back, not yet filed
         self.free: dict[int, list[mmap.mmap]] = {}
         self.order: OrderedDict[int, mmap.mmap] = OrderedDict()  #: id -> block, the longest kept first
         self.kept_bytes = 0
@@ -124,7 +131,9 @@ class _Blocks:
         CLASS_SLACK classes above), else a new mapping."""
         size = size_class(nbytes)
         self.cap()  # a malformed cap is an error here, where a caller sees it (not in a finalizer)
+        block = None
         with self.lock:
+            self._file_locked()
             want = size
             for _ in range(CLASS_SLACK + 1):
                 kept = self.free.get(want)
@@ -133,22 +142,40 @@ class _Blocks:
                     del self.order[id(block)]
                     self.kept_bytes -= len(block)
                     self.reused += 1
-                    return block
+                    break
                 want = _next_class(want)
-            self.mapped += 1
-        return mmap.mmap(-1, size)
+            else:
+                self.mapped += 1
+        self.file()
+        return block if block is not None else mmap.mmap(-1, size)
 
     def give_back(self, block: mmap.mmap) -> None:
-        """Called when the last array over ``block`` is gone: keep it, unmapping the blocks
-        kept longest while the cap would be passed (the workload's sizes have moved on)."""
+        """Called when the last array over ``block`` is gone (see the class doc)."""
+        self.returned.append(block)
+        self.file()
+
+    def file(self) -> None:
+        """File the queued blocks unless the lock is held (its holder files them when it lets go)."""
+        while self.returned and self.lock.acquire(blocking=False):
+            try:
+                self._file_locked()
+            finally:
+                self.lock.release()
+
+    def _file_locked(self) -> None:
+        """Keep each queued block, unmapping the blocks kept longest while the cap would be
+        passed (the workload's sizes have moved on); a block larger than the cap is unmapped."""
+        if not self.returned:
+            return
         try:
             cap = self.cap()
         except UsageError:  # (reported by take; a finalizer's exception would only be printed)
             cap = 0
-        with self.lock:
+        while self.returned:
+            block = self.returned.popleft()
             if len(block) > cap:
                 self.dropped += 1
-                return  # unmapped once the last reference (the array's export) goes
+                continue  # unmapped once the last reference (the array's export) goes
             while self.kept_bytes + len(block) > cap:
                 _, old = self.order.popitem(last=False)
                 self.free[len(old)].remove(old)
@@ -160,8 +187,10 @@ class _Blocks:
 
     def release(self) -> int:
         with self.lock:
+            self._file_locked()
             freed, self.kept_bytes = self.kept_bytes, 0
             self.free, self.order = {}, OrderedDict()
+        self.file()
         return freed
 
 
@@ -258,6 +287,10 @@ def stats() -> dict[str, int]:
         >>> sorted(stats())
         ['dropped', 'kept_blocks', 'kept_bytes', 'mapped', 'reused']
     """
+    _BLOCKS.file()
     with _BLOCKS.lock:
-        return {"reused": _BLOCKS.reused, "mapped": _BLOCKS.mapped, "dropped": _BLOCKS.dropped,
-                "kept_bytes": _BLOCKS.kept_bytes, "kept_blocks": sum(len(v) for v in _BLOCKS.free.values())}
+        _BLOCKS._file_locked()
+        counts = (_BLOCKS.reused, _BLOCKS.mapped, _BLOCKS.dropped, _BLOCKS.kept_bytes,
+                  sum(len(v) for v in _BLOCKS.free.values()))
+    _BLOCKS.file()
+    return dict(zip(("reused", "mapped", "dropped", "kept_bytes", "kept_blocks"), counts))

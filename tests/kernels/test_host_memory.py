@@ -158,3 +158,16 @@ def test_a_malformed_cap_is_an_error_naming_the_variable(monkeypatch) -> None:
         with pytest.raises(FbrapidsError, match=host_memory.ENV_CACHE_BYTES):
             host_memory.empty(LARGE_BYTES, np.uint8)
     assert host_memory.empty(10, np.uint8).nbytes == 10  # small buffers never read it
+
+
+def test_a_block_freed_while_the_lock_is_held_is_filed_when_it_is_let_go() -> None:
+    """A finalizer can run inside any frame, also one holding the lock (the garbage collector
+    runs on an allocation): giving a block back then must neither wait (a deadlock) nor be lost."""
+    host_memory.release()
+    a = host_memory.empty(LARGE_BYTES, np.uint8)
+    blocks = host_memory._BLOCKS
+    with blocks.lock:  # as inside take(), when a collection frees an array
+        del a  # the finalizer runs here, in this thread: it must return at once
+        assert len(blocks.returned) == 1 and blocks.kept_bytes == 0
+    blocks.file()
+    assert host_memory.stats()["kept_bytes"] == LARGE_BYTES and not blocks.returned
