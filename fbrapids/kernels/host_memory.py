@@ -130,10 +130,10 @@ class _Blocks:
         """A block of at least ``nbytes``: the last kept one of its class (or of up to
         CLASS_SLACK classes above), else a new mapping."""
         size = size_class(nbytes)
-        self.cap()  # a malformed cap is an error here, where a caller sees it (not in a finalizer)
+        cap = self.cap()  # a malformed cap is an error here, where a caller sees it (not in a finalizer)
         block = None
         with self.lock:
-            self._file_locked()
+            self._file_locked(cap)
             want = size
             for _ in range(CLASS_SLACK + 1):
                 kept = self.free.get(want)
@@ -162,15 +162,17 @@ class _Blocks:
             finally:
                 self.lock.release()
 
-    def _file_locked(self) -> None:
-        """Keep each queued block, unmapping the blocks kept longest while the cap would be
-        passed (the workload's sizes have moved on); a block larger than the cap is unmapped."""
+    def _file_locked(self, cap: int | None = None) -> None:
+        """Keep each queued block, unmapping the blocks kept longest while the cap (read
+        here unless given) would be passed (the workload's sizes have moved on); a block
+        larger than the cap is unmapped."""
         if not self.returned:
             return
-        try:
-            cap = self.cap()
-        except UsageError:  # (reported by take; a finalizer's exception would only be printed)
-            cap = 0
+        if cap is None:
+            try:
+                cap = self.cap()
+            except UsageError:  # (reported by take; a finalizer's exception would only be printed)
+                cap = 0
         while self.returned:
             block = self.returned.popleft()
             if len(block) > cap:
@@ -192,6 +194,14 @@ class _Blocks:
             self.free, self.order = {}, OrderedDict()
         self.file()
         return freed
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            self._file_locked()
+            counts = {"reused": self.reused, "mapped": self.mapped, "dropped": self.dropped,
+                      "kept_bytes": self.kept_bytes, "kept_blocks": len(self.order)}
+        self.file()
+        return counts
 
 
 _BLOCKS = _Blocks()
@@ -287,10 +297,4 @@ def stats() -> dict[str, int]:
         >>> sorted(stats())
         ['dropped', 'kept_blocks', 'kept_bytes', 'mapped', 'reused']
     """
-    _BLOCKS.file()
-    with _BLOCKS.lock:
-        _BLOCKS._file_locked()
-        counts = (_BLOCKS.reused, _BLOCKS.mapped, _BLOCKS.dropped, _BLOCKS.kept_bytes,
-                  sum(len(v) for v in _BLOCKS.free.values()))
-    _BLOCKS.file()
-    return dict(zip(("reused", "mapped", "dropped", "kept_bytes", "kept_blocks"), counts))
+    return _BLOCKS.counts()
