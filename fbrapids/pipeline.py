@@ -42,6 +42,8 @@ SPARSE = [
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
 MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+#: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
+POOLING = "mean"
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 # rows per streamed partition, whatever the data's size: memory in flight is a few partitions
 # (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
@@ -344,7 +346,10 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     """
     from fbrapids.trainers import models
 
-    common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store)
+    # mean pooling of bags (docs/models.md: a bag of up to 64 query x title tokens summed
+    # outweighed every single-id field and added noise to the interactions)
+    common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
+                  pooling=POOLING)
     if name == "dlrm":
         return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32])
     if name == "wide_deep":

@@ -51,17 +51,20 @@ class DLRM(CTRModel):
         top_mlp: hidden widths of the top MLP (``ln_top`` without its ends).
         store: tier sizes / optimizer of every table (its ``dim`` is set to ``embedding_dim``).
         self_interaction: keep the diagonal of the interaction matrix (``arch_interaction_itself``).
+        pooling: ``"sum"`` (the reference's ``EmbeddingBag``) or ``"mean"`` over a bag of ids
+            (the pipeline's default: a bag of 64 tokens then weighs as much as one id,
+            docs/models.md).
     """
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64,),
-                 store: StoreConfig | None = None, self_interaction: bool = False) -> None:
+                 store: StoreConfig | None = None, self_interaction: bool = False, pooling: str = "sum") -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         self.ln_bot = [dense_dim, *bottom_mlp, embedding_dim]
         self.bot_l = mlp(self.ln_bot, sigmoid_layer=-1)
-        self.emb_l = TieredEmbeddingBagCollection(self.sparse_features, cfg)
+        self.emb_l = TieredEmbeddingBagCollection(self.sparse_features, cfg, mode=pooling)
         self.interaction = DotInteraction(1 + len(self.sparse_features), self_interaction)
         self.ln_top = [embedding_dim + self.interaction.num_outputs, *top_mlp, 1]
         self.top_l = mlp(self.ln_top, sigmoid_layer=len(self.ln_top) - 2)
