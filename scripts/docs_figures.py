@@ -258,7 +258,7 @@ def fig_hit_rate() -> str:
 _ARM_KEYS = {"lr": "sparse lr {}", "acc": "Adagrad initial accumulator {}", "init": "embedding init scale {}",
              "dlr": "dense Adam lr {}", "bs": "batch {}", "epochs": "{} epochs", "emb": "embedding dim {}",
              "pooling": "{} pooling", "wide": "+ first-order term", "eval_ro": "unseen ids read zeros at evaluation",
-             "calibrate": "Platt calibration {}", "sparse": "{} sparse features"}
+             "calibrate": "Platt calibration {}", "drop": "without {}"}
 
 
 def _arm_text(arm: dict[str, Any]) -> str:
@@ -268,8 +268,8 @@ def _arm_text(arm: dict[str, Any]) -> str:
             continue
         if k == "calibrate":
             v = "on" if v else "off"
-        elif k == "sparse":
-            v = len(v)
+        elif k == "drop":
+            v = ", ".join(v)
         parts.append(_ARM_KEYS.get(k, k + " {}").format(v))
     return ", ".join(parts)
 
@@ -281,12 +281,13 @@ def fig_model_ablations() -> str:
     arms: dict[str, list[dict]] = {}
     for run in r["runs"]:
         arms.setdefault(json.dumps(run["arm"], sort_keys=False), []).append(run)
-    lines = ["", "| model | arm (changes from the defaults of the time) | seeds | AUC | logloss | NE | calibration |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["", "| model | arm | sparse features | seeds | AUC | logloss | NE | calibration |",
+             "|---|---|---|---|---|---|---|---|"]
     for runs in arms.values():
         arm = runs[0]["arm"]
         mean = {k: sum(x[k] for x in runs) / len(runs) for k in ("auc", "logloss", "ne", "calibration")}
-        lines.append(f"| {arm.get('model', 'dlrm')} | {_arm_text(arm)} | {', '.join(str(x['seed']) for x in runs)} | "
+        lines.append(f"| {arm.get('model', 'dlrm')} | {_arm_text(arm)} | {runs[0].get('features', '')} | "
+                     f"{', '.join(str(x['seed']) for x in runs)} | "
                      f"{mean['auc']:.4f} | {mean['logloss']:.4f} | {mean['ne']:.4f} | {mean['calibration']:.3f} |")
     first = r["runs"][0]
     lines += ["", f"*({len(r['runs'])} runs of `{r['command']}` at {first['rows']:,} rows, data seed "

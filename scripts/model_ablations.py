@@ -13,7 +13,7 @@ initial accumulator, initial scale); ``dlr`` (the dense Adam learning rate); ``e
 ``epochs``; ``bs`` (batch size); ``pooling`` (``"sum"`` / ``"mean"``); ``wide`` (add a
 first-order term, :func:`fbrapids.trainers.models.wide_deep.first_order_config` tables plus a
 linear map of the dense features, to the model's logit); ``sparse`` (the feature list);
-``eval_ro`` (score the held-out day with read-only tables: ids never trained on read zeros);
+``drop`` (features left out of ``sparse``); ``eval_ro`` (score the held-out day with read-only tables: ids never trained on read zeros);
 ``calibrate`` (``fit``'s post-hoc calibration, default on).  ``--seeds`` seed the model (the
 data is the default data of ``--data-seed``).  One JSON line per (arm, seed) is printed and
 appended to ``--out`` (default ``benchmarks/results/model_ablations.json``, whose table
@@ -40,7 +40,7 @@ def features(rows: int, data_seed: int, cache: Path) -> tuple[Any, Any]:
     path = cache / f"features-{rows}-seed{data_seed}.pkl"
     if path.exists():
         with open(path, "rb") as fh:
-            return pickle.load(fh)
+            return tuple(f.loc[:, ~f.columns.duplicated()] for f in pickle.load(fh))
     import dask
 
     from fbrapids import pipeline as P
@@ -70,7 +70,8 @@ def build(arm: dict[str, Any], seed: int) -> tuple[Any, list[str]]:
     from fbrapids.trainers.sparse import StoreConfig
 
     model = arm.get("model", "dlrm")
-    sparse, seqs = list(arm.get("sparse", P.SPARSE)), None
+    sparse = [f for f in arm.get("sparse", P.SPARSE) if f not in arm.get("drop", [])]
+    seqs = None
     if model == "din":
         sparse, seqs = [*sparse, P.DIN_SEQUENCE], {P.DIN_SEQUENCE: P.DIN_TARGET}
     store = StoreConfig(cache_rows=1 << 20, seed=seed, lr=arm.get("lr", 0.05), init_scale=arm.get("init"),
