@@ -79,6 +79,7 @@ def build(arm: dict[str, Any], seed: int) -> tuple[Any, list[str]]:
     cls, kw = P.model_arguments(model, len(P.DENSE), sparse, store, arm.get("emb", 16), seqs)
     if "pooling" in arm:
         kw["pooling"] = arm["pooling"]
+    kw.update(arm.get("kw", {}))
     net = cls(**kw)
     if arm.get("wide"):
         base, plain = net, [f for f in sparse if f != P.DIN_SEQUENCE]

@@ -51,6 +51,9 @@ class DLRM(CTRModel):
         top_mlp: hidden widths of the top MLP (``ln_top`` without its ends).
         store: tier sizes / optimizer of every table (its ``dim`` is set to ``embedding_dim``).
         self_interaction: keep the diagonal of the interaction matrix (``arch_interaction_itself``).
+        bias_vector: one more learned vector among the interacted ones, the same on every
+            row (not in the reference): its dot product with an id's embedding is a
+            first-order term of that id (the pipeline's default; docs/models.md).
         pooling: ``"sum"`` (the reference's ``EmbeddingBag``) or ``"mean"`` over a bag of ids
             (the pipeline's default: a bag of 64 tokens then weighs as much as one id,
             docs/models.md).
@@ -58,22 +61,29 @@ class DLRM(CTRModel):
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64,),
-                 store: StoreConfig | None = None, self_interaction: bool = False, pooling: str = "sum") -> None:
+                 store: StoreConfig | None = None, self_interaction: bool = False, pooling: str = "sum",
+                 bias_vector: bool = False) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         self.ln_bot = [dense_dim, *bottom_mlp, embedding_dim]
         self.bot_l = mlp(self.ln_bot, sigmoid_layer=-1)
         self.emb_l = TieredEmbeddingBagCollection(self.sparse_features, cfg, mode=pooling)
-        self.interaction = DotInteraction(1 + len(self.sparse_features), self_interaction)
+        self.bias_vector = None
+        if bias_vector:
+            scale = cfg.scale  # as a table's new row
+            self.bias_vector = torch.nn.Parameter(torch.empty(embedding_dim).uniform_(-scale, scale))
+        self.interaction = DotInteraction(1 + len(self.sparse_features) + int(bias_vector), self_interaction)
         self.ln_top = [embedding_dim + self.interaction.num_outputs, *top_mlp, 1]
         self.top_l = mlp(self.ln_top, sigmoid_layer=len(self.ln_top) - 2)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.bot_l[0].weight.device
         x = self.bot_l(batch.dense.to(dev))
-        pooled = self.emb_l.pooled_stack(batch.sparse)  # [B, n_sparse, dim], in sparse_features order
-        z = self.interaction(x, pooled.to(dev))
+        pooled = self.emb_l.pooled_stack(batch.sparse).to(dev)  # [B, n_sparse, dim], in sparse_features order
+        if self.bias_vector is not None:
+            pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
+        z = self.interaction(x, pooled)
         return self.top_l[:-1](z).squeeze(1)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
