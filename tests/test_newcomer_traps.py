@@ -218,3 +218,36 @@ def test_cli_cache_clear_empties_the_data_cache(tmp_path: Path) -> None:
                           text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("removed 2 data set(s)"), proc.stderr
     assert list(tmp_path.iterdir()) == []  # lock files too
+
+
+# -- small things: the install and help() -----------------------------------------------------
+def test_help_of_every_model_shows_its_own_init_not_torchs() -> None:
+    import pydoc
+
+    from fbrapids.trainers import DIN, DLRM, DeepFM, WideAndDeep
+
+    for model in (DLRM, WideAndDeep, DeepFM, DIN):
+        text = pydoc.render_doc(model, renderer=pydoc.plaintext)
+        assert "Initialize internal Module state" not in text, model.__name__
+        assert f"Build a {model.__name__}: the arguments are described in the class docstring" in text
+
+
+def test_editable_install_is_a_path_entry_without_the_compat_warning(tmp_path: Path) -> None:
+    """The PEP 660 build pip runs for ``pip install -e .``, on a copy of the project: one
+    ``.pth`` naming the project's root, no import hook, no deprecation warning."""
+    import shutil
+    import zipfile
+
+    root = tmp_path / "clone"
+    shutil.copytree(REPO / "fbrapids", root / "fbrapids", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, root / name)
+    proc = subprocess.run([sys.executable, "-c", "import setuptools.build_meta as b, sys; "
+                           f"print(b.build_editable({str(tmp_path)!r}))"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONWARNINGS": "always"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ompat" not in proc.stdout + proc.stderr and "Deprecat" not in proc.stdout + proc.stderr
+    wheel = zipfile.ZipFile(tmp_path / proc.stdout.strip().splitlines()[-1])
+    extra = [n for n in wheel.namelist() if ".dist-info/" not in n]
+    assert extra == ["__editable__.fbrapids-0.1.0.pth"], extra
+    assert wheel.read(extra[0]).decode().strip() == str(root.resolve())
