@@ -2,7 +2,7 @@
 
 ``generate(rows, out_dir)`` writes the four parquet files of the canonical workload
 (``impressions``, ``users``, ``ads``, ``basic``; schema of section 1 of
-``shared/bench/WORKLOAD.md``).  Clicks are drawn from a hidden logistic model over
+``docs/workload.md``).  Clicks are drawn from a hidden logistic model over
 things the features can see (user and ad identity, category x gender affinity, hour,
 device os, slot, query/title word overlap, price, a noisy dense signal), so they can be
 learned.  The AUC of the hidden model's own probabilities on the sampled clicks (the

@@ -251,3 +251,47 @@ def test_editable_install_is_a_path_entry_without_the_compat_warning(tmp_path: P
     extra = [n for n in wheel.namelist() if ".dist-info/" not in n]
     assert extra == ["__editable__.fbrapids-0.1.0.pth"], extra
     assert wheel.read(extra[0]).decode().strip() == str(root.resolve())
+
+
+def test_the_suite_removes_its_temporary_files(tmp_path: Path) -> None:
+    """A pytest run with the suite's plugin: a test's mkdtemp, a subprocess's, and pytest's
+    own tmp_path all land in the run's folder, which is gone when the run ends."""
+    base = tmp_path / "machine-tmp"
+    base.mkdir()
+    (tmp_path / "test_leaves.py").write_text(
+        "import subprocess, sys, tempfile\n"
+        "def test_makes_files(tmp_path):\n"
+        "    open(tempfile.mkdtemp() + '/x', 'w').write('x')\n"
+        "    subprocess.run([sys.executable, '-c', 'import tempfile; tempfile.mkdtemp()'], check=True)\n"
+        "    (tmp_path / 'y').write_text('y')\n")
+    env = {**os.environ, "TMPDIR": str(base), "PYTHONPATH": str(REPO / "tests")}
+    env.pop("FBRAPIDS_KEEP_TEST_TMP", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tmp_cleanup", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_leaves.py")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(base.iterdir()) == []
+
+
+def test_a_cold_compile_shows_a_progress_line_once(tmp_path: Path, monkeypatch) -> None:
+    """The first use of a kernel on a machine compiles it under a visible line (on a
+    terminal), naming the cache; the cached second use compiles nothing and shows none."""
+    import io
+
+    from fbrapids.kernels.compile_host import compile_source
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    cache = tmp_path / "kernels"
+    monkeypatch.setenv("FBRAPIDS_KERNEL_CACHE", str(cache))
+    source = f"int fbx_newcomer_{os.getpid()}(int x) {{ return x + 2; }}\n"
+    shown = []
+    for _ in range(2):
+        err = Terminal()
+        monkeypatch.setattr(sys, "stderr", err)
+        compile_source(source)
+        shown.append([ln for ln in err.getvalue().replace("\r", "\n").splitlines() if "compiling" in ln])
+    assert len(shown[0]) >= 1 and f"fbrapids: compiling a meta-kernel (once: cached in {cache})" in shown[0][-1]
+    assert shown[1] == []
