@@ -217,12 +217,12 @@ def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root:
     if path is None:
         return 0, None, {}
     meta = json.loads(resolve_inside(path, DIST_META).read_text())
+    _check_compatible(meta, trainer, path)
     if identity is not None and "run" in meta:
         check_identity(meta["run"], identity, path)
-    _check_compatible(meta, trainer, path)
     saved_world = int(meta["world"])
     same = saved_world == trainer.world
-    if not same and not (global_stream and meta.get("global_stream", False)):
+    if not same and (meta.get("global_stream") is False or not global_stream):
         raise CheckpointError(f"cannot resume {path} on {trainer.world} ranks: it was written by {saved_world} ranks "
                               "each streaming its own share of the data, which another world size cuts from other "
                               f"rows; resume it on {saved_world} ranks, or train with a global stream (LeaderFeed, "
