@@ -49,7 +49,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     import torch
     import torch.distributed as dist
 
-    from fbrapids.cluster import close_client, connect
+    from fbrapids.cluster import close_client, connect, frozen_worker_watchdog
     from fbrapids.pipeline import (GROUP, KEEP_CHECKPOINTS, LABEL, TimedPartitions, batch_stream, build_model,
                                    plan_frames, training_inputs)
     from fbrapids.trainers.distributed import (LeaderFeed, evaluate_distributed, fit_distributed, per_rank_batch,
@@ -67,7 +67,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     inputs = training_inputs(data, model, dim, batch_size, seed)  # every rank: the model's inputs, no data read
     client = connect(options["scheduler"]) if rank == 0 and options.get("scheduler") else None
     try:
-        with dask.config.set(scheduler=client if client is not None else "threads"):
+        with dask.config.set(scheduler=client if client is not None else "threads"), \
+                frozen_worker_watchdog(client, f"rank 0 extracting {data} for every rank"):
             train_src = test_src = None
             if rank == 0:  # the only rank that reads the data: once, as one process would
                 frames = plan_frames(inputs, data, options.get("backend"))

@@ -469,11 +469,13 @@ def run_pipeline(
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
+    from fbrapids.cluster import frozen_worker_watchdog
     from fbrapids.workdir import lock_work_dir, temporary_work_dir
 
     with contextlib.ExitStack() as stack:
         work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir())
-        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
+        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
+                frozen_worker_watchdog(client, f"the run on {data_dir}"):
             result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                           work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
                           checkpoint_every, train_threads, sequences, resume, nan)

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -140,12 +141,18 @@ def deepfm_model() -> DeepFM:
 UNEVEN_SIZES = [150, 0, 70, 25, 105]
 
 
-def uneven_frame(sizes: list[int] = UNEVEN_SIZES, seed: int = 3) -> Any:
-    """A dask frame of ``ctr_frame`` rows in partitions of ``sizes`` rows, with a row id ``rid``."""
+def uneven_frame(sizes: list[int] = UNEVEN_SIZES, seed: int = 3, history: bool = False) -> Any:
+    """A dask frame of ``ctr_frame`` rows in partitions of ``sizes`` rows, with a row id
+    ``rid`` (and with ``history``, a list column ``hist`` of earlier ads, for DIN)."""
     import dask.dataframe as dd
 
     df = ctr_frame(sum(sizes), seed=seed)
     df["rid"] = np.arange(len(df), dtype=np.int64)
+    if history:
+        rng = np.random.default_rng(seed + 1)
+        pool = np.unique(df["ad"].to_numpy().view(np.int64))
+        df["hist"] = pd.Series([list(rng.choice(pool, rng.integers(1, 5))) for _ in range(len(df))],
+                               dtype=pd.ArrowDtype(pa.list_(pa.int64())))
     cuts = np.cumsum([0, *sizes])
     pieces = [df.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts[:-1], cuts[1:])]
     return dd.from_map(lambda p: p, pieces, meta=df.iloc[:0], enforce_metadata=False)
@@ -233,6 +240,30 @@ def feed(rank: int, world: int, root: Path) -> dict:
     return out
 
 
+def din_model() -> Any:
+    from fbrapids.trainers.models import DIN
+
+    torch.manual_seed(0)
+    return DIN(2, FEATURES, {"hist": "ad"}, embedding_dim=8, attention_mlp=[8], mlp=[16],
+               store=StoreConfig(cache_rows=4096))
+
+
+def din_stream(frame: Any) -> Any:
+    return frame.fbx.stream(label="click", dense=["d0", "d1"], sparse=[*FEATURES, "hist"], batch_size=FEED_BATCH,
+                            group="rid")
+
+
+def feed_din(rank: int, world: int, root: Path) -> dict:
+    """DIN (attention over a history list sharing the ad table) on rank 0's global batches."""
+    def make() -> Any:
+        return LeaderFeed(din_stream(uneven_frame(UNEVEN_SIZES, 3, history=True)) if rank == 0 else None, rank, world)
+
+    model = din_model()
+    res, tr = fit_distributed(model, make())
+    return {"steps": res.steps, "dense": dense_state(model), "tables": table_states(tr),
+            "metrics": evaluate_distributed(tr, make())}
+
+
 def kill_mid_commit(rank: int, world: int, root: Path) -> dict:
     """Rank 0 feeds the global batches; checkpoint at step 2, then rank 1 is killed (SIGKILL)
     while writing step 4's shard.  The rows each rank trained are written per step as it goes."""
@@ -297,9 +328,20 @@ def demo_stopped(rank: int, world: int, root: Path) -> dict:
 DEMO_ROWS, DEMO_BATCH, DEMO_STOP = 3000, 256, 4
 
 
+def stop_rank(rank: int, world: int, root: Path) -> dict:
+    """Rank 1 stops itself (SIGSTOP) after step 2; the others wait for it in the next step's collectives."""
+    def stop(step: int, b: Batch | None) -> None:
+        if rank == 1 and step == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    fit_distributed(small_model(StoreConfig(cache_rows=4096)), RankSlices(global_batches(ctr_frame(512), 64), rank,
+                                                                          world), on_step=stop)
+    return {}
+
+
 SCENARIOS = {f.__name__: f for f in (train_match, train_again, resume_same_world, deepfm_counts, uneven, mismatch,
-                                     restore_other_world, kill_mid_commit, feed, resume_killed, demo_match,
-                                     demo_stopped)}
+                                     restore_other_world, kill_mid_commit, feed, feed_din, resume_killed, demo_match,
+                                     demo_stopped, stop_rank)}
 
 
 def run(rank: int, world: int, names: list[str], root: str) -> dict:

@@ -32,7 +32,7 @@ from fbrapids.trainers.distributed import (BucketTable, LeaderFeed, RankSlices, 
 from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
 from fbrapids.trainers.fit import weights_digest  # noqa: E402
 
-W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "demo_match",
+W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din", "demo_match",
       "demo_stopped"]
 W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match"]
 
@@ -58,7 +58,12 @@ def w2(root: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def w4(root: Path, w2: list[dict]) -> list[dict]:  # restores w2's checkpoint
-    return spawn(S.run, 4, (W4, str(root)))
+    """The W=4 scenarios, then rank 1 stops itself (SIGSTOP; the error kept as ``stopped``)."""
+    with pytest.raises(DistributedError) as err:
+        spawn(S.run, 4, (W4 + ["stop_rank"], str(root)), heartbeat_timeout_s=15)
+    out = S.results(root, 4, W4)
+    out[0]["stopped"] = str(err.value)
+    return out
 
 
 @pytest.fixture
@@ -259,6 +264,14 @@ def test_checkpoint_of_another_model_refused(w2: list[dict], world_of_one: None,
         fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
 
 
+def test_stopped_rank_is_named_from_heartbeats(w4: list[dict]) -> None:
+    """Rank 1 SIGSTOPped: named as the stopped one (its heartbeats stopped), not a healthy
+    rank whose collective waits for it."""
+    msg = w4[0]["stopped"]
+    assert msg.startswith("rank 1 (pid ") and ", stopped) stopped responding: no heartbeat for " in msg, msg
+    assert "rank 0" not in msg and len(msg.splitlines()) == 1
+
+
 def test_rank_killed_mid_commit_keeps_latest(w2: list[dict], root: Path) -> None:
     assert w2[0]["killed"].startswith("rank 1 ")  # named by the launch, every rank stopped
     ckpt = root / "ckpt-k"
@@ -299,6 +312,18 @@ def test_leader_feed_trains_the_one_process_batches(world: int, data: str, w2: l
     assert_matches(ranks[0]["dense"], union_tables([r["tables"] for r in ranks]), ref)
     for r in ranks:
         _assert_same_metrics(r["metrics"], want)
+
+
+def test_din_on_two_ranks_matches_one_process(w2: list[dict]) -> None:
+    torch.set_num_threads(1)
+    batches = list(S.din_stream(S.uneven_frame(S.UNEVEN_SIZES, 3, history=True)))
+    ref = S.din_model()
+    fit(ref, batches, progress=False)
+    ranks = [w["feed_din"] for w in w2]
+    assert all(r["steps"] == len(batches) for r in ranks)
+    assert_matches(ranks[0]["dense"], union_tables([r["tables"] for r in ranks]), ref)
+    for r in ranks:
+        _assert_same_metrics(r["metrics"], evaluate(ref, batches, progress=False))
 
 
 def test_killed_run_resumed_on_1_2_4_ranks_trains_every_row_once(w2: list[dict], w4: list[dict],
