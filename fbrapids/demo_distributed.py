@@ -41,6 +41,8 @@ from fbrapids.errors import ArgumentError
 log = logging.getLogger(__name__)
 
 DISTRIBUTED_MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+#: how long the other ranks wait for rank 0's next batch (planning included) before failing
+FEED_TIMEOUT_S = 3600.0
 
 
 def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]:
@@ -65,6 +67,12 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     seed, nan = int(options.get("seed", 0)), options.get("nan", "error")
     dim = int(options.get("embedding_dim", 16))
     inputs = training_inputs(data, model, dim, batch_size, seed)  # every rank: the model's inputs, no data read
+    # the ranks wait for rank 0's batches on a group of their own, whose deadline covers planning (rank 0's
+    # own progress is watched by the launcher's heartbeats and, on a cluster, frozen_worker_watchdog)
+    import datetime
+
+    feed_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
+        seconds=float(options.get("feed_timeout_s", FEED_TIMEOUT_S))))
     client = connect(options["scheduler"]) if rank == 0 and options.get("scheduler") else None
     try:
         with dask.config.set(scheduler=client if client is not None else "threads"), \
@@ -76,7 +84,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                 train_src, test_src = (batch_stream(TimedPartitions(f, window=1, columns=cols), inputs.dense,
                                                     inputs.sparse, batch_size, seed, nan)
                                        for f in (frames.train, frames.test))
-            feed = LeaderFeed(train_src, rank, world)
+            feed = LeaderFeed(train_src, rank, world, feed_group)
             store = rank_store_config(StoreConfig(cache_rows=int(options.get("cache_rows", 1 << 17)),
                                                   host_rows=options.get("host_rows", 1 << 19),
                                                   ssd_dir=str(work / "store"), seed=seed), rank)
@@ -91,7 +99,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                                               max_steps=options.get("max_steps"))
             train_s = time.perf_counter() - t0
             rows = sum(len(s.local) for s in trainer.sharded.tables)
-            metrics = evaluate_distributed(trainer, LeaderFeed(test_src, rank, world))
+            metrics = evaluate_distributed(trainer, LeaderFeed(test_src, rank, world, feed_group))
         dist.barrier()
         checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
         return {"rank": rank, "world": world, "steps": result.steps, "rows_trained": int(feed.rows),
