@@ -1294,10 +1294,15 @@ def read_view(
     pieces = _pieces(files, fmt, row_groups_per_partition, partition_rows)
     dd = _backend.dask_dataframe()
     log.debug("read_view %s: %d files, %d partitions, format %s, columns %s", pattern, len(files), len(pieces), fmt, cols)
-    return dd.from_map(
-        _read_one, pieces, fmt=fmt, columns=cols, csv_opts=csv_opts, dtype=dtypes,
-        backend_name=be.name, meta=meta, enforce_metadata=True, label=f"read-{fmt}",
-    )
+    import dask
+
+    # dask's "convert-string" would make the text columns "string" (NA semantics: ``s == "a"``
+    # is <NA> at a null) where the eager frame has "str": the same frame both ways instead
+    with dask.config.set({"dataframe.convert-string": False}):
+        return dd.from_map(
+            _read_one, pieces, fmt=fmt, columns=cols, csv_opts=csv_opts, dtype=dtypes,
+            backend_name=be.name, meta=meta, enforce_metadata=True, label=f"read-{fmt}",
+        )
 
 
 def _check_partition_dtypes(parts: list[Any], pieces: list[FilePiece]) -> None:
