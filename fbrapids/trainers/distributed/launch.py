@@ -11,10 +11,13 @@ rank; a rank blocked in a collective with a dead peer fails within ``collective_
 
 **Heartbeats.**  Every rank touches a file of its own every :data:`HEARTBEAT_S` seconds
 from a thread of its own; the launcher watches them.  A rank silent for
-``heartbeat_timeout_s`` (default 30 s, less than the collectives' timeout) is named as the
-one that stopped responding, with its process state (``stopped`` for a SIGSTOPped one),
-and every rank is stopped: the healthy ranks waiting for it in a collective are not blamed.
-When a rank fails while another one is silent, the silent one is named first.
+``heartbeat_timeout_s`` (default 30 s, less than the collectives' timeout) while the
+kernel reports it stopped (SIGSTOP), or for four times that in any state (frozen), is
+named as the one that stopped responding, with its process state, and every rank is
+stopped: the healthy ranks waiting for it in a collective are not blamed.  When a rank
+fails while another one has been silent for a few heartbeats, the silent one is named
+first.  The heartbeats go through shared memory, not files: a burst of fsyncs on a busy
+disk does not silence a healthy rank.
 
 Example:
     >>> spawn(world_of, 2)  # doctest: +SKIP
@@ -79,18 +82,18 @@ def world_of(rank: int, world: int) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _beat(path: str) -> None:
-    """Touch ``path`` every :data:`HEARTBEAT_S` seconds, for ever (a daemon thread)."""
+def _beat(beats: Any, rank: int) -> None:
+    """Write the monotonic clock into ``beats[rank]`` (shared memory: no file system that a
+    burst of fsyncs could stall) every :data:`HEARTBEAT_S` seconds, for ever (a daemon thread)."""
     while True:
-        with open(path, "a"):
-            os.utime(path)
+        beats[rank] = time.monotonic()
         time.sleep(HEARTBEAT_S)
 
 
 def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, backend: str | None,
-           collective_timeout_s: float, out: str, args: Sequence[Any]) -> None:
-    threading.Thread(target=_beat, args=(os.path.join(out, f"heartbeat-{rank}"),), daemon=True,
-                     name=f"fbrapids-heartbeat-{rank}").start()
+           collective_timeout_s: float, out: str, args: Sequence[Any], beats: Any = None) -> None:
+    if beats is not None:
+        threading.Thread(target=_beat, args=(beats, rank), daemon=True, name=f"fbrapids-heartbeat-{rank}").start()
     torch.set_num_threads(1)
     init_rank(rank, world, init_method, backend, collective_timeout_s)
     try:
@@ -118,16 +121,13 @@ def process_state(pid: int) -> str:
         return "unknown"
 
 
-def _silent(ctx: Any, tmp: str, limit: float) -> list[tuple[int, int, float, str]]:
+def _silent(ctx: Any, beats: Any, limit: float) -> list[tuple[int, int, float, str]]:
     """(rank, pid, seconds, process state) of every live rank whose last heartbeat is older
     than ``limit`` (a rank that has not beaten yet is still starting: not judged)."""
-    now, out = time.time(), []
+    now, out = time.monotonic(), []
     for r, p in enumerate(ctx.processes):
-        try:
-            age = now - os.stat(os.path.join(tmp, f"heartbeat-{r}")).st_mtime
-        except OSError:
-            continue
-        if p.is_alive() and age > limit:
+        age = now - beats[r] if beats[r] > 0 else 0.0
+        if age > limit and p.is_alive():
             out.append((r, p.pid, age, process_state(p.pid)))
     return out
 
@@ -158,14 +158,16 @@ def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend:
         raise DistributedError(f"nproc must be >= 1, got {nproc}")
     with tempfile.TemporaryDirectory(prefix="fbrapids-ranks-") as tmp:
         init = "file://" + os.path.join(tmp, "rendezvous")
-        ctx = mp.start_processes(_entry, args=(fn, nproc, init, backend, collective_timeout_s, tmp, tuple(args)),
-                                 nprocs=nproc, join=False, start_method="spawn")
+        beats = mp.get_context("spawn").RawArray("d", nproc)
+        ctx = mp.start_processes(_entry, args=(fn, nproc, init, backend, collective_timeout_s, tmp, tuple(args),
+                                               beats), nprocs=nproc, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
         quiet: list[tuple[int, int, float, str]] = []  # ranks silent a while at the last look (before a failure)
         try:
             while True:
-                quiet = _silent(ctx, tmp, 10 * HEARTBEAT_S)
-                silent = [q for q in quiet if q[2] > heartbeat_timeout_s]
+                quiet = _silent(ctx, beats, 10 * HEARTBEAT_S)
+                # a stopped process (SIGSTOP) past the timeout; any other silent one (frozen) past 4 times it
+                silent = [q for q in quiet if q[2] > heartbeat_timeout_s * (1 if q[3].startswith("stopped") else 4)]
                 if silent:
                     _stop_all(ctx)
                     raise _silence_error(silent)
@@ -186,6 +188,9 @@ def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend:
             _stop_all(ctx)
             raise DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank "
                                    "stopped") from exc
+        except BaseException:  # interrupted (Ctrl-C, a caller's timeout): no rank is left running
+            _stop_all(ctx)
+            raise
         out = []
         for r in range(nproc):
             path = Path(tmp) / f"rank-{r}.pkl"
