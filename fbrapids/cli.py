@@ -350,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=_int_in(1), default=2048)
     demo.add_argument("--checkpoint-every", type=_int_in(1), default=None, help="also checkpoint every N steps")
     demo.add_argument("--resume", action="store_true",
-                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
+                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained; "
+                           "a work dir of --nproc ranks continues at the row it reached, on the --nproc given, 1 "
+                           "included); another --batch-size, data or model is refused")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     demo.add_argument("--nproc", type=_int_in(1, 64), default=1,

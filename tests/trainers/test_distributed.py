@@ -32,8 +32,8 @@ from fbrapids.trainers.distributed import (BucketTable, LeaderFeed, RankSlices, 
 from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
 from fbrapids.trainers.fit import weights_digest  # noqa: E402
 
-W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din", "demo_match",
-      "demo_stopped"]
+W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
+      "demo_match", "demo_stopped"]
 W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match"]
 
 

@@ -50,8 +50,8 @@ import torch.distributed as dist
 from fbrapids.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, NonFiniteError
 from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
-from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint, newest_verified,
-                                          prune, step_name)
+from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint,
+                                          newest_verified, prune, step_name)
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.consistency import config_digest
 from fbrapids.trainers.sparse import StoreConfig
