@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -25,7 +25,7 @@ class CTRModel(nn.Module):
     exports carry it, and a state dict without it (written before it existed) loads as
     the identity.
 
-    Example:
+    Example (the calibration):
         >>> import torch
         >>> from fbrapids.trainers.models import DLRM
         >>> from fbrapids.trainers.sparse import StoreConfig
@@ -34,7 +34,22 @@ class CTRModel(nn.Module):
         ([1.0, 0.0], [2.0])
         >>> m.set_calibration(0.5, -1.0); m.calibrated(torch.tensor([2.0])).tolist()
         [0.0]
+
+    A model's ``__init__`` without a docstring of its own gets one pointing at its class's
+    (``help(DLRM)`` shows the model's arguments, not torch's generic ``Module.__init__`` text).
+
+    Example (the docstring):
+        >>> from fbrapids.trainers import DLRM
+        >>> DLRM.__init__.__doc__
+        'Build a DLRM: the arguments are described in the class docstring above (help(DLRM)).'
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not init.__doc__:
+            init.__doc__ = (f"Build a {cls.__name__}: the arguments are described in the class docstring above "
+                            f"(help({cls.__name__})).")
 
     def __init__(self) -> None:
         super().__init__()
