@@ -355,7 +355,7 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
                   pooling=POOLING)
     if name == "dlrm":
-        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32])
+        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True)
     if name == "wide_deep":
         return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
     if name == "deepfm":

@@ -194,7 +194,8 @@ def _models(r: dict) -> str:
             cells = ", ".join(f"{_MODEL_NAMES.get(m, m)} {x['auc']:.4f} / {x['ne']:.4f} / {x['logloss']:.4f}"
                               for m, x in res.items())
             parts.append(f"{int(rows):,} rows (AUC / NE / logloss): {cells}")
-        return "; ".join(parts)
+        return ("; ".join(parts) + " (issue 24's single-seed run, before the sklearn reference and issue 34's "
+                "recipe; not re-measured yet)")
     parts = []
     for rows, res in r["rows"].items():
         cells = ", ".join(f"{_MODEL_NAMES.get(m, m)} {x['mean']['auc']:.4f} ± {x['sd']['auc']:.4f} / "

@@ -258,7 +258,8 @@ def fig_hit_rate() -> str:
 _ARM_KEYS = {"lr": "sparse lr {}", "acc": "Adagrad initial accumulator {}", "init": "embedding init scale {}",
              "dlr": "dense Adam lr {}", "bs": "batch {}", "epochs": "{} epochs", "emb": "embedding dim {}",
              "pooling": "{} pooling", "wide": "+ first-order term", "eval_ro": "unseen ids read zeros at evaluation",
-             "calibrate": "Platt calibration {}", "drop": "without {}"}
+             "calibrate": "Platt calibration {}", "drop": "without {}",
+             "bias_vector": "+ a bias vector among DLRM's interacted ones"}
 
 
 def _arm_text(arm: dict[str, Any]) -> str:

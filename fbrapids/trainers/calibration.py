@@ -11,9 +11,9 @@ model has already trained on are over-confident (memorised ids).  ``fit`` keeps 
 *progressive* predictions of its last pass (each batch's logits computed before the step
 that trains on it, as in progressive validation, McMahan et al., 2013) for its last
 ``calibration_rows`` rows (:class:`ProgressiveBuffer`), i.e. the end of the training days,
-the closest to the held-out day, and fits :func:`platt` on them at the end.  After a single
-pass these are true out-of-sample predictions; after several, the last pass's rows were
-seen in earlier passes (the fit is then optimistic; ``fit`` logs it).
+the closest to the held-out day, and fits :func:`platt` on them at the end.  Only a single
+pass gives out-of-sample predictions: with several epochs ``fit`` fits none (a second
+pass's predictions of rows already trained on made the held-out logloss worse than none).
 
 Example:
     >>> import numpy as np

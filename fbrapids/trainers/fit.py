@@ -510,8 +510,9 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             ``model.set_calibration``; :mod:`fbrapids.trainers.calibration`) on the
             progressive predictions of the last ``calibration_rows`` rows trained on (each
             batch's logits before its own step), and return it in ``FitResult.calibration``;
-            ``predict`` / ``evaluate`` and serving apply it.  With several epochs those rows
-            were seen before (an optimistic fit: logged).  ``False``: leave it as it is.
+            ``predict`` / ``evaluate`` and serving apply it.  Only with ``epochs=1``: a
+            later pass predicts rows it has trained on (an over-confident fit).  ``False``:
+            leave the model's calibration as it is.
     """
     place_model(model, device)
     if nan not in NAN_POLICIES:
@@ -521,7 +522,11 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
     identity = run_identity(model, batches, run)
-    progressive = ProgressiveBuffer(calibration_rows) if calibrate else None
+    # the progressive predictions of a second pass are of rows already trained on: an
+    # over-confident fit (held-out logloss worse than none), so several epochs get none
+    progressive = ProgressiveBuffer(calibration_rows) if calibrate and epochs == 1 else None
+    if calibrate and epochs > 1:
+        log.info("no post-hoc calibration: with %d epochs no prediction of the training rows is out of sample", epochs)
     check = verification_enabled()
     # the debris is cleaned under the lock by _checkpoint_root, after restoring what a killed writer left
     with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
@@ -534,7 +539,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
                       lookahead if model.uses_window() else 0, progressive)
         result.steps = step
         if progressive is not None and step > start:
-            _calibrate(model, progressive, result, epochs)
+            _calibrate(model, progressive, result)
         if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                              result.checkpoints[-1].name != step_name(step)):
             result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
@@ -542,7 +547,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     return result
 
 
-def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult, epochs: int) -> None:
+def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult) -> None:
     """Fit and set ``model``'s Platt calibration on the progressive predictions kept."""
     ab = fit_calibration(progressive)
     if ab is None:
@@ -550,8 +555,7 @@ def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResul
     model.set_calibration(*ab)
     result.calibration = ab
     log.info("calibration: sigmoid(%.4f * logit %+.4f), fitted on the progressive predictions of the last %d rows "
-             "trained on%s", ab[0], ab[1], len(progressive),
-             " (seen in earlier epochs too: an optimistic fit)" if epochs > 1 else "")
+             "trained on", ab[0], ab[1], len(progressive))
 
 
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,

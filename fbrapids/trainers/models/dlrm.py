@@ -108,7 +108,8 @@ class DLRM(CTRModel):
         dense ``[num_embeddings[k], dim]`` matrix whose row ``i`` is the id ``i``."""
         if len(num_embeddings) != len(self.sparse_features):
             raise ArgumentError(f"{len(self.sparse_features)} tables, {len(num_embeddings)} sizes given")
-        out = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        out = {k: v.detach().clone() for k, v in self.state_dict().items()
+               if k.startswith(("bot_l.", "top_l."))}  # not the calibration (fbrapids' own, applied after)
         for k, (f, n) in enumerate(zip(self.sparse_features, num_embeddings)):
             out[f"emb_l.{k}.weight"] = torch.from_numpy(self.emb_l.stores[f].weights(np.arange(n, dtype=np.int64)))
         return out
