@@ -43,14 +43,15 @@ from fbrapids import backend as backends
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
-from fbrapids.kernels.abi import POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
+from fbrapids.kernels.abi import CUDA_BLOCK, POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_arrow
 from fbrapids.kernels.device_columns import (DeviceColumn, fixed_arrays, fixed_column, int64_child, list_column,
                                              read_column, strings_column)
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
+from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_bytes, row_sample
-from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, render_module
+from fbrapids.kernels.render import kernel_name, render_module
 from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
 from fbrapids.kernels.runtime_host import HostPlan, check_fit_values
 
@@ -76,6 +77,22 @@ def status_layout(abi: LayerABI) -> tuple[int, dict[int, int]]:
 def device_helpers_source() -> str:
     """The CUDA text of the device helpers (compaction, validity packing), headers inlined."""
     return inline_headers([]) + "\n" + without_includes((CSRC / DEVICE_HELPERS).read_text())
+
+
+def load_module(cp: Any, source: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+    """``source`` compiled with ``options`` for the current device (a CUBIN for its
+    ``sm_XX``, cached on disk by :mod:`fbrapids.kernels.cache`) and loaded.  Not
+    ``cupy.RawModule(code=...)``: it appends ``-ftz=true`` after the caller's options
+    (``cupy/cuda/compiler.py``), flushing float32 denormals on the device only.  The
+    module's ``get_function(name)(grid, block, args)`` launches as a RawModule's does."""
+    from fbrapids.kernels import cache
+
+    arch = f"sm_{cp.cuda.Device().compute_capability}"
+    key = cache.source_key(source, " ".join(options), arch)
+    path = cache.cached_artifact(key, ".cubin", lambda tmp: tmp.write_bytes(compile_cubin(source, arch, name, options)))
+    module = cp.cuda.function.Module()
+    module.load(path.read_bytes())
+    return module
 
 
 def mask_words(n: int) -> int:
@@ -110,7 +127,7 @@ class CudaPlan(Runtime):
         #: the source for inputs with int64 offsets; other input layouts render their own
         self.source = render_module(plan, "cuda", self.gpu_layers)
         self.modules: dict[tuple, Any] = {}
-        self.helpers = self.cp.RawModule(code=device_helpers_source(), options=("--std=c++17",))
+        self.helpers = load_module(self.cp, device_helpers_source(), DEVICE_HELPERS)
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
         self._consts: dict[int, list[Any]] | None = None
@@ -126,7 +143,7 @@ class CudaPlan(Runtime):
         mod = self.modules.get(key)
         if mod is None:
             src = self.source if not key else render_module(self.plan, "cuda", self.gpu_layers, layouts)
-            mod = self.modules[key] = self.cp.RawModule(code=src, options=("--std=c++17",))
+            mod = self.modules[key] = load_module(self.cp, src, "fbx_layers.cu")
         return mod
 
     def _constants(self, st: S.KernelStats) -> dict[int, list[Any]]:
@@ -150,6 +167,8 @@ class CudaPlan(Runtime):
     def _input(self, s: Any, name: str, type_name: str) -> DeviceValue:
         if isinstance(s.dtype, self.cudf.CategoricalDtype):
             s = s.astype(s.cat.categories.dtype)  # decoded on the device
+        if type_name in T.FLOAT_TYPES:  # NaN is null, as on the host (columns.from_series): one rule
+            s = s.nans_to_nulls()
         col, _meta = s.to_pylibcudf()
         return DeviceValue(read_column(self.cp, self.plc, col, type_name, name), col)
 
@@ -236,8 +255,8 @@ class CudaPlan(Runtime):
     def _check_fits(self, layer: Layer, values: dict[int, DeviceValue]) -> None:
         """The host runtime's conversion check (``Impl.checks_fit``: ``cast`` never wraps) on
         the device: each checked node's argument, data and validity as cupy arrays, the
-        same ``types.misfits`` test and error (CPU-placed layers check in HostPlan); NaN is a
-        value (a misfit), as on the host, and only the null mask makes a row null."""
+        same ``types.misfits`` test and error (CPU-placed layers check in HostPlan); a float
+        input's NaN is null here as on the host (:meth:`_input`), so it is never a misfit."""
         for nid in layer.nodes:
             node = self.plan.nodes[nid]
             if not node.impl.checks_fit:
