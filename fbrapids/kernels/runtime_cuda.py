@@ -44,7 +44,7 @@ from fbrapids.errors import BackendUnavailableError
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import CUDA_BLOCK, POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
-from fbrapids.kernels.columns import HostColumn, from_arrow
+from fbrapids.kernels.columns import HostColumn, empty_series, from_arrow
 from fbrapids.kernels.device_columns import (DeviceColumn, fixed_arrays, fixed_column, int64_child, list_column,
                                              read_column, strings_column)
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
@@ -93,6 +93,32 @@ def load_module(cp: Any, source: str, name: str = "fbx.cu", options: tuple[str, 
     module = cp.cuda.function.Module()
     module.load(path.read_bytes())
     return module
+
+
+def meta_dtype(type_name: str) -> Any:
+    """The dtype of a plan output of kernel type ``type_name`` in a dask frame's meta (the
+    host's, :func:`~fbrapids.kernels.columns.empty_series`); the device results take it.
+
+    Example:
+        >>> str(meta_dtype("list<str>"))
+        'list<item: string>[pyarrow]'
+    """
+    return empty_series(type_name, "x").dtype
+
+
+def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any = None) -> Any:
+    """A plan output (a pylibcudf column) as a cudf series of the dtype a dask frame's meta
+    gives it (``features.run``: :func:`meta_dtype` moved to cudf): a list output is typed as
+    pandas' Arrow list dtype, which cudf keeps on columns made from pandas (the meta is one),
+    where ``from_pylibcudf`` alone would say ``cudf.ListDtype`` (checked without a device by
+    the conformance stage, on host stand-in buffers)."""
+    if type_name in T.LIST_TYPES:
+        return backends.cudf_series_of(column, meta_dtype(type_name), name=name, index=index)
+    series = cudf.Series.from_pylibcudf(column)
+    if index is not None:
+        series.index = index
+    series.name = name
+    return series
 
 
 def mask_words(n: int) -> int:
@@ -198,10 +224,7 @@ class CudaPlan(Runtime):
         S.record(st)
         out = {}
         for name, nid in plan.outputs.items():
-            series = self.cudf.Series.from_pylibcudf(values[nid].column)
-            series.index = index
-            series.name = name
-            out[name] = series
+            out[name] = output_series(self.cudf, values[nid].column, plan.nodes[nid].type, name, index)
         return RunResult(out, {name: status[nid] for name, nid in plan.outputs.items() if nid in status}, st)
 
     def _run_host_layer(self, layer: Layer, n: int, values: dict[int, DeviceValue], status: dict[int, Any],
