@@ -42,6 +42,7 @@ import numpy as np
 from fbrapids import backend as backends
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.kernels import counters as S
+from fbrapids.kernels import dictionary as D
 from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import CUDA_BLOCK, POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, empty_series, from_arrow
@@ -121,6 +122,47 @@ def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any 
     return series
 
 
+#: operators the CUDA dictionary path takes: fixed-width results whose null rule is the
+#: row path's plain one (a null row gives null), over one categorical input
+CUDA_DICTIONARY_OPS = ("hash", "hash_bucket")
+
+
+def dictionary_eligible(node: Any, coded_args: set[int]) -> bool:
+    """Whether the CUDA runtime runs ``node`` once per category (its single input a cudf
+    categorical column, whose codes and categories come free) instead of row by row.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> from fbrapids.kernels.plan import build_plan
+        >>> p = build_plan({"h": ops.hash_bucket("u", 8), "c": ops.cross("u", "v", buckets=8)},
+        ...                {"u": "str", "v": "i64"}, backend="gpu")
+        >>> [dictionary_eligible(p.nodes[i], {0}) for i in (1, 3)]
+        [True, False]
+    """
+    return (node.dict_slot is not None and node.op.name in CUDA_DICTIONARY_OPS and node.type in T.FIXED_TYPES
+            and node.impl.null_rule != "handles" and len(node.args) == 1 and node.args[0] in coded_args)
+
+
+def gather_coded(xp: Any, codes: Any, code_valid: Any, data: Any, valid: Any) -> tuple[Any, Any]:
+    """Rows of a per-category result (``data``, ``valid``: one per category) taken by the
+    rows' ``codes``: ``(data, valid)`` per row; a null row (``code_valid`` false, or a code
+    below 0) is null, as on the row path.  ``xp`` is cupy on the device, numpy in the CPU twin.
+
+    Example:
+        >>> import numpy as np
+        >>> d, v = gather_coded(np, np.array([1, 0, -1, 1]), np.array([1, 1, 0, 1], bool),
+        ...                     np.array([10, 20]), np.array([1, 1], bool))
+        >>> d.tolist(), v.tolist()
+        ([20, 10, 0, 20], [True, True, False, True])
+    """
+    ok = code_valid & (codes >= 0)
+    idx = xp.where(ok, codes, 0).astype(xp.int64)
+    if len(data) == 0:
+        return xp.zeros(len(codes), dtype=data.dtype), xp.zeros(len(codes), dtype=bool)
+    row_valid = ok & valid[idx]
+    return xp.where(row_valid, data[idx], xp.zeros((), dtype=data.dtype)).astype(data.dtype), row_valid
+
+
 def mask_words(n: int) -> int:
     """uint32 words of a null mask of ``n`` rows, padded to 64 bytes as libcudf allocates."""
     return max(-(-n // 512) * 16, 16)
@@ -153,6 +195,8 @@ class CudaPlan(Runtime):
         #: the source for inputs with int64 offsets; other input layouts render their own
         self.source = render_module(plan, "cuda", self.gpu_layers)
         self.modules: dict[tuple, Any] = {}
+        #: per operator on the dictionary path, its one-operator plan (run over the categories)
+        self._distinct: dict[int, "CudaPlan"] = {}
         self.helpers = load_module(self.cp, device_helpers_source(), DEVICE_HELPERS)
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
@@ -208,9 +252,13 @@ class CudaPlan(Runtime):
             index = first.index
         st = S.KernelStats(partitions=1, rows=n)
         values: dict[int, DeviceValue] = {}
+        coded: dict[int, tuple[Any, Any]] = {}  # categorical inputs: (codes, categories), free
         for node in plan.nodes:
             if node.op is None:
-                values[node.id] = self._input(columns[node.expr.name], node.expr.name, node.type)
+                col = columns[node.expr.name]
+                if plan.dictionary and D.mode() != "off" and backends.is_categorical(col.dtype):
+                    coded[node.id] = (col.cat.codes, self.cudf.Series(col.cat.categories))
+                values[node.id] = self._input(col, node.expr.name, node.type)
         layouts = {nid: v.read.layout for nid, v in values.items() if v.read.layout != InputLayout()}
         module = self._module(layouts) if self.gpu_layers else None
         status: dict[int, Any] = {}
@@ -218,7 +266,7 @@ class CudaPlan(Runtime):
             if layer.placement == "cpu":
                 self._run_host_layer(layer, n, values, status, st)
             else:
-                self._run_device_layer(layer, module.get_function(kernel_name(layer)), n, values, status, st)
+                self._run_device_layer(layer, module.get_function(kernel_name(layer)), n, values, status, st, coded)
         st.pool_capacity = max(st.pool_capacity, int(self.pool.size))
         self.stats += st
         S.record(st)
@@ -287,8 +335,44 @@ class CudaPlan(Runtime):
             data, valid = fixed_arrays(self.cp, values[node.args[0]].read)
             check_fit_values(self.plan, nid, data, valid, xp=self.cp)
 
+    def _dictionary(self, layer: Layer, n: int, coded: dict[int, tuple[Any, Any]],
+                    st: S.KernelStats) -> dict[int, DeviceValue]:
+        """The layer's operators the dictionary path takes (:func:`dictionary_eligible`),
+        each run once per category by its own one-operator plan (the same CUDA text) and
+        gathered to the rows by the codes on the device: bit for bit the row path's result."""
+        how = D.mode()
+        if how == "off" or (how == "auto" and n < D.MIN_ROWS):
+            return {}
+        cp, done = self.cp, {}
+        for nid in layer.nodes:
+            node = self.plan.nodes[nid]
+            if not dictionary_eligible(node, set(coded)):
+                continue
+            codes, cats = coded[node.args[0]]
+            sub = self._distinct.get(nid)
+            if sub is None:
+                sub = self._distinct[nid] = CudaPlan(self.plan.node_plan(nid))
+            res = sub.run({"a0": cats}).columns["out"]
+            data, valid = fixed_arrays(cp, read_column(cp, self.plc, res.to_pylibcudf()[0], node.type, "out"))
+            code_type = next(k for k in T.INT_TYPES if np.dtype(T.NUMPY_DTYPE[k]) == np.dtype(codes.dtype))
+            code_data, code_valid = fixed_arrays(cp, read_column(cp, self.plc, codes.to_pylibcudf()[0], code_type,
+                                                                 "codes"))
+            rows, row_valid = gather_coded(cp, code_data, code_valid, data, valid)
+            mask, vec = cp.empty(mask_words(n), dtype=cp.uint32), cp.zeros(1, dtype=cp.int64)
+            if n:
+                self.helpers.get_function("fbx_pack_validity")(
+                    (max(-(-n // (32 * CUDA_BLOCK)), 1),), (CUDA_BLOCK,),
+                    (np.int64(n), row_valid.astype(cp.uint8), mask, vec))
+            nulls, made = (int(x) for x in cp.stack([vec[0], valid.sum()]).get())  # one read
+            done[nid] = self._value(node.type, n, mask, nulls, data=rows)
+            st.hashes += made
+            st.hashes_saved += (n - nulls) - made
+            st.dictionary_runs += 1
+        return done
+
     def _run_device_layer(self, layer: Layer, fn: Any, n: int, values: dict[int, DeviceValue],
-                          status: dict[int, Any], st: S.KernelStats) -> None:
+                          status: dict[int, Any], st: S.KernelStats,
+                          coded: dict[int, tuple[Any, Any]] | None = None) -> None:
         cp = self.cp
         self._check_fits(layer, values)
         abi = self.abis[layer.index]
@@ -298,6 +382,14 @@ class CudaPlan(Runtime):
             p = values[nid].read.pointers()
             ptrs[first: first + len(p)] = p
         outs = self._outputs(abi, n, ptrs)
+        chosen = self._dictionary(layer, n, coded or {}, st) if abi.skip is not None else {}
+        skip = None
+        if chosen:  # the kernel skips them (their slots' flags), a host array of one byte each, uploaded once
+            flags = D.flags(self.plan)
+            for nid in chosen:
+                flags[self.plan.nodes[nid].dict_slot] = 1
+            skip = cp.asarray(flags)
+            ptrs[abi.skip] = skip.data.ptr
         table = self._tables[layer.index]
         table.set(ptrs)  # the pointer table: nslots addresses, no column data
         st.bytes_to_device += int(ptrs.nbytes)
@@ -348,6 +440,9 @@ class CudaPlan(Runtime):
         if sample is not None:
             sizer.observe(float(host[STATUS_QUANTILE]), len(sample), used)
         for k, (nid, o) in enumerate(abi.outputs.items()):
+            if nid in chosen:  # the dictionary path's result (the kernel skipped the operator)
+                values[nid] = chosen[nid]
+                continue
             nulls = int(host[STATUS_FIXED + k])
             values[nid] = self._result(o.type, n, outs[nid], masks[nid], nulls, scans.get(nid),
                                        host[totals_at[nid]: totals_at[nid] + 2] if nid in totals_at else None,

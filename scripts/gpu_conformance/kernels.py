@@ -7,8 +7,10 @@ Jobs (each a name -> a function giving ``(source, what it covers)``):
 * ``limits``: a probe that ptxas runs at all (a kernel over the 48 KiB shared-memory limit must
   fail), then plans at each layer's pool-part limit (32 list<i64> outputs, 16 list<str>) and
   past it (48 list outputs at one depth: cut in two);
-* ``all-ops``: one plan with every built-in operator (host offset layout);
-* ``layouts``: the same plan over cudf's offset layouts (int32 string / list offsets);
+* ``layouts``: one plan with every built-in operator, over cudf's offset layouts (int32 string /
+  list offsets); ``all-ops``: the same over the host's int64 layout (not in the stage by default:
+  ~40 s of CPU for what ``layouts`` and ``workload`` already compile);
+* ``dictionary``: the CUDA dictionary path's one-operator plans and layer kernel with a skip array;
 * ``workload``: the synthetic workload's plan; ``helpers``: the runtime's device helpers and
   the embedding store's slot map.
 
@@ -81,6 +83,23 @@ def _workload(repo: Path) -> list[tuple[str, str, int]]:
     return [("the synthetic workload's plan", render_module(plan, "cuda"), len(plan.layers))]
 
 
+def _dictionary(repo: Path) -> list[tuple[str, str, int]]:
+    """The CUDA dictionary path's kernels: each eligible operator's one-operator plan (run over
+    a categorical's categories) and the layer kernel with its skip array."""
+    from fbrapids import ops
+    from fbrapids.kernels.plan import build_plan
+    from fbrapids.kernels.render import render_module
+    from fbrapids.kernels.runtime_cuda import dictionary_eligible
+
+    plan = build_plan({"hs": ops.hash("c"), "bs": ops.hash_bucket("c", 1000), "hi": ops.hash("k"),
+                       "bi": ops.hash_bucket("k", 97)}, {"c": "str", "k": "i32"}, backend="gpu")
+    coded = {n.id for n in plan.nodes if n.op is None}
+    eligible = [n.id for n in plan.nodes if n.op is not None and dictionary_eligible(n, coded)]
+    out = [(f"dictionary path: {plan.nodes[i].label} over its categories", render_module(plan.node_plan(i), "cuda"), 1)
+           for i in eligible]
+    return out + [("dictionary path: the layer kernel with its skip array", render_module(plan, "cuda"), 1)]
+
+
 def _helpers(repo: Path) -> list[tuple[str, str, int]]:
     from fbrapids.kernels.runtime_cuda import device_helpers_source
     from fbrapids.trainers.sparse.slot_map import slot_map_source
@@ -91,7 +110,7 @@ def _helpers(repo: Path) -> list[tuple[str, str, int]]:
 
 JOBS: dict[str, Callable[[Path], list[tuple[str, str, int]]]] = {
     "limits": _limits, "all-ops": lambda r: _all_ops(r, False), "layouts": lambda r: _all_ops(r, True),
-    "workload": _workload, "helpers": _helpers}
+    "workload": _workload, "helpers": _helpers, "dictionary": _dictionary}
 
 
 def run_job(repo: str, name: str) -> list[str]:
