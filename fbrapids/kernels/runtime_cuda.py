@@ -101,8 +101,8 @@ def meta_dtype(type_name: str) -> Any:
     host's, :func:`~fbrapids.kernels.columns.empty_series`); the device results take it.
 
     Example:
-        >>> str(meta_dtype("list<str>"))
-        'list<item: string>[pyarrow]'
+        >>> str(meta_dtype("list<i64>"))
+        'list<item: int64>[pyarrow]'
     """
     return empty_series(type_name, "x").dtype
 
