@@ -20,6 +20,7 @@ fi
 if [ -n "${GPU_UNPACK_CHECK:-}" ]; then  # the rehearsal's stub (no device there)
   eval "$GPU_UNPACK_CHECK"
 else
-  PYTHONPATH=/tmp/site python3 -c "import cudf, dask_cudf, dask_cuda; print('cudf', cudf.__version__, 'on', __import__('cupy').cuda.runtime.getDeviceProperties(0)['name'].decode())"
+  # a libcudf kernel run too: the set keeps only sm_90 device code (gpu_pack.sh's GPU_ONLY_ARCH)
+  PYTHONPATH="$SITE" python3 -c "import cudf, dask_cudf, dask_cuda; s = cudf.Series([3, 1, 2]).sort_values(); assert s.tolist() == [1, 2, 3]; print('cudf', cudf.__version__, 'on', __import__('cupy').cuda.runtime.getDeviceProperties(0)['name'].decode(), ': a libcudf kernel ran')"
 fi
 echo "unpacked in $(( $(date +%s) - t0 )) s; now: export PYTHONPATH=/tmp/site:$PWD"
