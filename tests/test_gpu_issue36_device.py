@@ -88,3 +88,12 @@ def test_ptxas_accepts_a_wide_layer_on_the_device():  # D1, as cupy loads it
     got = _gpu(df).fbx.extract(**feats).to_pandas()
     for c in feats:
         assert got[c].tolist() == want[c].tolist(), c
+
+
+def test_clean_leaves_the_callers_cudf_frame_as_it_was():  # slow path: no deep copy of the partition
+    df = pd.DataFrame({"s": pd.Series(["a", None, "b"], dtype="str"), "x": [1.0, np.nan, 3.0]})
+    g = _gpu(df)
+    before = g.to_pandas()
+    out = g.fbx.clean(fill={"s": "?", "x": 0.0})
+    assert out.to_pandas()["s"].tolist() == ["a", "?", "b"]
+    pd.testing.assert_frame_equal(g.to_pandas(), before)
