@@ -88,3 +88,24 @@ def test_ptxas_accepts_a_wide_layer_on_the_device():  # D1, as cupy loads it
     got = _gpu(df).fbx.extract(**feats).to_pandas()
     for c in feats:
         assert got[c].tolist() == want[c].tolist(), c
+
+
+def test_clean_leaves_the_callers_cudf_frame_as_it_was():  # slow path: no deep copy of the partition
+    df = pd.DataFrame({"s": pd.Series(["a", None, "b"], dtype="str"), "x": [1.0, np.nan, 3.0]})
+    g = _gpu(df)
+    before = g.to_pandas()
+    out = g.fbx.clean(fill={"s": "?", "x": 0.0})
+    assert out.to_pandas()["s"].tolist() == ["a", "?", "b"]
+    pd.testing.assert_frame_equal(g.to_pandas(), before)
+
+
+def test_labels_are_checked_on_the_device():  # slow path: the label column no longer copied to the host
+    import cudf
+
+    from fbrapids.errors import LabelError
+    from fbrapids.trainers.labels import check_labels
+
+    check_labels(cudf.Series([0, 1, None, 1]), "y", 0)
+    with pytest.raises(LabelError, match=r"'y', partition 3: 2 value\(s\) not 0 or 1, first 7 at row 2"):
+        check_labels(cudf.Series([0.0, 1.0, 7.0, 0.5]), "y", 3)
+    check_labels(cudf.Series([0.2, 0.9]), "y", 0, label_range=(0, 1))
