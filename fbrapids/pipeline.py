@@ -428,6 +428,7 @@ def run_pipeline(
     sequences: dict[str, str] | None = None,
     resume: bool = False,
     nan: str = "error",
+    calibrate: bool = True,
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -463,6 +464,7 @@ def run_pipeline(
         nan: NaN / inf / null in a dense feature: ``"error"`` (stop, naming the column) or
             ``"zero"`` (train and evaluate on 0 in its place; counted in
             ``result.rows["dense NaN/inf/null -> 0"]``).
+        calibrate: ``fit``'s post-hoc calibration (:mod:`fbrapids.trainers.calibration`).
 
     The work dir is held exclusively for the run (a second run on it is a
     :class:`~fbrapids.errors.WorkDirLockedError` naming this one's PID and host); before
@@ -486,7 +488,7 @@ def run_pipeline(
                 frozen_worker_watchdog(client, f"the run on {data_dir}"):
             result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                           work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                          checkpoint_every, train_threads, sequences, resume, nan)
+                          checkpoint_every, train_threads, sequences, resume, nan, calibrate)
         if work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
@@ -497,7 +499,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
          extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
          train_threads: int | None, sequences: dict[str, str] | None = None, resume: bool = False,
-         nan: str = "error") -> PipelineResult:
+         nan: str = "error", calibrate: bool = True) -> PipelineResult:
     import torch
 
     from fbrapids.joins import join_decision_mark, join_decisions
@@ -564,7 +566,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     try:
         fitted = fit(net, stream, epochs=epochs, progress=progress,
                      checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every, run=run,
-                     keep_checkpoints=KEEP_CHECKPOINTS)
+                     keep_checkpoints=KEEP_CHECKPOINTS, calibrate=calibrate)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
         test_stream = batch_stream(test_producer, dense, sparse, batch_size, seed, nan)

@@ -278,7 +278,7 @@ def _arm_text(arm: dict[str, Any]) -> str:
 def fig_model_ablations() -> str:
     """docs/models.md's ablation table: ``scripts/model_ablations.py``'s runs, one row per
     arm (mean over its seeds), in the order first run."""
-    r = load("model_ablations.json")
+    r = load("figures/model_ablations.json")
     arms: dict[str, list[dict]] = {}
     for run in r["runs"]:
         arms.setdefault(json.dumps(run["arm"], sort_keys=False), []).append(run)
@@ -292,7 +292,7 @@ def fig_model_ablations() -> str:
                      f"{mean['auc']:.4f} | {mean['logloss']:.4f} | {mean['ne']:.4f} | {mean['calibration']:.3f} |")
     first = r["runs"][0]
     lines += ["", f"*({len(r['runs'])} runs of `{r['command']}` at {first['rows']:,} rows, data seed "
-                  f"{first['data_seed']}; `benchmarks/results/model_ablations.json`: {first['machine']}, "
+                  f"{first['data_seed']}; {source('figures/model_ablations.json', r)}, from "
                   f"{first['measured_at']} onwards)*", ""]
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ linear map of the dense features, to the model's logit); ``sparse`` (the feature
 ``drop`` (features left out of ``sparse``); ``eval_ro`` (score the held-out day with read-only tables: ids never trained on read zeros);
 ``calibrate`` (``fit``'s post-hoc calibration, default on).  ``--seeds`` seed the model (the
 data is the default data of ``--data-seed``).  One JSON line per (arm, seed) is printed and
-appended to ``--out`` (default ``benchmarks/results/model_ablations.json``, whose table
+appended to ``--out`` (default ``benchmarks/results/figures/model_ablations.json``, whose table
 docs/models.md renders).
 """
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--arm", action="append", required=True, help="a JSON object of changes (module docstring)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "fbrapids" / "ablations")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "model_ablations.json")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "figures" / "model_ablations.json")
     args = ap.parse_args(argv)
     import torch
 
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                    "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
             print(json.dumps(row), flush=True)
             runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
-            args.out.write_text(json.dumps({"command": "python scripts/model_ablations.py", "runs": runs + [row]},
-                                           indent=1) + "\n")
+            args.out.write_text(json.dumps({"machine": row["machine"], "command": "python scripts/model_ablations.py",
+                                            "measured_at": row["measured_at"], "runs": runs + [row]}, indent=1) + "\n")
     return 0
 
 

@@ -82,6 +82,7 @@ class ProgressiveBuffer:
         self.logits = np.zeros(self.capacity, dtype=np.float32)
         self.labels = np.zeros(self.capacity, dtype=np.float32)
         self.seen = 0  # pairs ever added
+        self.restored = False  # filled from a checkpoint (load)
 
     def __len__(self) -> int:
         return min(self.seen, self.capacity)
@@ -108,6 +109,7 @@ class ProgressiveBuffer:
         """Hold the pairs of :meth:`state` (oldest first), as the buffer that made it did."""
         self.seen = 0
         self.add(state["logits"], state["labels"])
+        self.restored = True
 
 
 def fit_calibration(buffer: ProgressiveBuffer) -> tuple[float, float] | None:

@@ -511,7 +511,8 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             progressive predictions of the last ``calibration_rows`` rows trained on (each
             batch's logits before its own step), and return it in ``FitResult.calibration``;
             ``predict`` / ``evaluate`` and serving apply it.  Only with ``epochs=1``: a
-            later pass predicts rows it has trained on (an over-confident fit).  ``False``:
+            later pass predicts rows it has trained on (an over-confident fit); and not when
+            resuming a checkpoint that holds no progressive predictions.  ``False``:
             leave the model's calibration as it is.
     """
     place_model(model, device)
@@ -532,6 +533,10 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
         start = (0 if checkpoint_dir is None
                  else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity, progressive))
+        if progressive is not None and start > 0 and not progressive.restored:
+            log.info("no post-hoc calibration: the checkpoint resumed from holds no progressive predictions (one "
+                     "written without calibration, or by the ranks' trainer)")
+            progressive = None
         if lookahead < 0:
             raise ArgumentError(f"lookahead must be >= 0 batches, got {lookahead}")
         step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,
