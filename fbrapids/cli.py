@@ -23,13 +23,33 @@ from fbrapids.errors import FbrapidsError, UsageError
 def _gen(args: argparse.Namespace) -> int:
     from fbrapids.datagen import generate, read_metadata
 
-    paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None)
+    plant = dict(args.plant or [])
+    paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None,
+                     plant=plant)
     meta = read_metadata(args.out)
     sys.stdout.write(
         f"wrote {', '.join(p.name for p in paths.values())} to {args.out} "
         f"({args.rows:,} impressions, CTR {meta['ctr']:.3f}, oracle AUC {meta['oracle_auc']:.4f})\n"
     )
+    for name, info in (meta.get("plant") or {}).items():
+        sys.stdout.write(f"  planted {name}: beta {info['beta']:g}, oracle AUC gain {info['oracle_auc_gain']:+.4f}\n")
     return 0
+
+
+def _plant_arg(text: str) -> tuple[str, float]:
+    """``NAME=BETA`` of ``fbrapids gen --plant``.
+
+    Example:
+        >>> _plant_arg("p_noise=0")
+        ('p_noise', 0.0)
+    """
+    name, sep, beta = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, float(beta)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=BETA (e.g. p_noise=0 or p_real=0.5), got {text!r}") from None
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -317,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     gen.add_argument("--row-group-rows", type=_int_in(1), default=32_768,
                      help="rows per parquet row group, i.e. per dask partition (the data does not depend on it)")
+    gen.add_argument("--plant", type=_plant_arg, action="append", metavar="NAME=BETA",
+                     help="add an impressions column of 16 levels moving the hidden logit by BETA*z, z in "
+                          "[-1.5, 1.5] (BETA=0: pure noise); its oracle AUC gain goes into the metadata; repeatable")
     gen.set_defaults(func=_gen)
 
     demo = sub.add_parser(
