@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
-    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
+    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"),
                       help="din: attention over the user's last 50 clicked categories, built from the log by history")
     demo.add_argument("--work-dir", type=Path, default=None,
                       help="keep the embedding store's SSD files and the checkpoints here (default: a temporary "

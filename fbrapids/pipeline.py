@@ -41,7 +41,7 @@ SPARSE = [
     "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
-MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 # rows per streamed partition, whatever the data's size: memory in flight is a few partitions
 # (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
@@ -351,6 +351,8 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
         return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
     if name == "deepfm":
         return models.DeepFM, dict(common, deep_mlp=[64, 32])
+    if name == "logreg":
+        return models.LogisticRegression, dict(common)
     if name == "din":
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
@@ -425,7 +427,8 @@ def run_pipeline(
     Args:
         data_dir: a folder with impressions / users / ads / basic parquet files.
         backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
-        model: ``"dlrm"``, ``"wide_deep"`` or ``"deepfm"``.
+        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"`` (logistic
+            regression over hashed one-hot ids and the dense features).
         client: a ``distributed.Client`` to extract on (None: dask's local scheduler).
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers; rows
             beyond them live in the SSD tier's files under ``work_dir``.
@@ -481,6 +484,38 @@ def run_pipeline(
     return result
 
 
+def training_frames(data_dir: str | Path, backend: str, extra_features: dict[str, Any],
+                    seconds: dict[str, float] | None = None) -> tuple[Any, Any, dict, Any]:
+    """The lazy training and held-out frames of the workload's features plus ``extra_features``,
+    the cleaned views (:func:`feature_frame`), and the fitted state of the fitted operators
+    among them (None when there are none).
+
+    Meta-kernel features are extracted with the workload's; history operators run over the
+    whole log; fitted operators are fitted on the training days only (one pass), applied
+    out-of-fold to them and frozen on the held-out last day (``seconds["fit"]``: that pass).
+    """
+    from fbrapids.datagen import TS0, DAYS
+    from fbrapids.plan_checks import check_held_out
+
+    plain, history, to_fit = split_fitted(extra_features)
+    merged, parts = feature_frame(data_dir, backend=backend, extra_features=plain)
+    parts["plain"] = plain
+    if history:  # on dask: one shuffle by each history key, right across partition boundaries
+        merged = merged.fbx.extract(**history)
+    cutoff = TS0 + (DAYS - 1) * DAY
+    check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
+    train, test = split_by_day(merged, cutoff)
+    fitted_state = None
+    if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
+        t = time.perf_counter()
+        fitted_state = train.fbx.fit(**to_fit)
+        train = train.fbx.extract(fitted_state, training=True)
+        test = test.fbx.extract(fitted_state)
+        if seconds is not None:
+            seconds["fit"] = time.perf_counter() - t
+    return train, test, parts, fitted_state
+
+
 def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,
          embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
@@ -489,14 +524,13 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
          nan: str = "error") -> PipelineResult:
     import torch
 
-    from fbrapids.datagen import TS0, DAYS
     from fbrapids.joins import join_decision_mark, join_decisions
     from fbrapids import kernels as kernel_stats
     from fbrapids.features import plan_for
     from fbrapids.trainers.fit import fit, predict
     from fbrapids.trainers.metrics import all_metrics
     from fbrapids.trainers.sparse import StoreConfig
-    from fbrapids.plan_checks import check_held_out, check_stream_columns
+    from fbrapids.plan_checks import check_stream_columns
 
     be = get_backend(backend)
     torch.manual_seed(seed)
@@ -524,19 +558,8 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     run = _run_settings(data_dir, model, embedding_dim, dense, sparse, sequences, extra_features, batch_size, seed)
     if resume and checkpoint:
         _check_resume(work / "checkpoints", run)  # a resume with other settings: refused before planning
-    plain, history, to_fit = split_fitted(extra_features)
-    merged, parts = feature_frame(data_dir, backend=be.name, extra_features=plain)
-    if history:  # on dask: one shuffle by each history key, right across partition boundaries
-        merged = merged.fbx.extract(**history)
-    cutoff = TS0 + (DAYS - 1) * DAY
-    check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
-    train, test = split_by_day(merged, cutoff)
-    if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
-        t = time.perf_counter()
-        fitted_state = train.fbx.fit(**to_fit)
-        train = train.fbx.extract(fitted_state, training=True)
-        test = test.fbx.extract(fitted_state)
-        result.seconds["fit"] = time.perf_counter() - t
+    train, test, parts, fitted_state = training_frames(data_dir, be.name, extra_features, result.seconds)
+    if fitted_state is not None:
         result.fitted = fitted_state.explain()
         if checkpoint:
             fitted_state.save(work / "fitted")
@@ -597,7 +620,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
 
     ks = kernel_stats.stats() if counters is None else _cluster_kernel_stats(counters)
     streamed = producer.partitions + test_producer.partitions
-    plan = plan_for(parts["joined"]._meta, {**workload.features(), **plain})
+    plan = plan_for(parts["joined"]._meta, {**workload.features(), **parts["plain"]})
     result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
                      "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
                      "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],

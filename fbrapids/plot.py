@@ -185,8 +185,8 @@ def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
 
 
 def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc")) -> Any:
-    """AUC and GAUC deltas (candidate - baseline) per candidate, with the bootstrap 95%
-    intervals as error bars and the zero line marked.
+    """AUC and GAUC deltas (candidate - baseline) per candidate, with their intervals (training
+    seeds and held-out users: :mod:`fbrapids.trials`) as error bars and the zero line marked.
 
     Args:
         results: a ``TrialResult``, or ``{label: TrialResult}`` for several candidates.
@@ -214,7 +214,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc")) -> Any:
         hi = np.array([results[k].interval.get(m, (np.nan, np.nan))[1] for k in labels], dtype=np.float64)
         err = np.vstack([np.clip(deltas - lo, 0, None), np.clip(hi - deltas, 0, None)])
         ax.bar(x + (i - (len(metrics) - 1) / 2) * width, deltas, width=width, yerr=err, capsize=4,
-               label=f"{m.upper()} delta (95% bootstrap)", color=colors.get(m, None))
+               label=f"{m.upper()} delta (95% over seeds + users)", color=colors.get(m, None))
     ax.set_xticks(x, labels)
     ax.set_ylabel("candidate - baseline")
     ax.set_title("feature trial")

@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--boot", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0, help="the data's seed and the trials' first seed")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "feature_trial.png")
     parser.add_argument("--json", type=Path, default=JSON_OUT)
     args = parser.parse_args(argv)
@@ -48,20 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fbrapids-figure-data-") as tmp:
-        data = ensure_dataset(args.rows, Path(tmp) / "data")
+        data = ensure_dataset(args.rows, Path(tmp) / "data", seed=args.seed)
         meta = read_metadata(data)
-        results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024,
-                                cache_rows=1 << 15, host_rows=1 << 16, seed=0)
+        results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024, seeds=args.seeds,
+                                seed=args.seed)
                    for label, feats in candidates.items()}
     fig = plot.trial_deltas(results)
-    fig.suptitle(f"feature trials on the default data: {args.rows:,} generated impressions, seed 0 "
-                 f"({args.boot} bootstrap rounds)", fontsize=9)
+    k = len(next(iter(results.values())).seeds)
+    fig.suptitle(f"feature trials on the default data: {args.rows:,} generated impressions, seed {args.seed} "
+                 f"({k} training seeds per arm, {args.boot} bootstrap rounds)", fontsize=9)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110, metadata={"Software": None})  # no version string: the PNG is reproducible
     logging.info("wrote %s", args.out)
     for label, r in results.items():
         logging.info("%s\n%s", label, r.render())
-    out = {"rows": args.rows, "seed": 0, "n_boot": args.boot, "data": meta, "data_version": DATA_VERSION,
+    out = {"rows": args.rows, "seed": args.seed, "seeds_per_arm": k, "n_boot": args.boot, "data": meta, "data_version": DATA_VERSION,
            "image": str(args.out.resolve().relative_to(ROOT)) if args.out.resolve().is_relative_to(ROOT) else None,
            "trials": {label: json.loads(json.dumps(dataclasses.asdict(r), default=float))
                       for label, r in results.items()},
