@@ -160,7 +160,7 @@ def user_aucs(y: np.ndarray, p: np.ndarray, user: np.ndarray, n_users: int) -> t
         >>> y = np.array([0, 1, 1, 0, 1]); p = np.array([0.1, 0.9, 0.2, 0.3, 0.5])
         >>> a, w = user_aucs(y, p, np.array([0, 0, 1, 1, 2]), 3)
         >>> a.tolist(), w.tolist()
-        [[1.0, 0.0, 0.0], [2.0, 2.0, 0.0]]
+        ([1.0, 0.0, 0.0], [2.0, 2.0, 0.0])
     """
     order = np.lexsort((p, user))
     ys, ps, us = y[order].astype(np.float64), p[order], user[order]

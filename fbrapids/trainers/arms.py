@@ -31,7 +31,7 @@ Example:
     <torch._C.Generator object at ...>
     >>> m = DLRM(2, ["ad", "new"], embedding_dim=4, bottom_mlp=[8], top_mlp=[8], store=StoreConfig(cache_rows=64))
     >>> zero_candidate_inputs(m, ["d0", "d1"], ["ad", "new"], new_dense=["d1"], new_sparse=["new"])
-    ['bot_l.0.weight[:, [1]]', 'top_l.0.weight[:, [6, 7]]']
+    ['bot_l.0.weight[:, [1]]', 'top_l.0.weight[:, [5, 6]]']
     >>> sp = {"ad": (torch.tensor([1, 2]), torch.arange(2)), "new": (torch.tensor([5, 6]), torch.arange(2))}
     >>> b = Batch(torch.randn(2, 2), torch.zeros(2), sp)
     >>> base = baseline_view(b, ["d0", "d1"], new_dense=["d1"], new_sparse=["new"])
