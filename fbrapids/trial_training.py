@@ -57,9 +57,14 @@ class ArmsRun:
 
 def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
                seeds: Sequence[int] = (0,), progress: bool = True, sequences: dict[str, str] | None = None,
-               **options: Any) -> ArmsRun:
+               paired: bool = True, **options: Any) -> ArmsRun:
     """Extract once, train a baseline and a candidate arm per seed side by side, predict the
-    held-out day (see the module docstring); ``options``: :data:`OPTIONS`."""
+    held-out day (see the module docstring); ``options``: :data:`OPTIONS`.
+
+    ``paired=False`` builds the arms as separate models instead, as trials did before: the
+    baseline over the baseline's features only, the candidate over all of them, each
+    initialised under the seed with nothing zeroed (still one extraction pass); it is there
+    to measure what the pairing buys."""
     import dask
     import torch
 
@@ -107,8 +112,16 @@ def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = 
                 ssd = str(work / f"seed{s}" / arm) if opt["host_rows"] is not None else None
                 store = StoreConfig(cache_rows=opt["cache_rows"], host_rows=opt["host_rows"], ssd_dir=ssd, seed=s)
                 torch.manual_seed(s)  # both arms of a seed: the same draw of every parameter
+                if not paired and arm == "baseline":
+                    keep_d = [c for c in dense if c not in new_dense]
+                    keep_s = [f for f in sparse if f not in new_sparse]
+                    models.append(build_model(model, len(keep_d), keep_s, store, opt["embedding_dim"],
+                                              sequences={k: v for k, v in seqs.items() if k in keep_s}))
+                    views.append(_DropView(dense, new_dense))
+                    continue
                 net = build_model(model, len(dense), sparse, store, opt["embedding_dim"], sequences=seqs)
-                run.zeroed = zero_candidate_inputs(net, dense, sparse, new_dense, new_sparse)
+                if paired:
+                    run.zeroed = zero_candidate_inputs(net, dense, sparse, new_dense, new_sparse)
                 models.append(net)
                 views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else None)
         run.seconds["plan"] = time.perf_counter() - t0
@@ -172,6 +185,19 @@ class _Counted:
         for b in self.batches:
             self.rows += len(b)
             yield b
+
+
+class _DropView:
+    """An unpaired baseline's view of a batch: the candidates' dense columns left out (its
+    model reads only its own sparse features)."""
+
+    def __init__(self, dense: list[str], new_dense: list[str]) -> None:
+        self.keep = [i for i, c in enumerate(dense) if c not in new_dense]
+
+    def __call__(self, batch: Any) -> Any:
+        from fbrapids.trainers.batch import Batch
+
+        return Batch(batch.dense[:, self.keep], batch.label, batch.sparse, batch.group)
 
 
 class _BaselineView:

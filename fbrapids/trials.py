@@ -280,7 +280,8 @@ def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.9
 
 def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
           seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
-          progress: bool = True, sequences: dict[str, str] | None = None, **options: Any) -> TrialResult:
+          progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
+          **options: Any) -> TrialResult:
     """Train baseline vs baseline + ``candidates`` over K seeds, paired; compare them (the
     method and its assumptions: the module docstring).
 
@@ -298,6 +299,8 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
         sequences: ``model="din"``: candidate behaviour sequences -> the sparse feature each
             attends to (the baseline arm trains DIN with no sequence).  Candidates may be
             fitted operators (fitted on the training days only) or history operators.
+        paired: the arms of a seed start as one function (:mod:`fbrapids.trainers.arms`);
+            False trains them as separate models (to measure what the pairing buys).
         options: ``backend``, ``epochs``, ``batch_size``, ``embedding_dim``, ``cache_rows``,
             ``host_rows``, ``train_threads``, ``nan``, ``work_dir``
             (:data:`fbrapids.trial_training.OPTIONS`; ``count_clean`` is accepted and unused).
@@ -323,7 +326,7 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
     run = train_arms(data_dir, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
-                     sequences=sequences, **options)
+                     sequences=sequences, paired=paired, **options)
     bar.update(1)
     bar.set_postfix_str(f"bootstrap x{n_boot}")
     t = time.perf_counter()
