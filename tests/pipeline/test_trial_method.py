@@ -164,3 +164,35 @@ def test_small_calibration_gives_the_planted_verdicts(tmp_path):
     assert res["false_positive"]["auc"]["called"] == res["false_positive"]["gauc"]["called"] == 0
     assert res["power"]["beta=1.5"]["auc"] == 1  # (GAUC, over ~400 held-out users of 4,000 rows: too noisy here)
     assert res["power"]["beta=1.5"]["oracle_auc_gain"] > 0.05
+
+
+def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(gen_dir):
+    """sklearn's side (FeatureHasher over "feature=id" strings + LogisticRegression, from its
+    docs) is benchmarks/logreg_vs_sklearn.py's, which measures the same at 200k rows."""
+    from benchmarks.logreg_vs_sklearn import sklearn_auc
+    from fbrapids.pipeline import run_pipeline
+
+    reference = sklearn_auc(gen_dir, n_features=1 << 18)
+    ours = run_pipeline(gen_dir, model="logreg", batch_size=256, checkpoint=False, count_clean=False,
+                        progress=False).metrics["auc"]
+    assert ours >= reference - 0.005, (ours, reference)
+
+
+def test_logreg_is_deterministic_whatever_the_seed():
+    from fbrapids.pipeline import build_model
+    from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.side_by_side import fit_side_by_side
+    from fbrapids.trainers.sparse import StoreConfig
+
+    rng = np.random.default_rng(0)
+    batch = Batch(torch.from_numpy(rng.normal(size=(8, 3)).astype(np.float32)), torch.tensor([0.0, 1.0] * 4),
+                  {"a": (torch.from_numpy(rng.integers(0, 9, 8)), torch.arange(8))})
+    outs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        net = build_model("logreg", 3, ["a"], StoreConfig(cache_rows=64, seed=seed))
+        fit_side_by_side([net], [batch] * 3, progress=False)
+        net.eval()
+        with torch.no_grad():
+            outs.append(net(batch))
+    assert torch.equal(outs[0], outs[1]) and outs[0].abs().sum() > 0
