@@ -1,5 +1,9 @@
-"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo``, ``fbrapids export`` and
-``fbrapids serve``.
+"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo``, ``fbrapids export``,
+``fbrapids serve`` and ``fbrapids cache``.
+
+Arguments are checked before any heavy import (pandas, torch, dask): a wrong path, a GPU
+backend this machine cannot run, a ``--data-dir`` of other data or a scheduler address
+where nothing listens fail in well under a second, on one line.
 
 Example:
     >>> args = build_parser().parse_args(["gen", "--rows", "1000", "--out", "data"])
@@ -21,11 +25,19 @@ from fbrapids.errors import FbrapidsError, UsageError
 
 
 def _gen(args: argparse.Namespace) -> int:
+    import fcntl
+
     from fbrapids.datagen import generate, read_metadata
 
     plant = dict(args.plant or [])
-    paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None,
-                     plant=plant)
+    args.out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(args.out, os.O_RDONLY)  # two `gen --out` into one folder take turns: never a mixed set
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None,
+                         plant=plant)
+    finally:
+        os.close(fd)
     meta = read_metadata(args.out)
     sys.stdout.write(
         f"wrote {', '.join(p.name for p in paths.values())} to {args.out} "
@@ -123,6 +135,24 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from fbrapids import data_cache
+
+    root = data_cache.data_root()
+    if args.clear:
+        removed, freed = data_cache.clear(root)
+        sys.stdout.write(f"removed {len(removed)} data set(s) from {root} ({freed / 2**20:,.1f} MiB)\n")
+        return 0
+    folders = data_cache.demo_folders(root)
+    sizes = [data_cache.folder_bytes(f) for f in folders]
+    for f, size in zip(folders, sizes):
+        sys.stdout.write(f"{size / 2**20:10,.1f} MiB  {f}\n")
+    sys.stdout.write(f"{len(folders)} data set(s) in {root}, {sum(sizes) / 2**20:,.1f} MiB of at most "
+                     f"{data_cache.cache_cap() / 2**20:,.0f} MiB ({data_cache.CAP_ENV}); "
+                     "`fbrapids cache --clear` removes them\n")
+    return 0
+
+
 def _float_above(lo: float) -> Any:
     """An argparse type: a number greater than ``lo``.
 
@@ -178,7 +208,12 @@ def _usage_line(prog: str, message: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line: ``fbrapids demo: argument --seed: ...``."""
+    """argparse with usage errors on one line: ``fbrapids demo: argument --seed: ...``, and
+    no abbreviations (``--row 1000`` is an error, not ``--rows 1000``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:
         sys.stderr.write(_usage_line(self.prog, message))
@@ -236,10 +271,14 @@ SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")  #: what ``--scheduler`` can rea
 def _scheduler_address(address: str) -> None:
     """A usage error for a ``--scheduler`` address this process cannot connect to, naming
     it: an unknown scheme, ``inproc://`` (another process's memory), ``tls://`` / ``wss://``
-    without dask's TLS settings, ``ucx://`` without its package.
+    without dask's TLS settings, ``ucx://`` without its package, and a host:port where
+    nothing listens (the connection refused) or whose host does not resolve.
 
     Example:
-        >>> _scheduler_address("tcp://10.0.0.1:8786")
+        >>> _scheduler_address("tcp://127.0.0.1:1")  # refused at once, not after dask's 30 s
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --scheduler: nothing listens at tcp://127.0.0.1:1 (connection refused): start the scheduler first (`dask scheduler` listens on 8786), or check the host and port
         >>> _scheduler_address("inproc://10.0.0.1/1/1")
         Traceback (most recent call last):
         ...
@@ -281,6 +320,38 @@ def _scheduler_address(address: str) -> None:
 
         if importlib.util.find_spec("websockets") is None:
             raise UsageError(f"{flag}: {address}: ws:// needs the websockets package, which is not installed")
+    _listening(flag, address, host.strip("[]"), int(port))
+
+
+def _listening(flag: str, address: str, host: str, port: int, timeout: float = 3.0) -> None:
+    """A usage error, at once, when nothing listens at ``host:port`` (the connection is
+    refused) or the host name does not resolve; a slow or unreachable host is left to
+    the client's own timeout."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        raise UsageError(f"{flag}: nothing listens at {address} (connection refused): start the scheduler first "
+                         "(`dask scheduler` listens on 8786), or check the host and port") from None
+    except socket.gaierror as exc:
+        raise UsageError(f"{flag}: {address}: the host {host!r} does not resolve ({exc.strerror})") from None
+    except OSError:
+        pass
+
+
+def _backend_here(name: str | None) -> None:
+    """``--backend gpu`` (or ``FBRAPIDS_BACKEND=gpu``) on a machine where the GPU backend
+    cannot run: its :class:`~fbrapids.errors.BackendUnavailableError`, asked of the
+    packages and the driver without importing pandas, cudf or torch."""
+    if name is None or name.strip().lower() != "gpu":
+        return
+    from fbrapids.errors import BackendUnavailableError
+    from fbrapids.gpu_probe import gpu_missing, gpu_unavailable_message
+
+    missing = gpu_missing()
+    if missing:
+        raise BackendUnavailableError(gpu_unavailable_message(missing))
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -304,6 +375,11 @@ def check_arguments(args: argparse.Namespace) -> None:
         _not_a_file("--out", args.out)
     elif args.command == "demo":
         _not_a_file("--data-dir", args.data_dir)
+        _backend_here(args.backend if args.backend is not None else env)
+        if args.data_dir is not None:
+            from fbrapids.data_cache import check_data_dir
+
+            check_data_dir(args.data_dir, args.rows, args.seed)
         _not_a_file("--work-dir", args.work_dir)
         _not_a_file("--export", args.export, empty=True)
         if args.summary_json is not None and (args.summary_json.is_dir() or not args.summary_json.parent.is_dir()):
@@ -387,6 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sign the export with the HMAC key in FILE (default: $FBRAPIDS_SIGNING_KEY if set)")
     exp.set_defaults(func=_export)
 
+    cache = sub.add_parser(
+        "cache", help="list (or --clear) the demo's generated data sets in ~/.cache/fbrapids/data",
+        description="The demo keeps the data it generates, one data set per --rows / --seed, in $FBRAPIDS_DATA "
+                    "(default ~/.cache/fbrapids/data); the least recently used are removed once they hold more than "
+                    "$FBRAPIDS_DATA_CACHE_BYTES (default 2 GiB). Without options: list them with their sizes.")
+    cache.add_argument("--clear", action="store_true", help="remove every data set no running demo holds")
+    cache.set_defaults(func=_cache)
+
     srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
     srv.add_argument("export_dir", type=Path, help="a directory written by `fbrapids export` or export_model")
     srv.add_argument("--host", default="127.0.0.1",
@@ -429,10 +513,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(_usage_line(f"fbrapids {args.command}", str(exc)))
         return 2
+    except FbrapidsError as exc:  # what the machine or the folders refuse, before any heavy import
+        sys.stderr.write(f"fbrapids {args.command}: {exc}\n")
+        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from fbrapids.errors import FbrapidsError
-
     try:
         return args.func(args)
     except KeyboardInterrupt:

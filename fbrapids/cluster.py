@@ -84,9 +84,10 @@ def probe_scheduler(address: str, timeout: float = 10.0) -> None:
     ``pickle-protocol``) as soon as a connection is accepted; an HTTP server (the dashboard
     on 8787, say) sends nothing until it gets a request, and ``distributed.Client`` would
     wait on it for ever.  Raises :class:`~fbrapids.errors.ClusterError` naming the address
-    when the peer sends something else, or nothing within ``timeout`` seconds.  Other
-    schemes (``tls://``, ``ucx://``) and a refused connection are left to the client (it
-    retries until its own connect timeout).
+    when the peer sends something else, or nothing within ``timeout`` seconds, and at once
+    when the connection is refused (nothing listens there).  Other schemes (``tls://``,
+    ``ucx://``) and an unreachable host are left to the client (it retries until its own
+    connect timeout).
 
     Example:
         >>> probe_scheduler("inproc://nothing")  # not tcp: left to distributed
@@ -99,8 +100,11 @@ def probe_scheduler(address: str, timeout: float = 10.0) -> None:
         raise ClusterError(f"scheduler address {address!r} is not tcp://host:port")
     try:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    except ConnectionRefusedError:
+        raise ClusterError(f"nothing listens at {address} (connection refused): start the scheduler first "
+                           "(`dask scheduler` listens on 8786), or check the host and port") from None
     except OSError:
-        return  # nothing listening (yet): distributed retries until its connect timeout
+        return  # unreachable or slow (yet): distributed retries until its connect timeout
     got = b""
     deadline = time.monotonic() + timeout
     with sock:

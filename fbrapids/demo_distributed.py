@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from fbrapids.errors import ArgumentError
+from fbrapids.errors import ArgumentError, BackendUnavailableError, FbrapidsError
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--scheduler", default=None, help="dask scheduler address feeding every rank")
     p.add_argument("--backend", default=None, choices=("cpu", "gpu"), help="the dataframe backend")
     args = p.parse_args(argv)
+    backend_usable(args.backend)  # before the process group: one line per rank, not a traceback each
     rank, world = init_from_env()
     try:
         data = args.data_dir or default_data_dir(args.rows, args.seed)
@@ -162,6 +163,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def backend_usable(name: str | None) -> None:
+    """The :class:`~fbrapids.errors.BackendUnavailableError` of ``--backend gpu`` (or
+    ``FBRAPIDS_BACKEND=gpu``) where the GPU backend cannot run, asked of the packages and
+    the driver (:mod:`fbrapids.gpu_probe`) before any rank joins the process group."""
+    from fbrapids.gpu_probe import ENV_VAR, gpu_missing, gpu_unavailable_message
+
+    name = name if name is not None else os.environ.get(ENV_VAR)
+    if name is not None and name.strip().lower() == "gpu" and gpu_missing():
+        raise BackendUnavailableError(gpu_unavailable_message(gpu_missing()))
+
+
+def rank_main(argv: Sequence[str] | None = None) -> int:
+    """:func:`main` with what fbrapids refuses on one line per rank (``rank R: ...``), exit
+    status 2; torchrun then adds its own report of the failed ranks."""
+    try:
+        return main(argv)
+    except FbrapidsError as exc:
+        sys.stderr.write(f"fbrapids.demo_distributed rank {os.environ.get('RANK', '?')}: {exc}\n")
+        return 2
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=os.environ.get("FBRAPIDS_LOG", "WARNING"))
-    raise SystemExit(main())
+    raise SystemExit(rank_main())

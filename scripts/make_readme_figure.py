@@ -34,8 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "feature_trial.png")
     parser.add_argument("--json", type=Path, default=JSON_OUT)
+    parser.add_argument("--replot", action="store_true",
+                        help="measure nothing: redraw the picture from the trials recorded in --json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.replot:
+        return replot(args.json, args.out)
 
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description
@@ -55,13 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024, seeds=args.seeds,
                                 seed=args.seed)
                    for label, feats in candidates.items()}
-    fig = plot.trial_deltas(results)
     k = len(next(iter(results.values())).seeds)
-    fig.suptitle(f"feature trials on the default data: {args.rows:,} generated impressions, seed {args.seed} "
-                 f"({k} training seeds per arm, {args.boot} bootstrap rounds)", fontsize=9)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110, metadata={"Software": None})  # no version string: the PNG is reproducible
-    logging.info("wrote %s", args.out)
+    draw(results, args.rows, args.seed, k, args.boot, args.out)
     for label, r in results.items():
         logging.info("%s\n%s", label, r.render())
     out = {"rows": args.rows, "seed": args.seed, "seeds_per_arm": k, "n_boot": args.boot, "data": meta, "data_version": DATA_VERSION,
@@ -74,6 +73,29 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1) + "\n")
     logging.info("wrote %s", args.json)
+    return 0
+
+
+def draw(results: dict, rows: int, seed: int, k: int, n_boot: int, out: Path) -> None:
+    """The picture: :func:`fbrapids.plot.trial_deltas` of ``results``, titled, at 110 dpi."""
+    from fbrapids import plot
+
+    fig = plot.trial_deltas(results, title=f"feature trials on the default data: {rows:,} generated "
+                                           f"impressions, seed {seed} ({k} training seeds per arm, "
+                                           f"{n_boot} bootstrap rounds)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, metadata={"Software": None})  # no version string: the PNG is reproducible
+    logging.info("wrote %s", out)
+
+
+def replot(path: Path, out: Path) -> int:
+    """Redraw the picture from a JSON this script wrote (the trials as measured there)."""
+    from fbrapids.trials import TrialResult
+
+    r = json.loads(path.read_text())
+    fields = {f.name for f in dataclasses.fields(TrialResult)}
+    results = {label: TrialResult(**{k: v for k, v in t.items() if k in fields}) for label, t in r["trials"].items()}
+    draw(results, r["rows"], r["seed"], r.get("seeds_per_arm", 1), r["n_boot"], out)
     return 0
 
 

@@ -19,7 +19,7 @@ pages, no advice), and when the last array, view or Arrow buffer over it is gone
 mapping is kept for the next buffer of its size class instead of being unmapped: a
 partition's outputs reuse the pages the previous partition's outputs were faulted into,
 as a device pool (RMM) does on the GPU.  What is kept is capped at
-``$FBRAPIDS_HOST_CACHE_BYTES`` (default :func:`default_cap`; ``0`` keeps nothing): past
+``$FBRAPIDS_HOST_CACHE_BYTES`` (unset or empty: :func:`default_cap`; ``0`` keeps nothing): past
 it, the blocks kept longest are unmapped first; :func:`release` unmaps them all.  A
 smaller buffer is numpy's or pyarrow's own.  Values are never read before they are
 written (:func:`zeros` and :func:`full` write every item), so reuse changes no result.
@@ -113,9 +113,10 @@ class _Blocks:
         self.dropped = 0
 
     def cap(self) -> int:
-        """The cap in force: ``$FBRAPIDS_HOST_CACHE_BYTES`` (a whole number of bytes), else :func:`default_cap`."""
+        """The cap in force: ``$FBRAPIDS_HOST_CACHE_BYTES`` (a whole number of bytes), else
+        :func:`default_cap` (unset or empty, as an empty ``$FBRAPIDS_DICTIONARY`` is its default)."""
         value = os.environ.get(ENV_CACHE_BYTES)
-        if value is None:
+        if value is None or not value.strip():
             return default_cap()
         try:
             cap = int(value)

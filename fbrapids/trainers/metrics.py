@@ -32,6 +32,19 @@ def _arrays(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
     return y, p
 
 
+def _ranked(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``_arrays`` for the rank metrics, refusing a non-finite label or prediction as
+    scikit-learn does: NaN has no rank, so an AUC over it would be a number about nothing."""
+    y, p = _arrays(y, p)
+    for name, values in (("predictions", p), ("labels", y)):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ArgumentError(f"{name} hold {int(bad.sum())} non-finite value(s) (first at position {i}: "
+                                f"{values[i]}); AUC / GAUC rank finite numbers only")
+    return y, p
+
+
 def _avg_ranks(p: np.ndarray) -> np.ndarray:
     """1-based ranks of ``p`` with ties given their average rank."""
     order = np.argsort(p, kind="mergesort")
@@ -53,8 +66,9 @@ def auc(y: Any, p: Any) -> float:
 
     Raises:
         MetricUndefinedError: only one class is present (a ``ValueError``).
+        ArgumentError: a label or prediction is NaN or infinite (scikit-learn raises too).
     """
-    y, p = _arrays(y, p)
+    y, p = _ranked(y, p)
     pos = y > 0.5
     n_pos = int(pos.sum())
     n_neg = len(y) - n_pos
@@ -74,8 +88,11 @@ def gauc(y: Any, p: Any, group: Any) -> float:
     Example:
         >>> gauc([0, 1, 1, 0, 1], [0.2, 0.9, 0.5, 0.6, 0.3], [1, 1, 1, 2, 2])
         0.6
+
+    Raises:
+        ArgumentError: a label or prediction is NaN or infinite (as for :func:`auc`).
     """
-    y, p = _arrays(y, p)
+    y, p = _ranked(y, p)
     g = np.asarray(group).ravel()
     if len(g) != len(y):
         raise ArgumentError(f"group ({len(g)}) and labels ({len(y)}) differ in length")

@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import collections
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fbrapids import backend as _backend
 from fbrapids.frame_rows import fill_null_strings, filter_rows
 from fbrapids.views import json_fields
 from fbrapids.views.where import Where, evaluate, parse_where
-from fbrapids.errors import CleanError
+from fbrapids.errors import CleanError, NoMatchWarning
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,12 @@ def fill_value(column: str, dtype: Any, value: Any) -> Any:
         if len(categories) == 0:
             return value  # an all-null categorical of no categories: any value starts them
         return fill_value(column, categories.dtype, value)
+    pa_type = getattr(dtype, "pyarrow_dtype", None)
+    if pa_type is not None and (pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type)):
+        return _fill_list(column, dtype, pa_type, value)
+    if isinstance(value, (list, tuple, dict)):
+        raise _misfit(column, dtype, value, f"is a {type(value).__name__}: a list fills an Arrow list column "
+                      "(pd.ArrowDtype(pa.list_(...))) only")
     if text in _STRING_DTYPES or "string" in text:
         if not isinstance(value, str):
             raise _misfit(column, dtype, value, "is not a string")
@@ -157,6 +165,20 @@ def fill_value(column: str, dtype: Any, value: Any) -> Any:
         numpy_dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
         return _fill_int(column, dtype, numpy_dtype, value) if kind in "iu" else _fill_float(column, dtype, numpy_dtype, value)
     return value
+
+
+def _fill_list(column: str, dtype: Any, pa_type: Any, value: Any) -> list:
+    """A list fill for an Arrow list column: a list whose items the column's item type holds
+    exactly (Arrow itself would truncate ``1.5`` into an int list)."""
+    if not isinstance(value, (list, tuple)):
+        raise _misfit(column, dtype, value, "is not a list")
+    try:
+        held = pa.scalar(list(value), type=pa_type).as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        raise _misfit(column, dtype, value, f"does not fit {pa_type} ({exc})") from None
+    if held != list(value) or any(isinstance(h, bool) != isinstance(v, bool) for h, v in zip(held, value)):
+        raise _misfit(column, dtype, value, f"is not exactly a {pa_type} value (it would read {held!r})")
+    return list(value)
 
 
 def _check_text_column(src: str, dtype: Any) -> None:
@@ -221,6 +243,11 @@ def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
     """
     if isinstance(value, str) and _backend.is_host_arrow_strings(col):  # not cudf's: same dtype, no .array
         return _fill_arrow_strings(col, value)
+    if isinstance(value, list) and isinstance(col.dtype, pd.ArrowDtype):  # an Arrow list column
+        arr = pa.array(col)
+        n = arr.null_count
+        filled = pc.fill_null(arr, pa.scalar(value, type=arr.type)) if n else arr
+        return pd.Series(pd.arrays.ArrowExtensionArray(filled), index=col.index, name=col.name, copy=False), n
     n = int(col.isna().sum())
     if _backend.is_categorical(col.dtype) and value not in col.cat.categories:  # cudf's is no pd.CategoricalDtype
         col = col.cat.add_categories([value])  # dictionary-encoded strings: the fill joins the categories
@@ -283,6 +310,7 @@ def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, dr
         for name, values in cols.items():
             frame[name] = values
         counts["json"][src] = jcounts
+        _warn_unmatched(src, paths, jcounts)
     for col, value in fill.items():
         try:
             frame[col], counts["fill"][col] = _fill_column(frame[col], value)
@@ -294,6 +322,17 @@ def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, dr
         frame = frame.drop(columns=list(drop))
     counts["rows_out"] = int(len(frame))
     return frame, counts
+
+
+def _warn_unmatched(src: str, paths: dict[str, str], jcounts: dict[str, int]) -> None:
+    """A :class:`~fbrapids.errors.NoMatchWarning` for each path found in none of the
+    documents of ``src`` that parse (there being some): its column is all null."""
+    parsed = jcounts["rows"] - jcounts["null_input"] - jcounts["malformed"] - jcounts["too_deep"]
+    for name, path in paths.items():
+        if parsed > 0 and jcounts[f"missing:{name}"] == parsed:
+            hint = " (it has an empty key: two dots in a row, or a dot at an end)" if "" in path.split(".") else ""
+            warnings.warn(f"clean: json path {path!r} (column {name!r}) is in none of the documents of column "
+                          f"{src!r} that parse{hint}: {name!r} is all null", NoMatchWarning, stacklevel=3)
 
 
 def merge_counts(parts: Sequence[dict]) -> dict:
@@ -342,7 +381,10 @@ def clean(
         df: the frame.
         fill: column -> value for its nulls (extracted JSON columns included).
         json: source column -> {output column: dotted path}.  Null, malformed or
-            path-missing documents give null (then ``fill``), and are counted.
+            path-missing documents give null (then ``fill``), and are counted.  A path in
+            none of the documents that parse (``"device..os"``, a typo) gives a
+            :class:`~fbrapids.errors.NoMatchWarning` naming it (on dask, once per process,
+            when a partition is computed).
         where: a filter expression (``"slot >= 0 and not isnull(os)"``; the language and its
             exact typing and null rules are in :mod:`fbrapids.views.where`), a callable
             ``frame -> bool mask``, or a list of them; rows where it is False or unknown

@@ -38,12 +38,14 @@ and floats to ``float64`` first; a row whose integer result the 64-bit type cann
 (``x * x`` beyond 2^63, ``u - 1`` at ``u = 0`` on ``uint64``) is a
 :class:`~fbrapids.errors.CleanError` naming the row and the operands, never wrapped; an
 ``int64`` operand with a ``uint64`` one is refused (no exact common type).  Integer ``//``
-and ``%`` by 0 give null (unknown, so the row is dropped); ``/`` gives ``float64`` (IEEE:
+and ``%`` by 0 or by a null give null (unknown, so the row is dropped); ``/`` gives ``float64`` (IEEE:
 ``x / 0`` is inf or NaN), and an integer with a float operand is ``float64`` arithmetic.
 
 Nulls: SQL's three-valued logic on every backend.  A comparison with a null (or NaN)
 operand is *unknown*; ``not unknown`` is unknown; ``False and unknown`` is False;
-``True or unknown`` is True; rows whose filter is unknown are dropped.  (pandas' own
+``True or unknown`` is True; rows whose filter is unknown are dropped.  A ``nan`` literal
+is such an operand too: ``x != nan`` and ``not (x > nan)`` keep no row, and ``x in [1, nan]``
+keeps only the rows where ``x == 1``; a null divisor makes ``x // y`` null.  (pandas' own
 ``eval`` keeps ``not (x > 1)`` for a NaN ``x`` but drops it for ``pd.NA``; cuDF drops it:
 one rule here makes the backends agree.)
 
@@ -395,7 +397,8 @@ class _Evaluator:
 
     def int_arith(self, tree: Arith, a: Any, b: Any) -> Any:
         """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a
-        uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 are null."""
+        uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 (or by a
+        null) are null."""
         kinds = {_dtype(v).kind for v in (a, b) if not isinstance(v, int)}
         unsigned = "u" in kinds
         if kinds == {"i", "u"}:
@@ -407,6 +410,8 @@ class _Evaluator:
         zero = (b == 0) if op in ("//", "%") else None
         if zero is not None and not hasattr(zero, "where"):  # a literal divisor: every row or none
             zero = _all(a, bool(zero))
+        elif zero is not None:  # a null divisor is unknown too (it must not become the 1 below)
+            zero = zero.fillna(True).astype(bool) | b.isna()
         if zero is not None:
             b = b.where(b != 0, dt.type(1)) if hasattr(b, "where") else (dt.type(1) if b == 0 else b)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -471,6 +476,8 @@ class _Evaluator:
                 raise self.fail("'in' needs a column on its left")
             known = v.notna()
             hit = v.isin(self.in_values(tree, v)).fillna(False).astype(bool) & known
+            if any(isinstance(lit, float) and math.isnan(lit) for lit in tree.values):
+                known = hit  # ``x in [1, nan]`` is ``x == 1 or x == nan``: unknown where no value matched
             return _Truth((~hit & known) if tree.negate else hit, known)
         if isinstance(tree, Column):
             v = self.frame[tree.name]
@@ -514,6 +521,9 @@ class _Evaluator:
         else:
             known = left.notna()
             raw = self.against_literal(left, op, right, named)
+            if raw is None:  # unknown on every row
+                none = _all(left, False)
+                return _Truth(none, none)
             if isinstance(raw, bool):
                 return _Truth(known & raw, known)
         value = raw.fillna(False).astype(bool) & known
@@ -568,7 +578,7 @@ class _Evaluator:
 
     def against_literal(self, col: Any, op: str, lit: Scalar, named: Any = None) -> Any:
         """``col op lit`` with exact types; a bool when the answer is the same for every
-        non-null row."""
+        non-null row; None when it is unknown on every row (a NaN literal)."""
         dt = _dtype(col)
         what = _show(named) if named is not None else "a column"
         if isinstance(lit, str) or dt is None:
@@ -583,9 +593,9 @@ class _Evaluator:
             if not isinstance(lit, (bool, int)) or lit not in (0, 1):
                 raise self.fail(f"cannot compare a boolean column with {lit!r}")
             return _OPS[op](col.fillna(False).astype(bool), bool(lit))
+        if isinstance(lit, float) and math.isnan(lit):
+            return None  # a NaN operand is unknown, whatever the operator (``x != nan`` too)
         if dt.kind == "f":
-            if isinstance(lit, float) and math.isnan(lit):
-                return op == "!="  # NaN equals nothing
             cast = dt.type(lit)
             if float(cast) == lit or math.isinf(lit):
                 return _OPS[op](col, cast)
@@ -636,8 +646,6 @@ class _Evaluator:
 
     def int_against(self, col: Any, dt: np.dtype, op: str, lit: int | float) -> Any:
         if isinstance(lit, float):
-            if math.isnan(lit):
-                return op == "!="
             if math.isinf(lit):
                 return op in ("!=", "<", "<=") if lit > 0 else op in ("!=", ">", ">=")
             if not lit.is_integer():  # an integer never equals 2.5; x > 2.5 <=> x >= 3, x < 2.5 <=> x <= 2

@@ -177,6 +177,16 @@ def compare(op: str, a: Any, b: Any) -> bool | None:
     return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
 
 
+def is_in(v: Any, values: Sequence[Any]) -> bool | None:
+    """``v in values`` as ``v == values[0] or v == values[1] ...``: null ``v`` is unknown,
+    and so is a ``v`` matching no value when a NaN is listed (``v == nan`` is unknown)."""
+    if is_null(v):
+        return None
+    if any(not is_null(w) and v == w for w in values):
+        return True
+    return None if any(is_null(w) for w in values) else False
+
+
 def arith(op: str, a: Any, b: Any, unsigned: bool) -> Any:
     """Integer arithmetic exact in 64 bits (uint64 when ``unsigned``), an Overflow beyond;
     ``//`` and ``%`` by zero are null; a float operand (or ``/``) makes it float64

@@ -5,6 +5,7 @@ references of diffref_views, eager and as dask frames of 1, 3 and 7 partitions."
 from __future__ import annotations
 
 import json as _json
+import math
 
 import numpy as np
 import pandas as pd
@@ -176,7 +177,7 @@ def conditions(draw, cols: dict, depth: int = 0):
         return f"({a[0]}) {kind} ({b[0]})", lambda r, a=a, b=b, fn=fn: fn(a[1](r), b[1](r))
     op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
     atom = draw(st.sampled_from(["x_lit", "x_flt", "f_lit", "f_int", "s_lit", "s_in", "x_in", "null", "x_f",
-                                 "x_arith", "b", "x_y", "y_f", "mismatch"]))
+                                 "x_arith", "b", "x_y", "y_f", "mismatch", "nan_lit"]))
     unsigned = cols["x"] == "uint64"
     if atom == "x_lit":
         lit = draw(st.one_of(st.sampled_from(INT_LITS), st.integers(-300, 300)))
@@ -192,6 +193,10 @@ def conditions(draw, cols: dict, depth: int = 0):
         return f"f {op} {lit}", lambda r: ref.compare(op, r["f"], lit)
     if atom == "x_f":
         return f"x {op} f", lambda r: ref.compare(op, r["x"], r["f"])
+    if atom == "nan_lit":  # a NaN operand is unknown whatever the operator (x != nan too)
+        col = draw(st.sampled_from(["x", "f", "y"]))
+        text = f"{col} {op} nan" if draw(st.booleans()) else f"nan {op} {col}"
+        return text, lambda r: ref.compare(op, r[col], math.nan)
     if atom in ("x_y", "y_f"):  # column against column of another type: exact, never via float64
         a, b = ("x", "y") if atom == "x_y" else ("y", "f")
         if draw(st.booleans()):
@@ -214,8 +219,9 @@ def conditions(draw, cols: dict, depth: int = 0):
         return (f"s {'not in' if neg else 'in'} {lits!r}",
                 lambda r: None if ref.is_null(r["s"]) else (r["s"] in lits) != neg)
     if atom == "x_in":
-        lits = draw(st.lists(st.sampled_from(INT_LITS + [2, 2.0, 2.5, float(2**63)]), min_size=1, max_size=3))
-        return f"x in {lits!r}", lambda r: None if ref.is_null(r["x"]) else r["x"] in lits
+        lits = draw(st.lists(st.sampled_from(INT_LITS + [2, 2.0, 2.5, float(2**63), math.nan]), min_size=1, max_size=3))
+        # x in [1, nan] is x == 1 or x == nan: True where a value matches, else unknown when nan is listed
+        return f"x in {lits!r}", lambda r: ref.is_in(r["x"], lits)
     if atom == "null":
         col = draw(st.sampled_from(["x", "f", "s"]))
         neg = draw(st.booleans())
@@ -224,11 +230,13 @@ def conditions(draw, cols: dict, depth: int = 0):
         return "b", lambda r: None if r["b"] is None else r["b"]
     aop = draw(st.sampled_from(["+", "-", "*", "//", "%"]))
     lit = draw(st.sampled_from([0, 1, 2, 3, 100, 2**62] + ([] if unsigned else [-1, -7])))
-    right = draw(st.sampled_from(["x", str(lit)]))
+    right = draw(st.sampled_from(["x", str(lit), "y"]))  # y: a column divisor, null on some rows
+    if right == "y" and unsigned != (cols["y"] == "uint64"):
+        cols["refused"].append("uint64")  # int64 with uint64 arithmetic: no exact common type
     cmp_lit = draw(st.sampled_from([0, 5, -5]))
 
     def fn(r, aop=aop, right=right, lit=lit, cmp_lit=cmp_lit, op=op):
-        b = r["x"] if right == "x" else lit
+        b = r[right] if right in ("x", "y") else lit
         return ref.compare(op, ref.arith(aop, r["x"], b, unsigned), cmp_lit)
     return f"x {aop} {right} {op} {cmp_lit}", fn
 
@@ -256,7 +264,7 @@ def test_where_three_valued_and_exact(family, data):
                                                                            index=index, dtype="float64"),
                        "s": string_series(ss, storage, index), "b": pd.Series(pd.array(bs, dtype="boolean"), index=index),
                        "y": int_series(ys, ydtype, index), "rid": np.arange(n)}, index=index)
-    cols = {"x": xdtype.split("[")[0].lower(), "refused": []}
+    cols = {"x": xdtype.split("[")[0].lower(), "y": ydtype.split("[")[0].lower(), "refused": []}
     text, fn = data.draw(conditions(cols), label="where")
     rows = [{"x": xs[i], "y": ys[i], "f": fs[i], "s": None if ref.is_null(ss[i]) else ss[i], "b": bs[i]}
             for i in range(n)]

@@ -160,6 +160,15 @@ def test_a_malformed_cap_is_an_error_naming_the_variable(monkeypatch) -> None:
     assert host_memory.empty(10, np.uint8).nbytes == 10  # small buffers never read it
 
 
+def test_an_empty_cap_means_the_default(monkeypatch) -> None:
+    """An empty ``$FBRAPIDS_HOST_CACHE_BYTES`` is unset (as an empty ``$FBRAPIDS_DICTIONARY``):
+    the default cap, not an error at the first large output."""
+    for empty in ("", "  "):
+        monkeypatch.setenv(host_memory.ENV_CACHE_BYTES, empty)
+        assert host_memory._BLOCKS.cap() == host_memory.default_cap() == host_memory.DEFAULT_CACHE_BYTES
+        assert host_memory.empty(LARGE_BYTES, np.uint8).nbytes == LARGE_BYTES
+
+
 def test_a_block_freed_while_the_lock_is_held_is_filed_when_it_is_let_go() -> None:
     """A finalizer can run inside any frame, also one holding the lock (the garbage collector
     runs on an allocation): giving a block back then must neither wait (a deadlock) nor be lost."""

@@ -89,3 +89,20 @@ def test_all_one_class_warns_and_reports_undefined_not_nan_or_inf(label) -> None
 def test_auc_one_class_raises() -> None:
     with pytest.raises(ValueError, match="one class"):
         auc([1, 1], [0.2, 0.3])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_auc_and_gauc_refuse_non_finite_predictions_like_sklearn(bad) -> None:
+    """scikit-learn raises on a NaN (or infinite) score; a number over it would be silent."""
+    from fbrapids.errors import FbrapidsError
+
+    y = np.array([0, 1, 0, 1, 1, 0])
+    p = np.array([0.1, 0.9, 0.3, bad, 0.6, 0.2])
+    with pytest.raises(ValueError):
+        sk.roc_auc_score(y, p)  # the oracle's verdict
+    with pytest.raises(FbrapidsError, match="predictions hold 1 non-finite value.*position 3"):
+        auc(y, p)
+    with pytest.raises(FbrapidsError, match="predictions hold 1 non-finite value"):
+        gauc(y, p, [1, 1, 1, 2, 2, 2])
+    with pytest.raises(FbrapidsError, match="labels hold 1 non-finite"):
+        auc(np.where(np.arange(6) == 2, np.nan, y), np.linspace(0, 1, 6))

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import fbrapids  # noqa: F401
-from fbrapids.views.clean import CleanError, clean_report
+from fbrapids.views.clean import CleanError, clean, clean_report
 
 DOCS = [
     '{"device": {"os": "ios"}, "geo": {"city": "c1"}}',
@@ -126,3 +126,26 @@ def test_fill_null_slots_holding_bytes_are_filled_not_exposed():
     for value in ("", "f"):
         out = _arrow_str_frame([arr]).fbx.clean(fill={"s": value})
         assert out["s"].tolist() == ["x", value, "yz"]
+
+
+def test_a_list_fill_fills_an_arrow_list_column_or_is_refused_clearly():
+    """``fill={list_col: []}``: an Arrow list column's nulls become the list (reference: the
+    rows in plain Python), eager and on dask; a list no item type holds exactly, or a list
+    for a column that holds no lists, is a CleanError naming the column (not pandas' message)."""
+    import dask.dataframe as dd
+    import pyarrow as pa
+
+    rows = [[1, 2], None, [3], None, []]
+    df = pd.DataFrame({"l": pd.array(rows, dtype=pd.ArrowDtype(pa.list_(pa.int64()))), "x": range(5)})
+    for fill in ([], [7, 8]):
+        want = [fill if r is None else r for r in rows]
+        out = clean(df, fill={"l": fill})
+        assert [list(v) for v in out["l"]] == want and out["l"].dtype == df["l"].dtype
+        assert clean_report(out).counts["fill"] == {"l": 2}
+        lazy = clean(dd.from_pandas(df, npartitions=2), fill={"l": fill}).compute()
+        assert [list(v) for v in lazy["l"]] == want
+    for bad in ([1.5], ["a"], 3, [2**64]):
+        with pytest.raises(CleanError, match="column 'l'"):
+            clean(df, fill={"l": bad})
+    with pytest.raises(CleanError, match="column 'o' .*a list fills an Arrow list column"):
+        clean(pd.DataFrame({"o": [[1], None]}), fill={"o": []})

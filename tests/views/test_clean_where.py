@@ -221,3 +221,37 @@ def test_in_lists_are_exact_and_typed_by_the_column():
     assert clean(df, where="u in [18446744073709551615, 9007199254740992, -1, 2.0]").index.tolist() == [0, 3]
     with pytest.raises(CleanError, match=r"column 'c' \(category\) with the str literal 'a'"):
         clean(df, where="c in ['a']")
+
+
+@pytest.mark.parametrize("dtype", ["Int64", "UInt64", "Int16", "int64[pyarrow]"])
+@pytest.mark.parametrize("op", ["//", "%"])
+def test_a_null_divisor_is_unknown_not_one(dtype, op):
+    """``clicks // imps`` with ``imps`` null is null (the row is dropped), like a zero divisor;
+    the reference is Python arithmetic row by row."""
+    clicks = [5, 6, None, 7, 9, 0]
+    imps = [1, None, 2, 0, None, 3]
+    df = pd.DataFrame({"clicks": pd.array(clicks, dtype=dtype), "imps": pd.array(imps, dtype=dtype)})
+    for expr, keep in ((f"(clicks {op} imps) >= 0", lambda r: r >= 0), (f"not ((clicks {op} imps) < 0)", lambda r: r >= 0),
+                       (f"isnull(clicks {op} imps)", None)):
+        results = [None if a is None or b is None or b == 0 else (a // b if op == "//" else a % b)
+                   for a, b in zip(clicks, imps)]
+        want = [r is None for r in results] if keep is None else [r is not None and keep(r) for r in results]
+        assert evaluate(expr, df).tolist() == want, (expr, dtype)
+
+
+@pytest.mark.parametrize("expr", ["x != nan", "not (x > nan)", "nan == x", "not (x <= nan)", "i != nan",
+                                  "not (i < nan)", "x in [1.0, nan]", "x not in [nan]", "not (i in [3, nan])"])
+def test_a_nan_literal_is_unknown_on_every_row(expr):
+    """A NaN operand makes a comparison unknown (the module doc's rule), so ``x != nan`` keeps
+    no row; ``x in [1, nan]`` is ``x == 1 or x == nan``: True where 1 matches, else unknown."""
+    df = pd.DataFrame({"x": [1.0, np.nan, 3.0, -2.5], "i": pd.array([1, None, 3, 4], dtype="Int32")})
+    col = "i" if "i " in expr or "(i" in expr else "x"
+    values = [None if pd.isna(v) else v for v in df[col].astype(object)]
+    if " in " in expr:
+        listed = [1.0] if "1.0" in expr else [3] if "3" in expr else []
+        hit = [v is not None and v in listed for v in values]
+        want = [h and "not" not in expr for h in hit]  # the rest are unknown: dropped, negated or not
+    else:
+        want = [False] * len(values)
+    assert evaluate(expr, df).tolist() == want, expr
+    assert len(clean(df, where=expr)) == sum(want)

@@ -202,3 +202,30 @@ def test_dask_partitions_group_row_groups_up_to_the_target(tmp_path):
     assert read_view(path, row_groups_per_partition=1).npartitions == 8
     # the meta comes from the schema and matches what the partitions hold
     assert dict(view._meta.dtypes) == dict(view.compute().dtypes)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+def test_text_columns_have_the_same_dtype_eager_and_on_dask(tmp_path, fmt):
+    """The docstring's promise, the same frame both ways: dask's "convert-string" must not turn
+    the text columns into "string" (where ``s == "a"`` is <NA> at a null) while the eager
+    frame has pandas' own "str".  Reference: plain pandas reading the same file."""
+    import json
+
+    rows = [{"s": "a", "x": 1}, {"s": None, "x": 2}, {"s": "b", "x": 3}]
+    path = tmp_path / f"v.{'jsonl' if fmt == 'json' else fmt}"
+    if fmt == "parquet":
+        pd.DataFrame(rows).to_parquet(path)
+    elif fmt == "csv":
+        pd.DataFrame(rows).to_csv(path, index=False)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reference = {"parquet": pd.read_parquet, "csv": pd.read_csv,
+                 "json": lambda p: pd.read_json(p, lines=True, dtype={"s": "str"})}[fmt](path)
+    eager = read_view(str(path), eager=True)
+    lazy = read_view(str(path))
+    computed = lazy.compute()
+    assert eager["s"].dtype == reference["s"].dtype
+    assert lazy["s"].dtype == reference["s"].dtype and computed["s"].dtype == reference["s"].dtype
+    want = (reference["s"] == "a").tolist()
+    assert (eager["s"] == "a").tolist() == want and (computed["s"] == "a").tolist() == want == [True, False, False]
+    assert (lazy["s"] == "a").compute().tolist() == want
