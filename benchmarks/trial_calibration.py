@@ -172,9 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                      row["oracle_auc_gain"], row["delta"]["auc"], *row["interval"]["auc"], row["verdict"]["auc"],
                      row["delta"]["gauc"], row["verdict"]["gauc"], row["seconds"], row["load"])
     rows = list(done.values())
-    res = {"model": args.model, "seeds": seeds, "batch_size": args.batch_size, "n_boot": args.boot, "noise_rows": args.noise_rows,
+    planned = len(plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows))
+    argv_run = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--report"]
+    res = {"planned": planned, "model": args.model, "seeds": seeds, "batch_size": args.batch_size, "n_boot": args.boot, "noise_rows": args.noise_rows,
            "planted_rows": args.planted_rows, "trials": len(rows), **summarise(rows), "machine": machine,
-           "command": " ".join(["python benchmarks/trial_calibration.py", *(sys.argv[1:] if argv is None else argv)]),
+           "command": " ".join(["python benchmarks/trial_calibration.py", *argv_run]),
            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")

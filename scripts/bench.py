@@ -183,7 +183,9 @@ def _trial_calibration(r: dict) -> str:
     power = "; ".join(f"oracle gain {p['oracle_auc_gain']:+.4f}: AUC {p['auc']}/{p['trials']}, GAUC {p['gauc']}/"
                       f"{p['trials']} helps, AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
     sec = r["seconds_per_trial"]
-    return (f"{r['trials']} trials, {r['seeds']} seeds per arm: noise ({r['noise_rows']:,} rows): {fp}; "
+    done = f"{r['trials']} of {r['planned']} planned trials" if r.get("planned", r["trials"]) > r["trials"] else \
+        f"{r['trials']} trials"
+    return (f"{done}, {r['seeds']} seeds per arm: noise ({r['noise_rows']:,} rows): {fp}; "
             f"planted ({r['planted_rows']:,} rows): {power}; mean A/A spread (AUC) {r['aa_spread_mean']['auc']:.4f}; "
             f"{sec['mean']:.0f} s per trial at load {r['load_mean']:.1f}")
 
