@@ -243,7 +243,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: 
         hi = np.array([results[k].interval.get(m, (np.nan, np.nan))[1] for k in labels], dtype=np.float64)
         err = np.vstack([np.clip(deltas - lo, 0, None), np.clip(hi - deltas, 0, None)])
         ax.bar(x + (i - (len(metrics) - 1) / 2) * width, deltas, width=width, yerr=err, capsize=4,
-               label=f"{m.upper()} delta (95% over seeds + users)", color=colors.get(m, None))
+               label=f"{m.upper()} delta (95% interval)", color=colors.get(m, None))
         span += [v for v in np.concatenate([deltas, lo, hi]).tolist() if np.isfinite(v)]
     bottom, top = min(span), max(span)
     pad = 0.12 * (top - bottom) or 1e-3

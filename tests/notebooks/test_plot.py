@@ -113,7 +113,7 @@ def test_trial_deltas_bars_error_bars_and_zero_line():
     assert [(round(s[0][1], 6), round(s[1][1], 6)) for s in auc_segments] == [(0.004, 0.02), (-0.006, 0.001)]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["slot x os", "query x cat"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "no change", "AUC delta (95% over seeds + users)", "GAUC delta (95% over seeds + users)"]
+        "no change", "AUC delta (95% interval)", "GAUC delta (95% interval)"]
     single = plot.trial_deltas(_trial(0.01, (0.0, 0.02), 0.0, (-0.01, 0.01), name="a"))
     assert [t.get_text() for t in single.axes[0].get_xticklabels()] == ["a"]
 
