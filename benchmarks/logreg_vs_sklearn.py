@@ -1,6 +1,6 @@
 """``model="logreg"`` against a plain sklearn ``LogisticRegression`` on the same hashed features.
 
-Both read the pipeline's features of the default data (``training_frames``: the workload's
+Both read the pipeline's features of the default data (``plan_frames``: the workload's
 sparse ids and dense columns, training days vs the held-out last day).  sklearn's side is
 written from its docs: each id becomes the string ``"feature=id"``, hashed by
 ``FeatureHasher`` (2^20 columns, no alternating sign), the dense columns appended, then
@@ -45,10 +45,10 @@ def sklearn_auc(data_dir: str | Path, n_features: int = 1 << 20) -> float:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    from fbrapids.pipeline import DENSE, LABEL, SPARSE, training_frames
+    from fbrapids.pipeline import DENSE, LABEL, SPARSE, plan_frames, training_inputs
 
-    train, test, _, _ = training_frames(data_dir, "cpu", {})
-    tr, te = train.compute(), test.compute()
+    frames = plan_frames(training_inputs(data_dir, "logreg", 16, 2048, 0), data_dir, "cpu")
+    tr, te = frames.train.compute(), frames.test.compute()
     hasher = FeatureHasher(n_features=n_features, input_type="string", alternate_sign=False)
     clf = LogisticRegression(solver="liblinear").fit(hashed_matrix(tr, SPARSE, DENSE, hasher), tr[LABEL])
     return float(roc_auc_score(te[LABEL], clf.predict_proba(hashed_matrix(te, SPARSE, DENSE, hasher))[:, 1]))

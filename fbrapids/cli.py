@@ -65,7 +65,7 @@ def _plant_arg(text: str) -> tuple[str, float]:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.nproc > 1:
+    if args.nproc > 1 or (args.resume and _sharded(args.work_dir)):
         return _demo_ranks(args)
     from fbrapids.demo import run_demo
 
@@ -89,13 +89,30 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sharded(work_dir: Path | None) -> bool:
+    """Whether ``work_dir`` holds the checkpoints of a run on several ranks (resumed with them)."""
+    from fbrapids.demo_distributed import is_sharded_work_dir
+
+    return work_dir is not None and is_sharded_work_dir(work_dir)
+
+
 def _demo_ranks(args: argparse.Namespace) -> int:
-    from fbrapids.demo_distributed import render, run_distributed_demo
+    """``demo --nproc N``, or ``--resume`` of a work dir ranks trained (at the N given, 1 included)."""
+    from fbrapids.demo_distributed import render, run_distributed_demo, summary
 
     results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
                                    backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
-                                   batch_size=args.batch_size)
+                                   batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
+                                   resume=args.resume, nan=args.nan)
     sys.stdout.write(render(results) + "\n")
+    if args.summary_json is not None:
+        import json
+
+        from fbrapids.datagen import read_metadata
+        from fbrapids.demo import default_data_dir
+
+        data = args.data_dir if args.data_dir is not None else default_data_dir(args.rows, args.seed)
+        args.summary_json.write_text(json.dumps({**summary(results), "data": read_metadata(data)}, indent=1) + "\n")
     return 0
 
 
@@ -233,13 +250,9 @@ def _not_a_file(flag: str, path: Path | None, empty: bool = False) -> None:
 
 def _check_nproc(args: argparse.Namespace) -> None:
     """``demo --nproc N`` (N > 1): what several local ranks cannot do, refused before any work."""
-    if args.model == "din":
-        raise UsageError("argument --nproc: DIN trains in one process only (its history features are fitted over "
-                         "the whole log); use --model dlrm, wide_deep or deepfm")
-    for flag, value in (("--resume", args.resume), ("--export", args.export),
-                        ("--checkpoint-every", args.checkpoint_every)):
-        if value:
-            raise UsageError(f"argument --nproc: {flag} is not supported with several ranks")
+    if args.export:
+        raise UsageError("argument --nproc: --export is not supported with several ranks (export a one-process "
+                         "run's checkpoint)")
     if args.batch_size % args.nproc:
         raise UsageError(f"argument --nproc: the global --batch-size {args.batch_size} is not divisible by "
                          f"{args.nproc} ranks")
@@ -436,12 +449,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=_int_in(1), default=2048)
     demo.add_argument("--checkpoint-every", type=_int_in(1), default=None, help="also checkpoint every N steps")
     demo.add_argument("--resume", action="store_true",
-                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
+                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained; "
+                           "a work dir of --nproc ranks continues at the row it reached, on the --nproc given, 1 "
+                           "included); another --batch-size, data or model is refused")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     demo.add_argument("--nproc", type=_int_in(1, 64), default=1,
-                      help="train on N local ranks (torch.distributed: gloo, NCCL with a GPU per rank); "
-                           "--batch-size is the global batch")
+                      help="train on N local ranks (torch.distributed: gloo, NCCL with a GPU per rank) the model one "
+                           "process trains: rank 0 extracts once and streams the same global batches of --batch-size "
+                           "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
+                           "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
+                           "reached on any N, 1 included (--resume on such a work dir uses the N given)")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")

@@ -1,7 +1,7 @@
 """A feature trial's training: one extraction pass, 2·K models side by side.
 
 The baseline's and the candidates' features are extracted together, once per partition
-(:func:`fbrapids.pipeline.training_frames` with the candidates as extra features), and
+(:func:`fbrapids.pipeline.plan_frames` with the candidates as extra features), and
 one stream of batches feeds every model: for each seed ``s`` of ``seeds``, a baseline
 and a candidate arm built as one architecture under ``torch.manual_seed(s)`` and stores
 seeded ``s`` (:mod:`fbrapids.trainers.arms`: the arms start as the same function, the
@@ -71,8 +71,7 @@ def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = 
     from fbrapids import kernels as kernel_stats
     from fbrapids.backend import get_backend
     from fbrapids.pipeline import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE, TimedPartitions,
-                                   build_model, din_history, training_frames)
-    from fbrapids.plan_checks import check_stream_columns
+                                   build_model, din_history, plan_frames, training_inputs)
     from fbrapids.trainers.arms import baseline_view, zero_candidate_inputs
     from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
@@ -104,8 +103,12 @@ def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = 
     run = ArmsRun([int(s) for s in seeds], np.zeros(0), np.zeros(0))
     with dask.config.set(scheduler="threads"), temporary_work_dir() as tmp:
         work = Path(opt["work_dir"]) if opt["work_dir"] is not None else Path(tmp)
-        train, test, _, _ = training_frames(data_dir, be.name, extra, run.seconds)
-        check_stream_columns(train._meta, LABEL, dense, sparse, data_dir)
+        inputs = training_inputs(data_dir, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0], sparse,
+                                 dense, extra, seqs or None)
+        frames = plan_frames(inputs, data_dir, be.name)  # the stream's columns checked there
+        train, test = frames.train, frames.test
+        if frames.fitted_state is not None:
+            run.seconds["fit"] = frames.fit_s
         models, views = [], []
         for s in run.seeds:
             for arm in ("baseline", "candidate"):

@@ -255,7 +255,8 @@ def test_editable_install_is_a_path_entry_without_the_compat_warning(tmp_path: P
 
 def test_the_suite_removes_its_temporary_files(tmp_path: Path) -> None:
     """A pytest run with the suite's plugin: a test's mkdtemp, a subprocess's, and pytest's
-    own tmp_path all land in the run's folder, which is gone when the run ends."""
+    own tmp_path all land in the run's folder, which is gone when the run ends; the folder
+    of a run killed earlier is removed, that of a run still going is kept."""
     base = tmp_path / "machine-tmp"
     base.mkdir()
     (tmp_path / "test_leaves.py").write_text(
@@ -264,13 +265,24 @@ def test_the_suite_removes_its_temporary_files(tmp_path: Path) -> None:
         "    open(tempfile.mkdtemp() + '/x', 'w').write('x')\n"
         "    subprocess.run([sys.executable, '-c', 'import tempfile; tempfile.mkdtemp()'], check=True)\n"
         "    (tmp_path / 'y').write_text('y')\n")
+    import fcntl
+
+    killed = base / "fbrapids-tests-killed"  # a run killed outright: its lock is free
+    killed.mkdir()
+    (killed / ".run.lock").write_text("")
+    (killed / "left.bin").write_bytes(b"x")
+    live = base / "fbrapids-tests-live"  # a run still going: it holds its lock
+    live.mkdir()
+    held = os.open(live / ".run.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
     env = {**os.environ, "TMPDIR": str(base), "PYTHONPATH": str(REPO / "tests")}
     env.pop("FBRAPIDS_KEEP_TEST_TMP", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tmp_cleanup", "-p", "no:cacheprovider",
                            str(tmp_path / "test_leaves.py")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
+    os.close(held)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert list(base.iterdir()) == []
+    assert list(base.iterdir()) == [live]  # its own folder gone, the killed run's removed, the live one kept
 
 
 def test_a_cold_compile_shows_a_progress_line_once(tmp_path: Path, monkeypatch) -> None:
