@@ -348,7 +348,6 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("README.md", "at about 3.5 µs a launch", "the GPU launch cost the design assumes (DESIGN.md), not measured here"),
     ("README.md", "about 4.5 GB, since cudf asks for", "the GPU wheels' size, issue 23's set-up (pip's report)"),
     ("README.md", "1 to 5 minutes on 2 cores", "the GPU venv's set-up time, issue 23's CI stage"),
-    ("README.md", "take about 10 s", "the GPU conformance checks' time, issue 23's CI stage"),
     ("README.md", "torchrec 1.8.0 and fbgemm-gpu-cpu\n  1.8.0", "versions (the bench venv's pins)"),
     ("README.md", "1.9.x does not load", "a version"),
     ("README.md", "short of the 0.97 target", "issue 27's target, not a measurement"),

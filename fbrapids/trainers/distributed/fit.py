@@ -200,9 +200,11 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                 position += int(plan.rows.sum())
                 problem = None if math.isfinite(value) else f"loss is {value}"
                 if problem is None and nan == "error":
-                    bad = [n for n, p in net.named_parameters() if p.grad is not None
-                           and not bool(torch.isfinite(p.grad).all())]
-                    problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
+                    grads = [(n, p.grad) for n, p in net.named_parameters() if p.grad is not None]
+                    # one device-to-host sync per step (not one per parameter); names only when it fails
+                    if grads and not bool(torch.stack([torch.isfinite(g).all() for _, g in grads]).all()):
+                        bad = [n for n, g in grads if not bool(torch.isfinite(g).all())]
+                        problem = f"non-finite gradient of {', '.join(bad)}"
                 if problem is not None:
                     if nan == "error":
                         raise NonFiniteError(f"rank {trainer.rank}, step {step}: {problem}; training stopped "
