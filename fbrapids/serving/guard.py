@@ -20,6 +20,13 @@ its body is complete is dropped: the app never sees a partial body.  What was re
 handed to the app in ``scope["fbrapids.body"]``.  Every refusal is counted (:attr:`Gate.counts`,
 served by ``/health``).
 
+Before those, the request head itself: more than ``max_header_bytes`` of it (counted by the
+gate from the parsed headers, and by the protocol as the bytes arrive, in one burst or byte
+by byte) is 431; a folded header line (obsolete line folding, which the parser would unfold
+into an accepted ``Authorization``) or a repeated ``Authorization``, ``Host``,
+``Content-Length`` or ``Content-Type`` is 400 (``headers_refused``); a ``Host`` is parsed
+strictly (a name or a bracketed IP literal, an optional port, nothing else).
+
 :func:`guarded_protocol` is uvicorn's h11 protocol with two more bounds: a connection must
 send a complete request head within ``header_timeout_s`` of connecting or of its last
 answer (a stalled client is closed, counted as ``header_timeouts``), and past
@@ -39,8 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
+import re
 import resource
 import time
 from dataclasses import dataclass, field
@@ -52,7 +61,11 @@ log = logging.getLogger(__name__)
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 GATE_COUNTS = ("unauthorised", "host_refused", "media_type_refused", "too_large", "body_timeouts",
-               "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused")
+               "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused", "headers_refused",
+               "client_busy")
+_HOST = re.compile(r"\[([0-9a-f:.]+)\](?::[0-9]{1,5})?|([a-z0-9._-]+)(?::[0-9]{1,5})?")
+_FOLD = re.compile(rb"\n[ \t]")
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 @dataclass
@@ -86,21 +99,29 @@ class ServeLimits:
 
 
 def host_allowed(host: bytes | None, allowed: tuple[str, ...]) -> bool:
-    """Whether a ``Host`` header names one of ``allowed`` (any port; ``"*"`` allows all).
+    """Whether a ``Host`` header names one of ``allowed`` (any port; ``"*"`` allows all),
+    parsed strictly: a name, or an IP literal in brackets, then an optional ``:port`` and
+    nothing else (``[::1]evil.example`` is no loopback name).
 
     Example:
         >>> host_allowed(b"[::1]:80", ("::1",)), host_allowed(None, ("::1",)), host_allowed(b"x", ("*",))
         (True, False, True)
+        >>> host_allowed(b"[::1]evil.example", ("::1",)), host_allowed(b"localhost:80:80", ("localhost",))
+        (False, False)
     """
     if "*" in allowed:
         return True
     if not host:
         return False
-    name = host.decode("latin-1").strip().lower()
-    if name.startswith("["):
-        name = name[1 : name.find("]")] if "]" in name else name
-    elif name.count(":") == 1:
-        name = name.split(":", 1)[0]
+    m = _HOST.fullmatch(host.decode("latin-1").strip().lower())
+    if m is None:
+        return False
+    name = m.group(1) or m.group(2)
+    if m.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return False
     return name in allowed
 
 
@@ -135,7 +156,20 @@ class Gate:
             await self.app(scope, receive, send)
             return
         lim, counts = self.limits, self.counts
-        headers = dict(scope.get("headers") or [])
+        raw = scope.get("headers") or []
+        head_bytes = len(scope.get("raw_path") or b"") + sum(len(k) + len(v) + 4 for k, v in raw)
+        if head_bytes > lim.max_header_bytes:  # however the head arrived (one burst is no "incomplete event")
+            counts["headers_refused"] += 1
+            await self._answer(send, 431, f"request head of {head_bytes} bytes, more than "
+                               f"max_header_bytes={lim.max_header_bytes}")
+            return
+        repeated = [k.decode("latin-1") for k in (b"authorization", b"host", b"content-length", b"content-type")
+                    if sum(1 for name, _ in raw if name == k) > 1]
+        if repeated:
+            counts["headers_refused"] += 1
+            await self._answer(send, 400, f"header {repeated[0]!r} given more than once")
+            return
+        headers = dict(raw)
         if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
             counts["host_refused"] += 1
             await self._answer(send, 421, "Host header not served here (allowed: "
@@ -211,6 +245,37 @@ def guarded_protocol(limits: ServeLimits) -> type:
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _head = b""  # the request head received so far (while one is being read)
+        _reading_head = True
+
+        def data_received(self, data: bytes) -> None:
+            if self._reading_head and not self._head_ok(data):
+                return
+            super().data_received(data)
+
+        def _head_ok(self, data: bytes) -> bool:
+            """Bound the request head as it arrives, in one burst or byte by byte: at most
+            ``max_header_bytes``, and no obsolete line folding (a folded ``Authorization``
+            would be unfolded by the parser and accepted): refused with ``Connection: close``."""
+            head = self._head + data
+            end = _HEAD_END.search(head)
+            part = head if end is None else head[: end.start()]
+            if len(part) > limits.max_header_bytes:
+                return self._refuse_head(431, f"request head of more than max_header_bytes={limits.max_header_bytes}")
+            if _FOLD.search(part):
+                return self._refuse_head(400, "folded header lines (obsolete line folding) are not accepted")
+            self._head, self._reading_head = (b"", False) if end is not None else (head, True)
+            return True
+
+        def _refuse_head(self, status: int, detail: str) -> bool:
+            counts["headers_refused"] += 1
+            body = json.dumps({"detail": detail}).encode()
+            reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}[status]
+            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                                 b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+            self._head, self._reading_head = b"", False
+            self.transport.close()
+            return False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -246,6 +311,7 @@ def guarded_protocol(limits: ServeLimits) -> type:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            self._head, self._reading_head = b"", True  # the next request's head is bounded too
             if not self.transport.is_closing():
                 self._arm()
 

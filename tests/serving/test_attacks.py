@@ -389,3 +389,51 @@ def test_tokens_empty_short_or_on_the_command_line(tmp_path, monkeypatch, capsys
     assert "token file is empty" in capsys.readouterr().err
     with pytest.raises(ServeConfigError, match="16 characters"):
         create_app(Scorer.__new__(Scorer), token="abc")
+
+
+# -- issue 37 B7: the head bounded however it arrives, strict Host, one Authorization ---------
+def _raw_exchange(server, head: bytes, pieces: int = 1) -> int:
+    """Send ``head`` (and a small JSON body) in ``pieces`` writes; the answer's status (0: closed)."""
+    body = b'{"request": {}, "items": []}'
+    data = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    step = max(1, -(-len(data) // pieces))
+    with socket.create_connection(server.addr, timeout=20) as s:
+        try:
+            for i in range(0, len(data), step):
+                s.sendall(data[i : i + step])
+                if pieces > 1:
+                    time.sleep(0.002)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_answer(s)[0]
+
+
+@pytest.mark.parametrize("pieces", [1, 40])
+def test_the_16_kib_head_limit_holds_in_one_burst_or_in_pieces(guarded, pieces) -> None:
+    server, _ = guarded
+    start = (f"POST /score HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+             "Content-Type: application/json\r\n").encode()
+    before = server.limits.counts["headers_refused"]
+    for kib in (17, 60):
+        filler = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(kib))
+        assert _raw_exchange(server, start + filler, pieces) in (431, 0), kib
+    assert server.limits.counts["headers_refused"] >= before + 2
+    small = b"X-Pad: " + b"a" * 2000 + b"\r\n"  # well under the limit: served (422: an empty request object)
+    assert _raw_exchange(server, start + small, pieces) in (400, 422)
+
+
+def test_folded_and_repeated_authorization_and_loose_host_are_refused(guarded) -> None:
+    server, _ = guarded
+    host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
+    json_type = b"Content-Type: application/json\r\n"
+    line = b"POST /score HTTP/1.1\r\n"
+    folded = line + host + b"Authorization: Bearer\r\n " + TOKEN.encode() + b"\r\n" + json_type
+    assert _raw_exchange(server, folded) == 400
+    twice = line + host + b"Authorization: Bearer " + TOKEN.encode() + b"\r\nAuthorization: Bearer x\r\n" + json_type
+    assert _raw_exchange(server, twice) == 400
+    good = line + host + b"Authorization: Bearer " + TOKEN.encode() + b"\r\n" + json_type
+    assert _raw_exchange(server, good) in (400, 422)  # accepted: the empty request is the scorer's to refuse
+    for bad_host in ("[::1]evil.example", "127.0.0.1:80:80", "127.0.0.1 evil", "[::1]:80x", "[evil]"):
+        head = line + f"Host: {bad_host}\r\n".encode() + b"Authorization: Bearer " + TOKEN.encode() + b"\r\n" + json_type
+        assert _raw_exchange(server, head) in (421, 400), bad_host
+    assert http(server, "GET", "/health", headers=AUTH, host="[::1]:8000")[0] == 200
