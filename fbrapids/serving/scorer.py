@@ -123,6 +123,9 @@ MAX_ITEMS = 10_000
 CHUNK_ITEMS = 512
 #: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
 MAX_LOGIT = 1e4
+#: The most times one :meth:`Scorer.score_each` call scores (part of) its batch again after a
+#: request failed: a batch costs at most this many more passes, however many requests are bad.
+MAX_BATCH_RETRIES = 8
 
 
 class Scorer:
@@ -194,7 +197,8 @@ class Scorer:
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
              "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
              "rejected_bad_input", "rejected_too_large", "unseen_ids", "nulls_filled", "rejected_model_input",
-             "slices"), 0)
+             "slices", "batch_retries"), 0)
+        self._blamed: int | None = None
 
     # -- feature extraction -------------------------------------------------------------------
     def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Any], dense: list[str], sparse: list[str],
@@ -252,10 +256,12 @@ class Scorer:
         numbered as in the client's call."""
         r = int(self._owner_all[g])
         origin, offset = self._origin[r]
+        self._blamed = origin
         j = int(g - self._starts[r]) + offset
         return f"request {origin} item {j}" if self._batch_call else f"item {j}"
 
     def _request_label(self, i: int) -> str:
+        self._blamed = self._origin[i][0]
         return f"request {self._origin[i][0]}"
 
     def item_cache_usage(self) -> dict[str, int | None]:
@@ -318,20 +324,36 @@ class Scorer:
             ((1,), "request 1 item 0: column 'ad_id' must be an integer (int64), got 'x'")
         """
         entries = self._entries(requests)
-        try:
-            return list(self._score_checked(entries, list(range(len(entries))), len(entries) > 1))
-        except RequestTooLargeError:
-            raise
-        except RequestError:
-            if len(entries) == 1:
-                raise
-        out: list[np.ndarray | RequestError] = []
-        for i, entry in enumerate(entries):  # one bad request: score the others alone
+        out: list[np.ndarray | RequestError | None] = [None] * len(entries)
+        groups = [list(range(len(entries)))]
+        passes = 0
+        while groups:
+            group = groups.pop()
+            if passes > MAX_BATCH_RETRIES:  # bounded: what is left is answered, not scored again
+                for i in group:
+                    out[i] = RequestError(f"request {i}: not scored, as other requests of this batch failed "
+                                          f"{MAX_BATCH_RETRIES} times; send it again, or alone")
+                continue
+            passes += 1
             try:
-                out.append(self._score_checked([entry], [i], True)[0])
+                for i, scores in zip(group, self._score_checked([entries[i] for i in group], group, True)):
+                    out[i] = scores
+            except RequestTooLargeError:
+                raise
             except RequestError as exc:
-                out.append(exc)
-        return out
+                if len(entries) == 1:
+                    raise
+                blamed = getattr(exc, "entry", None)
+                if blamed in group:  # the error names its request: the others are scored again together
+                    out[blamed] = exc
+                    rest = [i for i in group if i != blamed]
+                    groups += [rest] if rest else []
+                elif len(group) == 1:
+                    out[group[0]] = exc
+                else:  # an error that names no request: halve the group
+                    groups += [group[len(group) // 2 :], group[: len(group) // 2]]
+        self._count(batch_retries=passes - 1)
+        return out  # type: ignore[return-value]
 
     def turn(self) -> FairLock:
         """The scorer's first-come, first-served lock, for work that should not share the
@@ -394,7 +416,12 @@ class Scorer:
                 with self._lock, torch.no_grad():
                     self._origin = [(origin[i], a) for i, a, _ in sl]
                     self._batch_call = batch_call
-                    probs = self._score_entries(chunk)
+                    self._blamed = None
+                    try:
+                        probs = self._score_entries(chunk)
+                    except RequestError as exc:  # which request the error named (score_each answers it alone)
+                        exc.entry = self._blamed
+                        raise
                 s = 0
                 for (i, a, b) in sl:
                     parts[i].append(probs[s : s + b - a])
