@@ -20,6 +20,12 @@ its body is complete is dropped: the app never sees a partial body.  What was re
 handed to the app in ``scope["fbrapids.body"]``.  Every refusal is counted (:attr:`Gate.counts`,
 served by ``/health``).
 
+Per client (the peer's address, in ``scope["fbrapids.client"]``; the scorer takes its slices
+in turns by it): at most ``client_calls`` POST calls in flight, and at most ``client_bytes``
+of bodies being read or waiting to be scored; past either, 429 with ``Retry-After``
+(``client_busy``).  So a client with 64 connections has no more calls queued than one with
+four, and cannot fill the worker threads.
+
 Before those, the request head itself: more than ``max_header_bytes`` of it (counted by the
 gate from the parsed headers, and by the protocol as the bytes arrive, in one burst or byte
 by byte) is 431; a folded header line (obsolete line folding, which the parser would unfold
@@ -79,11 +85,14 @@ class ServeLimits:
     max_connections: int = 512
     max_header_bytes: int = 16 << 10
     max_buffered_bytes: int = 64 << 20
+    client_calls: int = 4
+    client_bytes: int = 8 << 20
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes"):
+        for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes", "client_calls",
+                     "client_bytes"):
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise ServeConfigError(f"{name} must be an integer >= 1, got {v!r}")
@@ -95,7 +104,8 @@ class ServeLimits:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "keep_alive_s",
-                                               "max_connections", "max_header_bytes", "max_buffered_bytes")}
+                                               "max_connections", "max_header_bytes", "max_buffered_bytes",
+                                               "client_calls", "client_bytes")}
 
 
 def host_allowed(host: bytes | None, allowed: tuple[str, ...]) -> bool:
@@ -138,6 +148,8 @@ class Gate:
         self.expected = None if token is None else f"Bearer {token}".encode()
         self.counts = limits.counts
         self.buffered = 0
+        self.calls: dict[str, int] = {}  # per client (peer address): calls past the gate, not yet answered
+        self.client_buffered: dict[str, int] = {}  # per client: body bytes held (being read or scored)
 
     async def _answer(self, send: Callable[[dict], Awaitable[None]], status: int, detail: str,
                       extra: list[tuple[bytes, bytes]] = ()) -> None:
@@ -189,6 +201,28 @@ class Gate:
             await self._answer(send, 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
                                f"max_body_bytes={lim.max_body_bytes}")
             return
+        client = str((scope.get("client") or ("?",))[0])
+        scope["fbrapids.client"] = client
+        if scope["method"] != "POST":  # /health, the docs: no body, no scoring, never capped per client
+            await self._admitted(scope, receive, send, client)
+            return
+        if self.calls.get(client, 0) >= lim.client_calls:  # per client: many connections are no more calls
+            counts["client_busy"] += 1
+            await self._answer(send, 429, f"{lim.client_calls} calls of this client are in flight "
+                               "(client_calls); retry when one is answered", [(b"retry-after", b"1")])
+            return
+        self.calls[client] = self.calls.get(client, 0) + 1
+        try:
+            await self._admitted(scope, receive, send, client)
+        finally:
+            self.calls[client] -= 1
+            if not self.calls[client]:
+                del self.calls[client]
+
+    async def _admitted(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                        send: Callable[[dict], Awaitable[None]], client: str) -> None:
+        """The body read (bounded, timed, counted per client) and the call handed to the app."""
+        lim, counts = self.limits, self.counts
         chunks: list[bytes] = []
         n = 0
         deadline = time.monotonic() + lim.body_timeout_s
@@ -215,14 +249,39 @@ class Gate:
                     await self._answer(send, 503, "too many request bodies being received; retry later",
                                        [(b"retry-after", b"1")])
                     return
+                held = self.client_buffered.get(client, 0)
+                if held + len(chunk) > lim.client_bytes:
+                    counts["client_busy"] += 1
+                    await self._answer(send, 429, f"this client's calls in flight hold more than client_bytes="
+                                       f"{lim.client_bytes} bytes of bodies; retry when one is answered",
+                                       [(b"retry-after", b"1")])
+                    return
+                self.client_buffered[client] = held + len(chunk)
                 self.buffered += len(chunk)
                 chunks.append(chunk)
                 if not msg.get("more_body", False):
                     break
             scope["fbrapids.body"] = b"".join(chunks)
         finally:
-            self.buffered -= sum(len(c) for c in chunks)
+            got = sum(len(c) for c in chunks)
+            self.buffered -= got
+            if "fbrapids.body" not in scope:  # refused or abandoned: nothing of it is queued
+                self._give_back(client, got)
         chunks.clear()
+        try:
+            await self._call(scope, receive, send)
+        finally:  # the client's body bytes count until its call is answered (queued work)
+            self._give_back(client, got)
+
+    def _give_back(self, client: str, n: int) -> None:
+        left = self.client_buffered.get(client, 0) - n
+        if left > 0:
+            self.client_buffered[client] = left
+        else:
+            self.client_buffered.pop(client, None)
+
+    async def _call(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                    send: Callable[[dict], Awaitable[None]]) -> None:
         done = False
 
         async def replayed() -> dict:
