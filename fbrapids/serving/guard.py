@@ -24,7 +24,8 @@ Per client (the peer's address, in ``scope["fbrapids.client"]``; the scorer take
 in turns by it): at most ``client_calls`` POST calls in flight, and at most ``client_bytes``
 of bodies being read or waiting to be scored; past either, 429 with ``Retry-After``
 (``client_busy``).  So a client with 64 connections has no more calls queued than one with
-four, and cannot fill the worker threads.
+16 (a front end multiplexing its users may need that many), and cannot fill the worker
+threads.
 
 Before those, the request head itself: more than ``max_header_bytes`` of it (counted by the
 gate from the parsed headers, and by the protocol as the bytes arrive, in one burst or byte
@@ -85,8 +86,8 @@ class ServeLimits:
     max_connections: int = 512
     max_header_bytes: int = 16 << 10
     max_buffered_bytes: int = 64 << 20
-    client_calls: int = 4
-    client_bytes: int = 8 << 20
+    client_calls: int = 16
+    client_bytes: int = 16 << 20
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
 

@@ -350,8 +350,8 @@ class Scorer:
                 continue
             passes += 1
             try:
-                scored = self._score_checked([entries[i] for i in group], group, True, [works[i] for i in group],
-                                             client)
+                scored = self._score_checked([entries[i] for i in group], group, len(entries) > 1,
+                                             [works[i] for i in group], client)
                 for i, scores in zip(group, scored):
                     out[i] = scores
             except RequestTooLargeError:
