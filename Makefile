@@ -10,9 +10,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# the CPU build of torch first, pinned, so nothing pulls the CUDA wheels
 	$(PY) -m pip install --quiet torch==2.13.0
-	# a path entry (compat), not an import hook: run from the folder holding the clone, Python would
-	# otherwise import the clone folder itself as an empty namespace package `fbrapids`
-	$(PY) -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
+	# a path entry, not an import hook (pyproject's package-dir makes the plain editable install one):
+	# run from the folder holding the clone, Python would otherwise import the clone folder itself
+	# as an empty namespace package `fbrapids`
+	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
 demo: $(STAMP)

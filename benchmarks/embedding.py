@@ -363,6 +363,28 @@ def ram_hit_rate(before: dict, after: dict) -> tuple[float, dict[str, float]]:
     return (served["cache"] + served["host"]) / looked, {k: v / looked for k, v in served.items()}
 
 
+def peer_environment(threads: list[int]) -> dict[str, object]:
+    """What the figures were measured with: the versions of torch and of the peers (None
+    where they do not import), the thread counts measured and the interpreter's venv.
+
+    Example:
+        >>> env = peer_environment([1, 2])
+        >>> env["threads_measured"], env["torch"] == torch.__version__
+        ([1, 2], True)
+    """
+    from importlib import metadata
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"torch": torch.__version__, "torchrec": version("torchrec"), "fbgemm_gpu": version("fbgemm-gpu-cpu")
+            or version("fbgemm-gpu"), "threads_measured": list(threads), "cpu_count": os.cpu_count(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "venv": Path(sys.prefix).name}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1 << 20, help="ids in the table")
@@ -487,9 +509,17 @@ def main() -> None:
         res["not_measured"] = why
         if "torchrec_fused" in steps:
             res["fused_vs_store_max_abs_diff"] = fused_matches_store()
+        for n_threads, figs in by_threads.items():  # the ratios a user will see, per thread count
+            t_in = figs["tiered_in_ram_ops_per_s"]
+            for peer in ("torchrec_fused", "fbgemm_tbe"):
+                if figs.get(f"{peer}_ops_per_s"):
+                    figs[f"store_over_{peer}"] = t_in / figs[f"{peer}_ops_per_s"]
+            if figs.get("tiered_10x_ops_per_s"):
+                figs["ssd_10x_over_in_ram"] = figs["tiered_10x_ops_per_s"] / t_in
         res["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
         res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
         res["torch"] = torch.__version__
+        res["environment"] = peer_environment(args.threads)
     finally:
         if not args.ssd_dir:
             shutil.rmtree(ssd_root, ignore_errors=True)
@@ -526,6 +556,12 @@ def main() -> None:
     if "fused_vs_store_max_abs_diff" in res:
         print(f"same optimizer: FusedEBC's rows and the store's after 3 batches from the same rows differ by at most "
               f"{res['fused_vs_store_max_abs_diff']:.2g}")
+    for n_threads, figs in by_threads.items():
+        ratios = ", ".join(f"{label} {figs[key]:.2f}" for key, label in (
+            ("store_over_torchrec_fused", "store / FusedEBC"), ("store_over_fbgemm_tbe", "store / TBE"),
+            ("ssd_10x_over_in_ram", "SSD 10x / in RAM")) if figs.get(key))
+        print(f"{n_threads} thread(s): {ratios}")
+    print("environment: " + ", ".join(f"{k} {v}" for k, v in res["environment"].items()))
     print(f"load average at the end: {res['load_average']['end'][0]:.2f}")
     print(json.dumps(res))
 

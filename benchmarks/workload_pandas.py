@@ -1,4 +1,4 @@
-"""An idiomatic pandas implementation of the canonical workload (shared/bench/WORKLOAD.md).
+"""An idiomatic pandas implementation of the canonical workload (docs/workload.md).
 
 This is the reference the fused and op-by-op meta-kernel implementations in
 ``benchmarks/extract.py`` are compared against, and the "pandas" line of that benchmark.

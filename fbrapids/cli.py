@@ -1,5 +1,9 @@
-"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo``, ``fbrapids export`` and
-``fbrapids serve``.
+"""The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo``, ``fbrapids export``,
+``fbrapids serve`` and ``fbrapids cache``.
+
+Arguments are checked before any heavy import (pandas, torch, dask): a wrong path, a GPU
+backend this machine cannot run, a ``--data-dir`` of other data or a scheduler address
+where nothing listens fail in well under a second, on one line.
 
 Example:
     >>> args = build_parser().parse_args(["gen", "--rows", "1000", "--out", "data"])
@@ -21,9 +25,17 @@ from fbrapids.errors import FbrapidsError, UsageError
 
 
 def _gen(args: argparse.Namespace) -> int:
+    import fcntl
+
     from fbrapids.datagen import generate, read_metadata
 
-    paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None)
+    args.out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(args.out, os.O_RDONLY)  # two `gen --out` into one folder take turns: never a mixed set
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None)
+    finally:
+        os.close(fd)
     meta = read_metadata(args.out)
     sys.stdout.write(
         f"wrote {', '.join(p.name for p in paths.values())} to {args.out} "
@@ -33,7 +45,7 @@ def _gen(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.nproc > 1:
+    if args.nproc > 1 or (args.resume and _sharded(args.work_dir)):
         return _demo_ranks(args)
     from fbrapids.demo import run_demo
 
@@ -57,13 +69,30 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sharded(work_dir: Path | None) -> bool:
+    """Whether ``work_dir`` holds the checkpoints of a run on several ranks (resumed with them)."""
+    from fbrapids.demo_distributed import is_sharded_work_dir
+
+    return work_dir is not None and is_sharded_work_dir(work_dir)
+
+
 def _demo_ranks(args: argparse.Namespace) -> int:
-    from fbrapids.demo_distributed import render, run_distributed_demo
+    """``demo --nproc N``, or ``--resume`` of a work dir ranks trained (at the N given, 1 included)."""
+    from fbrapids.demo_distributed import render, run_distributed_demo, summary
 
     results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
                                    backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
-                                   batch_size=args.batch_size)
+                                   batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
+                                   resume=args.resume, nan=args.nan)
     sys.stdout.write(render(results) + "\n")
+    if args.summary_json is not None:
+        import json
+
+        from fbrapids.datagen import read_metadata
+        from fbrapids.demo import default_data_dir
+
+        data = args.data_dir if args.data_dir is not None else default_data_dir(args.rows, args.seed)
+        args.summary_json.write_text(json.dumps({**summary(results), "data": read_metadata(data)}, indent=1) + "\n")
     return 0
 
 
@@ -100,6 +129,24 @@ def _serve(args: argparse.Namespace) -> int:
           signing_key=_signing_key(args.signing_key_file), cache_items=args.cache_items,
           cache_bytes=args.cache_bytes, max_items=args.max_items, max_requests=args.max_requests,
           chunk_items=args.chunk_items)
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from fbrapids import data_cache
+
+    root = data_cache.data_root()
+    if args.clear:
+        removed, freed = data_cache.clear(root)
+        sys.stdout.write(f"removed {len(removed)} data set(s) from {root} ({freed / 2**20:,.1f} MiB)\n")
+        return 0
+    folders = data_cache.demo_folders(root)
+    sizes = [data_cache.folder_bytes(f) for f in folders]
+    for f, size in zip(folders, sizes):
+        sys.stdout.write(f"{size / 2**20:10,.1f} MiB  {f}\n")
+    sys.stdout.write(f"{len(folders)} data set(s) in {root}, {sum(sizes) / 2**20:,.1f} MiB of at most "
+                     f"{data_cache.cache_cap() / 2**20:,.0f} MiB ({data_cache.CAP_ENV}); "
+                     "`fbrapids cache --clear` removes them\n")
     return 0
 
 
@@ -158,7 +205,12 @@ def _usage_line(prog: str, message: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line: ``fbrapids demo: argument --seed: ...``."""
+    """argparse with usage errors on one line: ``fbrapids demo: argument --seed: ...``, and
+    no abbreviations (``--row 1000`` is an error, not ``--rows 1000``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:
         sys.stderr.write(_usage_line(self.prog, message))
@@ -178,13 +230,9 @@ def _not_a_file(flag: str, path: Path | None, empty: bool = False) -> None:
 
 def _check_nproc(args: argparse.Namespace) -> None:
     """``demo --nproc N`` (N > 1): what several local ranks cannot do, refused before any work."""
-    if args.model == "din":
-        raise UsageError("argument --nproc: DIN trains in one process only (its history features are fitted over "
-                         "the whole log); use --model dlrm, wide_deep or deepfm")
-    for flag, value in (("--resume", args.resume), ("--export", args.export),
-                        ("--checkpoint-every", args.checkpoint_every)):
-        if value:
-            raise UsageError(f"argument --nproc: {flag} is not supported with several ranks")
+    if args.export:
+        raise UsageError("argument --nproc: --export is not supported with several ranks (export a one-process "
+                         "run's checkpoint)")
     if args.batch_size % args.nproc:
         raise UsageError(f"argument --nproc: the global --batch-size {args.batch_size} is not divisible by "
                          f"{args.nproc} ranks")
@@ -216,10 +264,14 @@ SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")  #: what ``--scheduler`` can rea
 def _scheduler_address(address: str) -> None:
     """A usage error for a ``--scheduler`` address this process cannot connect to, naming
     it: an unknown scheme, ``inproc://`` (another process's memory), ``tls://`` / ``wss://``
-    without dask's TLS settings, ``ucx://`` without its package.
+    without dask's TLS settings, ``ucx://`` without its package, and a host:port where
+    nothing listens (the connection refused) or whose host does not resolve.
 
     Example:
-        >>> _scheduler_address("tcp://10.0.0.1:8786")
+        >>> _scheduler_address("tcp://127.0.0.1:1")  # refused at once, not after dask's 30 s
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --scheduler: nothing listens at tcp://127.0.0.1:1 (connection refused): start the scheduler first (`dask scheduler` listens on 8786), or check the host and port
         >>> _scheduler_address("inproc://10.0.0.1/1/1")
         Traceback (most recent call last):
         ...
@@ -261,6 +313,38 @@ def _scheduler_address(address: str) -> None:
 
         if importlib.util.find_spec("websockets") is None:
             raise UsageError(f"{flag}: {address}: ws:// needs the websockets package, which is not installed")
+    _listening(flag, address, host.strip("[]"), int(port))
+
+
+def _listening(flag: str, address: str, host: str, port: int, timeout: float = 3.0) -> None:
+    """A usage error, at once, when nothing listens at ``host:port`` (the connection is
+    refused) or the host name does not resolve; a slow or unreachable host is left to
+    the client's own timeout."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        raise UsageError(f"{flag}: nothing listens at {address} (connection refused): start the scheduler first "
+                         "(`dask scheduler` listens on 8786), or check the host and port") from None
+    except socket.gaierror as exc:
+        raise UsageError(f"{flag}: {address}: the host {host!r} does not resolve ({exc.strerror})") from None
+    except OSError:
+        pass
+
+
+def _backend_here(name: str | None) -> None:
+    """``--backend gpu`` (or ``FBRAPIDS_BACKEND=gpu``) on a machine where the GPU backend
+    cannot run: its :class:`~fbrapids.errors.BackendUnavailableError`, asked of the
+    packages and the driver without importing pandas, cudf or torch."""
+    if name is None or name.strip().lower() != "gpu":
+        return
+    from fbrapids.errors import BackendUnavailableError
+    from fbrapids.gpu_probe import gpu_missing, gpu_unavailable_message
+
+    missing = gpu_missing()
+    if missing:
+        raise BackendUnavailableError(gpu_unavailable_message(missing))
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -284,6 +368,11 @@ def check_arguments(args: argparse.Namespace) -> None:
         _not_a_file("--out", args.out)
     elif args.command == "demo":
         _not_a_file("--data-dir", args.data_dir)
+        _backend_here(args.backend if args.backend is not None else env)
+        if args.data_dir is not None:
+            from fbrapids.data_cache import check_data_dir
+
+            check_data_dir(args.data_dir, args.rows, args.seed)
         _not_a_file("--work-dir", args.work_dir)
         _not_a_file("--export", args.export, empty=True)
         if args.summary_json is not None and (args.summary_json.is_dir() or not args.summary_json.parent.is_dir()):
@@ -337,12 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=_int_in(1), default=2048)
     demo.add_argument("--checkpoint-every", type=_int_in(1), default=None, help="also checkpoint every N steps")
     demo.add_argument("--resume", action="store_true",
-                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained)")
+                      help="continue from the newest verified checkpoint in --work-dir (skips the batches it trained; "
+                           "a work dir of --nproc ranks continues at the row it reached, on the --nproc given, 1 "
+                           "included); another --batch-size, data or model is refused")
     demo.add_argument("--scheduler", default=None, help="dask scheduler address (default: a local cluster)")
     demo.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     demo.add_argument("--nproc", type=_int_in(1, 64), default=1,
-                      help="train on N local ranks (torch.distributed: gloo, NCCL with a GPU per rank); "
-                           "--batch-size is the global batch")
+                      help="train on N local ranks (torch.distributed: gloo, NCCL with a GPU per rank) the model one "
+                           "process trains: rank 0 extracts once and streams the same global batches of --batch-size "
+                           "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
+                           "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
+                           "reached on any N, 1 included (--resume on such a work dir uses the N given)")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")
@@ -363,6 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--signing-key-file", type=Path, default=None, metavar="FILE",
                      help="sign the export with the HMAC key in FILE (default: $FBRAPIDS_SIGNING_KEY if set)")
     exp.set_defaults(func=_export)
+
+    cache = sub.add_parser(
+        "cache", help="list (or --clear) the demo's generated data sets in ~/.cache/fbrapids/data",
+        description="The demo keeps the data it generates, one data set per --rows / --seed, in $FBRAPIDS_DATA "
+                    "(default ~/.cache/fbrapids/data); the least recently used are removed once they hold more than "
+                    "$FBRAPIDS_DATA_CACHE_BYTES (default 2 GiB). Without options: list them with their sizes.")
+    cache.add_argument("--clear", action="store_true", help="remove every data set no running demo holds")
+    cache.set_defaults(func=_cache)
 
     srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
     srv.add_argument("export_dir", type=Path, help="a directory written by `fbrapids export` or export_model")
@@ -406,10 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(_usage_line(f"fbrapids {args.command}", str(exc)))
         return 2
+    except FbrapidsError as exc:  # what the machine or the folders refuse, before any heavy import
+        sys.stderr.write(f"fbrapids {args.command}: {exc}\n")
+        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from fbrapids.errors import FbrapidsError
-
     try:
         return args.func(args)
     except KeyboardInterrupt:

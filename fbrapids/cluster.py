@@ -84,9 +84,10 @@ def probe_scheduler(address: str, timeout: float = 10.0) -> None:
     ``pickle-protocol``) as soon as a connection is accepted; an HTTP server (the dashboard
     on 8787, say) sends nothing until it gets a request, and ``distributed.Client`` would
     wait on it for ever.  Raises :class:`~fbrapids.errors.ClusterError` naming the address
-    when the peer sends something else, or nothing within ``timeout`` seconds.  Other
-    schemes (``tls://``, ``ucx://``) and a refused connection are left to the client (it
-    retries until its own connect timeout).
+    when the peer sends something else, or nothing within ``timeout`` seconds, and at once
+    when the connection is refused (nothing listens there).  Other schemes (``tls://``,
+    ``ucx://``) and an unreachable host are left to the client (it retries until its own
+    connect timeout).
 
     Example:
         >>> probe_scheduler("inproc://nothing")  # not tcp: left to distributed
@@ -99,8 +100,11 @@ def probe_scheduler(address: str, timeout: float = 10.0) -> None:
         raise ClusterError(f"scheduler address {address!r} is not tcp://host:port")
     try:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    except ConnectionRefusedError:
+        raise ClusterError(f"nothing listens at {address} (connection refused): start the scheduler first "
+                           "(`dask scheduler` listens on 8786), or check the host and port") from None
     except OSError:
-        return  # nothing listening (yet): distributed retries until its connect timeout
+        return  # unreachable or slow (yet): distributed retries until its connect timeout
     got = b""
     deadline = time.monotonic() + timeout
     with sock:
@@ -184,6 +188,87 @@ def partition_deadline_s() -> float | None:
     return None if value is None else float(value)
 
 
+def worker_silence_s() -> float:
+    """Seconds a worker busy with a task may go unheard by the scheduler (a frozen worker:
+    stopped, swapping, hung, stops its heartbeats) before the run fails naming it (dask
+    config ``fbrapids.worker-silence``; default 120; a busy but healthy worker keeps beating).
+
+    Example:
+        >>> worker_silence_s()
+        120.0
+    """
+    import dask
+
+    return float(dask.config.get("fbrapids.worker-silence", 120.0))
+
+
+def silent_workers(client: Any, limit: float) -> list[str]:
+    """The workers processing a task that the scheduler has not heard from for more than
+    ``limit`` seconds: ``"tcp://127.0.0.1:4242 (worker 1, 1 task(s), last heard 130 s ago)"``."""
+    info = client.scheduler_info().get("workers", {})
+    now = time.time()
+    out = []
+    for addr, tasks in client.processing().items():
+        w = info.get(addr, {})
+        heard = now - w["last_seen"] if "last_seen" in w else 0.0
+        if tasks and heard > limit:
+            out.append(f"{addr} (worker {w.get('name', '?')}, {len(tasks)} task(s), last heard {heard:.0f} s ago)")
+    return out
+
+
+def silence_message(what: str, client: Any, silent: list[str]) -> str:
+    """The one line a frozen worker ends a run with: who, since when, and what to do."""
+    return (f"{what}: the dask worker {'; '.join(silent)} has not been heard from for more than "
+            f"{worker_silence_s():g} s while computing for this run (frozen: stopped, swapping or hung); on the "
+            f"scheduler {client.scheduler.address}. Resume it (a stopped process: kill -CONT <its pid>), restart or "
+            "remove it, then rerun; or raise dask config fbrapids.worker-silence")
+
+
+@contextlib.contextmanager
+def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
+    """While inside, a thread asks the scheduler every ``poll_s`` for a worker silent past
+    :func:`worker_silence_s` with a task; on finding one it cancels the client's futures
+    (the compute blocked on it raises) and the block raises one
+    :class:`~fbrapids.errors.ClusterError` (:func:`silence_message`).  Planning's computes
+    included, not only the stream's partitions.  ``client`` None: a no-op."""
+    if client is None:
+        yield
+        return
+    import threading
+
+    found: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        from distributed import Future
+
+        while not done.wait(poll_s):
+            try:
+                silent = silent_workers(client, worker_silence_s())
+            except Exception:  # noqa: BLE001 - the scheduler busy or gone: the run's own calls say so
+                continue
+            if silent:
+                found.append(silence_message(what, client, silent))
+                log.error("%s", found[0])
+                with contextlib.suppress(Exception):
+                    client.cancel([Future(k, client) for k in list(client.futures)], force=True)
+                return
+
+    thread = threading.Thread(target=watch, daemon=True, name="fbrapids-worker-watchdog")
+    thread.start()
+    try:
+        yield
+    except BaseException as exc:
+        if found:
+            raise ClusterError(found[0]) from exc
+        raise
+    finally:
+        done.set()
+        thread.join(poll_s + 5)
+    if found:
+        raise ClusterError(found[0])
+
+
 def stalled_workers(client: Any, keys: Any = None) -> list[str]:
     """The workers processing a task now (of ``keys`` when given, else any), each with how
     long ago the scheduler last heard from it: ``"tcp://127.0.0.1:4242 (worker 1, last heard
@@ -210,7 +295,9 @@ def result_or_error(client: Any, future: Any, what: str, poll_s: float = 1.0) ->
     A partition that takes longer than :func:`partition_warn_s` is never a silent stall: a
     warning names the workers processing tasks and when each was last heard from (a frozen
     worker stops its heartbeats), every period; past :func:`partition_deadline_s` (when set)
-    it is a ClusterError naming them."""
+    it is a ClusterError naming them.  A worker busy with a task and unheard for
+    :func:`worker_silence_s` (default 120 s) ends it at once: a ClusterError naming the
+    worker and what to do (:func:`silence_message`)."""
     from distributed import TimeoutError as DaskTimeout
 
     alone_since: float | None = None
@@ -223,6 +310,9 @@ def result_or_error(client: Any, future: Any, what: str, poll_s: float = 1.0) ->
         except (DaskTimeout, TimeoutError):
             pass
         now = time.monotonic()
+        silent = silent_workers(client, worker_silence_s())
+        if silent:
+            raise ClusterError(silence_message(what, client, silent))
         if now >= next_warning or (deadline is not None and now - started >= deadline):
             busy = stalled_workers(client) or ["no worker is processing a task of it (waiting for data or a worker)"]
             if deadline is not None and now - started >= deadline:

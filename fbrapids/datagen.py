@@ -2,7 +2,7 @@
 
 ``generate(rows, out_dir)`` writes the four parquet files of the canonical workload
 (``impressions``, ``users``, ``ads``, ``basic``; schema of section 1 of
-``shared/bench/WORKLOAD.md``).  Clicks are drawn from a hidden logistic model over
+``docs/workload.md``).  Clicks are drawn from a hidden logistic model over
 things the features can see (user and ad identity, category x gender affinity, hour,
 device os, slot, query/title word overlap, price, a noisy dense signal), so they can be
 learned.  The AUC of the hidden model's own probabilities on the sampled clicks (the
@@ -36,6 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fbrapids.atomic import fsync_dir, write_atomic
+from fbrapids.data_cache import DEMO_MARK, FILES  # noqa: F401  (the demo folder's marker, the data's files)
 from fbrapids.errors import DataDirError, DataGenError, FbrapidsError
 
 log = logging.getLogger(__name__)
@@ -319,7 +320,8 @@ class _RowGroupWriter:
     last may be shorter), whatever the sizes of the tables handed to it; atomic on close."""
 
     def __init__(self, path: Path, schema: pa.Schema, group_rows: int) -> None:
-        self.path, self.tmp = path, path.with_suffix(".parquet.tmp")
+        # a name of this writer's own: two generators into one folder never share a temporary file
+        self.path, self.tmp = path, path.with_name(f".{path.name}.{os.getpid()}-{id(self):x}.tmp")
         self.schema, self.group_rows = schema, group_rows
         self.writer = pq.ParquetWriter(self.tmp, schema, write_page_checksum=True)  # reads verify them
         self.pending: list[pa.Table] = []
@@ -484,11 +486,9 @@ def read_metadata(data_dir: str | Path) -> dict:
     return json.loads(raw) if raw else {}
 
 
-DEMO_MARK = ".fbrapids-demo-data"
 #: the generator's version, recorded in a demo folder's marker: a folder of another version
 #: is regenerated (it is :data:`DATA_VERSION`: bump that whenever ``generate``'s output changes)
 GENERATOR_VERSION = DATA_VERSION
-FILES = ("impressions", "users", "ads", "basic")
 
 
 def _lock_path(out: Path) -> Path:

@@ -1,7 +1,9 @@
 """The main job: the whole FeatureBox flow on the embedded default data, with a summary.
 
 ``run_demo`` generates the default data once (kept under ``$FBRAPIDS_DATA`` or
-``~/.cache/fbrapids/data``), then runs :func:`fbrapids.pipeline.run_pipeline`: read, clean,
+``~/.cache/fbrapids/data``, a cache bounded by ``$FBRAPIDS_DATA_CACHE_BYTES``, default
+2 GiB, least recently used data sets removed first; ``fbrapids cache --clear`` empties it:
+:mod:`fbrapids.data_cache`), then runs :func:`fbrapids.pipeline.run_pipeline`: read, clean,
 join, extract, merge, stream into DLRM on the tiered store, evaluate on the held-out last
 day.
 
@@ -24,10 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
+from fbrapids import data_cache
+from fbrapids.data_cache import default_data_dir  # noqa: F401  (where the demo keeps its data; re-exported)
 from fbrapids.errors import CheckpointError, ExportError
 from fbrapids.workdir import temporary_work_dir
 
@@ -37,10 +40,6 @@ log = logging.getLogger(__name__)
 WORK_PREFIX = "fbrapids-demo-"
 
 
-def default_data_dir(rows: int, seed: int) -> Path:
-    """Where the demo keeps its generated data: ``$FBRAPIDS_DATA`` or ~/.cache/fbrapids/data."""
-    root = Path(os.environ.get("FBRAPIDS_DATA", Path.home() / ".cache" / "fbrapids" / "data"))
-    return root / f"default-{rows}-seed{seed}"
 
 
 def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: str | None = None,
@@ -72,6 +71,9 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     data = Path(data_dir) if data_dir is not None else default_data_dir(rows, seed)
     with contextlib.ExitStack() as stack:
         stack.enter_context(using_dataset(rows, data, seed=seed))  # not regenerated under this run
+        if data_dir is None:  # the cache stays bounded: least recently used data sets out first
+            data_cache.touch(data)
+            data_cache.prune(data.parent, keep=data)
         client = connect(scheduler) if scheduler else None
         if client is not None:
             stack.callback(close_client, client)

@@ -266,6 +266,26 @@ class UndefinedMetricWarning(UserWarning):
     """Evaluation data that leaves some metrics undefined (all labels one class)."""
 
 
+class FbrapidsWarning(UserWarning):
+    """The base class of the warnings fbrapids gives on purpose: something that may be
+    meant, but is more often a mistake (the message names the file, column or feature)."""
+
+
+class SeparatorWarning(FbrapidsWarning):
+    """A CSV file read with a ``sep`` that splits its header into one column, where another
+    separator splits it into several (``read_view(path, sep=";")`` on a comma file)."""
+
+
+class NoMatchWarning(FbrapidsWarning):
+    """A ``clean(json=...)`` path found in none of the documents that parse (its output
+    column is all null)."""
+
+
+class ReplacedColumnWarning(FbrapidsWarning):
+    """An ``extract`` feature named like one of the frame's input columns: the input
+    column is replaced by the feature."""
+
+
 class PlotUnavailableError(FbrapidsError, ImportError):
     """matplotlib (the ``plot`` extra) is not installed."""
 

@@ -90,6 +90,7 @@ class PipelineResult:
     removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
     fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
+    steps: int = 0  #: training steps (global batches) taken
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
     def _repr_html_(self) -> str:
@@ -468,11 +469,13 @@ def run_pipeline(
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
+    from fbrapids.cluster import frozen_worker_watchdog
     from fbrapids.workdir import lock_work_dir, temporary_work_dir
 
     with contextlib.ExitStack() as stack:
         work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir())
-        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work):
+        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
+                frozen_worker_watchdog(client, f"the run on {data_dir}"):
             result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                           work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
                           checkpoint_every, train_threads, sequences, resume, nan)
@@ -489,14 +492,12 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
          nan: str = "error") -> PipelineResult:
     import torch
 
-    from fbrapids.datagen import TS0, DAYS
     from fbrapids.joins import join_decision_mark, join_decisions
     from fbrapids import kernels as kernel_stats
     from fbrapids.features import plan_for
     from fbrapids.trainers.fit import fit, predict
     from fbrapids.trainers.metrics import all_metrics
     from fbrapids.trainers.sparse import StoreConfig
-    from fbrapids.plan_checks import check_held_out, check_stream_columns
 
     be = get_backend(backend)
     torch.manual_seed(seed)
@@ -512,35 +513,19 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
-    sparse = list(sparse or SPARSE)
-    dense = list(dense or DENSE)
-    extra_features = dict(extra_features or {})
-    if model == "din" and sequences is None:
-        sequences = {DIN_SEQUENCE: DIN_TARGET}
-        extra_features = {**din_history(), **extra_features}
-    for seq in sequences or {}:
-        if seq not in sparse:
-            sparse.append(seq)
-    run = _run_settings(data_dir, model, embedding_dim, dense, sparse, sequences, extra_features, batch_size, seed)
+    inputs = training_inputs(data_dir, model, embedding_dim, batch_size, seed, sparse, dense, extra_features,
+                             sequences)
+    sparse, dense, sequences, extra_features, run = (inputs.sparse, inputs.dense, inputs.sequences,
+                                                     inputs.extra_features, inputs.run)
     if resume and checkpoint:
         _check_resume(work / "checkpoints", run)  # a resume with other settings: refused before planning
-    plain, history, to_fit = split_fitted(extra_features)
-    merged, parts = feature_frame(data_dir, backend=be.name, extra_features=plain)
-    if history:  # on dask: one shuffle by each history key, right across partition boundaries
-        merged = merged.fbx.extract(**history)
-    cutoff = TS0 + (DAYS - 1) * DAY
-    check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
-    train, test = split_by_day(merged, cutoff)
-    if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
-        t = time.perf_counter()
-        fitted_state = train.fbx.fit(**to_fit)
-        train = train.fbx.extract(fitted_state, training=True)
-        test = test.fbx.extract(fitted_state)
-        result.seconds["fit"] = time.perf_counter() - t
-        result.fitted = fitted_state.explain()
+    frames = plan_frames(inputs, data_dir, be.name)
+    train, test, parts, plain = frames.train, frames.test, frames.parts, frames.plain
+    if frames.fitted_state is not None:
+        result.seconds["fit"] = frames.fit_s
+        result.fitted = frames.fitted_state.explain()
         if checkpoint:
-            fitted_state.save(work / "fitted")
-    check_stream_columns(train._meta, LABEL, dense, sparse, data_dir)  # fitted features included
+            frames.fitted_state.save(work / "fitted")
     store = StoreConfig(cache_rows=cache_rows, host_rows=host_rows, ssd_dir=str(work / "store"), seed=seed)
     net = build_model(model, len(dense), sparse, store, embedding_dim, sequences=sequences)
     ckpt_dir = (work / "checkpoints") if checkpoint else None
@@ -561,7 +546,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     # trainer, as stream(prefetch=2) holds over a dask frame
     test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
     producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
-    stream = _WaitTimer(_stream(producer, dense, sparse, batch_size, seed, nan))
+    stream = _WaitTimer(batch_stream(producer, dense, sparse, batch_size, seed, nan))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:
         train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
@@ -574,7 +559,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
                      keep_checkpoints=KEEP_CHECKPOINTS)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
-        test_stream = _stream(test_producer, dense, sparse, batch_size, seed, nan)
+        test_stream = batch_stream(test_producer, dense, sparse, batch_size, seed, nan)
         result.predictions = predict(net, test_stream, progress=progress)
         evaluate_s = time.perf_counter() - t
     finally:
@@ -584,6 +569,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.train_wait_s = stream.wait_s
     result.overlap_s = max(0.0, producer.busy_s - stream.wait_s)
     result.samples_per_s = stream.samples / train_s if train_s > 0 else 0.0
+    result.steps = fitted.steps
     if fitted.checkpoints:
         result.checkpoint = str(fitted.checkpoints[-1])
     elif getattr(fitted, "resumed_from", None) is not None:
@@ -619,6 +605,84 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     result.bytes_written, result.bytes_read = io.write_bytes, io.rchar
     result.work_tree = tree_bytes(work)
     return result
+
+
+@dataclass
+class TrainingInputs:
+    """What :func:`run_pipeline` trains ``model`` on, before any data is read
+    (:func:`training_inputs`), and the lazy frames once planned (:func:`plan_frames`)."""
+
+    model: str
+    dense: list[str]
+    sparse: list[str]
+    sequences: dict[str, str] | None
+    extra_features: dict[str, Any]
+    run: dict[str, Any]  #: the settings a checkpoint records and a resume must share
+
+
+@dataclass
+class PlannedFrames:
+    """The lazy training and held-out frames of a run (:func:`plan_frames`)."""
+
+    train: Any
+    test: Any
+    parts: dict[str, Any]
+    plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
+    fitted_state: Any = None
+    fit_s: float = 0.0
+
+
+def training_inputs(data_dir: str | Path, model: str, embedding_dim: int, batch_size: int, seed: int,
+                    sparse: list[str] | None = None, dense: list[str] | None = None,
+                    extra_features: dict[str, Any] | None = None,
+                    sequences: dict[str, str] | None = None) -> TrainingInputs:
+    """The features ``model`` trains on (DIN: its behaviour sequence added) and the run's
+    settings (:func:`run_pipeline`'s defaults; reads only the data's footers).
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datagen import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(300, d)
+        >>> t = training_inputs(d, "din", 16, 2048, 0)
+        >>> t.sequences, t.sparse[-1], t.run["batch_size"]
+        ({'hist_cat': 'category'}, 'hist_cat', 2048)
+    """
+    sparse = list(sparse or SPARSE)
+    dense = list(dense or DENSE)
+    extra_features = dict(extra_features or {})
+    if model == "din" and sequences is None:
+        sequences = {DIN_SEQUENCE: DIN_TARGET}
+        extra_features = {**din_history(), **extra_features}
+    for seq in sequences or {}:
+        if seq not in sparse:
+            sparse.append(seq)
+    run = _run_settings(data_dir, model, embedding_dim, dense, sparse, sequences, extra_features, batch_size, seed)
+    return TrainingInputs(model, dense, sparse, sequences, extra_features, run)
+
+
+def plan_frames(inputs: TrainingInputs, data_dir: str | Path, backend: str | None = None) -> PlannedFrames:
+    """The lazy training days and held-out day of ``data_dir`` with ``inputs``' features:
+    history features over the whole log, fitted ones fitted once on the training days
+    (out-of-fold there, frozen on the held-out day), the stream's columns checked."""
+    from fbrapids.datagen import TS0, DAYS
+    from fbrapids.plan_checks import check_held_out, check_stream_columns
+
+    plain, history, to_fit = split_fitted(inputs.extra_features)
+    merged, parts = feature_frame(data_dir, backend=backend, extra_features=plain)
+    if history:  # on dask: one shuffle by each history key, right across partition boundaries
+        merged = merged.fbx.extract(**history)
+    cutoff = TS0 + (DAYS - 1) * DAY
+    check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
+    train, test = split_by_day(merged, cutoff)
+    out = PlannedFrames(train, test, parts, plain)
+    if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
+        t = time.perf_counter()
+        out.fitted_state = train.fbx.fit(**to_fit)
+        out.train = train.fbx.extract(out.fitted_state, training=True)
+        out.test = test.fbx.extract(out.fitted_state)
+        out.fit_s = time.perf_counter() - t
+    check_stream_columns(out.train._meta, LABEL, inputs.dense, inputs.sparse, data_dir)  # fitted features included
+    return out
 
 
 def _run_settings(data_dir: str | Path, model: str, embedding_dim: int, dense: list[str], sparse: list[str],
@@ -690,8 +754,11 @@ def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any
     return need
 
 
-def _stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
-            nan: str = "error") -> Any:
+def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
+                 nan: str = "error") -> Any:
+    """The trainer's stream of ``source`` (the label, group and the given features) as
+    :func:`run_pipeline` trains on it: the same batches in the same order for the same
+    source, batch size and seed."""
     from fbrapids.trainers.stream import stream
 
     return stream(source, label=LABEL, dense=dense, sparse=sparse, group=GROUP, batch_size=batch_size,

@@ -32,6 +32,14 @@ def _figure(nrows: int = 1, ncols: int = 1, gridspec_kw: dict | None = None, **k
     return fig, axes
 
 
+def _settled(fig: Any) -> Any:
+    """``fig`` with its constrained layout run once before it is returned: tick labels that
+    change with the axes' final size (``-0.015`` -> ``-0.0150``) are then known to the
+    layout a save or a notebook display makes, so no label ends up past the canvas."""
+    fig.draw_without_rendering()
+    return fig
+
+
 def training_curves(losses: Sequence[float], heldout_auc: Mapping[int, float] | None = None,
                     smooth: int = 50) -> Any:
     """Training loss per step (raw and a moving average) and held-out AUC at the steps it
@@ -67,7 +75,7 @@ def training_curves(losses: Sequence[float], heldout_auc: Mapping[int, float] | 
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
     ax.legend(handles, labels, loc="upper right", fontsize=8)
-    return fig
+    return _settled(fig)
 
 
 def calibration_bins(labels: Any, preds: Any, bins: int = 10) -> dict[str, np.ndarray]:
@@ -97,7 +105,7 @@ def calibration_bins(labels: Any, preds: Any, bins: int = 10) -> dict[str, np.nd
 def calibration(labels: Any, preds: Any, bins: int = 10) -> Any:
     """A reliability diagram: observed click rate against mean predicted CTR per bucket of
     predictions (the diagonal is perfect calibration), with each bucket's row count in a
-    bar chart below and written beside its point.
+    bar chart below, written above its bar (never over the diagram's markers).
 
     Example:
         >>> fig = calibration([0, 1, 1, 0, 1], [0.1, 0.8, 0.6, 0.3, 0.9], bins=4)
@@ -108,8 +116,6 @@ def calibration(labels: Any, preds: Any, bins: int = 10) -> Any:
     fig, (ax, bars) = _calibration_axes()
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfectly calibrated")
     ax.plot(b["pred"], b["observed"], "o-", color="#1f4e79", label="model")
-    for x, yv, n in zip(b["pred"], b["observed"], b["count"]):
-        ax.annotate(f"{int(n):,}", (x, yv), textcoords="offset points", xytext=(4, -10), fontsize=7, color="#555555")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("mean predicted CTR")
@@ -118,11 +124,28 @@ def calibration(labels: Any, preds: Any, bins: int = 10) -> Any:
     ax.legend(loc="upper left", fontsize=8)
     width = 1.0 / bins
     lefts = b["edges"][b["bin"]]
-    bars.bar(lefts, b["count"], width=width, align="edge", color="#9bb7d4", edgecolor="#1f4e79")
+    drawn = bars.bar(lefts, b["count"], width=width, align="edge", color="#9bb7d4", edgecolor="#1f4e79")
+    bars.bar_label(drawn, labels=[_short_count(n) for n in b["count"]], fontsize=7, color="#555555", padding=1)
+    bars.set_ylim(0, b["count"].max() * 1.3 if len(b["count"]) else 1)  # room for the counts above the bars
     bars.set_xlim(0, 1)
     bars.set_xlabel("predicted CTR bucket")
     bars.set_ylabel("rows")
-    return fig
+    return _settled(fig)
+
+
+def _short_count(n: int) -> str:
+    """A bucket's row count in at most 4 characters, so that neighbouring labels never meet.
+
+    Example:
+        >>> [_short_count(n) for n in (7, 1234, 56_789, 3_400_000)]
+        ['7', '1.2k', '57k', '3.4M']
+    """
+    n = int(n)
+    for unit, size in (("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            v = n / size
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return str(n)
 
 
 def _calibration_axes() -> tuple[Any, tuple[Any, Any]]:
@@ -159,7 +182,7 @@ def store_hit_rates(model_or_stats: Any) -> Any:
     ax.set_ylabel("hit rate")
     ax.set_title("embedding store hit rate per feature")
     ax.legend(fontsize=8)
-    return fig
+    return _settled(fig)
 
 
 def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
@@ -184,12 +207,16 @@ def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc")) -> Any:
+def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Any:
     """AUC and GAUC deltas (candidate - baseline) per candidate, with the bootstrap 95%
-    intervals as error bars and the zero line marked.
+    intervals as error bars and the zero line marked, inside the frame (the axis spans the
+    bars, the intervals and zero, with a margin) and the legend inside the figure.
 
     Args:
         results: a ``TrialResult``, or ``{label: TrialResult}`` for several candidates.
+        metrics: the deltas drawn.
+        title: a line over the chart (e.g. the data it was measured on), wrapped to the
+            figure's width.
 
     Example:
         >>> from fbrapids.trials import TrialResult
@@ -208,6 +235,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc")) -> Any:
     width = 0.8 / len(metrics)
     ax.axhline(0.0, color="black", linewidth=1.0, label="no change")
     colors = {"auc": "#1f4e79", "gauc": "#c0504d"}
+    span = [0.0]
     for i, m in enumerate(metrics):
         deltas = np.array([results[k].delta[m] for k in labels], dtype=np.float64)
         lo = np.array([results[k].interval.get(m, (np.nan, np.nan))[0] for k in labels], dtype=np.float64)
@@ -215,11 +243,59 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc")) -> Any:
         err = np.vstack([np.clip(deltas - lo, 0, None), np.clip(hi - deltas, 0, None)])
         ax.bar(x + (i - (len(metrics) - 1) / 2) * width, deltas, width=width, yerr=err, capsize=4,
                label=f"{m.upper()} delta (95% bootstrap)", color=colors.get(m, None))
+        span += [v for v in np.concatenate([deltas, lo, hi]).tolist() if np.isfinite(v)]
+    bottom, top = min(span), max(span)
+    pad = 0.12 * (top - bottom) or 1e-3
+    ax.set_ylim(bottom - pad, top + pad)  # zero, every bar and interval inside the frame, never on it
     ax.set_xticks(x, labels)
     ax.set_ylabel("candidate - baseline")
     ax.set_title("feature trial")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
-    return fig
+    # below the axes, two entries a row: as wide as the narrowest figure (one candidate) holds
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    if title:  # wrapped before the layout is made (constrained layout cannot shrink a long line)
+        import textwrap
+
+        fig.suptitle(textwrap.fill(title, width=int(fig.get_figwidth() * 72 / (9 * 0.62))), fontsize=9)
+    return _settled(fig)
+
+
+def clipped_text(fig: Any) -> list[str]:
+    """The texts of ``fig`` (titles, labels, tick labels, legends, annotations) that reach
+    past its canvas once drawn: each as ``'text' (what sticks out)``; empty when none does.
+
+    Example:
+        >>> fig = stage_seconds({"plan": 0.5})
+        >>> clipped_text(fig)
+        []
+        >>> _ = fig.text(0.9, 0.5, "far too long a note for this corner")
+        >>> clipped_text(fig)
+        ["'far too long a note for this corner' (right by ...px)"]
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    width, height = canvas.get_width_height()
+    undrawn = set()  # tick labels outside the axis' view (made by the locator, never drawn)
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            tol = 1e-9 * max(1.0, abs(hi - lo))
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - tol <= tick.get_loc() <= hi + tol:
+                    undrawn.update({id(tick.label1), id(tick.label2)})
+    out = []
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip() or id(t) in undrawn:
+            continue
+        box = t.get_window_extent(renderer)
+        over = {"left": -box.x0, "right": box.x1 - width, "bottom": -box.y0, "top": box.y1 - height}
+        sides = [f"{side} by {v:.0f}px" for side, v in over.items() if v > 0.5]
+        if sides:
+            out.append(f"{t.get_text()!r} ({', '.join(sides)})")
+    return out
 
 
 def stage_seconds(seconds: Mapping[str, float]) -> Any:
@@ -239,4 +315,4 @@ def stage_seconds(seconds: Mapping[str, float]) -> Any:
     ax.invert_yaxis()
     ax.set_xlabel("seconds")
     ax.set_title("seconds per stage")
-    return fig
+    return _settled(fig)

@@ -1,4 +1,4 @@
-"""The canonical workload's views (``shared/bench/WORKLOAD.md``) as ``.fbx`` method chains.
+"""The canonical workload's views (``docs/workload.md``) as ``.fbx`` method chains.
 
 Sections 3 (clean) and 4 (join) of the workload, written once here and used by the demo,
 the pipeline and the benchmarks, on eager or dask frames of either backend.

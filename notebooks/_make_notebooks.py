@@ -10,13 +10,16 @@ from fbrapids.datagen import ensure_dataset
 
 %matplotlib inline
 ROWS = int(os.environ.get("FBRAPIDS_NOTEBOOK_ROWS", "20000"))   # the tests run these notebooks on small data
-DATA = ensure_dataset(ROWS, Path(tempfile.gettempdir()) / f"fbrapids-notebook-data-{ROWS}")
-print(fbrapids.get_backend(), f"{ROWS:,} impressions in $TMPDIR/{DATA.name}")'''
+WORK = tempfile.TemporaryDirectory(prefix="fbrapids-notebook-")   # this notebook's data, removed by its last cell
+DATA = ensure_dataset(ROWS, Path(WORK.name) / "data")
+print(fbrapids.get_backend(), f"{ROWS:,} impressions, generated into a temporary folder")'''
+CLEANUP = '''WORK.cleanup()   # the data folder: nothing is left in $TMPDIR'''
 
 
 def nb(name, cells):
     book = nbf.v4.new_notebook()
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cells = [*cells, CLEANUP]  # every notebook ends by removing what it made
     book.cells = [nbf.v4.new_markdown_cell(c[3:]) if c.startswith("md:") else nbf.v4.new_code_cell(c) for c in cells]
     nbf.write(book, out / name)
 
@@ -90,7 +93,7 @@ plot.training_curves(losses, heldout_auc, smooth=10)''',
 p = predict(model, batches(heldout), progress=False)
 plot.calibration(p["label"], p["pred"], bins=10)''',
     '''plot.store_hit_rates(model)''',
-    '''ssd.cleanup()   # nothing left in the temporary folder''',
+    '''ssd.cleanup()   # the SSD tier's files''',
 ])
 
 nb("02_custom_c_operator.ipynb", [

@@ -124,9 +124,17 @@ def _embedding(r: dict) -> str:
               ("cuda_embeddingbag_ops_per_s", "EmbeddingBag on cuda"), ("tiered_cuda_ops_per_s", "store on cuda"),
               ("tiered_10x_ops_per_s", "SSD 10x over RAM"))
     parts = []
+    ratio_labels = (("store_over_torchrec_fused", "store / FusedEBC"), ("store_over_fbgemm_tbe", "store / TBE"),
+                    ("ssd_10x_over_in_ram", "SSD 10x / in RAM"))
     for threads, figs in (r.get("by_threads") or {"": r}).items():
         cells = ", ".join(f"{label} {_k(figs[key])}" for key, label in labels if figs.get(key))
-        parts.append(f"{threads} thread(s): {cells} ids/s" if threads else f"{cells} ids/s")
+        ratios = ", ".join(f"{label} {figs[key]:.2f}" for key, label in ratio_labels if figs.get(key))
+        cells += " ids/s" + (f" ({ratios})" if ratios else "")
+        parts.append(f"{threads} thread(s): {cells}" if threads else cells)
+    env = r.get("environment")
+    if env:
+        parts.append("measured with torch " + str(env.get("torch")) + ", torchrec " + str(env.get("torchrec"))
+                     + ", fbgemm-gpu-cpu " + str(env.get("fbgemm_gpu")))
     if r.get("upper_tier_hit_rate_10x") is not None:
         text = f"{100 * r['upper_tier_hit_rate_10x']:.1f}% of lookups from the RAM tiers"
         if r.get("eviction_10x"):

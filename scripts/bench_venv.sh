@@ -17,7 +17,7 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install --no-deps torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0
 "$VENV/bin/pip" install tensordict torchmetrics==1.0.3 pyre-extensions typing-inspect mypy-extensions \
     lightning-utilities pyvers
-"$VENV/bin/pip" install -e . --config-settings editable_mode=compat
+"$VENV/bin/pip" install -e .
 "$VENV/bin/python" - <<'PY'
 import torch, torchrec, fbgemm_gpu  # noqa: F401  (they load together)
 from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection  # noqa: F401

@@ -53,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024,
                                 cache_rows=1 << 15, host_rows=1 << 16, seed=0)
                    for label, feats in candidates.items()}
-    fig = plot.trial_deltas(results)
-    fig.suptitle(f"feature trials on the default data: {args.rows:,} generated impressions, seed 0 "
-                 f"({args.boot} bootstrap rounds)", fontsize=9)
+    fig = plot.trial_deltas(results, title=f"feature trials on the default data: {args.rows:,} generated "
+                                           f"impressions, seed 0 ({args.boot} bootstrap rounds)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110, metadata={"Software": None})  # no version string: the PNG is reproducible
     logging.info("wrote %s", args.out)

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -27,8 +28,8 @@ import fbrapids  # noqa: E402,F401
 from _trainer_helpers import FEATURES, ctr_frame, small_model  # noqa: E402
 from fbrapids.errors import DistributedError  # noqa: E402
 from fbrapids.trainers.batch import Batch  # noqa: E402
-from fbrapids.trainers.distributed import (RankSlices, evaluate_distributed, fit_distributed,  # noqa: E402
-                                           rank_store_config, shard_partitions)
+from fbrapids.trainers.distributed import (LeaderFeed, RankSlices, evaluate_distributed,  # noqa: E402
+                                           fit_distributed, rank_store_config, shard_partitions)
 from fbrapids.trainers.distributed.checkpoint import sharded_digest  # noqa: E402
 from fbrapids.trainers.models import DeepFM  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
@@ -140,12 +141,19 @@ def deepfm_model() -> DeepFM:
 UNEVEN_SIZES = [150, 0, 70, 25, 105]
 
 
-def uneven_frame() -> Any:
+def uneven_frame(sizes: list[int] = UNEVEN_SIZES, seed: int = 3, history: bool = False) -> Any:
+    """A dask frame of ``ctr_frame`` rows in partitions of ``sizes`` rows, with a row id
+    ``rid`` (and with ``history``, a list column ``hist`` of earlier ads, for DIN)."""
     import dask.dataframe as dd
 
-    df = ctr_frame(sum(UNEVEN_SIZES), seed=3)
+    df = ctr_frame(sum(sizes), seed=seed)
     df["rid"] = np.arange(len(df), dtype=np.int64)
-    cuts = np.cumsum([0, *UNEVEN_SIZES])
+    if history:
+        rng = np.random.default_rng(seed + 1)
+        pool = np.unique(df["ad"].to_numpy().view(np.int64))
+        df["hist"] = pd.Series([list(rng.choice(pool, rng.integers(1, 5))) for _ in range(len(df))],
+                               dtype=pd.ArrowDtype(pa.list_(pa.int64())))
+    cuts = np.cumsum([0, *sizes])
     pieces = [df.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts[:-1], cuts[1:])]
     return dd.from_map(lambda p: p, pieces, meta=df.iloc[:0], enforce_metadata=False)
 
@@ -196,26 +204,144 @@ def mismatch(rank: int, world: int, root: Path) -> dict:
 def restore_other_world(rank: int, world: int, root: Path) -> dict:
     """Restore the W=2 checkpoint of train_match at this world size (no training)."""
     model = small_model(store_for(root, f"w{world}", rank))
-    res, tr = fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
+    res, tr = fit_distributed(model, RankSlices([], rank, world), checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
     return {"tables": table_states(tr), "dense": dense_state(model), "resumed": str(res.resumed_from)}
 
 
+FEED_BATCH = 64
+FEED_DATA = {"uneven": UNEVEN_SIZES, "one": [sum(UNEVEN_SIZES)]}  # partitions' rows
+KILL_SIZES = [300, 0, 424, 300]  # 1024 rows: 16 global batches of FEED_BATCH
+KILL_RUN = {"data": "uneven_frame(KILL_SIZES, seed=5)"}  # what the killed run records as its data
+
+
+def feed_stream(frame: Any, batch: int = FEED_BATCH) -> Any:
+    """The global stream the leader reads (row ids as the group: each trained row is named)."""
+    return frame.fbx.stream(label="click", dense=["d0", "d1"], sparse=FEATURES, batch_size=batch, group="rid")
+
+
+def leader_feed(sizes: list[int], seed: int, rank: int, world: int, group: Any = None, batch: int = FEED_BATCH) -> Any:
+    """Rank ``rank``'s LeaderFeed of ``uneven_frame(sizes, seed)``: only rank 0 builds the stream."""
+    return LeaderFeed(feed_stream(uneven_frame(sizes, seed), batch) if rank == 0 else None, rank, world, group)
+
+
+def feed(rank: int, world: int, root: Path) -> dict:
+    """Rank 0 streams the global batches of an uneven dask frame (an empty partition, at W=4
+    fewer useful partitions than ranks, a short last batch) and of one partition; every rank
+    trains its rows of each; then evaluation over the same feed."""
+    out = {}
+    for name, sizes in FEED_DATA.items():
+        feed_ = leader_feed(sizes, 3, rank, world)
+        seen: list[np.ndarray] = []
+        model = small_model(StoreConfig(cache_rows=4096))
+        res, tr = fit_distributed(model, feed_, on_step=lambda step, b: seen.append(b.group.numpy().copy()))
+        metrics = evaluate_distributed(tr, leader_feed(sizes, 3, rank, world))
+        out[name] = {"steps": res.steps, "rids": seen, "rows": feed_.rows, "dense": dense_state(model),
+                     "tables": table_states(tr), "metrics": metrics}
+    return out
+
+
+def din_model() -> Any:
+    from fbrapids.trainers.models import DIN
+
+    torch.manual_seed(0)
+    return DIN(2, FEATURES, {"hist": "ad"}, embedding_dim=8, attention_mlp=[8], mlp=[16],
+               store=StoreConfig(cache_rows=4096))
+
+
+def din_stream(frame: Any) -> Any:
+    return frame.fbx.stream(label="click", dense=["d0", "d1"], sparse=[*FEATURES, "hist"], batch_size=FEED_BATCH,
+                            group="rid")
+
+
+def feed_din(rank: int, world: int, root: Path) -> dict:
+    """DIN (attention over a history list sharing the ad table) on rank 0's global batches."""
+    def make() -> Any:
+        return LeaderFeed(din_stream(uneven_frame(UNEVEN_SIZES, 3, history=True)) if rank == 0 else None, rank, world)
+
+    model = din_model()
+    res, tr = fit_distributed(model, make())
+    return {"steps": res.steps, "dense": dense_state(model), "tables": table_states(tr),
+            "metrics": evaluate_distributed(tr, make())}
+
+
 def kill_mid_commit(rank: int, world: int, root: Path) -> dict:
-    """Checkpoint at step 2, then rank 1 is killed (SIGKILL) while writing step 4's shard."""
-    df = ctr_frame(ROWS)
+    """Rank 0 feeds the global batches; checkpoint at step 2, then rank 1 is killed (SIGKILL)
+    while writing step 4's shard.  The rows each rank trained are written per step as it goes."""
     model = small_model(store_for(root, "k", rank))
 
     def die(path: Path) -> None:
         if rank == 1 and "step-0000000004" in str(path):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    fit_distributed(model, RankSlices(global_batches(df), rank, world), checkpoint_dir=root / "ckpt-k",
-                    checkpoint_every=2, max_steps=4, on_file=die)
+    def record(step: int, b: Batch | None) -> None:
+        np.save(root / f"k-rids-{rank}-{step}.npy", b.group.numpy() if b is not None else np.zeros(0, np.int64))
+
+    fit_distributed(model, leader_feed(KILL_SIZES, 5, rank, world), checkpoint_dir=root / "ckpt-k",
+                    checkpoint_every=2, max_steps=4, on_file=die, on_step=record, run=KILL_RUN)
+    return {}
+
+
+def resume_killed_at(rank: int, world: int, root: Path, group: Any = None) -> dict:
+    """Resume a copy of kill_mid_commit's checkpoints on ``world`` ranks (of ``group``), to the end."""
+    import shutil
+
+    ckpt = root / f"ckpt-k-w{world}"
+    if rank == 0:
+        shutil.copytree(root / "ckpt-k", ckpt)
+    dist.barrier(group=group)
+    model = small_model(store_for(root, f"kr{world}", rank))
+    seen: list[np.ndarray] = []
+    res, tr = fit_distributed(model, leader_feed(KILL_SIZES, 5, rank, world, group), checkpoint_dir=ckpt,
+                              run=KILL_RUN, group=group, on_step=lambda step, b: seen.append(b.group.numpy().copy()))
+    metrics = evaluate_distributed(tr, leader_feed(KILL_SIZES, 5, rank, world, group))
+    return {"steps": res.steps, "resumed": str(res.resumed_from), "rids": seen, "metrics": metrics,
+            "dense": dense_state(model), "tables": table_states(tr)}
+
+
+def resume_killed(rank: int, world: int, root: Path) -> dict:
+    """The killed W=2 run resumed on these ranks, and on the group of ranks 0 and 1."""
+    out = {"all": resume_killed_at(rank, world, root)}
+    pair = dist.new_group([0, 1])
+    if rank < 2:
+        out["pair"] = resume_killed_at(rank, 2, root, pair)
+    dist.barrier()
+    return out
+
+
+def demo_match(rank: int, world: int, root: Path) -> dict:
+    """The demo's training (fbrapids.demo_distributed.train_rank) on the small default data
+    generated in ``root/demo-data`` (one training partition), global batch DEMO_BATCH."""
+    from fbrapids.demo_distributed import train_rank
+
+    return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(root / f"demo-w{world}"),
+                                    "batch_size": DEMO_BATCH})
+
+
+def demo_stopped(rank: int, world: int, root: Path) -> dict:
+    """The same demo stopped after DEMO_STOP steps, checkpointed every 2 (resumed by the test's CLI call)."""
+    from fbrapids.demo_distributed import train_rank
+
+    return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(root / "demo-stopped"),
+                                    "batch_size": DEMO_BATCH, "checkpoint_every": 2, "max_steps": DEMO_STOP})
+
+
+DEMO_ROWS, DEMO_BATCH, DEMO_STOP = 3000, 256, 4
+
+
+def stop_rank(rank: int, world: int, root: Path) -> dict:
+    """Rank 1 stops itself (SIGSTOP) after step 2; the others wait for it in the next step's collectives."""
+    def stop(step: int, b: Batch | None) -> None:
+        if rank == 1 and step == 2:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    fit_distributed(small_model(StoreConfig(cache_rows=4096)), RankSlices(global_batches(ctr_frame(512), 64), rank,
+                                                                          world), on_step=stop)
     return {}
 
 
 SCENARIOS = {f.__name__: f for f in (train_match, train_again, resume_same_world, deepfm_counts, uneven, mismatch,
-                                     restore_other_world, kill_mid_commit)}
+                                     restore_other_world, kill_mid_commit, feed, feed_din, resume_killed, demo_match,
+                                     demo_stopped, stop_rank)}
 
 
 def run(rank: int, world: int, names: list[str], root: str) -> dict:

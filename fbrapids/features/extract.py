@@ -18,11 +18,13 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping
 
+from fbrapids.errors import ReplacedColumnWarning
 from fbrapids.features.fitted import Fitted, extract_frame, has_frame_ops
 from fbrapids.features.run import run_features
-from fbrapids.kernels import as_expr
+from fbrapids.kernels import Col, as_expr
 
 
 def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True, training: bool = False,
@@ -47,7 +49,10 @@ def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True
             run whole, without a bar.
 
     Returns:
-        A frame of the same kind with the feature columns added.
+        A frame of the same kind with the feature columns added.  A feature named like
+        an input column replaces it (like ``assign``), with a
+        :class:`~fbrapids.errors.ReplacedColumnWarning` naming it, unless the feature is
+        that column itself.
 
     Raises:
         FeatureError: a feature names a missing column, an operator gets a wrong-typed
@@ -61,12 +66,37 @@ def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True
         [1.0, 0.0]
     """
     if isinstance(features, Fitted):
+        warn_replaced(obj, features.features)
         return extract_frame(obj, features, training=training, fused=fused, progress=progress)
     features = getattr(features, "features", features)  # a FeatureSet
     if not features:
         return obj
     features = {name: as_expr(e) for name, e in features.items()}
+    warn_replaced(obj, features)
     if has_frame_ops(features):  # fitted, history and row operators: frame-level stage first
         return extract_frame(obj, features, training=training, allow_unfitted=allow_unfitted, fused=fused,
                              progress=progress)
     return run_features(obj, features, fused, progress)
+
+
+def warn_replaced(obj: Any, features: Mapping[str, Any]) -> None:
+    """A :class:`~fbrapids.errors.ReplacedColumnWarning` naming the features that replace an
+    input column of ``obj`` (a feature that is the column itself replaces nothing).
+
+    Example:
+        >>> import pandas as pd, warnings
+        >>> from fbrapids import ops
+        >>> with warnings.catch_warnings(record=True) as seen:
+        ...     warnings.simplefilter("always")
+        ...     warn_replaced(pd.DataFrame({"user_id": [1]}), {"user_id": ops.hash_bucket("user_id", 8)})
+        >>> str(seen[0].message)[:58]
+        "extract: feature 'user_id' replaces the input column 'user"
+    """
+    columns = set(getattr(obj, "columns", ()))
+    replaced = [n for n, e in features.items() if n in columns and as_expr(e) != Col(n)]
+    if replaced:
+        names = ", ".join(map(repr, replaced))
+        warnings.warn(f"extract: feature{'s' if len(replaced) > 1 else ''} {names} replace{'' if len(replaced) > 1 else 's'}"
+                      f" the input column{'s' if len(replaced) > 1 else ''} {names}; name "
+                      f"{'them' if len(replaced) > 1 else 'it'} differently to keep both", ReplacedColumnWarning,
+                      stacklevel=3)

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 from fbrapids.kernels.cache import cached_artifact, invalidate, source_key
 from fbrapids.kernels.headers import inline_headers
@@ -72,6 +73,22 @@ def _explain_error(log: str, source: str) -> str:
     return f"the C compiler rejected a generated meta-kernel:\n{head}\n--- compiler output ---\n{log.strip()[-4000:]}"
 
 
+def compile_bar(where: Path) -> Any:
+    """The line a cold compile shows while the C compiler runs (a plan's first use on this
+    machine: seconds per layer; later runs load the cached library): a tqdm line on a
+    terminal or in a notebook, with the seconds taken once it is done; nothing elsewhere
+    (``disable=None``: tqdm's own test of the output).
+
+    Example:
+        >>> with compile_bar(Path("/tmp")) as bar:
+        ...     pass
+    """
+    from tqdm.auto import tqdm
+
+    return tqdm(total=None, desc=f"fbrapids: compiling a meta-kernel (once: cached in {where})",
+                bar_format="{desc} {elapsed}", disable=None, leave=True)
+
+
 def compile_source(source: str) -> Path:
     """The path of the shared library built from ``source`` (from the cache when present)."""
     cc = find_compiler()
@@ -81,7 +98,8 @@ def compile_source(source: str) -> Path:
         src = out.with_suffix(".c")
         src.write_text(source)
         try:
-            res = subprocess.run([cc, *FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True)
+            with compile_bar(out.parent):
+                res = subprocess.run([cc, *FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True)
         finally:
             src.unlink(missing_ok=True)
         if res.returncode != 0:

@@ -42,12 +42,12 @@ import torch
 
 from fbrapids import backend as _backend
 from fbrapids.partition_pass import iter_partitions
-from fbrapids.trainers.batch import Batch, Columns
+from fbrapids.trainers.batch import Batch, Columns, sparse_column
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
 from fbrapids.trainers.ranges import check_ranges, validate_ranges
-from fbrapids.errors import ArgumentError, NotFoundError
+from fbrapids.errors import ArgumentError, FbrapidsError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ class BatchStream:
         self.stats: dict[str, int] = {}
         self.producer_threads: set[str] = set()
         self._check_columns()
+        self._check_eager_ids()
 
     def set_epoch(self, epoch: int) -> None:
         """Shuffle epoch ``epoch`` in its own order (fixed by ``(seed, epoch)``); ``fit`` calls it."""
@@ -162,6 +163,13 @@ class BatchStream:
         missing = [c for c in wanted if c not in cols]
         if missing:
             raise NotFoundError(f"stream: columns {missing} are not in the frame (it has {list(cols)})")
+
+    def _check_eager_ids(self) -> None:
+        """A pandas source's sparse columns checked now, before any work (a null id, a
+        non-integer column: an error naming the column and row), not in the producer."""
+        if isinstance(self.source, pd.DataFrame):
+            for name in self.sparse:
+                sparse_column(self.source[name], name)
 
     # -- producer ------------------------------------------------------------------------
     def _pass_window(self) -> int:
@@ -272,6 +280,8 @@ class BatchStream:
             while True:
                 item = q.get()
                 if isinstance(item, _Failure):
+                    if isinstance(item.exc, FbrapidsError):  # one clear line, not the producer thread's frames
+                        raise item.exc.with_traceback(None)
                     raise item.exc
                 if item is _DONE:
                     self._known_rows = self.stats["rows"]  # a whole pass: its batch count is known now

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, Union
 
@@ -34,7 +35,7 @@ from fbrapids import backend as _backend
 from fbrapids.frame_rows import fill_null_strings, filter_rows
 from fbrapids.views import json_fields
 from fbrapids.views.where import Where, evaluate, parse_where
-from fbrapids.errors import CleanError
+from fbrapids.errors import CleanError, NoMatchWarning
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +310,7 @@ def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, dr
         for name, values in cols.items():
             frame[name] = values
         counts["json"][src] = jcounts
+        _warn_unmatched(src, paths, jcounts)
     for col, value in fill.items():
         try:
             frame[col], counts["fill"][col] = _fill_column(frame[col], value)
@@ -320,6 +322,17 @@ def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, dr
         frame = frame.drop(columns=list(drop))
     counts["rows_out"] = int(len(frame))
     return frame, counts
+
+
+def _warn_unmatched(src: str, paths: dict[str, str], jcounts: dict[str, int]) -> None:
+    """A :class:`~fbrapids.errors.NoMatchWarning` for each path found in none of the
+    documents of ``src`` that parse (there being some): its column is all null."""
+    parsed = jcounts["rows"] - jcounts["null_input"] - jcounts["malformed"] - jcounts["too_deep"]
+    for name, path in paths.items():
+        if parsed > 0 and jcounts[f"missing:{name}"] == parsed:
+            hint = " (it has an empty key: two dots in a row, or a dot at an end)" if "" in path.split(".") else ""
+            warnings.warn(f"clean: json path {path!r} (column {name!r}) is in none of the documents of column "
+                          f"{src!r} that parse{hint}: {name!r} is all null", NoMatchWarning, stacklevel=3)
 
 
 def merge_counts(parts: Sequence[dict]) -> dict:
@@ -368,7 +381,10 @@ def clean(
         df: the frame.
         fill: column -> value for its nulls (extracted JSON columns included).
         json: source column -> {output column: dotted path}.  Null, malformed or
-            path-missing documents give null (then ``fill``), and are counted.
+            path-missing documents give null (then ``fill``), and are counted.  A path in
+            none of the documents that parse (``"device..os"``, a typo) gives a
+            :class:`~fbrapids.errors.NoMatchWarning` naming it (on dask, once per process,
+            when a partition is computed).
         where: a filter expression (``"slot >= 0 and not isnull(os)"``; the language and its
             exact typing and null rules are in :mod:`fbrapids.views.where`), a callable
             ``frame -> bool mask``, or a list of them; rows where it is False or unknown

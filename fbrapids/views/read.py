@@ -42,6 +42,7 @@ import io
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,7 +53,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fbrapids import backend as _backend
-from fbrapids.errors import MissingFileError, ViewError
+from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.views import jsonl
 from fbrapids.views.parquet_footer import FilePin, check_footer, check_pin, pin_file
 
@@ -275,8 +276,22 @@ def file_columns(path: str, fmt: str, csv_opts: _CsvOptions) -> list[str] | None
             if csv_opts.names is None:
                 raise ViewError(f"{path}: headerless CSV needs names=[...]")
             return list(csv_opts.names)
-        return _csv_header(path, csv_opts.sep or sniff_sep(path, csv_opts), csv_opts)
+        names = _csv_header(path, csv_opts.sep or sniff_sep(path, csv_opts), csv_opts)
+        if csv_opts.sep is not None and names is not None and len(names) == 1:
+            _warn_one_column(path, csv_opts, names[0])
+        return names
     return _json_plan([path], csv_opts).keys
+
+
+def _warn_one_column(path: str, csv_opts: _CsvOptions, header: str) -> None:
+    """A :class:`~fbrapids.errors.SeparatorWarning` when the given ``sep`` leaves the
+    header one column that the guessed separator splits into several."""
+    guess = sniff_sep(path, dataclasses.replace(csv_opts, sep=None))
+    fields = next(csv.reader([header], delimiter=guess), [])
+    if guess != csv_opts.sep and len(fields) > 1:
+        warnings.warn(f"{path}: sep={csv_opts.sep!r} reads one column named {header[:60]!r}; {guess!r} would "
+                      f"split it into {len(fields)} ({', '.join(fields[:4])}{', ...' if len(fields) > 4 else ''}): "
+                      f"pass sep={guess!r}, or sep=None to guess", SeparatorWarning, stacklevel=2)
 
 
 def _read_type(t: pa.DataType) -> pa.DataType:
@@ -1186,7 +1201,10 @@ def read_view(
         format: ``"parquet"``, ``"csv"`` or ``"json"`` (JSON lines); inferred from suffixes.
         sep: CSV separator.  None: tab for a ``.tsv`` file; else the first of ``","``,
             tab, ``";"``, ``"|"`` that splits each of the file's first lines into the same
-            number (> 1) of fields, most fields winning; ``","`` when none does.
+            number (> 1) of fields, most fields winning; ``","`` when none does.  A given
+            ``sep`` that leaves the header one column, where the guess would split it into
+            several, gives a :class:`~fbrapids.errors.SeparatorWarning` naming the file and
+            the guess (the read goes on with the ``sep`` given).
         header: whether CSV files start with a header line.
         names: column names for headerless CSV.  A row with more fields than the header
             (or ``names``) is an error naming the file and line; a row with fewer has

@@ -16,8 +16,8 @@ def test_there_are_the_four_walkthroughs():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path, monkeypatch):
-    """... and leaves nothing in the temporary folder but its data (a cache, reused by name)
-    and dask's and torch's own folders, and prints no warning."""
+    """... and leaves nothing in the temporary folder but dask's and torch's own folders (its
+    data folder is removed by its last cell), and prints no warning."""
     monkeypatch.setenv("FBRAPIDS_NOTEBOOK_ROWS", "4000")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -29,8 +29,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     assert outputs, "the notebook printed nothing"
     assert not [o for o in outputs if o.get("name") == "stderr" and "Warning" in o.get("text", "")]
     # torch.optim makes an empty $TMPDIR/torchinductor_<user> on first use: torch's own, like dask's scratch space
-    # the notebooks' shared data folder is kept on purpose, with the lock file its generation takes beside it
-    kept = ("fbrapids-notebook-data-4000", ".fbrapids-notebook-data-4000.lock", "dask-scratch-space")
+    kept = ("dask-scratch-space",)
     left = sorted(p.name for p in tmp.iterdir() if p.name not in kept
                   and not (p.name.startswith("torchinductor_") and not any(p.iterdir())))
     assert left == [], f"{path.name} left {left} in the temporary folder"

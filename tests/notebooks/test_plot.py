@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -44,7 +46,9 @@ def test_calibration_points_and_counts_match_the_buckets():
         assert model.get_xdata()[i] == pytest.approx(p[sel].mean())
     assert np.abs(model.get_ydata() - model.get_xdata()).max() < 0.06  # calibrated data lies on the diagonal
     assert [r.get_height() for r in bars.patches] == b["count"].tolist()
-    assert [t.get_text() for t in ax.texts] == [f"{int(n):,}" for n in b["count"]]
+    assert not ax.texts  # the counts are over the bars below, never over the diagram's markers
+    short = [str(n) if n < 1000 else f"{n / 1000:.1f}k" if n < 10_000 else f"{n / 1000:.0f}k" for n in b["count"]]
+    assert [t.get_text() for t in bars.texts] == short
     assert ax.get_title() == "calibration (5,000 rows, 10 buckets)"
     with pytest.raises(ValueError, match="one length"):
         plot.calibration([0, 1], [0.5])
@@ -130,10 +134,93 @@ def test_readme_picture_is_the_scripts_trial_plot():
 
     root = Path(__file__).resolve().parents[2]
     assert "](docs/images/feature_trial.png)" in (root / "README.md").read_text()
-    assert "plot.trial_deltas(results)" in (root / "scripts" / "make_readme_figure.py").read_text()
+    assert "plot.trial_deltas(results, title=" in (root / "scripts" / "make_readme_figure.py").read_text()
     img = Image.open(root / "docs" / "images" / "feature_trial.png")
     two = plot.trial_deltas({"a": _trial(0.01, (0, 0.02), 0.0, (-0.01, 0.01)),
                              "b": _trial(0.01, (0, 0.02), 0.0, (-0.01, 0.01))})
     w, h = two.get_size_inches()
     assert img.size == (round(w * 110), round(h * 110))
     assert len(img.convert("L").getcolors(maxcolors=1 << 16) or []) > 50
+
+
+README_TITLE = "feature trials on the default data: 200,000 generated impressions, seed 0 (200 bootstrap rounds)"
+
+
+@functools.lru_cache(maxsize=1)
+def _figures() -> dict:
+    rng = np.random.default_rng(2)
+    p = rng.random(20_000) ** 3
+    y = (rng.random(20_000) < p).astype(int)
+    two = {"slot x os": _trial(-0.009, (-0.0127, -0.005), -0.009, (-0.0155, -0.0027)),
+           "query x category": _trial(-0.0057, (-0.009, -0.0024), -0.009, (-0.015, -0.0026))}
+    stats = {f"feature_{i:02d}": {"cache": {"hits": 9, "misses": 1}, "host": {"hits": 1, "misses": 1},
+                                  "ssd": {"hits": 1, "misses": 0}} for i in range(12)}
+    return {
+        "training_curves": plot.training_curves(0.7 - 0.001 * np.arange(400), {200: 0.61, 400: 0.65}),
+        "calibration": plot.calibration(y, p, bins=10),
+        "store_hit_rates": plot.store_hit_rates(stats),
+        "trial_deltas (README, titled)": plot.trial_deltas(two, title=README_TITLE),
+        "trial_deltas (a TrialResult)": plot.trial_deltas(_trial(0.01, (0.0, 0.02), 0.0, (-0.01, 0.01), name="a")),
+        "stage_seconds": plot.stage_seconds({"plan": 0.3, "extract+train": 4.0, "extract+evaluate": 1.0}),
+    }
+
+
+@pytest.mark.parametrize("dpi", [100, 110])
+def test_no_figure_text_is_clipped(tmp_path, dpi):
+    """Each figure saved as a PNG (the README's at 110 dpi, a notebook's at 100): everything
+    drawn, measured by matplotlib's own extents after the save, lies inside the canvas."""
+    from matplotlib.text import Text
+
+    for name, fig in _figures().items():
+        renderer = _saved(fig, tmp_path / "f.png", dpi)
+        canvas = fig.bbox  # in the pixels of the save
+        drawn = fig.get_tightbbox(renderer)  # inches: every artist drawn, text included
+        w, h = fig.get_size_inches()
+        assert (drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= w + 0.01 and drawn.y1 <= h + 0.01), \
+            (name, drawn, (w, h))
+        for t in fig.findobj(Text):
+            if t.get_visible() and t.get_text().strip() and t.get_window_extent(renderer).width:
+                box = t.get_window_extent(renderer)
+                if t in _undrawn_ticks(fig):
+                    continue
+                assert canvas.x0 - 1 <= box.x0 and box.x1 <= canvas.x1 + 1, (name, t.get_text(), box, canvas)
+                assert canvas.y0 - 1 <= box.y0 and box.y1 <= canvas.y1 + 1, (name, t.get_text(), box, canvas)
+        assert plot.clipped_text(fig) == [], name
+
+
+def _saved(fig, path, dpi: int = 100):
+    """Save ``fig`` as a PNG at ``dpi`` through an Agg canvas; its renderer, at that dpi."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig.set_dpi(dpi)
+    canvas = FigureCanvasAgg(fig)
+    canvas.print_png(path)
+    return canvas.get_renderer()
+
+
+def _undrawn_ticks(fig) -> list:
+    out = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            out += [lab for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                    if not lo - 1e-9 <= tick.get_loc() <= hi + 1e-9 for lab in (tick.label1, tick.label2)]
+    return out
+
+
+def test_trial_deltas_zero_line_inside_the_frame_and_calibration_counts_off_the_markers(tmp_path):
+    fig = _figures()["trial_deltas (README, titled)"]
+    lo, hi = fig.axes[0].get_ylim()
+    assert lo < -0.0155 and hi > 0.0  # every interval and the zero line inside, not on the frame
+    assert (hi - 0.0) > 0.05 * (hi - lo)
+    fig = _figures()["calibration"]
+    renderer = _saved(fig, tmp_path / "c.png")
+    ax = fig.axes[0]
+    marks = ax.transData.transform(np.column_stack(ax.lines[1].get_data()))
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip():
+            box = t.get_window_extent(renderer)
+            inside = [(x, y) for x, y in marks if box.x0 - 3 <= x <= box.x1 + 3 and box.y0 - 3 <= y <= box.y1 + 3]
+            assert not inside, (t.get_text(), inside)

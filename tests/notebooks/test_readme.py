@@ -38,6 +38,9 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch, one_torch_thread, capsy
     cmd[cmd.index("--rows") + 1] = "3000"  # the README's command, at a test's size
     subprocess.run([sys.executable, "-m", "fbrapids.cli", *cmd[1:]], cwd=tmp_path, check=True, capture_output=True)
     monkeypatch.chdir(tmp_path)
+    scratch = tmp_path / "tmp"  # the blocks' temporary folder: they leave nothing in it
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
     blocks = python_blocks(README.read_text())
     assert len(blocks) >= 3  # the chain, a model, ops.call
     ns: dict = {"__name__": "__readme__"}
@@ -60,6 +63,8 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch, one_torch_thread, capsy
     assert all(type(m[k]) is float for k in ("auc", "gauc", "logloss", "ne", "calibration"))
     assert f"held-out AUC {m['auc']:.4f}" in printed and "np.float" not in printed
     model_block["ssd"].cleanup()
+    left = [p.name for p in scratch.iterdir() if not (p.name.startswith("torchinductor_") and not any(p.iterdir()))]
+    assert left == [], f"the README's blocks left {left} in the temporary folder"
     tiers = ns["tiers"].compute()
     want = ((tiers["price"] > 100).astype(int) + (tiers["price"] > 10).astype(int)) * 1000 + tiers["category"]
     assert tiers["tier"].tolist() == want.tolist()

@@ -81,7 +81,8 @@ def test_usage_errors_are_one_line_naming_the_argument(tmp_path, args, env, says
 def test_a_folder_holding_the_clone_does_not_shadow_the_package(tmp_path):
     """Python run from the folder that contains a clone named ``fbrapids``: that folder is a
     namespace package ``fbrapids`` to Python.  Installed as the Makefile installs it (a path
-    entry, ``editable_mode=compat``: here PYTHONPATH), the real package still wins, for
+    entry, a plain ``pip install -e .`` with pyproject's ``package-dir``: here PYTHONPATH; the
+    build's ``.pth`` is checked in tests/test_newcomer_traps.py), the real package still wins, for
     ``python -c`` and ``python -m fbrapids.cli`` alike."""
     (tmp_path / "fbrapids" / "fbrapids").mkdir(parents=True)  # a clone's root, without __init__.py
     (tmp_path / "fbrapids" / "README.md").write_text("a clone\n")
@@ -92,7 +93,8 @@ def test_a_folder_holding_the_clone_does_not_shadow_the_package(tmp_path):
     assert res.returncode == 0 and res.stdout.strip() == str(REPO / "fbrapids" / "__init__.py"), res.stderr
     res = _cli("gen", "--rows", "0", "--out", "x", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("fbrapids gen: argument --rows"), res.stderr
-    assert "editable_mode=compat" in (REPO / "Makefile").read_text()
+    assert 'package-dir = {"" = "."}' in (REPO / "pyproject.toml").read_text()
+    assert "editable_mode" not in (REPO / "Makefile").read_text()
 
 
 def test_model_choices_are_the_pipeline_models():

@@ -1,12 +1,15 @@
-"""Training on several real gloo ranks (issue 24, part B) against one process.
+"""Training on several real gloo ranks (issue 24, part B; issue 35) against one process.
 
-Ranks are launched three times (W=2, W=4, and W=2 killed mid-commit), each launch running
-many scenarios (tests/_distributed_scenarios.py); W=1 runs in this process.  The oracle is
-today's single-process ``fit`` on the same global batches.
+Ranks are launched twice (W=2, ending with rank 1 killed mid-commit, and W=4), each launch
+running many scenarios (tests/_distributed_scenarios.py); W=1 runs in this process.  The
+oracle is today's single-process ``fit`` on the same global batches, and for the demo the
+one-process pipeline (``run_pipeline``) on the same data.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -20,16 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _distributed_scenarios as S  # noqa: E402
 from _trainer_helpers import small_model  # noqa: E402
-from fbrapids.errors import ArgumentError, CheckpointError, DistributedError  # noqa: E402
+from fbrapids.errors import ArgumentError, CheckpointError, CheckpointMismatchError, DistributedError  # noqa: E402
 from fbrapids.trainers import StoreConfig, evaluate, fit  # noqa: E402
 from fbrapids.trainers.batch import Batch  # noqa: E402
 from fbrapids.trainers.checkpoint import latest_checkpoint, newest_verified  # noqa: E402
-from fbrapids.trainers.distributed import (BucketTable, RankSlices, concat_batches, evaluate_distributed,  # noqa: E402
-                                           fit_distributed, init_rank, per_rank_batch, spawn)
+from fbrapids.trainers.distributed import (BucketTable, LeaderFeed, RankSlices, concat_batches,  # noqa: E402
+                                           evaluate_distributed, fit_distributed, init_rank, per_rank_batch, spawn)
+from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
 from fbrapids.trainers.fit import weights_digest  # noqa: E402
 
-W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch"]
-W4 = ["restore_other_world", "uneven", "train_match", "train_again"]
+W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
+      "demo_match", "demo_stopped"]
+W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match"]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +46,9 @@ def root() -> Path:
 @pytest.fixture(scope="module")
 def w2(root: Path) -> list[dict]:
     """The W=2 scenarios, then rank 1 killed mid-commit (the launch's error kept as ``killed``)."""
+    from fbrapids.datagen import ensure_dataset
+
+    ensure_dataset(S.DEMO_ROWS, root / "demo-data")
     with pytest.raises(DistributedError) as err:
         spawn(S.run, 2, (W2 + ["kill_mid_commit"], str(root)), collective_timeout_s=60)
     out = S.results(root, 2, W2)
@@ -50,7 +58,12 @@ def w2(root: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def w4(root: Path, w2: list[dict]) -> list[dict]:  # restores w2's checkpoint
-    return spawn(S.run, 4, (W4, str(root)))
+    """The W=4 scenarios, then rank 1 stops itself (SIGSTOP; the error kept as ``stopped``)."""
+    with pytest.raises(DistributedError) as err:
+        spawn(S.run, 4, (W4 + ["stop_rank"], str(root)), heartbeat_timeout_s=15)
+    out = S.results(root, 4, W4)
+    out[0]["stopped"] = str(err.value)
+    return out
 
 
 @pytest.fixture
@@ -251,6 +264,14 @@ def test_checkpoint_of_another_model_refused(w2: list[dict], world_of_one: None,
         fit_distributed(model, [], checkpoint_dir=root / "ckpt-a-w2", max_steps=0)
 
 
+def test_stopped_rank_is_named_from_heartbeats(w4: list[dict]) -> None:
+    """Rank 1 SIGSTOPped: named as the stopped one (its heartbeats stopped), not a healthy
+    rank whose collective waits for it."""
+    msg = w4[0]["stopped"]
+    assert msg.startswith("rank 1 (pid ") and ", stopped) stopped responding: no heartbeat for " in msg, msg
+    assert "rank 0" not in msg and len(msg.splitlines()) == 1
+
+
 def test_rank_killed_mid_commit_keeps_latest(w2: list[dict], root: Path) -> None:
     assert w2[0]["killed"].startswith("rank 1 ")  # named by the launch, every rank stopped
     ckpt = root / "ckpt-k"
@@ -258,10 +279,144 @@ def test_rank_killed_mid_commit_keeps_latest(w2: list[dict], root: Path) -> None
     assert newest_verified(ckpt).name == "step-0000000002"
 
 
+def _one_process_feed(sizes: list[int], seed: int) -> tuple[list[Batch], torch.nn.Module, dict]:
+    """The global batches of ``uneven_frame(sizes, seed)``, the model one process trains on
+    them (uninterrupted) and its metrics on them."""
+    batches = list(S.feed_stream(S.uneven_frame(sizes, seed)))
+    ref = small_model(StoreConfig(cache_rows=4096))
+    fit(ref, batches, progress=False)
+    return batches, ref, evaluate(ref, batches, progress=False)
+
+
+def _assert_same_metrics(got: dict, want: dict, tol: float = 1e-5) -> None:
+    assert got["n"] == want["n"]
+    for k in ("auc", "logloss"):
+        assert abs(got[k] - want[k]) <= tol, (k, got[k], want[k])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("data", sorted(S.FEED_DATA))
+def test_leader_feed_trains_the_one_process_batches(world: int, data: str, w2: list[dict], w4: list[dict]) -> None:
+    """Rows, not partitions: step k of rank r is rows [r*B/W, (r+1)*B/W) of global batch k,
+    whatever the partitions (one; an empty one; fewer than the ranks) or a short last batch."""
+    torch.set_num_threads(1)
+    ranks = [w["feed"][data] for w in (w2 if world == 2 else w4)]
+    batches, ref, want = _one_process_feed(S.FEED_DATA[data], 3)
+    assert len(batches[-1]) < S.FEED_BATCH  # a short last batch
+    assert all(r["steps"] == len(batches) for r in ranks)
+    for k, b in enumerate(batches):
+        assert np.array_equal(np.concatenate([r["rids"][k] for r in ranks]), b.group.numpy()), k
+        assert [len(r["rids"][k]) for r in ranks] == [hi - lo for lo, hi in
+                                                     (rank_bounds(len(b), r, world) for r in range(world))]
+    assert sum(r["rows"] for r in ranks) == sum(S.FEED_DATA[data])
+    assert_matches(ranks[0]["dense"], union_tables([r["tables"] for r in ranks]), ref)
+    for r in ranks:
+        _assert_same_metrics(r["metrics"], want)
+
+
+def test_din_on_two_ranks_matches_one_process(w2: list[dict]) -> None:
+    torch.set_num_threads(1)
+    batches = list(S.din_stream(S.uneven_frame(S.UNEVEN_SIZES, 3, history=True)))
+    ref = S.din_model()
+    fit(ref, batches, progress=False)
+    ranks = [w["feed_din"] for w in w2]
+    assert all(r["steps"] == len(batches) for r in ranks)
+    assert_matches(ranks[0]["dense"], union_tables([r["tables"] for r in ranks]), ref)
+    for r in ranks:
+        _assert_same_metrics(r["metrics"], evaluate(ref, batches, progress=False))
+
+
+def test_killed_run_resumed_on_1_2_4_ranks_trains_every_row_once(w2: list[dict], w4: list[dict],
+                                                                   world_of_one: None, root: Path) -> None:
+    """2 ranks killed at step 4 (checkpoint of step 2); resumed on 1, 2 and 4 ranks: the rows of
+    the checkpointed steps plus those of the resumed run are every row exactly once, and the
+    model is the uninterrupted one's."""
+    torch.set_num_threads(1)
+    batches, ref, want = _one_process_feed(S.KILL_SIZES, 5)
+    assert (root / "k-rids-0-4.npy").exists()  # the killed run trained past its checkpoint: lost with it
+    before = np.concatenate([np.load(root / f"k-rids-{r}-{step}.npy") for step in (1, 2) for r in (0, 1)])
+    runs = {1: [S.resume_killed_at(0, 1, root)], 2: [w["resume_killed"]["pair"] for w in w4[:2]],
+            4: [w["resume_killed"]["all"] for w in w4]}
+    for world, ranks in runs.items():
+        after = [r["rids"][k] for k in range(len(ranks[0]["rids"])) for r in ranks]
+        trained = np.concatenate([before, *after])
+        assert len(trained) == sum(S.KILL_SIZES) and np.array_equal(np.sort(trained), np.arange(len(trained))), world
+        assert all(r["steps"] == len(batches) and r["resumed"].endswith("step-0000000002") for r in ranks)
+        assert len(ranks[0]["rids"]) == len(batches) - 2
+        assert_matches(ranks[0]["dense"], union_tables([r["tables"] for r in ranks]), ref)
+        for r in ranks:
+            _assert_same_metrics(r["metrics"], want)
+
+
+def test_resume_with_another_batch_size_or_data_is_refused(w2: list[dict], world_of_one: None, root: Path,
+                                                           tmp_path: Path) -> None:
+    shutil.copytree(root / "ckpt-k", tmp_path / "c")
+    for batch, run, says in ((128, S.KILL_RUN, "batch_size: 64 in the checkpoint, 128 in this run"),
+                             (64, {"data": "another frame"}, "data: 'uneven_frame(KILL_SIZES, seed=5)' in the "
+                                                             "checkpoint, 'another frame' in this run")):
+        feed = LeaderFeed(S.feed_stream(S.uneven_frame(S.KILL_SIZES, 5), batch), 0, 1)
+        with pytest.raises(CheckpointMismatchError, match="cannot resume from") as err:
+            fit_distributed(small_model(StoreConfig(cache_rows=4096)), feed, checkpoint_dir=tmp_path / "c", run=run)
+        assert says in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def demo_reference(root: Path, w2: list[dict]) -> object:
+    """The one-process demo pipeline on the demo scenarios' data."""
+    from fbrapids.pipeline import run_pipeline
+
+    torch.set_num_threads(1)
+    return run_pipeline(root / "demo-data", batch_size=S.DEMO_BATCH, work_dir=root / "demo-one", progress=False,
+                        count_clean=False, train_threads=1)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[dict], demo_reference) -> None:
+    """The demo's data has one training partition: each rank still trains B/W rows of every batch."""
+    ranks = [w["demo_match"] for w in (w2 if world == 2 else w4)]
+    ref = demo_reference
+    for r in ranks:
+        assert r["steps"] == ref.steps
+        _assert_same_metrics(r["metrics"], ref.metrics)
+    rows = [r["rows_trained"] for r in ranks]
+    assert sum(rows) == ref.rows["trained"] and max(rows) - min(rows) <= S.DEMO_BATCH // world
+
+
+def test_demo_cli_resumes_a_ranks_work_dir_on_one_rank(w2: list[dict], demo_reference, root: Path) -> None:
+    """``demo --resume`` on the work dir of 2 ranks stopped at step 4: continues on 1 rank at
+    row 4 * B and ends as the uninterrupted one-process run; --summary-json written."""
+    from fbrapids.cli import main
+
+    assert [w["demo_stopped"]["steps"] for w in w2] == [S.DEMO_STOP] * 2
+    out = root / "resumed.json"
+    assert main(["demo", "--rows", str(S.DEMO_ROWS), "--data-dir", str(root / "demo-data"), "--work-dir",
+                 str(root / "demo-stopped"), "--batch-size", str(S.DEMO_BATCH), "--resume",
+                 "--summary-json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["nproc"] == 1 and got["resumed_from"].endswith(f"step-{S.DEMO_STOP:010d}")
+    assert got["steps"] == demo_reference.steps
+    assert got["rows"]["trained"] == demo_reference.rows["trained"] - S.DEMO_STOP * S.DEMO_BATCH
+    _assert_same_metrics(got["metrics"], demo_reference.metrics)
+
+
+def test_demo_resume_refusals_name_the_difference(w2: list[dict], demo_reference, root: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    from fbrapids.cli import main
+
+    common = ["demo", "--rows", str(S.DEMO_ROWS), "--data-dir", str(root / "demo-data"), "--resume", "--nproc", "2"]
+    for argv, says in (
+            (["--work-dir", str(root / "demo-stopped"), "--batch-size", "512"],
+             "batch_size: 256 in the checkpoint, 512 in this run"),
+            (["--work-dir", str(root / "demo-one"), "--batch-size", str(S.DEMO_BATCH)],
+             "is a one-process checkpoint: resume it without --nproc")):
+        assert main(common + argv) != 0
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("argv, says", [
     (["demo", "--nproc", "3"], "--batch-size 2048 is not divisible by 3 ranks"),
-    (["demo", "--nproc", "2", "--model", "din"], "DIN trains in one process only"),
-    (["demo", "--nproc", "2", "--resume", "--work-dir", "w"], "--resume is not supported with several ranks"),
+    (["demo", "--nproc", "2", "--export", "e"], "--export is not supported with several ranks"),
 ])
 def test_demo_nproc_refusals_are_one_line_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
     from fbrapids.cli import main

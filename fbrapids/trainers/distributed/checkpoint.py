@@ -8,7 +8,12 @@ that depends on no process id; every rank writes into it on a shared file system
   ``tables/<table>/{rows.f32,index.npz,meta.json}``, see :mod:`fbrapids.trainers.fit`),
   its tables holding the rows rank R owns; :func:`fbrapids.trainers.fit.weights_digest`
   reads a shard as it reads a checkpoint;
-* ``dist.json`` - world size, the bucket table, the tables, the configuration digest;
+* ``dist.json`` - world size, the bucket table, the tables, the configuration digest, and
+  where the run stands in its data: ``position_rows`` (rows of the global stream trained
+  so far), ``global_stream`` (whether every rank's step was a slice of one global batch,
+  so that another world size continues at the same row) and ``run`` (the settings a
+  resume must share: global batch size, features, seed, the data's fingerprint,
+  :mod:`fbrapids.trainers.run_identity`);
 * ``MANIFEST.json`` - crc32 of every file of every shard, written by rank 0 from the digests
   the ranks took while writing (one ``all_gather_object``; nothing is read back).
 
@@ -17,7 +22,10 @@ sends its own, so rank 0 stops there with an error); rank 0 writes the manifest,
 the directory into place and swaps ``latest``; a barrier tells the others.  A rank killed
 at any point before leaves ``latest`` on the previous complete checkpoint.
 
-Resuming (:func:`restore_sharded`) at the same world size loads each rank's own shard
+Resuming (:func:`restore_sharded`) first compares ``run`` with this run's settings (a
+difference is one :class:`~fbrapids.errors.CheckpointMismatchError` naming it, before
+anything is loaded) and refuses another world size for a checkpoint of per-rank streams
+(their steps are cut from other rows at another W).  At the same world size it loads each rank's own shard
 (exact); at another world size every rank reads every shard's tables and keeps the rows
 the new bucket table gives it, with their optimizer state, LRU / LFU state and pending
 admission counts.
@@ -33,7 +41,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -42,17 +50,18 @@ import torch.distributed as dist
 from fbrapids.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, NonFiniteError
 from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
-from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, clean_partial, commit_checkpoint, newest_verified,
-                                          prune, step_name)
+from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint,
+                                          newest_verified, prune, step_name)
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.consistency import config_digest
 from fbrapids.trainers.sparse import StoreConfig
+from fbrapids.trainers.run_identity import check_identity
 from fbrapids.trainers.fit import (load_tensors, nonfinite_weights, table_dir_name, weights_digest,
                                    write_checkpoint_files)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["save_sharded", "restore_sharded", "sharded_digest", "shard_name"]
+__all__ = ["save_sharded", "restore_sharded", "sharded_digest", "shard_name", "newest_layout"]
 
 DIST_META = "dist.json"
 
@@ -77,9 +86,11 @@ def _write_shard(trainer: Any, optimizer: torch.optim.Optimizer | None, d: Path,
 
 
 def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
-                 step: int, keep: int | None = None, on_file: Callable[[Path], None] | None = None) -> Path:
+                 step: int, keep: int | None = None, on_file: Callable[[Path], None] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> Path:
     """Write this rank's shard of checkpoint ``step`` under ``root`` and commit it with the
-    other ranks (module docstring); called by every rank; returns the checkpoint directory."""
+    other ranks (module docstring); called by every rank; returns the checkpoint directory.
+    ``extra`` (JSON values: the stream position, the run's settings) goes into ``dist.json``."""
     root = Path(root)
     group = trainer.group
     name = step_name(step)
@@ -92,7 +103,7 @@ def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: st
         write_atomic(tmp / DIST_META, [json.dumps({
             "step": int(step), "world": trainer.world, "buckets": trainer.buckets.to_dict(),
             "tables": sorted(trainer.sharded.local_stores()), "model": type(trainer.model).__name__,
-            "config": config_digest(trainer.model)}, sort_keys=True).encode()])
+            "config": config_digest(trainer.model), **dict(extra or {})}, sort_keys=True).encode()])
     dist.barrier(group=group)
     with digests_of_writes(tmp, lambda: new_hasher(CHECKPOINT_DIGEST)) as written:
         _write_shard(trainer, optimizer, tmp / shard_name(trainer.rank), step, on_file)
@@ -124,6 +135,24 @@ def sharded_digest(path: str | os.PathLike) -> str:
     for r in range(int(meta["world"])):
         h.update(weights_digest(resolve_inside(path, shard_name(r))).encode())
     return h.hexdigest()
+
+
+def newest_layout(root: str | os.PathLike) -> tuple[Path, dict[str, Any] | None] | None:
+    """The newest complete checkpoint under ``root`` and its ``dist.json`` (None for a
+    one-process checkpoint); None when ``root`` holds none.  Reads one small file: a
+    launcher tells from it, before any rank starts, how the work dir was trained and
+    refuses a resume with other settings (``meta["run"]``).
+
+    Example:
+        >>> import tempfile
+        >>> newest_layout(tempfile.mkdtemp()) is None
+        True
+    """
+    found = checkpoints(root)
+    if not found:
+        return None
+    meta = found[0] / DIST_META
+    return found[0], (json.loads(meta.read_text()) if meta.is_file() else None)
 
 
 def _check_compatible(meta: dict[str, Any], trainer: Any, path: Path) -> None:
@@ -173,21 +202,31 @@ def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable
     (out / "meta.json").write_text(json.dumps(meta))
 
 
-def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None,
-                    root: str | os.PathLike) -> tuple[int, Path | None]:
+def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
+                    identity: Mapping[str, Any] | None = None,
+                    global_stream: bool = True) -> tuple[int, Path | None, dict[str, Any]]:
     """Restore the newest verified sharded checkpoint under ``root`` on every rank (module
-    docstring); returns (step, checkpoint) or (0, None) when there is none."""
+    docstring); returns (step, checkpoint, its ``dist.json``) or (0, None, {}) when there is
+    none.  ``identity``: this run's settings, compared with those the checkpoint recorded;
+    ``global_stream``: whether this run's ranks read slices of one global stream."""
     root = Path(root)
     if trainer.rank == 0:
         clean_partial(root)
     dist.barrier(group=trainer.group)
     path = newest_verified(root) if root.is_dir() else None
     if path is None:
-        return 0, None
+        return 0, None, {}
     meta = json.loads(resolve_inside(path, DIST_META).read_text())
     _check_compatible(meta, trainer, path)
+    if identity is not None and "run" in meta:
+        check_identity(meta["run"], identity, path)
     saved_world = int(meta["world"])
     same = saved_world == trainer.world
+    if not same and (meta.get("global_stream") is False or not global_stream):
+        raise CheckpointError(f"cannot resume {path} on {trainer.world} ranks: it was written by {saved_world} ranks "
+                              "each streaming its own share of the data, which another world size cuts from other "
+                              f"rows; resume it on {saved_world} ranks, or train with a global stream (LeaderFeed, "
+                              "RankSlices) to resume at any world size")
     own = resolve_inside(path, shard_name(trainer.rank if same else 0))
     state = load_tensors(own / "dense.pt")
     trainer.model.load_state_dict(state["model"])
@@ -208,4 +247,4 @@ def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None,
              saved_world)
     with contextlib.suppress(Exception):
         dist.barrier(group=trainer.group)
-    return int(state["step"]), path
+    return int(state["step"]), path, meta

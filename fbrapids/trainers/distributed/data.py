@@ -1,6 +1,6 @@
 """Each rank's share of the data.
 
-Two ways to split, both training every row exactly once:
+Three ways to split, each training every row exactly once:
 
 * :func:`shard_partitions` - rank ``r`` streams the dask partitions ``r::W`` (the scale-out
   way: each rank extracts only its own partitions); a rank with none gets an empty share.
@@ -9,6 +9,14 @@ Two ways to split, both training every row exactly once:
   as ``np.array_split`` does, so some ranks may get one row less, or none).  The union of
   the ranks' step-``k`` batches is then exactly the global batch ``k``: W ranks train the
   same global batches as one process.
+
+* :class:`LeaderFeed` - the global stream is read *once*, on rank 0 (the leader); each
+  global batch is cut as :func:`split_batches` cuts it and rank ``r``'s slice is sent to
+  it (one ``scatter_object_list`` per step).  W ranks then train exactly the global
+  batches of one process, whatever the partitions (one, empty ones, a short last batch),
+  with the extraction done once.  The leader can skip the first rows of the stream (a
+  resume continues at the same row, :attr:`LeaderFeed.skip_rows`), and a failure of its
+  stream reaches every rank as a :class:`~fbrapids.errors.DistributedError` naming it.
 
 A global batch that ``W`` does not divide is refused (:func:`per_rank_batch`).
 
@@ -29,9 +37,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Sequence
 
 import torch
+import torch.distributed as dist
 
-from fbrapids.errors import ArgumentError
+from fbrapids.errors import ArgumentError, CheckpointError, DistributedError
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.run_identity import stream_identity
 
 
 def per_rank_batch(global_batch: int, world: int) -> int:
@@ -102,10 +112,17 @@ def split_batches(batches: Iterable[Batch], rank: int, world: int) -> Iterator[B
 
 class RankSlices:
     """An iterable over rank ``rank``'s slices of ``batches`` (re-iterable, with ``set_epoch``
-    passed through), e.g. ``RankSlices(df.fbx.stream(..., batch_size=global_batch), r, W)``."""
+    passed through), e.g. ``RankSlices(df.fbx.stream(..., batch_size=global_batch), r, W)``;
+    every rank reads the whole stream.  Its identity (label, dense, sparse, global batch
+    size, seed: :func:`~fbrapids.trainers.run_identity.stream_identity`) is the stream's."""
+
+    #: every rank's step ``k`` is a slice of the same global batch ``k``, whatever the world size
+    global_stream = True
 
     def __init__(self, batches: Iterable[Batch], rank: int, world: int) -> None:
         self.batches, self.rank, self.world = batches, rank, world
+        for k, v in stream_identity(batches).items():
+            setattr(self, k, v)
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.batches, "set_epoch"):
@@ -129,3 +146,92 @@ def shard_partitions(frame: Any, rank: int, world: int) -> Any:
     if rank < n:
         return frame.partitions[list(range(rank, n, world))]
     return frame.partitions[[0]].head(0, npartitions=1, compute=False)
+
+
+#: what the leader sends when its stream ended, and when it failed
+_END, _FAILED = "end", "failed"
+
+
+class LeaderFeed:
+    """Rank ``rank``'s slices of the global batches that only rank 0 reads (module docstring).
+
+    ``batches``: the global stream on rank 0 (ignored elsewhere: pass None).  Built on every
+    rank at once (one ``broadcast_object_list`` shares the stream's identity, so every rank
+    records the same global batch size, features and seed).  ``skip_rows``: rows of the
+    global stream the leader skips before the first batch it sends (a resume sets it); it
+    must end on a batch boundary.  Counters: ``rows`` (rows this rank received) and
+    ``global_rows`` (rows of the global batches it received slices of).
+
+    Example (a group of one process):
+        >>> import tempfile, pandas as pd, torch.distributed as dist
+        >>> dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+        >>> df = pd.DataFrame({"y": [0, 1, 0, 1, 1], "d": [0.1, 0.2, 0.3, 0.4, 0.5], "a": [1, 2, 3, 4, 5]})
+        >>> feed = LeaderFeed(df.fbx.stream(label="y", dense=["d"], sparse=["a"], batch_size=2), 0, 1)
+        >>> feed.batch_size, [len(b) for b in feed]
+        (2, [2, 2, 1])
+        >>> feed.skip_rows = 2
+        >>> [b.sparse["a"][0].tolist() for b in feed]
+        [[3, 4], [5]]
+        >>> dist.destroy_process_group()
+    """
+
+    global_stream = True
+
+    def __init__(self, batches: Iterable[Batch] | None, rank: int, world: int,
+                 group: dist.ProcessGroup | None = None) -> None:
+        self.batches = batches if rank == 0 else None
+        self.rank, self.world, self.group = rank, world, group
+        self.src = 0 if group is None else dist.get_global_rank(group, 0)
+        info: list[Any] = [stream_identity(batches) if rank == 0 else None]
+        dist.broadcast_object_list(info, src=self.src, group=group)
+        for k, v in info[0].items():
+            setattr(self, k, v)
+        self.skip_rows = 0
+        self.rows = 0
+        self.global_rows = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.batches is not None and hasattr(self.batches, "set_epoch"):
+            self.batches.set_epoch(epoch)
+
+    def _exchange(self, parts: list[Any] | None) -> Any:
+        out: list[Any] = [None]
+        dist.scatter_object_list(out, parts, src=self.src, group=self.group)
+        return out[0]
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._lead() if self.rank == 0 else self._follow()
+
+    def _lead(self) -> Iterator[Batch]:
+        try:
+            for b in self.batches or ():
+                n = len(b)
+                if self.skip_rows:
+                    if n > self.skip_rows:
+                        raise CheckpointError(f"the stream's rows do not fall on a batch boundary at row "
+                                              f"{self.global_rows + self.skip_rows:,} (a batch of {n} rows "
+                                              f"there): the data or the batch size differs from the checkpoint's")
+                    self.skip_rows -= n
+                    self.global_rows += n
+                    continue
+                parts = [(n, slice_batch(b, *rank_bounds(n, r, self.world))) for r in range(self.world)]
+                self._exchange(parts)
+                self.global_rows += n
+                self.rows += len(parts[0][1])
+                yield parts[0][1]
+        except BaseException as exc:  # the others are waiting for a batch: tell them why none comes
+            if not isinstance(exc, GeneratorExit):
+                self._exchange([(_FAILED, f"{type(exc).__name__}: {exc}")] * self.world)
+            raise
+        self._exchange([(_END, None)] * self.world)
+
+    def _follow(self) -> Iterator[Batch]:
+        while True:
+            n, b = self._exchange(None)
+            if n == _END:
+                return
+            if n == _FAILED:
+                raise DistributedError(f"rank 0 reads the data for every rank and its stream failed: {b}")
+            self.global_rows += n
+            self.rows += len(b)
+            yield b

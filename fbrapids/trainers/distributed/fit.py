@@ -27,7 +27,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
 from fbrapids.trainers.fit import FitResult, default_optimizer
 from fbrapids.trainers.metrics import all_metrics
+from fbrapids.trainers.run_identity import run_identity
 from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                     resume: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
                     group: dist.ProcessGroup | None = None, buckets: BucketTable | None = None,
                     device: str | torch.device | None = None,
-                    on_file: Callable[[Path], None] | None = None) -> tuple[FitResult, DistributedTrainer]:
+                    on_file: Callable[[Path], None] | None = None, run: Mapping[str, Any] | None = None,
+                    on_step: Callable[[int, Batch | None], None] | None = None
+                    ) -> tuple[FitResult, DistributedTrainer]:
     """Train this rank's share of the union batches; returns the result and the trainer
     (pass the trainer to :func:`evaluate_distributed` / to a later call).
 
@@ -112,7 +115,15 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     ``buckets`` (default: :meth:`BucketTable.default`, or the checkpoint's on resume).
     ``checkpoint_dir``: sharded checkpoints (:mod:`~fbrapids.trainers.distributed.checkpoint`),
     the same path on every rank (a shared file system across nodes); ``on_file(path)`` is
-    called after each checkpoint file this rank writes.
+    called after each checkpoint file this rank writes.  ``run``: more settings a resume
+    must share with the checkpoint, recorded with the model's and the stream's
+    (:func:`~fbrapids.trainers.run_identity.run_identity`; with a global stream its batch
+    size is the global batch).  Each checkpoint records the rows of the global stream
+    trained so far; a resume continues at that row, at any world size when the ranks read
+    slices of one global stream (:class:`~fbrapids.trainers.distributed.data.LeaderFeed`,
+    :class:`~fbrapids.trainers.distributed.data.RankSlices`); a :class:`LeaderFeed`'s
+    leader skips those rows without sending them.  ``on_step(step, batch)``: called after
+    each applied update with this rank's batch (None when it had none).
     """
     if nan not in ("error", "warn"):
         raise ArgumentError(f"nan must be 'error' or 'warn' in distributed training, got {nan!r}")
@@ -126,6 +137,9 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
     start = 0
+    position = 0  # rows of the global stream trained (the union of the ranks' steps)
+    global_stream = bool(getattr(batches, "global_stream", False))
+    identity = run_identity(net, batches, run)
     lock = contextlib.nullcontext()
     if checkpoint_dir is not None:
         from fbrapids.workdir import lock_work_dir
@@ -135,8 +149,14 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         if checkpoint_dir is not None:
             dist.barrier(group=trainer.group)  # rank 0 holds the lock and has cleaned debris
             if resume:
-                start, path = restore_sharded(trainer, optimizer, checkpoint_dir)
+                start, path, meta = restore_sharded(trainer, optimizer, checkpoint_dir, identity, global_stream)
                 result.resumed_from = path
+                position = int(meta.get("position_rows", 0))
+                if path is not None and hasattr(batches, "skip_rows"):
+                    batches.skip_rows = position  # the leader skips them; no step is spent on them
+                    if "position_rows" not in meta:
+                        raise CheckpointError(f"{path} records no stream position (an older fbrapids wrote it): "
+                                              "resume it as it was written, feeding the ranks RankSlices")
             elif checkpoints(checkpoint_dir):
                 raise CheckpointError(f"{checkpoint_dir} already holds checkpoints up to "
                                       f"{checkpoints(checkpoint_dir)[0].name} from an earlier run; resume from them "
@@ -145,7 +165,11 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         loss_fn = torch.nn.BCEWithLogitsLoss()
         sum_loss = torch.nn.BCEWithLogitsLoss(reduction="sum")
         net.train()
-        step = 0
+        step = start if hasattr(batches, "skip_rows") else 0
+
+        def extra() -> dict[str, Any]:
+            return {"position_rows": position, "global_stream": global_stream, "run": identity}
+
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
                 batches.set_epoch(epoch)
@@ -173,6 +197,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                 value = float(loss.detach())
                 loss.backward()
                 step += 1
+                position += int(plan.rows.sum())
                 problem = None if math.isfinite(value) else f"loss is {value}"
                 if problem is None and nan == "error":
                     bad = [n for n, p in net.named_parameters() if p.grad is not None
@@ -188,16 +213,18 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                 sharded.finish()
                 if local is not None:
                     result.losses.append(value)
+                if on_step is not None:
+                    on_step(step, local)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step,
-                                                           keep=keep_checkpoints, on_file=on_file))
+                                                           keep=keep_checkpoints, on_file=on_file, extra=extra()))
             if max_steps is not None and step >= max_steps:
                 break
         result.steps = step
         if checkpoint_dir is not None and step > start and (
                 not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
             result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
-                                                  on_file=on_file))
+                                                  on_file=on_file, extra=extra()))
     return result, trainer
 
 

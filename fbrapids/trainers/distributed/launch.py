@@ -9,6 +9,16 @@ others and :func:`spawn` raises a :class:`~fbrapids.errors.DistributedError` nam
 rank; a rank blocked in a collective with a dead peer fails within ``collective_timeout_s``
 (the process group's timeout), and the whole launch within ``timeout_s``.
 
+**Heartbeats.**  Every rank touches a file of its own every :data:`HEARTBEAT_S` seconds
+from a thread of its own; the launcher watches them.  A rank silent for
+``heartbeat_timeout_s`` (default 30 s, less than the collectives' timeout) while the
+kernel reports it stopped (SIGSTOP), or for four times that in any state (frozen), is
+named as the one that stopped responding, with its process state, and every rank is
+stopped: the healthy ranks waiting for it in a collective are not blamed.  When a rank
+fails while another one has been silent for a few heartbeats, the silent one is named
+first.  The heartbeats go through shared memory, not files: a burst of fsyncs on a busy
+disk does not silence a healthy rank.
+
 Example:
     >>> spawn(world_of, 2)  # doctest: +SKIP
     [(0, 2), (1, 2)]
@@ -20,6 +30,7 @@ import datetime
 import os
 import pickle
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -30,7 +41,10 @@ import torch.multiprocessing as mp
 
 from fbrapids.errors import DistributedError
 
-__all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend"]
+__all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend", "HEARTBEAT_S"]
+
+#: seconds between two heartbeats of a rank
+HEARTBEAT_S = 0.5
 
 
 def default_backend() -> str:
@@ -68,8 +82,18 @@ def world_of(rank: int, world: int) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def _beat(beats: Any, rank: int) -> None:
+    """Write the monotonic clock into ``beats[rank]`` (shared memory: no file system that a
+    burst of fsyncs could stall) every :data:`HEARTBEAT_S` seconds, for ever (a daemon thread)."""
+    while True:
+        beats[rank] = time.monotonic()
+        time.sleep(HEARTBEAT_S)
+
+
 def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, backend: str | None,
-           collective_timeout_s: float, out: str, args: Sequence[Any]) -> None:
+           collective_timeout_s: float, out: str, args: Sequence[Any], beats: Any = None) -> None:
+    if beats is not None:
+        threading.Thread(target=_beat, args=(beats, rank), daemon=True, name=f"fbrapids-heartbeat-{rank}").start()
     torch.set_num_threads(1)
     init_rank(rank, world, init_method, backend, collective_timeout_s)
     try:
@@ -80,32 +104,93 @@ def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, back
         dist.destroy_process_group()
 
 
+def process_state(pid: int) -> str:
+    """The state of process ``pid`` as Linux's ``/proc/<pid>/stat`` tells it (``"stopped"``
+    for a SIGSTOPped one, ``"sleeping"``, ``"running"``, ...), or ``"unknown"``.
+
+    Example:
+        >>> process_state(os.getpid())
+        'running'
+    """
+    names = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped (traced)",
+             "Z": "a zombie"}
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return names.get(f.read().rsplit(")", 1)[1].split()[0], "unknown")
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def _silent(ctx: Any, beats: Any, limit: float) -> list[tuple[int, int, float, str]]:
+    """(rank, pid, seconds, process state) of every live rank whose last heartbeat is older
+    than ``limit`` (a rank that has not beaten yet is still starting: not judged)."""
+    now, out = time.monotonic(), []
+    for r, p in enumerate(ctx.processes):
+        age = now - beats[r] if beats[r] > 0 else 0.0
+        if age > limit and p.is_alive():
+            out.append((r, p.pid, age, process_state(p.pid)))
+    return out
+
+
+def _stop_all(ctx: Any) -> None:
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    for p in ctx.processes:
+        p.join(5)
+
+
+def _silence_error(silent: list[tuple[int, int, float, str]], then: str = "") -> DistributedError:
+    r, pid, age, state = max(silent, key=lambda x: x[2])
+    return DistributedError(f"rank {r} (pid {pid}, {state}) stopped responding: no heartbeat for "
+                            f"{age:.0f} s{then}; every rank stopped (a stopped rank: look for what sent it SIGSTOP; "
+                            "a frozen one: its stack, e.g. py-spy dump --pid)")
+
+
 def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend: str | None = "gloo",
-          timeout_s: float = 600.0, collective_timeout_s: float = 60.0) -> list[Any]:
+          timeout_s: float = 600.0, collective_timeout_s: float = 60.0,
+          heartbeat_timeout_s: float = 30.0) -> list[Any]:
     """Run ``fn(rank, nproc, *args)`` on ``nproc`` local ranks; their return values, in
     rank order.  ``fn`` must be importable (a module-level function).  A failing rank is a
-    :class:`~fbrapids.errors.DistributedError` naming it, the others stopped."""
+    :class:`~fbrapids.errors.DistributedError` naming it, the others stopped; so is a rank
+    without a heartbeat for ``heartbeat_timeout_s`` (module docstring)."""
     if nproc < 1:
         raise DistributedError(f"nproc must be >= 1, got {nproc}")
     with tempfile.TemporaryDirectory(prefix="fbrapids-ranks-") as tmp:
         init = "file://" + os.path.join(tmp, "rendezvous")
-        ctx = mp.start_processes(_entry, args=(fn, nproc, init, backend, collective_timeout_s, tmp, tuple(args)),
-                                 nprocs=nproc, join=False, start_method="spawn")
+        beats = mp.get_context("spawn").RawArray("d", nproc)
+        ctx = mp.start_processes(_entry, args=(fn, nproc, init, backend, collective_timeout_s, tmp, tuple(args),
+                                               beats), nprocs=nproc, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
+        quiet: list[tuple[int, int, float, str]] = []  # ranks silent a while at the last look (before a failure)
         try:
-            while not ctx.join(timeout=0.5):
+            while True:
+                quiet = _silent(ctx, beats, 10 * HEARTBEAT_S)
+                # a stopped process (SIGSTOP) past the timeout; any other silent one (frozen) past 4 times it
+                silent = [q for q in quiet if q[2] > heartbeat_timeout_s * (1 if q[3].startswith("stopped") else 4)]
+                if silent:
+                    _stop_all(ctx)
+                    raise _silence_error(silent)
+                if ctx.join(timeout=0.5):
+                    break
                 if time.monotonic() > deadline:
-                    for p in ctx.processes:
-                        if p.is_alive():
-                            p.kill()
+                    _stop_all(ctx)
                     raise DistributedError(f"{nproc} ranks still running after {timeout_s:.0f} s; all stopped")
         except mp.ProcessRaisedException as exc:
+            _stop_all(ctx)
             last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-            raise DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) failed: "
-                                   f"{last[-1] if last else exc}; every rank stopped") from exc
+            failed = f"rank {exc.error_index} (pid {exc.error_pid}) failed: {last[-1] if last else exc}"
+            quiet = [q for q in quiet if q[0] != exc.error_index]
+            if quiet:
+                raise _silence_error(quiet, f", and then {failed}") from exc
+            raise DistributedError(f"{failed}; every rank stopped") from exc
         except mp.ProcessExitedException as exc:
+            _stop_all(ctx)
             raise DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank "
                                    "stopped") from exc
+        except BaseException:  # interrupted (Ctrl-C, a caller's timeout): no rank is left running
+            _stop_all(ctx)
+            raise
         out = []
         for r in range(nproc):
             path = Path(tmp) / f"rank-{r}.pkl"

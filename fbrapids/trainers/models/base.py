@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -18,7 +18,22 @@ class CTRModel(nn.Module):
     The sparse parameters live in tiered stores inside
     :class:`TieredEmbeddingBagCollection` submodules, not in ``state_dict()``; ``fit``
     checkpoints them through :meth:`stores`.
+
+    A model's ``__init__`` without a docstring of its own gets one pointing at its class's
+    (``help(DLRM)`` shows the model's arguments, not torch's generic ``Module.__init__`` text).
+
+    Example:
+        >>> from fbrapids.trainers import DLRM
+        >>> DLRM.__init__.__doc__
+        'Build a DLRM: the arguments are described in the class docstring above (help(DLRM)).'
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not init.__doc__:
+            init.__doc__ = (f"Build a {cls.__name__}: the arguments are described in the class docstring above "
+                            f"(help({cls.__name__})).")
 
     def forward(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
