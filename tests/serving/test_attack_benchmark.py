@@ -31,14 +31,13 @@ def _run(tmp_path: Path, *args: str) -> dict:
 def test_attack_benchmark_smoke(tmp_path) -> None:
     # the phases issue 37 added (flood and stalled run the same driver: each phase costs an
     # attacker process, slow to start at the lowest priority on a loaded machine)
-    phases = ("hog64", "amplify", "batch_fallback")
+    phases = ("hog64", "batch_fallback")  # amplify's refusal is tests/serving/test_attacks.py's
     res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--hog-items", "2000",
                "--attack-phases", ",".join(phases))
     for phase in ("unloaded", *phases):
         assert res[phase]["requests"] == 4 and res[phase]["not_200"] == 0, (phase, res[phase])
     # 64 connections of one client: scored, or refused past client_calls (429); never an error
     assert set(res["hog64"]["attackers_got"]) <= {"200", "429", "retried_at_once", "0"}
-    assert set(res["amplify"]["attackers_got"]) <= {"413", "429", "retried_at_once", "0"}  # over the work bound
     assert set(res["batch_fallback"]["attackers_got"]) <= {"200", "429", "retried_at_once", "0"}
     assert res["within_2x"] == all(res[p]["ratio_to_unloaded"] <= 2 for p in phases)
     assert res["health_within_1s"] == all(res[p]["health_max_ms_during"] <= 1000 and
