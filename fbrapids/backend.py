@@ -158,16 +158,32 @@ class DeviceMemory:
         stats: the ``StatisticsResourceAdaptor`` over it (None where there is no RMM).
         created: True when fbrapids made the pool, False when it adopted dask-cuda's.
         torch: True when torch allocates through RMM too.
+        counted: True when ``stats`` has counted every allocation from the pool since it
+            was made; False when fbrapids put it over a pool already in use (a dask-cuda
+            worker's): what the pool handed out before is unknown to it.
     """
 
     pool: Any = None
     stats: Any = None
     created: bool = False
     torch: bool = False
+    counted: bool = True
 
     def pool_free_bytes(self) -> int:
-        """Bytes the pool holds but has not handed out (0 without a pool or statistics)."""
-        if self.pool is None or self.stats is None:
+        """Bytes the pool holds but has not handed out (0 without a pool or statistics, and
+        0 when the statistics came late: ``pool_size - current`` would count as free what
+        the pool handed out before them, so join placement and the device budget would
+        plan with memory that is taken).
+
+        Example:
+            >>> class Pool:
+            ...     def pool_size(self): return 1000
+            >>> class Stats:
+            ...     class allocation_counts: current_bytes = 300
+            >>> DeviceMemory(Pool(), Stats()).pool_free_bytes(), DeviceMemory(Pool(), Stats(), counted=False).pool_free_bytes()
+            (700, 0)
+        """
+        if self.pool is None or self.stats is None or not self.counted:
             return 0
         used = int(self.stats.allocation_counts.current_bytes)
         return max(0, int(self.pool.pool_size()) - max(0, used))
@@ -179,7 +195,7 @@ def _setup_device_memory(rmm: Any) -> DeviceMemory:
     chain = resource_chain(mr_mod.get_current_device_resource())
     pool = next((r for r in chain if isinstance(r, mr_mod.PoolMemoryResource)), None)
     stats = next((r for r in chain if isinstance(r, mr_mod.StatisticsResourceAdaptor)), None)
-    created = False
+    created, counted = False, True
     untouched = len(chain) == 1 and type(chain[0]) is mr_mod.CudaMemoryResource  # RMM's default
     if untouched:
         free, _total = mr_mod.available_device_memory()
@@ -193,11 +209,12 @@ def _setup_device_memory(rmm: Any) -> DeviceMemory:
     elif pool is not None and stats is None:  # e.g. a dask-cuda worker's pool: count over it, never re-initialise it
         stats = mr_mod.StatisticsResourceAdaptor(mr_mod.get_current_device_resource())
         mr_mod.set_current_device_resource(stats)
+        counted = False  # it counts from now on; what the pool handed out before is unknown
     cupy = try_import("cupy")
     allocators = try_import("rmm.allocators.cupy")
     if cupy is not None and allocators is not None:
         cupy.cuda.set_allocator(allocators.rmm_cupy_allocator)
-    return DeviceMemory(pool, stats, created, _route_torch() if pool is not None else False)
+    return DeviceMemory(pool, stats, created, _route_torch() if pool is not None else False, counted)
 
 
 def _route_torch() -> bool:

@@ -112,6 +112,16 @@ def train_again(rank: int, world: int, root: Path) -> dict:
     return {"digest": sharded_digest(res.checkpoints[-1])}
 
 
+def train_no_overlap(rank: int, world: int, root: Path) -> dict:
+    """train_match with the id exchange not overlapped: the same digest, no overlapped seconds."""
+    df = ctr_frame(ROWS)
+    model = small_model(store_for(root, f"n{world}", rank))
+    res, tr = fit_distributed(model, RankSlices(global_batches(df), rank, world),
+                              checkpoint_dir=root / f"ckpt-n-w{world}", overlap=False)
+    evaluate_distributed(tr, RankSlices(global_batches(df), rank, world))  # as train_match does
+    return {"digest": sharded_digest(res.checkpoints[-1]), "stats": dict(tr.exchange.stats)}
+
+
 def resume_same_world(rank: int, world: int, root: Path) -> dict:
     """3 steps, checkpoint, a fresh model resumes and finishes the epoch: same digest as train_match."""
     df = ctr_frame(ROWS)
@@ -339,7 +349,7 @@ def stop_rank(rank: int, world: int, root: Path) -> dict:
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (train_match, train_again, resume_same_world, deepfm_counts, uneven, mismatch,
+SCENARIOS = {f.__name__: f for f in (train_match, train_again, train_no_overlap, resume_same_world, deepfm_counts, uneven, mismatch,
                                      restore_other_world, kill_mid_commit, feed, feed_din, resume_killed, demo_match,
                                      demo_stopped, stop_rank)}
 

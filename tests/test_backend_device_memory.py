@@ -104,3 +104,39 @@ def test_to_host_keeps_lists_arrow_backed_and_nullable_ints_exact():
     assert isinstance(back["l"].dtype, pd.ArrowDtype) and back["l"].tolist()[1] == []
     assert back["s"].tolist()[1] == "c" and back["f"].tolist() == [1.5, 2.5]
     assert B.to_host(B.to_backend(host, be)["i"]).tolist()[0] == 2**60 + 1
+
+
+def test_an_adopted_pool_in_use_counts_none_of_its_memory_as_free(monkeypatch):
+    """P4 (issue 36): in a dask-cuda worker fbrapids puts statistics over a pool that has
+    already handed out memory; ``pool_size - current`` then counted that memory as free.
+    The resource classes stand in for rmm's (made without a device); the logic is fbrapids'."""
+    import types
+
+    class Resource:
+        def __init__(self, upstream=None, initial_pool_size=0):
+            self.upstream, self.size = upstream, initial_pool_size
+
+        def get_upstream(self):
+            return self.upstream
+
+    class Cuda(Resource):
+        pass
+
+    class Pool(Resource):
+        def pool_size(self):
+            return 10 << 30
+
+    class Stats(Resource):
+        allocation_counts = types.SimpleNamespace(current_bytes=1 << 30)  # counted since it was put on
+
+    current = {"mr": Pool(Cuda())}  # dask-cuda's pool, 10 GiB, part of it already in use
+    mr = types.SimpleNamespace(CudaMemoryResource=Cuda, PoolMemoryResource=Pool, StatisticsResourceAdaptor=Stats,
+                               get_current_device_resource=lambda: current["mr"],
+                               set_current_device_resource=lambda r: current.update(mr=r),
+                               available_device_memory=lambda: (0, 0))
+    monkeypatch.setattr(B, "try_import", lambda name: None)  # no cupy / torch routing here
+    mem = B._setup_device_memory(types.SimpleNamespace(mr=mr))  # noqa: SLF001 - the unit under test
+    assert isinstance(current["mr"], Stats) and mem.pool is not None and not mem.counted
+    assert mem.pool_free_bytes() == 0  # was 9 GiB: the pool's earlier allocations unseen
+    mem.counted = True
+    assert mem.pool_free_bytes() == 9 << 30

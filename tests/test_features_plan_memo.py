@@ -46,3 +46,21 @@ def test_a_redefined_operator_is_never_served_its_old_runtime() -> None:
     assert df.fbx.extract(y=ops.call("memo_shift_demo", "x"))["y"].tolist() == [1, 2, 3, 4, 5]
     register_operator("memo_shift_demo", "i64 x", "i64 y", "y = x + 100;", replace=True)
     assert df.fbx.extract(y=ops.call("memo_shift_demo", "x"))["y"].tolist() == [100, 101, 102, 103, 104]
+
+
+def test_the_device_budget_in_the_memo_key_does_not_move_with_every_allocation():
+    """Issue 36: the GPU memo key held the exact free device bytes (half of them), so it
+    missed on nearly every partition; the budget is now rounded down to a power of two."""
+    from fbrapids.features.plans import device_budget
+
+    class Device:
+        def __init__(self, free):
+            self.free = free
+
+        def free_device_memory(self):
+            return self.free
+
+    budgets = {device_budget(Device(free)) for free in range(40 << 30, 33 << 30, -(97 << 20))}
+    assert budgets == {16 << 30}
+    assert device_budget(Device(None)) is None and device_budget(Device(0)) == 0
+    assert device_budget(Device(3 << 20)) <= 3 << 19 < 2 * device_budget(Device(3 << 20))

@@ -421,8 +421,11 @@ def _history_column(c: Call) -> str:
 # -- apply --------------------------------------------------------------------------------------------
 def _apply_partition(part: Any, jobs: list[tuple[str, str, dict[str, Any], dict[str, str], Any]],
                      training: bool) -> Any:
-    """One partition with the fitted / history outputs of ``jobs`` added as columns."""
-    host = _backend.to_host(part) if _backend.is_gpu_object(part) else part
+    """One partition with the fitted / history outputs of ``jobs`` added as columns.  A cudf
+    partition sends only the jobs' input columns to the host and takes only their outputs
+    back (not every column both ways); the outputs join it by position."""
+    gpu = _backend.is_gpu_object(part)
+    host = _backend.to_host(part[sorted({c for *_, cols, _ in jobs for c in cols.values()})]) if gpu else part
     out = {}
     for name, op, params, cols, state in jobs:
         inp = _inputs_frame(host, cols)
@@ -432,10 +435,12 @@ def _apply_partition(part: Any, jobs: list[tuple[str, str, dict[str, Any], dict[
             out[name] = R.compute(op, inp, params)
         else:
             out[name] = H.compute(op, inp, params)
-    res = host.assign(**out)
-    if host is not part:
-        res = _backend.to_backend(res, _backend.backend_of(part))
-    return res
+    if not gpu:
+        return host.assign(**out)
+    positions = pd.RangeIndex(len(host))
+    by_position = {n: _backend.on_index(v if isinstance(v, pd.Series) else pd.Series(v), positions) for n, v in out.items()}
+    moved = _backend.to_backend(pd.DataFrame(by_position), _backend.backend_of(part))
+    return part.assign(**{n: _backend.on_index(moved[n], part.index) for n in out})
 
 
 def _out_dtype(op: str, spec: FittedSpec | None, call: Call, cols: dict[str, str], meta: Any) -> Any:

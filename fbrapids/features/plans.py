@@ -31,9 +31,24 @@ _memo_counts = {"plans_built": 0, "memo_hits": 0}
 
 
 def device_budget(be: backends.Backend) -> int | None:
-    """Bytes an operator may keep resident on the device (None: no device)."""
+    """Bytes an operator may keep resident on the device (None: no device): the
+    DEVICE_BUDGET_FRACTION of free device memory, rounded down to a power of two.  The
+    rounding keeps the plan memo's key (which holds the budget) still while free memory
+    moves by a few allocations between partitions, so the memo hits; a plan changes only
+    when free memory halves or doubles.
+
+    Example:
+        >>> class Device:
+        ...     def __init__(self, free): self.free = free
+        ...     def free_device_memory(self): return self.free
+        >>> device_budget(Device(30 << 30)) == device_budget(Device((30 << 30) - 12345)) == 8 << 30
+        True
+    """
     free = be.free_device_memory()
-    return None if free is None else int(free * DEVICE_BUDGET_FRACTION)
+    if free is None:
+        return None
+    budget = int(free * DEVICE_BUDGET_FRACTION)
+    return 0 if budget <= 0 else 1 << (budget.bit_length() - 1)
 
 
 def _plan_inputs(frame: Any, features: Mapping[str, Any]) -> tuple[dict, str, int | None]:

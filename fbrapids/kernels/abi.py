@@ -51,6 +51,14 @@ ERR_KEY_TOO_LONG = 2
 KEY_MAX = 4096
 #: pool regions are reserved in multiples of this many bytes (one reservation per block)
 POOL_ALIGN = 128
+#: threads per block of a CUDA layer kernel
+CUDA_BLOCK = 128
+#: static shared memory one CUDA block may use (sm_50 .. sm_90: 48 KiB without an opt-in)
+CUDA_SHARED_LIMIT = 48 * 1024
+#: pool parts (a ``str`` / ``list<int>`` output takes one, a ``list<str>`` two) one CUDA layer
+#: kernel may have: each takes ``CUDA_BLOCK`` 8-byte sizes of shared memory (1 KiB), so 48 parts
+#: pass ptxas' limit; the planner splits a wider layer into several kernels (32 KiB leaves room)
+CUDA_MAX_PARTS = 32
 
 _C_CONSTANTS = {"FBX_ERR_POOL_OVERFLOW": ERR_POOL_OVERFLOW, "FBX_ERR_KEY_TOO_LONG": ERR_KEY_TOO_LONG,
                 "FBX_KEY_MAX": KEY_MAX, "FBX_POOL_ALIGN": POOL_ALIGN}
@@ -67,6 +75,28 @@ _INPUT = {"fixed": ("data", "valid", "valid_bit"), "str": ("offsets", "bytes", "
           "list<str>": ("offsets", "str_offsets", "bytes", "valid", "valid_bit")}
 _OUTPUT = {"fixed": ("data", "valid"), "var": ("valid", "off", "cnt"),
            "list<str>": ("valid", "off", "cnt", "off2", "cnt2")}
+
+
+def pool_parts(type_name: str) -> int:
+    """The pool parts an output of this type takes in a layer kernel (0 for fixed width).
+
+    Example:
+        >>> pool_parts("f64"), pool_parts("str"), pool_parts("list<str>")
+        (0, 1, 2)
+    """
+    return 2 if type_name == "list<str>" else 1 if T.is_var(type_name) else 0
+
+
+def cuda_shared_bytes(nparts: int) -> int:
+    """Static shared memory of a CUDA layer kernel with ``nparts`` pool parts (``sz``,
+    ``s_start``, ``s_base``, ``s_tot``; see :func:`fbrapids.kernels.render.render_layer_cuda`).
+
+    Example:
+        >>> cuda_shared_bytes(CUDA_MAX_PARTS) <= CUDA_SHARED_LIMIT < cuda_shared_bytes(48)
+        True
+    """
+    n = max(nparts, 1)
+    return 8 * (n * CUDA_BLOCK + n + 2)
 
 
 def _shape(type_name: str) -> str:
@@ -154,9 +184,8 @@ def layer_abi(plan: Any, layer: Any) -> LayerABI:
         node = plan.nodes[nid]
         o = OutSlots(nid, node.type, pos)
         pos += len(output_slots(node.type))
-        if T.is_var(node.type):
-            o.parts = [nparts, nparts + 1] if node.type == "list<str>" else [nparts]
-            nparts += len(o.parts)
+        o.parts = list(range(nparts, nparts + pool_parts(node.type)))
+        nparts += len(o.parts)
         if node.impl.status:
             o.status = pos
             pos += 1

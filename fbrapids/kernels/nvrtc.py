@@ -40,6 +40,15 @@ CSRC_DIR = CSRC
 """The folder of the shared device-function headers (fbx_target.h, farmhash.h, ...)."""
 
 ENV_LIBRARY = "FBRAPIDS_NVRTC"
+ENV_ARCH = "FBRAPIDS_NVRTC_ARCH"
+#: the real architecture compiled for by default: ``-arch=sm_XX`` makes NVRTC run ptxas too
+#: (a virtual ``compute_XX`` stops at PTX, and ptxas' limits -- shared memory, registers --
+#: would first be met by cupy on the device); H100 / H200 are sm_90
+DEFAULT_ARCH = "sm_90"
+#: the NVRTC options every fbrapids CUDA module is built with (``cupy.RawModule`` at run time
+#: and this module's checks alike).  ``-ftz=false``: cupy adds ``-ftz=true`` unless told
+#: otherwise, which flushes float32 denormals to zero on the device only; the host C keeps them
+RUNTIME_OPTIONS = ("--std=c++17", "-ftz=false")
 _SONAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 _WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cu12/lib", "nvidia/cuda_nvrtc/lib")
 _NVRTC_SUCCESS = 0
@@ -101,10 +110,12 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.nvrtcGetProgramLog.argtypes = [vp, ctypes.c_char_p]
     lib.nvrtcGetPTXSize.argtypes = [vp, ctypes.POINTER(sz)]
     lib.nvrtcGetPTX.argtypes = [vp, ctypes.c_char_p]
+    lib.nvrtcGetCUBINSize.argtypes = [vp, ctypes.POINTER(sz)]
+    lib.nvrtcGetCUBIN.argtypes = [vp, ctypes.c_char_p]
     lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(vp)]
     for fn in ("nvrtcVersion", "nvrtcCreateProgram", "nvrtcCompileProgram",
                "nvrtcGetProgramLogSize", "nvrtcGetProgramLog", "nvrtcGetPTXSize",
-               "nvrtcGetPTX", "nvrtcDestroyProgram"):
+               "nvrtcGetPTX", "nvrtcGetCUBINSize", "nvrtcGetCUBIN", "nvrtcDestroyProgram"):
         getattr(lib, fn).restype = ctypes.c_int
     return lib
 
@@ -173,12 +184,15 @@ def _quote_lines(log_text: str, name: str, source: str, include_dirs: Sequence[P
 
 
 def compile_cuda(source: str, name: str = "fbx.cu",
-                 options: tuple[str, ...] = ("--std=c++17",),
-                 include_dirs: Iterable[str | os.PathLike] = ()) -> str:
+                 options: tuple[str, ...] = RUNTIME_OPTIONS,
+                 include_dirs: Iterable[str | os.PathLike] = (), arch: str | None = None) -> str:
     """Compile CUDA C++ ``source`` to PTX text with NVRTC (no GPU needed).
 
     The device-function header folder (``fbrapids/kernels/csrc``, holding ``fbx_target.h``)
-    is always on the include path, after ``include_dirs``.
+    is always on the include path, after ``include_dirs``.  Unless ``options`` name an
+    ``-arch``, it compiles for ``arch`` (default ``$FBRAPIDS_NVRTC_ARCH``, else
+    :data:`DEFAULT_ARCH`): a real ``sm_XX`` runs ptxas as well, so a kernel ptxas refuses
+    (too much shared memory, ...) fails here as it would on the device.
 
     Raises:
         NvrtcUnavailableError: libnvrtc cannot be found.
@@ -190,9 +204,31 @@ def compile_cuda(source: str, name: str = "fbx.cu",
         ...                    'extern "C" __global__ void k(unsigned long long* o)'
         ...                    ' { o[0] = fbx_fp64("a", 1); }')  # doctest: +SKIP
     """
+    return _compile(source, name, options, include_dirs, arch, "PTX").decode()
+
+
+def compile_cubin(source: str, arch: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS,
+                  include_dirs: Iterable[str | os.PathLike] = ()) -> bytes:
+    """Compile ``source`` to a CUBIN for the real architecture ``arch`` (``sm_90``): what
+    the CUDA runtime loads (``cupy.cuda.function.Module().load``) instead of letting
+    ``cupy.RawModule(code=...)`` compile it, which appends ``-ftz=true`` to any options.
+
+    Example:
+        >>> if nvrtc_available():
+        ...     assert compile_cubin('extern "C" __global__ void k(int* x) { x[0] = 1; }', "sm_90")[:4] == b"\\x7fELF"
+    """
+    if not arch.startswith("sm_"):
+        raise NvrtcCompileError(f"compile_cubin needs a real architecture (sm_XX), got {arch!r}", "", name)
+    return _compile(source, name, options, include_dirs, arch, "CUBIN")
+
+
+def _compile(source: str, name: str, options: tuple[str, ...], include_dirs: Iterable[str | os.PathLike],
+             arch: str | None, what: str) -> bytes:
     lib = _load()[0]
     dirs = [Path(d) for d in include_dirs] + [CSRC_DIR]
     opts = list(options) + [f"-I{d}" for d in dirs]
+    if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
+        opts.append(f"-arch={arch or os.environ.get(ENV_ARCH) or DEFAULT_ARCH}")
     prog = ctypes.c_void_p()
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(),
                                        0, None, None), "nvrtcCreateProgram")
@@ -214,9 +250,10 @@ def compile_cuda(source: str, name: str = "fbx.cu",
             raise NvrtcCompileError(msg, log_text, name)
         if log_text.strip():
             log.debug("NVRTC log for %s:\n%s", name, log_text)
-        _check(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
-        ptx = ctypes.create_string_buffer(size.value)
-        _check(lib, lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
-        return ptx.value.decode()
+        get_size, get = getattr(lib, f"nvrtcGet{what}Size"), getattr(lib, f"nvrtcGet{what}")
+        _check(lib, get_size(prog, ctypes.byref(size)), f"nvrtcGet{what}Size")
+        out = ctypes.create_string_buffer(size.value)
+        _check(lib, get(prog, out), f"nvrtcGet{what}")
+        return out.raw[: size.value].rstrip(b"\0") if what == "PTX" else out.raw[: size.value]
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from fbrapids.kernels.abi import CUDA_MAX_PARTS, pool_parts
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
 from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
 from fbrapids.kernels.operator import Impl, Operator
@@ -307,6 +308,21 @@ def _layer(nodes: list[Node], fused: bool) -> list[Layer]:
     for d in sorted({n.depth for n in ops}):
         for placement in ("gpu", "cpu"):
             ids = [n.id for n in ops if n.depth == d and n.placement == placement]
-            if ids:
-                layers.append(Layer(len(layers), ids, placement))
+            for chunk in (_by_parts(ids, nodes) if placement == "gpu" else [ids] if ids else []):
+                layers.append(Layer(len(layers), chunk, placement))
     return layers
+
+
+def _by_parts(ids: list[int], nodes: list[Node], limit: int = CUDA_MAX_PARTS) -> list[list[int]]:
+    """Operators of one depth cut into runs of at most ``limit`` pool parts: one CUDA kernel
+    each (a kernel's shared memory grows by 1 KiB per part and ptxas refuses 48 KiB)."""
+    runs: list[list[int]] = []
+    parts = 0
+    for i in ids:
+        p = pool_parts(nodes[i].type)
+        if not runs or parts + p > limit:
+            runs.append([])
+            parts = 0
+        runs[-1].append(i)
+        parts += p
+    return runs

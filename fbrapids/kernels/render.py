@@ -27,12 +27,12 @@ import re
 
 from fbrapids.errors import OperatorError
 from fbrapids.kernels import types as T
-from fbrapids.kernels.abi import HOST_LAYOUT, InputLayout, LayerABI, input_slots, layer_abi, output_slots
+from fbrapids.kernels.abi import (CUDA_BLOCK, CUDA_MAX_PARTS, HOST_LAYOUT, InputLayout, LayerABI, cuda_shared_bytes,
+                                  input_slots, layer_abi, output_slots)
 from fbrapids.kernels.headers import inline_headers
 from fbrapids.kernels.plan import Layer, Plan
 
 HOST_BLOCK = 256
-CUDA_BLOCK = 128
 PAR_MIN_BLOCKS = 16  # host kernels over fewer blocks (4096 rows) run single-threaded
 HOST_OPS_PER_LOOP = 8  # operators per row loop of a host block (phase 1)
 
@@ -237,6 +237,9 @@ def render_layer_cuda(plan: Plan, layer: Layer, layouts: dict[int, InputLayout] 
     shared-memory (Hillis-Steele) prefix sum of the rows' sizes, one atomicAdd per block."""
     layouts = layouts or {}
     abi = layer_abi(plan, layer)
+    if abi.nparts > CUDA_MAX_PARTS:  # the planner splits such layers (plan.py): a plan made by hand
+        raise OperatorError(f"layer {layer.index} has {abi.nparts} pool parts; a CUDA layer kernel takes at most "
+                            f"{CUDA_MAX_PARTS} ({cuda_shared_bytes(abi.nparts):,} B of shared memory)")
     p1, p2 = _op_bodies(plan, abi)
     loads = _loads(plan, abi, layouts)
     np_ = max(abi.nparts, 1)

@@ -42,15 +42,17 @@ import numpy as np
 from fbrapids import backend as backends
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.kernels import counters as S
+from fbrapids.kernels import dictionary as D
 from fbrapids.kernels import types as T
-from fbrapids.kernels.abi import POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
-from fbrapids.kernels.columns import HostColumn, from_arrow
+from fbrapids.kernels.abi import CUDA_BLOCK, POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
+from fbrapids.kernels.columns import HostColumn, empty_series, from_arrow
 from fbrapids.kernels.device_columns import (DeviceColumn, fixed_arrays, fixed_column, int64_child, list_column,
                                              read_column, strings_column)
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
+from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_bytes, row_sample
-from fbrapids.kernels.render import CUDA_BLOCK, kernel_name, render_module
+from fbrapids.kernels.render import kernel_name, render_module
 from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
 from fbrapids.kernels.runtime_host import HostPlan, check_fit_values
 
@@ -76,6 +78,89 @@ def status_layout(abi: LayerABI) -> tuple[int, dict[int, int]]:
 def device_helpers_source() -> str:
     """The CUDA text of the device helpers (compaction, validity packing), headers inlined."""
     return inline_headers([]) + "\n" + without_includes((CSRC / DEVICE_HELPERS).read_text())
+
+
+def load_module(cp: Any, source: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+    """``source`` compiled with ``options`` for the current device (a CUBIN for its
+    ``sm_XX``, cached on disk by :mod:`fbrapids.kernels.cache`) and loaded.  Not
+    ``cupy.RawModule(code=...)``: it appends ``-ftz=true`` after the caller's options
+    (``cupy/cuda/compiler.py``), flushing float32 denormals on the device only.  The
+    module's ``get_function(name)(grid, block, args)`` launches as a RawModule's does."""
+    from fbrapids.kernels import cache
+
+    arch = f"sm_{cp.cuda.Device().compute_capability}"
+    key = cache.source_key(source, " ".join(options), arch)
+    path = cache.cached_artifact(key, ".cubin", lambda tmp: tmp.write_bytes(compile_cubin(source, arch, name, options)))
+    module = cp.cuda.function.Module()
+    module.load(path.read_bytes())
+    return module
+
+
+def meta_dtype(type_name: str) -> Any:
+    """The dtype of a plan output of kernel type ``type_name`` in a dask frame's meta (the
+    host's, :func:`~fbrapids.kernels.columns.empty_series`); the device results take it.
+
+    Example:
+        >>> str(meta_dtype("list<i64>"))
+        'list<item: int64>[pyarrow]'
+    """
+    return empty_series(type_name, "x").dtype
+
+
+def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any = None) -> Any:
+    """A plan output (a pylibcudf column) as a cudf series of the dtype a dask frame's meta
+    gives it (``features.run``: :func:`meta_dtype` moved to cudf): a list output is typed as
+    pandas' Arrow list dtype, which cudf keeps on columns made from pandas (the meta is one),
+    where ``from_pylibcudf`` alone would say ``cudf.ListDtype`` (checked without a device by
+    the conformance stage, on host stand-in buffers)."""
+    if type_name in T.LIST_TYPES:
+        return backends.cudf_series_of(column, meta_dtype(type_name), name=name, index=index)
+    series = cudf.Series.from_pylibcudf(column)
+    if index is not None:
+        series.index = index
+    series.name = name
+    return series
+
+
+#: operators the CUDA dictionary path takes: fixed-width results whose null rule is the
+#: row path's plain one (a null row gives null), over one categorical input
+CUDA_DICTIONARY_OPS = ("hash", "hash_bucket")
+
+
+def dictionary_eligible(node: Any, coded_args: set[int]) -> bool:
+    """Whether the CUDA runtime runs ``node`` once per category (its single input a cudf
+    categorical column, whose codes and categories come free) instead of row by row.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> from fbrapids.kernels.plan import build_plan
+        >>> p = build_plan({"h": ops.hash_bucket("u", 8), "c": ops.cross("u", "v", buckets=8)},
+        ...                {"u": "str", "v": "i64"}, backend="gpu")
+        >>> [dictionary_eligible(p.nodes[i], {0}) for i in (1, 3)]
+        [True, False]
+    """
+    return (node.dict_slot is not None and node.op.name in CUDA_DICTIONARY_OPS and node.type in T.FIXED_TYPES
+            and node.impl.null_rule != "handles" and len(node.args) == 1 and node.args[0] in coded_args)
+
+
+def gather_coded(xp: Any, codes: Any, code_valid: Any, data: Any, valid: Any) -> tuple[Any, Any]:
+    """Rows of a per-category result (``data``, ``valid``: one per category) taken by the
+    rows' ``codes``: ``(data, valid)`` per row; a null row (``code_valid`` false, or a code
+    below 0) is null, as on the row path.  ``xp`` is cupy on the device, numpy in the CPU twin.
+
+    Example:
+        >>> import numpy as np
+        >>> d, v = gather_coded(np, np.array([1, 0, -1, 1]), np.array([1, 1, 0, 1], bool),
+        ...                     np.array([10, 20]), np.array([1, 1], bool))
+        >>> d.tolist(), v.tolist()
+        ([20, 10, 0, 20], [True, True, False, True])
+    """
+    ok = code_valid & (codes >= 0)
+    idx = xp.where(ok, codes, 0).astype(xp.int64)
+    if len(data) == 0:
+        return xp.zeros(len(codes), dtype=data.dtype), xp.zeros(len(codes), dtype=bool)
+    row_valid = ok & valid[idx]
+    return xp.where(row_valid, data[idx], xp.zeros((), dtype=data.dtype)).astype(data.dtype), row_valid
 
 
 def mask_words(n: int) -> int:
@@ -110,7 +195,9 @@ class CudaPlan(Runtime):
         #: the source for inputs with int64 offsets; other input layouts render their own
         self.source = render_module(plan, "cuda", self.gpu_layers)
         self.modules: dict[tuple, Any] = {}
-        self.helpers = self.cp.RawModule(code=device_helpers_source(), options=("--std=c++17",))
+        #: per operator on the dictionary path, its one-operator plan (run over the categories)
+        self._distinct: dict[int, "CudaPlan"] = {}
+        self.helpers = load_module(self.cp, device_helpers_source(), DEVICE_HELPERS)
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
         self._consts: dict[int, list[Any]] | None = None
@@ -126,7 +213,7 @@ class CudaPlan(Runtime):
         mod = self.modules.get(key)
         if mod is None:
             src = self.source if not key else render_module(self.plan, "cuda", self.gpu_layers, layouts)
-            mod = self.modules[key] = self.cp.RawModule(code=src, options=("--std=c++17",))
+            mod = self.modules[key] = load_module(self.cp, src, "fbx_layers.cu")
         return mod
 
     def _constants(self, st: S.KernelStats) -> dict[int, list[Any]]:
@@ -150,6 +237,8 @@ class CudaPlan(Runtime):
     def _input(self, s: Any, name: str, type_name: str) -> DeviceValue:
         if isinstance(s.dtype, self.cudf.CategoricalDtype):
             s = s.astype(s.cat.categories.dtype)  # decoded on the device
+        if type_name in T.FLOAT_TYPES:  # NaN is null, as on the host (columns.from_series): one rule
+            s = s.nans_to_nulls()
         col, _meta = s.to_pylibcudf()
         return DeviceValue(read_column(self.cp, self.plc, col, type_name, name), col)
 
@@ -163,9 +252,13 @@ class CudaPlan(Runtime):
             index = first.index
         st = S.KernelStats(partitions=1, rows=n)
         values: dict[int, DeviceValue] = {}
+        coded: dict[int, tuple[Any, Any]] = {}  # categorical inputs: (codes, categories), free
         for node in plan.nodes:
             if node.op is None:
-                values[node.id] = self._input(columns[node.expr.name], node.expr.name, node.type)
+                col = columns[node.expr.name]
+                if plan.dictionary and D.mode() != "off" and backends.is_categorical(col.dtype):
+                    coded[node.id] = (col.cat.codes, self.cudf.Series(col.cat.categories))
+                values[node.id] = self._input(col, node.expr.name, node.type)
         layouts = {nid: v.read.layout for nid, v in values.items() if v.read.layout != InputLayout()}
         module = self._module(layouts) if self.gpu_layers else None
         status: dict[int, Any] = {}
@@ -173,16 +266,13 @@ class CudaPlan(Runtime):
             if layer.placement == "cpu":
                 self._run_host_layer(layer, n, values, status, st)
             else:
-                self._run_device_layer(layer, module.get_function(kernel_name(layer)), n, values, status, st)
+                self._run_device_layer(layer, module.get_function(kernel_name(layer)), n, values, status, st, coded)
         st.pool_capacity = max(st.pool_capacity, int(self.pool.size))
         self.stats += st
         S.record(st)
         out = {}
         for name, nid in plan.outputs.items():
-            series = self.cudf.Series.from_pylibcudf(values[nid].column)
-            series.index = index
-            series.name = name
-            out[name] = series
+            out[name] = output_series(self.cudf, values[nid].column, plan.nodes[nid].type, name, index)
         return RunResult(out, {name: status[nid] for name, nid in plan.outputs.items() if nid in status}, st)
 
     def _run_host_layer(self, layer: Layer, n: int, values: dict[int, DeviceValue], status: dict[int, Any],
@@ -236,8 +326,8 @@ class CudaPlan(Runtime):
     def _check_fits(self, layer: Layer, values: dict[int, DeviceValue]) -> None:
         """The host runtime's conversion check (``Impl.checks_fit``: ``cast`` never wraps) on
         the device: each checked node's argument, data and validity as cupy arrays, the
-        same ``types.misfits`` test and error (CPU-placed layers check in HostPlan); NaN is a
-        value (a misfit), as on the host, and only the null mask makes a row null."""
+        same ``types.misfits`` test and error (CPU-placed layers check in HostPlan); a float
+        input's NaN is null here as on the host (:meth:`_input`), so it is never a misfit."""
         for nid in layer.nodes:
             node = self.plan.nodes[nid]
             if not node.impl.checks_fit:
@@ -245,8 +335,44 @@ class CudaPlan(Runtime):
             data, valid = fixed_arrays(self.cp, values[node.args[0]].read)
             check_fit_values(self.plan, nid, data, valid, xp=self.cp)
 
+    def _dictionary(self, layer: Layer, n: int, coded: dict[int, tuple[Any, Any]],
+                    st: S.KernelStats) -> dict[int, DeviceValue]:
+        """The layer's operators the dictionary path takes (:func:`dictionary_eligible`),
+        each run once per category by its own one-operator plan (the same CUDA text) and
+        gathered to the rows by the codes on the device: bit for bit the row path's result."""
+        how = D.mode()
+        if how == "off" or (how == "auto" and n < D.MIN_ROWS):
+            return {}
+        cp, done = self.cp, {}
+        for nid in layer.nodes:
+            node = self.plan.nodes[nid]
+            if not dictionary_eligible(node, set(coded)):
+                continue
+            codes, cats = coded[node.args[0]]
+            sub = self._distinct.get(nid)
+            if sub is None:
+                sub = self._distinct[nid] = CudaPlan(self.plan.node_plan(nid))
+            res = sub.run({"a0": cats}).columns["out"]
+            data, valid = fixed_arrays(cp, read_column(cp, self.plc, res.to_pylibcudf()[0], node.type, "out"))
+            code_type = next(k for k in T.INT_TYPES if np.dtype(T.NUMPY_DTYPE[k]) == np.dtype(codes.dtype))
+            code_data, code_valid = fixed_arrays(cp, read_column(cp, self.plc, codes.to_pylibcudf()[0], code_type,
+                                                                 "codes"))
+            rows, row_valid = gather_coded(cp, code_data, code_valid, data, valid)
+            mask, vec = cp.empty(mask_words(n), dtype=cp.uint32), cp.zeros(1, dtype=cp.int64)
+            if n:
+                self.helpers.get_function("fbx_pack_validity")(
+                    (max(-(-n // (32 * CUDA_BLOCK)), 1),), (CUDA_BLOCK,),
+                    (np.int64(n), row_valid.astype(cp.uint8), mask, vec))
+            nulls, made = (int(x) for x in cp.stack([vec[0], valid.sum()]).get())  # one read
+            done[nid] = self._value(node.type, n, mask, nulls, data=rows)
+            st.hashes += made
+            st.hashes_saved += (n - nulls) - made
+            st.dictionary_runs += 1
+        return done
+
     def _run_device_layer(self, layer: Layer, fn: Any, n: int, values: dict[int, DeviceValue],
-                          status: dict[int, Any], st: S.KernelStats) -> None:
+                          status: dict[int, Any], st: S.KernelStats,
+                          coded: dict[int, tuple[Any, Any]] | None = None) -> None:
         cp = self.cp
         self._check_fits(layer, values)
         abi = self.abis[layer.index]
@@ -256,6 +382,14 @@ class CudaPlan(Runtime):
             p = values[nid].read.pointers()
             ptrs[first: first + len(p)] = p
         outs = self._outputs(abi, n, ptrs)
+        chosen = self._dictionary(layer, n, coded or {}, st) if abi.skip is not None else {}
+        skip = None
+        if chosen:  # the kernel skips them (their slots' flags), a host array of one byte each, uploaded once
+            flags = D.flags(self.plan)
+            for nid in chosen:
+                flags[self.plan.nodes[nid].dict_slot] = 1
+            skip = cp.asarray(flags)
+            ptrs[abi.skip] = skip.data.ptr
         table = self._tables[layer.index]
         table.set(ptrs)  # the pointer table: nslots addresses, no column data
         st.bytes_to_device += int(ptrs.nbytes)
@@ -306,6 +440,9 @@ class CudaPlan(Runtime):
         if sample is not None:
             sizer.observe(float(host[STATUS_QUANTILE]), len(sample), used)
         for k, (nid, o) in enumerate(abi.outputs.items()):
+            if nid in chosen:  # the dictionary path's result (the kernel skipped the operator)
+                values[nid] = chosen[nid]
+                continue
             nulls = int(host[STATUS_FIXED + k])
             values[nid] = self._result(o.type, n, outs[nid], masks[nid], nulls, scans.get(nid),
                                        host[totals_at[nid]: totals_at[nid] + 2] if nid in totals_at else None,

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fbrapids.backend import int_dtype_of_type_id
+from fbrapids.backend import int_dtype_of_type_id, is_list_dtype
 from fbrapids.trainers.batch import Batch, concat_parts
 from fbrapids.errors import BatchError, ColumnTypeError
 
@@ -56,11 +56,38 @@ def ragged_take_t(values: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor
     return values[pos], new_off
 
 
+class CudaStreams:
+    """The three CUDA stream calls :meth:`TensorColumns.wait` makes, in one place: the
+    ordering logic is tested on the CPU by recording them (``device_batch.STREAMS``)."""
+
+    @staticmethod
+    def current(device: torch.device) -> Any:
+        return torch.cuda.current_stream(device)
+
+    @staticmethod
+    def wait_event(stream: Any, event: Any) -> None:
+        stream.wait_event(event)
+
+    @staticmethod
+    def record_stream(tensor: torch.Tensor, stream: Any) -> None:
+        tensor.record_stream(stream)
+
+
+STREAMS = CudaStreams()
+
+
 @dataclass
 class TensorColumns:
     """Torch tensors of a run of rows (one device): dense ``[n, d]`` float32, labels,
     sparse name -> ``(values int64, offsets [n + 1])``, group; ``ready`` is the CUDA event
-    after which they may be read (recorded on the stream that built them)."""
+    after which they may be read (recorded on the side stream that built them).
+
+    Every reader waits for it first: :meth:`slice`, :meth:`take`, :meth:`concat` and
+    :meth:`to_batch` read the tensors on the current stream, so each calls :meth:`wait`
+    (the current stream waits for the event, and each tensor is marked used on the current
+    stream, ``record_stream``, so its memory is not handed out again while queued work of
+    the current stream still reads it); what they return was made on the current stream
+    and needs no event."""
 
     dense: torch.Tensor
     label: torch.Tensor
@@ -72,14 +99,23 @@ class TensorColumns:
     def __len__(self) -> int:
         return int(self.label.shape[0])
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the columns hold."""
+        out = [self.dense, self.label] + [t for pair in self.sparse.values() for t in pair]
+        return out + ([self.group] if self.group is not None else [])
+
     def wait(self) -> "TensorColumns":
-        """Make the current CUDA stream wait until the columns are built."""
+        """Make the current CUDA stream wait until the columns are built (see the class doc)."""
         if self.ready is not None:
-            torch.cuda.current_stream(self.label.device).wait_event(self.ready)
+            stream = STREAMS.current(self.label.device)
+            STREAMS.wait_event(stream, self.ready)
+            for t in self.tensors():
+                STREAMS.record_stream(t, stream)
             self.ready = None
         return self
 
     def slice(self, start: int, stop: int) -> "TensorColumns":
+        self.wait()
         sp = {}
         for k, (v, o) in self.sparse.items():
             oo = o[start : stop + 1]
@@ -89,6 +125,7 @@ class TensorColumns:
         return TensorColumns(self.dense[start:stop], self.label[start:stop], sp, g)
 
     def take(self, idx: Any) -> "TensorColumns":
+        self.wait()
         idx = torch.as_tensor(np.asarray(idx) if not isinstance(idx, torch.Tensor) else idx,
                               dtype=torch.int64).to(self.label.device)
         sp = {k: ragged_take_t(v, o, idx) for k, (v, o) in self.sparse.items()}
@@ -134,11 +171,28 @@ def _plc_ints(col: Any, start: int, stop: int) -> torch.Tensor:
     return torch.from_dlpack(part.view(cp.int64) if dtype == np.uint64 else part.astype(cp.int64))
 
 
-def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    import cudf
+def sparse_kind(dtype: Any, name: str = "?", part: int | None = None) -> str:
+    """How a sparse feature's column of ``dtype`` becomes a bag: ``"list"`` (a LIST column:
+    ``cudf.ListDtype``, or the pandas Arrow list dtype cudf keeps on columns made from pandas
+    -- host round trips, ``categorify`` of lists, JSON lines read on the host) or ``"ids"``
+    (an integer column, bags of one).
 
+    Example:
+        >>> import pyarrow as pa, pandas as pd
+        >>> sparse_kind(pd.ArrowDtype(pa.list_(pa.int64()))), sparse_kind(np.dtype("uint32"))
+        ('list', 'ids')
+    """
+    if is_list_dtype(dtype):
+        return "list"
+    if getattr(dtype, "kind", None) not in ("i", "u"):
+        raise ColumnTypeError(f"sparse feature {name!r}: expected an integer id column or a list<int> column, got dtype "
+                              f"{dtype}{_where(part)}")
+    return "ids"
+
+
+def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     n = len(s)
-    if isinstance(s.dtype, cudf.ListDtype):
+    if sparse_kind(s.dtype, name, part) == "list":
         col, _ = s.to_pylibcudf()
         offs_col, vals_col = col.child(0), col.child(1)
         if vals_col.null_count():
@@ -146,9 +200,6 @@ def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Te
         offs = _plc_ints(offs_col, col.offset(), col.offset() + n + 1)  # INT32, absolute into the child
         lo, hi = (int(x) for x in offs[[0, -1]].tolist())
         return _plc_ints(vals_col, lo, hi), offs - lo  # null rows are empty bags in libcudf
-    if s.dtype.kind not in "iu":
-        raise ColumnTypeError(f"sparse feature {name!r}: expected an integer id column or a list<int> column, got dtype "
-                        f"{s.dtype}{_where(part)}")
     if s.null_count:
         raise BatchError(f"sparse feature {name!r}: {s.null_count} null ids{_where(part)}; fill them first")
     vals = _tensor(s, "uint64" if s.dtype == np.uint64 else "int64")

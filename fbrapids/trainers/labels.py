@@ -55,8 +55,14 @@ def check_labels(values: Any, column: str, partition: int | None = None,
         example = f", e.g. {sample[0]!r}" if sample else ""
         raise LabelError(f"{where} holds strings ({dtype}{example}); labels must be numbers (0/1 clicks, or soft "
                          "labels with label_range=(lo, hi)); convert the column first, e.g. .map({'no': 0, 'yes': 1})")
-    y = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    known = ~np.isnan(y)
+    xp = np
+    if _backend.is_gpu_object(values):  # checked on the device: only the verdict comes to the host
+        import cupy as xp
+
+        y = values.astype("float64").to_cupy(na_value=np.nan)
+    else:
+        y = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    known = ~xp.isnan(y)
     if label_range is None:
         bad = known & (y != 0.0) & (y != 1.0)
         what = "not 0 or 1"
@@ -66,8 +72,8 @@ def check_labels(values: Any, column: str, partition: int | None = None,
         bad = known & ((y < lo) | (y > hi))
         what = f"outside label_range [{lo:g}, {hi:g}]"
         hint = ""
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        v = y[i]
+    if bool(bad.any()):
+        i = int(xp.flatnonzero(bad)[0])
+        v = float(y[i])
         shown = int(v) if float(v).is_integer() else v
         raise LabelError(f"{where}: {int(bad.sum())} value(s) {what}, first {shown} at row {i}{hint}")

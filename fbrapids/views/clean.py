@@ -302,9 +302,10 @@ def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, dr
     for cond in early:
         frame = _apply_where(frame, cond)
     if json or fill:
-        # a new frame whose columns are replaced below; pandas' copy-on-write keeps the
-        # caller's frame as it was, so no column data is copied here (cudf: a deep copy)
-        frame = frame.copy(deep=_backend.is_gpu_object(frame))
+        # a new frame whose columns are replaced below (whole columns, never written in place):
+        # the caller's frame keeps its own, so no column data is copied here, on pandas (its
+        # copy-on-write) or cudf (a shallow copy holds a column table of its own)
+        frame = frame.copy(deep=False)
     for src, paths in json.items():
         cols, jcounts = json_fields.extract_json(frame[src], paths)
         for name, values in cols.items():

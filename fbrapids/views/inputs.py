@@ -68,6 +68,24 @@ def is_datetime(dtype: Any) -> bool:
         or str(dtype).startswith("datetime64")
 
 
+def datetime_unit(dtype: Any) -> str:
+    """The unit (``s``, ``ms``, ``us``, ``ns``) of a datetime64 dtype, naive or time-zoned,
+    read from the dtype object (cudf keeps pandas' ``DatetimeTZDtype``, whose string
+    ``datetime64[ns, UTC]`` numpy cannot parse).
+
+    Example:
+        >>> datetime_unit(pd.DatetimeTZDtype("ms", "Europe/Paris")), datetime_unit(np.dtype("datetime64[us]"))
+        ('ms', 'us')
+    """
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return dtype.unit
+    unit = np.datetime_data(np.dtype(dtype))[0]
+    if unit not in _PER_SECOND:
+        raise FeatureError(f"datetime dtype {dtype} has unit {unit!r}; hour / weekday / day read "
+                           f"{', '.join(_PER_SECOND)}")
+    return unit
+
+
 def epoch_seconds(s: Any) -> Any:
     """UTC epoch seconds (int64, floored; NaT -> null) of a datetime64 series.
 
@@ -77,12 +95,11 @@ def epoch_seconds(s: Any) -> Any:
         [-1, <NA>]
     """
     dtype = s.dtype
-    if _backend.is_gpu_object(s):
-        unit = np.datetime_data(np.dtype(str(dtype).split(",")[0].replace(" ", "")))[0] if "[" in str(dtype) else "ns"
-        return s.astype("int64") // _PER_SECOND.get(unit, 1)
+    if _backend.is_gpu_object(s):  # cudf keeps UTC instants under a zone: its int64 view is UTC already
+        return s.astype("int64") // _PER_SECOND[datetime_unit(dtype)]
     if isinstance(dtype, pd.DatetimeTZDtype):
         s = s.dt.tz_convert("UTC").dt.tz_localize(None)
-    unit = np.datetime_data(s.dtype)[0]
+    unit = datetime_unit(s.dtype)
     nat = s.isna().to_numpy()
     secs = s.to_numpy().view(np.int64) // _PER_SECOND[unit]
     if nat.any():

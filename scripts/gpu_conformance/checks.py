@@ -245,3 +245,113 @@ def check_dry_join(repo: Path) -> Result:
     done = len(cases) - len(device)
     return Result("dry-join", not failed, f"{done - len(failed)}/{done} right-side dtypes of the device join survive "
                   "the gather (empty columns)" + (f"; needs a device: {', '.join(device)}" if device else ""), failed)
+
+
+def check_ptxas(repo: Path, jobs: tuple[str, ...] | None = None) -> Result:
+    """Every generated CUDA source through NVRTC and ptxas for sm_90 (:mod:`kernels`)."""
+    from gpu_conformance import kernels
+
+    # the longest first; every built-in over cudf's offset layouts (int32 string / list offsets, as
+    # cudf columns come), the workload over the host's int64 layout (as intermediate results are)
+    names = list(jobs or ("layouts", "workload", "limits", "helpers", "dictionary"))
+    lines = kernels.run(repo, names)
+    bad = [l for l in lines if l.startswith("FAIL")]
+    return Result("ptxas", not bad, f"{len(lines) - len(bad)}/{len(lines)} CUDA sources compile for {kernels.ARCH} "
+                  f"through ptxas ({', '.join(names)})", bad + [l for l in lines if l not in bad])
+
+
+def _host_column(tid: str, dtype: str, n: int = 0):
+    import pylibcudf as plc
+
+    from gpu_conformance.host_arrays import host
+
+    return plc.Column(plc.DataType(getattr(plc.TypeId, tid)), n, plc.gpumemoryview(host([0] * n, dtype)),
+                      None, 0, 0, [])
+
+
+def _reaches_device(fn: Callable[[], object]) -> str | None:
+    """None when ``fn`` runs, or stops only for want of a device; else the error."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        if not needs_device(exc):
+            return f"{type(exc).__name__}: {exc}"[:300]
+    return None
+
+
+def check_dtype_paths(repo: Path) -> Result:
+    """The shared code's dtype questions asked of real cudf series (host stand-in buffers):
+    time-zoned datetimes through ``epoch_seconds`` (D2), both list dtypes into device
+    batches (D3), and each plan output's dtype against the dask meta's (P5)."""
+    import cudf
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pylibcudf as plc
+
+    from fbrapids import backend as B
+    from fbrapids.kernels import device_columns as D
+    from fbrapids.kernels.runtime_cuda import meta_dtype, output_series
+    from fbrapids.trainers.device_batch import sparse_kind
+    from fbrapids.views.inputs import datetime_unit, epoch_seconds, is_datetime
+    from gpu_conformance.host_arrays import host
+
+    failed, n = [], 0
+    tids = {"s": "TIMESTAMP_SECONDS", "ms": "TIMESTAMP_MILLISECONDS", "us": "TIMESTAMP_MICROSECONDS",
+            "ns": "TIMESTAMP_NANOSECONDS"}
+    for unit, tid in tids.items():
+        for tz in (None, "UTC", "Europe/Paris"):
+            n += 1
+            dtype = pd.DatetimeTZDtype(unit, tz) if tz else np.dtype(f"datetime64[{unit}]")
+            s = B.cudf_series_of(_host_column(tid, "int64"), dtype, name="ts")
+            if not is_datetime(s.dtype) or datetime_unit(s.dtype) != unit:
+                failed.append(f"cudf {s.dtype}: is_datetime / datetime_unit answer wrong")
+                continue
+            err = _reaches_device(lambda: epoch_seconds(s))
+            if err:
+                failed.append(f"epoch_seconds(cudf series {s.dtype}): {err}")
+    lists = [D.list_column(np, plc, 0, host([0], "int64"), 0, D.int64_child(plc, "list<i64>", host([], "int64"), 0),
+                           None, 0)]
+    child = D.strings_column(np, plc, 0, host([0], "int64"), host([], "uint8"), 0, None, 0)
+    list_str = D.list_column(np, plc, 0, host([0], "int64"), 0, child, None, 0)
+    for col, tname in ((lists[0], "list<i64>"), (list_str, "list<str>")):
+        n += 3
+        out = output_series(cudf, col, tname, "f")
+        want = meta_dtype(tname)
+        if str(out.dtype) != str(want):
+            failed.append(f"plan output {tname}: partition dtype {out.dtype}, dask meta {want} (P5)")
+        raw = cudf.Series.from_pylibcudf(col)
+        for s in (out, raw):  # pd.ArrowDtype list and cudf.ListDtype: both are list features
+            try:
+                if sparse_kind(s.dtype, "f") != "list":
+                    failed.append(f"sparse_kind({s.dtype}) is not 'list' (D3)")
+            except Exception as exc:  # noqa: BLE001
+                failed.append(f"sparse_kind({type(s.dtype).__name__} {s.dtype}): {type(exc).__name__}: {exc} (D3)")
+    for tname, tid, np_dtype in (("i64", "INT64", "int64"), ("f32", "FLOAT32", "float32")):
+        n += 1
+        got = output_series(cudf, _host_column(tid, np_dtype), tname, "f").dtype
+        if str(got) != str(meta_dtype(tname)):
+            failed.append(f"plan output {tname}: partition dtype {got}, dask meta {meta_dtype(tname)} (P5)")
+    n += 3
+    if not (B.is_categorical(cudf.CategoricalDtype()) and B.is_list_dtype(cudf.ListDtype("int64"))
+            and B.is_list_dtype(pd.ArrowDtype(pa.list_(pa.int64())))):
+        failed.append("backend.is_categorical / is_list_dtype on cudf.CategoricalDtype, cudf.ListDtype, pd.ArrowDtype")
+    return Result("dtype-paths", not failed, f"{n - len(failed)}/{n} shared-code paths right on real cudf series "
+                  "(tz datetimes, both list dtypes, output vs meta dtypes)", failed)
+
+
+def check_cupy_ftz(repo: Path) -> Result:
+    """P3: cupy still appends ``-ftz=true`` to a RawModule's options, so fbrapids' float
+    kernels must be loaded as CUBINs it built (runtime_cuda.load_module), never by RawModule."""
+    import inspect
+
+    import cupy.cuda.compiler as C
+
+    import ast
+
+    appends = "'-ftz=true'" in inspect.getsource(C._compile_with_cache_cuda)  # noqa: SLF001 - what we guard against
+    tree = ast.parse((repo / "fbrapids" / "kernels" / "runtime_cuda.py").read_text())
+    called = {getattr(n.func, "attr", getattr(n.func, "id", "")) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    ok = "RawModule" not in called and "load_module" in called
+    return Result("cupy-ftz", ok, f"cupy appends -ftz=true: {appends}; the CUDA runtime loads its own -ftz=false "
+                  f"CUBINs: {ok}", [] if ok else ["runtime_cuda.py builds kernels with cupy.RawModule (-ftz=true)"])

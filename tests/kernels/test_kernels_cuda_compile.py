@@ -14,6 +14,10 @@ from fbrapids.kernels.render import render_module
 
 pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed (pip install nvidia-cuda-nvrtc)")
 
+#: the plans below compile to PTX only (no ptxas: minutes on 2 cores); the GPU conformance stage
+#: compiles them for sm_90 through ptxas (scripts/gpu_conformance), the D1 tests here do too
+PTX_ONLY = "compute_90"
+
 SCHEMA = {"ts": "i64", "uid": "i64", "u": "u64", "age": "i32", "price": "f64", "q": "str", "ctx": "str",
           "seq": "list<str>", "ids": "list<i64>"}
 
@@ -41,7 +45,7 @@ def every_builtin() -> dict:
 @pytest.mark.parametrize("name", sorted(every_builtin()))
 def test_each_builtin_compiles_under_nvrtc(name):
     plan = build_plan({name: every_builtin()[name]}, SCHEMA, backend="gpu")
-    ptx = compile_cuda(render_module(plan, "cuda"), name=f"{name}.cu")
+    ptx = compile_cuda(render_module(plan, "cuda"), name=f"{name}.cu", arch=PTX_ONLY)
     assert "fbx_layer_0" in ptx
 
 
@@ -51,7 +55,7 @@ def test_all_ops_plan_compiles_under_nvrtc():
     plan = build_plan(feats, SCHEMA, backend="gpu")
     src = render_module(plan, "cuda")
     assert src.count("FBX_KERNEL void fbx_layer_") == len(plan.layers) and 'extern "C" __global__' in src
-    ptx = compile_cuda(src, name="all_ops.cu")
+    ptx = compile_cuda(src, name="all_ops.cu", arch=PTX_ONLY)
     for layer in plan.layers:
         assert f"fbx_layer_{layer.index}" in ptx
 
@@ -60,7 +64,7 @@ def test_cuda_runtime_device_helpers_compile():
     """Compaction and validity packing, the device helpers CudaPlan runs around the layers."""
     from fbrapids.kernels.runtime_cuda import device_helpers_source
 
-    ptx = compile_cuda(device_helpers_source(), name="device_helpers.cu", options=("--std=c++17",))
+    ptx = compile_cuda(device_helpers_source(), name="device_helpers.cu", arch=PTX_ONLY)
     for entry in ("fbx_compact", "fbx_compact_ls", "fbx_pack_validity"):
         assert f".entry {entry}(" in ptx, entry
 
@@ -78,7 +82,7 @@ def test_cudf_input_layouts_compile_under_nvrtc():
                    ids["ids"]: InputLayout(offsets=4), ids["seq"]: InputLayout(offsets=4, str_offsets=sow)}
         src = render_module(plan, "cuda", layouts=layouts)
         assert f"const fbx_i32* in{ids['q']}_o" in src and f"const fbx_i64* in{ids['ctx']}_o" in src
-        ptx = compile_cuda(src, name=f"layouts_{sow}.cu")
+        ptx = compile_cuda(src, name=f"layouts_{sow}.cu", arch=PTX_ONLY)
         assert all(f"fbx_layer_{l.index}" in ptx for l in plan.layers)
 
 
@@ -89,7 +93,7 @@ def test_workload_plan_compiles_under_nvrtc():
               "gender": "str", "city": "str", "os": "str", "geo_city": "str", "age": "i32", "price": "f64",
               "query": "str", "title": "str", "interests": "str"}
     plan = build_plan(workload_features(), schema, backend="gpu")
-    ptx = compile_cuda(render_module(plan, "cuda"), name="workload.cu")
+    ptx = compile_cuda(render_module(plan, "cuda"), name="workload.cu", arch=PTX_ONLY)
     assert all(f"fbx_layer_{l.index}" in ptx for l in plan.layers)
 
 
@@ -109,3 +113,58 @@ def test_gpu_matches_cpu_bit_for_bit():
     gpu = to_host(to_backend(df, get_backend("gpu")).fbx.extract(**feats))
     for c in feats:
         assert cpu[c].tolist() == gpu[c].tolist()
+
+
+# -- D1 (issue 36): ptxas' limits, met here rather than on the device ----------------------
+
+def test_compile_cuda_runs_ptxas_for_sm_90():
+    """A kernel over 48 KiB of static shared memory is refused by ptxas: compile_cuda must
+    compile for a real architecture (it stopped at PTX, so such kernels passed here)."""
+    from fbrapids.errors import NvrtcCompileError
+
+    src = ('extern "C" __global__ void k(unsigned long long* o) { __shared__ unsigned long long s[49 * 128]; '
+           's[threadIdx.x] = 1; __syncthreads(); o[0] = s[threadIdx.x + 1]; }')
+    with pytest.raises(NvrtcCompileError, match="too much shared data"):
+        compile_cuda(src, name="shared.cu")
+
+
+def wide(n_list_int: int, n_list_str: int) -> dict:
+    """Operators of one depth with ``n_list_int`` list<i64> outputs (one pool part each) and
+    ``n_list_str`` list<str> ones (two parts each), among the cheapest to compile."""
+    feats = {f"k{i}": ops.first_k("ids", i + 1) for i in range(n_list_int)}
+    feats.update({f"l{i}": ops.split("q", chr(33 + i % 90) * (1 + i // 90)) for i in range(n_list_str)})
+    return feats
+
+
+def test_wide_layers_are_split_so_ptxas_accepts_them():
+    """48 list outputs at one depth (the issue's case: 48 bucketed splits) made one kernel
+    with 48 KiB + of shared memory, which ptxas refuses; the planner now cuts it."""
+    from fbrapids.kernels.abi import CUDA_MAX_PARTS, CUDA_SHARED_LIMIT, cuda_shared_bytes, layer_abi
+
+    plan = build_plan(wide(48, 0), SCHEMA, backend="gpu")
+    assert [layer_abi(plan, l).nparts for l in plan.layers] == [CUDA_MAX_PARTS, 48 - CUDA_MAX_PARTS]
+    assert cuda_shared_bytes(CUDA_MAX_PARTS) <= CUDA_SHARED_LIMIT
+    ptx = compile_cuda(render_module(plan, "cuda"), name="wide.cu")
+    assert all(f"fbx_layer_{l.index}" in ptx for l in plan.layers)
+    assert len(build_plan(wide(48, 0), SCHEMA, backend="cpu").layers) == 1  # host kernels keep one layer
+
+
+@pytest.mark.parametrize("n_int, n_str, parts", [(0, 24, [32, 16]), (32, 0, [32]),
+                                                 (31, 1, [31, 2]), (40, 20, [32, 32, 16])])
+def test_layers_are_cut_at_the_part_limit(n_int, n_str, parts):
+    """(the conformance stage compiles plans at each limit through ptxas)"""
+    from fbrapids.kernels.abi import CUDA_MAX_PARTS, layer_abi
+
+    assert CUDA_MAX_PARTS == 32
+    plan = build_plan(wide(n_int, n_str), SCHEMA, backend="gpu")
+    assert [layer_abi(plan, l).nparts for l in plan.layers] == parts
+
+
+def test_a_hand_made_layer_over_the_limit_is_an_error_not_a_ptxas_failure():
+    from fbrapids.errors import OperatorError
+    from fbrapids.kernels.plan import Layer
+
+    plan = build_plan(wide(48, 0), SCHEMA, backend="gpu")
+    plan.layers = [Layer(0, [i for l in plan.layers for i in l.nodes], "gpu")]
+    with pytest.raises(OperatorError, match="48 pool parts"):
+        render_module(plan, "cuda")

@@ -98,3 +98,20 @@ def test_error_inside_included_header_quotes_header_line(tmp_path):
 def test_missing_include_is_an_error():
     with pytest.raises(NvrtcCompileError, match="no_such_header.h"):
         compile_cuda('#include "no_such_header.h"\n', name="inc.cu")
+
+
+def test_runtime_options_keep_float32_denormals():
+    """P3 (issue 36): ``cupy.RawModule(code=...)`` appends ``-ftz=true`` to any options (the
+    last -ftz wins), which flushes float32 denormals on the device only.  fbrapids compiles
+    with RUNTIME_OPTIONS itself and loads the CUBIN (runtime_cuda.load_module)."""
+    from fbrapids import ops
+    from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin
+    from fbrapids.kernels.plan import build_plan
+    from fbrapids.kernels.render import render_module
+
+    plan = build_plan({"c": ops.clip("x", 1e-40, 1.0), "l": ops.log1p("x")}, {"x": "f32"}, backend="gpu")
+    src = render_module(plan, "cuda")
+    assert "-ftz=false" in RUNTIME_OPTIONS
+    assert ".ftz.f32" not in compile_cuda(src, name="f32.cu", arch="compute_90")  # float32 instructions
+    assert ".ftz.f32" in compile_cuda(src, name="f32.cu", options=RUNTIME_OPTIONS + ("-ftz=true",), arch="compute_90")
+    assert compile_cubin(src, "sm_90", "f32.cu")[:4] == b"\x7fELF"  # what the runtime loads

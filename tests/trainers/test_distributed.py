@@ -32,7 +32,7 @@ from fbrapids.trainers.distributed import (BucketTable, LeaderFeed, RankSlices, 
 from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
 from fbrapids.trainers.fit import weights_digest  # noqa: E402
 
-W2 = ["train_match", "train_again", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
+W2 = ["train_match", "train_again", "train_no_overlap", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
       "demo_match", "demo_stopped"]
 W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match"]
 
@@ -194,6 +194,18 @@ def test_bytes_per_distinct_id(w2: list[dict]) -> None:
     distinct_train = t["distinct"] // 2  # train and evaluation saw the same batches
     per_step_gathers = sum(w["train_match"]["stats"]["all_gather"] for w in w2) * (2 + 2 * 3) * 8
     assert sent == distinct_train * (16 + 8 * dim) + distinct_train * (16 + 4 * dim) + per_step_gathers
+
+
+def test_overlapped_id_exchange_trains_the_same_model(w2: list[dict]) -> None:
+    """The next step's ids exchanged while this step computes (a thread, a group of its own):
+    the same checkpoint bit for bit as without; the same collectives and bytes."""
+    for w in w2:
+        on, off = w["train_match"]["stats"], w["train_no_overlap"]["stats"]
+        assert w["train_no_overlap"]["digest"] == w["train_match"]["digest"]
+        assert on["seconds_overlapped"] > 0 and off.get("seconds_overlapped", 0) == 0
+        assert "waited_for_ids_s" in on and "waited_for_ids_s" not in off
+        for k in ("all_gather", "all_to_all_single", "bytes_to_others", "bytes_to_self"):
+            assert on[k] == off[k], k
 
 
 def test_same_world_runs_and_resume_give_the_same_digest(w2: list[dict], w4: list[dict]) -> None:

@@ -65,3 +65,56 @@ def test_cudf_partition_to_device_columns_equals_the_host_path() -> None:
     assert np.array_equal(host.dense, dev.dense.cpu().numpy()) and dev.nan_replaced == host.nan_replaced
     with pytest.raises(ValueError, match="d0"):
         device_columns(cudf.from_pandas(df), "y", ["d0"], [], nan="error")
+
+
+class _Recorder:
+    """Records the stream calls of TensorColumns.wait (CPU tensors have no CUDA stream)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def current(self, device):
+        return "consumer"
+
+    def wait_event(self, stream, event):
+        self.calls.append(("wait", stream, event))
+
+    def record_stream(self, tensor, stream):
+        self.calls.append(("record", stream, tensor.data_ptr()))
+
+
+@pytest.mark.parametrize("read", ["slice", "take", "to_batch", "concat"])
+def test_every_reader_waits_for_the_side_stream_first(monkeypatch, read) -> None:
+    """P1 (issue 36): the first partition of an epoch was sliced without waiting for its event
+    (only concat waited) and slice / take dropped the event; nothing marked the tensors used on
+    the consumer's stream.  Each reader must wait once, and record every tensor."""
+    from fbrapids.trainers import device_batch as DB
+
+    rec = _Recorder()
+    monkeypatch.setattr(DB, "STREAMS", rec)
+    kw = dict(label="y", dense=["d0", "d1"], sparse=["ad", "toks"], group="u")
+    cols = as_tensors(Columns.from_frame(frame(40, 4), **kw))
+    cols.ready = "built-on-side"
+    tensors = {t.data_ptr() for t in cols.tensors()}
+    out = {"slice": lambda c: c.slice(0, 16), "take": lambda c: c.take(np.array([9, 3, 0, 5])),
+           "to_batch": lambda c: c.to_batch(), "concat": lambda c: TensorColumns.concat([c, c])}[read](cols)
+    assert rec.calls[0] == ("wait", "consumer", "built-on-side")
+    assert {p for kind, s, p in rec.calls[1:] if kind == "record" and s == "consumer"} == tensors
+    if read in ("slice", "take"):  # made on the consumer's stream: nothing more to wait for
+        n = len(rec.calls)
+        out.slice(0, 2).to_batch()
+        assert len(rec.calls) == n
+    cols.slice(0, 3)  # waited once only
+    assert sum(c[0] == "wait" for c in rec.calls) == 1
+
+
+def test_sparse_kind_takes_both_list_dtypes() -> None:
+    """D3 (issue 36): cudf keeps pandas' Arrow list dtype on columns made from pandas; only
+    cudf.ListDtype was taken as a list (cudf's own class: checked in the conformance stage)."""
+    from fbrapids.errors import ColumnTypeError
+    from fbrapids.trainers.device_batch import sparse_kind
+
+    assert sparse_kind(LIST) == "list" and sparse_kind(pd.ArrowDtype(pa.large_list(pa.int32()))) == "list"
+    assert sparse_kind(np.dtype("int8")) == "ids"
+    with pytest.raises(ColumnTypeError, match="'x'.*float64"):
+        sparse_kind(np.dtype("float64"), "x")

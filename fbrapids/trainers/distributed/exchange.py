@@ -19,6 +19,7 @@ Example (a group of one process):
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Sequence
 
@@ -38,13 +39,24 @@ def comm_device(backend: str | None = None) -> torch.device:
 class Exchange:
     """Counted collectives over ``group`` (default: the world)."""
 
-    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, group: dist.ProcessGroup | None = None, shares: "Exchange | None" = None,
+                 seconds_key: str = "seconds") -> None:
+        """``shares``: count into that exchange's :attr:`stats` (under one lock), the time
+        spent under ``seconds_key`` (a thread's overlapped exchanges apart from the step's)."""
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.device = comm_device(dist.get_backend(group))
-        self.stats: dict[str, float] = {"all_gather": 0, "all_to_all_single": 0, "bytes_to_others": 0,
-                                        "bytes_to_self": 0, "seconds": 0.0}
+        self.stats: dict[str, float] = shares.stats if shares is not None else {
+            "all_gather": 0, "all_to_all_single": 0, "bytes_to_others": 0, "bytes_to_self": 0, "seconds": 0.0}
+        self.stats.setdefault(seconds_key, 0.0)
+        self.lock = shares.lock if shares is not None else threading.Lock()
+        self.seconds_key = seconds_key
+
+    def _count(self, **add: float) -> None:
+        with self.lock:
+            for k, v in add.items():
+                self.stats[k] += v
 
     def all_gather_counts(self, row: np.ndarray) -> np.ndarray:
         """Every rank's int64 ``row`` (all of one length), as ``[world, len(row)]``."""
@@ -53,9 +65,8 @@ class Exchange:
         out = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(out, mine, group=self.group)
         got = torch.stack(out).cpu().numpy()
-        self.stats["all_gather"] += 1
-        self.stats["bytes_to_others"] += mine.numel() * 8 * (self.world - 1)
-        self.stats["seconds"] += time.perf_counter() - t0
+        self._count(all_gather=1, bytes_to_others=mine.numel() * 8 * (self.world - 1),
+                    **{self.seconds_key: time.perf_counter() - t0})
         return got
 
     def all_to_all(self, send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int]) -> torch.Tensor:
@@ -68,9 +79,7 @@ class Exchange:
                                input_split_sizes=[int(s) for s in send_splits], group=self.group)
         size = send.element_size()
         mine = int(send_splits[self.rank]) * size
-        self.stats["all_to_all_single"] += 1
-        self.stats["bytes_to_self"] += mine
-        self.stats["bytes_to_others"] += send.numel() * size - mine
         out = out.cpu()
-        self.stats["seconds"] += time.perf_counter() - t0
+        self._count(all_to_all_single=1, bytes_to_self=mine, bytes_to_others=send.numel() * size - mine,
+                    **{self.seconds_key: time.perf_counter() - t0})
         return out

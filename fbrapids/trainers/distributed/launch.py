@@ -180,7 +180,10 @@ def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend:
             _stop_all(ctx)
             last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
             failed = f"rank {exc.error_index} (pid {exc.error_pid}) failed: {last[-1] if last else exc}"
-            quiet = [q for q in quiet if q[0] != exc.error_index]
+            # stopped by a signal, or silent past the timeout (a busy rank importing or in a long C
+            # call may skip a few beats: not a culprit)
+            quiet = [q for q in quiet if q[0] != exc.error_index
+                     and (q[3].startswith("stopped") or q[2] > heartbeat_timeout_s)]
             if quiet:
                 raise _silence_error(quiet, f", and then {failed}") from exc
             raise DistributedError(f"{failed}; every rank stopped") from exc

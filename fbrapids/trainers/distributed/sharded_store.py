@@ -24,6 +24,12 @@ One step over all tables (:class:`ShardedEmbeddings`):
    union's mean) to the owners; an owner sums an id's gradients over the ranks (in rank
    order) and applies the row-wise optimizer once: synchronous SGD on the union batch.
 
+Overlap (:meth:`ShardedEmbeddings.prepare`, TorchRec's pipelining): the first half of
+step ``k+1``'s ``begin`` - distinct ids, the ``all_gather`` and the (id, count)
+``all_to_all_single`` - reads no table, so it runs in a thread, on a gloo group of its
+own, while step ``k`` computes; ``begin`` then only waits for it, looks the rows up (after
+step ``k``'s updates) and sends them.  The same collectives, bytes and results.
+
 Every buffer is fused across tables: per step one ``all_gather`` and three
 ``all_to_all_single`` whatever the number of tables (evaluation: one and two).  Per
 distinct id and step: 16 bytes of (id, count) and ``4 * dim`` bytes each way of row and
@@ -35,8 +41,11 @@ same optimizer calls, bit for bit.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,6 +210,41 @@ class StepPlan:
     train: bool
 
 
+@dataclass
+class _Ids:
+    """The outcome of a step's id exchange (:meth:`ShardedEmbeddings._exchange_ids`)."""
+
+    keys: list[np.ndarray]
+    plans: list[_TablePlan]
+    uniq_info: list[tuple[np.ndarray, np.ndarray]]
+    counts: np.ndarray
+    got: np.ndarray
+    buf: np.ndarray | None = None
+
+
+class _Prepared:
+    """A step's id exchange running in a thread (:meth:`ShardedEmbeddings.prepare`)."""
+
+    def __init__(self, owner: "ShardedEmbeddings", batch: Batch | None) -> None:
+        self.batch = batch
+        self._out: list[Any] = []
+        self._thread = threading.Thread(target=self._run, args=(owner,), daemon=True, name="fbrapids-id-exchange")
+        self._thread.start()
+
+    def _run(self, owner: "ShardedEmbeddings") -> None:
+        try:
+            self._out.append(owner._exchange_ids(self.batch, owner.id_exchange))
+        except BaseException as exc:  # handed to the training thread by result()
+            self._out.append(exc)
+
+    def result(self) -> _Ids:
+        self._thread.join()
+        got = self._out[0]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+
 class ShardedEmbeddings:
     """Every table of ``model`` sharded over the ranks of ``exchange`` (see the module docstring)."""
 
@@ -220,6 +264,9 @@ class ShardedEmbeddings:
                 self.tables.append(table)
         self._by_store = {id(t): k for k, t in enumerate(self.tables)}
         self.plan: StepPlan | None = None
+        self.id_exchange: Exchange | None = None  # the prepared id exchanges' group (made at the first prepare)
+        self.id_timeout = datetime.timedelta(seconds=120)
+        self._pending: _Prepared | None = None
         self.steps = 0
         self.distinct_ids = 0  # distinct (table, id) pairs over the ranks' local batches, summed over steps
 
@@ -238,11 +285,10 @@ class ShardedEmbeddings:
                         per[k].append(batch.sparse[f][0].detach().cpu().numpy())
         return [as_uint64_ids(np.concatenate(p)).ravel() if p else np.zeros(0, dtype=np.uint64) for p in per]
 
-    def begin(self, batch: Batch | None, train: bool = True, count_only: bool = False) -> StepPlan | None:
-        """Agree on the step with every rank and fetch this rank's rows (see the module
-        docstring); None when every rank is out of data.  ``batch`` None: this rank is out
-        of data.  ``count_only``: only the ``all_gather`` (a step skipped on resume)."""
-        ex, world, me = self.exchange, self.exchange.world, self.exchange.rank
+    def _exchange_ids(self, batch: Batch | None, ex: Exchange, count_only: bool = False) -> _Ids:
+        """The step's first half, which reads no table: this rank's distinct ids per table,
+        the ``all_gather`` of counts and the ``all_to_all_single`` of (id, count) pairs."""
+        world, me = ex.world, ex.rank
         n_tables = len(self.tables)
         keys = self._batch_keys(None if count_only else batch)
         plans: list[_TablePlan] = []
@@ -259,16 +305,12 @@ class ShardedEmbeddings:
         n_rows = 0 if batch is None else len(batch)
         row = np.concatenate([[int(batch is None), n_rows], counts.ravel()])
         got = ex.all_gather_counts(row)  # [source, 2 + world * tables]
-        done, rows = got[:, 0].astype(bool), got[:, 1]
-        if done.all():
-            self.plan = None
-            return None
-        if count_only:
-            return StepPlan(rows, done, [], train)
+        ids = _Ids(keys, plans, uniq_info, counts, got)
+        if got[:, 0].astype(bool).all() or count_only:
+            return ids
         allc = got[:, 2:].reshape(world, world, n_tables)  # [source, destination, table]
         for k, p in enumerate(plans):
             p.recv = allc[:, me, k].copy()
-        self.distinct_ids += int(allc.sum())
         # 1. (id, count) pairs to their owners, every table in one buffer
         send = []
         for d in range(world):
@@ -279,8 +321,46 @@ class ShardedEmbeddings:
                 send.append(uniq_info[k][1][sel].astype(np.int64))
         send_splits = [2 * int(counts[d].sum()) for d in range(world)]
         recv_splits = [2 * int(allc[s, me].sum()) for s in range(world)]
-        buf = ex.all_to_all(torch.from_numpy(np.concatenate(send) if send else np.zeros(0, np.int64)),
-                            send_splits, recv_splits).numpy()
+        ids.buf = ex.all_to_all(torch.from_numpy(np.concatenate(send) if send else np.zeros(0, np.int64)),
+                                send_splits, recv_splits).numpy()
+        return ids
+
+    def prepare(self, batch: Batch | None) -> None:
+        """Start the next step's id exchange (:meth:`_exchange_ids`) in a thread, on a process
+        group of its own, while this step computes; the next :meth:`begin` waits for it.
+        Every rank calls it at the same point of each step (TorchRec's pipelining)."""
+        if self.id_exchange is None:
+            self.id_exchange = Exchange(id_group(self.exchange.group, self.id_timeout), shares=self.exchange,
+                                        seconds_key="seconds_overlapped")
+        self._pending = _Prepared(self, batch)
+
+    def begin(self, batch: Batch | None, train: bool = True, count_only: bool = False) -> StepPlan | None:
+        """Agree on the step with every rank and fetch this rank's rows (see the module
+        docstring); None when every rank is out of data.  ``batch`` None: this rank is out
+        of data.  ``count_only``: only the ``all_gather`` (a step skipped on resume).  After
+        :meth:`prepare` of this batch, its id exchange is already under way or done."""
+        ex, world, me = self.exchange, self.exchange.world, self.exchange.rank
+        n_tables = len(self.tables)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            if pending.batch is not batch:
+                raise StoreError("begin() of another batch than the one prepare() announced")
+            t0 = time.perf_counter()
+            ids = pending.result()
+            self.exchange.stats["waited_for_ids_s"] = self.exchange.stats.get("waited_for_ids_s", 0.0) + (
+                time.perf_counter() - t0)
+        else:
+            ids = self._exchange_ids(batch, ex, count_only)
+        keys, plans, uniq_info, counts, got = ids.keys, ids.plans, ids.uniq_info, ids.counts, ids.got
+        done, rows = got[:, 0].astype(bool), got[:, 1]
+        if done.all():
+            self.plan = None
+            return None
+        if count_only:
+            return StepPlan(rows, done, [], train)
+        allc = got[:, 2:].reshape(world, world, n_tables)  # [source, destination, table]
+        self.distinct_ids += int(allc.sum())
+        buf = ids.buf
         # the owner: one lookup per table of the union of what it received
         at = 0
         got_ids: list[list[np.ndarray]] = [[] for _ in plans]
@@ -387,6 +467,27 @@ class ShardedEmbeddings:
             for table in self.tables:
                 table.local.end_step()
                 table.grad = None
+
+
+_ID_GROUPS: dict[tuple[int, ...], Any] = {}
+
+
+def id_group(group: Any, timeout: datetime.timedelta) -> Any:
+    """The gloo group on which the ranks of ``group`` (default: the world) exchange the
+    next step's ids: made once per set of ranks and process group world, by its members
+    only (a subgroup's trainer is built on its ranks alone)."""
+    import torch.distributed as dist
+
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
+    got = _ID_GROUPS.get(ranks)
+    if got is not None:
+        try:
+            dist.get_process_group_ranks(got)  # still of this world (not destroyed since)
+            return got
+        except (ValueError, KeyError, RuntimeError):
+            pass
+    _ID_GROUPS[ranks] = dist.new_group(list(ranks), backend="gloo", timeout=timeout, use_local_synchronization=True)
+    return _ID_GROUPS[ranks]
 
 
 def shard_model(model: CTRModel, exchange: Exchange, buckets: BucketTable | None = None) -> ShardedEmbeddings:

@@ -42,6 +42,7 @@ import torch
 from fbrapids.errors import StoreError
 from fbrapids.kernels import load_source
 from fbrapids.kernels.headers import inline_headers, without_includes
+from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def _cuda_module(device_index: int) -> Any:
     import cupy  # the gpu extra; only a CUDA cache tier gets here
 
     with cupy.cuda.Device(device_index):
-        return cupy.RawModule(code=slot_map_source(), options=("--std=c++17",))
+        return cupy.RawModule(code=slot_map_source(), options=RUNTIME_OPTIONS)
 
 
 def _ptr(t: torch.Tensor) -> int:
