@@ -29,11 +29,13 @@ def _gen(args: argparse.Namespace) -> int:
 
     from fbrapids.datagen import generate, read_metadata
 
+    plant = dict(args.plant or [])
     args.out.mkdir(parents=True, exist_ok=True)
     fd = os.open(args.out, os.O_RDONLY)  # two `gen --out` into one folder take turns: never a mixed set
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None)
+        paths = generate(args.rows, args.out, seed=args.seed, row_group_rows=args.row_group_rows, progress=None,
+                         plant=plant)
     finally:
         os.close(fd)
     meta = read_metadata(args.out)
@@ -41,7 +43,25 @@ def _gen(args: argparse.Namespace) -> int:
         f"wrote {', '.join(p.name for p in paths.values())} to {args.out} "
         f"({args.rows:,} impressions, CTR {meta['ctr']:.3f}, oracle AUC {meta['oracle_auc']:.4f})\n"
     )
+    for name, info in (meta.get("plant") or {}).items():
+        sys.stdout.write(f"  planted {name}: beta {info['beta']:g}, oracle AUC gain {info['oracle_auc_gain']:+.4f}\n")
     return 0
+
+
+def _plant_arg(text: str) -> tuple[str, float]:
+    """``NAME=BETA`` of ``fbrapids gen --plant``.
+
+    Example:
+        >>> _plant_arg("p_noise=0")
+        ('p_noise', 0.0)
+    """
+    name, sep, beta = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, float(beta)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=BETA (e.g. p_noise=0 or p_real=0.5), got {text!r}") from None
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -406,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     gen.add_argument("--row-group-rows", type=_int_in(1), default=32_768,
                      help="rows per parquet row group, i.e. per dask partition (the data does not depend on it)")
+    gen.add_argument("--plant", type=_plant_arg, action="append", metavar="NAME=BETA",
+                     help="add an impressions column of 16 levels moving the hidden logit by BETA*z, z in "
+                          "[-1.5, 1.5] (BETA=0: pure noise); its oracle AUC gain goes into the metadata; repeatable")
     gen.set_defaults(func=_gen)
 
     demo = sub.add_parser(
@@ -418,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
-    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
+    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"),
                       help="din: attention over the user's last 50 clicked categories, built from the log by history")
     demo.add_argument("--work-dir", type=Path, default=None,
                       help="keep the embedding store's SSD files and the checkpoints here (default: a temporary "

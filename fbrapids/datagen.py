@@ -235,10 +235,53 @@ def _ad_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int) 
     )
 
 
+#: levels of a planted column (:func:`generate`'s ``plant``): level ``k`` moves the hidden
+#: logit by ``beta * PLANT_Z[k]``, the levels evenly spaced in [-1.5, 1.5]
+PLANT_LEVELS = 16
+PLANT_Z = np.linspace(-1.5, 1.5, PLANT_LEVELS)
+
+
+def check_plant(plant: dict[str, float] | None) -> dict[str, float]:
+    """``plant`` checked: column name -> finite effect ``beta``; names must not be taken.
+
+    Example:
+        >>> check_plant({"p_noise": 0, "p_real": 0.3})
+        {'p_noise': 0.0, 'p_real': 0.3}
+        >>> check_plant({"click": 1.0})
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.DataGenError: plant: column 'click' already names a column of the generated data; rename it
+    """
+    out: dict[str, float] = {}
+    taken = {f.name for schema in SCHEMAS.values() for f in schema}
+    for name, beta in (plant or {}).items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DataGenError(f"plant: column name {name!r} must be an identifier")
+        if name in taken:
+            raise DataGenError(f"plant: column {name!r} already names a column of the generated data; rename it")
+        try:
+            b = float(beta)
+        except (TypeError, ValueError):
+            raise DataGenError(f"plant: effect of {name!r} must be a number, got {beta!r}") from None
+        if not np.isfinite(b):
+            raise DataGenError(f"plant: effect of {name!r} must be finite, got {beta!r}")
+        out[name] = b
+    return out
+
+
+def _planted_levels(seed: int, block: int, name: str, n: int) -> np.ndarray:
+    """A planted column's levels in a block: from a generator of ``(seed, block, name)`` alone,
+    independent of every other draw (the unplanted columns are the same with or without it)."""
+    key = int.from_bytes(name.encode()[:32].ljust(32, b"\0"), "little")
+    return np.random.default_rng([seed, 0x9A, block, key]).integers(0, PLANT_LEVELS, size=n).astype(np.int16)
+
+
 def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int,
-                      rows: int) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray]:
-    """Impressions ``[start, stop)`` of ``rows``, their basic features, clicks and hidden
-    probabilities; drawn from a generator seeded by ``(seed, block)`` alone."""
+                      rows: int, plant: dict[str, float] | None = None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Impressions ``[start, stop)`` of ``rows``, their basic features, clicks, hidden
+    probabilities, and per planted column the hidden probabilities without its term; drawn
+    from a generator seeded by ``(seed, block)`` alone (planted columns from their own)."""
     rng = np.random.default_rng([seed, 0x1B, block])
     n = stop - start
     span = DAYS * 86400
@@ -281,7 +324,11 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
     logit += np.where(slot >= 0, -0.12 * slot, 0.0)
     logit += np.where(on_topic & (queries != None), 0.9, 0.0)  # noqa: E711 (elementwise)
     logit += np.where(in_ads & ~dic.price_null[a_rank], -0.15 * (np.log1p(dic.price[a_rank]) - 3.0), 0.0)
-    prob = 1.0 / (1.0 + np.exp(-logit))
+    levels = {name: _planted_levels(seed, block, name, n) for name in plant or {}}
+    terms = {name: (plant or {})[name] * PLANT_Z[lv] for name, lv in levels.items()}
+    full = logit + sum(terms.values()) if terms else logit
+    prob = 1.0 / (1.0 + np.exp(-full))
+    without = {name: 1.0 / (1.0 + np.exp(-(full - t))) for name, t in terms.items()}
     click = (rng.random(n) < prob).astype(np.int8)
 
     instance_id = (start + np.arange(n, dtype=np.int64)) * 7 + 1_000_003
@@ -295,6 +342,7 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
             "query": pd.array(queries, dtype="str"),
             "ctx": pd.array(ctx, dtype="str"),
             "click": click,
+            **levels,
         }
     )
 
@@ -303,6 +351,7 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
     n_b = len(idx)
     dense = rng.normal(0.0, 1.0, size=(n_b, 10)).astype(np.float32)
     # d0 carries a noisy view of the hidden logit, d1 of the hour: learnable dense signal
+    # (the logit without planted terms: a planted column's effect is learnable only from it)
     dense[:, 0] = (0.5 * logit[idx] + rng.normal(0, 1.0, n_b)).astype(np.float32)
     dense[:, 1] = (hour[idx] / 23.0).astype(np.float32)
     cats = rng.integers(0, 1000, size=(n_b, 5)).astype(np.int64)
@@ -312,7 +361,7 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
         basic[f"d{j}"] = dense[:, j]
     for j in range(5):
         basic[f"b{j}"] = cats[:, j]
-    return impressions, basic, click, prob
+    return impressions, basic, click, prob, without
 
 
 class _RowGroupWriter:
@@ -393,7 +442,7 @@ def _auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
 
 
 def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int = ROW_GROUP_ROWS,
-             progress: bool | None = False) -> dict[str, Path]:
+             progress: bool | None = False, plant: dict[str, float] | None = None) -> dict[str, Path]:
     """Write ``impressions``, ``users``, ``ads`` and ``basic`` parquet files to ``out_dir``.
 
     Users, ads, impressions and basic features are drawn in blocks of ``BLOCK_ROWS`` rows, each
@@ -411,6 +460,14 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
         row_group_rows: rows per parquet row group (one dask partition each).
         progress: show a progress bar over the rows written, users' and ads' included (None:
             tqdm's automatic choice: on a terminal or in a notebook).
+        plant: extra impression columns with a known effect, name -> ``beta``: each is an
+            int16 level in ``[0, 16)`` drawn uniformly and independently of everything else,
+            and moves the hidden logit by ``beta * z`` (``z`` = :data:`PLANT_Z`, evenly spaced
+            in [-1.5, 1.5]); ``beta = 0`` is pure noise.  The other columns are those of the
+            unplanted data except the clicks the planted terms move (the dense signal ``d0``
+            sees the unplanted logit).  Each column's oracle AUC gain, the hidden model's
+            AUC minus that AUC without the column's term, over every day, is stored in the
+            metadata (``read_metadata(d)["plant"][name]["oracle_auc_gain"]``).
 
     Example:
         >>> import tempfile, pandas as pd
@@ -422,6 +479,7 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
         raise DataGenError(f"rows must be at least 100, got {rows}")
     if row_group_rows < 1:
         raise DataGenError(f"row_group_rows must be at least 1, got {row_group_rows}")
+    plant = check_plant(plant)
     from fbrapids.autobar import tqdm
 
     rng = np.random.default_rng(seed)
@@ -443,15 +501,20 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
                 bar.update(stop - start)
             paths[name] = writer.close()
 
-        imp_writer = _RowGroupWriter(out / "impressions.parquet", SCHEMAS["impressions"], row_group_rows)
+        imp_schema = SCHEMAS["impressions"]
+        for name in plant:
+            imp_schema = imp_schema.append(pa.field(name, pa.int16()))
+        imp_writer = _RowGroupWriter(out / "impressions.parquet", imp_schema, row_group_rows)
         basic_writer = _RowGroupWriter(out / "basic.parquet", SCHEMAS["basic"], 2**62)  # groups cut below
         pos = np.zeros(AUC_BINS, dtype=np.int64)
         neg = np.zeros(AUC_BINS, dtype=np.int64)
+        without = {name: (np.zeros(AUC_BINS, dtype=np.int64), np.zeros(AUC_BINS, dtype=np.int64)) for name in plant}
         clicks = 0
         bar.set_postfix_str("impressions")
         for block, start in enumerate(range(0, rows, BLOCK_ROWS)):
             stop = min(rows, start + BLOCK_ROWS)
-            impressions, basic, click, prob = _impression_block(dic, seed, block, start, stop, rows)
+            impressions, basic, click, prob, probs_without = _impression_block(dic, seed, block, start, stop, rows,
+                                                                               plant)
             imp_writer.add(impressions)
             # a basic row group ends where an impressions row group ends
             ends = np.arange((start // row_group_rows + 1) * row_group_rows, stop + 1, row_group_rows)
@@ -459,11 +522,19 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
             bins = np.minimum((prob * AUC_BINS).astype(np.int64), AUC_BINS - 1)
             pos += np.bincount(bins[click == 1], minlength=AUC_BINS)
             neg += np.bincount(bins[click == 0], minlength=AUC_BINS)
+            for name, p_without in probs_without.items():
+                b = np.minimum((p_without * AUC_BINS).astype(np.int64), AUC_BINS - 1)
+                without[name][0][:] += np.bincount(b[click == 1], minlength=AUC_BINS)
+                without[name][1][:] += np.bincount(b[click == 0], minlength=AUC_BINS)
             clicks += int(click.sum())
             bar.update(stop - start)
     oracle_auc = _auc_from_histograms(pos, neg)
     meta = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4),
             "data_version": DATA_VERSION}
+    if plant:
+        meta["plant"] = {name: {"beta": beta, "levels": PLANT_LEVELS,
+                                "oracle_auc_gain": round(oracle_auc - _auc_from_histograms(*without[name]), 5)}
+                         for name, beta in plant.items()}
     paths["impressions"] = imp_writer.close({METADATA_KEY: json.dumps(meta).encode()})
     paths["basic"] = basic_writer.close()
     paths = {name: paths[name] for name in ("impressions", "users", "ads", "basic")}

@@ -80,18 +80,22 @@ def pipeline_html(result: Any) -> str:
 
 
 def trial_html(result: Any) -> str:
-    """A feature trial: metrics per arm, the deltas with their bootstrap intervals, and
-    the deltas as bars with error bars and the zero line."""
+    """A feature trial: metrics per arm (averaged over the seeds), the deltas with their
+    intervals (seeds + users), the verdicts, and the deltas as bars with error bars."""
     from fbrapids import plot
 
     rows = []
     for m in ("auc", "gauc"):
         lo, hi = result.interval.get(m, (float("nan"), float("nan")))
         rows.append([m.upper(), result.baseline[m], result.candidate[m], result.delta[m], lo, hi,
-                     result.p_better.get(m, float("nan"))])
+                     result.p_better.get(m, float("nan")), result.verdict.get(m, ""),
+                     result.aa_spread.get(m, float("nan"))])
+    pct = f"{100 * result.level:g}%"
     return ('<div class="fbrapids-trial">'
             f"<h4>feature trial: baseline + {html.escape(', '.join(result.candidates))} "
-            f"({result.n_boot} bootstrap rounds over {result.n_users:,} held-out users)</h4>"
-            + table_html(["metric", "baseline", "candidate", "delta", "95% low", "95% high", "P(better)"], rows)
+            f"({len(result.seeds)} seed(s) per arm, {result.n_boot} bootstrap rounds over {result.n_users:,} "
+            "held-out users)</h4>"
+            + table_html(["metric", "baseline", "candidate", "delta", f"{pct} low", f"{pct} high", "P(better)",
+                          "verdict", "A/A spread"], rows)
             + _figure_or_note(lambda: plot.trial_deltas(result), "trial deltas")
             + "</div>")

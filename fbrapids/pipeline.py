@@ -44,7 +44,7 @@ SPARSE = [
     "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
-MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
 #: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
 POOLING = "mean"
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
@@ -360,6 +360,8 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
         return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
     if name == "deepfm":
         return models.DeepFM, dict(common, deep_mlp=[64, 32])
+    if name == "logreg":
+        return models.LogisticRegression, {k: v for k, v in common.items() if k != "pooling"}  # first-order: summed
     if name == "din":
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
@@ -435,7 +437,8 @@ def run_pipeline(
     Args:
         data_dir: a folder with impressions / users / ads / basic parquet files.
         backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
-        model: ``"dlrm"``, ``"wide_deep"`` or ``"deepfm"``.
+        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"`` (logistic
+            regression over hashed one-hot ids and the dense features).
         client: a ``distributed.Client`` to extract on (None: dask's local scheduler).
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers; rows
             beyond them live in the SSD tier's files under ``work_dir``.

@@ -208,9 +208,10 @@ def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
 
 
 def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Any:
-    """AUC and GAUC deltas (candidate - baseline) per candidate, with the bootstrap 95%
-    intervals as error bars and the zero line marked, inside the frame (the axis spans the
-    bars, the intervals and zero, with a margin) and the legend inside the figure.
+    """AUC and GAUC deltas (candidate - baseline) per candidate, with their 95% intervals
+    (training seeds and held-out users: :mod:`fbrapids.trials`) as error bars and the zero
+    line marked, inside the frame (the axis spans the bars, the intervals and zero, with a
+    margin) and the legend inside the figure.
 
     Args:
         results: a ``TrialResult``, or ``{label: TrialResult}`` for several candidates.
@@ -242,7 +243,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: 
         hi = np.array([results[k].interval.get(m, (np.nan, np.nan))[1] for k in labels], dtype=np.float64)
         err = np.vstack([np.clip(deltas - lo, 0, None), np.clip(hi - deltas, 0, None)])
         ax.bar(x + (i - (len(metrics) - 1) / 2) * width, deltas, width=width, yerr=err, capsize=4,
-               label=f"{m.upper()} delta (95% bootstrap)", color=colors.get(m, None))
+               label=f"{m.upper()} delta (95% interval)", color=colors.get(m, None))
         span += [v for v in np.concatenate([deltas, lo, hi]).tolist() if np.isfinite(v)]
     bottom, top = min(span), max(span)
     pad = 0.12 * (top - bottom) or 1e-3

@@ -1,10 +1,29 @@
 """Feature trials: does a candidate feature help?  The question FeatureBox exists to answer.
 
-``trial`` trains the baseline features, then the baseline plus the candidates, on the same
-data, split and seed, and compares them on the held-out last day.  The uncertainty of the
-AUC and GAUC deltas comes from a paired bootstrap over users: each round resamples the
-held-out users with replacement and recomputes both models' metrics on the same rows, so
-user-level correlation is respected.
+``trial`` trains a baseline and a baseline + candidates arm for each of K seeds, side by
+side from one extraction pass (:mod:`fbrapids.trial_training`), and compares them on the
+held-out last day.
+
+**The interval.**  Two sources of noise move a measured delta: the training draw (the
+seed: initial weights; the batches come in one fixed order, as in a plain run) and the
+held-out users sampled.  Per seed ``k`` the delta ``d_k`` (candidate minus baseline, both
+trained from seed ``k``, starting as the same function: :mod:`fbrapids.trainers.arms`) is
+measured on the same users; the estimate is their mean ``d``.  Its variance is estimated
+as ``s^2 / K + v_users``: ``s^2`` the sample variance of the ``d_k`` (training noise, the
+users held fixed) and ``v_users`` the variance of the seed-averaged delta over a paired
+bootstrap of held-out users (each round resamples users with replacement and recomputes
+every arm's AUC and GAUC on the same rows, so user-level correlation is respected).  The
+interval is ``d +- t * se`` with Student's t at Welch-Satterthwaite's degrees of freedom
+(``(K - 1) * (se^2 / (s^2 / K))^2``: the bootstrap term counts as known), and
+``P(better)`` is that t distribution's probability that the true delta is above 0.  With
+``K = 1`` there is no estimate of training noise: the interval is the bootstrap's alone
+(normal), and the result says so.
+
+Assumptions: the per-seed deltas are independent draws, normal enough for a t interval
+(the calibration, ``benchmarks/trial_calibration.py``, checks the false-positive rate on
+planted noise); users are independent units; the question is about the training recipe
+as run (same data order), not about other orders.  The verdict: **helps** when the
+interval lies above 0, **hurts** when below, else **no detectable effect** at that level.
 
 Example:
     >>> import tempfile
@@ -19,46 +38,79 @@ Example:
 from __future__ import annotations
 
 import logging
-import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from fbrapids.errors import ArgumentError, FeatureError
 from fbrapids.kernels import Expr
-from fbrapids.errors import TrialError
 
 log = logging.getLogger(__name__)
+
+#: seeds per arm when ``trial(seeds=...)`` is not given (``benchmarks/trial_calibration.py``)
+DEFAULT_SEEDS = 3
+METRICS = ("auc", "gauc")
+VERDICTS = ("helps", "hurts", "no detectable effect")
 
 
 @dataclass
 class TrialResult:
-    """Baseline vs candidate metrics on the held-out day, with bootstrap intervals of the deltas."""
+    """Baseline vs candidate on the held-out day, over K seeds (see the module docstring).
+
+    ``baseline`` / ``candidate``: each arm's metrics averaged over the seeds; ``delta``: the
+    mean per-seed delta; ``seed_deltas``: each seed's; ``interval`` / ``p_better`` /
+    ``verdict``: the combined test; ``se`` / ``se_seeds`` / ``se_users`` / ``df``: its parts;
+    ``aa_spread``: the largest |difference| between two baseline seeds' metric (the A/A
+    spread: what the seed alone moves); ``nan_rounds``: bootstrap rounds where a metric
+    was undefined (a resample with one class), left out of ``se_users`` and counted here.
+    """
 
     candidates: list[str]
     baseline: dict[str, float]
     candidate: dict[str, float]
     delta: dict[str, float] = field(default_factory=dict)
-    interval: dict[str, tuple[float, float]] = field(default_factory=dict)  # 95% bootstrap interval
-    p_better: dict[str, float] = field(default_factory=dict)  # share of rounds where the candidate wins
+    interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    p_better: dict[str, float] = field(default_factory=dict)
     n_boot: int = 0
     n_users: int = 0
+    seeds: list[int] = field(default_factory=list)
+    seed_deltas: dict[str, list[float]] = field(default_factory=dict)
+    verdict: dict[str, str] = field(default_factory=dict)
+    level: float = 0.95
+    se: dict[str, float] = field(default_factory=dict)
+    se_seeds: dict[str, float] = field(default_factory=dict)
+    se_users: dict[str, float] = field(default_factory=dict)
+    df: dict[str, float] = field(default_factory=dict)
+    aa_spread: dict[str, float] = field(default_factory=dict)
+    nan_rounds: dict[str, int] = field(default_factory=dict)
+    extraction: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
-        """What a notebook shows: the metrics table and the deltas with bootstrap error bars."""
+        """What a notebook shows: the metrics table and the deltas with their intervals."""
         from fbrapids.display import trial_html
 
         return trial_html(self)
 
     def render(self) -> str:
-        lines = [f"feature trial: baseline + {', '.join(self.candidates)}  ({self.n_boot} bootstrap rounds over "
-                 f"{self.n_users:,} held-out users)"]
-        for m in ("auc", "gauc"):
+        pct = f"{100 * self.level:g}%"
+        lines = [f"feature trial: baseline + {', '.join(self.candidates)}  ({len(self.seeds)} seed(s) per arm, "
+                 f"{self.n_boot} bootstrap rounds over {self.n_users:,} held-out users)"]
+        for m in METRICS:
             lo, hi = self.interval.get(m, (float("nan"), float("nan")))
+            per_seed = ", ".join(f"{d:+.4f}" for d in self.seed_deltas.get(m, []))
             lines.append(f"  {m.upper():<5} baseline {self.baseline[m]:.4f}  candidate {self.candidate[m]:.4f}  "
-                         f"delta {self.delta[m]:+.4f}  95% [{lo:+.4f}, {hi:+.4f}]  P(better) {self.p_better[m]:.2f}")
+                         f"delta {self.delta[m]:+.4f}  {pct} [{lo:+.4f}, {hi:+.4f}]  P(better) "
+                         f"{self.p_better[m]:.2f}  -> {self.verdict.get(m, '?')}")
+            lines.append(f"        per seed [{per_seed}]  A/A spread {self.aa_spread.get(m, float('nan')):.4f}  "
+                         f"se {self.se.get(m, float('nan')):.4f} (seeds {self.se_seeds.get(m, float('nan')):.4f}, "
+                         f"users {self.se_users.get(m, float('nan')):.4f})"
+                         + (f"  {self.nan_rounds[m]} NaN bootstrap round(s)" if self.nan_rounds.get(m) else ""))
+        if len(self.seeds) < 2:
+            lines.append("  one seed: training noise is not in the interval (seeds=3 or more puts it there)")
         return "\n".join(lines)
 
 
@@ -83,109 +135,243 @@ def _auc_weighted(y: np.ndarray, p: np.ndarray, w: np.ndarray) -> float:
     return float((pos_group * (neg_below + 0.5 * neg_tied)).sum() / (total_pos * total_neg))
 
 
-def _gauc_weighted(y: np.ndarray, p: np.ndarray, g: np.ndarray, user_weight: dict[Any, int]) -> float:
-    num = den = 0.0
-    for user, idx in _groups(g).items():
-        w = user_weight.get(user, 0)
-        if w == 0:
-            continue
-        yy = y[idx]
-        if yy.min() == yy.max():
-            continue  # single-class users carry no ranking signal
-        a = _auc_weighted(yy, p[idx], np.ones(len(idx), dtype=np.int64))
-        num += w * len(idx) * a
-        den += w * len(idx)
-    return num / den if den else float("nan")
+def _auc_rounds(y: np.ndarray, p: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """AUC of ``p`` under each row of ``weights`` (``[R, n]`` integer row weights, a bootstrap
+    round each; ties count half); NaN where a round holds one class only."""
+    order = np.argsort(p, kind="mergesort")
+    ys = y[order].astype(np.float64)
+    _, start = np.unique(p[order], return_index=True)
+    w = weights[:, order].astype(np.float64)
+    pos = np.add.reduceat(w * ys, start, axis=1)
+    neg = np.add.reduceat(w * (1.0 - ys), start, axis=1)
+    neg_below = np.cumsum(neg, axis=1) - neg
+    num = (pos * (neg_below + 0.5 * neg)).sum(axis=1)
+    total = pos.sum(axis=1) * neg.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, num / np.where(total > 0, total, 1.0), np.nan)
 
 
-def _groups(g: np.ndarray) -> dict[Any, np.ndarray]:
-    order = np.argsort(g, kind="mergesort")
-    users, start = np.unique(g[order], return_index=True)
-    return dict(zip(users.tolist(), np.split(order, start[1:])))
+def user_aucs(y: np.ndarray, p: np.ndarray, user: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per user (``user``: dense indices ``0..n_users-1``): the AUC of ``p`` over the user's
+    rows (ties count half; 0 where the user has one class) and the user's GAUC weight, its
+    row count where it has both classes, else 0 (single-class users carry no ranking signal).
+
+    Example:
+        >>> y = np.array([0, 1, 1, 0, 1]); p = np.array([0.1, 0.9, 0.2, 0.3, 0.5])
+        >>> a, w = user_aucs(y, p, np.array([0, 0, 1, 1, 2]), 3)
+        >>> a.tolist(), w.tolist()
+        ([1.0, 0.0, 0.0], [2.0, 2.0, 0.0])
+    """
+    order = np.lexsort((p, user))
+    ys, ps, us = y[order].astype(np.float64), p[order], user[order]
+    n = len(order)
+    new = np.r_[True, (us[1:] != us[:-1]) | (ps[1:] != ps[:-1])] if n else np.zeros(0, bool)
+    gstart = np.flatnonzero(new)
+    gend = np.r_[gstart[1:], n]
+    avg_pos = np.repeat((gstart + gend - 1) / 2.0, gend - gstart)  # 0-based position, ties averaged
+    first = np.flatnonzero(np.r_[True, us[1:] != us[:-1]]) if n else np.zeros(0, np.int64)
+    ustart = np.repeat(first, np.diff(np.r_[first, n]))
+    rank = avg_pos - ustart + 1.0  # rank within the user
+    count = np.bincount(us, minlength=n_users).astype(np.float64)
+    npos = np.bincount(us, weights=ys, minlength=n_users)
+    rsum = np.bincount(us, weights=ys * rank, minlength=n_users)
+    nneg = count - npos
+    valid = (npos > 0) & (nneg > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auc = np.where(valid, (rsum - npos * (npos + 1) / 2) / np.where(valid, npos * nneg, 1.0), 0.0)
+    return auc, np.where(valid, count, 0.0)
+
+
+def _user_index(group: np.ndarray) -> tuple[np.ndarray, int]:
+    users, row_user = np.unique(group, return_inverse=True)
+    return row_user.reshape(-1), len(users)
+
+
+def arm_rounds(label: np.ndarray, preds: Sequence[np.ndarray], group: np.ndarray, n_boot: int,
+               seed: int = 0, chunk: int = 25) -> dict[str, np.ndarray]:
+    """Each prediction vector's AUC and GAUC on the full held-out set (column 0) and on
+    ``n_boot`` paired bootstrap resamples of users (columns 1..n_boot; the same resamples
+    for every vector): arrays ``[len(preds), 1 + n_boot]``, NaN where undefined.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> y = rng.integers(0, 2, 300); g = rng.integers(0, 30, 300); p = rng.random(300)
+        >>> r = arm_rounds(y, [p, y + p], g, n_boot=8)
+        >>> r["auc"].shape, bool((r["auc"][1] > r["auc"][0]).all())
+        ((2, 9), True)
+    """
+    row_user, n_users = _user_index(group)
+    rng = np.random.default_rng(seed)
+    counts = np.vstack([np.ones(n_users, dtype=np.int64)]
+                       + [np.bincount(rng.integers(0, n_users, n_users), minlength=n_users) for _ in range(n_boot)])
+    out = {m: np.empty((len(preds), 1 + n_boot)) for m in METRICS}
+    for i, p in enumerate(preds):
+        for lo in range(0, 1 + n_boot, chunk):
+            out["auc"][i, lo:lo + chunk] = _auc_rounds(label, p, counts[lo:lo + chunk][:, row_user])
+        a, w = user_aucs(label, p, row_user, n_users)
+        den = counts @ w
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["gauc"][i] = np.where(den > 0, (counts @ (w * a)) / np.where(den > 0, den, 1.0), np.nan)
+    return out
 
 
 def paired_bootstrap(label: np.ndarray, base: np.ndarray, cand: np.ndarray, group: np.ndarray,
                      n_boot: int = 200, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deltas (candidate - baseline) of AUC and GAUC over bootstrap resamples of users.
+    """Deltas (candidate - baseline) of AUC and GAUC over ``n_boot`` bootstrap resamples of
+    users; ``base`` / ``cand`` one prediction vector each, or one per seed (paired by
+    position: a round's delta is the mean over seeds).  Rounds where a metric is undefined
+    are NaN, and counted in ``out["nan_rounds"][metric]`` (never dropped silently).
 
     Example:
         >>> rng = np.random.default_rng(0)
         >>> y = rng.integers(0, 2, 400); g = rng.integers(0, 40, 400)
         >>> d = paired_bootstrap(y, rng.random(400), y * 0.5 + rng.random(400), g, n_boot=10)
-        >>> bool((d["auc"] > 0).all())
-        True
+        >>> bool((d["auc"] > 0).all()), d["nan_rounds"]
+        (True, {'auc': 0, 'gauc': 0})
     """
-    rng = np.random.default_rng(seed)
-    users = np.unique(group)
-    index = {u: i for i, u in enumerate(users.tolist())}
-    row_user = np.fromiter((index[u] for u in group.tolist()), dtype=np.int64, count=len(group))
-    out = {"auc": np.empty(n_boot), "gauc": np.empty(n_boot)}
-    for b in range(n_boot):
-        counts = np.bincount(rng.integers(0, len(users), len(users)), minlength=len(users))
-        w = counts[row_user]
-        out["auc"][b] = _auc_weighted(label, cand, w) - _auc_weighted(label, base, w)
-        uw = dict(zip(users.tolist(), counts.tolist()))
-        out["gauc"][b] = _gauc_weighted(label, cand, group, uw) - _gauc_weighted(label, base, group, uw)
+    base_l = [base] if isinstance(base, np.ndarray) else list(base)
+    cand_l = [cand] if isinstance(cand, np.ndarray) else list(cand)
+    if len(base_l) != len(cand_l):
+        raise ArgumentError(f"paired_bootstrap: {len(base_l)} baseline but {len(cand_l)} candidate vectors")
+    r = arm_rounds(label, [*base_l, *cand_l], group, n_boot, seed)
+    k = len(base_l)
+    out: dict[str, Any] = {m: (r[m][k:, 1:] - r[m][:k, 1:]).mean(axis=0) for m in METRICS}
+    out["nan_rounds"] = {m: int((~np.isfinite(out[m])).sum()) for m in METRICS}
     return out
 
 
+def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.95) -> dict[str, Any]:
+    """The combined test of one metric (module docstring): ``seed_deltas`` the K per-seed
+    deltas on the full held-out set, ``boot_deltas`` the seed-averaged delta per bootstrap
+    round (NaN rounds left out).  Returns delta, se (and its parts), df, interval, p_better
+    and verdict.
+
+    Example:
+        >>> r = combine(np.array([0.010, 0.012, 0.008]), np.random.default_rng(0).normal(0.01, 0.001, 200))
+        >>> r["verdict"], round(r["df"], 1) > 2, r["interval"][0] > 0
+        ('helps', True, True)
+        >>> combine(np.array([0.01, -0.012, 0.004]), np.zeros(50))["verdict"]
+        'no detectable effect'
+    """
+    from scipy import stats
+
+    d = np.asarray(seed_deltas, dtype=np.float64)
+    b = np.asarray(boot_deltas, dtype=np.float64)
+    b = b[np.isfinite(b)]
+    k = len(d)
+    mean = float(d.mean())
+    v_users = float(b.var(ddof=1)) if len(b) > 1 else float("nan")
+    v_seeds = float(d.var(ddof=1)) / k if k > 1 else 0.0
+    var = v_seeds + (v_users if np.isfinite(v_users) else 0.0)
+    se = float(np.sqrt(var))
+    df = float("inf") if v_seeds == 0 or k < 2 else (k - 1) * (var / v_seeds) ** 2
+    q = stats.t.ppf(0.5 + level / 2, df) if np.isfinite(df) else stats.norm.ppf(0.5 + level / 2)
+    if se > 0:
+        lo, hi = mean - q * se, mean + q * se
+        p_better = float(stats.t.cdf(mean / se, df) if np.isfinite(df) else stats.norm.cdf(mean / se))
+    else:
+        lo = hi = mean
+        p_better = float(mean > 0) if mean != 0 else 0.5
+    verdict = "helps" if lo > 0 else "hurts" if hi < 0 else "no detectable effect"
+    return {"delta": mean, "se": se, "se_seeds": float(np.sqrt(v_seeds)),
+            "se_users": float(np.sqrt(v_users)) if np.isfinite(v_users) else float("nan"), "df": df,
+            "interval": (float(lo), float(hi)), "p_better": p_better, "verdict": verdict}
+
+
 def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
-          n_boot: int = 200, seed: int = 0, progress: bool = True, sequences: dict[str, str] | None = None,
-          **pipeline_options: Any) -> TrialResult:
-    """Train baseline vs baseline + ``candidates`` on the same data and seed; compare them.
+          seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+          progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
+          **options: Any) -> TrialResult:
+    """Train baseline vs baseline + ``candidates`` over K seeds, paired; compare them (the
+    method and its assumptions: the module docstring).
 
     Args:
         data_dir: a workload folder (impressions / users / ads / basic parquet).
         candidates: new feature name -> expression over the joined views (``fbrapids.ops``).
         kind: ``"sparse"`` (ids, embedded) or ``"dense"`` (numbers) for the candidates.
-        model: the model both arms train.
+        model: the model both arms train (``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"``,
+            ``"logreg"``).
+        seeds: K (seeds ``seed, seed + 1, ...``) or the seeds themselves; default
+            :data:`DEFAULT_SEEDS`.  Each seed trains a baseline and a candidate arm.
         n_boot: paired bootstrap rounds over held-out users.
+        seed: the first seed, and the bootstrap's.
+        level: the interval's coverage (the verdict's test is at ``1 - level``).
         sequences: ``model="din"``: candidate behaviour sequences -> the sparse feature each
             attends to (the baseline arm trains DIN with no sequence).  Candidates may be
             fitted operators (fitted on the training days only) or history operators.
-        pipeline_options: passed to :func:`fbrapids.pipeline.run_pipeline` for both arms.
+        paired: the arms of a seed start as one function (:mod:`fbrapids.trainers.arms`);
+            False trains them as separate models (to measure what the pairing buys).
+        options: ``backend``, ``epochs``, ``batch_size``, ``embedding_dim``, ``cache_rows``,
+            ``host_rows``, ``train_threads``, ``nan``, ``work_dir``
+            (:data:`fbrapids.trial_training.OPTIONS`; ``count_clean`` is accepted and unused).
 
     Raises:
         FeatureError: a candidate name collides with a baseline column.
+        ArgumentError: a bad ``kind``, ``seeds``, ``level`` or option.
     """
     from fbrapids import workload
-    from fbrapids.pipeline import DENSE, SPARSE, run_pipeline
+    from fbrapids.autobar import tqdm
+    from fbrapids.pipeline import DENSE, SPARSE
+    from fbrapids.trial_training import train_arms
 
     clash = [n for n in candidates if n in workload.features() or n in SPARSE or n in DENSE]
     if clash:
         raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
     if kind not in ("sparse", "dense"):
         raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
-    common = dict(model=model, seed=seed, progress=progress, checkpoint=False, **pipeline_options)
-    from fbrapids.autobar import tqdm
-
-    bar = tqdm(total=3, disable=not progress, desc="trial", unit="step", position=1, leave=False)
-    with tempfile.TemporaryDirectory(prefix="fbrapids-trial-") as work:
-        arms = {"sequences": {}} if model == "din" else {}
-        bar.set_postfix_str("baseline arm")
-        base = run_pipeline(data_dir, work_dir=Path(work) / "baseline", **arms, **common)
-        bar.update(1)
-        extra = list(candidates)
-        cols = {"sparse": SPARSE + extra, "dense": DENSE} if kind == "sparse" else {"sparse": SPARSE, "dense": DENSE + extra}
-        if model == "din":
-            cols["sequences"] = dict(sequences or {})
-        bar.set_postfix_str("candidate arm")
-        cand = run_pipeline(data_dir, work_dir=Path(work) / "candidate", extra_features=dict(candidates), **cols, **common)
-        bar.update(1)
-        bar.set_postfix_str(f"bootstrap x{n_boot}")
-    bp, cp = base.predictions, cand.predictions
-    if not np.array_equal(bp["label"], cp["label"]) or not np.array_equal(bp["group"], cp["group"]):
-        raise TrialError("the two arms saw different held-out rows; the trial is not paired")
-    deltas = paired_bootstrap(bp["label"], bp["pred"], cp["pred"], bp["group"], n_boot=n_boot, seed=seed)
+    if not 0 < level < 1:
+        raise ArgumentError(f"level must be in (0, 1), got {level!r}")
+    seed_list = _seed_list(seeds, seed)
+    t0 = time.perf_counter()
+    bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
+    bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
+    run = train_arms(data_dir, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
+                     sequences=sequences, paired=paired, **options)
+    bar.update(1)
+    bar.set_postfix_str(f"bootstrap x{n_boot}")
+    t = time.perf_counter()
+    k = len(seed_list)
+    rounds = arm_rounds(run.label, [*run.baseline, *run.candidate], run.group, n_boot, seed)
+    result = TrialResult(list(candidates), {}, {}, n_boot=n_boot, n_users=int(len(np.unique(run.group))),
+                         seeds=seed_list, level=level, extraction=run.extraction)
+    for m in METRICS:
+        base, cand = rounds[m][:k], rounds[m][k:]
+        full = cand[:, 0] - base[:, 0]
+        boot = (cand[:, 1:] - base[:, 1:]).mean(axis=0)
+        result.nan_rounds[m] = int((~np.isfinite(boot)).sum())
+        if result.nan_rounds[m]:
+            log.warning("trial: %d of %d bootstrap rounds have an undefined %s (left out of the users' variance)",
+                        result.nan_rounds[m], n_boot, m.upper())
+        c = combine(full, boot, level)
+        result.baseline[m], result.candidate[m] = float(base[:, 0].mean()), float(cand[:, 0].mean())
+        result.delta[m], result.interval[m], result.p_better[m] = c["delta"], c["interval"], c["p_better"]
+        result.verdict[m], result.se[m], result.df[m] = c["verdict"], c["se"], c["df"]
+        result.se_seeds[m], result.se_users[m] = c["se_seeds"], c["se_users"]
+        result.seed_deltas[m] = [float(x) for x in full]
+        b0 = base[:, 0]
+        result.aa_spread[m] = float(b0.max() - b0.min()) if k > 1 else float("nan")
+    result.baseline["logloss"] = float(np.mean([_logloss(run.label, p) for p in run.baseline]))
+    result.candidate["logloss"] = float(np.mean([_logloss(run.label, p) for p in run.candidate]))
+    result.seconds = {**run.seconds, "bootstrap": time.perf_counter() - t, "total": time.perf_counter() - t0}
     bar.update(1)
     bar.close()
-    result = TrialResult(extra, {m: base.metrics[m] for m in ("auc", "gauc", "logloss")},
-                         {m: cand.metrics[m] for m in ("auc", "gauc", "logloss")}, n_boot=n_boot,
-                         n_users=int(len(np.unique(bp["group"]))))
-    for m in ("auc", "gauc"):
-        result.delta[m] = result.candidate[m] - result.baseline[m]
-        d = deltas[m][np.isfinite(deltas[m])]
-        result.interval[m] = (float(np.quantile(d, 0.025)), float(np.quantile(d, 0.975))) if len(d) else (np.nan, np.nan)
-        result.p_better[m] = float((d > 0).mean()) if len(d) else float("nan")
     log.info("%s", result.render())
     return result
+
+
+def _seed_list(seeds: int | Sequence[int] | None, first: int) -> list[int]:
+    if seeds is None:
+        seeds = DEFAULT_SEEDS
+    if isinstance(seeds, (int, np.integer)):
+        if seeds < 1:
+            raise ArgumentError(f"seeds must be at least 1, got {seeds}")
+        return [first + i for i in range(int(seeds))]
+    out = [int(s) for s in seeds]
+    if not out or len(set(out)) != len(out):
+        raise ArgumentError(f"seeds must be distinct and at least one, got {list(seeds)}")
+    return out
+
+
+def _logloss(y: np.ndarray, p: np.ndarray) -> float:
+    q = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
+    return float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))

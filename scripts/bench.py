@@ -71,6 +71,13 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
+    "logreg": (["benchmarks/logreg_vs_sklearn.py", "--rows", "200000"],
+               "`model=\"logreg\"` (one epoch, online, on the tiered store) vs sklearn `LogisticRegression` "
+               "(liblinear, to convergence) on the same features hashed as sklearn's docs do (`FeatureHasher`)"),
+    "trial_calibration": (["benchmarks/trial_calibration.py"],
+                          "`fbrapids.trial` (DLRM, its default seeds) on independent planted data sets: pure-noise "
+                          "columns (50k rows; false positives, Clopper-Pearson 95%) and columns of known oracle AUC "
+                          "gain (100k rows; power); resumable, one trial per data seed"),
 }
 
 
@@ -175,6 +182,25 @@ def _fitted(r: dict) -> str:
             f"= {r['ratio']:.2f}x (target <= 2x), median of {r['repeat']}")
 
 
+def _logreg(r: dict) -> str:
+    return (f"{r['rows']:,} rows, held-out AUC: fbrapids logreg {r['auc_fbrapids_logreg']:.4f} "
+            f"({r['seconds_fbrapids']:.0f} s, extraction included) vs sklearn {r['auc_sklearn']:.4f} "
+            f"({r['seconds_sklearn']:.0f} s, hashing included): {r['difference']:+.4f}")
+
+
+def _trial_calibration(r: dict) -> str:
+    fp = "; ".join(f"{m.upper()} {v['called']}/{v['of']} called (CP95 {v['cp95'][0]:.2f}-{v['cp95'][1]:.2f})"
+                   for m, v in r["false_positive"].items())
+    power = "; ".join(f"oracle gain {p['oracle_auc_gain']:+.4f}: AUC {p['auc']}/{p['trials']}, GAUC {p['gauc']}/"
+                      f"{p['trials']} helps, AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
+    sec = r["seconds_per_trial"]
+    done = f"{r['trials']} of {r['planned']} planned trials" if r.get("planned", r["trials"]) > r["trials"] else \
+        f"{r['trials']} trials"
+    return (f"{done}, {r['seeds']} seeds per arm: noise ({r['noise_rows']:,} rows): {fp}; "
+            f"planted ({r['planted_rows']:,} rows): {power}; mean A/A spread (AUC) {r['aa_spread_mean']['auc']:.4f}; "
+            f"{sec['mean']:.0f} s per trial at load {r['load_mean']:.1f}")
+
+
 def _verify(r: dict) -> str:
     return (f"{r['rows']:,} rows: {r['verify_on_s']:.2f} s on vs {r['verify_off_s']:.2f} s off (medians of "
             f"{len(r['runs_on'])} rounds); overhead {r['overhead_pct']:+.1f}% (median of the rounds' ratios; "
@@ -240,7 +266,8 @@ def _dicm(r: dict) -> str:
 FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
                                             "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
-                                            "models": _models}
+                                            "models": _models, "trial_calibration": _trial_calibration,
+                                            "logreg": _logreg}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:

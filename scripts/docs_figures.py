@@ -164,14 +164,15 @@ def fig_trial_caption() -> str:
     parts = []
     for label, t in r["trials"].items():
         d, iv = t["delta"], t["interval"]
-        parts.append(f"{label}: AUC {d['auc']:+.4f} [{iv['auc'][0]:+.4f}, {iv['auc'][1]:+.4f}], "
-                     f"GAUC {d['gauc']:+.4f} [{iv['gauc'][0]:+.4f}, {iv['gauc'][1]:+.4f}]")
-    verdict = ("neither helps: every interval lies below zero" if all(
-        iv[1] < 0 for t in r["trials"].values() for iv in t["interval"].values()) else
-        "an interval that excludes zero is a clear answer")
+        verdict = t.get("verdict") or {}
+        parts.append(f"{label}: AUC {d['auc']:+.4f} [{iv['auc'][0]:+.4f}, {iv['auc'][1]:+.4f}] "
+                     f"({verdict.get('auc', '?')}), GAUC {d['gauc']:+.4f} [{iv['gauc'][0]:+.4f}, {iv['gauc'][1]:+.4f}] "
+                     f"({verdict.get('gauc', '?')}); A/A spread (AUC) {t.get('aa_spread', {}).get('auc', float('nan')):.4f}")
+    first = next(iter(r["trials"].values()))
     return (f"two candidate features tried on the default data ({r['rows']:,} generated impressions, seed "
-            f"{r['seed']}, {r['n_boot']} bootstrap rounds over {next(iter(r['trials'].values()))['n_users']:,} "
-            f"held-out users): {'; '.join(parts)} ({verdict}; {source('figures/trial.json', r)})")
+            f"{r['seed']}, {len(first.get('seeds') or [0])} training seeds per arm, {r['n_boot']} bootstrap rounds "
+            f"over {first['n_users']:,} held-out users; 95% intervals over seeds and users): {'; '.join(parts)} "
+            f"({source('figures/trial.json', r)})")
 
 
 def fig_suite() -> str:

@@ -30,10 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--boot", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0, help="the data's seed and the trials' first seed")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "feature_trial.png")
     parser.add_argument("--json", type=Path, default=JSON_OUT)
+    parser.add_argument("--replot", action="store_true",
+                        help="measure nothing: redraw the picture from the trials recorded in --json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.replot:
+        return replot(args.json, args.out)
 
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description
@@ -48,19 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fbrapids-figure-data-") as tmp:
-        data = ensure_dataset(args.rows, Path(tmp) / "data")
+        data = ensure_dataset(args.rows, Path(tmp) / "data", seed=args.seed)
         meta = read_metadata(data)
-        results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024,
-                                cache_rows=1 << 15, host_rows=1 << 16, seed=0)
+        results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024, seeds=args.seeds,
+                                seed=args.seed)
                    for label, feats in candidates.items()}
-    fig = plot.trial_deltas(results, title=f"feature trials on the default data: {args.rows:,} generated "
-                                           f"impressions, seed 0 ({args.boot} bootstrap rounds)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110, metadata={"Software": None})  # no version string: the PNG is reproducible
-    logging.info("wrote %s", args.out)
+    k = len(next(iter(results.values())).seeds)
+    draw(results, args.rows, args.seed, k, args.boot, args.out)
     for label, r in results.items():
         logging.info("%s\n%s", label, r.render())
-    out = {"rows": args.rows, "seed": 0, "n_boot": args.boot, "data": meta, "data_version": DATA_VERSION,
+    out = {"rows": args.rows, "seed": args.seed, "seeds_per_arm": k, "n_boot": args.boot, "data": meta, "data_version": DATA_VERSION,
            "image": str(args.out.resolve().relative_to(ROOT)) if args.out.resolve().is_relative_to(ROOT) else None,
            "trials": {label: json.loads(json.dumps(dataclasses.asdict(r), default=float))
                       for label, r in results.items()},
@@ -70,6 +73,29 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1) + "\n")
     logging.info("wrote %s", args.json)
+    return 0
+
+
+def draw(results: dict, rows: int, seed: int, k: int, n_boot: int, out: Path) -> None:
+    """The picture: :func:`fbrapids.plot.trial_deltas` of ``results``, titled, at 110 dpi."""
+    from fbrapids import plot
+
+    fig = plot.trial_deltas(results, title=f"feature trials on the default data: {rows:,} generated "
+                                           f"impressions, seed {seed} ({k} training seeds per arm, "
+                                           f"{n_boot} bootstrap rounds)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, metadata={"Software": None})  # no version string: the PNG is reproducible
+    logging.info("wrote %s", out)
+
+
+def replot(path: Path, out: Path) -> int:
+    """Redraw the picture from a JSON this script wrote (the trials as measured there)."""
+    from fbrapids.trials import TrialResult
+
+    r = json.loads(path.read_text())
+    fields = {f.name for f in dataclasses.fields(TrialResult)}
+    results = {label: TrialResult(**{k: v for k, v in t.items() if k in fields}) for label, t in r["trials"].items()}
+    draw(results, r["rows"], r["seed"], r.get("seeds_per_arm", 1), r["n_boot"], out)
     return 0
 
 

@@ -95,20 +95,20 @@ def test_fit_bar_total_over_epochs_and_capped_by_max_steps(capsys):
 
 
 def test_trial_and_its_arms_show_totals(gen_dir, capsys):
-    """trial: its own bar over the arms, and each arm's fit / predict bars over the pipeline's
-    (dask) streams, all with a total and time left, each ending complete."""
+    """trial: its own bar over its steps (side-by-side training, bootstrap), and one fit and
+    one predict bar over the one extraction pass's (dask) streams, shared by every arm,
+    each with a total and time left, each ending complete."""
     from fbrapids import ops
     from fbrapids.trials import trial
 
-    trial(gen_dir, {"slot_x_os": ops.cross("slot", "os")}, n_boot=5, progress=True, batch_size=512,
+    trial(gen_dir, {"slot_x_os": ops.cross("slot", "os")}, n_boot=5, progress=True, batch_size=512, seeds=2,
           cache_rows=1 << 14, host_rows=1 << 15, count_clean=False)
     err = capsys.readouterr().err
     steps, _ = bar_states(err, "trial")
-    # drawn (by each new postfix) after the baseline and after the candidate arm
-    assert {(0, 3), (1, 3), (2, 3)} <= set(steps)
+    assert {(0, 2), (1, 2), (2, 2)} <= set(steps)
     for desc in ("fit", "predict"):
         bars = err.split(f"{desc}: 0batch [")[1:]  # each bar's first draw (no total before a partition is read)
-        assert len(bars) == 2, desc  # the baseline and the candidate arm
+        assert len(bars) == 1, desc  # one pass feeds the 2 seeds x 2 arms
         for text in bars:
             with_total, without = bar_states(text, desc)
             n, total = with_total[-1]

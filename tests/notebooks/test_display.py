@@ -111,8 +111,10 @@ def test_pipeline_result_html_tables_and_chart():
 def test_trial_result_html():
     r = TrialResult(["slot_x_os"], {"auc": 0.70, "gauc": 0.61}, {"auc": 0.712, "gauc": 0.607},
                     delta={"auc": 0.012, "gauc": -0.003}, interval={"auc": (0.004, 0.02), "gauc": (-0.01, 0.002)},
-                    p_better={"auc": 0.99, "gauc": 0.2}, n_boot=50, n_users=300)
+                    p_better={"auc": 0.99, "gauc": 0.2}, n_boot=50, n_users=300, seeds=[0, 1, 2],
+                    verdict={"auc": "helps", "gauc": "no detectable effect"}, aa_spread={"auc": 0.004, "gauc": 0.005})
     page = r._repr_html_()
+    assert "3 seed(s) per arm" in page and "<td>helps</td><td>0.0040</td>" in page
     assert "<td>AUC</td><td>0.7000</td><td>0.7120</td><td>0.0120</td><td>0.0040</td><td>0.0200</td>" in page
     assert "<td>GAUC</td>" in page and "50 bootstrap rounds over 300 held-out users" in page
     assert len(_png_sizes(page)) == 1 and 'alt="trial deltas"' in page

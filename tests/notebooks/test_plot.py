@@ -113,7 +113,7 @@ def test_trial_deltas_bars_error_bars_and_zero_line():
     assert [(round(s[0][1], 6), round(s[1][1], 6)) for s in auc_segments] == [(0.004, 0.02), (-0.006, 0.001)]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["slot x os", "query x cat"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "no change", "AUC delta (95% bootstrap)", "GAUC delta (95% bootstrap)"]
+        "no change", "AUC delta (95% interval)", "GAUC delta (95% interval)"]
     single = plot.trial_deltas(_trial(0.01, (0.0, 0.02), 0.0, (-0.01, 0.01), name="a"))
     assert [t.get_text() for t in single.axes[0].get_xticklabels()] == ["a"]
 
@@ -143,7 +143,8 @@ def test_readme_picture_is_the_scripts_trial_plot():
     assert len(img.convert("L").getcolors(maxcolors=1 << 16) or []) > 50
 
 
-README_TITLE = "feature trials on the default data: 200,000 generated impressions, seed 0 (200 bootstrap rounds)"
+README_TITLE = ("feature trials on the default data: 200,000 generated impressions, seed 0 (3 training seeds per arm, "
+                "200 bootstrap rounds)")
 
 
 @functools.lru_cache(maxsize=1)

@@ -90,17 +90,30 @@ def test_weighted_auc_and_paired_bootstrap():
     assert np.all(better["auc"] > 0)
 
 
-def test_trial_reports_deltas_with_intervals(gen_dir):
-    r = trial(gen_dir, {"slot_x_os": ops.cross("slot", "os")}, n_boot=30, progress=False, batch_size=512,
-              cache_rows=1 << 14, host_rows=1 << 15, count_clean=False)
+def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
+    from fbrapids.pipeline import SPARSE, run_pipeline
+    from fbrapids.trials import VERDICTS
+
+    cand = {"slot_x_os": ops.cross("slot", "os")}
+    opts = dict(batch_size=512, cache_rows=1 << 14, host_rows=1 << 15, count_clean=False, progress=False)
+    r = trial(gen_dir, cand, n_boot=30, seeds=2, **opts)
     for m in ("auc", "gauc"):
+        assert len(r.seed_deltas[m]) == 2 and r.delta[m] == pytest.approx(np.mean(r.seed_deltas[m]))
         assert r.delta[m] == pytest.approx(r.candidate[m] - r.baseline[m])
         lo, hi = r.interval[m]
-        assert lo <= hi
-        # the interval and P(better) come from the same bootstrap deltas: they must agree
+        assert lo <= r.delta[m] <= hi and r.verdict[m] in VERDICTS
+        assert (r.verdict[m] == "helps") == (lo > 0) and (r.verdict[m] == "hurts") == (hi < 0)
+        # the interval and P(better) come from the same t distribution: they must agree
         assert (lo <= 0 or r.p_better[m] >= 0.975) and (hi >= 0 or r.p_better[m] <= 0.025)
-        assert hi <= 0 or r.p_better[m] > 0  # an upper bound above 0 needs some positive deltas
-    assert r.n_users > 10 and "P(better)" in r.render()
+        assert r.se[m] ** 2 == pytest.approx(r.se_seeds[m] ** 2 + r.se_users[m] ** 2)
+        assert r.aa_spread[m] >= 0 and r.nan_rounds[m] == 0
+    assert r.n_users > 10 and "P(better)" in r.render() and "A/A spread" in r.render()
+    # one extraction pass fed the 2 x 2 models: the kernel launches, partitions and rows of one run
+    one = run_pipeline(gen_dir, extra_features=cand, sparse=SPARSE + list(cand), checkpoint=False, **opts)
+    assert r.extraction["models"] == 4
+    assert r.extraction["launches"] == one.kernel["launches"] > 0
+    assert r.extraction["partitions"] == one.kernel["partitions"]
+    assert r.extraction["rows streamed"] == one.rows["trained"] + one.rows["held out"]
     with pytest.raises(Exception, match="already name baseline columns"):
         trial(gen_dir, {"hour": ops.hour("ts")}, progress=False)
 

@@ -1,0 +1,188 @@
+"""Calibration of ``fbrapids.trial`` on planted data: false alarms on noise, power on real effects.
+
+Each trial is an independent draw: its own generated data (``generate(rows, seed=...,
+plant={"p": beta})``, a fresh data seed per trial), its own planted column, its own
+training seeds (``trial(seeds=K, seed=...)``).  Noise trials plant ``beta = 0`` (the
+column moves nothing); planted trials plant betas whose oracle AUC gain (stored by the
+generator) is about +0.02 and +0.005.  The candidate is the planted column itself, a
+sparse id feature.
+
+Reports, per metric (AUC, GAUC): the false-positive rate of the noise trials (verdict not
+"no detectable effect") with its Clopper-Pearson 95% interval, the power per effect size
+(verdict "helps"), the delta's bias against the oracle gain, and the seconds per trial;
+ends with one JSON line, also written to ``benchmarks/results/trial_calibration.json``.
+
+Resumable: every finished trial is appended to a JSON-lines state file; a re-run skips
+the trials it holds (``--report`` only summarises it).
+
+    nice -n 10 python benchmarks/trial_calibration.py [--noise 40] [--planted 10] [--seeds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "trial_calibration.json"
+STATE = ROOT / "benchmarks" / "results" / "trial_calibration.state.jsonl"
+METRICS = ("auc", "gauc")
+#: planted effects: beta -> the oracle AUC gain it gives on the default data (about)
+BETAS = (0.54, 0.27)
+
+log = logging.getLogger("trial_calibration")
+
+
+def plan(noise: int, planted: int, betas: tuple[float, ...], noise_rows: int, planted_rows: int) -> list[dict]:
+    """The trials, interleaved (two noise trials, then a planted one of each beta in turn) so
+    that a partial run is balanced; each with its own data seed."""
+    queues = [[{"id": f"noise-{i}", "beta": 0.0, "rows": noise_rows, "data_seed": 10_000 + i} for i in range(noise)]]
+    for j, b in enumerate(betas):
+        queues.append([{"id": f"beta{b:g}-{i}", "beta": b, "rows": planted_rows, "data_seed": 20_000 + 1000 * j + i}
+                       for i in range(planted)])
+    out: list[dict] = []
+    turn = 0
+    while any(queues):
+        for _ in range(2):
+            if queues[0]:
+                out.append(queues[0].pop(0))
+        planted_queues = [q for q in queues[1:] if q]
+        if planted_queues:
+            out.append(planted_queues[turn % len(planted_queues)].pop(0))
+            turn += 1
+    return out
+
+
+def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2048) -> dict:
+    from fbrapids import ops, trial
+    from fbrapids.datagen import generate, read_metadata
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fbrapids-calib-") as tmp:
+        generate(spec["rows"], tmp, seed=spec["data_seed"], plant={"p": spec["beta"]})
+        gain = read_metadata(tmp)["plant"]["p"]["oracle_auc_gain"]
+        r = trial(tmp, {"p_f": ops.col("p")}, seeds=seeds, seed=spec["data_seed"] * 10, n_boot=n_boot,
+                  model=model, progress=False, batch_size=batch_size)
+    return {**spec, "oracle_auc_gain": gain, "seeds": r.seeds, "delta": r.delta, "interval": r.interval,
+            "verdict": r.verdict, "p_better": r.p_better, "seed_deltas": r.seed_deltas, "se": r.se,
+            "se_seeds": r.se_seeds, "se_users": r.se_users, "df": r.df, "aa_spread": r.aa_spread,
+            "nan_rounds": r.nan_rounds, "baseline": r.baseline, "seconds": round(time.perf_counter() - t0, 1),
+            "trial_seconds": r.seconds, "load": os.getloadavg()[0]}
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact binomial interval of ``k`` successes in ``n``.
+
+    Example:
+        >>> lo, hi = clopper_pearson(2, 40)
+        >>> round(lo, 4), round(hi, 4)
+        (0.0061, 0.1692)
+    """
+    from scipy import stats
+
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def summarise(rows: list[dict]) -> dict[str, Any]:
+    """False-positive rate, power, bias and time per trial from the finished trials."""
+    import numpy as np
+
+    noise = [r for r in rows if r["beta"] == 0]
+    out: dict[str, Any] = {"noise_trials": len(noise), "false_positive": {}, "power": {}, "bias": {},
+                           "delta_sd_noise": {}, "aa_spread_mean": {}}
+    for m in METRICS:
+        k = sum(r["verdict"][m] != "no detectable effect" for r in noise)
+        lo, hi = clopper_pearson(k, len(noise)) if noise else (float("nan"), float("nan"))
+        out["false_positive"][m] = {"called": k, "of": len(noise), "rate": k / len(noise) if noise else None,
+                                    "cp95": [round(lo, 4), round(hi, 4)],
+                                    "helps": sum(r["verdict"][m] == "helps" for r in noise),
+                                    "hurts": sum(r["verdict"][m] == "hurts" for r in noise)}
+        if noise:
+            out["delta_sd_noise"][m] = float(np.std([r["delta"][m] for r in noise], ddof=1)) if len(noise) > 1 else None
+        out["aa_spread_mean"][m] = float(np.mean([r["aa_spread"][m] for r in rows])) if rows else None
+        for b in sorted({r["beta"] for r in rows if r["beta"] != 0}):
+            sub = [r for r in rows if r["beta"] == b]
+            gain = float(np.mean([r["oracle_auc_gain"] for r in sub]))
+            key = f"beta={b:g}"
+            out["power"].setdefault(key, {"oracle_auc_gain": round(gain, 4), "trials": len(sub)})
+            out["power"][key][m] = sum(r["verdict"][m] == "helps" for r in sub)
+            if m == "auc":
+                bias = [r["delta"]["auc"] - r["oracle_auc_gain"] for r in sub]
+                out["bias"][key] = {"mean": float(np.mean(bias)), "sd": float(np.std(bias, ddof=1)) if len(bias) > 1
+                                    else None}
+    secs = [r["seconds"] for r in rows]
+    out["seconds_per_trial"] = {"mean": float(np.mean(secs)) if secs else None,
+                                "noise_mean": float(np.mean([r["seconds"] for r in noise])) if noise else None}
+    out["load_mean"] = float(np.mean([r["load"] for r in rows])) if rows else None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--noise", type=int, default=40, help="pure-noise trials")
+    ap.add_argument("--planted", type=int, default=10, help="planted trials per effect size")
+    ap.add_argument("--betas", type=float, nargs="+", default=list(BETAS))
+    ap.add_argument("--noise-rows", type=int, default=50_000)
+    ap.add_argument("--planted-rows", type=int, default=100_000)
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's DEFAULT_SEEDS)")
+    ap.add_argument("--boot", type=int, default=200)
+    ap.add_argument("--model", default="dlrm")
+    ap.add_argument("--batch-size", type=int, default=2048)
+    ap.add_argument("--state", type=Path, default=STATE)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--report", action="store_true", help="summarise the state file only")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    log.setLevel(logging.INFO)
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.machine import machine_description
+    from fbrapids.trials import DEFAULT_SEEDS
+
+    seeds = args.seeds or DEFAULT_SEEDS
+    machine = machine_description()
+    done = {}
+    if args.state.exists():
+        for line in args.state.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["id"]] = row
+    todo = [s for s in plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows)
+            if s["id"] not in done]
+    if not args.report:
+        from fbrapids.autobar import tqdm
+
+        args.state.parent.mkdir(parents=True, exist_ok=True)
+        for spec in tqdm(todo, desc="calibration", unit="trial", initial=len(done), total=len(done) + len(todo)):
+            row = run_one(spec, seeds, args.boot, args.model, args.batch_size)
+            done[row["id"]] = row
+            with args.state.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            log.info("%s: oracle %+.4f  AUC %+.4f [%+.4f, %+.4f] %s  GAUC %+.4f %s  (%.0f s, load %.1f)", row["id"],
+                     row["oracle_auc_gain"], row["delta"]["auc"], *row["interval"]["auc"], row["verdict"]["auc"],
+                     row["delta"]["gauc"], row["verdict"]["gauc"], row["seconds"], row["load"])
+    rows = list(done.values())
+    planned = len(plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows))
+    argv_run = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--report"]
+    res = {"planned": planned, "model": args.model, "seeds": seeds, "batch_size": args.batch_size, "n_boot": args.boot, "noise_rows": args.noise_rows,
+           "planted_rows": args.planted_rows, "trials": len(rows), **summarise(rows), "machine": machine,
+           "command": " ".join(["python benchmarks/trial_calibration.py", *argv_run]),
+           "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    sys.stdout.write(json.dumps(res) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
