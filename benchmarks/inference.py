@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-only", action="store_true", help="only the HTTP run (no in-process sizes)")
     ap.add_argument("--attack", action="store_true",
                     help="serving under attack (benchmarks/serving_attack.py): authorised p50 unloaded and under a "
-                         "15 MB unauthenticated flood, a hog of max-size calls, 200 stalled connections")
+                         "15 MB unauthenticated flood, a hog of max-size calls, 64 connections of them, amplifying "
+                         "bodies, /score_batch fallbacks, 200 stalled connections")
     ap.add_argument("--unseen-ids", action="store_true",
                     help="table rows and RSS while scoring --unseen never-seen ids (benchmarks/serving_attack.py)")
     ap.add_argument("--unseen", type=int, default=500_000, help="never-seen ad ids scored by --unseen-ids")
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hog-clients", type=int, default=1)
     ap.add_argument("--hog-items", type=int, default=10_000, help="items per hog call (the default max_items)")
     ap.add_argument("--attack-settle", type=float, default=3.0, help="seconds an attack runs before measuring")
+    ap.add_argument("--attack-phases", default="flood,hog,hog64,amplify,batch_fallback,stalled",
+                    help="the attacks run, in order (comma-separated)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (--attack / --unseen-ids: "
                                                             "default benchmarks/results/inference_attack.json / "
                                                             "inference_unseen.json)")

@@ -9,7 +9,15 @@ attack in turn (from this process's threads):
 * ``hog``: authorised calls of ``max_items`` items (the largest allowed), back to back
   (``--hog-clients`` at a time);
 * ``stalled``: 200 connections that send half a request head and stall (re-opened as the
-  server closes them).
+  server closes them);
+* ``hog64``: 64 connections of ``max_items`` calls (issue 37: one client's many connections);
+* ``amplify``: 512-item calls whose request lists are at their length bounds (read for every
+  item: refused by the work bound);
+* ``batch_fallback``: ``/score_batch`` bodies of 1,024 requests of 9 items, the last one bad.
+
+The attackers connect from 127.0.0.2, another client than the victim's 127.0.0.1 (the
+service's per-client caps and turns are by address), and ``/health`` is asked every 0.25 s
+during each attack and three times right after it (acceptance: within 1 s).
 
 The attackers run in their own process at the lowest priority (``nice 19``): in a real
 attack their CPU is another machine's; here, on one machine, a niced process keeps the
@@ -70,10 +78,15 @@ def _export(train_rows: int, seed: int, folder: Path) -> tuple[Path, object, obj
     return export_model(folder / "export", model, spec, kwargs), users, ads
 
 
-def _request(port: int, body: bytes, headers: dict[str, str], timeout: float = 60) -> int:
-    head = (f"POST /score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n")
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def _request(port: int, body: bytes | None, headers: dict[str, str], timeout: float = 60, path: str = "/score",
+             source: str | None = None) -> int:
+    method = "GET" if body is None else "POST"
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            + ("" if body is None else f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n")
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n")
+    body = body or b""
+    src = (source, 0) if source else None
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=src) as s:
         try:
             s.sendall(head.encode() + body)
         except OSError:
@@ -105,14 +118,24 @@ def _measure(port: int, bodies: list[bytes], n: int) -> dict:
             "requests": n, "not_200": bad, "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
+#: the attacker's own address: a client other than the victim (127.0.0.1), as another machine
+#: would be (the loopback network answers on all of 127.0.0.0/8)
+ATTACKER = "127.0.0.2"
+
+
 def _attacker(kind: str, port: int, stop: threading.Event, tally: dict, hog_body: bytes) -> None:
     flood = b"x" * (15 << 20)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     while not stop.is_set():
         if kind == "flood":
-            status = _request(port, flood, {})
-        else:
-            status = _request(port, hog_body, {"Authorization": f"Bearer {TOKEN}"})
+            status = _request(port, flood, {}, source=ATTACKER)
+        elif kind == "batch_fallback":
+            status = _request(port, hog_body, auth, path="/score_batch", source=ATTACKER)
+        else:  # hog, hog64, amplify: the body of its kind, back to back
+            status = _request(port, hog_body, auth, source=ATTACKER)
         tally[status] = tally.get(status, 0) + 1
+        if status == 429:  # the per-client cap: a real client backs off; an attacker retries at once
+            tally["retried_at_once"] = tally.get("retried_at_once", 0) + 1
 
 
 def _attack_process(kind: str, port: int, clients: int, hog_file: str, seconds: float, tally_file: str) -> None:
@@ -197,28 +220,56 @@ def attack(args) -> dict:
         req, items = request_records(users, ads, args.hog_items, seed=999)
         hog_body = json.dumps({"request": req, "items": items}).encode()
         (work / "hog.json").write_bytes(hog_body)
+        (work / "hog64.json").write_bytes(hog_body)
+        # the amplifying body: request lists at their length bounds, read for each of 512 items
+        long_text = " ".join(f"w{j % 300}" for j in range(4000))[:8192]
+        req_a, items_a = request_records(users, ads, 512, seed=998)
+        (work / "amplify.json").write_bytes(json.dumps({"request": dict(req_a, query=long_text, history=long_text),
+                                                        "items": items_a}).encode())
+        # the /score_batch fallback: 1,024 requests of 9 items, the last one bad
+        batch = [dict(zip(("request", "items"), request_records(users, ads, 9, seed=2000 + k))) for k in range(1024)]
+        batch[-1]["items"][0] = dict(batch[-1]["items"][0], price="abc")
+        (work / "batch_fallback.json").write_bytes(json.dumps({"requests": batch}).encode())
+        (work / "flood.json").write_bytes(b"")
+        (work / "stalled.json").write_bytes(b"")
         _measure(port, bodies, min(20, args.attack_requests))  # warm-up: plans compiled, the item cache filled
         for _ in range(3):
             _request(port, hog_body, {"Authorization": f"Bearer {TOKEN}"})
         out = {"benchmark": "inference_attack", "machine": f"{os.cpu_count()} cores",
                "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "items_per_request": 64,
                "hog_items": args.hog_items, "hog_body_bytes": len(hog_body), "flood_body_bytes": 15 << 20,
-               "flood_clients": args.flood_clients, "hog_clients": args.hog_clients, "stalled_connections": 200}
+               "flood_clients": args.flood_clients, "hog_clients": args.hog_clients, "stalled_connections": 200,
+               "hog64_clients": 64, "amplify_clients": args.hog_clients, "batch_fallback_clients": args.hog_clients,
+               "amplify_body_bytes": (work / "amplify.json").stat().st_size,
+               "batch_fallback_body_bytes": (work / "batch_fallback.json").stat().st_size,
+               "attacker_address": ATTACKER}
         out["unloaded"] = _measure(port, bodies, args.attack_requests)
         print(f"unloaded: {out['unloaded']}")
-        for phase in ("flood", "hog", "stalled"):
+        phases = [p for p in args.attack_phases.split(",") if p]
+        unknown = sorted(set(phases) - set(PHASES))
+        if unknown:
+            raise SystemExit(f"unknown attack phase(s) {unknown}; expected some of {', '.join(PHASES)}")
+        out["phases"] = phases
+        for phase in phases:
             # the unloaded p50 measured again just before each attack: on a shared machine the
             # load of other work drifts, and the ratio compares neighbouring windows
-            base = out["unloaded"] if phase == "flood" else _measure(port, bodies, args.attack_requests)
-            n = args.flood_clients if phase == "flood" else args.hog_clients
-            tally_file = work / f"{phase}.json"
+            base = out["unloaded"] if phase == phases[0] else _measure(port, bodies, args.attack_requests)
+            n = {"flood": args.flood_clients, "hog64": 64}.get(phase, args.hog_clients)
+            tally_file = work / f"{phase}-tally.json"
             attacker = subprocess.Popen(
-                [sys.executable, __file__, phase, str(port), str(n), str(work / "hog.json"), "3600", str(tally_file)],
-                env=env, preexec_fn=lambda: os.nice(19))
+                [sys.executable, __file__, phase, str(port), str(n), str(work / f"{phase}.json"), "3600",
+                 str(tally_file)], env=env, preexec_fn=lambda: os.nice(19))
             time.sleep(args.attack_settle)  # the attack under way (the attacker process started)
+            watch = _HealthWatch(port)
             res = _measure(port, bodies, args.attack_requests)
+            res["health_max_ms_during"] = watch.stop()
             attacker.send_signal(signal.SIGINT)
-            attacker.wait(timeout=120)
+            try:
+                attacker.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # niced on a loaded machine, it may not get the CPU to stop
+                attacker.kill()
+                attacker.wait(timeout=30)
+            res["health_ms_after"] = [_health_ms(port) for _ in range(3)]
             tally = json.loads(tally_file.read_text()) if tally_file.exists() else {}
             res["unloaded_before"] = base
             res["ratio_to_unloaded"] = round(res["p50_ms"] / base["p50_ms"], 3)
@@ -227,12 +278,44 @@ def attack(args) -> dict:
             print(f"{phase}: {res}")
             time.sleep(1.0)
         out["unloaded_after"] = _measure(port, bodies, args.attack_requests)
-        out["within_2x"] = all(out[p]["ratio_to_unloaded"] <= 2.0 for p in ("flood", "hog", "stalled"))
+        out["within_2x"] = all(out[p]["ratio_to_unloaded"] <= 2.0 for p in phases)
+        out["health_within_1s"] = all(out[p]["health_max_ms_during"] <= 1000 and max(out[p]["health_ms_after"]) <= 1000
+                                      for p in phases)
         out["server_log_bytes"] = (work / "server.log").stat().st_size
         return out
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+PHASES = ("flood", "hog", "hog64", "amplify", "batch_fallback", "stalled")
+
+
+def _health_ms(port: int) -> float:
+    t = time.perf_counter()
+    status = _request(port, None, {"Authorization": f"Bearer {TOKEN}"}, timeout=30, path="/health")
+    ms = (time.perf_counter() - t) * 1e3
+    return round(ms if status == 200 else float("inf"), 1)
+
+
+class _HealthWatch:
+    """``/health`` asked every 0.25 s on a thread while an attack runs; :meth:`stop` returns
+    the slowest answer (ms; inf for one that failed)."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.worst, self.done = port, 0.0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            self.worst = max(self.worst, _health_ms(self.port))
+            self.done.wait(0.25)
+
+    def stop(self) -> float:
+        self.done.set()
+        self.thread.join(timeout=60)
+        return self.worst
 
 
 def unseen(args) -> dict:

@@ -41,7 +41,7 @@ import stat
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from fbrapids.atomic import WriteDigests
 from fbrapids.errors import ArgumentError, ManifestError, UnsafeFileError
@@ -246,7 +246,46 @@ def read_manifest(root: str | os.PathLike, name: str = MANIFEST,
 def verify_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple[str, ...] = (ALGORITHM,),
                     key: bytes | None = None) -> list[str]:
     """Check every file under ``root`` against its manifest (made with one of the ``accept``
-    algorithms); returns the files checked.
+    algorithms); returns the files checked (:func:`checked_manifest` returns the manifest
+    itself, for :func:`read_verified`)."""
+    return sorted(checked_manifest(root, name, accept, key)["files"])
+
+
+def read_verified(root: str | os.PathLike, relative: str, manifest: Mapping[str, Any], limit: int) -> bytes:
+    """The bytes of ``root / relative``, read once and checked against ``manifest`` (from
+    :func:`checked_manifest`) before they are returned: what is parsed is what was verified,
+    however the file is swapped on disk after the manifest was checked (a
+    :class:`~fbrapids.errors.ManifestError` naming the file).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp()); _ = (d / "a.json").write_text("{}")
+        >>> _ = write_manifest(d)
+        >>> m = checked_manifest(d); (d / "a.json").write_text("[]")
+        2
+        >>> read_verified(d, "a.json", m, 100)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.ManifestError: .../a.json: changed since its manifest was checked (sha256 44136fa355b3... in the manifest, 4f53cda18c2b... read); refused
+    """
+    entry = manifest["files"].get(relative)
+    path = Path(root) / relative
+    if entry is None:
+        raise ManifestError(f"{path}: not in the manifest")
+    data = read_bounded(path, limit)
+    hasher = new_hasher(manifest["algorithm"])
+    hasher.update(data)
+    got, want = hasher.hexdigest(), entry[manifest["algorithm"]]
+    if not hmac.compare_digest(got, want):
+        raise ManifestError(f"{path}: changed since its manifest was checked ({manifest['algorithm']} {want[:12]}... "
+                            f"in the manifest, {got[:12]}... read); refused")
+    return data
+
+
+def checked_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple[str, ...] = (ALGORITHM,),
+                     key: bytes | None = None) -> dict[str, Any]:
+    """The manifest of ``root`` once every file under ``root`` was checked against it (made
+    with one of the ``accept`` algorithms).
 
     ``key``: the manifest must be signed with it (:func:`write_manifest`'s ``key``), checked
     before any other file is opened; an unsigned or otherwise signed manifest is refused.
@@ -291,7 +330,7 @@ def verify_manifest(root: str | os.PathLike, name: str = MANIFEST, accept: tuple
         if got != want[algorithm]:
             raise ManifestError(f"{root / rel}: {algorithm} {want[algorithm][:12]}... in the manifest, "
                                 f"{got[:12]}... on disk")
-    return sorted(listed)
+    return manifest
 
 
 def resolve_inside(root: str | os.PathLike, relative: str | os.PathLike, what: str = "path") -> Path:

@@ -27,10 +27,10 @@ for p in $parts; do
     bash "$dest/setup/unpack.sh"
     python3 scripts/gpu_check.py --rehearse --out "$scratch/gc" --budget 330
   fi
-  calls="$calls{\"call\": $i, \"carried_bytes\": $carried, \"seconds\": $(echo "$(date +%s.%N) - $t" | bc)},"
+  calls="$calls{\"call\": $i, \"carried_bytes\": $carried, \"seconds\": $(printf "%.2f" "$(echo "$(date +%s.%N) - $t" | bc)")},"
 done
 t=$(date +%s.%N)
 python3 scripts/gpu_check.py --rehearse --out "$scratch/gc" --failed --budget 200  # the rerun call
-calls="$calls{\"call\": $((n + 1)), \"carried_bytes\": 0, \"seconds\": $(echo "$(date +%s.%N) - $t" | bc)}"
+calls="$calls{\"call\": $((n + 1)), \"carried_bytes\": 0, \"seconds\": $(printf "%.2f" "$(echo "$(date +%s.%N) - $t" | bc)")}"
 planned=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['planned_seconds'])" "$scratch/gc/gpu-check.json")
 echo "{\"transfers\": $n, \"calls\": [$calls], \"unpacked_site_bytes\": $(du -sb "$GPU_SITE" | cut -f1), \"rerun_planned_seconds\": $planned}"

@@ -23,4 +23,4 @@ else
   # a libcudf kernel run too: the set keeps only sm_90 device code (gpu_pack.sh's GPU_ONLY_ARCH)
   PYTHONPATH="$SITE" python3 -c "import cudf, dask_cudf, dask_cuda; s = cudf.Series([3, 1, 2]).sort_values(); assert s.tolist() == [1, 2, 3]; print('cudf', cudf.__version__, 'on', __import__('cupy').cuda.runtime.getDeviceProperties(0)['name'].decode(), ': a libcudf kernel ran')"
 fi
-echo "unpacked in $(( $(date +%s) - t0 )) s; now: export PYTHONPATH=/tmp/site:$PWD"
+echo "unpacked in $(( $(date +%s) - t0 )) s; now: export PYTHONPATH=$SITE:$PWD"

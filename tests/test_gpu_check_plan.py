@@ -52,3 +52,37 @@ def test_slimming_zeroes_only_the_other_architectures_payloads():
     assert len(blob) == len(before) and b"A" not in blob and b"C" not in blob and blob.count(b"B") == 24
     changed = [i for i, (a, b) in enumerate(zip(before, blob)) if a != b]
     assert all(before[i] in b"AC" for i in changed)  # headers, the kept entry and the rest untouched
+
+
+def test_the_rehearsal_unpacks_a_set_carried_in_parts(tmp_path):
+    """gpu_rehearse.sh on a small stand-in set (parts of an xz archive, as gpu_pack.sh cuts them):
+    every call's carry within the limit, the parts joined and unpacked by the device's unpack.sh,
+    then the check and its rerun (stubs)."""
+    import shutil
+    import tarfile
+
+    if not all(shutil.which(t) for t in ("bash", "xz", "split", "bc")):
+        import pytest
+
+        pytest.skip("needs bash, xz, split and bc")
+    gpu = tmp_path / ".gpu"
+    site = tmp_path / "site"
+    (site / "cudf").mkdir(parents=True)
+    (site / "cudf_cu13-26.10.2.dist-info").mkdir()
+    (site / "cudf" / "__init__.py").write_text("x = 1\n")
+    (site / "cudf" / "blob").write_bytes(bytes(range(256)) * 400)
+    with tarfile.open(tmp_path / "site.tar.xz", "w:xz") as tar:
+        tar.add(site, arcname=".")
+    blob = (tmp_path / "site.tar.xz").read_bytes()
+    for i in range(3):
+        (gpu / f"c{i}").mkdir(parents=True)
+        (gpu / f"c{i}" / f"part{i}").write_bytes(blob[i * len(blob) // 3: (i + 1) * len(blob) // 3])
+    (gpu / "setup").mkdir()
+    shutil.copy(REPO / "scripts" / "gpu_unpack.sh", gpu / "setup" / "unpack.sh")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_rehearse.sh"), str(gpu)], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cudf 26.10.2 unpacked" in proc.stdout
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["transfers"] == 3 and len(report["calls"]) == 4
+    assert report["unpacked_site_bytes"] >= 256 * 400

@@ -55,8 +55,8 @@ import torch
 
 from fbrapids.errors import ExportError, ManifestError, NotAnExportError, UnsafeFileError
 from fbrapids.features import FeatureSet, needs_fit
-from fbrapids.manifest import (open_regular, read_bounded, read_manifest, resolve_inside, verify_manifest,
-                               write_manifest)
+from fbrapids.manifest import (checked_manifest, open_regular, read_bounded, read_manifest, read_verified,
+                               resolve_inside, write_manifest)
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.serving.spec_json import spec_from_json, spec_to_json
 from fbrapids.trainers.fit import load_checkpoint, nonfinite_weights, save_checkpoint
@@ -69,6 +69,9 @@ IMAGES = "images"
 MAX_JSON_BYTES = 256 << 20  #: serving.json / spec.json larger than this are refused before reading
 MAX_ROW_BYTES = 64 << 20  #: an embedding row wider than this is refused before allocating
 MAX_ARCHIVE_MEMBERS = 10_000
+#: the most entries a list or object of ``serving.json``'s model arguments may hold; a list
+#: of feature names may hold no more than the export has tables (``rows.f32`` files) either
+MAX_KWARG_ITEMS = 4096
 
 
 def _encode(v: Any, d: Path) -> Any:
@@ -171,18 +174,46 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
     return out
 
 
-def _read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+def _read_json(path: Path, limit: int = MAX_JSON_BYTES, manifest: Mapping[str, Any] | None = None) -> Any:
+    """``path`` parsed as JSON; with a checked ``manifest``, from one read whose bytes match it
+    (:func:`~fbrapids.manifest.read_verified`: a file swapped after the check is refused)."""
+    data = read_bounded(path, limit) if manifest is None else read_verified(path.parent, path.name, manifest, limit)
     try:
-        return json.loads(read_bounded(path, limit))
+        return json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise UnsafeFileError(f"{path}: not JSON ({str(exc)[:200]})") from None
 
 
-def _listed(d: Path) -> dict[str, int]:
-    """The export's files and their sizes, as its manifest lists them (verified first), or
-    as they are on disk when it has none (``verify=False``)."""
+def check_kwarg_sizes(kwargs: Any, tables: int, source: Path) -> None:
+    """Refuse ``serving.json``'s model arguments before anything is sized: a list or object of
+    more than :data:`MAX_KWARG_ITEMS` entries, or more than ``tables`` (the embedding tables
+    the export holds) when ``tables`` is more than 64 (a model has no more sparse features
+    than tables, and no other argument is that long).  One line naming the file.
+
+    Example:
+        >>> check_kwarg_sizes({"sparse_features": [f"f{i}" for i in range(200_000)]}, 16, Path("serving.json"))
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UnsafeFileError: serving.json: model argument 'sparse_features' lists 200000 entries, more than the 64 allowed (the export holds 16 tables; at most 4096); refused before sizing the model
+    """
+    bound = min(MAX_KWARG_ITEMS, max(64, tables))
+    todo: list[tuple[str, Any]] = [("", kwargs)]
+    while todo:
+        name, v = todo.pop()
+        if isinstance(v, (list, dict)):
+            if len(v) > bound:
+                raise UnsafeFileError(f"{source}: model argument {name.lstrip('.')!r} lists {len(v)} entries, more than "
+                                      f"the {bound} allowed (the export holds {tables} tables; at most "
+                                      f"{MAX_KWARG_ITEMS}); refused before sizing the model")
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            todo += [(f"{name}.{k}" if isinstance(v, dict) else f"{name}[{k}]", x) for k, x in items]
+
+
+def _listed(d: Path, manifest: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """The export's files and their sizes, as its manifest lists them (``manifest``: the one
+    checked), or as they are on disk when it has none (``verify=False``)."""
     try:
-        return {rel: int(e.get("bytes", 0)) for rel, e in read_manifest(d)["files"].items()}
+        return {rel: int(e.get("bytes", 0)) for rel, e in (manifest or read_manifest(d))["files"].items()}
     except ManifestError:
         return {p.relative_to(d).as_posix(): p.stat().st_size for p in d.rglob("*")
                 if p.is_file() and not p.is_symlink()}
@@ -259,8 +290,12 @@ def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
 
 
 def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = True,
-               signing_key: bytes | None = None) -> tuple[CTRModel, ServingSpec]:
+               signing_key: bytes | None = None, admit_new_ids: bool = False) -> tuple[CTRModel, ServingSpec]:
     """The model (in eval mode) and spec of an export directory (module docstring).
+
+    The model's embedding tables are read-only, as the server's: scoring with it adds no row
+    and counts no sighting, so its scores are the server's (an unseen id reads the default
+    row).  ``admit_new_ids=True`` leaves them admitting new ids (to train it further).
 
     ``verify``: check every file against ``MANIFEST.json`` first (the default), before any
     other file is parsed.  ``signing_key``: the manifest must also carry this key's HMAC
@@ -268,17 +303,20 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     protects against).  Then, before anything is allocated: every zip archive (``.npz``,
     ``.pt``) is checked not to expand, the embedding caches are sized by the tables the
     manifest lists, and the dense weights ``serving.json`` asks for must fit in the
-    ``dense.pt`` the manifest lists.  After loading, every weight must be finite.
+    ``dense.pt`` the manifest lists (and no list of its arguments is longer than
+    :func:`check_kwarg_sizes` allows).  After loading, every weight must be finite.
+    ``serving.json`` and ``spec.json`` are each read once, and the bytes parsed are those the
+    manifest's check covered.
     """
     d = Path(path)
     if not (d / "serving.json").is_file():
         hint = (": it is a fit checkpoint; export it first with `fbrapids export CHECKPOINT DIR`"
                 if (d / "latest").is_file() or (d / "meta.json").is_file() or (d / "checkpoints").is_dir() else "")
         raise NotAnExportError(f"{d} is not a serving export (no serving.json){hint}")
-    if verify or signing_key is not None:
-        verify_manifest(d, key=signing_key)  # before any other file is parsed
-    listed = _listed(d)
-    meta = _read_json(d / "serving.json")
+    manifest = checked_manifest(d, key=signing_key) if verify or signing_key is not None else None  # first
+    listed = _listed(d, manifest)
+    meta = _read_json(d / "serving.json", manifest=manifest)
+    spec_data = _read_json(d / "spec.json", manifest=manifest)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         fmt = meta.get("format") if isinstance(meta, dict) else None
         why = " (a pickled spec: loading it could run code; export the model again)" if fmt == 1 else ""
@@ -286,6 +324,7 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     if "model" not in meta or not isinstance(meta.get("model_kwargs"), dict):
         raise UnsafeFileError(f"{d / 'serving.json'}: needs 'model' (a registered model name) and 'model_kwargs'")
     cls = model_class(meta["model"])
+    check_kwarg_sizes(meta["model_kwargs"], sum(rel.endswith("/rows.f32") for rel in listed), d / "serving.json")
     table_bytes = _check_files(d, listed)
     need, row_bytes = _probe(cls, _decode(meta["model_kwargs"], False, d), d / "serving.json")
     if row_bytes > MAX_ROW_BYTES:
@@ -310,7 +349,10 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     if bad:
         raise UnsafeFileError(f"{d / 'model'}: non-finite weights in {', '.join(bad[:3])}; refused (a model with "
                               "NaN / inf weights scores NaN)")
-    spec = spec_from_json(_read_json(d / "spec.json"), source=str(d / "spec.json"))
+    spec = spec_from_json(spec_data, source=str(d / "spec.json"))
+    if not admit_new_ids:
+        for store in model.stores().values():
+            store.read_only = True
     return model.eval(), spec
 
 

@@ -1,10 +1,14 @@
-"""A first-come, first-served lock: the scorer's model work is handed out in arrival order.
+"""A first-come, first-served lock, taken in turns by client: the scorer's model work is
+handed out in arrival order within a client, and round robin between clients.
 
 ``threading.Lock`` makes no promise of order: a thread that releases it and asks again at
 once (a client whose large call is scored slice after slice) usually gets it back before
 a thread that has been waiting, so one client could hold the model for a whole large call.
-:class:`FairLock` hands the lock to the longest waiter on release, so every waiting call
-gets the model between two slices of another's.
+:class:`FairLock` hands the lock over on release: to the longest waiter of the client whose
+turn it is, each client's waiters taking one turn per round.  So a call waits for at most
+one slice of each other client with calls waiting, however many calls (connections) one
+client has in flight; without clients (``client=None`` for all) it is plain first come,
+first served.
 
 Example:
     >>> lock = FairLock()
@@ -12,49 +16,75 @@ Example:
     ...     lock.waiting()
     0
     >>> lock.acquire(); lock.release()
+    >>> with lock.turn_of("10.0.0.7"):
+    ...     lock.waiting()
+    0
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
+from typing import Any, Hashable, Iterator
 
 
 class FairLock:
-    """A non-reentrant lock granted in the order it was asked for (module docstring)."""
+    """A non-reentrant lock granted in turns by client, in order within one (module docstring)."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._queues: dict[Hashable, collections.deque[threading.Event]] = {}
+        self._order: collections.deque[Hashable] = collections.deque()  # clients with waiters, in turn order
         self._held = False
 
-    def acquire(self) -> None:
-        """Wait for the lock: at once if it is free and nobody waits, else after every
-        earlier waiter."""
+    def acquire(self, client: Hashable = None) -> None:
+        """Wait for the lock: at once if it is free and nobody waits, else for ``client``'s
+        turn (after every earlier waiter of the same client)."""
         with self._guard:
-            if not self._held and not self._queue:
+            if not self._held and not self._order:
                 self._held = True
                 return
             turn = threading.Event()
-            self._queue.append(turn)
+            queue = self._queues.setdefault(client, collections.deque())
+            if not queue:
+                self._order.append(client)
+            queue.append(turn)
         turn.wait()  # set by release(): the lock is ours, handed over without becoming free
 
     def release(self) -> None:
-        """Hand the lock to the longest waiter, or free it."""
+        """Hand the lock to the next client's longest waiter (that client then goes to the
+        back of the round), or free it."""
         with self._guard:
-            if self._queue:
-                self._queue.popleft().set()
-            else:
+            if not self._order:
                 self._held = False
+                return
+            client = self._order.popleft()
+            queue = self._queues[client]
+            turn = queue.popleft()
+            if queue:
+                self._order.append(client)
+            else:
+                del self._queues[client]
+            turn.set()
 
     def waiting(self) -> int:
         """Threads waiting for the lock now."""
         with self._guard:
-            return len(self._queue)
+            return sum(len(q) for q in self._queues.values())
+
+    @contextlib.contextmanager
+    def turn_of(self, client: Hashable = None) -> Iterator[None]:
+        """``with lock.turn_of(client):`` holds the lock for ``client``'s turn."""
+        self.acquire(client)
+        try:
+            yield
+        finally:
+            self.release()
 
     def __enter__(self) -> "FairLock":
         self.acquire()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.release()

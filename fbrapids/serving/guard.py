@@ -20,6 +20,20 @@ its body is complete is dropped: the app never sees a partial body.  What was re
 handed to the app in ``scope["fbrapids.body"]``.  Every refusal is counted (:attr:`Gate.counts`,
 served by ``/health``).
 
+Per client (the peer's address, in ``scope["fbrapids.client"]``; the scorer takes its slices
+in turns by it): at most ``client_calls`` POST calls in flight, and at most ``client_bytes``
+of bodies being read or waiting to be scored; past either, 429 with ``Retry-After``
+(``client_busy``).  So a client with 64 connections has no more calls queued than one with
+16 (a front end multiplexing its users may need that many), and cannot fill the worker
+threads.
+
+Before those, the request head itself: more than ``max_header_bytes`` of it (counted by the
+gate from the parsed headers, and by the protocol as the bytes arrive, in one burst or byte
+by byte) is 431; a folded header line (obsolete line folding, which the parser would unfold
+into an accepted ``Authorization``) or a repeated ``Authorization``, ``Host``,
+``Content-Length`` or ``Content-Type`` is 400 (``headers_refused``); a ``Host`` is parsed
+strictly (a name or a bracketed IP literal, an optional port, nothing else).
+
 :func:`guarded_protocol` is uvicorn's h11 protocol with two more bounds: a connection must
 send a complete request head within ``header_timeout_s`` of connecting or of its last
 answer (a stalled client is closed, counted as ``header_timeouts``), and past
@@ -39,8 +53,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
+import re
 import resource
 import time
 from dataclasses import dataclass, field
@@ -52,7 +68,11 @@ log = logging.getLogger(__name__)
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 GATE_COUNTS = ("unauthorised", "host_refused", "media_type_refused", "too_large", "body_timeouts",
-               "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused")
+               "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused", "headers_refused",
+               "client_busy")
+_HOST = re.compile(r"\[([0-9a-f:.]+)\](?::[0-9]{1,5})?|([a-z0-9._-]+)(?::[0-9]{1,5})?")
+_FOLD = re.compile(rb"\n[ \t]")
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 @dataclass
@@ -66,11 +86,14 @@ class ServeLimits:
     max_connections: int = 512
     max_header_bytes: int = 16 << 10
     max_buffered_bytes: int = 64 << 20
+    client_calls: int = 16
+    client_bytes: int = 16 << 20
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes"):
+        for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes", "client_calls",
+                     "client_bytes"):
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise ServeConfigError(f"{name} must be an integer >= 1, got {v!r}")
@@ -82,25 +105,34 @@ class ServeLimits:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "keep_alive_s",
-                                               "max_connections", "max_header_bytes", "max_buffered_bytes")}
+                                               "max_connections", "max_header_bytes", "max_buffered_bytes",
+                                               "client_calls", "client_bytes")}
 
 
 def host_allowed(host: bytes | None, allowed: tuple[str, ...]) -> bool:
-    """Whether a ``Host`` header names one of ``allowed`` (any port; ``"*"`` allows all).
+    """Whether a ``Host`` header names one of ``allowed`` (any port; ``"*"`` allows all),
+    parsed strictly: a name, or an IP literal in brackets, then an optional ``:port`` and
+    nothing else (``[::1]evil.example`` is no loopback name).
 
     Example:
         >>> host_allowed(b"[::1]:80", ("::1",)), host_allowed(None, ("::1",)), host_allowed(b"x", ("*",))
         (True, False, True)
+        >>> host_allowed(b"[::1]evil.example", ("::1",)), host_allowed(b"localhost:80:80", ("localhost",))
+        (False, False)
     """
     if "*" in allowed:
         return True
     if not host:
         return False
-    name = host.decode("latin-1").strip().lower()
-    if name.startswith("["):
-        name = name[1 : name.find("]")] if "]" in name else name
-    elif name.count(":") == 1:
-        name = name.split(":", 1)[0]
+    m = _HOST.fullmatch(host.decode("latin-1").strip().lower())
+    if m is None:
+        return False
+    name = m.group(1) or m.group(2)
+    if m.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return False
     return name in allowed
 
 
@@ -117,6 +149,8 @@ class Gate:
         self.expected = None if token is None else f"Bearer {token}".encode()
         self.counts = limits.counts
         self.buffered = 0
+        self.calls: dict[str, int] = {}  # per client (peer address): calls past the gate, not yet answered
+        self.client_buffered: dict[str, int] = {}  # per client: body bytes held (being read or scored)
 
     async def _answer(self, send: Callable[[dict], Awaitable[None]], status: int, detail: str,
                       extra: list[tuple[bytes, bytes]] = ()) -> None:
@@ -135,7 +169,20 @@ class Gate:
             await self.app(scope, receive, send)
             return
         lim, counts = self.limits, self.counts
-        headers = dict(scope.get("headers") or [])
+        raw = scope.get("headers") or []
+        head_bytes = len(scope.get("raw_path") or b"") + sum(len(k) + len(v) + 4 for k, v in raw)
+        if head_bytes > lim.max_header_bytes:  # however the head arrived (one burst is no "incomplete event")
+            counts["headers_refused"] += 1
+            await self._answer(send, 431, f"request head of {head_bytes} bytes, more than "
+                               f"max_header_bytes={lim.max_header_bytes}")
+            return
+        repeated = [k.decode("latin-1") for k in (b"authorization", b"host", b"content-length", b"content-type")
+                    if sum(1 for name, _ in raw if name == k) > 1]
+        if repeated:
+            counts["headers_refused"] += 1
+            await self._answer(send, 400, f"header {repeated[0]!r} given more than once")
+            return
+        headers = dict(raw)
         if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
             counts["host_refused"] += 1
             await self._answer(send, 421, "Host header not served here (allowed: "
@@ -155,6 +202,28 @@ class Gate:
             await self._answer(send, 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
                                f"max_body_bytes={lim.max_body_bytes}")
             return
+        client = str((scope.get("client") or ("?",))[0])
+        scope["fbrapids.client"] = client
+        if scope["method"] != "POST":  # /health, the docs: no body, no scoring, never capped per client
+            await self._admitted(scope, receive, send, client)
+            return
+        if self.calls.get(client, 0) >= lim.client_calls:  # per client: many connections are no more calls
+            counts["client_busy"] += 1
+            await self._answer(send, 429, f"{lim.client_calls} calls of this client are in flight "
+                               "(client_calls); retry when one is answered", [(b"retry-after", b"1")])
+            return
+        self.calls[client] = self.calls.get(client, 0) + 1
+        try:
+            await self._admitted(scope, receive, send, client)
+        finally:
+            self.calls[client] -= 1
+            if not self.calls[client]:
+                del self.calls[client]
+
+    async def _admitted(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                        send: Callable[[dict], Awaitable[None]], client: str) -> None:
+        """The body read (bounded, timed, counted per client) and the call handed to the app."""
+        lim, counts = self.limits, self.counts
         chunks: list[bytes] = []
         n = 0
         deadline = time.monotonic() + lim.body_timeout_s
@@ -181,14 +250,39 @@ class Gate:
                     await self._answer(send, 503, "too many request bodies being received; retry later",
                                        [(b"retry-after", b"1")])
                     return
+                held = self.client_buffered.get(client, 0)
+                if held + len(chunk) > lim.client_bytes:
+                    counts["client_busy"] += 1
+                    await self._answer(send, 429, f"this client's calls in flight hold more than client_bytes="
+                                       f"{lim.client_bytes} bytes of bodies; retry when one is answered",
+                                       [(b"retry-after", b"1")])
+                    return
+                self.client_buffered[client] = held + len(chunk)
                 self.buffered += len(chunk)
                 chunks.append(chunk)
                 if not msg.get("more_body", False):
                     break
             scope["fbrapids.body"] = b"".join(chunks)
         finally:
-            self.buffered -= sum(len(c) for c in chunks)
+            got = sum(len(c) for c in chunks)
+            self.buffered -= got
+            if "fbrapids.body" not in scope:  # refused or abandoned: nothing of it is queued
+                self._give_back(client, got)
         chunks.clear()
+        try:
+            await self._call(scope, receive, send)
+        finally:  # the client's body bytes count until its call is answered (queued work)
+            self._give_back(client, got)
+
+    def _give_back(self, client: str, n: int) -> None:
+        left = self.client_buffered.get(client, 0) - n
+        if left > 0:
+            self.client_buffered[client] = left
+        else:
+            self.client_buffered.pop(client, None)
+
+    async def _call(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                    send: Callable[[dict], Awaitable[None]]) -> None:
         done = False
 
         async def replayed() -> dict:
@@ -211,6 +305,37 @@ def guarded_protocol(limits: ServeLimits) -> type:
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _head = b""  # the request head received so far (while one is being read)
+        _reading_head = True
+
+        def data_received(self, data: bytes) -> None:
+            if self._reading_head and not self._head_ok(data):
+                return
+            super().data_received(data)
+
+        def _head_ok(self, data: bytes) -> bool:
+            """Bound the request head as it arrives, in one burst or byte by byte: at most
+            ``max_header_bytes``, and no obsolete line folding (a folded ``Authorization``
+            would be unfolded by the parser and accepted): refused with ``Connection: close``."""
+            head = self._head + data
+            end = _HEAD_END.search(head)
+            part = head if end is None else head[: end.start()]
+            if len(part) > limits.max_header_bytes:
+                return self._refuse_head(431, f"request head of more than max_header_bytes={limits.max_header_bytes}")
+            if _FOLD.search(part):
+                return self._refuse_head(400, "folded header lines (obsolete line folding) are not accepted")
+            self._head, self._reading_head = (b"", False) if end is not None else (head, True)
+            return True
+
+        def _refuse_head(self, status: int, detail: str) -> bool:
+            counts["headers_refused"] += 1
+            body = json.dumps({"detail": detail}).encode()
+            reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}[status]
+            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                                 b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+            self._head, self._reading_head = b"", False
+            self.transport.close()
+            return False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -246,6 +371,7 @@ def guarded_protocol(limits: ServeLimits) -> type:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            self._head, self._reading_head = b"", True  # the next request's head is bounded too
             if not self.transport.is_closing():
                 self._arm()
 

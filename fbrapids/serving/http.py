@@ -164,15 +164,15 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
     app = FastAPI(title="fbrapids scoring", version="1")
     app.add_middleware(Gate, limits=limits, token=token)
 
-    def answer(parse: Callable[[Any], list[dict[str, Any]]], raw: bytes, batch: bool) -> JSONResponse:
+    def answer(parse: Callable[[Any], list[dict[str, Any]]], raw: bytes, batch: bool, client: Any) -> JSONResponse:
         try:
             if len(raw) > TURN_BYTES:  # a large body's parse holds the interpreter: it takes its turn like a slice
-                with scorer.turn():
+                with scorer.turn(client):
                     body = parse_body(raw, max_objects)
             else:
                 body = parse_body(raw, max_objects)
             entries = parse(body)
-            results = scorer.score_each(entries) if batch else scorer.score_batch(entries)
+            results = scorer.score_each(entries, client) if batch else scorer.score_batch(entries, client)
         except BodyError as exc:
             return JSONResponse({"detail": _cut(exc.detail)}, status_code=exc.status)
         except RequestError as exc:
@@ -206,14 +206,14 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
     @app.post("/score", response_class=JSONResponse, openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": ScoreRequest.model_json_schema()}}}})
     def score(request: Request) -> JSONResponse:
-        return answer(one, request.scope["fbrapids.body"], batch=False)
+        return answer(one, request.scope["fbrapids.body"], False, request.scope.get("fbrapids.client"))
 
     @app.post("/score_batch", response_class=JSONResponse)
     def score_batch(request: Request) -> JSONResponse:
         """``{"requests": [{"request": ..., "items": [...]}, ...]}``: scores per request; a
         request that fails has ``null`` scores and its error in ``errors`` (200 while any
         request was scored)."""
-        return answer(many, request.scope["fbrapids.body"], batch=True)
+        return answer(many, request.scope["fbrapids.body"], True, request.scope.get("fbrapids.client"))
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -222,7 +222,7 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
                 "tables": {k: len(s) for k, s in scorer.model.stores().items()},
                 "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
                            "chunk_items": scorer.chunk_items, "cache_items": scorer.cache_items,
-                           **limits.as_dict()}}
+                           **scorer.cost.as_dict(), **limits.as_dict()}}
 
     return app
 

@@ -50,9 +50,11 @@ batch admitted reads the documented default row (zeros) and is counted in
 with ``admit_after > 1`` no lookup counts as a sighting, so one client's calls never change
 another client's score.  The table sizes stay those of the checkpoint.
 
-Fairness: a call is scored in slices of at most ``chunk_items`` items, each under a
-first-come, first-served lock (:class:`~fbrapids.serving.fairness.FairLock`), so a call
-that arrives during another's large one waits for one slice, not for the whole call.
+Fairness: a call is scored in slices of at most ``chunk_items`` items (and ``chunk_work``
+work, :mod:`fbrapids.serving.cost`), each under a lock taken in turns by client
+(:class:`~fbrapids.serving.fairness.FairLock`), so a call that arrives during another's
+large one waits for one slice of each other client, not for whole calls, however many
+calls one client has in flight.
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
 operating system (``malloc_trim``, where the C library has it).
 
@@ -86,7 +88,7 @@ import copy
 import logging
 import re
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -97,6 +99,7 @@ from fbrapids import kernels as kstats
 from fbrapids.errors import ArgumentError, KernelRuntimeError, ModelInputError, RequestError, RequestTooLargeError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
+from fbrapids.serving.cost import CHUNK_WORK, MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK, CallCost
 from fbrapids.serving.fairness import FairLock
 from fbrapids.serving.memory import release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
@@ -123,6 +126,9 @@ MAX_ITEMS = 10_000
 CHUNK_ITEMS = 512
 #: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
 MAX_LOGIT = 1e4
+#: The most times one :meth:`Scorer.score_each` call scores (part of) its batch again after a
+#: request failed: a batch costs at most this many more passes, however many requests are bad.
+MAX_BATCH_RETRIES = 8
 
 
 class Scorer:
@@ -144,6 +150,10 @@ class Scorer:
         max_logit: a row whose logit is beyond this (or not finite) is refused, naming the
             record and its largest dense input: no trained CTR model gives such a logit to
             inputs like those it was trained on (the score would be exactly 0 or 1).
+        max_list_len, max_text_chars, max_work, chunk_work: the bounds of
+            :class:`~fbrapids.serving.cost.CallCost`: every list and text value of a call
+            bounded, the call's work (items x features x list lengths) refused over
+            ``max_work``, and scored in slices of at most ``chunk_work``.
 
     The model's embedding stores are made read-only (module docstring).
     """
@@ -151,7 +161,9 @@ class Scorer:
     def __init__(self, model: CTRModel, spec: ServingSpec, cache_items: int = 100_000, dedup: bool = True,
                  max_items: int = MAX_ITEMS, cache_bytes: int = 256 << 20, max_requests: int = 1024,
                  device: str | torch.device | None = None, chunk_items: int = CHUNK_ITEMS,
-                 max_logit: float = MAX_LOGIT) -> None:
+                 max_logit: float = MAX_LOGIT, max_list_len: int = MAX_LIST_LEN,
+                 max_text_chars: int = MAX_TEXT_CHARS, max_work: int = MAX_WORK,
+                 chunk_work: int = CHUNK_WORK) -> None:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1),
                             ("chunk_items", chunk_items, 1)):
@@ -171,6 +183,8 @@ class Scorer:
         self._stores = list(model.stores().values())
         for store in self._stores:  # serving never adds a row nor counts a sighting
             store.read_only = True
+        self.cost = CallCost(spec, len(spec.dense) + len(spec.sparse), max_list_len, max_text_chars, max_work,
+                             chunk_work)
         self._lock = FairLock()
         self._stats_lock = threading.Lock()
         self._origin: list[tuple[int, int]] = [(0, 0)]
@@ -194,7 +208,8 @@ class Scorer:
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
              "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
              "rejected_bad_input", "rejected_too_large", "unseen_ids", "nulls_filled", "rejected_model_input",
-             "slices"), 0)
+             "slices", "batch_retries", "work"), 0)
+        self._blamed: int | None = None
 
     # -- feature extraction -------------------------------------------------------------------
     def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Any], dense: list[str], sparse: list[str],
@@ -252,10 +267,12 @@ class Scorer:
         numbered as in the client's call."""
         r = int(self._owner_all[g])
         origin, offset = self._origin[r]
+        self._blamed = origin
         j = int(g - self._starts[r]) + offset
         return f"request {origin} item {j}" if self._batch_call else f"item {j}"
 
     def _request_label(self, i: int) -> str:
+        self._blamed = self._origin[i][0]
         return f"request {self._origin[i][0]}"
 
     def item_cache_usage(self) -> dict[str, int | None]:
@@ -286,7 +303,7 @@ class Scorer:
         """Click probabilities ``[len(items)]`` of ``items`` for ``request`` (JSON-like dicts)."""
         return self.score_batch([{"request": request, "items": items}])[0]
 
-    def score_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+    def score_batch(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None) -> list[np.ndarray]:
         """Scores of several ``{"request": {...}, "items": [{...}, ...]}`` entries at once:
         request features extracted together, items deduplicated across all of them (within
         each slice of ``chunk_items``).
@@ -295,12 +312,15 @@ class Scorer:
         ``max_items``, :class:`~fbrapids.errors.RequestError` for bad records (each counted
         in ``stats``; a kernel error the data caused, such as an over-long cross key, is a
         ``RequestError`` too; a value the model cannot score a
-        :class:`~fbrapids.errors.ModelInputError`).
+        :class:`~fbrapids.errors.ModelInputError`).  ``client``: who asks (the HTTP service
+        passes the peer's address): slices are scored in turns by client
+        (:class:`~fbrapids.serving.fairness.FairLock`).
         """
-        entries = self._entries(requests)
-        return self._score_checked(entries, list(range(len(entries))), len(entries) > 1)
+        entries, works = self._entries(requests)
+        return self._score_checked(entries, list(range(len(entries))), len(entries) > 1, works, client)
 
-    def score_each(self, requests: Sequence[Mapping[str, Any]]) -> list[np.ndarray | RequestError]:
+    def score_each(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None
+                   ) -> list[np.ndarray | RequestError]:
         """As :meth:`score_batch`, but per request: each entry's scores, or the
         :class:`~fbrapids.errors.RequestError` that entry alone raises (the others are
         scored).  Over ``max_requests`` / ``max_items`` the whole call is refused.
@@ -317,35 +337,55 @@ class Scorer:
             >>> out[0].shape, str(out[1])
             ((1,), "request 1 item 0: column 'ad_id' must be an integer (int64), got 'x'")
         """
-        entries = self._entries(requests)
-        try:
-            return list(self._score_checked(entries, list(range(len(entries))), len(entries) > 1))
-        except RequestTooLargeError:
-            raise
-        except RequestError:
-            if len(entries) == 1:
-                raise
-        out: list[np.ndarray | RequestError] = []
-        for i, entry in enumerate(entries):  # one bad request: score the others alone
+        entries, works = self._entries(requests)
+        out: list[np.ndarray | RequestError | None] = [None] * len(entries)
+        groups = [list(range(len(entries)))]
+        passes = 0
+        while groups:
+            group = groups.pop()
+            if passes > MAX_BATCH_RETRIES:  # bounded: what is left is answered, not scored again
+                for i in group:
+                    out[i] = RequestError(f"request {i}: not scored, as other requests of this batch failed "
+                                          f"{MAX_BATCH_RETRIES} times; send it again, or alone")
+                continue
+            passes += 1
             try:
-                out.append(self._score_checked([entry], [i], True)[0])
+                scored = self._score_checked([entries[i] for i in group], group, len(entries) > 1,
+                                             [works[i] for i in group], client)
+                for i, scores in zip(group, scored):
+                    out[i] = scores
+            except RequestTooLargeError:
+                raise
             except RequestError as exc:
-                out.append(exc)
-        return out
+                if len(entries) == 1:
+                    raise
+                blamed = getattr(exc, "entry", None)
+                if blamed in group:  # the error names its request: the others are scored again together
+                    out[blamed] = exc
+                    rest = [i for i in group if i != blamed]
+                    groups += [rest] if rest else []
+                elif len(group) == 1:
+                    out[group[0]] = exc
+                else:  # an error that names no request: halve the group
+                    groups += [group[len(group) // 2 :], group[: len(group) // 2]]
+        self._count(batch_retries=passes - 1)
+        return out  # type: ignore[return-value]
 
-    def turn(self) -> FairLock:
+    def turn(self, client: Hashable = None) -> Any:
         """The scorer's first-come, first-served lock, for work that should not share the
         interpreter with a slice of scoring (the HTTP service parses a body under it): use
-        as ``with scorer.turn(): ...``, never around a scoring call (it is not reentrant)."""
-        return self._lock
+        as ``with scorer.turn(client): ...``, never around a scoring call (it is not reentrant)."""
+        return self._lock.turn_of(client)
 
     def _count(self, **changes: int) -> None:
         with self._stats_lock:
             for k, v in changes.items():
                 self.stats[k] += v
 
-    def _entries(self, requests: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], list]]:
-        """The checked ``(request, items)`` of a call, refused over the bounds (counted)."""
+    def _entries(self, requests: Sequence[Mapping[str, Any]]
+                 ) -> tuple[list[tuple[Mapping[str, Any], list]], list[np.ndarray]]:
+        """The checked ``(request, items)`` of a call and each item's work, refused over the
+        bounds (counted): requests, items, list lengths and work (:mod:`fbrapids.serving.cost`)."""
         try:
             if len(requests) > self.max_requests:
                 raise RequestTooLargeError(f"{len(requests)} requests in one call, more than "
@@ -355,46 +395,69 @@ class Scorer:
             if total > self.max_items:
                 raise RequestTooLargeError(f"{total} candidate items in one call, more than "
                                            f"max_items={self.max_items}")
+            many = len(entries) > 1
+            works = [self.cost.item_work(self.cost.request_size(r, f"request {i}"), items,
+                                         (lambda j, i=i: f"request {i} item {j}") if many else (lambda j: f"item {j}"))
+                     for i, (r, items) in enumerate(entries)]
+            work = int(sum(int(w.sum()) for w in works))
+            if work > self.cost.max_work:
+                raise RequestTooLargeError(f"the call asks for {work} units of work (items x features x list "
+                                           f"lengths), more than max_work={self.cost.max_work}; send fewer items "
+                                           "or shorter lists")
         except RequestTooLargeError:
             self._count(rejected_too_large=1)
             raise
         except RequestError:
             self._count(rejected_bad_input=1)
             raise
-        return entries
+        self._count(work=work)
+        return entries, works
 
-    def _slices(self, entries: list[tuple[Mapping[str, Any], list]]) -> list[list[tuple[int, int, int]]]:
-        """The call cut into slices of at most ``chunk_items`` items and requests: each a list
-        of ``(entry, first item, stop item)``; a request with more items is cut across slices."""
+    def _slices(self, entries: list[tuple[Mapping[str, Any], list]],
+                works: list[np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
+        """The call cut into slices of at most ``chunk_items`` items and requests, and at most
+        ``chunk_work`` work (at least one item each): each a list of ``(entry, first item,
+        stop item)``; a request with more items is cut across slices."""
         out: list[list[tuple[int, int, int]]] = [[]]
-        room = self.chunk_items
+        room, work_room = self.chunk_items, self.cost.chunk_work
         for i, (_, items) in enumerate(entries):
             start, n = 0, len(items)
+            cum = np.concatenate([[0], np.cumsum(works[i])]) if works is not None else None
             while True:
-                if room <= 0:
+                if room <= 0 or work_room <= 0:
                     out.append([])
-                    room = self.chunk_items
+                    room, work_room = self.chunk_items, self.cost.chunk_work
                 take = min(n - start, room)
+                if cum is not None and take > 1:  # as many items as the slice's work allows, one at least
+                    fits = int(np.searchsorted(cum[start + 1 : start + take + 1] - cum[start], work_room, side="right"))
+                    take = max(1, min(take, fits))
                 out[-1].append((i, start, start + take))
                 room -= max(take, 1)
+                work_room -= int(cum[start + take] - cum[start]) if cum is not None else 0
                 start += take
                 if start >= n:
                     break
         return [sl for sl in out if sl]
 
     def _score_checked(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int],
-                       batch_call: bool) -> list[np.ndarray]:
+                       batch_call: bool, works: list[np.ndarray] | None = None, client: Hashable = None
+                       ) -> list[np.ndarray]:
         parts: list[list[np.ndarray]] = [[] for _ in entries]
         total = sum(len(it) for _, it in entries)
         self._count(requests=len(entries), items=total)
-        slices = self._slices(entries)
+        slices = self._slices(entries, works)
         try:
             for sl in slices:
                 chunk = [(entries[i][0], entries[i][1][a:b]) for i, a, b in sl]
-                with self._lock, torch.no_grad():
+                with self._lock.turn_of(client), torch.no_grad():
                     self._origin = [(origin[i], a) for i, a, _ in sl]
                     self._batch_call = batch_call
-                    probs = self._score_entries(chunk)
+                    self._blamed = None
+                    try:
+                        probs = self._score_entries(chunk)
+                    except RequestError as exc:  # which request the error named (score_each answers it alone)
+                        exc.entry = self._blamed
+                        raise
                 s = 0
                 for (i, a, b) in sl:
                     parts[i].append(probs[s : s + b - a])
@@ -411,7 +474,7 @@ class Scorer:
             log.warning("a kernel refused a call's data: %s", full[:1000])  # the plan's details stay here
             raise RequestError(show(re.sub(r"^layer \d+: ", "", full), 500)) from exc
         finally:
-            if total > self.chunk_items:
+            if total > self.chunk_items or len(slices) > 1:
                 release_memory()
         self._count(slices=len(slices))
         return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]

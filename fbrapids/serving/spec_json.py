@@ -35,6 +35,7 @@ from fbrapids.serving.spec import ServingSpec
 
 SIDES = ("request_features", "item_features", "pair_features")
 _PLAIN = ("schema", "request_columns", "item_columns", "item_key", "dense", "sparse")
+MAX_SPEC_ENTRIES = 4096  #: the most features, columns or model inputs one side of a spec may list
 _NUMERIC_KINDS = "biuf"
 
 
@@ -140,6 +141,10 @@ def spec_from_json(data: Mapping[str, Any], source: str = "spec") -> ServingSpec
     if not isinstance(fill, Mapping):
         raise UnsafeFileError(f"{source}: fill must be an object of column -> value")
     kw["fill"] = dict(fill)
+    for name in (*SIDES, *_PLAIN, "fill"):  # sizes first: nothing is built for a crafted spec of 200,000 features
+        v = data.get(name)
+        if isinstance(v, (list, Mapping)) and len(v) > MAX_SPEC_ENTRIES:
+            raise UnsafeFileError(f"{source}: {name} lists {len(v)} entries, more than {MAX_SPEC_ENTRIES}; refused")
     for side in SIDES:
         feats = data.get(side, {})
         if not isinstance(feats, Mapping):

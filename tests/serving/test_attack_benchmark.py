@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "result.json"
     cmd = [sys.executable, str(REPO / "benchmarks" / "inference.py"), "--train-rows", "300", "--out", str(out), *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads(done.stdout.strip().splitlines()[-1])
@@ -29,12 +29,19 @@ def _run(tmp_path: Path, *args: str) -> dict:
 
 
 def test_attack_benchmark_smoke(tmp_path) -> None:
-    res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--hog-items", "2000")
-    for phase in ("unloaded", "flood", "hog", "stalled"):
+    # the phases issue 37 added (flood and stalled run the same driver: each phase costs an
+    # attacker process, slow to start at the lowest priority on a loaded machine)
+    phases = ("hog64", "batch_fallback")  # amplify's refusal is tests/serving/test_attacks.py's
+    res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--hog-items", "2000",
+               "--attack-phases", ",".join(phases))
+    for phase in ("unloaded", *phases):
         assert res[phase]["requests"] == 4 and res[phase]["not_200"] == 0, (phase, res[phase])
-    assert set(res["flood"]["attackers_got"]) <= {"401", "0"} and res["flood"]["attackers_got"].get("401", 0) > 0
-    assert res["hog"]["attackers_got"].get("200", 0) > 0 and res["stalled"]["attackers_got"]["opened"] >= 200
-    assert res["within_2x"] == all(res[p]["ratio_to_unloaded"] <= 2 for p in ("flood", "hog", "stalled"))
+    # 64 connections of one client: scored, or refused past client_calls (429); never an error
+    assert set(res["hog64"]["attackers_got"]) <= {"200", "429", "retried_at_once", "0"}
+    assert set(res["batch_fallback"]["attackers_got"]) <= {"200", "429", "retried_at_once", "0"}
+    assert res["within_2x"] == all(res[p]["ratio_to_unloaded"] <= 2 for p in phases)
+    assert res["health_within_1s"] == all(res[p]["health_max_ms_during"] <= 1000 and
+                                          max(res[p]["health_ms_after"]) <= 1000 for p in phases)
 
 
 def test_unseen_ids_benchmark_smoke(tmp_path) -> None:

@@ -389,3 +389,121 @@ def test_tokens_empty_short_or_on_the_command_line(tmp_path, monkeypatch, capsys
     assert "token file is empty" in capsys.readouterr().err
     with pytest.raises(ServeConfigError, match="16 characters"):
         create_app(Scorer.__new__(Scorer), token="abc")
+
+
+# -- issue 37 B7: the head bounded however it arrives, strict Host, one Authorization ---------
+def _raw_exchange(server, head: bytes, pieces: int = 1) -> int:
+    """Send ``head`` (and a small JSON body) in ``pieces`` writes; the answer's status (0: closed)."""
+    body = b'{"request": {}, "items": []}'
+    data = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    step = max(1, -(-len(data) // pieces))
+    with socket.create_connection(server.addr, timeout=20) as s:
+        try:
+            for i in range(0, len(data), step):
+                s.sendall(data[i : i + step])
+                if pieces > 1:
+                    time.sleep(0.002)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_answer(s)[0]
+
+
+@pytest.mark.parametrize("pieces", [1, 40])
+def test_the_16_kib_head_limit_holds_in_one_burst_or_in_pieces(guarded, pieces) -> None:
+    server, _ = guarded
+    start = (f"POST /score HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+             "Content-Type: application/json\r\n").encode()
+    before = server.limits.counts["headers_refused"]
+    for kib in (17, 60):
+        filler = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(kib))
+        assert _raw_exchange(server, start + filler, pieces) in (431, 0), kib
+    assert server.limits.counts["headers_refused"] >= before + 2
+    small = b"X-Pad: " + b"a" * 2000 + b"\r\n"  # well under the limit: served (422: an empty request object)
+    assert _raw_exchange(server, start + small, pieces) in (400, 422)
+
+
+def test_folded_and_repeated_authorization_and_loose_host_are_refused(guarded) -> None:
+    server, _ = guarded
+    host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
+    json_type = b"Content-Type: application/json\r\n"
+    line = b"POST /score HTTP/1.1\r\n"
+    folded = line + host + b"Authorization: Bearer\r\n " + TOKEN.encode() + b"\r\n" + json_type
+    assert _raw_exchange(server, folded) == 400
+    twice = line + host + b"Authorization: Bearer " + TOKEN.encode() + b"\r\nAuthorization: Bearer x\r\n" + json_type
+    assert _raw_exchange(server, twice) == 400
+    good = line + host + b"Authorization: Bearer " + TOKEN.encode() + b"\r\n" + json_type
+    assert _raw_exchange(server, good) in (400, 422)  # accepted: the empty request is the scorer's to refuse
+    for bad_host in ("[::1]evil.example", "127.0.0.1:80:80", "127.0.0.1 evil", "[::1]:80x", "[evil]"):
+        head = line + f"Host: {bad_host}\r\n".encode() + b"Authorization: Bearer " + TOKEN.encode() + b"\r\n" + json_type
+        assert _raw_exchange(server, head) in (421, 400), bad_host
+    assert http(server, "GET", "/health", headers=AUTH, host="[::1]:8000")[0] == 200
+
+
+# -- issue 37 B1 / B3: work bounded by the request, turns and caps per client -----------------
+def test_fair_lock_takes_turns_by_client() -> None:
+    """Three calls of client A queued before one of client B: B's goes second, not fourth."""
+    lock, order = FairLock(), []
+
+    def call(client: str, name: str) -> None:
+        with lock.turn_of(client):
+            order.append(name)
+
+    lock.acquire("A")
+    threads = []
+    for client, name in (("A", "a1"), ("A", "a2"), ("A", "a3"), ("B", "b1")):
+        threads.append(threading.Thread(target=call, args=(client, name)))
+        threads[-1].start()
+        assert wait_for(lambda n=len(threads): lock.waiting() == n)
+    lock.release()
+    for t in threads:
+        t.join(timeout=20)
+    assert order == ["a1", "b1", "a2", "a3"]
+
+
+def test_request_lists_and_work_are_bounded_before_scoring(trained, guarded) -> None:
+    """A request's lists are read for every item: a text over max_text_chars, or a call whose
+    work (items x features x list lengths) is over max_work, is 413 naming what, before any
+    extraction; a legal call of long lists is scored in more slices (bounded by work)."""
+    server, scorer = guarded
+    body = _body(trained, 400, seed=21)
+    extracted = scorer.stats["requests_extracted"]
+    long_query = {**body, "request": dict(body["request"], query="w1 " * 3000)}
+    status, answer = post_json(server, "/score", long_query, AUTH)
+    assert status == 413 and answer["detail"] == ("request 0: column 'query' holds 9000 characters, more than "
+                                                  "max_text_chars=8192"), answer
+    heavy = {**body, "request": dict(body["request"], query="w2 " * 2700, history="w3 " * 2700)}
+    status, answer = post_json(server, "/score", heavy, AUTH)
+    assert status == 413 and "units of work" in answer["detail"] and "max_work=" in answer["detail"], answer
+    assert scorer.stats["requests_extracted"] == extracted  # refused before any work
+    legal = {"request": dict(body["request"], history="w4 " * 1000), "items": body["items"][:200]}
+    slices = scorer.stats["slices"]
+    status, answer = post_json(server, "/score", legal, AUTH)
+    assert status == 200 and len(answer["scores"]) == 200
+    work = int(scorer.cost.item_work(scorer.cost.request_size(legal["request"], "r"), legal["items"], str).sum())
+    assert work > 2 * scorer.cost.chunk_work  # 200 items < chunk_items: cut by work, not by items
+    assert scorer.stats["slices"] - slices >= work // scorer.cost.chunk_work >= 2
+    assert health(server, AUTH)["limits"]["max_work"] == scorer.cost.max_work
+
+
+def test_one_client_has_at_most_client_calls_in_flight(trained, guarded) -> None:
+    """Sixteen connections of one client with client_calls=4: at most 4 of its calls past the
+    gate, the rest 429 with Retry-After; /health (no body) is never capped."""
+    server, _ = guarded
+    raw = json.dumps(_body(trained, 1000, seed=22)).encode()
+    statuses: list[int] = []
+    before = server.limits.counts["client_busy"]
+    default, server.limits.client_calls = server.limits.client_calls, 4  # read by the gate per call
+
+    def one() -> None:
+        statuses.append(http(server, "POST", "/score", raw, AUTH)[0])
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    assert health(server, AUTH)["status"] == "ok"
+    for t in threads:
+        t.join(timeout=120)
+    server.limits.client_calls = default
+    assert default == 16 and len(statuses) == 16 and set(statuses) <= {200, 429}, statuses
+    assert statuses.count(200) >= 4 and statuses.count(429) > 0
+    assert server.limits.counts["client_busy"] - before == statuses.count(429)

@@ -258,3 +258,32 @@ def test_score_tolerance_is_the_documented_one() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "ams-and-serving.md").read_text()
     promised = float(__import__("re").search(r"within ([0-9.e-]+) \(`SCORE_ATOL`", doc).group(1))
     assert promised == SCORE_ATOL
+
+
+def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(trained) -> None:
+    """Issue 37 B2: one bad request in a batch used to have every request scored again alone
+    (1,024 requests: 196 s).  Now the request an error names is answered with it and the rest
+    scored again together: a few passes (counted), the good scores those of scoring alone."""
+    from fbrapids.serving.scorer import MAX_BATCH_RETRIES
+
+    model, spec, _, (users, ads, _) = trained
+    s = Scorer(model, spec, chunk_items=10_000)
+    entries = [dict(zip(("request", "items"), request_records(users, ads, 3, seed=k))) for k in range(40)]
+    entries[39] = {**entries[39], "items": [dict(entries[39]["items"][0], price="abc")]}
+    entries[5] = {**entries[5], "request": dict(entries[5]["request"], age=3.4e38)}  # the network overflows
+    slices = s.stats["slices"]
+    out = s.score_each(entries)
+    assert str(out[39]) == "request 39 item 0: column 'price' must be a number, got 'abc'"
+    assert str(out[5]).startswith("request 5 item 0: model input 'age'")
+    assert s.stats["batch_retries"] == 2 and s.stats["slices"] - slices == 1  # one scoring pass succeeded
+    alone = Scorer(model, spec)
+    for i in (0, 6, 38):
+        np.testing.assert_allclose(out[i], alone.score(**entries[i]), atol=SCORE_ATOL, rtol=0)
+    # many bad requests: the passes are bounded, every request answered (scores or an error)
+    many = [{**e, "items": [dict(e["items"][0], price="abc")]} if k % 2 else e for k, e in enumerate(entries[6:38])]
+    before = s.stats["batch_retries"]
+    out = s.score_each(many)
+    assert s.stats["batch_retries"] - before == MAX_BATCH_RETRIES
+    assert all(isinstance(o, ValueError) for o in out[1::2])
+    unscored = [o for o in out if isinstance(o, ValueError) and "not scored" in str(o)]
+    assert unscored and all(isinstance(o, np.ndarray) or isinstance(o, ValueError) for o in out)

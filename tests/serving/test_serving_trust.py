@@ -31,7 +31,7 @@ def trained():
 
 def fresh(trained, request, items) -> np.ndarray:
     model, spec, _, _ = trained
-    return Scorer(model, spec, cache_items=0).score(request, items)
+    return Scorer(model, spec, cache_items=0, max_text_chars=1 << 20).score(request, items)  # the reference: any title
 
 
 def test_cache_cannot_be_poisoned(trained) -> None:
@@ -107,7 +107,7 @@ def _fill_null_fills_nan() -> bool:
 
 def test_cache_bounded_in_bytes(trained) -> None:
     model, spec, req, items = trained
-    s = Scorer(model, spec, cache_bytes=64 << 10)
+    s = Scorer(model, spec, cache_bytes=64 << 10, max_text_chars=1 << 20)  # titles past the default bound
     long_items = [{**it, "ad_id": it["ad_id"] + k, "title": " ".join(f"w{(j * 7 + k) % 300}" for j in range(2000))}
                   for k, it in enumerate(items * 4)]
     got = s.score(req, long_items)
@@ -158,7 +158,7 @@ def test_one_outlier_row_does_not_inflate_later_pools(trained) -> None:
     model, spec, req, items = trained
     own = ServingSpec(**{**spec.__dict__, "item_features": {
         **spec.item_features, "title_tok_h": ops.split(ops.fill_null("title", ""), " ", buckets=(1 << 18) - 3)}})
-    s = Scorer(model, own, cache_items=0)
+    s = Scorer(model, own, cache_items=0, max_text_chars=1 << 20)  # the outlier is past the default bound
     _, catalogue = request_records(*_catalogue(), 4000, seed=3)
     normal_a = [{**it, "ad_id": 10_000_000 + k} for k, it in enumerate(catalogue[:2000])]
     normal_b = [{**it, "ad_id": 20_000_000 + k} for k, it in enumerate(catalogue[2000:])]
