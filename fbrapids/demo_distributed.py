@@ -97,7 +97,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                                               resume=bool(options.get("resume", False)), run=inputs.run,
                                               keep_checkpoints=KEEP_CHECKPOINTS,
                                               max_steps=options.get("max_steps"),
-                                              overlap=bool(options.get("overlap", True)))
+                                              overlap=bool(options.get("overlap", True)),
+                                              calibrate=bool(options.get("calibrate", True)))
             train_s = time.perf_counter() - t0
             rows = sum(len(s.local) for s in trainer.sharded.tables)
             metrics = evaluate_distributed(trainer, LeaderFeed(test_src, rank, world, feed_group))

@@ -44,6 +44,7 @@ from fbrapids.trainers.distributed.consistency import check_same_config
 from fbrapids.trainers.distributed.data import empty_like
 from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
+from fbrapids.trainers.calibration import CALIBRATION_ROWS, ProgressiveBuffer, fit_calibration
 from fbrapids.trainers.fit import FitResult, default_optimizer
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.run_identity import run_identity
@@ -106,7 +107,8 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                     group: dist.ProcessGroup | None = None, buckets: BucketTable | None = None,
                     device: str | torch.device | None = None,
                     on_file: Callable[[Path], None] | None = None, run: Mapping[str, Any] | None = None,
-                    on_step: Callable[[int, Batch | None], None] | None = None, overlap: bool = True
+                    on_step: Callable[[int, Batch | None], None] | None = None, overlap: bool = True,
+                    calibrate: bool = True, calibration_rows: int = CALIBRATION_ROWS
                     ) -> tuple[FitResult, DistributedTrainer]:
     """Train this rank's share of the union batches; returns the result and the trainer
     (pass the trainer to :func:`evaluate_distributed` / to a later call).
@@ -128,7 +130,11 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     while this step computes; its rows are looked up once this step's updates are applied,
     so the training is the same (``trainer.exchange.stats``: ``seconds`` in the step's own
     collectives, ``seconds_overlapped`` in the prepared ones, ``waited_for_ids_s`` the part
-    of those the step waited for).
+    of those the step waited for).  ``calibrate`` / ``calibration_rows``: ``fit``'s post-hoc
+    calibration, fitted on the same rows: the ranks' logits of the last steps are gathered in
+    rank order (the global batches' row order) at the end, so every rank fits what one
+    process fits; the pairs are kept in every shard's ``dense.pt``, so a resume at any world
+    size fits it too.
     """
     if nan not in ("error", "warn"):
         raise ArgumentError(f"nan must be 'error' or 'warn' in distributed training, got {nan!r}")
@@ -145,6 +151,9 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     position = 0  # rows of the global stream trained (the union of the ranks' steps)
     global_stream = bool(getattr(batches, "global_stream", False))
     identity = run_identity(net, batches, run)
+    # as fit: a second pass predicts rows already trained on, so several epochs fit none
+    progressive = ProgressiveBuffer(calibration_rows) if calibrate and epochs == 1 else None
+    recent = None if progressive is None else _RecentPairs(progressive)
     lock = contextlib.nullcontext()
     if checkpoint_dir is not None:
         from fbrapids.workdir import lock_work_dir
@@ -154,7 +163,11 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         if checkpoint_dir is not None:
             dist.barrier(group=trainer.group)  # rank 0 holds the lock and has cleaned debris
             if resume:
-                start, path, meta = restore_sharded(trainer, optimizer, checkpoint_dir, identity, global_stream)
+                start, path, meta = restore_sharded(trainer, optimizer, checkpoint_dir, identity, global_stream,
+                                                    progressive)
+                if progressive is not None and start > 0 and not progressive.restored:
+                    log.info("no post-hoc calibration: the checkpoint resumed from holds no progressive predictions")
+                    progressive = recent = None
                 result.resumed_from = path
                 position = int(meta.get("position_rows", 0))
                 if path is not None and hasattr(batches, "skip_rows"):
@@ -222,21 +235,58 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                 optimizer.step()
                 net.apply_sparse_gradients()
                 sharded.finish()
+                if recent is not None:  # this step's logits before its own update: out of sample
+                    recent.add(logits, label, 0 if local is None else int(plan.rows[trainer.rank]),
+                               int(plan.rows.sum()))
                 if local is not None:
                     result.losses.append(value)
                 if on_step is not None:
                     on_step(step, local)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step,
-                                                           keep=keep_checkpoints, on_file=on_file, extra=extra()))
+                                                           keep=keep_checkpoints, on_file=on_file, extra=extra(),
+                                                           progressive=None if recent is None else recent.gathered(trainer)))
             if max_steps is not None and step >= max_steps:
                 break
         result.steps = step
+        if recent is not None:
+            progressive = recent.gathered(trainer)
+        if progressive is not None and step > start:
+            ab = fit_calibration(progressive)  # the same pairs on every rank: the same fit
+            if ab is not None:
+                net.set_calibration(*ab)
+                result.calibration = ab
         if checkpoint_dir is not None and step > start and (
                 not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
             result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
-                                                  on_file=on_file, extra=extra()))
+                                                  on_file=on_file, extra=extra(), progressive=progressive))
     return result, trainer
+
+
+class _RecentPairs:
+    """This rank's (logit, label) pairs of its newest steps, enough of them for the union's
+    last ``capacity`` rows; :meth:`gathered` puts the ranks' pairs in the global batches'
+    order (rank r holds rows ``[r*B/W, (r+1)*B/W)`` of each) after those already kept: one
+    object collective when it is called (at a checkpoint, at the end), none per step."""
+
+    def __init__(self, kept: ProgressiveBuffer) -> None:
+        self.kept = kept  # the pairs up to the last gather (a resumed run: the checkpoint's)
+        self.steps: list[tuple[np.ndarray, np.ndarray, int]] = []  # (z, y, union rows) per step
+
+    def add(self, logits: torch.Tensor, label: torch.Tensor, mine: int, union: int) -> None:
+        z = logits.detach().float().reshape(-1)[:mine].cpu().numpy()
+        self.steps.append((z, label.detach().float().reshape(-1)[:mine].cpu().numpy(), union))
+        while len(self.steps) > 1 and sum(u for *_, u in self.steps[1:]) >= self.kept.capacity:
+            self.steps.pop(0)
+
+    def gathered(self, trainer: DistributedTrainer) -> ProgressiveBuffer:
+        got: list[Any] = [None] * trainer.world
+        dist.all_gather_object(got, [(z, y) for z, y, _ in self.steps], group=trainer.group)
+        for k in range(len(self.steps)):
+            self.kept.add(torch.from_numpy(np.concatenate([g[k][0] for g in got])),
+                          torch.from_numpy(np.concatenate([g[k][1] for g in got])))
+        self.steps = []
+        return self.kept
 
 
 @torch.no_grad()
