@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         train, test = pd.read_pickle(train_path), pd.read_pickle(test_path)
         model = _model(str(Path(tmp) / "one"))
         t = time.perf_counter()
-        fit(model, _stream(train, args.batch), progress=False, max_steps=args.max_steps)
+        fit(model, _stream(train, args.batch), progress=False, max_steps=args.max_steps, calibrate=False)
         one_s = time.perf_counter() - t
         one = {"dense": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()},
                "tables": tables_of(model.stores()), "metrics": evaluate(model, _stream(test, args.batch),

@@ -36,12 +36,17 @@ DAY = 86400
 LABEL = "click"
 GROUP = "user_id"
 DENSE = [f"d{j}" for j in range(10)] + ["query_len"]
+# not "weekday" (extracted, but not a model input): the held-out last day's weekday is never a
+# training day's, so its row is a fresh random one that shifts every held-out prediction and
+# that no calibration fitted on the training days can see (docs/models.md)
 SPARSE = [
-    "user_id", "ad_id", "advertiser_id", "category", "slot", "hour", "weekday", "gender_h", "city_h", "os_h",
+    "user_id", "ad_id", "advertiser_id", "category", "slot", "hour", "gender_h", "city_h", "os_h",
     "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
 ]
 MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
+#: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
+POOLING = "mean"
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 # rows per streamed partition, whatever the data's size: memory in flight is a few partitions
 # (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
@@ -345,15 +350,18 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     """
     from fbrapids.trainers import models
 
-    common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store)
+    # mean pooling of bags (docs/models.md: a bag of up to 64 query x title tokens summed
+    # outweighed every single-id field and added noise to the interactions)
+    common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
+                  pooling=POOLING)
     if name == "dlrm":
-        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32])
+        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True)
     if name == "wide_deep":
         return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
     if name == "deepfm":
         return models.DeepFM, dict(common, deep_mlp=[64, 32])
     if name == "logreg":
-        return models.LogisticRegression, dict(common)
+        return models.LogisticRegression, {k: v for k, v in common.items() if k != "pooling"}  # first-order: summed
     if name == "din":
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
@@ -422,6 +430,7 @@ def run_pipeline(
     sequences: dict[str, str] | None = None,
     resume: bool = False,
     nan: str = "error",
+    calibrate: bool = True,
 ) -> PipelineResult:
     """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
 
@@ -458,6 +467,7 @@ def run_pipeline(
         nan: NaN / inf / null in a dense feature: ``"error"`` (stop, naming the column) or
             ``"zero"`` (train and evaluate on 0 in its place; counted in
             ``result.rows["dense NaN/inf/null -> 0"]``).
+        calibrate: ``fit``'s post-hoc calibration (:mod:`fbrapids.trainers.calibration`).
 
     The work dir is held exclusively for the run (a second run on it is a
     :class:`~fbrapids.errors.WorkDirLockedError` naming this one's PID and host); before
@@ -481,7 +491,7 @@ def run_pipeline(
                 frozen_worker_watchdog(client, f"the run on {data_dir}"):
             result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
                           work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                          checkpoint_every, train_threads, sequences, resume, nan)
+                          checkpoint_every, train_threads, sequences, resume, nan, calibrate)
         if work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
@@ -492,7 +502,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
          seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
          extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
          train_threads: int | None, sequences: dict[str, str] | None = None, resume: bool = False,
-         nan: str = "error") -> PipelineResult:
+         nan: str = "error", calibrate: bool = True) -> PipelineResult:
     import torch
 
     from fbrapids.joins import join_decision_mark, join_decisions
@@ -559,7 +569,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     try:
         fitted = fit(net, stream, epochs=epochs, progress=progress,
                      checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every, run=run,
-                     keep_checkpoints=KEEP_CHECKPOINTS)
+                     keep_checkpoints=KEEP_CHECKPOINTS, calibrate=calibrate)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
         test_stream = batch_stream(test_producer, dense, sparse, batch_size, seed, nan)

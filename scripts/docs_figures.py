@@ -145,7 +145,7 @@ def fig_default_data() -> str:
     text = f"**{d['oracle_auc']:.3f} at {d['rows']:,} rows, seed {d['seed']}** (CTR {d['ctr']:.3f}"
     try:
         models = load("models.json")
-        text += "; " + ", ".join(f"{v:.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
+        text += "; " + ", ".join(f"{float(v):.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
                                  if int(rows) != d["rows"]) + ": `benchmarks/results/models.json`"
     except Missing:
         pass
@@ -256,6 +256,71 @@ def fig_hit_rate() -> str:
             f"({source('embedding.json', r)})")
 
 
+_ARM_KEYS = {"lr": "sparse lr {}", "acc": "Adagrad initial accumulator {}", "init": "embedding init scale {}",
+             "dlr": "dense Adam lr {}", "bs": "batch {}", "epochs": "{} epochs", "emb": "embedding dim {}",
+             "pooling": "{} pooling", "wide": "+ first-order term", "eval_ro": "unseen ids read zeros at evaluation",
+             "calibrate": "Platt calibration {}", "drop": "without {}",
+             "bias_vector": "+ a bias vector among DLRM's interacted ones"}
+
+
+def _arm_text(arm: dict[str, Any]) -> str:
+    parts = []
+    for k, v in arm.items():
+        if k == "model":
+            continue
+        if k == "calibrate":
+            v = "on" if v else "off"
+        elif k == "drop":
+            v = ", ".join(v)
+        parts.append(_ARM_KEYS.get(k, k + " {}").format(v))
+    return ", ".join(parts)
+
+
+def fig_model_ablations() -> str:
+    """docs/models.md's ablation table: ``scripts/model_ablations.py``'s runs, one row per
+    arm (mean over its seeds), in the order first run."""
+    r = load("figures/model_ablations.json")
+    arms: dict[str, list[dict]] = {}
+    for run in r["runs"]:
+        arms.setdefault(json.dumps(run["arm"], sort_keys=False), []).append(run)
+    lines = ["", "| model | arm | sparse features | seeds | AUC | logloss | NE | calibration |",
+             "|---|---|---|---|---|---|---|---|"]
+    for runs in arms.values():
+        arm = runs[0]["arm"]
+        mean = {k: sum(x[k] for x in runs) / len(runs) for k in ("auc", "logloss", "ne", "calibration")}
+        lines.append(f"| {arm.get('model', 'dlrm')} | {_arm_text(arm)} | {runs[0].get('features', '')} | "
+                     f"{', '.join(str(x['seed']) for x in runs)} | "
+                     f"{mean['auc']:.4f} | {mean['logloss']:.4f} | {mean['ne']:.4f} | {mean['calibration']:.3f} |")
+    first = r["runs"][0]
+    lines += ["", f"*({len(r['runs'])} runs of `{r['command']}` at {first['rows']:,} rows, data seed "
+                  f"{first['data_seed']}; {source('figures/model_ablations.json', r)}, from "
+                  f"{first['measured_at']} onwards)*", ""]
+    return "\n".join(lines)
+
+
+def fig_models_table() -> str:
+    """The side-by-side table of ``benchmarks/models.py`` (mean ± SD over seeds, the sklearn
+    reference first, the oracle as the ceiling)."""
+    r = load("models.json")
+    if "seeds" not in r:
+        return "not measured with the current benchmark yet: `python benchmarks/models.py --out ...`"
+    lines = [""]
+    for rows, res in r["rows"].items():
+        lines += [f"{int(rows):,} rows, seeds {', '.join(map(str, r['seeds']))} (the generator's oracle AUC "
+                  f"{r['oracle_auc'][rows]:.4f}):", "",
+                  "| arm | AUC | GAUC | logloss | NE | calibration | issue 34's check |", "|---|---|---|---|---|---|---|"]
+        for arm, x in res.items():
+            mu, sd = x["mean"], x["sd"]
+            cells = " | ".join(f"{mu[k]:.4f} ± {sd[k]:.4f}" if k in mu else "—"
+                               for k in ("auc", "gauc", "logloss", "ne", "calibration"))
+            check = "reference" if arm == "lr" else ("pass" if r["checks"][rows][arm] else "**fail**")
+            lines.append(f"| {arm} | {cells} | {check} |")
+        lines.append("")
+    lines.append(f"*(`benchmarks/results/models.json`: {r.get('machine', '')}, {r.get('measured_at', '')}; "
+                 f"{r['criteria']})*")
+    return "\n".join(lines) + "\n"
+
+
 def fig_store_vs_peers() -> str:
     """The embedding run's ratios of the store to TorchRec's FusedEBC and fbgemm's TBE, and
     of the SSD 10x store to the in-RAM one, per thread count, with its load and versions."""
@@ -291,13 +356,15 @@ def fig_dask_pays() -> str:
 
 
 FIGURES: dict[str, Callable[[], str]] = {
+    "model-ablations": fig_model_ablations, "models-table": fig_models_table,
     "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
     "dask-pays": fig_dask_pays, "store-vs-peers": fig_store_vs_peers,
 }
 #: the files whose figures live in generated regions
-DOCS = ["README.md", "docs/ams-and-serving.md", "docs/ams-on-dask.md", "docs/design.md", "docs/workload.md", "docs/gpu.md"]
+DOCS = ["README.md", "docs/ams-and-serving.md", "docs/ams-on-dask.md", "docs/design.md", "docs/workload.md", "docs/gpu.md",
+        "docs/models.md"]
 REGION = re.compile(r"<!-- fig:(?P<name>[\w-]+) -->(?P<body>.*?)<!-- /fig:(?P=name) -->", re.S)
 
 

@@ -104,6 +104,7 @@ from fbrapids.serving.fairness import FairLock
 from fbrapids.serving.memory import release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
+from fbrapids.trainers.calibration import calibrated_logits
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
 from fbrapids.trainers.device import place_model
 from fbrapids.trainers.models.base import CTRModel
@@ -554,7 +555,7 @@ class Scorer:
         self._finite(logits, lambda k: self._item_label(int(first[p_item[k]])),
                      lambda k: [float(req.dense[p_owner[k], j]) if side == "request" else float(rows.dense[k, j])
                                 for side, j in self._dense_layout])
-        probs = torch.sigmoid(logits).float().cpu().numpy()
+        probs = torch.sigmoid(calibrated_logits(self.model, logits)).float().cpu().numpy()
         return probs[pair_of]
 
     def _score_full(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
@@ -581,7 +582,7 @@ class Scorer:
             self.stats["rows_scored"] += len(frame)
             logits = self.model(_batch(arr).to(self.device))
             self._finite(logits, name, lambda k: [float(x) for x in arr.dense[k]])
-            parts.append(torch.sigmoid(logits).float().cpu().numpy())
+            parts.append(torch.sigmoid(calibrated_logits(self.model, logits)).float().cpu().numpy())
         self.stats["nulls_filled"] += sum(filled.values())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 

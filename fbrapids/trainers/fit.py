@@ -51,6 +51,7 @@ from fbrapids.autobar import tqdm
 from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, UnsafeFileError
 from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.calibration import CALIBRATION_ROWS, ProgressiveBuffer, fit_calibration
 from fbrapids.manifest import resolve_inside
 from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir, checkpoints, clean_partial,
                                           newest_verified, prune, read_small_file, step_name, verify_checkpoint,
@@ -73,6 +74,7 @@ class FitResult:
     checkpoints: list[Path] = field(default_factory=list)
     resumed_from: Path | None = None
     skipped: list[int] = field(default_factory=list)  # steps whose update ``nan="skip"`` dropped
+    calibration: tuple[float, float] | None = None  # (a, b) fitted at the end: sigmoid(a * logit + b)
 
     @property
     def mean_loss(self) -> float:
@@ -156,7 +158,7 @@ def finite_rows_check(key: str, step: int) -> Callable[[np.ndarray, int], None]:
 
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
                     on_file: Callable[[Path], None] | None = None, keep: int | None = None,
-                    run: Mapping[str, Any] | None = None) -> Path:
+                    run: Mapping[str, Any] | None = None, progressive: ProgressiveBuffer | None = None) -> Path:
     """Write a complete, verified checkpoint of ``model`` (dense + every table) under ``root``.
 
     Every weight is checked finite first (a :class:`~fbrapids.errors.NonFiniteError`
@@ -166,7 +168,8 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
     are removed afterwards (never the newest verified one: this one).  ``meta.json``
     records ``run``, the settings a resume must share (:mod:`fbrapids.trainers.run_identity`;
     default: the model's own, :func:`~fbrapids.trainers.run_identity.model_identity`).
-    Returns the checkpoint directory.
+    ``progressive``: ``fit``'s calibration buffer, kept in ``dense.pt`` so that a resumed run
+    calibrates as an unbroken one.  Returns the checkpoint directory.
     """
     check = verification_enabled()
     if check:
@@ -176,7 +179,8 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
                                  "state")
     with checkpoint_dir(root, step) as d:
         write_checkpoint_files(d, model, optimizer, model.stores(), step, on_file,
-                               meta={RUN_KEY: dict(run) if run is not None else model_identity(model)})
+                               meta={RUN_KEY: dict(run) if run is not None else model_identity(model)},
+                               extra=None if progressive is None else {"progressive": progressive.state()})
     final = Path(root) / step_name(step)
     if keep is not None:
         prune(root, keep, verified=final)
@@ -185,14 +189,15 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
 
 def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Optimizer | None,
                            stores: dict[str, Any], step: int, on_file: Callable[[Path], None] | None = None,
-                           meta: dict[str, Any] | None = None) -> None:
+                           meta: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> None:
     """The files of one checkpoint into directory ``d``: ``dense.pt`` (``model``'s weights,
     ``optimizer``'s state, the step, the RNG state), each of ``stores`` under
     ``tables/<key>/`` (every chunk of rows checked finite when verification is on), and
-    ``meta.json`` (the step, the tables, and ``meta``'s entries); ``on_file(path)`` after each."""
+    ``meta.json`` (the step, the tables, and ``meta``'s entries); ``on_file(path)`` after each.
+    ``extra``: more entries of ``dense.pt`` (tensors and plain containers)."""
     check = verification_enabled()
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
-             "step": int(step), "torch_rng": torch.get_rng_state()}
+             "step": int(step), "torch_rng": torch.get_rng_state(), **(extra or {})}
     buf = io.BytesIO()
     torch.save(state, buf)
     write_atomic(d / "dense.pt", [buf.getvalue()])
@@ -207,7 +212,8 @@ def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Opti
         on_file(d / "meta.json")
 
 
-def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike) -> int:
+def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
+                    progressive: ProgressiveBuffer | None = None) -> int:
     """Restore ``model`` (and ``optimizer``) from a checkpoint directory, or from the newest
     one that verifies under a root of checkpoints; returns the step.
 
@@ -218,7 +224,8 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     :class:`~fbrapids.errors.UnsafeFileError`), and every file read must resolve inside the
     checkpoint directory.  A checkpoint of another model (class, a table's embedding dim,
     a dense weight's shape) is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
-    the difference, before anything is loaded.
+    the difference, before anything is loaded.  ``progressive``: filled with the calibration
+    buffer the checkpoint holds, if any.
     """
     path = Path(path)
     if (path / "latest").exists() or checkpoints(path):
@@ -234,6 +241,8 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
+    if progressive is not None and isinstance(state.get("progressive"), dict):
+        progressive.load(state["progressive"])
     stores = model.stores()
     if sorted(stores) != meta["tables"]:
         raise CheckpointError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")
@@ -420,7 +429,8 @@ def _nonfinite_message(step: int, what: str, model: CTRModel, optimizer: torch.o
 
 
 def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, model: CTRModel,
-                     resume: bool, result: FitResult, identity: Mapping[str, Any]) -> int:
+                     resume: bool, result: FitResult, identity: Mapping[str, Any],
+                     progressive: ProgressiveBuffer | None = None) -> int:
     """Clean debris, check the disk, and restore the newest verified checkpoint when resuming;
     returns the step to start from."""
     root = Path(checkpoint_dir)
@@ -441,7 +451,7 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
         return 0
     meta = json.loads(read_small_file(resolve_inside(ckpt, "meta.json"), "checkpoint meta"))
     check_identity(meta.get(RUN_KEY), identity, ckpt)  # before anything is loaded
-    start = load_checkpoint(model, optimizer, ckpt)
+    start = load_checkpoint(model, optimizer, ckpt, progressive)
     result.resumed_from = ckpt
     log.info("resumed from %s at step %d", ckpt, start)
     return start
@@ -452,7 +462,8 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         checkpoint_every: int | None = None, resume: bool = True, progress: bool = True,
         prefetch_rows: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
         device: str | torch.device | None = None, run: Mapping[str, Any] | None = None,
-        lookahead: int = LOOKAHEAD_BATCHES) -> FitResult:
+        lookahead: int = LOOKAHEAD_BATCHES, calibrate: bool = True,
+        calibration_rows: int = CALIBRATION_ROWS) -> FitResult:
     """Train ``model`` on ``batches`` with binary cross-entropy on logits.
 
     Args:
@@ -495,6 +506,14 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             batch size, seed): :mod:`fbrapids.trainers.run_identity`.  Resuming with any
             of them changed is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
             each difference, before anything is loaded.
+        calibrate: at the end, fit the model's post-hoc calibration (Platt scaling,
+            ``model.set_calibration``; :mod:`fbrapids.trainers.calibration`) on the
+            progressive predictions of the last ``calibration_rows`` rows trained on (each
+            batch's logits before its own step), and return it in ``FitResult.calibration``;
+            ``predict`` / ``evaluate`` and serving apply it.  Only with ``epochs=1``: a
+            later pass predicts rows it has trained on (an over-confident fit); and not when
+            resuming a checkpoint that holds no progressive predictions.  ``False``:
+            leave the model's calibration as it is.
     """
     place_model(model, device)
     if nan not in NAN_POLICIES:
@@ -504,28 +523,51 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
     identity = run_identity(model, batches, run)
+    # the progressive predictions of a second pass are of rows already trained on: an
+    # over-confident fit (held-out logloss worse than none), so several epochs get none
+    progressive = ProgressiveBuffer(calibration_rows) if calibrate and epochs == 1 else None
+    if calibrate and epochs > 1:
+        log.info("no post-hoc calibration: with %d epochs no prediction of the training rows is out of sample", epochs)
     check = verification_enabled()
     # the debris is cleaned under the lock by _checkpoint_root, after restoring what a killed writer left
     with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
         start = (0 if checkpoint_dir is None
-                 else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity))
+                 else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity, progressive))
+        if progressive is not None and start > 0 and not progressive.restored:
+            log.info("no post-hoc calibration: the checkpoint resumed from holds no progressive predictions (one "
+                     "written without calibration, or by the ranks' trainer)")
+            progressive = None
         if lookahead < 0:
             raise ArgumentError(f"lookahead must be >= 0 batches, got {lookahead}")
         step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,
                       progress, prefetch_rows, keep_checkpoints, nan if check else "warn", identity,
-                      lookahead if model.uses_window() else 0)
+                      lookahead if model.uses_window() else 0, progressive)
         result.steps = step
+        if progressive is not None and step > start:
+            _calibrate(model, progressive, result)
         if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                              result.checkpoints[-1].name != step_name(step)):
             result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
-                                                      run=identity))
+                                                      run=identity, progressive=progressive))
     return result
+
+
+def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult) -> None:
+    """Fit and set ``model``'s Platt calibration on the progressive predictions kept."""
+    ab = fit_calibration(progressive)
+    if ab is None:
+        return
+    model.set_calibration(*ab)
+    result.calibration = ab
+    log.info("calibration: sigmoid(%.4f * logit %+.4f), fitted on the progressive predictions of the last %d rows "
+             "trained on", ab[0], ab[1], len(progressive))
 
 
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,
            start: int, epochs: int, max_steps: int | None, checkpoint_dir: str | os.PathLike | None,
            checkpoint_every: int | None, progress: bool, prefetch_rows: bool, keep_checkpoints: int | None,
-           nan: str, identity: Mapping[str, Any] | None = None, lookahead: int = 0) -> int:
+           nan: str, identity: Mapping[str, Any] | None = None, lookahead: int = 0,
+           progressive: ProgressiveBuffer | None = None) -> int:
     step = 0
     dev = module_device(model)
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -576,11 +618,14 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                         continue
                 optimizer.step()
                 model.apply_sparse_gradients()
+                if progressive is not None:  # this batch's logits before its own step: out of sample
+                    progressive.add(logits, batch.label)
                 result.losses.append(value)
                 bar.set_postfix(loss=f"{value:.4f}", refresh=False)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(
-                        save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints, run=identity))
+                        save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints, run=identity,
+                                        progressive=progressive))
         return step
     finally:
         bar.close()

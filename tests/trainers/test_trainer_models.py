@@ -53,7 +53,8 @@ def test_dlrm_loads_reference_weights_and_matches_its_output() -> None:
     ref = ReferenceDLRM(m, ln_emb, [3, 8, m], [m + 6, 8, 4, 1])
     ours = DLRM(3, ["a", "b", "c"], embedding_dim=m, bottom_mlp=[8], top_mlp=[8, 4], store=StoreConfig(cache_rows=128))
     sd = ref.state_dict()
-    assert set(ours.state_dict()) == {k for k in sd if not k.startswith("emb_l.")}
+    # the reference's MLPs, and fbrapids' post-hoc calibration (identity here: the outputs match)
+    assert set(ours.state_dict()) - {"calibration"} == {k for k in sd if not k.startswith("emb_l.")}
     ours.load_reference_state_dict(sd)
     rng = np.random.default_rng(1)
     B = 16

@@ -28,10 +28,10 @@ def _child(*args: str) -> subprocess.Popen:
                             text=True, env=env)
 
 
-def _straight(tmp: Path, steps: int) -> dict:
+def _straight(tmp: Path, steps: int, calibrate: bool = True) -> dict:
     model = small_model(tiered(tmp))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    fit(model, batches(ctr_frame()), optimizer=opt, max_steps=steps, progress=False)
+    fit(model, batches(ctr_frame()), optimizer=opt, max_steps=steps, progress=False, calibrate=calibrate)
     return snapshot(model)
 
 
@@ -71,7 +71,9 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Path) 
 
     model = small_model(tiered(tmp_path / "ssd-load"), seed=99)
     assert load_checkpoint(model, None, root) == N
-    assert same_bits(snapshot(model), _straight(tmp_path / "ssd-straight", N)) == []
+    # a checkpoint written during training holds the calibration of that moment (none yet): fit
+    # fits it at its end, so the model to compare with is N steps of a fit that does not
+    assert same_bits(snapshot(model), _straight(tmp_path / "ssd-straight", N, calibrate=False)) == []
     # fit(resume=True) clears the debris of the killed writer
     fit(model, batches(ctr_frame()), max_steps=N + 1, checkpoint_dir=root, progress=False)
     assert not list(root.glob(".tmp-step-*")) and latest_checkpoint(root).name == f"step-{N + 1:010d}"

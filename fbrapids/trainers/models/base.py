@@ -19,10 +19,26 @@ class CTRModel(nn.Module):
     :class:`TieredEmbeddingBagCollection` submodules, not in ``state_dict()``; ``fit``
     checkpoints them through :meth:`stores`.
 
+    ``predict`` applies the model's post-hoc calibration, the buffer ``calibration``
+    ``[a, b]`` (``sigmoid(a * logit + b)``; the identity ``[1, 0]`` until ``fit`` sets it,
+    :mod:`fbrapids.trainers.calibration`); it is in ``state_dict()``, so checkpoints and
+    exports carry it, and a state dict without it (written before it existed) loads as
+    the identity.
+
+    Example (the calibration):
+        >>> import torch
+        >>> from fbrapids.trainers.models import DLRM
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> m = DLRM(1, ["ad"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=8))
+        >>> m.calibration.tolist(), m.calibrated(torch.tensor([2.0])).tolist()
+        ([1.0, 0.0], [2.0])
+        >>> m.set_calibration(0.5, -1.0); m.calibrated(torch.tensor([2.0])).tolist()
+        [0.0]
+
     A model's ``__init__`` without a docstring of its own gets one pointing at its class's
     (``help(DLRM)`` shows the model's arguments, not torch's generic ``Module.__init__`` text).
 
-    Example:
+    Example (the docstring):
         >>> from fbrapids.trainers import DLRM
         >>> DLRM.__init__.__doc__
         'Build a DLRM: the arguments are described in the class docstring above (help(DLRM)).'
@@ -35,12 +51,36 @@ class CTRModel(nn.Module):
             init.__doc__ = (f"Build a {cls.__name__}: the arguments are described in the class docstring above "
                             f"(help({cls.__name__})).")
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calibration", torch.tensor([1.0, 0.0]))
+
     def forward(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def calibrated(self, logits: torch.Tensor) -> torch.Tensor:
+        """``a * logits + b``: the logits :meth:`predict` and serving turn into probabilities."""
+        cal = getattr(self, "calibration", None)
+        if cal is None:  # a subclass that never ran CTRModel.__init__
+            return logits
+        cal = cal.to(device=logits.device, dtype=logits.dtype)
+        return logits * cal[0] + cal[1]
+
+    def set_calibration(self, a: float, b: float) -> None:
+        """Set the post-hoc calibration ``sigmoid(a * logit + b)`` (``(1, 0)``: none)."""
+        self.calibration.copy_(torch.tensor([float(a), float(b)]))
+
     def predict(self, batch: Batch) -> torch.Tensor:
-        """Click probabilities ``[B]``."""
-        return torch.sigmoid(self(batch))
+        """Click probabilities ``[B]``, calibrated."""
+        return torch.sigmoid(self.calibrated(self(batch)))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:  # type: ignore[override]
+        key = prefix + "calibration"
+        if key not in state_dict and getattr(self, "calibration", None) is not None:  # saved before it existed
+            state_dict[key] = torch.tensor([1.0, 0.0])
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def collections(self) -> Iterator[tuple[str, TieredEmbeddingBagCollection]]:
         for name, m in self.named_modules():

@@ -22,6 +22,7 @@ class DIN(CTRModel):
         sequences: behaviour-sequence list feature -> the candidate feature it is
             attended against; the sequence shares the candidate's table (same id space).
         embedding_dim, attention_mlp, mlp, store: sizes and store configuration.
+        pooling: ``"sum"`` or ``"mean"`` of a (non-sequence) bag's embeddings.
 
     Example:
         >>> import torch
@@ -35,7 +36,7 @@ class DIN(CTRModel):
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], sequences: Mapping[str, str],
                  embedding_dim: int = 16, attention_mlp: Sequence[int] = (36,), mlp: Sequence[int] = (200, 80),
-                 store: StoreConfig | None = None) -> None:
+                 store: StoreConfig | None = None, pooling: str = "sum") -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         self.sequences = dict(sequences)
@@ -44,7 +45,8 @@ class DIN(CTRModel):
                 raise ArgumentError(f"DIN: sequence {seq!r} attends to {target!r}, which is not a sparse feature")
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         feats = self.sparse_features + list(self.sequences)
-        self.emb = TieredEmbeddingBagCollection(feats, cfg, tables={s: t for s, t in self.sequences.items()})
+        self.emb = TieredEmbeddingBagCollection(feats, cfg, tables={s: t for s, t in self.sequences.items()},
+                                                mode=pooling)
         self.attention = torch.nn.ModuleDict(
             {s: AttentionPooling(embedding_dim, attention_mlp) for s in self.sequences})
         width = dense_dim + embedding_dim * (len(self.sparse_features) + len(self.sequences))

@@ -51,26 +51,39 @@ class DLRM(CTRModel):
         top_mlp: hidden widths of the top MLP (``ln_top`` without its ends).
         store: tier sizes / optimizer of every table (its ``dim`` is set to ``embedding_dim``).
         self_interaction: keep the diagonal of the interaction matrix (``arch_interaction_itself``).
+        bias_vector: one more learned vector among the interacted ones, the same on every
+            row (not in the reference): its dot product with an id's embedding is a
+            first-order term of that id (the pipeline's default; docs/models.md).
+        pooling: ``"sum"`` (the reference's ``EmbeddingBag``) or ``"mean"`` over a bag of ids
+            (the pipeline's default: a bag of 64 tokens then weighs as much as one id,
+            docs/models.md).
     """
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64,),
-                 store: StoreConfig | None = None, self_interaction: bool = False) -> None:
+                 store: StoreConfig | None = None, self_interaction: bool = False, pooling: str = "sum",
+                 bias_vector: bool = False) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         self.ln_bot = [dense_dim, *bottom_mlp, embedding_dim]
         self.bot_l = mlp(self.ln_bot, sigmoid_layer=-1)
-        self.emb_l = TieredEmbeddingBagCollection(self.sparse_features, cfg)
-        self.interaction = DotInteraction(1 + len(self.sparse_features), self_interaction)
+        self.emb_l = TieredEmbeddingBagCollection(self.sparse_features, cfg, mode=pooling)
+        self.bias_vector = None
+        if bias_vector:
+            scale = cfg.scale  # as a table's new row
+            self.bias_vector = torch.nn.Parameter(torch.empty(embedding_dim).uniform_(-scale, scale))
+        self.interaction = DotInteraction(1 + len(self.sparse_features) + int(bias_vector), self_interaction)
         self.ln_top = [embedding_dim + self.interaction.num_outputs, *top_mlp, 1]
         self.top_l = mlp(self.ln_top, sigmoid_layer=len(self.ln_top) - 2)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.bot_l[0].weight.device
         x = self.bot_l(batch.dense.to(dev))
-        pooled = self.emb_l.pooled_stack(batch.sparse)  # [B, n_sparse, dim], in sparse_features order
-        z = self.interaction(x, pooled.to(dev))
+        pooled = self.emb_l.pooled_stack(batch.sparse).to(dev)  # [B, n_sparse, dim], in sparse_features order
+        if self.bias_vector is not None:
+            pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
+        z = self.interaction(x, pooled)
         return self.top_l[:-1](z).squeeze(1)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -95,7 +108,8 @@ class DLRM(CTRModel):
         dense ``[num_embeddings[k], dim]`` matrix whose row ``i`` is the id ``i``."""
         if len(num_embeddings) != len(self.sparse_features):
             raise ArgumentError(f"{len(self.sparse_features)} tables, {len(num_embeddings)} sizes given")
-        out = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        out = {k: v.detach().clone() for k, v in self.state_dict().items()
+               if k.startswith(("bot_l.", "top_l."))}  # not the calibration (fbrapids' own, applied after)
         for k, (f, n) in enumerate(zip(self.sparse_features, num_embeddings)):
             out[f"emb_l.{k}.weight"] = torch.from_numpy(self.emb_l.stores[f].weights(np.arange(n, dtype=np.int64)))
         return out

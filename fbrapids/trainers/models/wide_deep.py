@@ -94,6 +94,7 @@ class WideAndDeep(CTRModel):
         store: the deep embeddings' tables (its ``dim`` set to ``embedding_dim``, its seed + 1).
         wide_store: the wide tables (its ``dim`` set to 1); default
             :func:`first_order_config` of ``store`` (weights from 0, see the module docstring).
+        pooling: ``"sum"`` or ``"mean"`` of a bag's deep embeddings (the wide weights are summed).
 
     Example:
         >>> import torch
@@ -107,7 +108,7 @@ class WideAndDeep(CTRModel):
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  deep_mlp: Sequence[int] = (64, 32), store: StoreConfig | None = None,
-                 wide_store: StoreConfig | None = None) -> None:
+                 wide_store: StoreConfig | None = None, pooling: str = "sum") -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         cfg = store or StoreConfig()
@@ -115,7 +116,7 @@ class WideAndDeep(CTRModel):
         self.wide = TieredEmbeddingBagCollection(self.sparse_features, wide, prefix="wide_")
         self.wide_dense = nn.Linear(dense_dim, 1)
         self.deep_emb = TieredEmbeddingBagCollection(self.sparse_features,
-                                                     cfg.with_(dim=embedding_dim, seed=cfg.seed + 1))
+                                                     cfg.with_(dim=embedding_dim, seed=cfg.seed + 1), mode=pooling)
         self.deep = plain_mlp([dense_dim + embedding_dim * len(self.sparse_features), *deep_mlp, 1])
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -138,6 +139,7 @@ class DeepFM(CTRModel):
             to ``embedding_dim``).
         first_order_store: the first-order tables (its ``dim`` set to 1); default
             :func:`first_order_config` of ``store``.
+        pooling: ``"sum"`` or ``"mean"`` of a bag's field embeddings (the first-order weights are summed).
 
     Example:
         >>> import torch
@@ -152,7 +154,8 @@ class DeepFM(CTRModel):
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  deep_mlp: Sequence[int] = (64, 32), store: StoreConfig | None = None,
-                 first_order_store: StoreConfig | None = None, field_store: StoreConfig | None = None) -> None:
+                 first_order_store: StoreConfig | None = None, field_store: StoreConfig | None = None,
+                 pooling: str = "sum") -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         cfg = store or StoreConfig()
@@ -160,7 +163,7 @@ class DeepFM(CTRModel):
         fields = field_store.with_(dim=embedding_dim) if field_store is not None else fm_field_config(cfg, embedding_dim)
         self.first = TieredEmbeddingBagCollection(self.sparse_features, first, prefix="first_")
         self.first_dense = nn.Linear(dense_dim, 1)
-        self.emb = TieredEmbeddingBagCollection(self.sparse_features, fields)
+        self.emb = TieredEmbeddingBagCollection(self.sparse_features, fields, mode=pooling)
         self.deep = plain_mlp([dense_dim + embedding_dim * len(self.sparse_features), *deep_mlp, 1])
 
     def forward(self, batch: Batch) -> torch.Tensor:

@@ -58,6 +58,8 @@ class TieredEmbeddingBagCollection(nn.Module):
         super().__init__()
         self.features = list(features)
         self.table_of = {f: (tables or {}).get(f, f) for f in self.features}
+        if mode not in ("sum", "mean"):
+            raise ArgumentError(f"pooling mode must be 'sum' or 'mean', got {mode!r}")
         self.mode = mode
         self.stores: dict[str, TieredEmbeddingStore] = {}
         for t in dict.fromkeys(self.table_of.values()):
@@ -179,7 +181,7 @@ class TieredEmbeddingBagCollection(nn.Module):
             np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
             at += len(inv)
         off[-1] = n
-        if cpu and self.mode == "sum":  # sum pooling and its backward in C, one pass each
+        if cpu and self.mode in ("sum", "mean"):  # sum pooling and its backward in C, one pass each
             if train:
                 leaf.requires_grad_(True)
                 self._stacked = (leaf, parts)
@@ -187,6 +189,8 @@ class TieredEmbeddingBagCollection(nn.Module):
             else:
                 self._drop_stale()
                 pooled = torch.from_numpy(bag_sum(leaf.detach().numpy(), idx, off))
+            if self.mode == "mean":  # the sum over the bag's size (an empty bag stays 0)
+                pooled = pooled / torch.from_numpy(np.maximum(np.diff(off), 1).astype(np.float32)).unsqueeze(1)
             return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
         idx_t, off_t = torch.from_numpy(idx).to(dev), torch.from_numpy(off[:-1]).to(dev)
         if not train:

@@ -1,0 +1,114 @@
+"""Post-hoc calibration (issue 34): Platt scaling fitted by ``fit`` on its progressive
+predictions, carried by the state dict, applied by ``predict`` / ``evaluate``, and kept
+across a checkpoint and resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
+from fbrapids.trainers import StoreConfig, evaluate, fit, load_checkpoint, predict
+from fbrapids.trainers.calibration import MIN_ROWS, ProgressiveBuffer, fit_calibration, platt
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_platt_matches_sklearn_on_planted_data() -> None:
+    rng = np.random.default_rng(3)
+    z = rng.normal(0.0, 1.5, 20_000)
+    y = (rng.random(len(z)) < 1 / (1 + np.exp(-(0.6 * z + 0.8)))).astype(float)
+    a, b = platt(z, y)
+    ref = LogisticRegression(C=1e9, tol=1e-10, max_iter=1000).fit(z[:, None], y)
+    assert abs(a - ref.coef_[0, 0]) < 1e-4 and abs(b - ref.intercept_[0]) < 1e-4, (a, b, ref.coef_, ref.intercept_)
+    assert abs(a - 0.6) < 0.05 and abs(b - 0.8) < 0.05  # and the planted values
+
+
+def test_buffer_keeps_the_newest_rows_in_order() -> None:
+    buf = ProgressiveBuffer(5)
+    for k in range(4):
+        buf.add(torch.arange(3.0) + 10 * k, torch.tensor([0.0, 1.0, 0.0]))
+    z, y = buf.arrays()
+    assert z.tolist() == [21.0, 22.0, 30.0, 31.0, 32.0] and y.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
+    other = ProgressiveBuffer(5)
+    other.load(buf.state())
+    assert [a.tolist() for a in other.arrays()] == [z.tolist(), y.tolist()]
+    assert fit_calibration(ProgressiveBuffer(8)) is None  # too few rows: nothing fitted
+
+
+def _frozen_fit(frame, calibration_rows: int):
+    """A model whose weights do not move (zero learning rates), so its progressive logits
+    are its logits on the training rows, computed again here."""
+    model = small_model(StoreConfig(cache_rows=1 << 14, lr=0.0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    res = fit(model, batches(frame), optimizer=opt, progress=False, calibration_rows=calibration_rows)
+    return model, res
+
+
+def test_fit_calibrates_on_the_last_rows_trained_on() -> None:
+    frame = ctr_frame(rows=2048)
+    model, res = _frozen_fit(frame, calibration_rows=1024)
+    assert res.calibration is not None and model.calibration.tolist() == pytest.approx(list(res.calibration))
+    model.set_calibration(1.0, 0.0)
+    z, y = [], []
+    with torch.no_grad():
+        for b in batches(frame):  # the same order fit saw
+            z.append(model(b).numpy())
+            y.append(b.label.numpy())
+    z, y = np.concatenate(z), np.concatenate(y)
+    assert res.calibration == pytest.approx(platt(z[-1024:], y[-1024:]), abs=1e-5)
+    assert res.calibration != pytest.approx(platt(z, y), abs=1e-4)  # the last rows, not all of them
+
+
+def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
+    """A model whose output bias is left off (it starts predicting ~0.9 and trains briefly):
+    its held-out calibration (mean prediction / click rate) is far from 1; a frozen pass of
+    ``fit`` over more rows of the same law calibrates it to about 1, at the same AUC."""
+    train, more, test = (ctr_frame(rows=n, seed=s) for n, s in ((1024, 1), (2048, 2), (2048, 3)))
+    model = small_model(StoreConfig(cache_rows=1 << 14, lr=0.05))
+    with torch.no_grad():
+        model.top_l[-2].bias.fill_(2.0)
+    fit(model, batches(train), optimizer=torch.optim.Adam(model.parameters(), lr=3e-4), progress=False,
+        calibrate=False)
+    before = evaluate(model, batches(test), progress=False)
+    for s in model.stores().values():  # frozen from here on
+        s.optimizer.lr = 0.0
+    fit(model, batches(more), optimizer=torch.optim.SGD(model.parameters(), lr=0.0), progress=False)
+    after = evaluate(model, batches(test), progress=False)
+    assert abs(before["calibration"] - 1) > 0.3, before
+    assert abs(after["calibration"] - 1) < 0.1 and after["logloss"] < before["logloss"], (before, after)
+    assert after["auc"] == pytest.approx(before["auc"], abs=1e-6)  # a monotone map: the ranking is kept
+
+
+def test_calibration_is_saved_and_an_old_state_dict_loads_as_identity(tmp_path) -> None:
+    frame = ctr_frame(rows=1024)
+    model = small_model(StoreConfig(cache_rows=1 << 14))
+    res = fit(model, batches(frame), progress=False, checkpoint_dir=tmp_path / "ck")
+    assert res.calibration is not None and len(frame) >= MIN_ROWS
+    other = small_model(StoreConfig(cache_rows=1 << 14), seed=5)
+    load_checkpoint(other, None, tmp_path / "ck")
+    assert torch.equal(other.calibration, model.calibration) and other.calibration.tolist() != [1.0, 0.0]
+    p1, p2 = (predict(m, batches(frame), progress=False)["pred"] for m in (model, other))
+    np.testing.assert_array_equal(p1, p2)
+    state = {k: v for k, v in model.state_dict().items() if k != "calibration"}  # written before it existed
+    other.load_state_dict(state)
+    assert other.calibration.tolist() == [1.0, 0.0]
+
+
+def test_resumed_run_calibrates_as_an_unbroken_one(tmp_path) -> None:
+    frame = ctr_frame(rows=1536)
+
+    def run(ssd: str, steps: int, root=None, seed: int = 0):
+        model = small_model(StoreConfig(cache_rows=1 << 14), seed=seed)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        res = fit(model, batches(frame), optimizer=opt, max_steps=steps, progress=False, checkpoint_dir=root,
+                  calibration_rows=600)
+        return model, res
+
+    run("a", 20, tmp_path / "ck")
+    resumed, res = run("b", 40, tmp_path / "ck", seed=9)
+    assert res.resumed_from is not None and len(res.losses) == 20
+    straight, res2 = run("c", 40)
+    assert res.calibration == res2.calibration and same_bits(snapshot(straight), snapshot(resumed)) == []
