@@ -81,7 +81,7 @@ BAD_DATA = {
         "dense feature 'd4' is neither a column of the views in {d} nor an extracted feature"),
     "a string dense column": (
         "basic", lambda t: _set(t, "d2", pa.array([str(v) for v in t["d2"].to_pylist()])),
-        "dense feature 'd2' is of dtype string in the views of {d}; it must be numeric"),
+        "dense feature 'd2' is of dtype str in the views of {d}; it must be numeric"),
     "an empty held-out day": (
         "impressions", _held_out_dropped,
         "{d}/impressions.parquet holds no row with ts >= 1700352000"),
