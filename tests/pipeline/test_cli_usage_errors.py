@@ -102,6 +102,8 @@ def test_model_choices_are_the_pipeline_models():
     from fbrapids.pipeline import MODELS
 
     sub = {a.dest: a for a in build_parser()._actions}["command"].choices
-    for command in ("demo", "export"):
+    # serving has no scorer for the logistic regression (issue 33's screen model) yet: export leaves it out
+    servable = tuple(m for m in MODELS if m != "logreg")
+    for command, want in (("demo", MODELS), ("export", servable)):
         model = {a.dest: a for a in sub[command]._actions}["model"]
-        assert tuple(model.choices) == MODELS
+        assert tuple(model.choices) == want, command
