@@ -354,6 +354,7 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     result.candidate["logloss"] = float(np.mean([_logloss(run.label, p) for p in run.candidate]))
     result.seconds = {**run.seconds, "bootstrap": time.perf_counter() - t, "total": time.perf_counter() - t0}
     bar.update(1)
+    bar.refresh()  # the last step drawn even when it came within tqdm's redraw interval of the one before
     bar.close()
     log.info("%s", result.render())
     return result
