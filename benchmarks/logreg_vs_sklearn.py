@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import sys
 import tempfile
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(ROOT))
-    from benchmarks.machine import machine_description
+    from benchmarks.machine import machine_description, write_result
     from fbrapids.datagen import ensure_dataset
     from fbrapids.pipeline import run_pipeline
 
@@ -79,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
            "seconds_sklearn": round(sk_s, 1), "machine": machine,
            "command": " ".join(["python benchmarks/logreg_vs_sklearn.py", *(sys.argv[1:] if argv is None else argv)]),
            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
-    sys.stdout.write(json.dumps(res) + "\n")
+    write_result(args.out, res)
     return 0
 
 

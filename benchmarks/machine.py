@@ -7,8 +7,10 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import sys
 
 
 def machine_description(backend: str = "cpu") -> str:
@@ -33,3 +35,23 @@ def machine_description(backend: str = "cpu") -> str:
         except Exception as exc:  # noqa: BLE001 - describing the machine must not fail the run
             text += f", GPU (unnamed: {exc})"
     return text
+
+
+def write_result(out: "os.PathLike[str] | str", result: dict) -> None:
+    """Write a benchmark's ``result`` to ``out`` (indented JSON, its folder made) and print it
+    as the one JSON line the benchmark ends with.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "r" / "x.json"
+        >>> write_result(p, {"a": 1})
+        {"a": 1}
+        >>> json.loads(p.read_text())
+        {'a': 1}
+    """
+    from pathlib import Path
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    sys.stdout.write(json.dumps(result) + "\n")

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
     sys.path.insert(0, str(ROOT))
-    from benchmarks.machine import machine_description
+    from benchmarks.machine import machine_description, write_result
     from fbrapids.trials import DEFAULT_SEEDS
 
     seeds = args.seeds or DEFAULT_SEEDS
@@ -178,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
            "planted_rows": args.planted_rows, "trials": len(rows), **summarise(rows), "machine": machine,
            "command": " ".join(["python benchmarks/trial_calibration.py", *argv_run]),
            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
-    sys.stdout.write(json.dumps(res) + "\n")
+    write_result(args.out, res)
     return 0
 
 
