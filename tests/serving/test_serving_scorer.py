@@ -10,10 +10,10 @@ import torch
 
 import fbrapids  # noqa: F401
 from fbrapids.features import plan_for
-from fbrapids.serving import Scorer, export_model, load_scorer
+from fbrapids.serving import Scorer, export_model, load_scorer, supports_split
 from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.serving.example import request_records, train_example
-from fbrapids.trainers import DeepFM, StoreConfig, fit
+from fbrapids.trainers import DIN, DLRM, DeepFM, StoreConfig, fit
 from fbrapids.trainers.device import module_device
 
 
@@ -120,14 +120,42 @@ def test_export_load_round_trip(trained, tmp_path) -> None:
         load_scorer(tmp_path)
 
 
-def test_non_split_model_broadcast_path(trained) -> None:
+def _served(model, tables) -> int:
+    """Id occurrences the model's tables named ``tables`` (any collection) have looked up."""
+    return sum(v for k, st in model.stores().items() if k.split("/")[-1] in tables
+               for n, v in st.stats().items() if n.startswith("served_"))
+
+
+@pytest.mark.parametrize("kind", ["dlrm", "deepfm", "din"])
+def test_request_side_once_per_call_for_every_model(trained, kind) -> None:
+    """DLRM, DeepFM and DIN (issue 37): scores equal the training side's, and the request's
+    bags (query, history tokens) are looked up once per call, however many items it has:
+    the request-only tables read the same ids for 10 items as for 200 (N x as many before)."""
     _, spec, _, (users, ads, frame) = trained
     torch.manual_seed(0)
-    m = DeepFM(len(spec.dense), spec.sparse, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=1 << 14))
-    fit(m, frame.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256), progress=False)
-    req, items = request_records(users, ads, 100, seed=4)
-    np.testing.assert_allclose(Scorer(m, spec).score(req, items), training_side_scores(m, spec, req, items),
-                               atol=SCORE_ATOL, rtol=0)
+    common = dict(embedding_dim=4, store=StoreConfig(cache_rows=1 << 14))
+    if kind == "dlrm":
+        m = DLRM(len(spec.dense), spec.sparse, bottom_mlp=[8], top_mlp=[8], bias_vector=True, **common)
+    elif kind == "deepfm":
+        m = DeepFM(len(spec.dense), spec.sparse, deep_mlp=[8], **common)
+    else:  # the browsing history attended against the candidate's title tokens (one token table)
+        m = DIN(len(spec.dense), [f for f in spec.sparse if f != "history_tok_h"], {"history_tok_h": "title_tok_h"},
+                attention_mlp=[8], mlp=[8], **common)
+    fit(m, frame.head(600).fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256),
+        progress=False)
+    assert supports_split(m)
+    s = Scorer(m, spec, cache_items=0)
+    req, items = request_records(users, ads, 200, seed=4)
+    request_only = {"user_h", "gender_h", "query_tok_h"} | ({"history_tok_h"} if kind != "din" else set())
+    reads = []
+    for n in (10, 200):
+        before = _served(m, request_only)
+        got = s.score(req, items[:n])
+        reads.append(_served(m, request_only) - before)
+        np.testing.assert_allclose(got, training_side_scores(m, spec, req, items[:n]), atol=SCORE_ATOL, rtol=0)
+    assert len(np.unique(got)) > 10
+    tokens = len(req["history"].split()) + len((req["query"] or "").split()) * (kind != "din")
+    assert reads[0] == reads[1] > 0 and reads[1] < 200 * tokens
 
 
 @pytest.mark.parametrize("mutate, message", [
