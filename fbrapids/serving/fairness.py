@@ -10,6 +10,10 @@ one slice of each other client with calls waiting, however many calls (connectio
 client has in flight; without clients (``client=None`` for all) it is plain first come,
 first served.
 
+:meth:`FairLock.others_active` tells a holder whether another client took or asked for the
+lock within the last ``window`` seconds: the scorer then cuts its slices smaller, so a
+client that shares the model waits for a small slice, and a client alone keeps large ones.
+
 Example:
     >>> lock = FairLock()
     >>> with lock:
@@ -19,6 +23,10 @@ Example:
     >>> with lock.turn_of("10.0.0.7"):
     ...     lock.waiting()
     0
+    >>> lock.others_active("10.0.0.7"), lock.others_active("10.0.0.8")
+    (True, True)
+    >>> FairLock().others_active("10.0.0.7")
+    False
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import time
 from typing import Any, Hashable, Iterator
 
 
@@ -37,11 +46,16 @@ class FairLock:
         self._queues: dict[Hashable, collections.deque[threading.Event]] = {}
         self._order: collections.deque[Hashable] = collections.deque()  # clients with waiters, in turn order
         self._held = False
+        self._seen: dict[Hashable, float] = {}  # client -> when it last took or asked for the lock
 
     def acquire(self, client: Hashable = None) -> None:
         """Wait for the lock: at once if it is free and nobody waits, else for ``client``'s
         turn (after every earlier waiter of the same client)."""
         with self._guard:
+            now = time.monotonic()
+            if len(self._seen) >= 256:  # bounded: only the recent clients matter
+                self._seen = {c: t for c, t in self._seen.items() if now - t < 60.0}
+            self._seen[client] = now
             if not self._held and not self._order:
                 self._held = True
                 return
@@ -67,6 +81,13 @@ class FairLock:
             else:
                 del self._queues[client]
             turn.set()
+
+    def others_active(self, client: Hashable = None, window: float = 1.0) -> bool:
+        """Whether a client other than ``client`` took or asked for the lock within the last
+        ``window`` seconds (waiting now included)."""
+        with self._guard:
+            now = time.monotonic()
+            return any(c != client and (now - t < window or c in self._queues) for c, t in self._seen.items())
 
     def waiting(self) -> int:
         """Threads waiting for the lock now."""

@@ -460,6 +460,22 @@ def test_fair_lock_takes_turns_by_client() -> None:
     assert order == ["a1", "b1", "a2", "a3"]
 
 
+def test_slices_are_small_while_another_client_uses_the_scorer(trained) -> None:
+    """A client alone is scored in slices of chunk_items; while another client took the lock
+    within the last second, in slices of contended_chunk_items (its small calls wait for
+    less); the scores are the same."""
+    model, spec, _, users, ads = trained
+    s = Scorer(model, spec, chunk_items=256, contended_chunk_items=64)
+    req, items = request_records(users, ads, 512, seed=31)
+    alone = s.score_batch([{"request": req, "items": items}], client="A")[0]
+    assert s.stats["slices"] == 2
+    with s.turn("B"):  # another client's call
+        pass
+    shared = s.score_batch([{"request": req, "items": items}], client="A")[0]
+    assert s.stats["slices"] == 2 + 8
+    np.testing.assert_allclose(shared, alone, atol=1e-6, rtol=0)
+
+
 def test_request_lists_and_work_are_bounded_before_scoring(trained, guarded) -> None:
     """A request's lists are read for every item: a text over max_text_chars, or a call whose
     work (items x features x list lengths) is over max_work, is 413 naming what, before any

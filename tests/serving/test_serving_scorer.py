@@ -23,33 +23,21 @@ def trained():
     return train_example(rows=1500, seed=0)
 
 
-def training_side_scores(model, spec, request: dict, items: list[dict]) -> np.ndarray:
-    """What the training code computes: full rows, one extract, stream, model.predict."""
-    rows = pd.DataFrame([{**request, **it, "click": 0} for it in items])
-    for c, t in spec.schema.items():
-        if t == "str":
-            rows[c] = rows[c].astype("str")
-    ext = rows.fbx.extract(**spec.features)
-    batch = next(iter(ext.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=len(rows))))
-    with torch.no_grad():
-        return model.eval().predict(batch.to(module_device(model))).cpu().numpy()
-
-
-def test_scores_equal_training_side(trained, device: str) -> None:
+def test_scores_equal_training_side(trained, training_side, device: str) -> None:
     model, spec, _, (users, ads, _) = trained
     on, off = Scorer(model, spec, device=device), Scorer(model, spec, dedup=False)
     assert module_device(model).type == device and {s.device.type for s in model.stores().values()} == {device}
     for seed, n in ((1, 5), (2, 300)):
         req, items = request_records(users, ads, n, seed=seed)
         items = items + items[:3]  # repeated candidates
-        ref = training_side_scores(model, spec, req, items)
+        ref = training_side(model, spec, req, items)
         np.testing.assert_allclose(on.score(req, items), ref, atol=SCORE_ATOL, rtol=0)
         np.testing.assert_allclose(off.score(req, items), ref, atol=SCORE_ATOL, rtol=0)
     assert len(np.unique(ref)) > 10  # the scores are not all the same
     model.to("cpu")  # the module-scoped model goes back for the other tests
 
 
-def test_request_once_items_once_with_cache(trained) -> None:
+def test_request_once_items_once_with_cache(trained, training_side) -> None:
     model, spec, _, (users, ads, _) = trained
     s = Scorer(model, spec)
     req, items = request_records(users, ads, 200, seed=5)
@@ -62,7 +50,7 @@ def test_request_once_items_once_with_cache(trained) -> None:
     second = s.score(req2, items)
     assert s.stats["requests_extracted"] == 2 and s.stats["items_extracted"] == unique  # all from the cache
     assert s.stats["item_cache_hits"] == unique
-    np.testing.assert_allclose(second, training_side_scores(model, spec, req2, items), atol=SCORE_ATOL, rtol=0)
+    np.testing.assert_allclose(second, training_side(model, spec, req2, items), atol=SCORE_ATOL, rtol=0)
     assert not np.allclose(first, second)
 
     # launches: one per plan layer per extraction; independent hash buckets share one layer
@@ -80,7 +68,7 @@ def test_request_once_items_once_with_cache(trained) -> None:
     assert s2.stats["kernel_launches"] == expected
 
 
-def test_score_batch_dedups_across_requests(trained) -> None:
+def test_score_batch_dedups_across_requests(trained, training_side) -> None:
     model, spec, _, (users, ads, _) = trained
     s = Scorer(model, spec)
     entries = [dict(zip(("request", "items"), request_records(users, ads, 50, seed=k))) for k in range(3)]
@@ -89,7 +77,7 @@ def test_score_batch_dedups_across_requests(trained) -> None:
     assert s.stats["requests_extracted"] == 3
     assert s.stats["items_extracted"] == len({it["ad_id"] for e in entries for it in e["items"]})
     for e, g in zip(entries, got):
-        np.testing.assert_allclose(g, training_side_scores(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
+        np.testing.assert_allclose(g, training_side(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
     assert s.score_batch([]) == []
     assert s.score(entries[0]["request"], []).shape == (0,)
 
@@ -127,7 +115,7 @@ def _served(model, tables) -> int:
 
 
 @pytest.mark.parametrize("kind", ["dlrm", "deepfm", "din"])
-def test_request_side_once_per_call_for_every_model(trained, kind) -> None:
+def test_request_side_once_per_call_for_every_model(trained, training_side, kind) -> None:
     """DLRM, DeepFM and DIN (issue 37): scores equal the training side's, and the request's
     bags (query, history tokens) are looked up once per call, however many items it has:
     the request-only tables read the same ids for 10 items as for 200 (N x as many before)."""
@@ -152,7 +140,7 @@ def test_request_side_once_per_call_for_every_model(trained, kind) -> None:
         before = _served(m, request_only)
         got = s.score(req, items[:n])
         reads.append(_served(m, request_only) - before)
-        np.testing.assert_allclose(got, training_side_scores(m, spec, req, items[:n]), atol=SCORE_ATOL, rtol=0)
+        np.testing.assert_allclose(got, training_side(m, spec, req, items[:n]), atol=SCORE_ATOL, rtol=0)
     assert len(np.unique(got)) > 10
     tokens = len(req["history"].split()) + len((req["query"] or "").split()) * (kind != "din")
     assert reads[0] == reads[1] > 0 and reads[1] < 200 * tokens

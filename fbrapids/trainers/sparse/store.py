@@ -553,9 +553,10 @@ class TieredEmbeddingStore:
         (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
         persistence.save(self, directory, chunk_rows, progress, check_rows)
 
-    def load(self, directory: str | os.PathLike) -> None:
-        """Replace this table's contents with a copy saved by :meth:`save` (the cache starts cold)."""
-        persistence.load(self, directory)
+    def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
+        """Replace this table's contents with a copy saved by :meth:`save` (the cache starts
+        cold); ``read``: as :func:`~fbrapids.trainers.sparse.persistence.load`'s."""
+        persistence.load(self, directory, read)
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
