@@ -221,7 +221,7 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
         return answer(many, request.scope["fbrapids.body"], True, request.scope.get("fbrapids.client"))
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:  # on the event loop: no worker thread to wait for, reads counters only
         return {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
                 "refused": dict(limits.counts),
                 "tables": {k: len(s) for k, s in scorer.model.stores().items()},

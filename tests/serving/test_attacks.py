@@ -502,13 +502,15 @@ def test_request_lists_and_work_are_bounded_before_scoring(trained, guarded) -> 
 
 
 def test_one_client_has_at_most_client_calls_in_flight(trained, guarded) -> None:
-    """Sixteen connections of one client with client_calls=4: at most 4 of its calls past the
-    gate, the rest 429 with Retry-After; /health (no body) is never capped."""
+    """Sixteen connections of one client with client_calls=4 and client_queue=4: at most 4 of
+    its calls past the gate, 4 more waiting (their bodies unread) and scored in turn, the rest
+    429 with Retry-After; /health (no body) is never capped."""
     server, _ = guarded
     raw = json.dumps(_body(trained, 1000, seed=22)).encode()
     statuses: list[int] = []
-    before = server.limits.counts["client_busy"]
+    before, waits = server.limits.counts["client_busy"], server.limits.counts["client_waits"]
     default, server.limits.client_calls = server.limits.client_calls, 4  # read by the gate per call
+    queue, server.limits.client_queue = server.limits.client_queue, 4
 
     def one() -> None:
         statuses.append(http(server, "POST", "/score", raw, AUTH)[0])
@@ -519,7 +521,8 @@ def test_one_client_has_at_most_client_calls_in_flight(trained, guarded) -> None
     assert health(server, AUTH)["status"] == "ok"
     for t in threads:
         t.join(timeout=120)
-    server.limits.client_calls = default
-    assert default == 16 and len(statuses) == 16 and set(statuses) <= {200, 429}, statuses
-    assert statuses.count(200) >= 4 and statuses.count(429) > 0
+    server.limits.client_calls, server.limits.client_queue = default, queue
+    assert default == 16 and queue == 64 and len(statuses) == 16 and set(statuses) <= {200, 429}, statuses
+    assert statuses.count(200) >= 8 and statuses.count(429) > 0
     assert server.limits.counts["client_busy"] - before == statuses.count(429)
+    assert server.limits.counts["client_waits"] - waits >= 4
