@@ -57,7 +57,10 @@ large one waits for one slice of each other client, not for whole calls, however
 calls one client has in flight.  While another client uses the scorer (it took or asked
 for the lock within the last second), slices hold at most ``contended_chunk_items`` items
 (and that share of ``chunk_work``): a small call then waits for a small slice, and a client
-alone keeps the large slices' throughput.
+alone keeps the large slices' throughput.  Then too, a call of several slices pauses its
+client between them (all of that client's calls) for as long as its last slice held the
+scorer: a client that shares the scorer holds it at most about half the time, so a small
+call of another client finds it free as often as not (``stats["paused_slices"]``).
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
 operating system (``malloc_trim``, where the C library has it).
 
@@ -91,6 +94,7 @@ import copy
 import logging
 import re
 import threading
+import time
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -154,6 +158,8 @@ class Scorer:
         chunk_items: a call is scored in slices of at most this many items (and requests),
             the lock handed to waiting calls between slices.
         contended_chunk_items: the slices' items while another client uses the scorer.
+        contended_window_s: another client "uses the scorer" when it took or asked for its
+            lock within this many seconds.
         max_logit: a row whose logit is beyond this (or not finite) is refused, naming the
             record and its largest dense input: no trained CTR model gives such a logit to
             inputs like those it was trained on (the score would be exactly 0 or 1).
@@ -170,7 +176,8 @@ class Scorer:
                  device: str | torch.device | None = None, chunk_items: int = CHUNK_ITEMS,
                  max_logit: float = MAX_LOGIT, max_list_len: int = MAX_LIST_LEN,
                  max_text_chars: int = MAX_TEXT_CHARS, max_work: int = MAX_WORK,
-                 chunk_work: int = CHUNK_WORK, contended_chunk_items: int = CONTENDED_CHUNK_ITEMS) -> None:
+                 chunk_work: int = CHUNK_WORK, contended_chunk_items: int = CONTENDED_CHUNK_ITEMS,
+                 contended_window_s: float = 1.0) -> None:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1),
                             ("chunk_items", chunk_items, 1), ("contended_chunk_items", contended_chunk_items, 1)):
@@ -185,6 +192,8 @@ class Scorer:
         self.max_requests = max_requests
         self.chunk_items = chunk_items
         self.contended_chunk_items = min(contended_chunk_items, chunk_items)
+        self.contended_window_s = float(contended_window_s)
+        self._resume: dict[Hashable, float] = {}  # client -> when its next slice may start (contended)
         if not isinstance(max_logit, (int, float)) or not max_logit > 0:
             raise ArgumentError(f"Scorer: max_logit must be a number > 0, got {max_logit!r}")
         self.max_logit = float(max_logit)
@@ -216,7 +225,7 @@ class Scorer:
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
              "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
              "rejected_bad_input", "rejected_too_large", "unseen_ids", "nulls_filled", "rejected_model_input",
-             "slices", "batch_retries", "work"), 0)
+             "slices", "batch_retries", "work", "paused_slices"), 0)
         self._blamed: int | None = None
 
     # -- feature extraction -------------------------------------------------------------------
@@ -468,9 +477,13 @@ class Scorer:
         k = 0
         try:
             while k < len(units):
+                wait = self._resume.get(client, 0.0) - time.monotonic()
+                if wait > 0:  # this client's pause after a slice while others use the scorer
+                    time.sleep(min(wait, 1.0))
                 with self._lock.turn_of(client), torch.no_grad():
+                    started = time.monotonic()
                     stop, n_items, n_work = k + 1, *sizes[k]
-                    if not self._lock.others_active(client):
+                    if not self._lock.others_active(client, self.contended_window_s):
                         while (stop < len(units) and stop - k < most and n_items + sizes[stop][0] <= self.chunk_items
                                and n_work + sizes[stop][1] <= self.cost.chunk_work):
                             n_items, n_work = n_items + sizes[stop][0], n_work + sizes[stop][1]
@@ -487,6 +500,13 @@ class Scorer:
                     except RequestError as exc:  # which request the error named (score_each answers it alone)
                         exc.entry = self._blamed
                         raise
+                    held = time.monotonic() - started
+                if k < len(units) and self._lock.others_active(client, self.contended_window_s):
+                    if len(self._resume) >= 256:  # bounded: past pauses are over
+                        now = time.monotonic()
+                        self._resume = {c: t for c, t in self._resume.items() if t > now}
+                    self._resume[client] = time.monotonic() + held  # more slices to come: the others' turn
+                    self._count(paused_slices=1)
                 s = 0
                 for (i, a, b) in sl:
                     parts[i].append(probs[s : s + b - a])

@@ -462,18 +462,20 @@ def test_fair_lock_takes_turns_by_client() -> None:
 
 def test_slices_are_small_while_another_client_uses_the_scorer(trained) -> None:
     """A client alone is scored in slices of chunk_items; while another client took the lock
-    within the last second, in slices of contended_chunk_items (its small calls wait for
-    less); the scores are the same."""
+    within contended_window_s, in slices of contended_chunk_items, its client pausing between
+    them (another client's small call waits for less); the scores are the same."""
     model, spec, _, users, ads = trained
-    s = Scorer(model, spec, chunk_items=256, contended_chunk_items=64)
+    s = Scorer(model, spec, chunk_items=256, contended_chunk_items=64, contended_window_s=3600)
     req, items = request_records(users, ads, 512, seed=31)
     alone = s.score_batch([{"request": req, "items": items}], client="A")[0]
-    assert s.stats["slices"] == 2
+    assert s.stats["slices"] == 2 and s.stats["paused_slices"] == 0
     with s.turn("B"):  # another client's call
         pass
     shared = s.score_batch([{"request": req, "items": items}], client="A")[0]
-    assert s.stats["slices"] == 2 + 8
+    assert s.stats["slices"] == 2 + 8 and s.stats["paused_slices"] == 7  # a pause between slices, none after
     np.testing.assert_allclose(shared, alone, atol=1e-6, rtol=0)
+    assert s.score_batch([{"request": req, "items": items[:10]}], client="B")[0].shape == (10,)
+    assert s.stats["paused_slices"] == 7  # a call of one slice never pauses its client
 
 
 def test_request_lists_and_work_are_bounded_before_scoring(trained, guarded) -> None:
