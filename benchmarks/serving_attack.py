@@ -13,7 +13,8 @@ attack in turn (from this process's threads):
 * ``hog64``: 64 connections of ``max_items`` calls (issue 37: one client's many connections);
 * ``amplify``: 512-item calls whose request lists are at their length bounds (read for every
   item: refused by the work bound);
-* ``batch_fallback``: ``/score_batch`` bodies of 1,024 requests of 9 items, the last one bad.
+* ``batch_fallback``: ``/score_batch`` bodies of 1,024 requests (``--batch-requests``) of 9
+  items, the last one bad.
 
 The attackers connect from 127.0.0.2, another client than the victim's 127.0.0.1 (the
 service's per-client caps and turns are by address), and ``/health`` is asked every 0.25 s
@@ -153,8 +154,9 @@ def _attack_process(kind: str, port: int, clients: int, hog_file: str, seconds: 
         t.start()
     stop.wait(seconds)
     stop.set()
+    deadline = time.monotonic() + 10  # threads still waiting for an answer are daemons: not waited for long
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
     Path(tally_file).write_text(json.dumps({str(k): v for k, v in tally.items()}))
 
 
@@ -227,7 +229,8 @@ def attack(args) -> dict:
         (work / "amplify.json").write_bytes(json.dumps({"request": dict(req_a, query=long_text, history=long_text),
                                                         "items": items_a}).encode())
         # the /score_batch fallback: 1,024 requests of 9 items, the last one bad
-        batch = [dict(zip(("request", "items"), request_records(users, ads, 9, seed=2000 + k))) for k in range(1024)]
+        batch = [dict(zip(("request", "items"), request_records(users, ads, 9, seed=2000 + k)))
+                 for k in range(args.batch_requests)]
         batch[-1]["items"][0] = dict(batch[-1]["items"][0], price="abc")
         (work / "batch_fallback.json").write_bytes(json.dumps({"requests": batch}).encode())
         (work / "flood.json").write_bytes(b"")
@@ -240,6 +243,7 @@ def attack(args) -> dict:
                "hog_items": args.hog_items, "hog_body_bytes": len(hog_body), "flood_body_bytes": 15 << 20,
                "flood_clients": args.flood_clients, "hog_clients": args.hog_clients, "stalled_connections": 200,
                "hog64_clients": 64, "amplify_clients": args.hog_clients, "batch_fallback_clients": args.hog_clients,
+               "batch_fallback_requests": args.batch_requests,
                "amplify_body_bytes": (work / "amplify.json").stat().st_size,
                "batch_fallback_body_bytes": (work / "batch_fallback.json").stat().st_size,
                "attacker_address": ATTACKER}

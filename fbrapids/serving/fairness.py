@@ -5,7 +5,8 @@ handed out in arrival order within a client, and round robin between clients.
 once (a client whose large call is scored slice after slice) usually gets it back before
 a thread that has been waiting, so one client could hold the model for a whole large call.
 :class:`FairLock` hands the lock over on release: to the longest waiter of the client whose
-turn it is, each client's waiters taking one turn per round.  So a call waits for at most
+turn it is, each client's waiters taking one turn per round, and never to the releasing
+client while another client waits (its turn was the one just ended).  So a call waits for at most
 one slice of each other client with calls waiting, however many calls (connections) one
 client has in flight; without clients (``client=None`` for all) it is plain first come,
 first served.
@@ -46,6 +47,7 @@ class FairLock:
         self._queues: dict[Hashable, collections.deque[threading.Event]] = {}
         self._order: collections.deque[Hashable] = collections.deque()  # clients with waiters, in turn order
         self._held = False
+        self._holder: Hashable = None  # the client whose turn it is
         self._seen: dict[Hashable, float] = {}  # client -> when it last took or asked for the lock
 
     def acquire(self, client: Hashable = None) -> None:
@@ -58,6 +60,7 @@ class FairLock:
             self._seen[client] = now
             if not self._held and not self._order:
                 self._held = True
+                self._holder = client
                 return
             turn = threading.Event()
             queue = self._queues.setdefault(client, collections.deque())
@@ -73,7 +76,10 @@ class FairLock:
             if not self._order:
                 self._held = False
                 return
+            if self._order[0] == self._holder and len(self._order) > 1:
+                self._order.rotate(-1)  # the releasing client had its turn: the next client's first
             client = self._order.popleft()
+            self._holder = client
             queue = self._queues[client]
             turn = queue.popleft()
             if queue:

@@ -534,10 +534,10 @@ class Scorer:
             return np.zeros(0, dtype=np.float32)
         images = getattr(self.model, "images", None)
         before = copy.copy(getattr(images, "totals", None))
-        unseen = sum(st.stats()["unseen_reads"] for st in self._stores) if self._stores else 0
+        unseen = sum(st.unseen_reads for st in self._stores)
         probs = self._score_dedup(entries) if self.dedup else self._score_full(entries)
         if self._stores:
-            self.stats["unseen_ids"] += sum(st.stats()["unseen_reads"] for st in self._stores) - unseen
+            self.stats["unseen_ids"] += sum(st.unseen_reads for st in self._stores) - unseen
         if before is not None:
             after = images.totals
             self.stats["image_references"] += after.references - before.references

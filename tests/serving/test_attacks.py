@@ -441,7 +441,8 @@ def test_folded_and_repeated_authorization_and_loose_host_are_refused(guarded) -
 
 # -- issue 37 B1 / B3: work bounded by the request, turns and caps per client -----------------
 def test_fair_lock_takes_turns_by_client() -> None:
-    """Three calls of client A queued before one of client B: B's goes second, not fourth."""
+    """Three calls of client A queued behind a call of A, then one of client B: B's goes
+    first (A's turn is the one that just ended), not fourth."""
     lock, order = FairLock(), []
 
     def call(client: str, name: str) -> None:
@@ -457,7 +458,7 @@ def test_fair_lock_takes_turns_by_client() -> None:
     lock.release()
     for t in threads:
         t.join(timeout=20)
-    assert order == ["a1", "b1", "a2", "a3"]
+    assert order == ["b1", "a1", "a2", "a3"]
 
 
 def test_slices_are_small_while_another_client_uses_the_scorer(trained) -> None:

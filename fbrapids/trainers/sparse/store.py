@@ -181,6 +181,12 @@ class TieredEmbeddingStore:
         return len(self.directory)
 
     @property
+    def unseen_reads(self) -> int:
+        """``stats()["unseen_reads"]`` without building the whole ``stats()`` (a scorer reads
+        it around every slice)."""
+        return self._counts["unseen_reads"]
+
+    @property
     def read_only(self) -> bool:
         """Whether lookups leave the table as it is (serving): an id without a row reads the
         default row (zeros) and is counted in ``stats()["unseen_reads"]``; nothing is
