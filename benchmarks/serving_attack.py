@@ -57,6 +57,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks.machine import machine_description  # noqa: E402
 TOKEN = "benchmark-token-" + "0123456789abcdef"
 
 
@@ -238,7 +240,7 @@ def attack(args) -> dict:
         _measure(port, bodies, min(20, args.attack_requests))  # warm-up: plans compiled, the item cache filled
         for _ in range(3):
             _request(port, hog_body, {"Authorization": f"Bearer {TOKEN}"})
-        out = {"benchmark": "inference_attack", "machine": f"{os.cpu_count()} cores",
+        out = {"benchmark": "inference_attack", "machine": machine_description(),
                "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "items_per_request": 64,
                "hog_items": args.hog_items, "hog_body_bytes": len(hog_body), "flood_body_bytes": 15 << 20,
                "flood_clients": args.flood_clients, "hog_clients": args.hog_clients, "stalled_connections": 200,
@@ -246,7 +248,7 @@ def attack(args) -> dict:
                "batch_fallback_requests": args.batch_requests,
                "amplify_body_bytes": (work / "amplify.json").stat().st_size,
                "batch_fallback_body_bytes": (work / "batch_fallback.json").stat().st_size,
-               "attacker_address": ATTACKER}
+               "attacker_address": ATTACKER, "nice": os.nice(0), "attacker_nice": min(19, os.nice(0) + 19)}
         out["unloaded"] = _measure(port, bodies, args.attack_requests)
         print(f"unloaded: {out['unloaded']}")
         phases = [p for p in args.attack_phases.split(",") if p]
@@ -352,7 +354,7 @@ def unseen(args) -> dict:
     score_new(args.unseen)
     release_memory()
     rss2, rows2 = _rss(), rows()
-    return {"benchmark": "inference_unseen_ids", "machine": f"{os.cpu_count()} cores",
+    return {"benchmark": "inference_unseen_ids", "machine": machine_description(),
             "load_avg": [round(x, 2) for x in os.getloadavg()], "never_seen_ad_ids": args.unseen,
             "calls": args.unseen // per_call, "items_per_call": per_call, "seconds": round(time.perf_counter() - t, 1),
             "table_rows_export": rows0, "table_rows_before": rows1, "table_rows_after": rows2,
