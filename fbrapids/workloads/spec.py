@@ -383,3 +383,16 @@ class Workload:
                 if s.expression is not None and n not in feats:
                     feats = {n: s.expression, **feats}
         return dense, sparse, seqs, feats
+
+    def stream_args(self, model: str = "dlrm") -> dict[str, Any]:
+        """``label``, ``dense``, ``sparse`` and ``group`` of the stream feeding ``model``
+        (:meth:`model_inputs`: the same lists ``Model.from_workload`` builds the model from).
+
+        Example:
+            >>> w = Workload([View("log", "l.csv")], "click", Split("fraction", fraction=0.5), sparse=["ad"],
+            ...              dense=["price"], group="user")
+            >>> w.stream_args()
+            {'label': 'click', 'dense': ['price'], 'sparse': ['ad'], 'group': 'user'}
+        """
+        dense, sparse, _, _ = self.model_inputs(model)
+        return {"label": self.label, "dense": dense, "sparse": sparse, "group": self.group}
