@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Mapping
 
 from fbrapids.errors import InputTypeError, ModelStreamError
@@ -31,7 +32,7 @@ def check_constructor(cls_name: str, arguments: Mapping[str, Any]) -> None:
     mapping (of a model's constructor ``arguments``), else an
     :class:`~fbrapids.errors.InputTypeError` naming the argument."""
     dim = arguments.get("dense_dim")
-    if "dense_dim" in arguments and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 0):
+    if "dense_dim" in arguments and (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 0):
         raise InputTypeError(f"{cls_name}: dense_dim must be the number of dense features (an int >= 0), got {dim!r}"
                              + (" (give len() of the dense list)" if isinstance(dim, (list, tuple)) else ""))
     sparse = arguments.get("sparse_features")
