@@ -77,7 +77,8 @@ def check_model_stream(model: Any, batches: Any) -> None:
         raise ModelStreamError(f"the model ({name}) reads {dim} dense value(s) per row, the stream carries "
                                f"{len(dense)} ({dense}); build the model from the same dense list "
                                "(Model.from_workload, or dense_dim=len(dense))")
-    wanted = list(model.sparse_features) + list(getattr(model, "sequences", {}) or {})
+    wanted = model.sparse_inputs() if callable(getattr(model, "sparse_inputs", None)) else \
+        list(model.sparse_features) + list(getattr(model, "sequences", {}) or {})
     for f in wanted:
         if f not in sparse:
             raise ModelStreamError(f"the model ({name}) reads sparse feature {f!r}, which the stream does not carry "

@@ -334,7 +334,10 @@ class Workload:
             for p in v.paths:
                 full = self.resolve(p)
                 if not (glob.glob(full) if any(c in full for c in "*?[") else Path(full).exists()):
-                    raise WorkloadError(f"{self.where}: view {v.name!r}: no file matches {full!r}")
+                    hint = ("; a plain folder stands for the generated data (impressions / users / ads / basic "
+                            "parquet): declare your own log as a Workload or a TOML file (README: Your own log)"
+                            if self.name == "generated" else "")
+                    raise WorkloadError(f"{self.where}: view {v.name!r}: no file matches {full!r}{hint}")
         for p in self.split.files:
             if not Path(self.resolve(p)).exists() and not __import__("glob").glob(self.resolve(p)):
                 raise WorkloadError(f"{self.where}: split files: no file matches {self.resolve(p)!r}")

@@ -58,6 +58,10 @@ def test_spec_errors_before_any_work(tmp_path):
         RunConfig().with_(batch=3)
     with pytest.raises(WorkloadError, match="view 'log': no file matches .*nothing.csv"):
         Workload([View("log", "nothing.csv")], "click", Split("fraction", fraction=0.5), root=str(tmp_path)).check_files()
+    from fbrapids.pipeline import run_pipeline
+
+    with pytest.raises(WorkloadError, match="view 'impressions': no file matches .*declare your own log"):
+        run_pipeline(tmp_path)  # a folder of one's own: the error says a fixed schema is what a folder means
     with pytest.raises(WorkloadError, match="expected NAME=EXPRESSION"):
         parse_candidate('ops.cross("a", "b")')
     assert str(parse_candidate('x = cross("a", "b", buckets=8)')[1]).startswith("cross(a, b, buckets=8")

@@ -53,6 +53,12 @@ class CTRModel(nn.Module):
         if init is not None:
             cls.__init__ = _checked_init(cls.__name__, init)  # type: ignore[method-assign]
 
+    def sparse_inputs(self) -> list[str]:
+        """The sparse features (behaviour sequences included) this model reads from a batch,
+        by name: what ``fit`` checks the stream carries, no more and no fewer
+        (:func:`fbrapids.trainers.model_inputs.check_model_stream`)."""
+        return list(getattr(self, "sparse_features", [])) + list(getattr(self, "sequences", None) or {})
+
     @classmethod
     def from_workload(cls, workload: Any, **kwargs: Any) -> "CTRModel":
         """This model over a declared workload's features (the dense width, the sparse
