@@ -197,8 +197,18 @@ def _trial_calibration(r: dict) -> str:
     done = f"{r['trials']} of {r['planned']} planned trials" if r.get("planned", r["trials"]) > r["trials"] else \
         f"{r['trials']} trials"
     return (f"{done}, {r['seeds']} seeds per arm: noise ({r['noise_rows']:,} rows): {fp}; "
-            f"planted ({r['planted_rows']:,} rows): {power}; mean A/A spread (AUC) {r['aa_spread_mean']['auc']:.4f}; "
+            f"planted ({r['planted_rows']:,} rows): {power}; {_aa(r)}"
             f"{sec['mean']:.0f} s per trial at load {r['load_mean']:.1f}")
+
+
+def _aa(r: dict) -> str:
+    """The calibration's A/A check (trials with A/A arms), or nothing where none had them."""
+    aa = r.get("aa", {}).get("auc")
+    if not aa:
+        return ""
+    rows = "/".join(f"{n:,}" for n in aa["rows"])
+    return (f"A/A (candidate shuffled; {aa['trials']} trials, {rows} rows): max |AUC delta| {aa['max_abs_delta']:.4f} "
+            f"seed-averaged, {aa['max_abs_seed_delta']:.4f} per seed (A/A spread), {aa['called']} called; ")
 
 
 def _verify(r: dict) -> str:
