@@ -78,7 +78,8 @@ def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2
             "verdict": r.verdict, "p_better": r.p_better, "seed_deltas": r.seed_deltas, "se": r.se,
             "se_seeds": r.se_seeds, "se_users": r.se_users, "df": r.df, "aa_spread": r.aa_spread,
             "aa_delta": r.aa_delta, "aa_seed_deltas": r.aa_seed_deltas, "aa_interval": r.aa_interval,
-            "aa_verdict": r.aa_verdict, "seed_spread": r.seed_spread,
+            "aa_verdict": r.aa_verdict, "seed_spread": r.seed_spread, "info_delta": r.info_delta,
+            "info_interval": r.info_interval, "info_verdict": r.info_verdict,
             "nan_rounds": r.nan_rounds, "baseline": r.baseline, "seconds": round(time.perf_counter() - t0, 1),
             "trial_seconds": r.seconds, "load": os.getloadavg()[0]}
 
@@ -147,6 +148,9 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
             key = f"beta={b:g}"
             out["power"].setdefault(key, {"oracle_auc_gain": round(gain, 4), "trials": len(sub)})
             out["power"][key][m] = sum(r["verdict"][m] == "helps" for r in sub)
+            info = [r for r in sub if r.get("info_verdict")]
+            if info:  # the candidate against its A/A arm (a shuffled copy), where the trials had one
+                out["power"][key][f"{m}_vs_shuffled"] = f"{sum(r['info_verdict'][m] == 'helps' for r in info)}/{len(info)}"
             if m == "auc":
                 bias = [r["delta"]["auc"] - r["oracle_auc_gain"] for r in sub]
                 out["bias"][key] = {"mean": float(np.mean(bias)), "sd": float(np.std(bias, ddof=1)) if len(bias) > 1

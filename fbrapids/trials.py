@@ -37,6 +37,14 @@ for a candidate that tells nothing.  ``seed_spread`` is the largest difference b
 baseline seeds' metric: one model's training noise, which the pairing cancels (it used to
 be the A/A spread of trials whose arms were independent draws).
 
+**Beyond a shuffled copy.**  The A/A arm is also the tightest control for the question "is
+what the candidate *tells* worth anything?": it has the candidate's parameters, ids and
+their frequencies, only not their link to the click (Boruta's shadow features are the same
+idea).  ``info_delta`` / ``info_interval`` / ``info_verdict`` test the candidate arm against
+it, per seed and over the same bootstrap rounds.  Where adding any table of that shape
+moves the metric (capacity: the A/A check fails), the verdict against the baseline says
+what adding the feature does, and this one whether its values are the reason.
+
 Example:
     >>> import tempfile
     >>> from fbrapids import ops
@@ -77,7 +85,8 @@ class TrialResult:
     ``verdict``: the combined test; ``se`` / ``se_seeds`` / ``se_users`` / ``df``: its parts;
     ``aa_delta`` / ``aa_seed_deltas`` / ``aa_interval`` / ``aa_verdict``: the A/A arms'
     (shuffled candidates) test, ``aa_spread`` the largest per-seed |A/A delta| (empty with
-    ``aa=False``); ``seed_spread``: the largest |difference| between two baseline seeds'
+    ``aa=False``); ``info_delta`` / ``info_interval`` / ``info_verdict``: candidate against
+    the A/A arm (what the candidate's values tell beyond a shuffled copy); ``seed_spread``: the largest |difference| between two baseline seeds'
     metric (one model's training noise); ``nan_rounds``: bootstrap rounds where a metric
     was undefined (a resample with one class), left out of ``se_users`` and counted here.
     """
@@ -104,6 +113,9 @@ class TrialResult:
     aa_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
     aa_verdict: dict[str, str] = field(default_factory=dict)
     seed_spread: dict[str, float] = field(default_factory=dict)
+    info_delta: dict[str, float] = field(default_factory=dict)
+    info_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    info_verdict: dict[str, str] = field(default_factory=dict)
     nan_rounds: dict[str, int] = field(default_factory=dict)
     extraction: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -132,6 +144,9 @@ class TrialResult:
                 alo, ahi = self.aa_interval[m]
                 lines.append(f"        A/A (candidates shuffled) delta {self.aa_delta[m]:+.4f} [{alo:+.4f}, {ahi:+.4f}] "
                              f"-> {self.aa_verdict[m]}  A/A spread {self.aa_spread[m]:.4f}")
+                ilo, ihi = self.info_interval[m]
+                lines.append(f"        candidate vs A/A (beyond a shuffled copy) {self.info_delta[m]:+.4f} "
+                             f"[{ilo:+.4f}, {ihi:+.4f}] -> {self.info_verdict[m]}")
         if len(self.seeds) < 2:
             lines.append("  one seed: training noise is not in the interval (seeds=3 or more puts it there)")
         return "\n".join(lines)
@@ -366,6 +381,9 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
         result.nan_rounds[m] = int((~np.isfinite(boot)).sum())
         if run.aa:
             _aa_check(result, m, shuffled[:, 0] - base[:, 0], (shuffled[:, 1:] - base[:, 1:]).mean(axis=0), level)
+            c = combine(cand[:, 0] - shuffled[:, 0], (cand[:, 1:] - shuffled[:, 1:]).mean(axis=0), level)
+            result.info_delta[m], result.info_interval[m], result.info_verdict[m] = \
+                c["delta"], c["interval"], c["verdict"]
         if result.nan_rounds[m]:
             log.warning("trial: %d of %d bootstrap rounds have an undefined %s (left out of the users' variance)",
                         result.nan_rounds[m], n_boot, m.upper())

@@ -162,9 +162,13 @@ def _aa_text(t: dict) -> str:
     """A trial's A/A check for a caption: the shuffled candidates' AUC delta and the A/A spread."""
     if not t.get("aa_delta"):
         return f"A/A spread (AUC) {t.get('aa_spread', {}).get('auc', float('nan')):.4f}"
-    lo, hi = t["aa_interval"]["auc"]
-    return (f"A/A (candidate shuffled) AUC {t['aa_delta']['auc']:+.4f} [{lo:+.4f}, {hi:+.4f}] "
-            f"({t['aa_verdict']['auc']}), A/A spread {t['aa_spread']['auc']:.4f}")
+    aa = ", ".join(f"{m.upper()} {t['aa_delta'][m]:+.4f} [{t['aa_interval'][m][0]:+.4f}, {t['aa_interval'][m][1]:+.4f}] "
+                   f"({t['aa_verdict'][m]})" for m in ("auc", "gauc"))
+    text = f"A/A (candidate shuffled): {aa}, A/A spread (AUC) {t['aa_spread']['auc']:.4f}"
+    if t.get("info_delta"):
+        text += "; candidate vs its shuffled copy: " + ", ".join(
+            f"{m.upper()} {t['info_delta'][m]:+.4f} ({t['info_verdict'][m]})" for m in ("auc", "gauc"))
+    return text
 
 
 def fig_trial_caption() -> str:
@@ -192,7 +196,7 @@ def _other_seed() -> str:
         return ""
     r = load(name)
     parts = [f"{label}: AUC {t['delta']['auc']:+.4f} ({t['verdict']['auc']}), GAUC {t['delta']['gauc']:+.4f} "
-             f"({t['verdict']['gauc']})" for label, t in r["trials"].items()]
+             f"({t['verdict']['gauc']}); {_aa_text(t)}" for label, t in r["trials"].items()]
     return f". The same trials with seed {r['seed']} (data and training): {'; '.join(parts)} ({source(name, r)})"
 
 

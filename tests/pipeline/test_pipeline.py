@@ -111,6 +111,7 @@ def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
         assert len(r.aa_seed_deltas[m]) == 2 and r.aa_delta[m] == pytest.approx(np.mean(r.aa_seed_deltas[m]))
         assert r.aa_spread[m] == pytest.approx(np.max(np.abs(r.aa_seed_deltas[m])))
         assert r.aa_verdict[m] in VERDICTS and r.aa_interval[m][0] <= r.aa_delta[m] <= r.aa_interval[m][1]
+        assert r.info_delta[m] == pytest.approx(r.delta[m] - r.aa_delta[m])  # candidate against the A/A arm
     assert r.n_users > 10 and "P(better)" in r.render() and "A/A spread" in r.render()
     # one extraction pass fed the 2 x 2 models: the kernel launches, partitions and rows of one run
     one = run_pipeline(gen_dir, extra_features=cand, sparse=SPARSE + list(cand), checkpoint=False, **opts)
