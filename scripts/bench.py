@@ -192,7 +192,9 @@ def _trial_calibration(r: dict) -> str:
     fp = "; ".join(f"{m.upper()} {v['called']}/{v['of']} called (CP95 {v['cp95'][0]:.2f}-{v['cp95'][1]:.2f})"
                    for m, v in r["false_positive"].items())
     power = "; ".join(f"oracle gain {p['oracle_auc_gain']:+.4f}: AUC {p['auc']}/{p['trials']}, GAUC {p['gauc']}/"
-                      f"{p['trials']} helps, AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
+                      f"{p['trials']} helps" + (f" (vs its shuffled copy: AUC {p['auc_vs_shuffled']}, GAUC "
+                                                f"{p['gauc_vs_shuffled']})" if "auc_vs_shuffled" in p else "")
+                      + f", AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
     sec = r["seconds_per_trial"]
     done = f"{r['trials']} of {r['planned']} planned trials" if r.get("planned", r["trials"]) > r["trials"] else \
         f"{r['trials']} trials"
