@@ -197,7 +197,16 @@ def _other_seed() -> str:
     r = load(name)
     parts = [f"{label}: AUC {t['delta']['auc']:+.4f} ({t['verdict']['auc']}), GAUC {t['delta']['gauc']:+.4f} "
              f"({t['verdict']['gauc']}); {_aa_text(t)}" for label, t in r["trials"].items()]
-    return f". The same trials with seed {r['seed']} (data and training): {'; '.join(parts)} ({source(name, r)})"
+    first = load("figures/trial.json")["trials"]
+    same = []
+    for what, key in (("against the baseline", "verdict"), ("against the shuffled copy", "info_verdict")):
+        pairs = [(first[label].get(key, {}).get(m), t.get(key, {}).get(m)) for label, t in r["trials"].items()
+                 if label in first for m in ("auc", "gauc")]
+        pairs = [(a, b) for a, b in pairs if a and b]
+        if pairs:
+            same.append(f"{what} {sum(a == b for a, b in pairs)} of {len(pairs)}")
+    return (f". The same trials with seed {r['seed']} (data and training): {'; '.join(parts)} ({source(name, r)}). "
+            f"Verdicts (candidate x metric) the same at both seeds: {', '.join(same)}")
 
 
 def fig_suite() -> str:
