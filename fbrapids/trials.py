@@ -369,6 +369,7 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     t0 = time.perf_counter()
     bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
+    w.check_files()
     if w.group is None:
         raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
                             "(users): set group = ...")

@@ -59,6 +59,7 @@ from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.model_inputs import check_model_stream
 from fbrapids.trainers.run_identity import MODEL_KEYS, RUN_KEY, check_identity, model_identity, run_identity
 from fbrapids.workdir import clean_stale, lock_work_dir, preflight
 
@@ -515,6 +516,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             resuming a checkpoint that holds no progressive predictions.  ``False``:
             leave the model's calibration as it is.
     """
+    check_model_stream(model, batches)  # a stream of other features: one error naming the feature, before training
     place_model(model, device)
     if nan not in NAN_POLICIES:
         raise ArgumentError(f"nan must be one of {', '.join(NAN_POLICIES)}, got {nan!r}")
