@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/fbrapids demo $(ARGS)
 
+# the suite on TEST_WORKERS processes (pytest-xdist), each test file whole on one of them, so a
+# module's fixtures (a cluster, launched ranks) are made once; TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # execute the notebooks on the embedded default data and save their outputs (figures included)
 notebooks: $(STAMP)

@@ -192,16 +192,27 @@ def test_small_calibration_gives_the_planted_verdicts(tmp_path):
     assert res["aa"]["auc"]["trials"] == 2 and res["aa"]["auc"]["rows"] == [4000]  # each trial's A/A check
 
 
-def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(gen_dir):
+def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(gen_dir, tmp_path):
     """sklearn's side (FeatureHasher over "feature=id" strings + LogisticRegression, from its
-    docs) is benchmarks/logreg_vs_sklearn.py's, which measures the same at 200k rows."""
+    docs) is benchmarks/logreg_vs_sklearn.py's, which measures the same at 200k rows.
+
+    At 5,000 rows one data set's held-out AUC moves by ~0.02 with the data seed (about 700
+    held-out rows), so the comparison is the mean over three data sets, each paired with
+    its own reference."""
     from benchmarks.logreg_vs_sklearn import sklearn_auc
+    from fbrapids.datagen import generate
     from fbrapids.pipeline import run_pipeline
 
-    reference = sklearn_auc(gen_dir, n_features=1 << 18)
-    ours = run_pipeline(gen_dir, model="logreg", batch_size=256, checkpoint=False, count_clean=False,
-                        progress=False).metrics["auc"]
-    assert ours >= reference - 0.005, (ours, reference)
+    gaps = []
+    for seed in (0, 1, 2):
+        data = gen_dir if seed == 0 else tmp_path / f"gen-{seed}"
+        if seed:
+            generate(5000, data, seed=seed)
+        reference = sklearn_auc(data, n_features=1 << 18)
+        ours = run_pipeline(data, model="logreg", batch_size=256, checkpoint=False, count_clean=False,
+                            progress=False).metrics["auc"]
+        gaps.append(ours - reference)
+    assert float(np.mean(gaps)) >= -0.005, gaps
 
 
 def test_logreg_is_deterministic_whatever_the_seed():
