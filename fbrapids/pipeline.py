@@ -47,6 +47,10 @@ SPARSE = [
 MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
 #: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
 POOLING = "mean"
+#: training rows are shuffled within windows of this many rows (``stream(shuffle_window=)``): in
+#: time order the model ends tuned to the last hours it saw and mispredicts the held-out day
+#: by the hour (docs/models.md); a window spans whole days up to ~1M rows
+SHUFFLE_WINDOW = 1 << 18
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 # rows per streamed partition, whatever the data's size: memory in flight is a few partitions
 # (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
@@ -559,7 +563,7 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     # trainer, as stream(prefetch=2) holds over a dask frame
     test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
     producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
-    stream = _WaitTimer(batch_stream(producer, dense, sparse, batch_size, seed, nan))
+    stream = _WaitTimer(batch_stream(producer, dense, sparse, batch_size, seed, nan, SHUFFLE_WINDOW))
     threads_before = torch.get_num_threads()
     if train_threads is None and not be.is_gpu:
         train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
@@ -768,14 +772,14 @@ def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any
 
 
 def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
-                 nan: str = "error") -> Any:
+                 nan: str = "error", shuffle_window: int = 0) -> Any:
     """The trainer's stream of ``source`` (the label, group and the given features) as
-    :func:`run_pipeline` trains on it: the same batches in the same order for the same
-    source, batch size and seed."""
+    :func:`run_pipeline` streams it (its training days with ``shuffle_window=SHUFFLE_WINDOW``):
+    the same batches in the same order for the same source, batch size, seed and window."""
     from fbrapids.trainers.stream import stream
 
     return stream(source, label=LABEL, dense=dense, sparse=sparse, group=GROUP, batch_size=batch_size,
-                  seed=seed, prefetch=1, nan=nan)
+                  seed=seed, prefetch=1, nan=nan, shuffle_window=shuffle_window)
 
 
 def _store_totals(model: Any) -> dict[str, Any]:
