@@ -369,7 +369,7 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     if name == "din":
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
-                                attention_mlp=(36,), mlp=(64, 32))
+                                attention_mlp=(36,), mlp=(64, 32), first_order=True)
     raise ArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
