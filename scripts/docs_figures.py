@@ -145,8 +145,9 @@ def fig_default_data() -> str:
     text = f"**{d['oracle_auc']:.3f} at {d['rows']:,} rows, seed {d['seed']}** (CTR {d['ctr']:.3f}"
     try:
         models = load("models.json")
-        text += "; " + ", ".join(f"{float(v):.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
-                                 if int(rows) != d["rows"]) + ": `benchmarks/results/models.json`"
+        other = [f"{float(v):.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
+                 if int(rows) != d["rows"]]
+        text += "; " + ", ".join(other) + ": `benchmarks/results/models.json`" if other else ""
     except Missing:
         pass
     return text + ")"
@@ -277,7 +278,7 @@ def _arm_text(arm: dict[str, Any]) -> str:
         elif k == "drop":
             v = ", ".join(v)
         parts.append(_ARM_KEYS.get(k, k + " {}").format(v))
-    return ", ".join(parts)
+    return ", ".join(parts) or "the pipeline's defaults (training rows shuffled)"
 
 
 def _quarters(runs: list[dict[str, Any]]) -> str:
