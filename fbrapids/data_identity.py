@@ -67,3 +67,27 @@ def data_fingerprint(folder: str | os.PathLike) -> str:
         rel = p.name if p == root else p.relative_to(root).as_posix()
         h.update(f"{rel}\0{p.stat().st_size}\0{footer_digest(p)}\0".encode())
     return h.hexdigest()
+
+
+def files_fingerprint(files: "list[str | os.PathLike]") -> str:
+    """sha256 over ``files`` (in the order given): each one's path, size and content digest
+    (a parquet file's :func:`footer_digest`; another file's sha256 of its first 64 MiB);
+    what a checkpoint of a declared workload records as its data.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.csv"; _ = p.write_text("x\\n1\\n")
+        >>> a = files_fingerprint([p]); _ = p.write_text("x\\n2\\n")
+        >>> a == files_fingerprint([p])
+        False
+    """
+    h = hashlib.sha256()
+    for f in files:
+        p = Path(f)
+        if p.suffix == ".parquet":
+            digest = footer_digest(p)
+        else:
+            with open(p, "rb") as fh:
+                digest = hashlib.sha256(fh.read(1 << 26)).hexdigest()
+        h.update(f"{p.resolve()}\0{p.stat().st_size}\0{digest}\0".encode())
+    return h.hexdigest()

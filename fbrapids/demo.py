@@ -61,7 +61,9 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     from fbrapids.backend import get_backend
     from fbrapids.cluster import close_client, connect
     from fbrapids.datagen import read_metadata, using_dataset
+    from fbrapids.datasets import synthetic
     from fbrapids.pipeline import run_pipeline
+    from fbrapids.workloads import RunConfig
 
     if resume and work_dir is None:
         raise CheckpointError("resume needs the work dir of the run to continue (--work-dir)")
@@ -78,9 +80,9 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
         if client is not None:
             stack.callback(close_client, client)
         work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir(WORK_PREFIX))
-        result = run_pipeline(data, backend=backend, model=model, client=client, seed=seed, progress=progress,
-                              work_dir=work, batch_size=batch_size, checkpoint_every=checkpoint_every,
-                              resume=resume, nan=nan)
+        config = RunConfig(backend=backend, model=model, seed=seed, progress=progress, work_dir=work,
+                           batch_size=batch_size, checkpoint_every=checkpoint_every, resume=resume, nan=nan)
+        result = run_pipeline(synthetic.workload(data), config, client=client)
         result.oracle_auc = read_metadata(data).get("oracle_auc")
         if export is not None:
             if not result.checkpoint:

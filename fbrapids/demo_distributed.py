@@ -82,7 +82,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                 frames = plan_frames(inputs, data, options.get("backend"))
                 cols = [LABEL, GROUP, *inputs.dense, *inputs.sparse]
                 train_src, test_src = (batch_stream(TimedPartitions(f, window=1, columns=cols), inputs.dense,
-                                                    inputs.sparse, batch_size, seed, nan, window)
+                                                    inputs.sparse, batch_size, seed, nan, shuffle_window=window)
                                        for f, window in ((frames.train, SHUFFLE_WINDOW), (frames.test, 0)))
             feed = LeaderFeed(train_src, rank, world, feed_group)
             store = rank_store_config(StoreConfig(cache_rows=int(options.get("cache_rows", 1 << 17)),

@@ -203,6 +203,11 @@ class ModelInputError(RequestError):
     names the record and the model input."""
 
 
+class WorkloadError(FbrapidsError, ValueError):
+    """A workload spec (:class:`~fbrapids.workloads.Workload`) or run config that does not hold
+    together: names the field, and the file (a TOML spec) or column concerned."""
+
+
 class SpecError(FbrapidsError, ValueError):
     """A :class:`~fbrapids.serving.spec.ServingSpec` that does not hold together (names the
     column or feature)."""

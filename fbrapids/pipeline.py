@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from fbrapids import workload
 from fbrapids.iostats import IOCounter, tree_bytes
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.backend import get_backend
@@ -32,19 +31,12 @@ from fbrapids.errors import ArgumentError
 
 log = logging.getLogger(__name__)
 
-DAY = 86400
-LABEL = "click"
-GROUP = "user_id"
-DENSE = [f"d{j}" for j in range(10)] + ["query_len"]
-# not "weekday" (extracted, but not a model input): the held-out last day's weekday is never a
-# training day's, so its row is a fresh random one that shifts every held-out prediction and
-# that no calibration fitted on the training days can see (docs/models.md)
-SPARSE = [
-    "user_id", "ad_id", "advertiser_id", "category", "slot", "hour", "gender_h", "city_h", "os_h",
-    "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
-    "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
-]
-MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
+from fbrapids.datasets.synthetic import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,  # noqa: F401
+                                        as_workload, din_history)
+from fbrapids.workloads import RunConfig, Workload
+from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, split_fitted  # noqa: F401  (re-exported)
+from fbrapids.workloads.run_config import MODELS
+
 #: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
 POOLING = "mean"
 #: training rows are shuffled within windows of this many rows (``stream(shuffle_window=)``): in
@@ -52,25 +44,6 @@ POOLING = "mean"
 #: by the hour (docs/models.md); a window spans whole days up to ~1M rows
 SHUFFLE_WINDOW = 1 << 18
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
-# rows per streamed partition, whatever the data's size: memory in flight is a few partitions
-# (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
-PARTITION_ROWS = 1 << 18
-#: the behaviour sequence ``--model din`` attends over: the user's last 50 clicked
-#: categories strictly before each impression, built from the log by ``history``
-DIN_SEQUENCE = "hist_cat"
-DIN_TARGET = "category"
-
-
-def din_history() -> dict[str, Any]:
-    """The history feature DIN trains on (name -> expression).
-
-    Example:
-        >>> str(din_history()["hist_cat"])
-        'history(user_id, ts, category, click, last_n=50)'
-    """
-    from fbrapids import ops
-
-    return {DIN_SEQUENCE: ops.history("user_id", DIN_TARGET, "ts", last_n=50, events="click")}
 
 
 @dataclass
@@ -252,47 +225,27 @@ class _WaitTimer:
             yield batch
 
 
-def feature_frame(data_dir: str | Path, backend: str | None = None,
+def feature_frame(data: Workload | str | Path, backend: str | None = None,
                   extra_features: dict[str, Any] | None = None) -> tuple[Any, dict]:
-    """The lazy, partitioned frame of extracted + basic features, and the cleaned views.
+    """The lazy, partitioned frame of a workload's extracted features (a folder of generated
+    data: :func:`fbrapids.datasets.synthetic.workload`), and its parts (``log``, ``views``,
+    ``joined``): :func:`fbrapids.workloads.frames.feature_frame`.
 
     ``extra_features`` (name -> expression) are extracted with the workload's features,
-    in the same meta-kernels.
-
-    The small dictionaries (users, ads) are persisted by the scheduler in force (on the
-    cluster under a distributed client) and broadcast: their hash tables are built once per
-    pass.  The basic features are as large as the impressions: sorted by ``instance_id``
-    like them, they are joined partition by partition (see :func:`read_sorted_views`).
+    in the same meta-kernels.  On the generated data the small dictionaries (users, ads)
+    are persisted and broadcast, and the basic features, sorted by ``instance_id`` like
+    the impressions, are joined partition by partition (no shuffle).
     """
-    views = read_sorted_views(data_dir, backend=backend)
-    impressions, users, ads = workload.clean_views(views)
-    users, ads = (f.persist() for f in (users, ads))  # dictionaries: small, read and cleaned once
-    joined = workload.join_views(impressions, users, ads)
-    features = {**workload.features(), **(extra_features or {})}
-    merged = workload.merge_basic(joined.fbx.extract(**features), views["basic"])
-    if merged.index.name == "instance_id":  # the key back as a column, as on the eager path
-        # per partition (opaque to dask's optimizer: its filter pushdown through reset_index
-        # misaligns a later row filter such as split_by_day's, dask 2026.8)
-        merged = merged.map_partitions(index_as_column, meta=index_as_column(merged._meta))
-    return merged, {"impressions": impressions, "views": views, "joined": joined}
+    from fbrapids.workloads import frames
+
+    w = as_workload(data)
+    return frames.feature_frame(w, backend=backend, features={**w.features, **(extra_features or {})})
 
 
-def index_as_column(frame: Any) -> Any:
-    """``frame`` with its (named) index as its first column and a fresh default index.
-
-    Example:
-        >>> import pandas as pd
-        >>> index_as_column(pd.DataFrame({"a": [1]}, index=pd.Index([7], name="k"))).to_dict("list")
-        {'k': [7], 'a': [1]}
-    """
-    return frame.reset_index()
-
-
-def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[str, Any]:
-    """The workload's views; impressions and basic indexed by ``instance_id`` with known
-    divisions when their files are sorted by it (the generator writes them so), so the merge
-    with the basic features joins partition by partition, with no shuffle.  Both are read in
-    partitions of whole row groups, at most ``PARTITION_ROWS`` rows each.
+def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -> dict[str, Any]:
+    """A workload's views as read; those sorted by a key (the generated data's impressions and
+    basic, by ``instance_id``) indexed by it with known divisions, in partitions of whole
+    row groups, at most ``PARTITION_ROWS`` rows each.
 
     Example:
         >>> import tempfile
@@ -302,43 +255,9 @@ def read_sorted_views(data_dir: str | Path, backend: str | None = None) -> dict[
         >>> v["impressions"].index.name, v["basic"].known_divisions
         ('instance_id', True)
     """
-    from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
-    from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
+    from fbrapids.workloads import frames
 
-    views = workload.read_views(data_dir, backend=backend)
-    first = Path(data_dir) / "impressions.parquet"
-    rows = min(auto_partition_rows(parquet_file(str(first)).metadata.num_rows), PARTITION_ROWS)
-    groups = groups_per_partition(first, rows)
-    for name in ("impressions", "basic"):
-        path = Path(data_dir) / f"{name}.parquet"
-        frame = read_view(path, backend=backend, row_groups_per_partition=groups)
-        views[name] = index_by_sorted_key(frame, path, "instance_id", groups)
-    return views
-
-
-def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``features`` as (meta-kernel only, history, fitted).
-
-    History operators look only at strictly earlier events, so they run over the whole
-    log (after the merge with the basic features, which stays partition by partition);
-    fitted operators are fitted on the training days only.
-
-    Example:
-        >>> from fbrapids import ops
-        >>> k, h, f = split_fitted({"h": ops.hour("ts"), "te": ops.count_encode("user_id"),
-        ...                         "s": ops.time_since("user_id", "ts")})
-        >>> sorted(k), sorted(h), sorted(f)
-        (['h'], ['s'], ['te'])
-    """
-    from fbrapids.features.fitted import FITTED_OPS, frame_calls
-    from fbrapids.kernels import as_expr
-
-    kernel, history, fitted = {}, {}, {}
-    for name, e in (features or {}).items():
-        calls = frame_calls(as_expr(e))
-        group = fitted if any(c.op in FITTED_OPS for c in calls) else history if calls else kernel
-        group[name] = e
-    return kernel, history, fitted
+    return frames.read_views(as_workload(data), backend=backend)
 
 
 def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
@@ -386,17 +305,9 @@ def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedd
     return cls(**kwargs)
 
 
-def _rows_before(part: Any, cutoff: int, before: bool) -> Any:
-    keep = part["ts"] < cutoff
-    return part[keep if before else ~keep]
-
-
 def split_by_day(frame: Any, cutoff: int) -> tuple[Any, Any]:
-    """Rows before ``cutoff`` (epoch seconds) for training, the rest held out.
-
-    On dask each partition is filtered by its own rows (``map_partitions``): a dask-level
-    ``frame[mask]`` aligns the mask by index, which partition-local indexes (duplicate
-    labels across partitions) break at 1M rows.
+    """Rows with ``ts`` before ``cutoff`` (epoch seconds) for training, the rest held out
+    (:func:`fbrapids.workloads.frames.split_by_time` on the generated data's time column).
 
     Example:
         >>> import pandas as pd
@@ -404,74 +315,29 @@ def split_by_day(frame: Any, cutoff: int) -> tuple[Any, Any]:
         >>> tr["ts"].tolist(), te["ts"].tolist()
         ([1], [5, 9])
     """
-    if hasattr(frame, "map_partitions") and hasattr(frame, "_meta"):
-        return (frame.map_partitions(_rows_before, cutoff, True, meta=frame._meta),
-                frame.map_partitions(_rows_before, cutoff, False, meta=frame._meta))
-    return frame[frame["ts"] < cutoff], frame[frame["ts"] >= cutoff]
+    from fbrapids.workloads.frames import split_by_time
+
+    return split_by_time(frame, "ts", cutoff)
 
 
-def run_pipeline(
-    data_dir: str | Path,
-    *,
-    backend: str | None = None,
-    model: str = "dlrm",
-    client: Any = None,
-    epochs: int = 1,
-    batch_size: int = 2048,
-    embedding_dim: int = 16,
-    cache_rows: int = 1 << 17,
-    host_rows: int | None = 1 << 19,
-    work_dir: str | Path | None = None,
-    checkpoint: bool = True,
-    seed: int = 0,
-    progress: bool = True,
-    sparse: list[str] | None = None,
-    dense: list[str] | None = None,
-    extra_features: dict[str, Any] | None = None,
-    count_clean: bool = True,
-    checkpoint_every: int | None = None,
-    train_threads: int | None = None,
-    sequences: dict[str, str] | None = None,
-    resume: bool = False,
-    nan: str = "error",
-    calibrate: bool = True,
-) -> PipelineResult:
-    """Run the FeatureBox flow on a workload folder and train ``model`` on the stream.
+def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = None, *, client: Any = None,
+                 **options: Any) -> PipelineResult:
+    """Run the FeatureBox flow on ``workload`` and train ``config.model`` on the stream.
 
     Args:
-        data_dir: a folder with impressions / users / ads / basic parquet files.
-        backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
-        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"`` (logistic
-            regression over hashed one-hot ids and the dense features).
+        workload: a :class:`~fbrapids.workloads.Workload` (views, joins, cleaning, label,
+            split, features: what is read and trained on), or a folder of generated data
+            (its :func:`fbrapids.datasets.synthetic.workload`).
+        config: a :class:`~fbrapids.workloads.RunConfig` (the model, batches, store tiers,
+            work dir, checkpoints, ...; default ``RunConfig()``).
         client: a ``distributed.Client`` to extract on (None: dask's local scheduler).
-        cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers; rows
-            beyond them live in the SSD tier's files under ``work_dir``.
-        work_dir: where the embedding store's SSD files and the checkpoint go (None: a
-            temporary ``fbrapids-run-*`` folder, removed on every exit path, SIGTERM
-            included: :func:`fbrapids.workdir.temporary_work_dir`).
-        checkpoint: write a checkpoint at the end of training.
-        sparse / dense: the feature columns the model reads (default ``SPARSE`` / ``DENSE``).
-        extra_features: more feature expressions to extract (name -> expression); list
-            their names in ``sparse`` or ``dense`` to train on them.  Fitted operators
-            (``target_encode``, ``categorify``, ...) among them are fitted on the training
-            days only (one pass), applied out-of-fold to the training days and frozen to
-            the held-out day; history operators run over the whole log (strictly earlier
-            events only).
-        sequences: for ``model="din"``: behaviour-sequence feature -> the sparse feature it
-            attends to (default: the last 50 clicked categories, built by ``history``).
-        checkpoint_every: also checkpoint every this many steps.
-        train_threads: torch threads while training (default on the CPU: all cores but one,
-            which the extraction running beside it uses).
-        count_clean: compute the clean counts for the summary (one more pass over the
-            impressions' read + clean; benchmarks turn it off).
-        resume: continue from the newest verified checkpoint under ``work_dir/checkpoints``
-            (the batches it had trained on are skipped; same data, seed and threads give the
-            uninterrupted run's model bit for bit).  Without it, a work dir that already
-            holds checkpoints is an error.
-        nan: NaN / inf / null in a dense feature: ``"error"`` (stop, naming the column) or
-            ``"zero"`` (train and evaluate on 0 in its place; counted in
-            ``result.rows["dense NaN/inf/null -> 0"]``).
-        calibrate: ``fit``'s post-hoc calibration (:mod:`fbrapids.trainers.calibration`).
+        options: shorthand for ``config.with_(**options)`` (``run_pipeline(d, model="din")``);
+            names other than ``RunConfig``'s are an error.
+
+    The workload's fitted operators (``target_encode``, ``categorify``, ...) are fitted on
+    the training rows only (one pass), applied out-of-fold to them and frozen to the
+    held-out rows; history operators run over the whole log (strictly earlier events
+    only).  ``--model din`` adds the workload's behaviour sequences.
 
     The work dir is held exclusively for the run (a second run on it is a
     :class:`~fbrapids.errors.WorkDirLockedError` naming this one's PID and host); before
@@ -489,24 +355,22 @@ def run_pipeline(
     from fbrapids.cluster import frozen_worker_watchdog
     from fbrapids.workdir import lock_work_dir, temporary_work_dir
 
+    w = as_workload(workload)
+    cfg = (config if config is not None else RunConfig()).with_(**options)
+    if not isinstance(cfg, RunConfig):
+        raise ArgumentError(f"config must be a RunConfig, got {type(config).__name__}")
+    w.check_files()
     with contextlib.ExitStack() as stack:
-        work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir())
+        work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
-                frozen_worker_watchdog(client, f"the run on {data_dir}"):
-            result = _run(data_dir, backend, model, client, epochs, batch_size, embedding_dim, cache_rows, host_rows,
-                          work, checkpoint, seed, progress, sparse, dense, extra_features, count_clean,
-                          checkpoint_every, train_threads, sequences, resume, nan, calibrate)
-        if work_dir is None:
+                frozen_worker_watchdog(client, f"the run on {w.where}"):
+            result = _run(w, cfg, client, work)
+        if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
 
 
-def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epochs: int, batch_size: int,
-         embedding_dim: int, cache_rows: int, host_rows: int | None, work_dir: str | Path | None, checkpoint: bool,
-         seed: int, progress: bool, sparse: list[str] | None, dense: list[str] | None,
-         extra_features: dict[str, Any] | None, count_clean: bool, checkpoint_every: int | None,
-         train_threads: int | None, sequences: dict[str, str] | None = None, resume: bool = False,
-         nan: str = "error", calibrate: bool = True) -> PipelineResult:
+def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult:
     import torch
 
     from fbrapids.joins import join_decision_mark, join_decisions
@@ -516,9 +380,9 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     from fbrapids.trainers.metrics import all_metrics
     from fbrapids.trainers.sparse import StoreConfig
 
-    be = get_backend(backend)
+    model, seed, nan, checkpoint = cfg.model, cfg.seed, cfg.nan, cfg.checkpoint
+    be = get_backend(cfg.backend)
     torch.manual_seed(seed)
-    work = Path(work_dir)
     result = PipelineResult(be.name, model)
     io = IOCounter().__enter__()  # bytes this run writes and reads, measured (children included)
     decisions_before = join_decision_mark()
@@ -526,27 +390,26 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
     if client is not None:
         from fbrapids.cluster import require_workers
 
-        require_workers(client, f"extracting {data_dir}")
+        require_workers(client, f"extracting {w.where}")
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
-    inputs = training_inputs(data_dir, model, embedding_dim, batch_size, seed, sparse, dense, extra_features,
-                             sequences)
-    sparse, dense, sequences, extra_features, run = (inputs.sparse, inputs.dense, inputs.sequences,
-                                                     inputs.extra_features, inputs.run)
-    if resume and checkpoint:
+    inputs = training_inputs(w, model, cfg.embedding_dim, cfg.batch_size, seed)
+    sparse, dense, sequences, features, run = (inputs.sparse, inputs.dense, inputs.sequences,
+                                               inputs.extra_features, inputs.run)
+    if cfg.resume and checkpoint:
         _check_resume(work / "checkpoints", run)  # a resume with other settings: refused before planning
-    frames = plan_frames(inputs, data_dir, be.name)
+    frames = plan_frames(inputs, w, be.name)
     train, test, parts, plain = frames.train, frames.test, frames.parts, frames.plain
     if frames.fitted_state is not None:
         result.seconds["fit"] = frames.fit_s
         result.fitted = frames.fitted_state.explain()
         if checkpoint:
             frames.fitted_state.save(work / "fitted")
-    store = StoreConfig(cache_rows=cache_rows, host_rows=host_rows, ssd_dir=str(work / "store"), seed=seed)
-    net = build_model(model, len(dense), sparse, store, embedding_dim, sequences=sequences)
+    store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(work / "store"), seed=seed)
+    net = build_model(model, len(dense), sparse, store, cfg.embedding_dim, sequences=sequences)
     ckpt_dir = (work / "checkpoints") if checkpoint else None
-    _preflight(data_dir, work, ckpt_dir, net, store, sparse, {**workload.features(), **extra_features})
+    _preflight(w, work, ckpt_dir, net, store, sparse, features)
     result.seconds["plan"] = time.perf_counter() - t0
 
     kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
@@ -557,27 +420,29 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
         from fbrapids.cluster import WorkerCounters
 
         counters = WorkerCounters(client, kernel_stats.stats)  # survives worker restarts
-    stream_columns = [LABEL, GROUP, *dense, *sparse]
+    stream_columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
     # held-out partitions are streamed too
     # one partition computed at a time plus a queue of one: at most two partitions ahead of the
     # trainer, as stream(prefetch=2) holds over a dask frame
     test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
     producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
-    stream = _WaitTimer(batch_stream(producer, dense, sparse, batch_size, seed, nan, SHUFFLE_WINDOW))
+    stream = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group,
+                                     SHUFFLE_WINDOW))
     threads_before = torch.get_num_threads()
+    train_threads = cfg.train_threads
     if train_threads is None and not be.is_gpu:
         train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
     if train_threads:
         torch.set_num_threads(train_threads)
     t = time.perf_counter()
     try:
-        fitted = fit(net, stream, epochs=epochs, progress=progress,
-                     checkpoint_dir=ckpt_dir, resume=resume, checkpoint_every=checkpoint_every, run=run,
-                     keep_checkpoints=KEEP_CHECKPOINTS, calibrate=calibrate)
+        fitted = fit(net, stream, epochs=cfg.epochs, progress=cfg.progress,
+                     checkpoint_dir=ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every, run=run,
+                     keep_checkpoints=KEEP_CHECKPOINTS, calibrate=cfg.calibrate)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
-        test_stream = batch_stream(test_producer, dense, sparse, batch_size, seed, nan)
-        result.predictions = predict(net, test_stream, progress=progress)
+        test_stream = batch_stream(test_producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group)
+        result.predictions = predict(net, test_stream, progress=cfg.progress)
         evaluate_s = time.perf_counter() - t
     finally:
         torch.set_num_threads(threads_before)
@@ -600,12 +465,12 @@ def _run(data_dir: str | Path, backend: str | None, model: str, client: Any, epo
 
     ks = kernel_stats.stats() if counters is None else _cluster_kernel_stats(counters)
     streamed = producer.partitions + test_producer.partitions
-    plan = plan_for(parts["joined"]._meta, {**workload.features(), **plain})
+    plan = plan_for(parts["joined"]._meta, plain)
     result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
                      "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
                      "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
                      "dictionary_runs": ks["dictionary_runs"]}
-    counts = parts["impressions"].fbx.clean_report.counts if count_clean else {}
+    counts = parts["log"].fbx.clean_report.counts if cfg.count_clean and w.log.clean else {}
     result.rows["impressions read"] = int(counts.get("rows_in", 0))
     result.rows["after clean"] = int(counts.get("rows_out", 0))
     result.rows["merged (train+test)"] = int(stream.samples + result.metrics.get("n", 0))
@@ -649,12 +514,11 @@ class PlannedFrames:
     fit_s: float = 0.0
 
 
-def training_inputs(data_dir: str | Path, model: str, embedding_dim: int, batch_size: int, seed: int,
-                    sparse: list[str] | None = None, dense: list[str] | None = None,
-                    extra_features: dict[str, Any] | None = None,
-                    sequences: dict[str, str] | None = None) -> TrainingInputs:
-    """The features ``model`` trains on (DIN: its behaviour sequence added) and the run's
-    settings (:func:`run_pipeline`'s defaults; reads only the data's footers).
+def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int, batch_size: int,
+                    seed: int) -> TrainingInputs:
+    """The features ``model`` trains on from the workload (DIN: its behaviour sequences
+    added: :meth:`~fbrapids.workloads.Workload.model_inputs`) and the run's settings
+    (reads only the data's footers).
 
     Example:
         >>> import tempfile
@@ -664,56 +528,51 @@ def training_inputs(data_dir: str | Path, model: str, embedding_dim: int, batch_
         >>> t.sequences, t.sparse[-1], t.run["batch_size"]
         ({'hist_cat': 'category'}, 'hist_cat', 2048)
     """
-    sparse = list(sparse or SPARSE)
-    dense = list(dense or DENSE)
-    extra_features = dict(extra_features or {})
-    if model == "din" and sequences is None:
-        sequences = {DIN_SEQUENCE: DIN_TARGET}
-        extra_features = {**din_history(), **extra_features}
-    for seq in sequences or {}:
-        if seq not in sparse:
-            sparse.append(seq)
-    run = _run_settings(data_dir, model, embedding_dim, dense, sparse, sequences, extra_features, batch_size, seed)
-    return TrainingInputs(model, dense, sparse, sequences, extra_features, run)
+    w = as_workload(data)
+    dense, sparse, sequences, features = w.model_inputs(model)
+    run = _run_settings(w, model, embedding_dim, dense, sparse, sequences or None, features, batch_size, seed)
+    return TrainingInputs(model, dense, sparse, sequences or None, features, run)
 
 
-def plan_frames(inputs: TrainingInputs, data_dir: str | Path, backend: str | None = None) -> PlannedFrames:
-    """The lazy training days and held-out day of ``data_dir`` with ``inputs``' features:
-    history features over the whole log, fitted ones fitted once on the training days
-    (out-of-fold there, frozen on the held-out day), the stream's columns checked."""
-    from fbrapids.datagen import TS0, DAYS
-    from fbrapids.plan_checks import check_held_out, check_stream_columns
+def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None) -> PlannedFrames:
+    """The lazy training and held-out rows of the workload with ``inputs``' features:
+    history features over the whole log, fitted ones fitted once on the training rows
+    (out-of-fold there, frozen on the held-out rows), the stream's columns checked."""
+    from fbrapids.plan_checks import check_stream_columns
+    from fbrapids.workloads import frames
 
+    w = as_workload(data)
     plain, history, to_fit = split_fitted(inputs.extra_features)
-    merged, parts = feature_frame(data_dir, backend=backend, extra_features=plain)
+    cutoff = frames.held_out_cutoff(w)  # a held-out day the footers say is empty: refused before planning
+    merged, parts = frames.feature_frame(w, backend=backend, features=plain)
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)
-    cutoff = TS0 + (DAYS - 1) * DAY
-    check_held_out(Path(data_dir) / "impressions.parquet", "ts", cutoff)
-    train, test = split_by_day(merged, cutoff)
+    train, test = frames.split_frame(w, merged, cutoff)
     out = PlannedFrames(train, test, parts, plain)
-    if to_fit:  # fitted on the training days only; out-of-fold there, frozen on the held-out day
+    if to_fit:  # fitted on the training rows only; out-of-fold there, frozen on the held-out rows
         t = time.perf_counter()
         out.fitted_state = train.fbx.fit(**to_fit)
         out.train = train.fbx.extract(out.fitted_state, training=True)
         out.test = test.fbx.extract(out.fitted_state)
         out.fit_s = time.perf_counter() - t
-    check_stream_columns(out.train._meta, LABEL, inputs.dense, inputs.sparse, data_dir)  # fitted features included
+    check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse, w.where)  # fitted features included
     return out
 
 
-def _run_settings(data_dir: str | Path, model: str, embedding_dim: int, dense: list[str], sparse: list[str],
-                  sequences: dict[str, str] | None, extra_features: dict[str, Any], batch_size: int,
+def _run_settings(w: Workload, model: str, embedding_dim: int, dense: list[str], sparse: list[str],
+                  sequences: dict[str, str] | None, features: dict[str, Any], batch_size: int,
                   seed: int) -> dict[str, Any]:
     """What a checkpoint of this run records and a resume must share with it
     (:mod:`fbrapids.trainers.run_identity`): the model and its inputs, batch size, seed, and
-    the data's fingerprint (:func:`fbrapids.data_identity.data_fingerprint`)."""
-    from fbrapids.data_identity import data_fingerprint
+    the data's fingerprint (:func:`fbrapids.data_identity.data_fingerprint` of a generated
+    folder, else :func:`~fbrapids.data_identity.files_fingerprint` of the views' files)."""
+    from fbrapids.data_identity import data_fingerprint, files_fingerprint
 
+    data = data_fingerprint(w.root) if w.name == "generated" and w.root else files_fingerprint(w.files())
     return {"model": model, "embedding_dim": int(embedding_dim), "dense": list(dense), "sparse": list(sparse),
             "sequences": dict(sequences or {}),
-            "extra_features": {k: _comparable(v) for k, v in sorted(extra_features.items())},
-            "batch_size": int(batch_size), "seed": int(seed), "data": data_fingerprint(data_dir)}
+            "extra_features": {k: _comparable(v) for k, v in sorted(features.items())},
+            "batch_size": int(batch_size), "seed": int(seed), "data": data}
 
 
 def _comparable(expr: Any) -> str:
@@ -747,7 +606,7 @@ def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
     return total.as_dict()
 
 
-def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any, store: Any,
+def _preflight(w: Workload, work: Path, ckpt_dir: Path | None, net: Any, store: Any,
                sparse: list[str], features: dict[str, Any]) -> dict[str, int]:
     """Work dir (and checkpoint dir) writable, with room for the SSD tier and ``keep + 1``
     checkpoints, each table sized by what bounds it (:mod:`fbrapids.disk_budget`: a hashed
@@ -756,7 +615,7 @@ def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any
     from fbrapids.disk_budget import disk_need, table_bounds
     from fbrapids.workdir import preflight
 
-    bounds = table_bounds(data_dir, sparse, features)
+    bounds = table_bounds(w.root or ".", sparse, features)
     dense = sum(t.numel() * t.element_size() for t in net.state_dict().values())
     need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.host_rows is not None,
                      checkpoints=ckpt_dir is not None)
@@ -772,13 +631,14 @@ def _preflight(data_dir: str | Path, work: Path, ckpt_dir: Path | None, net: Any
 
 
 def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
-                 nan: str = "error", shuffle_window: int = 0) -> Any:
+                 nan: str = "error", label: str = LABEL, group: str | None = GROUP, shuffle_window: int = 0) -> Any:
     """The trainer's stream of ``source`` (the label, group and the given features) as
     :func:`run_pipeline` streams it (its training days with ``shuffle_window=SHUFFLE_WINDOW``):
-    the same batches in the same order for the same source, batch size, seed and window."""
+    the same batches in the same order for the same source, batch size, seed and window
+    (``label`` / ``group``: the workload's; default the generated data's)."""
     from fbrapids.trainers.stream import stream
 
-    return stream(source, label=LABEL, dense=dense, sparse=sparse, group=GROUP, batch_size=batch_size,
+    return stream(source, label=label, dense=dense, sparse=sparse, group=group, batch_size=batch_size,
                   seed=seed, prefetch=1, nan=nan, shuffle_window=shuffle_window)
 
 

@@ -55,11 +55,12 @@ class ArmsRun:
     zeroed: list[str] = field(default_factory=list)  # the candidate-input weights started at 0
 
 
-def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
+def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
                seeds: Sequence[int] = (0,), progress: bool = True, sequences: dict[str, str] | None = None,
                paired: bool = True, **options: Any) -> ArmsRun:
     """Extract once, train a baseline and a candidate arm per seed side by side, predict the
-    held-out day (see the module docstring); ``options``: :data:`OPTIONS`.
+    held-out rows (see the module docstring) of ``data``, a
+    :class:`~fbrapids.workloads.Workload` or a folder of generated data; ``options``: :data:`OPTIONS`.
 
     ``paired=False`` builds the arms as separate models instead, as trials did before: the
     baseline over the baseline's features only, the candidate over all of them, each
@@ -70,8 +71,9 @@ def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = 
 
     from fbrapids import kernels as kernel_stats
     from fbrapids.backend import get_backend
-    from fbrapids.pipeline import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE, TimedPartitions,
-                                   build_model, din_history, plan_frames, training_inputs)
+    from fbrapids.datasets.synthetic import as_workload
+    from fbrapids.pipeline import TimedPartitions, build_model, plan_frames, training_inputs
+    from fbrapids.workloads import SequenceFeature
     from fbrapids.trainers.arms import baseline_view, zero_candidate_inputs
     from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
@@ -83,29 +85,23 @@ def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = 
         raise ArgumentError(f"trial: unknown option(s) {unknown}; known: {', '.join(sorted(OPTIONS))}")
     opt = {**OPTIONS, **options}
     be = get_backend(opt["backend"])
-    extra = dict(candidates)
     new = list(candidates)
-    dense, sparse = list(DENSE), list(SPARSE)
     new_dense, new_sparse = (new, []) if kind == "dense" else ([], list(new))
-    dense += new_dense
-    sparse += new_sparse
-    seqs: dict[str, str] = {}
-    if model == "din":
-        seqs = dict(sequences) if sequences is not None else {DIN_SEQUENCE: DIN_TARGET}
-        if sequences is None:
-            extra = {**din_history(), **extra}
-        for s in seqs:
-            if s not in sparse:
-                sparse.append(s)
-            if s in new and s not in new_sparse:
-                new_sparse.append(s)
+    w = as_workload(data)
+    if sequences is not None:  # candidate sequences: the baseline arm trains with none
+        w = w.replace(sequences={})
+    w = w.with_features(candidates, sparse=new_sparse, dense=new_dense,
+                        sequences={n: SequenceFeature(t) for n, t in (sequences or {}).items()})
+    dense, sparse, seqs, _ = w.model_inputs(model)
+    for s in seqs:
+        if s in new and s not in new_sparse:
+            new_sparse.append(s)
     t0 = time.perf_counter()
     run = ArmsRun([int(s) for s in seeds], np.zeros(0), np.zeros(0))
     with dask.config.set(scheduler="threads"), temporary_work_dir() as tmp:
         work = Path(opt["work_dir"]) if opt["work_dir"] is not None else Path(tmp)
-        inputs = training_inputs(data_dir, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0], sparse,
-                                 dense, extra, seqs or None)
-        frames = plan_frames(inputs, data_dir, be.name)  # the stream's columns checked there
+        inputs = training_inputs(w, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0])
+        frames = plan_frames(inputs, w, be.name)  # the stream's columns checked there
         train, test = frames.train, frames.test
         if frames.fitted_state is not None:
             run.seconds["fit"] = frames.fit_s
@@ -129,12 +125,12 @@ def train_arms(data_dir: str | Path, candidates: dict[str, Any], *, kind: str = 
                 views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else None)
         run.seconds["plan"] = time.perf_counter() - t0
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
-        columns = [LABEL, GROUP, *dense, *sparse]
+        columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
         producer = TimedPartitions(train, window=1, columns=columns)
         test_producer = TimedPartitions(test, window=1, columns=columns)
 
         def batches(source: Any) -> Any:
-            return stream(source, label=LABEL, dense=dense, sparse=sparse, group=GROUP,
+            return stream(source, label=w.label, dense=dense, sparse=sparse, group=w.group,
                           batch_size=opt["batch_size"], seed=run.seeds[0], prefetch=1, nan=opt["nan"])
 
         threads_before = torch.get_num_threads()

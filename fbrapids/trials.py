@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -278,7 +277,7 @@ def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.9
             "interval": (float(lo), float(hi)), "p_better": p_better, "verdict": verdict}
 
 
-def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
+def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
           seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
           progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
           **options: Any) -> TrialResult:
@@ -286,7 +285,10 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     method and its assumptions: the module docstring).
 
     Args:
-        data_dir: a workload folder (impressions / users / ads / basic parquet).
+        workload: a :class:`~fbrapids.workloads.Workload` (a declared log: views, joins,
+            label, split, group, baseline features; ``load_workload("my.toml")``), or a
+            folder of generated data (:func:`fbrapids.datasets.synthetic.workload`).  Its
+            group column is the bootstrap's unit.
         candidates: new feature name -> expression over the joined views (``fbrapids.ops``).
         kind: ``"sparse"`` (ids, embedded) or ``"dense"`` (numbers) for the candidates.
         model: the model both arms train (``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"``,
@@ -309,12 +311,14 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
         FeatureError: a candidate name collides with a baseline column.
         ArgumentError: a bad ``kind``, ``seeds``, ``level`` or option.
     """
-    from fbrapids import workload
     from fbrapids.autobar import tqdm
-    from fbrapids.pipeline import DENSE, SPARSE
+    from fbrapids.datasets.synthetic import as_workload
     from fbrapids.trial_training import train_arms
 
-    clash = [n for n in candidates if n in workload.features() or n in SPARSE or n in DENSE]
+    w = as_workload(workload)
+    if not isinstance(candidates, dict) or not candidates:
+        raise ArgumentError(f"candidates must be a non-empty dict of name -> feature expression, got {candidates!r}")
+    clash = [n for n in candidates if n in w.features or n in w.sparse or n in w.dense]
     if clash:
         raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
     if kind not in ("sparse", "dense"):
@@ -325,7 +329,10 @@ def trial(data_dir: str | Path, candidates: dict[str, Expr], *, kind: str = "spa
     t0 = time.perf_counter()
     bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
-    run = train_arms(data_dir, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
+    if w.group is None:
+        raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
+                            "(users): set group = ...")
+    run = train_arms(w, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
                      sequences=sequences, paired=paired, **options)
     bar.update(1)
     bar.set_postfix_str(f"bootstrap x{n_boot}")

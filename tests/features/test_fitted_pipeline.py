@@ -11,7 +11,9 @@ import pytest
 from fbrapids import ops
 from fbrapids.datagen import DAYS, TS0, generate
 from fbrapids.features import Fitted
-from fbrapids.pipeline import DENSE, run_pipeline
+from fbrapids.datasets import synthetic
+from fbrapids.pipeline import run_pipeline
+from fbrapids.workloads import RunConfig
 
 CUTOFF = TS0 + (DAYS - 1) * 86400
 TE = {"te_uc": ops.target_encode("user_id", "category", label="click", fold_by="instance_id"),
@@ -19,8 +21,8 @@ TE = {"te_uc": ops.target_encode("user_id", "category", label="click", fold_by="
 
 
 def _run(data, work) -> tuple:
-    r = run_pipeline(data, epochs=1, batch_size=512, progress=False, work_dir=work, extra_features=TE,
-                     dense=DENSE + ["te_uc"], sparse=None)
+    w = synthetic.workload(data).with_features(TE, dense=["te_uc"])
+    r = run_pipeline(w, RunConfig(epochs=1, batch_size=512, progress=False, work_dir=work))
     return r, Fitted.load(work / "fitted")
 
 

@@ -91,7 +91,8 @@ def test_weighted_auc_and_paired_bootstrap():
 
 
 def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
-    from fbrapids.pipeline import SPARSE, run_pipeline
+    from fbrapids.datasets import synthetic
+    from fbrapids.pipeline import run_pipeline
     from fbrapids.trials import VERDICTS
 
     cand = {"slot_x_os": ops.cross("slot", "os")}
@@ -109,7 +110,7 @@ def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
         assert r.aa_spread[m] >= 0 and r.nan_rounds[m] == 0
     assert r.n_users > 10 and "P(better)" in r.render() and "A/A spread" in r.render()
     # one extraction pass fed the 2 x 2 models: the kernel launches, partitions and rows of one run
-    one = run_pipeline(gen_dir, extra_features=cand, sparse=SPARSE + list(cand), checkpoint=False, **opts)
+    one = run_pipeline(synthetic.workload(gen_dir).with_features(cand, sparse=list(cand)), checkpoint=False, **opts)
     assert r.extraction["models"] == 4
     assert r.extraction["launches"] == one.kernel["launches"] > 0
     assert r.extraction["partitions"] == one.kernel["partitions"]

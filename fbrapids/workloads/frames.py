@@ -1,0 +1,239 @@
+"""A :class:`~fbrapids.workloads.Workload`'s lazy frames: views read, cleaned, joined, the
+features extracted, and the rows split into training and held out.
+
+Example:
+    >>> import tempfile
+    >>> from fbrapids.datagen import generate
+    >>> from fbrapids.datasets import synthetic
+    >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
+    >>> merged, parts = feature_frame(synthetic.workload(d))
+    >>> train, test = split_frame(synthetic.workload(d), merged)
+    >>> len(train) + len(test) == len(merged), sorted(parts)
+    (True, ['joined', 'log', 'views'])
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fbrapids.errors import WorkloadError
+from fbrapids.workloads.spec import HELD_OUT, View, Workload
+
+log = logging.getLogger(__name__)
+
+DAY = 86400
+# rows per streamed partition, whatever the data's size: memory in flight is a few partitions
+# (extracted features with token lists take ~1.5 KB a row), so it must not grow with the rows
+PARTITION_ROWS = 1 << 18
+
+
+def index_as_column(frame: Any) -> Any:
+    """``frame`` with its (named) index as its first column and a fresh default index.
+
+    Example:
+        >>> import pandas as pd
+        >>> index_as_column(pd.DataFrame({"a": [1]}, index=pd.Index([7], name="k"))).to_dict("list")
+        {'k': [7], 'a': [1]}
+    """
+    return frame.reset_index()
+
+
+def _rows_before(part: Any, column: str, cutoff: Any, before: bool) -> Any:
+    keep = part[column] < cutoff
+    return part[keep if before else ~keep]
+
+
+def split_by_time(frame: Any, column: str, cutoff: Any) -> tuple[Any, Any]:
+    """Rows with ``column < cutoff`` for training, the rest held out.
+
+    On dask each partition is filtered by its own rows (``map_partitions``): a dask-level
+    ``frame[mask]`` aligns the mask by index, which partition-local indexes (duplicate
+    labels across partitions) break at 1M rows.
+
+    Example:
+        >>> import pandas as pd
+        >>> tr, te = split_by_time(pd.DataFrame({"ts": [1, 5, 9]}), "ts", 5)
+        >>> tr["ts"].tolist(), te["ts"].tolist()
+        ([1], [5, 9])
+    """
+    if hasattr(frame, "map_partitions") and hasattr(frame, "_meta"):
+        return (frame.map_partitions(_rows_before, column, cutoff, True, meta=frame._meta),
+                frame.map_partitions(_rows_before, column, cutoff, False, meta=frame._meta))
+    return frame[frame[column] < cutoff], frame[frame[column] >= cutoff]
+
+
+def _marked(part: Any, held_out: bool) -> Any:
+    return part.assign(**{HELD_OUT: held_out})
+
+
+def _marked_rows(part: Any, offset: int, cutoff: int) -> Any:
+    import numpy as np
+
+    return part.assign(**{HELD_OUT: np.arange(offset, offset + len(part)) >= cutoff})
+
+
+def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) -> Any:
+    from fbrapids.views.read import read_view
+
+    files = [w.resolve(p) for p in paths]
+    try:
+        return read_view(files if len(files) > 1 else files[0], backend=backend, **view.options)
+    except WorkloadError:
+        raise
+    except Exception as e:
+        if type(e).__name__ == "ViewError":
+            raise WorkloadError(f"{w.where}: view {view.name!r}: {e}") from e
+        raise
+
+
+def read_views(w: Workload, backend: str | None = None) -> dict[str, Any]:
+    """Each view of ``w`` as a lazy frame; views ``sorted_by`` a key indexed by it with
+    known divisions (in partitions of whole row groups, at most :data:`PARTITION_ROWS` rows:
+    the row groups per partition are the first sorted view's, so they line up); the log
+    marked held out or not (``fraction`` / ``files`` splits: :data:`HELD_OUT`)."""
+    from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
+    from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
+
+    out: dict[str, Any] = {}
+    groups = None
+    for v in w.views:
+        if v.sorted_by is not None:
+            if len(v.paths) != 1:
+                raise WorkloadError(f"{w.where}: view {v.name!r}: sorted_by needs one parquet file")
+            path = Path(w.resolve(v.paths[0]))
+            if groups is None:
+                rows = min(auto_partition_rows(parquet_file(str(path)).metadata.num_rows), PARTITION_ROWS)
+                groups = groups_per_partition(path, rows)
+            frame = read_view(path, backend=backend, row_groups_per_partition=groups, **v.options)
+            out[v.name] = index_by_sorted_key(frame, path, v.sorted_by, groups)
+        else:
+            out[v.name] = _read(w, v, v.paths, backend)
+        if v.distinct:
+            out[v.name] = out[v.name].drop_duplicates(subset=list(v.distinct))
+    rule = w.split.rule
+    if rule == "files":
+        held = _read(w, w.log, w.split.files, backend)
+        train, test = (f.map_partitions(_marked, flag, meta=_marked(f._meta, flag))
+                       for f, flag in ((out[w.log.name], False), (held, True)))
+        import dask.dataframe as dd
+
+        out[w.log.name] = dd.concat([train, test])
+    elif rule == "fraction":
+        out[w.log.name] = _mark_last_rows(out[w.log.name], w.split.fraction)
+    return out
+
+
+def _mark_last_rows(frame: Any, fraction: float) -> Any:
+    """``frame`` with :data:`HELD_OUT` True on its last ``fraction`` of rows (file order;
+    one pass to count each partition's rows)."""
+    import math
+
+    import dask
+    import dask.dataframe as dd
+
+    lengths = [int(n) for n in frame.map_partitions(len).compute()]
+    total = sum(lengths)
+    cutoff = total - max(1, math.floor(total * fraction))
+    parts, offset = [], 0
+    for part, n in zip(frame.to_delayed(), lengths):
+        parts.append(dask.delayed(_marked_rows)(part, offset, cutoff))
+        offset += n
+    return dd.from_delayed(parts, meta=_marked_rows(frame._meta, 0, 0), verify_meta=False)
+
+
+def feature_frame(w: Workload, backend: str | None = None,
+                  features: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """The lazy, partitioned frame of ``w``: the log cleaned, the views joined in (each
+    cleaned; dictionaries persisted by the scheduler in force and broadcast, so their hash
+    tables are built once per pass), ``features`` (name -> expression; default ``w``'s)
+    extracted in the meta-kernels (history and fitted operators among them are left to
+    :func:`fbrapids.pipeline.plan_frames`: :func:`split_fitted`), then the
+    ``after_features`` joins.
+    Returns it and the parts: ``log`` (the cleaned log, its clean report), ``views`` (as
+    read), ``joined`` (before extraction)."""
+    views = read_views(w, backend=backend)
+    cleaned = {v.name: views[v.name].fbx.clean(**v.clean) if v.clean else views[v.name] for v in w.views}
+    sorted_views = {v.name for v in w.views if v.sorted_by is not None}
+    for j in w.joins:  # dictionaries: small, read and cleaned once
+        if j.view not in sorted_views and not j.after_features:
+            cleaned[j.view] = cleaned[j.view].persist()
+    frame = cleaned[w.log.name]
+
+    def join(frame: Any, j: Any) -> Any:
+        opts = {} if j.validate is None else {"validate": j.validate}
+        frame = frame.fbx.join(cleaned[j.view], on=j.on if isinstance(j.on, str) else list(j.on), how=j.how, **opts)
+        return frame.fbx.clean(fill=j.fill) if j.fill else frame
+
+    for j in w.joins:
+        if not j.after_features:
+            frame = join(frame, j)
+    joined = frame
+    features = split_fitted(w.features if features is None else features)[0]
+    merged = joined.fbx.extract(**features) if features else joined
+    for j in w.joins:
+        if j.after_features:
+            merged = join(merged, j)
+    if merged.index.name is not None and hasattr(merged, "map_partitions"):  # the key back as a column
+        # per partition (opaque to dask's optimizer: its filter pushdown through reset_index
+        # misaligns a later row filter such as split_by_time's, dask 2026.8)
+        merged = merged.map_partitions(index_as_column, meta=index_as_column(merged._meta))
+    return merged, {"log": cleaned[w.log.name], "views": views, "joined": joined}
+
+
+def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``features`` as (meta-kernel only, history, fitted).
+
+    History operators look only at strictly earlier events, so they run over the whole
+    log (after the merge with the basic features, which stays partition by partition);
+    fitted operators are fitted on the training days only.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> k, h, f = split_fitted({"h": ops.hour("ts"), "te": ops.count_encode("user_id"),
+        ...                         "s": ops.time_since("user_id", "ts")})
+        >>> sorted(k), sorted(h), sorted(f)
+        (['h'], ['s'], ['te'])
+    """
+    from fbrapids.features.fitted import FITTED_OPS, frame_calls
+    from fbrapids.kernels import as_expr
+
+    kernel, history, fitted = {}, {}, {}
+    for name, e in (features or {}).items():
+        calls = frame_calls(as_expr(e))
+        group = fitted if any(c.op in FITTED_OPS for c in calls) else history if calls else kernel
+        group[name] = e
+    return kernel, history, fitted
+
+
+def held_out_cutoff(w: Workload) -> int | None:
+    """The first held-out time of an ``at`` / ``last_day`` split (epoch seconds; the latter
+    reads the log's time column once), None for the other rules; a
+    :class:`~fbrapids.errors.LabelError` when a parquet log's footers say no row reaches it."""
+    from fbrapids.plan_checks import check_held_out
+
+    rule = w.split.rule
+    if rule == "at":
+        cutoff = w.split.cutoff()
+    elif rule == "last_day":
+        last = _read(w, w.log, w.log.paths, None)[w.time].max().compute()
+        cutoff = int(last) // DAY * DAY
+    else:
+        return None
+    for f in w.log.paths:
+        path = Path(w.resolve(f))
+        if path.suffix == ".parquet" and path.is_file():
+            check_held_out(path, w.time, cutoff)
+    return cutoff
+
+
+def split_frame(w: Workload, frame: Any, cutoff: int | None = None) -> tuple[Any, Any]:
+    """``frame`` (of ``w``) as (training rows, held-out rows) by ``w.split``; ``cutoff``:
+    :func:`held_out_cutoff`'s, when already known."""
+    if w.split.rule in ("at", "last_day"):
+        return split_by_time(frame, w.time, cutoff if cutoff is not None else held_out_cutoff(w))
+    if HELD_OUT not in frame.columns:
+        raise WorkloadError(f"{w.where}: the frame has no {HELD_OUT!r} column (read it with feature_frame)")
+    train, test = split_by_time(frame, HELD_OUT, True)
+    return train.drop(columns=[HELD_OUT]), test.drop(columns=[HELD_OUT])

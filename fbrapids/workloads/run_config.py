@@ -1,0 +1,97 @@
+"""``RunConfig``: how :func:`fbrapids.pipeline.run_pipeline` trains on a workload (the model,
+the batches, the store's tiers, the work dir, checkpoints), typed and validated like
+:class:`~fbrapids.trainers.sparse.StoreConfig`.
+
+Example:
+    >>> RunConfig(model="deepfm", batch_size=512).with_(seed=3).seed
+    3
+    >>> RunConfig(batch_size="512")
+    Traceback (most recent call last):
+    ...
+    fbrapids.errors.WorkloadError: RunConfig.batch_size must be an int >= 1, got '512'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fbrapids.errors import WorkloadError
+
+#: the models ``RunConfig.model`` may name (:func:`fbrapids.pipeline.build_model`)
+MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The run options of :func:`fbrapids.pipeline.run_pipeline`.
+
+    Attributes:
+        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"``.
+        backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
+        epochs / batch_size / embedding_dim / seed: training.
+        cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers
+            (``host_rows`` None: unbounded, no SSD tier); rows beyond them live in the SSD
+            tier's files under ``work_dir``.
+        work_dir: the store's SSD files and checkpoints (None: a temporary folder, removed
+            on every exit path).
+        checkpoint / checkpoint_every / resume: checkpoint at the end (and every this many
+            steps); continue from the newest verified one under ``work_dir``.
+        progress: progress bars.
+        count_clean: compute the clean counts for the summary (one more pass).
+        train_threads: torch threads while training (None: all cores but one on the CPU).
+        nan: NaN / inf / null in a dense feature: ``"error"`` or ``"zero"``.
+        calibrate: ``fit``'s post-hoc calibration.
+    """
+
+    model: str = "dlrm"
+    backend: str | None = None
+    epochs: int = 1
+    batch_size: int = 2048
+    embedding_dim: int = 16
+    cache_rows: int = 1 << 17
+    host_rows: int | None = 1 << 19
+    work_dir: str | Path | None = None
+    checkpoint: bool = True
+    seed: int = 0
+    progress: bool = True
+    count_clean: bool = True
+    checkpoint_every: int | None = None
+    train_threads: int | None = None
+    resume: bool = False
+    nan: str = "error"
+    calibrate: bool = True
+
+    def __post_init__(self) -> None:
+        def bad(name: str, want: str) -> WorkloadError:
+            return WorkloadError(f"RunConfig.{name} must be {want}, got {getattr(self, name)!r}")
+
+        if self.model not in MODELS:
+            raise bad("model", f"one of {list(MODELS)}")
+        if self.backend not in (None, "auto", "cpu", "gpu"):
+            raise bad("backend", "'cpu', 'gpu', 'auto' or None")
+        for name, lo, optional in (("epochs", 1, False), ("batch_size", 1, False), ("embedding_dim", 1, False),
+                                   ("cache_rows", 1, False), ("host_rows", 1, True), ("seed", 0, False),
+                                   ("checkpoint_every", 1, True), ("train_threads", 1, True)):
+            v = getattr(self, name)
+            if v is None and optional:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise bad(name, f"an int >= {lo}" + (" or None" if optional else ""))
+        for name in ("checkpoint", "progress", "count_clean", "resume", "calibrate"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "a bool")
+        if self.nan not in ("error", "zero"):
+            raise bad("nan", "'error' or 'zero'")
+        if self.work_dir is not None and not isinstance(self.work_dir, (str, Path)):
+            raise bad("work_dir", "a path or None")
+
+    def with_(self, **changes: Any) -> "RunConfig":
+        """A copy with ``changes``; an unknown name is a :class:`~fbrapids.errors.WorkloadError`."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise WorkloadError(f"RunConfig has no option(s) {unknown}; known: {', '.join(sorted(known))}")
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,146 @@
+"""A :class:`~fbrapids.workloads.Workload` read from a TOML file.
+
+The file's layout (every error names the field and the file)::
+
+    name = "taobao"
+    root = "../shared/data"         # view paths are under it (relative: to this file's folder)
+    label = "clk"
+    time = "ts"                     # optional
+    group = "userid"                # optional: GAUC's groups
+
+    [split]
+    rule = "files"                  # at | last_day | fraction | files
+    files = ["taobao_tiny_test.csv"]
+
+    [[views]]                       # the first view is the log
+    name = "log"
+    path = "taobao_tiny_train.csv"
+    options = { columns = ["clk", "userid", "adgroup_id"] }   # read_view's keyword arguments
+    clean = { fill = { pid = "" } }                           # .fbx.clean's
+
+    [[joins]]
+    view = "user"
+    on = "userid"
+    how = "left"
+    fill = { age_level = -1 }
+
+    [features]
+    sparse = ["userid", "adgroup_id", "pid_h"]
+    dense = ["price_log"]
+
+    [features.extract]              # name = an fbrapids.ops expression, as text
+    pid_h = 'ops.hash_bucket("pid", 1024)'
+
+    [sequences.hist]                # for DIN
+    target = "cate_id"
+    expression = 'ops.history("userid", "cate_id", "ts", last_n=20)'
+
+Example:
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "w.toml"
+    >>> _ = p.write_text('label = "click"\\nsplit = {rule = "fraction", fraction = 0.2}\\n'
+    ...                  '[[views]]\\nname = "log"\\npath = "log.csv"\\n[features]\\nsparse = ["user"]\\n')
+    >>> w = load_workload(p)
+    >>> w.label, w.sparse, w.root == str(p.parent)
+    ('click', ('user',), True)
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from fbrapids.errors import WorkloadError
+from fbrapids.workloads.expressions import parse_expression
+from fbrapids.workloads.spec import Join, SequenceFeature, Split, View, Workload
+
+TOP = {"name", "root", "label", "time", "group", "split", "views", "joins", "features", "sequences"}
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise WorkloadError(f"{where} must be a table, got {value!r}")
+    return dict(value)
+
+
+def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise WorkloadError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+    try:
+        return cls(**data)
+    except WorkloadError as e:
+        raise WorkloadError(f"{where}: {e}") from None
+    except TypeError as e:
+        raise WorkloadError(f"{where}: {e}") from None
+
+
+def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: str | os.PathLike | None = None) -> Workload:
+    """A :class:`Workload` from the parsed TOML ``data`` (module docstring); ``source`` names
+    it in errors; ``root``: relative view paths (and a relative ``root`` field) are under it."""
+    data = dict(data)
+    unknown = sorted(set(data) - TOP)
+    if unknown:
+        raise WorkloadError(f"{source}: unknown field(s) {unknown}; known: {sorted(TOP)}")
+    for req in ("label", "views"):
+        if req not in data:
+            raise WorkloadError(f"{source}: {req} is missing")
+    if not isinstance(data["views"], list):
+        raise WorkloadError(f"{source}: views must be an array of tables ([[views]])")
+    views = [_build(View, _table(v, f"{source}: views[{i}]"), f"{source}: views[{i}]")
+             for i, v in enumerate(data["views"])]
+    joins = [_build(Join, _table(j, f"{source}: joins[{i}]"), f"{source}: joins[{i}]")
+             for i, j in enumerate(data.get("joins", []))]
+    split = _build(Split, _table(data.get("split", {}), f"{source}: split"), f"{source}: split")
+    feats = _table(data.get("features", {}), f"{source}: features")
+    extra = sorted(set(feats) - {"sparse", "dense", "extract"})
+    if extra:
+        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: ['dense', 'extract', 'sparse']")
+    extract = {n: parse_expression(t, where=f"{source}: features.extract.{n}")
+               for n, t in _table(feats.get("extract", {}), f"{source}: features.extract").items()}
+    seqs = {}
+    for n, s in _table(data.get("sequences", {}), f"{source}: sequences").items():
+        s = _table(s, f"{source}: sequences.{n}")
+        if "target" not in s:
+            raise WorkloadError(f"{source}: sequences.{n}: target is missing")
+        expr = s.get("expression")
+        seqs[n] = SequenceFeature(s["target"], None if expr is None
+                                  else parse_expression(expr, where=f"{source}: sequences.{n}.expression"))
+    base = Path(root) if root is not None else None
+    r = data.get("root")
+    if r is not None:
+        r = str(Path(r) if Path(r).is_absolute() or base is None else base / r)
+    elif base is not None:
+        r = str(base)
+    try:
+        return Workload(views=views, label=data["label"], split=split, time=data.get("time"), group=data.get("group"),
+                        joins=joins, features=extract, sparse=feats.get("sparse", ()), dense=feats.get("dense", ()),
+                        sequences=seqs, root=r, name=str(data.get("name", Path(source).stem)), source=source)
+    except WorkloadError as e:
+        raise WorkloadError(f"{source}: {e}") if source not in str(e) else e from None
+
+
+def load_workload(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Workload:
+    """The workload a TOML file declares (module docstring); relative paths in it are under
+    its folder, or under ``root`` when given (the ``root`` field is then ignored).
+
+    Raises:
+        WorkloadError: the file is missing, not TOML, or declares a bad workload (naming
+            the field and the file).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"workload file {str(p)!r} not found")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise WorkloadError(f"{p}: not valid TOML ({e})") from e
+    if root is not None:
+        data.pop("root", None)
+        return workload_from_dict(data, source=str(p), root=root)
+    return workload_from_dict(data, source=str(p), root=p.resolve().parent)
