@@ -44,6 +44,10 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --h
         from fbrapids.trials import trial
 
         return trial
+    if name in ("Workload", "RunConfig", "load_workload"):
+        from fbrapids import workloads
+
+        return getattr(workloads, name)
     if name == "progress":
         from fbrapids.progressbar import progress
 
@@ -51,4 +55,5 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --h
     raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")
 
 
-__all__ = ["Backend", "BackendUnavailableError", "FbrapidsError", "get_backend", "read_view", "ops", "FeatureSet", "trial", "progress"]
+__all__ = ["Backend", "BackendUnavailableError", "FbrapidsError", "get_backend", "read_view", "ops", "FeatureSet", "trial", "progress", "Workload",
+           "RunConfig", "load_workload"]

@@ -1,5 +1,5 @@
 """The ``fbrapids`` command line: ``fbrapids gen``, ``fbrapids demo``, ``fbrapids export``,
-``fbrapids serve`` and ``fbrapids cache``.
+``fbrapids serve``, ``fbrapids cache`` and ``fbrapids trial``.
 
 Arguments are checked before any heavy import (pandas, torch, dask): a wrong path, a GPU
 backend this machine cannot run, a ``--data-dir`` of other data or a scheduler address
@@ -65,6 +65,8 @@ def _plant_arg(text: str) -> tuple[str, float]:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.workload is not None:
+        return _demo_workload(args)
     if args.nproc > 1 or (args.resume and _sharded(args.work_dir)):
         return _demo_ranks(args)
     from fbrapids.demo import run_demo
@@ -86,6 +88,67 @@ def _demo(args: argparse.Namespace) -> int:
     if result.oracle_auc is not None:
         sys.stdout.write(f"  (the generator's hidden model reaches AUC {result.oracle_auc:.4f} on all days; "
                          "a model reaching >= 0.65 on the held-out day has learned the signal)\n")
+    return 0
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    from fbrapids.workloads import load_workload
+
+    return load_workload(args.workload, root=args.data_root)
+
+
+def _demo_workload(args: argparse.Namespace) -> int:
+    """``demo --workload FILE``: the pipeline on a declared workload (a TOML file)."""
+    import json
+
+    from fbrapids.pipeline import run_pipeline
+    from fbrapids.workloads import RunConfig
+
+    w = _workload(args)
+    backend = None if args.backend in (None, "auto") else args.backend
+    config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=args.work_dir,
+                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                       nan=args.nan)
+    client = None
+    if args.scheduler:
+        from fbrapids.cluster import connect
+
+        client = connect(args.scheduler)
+    try:
+        result = run_pipeline(w, config, client=client)
+    finally:
+        if client is not None:
+            from fbrapids.cluster import close_client
+
+            close_client(client)
+    sys.stdout.write(result.render() + "\n")
+    if args.summary_json is not None:
+        summary = {**result.summary(), "workload": w.name, "workload_file": str(args.workload)}
+        args.summary_json.write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+def _trial(args: argparse.Namespace) -> int:
+    """``fbrapids trial --workload FILE --candidate NAME=EXPR ...``: prints the trial's table,
+    writes its JSON."""
+    import dataclasses
+    import json
+
+    from fbrapids.trials import trial
+    from fbrapids.workloads import parse_candidate
+
+    w = _workload(args)
+    candidates = dict(parse_candidate(c) for c in args.candidate)
+    backend = None if args.backend in (None, "auto") else args.backend
+    result = trial(w, candidates, kind=args.kind, model=args.model, seeds=args.seeds, n_boot=args.n_boot,
+                   seed=args.seed, level=args.level, progress=not args.no_progress, backend=backend,
+                   epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim)
+    sys.stdout.write(result.render() + "\n")
+    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
+    data = {"workload": w.name, "workload_file": str(args.workload), "model": args.model, "kind": args.kind,
+            **dataclasses.asdict(result), "expressions": {k: str(v) for k, v in candidates.items()}}
+    out.write_text(json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
+    sys.stdout.write(f"trial JSON written to {out}\n")
     return 0
 
 
@@ -386,7 +449,23 @@ def check_arguments(args: argparse.Namespace) -> None:
                          f"{', '.join(BACKENDS)}; unset it for automatic)")
     if args.command == "gen":
         _not_a_file("--out", args.out)
+    elif args.command == "trial":
+        if not args.workload.is_file():
+            raise UsageError(f"argument --workload: {args.workload} is not a file")
+        _backend_here(args.backend if args.backend is not None else env)
+        if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+            raise UsageError(f"argument --json: {args.json} "
+                             + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
     elif args.command == "demo":
+        if args.workload is not None:
+            if not args.workload.is_file():
+                raise UsageError(f"argument --workload: {args.workload} is not a file")
+            for flag, given in (("--data-dir", args.data_dir is not None), ("--nproc", args.nproc > 1),
+                                ("--export", args.export is not None)):
+                if given:
+                    raise UsageError(f"argument {flag}: not with --workload (the workload file says what is read)")
+        elif args.data_root is not None:
+            raise UsageError("argument --data-root: only with --workload")
         _not_a_file("--data-dir", args.data_dir)
         _backend_here(args.backend if args.backend is not None else env)
         if args.data_dir is not None:
@@ -468,7 +547,37 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",
                       help="also write the summary (rows per stage, metrics, store, the data's CTR and oracle AUC) "
                            "as JSON to FILE")
+    demo.add_argument("--workload", type=Path, default=None, metavar="FILE",
+                      help="run on your own log, declared in a TOML workload file (examples/taobao.toml) instead of "
+                           "the generated data")
+    demo.add_argument("--data-root", type=Path, default=None, metavar="DIR",
+                      help="with --workload: the folder its view paths are under (default: the file's root field)")
     demo.set_defaults(func=_demo)
+
+    tri = sub.add_parser(
+        "trial", help="does a candidate feature help? baseline vs baseline + candidates over seeds, on a workload",
+        description="Train the workload's baseline and baseline + the candidate features over K seeds, side by side "
+                    "from one extraction pass, and compare them on the held-out rows (AUC / GAUC deltas with "
+                    "intervals). Prints the trial's table and writes its JSON.")
+    tri.add_argument("--workload", type=Path, required=True, metavar="FILE", help="a TOML workload file")
+    tri.add_argument("--data-root", type=Path, default=None, metavar="DIR",
+                     help="the folder the workload's view paths are under (default: the file's root field)")
+    tri.add_argument("--candidate", action="append", required=True, metavar="NAME=EXPR",
+                     help="a candidate feature, e.g. 'pid_x_cate=ops.cross(\"pid\", \"cate_id\")'; repeatable")
+    tri.add_argument("--kind", choices=("sparse", "dense"), default="sparse", help="what the candidates are")
+    tri.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"))
+    tri.add_argument("--seeds", type=_int_in(1, 64), default=3, help="seeds per arm (K)")
+    tri.add_argument("--n-boot", type=_int_in(1), default=200, help="paired bootstrap rounds over groups")
+    tri.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
+    tri.add_argument("--level", type=float, default=0.95, help="the interval's coverage")
+    tri.add_argument("--epochs", type=_int_in(1), default=1)
+    tri.add_argument("--batch-size", type=_int_in(1), default=2048)
+    tri.add_argument("--embedding-dim", type=_int_in(1), default=16)
+    tri.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
+    tri.add_argument("--json", type=Path, default=None, metavar="FILE",
+                     help="where the trial's JSON goes (default: <workload name>-trial.json here)")
+    tri.add_argument("--no-progress", action="store_true", help="no progress bars")
+    tri.set_defaults(func=_trial)
 
     exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")

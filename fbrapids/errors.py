@@ -208,6 +208,11 @@ class WorkloadError(FbrapidsError, ValueError):
     together: names the field, and the file (a TOML spec) or column concerned."""
 
 
+class ModelStreamError(FbrapidsError, ValueError):
+    """A model and the stream it is fed disagree on the features (names the feature, or the
+    dense width), found before training."""
+
+
 class SpecError(FbrapidsError, ValueError):
     """A :class:`~fbrapids.serving.spec.ServingSpec` that does not hold together (names the
     column or feature)."""

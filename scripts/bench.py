@@ -51,8 +51,10 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                   "clients (item cache filled with the catalogue first)"),
     "inference_attack": (["benchmarks/inference.py", "--attack"],
                          "authorised 64-item p50 against a real `fbrapids serve`, unloaded vs a 15 MB "
-                         "unauthenticated flood, a hog of 10,000-item calls, 200 stalled connections (attackers in a "
-                         "niced process; unloaded re-measured before each attack); target within 2x"),
+                         "unauthenticated flood, a hog of 10,000-item calls, 64 connections of such calls, calls of "
+                         "request lists at their bounds, 200 stalled connections, `/score_batch` bodies with a bad "
+                         "request (attackers in a niced process; unloaded re-measured before each attack); target "
+                         "within 2x, `/health` within 1 s"),
     "inference_unseen": (["benchmarks/inference.py", "--unseen-ids"],
                          "embedding table rows and process RSS before and after scoring 500,000 never-seen ad ids "
                          "(serving lookups are read-only); target flat within 5%"),
@@ -192,13 +194,25 @@ def _trial_calibration(r: dict) -> str:
     fp = "; ".join(f"{m.upper()} {v['called']}/{v['of']} called (CP95 {v['cp95'][0]:.2f}-{v['cp95'][1]:.2f})"
                    for m, v in r["false_positive"].items())
     power = "; ".join(f"oracle gain {p['oracle_auc_gain']:+.4f}: AUC {p['auc']}/{p['trials']}, GAUC {p['gauc']}/"
-                      f"{p['trials']} helps, AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
+                      f"{p['trials']} helps" + (f" (vs its shuffled copy: AUC {p['auc_vs_shuffled']}, GAUC "
+                                                f"{p['gauc_vs_shuffled']})" if "auc_vs_shuffled" in p else "")
+                      + f", AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
     sec = r["seconds_per_trial"]
     done = f"{r['trials']} of {r['planned']} planned trials" if r.get("planned", r["trials"]) > r["trials"] else \
         f"{r['trials']} trials"
     return (f"{done}, {r['seeds']} seeds per arm: noise ({r['noise_rows']:,} rows): {fp}; "
-            f"planted ({r['planted_rows']:,} rows): {power}; mean A/A spread (AUC) {r['aa_spread_mean']['auc']:.4f}; "
+            f"planted ({r['planted_rows']:,} rows): {power}; {_aa(r)}"
             f"{sec['mean']:.0f} s per trial at load {r['load_mean']:.1f}")
+
+
+def _aa(r: dict) -> str:
+    """The calibration's A/A check (trials with A/A arms), or nothing where none had them."""
+    aa = r.get("aa", {}).get("auc")
+    if not aa:
+        return ""
+    rows = "/".join(f"{n:,}" for n in aa["rows"])
+    return (f"A/A (candidate shuffled; {aa['trials']} trials, {rows} rows): max |AUC delta| {aa['max_abs_delta']:.4f} "
+            f"seed-averaged, {aa['max_abs_seed_delta']:.4f} per seed (A/A spread), {aa['called']} called; ")
 
 
 def _verify(r: dict) -> str:
@@ -245,9 +259,12 @@ def _distributed(r: dict) -> str:
 
 
 def _inference_attack(r: dict) -> str:
+    phases = r.get("phases", ["flood", "hog", "stalled"])
     ratios = ", ".join(f"{k} {r[k]['ratio_to_unloaded']:.2f} ({r[k]['p50_ms']:.1f} ms vs "
-                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in ("flood", "hog", "stalled"))
-    return f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}"
+                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in phases)
+    health = (f"; /health within 1 s during and after each: {'yes' if r['health_within_1s'] else 'no'}"
+              if "health_within_1s" in r else "")
+    return f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}{health}"
 
 
 def _inference_unseen(r: dict) -> str:

@@ -20,7 +20,9 @@ from pathlib import Path
 from fbrapids.backend import resolve_name
 from fbrapids.cluster import close_client, connect, local_cluster
 from fbrapids.datagen import ensure_dataset
+from fbrapids.datasets import synthetic
 from fbrapids.pipeline import MODELS, run_pipeline
+from fbrapids.workloads import RunConfig, load_workload
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-workers", type=int, default=None,
                         help="workers of the local cluster (no --scheduler); default: one per visible GPU on the "
                              "GPU backend (LocalCUDACluster refuses more), 2 on the CPU")
-    parser.add_argument("--data", type=Path, default=None, help="workload folder (default: generate --rows)")
+    parser.add_argument("--data", type=Path, default=None, help="generated-data folder (default: generate --rows)")
+    parser.add_argument("--workload", type=Path, default=None, metavar="FILE",
+                        help="a TOML workload file (your own log; README: Your own log) instead of generated data")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--model", choices=MODELS, default="dlrm")
     parser.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
@@ -44,15 +48,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--resume needs the --work-dir of the run to continue")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-data-{args.rows}")
+    if args.workload is not None:
+        workload = load_workload(args.workload)
+    else:
+        workload = synthetic.workload(
+            args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-data-{args.rows}"))
+    backend = None if args.backend == "auto" else args.backend
+    config = RunConfig(backend=backend, model=args.model, seed=args.seed, batch_size=args.batch_size,
+                       work_dir=args.work_dir, checkpoint_every=args.checkpoint_every, resume=args.resume)
     workers = args.local_workers
     if workers is None and resolve_name(args.backend) == "cpu":
         workers = 2
     client = connect(args.scheduler) if args.scheduler else local_cluster(n_workers=workers, backend=args.backend)
     try:
-        result = run_pipeline(data, backend=args.backend, model=args.model, client=client, seed=args.seed,
-                              batch_size=args.batch_size, work_dir=args.work_dir,
-                              checkpoint_every=args.checkpoint_every, resume=args.resume)
+        result = run_pipeline(workload, config, client=client)
     finally:
         close_client(client)
     sys.stdout.write(result.render() + "\n")

@@ -113,6 +113,11 @@ class DICM(CTRModel):
         self.mlp = prelu_mlp([width, *mlp, 1])
         self.image_report = ImageBatchReport()
 
+    def sparse_inputs(self) -> list[str]:
+        """The sparse features, the behaviour ids and the two image-id columns read from a batch."""
+        extra = [f for f in (self.behaviour_ids, self.behaviour_images, self.ad_image) if f]
+        return list(dict.fromkeys(self.sparse_features + extra))
+
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.mlp[0].weight.device
         rows = len(batch)

@@ -81,6 +81,7 @@ class BatchStream:
                  pin_memory: bool | None = None, persist: bool = False,
                  label_range: tuple[float, float] | None = None,
                  ranges: Mapping[str, tuple[float, float]] | None = None, strict: bool = False) -> None:
+        _check_names(label, dense, sparse, group)
         if batch_size < 1:
             raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch < 1:
@@ -304,6 +305,27 @@ class BatchStream:
         finally:
             stop.set()
             worker.join(timeout=30)
+
+
+def _check_names(label: Any, dense: Any, sparse: Any, group: Any) -> None:
+    """The stream's column arguments are names: ``label`` / ``group`` a str, ``dense`` /
+    ``sparse`` lists of str (a bare str is refused: ``dense="slot"`` is not the columns
+    ``s``, ``l``, ``o``, ``t``)."""
+    from fbrapids.errors import InputTypeError
+
+    if not isinstance(label, str):
+        raise InputTypeError(f"stream: label must be a column name (str), got {label!r}")
+    if group is not None and not isinstance(group, str):
+        raise InputTypeError(f"stream: group must be a column name (str) or None, got {group!r}")
+    for what, names in (("dense", dense), ("sparse", sparse)):
+        if isinstance(names, str):
+            raise InputTypeError(f"stream: {what} must be a list of column names, got the str {names!r} "
+                                 f"(write {what}=[{names!r}])")
+        if not hasattr(names, "__iter__"):
+            raise InputTypeError(f"stream: {what} must be a list of column names, got {names!r}")
+        bad = [n for n in names if not isinstance(n, str)]
+        if bad:
+            raise InputTypeError(f"stream: {what} must hold column names (str), got {bad[0]!r}")
 
 
 def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,

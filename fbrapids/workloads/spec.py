@@ -334,7 +334,10 @@ class Workload:
             for p in v.paths:
                 full = self.resolve(p)
                 if not (glob.glob(full) if any(c in full for c in "*?[") else Path(full).exists()):
-                    raise WorkloadError(f"{self.where}: view {v.name!r}: no file matches {full!r}")
+                    hint = ("; a plain folder stands for the generated data (impressions / users / ads / basic "
+                            "parquet): declare your own log as a Workload or a TOML file (README: Your own log)"
+                            if self.name == "generated" else "")
+                    raise WorkloadError(f"{self.where}: view {v.name!r}: no file matches {full!r}{hint}")
         for p in self.split.files:
             if not Path(self.resolve(p)).exists() and not __import__("glob").glob(self.resolve(p)):
                 raise WorkloadError(f"{self.where}: split files: no file matches {self.resolve(p)!r}")
@@ -383,3 +386,16 @@ class Workload:
                 if s.expression is not None and n not in feats:
                     feats = {n: s.expression, **feats}
         return dense, sparse, seqs, feats
+
+    def stream_args(self, model: str = "dlrm") -> dict[str, Any]:
+        """``label``, ``dense``, ``sparse`` and ``group`` of the stream feeding ``model``
+        (:meth:`model_inputs`: the same lists ``Model.from_workload`` builds the model from).
+
+        Example:
+            >>> w = Workload([View("log", "l.csv")], "click", Split("fraction", fraction=0.5), sparse=["ad"],
+            ...              dense=["price"], group="user")
+            >>> w.stream_args()
+            {'label': 'click', 'dense': ['price'], 'sparse': ['ad'], 'group': 'user'}
+        """
+        dense, sparse, _, _ = self.model_inputs(model)
+        return {"label": self.label, "dense": dense, "sparse": sparse, "group": self.group}

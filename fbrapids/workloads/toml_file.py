@@ -28,6 +28,7 @@ The file's layout (every error names the field and the file)::
     sparse = ["userid", "adgroup_id", "pid_h"]
     dense = ["price_log"]
 
+    # dataset = "criteo"            # optional: fbrapids.datasets.criteo.features() extracted too
     [features.extract]              # name = an fbrapids.ops expression, as text
     pid_h = 'ops.hash_bucket("pid", 1024)'
 
@@ -80,6 +81,24 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
         raise WorkloadError(f"{where}: {e}") from None
 
 
+def _dataset_features(name: Any, source: str) -> dict[str, Any]:
+    """The features of ``fbrapids.datasets.<name>`` (its ``features()``: a public log's
+    preprocessing, e.g. ``"criteo"``)."""
+    import importlib
+    import pkgutil
+
+    import fbrapids.datasets as datasets
+
+    known = sorted(m.name for m in pkgutil.iter_modules(datasets.__path__) if not m.name.startswith("_"))
+    if not isinstance(name, str) or name not in known:
+        raise WorkloadError(f"{source}: features.dataset must name one of fbrapids.datasets' modules {known}, "
+                            f"got {name!r}")
+    module = importlib.import_module(f"fbrapids.datasets.{name}")
+    if not hasattr(module, "features"):
+        raise WorkloadError(f"{source}: features.dataset: fbrapids.datasets.{name} declares no features()")
+    return dict(module.features())
+
+
 def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: str | os.PathLike | None = None) -> Workload:
     """A :class:`Workload` from the parsed TOML ``data`` (module docstring); ``source`` names
     it in errors; ``root``: relative view paths (and a relative ``root`` field) are under it."""
@@ -98,11 +117,13 @@ def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: st
              for i, j in enumerate(data.get("joins", []))]
     split = _build(Split, _table(data.get("split", {}), f"{source}: split"), f"{source}: split")
     feats = _table(data.get("features", {}), f"{source}: features")
-    extra = sorted(set(feats) - {"sparse", "dense", "extract"})
+    extra = sorted(set(feats) - {"sparse", "dense", "extract", "dataset"})
     if extra:
-        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: ['dense', 'extract', 'sparse']")
-    extract = {n: parse_expression(t, where=f"{source}: features.extract.{n}")
-               for n, t in _table(feats.get("extract", {}), f"{source}: features.extract").items()}
+        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: ['dataset', 'dense', 'extract', "
+                            "'sparse']")
+    extract = _dataset_features(feats["dataset"], source) if "dataset" in feats else {}
+    extract.update({n: parse_expression(t, where=f"{source}: features.extract.{n}")
+                    for n, t in _table(feats.get("extract", {}), f"{source}: features.extract").items()})
     seqs = {}
     for n, s in _table(data.get("sequences", {}), f"{source}: sequences").items():
         s = _table(s, f"{source}: sequences.{n}")

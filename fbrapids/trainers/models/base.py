@@ -50,6 +50,34 @@ class CTRModel(nn.Module):
         if init is not None and not init.__doc__:
             init.__doc__ = (f"Build a {cls.__name__}: the arguments are described in the class docstring above "
                             f"(help({cls.__name__})).")
+        if init is not None:
+            cls.__init__ = _checked_init(cls.__name__, init)  # type: ignore[method-assign]
+
+    def sparse_inputs(self) -> list[str]:
+        """The sparse features (behaviour sequences included) this model reads from a batch,
+        by name: what ``fit`` checks the stream carries, no more and no fewer
+        (:func:`fbrapids.trainers.model_inputs.check_model_stream`)."""
+        return list(getattr(self, "sparse_features", [])) + list(getattr(self, "sequences", None) or {})
+
+    @classmethod
+    def from_workload(cls, workload: Any, **kwargs: Any) -> "CTRModel":
+        """This model over a declared workload's features (the dense width, the sparse
+        tables, DIN's sequences: :func:`fbrapids.trainers.model_inputs.model_from_workload`);
+        ``kwargs``: the other constructor arguments.
+
+        Example:
+            >>> from fbrapids.trainers.models import DLRM
+            >>> from fbrapids.trainers.sparse import StoreConfig
+            >>> from fbrapids.workloads import Split, View, Workload
+            >>> w = Workload([View("log", "l.csv")], "click", Split("fraction", fraction=0.2),
+            ...              sparse=["ad", "user"], dense=["price", "age"])
+            >>> m = DLRM.from_workload(w, embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=8))
+            >>> m.dense_dim, m.sparse_features
+            (2, ['ad', 'user'])
+        """
+        from fbrapids.trainers.model_inputs import model_from_workload
+
+        return model_from_workload(cls, workload, **kwargs)
 
     def __init__(self) -> None:
         super().__init__()
@@ -116,3 +144,27 @@ class CTRModel(nn.Module):
     def _dense(batch: Batch, device: torch.device) -> torch.Tensor:
         return batch.dense.to(device)
 
+
+def _checked_init(name: str, init: Any) -> Any:
+    """``init`` with its arguments' types checked first
+    (:func:`fbrapids.trainers.model_inputs.check_constructor`) and the dense width recorded
+    as ``dense_dim`` (``fit`` checks the stream against it)."""
+    import functools
+    import inspect
+
+    from fbrapids.trainers.model_inputs import check_constructor
+
+    sig = inspect.signature(init)
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = sig.bind(self, *args, **kwargs).arguments
+        except TypeError:
+            bound = {}
+        check_constructor(name, bound)
+        init(self, *args, **kwargs)
+        if "dense_dim" in bound and "dense_dim" not in self.__dict__:
+            self.dense_dim = int(bound["dense_dim"])
+
+    return checked
