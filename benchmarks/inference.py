@@ -180,6 +180,7 @@ def _http(scorer: Scorer, users, ads, n: int, requests: int, clients: int, rng: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="items per request, comma-separated")
     ap.add_argument("--requests", type=int, default=40, help="measured requests per size and mode")
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured requests per size and mode first")
     ap.add_argument("--ads", type=int, default=20000, help="catalogue size")
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flood-clients", type=int, default=2)
     ap.add_argument("--hog-clients", type=int, default=1)
     ap.add_argument("--hog-items", type=int, default=10_000, help="items per hog call (the default max_items)")
+    ap.add_argument("--batch-requests", type=int, default=1024,
+                    help="requests of 9 items in each /score_batch fallback body (the last one bad)")
     ap.add_argument("--attack-settle", type=float, default=3.0, help="seconds an attack runs before measuring")
     ap.add_argument("--attack-phases", default="flood,hog,hog64,amplify,batch_fallback,stalled",
                     help="the attacks run, in order (comma-separated)")
@@ -235,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed + 1)
     out: dict[str, dict] = {}
     print(f"{'items':>6} {'mode':>18} {'p50 ms':>9} {'p99 ms':>9} {'items/s':>11}")
-    for n in () if args.http_only else SIZES:
+    for n in () if args.http_only else [int(x) for x in args.sizes.split(",") if x]:
         lat: dict[str, list[float]] = {m: [] for m in MODES}
         worst = 0.0  # the largest score difference between modes on one request: dedup must change nothing
         st = scorers["dedup_on"]._cache.stats if scorers["dedup_on"]._cache is not None else {}

@@ -13,7 +13,8 @@ attack in turn (from this process's threads):
 * ``hog64``: 64 connections of ``max_items`` calls (issue 37: one client's many connections);
 * ``amplify``: 512-item calls whose request lists are at their length bounds (read for every
   item: refused by the work bound);
-* ``batch_fallback``: ``/score_batch`` bodies of 1,024 requests of 9 items, the last one bad.
+* ``batch_fallback``: ``/score_batch`` bodies of 1,024 requests (``--batch-requests``) of 9
+  items, the last one bad.
 
 The attackers connect from 127.0.0.2, another client than the victim's 127.0.0.1 (the
 service's per-client caps and turns are by address), and ``/health`` is asked every 0.25 s
@@ -56,6 +57,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks.machine import machine_description  # noqa: E402
 TOKEN = "benchmark-token-" + "0123456789abcdef"
 
 
@@ -153,8 +156,9 @@ def _attack_process(kind: str, port: int, clients: int, hog_file: str, seconds: 
         t.start()
     stop.wait(seconds)
     stop.set()
+    deadline = time.monotonic() + 10  # threads still waiting for an answer are daemons: not waited for long
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
     Path(tally_file).write_text(json.dumps({str(k): v for k, v in tally.items()}))
 
 
@@ -227,7 +231,8 @@ def attack(args) -> dict:
         (work / "amplify.json").write_bytes(json.dumps({"request": dict(req_a, query=long_text, history=long_text),
                                                         "items": items_a}).encode())
         # the /score_batch fallback: 1,024 requests of 9 items, the last one bad
-        batch = [dict(zip(("request", "items"), request_records(users, ads, 9, seed=2000 + k))) for k in range(1024)]
+        batch = [dict(zip(("request", "items"), request_records(users, ads, 9, seed=2000 + k)))
+                 for k in range(args.batch_requests)]
         batch[-1]["items"][0] = dict(batch[-1]["items"][0], price="abc")
         (work / "batch_fallback.json").write_bytes(json.dumps({"requests": batch}).encode())
         (work / "flood.json").write_bytes(b"")
@@ -235,14 +240,15 @@ def attack(args) -> dict:
         _measure(port, bodies, min(20, args.attack_requests))  # warm-up: plans compiled, the item cache filled
         for _ in range(3):
             _request(port, hog_body, {"Authorization": f"Bearer {TOKEN}"})
-        out = {"benchmark": "inference_attack", "machine": f"{os.cpu_count()} cores",
+        out = {"benchmark": "inference_attack", "machine": machine_description(),
                "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "items_per_request": 64,
                "hog_items": args.hog_items, "hog_body_bytes": len(hog_body), "flood_body_bytes": 15 << 20,
                "flood_clients": args.flood_clients, "hog_clients": args.hog_clients, "stalled_connections": 200,
                "hog64_clients": 64, "amplify_clients": args.hog_clients, "batch_fallback_clients": args.hog_clients,
+               "batch_fallback_requests": args.batch_requests,
                "amplify_body_bytes": (work / "amplify.json").stat().st_size,
                "batch_fallback_body_bytes": (work / "batch_fallback.json").stat().st_size,
-               "attacker_address": ATTACKER}
+               "attacker_address": ATTACKER, "nice": os.nice(0), "attacker_nice": min(19, os.nice(0) + 19)}
         out["unloaded"] = _measure(port, bodies, args.attack_requests)
         print(f"unloaded: {out['unloaded']}")
         phases = [p for p in args.attack_phases.split(",") if p]
@@ -348,7 +354,7 @@ def unseen(args) -> dict:
     score_new(args.unseen)
     release_memory()
     rss2, rows2 = _rss(), rows()
-    return {"benchmark": "inference_unseen_ids", "machine": f"{os.cpu_count()} cores",
+    return {"benchmark": "inference_unseen_ids", "machine": machine_description(),
             "load_avg": [round(x, 2) for x in os.getloadavg()], "never_seen_ad_ids": args.unseen,
             "calls": args.unseen // per_call, "items_per_call": per_call, "seconds": round(time.perf_counter() - t, 1),
             "table_rows_export": rows0, "table_rows_before": rows1, "table_rows_after": rows2,

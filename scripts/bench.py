@@ -51,8 +51,10 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                   "clients (item cache filled with the catalogue first)"),
     "inference_attack": (["benchmarks/inference.py", "--attack"],
                          "authorised 64-item p50 against a real `fbrapids serve`, unloaded vs a 15 MB "
-                         "unauthenticated flood, a hog of 10,000-item calls, 200 stalled connections (attackers in a "
-                         "niced process; unloaded re-measured before each attack); target within 2x"),
+                         "unauthenticated flood, a hog of 10,000-item calls, 64 connections of such calls, calls of "
+                         "request lists at their bounds, 200 stalled connections, `/score_batch` bodies with a bad "
+                         "request (attackers in a niced process; unloaded re-measured before each attack); target "
+                         "within 2x, `/health` within 1 s"),
     "inference_unseen": (["benchmarks/inference.py", "--unseen-ids"],
                          "embedding table rows and process RSS before and after scoring 500,000 never-seen ad ids "
                          "(serving lookups are read-only); target flat within 5%"),
@@ -245,9 +247,12 @@ def _distributed(r: dict) -> str:
 
 
 def _inference_attack(r: dict) -> str:
+    phases = r.get("phases", ["flood", "hog", "stalled"])
     ratios = ", ".join(f"{k} {r[k]['ratio_to_unloaded']:.2f} ({r[k]['p50_ms']:.1f} ms vs "
-                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in ("flood", "hog", "stalled"))
-    return f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}"
+                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in phases)
+    health = (f"; /health within 1 s during and after each: {'yes' if r['health_within_1s'] else 'no'}"
+              if "health_within_1s" in r else "")
+    return f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}{health}"
 
 
 def _inference_unseen(r: dict) -> str:

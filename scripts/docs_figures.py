@@ -355,16 +355,48 @@ def fig_dask_pays() -> str:
             f"({source('extract.json', small)}; {source('extract_2m.json', large)})")
 
 
+ATTACK_PHASES = {"flood": "15 MB unauthenticated flood", "hog": "a hog of 10,000-item calls",
+                 "hog64": "64 connections of one client's 10,000-item calls",
+                 "amplify": "512-item calls whose request lists are at their bounds",
+                 "batch_fallback": "`/score_batch` bodies of 1,024 requests, the last one bad",
+                 "stalled": "200 stalled connections"}
+
+
+def fig_serving_attack() -> str:
+    """docs/serving-security.md's list: ``benchmarks/inference.py --attack`` and
+    ``--unseen-ids``'s JSON (each attack's p50 ratio, /health, the tables under unseen ids)."""
+    att, un = load("inference_attack.json"), load("inference_unseen.json")
+    phases = att.get("phases", ["flood", "hog", "stalled"])
+    loads = [att[p]["load_avg_1m"] for p in phases] + [att["unloaded"]["load_avg_1m"]]
+    nice = (f" (the server and the victim at nice {att['nice']}, the attackers at nice {att['attacker_nice']})"
+            if "nice" in att else "")
+    lines = [f"Measured on {att['machine'].split(',')[0]} at a load average of {min(loads):.1f} to "
+             f"{max(loads):.1f}{nice}:", "",
+             "- The authorised 64-item p50 under attack, as a ratio of the unloaded p50 measured just",
+             f"  before each attack (target: within 2x; {'met' if att['within_2x'] else 'NOT met'} by all):"]
+    for p in phases:
+        r = att[p]
+        health = (f"; `/health` at most {r['health_max_ms_during']:.0f} ms during, "
+                  f"{max(r['health_ms_after']):.0f} ms after" if "health_max_ms_during" in r else "")
+        lines.append(f"  - {ATTACK_PHASES.get(p, p)}: {r['ratio_to_unloaded']:.2f}x ({r['p50_ms']:.1f} ms vs "
+                     f"{r['unloaded_before']['p50_ms']:.1f} ms){health};")
+    lines.append(f"- Scoring {un['never_seen_ad_ids']:,} never-seen ids leaves the table rows at "
+                 f"{un['table_rows_before']:,} before and after, and the RSS goes from {un['rss_before_mib']:.1f} to "
+                 f"{un['rss_after_mib']:.1f} MiB.")
+    lines += ["", f"({source('inference_attack.json', att)}; {source('inference_unseen.json', un)})"]
+    return "\n" + "\n".join(lines) + "\n"
+
+
 FIGURES: dict[str, Callable[[], str]] = {
     "model-ablations": fig_model_ablations, "models-table": fig_models_table,
     "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
-    "dask-pays": fig_dask_pays, "store-vs-peers": fig_store_vs_peers,
+    "dask-pays": fig_dask_pays, "store-vs-peers": fig_store_vs_peers, "serving-attack": fig_serving_attack,
 }
 #: the files whose figures live in generated regions
 DOCS = ["README.md", "docs/ams-and-serving.md", "docs/ams-on-dask.md", "docs/design.md", "docs/workload.md", "docs/gpu.md",
-        "docs/models.md"]
+        "docs/models.md", "docs/serving-security.md"]
 REGION = re.compile(r"<!-- fig:(?P<name>[\w-]+) -->(?P<body>.*?)<!-- /fig:(?P=name) -->", re.S)
 
 
@@ -439,6 +471,20 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("docs/ams-on-dask.md", "about 1.07 M floats, roughly 4.2 MB", "arithmetic on the paper's layer sizes"),
     ("docs/ams-on-dask.md", "within 1e-6", "a tested tolerance"),
     ("docs/ams-on-dask.md", "within\n    1e-5", "a tested tolerance"),
+    ("docs/serving-security.md", "127.0.0.1", "an address"),
+    ("docs/serving-security.md", "4 MiB", "a configured default (serve's --max-body-bytes)"),
+    ("docs/serving-security.md", "16 MiB", "a configured default (client_bytes)"),
+    ("docs/serving-security.md", "10 s", "a configured default (serve's timeouts, the log filter's interval)"),
+    ("docs/serving-security.md", "5 s", "a configured default (keep-alive)"),
+    ("docs/serving-security.md", "16 KiB", "a configured default (the request head)"),
+    ("docs/serving-security.md", "64 MiB", "a configured bound (bodies in flight, JSON files, rows, the peak's base)"),
+    ("docs/serving-security.md", "64 KiB", "a configured bound (a body parsed in a turn)"),
+    ("docs/serving-security.md", "15 MB", "the flood attack's body size (a parameter of the benchmark)"),
+    ("docs/serving-security.md", "3.4e38", "float32's range"),
+    ("docs/serving-security.md", "3.4e+38", "float32's range (an error message)"),
+    ("docs/serving-security.md", "1 GiB", "the loader test's address-space limit (a bound)"),
+    ("docs/serving-security.md", "30 s", "a configured default (client_wait_s)"),
+    ("docs/serving-security.md", "0.5 ms (Python's default is 5 ms)", "the switch interval serve() sets, Python's"),
 ]
 
 

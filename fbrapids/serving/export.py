@@ -42,12 +42,13 @@ Example:
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -219,11 +220,12 @@ def _listed(d: Path, manifest: Mapping[str, Any] | None = None) -> dict[str, int
                 if p.is_file() and not p.is_symlink()}
 
 
-def check_archive(path: Path) -> None:
+def check_archive(path: Path, data: bytes | None = None) -> None:
     """Refuse a zip archive (``.npz``, ``.pt``) that could expand while it is read: every
     member must be stored uncompressed (as ``np.savez`` and ``torch.save`` write them), so
     the bytes read are the bytes on disk, and each ``.npy`` member's header must describe
-    no more data than the member holds.  One line naming the file.
+    no more data than the member holds.  One line naming the file.  ``data``: the file's
+    bytes, already read (``path`` then only names it).
 
     Example:
         >>> import io, tempfile, zipfile, numpy as np
@@ -235,9 +237,9 @@ def check_archive(path: Path) -> None:
         ...
         fbrapids.errors.UnsafeFileError: .../bomb.npz: member 'ids.npy' is compressed (8388736 bytes from 8...); refused
     """
-    size = path.stat().st_size
+    size = path.stat().st_size if data is None else len(data)
     try:
-        with open_regular(path) as f, zipfile.ZipFile(f) as z:
+        with (open_regular(path) if data is None else io.BytesIO(data)) as f, zipfile.ZipFile(f) as z:
             members = z.infolist()
             if len(members) > MAX_ARCHIVE_MEMBERS:
                 raise UnsafeFileError(f"{path}: {len(members)} members in the archive; refused")
@@ -287,6 +289,24 @@ def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
                               "a served model must build on torch's meta device") from None
     dense = sum(t.numel() * t.element_size() for t in m.state_dict().values() if torch.is_tensor(t))
     return dense, max([s.config.width * 4 for s in m.stores().values()] + [0])
+
+
+def _verified_reader(d: Path, manifest: Mapping[str, Any], listed: Mapping[str, int]) -> Callable[[Path], bytes]:
+    """A checkpoint reader (:func:`~fbrapids.trainers.fit.load_checkpoint`'s ``read``): each
+    file of the export read once, through one open descriptor, its bytes checked against the
+    export's checked ``manifest`` before they are returned (a file swapped after the check is
+    a :class:`~fbrapids.errors.ManifestError`, never loaded); an archive is checked again
+    (:func:`check_archive`) on those bytes."""
+    root = Path(os.path.realpath(d))
+
+    def read(path: Path) -> bytes:
+        rel = Path(os.path.realpath(path)).relative_to(root).as_posix()
+        data = read_verified(d, rel, manifest, listed.get(rel, 0))
+        if rel.endswith((".npz", ".pt")):
+            check_archive(d / rel, data)
+        return data
+
+    return read
 
 
 def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = True,
@@ -341,7 +361,8 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     except (TypeError, ValueError) as exc:
         raise UnsafeFileError(f"{d / 'serving.json'}: model_kwargs do not fit {meta['model']} ({exc})") from None
     try:
-        load_checkpoint(model, None, resolve_inside(d, "model", what="checkpoint directory"))
+        load_checkpoint(model, None, resolve_inside(d, "model", what="checkpoint directory"),
+                        read=_verified_reader(d, manifest, listed) if manifest is not None else None)
     except (RuntimeError, KeyError) as exc:  # torch's state-dict mismatch, a table the checkpoint lacks
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise UnsafeFileError(f"{d / 'model'}: does not hold the model serving.json describes ({first})") from None

@@ -5,10 +5,15 @@ handed out in arrival order within a client, and round robin between clients.
 once (a client whose large call is scored slice after slice) usually gets it back before
 a thread that has been waiting, so one client could hold the model for a whole large call.
 :class:`FairLock` hands the lock over on release: to the longest waiter of the client whose
-turn it is, each client's waiters taking one turn per round.  So a call waits for at most
+turn it is, each client's waiters taking one turn per round, and never to the releasing
+client while another client waits (its turn was the one just ended).  So a call waits for at most
 one slice of each other client with calls waiting, however many calls (connections) one
 client has in flight; without clients (``client=None`` for all) it is plain first come,
 first served.
+
+:meth:`FairLock.others_active` tells a holder whether another client took or asked for the
+lock within the last ``window`` seconds: the scorer then cuts its slices smaller, so a
+client that shares the model waits for a small slice, and a client alone keeps large ones.
 
 Example:
     >>> lock = FairLock()
@@ -19,6 +24,10 @@ Example:
     >>> with lock.turn_of("10.0.0.7"):
     ...     lock.waiting()
     0
+    >>> lock.others_active("10.0.0.7"), lock.others_active("10.0.0.8")
+    (True, True)
+    >>> FairLock().others_active("10.0.0.7")
+    False
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import time
 from typing import Any, Hashable, Iterator
 
 
@@ -37,13 +47,20 @@ class FairLock:
         self._queues: dict[Hashable, collections.deque[threading.Event]] = {}
         self._order: collections.deque[Hashable] = collections.deque()  # clients with waiters, in turn order
         self._held = False
+        self._holder: Hashable = None  # the client whose turn it is
+        self._seen: dict[Hashable, float] = {}  # client -> when it last took or asked for the lock
 
     def acquire(self, client: Hashable = None) -> None:
         """Wait for the lock: at once if it is free and nobody waits, else for ``client``'s
         turn (after every earlier waiter of the same client)."""
         with self._guard:
+            now = time.monotonic()
+            if len(self._seen) >= 256:  # bounded: only the recent clients matter
+                self._seen = {c: t for c, t in self._seen.items() if now - t < 60.0}
+            self._seen[client] = now
             if not self._held and not self._order:
                 self._held = True
+                self._holder = client
                 return
             turn = threading.Event()
             queue = self._queues.setdefault(client, collections.deque())
@@ -59,7 +76,10 @@ class FairLock:
             if not self._order:
                 self._held = False
                 return
+            if self._order[0] == self._holder and len(self._order) > 1:
+                self._order.rotate(-1)  # the releasing client had its turn: the next client's first
             client = self._order.popleft()
+            self._holder = client
             queue = self._queues[client]
             turn = queue.popleft()
             if queue:
@@ -67,6 +87,13 @@ class FairLock:
             else:
                 del self._queues[client]
             turn.set()
+
+    def others_active(self, client: Hashable = None, window: float = 1.0) -> bool:
+        """Whether a client other than ``client`` took or asked for the lock within the last
+        ``window`` seconds (waiting now included)."""
+        with self._guard:
+            now = time.monotonic()
+            return any(c != client and (now - t < window or c in self._queues) for c, t in self._seen.items())
 
     def waiting(self) -> int:
         """Threads waiting for the lock now."""

@@ -8,6 +8,13 @@ Scoring one request against N items, the request-side inputs are the same for ev
   per request; the item side computes its own share once per row; the two are added
   (broadcast by the row's request index) and the rest of the MLP runs per row.  The
   embedding lookups of request features are over R request rows, not R x N.
+* :class:`~fbrapids.trainers.models.DLRM`, :class:`~fbrapids.trainers.models.DeepFM`
+  and :class:`~fbrapids.trainers.models.DIN`: every request-side bag (a query's tokens,
+  interests) is looked up and pooled once per request, over R rows, and the pooled vector
+  gathered by the row's request index; only the per-row arithmetic (bottom MLP, dot
+  interactions, FM term, top MLP) runs per row.  DIN's behaviour sequence is looked up once
+  per request too; its attention compares each candidate with each history entry, so that
+  part is the row's work (counted as such by :mod:`fbrapids.serving.cost`).
 * any other :class:`~fbrapids.trainers.models.base.CTRModel`: :func:`broadcast_batch`
   builds the full batch by gathering request rows by index (features are still computed
   once per request and per item; only the model's own arithmetic is repeated).
@@ -33,7 +40,8 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.batch import Batch, ragged_take
-from fbrapids.trainers.models import WideAndDeep
+from fbrapids.trainers.models import DIN, DLRM, DeepFM, WideAndDeep
+from fbrapids.trainers.modules import bag_segments, fm_second_order
 from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
 
@@ -140,9 +148,83 @@ def _wide_deep(model: WideAndDeep, req: SideArrays, rows: SideArrays, owner: np.
     return (wide_i + wide_r.index_select(0, own)).squeeze(1) + deep
 
 
+def _dense_rows(req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                dev: torch.device) -> torch.Tensor:
+    """The ``[N, d]`` dense model inputs (a few numbers per row: gathered, not split)."""
+    cols = [(req.dense[owner, j] if side == "request" else rows.dense[:, j]) for side, j in dense]
+    d = np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(owner), 0), dtype=np.float32)
+    return to_tensor(d).to(dev)
+
+
+def _pooled(coll, req: SideArrays, rows: SideArrays, own: torch.Tensor, dev: torch.device,
+            skip: Sequence[str] = ()) -> tuple[dict[str, torch.Tensor], dict]:
+    """Every feature of collection ``coll`` pooled over the N rows (``[N, dim]`` each), a
+    request-side bag looked up and pooled over the R request rows and gathered by ``own``;
+    and the lookups (feature -> (rows, index)), for the features in ``skip`` too (not pooled)."""
+    side = {f: (rows.sparse[f] if f in rows.sparse else req.sparse[f]) for f in coll.features}
+    looked = coll.lookup({f: (to_tensor(v).to(dev), to_tensor(o[:-1]).to(dev)) for f, (v, o) in side.items()})
+    out = {}
+    for f in coll.features:
+        if f in skip:
+            continue
+        p = _pool(coll, looked[f], side[f][1], dev)
+        out[f] = p if f in rows.sparse else p.index_select(0, own)
+    return out, looked
+
+
+def _dlrm(model: DLRM, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+          dev: torch.device) -> torch.Tensor:
+    own = to_tensor(owner).to(dev)
+    x = model.bot_l(_dense_rows(req, rows, owner, dense, dev))
+    pooled, _ = _pooled(model.emb_l, req, rows, own, dev)
+    stack = torch.stack([pooled[f] for f in model.sparse_features], dim=1)
+    if model.bias_vector is not None:
+        stack = torch.cat([stack, model.bias_vector.expand(len(stack), 1, -1)], dim=1)
+    return model.top_l[:-1](model.interaction(x, stack)).squeeze(1)
+
+
+def _deepfm(model: DeepFM, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+            dev: torch.device) -> torch.Tensor:
+    own = to_tensor(owner).to(dev)
+    x = _dense_rows(req, rows, owner, dense, dev)
+    first_w, _ = _pooled(model.first, req, rows, own, dev)
+    first = model.first_dense(x).squeeze(1) + sum(first_w[f].squeeze(1) for f in model.sparse_features)
+    e, _ = _pooled(model.emb, req, rows, own, dev)
+    fields = torch.stack([e[f] for f in model.sparse_features], dim=1)
+    deep = model.deep(torch.cat([x, fields.flatten(1)], dim=1)).squeeze(1)
+    return first + fm_second_order(fields) + deep
+
+
+def _din(model: DIN, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+         dev: torch.device) -> torch.Tensor:
+    own = to_tensor(owner).to(dev)
+    pooled, looked = _pooled(model.emb, req, rows, own, dev, skip=list(model.sequences))
+    parts = [_dense_rows(req, rows, owner, dense, dev), *[pooled[f] for f in model.sparse_features]]
+    for seq, target in model.sequences.items():
+        table_rows, inv = looked[seq]
+        if seq in rows.sparse:  # a row-side sequence: as the model's forward
+            offsets = rows.sparse[seq][1]
+            at = inv
+        else:  # the request's history, looked up once, its entries gathered for each row of the request
+            pos, offsets = ragged_take(np.arange(len(req.sparse[seq][0]), dtype=np.int64), req.sparse[seq][1], owner)
+            at = inv.index_select(0, to_tensor(pos).to(inv.device))
+        keys = table_rows.index_select(0, at).to(dev)
+        seg = bag_segments(to_tensor(offsets[:-1]).to(dev), len(at))
+        parts.append(model.attention[seq](pooled[target], keys, seg))
+    return model.mlp(torch.cat(parts, dim=1)).squeeze(1)
+
+
+_SPLIT = ((WideAndDeep, None), (DLRM, _dlrm), (DeepFM, _deepfm), (DIN, _din))
+
+
 def supports_split(model: CTRModel) -> bool:
-    """Whether :func:`split_forward` computes the request side once for this model type."""
-    return isinstance(model, WideAndDeep)
+    """Whether :func:`split_forward` computes the request side once for this model type.
+
+    >>> from fbrapids.trainers.models import DLRM
+    >>> supports_split(DLRM(1, ["a"], embedding_dim=2, bottom_mlp=[2], top_mlp=[2]))
+    True
+    """
+    return any(type(model) is cls for cls, _ in _SPLIT)
 
 
 @torch.no_grad()
@@ -152,6 +234,9 @@ def split_forward(model: CTRModel, req: SideArrays, rows: SideArrays, owner: np.
 
     ``dense`` / ``sparse`` as in :func:`broadcast_batch`.
     """
-    if supports_split(model):
+    if type(model) is WideAndDeep:
         return _wide_deep(model, req, rows, owner, dense, sparse)
+    split = next((f for cls, f in _SPLIT if type(model) is cls), None)
+    if split is not None:
+        return split(model, req, rows, owner, dense, module_device(model))
     return model(broadcast_batch(req, rows, owner, dense, sparse).to(module_device(model)))

@@ -22,10 +22,13 @@ served by ``/health``).
 
 Per client (the peer's address, in ``scope["fbrapids.client"]``; the scorer takes its slices
 in turns by it): at most ``client_calls`` POST calls in flight, and at most ``client_bytes``
-of bodies being read or waiting to be scored; past either, 429 with ``Retry-After``
-(``client_busy``).  So a client with 64 connections has no more calls queued than one with
-16 (a front end multiplexing its users may need that many), and cannot fill the worker
-threads.
+of bodies being read or waiting to be scored.  A call past ``client_calls`` waits, its body
+not read, until one of its client's calls is answered: at most ``client_queue`` of them
+per client and ``client_wait_s`` seconds each (``client_waits`` counts them); past either,
+or past ``client_bytes``, 429 with ``Retry-After`` (``client_busy``).  So a client with 64
+connections has no more calls queued than one with 16 (a front end multiplexing its users
+may need that many), cannot fill the worker threads, and a client that retries at once is
+held waiting, not answered in a loop that would cost the server as much as scoring.
 
 Before those, the request head itself: more than ``max_header_bytes`` of it (counted by the
 gate from the parsed headers, and by the protocol as the bytes arrive, in one burst or byte
@@ -69,7 +72,7 @@ log = logging.getLogger(__name__)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 GATE_COUNTS = ("unauthorised", "host_refused", "media_type_refused", "too_large", "body_timeouts",
                "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused", "headers_refused",
-               "client_busy")
+               "client_busy", "client_waits")
 _HOST = re.compile(r"\[([0-9a-f:.]+)\](?::[0-9]{1,5})?|([a-z0-9._-]+)(?::[0-9]{1,5})?")
 _FOLD = re.compile(rb"\n[ \t]")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -88,16 +91,18 @@ class ServeLimits:
     max_buffered_bytes: int = 64 << 20
     client_calls: int = 16
     client_bytes: int = 16 << 20
+    client_queue: int = 64
+    client_wait_s: float = 30.0
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes", "client_calls",
-                     "client_bytes"):
+                     "client_bytes", "client_queue"):
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise ServeConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("body_timeout_s", "header_timeout_s", "keep_alive_s"):
+        for name in ("body_timeout_s", "header_timeout_s", "keep_alive_s", "client_wait_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not v > 0:
                 raise ServeConfigError(f"{name} must be a number of seconds > 0, got {v!r}")
@@ -106,7 +111,7 @@ class ServeLimits:
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "keep_alive_s",
                                                "max_connections", "max_header_bytes", "max_buffered_bytes",
-                                               "client_calls", "client_bytes")}
+                                               "client_calls", "client_bytes", "client_queue", "client_wait_s")}
 
 
 def host_allowed(host: bytes | None, allowed: tuple[str, ...]) -> bool:
@@ -151,6 +156,8 @@ class Gate:
         self.buffered = 0
         self.calls: dict[str, int] = {}  # per client (peer address): calls past the gate, not yet answered
         self.client_buffered: dict[str, int] = {}  # per client: body bytes held (being read or scored)
+        self.waiting: dict[str, int] = {}  # per client: calls waiting for one of its calls to be answered
+        self._answered: asyncio.Condition | None = None  # notified when a call is answered (on the event loop)
 
     async def _answer(self, send: Callable[[dict], Awaitable[None]], status: int, detail: str,
                       extra: list[tuple[bytes, bytes]] = ()) -> None:
@@ -207,10 +214,11 @@ class Gate:
         if scope["method"] != "POST":  # /health, the docs: no body, no scoring, never capped per client
             await self._admitted(scope, receive, send, client)
             return
-        if self.calls.get(client, 0) >= lim.client_calls:  # per client: many connections are no more calls
-            counts["client_busy"] += 1
+        if self.calls.get(client, 0) >= lim.client_calls and not await self._wait_for_room(client):
+            counts["client_busy"] += 1  # per client: many connections are no more calls
             await self._answer(send, 429, f"{lim.client_calls} calls of this client are in flight "
-                               "(client_calls); retry when one is answered", [(b"retry-after", b"1")])
+                               f"(client_calls) and {lim.client_queue} more wait (client_queue) or waited "
+                               f"{lim.client_wait_s:g} s; retry when one is answered", [(b"retry-after", b"1")])
             return
         self.calls[client] = self.calls.get(client, 0) + 1
         try:
@@ -219,6 +227,31 @@ class Gate:
             self.calls[client] -= 1
             if not self.calls[client]:
                 del self.calls[client]
+            if self._answered is not None and self.waiting.get(client):
+                async with self._answered:
+                    self._answered.notify_all()
+
+    async def _wait_for_room(self, client: str) -> bool:
+        """Wait (the body unread) until ``client`` has fewer than ``client_calls`` calls in
+        flight: False at once past ``client_queue`` waiting calls, or after ``client_wait_s``."""
+        lim = self.limits
+        if self.waiting.get(client, 0) >= lim.client_queue:
+            return False
+        if self._answered is None:
+            self._answered = asyncio.Condition()
+        self.counts["client_waits"] += 1
+        self.waiting[client] = self.waiting.get(client, 0) + 1
+        try:
+            async with self._answered:
+                await asyncio.wait_for(self._answered.wait_for(lambda: self.calls.get(client, 0) < lim.client_calls),
+                                       lim.client_wait_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self.waiting[client] -= 1
+            if not self.waiting[client]:
+                del self.waiting[client]
 
     async def _admitted(self, scope: dict, receive: Callable[[], Awaitable[dict]],
                         send: Callable[[dict], Awaitable[None]], client: str) -> None:

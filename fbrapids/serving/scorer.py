@@ -54,7 +54,13 @@ Fairness: a call is scored in slices of at most ``chunk_items`` items (and ``chu
 work, :mod:`fbrapids.serving.cost`), each under a lock taken in turns by client
 (:class:`~fbrapids.serving.fairness.FairLock`), so a call that arrives during another's
 large one waits for one slice of each other client, not for whole calls, however many
-calls one client has in flight.
+calls one client has in flight.  While another client uses the scorer (it took or asked
+for the lock within the last second), slices hold at most ``contended_chunk_items`` items
+(and that share of ``chunk_work``): a small call then waits for a small slice, and a client
+alone keeps the large slices' throughput.  Then too, a call of several slices pauses its
+client between them (all of that client's calls) for as long as its last slice held the
+scorer: a client that shares the scorer holds it at most about half the time, so a small
+call of another client finds it free as often as not (``stats["paused_slices"]``).
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
 operating system (``malloc_trim``, where the C library has it).
 
@@ -88,6 +94,7 @@ import copy
 import logging
 import re
 import threading
+import time
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -125,6 +132,8 @@ SCORE_ATOL = 1e-6
 MAX_ITEMS = 10_000
 #: Items per slice: a call arriving during another's large one waits for one slice at most.
 CHUNK_ITEMS = 512
+#: Items per slice while another client uses the scorer (its small calls wait for less).
+CONTENDED_CHUNK_ITEMS = 64
 #: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
 MAX_LOGIT = 1e4
 #: The most times one :meth:`Scorer.score_each` call scores (part of) its batch again after a
@@ -148,6 +157,9 @@ class Scorer:
             batch is built there.
         chunk_items: a call is scored in slices of at most this many items (and requests),
             the lock handed to waiting calls between slices.
+        contended_chunk_items: the slices' items while another client uses the scorer.
+        contended_window_s: another client "uses the scorer" when it took or asked for its
+            lock within this many seconds.
         max_logit: a row whose logit is beyond this (or not finite) is refused, naming the
             record and its largest dense input: no trained CTR model gives such a logit to
             inputs like those it was trained on (the score would be exactly 0 or 1).
@@ -164,10 +176,11 @@ class Scorer:
                  device: str | torch.device | None = None, chunk_items: int = CHUNK_ITEMS,
                  max_logit: float = MAX_LOGIT, max_list_len: int = MAX_LIST_LEN,
                  max_text_chars: int = MAX_TEXT_CHARS, max_work: int = MAX_WORK,
-                 chunk_work: int = CHUNK_WORK) -> None:
+                 chunk_work: int = CHUNK_WORK, contended_chunk_items: int = CONTENDED_CHUNK_ITEMS,
+                 contended_window_s: float = 1.0) -> None:
         for name, v, lo in (("cache_items", cache_items, 0), ("max_items", max_items, 1),
                             ("cache_bytes", cache_bytes, 1), ("max_requests", max_requests, 1),
-                            ("chunk_items", chunk_items, 1)):
+                            ("chunk_items", chunk_items, 1), ("contended_chunk_items", contended_chunk_items, 1)):
             if type(v) is not int or v < lo:
                 raise ArgumentError(f"Scorer: {name} must be an integer >= {lo}, got {v!r}")
         self.device = place_model(model, device)
@@ -178,6 +191,9 @@ class Scorer:
         self.max_items = max_items
         self.max_requests = max_requests
         self.chunk_items = chunk_items
+        self.contended_chunk_items = min(contended_chunk_items, chunk_items)
+        self.contended_window_s = float(contended_window_s)
+        self._resume: dict[Hashable, float] = {}  # client -> when its next slice may start (contended)
         if not isinstance(max_logit, (int, float)) or not max_logit > 0:
             raise ArgumentError(f"Scorer: max_logit must be a number > 0, got {max_logit!r}")
         self.max_logit = float(max_logit)
@@ -209,7 +225,7 @@ class Scorer:
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
              "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
              "rejected_bad_input", "rejected_too_large", "unseen_ids", "nulls_filled", "rejected_model_input",
-             "slices", "batch_retries", "work"), 0)
+             "slices", "batch_retries", "work", "paused_slices"), 0)
         self._blamed: int | None = None
 
     # -- feature extraction -------------------------------------------------------------------
@@ -414,20 +430,23 @@ class Scorer:
         self._count(work=work)
         return entries, works
 
-    def _slices(self, entries: list[tuple[Mapping[str, Any], list]],
-                works: list[np.ndarray] | None = None) -> list[list[tuple[int, int, int]]]:
-        """The call cut into slices of at most ``chunk_items`` items and requests, and at most
-        ``chunk_work`` work (at least one item each): each a list of ``(entry, first item,
-        stop item)``; a request with more items is cut across slices."""
+    def _slices(self, entries: list[tuple[Mapping[str, Any], list]], works: list[np.ndarray] | None = None,
+                items: int | None = None, work: int | None = None) -> list[list[tuple[int, int, int]]]:
+        """The call cut into slices of at most ``items`` items and requests (default
+        ``chunk_items``), and at most ``work`` work (default ``chunk_work``; at least one item
+        each): each a list of ``(entry, first item, stop item)``; a request with more items
+        is cut across slices."""
+        chunk_items = items or self.chunk_items
+        chunk_work = work or self.cost.chunk_work
         out: list[list[tuple[int, int, int]]] = [[]]
-        room, work_room = self.chunk_items, self.cost.chunk_work
+        room, work_room = chunk_items, chunk_work
         for i, (_, items) in enumerate(entries):
             start, n = 0, len(items)
             cum = np.concatenate([[0], np.cumsum(works[i])]) if works is not None else None
             while True:
                 if room <= 0 or work_room <= 0:
                     out.append([])
-                    room, work_room = self.chunk_items, self.cost.chunk_work
+                    room, work_room = chunk_items, chunk_work
                 take = min(n - start, room)
                 if cum is not None and take > 1:  # as many items as the slice's work allows, one at least
                     fits = int(np.searchsorted(cum[start + 1 : start + take + 1] - cum[start], work_room, side="right"))
@@ -446,11 +465,33 @@ class Scorer:
         parts: list[list[np.ndarray]] = [[] for _ in entries]
         total = sum(len(it) for _, it in entries)
         self._count(requests=len(entries), items=total)
-        slices = self._slices(entries, works)
+        # small units, merged into one slice of up to chunk_items / chunk_work while no other
+        # client uses the scorer
+        unit_items = self.contended_chunk_items
+        unit_work = max(1, self.cost.chunk_work * unit_items // self.chunk_items)
+        units = self._slices(entries, works, unit_items, unit_work)
+        sizes = [(sum(b - a for _, a, b in u),
+                  sum(int(works[i][a:b].sum()) for i, a, b in u) if works is not None else 0) for u in units]
+        most = max(1, self.chunk_items // unit_items)  # units in one slice (requests without items too)
+        slices = 0
+        k = 0
         try:
-            for sl in slices:
-                chunk = [(entries[i][0], entries[i][1][a:b]) for i, a, b in sl]
+            while k < len(units):
+                wait = self._resume.get(client, 0.0) - time.monotonic()
+                if wait > 0:  # this client's pause after a slice while others use the scorer
+                    time.sleep(min(wait, 1.0))
                 with self._lock.turn_of(client), torch.no_grad():
+                    started = time.monotonic()
+                    stop, n_items, n_work = k + 1, *sizes[k]
+                    if not self._lock.others_active(client, self.contended_window_s):
+                        while (stop < len(units) and stop - k < most and n_items + sizes[stop][0] <= self.chunk_items
+                               and n_work + sizes[stop][1] <= self.cost.chunk_work):
+                            n_items, n_work = n_items + sizes[stop][0], n_work + sizes[stop][1]
+                            stop += 1
+                    sl = _merged(units[k:stop])
+                    k = stop
+                    slices += 1
+                    chunk = [(entries[i][0], entries[i][1][a:b]) for i, a, b in sl]
                     self._origin = [(origin[i], a) for i, a, _ in sl]
                     self._batch_call = batch_call
                     self._blamed = None
@@ -459,6 +500,13 @@ class Scorer:
                     except RequestError as exc:  # which request the error named (score_each answers it alone)
                         exc.entry = self._blamed
                         raise
+                    held = time.monotonic() - started
+                if k < len(units) and self._lock.others_active(client, self.contended_window_s):
+                    if len(self._resume) >= 256:  # bounded: past pauses are over
+                        now = time.monotonic()
+                        self._resume = {c: t for c, t in self._resume.items() if t > now}
+                    self._resume[client] = time.monotonic() + held  # more slices to come: the others' turn
+                    self._count(paused_slices=1)
                 s = 0
                 for (i, a, b) in sl:
                     parts[i].append(probs[s : s + b - a])
@@ -475,9 +523,9 @@ class Scorer:
             log.warning("a kernel refused a call's data: %s", full[:1000])  # the plan's details stay here
             raise RequestError(show(re.sub(r"^layer \d+: ", "", full), 500)) from exc
         finally:
-            if total > self.chunk_items or len(slices) > 1:
+            if total > self.chunk_items or slices > 1:
                 release_memory()
-        self._count(slices=len(slices))
+        self._count(slices=slices)
         return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]
 
     def _score_entries(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
@@ -486,10 +534,10 @@ class Scorer:
             return np.zeros(0, dtype=np.float32)
         images = getattr(self.model, "images", None)
         before = copy.copy(getattr(images, "totals", None))
-        unseen = sum(st.stats()["unseen_reads"] for st in self._stores) if self._stores else 0
+        unseen = sum(st.unseen_reads for st in self._stores)
         probs = self._score_dedup(entries) if self.dedup else self._score_full(entries)
         if self._stores:
-            self.stats["unseen_ids"] += sum(st.stats()["unseen_reads"] for st in self._stores) - unseen
+            self.stats["unseen_ids"] += sum(st.unseen_reads for st in self._stores) - unseen
         if before is not None:
             after = images.totals
             self.stats["image_references"] += after.references - before.references
@@ -585,6 +633,23 @@ class Scorer:
             parts.append(torch.sigmoid(calibrated_logits(self.model, logits)).float().cpu().numpy())
         self.stats["nulls_filled"] += sum(filled.values())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def _merged(units: list[list[tuple[int, int, int]]]) -> list[tuple[int, int, int]]:
+    """Consecutive slices as one: their ``(entry, first, stop)`` ranges, a request cut across
+    two of them joined again.
+
+    >>> _merged([[(0, 0, 3), (1, 0, 2)], [(1, 2, 5)], [(2, 0, 1)]])
+    [(0, 0, 3), (1, 0, 5), (2, 0, 1)]
+    """
+    out: list[tuple[int, int, int]] = []
+    for unit in units:
+        for i, a, b in unit:
+            if out and out[-1][0] == i and out[-1][2] == a:
+                out[-1] = (i, out[-1][1], b)
+            else:
+                out.append((i, a, b))
+    return out
 
 
 def _batch(arr: SideArrays) -> Batch:

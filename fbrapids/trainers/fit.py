@@ -214,7 +214,8 @@ def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Opti
 
 
 def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
-                    progressive: ProgressiveBuffer | None = None) -> int:
+                    progressive: ProgressiveBuffer | None = None,
+                    read: Callable[[Path], bytes] | None = None) -> int:
     """Restore ``model`` (and ``optimizer``) from a checkpoint directory, or from the newest
     one that verifies under a root of checkpoints; returns the step.
 
@@ -226,7 +227,10 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     checkpoint directory.  A checkpoint of another model (class, a table's embedding dim,
     a dense weight's shape) is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
     the difference, before anything is loaded.  ``progressive``: filled with the calibration
-    buffer the checkpoint holds, if any.
+    buffer the checkpoint holds, if any.  ``read(path)``: the bytes of one file of the
+    checkpoint, read once: a loader that verified the files against a manifest of its own
+    (a serving export's) passes a reader that checks what it read against it, so every file
+    is parsed from the bytes that were verified, never read again by path.
     """
     path = Path(path)
     if (path / "latest").exists() or checkpoints(path):
@@ -235,9 +239,10 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
             raise CheckpointError(f"{root} holds no checkpoint")
     else:
         verify_checkpoint(path)
-    meta = json.loads(read_small_file(resolve_inside(path, "meta.json"), "checkpoint meta"))
+    meta_path, dense_path = resolve_inside(path, "meta.json"), resolve_inside(path, "dense.pt")
+    meta = json.loads(read(meta_path) if read else read_small_file(meta_path, "checkpoint meta"))
     check_identity(meta.get(RUN_KEY), model_identity(model), path, keys=MODEL_KEYS)
-    state = load_tensors(resolve_inside(path, "dense.pt"))
+    state = load_tensors(dense_path, read(dense_path) if read else None)
     model.load_state_dict(state["model"])
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -248,7 +253,7 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     if sorted(stores) != meta["tables"]:
         raise CheckpointError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")
     for key, store in stores.items():
-        store.load(resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory"))
+        store.load(resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory"), read)
     return int(state["step"])
 
 
@@ -300,10 +305,11 @@ def weights_digest(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def load_tensors(path: str | os.PathLike) -> object:
+def load_tensors(path: str | os.PathLike, data: bytes | None = None) -> object:
     """``torch.load(path, map_location="cpu", weights_only=True)``: tensors, numbers, strings
     and containers only; a file that would run code or build other objects is refused
-    with an :class:`~fbrapids.errors.UnsafeFileError` naming it.
+    with an :class:`~fbrapids.errors.UnsafeFileError` naming it.  ``data``: the file's bytes,
+    already read (``path`` then only names it).
 
     Example:
         >>> import tempfile, torch
@@ -312,7 +318,7 @@ def load_tensors(path: str | os.PathLike) -> object:
         [1.0, 1.0]
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data) if data is not None else path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         why = next((ln for ln in lines if "Unsupported" in ln or "WeightsUnpickler" in ln), lines[0] if lines else "")

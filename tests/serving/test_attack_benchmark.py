@@ -32,8 +32,8 @@ def test_attack_benchmark_smoke(tmp_path) -> None:
     # the phases issue 37 added (flood and stalled run the same driver: each phase costs an
     # attacker process, slow to start at the lowest priority on a loaded machine)
     phases = ("hog64", "batch_fallback")  # amplify's refusal is tests/serving/test_attacks.py's
-    res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--hog-items", "2000",
-               "--attack-phases", ",".join(phases))
+    res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--hog-items", "500",
+               "--batch-requests", "64", "--attack-phases", ",".join(phases))
     for phase in ("unloaded", *phases):
         assert res[phase]["requests"] == 4 and res[phase]["not_200"] == 0, (phase, res[phase])
     # 64 connections of one client: scored, or refused past client_calls (429); never an error

@@ -441,7 +441,8 @@ def test_folded_and_repeated_authorization_and_loose_host_are_refused(guarded) -
 
 # -- issue 37 B1 / B3: work bounded by the request, turns and caps per client -----------------
 def test_fair_lock_takes_turns_by_client() -> None:
-    """Three calls of client A queued before one of client B: B's goes second, not fourth."""
+    """Three calls of client A queued behind a call of A, then one of client B: B's goes
+    first (A's turn is the one that just ended), not fourth."""
     lock, order = FairLock(), []
 
     def call(client: str, name: str) -> None:
@@ -457,7 +458,25 @@ def test_fair_lock_takes_turns_by_client() -> None:
     lock.release()
     for t in threads:
         t.join(timeout=20)
-    assert order == ["a1", "b1", "a2", "a3"]
+    assert order == ["b1", "a1", "a2", "a3"]
+
+
+def test_slices_are_small_while_another_client_uses_the_scorer(trained) -> None:
+    """A client alone is scored in slices of chunk_items; while another client took the lock
+    within contended_window_s, in slices of contended_chunk_items, its client pausing between
+    them (another client's small call waits for less); the scores are the same."""
+    model, spec, _, users, ads = trained
+    s = Scorer(model, spec, chunk_items=256, contended_chunk_items=64, contended_window_s=3600)
+    req, items = request_records(users, ads, 512, seed=31)
+    alone = s.score_batch([{"request": req, "items": items}], client="A")[0]
+    assert s.stats["slices"] == 2 and s.stats["paused_slices"] == 0
+    with s.turn("B"):  # another client's call
+        pass
+    shared = s.score_batch([{"request": req, "items": items}], client="A")[0]
+    assert s.stats["slices"] == 2 + 8 and s.stats["paused_slices"] == 7  # a pause between slices, none after
+    np.testing.assert_allclose(shared, alone, atol=1e-6, rtol=0)
+    assert s.score_batch([{"request": req, "items": items[:10]}], client="B")[0].shape == (10,)
+    assert s.stats["paused_slices"] == 7  # a call of one slice never pauses its client
 
 
 def test_request_lists_and_work_are_bounded_before_scoring(trained, guarded) -> None:
@@ -486,13 +505,15 @@ def test_request_lists_and_work_are_bounded_before_scoring(trained, guarded) -> 
 
 
 def test_one_client_has_at_most_client_calls_in_flight(trained, guarded) -> None:
-    """Sixteen connections of one client with client_calls=4: at most 4 of its calls past the
-    gate, the rest 429 with Retry-After; /health (no body) is never capped."""
+    """Sixteen connections of one client with client_calls=4 and client_queue=4: at most 4 of
+    its calls past the gate, 4 more waiting (their bodies unread) and scored in turn, the rest
+    429 with Retry-After; /health (no body) is never capped."""
     server, _ = guarded
     raw = json.dumps(_body(trained, 1000, seed=22)).encode()
     statuses: list[int] = []
-    before = server.limits.counts["client_busy"]
+    before, waits = server.limits.counts["client_busy"], server.limits.counts["client_waits"]
     default, server.limits.client_calls = server.limits.client_calls, 4  # read by the gate per call
+    queue, server.limits.client_queue = server.limits.client_queue, 4
 
     def one() -> None:
         statuses.append(http(server, "POST", "/score", raw, AUTH)[0])
@@ -503,7 +524,8 @@ def test_one_client_has_at_most_client_calls_in_flight(trained, guarded) -> None
     assert health(server, AUTH)["status"] == "ok"
     for t in threads:
         t.join(timeout=120)
-    server.limits.client_calls = default
-    assert default == 16 and len(statuses) == 16 and set(statuses) <= {200, 429}, statuses
-    assert statuses.count(200) >= 4 and statuses.count(429) > 0
+    server.limits.client_calls, server.limits.client_queue = default, queue
+    assert default == 16 and queue == 64 and len(statuses) == 16 and set(statuses) <= {200, 429}, statuses
+    assert statuses.count(200) >= 8 and statuses.count(429) > 0
     assert server.limits.counts["client_busy"] - before == statuses.count(429)
+    assert server.limits.counts["client_waits"] - waits >= 4

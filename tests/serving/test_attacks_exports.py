@@ -24,23 +24,10 @@ from fbrapids.cli import main as cli_main  # noqa: E402
 from fbrapids.errors import ManifestError, StoreError, UnsafeFileError  # noqa: E402
 from fbrapids.manifest import write_manifest  # noqa: E402
 from fbrapids.serving import export_model, load_model  # noqa: E402
-from fbrapids.serving.example import example_model_kwargs, example_spec  # noqa: E402
+from fbrapids.serving.example import example_spec  # noqa: E402
 from fbrapids.serving.signing import KEY_ENV  # noqa: E402
-from fbrapids.trainers import WideAndDeep  # noqa: E402
-from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
 KEY = b"export-signing-key-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def model_and_kwargs():
-    torch.manual_seed(0)
-    kwargs = example_model_kwargs(embedding_dim=4, deep_mlp=(8,))
-    kwargs["store"] = StoreConfig(cache_rows=1 << 10)
-    model = WideAndDeep(**kwargs)
-    for store in model.stores().values():  # a few rows in every table
-        store.lookup(np.arange(50), requires_grad=False)
-    return model.eval(), kwargs
 
 
 @pytest.fixture

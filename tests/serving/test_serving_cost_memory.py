@@ -3,8 +3,11 @@
 
 In one subprocess (its peak resident size reset before each call through
 ``/proc/self/clear_refs``), each model scores (a) a call whose request lists sit at their
-length bounds, with as many items as the work bound admits, and (b) the finding's DIN body
-(``hist_cat`` of 40,000, 512 items: 3 GB before), which is now refused before any work."""
+length bounds, with as many items as the work bound admits, (b) a call of ``max_items`` items
+whose titles are as long as the body limit and the work bound allow (the largest body a
+call is admitted with), and (c) the finding's DIN body (``hist_cat`` of 40,000, 512 items:
+3 GB before), which is now refused before any work.  The scorer slices calls as served,
+with a quarter of the served call bounds (items, work, body) to keep the test short."""
 
 from __future__ import annotations
 
@@ -30,8 +33,11 @@ SCRIPT = textwrap.dedent("""
     from fbrapids.errors import RequestTooLargeError
     from fbrapids.pipeline import model_arguments
     from fbrapids.serving import Scorer
-    from fbrapids.serving.cost import MAX_LIST_LEN, MAX_TEXT_CHARS
+    from fbrapids.serving.cost import MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK
     from fbrapids.serving.demo_export import demo_inputs, demo_spec
+    from fbrapids.serving.guard import ServeLimits
+    from fbrapids.serving.scorer import MAX_ITEMS
+    BODY_LIMIT = ServeLimits.max_body_bytes // 4
     from fbrapids.trainers.sparse import StoreConfig
 
     text = Path("README.md").read_text()
@@ -57,7 +63,9 @@ SCRIPT = textwrap.dedent("""
     for model in sys.argv[1:]:
         dense, sparse, seq = demo_inputs(model)
         cls, kw = model_arguments(model, len(dense), sparse, StoreConfig(cache_rows=1 << 12), 16, sequences=seq)
-        s = Scorer(cls(**kw).eval(), demo_spec(model=model), max_work=1_000_000)
+        # the served slices (chunk_items, chunk_work), with a quarter of the call bounds (test time):
+        # a call's peak is one slice's, whatever its size
+        s = Scorer(cls(**kw).eval(), demo_spec(model=model), max_work=MAX_WORK // 4, max_items=MAX_ITEMS // 4)
         request = dict(body["request"], hist_cat=[3, 5])
         s.score(request, body["items"])  # warm: the plans compiled
         at_bounds = dict(request, query=" ".join(f"w{j % 97}" for j in range(1000))[:1024],
@@ -67,6 +75,15 @@ SCRIPT = textwrap.dedent("""
         n = min(s.max_items, s.cost.max_work // per)
         items = [dict(body["items"][j % 2], ad_id=10**6 + j) for j in range(n)]
         out[model] = {"at_bounds": measured(s, at_bounds, items)}
+        # the body limit: as many items as a call admits, titles as long as the work bound allows
+        plain = dict(request, hist_cat=[3, 5], query="")  # no query: no title x query crosses
+        item = dict(body["items"][0], title="")
+        n, r = s.max_items, s.cost.request_size(plain, "r")
+        chars = (BODY_LIMIT // n) - len(json.dumps(item)) - 8
+        while int(s.cost.item_work(r, [dict(item, title="x" * chars)], str)[0]) * n > s.cost.max_work:
+            chars -= 1
+        items = [dict(item, ad_id=2 * 10**6 + j, title=("t%d " % j * chars)[:chars]) for j in range(n)]
+        out[model]["body_limit"] = measured(s, plain, items)
         finding = dict(request, hist_cat=list(range(40_000)))
         out[model]["finding"] = measured(s, finding, [dict(body["items"][j % 2], ad_id=j) for j in range(512)])
     print(json.dumps(out))
@@ -80,9 +97,12 @@ def test_peak_memory_per_call_is_bounded_for_every_model() -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     for model in MODELS:
-        legal, finding = out[model]["at_bounds"], out[model]["finding"]
-        assert legal["refused"] is None and legal["items"] >= 10, (model, legal)
-        assert legal["growth"] <= PEAK_BASE_BYTES + PEAK_BODY_FACTOR * legal["body_bytes"], (model, legal)
+        finding = out[model]["finding"]
+        for case in ("at_bounds", "body_limit"):
+            legal = out[model][case]
+            assert legal["refused"] is None and legal["items"] >= 10, (model, case, legal)
+            assert legal["growth"] <= PEAK_BASE_BYTES + PEAK_BODY_FACTOR * legal["body_bytes"], (model, case, legal)
+        assert out[model]["body_limit"]["body_bytes"] > 256 << 10
         if model == "din" or "hist_cat" in (finding["refused"] or ""):
             assert finding["refused"].startswith("request 0: column 'hist_cat' holds 40000 entries"), (model, finding)
         assert finding["growth"] <= PEAK_BASE_BYTES + PEAK_BODY_FACTOR * finding["body_bytes"], (model, finding)

@@ -23,8 +23,6 @@ from fbrapids.serving.scorer import SCORE_ATOL  # noqa: E402
 from fbrapids.serving.example import request_records, train_example  # noqa: E402
 from fbrapids.serving.http import create_app  # noqa: E402
 
-from test_serving_scorer import training_side_scores  # noqa: E402
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -65,17 +63,17 @@ def _post(url: str, body: object, raw: bytes | None = None) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def test_service_scores_equal_training_side(service) -> None:
+def test_service_scores_equal_training_side(service, training_side) -> None:
     url, model, spec, _, users, ads = service
     req, items = request_records(users, ads, 120, seed=3)
     status, body = _post(url + "/score", {"request": req, "items": items})
     assert status == 200 and body["n"] == 120
-    np.testing.assert_allclose(body["scores"], training_side_scores(model, spec, req, items), atol=SCORE_ATOL, rtol=0)
+    np.testing.assert_allclose(body["scores"], training_side(model, spec, req, items), atol=SCORE_ATOL, rtol=0)
     entries = [{"request": r, "items": it} for r, it in (request_records(users, ads, 30, seed=k) for k in (4, 5))]
     status, body = _post(url + "/score_batch", {"requests": entries})
     assert status == 200 and [len(s) for s in body["scores"]] == [30, 30]
     for e, s in zip(entries, body["scores"]):
-        np.testing.assert_allclose(s, training_side_scores(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
+        np.testing.assert_allclose(s, training_side(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
 
 
 def test_concurrent_clients(service) -> None:

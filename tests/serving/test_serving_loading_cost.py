@@ -6,6 +6,7 @@ scores equal the server's on unseen ids, and no table grows)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -23,23 +24,13 @@ from fbrapids.errors import ManifestError  # noqa: E402
 from fbrapids.manifest import write_manifest  # noqa: E402
 from fbrapids.serving import export as export_module  # noqa: E402
 from fbrapids.serving import export_model, load_model  # noqa: E402
-from fbrapids.serving.example import example_model_kwargs, example_spec  # noqa: E402
+from fbrapids.serving.example import example_spec  # noqa: E402
 from fbrapids.trainers import WideAndDeep  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
+fit_module = importlib.import_module("fbrapids.trainers.fit")  # the module (the package exports fit())
 KEY = b"export-signing-key-0123456789abcdef"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def model_and_kwargs():
-    torch.manual_seed(0)
-    kwargs = example_model_kwargs(embedding_dim=4, deep_mlp=(8,))
-    kwargs["store"] = StoreConfig(cache_rows=1 << 10)
-    model = WideAndDeep(**kwargs)
-    for store in model.stores().values():  # a few rows in every table, moved off their zero init
-        store.lookup(np.arange(50), requires_grad=False)
-    return model.eval(), kwargs
 
 
 def tiny_export(path: Path, signing_key: bytes | None = None) -> Path:
@@ -52,7 +43,10 @@ def tiny_export(path: Path, signing_key: bytes | None = None) -> Path:
                        dense=["p"], sparse=["uh", "a"])
     kw = dict(dense_dim=1, sparse_features=["uh", "a"], embedding_dim=4, deep_mlp=[4], store=StoreConfig(cache_rows=32))
     torch.manual_seed(0)
-    return export_model(path, WideAndDeep(**kw), spec, kw, signing_key=signing_key)
+    model = WideAndDeep(**kw)
+    for store in model.stores().values():  # a few rows in every table
+        store.lookup(np.arange(20), requires_grad=False)
+    return export_model(path, model.eval(), spec, kw, signing_key=signing_key)
 
 
 def test_a_spec_of_200000_features_is_refused_in_one_line_under_an_address_space_limit(tmp_path):
@@ -90,45 +84,69 @@ def test_a_spec_of_200000_features_is_refused_in_one_line_under_an_address_space
     assert out["peak_over_base"] < 1 << 30, out
 
 
-def test_a_spec_swapped_after_the_check_is_refused_never_served(tmp_path, monkeypatch):
-    """The attacker's best moment, every time: ``spec.json`` is replaced by an atomic rename
-    right after the (signed) manifest was checked.  200 tries: each is refused naming the
-    file, none serves the edited spec; without the swap the export loads its own spec."""
+def _edited(d: Path, rel: str) -> bytes:
+    """An edit of export file ``rel`` that still parses (a local attacker's version)."""
+    path = d / rel
+    if rel == "spec.json":
+        spec = json.loads(path.read_bytes())
+        return json.dumps({**spec, "dense": list(reversed(spec["dense"]))}).encode()
+    if rel.endswith("dense.pt"):
+        import io
+
+        state = torch.load(path, weights_only=True)
+        state["model"] = {k: (v + 1 if v.is_floating_point() else v) for k, v in state["model"].items()}
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        return buf.getvalue()
+    return (np.frombuffer(path.read_bytes(), dtype=np.float32) + 1).tobytes()  # rows.f32: every weight moved
+
+
+@pytest.mark.parametrize("target", ["spec.json", "dense.pt", "rows.f32"])
+def test_a_file_swapped_after_the_check_is_refused_never_loaded(tmp_path, monkeypatch, target):
+    """The attacker's best moment, every time: ``spec.json``, the checkpoint's ``dense.pt``
+    or a table's ``rows.f32`` is replaced by an atomic rename right after the last check
+    before it is read (the signed manifest's; the checkpoint's own).  200 tries for the spec,
+    25 for each checkpoint file: each is refused naming the file, none loads the
+    edited file (the checkpoint was read again by path after the check before issue 37's
+    fix); without the swap the export loads its own files."""
     d = tiny_export(tmp_path / "exp", signing_key=KEY)
-    original = (d / "spec.json").read_bytes()
-    spec = json.loads(original)
-    edited = json.dumps({**spec, "dense": list(reversed(spec["dense"]))}).encode()
+    rel = (target if target == "spec.json" else
+           max((p.relative_to(d).as_posix() for p in (d / "model").rglob(target)), key=lambda r: (d / r).stat().st_size))
+    original = (d / rel).read_bytes()
+    edited = _edited(d, rel)
     assert edited != original
-    real = export_module.checked_manifest
+    # the last check before the file is read: the export's manifest for spec.json, the
+    # checkpoint's own manifest (load_checkpoint's newest_verified) for the checkpoint's files
+    module, name = (export_module, "checked_manifest") if target == "spec.json" else (fit_module, "newest_verified")
+    real = getattr(module, name)
     tries = {"n": 0}
 
     def check_then_swap(*args, **kwargs):
-        manifest = real(*args, **kwargs)
+        checked = real(*args, **kwargs)
         tries["n"] += 1
-        (d / "spec.tmp").write_bytes(edited)
-        os.replace(d / "spec.tmp", d / "spec.json")  # atomic, as a local attacker would
-        return manifest
+        (d / "swap.tmp").write_bytes(edited)
+        os.replace(d / "swap.tmp", d / rel)  # atomic, as a local attacker would
+        return checked
 
-    monkeypatch.setattr(export_module, "checked_manifest", check_then_swap)
-    for _ in range(200):
-        (d / "spec.json").write_bytes(original)
-        with pytest.raises(ManifestError, match="spec.json: changed since its manifest was checked"):
+    monkeypatch.setattr(module, name, check_then_swap)
+    n = 200 if target == "spec.json" else 25  # the swap is at the worst moment every time: deterministic
+    for _ in range(n):
+        (d / rel).write_bytes(original)
+        with pytest.raises(ManifestError, match=f"{Path(rel).name}: changed since its manifest was checked"):
             load_model(d, signing_key=KEY)
-    assert tries["n"] == 200
-    monkeypatch.setattr(export_module, "checked_manifest", real)
-    (d / "spec.json").write_bytes(original)
-    assert load_model(d, signing_key=KEY)[1].dense == spec["dense"]
+    assert tries["n"] == n
+    monkeypatch.setattr(module, name, real)
+    (d / rel).write_bytes(original)
+    model, spec = load_model(d, signing_key=KEY)
+    assert spec.dense == json.loads((d / "spec.json").read_bytes())["dense"]
 
 
-def test_load_model_is_read_only_and_scores_as_the_server(model_and_kwargs, tmp_path):
+def test_load_model_is_read_only_and_scores_as_the_server(model_and_kwargs, training_side, tmp_path):
     """Offline scoring of unseen ids (the training-side ``model.predict``) with the loaded
     model adds no table row and equals the served scores within the documented 1e-6;
     ``admit_new_ids=True`` is the explicit way to admit them."""
-    import pandas as pd
-
     from fbrapids.serving import load_scorer
     from fbrapids.serving.example import example_catalogue, request_records
-    from fbrapids.trainers.device import module_device
 
     model, kwargs = model_and_kwargs
     d = export_model(tmp_path / "exp", model, example_spec(), kwargs)
@@ -140,14 +158,7 @@ def test_load_model_is_read_only_and_scores_as_the_server(model_and_kwargs, tmp_
         request, items = request_records(users, ads, 30, seed=seed)
         request = {**request, "user_id": 10**9 + seed}  # ids no training batch admitted
         items = [{**it, "ad_id": 10**9 + 7 * j + seed} for j, it in enumerate(items)]
-        rows = pd.DataFrame([{**request, **it, "click": 0} for it in items])
-        for c, t in spec.schema.items():
-            if t == "str":
-                rows[c] = rows[c].astype("str")
-        ext = rows.fbx.extract(**spec.features)
-        batch = next(iter(ext.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=len(rows))))
-        with torch.no_grad():
-            off = offline.predict(batch.to(module_device(offline))).cpu().numpy()
+        off = training_side(offline, spec, request, items)  # the training side's model.predict
         np.testing.assert_allclose(off, server.score(request, items), atol=1e-6, rtol=0)
     assert {k: len(s) for k, s in offline.stores().items()} == rows_before
     admitting, _ = load_model(d, admit_new_ids=True)

@@ -10,10 +10,10 @@ import torch
 
 import fbrapids  # noqa: F401
 from fbrapids.features import plan_for
-from fbrapids.serving import Scorer, export_model, load_scorer
+from fbrapids.serving import Scorer, export_model, load_scorer, supports_split
 from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.serving.example import request_records, train_example
-from fbrapids.trainers import DeepFM, StoreConfig, fit
+from fbrapids.trainers import DIN, DLRM, DeepFM, StoreConfig, fit
 from fbrapids.trainers.device import module_device
 
 
@@ -23,33 +23,21 @@ def trained():
     return train_example(rows=1500, seed=0)
 
 
-def training_side_scores(model, spec, request: dict, items: list[dict]) -> np.ndarray:
-    """What the training code computes: full rows, one extract, stream, model.predict."""
-    rows = pd.DataFrame([{**request, **it, "click": 0} for it in items])
-    for c, t in spec.schema.items():
-        if t == "str":
-            rows[c] = rows[c].astype("str")
-    ext = rows.fbx.extract(**spec.features)
-    batch = next(iter(ext.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=len(rows))))
-    with torch.no_grad():
-        return model.eval().predict(batch.to(module_device(model))).cpu().numpy()
-
-
-def test_scores_equal_training_side(trained, device: str) -> None:
+def test_scores_equal_training_side(trained, training_side, device: str) -> None:
     model, spec, _, (users, ads, _) = trained
     on, off = Scorer(model, spec, device=device), Scorer(model, spec, dedup=False)
     assert module_device(model).type == device and {s.device.type for s in model.stores().values()} == {device}
     for seed, n in ((1, 5), (2, 300)):
         req, items = request_records(users, ads, n, seed=seed)
         items = items + items[:3]  # repeated candidates
-        ref = training_side_scores(model, spec, req, items)
+        ref = training_side(model, spec, req, items)
         np.testing.assert_allclose(on.score(req, items), ref, atol=SCORE_ATOL, rtol=0)
         np.testing.assert_allclose(off.score(req, items), ref, atol=SCORE_ATOL, rtol=0)
     assert len(np.unique(ref)) > 10  # the scores are not all the same
     model.to("cpu")  # the module-scoped model goes back for the other tests
 
 
-def test_request_once_items_once_with_cache(trained) -> None:
+def test_request_once_items_once_with_cache(trained, training_side) -> None:
     model, spec, _, (users, ads, _) = trained
     s = Scorer(model, spec)
     req, items = request_records(users, ads, 200, seed=5)
@@ -62,7 +50,7 @@ def test_request_once_items_once_with_cache(trained) -> None:
     second = s.score(req2, items)
     assert s.stats["requests_extracted"] == 2 and s.stats["items_extracted"] == unique  # all from the cache
     assert s.stats["item_cache_hits"] == unique
-    np.testing.assert_allclose(second, training_side_scores(model, spec, req2, items), atol=SCORE_ATOL, rtol=0)
+    np.testing.assert_allclose(second, training_side(model, spec, req2, items), atol=SCORE_ATOL, rtol=0)
     assert not np.allclose(first, second)
 
     # launches: one per plan layer per extraction; independent hash buckets share one layer
@@ -80,7 +68,7 @@ def test_request_once_items_once_with_cache(trained) -> None:
     assert s2.stats["kernel_launches"] == expected
 
 
-def test_score_batch_dedups_across_requests(trained) -> None:
+def test_score_batch_dedups_across_requests(trained, training_side) -> None:
     model, spec, _, (users, ads, _) = trained
     s = Scorer(model, spec)
     entries = [dict(zip(("request", "items"), request_records(users, ads, 50, seed=k))) for k in range(3)]
@@ -89,7 +77,7 @@ def test_score_batch_dedups_across_requests(trained) -> None:
     assert s.stats["requests_extracted"] == 3
     assert s.stats["items_extracted"] == len({it["ad_id"] for e in entries for it in e["items"]})
     for e, g in zip(entries, got):
-        np.testing.assert_allclose(g, training_side_scores(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
+        np.testing.assert_allclose(g, training_side(model, spec, e["request"], e["items"]), atol=SCORE_ATOL, rtol=0)
     assert s.score_batch([]) == []
     assert s.score(entries[0]["request"], []).shape == (0,)
 
@@ -120,14 +108,42 @@ def test_export_load_round_trip(trained, tmp_path) -> None:
         load_scorer(tmp_path)
 
 
-def test_non_split_model_broadcast_path(trained) -> None:
+def _served(model, tables) -> int:
+    """Id occurrences the model's tables named ``tables`` (any collection) have looked up."""
+    return sum(v for k, st in model.stores().items() if k.split("/")[-1] in tables
+               for n, v in st.stats().items() if n.startswith("served_"))
+
+
+@pytest.mark.parametrize("kind", ["dlrm", "deepfm", "din"])
+def test_request_side_once_per_call_for_every_model(trained, training_side, kind) -> None:
+    """DLRM, DeepFM and DIN (issue 37): scores equal the training side's, and the request's
+    bags (query, history tokens) are looked up once per call, however many items it has:
+    the request-only tables read the same ids for 10 items as for 200 (N x as many before)."""
     _, spec, _, (users, ads, frame) = trained
     torch.manual_seed(0)
-    m = DeepFM(len(spec.dense), spec.sparse, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=1 << 14))
-    fit(m, frame.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256), progress=False)
-    req, items = request_records(users, ads, 100, seed=4)
-    np.testing.assert_allclose(Scorer(m, spec).score(req, items), training_side_scores(m, spec, req, items),
-                               atol=SCORE_ATOL, rtol=0)
+    common = dict(embedding_dim=4, store=StoreConfig(cache_rows=1 << 14))
+    if kind == "dlrm":
+        m = DLRM(len(spec.dense), spec.sparse, bottom_mlp=[8], top_mlp=[8], bias_vector=True, **common)
+    elif kind == "deepfm":
+        m = DeepFM(len(spec.dense), spec.sparse, deep_mlp=[8], **common)
+    else:  # the browsing history attended against the candidate's title tokens (one token table)
+        m = DIN(len(spec.dense), [f for f in spec.sparse if f != "history_tok_h"], {"history_tok_h": "title_tok_h"},
+                attention_mlp=[8], mlp=[8], **common)
+    fit(m, frame.head(600).fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256),
+        progress=False)
+    assert supports_split(m)
+    s = Scorer(m, spec, cache_items=0)
+    req, items = request_records(users, ads, 200, seed=4)
+    request_only = {"user_h", "gender_h", "query_tok_h"} | ({"history_tok_h"} if kind != "din" else set())
+    reads = []
+    for n in (10, 200):
+        before = _served(m, request_only)
+        got = s.score(req, items[:n])
+        reads.append(_served(m, request_only) - before)
+        np.testing.assert_allclose(got, training_side(m, spec, req, items[:n]), atol=SCORE_ATOL, rtol=0)
+    assert len(np.unique(got)) > 10
+    tokens = len(req["history"].split()) + len((req["query"] or "").split()) * (kind != "din")
+    assert reads[0] == reads[1] > 0 and reads[1] < 200 * tokens
 
 
 @pytest.mark.parametrize("mutate, message", [

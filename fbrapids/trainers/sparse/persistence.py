@@ -107,21 +107,24 @@ def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 
         progress(d / "meta.json")
 
 
-def load(store: PersistedStore, directory: str | os.PathLike) -> None:
+def load(store: PersistedStore, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
     """Replace ``store``'s contents with a copy saved by :func:`save`.
 
-    The tier sizes stay the store's own; the cache starts cold.
+    The tier sizes stay the store's own; the cache starts cold.  ``read(path)``: the bytes of
+    one of the table's files, read once (a loader that verified them against a manifest
+    passes its reader, so what is loaded is what was verified); default: read from disk.
     """
     d = Path(directory)
-    meta = json.loads((d / "meta.json").read_text())
+    meta = json.loads(read(d / "meta.json") if read else (d / "meta.json").read_text())
     saved = StoreConfig(**meta["config"])
     width = store.config.width
     if saved.width != width or saved.dim != store.config.dim:
         raise StoreError(f"table {store.name!r}: checkpoint {d} has rows of width {saved.width}, this store {width}")
-    with np.load(d / "index.npz") as z:
+    with np.load(io.BytesIO(read(d / "index.npz")) if read else d / "index.npz") as z:
         ids, pk, pv, last, freq = (z[k] for k in ("ids", "pending_ids", "pending_counts", "last", "freq"))
     n = len(ids)
-    rows = np.fromfile(d / "rows.f32", dtype=np.float32)
+    rows = (np.frombuffer(read(d / "rows.f32"), dtype=np.float32) if read
+            else np.fromfile(d / "rows.f32", dtype=np.float32))
     if rows.size != n * width:
         raise StoreError(f"table {store.name!r}: {d / 'rows.f32'} holds {rows.size} floats, expected "
                          f"{n} rows x {width}")

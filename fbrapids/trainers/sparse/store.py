@@ -181,6 +181,12 @@ class TieredEmbeddingStore:
         return len(self.directory)
 
     @property
+    def unseen_reads(self) -> int:
+        """``stats()["unseen_reads"]`` without building the whole ``stats()`` (a scorer reads
+        it around every slice)."""
+        return self._counts["unseen_reads"]
+
+    @property
     def read_only(self) -> bool:
         """Whether lookups leave the table as it is (serving): an id without a row reads the
         default row (zeros) and is counted in ``stats()["unseen_reads"]``; nothing is
@@ -553,9 +559,10 @@ class TieredEmbeddingStore:
         (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
         persistence.save(self, directory, chunk_rows, progress, check_rows)
 
-    def load(self, directory: str | os.PathLike) -> None:
-        """Replace this table's contents with a copy saved by :meth:`save` (the cache starts cold)."""
-        persistence.load(self, directory)
+    def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
+        """Replace this table's contents with a copy saved by :meth:`save` (the cache starts
+        cold); ``read``: as :func:`~fbrapids.trainers.sparse.persistence.load`'s."""
+        persistence.load(self, directory, read)
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
