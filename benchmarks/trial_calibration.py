@@ -4,12 +4,15 @@ Each trial is an independent draw: its own generated data (``generate(rows, seed
 plant={"p": beta})``, a fresh data seed per trial), its own planted column, its own
 training seeds (``trial(seeds=K, seed=...)``).  Noise trials plant ``beta = 0`` (the
 column moves nothing); planted trials plant betas whose oracle AUC gain (stored by the
-generator) is about +0.02 and +0.005.  The candidate is the planted column itself, a
+generator) is about +0.024, +0.011, +0.006 and +0.002 (the power curve).  The candidate is the planted column itself, a
 sparse id feature.
 
 Reports, per metric (AUC, GAUC): the false-positive rate of the noise trials (verdict not
 "no detectable effect") with its Clopper-Pearson 95% interval, the power per effect size
-(verdict "helps"), the delta's bias against the oracle gain, and the seconds per trial;
+(verdict "helps"), the delta's bias against the oracle gain, the A/A check (each trial's
+A/A arms: its candidate shuffled across rows; the largest |A/A delta| over trials, per seed
+and seed-averaged, their SD, and how often the A/A verdict was not "no detectable
+effect"), and the seconds per trial;
 ends with one JSON line, also written to ``benchmarks/results/trial_calibration.json``.
 
 Resumable: every finished trial is appended to a JSON-lines state file; a re-run skips
@@ -36,7 +39,7 @@ OUT = ROOT / "benchmarks" / "results" / "trial_calibration.json"
 STATE = ROOT / "benchmarks" / "results" / "trial_calibration.state.jsonl"
 METRICS = ("auc", "gauc")
 #: planted effects: beta -> the oracle AUC gain it gives on the default data (about)
-BETAS = (0.54, 0.27)
+BETAS = (0.54, 0.27, 0.37, 0.16)
 
 log = logging.getLogger("trial_calibration")
 
@@ -74,6 +77,9 @@ def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2
     return {**spec, "oracle_auc_gain": gain, "seeds": r.seeds, "delta": r.delta, "interval": r.interval,
             "verdict": r.verdict, "p_better": r.p_better, "seed_deltas": r.seed_deltas, "se": r.se,
             "se_seeds": r.se_seeds, "se_users": r.se_users, "df": r.df, "aa_spread": r.aa_spread,
+            "aa_delta": r.aa_delta, "aa_seed_deltas": r.aa_seed_deltas, "aa_interval": r.aa_interval,
+            "aa_verdict": r.aa_verdict, "seed_spread": r.seed_spread, "info_delta": r.info_delta,
+            "info_interval": r.info_interval, "info_verdict": r.info_verdict,
             "nan_rounds": r.nan_rounds, "baseline": r.baseline, "seconds": round(time.perf_counter() - t0, 1),
             "trial_seconds": r.seconds, "load": os.getloadavg()[0]}
 
@@ -94,13 +100,36 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
+def aa_summary(rows: list[dict], m: str) -> dict[str, Any]:
+    """The A/A check of metric ``m`` over trials with A/A arms: the largest |A/A delta|
+    per seed (the A/A spread) and seed-averaged (what the trial reports), their SD over
+    trials, and how many A/A verdicts were not "no detectable effect".
+
+    Example:
+        >>> r = {"aa_delta": {"auc": 0.001}, "aa_seed_deltas": {"auc": [0.002, 0.0]},
+        ...      "aa_verdict": {"auc": "no detectable effect"}, "rows": 100}
+        >>> s = aa_summary([r, {**r, "aa_delta": {"auc": -0.003}}], "auc")
+        >>> s["max_abs_delta"], s["max_abs_seed_delta"], s["called"]
+        (0.003, 0.002, 0)
+    """
+    import numpy as np
+
+    means = [r["aa_delta"][m] for r in rows]
+    per_seed = [d for r in rows for d in r["aa_seed_deltas"][m]]
+    return {"trials": len(rows), "rows": sorted({r["rows"] for r in rows}),
+            "max_abs_delta": float(np.max(np.abs(means))), "max_abs_seed_delta": float(np.max(np.abs(per_seed))),
+            "sd_delta": float(np.std(means, ddof=1)) if len(means) > 1 else None,
+            "sd_seed_delta": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+            "called": sum(r["aa_verdict"][m] != "no detectable effect" for r in rows)}
+
+
 def summarise(rows: list[dict]) -> dict[str, Any]:
     """False-positive rate, power, bias and time per trial from the finished trials."""
     import numpy as np
 
     noise = [r for r in rows if r["beta"] == 0]
     out: dict[str, Any] = {"noise_trials": len(noise), "false_positive": {}, "power": {}, "bias": {},
-                           "delta_sd_noise": {}, "aa_spread_mean": {}}
+                           "delta_sd_noise": {}}
     for m in METRICS:
         k = sum(r["verdict"][m] != "no detectable effect" for r in noise)
         lo, hi = clopper_pearson(k, len(noise)) if noise else (float("nan"), float("nan"))
@@ -110,13 +139,18 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
                                     "hurts": sum(r["verdict"][m] == "hurts" for r in noise)}
         if noise:
             out["delta_sd_noise"][m] = float(np.std([r["delta"][m] for r in noise], ddof=1)) if len(noise) > 1 else None
-        out["aa_spread_mean"][m] = float(np.mean([r["aa_spread"][m] for r in rows])) if rows else None
+        with_aa = [r for r in rows if r.get("aa_delta")]
+        if with_aa:
+            out.setdefault("aa", {})[m] = aa_summary(with_aa, m)
         for b in sorted({r["beta"] for r in rows if r["beta"] != 0}):
             sub = [r for r in rows if r["beta"] == b]
             gain = float(np.mean([r["oracle_auc_gain"] for r in sub]))
             key = f"beta={b:g}"
             out["power"].setdefault(key, {"oracle_auc_gain": round(gain, 4), "trials": len(sub)})
             out["power"][key][m] = sum(r["verdict"][m] == "helps" for r in sub)
+            info = [r for r in sub if r.get("info_verdict")]
+            if info:  # the candidate against its A/A arm (a shuffled copy), where the trials had one
+                out["power"][key][f"{m}_vs_shuffled"] = f"{sum(r['info_verdict'][m] == 'helps' for r in info)}/{len(info)}"
             if m == "auc":
                 bias = [r["delta"]["auc"] - r["oracle_auc_gain"] for r in sub]
                 out["bias"][key] = {"mean": float(np.mean(bias)), "sd": float(np.std(bias, ddof=1)) if len(bias) > 1

@@ -209,8 +209,8 @@ def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
 
 def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Any:
     """AUC and GAUC deltas (candidate - baseline) per candidate, with their 95% intervals
-    (training seeds and held-out users: :mod:`fbrapids.trials`) as error bars and the zero
-    line marked, inside the frame (the axis spans the bars, the intervals and zero, with a
+    (training seeds and held-out users: :mod:`fbrapids.trials`) as error bars, the A/A
+    check's deltas in lighter bars where every trial ran it, and the zero line marked, inside the frame (the axis spans the bars, the intervals and zero, with a
     margin) and the legend inside the figure.
 
     Args:
@@ -226,6 +226,10 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: 
         >>> fig = trial_deltas(r)
         >>> len(fig.axes[0].patches), list(fig.axes[0].lines[0].get_ydata())
         (2, [0.0, 0.0])
+        >>> r.aa_delta = {"auc": 0.001, "gauc": -0.002}
+        >>> r.aa_interval = {"auc": (-0.002, 0.004), "gauc": (-0.006, 0.002)}
+        >>> len(trial_deltas(r).axes[0].patches)  # and the A/A bars
+        4
     """
     if hasattr(results, "delta"):
         results = {" + ".join(results.candidates): results}
@@ -233,17 +237,22 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: 
     fig, axes = _figure(1, 1, figsize=(max(5.0, 1.8 * len(labels) + 2), 3.6), layout="constrained")
     ax = axes[0, 0]
     x = np.arange(len(labels))
-    width = 0.8 / len(metrics)
+    # the A/A check (candidates shuffled: fbrapids.trials), where every trial ran it: lighter bars
+    bars = [(m, "delta", "interval", f"{m.upper()} delta (95% interval)") for m in metrics]
+    if all(getattr(results[k], "aa_delta", None) for k in labels):
+        bars += [(m, "aa_delta", "aa_interval", f"A/A {m.upper()} delta (candidate shuffled)") for m in metrics]
+    width = 0.8 / len(bars)
     ax.axhline(0.0, color="black", linewidth=1.0, label="no change")
     colors = {"auc": "#1f4e79", "gauc": "#c0504d"}
+    light = {"auc": "#9dc3e6", "gauc": "#f4b183"}
     span = [0.0]
-    for i, m in enumerate(metrics):
-        deltas = np.array([results[k].delta[m] for k in labels], dtype=np.float64)
-        lo = np.array([results[k].interval.get(m, (np.nan, np.nan))[0] for k in labels], dtype=np.float64)
-        hi = np.array([results[k].interval.get(m, (np.nan, np.nan))[1] for k in labels], dtype=np.float64)
+    for i, (m, what, interval, label) in enumerate(bars):
+        deltas = np.array([getattr(results[k], what)[m] for k in labels], dtype=np.float64)
+        lo = np.array([getattr(results[k], interval).get(m, (np.nan, np.nan))[0] for k in labels], dtype=np.float64)
+        hi = np.array([getattr(results[k], interval).get(m, (np.nan, np.nan))[1] for k in labels], dtype=np.float64)
         err = np.vstack([np.clip(deltas - lo, 0, None), np.clip(hi - deltas, 0, None)])
-        ax.bar(x + (i - (len(metrics) - 1) / 2) * width, deltas, width=width, yerr=err, capsize=4,
-               label=f"{m.upper()} delta (95% interval)", color=colors.get(m, None))
+        ax.bar(x + (i - (len(bars) - 1) / 2) * width, deltas, width=width, yerr=err, capsize=4, label=label,
+               color=(light if what == "aa_delta" else colors).get(m, None))
         span += [v for v in np.concatenate([deltas, lo, hi]).tolist() if np.isfinite(v)]
     bottom, top = min(span), max(span)
     pad = 0.12 * (top - bottom) or 1e-3

@@ -5,7 +5,9 @@ The baseline's and the candidates' features are extracted together, once per par
 one stream of batches feeds every model: for each seed ``s`` of ``seeds``, a baseline
 and a candidate arm built as one architecture under ``torch.manual_seed(s)`` and stores
 seeded ``s`` (:mod:`fbrapids.trainers.arms`: the arms start as the same function, the
-baseline arm sees the candidates' inputs as 0 / empty bags), trained side by side
+baseline arm sees the candidates' inputs as a placebo), and with ``aa=True`` an A/A arm
+(the candidate arm's architecture and start, the candidates' values shuffled across each
+batch's rows), trained side by side
 (:mod:`fbrapids.trainers.side_by_side`).  The held-out day is streamed once too, and every
 model predicts it.
 
@@ -17,6 +19,8 @@ Example:
     >>> run = train_arms(d, {"slot_x_os": ops.cross("slot", "os")}, seeds=[0], batch_size=512, progress=False)
     >>> len(run.baseline), len(run.candidate), run.extraction["models"], run.extraction["partitions"] > 0
     (1, 1, 2, True)
+    >>> run.aa  # no A/A arms unless asked
+    []
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class ArmsRun:
     group: np.ndarray
     baseline: list[np.ndarray] = field(default_factory=list)
     candidate: list[np.ndarray] = field(default_factory=list)
+    aa: list[np.ndarray] = field(default_factory=list)  # the A/A arms' (``aa=True``), one per seed
     extraction: dict[str, int] = field(default_factory=dict)  # launches, partitions, rows streamed
     seconds: dict[str, float] = field(default_factory=dict)
     zeroed: list[str] = field(default_factory=list)  # the candidate-input weights started at 0
@@ -57,7 +62,7 @@ class ArmsRun:
 
 def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
                seeds: Sequence[int] = (0,), progress: bool = True, sequences: dict[str, str] | None = None,
-               paired: bool = True, **options: Any) -> ArmsRun:
+               paired: bool = True, aa: bool = False, **options: Any) -> ArmsRun:
     """Extract once, train a baseline and a candidate arm per seed side by side, predict the
     held-out rows (see the module docstring) of ``data``, a
     :class:`~fbrapids.workloads.Workload` or a folder of generated data; ``options``: :data:`OPTIONS`.
@@ -65,7 +70,8 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     ``paired=False`` builds the arms as separate models instead, as trials did before: the
     baseline over the baseline's features only, the candidate over all of them, each
     initialised under the seed with nothing zeroed (still one extraction pass); it is there
-    to measure what the pairing buys."""
+    to measure what the pairing buys.  ``aa=True`` adds an A/A arm per seed
+    (:func:`fbrapids.trainers.arms.shuffled_view`)."""
     import dask
     import torch
 
@@ -74,7 +80,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     from fbrapids.datasets.synthetic import as_workload
     from fbrapids.pipeline import TimedPartitions, build_model, plan_frames, training_inputs
     from fbrapids.workloads import SequenceFeature
-    from fbrapids.trainers.arms import baseline_view, zero_candidate_inputs
+    from fbrapids.trainers.arms import zero_candidate_inputs
     from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
     from fbrapids.trainers.stream import stream
@@ -106,8 +112,9 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
         if frames.fitted_state is not None:
             run.seconds["fit"] = frames.fit_s
         models, views = [], []
+        arms = ("baseline", "candidate", "aa") if aa else ("baseline", "candidate")
         for s in run.seeds:
-            for arm in ("baseline", "candidate"):
+            for arm in arms:
                 ssd = str(work / f"seed{s}" / arm) if opt["host_rows"] is not None else None
                 store = StoreConfig(cache_rows=opt["cache_rows"], host_rows=opt["host_rows"], ssd_dir=ssd, seed=s)
                 torch.manual_seed(s)  # both arms of a seed: the same draw of every parameter
@@ -122,7 +129,8 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
                 if paired:
                     run.zeroed = zero_candidate_inputs(net, dense, sparse, new_dense, new_sparse)
                 models.append(net)
-                views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else None)
+                views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else
+                             _ShuffledView(dense, new_dense, new_sparse, s) if arm == "aa" else None)
         run.seconds["plan"] = time.perf_counter() - t0
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
         columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
@@ -149,8 +157,10 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             torch.set_num_threads(threads_before)
         ks = kernel_stats.stats()
     run.label, run.group = preds[0]["label"], preds[0]["group"]
-    run.baseline = [p["pred"] for p in preds[0::2]]
-    run.candidate = [p["pred"] for p in preds[1::2]]
+    n = len(arms)
+    run.baseline = [p["pred"] for p in preds[0::n]]
+    run.candidate = [p["pred"] for p in preds[1::n]]
+    run.aa = [p["pred"] for p in preds[2::n]] if aa else []
     run.extraction = {"launches": int(ks["launches"]), "partitions": producer.partitions + test_producer.partitions,
                       "rows streamed": train_stream.rows + len(run.label),
                       "steps per model": int(steps), "models": len(models)}
@@ -209,3 +219,19 @@ class _BaselineView:
         from fbrapids.trainers.arms import baseline_view
 
         return baseline_view(batch, self.dense, self.new_dense, self.new_sparse)
+
+
+class _ShuffledView:
+    """An A/A arm's view of a batch (:func:`fbrapids.trainers.arms.shuffled_view`), its
+    permutations drawn from a generator seeded with the arm's seed."""
+
+    def __init__(self, dense: list[str], new_dense: list[str], new_sparse: list[str], seed: int) -> None:
+        import torch
+
+        self.dense, self.new_dense, self.new_sparse = dense, new_dense, new_sparse
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, batch: Any) -> Any:
+        from fbrapids.trainers.arms import shuffled_view
+
+        return shuffled_view(batch, self.dense, self.new_dense, self.new_sparse, self.generator)

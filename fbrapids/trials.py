@@ -7,7 +7,8 @@ held-out last day.
 **The interval.**  Two sources of noise move a measured delta: the training draw (the
 seed: initial weights; the batches come in one fixed order, as in a plain run) and the
 held-out users sampled.  Per seed ``k`` the delta ``d_k`` (candidate minus baseline, both
-trained from seed ``k``, starting as the same function: :mod:`fbrapids.trainers.arms`) is
+trained from seed ``k``, starting as the same function, reading the same batches in the
+same order: :mod:`fbrapids.trainers.arms`) is
 measured on the same users; the estimate is their mean ``d``.  Its variance is estimated
 as ``s^2 / K + v_users``: ``s^2`` the sample variance of the ``d_k`` (training noise, the
 users held fixed) and ``v_users`` the variance of the seed-averaged delta over a paired
@@ -24,6 +25,25 @@ Assumptions: the per-seed deltas are independent draws, normal enough for a t in
 planted noise); users are independent units; the question is about the training recipe
 as run (same data order), not about other orders.  The verdict: **helps** when the
 interval lies above 0, **hurts** when below, else **no detectable effect** at that level.
+
+**The A/A check.**  With ``aa=True`` (the default) each seed also trains an A/A arm: the
+candidate arm's architecture and start, fed the candidates' values shuffled across each
+batch's rows (:func:`fbrapids.trainers.arms.shuffled_view`), so it carries the candidate's
+ids and their frequencies but not their link to the click.  Its deltas against the
+baseline go through the same test: ``aa_delta`` / ``aa_interval`` / ``aa_verdict`` (a
+trial whose A/A verdict is not "no detectable effect" is logged as a warning) and the
+**A/A spread**, the largest per-seed |A/A delta|: what a seed's paired comparison shows
+for a candidate that tells nothing.  ``seed_spread`` is the largest difference between two
+baseline seeds' metric: one model's training noise, which the pairing cancels (it used to
+be the A/A spread of trials whose arms were independent draws).
+
+**Beyond a shuffled copy.**  The A/A arm is also the tightest control for the question "is
+what the candidate *tells* worth anything?": it has the candidate's parameters, ids and
+their frequencies, only not their link to the click (Boruta's shadow features are the same
+idea).  ``info_delta`` / ``info_interval`` / ``info_verdict`` test the candidate arm against
+it, per seed and over the same bootstrap rounds.  Where adding any table of that shape
+moves the metric (capacity: the A/A check fails), the verdict against the baseline says
+what adding the feature does, and this one whether its values are the reason.
 
 Example:
     >>> import tempfile
@@ -62,8 +82,11 @@ class TrialResult:
     ``baseline`` / ``candidate``: each arm's metrics averaged over the seeds; ``delta``: the
     mean per-seed delta; ``seed_deltas``: each seed's; ``interval`` / ``p_better`` /
     ``verdict``: the combined test; ``se`` / ``se_seeds`` / ``se_users`` / ``df``: its parts;
-    ``aa_spread``: the largest |difference| between two baseline seeds' metric (the A/A
-    spread: what the seed alone moves); ``nan_rounds``: bootstrap rounds where a metric
+    ``aa_delta`` / ``aa_seed_deltas`` / ``aa_interval`` / ``aa_verdict``: the A/A arms'
+    (shuffled candidates) test, ``aa_spread`` the largest per-seed |A/A delta| (empty with
+    ``aa=False``); ``info_delta`` / ``info_interval`` / ``info_verdict``: candidate against
+    the A/A arm (what the candidate's values tell beyond a shuffled copy); ``seed_spread``: the largest |difference| between two baseline seeds'
+    metric (one model's training noise); ``nan_rounds``: bootstrap rounds where a metric
     was undefined (a resample with one class), left out of ``se_users`` and counted here.
     """
 
@@ -84,6 +107,14 @@ class TrialResult:
     se_users: dict[str, float] = field(default_factory=dict)
     df: dict[str, float] = field(default_factory=dict)
     aa_spread: dict[str, float] = field(default_factory=dict)
+    aa_delta: dict[str, float] = field(default_factory=dict)
+    aa_seed_deltas: dict[str, list[float]] = field(default_factory=dict)
+    aa_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    aa_verdict: dict[str, str] = field(default_factory=dict)
+    seed_spread: dict[str, float] = field(default_factory=dict)
+    info_delta: dict[str, float] = field(default_factory=dict)
+    info_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    info_verdict: dict[str, str] = field(default_factory=dict)
     nan_rounds: dict[str, int] = field(default_factory=dict)
     extraction: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -104,10 +135,17 @@ class TrialResult:
             lines.append(f"  {m.upper():<5} baseline {self.baseline[m]:.4f}  candidate {self.candidate[m]:.4f}  "
                          f"delta {self.delta[m]:+.4f}  {pct} [{lo:+.4f}, {hi:+.4f}]  P(better) "
                          f"{self.p_better[m]:.2f}  -> {self.verdict.get(m, '?')}")
-            lines.append(f"        per seed [{per_seed}]  A/A spread {self.aa_spread.get(m, float('nan')):.4f}  "
+            lines.append(f"        per seed [{per_seed}]  seed spread {self.seed_spread.get(m, float('nan')):.4f}  "
                          f"se {self.se.get(m, float('nan')):.4f} (seeds {self.se_seeds.get(m, float('nan')):.4f}, "
                          f"users {self.se_users.get(m, float('nan')):.4f})"
                          + (f"  {self.nan_rounds[m]} NaN bootstrap round(s)" if self.nan_rounds.get(m) else ""))
+            if m in self.aa_delta:
+                alo, ahi = self.aa_interval[m]
+                lines.append(f"        A/A (candidates shuffled) delta {self.aa_delta[m]:+.4f} [{alo:+.4f}, {ahi:+.4f}] "
+                             f"-> {self.aa_verdict[m]}  A/A spread {self.aa_spread[m]:.4f}")
+                ilo, ihi = self.info_interval[m]
+                lines.append(f"        candidate vs A/A (beyond a shuffled copy) {self.info_delta[m]:+.4f} "
+                             f"[{ilo:+.4f}, {ihi:+.4f}] -> {self.info_verdict[m]}")
         if len(self.seeds) < 2:
             lines.append("  one seed: training noise is not in the interval (seeds=3 or more puts it there)")
         return "\n".join(lines)
@@ -280,7 +318,7 @@ def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.9
 def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
           seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
           progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
-          **options: Any) -> TrialResult:
+          aa: bool = True, **options: Any) -> TrialResult:
     """Train baseline vs baseline + ``candidates`` over K seeds, paired; compare them (the
     method and its assumptions: the module docstring).
 
@@ -303,6 +341,8 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
             fitted operators (fitted on the training days only) or history operators.
         paired: the arms of a seed start as one function (:mod:`fbrapids.trainers.arms`);
             False trains them as separate models (to measure what the pairing buys).
+        aa: train an A/A arm per seed (the candidates shuffled across rows: the module
+            docstring), +50% training; False leaves the A/A check out.
         options: ``backend``, ``epochs``, ``batch_size``, ``embedding_dim``, ``cache_rows``,
             ``host_rows``, ``train_threads``, ``nan``, ``work_dir``
             (:data:`fbrapids.trial_training.OPTIONS`; ``count_clean`` is accepted and unused).
@@ -334,19 +374,24 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
         raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
                             "(users): set group = ...")
     run = train_arms(w, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
-                     sequences=sequences, paired=paired, **options)
+                     sequences=sequences, paired=paired, aa=aa, **options)
     bar.update(1)
     bar.set_postfix_str(f"bootstrap x{n_boot}")
     t = time.perf_counter()
     k = len(seed_list)
-    rounds = arm_rounds(run.label, [*run.baseline, *run.candidate], run.group, n_boot, seed)
+    rounds = arm_rounds(run.label, [*run.baseline, *run.candidate, *run.aa], run.group, n_boot, seed)
     result = TrialResult(list(candidates), {}, {}, n_boot=n_boot, n_users=int(len(np.unique(run.group))),
                          seeds=seed_list, level=level, extraction=run.extraction)
     for m in METRICS:
-        base, cand = rounds[m][:k], rounds[m][k:]
+        base, cand, shuffled = rounds[m][:k], rounds[m][k:2 * k], rounds[m][2 * k:]
         full = cand[:, 0] - base[:, 0]
         boot = (cand[:, 1:] - base[:, 1:]).mean(axis=0)
         result.nan_rounds[m] = int((~np.isfinite(boot)).sum())
+        if run.aa:
+            _aa_check(result, m, shuffled[:, 0] - base[:, 0], (shuffled[:, 1:] - base[:, 1:]).mean(axis=0), level)
+            c = combine(cand[:, 0] - shuffled[:, 0], (cand[:, 1:] - shuffled[:, 1:]).mean(axis=0), level)
+            result.info_delta[m], result.info_interval[m], result.info_verdict[m] = \
+                c["delta"], c["interval"], c["verdict"]
         if result.nan_rounds[m]:
             log.warning("trial: %d of %d bootstrap rounds have an undefined %s (left out of the users' variance)",
                         result.nan_rounds[m], n_boot, m.upper())
@@ -357,7 +402,7 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
         result.se_seeds[m], result.se_users[m] = c["se_seeds"], c["se_users"]
         result.seed_deltas[m] = [float(x) for x in full]
         b0 = base[:, 0]
-        result.aa_spread[m] = float(b0.max() - b0.min()) if k > 1 else float("nan")
+        result.seed_spread[m] = float(b0.max() - b0.min()) if k > 1 else float("nan")
     result.baseline["logloss"] = float(np.mean([_logloss(run.label, p) for p in run.baseline]))
     result.candidate["logloss"] = float(np.mean([_logloss(run.label, p) for p in run.candidate]))
     result.seconds = {**run.seconds, "bootstrap": time.perf_counter() - t, "total": time.perf_counter() - t0}
@@ -366,6 +411,19 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     bar.close()
     log.info("%s", result.render())
     return result
+
+
+def _aa_check(result: TrialResult, m: str, full: np.ndarray, boot: np.ndarray, level: float) -> None:
+    """The A/A arms' test of metric ``m`` into ``result`` (``full``: per-seed A/A deltas;
+    ``boot``: the seed-averaged A/A delta per bootstrap round)."""
+    c = combine(full, boot, level)
+    result.aa_delta[m], result.aa_interval[m], result.aa_verdict[m] = c["delta"], c["interval"], c["verdict"]
+    result.aa_seed_deltas[m] = [float(x) for x in full]
+    result.aa_spread[m] = float(np.abs(full).max())
+    if c["verdict"] != "no detectable effect":
+        log.warning("trial: the A/A check failed on %s: shuffled candidates give %+.4f [%+.4f, %+.4f] (%s); "
+                    "the trial's intervals may be too narrow here", m.upper(), c["delta"], *c["interval"],
+                    c["verdict"])
 
 
 def _seed_list(seeds: int | Sequence[int] | None, first: int) -> list[int]:

@@ -194,13 +194,25 @@ def _trial_calibration(r: dict) -> str:
     fp = "; ".join(f"{m.upper()} {v['called']}/{v['of']} called (CP95 {v['cp95'][0]:.2f}-{v['cp95'][1]:.2f})"
                    for m, v in r["false_positive"].items())
     power = "; ".join(f"oracle gain {p['oracle_auc_gain']:+.4f}: AUC {p['auc']}/{p['trials']}, GAUC {p['gauc']}/"
-                      f"{p['trials']} helps, AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
+                      f"{p['trials']} helps" + (f" (vs its shuffled copy: AUC {p['auc_vs_shuffled']}, GAUC "
+                                                f"{p['gauc_vs_shuffled']})" if "auc_vs_shuffled" in p else "")
+                      + f", AUC bias {r['bias'][k]['mean']:+.4f}" for k, p in r["power"].items())
     sec = r["seconds_per_trial"]
     done = f"{r['trials']} of {r['planned']} planned trials" if r.get("planned", r["trials"]) > r["trials"] else \
         f"{r['trials']} trials"
     return (f"{done}, {r['seeds']} seeds per arm: noise ({r['noise_rows']:,} rows): {fp}; "
-            f"planted ({r['planted_rows']:,} rows): {power}; mean A/A spread (AUC) {r['aa_spread_mean']['auc']:.4f}; "
+            f"planted ({r['planted_rows']:,} rows): {power}; {_aa(r)}"
             f"{sec['mean']:.0f} s per trial at load {r['load_mean']:.1f}")
+
+
+def _aa(r: dict) -> str:
+    """The calibration's A/A check (trials with A/A arms), or nothing where none had them."""
+    aa = r.get("aa", {}).get("auc")
+    if not aa:
+        return ""
+    rows = "/".join(f"{n:,}" for n in aa["rows"])
+    return (f"A/A (candidate shuffled; {aa['trials']} trials, {rows} rows): max |AUC delta| {aa['max_abs_delta']:.4f} "
+            f"seed-averaged, {aa['max_abs_seed_delta']:.4f} per seed (A/A spread), {aa['called']} called; ")
 
 
 def _verify(r: dict) -> str:

@@ -158,6 +158,19 @@ def fig_demo_auc() -> str:
             f"({source('figures/demo.json', r)})")
 
 
+def _aa_text(t: dict) -> str:
+    """A trial's A/A check for a caption: the shuffled candidates' AUC delta and the A/A spread."""
+    if not t.get("aa_delta"):
+        return f"A/A spread (AUC) {t.get('aa_spread', {}).get('auc', float('nan')):.4f}"
+    aa = ", ".join(f"{m.upper()} {t['aa_delta'][m]:+.4f} [{t['aa_interval'][m][0]:+.4f}, {t['aa_interval'][m][1]:+.4f}] "
+                   f"({t['aa_verdict'][m]})" for m in ("auc", "gauc"))
+    text = f"A/A (candidate shuffled): {aa}, A/A spread (AUC) {t['aa_spread']['auc']:.4f}"
+    if t.get("info_delta"):
+        text += "; candidate vs its shuffled copy: " + ", ".join(
+            f"{m.upper()} {t['info_delta'][m]:+.4f} ({t['info_verdict'][m]})" for m in ("auc", "gauc"))
+    return text
+
+
 def fig_trial_caption() -> str:
     """The README's caption of docs/images/feature_trial.png."""
     r = load("figures/trial.json")
@@ -167,12 +180,33 @@ def fig_trial_caption() -> str:
         verdict = t.get("verdict") or {}
         parts.append(f"{label}: AUC {d['auc']:+.4f} [{iv['auc'][0]:+.4f}, {iv['auc'][1]:+.4f}] "
                      f"({verdict.get('auc', '?')}), GAUC {d['gauc']:+.4f} [{iv['gauc'][0]:+.4f}, {iv['gauc'][1]:+.4f}] "
-                     f"({verdict.get('gauc', '?')}); A/A spread (AUC) {t.get('aa_spread', {}).get('auc', float('nan')):.4f}")
+                     f"({verdict.get('gauc', '?')}); {_aa_text(t)}")
     first = next(iter(r["trials"].values()))
     return (f"two candidate features tried on the default data ({r['rows']:,} generated impressions, seed "
             f"{r['seed']}, {len(first.get('seeds') or [0])} training seeds per arm, {r['n_boot']} bootstrap rounds "
             f"over {first['n_users']:,} held-out users; 95% intervals over seeds and users): {'; '.join(parts)} "
-            f"({source('figures/trial.json', r)})")
+            f"({source('figures/trial.json', r)}){_other_seed()}")
+
+
+def _other_seed() -> str:
+    """The same trials on the default data drawn with another seed (``figures/trial_seed2.json``):
+    does the verdict survive a change of seed?"""
+    name = "figures/trial_seed2.json"
+    if not (RESULTS / name).exists():
+        return ""
+    r = load(name)
+    parts = [f"{label}: AUC {t['delta']['auc']:+.4f} ({t['verdict']['auc']}), GAUC {t['delta']['gauc']:+.4f} "
+             f"({t['verdict']['gauc']}); {_aa_text(t)}" for label, t in r["trials"].items()]
+    first = load("figures/trial.json")["trials"]
+    same = []
+    for what, key in (("against the baseline", "verdict"), ("against the shuffled copy", "info_verdict")):
+        pairs = [(first[label].get(key, {}).get(m), t.get(key, {}).get(m)) for label, t in r["trials"].items()
+                 if label in first for m in ("auc", "gauc")]
+        pairs = [(a, b) for a, b in pairs if a and b]
+        if pairs:
+            same.append(f"{what} {sum(a == b for a, b in pairs)} of {len(pairs)}")
+    return (f". The same trials with seed {r['seed']} (data and training): {'; '.join(parts)} ({source(name, r)}). "
+            f"Verdicts (candidate x metric) the same at both seeds: {', '.join(same)}")
 
 
 def fig_suite() -> str:
@@ -546,11 +580,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 listing what is stale")
     ap.add_argument("--run", nargs="+", choices=("demo", "trial", "suite"), default=[],
-                    help="re-measure these first (demo: ~1 min; trial: ~6 min; suite: the whole test suite)")
+                    help="re-measure these first (demo: ~1 min; trial: seeds 0 and 2, ~20 min on 2 idle cores; suite: the whole test suite)")
     args = ap.parse_args(argv)
     for what in args.run:
         if what == "trial":
             subprocess.run([sys.executable, "scripts/make_readme_figure.py"], cwd=REPO, check=True)
+            with tempfile.TemporaryDirectory() as tmp:  # the same trials at seed 2: the caption's second seed
+                subprocess.run([sys.executable, "scripts/make_readme_figure.py", "--seed", "2", "--out",
+                                f"{tmp}/seed2.png", "--json", str(FIGURE_RESULTS / "trial_seed2.json")], cwd=REPO,
+                               check=True)
             continue
         res = run_demo() if what == "demo" else run_suite()
         FIGURE_RESULTS.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0, help="the data's seed and the trials' first seed")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's)")
+    parser.add_argument("--batch-size", type=int, default=2048, help="the trial's default, as calibrated")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "feature_trial.png")
     parser.add_argument("--json", type=Path, default=JSON_OUT)
     parser.add_argument("--replot", action="store_true",
@@ -56,14 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fbrapids-figure-data-") as tmp:
         data = ensure_dataset(args.rows, Path(tmp) / "data", seed=args.seed)
         meta = read_metadata(data)
-        results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=1024, seeds=args.seeds,
+        results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=args.batch_size, seeds=args.seeds,
                                 seed=args.seed)
                    for label, feats in candidates.items()}
     k = len(next(iter(results.values())).seeds)
     draw(results, args.rows, args.seed, k, args.boot, args.out)
     for label, r in results.items():
         logging.info("%s\n%s", label, r.render())
-    out = {"rows": args.rows, "seed": args.seed, "seeds_per_arm": k, "n_boot": args.boot, "data": meta, "data_version": DATA_VERSION,
+    out = {"rows": args.rows, "seed": args.seed, "seeds_per_arm": k, "n_boot": args.boot, "batch_size": args.batch_size, "data": meta, "data_version": DATA_VERSION,
            "image": str(args.out.resolve().relative_to(ROOT)) if args.out.resolve().is_relative_to(ROOT) else None,
            "trials": {label: json.loads(json.dumps(dataclasses.asdict(r), default=float))
                       for label, r in results.items()},

@@ -102,7 +102,7 @@ def test_trial_and_its_arms_show_totals(gen_dir, capsys):
     from fbrapids.trials import trial
 
     trial(gen_dir, {"slot_x_os": ops.cross("slot", "os")}, n_boot=5, progress=True, batch_size=512, seeds=2,
-          cache_rows=1 << 14, host_rows=1 << 15, count_clean=False)
+          cache_rows=1 << 14, host_rows=1 << 15, count_clean=False, aa=False)
     err = capsys.readouterr().err
     steps, _ = bar_states(err, "trial")
     assert {(0, 2), (1, 2), (2, 2)} <= set(steps)

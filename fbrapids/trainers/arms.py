@@ -19,8 +19,16 @@ candidate tables are added.  Then:
   its information: the arms differ in what the candidate *tells*, which is what a feature
   trial asks.  The candidate arm sees the full batch.
 
-Both arms read the same batches in the same order (:mod:`fbrapids.trainers.side_by_side`):
-the only difference between them is the candidates' information.
+* :func:`shuffled_view` is what an **A/A arm** sees: the full batch with the candidates'
+  values shuffled across its rows (each row's bag / dense value moved to another row, by a
+  permutation drawn afresh for every batch).  The A/A arm has the candidate arm's
+  architecture, start and inputs' distribution (the same ids, as often), but the link
+  between a row's candidate value and its click is broken: its delta against the baseline
+  is what the trial shows for a candidate that tells nothing, the A/A check.  (Within a
+  batch only: a candidate constant over a whole batch keeps its batch-level information.)
+
+Every arm reads the same batches in the same order (:mod:`fbrapids.trainers.side_by_side`):
+the only difference between baseline and candidate is the candidates' information.
 
 Example:
     >>> import torch
@@ -39,6 +47,10 @@ Example:
     ([0, 0], 0.0)
     >>> torch.equal(m(b), m(base))  # the candidate's inputs do not move the initial function
     True
+    >>> g = torch.Generator().manual_seed(0)
+    >>> aa = shuffled_view(b, ["d0", "d1"], new_dense=["d1"], new_sparse=["new"], generator=g)
+    >>> sorted(aa.sparse["new"][0].tolist()), aa.sparse["ad"][0].tolist()
+    ([5, 6], [1, 2])
 """
 
 from __future__ import annotations
@@ -72,6 +84,33 @@ def baseline_view(batch: Batch, dense: Sequence[str], new_dense: Sequence[str] =
         values, offsets = batch.sparse[f]
         sparse[f] = (torch.full_like(offsets, PLACEBO_ID), torch.arange(len(offsets), dtype=offsets.dtype,
                                                                          device=offsets.device))
+    return Batch(out, batch.label, sparse, batch.group)
+
+
+def _permute_bags(values: torch.Tensor, offsets: torch.Tensor, perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bags ``(values, offsets)`` with row ``i`` holding the bag of row ``perm[i]``."""
+    lengths = torch.diff(offsets, append=offsets.new_tensor([len(values)]))
+    new_len = lengths[perm]
+    new_off = torch.cumsum(new_len, 0) - new_len
+    within = torch.arange(int(new_len.sum()), dtype=offsets.dtype, device=offsets.device) - \
+        torch.repeat_interleave(new_off, new_len)
+    return values[torch.repeat_interleave(offsets[perm], new_len) + within], new_off
+
+
+def shuffled_view(batch: Batch, dense: Sequence[str], new_dense: Sequence[str] = (),
+                  new_sparse: Sequence[str] = (), generator: torch.Generator | None = None) -> Batch:
+    """``batch`` as an A/A arm sees it: the columns of ``new_dense`` and the bags of
+    ``new_sparse`` shuffled across the batch's rows by one permutation drawn from
+    ``generator`` (see the module docstring); every other input as it is."""
+    perm = torch.randperm(len(batch), generator=generator).to(batch.label.device)
+    out = batch.dense
+    cols = [list(dense).index(c) for c in new_dense]
+    if cols:
+        out = batch.dense.clone()
+        out[:, cols] = batch.dense[perm][:, cols]
+    sparse = dict(batch.sparse)
+    for f in new_sparse:
+        sparse[f] = _permute_bags(*batch.sparse[f], perm)
     return Batch(out, batch.label, sparse, batch.group)
 
 

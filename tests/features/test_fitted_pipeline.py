@@ -66,10 +66,11 @@ def test_held_out_labels_never_enter_fitted_state(two_runs) -> None:
 def test_trial_accepts_fitted_features(gen_dir) -> None:
     from fbrapids.trials import trial
 
-    r = trial(gen_dir, {"te_uc": TE["te_uc"]}, kind="dense", n_boot=5, progress=False, batch_size=512, seeds=2)
+    r = trial(gen_dir, {"te_uc": TE["te_uc"]}, kind="dense", n_boot=5, progress=False, batch_size=512, seeds=1)
     assert r.candidates == ["te_uc"] and r.n_boot == 5
     lo, hi = r.interval["auc"]
     assert lo <= hi and np.isfinite(r.delta["auc"])
+    assert np.isfinite(r.aa_delta["auc"]) and r.extraction["models"] == 3  # a dense candidate's A/A arm too
 
 
 def test_demo_model_din_trains_over_a_history_of_the_log(tmp_path, capsys) -> None:

@@ -107,11 +107,16 @@ def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
         # the interval and P(better) come from the same t distribution: they must agree
         assert (lo <= 0 or r.p_better[m] >= 0.975) and (hi >= 0 or r.p_better[m] <= 0.025)
         assert r.se[m] ** 2 == pytest.approx(r.se_seeds[m] ** 2 + r.se_users[m] ** 2)
-        assert r.aa_spread[m] >= 0 and r.nan_rounds[m] == 0
+        assert r.seed_spread[m] >= 0 and r.nan_rounds[m] == 0
+        # the A/A arms (candidates shuffled) go through the same test; the spread is their largest |delta|
+        assert len(r.aa_seed_deltas[m]) == 2 and r.aa_delta[m] == pytest.approx(np.mean(r.aa_seed_deltas[m]))
+        assert r.aa_spread[m] == pytest.approx(np.max(np.abs(r.aa_seed_deltas[m])))
+        assert r.aa_verdict[m] in VERDICTS and r.aa_interval[m][0] <= r.aa_delta[m] <= r.aa_interval[m][1]
+        assert r.info_delta[m] == pytest.approx(r.delta[m] - r.aa_delta[m])  # candidate against the A/A arm
     assert r.n_users > 10 and "P(better)" in r.render() and "A/A spread" in r.render()
     # one extraction pass fed the 2 x 2 models: the kernel launches, partitions and rows of one run
     one = run_pipeline(synthetic.workload(gen_dir).with_features(cand, sparse=list(cand)), checkpoint=False, **opts)
-    assert r.extraction["models"] == 4
+    assert r.extraction["models"] == 6  # baseline, candidate and A/A arm per seed
     assert r.extraction["launches"] == one.kernel["launches"] > 0
     assert r.extraction["partitions"] == one.kernel["partitions"]
     assert r.extraction["rows streamed"] == one.rows["trained"] + one.rows["held out"]

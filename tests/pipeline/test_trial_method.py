@@ -119,6 +119,31 @@ def test_arms_start_as_one_function_and_the_baseline_sees_no_candidate(model):
     assert not torch.equal(full, moved)  # trained, the candidate arm reads them
 
 
+def test_aa_arm_sees_the_candidates_shuffled_across_rows_and_the_rest_as_is():
+    """The A/A arm's view: each row's candidate bag (ragged) and dense value are another
+    row's, by one permutation; the reference rebuilds the bags as Python lists."""
+    from fbrapids.trainers.arms import shuffled_view
+    from fbrapids.trainers.batch import Batch
+
+    rng = np.random.default_rng(3)
+    bags = [list(rng.integers(0, 100, rng.integers(0, 4))) for _ in range(40)]  # empty bags included
+    values = torch.tensor([v for b in bags for v in b], dtype=torch.int64)
+    offsets = torch.tensor(np.cumsum([0] + [len(b) for b in bags[:-1]]), dtype=torch.int64)
+    other = (torch.arange(40), torch.arange(40))
+    batch = Batch(torch.from_numpy(rng.normal(size=(40, 2)).astype(np.float32)), torch.zeros(40),
+                  {"new": (values, offsets), "old": other})
+    out = shuffled_view(batch, ["d0", "dnew"], ["dnew"], ["new"], torch.Generator().manual_seed(1))
+    v, o = out.sparse["new"]
+    got = [v[a:b].tolist() for a, b in zip(o.tolist(), o.tolist()[1:] + [len(v)])]
+    # the permutation, recovered from the dense column (distinct floats), moves the bags alike
+    perm = [int(np.flatnonzero(batch.dense[:, 1].numpy() == x)[0]) for x in out.dense[:, 1].numpy()]
+    assert sorted(perm) == list(range(40)) and perm != list(range(40))
+    assert got == [bags[i] for i in perm]
+    assert torch.equal(out.dense[:, 0], batch.dense[:, 0]) and out.sparse["old"] is other
+    again = shuffled_view(batch, ["d0", "dnew"], ["dnew"], ["new"], torch.Generator().manual_seed(1))
+    assert torch.equal(again.sparse["new"][0], v)  # the arm's seed fixes its permutations
+
+
 def test_planted_columns_move_the_clicks_by_their_beta(tmp_path):
     from fbrapids.datagen import PLANT_Z, generate, read_metadata
     from fbrapids.errors import DataGenError
@@ -164,6 +189,7 @@ def test_small_calibration_gives_the_planted_verdicts(tmp_path):
     assert res["false_positive"]["auc"]["called"] == res["false_positive"]["gauc"]["called"] == 0
     assert res["power"]["beta=1.5"]["auc"] == 1  # (GAUC, over ~400 held-out users of 4,000 rows: too noisy here)
     assert res["power"]["beta=1.5"]["oracle_auc_gain"] > 0.05
+    assert res["aa"]["auc"]["trials"] == 2 and res["aa"]["auc"]["rows"] == [4000]  # each trial's A/A check
 
 
 def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(gen_dir):
