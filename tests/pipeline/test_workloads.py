@@ -124,7 +124,7 @@ def test_a_trial_on_taobao_declared_in_toml_runs_from_python(shared_data):
     table = r.render()
     assert "baseline + pid_x_cate" in table and "AUC" in table and "GAUC" in table
     assert r.n_users == pd.read_csv(shared_data / "taobao_tiny_test.csv")["userid"].nunique()
-    assert r.extraction["rows streamed"] == 200 and r.extraction["models"] == 2
+    assert r.extraction["rows streamed"] == 200 and r.extraction["models"] == 3  # baseline, candidate, A/A
     with pytest.raises(FbrapidsError, match="already name baseline columns"):
         trial(w, {"pid_h": ops.hash_bucket("pid", 8)}, progress=False)
 
