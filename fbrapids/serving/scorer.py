@@ -58,9 +58,9 @@ calls one client has in flight.  While another client uses the scorer (it took o
 for the lock within the last second), slices hold at most ``contended_chunk_items`` items
 (and that share of ``chunk_work``): a small call then waits for a small slice, and a client
 alone keeps the large slices' throughput.  Then too, a call of several slices pauses its
-client between them (all of that client's calls) for as long as its last slice held the
-scorer: a client that shares the scorer holds it at most about half the time, so a small
-call of another client finds it free as often as not (``stats["paused_slices"]``).
+client between them (all of that client's calls) for :data:`PAUSE_FACTOR` times as long as
+its last slice held the scorer: a client that shares the scorer holds it at most a third of
+the time, so a small call of another client mostly finds it free (``stats["paused_slices"]``).
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
 operating system (``malloc_trim``, where the C library has it).
 
@@ -134,6 +134,10 @@ MAX_ITEMS = 10_000
 CHUNK_ITEMS = 512
 #: Items per slice while another client uses the scorer (its small calls wait for less).
 CONTENDED_CHUNK_ITEMS = 64
+#: While another client uses the scorer, a call of several slices pauses its client this many
+#: times as long as its last slice took: such a client holds the scorer at most 1 / (1 + this)
+#: of the time, and another client's call that follows its own previous one finds it free.
+PAUSE_FACTOR = 2.0
 #: The largest |logit| served: beyond it a float32 sigmoid is exactly 0 or 1 many times over.
 MAX_LOGIT = 1e4
 #: The most times one :meth:`Scorer.score_each` call scores (part of) its batch again after a
@@ -505,7 +509,7 @@ class Scorer:
                     if len(self._resume) >= 256:  # bounded: past pauses are over
                         now = time.monotonic()
                         self._resume = {c: t for c, t in self._resume.items() if t > now}
-                    self._resume[client] = time.monotonic() + held  # more slices to come: the others' turn
+                    self._resume[client] = time.monotonic() + PAUSE_FACTOR * held  # more slices to come: the others' turn
                     self._count(paused_slices=1)
                 s = 0
                 for (i, a, b) in sl:

@@ -1,4 +1,4 @@
-"""Post-hoc calibration (issue 34): Platt scaling fitted by ``fit`` on its progressive
+"""Post-hoc calibration (issue 34): a shift of the logits fitted by ``fit`` on its progressive
 predictions, carried by the state dict, applied by ``predict`` / ``evaluate``, and kept
 across a checkpoint and resume."""
 
@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
 from fbrapids.trainers import StoreConfig, evaluate, fit, load_checkpoint, predict
-from fbrapids.trainers.calibration import MIN_ROWS, ProgressiveBuffer, fit_calibration, platt
+from fbrapids.trainers.calibration import MIN_ROWS, ProgressiveBuffer, fit_calibration, intercept, platt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -24,6 +24,19 @@ def test_platt_matches_sklearn_on_planted_data() -> None:
     ref = LogisticRegression(C=1e9, tol=1e-10, max_iter=1000).fit(z[:, None], y)
     assert abs(a - ref.coef_[0, 0]) < 1e-4 and abs(b - ref.intercept_[0]) < 1e-4, (a, b, ref.coef_, ref.intercept_)
     assert abs(a - 0.6) < 0.05 and abs(b - 0.8) < 0.05  # and the planted values
+
+
+def test_intercept_solves_the_score_equation_and_finds_the_planted_shift() -> None:
+    """The shift with the slope held at 1: the root of sum(sigmoid(z + b)) = sum(y) (the
+    intercept-only logistic regression's score equation), found here by scipy's brentq."""
+    from scipy.optimize import brentq
+
+    rng = np.random.default_rng(4)
+    z = rng.normal(-2.0, 1.0, 40_000)
+    y = (rng.random(len(z)) < 1 / (1 + np.exp(-(z - 0.4)))).astype(float)
+    b = intercept(z, y)
+    ref = brentq(lambda t: float(np.sum(1 / (1 + np.exp(-(z + t)))) - y.sum()), -5.0, 5.0, xtol=1e-12)
+    assert abs(b - ref) < 1e-8 and abs(b + 0.4) < 0.05, (b, ref)
 
 
 def test_buffer_keeps_the_newest_rows_in_order() -> None:
@@ -58,8 +71,8 @@ def test_fit_calibrates_on_the_last_rows_trained_on() -> None:
             z.append(model(b).numpy())
             y.append(b.label.numpy())
     z, y = np.concatenate(z), np.concatenate(y)
-    assert res.calibration == pytest.approx(platt(z[-1024:], y[-1024:]), abs=1e-5)
-    assert res.calibration != pytest.approx(platt(z, y), abs=1e-4)  # the last rows, not all of them
+    assert res.calibration == pytest.approx((1.0, intercept(z[-1024:], y[-1024:])), abs=1e-5)
+    assert res.calibration[1] != pytest.approx(intercept(z, y), abs=1e-4)  # the last rows, not all of them
 
 
 def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
