@@ -363,7 +363,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
-                frozen_worker_watchdog(client, f"the run on {w.where}"):
+                frozen_worker_watchdog(client, f"the run on {w.origin}"):
             result = _run(w, cfg, client, work)
         if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
@@ -390,7 +390,7 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
     if client is not None:
         from fbrapids.cluster import require_workers
 
-        require_workers(client, f"extracting {w.where}")
+        require_workers(client, f"extracting {w.origin}")
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
@@ -555,7 +555,8 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
         out.train = train.fbx.extract(out.fitted_state, training=True)
         out.test = test.fbx.extract(out.fitted_state)
         out.fit_s = time.perf_counter() - t
-    check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse, w.where)  # fitted features included
+    check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse,  # fitted features included
+                         w.origin)
     return out
 
 

@@ -651,7 +651,7 @@ def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
         total = _BarTotal(bar, batches)
         for batch in batches:
             total.refresh()
-            ps.append(model.predict(batch.to(dev)).float().cpu().numpy())
+            ps.append(model.predict(batch.to(dev)).double().cpu().numpy())
             ys.append(batch.label.cpu().numpy())
             if batch.group is not None:
                 gs.append(batch.group.cpu().numpy())

@@ -110,6 +110,24 @@ def test_calibration_is_saved_and_an_old_state_dict_loads_as_identity(tmp_path) 
     assert other.calibration.tolist() == [1.0, 0.0]
 
 
+def test_a_shrinking_calibration_keeps_the_logits_order() -> None:
+    """A calibration with a tiny slope (a model that learned little) must not round nearby
+    predictions into ties: the AUC of ``evaluate`` is the AUC of the raw logits (float32
+    probabilities tied hundreds of them and moved the AUC of ranks vs one process by 1e-5)."""
+    from sklearn.metrics import roc_auc_score
+
+    frame = ctr_frame(rows=512)
+    model = small_model(StoreConfig(cache_rows=1 << 12))
+    model.set_calibration(1e-4, -2.0)
+    model.eval()
+    with torch.no_grad():
+        z = np.concatenate([model(b).numpy() for b in batches(frame)])
+    got = predict(model, batches(frame), progress=False)
+    assert len(np.unique(got["pred"])) == len(np.unique(z))
+    assert evaluate(model, batches(frame), progress=False)["auc"] == pytest.approx(roc_auc_score(got["label"], z),
+                                                                                   abs=1e-12)
+
+
 def test_resumed_run_calibrates_as_an_unbroken_one(tmp_path) -> None:
     frame = ctr_frame(rows=1536)
 
