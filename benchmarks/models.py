@@ -22,7 +22,11 @@ per size and model; ``all_pass``.
     python benchmarks/models.py --rows 200000 1000000 --seeds 0 1 2
 
 ``--out FILE`` also writes that JSON to a file (``scripts/bench.py --only models`` keeps it
-as ``benchmarks/results/models.json``).
+as ``benchmarks/results/models.json``); with ``--add-seeds`` the runs already in ``FILE``
+are kept, but those of the arms and seeds run now, which replace them (the reference is
+not run again for a seed it has; means, SDs and checks over all of them):
+
+    python benchmarks/models.py --seeds 3 4 --out benchmarks/results/models.json --add-seeds
 
 Example:
     >>> r = {"lr": {"mean": {"auc": 0.68, "logloss": 0.35}},
@@ -213,6 +217,7 @@ def _tally(out: dict[str, Any], rows: int, runs: dict[str, list[dict]], path: Pa
     out["oracle_auc"][str(rows)] = round(statistics.fmean(out["oracle_auc_by_seed"][str(rows)].values()), 4)
     out["seeds_done"] = sorted({r["seed"] for x in runs.values() for r in x})
     out["all_pass"] = all(all(c.values()) for c in out["checks"].values())
+    out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=1) + "\n")
@@ -221,10 +226,11 @@ def _tally(out: dict[str, Any], rows: int, runs: dict[str, list[dict]], path: Pa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[200_000])
-    ap.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    ap.add_argument("--models", nargs="+", choices=(*MODELS, "logreg"), default=list(MODELS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batch-size", type=int, default=None, help="the demo's default when not given")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--add-seeds", action="store_true", help="keep the runs already in --out and add these seeds'")
     ap.add_argument("--one", nargs=2, metavar=("ROWS", "ARM"), help=argparse.SUPPRESS)  # a child's run
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -234,11 +240,25 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"machine": machine_description(), "seeds": args.seeds, "batch_size": args.batch_size,
                            "criteria": (f"mean AUC >= the sklearn reference's, mean logloss <= its, calibration of "
                                         f"every run in [{CALIBRATION[0]}, {CALIBRATION[1]}]"),
-                           "rows": {}, "oracle_auc": {}, "oracle_auc_by_seed": {}, "checks": {}}
+                           "rows": {}, "oracle_auc": {}, "oracle_auc_by_seed": {}, "checks": {},
+                           "command": "python benchmarks/models.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    kept = json.loads(args.out.read_text()) if args.add_seeds and args.out and args.out.exists() else None
+    if kept is not None:
+        out["seeds"] = sorted(set(kept["seeds"]) | set(args.seeds))
+        out["machine"] = f"{kept['machine']}; seeds {', '.join(map(str, args.seeds))}: {out['machine']}"
+        out["oracle_auc_by_seed"] = kept.get("oracle_auc_by_seed", {})
+        first = kept.get("command", f"python benchmarks/models.py --seeds {' '.join(map(str, kept['seeds']))}")
+        out["command"] = f"{first}, then {out['command']}"
     for rows in args.rows:
         runs: dict[str, list[dict]] = {}
+        old = (kept or {}).get("rows", {}).get(str(rows), {})
+        # these arms' runs of these seeds are run anew, but the reference's (the same data, the same fit)
+        has_ref = {r["seed"] for r in old.get(REFERENCE, {}).get("runs", [])}
+        for arm, x in old.items():
+            runs[arm] = [r for r in x["runs"] if arm not in arms(args.models) or r["seed"] not in args.seeds
+                         or arm == REFERENCE]
         for seed in args.seeds:
-            for arm in arms(args.models):  # one process per run: nothing carries over between arms
+            for arm in [a for a in arms(args.models) if a != REFERENCE or seed not in has_ref]:  # a process each
                 r = _child(rows, arm, seed, args.batch_size)
                 out["oracle_auc_by_seed"].setdefault(str(rows), {})[str(seed)] = r.pop("oracle_auc")
                 runs.setdefault(arm, []).append({"seed": seed, **r})

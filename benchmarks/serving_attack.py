@@ -156,7 +156,7 @@ def _attack_process(kind: str, port: int, clients: int, hog_file: str, seconds: 
         t.start()
     stop.wait(seconds)
     stop.set()
-    deadline = time.monotonic() + 10  # threads still waiting for an answer are daemons: not waited for long
+    deadline = time.monotonic() + 2  # threads still waiting for an answer are daemons: not waited for long
     for t in threads:
         t.join(timeout=max(0.0, deadline - time.monotonic()))
     Path(tally_file).write_text(json.dumps({str(k): v for k, v in tally.items()}))

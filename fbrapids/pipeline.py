@@ -39,6 +39,10 @@ from fbrapids.workloads.run_config import MODELS
 
 #: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
 POOLING = "mean"
+#: training rows are shuffled within windows of this many rows (``stream(shuffle_window=)``): in
+#: time order the model ends tuned to the last hours it saw and mispredicts the held-out day
+#: by the hour (docs/models.md); a window spans whole days up to ~1M rows
+SHUFFLE_WINDOW = 1 << 18
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 
 
@@ -284,7 +288,7 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     if name == "din":
         seqs = dict(sequences or {})
         return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
-                                attention_mlp=(36,), mlp=(64, 32))
+                                attention_mlp=(36,), mlp=(64, 32), first_order=True)
     raise ArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
@@ -359,7 +363,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
-                frozen_worker_watchdog(client, f"the run on {w.where}"):
+                frozen_worker_watchdog(client, f"the run on {w.origin}"):
             result = _run(w, cfg, client, work)
         if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
@@ -386,7 +390,7 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
     if client is not None:
         from fbrapids.cluster import require_workers
 
-        require_workers(client, f"extracting {w.where}")
+        require_workers(client, f"extracting {w.origin}")
         client.run(kernel_stats.reset_stats)
 
     t0 = time.perf_counter()
@@ -422,7 +426,8 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
     # trainer, as stream(prefetch=2) holds over a dask frame
     test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
     producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
-    stream = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group))
+    stream = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group,
+                                     SHUFFLE_WINDOW))
     threads_before = torch.get_num_threads()
     train_threads = cfg.train_threads
     if train_threads is None and not be.is_gpu:
@@ -550,7 +555,8 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
         out.train = train.fbx.extract(out.fitted_state, training=True)
         out.test = test.fbx.extract(out.fitted_state)
         out.fit_s = time.perf_counter() - t
-    check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse, w.where)  # fitted features included
+    check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse,  # fitted features included
+                         w.origin)
     return out
 
 
@@ -626,15 +632,15 @@ def _preflight(w: Workload, work: Path, ckpt_dir: Path | None, net: Any, store: 
 
 
 def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
-                 nan: str = "error", label: str = LABEL, group: str | None = GROUP) -> Any:
+                 nan: str = "error", label: str = LABEL, group: str | None = GROUP, shuffle_window: int = 0) -> Any:
     """The trainer's stream of ``source`` (the label, group and the given features) as
-    :func:`run_pipeline` trains on it: the same batches in the same order for the same
-    source, batch size and seed (``label`` / ``group``: the workload's; default the
-    generated data's)."""
+    :func:`run_pipeline` streams it (its training days with ``shuffle_window=SHUFFLE_WINDOW``):
+    the same batches in the same order for the same source, batch size, seed and window
+    (``label`` / ``group``: the workload's; default the generated data's)."""
     from fbrapids.trainers.stream import stream
 
     return stream(source, label=label, dense=dense, sparse=sparse, group=group, batch_size=batch_size,
-                  seed=seed, prefetch=1, nan=nan)
+                  seed=seed, prefetch=1, nan=nan, shuffle_window=shuffle_window)
 
 
 def _store_totals(model: Any) -> dict[str, Any]:

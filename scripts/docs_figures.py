@@ -146,8 +146,9 @@ def fig_default_data() -> str:
     text = f"**{d['oracle_auc']:.3f} at {d['rows']:,} rows, seed {d['seed']}** (CTR {d['ctr']:.3f}"
     try:
         models = load("models.json")
-        text += "; " + ", ".join(f"{float(v):.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
-                                 if int(rows) != d["rows"]) + ": `benchmarks/results/models.json`"
+        other = [f"{float(v):.4f} at {int(rows):,} rows" for rows, v in models["oracle_auc"].items()
+                 if int(rows) != d["rows"]]
+        text += "; " + ", ".join(other) + ": `benchmarks/results/models.json`" if other else ""
     except Missing:
         pass
     return text + ")"
@@ -294,8 +295,9 @@ def fig_hit_rate() -> str:
 _ARM_KEYS = {"lr": "sparse lr {}", "acc": "Adagrad initial accumulator {}", "init": "embedding init scale {}",
              "dlr": "dense Adam lr {}", "bs": "batch {}", "epochs": "{} epochs", "emb": "embedding dim {}",
              "pooling": "{} pooling", "wide": "+ first-order term", "eval_ro": "unseen ids read zeros at evaluation",
-             "calibrate": "Platt calibration {}", "drop": "without {}",
-             "bias_vector": "+ a bias vector among DLRM's interacted ones"}
+             "calibrate": "calibration {}", "drop": "without {}",
+             "bias_vector": "+ a bias vector among DLRM's interacted ones",
+             "shuffle": "training rows shuffled in windows of {}", "first_order": "first-order part {}"}
 
 
 def _arm_text(arm: dict[str, Any]) -> str:
@@ -303,12 +305,28 @@ def _arm_text(arm: dict[str, Any]) -> str:
     for k, v in arm.items():
         if k == "model":
             continue
-        if k == "calibrate":
-            v = "on" if v else "off"
+        if k == "shuffle" and not v:
+            parts.append("in time order")
+            continue
+        if k in ("calibrate", "first_order") and isinstance(v, bool):
+            v = ("shift" if k == "calibrate" else "on") if v else "off"
         elif k == "drop":
             v = ", ".join(v)
         parts.append(_ARM_KEYS.get(k, k + " {}").format(v))
-    return ", ".join(parts)
+    return ", ".join(parts) or "the pipeline's defaults (training rows shuffled)"
+
+
+def _quarters(runs: list[dict[str, Any]]) -> str:
+    """The mean over ``runs`` of the held-out calibration per quarter of the day (hours 0-5,
+    6-11, 12-17, 18-23), or a dash for runs measured before it was recorded."""
+    got = [r["calibration_by_quarter_day"] for r in runs if r.get("calibration_by_quarter_day")]
+    if len(got) != len(runs):
+        return "—"
+    return ", ".join(f"{sum(q) / len(q):.3f}" for q in zip(*got))
+
+
+def _seed_pair(run: dict[str, Any]) -> str:
+    return f"{run['seed']}/{run['data_seed']}"
 
 
 def fig_model_ablations() -> str:
@@ -318,17 +336,19 @@ def fig_model_ablations() -> str:
     arms: dict[str, list[dict]] = {}
     for run in r["runs"]:
         arms.setdefault(json.dumps(run["arm"], sort_keys=False), []).append(run)
-    lines = ["", "| model | arm | sparse features | seeds | AUC | logloss | NE | calibration |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["", "| model | arm | sparse features | seeds (model/data) | AUC | logloss | NE | calibration "
+                 "| calibration by quarter of the held-out day |", "|---|---|---|---|---|---|---|---|---|"]
     for runs in arms.values():
         arm = runs[0]["arm"]
         mean = {k: sum(x[k] for x in runs) / len(runs) for k in ("auc", "logloss", "ne", "calibration")}
         lines.append(f"| {arm.get('model', 'dlrm')} | {_arm_text(arm)} | {runs[0].get('features', '')} | "
-                     f"{', '.join(str(x['seed']) for x in runs)} | "
-                     f"{mean['auc']:.4f} | {mean['logloss']:.4f} | {mean['ne']:.4f} | {mean['calibration']:.3f} |")
+                     f"{', '.join(_seed_pair(x) for x in runs)} | "
+                     f"{mean['auc']:.4f} | {mean['logloss']:.4f} | {mean['ne']:.4f} | {mean['calibration']:.3f} | "
+                     f"{_quarters(runs)} |")
     first = r["runs"][0]
-    lines += ["", f"*({len(r['runs'])} runs of `{r['command']}` at {first['rows']:,} rows, data seed "
-                  f"{first['data_seed']}; {source('figures/model_ablations.json', r)}, from "
+    data_seeds = ", ".join(str(d) for d in sorted({x["data_seed"] for x in r["runs"]}))
+    lines += ["", f"*({len(r['runs'])} runs of `{r['command']}` at {first['rows']:,} rows, data seeds "
+                  f"{data_seeds}; {source('figures/model_ablations.json', r)}, from "
                   f"{first['measured_at']} onwards)*", ""]
     return "\n".join(lines)
 

@@ -14,8 +14,11 @@ initial accumulator, initial scale); ``dlr`` (the dense Adam learning rate); ``e
 first-order term, :func:`fbrapids.trainers.models.wide_deep.first_order_config` tables plus a
 linear map of the dense features, to the model's logit); ``sparse`` (the feature list);
 ``drop`` (features left out of ``sparse``); ``eval_ro`` (score the held-out day with read-only tables: ids never trained on read zeros);
-``calibrate`` (``fit``'s post-hoc calibration, default on).  ``--seeds`` seed the model (the
-data is the default data of ``--data-seed``).  One JSON line per (arm, seed) is printed and
+``calibrate`` (``fit``'s post-hoc calibration, default on); ``shuffle`` (the training rows'
+shuffle window, default :data:`fbrapids.pipeline.SHUFFLE_WINDOW`; 0: time order);
+``first_order`` (DIN's first-order part, default the pipeline's).  ``--seeds`` seed the model
+(the data is the default data of ``--data-seed``; with ``--paired``, of each seed itself, as
+``benchmarks/models.py`` pairs them).  One JSON line per (arm, seed) is printed and
 appended to ``--out`` (default ``benchmarks/results/figures/model_ablations.json``, whose table
 docs/models.md renders).
 """
@@ -79,6 +82,8 @@ def build(arm: dict[str, Any], seed: int) -> tuple[Any, list[str]]:
     cls, kw = P.model_arguments(model, len(P.DENSE), sparse, store, arm.get("emb", 16), seqs)
     if "pooling" in arm:
         kw["pooling"] = arm["pooling"]
+    if "first_order" in arm:
+        kw["first_order"] = arm["first_order"]
     kw.update(arm.get("kw", {}))
     net = cls(**kw)
     if arm.get("wide"):
@@ -110,11 +115,11 @@ def run_arm(arm: dict[str, Any], seed: int, train: Any, test: Any) -> dict[str, 
     net, sparse = build(arm, seed)
     opt = default_optimizer([p for p in net.parameters() if p.requires_grad], lr=arm.get("dlr", 1e-3))
 
-    def batches(frame: Any) -> Any:
+    def batches(frame: Any, shuffle_window: int = 0) -> Any:
         return frame.fbx.stream(label=P.LABEL, dense=P.DENSE, sparse=sparse, group=P.GROUP,
-                                batch_size=arm.get("bs", 2048), seed=seed)
+                                batch_size=arm.get("bs", 2048), seed=seed, shuffle_window=shuffle_window)
 
-    fit(net, batches(train), epochs=arm.get("epochs", 1), optimizer=opt, progress=False,
+    fit(net, batches(train, arm.get("shuffle", P.SHUFFLE_WINDOW)), epochs=arm.get("epochs", 1), optimizer=opt, progress=False,
         calibrate=arm.get("calibrate", True))
     stores = net.stores().values()
     for s in stores if arm.get("eval_ro") else ():
@@ -123,8 +128,15 @@ def run_arm(arm: dict[str, Any], seed: int, train: Any, test: Any) -> dict[str, 
     for s in stores:
         s.read_only = False
     m = all_metrics(out["label"], out["pred"], out.get("group"))
+    # the held-out calibration per quarter of the day (hours 0-5, 6-11, 12-17, 18-23): the
+    # stream keeps the held-out frame's row order
+    quarter = test["hour"].to_numpy() // 6
+    by_quarter = [round(float(out["pred"][quarter == q].mean() / out["label"][quarter == q].mean()), 4)
+                  for q in range(4)]
     return {k: round(float(m[k]), 5) for k in ("auc", "gauc", "logloss", "ne", "calibration")} | {
-        "seconds": round(time.perf_counter() - t, 1)}
+        "calibration_by_quarter_day": by_quarter,
+        "seconds": round(time.perf_counter() - t, 1),
+        "features": f"{len(sparse)}, " + ("weekday among them" if "weekday" in sparse else "without weekday")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--data-seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--paired", action="store_true", help="each seed's own data (data seed = model seed)")
     ap.add_argument("--arm", action="append", required=True, help="a JSON object of changes (module docstring)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "fbrapids" / "ablations")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "figures" / "model_ablations.json")
@@ -142,10 +155,11 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     args.cache.mkdir(parents=True, exist_ok=True)
-    train, test = features(args.rows, args.data_seed, args.cache)
     for arm in map(json.loads, args.arm):
         for seed in args.seeds:
-            row = {"arm": arm, "seed": seed, "data_seed": args.data_seed, "rows": args.rows,
+            data_seed = seed if args.paired else args.data_seed
+            train, test = features(args.rows, data_seed, args.cache)
+            row = {"arm": arm, "seed": seed, "data_seed": data_seed, "rows": args.rows,
                    **run_arm(arm, seed, train, test), "machine": machine_description(),
                    "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
             print(json.dumps(row), flush=True)

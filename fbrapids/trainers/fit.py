@@ -513,8 +513,8 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             batch size, seed): :mod:`fbrapids.trainers.run_identity`.  Resuming with any
             of them changed is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
             each difference, before anything is loaded.
-        calibrate: at the end, fit the model's post-hoc calibration (Platt scaling,
-            ``model.set_calibration``; :mod:`fbrapids.trainers.calibration`) on the
+        calibrate: at the end, fit the model's post-hoc calibration (a shift of the logits,
+            ``sigmoid(logit + b)``, ``model.set_calibration``; :mod:`fbrapids.trainers.calibration`) on the
             progressive predictions of the last ``calibration_rows`` rows trained on (each
             batch's logits before its own step), and return it in ``FitResult.calibration``;
             ``predict`` / ``evaluate`` and serving apply it.  Only with ``epochs=1``: a
@@ -561,7 +561,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
 
 
 def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult) -> None:
-    """Fit and set ``model``'s Platt calibration on the progressive predictions kept."""
+    """Fit and set ``model``'s calibration (a shift of its logits) on the progressive predictions kept."""
     ab = fit_calibration(progressive)
     if ab is None:
         return
@@ -651,7 +651,7 @@ def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
         total = _BarTotal(bar, batches)
         for batch in batches:
             total.refresh()
-            ps.append(model.predict(batch.to(dev)).float().cpu().numpy())
+            ps.append(model.predict(batch.to(dev)).double().cpu().numpy())
             ys.append(batch.label.cpu().numpy())
             if batch.group is not None:
                 gs.append(batch.group.cpu().numpy())

@@ -122,7 +122,7 @@ def predict_side_by_side(models: Sequence[torch.nn.Module], batches: Iterable[Ba
             _refresh_total(bar, batches)
             for k, (model, view) in enumerate(zip(models, views)):
                 b = (view or _same)(batch).to(module_device(model))
-                preds[k].append(model.predict(b).float().cpu().numpy())
+                preds[k].append(model.predict(b).double().cpu().numpy())
             labels.append(batch.label.cpu().numpy())
             if batch.group is not None:
                 groups.append(batch.group.cpu().numpy())

@@ -296,6 +296,11 @@ class Workload:
         return f"workload {self.name!r}" + (f" ({self.source})" if self.source else "")
 
     @property
+    def origin(self) -> str:
+        """Where the workload comes from, as messages name it: its file, else its root folder."""
+        return self.source or self.root or self.where
+
+    @property
     def log(self) -> View:
         """The log view (the first)."""
         return self.views[0]

@@ -67,7 +67,7 @@ def test_spec_errors_before_any_work(tmp_path):
     assert str(parse_candidate('x = cross("a", "b", buckets=8)')[1]).startswith("cross(a, b, buckets=8")
 
 
-def test_the_fraction_split_holds_out_the_last_rows_in_file_order(tmp_path):
+def test_the_split_rules_hold_out_the_rows_they_say(tmp_path):
     from fbrapids.workloads import frames
 
     n = 50
@@ -78,6 +78,15 @@ def test_the_fraction_split_holds_out_the_last_rows_in_file_order(tmp_path):
     train, test = (f.compute() for f in frames.split_frame(w, merged))
     assert train["row"].tolist() == list(range(35)) and test["row"].tolist() == list(range(35, 50))
     assert frames.HELD_OUT not in train.columns
+    # a time rule: the log's last calendar day (UTC), or from a date on
+    day = 86400
+    ts = 1494028800 + np.arange(n) * (day // 20)  # 2017-05-06 00:00 UTC on, 20 rows a day
+    pd.DataFrame({"click": np.arange(n) % 2, "ts": ts}).to_csv(tmp_path / "t.csv", index=False)
+    for split, first_held in ((Split("last_day"), ts.max() // day * day), (Split("at", at="2017-05-07"), ts[0] + day)):
+        w = Workload([View("log", "t.csv")], "click", split, time="ts", root=str(tmp_path))
+        merged, _ = frames.feature_frame(w)
+        test = frames.split_frame(w, merged)[1].compute()
+        assert test["ts"].tolist() == [t for t in ts if t >= first_held] != [], split
 
 
 # -- the real samples (../shared/data) ----------------------------------------------------------
@@ -115,7 +124,7 @@ def test_a_trial_on_taobao_declared_in_toml_runs_from_python(shared_data):
     table = r.render()
     assert "baseline + pid_x_cate" in table and "AUC" in table and "GAUC" in table
     assert r.n_users == pd.read_csv(shared_data / "taobao_tiny_test.csv")["userid"].nunique()
-    assert r.extraction["rows streamed"] == 200 and r.extraction["models"] == 2
+    assert r.extraction["rows streamed"] == 200 and r.extraction["models"] == 3  # baseline, candidate, A/A
     with pytest.raises(FbrapidsError, match="already name baseline columns"):
         trial(w, {"pid_h": ops.hash_bucket("pid", 8)}, progress=False)
 

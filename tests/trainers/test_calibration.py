@@ -1,4 +1,4 @@
-"""Post-hoc calibration (issue 34): Platt scaling fitted by ``fit`` on its progressive
+"""Post-hoc calibration (issue 34): a shift of the logits fitted by ``fit`` on its progressive
 predictions, carried by the state dict, applied by ``predict`` / ``evaluate``, and kept
 across a checkpoint and resume."""
 
@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
 from fbrapids.trainers import StoreConfig, evaluate, fit, load_checkpoint, predict
-from fbrapids.trainers.calibration import MIN_ROWS, ProgressiveBuffer, fit_calibration, platt
+from fbrapids.trainers.calibration import MIN_ROWS, ProgressiveBuffer, fit_calibration, intercept, platt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -24,6 +24,19 @@ def test_platt_matches_sklearn_on_planted_data() -> None:
     ref = LogisticRegression(C=1e9, tol=1e-10, max_iter=1000).fit(z[:, None], y)
     assert abs(a - ref.coef_[0, 0]) < 1e-4 and abs(b - ref.intercept_[0]) < 1e-4, (a, b, ref.coef_, ref.intercept_)
     assert abs(a - 0.6) < 0.05 and abs(b - 0.8) < 0.05  # and the planted values
+
+
+def test_intercept_solves_the_score_equation_and_finds_the_planted_shift() -> None:
+    """The shift with the slope held at 1: the root of sum(sigmoid(z + b)) = sum(y) (the
+    intercept-only logistic regression's score equation), found here by scipy's brentq."""
+    from scipy.optimize import brentq
+
+    rng = np.random.default_rng(4)
+    z = rng.normal(-2.0, 1.0, 40_000)
+    y = (rng.random(len(z)) < 1 / (1 + np.exp(-(z - 0.4)))).astype(float)
+    b = intercept(z, y)
+    ref = brentq(lambda t: float(np.sum(1 / (1 + np.exp(-(z + t)))) - y.sum()), -5.0, 5.0, xtol=1e-12)
+    assert abs(b - ref) < 1e-8 and abs(b + 0.4) < 0.05, (b, ref)
 
 
 def test_buffer_keeps_the_newest_rows_in_order() -> None:
@@ -58,8 +71,8 @@ def test_fit_calibrates_on_the_last_rows_trained_on() -> None:
             z.append(model(b).numpy())
             y.append(b.label.numpy())
     z, y = np.concatenate(z), np.concatenate(y)
-    assert res.calibration == pytest.approx(platt(z[-1024:], y[-1024:]), abs=1e-5)
-    assert res.calibration != pytest.approx(platt(z, y), abs=1e-4)  # the last rows, not all of them
+    assert res.calibration == pytest.approx((1.0, intercept(z[-1024:], y[-1024:])), abs=1e-5)
+    assert res.calibration[1] != pytest.approx(intercept(z, y), abs=1e-4)  # the last rows, not all of them
 
 
 def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
@@ -95,6 +108,24 @@ def test_calibration_is_saved_and_an_old_state_dict_loads_as_identity(tmp_path) 
     state = {k: v for k, v in model.state_dict().items() if k != "calibration"}  # written before it existed
     other.load_state_dict(state)
     assert other.calibration.tolist() == [1.0, 0.0]
+
+
+def test_a_shrinking_calibration_keeps_the_logits_order() -> None:
+    """A calibration with a tiny slope (a model that learned little) must not round nearby
+    predictions into ties: the AUC of ``evaluate`` is the AUC of the raw logits (float32
+    probabilities tied hundreds of them and moved the AUC of ranks vs one process by 1e-5)."""
+    from sklearn.metrics import roc_auc_score
+
+    frame = ctr_frame(rows=512)
+    model = small_model(StoreConfig(cache_rows=1 << 12))
+    model.set_calibration(1e-4, -2.0)
+    model.eval()
+    with torch.no_grad():
+        z = np.concatenate([model(b).numpy() for b in batches(frame)])
+    got = predict(model, batches(frame), progress=False)
+    assert len(np.unique(got["pred"])) == len(np.unique(z))
+    assert evaluate(model, batches(frame), progress=False)["auc"] == pytest.approx(roc_auc_score(got["label"], z),
+                                                                                   abs=1e-12)
 
 
 def test_resumed_run_calibrates_as_an_unbroken_one(tmp_path) -> None:

@@ -306,7 +306,7 @@ def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch]) -
             if sharded.begin(local, train=False) is None:
                 break
             b = (local if local is not None else trainer.template).to(dev)
-            p = net.predict(b).float().cpu().numpy()  # the inner model: DDP's forward is for training
+            p = net.predict(b).double().cpu().numpy()  # the inner model: DDP's forward is for training
             sharded.plan = None
             if local is not None:
                 ps.append(p)

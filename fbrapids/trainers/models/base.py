@@ -99,8 +99,10 @@ class CTRModel(nn.Module):
         self.calibration.copy_(torch.tensor([float(a), float(b)]))
 
     def predict(self, batch: Batch) -> torch.Tensor:
-        """Click probabilities ``[B]``, calibrated."""
-        return torch.sigmoid(self.calibrated(self(batch)))
+        """Click probabilities ``[B]``, calibrated, in float64: a calibration that shrinks the
+        logits (a small ``a`` when the model has learned little) would otherwise round nearby
+        predictions to one float32 value, and ties made by rounding move the AUC."""
+        return torch.sigmoid(self.calibrated(self(batch).double()))
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs) -> None:  # type: ignore[override]

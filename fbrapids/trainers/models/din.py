@@ -8,6 +8,7 @@ import torch
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.wide_deep import first_order_config, linear_term
 from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.errors import ArgumentError
@@ -22,7 +23,11 @@ class DIN(CTRModel):
         sequences: behaviour-sequence list feature -> the candidate feature it is
             attended against; the sequence shares the candidate's table (same id space).
         embedding_dim, attention_mlp, mlp, store: sizes and store configuration.
-        pooling: ``"sum"`` or ``"mean"`` of a (non-sequence) bag's embeddings.
+        pooling: ``"sum"`` or ``"mean"`` of a bag's embeddings; with ``"mean"`` a sequence's
+            attention-weighted sum is divided by its length too (``AttentionPooling(mean=True)``).
+        first_order: add Wide&Deep's first-order part to the logit (one weight per id of the
+            non-sequence features, from 0, :func:`~fbrapids.trainers.models.wide_deep.first_order_config`,
+            plus a linear map of the dense features); the pipeline's default (docs/models.md).
 
     Example:
         >>> import torch
@@ -32,11 +37,13 @@ class DIN(CTRModel):
         ...       "hist": (torch.tensor([3, 5, 6]), torch.tensor([0, 1]))}
         >>> m(Batch(torch.zeros(2, 1), torch.zeros(2), sp)).shape
         torch.Size([2])
+        >>> sorted(DIN(1, ["ad"], {"hist": "ad"}, store=StoreConfig(cache_rows=32), first_order=True).stores())
+        ['emb/ad', 'first/ad']
     """
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], sequences: Mapping[str, str],
                  embedding_dim: int = 16, attention_mlp: Sequence[int] = (36,), mlp: Sequence[int] = (200, 80),
-                 store: StoreConfig | None = None, pooling: str = "sum") -> None:
+                 store: StoreConfig | None = None, pooling: str = "sum", first_order: bool = False) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         self.sequences = dict(sequences)
@@ -48,9 +55,14 @@ class DIN(CTRModel):
         self.emb = TieredEmbeddingBagCollection(feats, cfg, tables={s: t for s, t in self.sequences.items()},
                                                 mode=pooling)
         self.attention = torch.nn.ModuleDict(
-            {s: AttentionPooling(embedding_dim, attention_mlp) for s in self.sequences})
+            {s: AttentionPooling(embedding_dim, attention_mlp, mean=pooling == "mean") for s in self.sequences})
         width = dense_dim + embedding_dim * (len(self.sparse_features) + len(self.sequences))
         self.mlp = plain_mlp([width, *mlp, 1])
+        self.first = self.first_dense = None
+        if first_order:
+            self.first = TieredEmbeddingBagCollection(self.sparse_features, first_order_config(store or StoreConfig()),
+                                                      prefix="first_")
+            self.first_dense = torch.nn.Linear(dense_dim, 1)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = self.mlp[0].weight.device
@@ -62,4 +74,7 @@ class DIN(CTRModel):
             keys = rows.index_select(0, inv).to(dev)
             seg = bag_segments(batch.sparse[seq][1].to(dev), len(inv))
             parts.append(self.attention[seq](pooled[target], keys, seg))
-        return self.mlp(torch.cat(parts, dim=1)).squeeze(1)
+        logit = self.mlp(torch.cat(parts, dim=1)).squeeze(1)
+        if self.first is not None:
+            logit = logit + linear_term(self.first, self.first_dense, batch.dense.to(dev), batch, self.sparse_features)
+        return logit
