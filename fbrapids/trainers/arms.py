@@ -161,6 +161,8 @@ def zero_candidate_inputs(model: torch.nn.Module, dense: Sequence[str], sparse: 
         dim = model.emb.dim
         blocks = _blocks(len(dense), dim, model.sparse_features + list(model.sequences), new_sparse)
         _zero_columns(_first_linear(model.mlp), dcols + blocks, "mlp.0", done)
+        if getattr(model, "first_dense", None) is not None:  # its first-order part: per-id weights start at 0
+            _zero_columns(model.first_dense, dcols, "first_dense", done)
     elif hasattr(model, "dense_linear"):  # logistic regression: per-id weights start at 0 already
         _zero_columns(model.dense_linear, dcols, "dense_linear", done)
     else:
