@@ -9,9 +9,12 @@ days / held-out day) and kept in memory as pandas frames.  Then:
   (:func:`fbrapids.trainers.distributed.data.rank_bounds`), per-rank batch ``batch / W``;
   :func:`~fbrapids.trainers.distributed.fit_distributed`, then the union's metrics.
 
-Reported per W: samples/s (training rows / the slowest rank's training seconds), the share
-of the step time inside the sparse exchange's collectives (DDP's all-reduce runs inside
-``backward`` and is not in it), bytes exchanged per step against ``(8 + 8 * dim)`` x the
+Reported per W: samples/s (training rows / the slowest rank's training seconds) and its
+ratio to the ordinary one-process run, the share of the step time the step spends in the
+sparse exchange's collectives (DDP's all-reduce runs inside ``backward`` and is not in it)
+with the next step's id exchange overlapped (``fit_distributed(overlap=True)``, the default:
+the step's own collectives plus its wait for the prepared ids) and, for W > 1, without it
+(``overlap=False``: a second run, ``no_overlap``), bytes exchanged per step against ``(8 + 8 * dim)`` x the
 distinct ids (per rank and table; ours also carries each id's occurrence count: 16 bytes
 instead of 8), table rows per rank (max / mean), and the match with one process: relative
 weight difference of the dense layers and of the tables (all rows, by id), |delta AUC| and
@@ -48,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import machine_description  # noqa: E402
+from benchmarks.machine import machine_description, write_result  # noqa: E402
 
 log = logging.getLogger("benchmarks.distributed")
 
@@ -117,8 +120,19 @@ def tables_of(stores: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {k: s.state() for k, s in stores.items()}
 
 
+def exchange_share(stats: dict[str, Any], train_s: float) -> float:
+    """The share of a rank's training time its steps spent in the exchange: the step's own
+    collectives plus its wait for the ids prepared during the previous step.
+
+    Example:
+        >>> exchange_share({"seconds": 1.0, "seconds_overlapped": 5.0, "waited_for_ids_s": 0.5}, 10.0)
+        0.15
+    """
+    return (stats.get("seconds", 0.0) + stats.get("waited_for_ids_s", 0.0)) / train_s if train_s else float("nan")
+
+
 def rank_run(rank: int, world: int, train_path: str, test_path: str, batch: int, work: str,
-             max_steps: int | None = None) -> dict[str, Any]:
+             max_steps: int | None = None, overlap: bool = True) -> dict[str, Any]:
     """One rank: its slices of the global batches, trained and evaluated over the union."""
     import pandas as pd
     import torch
@@ -131,7 +145,8 @@ def rank_run(rank: int, world: int, train_path: str, test_path: str, batch: int,
     held = test.iloc[rank_rows(len(test), batch, rank, world)].reset_index(drop=True)
     model = _model(str(Path(work) / "store"), rank)
     t = time.perf_counter()
-    res, trainer = fit_distributed(model, _stream(mine, batch // world), max_steps=max_steps)
+    res, trainer = fit_distributed(model, _stream(mine, batch // world), max_steps=max_steps, overlap=overlap,
+                                   calibrate=False)  # as the one process: no post-hoc calibration
     train_s = time.perf_counter() - t
     stats = dict(trainer.exchange.stats)
     distinct = trainer.sharded.distinct_ids
@@ -209,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             work = Path(tmp) / f"w{world}"
             ranks = spawn(rank_run, world, (str(train_path), str(test_path), args.batch, str(work), args.max_steps),
                           backend=args.backend, timeout_s=3600)
+            off = None
+            if world > 1:  # the same training without the overlap (the id exchange inside the step)
+                off = spawn(rank_run, world, (str(train_path), str(test_path), args.batch, str(work) + "-off",
+                                              args.max_steps, False), backend=args.backend, timeout_s=3600)
             slowest = max(r["train_s"] for r in ranks)
             steps = ranks[0]["steps"]
             a2a = sum(r["stats"]["bytes_to_others"] + r["stats"]["bytes_to_self"] for r in ranks)
@@ -218,13 +237,22 @@ def main(argv: list[str] | None = None) -> int:
             per_table = {k: [len(r["tables"][k][0]) for r in ranks] for k in one["tables"]}
             total = np.sum([v for v in per_table.values()], axis=0)
             row = {"samples_per_s": trained / slowest, "train_s": slowest, "steps": steps,
-                   "comm_share": float(np.mean([r["stats"]["seconds"] / r["train_s"] for r in ranks])),
+                   "vs_one_process": ratio(trained / slowest, trained / one_s),
+                   "comm_share": float(np.mean([exchange_share(r["stats"], r["train_s"]) for r in ranks])),
+                   "overlapped_s": float(np.mean([r["stats"].get("seconds_overlapped", 0.0) for r in ranks])),
                    "bytes_per_step": (a2a - gathers) / steps, "ideal_bytes_per_step": ideal / steps,
                    "bytes_vs_ideal": ratio(a2a - gathers, ideal),
                    "bytes_to_other_ranks_per_step": sum(r["stats"]["bytes_to_others"] for r in ranks) / steps,
                    "rows_per_rank": total.tolist(), "rows_max_over_mean": float(total.max() / total.mean()),
                    "worst_table_max_over_mean": float(max(max(v) / np.mean(v) for v in per_table.values())),
                    **compare(one, ranks)}
+            if off is not None:
+                off_s = max(r["train_s"] for r in off)
+                row["no_overlap"] = {
+                    "samples_per_s": trained / off_s, "train_s": off_s, "steps": off[0]["steps"],
+                    "vs_one_process": ratio(trained / off_s, trained / one_s),
+                    "comm_share": float(np.mean([exchange_share(r["stats"], r["train_s"]) for r in off])),
+                    **compare(one, off)}
             out["worlds"][str(world)] = row
             log.info("W=%d: %s", world, json.dumps(row))
     out["load_average_end"] = os.getloadavg()[0]
@@ -234,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         shown = shown[:i] + shown[i + 2 :]
     out["command"] = "python benchmarks/distributed_training.py " + " ".join(shown)
     out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    text = json.dumps(out, default=float)
+    out = json.loads(json.dumps(out, default=float))  # numpy scalars as plain numbers
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1, default=float) + "\n")
-    sys.stdout.write(text + "\n")
+        write_result(args.out, out)
+    else:
+        sys.stdout.write(json.dumps(out) + "\n")
     return 0
 
 

@@ -68,7 +68,8 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
              "vectors: a smoke figure, not a result); image references vs unique images embedded"),
     "distributed": (["benchmarks/distributed_training.py", "--rows", "200000", "--worlds", "1", "2", "4"],
                     "DLRM on W = 1, 2, 4 gloo ranks (DDP + tables sharded by id) vs one process on the same global "
-                    "batches: samples/s, share of step time in the sparse exchange, bytes per step vs (8 + 8 x dim) x "
+                    "batches: samples/s, share of step time in the sparse exchange with the next step's id exchange "
+                    "overlapped and (W > 1) without, bytes per step vs (8 + 8 x dim) x "
                     "distinct ids, table rows per rank, weight / AUC / logloss differences"),
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
@@ -250,9 +251,14 @@ def _distributed(r: dict) -> str:
     one = r["one_process"]
     parts = [f"one process {_k(one['samples_per_s'])} samples/s, AUC {one['auc']:.4f}"]
     for w, x in r["worlds"].items():
-        parts.append(f"W={w}: {_k(x['samples_per_s'])} samples/s, {100 * x['comm_share']:.0f}% of the step in the "
-                     f"exchange, {_mb(x['bytes_per_step'])}/step = {x['bytes_vs_ideal']:.3f}x (8 + 8 dim) x distinct "
-                     f"ids, rows per rank max/mean {x['rows_max_over_mean']:.3f}, vs one process: dense "
+        off = x.get("no_overlap")
+        share = (f"{100 * x['comm_share']:.0f}% of the step in the exchange" if off is None else
+                 f"{100 * x['comm_share']:.0f}% of the step in the exchange with the next step's ids exchanged during "
+                 f"this one ({100 * off['comm_share']:.0f}% without: {_k(off['samples_per_s'])} samples/s)")
+        speed = f" ({x['vs_one_process']:.2f}x one process)" if "vs_one_process" in x else ""
+        parts.append(f"W={w}: {_k(x['samples_per_s'])} samples/s{speed}, {share}, {_mb(x['bytes_per_step'])}/step = "
+                     f"{x['bytes_vs_ideal']:.3f}x (8 + 8 dim) x distinct ids, rows per rank max/mean "
+                     f"{x['rows_max_over_mean']:.3f}, vs one process: dense "
                      f"{x['dense_rel_diff']:.1e}, tables {x['tables_rel_diff']:.1e}, dAUC {x['abs_delta_auc']:.1e}, "
                      f"dlogloss {x['abs_delta_logloss']:.1e}")
     return "; ".join(parts)
