@@ -49,7 +49,8 @@ from fbrapids import workload
 from fbrapids.datagen import DAYS, TS0, ensure_dataset
 from fbrapids.iostats import IOCounter
 from fbrapids.manifest import VERIFY_ENV
-from fbrapids.pipeline import DAY, DENSE, SPARSE, batch_stream, build_model, feature_frame, run_pipeline, split_by_day
+from fbrapids.pipeline import (DAY, DENSE, SHUFFLE_WINDOW, SPARSE, batch_stream, build_model, feature_frame, run_pipeline,
+                               split_by_day)
 from fbrapids.trainers import evaluate, fit
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.trainers.sparse import StoreConfig
@@ -78,7 +79,9 @@ def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> 
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))  # the same training threads as the pipeline
     try:
-        fit(net, batch_stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed), progress=False)
+        # the training rows shuffled in the pipeline's windows: the same batches as run_pipeline's
+        fit(net, batch_stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed, shuffle_window=SHUFFLE_WINDOW),
+            progress=False)
         metrics = evaluate(net, batch_stream(_partitions(test_back), DENSE, SPARSE, batch_size, seed), progress=False)
     finally:
         torch.set_num_threads(threads)

@@ -13,6 +13,23 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+#: the test files that take longest (a minute or more: launched ranks, CLI runs killed and
+#: resumed, served exports, nvrtc compiles), run first: ``make test``'s two xdist workers take
+#: files in collection order, so a long file left for the end would run alone while the other
+#: worker idles
+LONGEST_FIRST = ("tests/trainers/test_distributed.py", "tests/pipeline/test_state_cli.py",
+                 "tests/serving/test_serving_demo_models.py", "tests/kernels/test_kernels_cuda_compile.py",
+                 "tests/pipeline/test_pipeline_benchmark.py", "tests/notebooks/test_notebooks.py",
+                 "tests/pipeline/test_demo_leaves_nothing.py", "tests/serving/test_attack_benchmark.py")
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Move the files of :data:`LONGEST_FIRST` to the front, in that order; every file keeps
+    its own tests' order and the others keep theirs (a stable sort)."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``gpu`` tests skip where the GPU backend is missing; ``cpu_only(reason)`` tests skip,
     with their reason, when the suite runs on the GPU backend (``FBRAPIDS_BACKEND=gpu``).
@@ -31,6 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if not why:
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.cpu_only needs a reason")
             item.add_marker(pytest.mark.skip(reason=f"CPU-only on the GPU backend: {why}"))
+    _longest_first(items)
 
 
 @pytest.fixture(params=["cpu", "cuda"])
