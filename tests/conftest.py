@@ -26,6 +26,9 @@ LONGEST_FIRST = ("tests/trainers/test_distributed.py", "tests/pipeline/test_stat
 def _longest_first(items: list[pytest.Item]) -> None:
     """Move the files of :data:`LONGEST_FIRST` to the front, in that order; every file keeps
     its own tests' order and the others keep theirs (a stable sort)."""
+    gone = [path for path in LONGEST_FIRST if not (REPO / path).is_file()]
+    if gone:  # a moved or renamed file: say so, rather than quietly scheduling it last again
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that are not there: {gone}")
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
