@@ -35,7 +35,7 @@ bench: $(STAMP)
 
 # every figure in README.md, docs/*.md and the notebooks' prose, from the committed JSON under
 # benchmarks/results/ (scripts/docs_figures.py): docs-figures rewrites them, docs-check fails on a
-# stale or hand-typed one (tests/test_docs_figures.py runs the same check in the suite).
+# stale or hand-typed one (tests/project/test_docs_figures.py runs the same check in the suite).
 # ARGS="--run demo trial" re-measures the demo's summary and the README's trial figure first.
 docs-figures: $(STAMP)
 	$(PY) scripts/docs_figures.py $(ARGS)

@@ -1,6 +1,6 @@
 """Training on W = 1, 2, 4 ranks against one process, on the default demo data.
 
-The demo's features are extracted once (:func:`fbrapids.pipeline.feature_frame`, training
+The demo's features are extracted once (:func:`fbrapids.app.pipeline.feature_frame`, training
 days / held-out day) and kept in memory as pandas frames.  Then:
 
 * one process: :func:`fbrapids.trainers.fit` over global batches of ``--batch`` rows, and
@@ -27,7 +27,7 @@ On a multi-GPU node (NCCL, one GPU per rank) the same code runs with ``--backend
 (each rank on GPU ``rank``; the exchange's buffers move through the GPUs), or through
 torchrun on the demo itself::
 
-    torchrun --nproc-per-node 8 -m fbrapids.demo_distributed --rows 1000000 --backend gpu
+    torchrun --nproc-per-node 8 -m fbrapids.app.demo_distributed --rows 1000000 --backend gpu
 
 Example:
     >>> ratio(144, 136)
@@ -66,9 +66,9 @@ def prepare(rows: int, seed: int, out: Path) -> tuple[Path, Path]:
     """The demo's extracted training / held-out frames, written once as pickles in ``out``."""
     import dask
 
-    from fbrapids.datagen import DAYS, TS0, ensure_dataset
-    from fbrapids.demo import default_data_dir
-    from fbrapids.pipeline import DAY, DENSE, GROUP, LABEL, SPARSE, feature_frame, split_by_day
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
+    from fbrapids.app.demo import default_data_dir
+    from fbrapids.app.pipeline import DAY, DENSE, GROUP, LABEL, SPARSE, feature_frame, split_by_day
 
     data = default_data_dir(rows, seed)
     ensure_dataset(rows, data, seed=seed)
@@ -84,7 +84,7 @@ def prepare(rows: int, seed: int, out: Path) -> tuple[Path, Path]:
 
 
 def _stream(frame: Any, batch: int) -> Any:
-    from fbrapids.pipeline import DENSE, GROUP, LABEL, SPARSE
+    from fbrapids.app.pipeline import DENSE, GROUP, LABEL, SPARSE
 
     return frame.fbx.stream(label=LABEL, dense=DENSE, sparse=SPARSE, group=GROUP, batch_size=batch, prefetch=1)
 
@@ -92,7 +92,7 @@ def _stream(frame: Any, batch: int) -> Any:
 def _model(ssd: str | None, rank: int | None = None) -> Any:
     import torch
 
-    from fbrapids.pipeline import DENSE, SPARSE, build_model
+    from fbrapids.app.pipeline import DENSE, SPARSE, build_model
     from fbrapids.trainers.distributed import rank_store_config
     from fbrapids.trainers.sparse import StoreConfig
 

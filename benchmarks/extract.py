@@ -2,7 +2,7 @@
 
 The chain timed is exactly the README's: ``read_view`` -> ``.fbx.clean`` -> ``.fbx.join``
 (users, ads) -> ``.fbx.extract`` -> ``.fbx.join(basic, how="inner")`` (the workload's
-views in :mod:`fbrapids.workload`), eager and through dask (``read_view``'s default).
+views in :mod:`fbrapids.datasets.synthetic.views`), eager and through dask (``read_view``'s default).
 
 The peers, each written as a user who cares about speed would, none calling fbrapids:
 
@@ -61,8 +61,8 @@ from benchmarks.machine import machine_description  # noqa: E402
 from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
 from benchmarks.peer_pandas import run_pandas_fast  # noqa: E402
 from fbrapids import ops  # noqa: E402
-from fbrapids import workload  # noqa: E402
-from fbrapids.backend import get_backend, gpu_missing, is_gpu_object, to_host  # noqa: E402
+from fbrapids.datasets.synthetic import views as workload  # noqa: E402
+from fbrapids.frames.backend import get_backend, gpu_missing, is_gpu_object, to_host  # noqa: E402
 from fbrapids.kernels import to_series  # noqa: E402
 from fbrapids.features import compiled_plan, extract  # noqa: E402
 from fbrapids.kernels import reset_stats, stats  # noqa: E402
@@ -76,7 +76,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def data_dir(rows: int, seed: int = 0) -> Path:
     """A cached folder with ``fbrapids gen`` data of ``rows`` impressions."""
-    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic.generate import generate
 
     root = Path(os.environ.get("FBRAPIDS_BENCH_DATA", Path.home() / ".cache" / "fbrapids" / "bench"))
     d = root / f"rows{rows}_seed{seed}"
@@ -139,7 +139,7 @@ def synthetic_frame(rows: int, backend: str) -> Any:
     rng = np.random.default_rng(7)
     frame = pd.DataFrame({"x": rng.integers(0, 1 << 40, rows, dtype=np.int64),
                           "y": rng.normal(0, 10, rows)})
-    from fbrapids.backend import to_backend
+    from fbrapids.frames.backend import to_backend
 
     return to_backend(frame, get_backend(backend))
 

@@ -37,8 +37,9 @@ import pandas as pd  # noqa: E402
 import fbrapids  # noqa: E402,F401  (registers .fbx)
 from benchmarks.extract import data_dir  # noqa: E402
 from benchmarks.machine import machine_description  # noqa: E402
-from fbrapids import ops, workload  # noqa: E402
-from fbrapids.datagen import DAYS, TS0  # noqa: E402
+from fbrapids import ops  # noqa: E402
+from fbrapids.datasets.synthetic import views as workload  # noqa: E402
+from fbrapids.datasets.synthetic.generate import DAYS, TS0  # noqa: E402
 
 DAY = 86400
 

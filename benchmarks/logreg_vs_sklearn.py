@@ -44,7 +44,7 @@ def sklearn_auc(data_dir: str | Path, n_features: int = 1 << 20) -> float:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    from fbrapids.pipeline import DENSE, LABEL, SPARSE, plan_frames, training_inputs
+    from fbrapids.app.pipeline import DENSE, LABEL, SPARSE, plan_frames, training_inputs
 
     frames = plan_frames(training_inputs(data_dir, "logreg", 16, 2048, 0), data_dir, "cpu")
     tr, te = frames.train.compute(), frames.test.compute()
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description, write_result
-    from fbrapids.datagen import ensure_dataset
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
+    from fbrapids.app.pipeline import run_pipeline
 
     machine = machine_description()
     with tempfile.TemporaryDirectory(prefix="fbrapids-logreg-") as tmp:

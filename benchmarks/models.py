@@ -7,7 +7,7 @@ For each size and seed, one run of each arm, each in a process of its own:
   interests; the dense columns standardised), the features built here with pandas from the
   four raw files, written from scikit-learn's documentation, not with fbrapids;
 * ``logreg`` where fbrapids has that model, and ``dlrm``, ``wide_deep``, ``deepfm``, ``din``:
-  :func:`fbrapids.demo.run_demo`, exactly what ``fbrapids demo --rows R --model M --seed S``
+  :func:`fbrapids.app.demo.run_demo`, exactly what ``fbrapids demo --rows R --model M --seed S``
   runs (data generated with that seed, the model seeded with it, the defaults).
 
 Both train on the demo's rows of the first six days and score its held-out last day.  The
@@ -130,7 +130,7 @@ def lr_reference(data_dir: Path) -> dict[str, Any]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    from fbrapids.datagen import DAYS, TS0
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0
     from fbrapids.trainers.metrics import all_metrics
 
     t = time.perf_counter()
@@ -171,14 +171,14 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_one(rows: int, model: str, batch_size: int | None, seed: int) -> dict[str, Any]:
     """One arm's run in this process: the reference on the demo's data, or one demo run."""
-    from fbrapids.datagen import ensure_dataset, read_metadata
-    from fbrapids.demo import default_data_dir
+    from fbrapids.datasets.synthetic.generate import ensure_dataset, read_metadata
+    from fbrapids.app.demo import default_data_dir
 
     data = default_data_dir(rows, seed)
     if model == REFERENCE:
         ensure_dataset(rows, data, seed=seed)
         return {**lr_reference(data), "oracle_auc": read_metadata(data).get("oracle_auc")}
-    from fbrapids.demo import run_demo
+    from fbrapids.app.demo import run_demo
 
     t = time.perf_counter()
     kw = {} if batch_size is None else {"batch_size": batch_size}
@@ -192,7 +192,7 @@ def run_one(rows: int, model: str, batch_size: int | None, seed: int) -> dict[st
 
 def arms(models: list[str]) -> list[str]:
     """The reference, ``logreg`` where the pipeline has it, then ``models``."""
-    from fbrapids.pipeline import MODELS as PIPELINE_MODELS
+    from fbrapids.app.pipeline import MODELS as PIPELINE_MODELS
 
     extra = ["logreg"] if "logreg" in PIPELINE_MODELS and "logreg" not in models else []
     return [REFERENCE, *extra, *models]

@@ -14,7 +14,7 @@ reference's.  The output is the reference's exactly (``frames_equal``).
 Example:
     >>> import tempfile
     >>> from benchmarks.workload_pandas import frames_equal, load_tables, run_pandas
-    >>> from fbrapids.datagen import generate
+    >>> from fbrapids.datasets.synthetic.generate import generate
     >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
     >>> fast, seconds = run_pandas_fast(load_tables(d))
     >>> frames_equal(fast, run_pandas(load_tables(d))[0]), sorted(seconds)

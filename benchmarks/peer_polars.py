@@ -13,7 +13,7 @@ on ``DataFrame`` (eager, each step executed as written) and ``LazyFrame`` (one o
 Example:
     >>> import tempfile
     >>> from benchmarks.workload_pandas import frames_equal, load_tables, run_pandas
-    >>> from fbrapids.datagen import generate
+    >>> from fbrapids.datasets.synthetic.generate import generate
     >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
     >>> want = run_pandas(load_tables(d))[0]
     >>> [frames_equal(run_polars(d, lazy)[0], want)[0] for lazy in (False, True)]

@@ -1,6 +1,6 @@
 """Pipeline vs write-then-train, side by side in one run.
 
-* **pipeline**: ``fbrapids.pipeline.run_pipeline`` — features are extracted partition by
+* **pipeline**: ``fbrapids.app.pipeline.run_pipeline`` — features are extracted partition by
   partition in the stream's background thread while the trainer consumes the previous
   partition; nothing is written.
 * **write-then-train** (the MapReduce-then-GPU-training baseline of the FeatureBox
@@ -45,11 +45,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import machine_description  # noqa: E402
-from fbrapids import workload
-from fbrapids.datagen import DAYS, TS0, ensure_dataset
-from fbrapids.iostats import IOCounter
-from fbrapids.manifest import VERIFY_ENV
-from fbrapids.pipeline import (DAY, DENSE, SHUFFLE_WINDOW, SPARSE, batch_stream, build_model, feature_frame, run_pipeline,
+from fbrapids.datasets.synthetic import views as workload
+from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
+from fbrapids.files.iostats import IOCounter
+from fbrapids.files.manifest import VERIFY_ENV
+from fbrapids.app.pipeline import (DAY, DENSE, SHUFFLE_WINDOW, SPARSE, batch_stream, build_model, feature_frame, run_pipeline,
                                split_by_day)
 from fbrapids.trainers import evaluate, fit
 from fbrapids.trainers.metrics import format_metric

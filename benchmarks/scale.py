@@ -52,8 +52,8 @@ WARMUP_ROWS = 20_000
 def _extract(data_dir: Path, cluster: bool) -> dict[str, Any]:
     import dask
 
-    from fbrapids.joins import join_decisions
-    from fbrapids.pipeline import DENSE, GROUP, LABEL, SPARSE, TimedPartitions, feature_frame
+    from fbrapids.joins.strategies import join_decisions
+    from fbrapids.app.pipeline import DENSE, GROUP, LABEL, SPARSE, TimedPartitions, feature_frame
     from fbrapids.trainers.stream import stream
 
     def once(path: Path) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _extract(data_dir: Path, cluster: bool) -> dict[str, Any]:
 def _pipeline(data_dir: Path) -> dict[str, Any]:
     import tempfile
 
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.app.pipeline import run_pipeline
 
     run_pipeline(_warmup_dir(), epochs=1, progress=False, checkpoint=False, count_clean=False,
                  work_dir=tempfile.mkdtemp(prefix="fbrapids-scale-"))
@@ -97,7 +97,7 @@ def _pipeline(data_dir: Path) -> dict[str, Any]:
 
 
 def _warmup_dir() -> Path:
-    from fbrapids.datagen import ensure_dataset
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
 
     return ensure_dataset(WARMUP_ROWS, Path(os.environ.get("TMPDIR", "/tmp")) / "fbrapids-scale" / "warmup")
 
@@ -150,7 +150,7 @@ def measure(kind: str, data: Path) -> dict[str, Any]:
 
 
 def _dataset(root: Path, rows: int) -> Path:
-    from fbrapids.datagen import ensure_dataset
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
 
     return ensure_dataset(rows, root / str(rows))
 

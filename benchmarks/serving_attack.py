@@ -207,7 +207,7 @@ def attack(args) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO), "OMP_NUM_THREADS": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "fbrapids.cli", "serve", str(exp), "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "fbrapids.app.cli", "serve", str(exp), "--port", str(port),
                                "--token-file", str(work / "token")], env=env, stdout=subprocess.DEVNULL,
                               stderr=open(work / "server.log", "wb"))
     try:

@@ -66,7 +66,7 @@ def plan(noise: int, planted: int, betas: tuple[float, ...], noise_rows: int, pl
 
 def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2048) -> dict:
     from fbrapids import ops, trial
-    from fbrapids.datagen import generate, read_metadata
+    from fbrapids.datasets.synthetic.generate import generate, read_metadata
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fbrapids-calib-") as tmp:
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     log.setLevel(logging.INFO)
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description, write_result
-    from fbrapids.trials import DEFAULT_SEEDS
+    from fbrapids.app.trials import DEFAULT_SEEDS
 
     seeds = args.seeds or DEFAULT_SEEDS
     machine = machine_description()
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [s for s in plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows)
             if s["id"] not in done]
     if not args.report:
-        from fbrapids.autobar import tqdm
+        from fbrapids.ui.autobar import tqdm
 
         args.state.parent.mkdir(parents=True, exist_ok=True)
         for spec in tqdm(todo, desc="calibration", unit="trial", initial=len(done), total=len(done) + len(todo)):

@@ -11,7 +11,7 @@ Steps (timed separately, section 7): ``read`` (:func:`load_tables`), then ``clea
 
 Example:
     >>> import tempfile
-    >>> from fbrapids.datagen import generate
+    >>> from fbrapids.datasets.synthetic.generate import generate
     >>> d = tempfile.mkdtemp(); _ = generate(2000, d)
     >>> out, seconds = run_pandas(load_tables(d))
     >>> len(out.columns), sorted(seconds)
@@ -79,7 +79,7 @@ def load_tables(data_dir: str | Path) -> dict[str, pd.DataFrame]:
 
     Example:
         >>> import tempfile
-        >>> from fbrapids.datagen import generate
+        >>> from fbrapids.datasets.synthetic.generate import generate
         >>> d = tempfile.mkdtemp(); _ = generate(500, d)
         >>> sorted(load_tables(d))
         ['ads', 'basic', 'impressions', 'users']

@@ -16,16 +16,18 @@ import logging
 
 from fbrapids.accessors import register_accessors
 from fbrapids.errors import BackendUnavailableError, FbrapidsError
+from fbrapids.moved import MOVED, install as _install_moved_paths
 
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+_install_moved_paths()  # the module paths from before issue 39's floors, as deprecated aliases
 register_accessors()  # on pandas / dask / cudf as each is imported: `import fbrapids` itself loads none
 
 
 def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --help` imports no pandas)
     if name in ("Backend", "get_backend"):
-        from fbrapids import backend
+        from fbrapids.frames import backend
 
         return getattr(backend, name)
     if name == "read_view":
@@ -41,7 +43,7 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --h
 
         return FeatureSet
     if name == "trial":
-        from fbrapids.trials import trial
+        from fbrapids.app.trials import trial
 
         return trial
     if name in ("Workload", "RunConfig", "load_workload"):
@@ -49,9 +51,13 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --h
 
         return getattr(workloads, name)
     if name == "progress":
-        from fbrapids.progressbar import progress
+        from fbrapids.ui.progressbar import progress
 
         return progress
+    if f"fbrapids.{name}" in MOVED:  # an old path (fbrapids/moved.py) not yet imported: the alias (it warns)
+        import importlib
+
+        return importlib.import_module(f"fbrapids.{name}")
     raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")
 
 

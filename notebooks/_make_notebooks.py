@@ -6,7 +6,7 @@ out = Path(__file__).resolve().parent
 SETUP = '''import os, tempfile
 from pathlib import Path
 import fbrapids
-from fbrapids.datagen import ensure_dataset
+from fbrapids.datasets.synthetic.generate import ensure_dataset
 
 %matplotlib inline
 ROWS = int(os.environ.get("FBRAPIDS_NOTEBOOK_ROWS", "20000"))   # the tests run these notebooks on small data
@@ -70,7 +70,7 @@ from fbrapids.trainers.fit import fit, evaluate
 from fbrapids.trainers.models import DLRM
 from fbrapids.trainers.sparse import StoreConfig
 
-from fbrapids.datagen import DAYS, TS0
+from fbrapids.datasets.synthetic.generate import DAYS, TS0
 
 torch.manual_seed(0)
 cutoff = TS0 + (DAYS - 1) * 86400                                  # the last day is held out
@@ -87,7 +87,7 @@ for epoch in range(3):
     heldout_auc[len(losses)] = evaluate(model, batches(heldout), progress=False)["auc"]
 print(len(losses), "steps; held-out AUC by step:", {k: round(float(v), 4) for k, v in heldout_auc.items()})''',
     "md:## What to look at: the curves, the calibration, the store",
-    '''from fbrapids import plot
+    '''from fbrapids.ui import plot
 plot.training_curves(losses, heldout_auc, smooth=10)''',
     '''from fbrapids.trainers.fit import predict
 p = predict(model, batches(heldout), progress=False)
@@ -107,7 +107,7 @@ register_operator(
     "price_tier", "f64 price, i32 category", "i64 tier",
     "tier = (price > 100.0 ? 2 : price > 10.0 ? 1 : 0) * 1000 + category;",
     doc="A price tier crossed with the category, as one id.", replace=True)''',
-    '''from fbrapids import workload
+    '''from fbrapids.datasets.synthetic import views as workload
 views = workload.join_views(*workload.clean_views(workload.read_views(DATA, eager=True)))
 feats = {"tier": ops.call("price_tier", "price", "category"),
          "tier_h": ops.hash_bucket(ops.call("price_tier", "price", "category"), 1 << 16)}
@@ -143,17 +143,17 @@ result''',
 
 nb("04_dask_cluster.ipynb", [
     "md:# The pipeline on a dask cluster\n\n`local_cluster()` starts a LocalCUDACluster (one worker per GPU) "
-    "on GPU machines and a LocalCluster of processes otherwise; `fbrapids.cluster.connect(address)` joins an "
+    "on GPU machines and a LocalCluster of processes otherwise; `fbrapids.frames.cluster.connect(address)` joins an "
     "existing scheduler. Extraction runs on the workers; the trainer streams the partitions.",
     SETUP,
-    '''from fbrapids.cluster import close_client, local_cluster
+    '''from fbrapids.frames.cluster import close_client, local_cluster
 client = local_cluster(n_workers=2)
 client''',
-    '''from fbrapids.pipeline import run_pipeline
+    '''from fbrapids.app.pipeline import run_pipeline
 # without work_dir the store and checkpoints go to a temporary folder, removed when the run returns
 result = run_pipeline(DATA, client=client, batch_size=1024, progress=False, cache_rows=1 << 15, host_rows=1 << 16)
 result   # rows and seconds per stage, store hit rates, held-out metrics''',
-    '''from fbrapids import plot
+    '''from fbrapids.ui import plot
 plot.calibration(result.predictions["label"], result.predictions["pred"], bins=10)''',
     '''assert result.bytes_written <= sum(result.work_tree.values()) + (1 << 20)  # measured: no feature files
 k = result.kernel  # per partition: JSON scan + pick + one per feature layer; + one per dictionary-path run

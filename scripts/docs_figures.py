@@ -8,7 +8,7 @@ whose text this script renders from the JSON under ``benchmarks/results/`` (the
 benchmarks' own, written by ``scripts/bench.py``) and ``benchmarks/results/figures/``
 (written here by ``--run``: the demo's summary, the README's feature trial).  Each
 rendered region names the file, machine and date it came from.  ``make docs-check``
-(``--check``) re-renders and fails on any difference; ``tests/test_docs_figures.py`` does the
+(``--check``) re-renders and fails on any difference; ``tests/project/test_docs_figures.py`` does the
 same, and also flags numbers that look like measurements outside the regions.
 
     python scripts/docs_figures.py                # rewrite every region from the JSON files
@@ -60,7 +60,7 @@ def run_demo(rows: int = DEMO_ROWS) -> dict[str, Any]:
         command = f"fbrapids demo --rows {rows} --summary-json FILE"
         machine = _stamp({}, command)  # the load average at the start
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fbrapids.cli", "demo", "--rows", str(rows), "--summary-json",
+        subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(rows), "--summary-json",
                         str(out)], cwd=REPO, env=env, check=True)
         res = json.loads(out.read_text())
         res["wall_s"] = round(time.perf_counter() - start, 1)

@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))
 
 
 #: the files of the GPU-path fixes, run first (the differential suite's twins are step 2)
-FIX_TESTS = ("tests/test_gpu_issue36_device.py", "tests/test_gpu_fixes_device.py", "tests/kernels/test_kernels_cuda_compile.py",
-             "tests/trainers/test_trainer_device_batch.py", "tests/test_backend_device_memory.py")
+FIX_TESTS = ("tests/gpu/test_gpu_issue36_device.py", "tests/gpu/test_gpu_fixes_device.py", "tests/kernels/test_kernels_cuda_compile.py",
+             "tests/trainers/test_trainer_device_batch.py", "tests/frames/test_backend_device_memory.py")
 
 
 def steps(py: str) -> list[tuple[str, list[str], dict[str, str], int]]:
@@ -54,14 +54,14 @@ def steps(py: str) -> list[tuple[str, list[str], dict[str, str], int]]:
     return [
         ("gpu-fixes", pytest + ["--maxfail", "20", *FIX_TESTS], gpu, 75),
         ("diff-cudf", pytest + ["--maxfail", "20", "tests/differential"], gpu, 90),
-        ("demo-gpu", [py, "-m", "fbrapids.cli", "demo", "--backend", "gpu"], {}, 50),
+        ("demo-gpu", [py, "-m", "fbrapids.app.cli", "demo", "--backend", "gpu"], {}, 50),
         ("extract-10m", [py, "benchmarks/extract.py", "--backend", "gpu", "--rows", "10000000", "--repeat", "1",
                          "--skip-pandas", "--synthetic-ops", "200", "--out", "gpu-check-extract.json"], gpu, 100),
         ("embedding-cuda", [py, "benchmarks/embedding.py", "--rounds", "1"], cuda, 35),
-        ("pytest-gpu", pytest + ["--maxfail", "20", "--ignore", "tests/differential", "--ignore", "tests/test_notebooks.py",
+        ("pytest-gpu", pytest + ["--maxfail", "20", "--ignore", "tests/differential", "--ignore", "tests/notebooks/test_notebooks.py",
                                  "--ignore", "tests/notebooks", *[f"--ignore={f}" for f in FIX_TESTS]], gpu, 100),
         ("inference-cuda", [py, "benchmarks/inference.py", "--no-http"], cuda, 40),
-        ("suite-gpu", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore", "tests/test_notebooks.py",
+        ("suite-gpu", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ignore", "tests/notebooks/test_notebooks.py",
                        "--ignore", "tests/notebooks", "--maxfail", "30"], gpu, 240),
     ]
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         args.only = sorted(again) if again is not None else args.only
     missing = () if args.rehearse else _no_device()
     if not missing and not args.rehearse:
-        from fbrapids.backend import gpu_missing  # the packages too (imports pandas: after the device check)
+        from fbrapids.frames.backend import gpu_missing  # the packages too (imports pandas: after the device check)
 
         missing = gpu_missing()
     if missing:

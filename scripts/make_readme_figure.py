@@ -3,7 +3,7 @@ and its figures: benchmarks/results/figures/trial.json.
 
 Runs :func:`fbrapids.trial` on the embedded default data (200,000 impressions, seed 0:
 what ``make demo`` trains on, generated afresh here by this checkout's generator) and draws
-its AUC / GAUC deltas with :func:`fbrapids.plot.trial_deltas`; the figure in the README is
+its AUC / GAUC deltas with :func:`fbrapids.ui.plot.trial_deltas`; the figure in the README is
 this script's output, nothing drawn by hand, and the README's caption is rendered from the
 JSON (``scripts/docs_figures.py``).
 
@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.machine import machine_description
 
     machine = machine_description()
-    from fbrapids import ops, plot, trial
-    from fbrapids.datagen import DATA_VERSION, ensure_dataset, read_metadata
+    from fbrapids import ops, trial
+    from fbrapids.ui import plot
+    from fbrapids.datasets.synthetic.generate import DATA_VERSION, ensure_dataset, read_metadata
 
     candidates = {
         "slot x os": {"slot_x_os": ops.cross("slot", "os")},
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def draw(results: dict, rows: int, seed: int, k: int, n_boot: int, out: Path) -> None:
-    """The picture: :func:`fbrapids.plot.trial_deltas` of ``results``, titled, at 110 dpi."""
-    from fbrapids import plot
+    """The picture: :func:`fbrapids.ui.plot.trial_deltas` of ``results``, titled, at 110 dpi."""
+    from fbrapids.ui import plot
 
     fig = plot.trial_deltas(results, title=f"feature trials on the default data: {rows:,} generated "
                                            f"impressions, seed {seed} ({k} training seeds per arm, "
@@ -91,7 +92,7 @@ def draw(results: dict, rows: int, seed: int, k: int, n_boot: int, out: Path) ->
 
 def replot(path: Path, out: Path) -> int:
     """Redraw the picture from a JSON this script wrote (the trials as measured there)."""
-    from fbrapids.trials import TrialResult
+    from fbrapids.app.trials import TrialResult
 
     r = json.loads(path.read_text())
     fields = {f.name for f in dataclasses.fields(TrialResult)}

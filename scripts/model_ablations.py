@@ -1,8 +1,8 @@
 """Ablations of the models' training recipe on the default data (issue 34, docs/models.md).
 
-The demo's features are extracted once (:func:`fbrapids.pipeline.feature_frame`, the held-out
+The demo's features are extracted once (:func:`fbrapids.app.pipeline.feature_frame`, the held-out
 last day split off as the pipeline does) and kept in a pickle; each arm then trains one of the
-pipeline's models (:func:`fbrapids.pipeline.model_arguments`, the demo's defaults) on the
+pipeline's models (:func:`fbrapids.app.pipeline.model_arguments`, the demo's defaults) on the
 training days in one process and scores the held-out day, with one setting changed:
 
     python scripts/model_ablations.py --rows 200000 --seeds 0 1 \\
@@ -15,7 +15,7 @@ first-order term, :func:`fbrapids.trainers.models.wide_deep.first_order_config` 
 linear map of the dense features, to the model's logit); ``sparse`` (the feature list);
 ``drop`` (features left out of ``sparse``); ``eval_ro`` (score the held-out day with read-only tables: ids never trained on read zeros);
 ``calibrate`` (``fit``'s post-hoc calibration, default on); ``shuffle`` (the training rows'
-shuffle window, default :data:`fbrapids.pipeline.SHUFFLE_WINDOW`; 0: time order);
+shuffle window, default :data:`fbrapids.app.pipeline.SHUFFLE_WINDOW`; 0: time order);
 ``first_order`` (DIN's first-order part, default the pipeline's).  ``--seeds`` seed the model
 (the data is the default data of ``--data-seed``; with ``--paired``, of each seed itself, as
 ``benchmarks/models.py`` pairs them).  One JSON line per (arm, seed) is printed and
@@ -46,8 +46,8 @@ def features(rows: int, data_seed: int, cache: Path) -> tuple[Any, Any]:
             return tuple(f.loc[:, ~f.columns.duplicated()] for f in pickle.load(fh))
     import dask
 
-    from fbrapids import pipeline as P
-    from fbrapids.datagen import DAYS, TS0, ensure_dataset
+    from fbrapids.app import pipeline as P
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
 
     data = ensure_dataset(rows, cache / f"default-{rows}-seed{data_seed}", seed=data_seed)
     with dask.config.set(scheduler="threads"):
@@ -66,7 +66,7 @@ def build(arm: dict[str, Any], seed: int) -> tuple[Any, list[str]]:
     """The arm's model (the pipeline's model with the arm's changes) and its sparse inputs."""
     import torch
 
-    from fbrapids import pipeline as P
+    from fbrapids.app import pipeline as P
     from fbrapids.trainers.models.base import CTRModel
     from fbrapids.trainers.models.wide_deep import first_order_config, linear_term
     from fbrapids.trainers.modules import TieredEmbeddingBagCollection
@@ -106,7 +106,7 @@ def build(arm: dict[str, Any], seed: int) -> tuple[Any, list[str]]:
 def run_arm(arm: dict[str, Any], seed: int, train: Any, test: Any) -> dict[str, Any]:
     import torch
 
-    from fbrapids import pipeline as P
+    from fbrapids.app import pipeline as P
     from fbrapids.trainers.fit import default_optimizer, fit, predict
     from fbrapids.trainers.metrics import all_metrics
 

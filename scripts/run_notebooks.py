@@ -65,7 +65,7 @@ def execute(path: Path, timeout: int = 1800) -> int:
     outputs, this machine's paths replaced (:func:`scrub`) and the generator's data version,
     the rows and the date in the notebook's ``fbrapids`` metadata; returns the number of
     output images.  A warning in an output is an error (the notebook is not written)."""
-    from fbrapids.datagen import DATA_VERSION
+    from fbrapids.datasets.synthetic.generate import DATA_VERSION
 
     book = nbformat.read(path, as_version=4)
     NotebookClient(book, timeout=timeout, kernel_name="python3",

@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fbrapids.backend import resolve_name
-from fbrapids.cluster import close_client, connect, local_cluster
-from fbrapids.datagen import ensure_dataset
+from fbrapids.frames.backend import resolve_name
+from fbrapids.frames.cluster import close_client, connect, local_cluster
+from fbrapids.datasets.synthetic.generate import ensure_dataset
 from fbrapids.datasets import synthetic
-from fbrapids.pipeline import MODELS, run_pipeline
+from fbrapids.app.pipeline import MODELS, run_pipeline
 from fbrapids.workloads import RunConfig, load_workload
 
 

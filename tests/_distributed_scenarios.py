@@ -319,9 +319,9 @@ def resume_killed(rank: int, world: int, root: Path) -> dict:
 
 
 def demo_match(rank: int, world: int, root: Path) -> dict:
-    """The demo's training (fbrapids.demo_distributed.train_rank) on the small default data
+    """The demo's training (fbrapids.app.demo_distributed.train_rank) on the small default data
     generated in ``root/demo-data`` (one training partition), global batch DEMO_BATCH."""
-    from fbrapids.demo_distributed import train_rank
+    from fbrapids.app.demo_distributed import train_rank
 
     return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(root / f"demo-w{world}"),
                                     "batch_size": DEMO_BATCH})
@@ -329,7 +329,7 @@ def demo_match(rank: int, world: int, root: Path) -> dict:
 
 def demo_stopped(rank: int, world: int, root: Path) -> dict:
     """The same demo stopped after DEMO_STOP steps, checkpointed every 2 (resumed by the test's CLI call)."""
-    from fbrapids.demo_distributed import train_rank
+    from fbrapids.app.demo_distributed import train_rank
 
     return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(root / "demo-stopped"),
                                     "batch_size": DEMO_BATCH, "checkpoint_every": 2, "max_steps": DEMO_STOP})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
-from fbrapids.backend import gpu_missing, resolve_name
+from fbrapids.frames.backend import gpu_missing, resolve_name
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -77,7 +77,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small generated workload folder (5,000 impressions, seed 0), made once per session."""
-    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic.generate import generate
 
     out = tmp_path_factory.mktemp("gen5k")
     generate(5000, out, seed=0)

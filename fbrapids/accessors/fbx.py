@@ -18,9 +18,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from fbrapids import dask_tokens
+from fbrapids.frames import dask_tokens
 from fbrapids.errors import InputTypeError
-from fbrapids.import_hooks import when_imported
+from fbrapids.frames.import_hooks import when_imported
 
 
 class FbxAccessor:
@@ -57,7 +57,7 @@ class FbxAccessor:
 
     # -- joins -----------------------------------------------------------------
     def join(self, other: Any, on: str | list[str], how: str = "left", **kwargs: Any) -> Any:
-        """Hash join with ``other`` on ``on``; see :func:`fbrapids.joins.join`.
+        """Hash join with ``other`` on ``on``; see :func:`fbrapids.joins.strategies.join`.
 
         Example:
             >>> import pandas as pd, fbrapids
@@ -66,7 +66,7 @@ class FbxAccessor:
             >>> a.fbx.join(b, on="k", how="inner")[["k", "x", "y"]].values.tolist()
             [[2, 20, 7]]
         """
-        from fbrapids.joins import join
+        from fbrapids.joins.strategies import join
 
         return join(self._obj, other, on=on, how=how, **kwargs)
 
@@ -130,7 +130,7 @@ _registered = False
 
 def register_accessors() -> None:
     """Register ``.fbx`` on pandas, dask, cudf and dask-cudf frames when those libraries are
-    imported (now, or later by anyone: :func:`fbrapids.import_hooks.when_imported`), so
+    imported (now, or later by anyone: :func:`fbrapids.frames.import_hooks.when_imported`), so
     ``import fbrapids`` itself loads none of them.
 
     Idempotent; called on ``import fbrapids``.

@@ -180,7 +180,7 @@ class ImageVectorStore:
             raise MissingFileError(f"{d} is not an image vector store (no meta.json)")
         meta = json.loads((d / "meta.json").read_text())
         if copy:
-            from fbrapids.manifest import open_regular
+            from fbrapids.files.manifest import open_regular
 
             with open_regular(d / "vectors.npy") as f:
                 try:

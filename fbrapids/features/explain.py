@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fbrapids.features.fitted import frame_calls
-from fbrapids import backend as backends
+from fbrapids.frames import backend as backends
 from fbrapids.errors import FbrapidsError
 from fbrapids.features.plans import plan_for
 from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
-from fbrapids.plan_graph import Explanation
+from fbrapids.features.plan_graph import Explanation
 from fbrapids.views.inputs import prepare
 
 
@@ -25,7 +25,7 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
     """What ``extract(obj, features)`` runs: layers, operators, placement and reasons, the
     counters of its compiled plan so far (launches, pool, bytes moved between host and
     device), and (``source=True``) the generated kernel source.  The text is a ``str``; a
-    notebook shows it as the plan's layered graph (:class:`~fbrapids.plan_graph.Explanation`)."""
+    notebook shows it as the plan's layered graph (:class:`~fbrapids.features.plan_graph.Explanation`)."""
     fitted_text = features.explain() if hasattr(features, "states") else None  # a Fitted
     features = getattr(features, "features", features)  # a FeatureSet or Fitted
     features = {name: as_expr(e) for name, e in features.items()}

@@ -52,6 +52,6 @@ class FeatureSet:
     def _repr_html_(self) -> str:
         """What a notebook shows: the expressions as a layered graph, shared sub-expressions
         drawn once (placement is decided when a frame is planned: see :meth:`explain`)."""
-        from fbrapids.plan_graph import expr_graph, graph_html
+        from fbrapids.features.plan_graph import expr_graph, graph_html
 
         return graph_html(expr_graph(self.features), f"{self!r}: {len(self)} feature(s)")

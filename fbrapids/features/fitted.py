@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids import backend as _backend
+from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, NotFittedError
 from fbrapids.fitting import history as H
 from fbrapids.fitting import rowops as R

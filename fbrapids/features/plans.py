@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Mapping
 
-from fbrapids import backend as backends
+from fbrapids.frames import backend as backends
 from fbrapids.features.schema import check_columns, columns_used, schema_of
 from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled, registry_generation
 

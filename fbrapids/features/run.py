@@ -17,11 +17,11 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from fbrapids import backend as backends
+from fbrapids.frames import backend as backends
 from fbrapids.errors import FeatureError
 from fbrapids.features.plans import compiled_plan, plan_for
 from fbrapids.features.schema import columns_used, nullable_columns
-from fbrapids.progressbar import row_chunks
+from fbrapids.ui.progressbar import row_chunks
 from fbrapids.views.inputs import prepare
 from fbrapids.kernels import Call, Expr, Operator, add_operator, as_expr, empty_series, get_operator, operators, to_series
 

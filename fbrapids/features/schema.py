@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids import backend as backends
+from fbrapids.frames import backend as backends
 from fbrapids.errors import FeatureError
 from fbrapids.kernels import as_expr, columns_of, from_arrow_type, object_array
 

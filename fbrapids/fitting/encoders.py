@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids import backend as _backend
+from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, OperatorTypeError
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState

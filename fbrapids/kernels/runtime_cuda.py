@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fbrapids import backend as backends
+from fbrapids.frames import backend as backends
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import dictionary as D

@@ -13,7 +13,7 @@ An export directory holds data only; loading it runs no code from it:
   ``plan.txt``, its human-readable explanation;
 * ``model/``: a ``fit`` checkpoint (dense weights, read with ``torch.load(weights_only=True)``,
   and every embedding table);
-* ``MANIFEST.json``: the sha256 digest of every other file (:mod:`fbrapids.manifest`).
+* ``MANIFEST.json``: the sha256 digest of every other file (:mod:`fbrapids.files.manifest`).
 
 Loading verifies the manifest (a changed, missing or added file is a
 :class:`~fbrapids.errors.ManifestError`), builds the registered model class from its
@@ -56,7 +56,7 @@ import torch
 
 from fbrapids.errors import ExportError, ManifestError, NotAnExportError, UnsafeFileError
 from fbrapids.features import FeatureSet, needs_fit
-from fbrapids.manifest import (checked_manifest, open_regular, read_bounded, read_manifest, read_verified,
+from fbrapids.files.manifest import (checked_manifest, open_regular, read_bounded, read_manifest, read_verified,
                                resolve_inside, write_manifest)
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.serving.spec_json import spec_from_json, spec_to_json
@@ -177,7 +177,7 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
 
 def _read_json(path: Path, limit: int = MAX_JSON_BYTES, manifest: Mapping[str, Any] | None = None) -> Any:
     """``path`` parsed as JSON; with a checked ``manifest``, from one read whose bytes match it
-    (:func:`~fbrapids.manifest.read_verified`: a file swapped after the check is refused)."""
+    (:func:`~fbrapids.files.manifest.read_verified`: a file swapped after the check is refused)."""
     data = read_bounded(path, limit) if manifest is None else read_verified(path.parent, path.name, manifest, limit)
     try:
         return json.loads(data)

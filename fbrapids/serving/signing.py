@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from fbrapids.errors import ServeConfigError
-from fbrapids.manifest import MIN_KEY_BYTES, open_regular
+from fbrapids.files.manifest import MIN_KEY_BYTES, open_regular
 
 KEY_ENV = "FBRAPIDS_SIGNING_KEY"
 MAX_KEY_BYTES = 4096

@@ -3,7 +3,7 @@
 Every file is written under a temporary name, fsynced, then renamed into place.  A
 checkpoint is a directory ``step-XXXXXXXXXX`` built as ``.tmp-step-...``; when its files
 are complete a ``MANIFEST.json`` of their crc32 digests is written last (see
-:mod:`fbrapids.manifest`), the directory is renamed into place, and the ``latest`` file
+:mod:`fbrapids.files.manifest`), the directory is renamed into place, and the ``latest`` file
 naming it is swapped in (written to ``latest.tmp``, fsynced, renamed).  A process killed at
 any point leaves the previous checkpoint, and the pointer to it, intact.
 
@@ -33,9 +33,9 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from fbrapids.atomic import digests_of_writes, fsync_dir, write_atomic
+from fbrapids.files.atomic import digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import ArgumentError, CheckpointError, ManifestError, UnsafeFileError
-from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
+from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
 
 # checkpoints guard against corruption (a torn write, a flipped page), not forgery: crc32 is
 # about three times cheaper than sha256 here; exports keep sha256

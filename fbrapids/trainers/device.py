@@ -4,7 +4,7 @@
 
 1. an explicit argument (``fit(..., device="cuda:1")``, ``StoreConfig(device=...)``);
 2. ``$FBRAPIDS_DEVICE`` (``cpu``, ``cuda``, ``cuda:1`` ...);
-3. ``cuda`` when the fbrapids backend (:func:`fbrapids.backend.resolve_name`: the
+3. ``cuda`` when the fbrapids backend (:func:`fbrapids.frames.backend.resolve_name`: the
    argument-free choice, so ``FBRAPIDS_BACKEND=cpu`` keeps training on the CPU) is the GPU
    and torch sees a CUDA device;
 4. the CPU.
@@ -27,7 +27,7 @@ import os
 import torch
 from torch import nn
 
-from fbrapids.backend import resolve_name
+from fbrapids.frames.backend import resolve_name
 from fbrapids.errors import BackendUnavailableError
 
 ENV_VAR = "FBRAPIDS_DEVICE"

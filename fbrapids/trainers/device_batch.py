@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fbrapids.backend import int_dtype_of_type_id, is_list_dtype
+from fbrapids.frames.backend import int_dtype_of_type_id, is_list_dtype
 from fbrapids.trainers.batch import Batch, concat_parts
 from fbrapids.errors import BatchError, ColumnTypeError
 

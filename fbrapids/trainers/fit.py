@@ -46,13 +46,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
-from fbrapids.autobar import tqdm
+from fbrapids.ui.autobar import tqdm
 
 from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError, UnsafeFileError
-from fbrapids.manifest import verification_enabled
+from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import CALIBRATION_ROWS, ProgressiveBuffer, fit_calibration
-from fbrapids.manifest import resolve_inside
+from fbrapids.files.manifest import resolve_inside
 from fbrapids.trainers.checkpoint import (check_pointer_writable, checkpoint_dir, checkpoints, clean_partial,
                                           newest_verified, prune, read_small_file, step_name, verify_checkpoint,
                                           write_atomic)
@@ -61,7 +61,7 @@ from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.model_inputs import check_model_stream
 from fbrapids.trainers.run_identity import MODEL_KEYS, RUN_KEY, check_identity, model_identity, run_identity
-from fbrapids.workdir import clean_stale, lock_work_dir, preflight
+from fbrapids.runs.workdir import clean_stale, lock_work_dir, preflight
 
 log = logging.getLogger(__name__)
 

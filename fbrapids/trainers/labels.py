@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fbrapids import backend as _backend
+from fbrapids.frames import backend as _backend
 from fbrapids.errors import LabelError
 
 

@@ -4,7 +4,7 @@ A checkpoint's ``meta.json`` holds, under ``"run"``, the settings a resumed run 
 with it to continue the same training: the model (class, every table's embedding dim, the
 dense weights' shapes), the stream (label, the ordered ``dense`` / ``sparse`` lists, batch
 size, seed) and whatever the caller adds (the pipeline: model name, embedding dim, feature
-expressions and the data's fingerprint, :func:`fbrapids.data_identity.data_fingerprint`).
+expressions and the data's fingerprint, :func:`fbrapids.runs.data_identity.data_fingerprint`).
 Resuming with another value of any of them would train rows twice or not at all, apply
 weights to the wrong inputs, or continue on another dataset: :func:`check_identity` refuses
 it with one :class:`~fbrapids.errors.CheckpointMismatchError` naming every difference.
@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from fbrapids.errors import CheckpointError, CheckpointMismatchError, ManifestError
-from fbrapids.manifest import file_digest, read_manifest, resolve_inside, verification_enabled
+from fbrapids.files.manifest import file_digest, read_manifest, resolve_inside, verification_enabled
 from fbrapids.trainers.checkpoint import CHECKPOINT_DIGEST, checkpoints, read_small_file
 
 __all__ = ["RUN_KEY", "MODEL_KEYS", "model_identity", "stream_identity", "run_identity", "check_identity",

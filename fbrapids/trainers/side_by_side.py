@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from fbrapids.autobar import tqdm
+from fbrapids.ui.autobar import tqdm
 from fbrapids.errors import ArgumentError, NonFiniteError
 from fbrapids.trainers.batch import Batch
 

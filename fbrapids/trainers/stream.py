@@ -1,7 +1,7 @@
 """``stream()``: partitions of a frame become torch batches, with background prefetch.
 
 A background thread computes partition i+1 (for a dask frame: one pass of
-:func:`fbrapids.partition_pass.iter_partitions` on the active scheduler, a distributed
+:func:`fbrapids.frames.partition_pass.iter_partitions` on the active scheduler, a distributed
 ``Client`` included: shared upstream tasks run once per pass) and converts it to host
 arrays while the trainer consumes partition i; a bounded queue of ``prefetch`` partitions
 sits between them.  Rows are optionally shuffled within windows of
@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fbrapids import backend as _backend
-from fbrapids.partition_pass import iter_partitions
+from fbrapids.frames import backend as _backend
+from fbrapids.frames.partition_pass import iter_partitions
 from fbrapids.trainers.batch import Batch, Columns, sparse_column
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.device_batch import TensorColumns, device_columns

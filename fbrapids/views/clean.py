@@ -31,8 +31,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fbrapids import backend as _backend
-from fbrapids.frame_rows import fill_null_strings, filter_rows
+from fbrapids.frames import backend as _backend
+from fbrapids.views.rows import fill_null_strings, filter_rows
 from fbrapids.views import json_fields
 from fbrapids.views.where import Where, evaluate, parse_where
 from fbrapids.errors import CleanError, NoMatchWarning

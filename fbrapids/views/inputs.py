@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from fbrapids import backend as _backend
+from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError
 
 TIMESTAMP_OPS = ("hour", "weekday", "day")

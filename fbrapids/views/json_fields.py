@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fbrapids import backend as _backend
+from fbrapids.frames import backend as _backend
 
 _STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING, _STATUS_TOO_DEEP = 1, 2, 3, 4
 MAX_DEPTH = 64  #: FBX_JSON_MAX_DEPTH of csrc/json_path.h

@@ -52,7 +52,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fbrapids import backend as _backend
+from fbrapids.frames import backend as _backend
 from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.views import jsonl
 from fbrapids.views.parquet_footer import FilePin, check_footer, check_pin, pin_file
@@ -252,7 +252,7 @@ def parquet_file(path: str, pin: FilePin | None = None) -> pq.ParquetFile:
         ...
         fbrapids.errors.ViewError: ... is not a readable parquet file (corrupt footer): ... (truncated?)
     """
-    from fbrapids.manifest import verification_enabled
+    from fbrapids.files.manifest import verification_enabled
 
     if pin is not None:
         check_pin(pin)
@@ -1230,7 +1230,7 @@ def read_view(
             unit).  CSV texts read as a datetime are epoch numbers in its unit when
             every one is an integer, else datetime texts.
         eager: return one eager pandas / cudf frame instead (for small inputs).
-        backend: ``"cpu"`` / ``"gpu"`` / None (see :mod:`fbrapids.backend`).
+        backend: ``"cpu"`` / ``"gpu"`` / None (see :mod:`fbrapids.frames.backend`).
         row_groups_per_partition: parquet row groups per partition (None: by
             ``partition_rows``).
         partition_rows: rows per dask partition for parquet (None: about two partitions

@@ -3,7 +3,7 @@ features extracted, and the rows split into training and held out.
 
 Example:
     >>> import tempfile
-    >>> from fbrapids.datagen import generate
+    >>> from fbrapids.datasets.synthetic.generate import generate
     >>> from fbrapids.datasets import synthetic
     >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
     >>> merged, parts = feature_frame(synthetic.workload(d))
@@ -149,7 +149,7 @@ def feature_frame(w: Workload, backend: str | None = None,
     cleaned; dictionaries persisted by the scheduler in force and broadcast, so their hash
     tables are built once per pass), ``features`` (name -> expression; default ``w``'s)
     extracted in the meta-kernels (history and fitted operators among them are left to
-    :func:`fbrapids.pipeline.plan_frames`: :func:`split_fitted`), then the
+    :func:`fbrapids.app.pipeline.plan_frames`: :func:`split_fitted`), then the
     ``after_features`` joins.
     Returns it and the parts: ``log`` (the cleaned log, its clean report), ``views`` (as
     read), ``joined`` (before extraction)."""
@@ -211,7 +211,7 @@ def held_out_cutoff(w: Workload) -> int | None:
     """The first held-out time of an ``at`` / ``last_day`` split (epoch seconds; the latter
     reads the log's time column once), None for the other rules; a
     :class:`~fbrapids.errors.LabelError` when a parquet log's footers say no row reaches it."""
-    from fbrapids.plan_checks import check_held_out
+    from fbrapids.runs.plan_checks import check_held_out
 
     rule = w.split.rule
     if rule == "at":

@@ -1,4 +1,4 @@
-"""``RunConfig``: how :func:`fbrapids.pipeline.run_pipeline` trains on a workload (the model,
+"""``RunConfig``: how :func:`fbrapids.app.pipeline.run_pipeline` trains on a workload (the model,
 the batches, the store's tiers, the work dir, checkpoints), typed and validated like
 :class:`~fbrapids.trainers.sparse.StoreConfig`.
 
@@ -20,13 +20,13 @@ from typing import Any
 
 from fbrapids.errors import WorkloadError
 
-#: the models ``RunConfig.model`` may name (:func:`fbrapids.pipeline.build_model`)
+#: the models ``RunConfig.model`` may name (:func:`fbrapids.app.pipeline.build_model`)
 MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """The run options of :func:`fbrapids.pipeline.run_pipeline`.
+    """The run options of :func:`fbrapids.app.pipeline.run_pipeline`.
 
     Attributes:
         model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"``.

@@ -114,7 +114,7 @@ class View:
 @dataclass(frozen=True)
 class Join:
     """Join ``view`` into the log on ``on`` (``how``: ``"left"`` / ``"inner"``; ``validate``:
-    ``"many_to_one"`` ... as :func:`fbrapids.joins.join`, None for its automatic check),
+    ``"many_to_one"`` ... as :func:`fbrapids.joins.strategies.join`, None for its automatic check),
     then fill the misses with ``fill`` (column -> value).  ``after_features``: joined after
     the features are extracted (columns the expressions do not read, e.g. precomputed
     features sorted like the log)."""

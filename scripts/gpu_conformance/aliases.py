@@ -56,11 +56,11 @@ RECEIVERS: dict[tuple[str, str], dict[str, str]] = {
     ("fbrapids/trainers/device_batch.py", "device_columns"): {
         "df": "cudf.DataFrame", "y": "cudf.Series", "gs": "cudf.Series"},
     ("fbrapids/kernels/runtime_cuda.py", "_input"): {"s": "cudf.Series"},
-    ("fbrapids/join_frames.py", "device_join"): {
+    ("fbrapids/joins/hash_join.py", "device_join"): {
         "left": "cudf.DataFrame", "right": "cudf.DataFrame", "lk": "cudf.DataFrame", "rk": "cudf.DataFrame",
         "out": "cudf.DataFrame", "result": "cudf.DataFrame", "maps": "pylibcudf.Table",
         "gathered": "pylibcudf.Table"},
-    ("fbrapids/join_frames.py", "_check_device_unique"): {
+    ("fbrapids/joins/hash_join.py", "_check_device_unique"): {
         "keys_frame": "cudf.DataFrame", "valid": "cudf.DataFrame", "dup": "cudf.DataFrame", "first": "cudf.DataFrame"},
     ("fbrapids/views/read.py", "_text_to_dtypes_device"): {
         "text": "cudf.DataFrame", "values": "cudf.Series", "stripped": "cudf.Series", "checked": "cudf.Series"},
@@ -68,8 +68,8 @@ RECEIVERS: dict[tuple[str, str], dict[str, str]] = {
     ("fbrapids/views/clean.py", "_fill_column"): {"col": "cudf.Series", "filled": "cudf.Series"},
     ("fbrapids/features/fitted.py", "_copy"): {"part": "cudf.DataFrame"},
     ("fbrapids/features/fitted.py", "_attach"): {"part": "cudf.DataFrame"},
-    ("fbrapids/backend.py", "on_index"): {"series": "cudf.Series"},
-    ("fbrapids/backend.py", "_series_to_host"): {"s": "cudf.Series"},
+    ("fbrapids/frames/backend.py", "on_index"): {"series": "cudf.Series"},
+    ("fbrapids/frames/backend.py", "_series_to_host"): {"s": "cudf.Series"},
     ("fbrapids/trainers/labels.py", "check_labels"): {"values": "cudf.Series"},
     ("fbrapids/features/schema.py", "column_type"): {"s": "cudf.Series"},
 }

@@ -69,7 +69,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def check_lazy_import(repo: Path) -> Result:
     code = ("import sys, fbrapids, pandas as pd; pd.DataFrame({'a': [1]}).fbx;"
-            "from fbrapids.backend import get_backend; get_backend();"
+            "from fbrapids.frames.backend import get_backend; get_backend();"
             f"print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {RAPIDS!r})))")
     details, ok = [], True
     for backend in ("cpu", "auto"):
@@ -91,7 +91,7 @@ def check_cli_help(repo: Path, limit: float = 1.0) -> Result:
     times = []
     for _ in range(4):  # the first one warms the file cache
         t = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "fbrapids.cli", "--help"], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "--help"], capture_output=True, text=True,
                               cwd=repo, timeout=60)
         times.append(time.perf_counter() - t)
         if proc.returncode != 0:
@@ -116,7 +116,7 @@ def check_shared_dtypes(repo: Path) -> Result:
     import numpy as np
     import pandas as pd
 
-    from fbrapids import backend as B
+    from fbrapids.frames import backend as B
 
     cases: list[tuple[str, Callable[[], bool]]] = [
         ("cudf.CategoricalDtype() is categorical", lambda: B.is_categorical(cudf.CategoricalDtype())),
@@ -188,7 +188,7 @@ def check_dry_meta(repo: Path, tmp: Path) -> Result:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from fbrapids import backend as B
+    from fbrapids.frames import backend as B
     from fbrapids.views import read as R
 
     path = tmp / "meta.parquet"
@@ -215,7 +215,7 @@ def check_dry_join(repo: Path) -> Result:
     import pylibcudf as plc
     import cudf
 
-    from fbrapids import backend as B
+    from fbrapids.frames import backend as B
     from gpu_conformance.host_arrays import host
 
     def col(tid: str, dtype: str, n: int = 0):
@@ -289,7 +289,7 @@ def check_dtype_paths(repo: Path) -> Result:
     import pyarrow as pa
     import pylibcudf as plc
 
-    from fbrapids import backend as B
+    from fbrapids.frames import backend as B
     from fbrapids.kernels import device_columns as D
     from fbrapids.kernels.runtime_cuda import meta_dtype, output_series
     from fbrapids.trainers.device_batch import sparse_kind

@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, settings
 
-from fbrapids import dask_tokens
+from fbrapids.frames import dask_tokens
 
 # -- hypothesis profiles ------------------------------------------------------------------
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -97,7 +97,7 @@ def materialize(obj: Any, mode: str) -> Any:
         got = dtypes_of(obj)
         assert meta == got, f"{mode}: _meta dtypes {meta} differ from computed dtypes {got}"
     if mode in ("cudf",) or mode.startswith("dask_cudf"):
-        from fbrapids.backend import to_host
+        from fbrapids.frames.backend import to_host
 
         obj = to_host(obj)
     return obj

@@ -21,7 +21,7 @@ from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, i
 
 import fbrapids  # noqa: F401  (registers .fbx)
 from fbrapids.errors import FbrapidsError
-from fbrapids.joins import join_decisions
+from fbrapids.joins.strategies import join_decisions
 from fbrapids.views.clean import clean_report
 
 

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from fbrapids import ops
-from fbrapids.datagen import DAYS, TS0, generate
+from fbrapids.datasets.synthetic.generate import DAYS, TS0, generate
 from fbrapids.features import Fitted
 from fbrapids.datasets import synthetic
-from fbrapids.pipeline import run_pipeline
+from fbrapids.app.pipeline import run_pipeline
 from fbrapids.workloads import RunConfig
 
 CUTOFF = TS0 + (DAYS - 1) * 86400
@@ -64,7 +64,7 @@ def test_held_out_labels_never_enter_fitted_state(two_runs) -> None:
 
 
 def test_trial_accepts_fitted_features(gen_dir) -> None:
-    from fbrapids.trials import trial
+    from fbrapids.app.trials import trial
 
     r = trial(gen_dir, {"te_uc": TE["te_uc"]}, kind="dense", n_boot=5, progress=False, batch_size=512, seeds=1)
     assert r.candidates == ["te_uc"] and r.n_boot == 5
@@ -74,7 +74,7 @@ def test_trial_accepts_fitted_features(gen_dir) -> None:
 
 
 def test_demo_model_din_trains_over_a_history_of_the_log(tmp_path, capsys) -> None:
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     assert main(["demo", "--rows", "4000", "--model", "din", "--data-dir", str(tmp_path / "data"),
                  "--work-dir", str(tmp_path / "work"), "--batch-size", "512"]) == 0
@@ -83,7 +83,7 @@ def test_demo_model_din_trains_over_a_history_of_the_log(tmp_path, capsys) -> No
 
 
 def test_din_history_feeds_the_model_a_list_column(gen_dir, tmp_path) -> None:
-    from fbrapids.pipeline import DIN_SEQUENCE
+    from fbrapids.app.pipeline import DIN_SEQUENCE
 
     r = run_pipeline(gen_dir, model="din", epochs=1, batch_size=512, progress=False, work_dir=tmp_path)
     assert r.model == "din" and r.rows["trained"] > 0

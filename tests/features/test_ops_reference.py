@@ -51,7 +51,7 @@ def ex(df, **f):
     through Arrow types (ints with nulls stay ints)."""
     if BACKEND["name"] == "cpu":
         return df.fbx.extract(**f)
-    from fbrapids.backend import get_backend, is_gpu_object, to_backend
+    from fbrapids.frames.backend import get_backend, is_gpu_object, to_backend
 
     out = to_backend(df, get_backend("gpu")).fbx.extract(**f)
     assert is_gpu_object(out)
@@ -284,7 +284,7 @@ def test_nullable_ints_are_read_as_ints_with_validity():
 
 def test_json_get_counts_with_null_inputs():
     """``clean``'s JSON counts (null input / malformed / missing / not a string) on the backend in force."""
-    from fbrapids.backend import get_backend, to_backend
+    from fbrapids.frames.backend import get_backend, to_backend
     from fbrapids.views.clean import clean, clean_report
 
     docs = ['{"d": {"os": "ios"}}', None, "{bad", '{"d": {}}', '{"d": {"os": 3}}', None, '{"d": {"os": ""}}']

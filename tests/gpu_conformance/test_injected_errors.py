@@ -16,7 +16,7 @@ pytest.importorskip("cudf")
 
 from gpu_conformance.resolver import resolve_source  # noqa: E402
 
-JOIN = "fbrapids/join_frames.py"
+JOIN = "fbrapids/joins/hash_join.py"
 BATCH = "fbrapids/trainers/device_batch.py"
 COLUMNS = "fbrapids/kernels/device_columns.py"
 
@@ -25,7 +25,7 @@ def _errors(rel: str, source: str) -> list[str]:
     return [str(f) for f in resolve_source(rel, source) if f.status == "error"]
 
 
-@pytest.mark.parametrize("rel", [JOIN, BATCH, COLUMNS, "fbrapids/kernels/runtime_cuda.py", "fbrapids/backend.py",
+@pytest.mark.parametrize("rel", [JOIN, BATCH, COLUMNS, "fbrapids/kernels/runtime_cuda.py", "fbrapids/frames/backend.py",
                                  "fbrapids/views/read.py"])
 def test_the_real_modules_resolve(rel):
     findings = resolve_source(rel, (REPO / rel).read_text())

@@ -1,4 +1,4 @@
-"""Row takes of the joins and of clean's filters (fbrapids.frame_rows, fbrapids.kernels.arrow_take)
+"""Row takes of the joins and of clean's filters (fbrapids.views.rows, fbrapids.kernels.arrow_take)
 against pyarrow's ``take``, pandas' ``take`` / boolean selection and pandas' ``merge``, on
 hypothesis-generated columns: list<int64> / list<int32> / string columns with nulls and empty
 lists, chunked and sliced arrays, every-row / no-row / random / sorted subsets.
@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
-from fbrapids import frame_rows
+from fbrapids.views import rows as frame_rows
 from fbrapids.kernels import arrow_take, host_memory
-from fbrapids.frame_rows import fill_null_strings, filter_rows, take_array, take_rows
-from fbrapids.join_frames import join_frames
+from fbrapids.views.rows import fill_null_strings, filter_rows, take_array, take_rows
+from fbrapids.joins.hash_join import join_frames
 from fbrapids.kernels.arrow_take import take_var_width
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 import fbrapids  # noqa: F401
-from fbrapids import workload
-from fbrapids.joins import JoinError, join, join_decisions
+from fbrapids.datasets.synthetic import views as workload
+from fbrapids.joins.strategies import JoinError, join, join_decisions
 from fbrapids.views.read import read_view
 
 USER_COLS = ["cms_segid", "cms_group_id", "final_gender_code", "age_level", "pvalue_level", "shopping_level",
@@ -123,7 +123,7 @@ def test_local_cluster_read_clean_join_equals_eager(gen_dir, local_cluster):
 
 @pytest.mark.gpu
 def test_gpu_join_host_fallback_gives_device_frames():
-    from fbrapids.backend import get_backend, is_gpu_object, to_backend, to_host
+    from fbrapids.frames.backend import get_backend, is_gpu_object, to_backend, to_host
 
     be = get_backend("gpu")
     left, right = (to_backend(f, be) for f in _views())
@@ -138,7 +138,7 @@ def test_join_decisions_since_a_mark_survive_a_full_history() -> None:
     """The pipeline's summary lists the joins it planned by a mark, not by the history's length:
     past 256 recorded decisions the kept history stops growing (a long test session, a notebook),
     and a length-based slice then listed no join at all."""
-    from fbrapids.joins import join_decision_mark
+    from fbrapids.joins.strategies import join_decision_mark
 
     left, right = pd.DataFrame({"k": [1, 2]}), pd.DataFrame({"k": [1], "v": [5]})
     for _ in range(300):

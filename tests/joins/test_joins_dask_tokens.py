@@ -1,6 +1,6 @@
 """Dask frames built from eager ones keep their own dtypes: dask's tokens ignored the dtype of
 masked and Arrow arrays, so of two eager sides equal in values but not in dtype, the second
-silently computed as the first (fbrapids.dask_tokens)."""
+silently computed as the first (fbrapids.frames.dask_tokens)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 
 import fbrapids  # noqa: F401
 from fbrapids.errors import JoinError
-from fbrapids.joins import join, join_decisions
+from fbrapids.joins.strategies import join, join_decisions
 
 BIG = 2**53 + 1  # not representable as float64
 
@@ -134,7 +134,7 @@ def test_partitioned_join_of_two_sorted_views_keeps_divisions():
 
 # -- the device and host-fallback paths (skip without a GPU) ------------------------------------
 def _device_views():
-    from fbrapids.backend import get_backend, to_backend
+    from fbrapids.frames.backend import get_backend, to_backend
 
     left, right = _views(3)
     return get_backend("gpu"), left, right, to_backend(left, get_backend("gpu")), to_backend(right, get_backend("gpu"))
@@ -143,7 +143,7 @@ def _device_views():
 @pytest.mark.gpu
 @pytest.mark.parametrize("budget", [None, 16], ids=["device", "host"])
 def test_gpu_left_join_with_misses_keeps_ids_above_2_53(budget):
-    from fbrapids.backend import to_host
+    from fbrapids.frames.backend import to_host
 
     _, left, right, gleft, gright = _device_views()
     got = to_host(join(gleft, gright, on="k", device_budget=budget))
@@ -157,7 +157,7 @@ def test_gpu_left_join_with_misses_keeps_ids_above_2_53(budget):
 
 @pytest.mark.gpu
 def test_gpu_dask_left_join_meta_matches_partitions_and_values_exact():
-    from fbrapids.backend import dask_dataframe, to_host
+    from fbrapids.frames.backend import dask_dataframe, to_host
 
     _, left, right, gleft, gright = _device_views()
     ddf = dask_dataframe()
@@ -172,7 +172,7 @@ def test_gpu_dask_left_join_meta_matches_partitions_and_values_exact():
 
 @pytest.mark.gpu
 def test_gpu_null_keys_never_match():
-    from fbrapids.backend import get_backend, to_backend, to_host
+    from fbrapids.frames.backend import get_backend, to_backend, to_host
 
     be = get_backend("gpu")
     left = to_backend(pd.DataFrame({"k": [1, None, 2], "v": [0, 1, 2]}).astype({"k": "Int64"}), be)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fbrapids.join_frames import JoinTable, join_frames
+from fbrapids.joins.hash_join import JoinTable, join_frames
 
 
 def test_sorted_int_keys_join_like_pandas_merge() -> None:

@@ -1,4 +1,4 @@
-"""The dictionary path on the canonical workload (``fbrapids.workload``, generated data):
+"""The dictionary path on the canonical workload (``fbrapids.datasets.synthetic.views``, generated data):
 bit-identical to the row path, and the FarmHash fingerprints it saves counted by the
 kernels' counters (``hashes`` taken, ``hashes_saved``), never timed.
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fbrapids import kernels, workload
-from fbrapids.datagen import generate
+from fbrapids import kernels
+from fbrapids.datasets.synthetic import views as workload
+from fbrapids.datasets.synthetic.generate import generate
 from fbrapids.features import extract
 from fbrapids.kernels import dictionary_mode
 

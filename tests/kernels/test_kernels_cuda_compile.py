@@ -87,7 +87,7 @@ def test_cudf_input_layouts_compile_under_nvrtc():
 
 
 def test_workload_plan_compiles_under_nvrtc():
-    from fbrapids.workload import features as workload_features
+    from fbrapids.datasets.synthetic.views import features as workload_features
 
     schema = {"ts": "i64", "user_id": "i64", "ad_id": "i64", "advertiser_id": "i64", "category": "i32",
               "gender": "str", "city": "str", "os": "str", "geo_city": "str", "age": "i32", "price": "f64",
@@ -99,13 +99,13 @@ def test_workload_plan_compiles_under_nvrtc():
 
 @pytest.mark.gpu
 def test_gpu_matches_cpu_bit_for_bit():
-    from fbrapids.backend import gpu_missing
+    from fbrapids.frames.backend import gpu_missing
 
     if gpu_missing():
         pytest.skip("no GPU backend here: " + "; ".join(gpu_missing()))
     import cudf  # noqa: F401  (only reached on a GPU machine)
 
-    from fbrapids.backend import get_backend, to_backend, to_host
+    from fbrapids.frames.backend import get_backend, to_backend, to_host
 
     df = pd.DataFrame({"ts": np.arange(1000) * 3600, "q": pd.Series([f"a b{i % 7} c" for i in range(1000)], dtype="str")})
     feats = {"h": ops.hour("ts"), "t": ops.split("q", " ", buckets=1 << 18), "x": ops.cross("ts", "q", buckets=1 << 20)}

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _cudf():
-    from fbrapids.backend import gpu_missing
+    from fbrapids.frames.backend import gpu_missing
 
     if gpu_missing():
         pytest.skip("no GPU backend here: " + "; ".join(gpu_missing()))
@@ -43,7 +43,7 @@ FEATURES = {"h": ops.hour("ts"), "tok": ops.split("q", " "), "th": ops.split("q"
 
 
 def _same(gpu_series, cpu_series) -> bool:
-    from fbrapids.backend import to_host
+    from fbrapids.frames.backend import to_host
 
     g = to_host(gpu_series)
     return [None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else

@@ -11,16 +11,17 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from fbrapids import ops, workload  # noqa: E402
+from fbrapids import ops  # noqa: E402
+from fbrapids.datasets.synthetic import views as workload  # noqa: E402
 from fbrapids.features import plan_for  # noqa: E402
-from fbrapids.pipeline import PipelineResult  # noqa: E402
-from fbrapids.plan_graph import BOX_H, BOX_W, Explanation, layout, plan_graph, to_svg  # noqa: E402
-from fbrapids.trials import TrialResult  # noqa: E402
+from fbrapids.app.pipeline import PipelineResult  # noqa: E402
+from fbrapids.features.plan_graph import BOX_H, BOX_W, Explanation, layout, plan_graph, to_svg  # noqa: E402
+from fbrapids.app.trials import TrialResult  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def workload_plan(tmp_path_factory):
-    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic.generate import generate
     from fbrapids.views.inputs import prepare
 
     d = tmp_path_factory.mktemp("g")

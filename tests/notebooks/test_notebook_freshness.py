@@ -1,5 +1,5 @@
 """The committed notebooks' stored outputs are today's: executed on the generator's current
-data version (fbrapids.datagen.DATA_VERSION, recorded by scripts/run_notebooks.py), with no
+data version (fbrapids.datasets.synthetic.generate.DATA_VERSION, recorded by scripts/run_notebooks.py), with no
 absolute path of the machine that ran them and no warning.  And the version is bumped
 whenever the generator's output changes (a fingerprint of a small generated set)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from fbrapids.datagen import DATA_VERSION, generate
+from fbrapids.datasets.synthetic.generate import DATA_VERSION, generate
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
@@ -49,7 +49,7 @@ def test_the_generator_version_is_bumped_when_its_data_changes(tmp_path):
             digest.update(col.encode())
             digest.update(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes())
     assert FINGERPRINTS.get(DATA_VERSION) == digest.hexdigest(), (
-        "generate() writes other data than DATA_VERSION's: bump fbrapids.datagen.DATA_VERSION, add its "
+        "generate() writes other data than DATA_VERSION's: bump fbrapids.datasets.synthetic.generate.DATA_VERSION, add its "
         f"fingerprint {digest.hexdigest()} here, and re-run `make notebooks` and "
         "`python scripts/docs_figures.py --run demo trial`")
 

@@ -1,4 +1,4 @@
-"""fbrapids.plot: each figure is checked for what it draws (bars, points, heights, labels)."""
+"""fbrapids.ui.plot: each figure is checked for what it draws (bars, points, heights, labels)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from fbrapids import plot  # noqa: E402
-from fbrapids.trials import TrialResult  # noqa: E402
+from fbrapids.ui import plot  # noqa: E402
+from fbrapids.app.trials import TrialResult  # noqa: E402
 
 
 def test_training_curves_draw_every_step_the_average_and_the_auc_points():

@@ -38,7 +38,7 @@ def test_the_data_the_blocks_read_is_written_before_them():
 def test_readme_python_blocks_run(tmp_path, monkeypatch, one_torch_thread, capsys):
     cmd = gen_command(README.read_text())
     cmd[cmd.index("--rows") + 1] = "3000"  # the README's command, at a test's size
-    subprocess.run([sys.executable, "-m", "fbrapids.cli", *cmd[1:]], cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "fbrapids.app.cli", *cmd[1:]], cwd=tmp_path, check=True, capture_output=True)
     monkeypatch.chdir(tmp_path)
     scratch = tmp_path / "tmp"  # the blocks' temporary folder: they leave nothing in it
     scratch.mkdir()
@@ -84,7 +84,7 @@ def test_readme_model_block_learns_at_the_default_size(tmp_path, monkeypatch, on
     demo = json.loads((README.parent / "benchmarks" / "results" / "figures" / "demo.json").read_text())
     cmd = gen_command(README.read_text())
     cmd[cmd.index("--rows") + 1] = str(README_ROWS)
-    subprocess.run([sys.executable, "-m", "fbrapids.cli", *cmd[1:]], cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "fbrapids.app.cli", *cmd[1:]], cwd=tmp_path, check=True, capture_output=True)
     monkeypatch.chdir(tmp_path)
     ns: dict = {"__name__": "__readme__"}
     for i, block in enumerate(python_blocks(README.read_text())[:2]):

@@ -1,6 +1,6 @@
 """The command line answers bad input with one line on stderr naming the argument, and exit
 status 2, before any work is done: never a traceback (run as a user runs it: a subprocess
-of ``python -m fbrapids.cli``, this checkout's code)."""
+of ``python -m fbrapids.app.cli``, this checkout's code)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "fbrapids.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "fbrapids.app.cli", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=120)
 
 
@@ -82,8 +82,8 @@ def test_a_folder_holding_the_clone_does_not_shadow_the_package(tmp_path):
     """Python run from the folder that contains a clone named ``fbrapids``: that folder is a
     namespace package ``fbrapids`` to Python.  Installed as the Makefile installs it (a path
     entry, a plain ``pip install -e .`` with pyproject's ``package-dir``: here PYTHONPATH; the
-    build's ``.pth`` is checked in tests/test_newcomer_traps.py), the real package still wins, for
-    ``python -c`` and ``python -m fbrapids.cli`` alike."""
+    build's ``.pth`` is checked in tests/project/test_newcomer_traps.py), the real package still wins, for
+    ``python -c`` and ``python -m fbrapids.app.cli`` alike."""
     (tmp_path / "fbrapids" / "fbrapids").mkdir(parents=True)  # a clone's root, without __init__.py
     (tmp_path / "fbrapids" / "README.md").write_text("a clone\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -98,8 +98,8 @@ def test_a_folder_holding_the_clone_does_not_shadow_the_package(tmp_path):
 
 
 def test_model_choices_are_the_pipeline_models():
-    from fbrapids.cli import build_parser
-    from fbrapids.pipeline import MODELS
+    from fbrapids.app.cli import build_parser
+    from fbrapids.app.pipeline import MODELS
 
     sub = {a.dest: a for a in build_parser()._actions}["command"].choices
     # serving has no scorer for the logistic regression (issue 33's screen model) yet: export leaves it out

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from fbrapids.datagen import generate, read_metadata
+from fbrapids.datasets.synthetic.generate import generate, read_metadata
 
 SCHEMA = {
     "impressions": {"instance_id": "int64", "ts": "int64", "user_id": "int64", "ad_id": "int64", "slot": "int8",
@@ -69,7 +69,7 @@ def test_metadata_documents_learnable_signal(gen_dir):
 
 
 def test_cli_gen(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "fbrapids.cli", "gen", "--rows", "300", "--out", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "gen", "--rows", "300", "--out", str(tmp_path)],
                          capture_output=True, text=True, check=True)
     assert "oracle AUC" in out.stdout
     assert len(pd.read_parquet(tmp_path / "impressions.parquet")) == 300

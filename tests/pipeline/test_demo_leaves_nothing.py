@@ -30,7 +30,7 @@ def usage(folder: Path) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic.generate import generate
 
     d = tmp_path_factory.mktemp("demo-data")
     generate(ROWS, d)
@@ -39,7 +39,7 @@ def data(tmp_path_factory) -> Path:
 
 def _demo(tmp: Path, data: Path, *args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp), "FBRAPIDS_BACKEND": "cpu"}
-    return subprocess.Popen([sys.executable, "-m", "fbrapids.cli", "demo", "--rows", str(ROWS), "--data-dir",
+    return subprocess.Popen([sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(ROWS), "--data-dir",
                              str(data), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             **popen)
 
@@ -118,7 +118,7 @@ def test_run_pipeline_without_work_dir_leaves_nothing(tmp_path, data, monkeypatc
     """The library's rule is the demo's: no ``work_dir``, a temporary one, removed."""
     import tempfile
 
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.app.pipeline import run_pipeline
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: benchmarks/ is not installed
 
 from benchmarks import extract as bench  # noqa: E402
-from fbrapids.datagen import generate  # noqa: E402
+from fbrapids.datasets.synthetic.generate import generate  # noqa: E402
 
 
 def test_public_chain_benchmark_json(tmp_path, capsys):

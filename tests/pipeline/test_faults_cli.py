@@ -33,7 +33,7 @@ ROWS = 3000
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "FBRAPIDS_BACKEND": "cpu", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "fbrapids.cli", *args], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "fbrapids.app.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -70,7 +70,7 @@ def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 
 def _held_out_dropped(table: pa.Table) -> pa.Table:
-    from fbrapids.datagen import DAYS, TS0
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0
 
     return table.filter(pc.less(table["ts"], TS0 + (DAYS - 1) * 86400))
 
@@ -96,7 +96,7 @@ BAD_DATA = {
 def test_bad_inputs_are_one_line_naming_the_column(data, tmp_path, capsys, case):
     # the CLI's own entry point in this process (the subprocess cases above and below show
     # the same main() as a user runs it): the import and start-up costs are paid once
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     view, change, says = BAD_DATA[case]
     d = _damaged(data, tmp_path / "d", view, change)
@@ -155,7 +155,7 @@ def test_read_only_work_or_data_dir_is_one_line(data, tmp_path):
                                                                                      "choose a writable --work-dir "
                                                                                      "/ --data-dir)"), line
     # data on a read-only disk is read as it is (no lock file can be made beside it)
-    from fbrapids.datagen import using_dataset
+    from fbrapids.datasets.synthetic.generate import using_dataset
 
     with _tmpfs(tmp_path / "ro2", "16m") as disk:
         shutil.copytree(data, disk / "data")
@@ -183,7 +183,7 @@ def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_free
         assert f"the SSD tier {work}/store (" in line and "the kernel cache " in line, line
 
         # resuming with 2 MiB free: the preflight refuses before training, saying what could go
-        from fbrapids.cli import main  # in this process: the CLI's entry point
+        from fbrapids.app.cli import main  # in this process: the CLI's entry point
 
         filler = disk / "filler"
         os.truncate(filler, filler.stat().st_size - (2 << 20))
@@ -216,7 +216,7 @@ def test_a_run_killed_in_evaluation_exports_on_resume_and_nan_zero_counts(data, 
     proc.send_signal(signal.SIGKILL)  # dies in evaluation
     proc.communicate(timeout=60)
     assert proc.returncode == -9
-    from fbrapids.cli import main  # resumed in this process (the CLI's entry point)
+    from fbrapids.app.cli import main  # resumed in this process (the CLI's entry point)
 
     capsys.readouterr()
     status = main([*demo, "--backend", "cpu", "--resume", "--export", str(export)])
@@ -235,7 +235,7 @@ def test_a_frozen_worker_is_named_not_a_silent_stall(caplog):
     from distributed import Client, LocalCluster
 
     from fbrapids.errors import ClusterError
-    from fbrapids.partition_pass import iter_partitions
+    from fbrapids.frames.partition_pass import iter_partitions
 
     def slow(part: pd.DataFrame) -> pd.DataFrame:
         time.sleep(0.5)
@@ -260,7 +260,7 @@ def test_a_frozen_worker_is_named_not_a_silent_stall(caplog):
 
         try:
             with dask.config.set({"fbrapids.partition-warn": 1.0, "fbrapids.partition-deadline": 4.0}), \
-                    caplog.at_level(logging.WARNING, logger="fbrapids.cluster"):
+                    caplog.at_level(logging.WARNING, logger="fbrapids.frames.cluster"):
                 parts = iter_partitions(frame, window=1)
                 freezer = threading.Thread(target=freeze_the_busy_worker)
                 freezer.start()

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from fbrapids.datagen import DEMO_MARK, ensure_dataset, generate
+from fbrapids.datasets.synthetic.generate import DEMO_MARK, ensure_dataset, generate
 from fbrapids.errors import InputChangedError, ViewError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def _assert_is(folder: Path, expected: dict[str, pd.DataFrame], rows: int) -> No
 # -- B1: demo data folders -------------------------------------------------------------------
 ENSURE = """
 import sys
-from fbrapids.datagen import ensure_dataset
+from fbrapids.datasets.synthetic.generate import ensure_dataset
 ensure_dataset(int(sys.argv[2]), sys.argv[1])
 """
 
@@ -81,7 +81,7 @@ def test_two_first_runs_on_one_fresh_folder_both_get_the_complete_data(tmp_path,
 KILLED_BETWEEN_RENAMES = """
 import os, signal, sys
 from pathlib import Path
-from fbrapids.datagen import ensure_dataset
+from fbrapids.datasets.synthetic.generate import ensure_dataset
 target = Path(sys.argv[1])
 
 def hook(event, args):
@@ -161,7 +161,7 @@ def test_a_footer_that_aborts_pyarrow_is_an_error_naming_the_file(tmp_path):
 
 # -- B2: inputs that change under a run ----------------------------------------------------------
 def test_a_file_replaced_while_a_view_is_read_is_an_error_naming_it(tmp_path):
-    from fbrapids.partition_pass import iter_partitions
+    from fbrapids.frames.partition_pass import iter_partitions
     from fbrapids.views.read import read_view
 
     for i in range(3):

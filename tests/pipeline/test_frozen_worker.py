@@ -1,7 +1,7 @@
 """A frozen (SIGSTOPped) dask worker ends a run by default, within ``fbrapids.worker-silence``
 seconds, with one error naming the worker and what to do: while streaming partitions
-(:func:`fbrapids.cluster.result_or_error`) and while planning (any compute under
-:func:`fbrapids.cluster.frozen_worker_watchdog`).  A real LocalCluster of worker processes."""
+(:func:`fbrapids.frames.cluster.result_or_error`) and while planning (any compute under
+:func:`fbrapids.frames.cluster.frozen_worker_watchdog`).  A real LocalCluster of worker processes."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def test_a_frozen_worker_ends_planning_and_streaming_naming_it() -> None:
     import pandas as pd
     from distributed import Client, LocalCluster
 
-    from fbrapids.cluster import frozen_worker_watchdog
+    from fbrapids.frames.cluster import frozen_worker_watchdog
     from fbrapids.errors import ClusterError
-    from fbrapids.partition_pass import iter_partitions
+    from fbrapids.frames.partition_pass import iter_partitions
 
     def slow(part: pd.DataFrame) -> pd.DataFrame:
         time.sleep(0.5)

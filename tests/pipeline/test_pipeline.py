@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from fbrapids import ops, workload
-from fbrapids.pipeline import feature_frame, run_pipeline
+from fbrapids import ops
+from fbrapids.datasets.synthetic import views as workload
+from fbrapids.app.pipeline import feature_frame, run_pipeline
 from fbrapids.trainers.checkpoint import latest_checkpoint
 from fbrapids.trainers.fit import load_checkpoint
-from fbrapids.trials import _auc_weighted, paired_bootstrap, trial
+from fbrapids.app.trials import _auc_weighted, paired_bootstrap, trial
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +93,8 @@ def test_weighted_auc_and_paired_bootstrap():
 
 def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
     from fbrapids.datasets import synthetic
-    from fbrapids.pipeline import run_pipeline
-    from fbrapids.trials import VERDICTS
+    from fbrapids.app.pipeline import run_pipeline
+    from fbrapids.app.trials import VERDICTS
 
     cand = {"slot_x_os": ops.cross("slot", "os")}
     opts = dict(batch_size=512, cache_rows=1 << 14, host_rows=1 << 15, count_clean=False, progress=False)
@@ -140,7 +141,7 @@ def test_local_cluster_features_equal_the_eager_path_bit_for_bit(gen_dir, local_
 
 
 def test_a_worker_killed_mid_extraction_is_retried_and_the_result_is_identical(tmp_path, local_cluster):
-    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic.generate import generate
 
     generate(60_000, tmp_path, seed=2)
     views = workload.read_views(tmp_path)
@@ -177,7 +178,7 @@ def test_ctrl_c_during_the_demo_stops_cleanly_without_a_partial_latest_checkpoin
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys; from fbrapids.cli import main; sys.exit(main(sys.argv[1:]))",
+         "import sys; from fbrapids.app.cli import main; sys.exit(main(sys.argv[1:]))",
          "demo", "--data-dir", str(gen_dir), "--rows", "5000", "--work-dir", str(work), "--checkpoint-every", "2",
          "--batch-size", "256"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -192,7 +193,7 @@ def test_ctrl_c_during_the_demo_stops_cleanly_without_a_partial_latest_checkpoin
     assert "interrupted" in err and "Traceback" not in err
     latest = latest_checkpoint(ckpts)
     assert latest is not None and latest.is_dir()
-    from fbrapids.pipeline import DENSE, SPARSE, build_model
+    from fbrapids.app.pipeline import DENSE, SPARSE, build_model
     from fbrapids.trainers.sparse import StoreConfig
 
     model = build_model("dlrm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 14, ssd_dir=str(tmp_path / "s")))

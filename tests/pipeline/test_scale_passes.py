@@ -15,10 +15,10 @@ from dask.callbacks import Callback
 
 import fbrapids.views.read as read_module
 
-from fbrapids.datagen import generate
-from fbrapids.joins import join_decisions
-from fbrapids.partition_pass import iter_partitions
-from fbrapids.pipeline import DENSE, GROUP, LABEL, SPARSE, feature_frame
+from fbrapids.datasets.synthetic.generate import generate
+from fbrapids.joins.strategies import join_decisions
+from fbrapids.frames.partition_pass import iter_partitions
+from fbrapids.app.pipeline import DENSE, GROUP, LABEL, SPARSE, feature_frame
 from fbrapids.trainers.stream import stream
 
 
@@ -107,7 +107,7 @@ def test_local_pass_runs_every_task_once_and_each_build_once(sorted_dir, read_lo
 
 
 def test_unsorted_basic_is_shuffled_once_per_pass(sorted_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr("fbrapids.joins.BROADCAST_BYTES", 100_000)  # basic counts as a large view
+    monkeypatch.setattr("fbrapids.joins.strategies.BROADCAST_BYTES", 100_000)  # basic counts as a large view
     for name in ("impressions", "users", "ads"):
         (tmp_path / f"{name}.parquet").write_bytes((sorted_dir / f"{name}.parquet").read_bytes())
     basic = pd.read_parquet(sorted_dir / "basic.parquet").sample(frac=1.0, random_state=0)

@@ -21,10 +21,10 @@ import torch
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.errors import CheckpointError, ManifestError, NonFiniteError, PreflightError, WorkDirLockedError
-from fbrapids.manifest import MANIFEST, read_manifest, verify_manifest
+from fbrapids.files.manifest import MANIFEST, read_manifest, verify_manifest
 from fbrapids.trainers import fit, load_checkpoint
 from fbrapids.trainers.checkpoint import CHECKPOINT_DIGEST, checkpoints, latest_checkpoint, newest_verified, prune
-from fbrapids.workdir import LOCK_NAME, preflight
+from fbrapids.runs.workdir import LOCK_NAME, preflight
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 REPO = Path(__file__).resolve().parents[2]
@@ -202,7 +202,7 @@ def test_pruning_never_removes_the_newest_verified_checkpoint(tmp_path):
 
 _HOLD = """
 import sys, time
-from fbrapids.workdir import lock_work_dir
+from fbrapids.runs.workdir import lock_work_dir
 with lock_work_dir(sys.argv[1]):
     print("LOCKED", flush=True)
     time.sleep(120)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fbrapids.datagen import DEMO_MARK, ensure_dataset, generate
+from fbrapids.datasets.synthetic.generate import DEMO_MARK, ensure_dataset, generate
 from fbrapids.errors import DataDirError
 from fbrapids.trainers.checkpoint import checkpoints
 from fbrapids.trainers.fit import weights_digest
-from fbrapids.workdir import LOCK_NAME
+from fbrapids.runs.workdir import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 4000
@@ -27,7 +27,7 @@ DEMO = ["demo", "--rows", str(ROWS), "--batch-size", "256", "--checkpoint-every"
 
 def _cli(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-m", "fbrapids.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "fbrapids.app.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -41,7 +41,7 @@ def _final_digest(work: Path) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("gen") / "data"
-    proc = subprocess.run([sys.executable, "-m", "fbrapids.cli", "gen", "--rows", str(ROWS), "--out", str(d)],
+    proc = subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "gen", "--rows", str(ROWS), "--out", str(d)],
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
     assert proc.returncode == 0, proc.stderr
     return d
@@ -130,7 +130,7 @@ def test_demo_never_overwrites_data_it_did_not_make(data, tmp_path):
     mark = json.loads((ours / DEMO_MARK).read_text())
     assert (mark["rows"], mark["seed"], sorted(mark["files"])) == (300, 0, ["ads", "basic", "impressions", "users"])
     ensure_dataset(400, ours)
-    from fbrapids.datagen import read_metadata
+    from fbrapids.datasets.synthetic.generate import read_metadata
 
     assert read_metadata(ours)["rows"] == 400
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from fbrapids.trials import arm_rounds, combine, paired_bootstrap
+from fbrapids.app.trials import arm_rounds, combine, paired_bootstrap
 
 
 def _gauc_reference(y, p, g, w_user=None):
@@ -78,7 +78,7 @@ def test_combine_with_one_seed_uses_the_users_alone():
 
 @pytest.mark.parametrize("model", ["dlrm", "wide_deep", "deepfm", "din", "logreg"])
 def test_arms_start_as_one_function_and_the_baseline_sees_no_candidate(model):
-    from fbrapids.pipeline import build_model
+    from fbrapids.app.pipeline import build_model
     from fbrapids.trainers.arms import baseline_view, zero_candidate_inputs
     from fbrapids.trainers.batch import Batch
     from fbrapids.trainers.side_by_side import fit_side_by_side
@@ -145,7 +145,7 @@ def test_aa_arm_sees_the_candidates_shuffled_across_rows_and_the_rest_as_is():
 
 
 def test_planted_columns_move_the_clicks_by_their_beta(tmp_path):
-    from fbrapids.datagen import PLANT_Z, generate, read_metadata
+    from fbrapids.datasets.synthetic.generate import PLANT_Z, generate, read_metadata
     from fbrapids.errors import DataGenError
 
     generate(3000, tmp_path / "plain", seed=4)
@@ -167,7 +167,7 @@ def test_planted_columns_move_the_clicks_by_their_beta(tmp_path):
 
 
 def test_gen_cli_plants_columns(tmp_path, capsys):
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     assert main(["gen", "--rows", "500", "--out", str(tmp_path), "--plant", "p=0.5"]) == 0
     assert "planted p: beta 0.5, oracle AUC gain +" in capsys.readouterr().out
@@ -200,8 +200,8 @@ def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(
     held-out rows), so the comparison is the mean over three data sets, each paired with
     its own reference."""
     from benchmarks.logreg_vs_sklearn import sklearn_auc
-    from fbrapids.datagen import generate
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.datasets.synthetic.generate import generate
+    from fbrapids.app.pipeline import run_pipeline
 
     gaps = []
     for seed in (0, 1, 2):
@@ -216,7 +216,7 @@ def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(
 
 
 def test_logreg_is_deterministic_whatever_the_seed():
-    from fbrapids.pipeline import build_model
+    from fbrapids.app.pipeline import build_model
     from fbrapids.trainers.batch import Batch
     from fbrapids.trainers.side_by_side import fit_side_by_side
     from fbrapids.trainers.sparse import StoreConfig

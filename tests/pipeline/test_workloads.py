@@ -58,7 +58,7 @@ def test_spec_errors_before_any_work(tmp_path):
         RunConfig().with_(batch=3)
     with pytest.raises(WorkloadError, match="view 'log': no file matches .*nothing.csv"):
         Workload([View("log", "nothing.csv")], "click", Split("fraction", fraction=0.5), root=str(tmp_path)).check_files()
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.app.pipeline import run_pipeline
 
     with pytest.raises(WorkloadError, match="view 'impressions': no file matches .*declare your own log"):
         run_pipeline(tmp_path)  # a folder of one's own: the error says a fixed schema is what a folder means
@@ -116,7 +116,7 @@ def test_taobao_views_split_off_the_joined_sample_join_back_to_its_own_rows(shar
 
 
 def test_a_trial_on_taobao_declared_in_toml_runs_from_python(shared_data):
-    from fbrapids.trials import trial
+    from fbrapids.app.trials import trial
 
     w = load_workload(EXAMPLES / "taobao.toml", root=shared_data)
     r = trial(w, {"pid_x_cate": ops.cross("pid", "cate_id", buckets=4096)}, seeds=1, n_boot=20, progress=False,
@@ -134,8 +134,8 @@ def test_criteo_and_avazu_workloads_run_the_pipeline_end_to_end(shared_data, tmp
     ``fbrapids demo --workload`` (datasets.criteo's preprocessing, named in the file)."""
     import json
 
-    from fbrapids.cli import main
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.app.cli import main
+    from fbrapids.app.pipeline import run_pipeline
 
     r = run_pipeline(load_workload(EXAMPLES / "avazu.toml", root=shared_data), TINY)
     assert r.rows["trained"] == 80 and r.rows["held out"] == 20 == r.metrics["n"]
@@ -161,7 +161,7 @@ def test_the_readme_your_own_log_section_runs_as_written(shared_data, tmp_path, 
     in this process, from a folder holding the examples: the JSON lands there)."""
     import shlex
 
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     readme = (EXAMPLES.parent / "README.md").read_text()
     section = readme.split("## Your own log", 1)[1].split("\n## ", 1)[0]

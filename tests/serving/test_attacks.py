@@ -26,7 +26,7 @@ pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra 
 
 from _attack_helpers import AUTH, TOKEN, Server, health, http, post_json, read_answer, wait_for  # noqa: E402
 
-from fbrapids.cli import main as cli_main  # noqa: E402
+from fbrapids.app.cli import main as cli_main  # noqa: E402
 from fbrapids.errors import ServeConfigError  # noqa: E402
 from fbrapids.serving import Scorer, export_model, load_scorer  # noqa: E402
 from fbrapids.serving.example import request_records, train_example  # noqa: E402
@@ -143,7 +143,7 @@ def test_admit_after_is_never_advanced_by_serving(trained, tmp_path) -> None:
 # -- A3: bounded work per call ---------------------------------------------------------------
 def test_items_bounded_and_large_calls_scored_in_slices(trained, guarded) -> None:
     server, scorer = guarded
-    from fbrapids.cli import build_parser
+    from fbrapids.app.cli import build_parser
 
     assert MAX_ITEMS == 10_000 == build_parser().parse_args(["serve", "x"]).max_items  # the documented default
     limits = health(server, AUTH)["limits"]
@@ -316,9 +316,9 @@ def test_score_batch_answers_per_request(trained, guarded) -> None:
 def test_null_fills_of_training_cleaning_are_served(tmp_path) -> None:
     """The demo's spec carries training's cleaning fills: a null price / gender / city / os
     scores as its fill value does (before: a 500), counted in ``nulls_filled``."""
-    from fbrapids import workload
-    from fbrapids.pipeline import model_arguments
-    from fbrapids.serving.demo_export import REQUEST_SCHEMA, demo_inputs, demo_spec
+    from fbrapids.datasets.synthetic import views as workload
+    from fbrapids.app.pipeline import model_arguments
+    from fbrapids.app.demo_export import REQUEST_SCHEMA, demo_inputs, demo_spec
 
     spec = demo_spec()
     for col, table in (("price", workload.AD_FILL), ("gender", workload.USER_FILL), ("city", workload.USER_FILL),

@@ -20,9 +20,9 @@ import torch
 pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 
 from fbrapids.ams import ImageVectorStore  # noqa: E402
-from fbrapids.cli import main as cli_main  # noqa: E402
+from fbrapids.app.cli import main as cli_main  # noqa: E402
 from fbrapids.errors import ManifestError, StoreError, UnsafeFileError  # noqa: E402
-from fbrapids.manifest import write_manifest  # noqa: E402
+from fbrapids.files.manifest import write_manifest  # noqa: E402
 from fbrapids.serving import export_model, load_model  # noqa: E402
 from fbrapids.serving.example import example_spec  # noqa: E402
 from fbrapids.serving.signing import KEY_ENV  # noqa: E402

@@ -1,11 +1,11 @@
-"""sha256 manifests and path containment (fbrapids.manifest)."""
+"""sha256 manifests and path containment (fbrapids.files.manifest)."""
 
 import os
 
 import pytest
 
 from fbrapids.errors import ManifestError, UnsafeFileError
-from fbrapids.manifest import MANIFEST, resolve_inside, verify_manifest, write_manifest
+from fbrapids.files.manifest import MANIFEST, resolve_inside, verify_manifest, write_manifest
 
 
 @pytest.fixture
@@ -66,8 +66,8 @@ def _rchar() -> int:
 @pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io to count bytes read")
 @pytest.mark.parametrize("algorithm", ["sha256", "crc32"])
 def test_digests_taken_while_writing_spare_the_read_back_and_match_a_reread(tmp_path, algorithm):
-    from fbrapids.atomic import digests_of_writes, write_atomic
-    from fbrapids.manifest import new_hasher
+    from fbrapids.files.atomic import digests_of_writes, write_atomic
+    from fbrapids.files.manifest import new_hasher
 
     payload = os.urandom(1 << 22)  # 4 MiB
     with digests_of_writes(tmp_path, lambda: new_hasher(algorithm)) as written:
@@ -83,8 +83,8 @@ def test_digests_taken_while_writing_spare_the_read_back_and_match_a_reread(tmp_
 
 
 def test_a_file_changed_after_its_recorded_write_is_hashed_again(tmp_path):
-    from fbrapids.atomic import digests_of_writes, write_atomic
-    from fbrapids.manifest import new_hasher
+    from fbrapids.files.atomic import digests_of_writes, write_atomic
+    from fbrapids.files.manifest import new_hasher
 
     with digests_of_writes(tmp_path, lambda: new_hasher("crc32")) as written:
         write_atomic(tmp_path / "a.bin", [b"abc"])
@@ -95,8 +95,8 @@ def test_a_file_changed_after_its_recorded_write_is_hashed_again(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_hashes_its_writes_with_its_own_thread(tmp_path):
-    from fbrapids.atomic import digests_of_writes, write_atomic
-    from fbrapids.manifest import new_hasher
+    from fbrapids.files.atomic import digests_of_writes, write_atomic
+    from fbrapids.files.manifest import new_hasher
 
     big = os.urandom(1 << 19)  # large enough for the background hash thread
     with digests_of_writes(tmp_path, lambda: new_hasher("crc32")) as written:

@@ -31,10 +31,10 @@ SCRIPT = textwrap.dedent("""
     torch.set_num_threads(1)
     from pathlib import Path
     from fbrapids.errors import RequestTooLargeError
-    from fbrapids.pipeline import model_arguments
+    from fbrapids.app.pipeline import model_arguments
     from fbrapids.serving import Scorer
     from fbrapids.serving.cost import MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK
-    from fbrapids.serving.demo_export import demo_inputs, demo_spec
+    from fbrapids.app.demo_export import demo_inputs, demo_spec
     from fbrapids.serving.guard import ServeLimits
     from fbrapids.serving.scorer import MAX_ITEMS
     BODY_LIMIT = ServeLimits.max_body_bytes // 4

@@ -32,7 +32,7 @@ MODELS = ("dlrm", "wide_deep", "deepfm", "din")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic.generate import generate
 
     d = tmp_path_factory.mktemp("demo-data")
     generate(ROWS, d)
@@ -63,7 +63,7 @@ def test_demo_export_serve_score(model, data, tmp_path) -> None:
     from fbrapids.serving import load_scorer
 
     export = tmp_path / f"export-{model}"
-    demo = subprocess.run([sys.executable, "-m", "fbrapids.cli", "demo", "--rows", str(ROWS), "--data-dir", str(data),
+    demo = subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(ROWS), "--data-dir", str(data),
                            "--batch-size", "256", "--model", model, "--export", str(export)],
                           env=_env(tmp_path), capture_output=True, text=True, timeout=900)
     assert demo.returncode == 0, demo.stderr[-3000:]
@@ -77,7 +77,7 @@ def test_demo_export_serve_score(model, data, tmp_path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "fbrapids.cli", "serve", str(export), "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "fbrapids.app.cli", "serve", str(export), "--port", str(port)],
                               env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"

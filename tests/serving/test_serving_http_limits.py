@@ -23,7 +23,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fbrapids.cli import main as cli_main  # noqa: E402
+from fbrapids.app.cli import main as cli_main  # noqa: E402
 from fbrapids.errors import ServeConfigError  # noqa: E402
 from fbrapids.serving import Scorer  # noqa: E402
 from fbrapids.serving.example import request_records, train_example  # noqa: E402

@@ -21,7 +21,7 @@ import torch
 pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 
 from fbrapids.errors import ManifestError  # noqa: E402
-from fbrapids.manifest import write_manifest  # noqa: E402
+from fbrapids.files.manifest import write_manifest  # noqa: E402
 from fbrapids.serving import export as export_module  # noqa: E402
 from fbrapids.serving import export_model, load_model  # noqa: E402
 from fbrapids.serving.example import example_spec  # noqa: E402

@@ -35,7 +35,7 @@ def test_readme_demo_export_serve_curl(tmp_path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    script = (block.replace("fbrapids ", f"{sys.executable} -m fbrapids.cli ")
+    script = (block.replace("fbrapids ", f"{sys.executable} -m fbrapids.app.cli ")
               .replace("--rows 200000", f"--rows 3000 --batch-size 256 --data-dir {tmp_path / 'data'} "
                                         f"--work-dir {tmp_path / 'work'}")
               .replace("8000", str(port)))
@@ -51,8 +51,8 @@ def test_readme_demo_export_serve_curl(tmp_path) -> None:
 def test_export_command_turns_a_demo_checkpoint_into_a_served_model(tmp_path, capsys) -> None:
     import numpy as np
 
-    from fbrapids.cli import main as cli_main
-    from fbrapids.pipeline import DENSE, SPARSE, model_arguments
+    from fbrapids.app.cli import main as cli_main
+    from fbrapids.app.pipeline import DENSE, SPARSE, model_arguments
     from fbrapids.serving import load_scorer
     from fbrapids.trainers.fit import save_checkpoint
     from fbrapids.trainers.sparse import StoreConfig

@@ -16,7 +16,7 @@ import torch
 
 from fbrapids.ams.warmup import partial_warm_up
 from fbrapids.errors import ManifestError, UnsafeFileError
-from fbrapids.manifest import write_manifest
+from fbrapids.files.manifest import write_manifest
 from fbrapids.serving import export_model, load_model
 from fbrapids.serving.example import example_spec
 from fbrapids.trainers import WideAndDeep, fit
@@ -168,7 +168,7 @@ def test_spec_json_builds_data_only(export, feature, match):
 
 
 def test_serving_a_checkpoint_says_to_export_it(tmp_path, capsys) -> None:
-    from fbrapids.cli import main as cli_main
+    from fbrapids.app.cli import main as cli_main
 
     from fbrapids.trainers.fit import save_checkpoint
 

@@ -46,7 +46,7 @@ def root() -> Path:
 @pytest.fixture(scope="module")
 def w2(root: Path) -> list[dict]:
     """The W=2 scenarios, then rank 1 killed mid-commit (the launch's error kept as ``killed``)."""
-    from fbrapids.datagen import ensure_dataset
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
 
     ensure_dataset(S.DEMO_ROWS, root / "demo-data")
     with pytest.raises(DistributedError) as err:
@@ -377,7 +377,7 @@ def test_resume_with_another_batch_size_or_data_is_refused(w2: list[dict], world
 @pytest.fixture(scope="module")
 def demo_reference(root: Path, w2: list[dict]) -> object:
     """The one-process demo pipeline on the demo scenarios' data."""
-    from fbrapids.pipeline import run_pipeline
+    from fbrapids.app.pipeline import run_pipeline
 
     torch.set_num_threads(1)
     # the one process's post-hoc calibration is the ranks' (fitted on the same rows, in the same order)
@@ -400,7 +400,7 @@ def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[
 def test_demo_cli_resumes_a_ranks_work_dir_on_one_rank(w2: list[dict], demo_reference, root: Path) -> None:
     """``demo --resume`` on the work dir of 2 ranks stopped at step 4: continues on 1 rank at
     row 4 * B and ends as the uninterrupted one-process run; --summary-json written."""
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     assert [w["demo_stopped"]["steps"] for w in w2] == [S.DEMO_STOP] * 2
     out = root / "resumed.json"
@@ -416,7 +416,7 @@ def test_demo_cli_resumes_a_ranks_work_dir_on_one_rank(w2: list[dict], demo_refe
 
 def test_demo_resume_refusals_name_the_difference(w2: list[dict], demo_reference, root: Path,
                                                   capsys: pytest.CaptureFixture) -> None:
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     common = ["demo", "--rows", str(S.DEMO_ROWS), "--data-dir", str(root / "demo-data"), "--resume", "--nproc", "2"]
     for argv, says in (
@@ -434,7 +434,7 @@ def test_demo_resume_refusals_name_the_difference(w2: list[dict], demo_reference
     (["demo", "--nproc", "2", "--export", "e"], "--export is not supported with several ranks"),
 ])
 def test_demo_nproc_refusals_are_one_line_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
-    from fbrapids.cli import main
+    from fbrapids.app.cli import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err

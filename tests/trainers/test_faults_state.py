@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from _trainer_helpers import FEATURES, ctr_frame, same_bits, small_model, snapshot, tiered
-from fbrapids.datagen import generate
+from fbrapids.datasets.synthetic.generate import generate
 from fbrapids.errors import CheckpointError, CheckpointMismatchError, FbrapidsError
 from fbrapids.trainers import DLRM, StoreConfig, fit, load_checkpoint
 
@@ -80,12 +80,12 @@ def test_the_same_settings_resume(trained, tmp_path) -> None:
 
 def _cli(*args: str, cache: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), **({"FBRAPIDS_KERNEL_CACHE": str(cache)} if cache else {}))
-    return subprocess.run([sys.executable, "-m", "fbrapids.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "fbrapids.app.cli", *args], capture_output=True, text=True, env=env,
                           timeout=300)
 
 
 def test_demo_resume_with_other_settings_exits_2_with_one_line_before_any_work(tmp_path) -> None:
-    from fbrapids.demo import run_demo
+    from fbrapids.app.demo import run_demo
 
     data, work = tmp_path / "data", tmp_path / "work"
     run_demo(rows=300, data_dir=data, work_dir=work, batch_size=64, progress=False)  # the run to continue

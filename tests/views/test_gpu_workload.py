@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from fbrapids import workload
+from fbrapids.datasets.synthetic import views as workload
 from fbrapids.views.clean import clean, clean_report
 
 KEY = "instance_id"
@@ -62,7 +62,7 @@ def _run_workload(data_dir, backend: str, eager: bool, npartitions: int | None =
 
 @pytest.mark.gpu
 def test_workload_identical_on_pandas_eager_cudf_and_dask_cudf(gen_dir):
-    from fbrapids.backend import is_gpu_object
+    from fbrapids.frames.backend import is_gpu_object
 
     cpu, cpu_imp = _run_workload(gen_dir, "cpu", eager=True)
     gpu, gpu_imp = _run_workload(gen_dir, "gpu", eager=True)
@@ -86,7 +86,7 @@ def test_workload_identical_on_pandas_eager_cudf_and_dask_cudf(gen_dir):
 def test_where_over_narrow_widths_on_cudf_and_dask_cudf(width):
     import dask.dataframe as dd
 
-    from fbrapids.backend import get_backend, to_backend
+    from fbrapids.frames.backend import get_backend, to_backend
     from fbrapids.views.where import evaluate
     from test_clean_where import EXPRESSIONS, narrow_frame
 
@@ -109,9 +109,9 @@ def test_where_over_narrow_widths_on_cudf_and_dask_cudf(width):
 def test_one_worker_local_cuda_cluster_runs_the_pipeline_extraction(gen_dir):
     import dask
 
-    from fbrapids.cluster import close_client, local_cluster
+    from fbrapids.frames.cluster import close_client, local_cluster
     from fbrapids import kernels as kernel_stats
-    from fbrapids.pipeline import feature_frame
+    from fbrapids.app.pipeline import feature_frame
 
     client = local_cluster(n_workers=1, backend="gpu")
     try:
@@ -120,7 +120,7 @@ def test_one_worker_local_cuda_cluster_runs_the_pipeline_extraction(gen_dir):
         def pool_kind():
             import rmm
 
-            from fbrapids.backend import device_memory, resource_chain
+            from fbrapids.frames.backend import device_memory, resource_chain
 
             device_memory()
             return [type(r).__name__ for r in resource_chain(rmm.mr.get_current_device_resource())]

@@ -102,7 +102,7 @@ def test_json_meta_from_a_sample_and_partitions_agree(tmp_path):
 def test_gpu_views_read_by_cudf_match_the_cpu(tmp_path):
     """parquet, CSV and JSON lines on the GPU: cudf frames, _meta equal to the partitions,
     values equal to the CPU reader's (ids above 2^53 exact), bad values still named."""
-    from fbrapids.backend import is_gpu_object
+    from fbrapids.frames.backend import is_gpu_object
 
     n = 3000
     rng = np.random.default_rng(0)

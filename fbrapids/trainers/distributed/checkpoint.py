@@ -47,9 +47,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from fbrapids.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
+from fbrapids.files.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, NonFiniteError
-from fbrapids.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
+from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
 from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint,
                                           newest_verified, prune, step_name)
 from fbrapids.trainers.distributed.buckets import BucketTable

@@ -156,7 +156,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     recent = None if progressive is None else _RecentPairs(progressive)
     lock = contextlib.nullcontext()
     if checkpoint_dir is not None:
-        from fbrapids.workdir import lock_work_dir
+        from fbrapids.runs.workdir import lock_work_dir
         if trainer.rank == 0:  # one lock for the run: the other ranks are part of it
             lock = lock_work_dir(checkpoint_dir)
     with lock:

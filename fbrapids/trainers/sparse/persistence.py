@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
-from fbrapids.atomic import write_atomic
+from fbrapids.files.atomic import write_atomic
 from fbrapids.errors import StoreError
 from fbrapids.trainers.sparse.config import StoreConfig
 

@@ -24,7 +24,7 @@ per-row hashes, so a write updates it from the old and new rows alone).  Every r
 the pages it touches; bytes written into the file from outside (plausible floats included)
 are a :class:`~fbrapids.errors.TierFileError` naming the file and the page, never trained on
 or checkpointed.  ``pages_checked`` counts the checks; ``FBRAPIDS_VERIFY=0`` turns them off
-(see :func:`fbrapids.manifest.verification_enabled`).
+(see :func:`fbrapids.files.manifest.verification_enabled`).
 
 Example:
     >>> import tempfile, numpy as np
@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from fbrapids.errors import SsdDirLockedError, TierFileError
-from fbrapids.manifest import verification_enabled
+from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
 from fbrapids.trainers.sparse.tiers import TierStats
 

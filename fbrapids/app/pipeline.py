@@ -1,0 +1,660 @@
+"""The end-to-end FeatureBox flow: views -> clean -> join -> extract -> merge -> stream -> train.
+
+Extraction is lazy and partitioned (dask); the trainer's stream computes partition i+1 in a
+background thread while partition i trains, so extraction overlaps training and no
+features are ever written to disk.  The held-out set is the last day of the log.
+
+Example:
+    >>> import tempfile
+    >>> from fbrapids.datasets.synthetic.generate import generate
+    >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
+    >>> r = run_pipeline(d, epochs=1, batch_size=512, progress=False, work_dir=tempfile.mkdtemp())
+    >>> r.metrics["n"] == r.rows["held out"] > 0, [p for p in sorted(r.work_tree) if not p.startswith(".")]
+    (True, ['checkpoints', 'store'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from fbrapids.files.iostats import IOCounter, tree_bytes
+from fbrapids.trainers.metrics import format_metric
+from fbrapids.frames.backend import get_backend
+from fbrapids.errors import ArgumentError
+
+log = logging.getLogger(__name__)
+
+from fbrapids.datasets.synthetic import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,  # noqa: F401
+                                        as_workload, din_history)
+from fbrapids.workloads import RunConfig, Workload
+from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, split_fitted  # noqa: F401  (re-exported)
+from fbrapids.workloads.run_config import MODELS
+
+#: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
+POOLING = "mean"
+#: training rows are shuffled within windows of this many rows (``stream(shuffle_window=)``): in
+#: time order the model ends tuned to the last hours it saw and mispredicts the held-out day
+#: by the hour (docs/models.md); a window spans whole days up to ~1M rows
+SHUFFLE_WINDOW = 1 << 18
+KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
+
+
+@dataclass
+class PipelineResult:
+    """What one run did and measured; :meth:`render` gives the demo's summary."""
+
+    backend: str
+    model: str
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    kernel: dict[str, Any] = field(default_factory=dict)
+    joins: list[str] = field(default_factory=list)
+    passes: dict[str, dict[str, int]] = field(default_factory=dict)  # per stream: partitions, tasks, shared tasks
+    store: dict[str, Any] = field(default_factory=dict)
+    clean: dict[str, Any] = field(default_factory=dict)
+    overlap_s: float = 0.0
+    extract_busy_s: float = 0.0
+    train_wait_s: float = 0.0
+    samples_per_s: float = 0.0
+    bytes_written: int = 0  #: measured: /proc/<pid>/io write_bytes of this process and its children
+    bytes_read: int = 0  #: measured: rchar (every byte read: parquet input, SSD tier, ...)
+    work_tree: dict[str, int] = field(default_factory=dict)  #: bytes on disk under work_dir, per entry
+    checkpoint: str | None = None
+    export: str | None = None  #: the serving export ``run_demo(export=...)`` wrote
+    removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
+    fitted: str | None = None  # what the fitted features were fitted on (explain)
+    oracle_auc: float | None = None
+    steps: int = 0  #: training steps (global batches) taken
+    predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows: rows and seconds per stage (a chart), store hit rates, metrics."""
+        from fbrapids.ui.display import pipeline_html
+
+        return pipeline_html(self)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything :meth:`render` shows, as JSON-ready plain values (``fbrapids demo
+        --summary-json``); the held-out predictions are left out.
+
+        Example:
+            >>> PipelineResult("cpu", "dlrm", rows={"trained": 3}).summary()["rows"]
+            {'trained': 3}
+        """
+        import dataclasses
+        import json
+
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "predictions"}
+        return json.loads(json.dumps(out, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+
+    def render(self) -> str:
+        """The human-readable summary printed by ``fbrapids demo``."""
+        lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]
+        lines += [f"  {k:<22} {v:>12,}" for k, v in self.rows.items()]
+        for src, jc in (self.clean.get("json") or {}).items():
+            nulls = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in jc.items() if k.startswith("not_string:"))
+            lines.append(f"  JSON {src}: {jc.get('malformed', 0):,} malformed, {jc.get('too_deep', 0):,} nested deeper "
+                         f"than 64, {jc.get('null_input', 0):,} null; non-string leaves read as null: {nulls or 'none'}")
+        lines += ["", "seconds per stage:"]
+        lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
+        k = self.kernel
+        lines += ["", "feature extraction (meta-kernels):",
+                  f"  feature layers         {k.get('layers', 0):>12}  (+2 JSON-cleaning kernels: scan, pick)",
+                  f"  feature operators      {k.get('operators', 0):>12}",
+                  f"  kernel launches        {k.get('launches', 0):>12}  ({k.get('partitions', 0)} partitions streamed, "
+                  f"{k.get('launches_per_partition', 0):.1f} per partition, "
+                  f"{k.get('dictionary_runs', 0)} of them the dictionary path's runs over distinct values)",
+                  f"  pool peak bytes        {k.get('pool_peak_bytes', 0):>12,}",
+                  f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
+        lines += ["", "joins:"] + [f"  {j}" for j in self.joins]
+        for name, plan in self.passes.items():
+            lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
+                         f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
+        lines += ["", "embedding store (all tables):"]
+        for tier in ("cache", "host", "ssd"):
+            t = self.store.get(tier)
+            if t:
+                lines.append(f"  {tier:<6} hit rate {t['hit_rate']:.3f}  hits {t['hits']:,}  misses {t['misses']:,}"
+                             f"  evictions {t['evictions']:,}  bytes moved {t['bytes_moved']:,}")
+        m = self.metrics
+        lines += ["", "held-out last day:",
+                  f"  AUC {format_metric(m.get('auc'))}   GAUC {format_metric(m.get('gauc'))}   "
+                  f"logloss {format_metric(m.get('logloss'))}   NE {format_metric(m.get('ne'))}   "
+                  f"calibration {format_metric(m.get('calibration'), '.3f')}"]
+        if m.get("undefined"):
+            lines.append(f"  undefined: {m['undefined']}")
+        lines += ["", "pipelining:",
+                  f"  samples per second     {self.samples_per_s:>12,.0f}",
+                  f"  extraction busy        {self.extract_busy_s:>12.2f} s",
+                  f"  overlapped w/ training {self.overlap_s:>12.2f} s",
+                  f"  trainer waited         {self.train_wait_s:>12.2f} s",
+                  f"  bytes written          {self.bytes_written:>12,}  (measured; on disk under the work dir: "
+                  + (", ".join(f"{k} {v:,}" for k, v in self.work_tree.items()) or "nothing")
+                  + "; no feature files)"]
+        if self.checkpoint:
+            lines.append(f"  checkpoint             {self.checkpoint}")
+        if self.removed_work_dir:
+            lines.append(f"  work dir               {self.removed_work_dir} removed (temporary: --work-dir DIR keeps "
+                         "the store and checkpoints, --export DIR the trained model)")
+        if self.export:
+            lines.append(f"  export                 {self.export} (serve it: fbrapids serve {self.export})")
+        if self.fitted:
+            lines += ["", self.fitted]
+        return "\n".join(lines)
+
+
+class TimedPartitions:
+    """The partitions of a dask frame as one pass (:func:`~fbrapids.frames.partition_pass.iter_partitions`),
+    with the compute time recorded; ``columns``: only these are computed out (the stream's).
+
+    The stream's background thread iterates this, so the recorded time is extraction work
+    that runs beside training.  Shared upstream tasks (the dictionaries' hash tables, a
+    shuffle) run once per pass; at most ``window`` partitions are in flight.
+    """
+
+    def __init__(self, frame: Any, window: int = 2, counters: Any = None, columns: list[str] | None = None) -> None:
+        # only the columns the consumer reads travel (from cluster workers) and are held
+        self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
+        self.window = window
+        self.counters = counters  # a cluster.WorkerCounters polled after each partition
+        self.busy_s = 0.0
+        self.partitions = 0
+        self.plan: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def npartitions(self) -> int:
+        """The frame's partitions (a stream over this estimates its batches from them)."""
+        return self.frame.npartitions
+
+    def __iter__(self) -> Iterator[Any]:
+        from fbrapids.frames.partition_pass import iter_partitions
+
+        parts = iter_partitions(self.frame, window=self.window, stats=self.plan)
+        while True:
+            t = time.perf_counter()
+            try:
+                part = next(parts)
+            except StopIteration:
+                return
+            with self._lock:
+                self.busy_s += time.perf_counter() - t
+                self.partitions += 1
+            if self.counters is not None:
+                self.counters.poll()
+            yield part
+
+
+class _WaitTimer:
+    """Wraps a batch iterable; records how long the consumer waited for each batch."""
+
+    def __init__(self, batches: Iterable[Any]) -> None:
+        self.batches = batches
+        self.wait_s = 0.0
+        self.samples = 0
+
+    def expected_batches(self) -> int | None:
+        from fbrapids.trainers.fit import expected_batches
+
+        return expected_batches(self.batches)
+
+    def estimated_batches(self) -> int | None:
+        from fbrapids.trainers.fit import estimated_batches
+
+        return estimated_batches(self.batches)
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.batches)
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                self.wait_s += time.perf_counter() - t
+                return
+            self.wait_s += time.perf_counter() - t
+            self.samples += len(batch)
+            yield batch
+
+
+def feature_frame(data: Workload | str | Path, backend: str | None = None,
+                  extra_features: dict[str, Any] | None = None) -> tuple[Any, dict]:
+    """The lazy, partitioned frame of a workload's extracted features (a folder of generated
+    data: :func:`fbrapids.datasets.synthetic.workload`), and its parts (``log``, ``views``,
+    ``joined``): :func:`fbrapids.workloads.frames.feature_frame`.
+
+    ``extra_features`` (name -> expression) are extracted with the workload's features,
+    in the same meta-kernels.  On the generated data the small dictionaries (users, ads)
+    are persisted and broadcast, and the basic features, sorted by ``instance_id`` like
+    the impressions, are joined partition by partition (no shuffle).
+    """
+    from fbrapids.workloads import frames
+
+    w = as_workload(data)
+    return frames.feature_frame(w, backend=backend, features={**w.features, **(extra_features or {})})
+
+
+def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -> dict[str, Any]:
+    """A workload's views as read; those sorted by a key (the generated data's impressions and
+    basic, by ``instance_id``) indexed by it with known divisions, in partitions of whole
+    row groups, at most ``PARTITION_ROWS`` rows each.
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datasets.synthetic.generate import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
+        >>> v = read_sorted_views(d)
+        >>> v["impressions"].index.name, v["basic"].known_divisions
+        ('instance_id', True)
+    """
+    from fbrapids.workloads import frames
+
+    return frames.read_views(as_workload(data), backend=backend)
+
+
+def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
+                    embedding_dim: int = 16, sequences: dict[str, str] | None = None) -> tuple[type, dict[str, Any]]:
+    """The class and constructor arguments of :func:`build_model` (an export rebuilds the
+    model from them).
+
+    Example:
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> cls, kw = model_arguments("wide_deep", 3, ["a"], StoreConfig(cache_rows=8))
+        >>> cls.__name__, kw["deep_mlp"]
+        ('WideAndDeep', [64, 32])
+    """
+    from fbrapids.trainers import models
+
+    # mean pooling of bags (docs/models.md: a bag of up to 64 query x title tokens summed
+    # outweighed every single-id field and added noise to the interactions)
+    common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
+                  pooling=POOLING)
+    if name == "dlrm":
+        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True)
+    if name == "wide_deep":
+        return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
+    if name == "deepfm":
+        return models.DeepFM, dict(common, deep_mlp=[64, 32])
+    if name == "logreg":
+        return models.LogisticRegression, {k: v for k, v in common.items() if k != "pooling"}  # first-order: summed
+    if name == "din":
+        seqs = dict(sequences or {})
+        return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
+                                attention_mlp=(36,), mlp=(64, 32), first_order=True)
+    raise ArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+
+
+def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,
+                sequences: dict[str, str] | None = None) -> Any:
+    """One of the trainer's models over the pipeline's features.
+
+    Example:
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> type(build_model("dlrm", 3, ["a"], StoreConfig(cache_rows=8))).__name__
+        'DLRM'
+    """
+    cls, kwargs = model_arguments(name, dense_dim, sparse, store, embedding_dim, sequences)
+    return cls(**kwargs)
+
+
+def split_by_day(frame: Any, cutoff: int) -> tuple[Any, Any]:
+    """Rows with ``ts`` before ``cutoff`` (epoch seconds) for training, the rest held out
+    (:func:`fbrapids.workloads.frames.split_by_time` on the generated data's time column).
+
+    Example:
+        >>> import pandas as pd
+        >>> tr, te = split_by_day(pd.DataFrame({"ts": [1, 5, 9]}), 5)
+        >>> tr["ts"].tolist(), te["ts"].tolist()
+        ([1], [5, 9])
+    """
+    from fbrapids.workloads.frames import split_by_time
+
+    return split_by_time(frame, "ts", cutoff)
+
+
+def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = None, *, client: Any = None,
+                 **options: Any) -> PipelineResult:
+    """Run the FeatureBox flow on ``workload`` and train ``config.model`` on the stream.
+
+    Args:
+        workload: a :class:`~fbrapids.workloads.Workload` (views, joins, cleaning, label,
+            split, features: what is read and trained on), or a folder of generated data
+            (its :func:`fbrapids.datasets.synthetic.workload`).
+        config: a :class:`~fbrapids.workloads.RunConfig` (the model, batches, store tiers,
+            work dir, checkpoints, ...; default ``RunConfig()``).
+        client: a ``distributed.Client`` to extract on (None: dask's local scheduler).
+        options: shorthand for ``config.with_(**options)`` (``run_pipeline(d, model="din")``);
+            names other than ``RunConfig``'s are an error.
+
+    The workload's fitted operators (``target_encode``, ``categorify``, ...) are fitted on
+    the training rows only (one pass), applied out-of-fold to them and frozen to the
+    held-out rows; history operators run over the whole log (strictly earlier events
+    only).  ``--model din`` adds the workload's behaviour sequences.
+
+    The work dir is held exclusively for the run (a second run on it is a
+    :class:`~fbrapids.errors.WorkDirLockedError` naming this one's PID and host); before
+    training, it and the checkpoint dir are checked writable with free space for the SSD
+    tier plus ``KEEP_CHECKPOINTS + 1`` checkpoints, each table sized by its bound
+    (:mod:`fbrapids.runs.disk_budget`; :class:`~fbrapids.errors.PreflightError` with the sizes).
+
+    Returns:
+        A :class:`PipelineResult` (``render()`` is the demo's summary).
+    """
+    import dask
+
+    # every compute of this run goes to ``client``, or to this process's threads: never to
+    # some other default client that happens to exist (kernel counters are read from there)
+    from fbrapids.frames.cluster import frozen_worker_watchdog
+    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir
+
+    w = as_workload(workload)
+    cfg = (config if config is not None else RunConfig()).with_(**options)
+    if not isinstance(cfg, RunConfig):
+        raise ArgumentError(f"config must be a RunConfig, got {type(config).__name__}")
+    w.check_files()
+    with contextlib.ExitStack() as stack:
+        work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
+        with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
+                frozen_worker_watchdog(client, f"the run on {w.origin}"):
+            result = _run(w, cfg, client, work)
+        if cfg.work_dir is None:
+            result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
+    return result
+
+
+def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult:
+    import torch
+
+    from fbrapids.joins.strategies import join_decision_mark, join_decisions
+    from fbrapids import kernels as kernel_stats
+    from fbrapids.features import plan_for
+    from fbrapids.trainers.fit import fit, predict
+    from fbrapids.trainers.metrics import all_metrics
+    from fbrapids.trainers.sparse import StoreConfig
+
+    model, seed, nan, checkpoint = cfg.model, cfg.seed, cfg.nan, cfg.checkpoint
+    be = get_backend(cfg.backend)
+    torch.manual_seed(seed)
+    result = PipelineResult(be.name, model)
+    io = IOCounter().__enter__()  # bytes this run writes and reads, measured (children included)
+    decisions_before = join_decision_mark()
+    kernel_stats.reset_stats()
+    if client is not None:
+        from fbrapids.frames.cluster import require_workers
+
+        require_workers(client, f"extracting {w.origin}")
+        client.run(kernel_stats.reset_stats)
+
+    t0 = time.perf_counter()
+    inputs = training_inputs(w, model, cfg.embedding_dim, cfg.batch_size, seed)
+    sparse, dense, sequences, features, run = (inputs.sparse, inputs.dense, inputs.sequences,
+                                               inputs.extra_features, inputs.run)
+    if cfg.resume and checkpoint:
+        _check_resume(work / "checkpoints", run)  # a resume with other settings: refused before planning
+    frames = plan_frames(inputs, w, be.name)
+    train, test, parts, plain = frames.train, frames.test, frames.parts, frames.plain
+    if frames.fitted_state is not None:
+        result.seconds["fit"] = frames.fit_s
+        result.fitted = frames.fitted_state.explain()
+        if checkpoint:
+            frames.fitted_state.save(work / "fitted")
+    store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(work / "store"), seed=seed)
+    net = build_model(model, len(dense), sparse, store, cfg.embedding_dim, sequences=sequences)
+    ckpt_dir = (work / "checkpoints") if checkpoint else None
+    _preflight(w, work, ckpt_dir, net, store, sparse, features)
+    result.seconds["plan"] = time.perf_counter() - t0
+
+    kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
+    if client is not None:
+        client.run(kernel_stats.reset_stats)
+    counters = None
+    if client is not None:
+        from fbrapids.frames.cluster import WorkerCounters
+
+        counters = WorkerCounters(client, kernel_stats.stats)  # survives worker restarts
+    stream_columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
+    # held-out partitions are streamed too
+    # one partition computed at a time plus a queue of one: at most two partitions ahead of the
+    # trainer, as stream(prefetch=2) holds over a dask frame
+    test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
+    producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
+    stream = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group,
+                                     SHUFFLE_WINDOW))
+    threads_before = torch.get_num_threads()
+    train_threads = cfg.train_threads
+    if train_threads is None and not be.is_gpu:
+        train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
+    if train_threads:
+        torch.set_num_threads(train_threads)
+    t = time.perf_counter()
+    try:
+        fitted = fit(net, stream, epochs=cfg.epochs, progress=cfg.progress,
+                     checkpoint_dir=ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every, run=run,
+                     keep_checkpoints=KEEP_CHECKPOINTS, calibrate=cfg.calibrate)
+        train_s = time.perf_counter() - t
+        t = time.perf_counter()
+        test_stream = batch_stream(test_producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group)
+        result.predictions = predict(net, test_stream, progress=cfg.progress)
+        evaluate_s = time.perf_counter() - t
+    finally:
+        torch.set_num_threads(threads_before)
+    result.seconds["extract+train"] = train_s
+    result.extract_busy_s = producer.busy_s + test_producer.busy_s
+    result.train_wait_s = stream.wait_s
+    result.overlap_s = max(0.0, producer.busy_s - stream.wait_s)
+    result.samples_per_s = stream.samples / train_s if train_s > 0 else 0.0
+    result.steps = fitted.steps
+    if fitted.checkpoints:
+        result.checkpoint = str(fitted.checkpoints[-1])
+    elif getattr(fitted, "resumed_from", None) is not None:
+        # resumed after training had finished (the run died in evaluation, say): nothing
+        # left to train, and the checkpoint it resumed from is this model, to export
+        result.checkpoint = str(fitted.resumed_from)
+
+    p = result.predictions
+    result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
+    result.seconds["extract+evaluate"] = evaluate_s
+
+    ks = kernel_stats.stats() if counters is None else _cluster_kernel_stats(counters)
+    streamed = producer.partitions + test_producer.partitions
+    plan = plan_for(parts["joined"]._meta, plain)
+    result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
+                     "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
+                     "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
+                     "dictionary_runs": ks["dictionary_runs"]}
+    counts = parts["log"].fbx.clean_report.counts if cfg.count_clean and w.log.clean else {}
+    result.rows["impressions read"] = int(counts.get("rows_in", 0))
+    result.rows["after clean"] = int(counts.get("rows_out", 0))
+    result.rows["merged (train+test)"] = int(stream.samples + result.metrics.get("n", 0))
+    result.rows["trained"] = int(stream.samples)
+    result.rows["held out"] = int(result.metrics.get("n", 0))
+    if nan == "zero":
+        result.rows["dense NaN/inf/null -> 0"] = sum(int(getattr(st, "stats", {}).get("nan_replaced", 0))
+                                                     for st in (stream.batches, test_stream))
+    result.clean = counts
+    result.joins = [str(d) for d in join_decisions(since=decisions_before)]
+    result.passes = {"training": dict(producer.plan), "held-out": dict(test_producer.plan)}
+    result.store = _store_totals(net)
+    io.__exit__(None, None, None)
+    result.bytes_written, result.bytes_read = io.write_bytes, io.rchar
+    result.work_tree = tree_bytes(work)
+    return result
+
+
+@dataclass
+class TrainingInputs:
+    """What :func:`run_pipeline` trains ``model`` on, before any data is read
+    (:func:`training_inputs`), and the lazy frames once planned (:func:`plan_frames`)."""
+
+    model: str
+    dense: list[str]
+    sparse: list[str]
+    sequences: dict[str, str] | None
+    extra_features: dict[str, Any]
+    run: dict[str, Any]  #: the settings a checkpoint records and a resume must share
+
+
+@dataclass
+class PlannedFrames:
+    """The lazy training and held-out frames of a run (:func:`plan_frames`)."""
+
+    train: Any
+    test: Any
+    parts: dict[str, Any]
+    plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
+    fitted_state: Any = None
+    fit_s: float = 0.0
+
+
+def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int, batch_size: int,
+                    seed: int) -> TrainingInputs:
+    """The features ``model`` trains on from the workload (DIN: its behaviour sequences
+    added: :meth:`~fbrapids.workloads.Workload.model_inputs`) and the run's settings
+    (reads only the data's footers).
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datasets.synthetic.generate import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(300, d)
+        >>> t = training_inputs(d, "din", 16, 2048, 0)
+        >>> t.sequences, t.sparse[-1], t.run["batch_size"]
+        ({'hist_cat': 'category'}, 'hist_cat', 2048)
+    """
+    w = as_workload(data)
+    dense, sparse, sequences, features = w.model_inputs(model)
+    run = _run_settings(w, model, embedding_dim, dense, sparse, sequences or None, features, batch_size, seed)
+    return TrainingInputs(model, dense, sparse, sequences or None, features, run)
+
+
+def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None) -> PlannedFrames:
+    """The lazy training and held-out rows of the workload with ``inputs``' features:
+    history features over the whole log, fitted ones fitted once on the training rows
+    (out-of-fold there, frozen on the held-out rows), the stream's columns checked."""
+    from fbrapids.runs.plan_checks import check_stream_columns
+    from fbrapids.workloads import frames
+
+    w = as_workload(data)
+    plain, history, to_fit = split_fitted(inputs.extra_features)
+    cutoff = frames.held_out_cutoff(w)  # a held-out day the footers say is empty: refused before planning
+    merged, parts = frames.feature_frame(w, backend=backend, features=plain)
+    if history:  # on dask: one shuffle by each history key, right across partition boundaries
+        merged = merged.fbx.extract(**history)
+    train, test = frames.split_frame(w, merged, cutoff)
+    out = PlannedFrames(train, test, parts, plain)
+    if to_fit:  # fitted on the training rows only; out-of-fold there, frozen on the held-out rows
+        t = time.perf_counter()
+        out.fitted_state = train.fbx.fit(**to_fit)
+        out.train = train.fbx.extract(out.fitted_state, training=True)
+        out.test = test.fbx.extract(out.fitted_state)
+        out.fit_s = time.perf_counter() - t
+    check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse,  # fitted features included
+                         w.origin)
+    return out
+
+
+def _run_settings(w: Workload, model: str, embedding_dim: int, dense: list[str], sparse: list[str],
+                  sequences: dict[str, str] | None, features: dict[str, Any], batch_size: int,
+                  seed: int) -> dict[str, Any]:
+    """What a checkpoint of this run records and a resume must share with it
+    (:mod:`fbrapids.trainers.run_identity`): the model and its inputs, batch size, seed, and
+    the data's fingerprint (:func:`fbrapids.runs.data_identity.data_fingerprint` of a generated
+    folder, else :func:`~fbrapids.runs.data_identity.files_fingerprint` of the views' files)."""
+    from fbrapids.runs.data_identity import data_fingerprint, files_fingerprint
+
+    data = data_fingerprint(w.root) if w.name == "generated" and w.root else files_fingerprint(w.files())
+    return {"model": model, "embedding_dim": int(embedding_dim), "dense": list(dense), "sparse": list(sparse),
+            "sequences": dict(sequences or {}),
+            "extra_features": {k: _comparable(v) for k, v in sorted(features.items())},
+            "batch_size": int(batch_size), "seed": int(seed), "data": data}
+
+
+def _comparable(expr: Any) -> str:
+    """An expression's repr, which names its operators and parameters; one holding an
+    object's address (a user function) stands as its type only, so that a resume does
+    not differ from the run it continues by an address alone."""
+    import re
+
+    text = repr(expr)
+    return f"<{type(expr).__name__}>" if re.search(r" at 0x[0-9a-fA-F]+", text) else text
+
+
+def _check_resume(root: Path, run: dict[str, Any]) -> None:
+    """Refuse (:class:`~fbrapids.errors.CheckpointMismatchError`) a resume whose settings
+    differ from those the newest checkpoint under ``root`` recorded."""
+    from fbrapids.trainers.run_identity import check_identity, recorded_identity
+
+    found = recorded_identity(root)
+    if found is not None:
+        check_identity(found[1], run, found[0])
+
+
+def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
+    """Kernel counters summed over every worker process of a distributed cluster seen
+    during the run (a restarted worker's earlier counts included)."""
+    from fbrapids import kernels as kernel_stats
+
+    total = kernel_stats.KernelStats()
+    for snapshot in counters.snapshots():
+        total += kernel_stats.KernelStats(**snapshot)
+    return total.as_dict()
+
+
+def _preflight(w: Workload, work: Path, ckpt_dir: Path | None, net: Any, store: Any,
+               sparse: list[str], features: dict[str, Any]) -> dict[str, int]:
+    """Work dir (and checkpoint dir) writable, with room for the SSD tier and ``keep + 1``
+    checkpoints, each table sized by what bounds it (:mod:`fbrapids.runs.disk_budget`: a hashed
+    feature by its buckets, a raw id by its dictionary's rows), not by the log's rows.
+    Returns the bytes needed, by what."""
+    from fbrapids.runs.disk_budget import disk_need, table_bounds
+    from fbrapids.runs.workdir import preflight
+
+    bounds = table_bounds(w.root or ".", sparse, features)
+    dense = sum(t.numel() * t.element_size() for t in net.state_dict().values())
+    need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.host_rows is not None,
+                     checkpoints=ckpt_dir is not None)
+    log.info("embedding tables at most: %s", ", ".join(f"{k} {b.rows:,} ({b.why})" for k, b in bounds.items()))
+    # a resumed run rewrites the SSD tier's file and prunes the checkpoints there: what they
+    # hold now is space it reuses
+    held = sum(sum(tree_bytes(p).values()) for p in (work / "store", ckpt_dir) if p is not None)
+    if held:
+        need["less what the store and checkpoints there hold"] = -held
+    dirs = {"work dir": work, **({"checkpoint dir": ckpt_dir} if ckpt_dir is not None else {})}
+    preflight(dirs, need)
+    return need
+
+
+def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
+                 nan: str = "error", label: str = LABEL, group: str | None = GROUP, shuffle_window: int = 0) -> Any:
+    """The trainer's stream of ``source`` (the label, group and the given features) as
+    :func:`run_pipeline` streams it (its training days with ``shuffle_window=SHUFFLE_WINDOW``):
+    the same batches in the same order for the same source, batch size, seed and window
+    (``label`` / ``group``: the workload's; default the generated data's)."""
+    from fbrapids.trainers.stream import stream
+
+    return stream(source, label=label, dense=dense, sparse=sparse, group=group, batch_size=batch_size,
+                  seed=seed, prefetch=1, nan=nan, shuffle_window=shuffle_window)
+
+
+def _store_totals(model: Any) -> dict[str, Any]:
+    """Per-tier statistics summed over every embedding table of ``model``."""
+    totals: dict[str, dict[str, float]] = {}
+    for store in model.stores().values() if hasattr(model, "stores") else []:
+        for tier, s in store.stats().items():
+            if not isinstance(s, dict):
+                continue
+            t = totals.setdefault(tier, {"hits": 0, "misses": 0, "evictions": 0, "bytes_moved": 0})
+            for key in ("hits", "misses", "evictions"):
+                t[key] += int(s.get(key, 0))
+            t["bytes_moved"] += int(s.get("bytes_in", 0)) + int(s.get("bytes_out", 0))
+    for t in totals.values():
+        looked = t["hits"] + t["misses"]
+        t["hit_rate"] = t["hits"] / looked if looked else float("nan")
+    return totals

@@ -1,0 +1,90 @@
+"""The generated data (:mod:`fbrapids.datasets.synthetic.generate`, ``docs/workload.md``) as a declared
+:class:`~fbrapids.workloads.Workload`: what ``fbrapids demo``, ``run_pipeline(data_dir)``
+and ``trial(data_dir, ...)`` run on a generated folder.
+
+Four parquet views: ``impressions`` (the log, sorted by ``instance_id``), ``users`` and
+``ads`` (dictionaries, left-joined on ``user_id`` / ``ad_id``, misses filled with
+defaults) and ``basic`` (precomputed features sorted like the log, inner-joined on
+``instance_id`` after extraction, partition by partition).  The last of the
+:data:`~fbrapids.datasets.synthetic.generate.DAYS` days is held out; GAUC groups by ``user_id``.
+
+Example:
+    >>> w = workload("/data/gen")
+    >>> w.log.name, w.split.rule, w.label, w.group, len(w.sparse), len(w.dense)
+    ('impressions', 'at', 'click', 'user_id', 25, 11)
+    >>> w.model_inputs("din")[2]
+    {'hist_cat': 'category'}
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LABEL = "click"
+GROUP = "user_id"
+TIME = "ts"
+DENSE = [f"d{j}" for j in range(10)] + ["query_len"]
+# not "weekday" (extracted, but not a model input): the held-out last day's weekday is never a
+# training day's, so its row is a fresh random one that shifts every held-out prediction and
+# that no calibration fitted on the training days can see (docs/models.md)
+SPARSE = [
+    "user_id", "ad_id", "advertiser_id", "category", "slot", "hour", "gender_h", "city_h", "os_h",
+    "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
+    "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
+]
+#: the behaviour sequence ``--model din`` attends over: the user's last 50 clicked
+#: categories strictly before each impression, built from the log by ``history``
+DIN_SEQUENCE = "hist_cat"
+DIN_TARGET = "category"
+
+
+def din_history() -> dict[str, Any]:
+    """The history feature DIN trains on (name -> expression).
+
+    Example:
+        >>> str(din_history()["hist_cat"])
+        'history(user_id, ts, category, click, last_n=50)'
+    """
+    from fbrapids import ops
+
+    return {DIN_SEQUENCE: ops.history("user_id", DIN_TARGET, "ts", last_n=50, events="click")}
+
+
+def workload(data_dir: str | os.PathLike) -> Any:
+    """The generated data in ``data_dir`` as a :class:`~fbrapids.workloads.Workload` (module
+    docstring)."""
+    from fbrapids.datasets.synthetic import views as canonical
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0
+    from fbrapids.workloads import Join, SequenceFeature, Split, View, Workload
+
+    return Workload(
+        name="generated", root=os.fspath(data_dir), label=LABEL, time=TIME, group=GROUP,
+        views=[View("impressions", "impressions.parquet", clean=canonical.IMPRESSION_CLEAN, sorted_by="instance_id"),
+               View("users", "users.parquet", clean={"fill": canonical.USER_FILL}),
+               View("ads", "ads.parquet", clean={"fill": canonical.AD_FILL}),
+               View("basic", "basic.parquet", sorted_by="instance_id")],
+        joins=[Join("users", on="user_id"),
+               Join("ads", on="ad_id", fill=canonical.JOIN_MISS_FILL),
+               Join("basic", on="instance_id", how="inner", after_features=True)],
+        split=Split("at", at=TS0 + (DAYS - 1) * 86400),
+        features=canonical.features(), sparse=SPARSE, dense=DENSE,
+        sequences={DIN_SEQUENCE: SequenceFeature(DIN_TARGET, din_history()[DIN_SEQUENCE])})
+
+
+def as_workload(data: Any) -> Any:
+    """``data`` itself when a :class:`~fbrapids.workloads.Workload`; a folder of generated
+    data (a path) as its :func:`workload`.
+
+    Example:
+        >>> as_workload("/data/gen").name
+        'generated'
+    """
+    from fbrapids.errors import WorkloadError
+    from fbrapids.workloads import Workload
+
+    if isinstance(data, Workload):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return workload(data)
+    raise WorkloadError(f"expected a Workload or a folder of generated data, got {type(data).__name__} {data!r}")

@@ -1,0 +1,168 @@
+"""Crash-safe file writes: write under a temporary name, flush, fsync, rename, fsync the dir.
+
+A process killed at any point leaves either the previous file or the complete new one,
+never a torn one.
+
+Inside :func:`digests_of_writes`, every file :func:`write_atomic` puts under the given root
+is also hashed from the bytes as they are written, so that a manifest of the directory
+(:func:`fbrapids.files.manifest.write_manifest`) need not read the files back.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> write_atomic(d / "x.bin", [b"ab", b"c"]).read_bytes()
+    b'abc'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+
+@dataclass
+class WrittenFile:
+    """One file written inside :func:`digests_of_writes`: its size and modification time
+    right after the rename, and the digest of the bytes written."""
+
+    bytes: int
+    mtime_ns: int
+    digest: str
+
+
+@dataclass
+class WriteDigests:
+    """The digests of the files written under ``root``, by POSIX path relative to it."""
+
+    root: Path
+    new_hasher: Callable[[], Any]
+    files: dict[str, WrittenFile] = field(default_factory=dict)
+
+    def current(self, rel: str) -> str | None:
+        """The recorded digest of ``rel`` if the file on disk is still the one written
+        (same size and modification time), else None (the caller hashes it from disk)."""
+        got = self.files.get(rel)
+        if got is None:
+            return None
+        try:
+            st = (self.root / rel).stat()
+        except OSError:
+            return None
+        return got.digest if (st.st_size, st.st_mtime_ns) == (got.bytes, got.mtime_ns) else None
+
+
+#: chunks at least this large are hashed on a background thread while the next is written
+_BACKGROUND_HASH_BYTES = 1 << 18
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """One background thread for hashing chunks (zlib and hashlib release the GIL on large buffers)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-hash")
+        return _pool
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of its parent's threads: it starts its own pool when it needs one."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+_RECORDING: contextvars.ContextVar[WriteDigests | None] = contextvars.ContextVar("fbrapids_write_digests",
+                                                                                 default=None)
+
+
+@contextlib.contextmanager
+def digests_of_writes(root: str | os.PathLike, new_hasher: Callable[[], Any]) -> Iterator[WriteDigests]:
+    """While active (in this thread / context), :func:`write_atomic` hashes every file it
+    writes under ``root`` with a fresh ``new_hasher()`` (``update(bytes)``, ``hexdigest()``).
+
+    Example:
+        >>> import hashlib, tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> with digests_of_writes(d, hashlib.sha256) as written:
+        ...     _ = write_atomic(d / "a.bin", [b"ab", b"c"])
+        >>> written.current("a.bin")[:12], written.current("b.bin")
+        ('ba7816bf8f01', None)
+    """
+    rec = WriteDigests(Path(root).resolve(), new_hasher)
+    token = _RECORDING.set(rec)
+    try:
+        yield rec
+    finally:
+        _RECORDING.reset(token)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory, so that renames inside it are durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _recorder_for(path: Path) -> tuple[WriteDigests, str] | None:
+    rec = _RECORDING.get()
+    if rec is None:
+        return None
+    full = path.resolve()
+    return (rec, full.relative_to(rec.root).as_posix()) if full.is_relative_to(rec.root) else None
+
+
+def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
+    """Write ``chunks`` to ``path`` via ``path.tmp``: write, flush, fsync, rename, fsync the dir.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = write_atomic(pathlib.Path(tempfile.mkdtemp()) / "a.txt", [b"hello"])
+        >>> p.read_text(), p.with_name("a.txt.tmp").exists()
+        ('hello', False)
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    recording = _recorder_for(path)
+    hasher = recording[0].new_hasher() if recording else None
+    pending: Future | None = None
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                if hasher is not None:
+                    if pending is not None:
+                        pending.result()  # chunks are hashed in order
+                        pending = None
+                    # an immutable chunk is hashed while the next one is made and written (a bytearray or
+                    # memoryview could be refilled by the producer meanwhile: hashed here instead)
+                    if isinstance(chunk, bytes) and len(chunk) >= _BACKGROUND_HASH_BYTES:
+                        pending = _hash_pool().submit(hasher.update, chunk)
+                    else:
+                        hasher.update(chunk)
+            if pending is not None:
+                pending.result()
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if pending is not None:
+            pending.cancel()  # a hash still running finishes into a hasher nobody reads
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    if recording:
+        rec, rel = recording
+        st = path.stat()
+        rec.files[rel] = WrittenFile(st.st_size, st.st_mtime_ns, hasher.hexdigest())
+    return path

@@ -1,0 +1,185 @@
+"""One pass over a dask frame's partitions: shared upstream work once, bounded memory.
+
+Computing ``frame.to_delayed()[i]`` one by one re-runs, for every partition, the tasks it
+shares with other partitions: a broadcast join's build task, a shuffle, a read task whose
+rows are split between two output partitions.  That costs partitions x rows.  Computing
+the whole frame at once holds every partition in memory.  :func:`iter_partitions` does
+neither:
+
+* the graph is optimised ONCE per pass (``to_delayed``), and a :class:`PassPlan` finds, for
+  every task, the first and last output partition that needs it;
+* partitions are computed in order, ``window`` at a time; a task needed by several
+  partitions is computed with the first of them, its result kept, and dropped after the
+  last of them (so each upstream task runs once per pass);
+* with the local scheduler (threads, sync) each window is one call of that scheduler on
+  the window's slice of the graph, with the kept results in it as data;
+* on a distributed ``Client`` (the scheduler in force) the window's partitions are futures,
+  at most ``window`` outstanding; shared tasks are held on the cluster as futures until
+  their last consumer is submitted and done, so the scheduler never recomputes them (a P2P
+  shuffle's barrier included).
+
+Memory: at most ``window`` output partitions in flight or held, plus the shared results
+still needed (a dictionary's hash table; the slices of a partition that spans two).
+
+Example:
+    >>> import pandas as pd, dask.dataframe as dd
+    >>> frame = dd.from_pandas(pd.DataFrame({"a": range(6)}), npartitions=3)
+    >>> [len(p) for p in iter_partitions(frame)]
+    [2, 2, 2]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassPlan:
+    """For each task key: the tasks it needs, and the first and last output needing it."""
+
+    graph: dict[Any, Any]
+    outputs: list[Any]
+    first_use: dict[Any, int] = field(default_factory=dict)
+    last_use: dict[Any, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, graph: dict[Any, Any], outputs: list[Any]) -> "PassPlan":
+        plan = cls(graph, outputs)
+        for i, key in enumerate(outputs):
+            for k in plan.closure(key, stop=()):
+                plan.first_use.setdefault(k, i)
+                plan.last_use[k] = i
+        return plan
+
+    def dependencies(self, key: Any) -> Any:
+        return self.graph[key].dependencies
+
+    def closure(self, key: Any, stop: Any) -> list[Any]:
+        """``key`` and every task it needs, not looking past the keys in ``stop``, nor past
+        keys outside the graph (results a distributed cluster already holds: a persisted
+        collection's futures)."""
+        seen: dict[Any, None] = {}
+        todo = [key]
+        while todo:
+            k = todo.pop()
+            if k in seen or k not in self.graph:
+                continue
+            seen[k] = None
+            if k not in stop:
+                todo.extend(self.dependencies(k))
+        return list(seen)
+
+    def shared(self, key: Any) -> bool:
+        """Whether more than one output partition needs ``key``."""
+        return self.first_use[key] != self.last_use[key]
+
+    @property
+    def shared_tasks(self) -> int:
+        return sum(1 for k in self.first_use if self.shared(k))
+
+
+def _client_of(get: Callable | None) -> Any:
+    owner = getattr(get, "__self__", None)
+    return owner if type(owner).__name__ == "Client" else None
+
+
+def iter_partitions(frame: Any, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[Any]:
+    """The partitions of dask ``frame``, in order, computed as one pass (see the module doc).
+
+    Args:
+        frame: a dask (or dask-cudf) DataFrame.
+        window: partitions computed together (local scheduler) or outstanding as futures.
+        stats: if given, filled with ``partitions``, ``tasks`` and ``shared_tasks``.
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> frame = dd.from_pandas(pd.DataFrame({"a": range(4)}), npartitions=2)
+        >>> s = {}; [p["a"].tolist() for p in iter_partitions(frame, window=1, stats=s)], s["partitions"]
+        ([[0, 1], [2, 3]], 2)
+    """
+    import dask
+    from dask._task_spec import convert_legacy_graph
+
+    window = max(1, int(window))
+    pieces = frame.to_delayed()  # optimises the whole graph once
+    if not pieces:
+        return
+    graph = convert_legacy_graph(dict(pieces[0].__dask_graph__()))
+    for piece in pieces[1:]:
+        if piece.key not in graph:
+            graph.update(convert_legacy_graph(dict(piece.__dask_graph__())))
+    get = dask.base.get_scheduler(collections=[frame])
+    client = _client_of(get)
+    try:
+        plan = PassPlan.of(graph, [p.key for p in pieces])
+    except KeyError as exc:
+        if client is None:
+            raise
+        from fbrapids.errors import ClusterError
+
+        raise ClusterError(f"pass over {len(pieces)} partitions: the scheduler {client.scheduler.address} lost the "
+                           f"data of task {exc.args[0]!r} (persisted on workers that died or left); nothing "
+                           "can recompute it in this run") from None
+    if stats is not None:
+        stats.update(partitions=len(pieces), tasks=len(plan.first_use), shared_tasks=plan.shared_tasks)
+    log.debug("pass over %d partitions: %d tasks, %d shared", len(pieces), len(plan.first_use), plan.shared_tasks)
+    if client is not None:
+        yield from _futures_pass(plan, client, window)
+    else:
+        yield from _local_pass(plan, get, window)
+
+
+def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[Any]:
+    from dask._task_spec import DataNode
+
+    kept: dict[Any, Any] = {}
+    outputs = plan.outputs
+    for start in range(0, len(outputs), window):
+        batch = outputs[start:start + window]
+        last = start + len(batch) - 1
+        sub: dict[Any, Any] = {}
+        for key in batch:
+            for k in plan.closure(key, stop=kept):
+                if k not in sub:
+                    sub[k] = DataNode(k, kept[k]) if k in kept else plan.graph[k]
+        fresh_shared = [k for k in sub if k not in kept and plan.shared(k) and plan.last_use[k] > last]
+        results = get(sub, list(batch) + fresh_shared)
+        kept.update(zip(fresh_shared, results[len(batch):]))
+        for k in [k for k in kept if plan.last_use[k] <= last]:
+            del kept[k]
+        yield from results[:len(batch)]
+
+
+def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[Any]:
+    from fbrapids.frames.cluster import result_or_error  # a bounded wait when every worker is gone
+
+    held: dict[Any, Any] = {}  # shared key -> Future, released after its last consumer is done
+    outstanding: deque[tuple[int, Any]] = deque()
+    outputs = plan.outputs
+
+    def submit(i: int) -> None:
+        key = outputs[i]
+        sub = {k: plan.graph[k] for k in plan.closure(key, stop=held) if k not in held}
+        fresh_shared = [k for k in sub if k not in held and plan.shared(k)]
+        futures = client.get(sub, [key] + fresh_shared, sync=False)
+        held.update(zip(fresh_shared, futures[1:]))
+        outstanding.append((i, futures[0]))
+
+    nxt = 0
+    while nxt < len(outputs) or outstanding:
+        while nxt < len(outputs) and len(outstanding) < window:
+            submit(nxt)
+            nxt += 1
+            # a submitted consumer keeps what it needs alive on the scheduler: drop our hold
+            # on shared results whose last consumer has been submitted
+            for k in [k for k in held if plan.last_use[k] < nxt]:
+                del held[k]
+        i, future = outstanding.popleft()
+        part = result_or_error(client, future, f"partition {i} of {len(outputs)}")
+        del future
+        yield part

@@ -1,0 +1,286 @@
+"""One run per work dir, and a preflight of the disk before training.
+
+:func:`lock_work_dir` takes an exclusive ``fcntl.flock`` on ``<dir>/.fbrapids.lock`` for
+the life of a run (the kernel drops it when the process dies, however it dies) and records
+the holder's PID and host in the file; a second run on the same dir gets a
+:class:`~fbrapids.errors.WorkDirLockedError` naming them.  Once the lock is held, ``.tmp-*``
+debris of earlier killed runs is removed.  :func:`preflight` checks that directories are
+writable and hold free space for what the run will write, before any training.
+:func:`temporary_work_dir` is a work dir that is removed on every exit path (SIGTERM
+included), and that a later one removes when its run was killed outright.
+
+Example:
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with lock_work_dir(d):
+    ...     try:
+    ...         with lock_work_dir(d):
+    ...             pass
+    ...     except WorkDirLockedError as exc:
+    ...         print("held by PID", exc.pid == os.getpid())
+    held by PID True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import resource
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from fbrapids.errors import PreflightError, WorkDirLockedError
+from fbrapids.files.manifest import verification_enabled
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".fbrapids.lock"
+_TORCH_CACHE_PREFIX = "torchinductor_"  # torch.optim makes $TMPDIR/torchinductor_<user> (empty) on first use
+
+
+def _holder(path: Path) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(path.read_text() or "{}")
+    return {}
+
+
+@contextlib.contextmanager
+def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[Path]:
+    """Hold ``directory`` exclusively for this process; remove stale ``.tmp-*`` entries in it.
+
+    Raises :class:`~fbrapids.errors.WorkDirLockedError` (with ``pid`` and ``host``) when
+    another run holds it.  A no-op when verification is off (``FBRAPIDS_VERIFY=0``).
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    if not verification_enabled():
+        yield d
+        return
+    path = d / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            who = _holder(path)
+            raise WorkDirLockedError(
+                f"{d} is in use by another run: PID {who.get('pid', '?')} on host {who.get('host', '?')} "
+                f"holds {path} (since {who.get('since', '?')}); wait for it to finish or use another work dir",
+                pid=who.get("pid"), host=who.get("host")) from None
+        import time
+
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        except OSError as exc:  # a full disk: name the file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        if clean:
+            clean_stale(d)
+        yield d
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def abandoned(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` is a work dir whose run is over on this host: it holds a lock
+    file that no process holds, written by a PID of this host that no longer runs.
+
+    A dir without a lock file is never called abandoned (it may be one a run is setting
+    up, or one of a run with verification off).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> with lock_work_dir(d):
+        ...     held = abandoned(d)
+        >>> held, abandoned(d)  # after the run: its PID (this one) still runs
+        (False, False)
+    """
+    path = Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a run holds it
+        who = _holder(path)
+        pid = who.get("pid")
+        if who.get("host") != socket.gethostname() or not isinstance(pid, int):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # alive, another user's
+        return False
+    finally:
+        os.close(fd)
+
+
+def clean_stale(directory: str | os.PathLike) -> list[Path]:
+    """Remove ``.tmp-*`` files and dirs that killed runs left directly under ``directory``
+    (call it only while holding the lock); returns what was removed."""
+    gone = sorted(Path(directory).glob(".tmp-*"))
+    for p in gone:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    if gone:
+        log.info("removed %d stale temporary entries from %s: %s", len(gone), directory,
+                 ", ".join(p.name for p in gone))
+    return gone
+
+
+def remove_abandoned_work_dirs(prefix: str, root: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the temporary work dirs named ``prefix*`` under ``root`` (default: the
+    temporary folder) whose run no longer runs (:func:`abandoned`: a run killed by SIGKILL
+    or the out-of-memory killer); returns what was removed.
+
+    Example:
+        >>> remove_abandoned_work_dirs("fbrapids-demo-", tempfile.mkdtemp())
+        []
+    """
+    gone = []
+    for d in sorted(Path(root or tempfile.gettempdir()).glob(prefix + "*")):
+        if d.is_dir() and not d.is_symlink() and abandoned(d):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    if gone:
+        log.warning("removed %d work dir(s) of runs that were killed: %s", len(gone),
+                    ", ".join(str(d) for d in gone))
+    return gone
+
+
+class _Terminated(SystemExit):
+    """SIGTERM / SIGHUP while a temporary work dir exists: unwinds like ``sys.exit`` so that
+    ``finally`` blocks run (the default action would end the process on the spot)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _exit_on_termination() -> Iterator[None]:
+    """While inside: SIGTERM and SIGHUP raise :class:`SystemExit` (exit status 128 + the
+    signal) in the main thread, where their action is the default; restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def temporary_work_dir(prefix: str = "fbrapids-run-") -> Iterator[Path]:
+    """A new ``prefix*`` folder under the temporary folder, removed when the block exits
+    however it exits: an exception, Ctrl-C, and SIGTERM / SIGHUP (while inside, in the main
+    thread, they raise ``SystemExit(128 + signal)`` where their action is the default),
+    together with an empty torch cache folder made there meanwhile.  Folders of the same
+    prefix left by killed runs (SIGKILL) are removed first (:func:`remove_abandoned_work_dirs`).
+
+    Example:
+        >>> with temporary_work_dir("fbrapids-doc-") as work:
+        ...     work.name.startswith("fbrapids-doc-"), work.is_dir()
+        (True, True)
+        >>> work.exists()
+        False
+    """
+    remove_abandoned_work_dirs(prefix)
+    tmp = Path(tempfile.gettempdir())
+    torch_before = {p.name for p in tmp.glob(_TORCH_CACHE_PREFIX + "*")}
+    with _exit_on_termination():
+        work = Path(tempfile.mkdtemp(prefix=prefix))
+        try:
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            for p in tmp.glob(_TORCH_CACHE_PREFIX + "*"):
+                if p.name not in torch_before:
+                    with contextlib.suppress(OSError):
+                        p.rmdir()  # only if empty: torch compiled nothing into it
+            log.info("removed the temporary work dir %s", work)
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes for people: ``1.5 GiB``.
+
+    Example:
+        >>> human_bytes(3 << 29)
+        '1.5 GiB'
+    """
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def preflight(dirs: Mapping[str, str | os.PathLike], need_bytes: Mapping[str, int]) -> dict[str, int]:
+    """Check before training that each of ``dirs`` (role -> path) exists or can be made,
+    is writable (a probe file is created and removed), and that the file system holds the
+    free space of ``need_bytes`` (what -> bytes, all written under ``dirs``).
+
+    Returns the free bytes per role.  Raises :class:`~fbrapids.errors.PreflightError`
+    naming the path, with the sizes.
+
+    Example:
+        >>> import tempfile
+        >>> free = preflight({"work dir": tempfile.mkdtemp()}, {"checkpoint": 1 << 20})
+        >>> free["work dir"] > 1 << 20
+        True
+    """
+    free: dict[str, int] = {}
+    for role, p in dirs.items():
+        p = Path(p)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".tmp-preflight-", dir=p)
+            try:
+                probe_bytes = memoryview(b"\0" * 4096)
+                while probe_bytes:  # a short write (a file size limit, a full disk) errors on the next call
+                    probe_bytes = probe_bytes[os.write(fd, probe_bytes):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as exc:
+            raise PreflightError(f"the {role} {p} is not writable: {exc.strerror or exc}") from exc
+        free[role] = shutil.disk_usage(p).free
+    need = sum(int(v) for v in need_bytes.values())
+    parts = ", ".join(f"{k} {human_bytes(v)}" for k, v in need_bytes.items())
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and need_bytes and limit < max(need_bytes.values()):
+        raise PreflightError(f"the file size limit (ulimit -f) is {human_bytes(limit)}; this run writes files of up to "
+                             f"about {human_bytes(max(need_bytes.values()))} ({parts}) under {', '.join(map(str, dirs.values()))}")
+    for role, p in dirs.items():
+        if free[role] < need:
+            raise PreflightError(f"the {role} {p} has {human_bytes(free[role])} free; this run needs about "
+                                 f"{human_bytes(need)} ({parts})")
+    log.info("preflight: %s; needs about %s (%s)", ", ".join(f"{r} {human_bytes(f)} free" for r, f in free.items()),
+             human_bytes(need), parts)
+    return free

@@ -1,0 +1,1 @@
+"""What a person sees: progress bars, notebook displays and plots."""

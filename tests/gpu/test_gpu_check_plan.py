@@ -1,0 +1,88 @@
+"""The device run's plan, checked without a device (issue 36): ``gpu_check.py --rehearse`` runs
+the steps in their order with stub commands (every path a step names must exist), ``--failed``
+reruns only what failed; ``gpu_slim_fatbin.py`` zeroes the other architectures' device code and
+nothing else (the file's size and every entry header kept)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import gpu_slim_fatbin  # noqa: E402
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), *args], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def test_the_rehearsal_runs_the_steps_most_telling_first_and_reruns_only_what_failed(tmp_path):
+    proc = _run("--rehearse", "--out", str(tmp_path), "--budget", "330")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "gpu-check.json").read_text())
+    names = [s["name"] for s in summary["steps"]]
+    assert names[:5] == ["gpu-fixes", "diff-cudf", "demo-gpu", "extract-10m", "embedding-cuda"]
+    assert names[-1] == "suite-gpu" and all(s["rc"] == 0 for s in summary["steps"])
+    assert "--rows 10000000" in next(s["cmd"] for s in summary["steps"] if s["name"] == "extract-10m")
+    summary["steps"][1]["rc"] = 1  # as if the cudf twins had failed
+    (tmp_path / "gpu-check.json").write_text(json.dumps(summary))
+    proc = _run("--rehearse", "--out", str(tmp_path), "--failed")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0].split()[1] == "diff-cudf"
+    assert len(proc.stdout.splitlines()) == 1
+    again = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert [s["name"] for s in again["steps"]] == names[:1] + names[2:] + ["diff-cudf"]  # the rest kept
+
+
+def _entry(arch: int, payload: bytes, kind: int = 2) -> bytes:
+    return struct.pack("<HHIQ", kind, 0, 64, len(payload)) + bytes(12) + struct.pack("<I", arch) + bytes(32) + payload
+
+
+def test_slimming_zeroes_only_the_other_architectures_payloads():
+    body = _entry(80, b"A" * 40) + _entry(90, b"B" * 24) + _entry(120, b"C" * 16, kind=1)
+    fat = struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+    blob = bytearray(b"elf-head" + struct.pack("<I", 0xBA55ED50) + b"junk" + fat + b"tail")  # a stray magic first
+    before = bytes(blob)
+    assert gpu_slim_fatbin.slim(blob, 90) == (56, 24)
+    assert len(blob) == len(before) and b"A" not in blob and b"C" not in blob and blob.count(b"B") == 24
+    changed = [i for i, (a, b) in enumerate(zip(before, blob)) if a != b]
+    assert all(before[i] in b"AC" for i in changed)  # headers, the kept entry and the rest untouched
+
+
+def test_the_rehearsal_unpacks_a_set_carried_in_parts(tmp_path):
+    """gpu_rehearse.sh on a small stand-in set (parts of an xz archive, as gpu_pack.sh cuts them):
+    every call's carry within the limit, the parts joined and unpacked by the device's unpack.sh,
+    then the check and its rerun (stubs)."""
+    import shutil
+    import tarfile
+
+    if not all(shutil.which(t) for t in ("bash", "xz", "split", "bc")):
+        import pytest
+
+        pytest.skip("needs bash, xz, split and bc")
+    gpu = tmp_path / ".gpu"
+    site = tmp_path / "site"
+    (site / "cudf").mkdir(parents=True)
+    (site / "cudf_cu13-26.10.2.dist-info").mkdir()
+    (site / "cudf" / "__init__.py").write_text("x = 1\n")
+    (site / "cudf" / "blob").write_bytes(bytes(range(256)) * 400)
+    with tarfile.open(tmp_path / "site.tar.xz", "w:xz") as tar:
+        tar.add(site, arcname=".")
+    blob = (tmp_path / "site.tar.xz").read_bytes()
+    for i in range(3):
+        (gpu / f"c{i}").mkdir(parents=True)
+        (gpu / f"c{i}" / f"part{i}").write_bytes(blob[i * len(blob) // 3: (i + 1) * len(blob) // 3])
+    (gpu / "setup").mkdir()
+    shutil.copy(REPO / "scripts" / "gpu_unpack.sh", gpu / "setup" / "unpack.sh")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_rehearse.sh"), str(gpu)], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cudf 26.10.2 unpacked" in proc.stdout
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["transfers"] == 3 and len(report["calls"]) == 4
+    assert report["unpacked_site_bytes"] >= 256 * 400

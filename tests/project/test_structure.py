@@ -1,0 +1,220 @@
+"""The package's structure, drawn from its imports (every import, lazy ones inside
+functions included; annotation-only imports under ``if TYPE_CHECKING:`` left out, since
+they never run): no cycles among fbrapids modules, and no module using a private name
+(``_x``) of another module.  The package root holds at most 6 modules besides
+``__init__`` (issue 39: the rest live on named floors), and nothing in the repository
+names a module path that moved (:data:`fbrapids.moved.MOVED`: kept for users only, as
+deprecated aliases).
+
+Run as a script to print the findings: ``python tests/project/test_structure.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import sys
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "fbrapids"
+REPO = PKG.parent
+#: where the repository's own code and prose live (the old paths may appear only in fbrapids/moved.py)
+SCANNED = ("fbrapids", "tests", "benchmarks", "scripts", "notebooks", "docs")
+ROOT_FILES = ("README.md", "Makefile", "pyproject.toml", ".ci/run")
+
+
+def module_files(pkg: Path = PKG) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    out = {}
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _absolute(mod: str, node: ast.ImportFrom, is_pkg: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = mod.split(".")
+    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:``."""
+    out: list[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+    return out
+
+
+def imports(mods: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
+    """The import graph among package modules, and the cross-module private-name uses.
+
+    ``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``.  A
+    private use is ``from a import _x`` (``_x`` not a module) or ``m._x`` where ``m`` is
+    a name bound to another package module.
+    """
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    private: list[str] = []
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_pkg = path.name == "__init__.py"
+        bound: dict[str, str] = {}  # local name -> package module it names
+        nodes = _runtime_nodes(tree)
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in mods:
+                        graph[mod].add(a.name)
+                        bound[a.asname or a.name] = a.name
+            elif isinstance(node, ast.ImportFrom):
+                src = _absolute(mod, node, is_pkg)
+                if src != "fbrapids" and not src.startswith("fbrapids."):
+                    continue
+                for a in node.names:
+                    full = f"{src}.{a.name}"
+                    if full in mods:
+                        graph[mod].add(full)
+                        bound[a.asname or a.name] = full
+                    else:
+                        if src in mods:
+                            graph[mod].add(src)
+                        if a.name.startswith("_") and not a.name.startswith("__"):
+                            private.append(f"{mod}: from {src} import {a.name}")
+        for node in nodes:
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in bound and bound[node.value.id] != mod
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                private.append(f"{mod}: {node.value.id}.{node.attr} ({bound[node.value.id]})")
+        graph[mod].discard(mod)
+    return graph, sorted(set(private))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_checker_finds_a_cycle_and_a_private_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "fbrapids"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from fbrapids.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from fbrapids import a\n    return a._hidden\n")
+    (pkg / "c.py").write_text("from fbrapids.a import _helper\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fbrapids import e\n")
+    (pkg / "e.py").write_text("from fbrapids import d\n")
+    graph, private = imports(module_files(pkg))
+    assert cycles(graph) == [["fbrapids.a", "fbrapids.sub.b"]]
+    assert private == ["fbrapids.c: from fbrapids.a import _helper", "fbrapids.sub.b: a._hidden (fbrapids.a)"]
+
+
+@functools.cache
+def package_imports() -> tuple[dict[str, set[str]], list[str]]:
+    """:func:`imports` of the package, parsed once for the tests below."""
+    return imports(module_files())
+
+
+def test_no_import_cycles() -> None:
+    graph, _ = package_imports()
+    assert cycles(graph) == []
+
+
+def test_no_private_names_across_modules() -> None:
+    _, private = package_imports()
+    assert private == []
+
+
+def test_package_root_holds_at_most_six_modules() -> None:
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= 6, f"modules loose at the package root (give them a floor): {loose}"
+
+
+def moved_path_uses(repo: Path = REPO) -> list[str]:
+    """Every place in the repository's code and prose naming a moved module path: the dotted
+    path (``fbrapids.datagen``, in imports, ``-m`` commands, strings and docs), its file path
+    (``fbrapids/datagen.py``), or ``from fbrapids import datagen``."""
+    from fbrapids.moved import MOVED
+
+    dotted = re.compile(r"(?<![\w.])(" + "|".join(re.escape(m) for m in MOVED) + r")(?![\w])")
+    files = re.compile(r"(?<![\w.])(" + "|".join(re.escape(m.replace(".", "/")) for m in MOVED) + r")\.py\b")
+    leaves = {m.split(".")[1] for m in MOVED if m.count(".") == 1}
+    from_root = re.compile(r"from fbrapids import ([\w ,]+)")
+    paths = [repo / name for name in ROOT_FILES]
+    for folder in SCANNED:
+        paths += [p for p in (repo / folder).rglob("*") if p.suffix in (".py", ".md", ".ipynb", ".toml", ".txt", ".sh")]
+    me = {Path(__file__).resolve(), (repo / "fbrapids" / "moved.py").resolve()}
+    out = []
+    for path in sorted(p for p in paths if p.is_file() and p.resolve() not in me and "__pycache__" not in p.parts):
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            named = dotted.findall(line) + [m + ".py" for m in files.findall(line)]
+            for group in from_root.findall(line):
+                named += [f"from fbrapids import {x}" for x in (g.split(" as ")[0].strip() for g in group.split(",")) if x in leaves]
+            out += [f"{path.relative_to(repo)}:{n}: {x}" for x in named]
+    return out
+
+
+def test_no_moved_module_path_named_in_the_repository(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "x.py").write_text("import fbrapids.datagen\nfrom fbrapids import ops, workload as w\n"
+                                             "# fbrapids/cli.py, fbrapids.datasets.synthetic.generate\n")
+    for name in ROOT_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert moved_path_uses(tmp_path) == ["tests/x.py:1: fbrapids.datagen", "tests/x.py:2: from fbrapids import workload",
+                                         "tests/x.py:3: fbrapids/cli.py"]
+    assert moved_path_uses() == []
+
+
+if __name__ == "__main__":
+    g, priv = imports(module_files())
+    for c in cycles(g):
+        print("cycle:", " ".join(c))
+    for p in priv:
+        print("private:", p)
