@@ -157,11 +157,7 @@ class SsdTier:
                     "or give StoreConfig a larger host tier or another ssd_dir", exc.errno) from exc
         if self.map is not None:
             self.map.close()
-        try:
-            self.map = RowMap(fd, cap * self.row_bytes)
-        except OSError as exc:
-            raise self._error(f"cannot map the SSD tier file {self.path} ({cap * self.row_bytes} bytes): "
-                              f"{exc.strerror}", exc.errno) from exc
+        self.map = RowMap(fd, cap * self.row_bytes, str(self.path))  # a failure: TierFileError naming the path
         self.capacity = cap
         # the new rows are zeros (fallocate / ftruncate), whose hash is 0
         self.page_sums = np.concatenate([self.page_sums, np.zeros(cap // self.page_rows - len(self.page_sums),
