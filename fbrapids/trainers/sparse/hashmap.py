@@ -43,8 +43,9 @@ def source_text() -> str:
 
 def row_threads() -> int:
     """Threads the row loops (optimizers, gathers, pooling, bookkeeping) split a batch over:
-    torch's intra-op count (``torch.set_num_threads``); small batches (under 2048 rows, 512
-    bags) stay on one, and the results are the same bits for any count.
+    torch's intra-op count (``torch.set_num_threads``); batches under 8192 distinct rows (4096
+    bags) stay on one, where waking the others costs about what they save; the results are
+    the same bits for any count.
 
     Example:
         >>> row_threads() == torch.get_num_threads()

@@ -69,6 +69,13 @@ void fbx_hm_free(fbx_hashmap *h) {
 int64_t fbx_hm_size(const fbx_hashmap *h) { return h->size; }
 
 #define FBX_AHEAD 8 /* rows prefetched ahead in the passes over a batch's rows */
+
+/* Row loops split over `nthreads` OpenMP threads (the caller passes torch's intra-op count)
+ * when a batch has at least FBX_PAR_ROWS rows (bags: FBX_PAR_ROWS / 2): under that, waking
+ * the other threads costs about what they save (a batch of 16k ids, ~7k distinct rows, ran
+ * slower on 2 threads than on 1).  Each row is computed by one thread with the same
+ * arithmetic, so the result is the same bits for any thread count. */
+#define FBX_PAR_ROWS 8192
 #define FBX_PROBE_AHEAD 16 /* keys whose bucket is prefetched ahead in the passes over a batch's keys */
 
 static inline void fbx_prefetch_probe(const fbx_hashmap *h, uint64_t key) {
@@ -259,7 +266,7 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
     for (int64_t j = 0; j < m; j++)
         if (g[j] >= n_rows) return -1;
     int64_t o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= 2048) \
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS) \
     reduction(+ : o0, o1, o2, o3, o4, o5)
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) {
@@ -297,7 +304,7 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
     for (int64_t j = 0; j < m; j++)
         if (g[j] >= n_rows) return -1;
     int64_t o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0, miss = 0, bad = 0;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= 2048) \
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS) \
     reduction(+ : o0, o1, o2, o3, o4, o5, miss, bad)
     for (int64_t j = 0; j < m; j++) {
         if (j + 2 * FBX_AHEAD < m && g[j + 2 * FBX_AHEAD] >= 0) {

@@ -11,10 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Row loops split over `nthreads` OpenMP threads (the caller passes torch's intra-op count)
- * when a batch has at least FBX_PAR_ROWS rows; each row is computed by one thread with the
- * same arithmetic, so the result is the same bits for any thread count. */
-#define FBX_PAR_ROWS 2048
+/* Row loops: split over threads as FBX_PAR_ROWS (hashmap.c) says. */
 
 /* The row loops below are written once as always-inlined bodies taking the row width and
  * instantiated for the common widths (FBX_BY_DIM), so that the compiler unrolls and
@@ -152,7 +149,7 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
 
 FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, const int64_t *idx,
                                  const int64_t *offsets, int64_t nbags, float *restrict out, int nthreads) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 4)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 2)
     for (int64_t b = 0; b < nbags; b++) {
         float *o = out + b * dim;
         if (dim % 4 == 0 && dim <= 4 * FBX_V4_MAX) { /* the bag's sum in registers, 4 columns at a time */
