@@ -5,7 +5,8 @@ side from one extraction pass (:mod:`fbrapids.trial_training`), and compares the
 held-out last day.
 
 **The interval.**  Two sources of noise move a measured delta: the training draw (the
-seed: initial weights; the batches come in one fixed order, as in a plain run) and the
+seed: initial weights; the batches come in one order, shuffled within windows as a plain
+run streams them) and the
 held-out users sampled.  Per seed ``k`` the delta ``d_k`` (candidate minus baseline, both
 trained from seed ``k``, starting as the same function, reading the same batches in the
 same order: :mod:`fbrapids.trainers.arms`) is

@@ -233,3 +233,35 @@ def test_logreg_is_deterministic_whatever_the_seed():
         with torch.no_grad():
             outs.append(net(batch))
     assert torch.equal(outs[0], outs[1]) and outs[0].abs().sum() > 0
+
+
+def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
+    """The trial's training stream is run_pipeline's (issue 34: rows shuffled within
+    SHUFFLE_WINDOW, not in time order): the batches every arm and seed read, fingerprinted
+    in order, equal pipeline.batch_stream's over the same rows with the window, and differ
+    from the time order (what the trial streamed before)."""
+    import hashlib
+
+    from fbrapids import ops
+    from fbrapids.datagen import generate
+    from fbrapids.datasets.synthetic import as_workload
+    from fbrapids.pipeline import SHUFFLE_WINDOW, batch_stream, plan_frames, training_inputs
+    from fbrapids.trial_training import batch_fingerprint, train_arms
+
+    generate(2000, tmp_path, seed=3)
+    cand = {"slot_x_os": ops.cross("slot", "os")}
+    run = train_arms(tmp_path, cand, seeds=[5, 6], batch_size=256, progress=False)
+    w = as_workload(tmp_path).with_features(cand, sparse=list(cand))
+    inputs = training_inputs(w, "dlrm", 16, 256, 5)
+    train = plan_frames(inputs, w).train
+
+    def order(window):
+        h, rows = hashlib.sha1(), 0
+        for b in batch_stream(train, inputs.dense, inputs.sparse, 256, 5, "error", w.label, w.group, window):
+            h.update(batch_fingerprint(b))
+            rows += len(b)
+        return h.hexdigest(), rows
+
+    shuffled, rows = order(SHUFFLE_WINDOW)
+    assert rows > 1000 and run.extraction["rows streamed"] == rows + len(run.label)
+    assert run.order == shuffled != order(0)[0]
