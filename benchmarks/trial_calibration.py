@@ -103,24 +103,55 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 def aa_summary(rows: list[dict], m: str) -> dict[str, Any]:
     """The A/A check of metric ``m`` over trials with A/A arms: the largest |A/A delta|
     per seed (the A/A spread) and seed-averaged (what the trial reports), their SD over
-    trials, and how many A/A verdicts were not "no detectable effect".
+    trials, how many A/A verdicts were not "no detectable effect", and the seed-averaged
+    A/A deltas' mean over trials with its standard error (``mean_delta`` / ``se_mean``:
+    what an input of the candidate's shape that tells nothing costs on average; a mean
+    several standard errors below 0 is a real cost, not a narrow interval); ``by_rows``:
+    the same per data size.
 
     Example:
         >>> r = {"aa_delta": {"auc": 0.001}, "aa_seed_deltas": {"auc": [0.002, 0.0]},
         ...      "aa_verdict": {"auc": "no detectable effect"}, "rows": 100}
         >>> s = aa_summary([r, {**r, "aa_delta": {"auc": -0.003}}], "auc")
-        >>> s["max_abs_delta"], s["max_abs_seed_delta"], s["called"]
-        (0.003, 0.002, 0)
+        >>> s["max_abs_delta"], s["max_abs_seed_delta"], s["called"], s["mean_delta"]
+        (0.003, 0.002, 0, -0.001)
     """
     import numpy as np
 
     means = [r["aa_delta"][m] for r in rows]
     per_seed = [d for r in rows for d in r["aa_seed_deltas"][m]]
-    return {"trials": len(rows), "rows": sorted({r["rows"] for r in rows}),
-            "max_abs_delta": float(np.max(np.abs(means))), "max_abs_seed_delta": float(np.max(np.abs(per_seed))),
-            "sd_delta": float(np.std(means, ddof=1)) if len(means) > 1 else None,
-            "sd_seed_delta": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
-            "called": sum(r["aa_verdict"][m] != "no detectable effect" for r in rows)}
+    sizes = sorted({r["rows"] for r in rows})
+    out: dict[str, Any] = {
+        "trials": len(rows), "rows": sizes,
+        "max_abs_delta": float(np.max(np.abs(means))), "max_abs_seed_delta": float(np.max(np.abs(per_seed))),
+        "sd_delta": float(np.std(means, ddof=1)) if len(means) > 1 else None,
+        "sd_seed_delta": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+        "called": sum(r["aa_verdict"][m] != "no detectable effect" for r in rows),
+        "hurts": sum(r["aa_verdict"][m] == "hurts" for r in rows),
+        "mean_delta": float(np.mean(means)),
+        "se_mean": float(np.std(means, ddof=1) / np.sqrt(len(means))) if len(means) > 1 else None}
+    if len(sizes) > 1:
+        out["by_rows"] = {str(n): aa_summary([r for r in rows if r["rows"] == n], m) for n in sizes}
+    return out
+
+
+def z_scores(rows: list[dict], m: str) -> dict[str, Any]:
+    """The noise trials' deltas over their own standard errors (``delta / se``): under a
+    calibrated interval their SD is about 1 (above 1: the interval is too narrow), and their
+    mean, over its standard error, says whether a useless column moves the metric on average.
+
+    Example:
+        >>> z = z_scores([{"delta": {"auc": 0.002}, "se": {"auc": 0.001}},
+        ...               {"delta": {"auc": -0.001}, "se": {"auc": 0.001}}], "auc")
+        >>> z["z_mean"], round(z["z_sd"], 3), z["mean_delta"]
+        (0.5, 2.121, 0.0005)
+    """
+    import numpy as np
+
+    z = np.array([r["delta"][m] / r["se"][m] for r in rows])
+    d = np.array([r["delta"][m] for r in rows])
+    return {"z_mean": float(z.mean()), "z_sd": float(z.std(ddof=1)) if len(z) > 1 else None,
+            "mean_delta": float(d.mean()), "se_mean": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None}
 
 
 def summarise(rows: list[dict]) -> dict[str, Any]:
@@ -139,6 +170,7 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
                                     "hurts": sum(r["verdict"][m] == "hurts" for r in noise)}
         if noise:
             out["delta_sd_noise"][m] = float(np.std([r["delta"][m] for r in noise], ddof=1)) if len(noise) > 1 else None
+            out.setdefault("noise_z", {})[m] = z_scores(noise, m)
         with_aa = [r for r in rows if r.get("aa_delta")]
         if with_aa:
             out.setdefault("aa", {})[m] = aa_summary(with_aa, m)
