@@ -76,10 +76,11 @@ def run_suite() -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="fbrapids-docs-figures-") as tmp:
         report = Path(tmp) / "junit.xml"
-        opts = ["-n", "2", "--dist", "loadfile"]  # make test's (TEST_WORKERS=2: the suite on 2 worker processes)
-        res = _stamp({}, "python -m pytest -q " + " ".join(opts))
+        opts = subprocess.run(["make", "-s", "--no-print-directory", "test-opts"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.split()  # make test's own, from the Makefile
+        res = _stamp({}, "python -m pytest " + " ".join(opts))
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *opts, "-p", "no:cacheprovider",
+        proc = subprocess.run([sys.executable, "-m", "pytest", *opts, "-p", "no:cacheprovider",
                                f"--junitxml={report}"], cwd=REPO)
         res["seconds"] = round(time.perf_counter() - start, 1)
         suites = ET.parse(report).getroot()
