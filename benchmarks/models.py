@@ -251,6 +251,7 @@ def _tally(out: dict[str, Any], rows: int, runs: dict[str, list[dict]], path: Pa
     out["checks"][str(rows)] = checks(res)
     out["oracle_auc"][str(rows)] = round(statistics.fmean(out["oracle_auc_by_seed"][str(rows)].values()), 4)
     out["seeds_done"] = sorted({r["seed"] for x in runs.values() for r in x})
+    out.setdefault("seeds_by_rows", {})[str(rows)] = out["seeds_done"]
     out["all_pass"] = all(all(c.values()) for c in out["checks"].values())
     out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if path is not None:
@@ -289,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         out["oracle_auc_by_seed"] = kept.get("oracle_auc_by_seed", {})
         first = kept.get("command", f"python benchmarks/models.py --seeds {' '.join(map(str, kept['seeds']))}")
         out["command"] = f"{first}, then {out['command']}"
+        out["seeds_by_rows"] = dict(kept.get("seeds_by_rows", {}))
+        for key in ("rows", "checks", "oracle_auc"):  # the sizes not run now stay as they were
+            out[key] = {rows: v for rows, v in kept.get(key, {}).items() if int(rows) not in args.rows}
     run_arms = arms(args.models, not args.no_logreg)
     for rows in args.rows:
         runs: dict[str, list[dict]] = {}

@@ -361,7 +361,8 @@ def fig_models_table() -> str:
         return "not measured with the current benchmark yet: `python benchmarks/models.py --out ...`"
     lines = [""]
     for rows, res in r["rows"].items():
-        lines += [f"{int(rows):,} rows, seeds {', '.join(map(str, r['seeds']))} (the generator's oracle AUC "
+        seeds = r.get("seeds_by_rows", {}).get(rows, r["seeds"])
+        lines += [f"{int(rows):,} rows, seeds {', '.join(map(str, seeds))} (the generator's oracle AUC "
                   f"{r['oracle_auc'][rows]:.4f}):", "",
                   "| arm | AUC | GAUC | logloss | NE | calibration | issue 34's check |", "|---|---|---|---|---|---|---|"]
         for arm, x in res.items():
