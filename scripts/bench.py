@@ -251,7 +251,8 @@ def _models(r: dict) -> str:
         cells = ", ".join(f"{_MODEL_NAMES.get(m, m)} {x['mean']['auc']:.4f} ± {x['sd']['auc']:.4f} / "
                           f"{x['mean']['logloss']:.4f} / {x['mean']['calibration']:.3f}"
                           + ("" if m == "lr" else (" ✓" if r["checks"][rows][m] else " ✗")) for m, x in res.items())
-        parts.append(f"{int(rows):,} rows, {len(r['seeds'])} seeds (AUC ± SD / logloss / calibration; ✓ = at least "
+        seeds = r.get("seeds_by_rows", {}).get(rows, r["seeds"])
+        parts.append(f"{int(rows):,} rows, {len(seeds)} seeds (AUC ± SD / logloss / calibration; ✓ = at least "
                      f"the sklearn LR's AUC and logloss, calibration in [0.95, 1.05]): {cells}")
     return "; ".join(parts)
 
