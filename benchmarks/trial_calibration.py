@@ -9,7 +9,7 @@ sparse id feature.
 
 Reports, per metric (AUC, GAUC): the false-positive rate of the noise trials (verdict not
 "no detectable effect") with its Clopper-Pearson 95% interval, the power per effect size
-(verdict "helps"), the delta's bias against the oracle gain, the A/A check (each trial's
+(verdict "helps"), the delta's bias against the oracle gain, the A/A check (each planted trial's
 A/A arms: its candidate shuffled across rows; the largest |A/A delta| over trials, per seed
 and seed-averaged, their SD, and how often the A/A verdict was not "no detectable
 effect"), and the seconds per trial;
@@ -64,7 +64,11 @@ def plan(noise: int, planted: int, betas: tuple[float, ...], noise_rows: int, pl
     return out
 
 
-def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2048) -> dict:
+def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2048, noise_aa: bool = False) -> dict:
+    """One trial of ``spec`` (its own data, seeds and planted column).  Planted trials train
+    the A/A arms (the trial's default); noise trials only with ``noise_aa``: their candidate
+    is itself a column that tells nothing, and the arms it would add change no other arm's
+    result (each arm starts from its seed, all read the same batches): a third less training."""
     from fbrapids import ops, trial
     from fbrapids.datagen import generate, read_metadata
 
@@ -73,7 +77,7 @@ def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2
         generate(spec["rows"], tmp, seed=spec["data_seed"], plant={"p": spec["beta"]})
         gain = read_metadata(tmp)["plant"]["p"]["oracle_auc_gain"]
         r = trial(tmp, {"p_f": ops.col("p")}, seeds=seeds, seed=spec["data_seed"] * 10, n_boot=n_boot,
-                  model=model, progress=False, batch_size=batch_size)
+                  model=model, progress=False, batch_size=batch_size, aa=noise_aa or spec["beta"] != 0)
     return {**spec, "oracle_auc_gain": gain, "seeds": r.seeds, "delta": r.delta, "interval": r.interval,
             "verdict": r.verdict, "p_better": r.p_better, "seed_deltas": r.seed_deltas, "se": r.se,
             "se_seeds": r.se_seeds, "se_users": r.se_users, "df": r.df, "aa_spread": r.aa_spread,
@@ -207,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=2048)
     ap.add_argument("--state", type=Path, default=STATE)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--noise-aa", action="store_true", help="noise trials train A/A arms too (+50%% training)")
     ap.add_argument("--report", action="store_true", help="summarise the state file only")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -230,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.state.parent.mkdir(parents=True, exist_ok=True)
         for spec in tqdm(todo, desc="calibration", unit="trial", initial=len(done), total=len(done) + len(todo)):
-            row = run_one(spec, seeds, args.boot, args.model, args.batch_size)
+            row = run_one(spec, seeds, args.boot, args.model, args.batch_size, args.noise_aa)
             done[row["id"]] = row
             with args.state.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
