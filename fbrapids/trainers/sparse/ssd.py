@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fbrapids.atomic import fsync
 from fbrapids.errors import SsdDirLockedError, TierFileError
 from fbrapids.manifest import verification_enabled
 from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
@@ -248,7 +249,7 @@ class SsdTier:
         rc = self.map.sync() if self.map is not None else 0
         if rc < 0:
             raise self._error(f"writing the SSD tier file {self.path} out: {os.strerror(-rc)}", -rc)
-        os.fsync(self._fd())
+        fsync(self._fd())
 
     def write_index(self, ids: np.ndarray, meta: dict) -> None:
         """Persist the id -> row mapping (row g holds ``ids[g]``) atomically."""
@@ -256,7 +257,7 @@ class SsdTier:
         with open(tmp, "wb") as f:
             np.savez(f, ids=ids, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
             f.flush()
-            os.fsync(f.fileno())
+            fsync(f.fileno())
         os.replace(tmp, self.dir / "index.npz")
 
     def close(self) -> None:
