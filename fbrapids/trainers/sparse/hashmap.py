@@ -99,6 +99,8 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_sync.argtypes = [p, i64]
     lib.fbx_map_copy.restype = i64
     lib.fbx_map_copy.argtypes = [p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_map_read_checked.restype = i64
+    lib.fbx_map_read_checked.argtypes = [p, p, i64, i64, i64, p, p, p]
     lib.fbx_row_hashes.restype = None
     lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
@@ -150,6 +152,42 @@ class RowMap:
             return 0
         return int(_lib().fbx_map_copy(self.addr, g.ctypes.data, len(g), int(row_bytes), buf.ctypes.data,
                                        1 if write else 0))
+
+    def read_checked(self, g: np.ndarray, page_rows: int, page_sums: np.ndarray,
+                     out: np.ndarray) -> tuple[int, int, int, int]:
+        """Read rows ``g`` (strictly ascending) into ``out`` ``[len(g), width]`` float32, and
+        check each page of ``page_rows`` rows they touch against ``page_sums`` (the sum of
+        its rows' :func:`row_hashes`), hashing the pages where they lie, in one C pass.
+        Returns ``(rc, pages checked, pages that differ, the first of those or -1)``; ``rc``
+        as :meth:`copy`'s.
+
+        Example:
+            >>> import os, tempfile, numpy as np
+            >>> fd, path = tempfile.mkstemp(); os.ftruncate(fd, 32)
+            >>> m = RowMap(fd, 32); m.copy(np.array([1]), 8, np.ones((1, 2), np.float32), write=True)
+            0
+            >>> sums = row_hashes(np.array([[0, 0], [1, 1]], np.float32), np.array([0, 1]))
+            >>> out = np.zeros((1, 2), np.float32)
+            >>> m.read_checked(np.array([1]), 2, np.array([sums.sum(), 0], np.uint64), out), out.tolist()
+            ((0, 1, 0, -1), [[1.0, 1.0]])
+        """
+        g = np.ascontiguousarray(g, dtype=np.int64)
+        width = out.shape[1] if out.ndim == 2 else 0
+        if out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (len(g), width) or page_rows < 1:
+            raise ArgumentError(f"RowMap.read_checked: out must be C-contiguous float32 [{len(g)}, width]")
+        if len(g) == 0:
+            return 0, 0, 0, -1
+        if int(g[0]) < 0 or (len(g) > 1 and not bool((g[1:] > g[:-1]).all())):
+            raise ArgumentError("RowMap.read_checked: rows must be ascending, distinct and >= 0")
+        last_page = int(g[-1]) // page_rows
+        if (last_page + 1) * page_rows * width * 4 > self.nbytes or last_page >= len(page_sums):
+            raise RowIndexError(f"RowMap.read_checked: rows outside the {self.nbytes // (4 * max(width, 1))} mapped "
+                                "rows or their pages")
+        sums = np.ascontiguousarray(page_sums, dtype=np.uint64)
+        report = np.zeros(3, dtype=np.int64)
+        rc = int(_lib().fbx_map_read_checked(self.addr, g.ctypes.data, len(g), width, int(page_rows),
+                                             sums.ctypes.data, out.ctypes.data, report.ctypes.data))
+        return rc, int(report[0]), int(report[1]), int(report[2])
 
     def sync(self) -> int:
         return int(_lib().fbx_map_sync(self.addr, self.nbytes)) if self.addr else 0

@@ -249,10 +249,12 @@ int fbx_unmap(void *p, int64_t bytes) { return munmap(p, (size_t)bytes) == 0 ? 0
 
 int fbx_map_sync(void *p, int64_t bytes) { return msync(p, (size_t)bytes, MS_SYNC) == 0 ? 0 : -errno; }
 
-/* Copy rows g[0..n) between the map (row r at base + r * row_bytes) and buf (n rows):
- * to_map = 0 reads them into buf, 1 writes buf into them.  Returns 0, or 1 + j when row
- * g[j] could not be accessed (the file was truncated: SIGBUS). */
-int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes, char *buf, int to_map) {
+/* Run fn(ctx, &at) with SIGBUS caught: fn keeps `at` at the index of the row it is on.
+ * Returns fn's result, 1 + at when a SIGBUS interrupted it (the file was truncated), or
+ * -errno when the handler could not be installed. */
+typedef int64_t (*fbx_guarded_fn)(void *ctx, volatile int64_t *at);
+
+static int64_t fbx_guarded(fbx_guarded_fn fn, void *ctx) {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = fbx_on_sigbus;
@@ -261,22 +263,41 @@ int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes,
     if (sigaction(SIGBUS, &sa, &old) != 0) return -(int64_t)errno;
     fbx_bus_previous = old;
     sigjmp_buf jump;
-    volatile int64_t j = 0;
+    volatile int64_t at = 0;
     if (sigsetjmp(jump, 1)) {
         fbx_bus_jump = NULL;
         sigaction(SIGBUS, &old, NULL);
-        return 1 + j;
+        return 1 + at;
     }
     fbx_bus_jump = &jump;
-    for (j = 0; j < n; j++) {
-        char *row = base + g[j] * row_bytes;
-        if (j + 8 < n) __builtin_prefetch(base + g[j + 8] * row_bytes);
-        if (to_map) memcpy(row, buf + j * row_bytes, (size_t)row_bytes);
-        else memcpy(buf + j * row_bytes, row, (size_t)row_bytes);
-    }
+    int64_t rc = fn(ctx, &at);
     fbx_bus_jump = NULL;
     sigaction(SIGBUS, &old, NULL);
+    return rc;
+}
+
+typedef struct {
+    char *base; const int64_t *g; int64_t n, row_bytes; char *buf; int to_map;
+} fbx_copy_args;
+
+static int64_t fbx_copy_rows(void *ctx, volatile int64_t *at) {
+    const fbx_copy_args *c = (const fbx_copy_args *)ctx;
+    for (int64_t j = 0; j < c->n; j++) {
+        *at = j;
+        char *row = c->base + c->g[j] * c->row_bytes;
+        if (j + 8 < c->n) __builtin_prefetch(c->base + c->g[j + 8] * c->row_bytes);
+        if (c->to_map) memcpy(row, c->buf + j * c->row_bytes, (size_t)c->row_bytes);
+        else memcpy(c->buf + j * c->row_bytes, row, (size_t)c->row_bytes);
+    }
     return 0;
+}
+
+/* Copy rows g[0..n) between the map (row r at base + r * row_bytes) and buf (n rows):
+ * to_map = 0 reads them into buf, 1 writes buf into them.  Returns 0, or 1 + j when row
+ * g[j] could not be accessed (the file was truncated: SIGBUS). */
+int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes, char *buf, int to_map) {
+    fbx_copy_args c = {base, g, n, row_bytes, buf, to_map};
+    return fbx_guarded(fbx_copy_rows, &c);
 }
 
 /* The SSD tier's row hashes (fbrapids.trainers.sparse.ssd): for row i of n rows of `width`
@@ -284,19 +305,68 @@ int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes,
  * b = sum_j w[j] * (((j + 1) * 0x85EBCA77) | 1) (mod 2^32; odd multipliers: any change of one word
  * changes both), out[i] = (b * 2^32 + a) * (2 g[i] + 1) mod 2^64.  32-bit lanes, so that the loop
  * vectorises.  A page's checksum is the sum of its rows' hashes. */
-void fbx_row_hashes(const uint32_t *words, const int64_t *g, int64_t n, int64_t width, uint64_t *out) {
-    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+/* the multipliers of fbx_row_hashes for `width` words */
+static void fbx_hash_multipliers(int64_t width, uint32_t *m1, uint32_t *m2) {
     for (int64_t j = 0; j < width; j++) {
         m1[j] = ((uint32_t)(j + 1) * 0x9E3779B1u) | 1u;
         m2[j] = ((uint32_t)(j + 1) * 0x85EBCA77u) | 1u;
     }
-    for (int64_t i = 0; i < n; i++) {
-        const uint32_t *w = words + i * width;
-        uint32_t a = 0, b = 0;
-        for (int64_t j = 0; j < width; j++) {
-            a += w[j] * m1[j];
-            b += w[j] * m2[j];
-        }
-        out[i] = ((((uint64_t)b) << 32) | a) * (2ULL * (uint64_t)g[i] + 1ULL);
+}
+
+static inline uint64_t fbx_row_hash(const uint32_t *w, int64_t width, int64_t g, const uint32_t *m1,
+                                    const uint32_t *m2) {
+    uint32_t a = 0, b = 0;
+    for (int64_t j = 0; j < width; j++) {
+        a += w[j] * m1[j];
+        b += w[j] * m2[j];
     }
+    return ((((uint64_t)b) << 32) | a) * (2ULL * (uint64_t)g + 1ULL);
+}
+
+void fbx_row_hashes(const uint32_t *words, const int64_t *g, int64_t n, int64_t width, uint64_t *out) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    fbx_hash_multipliers(width, m1, m2);
+    for (int64_t i = 0; i < n; i++) out[i] = fbx_row_hash(words + i * width, width, g[i], m1, m2);
+}
+
+typedef struct {
+    const char *base; const int64_t *g; int64_t n, width, page_rows; const uint64_t *page_sums; float *out;
+    int64_t *report; const uint32_t *m1, *m2;
+} fbx_checked_args;
+
+static int64_t fbx_read_checked_rows(void *ctx, volatile int64_t *at) {
+    const fbx_checked_args *c = (const fbx_checked_args *)ctx;
+    const int64_t row_bytes = c->width * 4, pr = c->page_rows;
+    int64_t pages = 0, bad = 0, first_bad = -1;
+    for (int64_t j = 0; j < c->n;) {
+        *at = j;
+        const int64_t p = c->g[j] / pr;
+        int64_t k = j; /* the rows of the next page read: prefetch its start */
+        while (k < c->n && c->g[k] / pr == p) k++;
+        if (k < c->n) {
+            const char *next = c->base + (c->g[k] / pr) * pr * row_bytes;
+            for (int64_t off = 0; off < pr * row_bytes; off += 64) __builtin_prefetch(next + off);
+        }
+        uint64_t sum = 0;
+        for (int64_t r = p * pr; r < (p + 1) * pr; r++)
+            sum += fbx_row_hash((const uint32_t *)(c->base + r * row_bytes), c->width, r, c->m1, c->m2);
+        if (sum != c->page_sums[p]) { bad++; if (first_bad < 0) first_bad = p; }
+        pages++;
+        for (; j < k; j++) memcpy(c->out + j * c->width, c->base + c->g[j] * row_bytes, (size_t)row_bytes);
+    }
+    c->report[0] = pages; c->report[1] = bad; c->report[2] = first_bad;
+    return 0;
+}
+
+/* The SSD tier's checked read in one pass over the map: rows g[0..n) (ascending, distinct)
+ * of `width` words each are copied into out, and every page of page_rows rows they touch is
+ * hashed where it lies (fbx_row_hashes' hashes summed) and compared with page_sums[page].
+ * report[0..3) = pages checked, pages whose sum differs, the first of those (-1: none).
+ * Returns 0, or 1 + j when the page of row g[j] could not be accessed (SIGBUS). */
+int64_t fbx_map_read_checked(const char *base, const int64_t *g, int64_t n, int64_t width, int64_t page_rows,
+                             const uint64_t *page_sums, float *out, int64_t *report) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    fbx_hash_multipliers(width, m1, m2);
+    fbx_checked_args c = {base, g, n, width, page_rows, page_sums, out, report, m1, m2};
+    return fbx_guarded(fbx_read_checked_rows, &c);
 }
