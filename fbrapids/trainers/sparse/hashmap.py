@@ -74,17 +74,18 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_get.restype = i64
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
     lib.fbx_store_touch.restype = ctypes.c_int
-    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, i64, p, ctypes.c_int]
     lib.fbx_lookup_pass.restype = i64
-    lib.fbx_lookup_pass.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p, i64, i64, p, i64, i64, p, p, p, ctypes.c_int]
+    lib.fbx_lookup_pass.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, i64, p, i64, i64, p, i64, i64, p, p, p,
+                                    ctypes.c_int]
     lib.fbx_window_keys.restype = ctypes.c_int
-    lib.fbx_window_keys.argtypes = [p, i64, p, p, i64, i64, i64, p]
+    lib.fbx_window_keys.argtypes = [p, i64, p, p, i64, i64, i64, i64, p]
     lib.fbx_window_announce.restype = i64
     lib.fbx_window_announce.argtypes = [p, i64, i64, i64, p, p, p, p, i64, i64, i64, p]
     lib.fbx_window_begin.restype = None
     lib.fbx_window_begin.argtypes = [p, i64, p, i64, i64, p]
     lib.fbx_cache_slots.restype = i64
-    lib.fbx_cache_slots.argtypes = [p, i64, p, i64, p]
+    lib.fbx_cache_slots.argtypes = [p, i64, p, i64, i64, p]
     lib.fbx_pin_slots.restype = ctypes.c_int
     lib.fbx_pin_slots.argtypes = [p, i64, p, i64, i64]
     lib.fbx_init_rows.restype = None
@@ -384,6 +385,24 @@ def unique_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return uniq[:m], inverse, counts[:m]
 
 
+def record_stride(where: str, *fields: np.ndarray) -> int:
+    """The common stride, in int64 elements, of int64 row arrays that are either separate
+    contiguous arrays (1) or the columns of one record per row (the record's width).
+
+    Example:
+        >>> import numpy as np
+        >>> rec = np.zeros((5, 4), np.int64)
+        >>> record_stride("x", rec[:, 0], rec[:, 3]), record_stride("x", np.zeros(3, np.int64))
+        (4, 1)
+    """
+    st = fields[0].strides
+    for a in fields:
+        if a.dtype != np.int64 or a.ndim != 1 or a.strides != st or st[0] <= 0 or st[0] % 8:
+            raise InputTypeError(f"{where}: expected int64 row arrays of one positive stride, got {a.dtype} with "
+                                 f"strides {a.strides} (and {st})")
+    return st[0] // 8
+
+
 def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_loc: np.ndarray,
                 on_ssd: np.ndarray, last: np.ndarray, freq: np.ndarray, step: int) -> np.ndarray:
     """A lookup's bookkeeping over its distinct rows ``g`` (-1: not admitted) in one C pass.
@@ -404,16 +423,15 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    for a, dt in ((cache_loc, np.int64), (host_loc, np.int64), (on_ssd, np.bool_), (last, np.int64),
-                  (freq, np.int64)):
-        if a.dtype != dt or not a.flags.c_contiguous:
-            raise InputTypeError(f"store_touch: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+    rs = record_stride("store_touch", cache_loc, host_loc, last, freq)
+    if on_ssd.dtype != np.bool_ or not on_ssd.flags.c_contiguous:
+        raise InputTypeError(f"store_touch: on_ssd must be a contiguous bool array, got {on_ssd.dtype}")
     if len(counts) != len(g):
         raise ArgumentError(f"store_touch: {len(g)} rows but {len(counts)} counts")
     n_rows = min(len(cache_loc), len(host_loc), len(on_ssd), len(last), len(freq))
     out = np.zeros(6, dtype=np.int64)
     if _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
-                              on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), n_rows,
+                              on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, rs, int(step), n_rows,
                               out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
     return out
@@ -444,8 +462,9 @@ def lookup_pass(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, pin_
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
+    rs = record_stride("lookup_pass", d.cache_loc, d.host_loc, d.last, d.freq)
     arrays = (d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, pin, touched)
-    for a, dt in zip(arrays, (np.int64, np.int64, np.bool_, np.int64, np.int64, np.int64, np.int64)):
+    for a, dt in ((d.on_ssd, np.bool_), (pin, np.int64), (touched, np.int64)):
         if a.dtype != dt or not a.flags.c_contiguous:
             raise InputTypeError(f"lookup_pass: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
     if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or table.shape[1] < dim \
@@ -457,7 +476,7 @@ def lookup_pass(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, pin_
     slots = np.empty(m, dtype=np.int64)
     rows = np.empty((m, int(dim)), dtype=np.float32)
     ptr = [a.ctypes.data for a in arrays]
-    miss = _lib().fbx_lookup_pass(g.ctypes.data, counts.ctypes.data, m, *ptr[:5], int(step), n_rows, ptr[5],
+    miss = _lib().fbx_lookup_pass(g.ctypes.data, counts.ctypes.data, m, *ptr[:5], rs, int(step), n_rows, ptr[5],
                                   table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], int(dim),
                                   slots.ctypes.data, rows.ctypes.data, ptr[6], row_threads())
     if miss == -1:
@@ -477,11 +496,12 @@ def window_keys(g: np.ndarray, next_use: np.ndarray, freq: np.ndarray, current: 
         [3, 93]
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
-    _int64_arrays("window_keys", next_use, freq)
+    _int64_arrays("window_keys", next_use)
+    fs = record_stride("window_keys", freq)
     out = np.empty(len(g), dtype=np.int64)
     n_rows = min(len(next_use), len(freq))
-    if _lib().fbx_window_keys(g.ctypes.data, len(g), next_use.ctypes.data, freq.ctypes.data, n_rows, int(current),
-                              int(in_window), out.ctypes.data) != 0:
+    if _lib().fbx_window_keys(g.ctypes.data, len(g), next_use.ctypes.data, freq.ctypes.data, fs, n_rows,
+                              int(current), int(in_window), out.ctypes.data) != 0:
         raise RowIndexError(f"window_keys: rows outside [0, {n_rows})")
     return out
 
@@ -545,10 +565,10 @@ def cache_slots(g: np.ndarray, cache_loc: np.ndarray) -> tuple[np.ndarray, int]:
         ([-1, 5], 1)
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
-    if cache_loc.dtype != np.int64 or not cache_loc.flags.c_contiguous:
-        raise InputTypeError(f"cache_slots: cache_loc must be contiguous int64, got {cache_loc.dtype}")
+    rs = record_stride("cache_slots", cache_loc)
     slots = np.empty(len(g), dtype=np.int64)
-    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, len(cache_loc), slots.ctypes.data)
+    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, rs, len(cache_loc),
+                                  slots.ctypes.data)
     if miss < 0:
         raise RowIndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
     return slots, int(miss)

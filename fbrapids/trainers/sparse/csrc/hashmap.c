@@ -258,11 +258,13 @@ int64_t fbx_unique_get(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64
  * occurrences each: marks admitted rows used at `step` (last) and adds their occurrences to freq, and
  * adds to out[0..5]: occurrences served by the cache, host RAM, the SSD file, a new row,
  * occurrences of rows not admitted, and distinct admitted rows already cached.
- * The row arrays hold n_rows entries; returns 0, or -1 (nothing done) for a row beyond.
- * With nthreads > 1 the admitted rows must be distinct (the same counts for any thread count). */
+ * The row arrays hold n_rows entries, row r's at [r * rs] (rs = 1: separate arrays; more:
+ * the fields of one record per row, side by side) but on_ssd's at [r]; returns 0, or -1
+ * (nothing done) for a row beyond.  With nthreads > 1 the admitted rows must be distinct
+ * (the same counts for any thread count). */
 int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
-                    const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
-                    int64_t n_rows, int64_t *out, int nthreads) {
+                    const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t rs,
+                    int64_t step, int64_t n_rows, int64_t *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (g[j] >= n_rows) return -1;
     int64_t o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0;
@@ -271,15 +273,15 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) {
             int64_t p = g[j + FBX_AHEAD];
-            __builtin_prefetch(cache_loc + p); __builtin_prefetch(host_loc + p); __builtin_prefetch(on_ssd + p);
-            __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
+            __builtin_prefetch(cache_loc + p * rs); __builtin_prefetch(host_loc + p * rs);
+            __builtin_prefetch(on_ssd + p); __builtin_prefetch(last + p * rs, 1); __builtin_prefetch(freq + p * rs, 1);
         }
         int64_t r = g[j], c = counts[j];
         if (r < 0) { o4 += c; continue; }
-        last[r] = step;
-        freq[r] += c;
-        if (cache_loc[r] >= 0) { o0 += c; o5 += 1; }
-        else if (host_loc[r] >= 0) o1 += c;
+        last[r * rs] = step;
+        freq[r * rs] += c;
+        if (cache_loc[r * rs] >= 0) { o0 += c; o5 += 1; }
+        else if (host_loc[r * rs] >= 0) o1 += c;
         else if (on_ssd[r]) o2 += c;
         else o3 += c;
     }
@@ -289,7 +291,8 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
 
 /* The CPU cache's lookup pass over a batch's m distinct rows g[j] (-1: not admitted),
  * counts[j] occurrences each, fusing fbx_store_touch (last, freq, out[0..5] as there),
- * fbx_cache_slots and fbx_pin_slots with the gather of the cached rows: slots[j] =
+ * fbx_cache_slots and fbx_pin_slots with the gather of the cached rows (the row arrays as
+ * fbx_store_touch's, row r's fields at [r * rs]): slots[j] =
  * cache_loc[g[j]] (-1: not admitted or not cached), pin[slots[j]] = max(pin, pin_step) for
  * the cached ones unless pin_step < 0, and rows[j, 0..dim) = table[slots[j], 0..dim) for the
  * cached ones, zeros for the rows not admitted (the default row); the rows of admitted rows
@@ -298,7 +301,8 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
  * or -2 for a cache_loc entry beyond n_slots (a corrupt directory: that row is left out).
  * With nthreads > 1 the admitted rows must be distinct. */
 int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
-                        const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
+                        const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t rs,
+                        int64_t step,
                         int64_t n_rows, int64_t *pin, int64_t n_slots, int64_t pin_step, const float *table,
                         int64_t width, int64_t dim, int64_t *slots, float *rows, int64_t *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
@@ -307,12 +311,12 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS) \
     reduction(+ : o0, o1, o2, o3, o4, o5, miss, bad)
     for (int64_t j = 0; j < m; j++) {
-        if (j + 2 * FBX_AHEAD < m && g[j + 2 * FBX_AHEAD] >= 0) {
-            int64_t p = g[j + 2 * FBX_AHEAD];
+        if (j + 2 * FBX_AHEAD < m && g[j + 2 * FBX_AHEAD] >= 0) { /* one line when the fields are one record */
+            int64_t p = g[j + 2 * FBX_AHEAD] * rs;
             __builtin_prefetch(cache_loc + p); __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
         }
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) { /* its cache_loc was prefetched FBX_AHEAD rows ago */
-            int64_t q = cache_loc[g[j + FBX_AHEAD]];
+            int64_t q = cache_loc[g[j + FBX_AHEAD] * rs];
             if (q >= 0 && q < n_slots) {
                 const float *r = table + q * width;
                 __builtin_prefetch(r); __builtin_prefetch(r + dim - 1);
@@ -327,9 +331,9 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
             for (int64_t k = 0; k < dim; k++) dst[k] = 0.0f;
             continue;
         }
-        last[r] = step;
-        freq[r] += c;
-        int64_t s = cache_loc[r];
+        last[r * rs] = step;
+        freq[r * rs] += c;
+        int64_t s = cache_loc[r * rs];
         if (s >= n_slots) { bad++; s = -1; }
         slots[j] = s;
         if (s >= 0) {
@@ -340,7 +344,7 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
             continue;
         }
         miss += 1;
-        if (host_loc[r] >= 0) o1 += c;
+        if (host_loc[r * rs] >= 0) o1 += c;
         else if (on_ssd[r]) o2 += c;
         else o3 += c;
     }
@@ -350,17 +354,17 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
 
 /* Eviction keys of the lfu_window policy over m rows g[j]: a row whose next known use
  * next_use[r] comes after `current` gets in_window - next_use[r] (the sooner, the higher), any
- * other freq[r]; returns 0, or -1 (nothing written) for a row outside [0, n_rows). */
-int fbx_window_keys(const int64_t *g, int64_t m, const int64_t *next_use, const int64_t *freq, int64_t n_rows,
-                    int64_t current, int64_t in_window, int64_t *out) {
+ * other freq[r * fs]; returns 0, or -1 (nothing written) for a row outside [0, n_rows). */
+int fbx_window_keys(const int64_t *g, int64_t m, const int64_t *next_use, const int64_t *freq, int64_t fs,
+                    int64_t n_rows, int64_t current, int64_t in_window, int64_t *out) {
     for (int64_t j = 0; j < m; j++)
         if (g[j] < 0 || g[j] >= n_rows) return -1;
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m) {
-            __builtin_prefetch(next_use + g[j + FBX_AHEAD]); __builtin_prefetch(freq + g[j + FBX_AHEAD]);
+            __builtin_prefetch(next_use + g[j + FBX_AHEAD]); __builtin_prefetch(freq + g[j + FBX_AHEAD] * fs);
         }
         int64_t nu = next_use[g[j]];
-        out[j] = nu > current ? in_window - nu : freq[g[j]];
+        out[j] = nu > current ? in_window - nu : freq[g[j] * fs];
     }
     return 0;
 }
@@ -405,15 +409,16 @@ void fbx_window_begin(const int64_t *g, int64_t m, const int64_t *ring, int64_t 
     }
 }
 
-/* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached, or -1 for
+/* slots[j] = cache_loc[g[j] * rs] (-1: not cached); returns how many are not cached, or -1 for
  * a row outside [0, n_rows). */
-int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t n_rows, int64_t *slots) {
+int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t rs, int64_t n_rows,
+                        int64_t *slots) {
     int64_t miss = 0;
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0 && g[j + FBX_AHEAD] < n_rows)
-            __builtin_prefetch(cache_loc + g[j + FBX_AHEAD]);
+            __builtin_prefetch(cache_loc + g[j + FBX_AHEAD] * rs);
         if (g[j] < 0 || g[j] >= n_rows) return -1;
-        int64_t s = cache_loc[g[j]];
+        int64_t s = cache_loc[g[j] * rs];
         slots[j] = s;
         miss += s < 0;
     }
