@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fbrapids.atomic import fsync_dir, write_atomic
+from fbrapids.atomic import fsync_dir, fsync_path, write_atomic
 from fbrapids.data_cache import DEMO_MARK, FILES  # noqa: F401  (the demo folder's marker, the data's files)
 from fbrapids.errors import DataDirError, DataGenError, FbrapidsError
 
@@ -671,11 +671,7 @@ def _generate_into_place(rows: int, out: Path, seed: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     generate(rows, tmp, seed=seed)
     for name in FILES:  # the data durable before the marker that vouches for it
-        fd = os.open(tmp / f"{name}.parquet", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(tmp / f"{name}.parquet")
     write_atomic(tmp / DEMO_MARK, [json.dumps(_marker(rows, seed, _file_pins(tmp))).encode()])
     fsync_dir(tmp)
     old = None

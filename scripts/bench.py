@@ -207,13 +207,22 @@ def _trial_calibration(r: dict) -> str:
 
 
 def _aa(r: dict) -> str:
-    """The calibration's A/A check (trials with A/A arms), or nothing where none had them."""
+    """The calibration's A/A check (trials with A/A arms), or nothing where none had them:
+    per data size the largest |A/A delta| and the A/A deltas' mean over trials (an input
+    that tells nothing costs that much), and the noise trials' z-scores' SD (about 1 where
+    the interval is calibrated)."""
     aa = r.get("aa", {}).get("auc")
     if not aa:
         return ""
-    rows = "/".join(f"{n:,}" for n in aa["rows"])
-    return (f"A/A (candidate shuffled; {aa['trials']} trials, {rows} rows): max |AUC delta| {aa['max_abs_delta']:.4f} "
-            f"seed-averaged, {aa['max_abs_seed_delta']:.4f} per seed (A/A spread), {aa['called']} called; ")
+    parts = []
+    for n, a in (aa.get("by_rows") or {str(aa["rows"][0]): aa}).items():
+        parts.append(f"{a['trials']} trials at {int(n):,} rows: max |AUC delta| {a['max_abs_delta']:.4f} seed-averaged, "
+                     f"{a['max_abs_seed_delta']:.4f} per seed (A/A spread), {a['called']} called"
+                     + (f", mean {a['mean_delta']:+.4f} ± {a['se_mean']:.4f}" if a.get("se_mean") is not None else ""))
+    z = r.get("noise_z", {})
+    zs = ", ".join(f"{m.upper()} {v['z_sd']:.2f}" for m, v in z.items() if v.get("z_sd") is not None)
+    return (f"A/A (candidate shuffled; {'; '.join(parts)}); noise trials' delta/se SD (1 if calibrated): {zs}; "
+            if zs else f"A/A (candidate shuffled; {'; '.join(parts)}); ")
 
 
 def _verify(r: dict) -> str:
