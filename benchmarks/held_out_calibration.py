@@ -16,7 +16,15 @@ the held-out last day.  Two parts, written as one JSON object:
 * ``slices``: per run kept by ``benchmarks/models.py --predictions DIR``, the held-out
   calibration and logloss with the shift of :func:`fbrapids.trainers.calibration.intercept`
   fitted on the newest ``k`` progressive pairs, for each ``k`` of :data:`SLICES` (0: no
-  calibration), and the count of runs outside [0.95, 1.05] per ``k`` and size.
+  calibration), and the count of runs outside [0.95, 1.05] per ``k`` and size; and
+  ``pseudo``, the same choice judged without the held-out day: the shift fitted on the
+  ``k`` pairs before the newest :data:`PSEUDO_TEST` and the calibration of those newest
+  pairs with it (``pseudo_per_slice``: the mean distance from one over the runs); and
+  ``recency``: in blocks of :data:`BLOCK` progressive pairs (a batch of the demo's, counted
+  from the newest), the SD of a block's mean prediction relative to their mean, and its
+  correlation with the click rate of the block before (a model whose mean prediction
+  follows the labels of the last steps ends in a state that a shift fitted over many
+  steps does not describe).
 
     python benchmarks/held_out_calibration.py --rows 200000 --seeds 0 1 2 3 4 --predictions DIR --out FILE
 
@@ -52,6 +60,12 @@ log = logging.getLogger("benchmarks.held_out_calibration")
 #: progressive pairs the shift is fitted on (0: none); fit's default is 2^15, it keeps 2^17
 SLICES = (0, 1 << 14, 1 << 15, 1 << 16, 1 << 17)
 BOUNDS = (0.95, 1.05)
+#: the newest progressive pairs that stand in for a held-out day in ``pseudo``
+PSEUDO_TEST = 1 << 14
+#: progressive pairs per block in ``recency`` (the demo's batch size)
+BLOCK = 2048
+#: fit's calibration slice (:data:`fbrapids.trainers.calibration.CALIBRATION_ROWS`)
+CALIBRATION_SLICE = 1 << 15
 
 
 def day_table(rows: int, seed: int) -> list[dict[str, Any]]:
@@ -60,7 +74,9 @@ def day_table(rows: int, seed: int) -> list[dict[str, Any]]:
     from fbrapids.data_cache import default_data_dir
     from fbrapids.datagen import TS0, ensure_dataset, hidden_probabilities
 
-    data = ensure_dataset(rows, default_data_dir(rows, seed), seed=seed)
+    data = default_data_dir(rows, seed)
+    if not (data / "basic.parquet").exists():  # a folder the demo made is read as it is (a run may hold it)
+        data = ensure_dataset(rows, data, seed=seed)
     imp = pd.read_parquet(Path(data) / "impressions.parquet", columns=["instance_id", "slot"])
     basic = pd.read_parquet(Path(data) / "basic.parquet", columns=["instance_id"])
     demo = imp.loc[imp["slot"] >= 0, ["instance_id"]].merge(basic, on="instance_id")
@@ -94,6 +110,25 @@ def slice_metrics(prog_z: np.ndarray, prog_y: np.ndarray, z: np.ndarray, y: np.n
     return out
 
 
+def recency(logits: np.ndarray, labels: np.ndarray, block: int = BLOCK) -> dict[str, float]:
+    """Blocks of ``block`` progressive pairs counted from the newest: the SD of a block's mean
+    prediction over the blocks' mean, and the correlation of a block's mean prediction with
+    the click rate of the block before it.
+
+    Example:
+        >>> y = (np.random.default_rng(0).random(1 << 14) < 0.1).astype(float)
+        >>> z = np.full(len(y), -2.2)
+        >>> recency(z, y)["block_pred_sd"]
+        0.0
+    """
+    n = len(logits) // block * block
+    p = _sigmoid(np.asarray(logits[len(logits) - n:], dtype=np.float64)).reshape(-1, block).mean(1)
+    c = np.asarray(labels[len(labels) - n:], dtype=np.float64).reshape(-1, block).mean(1)
+    sd = float(p.std() / p.mean())
+    corr = float(np.corrcoef(p[1:], c[:-1])[0, 1]) if sd > 0 and len(p) > 2 else 0.0
+    return {"blocks": len(p), "block_pred_sd": round(sd, 4), "corr_with_previous_ctr": round(corr, 3)}
+
+
 def run_slices(folder: Path) -> dict[str, Any]:
     """:func:`slice_metrics` of every model run kept in ``folder`` (``<rows>-<arm>-seed<seed>.npz``),
     per size: runs and, per slice, the count outside :data:`BOUNDS` and the calibrations' mean and SD."""
@@ -106,10 +141,19 @@ def run_slices(folder: Path) -> dict[str, Any]:
         a, b = z["calibration"]
         m = slice_metrics(z["progressive_logit"].astype(np.float64), z["progressive_label"].astype(np.float64),
                           a * z["logit"], z["label"].astype(np.float64))  # a = 1: a shift-only calibration
+        pz, py = z["progressive_logit"].astype(np.float64), z["progressive_label"].astype(np.float64)
+        t = len(pz) - PSEUDO_TEST
+        pseudo = slice_metrics(pz[:t], py[:t], pz[t:], py[t:], tuple(k for k in SLICES if k <= t))
         sizes.setdefault(rows, {"runs": []})["runs"].append({"arm": arm, "seed": int(seed.removeprefix("seed")),
-                                                             "fitted_shift": round(float(b), 4), "slices": m})
+                                                             "fitted_shift": round(float(b), 4), "slices": m,
+                                                             "pseudo": pseudo, "recency": recency(pz, py),
+                                                             "raw_progressive_calibration": round(float(
+                                                                 _sigmoid(pz[-CALIBRATION_SLICE:]).mean()
+                                                                 / py[-CALIBRATION_SLICE:].mean()), 4)})
     lo, hi = BOUNDS
     for s in sizes.values():
+        s["recency"] = {key: round(statistics.fmean(r["recency"][key] for r in s["runs"]), 3)
+                        for key in ("block_pred_sd", "corr_with_previous_ctr")}
         s["per_slice"] = {}
         for k in map(str, SLICES):
             cal = [r["slices"][k]["calibration"] for r in s["runs"] if k in r["slices"]]
@@ -118,6 +162,11 @@ def run_slices(folder: Path) -> dict[str, Any]:
                                      "mean": round(statistics.fmean(cal), 4),
                                      "sd": round(statistics.stdev(cal), 4) if len(cal) > 1 else 0.0,
                                      "mean_abs_dev": round(statistics.fmean(abs(c - 1) for c in cal), 4)}
+            ps = [r["pseudo"][k]["calibration"] for r in s["runs"] if k in r["pseudo"]]
+            if ps:
+                s.setdefault("pseudo_per_slice", {})[k] = {
+                    "runs": len(ps), "mean": round(statistics.fmean(ps), 4),
+                    "mean_abs_dev": round(statistics.fmean(abs(c - 1) for c in ps), 4)}
     return sizes
 
 
@@ -127,11 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--predictions", type=Path, default=None, help="benchmarks/models.py --predictions DIR")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--add", action="store_true", help="keep the other sizes' days already in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out: dict[str, Any] = {"machine": machine_description(), "days": {}, "held_out": {},
                            "command": "python benchmarks/held_out_calibration.py " +
                            " ".join(sys.argv[1:] if argv is None else argv)}
+    if args.add and args.out is not None and args.out.exists():
+        kept = json.loads(args.out.read_text())
+        for key in ("days", "held_out"):
+            out[key] = {rows: v for rows, v in kept.get(key, {}).items() if int(rows) not in args.rows}
+        out["command"] = f"{kept['command']}, then {out['command']}"
     for rows in args.rows:
         for seed in args.seeds:
             days = day_table(rows, seed)

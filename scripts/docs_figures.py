@@ -402,6 +402,17 @@ def fig_held_out_calibration() -> str:
                      f"the held-out day's mean hidden probability against the training days': "
                      + ", ".join(f"{v:+.1%}" for v in drift.values())
                      + f" (a day's mean hidden probability moves by {day_sd:.1%} (SD) from day to day).")
+    for rows, sz in r.get("slices", {}).items():
+        oracle = {int(seed): d[-1]["oracle_calibration"] for seed, d in r["days"].get(rows, {}).items()}
+        gaps = [x["slices"]["0"]["calibration"] / oracle[x["seed"]] for x in sz["runs"] if x["seed"] in oracle]
+        prog = [x["raw_progressive_calibration"] for x in sz["runs"]]
+        if gaps:
+            lines.append(f"- {int(rows):,} rows, {len(gaps)} model runs: held-out calibration without the shift over the "
+                         f"oracle's {statistics.fmean(gaps):.3f} (from {min(gaps):.3f} to {max(gaps):.3f}); their "
+                         f"progressive predictions of the newest rows trained on, without the shift, "
+                         f"{statistics.fmean(prog):.3f} (from {min(prog):.3f} to {max(prog):.3f}); a batch's mean "
+                         f"progressive prediction moves by {sz['recency']['block_pred_sd']:.1%} (SD) and correlates "
+                         f"{sz['recency']['corr_with_previous_ctr']:+.2f} with the click rate of the batch before.")
     if "slices" in r:
         lines += ["", "| rows | shift fitted on the newest progressive pairs | runs outside [0.95, 1.05] | "
                       "calibration mean ± SD | mean distance from 1 |", "|---|---|---|---|---|"]
