@@ -102,6 +102,8 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_copy.argtypes = [p, p, i64, i64, p, ctypes.c_int]
     lib.fbx_map_read_checked.restype = i64
     lib.fbx_map_read_checked.argtypes = [p, p, i64, i64, i64, p, p, p]
+    lib.fbx_map_write_checked.restype = i64
+    lib.fbx_map_write_checked.argtypes = [p, p, i64, i64, i64, i64, p, p]
     lib.fbx_row_hashes.restype = None
     lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
@@ -189,6 +191,37 @@ class RowMap:
         rc = int(_lib().fbx_map_read_checked(self.addr, g.ctypes.data, len(g), width, int(page_rows),
                                              sums.ctypes.data, out.ctypes.data, report.ctypes.data))
         return rc, int(report[0]), int(report[1]), int(report[2])
+
+    def write_checked(self, g: np.ndarray, rows: np.ndarray, page_rows: int, page_sums: np.ndarray,
+                      written_end: int) -> int:
+        """Write ``rows`` ``[len(g), width]`` float32 at rows ``g`` (distinct) and move each
+        one's page checksum in ``page_sums`` (uint64, in place) by its new hash minus its old
+        one (rows from ``written_end`` on hold zeros: hash 0), in one C pass; ``rc`` as
+        :meth:`copy`'s.
+
+        Example:
+            >>> import os, tempfile, numpy as np
+            >>> fd, path = tempfile.mkstemp(); os.ftruncate(fd, 32)
+            >>> m, sums = RowMap(fd, 32), np.zeros(2, np.uint64)
+            >>> m.write_checked(np.array([1]), np.ones((1, 2), np.float32), 2, sums, 0)
+            0
+            >>> bool(sums[0] == row_hashes(np.ones((1, 2), np.float32), np.array([1]))[0]), int(sums[1])
+            (True, 0)
+        """
+        g = np.ascontiguousarray(g, dtype=np.int64)
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        width = rows.shape[1] if rows.ndim == 2 else 0
+        if rows.shape != (len(g), width) or page_rows < 1 or page_sums.dtype != np.uint64 \
+                or not page_sums.flags.c_contiguous or not page_sums.flags.writeable:
+            raise ArgumentError("RowMap.write_checked: rows [len(g), width] and a writable uint64 page_sums")
+        if not len(g):
+            return 0
+        if int(g.min()) < 0 or (int(g.max()) + 1) * width * 4 > self.nbytes or \
+                int(g.max()) // page_rows >= len(page_sums):
+            raise RowIndexError(f"RowMap.write_checked: rows outside the {self.nbytes // (4 * max(width, 1))} mapped "
+                                "rows or their pages")
+        return int(_lib().fbx_map_write_checked(self.addr, g.ctypes.data, len(g), width, int(page_rows),
+                                                int(written_end), rows.ctypes.data, page_sums.ctypes.data))
 
     def sync(self) -> int:
         return int(_lib().fbx_map_sync(self.addr, self.nbytes)) if self.addr else 0

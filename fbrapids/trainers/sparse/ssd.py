@@ -235,20 +235,12 @@ class SsdTier:
         self.ensure(int(g.max()) + 1)
         self.check_size()
         rows = np.ascontiguousarray(rows, dtype=np.float32)
-        if self.checked:  # each page's checksum moves by the new rows' hashes minus the old ones'
-            delta = row_hashes(rows, g)
-            seen = np.flatnonzero(g < self.written_end)  # rows written before (the others hold zeros: hash 0)
-            if len(seen):
-                old = np.empty((len(seen), self.width), dtype=np.float32)
-                self._copy(g[seen], old)
-                with np.errstate(over="ignore"):  # mod 2**64
-                    delta[seen] -= row_hashes(old, g[seen])
-            pages = g // self.page_rows
-            if len(pages) > 1 and not bool((pages[1:] >= pages[:-1]).all()):
-                order = np.argsort(pages, kind="stable")
-                pages, delta = pages[order], delta[order]
-            starts = np.flatnonzero(np.r_[True, pages[1:] != pages[:-1]])
-            self.page_sums[pages[starts]] += np.add.reduceat(delta, starts)
+        if self.checked:  # each page's checksum moves by the new rows' hashes minus the old ones', as they go in
+            rc = self.map.write_checked(g, rows, self.page_rows, self.page_sums, self.written_end)
+            if rc != 0:
+                self._raise_copy(rc, g, True)
+            self.written_end = max(self.written_end, int(g.max()) + 1)
+            return
         self._copy(g, rows, write=True)
         self.written_end = max(self.written_end, int(g.max()) + 1)
 

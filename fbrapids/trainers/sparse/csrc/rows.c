@@ -370,3 +370,38 @@ int64_t fbx_map_read_checked(const char *base, const int64_t *g, int64_t n, int6
     fbx_checked_args c = {base, g, n, width, page_rows, page_sums, out, report, m1, m2};
     return fbx_guarded(fbx_read_checked_rows, &c);
 }
+
+typedef struct {
+    char *base; const int64_t *g; int64_t n, width, page_rows, written_end; const float *rows; uint64_t *page_sums;
+    const uint32_t *m1, *m2;
+} fbx_write_args;
+
+static int64_t fbx_write_checked_rows(void *ctx, volatile int64_t *at) {
+    const fbx_write_args *c = (const fbx_write_args *)ctx;
+    const int64_t row_bytes = c->width * 4;
+    for (int64_t j = 0; j < c->n; j++) {
+        *at = j;
+        const int64_t r = c->g[j];
+        char *dst = c->base + r * row_bytes;
+        if (j + 8 < c->n) __builtin_prefetch(c->base + c->g[j + 8] * row_bytes, 1);
+        const uint32_t *src = (const uint32_t *)(c->rows + j * c->width);
+        uint64_t delta = fbx_row_hash(src, c->width, r, c->m1, c->m2);
+        if (r < c->written_end) delta -= fbx_row_hash((const uint32_t *)dst, c->width, r, c->m1, c->m2);
+        c->page_sums[r / c->page_rows] += delta;
+        memcpy(dst, src, (size_t)row_bytes);
+    }
+    return 0;
+}
+
+/* The SSD tier's checked write in one pass over the map: row j of rows (n rows of `width`
+ * words) goes to global row g[j] (distinct), and its page's checksum page_sums[g[j] /
+ * page_rows] moves by the new row's hash minus the old one's (rows from written_end on hold
+ * zeros, whose hash is 0).  Returns 0, or 1 + j when row g[j] could not be accessed (SIGBUS;
+ * the rows before it are written and counted). */
+int64_t fbx_map_write_checked(char *base, const int64_t *g, int64_t n, int64_t width, int64_t page_rows,
+                              int64_t written_end, const float *rows, uint64_t *page_sums) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    fbx_hash_multipliers(width, m1, m2);
+    fbx_write_args c = {base, g, n, width, page_rows, written_end, rows, page_sums, m1, m2};
+    return fbx_guarded(fbx_write_checked_rows, &c);
+}
