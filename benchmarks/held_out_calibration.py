@@ -25,6 +25,9 @@ the held-out last day.  Two parts, written as one JSON object:
   correlation with the click rate of the block before (a model whose mean prediction
   follows the labels of the last steps ends in a state that a shift fitted over many
   steps does not describe).
+* ``by_user``: per size and seed, the held-out day's rows by how many training rows their
+  user has (:data:`USER_BUCKETS`): the oracle's calibration there, and each kept model
+  run's without the shift (where a model's error sits: rarely seen users or all).
 
     python benchmarks/held_out_calibration.py --rows 200000 --seeds 0 1 2 3 4 --predictions DIR --out FILE
 
@@ -62,25 +65,63 @@ SLICES = (0, 1 << 14, 1 << 15, 1 << 16, 1 << 17)
 BOUNDS = (0.95, 1.05)
 #: the newest progressive pairs that stand in for a held-out day in ``pseudo``
 PSEUDO_TEST = 1 << 14
+#: users by their rows in the training days, for ``by_user`` (``None``: no upper bound)
+USER_BUCKETS = ((0, 1), (1, 5), (5, 50), (50, None))
 #: progressive pairs per block in ``recency`` (the demo's batch size)
 BLOCK = 2048
 #: fit's calibration slice (:data:`fbrapids.trainers.calibration.CALIBRATION_ROWS`)
 CALIBRATION_SLICE = 1 << 15
 
 
-def day_table(rows: int, seed: int) -> list[dict[str, Any]]:
-    """Per day of the demo's rows of ``(rows, seed)``: rows, clicks, click rate, mean hidden
-    probability, the oracle's calibration and its binomial SD (module docstring)."""
+def demo_rows(rows: int, seed: int) -> pd.DataFrame:
+    """The demo's rows of ``(rows, seed)`` (impressions with a slot and basic features):
+    ``instance_id``, ``ts``, ``click``, ``prob`` (the hidden model's) and ``user_id``."""
     from fbrapids.runs.data_cache import default_data_dir
-    from fbrapids.datasets.synthetic.generate import TS0, ensure_dataset, hidden_probabilities
+    from fbrapids.datasets.synthetic.generate import ensure_dataset, hidden_probabilities
 
     data = default_data_dir(rows, seed)
     if not (data / "basic.parquet").exists():  # a folder the demo made is read as it is (a run may hold it)
         data = ensure_dataset(rows, data, seed=seed)
-    imp = pd.read_parquet(Path(data) / "impressions.parquet", columns=["instance_id", "slot"])
+    imp = pd.read_parquet(Path(data) / "impressions.parquet", columns=["instance_id", "slot", "user_id"])
     basic = pd.read_parquet(Path(data) / "basic.parquet", columns=["instance_id"])
-    demo = imp.loc[imp["slot"] >= 0, ["instance_id"]].merge(basic, on="instance_id")
-    h = hidden_probabilities(rows, seed).merge(demo, on="instance_id")
+    demo = imp.loc[imp["slot"] >= 0, ["instance_id", "user_id"]].merge(basic, on="instance_id")
+    return hidden_probabilities(rows, seed).merge(demo, on="instance_id")
+
+
+def _bucket(counts: np.ndarray) -> np.ndarray:
+    """The index in :data:`USER_BUCKETS` of each training-row count."""
+    return np.searchsorted(np.array([lo for lo, _ in USER_BUCKETS[1:]]), counts, side="right")
+
+
+def by_user(h: pd.DataFrame, rows: int, seed: int, folder: Path | None) -> dict[str, Any]:
+    """The held-out day's calibration by how many training rows the user has
+    (:data:`USER_BUCKETS`): the oracle's, and each kept model run's without the shift."""
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0
+
+    held = h["ts"] >= TS0 + (DAYS - 1) * 86400
+    counts = h.loc[~held, "user_id"].value_counts()
+    te = h[held]
+    b = _bucket(te["user_id"].map(counts).fillna(0).to_numpy())
+    out: dict[str, Any] = {"buckets": [f"{lo}-{'' if hi is None else hi - 1}" for lo, hi in USER_BUCKETS],
+                           "rows": [int((b == i).sum()) for i in range(len(USER_BUCKETS))],
+                           "oracle": [round(float(te["prob"][b == i].mean() / te["click"][b == i].mean()), 3)
+                                      for i in range(len(USER_BUCKETS))], "runs": {}}
+    for f in sorted(folder.glob(f"{rows}-*-seed{seed}.npz")) if folder is not None else []:
+        z = np.load(f)
+        if "progressive_logit" not in z:
+            continue
+        p, y = _sigmoid(z["logit"]), z["label"].astype(np.float64)
+        bz = _bucket(pd.Series(z["group"]).map(counts).fillna(0).to_numpy())
+        out["runs"][f.stem.split("-")[1]] = [round(float(p[bz == i].mean() / y[bz == i].mean()), 3)
+                                             for i in range(len(USER_BUCKETS))]
+    return out
+
+
+def day_table(h: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per day of :func:`demo_rows`: rows, clicks, click rate, mean hidden probability, the
+    oracle's calibration and its binomial SD (module docstring)."""
+    from fbrapids.datasets.synthetic.generate import TS0
+
     out = []
     for day, g in h.groupby((h["ts"] - TS0) // 86400):
         n, p, c = len(g), float(g["prob"].mean()), float(g["click"].mean())
@@ -179,17 +220,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--add", action="store_true", help="keep the other sizes' days already in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out: dict[str, Any] = {"machine": machine_description(), "days": {}, "held_out": {},
+    out: dict[str, Any] = {"machine": machine_description(), "days": {}, "held_out": {}, "by_user": {},
                            "command": "python benchmarks/held_out_calibration.py " +
                            " ".join(sys.argv[1:] if argv is None else argv)}
     if args.add and args.out is not None and args.out.exists():
         kept = json.loads(args.out.read_text())
-        for key in ("days", "held_out"):
+        for key in ("days", "held_out", "by_user"):
             out[key] = {rows: v for rows, v in kept.get(key, {}).items() if int(rows) not in args.rows}
         out["command"] = f"{kept['command']}, then {out['command']}"
     for rows in args.rows:
         for seed in args.seeds:
-            days = day_table(rows, seed)
+            h = demo_rows(rows, seed)
+            days = day_table(h)
+            out["by_user"].setdefault(str(rows), {})[str(seed)] = by_user(h, rows, seed, args.predictions)
             out["days"].setdefault(str(rows), {})[str(seed)] = days
             last = days[-1]
             log.info("%8d rows seed %d: held-out day oracle calibration %.4f (binomial SD %.4f); mean hidden prob "

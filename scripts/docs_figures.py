@@ -413,6 +413,16 @@ def fig_held_out_calibration() -> str:
                          f"{statistics.fmean(prog):.3f} (from {min(prog):.3f} to {max(prog):.3f}); a batch's mean "
                          f"progressive prediction moves by {sz['recency']['block_pred_sd']:.1%} (SD) and correlates "
                          f"{sz['recency']['corr_with_previous_ctr']:+.2f} with the click rate of the batch before.")
+    for rows, seeds in r.get("by_user", {}).items():
+        for seed, u in seeds.items():
+            if not u["runs"]:
+                continue
+            models = [statistics.fmean(x[i] for x in u["runs"].values()) for i in range(len(u["buckets"]))]
+            lines.append(f"- {int(rows):,} rows, seed {seed}, the held-out day's users by their training rows "
+                         f"({' / '.join(u['buckets'])}; {' / '.join(f'{n:,}' for n in u['rows'])} held-out rows): "
+                         f"the oracle's calibration {' / '.join(f'{v:.3f}' for v in u['oracle'])}, the "
+                         f"{len(u['runs'])} kept model runs' without the shift (mean) "
+                         f"{' / '.join(f'{v:.3f}' for v in models)}.")
     if "slices" in r:
         lines += ["", "| rows | shift fitted on the newest progressive pairs | runs outside [0.95, 1.05] | "
                       "calibration mean ± SD | mean distance from 1 |", "|---|---|---|---|---|"]
