@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
+.PHONY: demo test lint bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+
+# the linter (ruff) and the type checker (mypy), both configured in pyproject.toml; .ci/run runs it
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/mypy
 
 # execute the notebooks on the embedded default data and save their outputs (figures included)
 notebooks: $(STAMP)

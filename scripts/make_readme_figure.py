@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_description()
     from fbrapids import ops, trial
-    from fbrapids.ui import plot
     from fbrapids.datasets.synthetic.generate import DATA_VERSION, ensure_dataset, read_metadata
 
     candidates = {
