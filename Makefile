@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test lint bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
+.PHONY: demo test test-opts lint bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,8 +22,13 @@ demo: $(STAMP)
 # the suite on TEST_WORKERS processes (pytest-xdist), each test file whole on one of them, so a
 # module's fixtures (a cluster, launched ranks) are made once; TEST_WORKERS=0 runs it in this process
 TEST_WORKERS ?= 2
+TEST_OPTS = -q -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(PY) -m pytest $(TEST_OPTS) $(ARGS)
+
+# make test's pytest options alone (scripts/docs_figures.py --run suite runs the suite with them)
+test-opts:
+	@echo $(TEST_OPTS)
 
 # the linter (ruff) and the type checker (mypy), both configured in pyproject.toml; .ci/run runs it
 lint: $(STAMP)

@@ -28,6 +28,13 @@ not run again for a seed it has; means, SDs and checks over all of them):
 
     python benchmarks/models.py --seeds 3 4 --out benchmarks/results/models.json --add-seeds
 
+``--predictions DIR`` keeps each run's predictions as ``DIR/<rows>-<arm>-seed<seed>.npz``, so
+that a calibration can be judged again without training again: ``label`` and ``group`` (the
+user) of the held-out rows and ``logit``, their logits *before* the post-hoc calibration
+(the reference's decision function); for the models also ``calibration`` (``a``, ``b`` of
+``sigmoid(a * logit + b)``) and ``progressive_logit`` / ``progressive_label``, the pairs it
+was fitted on (:mod:`fbrapids.trainers.calibration`).
+
 Example:
     >>> r = {"lr": {"mean": {"auc": 0.68, "logloss": 0.35}},
     ...      "dlrm": {"mean": {"auc": 0.69, "logloss": 0.349}, "runs": [{"calibration": 1.01}]},
@@ -120,11 +127,12 @@ def reference_features(df: pd.DataFrame) -> tuple[list[list[str]], np.ndarray]:
     return rows, dense
 
 
-def lr_reference(data_dir: Path) -> dict[str, Any]:
+def lr_reference(data_dir: Path, keep: Path | None = None) -> dict[str, Any]:
     """scikit-learn's ``LogisticRegression(C=0.1)`` on :func:`reference_features` of the
     demo's rows (``FeatureHasher`` 2^20 + ``StandardScaler`` fitted on the training days),
     trained on the first days and scored on the held-out last day; written from sklearn's
-    documentation, no fbrapids feature code."""
+    documentation, no fbrapids feature code.  ``keep``: an ``.npz`` file for the held-out
+    rows' labels, users and logits."""
     from scipy import sparse as sp
     from sklearn.feature_extraction import FeatureHasher
     from sklearn.linear_model import LogisticRegression
@@ -144,6 +152,9 @@ def lr_reference(data_dir: Path) -> dict[str, Any]:
     lr = LogisticRegression(C=LR_C, solver=LR_SOLVER, max_iter=LR_MAX_ITER).fit(x[train], y[train])
     p = lr.predict_proba(x[~train])[:, 1]
     m = all_metrics(y[~train], p, df["user_id"].to_numpy()[~train])
+    if keep is not None:
+        np.savez_compressed(keep, label=y[~train].astype(np.int8), group=df["user_id"].to_numpy()[~train],
+                            logit=lr.decision_function(x[~train]))
     return {**_rounded(m), "held_out_rows": int((~train).sum()), "train_rows": int(train.sum()),
             "seconds": round(time.perf_counter() - t, 1), "iterations": int(lr.n_iter_[0])}
 
@@ -169,39 +180,63 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "sd": {k: round(statistics.stdev([r[k] for r in runs]), 5) if len(runs) > 1 else 0.0 for k in keys}}
 
 
-def run_one(rows: int, model: str, batch_size: int | None, seed: int) -> dict[str, Any]:
-    """One arm's run in this process: the reference on the demo's data, or one demo run."""
+def _keep_predictions(keep: Path, predictions: dict[str, Any], checkpoint: str | None) -> None:
+    """A demo run's held-out predictions, uncalibrated again, and its calibration's pairs, into ``keep``."""
+    import torch
+
+    state = torch.load(Path(checkpoint) / "dense.pt", weights_only=True) if checkpoint else {}
+    a, b = (state["model"]["calibration"].double().tolist() if "model" in state else (1.0, 0.0))
+    pred = np.clip(np.asarray(predictions["pred"], dtype=np.float64), 1e-15, 1 - 1e-15)
+    extra = {}
+    if "progressive" in state:
+        extra = {"progressive_logit": state["progressive"]["logits"].numpy(),
+                 "progressive_label": state["progressive"]["labels"].numpy().astype(np.int8)}
+    group = predictions.get("group")
+    np.savez_compressed(keep, label=np.asarray(predictions["label"]).astype(np.int8),
+                        group=np.asarray(group if group is not None else []),
+                        logit=(np.log(pred / (1 - pred)) - b) / a, calibration=np.array([a, b]), **extra)
+
+
+def run_one(rows: int, model: str, batch_size: int | None, seed: int,
+            keep: Path | None = None) -> dict[str, Any]:
+    """One arm's run in this process: the reference on the demo's data, or one demo run;
+    ``keep``: its predictions into this ``.npz`` file (module docstring)."""
     from fbrapids.datasets.synthetic.generate import ensure_dataset, read_metadata
     from fbrapids.app.demo import default_data_dir
 
     data = default_data_dir(rows, seed)
     if model == REFERENCE:
         ensure_dataset(rows, data, seed=seed)
-        return {**lr_reference(data), "oracle_auc": read_metadata(data).get("oracle_auc")}
+        return {**lr_reference(data, keep), "oracle_auc": read_metadata(data).get("oracle_auc")}
     from fbrapids.app.demo import run_demo
 
     t = time.perf_counter()
     kw = {} if batch_size is None else {"batch_size": batch_size}
     with tempfile.TemporaryDirectory(prefix="fbrapids-models-") as work:
         r = run_demo(rows=rows, model=model, seed=seed, progress=False, work_dir=work, **kw)
+        if keep is not None:
+            _keep_predictions(keep, r.predictions, r.checkpoint)
     m = r.metrics
     return {**_rounded(m), "held_out_rows": int(m["n"]), "train_rows": int(r.rows.get("trained", 0)),
             "seconds": round(time.perf_counter() - t, 1), "samples_per_s": round(float(r.samples_per_s), 1),
             "oracle_auc": r.oracle_auc}
 
 
-def arms(models: list[str]) -> list[str]:
-    """The reference, ``logreg`` where the pipeline has it, then ``models``."""
+def arms(models: list[str], logreg: bool = True) -> list[str]:
+    """The reference, ``logreg`` where the pipeline has it (and ``logreg``), then ``models``."""
     from fbrapids.app.pipeline import MODELS as PIPELINE_MODELS
 
-    extra = ["logreg"] if "logreg" in PIPELINE_MODELS and "logreg" not in models else []
+    extra = ["logreg"] if logreg and "logreg" in PIPELINE_MODELS and "logreg" not in models else []
     return [REFERENCE, *extra, *models]
 
 
-def _child(rows: int, arm: str, seed: int, batch_size: int | None) -> dict[str, Any]:
+def _child(rows: int, arm: str, seed: int, batch_size: int | None, keep: Path | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", str(rows), arm, "--seeds", str(seed)]
     if batch_size is not None:
         cmd += ["--batch-size", str(batch_size)]
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        cmd += ["--predictions", str(keep)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         log.error("%s", proc.stderr[-3000:])
@@ -216,6 +251,7 @@ def _tally(out: dict[str, Any], rows: int, runs: dict[str, list[dict]], path: Pa
     out["checks"][str(rows)] = checks(res)
     out["oracle_auc"][str(rows)] = round(statistics.fmean(out["oracle_auc_by_seed"][str(rows)].values()), 4)
     out["seeds_done"] = sorted({r["seed"] for x in runs.values() for r in x})
+    out.setdefault("seeds_by_rows", {})[str(rows)] = out["seeds_done"]
     out["all_pass"] = all(all(c.values()) for c in out["checks"].values())
     out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if path is not None:
@@ -231,11 +267,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=None, help="the demo's default when not given")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     ap.add_argument("--add-seeds", action="store_true", help="keep the runs already in --out and add these seeds'")
+    ap.add_argument("--predictions", type=Path, default=None,
+                    help="keep each run's predictions here, one .npz per run (module docstring)")
+    ap.add_argument("--no-logreg", action="store_true", help="leave out the logreg arm")
     ap.add_argument("--one", nargs=2, metavar=("ROWS", "ARM"), help=argparse.SUPPRESS)  # a child's run
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.one:
-        print(json.dumps(run_one(int(args.one[0]), args.one[1], args.batch_size, args.seeds[0])))
+        keep = (None if args.predictions is None
+                else args.predictions / f"{args.one[0]}-{args.one[1]}-seed{args.seeds[0]}.npz")
+        print(json.dumps(run_one(int(args.one[0]), args.one[1], args.batch_size, args.seeds[0], keep)))
         return 0
     out: dict[str, Any] = {"machine": machine_description(), "seeds": args.seeds, "batch_size": args.batch_size,
                            "criteria": (f"mean AUC >= the sklearn reference's, mean logloss <= its, calibration of "
@@ -249,17 +290,21 @@ def main(argv: list[str] | None = None) -> int:
         out["oracle_auc_by_seed"] = kept.get("oracle_auc_by_seed", {})
         first = kept.get("command", f"python benchmarks/models.py --seeds {' '.join(map(str, kept['seeds']))}")
         out["command"] = f"{first}, then {out['command']}"
+        out["seeds_by_rows"] = dict(kept.get("seeds_by_rows", {}))
+        for key in ("rows", "checks", "oracle_auc"):  # the sizes not run now stay as they were
+            out[key] = {rows: v for rows, v in kept.get(key, {}).items() if int(rows) not in args.rows}
+    run_arms = arms(args.models, not args.no_logreg)
     for rows in args.rows:
         runs: dict[str, list[dict]] = {}
         old = (kept or {}).get("rows", {}).get(str(rows), {})
         # these arms' runs of these seeds are run anew, but the reference's (the same data, the same fit)
         has_ref = {r["seed"] for r in old.get(REFERENCE, {}).get("runs", [])}
         for arm, x in old.items():
-            runs[arm] = [r for r in x["runs"] if arm not in arms(args.models) or r["seed"] not in args.seeds
+            runs[arm] = [r for r in x["runs"] if arm not in run_arms or r["seed"] not in args.seeds
                          or arm == REFERENCE]
         for seed in args.seeds:
-            for arm in [a for a in arms(args.models) if a != REFERENCE or seed not in has_ref]:  # a process each
-                r = _child(rows, arm, seed, args.batch_size)
+            for arm in [a for a in run_arms if a != REFERENCE or seed not in has_ref]:  # a process each
+                r = _child(rows, arm, seed, args.batch_size, args.predictions)
                 out["oracle_auc_by_seed"].setdefault(str(rows), {})[str(seed)] = r.pop("oracle_auc")
                 runs.setdefault(arm, []).append({"seed": seed, **r})
                 log.info("%9d rows  seed %d  %-9s  AUC %.4f  logloss %.4f  NE %.4f  calibration %.3f  (%.0f s)", rows,

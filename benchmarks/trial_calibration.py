@@ -9,7 +9,7 @@ sparse id feature.
 
 Reports, per metric (AUC, GAUC): the false-positive rate of the noise trials (verdict not
 "no detectable effect") with its Clopper-Pearson 95% interval, the power per effect size
-(verdict "helps"), the delta's bias against the oracle gain, the A/A check (each trial's
+(verdict "helps"), the delta's bias against the oracle gain, the A/A check (each planted trial's
 A/A arms: its candidate shuffled across rows; the largest |A/A delta| over trials, per seed
 and seed-averaged, their SD, and how often the A/A verdict was not "no detectable
 effect"), and the seconds per trial;
@@ -64,7 +64,11 @@ def plan(noise: int, planted: int, betas: tuple[float, ...], noise_rows: int, pl
     return out
 
 
-def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2048) -> dict:
+def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2048, noise_aa: bool = False) -> dict:
+    """One trial of ``spec`` (its own data, seeds and planted column).  Planted trials train
+    the A/A arms (the trial's default); noise trials only with ``noise_aa``: their candidate
+    is itself a column that tells nothing, and the arms it would add change no other arm's
+    result (each arm starts from its seed, all read the same batches): a third less training."""
     from fbrapids import ops, trial
     from fbrapids.datasets.synthetic.generate import generate, read_metadata
 
@@ -73,7 +77,7 @@ def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2
         generate(spec["rows"], tmp, seed=spec["data_seed"], plant={"p": spec["beta"]})
         gain = read_metadata(tmp)["plant"]["p"]["oracle_auc_gain"]
         r = trial(tmp, {"p_f": ops.col("p")}, seeds=seeds, seed=spec["data_seed"] * 10, n_boot=n_boot,
-                  model=model, progress=False, batch_size=batch_size)
+                  model=model, progress=False, batch_size=batch_size, aa=noise_aa or spec["beta"] != 0)
     return {**spec, "oracle_auc_gain": gain, "seeds": r.seeds, "delta": r.delta, "interval": r.interval,
             "verdict": r.verdict, "p_better": r.p_better, "seed_deltas": r.seed_deltas, "se": r.se,
             "se_seeds": r.se_seeds, "se_users": r.se_users, "df": r.df, "aa_spread": r.aa_spread,
@@ -103,24 +107,55 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 def aa_summary(rows: list[dict], m: str) -> dict[str, Any]:
     """The A/A check of metric ``m`` over trials with A/A arms: the largest |A/A delta|
     per seed (the A/A spread) and seed-averaged (what the trial reports), their SD over
-    trials, and how many A/A verdicts were not "no detectable effect".
+    trials, how many A/A verdicts were not "no detectable effect", and the seed-averaged
+    A/A deltas' mean over trials with its standard error (``mean_delta`` / ``se_mean``:
+    what an input of the candidate's shape that tells nothing costs on average; a mean
+    several standard errors below 0 is a real cost, not a narrow interval); ``by_rows``:
+    the same per data size.
 
     Example:
         >>> r = {"aa_delta": {"auc": 0.001}, "aa_seed_deltas": {"auc": [0.002, 0.0]},
         ...      "aa_verdict": {"auc": "no detectable effect"}, "rows": 100}
         >>> s = aa_summary([r, {**r, "aa_delta": {"auc": -0.003}}], "auc")
-        >>> s["max_abs_delta"], s["max_abs_seed_delta"], s["called"]
-        (0.003, 0.002, 0)
+        >>> s["max_abs_delta"], s["max_abs_seed_delta"], s["called"], s["mean_delta"]
+        (0.003, 0.002, 0, -0.001)
     """
     import numpy as np
 
     means = [r["aa_delta"][m] for r in rows]
     per_seed = [d for r in rows for d in r["aa_seed_deltas"][m]]
-    return {"trials": len(rows), "rows": sorted({r["rows"] for r in rows}),
-            "max_abs_delta": float(np.max(np.abs(means))), "max_abs_seed_delta": float(np.max(np.abs(per_seed))),
-            "sd_delta": float(np.std(means, ddof=1)) if len(means) > 1 else None,
-            "sd_seed_delta": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
-            "called": sum(r["aa_verdict"][m] != "no detectable effect" for r in rows)}
+    sizes = sorted({r["rows"] for r in rows})
+    out: dict[str, Any] = {
+        "trials": len(rows), "rows": sizes,
+        "max_abs_delta": float(np.max(np.abs(means))), "max_abs_seed_delta": float(np.max(np.abs(per_seed))),
+        "sd_delta": float(np.std(means, ddof=1)) if len(means) > 1 else None,
+        "sd_seed_delta": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+        "called": sum(r["aa_verdict"][m] != "no detectable effect" for r in rows),
+        "hurts": sum(r["aa_verdict"][m] == "hurts" for r in rows),
+        "mean_delta": float(np.mean(means)),
+        "se_mean": float(np.std(means, ddof=1) / np.sqrt(len(means))) if len(means) > 1 else None}
+    if len(sizes) > 1:
+        out["by_rows"] = {str(n): aa_summary([r for r in rows if r["rows"] == n], m) for n in sizes}
+    return out
+
+
+def z_scores(rows: list[dict], m: str) -> dict[str, Any]:
+    """The noise trials' deltas over their own standard errors (``delta / se``): under a
+    calibrated interval their SD is about 1 (above 1: the interval is too narrow), and their
+    mean, over its standard error, says whether a useless column moves the metric on average.
+
+    Example:
+        >>> z = z_scores([{"delta": {"auc": 0.002}, "se": {"auc": 0.001}},
+        ...               {"delta": {"auc": -0.001}, "se": {"auc": 0.001}}], "auc")
+        >>> z["z_mean"], round(z["z_sd"], 3), z["mean_delta"]
+        (0.5, 2.121, 0.0005)
+    """
+    import numpy as np
+
+    z = np.array([r["delta"][m] / r["se"][m] for r in rows])
+    d = np.array([r["delta"][m] for r in rows])
+    return {"z_mean": float(z.mean()), "z_sd": float(z.std(ddof=1)) if len(z) > 1 else None,
+            "mean_delta": float(d.mean()), "se_mean": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None}
 
 
 def summarise(rows: list[dict]) -> dict[str, Any]:
@@ -139,6 +174,7 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
                                     "hurts": sum(r["verdict"][m] == "hurts" for r in noise)}
         if noise:
             out["delta_sd_noise"][m] = float(np.std([r["delta"][m] for r in noise], ddof=1)) if len(noise) > 1 else None
+            out.setdefault("noise_z", {})[m] = z_scores(noise, m)
         with_aa = [r for r in rows if r.get("aa_delta")]
         if with_aa:
             out.setdefault("aa", {})[m] = aa_summary(with_aa, m)
@@ -175,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=2048)
     ap.add_argument("--state", type=Path, default=STATE)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--noise-aa", action="store_true", help="noise trials train A/A arms too (+50%% training)")
     ap.add_argument("--report", action="store_true", help="summarise the state file only")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -198,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.state.parent.mkdir(parents=True, exist_ok=True)
         for spec in tqdm(todo, desc="calibration", unit="trial", initial=len(done), total=len(done) + len(todo)):
-            row = run_one(spec, seeds, args.boot, args.model, args.batch_size)
+            row = run_one(spec, seeds, args.boot, args.model, args.batch_size, args.noise_aa)
             done[row["id"]] = row
             with args.state.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")

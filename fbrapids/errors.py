@@ -140,6 +140,11 @@ class StoreError(FbrapidsError, RuntimeError):
     """The embedding store cannot do what was asked (capacity, a lookup applied out of order)."""
 
 
+class StoreMemoryError(StoreError, MemoryError):
+    """The embedding store's C helpers could not allocate the memory a step needs (a hash
+    map growing, a batch's scratch table); the message names the table structure and the size."""
+
+
 class TierFileError(StoreError):
     """A file of the embedding store's SSD tier cannot hold or give back its rows: a full
     disk, a file over the size limit, or a file truncated by something else.  The message

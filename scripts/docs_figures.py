@@ -28,6 +28,7 @@ import datetime as dt
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,10 +77,11 @@ def run_suite() -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="fbrapids-docs-figures-") as tmp:
         report = Path(tmp) / "junit.xml"
-        opts = ["-n", "2", "--dist", "loadfile"]  # make test's (TEST_WORKERS=2: the suite on 2 worker processes)
-        res = _stamp({}, "python -m pytest -q " + " ".join(opts))
+        opts = subprocess.run(["make", "-s", "--no-print-directory", "test-opts"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.split()  # make test's own, from the Makefile
+        res = _stamp({}, "python -m pytest " + " ".join(opts))
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *opts, "-p", "no:cacheprovider",
+        proc = subprocess.run([sys.executable, "-m", "pytest", *opts, "-p", "no:cacheprovider",
                                f"--junitxml={report}"], cwd=REPO)
         res["seconds"] = round(time.perf_counter() - start, 1)
         suites = ET.parse(report).getroot()
@@ -184,7 +186,13 @@ def fig_trial_caption() -> str:
                      f"({verdict.get('auc', '?')}), GAUC {d['gauc']:+.4f} [{iv['gauc'][0]:+.4f}, {iv['gauc'][1]:+.4f}] "
                      f"({verdict.get('gauc', '?')}); {_aa_text(t)}")
     first = next(iter(r["trials"].values()))
-    return (f"two candidate features tried on the default data ({r['rows']:,} generated impressions, seed "
+    plant = r["data"].get("plant") or {}
+    planted = "; ".join(f"{name}: beta {p['beta']:g}, oracle AUC gain {p['oracle_auc_gain']:+.4f}"
+                        for name, p in plant.items())
+    what = (f"a planted and a noise column, each tried as the candidate, on generated data with the truth known "
+            f"({planted}; the right answers: helps, and no detectable effect)" if plant else
+            "two candidate features tried on the default data")
+    return (f"{what} ({r['rows']:,} generated impressions, seed "
             f"{r['seed']}, {len(first.get('seeds') or [0])} training seeds per arm, {r['n_boot']} bootstrap rounds "
             f"over {first['n_users']:,} held-out users; 95% intervals over seeds and users): {'; '.join(parts)} "
             f"({source('figures/trial.json', r)}){_other_seed()}")
@@ -361,7 +369,8 @@ def fig_models_table() -> str:
         return "not measured with the current benchmark yet: `python benchmarks/models.py --out ...`"
     lines = [""]
     for rows, res in r["rows"].items():
-        lines += [f"{int(rows):,} rows, seeds {', '.join(map(str, r['seeds']))} (the generator's oracle AUC "
+        seeds = r.get("seeds_by_rows", {}).get(rows, r["seeds"])
+        lines += [f"{int(rows):,} rows, seeds {', '.join(map(str, seeds))} (the generator's oracle AUC "
                   f"{r['oracle_auc'][rows]:.4f}):", "",
                   "| arm | AUC | GAUC | logloss | NE | calibration | issue 34's check |", "|---|---|---|---|---|---|---|"]
         for arm, x in res.items():
@@ -374,6 +383,56 @@ def fig_models_table() -> str:
     lines.append(f"*(`benchmarks/results/models.json`: {r.get('machine', '')}, {r.get('measured_at', '')}; "
                  f"{r['criteria']})*")
     return "\n".join(lines) + "\n"
+
+
+def fig_held_out_calibration() -> str:
+    """docs/models.md: the oracle's calibration on the held-out day (``days``), and the held-out
+    calibration of the kept runs with the shift fitted on slices of the progressive pairs
+    (``slices``) of ``benchmarks/held_out_calibration.py``."""
+    r = load("held_out_calibration.json")
+    lines = [""]
+    for rows, seeds in r["days"].items():
+        held = {s: d[-1] for s, d in seeds.items()}
+        drift = {s: d[-1]["mean_prob"] / statistics.fmean(x["mean_prob"] for x in d[:-1]) - 1 for s, d in seeds.items()}
+        day_sd = statistics.fmean(statistics.stdev([x["mean_prob"] for x in d]) / statistics.fmean(x["mean_prob"] for x in d)
+                                  for d in seeds.values())
+        lines.append(f"- {int(rows):,} rows, the oracle's held-out calibration by seed: "
+                     + ", ".join(f"{s}: {h['oracle_calibration']:.3f}" for s, h in held.items())
+                     + f" (the coin flips alone: SD {statistics.fmean(h['binomial_sd'] for h in held.values()):.3f}); "
+                     f"the held-out day's mean hidden probability against the training days': "
+                     + ", ".join(f"{v:+.1%}" for v in drift.values())
+                     + f" (a day's mean hidden probability moves by {day_sd:.1%} (SD) from day to day).")
+    for rows, sz in r.get("slices", {}).items():
+        oracle = {int(seed): d[-1]["oracle_calibration"] for seed, d in r["days"].get(rows, {}).items()}
+        gaps = [x["slices"]["0"]["calibration"] / oracle[x["seed"]] for x in sz["runs"] if x["seed"] in oracle]
+        prog = [x["raw_progressive_calibration"] for x in sz["runs"]]
+        if gaps:
+            lines.append(f"- {int(rows):,} rows, {len(gaps)} model runs: held-out calibration without the shift over the "
+                         f"oracle's {statistics.fmean(gaps):.3f} (from {min(gaps):.3f} to {max(gaps):.3f}); their "
+                         f"progressive predictions of the newest rows trained on, without the shift, "
+                         f"{statistics.fmean(prog):.3f} (from {min(prog):.3f} to {max(prog):.3f}); a batch's mean "
+                         f"progressive prediction moves by {sz['recency']['block_pred_sd']:.1%} (SD) and correlates "
+                         f"{sz['recency']['corr_with_previous_ctr']:+.2f} with the click rate of the batch before.")
+    for rows, seeds in r.get("by_user", {}).items():
+        for seed, u in seeds.items():
+            if not u["runs"]:
+                continue
+            models = [statistics.fmean(x[i] for x in u["runs"].values()) for i in range(len(u["buckets"]))]
+            lines.append(f"- {int(rows):,} rows, seed {seed}, the held-out day's users by their training rows "
+                         f"({' / '.join(u['buckets'])}; {' / '.join(f'{n:,}' for n in u['rows'])} held-out rows): "
+                         f"the oracle's calibration {' / '.join(f'{v:.3f}' for v in u['oracle'])}, the "
+                         f"{len(u['runs'])} kept model runs' without the shift (mean) "
+                         f"{' / '.join(f'{v:.3f}' for v in models)}.")
+    if "slices" in r:
+        lines += ["", "| rows | shift fitted on the newest progressive pairs | runs outside [0.95, 1.05] | "
+                      "calibration mean ± SD | mean distance from 1 |", "|---|---|---|---|---|"]
+        for rows, sz in r["slices"].items():
+            for k, v in sz["per_slice"].items():
+                what = "none (no calibration)" if k == "0" else f"{int(k):,}"
+                lines.append(f"| {int(rows):,} | {what} | {v['outside']} of {v['runs']} | {v['mean']:.3f} ± "
+                             f"{v['sd']:.3f} | {v['mean_abs_dev']:.3f} |")
+    lines += ["", f"*({source('held_out_calibration.json', r)}; `{r['command']}`)*", ""]
+    return "\n".join(lines)
 
 
 def fig_store_vs_peers() -> str:
@@ -444,6 +503,7 @@ def fig_serving_attack() -> str:
 
 FIGURES: dict[str, Callable[[], str]] = {
     "model-ablations": fig_model_ablations, "models-table": fig_models_table,
+    "held-out-calibration": fig_held_out_calibration,
     "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
@@ -601,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 listing what is stale")
     ap.add_argument("--run", nargs="+", choices=("demo", "trial", "suite"), default=[],
-                    help="re-measure these first (demo: ~1 min; trial: seeds 0 and 2, ~20 min on 2 idle cores; suite: the whole test suite)")
+                    help="re-measure these first (demo: ~1 min; trial: seeds 0 and 2, ~5 min on 2 idle cores; suite: the whole test suite)")
     args = ap.parse_args(argv)
     for what in args.run:
         if what == "trial":

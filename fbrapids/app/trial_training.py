@@ -8,8 +8,11 @@ seeded ``s`` (:mod:`fbrapids.trainers.arms`: the arms start as the same function
 baseline arm sees the candidates' inputs as a placebo), and with ``aa=True`` an A/A arm
 (the candidate arm's architecture and start, the candidates' values shuffled across each
 batch's rows), trained side by side
-(:mod:`fbrapids.trainers.side_by_side`).  The held-out day is streamed once too, and every
-model predicts it.
+(:mod:`fbrapids.trainers.side_by_side`).  The training rows come as a plain run streams
+them (:func:`fbrapids.app.pipeline.batch_stream`, shuffled within
+:data:`fbrapids.app.pipeline.SHUFFLE_WINDOW` rows, the order fixed by the first seed): the
+same batches in the same order for every arm and seed (``ArmsRun.order`` fingerprints
+it).  The held-out day is streamed once too, in its own order, and every model predicts it.
 
 Example:
     >>> import tempfile
@@ -58,6 +61,7 @@ class ArmsRun:
     extraction: dict[str, int] = field(default_factory=dict)  # launches, partitions, rows streamed
     seconds: dict[str, float] = field(default_factory=dict)
     zeroed: list[str] = field(default_factory=list)  # the candidate-input weights started at 0
+    order: str = ""  # sha1 of the training batches' labels and groups, in the order every model read them
 
 
 def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
@@ -78,12 +82,12 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     from fbrapids import kernels as kernel_stats
     from fbrapids.frames.backend import get_backend
     from fbrapids.datasets.synthetic import as_workload
-    from fbrapids.app.pipeline import TimedPartitions, build_model, plan_frames, training_inputs
+    from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model, plan_frames, \
+        training_inputs
     from fbrapids.workloads import SequenceFeature
     from fbrapids.trainers.arms import zero_candidate_inputs
     from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
-    from fbrapids.trainers.stream import stream
     from fbrapids.runs.workdir import temporary_work_dir
 
     unknown = sorted(set(options) - set(OPTIONS))
@@ -137,9 +141,9 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
         producer = TimedPartitions(train, window=1, columns=columns)
         test_producer = TimedPartitions(test, window=1, columns=columns)
 
-        def batches(source: Any) -> Any:
-            return stream(source, label=w.label, dense=dense, sparse=sparse, group=w.group,
-                          batch_size=opt["batch_size"], seed=run.seeds[0], prefetch=1, nan=opt["nan"])
+        def batches(source: Any, window: int) -> Any:  # the pipeline's stream: its batches, its order
+            return batch_stream(source, dense, sparse, opt["batch_size"], run.seeds[0], opt["nan"], w.label,
+                                w.group, window)
 
         threads_before = torch.get_num_threads()
         threads = opt["train_threads"] or (None if be.is_gpu else max(1, (os.cpu_count() or 2) - 1))
@@ -147,11 +151,11 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             torch.set_num_threads(threads)
         try:
             t = time.perf_counter()
-            train_stream = _Counted(batches(producer))
+            train_stream = _Counted(batches(producer, SHUFFLE_WINDOW))
             steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
             run.seconds["extract+train"] = time.perf_counter() - t
             t = time.perf_counter()
-            preds = predict_side_by_side(models, batches(test_producer), views=views, progress=progress)
+            preds = predict_side_by_side(models, batches(test_producer, 0), views=views, progress=progress)
             run.seconds["extract+predict"] = time.perf_counter() - t
         finally:
             torch.set_num_threads(threads_before)
@@ -161,6 +165,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     run.baseline = [p["pred"] for p in preds[0::n]]
     run.candidate = [p["pred"] for p in preds[1::n]]
     run.aa = [p["pred"] for p in preds[2::n]] if aa else []
+    run.order = train_stream.digest.hexdigest()
     run.extraction = {"launches": int(ks["launches"]), "partitions": producer.partitions + test_producer.partitions,
                       "rows streamed": train_stream.rows + len(run.label),
                       "steps per model": int(steps), "models": len(models)}
@@ -171,10 +176,13 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
 
 
 class _Counted:
-    """A stream of batches that counts the rows it hands out (over every epoch)."""
+    """A stream of batches that counts the rows it hands out (over every epoch) and
+    fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
 
     def __init__(self, batches: Any) -> None:
-        self.batches, self.rows = batches, 0
+        import hashlib
+
+        self.batches, self.rows, self.digest = batches, 0, hashlib.sha1()
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.batches, "set_epoch"):
@@ -193,7 +201,24 @@ class _Counted:
     def __iter__(self) -> Any:
         for b in self.batches:
             self.rows += len(b)
+            self.digest.update(batch_fingerprint(b))
             yield b
+
+
+def batch_fingerprint(batch: Any) -> bytes:
+    """A batch's labels and groups as bytes, in row order (what ``ArmsRun.order`` hashes).
+
+    Example:
+        >>> import torch
+        >>> from fbrapids.trainers.batch import Batch
+        >>> b = Batch(torch.zeros(2, 0), torch.tensor([1.0, 0.0]), {}, torch.tensor([7, 8]))
+        >>> len(batch_fingerprint(b))  # 2 float32 labels and 2 int64 groups
+        24
+    """
+    out = batch.label.detach().cpu().numpy().tobytes()
+    if batch.group is not None:
+        out += batch.group.detach().cpu().numpy().tobytes()
+    return out
 
 
 class _DropView:

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from fbrapids.files.atomic import WriteDigests
+from fbrapids.files.atomic import WriteDigests, fsync
 from fbrapids.errors import ArgumentError, ManifestError, UnsafeFileError
 
 MANIFEST = "MANIFEST.json"
@@ -217,7 +217,7 @@ def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str
     with open(tmp, "w") as f:
         json.dump(content, f, indent=1, sort_keys=True)
         f.flush()
-        os.fsync(f.fileno())
+        fsync(f.fileno())
     os.replace(tmp, root / name)
     return content
 

@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from fbrapids.files.atomic import fsync, fsync_path
+
 ENV_VAR = "FBRAPIDS_KERNEL_CACHE"
 #: the suffix of an artefact's digest file
 DIGEST_SUFFIX = ".sha256"
@@ -88,15 +90,6 @@ def _problem(final: Path) -> str | None:
     return None
 
 
-def _fsync(path: Path) -> None:
-    """fsync a file or a folder (so that the renames inside it are durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _install(d: Path, key: str, suffix: str, final: Path, build: Callable[[Path], object]) -> None:
     """Build into a temporary file, fsync it, write its digest (temporary, fsynced, renamed),
     rename the artefact into place and fsync the folder."""
@@ -106,15 +99,15 @@ def _install(d: Path, key: str, suffix: str, final: Path, build: Callable[[Path]
     digest_tmp = tmp.with_name(tmp.name + DIGEST_SUFFIX)
     try:
         build(tmp)
-        _fsync(tmp)
+        fsync_path(tmp)
         with open(digest_tmp, "w") as f:
             f.write(_digest_line(tmp) + "\n")
             f.flush()
-            os.fsync(f.fileno())
+            fsync(f.fileno())
         # the digest first: a crash between the renames leaves an entry that does not match it (rebuilt)
         os.replace(digest_tmp, final.with_name(final.name + DIGEST_SUFFIX))
         os.replace(tmp, final)
-        _fsync(d)
+        fsync_path(d)
     finally:
         for t in (tmp, digest_tmp):
             if t.exists():

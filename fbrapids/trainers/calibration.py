@@ -39,8 +39,11 @@ import torch
 
 log = logging.getLogger(__name__)
 
-#: rows of progressive predictions ``fit`` keeps for the calibration (the newest ones)
+#: rows of progressive predictions ``fit`` fits the calibration on (the newest ones)
 CALIBRATION_ROWS = 1 << 15
+#: rows of progressive predictions ``fit`` keeps (in its checkpoints too): more than it fits
+#: on, so that another calibration slice can be judged from a checkpoint without training again
+KEPT_ROWS = 1 << 17
 #: fewer rows than this, or fewer positives / negatives than ``MIN_CLASS_ROWS``: no calibration
 MIN_ROWS = 256
 MIN_CLASS_ROWS = 16
@@ -137,15 +140,17 @@ class ProgressiveBuffer:
         self.restored = True
 
 
-def fit_calibration(buffer: ProgressiveBuffer) -> tuple[float, float] | None:
-    """``(1, b)``: :func:`intercept` on the buffer's pairs, or None (logged) when they are
-    too few or one class is too rare to fit it.
+def fit_calibration(buffer: ProgressiveBuffer, rows: int | None = None) -> tuple[float, float] | None:
+    """``(1, b)``: :func:`intercept` on the buffer's pairs (its newest ``rows``, when given),
+    or None (logged) when they are too few or one class is too rare to fit it.
 
     Example:
         >>> fit_calibration(ProgressiveBuffer(8)) is None
         True
     """
     z, y = buffer.arrays()
+    if rows is not None:
+        z, y = z[len(z) - min(rows, len(z)):], y[len(y) - min(rows, len(y)):]
     pos = int((y > 0.5).sum())
     if len(z) < MIN_ROWS or min(pos, len(y) - pos) < MIN_CLASS_ROWS:
         log.info("no calibration fitted: %d progressive predictions, %d clicks (need %d rows and %d of each class)",

@@ -48,7 +48,7 @@ from fbrapids.ui.autobar import tqdm
 from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.calibration import CALIBRATION_ROWS, ProgressiveBuffer, fit_calibration
+from fbrapids.trainers.calibration import CALIBRATION_ROWS, KEPT_ROWS, ProgressiveBuffer, fit_calibration
 from fbrapids.files.manifest import resolve_inside
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.checkpoint.directory import (check_pointer_writable, checkpoints, clean_partial,
@@ -282,7 +282,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     identity = run_identity(model, batches, run)
     # the progressive predictions of a second pass are of rows already trained on: an
     # over-confident fit (held-out logloss worse than none), so several epochs get none
-    progressive = ProgressiveBuffer(calibration_rows) if calibrate and epochs == 1 else None
+    progressive = ProgressiveBuffer(max(calibration_rows, KEPT_ROWS)) if calibrate and epochs == 1 else None
     if calibrate and epochs > 1:
         log.info("no post-hoc calibration: with %d epochs no prediction of the training rows is out of sample", epochs)
     check = verification_enabled()
@@ -301,7 +301,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
                       lookahead if model.uses_window() else 0, progressive)
         result.steps = step
         if progressive is not None and step > start:
-            _calibrate(model, progressive, result)
+            _calibrate(model, progressive, result, calibration_rows)
         if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                              result.checkpoints[-1].name != step_name(step)):
             result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
@@ -309,15 +309,15 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
     return result
 
 
-def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult) -> None:
-    """Fit and set ``model``'s calibration (a shift of its logits) on the progressive predictions kept."""
-    ab = fit_calibration(progressive)
+def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult, rows: int) -> None:
+    """Fit and set ``model``'s calibration (a shift of its logits) on the newest ``rows`` progressive predictions kept."""
+    ab = fit_calibration(progressive, rows)
     if ab is None:
         return
     model.set_calibration(*ab)
     result.calibration = ab
     log.info("calibration: sigmoid(%.4f * logit %+.4f), fitted on the progressive predictions of the last %d rows "
-             "trained on", ab[0], ab[1], len(progressive))
+             "trained on", ab[0], ab[1], min(rows, len(progressive)))
 
 
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,

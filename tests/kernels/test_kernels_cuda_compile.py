@@ -82,6 +82,8 @@ def test_cudf_input_layouts_compile_under_nvrtc():
                    ids["ids"]: InputLayout(offsets=4), ids["seq"]: InputLayout(offsets=4, str_offsets=sow)}
         src = render_module(plan, "cuda", layouts=layouts)
         assert f"const fbx_i32* in{ids['q']}_o" in src and f"const fbx_i64* in{ids['ctx']}_o" in src
+        if sow == 4:  # compiled for sm_90 (ptxas included) by the CI's gpu-conformance stage, job `layouts`
+            continue
         ptx = compile_cuda(src, name=f"layouts_{sow}.cu", arch=PTX_ONLY)
         assert all(f"fbx_layer_{l.index}" in ptx for l in plan.layers)
 

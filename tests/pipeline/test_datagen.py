@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from fbrapids.datasets.synthetic.generate import generate, read_metadata
+from fbrapids.datasets.synthetic.generate import generate, hidden_probabilities, read_metadata
 
 SCHEMA = {
     "impressions": {"instance_id": "int64", "ts": "int64", "user_id": "int64", "ad_id": "int64", "slot": "int8",
@@ -66,6 +66,18 @@ def test_metadata_documents_learnable_signal(gen_dir):
     meta = read_metadata(gen_dir)
     assert meta["rows"] == 5000 and meta["seed"] == 0
     assert 0.7 < meta["oracle_auc"] < 0.9
+
+
+def test_hidden_probabilities_are_the_written_clicks_oracle(gen_dir):
+    """The hidden probabilities drawn again are those of the written data: the same
+    impressions and clicks, and sklearn's AUC of the clicks on them is the metadata's oracle AUC."""
+    from sklearn.metrics import roc_auc_score
+
+    h = hidden_probabilities(5000, seed=0)
+    imp = pd.read_parquet(gen_dir / "impressions.parquet", columns=["instance_id", "ts", "click"])
+    assert h[["instance_id", "ts", "click"]].equals(imp.astype({"click": h["click"].dtype}))
+    assert ((h["prob"] > 0) & (h["prob"] < 1)).all()
+    assert abs(roc_auc_score(h["click"], h["prob"]) - read_metadata(gen_dir)["oracle_auc"]) < 2e-4
 
 
 def test_cli_gen(tmp_path):

@@ -32,8 +32,9 @@ def _collected_by_a_plain_pytest(session: pytest.Session) -> list[str]:
 def test_a_plain_pytest_collects_the_package_doctests(request: pytest.FixtureRequest):
     assert re.search(r"^make test\b", (ROOT / ".ci" / "run").read_text(), flags=re.M)
     # make test: pytest with the project's configuration; only xdist's worker options added
-    assert re.search(r"^test:.*\n\t\$\(PY\) -m pytest -q -n \$\(TEST_WORKERS\) --dist loadfile \$\(ARGS\)$",
-                     (ROOT / "Makefile").read_text(), flags=re.M)
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test:.*\n\t\$\(PY\) -m pytest \$\(TEST_OPTS\) \$\(ARGS\)$", makefile, flags=re.M)
+    assert re.search(r"^TEST_OPTS = -q -n \$\(TEST_WORKERS\) --dist loadfile$", makefile, flags=re.M)
     items = _collected_by_a_plain_pytest(request.session)
     doctests = [i for i in items if i.startswith("fbrapids/") and "::fbrapids." in i]
     # e.g. fbrapids/trainers/stream.py::fbrapids.trainers.stream.stream

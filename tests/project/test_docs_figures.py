@@ -72,16 +72,21 @@ def test_figure_files_name_machine_command_and_date():
 
 
 def test_demo_and_trial_figures_are_on_todays_default_data():
-    """The README's demo summary and trial figure were made on the default data (the demo's
-    default rows, seed 0) by the current generator."""
+    """The README's demo summary was made on the default data (the demo's default rows, seed
+    0) and its trial figure on the default generator at seed 0 with the script's planted
+    columns (a signal and a noise column: the truth known), both by the current generator."""
     from fbrapids.datasets.synthetic.generate import DATA_VERSION
     from fbrapids.app.demo import run_demo
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from make_readme_figure import SIGNAL_BETA
 
     rows = inspect.signature(run_demo).parameters["rows"].default
     demo = json.loads((REPO / "benchmarks/results/figures/demo.json").read_text())
     trial = json.loads((REPO / "benchmarks/results/figures/trial.json").read_text())
-    assert demo["data"]["rows"] == trial["rows"] == trial["data"]["rows"] == rows
-    assert demo["data"]["seed"] == trial["seed"] == 0
+    assert demo["data"]["rows"] == rows and trial["rows"] == trial["data"]["rows"]
+    assert demo["data"]["seed"] == trial["seed"] == trial["data"]["seed"] == 0
+    assert {n: p["beta"] for n, p in trial["data"]["plant"].items()} == {"p_signal": SIGNAL_BETA, "p_noise": 0.0}
     assert demo["data"]["data_version"] == trial["data_version"] == DATA_VERSION, (
         "the generator changed since these figures: python scripts/docs_figures.py --run demo trial")
 

@@ -3,6 +3,8 @@ bit, admission gate, pinning, statistics, SSD files, save / load."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -56,6 +58,35 @@ def test_hash_map_takes_every_64_bit_key() -> None:
     assert len(m) == 10004
     k, v = m.items()
     assert dict(zip(k.tolist(), v.tolist()))[2**64 - 1] == 3
+    # the distinct ids of a batch and their rows, as a dict would give them (the scratch table kept
+    # between batches must forget the last batch's ids; 3n/4 distinct ids make it start again larger)
+    for batch in (np.array([7, 7, 5, 2**64 - 1, 5], dtype=np.uint64), np.arange(100, dtype=np.uint64) * SPREAD,
+                  np.arange(3000, dtype=np.uint64) * SPREAD + np.uint64(1)):
+        uniq, inverse, counts, rows = m.unique_get(batch)
+        first = list(dict.fromkeys(batch.tolist()))
+        assert uniq.tolist() == first and (uniq[inverse] == batch).all()
+        assert counts.tolist() == [batch.tolist().count(x) for x in first]
+        assert rows.tolist() == m.get(uniq).tolist()
+
+
+def test_hash_map_and_row_map_failures_are_store_errors(tmp_path) -> None:
+    """Out of memory and a file that cannot be mapped surface as the project's errors, naming what."""
+    from fbrapids.errors import ArgumentError, StoreMemoryError, TierFileError
+    from fbrapids.trainers.sparse.hashmap import RowMap
+
+    with pytest.raises(StoreMemoryError, match="hash map of 1152921504606846976 entries"):
+        UInt64HashMap(2**60)  # its size overflows 64 bits: refused, never a short allocation
+    with pytest.raises(ArgumentError, match="free bucket"):
+        UInt64HashMap().put(np.array([1], dtype=np.uint64), np.array([np.iinfo(np.int64).min]))
+    path = tmp_path / "rows.f32"
+    path.write_bytes(bytes(64))
+    fd = os.open(path, os.O_RDONLY)  # a read-only descriptor cannot be mapped read-write
+    try:
+        with pytest.raises(TierFileError, match="rows.f32") as err:
+            RowMap(fd, 64, str(path))
+        assert err.value.path == str(path) and err.value.errno
+    finally:
+        os.close(fd)
 
 
 def test_negative_int64_ids_are_twos_complement_uint64(device: str) -> None:

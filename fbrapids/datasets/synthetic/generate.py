@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fbrapids.files.atomic import fsync_dir, write_atomic
+from fbrapids.files.atomic import fsync_dir, fsync_path, write_atomic
 from fbrapids.runs.data_cache import DEMO_MARK, FILES  # noqa: F401  (the demo folder's marker, the data's files)
 from fbrapids.errors import DataDirError, DataGenError, FbrapidsError
 
@@ -542,6 +542,30 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
     return paths
 
 
+def hidden_probabilities(rows: int, seed: int = 0, plant: dict[str, float] | None = None) -> pd.DataFrame:
+    """The hidden model's click probability of every impression :func:`generate` writes for
+    ``(rows, seed, plant)``, drawn again (the same draws, nothing written): ``instance_id``,
+    ``ts``, ``click`` and ``prob``.  What the oracle predicts, e.g. its calibration on a day.
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> d = tempfile.mkdtemp(); _ = generate(1000, d, seed=1)
+        >>> h = hidden_probabilities(1000, seed=1)
+        >>> bool((h["click"].to_numpy() == pd.read_parquet(f"{d}/impressions.parquet")["click"].to_numpy()).all())
+        True
+    """
+    if rows < 100:
+        raise DataGenError(f"rows must be at least 100, got {rows}")
+    plant = check_plant(plant)
+    dic = _dictionaries(np.random.default_rng(seed), rows)
+    parts = []
+    for block, start in enumerate(range(0, rows, BLOCK_ROWS)):
+        imp, _, click, prob, _ = _impression_block(dic, seed, block, start, min(rows, start + BLOCK_ROWS), rows, plant)
+        parts.append(pd.DataFrame({"instance_id": imp["instance_id"].to_numpy(), "ts": imp["ts"].to_numpy(),
+                                   "click": click, "prob": prob}))
+    return pd.concat(parts, ignore_index=True)
+
+
 def read_metadata(data_dir: str | Path) -> dict:
     """The generator's metadata (rows, seed, oracle_auc, ctr, data_version) stored in impressions.parquet.
 
@@ -647,11 +671,7 @@ def _generate_into_place(rows: int, out: Path, seed: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     generate(rows, tmp, seed=seed)
     for name in FILES:  # the data durable before the marker that vouches for it
-        fd = os.open(tmp / f"{name}.parquet", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(tmp / f"{name}.parquet")
     write_atomic(tmp / DEMO_MARK, [json.dumps(_marker(rows, seed, _file_pins(tmp))).encode()])
     fsync_dir(tmp)
     old = None

@@ -172,15 +172,22 @@ class TieredEmbeddingBagCollection(nn.Module):
         dev = rows[0].device
         cpu = dev.type == "cpu"
         leaf = torch.cat(rows) if len(rows) > 1 else (rows[0] if cpu and rows[0].is_contiguous() else rows[0].clone())
-        n = sum(len(inv_of[f][0]) for f in self.features)
-        idx = np.empty(n, dtype=np.int64)
-        off = np.empty(len(self.features) * b + 1, dtype=np.int64)
-        at = 0
-        for k, f in enumerate(self.features):
-            inv, tbase = inv_of[f]
-            np.add(inv, tbase, out=idx[at : at + len(inv)])
-            np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
-            at += len(inv)
+        if len(self.features) == 1:  # one feature of one table: its inverse is the index as it is
+            f = self.features[0]
+            idx = inv_of[f][0]
+            n = len(idx)
+            off = np.empty(b + 1, dtype=np.int64)
+            off[:b] = sparse[f][1].cpu().numpy()
+        else:
+            n = sum(len(inv_of[f][0]) for f in self.features)
+            idx = np.empty(n, dtype=np.int64)
+            off = np.empty(len(self.features) * b + 1, dtype=np.int64)
+            at = 0
+            for k, f in enumerate(self.features):
+                inv, tbase = inv_of[f]
+                np.add(inv, tbase, out=idx[at : at + len(inv)])
+                np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
+                at += len(inv)
         off[-1] = n
         if cpu and self.mode in ("sum", "mean"):  # sum pooling and its backward in C, one pass each
             if train:

@@ -45,13 +45,31 @@ def as_uint64_ids(ids: Any) -> np.ndarray:
     raise InputTypeError(f"embedding ids must be integers (int64 / uint64), got dtype {arr.dtype}")
 
 
-#: the per-row arrays and the value of a row that has none
-ROW_ARRAYS = {"cache_loc": (np.int64, -1), "host_loc": (np.int64, -1), "on_ssd": (np.bool_, False),
-              "last": (np.int64, 0), "freq": (np.int64, 0)}
+#: the int64 fields of a row, side by side in one 32-byte record per row (a lookup reads and
+#: writes them together: one cache line, not four), and the value of a row that has none;
+#: ``cache_loc`` etc. are the columns of :attr:`RowDirectory.records` (strided views)
+RECORD_FIELDS = {"cache_loc": -1, "host_loc": -1, "last": 0, "freq": 0}
+#: the other per-row arrays and the value of a row that has none
+ROW_ARRAYS = {"on_ssd": (np.bool_, False)}
+
+
+def _records(n: int) -> np.ndarray:
+    """``[n, len(RECORD_FIELDS)]`` int64 records, empty rows' values, starting on a 64-byte
+    boundary (so no 32-byte record straddles two cache lines)."""
+    width = len(RECORD_FIELDS)
+    raw = np.empty(n * width + 8, dtype=np.int64)
+    skip = (-raw.ctypes.data % 64) // 8
+    out = raw[skip : skip + n * width].reshape(n, width)
+    out[:] = np.array(list(RECORD_FIELDS.values()), dtype=np.int64)
+    return out
 
 
 class RowDirectory:
-    """Ids to global rows, with admission after ``admit_after`` sightings."""
+    """Ids to global rows, with admission after ``admit_after`` sightings.
+
+    ``cache_loc``, ``host_loc``, ``last`` and ``freq`` are int64 views of one record per row
+    (:data:`RECORD_FIELDS`), ``on_ssd`` a bool array; all are replaced when the directory grows.
+    """
 
     def __init__(self, admit_after: int = 1, capacity: int = 1024) -> None:
         self.admit_after = int(admit_after)
@@ -62,6 +80,12 @@ class RowDirectory:
         self.g2id = np.zeros(capacity, dtype=np.uint64)
         for name, (dtype, fill) in ROW_ARRAYS.items():
             setattr(self, name, np.full(capacity, fill, dtype=dtype))
+        self._bind(_records(capacity))
+
+    def _bind(self, records: np.ndarray) -> None:
+        self.records = records
+        for k, name in enumerate(RECORD_FIELDS):
+            setattr(self, name, records[:, k])
 
     def __len__(self) -> int:
         """Rows admitted so far."""
@@ -78,6 +102,9 @@ class RowDirectory:
             out = np.full(new, fill, dtype=dtype)
             out[:cap] = old
             setattr(self, name, out)
+        records = _records(new)
+        records[:cap] = self.records
+        self._bind(records)
 
     def get(self, keys: np.ndarray) -> np.ndarray:
         """Global rows of ``keys`` (-1: not admitted)."""

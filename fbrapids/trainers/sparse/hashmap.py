@@ -24,11 +24,13 @@ import functools
 import os
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from fbrapids.kernels import load_source
-from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError
+from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError, StoreMemoryError, TierFileError
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("hashmap.c", "rows.c")
@@ -41,8 +43,9 @@ def source_text() -> str:
 
 def row_threads() -> int:
     """Threads the row loops (optimizers, gathers, pooling, bookkeeping) split a batch over:
-    torch's intra-op count (``torch.set_num_threads``); small batches (under 2048 rows, 512
-    bags) stay on one, and the results are the same bits for any count.
+    torch's intra-op count (``torch.set_num_threads``); batches under 8192 distinct rows (4096
+    bags) stay on one, where waking the others costs about what they save; the results are
+    the same bits for any count.
 
     Example:
         >>> row_threads() == torch.get_num_threads()
@@ -71,15 +74,18 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_unique_get.restype = i64
     lib.fbx_unique_get.argtypes = [p, p, i64, p, p, p, p]
     lib.fbx_store_touch.restype = ctypes.c_int
-    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_store_touch.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, i64, p, ctypes.c_int]
+    lib.fbx_lookup_pass.restype = i64
+    lib.fbx_lookup_pass.argtypes = [p, p, i64, p, p, p, p, p, i64, i64, i64, p, i64, i64, p, i64, i64, p, p, p,
+                                    ctypes.c_int]
     lib.fbx_window_keys.restype = ctypes.c_int
-    lib.fbx_window_keys.argtypes = [p, i64, p, p, i64, i64, i64, p]
+    lib.fbx_window_keys.argtypes = [p, i64, p, p, i64, i64, i64, i64, p]
     lib.fbx_window_announce.restype = i64
     lib.fbx_window_announce.argtypes = [p, i64, i64, i64, p, p, p, p, i64, i64, i64, p]
     lib.fbx_window_begin.restype = None
     lib.fbx_window_begin.argtypes = [p, i64, p, i64, i64, p]
     lib.fbx_cache_slots.restype = i64
-    lib.fbx_cache_slots.argtypes = [p, i64, p, i64, p]
+    lib.fbx_cache_slots.argtypes = [p, i64, p, i64, i64, p]
     lib.fbx_pin_slots.restype = ctypes.c_int
     lib.fbx_pin_slots.argtypes = [p, i64, p, i64, i64]
     lib.fbx_init_rows.restype = None
@@ -94,10 +100,14 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_sync.argtypes = [p, i64]
     lib.fbx_map_copy.restype = i64
     lib.fbx_map_copy.argtypes = [p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_map_read_checked.restype = i64
+    lib.fbx_map_read_checked.argtypes = [p, p, i64, i64, i64, p, p, p]
+    lib.fbx_map_write_checked.restype = i64
+    lib.fbx_map_write_checked.argtypes = [p, p, i64, i64, i64, i64, p, p]
     lib.fbx_row_hashes.restype = None
     lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
-    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, f32, f32, ctypes.c_int]
+    lib.fbx_rowwise_adagrad.argtypes = [p, i64, i64, i64, p, i64, p, f32, f32, ctypes.c_int, p]
     lib.fbx_gather_cols.restype = ctypes.c_int
     lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     lib.fbx_bag_sum.restype = ctypes.c_int
@@ -105,7 +115,7 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_bag_sum_backward.restype = ctypes.c_int
     lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p]
     lib.fbx_sgd.restype = ctypes.c_int
-    lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int]
+    lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int, p]
     return lib
 
 
@@ -124,12 +134,14 @@ class RowMap:
         1
     """
 
-    def __init__(self, fd: int, nbytes: int) -> None:
+    def __init__(self, fd: int, nbytes: int, path: str | None = None) -> None:
         self.nbytes = int(nbytes)
         self.addr = _lib().fbx_map(int(fd), self.nbytes) if self.nbytes else None
         if self.nbytes and not self.addr:
             err = ctypes.get_errno() or 12
-            raise OSError(err, os.strerror(err))
+            where = path or f"file descriptor {fd}"
+            raise TierFileError(f"cannot map the SSD tier file {where} ({self.nbytes} bytes): {os.strerror(err)}",
+                                where, err)
 
     def copy(self, g: np.ndarray, row_bytes: int, buf: np.ndarray, write: bool = False) -> int:
         """Read rows ``g`` into ``buf`` (or write ``buf`` into them); 0, or ``1 + j`` when row
@@ -143,6 +155,73 @@ class RowMap:
             return 0
         return int(_lib().fbx_map_copy(self.addr, g.ctypes.data, len(g), int(row_bytes), buf.ctypes.data,
                                        1 if write else 0))
+
+    def read_checked(self, g: np.ndarray, page_rows: int, page_sums: np.ndarray,
+                     out: np.ndarray) -> tuple[int, int, int, int]:
+        """Read rows ``g`` (strictly ascending) into ``out`` ``[len(g), width]`` float32, and
+        check each page of ``page_rows`` rows they touch against ``page_sums`` (the sum of
+        its rows' :func:`row_hashes`), hashing the pages where they lie, in one C pass.
+        Returns ``(rc, pages checked, pages that differ, the first of those or -1)``; ``rc``
+        as :meth:`copy`'s.
+
+        Example:
+            >>> import os, tempfile, numpy as np
+            >>> fd, path = tempfile.mkstemp(); os.ftruncate(fd, 32)
+            >>> m = RowMap(fd, 32); m.copy(np.array([1]), 8, np.ones((1, 2), np.float32), write=True)
+            0
+            >>> sums = row_hashes(np.array([[0, 0], [1, 1]], np.float32), np.array([0, 1]))
+            >>> out = np.zeros((1, 2), np.float32)
+            >>> m.read_checked(np.array([1]), 2, np.array([sums.sum(), 0], np.uint64), out), out.tolist()
+            ((0, 1, 0, -1), [[1.0, 1.0]])
+        """
+        g = np.ascontiguousarray(g, dtype=np.int64)
+        width = out.shape[1] if out.ndim == 2 else 0
+        if out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != (len(g), width) or page_rows < 1:
+            raise ArgumentError(f"RowMap.read_checked: out must be C-contiguous float32 [{len(g)}, width]")
+        if len(g) == 0:
+            return 0, 0, 0, -1
+        if int(g[0]) < 0 or (len(g) > 1 and not bool((g[1:] > g[:-1]).all())):
+            raise ArgumentError("RowMap.read_checked: rows must be ascending, distinct and >= 0")
+        last_page = int(g[-1]) // page_rows
+        if (last_page + 1) * page_rows * width * 4 > self.nbytes or last_page >= len(page_sums):
+            raise RowIndexError(f"RowMap.read_checked: rows outside the {self.nbytes // (4 * max(width, 1))} mapped "
+                                "rows or their pages")
+        sums = np.ascontiguousarray(page_sums, dtype=np.uint64)
+        report = np.zeros(3, dtype=np.int64)
+        rc = int(_lib().fbx_map_read_checked(self.addr, g.ctypes.data, len(g), width, int(page_rows),
+                                             sums.ctypes.data, out.ctypes.data, report.ctypes.data))
+        return rc, int(report[0]), int(report[1]), int(report[2])
+
+    def write_checked(self, g: np.ndarray, rows: np.ndarray, page_rows: int, page_sums: np.ndarray,
+                      written_end: int) -> int:
+        """Write ``rows`` ``[len(g), width]`` float32 at rows ``g`` (distinct) and move each
+        one's page checksum in ``page_sums`` (uint64, in place) by its new hash minus its old
+        one (rows from ``written_end`` on hold zeros: hash 0), in one C pass; ``rc`` as
+        :meth:`copy`'s.
+
+        Example:
+            >>> import os, tempfile, numpy as np
+            >>> fd, path = tempfile.mkstemp(); os.ftruncate(fd, 32)
+            >>> m, sums = RowMap(fd, 32), np.zeros(2, np.uint64)
+            >>> m.write_checked(np.array([1]), np.ones((1, 2), np.float32), 2, sums, 0)
+            0
+            >>> bool(sums[0] == row_hashes(np.ones((1, 2), np.float32), np.array([1]))[0]), int(sums[1])
+            (True, 0)
+        """
+        g = np.ascontiguousarray(g, dtype=np.int64)
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        width = rows.shape[1] if rows.ndim == 2 else 0
+        if rows.shape != (len(g), width) or page_rows < 1 or page_sums.dtype != np.uint64 \
+                or not page_sums.flags.c_contiguous or not page_sums.flags.writeable:
+            raise ArgumentError("RowMap.write_checked: rows [len(g), width] and a writable uint64 page_sums")
+        if not len(g):
+            return 0
+        if int(g.min()) < 0 or (int(g.max()) + 1) * width * 4 > self.nbytes or \
+                int(g.max()) // page_rows >= len(page_sums):
+            raise RowIndexError(f"RowMap.write_checked: rows outside the {self.nbytes // (4 * max(width, 1))} mapped "
+                                "rows or their pages")
+        return int(_lib().fbx_map_write_checked(self.addr, g.ctypes.data, len(g), width, int(page_rows),
+                                                int(written_end), rows.ctypes.data, page_sums.ctypes.data))
 
     def sync(self) -> int:
         return int(_lib().fbx_map_sync(self.addr, self.nbytes)) if self.addr else 0
@@ -188,12 +267,22 @@ def _table_args(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int
     return slots, grad
 
 
+def _dirty_ptr(dirty: np.ndarray | None, table: np.ndarray) -> int | None:
+    if dirty is None:
+        return None
+    if dirty.dtype != np.bool_ or not dirty.flags.c_contiguous or len(dirty) < table.shape[0]:
+        raise InputTypeError(f"dirty must be a contiguous bool array over the table's {table.shape[0]} rows, "
+                             f"got {dirty.dtype} of {len(dirty)}")
+    return dirty.ctypes.data
+
+
 def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float,
-                     eps: float, distinct: bool = False) -> None:
+                     eps: float, distinct: bool = False, dirty: np.ndarray | None = None) -> None:
     """Row-wise Adagrad in place on ``table`` rows ``slots`` (accumulator in column ``dim``):
     ``acc += mean(g * g)`` (summed in column order), ``w -= (g * lr) / (sqrt(acc) + eps)``
     with a correctly rounded sqrt.  ``distinct=True`` (no slot repeated) lets it split the
-    rows over :func:`row_threads` threads.
+    rows over :func:`row_threads` threads; ``dirty`` (a bool array over the table's rows)
+    gets ``dirty[slots] = True`` in the same pass.
 
     Example:
         >>> import numpy as np
@@ -205,7 +294,7 @@ def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim
     slots, grad = _table_args(table, slots, grad, dim)
     if _lib().fbx_rowwise_adagrad(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data,
                                   len(slots), grad.ctypes.data, float(lr), float(eps),
-                                  row_threads() if distinct else 1) != 0:
+                                  row_threads() if distinct else 1, _dirty_ptr(dirty, table)) != 0:
         raise RowIndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
 
 
@@ -264,9 +353,9 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
 
 
 def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: float,
-         distinct: bool = False) -> None:
-    """SGD in place on ``table`` rows ``slots``: ``w -= grad * lr`` (``distinct``: as in
-    :func:`rowwise_adagrad_`).
+         distinct: bool = False, dirty: np.ndarray | None = None) -> None:
+    """SGD in place on ``table`` rows ``slots``: ``w -= grad * lr`` (``distinct``, ``dirty``:
+    as in :func:`rowwise_adagrad_`).
 
     Example:
         >>> import numpy as np
@@ -276,7 +365,7 @@ def sgd_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, lr: f
     """
     slots, grad = _table_args(table, slots, grad, dim)
     if _lib().fbx_sgd(table.ctypes.data, table.shape[0], table.shape[1], int(dim), slots.ctypes.data, len(slots),
-                      grad.ctypes.data, float(lr), row_threads() if distinct else 1) != 0:
+                      grad.ctypes.data, float(lr), row_threads() if distinct else 1, _dirty_ptr(dirty, table)) != 0:
         raise RowIndexError(f"sgd_: a slot outside [0, {table.shape[0]})")
 
 
@@ -306,7 +395,7 @@ def group_by_row(idx: np.ndarray, m: int, offsets: np.ndarray) -> tuple[np.ndarr
     if rc == -1:
         raise ArgumentError(f"a row index is outside [0, {m})")
     if rc != 0:
-        raise MemoryError(f"grouping {n} occurrences by row: out of memory")
+        raise StoreMemoryError(f"grouping {n} occurrences by row into {m} rows: out of memory")
     return starts, bags
 
 
@@ -325,8 +414,26 @@ def unique_u64(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     counts = np.empty(n, dtype=np.int64)
     m = _lib().fbx_unique_u64(keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data, counts.ctypes.data)
     if m < 0:
-        raise MemoryError(f"unique of {n} keys: out of memory")
+        raise StoreMemoryError(f"the distinct ids of a batch of {n} ids: out of memory for their scratch table")
     return uniq[:m], inverse, counts[:m]
+
+
+def record_stride(where: str, *fields: np.ndarray) -> int:
+    """The common stride, in int64 elements, of int64 row arrays that are either separate
+    contiguous arrays (1) or the columns of one record per row (the record's width).
+
+    Example:
+        >>> import numpy as np
+        >>> rec = np.zeros((5, 4), np.int64)
+        >>> record_stride("x", rec[:, 0], rec[:, 3]), record_stride("x", np.zeros(3, np.int64))
+        (4, 1)
+    """
+    st = fields[0].strides
+    for a in fields:
+        if a.dtype != np.int64 or a.ndim != 1 or a.strides != st or st[0] <= 0 or st[0] % 8:
+            raise InputTypeError(f"{where}: expected int64 row arrays of one positive stride, got {a.dtype} with "
+                                 f"strides {a.strides} (and {st})")
+    return st[0] // 8
 
 
 def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_loc: np.ndarray,
@@ -349,19 +456,67 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    for a, dt in ((cache_loc, np.int64), (host_loc, np.int64), (on_ssd, np.bool_), (last, np.int64),
-                  (freq, np.int64)):
-        if a.dtype != dt or not a.flags.c_contiguous:
-            raise InputTypeError(f"store_touch: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+    rs = record_stride("store_touch", cache_loc, host_loc, last, freq)
+    if on_ssd.dtype != np.bool_ or not on_ssd.flags.c_contiguous:
+        raise InputTypeError(f"store_touch: on_ssd must be a contiguous bool array, got {on_ssd.dtype}")
     if len(counts) != len(g):
         raise ArgumentError(f"store_touch: {len(g)} rows but {len(counts)} counts")
     n_rows = min(len(cache_loc), len(host_loc), len(on_ssd), len(last), len(freq))
     out = np.zeros(6, dtype=np.int64)
     if _lib().fbx_store_touch(g.ctypes.data, counts.ctypes.data, len(g), cache_loc.ctypes.data, host_loc.ctypes.data,
-                              on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, int(step), n_rows,
+                              on_ssd.ctypes.data, last.ctypes.data, freq.ctypes.data, rs, int(step), n_rows,
                               out.ctypes.data, row_threads()) != 0:
         raise RowIndexError(f"store_touch: a row beyond the {n_rows} rows of the row arrays")
     return out
+
+
+def lookup_pass(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, pin_step: int,
+                table: np.ndarray, dim: int, step: int, touched: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The CPU cache's pass over a lookup's distinct rows ``g`` (-1: not admitted): the
+    bookkeeping of :func:`store_touch` (added to ``touched`` [6]), their cache slots (-1: not
+    cached or not admitted), the cached ones pinned for ``pin_step`` (``pin_step < 0``: not
+    pinned) and their embeddings ``table[slot, :dim]`` gathered, in one C pass.
+
+    ``d`` holds the per-row arrays (``cache_loc``, ``host_loc``, ``on_ssd``, ``last``,
+    ``freq``: a :class:`~fbrapids.trainers.sparse.directory.RowDirectory`).  Returns ``(slots,
+    rows [len(g), dim], admitted rows not cached)``: rows not admitted read zeros (the
+    default row); those of rows not cached are left for the caller.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> d = SimpleNamespace(cache_loc=np.array([1, -1]), host_loc=np.array([-1, 0]), on_ssd=np.zeros(2, bool),
+        ...                     last=np.zeros(2, np.int64), freq=np.zeros(2, np.int64))
+        >>> table, pin, touched = np.array([[0, 0, 9], [5, 6, 9]], np.float32), np.full(2, -1), np.zeros(6, np.int64)
+        >>> slots, rows, n_miss = lookup_pass(np.array([0, -1, 1]), np.array([2, 1, 1]), d, pin, 3, table, 2, 3,
+        ...                                   touched)
+        >>> slots.tolist(), rows[:2].tolist(), n_miss, pin.tolist(), touched.tolist()
+        ([1, -1, -1], [[5.0, 6.0], [0.0, 0.0]], 1, [-1, 3], [2, 1, 0, 0, 1, 1])
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    rs = record_stride("lookup_pass", d.cache_loc, d.host_loc, d.last, d.freq)
+    arrays = (d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, pin, touched)
+    for a, dt in ((d.on_ssd, np.bool_), (pin, np.int64), (touched, np.int64)):
+        if a.dtype != dt or not a.flags.c_contiguous:
+            raise InputTypeError(f"lookup_pass: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+    if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or table.shape[1] < dim \
+            or len(pin) < table.shape[0] or len(counts) != len(g) or len(touched) < 6:
+        raise ArgumentError(f"lookup_pass: a float32 table [slots, >= {dim}] with a pin per slot, a count per row "
+                            f"and 6 counters, got {table.dtype} {table.shape}, {len(pin)} pins, {len(counts)} counts")
+    n_rows = min(len(d.cache_loc), len(d.host_loc), len(d.on_ssd), len(d.last), len(d.freq))
+    m = len(g)
+    slots = np.empty(m, dtype=np.int64)
+    rows = np.empty((m, int(dim)), dtype=np.float32)
+    ptr = [a.ctypes.data for a in arrays]
+    miss = _lib().fbx_lookup_pass(g.ctypes.data, counts.ctypes.data, m, *ptr[:5], rs, int(step), n_rows, ptr[5],
+                                  table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], int(dim),
+                                  slots.ctypes.data, rows.ctypes.data, ptr[6], row_threads())
+    if miss == -1:
+        raise RowIndexError(f"lookup_pass: a row beyond the {n_rows} rows of the row arrays")
+    if miss < 0:
+        raise RowIndexError(f"lookup_pass: a cache slot beyond the table's {table.shape[0]} rows")
+    return slots, rows, int(miss)
 
 
 def window_keys(g: np.ndarray, next_use: np.ndarray, freq: np.ndarray, current: int, in_window: int) -> np.ndarray:
@@ -374,11 +529,12 @@ def window_keys(g: np.ndarray, next_use: np.ndarray, freq: np.ndarray, current: 
         [3, 93]
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
-    _int64_arrays("window_keys", next_use, freq)
+    _int64_arrays("window_keys", next_use)
+    fs = record_stride("window_keys", freq)
     out = np.empty(len(g), dtype=np.int64)
     n_rows = min(len(next_use), len(freq))
-    if _lib().fbx_window_keys(g.ctypes.data, len(g), next_use.ctypes.data, freq.ctypes.data, n_rows, int(current),
-                              int(in_window), out.ctypes.data) != 0:
+    if _lib().fbx_window_keys(g.ctypes.data, len(g), next_use.ctypes.data, freq.ctypes.data, fs, n_rows,
+                              int(current), int(in_window), out.ctypes.data) != 0:
         raise RowIndexError(f"window_keys: rows outside [0, {n_rows})")
     return out
 
@@ -442,10 +598,10 @@ def cache_slots(g: np.ndarray, cache_loc: np.ndarray) -> tuple[np.ndarray, int]:
         ([-1, 5], 1)
     """
     g = np.ascontiguousarray(g, dtype=np.int64)
-    if cache_loc.dtype != np.int64 or not cache_loc.flags.c_contiguous:
-        raise InputTypeError(f"cache_slots: cache_loc must be contiguous int64, got {cache_loc.dtype}")
+    rs = record_stride("cache_slots", cache_loc)
     slots = np.empty(len(g), dtype=np.int64)
-    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, len(cache_loc), slots.ctypes.data)
+    miss = _lib().fbx_cache_slots(g.ctypes.data, len(g), cache_loc.ctypes.data, rs, len(cache_loc),
+                                  slots.ctypes.data)
     if miss < 0:
         raise RowIndexError(f"cache_slots: rows outside [0, {len(cache_loc)})")
     return slots, int(miss)
@@ -506,7 +662,7 @@ class UInt64HashMap:
         self._lib = _lib()
         self._h = self._lib.fbx_hm_new(int(capacity))
         if not self._h:
-            raise MemoryError(f"could not allocate a hash map of {capacity} entries")
+            raise StoreMemoryError(f"could not allocate an id hash map of {capacity} entries")
 
     def __del__(self) -> None:
         h, self._h = getattr(self, "_h", None), None
@@ -529,15 +685,20 @@ class UInt64HashMap:
         vals = np.ascontiguousarray(values, dtype=np.int64)
         if len(vals) != len(keys):
             raise ArgumentError(f"{len(keys)} keys but {len(vals)} values")
-        if self._lib.fbx_hm_put(self._h, keys.ctypes.data, vals.ctypes.data, len(keys)) != 0:
-            raise MemoryError("hash map could not grow")
+        rc = self._lib.fbx_hm_put(self._h, keys.ctypes.data, vals.ctypes.data, len(keys))
+        if rc == -2:
+            raise ArgumentError(f"hash map values must not be {np.iinfo(np.int64).min} (the mark of a free bucket)")
+        if rc != 0:
+            raise StoreMemoryError(f"the id hash map of {len(self)} entries could not grow by {len(keys)}: "
+                                   "out of memory")
 
     def incr(self, keys: np.ndarray) -> np.ndarray:
         """Add one to each key's count (absent keys start at 0); the new counts."""
         keys = _u64(keys)
         out = np.empty(len(keys), dtype=np.int64)
         if self._lib.fbx_hm_incr(self._h, keys.ctypes.data, len(keys), out.ctypes.data) != 0:
-            raise MemoryError("hash map could not grow")
+            raise StoreMemoryError(f"the id hash map of {len(self)} entries could not grow by {len(keys)}: "
+                                   "out of memory")
         return out
 
     def unique_get(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -559,7 +720,7 @@ class UInt64HashMap:
         m = self._lib.fbx_unique_get(self._h, keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data,
                                      counts.ctypes.data, vals.ctypes.data)
         if m < 0:
-            raise MemoryError(f"unique of {n} keys: out of memory")
+            raise StoreMemoryError(f"the distinct ids of a batch of {n} ids: out of memory for their scratch table")
         return uniq[:m], inverse, counts[:m], vals[:m]
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:

@@ -213,19 +213,44 @@ class TierStack:
         pin_slots(slots, cache.pin, pin_step)  # the cached ones
         if n_miss:
             miss = slots < 0
-            gm = g[miss]
-            rows, dirty = self.fetch_below(gm)
-            new_slots = self.cache_alloc(len(gm), step)
-            cache.put(new_slots, rows)
-            cache.slots.owner[new_slots] = gm
-            cache.slots.dirty[new_slots] = dirty
-            d.cache_loc[gm] = new_slots
-            if self.slot_map is not None:
-                self.slot_map.insert(d.g2id[gm], new_slots)
-            cache.pin[new_slots] = pin_step
-            cache.stats.bytes_in += len(gm) * self.row_bytes
-            slots[miss] = new_slots
+            slots[miss] = self.bring_up(g[miss], pin_step, step, checked=True)
         return slots
+
+    def bring_up(self, gm: np.ndarray, pin_step: int, step: int, checked: bool = False) -> np.ndarray:
+        """Cache slots for rows ``gm`` (distinct, none of them cached), brought up from host RAM,
+        the SSD file or new, evicting unpinned rows; pinned for ``pin_step``.  The batch's rows
+        already cached must be pinned first; unless ``checked``, the room is checked before
+        anything moves.
+
+        Example:
+            >>> import numpy as np, torch
+            >>> from fbrapids.trainers.sparse.config import StoreConfig
+            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> d = RowDirectory(); g = d.admit(np.array([3, 4, 5], dtype=np.uint64))
+            >>> t = TierStack(StoreConfig(dim=2, cache_rows=2), "t", d, torch.device("cpu"))
+            >>> t.bring_up(g[:2], 0, 0).tolist(), d.cache_loc[g].tolist()
+            ([0, 1], [0, 1, -1])
+            >>> t.bring_up(g[2:], 0, 0)
+            Traceback (most recent call last):
+            ...
+            fbrapids.errors.StoreError: table 't': cache_rows=2 is too small; the current and prefetched batches pin 2 rows and 1 more are needed
+        """
+        cache, d = self.cache, self.dir
+        if not checked and len(gm) > cache.slots.n_free:
+            room = cache.room(step)
+            if len(gm) > room:
+                raise self._too_small(self.config.cache_rows - room, len(gm))
+        rows, dirty = self.fetch_below(gm)
+        new_slots = self.cache_alloc(len(gm), step)
+        cache.put(new_slots, rows)
+        cache.slots.owner[new_slots] = gm
+        cache.slots.dirty[new_slots] = dirty
+        d.cache_loc[gm] = new_slots
+        if self.slot_map is not None:
+            self.slot_map.insert(d.g2id[gm], new_slots)
+        cache.pin[new_slots] = pin_step
+        cache.stats.bytes_in += len(gm) * self.row_bytes
+        return new_slots
 
     # -- reading in place --------------------------------------------------------------------
     def read_rows(self, g: np.ndarray) -> np.ndarray:

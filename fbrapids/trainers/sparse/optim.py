@@ -51,8 +51,10 @@ class SparseOptimizer:
         """Update full rows in place; returns ``rows``."""
         raise NotImplementedError
 
-    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        """Update ``table[slots]`` in place (a CPU float32 table; ``slots`` distinct)."""
+    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor,
+                      dirty: np.ndarray | None = None) -> None:
+        """Update ``table[slots]`` in place (a CPU float32 table; ``slots`` distinct), marking
+        ``dirty[slots]`` (a bool array per table row) in the same pass when given."""
         raise NotImplementedError
 
 
@@ -63,8 +65,9 @@ class SGD(SparseOptimizer):
         rows[:, : self.dim].sub_(grad * self.lr)
         return rows
 
-    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        sgd_(table, slots, grad.detach().numpy(), self.dim, self.lr, distinct=True)
+    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor,
+                      dirty: np.ndarray | None = None) -> None:
+        sgd_(table, slots, grad.detach().numpy(), self.dim, self.lr, distinct=True, dirty=dirty)
 
 
 class RowWiseAdagrad(SparseOptimizer):
@@ -78,8 +81,10 @@ class RowWiseAdagrad(SparseOptimizer):
         rows[:, :d].sub_(grad * self.lr / (acc.double().sqrt().float() + self.eps).unsqueeze(1))
         return rows
 
-    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> None:
-        rowwise_adagrad_(table, slots, grad.detach().numpy(), self.dim, self.lr, self.eps, distinct=True)
+    def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor,
+                      dirty: np.ndarray | None = None) -> None:
+        rowwise_adagrad_(table, slots, grad.detach().numpy(), self.dim, self.lr, self.eps, distinct=True,
+                         dirty=dirty)
 
 
 OPTIMIZERS: dict[str, type[SparseOptimizer]] = {"sgd": SGD, "adagrad": RowWiseAdagrad}

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fbrapids.files.atomic import fsync
 from fbrapids.errors import SsdDirLockedError, TierFileError
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
@@ -157,11 +158,7 @@ class SsdTier:
                     "or give StoreConfig a larger host tier or another ssd_dir", exc.errno) from exc
         if self.map is not None:
             self.map.close()
-        try:
-            self.map = RowMap(fd, cap * self.row_bytes)
-        except OSError as exc:
-            raise self._error(f"cannot map the SSD tier file {self.path} ({cap * self.row_bytes} bytes): "
-                              f"{exc.strerror}", exc.errno) from exc
+        self.map = RowMap(fd, cap * self.row_bytes, str(self.path))  # a failure: TierFileError naming the path
         self.capacity = cap
         # the new rows are zeros (fallocate / ftruncate), whose hash is 0
         self.page_sums = np.concatenate([self.page_sums, np.zeros(cap // self.page_rows - len(self.page_sums),
@@ -174,11 +171,21 @@ class SsdTier:
 
     def _copy(self, g: np.ndarray, buf: np.ndarray, write: bool = False) -> None:
         rc = self.map.copy(g, self.row_bytes, buf, write=write)
+        if rc != 0:
+            self._raise_copy(rc, g, write)
+
+    def _raise_copy(self, rc: int, g: np.ndarray, write: bool) -> None:
         if rc > 0:
             raise self._truncated(int(g[rc - 1]))
-        if rc < 0:
-            raise self._error(f"{'writing' if write else 'reading'} {len(g)} rows "
-                              f"{'to' if write else 'of'} the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
+        raise self._error(f"{'writing' if write else 'reading'} {len(g)} rows "
+                          f"{'to' if write else 'of'} the SSD tier file {self.path}: {os.strerror(-rc)}", -rc)
+
+    def _changed(self, p: int, n_bad: int, n_pages: int) -> TierFileError:
+        first, last = p * self.page_rows, (p + 1) * self.page_rows - 1
+        return self._error(f"the SSD tier file {self.path} was changed from outside this process: page {p} (rows "
+                           f"{first}..{last}, bytes {first * self.row_bytes}..{(last + 1) * self.row_bytes - 1}) "
+                           f"does not match its checksum ({n_bad} of {n_pages} pages read differ); its "
+                           "rows cannot be trusted")
 
     def _pages_of(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pages holding rows ``g`` (sorted, unique) and all their rows' numbers."""
@@ -200,6 +207,14 @@ class SsdTier:
         if not self.checked:
             self._copy(g, out)
             return out
+        if len(g) == 1 or bool((g[1:] > g[:-1]).all()):  # the usual read: its pages hashed where they lie
+            rc, n_pages, n_bad, first_bad = self.map.read_checked(g, self.page_rows, self.page_sums, out)
+            if rc != 0:
+                self._raise_copy(rc, g, False)
+            self.pages_checked += n_pages
+            if n_bad:
+                raise self._changed(first_bad, n_bad, n_pages)
+            return out
         pages, rows = self._pages_of(g)
         buf = np.empty((len(rows), self.width), dtype=np.float32)
         self._copy(rows, buf)
@@ -207,12 +222,7 @@ class SsdTier:
         bad = np.flatnonzero(sums != self.page_sums[pages])
         self.pages_checked += len(pages)
         if len(bad):
-            p = int(pages[bad[0]])
-            first, last = p * self.page_rows, (p + 1) * self.page_rows - 1
-            raise self._error(f"the SSD tier file {self.path} was changed from outside this process: page {p} (rows "
-                              f"{first}..{last}, bytes {first * self.row_bytes}..{(last + 1) * self.row_bytes - 1}) "
-                              f"does not match its checksum ({len(bad)} of {len(pages)} pages read differ); its "
-                              "rows cannot be trusted")
+            raise self._changed(int(pages[bad[0]]), len(bad), len(pages))
         if len(rows) == len(g) and bool((rows == g).all()):  # whole pages in order (a sequential read)
             return buf
         return buf[np.searchsorted(rows, g)]
@@ -225,20 +235,12 @@ class SsdTier:
         self.ensure(int(g.max()) + 1)
         self.check_size()
         rows = np.ascontiguousarray(rows, dtype=np.float32)
-        if self.checked:  # each page's checksum moves by the new rows' hashes minus the old ones'
-            delta = row_hashes(rows, g)
-            seen = np.flatnonzero(g < self.written_end)  # rows written before (the others hold zeros: hash 0)
-            if len(seen):
-                old = np.empty((len(seen), self.width), dtype=np.float32)
-                self._copy(g[seen], old)
-                with np.errstate(over="ignore"):  # mod 2**64
-                    delta[seen] -= row_hashes(old, g[seen])
-            pages = g // self.page_rows
-            if len(pages) > 1 and not bool((pages[1:] >= pages[:-1]).all()):
-                order = np.argsort(pages, kind="stable")
-                pages, delta = pages[order], delta[order]
-            starts = np.flatnonzero(np.r_[True, pages[1:] != pages[:-1]])
-            self.page_sums[pages[starts]] += np.add.reduceat(delta, starts)
+        if self.checked:  # each page's checksum moves by the new rows' hashes minus the old ones', as they go in
+            rc = self.map.write_checked(g, rows, self.page_rows, self.page_sums, self.written_end)
+            if rc != 0:
+                self._raise_copy(rc, g, True)
+            self.written_end = max(self.written_end, int(g.max()) + 1)
+            return
         self._copy(g, rows, write=True)
         self.written_end = max(self.written_end, int(g.max()) + 1)
 
@@ -252,7 +254,7 @@ class SsdTier:
         rc = self.map.sync() if self.map is not None else 0
         if rc < 0:
             raise self._error(f"writing the SSD tier file {self.path} out: {os.strerror(-rc)}", -rc)
-        os.fsync(self._fd())
+        fsync(self._fd())
 
     def write_index(self, ids: np.ndarray, meta: dict) -> None:
         """Persist the id -> row mapping (row g holds ``ids[g]``) atomically."""
@@ -260,7 +262,7 @@ class SsdTier:
         with open(tmp, "wb") as f:
             np.savez(f, ids=ids, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
             f.flush()
-            os.fsync(f.fileno())
+            fsync(f.fileno())
         os.replace(tmp, self.dir / "index.npz")
 
     def close(self) -> None:

@@ -70,7 +70,7 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
-from fbrapids.trainers.sparse.hashmap import gather_cols, store_touch
+from fbrapids.trainers.sparse.hashmap import lookup_pass, pin_slots, store_touch
 from fbrapids.trainers.sparse.hierarchy import TierStack
 
 log = logging.getLogger(__name__)
@@ -263,8 +263,15 @@ class TieredEmbeddingStore:
             self._counts["unseen_reads"] += len(missing)
         elif len(missing):
             g[missing] = d.admit(uniq[missing])
-        # last / freq of the admitted rows, and which tier serves each occurrence (one C pass)
-        touched = store_touch(g, occ, d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, self._step)
+        table = tiers.cache.table
+        if table is not None:
+            # CPU: last / freq, which tier serves each occurrence, the cache slots, the hits pinned (training:
+            # a read-only lookup may still read through, below) and their embeddings gathered, in one C pass
+            touched = np.zeros(6, dtype=np.int64)
+            slots, got_np, _ = lookup_pass(g, occ, d, tiers.cache.pin, self._step if requires_grad else -1, table,
+                                           self.config.dim, self._step, touched)
+        else:  # last / freq of the admitted rows, and which tier serves each occurrence (one C pass)
+            touched = store_touch(g, occ, d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, self._step)
         sv = self._served
         for k, tier in enumerate(("cache", "host", "ssd", "new", "default")):
             sv[tier] += int(touched[k])
@@ -283,18 +290,28 @@ class TieredEmbeddingStore:
         self._counts["default_reads"] += len(uniq) - len(ga)
         dim = self.config.dim
         n_miss = len(ga) - n_hit
+        rows = None
         if not requires_grad and n_miss > tiers.cache.slots.n_free and n_miss > tiers.cache.room(self._step):
             # a read-only batch larger than the cache can take: read through, cache nothing
             slots = np.zeros(0, dtype=np.int64)
             got = torch.from_numpy(tiers.read_through(ga)[:, :dim]).to(self.device)
-        elif tiers.cache.table is not None:  # CPU: the embedding columns straight into a new tensor
-            slots = tiers.ensure_cached(ga, self._step, self._step)
-            got = torch.from_numpy(gather_cols(tiers.cache.table, slots, dim))
+        elif table is not None:  # CPU: the rows gathered by the pass, plus the misses brought up
+            if not requires_grad:
+                pin_slots(slots, tiers.cache.pin, self._step)
+            if n_miss:
+                miss = np.flatnonzero((slots < 0) & adm)
+                slots[miss] = tiers.bring_up(g[miss], self._step, self._step)
+                got_np[miss] = table[slots[miss], :dim]
+            if len(missing):
+                slots = slots[adm]
+            rows = torch.from_numpy(got_np)  # rows not admitted read zeros, the default row
         else:
             slots = tiers.ensure_cached(ga, self._step, self._step)
             full = tiers.cache.gather(slots)
             got = full[:, :dim]
-        if adm.all():
+        if rows is not None:
+            pass  # the CPU pass's rows
+        elif adm.all():
             aliased = full is not None or not got.is_contiguous()
             rows = got.clone() if aliased and (requires_grad and leaf or full is None) else got
         else:
@@ -449,8 +466,7 @@ class TieredEmbeddingStore:
         grad = grad.to(self.device, torch.float32)
         cache = self.tiers.cache
         if cache.table is not None:
-            self.optimizer.update_table_(cache.table, lookup.slots, grad.contiguous())
-            cache.slots.dirty[lookup.slots] = True
+            self.optimizer.update_table_(cache.table, lookup.slots, grad.contiguous(), cache.slots.dirty)
             self.version += 1
             return
         st = cache.slot_tensor(lookup.slots)

@@ -10,13 +10,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct { /* one bucket: key and value side by side, so a probe touches one cache line */
+    uint64_t key;
+    int64_t val; /* FBX_EMPTY: a free bucket (the one value a key cannot map to) */
+} fbx_entry;
+
+typedef struct { /* a bucket of the per-batch scratch table: free unless gen is the batch's */
+    uint64_t key;
+    uint32_t gen;
+    uint32_t idx; /* position of key among the batch's distinct keys */
+} fbx_seen;
+
 typedef struct {
-    uint64_t *keys;
-    int64_t *vals;
-    uint8_t *used;
+    fbx_entry *e;
     int64_t cap;   /* power of two */
     int64_t size;
+    fbx_seen *seen; /* scratch of fbx_unique_get, kept between batches (no clearing: generations) */
+    int64_t seen_cap;
+    uint32_t gen;
 } fbx_hashmap;
+
+#define FBX_EMPTY INT64_MIN
 
 static inline uint64_t fbx_mix64(uint64_t x) { /* splitmix64 finaliser */
     x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
@@ -25,59 +39,68 @@ static inline uint64_t fbx_mix64(uint64_t x) { /* splitmix64 finaliser */
     return x;
 }
 
-static int fbx_alloc(fbx_hashmap *h, int64_t cap) {
-    h->keys = (uint64_t *)malloc(sizeof(uint64_t) * cap);
-    h->vals = (int64_t *)malloc(sizeof(int64_t) * cap);
-    h->used = (uint8_t *)calloc(cap, 1);
-    if (!h->keys || !h->vals || !h->used) { free(h->keys); free(h->vals); free(h->used); return -1; }
-    h->cap = cap; h->size = 0;
-    return 0;
+static fbx_entry *fbx_alloc_entries(int64_t cap) {
+    fbx_entry *e = (fbx_entry *)malloc(sizeof(fbx_entry) * cap);
+    if (!e) return NULL;
+    for (int64_t i = 0; i < cap; i++) e[i].val = FBX_EMPTY;
+    return e;
 }
 
+/* most buckets a map may have: its size in bytes fits 62 bits */
+#define FBX_MAX_BUCKETS ((int64_t)1 << (62 - 4))
+
 fbx_hashmap *fbx_hm_new(int64_t capacity) {
+    if (capacity < 0 || capacity > FBX_MAX_BUCKETS / 2) return NULL;
     int64_t cap = 16;
     while (cap < 2 * capacity) cap <<= 1;
-    fbx_hashmap *h = (fbx_hashmap *)malloc(sizeof(fbx_hashmap));
+    fbx_hashmap *h = (fbx_hashmap *)calloc(1, sizeof(fbx_hashmap));
     if (!h) return NULL;
-    if (fbx_alloc(h, cap) != 0) { free(h); return NULL; }
+    h->e = fbx_alloc_entries(cap);
+    if (!h->e) { free(h); return NULL; }
+    h->cap = cap;
     return h;
 }
 
 void fbx_hm_free(fbx_hashmap *h) {
     if (!h) return;
-    free(h->keys); free(h->vals); free(h->used); free(h);
+    free(h->e); free(h->seen); free(h);
 }
 
 int64_t fbx_hm_size(const fbx_hashmap *h) { return h->size; }
 
 #define FBX_AHEAD 8 /* rows prefetched ahead in the passes over a batch's rows */
 
+/* Row loops split over `nthreads` OpenMP threads (the caller passes torch's intra-op count)
+ * when a batch has at least FBX_PAR_ROWS rows (bags: FBX_PAR_ROWS / 2): under that, waking
+ * the other threads costs about what they save (a batch of 16k ids, ~7k distinct rows, ran
+ * slower on 2 threads than on 1).  Each row is computed by one thread with the same
+ * arithmetic, so the result is the same bits for any thread count. */
+#define FBX_PAR_ROWS 8192
+#define FBX_PROBE_AHEAD 16 /* keys whose bucket is prefetched ahead in the passes over a batch's keys */
+
 static inline void fbx_prefetch_probe(const fbx_hashmap *h, uint64_t key) {
-    int64_t i = (int64_t)(fbx_mix64(key) & (uint64_t)(h->cap - 1));
-    __builtin_prefetch(h->used + i);
-    __builtin_prefetch(h->keys + i);
-    __builtin_prefetch(h->vals + i);
+    __builtin_prefetch(h->e + (int64_t)(fbx_mix64(key) & (uint64_t)(h->cap - 1)));
 }
 
-/* slot holding key, or the empty slot where it would go */
-static inline int64_t fbx_find(const fbx_hashmap *h, uint64_t key) {
-    int64_t mask = h->cap - 1;
+/* bucket holding key, or the free bucket where it would go */
+static inline int64_t fbx_find(const fbx_entry *e, int64_t cap, uint64_t key) {
+    int64_t mask = cap - 1;
     int64_t i = (int64_t)(fbx_mix64(key) & (uint64_t)mask);
-    while (h->used[i] && h->keys[i] != key) i = (i + 1) & mask;
+    while (e[i].val != FBX_EMPTY && e[i].key != key) i = (i + 1) & mask;
     return i;
 }
 
 static int fbx_grow(fbx_hashmap *h) {
-    fbx_hashmap n;
-    if (fbx_alloc(&n, h->cap * 2) != 0) return -1;
+    if (h->cap >= FBX_MAX_BUCKETS) return -1;
+    int64_t cap = h->cap * 2;
+    fbx_entry *n = fbx_alloc_entries(cap);
+    if (!n) return -1;
     for (int64_t i = 0; i < h->cap; i++) {
-        if (!h->used[i]) continue;
-        int64_t j = fbx_find(&n, h->keys[i]);
-        n.used[j] = 1; n.keys[j] = h->keys[i]; n.vals[j] = h->vals[i];
+        if (h->e[i].val == FBX_EMPTY) continue;
+        n[fbx_find(n, cap, h->e[i].key)] = h->e[i];
     }
-    n.size = h->size;
-    free(h->keys); free(h->vals); free(h->used);
-    *h = n;
+    free(h->e);
+    h->e = n; h->cap = cap;
     return 0;
 }
 
@@ -90,18 +113,23 @@ static inline int fbx_reserve(fbx_hashmap *h, int64_t extra) {
 /* out[i] = value of keys[i], or missing when absent */
 void fbx_hm_get(const fbx_hashmap *h, const uint64_t *keys, int64_t n, int64_t *out, int64_t missing) {
     for (int64_t k = 0; k < n; k++) {
-        int64_t i = fbx_find(h, keys[k]);
-        out[k] = h->used[i] ? h->vals[i] : missing;
+        if (k + FBX_PROBE_AHEAD < n) fbx_prefetch_probe(h, keys[k + FBX_PROBE_AHEAD]);
+        int64_t v = h->e[fbx_find(h->e, h->cap, keys[k])].val;
+        out[k] = v == FBX_EMPTY ? missing : v;
     }
 }
 
-/* insert or overwrite; returns 0, or -1 when memory runs out */
+/* insert or overwrite; returns 0, -1 when memory runs out, or -2 (nothing done) for a
+ * value of INT64_MIN (the mark of a free bucket) */
 int fbx_hm_put(fbx_hashmap *h, const uint64_t *keys, const int64_t *vals, int64_t n) {
+    for (int64_t k = 0; k < n; k++)
+        if (vals[k] == FBX_EMPTY) return -2;
     if (fbx_reserve(h, n) != 0) return -1;
     for (int64_t k = 0; k < n; k++) {
-        int64_t i = fbx_find(h, keys[k]);
-        if (!h->used[i]) { h->used[i] = 1; h->keys[i] = keys[k]; h->size++; }
-        h->vals[i] = vals[k];
+        if (k + FBX_PROBE_AHEAD < n) fbx_prefetch_probe(h, keys[k + FBX_PROBE_AHEAD]);
+        fbx_entry *b = h->e + fbx_find(h->e, h->cap, keys[k]);
+        if (b->val == FBX_EMPTY) { b->key = keys[k]; h->size++; }
+        b->val = vals[k];
     }
     return 0;
 }
@@ -110,9 +138,9 @@ int fbx_hm_put(fbx_hashmap *h, const uint64_t *keys, const int64_t *vals, int64_
 int fbx_hm_incr(fbx_hashmap *h, const uint64_t *keys, int64_t n, int64_t *out) {
     if (fbx_reserve(h, n) != 0) return -1;
     for (int64_t k = 0; k < n; k++) {
-        int64_t i = fbx_find(h, keys[k]);
-        if (!h->used[i]) { h->used[i] = 1; h->keys[i] = keys[k]; h->vals[i] = 0; h->size++; }
-        out[k] = ++h->vals[i];
+        fbx_entry *b = h->e + fbx_find(h->e, h->cap, keys[k]);
+        if (b->val == FBX_EMPTY) { b->key = keys[k]; b->val = 0; h->size++; }
+        out[k] = ++b->val;
     }
     return 0;
 }
@@ -121,30 +149,31 @@ int fbx_hm_incr(fbx_hashmap *h, const uint64_t *keys, int64_t n, int64_t *out) {
 void fbx_hm_export(const fbx_hashmap *h, uint64_t *keys, int64_t *vals) {
     int64_t o = 0;
     for (int64_t i = 0; i < h->cap; i++) {
-        if (!h->used[i]) continue;
-        keys[o] = h->keys[i]; vals[o] = h->vals[i]; o++;
+        if (h->e[i].val == FBX_EMPTY) continue;
+        keys[o] = h->e[i].key; vals[o] = h->e[i].val; o++;
     }
 }
 
 /* Distinct keys in order of first occurrence: uniq[0..ret), inverse[i] = position of keys[i]
- * in uniq, counts[j] = occurrences of uniq[j].  O(n) with a scratch table of 2n..4n slots.
- * Returns the number of distinct keys, or -1 when memory runs out. */
+ * in uniq, counts[j] = occurrences of uniq[j].  O(n) with a scratch table of 2n..4n buckets
+ * (key and position side by side).  Returns the number of distinct keys, or -1 when memory
+ * runs out. */
 int64_t fbx_unique_u64(const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse, int64_t *counts) {
     int64_t cap = 16;
     while (cap < 2 * n) cap <<= 1;
-    int64_t *slot = (int64_t *)malloc(sizeof(int64_t) * cap);
-    if (!slot) return -1;
-    memset(slot, 0xff, sizeof(int64_t) * cap); /* -1: empty */
+    fbx_entry *t = (fbx_entry *)malloc(sizeof(fbx_entry) * cap);
+    if (!t) return -1;
+    for (int64_t i = 0; i < cap; i++) t[i].val = -1; /* -1: free */
     int64_t mask = cap - 1, m = 0;
     for (int64_t k = 0; k < n; k++) {
         uint64_t key = keys[k];
         int64_t i = (int64_t)(fbx_mix64(key) & (uint64_t)mask);
-        while (slot[i] >= 0 && uniq[slot[i]] != key) i = (i + 1) & mask;
-        if (slot[i] < 0) { slot[i] = m; uniq[m] = key; counts[m] = 0; m++; }
-        inverse[k] = slot[i];
-        counts[slot[i]]++;
+        while (t[i].val >= 0 && t[i].key != key) i = (i + 1) & mask;
+        if (t[i].val < 0) { t[i].key = key; t[i].val = m; uniq[m] = key; counts[m] = 0; m++; }
+        inverse[k] = t[i].val;
+        counts[t[i].val]++;
     }
-    free(slot);
+    free(t);
     return m;
 }
 
@@ -173,14 +202,54 @@ int fbx_group_by_row(const int64_t *idx, int64_t n, int64_t m, const int64_t *of
 }
 
 /* fbx_unique_u64 plus a directory lookup of every distinct key: g[j] = value of uniq[j] in
- * dir, or -1.  One pass over the batch for the store's lookup and prefetch. */
-int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
+ * dir, or -1.  For the store's lookup and prefetch: the distinct keys are found in the map's
+ * scratch table (kept between calls, told apart by a generation: nothing to clear), then
+ * looked up in the directory with each key's bucket prefetched ahead.  Returns the number
+ * of distinct keys, or -1 when memory runs out. */
+int64_t fbx_unique_get(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
                        int64_t *counts, int64_t *g) {
-    int64_t m = fbx_unique_u64(keys, n, uniq, inverse, counts);
+    int64_t m = 0;
+    if (n >= ((int64_t)1 << 31)) {
+        m = fbx_unique_u64(keys, n, uniq, inverse, counts);
+        if (m < 0) return -1;
+    } else {
+        /* n buckets (a power of two) hold a batch with up to 3n/4 distinct keys, in L2 for
+         * the usual batch; a batch with more starts again with twice the buckets */
+        int64_t cap = 64;
+        while (cap < n) cap <<= 1;
+    again:
+        if (cap > dir->seen_cap) {
+            fbx_seen *s = (fbx_seen *)calloc((size_t)cap, sizeof(fbx_seen)); /* gen 0: free */
+            if (!s) return -1;
+            free(dir->seen);
+            dir->seen = s; dir->seen_cap = cap; dir->gen = 0;
+        }
+        if (++dir->gen == 0) { /* generations wrapped: clear once */
+            memset(dir->seen, 0, sizeof(fbx_seen) * (size_t)dir->seen_cap);
+            dir->gen = 1;
+        }
+        const uint32_t gen = dir->gen;
+        fbx_seen *seen = dir->seen;
+        const uint64_t mask = (uint64_t)cap - 1;
+        const int64_t full = cap - cap / 4;
+        m = 0;
+        for (int64_t k = 0; k < n; k++) {
+            uint64_t key = keys[k];
+            uint64_t i = fbx_mix64(key) & mask;
+            while (seen[i].gen == gen && seen[i].key != key) i = (i + 1) & mask;
+            fbx_seen *b = seen + i;
+            if (b->gen != gen) {
+                if (m == full) { cap <<= 1; goto again; }
+                b->gen = gen; b->key = key; b->idx = (uint32_t)m; uniq[m] = key; counts[m] = 0; m++;
+            }
+            inverse[k] = b->idx;
+            counts[b->idx]++;
+        }
+    }
     for (int64_t j = 0; j < m; j++) {
-        if (j + FBX_AHEAD < m) fbx_prefetch_probe(dir, uniq[j + FBX_AHEAD]);
-        int64_t i = fbx_find(dir, uniq[j]);
-        g[j] = dir->used[i] ? dir->vals[i] : -1;
+        if (j + FBX_PROBE_AHEAD < m) fbx_prefetch_probe(dir, uniq[j + FBX_PROBE_AHEAD]);
+        int64_t v = dir->e[fbx_find(dir->e, dir->cap, uniq[j])].val;
+        g[j] = v == FBX_EMPTY ? -1 : v;
     }
     return m;
 }
@@ -189,28 +258,30 @@ int64_t fbx_unique_get(const fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
  * occurrences each: marks admitted rows used at `step` (last) and adds their occurrences to freq, and
  * adds to out[0..5]: occurrences served by the cache, host RAM, the SSD file, a new row,
  * occurrences of rows not admitted, and distinct admitted rows already cached.
- * The row arrays hold n_rows entries; returns 0, or -1 (nothing done) for a row beyond.
- * With nthreads > 1 the admitted rows must be distinct (the same counts for any thread count). */
+ * The row arrays hold n_rows entries, row r's at [r * rs] (rs = 1: separate arrays; more:
+ * the fields of one record per row, side by side) but on_ssd's at [r]; returns 0, or -1
+ * (nothing done) for a row beyond.  With nthreads > 1 the admitted rows must be distinct
+ * (the same counts for any thread count). */
 int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
-                    const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t step,
-                    int64_t n_rows, int64_t *out, int nthreads) {
+                    const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t rs,
+                    int64_t step, int64_t n_rows, int64_t *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (g[j] >= n_rows) return -1;
     int64_t o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= 2048) \
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS) \
     reduction(+ : o0, o1, o2, o3, o4, o5)
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) {
             int64_t p = g[j + FBX_AHEAD];
-            __builtin_prefetch(cache_loc + p); __builtin_prefetch(host_loc + p); __builtin_prefetch(on_ssd + p);
-            __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
+            __builtin_prefetch(cache_loc + p * rs); __builtin_prefetch(host_loc + p * rs);
+            __builtin_prefetch(on_ssd + p); __builtin_prefetch(last + p * rs, 1); __builtin_prefetch(freq + p * rs, 1);
         }
         int64_t r = g[j], c = counts[j];
         if (r < 0) { o4 += c; continue; }
-        last[r] = step;
-        freq[r] += c;
-        if (cache_loc[r] >= 0) { o0 += c; o5 += 1; }
-        else if (host_loc[r] >= 0) o1 += c;
+        last[r * rs] = step;
+        freq[r * rs] += c;
+        if (cache_loc[r * rs] >= 0) { o0 += c; o5 += 1; }
+        else if (host_loc[r * rs] >= 0) o1 += c;
         else if (on_ssd[r]) o2 += c;
         else o3 += c;
     }
@@ -218,19 +289,82 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
     return 0;
 }
 
+/* The CPU cache's lookup pass over a batch's m distinct rows g[j] (-1: not admitted),
+ * counts[j] occurrences each, fusing fbx_store_touch (last, freq, out[0..5] as there),
+ * fbx_cache_slots and fbx_pin_slots with the gather of the cached rows (the row arrays as
+ * fbx_store_touch's, row r's fields at [r * rs]): slots[j] =
+ * cache_loc[g[j]] (-1: not admitted or not cached), pin[slots[j]] = max(pin, pin_step) for
+ * the cached ones unless pin_step < 0, and rows[j, 0..dim) = table[slots[j], 0..dim) for the
+ * cached ones, zeros for the rows not admitted (the default row); the rows of admitted rows
+ * not cached are left for the caller to fill.  The table has n_slots rows of `width` floats.
+ * Returns the number of admitted rows not cached, -1 (nothing done) for a row beyond n_rows,
+ * or -2 for a cache_loc entry beyond n_slots (a corrupt directory: that row is left out).
+ * With nthreads > 1 the admitted rows must be distinct. */
+int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc,
+                        const int64_t *host_loc, const uint8_t *on_ssd, int64_t *last, int64_t *freq, int64_t rs,
+                        int64_t step,
+                        int64_t n_rows, int64_t *pin, int64_t n_slots, int64_t pin_step, const float *table,
+                        int64_t width, int64_t dim, int64_t *slots, float *rows, int64_t *out, int nthreads) {
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] >= n_rows) return -1;
+    int64_t o0 = 0, o1 = 0, o2 = 0, o3 = 0, o4 = 0, o5 = 0, miss = 0, bad = 0;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS) \
+    reduction(+ : o0, o1, o2, o3, o4, o5, miss, bad)
+    for (int64_t j = 0; j < m; j++) {
+        if (j + 2 * FBX_AHEAD < m && g[j + 2 * FBX_AHEAD] >= 0) { /* one line when the fields are one record */
+            int64_t p = g[j + 2 * FBX_AHEAD] * rs;
+            __builtin_prefetch(cache_loc + p); __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
+        }
+        if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0) { /* its cache_loc was prefetched FBX_AHEAD rows ago */
+            int64_t q = cache_loc[g[j + FBX_AHEAD] * rs];
+            if (q >= 0 && q < n_slots) {
+                const float *r = table + q * width;
+                __builtin_prefetch(r); __builtin_prefetch(r + dim - 1);
+                if (pin_step >= 0) __builtin_prefetch(pin + q, 1);
+            }
+        }
+        int64_t r = g[j], c = counts[j];
+        float *dst = rows + j * dim;
+        if (r < 0) {
+            o4 += c;
+            slots[j] = -1;
+            for (int64_t k = 0; k < dim; k++) dst[k] = 0.0f;
+            continue;
+        }
+        last[r * rs] = step;
+        freq[r * rs] += c;
+        int64_t s = cache_loc[r * rs];
+        if (s >= n_slots) { bad++; s = -1; }
+        slots[j] = s;
+        if (s >= 0) {
+            o0 += c; o5 += 1;
+            if (pin_step >= 0 && pin[s] < pin_step) pin[s] = pin_step;
+            const float *src = table + s * width;
+            for (int64_t k = 0; k < dim; k++) dst[k] = src[k];
+            continue;
+        }
+        miss += 1;
+        if (host_loc[r * rs] >= 0) o1 += c;
+        else if (on_ssd[r]) o2 += c;
+        else o3 += c;
+    }
+    out[0] += o0; out[1] += o1; out[2] += o2; out[3] += o3; out[4] += o4; out[5] += o5;
+    return bad ? -2 : miss;
+}
+
 /* Eviction keys of the lfu_window policy over m rows g[j]: a row whose next known use
  * next_use[r] comes after `current` gets in_window - next_use[r] (the sooner, the higher), any
- * other freq[r]; returns 0, or -1 (nothing written) for a row outside [0, n_rows). */
-int fbx_window_keys(const int64_t *g, int64_t m, const int64_t *next_use, const int64_t *freq, int64_t n_rows,
-                    int64_t current, int64_t in_window, int64_t *out) {
+ * other freq[r * fs]; returns 0, or -1 (nothing written) for a row outside [0, n_rows). */
+int fbx_window_keys(const int64_t *g, int64_t m, const int64_t *next_use, const int64_t *freq, int64_t fs,
+                    int64_t n_rows, int64_t current, int64_t in_window, int64_t *out) {
     for (int64_t j = 0; j < m; j++)
         if (g[j] < 0 || g[j] >= n_rows) return -1;
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m) {
-            __builtin_prefetch(next_use + g[j + FBX_AHEAD]); __builtin_prefetch(freq + g[j + FBX_AHEAD]);
+            __builtin_prefetch(next_use + g[j + FBX_AHEAD]); __builtin_prefetch(freq + g[j + FBX_AHEAD] * fs);
         }
         int64_t nu = next_use[g[j]];
-        out[j] = nu > current ? in_window - nu : freq[g[j]];
+        out[j] = nu > current ? in_window - nu : freq[g[j] * fs];
     }
     return 0;
 }
@@ -275,15 +409,16 @@ void fbx_window_begin(const int64_t *g, int64_t m, const int64_t *ring, int64_t 
     }
 }
 
-/* slots[j] = cache_loc[g[j]] (-1: not cached); returns how many are not cached, or -1 for
+/* slots[j] = cache_loc[g[j] * rs] (-1: not cached); returns how many are not cached, or -1 for
  * a row outside [0, n_rows). */
-int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t n_rows, int64_t *slots) {
+int64_t fbx_cache_slots(const int64_t *g, int64_t m, const int64_t *cache_loc, int64_t rs, int64_t n_rows,
+                        int64_t *slots) {
     int64_t miss = 0;
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m && g[j + FBX_AHEAD] >= 0 && g[j + FBX_AHEAD] < n_rows)
-            __builtin_prefetch(cache_loc + g[j + FBX_AHEAD]);
+            __builtin_prefetch(cache_loc + g[j + FBX_AHEAD] * rs);
         if (g[j] < 0 || g[j] >= n_rows) return -1;
-        int64_t s = cache_loc[g[j]];
+        int64_t s = cache_loc[g[j] * rs];
         slots[j] = s;
         miss += s < 0;
     }

@@ -11,44 +11,107 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Row loops split over `nthreads` OpenMP threads (the caller passes torch's intra-op count)
- * when a batch has at least FBX_PAR_ROWS rows; each row is computed by one thread with the
- * same arithmetic, so the result is the same bits for any thread count. */
-#define FBX_PAR_ROWS 2048
+/* Row loops: split over threads as FBX_PAR_ROWS (hashmap.c) says. */
+
+/* The row loops below are written once as always-inlined bodies taking the row width and
+ * instantiated for the common widths (FBX_BY_DIM), so that the compiler unrolls and
+ * vectorises their column loops; each column's arithmetic (and every sum's order) is the
+ * same whatever the width's instance, so the bits are too. */
+#define FBX_INLINE static inline __attribute__((always_inline))
+#define FBX_BY_DIM(dim, CALL) \
+    switch (dim) { \
+        case 8: CALL(8); break; \
+        case 16: CALL(16); break; \
+        case 32: CALL(32); break; \
+        case 64: CALL(64); break; \
+        default: CALL(dim); \
+    }
+
+/* the update of one row given its gradient's sum of squares s */
+/* four floats as one value (gcc / clang vector extension): element-wise arithmetic, the
+ * same bits as four scalar operations; loads and stores through memcpy (any alignment) */
+typedef float fbx_v4 __attribute__((vector_size(16)));
+FBX_INLINE fbx_v4 fbx_ld4(const float *p) { fbx_v4 v; memcpy(&v, p, sizeof v); return v; }
+FBX_INLINE void fbx_st4(float *p, fbx_v4 v) { memcpy(p, &v, sizeof v); }
+#define FBX_V4_MAX 16 /* rows of up to 64 columns, a multiple of 4, are summed in registers */
+
+FBX_INLINE void fbx_adagrad_row(float *row, const float *g, const int64_t dim, float s, float fdim, float lr,
+                                float eps) {
+    float acc = row[dim] + s / fdim;
+    row[dim] = acc;
+    const float den = sqrtf(acc) + eps;
+    int64_t c = 0;
+    if (dim % 4 == 0) {
+        const fbx_v4 vlr = {lr, lr, lr, lr}, vden = {den, den, den, den};
+        for (; c < dim; c += 4) fbx_st4(row + c, fbx_ld4(row + c) - (fbx_ld4(g + c) * vlr) / vden);
+    }
+    for (; c < dim; c++) {
+        float step = g[c] * lr;
+        row[c] = row[c] - step / den;
+    }
+}
+
+#define FBX_ADAGRAD_BLOCK 8 /* rows whose sums of squares run side by side (each in column order) */
+
+FBX_INLINE void fbx_rowwise_adagrad_body(float *table, int64_t width, const int64_t dim, const int64_t *slots,
+                                         int64_t m, const float *grad, float lr, float eps, uint8_t *dirty,
+                                         int nthreads) {
+    const float fdim = (float)dim;
+    const int64_t nblocks = (m + FBX_ADAGRAD_BLOCK - 1) / FBX_ADAGRAD_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
+    for (int64_t blk = 0; blk < nblocks; blk++) {
+        const int64_t j0 = blk * FBX_ADAGRAD_BLOCK;
+        const int64_t ahead = j0 + 2 * FBX_ADAGRAD_BLOCK;
+        for (int64_t j = ahead; j < ahead + FBX_ADAGRAD_BLOCK && j < m; j++) {
+            float *r = table + slots[j] * width;
+            __builtin_prefetch(r, 1); __builtin_prefetch(r + dim, 1);
+        }
+        const float *g = grad + j0 * dim;
+        if (j0 + FBX_ADAGRAD_BLOCK <= m) {
+            /* a full block: the rows' sums side by side (independent chains), then the rows */
+            float s[FBX_ADAGRAD_BLOCK];
+            for (int r = 0; r < FBX_ADAGRAD_BLOCK; r++) s[r] = 0.0f;
+            for (int64_t c = 0; c < dim; c++)
+                for (int r = 0; r < FBX_ADAGRAD_BLOCK; r++) {
+                    float x = g[r * dim + c];
+                    s[r] = s[r] + x * x;
+                }
+            for (int r = 0; r < FBX_ADAGRAD_BLOCK; r++)
+                fbx_adagrad_row(table + slots[j0 + r] * width, g + r * dim, dim, s[r], fdim, lr, eps);
+        } else {
+            for (int64_t j = j0; j < m; j++) {
+                const float *gj = grad + j * dim;
+                float s = 0.0f;
+                for (int64_t c = 0; c < dim; c++) s = s + gj[c] * gj[c];
+                fbx_adagrad_row(table + slots[j] * width, gj, dim, s, fdim, lr, eps);
+            }
+        }
+        if (dirty)
+            for (int64_t j = j0; j < j0 + FBX_ADAGRAD_BLOCK && j < m; j++) dirty[slots[j]] = 1;
+    }
+}
 
 /* Row-wise Adagrad in place on the rows table (n_slots rows of `width` floats, the
  * accumulator at column dim): for j < m, with row = table + slots[j] * width and g the
  * gradient row j: s = g[0]^2 + g[1]^2 + ... (in column order), acc = row[dim] + s / dim,
- * row[dim] = acc, den = sqrt(acc) + eps (correctly rounded), row[c] -= (g[c] * lr) / den.
- * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the
- * slots must be distinct. */
+ * row[dim] = acc, den = sqrt(acc) + eps (correctly rounded), row[c] -= (g[c] * lr) / den;
+ * dirty[slots[j]] = 1 unless dirty is NULL.  Returns 0, or -1 (nothing done) for a slot
+ * outside [0, n_slots).  With nthreads > 1 the slots must be distinct. */
 int fbx_rowwise_adagrad(float *table, int64_t n_slots, int64_t width, int64_t dim, const int64_t *slots, int64_t m,
-                        const float *grad, float lr, float eps, int nthreads) {
+                        const float *grad, float lr, float eps, int nthreads, uint8_t *dirty) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
-    const float fdim = (float)dim;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
-    for (int64_t j = 0; j < m; j++) {
-        if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width, 1);
-        float *row = table + slots[j] * width;
-        const float *g = grad + j * dim;
-        float s = 0.0f;
-        for (int64_t c = 0; c < dim; c++) s = s + g[c] * g[c];
-        float acc = row[dim] + s / fdim;
-        row[dim] = acc;
-        const float den = sqrtf(acc) + eps;
-        for (int64_t c = 0; c < dim; c++) {
-            float step = g[c] * lr;
-            row[c] = row[c] - step / den;
-        }
-    }
+#define FBX_ADAGRAD(D) fbx_rowwise_adagrad_body(table, width, D, slots, m, grad, lr, eps, dirty, nthreads)
+    FBX_BY_DIM(dim, FBX_ADAGRAD)
+#undef FBX_ADAGRAD
     return 0;
 }
 
-/* SGD in place: row[c] -= grad[j, c] * lr for the rows at slots[j].  Returns 0, or -1
- * (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the slots must be distinct. */
+/* SGD in place: row[c] -= grad[j, c] * lr for the rows at slots[j] (dirty as in
+ * fbx_rowwise_adagrad).  Returns 0, or -1 (nothing done) for a slot outside [0, n_slots).
+ * With nthreads > 1 the slots must be distinct. */
 int fbx_sgd(float *table, int64_t n_slots, int64_t width, int64_t dim, const int64_t *slots, int64_t m,
-            const float *grad, float lr, int nthreads) {
+            const float *grad, float lr, int nthreads, uint8_t *dirty) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
@@ -56,8 +119,20 @@ int fbx_sgd(float *table, int64_t n_slots, int64_t width, int64_t dim, const int
         float *row = table + slots[j] * width;
         const float *g = grad + j * dim;
         for (int64_t c = 0; c < dim; c++) row[c] = row[c] - g[c] * lr;
+        if (dirty) dirty[slots[j]] = 1;
     }
     return 0;
+}
+
+FBX_INLINE void fbx_gather_cols_body(const float *table, int64_t width, const int64_t *slots, int64_t m,
+                                     const int64_t ncols, float *out, int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
+    for (int64_t j = 0; j < m; j++) {
+        if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width);
+        const float *src = table + slots[j] * width;
+        float *dst = out + j * ncols;
+        for (int64_t c = 0; c < ncols; c++) dst[c] = src[c];
+    }
 }
 
 /* out[j, 0..ncols) = table[slots[j], 0..ncols) for j < m (a gather of the leading columns).
@@ -66,14 +141,33 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
                     int64_t ncols, float *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
-    for (int64_t j = 0; j < m; j++) {
-        if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width);
-        const float *src = table + slots[j] * width;
-        float *dst = out + j * ncols;
-        for (int64_t c = 0; c < ncols; c++) dst[c] = src[c];
-    }
+#define FBX_GATHER(D) fbx_gather_cols_body(table, width, slots, m, D, out, nthreads)
+    FBX_BY_DIM(ncols, FBX_GATHER)
+#undef FBX_GATHER
     return 0;
+}
+
+FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, const int64_t *idx,
+                                 const int64_t *offsets, int64_t nbags, float *restrict out, int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 2)
+    for (int64_t b = 0; b < nbags; b++) {
+        float *o = out + b * dim;
+        if (dim % 4 == 0 && dim <= 4 * FBX_V4_MAX) { /* the bag's sum in registers, 4 columns at a time */
+            fbx_v4 acc[FBX_V4_MAX];
+            for (int64_t q = 0; q < dim / 4; q++) acc[q] = (fbx_v4){0.0f, 0.0f, 0.0f, 0.0f};
+            for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
+                const float *r = rows + idx[k] * dim;
+                for (int64_t q = 0; q < dim / 4; q++) acc[q] += fbx_ld4(r + 4 * q);
+            }
+            for (int64_t q = 0; q < dim / 4; q++) fbx_st4(o + 4 * q, acc[q]);
+            continue;
+        }
+        for (int64_t c = 0; c < dim; c++) o[c] = 0.0f;
+        for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
+            const float *r = rows + idx[k] * dim;
+            for (int64_t c = 0; c < dim; c++) o[c] += r[c];
+        }
+    }
 }
 
 /* Sum-pooled bags: out[b] = rows[idx[k]] summed over k in offsets[b] .. offsets[b + 1]
@@ -85,16 +179,30 @@ int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, c
         if (offsets[b] > offsets[b + 1]) return -1;
     for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
         if (idx[k] < 0 || idx[k] >= m) return -1;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 4)
+#define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, nbags, out, nthreads)
+    FBX_BY_DIM(dim, FBX_BAG_SUM)
+#undef FBX_BAG_SUM
+    return 0;
+}
+
+FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const int64_t dim, const int64_t *idx,
+                                          const int64_t *offsets, int64_t nbags, float *restrict grad_rows) {
     for (int64_t b = 0; b < nbags; b++) {
-        float *o = out + b * dim;
-        for (int64_t c = 0; c < dim; c++) o[c] = 0.0f;
+        const float *g = grad_out + b * dim;
+        if (dim % 4 == 0 && dim <= 4 * FBX_V4_MAX) { /* the bag's gradient held in registers */
+            fbx_v4 gv[FBX_V4_MAX];
+            for (int64_t q = 0; q < dim / 4; q++) gv[q] = fbx_ld4(g + 4 * q);
+            for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
+                float *r = grad_rows + idx[k] * dim;
+                for (int64_t q = 0; q < dim / 4; q++) fbx_st4(r + 4 * q, fbx_ld4(r + 4 * q) + gv[q]);
+            }
+            continue;
+        }
         for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
-            const float *r = rows + idx[k] * dim;
-            for (int64_t c = 0; c < dim; c++) o[c] += r[c];
+            float *r = grad_rows + idx[k] * dim;
+            for (int64_t c = 0; c < dim; c++) r[c] += g[c];
         }
     }
-    return 0;
 }
 
 /* The backward of fbx_bag_sum: grad_rows[r] = sum of grad_out[b] over the occurrences k of
@@ -105,13 +213,9 @@ int fbx_bag_sum_backward(const float *grad_out, int64_t dim, const int64_t *idx,
     for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
         if (idx[k] < 0 || idx[k] >= m) return -1;
     memset(grad_rows, 0, sizeof(float) * (size_t)(m * dim));
-    for (int64_t b = 0; b < nbags; b++) {
-        const float *g = grad_out + b * dim;
-        for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
-            float *r = grad_rows + idx[k] * dim;
-            for (int64_t c = 0; c < dim; c++) r[c] += g[c];
-        }
-    }
+#define FBX_BAG_BACK(D) fbx_bag_sum_backward_body(grad_out, D, idx, offsets, nbags, grad_rows)
+    FBX_BY_DIM(dim, FBX_BAG_BACK)
+#undef FBX_BAG_BACK
     return 0;
 }
 
@@ -145,10 +249,12 @@ int fbx_unmap(void *p, int64_t bytes) { return munmap(p, (size_t)bytes) == 0 ? 0
 
 int fbx_map_sync(void *p, int64_t bytes) { return msync(p, (size_t)bytes, MS_SYNC) == 0 ? 0 : -errno; }
 
-/* Copy rows g[0..n) between the map (row r at base + r * row_bytes) and buf (n rows):
- * to_map = 0 reads them into buf, 1 writes buf into them.  Returns 0, or 1 + j when row
- * g[j] could not be accessed (the file was truncated: SIGBUS). */
-int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes, char *buf, int to_map) {
+/* Run fn(ctx, &at) with SIGBUS caught: fn keeps `at` at the index of the row it is on.
+ * Returns fn's result, 1 + at when a SIGBUS interrupted it (the file was truncated), or
+ * -errno when the handler could not be installed. */
+typedef int64_t (*fbx_guarded_fn)(void *ctx, volatile int64_t *at);
+
+static int64_t fbx_guarded(fbx_guarded_fn fn, void *ctx) {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = fbx_on_sigbus;
@@ -157,22 +263,41 @@ int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes,
     if (sigaction(SIGBUS, &sa, &old) != 0) return -(int64_t)errno;
     fbx_bus_previous = old;
     sigjmp_buf jump;
-    volatile int64_t j = 0;
+    volatile int64_t at = 0;
     if (sigsetjmp(jump, 1)) {
         fbx_bus_jump = NULL;
         sigaction(SIGBUS, &old, NULL);
-        return 1 + j;
+        return 1 + at;
     }
     fbx_bus_jump = &jump;
-    for (j = 0; j < n; j++) {
-        char *row = base + g[j] * row_bytes;
-        if (j + 8 < n) __builtin_prefetch(base + g[j + 8] * row_bytes);
-        if (to_map) memcpy(row, buf + j * row_bytes, (size_t)row_bytes);
-        else memcpy(buf + j * row_bytes, row, (size_t)row_bytes);
-    }
+    int64_t rc = fn(ctx, &at);
     fbx_bus_jump = NULL;
     sigaction(SIGBUS, &old, NULL);
+    return rc;
+}
+
+typedef struct {
+    char *base; const int64_t *g; int64_t n, row_bytes; char *buf; int to_map;
+} fbx_copy_args;
+
+static int64_t fbx_copy_rows(void *ctx, volatile int64_t *at) {
+    const fbx_copy_args *c = (const fbx_copy_args *)ctx;
+    for (int64_t j = 0; j < c->n; j++) {
+        *at = j;
+        char *row = c->base + c->g[j] * c->row_bytes;
+        if (j + 8 < c->n) __builtin_prefetch(c->base + c->g[j + 8] * c->row_bytes);
+        if (c->to_map) memcpy(row, c->buf + j * c->row_bytes, (size_t)c->row_bytes);
+        else memcpy(c->buf + j * c->row_bytes, row, (size_t)c->row_bytes);
+    }
     return 0;
+}
+
+/* Copy rows g[0..n) between the map (row r at base + r * row_bytes) and buf (n rows):
+ * to_map = 0 reads them into buf, 1 writes buf into them.  Returns 0, or 1 + j when row
+ * g[j] could not be accessed (the file was truncated: SIGBUS). */
+int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes, char *buf, int to_map) {
+    fbx_copy_args c = {base, g, n, row_bytes, buf, to_map};
+    return fbx_guarded(fbx_copy_rows, &c);
 }
 
 /* The SSD tier's row hashes (fbrapids.trainers.sparse.ssd): for row i of n rows of `width`
@@ -180,19 +305,103 @@ int64_t fbx_map_copy(char *base, const int64_t *g, int64_t n, int64_t row_bytes,
  * b = sum_j w[j] * (((j + 1) * 0x85EBCA77) | 1) (mod 2^32; odd multipliers: any change of one word
  * changes both), out[i] = (b * 2^32 + a) * (2 g[i] + 1) mod 2^64.  32-bit lanes, so that the loop
  * vectorises.  A page's checksum is the sum of its rows' hashes. */
-void fbx_row_hashes(const uint32_t *words, const int64_t *g, int64_t n, int64_t width, uint64_t *out) {
-    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+/* the multipliers of fbx_row_hashes for `width` words */
+static void fbx_hash_multipliers(int64_t width, uint32_t *m1, uint32_t *m2) {
     for (int64_t j = 0; j < width; j++) {
         m1[j] = ((uint32_t)(j + 1) * 0x9E3779B1u) | 1u;
         m2[j] = ((uint32_t)(j + 1) * 0x85EBCA77u) | 1u;
     }
-    for (int64_t i = 0; i < n; i++) {
-        const uint32_t *w = words + i * width;
-        uint32_t a = 0, b = 0;
-        for (int64_t j = 0; j < width; j++) {
-            a += w[j] * m1[j];
-            b += w[j] * m2[j];
-        }
-        out[i] = ((((uint64_t)b) << 32) | a) * (2ULL * (uint64_t)g[i] + 1ULL);
+}
+
+static inline uint64_t fbx_row_hash(const uint32_t *w, int64_t width, int64_t g, const uint32_t *m1,
+                                    const uint32_t *m2) {
+    uint32_t a = 0, b = 0;
+    for (int64_t j = 0; j < width; j++) {
+        a += w[j] * m1[j];
+        b += w[j] * m2[j];
     }
+    return ((((uint64_t)b) << 32) | a) * (2ULL * (uint64_t)g + 1ULL);
+}
+
+void fbx_row_hashes(const uint32_t *words, const int64_t *g, int64_t n, int64_t width, uint64_t *out) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    fbx_hash_multipliers(width, m1, m2);
+    for (int64_t i = 0; i < n; i++) out[i] = fbx_row_hash(words + i * width, width, g[i], m1, m2);
+}
+
+typedef struct {
+    const char *base; const int64_t *g; int64_t n, width, page_rows; const uint64_t *page_sums; float *out;
+    int64_t *report; const uint32_t *m1, *m2;
+} fbx_checked_args;
+
+static int64_t fbx_read_checked_rows(void *ctx, volatile int64_t *at) {
+    const fbx_checked_args *c = (const fbx_checked_args *)ctx;
+    const int64_t row_bytes = c->width * 4, pr = c->page_rows;
+    int64_t pages = 0, bad = 0, first_bad = -1;
+    for (int64_t j = 0; j < c->n;) {
+        *at = j;
+        const int64_t p = c->g[j] / pr;
+        int64_t k = j; /* the rows of the next page read: prefetch its start */
+        while (k < c->n && c->g[k] / pr == p) k++;
+        if (k < c->n) {
+            const char *next = c->base + (c->g[k] / pr) * pr * row_bytes;
+            for (int64_t off = 0; off < pr * row_bytes; off += 64) __builtin_prefetch(next + off);
+        }
+        uint64_t sum = 0;
+        for (int64_t r = p * pr; r < (p + 1) * pr; r++)
+            sum += fbx_row_hash((const uint32_t *)(c->base + r * row_bytes), c->width, r, c->m1, c->m2);
+        if (sum != c->page_sums[p]) { bad++; if (first_bad < 0) first_bad = p; }
+        pages++;
+        for (; j < k; j++) memcpy(c->out + j * c->width, c->base + c->g[j] * row_bytes, (size_t)row_bytes);
+    }
+    c->report[0] = pages; c->report[1] = bad; c->report[2] = first_bad;
+    return 0;
+}
+
+/* The SSD tier's checked read in one pass over the map: rows g[0..n) (ascending, distinct)
+ * of `width` words each are copied into out, and every page of page_rows rows they touch is
+ * hashed where it lies (fbx_row_hashes' hashes summed) and compared with page_sums[page].
+ * report[0..3) = pages checked, pages whose sum differs, the first of those (-1: none).
+ * Returns 0, or 1 + j when the page of row g[j] could not be accessed (SIGBUS). */
+int64_t fbx_map_read_checked(const char *base, const int64_t *g, int64_t n, int64_t width, int64_t page_rows,
+                             const uint64_t *page_sums, float *out, int64_t *report) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    fbx_hash_multipliers(width, m1, m2);
+    fbx_checked_args c = {base, g, n, width, page_rows, page_sums, out, report, m1, m2};
+    return fbx_guarded(fbx_read_checked_rows, &c);
+}
+
+typedef struct {
+    char *base; const int64_t *g; int64_t n, width, page_rows, written_end; const float *rows; uint64_t *page_sums;
+    const uint32_t *m1, *m2;
+} fbx_write_args;
+
+static int64_t fbx_write_checked_rows(void *ctx, volatile int64_t *at) {
+    const fbx_write_args *c = (const fbx_write_args *)ctx;
+    const int64_t row_bytes = c->width * 4;
+    for (int64_t j = 0; j < c->n; j++) {
+        *at = j;
+        const int64_t r = c->g[j];
+        char *dst = c->base + r * row_bytes;
+        if (j + 8 < c->n) __builtin_prefetch(c->base + c->g[j + 8] * row_bytes, 1);
+        const uint32_t *src = (const uint32_t *)(c->rows + j * c->width);
+        uint64_t delta = fbx_row_hash(src, c->width, r, c->m1, c->m2);
+        if (r < c->written_end) delta -= fbx_row_hash((const uint32_t *)dst, c->width, r, c->m1, c->m2);
+        c->page_sums[r / c->page_rows] += delta;
+        memcpy(dst, src, (size_t)row_bytes);
+    }
+    return 0;
+}
+
+/* The SSD tier's checked write in one pass over the map: row j of rows (n rows of `width`
+ * words) goes to global row g[j] (distinct), and its page's checksum page_sums[g[j] /
+ * page_rows] moves by the new row's hash minus the old one's (rows from written_end on hold
+ * zeros, whose hash is 0).  Returns 0, or 1 + j when row g[j] could not be accessed (SIGBUS;
+ * the rows before it are written and counted). */
+int64_t fbx_map_write_checked(char *base, const int64_t *g, int64_t n, int64_t width, int64_t page_rows,
+                              int64_t written_end, const float *rows, uint64_t *page_sums) {
+    uint32_t m1[width > 0 ? width : 1], m2[width > 0 ? width : 1];
+    fbx_hash_multipliers(width, m1, m2);
+    fbx_write_args c = {base, g, n, width, page_rows, written_end, rows, page_sums, m1, m2};
+    return fbx_guarded(fbx_write_checked_rows, &c);
 }
