@@ -76,16 +76,24 @@ torch.manual_seed(0)
 cutoff = TS0 + (DAYS - 1) * 86400                                  # the last day is held out
 train, heldout = extracted[extracted["ts"] < cutoff], extracted[extracted["ts"] >= cutoff]
 sparse = ["user_h", "hour", "query_tok", "title_tok", "q_x_t", "cat_city", "price_b", "ad_id"]
-def batches(frame):
-    return frame.fbx.stream(label="click", dense=["age", "price"], sparse=sparse, group="user_id", batch_size=1024)
+def batches(frame, shuffle_window=0):
+    return frame.fbx.stream(label="click", dense=["age", "price"], sparse=sparse, group="user_id", batch_size=1024,
+                            shuffle_window=shuffle_window)
 ssd = tempfile.TemporaryDirectory(prefix="fbrapids-notebook-ssd-")   # the SSD tier's files; removed at the end
-model = DLRM(2, sparse, embedding_dim=8, bottom_mlp=[16], top_mlp=[32],
+model = DLRM(2, sparse, embedding_dim=8, bottom_mlp=[16], top_mlp=[32], pooling="mean", bias_vector=True,
              store=StoreConfig(cache_rows=1 << 15, host_rows=1 << 16, ssd_dir=ssd.name))
-losses, heldout_auc = [], {}
-for epoch in range(3):
-    losses += fit(model, batches(train), progress=False).losses
-    heldout_auc[len(losses)] = evaluate(model, batches(heldout), progress=False)["auc"]
-print(len(losses), "steps; held-out AUC by step:", {k: round(float(v), 4) for k, v in heldout_auc.items()})''',
+# one pass over the training days, shuffled within windows of 2^18 rows as the demo trains: a second
+# pass memorises the rows it has seen (docs/models.md), and fit's calibration needs a single pass
+losses = fit(model, batches(train, shuffle_window=1 << 18), progress=False).losses
+metrics = evaluate(model, batches(heldout), progress=False)
+heldout_auc = {len(losses): metrics["auc"]}
+print(f"{len(losses)} steps; held-out AUC {metrics['auc']:.4f}  NE {metrics['ne']:.4f}  "
+      f"calibration {metrics['calibration']:.3f}")''',
+    "md:**Why this model stays under the demo's figures.** It trains on the notebook's rows (20,000 by "
+    "default, a tenth of the default data; the tests run it on fewer) with the features of this notebook, "
+    "not the demo's: at this size its held-out NE stays near one. At the default 200,000 rows, the README's "
+    "model block (the demo's inputs and recipe) reaches `NE < 0.97` and the demo's AUC within `0.01` "
+    "(`tests/notebooks/test_readme.py`), and `fbrapids demo` prints its own.",
     "md:## What to look at: the curves, the calibration, the store",
     '''from fbrapids.ui import plot
 plot.training_curves(losses, heldout_auc, smooth=10)''',
@@ -136,7 +144,9 @@ nb("03_feature_trial.ipynb", [
 result = trial(DATA, {"slot_x_os": ops.cross("slot", "os"), "query_x_cat": ops.cross(ops.split("query", " ", buckets=1 << 18), "category", cap=16)},
                n_boot=50, progress=False, batch_size=1024, cache_rows=1 << 15, host_rows=1 << 16)
 print(result.render())''',
-    "md:In a notebook the result shows itself: the metrics per arm and the deltas with their bootstrap intervals.",
+    "md:In a notebook the result shows itself: the metrics per arm and the deltas with their bootstrap intervals. "
+    "At the notebook's 20,000 rows the arms' AUCs sit well under the demo's (a tenth of the default data): "
+    "the trial compares the arms with each other, on the same rows and seeds, not with the demo.",
     '''assert set(result.delta) == {"auc", "gauc"}
 result''',
 ])
@@ -153,6 +163,9 @@ client''',
 # without work_dir the store and checkpoints go to a temporary folder, removed when the run returns
 result = run_pipeline(DATA, client=client, batch_size=1024, progress=False, cache_rows=1 << 15, host_rows=1 << 16)
 result   # rows and seconds per stage, store hit rates, held-out metrics''',
+    "md:At the notebook's 20,000 rows (a tenth of the default data) the pipeline's model trains on a few "
+    "batches and its held-out NE stays near one; `NE < 0.97` and the demo's AUC are what the same defaults "
+    "reach at the default 200,000 rows (`fbrapids demo`; docs/models.md has the table over seeds).",
     '''from fbrapids.ui import plot
 plot.calibration(result.predictions["label"], result.predictions["pred"], bins=10)''',
     '''assert result.bytes_written <= sum(result.work_tree.values()) + (1 << 20)  # measured: no feature files

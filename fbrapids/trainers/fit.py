@@ -48,7 +48,8 @@ from fbrapids.ui.autobar import tqdm
 from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.calibration import CALIBRATION_ROWS, KEPT_ROWS, ProgressiveBuffer, fit_calibration
+from fbrapids.trainers.calibration import (CALIBRATION_ROWS, KEPT_ROWS, PASS_FRACTION, ProgressiveBuffer,
+                                           fit_calibration)
 from fbrapids.files.manifest import resolve_inside
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.checkpoint.directory import (check_pointer_writable, checkpoints, clean_partial,
@@ -311,13 +312,13 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
 
 def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult, rows: int) -> None:
     """Fit and set ``model``'s calibration (a shift of its logits) on the newest ``rows`` progressive predictions kept."""
-    ab = fit_calibration(progressive, rows)
+    ab = fit_calibration(progressive, rows, pass_rows=progressive.seen)  # seen: every pair of the pass
     if ab is None:
         return
     model.set_calibration(*ab)
     result.calibration = ab
     log.info("calibration: sigmoid(%.4f * logit %+.4f), fitted on the progressive predictions of the last %d rows "
-             "trained on", ab[0], ab[1], min(rows, len(progressive)))
+             "trained on", ab[0], ab[1], min(rows, len(progressive), int(progressive.seen * PASS_FRACTION)))
 
 
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,
