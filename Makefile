@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test test-opts bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
+.PHONY: demo test test-opts lint bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,11 @@ test: $(STAMP)
 # make test's pytest options alone (scripts/docs_figures.py --run suite runs the suite with them)
 test-opts:
 	@echo $(TEST_OPTS)
+
+# the linter (ruff) and the type checker (mypy), both configured in pyproject.toml; .ci/run runs it
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/mypy
 
 # execute the notebooks on the embedded default data and save their outputs (figures included)
 notebooks: $(STAMP)

@@ -45,7 +45,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import machine_description  # noqa: E402
-from fbrapids.datasets.synthetic import views as workload
 from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
 from fbrapids.files.iostats import IOCounter
 from fbrapids.files.manifest import VERIFY_ENV
@@ -118,7 +117,7 @@ def _verified_run(data: Path, work: Path, args: argparse.Namespace,
     """One pipeline run writing checkpoints, then the final checkpoint loaded back into a
     fresh model; returns (wall seconds, CPU seconds, AUC, the checkpoint).  ``verify`` False
     sets FBRAPIDS_VERIFY=0 for it."""
-    from fbrapids.trainers.fit import load_checkpoint
+    from fbrapids.trainers.checkpoint.model_state import load_checkpoint
 
     os.environ[VERIFY_ENV] = "1" if verify else "0"
     try:
@@ -139,7 +138,7 @@ def _checkpoint_round_trips(checkpoint: str, work: Path, args: argparse.Namespac
     """Seconds of one save + load of ``checkpoint``'s model, verification on vs off,
     alternated: the part of a run the checks cost most in, timed on its own (a pipeline
     run's own noise is larger than the whole overhead)."""
-    from fbrapids.trainers.fit import load_checkpoint, save_checkpoint
+    from fbrapids.trainers.checkpoint.model_state import load_checkpoint, save_checkpoint
 
     def model(ssd: Path):
         return build_model("dlrm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 17, host_rows=1 << 19,

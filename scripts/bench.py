@@ -357,10 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only:
             run(name, args.args.split())
     README.write_text(fill_readme(README.read_text()))
-    sys.path.insert(0, str(REPO / "scripts"))
-    import docs_figures  # the docs' figures from the same files (docs/ams-and-serving.md's inference table)
-
-    docs_figures.write_all()
+    # the docs' figures from the same files (docs/ams-and-serving.md's inference table), in a child
+    # process: docs_figures imports this module for the README's table, so importing it back would be a cycle
+    subprocess.run([sys.executable, str(REPO / "scripts" / "docs_figures.py")], check=True)
     print(table())
     return 0
 

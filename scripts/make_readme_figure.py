@@ -53,7 +53,6 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_description()
     from fbrapids import ops, trial
-    from fbrapids.ui import plot
     from fbrapids.datasets.synthetic.generate import DATA_VERSION, generate, read_metadata
 
     candidates = {"planted column": {"signal": ops.col("p_signal")}, "noise column": {"noise": ops.col("p_noise")}}

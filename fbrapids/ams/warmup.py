@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
-from fbrapids.trainers.fit import load_tensors
+from fbrapids.trainers.checkpoint.model_state import load_tensors
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 from fbrapids.errors import ArgumentError, MissingFileError
 
@@ -55,7 +55,7 @@ def _source_state(source: Any) -> Mapping[str, torch.Tensor]:
     p = Path(os.fspath(source))
     if p.is_dir():
         if (p / "latest").exists():
-            from fbrapids.trainers.checkpoint import latest_checkpoint
+            from fbrapids.trainers.checkpoint.directory import latest_checkpoint
 
             p = latest_checkpoint(p)
         p = p / "dense.pt"

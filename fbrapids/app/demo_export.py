@@ -36,7 +36,7 @@ from fbrapids.errors import CheckpointMismatchError, ExportError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.export import export_model
 from fbrapids.serving.spec import ServingSpec
-from fbrapids.trainers.fit import load_checkpoint
+from fbrapids.trainers.checkpoint.model_state import load_checkpoint
 from fbrapids.trainers.sparse import StoreConfig
 
 REQUEST_SCHEMA = {"user_id": "int64", "ts": "int64", "slot": "int64", "query": "str", "os": "str",

@@ -28,14 +28,13 @@ from fbrapids.files.iostats import IOCounter, tree_bytes
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.frames.backend import get_backend
 from fbrapids.errors import ArgumentError
-
-log = logging.getLogger(__name__)
-
 from fbrapids.datasets.synthetic import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,  # noqa: F401
                                         as_workload, din_history)
 from fbrapids.workloads import RunConfig, Workload
 from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, split_fitted  # noqa: F401  (re-exported)
-from fbrapids.workloads.run_config import MODELS
+from fbrapids.workloads.run_config import MODELS  # noqa: F401  (re-exported: the names RunConfig accepts)
+
+log = logging.getLogger(__name__)
 
 #: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
 POOLING = "mean"
@@ -260,6 +259,15 @@ def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -
     return frames.read_views(as_workload(data), backend=backend)
 
 
+#: the pipeline's architecture of each model (docs/models.md), by the registry's short names
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "dlrm": dict(bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True),
+    "wide_deep": dict(deep_mlp=[64, 32]),
+    "deepfm": dict(deep_mlp=[64, 32]),
+    "din": dict(attention_mlp=(36,), mlp=(64, 32), first_order=True),
+}
+
+
 def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
                     embedding_dim: int = 16, sequences: dict[str, str] | None = None) -> tuple[type, dict[str, Any]]:
     """The class and constructor arguments of :func:`build_model` (an export rebuilds the
@@ -275,21 +283,15 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
 
     # mean pooling of bags (docs/models.md: a bag of up to 64 query x title tokens summed
     # outweighed every single-id field and added noise to the interactions)
+    cls = models.model_for(name)  # the class from the one registry; the pipeline's architecture below
     common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
                   pooling=POOLING)
-    if name == "dlrm":
-        return models.DLRM, dict(common, bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True)
-    if name == "wide_deep":
-        return models.WideAndDeep, dict(common, deep_mlp=[64, 32])
-    if name == "deepfm":
-        return models.DeepFM, dict(common, deep_mlp=[64, 32])
     if name == "logreg":
-        return models.LogisticRegression, {k: v for k, v in common.items() if k != "pooling"}  # first-order: summed
+        return cls, {k: v for k, v in common.items() if k != "pooling"}  # first-order: summed
     if name == "din":
         seqs = dict(sequences or {})
-        return models.DIN, dict(common, sparse_features=[f for f in sparse if f not in seqs], sequences=seqs,
-                                attention_mlp=(36,), mlp=(64, 32), first_order=True)
-    raise ArgumentError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+        common.update(sparse_features=[f for f in sparse if f not in seqs], sequences=seqs)
+    return cls, dict(common, **ARCHITECTURES.get(name, {}))
 
 
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,

@@ -77,7 +77,7 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
 def dictionary_paths(obj: Any, plan: Any) -> dict[int, str]:
     """Per dictionary-capable operator of ``plan``, the path extracting ``obj`` takes (an
     eager pandas frame: chosen from its columns; dask: per partition)."""
-    if hasattr(obj, "_meta") or backends.is_gpu_object(obj) or not plan.dictionary_nodes:
+    if backends.frame_kind(obj) != "pandas" or not plan.dictionary_nodes:
         return describe_paths(plan, None)
     args = {a for n in plan.dictionary_nodes for a in n.args if plan.nodes[a].op is None}
     try:

@@ -22,13 +22,14 @@ import warnings
 from typing import Any, Mapping
 
 from fbrapids.errors import ReplacedColumnWarning
+from fbrapids.frames.backend import FrameLike
 from fbrapids.features.fitted import Fitted, extract_frame, has_frame_ops
 from fbrapids.features.run import run_features
 from fbrapids.kernels import Col, as_expr
 
 
-def extract(obj: Any, features: "Mapping[str, Any] | Fitted", fused: bool = True, training: bool = False,
-            allow_unfitted: bool = False, progress: bool | None = None) -> Any:
+def extract(obj: FrameLike, features: "Mapping[str, Any] | Fitted", fused: bool = True, training: bool = False,
+            allow_unfitted: bool = False, progress: bool | None = None) -> FrameLike:
     """Add the named feature columns to ``obj`` (like ``assign``), computed by meta-kernels.
 
     Args:

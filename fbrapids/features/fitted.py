@@ -47,7 +47,8 @@ from fbrapids.fitting.encoders import SPECS, FittedSpec, spec_of
 from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
 from fbrapids.features.run import run_features
 from fbrapids.features.schema import check_columns
-from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
+from fbrapids.kernels import Call, Col, Expr, as_expr
+from fbrapids.kernels.expr_json import expr_from_json, expr_to_json
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +204,16 @@ class Fitted:
 
     def save(self, directory: str | Path) -> None:
         """Write the states (npz + JSON) and the feature expressions (JSON); no pickle."""
-        save_states(self.states, directory, extra={"features": {k: expr_to_json(e) for k, e in self.features.items()},
+        features = {k: expr_to_json(e, f"feature {k!r}", FeatureError) for k, e in self.features.items()}
+        save_states(self.states, directory, extra={"features": features,
                                                    "info": self.info})
 
     @classmethod
     def load(cls, directory: str | Path) -> "Fitted":
         """Read what :meth:`save` wrote (runs no code: JSON and ``allow_pickle=False`` npz)."""
         doc = read_document(directory)
-        return cls({k: expr_from_json(v) for k, v in doc.get("features", {}).items()}, load_states(directory),
+        return cls({k: expr_from_json(v, f"{directory}: feature {k!r}") for k, v in doc.get("features", {}).items()},
+                   load_states(directory),
                    dict(doc.get("info", {})))
 
 
@@ -228,60 +231,7 @@ def state_from_param(p: Mapping[str, Any]) -> FittedState:
     return FittedState(p["op"], {}, tables, dict(p["meta"]))
 
 
-# -- expression JSON ------------------------------------------------------------------------------
-def expr_to_json(e: Expr) -> Any:
-    """A feature expression as JSON data (round-trips through :func:`expr_from_json`).
-
-    Example:
-        >>> from fbrapids import ops
-        >>> e = ops.bucketize("age", [18, 25])
-        >>> expr_from_json(expr_to_json(e)) == e
-        True
-    """
-    if isinstance(e, Col):
-        return {"col": e.name}
-    assert isinstance(e, Call)
-    return {"op": e.op, "args": [expr_to_json(a) for a in e.args], "params": [[k, _value_to_json(v)] for k, v in e.params]}
-
-
-def _value_to_json(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return {"tuple": [_value_to_json(x) for x in v]}
-    if isinstance(v, Vocabulary):
-        return {"vocabulary": {"keys": list(v.keys), "ids": v.ids.tolist(), "kind": v.kind}}
-    if isinstance(v, np.ndarray):
-        return {"array": v.tolist(), "dtype": str(v.dtype)}
-    if isinstance(v, (np.integer, np.floating)):
-        return v.item()
-    if isinstance(v, (list, dict)):
-        raise FeatureError(f"parameter value {v!r} cannot be saved (use a tuple)")
-    return v
-
-
-def _value_from_json(v: Any) -> Any:
-    if isinstance(v, dict):
-        if "tuple" in v:
-            return tuple(_value_from_json(x) for x in v["tuple"])
-        if "vocabulary" in v:
-            d = v["vocabulary"]
-            return Vocabulary(d["keys"], d["ids"], kind=d["kind"])
-        if "array" in v:
-            return np.asarray(v["array"], dtype=v["dtype"])
-    return v
-
-
-def expr_from_json(doc: Any) -> Expr:
-    """The expression :func:`expr_to_json` wrote."""
-    if "col" in doc:
-        return Col(doc["col"])
-    return Call(doc["op"], tuple(expr_from_json(a) for a in doc["args"]),
-                tuple((k, _value_from_json(v)) for k, v in doc["params"]))
-
-
 # -- computing inputs --------------------------------------------------------------------------
-def _is_dask(obj: Any) -> bool:
-    return hasattr(obj, "map_partitions") and hasattr(obj, "_meta")
-
 
 def _with_inputs(frame: Any, calls: list[Call], fused: bool, training: bool = True
                  ) -> tuple[Any, dict[Call, dict[str, str]]]:
@@ -369,12 +319,12 @@ def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts",
             inp = copy_columns(work, cols)[list(cols)]  # by role: one column may fill two (label = key)
             for k, v in spec.stats(inp).items():
                 lazy.setdefault(sid, {}).setdefault(k, []).append(v)
-    extras: dict[str, Any] = {"rows": work.shape[0] if _is_dask(work) else len(work)}
+    extras: dict[str, Any] = {"rows": work.shape[0] if _backend.is_dask(work) else len(work)}
     cols_of = getattr(base, "columns", [])
     if time_column and time_column in cols_of:
         extras["time_min"] = base[time_column].min()
         extras["time_max"] = base[time_column].max()
-    if _is_dask(work):
+    if _backend.is_dask(work):
         lazy, extras = dask.compute(lazy, extras)  # every fitted operator's statistics: one pass
     rows = int(extras["rows"])
     states: dict[str, FittedState] = {}
@@ -487,7 +437,7 @@ def _apply_frame_ops(frame: Any, calls: list[Call], states: Mapping[str, FittedS
         else:
             history_by_key.setdefault(names[c]["a0"], []).append(job)
     inputs = {col for cols in names.values() for col in cols.values()}
-    if _is_dask(frame):
+    if _backend.is_dask(frame):
         import dask
 
         for key, jobs in history_by_key.items():
@@ -525,7 +475,7 @@ def copy_columns(frame: Any, mapping: dict[str, str]) -> Any:
     """``frame`` with column ``src`` copied as ``new`` for each ``new: src``, per partition and
     by position (a dask-level ``assign`` of one column to another aligns indexes, which
     fails on the duplicate labels partition-local indexes have)."""
-    if not _is_dask(frame):
+    if not _backend.is_dask(frame):
         return frame.assign(**{new: frame[src] for new, src in mapping.items()})
     meta = frame._meta.assign(**{new: frame._meta[src] for new, src in mapping.items()})
     return frame.map_partitions(_copy, mapping, meta=meta)

@@ -26,11 +26,6 @@ from fbrapids.views.inputs import prepare
 from fbrapids.kernels import Call, Expr, Operator, add_operator, as_expr, empty_series, get_operator, operators, to_series
 
 
-def is_lazy(obj: Any) -> bool:
-    """A dask (or dask-cudf) frame."""
-    return hasattr(obj, "map_partitions") and hasattr(obj, "_meta")
-
-
 #: an eager pandas ``extract`` of at least this many rows shows a progress bar by default
 EXTRACT_PROGRESS_ROWS = 1 << 21
 #: rows per chunk of an eager pandas ``extract`` that shows progress (the bar advances per chunk)
@@ -105,7 +100,7 @@ def run_features(obj: Any, features: Mapping[str, Any], fused: bool = True, prog
     (``progress``: see :func:`run_eager`; a dask frame's progress shows when it is computed,
     under :func:`fbrapids.progress`)."""
     features = {name: as_expr(e) for name, e in features.items()}
-    if not is_lazy(obj):
+    if not backends.is_dask(obj):
         return run_eager(obj, features, fused, progress)
     if progress:
         raise FeatureError("extract(progress=True) on a dask frame: its work runs when it is computed; show that "

@@ -357,7 +357,7 @@ class TargetEncode(CountEncode):
             part = part.assign(fold=fold_of(fid, len(host), folds, seed), **{f"a{n}": part[f"a{n}"].astype("float64")})
             return part[~part[f"a{n}"].isna()]  # labelled rows only, filtered inside the partition
 
-        if hasattr(inp, "map_partitions"):
+        if _backend.is_dask(inp):
             if not has_id:
                 raise FeatureError("target_encode on a dask frame needs fold_by= (a column that identifies a row, "
                                    "e.g. 'instance_id'): out-of-fold folds must not depend on the partitioning")

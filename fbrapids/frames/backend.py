@@ -34,10 +34,9 @@ import importlib.util
 import logging
 import os
 import re
-import sys
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
 import pandas as pd
@@ -46,7 +45,18 @@ from fbrapids.errors import ArgumentError, BackendNameError, BackendUnavailableE
 from fbrapids.frames.gpu_probe import (ENV_VAR, GPU_PACKAGES, gpu_missing, gpu_unavailable_message,  # noqa: F401
                                 installed, visible_devices)
 
+if TYPE_CHECKING:  # names for the type checker only: importing the GPU libraries here would load them
+    import cudf
+    import dask.dataframe as dd
+
 log = logging.getLogger(__name__)
+
+#: "some dataframe" in a signature: a pandas, cudf, dask or dask-cudf DataFrame (dask-cudf
+#: frames are dask's class).  cudf has no stubs on a machine without it (mypy sees ``Any``
+#: there), pandas ships none (``Any`` too, unless pandas-stubs is installed); dask's is checked.
+FrameLike: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame", "dd.DataFrame"]
+#: one column of a :data:`FrameLike`
+SeriesLike: TypeAlias = Union[pd.Series, "cudf.Series", "dd.Series"]
 
 _VALID = ("cpu", "gpu", "auto")
 POOL_ENV = "FBRAPIDS_RMM_POOL"
@@ -328,6 +338,35 @@ def get_backend(name: str | Backend | None = None) -> Backend:
     if isinstance(name, Backend):
         return name
     return _gpu_backend() if resolve_name(name) == "gpu" else CPU
+
+
+def is_dask(obj: Any) -> bool:
+    """True for a dask collection with partitions and a meta object: a dask or dask-cudf
+    DataFrame or Series (not a delayed value, not an eager frame).  The one "is this a dask
+    frame" test of the package (:func:`frame_kind`).
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> df = pd.DataFrame({"a": [1, 2]})
+        >>> is_dask(df), is_dask(dd.from_pandas(df, npartitions=1)), is_dask(dd.from_pandas(df, npartitions=1)["a"])
+        (False, True, True)
+    """
+    return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions") and hasattr(obj, "_meta")
+
+
+def frame_kind(obj: Any) -> str:
+    """What kind of frame (or series) ``obj`` is: ``"dask"`` (dask or dask-cudf, lazy),
+    ``"cudf"`` (an eager cudf object, or a cupy array) or ``"pandas"`` (anything else: pandas,
+    numpy).  Asked by module name: it never imports cudf.
+
+    Example:
+        >>> import pandas as pd
+        >>> frame_kind(pd.DataFrame()), frame_kind(pd.Series([1]))
+        ('pandas', 'pandas')
+    """
+    if is_dask(obj):
+        return "dask"
+    return "cudf" if is_gpu_object(obj) else "pandas"
 
 
 def is_gpu_object(obj: Any) -> bool:

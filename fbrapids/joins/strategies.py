@@ -130,12 +130,8 @@ def join_decisions(since: int | None = None) -> list[JoinDecision]:
     return kept[len(kept) - new:]
 
 
-def _is_dask(obj: Any) -> bool:
-    return hasattr(obj, "dask") and hasattr(obj, "npartitions")
-
-
 def _frame_bytes(frame: Any) -> int:
-    if _is_dask(frame):
+    if _backend.is_dask(frame):
         return int(frame.memory_usage(deep=True, index=False).sum().compute())
     if isinstance(frame, pd.DataFrame):  # Arrow-backed columns know their buffer sizes: no pass over strings
         return int(sum(frame[c].array.nbytes if isinstance(frame[c].dtype, pd.api.extensions.ExtensionDtype)
@@ -180,7 +176,7 @@ def _value_dtype(frame: Any, key: str) -> Any:
         return dtype
     if len(dtype.categories) == 0:  # an all-null categorical: no values to type it, the other side's decides
         return None
-    if _is_dask(frame):
+    if _backend.is_dask(frame):
         from dask.dataframe.utils import has_known_categories
 
         meta = frame._meta[key] if key in frame.columns else frame._meta.index
@@ -311,14 +307,14 @@ def _estimated_bytes(frame: Any) -> tuple[int, Any]:
     size it would be one more pass over it).  The partition stays where it was computed (a
     worker's memory on a cluster: only its size comes back), and a broadcast join builds its
     table from it and the other partitions, so partition 0 is read and cleaned once."""
-    if not _is_dask(frame):
+    if not _backend.is_dask(frame):
         return _frame_bytes(frame), None
     first = frame.partitions[0].persist()
     return _frame_bytes(first) * frame.npartitions, first
 
 
 def _key_is_sorted_index(frame: Any, keys: Sequence[str]) -> bool:
-    return (_is_dask(frame) and len(keys) == 1 and frame.index.name == keys[0]
+    return (_backend.is_dask(frame) and len(keys) == 1 and frame.index.name == keys[0]
             and keys[0] not in frame.columns and bool(frame.known_divisions))
 
 
@@ -361,8 +357,8 @@ def join_partitions(left: Any, right: Any, keys: Sequence[str], how: str, suffix
 
 
 def join(
-    left: Any,
-    other: Any,
+    left: _backend.FrameLike,
+    other: _backend.FrameLike,
     on: str | Sequence[str],
     how: str = "left",
     *,
@@ -371,7 +367,7 @@ def join(
     broadcast: bool | None = None,
     device_budget: int | None = None,
     fraction: float = DEFAULT_DEVICE_FRACTION,
-) -> Any:
+) -> _backend.FrameLike:
     """Hash join ``left`` (a view) with ``other`` (a dictionary, or another view) on ``on``.
 
     Args:
@@ -418,8 +414,8 @@ def join(
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
     on_host = placement == "host"
 
-    if not _is_dask(left):
-        if _is_dask(other):
+    if not _backend.is_dask(left):
+        if _backend.is_dask(other):
             other = (first.compute() if other.npartitions == 1 else
                      _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
         decision = JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason)
@@ -434,12 +430,12 @@ def join(
     import dask
 
     aligned = _key_is_sorted_index(left, keys) and _key_is_sorted_index(other, keys)
-    small = not _is_dask(other) or build_bytes <= BROADCAST_BYTES
+    small = not _backend.is_dask(other) or build_bytes <= BROADCAST_BYTES
     if broadcast is None:
         strategy = "broadcast" if small and not aligned else ("partitioned" if aligned else "shuffle")
     else:
         strategy = "broadcast" if broadcast else ("partitioned" if aligned else "shuffle")
-    if strategy == "broadcast" and _is_dask(other) and not small:
+    if strategy == "broadcast" and _backend.is_dask(other) and not small:
         reason += "; broadcast forced over a large side"
     decision = JoinDecision(tuple(keys), how, placement, strategy, build_bytes, budget, reason)
     _record(decision)
@@ -449,7 +445,7 @@ def join(
 
     if strategy == "broadcast":
         name = f"join-build-{dask.base.tokenize(other, *args, on_host)}"
-        if not _is_dask(other):
+        if not _backend.is_dask(other):
             table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, be), keys, validate,
                                                                    on_host)
         else:  # partition 0 as computed to size this side; the others read here
@@ -459,7 +455,7 @@ def join(
             # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
             table = dask.delayed(_after, pure=True)(table, _left_keys_unique(left, keys, validate))
         return left.map_partitions(probe_partition, table, *args, meta=meta)
-    if not _is_dask(other):
+    if not _backend.is_dask(other):
         other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
     if strategy == "partitioned":
         # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
@@ -553,7 +549,7 @@ def _with_history(result: Any, left: Any, decision: JoinDecision) -> Any:
 
 
 def _meta_of(frame: Any) -> Any:
-    return frame._meta if _is_dask(frame) else frame.iloc[:0]
+    return frame._meta if _backend.is_dask(frame) else frame.iloc[:0]
 
 
 def _with_key_columns(frame: Any, keys: Sequence[str]) -> Any:
@@ -569,7 +565,7 @@ def _cast_keys(frame: Any, casts: dict[str, Any]) -> Any:
     cols = {k: v for k, v in casts.items() if k in frame.columns}
     if not cols:
         return frame
-    if not _is_dask(frame):
+    if not _backend.is_dask(frame):
         return cast_key_columns(frame, cols)
     meta = frame._meta.astype(cols)
     return frame.map_partitions(cast_key_columns, cols, meta=meta)

@@ -55,12 +55,12 @@ import pandas as pd
 import torch
 
 from fbrapids.errors import ExportError, ManifestError, NotAnExportError, UnsafeFileError
-from fbrapids.features import FeatureSet, needs_fit
+from fbrapids.features import FeatureSet, explain, needs_fit
 from fbrapids.files.manifest import (checked_manifest, open_regular, read_bounded, read_manifest, read_verified,
                                resolve_inside, write_manifest)
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.serving.spec_json import spec_from_json, spec_to_json
-from fbrapids.trainers.fit import load_checkpoint, nonfinite_weights, save_checkpoint
+from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.models import model_class, model_name
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.sparse import StoreConfig
@@ -153,7 +153,7 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
              f"model dense inputs: {spec.dense}", f"model sparse inputs: {spec.sparse}"]
     lines += [f"  {k} = {e}" for k, e in spec.features.items()]
     if sample is not None and spec.features:
-        lines += ["", sample.fbx.explain(**spec.features)]
+        lines += ["", explain(sample, spec.features)]
     (d / "plan.txt").write_text("\n".join(lines) + "\n")
     (d / "serving.json").write_text(json.dumps(meta, indent=1))
     write_manifest(d, key=signing_key)
@@ -292,7 +292,7 @@ def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
 
 
 def _verified_reader(d: Path, manifest: Mapping[str, Any], listed: Mapping[str, int]) -> Callable[[Path], bytes]:
-    """A checkpoint reader (:func:`~fbrapids.trainers.fit.load_checkpoint`'s ``read``): each
+    """A checkpoint reader (:func:`~fbrapids.trainers.checkpoint.model_state.load_checkpoint`'s ``read``): each
     file of the export read once, through one open descriptor, its bytes checked against the
     export's checked ``manifest`` before they are returned (a file swapped after the check is
     a :class:`~fbrapids.errors.ManifestError`, never loaded); an archive is checked again
@@ -385,10 +385,3 @@ def load_scorer(path: str | os.PathLike, signing_key: bytes | None = None, **sco
     model, spec = load_model(path, signing_key=signing_key)
     return Scorer(model, spec, **scorer_options)
 
-
-def export_checkpoint(checkpoint: str | os.PathLike, path: str | os.PathLike, model: CTRModel, spec: ServingSpec,
-                      model_kwargs: Mapping[str, Any], sample: pd.DataFrame | None = None) -> Path:
-    """Restore ``checkpoint`` (a ``fit`` checkpoint directory, or a root with ``latest``) into
-    ``model`` (built as ``type(model)(**model_kwargs)``) and export it to ``path``."""
-    load_checkpoint(model, None, checkpoint)
-    return export_model(path, model.eval(), spec, model_kwargs, sample=sample)

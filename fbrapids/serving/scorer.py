@@ -3,7 +3,7 @@
 :class:`Scorer` runs a trained model behind a :class:`~fbrapids.serving.spec.ServingSpec`:
 
 1. the request's raw columns become a one-row frame (R rows for :meth:`Scorer.score_batch`)
-   and its ``request_features`` are extracted once, through ``df.fbx.extract`` (the same
+   and its ``request_features`` are extracted once, by :func:`fbrapids.features.extract` (the same
    compiled meta-kernels as training: each plan layer is one kernel launch, so a plan of
    independent hash buckets is one launch);
 2. every item record is validated (types, ranges), then items are deduplicated by their
@@ -101,8 +101,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-import fbrapids  # noqa: F401  (registers the .fbx accessor)
 from fbrapids import kernels as kstats
+from fbrapids.features import extract as extract_features
 from fbrapids.errors import ArgumentError, KernelRuntimeError, ModelInputError, RequestError, RequestTooLargeError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
@@ -237,7 +237,7 @@ class Scorer:
                 counter: str, what: Callable[[int], str]) -> SideArrays:
         if features and len(frame):
             before = kstats.stats()["launches"]
-            frame = frame.fbx.extract(**features)
+            frame = extract_features(frame, features)
             self.stats["kernel_launches"] += kstats.stats()["launches"] - before
         self.stats[counter] += len(frame)
         for c in dense:  # a finite value float32 cannot hold would become inf: the client's to fix
@@ -302,12 +302,6 @@ class Scorer:
         if c is None:
             return {"entries": 0, "bytes": 0, "max_bytes": 0, "evictions": 0}
         return {"entries": len(c), "bytes": c.bytes, "max_bytes": c.max_bytes, "evictions": c.stats["evictions"]}
-
-    def clear_cache(self) -> None:
-        """Forget every cached item's features."""
-        with self._lock:
-            if self._cache is not None:
-                self._cache.clear()
 
     # -- scoring --------------------------------------------------------------------------------
     @staticmethod

@@ -7,7 +7,8 @@ Example:
 """
 
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.fit import FitResult, evaluate, fit, load_checkpoint, predict, save_checkpoint
+from fbrapids.trainers.fit import FitResult, evaluate, fit, predict
+from fbrapids.trainers.checkpoint.model_state import load_checkpoint, save_checkpoint
 from fbrapids.trainers.metrics import all_metrics, auc, calibration, gauc, logloss, normalized_entropy
 from fbrapids.trainers.models import DIN, DLRM, CTRModel, DeepFM, WideAndDeep
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection

@@ -55,9 +55,11 @@ def check_labels(values: Any, column: str, partition: int | None = None,
         example = f", e.g. {sample[0]!r}" if sample else ""
         raise LabelError(f"{where} holds strings ({dtype}{example}); labels must be numbers (0/1 clicks, or soft "
                          "labels with label_range=(lo, hi)); convert the column first, e.g. .map({'no': 0, 'yes': 1})")
-    xp = np
+    xp: Any = np
     if _backend.is_gpu_object(values):  # checked on the device: only the verdict comes to the host
-        import cupy as xp
+        import cupy
+
+        xp = cupy
 
         y = values.astype("float64").to_cupy(na_value=np.nan)
     else:

@@ -29,7 +29,7 @@ import torch
 
 from fbrapids.errors import CheckpointError, CheckpointMismatchError, ManifestError
 from fbrapids.files.manifest import file_digest, read_manifest, resolve_inside, verification_enabled
-from fbrapids.trainers.checkpoint import CHECKPOINT_DIGEST, checkpoints, read_small_file
+from fbrapids.trainers.checkpoint.directory import CHECKPOINT_DIGEST, checkpoints, read_small_file
 
 __all__ = ["RUN_KEY", "MODEL_KEYS", "model_identity", "stream_identity", "run_identity", "check_identity",
            "recorded_identity"]

@@ -59,10 +59,6 @@ class _Failure:
         self.exc = exc
 
 
-def _is_dask(obj: Any) -> bool:
-    return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions")
-
-
 def _is_eager(obj: Any) -> bool:
     return isinstance(obj, pd.DataFrame) or _backend.is_gpu_object(obj)
 
@@ -179,11 +175,11 @@ class BatchStream:
         return max(1, self.prefetch // 2)
 
     def _queue_size(self) -> int:
-        return max(1, self.prefetch - self._pass_window()) if _is_dask(self.source) else self.prefetch
+        return max(1, self.prefetch - self._pass_window()) if _backend.is_dask(self.source) else self.prefetch
 
     def _partitions(self) -> Iterator[Any]:
         src = self.source
-        if _is_dask(src):
+        if _backend.is_dask(src):
             if self.persist:  # held whole; shared work already runs once per pass without it
                 src = src.persist()
             # one pass: the graph optimised once, tasks shared by several partitions (a join's
@@ -328,7 +324,7 @@ def _check_names(label: Any, dense: Any, sparse: Any, group: Any) -> None:
             raise InputTypeError(f"stream: {what} must hold column names (str), got {bad[0]!r}")
 
 
-def stream(df: Any, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,
+def stream(df: _backend.FrameLike, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,
            shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
            group: str | None = None, nan: str = "error", drop_last: bool = False,
            pin_memory: bool | None = None, persist: bool = False,

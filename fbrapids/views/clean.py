@@ -370,12 +370,12 @@ def _validate(columns: Sequence[str], fill: dict, json: dict, drop: Sequence[str
 
 
 def clean(
-    df: Any,
+    df: _backend.FrameLike,
     fill: dict[str, Any] | None = None,
     json: dict[str, dict[str, str]] | None = None,
     where: WhereArg = None,
     drop: Sequence[str] = (),
-) -> Any:
+) -> _backend.FrameLike:
     """Fill nulls, extract JSON fields and filter rows of a pandas, cudf or dask frame.
 
     Args:
@@ -416,7 +416,7 @@ def clean(
         if unknown:
             raise CleanError(f"filter {cond.text!r} names column(s) {', '.join(map(repr, unknown))} not found; "
                              f"available: {', '.join(list(columns) + sorted(produced))}")
-    if not _is_dask(df):
+    if not _backend.is_dask(df):
         out, counts = _clean_frame(df, fill, json, early, late, drop)
         out.attrs = {**getattr(out, "attrs", {}), _REPORT_ATTR: counts} if hasattr(out, "attrs") else {}
         log.debug("clean: %s", counts)
@@ -452,7 +452,7 @@ def clean_report(frame: Any) -> CleanReport:
         >>> clean_report(out).counts["fill"]
         {'a': 1}
     """
-    if _is_dask(frame):
+    if _backend.is_dask(frame):
         report = _DASK_REPORT_REFS.get(frame._name)
         if report is None:
             raise CleanError("this dask frame was not produced by clean(); ask the cleaned frame itself")
@@ -461,7 +461,3 @@ def clean_report(frame: Any) -> CleanReport:
     if counts is None:
         raise CleanError("this frame was not produced by clean(); ask the cleaned frame itself")
     return CleanReport(_counts=counts)
-
-
-def _is_dask(obj: Any) -> bool:
-    return hasattr(obj, "dask") and hasattr(obj, "npartitions")

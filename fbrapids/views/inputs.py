@@ -136,7 +136,7 @@ def check_and_convert(frame: Any, features: Mapping[str, Any]) -> dict[str, Any]
         return replace
     dtypes = dict(zip(frame.columns, frame.dtypes))  # one pass over the dtypes, not a column fetch per input
     for column, feature in used.items():
-        if column in replace or column not in dtypes or dtypes[column] != object:
+        if column in replace or column not in dtypes or dtypes[column] != object:  # noqa: E721  (a dtype compared with numpy's object dtype)
             continue
         s = frame[column]
         if len(s) and pd.api.types.infer_dtype(s, skipna=True) in _MIXED:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids.errors import WorkloadError
+from fbrapids.frames.backend import is_dask
 from fbrapids.workloads.spec import HELD_OUT, View, Workload
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def split_by_time(frame: Any, column: str, cutoff: Any) -> tuple[Any, Any]:
         >>> tr["ts"].tolist(), te["ts"].tolist()
         ([1], [5, 9])
     """
-    if hasattr(frame, "map_partitions") and hasattr(frame, "_meta"):
+    if is_dask(frame):
         return (frame.map_partitions(_rows_before, column, cutoff, True, meta=frame._meta),
                 frame.map_partitions(_rows_before, column, cutoff, False, meta=frame._meta))
     return frame[frame[column] < cutoff], frame[frame[column] >= cutoff]
@@ -175,7 +176,7 @@ def feature_frame(w: Workload, backend: str | None = None,
     for j in w.joins:
         if j.after_features:
             merged = join(merged, j)
-    if merged.index.name is not None and hasattr(merged, "map_partitions"):  # the key back as a column
+    if merged.index.name is not None and is_dask(merged):  # the key back as a column
         # per partition (opaque to dask's optimizer: its filter pushdown through reset_index
         # misaligns a later row filter such as split_by_time's, dask 2026.8)
         merged = merged.map_partitions(index_as_column, meta=index_as_column(merged._meta))

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import diffref_rowops as ref
 from diff_harness import DIFF, FAMILIES, assert_column, assert_error_names, run_modes
-from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, TIME_UNITS, ZONES, epoch_ns_values,
+from diff_strategies import (BIG_IDS, NULL_KINDS, TIME_UNITS, ZONES, epoch_ns_values,
                              indexes, int_columns, int_series, ints_of, sizes, string_columns, string_series,
                              texts, time_series)
 

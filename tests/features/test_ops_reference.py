@@ -4,7 +4,6 @@ on the real samples in ../shared/data; TensorFlow's hash test vectors."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import random
 from pathlib import Path

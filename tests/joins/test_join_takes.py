@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
 from fbrapids.views import rows as frame_rows
-from fbrapids.kernels import arrow_take, host_memory
+from fbrapids.kernels import host_memory
 from fbrapids.views.rows import fill_null_strings, filter_rows, take_array, take_rows
 from fbrapids.joins.hash_join import join_frames
 from fbrapids.kernels.arrow_take import take_var_width

@@ -15,8 +15,6 @@ from fbrapids.kernels import register_operator
 from fbrapids.errors import FeatureError
 from fbrapids.kernels.plan import build_plan
 from fbrapids.kernels.pool import HostPool
-from fbrapids.kernels.render import render_module
-from fbrapids.kernels.runtime_host import HostPlan
 
 
 def frame(n=2000, seed=0):
@@ -120,7 +118,7 @@ def test_null_rules():
 
 
 def test_user_operator_and_compile_error():
-    op = register_operator("affine_demo", "i64 x", "f64 y", "y = x * 0.5 + 1;", replace=True)
+    register_operator("affine_demo", "i64 x", "f64 y", "y = x * 0.5 + 1;", replace=True)
     df = pd.DataFrame({"a": np.array([2, 4], dtype=np.int64)})
     assert extract(df, {"y": ops.call("affine_demo", "a")})["y"].tolist() == [2.0, 3.0]
     register_operator("broken_demo", "i64 x", "i64 y", "y = x +* ;", replace=True)

@@ -13,8 +13,8 @@ from sklearn.metrics import roc_auc_score
 from fbrapids import ops
 from fbrapids.datasets.synthetic import views as workload
 from fbrapids.app.pipeline import feature_frame, run_pipeline
-from fbrapids.trainers.checkpoint import latest_checkpoint
-from fbrapids.trainers.fit import load_checkpoint
+from fbrapids.trainers.checkpoint.directory import latest_checkpoint
+from fbrapids.trainers.checkpoint.model_state import load_checkpoint
 from fbrapids.app.trials import _auc_weighted, paired_bootstrap, trial
 
 

@@ -23,7 +23,7 @@ from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapsho
 from fbrapids.errors import CheckpointError, ManifestError, NonFiniteError, PreflightError, WorkDirLockedError
 from fbrapids.files.manifest import MANIFEST, read_manifest, verify_manifest
 from fbrapids.trainers import fit, load_checkpoint
-from fbrapids.trainers.checkpoint import CHECKPOINT_DIGEST, checkpoints, latest_checkpoint, newest_verified, prune
+from fbrapids.trainers.checkpoint.directory import CHECKPOINT_DIGEST, checkpoints, latest_checkpoint, newest_verified, prune
 from fbrapids.runs.workdir import LOCK_NAME, preflight
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -284,7 +284,8 @@ def test_dense_values_outside_declared_ranges_are_counted_or_an_error(tmp_path):
 
 
 def test_finite_checks_tell_overflowing_finite_values_from_nan_and_inf(tmp_path):
-    from fbrapids.trainers.fit import _nonfinite_grads, finite_rows_check
+    from fbrapids.trainers.checkpoint.model_state import finite_rows_check
+    from fbrapids.trainers.fit import _nonfinite_grads
 
     big = np.full((256, 4), 3e38, dtype=np.float32)  # finite, but rows . rows overflows float32
     check = finite_rows_check("ad", 7)

@@ -16,8 +16,8 @@ import pytest
 
 from fbrapids.datasets.synthetic.generate import DEMO_MARK, ensure_dataset, generate
 from fbrapids.errors import DataDirError
-from fbrapids.trainers.checkpoint import checkpoints
-from fbrapids.trainers.fit import weights_digest
+from fbrapids.trainers.checkpoint.directory import checkpoints
+from fbrapids.trainers.checkpoint.model_state import weights_digest
 from fbrapids.runs.workdir import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[2]

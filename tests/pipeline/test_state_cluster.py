@@ -15,7 +15,7 @@ from pathlib import Path
 import dask
 import pytest
 
-from fbrapids.frames.cluster import close_client, connect, local_cluster
+from fbrapids.frames.cluster import connect
 from fbrapids.errors import ClusterError
 from fbrapids.app.pipeline import run_pipeline
 

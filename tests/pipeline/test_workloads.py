@@ -14,7 +14,7 @@ import pytest
 
 from fbrapids import ops
 from fbrapids.errors import FbrapidsError, WorkloadError
-from fbrapids.workloads import Join, RunConfig, Split, View, Workload, load_workload, parse_candidate
+from fbrapids.workloads import RunConfig, Split, View, Workload, load_workload, parse_candidate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = RunConfig(batch_size=32, cache_rows=1024, host_rows=None, checkpoint=False, progress=False,

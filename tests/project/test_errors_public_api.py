@@ -129,7 +129,7 @@ def test_every_error_class_keeps_its_standard_base() -> None:
 def test_no_bare_standard_raise_left() -> None:
     """Deliberate errors raise an FbrapidsError subclass; the only bare ones left are caught
     and re-raised as one right where they are raised (listed here)."""
-    internal = {("manifest.py", "algorithm"), ("manifest.py", "entry"), ("spec_json.py", "arguments must be")}
+    internal = {("manifest.py", "algorithm"), ("manifest.py", "entry"), ("expr_json.py", "arguments must be")}
     found = []
     for path in PKG.rglob("*.py"):
         for line in path.read_text().splitlines():

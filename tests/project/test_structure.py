@@ -171,6 +171,40 @@ def test_no_private_names_across_modules() -> None:
     assert private == []
 
 
+def tool_imports(repo: Path = REPO) -> dict[str, set[str]]:
+    """The import graph among the scripts (run with ``scripts/`` on the path: ``import bench``)
+    and the benchmarks (imported from the repository root: ``benchmarks.extract``)."""
+    mods: dict[str, Path] = {}
+    for folder, prefix in (("scripts", ""), ("benchmarks", "benchmarks")):
+        for path in sorted((repo / folder).rglob("*.py")):
+            parts = list(path.relative_to(repo / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(([prefix] if prefix else []) + parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                graph[mod].update(a.name for a in node.names if a.name in mods)
+            elif isinstance(node, ast.ImportFrom):
+                src = _absolute(mod, node, path.name == "__init__.py")
+                for a in node.names:
+                    full = f"{src}.{a.name}"
+                    graph[mod].add(full if full in mods else src)
+        graph[mod] = {m for m in graph[mod] if m in mods and m != mod}
+    return graph
+
+
+def test_no_import_cycles_in_scripts_and_benchmarks(tmp_path: Path) -> None:
+    for folder in ("scripts", "benchmarks"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "scripts" / "a.py").write_text("def f():\n    import b\n")
+    (tmp_path / "scripts" / "b.py").write_text("import a\nfrom benchmarks.c import x\n")
+    (tmp_path / "benchmarks" / "c.py").write_text("x = 1\n")
+    assert cycles(tool_imports(tmp_path)) == [["a", "b"]]
+    assert cycles(tool_imports()) == []
+
+
 def test_package_root_holds_at_most_six_modules() -> None:
     loose = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
     assert len(loose) <= 6, f"modules loose at the package root (give them a floor): {loose}"

@@ -54,7 +54,7 @@ def test_export_command_turns_a_demo_checkpoint_into_a_served_model(tmp_path, ca
     from fbrapids.app.cli import main as cli_main
     from fbrapids.app.pipeline import DENSE, SPARSE, model_arguments
     from fbrapids.serving import load_scorer
-    from fbrapids.trainers.fit import save_checkpoint
+    from fbrapids.trainers.checkpoint.model_state import save_checkpoint
     from fbrapids.trainers.sparse import StoreConfig
 
     cls, kw = model_arguments("deepfm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 10), embedding_dim=8)

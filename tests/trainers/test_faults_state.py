@@ -113,7 +113,7 @@ sys.path.insert(0, sys.argv[3])
 import torch
 from _trainer_helpers import small_model, tiered
 from fbrapids.trainers import save_checkpoint
-from fbrapids.trainers.fit import weights_digest
+from fbrapids.trainers.checkpoint.model_state import weights_digest
 root, point = sys.argv[1], sys.argv[2]
 model = small_model(tiered(root + "-ssd"))
 save_checkpoint(model, None, root, step=2)
@@ -151,8 +151,8 @@ def _killed_recheckpoint(root: Path, point: str) -> dict[str, str]:
     ("removing-old", {"step-0000000002", ".old-"}, "SECOND"),
 ])
 def test_a_recheckpoint_killed_at_each_point_keeps_a_complete_copy(tmp_path, point, leftovers, kept) -> None:
-    from fbrapids.trainers.checkpoint import clean_partial, newest_verified
-    from fbrapids.trainers.fit import weights_digest
+    from fbrapids.trainers.checkpoint.directory import clean_partial, newest_verified
+    from fbrapids.trainers.checkpoint.model_state import weights_digest
 
     root = tmp_path / "ckpt"
     digests = _killed_recheckpoint(root, point)
@@ -193,7 +193,7 @@ def _in_thread(fn, timeout: float = 60.0):
 
 @pytest.mark.parametrize("kind", ["FIFO", "directory", "device"])
 def test_a_non_regular_latest_pointer_is_named_and_never_read(trained, tmp_path, kind, caplog) -> None:
-    from fbrapids.trainers.checkpoint import latest_checkpoint
+    from fbrapids.trainers.checkpoint.directory import latest_checkpoint
 
     root = tmp_path / "ckpt"
     shutil.copytree(trained, root)
@@ -219,7 +219,7 @@ def test_a_non_regular_latest_pointer_is_named_and_never_read(trained, tmp_path,
 
 def test_a_fifo_inside_a_checkpoint_is_refused_unread(trained, tmp_path, monkeypatch) -> None:
     from fbrapids.errors import ManifestError
-    from fbrapids.trainers.checkpoint import verify_checkpoint
+    from fbrapids.trainers.checkpoint.directory import verify_checkpoint
 
     root = tmp_path / "ckpt"
     shutil.copytree(trained, root)

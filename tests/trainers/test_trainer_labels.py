@@ -69,7 +69,6 @@ def test_progress_totals_for_fit_and_predict(capsys):
 
 
 def test_progress_bar_over_a_large_lazy_extract(capsys):
-    import fbrapids
     from fbrapids import ops
 
     lazy = dd.from_pandas(_frame([0, 1] * 500), npartitions=4).fbx.extract(h=ops.hash_bucket("ad", 100))

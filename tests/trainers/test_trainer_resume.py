@@ -13,7 +13,7 @@ import torch
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.trainers import fit, load_checkpoint
-from fbrapids.trainers.checkpoint import latest_checkpoint
+from fbrapids.trainers.checkpoint.directory import latest_checkpoint
 
 HELPER = Path(__file__).resolve().parents[1] / "_trainer_helpers.py"
 N, M = 12, 9

@@ -6,7 +6,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import fbrapids
 from fbrapids.views.read import ViewError, read_view
 
 pytestmark = pytest.mark.cpu_only(reason="asserts the host reader's pandas dtypes and messages; cudf's reader is checked by test_read_view_meta.py::test_gpu_views_read_by_cudf_match_the_cpu")

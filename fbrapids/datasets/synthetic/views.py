@@ -22,7 +22,7 @@ from fbrapids.views.read import read_view
 
 VIEW_NAMES = ("impressions", "users", "ads", "basic")
 
-IMPRESSION_CLEAN = dict(
+IMPRESSION_CLEAN: dict[str, Any] = dict(
     where="slot >= 0",
     json={"ctx": {"os": "device.os", "geo_city": "geo.city"}},
     fill={"query": "", "os": "", "geo_city": ""},

@@ -5,8 +5,8 @@ Layout of ``<root>/step-XXXXXXXXXX`` (built as ``.tmp-step-XXXXXXXXXX-sharded``,
 that depends on no process id; every rank writes into it on a shared file system):
 
 * ``shard-RRRRR/`` - rank R's shard in today's checkpoint format (``dense.pt``, ``meta.json``,
-  ``tables/<table>/{rows.f32,index.npz,meta.json}``, see :mod:`fbrapids.trainers.fit`),
-  its tables holding the rows rank R owns; :func:`fbrapids.trainers.fit.weights_digest`
+  ``tables/<table>/{rows.f32,index.npz,meta.json}``, see :mod:`fbrapids.trainers.checkpoint.model_state`),
+  its tables holding the rows rank R owns; :func:`fbrapids.trainers.checkpoint.model_state.weights_digest`
   reads a shard as it reads a checkpoint;
 * ``dist.json`` - world size, the bucket table, the tables, the configuration digest, and
   where the run stands in its data: ``position_rows`` (rows of the global stream trained
@@ -50,14 +50,14 @@ import torch.distributed as dist
 from fbrapids.files.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, NonFiniteError
 from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
-from fbrapids.trainers.checkpoint import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint,
+from fbrapids.trainers.checkpoint.directory import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint,
                                           newest_verified, prune, step_name)
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.consistency import config_digest
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.trainers.run_identity import check_identity
-from fbrapids.trainers.fit import (load_tensors, nonfinite_weights, table_dir_name, weights_digest,
-                                   write_checkpoint_files)
+from fbrapids.trainers.checkpoint.model_state import (load_tensors, nonfinite_weights, table_dir_name, weights_digest,
+                                                      write_checkpoint_files)
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: st
 
 def sharded_digest(path: str | os.PathLike) -> str:
     """sha256 over a sharded checkpoint's world size, bucket table, and every shard's
-    :func:`~fbrapids.trainers.fit.weights_digest`, in rank order."""
+    :func:`~fbrapids.trainers.checkpoint.model_state.weights_digest`, in rank order."""
     path = Path(path)
     meta = json.loads(resolve_inside(path, DIST_META).read_text())
     h = hashlib.sha256(json.dumps({"world": meta["world"], "buckets": meta["buckets"]}, sort_keys=True).encode())

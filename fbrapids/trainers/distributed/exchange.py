@@ -50,7 +50,7 @@ class Exchange:
         self.stats: dict[str, float] = shares.stats if shares is not None else {
             "all_gather": 0, "all_to_all_single": 0, "bytes_to_others": 0, "bytes_to_self": 0, "seconds": 0.0}
         self.stats.setdefault(seconds_key, 0.0)
-        self.lock = shares.lock if shares is not None else threading.Lock()
+        self.lock: threading.Lock = shares.lock if shares is not None else threading.Lock()
         self.seconds_key = seconds_key
 
     def _count(self, **add: float) -> None:

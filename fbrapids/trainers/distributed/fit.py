@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from fbrapids.errors import ArgumentError, CheckpointError, DistributedError, NonFiniteError
-from fbrapids.trainers.checkpoint import checkpoints
+from fbrapids.trainers.checkpoint.directory import checkpoints
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.distributed.buckets import BucketTable

@@ -8,15 +8,21 @@ its bucket table (:mod:`~fbrapids.trainers.distributed.buckets`) gives it.
 
 One step over all tables (:class:`ShardedEmbeddings`):
 
-1. :meth:`~ShardedEmbeddings.begin`: each rank finds, per table, the distinct ids of its
-   local batch (first-occurrence order, with occurrence counts) and their owners; one
-   ``all_gather`` shares every rank's per-(destination, table) counts, its row count and
-   a *done* flag (a rank out of data still takes part, with an empty batch, until every
-   rank is done; then ``begin`` returns None everywhere).  One ``all_to_all_single``
-   sends (id, count) pairs to the owners; each owner looks the union of what it received
-   up in its local store once (the ids repeated by their counts, so admission, LRU / LFU
-   state and the statistics are those of one lookup of the union batch), and one more
-   ``all_to_all_single`` sends the rows back.
+1. :meth:`~ShardedEmbeddings.begin`, a lookup in four named stages (TorchRec's input
+   dist, lookup, output dist):
+
+   * **route** (``_route``): each rank finds, per table, the distinct ids of its local
+     batch (first-occurrence order, with occurrence counts) and their owners; one
+     ``all_gather`` shares every rank's per-(destination, table) counts, its row count
+     and a *done* flag (a rank out of data still takes part, with an empty batch, until
+     every rank is done; then ``begin`` returns None everywhere), and one
+     ``all_to_all_single`` sends (id, count) pairs to the owners;
+   * **owner lookup** (``_lookup_owned``): each owner looks the union of what it received
+     up in its local store once (the ids repeated by their counts, so admission, LRU /
+     LFU state and the statistics are those of one lookup of the union batch);
+   * **exchange** (``_exchange_rows``): one more ``all_to_all_single`` sends the rows back;
+   * **gather** (``_gather``): each requester puts its rows in its ids' order and installs
+     them in its :class:`ShardedTable` for the step.
 2. forward / backward run on the local batch; each :class:`ShardedTable` collects its rows'
    gradients.
 3. :meth:`~ShardedEmbeddings.finish`: one ``all_to_all_single`` sends the row gradients
@@ -24,9 +30,9 @@ One step over all tables (:class:`ShardedEmbeddings`):
    union's mean) to the owners; an owner sums an id's gradients over the ranks (in rank
    order) and applies the row-wise optimizer once: synchronous SGD on the union batch.
 
-Overlap (:meth:`ShardedEmbeddings.prepare`, TorchRec's pipelining): the first half of
-step ``k+1``'s ``begin`` - distinct ids, the ``all_gather`` and the (id, count)
-``all_to_all_single`` - reads no table, so it runs in a thread, on a gloo group of its
+Overlap (:meth:`ShardedEmbeddings.prepare`, TorchRec's pipelining): step ``k+1``'s
+**route** - distinct ids, the ``all_gather`` and the (id, count) ``all_to_all_single`` -
+reads no table, so it runs in a thread, on a gloo group of its
 own, while step ``k`` computes; ``begin`` then only waits for it, looks the rows up (after
 step ``k``'s updates) and sends them.  The same collectives, bytes and results.
 
@@ -93,8 +99,10 @@ def first_occurrence_unique(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 
 class ShardedTable:
-    """One table as its collection sees it during a sharded step; the rows of the step's
-    distinct ids were fetched from their owners by :meth:`ShardedEmbeddings.begin`.
+    """One table as its collection sees it during a sharded step (an
+    :class:`~fbrapids.trainers.modules.table.EmbeddingTable`, as the tiered store is); the
+    rows of the step's distinct ids were fetched from their owners by
+    :meth:`ShardedEmbeddings.begin`.
 
     ``local`` is this rank's shard (a :class:`TieredEmbeddingStore` holding the ids this
     rank owns).  ``lookup`` serves any ids among the step's; ``update_rows`` collects their
@@ -212,7 +220,7 @@ class StepPlan:
 
 @dataclass
 class _Ids:
-    """The outcome of a step's id exchange (:meth:`ShardedEmbeddings._exchange_ids`)."""
+    """The outcome of a step's id exchange (:meth:`ShardedEmbeddings._route`)."""
 
     keys: list[np.ndarray]
     plans: list[_TablePlan]
@@ -233,7 +241,7 @@ class _Prepared:
 
     def _run(self, owner: "ShardedEmbeddings") -> None:
         try:
-            self._out.append(owner._exchange_ids(self.batch, owner.id_exchange))
+            self._out.append(owner._route(self.batch, owner.id_exchange))
         except BaseException as exc:  # handed to the training thread by result()
             self._out.append(exc)
 
@@ -285,9 +293,10 @@ class ShardedEmbeddings:
                         per[k].append(batch.sparse[f][0].detach().cpu().numpy())
         return [as_uint64_ids(np.concatenate(p)).ravel() if p else np.zeros(0, dtype=np.uint64) for p in per]
 
-    def _exchange_ids(self, batch: Batch | None, ex: Exchange, count_only: bool = False) -> _Ids:
-        """The step's first half, which reads no table: this rank's distinct ids per table,
-        the ``all_gather`` of counts and the ``all_to_all_single`` of (id, count) pairs."""
+    def _route(self, batch: Batch | None, ex: Exchange, count_only: bool = False) -> _Ids:
+        """Stage 1 of a step's lookup (route, owner lookup, exchange of rows, gather), which
+        reads no table: this rank's distinct ids per table routed to the ranks owning them
+        (the ``all_gather`` of counts and the ``all_to_all_single`` of (id, count) pairs)."""
         world, me = ex.world, ex.rank
         n_tables = len(self.tables)
         keys = self._batch_keys(None if count_only else batch)
@@ -326,7 +335,7 @@ class ShardedEmbeddings:
         return ids
 
     def prepare(self, batch: Batch | None) -> None:
-        """Start the next step's id exchange (:meth:`_exchange_ids`) in a thread, on a process
+        """Start the next step's id exchange (:meth:`_route`) in a thread, on a process
         group of its own, while this step computes; the next :meth:`begin` waits for it.
         Every rank calls it at the same point of each step (TorchRec's pipelining)."""
         if self.id_exchange is None:
@@ -339,8 +348,6 @@ class ShardedEmbeddings:
         docstring); None when every rank is out of data.  ``batch`` None: this rank is out
         of data.  ``count_only``: only the ``all_gather`` (a step skipped on resume).  After
         :meth:`prepare` of this batch, its id exchange is already under way or done."""
-        ex, world, me = self.exchange, self.exchange.world, self.exchange.rank
-        n_tables = len(self.tables)
         pending, self._pending = self._pending, None
         if pending is not None:
             if pending.batch is not batch:
@@ -350,28 +357,39 @@ class ShardedEmbeddings:
             self.exchange.stats["waited_for_ids_s"] = self.exchange.stats.get("waited_for_ids_s", 0.0) + (
                 time.perf_counter() - t0)
         else:
-            ids = self._exchange_ids(batch, ex, count_only)
-        keys, plans, uniq_info, counts, got = ids.keys, ids.plans, ids.uniq_info, ids.counts, ids.got
+            ids = self._route(batch, self.exchange, count_only)  # stage 1: the ids to their owners
+        plans, got = ids.plans, ids.got
         done, rows = got[:, 0].astype(bool), got[:, 1]
         if done.all():
             self.plan = None
             return None
         if count_only:
             return StepPlan(rows, done, [], train)
-        allc = got[:, 2:].reshape(world, world, n_tables)  # [source, destination, table]
-        self.distinct_ids += int(allc.sum())
-        buf = ids.buf
-        # the owner: one lookup per table of the union of what it received
+        self.distinct_ids += int(got[:, 2:].sum())
+        self._lookup_owned(ids, train)  # the owner: one lookup per table of what it received
+        rbuf = self._exchange_rows(ids)  # the rows back to the requesters
+        if not train:  # nothing will be applied: the owners' lookups end now
+            for table in self.tables:
+                table.local.end_step()
+        self._gather(ids, rbuf)  # the requester: each table's rows in its ids' order
+        self.plan = StepPlan(rows, done, plans, train)
+        self.steps += 1
+        return self.plan
+
+    def _lookup_owned(self, ids: _Ids, train: bool) -> None:
+        """Stage 2 (the owner): one lookup per table of the union of the ids every rank
+        routed here (with their counts), and where each requester's ids sit in its rows."""
+        world = self.exchange.world
         at = 0
-        got_ids: list[list[np.ndarray]] = [[] for _ in plans]
-        got_occ: list[list[np.ndarray]] = [[] for _ in plans]
+        got_ids: list[list[np.ndarray]] = [[] for _ in ids.plans]
+        got_occ: list[list[np.ndarray]] = [[] for _ in ids.plans]
         for s in range(world):
-            for k, p in enumerate(plans):
+            for k, p in enumerate(ids.plans):
                 n = int(p.recv[s])
-                got_ids[k].append(buf[at : at + n].view(np.uint64))
-                got_occ[k].append(buf[at + n : at + 2 * n])
+                got_ids[k].append(ids.buf[at : at + n].view(np.uint64))
+                got_occ[k].append(ids.buf[at + n : at + 2 * n])
                 at += 2 * n
-        for k, (p, table) in enumerate(zip(plans, self.tables)):
+        for k, (p, table) in enumerate(zip(ids.plans, self.tables)):
             ids_k, occ_k = np.concatenate(got_ids[k]), np.concatenate(got_occ[k])
             lk = table.local.lookup(np.repeat(ids_k, occ_k), requires_grad=train, leaf=False)
             inv = lk.inverse.cpu().numpy()
@@ -380,34 +398,38 @@ class ShardedEmbeddings:
             bounds = np.concatenate([[0], np.cumsum(p.recv)])
             p.positions = [pos[bounds[s] : bounds[s + 1]] for s in range(world)]
             p.lookup = lk
-        # 2. the rows back to the requesters
+
+    def _exchange_rows(self, ids: _Ids) -> torch.Tensor:
+        """Stage 3: the owners' rows back to the ranks that asked, every table in one
+        ``all_to_all``; returns what this rank received."""
+        ex, world, me = self.exchange, self.exchange.world, self.exchange.rank
+        n_tables = len(self.tables)
+        allc = ids.got[:, 2:].reshape(world, world, n_tables)  # [source, destination, table]
         out = []
         for s in range(world):
-            for k, p in enumerate(plans):
+            for k, p in enumerate(ids.plans):
                 out.append(p.lookup.rows.detach()[torch.from_numpy(p.positions[s]).to(p.lookup.rows.device)]
                            .to("cpu", torch.float32).reshape(-1))
         dims = [t.config.dim for t in self.tables]
         send_splits = [sum(int(allc[s, me, k]) * dims[k] for k in range(n_tables)) for s in range(world)]
-        recv_splits = [sum(int(counts[d, k]) * dims[k] for k in range(n_tables)) for d in range(world)]
-        rbuf = ex.all_to_all(torch.cat(out) if out else torch.zeros(0), send_splits, recv_splits)
-        if not train:  # nothing will be applied: the owners' lookups end now
-            for p, table in zip(plans, self.tables):
-                table.local.end_step()
-        # the requester: each table's rows in its ids' order
+        recv_splits = [sum(int(ids.counts[d, k]) * dims[k] for k in range(n_tables)) for d in range(world)]
+        return ex.all_to_all(torch.cat(out) if out else torch.zeros(0), send_splits, recv_splits)
+
+    def _gather(self, ids: _Ids, rbuf: torch.Tensor) -> None:
+        """Stage 4 (the requester): each table's received rows put in its distinct ids'
+        order and installed for the collections' lookups of this step."""
+        dims = [t.config.dim for t in self.tables]
         at = 0
-        filled = [torch.empty(len(p.ids), d) for p, d in zip(plans, dims)]
-        for d in range(world):
-            for k, p in enumerate(plans):
+        filled = [torch.empty(len(p.ids), d) for p, d in zip(ids.plans, dims)]
+        for d in range(self.exchange.world):
+            for k, p in enumerate(ids.plans):
                 n = int(p.sent[d])
                 a = int(p.sent[:d].sum())
                 filled[k][torch.from_numpy(p.order[a : a + n])] = rbuf[at : at + n * dims[k]].view(n, dims[k])
                 at += n * dims[k]
         dev = self.tables[0].device if self.tables else torch.device("cpu")
-        for k, (p, table) in enumerate(zip(plans, self.tables)):
-            table.install(keys[k], p.ids, uniq_info[k][0], filled[k].to(dev))
-        self.plan = StepPlan(rows, done, plans, train)
-        self.steps += 1
-        return self.plan
+        for k, (p, table) in enumerate(zip(ids.plans, self.tables)):
+            table.install(ids.keys[k], p.ids, ids.uniq_info[k][0], filled[k].to(dev))
 
     @torch.no_grad()
     def finish(self) -> None:
@@ -416,7 +438,7 @@ class ShardedEmbeddings:
         plan, self.plan = self.plan, None
         if plan is None or not plan.train:
             return
-        ex, world, me = self.exchange, self.exchange.world, self.exchange.rank
+        ex, world = self.exchange, self.exchange.world
         dims = [t.config.dim for t in self.tables]
         out = []
         for d in range(world):

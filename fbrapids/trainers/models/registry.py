@@ -3,12 +3,16 @@
 An export's ``serving.json`` names its model by a registry entry (``"WideAndDeep"``), never
 by an importable path: loading builds only classes registered here, fbrapids' own models
 (DLRM, WideAndDeep, DeepFM, DIN; DICM once :mod:`fbrapids.ams` is imported) plus the ones
-a user registers in code with :func:`register_model`.
+a user registers in code with :func:`register_model`.  A model may also carry a short
+name, the one the command line, :class:`~fbrapids.workloads.RunConfig` and the pipeline use
+(``"dlrm"``, ``"wide_deep"``...): :func:`model_for` finds its class.
 
 Example:
     >>> from fbrapids.trainers.models import CTRModel, DLRM
-    >>> model_class("DLRM") is DLRM, model_name(DLRM)
-    (True, 'DLRM')
+    >>> model_class("DLRM") is DLRM, model_name(DLRM), model_for("dlrm") is DLRM
+    (True, 'DLRM', True)
+    >>> short_names()
+    ('dlrm', 'wide_deep', 'deepfm', 'din', 'logreg')
     >>> @register_model
     ... class MyModel(DLRM):
     ...     pass
@@ -27,18 +31,24 @@ from typing import Any
 from fbrapids.errors import ArgumentError, ExportError, UnsafeFileError
 
 _MODELS: dict[str, type] = {}
+_SHORT: dict[str, str] = {}  # short name -> registry name
 
 
-def register_model(cls: type | None = None, *, name: str | None = None) -> Any:
-    """Register a model class under ``name`` (default: its class name); usable as a decorator
-    (``@register_model`` or ``@register_model(name="x")``).  Re-registering a name for
-    another class is an error; returns the class."""
+def register_model(cls: type | None = None, *, name: str | None = None, short: str | None = None) -> Any:
+    """Register a model class under ``name`` (default: its class name), and under ``short``
+    when given (the name the command line uses); usable as a decorator (``@register_model``
+    or ``@register_model(name="x")``).  Re-registering a name for another class is an error;
+    returns the class."""
 
     def add(c: type) -> type:
         key = name or c.__name__
         if _MODELS.get(key, c) is not c:
             raise ArgumentError(f"register_model: {key!r} is already {_MODELS[key].__module__}.{_MODELS[key].__qualname__}")
+        if short is not None and _SHORT.get(short, key) != key:
+            raise ArgumentError(f"register_model: short name {short!r} is already {_SHORT[short]!r}")
         _MODELS[key] = c
+        if short is not None:
+            _SHORT[short] = key
         return c
 
     return add(cls) if cls is not None else add
@@ -60,6 +70,19 @@ def model_name(cls: type) -> str:
             return k
     raise ExportError(f"{cls.__module__}.{cls.__qualname__} is not a registered model: register it with "
                      "fbrapids.trainers.models.register_model before exporting")
+
+
+def model_for(short: str) -> type:
+    """The class registered under the short name ``short``; an
+    :class:`~fbrapids.errors.ArgumentError` listing the short names otherwise."""
+    if short not in _SHORT:
+        raise ArgumentError(f"unknown model {short!r}; expected one of {', '.join(_SHORT)}")
+    return _MODELS[_SHORT[short]]
+
+
+def short_names() -> tuple[str, ...]:
+    """The short names, in registration order."""
+    return tuple(_SHORT)
 
 
 def registered_models() -> dict[str, type]:

@@ -31,6 +31,7 @@ from torch import nn
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
+from fbrapids.trainers.modules.table import EmbeddingTable
 from fbrapids.errors import ArgumentError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         if mode not in ("sum", "mean"):
             raise ArgumentError(f"pooling mode must be 'sum' or 'mean', got {mode!r}")
         self.mode = mode
-        self.stores: dict[str, TieredEmbeddingStore] = {}
+        self.stores: dict[str, EmbeddingTable] = {}  # a TieredEmbeddingStore each; a ShardedTable once sharded
         for t in dict.fromkeys(self.table_of.values()):
             cfg = config[t] if isinstance(config, Mapping) else config
             self.stores[t] = TieredEmbeddingStore(cfg, name=prefix + t, device="cpu")
@@ -316,6 +317,3 @@ def bag_segments(offsets: torch.Tensor, n_values: int) -> torch.Tensor:
     ends = torch.cat([offsets[1:], torch.tensor([n_values], device=offsets.device)])
     return torch.repeat_interleave(torch.arange(len(offsets), device=offsets.device), ends - offsets)
 
-
-def ids_numpy(values: torch.Tensor) -> np.ndarray:
-    return values.detach().cpu().numpy()

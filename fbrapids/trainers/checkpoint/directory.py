@@ -64,7 +64,6 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     check_pointer_writable(root)
-    final = root / step_name(step)
     tmp = root / f".tmp-{step_name(step)}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)

@@ -1,0 +1,280 @@
+"""A model's checkpoint: what ``fit`` writes into a checkpoint directory and reads back.
+
+``dense.pt`` (the model's dense weights, the optimizer's state, the step and the RNG state,
+loaded with ``torch.load(weights_only=True)``: tensors and plain containers only),
+``meta.json`` (the step, the tables, the run's identity) and every embedding table flushed
+and copied under ``tables/<name>/``.  The directory itself (temporary name, manifest,
+rename, ``latest`` pointer) is :mod:`fbrapids.trainers.checkpoint.directory`'s.
+
+Example:
+    >>> table_dir_name("emb_l/ad")
+    'emb_l__ad'
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import pickle
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+
+from fbrapids.errors import CheckpointError, NonFiniteError, UnsafeFileError
+from fbrapids.files.manifest import resolve_inside, verification_enabled
+from fbrapids.trainers.calibration import ProgressiveBuffer
+from fbrapids.trainers.checkpoint.directory import (checkpoint_dir, checkpoints, newest_verified, prune, read_small_file,
+                                                    step_name, verify_checkpoint, write_atomic)
+from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.run_identity import MODEL_KEYS, RUN_KEY, check_identity, model_identity
+
+log = logging.getLogger(__name__)
+
+
+def _table_dir(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "__", key)
+
+
+def table_dir_name(key: str) -> str:
+    """The folder of table ``key`` under a checkpoint's ``tables/``.
+
+    Example:
+        >>> table_dir_name("emb_l/ad")
+        'emb_l__ad'
+    """
+    return _table_dir(key)
+
+
+def nonfinite_weights(model: CTRModel, optimizer: torch.optim.Optimizer | None = None,
+                      tables: bool = True) -> list[str]:
+    """Where ``model`` (and ``optimizer``'s state) holds NaN / inf: dense tensor names and
+    ``table '<key>' (<n> rows)`` for embedding tables (scanned when ``tables``); empty when
+    all is finite.
+
+    Example:
+        >>> from fbrapids.trainers.models import DLRM
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> m = DLRM(1, ["ad"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(dim=2, cache_rows=8))
+        >>> m.stores()["emb_l/ad"].assign([5], [[float("nan"), 0.0]])
+        >>> nonfinite_weights(m)
+        ["table 'emb_l/ad' (1 rows)"]
+    """
+    bad = [f"dense '{k}'" for k, v in model.state_dict().items()
+           if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if optimizer is not None:
+        names = {id(p): n for n, p in model.named_parameters()}
+        for p, st in optimizer.state.items():
+            for k, v in st.items():
+                if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                    bad.append(f"optimizer state '{k}' of '{names.get(id(p), '?')}'")
+    for key, store in model.stores().items() if tables else ():
+        _, rows = store.state()
+        n = int((~np.isfinite(rows)).any(axis=1).sum()) if rows.size else 0
+        if n:
+            bad.append(f"table '{key}' ({n} rows)")
+    return bad
+
+
+def finite_rows_check(key: str, step: int) -> Callable[[np.ndarray, int], None]:
+    """A ``check_rows`` for :meth:`TieredEmbeddingStore.save`: a chunk of table ``key``'s rows
+    holding NaN / inf is a :class:`~fbrapids.errors.NonFiniteError` naming the step, the
+    table, the count in the chunk and the first bad row, before the chunk is written.
+
+    Example:
+        >>> import numpy as np
+        >>> check = finite_rows_check("ad", 7)
+        >>> check(np.full((2, 4), 3e38, np.float32), 0)  # finite (rows . rows overflows: told apart)
+        >>> check(np.array([[0.0, 1.0], [np.nan, 2.0]], np.float32), 64)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.NonFiniteError: step 7: table 'ad' holds 1 non-finite value(s) in rows 64..65, the first in row 65; ...
+    """
+
+    def check(rows: np.ndarray, first_row: int) -> None:
+        flat = rows.reshape(-1)
+        # flat . flat is finite only if every value is (a NaN or inf makes it non-finite); finite values
+        # that overflow it are told apart by the exact test (BLAS: ~2x cheaper than a float32 sum, no copy)
+        with np.errstate(over="ignore", invalid="ignore"):
+            suspect = bool(flat.size) and not np.isfinite(np.dot(flat, flat))
+        if suspect and not np.isfinite(flat).all():
+            bad = ~np.isfinite(rows.reshape(len(rows), -1))
+            first = first_row + int(np.flatnonzero(bad.any(axis=1))[0])
+            raise NonFiniteError(f"step {step}: table '{key}' holds {int(bad.sum())} non-finite value(s) in rows "
+                                 f"{first_row}..{first_row + len(rows) - 1}, the first in row {first}; no "
+                                 "checkpoint is written from this state")
+
+    return check
+
+
+def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
+                    on_file: Callable[[Path], None] | None = None, keep: int | None = None,
+                    run: Mapping[str, Any] | None = None, progressive: ProgressiveBuffer | None = None) -> Path:
+    """Write a complete, verified checkpoint of ``model`` (dense + every table) under ``root``.
+
+    Every weight is checked finite first (a :class:`~fbrapids.errors.NonFiniteError`
+    naming the step and the table, and nothing written, otherwise); the files get a
+    manifest of digests.  ``on_file(path)`` is called after each file is in place (e.g.
+    for progress).  With ``keep``, older complete checkpoints beyond the newest ``keep``
+    are removed afterwards (never the newest verified one: this one).  ``meta.json``
+    records ``run``, the settings a resume must share (:mod:`fbrapids.trainers.run_identity`;
+    default: the model's own, :func:`~fbrapids.trainers.run_identity.model_identity`).
+    ``progressive``: ``fit``'s calibration buffer, kept in ``dense.pt`` so that a resumed run
+    calibrates as an unbroken one.  Returns the checkpoint directory.
+    """
+    check = verification_enabled()
+    if check:
+        bad = nonfinite_weights(model, optimizer, tables=False)  # tables: checked as their files are written
+        if bad:
+            raise NonFiniteError(f"step {step}: non-finite {', '.join(bad)}; no checkpoint is written from this "
+                                 "state")
+    with checkpoint_dir(root, step) as d:
+        write_checkpoint_files(d, model, optimizer, model.stores(), step, on_file,
+                               meta={RUN_KEY: dict(run) if run is not None else model_identity(model)},
+                               extra=None if progressive is None else {"progressive": progressive.state()})
+    final = Path(root) / step_name(step)
+    if keep is not None:
+        prune(root, keep, verified=final)
+    return final
+
+
+def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Optimizer | None,
+                           stores: dict[str, Any], step: int, on_file: Callable[[Path], None] | None = None,
+                           meta: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> None:
+    """The files of one checkpoint into directory ``d``: ``dense.pt`` (``model``'s weights,
+    ``optimizer``'s state, the step, the RNG state), each of ``stores`` under
+    ``tables/<key>/`` (every chunk of rows checked finite when verification is on), and
+    ``meta.json`` (the step, the tables, and ``meta``'s entries); ``on_file(path)`` after each.
+    ``extra``: more entries of ``dense.pt`` (tensors and plain containers)."""
+    check = verification_enabled()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict() if optimizer else None,
+             "step": int(step), "torch_rng": torch.get_rng_state(), **(extra or {})}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_atomic(d / "dense.pt", [buf.getvalue()])
+    if on_file:
+        on_file(d / "dense.pt")
+    for key, store in stores.items():  # each chunk of rows checked finite before it is written
+        store.save(d / "tables" / _table_dir(key), progress=on_file,
+                   check_rows=finite_rows_check(key, step) if check else None)
+    write_atomic(d / "meta.json", [json.dumps({"step": int(step), "tables": sorted(stores), "finite": check,
+                                               **(meta or {})}).encode()])
+    if on_file and meta is not None:
+        on_file(d / "meta.json")
+
+
+def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
+                    progressive: ProgressiveBuffer | None = None,
+                    read: Callable[[Path], bytes] | None = None) -> int:
+    """Restore ``model`` (and ``optimizer``) from a checkpoint directory, or from the newest
+    one that verifies under a root of checkpoints; returns the step.
+
+    The files are checked against the checkpoint's manifest first: a bad checkpoint is a
+    :class:`~fbrapids.errors.ManifestError` naming the file.  Loading runs no code from
+    the files: ``dense.pt`` is read with ``torch.load(weights_only=True)`` (tensors and
+    plain containers only; a pickle that would call anything is an
+    :class:`~fbrapids.errors.UnsafeFileError`), and every file read must resolve inside the
+    checkpoint directory.  A checkpoint of another model (class, a table's embedding dim,
+    a dense weight's shape) is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
+    the difference, before anything is loaded.  ``progressive``: filled with the calibration
+    buffer the checkpoint holds, if any.  ``read(path)``: the bytes of one file of the
+    checkpoint, read once: a loader that verified the files against a manifest of its own
+    (a serving export's) passes a reader that checks what it read against it, so every file
+    is parsed from the bytes that were verified, never read again by path.
+    """
+    path = Path(path)
+    if (path / "latest").exists() or checkpoints(path):
+        root, path = path, newest_verified(path)
+        if path is None:
+            raise CheckpointError(f"{root} holds no checkpoint")
+    else:
+        verify_checkpoint(path)
+    meta_path, dense_path = resolve_inside(path, "meta.json"), resolve_inside(path, "dense.pt")
+    meta = json.loads(read(meta_path) if read else read_small_file(meta_path, "checkpoint meta"))
+    check_identity(meta.get(RUN_KEY), model_identity(model), path, keys=MODEL_KEYS)
+    state = load_tensors(dense_path, read(dense_path) if read else None)
+    model.load_state_dict(state["model"])
+    if optimizer is not None and state.get("optimizer") is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    if progressive is not None and isinstance(state.get("progressive"), dict):
+        progressive.load(state["progressive"])
+    stores = model.stores()
+    if sorted(stores) != meta["tables"]:
+        raise CheckpointError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")
+    for key, store in stores.items():
+        store.load(resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory"), read)
+    return int(state["step"])
+
+
+def weights_digest(path: str | os.PathLike) -> str:
+    """sha256 over what a checkpoint directory holds as numbers: the dense weights, the dense
+    optimizer's state, the step, and every table's ids and rows (file bytes such as
+    ``torch.save``'s archive layout or a table's SSD path do not enter it).  Two runs that
+    trained the same model bit for bit give the same digest.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from fbrapids.trainers.models import DLRM
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> m = DLRM(1, ["ad"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(dim=2, cache_rows=8))
+        >>> d = tempfile.mkdtemp(); a = weights_digest(save_checkpoint(m, None, d, 1))
+        >>> a == weights_digest(save_checkpoint(m, None, tempfile.mkdtemp(), 1)), len(a)
+        (True, 64)
+    """
+    import hashlib
+
+    path = Path(path)
+    h = hashlib.sha256()
+    state = load_tensors(resolve_inside(path, "dense.pt"))
+
+    def feed(name: str, value: object) -> None:
+        h.update(name.encode())
+        if torch.is_tensor(value):
+            h.update(str((value.dtype, tuple(value.shape))).encode())
+            h.update(value.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(value, dict):
+            for k in sorted(value, key=str):
+                feed(f"{name}/{k}", value[k])
+        elif isinstance(value, (list, tuple)):
+            for k, v in enumerate(value):
+                feed(f"{name}/{k}", v)
+        else:
+            h.update(repr(value).encode())
+
+    feed("model", state["model"])
+    feed("optimizer", state.get("optimizer"))
+    feed("step", state["step"])
+    meta = json.loads(read_small_file(resolve_inside(path, "meta.json"), "checkpoint meta"))
+    for key in meta["tables"]:
+        d = resolve_inside(path, f"tables/{_table_dir(key)}", what="table directory")
+        with np.load(d / "index.npz") as z:
+            for k in sorted(z.files):
+                feed(f"{key}/{k}", torch.from_numpy(z[k]))
+        h.update((d / "rows.f32").read_bytes())
+    return h.hexdigest()
+
+
+def load_tensors(path: str | os.PathLike, data: bytes | None = None) -> object:
+    """``torch.load(path, map_location="cpu", weights_only=True)``: tensors, numbers, strings
+    and containers only; a file that would run code or build other objects is refused
+    with an :class:`~fbrapids.errors.UnsafeFileError` naming it.  ``data``: the file's bytes,
+    already read (``path`` then only names it).
+
+    Example:
+        >>> import tempfile, torch
+        >>> p = tempfile.mkdtemp() + "/w.pt"; torch.save({"w": torch.ones(2)}, p)
+        >>> load_tensors(p)["w"].tolist()
+        [1.0, 1.0]
+    """
+    try:
+        return torch.load(io.BytesIO(data) if data is not None else path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "Unsupported" in ln or "WeightsUnpickler" in ln), lines[0] if lines else "")
+        raise UnsafeFileError(f"{path}: refused by torch.load(weights_only=True), which loads tensors only "
+                              f"({why[:300]})") from None

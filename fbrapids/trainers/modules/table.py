@@ -1,0 +1,78 @@
+"""The interface an embedding collection needs from one table: :class:`EmbeddingTable`.
+
+Two classes implement it: :class:`~fbrapids.trainers.sparse.TieredEmbeddingStore` (the
+tiered store: cache, host RAM, SSD) and
+:class:`~fbrapids.trainers.distributed.sharded_store.ShardedTable` (one table of a model
+sharded by rows across ranks, its rows fetched from their owners each step).  A collection
+(:class:`~fbrapids.trainers.modules.embedding.TieredEmbeddingBagCollection`) calls only
+these methods, so a sharded model trains through the same code as a local one.
+
+Per step: ``lookup`` (the rows of a batch's ids, pinned until ``end_step``), the next
+batch's ``prefetch``, then ``update_rows`` (the sparse optimizer on the rows' gradients)
+or ``apply_gradients``, and ``end_step``.
+
+Example:
+    >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+    >>> from fbrapids.trainers.distributed.sharded_store import ShardedTable
+    >>> store = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8))
+    >>> isinstance(store, EmbeddingTable), isinstance(ShardedTable(store), EmbeddingTable)
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from fbrapids.trainers.sparse import Lookup, StoreConfig
+
+
+@runtime_checkable
+class EmbeddingTable(Protocol):
+    """One embedding table as a collection uses it (module docstring)."""
+
+    config: StoreConfig
+    name: str
+
+    @property
+    def device(self) -> torch.device:
+        """Where the rows a lookup returns live."""
+        ...
+
+    def to(self, device: str | torch.device) -> "EmbeddingTable":
+        """Move the rows' working tier to ``device``; returns the table."""
+        ...
+
+    def __len__(self) -> int:
+        """Rows held (a sharded table: the rows this rank owns)."""
+        ...
+
+    def lookup(self, ids: Any, requires_grad: bool = True, leaf: bool = True) -> Lookup:
+        """The rows of ``ids`` (pinned until :meth:`end_step`), with their distinct ids' inverse."""
+        ...
+
+    def prefetch(self, ids: Any) -> int:
+        """Bring the next batch's rows into the fast tier; returns the rows moved."""
+        ...
+
+    def update_rows(self, lookup: Lookup, grad: torch.Tensor) -> None:
+        """Apply the sparse optimizer to ``lookup``'s rows with their gradient ``grad``."""
+        ...
+
+    def apply_gradients(self, lookup: Lookup, grad: torch.Tensor | None = None) -> None:
+        """:meth:`update_rows` with ``grad`` (default: the gradient autograd left on the rows)."""
+        ...
+
+    def end_step(self) -> None:
+        """Unpin the step's rows."""
+        ...
+
+    def state(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every (id, row) the table holds."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counters (hits, misses, evictions...)."""
+        ...
