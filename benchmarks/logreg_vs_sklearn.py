@@ -6,7 +6,13 @@ written from its docs: each id becomes the string ``"feature=id"``, hashed by
 ``FeatureHasher`` (2^20 columns, no alternating sign), the dense columns appended, then
 ``LogisticRegression(solver="liblinear")`` (L2, C=1) fitted to convergence.  fbrapids' side is
 ``run_pipeline(model="logreg")``: one epoch, online.  Prints the held-out AUCs and ends with
-one JSON line (``benchmarks/results/logreg.json``).
+one JSON line.
+
+This is the small-data reference of ``tests/pipeline/test_trial_method.py``; it is not the
+peer of a README figure.  Untuned (C=1, dense columns unscaled), it is a weak LR at 200k rows
+(held-out AUC 0.626 where a scaled, C=0.1 one reaches 0.678): the README's logreg-vs-LR
+figure is ``benchmarks/models.py``'s, whose sklearn reference scales the dense columns and
+runs over several seeds beside ``model="logreg"`` and the deep models.
 
     nice -n 10 python benchmarks/logreg_vs_sklearn.py [--rows 200000]
 """

@@ -74,9 +74,6 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
-    "logreg": (["benchmarks/logreg_vs_sklearn.py", "--rows", "200000"],
-               "`model=\"logreg\"` (one epoch, online, on the tiered store) vs sklearn `LogisticRegression` "
-               "(liblinear, to convergence) on the same features hashed as sklearn's docs do (`FeatureHasher`)"),
     "trial_calibration": (["benchmarks/trial_calibration.py"],
                           "`fbrapids.trial` (DLRM, its default seeds) on independent planted data sets: pure-noise "
                           "columns (50k rows; false positives, Clopper-Pearson 95%) and columns of known oracle AUC "
@@ -183,12 +180,6 @@ def _fitted(r: dict) -> str:
     sec = r["seconds"]
     return (f"{r['rows']:,} rows: extract {sec['extract']:.2f} s, fit+extract {sec['fit+extract']:.2f} s "
             f"= {r['ratio']:.2f}x (target <= 2x), median of {r['repeat']}")
-
-
-def _logreg(r: dict) -> str:
-    return (f"{r['rows']:,} rows, held-out AUC: fbrapids logreg {r['auc_fbrapids_logreg']:.4f} "
-            f"({r['seconds_fbrapids']:.0f} s, extraction included) vs sklearn {r['auc_sklearn']:.4f} "
-            f"({r['seconds_sklearn']:.0f} s, hashing included): {r['difference']:+.4f}")
 
 
 def _trial_calibration(r: dict) -> str:
@@ -299,8 +290,7 @@ def _dicm(r: dict) -> str:
 FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
                                             "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
-                                            "models": _models, "trial_calibration": _trial_calibration,
-                                            "logreg": _logreg}
+                                            "models": _models, "trial_calibration": _trial_calibration}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:
