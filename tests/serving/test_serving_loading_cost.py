@@ -28,7 +28,7 @@ from fbrapids.serving.example import example_spec  # noqa: E402
 from fbrapids.trainers import WideAndDeep  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
-fit_module = importlib.import_module("fbrapids.trainers.fit")  # the module (the package exports fit())
+checkpoint_module = importlib.import_module("fbrapids.trainers.checkpoint.model_state")  # where load_checkpoint looks newest_verified up
 KEY = b"export-signing-key-0123456789abcdef"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def test_a_file_swapped_after_the_check_is_refused_never_loaded(tmp_path, monkey
     assert edited != original
     # the last check before the file is read: the export's manifest for spec.json, the
     # checkpoint's own manifest (load_checkpoint's newest_verified) for the checkpoint's files
-    module, name = (export_module, "checked_manifest") if target == "spec.json" else (fit_module, "newest_verified")
+    module, name = (export_module, "checked_manifest") if target == "spec.json" else (checkpoint_module, "newest_verified")
     real = getattr(module, name)
     tries = {"n": 0}
 
