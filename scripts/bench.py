@@ -74,6 +74,11 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "fitted": (["benchmarks/fitted.py", "--rows", "200000"],
                "fit (training days, one pass) + extract vs extract alone: the workload + 8 fitted and history "
                "features, public chain on dask; outputs checked equal"),
+    "held_out_calibration": (["benchmarks/held_out_calibration.py", "--rows", "200000", "--seeds", "0", "1", "2", "3",
+                              "4", "--predictions", "DIR"],
+                             "the held-out day's calibration: the generator's hidden model (the oracle) per seed, and "
+                             "the kept runs of `benchmarks/models.py --predictions DIR` with the shift fitted on the newest "
+                             "0 / 16k / 32k / 64k / 128k training predictions; target [0.95, 1.05]"),
     "trial_calibration": (["benchmarks/trial_calibration.py"],
                           "`fbrapids.trial` (DLRM, its default seeds) on independent planted data sets: pure-noise "
                           "columns (50k rows; false positives, Clopper-Pearson 95%) and columns of known oracle AUC "
@@ -180,6 +185,19 @@ def _fitted(r: dict) -> str:
     sec = r["seconds"]
     return (f"{r['rows']:,} rows: extract {sec['extract']:.2f} s, fit+extract {sec['fit+extract']:.2f} s "
             f"= {r['ratio']:.2f}x (target <= 2x), median of {r['repeat']}")
+
+
+def _held_out_calibration(r: dict) -> str:
+    parts = []
+    for rows, held in r["held_out"].items():
+        oracle = ", ".join(f"{c:.3f}" for c in held["oracle_calibration"])
+        slices = r.get("slices", {}).get(rows, {}).get("per_slice", {})
+        kept = "; ".join(f"{int(k) // 1024}k: {v['outside']}/{v['runs']} outside, mean {v['mean']:.3f}" if int(k)
+                         else f"no shift: {v['outside']}/{v['runs']} outside, mean {v['mean']:.3f}"
+                         for k, v in slices.items())
+        parts.append(f"{int(rows):,} rows: oracle {oracle}" + (f"; runs, shift fitted on the newest predictions: {kept}"
+                                                              if kept else ""))
+    return "; ".join(parts)
 
 
 def _trial_calibration(r: dict) -> str:
@@ -290,7 +308,8 @@ def _dicm(r: dict) -> str:
 FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
                                             "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
-                                            "models": _models, "trial_calibration": _trial_calibration}
+                                            "models": _models, "trial_calibration": _trial_calibration,
+                                            "held_out_calibration": _held_out_calibration}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:
