@@ -100,6 +100,11 @@ def test_a_folder_holding_the_clone_does_not_shadow_the_package(tmp_path):
 def test_model_choices_are_the_pipeline_models():
     from fbrapids.app.cli import build_parser
     from fbrapids.app.pipeline import MODELS
+    from fbrapids.trainers.models.registry import short_names
+
+    # the command line and RunConfig keep the names as literals (checked before torch is imported):
+    # they are the registry's short names, in its order
+    assert short_names() == MODELS
 
     sub = {a.dest: a for a in build_parser()._actions}["command"].choices
     # serving has no scorer for the logistic regression (issue 33's screen model) yet: export leaves it out

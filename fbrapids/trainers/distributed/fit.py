@@ -252,7 +252,9 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         if recent is not None:
             progressive = recent.gathered(trainer)
         if progressive is not None and step > start:
-            ab = fit_calibration(progressive)  # the same pairs on every rank: the same fit
+            # the same pairs on every rank: the same fit; as fit's, on at most the pass's newest
+            # PASS_FRACTION (position: the union's rows trained in this pass, a resumed run's included)
+            ab = fit_calibration(progressive, pass_rows=position)
             if ab is not None:
                 net.set_calibration(*ab)
                 result.calibration = ab
