@@ -48,8 +48,7 @@ from fbrapids.ui.autobar import tqdm
 from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.calibration import (CALIBRATION_ROWS, KEPT_ROWS, PASS_FRACTION, ProgressiveBuffer,
-                                           fit_calibration)
+from fbrapids.trainers.calibration import CALIBRATION_ROWS, HeldBack, fit_shift
 from fbrapids.files.manifest import resolve_inside
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.checkpoint.directory import (check_pointer_writable, checkpoints, clean_partial,
@@ -74,6 +73,7 @@ class FitResult:
     resumed_from: Path | None = None
     skipped: list[int] = field(default_factory=list)  # steps whose update ``nan="skip"`` dropped
     calibration: tuple[float, float] | None = None  # (a, b) fitted at the end: sigmoid(a * logit + b)
+    held_rows: int = 0  # rows held back from training for the calibration (never trained on)
 
 
 def expected_batches(batches: Iterable[Batch]) -> int | None:
@@ -187,7 +187,7 @@ def _nonfinite_message(step: int, what: str, model: CTRModel, optimizer: torch.o
 
 def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, model: CTRModel,
                      resume: bool, result: FitResult, identity: Mapping[str, Any],
-                     progressive: ProgressiveBuffer | None = None) -> int:
+                     held: HeldBack | None = None) -> int:
     """Clean debris, check the disk, and restore the newest verified checkpoint when resuming;
     returns the step to start from."""
     root = Path(checkpoint_dir)
@@ -208,7 +208,7 @@ def _checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.O
         return 0
     meta = json.loads(read_small_file(resolve_inside(ckpt, "meta.json"), "checkpoint meta"))
     check_identity(meta.get(RUN_KEY), identity, ckpt)  # before anything is loaded
-    start = load_checkpoint(model, optimizer, ckpt, progressive)
+    start = load_checkpoint(model, optimizer, ckpt, held)
     result.resumed_from = ckpt
     log.info("resumed from %s at step %d", ckpt, start)
     return start
@@ -263,14 +263,17 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             batch size, seed): :mod:`fbrapids.trainers.run_identity`.  Resuming with any
             of them changed is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
             each difference, before anything is loaded.
-        calibrate: at the end, fit the model's post-hoc calibration (a shift of the logits,
-            ``sigmoid(logit + b)``, ``model.set_calibration``; :mod:`fbrapids.trainers.calibration`) on the
-            progressive predictions of the last ``calibration_rows`` rows trained on (each
-            batch's logits before its own step), and return it in ``FitResult.calibration``;
-            ``predict`` / ``evaluate`` and serving apply it.  Only with ``epochs=1``: a
-            later pass predicts rows it has trained on (an over-confident fit); and not when
-            resuming a checkpoint that holds no progressive predictions.  ``False``:
-            leave the model's calibration as it is.
+        calibrate: hold back every :data:`~fbrapids.trainers.calibration.HOLD_EVERY`-th batch
+            of the pass from training (the newest held ones, up to ``calibration_rows`` rows;
+            an older one pushed out is trained on then) and, at the end, fit the model's
+            post-hoc calibration on the final model's logits of the held rows: a shift,
+            ``sigmoid(logit + b)`` (``model.set_calibration``;
+            :mod:`fbrapids.trainers.calibration`), returned in ``FitResult.calibration``;
+            ``predict`` / ``evaluate`` and serving apply it.  The held rows are never trained
+            on (``FitResult.held_rows``).  Only with ``epochs=1``: a later pass would train
+            on them; and not when resuming a checkpoint that holds no held-back batches.
+            ``False``: train on every batch and leave the model's calibration as it is.
+        calibration_rows: the most rows held back at once.
     """
     check_model_stream(model, batches)  # a stream of other features: one error naming the feature, before training
     place_model(model, device)
@@ -281,59 +284,85 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
     identity = run_identity(model, batches, run)
-    # the progressive predictions of a second pass are of rows already trained on: an
-    # over-confident fit (held-out logloss worse than none), so several epochs get none
-    progressive = ProgressiveBuffer(max(calibration_rows, KEPT_ROWS)) if calibrate and epochs == 1 else None
+    # a second pass would train on the held rows, so several epochs are not calibrated
+    held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
     if calibrate and epochs > 1:
-        log.info("no post-hoc calibration: with %d epochs no prediction of the training rows is out of sample", epochs)
+        log.info("no post-hoc calibration: with %d epochs every row is trained on", epochs)
     check = verification_enabled()
     # the debris is cleaned under the lock by _checkpoint_root, after restoring what a killed writer left
     with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
         start = (0 if checkpoint_dir is None
-                 else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity, progressive))
-        if progressive is not None and start > 0 and not progressive.restored:
-            log.info("no post-hoc calibration: the checkpoint resumed from holds no progressive predictions (one "
-                     "written without calibration, or by the ranks' trainer)")
-            progressive = None
+                 else _checkpoint_root(checkpoint_dir, optimizer, model, resume, result, identity, held))
+        if held is not None and start > 0 and not held.restored:
+            log.info("no post-hoc calibration: the checkpoint resumed from holds no held-back batches (one written "
+                     "without calibration, or by an older fbrapids); every batch is trained on")
+            held = None
         if lookahead < 0:
             raise ArgumentError(f"lookahead must be >= 0 batches, got {lookahead}")
-        step = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir, checkpoint_every,
+        step, finished = _train(model, batches, optimizer, result, start, epochs, max_steps, checkpoint_dir,
+                                checkpoint_every,
                       progress, prefetch_rows, keep_checkpoints, nan if check else "warn", identity,
-                      lookahead if model.uses_window() else 0, progressive)
+                      lookahead if model.uses_window() else 0, held)
         result.steps = step
-        if progressive is not None and step > start:
-            _calibrate(model, progressive, result, calibration_rows)
+        if held is not None and step > start and not _calibrate(model, held, result) and finished:
+            train = _Stepper(model, optimizer, result, nan if check else "warn")
+            for b in held.batches:  # too few to calibrate on: trained on after all, nothing withheld for nothing
+                train(b, step)
+            held.batches, held.rows, result.held_rows = [], [], 0
         if checkpoint_dir is not None and step > start and (not result.checkpoints or
                                                              result.checkpoints[-1].name != step_name(step)):
             result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
-                                                      run=identity, progressive=progressive))
+                                                      run=identity, held=held))
     return result
 
 
-def _calibrate(model: CTRModel, progressive: ProgressiveBuffer, result: FitResult, rows: int) -> None:
-    """Fit and set ``model``'s calibration (a shift of its logits) on the newest ``rows`` progressive predictions kept."""
-    ab = fit_calibration(progressive, rows, pass_rows=progressive.seen)  # seen: every pair of the pass
+def _calibrate(model: CTRModel, held: HeldBack, result: FitResult) -> bool:
+    """Fit and set ``model``'s calibration (a shift of its logits) on its logits of the
+    held-back batches; False when they are too few (:func:`~fbrapids.trainers.calibration.fit_shift`)."""
+    z, y = held_logits(model, held.batches)
+    result.held_rows = len(z)
+    ab = fit_shift(z, y)
     if ab is None:
-        return
+        return False
     model.set_calibration(*ab)
     result.calibration = ab
-    log.info("calibration: sigmoid(%.4f * logit %+.4f), fitted on the progressive predictions of the last %d rows "
-             "trained on", ab[0], ab[1], min(rows, len(progressive), int(progressive.seen * PASS_FRACTION)))
+    log.info("calibration: sigmoid(%.4f * logit %+.4f), fitted on %d rows held back from training", ab[0], ab[1],
+             len(z))
+    return True
+
+
+@torch.no_grad()
+def held_logits(model: CTRModel, batches: Iterable[Batch | None]) -> tuple[np.ndarray, np.ndarray]:
+    """``model``'s raw logits (no calibration) and the labels of ``batches`` (Nones skipped),
+    in evaluation mode, as :func:`predict` computes them."""
+    dev = module_device(model)
+    model.eval()
+    zs, ys = [np.zeros(0)], [np.zeros(0)]
+    try:
+        for b in batches:
+            if b is not None:
+                b = b.to(dev)
+                zs.append(model(b).double().cpu().numpy().ravel())
+                ys.append(b.label.double().cpu().numpy().ravel())
+    finally:
+        model.train()
+    return np.concatenate(zs), np.concatenate(ys)
 
 
 def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Optimizer, result: FitResult,
            start: int, epochs: int, max_steps: int | None, checkpoint_dir: str | os.PathLike | None,
            checkpoint_every: int | None, progress: bool, prefetch_rows: bool, keep_checkpoints: int | None,
            nan: str, identity: Mapping[str, Any] | None = None, lookahead: int = 0,
-           progressive: ProgressiveBuffer | None = None) -> int:
+           held: HeldBack | None = None) -> tuple[int, bool]:
+    """The pass(es): returns the global step reached (a step is a batch read from the
+    stream, held back or trained on) and whether the stream ended (False: ``max_steps``)."""
     step = 0
-    dev = module_device(model)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     model.train()
     bar = tqdm(total=None, initial=start, disable=not progress, desc="fit", unit="batch")
     # the total: exact for an eager frame; over a dask stream's first pass an estimate refined
     # with each partition, exact after it
     total = _BarTotal(bar, batches, epochs, max_steps)
+    train = _Stepper(model, optimizer, result, nan)
     try:
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
@@ -342,8 +371,8 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
             for i, (batch, ahead) in enumerate(_lookahead(batches, max(1, lookahead))):
                 total.refresh()
                 if max_steps is not None and step >= max_steps:
-                    return step
-                if step < start:  # trained before the checkpoint
+                    return step, False
+                if step < start:  # trained (or held back) before the checkpoint
                     step += 1
                     continue
                 if lookahead:  # this batch and those entering the window, each announced once
@@ -351,42 +380,59 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                     for j in range(max(announced, i), i + len(upcoming)):
                         model.announce(upcoming[j - i], j - i)
                     announced = i + len(upcoming)
-                optimizer.zero_grad(set_to_none=True)
-                batch = batch.to(dev)
-                logits = model(batch)
-                if prefetch_rows and ahead:
-                    model.prefetch(ahead[0])
-                loss = loss_fn(logits, batch.label.to(logits.device))
-                value = float(loss.detach())
-                problem = None if math.isfinite(value) else f"loss is {value}"
-                if problem is None:
-                    loss.backward()
-                    if nan != "warn":
-                        bad = _nonfinite_grads(model)
-                        problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
                 step += 1
-                bar.update(1)  # a batch consumed (a skipped one too: the bar reaches its total)
-                if problem is not None:
-                    if nan == "error":
-                        raise NonFiniteError(_nonfinite_message(step, problem, model, optimizer))
-                    log.warning("step %d: %s (nan=%r)", step, problem, nan)
-                    if nan == "skip":
-                        optimizer.zero_grad(set_to_none=True)
-                        result.skipped.append(step)
-                        continue
-                optimizer.step()
-                model.apply_sparse_gradients()
-                if progressive is not None:  # this batch's logits before its own step: out of sample
-                    progressive.add(logits, batch.label)
-                result.losses.append(value)
-                bar.set_postfix(loss=f"{value:.4f}", refresh=False)
+                bar.update(1)  # a batch consumed (a skipped or held one too: the bar reaches its total)
+                if held is not None and held.holds(i):
+                    for older in held.add(batch):  # pushed out of the held ones: trained on now
+                        train(older, step)
+                else:
+                    train(batch, step, ahead[0] if prefetch_rows and ahead else None)
+                if result.losses:
+                    bar.set_postfix(loss=f"{result.losses[-1]:.4f}", refresh=False)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                     result.checkpoints.append(
                         save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints, run=identity,
-                                        progressive=progressive))
-        return step
+                                        held=held))
+        return step, True
     finally:
         bar.close()
+
+
+class _Stepper:
+    """One update of ``model`` on a batch: forward, loss, the ``nan`` policy, backward, the
+    dense and sparse steps; the loss goes to ``result.losses``."""
+
+    def __init__(self, model: CTRModel, optimizer: torch.optim.Optimizer, result: FitResult, nan: str) -> None:
+        self.model, self.optimizer, self.result, self.nan = model, optimizer, result, nan
+        self.dev = module_device(model)
+        self.loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    def __call__(self, batch: Batch, step: int, prefetch: Batch | None = None) -> None:
+        model, optimizer = self.model, self.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        batch = batch.to(self.dev)
+        logits = model(batch)
+        if prefetch is not None:
+            model.prefetch(prefetch)
+        loss = self.loss_fn(logits, batch.label.to(logits.device))
+        value = float(loss.detach())
+        problem = None if math.isfinite(value) else f"loss is {value}"
+        if problem is None:
+            loss.backward()
+            if self.nan != "warn":
+                bad = _nonfinite_grads(model)
+                problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
+        if problem is not None:
+            if self.nan == "error":
+                raise NonFiniteError(_nonfinite_message(step, problem, model, optimizer))
+            log.warning("step %d: %s (nan=%r)", step, problem, self.nan)
+            if self.nan == "skip":
+                optimizer.zero_grad(set_to_none=True)
+                self.result.skipped.append(step)
+                return
+        optimizer.step()
+        model.apply_sparse_gradients()
+        self.result.losses.append(value)
 
 
 @torch.no_grad()

@@ -1,5 +1,5 @@
-"""Post-hoc calibration (issue 34): a shift of the logits fitted by ``fit`` on its progressive
-predictions, carried by the state dict, applied by ``predict`` / ``evaluate``, and kept
+"""Post-hoc calibration (issue 34): a shift of the logits fitted by ``fit`` on the final model's
+logits of batches held back from training, carried by the state dict, applied by ``predict`` / ``evaluate``, and kept
 across a checkpoint and resume."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
 from fbrapids.trainers import StoreConfig, evaluate, fit, load_checkpoint, predict
-from fbrapids.trainers.calibration import MIN_ROWS, ProgressiveBuffer, fit_calibration, intercept, platt
+from fbrapids.trainers.calibration import HOLD_EVERY, MIN_ROWS, HeldBack, fit_shift, intercept, platt
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -39,43 +39,54 @@ def test_intercept_solves_the_score_equation_and_finds_the_planted_shift() -> No
     assert abs(b - ref) < 1e-8 and abs(b + 0.4) < 0.05, (b, ref)
 
 
-def test_buffer_keeps_the_newest_rows_in_order() -> None:
-    buf = ProgressiveBuffer(5)
-    for k in range(4):
-        buf.add(torch.arange(3.0) + 10 * k, torch.tensor([0.0, 1.0, 0.0]))
-    z, y = buf.arrays()
-    assert z.tolist() == [21.0, 22.0, 30.0, 31.0, 32.0] and y.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
-    other = ProgressiveBuffer(5)
-    other.load(buf.state())
-    assert [a.tolist() for a in other.arrays()] == [z.tolist(), y.tolist()]
-    assert fit_calibration(ProgressiveBuffer(8)) is None  # too few rows: nothing fitted
+def test_held_back_keeps_the_newest_batches_and_round_trips() -> None:
+    """Every HOLD_EVERY-th batch; the newest held ones up to the capacity in rows (older ones
+    pushed out, to be trained on); its state reads back as the same batches."""
+    frame = ctr_frame(rows=1024)
+    bs = list(batches(frame, batch_size=64))
+    held = HeldBack(capacity=128, every=HOLD_EVERY)
+    pushed = []
+    for i, b in enumerate(bs):
+        if held.holds(i):
+            pushed += held.add(b)
+    held_at = [i for i in range(len(bs)) if i % HOLD_EVERY == HOLD_EVERY - 1]
+    assert len(held_at) == 2 and held.rows == [64, 64] and pushed == []  # 128 rows: both kept
+    held.add(bs[0])
+    assert held.rows == [64, 64] and [id(b) for b in held.batches] == [id(bs[held_at[1]]), id(bs[0])]
+    other = HeldBack(128)
+    other.load(held.state())
+    assert other.restored and other.rows == held.rows
+    for x, y in zip(other.batches, held.batches):
+        assert torch.equal(x.dense, y.dense) and torch.equal(x.label, y.label)
+        assert all(torch.equal(x.sparse[k][0], v) and torch.equal(x.sparse[k][1], o) for k, (v, o) in y.sparse.items())
+    assert fit_shift(np.zeros(8), np.zeros(8)) is None  # too few rows: nothing fitted
 
 
 def _frozen_fit(frame, calibration_rows: int):
-    """A model whose weights do not move (zero learning rates), so its progressive logits
-    are its logits on the training rows, computed again here."""
+    """A model whose weights do not move (zero learning rates), so its logits of the held
+    rows at the end are its logits at any time, computed again here."""
     model = small_model(StoreConfig(cache_rows=1 << 14, lr=0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     res = fit(model, batches(frame), optimizer=opt, progress=False, calibration_rows=calibration_rows)
     return model, res
 
 
-@pytest.mark.parametrize("rows, fitted", [(4096, 1024), (2048, 512)])
-def test_fit_calibrates_on_the_last_rows_trained_on(rows: int, fitted: int) -> None:
-    """The newest ``calibration_rows`` pairs, but never more than the newest quarter of the
-    pass (at 2,048 rows: 512 of the 1,024 asked; the first steps' model had not learned yet)."""
+@pytest.mark.parametrize("rows, kept", [(4096, 10), (4096, 16)])
+def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int, kept: int) -> None:
+    """The shift is the intercept of the final model's logits of the newest held batches
+    (every HOLD_EVERY-th); those are never trained on, the held ones pushed out are."""
     frame = ctr_frame(rows=rows)
-    model, res = _frozen_fit(frame, calibration_rows=1024)
+    bs = list(batches(frame))
+    size = len(bs[0])
+    model, res = _frozen_fit(frame, calibration_rows=kept * size)
     assert res.calibration is not None and model.calibration.tolist() == pytest.approx(list(res.calibration))
+    held_at = [i for i in range(len(bs)) if i % HOLD_EVERY == HOLD_EVERY - 1][-kept:]
+    assert len(res.losses) == len(bs) - kept and res.held_rows == kept * size  # the kept ones: never trained on
     model.set_calibration(1.0, 0.0)
-    z, y = [], []
     with torch.no_grad():
-        for b in batches(frame):  # the same order fit saw
-            z.append(model(b).numpy())
-            y.append(b.label.numpy())
-    z, y = np.concatenate(z), np.concatenate(y)
-    assert res.calibration == pytest.approx((1.0, intercept(z[-fitted:], y[-fitted:])), abs=1e-5)
-    assert res.calibration[1] != pytest.approx(intercept(z, y), abs=1e-4)  # the last rows, not all of them
+        z = np.concatenate([model(bs[i]).numpy() for i in held_at])
+    y = np.concatenate([bs[i].label.numpy() for i in held_at])
+    assert res.calibration == pytest.approx((1.0, intercept(z, y)), abs=1e-6)
 
 
 def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
@@ -99,7 +110,7 @@ def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
 
 
 def test_calibration_is_saved_and_an_old_state_dict_loads_as_identity(tmp_path) -> None:
-    frame = ctr_frame(rows=1024)
+    frame = ctr_frame(rows=2048)
     model = small_model(StoreConfig(cache_rows=1 << 14))
     res = fit(model, batches(frame), progress=False, checkpoint_dir=tmp_path / "ck")
     assert res.calibration is not None and len(frame) >= MIN_ROWS
@@ -132,17 +143,29 @@ def test_a_shrinking_calibration_keeps_the_logits_order() -> None:
 
 
 def test_resumed_run_calibrates_as_an_unbroken_one(tmp_path) -> None:
-    frame = ctr_frame(rows=1536)
+    frame = ctr_frame(rows=4096)
 
     def run(ssd: str, steps: int, root=None, seed: int = 0):
         model = small_model(StoreConfig(cache_rows=1 << 14), seed=seed)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         res = fit(model, batches(frame), optimizer=opt, max_steps=steps, progress=False, checkpoint_dir=root,
-                  calibration_rows=600)
+                  calibration_rows=300)
         return model, res
 
-    run("a", 20, tmp_path / "ck")
-    resumed, res = run("b", 40, tmp_path / "ck", seed=9)
-    assert res.resumed_from is not None and len(res.losses) == 20
-    straight, res2 = run("c", 40)
+    run("a", 60, tmp_path / "ck")  # held: batches 7, 15, ..., 55 (7 of them), kept in the checkpoint
+    resumed, res = run("b", 120, tmp_path / "ck", seed=9)
+    assert res.resumed_from is not None and len(res.losses) == 60 - 8 + 5  # 8 held, 5 older ones trained late
+    straight, res2 = run("c", 120)
+    assert res.calibration is not None and res.held_rows == 10 * 32
     assert res.calibration == res2.calibration and same_bits(snapshot(straight), snapshot(resumed)) == []
+
+
+def test_too_few_held_rows_are_trained_on_at_the_end() -> None:
+    """1,024 rows in batches of 32: 4 held batches, 128 rows, under MIN_ROWS: no shift is
+    fitted, and the held batches are trained on after all (nothing withheld for nothing)."""
+    frame = ctr_frame(rows=1024)
+    model = small_model(StoreConfig(cache_rows=1 << 14))
+    res = fit(model, batches(frame), progress=False)
+    n = len(list(batches(frame)))
+    assert 4 * 32 < MIN_ROWS and res.calibration is None and res.held_rows == 0
+    assert len(res.losses) == n == res.steps and model.calibration.tolist() == [1.0, 0.0]

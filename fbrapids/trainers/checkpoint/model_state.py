@@ -27,7 +27,7 @@ import torch
 
 from fbrapids.errors import CheckpointError, NonFiniteError, UnsafeFileError
 from fbrapids.files.manifest import resolve_inside, verification_enabled
-from fbrapids.trainers.calibration import ProgressiveBuffer
+from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.checkpoint.directory import (checkpoint_dir, checkpoints, newest_verified, prune, read_small_file,
                                                     step_name, verify_checkpoint, write_atomic)
 from fbrapids.trainers.models.base import CTRModel
@@ -113,7 +113,7 @@ def finite_rows_check(key: str, step: int) -> Callable[[np.ndarray, int], None]:
 
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
                     on_file: Callable[[Path], None] | None = None, keep: int | None = None,
-                    run: Mapping[str, Any] | None = None, progressive: ProgressiveBuffer | None = None) -> Path:
+                    run: Mapping[str, Any] | None = None, held: HeldBack | None = None) -> Path:
     """Write a complete, verified checkpoint of ``model`` (dense + every table) under ``root``.
 
     Every weight is checked finite first (a :class:`~fbrapids.errors.NonFiniteError`
@@ -123,8 +123,8 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
     are removed afterwards (never the newest verified one: this one).  ``meta.json``
     records ``run``, the settings a resume must share (:mod:`fbrapids.trainers.run_identity`;
     default: the model's own, :func:`~fbrapids.trainers.run_identity.model_identity`).
-    ``progressive``: ``fit``'s calibration buffer, kept in ``dense.pt`` so that a resumed run
-    calibrates as an unbroken one.  Returns the checkpoint directory.
+    ``held``: the batches ``fit`` holds back for its calibration, kept in ``dense.pt`` so
+    that a resumed run calibrates as an unbroken one.  Returns the checkpoint directory.
     """
     check = verification_enabled()
     if check:
@@ -135,7 +135,7 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
     with checkpoint_dir(root, step) as d:
         write_checkpoint_files(d, model, optimizer, model.stores(), step, on_file,
                                meta={RUN_KEY: dict(run) if run is not None else model_identity(model)},
-                               extra=None if progressive is None else {"progressive": progressive.state()})
+                               extra=None if held is None else {"held_back": held.state()})
     final = Path(root) / step_name(step)
     if keep is not None:
         prune(root, keep, verified=final)
@@ -168,7 +168,7 @@ def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Opti
 
 
 def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
-                    progressive: ProgressiveBuffer | None = None,
+                    held: HeldBack | None = None,
                     read: Callable[[Path], bytes] | None = None) -> int:
     """Restore ``model`` (and ``optimizer``) from a checkpoint directory, or from the newest
     one that verifies under a root of checkpoints; returns the step.
@@ -180,8 +180,8 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     :class:`~fbrapids.errors.UnsafeFileError`), and every file read must resolve inside the
     checkpoint directory.  A checkpoint of another model (class, a table's embedding dim,
     a dense weight's shape) is a :class:`~fbrapids.errors.CheckpointMismatchError` naming
-    the difference, before anything is loaded.  ``progressive``: filled with the calibration
-    buffer the checkpoint holds, if any.  ``read(path)``: the bytes of one file of the
+    the difference, before anything is loaded.  ``held``: filled with the held-back
+    batches of the calibration the checkpoint holds, if any.  ``read(path)``: the bytes of one file of the
     checkpoint, read once: a loader that verified the files against a manifest of its own
     (a serving export's) passes a reader that checks what it read against it, so every file
     is parsed from the bytes that were verified, never read again by path.
@@ -201,8 +201,8 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
-    if progressive is not None and isinstance(state.get("progressive"), dict):
-        progressive.load(state["progressive"])
+    if held is not None and isinstance(state.get("held_back"), dict):
+        held.load(state["held_back"])
     stores = model.stores()
     if sorted(stores) != meta["tables"]:
         raise CheckpointError(f"checkpoint {path} holds tables {meta['tables']}, the model has {sorted(stores)}")

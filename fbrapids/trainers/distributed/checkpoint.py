@@ -72,7 +72,7 @@ def shard_name(rank: int) -> str:
 
 
 def _write_shard(trainer: Any, optimizer: torch.optim.Optimizer | None, d: Path, step: int,
-                 on_file: Callable[[Path], None] | None, progressive: Any = None) -> None:
+                 on_file: Callable[[Path], None] | None, held: Any = None) -> None:
     check = verification_enabled()
     model = trainer.model
     if check:
@@ -83,16 +83,17 @@ def _write_shard(trainer: Any, optimizer: torch.optim.Optimizer | None, d: Path,
     d.mkdir(parents=True)
     write_checkpoint_files(d, model, optimizer, trainer.sharded.local_stores(), step, on_file,
                            meta={"rank": trainer.rank, "world": trainer.world},
-                           extra=None if progressive is None else {"progressive": progressive.state()})
+                           extra=None if held is None else {"held_back": held.state()})
 
 
 def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
                  step: int, keep: int | None = None, on_file: Callable[[Path], None] | None = None,
-                 extra: Mapping[str, Any] | None = None, progressive: Any = None) -> Path:
+                 extra: Mapping[str, Any] | None = None, held: Any = None) -> Path:
     """Write this rank's shard of checkpoint ``step`` under ``root`` and commit it with the
     other ranks (module docstring); called by every rank; returns the checkpoint directory.
     ``extra`` (JSON values: the stream position, the run's settings) goes into ``dist.json``;
-    ``progressive`` (the calibration buffer, the same on every rank) into each shard's ``dense.pt``."""
+    ``held`` (the union's held-back batches of the calibration, the same on every rank) into
+    each shard's ``dense.pt``."""
     root = Path(root)
     group = trainer.group
     name = step_name(step)
@@ -108,7 +109,7 @@ def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: st
             "config": config_digest(trainer.model), **dict(extra or {})}, sort_keys=True).encode()])
     dist.barrier(group=group)
     with digests_of_writes(tmp, lambda: new_hasher(CHECKPOINT_DIGEST)) as written:
-        _write_shard(trainer, optimizer, tmp / shard_name(trainer.rank), step, on_file, progressive)
+        _write_shard(trainer, optimizer, tmp / shard_name(trainer.rank), step, on_file, held)
     got: list[Any] = [None] * trainer.world
     dist.all_gather_object(got, {k: (v.bytes, v.mtime_ns, v.digest) for k, v in written.files.items()}, group=group)
     if trainer.rank == 0:
@@ -206,7 +207,7 @@ def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable
 
 def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
                     identity: Mapping[str, Any] | None = None,
-                    global_stream: bool = True, progressive: Any = None) -> tuple[int, Path | None, dict[str, Any]]:
+                    global_stream: bool = True, held: Any = None) -> tuple[int, Path | None, dict[str, Any]]:
     """Restore the newest verified sharded checkpoint under ``root`` on every rank (module
     docstring); returns (step, checkpoint, its ``dist.json``) or (0, None, {}) when there is
     none.  ``identity``: this run's settings, compared with those the checkpoint recorded;
@@ -235,8 +236,8 @@ def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root:
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
-    if progressive is not None and isinstance(state.get("progressive"), dict):
-        progressive.load(state["progressive"])  # the calibration buffer: the same in every shard
+    if held is not None and isinstance(state.get("held_back"), dict):
+        held.load(state["held_back"])  # the union's held-back batches: the same in every shard
     buckets = BucketTable.from_dict(meta["buckets"]) if same else BucketTable.default(trainer.world)
     trainer.sharded.buckets = buckets
     for key, store in trainer.sharded.local_stores().items():

@@ -41,10 +41,10 @@ from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.checkpoint import restore_sharded, save_sharded
 from fbrapids.trainers.distributed.consistency import check_same_config
-from fbrapids.trainers.distributed.data import empty_like
+from fbrapids.trainers.distributed.data import concat_batches, empty_like, rank_bounds, slice_batch
 from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
-from fbrapids.trainers.calibration import CALIBRATION_ROWS, ProgressiveBuffer, fit_calibration
+from fbrapids.trainers.calibration import CALIBRATION_ROWS, HeldBack, batch_from_state, batch_state, fit_shift
 from fbrapids.trainers.fit import FitResult, default_optimizer
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.run_identity import run_identity
@@ -131,10 +131,11 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     so the training is the same (``trainer.exchange.stats``: ``seconds`` in the step's own
     collectives, ``seconds_overlapped`` in the prepared ones, ``waited_for_ids_s`` the part
     of those the step waited for).  ``calibrate`` / ``calibration_rows``: ``fit``'s post-hoc
-    calibration, fitted on the same rows: the ranks' logits of the last steps are gathered in
-    rank order (the global batches' row order) at the end, so every rank fits what one
-    process fits; the pairs are kept in every shard's ``dense.pt``, so a resume at any world
-    size fits it too.
+    calibration, on the same rows: every ``HOLD_EVERY``-th global batch is held back (each rank
+    holds its part of it), and the shift is fitted on the final model's logits of the held
+    rows, gathered from every rank, so every rank fits what one process fits; the union's
+    held batches are kept in every shard's ``dense.pt``, so a resume at any world size holds
+    them too.
     """
     if nan not in ("error", "warn"):
         raise ArgumentError(f"nan must be 'error' or 'warn' in distributed training, got {nan!r}")
@@ -148,12 +149,11 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
     start = 0
-    position = 0  # rows of the global stream trained (the union of the ranks' steps)
     global_stream = bool(getattr(batches, "global_stream", False))
     identity = run_identity(net, batches, run)
-    # as fit: a second pass predicts rows already trained on, so several epochs fit none
-    progressive = ProgressiveBuffer(calibration_rows) if calibrate and epochs == 1 else None
-    recent = None if progressive is None else _RecentPairs(progressive)
+    # as fit: a second pass would train on the held rows, so several epochs are not calibrated
+    held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
+    run_state = _RanksRun(trainer, optimizer, result, nan, overlap, max_steps)
     lock = contextlib.nullcontext()
     if checkpoint_dir is not None:
         from fbrapids.runs.workdir import lock_work_dir
@@ -163,30 +163,21 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
         if checkpoint_dir is not None:
             dist.barrier(group=trainer.group)  # rank 0 holds the lock and has cleaned debris
             if resume:
-                start, path, meta = restore_sharded(trainer, optimizer, checkpoint_dir, identity, global_stream,
-                                                    progressive)
-                if progressive is not None and start > 0 and not progressive.restored:
-                    log.info("no post-hoc calibration: the checkpoint resumed from holds no progressive predictions")
-                    progressive = recent = None
-                result.resumed_from = path
-                position = int(meta.get("position_rows", 0))
-                if path is not None and hasattr(batches, "skip_rows"):
-                    batches.skip_rows = position  # the leader skips them; no step is spent on them
-                    if "position_rows" not in meta:
-                        raise CheckpointError(f"{path} records no stream position (an older fbrapids wrote it): "
-                                              "resume it as it was written, feeding the ranks RankSlices")
+                start, held = _resume(trainer, optimizer, checkpoint_dir, identity, global_stream, held, batches,
+                                      run_state, result)
             elif checkpoints(checkpoint_dir):
                 raise CheckpointError(f"{checkpoint_dir} already holds checkpoints up to "
                                       f"{checkpoints(checkpoint_dir)[0].name} from an earlier run; resume from them "
                                       "(resume=True) or use an empty checkpoint dir")
-        dev = module_device(net)
-        loss_fn = torch.nn.BCEWithLogitsLoss()
-        sum_loss = torch.nn.BCEWithLogitsLoss(reduction="sum")
         net.train()
         step = start if hasattr(batches, "skip_rows") else 0
+        finished = False  # the stream ended (not max_steps)
 
-        def extra() -> dict[str, Any]:
-            return {"position_rows": position, "global_stream": global_stream, "run": identity}
+        def save(at: int) -> Path:
+            return save_sharded(trainer, optimizer, checkpoint_dir, at, keep=keep_checkpoints, on_file=on_file,
+                                extra={"position_rows": run_state.position, "global_stream": global_stream,
+                                       "run": identity},
+                                held=None if held is None else _union_held(trainer, held))
 
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
@@ -194,101 +185,177 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
             first, it = _peek(iter(batches))
             if trainer.template is None:
                 trainer.template = _template(first, trainer.group)
-            ahead: list[Batch | None] = []  # the next batch, its ids already on their way
+            run_state.it = it
             while max_steps is None or step < max_steps:
-                local = ahead.pop() if ahead else next(it, None)
+                local = run_state.next_batch()
                 if step < start:  # trained before the checkpoint
                     if sharded.begin(local, count_only=True) is None:
                         break
                     step += 1
                     continue
-                plan = sharded.begin(local)
-                if plan is None:
-                    break
-                if overlap and world > 1 and (max_steps is None or step + 1 < max_steps):
-                    ahead.append(next(it, None))
-                    sharded.prepare(ahead[0])
-                b = (local if local is not None else trainer.template).to(dev)
-                optimizer.zero_grad(set_to_none=True)
-                logits = trainer.ddp(b)
-                label = b.label.to(logits.device)
-                if (plan.rows == plan.rows[0]).all():
-                    loss = loss_fn(logits, label)  # DDP's average of equal means: the union's mean
+                if held is not None and held.holds(step):
+                    union = sharded.begin(local, count_only=True)  # the union's rows; None: out of data
+                    if union is None:
+                        finished = True
+                        break
+                    step += 1
+                    run_state.position += int(union.rows.sum())
+                    for older in held.add(None if local is None or len(local) == 0 else local,
+                                          rows=int(union.rows.sum())):
+                        run_state.train(older, step, read_ahead=False, read=False)  # pushed out: trained now
+                        if on_step is not None:
+                            on_step(step, older)
                 else:
-                    loss = sum_loss(logits, label) * (world / float(plan.rows.sum()))
-                value = float(loss.detach())
-                loss.backward()
-                step += 1
-                position += int(plan.rows.sum())
-                problem = None if math.isfinite(value) else f"loss is {value}"
-                if problem is None and nan == "error":
-                    grads = [(n, p.grad) for n, p in net.named_parameters() if p.grad is not None]
-                    # one device-to-host sync per step (not one per parameter); names only when it fails
-                    if grads and not bool(torch.stack([torch.isfinite(g).all() for _, g in grads]).all()):
-                        bad = [n for n, g in grads if not bool(torch.isfinite(g).all())]
-                        problem = f"non-finite gradient of {', '.join(bad)}"
-                if problem is not None:
-                    if nan == "error":
-                        raise NonFiniteError(f"rank {trainer.rank}, step {step}: {problem}; training stopped "
-                                             "before this update")
-                    log.warning("rank %d, step %d: %s (nan='warn')", trainer.rank, step, problem)
-                optimizer.step()
-                net.apply_sparse_gradients()
-                sharded.finish()
-                if recent is not None:  # this step's logits before its own update: out of sample
-                    recent.add(logits, label, 0 if local is None else int(plan.rows[trainer.rank]),
-                               int(plan.rows.sum()))
-                if local is not None:
-                    result.losses.append(value)
-                if on_step is not None:
-                    on_step(step, local)
+                    if not run_state.train(local, step + 1,
+                                           read_ahead=not (held is not None and held.holds(step + 1))):
+                        finished = True
+                        break
+                    step += 1
+                    if on_step is not None:
+                        on_step(step, local)
                 if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
-                    result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step,
-                                                           keep=keep_checkpoints, on_file=on_file, extra=extra(),
-                                                           progressive=None if recent is None else recent.gathered(trainer)))
+                    result.checkpoints.append(save(step))
             if max_steps is not None and step >= max_steps:
                 break
         result.steps = step
-        if recent is not None:
-            progressive = recent.gathered(trainer)
-        if progressive is not None and step > start:
-            # the same pairs on every rank: the same fit; as fit's, on at most the pass's newest
-            # PASS_FRACTION (position: the union's rows trained in this pass, a resumed run's included)
-            ab = fit_calibration(progressive, pass_rows=position)
-            if ab is not None:
-                net.set_calibration(*ab)
-                result.calibration = ab
+        if held is not None and step > start and not _calibrate_ranks(trainer, held, result) and finished:
+            for older in held.batches:  # too few to calibrate on: trained on after all, as fit does
+                run_state.train(older, step, read_ahead=False, read=False)
+                if on_step is not None:
+                    on_step(step, older)
+            held.batches, held.rows, result.held_rows = [], [], 0
         if checkpoint_dir is not None and step > start and (
                 not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
-            result.checkpoints.append(save_sharded(trainer, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
-                                                  on_file=on_file, extra=extra(), progressive=progressive))
+            result.checkpoints.append(save(step))
     return result, trainer
 
 
-class _RecentPairs:
-    """This rank's (logit, label) pairs of its newest steps, enough of them for the union's
-    last ``capacity`` rows; :meth:`gathered` puts the ranks' pairs in the global batches'
-    order (rank r holds rows ``[r*B/W, (r+1)*B/W)`` of each) after those already kept: one
-    object collective when it is called (at a checkpoint, at the end), none per step."""
+def _resume(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, checkpoint_dir: str | os.PathLike,
+            identity: Mapping[str, Any], global_stream: bool, held: HeldBack | None, batches: Iterable[Batch],
+            run_state: "_RanksRun", result: FitResult) -> tuple[int, HeldBack | None]:
+    """Restore the newest sharded checkpoint: the step to start from and the held-back
+    batches (this rank's part of the union's the checkpoint keeps; None when it keeps none)."""
+    start, path, meta = restore_sharded(trainer, optimizer, checkpoint_dir, identity, global_stream, held)
+    if held is not None and start > 0 and not held.restored:
+        log.info("no post-hoc calibration: the checkpoint resumed from holds no held-back batches")
+        held = None
+    if held is not None and held.restored:  # the union's batches: this rank's rows of each, as a global stream's
+        held.batches = [_rank_part(b, trainer.rank, trainer.world) for b in held.batches]
+    result.resumed_from = path
+    run_state.position = int(meta.get("position_rows", 0))
+    if path is not None and hasattr(batches, "skip_rows"):
+        batches.skip_rows = run_state.position  # the leader skips them; no step is spent on them
+        if "position_rows" not in meta:
+            raise CheckpointError(f"{path} records no stream position (an older fbrapids wrote it): "
+                                  "resume it as it was written, feeding the ranks RankSlices")
+    return start, held
 
-    def __init__(self, kept: ProgressiveBuffer) -> None:
-        self.kept = kept  # the pairs up to the last gather (a resumed run: the checkpoint's)
-        self.steps: list[tuple[np.ndarray, np.ndarray, int]] = []  # (z, y, union rows) per step
 
-    def add(self, logits: torch.Tensor, label: torch.Tensor, mine: int, union: int) -> None:
-        z = logits.detach().float().reshape(-1)[:mine].cpu().numpy()
-        self.steps.append((z, label.detach().float().reshape(-1)[:mine].cpu().numpy(), union))
-        while len(self.steps) > 1 and sum(u for *_, u in self.steps[1:]) >= self.kept.capacity:
-            self.steps.pop(0)
+def _rank_part(batch: Batch | None, rank: int, world: int) -> Batch | None:
+    """Rank ``rank``'s rows of a union batch (None when it has none)."""
+    if batch is None:
+        return None
+    part = slice_batch(batch, *rank_bounds(len(batch), rank, world))
+    return part if len(part) else None
 
-    def gathered(self, trainer: DistributedTrainer) -> ProgressiveBuffer:
-        got: list[Any] = [None] * trainer.world
-        dist.all_gather_object(got, [(z, y) for z, y, _ in self.steps], group=trainer.group)
-        for k in range(len(self.steps)):
-            self.kept.add(torch.from_numpy(np.concatenate([g[k][0] for g in got])),
-                          torch.from_numpy(np.concatenate([g[k][1] for g in got])))
-        self.steps = []
-        return self.kept
+
+def _union_held(trainer: DistributedTrainer, held: HeldBack) -> HeldBack:
+    """The union's held-back batches (each rank's parts in rank order), the same on every
+    rank: what a checkpoint keeps, whatever the world size it is resumed at."""
+    union = HeldBack(held.capacity, held.every)
+    if not held.rows:  # nothing held on any rank yet (the ranks hold in step): no collective
+        return union
+    got: list[Any] = [None] * trainer.world
+    dist.all_gather_object(got, [None if b is None else batch_state(b) for b in held.batches], group=trainer.group)
+    for k, rows in enumerate(held.rows):
+        parts = [batch_from_state(g[k]) for g in got if g[k] is not None]
+        union.batches.append(concat_batches(parts) if parts else None)
+        union.rows.append(rows)
+    return union
+
+
+def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitResult) -> bool:
+    """``fit``'s calibration over the ranks: the shift fitted on the union's logits of the
+    held rows; False when they are too few."""
+    net = trainer.model
+    if not held.rows:  # no batch held back (a pass of fewer than HOLD_EVERY batches): as fit, none fitted
+        log.info("no calibration fitted: no batch was held back")
+        return False
+    keep = net.calibration.clone()
+    net.set_calibration(1.0, 0.0)  # the raw logits, as fit's
+    out = predict_distributed(trainer, held.batches)
+    net.calibration.copy_(keep)
+    p = np.clip(out["pred"], 1e-300, 1.0)
+    z = np.log(p) - np.log1p(-np.minimum(p, 1 - 1e-16))
+    result.held_rows = len(z)
+    ab = fit_shift(z, out["label"])
+    if ab is None:
+        return False
+    net.set_calibration(*ab)
+    result.calibration = ab
+    return True
+
+
+class _RanksRun:
+    """The ranks' training steps, one global batch each: the read-ahead of the next batch
+    (its ids exchanged while this step computes), the union's loss, the ``nan`` policy, the
+    dense and sparse updates, and the stream position (the union's rows read)."""
+
+    def __init__(self, trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, result: FitResult, nan: str,
+                 overlap: bool, max_steps: int | None) -> None:
+        self.trainer, self.optimizer, self.result, self.nan = trainer, optimizer, result, nan
+        self.overlap, self.max_steps = overlap and trainer.world > 1, max_steps
+        self.loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.sum_loss = torch.nn.BCEWithLogitsLoss(reduction="sum")
+        self.position = 0  # rows of the global stream read (the union of the ranks' steps)
+        self.ahead: list[Batch | None] = []  # the next batch, its ids already on their way
+        self.it: Iterator[Batch] = iter(())
+
+    def next_batch(self) -> Batch | None:
+        return self.ahead.pop() if self.ahead else next(self.it, None)
+
+    def train(self, local: Batch | None, step: int, read_ahead: bool = True, read: bool = True) -> bool:
+        """One update on ``local`` (this rank's part; None: none) at step ``step`` (``read_ahead``:
+        and read the next batch, its ids exchanged meanwhile; ``read``: its rows are new to the
+        stream position, not a held batch read before), or False when every rank is out of data."""
+        trainer, optimizer = self.trainer, self.optimizer
+        net, sharded, world = trainer.model, trainer.sharded, trainer.world
+        plan = sharded.begin(local)
+        if plan is None:
+            return False
+        if read_ahead and self.overlap and (self.max_steps is None or step < self.max_steps):
+            self.ahead.append(next(self.it, None))
+            sharded.prepare(self.ahead[0])
+        b = (local if local is not None else trainer.template).to(module_device(net))
+        optimizer.zero_grad(set_to_none=True)
+        logits = trainer.ddp(b)
+        label = b.label.to(logits.device)
+        if (plan.rows == plan.rows[0]).all():
+            loss = self.loss_fn(logits, label)  # DDP's average of equal means: the union's mean
+        else:
+            loss = self.sum_loss(logits, label) * (world / float(plan.rows.sum()))
+        value = float(loss.detach())
+        loss.backward()
+        if read:
+            self.position += int(plan.rows.sum())
+        problem = None if math.isfinite(value) else f"loss is {value}"
+        if problem is None and self.nan == "error":
+            grads = [(n, p.grad) for n, p in net.named_parameters() if p.grad is not None]
+            # one device-to-host sync per step (not one per parameter); names only when it fails
+            if grads and not bool(torch.stack([torch.isfinite(g).all() for _, g in grads]).all()):
+                bad = [n for n, g in grads if not bool(torch.isfinite(g).all())]
+                problem = f"non-finite gradient of {', '.join(bad)}"
+        if problem is not None:
+            if self.nan == "error":
+                raise NonFiniteError(f"rank {trainer.rank}, step {step}: {problem}; training stopped "
+                                     "before this update")
+            log.warning("rank %d, step %d: %s (nan='warn')", trainer.rank, step, problem)
+        optimizer.step()
+        net.apply_sparse_gradients()
+        sharded.finish()
+        if local is not None:
+            self.result.losses.append(value)
+        return True
 
 
 @torch.no_grad()
