@@ -1,5 +1,11 @@
 """Why a model's calibration on the held-out day moves: the oracle's own, and calibration slices judged again.
 
+This is the study that replaced ``fit``'s calibration on *progressive* pairs (each batch's
+logits before its own step) by one on batches held back from training
+(:mod:`fbrapids.trainers.calibration`, docs/models.md). Its ``slices`` need the progressive
+pairs that runs of that older fbrapids kept (``benchmarks/models.py --predictions``); runs
+kept since hold none and are left out of them (``days`` and ``by_user`` take every run).
+
 Calibration here is ``benchmarks/models.py``'s: the mean prediction over the click rate on
 the held-out last day.  Two parts, written as one JSON object:
 
@@ -108,7 +114,7 @@ def by_user(h: pd.DataFrame, rows: int, seed: int, folder: Path | None) -> dict[
                                       for i in range(len(USER_BUCKETS))], "runs": {}}
     for f in sorted(folder.glob(f"{rows}-*-seed{seed}.npz")) if folder is not None else []:
         z = np.load(f)
-        if "progressive_logit" not in z:
+        if "calibration" not in z:  # the models' runs (the reference keeps none)
             continue
         p, y = _sigmoid(z["logit"]), z["label"].astype(np.float64)
         bz = _bucket(pd.Series(z["group"]).map(counts).fillna(0).to_numpy())

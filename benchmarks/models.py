@@ -32,8 +32,9 @@ not run again for a seed it has; means, SDs and checks over all of them):
 that a calibration can be judged again without training again: ``label`` and ``group`` (the
 user) of the held-out rows and ``logit``, their logits *before* the post-hoc calibration
 (the reference's decision function); for the models also ``calibration`` (``a``, ``b`` of
-``sigmoid(a * logit + b)``) and ``progressive_logit`` / ``progressive_label``, the pairs it
-was fitted on (:mod:`fbrapids.trainers.calibration`).
+``sigmoid(a * logit + b)``, fitted on the rows ``fit`` held back: :mod:`fbrapids.trainers.calibration`).
+Files an older fbrapids kept also hold ``progressive_logit`` / ``progressive_label``, the
+progressive pairs its calibration was fitted on (``benchmarks/held_out_calibration.py``).
 
 Example:
     >>> r = {"lr": {"mean": {"auc": 0.68, "logloss": 0.35}},
@@ -181,16 +182,13 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _keep_predictions(keep: Path, predictions: dict[str, Any], checkpoint: str | None) -> None:
-    """A demo run's held-out predictions, uncalibrated again, and its calibration's pairs, into ``keep``."""
+    """A demo run's held-out predictions, uncalibrated again, and its calibration, into ``keep``."""
     import torch
 
     state = torch.load(Path(checkpoint) / "dense.pt", weights_only=True) if checkpoint else {}
     a, b = (state["model"]["calibration"].double().tolist() if "model" in state else (1.0, 0.0))
     pred = np.clip(np.asarray(predictions["pred"], dtype=np.float64), 1e-15, 1 - 1e-15)
-    extra = {}
-    if "progressive" in state:
-        extra = {"progressive_logit": state["progressive"]["logits"].numpy(),
-                 "progressive_label": state["progressive"]["labels"].numpy().astype(np.int8)}
+    extra: dict[str, Any] = {}
     group = predictions.get("group")
     np.savez_compressed(keep, label=np.asarray(predictions["label"]).astype(np.int8),
                         group=np.asarray(group if group is not None else []),

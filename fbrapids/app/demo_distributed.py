@@ -104,6 +104,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
         dist.barrier()
         checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
         return {"rank": rank, "world": world, "steps": result.steps, "rows_trained": int(feed.rows),
+                "held_rows": int(result.held_rows),
                 "position_rows": int(feed.global_rows), "train_s": train_s, "table_rows": rows,
                 "metrics": metrics, "checkpoint": str(checkpoint) if checkpoint else None,
                 "resumed_from": str(result.resumed_from) if result.resumed_from else None,
@@ -117,7 +118,9 @@ def summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What ``--summary-json`` writes for a run on several ranks: the union's metrics, steps,
     rows trained (in all and per rank) and each rank's figures."""
     return {"nproc": len(results), "steps": results[0]["steps"], "metrics": results[0]["metrics"],
-            "rows": {"trained": sum(r["rows_trained"] for r in results), "held out": int(results[0]["metrics"]["n"])},
+            "rows": {"trained": sum(r["rows_trained"] for r in results), "held out": int(results[0]["metrics"]["n"]),
+                     **({"of which held back for calibration": results[0]["held_rows"]} if results[0]["held_rows"]
+                        else {})},
             "checkpoint": results[0]["checkpoint"], "resumed_from": results[0]["resumed_from"],
             "ranks": [{k: v for k, v in r.items() if k != "metrics"} for r in results]}
 

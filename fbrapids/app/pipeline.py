@@ -477,6 +477,8 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
     result.rows["after clean"] = int(counts.get("rows_out", 0))
     result.rows["merged (train+test)"] = int(stream.samples + result.metrics.get("n", 0))
     result.rows["trained"] = int(stream.samples)
+    if fitted.held_rows:  # part of them: held back from training to fit the calibration on (fit)
+        result.rows["of which held back for calibration"] = int(fitted.held_rows)
     result.rows["held out"] = int(result.metrics.get("n", 0))
     if nan == "zero":
         result.rows["dense NaN/inf/null -> 0"] = sum(int(getattr(st, "stats", {}).get("nan_replaced", 0))

@@ -13,6 +13,7 @@ import torch
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.trainers import fit, load_checkpoint
+from fbrapids.trainers.calibration import HOLD_EVERY
 from fbrapids.trainers.checkpoint.directory import latest_checkpoint
 
 HELPER = Path(__file__).resolve().parents[1] / "_trainer_helpers.py"
@@ -28,10 +29,12 @@ def _child(*args: str) -> subprocess.Popen:
                             text=True, env=env)
 
 
-def _straight(tmp: Path, steps: int, calibrate: bool = True) -> dict:
+def _straight(tmp: Path, steps: int) -> dict:
+    """``steps`` steps of an uninterrupted fit (holding batches back for the calibration, as
+    the killed runs do)."""
     model = small_model(tiered(tmp))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    fit(model, batches(ctr_frame()), optimizer=opt, max_steps=steps, progress=False, calibrate=calibrate)
+    fit(model, batches(ctr_frame()), optimizer=opt, max_steps=steps, progress=False)
     return snapshot(model)
 
 
@@ -50,7 +53,8 @@ def test_resume_after_kill_is_bit_identical(tmp_path: Path) -> None:
     resumed = small_model(tiered(tmp_path / "ssd-resumed"), seed=123)  # different init: all comes from the checkpoint
     opt = torch.optim.Adam(resumed.parameters(), lr=1e-3)
     res = fit(resumed, batches(ctr_frame()), optimizer=opt, max_steps=N + M, checkpoint_dir=root, progress=False)
-    assert res.resumed_from is not None and len(res.losses) == M and res.steps == N + M
+    held = sum(1 for i in range(N, N + M) if i % HOLD_EVERY == HOLD_EVERY - 1)  # held back: never trained on
+    assert res.resumed_from is not None and len(res.losses) == M - held == M - 1 and res.steps == N + M
 
     straight = _straight(tmp_path / "ssd-straight", N + M)
     assert same_bits(straight, snapshot(resumed)) == []
@@ -71,9 +75,14 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path: Path) 
 
     model = small_model(tiered(tmp_path / "ssd-load"), seed=99)
     assert load_checkpoint(model, None, root) == N
-    # a checkpoint written during training holds the calibration of that moment (none yet): fit
-    # fits it at its end, so the model to compare with is N steps of a fit that does not
-    assert same_bits(snapshot(model), _straight(tmp_path / "ssd-straight", N, calibrate=False)) == []
+    # a checkpoint written during training holds that moment's model (no calibration yet, the
+    # held batches not looked up at the end): compare with an uninterrupted run's checkpoint at N
+    ref = small_model(tiered(tmp_path / "ssd-straight"))
+    fit(ref, batches(ctr_frame()), optimizer=torch.optim.Adam(ref.parameters(), lr=1e-3), max_steps=N,
+        checkpoint_dir=tmp_path / "ckpt-straight", checkpoint_every=N, progress=False)
+    want = small_model(tiered(tmp_path / "ssd-want"), seed=98)
+    assert load_checkpoint(want, None, tmp_path / "ckpt-straight") == N
+    assert same_bits(snapshot(model), snapshot(want)) == []
     # fit(resume=True) clears the debris of the killed writer
     fit(model, batches(ctr_frame()), max_steps=N + 1, checkpoint_dir=root, progress=False)
     assert not list(root.glob(".tmp-step-*")) and latest_checkpoint(root).name == f"step-{N + 1:010d}"
