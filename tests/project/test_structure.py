@@ -277,10 +277,8 @@ LONG_FUNCTIONS = {
     # serving
     "serving/guard.py::guarded_protocol": 83,
     "serving/scorer.py::Scorer._score_checked": 68,
-    "serving/guard.py::Gate.__call__": 63,
     "app/demo_distributed.py::train_rank": 66,
     "features/plan_graph.py::to_svg": 63,
-    "workloads/spec.py::Workload.__post_init__": 61,
 }
 
 
