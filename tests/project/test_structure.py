@@ -275,12 +275,10 @@ LONG_FUNCTIONS = {
     "kernels/runtime_cuda.py::CudaPlan._run_device_layer": 79,
     "kernels/runtime_host.py::HostPlan._run_layer": 75,
     # serving: the guarded h11 protocol is a class made inside a function (uvicorn is imported
-    # only to serve), its methods counted in it; the scorer's checked call
+    # only to serve), its methods counted in it
     "serving/guard.py::guarded_protocol": 83,
-    "serving/scorer.py::Scorer._score_checked": 68,
-    # the distributed demo's body of a rank; the feature plan's SVG drawing
+    # the distributed demo's body of a rank
     "app/demo_distributed.py::train_rank": 66,
-    "features/plan_graph.py::to_svg": 63,
 }
 
 
