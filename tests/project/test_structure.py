@@ -267,20 +267,17 @@ LONG_FUNCTIONS = {
     "trainers/modules/embedding.py::TieredEmbeddingBagCollection.pooled_stack": 68,
     "trainers/fit.py::_train": 66,
     "trainers/sparse/hashmap.py::_lib": 62,
-    # the generator of the default data (one impression block's columns, drawn in order: the
-    # random stream, and so every generated file, depends on the order of the draws)
-    "datasets/synthetic/generate.py::_impression_block": 83,
+    # the default data's generator: its files, blocks and metadata in one pass (another issue
+    # was typing it while issue 39 landed)
     "datasets/synthetic/generate.py::generate": 67,
     # the meta-kernels' layer runners (the CUDA one is checked only on a GPU)
     "kernels/runtime_cuda.py::CudaPlan._run_device_layer": 79,
     "kernels/runtime_host.py::HostPlan._run_layer": 75,
     # serving: the guarded h11 protocol is a class made inside a function (uvicorn is imported
-    # only to serve), its methods counted in it; the scorer's checked call
+    # only to serve), its methods counted in it
     "serving/guard.py::guarded_protocol": 83,
-    "serving/scorer.py::Scorer._score_checked": 68,
-    # the distributed demo's body of a rank; the feature plan's SVG drawing
+    # the distributed demo's body of a rank
     "app/demo_distributed.py::train_rank": 66,
-    "features/plan_graph.py::to_svg": 63,
 }
 
 
