@@ -104,9 +104,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
         dist.barrier()
         checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
         return {"rank": rank, "world": world, "steps": result.steps, "rows_trained": int(feed.rows),
-                "held_rows": int(result.held_rows),
-                "position_rows": int(feed.global_rows), "train_s": train_s, "table_rows": rows,
-                "metrics": metrics, "checkpoint": str(checkpoint) if checkpoint else None,
+                "held_rows": int(result.held_rows), "position_rows": int(feed.global_rows), "train_s": train_s,
+                "table_rows": rows, "metrics": metrics, "checkpoint": str(checkpoint) if checkpoint else None,
                 "resumed_from": str(result.resumed_from) if result.resumed_from else None,
                 "exchange": dict(trainer.exchange.stats)}
     finally:

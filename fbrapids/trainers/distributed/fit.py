@@ -143,7 +143,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     if trainer is None:
         check_same_config(model, group, epochs=epochs, max_steps=max_steps, checkpoint_every=checkpoint_every)
         trainer = DistributedTrainer(model, group, buckets, device)
-    net, sharded, world = trainer.model, trainer.sharded, trainer.world
+    net = trainer.model
     params = [p for p in net.parameters() if p.requires_grad]
     if optimizer is None:
         optimizer = default_optimizer(params)
@@ -179,51 +179,20 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                                        "run": identity},
                                 held=None if held is None else _union_held(trainer, held))
 
+        checkpoint = None if checkpoint_dir is None or not checkpoint_every else (
+            lambda at: result.checkpoints.append(save(at)) if at % checkpoint_every == 0 else None)
         for epoch in range(epochs):
             if hasattr(batches, "set_epoch"):
                 batches.set_epoch(epoch)
-            first, it = _peek(iter(batches))
+            first, run_state.it = _peek(iter(batches))
             if trainer.template is None:
                 trainer.template = _template(first, trainer.group)
-            run_state.it = it
-            while max_steps is None or step < max_steps:
-                local = run_state.next_batch()
-                if step < start:  # trained before the checkpoint
-                    if sharded.begin(local, count_only=True) is None:
-                        break
-                    step += 1
-                    continue
-                if held is not None and held.holds(step):
-                    union = sharded.begin(local, count_only=True)  # the union's rows; None: out of data
-                    if union is None:
-                        finished = True
-                        break
-                    step += 1
-                    run_state.position += int(union.rows.sum())
-                    for older in held.add(None if local is None or len(local) == 0 else local,
-                                          rows=int(union.rows.sum())):
-                        run_state.train(older, step, read_ahead=False, read=False)  # pushed out: trained now
-                        if on_step is not None:
-                            on_step(step, older)
-                else:
-                    if not run_state.train(local, step + 1,
-                                           read_ahead=not (held is not None and held.holds(step + 1))):
-                        finished = True
-                        break
-                    step += 1
-                    if on_step is not None:
-                        on_step(step, local)
-                if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
-                    result.checkpoints.append(save(step))
+            step, finished = run_state.one_pass(step, start, held, on_step, checkpoint)
             if max_steps is not None and step >= max_steps:
                 break
         result.steps = step
         if held is not None and step > start and not _calibrate_ranks(trainer, held, result) and finished:
-            for older in held.batches:  # too few to calibrate on: trained on after all, as fit does
-                run_state.train(older, step, read_ahead=False, read=False)
-                if on_step is not None:
-                    on_step(step, older)
-            held.batches, held.rows, result.held_rows = [], [], 0
+            run_state.train_held(held, step, on_step)  # too few to calibrate on: trained on after all, as fit does
         if checkpoint_dir is not None and step > start and (
                 not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
             result.checkpoints.append(save(step))
@@ -313,6 +282,51 @@ class _RanksRun:
 
     def next_batch(self) -> Batch | None:
         return self.ahead.pop() if self.ahead else next(self.it, None)
+
+    def one_pass(self, step: int, start: int, held: HeldBack | None,
+                 on_step: Callable[[int, Batch | None], None] | None,
+                 checkpoint: Callable[[int], None] | None) -> tuple[int, bool]:
+        """The steps of one pass over ``self.it`` from global step ``step`` (those before
+        ``start`` were trained before a checkpoint: skipped); every held one of ``held``
+        (:meth:`~fbrapids.trainers.calibration.HeldBack.holds`) held back, not trained.
+        Returns the step reached and whether the stream ended (False: ``max_steps``)."""
+        sharded = self.trainer.sharded
+        while self.max_steps is None or step < self.max_steps:
+            local = self.next_batch()
+            if step < start:  # trained before the checkpoint
+                if sharded.begin(local, count_only=True) is None:
+                    return step, True
+                step += 1
+                continue
+            if held is not None and held.holds(step):
+                union = sharded.begin(local, count_only=True)  # the union's rows; None: out of data
+                if union is None:
+                    return step, True
+                step += 1
+                self.position += int(union.rows.sum())
+                pushed = held.add(None if local is None or len(local) == 0 else local, rows=int(union.rows.sum()))
+                self.train_held(held, step, on_step, pushed)  # pushed out of the held ones: trained now
+            else:
+                if not self.train(local, step + 1, read_ahead=not (held is not None and held.holds(step + 1))):
+                    return step, True
+                step += 1
+                if on_step is not None:
+                    on_step(step, local)
+            if checkpoint is not None:
+                checkpoint(step)
+        return step, False
+
+    def train_held(self, held: HeldBack, step: int, on_step: Callable[[int, Batch | None], None] | None,
+                   batches: list[Batch | None] | None = None) -> None:
+        """Train on held-back batches now (``batches``, default: all ``held`` holds, which
+        it then holds no more), at step ``step``; their rows were read before."""
+        for older in held.batches if batches is None else batches:
+            self.train(older, step, read_ahead=False, read=False)
+            if on_step is not None:
+                on_step(step, older)
+        if batches is None:
+            held.batches, held.rows = [], []
+            self.result.held_rows = 0
 
     def train(self, local: Batch | None, step: int, read_ahead: bool = True, read: bool = True) -> bool:
         """One update on ``local`` (this rank's part; None: none) at step ``step`` (``read_ahead``:
