@@ -53,9 +53,9 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
         target = "CUDA meta-kernel" if layer.placement == "gpu" else "host C meta-kernel (OpenMP)"
         lines.append(f"layer {layer.index} [{layer.placement}] {len(layer.nodes)} op(s), one {target}:")
         for nid in layer.nodes:
-            n = plan.nodes[nid]
-            lines.append(f"  #{nid} {n.expr} -> {n.type}  [{n.placement}: {n.reason}]  "
-                         f"nulls: {n.op.null_rule}; used by: {', '.join(n.features)}")
+            node = plan.nodes[nid]
+            lines.append(f"  #{nid} {node.expr} -> {node.type}  [{node.placement}: {node.reason}]  "
+                         f"nulls: {node.op.null_rule}; used by: {', '.join(node.features)}")
             if nid in paths:
                 lines.append(f"      {paths[nid]}")
     lines.append("outputs: " + ", ".join(f"{k} = #{v} ({plan.nodes[v].type})" for k, v in plan.outputs.items()))

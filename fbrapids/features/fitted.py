@@ -335,7 +335,7 @@ def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts",
             state.meta.update(time_column=time_column, time_min=_scalar(extras["time_min"]),
                               time_max=_scalar(extras["time_max"]))
         states[sid] = state
-    info = {"rows": rows, "seconds": time.perf_counter() - t0}
+    info: dict[str, Any] = {"rows": rows, "seconds": time.perf_counter() - t0}
     if "time_min" in extras:
         info.update(time_column=time_column, time_min=_scalar(extras["time_min"]), time_max=_scalar(extras["time_max"]))
     out = Fitted(features, states, info)

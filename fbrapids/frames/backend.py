@@ -152,7 +152,7 @@ def parse_pool_size(text: str | None, free_bytes: int) -> int | None:
 
 def resource_chain(mr: Any) -> list[Any]:
     """``mr`` and the resources under it (adaptors expose ``get_upstream()``)."""
-    chain = []
+    chain: list[Any] = []
     while mr is not None and len(chain) < 32:
         chain.append(mr)
         mr = mr.get_upstream() if hasattr(mr, "get_upstream") else None

@@ -20,8 +20,9 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
-from typing import Any, Mapping
+from typing import AbstractSet, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -181,7 +182,7 @@ class HostPlan(Runtime):
             if nid not in chosen and not (all(a in coded for a in node.args)
                                           and D.choose(plan, node, values, coded, n, how)):
                 continue  # (an operator over inputs the others coded meanwhile may take the path too)
-            res = D.run_coded(plan, node, values, coded, lambda cols, nid=nid: self._run_distinct(nid, cols, st), how)
+            res = D.run_coded(plan, node, values, coded, functools.partial(self._run_distinct, nid, st=st), how)
             if res is None:
                 continue
             values[nid] = D.take(res.values, res.codes)
@@ -207,7 +208,7 @@ class HostPlan(Runtime):
 
     def _run_layer(self, layer: Layer, fn, abi, n: int, values: dict[int, HostColumn],
                    status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer,
-                   skip: np.ndarray | None = None, done: set[int] = frozenset()) -> None:
+                   skip: np.ndarray | None = None, done: AbstractSet[int] = frozenset()) -> None:
         """Run one layer (re-running it after an overflow); the operators in ``done`` (on
         the dictionary path, flagged in ``skip``) keep the values they have."""
         plan = self.plan

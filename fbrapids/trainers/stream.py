@@ -214,6 +214,7 @@ class BatchStream:
                     self._seen = (self.stats["partitions"], self.stats["rows"])
                     continue
                 check_labels(part[self.label], self.label, i, self.label_range)
+                cols: Columns | TensorColumns
                 if on_device:  # DLPack from the cudf partition, on the side stream, while i - 1 trains
                     cols = self._device_columns(part, i, side)
                 else:

@@ -90,9 +90,10 @@ def _apply_where(frame: Any, cond: Any) -> Any:
 def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
     if where is None:
         return [], []
-    conds = [where] if isinstance(where, str) or callable(where) else list(where)
-    conds = [parse_where(c) if isinstance(c, str) else c for c in conds]
-    early, late = [], []
+    given = [where] if isinstance(where, str) or callable(where) else list(where)
+    conds = [parse_where(c) if isinstance(c, str) else c for c in given]
+    early: list[Any] = []
+    late: list[Any] = []
     for cond in conds:
         refs = _referenced_columns(cond)
         (early if refs is not None and refs <= set(columns) else late).append(cond)

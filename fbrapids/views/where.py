@@ -667,7 +667,7 @@ class _Evaluator:
     def wider_int(dt: np.dtype, lit: int) -> np.dtype | None:
         """The smallest integer dtype holding every value of ``dt`` and ``lit``, if any."""
         for cand in (np.int16, np.int32, np.int64, np.uint16, np.uint32, np.uint64):
-            c = np.dtype(cand)
+            c: np.dtype[Any] = np.dtype(cand)
             ci, di = np.iinfo(c), np.iinfo(dt)
             if c.itemsize >= dt.itemsize and ci.min <= di.min and ci.max >= di.max and ci.min <= lit <= ci.max:
                 return c

@@ -200,7 +200,9 @@ def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[
     from fbrapids.features.fitted import FITTED_OPS, frame_calls
     from fbrapids.kernels import as_expr
 
-    kernel, history, fitted = {}, {}, {}
+    kernel: dict[str, Any] = {}
+    history: dict[str, Any] = {}
+    fitted: dict[str, Any] = {}
     for name, e in (features or {}).items():
         calls = frame_calls(as_expr(e))
         group = fitted if any(c.op in FITTED_OPS for c in calls) else history if calls else kernel

@@ -188,9 +188,10 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     """
     path = Path(path)
     if (path / "latest").exists() or checkpoints(path):
-        root, path = path, newest_verified(path)
-        if path is None:
-            raise CheckpointError(f"{root} holds no checkpoint")
+        newest = newest_verified(path)
+        if newest is None:
+            raise CheckpointError(f"{path} holds no checkpoint")
+        path = newest
     else:
         verify_checkpoint(path)
     meta_path, dense_path = resolve_inside(path, "meta.json"), resolve_inside(path, "dense.pt")

@@ -34,7 +34,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -88,7 +88,7 @@ def concat_batches(parts: Sequence[Batch]) -> Batch:
             offs.append(o + base)
             base += len(v)
         sparse[k] = (torch.cat(vals), torch.cat(offs))
-    group = None if parts[0].group is None else torch.cat([p.group for p in parts])
+    group = None if parts[0].group is None else torch.cat([cast(torch.Tensor, p.group) for p in parts])
     return Batch(torch.cat([p.dense for p in parts]), torch.cat([p.label for p in parts]), sparse, group)
 
 

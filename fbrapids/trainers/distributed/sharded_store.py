@@ -463,7 +463,7 @@ class ShardedEmbeddings:
         for k, (p, table) in enumerate(zip(plan.tables, self.tables)):
             lk = p.lookup
             acc = torch.zeros(len(lk.ids), dims[k])
-            seen = np.zeros(len(lk.ids), dtype=bool)
+            seen = np.zeros(len(lk.ids), dtype=np.bool_)
             for s in range(world):  # rank order: the same sum on every run
                 pos, g = p.positions[s], parts[k][s]
                 if not len(pos):

@@ -254,6 +254,7 @@ class TieredEmbeddingStore:
         if self.uses_window:
             tiers.policy.window.begin(self._step)
         full = None
+        inverse: np.ndarray | torch.Tensor
         if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
             uniq, inverse, occ, g = self._unique_rows_on_device(ids)
         else:
