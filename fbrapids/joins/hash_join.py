@@ -157,7 +157,7 @@ class JoinTable:
             values = np.asarray(self.index) if not isinstance(self.index, pd.MultiIndex) else None
             ok = (values is not None and values.dtype.kind in "iu" and len(values) > 0
                   and bool(self.index.is_monotonic_increasing))
-            keys = self._sorted = values if ok else np.zeros(0)
+            keys = self._sorted = values if ok and values is not None else np.zeros(0)
         if not len(keys) or not isinstance(probe, np.ndarray) or probe.dtype != keys.dtype:
             return None
         pos = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)

@@ -461,6 +461,7 @@ class CudaPlan(Runtime):
         cp = self.cp
         if type_name in T.FIXED_TYPES:
             return self._value(type_name, n, mask, nulls, data=b["data"])
+        assert scans is not None  # (a string or list output: its counts were scanned)
         offs, total = scans[0], int(totals[0])
         st.compactions += 1
         if type_name == "list<str>":

@@ -62,6 +62,7 @@ _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, 
 def check_fit(plan: Plan, nid: int, arg: HostColumn) -> None:
     """Raise when a value of ``arg`` does not fit the type node ``nid`` converts it to
     (``Impl.checks_fit``, e.g. ``cast``), naming the features, the input, the row and the value."""
+    assert arg.data is not None  # (the checked conversions take fixed-width inputs)
     check_fit_values(plan, nid, arg.data[: arg.n], arg.validity_bool())
 
 
