@@ -137,7 +137,7 @@ def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | N
         yield from _local_pass(plan, get, window)
 
 
-def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[Any]:
+def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[FrameLike]:
     from dask._task_spec import DataNode
 
     kept: dict[Any, Any] = {}
@@ -158,7 +158,7 @@ def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[Any]:
         yield from results[:len(batch)]
 
 
-def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[Any]:
+def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[FrameLike]:
     from fbrapids.frames.cluster import result_or_error  # a bounded wait when every worker is gone
 
     held: dict[Any, Any] = {}  # shared key -> Future, released after its last consumer is done

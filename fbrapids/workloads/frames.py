@@ -100,7 +100,7 @@ def read_views(w: Workload, backend: str | None = None) -> dict[str, FrameLike]:
     from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
     from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
 
-    out: dict[str, Any] = {}
+    out: dict[str, FrameLike] = {}
     groups = None
     for v in w.views:
         if v.sorted_by is not None:
