@@ -495,10 +495,23 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fbrapids`` command line: a subcommand each for ``gen``, ``demo``, ``trial``,
+    ``export``, ``cache`` and ``serve`` (:func:`main` parses with it).
+
+    Example:
+        >>> build_parser().parse_args(["gen", "--out", "d", "--rows", "5000"]).rows
+        5000
+    """
     parser = _Parser(prog="fbrapids", description="FeatureBox on RAPIDS")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_gen, _add_demo, _add_trial, _add_export, _add_cache, _add_serve):
+        add(sub)
+    return parser
 
+
+def _add_gen(sub: argparse._SubParsersAction) -> None:
+    """Add the ``gen`` subcommand to ``sub``: write the seeded default data."""
     gen = sub.add_parser("gen", help="write the seeded default ads log (four parquet files)")
     gen.add_argument("--rows", type=_int_in(MIN_ROWS), default=200_000, help="impressions to generate")
     gen.add_argument("--out", type=Path, required=True, help="output directory")
@@ -510,6 +523,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "[-1.5, 1.5] (BETA=0: pure noise); its oracle AUC gain goes into the metadata; repeatable")
     gen.set_defaults(func=_gen)
 
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand to ``sub``: the pipeline on the default data or a workload."""
     demo = sub.add_parser(
         "demo", help="run the FeatureBox pipeline on the embedded default data",
         description="Run the FeatureBox pipeline on the embedded default data. Nothing is left behind unasked: "
@@ -554,6 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --workload: the folder its view paths are under (default: the file's root field)")
     demo.set_defaults(func=_demo)
 
+
+def _add_trial(sub: argparse._SubParsersAction) -> None:
+    """Add the ``trial`` subcommand to ``sub``: a candidate feature's trial on a workload."""
     tri = sub.add_parser(
         "trial", help="does a candidate feature help? baseline vs baseline + candidates over seeds, on a workload",
         description="Train the workload's baseline and baseline + the candidate features over K seeds, side by side "
@@ -579,6 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
     tri.add_argument("--no-progress", action="store_true", help="no progress bars")
     tri.set_defaults(func=_trial)
 
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    """Add the ``export`` subcommand to ``sub``: a demo checkpoint exported for serving."""
     exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
@@ -590,6 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sign the export with the HMAC key in FILE (default: $FBRAPIDS_SIGNING_KEY if set)")
     exp.set_defaults(func=_export)
 
+
+def _add_cache(sub: argparse._SubParsersAction) -> None:
+    """Add the ``cache`` subcommand to ``sub``: the demo's generated data sets."""
     cache = sub.add_parser(
         "cache", help="list (or --clear) the demo's generated data sets in ~/.cache/fbrapids/data",
         description="The demo keeps the data it generates, one data set per --rows / --seed, in $FBRAPIDS_DATA "
@@ -598,6 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--clear", action="store_true", help="remove every data set no running demo holds")
     cache.set_defaults(func=_cache)
 
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` subcommand to ``sub``: an export served over HTTP."""
     srv = sub.add_parser("serve", help="serve an exported model over HTTP (needs the 'serve' extra)")
     srv.add_argument("export_dir", type=Path, help="a directory written by `fbrapids export` or export_model")
     srv.add_argument("--host", default="127.0.0.1",
@@ -629,7 +657,6 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-connections", type=_int_in(1), default=512,
                      help="open connections served at once; more are closed on arrival")
     srv.set_defaults(func=_serve)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

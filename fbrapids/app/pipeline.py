@@ -22,17 +22,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from fbrapids.files.iostats import IOCounter, tree_bytes
 from fbrapids.trainers.metrics import format_metric
-from fbrapids.frames.backend import get_backend
+from fbrapids.frames.backend import FrameLike, get_backend
 from fbrapids.errors import ArgumentError
 from fbrapids.datasets.synthetic import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,  # noqa: F401
                                         as_workload, din_history)
 from fbrapids.workloads import RunConfig, Workload
 from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, split_fitted  # noqa: F401  (re-exported)
 from fbrapids.workloads.run_config import MODELS  # noqa: F401  (re-exported: the names RunConfig accepts)
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +162,7 @@ class TimedPartitions:
     shuffle) run once per pass; at most ``window`` partitions are in flight.
     """
 
-    def __init__(self, frame: Any, window: int = 2, counters: Any = None, columns: list[str] | None = None) -> None:
+    def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None) -> None:
         # only the columns the consumer reads travel (from cluster workers) and are held
         self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
         self.window = window
@@ -174,7 +177,7 @@ class TimedPartitions:
         """The frame's partitions (a stream over this estimates its batches from them)."""
         return self.frame.npartitions
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[FrameLike]:
         from fbrapids.frames.partition_pass import iter_partitions
 
         parts = iter_partitions(self.frame, window=self.window, stats=self.plan)
@@ -225,7 +228,7 @@ class _WaitTimer:
 
 
 def feature_frame(data: Workload | str | Path, backend: str | None = None,
-                  extra_features: dict[str, Any] | None = None) -> tuple[Any, dict]:
+                  extra_features: dict[str, Any] | None = None) -> tuple[FrameLike, dict[str, FrameLike]]:
     """The lazy, partitioned frame of a workload's extracted features (a folder of generated
     data: :func:`fbrapids.datasets.synthetic.workload`), and its parts (``log``, ``views``,
     ``joined``): :func:`fbrapids.workloads.frames.feature_frame`.
@@ -241,7 +244,7 @@ def feature_frame(data: Workload | str | Path, backend: str | None = None,
     return frames.feature_frame(w, backend=backend, features={**w.features, **(extra_features or {})})
 
 
-def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -> dict[str, Any]:
+def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -> dict[str, FrameLike]:
     """A workload's views as read; those sorted by a key (the generated data's impressions and
     basic, by ``instance_id``) indexed by it with known divisions, in partitions of whole
     row groups, at most ``PARTITION_ROWS`` rows each.
@@ -307,7 +310,7 @@ def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedd
     return cls(**kwargs)
 
 
-def split_by_day(frame: Any, cutoff: int) -> tuple[Any, Any]:
+def split_by_day(frame: FrameLike, cutoff: int) -> tuple[FrameLike, FrameLike]:
     """Rows with ``ts`` before ``cutoff`` (epoch seconds) for training, the rest held out
     (:func:`fbrapids.workloads.frames.split_by_time` on the generated data's time column).
 
@@ -373,83 +376,165 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
 
 
 def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult:
+    """One run of :func:`run_pipeline`, its work dir held: plan, then stream and train, then
+    evaluate on the held-out rows, each stage's rows, seconds and counters recorded."""
     import torch
 
     from fbrapids.joins.strategies import join_decision_mark, join_decisions
-    from fbrapids import kernels as kernel_stats
-    from fbrapids.features import plan_for
-    from fbrapids.trainers.fit import fit, predict
     from fbrapids.trainers.metrics import all_metrics
-    from fbrapids.trainers.sparse import StoreConfig
 
-    model, seed, nan, checkpoint = cfg.model, cfg.seed, cfg.nan, cfg.checkpoint
     be = get_backend(cfg.backend)
-    torch.manual_seed(seed)
-    result = PipelineResult(be.name, model)
+    torch.manual_seed(cfg.seed)
+    result = PipelineResult(be.name, cfg.model)
     io = IOCounter().__enter__()  # bytes this run writes and reads, measured (children included)
     decisions_before = join_decision_mark()
+    _reset_kernel_counters(client, require=f"extracting {w.origin}")
+    t0 = time.perf_counter()
+    planned = _plan_run(w, cfg, be.name, work, result)
+    result.seconds["plan"] = time.perf_counter() - t0
+
+    _reset_kernel_counters(client)  # count the streamed partitions' kernels only, not planning's
+    streams = _open_streams(w, cfg, planned, client)
+    fitted, train_s, evaluate_s = _train_and_evaluate(w, cfg, be.is_gpu, planned, streams, result)
+    _record_training(result, fitted, streams, train_s)
+    p = result.predictions
+    result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
+    result.seconds["extract+evaluate"] = evaluate_s
+    result.kernel = _kernel_summary(streams, planned.frames)
+    _record_rows(result, w, cfg, planned.frames.parts, streams)
+    result.joins = [str(d) for d in join_decisions(since=decisions_before)]
+    result.passes = {"training": dict(streams.producer.plan), "held-out": dict(streams.test_producer.plan)}
+    result.store = _store_totals(planned.net)
+    io.__exit__(None, None, None)
+    result.bytes_written, result.bytes_read = io.write_bytes, io.rchar
+    result.work_tree = tree_bytes(work)
+    return result
+
+
+@dataclass
+class _PlannedRun:
+    """What :func:`_plan_run` made before any partition is computed."""
+
+    inputs: TrainingInputs
+    frames: PlannedFrames
+    net: torch.nn.Module  #: the model (:func:`build_model`)
+    ckpt_dir: Path | None  #: where checkpoints go (None: no checkpoints)
+
+
+@dataclass
+class _Streams:
+    """The passes of a run (:func:`_open_streams`): the timed training and held-out
+    partitions, the training batches, and the held-out batches once evaluation made them."""
+
+    producer: TimedPartitions
+    test_producer: TimedPartitions
+    train: _WaitTimer
+    counters: Any  #: a :class:`~fbrapids.frames.cluster.WorkerCounters` on a cluster, else None
+    test: Any = None
+
+
+def _reset_kernel_counters(client: Any, require: str | None = None) -> None:
+    """Zero the kernel counters of this process and, on a cluster, of every worker (first
+    checking, when ``require`` names the work, that the cluster has workers)."""
+    from fbrapids import kernels as kernel_stats
+
     kernel_stats.reset_stats()
     if client is not None:
-        from fbrapids.frames.cluster import require_workers
+        if require is not None:
+            from fbrapids.frames.cluster import require_workers
 
-        require_workers(client, f"extracting {w.origin}")
+            require_workers(client, require)
         client.run(kernel_stats.reset_stats)
 
-    t0 = time.perf_counter()
-    inputs = training_inputs(w, model, cfg.embedding_dim, cfg.batch_size, seed)
-    sparse, dense, sequences, features, run = (inputs.sparse, inputs.dense, inputs.sequences,
-                                               inputs.extra_features, inputs.run)
-    if cfg.resume and checkpoint:
-        _check_resume(work / "checkpoints", run)  # a resume with other settings: refused before planning
-    frames = plan_frames(inputs, w, be.name)
-    train, test, parts, plain = frames.train, frames.test, frames.parts, frames.plain
+
+def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: PipelineResult) -> _PlannedRun:
+    """The run's inputs, lazy frames and model, checked before training: a resume with other
+    settings refused, the fitted features fitted (and saved beside the checkpoints), the
+    disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
+    from fbrapids.trainers.sparse import StoreConfig
+
+    inputs = training_inputs(w, cfg.model, cfg.embedding_dim, cfg.batch_size, cfg.seed)
+    if cfg.resume and cfg.checkpoint:
+        _check_resume(work / "checkpoints", inputs.run)  # a resume with other settings: refused before planning
+    frames = plan_frames(inputs, w, backend)
     if frames.fitted_state is not None:
         result.seconds["fit"] = frames.fit_s
         result.fitted = frames.fitted_state.explain()
-        if checkpoint:
+        if cfg.checkpoint:
             frames.fitted_state.save(work / "fitted")
-    store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(work / "store"), seed=seed)
-    net = build_model(model, len(dense), sparse, store, cfg.embedding_dim, sequences=sequences)
-    ckpt_dir = (work / "checkpoints") if checkpoint else None
-    _preflight(w, work, ckpt_dir, net, store, sparse, features)
-    result.seconds["plan"] = time.perf_counter() - t0
+    store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(work / "store"), seed=cfg.seed)
+    net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences)
+    ckpt_dir = (work / "checkpoints") if cfg.checkpoint else None
+    _preflight(w, work, ckpt_dir, net, store, inputs.sparse, inputs.extra_features)
+    return _PlannedRun(inputs, frames, net, ckpt_dir)
 
-    kernel_stats.reset_stats()  # count the streamed partitions' kernels only, not planning's
-    if client is not None:
-        client.run(kernel_stats.reset_stats)
+
+def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any) -> _Streams:
+    """The timed passes over the training and held-out partitions (only the stream's columns
+    computed out) and the shuffled training batches over the first; on a cluster, the
+    workers' kernel counters polled after each partition."""
     counters = None
     if client is not None:
+        from fbrapids import kernels as kernel_stats
         from fbrapids.frames.cluster import WorkerCounters
 
         counters = WorkerCounters(client, kernel_stats.stats)  # survives worker restarts
-    stream_columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
+    dense, sparse = planned.inputs.dense, planned.inputs.sparse
+    columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
     # held-out partitions are streamed too
     # one partition computed at a time plus a queue of one: at most two partitions ahead of the
     # trainer, as stream(prefetch=2) holds over a dask frame
-    test_producer = TimedPartitions(test, window=1, counters=counters, columns=stream_columns)
-    producer = TimedPartitions(train, window=1, counters=counters, columns=stream_columns)
-    stream = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group,
-                                     SHUFFLE_WINDOW))
-    threads_before = torch.get_num_threads()
-    train_threads = cfg.train_threads
-    if train_threads is None and not be.is_gpu:
-        train_threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
-    if train_threads:
-        torch.set_num_threads(train_threads)
-    t = time.perf_counter()
+    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns)
+    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns)
+    train = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group,
+                                    SHUFFLE_WINDOW))
+    return _Streams(producer, test_producer, train, counters)
+
+
+@contextlib.contextmanager
+def _training_threads(threads: int | None, is_gpu: bool) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` for the block (None: on the CPU backend every
+    core but one, left to the extraction beside the trainer), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is None and not is_gpu:
+        threads = max(1, (os.cpu_count() or 2) - 1)  # leave a core to the extraction beside it
+    if threads:
+        torch.set_num_threads(threads)
     try:
-        fitted = fit(net, stream, epochs=cfg.epochs, progress=cfg.progress,
-                     checkpoint_dir=ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every, run=run,
-                     keep_checkpoints=KEEP_CHECKPOINTS, calibrate=cfg.calibrate)
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _PlannedRun, streams: _Streams,
+                        result: PipelineResult) -> tuple[Any, float, float]:
+    """Train the model on the training stream, then predict the held-out stream into
+    ``result.predictions``; returns the fit's result and the two stages' seconds."""
+    from fbrapids.trainers.fit import fit, predict
+
+    inputs = planned.inputs
+    with _training_threads(cfg.train_threads, is_gpu):
+        t = time.perf_counter()
+        fitted = fit(planned.net, streams.train, epochs=cfg.epochs, progress=cfg.progress,
+                     checkpoint_dir=planned.ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every,
+                     run=inputs.run, keep_checkpoints=KEEP_CHECKPOINTS, calibrate=cfg.calibrate)
         train_s = time.perf_counter() - t
         t = time.perf_counter()
-        test_stream = batch_stream(test_producer, dense, sparse, cfg.batch_size, seed, nan, w.label, w.group)
-        result.predictions = predict(net, test_stream, progress=cfg.progress)
+        streams.test = batch_stream(streams.test_producer, inputs.dense, inputs.sparse, cfg.batch_size, cfg.seed,
+                                    cfg.nan, w.label, w.group)
+        result.predictions = predict(planned.net, streams.test, progress=cfg.progress)
         evaluate_s = time.perf_counter() - t
-    finally:
-        torch.set_num_threads(threads_before)
+    return fitted, train_s, evaluate_s
+
+
+def _record_training(result: PipelineResult, fitted: Any, streams: _Streams, train_s: float) -> None:
+    """The training stage's seconds, overlap of extraction with training, throughput,
+    steps and newest checkpoint, into ``result``."""
+    producer, stream = streams.producer, streams.train
     result.seconds["extract+train"] = train_s
-    result.extract_busy_s = producer.busy_s + test_producer.busy_s
+    result.extract_busy_s = producer.busy_s + streams.test_producer.busy_s
     result.train_wait_s = stream.wait_s
     result.overlap_s = max(0.0, producer.busy_s - stream.wait_s)
     result.samples_per_s = stream.samples / train_s if train_s > 0 else 0.0
@@ -461,34 +546,36 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
         # left to train, and the checkpoint it resumed from is this model, to export
         result.checkpoint = str(fitted.resumed_from)
 
-    p = result.predictions
-    result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
-    result.seconds["extract+evaluate"] = evaluate_s
 
-    ks = kernel_stats.stats() if counters is None else _cluster_kernel_stats(counters)
-    streamed = producer.partitions + test_producer.partitions
-    plan = plan_for(parts["joined"]._meta, plain)
-    result.kernel = {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
-                     "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
-                     "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
-                     "dictionary_runs": ks["dictionary_runs"]}
+def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> dict[str, Any]:
+    """The meta-kernels' plan (layers, operators) and the launches and memory pool of the
+    streamed partitions (summed over a cluster's workers)."""
+    from fbrapids import kernels as kernel_stats
+    from fbrapids.features import plan_for
+
+    ks = kernel_stats.stats() if streams.counters is None else _cluster_kernel_stats(streams.counters)
+    streamed = streams.producer.partitions + streams.test_producer.partitions
+    plan = plan_for(frames.parts["joined"]._meta, frames.plain)
+    return {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
+            "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
+            "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
+            "dictionary_runs": ks["dictionary_runs"]}
+
+
+def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, parts: dict[str, FrameLike],
+                 streams: _Streams) -> None:
+    """The rows per stage (read, cleaned, merged, trained, held out, dense values zeroed)
+    and the cleaning report's counts, into ``result``."""
     counts = parts["log"].fbx.clean_report.counts if cfg.count_clean and w.log.clean else {}
     result.rows["impressions read"] = int(counts.get("rows_in", 0))
     result.rows["after clean"] = int(counts.get("rows_out", 0))
-    result.rows["merged (train+test)"] = int(stream.samples + result.metrics.get("n", 0))
-    result.rows["trained"] = int(stream.samples)
+    result.rows["merged (train+test)"] = int(streams.train.samples + result.metrics.get("n", 0))
+    result.rows["trained"] = int(streams.train.samples)
     result.rows["held out"] = int(result.metrics.get("n", 0))
-    if nan == "zero":
+    if cfg.nan == "zero":
         result.rows["dense NaN/inf/null -> 0"] = sum(int(getattr(st, "stats", {}).get("nan_replaced", 0))
-                                                     for st in (stream.batches, test_stream))
+                                                     for st in (streams.train.batches, streams.test))
     result.clean = counts
-    result.joins = [str(d) for d in join_decisions(since=decisions_before)]
-    result.passes = {"training": dict(producer.plan), "held-out": dict(test_producer.plan)}
-    result.store = _store_totals(net)
-    io.__exit__(None, None, None)
-    result.bytes_written, result.bytes_read = io.write_bytes, io.rchar
-    result.work_tree = tree_bytes(work)
-    return result
 
 
 @dataclass
@@ -508,9 +595,9 @@ class TrainingInputs:
 class PlannedFrames:
     """The lazy training and held-out frames of a run (:func:`plan_frames`)."""
 
-    train: Any
-    test: Any
-    parts: dict[str, Any]
+    train: FrameLike
+    test: FrameLike
+    parts: dict[str, FrameLike]
     plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
     fitted_state: Any = None
     fit_s: float = 0.0

@@ -210,11 +210,25 @@ def to_svg(graph: Graph) -> str:
            f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="11">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" '
            'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#888"/></marker></defs>']
+    out += _svg_row_names(graph, n_rows) + _svg_edges(graph) + _svg_nodes(graph)
+    out += _svg_legend(kinds, placements, legend_y)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _svg_row_names(graph: Graph, n_rows: int) -> list[str]:
+    """The SVG texts naming each row of the layout (``row r`` where the graph names none)."""
+    out = []
     for r in range(n_rows):
         name = graph.rows[r] if r < len(graph.rows) else f"row {r}"
         y = TOP + r * (BOX_H + GAP_Y) + BOX_H / 2 + 4
         out.append(f'<text class="row" x="8" y="{y:.0f}" fill="#444">{html.escape(name)}</text>')
-    pos = graph.pos
+    return out
+
+
+def _svg_edges(graph: Graph) -> list[str]:
+    """The SVG curves from each node's arguments to it (bottom of a box to the top of the next)."""
+    out, pos = [], graph.pos
     for n in graph.nodes:
         x2, y2 = pos[n.id]
         for a in n.args:
@@ -223,11 +237,18 @@ def to_svg(graph: Graph) -> str:
             mid = (sy + ey) / 2
             out.append(f'<path class="edge" d="M {sx:.1f} {sy:.1f} C {sx:.1f} {mid:.1f}, {ex:.1f} {mid:.1f}, '
                        f'{ex:.1f} {ey:.1f}" fill="none" stroke="#888" stroke-width="1.2" marker-end="url(#arrow)"/>')
+    return out
+
+
+def _svg_nodes(graph: Graph) -> list[str]:
+    """The SVG box of each node: filled by kind, outlined by placement (dashed when shared),
+    its label, type, sharing and the features it outputs, and a tooltip."""
     outputs_of: dict[int, list[str]] = {}
     for name, nid in graph.outputs.items():
         outputs_of.setdefault(nid, []).append(name)
+    out = []
     for n in graph.nodes:
-        x, y = pos[n.id]
+        x, y = graph.pos[n.id]
         fill = KIND_COLORS.get(n.kind, KIND_COLORS["custom"])
         stroke = PLACEMENT_STROKES.get(n.placement, "#000")
         dash = ' stroke-dasharray="5 3"' if n.shared > 1 and n.kind != "input" else ""
@@ -244,8 +265,12 @@ def to_svg(graph: Graph) -> str:
             sub += "  → " + ", ".join(outputs_of[n.id])
         out.append(f'<text x="{x + 6:.1f}" y="{y + 30:.1f}" fill="#555" font-size="9">{html.escape(_short(sub, 40))}'
                    '</text></g>')
-    y = legend_y
-    out.append(f'<text x="8" y="{y:.0f}" font-weight="bold">kind</text>')
+    return out
+
+
+def _svg_legend(kinds: list[str], placements: list[str], y: float) -> list[str]:
+    """The SVG legend at height ``y``: a swatch per operator kind (fill) and per placement (outline)."""
+    out = [f'<text x="8" y="{y:.0f}" font-weight="bold">kind</text>']
     for i, k in enumerate(kinds):
         yy = y + 8 + 20 * i
         out.append(f'<rect class="legend" x="60" y="{yy:.0f}" width="14" height="14" fill="{KIND_COLORS.get(k, "#fff")}" '
@@ -256,8 +281,7 @@ def to_svg(graph: Graph) -> str:
                    f'stroke="{PLACEMENT_STROKES.get(p, "#000")}"/><text x="280" y="{yy + 11:.0f}">'
                    f'{html.escape(PLACEMENT_NAMES.get(p, p))}</text>')
     out.append(f'<text x="260" y="{y:.0f}" font-weight="bold">placement (outline; dashed: shared)</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    return out
 
 
 def graph_html(graph: Graph, title: str, text: str = "") -> str:

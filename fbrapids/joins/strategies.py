@@ -66,6 +66,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from fbrapids.frames import backend as _backend
+from fbrapids.frames.backend import FrameLike
 from fbrapids.errors import JoinError
 from fbrapids.joins.hash_join import (JoinTable, check_unique_keys, device_join, host_join, join_frames, key_values,
                                   normalize_validate, nullable_dtype)
@@ -130,7 +131,7 @@ def join_decisions(since: int | None = None) -> list[JoinDecision]:
     return kept[len(kept) - new:]
 
 
-def _frame_bytes(frame: Any) -> int:
+def _frame_bytes(frame: FrameLike) -> int:
     if _backend.is_dask(frame):
         return int(frame.memory_usage(deep=True, index=False).sum().compute())
     if isinstance(frame, pd.DataFrame):  # Arrow-backed columns know their buffer sizes: no pass over strings
@@ -150,11 +151,11 @@ def _key_kind(dtype: Any) -> str:
     return {"i": "int", "u": "uint", "f": "float", "b": "bool", "O": "str", "U": "str"}.get(kind, text)
 
 
-def _index_names(frame: Any) -> list[Any]:
+def _index_names(frame: FrameLike) -> list[Any]:
     return list(getattr(frame.index, "names", [frame.index.name]))
 
 
-def _key_dtype(frame: Any, key: str) -> Any:
+def _key_dtype(frame: FrameLike, key: str) -> Any:
     if key in frame.columns:
         return frame[key].dtype
     return frame.index.dtype if frame.index.name == key else key_values(frame, key).dtype
@@ -166,7 +167,7 @@ def _categories_dtype(dtype: Any) -> Any:
     return None if categories is None else categories.dtype
 
 
-def _value_dtype(frame: Any, key: str) -> Any:
+def _value_dtype(frame: FrameLike, key: str) -> Any:
     """The dtype of ``key``'s values: a categorical's categories dtype; None for a dask
     categorical whose categories are unknown (``astype("category")`` on a dask column) or
     for a categorical of no categories (all null)."""
@@ -209,7 +210,7 @@ def _signed_for_both(dtype: Any, other: Any) -> Any:
     return nullable_dtype(wide) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else wide
 
 
-def check_keys(left: Any, right: Any, on: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_keys(left: FrameLike, right: FrameLike, on: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Validate join keys; returns the casts (key -> dtype) of the left and of the right side
     that make both sides' keys hash alike.
 
@@ -300,7 +301,7 @@ def _record(decision: JoinDecision) -> None:
 _AUTO = "auto"
 
 
-def _estimated_bytes(frame: Any) -> tuple[int, Any]:
+def _estimated_bytes(frame: FrameLike) -> tuple[int, FrameLike | None]:
     """``(bytes, first)``: the in-memory bytes of ``frame`` and, for a dask frame, its first
     partition persisted (None for an eager frame).  A dask frame of several partitions is
     sized as its first partition times the partition count (reading the whole side just to
@@ -313,12 +314,13 @@ def _estimated_bytes(frame: Any) -> tuple[int, Any]:
     return _frame_bytes(first) * frame.npartitions, first
 
 
-def _key_is_sorted_index(frame: Any, keys: Sequence[str]) -> bool:
+def _key_is_sorted_index(frame: FrameLike, keys: Sequence[str]) -> bool:
     return (_backend.is_dask(frame) and len(keys) == 1 and frame.index.name == keys[0]
             and keys[0] not in frame.columns and bool(frame.known_divisions))
 
 
-def build_side(right: Any, keys: Sequence[str], validate: str | None, on_host: bool, rest: Sequence[Any] = ()) -> Any:
+def build_side(right: FrameLike, keys: Sequence[str], validate: str | None, on_host: bool,
+               rest: Sequence[Any] = ()) -> JoinTable | FrameLike:
     """The build side of a partitioned join, made once: a host :class:`JoinTable`, or the
     validated cudf frame on the device.  ``rest``: more partitions of the same side, after
     ``right`` (a dask build side whose first partition was computed at planning).
@@ -338,8 +340,8 @@ def build_side(right: Any, keys: Sequence[str], validate: str | None, on_host: b
     return right
 
 
-def probe_partition(part: Any, table: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str],
-                    validate: str | None) -> Any:
+def probe_partition(part: FrameLike, table: JoinTable | FrameLike, keys: Sequence[str], how: str,
+                    suffixes: tuple[str, str], validate: str | None) -> FrameLike:
     """Join one partition of the view with a build side made by :func:`build_side`."""
     left_validate = validate if validate in ("one_to_one", "one_to_many") else None
     if isinstance(table, JoinTable):
@@ -350,15 +352,15 @@ def probe_partition(part: Any, table: Any, keys: Sequence[str], how: str, suffix
     return device_join(part, table, keys, how, suffixes, left_validate)
 
 
-def join_partitions(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str],
-                    validate: str | None, on_host: bool) -> Any:
+def join_partitions(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str, suffixes: tuple[str, str],
+                    validate: str | None, on_host: bool) -> FrameLike:
     """Join two co-partitioned partitions (same key range or same hash bucket)."""
     return probe_partition(left, build_side(right, keys, validate, on_host), keys, how, suffixes, validate)
 
 
 def join(
-    left: _backend.FrameLike,
-    other: _backend.FrameLike,
+    left: FrameLike,
+    other: FrameLike,
     on: str | Sequence[str],
     how: str = "left",
     *,
@@ -367,7 +369,7 @@ def join(
     broadcast: bool | None = None,
     device_budget: int | None = None,
     fraction: float = DEFAULT_DEVICE_FRACTION,
-) -> _backend.FrameLike:
+) -> FrameLike:
     """Hash join ``left`` (a view) with ``other`` (a dictionary, or another view) on ``on``.
 
     Args:
@@ -399,12 +401,7 @@ def join(
         ...
         fbrapids.errors.JoinError: join on k: key 1 has 2 rows on the right side, but the join was validated as 'many_to_one'; deduplicate that side, or pass validate=None to allow it
     """
-    if how not in _HOWS:
-        raise JoinError(f"how={how!r} is not supported; use one of {', '.join(_HOWS)}")
-    if validate == _AUTO:
-        validate = "many_to_one" if how == "left" else None
-    validate = normalize_validate(validate)
-    keys = [on] if isinstance(on, str) else list(on)
+    keys, validate = _join_arguments(on, how, validate)
     left_casts, right_casts = check_keys(left, other, keys)
     be = _backend.backend_of(left)
     build_bytes, first = _estimated_bytes(other)
@@ -412,23 +409,83 @@ def join(
         first = _cast_keys(first, right_casts)
     left, other = _cast_keys(left, left_casts), _cast_keys(other, right_casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
-    on_host = placement == "host"
-
+    plan = _JoinPlan(tuple(keys), how, suffixes, validate, placement == "host", be)
     if not _backend.is_dask(left):
-        if _backend.is_dask(other):
-            other = (first.compute() if other.npartitions == 1 else
-                     _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
-        decision = JoinDecision(tuple(keys), how, placement, "eager", build_bytes, budget, reason)
-        _record(decision)
-        if on_host and be.is_gpu:
-            result = host_join(_backend.to_host(left), _backend.to_host(other), keys, how, suffixes, validate)
-            result = _backend.to_backend(result, be)
-        else:
-            result = join_frames(left, _backend.to_backend(other, be), keys, how, suffixes, validate)
-        return _with_history(result, left, decision)
+        return _eager_join(left, other, first, plan, JoinDecision(plan.keys, how, placement, "eager", build_bytes,
+                                                                  budget, reason))
+    strategy, reason = _dask_strategy(left, other, plan.keys, build_bytes, broadcast, reason)
+    decision = JoinDecision(plan.keys, how, placement, strategy, build_bytes, budget, reason)
+    _record(decision)
+    meta_table = build_side(_meta_of(other), keys, None, plan.on_host)
+    meta = _with_history(probe_partition(left._meta, meta_table, *plan.args), left._meta, decision)
+    if strategy == "broadcast":
+        return _broadcast_join(left, other, first, plan, meta)
+    if not _backend.is_dask(other):
+        other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
+    if strategy == "partitioned":
+        return _partitioned_join(left, other, plan, meta)
+    return _shuffle_join(left, other, plan, decision)
 
-    import dask
 
+@dataclass(frozen=True)
+class _JoinPlan:
+    """One join's settled arguments (:func:`join`): the keys, ``how``, the suffixes, the
+    normalized ``validate``, whether the build side is placed on the host, and the backend."""
+
+    keys: tuple[str, ...]
+    how: str
+    suffixes: tuple[str, str]
+    validate: str | None
+    on_host: bool
+    be: _backend.Backend
+
+    @property
+    def args(self) -> tuple[list[str], str, tuple[str, str], str | None]:
+        """``(keys, how, suffixes, validate)``: :func:`probe_partition`'s and
+        :func:`join_partitions`' arguments after the frames."""
+        return list(self.keys), self.how, self.suffixes, self.validate
+
+
+def _join_arguments(on: str | Sequence[str], how: str, validate: str | None) -> tuple[list[str], str | None]:
+    """The key list and the normalized ``validate`` of a :func:`join` (``"auto"``:
+    ``"many_to_one"`` for a left join, None for an inner one); a bad ``how`` or ``validate``
+    is a :class:`~fbrapids.errors.JoinError`.
+
+    Example:
+        >>> _join_arguments("k", "left", "auto"), _join_arguments(["a", "b"], "inner", "auto")
+        ((['k'], 'many_to_one'), (['a', 'b'], None))
+    """
+    if how not in _HOWS:
+        raise JoinError(f"how={how!r} is not supported; use one of {', '.join(_HOWS)}")
+    if validate == _AUTO:
+        validate = "many_to_one" if how == "left" else None
+    return ([on] if isinstance(on, str) else list(on)), normalize_validate(validate)
+
+
+def _eager_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
+                plan: _JoinPlan, decision: JoinDecision) -> FrameLike:
+    """:func:`join` of an eager view: a dask ``other`` computed (its first partition as
+    computed to size it), the join run on the host when the build side does not fit the
+    device (the result moved back), else on the view's backend."""
+    if _backend.is_dask(other):
+        other = (first.compute() if other.npartitions == 1 else
+                 _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
+    _record(decision)
+    keys, how, suffixes, validate = plan.args
+    if plan.on_host and plan.be.is_gpu:
+        result = host_join(_backend.to_host(left), _backend.to_host(other), keys, how, suffixes, validate)
+        result = _backend.to_backend(result, plan.be)
+    else:
+        result = join_frames(left, _backend.to_backend(other, plan.be), keys, how, suffixes, validate)
+    return _with_history(result, left, decision)
+
+
+def _dask_strategy(left: FrameLike, other: FrameLike, keys: Sequence[str], build_bytes: int,
+                   broadcast: bool | None, reason: str) -> tuple[str, str]:
+    """``(strategy, reason)`` of a join of a dask view: ``broadcast`` when ``other`` is eager or
+    small (``BROADCAST_BYTES``) and the sides are not both sorted by the key, ``partitioned``
+    when they are, else ``shuffle``; ``broadcast`` forces or forbids the first (a broadcast
+    forced over a large side is said in the reason)."""
     aligned = _key_is_sorted_index(left, keys) and _key_is_sorted_index(other, keys)
     small = not _backend.is_dask(other) or build_bytes <= BROADCAST_BYTES
     if broadcast is None:
@@ -437,39 +494,52 @@ def join(
         strategy = "broadcast" if broadcast else ("partitioned" if aligned else "shuffle")
     if strategy == "broadcast" and _backend.is_dask(other) and not small:
         reason += "; broadcast forced over a large side"
-    decision = JoinDecision(tuple(keys), how, placement, strategy, build_bytes, budget, reason)
-    _record(decision)
-    args = (keys, how, suffixes, validate)
-    meta_table = build_side(_meta_of(other), keys, None, on_host)
-    meta = _with_history(probe_partition(left._meta, meta_table, *args), left._meta, decision)
+    return strategy, reason
 
-    if strategy == "broadcast":
-        name = f"join-build-{dask.base.tokenize(other, *args, on_host)}"
-        if not _backend.is_dask(other):
-            table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, be), keys, validate,
-                                                                   on_host)
-        else:  # partition 0 as computed to size this side; the others read here
-            table = dask.delayed(build_side, pure=True, name=name)(first.to_delayed()[0], keys, validate, on_host,
-                                                                   other.to_delayed()[1:])
-        if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:
-            # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
-            table = dask.delayed(_after, pure=True)(table, _left_keys_unique(left, keys, validate))
-        return left.map_partitions(probe_partition, table, *args, meta=meta)
+
+def _broadcast_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
+                    plan: _JoinPlan, meta: FrameLike) -> FrameLike:
+    """The ``broadcast`` strategy: ``other``'s table built by one task, shared by every
+    partition of ``left``, each partition probing it (the left keys' uniqueness checked over
+    the whole frame first when ``validate`` asks for it)."""
+    import dask
+
+    keys, validate, on_host = list(plan.keys), plan.validate, plan.on_host
+    name = f"join-build-{dask.base.tokenize(other, *plan.args, on_host)}"
     if not _backend.is_dask(other):
-        other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
-    if strategy == "partitioned":
-        # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
-        # partition (they match nothing there, but are still validated, as in an eager join)
-        right = _cut_at(other, _covering(left.divisions, other.divisions))
-        return _backend.dask_dataframe().map_partitions(join_partitions, left, right, *args, on_host, meta=meta,
-                                                        align_dataframes=False)
-    n = max(left.npartitions, other.npartitions)
+        table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, plan.be), keys, validate,
+                                                               on_host)
+    else:  # partition 0 as computed to size this side; the others read here
+        table = dask.delayed(build_side, pure=True, name=name)(first.to_delayed()[0], keys, validate, on_host,
+                                                               other.to_delayed()[1:])
+    if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:
+        # each partition sees only its own rows: the left keys' uniqueness is checked over the whole frame
+        table = dask.delayed(_after, pure=True)(table, _left_keys_unique(left, keys, validate))
+    return left.map_partitions(probe_partition, table, *plan.args, meta=meta)
+
+
+def _partitioned_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
+                      meta: FrameLike) -> FrameLike:
+    """The ``partitioned`` strategy: both sides sorted by the key (their index, known
+    divisions); ``other`` cut at the view's divisions and each partition joined with its slice."""
+    # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
+    # partition (they match nothing there, but are still validated, as in an eager join)
+    right = _cut_at(other, _covering(left.divisions, other.divisions))
+    return _backend.dask_dataframe().map_partitions(join_partitions, left, right, *plan.args, plan.on_host,
+                                                    meta=meta, align_dataframes=False)
+
+
+def _shuffle_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
+                  decision: JoinDecision) -> FrameLike:
+    """The ``shuffle`` strategy: both sides hash-partitioned by the key (dask's shuffle) into
+    the larger partition count, then joined bucket by bucket."""
+    keys, n = list(plan.keys), max(left.npartitions, other.npartitions)
     left_s = _with_key_columns(left, keys).shuffle(on=keys, npartitions=n)
     right_s = _with_key_columns(other, keys).shuffle(on=keys, npartitions=n)
-    meta = _with_history(probe_partition(left_s._meta, build_side(right_s._meta, keys, None, on_host), *args),
-                         left._meta, decision)
-    return _backend.dask_dataframe().map_partitions(join_partitions, left_s, right_s, *args, on_host, meta=meta,
-                                                    align_dataframes=False)
+    meta = _with_history(probe_partition(left_s._meta, build_side(right_s._meta, keys, None, plan.on_host),
+                                         *plan.args), left._meta, decision)
+    return _backend.dask_dataframe().map_partitions(join_partitions, left_s, right_s, *plan.args, plan.on_host,
+                                                    meta=meta, align_dataframes=False)
 
 
 def _covering(left: Sequence[Any], right: Sequence[Any]) -> tuple[Any, ...]:
@@ -482,7 +552,7 @@ def _covering(left: Sequence[Any], right: Sequence[Any]) -> tuple[Any, ...]:
     return (min(left[0], right[0]), *left[1:-1], max(left[-1], right[-1]))
 
 
-def _cut_at(frame: Any, divisions: Sequence[Any]) -> Any:
+def _cut_at(frame: FrameLike, divisions: Sequence[Any]) -> FrameLike:
     """``frame`` (sorted by its index, known divisions inside ``divisions``) cut at
     ``divisions``: partition ``i`` holds the keys in ``[divisions[i], divisions[i + 1])``, the
     last one its upper end too.  Not dask's ``repartition(divisions=, force=True)``: it drops
@@ -501,7 +571,7 @@ def _cut_at(frame: Any, divisions: Sequence[Any]) -> Any:
                                                   verify_meta=False)
 
 
-def _key_range(meta: Any, lo: Any, hi: Any, last: bool, *parts: Any) -> Any:
+def _key_range(meta: FrameLike, lo: Any, hi: Any, last: bool, *parts: FrameLike) -> FrameLike:
     """The rows of ``parts`` (sorted frames) whose index lies in ``[lo, hi)`` (``[lo, hi]``
     when ``last``), as one frame of ``meta``'s columns."""
     whole = _backend.backend_of(meta).xdf.concat(list(parts)) if parts else meta
@@ -515,7 +585,7 @@ def _after(value: Any, _check: Any) -> Any:
     return value
 
 
-def _left_keys_unique(left: Any, keys: Sequence[str], validate: str) -> Any:
+def _left_keys_unique(left: FrameLike, keys: Sequence[str], validate: str) -> Any:
     """A delayed check that no non-null key repeats anywhere in the dask frame ``left``:
     its keys are hash-partitioned by dask's shuffle, so equal keys meet in one bucket, and
     each bucket is checked (the error names the key and its row count in the whole frame)."""
@@ -528,7 +598,7 @@ def _left_keys_unique(left: Any, keys: Sequence[str], validate: str) -> Any:
     return dask.delayed(len, pure=True)(checks)
 
 
-def join_history(frame: Any) -> list[str]:
+def join_history(frame: FrameLike) -> list[str]:
     """The joins that made ``frame`` (eager, or a dask frame's ``_meta``), oldest first: each
     with its strategy, placement and the sizes behind them.  ``explain`` shows them.
 
@@ -542,24 +612,24 @@ def join_history(frame: Any) -> list[str]:
     return list(attrs.get(HISTORY_ATTR, []))
 
 
-def _with_history(result: Any, left: Any, decision: JoinDecision) -> Any:
+def _with_history(result: FrameLike, left: FrameLike, decision: JoinDecision) -> FrameLike:
     if hasattr(result, "attrs"):
         result.attrs = {**result.attrs, HISTORY_ATTR: [*join_history(left), str(decision)]}
     return result
 
 
-def _meta_of(frame: Any) -> Any:
+def _meta_of(frame: FrameLike) -> FrameLike:
     return frame._meta if _backend.is_dask(frame) else frame.iloc[:0]
 
 
-def _with_key_columns(frame: Any, keys: Sequence[str]) -> Any:
+def _with_key_columns(frame: FrameLike, keys: Sequence[str]) -> FrameLike:
     """``frame`` with every key as a column (a key that is the index is reset into one)."""
     if all(k in frame.columns for k in keys):
         return frame
     return frame.reset_index()
 
 
-def _cast_keys(frame: Any, casts: dict[str, Any]) -> Any:
+def _cast_keys(frame: FrameLike, casts: dict[str, Any]) -> FrameLike:
     """``frame`` with its key columns cast (categoricals decoded: per partition for a dask
     frame, each partition's categories checked against the kind of the cast)."""
     cols = {k: v for k, v in casts.items() if k in frame.columns}
@@ -571,7 +641,7 @@ def _cast_keys(frame: Any, casts: dict[str, Any]) -> Any:
     return frame.map_partitions(cast_key_columns, cols, meta=meta)
 
 
-def cast_key_columns(frame: Any, casts: dict[str, Any]) -> Any:
+def cast_key_columns(frame: FrameLike, casts: dict[str, Any]) -> FrameLike:
     """Cast key columns of an eager frame (or a dask partition); a categorical is decoded to
     the cast's dtype only when its categories are of the same kind (int, str...).
 

@@ -175,47 +175,20 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        lim, counts = self.limits, self.counts
-        raw = scope.get("headers") or []
-        head_bytes = len(scope.get("raw_path") or b"") + sum(len(k) + len(v) + 4 for k, v in raw)
-        if head_bytes > lim.max_header_bytes:  # however the head arrived (one burst is no "incomplete event")
-            counts["headers_refused"] += 1
-            await self._answer(send, 431, f"request head of {head_bytes} bytes, more than "
-                               f"max_header_bytes={lim.max_header_bytes}")
+        refusal = self._head_refusal(scope)
+        if refusal is not None:
+            counted, status, detail, extra = refusal
+            self.counts[counted] += 1
+            await self._answer(send, status, detail, extra)
             return
-        repeated = [k.decode("latin-1") for k in (b"authorization", b"host", b"content-length", b"content-type")
-                    if sum(1 for name, _ in raw if name == k) > 1]
-        if repeated:
-            counts["headers_refused"] += 1
-            await self._answer(send, 400, f"header {repeated[0]!r} given more than once")
-            return
-        headers = dict(raw)
-        if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
-            counts["host_refused"] += 1
-            await self._answer(send, 421, "Host header not served here (allowed: "
-                               f"{', '.join(lim.allowed_hosts)}; see --allow-host)")
-            return
-        if self.expected is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
-            counts["unauthorised"] += 1
-            await self._answer(send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")])
-            return
-        if scope["method"] == "POST" and _media_type(headers.get(b"content-type")) != "application/json":
-            counts["media_type_refused"] += 1
-            await self._answer(send, 415, "POST bodies must be sent as Content-Type: application/json")
-            return
-        length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > lim.max_body_bytes):
-            counts["too_large"] += 1
-            await self._answer(send, 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
-                               f"max_body_bytes={lim.max_body_bytes}")
-            return
+        lim = self.limits
         client = str((scope.get("client") or ("?",))[0])
         scope["fbrapids.client"] = client
         if scope["method"] != "POST":  # /health, the docs: no body, no scoring, never capped per client
             await self._admitted(scope, receive, send, client)
             return
         if self.calls.get(client, 0) >= lim.client_calls and not await self._wait_for_room(client):
-            counts["client_busy"] += 1  # per client: many connections are no more calls
+            self.counts["client_busy"] += 1  # per client: many connections are no more calls
             await self._answer(send, 429, f"{lim.client_calls} calls of this client are in flight "
                                f"(client_calls) and {lim.client_queue} more wait (client_queue) or waited "
                                f"{lim.client_wait_s:g} s; retry when one is answered", [(b"retry-after", b"1")])
@@ -230,6 +203,35 @@ class Gate:
             if self._answered is not None and self.waiting.get(client):
                 async with self._answered:
                     self._answered.notify_all()
+
+    def _head_refusal(self, scope: dict) -> tuple[str, int, str, list[tuple[bytes, bytes]]] | None:
+        """What refuses a request from its head alone, in this order: a head over
+        ``max_header_bytes`` (431), a repeated header (400), a Host not allowed (421), a missing
+        or wrong token (401), a POST not of JSON (415), a Content-Length over ``max_body_bytes``
+        (413); as ``(count, status, detail, extra headers)``, or None when none does."""
+        lim = self.limits
+        raw = scope.get("headers") or []
+        head_bytes = len(scope.get("raw_path") or b"") + sum(len(k) + len(v) + 4 for k, v in raw)
+        if head_bytes > lim.max_header_bytes:  # however the head arrived (one burst is no "incomplete event")
+            return ("headers_refused", 431, f"request head of {head_bytes} bytes, more than "
+                    f"max_header_bytes={lim.max_header_bytes}", [])
+        repeated = [k.decode("latin-1") for k in (b"authorization", b"host", b"content-length", b"content-type")
+                    if sum(1 for name, _ in raw if name == k) > 1]
+        if repeated:
+            return "headers_refused", 400, f"header {repeated[0]!r} given more than once", []
+        headers = dict(raw)
+        if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
+            return ("host_refused", 421, "Host header not served here (allowed: "
+                    f"{', '.join(lim.allowed_hosts)}; see --allow-host)", [])
+        if self.expected is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
+            return "unauthorised", 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]
+        if scope["method"] == "POST" and _media_type(headers.get(b"content-type")) != "application/json":
+            return "media_type_refused", 415, "POST bodies must be sent as Content-Type: application/json", []
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > lim.max_body_bytes):
+            return ("too_large", 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
+                    f"max_body_bytes={lim.max_body_bytes}", [])
+        return None
 
     async def _wait_for_room(self, client: str) -> bool:
         """Wait (the body unread) until ``client`` has fewer than ``client_calls`` calls in

@@ -51,6 +51,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import gc
 import ipaddress
 import json
@@ -168,42 +169,8 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
 
     app = FastAPI(title="fbrapids scoring", version="1")
     app.add_middleware(Gate, limits=limits, token=token)
-
-    def answer(parse: Callable[[Any], list[dict[str, Any]]], raw: bytes, batch: bool, client: Any) -> JSONResponse:
-        try:
-            if len(raw) > TURN_BYTES:  # a large body's parse holds the interpreter: it takes its turn like a slice
-                with scorer.turn(client):
-                    body = parse_body(raw, max_objects)
-            else:
-                body = parse_body(raw, max_objects)
-            entries = parse(body)
-            results = scorer.score_each(entries, client) if batch else scorer.score_batch(entries, client)
-        except BodyError as exc:
-            return JSONResponse({"detail": _cut(exc.detail)}, status_code=exc.status)
-        except RequestError as exc:
-            return JSONResponse({"detail": _cut(exc)}, status_code=_status(exc))
-        if not batch:
-            scores = results[0].astype(float).tolist()
-            return JSONResponse({"scores": scores, "n": len(scores)})
-        failed = [r for r in results if isinstance(r, RequestError)]
-        if failed and len(failed) == len(results):  # nothing scored: the first failure is the answer
-            return JSONResponse({"detail": _cut(failed[0])}, status_code=_status(failed[0]))
-        out: dict[str, Any] = {"scores": [None if isinstance(r, RequestError) else r.astype(float).tolist()
-                                          for r in results]}
-        if failed:
-            out["errors"] = [{"status": _status(r), "detail": _cut(r)} if isinstance(r, RequestError) else None
-                             for r in results]
-        return JSONResponse(out)
-
-    def one(body: Any) -> list[dict[str, Any]]:
-        return [_entry(body, "body")]
-
-    def many(body: Any) -> list[dict[str, Any]]:
-        if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
-            raise BodyError(422, f"body: expected an object with 'requests' (a list), got {show(body, 100)}")
-        if len(body["requests"]) > scorer.max_requests:  # refused (and counted) by the scorer
-            return body["requests"]
-        return [_entry(r, f"requests[{i}]") for i, r in enumerate(body["requests"])]
+    answer = functools.partial(_answer, scorer, max_objects)
+    many = functools.partial(_many_entries, scorer)
 
     # Plain functions: parsing, validation and scoring run on the thread pool, never on the
     # event loop, in one hand-off per request (they return their own JSONResponse, so FastAPI
@@ -211,7 +178,7 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
     @app.post("/score", response_class=JSONResponse, openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": ScoreRequest.model_json_schema()}}}})
     def score(request: Request) -> JSONResponse:
-        return answer(one, request.scope["fbrapids.body"], False, request.scope.get("fbrapids.client"))
+        return answer(_one_entry, request.scope["fbrapids.body"], False, request.scope.get("fbrapids.client"))
 
     @app.post("/score_batch", response_class=JSONResponse)
     def score_batch(request: Request) -> JSONResponse:
@@ -222,15 +189,76 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
 
     @app.get("/health")
     async def health() -> dict[str, Any]:  # on the event loop: no worker thread to wait for, reads counters only
-        return {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
-                "refused": dict(limits.counts),
-                "tables": {k: len(s) for k, s in scorer.model.stores().items()},
-                "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
-                           "chunk_items": scorer.chunk_items, "contended_chunk_items": scorer.contended_chunk_items,
-                           "cache_items": scorer.cache_items,
-                           **scorer.cost.as_dict(), **limits.as_dict()}}
+        return _health(scorer, limits)
 
     return app
+
+
+def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[str, Any]]], raw: bytes,
+            batch: bool, client: Any) -> JSONResponse:
+    """One ``/score`` (``batch`` False) or ``/score_batch`` call, from the raw body to the
+    response: parsed (at most ``max_objects`` JSON objects), turned into entries by
+    ``parse``, scored for ``client``; a bad body or request is its status and detail."""
+    try:
+        entries = parse(_parse_in_turn(scorer, raw, max_objects, client))
+        results = scorer.score_each(entries, client) if batch else scorer.score_batch(entries, client)
+    except BodyError as exc:
+        return JSONResponse({"detail": _cut(exc.detail)}, status_code=exc.status)
+    except RequestError as exc:
+        return JSONResponse({"detail": _cut(exc)}, status_code=_status(exc))
+    if not batch:
+        scores = results[0].astype(float).tolist()
+        return JSONResponse({"scores": scores, "n": len(scores)})
+    return _batch_response(results)
+
+
+def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Any) -> Any:
+    """The JSON of ``raw``; a large body's parse holds the interpreter, so it takes its turn
+    among ``client``'s like a slice of scoring."""
+    if len(raw) > TURN_BYTES:
+        with scorer.turn(client):
+            return parse_body(raw, max_objects)
+    return parse_body(raw, max_objects)
+
+
+def _batch_response(results: list[Any]) -> JSONResponse:
+    """``/score_batch``'s answer: scores per request (``null`` for a failed one, its status and
+    detail in ``errors``); when none was scored, the first failure is the answer."""
+    failed = [r for r in results if isinstance(r, RequestError)]
+    if failed and len(failed) == len(results):  # nothing scored: the first failure is the answer
+        return JSONResponse({"detail": _cut(failed[0])}, status_code=_status(failed[0]))
+    out: dict[str, Any] = {"scores": [None if isinstance(r, RequestError) else r.astype(float).tolist()
+                                      for r in results]}
+    if failed:
+        out["errors"] = [{"status": _status(r), "detail": _cut(r)} if isinstance(r, RequestError) else None
+                         for r in results]
+    return JSONResponse(out)
+
+
+def _one_entry(body: Any) -> list[dict[str, Any]]:
+    """``/score``'s body as the one entry it is."""
+    return [_entry(body, "body")]
+
+
+def _many_entries(scorer: Scorer, body: Any) -> list[dict[str, Any]]:
+    """``/score_batch``'s body as its entries (more than ``scorer.max_requests`` are passed
+    on as they are: the scorer refuses and counts them)."""
+    if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
+        raise BodyError(422, f"body: expected an object with 'requests' (a list), got {show(body, 100)}")
+    if len(body["requests"]) > scorer.max_requests:  # refused (and counted) by the scorer
+        return body["requests"]
+    return [_entry(r, f"requests[{i}]") for i, r in enumerate(body["requests"])]
+
+
+def _health(scorer: Scorer, limits: ServeLimits) -> dict[str, Any]:
+    """``/health``'s answer: the scorer's counters, cache use, refusals, table sizes and limits."""
+    return {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
+            "refused": dict(limits.counts),
+            "tables": {k: len(s) for k, s in scorer.model.stores().items()},
+            "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
+                       "chunk_items": scorer.chunk_items, "contended_chunk_items": scorer.contended_chunk_items,
+                       "cache_items": scorer.cache_items,
+                       **scorer.cost.as_dict(), **limits.as_dict()}}
 
 
 def is_loopback(host: str) -> bool:

@@ -461,17 +461,14 @@ class Scorer:
     def _score_checked(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int],
                        batch_call: bool, works: list[np.ndarray] | None = None, client: Hashable = None
                        ) -> list[np.ndarray]:
+        """Score ``entries`` in slices taken in turns with other clients (each slice under the
+        lock; a pause after one while others wait); the kernels' and the model's refusals
+        counted and raised as request errors.  Returns the probabilities per entry."""
         parts: list[list[np.ndarray]] = [[] for _ in entries]
         total = sum(len(it) for _, it in entries)
         self._count(requests=len(entries), items=total)
-        # small units, merged into one slice of up to chunk_items / chunk_work while no other
-        # client uses the scorer
-        unit_items = self.contended_chunk_items
-        unit_work = max(1, self.cost.chunk_work * unit_items // self.chunk_items)
-        units = self._slices(entries, works, unit_items, unit_work)
-        sizes = [(sum(b - a for _, a, b in u),
-                  sum(int(works[i][a:b].sum()) for i, a, b in u) if works is not None else 0) for u in units]
-        most = max(1, self.chunk_items // unit_items)  # units in one slice (requests without items too)
+        units, sizes = self._units(entries, works)
+        most = max(1, self.chunk_items // self.contended_chunk_items)  # units in one slice (requests without items too)
         slices = 0
         k = 0
         try:
@@ -481,31 +478,14 @@ class Scorer:
                     time.sleep(min(wait, 1.0))
                 with self._lock.turn_of(client), torch.no_grad():
                     started = time.monotonic()
-                    stop, n_items, n_work = k + 1, *sizes[k]
-                    if not self._lock.others_active(client, self.contended_window_s):
-                        while (stop < len(units) and stop - k < most and n_items + sizes[stop][0] <= self.chunk_items
-                               and n_work + sizes[stop][1] <= self.cost.chunk_work):
-                            n_items, n_work = n_items + sizes[stop][0], n_work + sizes[stop][1]
-                            stop += 1
+                    stop = self._slice_end(k, sizes, most, client)
                     sl = _merged(units[k:stop])
                     k = stop
                     slices += 1
-                    chunk = [(entries[i][0], entries[i][1][a:b]) for i, a, b in sl]
-                    self._origin = [(origin[i], a) for i, a, _ in sl]
-                    self._batch_call = batch_call
-                    self._blamed = None
-                    try:
-                        probs = self._score_entries(chunk)
-                    except RequestError as exc:  # which request the error named (score_each answers it alone)
-                        exc.entry = self._blamed
-                        raise
+                    probs = self._score_slice(entries, origin, batch_call, sl)
                     held = time.monotonic() - started
                 if k < len(units) and self._lock.others_active(client, self.contended_window_s):
-                    if len(self._resume) >= 256:  # bounded: past pauses are over
-                        now = time.monotonic()
-                        self._resume = {c: t for c, t in self._resume.items() if t > now}
-                    self._resume[client] = time.monotonic() + PAUSE_FACTOR * held  # more slices to come: the others' turn
-                    self._count(paused_slices=1)
+                    self._pause_after_slice(client, held)
                 s = 0
                 for (i, a, b) in sl:
                     parts[i].append(probs[s : s + b - a])
@@ -526,6 +506,52 @@ class Scorer:
                 release_memory()
         self._count(slices=slices)
         return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]
+
+    def _units(self, entries: list[tuple[Mapping[str, Any], list]], works: list[np.ndarray] | None
+               ) -> tuple[list[list[tuple[int, int, int]]], list[tuple[int, int]]]:
+        """The small units a call is scored in (``contended_chunk_items`` items each, or their
+        share of ``chunk_work``), merged into larger slices while no other client uses the
+        scorer; with each unit's ``(items, work)``."""
+        unit_items = self.contended_chunk_items
+        unit_work = max(1, self.cost.chunk_work * unit_items // self.chunk_items)
+        units = self._slices(entries, works, unit_items, unit_work)
+        sizes = [(sum(b - a for _, a, b in u),
+                  sum(int(works[i][a:b].sum()) for i, a, b in u) if works is not None else 0) for u in units]
+        return units, sizes
+
+    def _slice_end(self, k: int, sizes: list[tuple[int, int]], most: int, client: Hashable) -> int:
+        """Where the slice starting at unit ``k`` ends: that unit alone while another client
+        is active, else as many units (at most ``most``) as ``chunk_items`` and ``chunk_work`` hold."""
+        stop, n_items, n_work = k + 1, *sizes[k]
+        if not self._lock.others_active(client, self.contended_window_s):
+            while (stop < len(sizes) and stop - k < most and n_items + sizes[stop][0] <= self.chunk_items
+                   and n_work + sizes[stop][1] <= self.cost.chunk_work):
+                n_items, n_work = n_items + sizes[stop][0], n_work + sizes[stop][1]
+                stop += 1
+        return stop
+
+    def _score_slice(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int], batch_call: bool,
+                     sl: list[tuple[int, int, int]]) -> np.ndarray:
+        """One slice's ``(entry, start, stop)`` item ranges scored (under the lock); a request
+        error names the entry it blamed (``score_each`` answers that request alone)."""
+        chunk = [(entries[i][0], entries[i][1][a:b]) for i, a, b in sl]
+        self._origin = [(origin[i], a) for i, a, _ in sl]
+        self._batch_call = batch_call
+        self._blamed = None
+        try:
+            return self._score_entries(chunk)
+        except RequestError as exc:  # which request the error named (score_each answers it alone)
+            exc.entry = self._blamed
+            raise
+
+    def _pause_after_slice(self, client: Hashable, held: float) -> None:
+        """``client`` waits ``PAUSE_FACTOR`` times the slice it ``held`` before its next one:
+        the others' turn (the pauses kept are bounded: past ones are dropped)."""
+        if len(self._resume) >= 256:  # bounded: past pauses are over
+            now = time.monotonic()
+            self._resume = {c: t for c, t in self._resume.items() if t > now}
+        self._resume[client] = time.monotonic() + PAUSE_FACTOR * held  # more slices to come: the others' turn
+        self._count(paused_slices=1)
 
     def _score_entries(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
         """One slice, under the lock."""

@@ -53,6 +53,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fbrapids.frames import backend as _backend
+from fbrapids.frames.backend import FrameLike
 from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.views import jsonl
 from fbrapids.views.parquet_footer import FilePin, check_footer, check_pin, pin_file
@@ -421,7 +422,7 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
 
 
 def _read_csv_file(piece: FilePiece, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
-                   be: _backend.Backend, nrows: int | None = None) -> Any:
+                   be: _backend.Backend, nrows: int | None = None) -> FrameLike:
     path = piece.path
     sep = csv_opts.sep or sniff_sep(path, csv_opts)
     names = list(csv_opts.names) if csv_opts.names else None
@@ -474,7 +475,7 @@ def _read_csv_text(path: str, sep: str, names: list[str] | None, csv_opts: _CsvO
 
 
 def _read_csv_device(path: str, sep: str, names: list[str] | None, columns: list[str], csv_opts: _CsvOptions,
-                     dtype: dict[str, Any], be: _backend.Backend) -> Any:
+                     dtype: dict[str, Any], be: _backend.Backend) -> FrameLike | None:
     """One CSV file read by cudf as text and converted on the device; None: use the host reader."""
     if any(dtype.get(c) is None for c in columns) or not _device_readable(path, csv_opts):
         return None  # dtypes still to infer, or compressed / not UTF-8: the host reader decides
@@ -496,8 +497,8 @@ def _device_readable(path: str, csv_opts: _CsvOptions) -> bool:
     return compression_of(path, csv_opts.compression) is None and csv_opts.text_encoding == "utf-8-sig"
 
 
-def _text_to_dtypes_device(text: Any, columns: list[str], dtype: dict[str, Any], path: str,
-                           be: _backend.Backend) -> Any:
+def _text_to_dtypes_device(text: FrameLike, columns: list[str], dtype: dict[str, Any], path: str,
+                           be: _backend.Backend) -> FrameLike | None:
     """cudf string columns converted to ``dtype`` on the device, each conversion checked
     first; None when a check fails (the host reader then gives the answer or the error)."""
     import pylibcudf as plc
@@ -747,13 +748,13 @@ def _read_json_host(path: str, columns: list[str], opts: _CsvOptions, dtype: dic
 
 
 def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions,
-              dtype: dict[str, Any], backend_name: str) -> Any:
+              dtype: dict[str, Any], backend_name: str) -> FrameLike:
     """Read one partition; every failure names the file."""
     return _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.get_backend(backend_name))
 
 
 def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions,
-                dtype: dict[str, Any], be: _backend.Backend, nrows: int | None = None) -> Any:
+                dtype: dict[str, Any], be: _backend.Backend, nrows: int | None = None) -> FrameLike:
     """One partition (``nrows``: only its first rows, read on the host, for a meta sample)."""
     path = piece.path
     if not os.path.exists(path):
@@ -934,7 +935,7 @@ def normalize_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _apply_dtypes(frame: Any, dtype: dict[str, Any], path: str) -> Any:
+def _apply_dtypes(frame: FrameLike, dtype: dict[str, Any], path: str) -> FrameLike:
     """``frame``'s columns cast to ``dtype``, exactly: a value the target cannot hold (out
     of range, a fraction or NaN for an int, a finite float that overflows, an int that
     float cannot hold exactly, null for a non-nullable dtype, a number other than 0 / 1
@@ -1097,7 +1098,7 @@ def _raise_at(values: Any, bad: Any, path: str, col: str, why: str) -> None:
 
 
 def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: _CsvOptions, dtype: dict[str, Any],
-              be: _backend.Backend) -> Any:
+              be: _backend.Backend) -> FrameLike:
     """The empty frame a view's partitions will look like, without reading a partition:
     parquet from the schema in the footer, CSV / JSON from the first ``META_SAMPLE_ROWS`` rows."""
     if fmt == "parquet":
@@ -1192,7 +1193,7 @@ def read_view(
     backend: str | None = None,
     row_groups_per_partition: int | None = None,
     partition_rows: int | None = None,
-) -> Any:
+) -> FrameLike:
     """Read a raw log view as a dask DataFrame (dask-cudf on the GPU backend).
 
     Args:
@@ -1279,17 +1280,39 @@ def read_view(
         ['a b']
     """
     be = _backend.get_backend(backend)
+    csv_opts = _CsvOptions(sep, header, tuple(names) if names is not None else None, encoding, compression)
+    view = _plan_view(path_or_glob, columns, format, csv_opts, dtype, be)
+    if eager:
+        return _read_eager(view, be)
+    return _read_lazy(view, be, row_groups_per_partition, partition_rows)
+
+
+@dataclass(frozen=True)
+class _ViewPlan:
+    """What :func:`read_view` reads, settled before any partition is read (:func:`_plan_view`)."""
+
+    pattern: str  #: the path or glob as the user gave it (for messages)
+    files: list[str]
+    fmt: str
+    columns: list[str]  #: the columns read, checked present
+    csv_opts: _CsvOptions
+    dtypes: dict[str, Any]  #: every partition's columns converted to these
+    meta: FrameLike  #: the empty frame every partition looks like
+
+
+def _plan_view(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike], columns: Sequence[str] | None,
+               format: str | None, csv_opts: _CsvOptions, dtype: dict[str, Any] | None,
+               be: _backend.Backend) -> _ViewPlan:
+    """The files, format, columns and dtypes of a view and its empty ``_meta`` frame, from
+    footers and the first rows only: absent columns, files that disagree on schema, and a
+    ``dtype=`` for an absent column are errors here, before any partition is read."""
     pattern = os.fspath(path_or_glob) if isinstance(path_or_glob, (str, os.PathLike)) else str(list(path_or_glob))
     files = expand_paths(path_or_glob)
     fmt = infer_format(files, format)
-    csv_opts = _CsvOptions(sep, header, tuple(names) if names is not None else None, encoding, compression)
     plan = _json_plan(files, csv_opts) if fmt == "json" else None
     available = plan.keys if plan is not None else _check_schemas(files, fmt, csv_opts, columns)
     cols = _check_columns(columns, available, pattern)
-    dtypes = dict(dtype or {})
-    unknown = [c for c in dtypes if c not in available]
-    if unknown:
-        raise ViewError(f"dtype given for absent column(s) {unknown} in {pattern!r}; available: {', '.join(available)}")
+    dtypes = _given_dtypes(dtype, available, pattern)
     if fmt == "parquet" and not be.is_gpu:  # (cudf ints hold nulls as they are)
         dtypes = nullable_int_columns(files, cols) | dtypes
     if plan is not None:
@@ -1301,29 +1324,54 @@ def read_view(
     if fmt != "parquet":
         # every partition converts to the sampled dtypes (errors name the file and row)
         dtypes = {c: meta[c].dtype for c in cols} | dtypes
-    if eager:
-        pieces = [FilePiece(f, pin=pin_file(f, parquet=fmt == "parquet")) for f in files]
-        parts = [_read_one(p, fmt, cols, csv_opts, dtypes, be.name) for p in pieces]
-        frames = [p for p in parts if len(p)] or parts[:1]
-        frame = be.xdf.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
-        _check_partition_dtypes(parts, pieces)
-        return frame
+    return _ViewPlan(pattern, files, fmt, cols, csv_opts, dtypes, meta)
 
-    pieces = _pieces(files, fmt, row_groups_per_partition, partition_rows)
+
+def _given_dtypes(dtype: dict[str, Any] | None, available: list[str], pattern: str) -> dict[str, Any]:
+    """``read_view``'s ``dtype=`` as a dict, every column it names checked present.
+
+    Example:
+        >>> _given_dtypes({"a": "int64"}, ["a", "b"], "v.csv"), _given_dtypes(None, ["a"], "v.csv")
+        ({'a': 'int64'}, {})
+    """
+    dtypes = dict(dtype or {})
+    unknown = [c for c in dtypes if c not in available]
+    if unknown:
+        raise ViewError(f"dtype given for absent column(s) {unknown} in {pattern!r}; available: {', '.join(available)}")
+    return dtypes
+
+
+def _read_eager(view: _ViewPlan, be: _backend.Backend) -> FrameLike:
+    """Every file of the view read whole, as one eager pandas / cudf frame (index 0..n-1);
+    files whose partitions came out of different dtypes are an error naming both."""
+    pieces = [FilePiece(f, pin=pin_file(f, parquet=view.fmt == "parquet")) for f in view.files]
+    parts = [_read_one(p, view.fmt, view.columns, view.csv_opts, view.dtypes, be.name) for p in pieces]
+    frames = [p for p in parts if len(p)] or parts[:1]
+    frame = be.xdf.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
+    _check_partition_dtypes(parts, pieces)
+    return frame
+
+
+def _read_lazy(view: _ViewPlan, be: _backend.Backend, row_groups_per_partition: int | None,
+               partition_rows: int | None) -> FrameLike:
+    """The view as a dask frame of ``view.meta``: one partition per file (parquet: per
+    run of row groups, :func:`_pieces`), each read by :func:`_read_one` when computed."""
+    pieces = _pieces(view.files, view.fmt, row_groups_per_partition, partition_rows)
     dd = _backend.dask_dataframe()
-    log.debug("read_view %s: %d files, %d partitions, format %s, columns %s", pattern, len(files), len(pieces), fmt, cols)
+    log.debug("read_view %s: %d files, %d partitions, format %s, columns %s", view.pattern, len(view.files),
+              len(pieces), view.fmt, view.columns)
     import dask
 
     # dask's "convert-string" would make the text columns "string" (NA semantics: ``s == "a"``
     # is <NA> at a null) where the eager frame has "str": the same frame both ways instead
     with dask.config.set({"dataframe.convert-string": False}):
         return dd.from_map(
-            _read_one, pieces, fmt=fmt, columns=cols, csv_opts=csv_opts, dtype=dtypes,
-            backend_name=be.name, meta=meta, enforce_metadata=True, label=f"read-{fmt}",
+            _read_one, pieces, fmt=view.fmt, columns=view.columns, csv_opts=view.csv_opts, dtype=view.dtypes,
+            backend_name=be.name, meta=view.meta, enforce_metadata=True, label=f"read-{view.fmt}",
         )
 
 
-def _check_partition_dtypes(parts: list[Any], pieces: list[FilePiece]) -> None:
+def _check_partition_dtypes(parts: list[FrameLike], pieces: list[FilePiece]) -> None:
     first = parts[0]
     for part, piece in zip(parts[1:], pieces[1:]):
         for col in first.columns:

@@ -228,6 +228,17 @@ class Workload:
     source: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_views()
+        self._check_columns()
+        self._check_joins()
+        self._check_features()
+        self._check_inputs()
+        self._check_sequences()
+        if self.root is not None:
+            object.__setattr__(self, "root", str(self.root))
+
+    def _check_views(self) -> None:
+        """``views``: a non-empty tuple of :class:`View` of distinct names."""
         where = self.where
         views = tuple(self.views) if not isinstance(self.views, View) else (self.views,)
         if not views or not all(isinstance(v, View) for v in views):
@@ -237,6 +248,11 @@ class Workload:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise WorkloadError(f"{where}: views {dup} are declared more than once")
+
+    def _check_columns(self) -> None:
+        """``label`` (and ``time`` / ``group`` when given): column names; ``split``: a
+        :class:`Split`, with the time column its rule needs."""
+        where = self.where
         for f in ("label", "time", "group"):
             v = getattr(self, f)
             if (v is not None or f == "label") and (not isinstance(v, str) or not v):
@@ -245,6 +261,10 @@ class Workload:
             raise WorkloadError(f"{where}: split must be a Split, got {self.split!r}")
         if self.split.rule in ("at", "last_day") and self.time is None:
             raise WorkloadError(f"{where}: split rule {self.split.rule!r} needs the time column (time = ...)")
+
+    def _check_joins(self) -> None:
+        """``joins``: a tuple of :class:`Join`, each of a declared view other than the log."""
+        where, names = self.where, [v.name for v in self.views]
         joins = tuple(self.joins)
         for j in joins:
             if not isinstance(j, Join):
@@ -254,9 +274,13 @@ class Workload:
             if j.view == names[0]:
                 raise WorkloadError(f"{where}: join of view {j.view!r}: the log itself cannot be joined in")
         object.__setattr__(self, "joins", joins)
-        feats = _mapping(self.features, "features", where)
+
+    def _check_features(self) -> None:
+        """``features``: identifier names to feature expressions."""
         from fbrapids.kernels import as_expr
 
+        where = self.where
+        feats = _mapping(self.features, "features", where)
         for n, e in feats.items():
             if not isinstance(n, str) or not n.isidentifier():
                 raise WorkloadError(f"{where}: feature name {n!r} must be an identifier")
@@ -265,29 +289,33 @@ class Workload:
             except Exception as err:
                 raise WorkloadError(f"{where}: feature {n!r} is not a feature expression ({err})") from err
         object.__setattr__(self, "features", feats)
+
+    def _check_inputs(self) -> None:
+        """``sparse`` and ``dense``: lists of names, none in both, the label in neither."""
+        where = self.where
         sparse = _names(self.sparse, "sparse", where)
         dense = _names(self.dense, "dense", where)
         both = sorted(set(sparse) & set(dense))
         if both:
             raise WorkloadError(f"{where}: {both} listed as both sparse and dense")
-        for role in ("label", "time", "group"):
-            col = getattr(self, role)
-            if col is not None and role == "label" and (col in sparse or col in dense):
-                raise WorkloadError(f"{where}: the label {col!r} is also a model input")
+        if self.label is not None and (self.label in sparse or self.label in dense):
+            raise WorkloadError(f"{where}: the label {self.label!r} is also a model input")
         object.__setattr__(self, "sparse", sparse)
         object.__setattr__(self, "dense", dense)
-        seqs = {}
+
+    def _check_sequences(self) -> None:
+        """``sequences``: names to :class:`SequenceFeature` (or its target's name), each
+        attending with a sparse feature."""
+        where, seqs = self.where, {}
         for n, s in _mapping(self.sequences, "sequences", where).items():
             if isinstance(s, str):
                 s = SequenceFeature(s)
             if not isinstance(s, SequenceFeature):
                 raise WorkloadError(f"{where}: sequence {n!r} must be a SequenceFeature or its target's name")
-            if s.target not in sparse:
+            if s.target not in self.sparse:
                 raise WorkloadError(f"{where}: sequence {n!r} attends with {s.target!r}, which is not a sparse feature")
             seqs[n] = s
         object.__setattr__(self, "sequences", seqs)
-        if self.root is not None:
-            object.__setattr__(self, "root", str(self.root))
 
     # -- reading ------------------------------------------------------------------------
     @property
