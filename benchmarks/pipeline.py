@@ -168,9 +168,10 @@ def verify_overhead(args: argparse.Namespace) -> int:
     data = args.data or ensure_dataset(args.rows, Path(tempfile.gettempdir()) / f"fbrapids-bench-{args.rows}-crc", 0)
     base = Path(tempfile.mkdtemp(prefix="fbrapids-bench-verify-"))
     try:
-        small = ensure_dataset(3000, base / "warm-data", 0)
-        for verify in (True, False):  # warm-up, untimed
-            _verified_run(small, base / f"warm-{verify}", args, verify)
+        if args.warmup_rows:
+            small = ensure_dataset(args.warmup_rows, base / "warm-data", 0)
+            for verify in (True, False):  # warm-up, untimed
+                _verified_run(small, base / f"warm-{verify}", args, verify)
         times: dict[bool, list[float]] = {True: [], False: []}
         cpu: dict[bool, list[float]] = {True: [], False: []}
         aucs: dict[bool, float] = {}
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=2, help="runs of each side; the median is reported")
+    parser.add_argument("--warmup-rows", type=int, default=3000,
+                        help="rows of the untimed warm-up round of each side (0: none; the smoke tests' choice)")
     parser.add_argument("--verify-overhead", action="store_true",
                         help="instead: the pipeline with a checkpoint and its reload, with verification (manifests, "
                              "page checksums, finite checks, work-dir lock, preflight) on vs off (FBRAPIDS_VERIFY=0)")
@@ -245,11 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(tempfile.mkdtemp(prefix="fbrapids-bench-pipeline-"))
     try:
         # one untimed round of each on a small slice warms imports, thread pools and the kernel cache
-        small = ensure_dataset(3000, base / "warm-data", 0)
-        run_pipeline(small, batch_size=args.batch_size, seed=args.seed, work_dir=base / "warm-pipe",
-                     checkpoint=False, progress=False, count_clean=False)
-        (base / "warm-wtt" / "intermediate").mkdir(parents=True)
-        write_then_train(small, base / "warm-wtt", args.batch_size, args.seed)
+        if args.warmup_rows:
+            small = ensure_dataset(args.warmup_rows, base / "warm-data", 0)
+            run_pipeline(small, batch_size=args.batch_size, seed=args.seed, work_dir=base / "warm-pipe",
+                         checkpoint=False, progress=False, count_clean=False)
+            (base / "warm-wtt" / "intermediate").mkdir(parents=True)
+            write_then_train(small, base / "warm-wtt", args.batch_size, args.seed)
 
         pipe_times, base_times = [], []
         for r in range(args.repeat):  # alternate the two so drift in machine load hits both

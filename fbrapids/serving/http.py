@@ -364,14 +364,15 @@ def server_config(app: FastAPI, host: str, port: int, limits: ServeLimits, log_l
                           h11_max_incomplete_event_size=limits.max_header_bytes, timeout_graceful_shutdown=5)
 
 
-def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
-          insecure: bool = False, max_body_bytes: int | None = None, token_file: str | os.PathLike | None = None,
-          allow_hosts: tuple[str, ...] | list[str] = (), limits: ServeLimits | None = None,
-          signing_key: bytes | None = None, **scorer_options: Any) -> None:
-    """Load an export (:func:`fbrapids.serving.export.export_model`, manifest verified, and
-    its signature with ``signing_key``), freeze the start-up heap out of full garbage
-    collections (:func:`freeze_heap`) and serve it until stopped, with ``limits``
-    (:class:`~fbrapids.serving.guard.ServeLimits`; ``allow_hosts`` adds ``Host`` names)."""
+def build_server(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
+                 insecure: bool = False, max_body_bytes: int | None = None,
+                 token_file: str | os.PathLike | None = None, allow_hosts: tuple[str, ...] | list[str] = (),
+                 limits: ServeLimits | None = None, signing_key: bytes | None = None, log_level: str = "info",
+                 **scorer_options: Any) -> Any:
+    """The ``uvicorn.Server`` :func:`serve` runs (not started): the export loaded
+    (:func:`fbrapids.serving.export.export_model`, manifest verified, and its signature with
+    ``signing_key``), served with ``limits`` (:class:`~fbrapids.serving.guard.ServeLimits`;
+    ``allow_hosts`` adds ``Host`` names).  Run it with ``.run()`` (tests: in a thread)."""
     import uvicorn
 
     from fbrapids.serving.export import load_scorer
@@ -382,9 +383,21 @@ def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 80
     if max_body_bytes is not None:
         limits.max_body_bytes = int(max_body_bytes)
     app = create_app(load_scorer(export_dir, signing_key=signing_key, **scorer_options), token=token, limits=limits)
+    return uvicorn.Server(server_config(app, host, port, limits, log_level=log_level))
+
+
+def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
+          insecure: bool = False, max_body_bytes: int | None = None, token_file: str | os.PathLike | None = None,
+          allow_hosts: tuple[str, ...] | list[str] = (), limits: ServeLimits | None = None,
+          signing_key: bytes | None = None, **scorer_options: Any) -> None:
+    """Load an export and serve it until stopped (:func:`build_server`'s server), the start-up
+    heap frozen out of full garbage collections first (:func:`freeze_heap`)."""
+    server = build_server(export_dir, host, port, token=token, insecure=insecure, max_body_bytes=max_body_bytes,
+                          token_file=token_file, allow_hosts=allow_hosts, limits=limits, signing_key=signing_key,
+                          **scorer_options)
     log.info("start-up heap frozen: %d objects out of the collector's full passes", freeze_heap())
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # module docstring: a call's thread hand-offs wait less
-    uvicorn.Server(server_config(app, host, port, limits)).run()
+    server.run()
 
 
 def freeze_heap() -> int:

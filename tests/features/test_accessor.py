@@ -1,5 +1,6 @@
 import dask.dataframe as dd
 import pandas as pd
+import pytest
 
 import fbrapids
 from fbrapids.accessors import FbxAccessor
@@ -11,6 +12,9 @@ def test_fbx_is_registered_on_pandas_and_dask_frames():
     assert isinstance(dd.from_pandas(frame, npartitions=1).fbx, FbxAccessor)
 
 
+# the dask half's second partition has no document with d.os: clean warns per partition computed (its
+# docstring), a NoMatchWarning that is not this test's point
+@pytest.mark.filterwarnings("ignore::fbrapids.errors.NoMatchWarning")
 def test_method_chain_clean_join_join_on_pandas_and_dask():
     views = pd.DataFrame({"u": [1, 2, 3, 4], "a": [10, 20, 10, 30], "slot": [0, 1, -1, 2],
                           "ctx": ['{"d": {"os": "ios"}}', "{oops", None, '{"d": {}}']})

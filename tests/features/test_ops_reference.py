@@ -16,6 +16,7 @@ import pytest
 
 import fbrapids  # noqa: F401
 from fbrapids import ops
+from fbrapids.errors import ReplacedColumnWarning
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 LIST_I64 = pd.ArrowDtype(pa.list_(pa.int64()))
@@ -210,7 +211,8 @@ def test_lookup_and_categorify():
     assert out["a"].tolist() == [10, 20, -1, -1, 10, 10, 20]
     assert out["b"].tolist() == [2, 1, 0, 2, 2, 0, 1]
     # categorify is fitted (ids: 0 padding, 1 null, 2 out of vocabulary, then by count)
-    out = df.fbx.extract(df.fbx.fit(c=ops.categorify("c", min_freq=2), d=ops.categorify("i")))
+    with pytest.warns(ReplacedColumnWarning, match="feature 'c' replaces the input column 'c'"):
+        out = df.fbx.extract(df.fbx.fit(c=ops.categorify("c", min_freq=2), d=ops.categorify("i")))
     assert out["c"].tolist() == [3, 4, 1, 2, 3, 3, 4]  # x(3) -> 3, y(2) -> 4, null 1, z(1) dropped: OOV 2
     assert out["d"].tolist() == [3, 4, 5, 3, 3, 6, 4]  # 5(3), 6(2), then 7, 9 by value
 

@@ -112,3 +112,14 @@ def test_model_choices_are_the_pipeline_models():
     for command, want in (("demo", MODELS), ("export", servable)):
         model = {a.dest: a for a in sub[command]._actions}["model"]
         assert tuple(model.choices) == want, command
+
+
+def test_python_dash_m_fbrapids_runs_the_console_script(tmp_path):
+    """``python -m fbrapids ...`` (fbrapids/__main__.py) is the ``fbrapids`` console script:
+    the same parser, the same one-line refusal and exit status as ``python -m fbrapids.app.cli``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = ("gen", "--rows", "0", "--out", str(tmp_path / "out"))
+    res = subprocess.run([sys.executable, "-m", "fbrapids", *args], capture_output=True, text=True, cwd=tmp_path,
+                         env=env, timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("fbrapids gen: argument --rows: 0 is out of range"), res.stderr
+    assert res.stderr == _cli(*args, cwd=tmp_path).stderr and not (tmp_path / "out").exists()

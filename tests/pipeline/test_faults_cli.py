@@ -242,7 +242,7 @@ def test_a_frozen_worker_is_named_not_a_silent_stall(caplog):
         return part
 
     frame = dd.from_pandas(pd.DataFrame({"a": range(40)}), npartitions=4).map_partitions(slow)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         pids = client.run(os.getpid)
         stopped: list[str] = []

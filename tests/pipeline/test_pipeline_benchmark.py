@@ -25,7 +25,9 @@ def test_pipeline_benchmark_measures_bytes_on_both_sides(gen_dir, capsys):
 
 def test_verify_overhead_pairs_each_round_and_reports_its_own_runs(gen_dir, capsys, monkeypatch):
     monkeypatch.delenv("FBRAPIDS_VERIFY", raising=False)
-    assert bench.main(["--data", str(gen_dir), "--verify-overhead", "--repeat", "2", "--batch-size", "512"]) == 0
+    # no warm-up rounds (untimed, nothing here reads them)
+    assert bench.main(["--data", str(gen_dir), "--verify-overhead", "--repeat", "2", "--batch-size", "512",
+                       "--warmup-rows", "0"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert len(res["runs_on"]) == len(res["runs_off"]) == len(res["cpu_runs_on"]) == 2
     ratios = [100 * (a / b - 1) for a, b in zip(res["runs_on"], res["runs_off"])]

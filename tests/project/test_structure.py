@@ -267,9 +267,8 @@ LONG_FUNCTIONS = {
     "trainers/modules/embedding.py::TieredEmbeddingBagCollection.pooled_stack": 68,
     "trainers/fit.py::_train": 66,
     "trainers/sparse/hashmap.py::_lib": 62,
-    # the generator of the default data (one impression block's columns, drawn in order: the
-    # random stream, and so every generated file, depends on the order of the draws)
-    "datasets/synthetic/generate.py::_impression_block": 83,
+    # the default data's generator: its files, blocks and metadata in one pass (another issue
+    # was typing it while issue 39 landed)
     "datasets/synthetic/generate.py::generate": 67,
     # the meta-kernels' layer runners (the CUDA one is checked only on a GPU)
     "kernels/runtime_cuda.py::CudaPlan._run_device_layer": 79,

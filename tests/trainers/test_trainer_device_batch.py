@@ -24,7 +24,9 @@ def frame(n: int = 50, seed: int = 0) -> pd.DataFrame:
 
 
 def as_tensors(c: Columns) -> TensorColumns:
-    t = torch.from_numpy
+    def t(a: np.ndarray) -> torch.Tensor:  # a read-only column (an arrow buffer's view) copied, not shared
+        return torch.from_numpy(np.require(a, requirements="W"))
+
     return TensorColumns(t(c.dense), t(c.label), {k: (t(v), t(o)) for k, (v, o) in c.sparse.items()}, t(c.group))
 
 

@@ -277,6 +277,24 @@ def _planted_levels(seed: int, block: int, name: str, n: int) -> np.ndarray:
     return np.random.default_rng([seed, 0x9A, block, key]).integers(0, PLANT_LEVELS, size=n).astype(np.int16)
 
 
+@dataclass
+class _ImpressionDraws:
+    """The drawn columns of an impression block (:func:`_draw_impressions`), before clicks."""
+
+    ts: np.ndarray
+    u_rank: np.ndarray  #: each impression's user, as a rank into the users' dictionary
+    a_rank: np.ndarray  #: its ad, likewise
+    ghost_user: np.ndarray  #: the user is absent from the users' dictionary
+    ghost_ad: np.ndarray
+    user_id: np.ndarray
+    ad_id: np.ndarray
+    slot: np.ndarray
+    on_topic: np.ndarray  #: the query starts with the ad's first title word
+    queries: np.ndarray
+    os_idx: np.ndarray
+    ctx: list[str | None]
+
+
 def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int,
                       rows: int, plant: dict[str, float] | None = None
                       ) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -284,6 +302,40 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
     probabilities, and per planted column the hidden probabilities without its term; drawn
     from a generator seeded by ``(seed, block)`` alone (planted columns from their own)."""
     rng = np.random.default_rng([seed, 0x1B, block])
+    n = stop - start
+    d = _draw_impressions(rng, dic, start, stop, rows)
+    hour = (d.ts % 86400) // 3600
+    logit = _hidden_logit(dic, d, hour)
+    levels = {name: _planted_levels(seed, block, name, n) for name in plant or {}}
+    terms = {name: (plant or {})[name] * PLANT_Z[lv] for name, lv in levels.items()}
+    full = logit + sum(terms.values()) if terms else logit
+    prob = 1.0 / (1.0 + np.exp(-full))
+    without = {name: 1.0 / (1.0 + np.exp(-(full - t))) for name, t in terms.items()}
+    click = (rng.random(n) < prob).astype(np.int8)
+
+    instance_id = (start + np.arange(n, dtype=np.int64)) * 7 + 1_000_003
+    impressions = pd.DataFrame(
+        {
+            "instance_id": instance_id,
+            "ts": d.ts.astype(np.int64),
+            "user_id": d.user_id.astype(np.int64),
+            "ad_id": d.ad_id.astype(np.int64),
+            "slot": d.slot,
+            "query": pd.array(d.queries, dtype="str"),
+            "ctx": pd.array(d.ctx, dtype="str"),
+            "click": click,
+            **levels,
+        }
+    )
+    basic = _basic_block(rng, instance_id, logit, hour, d.slot)
+    return impressions, basic, click, prob, without
+
+
+def _draw_impressions(rng: np.random.Generator, dic: _Dictionaries, start: int, stop: int,
+                      rows: int) -> _ImpressionDraws:
+    """Impressions ``[start, stop)``'s times (sorted, spread over ``DAYS``), users and ads
+    (Zipf; a few absent from the dictionaries), slots, queries (half the time about the
+    ad's title) and contexts, drawn from ``rng`` in this order."""
     n = stop - start
     span = DAYS * 86400
     lo, hi = TS0 + span * start // rows, TS0 + span * stop // rows
@@ -310,45 +362,35 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
     os_idx = rng.choice(len(OS_NAMES), size=n, p=[0.55, 0.35, 0.05, 0.03, 0.02])
     city_idx = np.where(rng.random(n) < 0.8, dic.user_city[u_rank], _zipf_ranks(rng, N_CITIES, n, 0.9))
     ctx = _contexts(rng, os_idx, city_idx)
+    return _ImpressionDraws(ts, u_rank, a_rank, gu, ga, imp_user, imp_ad, slot, on_topic, queries, os_idx, ctx)
 
-    # ---- the hidden click model ------------------------------------------------
-    hour = (ts % 86400) // 3600
-    in_users, in_ads = ~gu, ~ga
+
+def _hidden_logit(dic: _Dictionaries, d: _ImpressionDraws, hour: np.ndarray) -> np.ndarray:
+    """The hidden click model's logit of each impression (without planted terms): user bias,
+    ad quality, user-category and gender-category affinity, hour, OS, slot, an on-topic
+    query, price.  Draws nothing."""
+    u_rank, a_rank = d.u_rank, d.a_rank
+    in_users, in_ads = ~d.ghost_user, ~d.ghost_ad
     ad_cat = dic.category[a_rank]
-    logit = np.full(n, -2.6)
+    logit = np.full(len(d.ts), -2.6)
     logit += np.where(in_users, dic.user_bias[u_rank], 0.0)
     logit += np.where(in_ads, dic.ad_quality[a_rank], 0.0)
     logit += np.where(in_users & in_ads & (dic.user_pref_cat[u_rank] % 20 == ad_cat % 20), 1.0, 0.0)
     logit += np.where(in_ads & (dic.gender_idx[u_rank] == ad_cat % 3), 0.5, 0.0)
     logit += 0.5 * np.sin((hour - 8) / 24 * 2 * np.pi)
-    logit += np.array([0.3, -0.2, 0.1, -0.4, 0.0])[os_idx]
-    logit += np.where(slot >= 0, -0.12 * slot, 0.0)
-    logit += np.where(on_topic & (queries != None), 0.9, 0.0)  # noqa: E711 (elementwise)
+    logit += np.array([0.3, -0.2, 0.1, -0.4, 0.0])[d.os_idx]
+    logit += np.where(d.slot >= 0, -0.12 * d.slot, 0.0)
+    logit += np.where(d.on_topic & (d.queries != None), 0.9, 0.0)  # noqa: E711 (elementwise)
     logit += np.where(in_ads & ~dic.price_null[a_rank], -0.15 * (np.log1p(dic.price[a_rank]) - 3.0), 0.0)
-    levels = {name: _planted_levels(seed, block, name, n) for name in plant or {}}
-    terms = {name: (plant or {})[name] * PLANT_Z[lv] for name, lv in levels.items()}
-    full = logit + sum(terms.values()) if terms else logit
-    prob = 1.0 / (1.0 + np.exp(-full))
-    without = {name: 1.0 / (1.0 + np.exp(-(full - t))) for name, t in terms.items()}
-    click = (rng.random(n) < prob).astype(np.int8)
+    return logit
 
-    instance_id = (start + np.arange(n, dtype=np.int64)) * 7 + 1_000_003
-    impressions = pd.DataFrame(
-        {
-            "instance_id": instance_id,
-            "ts": ts.astype(np.int64),
-            "user_id": imp_user.astype(np.int64),
-            "ad_id": imp_ad.astype(np.int64),
-            "slot": slot,
-            "query": pd.array(queries, dtype="str"),
-            "ctx": pd.array(ctx, dtype="str"),
-            "click": click,
-            **levels,
-        }
-    )
 
-    # ---- basic features: ~99% of impressions, in instance_id order ------------------
-    idx = np.flatnonzero(rng.random(n) >= 0.01)
+def _basic_block(rng: np.random.Generator, instance_id: np.ndarray, logit: np.ndarray, hour: np.ndarray,
+                 slot: np.ndarray) -> pd.DataFrame:
+    """The basic features of ~99% of the impressions, in ``instance_id`` order: ten dense
+    columns (``d0`` a noisy view of the hidden logit, ``d1`` of the hour) and five
+    categorical ones (``b0`` the slot), drawn from ``rng``."""
+    idx = np.flatnonzero(rng.random(len(instance_id)) >= 0.01)
     n_b = len(idx)
     dense = rng.normal(0.0, 1.0, size=(n_b, 10)).astype(np.float32)
     # d0 carries a noisy view of the hidden logit, d1 of the hour: learnable dense signal
@@ -362,7 +404,7 @@ def _impression_block(dic: _Dictionaries, seed: int, block: int, start: int, sto
         basic[f"d{j}"] = dense[:, j]
     for j in range(5):
         basic[f"b{j}"] = cats[:, j]
-    return impressions, basic, click, prob, without
+    return basic
 
 
 class _RowGroupWriter:
