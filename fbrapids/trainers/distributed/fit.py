@@ -154,7 +154,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     # as fit: a second pass would train on the held rows, so several epochs are not calibrated
     held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
     run_state = _RanksRun(trainer, optimizer, result, nan, overlap, max_steps)
-    lock = contextlib.nullcontext()
+    lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if checkpoint_dir is not None:
         from fbrapids.runs.workdir import lock_work_dir
         if trainer.rank == 0:  # one lock for the run: the other ranks are part of it
