@@ -22,7 +22,7 @@ import importlib.abc
 import importlib.util
 import sys
 import warnings
-from types import ModuleType
+from types import FrameType, ModuleType
 
 #: old module path -> new module path
 MOVED = {
@@ -62,7 +62,8 @@ MOVED = {
 def _caller_stacklevel() -> int:
     """The stack level of the first frame outside this module and importlib (the import
     statement that named the old path), so the warning points at the user's line."""
-    level, frame = 1, sys._getframe(1)
+    level = 1
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename == __file__ or "importlib" in frame.f_code.co_filename):
         level, frame = level + 1, frame.f_back
     return level

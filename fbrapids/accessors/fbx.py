@@ -16,21 +16,24 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fbrapids.frames import dask_tokens
 from fbrapids.errors import InputTypeError
 from fbrapids.frames.import_hooks import when_imported
 
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
+
 
 class FbxAccessor:
     """``df.fbx``: clean, join, extract, explain and stream on any supported frame."""
 
-    def __init__(self, obj: Any) -> None:
+    def __init__(self, obj: FrameLike) -> None:
         self._obj = obj
 
     # -- views -----------------------------------------------------------------
-    def clean(self, fill: dict | None = None, json: dict | None = None, where: Any = None, **kwargs: Any) -> Any:
+    def clean(self, fill: dict | None = None, json: dict | None = None, where: Any = None, **kwargs: Any) -> FrameLike:
         """Fill nulls, pull fields out of JSON strings, and filter rows.
 
         See :func:`fbrapids.views.clean.clean`.
@@ -56,7 +59,7 @@ class FbxAccessor:
         return clean_report(self._obj)
 
     # -- joins -----------------------------------------------------------------
-    def join(self, other: Any, on: str | list[str], how: str = "left", **kwargs: Any) -> Any:
+    def join(self, other: FrameLike, on: str | list[str], how: str = "left", **kwargs: Any) -> FrameLike:
         """Hash join with ``other`` on ``on``; see :func:`fbrapids.joins.strategies.join`.
 
         Example:
@@ -72,7 +75,7 @@ class FbxAccessor:
 
     # -- features --------------------------------------------------------------
     def extract(self, fitted: Any = None, /, *, training: bool = False, allow_unfitted: bool = False,
-                progress: bool | None = None, **features: Any) -> Any:
+                progress: bool | None = None, **features: Any) -> FrameLike:
         """Add the named feature columns, computed by layered meta-kernels.
 
         ``fitted`` (from :meth:`fit`) applies frozen fitted states and never refits;

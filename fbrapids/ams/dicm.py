@@ -140,8 +140,10 @@ class DICM(CTRModel):
         elif self.aggregator == "max":
             agg = max_pool(beh_img, seg, rows)
         elif self.aggregator == "attentive":
+            assert self.pool is not None  # (made by __init__ for the attentive aggregators)
             agg = self.pool(ad_img, beh_img, seg)
         else:
+            assert self.pool is not None
             ad_id_q = torch.cat([pooled[f] for f in self.ad_id_features], dim=1)
             agg = self.pool([ad_img, ad_id_q], beh_img, seg)
         parts = [batch.dense.to(dev), *pooled.values(), ad_img, agg]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import torch
 from torch import nn
@@ -57,12 +57,14 @@ def _source_state(source: Any) -> Mapping[str, torch.Tensor]:
         if (p / "latest").exists():
             from fbrapids.trainers.checkpoint.directory import latest_checkpoint
 
-            p = latest_checkpoint(p)
+            latest = latest_checkpoint(p)
+            if latest is not None:  # (never None: the pointer exists)
+                p = latest
         p = p / "dense.pt"
     if not p.exists():
         raise MissingFileError(f"partial_warm_up: no weights at {p}")
     state = load_tensors(p)
-    return state["model"] if isinstance(state, Mapping) and "model" in state else state
+    return cast(Mapping[str, torch.Tensor], state["model"] if isinstance(state, Mapping) and "model" in state else state)
 
 
 def partial_warm_up(model: nn.Module, source: Any, reinit: Sequence[str] = ()) -> WarmUpReport:

@@ -33,11 +33,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
 from fbrapids.errors import ArgumentError
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.trainers.batch import Batch
 
 log = logging.getLogger(__name__)
 
@@ -198,14 +201,14 @@ class _Counted:
 
         return estimated_batches(self.batches)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Batch]:
         for b in self.batches:
             self.rows += len(b)
             self.digest.update(batch_fingerprint(b))
             yield b
 
 
-def batch_fingerprint(batch: Any) -> bytes:
+def batch_fingerprint(batch: Batch) -> bytes:
     """A batch's labels and groups as bytes, in row order (what ``ArmsRun.order`` hashes).
 
     Example:
@@ -228,7 +231,7 @@ class _DropView:
     def __init__(self, dense: list[str], new_dense: list[str]) -> None:
         self.keep = [i for i, c in enumerate(dense) if c not in new_dense]
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Batch) -> Batch:
         from fbrapids.trainers.batch import Batch
 
         return Batch(batch.dense[:, self.keep], batch.label, batch.sparse, batch.group)
@@ -240,7 +243,7 @@ class _BaselineView:
     def __init__(self, dense: list[str], new_dense: list[str], new_sparse: list[str]) -> None:
         self.dense, self.new_dense, self.new_sparse = dense, new_dense, new_sparse
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Batch) -> Batch:
         from fbrapids.trainers.arms import baseline_view
 
         return baseline_view(batch, self.dense, self.new_dense, self.new_sparse)
@@ -256,7 +259,7 @@ class _ShuffledView:
         self.dense, self.new_dense, self.new_sparse = dense, new_dense, new_sparse
         self.generator = torch.Generator().manual_seed(seed)
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Batch) -> Batch:
         from fbrapids.trainers.arms import shuffled_view
 
         return shuffled_view(batch, self.dense, self.new_dense, self.new_sparse, self.generator)

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fbrapids.features.fitted import frame_calls
 from fbrapids.frames import backend as backends
@@ -20,8 +20,11 @@ from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths
 from fbrapids.features.plan_graph import Explanation
 from fbrapids.views.inputs import prepare
 
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
-def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: bool = True) -> str:
+
+def explain(obj: FrameLike, features: Mapping[str, Any], source: bool = False, fused: bool = True) -> str:
     """What ``extract(obj, features)`` runs: layers, operators, placement and reasons, the
     counters of its compiled plan so far (launches, pool, bytes moved between host and
     device), and (``source=True``) the generated kernel source.  The text is a ``str``; a
@@ -53,9 +56,9 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
         target = "CUDA meta-kernel" if layer.placement == "gpu" else "host C meta-kernel (OpenMP)"
         lines.append(f"layer {layer.index} [{layer.placement}] {len(layer.nodes)} op(s), one {target}:")
         for nid in layer.nodes:
-            n = plan.nodes[nid]
-            lines.append(f"  #{nid} {n.expr} -> {n.type}  [{n.placement}: {n.reason}]  "
-                         f"nulls: {n.op.null_rule}; used by: {', '.join(n.features)}")
+            node = plan.nodes[nid]
+            lines.append(f"  #{nid} {node.expr} -> {node.type}  [{node.placement}: {node.reason}]  "
+                         f"nulls: {node.op.null_rule}; used by: {', '.join(node.features)}")
             if nid in paths:
                 lines.append(f"      {paths[nid]}")
     lines.append("outputs: " + ", ".join(f"{k} = #{v} ({plan.nodes[v].type})" for k, v in plan.outputs.items()))
@@ -74,7 +77,7 @@ def explain(obj: Any, features: Mapping[str, Any], source: bool = False, fused: 
     return Explanation("\n".join(lines), plan)
 
 
-def dictionary_paths(obj: Any, plan: Any) -> dict[int, str]:
+def dictionary_paths(obj: FrameLike, plan: Any) -> dict[int, str]:
     """Per dictionary-capable operator of ``plan``, the path extracting ``obj`` takes (an
     eager pandas frame: chosen from its columns; dask: per partition)."""
     if backends.frame_kind(obj) != "pandas" or not plan.dictionary_nodes:

@@ -80,7 +80,7 @@ def extract(obj: FrameLike, features: "Mapping[str, Any] | Fitted", fused: bool 
     return run_features(obj, features, fused, progress)
 
 
-def warn_replaced(obj: Any, features: Mapping[str, Any]) -> None:
+def warn_replaced(obj: FrameLike, features: Mapping[str, Any]) -> None:
     """A :class:`~fbrapids.errors.ReplacedColumnWarning` naming the features that replace an
     input column of ``obj`` (a feature that is the column itself replaces nothing).
 

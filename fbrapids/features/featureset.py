@@ -10,12 +10,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fbrapids.features.explain import explain
 from fbrapids.features.extract import extract
 from fbrapids.features.fitted import Fitted, fit
 from fbrapids.kernels import Expr, as_expr
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 
 class FeatureSet:
@@ -30,16 +33,16 @@ class FeatureSet:
         self.features.update({k: as_expr(v) for k, v in features.items()})
         return self
 
-    def fit(self, frame: Any, time_column: str | None = "ts") -> Fitted:
+    def fit(self, frame: FrameLike, time_column: str | None = "ts") -> Fitted:
         """Every fitted operator of the set fitted over ``frame`` in one pass: a
         :class:`~fbrapids.features.Fitted` to extract on any frame (never refitted)."""
         return fit(frame, self.features, time_column=time_column)
 
-    def extract(self, frame: Any, fused: bool = True) -> Any:
+    def extract(self, frame: FrameLike, fused: bool = True) -> FrameLike:
         """``frame`` with this set's features added (see :func:`fbrapids.features.extract`)."""
         return extract(frame, self.features, fused=fused)
 
-    def explain(self, frame: Any, source: bool = False) -> str:
+    def explain(self, frame: FrameLike, source: bool = False) -> str:
         """What :meth:`extract` runs over ``frame`` (see :func:`fbrapids.features.explain`)."""
         return explain(frame, self.features, source=source)
 

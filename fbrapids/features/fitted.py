@@ -33,7 +33,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,9 @@ from fbrapids.features.run import run_features
 from fbrapids.features.schema import check_columns
 from fbrapids.kernels import Call, Col, Expr, as_expr
 from fbrapids.kernels.expr_json import expr_from_json, expr_to_json
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +151,7 @@ class Fitted:
     info: dict[str, Any] = field(default_factory=dict)
     _source: Any = field(default=None, repr=False, compare=False)
 
-    def extract(self, frame: Any, training: bool = False, fused: bool = True) -> Any:
+    def extract(self, frame: FrameLike, training: bool = False, fused: bool = True) -> FrameLike:
         """``frame`` with the features added, the fitted states applied (see :func:`extract`)."""
         return extract_frame(frame, self, training=training, fused=fused)
 
@@ -233,8 +236,8 @@ def state_from_param(p: Mapping[str, Any]) -> FittedState:
 
 # -- computing inputs --------------------------------------------------------------------------
 
-def _with_inputs(frame: Any, calls: list[Call], fused: bool, training: bool = True
-                 ) -> tuple[Any, dict[Call, dict[str, str]]]:
+def _with_inputs(frame: FrameLike, calls: list[Call], fused: bool, training: bool = True
+                 ) -> tuple[FrameLike, dict[Call, dict[str, str]]]:
     """``frame`` with each call's inputs as temporary columns (kernel-computed where needed)."""
     names: dict[Call, dict[str, str]] = {}
     direct: dict[str, str] = {}
@@ -264,7 +267,7 @@ def _inputs_frame(part: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
 
 
 # -- fit ----------------------------------------------------------------------------------------
-def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts", fused: bool = True) -> Fitted:
+def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None = "ts", fused: bool = True) -> Fitted:
     """Fit every fitted operator of ``features`` over ``frame`` in one pass.
 
     Args:
@@ -335,7 +338,7 @@ def fit(frame: Any, features: Mapping[str, Any], time_column: str | None = "ts",
             state.meta.update(time_column=time_column, time_min=_scalar(extras["time_min"]),
                               time_max=_scalar(extras["time_max"]))
         states[sid] = state
-    info = {"rows": rows, "seconds": time.perf_counter() - t0}
+    info: dict[str, Any] = {"rows": rows, "seconds": time.perf_counter() - t0}
     if "time_min" in extras:
         info.update(time_column=time_column, time_min=_scalar(extras["time_min"]), time_max=_scalar(extras["time_max"]))
     out = Fitted(features, states, info)
@@ -369,8 +372,8 @@ def _history_column(c: Call) -> str:
 
 
 # -- apply --------------------------------------------------------------------------------------------
-def _apply_partition(part: Any, jobs: list[tuple[str, str, dict[str, Any], dict[str, str], Any]],
-                     training: bool) -> Any:
+def _apply_partition(part: FrameLike, jobs: list[tuple[str, str, dict[str, Any], dict[str, str], Any]],
+                     training: bool) -> FrameLike:
     """One partition with the fitted / history outputs of ``jobs`` added as columns.  A cudf
     partition sends only the jobs' input columns to the host and takes only their outputs
     back (not every column both ways); the outputs join it by position."""
@@ -418,8 +421,8 @@ def _out_dtype(op: str, spec: FittedSpec | None, call: Call, cols: dict[str, str
                                                                          np.dtype(np.float64))
 
 
-def _apply_frame_ops(frame: Any, calls: list[Call], states: Mapping[str, FittedState], training: bool,
-                     fused: bool) -> Any:
+def _apply_frame_ops(frame: FrameLike, calls: list[Call], states: Mapping[str, FittedState], training: bool,
+                     fused: bool) -> FrameLike:
     """``frame`` with a column per call (named by :func:`_column_of`), inputs computed first."""
     frame, names = _with_inputs(frame, calls, fused, training)
     fitted_jobs = []
@@ -455,23 +458,23 @@ _PART = f"{_TMP}part"
 _POS_BITS = 40  # rows per partition below 2**40
 
 
-def _tag_rows(part: Any, partition_info: dict | None = None) -> Any:
+def _tag_rows(part: FrameLike, partition_info: dict | None = None) -> FrameLike:
     number = (partition_info or {}).get("number", 0)
     return part.assign(**{_ROW: (np.int64(number) << _POS_BITS) + np.arange(len(part), dtype=np.int64)})
 
 
-def _part_of_row(part: Any) -> Any:
+def _part_of_row(part: FrameLike) -> FrameLike:
     return part.assign(**{_PART: part[_ROW].to_numpy() // (1 << _POS_BITS)})
 
 
-def _copy(part: Any, mapping: dict[str, str]) -> Any:
+def _copy(part: FrameLike, mapping: dict[str, str]) -> FrameLike:
     # the series itself relabelled, never ``to_numpy()`` (a nullable / Arrow int column with
     # nulls came out as float64: 2^53 + 1 -> 2^53, 2^64 - 1 -> 2^64, while the meta kept its
     # dtype) and never ``.array`` / ``set_axis`` (cudf series have neither)
     return part.assign(**{new: _backend.on_index(part[src], part.index) for new, src in mapping.items()})
 
 
-def copy_columns(frame: Any, mapping: dict[str, str]) -> Any:
+def copy_columns(frame: FrameLike, mapping: dict[str, str]) -> FrameLike:
     """``frame`` with column ``src`` copied as ``new`` for each ``new: src``, per partition and
     by position (a dask-level ``assign`` of one column to another aligns indexes, which
     fails on the duplicate labels partition-local indexes have)."""
@@ -481,7 +484,7 @@ def copy_columns(frame: Any, mapping: dict[str, str]) -> Any:
     return frame.map_partitions(_copy, mapping, meta=meta)
 
 
-def _attach(part: Any, results: Any, names: list[str]) -> Any:
+def _attach(part: FrameLike, results: FrameLike, names: list[str]) -> FrameLike:
     """``part`` with the ``names`` columns of ``results`` (its own rows, in any order) put back in row order."""
     host = _backend.to_host(results) if _backend.is_gpu_object(results) else results
     if len(host) != len(part):
@@ -495,7 +498,7 @@ def _attach(part: Any, results: Any, names: list[str]) -> Any:
     return part.drop(columns=[_ROW]).assign(**cols)
 
 
-def _history_in_place(frame: Any, key: str, jobs: list, dask: Any) -> Any:
+def _history_in_place(frame: FrameLike, key: str, jobs: list, dask: Any) -> FrameLike:
     """History jobs over one key on a dask frame, rows kept in their partitions and order.
 
     Only the jobs' input columns travel: tagged with their (partition, position), shuffled by
@@ -523,7 +526,7 @@ def _history_in_place(frame: Any, key: str, jobs: list, dask: Any) -> Any:
                         verify_meta=False)
 
 
-def _map(frame: Any, jobs: list, training: bool, dask: Any) -> Any:
+def _map(frame: FrameLike, jobs: list, training: bool, dask: Any) -> FrameLike:
     meta = frame._meta
     host_meta = _backend.to_host(meta) if _backend.is_gpu_object(meta) else meta
     new = {}
@@ -553,8 +556,8 @@ def has_frame_ops(features: Mapping[str, Any]) -> bool:
     return any(frame_calls(as_expr(e)) for e in features.values())
 
 
-def extract_frame(frame: Any, features: "Mapping[str, Any] | Fitted", training: bool = False,
-                  allow_unfitted: bool = False, fused: bool = True, progress: bool | None = False) -> Any:
+def extract_frame(frame: FrameLike, features: "Mapping[str, Any] | Fitted", training: bool = False,
+                  allow_unfitted: bool = False, fused: bool = True, progress: bool | None = False) -> FrameLike:
     """Add the features to ``frame``: fitted and history operators at frame level, the rest
     through the meta-kernels.
 

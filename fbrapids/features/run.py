@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
@@ -25,6 +25,9 @@ from fbrapids.ui.progressbar import row_chunks
 from fbrapids.views.inputs import prepare
 from fbrapids.kernels import Call, Expr, Operator, add_operator, as_expr, empty_series, get_operator, operators, to_series
 
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
+
 
 #: an eager pandas ``extract`` of at least this many rows shows a progress bar by default
 EXTRACT_PROGRESS_ROWS = 1 << 21
@@ -32,7 +35,7 @@ EXTRACT_PROGRESS_ROWS = 1 << 21
 EXTRACT_CHUNK_ROWS = 1 << 18
 
 
-def run_eager(df: Any, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> Any:
+def run_eager(df: FrameLike, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> FrameLike:
     """``df`` with the feature columns added (pandas or cudf).
 
     ``progress``: True runs a pandas frame in chunks of ``EXTRACT_CHUNK_ROWS`` rows under a
@@ -45,7 +48,7 @@ def run_eager(df: Any, features: Mapping[str, Any], fused: bool = True, progress
     return df.assign(**_feature_columns(df, features, fused))
 
 
-def _feature_columns(df: Any, features: Mapping[str, Any], fused: bool) -> dict[str, Any]:
+def _feature_columns(df: FrameLike, features: Mapping[str, Any], fused: bool) -> dict[str, Any]:
     src = prepare(df, features)  # timestamps as epoch seconds; unreadable columns are errors
     runtime = compiled_plan(src, features, fused)
     res = runtime.run(src)
@@ -95,7 +98,7 @@ def run_partition(part: pd.DataFrame, features: dict[str, Expr], fused: bool,
     return run_eager(part, features, fused)
 
 
-def run_features(obj: Any, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> Any:
+def run_features(obj: FrameLike, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> FrameLike:
     """Add the (already fitted) feature columns to a pandas, cudf, dask or dask-cudf frame
     (``progress``: see :func:`run_eager`; a dask frame's progress shows when it is computed,
     under :func:`fbrapids.progress`)."""

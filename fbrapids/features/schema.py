@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -18,8 +18,11 @@ from fbrapids.frames import backend as backends
 from fbrapids.errors import FeatureError
 from fbrapids.kernels import as_expr, columns_of, from_arrow_type, object_array
 
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike, SeriesLike
 
-def column_type(s: Any) -> str | None:
+
+def column_type(s: SeriesLike) -> str | None:
     """The kernel type name of a pandas / cudf series' dtype (None when unreadable)."""
     dtype = s.dtype
     if isinstance(dtype, pd.ArrowDtype):
@@ -48,7 +51,7 @@ def column_type(s: Any) -> str | None:
     return None
 
 
-def column_nullable(s: Any) -> bool:
+def column_nullable(s: SeriesLike) -> bool:
     """Whether a series' dtype can hold nulls (numpy ints and bools cannot; floats hold NaN,
     datetimes NaT, the rest a mask or Arrow validity).
 
@@ -60,19 +63,19 @@ def column_nullable(s: Any) -> bool:
     return not (isinstance(dtype, np.dtype) and dtype.kind in "biu")
 
 
-def nullable_columns(frame: Any, columns: set[str]) -> set[str]:
+def nullable_columns(frame: FrameLike, columns: set[str]) -> set[str]:
     """Those of ``columns`` whose dtype in ``frame`` (or its dask meta) can hold nulls."""
     meta = getattr(frame, "_meta", frame)
     return {c for c in meta.columns if c in columns and column_nullable(meta[c])}
 
 
-def schema_of(frame: Any, columns: set[str]) -> dict[str, str | None]:
+def schema_of(frame: FrameLike, columns: set[str]) -> dict[str, str | None]:
     """Kernel type names of ``columns`` of a (pandas, cudf or dask) frame, from its meta."""
     meta = getattr(frame, "_meta", frame)
     return {c: column_type(meta[c]) for c in meta.columns if c in columns}
 
 
-def check_columns(frame: Any, features: Mapping[str, Any]) -> None:
+def check_columns(frame: FrameLike, features: Mapping[str, Any]) -> None:
     """Raise :class:`~fbrapids.errors.FeatureError` naming the feature, the column and the
     frame's columns when a feature reads a column ``frame`` does not have.
 

@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,9 @@ from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, OperatorTypeError
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike, SeriesLike
 
 PAD_ID, NULL_ID, OOV_ID = 0, 1, 2
 
@@ -227,7 +230,7 @@ class FittedSpec:
     def __init__(self, params: dict[str, Any]) -> None:
         self.params = dict(params)
 
-    def stats(self, inp: Any) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, Any]:
         raise NotImplementedError
 
     def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
@@ -250,7 +253,7 @@ class Categorify(FittedSpec):
     def oov_width(self) -> int:
         return max(int(self.params.get("oov_buckets", 0) or 0), 1)
 
-    def stats(self, inp: Any) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, Any]:
         values = inp["a0"]
         if _is_list(values):
             values = values.explode()
@@ -282,7 +285,7 @@ class Categorify(FittedSpec):
         return _unflat(offsets, ids, valid, part.index)
 
 
-def _is_list(s: Any) -> bool:
+def _is_list(s: SeriesLike) -> bool:
     return _backend.is_list_dtype(getattr(s, "dtype", None))  # cudf's ListDtype too
 
 
@@ -293,10 +296,10 @@ class CountEncode(FittedSpec):
     op = "count_encode"
     out_type = "i64"
 
-    def keys(self, inp: Any) -> list[str]:
+    def keys(self, inp: FrameLike) -> list[str]:
         return [f"a{i}" for i in range(int(self.params.get("n_keys", 1)))]
 
-    def stats(self, inp: Any) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, Any]:
         keys = self.keys(inp)
         return {"counts": inp[keys].groupby(keys, dropna=True).size()}
 
@@ -344,12 +347,12 @@ class TargetEncode(CountEncode):
     op = "target_encode"
     out_type = "f64"  # not CountEncode's i64: the dask meta said int64 for float64 encodings
 
-    def _with_fold(self, inp: Any) -> Any:
+    def _with_fold(self, inp: FrameLike) -> FrameLike:
         n = int(self.params["n_keys"])
         folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
         has_id = bool(self.params.get("fold_by"))
 
-        def add_fold(part: Any) -> Any:
+        def add_fold(part: FrameLike) -> FrameLike:
             host = _host(part)  # the fold hash runs on the host; the frame keeps its backend
             fid = host[f"a{n + 1}"] if has_id else None
             # labels summed as float64: an integer label sum would wrap (uint64 labels); exact
@@ -367,7 +370,7 @@ class TargetEncode(CountEncode):
             frame = add_fold(inp)
         return frame
 
-    def stats(self, inp: Any) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, Any]:
         n = int(self.params["n_keys"])
         keys = [f"a{i}" for i in range(n)]
         frame = self._with_fold(inp)
@@ -463,7 +466,7 @@ class TargetEncode(CountEncode):
 class _NumericStats(FittedSpec):
     """Statistics of one numeric column built from its exact value counts."""
 
-    def stats(self, inp: Any) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, Any]:
         return {"counts": inp["a0"].value_counts(dropna=True)}
 
     def summary(self, parts: dict[str, list[Any]], rows: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:

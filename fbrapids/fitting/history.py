@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -253,7 +253,7 @@ def time_since(part: pd.DataFrame, label: str = "time") -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=part.index)
 
 
-HISTORY_OPS = {"history": history, "window_count": window_count, "window_mean": window_mean,
+HISTORY_OPS: dict[str, Callable[..., pd.Series]] = {"history": history, "window_count": window_count, "window_mean": window_mean,
                "time_since": time_since}
 OUT_TYPES = {"history": "list", "window_count": "i64", "window_mean": "f64", "time_since": "i64?"}
 

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -90,7 +90,8 @@ def _number_kind(x: pd.Series) -> str | None:
 def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[Any]]:
     """The keys a column of ``dtype`` can equal (as Python compares them: ``2**64 - 1`` is
     not ``-1``, ``2**53 + 1`` is no float64, ``2.5`` no integer), with their positions."""
-    at, held = [], []
+    at: list[int] = []
+    held: list[Any] = []
     for i, k in enumerate(keys):
         if isinstance(k, (bool, np.bool_)):
             k = int(k)
@@ -99,13 +100,15 @@ def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[Any]]:
         if dtype.kind == "f":
             if isinstance(k, (int, np.integer)) and float(k) != k:
                 continue
-            at.append(i), held.append(float(k))
+            at.append(i)
+            held.append(float(k))
             continue
         if isinstance(k, (float, np.floating)) and not float(k).is_integer():
             continue
         info = np.iinfo(dtype)
         if int(info.min) <= int(k) <= int(info.max):
-            at.append(i), held.append(int(k))
+            at.append(i)
+            held.append(int(k))
     return at, held
 
 
@@ -212,7 +215,7 @@ def overlap_count(part: pd.DataFrame) -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(counts, mask=~valid)), index=part.index)
 
 
-ROW_OPS = {"lookup_value": lookup_value, "pad": pad, "overlap_count": overlap_count}
+ROW_OPS: dict[str, Callable[..., pd.Series]] = {"lookup_value": lookup_value, "pad": pad, "overlap_count": overlap_count}
 
 
 def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:

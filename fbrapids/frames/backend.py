@@ -152,7 +152,7 @@ def parse_pool_size(text: str | None, free_bytes: int) -> int | None:
 
 def resource_chain(mr: Any) -> list[Any]:
     """``mr`` and the resources under it (adaptors expose ``get_upstream()``)."""
-    chain = []
+    chain: list[Any] = []
     while mr is not None and len(chain) < 32:
         chain.append(mr)
         mr = mr.get_upstream() if hasattr(mr, "get_upstream") else None
@@ -422,7 +422,7 @@ def to_host(obj: Any) -> Any:
     return obj
 
 
-def _series_to_host(s: Any) -> pd.Series:
+def _series_to_host(s: SeriesLike) -> pd.Series:
     """One cudf series as pandas (RangeIndex), with the dtype rules of :func:`to_host`."""
     kind = getattr(s.dtype, "kind", "O")
     nested = type(s.dtype).__name__ in ("ListDtype", "StructDtype")
@@ -529,7 +529,7 @@ def is_host_arrow_strings(col: Any) -> bool:
     return (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow" and not is_gpu_object(col))
 
 
-def on_index(series: Any, index: Any) -> Any:
+def on_index(series: SeriesLike, index: Any) -> SeriesLike:
     """``series``' values, by position, labelled with ``index`` (no alignment): for assigning a
     column into a frame whose index has duplicate labels.  pandas and cudf alike (cudf series
     have neither ``.array`` nor ``set_axis``; both have ``copy(deep=False)`` and the ``index`` setter).
@@ -577,7 +577,7 @@ def int_dtype_of_type_id(type_id: str) -> np.dtype:
     raise ArgumentError(f"pylibcudf type {type_id} is not an integer type")
 
 
-def cudf_series_of(plc_column: Any, dtype: Any, name: Any = None, index: Any = None) -> Any:
+def cudf_series_of(plc_column: Any, dtype: Any, name: Any = None, index: Any = None) -> "cudf.Series":
     """A cudf series over a pylibcudf column, typed ``dtype`` -- the dtype of the column it was
     gathered from.  ``cudf.Series.from_pylibcudf`` rebuilds the dtype from the raw libcudf type
     (categorical -> its codes, ``Int64`` / ``boolean`` -> numpy, a datetime's zone dropped);

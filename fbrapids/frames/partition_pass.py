@@ -33,7 +33,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ def _client_of(get: Callable | None) -> Any:
     return owner if type(owner).__name__ == "Client" else None
 
 
-def iter_partitions(frame: Any, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[Any]:
+def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[FrameLike]:
     """The partitions of dask ``frame``, in order, computed as one pass (see the module doc).
 
     Args:
@@ -134,7 +137,7 @@ def iter_partitions(frame: Any, window: int = 2, stats: dict[str, int] | None = 
         yield from _local_pass(plan, get, window)
 
 
-def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[Any]:
+def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[FrameLike]:
     from dask._task_spec import DataNode
 
     kept: dict[Any, Any] = {}
@@ -155,7 +158,7 @@ def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[Any]:
         yield from results[:len(batch)]
 
 
-def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[Any]:
+def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[FrameLike]:
     from fbrapids.frames.cluster import result_or_error  # a bounded wait when every worker is gone
 
     held: dict[Any, Any] = {}  # shared key -> Future, released after its last consumer is done

@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ import pandas as pd
 from fbrapids.frames import backend as _backend
 from fbrapids.errors import JoinError
 from fbrapids.views.rows import take_array, take_rows
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 VALIDATE = {
     "one_to_one": "one_to_one", "1:1": "one_to_one",
@@ -61,7 +64,7 @@ def normalize_validate(validate: str | None) -> str | None:
     return VALIDATE[validate]
 
 
-def key_values(frame: Any, key: str) -> Any:
+def key_values(frame: FrameLike, key: str) -> Any:
     """Column ``key`` of ``frame``, or its index level of that name."""
     if key in frame.columns:
         return frame[key]
@@ -154,7 +157,7 @@ class JoinTable:
             values = np.asarray(self.index) if not isinstance(self.index, pd.MultiIndex) else None
             ok = (values is not None and values.dtype.kind in "iu" and len(values) > 0
                   and bool(self.index.is_monotonic_increasing))
-            keys = self._sorted = values if ok else np.zeros(0)
+            keys = self._sorted = values if ok and values is not None else np.zeros(0)
         if not len(keys) or not isinstance(probe, np.ndarray) or probe.dtype != keys.dtype:
             return None
         pos = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
@@ -256,8 +259,8 @@ def host_join(left: pd.DataFrame, right: "pd.DataFrame | JoinTable", keys: Seque
     return assemble(left, table, left_rows, right_rows, how, suffixes)
 
 
-def device_join(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
-                validate: str | None = None) -> Any:
+def device_join(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
+                validate: str | None = None) -> FrameLike:
     """Join two cudf frames with pylibcudf's hash join; left order and index kept, ints stay ints.
 
     Unverified on a device (no GPU where this was written): it follows cudf 26.10's pylibcudf
@@ -292,7 +295,7 @@ def device_join(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: 
     return result
 
 
-def _check_device_unique(keys_frame: Any, keys: list[str], side: str, validate: str) -> None:
+def _check_device_unique(keys_frame: FrameLike, keys: list[str], side: str, validate: str) -> None:
     valid = keys_frame.dropna()
     dup = valid[valid.duplicated()]
     if len(dup):
@@ -302,7 +305,7 @@ def _check_device_unique(keys_frame: Any, keys: list[str], side: str, validate: 
         raise duplicate_key_error(keys, value[0] if len(keys) == 1 else value, count, side, validate)
 
 
-def check_unique_keys(frame: Any, keys: Sequence[str], side: str, validate: str) -> None:
+def check_unique_keys(frame: FrameLike, keys: Sequence[str], side: str, validate: str) -> None:
     """Raise the duplicate-key error when a non-null key of ``frame`` (pandas or cudf)
     appears twice; used on a dask frame's hash buckets, so the count is the whole frame's.
 
@@ -330,8 +333,8 @@ def check_unique_keys(frame: Any, keys: Sequence[str], side: str, validate: str)
         raise _duplicate_error(keys, index, side, validate)
 
 
-def join_frames(left: Any, right: Any, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
-                validate: str | None = None) -> Any:
+def join_frames(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
+                validate: str | None = None) -> FrameLike:
     """Join two eager frames of one backend (pandas, or cudf on the device).
 
     Example:

@@ -100,7 +100,7 @@ def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray,
     n, length = len(rows), len(arr)
     if n and bounds is None:
         bounds = (int(rows.min()), int(rows.max()))
-    if n and bounds[1] >= length:
+    if n and bounds is not None and bounds[1] >= length:  # (n: bounds is set)
         return None  # the caller's own take reports the row out of bounds
     bits = _offset_bits(arr.type)
     if _is_list(arr.type):
@@ -114,7 +114,7 @@ def take_var_width(values: "pa.Array | pa.ChunkedArray", rows: np.ndarray,
         base = arr.buffers()[2].address if arr.buffers()[2] is not None else 0
     in_off = arr.buffers()[1].address + arr.offset * (bits // 8)
     in_valid = arr.buffers()[0]
-    has_nulls = fill is None and ((arr.null_count > 0) or (n > 0 and bounds[0] < 0))
+    has_nulls = fill is None and ((arr.null_count > 0) or (n > 0 and bounds is not None and bounds[0] < 0))
     valid_in = in_valid.address if (in_valid is not None and arr.null_count) else None
     fill_buf = np.frombuffer(fill + b"\0", dtype=np.uint8) if fill is not None else None
     out_off = HM.arrow_buffer((n + 1) * (bits // 8))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -41,6 +41,12 @@ BUILTINS: list[Operator] = []
 MAX_BUCKETS = 2**63 - 1  # bucket ids are int64
 
 
+@overload
+def _int_param(params: dict, name: str, lo: int | None = None, allow_none: Literal[False] = False,
+               hi: int | None = None) -> int: ...
+@overload
+def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False,
+               hi: int | None = None) -> int | None: ...
 def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False,
                hi: int | None = None) -> int | None:
     v = params.get(name)
@@ -74,8 +80,12 @@ def _type_range(x: str) -> tuple[int, int] | tuple[float, float]:
     """The values a fixed-width type holds: ``(min, max)`` (floats: the finite range)."""
     if x == "bool":
         return 0, 1
-    info = np.iinfo(T.NUMPY_DTYPE[x]) if x in T.INT_TYPES else np.finfo(T.NUMPY_DTYPE[x])
-    return (int(info.min), int(info.max)) if x in T.INT_TYPES else (float(info.min), float(info.max))
+    dt: np.dtype[Any] = np.dtype(T.NUMPY_DTYPE[x])
+    if x in T.INT_TYPES:
+        ints = np.iinfo(dt)
+        return int(ints.min), int(ints.max)
+    floats = np.finfo(dt)
+    return float(floats.min), float(floats.max)
 
 
 def _number(v: Any, x: str, what: str) -> int | float:

@@ -255,6 +255,7 @@ def to_arrow(c: HostColumn) -> pa.Array:
     if c.type == "str":
         return pa.Array.from_buffers(pa.large_string(), c.n, [_buf(c.valid), pa.py_buffer(c.offsets),
                                                               pa.py_buffer(c.bytes)], null_count=nulls)
+    assert c.offsets is not None  # (a list column: its offsets are set)
     offsets = c.offsets
     if offsets[-1] < 2**31 - 1:
         offsets = offsets.astype(np.int32)
@@ -263,10 +264,12 @@ def to_arrow(c: HostColumn) -> pa.Array:
         list_t = pa.large_list(t.value_type)
     total = int(c.offsets[-1])
     if c.type == "list<str>":
+        assert c.str_offsets is not None
         nstr = total
         child = pa.Array.from_buffers(pa.large_string(), nstr, [None, pa.py_buffer(c.str_offsets[: nstr + 1]),
                                                                 pa.py_buffer(c.bytes)])
     else:
+        assert c.data is not None
         child = pa.Array.from_buffers(t.value_type, total, [None, pa.py_buffer(c.data[:total])])
     return pa.Array.from_buffers(list_t, c.n, [_buf(c.valid), pa.py_buffer(offsets)], null_count=nulls,
                                  children=[child])

@@ -144,6 +144,7 @@ def take(col: HostColumn, idx: np.ndarray) -> HostColumn:
         [6, 6, 4]
     """
     if col.type in T.FIXED_TYPES:
+        assert col.data is not None  # (a fixed-width column: its data is set)
         valid = None if col.valid is None else pack_validity(col.validity_bool()[idx])
         return HostColumn(col.type, len(idx), valid=valid, data=col.data[: col.n][idx])
     arr = to_arrow(col)
@@ -308,6 +309,7 @@ def hash_count(node: Node, col: HostColumn) -> int:
         return 0  # tokens, not their hashes
     if node.type in T.FIXED_TYPES:
         return col.n - col.null_count()
+    assert col.offsets is not None  # (a string or list column: its offsets are set)
     return int(col.offsets[col.n] - col.offsets[0]) if col.n else 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from fbrapids.kernels import counters as S
 from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import LayerABI
 from fbrapids.kernels.plan import Plan
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 
 @dataclass
@@ -44,7 +47,7 @@ class Runtime(abc.ABC):
     stats: S.KernelStats
 
     @abc.abstractmethod
-    def run(self, columns: Mapping[str, Any] | Any) -> RunResult:
+    def run(self, columns: Mapping[str, Any] | FrameLike) -> RunResult:
         """Run every layer over ``columns`` (input name -> column, or a frame)."""
 
 

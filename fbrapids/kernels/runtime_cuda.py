@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -55,6 +55,11 @@ from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_byte
 from fbrapids.kernels.render import kernel_name, render_module
 from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
 from fbrapids.kernels.runtime_host import HostPlan, check_fit_values
+
+if TYPE_CHECKING:  # (annotations only: no import at run time; cudf has no stubs, so mypy sees Any)
+    import cudf
+
+    from fbrapids.frames.backend import FrameLike
 
 DEVICE_HELPERS = "fbx_device_helpers.cu"
 #: status vector of a layer: [error word, pool head, bytes-per-row quantile, then per output
@@ -107,7 +112,7 @@ def meta_dtype(type_name: str) -> Any:
     return empty_series(type_name, "x").dtype
 
 
-def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any = None) -> Any:
+def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any = None) -> "cudf.Series":
     """A plan output (a pylibcudf column) as a cudf series of the dtype a dask frame's meta
     gives it (``features.run``: :func:`meta_dtype` moved to cudf): a list output is typed as
     pandas' Arrow list dtype, which cudf keeps on columns made from pandas (the meta is one),
@@ -228,13 +233,13 @@ class CudaPlan(Runtime):
         return self._consts
 
     # -- running -------------------------------------------------------------------------
-    def run(self, columns: Mapping[str, Any] | Any) -> RunResult:
+    def run(self, columns: Mapping[str, Any] | FrameLike) -> RunResult:
         """The plan's outputs as cudf series (on the inputs' index); per-row status arrays
         as cupy arrays."""
         with self._lock:
             return self._run(columns)
 
-    def _input(self, s: Any, name: str, type_name: str) -> DeviceValue:
+    def _input(self, s: "cudf.Series", name: str, type_name: str) -> DeviceValue:
         if isinstance(s.dtype, self.cudf.CategoricalDtype):
             s = s.astype(s.cat.categories.dtype)  # decoded on the device
         if type_name in T.FLOAT_TYPES:  # NaN is null, as on the host (columns.from_series): one rule
@@ -242,7 +247,7 @@ class CudaPlan(Runtime):
         col, _meta = s.to_pylibcudf()
         return DeviceValue(read_column(self.cp, self.plc, col, type_name, name), col)
 
-    def _run(self, columns: Mapping[str, Any] | Any) -> RunResult:
+    def _run(self, columns: Mapping[str, Any] | FrameLike) -> RunResult:
         plan = self.plan
         names = plan.input_columns()
         first = columns[names[0]] if names else None
@@ -456,6 +461,7 @@ class CudaPlan(Runtime):
         cp = self.cp
         if type_name in T.FIXED_TYPES:
             return self._value(type_name, n, mask, nulls, data=b["data"])
+        assert scans is not None  # (a string or list output: its counts were scanned)
         offs, total = scans[0], int(totals[0])
         st.compactions += 1
         if type_name == "list<str>":

@@ -20,8 +20,9 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
-from typing import Any, Mapping
+from typing import AbstractSet, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -61,6 +62,7 @@ _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, 
 def check_fit(plan: Plan, nid: int, arg: HostColumn) -> None:
     """Raise when a value of ``arg`` does not fit the type node ``nid`` converts it to
     (``Impl.checks_fit``, e.g. ``cast``), naming the features, the input, the row and the value."""
+    assert arg.data is not None  # (the checked conversions take fixed-width inputs)
     check_fit_values(plan, nid, arg.data[: arg.n], arg.validity_bool())
 
 
@@ -181,7 +183,7 @@ class HostPlan(Runtime):
             if nid not in chosen and not (all(a in coded for a in node.args)
                                           and D.choose(plan, node, values, coded, n, how)):
                 continue  # (an operator over inputs the others coded meanwhile may take the path too)
-            res = D.run_coded(plan, node, values, coded, lambda cols, nid=nid: self._run_distinct(nid, cols, st), how)
+            res = D.run_coded(plan, node, values, coded, functools.partial(self._run_distinct, nid, st=st), how)
             if res is None:
                 continue
             values[nid] = D.take(res.values, res.codes)
@@ -207,7 +209,7 @@ class HostPlan(Runtime):
 
     def _run_layer(self, layer: Layer, fn, abi, n: int, values: dict[int, HostColumn],
                    status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer,
-                   skip: np.ndarray | None = None, done: set[int] = frozenset()) -> None:
+                   skip: np.ndarray | None = None, done: AbstractSet[int] = frozenset()) -> None:
         """Run one layer (re-running it after an overflow); the operators in ``done`` (on
         the dictionary path, flagged in ``skip``) keep the values they have."""
         plan = self.plan

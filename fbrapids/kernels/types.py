@@ -39,7 +39,7 @@ C_TYPE = {
     "str": "fbx_str", "list<i64>": "fbx_li", "list<u64>": "fbx_li", "list<str>": "fbx_ls",
 }
 
-NUMPY_DTYPE = {
+NUMPY_DTYPE: dict[str, type[np.integer[Any]] | type[np.floating[Any]]] = {
     "bool": np.uint8, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
     "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
     "f32": np.float32, "f64": np.float64,
@@ -127,7 +127,7 @@ def misfits(values: np.ndarray, to: str, xp: Any = np) -> np.ndarray:
     """
     if to == "bool":
         return xp.zeros(len(values), dtype=bool)
-    dtype = np.dtype(NUMPY_DTYPE[to])
+    dtype: np.dtype[Any] = np.dtype(NUMPY_DTYPE[to])
     if dtype.kind == "f":
         with np.errstate(over="ignore", invalid="ignore"):
             return xp.isfinite(values) & ~xp.isfinite(values.astype(dtype))

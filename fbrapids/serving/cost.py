@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -110,7 +111,7 @@ class CallCost:
         """Each item's work (int64) for a request of ``request_size``; refused over a list bound."""
         r, r_pair = request_size
         base = self.n_features + r
-        out = [base + self._size(it, self._item, lambda j=j: label(j))
-               + (r_pair * self._size(it, self._item_pair, lambda j=j: label(j)) if r_pair else 0)
+        out = [base + self._size(it, self._item, functools.partial(label, j))
+               + (r_pair * self._size(it, self._item_pair, functools.partial(label, j)) if r_pair else 0)
                for j, it in enumerate(items)]
         return np.asarray(out, dtype=np.int64)

@@ -76,17 +76,21 @@ MAX_KWARG_ITEMS = 4096
 
 
 def _encode(v: Any, d: Path) -> Any:
-    from fbrapids.ams.embedding import ImageEmbedder
+    from fbrapids.ams.embedding import ImageEmbedder, ImageEmbeddingMLP
 
     if isinstance(v, StoreConfig):
         return {"StoreConfig": v.to_dict()}
     if isinstance(v, ImageEmbedder):
+        mlp = v.model
+        if not isinstance(mlp, ImageEmbeddingMLP):  # (its sizes and final PReLU are what the export records)
+            raise ExportError(f"export: the image sub-model is a {type(mlp).__name__}; an export records and "
+                              "rebuilds an ImageEmbeddingMLP only")
         store = v.store  # written into the export (paths read at load time stay inside it)
         if store.path is None or not Path(store.path).resolve().is_relative_to(d.resolve()):
             store = store.save(d / IMAGES)
         return {"ImageEmbedder": {"vectors": Path(store.path).resolve().relative_to(d.resolve()).as_posix(),
-                                  "sizes": list(v.model.sizes),
-                                  "final_prelu": isinstance(v.model.net[-1], torch.nn.PReLU), "dedup": v.dedup,
+                                  "sizes": list(mlp.sizes),
+                                  "final_prelu": isinstance(mlp.net[-1], torch.nn.PReLU), "dedup": v.dedup,
                                   "default": store.default.tolist()}}
     if isinstance(v, Mapping):
         return {str(k): _encode(x, d) for k, x in v.items()}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import torch
@@ -123,7 +123,7 @@ def _wide_deep(model: WideAndDeep, req: SideArrays, rows: SideArrays, owner: np.
     w = model.wide_dense.weight  # [1, d]
     wide_r = xr[:, r_src] @ w[:, r_idx].T  # [R, 1]
     wide_i = xi[:, i_src] @ w[:, i_idx].T + model.wide_dense.bias  # [N, 1]
-    first = model.deep[0]
+    first = cast(torch.nn.Linear, model.deep[0])  # plain_mlp's first layer
     nd = len(dense)
     e_dim = model.deep_emb.dim
     r_cols, i_cols, r_parts, i_parts = list(r_idx), list(i_idx), [xr[:, r_src]], [xi[:, i_src]]

@@ -63,7 +63,7 @@ import re
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from fbrapids.errors import ServeConfigError
 
@@ -160,7 +160,7 @@ class Gate:
         self._answered: asyncio.Condition | None = None  # notified when a call is answered (on the event loop)
 
     async def _answer(self, send: Callable[[dict], Awaitable[None]], status: int, detail: str,
-                      extra: list[tuple[bytes, bytes]] = ()) -> None:
+                      extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
         body = json.dumps({"detail": detail}).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

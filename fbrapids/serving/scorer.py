@@ -91,6 +91,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import re
 import threading
@@ -412,7 +413,7 @@ class Scorer:
                                            f"max_items={self.max_items}")
             many = len(entries) > 1
             works = [self.cost.item_work(self.cost.request_size(r, f"request {i}"), items,
-                                         (lambda j, i=i: f"request {i} item {j}") if many else (lambda j: f"item {j}"))
+                                         functools.partial("request {} item {}".format, i) if many else "item {}".format)
                      for i, (r, items) in enumerate(entries)]
             work = int(sum(int(w.sum()) for w in works))
             if work > self.cost.max_work:
@@ -438,8 +439,8 @@ class Scorer:
         chunk_work = work or self.cost.chunk_work
         out: list[list[tuple[int, int, int]]] = [[]]
         room, work_room = chunk_items, chunk_work
-        for i, (_, items) in enumerate(entries):
-            start, n = 0, len(items)
+        for i, (_, entry_items) in enumerate(entries):
+            start, n = 0, len(entry_items)
             cum = np.concatenate([[0], np.cumsum(works[i])]) if works is not None else None
             while True:
                 if room <= 0 or work_room <= 0:
@@ -644,7 +645,7 @@ class Scorer:
             if not rows:
                 continue
             origin, offset = self._origin[i]
-            records_to_frame([request], spec.schema, spec.request_columns, lambda _, o=origin: f"request {o}",
+            records_to_frame([request], spec.schema, spec.request_columns, _fixed_label(f"request {origin}"),
                              spec.fill)
             name = (lambda j, o=offset: f"item {j + o}") if not self._batch_call else \
                 (lambda j, r=origin, o=offset: f"request {r} item {j + o}")
@@ -657,6 +658,11 @@ class Scorer:
             parts.append(torch.sigmoid(calibrated_logits(self.model, logits)).float().cpu().numpy())
         self.stats["nulls_filled"] += sum(filled.values())
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def _fixed_label(text: str) -> Callable[[Any], str]:
+    """A row-label function that names every row ``text`` (one request's records)."""
+    return lambda _: text
 
 
 def _merged(units: list[list[tuple[int, int, int]]]) -> list[tuple[int, int, int]]:

@@ -56,11 +56,14 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from fbrapids.trainers.batch import Batch
+
+if TYPE_CHECKING:
+    from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +179,7 @@ def _blocks(offset: int, dim: int, features: Sequence[str], new: Sequence[str]) 
     return [offset + k * dim + d for k, f in enumerate(features) if f in new for d in range(dim)]
 
 
-def _zero_table(collection: torch.nn.Module, table: str) -> None:
+def _zero_table(collection: TieredEmbeddingBagCollection, table: str) -> None:
     """Replace ``table``'s store by one whose new rows start at 0 (nothing is looked up yet)."""
     from fbrapids.trainers.sparse import TieredEmbeddingStore
 

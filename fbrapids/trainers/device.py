@@ -63,8 +63,8 @@ def module_device(module: nn.Module) -> torch.device:
     """
     for t in module.parameters():
         return t.device
-    for t in module.buffers():
-        return t.device
+    for b in module.buffers():
+        return b.device
     return torch.device("cpu")
 
 

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ import torch
 from fbrapids.frames.backend import int_dtype_of_type_id, is_list_dtype
 from fbrapids.trainers.batch import Batch, concat_parts
 from fbrapids.errors import BatchError, ColumnTypeError
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike, SeriesLike
 
 # the device GAUC group key of non-integer (or null-holding) group columns: cudf's 64-bit
 # ``hash_values`` method (the host hashes with pandas' 64-bit ``hash_pandas_object``; the
@@ -150,7 +153,7 @@ def _where(part: int | None) -> str:
     return f" in partition {part}" if part is not None else ""
 
 
-def _tensor(series: Any, dtype: str) -> torch.Tensor:
+def _tensor(series: SeriesLike, dtype: str) -> torch.Tensor:
     """A cudf column without nulls as a torch tensor on its device (CAI -> cupy -> DLPack)."""
     import cupy as cp
 
@@ -190,7 +193,7 @@ def sparse_kind(dtype: Any, name: str = "?", part: int | None = None) -> str:
     return "ids"
 
 
-def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _sparse(s: SeriesLike, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     n = len(s)
     if sparse_kind(s.dtype, name, part) == "list":
         col, _ = s.to_pylibcudf()
@@ -208,7 +211,7 @@ def _sparse(s: Any, name: str, part: int | None) -> tuple[torch.Tensor, torch.Te
     return vals, torch.arange(n + 1, dtype=torch.int64, device=vals.device)
 
 
-def _dense(df: Any, cols: Sequence[str], nan: str, part: int | None, device: torch.device) -> tuple[torch.Tensor, int]:
+def _dense(df: FrameLike, cols: Sequence[str], nan: str, part: int | None, device: torch.device) -> tuple[torch.Tensor, int]:
     import numpy as _np
 
     if not cols:
@@ -235,7 +238,7 @@ def _dense(df: Any, cols: Sequence[str], nan: str, part: int | None, device: tor
     return torch.stack(parts, dim=1), replaced
 
 
-def device_columns(df: Any, label: str, dense: Sequence[str], sparse: Sequence[str], group: str | None = None,
+def device_columns(df: FrameLike, label: str, dense: Sequence[str], sparse: Sequence[str], group: str | None = None,
                    nan: str = "error", part: int | None = None) -> TensorColumns:
     """The named columns of a cudf frame as :class:`TensorColumns` on its device (see the
     module docstring); the labels are checked for nulls like the host path."""

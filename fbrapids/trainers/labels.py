@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,10 @@ from fbrapids.frames import backend as _backend
 from fbrapids.errors import LabelError
 
 
+@overload
+def check_label_range(label_range: None) -> None: ...
+@overload
+def check_label_range(label_range: tuple[float, float]) -> tuple[float, float]: ...
 def check_label_range(label_range: tuple[float, float] | None) -> tuple[float, float] | None:
     """Validate a ``label_range`` argument: None, or ``(lo, hi)`` with finite ``lo <= hi``."""
     if label_range is None:

@@ -95,7 +95,7 @@ def model_from_workload(cls: type, workload: Any, **kwargs: Any) -> Any:
     workload's behaviour sequences; ``kwargs``: the other constructor arguments."""
     import inspect
 
-    takes = inspect.signature(cls.__init__).parameters
+    takes = inspect.signature(cls).parameters  # (its __init__'s, less self)
     dense, sparse, seqs, _ = workload.model_inputs("din" if "sequences" in takes else "")
     for given in ("dense_dim", "sparse_features", "sequences"):
         if given in kwargs:

@@ -57,7 +57,8 @@ def model_identity(model: torch.nn.Module) -> dict[str, Any]:
         >>> ident = model_identity(m); ident["model_class"], ident["tables"]
         ('DLRM', {'emb_l/ad': 4})
     """
-    stores = model.stores() if hasattr(model, "stores") else {}
+    stores_of = getattr(model, "stores", None)
+    stores = stores_of() if stores_of is not None else {}
     return _plain({"model_class": type(model).__name__,
                    "tables": {k: int(s.config.dim) for k, s in sorted(stores.items())},
                    "dense_weights": {k: list(v.shape) for k, v in model.state_dict().items() if torch.is_tensor(v)}})

@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from fbrapids.trainers.models.base import CTRModel
 
 from fbrapids.ui.autobar import tqdm
 from fbrapids.errors import ArgumentError, NonFiniteError
@@ -62,7 +65,7 @@ def _refresh_total(bar: Any, batches: Iterable[Batch], passes: int = 1) -> None:
         bar.refresh()
 
 
-def fit_side_by_side(models: Sequence[torch.nn.Module], batches: Iterable[Batch], *,
+def fit_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                      views: Sequence[View | None] | None = None, epochs: int = 1,
                      optimizers: Sequence[torch.optim.Optimizer] | None = None, progress: bool = True) -> int:
     """Train every model of ``models`` on one pass over ``batches`` per epoch (each batch read
@@ -105,7 +108,7 @@ def fit_side_by_side(models: Sequence[torch.nn.Module], batches: Iterable[Batch]
 
 
 @torch.no_grad()
-def predict_side_by_side(models: Sequence[torch.nn.Module], batches: Iterable[Batch], *,
+def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                          views: Sequence[View | None] | None = None,
                          progress: bool = True) -> list[dict[str, np.ndarray]]:
     """Each model's click probabilities over one pass of ``batches`` (through its view), with

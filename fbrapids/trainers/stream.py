@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,9 @@ from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
 from fbrapids.trainers.ranges import check_ranges, validate_ranges
 from fbrapids.errors import ArgumentError, FbrapidsError, NotFoundError
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +180,7 @@ class BatchStream:
     def _queue_size(self) -> int:
         return max(1, self.prefetch - self._pass_window()) if _backend.is_dask(self.source) else self.prefetch
 
-    def _partitions(self) -> Iterator[Any]:
+    def _partitions(self) -> Iterator[FrameLike]:
         src = self.source
         if _backend.is_dask(src):
             if self.persist:  # held whole; shared work already runs once per pass without it
@@ -214,6 +217,7 @@ class BatchStream:
                     self._seen = (self.stats["partitions"], self.stats["rows"])
                     continue
                 check_labels(part[self.label], self.label, i, self.label_range)
+                cols: Columns | TensorColumns
                 if on_device:  # DLPack from the cudf partition, on the side stream, while i - 1 trains
                     cols = self._device_columns(part, i, side)
                 else:
@@ -241,7 +245,7 @@ class BatchStream:
         dev = resolve_device(self.device)
         return torch.cuda.Stream(device=dev) if dev.type == "cuda" else None
 
-    def _device_columns(self, part: Any, i: int, side: Any) -> TensorColumns:
+    def _device_columns(self, part: FrameLike, i: int, side: Any) -> TensorColumns:
         import cupy as cp
 
         cp.cuda.Stream.null.synchronize()  # the partition's own (cudf, default-stream) work is done

@@ -24,7 +24,7 @@ import collections
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,9 @@ from fbrapids.views.rows import fill_null_strings, filter_rows
 from fbrapids.views import json_fields
 from fbrapids.views.where import Where, evaluate, parse_where
 from fbrapids.errors import CleanError, NoMatchWarning
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike, SeriesLike
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ def _referenced_columns(cond: Any) -> set[str] | None:
     return None
 
 
-def _apply_where(frame: Any, cond: Any) -> Any:
+def _apply_where(frame: FrameLike, cond: Any) -> FrameLike:
     if isinstance(cond, Where):
         return filter_rows(frame, evaluate(cond, frame))
     mask = cond(frame)
@@ -90,9 +93,10 @@ def _apply_where(frame: Any, cond: Any) -> Any:
 def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
     if where is None:
         return [], []
-    conds = [where] if isinstance(where, str) or callable(where) else list(where)
-    conds = [parse_where(c) if isinstance(c, str) else c for c in conds]
-    early, late = [], []
+    given = [where] if isinstance(where, str) or callable(where) else list(where)
+    conds = [parse_where(c) if isinstance(c, str) else c for c in given]
+    early: list[Any] = []
+    late: list[Any] = []
     for cond in conds:
         refs = _referenced_columns(cond)
         (early if refs is not None and refs <= set(columns) else late).append(cond)
@@ -233,7 +237,7 @@ def _fill_time(column: str, dtype: Any, value: Any) -> pd.Timestamp:
         raise _misfit(column, dtype, value, f"is not exact in unit {unit!r} ({exc})") from None
 
 
-def _fill_column(col: Any, value: Any) -> tuple[Any, int]:
+def _fill_column(col: SeriesLike, value: Any) -> tuple[SeriesLike, int]:
     """``col`` with its nulls filled, and how many there were.
 
     The result's dtype depends on the column's dtype only, never on whether this
@@ -297,7 +301,7 @@ def _empty_nulls_as_empty_strings(chunk: pa.Array) -> pa.Array | None:
                                  offset=chunk.offset)
 
 
-def _clean_frame(frame: Any, fill: dict, json: dict, early: list, late: list, drop: Sequence[str]) -> tuple[Any, dict]:
+def _clean_frame(frame: FrameLike, fill: dict, json: dict, early: list, late: list, drop: Sequence[str]) -> tuple[FrameLike, dict]:
     counts: dict[str, Any] = {"rows_in": int(len(frame)), "fill": {}, "json": {}}
     for cond in early:
         frame = _apply_where(frame, cond)
@@ -440,7 +444,7 @@ def clean(
     return out
 
 
-def clean_report(frame: Any) -> CleanReport:
+def clean_report(frame: FrameLike) -> CleanReport:
     """The counts of the ``clean`` that produced ``frame``.
 
     Raises:

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fbrapids.errors import ViewError
 from fbrapids.views.read import parquet_file
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ def groups_per_partition(path: str | os.PathLike, partition_rows: int) -> int:
     return max(1, partition_rows // per_group)
 
 
-def index_by_sorted_key(frame: Any, path: str | os.PathLike, key: str, groups: int = 1) -> Any:
+def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, groups: int = 1) -> FrameLike:
     """``frame`` (``groups`` row groups of ``path`` per partition) indexed by ``key`` with
     known divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
     divisions = sorted_divisions(path, key, groups)
@@ -85,7 +88,7 @@ def index_by_sorted_key(frame: Any, path: str | os.PathLike, key: str, groups: i
     return indexed.map_partitions(keys_within, list(divisions), os.fspath(path), key, meta=indexed._meta)
 
 
-def keys_within(part: Any, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> Any:
+def keys_within(part: FrameLike, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> FrameLike:
     """``part`` (partition ``partition_info["number"]`` of a frame indexed by ``key`` with
     ``divisions`` from the statistics of ``path``), checked: its keys lie within its
     divisions, else a :class:`~fbrapids.errors.ViewError` naming the file.

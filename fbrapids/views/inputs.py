@@ -19,13 +19,16 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike, SeriesLike
 
 TIMESTAMP_OPS = ("hour", "weekday", "day")
 ACCEPTED = ("datetime64 in any unit and time zone (naive = UTC), or integer epoch seconds")
@@ -86,7 +89,7 @@ def datetime_unit(dtype: Any) -> str:
     return unit
 
 
-def epoch_seconds(s: Any) -> Any:
+def epoch_seconds(s: SeriesLike) -> SeriesLike:
     """UTC epoch seconds (int64, floored; NaT -> null) of a datetime64 series.
 
     Example:
@@ -107,7 +110,7 @@ def epoch_seconds(s: Any) -> Any:
     return pd.Series(secs, index=s.index, name=s.name)
 
 
-def check_and_convert(frame: Any, features: Mapping[str, Any]) -> dict[str, Any]:
+def check_and_convert(frame: FrameLike, features: Mapping[str, Any]) -> dict[str, Any]:
     """The columns of ``frame`` (pandas / cudf, or a dask meta) to replace before planning.
 
     Raises:
@@ -146,7 +149,7 @@ def check_and_convert(frame: Any, features: Mapping[str, Any]) -> dict[str, Any]
     return replace
 
 
-def prepare(frame: Any, features: Mapping[str, Any]) -> Any:
+def prepare(frame: FrameLike, features: Mapping[str, Any]) -> FrameLike:
     """``frame`` with the columns the features read made readable (see the module doc)."""
     replace = check_and_convert(frame, features)
     return frame.assign(**replace) if replace else frame

@@ -35,12 +35,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.frames import backend as _backend
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import SeriesLike
 
 _STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING, _STATUS_TOO_DEEP = 1, 2, 3, 4
 MAX_DEPTH = 64  #: FBX_JSON_MAX_DEPTH of csrc/json_path.h
@@ -107,7 +110,7 @@ def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
     return feats
 
 
-def extract_json(series: Any, paths: dict[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
+def extract_json(series: SeriesLike, paths: dict[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
     """Extract dotted ``paths`` from the JSON strings in ``series``.
 
     Args:

@@ -234,12 +234,14 @@ def _check_chunk(chunk: Any, leaf: Leaf, body_end: int, where: str) -> None:
         v = meta.get(fid)
         if not isinstance(v, int) or v < 0:
             raise _Corrupt(f"{where} has {what} {v!r}")
-    offsets = [meta.get(9)] + ([meta[11]] if 11 in meta else [])
+    given = [meta.get(9)] + ([meta[11]] if 11 in meta else [])
     if meta[5] == 0:  # an empty chunk (a row group of no rows) may point nowhere
-        offsets = []
-    for off in offsets:
+        given = []
+    offsets: list[int] = []
+    for off in given:
         if not isinstance(off, int) or not len(MAGIC) <= off < body_end:
             raise _Corrupt(f"{where} has a page offset {off!r} outside the file's data (4 to {body_end})")
+        offsets.append(off)
     if offsets and min(offsets) + meta[7] > body_end:
         raise _Corrupt(f"{where}'s pages ({meta[7]} bytes from offset {min(offsets)}) run into the footer")
     if not 0 <= meta.get(4, 0) <= 7:

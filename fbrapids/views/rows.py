@@ -61,7 +61,7 @@ def take_array(array: Any, rows: np.ndarray, fill: bool = False, bounds: tuple[i
     values = _arrow_values(array) if len(rows) >= MIN_ROWS else None
     if values is not None and len(rows) and bounds is None:
         bounds = (int(rows.min()), int(rows.max()))
-    if values is not None and (fill or len(rows) == 0 or bounds[0] >= 0):
+    if values is not None and (fill or len(rows) == 0 or (bounds is not None and bounds[0] >= 0)):
         taken = take_var_width(values, rows, bounds)
         if taken is not None:
             return array.dtype.__from_arrow__(taken)

@@ -64,11 +64,14 @@ import ast
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
 
 from fbrapids.errors import CleanError
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike, SeriesLike
 
 _COMPARE: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne), ast.Lt: ("<", operator.lt),
@@ -299,7 +302,7 @@ class _Truth:
         return self.known if self.known is not None else _all(like, True)
 
 
-def evaluate(where: Where | str, frame: Any) -> Any:
+def evaluate(where: Where | str, frame: FrameLike) -> SeriesLike:
     """The boolean mask of the rows of ``frame`` (pandas or cudf) that pass ``where``.
 
     The mask holds no nulls: rows whose condition is unknown are False.
@@ -339,13 +342,13 @@ def _all(like: Any, value: bool) -> Any:
     return (like.notna() | like.isna()) if value else (like.notna() & like.isna())
 
 
-def _dtype(s: Any) -> np.dtype | None:
+def _dtype(s: SeriesLike) -> np.dtype | None:
     """The numpy dtype behind a numeric series (nullable pandas dtypes unwrapped); None otherwise."""
     dt = getattr(s.dtype, "numpy_dtype", s.dtype)
     return dt if isinstance(dt, np.dtype) and dt.kind in "biuf" else None
 
 
-def _astype(s: Any, dt: np.dtype) -> Any:
+def _astype(s: SeriesLike, dt: np.dtype) -> SeriesLike:
     """``s`` as numpy dtype ``dt``, keeping nulls: a pandas nullable column becomes the
     nullable dtype of that width (``Int8`` -> ``Int16``); numpy / cudf columns cast directly."""
     dt = np.dtype(dt)
@@ -358,7 +361,7 @@ def _astype(s: Any, dt: np.dtype) -> Any:
 
 
 class _Evaluator:
-    def __init__(self, text: str, frame: Any) -> None:
+    def __init__(self, text: str, frame: FrameLike) -> None:
         self.text = text
         self.frame = frame
 
@@ -667,7 +670,7 @@ class _Evaluator:
     def wider_int(dt: np.dtype, lit: int) -> np.dtype | None:
         """The smallest integer dtype holding every value of ``dt`` and ``lit``, if any."""
         for cand in (np.int16, np.int32, np.int64, np.uint16, np.uint32, np.uint64):
-            c = np.dtype(cand)
+            c: np.dtype[Any] = np.dtype(cand)
             ci, di = np.iinfo(c), np.iinfo(dt)
             if c.itemsize >= dt.itemsize and ci.min <= di.min and ci.max >= di.max and ci.min <= lit <= ci.max:
                 return c

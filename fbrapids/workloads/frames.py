@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fbrapids.errors import WorkloadError
 from fbrapids.frames.backend import is_dask
 from fbrapids.workloads.spec import HELD_OUT, View, Workload
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ DAY = 86400
 PARTITION_ROWS = 1 << 18
 
 
-def index_as_column(frame: Any) -> Any:
+def index_as_column(frame: FrameLike) -> FrameLike:
     """``frame`` with its (named) index as its first column and a fresh default index.
 
     Example:
@@ -41,12 +44,12 @@ def index_as_column(frame: Any) -> Any:
     return frame.reset_index()
 
 
-def _rows_before(part: Any, column: str, cutoff: Any, before: bool) -> Any:
+def _rows_before(part: FrameLike, column: str, cutoff: Any, before: bool) -> FrameLike:
     keep = part[column] < cutoff
     return part[keep if before else ~keep]
 
 
-def split_by_time(frame: Any, column: str, cutoff: Any) -> tuple[Any, Any]:
+def split_by_time(frame: FrameLike, column: str, cutoff: Any) -> tuple[FrameLike, FrameLike]:
     """Rows with ``column < cutoff`` for training, the rest held out.
 
     On dask each partition is filtered by its own rows (``map_partitions``): a dask-level
@@ -65,17 +68,17 @@ def split_by_time(frame: Any, column: str, cutoff: Any) -> tuple[Any, Any]:
     return frame[frame[column] < cutoff], frame[frame[column] >= cutoff]
 
 
-def _marked(part: Any, held_out: bool) -> Any:
+def _marked(part: FrameLike, held_out: bool) -> FrameLike:
     return part.assign(**{HELD_OUT: held_out})
 
 
-def _marked_rows(part: Any, offset: int, cutoff: int) -> Any:
+def _marked_rows(part: FrameLike, offset: int, cutoff: int) -> FrameLike:
     import numpy as np
 
     return part.assign(**{HELD_OUT: np.arange(offset, offset + len(part)) >= cutoff})
 
 
-def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) -> Any:
+def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) -> FrameLike:
     from fbrapids.views.read import read_view
 
     files = [w.resolve(p) for p in paths]
@@ -89,7 +92,7 @@ def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) 
         raise
 
 
-def read_views(w: Workload, backend: str | None = None) -> dict[str, Any]:
+def read_views(w: Workload, backend: str | None = None) -> dict[str, FrameLike]:
     """Each view of ``w`` as a lazy frame; views ``sorted_by`` a key indexed by it with
     known divisions (in partitions of whole row groups, at most :data:`PARTITION_ROWS` rows:
     the row groups per partition are the first sorted view's, so they line up); the log
@@ -97,7 +100,7 @@ def read_views(w: Workload, backend: str | None = None) -> dict[str, Any]:
     from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
     from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
 
-    out: dict[str, Any] = {}
+    out: dict[str, FrameLike] = {}
     groups = None
     for v in w.views:
         if v.sorted_by is not None:
@@ -126,7 +129,7 @@ def read_views(w: Workload, backend: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _mark_last_rows(frame: Any, fraction: float) -> Any:
+def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
     """``frame`` with :data:`HELD_OUT` True on its last ``fraction`` of rows (file order;
     one pass to count each partition's rows)."""
     import math
@@ -145,7 +148,7 @@ def _mark_last_rows(frame: Any, fraction: float) -> Any:
 
 
 def feature_frame(w: Workload, backend: str | None = None,
-                  features: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+                  features: dict[str, Any] | None = None) -> tuple[FrameLike, dict[str, Any]]:
     """The lazy, partitioned frame of ``w``: the log cleaned, the views joined in (each
     cleaned; dictionaries persisted by the scheduler in force and broadcast, so their hash
     tables are built once per pass), ``features`` (name -> expression; default ``w``'s)
@@ -162,7 +165,7 @@ def feature_frame(w: Workload, backend: str | None = None,
             cleaned[j.view] = cleaned[j.view].persist()
     frame = cleaned[w.log.name]
 
-    def join(frame: Any, j: Any) -> Any:
+    def join(frame: FrameLike, j: FrameLike) -> FrameLike:
         opts = {} if j.validate is None else {"validate": j.validate}
         frame = frame.fbx.join(cleaned[j.view], on=j.on if isinstance(j.on, str) else list(j.on), how=j.how, **opts)
         return frame.fbx.clean(fill=j.fill) if j.fill else frame
@@ -200,7 +203,9 @@ def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[
     from fbrapids.features.fitted import FITTED_OPS, frame_calls
     from fbrapids.kernels import as_expr
 
-    kernel, history, fitted = {}, {}, {}
+    kernel: dict[str, Any] = {}
+    history: dict[str, Any] = {}
+    fitted: dict[str, Any] = {}
     for name, e in (features or {}).items():
         calls = frame_calls(as_expr(e))
         group = fitted if any(c.op in FITTED_OPS for c in calls) else history if calls else kernel
@@ -229,7 +234,7 @@ def held_out_cutoff(w: Workload) -> int | None:
     return cutoff
 
 
-def split_frame(w: Workload, frame: Any, cutoff: int | None = None) -> tuple[Any, Any]:
+def split_frame(w: Workload, frame: FrameLike, cutoff: int | None = None) -> tuple[FrameLike, FrameLike]:
     """``frame`` (of ``w``) as (training rows, held-out rows) by ``w.split``; ``cutoff``:
     :func:`held_out_cutoff`'s, when already known."""
     if w.split.rule in ("at", "last_day"):

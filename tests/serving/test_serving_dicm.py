@@ -12,6 +12,7 @@ import torch
 import fbrapids  # noqa: F401
 from fbrapids import ops
 from fbrapids.ams import DICM, ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore
+from fbrapids.errors import ExportError
 from fbrapids.serving import Scorer, ServingSpec, export_model, load_scorer
 from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.trainers import StoreConfig, fit
@@ -52,6 +53,11 @@ def trained(tmp_path_factory):
     fit(model, frame.fbx.stream(label="click", dense=[], sparse=spec.sparse, batch_size=64), epochs=2,
         progress=False)
     exp = export_model(tmp_path_factory.mktemp("dicm") / "exp", model, spec, kwargs)
+    # an image sub-model the export cannot record (it rebuilds an ImageEmbeddingMLP from its sizes) is
+    # named, not an AttributeError (mypy's index check found ``v.model.net[-1]`` on any nn.Module)
+    other = dict(kwargs, images=ImageEmbedder(store, torch.nn.Linear(24, 4)))
+    with pytest.raises(ExportError, match="the image sub-model is a Linear"):
+        export_model(tmp_path_factory.mktemp("dicm") / "other", model, spec, other)
     return model.eval(), spec, exp
 
 

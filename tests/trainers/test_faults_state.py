@@ -235,6 +235,24 @@ def test_a_fifo_inside_a_checkpoint_is_refused_unread(trained, tmp_path, monkeyp
         assert isinstance(got.get("error"), ManifestError)
 
 
+@pytest.mark.parametrize("content, named", [
+    ([torch.ones(2)], "holds a list, not the dict of a checkpoint's dense state"),
+    ({"model": {}, "torch_rng": torch.get_rng_state()}, "has no 'step' entry"),
+])
+def test_a_dense_file_of_another_shape_is_a_checkpoint_error_naming_it(trained, tmp_path, monkeypatch, content,
+                                                                       named) -> None:
+    """(mypy's index check found it: ``state["model"]`` on whatever ``torch.load`` returned was a
+    TypeError or KeyError with no file named)"""
+    root = tmp_path / "ckpt"
+    shutil.copytree(trained, root)
+    dense = root / "step-0000000004" / "dense.pt"
+    torch.save(content, dense)
+    monkeypatch.setenv("FBRAPIDS_VERIFY", "0")  # (verification would name the changed file first)
+    with pytest.raises(CheckpointError, match=named) as err:
+        load_checkpoint(small_model(tiered(tmp_path / "ssd")), None, root / "step-0000000004")
+    assert str(dense) in str(err.value) and "\n" not in str(err.value)
+
+
 # -- B4: the SSD tier's folder is one process's, and its rows are checked on the way back -------
 _HOLD_SSD = """
 import sys

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -208,7 +208,8 @@ def _user_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int
     return pd.DataFrame(
         {
             "user_id": dic.user_ids[start:stop],
-            "age": pd.array(np.where(rng.random(n) < 0.05, None, dic.user_age[start:stop]), dtype="Int32"),
+            # (numpy's stubs have no np.where overload for a None branch)
+            "age": pd.array(np.where(rng.random(n) < 0.05, None, dic.user_age[start:stop]), dtype="Int32"),  # type: ignore[call-overload]
             "gender": pd.array(np.where(rng.random(n) < 0.08, None, gender), dtype="str"),
             "city": pd.array([f"c{c}" for c in dic.user_city[start:stop]], dtype="str"),
             "interests": pd.array(interests, dtype="str"),
@@ -571,7 +572,7 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
             clicks += int(click.sum())
             bar.update(stop - start)
     oracle_auc = _auc_from_histograms(pos, neg)
-    meta = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4),
+    meta: dict[str, Any] = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4),
             "data_version": DATA_VERSION}
     if plant:
         meta["plant"] = {name: {"beta": beta, "levels": PLANT_LEVELS,

@@ -16,9 +16,12 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fbrapids.views.read import read_view
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 VIEW_NAMES = ("impressions", "users", "ads", "basic")
 
@@ -35,7 +38,7 @@ JOIN_MISS_FILL = {**USER_FILL, "title": "", "category": -1, "price": 0.0, "adver
 
 
 def read_views(data_dir: str | Path, eager: bool = False, backend: str | None = None,
-               columns: dict[str, list[str]] | None = None) -> dict[str, Any]:
+               columns: dict[str, list[str]] | None = None) -> dict[str, FrameLike]:
     """The four views of a workload folder (``impressions``, ``users``, ``ads``, ``basic``).
 
     Example:
@@ -53,7 +56,7 @@ def read_views(data_dir: str | Path, eager: bool = False, backend: str | None = 
     }
 
 
-def clean_views(views: dict[str, Any]) -> tuple[Any, Any, Any]:
+def clean_views(views: dict[str, Any]) -> tuple[FrameLike, FrameLike, FrameLike]:
     """Workload section 3: cleaned impressions, users and ads."""
     impressions = views["impressions"].fbx.clean(**IMPRESSION_CLEAN)
     users = views["users"].fbx.clean(fill=USER_FILL)
@@ -61,7 +64,7 @@ def clean_views(views: dict[str, Any]) -> tuple[Any, Any, Any]:
     return impressions, users, ads
 
 
-def join_views(impressions: Any, users: Any, ads: Any, **join_options: Any) -> Any:
+def join_views(impressions: FrameLike, users: FrameLike, ads: FrameLike, **join_options: Any) -> FrameLike:
     """Workload section 4: left joins on user_id then ad_id, misses filled with defaults."""
     return (
         impressions.fbx.join(users, on="user_id", how="left", **join_options)
@@ -116,11 +119,11 @@ def features() -> dict[str, Any]:
     }
 
 
-def extract_features(joined: Any) -> Any:
+def extract_features(joined: FrameLike) -> FrameLike:
     """Workload section 5 on a joined frame: adds the feature columns."""
     return joined.fbx.extract(**features())
 
 
-def merge_basic(extracted: Any, basic: Any) -> Any:
+def merge_basic(extracted: FrameLike, basic: FrameLike) -> FrameLike:
     """Workload section 6: inner join with the basic features on instance_id."""
     return extracted.fbx.join(basic, on="instance_id", how="inner")

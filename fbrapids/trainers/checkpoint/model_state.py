@@ -188,15 +188,16 @@ def load_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, pa
     """
     path = Path(path)
     if (path / "latest").exists() or checkpoints(path):
-        root, path = path, newest_verified(path)
-        if path is None:
-            raise CheckpointError(f"{root} holds no checkpoint")
+        newest = newest_verified(path)
+        if newest is None:
+            raise CheckpointError(f"{path} holds no checkpoint")
+        path = newest
     else:
         verify_checkpoint(path)
     meta_path, dense_path = resolve_inside(path, "meta.json"), resolve_inside(path, "dense.pt")
     meta = json.loads(read(meta_path) if read else read_small_file(meta_path, "checkpoint meta"))
     check_identity(meta.get(RUN_KEY), model_identity(model), path, keys=MODEL_KEYS)
-    state = load_tensors(dense_path, read(dense_path) if read else None)
+    state = load_dense_state(dense_path, read(dense_path) if read else None)
     model.load_state_dict(state["model"])
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -230,7 +231,7 @@ def weights_digest(path: str | os.PathLike) -> str:
 
     path = Path(path)
     h = hashlib.sha256()
-    state = load_tensors(resolve_inside(path, "dense.pt"))
+    state = load_dense_state(resolve_inside(path, "dense.pt"), keys=("model", "step"))
 
     def feed(name: str, value: object) -> None:
         h.update(name.encode())
@@ -257,6 +258,35 @@ def weights_digest(path: str | os.PathLike) -> str:
                 feed(f"{key}/{k}", torch.from_numpy(z[k]))
         h.update((d / "rows.f32").read_bytes())
     return h.hexdigest()
+
+
+#: the entries every checkpoint's ``dense.pt`` holds (:func:`write_checkpoint_files`)
+DENSE_KEYS = ("model", "step", "torch_rng")
+
+
+def load_dense_state(path: str | os.PathLike, data: bytes | None = None,
+                     keys: tuple[str, ...] = DENSE_KEYS) -> dict[str, Any]:
+    """A checkpoint's ``dense.pt`` (:func:`load_tensors`), checked to be the dict a checkpoint
+    writes, with ``keys``: any other content (a tensor, a list, a dict without the step...)
+    is a :class:`~fbrapids.errors.CheckpointError` naming the file, not a ``TypeError`` or
+    ``KeyError`` from inside the loader.
+
+    Example:
+        >>> import tempfile, torch
+        >>> p = tempfile.mkdtemp() + "/dense.pt"; torch.save([torch.ones(2)], p)
+        >>> load_dense_state(p)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.CheckpointError: .../dense.pt holds a list, not the dict of a checkpoint's dense state
+    """
+    state = load_tensors(path, data)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not the dict of a checkpoint's dense state")
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} has no {', '.join(map(repr, missing))} entry (a checkpoint's dense state "
+                              f"holds {', '.join(map(repr, keys))})")
+    return state
 
 
 def load_tensors(path: str | os.PathLike, data: bytes | None = None) -> object:

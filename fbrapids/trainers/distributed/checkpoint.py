@@ -56,7 +56,7 @@ from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.consistency import config_digest
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.trainers.run_identity import check_identity
-from fbrapids.trainers.checkpoint.model_state import (load_tensors, nonfinite_weights, table_dir_name, weights_digest,
+from fbrapids.trainers.checkpoint.model_state import (load_dense_state, nonfinite_weights, table_dir_name, weights_digest,
                                                       write_checkpoint_files)
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root:
                               f"rows; resume it on {saved_world} ranks, or train with a global stream (LeaderFeed, "
                               "RankSlices) to resume at any world size")
     own = resolve_inside(path, shard_name(trainer.rank if same else 0))
-    state = load_tensors(own / "dense.pt")
+    state = load_dense_state(own / "dense.pt")
     trainer.model.load_state_dict(state["model"])
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])

@@ -34,7 +34,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -42,6 +42,9 @@ import torch.distributed as dist
 from fbrapids.errors import ArgumentError, CheckpointError, DistributedError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.run_identity import stream_identity
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import FrameLike
 
 
 def per_rank_batch(global_batch: int, world: int) -> int:
@@ -88,7 +91,7 @@ def concat_batches(parts: Sequence[Batch]) -> Batch:
             offs.append(o + base)
             base += len(v)
         sparse[k] = (torch.cat(vals), torch.cat(offs))
-    group = None if parts[0].group is None else torch.cat([p.group for p in parts])
+    group = None if parts[0].group is None else torch.cat([cast(torch.Tensor, p.group) for p in parts])
     return Batch(torch.cat([p.dense for p in parts]), torch.cat([p.label for p in parts]), sparse, group)
 
 
@@ -132,7 +135,7 @@ class RankSlices:
         return split_batches(self.batches, self.rank, self.world)
 
 
-def shard_partitions(frame: Any, rank: int, world: int) -> Any:
+def shard_partitions(frame: FrameLike, rank: int, world: int) -> FrameLike:
     """Rank ``rank``'s dask partitions ``rank::world`` of ``frame`` (an empty frame, with
     ``frame``'s columns, when there are fewer partitions than ranks).
 

@@ -380,6 +380,7 @@ class ShardedEmbeddings:
         """Stage 2 (the owner): one lookup per table of the union of the ids every rank
         routed here (with their counts), and where each requester's ids sit in its rows."""
         world = self.exchange.world
+        assert ids.buf is not None  # (stage 1 received it)
         at = 0
         got_ids: list[list[np.ndarray]] = [[] for _ in ids.plans]
         got_occ: list[list[np.ndarray]] = [[] for _ in ids.plans]
@@ -463,7 +464,7 @@ class ShardedEmbeddings:
         for k, (p, table) in enumerate(zip(plan.tables, self.tables)):
             lk = p.lookup
             acc = torch.zeros(len(lk.ids), dims[k])
-            seen = np.zeros(len(lk.ids), dtype=bool)
+            seen = np.zeros(len(lk.ids), dtype=np.bool_)
             for s in range(world):  # rank order: the same sum on every run
                 pos, g = p.positions[s], parts[k][s]
                 if not len(pos):

@@ -9,7 +9,7 @@ from torch import nn
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
-from fbrapids.trainers.sparse import TieredEmbeddingStore
+from fbrapids.trainers.modules.table import EmbeddingTable
 
 
 class CTRModel(nn.Module):
@@ -79,6 +79,8 @@ class CTRModel(nn.Module):
 
         return model_from_workload(cls, workload, **kwargs)
 
+    calibration: torch.Tensor  # a buffer (registered in __init__): ``[a, b]``
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("calibration", torch.tensor([1.0, 0.0]))
@@ -117,7 +119,7 @@ class CTRModel(nn.Module):
             if isinstance(m, TieredEmbeddingBagCollection):
                 yield name, m
 
-    def stores(self) -> dict[str, TieredEmbeddingStore]:
+    def stores(self) -> dict[str, EmbeddingTable]:
         """Every table, keyed ``"<collection path>/<table>"``."""
         return {f"{cname or 'root'}/{t}": s for cname, c in self.collections() for t, s in c.stores.items()}
 

@@ -22,6 +22,14 @@ class DotInteraction(nn.Module):
         [1.0, 1.0, 1.0, 3.0, 6.0, 6.0]
     """
 
+    # buffers (registered in __init__): the pairs' row and column fields, their positions in
+    # the flattened interaction matrix (and transposed), and the pairs (i, i)
+    li: torch.Tensor
+    lj: torch.Tensor
+    flat: torch.Tensor
+    flat_t: torch.Tensor
+    diag: torch.Tensor
+
     def __init__(self, num_features: int, self_interaction: bool = False) -> None:
         super().__init__()
         off = 1 if self_interaction else 0

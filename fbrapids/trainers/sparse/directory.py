@@ -99,7 +99,7 @@ class RowDirectory:
         new = max(n, 2 * cap)
         for name, (dtype, fill) in {"g2id": (np.uint64, 0), **ROW_ARRAYS}.items():
             old = getattr(self, name)
-            out = np.full(new, fill, dtype=dtype)
+            out: np.ndarray = np.full(new, fill, dtype=dtype)
             out[:cap] = old
             setattr(self, name, out)
         records = _records(new)

@@ -353,7 +353,7 @@ class TieredEmbeddingStore:
             return t.view(torch.int64) if t.dtype == torch.uint64 else t.to(torch.int64)
         return torch.from_numpy(as_uint64_ids(ids).ravel().view(np.int64)).to(self.device)
 
-    def _unique_rows_on_device(self, ids: Any) -> tuple[np.ndarray, torch.Tensor, np.ndarray, np.ndarray]:
+    def _unique_rows_on_device(self, ids: Any) -> tuple[np.ndarray, np.ndarray | torch.Tensor, np.ndarray, np.ndarray]:
         """Distinct ids (in first-occurrence order), inverse (a tensor on the device), counts
         and global rows (-1: not admitted), with the distinct ids probed in the cache's id ->
         slot map on the device: a hit's row is the owner of its slot, and only the misses are
