@@ -1,7 +1,5 @@
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,8 +11,6 @@ from sklearn.metrics import roc_auc_score
 from fbrapids import ops
 from fbrapids.datasets.synthetic import views as workload
 from fbrapids.app.pipeline import feature_frame, run_pipeline
-from fbrapids.trainers.checkpoint.directory import latest_checkpoint
-from fbrapids.trainers.checkpoint.model_state import load_checkpoint
 from fbrapids.app.trials import _auc_weighted, paired_bootstrap, trial
 
 
@@ -173,28 +169,3 @@ def test_a_view_file_vanishing_after_planning_is_named(gen_dir, tmp_path):
         lazy.compute()
 
 
-def test_ctrl_c_during_the_demo_stops_cleanly_without_a_partial_latest_checkpoint(gen_dir, tmp_path):
-    work = tmp_path / "work"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from fbrapids.app.cli import main; sys.exit(main(sys.argv[1:]))",
-         "demo", "--data-dir", str(gen_dir), "--rows", "5000", "--work-dir", str(work), "--checkpoint-every", "2",
-         "--batch-size", "256"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    ckpts = work / "checkpoints"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and latest_checkpoint(ckpts) is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, (out, err[-2000:])
-    assert "interrupted" in err and "Traceback" not in err
-    latest = latest_checkpoint(ckpts)
-    assert latest is not None and latest.is_dir()
-    from fbrapids.app.pipeline import DENSE, SPARSE, build_model
-    from fbrapids.trainers.sparse import StoreConfig
-
-    model = build_model("dlrm", len(DENSE), SPARSE, StoreConfig(cache_rows=1 << 14, ssd_dir=str(tmp_path / "s")))
-    assert load_checkpoint(model, None, latest) >= 2
