@@ -385,6 +385,33 @@ def fig_models_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def fig_calibration_variants() -> str:
+    """docs/models.md: the held-out calibration with fit's shift fitted four ways, per seed
+    and model (``figures/calibration_variants.json``), and what holding rows back cost."""
+    r = load("figures/calibration_variants.json")
+    models = ("dlrm", "wide_deep", "deepfm", "din")
+    seeds = sorted({x["seed"] for x in r["runs"]}, reverse=True)
+    got = {(x["variant"], x["model"], x["seed"]): x for x in r["runs"]}
+    rows = {"progressive": "the newest progressive pairs (before)",
+            "tail": "the last 32,768 rows, predicted by the model before them, then trained on",
+            "held_back_then_trained": "every 8th batch held back, then trained on after the fit",
+            "held_back": "**every 8th batch held back, never trained on (now)**"}
+    lines = ["", "| shift fitted on | " + " | ".join(f"seed {s}: DLRM / W&D / DeepFM / DIN" for s in seeds) + " |",
+             "|---|" + "---|" * len(seeds)]
+    for variant, text in rows.items():
+        cells = [" / ".join(f"{got[variant, m, s]['calibration']:.3f}" if (variant, m, s) in got else "—"
+                            for m in models) for s in seeds]
+        lines.append(f"| {text} | " + " | ".join(cells) + " |")
+    pairs = [(got["held_back", m, s], got["progressive", m, s]) for m in models for s in seeds
+             if ("held_back", m, s) in got and ("progressive", m, s) in got]
+    d_auc = [h["auc"] - p["auc"] for h, p in pairs]
+    d_ll = [h["logloss"] - p["logloss"] for h, p in pairs]
+    lines += ["", f"Held back against the progressive fit on these {len(pairs)} runs: AUC {statistics.fmean(d_auc):+.4f} "
+                  f"on average (from {min(d_auc):+.4f} to {max(d_auc):+.4f}), logloss from {min(d_ll):+.4f} to "
+                  f"{max(d_ll):+.4f} ({source('figures/calibration_variants.json', r)}).", ""]
+    return "\n".join(lines)
+
+
 def fig_held_out_calibration() -> str:
     """docs/models.md: the oracle's calibration on the held-out day (``days``), and the held-out
     calibration of the kept runs with the shift fitted on slices of the progressive pairs
@@ -503,7 +530,7 @@ def fig_serving_attack() -> str:
 
 FIGURES: dict[str, Callable[[], str]] = {
     "model-ablations": fig_model_ablations, "models-table": fig_models_table,
-    "held-out-calibration": fig_held_out_calibration,
+    "held-out-calibration": fig_held_out_calibration, "calibration-variants": fig_calibration_variants,
     "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
