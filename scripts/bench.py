@@ -76,9 +76,11 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                "features, public chain on dask; outputs checked equal"),
     "held_out_calibration": (["benchmarks/held_out_calibration.py", "--rows", "200000", "--seeds", "0", "1", "2", "3",
                               "4", "--predictions", "DIR"],
-                             "the held-out day's calibration: the generator's hidden model (the oracle) per seed, and "
-                             "the kept runs of `benchmarks/models.py --predictions DIR` with the shift fitted on the newest "
-                             "0 / 16k / 32k / 64k / 128k training predictions; target [0.95, 1.05]"),
+                             "the held-out day's calibration under the earlier progressive fit (the study that replaced "
+                             "it by rows held back from training, docs/models.md): the generator's hidden model (the "
+                             "oracle) per seed, and the kept runs of `benchmarks/models.py --predictions DIR` with the "
+                             "shift fitted on the newest 0 / 16k / 32k / 64k / 128k progressive predictions; target "
+                             "[0.95, 1.05]"),
     "trial_calibration": (["benchmarks/trial_calibration.py"],
                           "`fbrapids.trial` (DLRM, its default seeds) on independent planted data sets: pure-noise "
                           "columns (50k rows; false positives, Clopper-Pearson 95%) and columns of known oracle AUC "
