@@ -605,6 +605,7 @@ class PlannedFrames:
     plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
     fitted_state: Any = None
     fit_s: float = 0.0
+    split: Any = None  #: the split, checked before planning (:class:`~fbrapids.workloads.split_check.SplitCheck`)
 
 
 def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int, batch_size: int,
@@ -633,15 +634,16 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
     (out-of-fold there, frozen on the held-out rows), the stream's columns checked."""
     from fbrapids.runs.plan_checks import check_stream_columns
     from fbrapids.workloads import frames
+    from fbrapids.workloads.split_check import check_split
 
     w = as_workload(data)
     plain, history, to_fit = split_fitted(inputs.extra_features)
-    cutoff = frames.held_out_cutoff(w)  # a held-out day the footers say is empty: refused before planning
-    merged, parts = frames.feature_frame(w, backend=backend, features=plain)
+    check = check_split(w)  # the log's label and time read once: a split that cannot be right refused here
+    merged, parts = frames.feature_frame(w, backend=backend, features=plain, check=check)
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)
-    train, test = frames.split_frame(w, merged, cutoff)
-    out = PlannedFrames(train, test, parts, plain)
+    train, test = frames.split_frame(w, merged, check.cutoff)
+    out = PlannedFrames(train, test, parts, plain, split=check)
     if to_fit:  # fitted on the training rows only; out-of-fold there, frozen on the held-out rows
         t = time.perf_counter()
         out.fitted_state = train.fbx.fit(**to_fit)
@@ -649,7 +651,7 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
         out.test = test.fbx.extract(out.fitted_state)
         out.fit_s = time.perf_counter() - t
     check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse,  # fitted features included
-                         w.origin)
+                         w.origin, group=w.group)
     return out
 
 

@@ -6,7 +6,9 @@ The file's layout (every error names the field and the file)::
     root = "../shared/data"         # view paths are under it (relative: to this file's folder)
     label = "clk"
     time = "ts"                     # optional
+    time_form = "s"                 # optional: s | ms | us | ns | datetime | iso8601 | "%y%m%d%H" ...
     group = "userid"                # optional: GAUC's groups
+    item_view = "ad"                # optional: the served candidates' view
 
     [split]
     rule = "files"                  # at | last_day | fraction | files
@@ -57,7 +59,8 @@ from fbrapids.errors import WorkloadError
 from fbrapids.workloads.expressions import parse_expression
 from fbrapids.workloads.spec import Join, SequenceFeature, Split, View, Workload
 
-TOP = {"name", "root", "label", "time", "group", "split", "views", "joins", "features", "sequences"}
+TOP = {"name", "root", "label", "time", "time_form", "group", "item_view", "split", "views", "joins", "features",
+       "sequences"}
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -140,6 +143,7 @@ def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: st
         r = str(base)
     try:
         return Workload(views=views, label=data["label"], split=split, time=data.get("time"), group=data.get("group"),
+                        time_form=data.get("time_form"), item_view=data.get("item_view"),
                         joins=joins, features=extract, sparse=feats.get("sparse", ()), dense=feats.get("dense", ()),
                         sequences=seqs, root=r, name=str(data.get("name", Path(source).stem)), source=source)
     except WorkloadError as e:
