@@ -64,6 +64,8 @@ class ArmsRun:
     extraction: dict[str, int] = field(default_factory=dict)  # launches, partitions, rows streamed
     seconds: dict[str, float] = field(default_factory=dict)
     zeroed: list[str] = field(default_factory=list)  # the candidate-input weights started at 0
+    rows: dict[str, int] = field(default_factory=dict)  #: rows every model trained on (per epoch) and held out
+    split: dict[str, Any] = field(default_factory=dict)  #: the split as checked before training (SplitCheck.as_dict)
     order: str = ""  # sha1 of the training batches' labels and groups, in the order every model read them
 
 
@@ -114,8 +116,9 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     with dask.config.set(scheduler="threads"), temporary_work_dir() as tmp:
         work = Path(opt["work_dir"]) if opt["work_dir"] is not None else Path(tmp)
         inputs = training_inputs(w, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0])
-        frames = plan_frames(inputs, w, be.name)  # the stream's columns checked there
+        frames = plan_frames(inputs, w, be.name)  # the split and the stream's columns checked there
         train, test = frames.train, frames.test
+        run.split = {**frames.split.as_dict(), "text": frames.split.render()} if frames.split is not None else {}
         if frames.fitted_state is not None:
             run.seconds["fit"] = frames.fit_s
         models, views = [], []
@@ -139,6 +142,8 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
                 views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else
                              _ShuffledView(dense, new_dense, new_sparse, s) if arm == "aa" else None)
         run.seconds["plan"] = time.perf_counter() - t0
+        if frames.split is not None:  # every check passed: what is about to train, and on what
+            frames.split.announce(w.origin)
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
         columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
         producer = TimedPartitions(train, window=1, columns=columns)
@@ -169,6 +174,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     run.candidate = [p["pred"] for p in preds[1::n]]
     run.aa = [p["pred"] for p in preds[2::n]] if aa else []
     run.order = train_stream.digest.hexdigest()
+    run.rows = {"trained": train_stream.rows // max(1, int(opt["epochs"])), "held out": len(run.label)}
     run.extraction = {"launches": int(ks["launches"]), "partitions": producer.partitions + test_producer.partitions,
                       "rows streamed": train_stream.rows + len(run.label),
                       "steps per model": int(steps), "models": len(models)}

@@ -47,6 +47,9 @@ from fbrapids.views.times import PLAUSIBLE, TimeForm, infer_form, when
 from fbrapids.workloads.spec import Workload
 
 log = logging.getLogger(__name__)
+#: where :meth:`SplitCheck.announce` reports a checked split, before training (``fbrapids demo`` /
+#: ``trial`` print it)
+report_log = logging.getLogger(__name__ + ".report")
 
 DAY = 86400
 #: a held-out set must hold at least this many rows, or :data:`FLOOR_SHARE` of the log's if fewer
@@ -125,8 +128,8 @@ class SplitCheck:
         Example:
             >>> print(SplitCheck("fraction 0.2", "log", ["a.csv"], "name", rows=10, train_rows=8, held_rows=2).render())
             split: held out fraction 0.2; view 'log' read from a.csv (10 rows)
-              training      8 rows
-              held out      2 rows
+              training   8 rows
+              held out   2 rows
         """
         files = _names(self.files)
         if len(self.files) > 1:
@@ -143,6 +146,11 @@ class SplitCheck:
                 line += "  (label " + ", ".join(f"{k}: {v:,}" for k, v in self.held_classes.items()) + ")"
             lines.append(line)
         return "\n".join(lines)
+
+    def announce(self, origin: str) -> None:
+        """Report the check (:data:`report_log`, INFO): a run does when its training is about
+        to start, every other check passed."""
+        report_log.info("%s", self.render().replace("split:", f"split of {origin}:", 1))
 
     def as_dict(self) -> dict[str, Any]:
         """The check as JSON-ready values (a summary's ``split``)."""
@@ -268,7 +276,7 @@ def check_split(w: Workload) -> SplitCheck:
                        held_files=[f.path for f in held])
     _split_rows(w, check, scanned, held)
     _refuse(w, check, scanned)
-    log.info("%s:\n%s", w.origin, check.render())
+    log.debug("%s:\n%s", w.origin, check.render())
     return check
 
 
