@@ -684,17 +684,21 @@ def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int,
     return TrainingInputs(model, dense, sparse, sequences or None, features, run)
 
 
-def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None) -> PlannedFrames:
+def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None,
+                check: Any = None) -> PlannedFrames:
     """The lazy training and held-out rows of the workload with ``inputs``' features:
     history features over the whole log, fitted ones fitted once on the training rows
-    (out-of-fold there, frozen on the held-out rows), the stream's columns checked."""
+    (out-of-fold there, frozen on the held-out rows), the split checked first
+    (:func:`~fbrapids.workloads.split_check.check_split`; ``check``: when already made) and
+    the stream's columns checked."""
     from fbrapids.runs.plan_checks import check_stream_columns
     from fbrapids.workloads import frames
     from fbrapids.workloads.split_check import check_split
 
     w = as_workload(data)
     plain, history, to_fit = split_fitted(inputs.extra_features)
-    check = check_split(w)  # the log's label and time read once: a split that cannot be right refused here
+    if check is None:  # the log's label and time read once: a split that cannot be right refused here
+        check = check_split(w)
     merged, parts = frames.feature_frame(w, backend=backend, features=plain, check=check)
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)

@@ -71,7 +71,7 @@ class ArmsRun:
 
 def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
                seeds: Sequence[int] = (0,), progress: bool = True, sequences: dict[str, str] | None = None,
-               paired: bool = True, aa: bool = False, **options: Any) -> ArmsRun:
+               paired: bool = True, aa: bool = False, split_check: Any = None, **options: Any) -> ArmsRun:
     """Extract once, train a baseline and a candidate arm per seed side by side, predict the
     held-out rows (see the module docstring) of ``data``, a
     :class:`~fbrapids.workloads.Workload` or a folder of generated data; ``options``: :data:`OPTIONS`.
@@ -80,7 +80,8 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     baseline over the baseline's features only, the candidate over all of them, each
     initialised under the seed with nothing zeroed (still one extraction pass); it is there
     to measure what the pairing buys.  ``aa=True`` adds an A/A arm per seed
-    (:func:`fbrapids.trainers.arms.shuffled_view`)."""
+    (:func:`fbrapids.trainers.arms.shuffled_view`).  ``split_check``: the split's check, when
+    already made (:func:`~fbrapids.workloads.split_check.check_split`)."""
     import dask
     import torch
 
@@ -116,7 +117,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     with dask.config.set(scheduler="threads"), temporary_work_dir() as tmp:
         work = Path(opt["work_dir"]) if opt["work_dir"] is not None else Path(tmp)
         inputs = training_inputs(w, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0])
-        frames = plan_frames(inputs, w, be.name)  # the split and the stream's columns checked there
+        frames = plan_frames(inputs, w, be.name, check=split_check)  # the split and the stream's columns checked
         train, test = frames.train, frames.test
         run.split = {**frames.split.as_dict(), "text": frames.split.render()} if frames.split is not None else {}
         if frames.fitted_state is not None:

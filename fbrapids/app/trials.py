@@ -379,15 +379,18 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     if not 0 < level < 1:
         raise ArgumentError(f"level must be in (0, 1), got {level!r}")
     seed_list = _seed_list(seeds, seed)
-    t0 = time.perf_counter()
-    bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
-    bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
     w.check_files()
     if w.group is None:
         raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
                             "(users): set group = ...")
+    from fbrapids.workloads.split_check import check_split
+
+    check = check_split(w)  # a split that cannot be right: one line before any bar or model
+    t0 = time.perf_counter()
+    bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
+    bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
     run = train_arms(w, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
-                     sequences=sequences, paired=paired, aa=aa, **options)
+                     sequences=sequences, paired=paired, aa=aa, split_check=check, **options)
     bar.update(1)
     _refuse_empty_arms(run, w)
     bar.set_postfix_str(f"bootstrap x{n_boot}")

@@ -75,7 +75,7 @@ def when(seconds: int | None) -> str:
     try:
         return dt.datetime.fromtimestamp(int(seconds), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     except (OverflowError, OSError, ValueError):
-        return f"{int(seconds)} s"
+        return f"year {1970 + int(seconds) // 31_556_952:+d}"  # beyond what datetime holds
 
 
 def seen(values: Any, limit: int = 3) -> str:
@@ -184,7 +184,7 @@ def _from_numbers(s: pd.Series, per_second: int) -> tuple[np.ndarray, np.ndarray
     if not pd.api.types.is_numeric_dtype(s.dtype):
         s = pd.to_numeric(s.astype("str").str.strip(), errors="coerce")
     kind = getattr(getattr(s.dtype, "numpy_dtype", s.dtype), "kind", "f")
-    bad = s.isna().to_numpy(dtype=bool)
+    bad = np.array(s.isna().to_numpy(dtype=bool))  # (a copy: pandas may hand out a read-only view)
     if kind == "u":  # above 2^63 - 1: no date
         v = s.fillna(0).to_numpy(dtype=np.uint64)
         bad |= v > np.uint64(np.iinfo(np.int64).max)

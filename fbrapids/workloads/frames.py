@@ -178,8 +178,9 @@ def feature_frame(w: Workload, backend: str | None = None, features: dict[str, A
     :func:`fbrapids.app.pipeline.plan_frames`: :func:`split_fitted`), then the
     ``after_features`` joins.
     Returns it and the parts: ``log`` (the cleaned log, its clean report), ``views`` (as
-    read), ``joined`` (before extraction)."""
-    views = read_views(w, backend=backend)
+    read), ``joined`` (before extraction).  ``check``: the split's
+    (:func:`~fbrapids.workloads.split_check.check_split`; made here when not given)."""
+    views = read_views(w, backend=backend, check=check)
     cleaned = {v.name: views[v.name].fbx.clean(**v.clean) if v.clean else views[v.name] for v in w.views}
     sorted_views = {v.name for v in w.views if v.sorted_by is not None}
     for j in w.joins:  # dictionaries: small, read and cleaned once
