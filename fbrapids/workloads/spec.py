@@ -62,6 +62,25 @@ def _mapping(value: Any, what: str, where: str) -> dict[str, Any]:
     return dict(value)
 
 
+def reader_options() -> set[str]:
+    """The options a view's ``options`` may set: :func:`fbrapids.read_view`'s keyword
+    arguments but the path, ``eager`` and ``backend`` (the run's)."""
+    import inspect
+
+    from fbrapids.views.read import read_view
+
+    return set(inspect.signature(read_view).parameters) - {"path_or_glob", "eager", "backend"}
+
+
+def clean_options() -> set[str]:
+    """The options a view's ``clean`` may set: :func:`fbrapids.views.clean.clean`'s, but the frame."""
+    import inspect
+
+    from fbrapids.views.clean import clean
+
+    return set(inspect.signature(clean).parameters) - {"df"}
+
+
 @dataclass(frozen=True)
 class View:
     """One view of the log: ``path`` (a file, a glob, or a list; relative paths are under
@@ -98,13 +117,13 @@ class View:
         object.__setattr__(self, "clean", _mapping(self.clean, "clean", where))
         distinct = (self.distinct,) if isinstance(self.distinct, str) else _names(self.distinct, "distinct", where)
         object.__setattr__(self, "distinct", distinct)
-        from fbrapids.views.read import read_view
-        import inspect
-
-        known = set(inspect.signature(read_view).parameters) - {"path_or_glob", "eager", "backend"}
+        known = reader_options()
         unknown = sorted(set(self.options) - known)
         if unknown:
             raise WorkloadError(f"{where}: unknown reader option(s) {unknown}; read_view takes {sorted(known)}")
+        unknown = sorted(set(self.clean) - clean_options())
+        if unknown:
+            raise WorkloadError(f"{where}: unknown clean option(s) {unknown}; clean takes {sorted(clean_options())}")
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -140,8 +159,9 @@ class Split:
     """Which rows are held out for evaluation (the rest train).
 
     ``rule``: ``"at"`` (rows with ``time >= at``; ``at`` epoch seconds or an ISO date),
-    ``"last_day"`` (rows of the log's last calendar day, UTC, of an epoch-seconds time
-    column), ``"fraction"`` (the last ``fraction`` of the log's rows in file order) or
+    ``"last_day"`` (rows of the log's last calendar day, UTC, of the time column read in its
+    form), ``"fraction"`` (the last ``fraction`` of the log's rows in file order: the files
+    in time order, else in natural name order) or
     ``"files"`` (the log view's rows read from ``files`` instead of its ``path``, with the
     same options).
 

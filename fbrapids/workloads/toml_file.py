@@ -59,8 +59,11 @@ from fbrapids.errors import WorkloadError
 from fbrapids.workloads.expressions import parse_expression
 from fbrapids.workloads.spec import Join, SequenceFeature, Split, View, Workload
 
+#: the fields a workload file may hold (docs/workloads.md lists each; a test checks it)
 TOP = {"name", "root", "label", "time", "time_form", "group", "item_view", "split", "views", "joins", "features",
        "sequences"}
+FEATURES = {"sparse", "dense", "extract", "dataset"}  #: the fields of ``[features]``
+SEQUENCE = {"target", "expression"}  #: the fields of ``[sequences.NAME]``
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -120,16 +123,18 @@ def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: st
              for i, j in enumerate(data.get("joins", []))]
     split = _build(Split, _table(data.get("split", {}), f"{source}: split"), f"{source}: split")
     feats = _table(data.get("features", {}), f"{source}: features")
-    extra = sorted(set(feats) - {"sparse", "dense", "extract", "dataset"})
+    extra = sorted(set(feats) - FEATURES)
     if extra:
-        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: ['dataset', 'dense', 'extract', "
-                            "'sparse']")
+        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: {sorted(FEATURES)}")
     extract = _dataset_features(feats["dataset"], source) if "dataset" in feats else {}
     extract.update({n: parse_expression(t, where=f"{source}: features.extract.{n}")
                     for n, t in _table(feats.get("extract", {}), f"{source}: features.extract").items()})
     seqs = {}
     for n, s in _table(data.get("sequences", {}), f"{source}: sequences").items():
         s = _table(s, f"{source}: sequences.{n}")
+        extra = sorted(set(s) - SEQUENCE)
+        if extra:
+            raise WorkloadError(f"{source}: sequences.{n}: unknown field(s) {extra}; known: {sorted(SEQUENCE)}")
         if "target" not in s:
             raise WorkloadError(f"{source}: sequences.{n}: target is missing")
         expr = s.get("expression")
