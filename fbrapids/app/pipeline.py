@@ -502,7 +502,7 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any
 
 
 @contextlib.contextmanager
-def _training_threads(threads: int | None, is_gpu: bool) -> Iterator[None]:
+def training_threads(threads: int | None, is_gpu: bool) -> Iterator[None]:
     """torch's intra-op threads set to ``threads`` for the block (None: on the CPU backend every
     core but one, left to the extraction beside the trainer), restored after."""
     import torch
@@ -525,7 +525,7 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
     from fbrapids.trainers.fit import fit, predict
 
     inputs = planned.inputs
-    with _training_threads(cfg.train_threads, is_gpu):
+    with training_threads(cfg.train_threads, is_gpu):
         t = time.perf_counter()
         fitted = fit(planned.net, streams.train, epochs=cfg.epochs, progress=cfg.progress,
                      checkpoint_dir=planned.ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every,

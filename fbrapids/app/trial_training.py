@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +88,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     from fbrapids.frames.backend import get_backend
     from fbrapids.datasets.synthetic import as_workload
     from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model, plan_frames, \
-        training_inputs
+        training_inputs, training_threads
     from fbrapids.workloads import SequenceFeature
     from fbrapids.trainers.arms import zero_candidate_inputs
     from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
@@ -154,11 +153,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             return batch_stream(source, dense, sparse, opt["batch_size"], run.seeds[0], opt["nan"], w.label,
                                 w.group, window)
 
-        threads_before = torch.get_num_threads()
-        threads = opt["train_threads"] or (None if be.is_gpu else max(1, (os.cpu_count() or 2) - 1))
-        if threads:
-            torch.set_num_threads(threads)
-        try:
+        with training_threads(opt["train_threads"], be.is_gpu):  # every core but one on the CPU
             t = time.perf_counter()
             train_stream = _Counted(batches(producer, SHUFFLE_WINDOW))
             steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
@@ -166,8 +161,6 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             t = time.perf_counter()
             preds = predict_side_by_side(models, batches(test_producer, 0), views=views, progress=progress)
             run.seconds["extract+predict"] = time.perf_counter() - t
-        finally:
-            torch.set_num_threads(threads_before)
         ks = kernel_stats.stats()
     run.label, run.group = preds[0]["label"], preds[0]["group"]
     n = len(arms)

@@ -369,20 +369,8 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     from fbrapids.app.trial_training import train_arms
 
     w = as_workload(workload)
-    if not isinstance(candidates, dict) or not candidates:
-        raise ArgumentError(f"candidates must be a non-empty dict of name -> feature expression, got {candidates!r}")
-    clash = [n for n in candidates if n in w.features or n in w.sparse or n in w.dense]
-    if clash:
-        raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
-    if kind not in ("sparse", "dense"):
-        raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
-    if not 0 < level < 1:
-        raise ArgumentError(f"level must be in (0, 1), got {level!r}")
+    _check_arguments(w, candidates, kind, level)
     seed_list = _seed_list(seeds, seed)
-    w.check_files()
-    if w.group is None:
-        raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
-                            "(users): set group = ...")
     from fbrapids.workloads.split_check import check_split
 
     check = check_split(w)  # a split that cannot be right: one line before any bar or model
@@ -429,6 +417,24 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     bar.close()
     log.info("%s", result.render())
     return result
+
+
+def _check_arguments(w: Any, candidates: Any, kind: str, level: float) -> None:
+    """What :func:`trial` refuses before any work: no candidates, a candidate named like a
+    baseline column, a bad ``kind`` or ``level``, missing files, no group column."""
+    if not isinstance(candidates, dict) or not candidates:
+        raise ArgumentError(f"candidates must be a non-empty dict of name -> feature expression, got {candidates!r}")
+    clash = [n for n in candidates if n in w.features or n in w.sparse or n in w.dense]
+    if clash:
+        raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
+    if kind not in ("sparse", "dense"):
+        raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
+    if not 0 < level < 1:
+        raise ArgumentError(f"level must be in (0, 1), got {level!r}")
+    w.check_files()
+    if w.group is None:
+        raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
+                            "(users): set group = ...")
 
 
 def _refuse_empty_arms(run: Any, w: Any) -> None:
