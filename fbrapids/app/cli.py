@@ -633,7 +633,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     exp = sub.add_parser("export", help="export a demo's (or a workload run's) checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
-    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"),
+    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
                      help="the model the checkpoint holds")
     exp.add_argument("--workload", type=Path, default=None, metavar="FILE",
                      help="the TOML workload file the run trained on (`demo --workload FILE --work-dir W`): the "

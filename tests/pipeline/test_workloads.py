@@ -183,6 +183,8 @@ def test_the_readme_your_own_log_section_runs_as_written(shared_data, tmp_path, 
 
     data = json.loads((tmp_path / "taobao-trial.json").read_text())
     assert data["workload"] == "taobao" and len(data["seeds"]) == 2 and set(data["delta"]) == {"auc", "gauc"}
+    assert data["rows"] == {"trained": 100, "held out": 100} and data["split"]["rule"] == "files taobao_tiny_test.csv"
+    assert "rows: trained 100, held out 100 (files taobao_tiny_test.csv)" in out
 
 
 def test_the_workload_reference_lists_every_field_the_parser_accepts():
