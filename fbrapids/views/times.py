@@ -156,8 +156,14 @@ class TimeForm:
         secs, bad = self.parse(values)
         host = values.to_pandas() if _backend.is_gpu_object(values) else values
         if bad.any():
-            raise WorkloadError(f"{where}: {int(bad.sum()):,} of {len(bad):,} values are not {self.describe()} "
-                                f"(e.g. {seen(host.reset_index(drop=True)[bad])}); {HINT}")
+            raw = host.reset_index(drop=True)
+            null = np.asarray(raw.isna(), dtype=bool)
+            other = bad & ~null
+            parts = [f"{int(other.sum()):,} of {len(bad):,} values are not {self.describe()} (e.g. {seen(raw[other])})"
+                     ] if other.any() else []
+            parts += [f"{int(null.sum()):,} of {len(bad):,} are null: every row needs its time (read before any "
+                      "cleaning)"] if null.any() else []
+            raise WorkloadError(f"{where}: {'; '.join(parts)}" + (f"; {HINT}" if other.any() else ""))
         bounds = bounds if bounds is not None else DECLARED if self.name in UNITS else None
         if bounds is not None and len(secs):
             lo, hi = int(secs.min()), int(secs.max())
