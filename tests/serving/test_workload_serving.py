@@ -67,6 +67,11 @@ def test_demo_workload_export_serves_raw_log_rows_as_offline_predictions(shared_
     assert "errors" not in answer, answer
     served = np.concatenate([np.asarray(scores) for scores in answer["scores"]])
     np.testing.assert_allclose(served, offline.predictions["pred"], atol=SCORE_ATOL, rtol=0)
+    from fbrapids.errors import RequestError
+    from fbrapids.serving import load_scorer
+
+    with pytest.raises(RequestError, match=r"column 'hour' must be text '%y%m%d%H', got 14102199"):  # hour 99
+        load_scorer(export).score({**rows[0]["request"], "hour": 14102199}, [{}])
 
 
 def test_export_of_a_workload_runs_checkpoint_serves_its_logs_raw_rows(shared_data, tmp_path, capsys):
