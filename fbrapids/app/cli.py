@@ -149,7 +149,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
 
 def _trial(args: argparse.Namespace) -> int:
     """``fbrapids trial --workload FILE --candidate NAME=EXPR ...``: prints the trial's table,
-    writes its JSON."""
+    writes its JSON (only once the trial has finished: a killed trial leaves none)."""
     import dataclasses
     import json
 
@@ -159,13 +159,19 @@ def _trial(args: argparse.Namespace) -> int:
     w = _workload(args)
     candidates = dict(parse_candidate(c) for c in args.candidate)
     backend = None if args.backend in (None, "auto") else args.backend
+    options = {"work_dir": args.work_dir} if args.work_dir is not None else {}
+    if args.models_per_pass is not None:
+        options["models_per_pass"] = args.models_per_pass
     result = trial(w, candidates, kind=args.kind, model=args.model, seeds=args.seeds, n_boot=args.n_boot,
                    seed=args.seed, level=args.level, progress=not args.no_progress, backend=backend,
-                   epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim)
+                   epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim, each=args.each,
+                   correction=args.correction, min_effect=args.min_effect, aa=not args.no_aa, resume=args.resume,
+                   reference=args.reference, **options)
     sys.stdout.write(result.render() + "\n")
     out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
+    body = result.as_dict() if args.each else dataclasses.asdict(result)
     data = {"workload": w.name, "workload_file": str(args.workload), "model": args.model, "kind": args.kind,
-            **dataclasses.asdict(result), "expressions": {k: str(v) for k, v in candidates.items()}}
+            **body, "expressions": {k: str(v) for k, v in candidates.items()}}
     out.write_text(json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
     sys.stdout.write(f"trial JSON written to {out}\n")
     return 0
@@ -482,6 +488,10 @@ def check_arguments(args: argparse.Namespace) -> None:
         if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
             raise UsageError(f"argument --json: {args.json} "
                              + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
+        if args.resume and args.work_dir is None:
+            raise UsageError("argument --resume: needs --work-dir, the work dir of the trial to continue")
+        _not_a_file("--work-dir", args.work_dir)
+        _writable("--work-dir", args.work_dir)
     elif args.command == "demo":
         if args.workload is not None:
             if not args.workload.is_file():
@@ -614,7 +624,27 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
                      help="a candidate feature, e.g. 'pid_x_cate=ops.cross(\"pid\", \"cate_id\")'; repeatable")
     tri.add_argument("--kind", choices=("sparse", "dense"), default="sparse", help="what the candidates are")
     tri.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"))
-    tri.add_argument("--seeds", type=_int_in(1, 64), default=3, help="seeds per arm (K)")
+    tri.add_argument("--seeds", type=_int_in(1, 64), default=None,
+                     help="seeds per arm (K; default 3, or with --min-effect the most seeds, default 6)")
+    tri.add_argument("--each", action="store_true",
+                     help="try each candidate on its own against one shared baseline: a ranked table, the verdicts "
+                          "corrected for the family (--correction)")
+    tri.add_argument("--correction", choices=("holm", "bh"), default="holm",
+                     help="with --each: Holm (family-wise error rate, the default) or Benjamini-Hochberg (false "
+                          "discovery rate)")
+    tri.add_argument("--min-effect", type=_float_above(0), default=None, metavar="M",
+                     help="a sequential trial: start with 2 seeds, add one while an AUC interval straddles M (the "
+                          "smallest gain worth having), up to --seeds")
+    tri.add_argument("--no-aa", action="store_true", help="leave out the A/A arms (the candidates shuffled)")
+    tri.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
+                     help="keep each finished seed's predictions here (and the stores' SSD tiers), so that --resume "
+                          "continues a killed trial")
+    tri.add_argument("--resume", action="store_true", help="continue the trial in --work-dir from its finished seeds")
+    tri.add_argument("--models-per-pass", type=_int_in(1), default=None, metavar="N",
+                     help="the most models trained side by side in one pass over the data (default 24): seeds are "
+                          "grouped into passes of at most N models")
+    tri.add_argument("--reference", action="store_true",
+                     help="also time one plain training of the baseline on the same data, for the cost line")
     tri.add_argument("--n-boot", type=_int_in(1), default=200, help="paired bootstrap rounds over groups")
     tri.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     tri.add_argument("--level", type=float, default=0.95, help="the interval's coverage")

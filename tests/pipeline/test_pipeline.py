@@ -11,7 +11,8 @@ from sklearn.metrics import roc_auc_score
 from fbrapids import ops
 from fbrapids.datasets.synthetic import views as workload
 from fbrapids.app.pipeline import feature_frame, run_pipeline
-from fbrapids.app.trials import _auc_weighted, paired_bootstrap, trial
+from fbrapids.app.trial_stats import _auc_weighted
+from fbrapids.app.trials import paired_bootstrap, trial
 
 
 @pytest.fixture(scope="module")
