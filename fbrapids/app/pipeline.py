@@ -736,6 +736,38 @@ def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], bat
                   seed=seed, prefetch=1, nan=nan, shuffle_window=shuffle_window)
 
 
+def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
+                     data: str | Path | None = None) -> tuple[list[Any], list[Any], TrainingInputs]:
+    """The training and held-out batches ``fbrapids demo --rows rows --seed seed`` trains and
+    evaluates the DLRM on (the same plan, stream, shuffle and seed), read into memory, and
+    the run's inputs: what ``benchmarks/training_loop.py`` times the trainers on.
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datasets.synthetic.generate import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
+        >>> train, test, inputs = training_batches(3000, batch_size=512, data=d)
+        >>> len(train) > 0 and len(test) > 0, inputs.model
+        (True, 'dlrm')
+    """
+    import dask
+
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
+    from fbrapids.runs.data_cache import default_data_dir
+
+    folder = Path(data) if data is not None else ensure_dataset(rows, default_data_dir(rows, seed), seed=seed)
+    w = as_workload(folder)
+    inputs = training_inputs(w, "dlrm", 16, batch_size, seed)
+    frames = plan_frames(inputs, w)
+    columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
+    with dask.config.set(scheduler="threads"):
+        train = list(batch_stream(TimedPartitions(frames.train, window=1, columns=columns), inputs.dense,
+                                  inputs.sparse, batch_size, seed, "error", w.label, w.group, SHUFFLE_WINDOW))
+        test = list(batch_stream(TimedPartitions(frames.test, window=1, columns=columns), inputs.dense,
+                                 inputs.sparse, batch_size, seed, "error", w.label, w.group))
+    return train, test, inputs
+
+
 def _store_totals(model: Any) -> dict[str, Any]:
     """Per-tier statistics summed over every embedding table of ``model``."""
     totals: dict[str, dict[str, float]] = {}

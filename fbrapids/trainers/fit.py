@@ -53,6 +53,7 @@ from fbrapids.files.manifest import resolve_inside
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.checkpoint.directory import (check_pointer_writable, checkpoints, clean_partial,
                                           newest_verified, read_small_file, step_name)
+from fbrapids.trainers.dense_optim import FusedAdam
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
@@ -148,18 +149,19 @@ LOOKAHEAD_BATCHES = 32
 
 def default_optimizer(params: list[torch.nn.Parameter], lr: float = 1e-3) -> torch.optim.Optimizer:
     """``Adam(lr=1e-3)`` as one fused kernel over all dense parameters (one call per step
-    instead of a dozen small ops per tensor), or the plain per-tensor loop where torch has
-    no fused kernel for the parameters' device.
+    instead of a dozen small ops per tensor): :class:`~fbrapids.trainers.dense_optim.FusedAdam`,
+    bit for bit ``torch.optim.Adam(fused=True)`` without its import of ``torch._dynamo``; the
+    plain ``torch.optim.Adam`` where the parameters are on a device without the fused kernel.
 
     Example:
         >>> import torch
         >>> type(default_optimizer([torch.nn.Parameter(torch.zeros(2))])).__name__
-        'Adam'
+        'FusedAdam'
     """
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, ValueError):
-        return torch.optim.Adam(params, lr=lr)
+    if all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64, torch.float16,
+                                                             torch.bfloat16) for p in params):
+        return FusedAdam(params, lr=lr)
+    return torch.optim.Adam(params, lr=lr)
 
 
 NAN_POLICIES = ("error", "skip", "warn")
@@ -413,7 +415,7 @@ class _Stepper:
         batch = batch.to(self.dev)
         logits = model(batch)
         if prefetch is not None:
-            model.prefetch(prefetch)
+            model.prepare(prefetch)
         loss = self.loss_fn(logits, batch.label.to(logits.device))
         value = float(loss.detach())
         problem = None if math.isfinite(value) else f"loss is {value}"

@@ -132,6 +132,12 @@ class CTRModel(nn.Module):
         """Bring ``batch``'s rows into the caches and pin them for the next step."""
         return sum(c.prefetch(batch.sparse) for _, c in self.collections())
 
+    def prepare(self, batch: Batch) -> None:
+        """Find ``batch``'s rows in every table in the background while the current batch
+        trains: the next step's lookups take them (``fit(prefetch_rows=True)``)."""
+        for _, c in self.collections():
+            c.prepare(batch.sparse)
+
     def announce(self, batch: Batch, ahead: int) -> int:
         """Announce ``batch``, looked up ``ahead`` steps from now, to the tables whose eviction
         uses upcoming batches (``lfu_window``); returns the rows noted."""
