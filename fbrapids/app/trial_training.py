@@ -9,8 +9,8 @@ baseline arm sees the candidates' inputs as a placebo), and with ``aa=True`` an 
 (the candidate arm's architecture and start, the candidates' values shuffled across each
 batch's rows), trained side by side
 (:mod:`fbrapids.trainers.side_by_side`).  The training rows come as a plain run streams
-them (:func:`fbrapids.app.pipeline.batch_stream`, shuffled within
-:data:`fbrapids.app.pipeline.SHUFFLE_WINDOW` rows, the order fixed by the first seed): the
+them (:func:`fbrapids.app.pipeline.batch_stream`, shuffled through a buffer of
+:data:`fbrapids.app.pipeline.SHUFFLE_BUFFER` rows, the order fixed by the first seed): the
 same batches in the same order for every arm and seed (``ArmsRun.order`` fingerprints
 it).  The held-out day is streamed once too, in its own order, and every model predicts it.
 
@@ -85,7 +85,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     from fbrapids import kernels as kernel_stats
     from fbrapids.frames.backend import get_backend
     from fbrapids.datasets.synthetic import as_workload
-    from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model, plan_frames, \
+    from fbrapids.app.pipeline import SHUFFLE_BUFFER, TimedPartitions, batch_stream, build_model, plan_frames, \
         training_inputs
     from fbrapids.workloads import SequenceFeature
     from fbrapids.trainers.arms import zero_candidate_inputs
@@ -154,7 +154,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             torch.set_num_threads(threads)
         try:
             t = time.perf_counter()
-            train_stream = _Counted(batches(producer, SHUFFLE_WINDOW))
+            train_stream = _Counted(batches(producer, SHUFFLE_BUFFER))
             steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
             run.seconds["extract+train"] = time.perf_counter() - t
             t = time.perf_counter()

@@ -322,6 +322,18 @@ class TierStack:
         cache.stats.bytes_in += len(gm) * self.row_bytes
         return new_slots
 
+    def hold_in_ram(self, g: np.ndarray, rows: np.ndarray) -> None:
+        """Rows ``g`` (none of them held anywhere yet) put into RAM as they are, clean: into a
+        growable cache (the one RAM tier), else host RAM (a loaded table with no SSD tier)."""
+        if self.cache.growable:
+            slots = self.cache_alloc(len(g), -1)
+            self.cache.put(slots, rows)
+            self.cache.slots.owner[slots] = g
+            self.dir.cache_loc[g] = slots
+            return
+        self.host_insert(g, rows, np.zeros(len(g), dtype=bool))
+        self.host.stats.bytes_in = 0
+
     def reserve(self, rows: int) -> None:
         """A growable cache grown (now, on this thread) to have ``rows`` free slots, so that
         :meth:`place_new` of that many rows moves nothing (it may then run on another thread)."""
