@@ -166,7 +166,7 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
                 if limit is not None and step >= limit:
                     return step, False
                 if not _one_step(strategy, item, i, step, start, held):
-                    return step, True
+                    break  # the pass is over (every rank is out of data)
                 step += 1
                 if step > start:
                     bar.update(1)  # a batch consumed (a skipped or held one too: the bar reaches its total)
