@@ -6,9 +6,10 @@ stream, shuffle and seed (:func:`fbrapids.app.pipeline.training_batches`), read 
 memory before any system is timed, so every system trains on the same rows in the same
 order and extraction is out of the timing.  Systems:
 
-* ``fit``: :func:`fbrapids.trainers.fit` on the demo's DLRM with the demo's store
-  (``cache_rows`` 2^17, ``host_rows`` 2^19, an SSD folder), no calibration hold-back (every
-  batch trained on, as the peers train).
+* ``fit``: :func:`fbrapids.trainers.fit` on the demo's DLRM with the demo's store (its tiers
+  as the pipeline chooses them, :func:`fbrapids.app.pipeline.store_config`: one RAM tier
+  where every table fits in memory), no calibration hold-back (every batch trained on, as
+  the peers train).
 * ``torchrec_fused``: the same DLRM (its MLPs and bias vector copied from ``fit``'s freshly
   built model) over TorchRec's ``FusedEmbeddingBagCollection`` (fbgemm's TBE, the update
   ``EXACT_ROWWISE_ADAGRAD`` fused into backward, mean pooling), one table per feature; its
@@ -58,6 +59,8 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import NoiseCheck, machine_description, write_result  # noqa: E402
+from fbrapids.runs.data_cache import default_data_dir  # noqa: E402
+from fbrapids.runs.disk_budget import table_bounds  # noqa: E402
 from fbrapids.trainers.batch import Batch  # noqa: E402
 
 LR, EPS = 0.05, 1e-8
@@ -72,13 +75,14 @@ def demo_batches(rows: int, seed: int, batch_size: int) -> tuple[list[Batch], li
     return training_batches(rows, seed, batch_size)
 
 
-def demo_model(inputs: Any, seed: int, ssd: str) -> Any:
-    """The demo's DLRM on the demo's store, as ``run_pipeline`` builds it."""
-    from fbrapids.app.pipeline import build_model
-    from fbrapids.trainers.sparse import StoreConfig
+def demo_model(inputs: Any, seed: int, ssd: str, bounds: dict[str, Any] | None = None) -> Any:
+    """The demo's DLRM on the demo's store, as ``run_pipeline`` builds it (its tiers chosen
+    from the tables' ``bounds``: :func:`fbrapids.app.pipeline.store_config`)."""
+    from fbrapids.app.pipeline import build_model, store_config
+    from fbrapids.workloads import RunConfig
 
     torch.manual_seed(seed)
-    store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=ssd, seed=seed)
+    store, _ = store_config(RunConfig(seed=seed), ssd, bounds or {})
     return build_model("dlrm", len(inputs.dense), inputs.sparse, store, DIM)
 
 
@@ -219,11 +223,11 @@ def peer_auc(model: torch.nn.Module, inputs: Callable[[Any], Any], batches: list
     return all_metrics(label, np.concatenate(preds), group)
 
 
-def run_fit(inputs: Any, train: list[Batch], test: list[Batch], seed: int) -> dict[str, Any]:
+def run_fit(inputs: Any, train: list[Batch], test: list[Batch], seed: int, bounds: dict[str, Any]) -> dict[str, Any]:
     from fbrapids.trainers.fit import evaluate, fit
 
     with tempfile.TemporaryDirectory(prefix="fbrapids-bench-fit-") as ssd:
-        net = demo_model(inputs, seed, ssd)
+        net = demo_model(inputs, seed, ssd, bounds)
         t = time.perf_counter()
         fit(net, train, progress=False, calibrate=False)
         seconds = time.perf_counter() - t
@@ -261,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     noise = NoiseCheck(f"training_loop rows={args.rows} batch={args.batch_size}")
     print(f"load average {noise.load_start:.2f} at the start; machine speed {noise.speed_start:.1f} loops/s")
     train, test, inputs = demo_batches(args.rows, args.seed, args.batch_size)
+    bounds = table_bounds(default_data_dir(args.rows, args.seed), inputs.sparse, inputs.extra_features)
     n_rows = sum(len(b) for b in train)
     print(f"{len(train)} training batches ({n_rows:,} rows), {len(test)} held-out batches")
     systems = [s for s in args.systems.split(",") if s]
@@ -275,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             if name in why:
                 continue
             try:
-                got = (run_fit(inputs, train, test, args.seed) if name == "fit"
+                got = (run_fit(inputs, train, test, args.seed, bounds) if name == "fit"
                        else run_peer(name, inputs, remap, train_r, test_r, args.seed))
             except ImportError as exc:
                 why[name] = f"{type(exc).__name__}: {exc}"

@@ -115,9 +115,18 @@ class CTRModel(nn.Module):
                                       error_msgs)
 
     def collections(self) -> Iterator[tuple[str, TieredEmbeddingBagCollection]]:
-        for name, m in self.named_modules():
-            if isinstance(m, TieredEmbeddingBagCollection):
-                yield name, m
+        """The model's embedding collections, by module path (found once: a step asks several
+        times; setting a module on the model finds them again)."""
+        found = self.__dict__.get("_collections_found")
+        if found is None:
+            found = [(name, m) for name, m in self.named_modules() if isinstance(m, TieredEmbeddingBagCollection)]
+            self.__dict__["_collections_found"] = found
+        return iter(found)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.nn.Module):
+            self.__dict__.pop("_collections_found", None)
+        super().__setattr__(name, value)
 
     def stores(self) -> dict[str, EmbeddingTable]:
         """Every table, keyed ``"<collection path>/<table>"``."""
