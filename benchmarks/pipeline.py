@@ -48,7 +48,7 @@ from benchmarks.machine import machine_description  # noqa: E402
 from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
 from fbrapids.files.iostats import IOCounter
 from fbrapids.files.manifest import VERIFY_ENV
-from fbrapids.app.pipeline import (DAY, DENSE, SHUFFLE_WINDOW, SPARSE, batch_stream, build_model, feature_frame, run_pipeline,
+from fbrapids.app.pipeline import (DAY, DENSE, SHUFFLE_BUFFER, SPARSE, batch_stream, build_model, feature_frame, run_pipeline,
                                split_by_day)
 from fbrapids.trainers import evaluate, fit
 from fbrapids.trainers.metrics import format_metric
@@ -79,7 +79,7 @@ def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))  # the same training threads as the pipeline
     try:
         # the training rows shuffled in the pipeline's windows: the same batches as run_pipeline's
-        fit(net, batch_stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed, shuffle_window=SHUFFLE_WINDOW),
+        fit(net, batch_stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed, shuffle_buffer=SHUFFLE_BUFFER),
             progress=False)
         metrics = evaluate(net, batch_stream(_partitions(test_back), DENSE, SPARSE, batch_size, seed), progress=False)
     finally:

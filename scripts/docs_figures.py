@@ -466,6 +466,9 @@ def fig_store_vs_peers() -> str:
     """The embedding run's ratios of the store to TorchRec's FusedEBC and fbgemm's TBE, and
     of the SSD 10x store to the in-RAM one, per thread count, with its load and versions."""
     r = load("embedding.json")
+    no = _bench().refused("embedding", r)
+    if no:  # a speed figure the noise rule did not accept is never published (scripts/bench.py)
+        return f"{no} ({source('embedding.json', r)})"
     parts = []
     for threads, f in r["by_threads"].items():
         cells = [f"{label} {f[key]:.2f}" for key, label in (
@@ -477,6 +480,14 @@ def fig_store_vs_peers() -> str:
     return ("; ".join(parts) + f"; load average {load_avg['start'][0]:.1f} at the start, {load_avg['end'][0]:.1f} at the "
             f"end; torch {env.get('torch')}, torchrec {env.get('torchrec')}, fbgemm-gpu-cpu {env.get('fbgemm_gpu')} "
             f"({source('embedding.json', r)})")
+
+
+def _bench() -> Any:
+    """scripts/bench.py (the README table's formats and the noise rule's refusal)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench
+
+    return bench
 
 
 def fig_dask_pays() -> str:

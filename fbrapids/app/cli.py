@@ -74,7 +74,7 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      export=args.export, nan=args.nan)
+                      export=args.export, nan=args.nan, tiers=args.tiers)
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         import json
@@ -121,7 +121,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
             work = stack.enter_context(temporary_work_dir(WORK_PREFIX))
         config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=work,
                            batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           nan=args.nan)
+                           nan=args.nan, tiers=args.tiers)
         client = None
         if args.scheduler:
             from fbrapids.frames.cluster import close_client, connect
@@ -594,6 +594,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
                            "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
                            "reached on any N, 1 included (--resume on such a work dir uses the N given)")
+    demo.add_argument("--tiers", choices=("auto", "ram", "tiered"), default="auto",
+                      help="where the embedding rows live: one RAM tier where every table fits in memory (auto, the "
+                           "default), one RAM tier always (ram), or the device cache / host RAM / SSD tiers (tiered)")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")

@@ -22,7 +22,7 @@ of them) or their shuffled copy (A/A).
 (:func:`fbrapids.app.pipeline.plan_frames`, the candidates as extra features), planned once
 per trial.  A pass (:meth:`ArmsSession.train`) streams the training rows once (extraction
 beside training, as a plain run streams them: :func:`fbrapids.app.pipeline.batch_stream`,
-shuffled within :data:`fbrapids.app.pipeline.SHUFFLE_WINDOW` rows, the order fixed by the
+shuffled through a buffer of :data:`fbrapids.app.pipeline.SHUFFLE_BUFFER` rows, the order fixed by the
 trial's first seed, ``order_seed``, so every pass, arm and seed reads the same batches in the same order;
 ``SeedRun.order`` fingerprints it) and trains every arm of its seeds side by side
 (:mod:`fbrapids.trainers.side_by_side`), then streams the held-out rows once and every
@@ -242,10 +242,10 @@ class ArmsSession:
 
     def _batches(self, source: Any, shuffle: bool) -> Any:
         """The pipeline's stream of ``source``: its batches, its order."""
-        from fbrapids.app.pipeline import SHUFFLE_WINDOW, batch_stream
+        from fbrapids.app.pipeline import SHUFFLE_BUFFER, batch_stream
 
         return batch_stream(source, self.dense, self.sparse, self.opt["batch_size"], self.order_seed,
-                            self.opt["nan"], self.w.label, self.w.group, SHUFFLE_WINDOW if shuffle else 0)
+                            self.opt["nan"], self.w.label, self.w.group, SHUFFLE_BUFFER if shuffle else 0)
 
     def _record_pass(self, held: dict[str, np.ndarray], train: Any, test: Any, stream: "_Counted",
                      models: int) -> None:

@@ -8,11 +8,11 @@ optimizer step of every model, in turn, through that model's *view* of the batch
 Every model thus sees the same batches in the same order, and the extraction work is that
 of one run.
 
-Each model's step is :func:`fbrapids.trainers.fit.fit`'s: forward, binary cross-entropy on
-the logits, backward, the dense optimizer (:func:`~fbrapids.trainers.fit.default_optimizer`
-unless given), then the sparse optimizers of its tables.  A NaN / inf loss is a
-:class:`~fbrapids.errors.NonFiniteError` naming the model and the step.  No checkpoints:
-a trial is re-run, not resumed.
+The training is :func:`fbrapids.trainers.fit.fit`'s one loop with the
+:class:`~fbrapids.trainers.strategy.Arms` strategy: each model's step is ``fit``'s (forward,
+binary cross-entropy on the logits, backward, the dense optimizer, then the sparse
+optimizers of its tables).  A NaN / inf loss is a :class:`~fbrapids.errors.NonFiniteError`
+naming the model and the step.  No checkpoints: a trial is re-run, not resumed.
 
 Example:
     >>> import numpy as np, pandas as pd, torch
@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from fbrapids.trainers.models.base import CTRModel
 
 from fbrapids.ui.autobar import tqdm
-from fbrapids.errors import ArgumentError, NonFiniteError
 from fbrapids.trainers.batch import Batch
 
 log = logging.getLogger(__name__)
@@ -70,41 +68,14 @@ def fit_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                      optimizers: Sequence[torch.optim.Optimizer] | None = None, progress: bool = True) -> int:
     """Train every model of ``models`` on one pass over ``batches`` per epoch (each batch read
     once, one step of each model on ``views[i](batch)``, the batch itself where the view is
-    None); returns the steps each model took."""
-    from fbrapids.trainers.device import module_device, place_model
-    from fbrapids.trainers.fit import default_optimizer
+    None); returns the steps each model took: ``fit`` with the
+    :class:`~fbrapids.trainers.strategy.Arms` strategy (no calibration, nothing read ahead)."""
+    from fbrapids.trainers.fit import fit
+    from fbrapids.trainers.fit_config import FitConfig
+    from fbrapids.trainers.strategy import Arms
 
-    views = list(views) if views is not None else [None] * len(models)
-    if len(views) != len(models):
-        raise ArgumentError(f"fit_side_by_side: {len(models)} models but {len(views)} views")
-    for m in models:
-        place_model(m, None)
-        m.train()
-    optimizers = list(optimizers) if optimizers is not None else \
-        [default_optimizer([p for p in m.parameters() if p.requires_grad]) for m in models]
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    devices = [module_device(m) for m in models]
-    step = 0
-    with tqdm(total=None, disable=not progress, desc="fit", unit="batch", postfix=f"{len(models)} models") as bar:
-        for epoch in range(epochs):
-            if hasattr(batches, "set_epoch"):
-                batches.set_epoch(epoch)
-            for batch in batches:
-                _refresh_total(bar, batches, epochs)
-                step += 1
-                for k, (model, view, opt, dev) in enumerate(zip(models, views, optimizers, devices)):
-                    b = (view or _same)(batch).to(dev)
-                    opt.zero_grad(set_to_none=True)
-                    loss = loss_fn(model(b), b.label)
-                    value = float(loss.detach())
-                    if not math.isfinite(value):
-                        raise NonFiniteError(f"step {step}: model {k} ({type(model).__name__}) has loss {value}; "
-                                             "the side-by-side training stopped before this update")
-                    loss.backward()
-                    opt.step()
-                    model.apply_sparse_gradients()
-                bar.update(1)
-    return step
+    cfg = FitConfig(epochs=epochs, progress=progress, calibrate=False, prefetch_rows=False)
+    return fit(Arms(models, views, optimizers), batches, cfg).steps
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from fbrapids.app.trials import paired_bootstrap, trial
 def pipeline_run(gen_dir, tmp_path_factory):
     work = tmp_path_factory.mktemp("pipe")
     return run_pipeline(gen_dir, batch_size=512, progress=False, work_dir=work, cache_rows=1 << 14,
-                        host_rows=1 << 15), work
+                        host_rows=1 << 15, tiers="tiered"), work  # the tiers asked for: SSD files (auto: one RAM tier)
 
 
 def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_run, gen_dir):

@@ -111,9 +111,19 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_gather_cols.restype = ctypes.c_int
     lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     lib.fbx_bag_sum.restype = ctypes.c_int
-    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p, ctypes.c_int]
+    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p, ctypes.c_int, ctypes.c_int]
     lib.fbx_bag_sum_backward.restype = ctypes.c_int
-    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p]
+    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_lookup_tables.restype = None
+    lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int]
+    lib.fbx_rowwise_adagrad_tables.restype = None
+    lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int]
+    lib.fbx_prepare_ram_tier.restype = i64
+    lib.fbx_prepare_ram_tier.argtypes = [p, p, i64, p, p, p, p, i64, i64, p, p, i64, p, p, p, p, p, i64, i64, p, i64,
+                                         i64, ctypes.c_uint64, f32, p, p]
+    lib.fbx_place_new.restype = i64
+    lib.fbx_place_new.argtypes = [p, i64, p, p, p, p, p, i64, i64, p, p, p, i64, i64, p, i64, i64, ctypes.c_uint64, f32,
+                                  p]
     lib.fbx_sgd.restype = ctypes.c_int
     lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int, p]
     return lib
@@ -314,8 +324,10 @@ def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
     return out
 
 
-def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``).
+def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray, mean: bool = False) -> np.ndarray:
+    """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``);
+    ``mean``: each bag of more than one row divided by its size (the float division torch
+    makes: the same bits as dividing the sums in torch).
 
     Example:
         >>> import numpy as np
@@ -328,13 +340,15 @@ def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarra
     nb = len(offsets) - 1
     out = np.empty((nb, rows.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
-                          out.ctypes.data, row_threads()) != 0:
+                          out.ctypes.data, 1 if mean else 0, row_threads()) != 0:
         raise RowIndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
     return out
 
 
-def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray, m: int) -> np.ndarray:
-    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient.
+def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray, m: int,
+                     mean: bool = False) -> np.ndarray:
+    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient (``mean``:
+    as :func:`bag_sum`'s).
 
     Example:
         >>> import numpy as np
@@ -347,7 +361,7 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     out = np.empty((int(m), grad_out.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum_backward(grad_out.ctypes.data, grad_out.shape[1], idx.ctypes.data, offsets.ctypes.data,
-                                   len(offsets) - 1, int(m), out.ctypes.data) != 0:
+                                   len(offsets) - 1, int(m), out.ctypes.data, 1 if mean else 0) != 0:
         raise RowIndexError(f"bag_sum_backward: an index outside [0, {m})")
     return out
 
@@ -637,6 +651,85 @@ def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, sc
                          out.shape[1])
 
 
+def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+              pin_step: int, table: np.ndarray, dim: int, seed_mix: int, scale: float, state: np.ndarray) -> bool:
+    """Place new rows ``g`` (admitted, never materialised: in no tier and not on the SSD
+    file) in the free cache slots ``slots`` in one C pass: their initial rows
+    (:func:`init_rows_into` of their ids, then the optimizer ``state``) written into
+    ``table``, ``d.cache_loc[g] = slots``, ``owner[slots] = g``, ``dirty[slots] = True``,
+    ``pin[slots] = pin_step``.  False (nothing done) when a row is not new.
+
+    Example:
+        >>> import numpy as np
+        >>> from fbrapids.trainers.sparse.directory import RowDirectory
+        >>> d = RowDirectory(); g = d.admit(np.array([7], dtype=np.uint64))
+        >>> table, owner, pin = np.zeros((2, 3), np.float32), np.full(2, -1), np.full(2, -1)
+        >>> dirty = np.zeros(2, bool)
+        >>> place_new(g, np.array([1]), d, owner, dirty, pin, 5, table, 2, 0, 0.5, np.array([0.1], np.float32))
+        True
+        >>> d.cache_loc[g].tolist(), owner.tolist(), pin.tolist(), bool(table[1, 2] == np.float32(0.1))
+        ([1], [-1, 0], [-1, 5], True)
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    state = np.ascontiguousarray(state, dtype=np.float32)
+    rs = record_stride("place_new", d.cache_loc, d.host_loc)
+    for a, dt in ((owner, np.int64), (pin, np.int64), (dirty, np.bool_), (d.on_ssd, np.bool_)):
+        if a.dtype != dt or not a.flags.c_contiguous:
+            raise InputTypeError(f"place_new: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+    if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or len(slots) != len(g) \
+            or len(owner) < table.shape[0] or len(pin) < table.shape[0] or len(dirty) < table.shape[0] \
+            or len(state) != table.shape[1] - dim:
+        raise ArgumentError("place_new: a float32 table with an owner, pin and dirty entry per slot, a slot per row "
+                            "and the optimizer state's columns")
+    n_rows = min(len(d.cache_loc), len(d.host_loc), len(d.on_ssd), len(d.g2id))
+    rc = _lib().fbx_place_new(g.ctypes.data, len(g), slots.ctypes.data, d.g2id.ctypes.data, d.cache_loc.ctypes.data,
+                              d.host_loc.ctypes.data, d.on_ssd.ctypes.data, rs, n_rows, owner.ctypes.data,
+                              dirty.ctypes.data, pin.ctypes.data, table.shape[0], int(pin_step), table.ctypes.data,
+                              table.shape[1], int(dim), int(seed_mix), float(scale), state.ctypes.data)
+    if rc == -2:
+        raise RowIndexError(f"place_new: a slot outside [0, {table.shape[0]})")
+    return rc == 0
+
+
+#: words per table of :func:`lookup_tables`' descriptors (``csrc/hashmap.c``, ``FBX_LK_*``)
+LOOKUP_WORDS = 20
+#: words per table of :func:`rowwise_adagrad_tables`' descriptors (``csrc/rows.c``, ``FBX_AG_*``)
+ADAGRAD_WORDS = 8
+
+
+def lookup_tables(desc: np.ndarray) -> np.ndarray:
+    """:func:`lookup_pass` of several tables in one C call: row ``t`` of ``desc`` ``[n,
+    LOOKUP_WORDS]`` (int64) holds table ``t``'s arguments, arrays as the addresses of their
+    data, in the order of ``FBX_LK_*`` in ``csrc/hashmap.c``; returns each table's result
+    (admitted rows not cached, or < 0 for a row or slot out of range).  The caller vouches for
+    every address and size: :func:`fbrapids.trainers.sparse.together.lookup_together` builds
+    them from arrays :func:`lookup_pass` checks."""
+    desc = np.ascontiguousarray(desc, dtype=np.int64)
+    if desc.ndim != 2 or desc.shape[1] != LOOKUP_WORDS:
+        raise ArgumentError(f"lookup_tables: descriptors must be [n, {LOOKUP_WORDS}], got {desc.shape}")
+    ret = np.zeros(len(desc), dtype=np.int64)
+    _lib().fbx_lookup_tables(desc.ctypes.data, len(desc), ret.ctypes.data, row_threads())
+    return ret
+
+
+def rowwise_adagrad_tables(desc: np.ndarray, hyper: np.ndarray) -> np.ndarray:
+    """:func:`rowwise_adagrad_` on several tables in one C call: row ``t`` of ``desc`` ``[n,
+    ADAGRAD_WORDS]`` holds table ``t``'s rows, slot count, width, slots, their number, its
+    gradient rows, its dirty flags and its dim (addresses as ints, ``FBX_AG_*`` in ``csrc/rows.c``),
+    ``hyper[t]`` its lr and eps; the slots of a table must be distinct.  Returns each
+    table's result (0, or -1 for a slot out of range: that table untouched).  The caller
+    vouches for every address and size, as for :func:`lookup_tables`."""
+    desc = np.ascontiguousarray(desc, dtype=np.int64)
+    hyper = np.ascontiguousarray(hyper, dtype=np.float32)
+    if desc.ndim != 2 or desc.shape[1] != ADAGRAD_WORDS or hyper.shape != (len(desc), 2):
+        raise ArgumentError(f"rowwise_adagrad_tables: descriptors [n, {ADAGRAD_WORDS}] and hyper-parameters [n, 2]")
+    ret = np.zeros(len(desc), dtype=np.intc)
+    _lib().fbx_rowwise_adagrad_tables(desc.ctypes.data, hyper.ctypes.data, len(desc), ret.ctypes.data,
+                                      row_threads())
+    return ret
+
+
 def _u64(keys: np.ndarray) -> np.ndarray:
     keys = np.asarray(keys)
     if keys.dtype == np.int64:
@@ -722,6 +815,56 @@ class UInt64HashMap:
         if m < 0:
             raise StoreMemoryError(f"the distinct ids of a batch of {n} ids: out of memory for their scratch table")
         return uniq[:m], inverse, counts[:m], vals[:m]
+
+    def prepare_ram_tier(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
+                         free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+                         pin_step: int, table: np.ndarray, dim: int, seed_mix: int, scale: float,
+                         state: np.ndarray) -> tuple[tuple[np.ndarray, ...], int, int, int]:
+        """:meth:`unique_get` of a batch's ``keys``, the keys not in the map admitted (rows
+        ``n_rows``, ``n_rows + 1``, ... in first-occurrence order: mapped here, ``g2id[row] =
+        key``) and placed in cache slots popped from the top of ``free[:n_free]``, in one C
+        pass (:func:`place_new`'s writes: the initial row, ``cache_loc``, ``owner``, ``dirty``,
+        ``pin``).  The caller has made room (``g2id`` and ``cache_loc`` for ``n_rows +
+        len(keys)`` rows, ``n_free >= len(keys)``).  Returns ``((uniq, inverse, counts, rows),
+        rows admitted, their occurrences, the free slots left)``.
+
+        Example:
+            >>> import numpy as np
+            >>> m = UInt64HashMap(); m.put(np.array([9], dtype=np.uint64), np.array([0]))
+            >>> g2id, loc = np.array([9, 0, 0, 0], np.uint64), np.array([0, -1, -1, -1])
+            >>> table, owner, pin, dirty = np.zeros((4, 2), np.float32), np.full(4, -1), np.full(4, -1), np.zeros(4, bool)
+            >>> found, new, occ, left = m.prepare_ram_tier(np.array([5, 9, 5], np.uint64), 1, g2id, loc,
+            ...     np.array([3, 2, 1]), 3, owner, dirty, pin, 7, table, 1, 0, 0.5, np.array([0.0], np.float32))
+            >>> [a.tolist() for a in found], new, occ, left, g2id.tolist(), loc.tolist(), owner.tolist()
+            ([[5, 9], [0, 1, 0], [2, 1], [1, 0]], 1, 2, 2, [9, 5, 0, 0], [0, 1, -1, -1], [-1, 1, -1, -1])
+        """
+        keys = _u64(keys)
+        n = len(keys)
+        for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pin, np.int64), (dirty, np.bool_)):
+            if a.dtype != dt or not a.flags.c_contiguous:
+                raise InputTypeError(f"prepare_ram_tier: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+        rs = record_stride("prepare_ram_tier", cache_loc)
+        row_cap = min(len(g2id), len(cache_loc))
+        state = np.ascontiguousarray(state, dtype=np.float32)
+        if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or \
+                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(state) != table.shape[1] - dim or \
+                not 0 <= n_free <= len(free):
+            raise ArgumentError("prepare_ram_tier: a float32 table with an owner, pin and dirty entry per slot")
+        uniq, inverse = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
+        counts, rows = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        left, out = np.array([n_free], dtype=np.int64), np.zeros(3, dtype=np.int64)
+        rc = self._lib.fbx_prepare_ram_tier(self._h, keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data,
+                                            counts.ctypes.data, rows.ctypes.data, int(n_rows), row_cap,
+                                            g2id.ctypes.data, cache_loc.ctypes.data, rs, free.ctypes.data,
+                                            left.ctypes.data, owner.ctypes.data, dirty.ctypes.data, pin.ctypes.data,
+                                            table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], int(dim),
+                                            int(seed_mix), float(scale), state.ctypes.data, out.ctypes.data)
+        if rc == -1:
+            raise StoreMemoryError(f"admitting a batch of {n} ids: out of memory for the id map")
+        if rc != 0:
+            raise RowIndexError("prepare_ram_tier: no room made for the batch's new rows, or a free slot out of range")
+        m = int(out[0])
+        return (uniq[:m], inverse, counts[:m], rows[:m]), int(out[1]), int(out[2]), int(left[0])
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """All (keys uint64, values int64), in table order."""

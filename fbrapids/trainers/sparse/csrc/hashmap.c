@@ -455,3 +455,96 @@ void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, uint64_t seed_mi
         }
     }
 }
+
+/* New rows g[0..m) (admitted, never materialised: not cached, not in host RAM, not on the
+ * SSD file) placed in the free cache slots slots[0..m) in one pass: each one's initial
+ * embedding (fbx_init_rows of its id g2id[g]) and optimizer state (state[0..width - dim))
+ * written into its table row, cache_loc[g * rs] = slot, owner[slot] = g, dirty[slot] = 1,
+ * pin[slot] = pin_step.  Returns 0, -1 (nothing done) for a row outside [0, n_rows) or one
+ * that is not new, or -2 (nothing done) for a slot outside [0, n_slots). */
+int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const uint64_t *g2id, int64_t *cache_loc,
+                      const int64_t *host_loc, const uint8_t *on_ssd, int64_t rs, int64_t n_rows, int64_t *owner,
+                      uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table, int64_t width,
+                      int64_t dim, uint64_t seed_mix, float scale, const float *state) {
+    for (int64_t j = 0; j < m; j++) {
+        int64_t r = g[j];
+        if (r < 0 || r >= n_rows || cache_loc[r * rs] >= 0 || host_loc[r * rs] >= 0 || on_ssd[r]) return -1;
+        if (slots[j] < 0 || slots[j] >= n_slots) return -2;
+    }
+    for (int64_t j = 0; j < m; j++) {
+        int64_t r = g[j], s = slots[j];
+        float *row = table + s * width;
+        fbx_init_rows(g2id + r, 1, dim, seed_mix, scale, row, width);
+        for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
+        cache_loc[r * rs] = s;
+        owner[s] = r;
+        dirty[s] = 1;
+        pin[s] = pin_step;
+    }
+    return 0;
+}
+
+/* fbx_lookup_pass over several tables in one call: table t's arguments are the words
+ * desc[t * FBX_LK_WORDS + k] (k: FBX_LK_*, pointers as integers), its result goes to ret[t]. */
+enum { FBX_LK_G, FBX_LK_COUNTS, FBX_LK_M, FBX_LK_CACHE_LOC, FBX_LK_HOST_LOC, FBX_LK_ON_SSD, FBX_LK_LAST,
+       FBX_LK_FREQ, FBX_LK_RS, FBX_LK_N_ROWS, FBX_LK_PIN, FBX_LK_N_SLOTS, FBX_LK_TABLE, FBX_LK_WIDTH,
+       FBX_LK_SLOTS, FBX_LK_ROWS, FBX_LK_OUT, FBX_LK_STEP, FBX_LK_PIN_STEP, FBX_LK_DIM, FBX_LK_WORDS };
+
+void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthreads) {
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t *w = desc + t * FBX_LK_WORDS;
+        ret[t] = fbx_lookup_pass((const int64_t *)w[FBX_LK_G], (const int64_t *)w[FBX_LK_COUNTS], w[FBX_LK_M],
+                                 (const int64_t *)w[FBX_LK_CACHE_LOC], (const int64_t *)w[FBX_LK_HOST_LOC],
+                                 (const uint8_t *)w[FBX_LK_ON_SSD], (int64_t *)w[FBX_LK_LAST],
+                                 (int64_t *)w[FBX_LK_FREQ], w[FBX_LK_RS], w[FBX_LK_STEP], w[FBX_LK_N_ROWS],
+                                 (int64_t *)w[FBX_LK_PIN], w[FBX_LK_N_SLOTS], w[FBX_LK_PIN_STEP],
+                                 (const float *)w[FBX_LK_TABLE], w[FBX_LK_WIDTH], w[FBX_LK_DIM],
+                                 (int64_t *)w[FBX_LK_SLOTS], (float *)w[FBX_LK_ROWS], (int64_t *)w[FBX_LK_OUT],
+                                 nthreads);
+    }
+}
+
+/* A batch's keys prepared for one RAM tier in one call (the prefetch thread's work): the
+ * distinct keys, inverse, counts and rows of fbx_unique_get; then every key not in the
+ * directory admitted, in first-occurrence order, as rows n_rows, n_rows + 1, ... (dir maps it,
+ * g2id[row] = key) and placed in the cache slot popped from the top of the free stack
+ * free[0..*n_free) (*n_free decreases): its initial row written (fbx_init_rows, then the
+ * optimizer state[0..width - dim)), cache_loc[row * rs] = slot, owner[slot] = row,
+ * dirty[slot] = 1, pin[slot] = pin_step.  The caller has made room: g2id and the records hold
+ * n_rows + n rows, *n_free >= n.  out[0] = distinct keys, out[1] = rows admitted, out[2] =
+ * their occurrences.  Returns 0, or -1 (memory: nothing admitted), -2 (no room: nothing
+ * admitted). */
+int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
+                             int64_t *counts, int64_t *g, int64_t n_rows, int64_t row_cap, uint64_t *g2id,
+                             int64_t *cache_loc, int64_t rs, int64_t *free_slots, int64_t *n_free, int64_t *owner,
+                             uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table,
+                             int64_t width, int64_t dim, uint64_t seed_mix, float scale, const float *state,
+                             int64_t *out) {
+    int64_t m = fbx_unique_get(dir, keys, n, uniq, inverse, counts, g);
+    if (m < 0) return -1;
+    int64_t fresh = 0, occ = 0;
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] < 0) fresh++;
+    if (n_rows + fresh > row_cap || fresh > *n_free) return -2;
+    for (int64_t k = 1; k <= fresh; k++)
+        if (free_slots[*n_free - k] < 0 || free_slots[*n_free - k] >= n_slots) return -2;
+    if (fresh && fbx_reserve(dir, fresh) != 0) return -1;
+    for (int64_t j = 0; j < m; j++) {
+        if (g[j] >= 0) continue;
+        int64_t r = n_rows++, s = free_slots[--*n_free];
+        fbx_entry *b = dir->e + fbx_find(dir->e, dir->cap, uniq[j]);
+        b->key = uniq[j]; b->val = r; dir->size++;
+        g[j] = r;
+        g2id[r] = uniq[j];
+        float *row = table + s * width;
+        fbx_init_rows(uniq + j, 1, dim, seed_mix, scale, row, width);
+        for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
+        cache_loc[r * rs] = s;
+        owner[s] = r;
+        dirty[s] = 1;
+        pin[s] = pin_step;
+        occ += counts[j];
+    }
+    out[0] = m; out[1] = fresh; out[2] = occ;
+    return 0;
+}
