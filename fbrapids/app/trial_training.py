@@ -206,7 +206,7 @@ class ArmsSession:
         rows, then every model's held-out predictions; a :class:`SeedRun` per seed."""
         from fbrapids import kernels as kernel_stats
         from fbrapids.app.pipeline import training_threads
-        from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
+        from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side, side_by_side
 
         if not self.extraction["passes"] and self.frames.split is not None:
             self.frames.split.announce(self.w.origin)  # every check passed: what is about to train, and on what
@@ -217,11 +217,15 @@ class ArmsSession:
         with training_threads(self.opt["train_threads"], self._backend().is_gpu):  # every core but one on the CPU
             t = time.perf_counter()
             stream = _Counted(self._batches(train, shuffle=True))
-            steps = fit_side_by_side(models, stream, views=views, epochs=self.opt["epochs"], progress=progress)
+            arms = side_by_side(models, views)  # shared tables and batched dense parts where the models allow
+            steps = fit_side_by_side(models, stream, views=views, epochs=self.opt["epochs"], progress=progress,
+                                     strategy=arms)
             self._add_seconds("extract+train", time.perf_counter() - t)
             t = time.perf_counter()
-            preds = predict_side_by_side(models, self._batches(test, shuffle=False), views=views, progress=progress)
+            preds = predict_side_by_side(models, self._batches(test, shuffle=False), views=views, progress=progress,
+                                         strategy=arms)
             self._add_seconds("extract+predict", time.perf_counter() - t)
+        self.batched = type(arms).__name__ == "BatchedArms"
         self._record_pass(preds[0], train, test, stream, len(models))
         self._add_seconds("pass", time.perf_counter() - t0)
         n = len(self.arms)
@@ -363,8 +367,33 @@ class ArmView:
     def __init__(self, layout: ModelLayout, arm: Arm, seed: int) -> None:
         import torch
 
-        self.layout, self.arm = layout, arm
+        self.layout, self.arm, self.seed = layout, arm, seed
         self.generator = torch.Generator().manual_seed(seed) if arm.role == "aa" else None
+
+    def sources(self, features: Sequence[str]) -> dict[str, str]:
+        """What this arm reads in each of the model's sparse ``features``
+        (:func:`fbrapids.trainers.arms_batched.sources`): the stream's feature, the placebo
+        (every baseline arm alike), or its own shuffled copy.
+
+        Example:
+            >>> lay = ModelLayout([], ["s0", "a", "b"], [], ["a", "b"], each=True)
+            >>> ArmView(lay, Arm("candidate:b", "candidate", ("b",)), 0).sources(["s0", "candidate"])
+            {'s0': 's0', 'candidate': 'b'}
+            >>> ArmView(lay, Arm("baseline", "baseline"), 3).sources(["candidate"])
+            {'candidate': 'placebo'}
+        """
+        lay, arm = self.layout, self.arm
+        out = {}
+        for f in features:
+            if f not in lay.slots_sparse:
+                out[f] = f
+            elif arm.role == "baseline":
+                out[f] = "placebo"
+            elif arm.role == "aa":
+                out[f] = f"shuffled/{arm.name}/{self.seed}"
+            else:
+                out[f] = arm.reads[0] if lay.each else f
+        return out
 
     def __call__(self, batch: Batch) -> Batch:
         from fbrapids.trainers.arms import baseline_view, shuffled_view

@@ -24,7 +24,7 @@ import functools
 import os
 from pathlib import Path
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -89,7 +89,7 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_pin_slots.restype = ctypes.c_int
     lib.fbx_pin_slots.argtypes = [p, i64, p, i64, i64]
     lib.fbx_init_rows.restype = None
-    lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, f32, p, i64]
+    lib.fbx_init_rows.argtypes = [p, i64, i64, p, i64, f32, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
     lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
     lib.fbx_map.restype = p
@@ -120,10 +120,9 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int]
     lib.fbx_prepare_ram_tier.restype = i64
     lib.fbx_prepare_ram_tier.argtypes = [p, p, i64, p, p, p, p, i64, i64, p, p, i64, p, p, p, p, p, i64, i64, p, i64,
-                                         i64, ctypes.c_uint64, f32, p, p]
+                                         i64, p, i64, f32, p, p]
     lib.fbx_place_new.restype = i64
-    lib.fbx_place_new.argtypes = [p, i64, p, p, p, p, p, i64, i64, p, p, p, i64, i64, p, i64, i64, ctypes.c_uint64, f32,
-                                  p]
+    lib.fbx_place_new.argtypes = [p, i64, p, p, p, p, p, i64, i64, p, p, p, i64, i64, p, i64, i64, p, i64, f32, p]
     lib.fbx_sgd.restype = ctypes.c_int
     lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int, p]
     return lib
@@ -306,6 +305,38 @@ def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim
                                   len(slots), grad.ctypes.data, float(lr), float(eps),
                                   row_threads() if distinct else 1, _dirty_ptr(dirty, table)) != 0:
         raise RowIndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
+
+
+@functools.lru_cache(maxsize=None)
+def _adagrad_sliced() -> Any:
+    """``fbx_rowwise_adagrad_sliced`` with its argument types."""
+    fn = _lib().fbx_rowwise_adagrad_sliced
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    fn.restype = ctypes.c_int
+    fn.argtypes = [p, i64, i64, i64, i64, p, i64, p, f32, f32, ctypes.c_int, p]
+    return fn
+
+
+def rowwise_adagrad_sliced_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, slices: int,
+                            lr: float, eps: float, distinct: bool = False, dirty: np.ndarray | None = None) -> None:
+    """:func:`rowwise_adagrad_` on rows of ``slices`` vectors of ``dim`` side by side (their
+    accumulators after them, one each): each slice updated as a row of its own, the same bits.
+
+    Example:
+        >>> import numpy as np
+        >>> t = np.array([[1.0, 1.0, 0.0, 0.0]], np.float32)
+        >>> rowwise_adagrad_sliced_(t, np.array([0]), np.array([[2.0, 0.5]], np.float32), 1, 2, 0.5, 0.0)
+        >>> t.tolist()
+        [[0.5, 0.5, 4.0, 0.25]]
+    """
+    slots, grad = _table_args(table, slots, grad, dim * slices)
+    if table.shape[1] < (dim + 1) * slices:
+        raise ArgumentError(f"rowwise_adagrad_sliced_: rows of {table.shape[1]} floats hold no {slices} slices of "
+                            f"{dim} and their accumulators")
+    if _adagrad_sliced()(table.ctypes.data, table.shape[0], table.shape[1], int(dim), int(slices),
+                         slots.ctypes.data, len(slots), grad.ctypes.data, float(lr), float(eps),
+                         row_threads() if distinct else 1, _dirty_ptr(dirty, table)) != 0:
+        raise RowIndexError(f"rowwise_adagrad_sliced_: a slot outside [0, {table.shape[0]})")
 
 
 def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
@@ -636,23 +667,49 @@ def pin_slots(slots: np.ndarray, pin: np.ndarray, step: int) -> None:
         raise RowIndexError(f"pin_slots: slots beyond [0, {len(pin)})")
 
 
-def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, scale: float) -> None:
+def seed_mixes(seed_mix: int | Sequence[int] | np.ndarray, dim: int) -> tuple[np.ndarray, int]:
+    """``seed_mix`` (one, or one per slice of a row) as a uint64 array, and each slice's width
+    out of the embedding's ``dim``.
+
+    Example:
+        >>> m, per = seed_mixes([5, 6], 8); m.tolist(), per
+        ([5, 6], 4)
+    """
+    mixes = np.ascontiguousarray(np.atleast_1d(np.asarray(seed_mix, dtype=np.uint64)))
+    if len(mixes) < 1 or dim % len(mixes):
+        raise ArgumentError(f"{len(mixes)} seeds do not split an embedding of {dim} into slices of one width")
+    return mixes, dim // len(mixes)
+
+
+def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int | Sequence[int] | np.ndarray,
+                   scale: float) -> None:
     """Write :func:`fbrapids.trainers.sparse.init.init_rows` of ``ids`` into ``out[:, :dim]``
     (float32 rows, C-contiguous, ``out.shape[1] >= dim``) in one C pass, bit for bit.
 
-    ``seed_mix`` is ``splitmix64(seed)`` (see :func:`fbrapids.trainers.sparse.init.seed_mix`).
+    ``seed_mix`` is ``splitmix64(seed)`` (see :func:`fbrapids.trainers.sparse.init.seed_mix`), or
+    one per slice: ``out[:, k * w:(k + 1) * w]`` is then the rows of width ``w = dim / slices``
+    of seed ``k`` (a row holding several arms' vectors, :class:`~fbrapids.trainers.sparse.StoreConfig`).
+
+    Example:
+        >>> from fbrapids.trainers.sparse.init import init_rows, seed_mix
+        >>> out = np.zeros((1, 4), np.float32)
+        >>> init_rows_into(np.array([9], np.uint64), out, 4, [seed_mix(1), seed_mix(2)], 0.5)
+        >>> bool((out[:, 2:] == init_rows(np.array([9], np.uint64), 2, 2, 0.5)).all())
+        True
     """
     ids = _u64(ids)
     if out.dtype != np.float32 or not out.flags.c_contiguous or out.ndim != 2 or out.shape[1] < dim \
             or out.shape[0] != len(ids):
         raise ArgumentError(f"init_rows_into: out must be C-contiguous float32 [{len(ids)}, >= {dim}], "
                          f"got {out.dtype} {out.shape}")
-    _lib().fbx_init_rows(ids.ctypes.data, len(ids), int(dim), int(seed_mix), float(scale), out.ctypes.data,
-                         out.shape[1])
+    mixes, per = seed_mixes(seed_mix, dim)
+    _lib().fbx_init_rows(ids.ctypes.data, len(ids), per, mixes.ctypes.data, len(mixes), float(scale),
+                         out.ctypes.data, out.shape[1])
 
 
 def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
-              pin_step: int, table: np.ndarray, dim: int, seed_mix: int, scale: float, state: np.ndarray) -> bool:
+              pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
+              state: np.ndarray) -> bool:
     """Place new rows ``g`` (admitted, never materialised: in no tier and not on the SSD
     file) in the free cache slots ``slots`` in one C pass: their initial rows
     (:func:`init_rows_into` of their ids, then the optimizer ``state``) written into
@@ -683,10 +740,11 @@ def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty
         raise ArgumentError("place_new: a float32 table with an owner, pin and dirty entry per slot, a slot per row "
                             "and the optimizer state's columns")
     n_rows = min(len(d.cache_loc), len(d.host_loc), len(d.on_ssd), len(d.g2id))
+    mixes, per = seed_mixes(seed_mix, dim)
     rc = _lib().fbx_place_new(g.ctypes.data, len(g), slots.ctypes.data, d.g2id.ctypes.data, d.cache_loc.ctypes.data,
                               d.host_loc.ctypes.data, d.on_ssd.ctypes.data, rs, n_rows, owner.ctypes.data,
                               dirty.ctypes.data, pin.ctypes.data, table.shape[0], int(pin_step), table.ctypes.data,
-                              table.shape[1], int(dim), int(seed_mix), float(scale), state.ctypes.data)
+                              table.shape[1], per, mixes.ctypes.data, len(mixes), float(scale), state.ctypes.data)
     if rc == -2:
         raise RowIndexError(f"place_new: a slot outside [0, {table.shape[0]})")
     return rc == 0
@@ -818,7 +876,7 @@ class UInt64HashMap:
 
     def prepare_ram_tier(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
                          free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
-                         pin_step: int, table: np.ndarray, dim: int, seed_mix: int, scale: float,
+                         pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
                          state: np.ndarray) -> tuple[tuple[np.ndarray, ...], int, int, int]:
         """:meth:`unique_get` of a batch's ``keys``, the keys not in the map admitted (rows
         ``n_rows``, ``n_rows + 1``, ... in first-occurrence order: mapped here, ``g2id[row] =
@@ -853,12 +911,14 @@ class UInt64HashMap:
         uniq, inverse = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
         counts, rows = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         left, out = np.array([n_free], dtype=np.int64), np.zeros(3, dtype=np.int64)
+        mixes, per = seed_mixes(seed_mix, dim)
         rc = self._lib.fbx_prepare_ram_tier(self._h, keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data,
                                             counts.ctypes.data, rows.ctypes.data, int(n_rows), row_cap,
                                             g2id.ctypes.data, cache_loc.ctypes.data, rs, free.ctypes.data,
                                             left.ctypes.data, owner.ctypes.data, dirty.ctypes.data, pin.ctypes.data,
-                                            table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], int(dim),
-                                            int(seed_mix), float(scale), state.ctypes.data, out.ctypes.data)
+                                            table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], per,
+                                            mixes.ctypes.data, len(mixes), float(scale), state.ctypes.data,
+                                            out.ctypes.data)
         if rc == -1:
             raise StoreMemoryError(f"admitting a batch of {n} ids: out of memory for the id map")
         if rc != 0:

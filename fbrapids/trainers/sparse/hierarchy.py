@@ -57,7 +57,7 @@ class TierStack:
         self.policy = eviction_policy(c.eviction)
         self.optimizer = c.sparse_optimizer()
         self.new_rows = 0
-        self.seed_mix = seed_mix(c.seed)
+        self.seed_mix = np.array([seed_mix(s) for s in c.seeds], dtype=np.uint64)  # one per slice of a row
         self.row_bytes = c.width * 4
         state = np.zeros((1, c.width), dtype=np.float32)
         self.optimizer.init_state(state)

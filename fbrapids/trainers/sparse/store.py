@@ -445,7 +445,7 @@ class TieredEmbeddingStore:
         optimizer): then :meth:`update_rows`.  The caller bumps :attr:`version` after it ran
         (:meth:`updated`)."""
         cache = self.tiers.cache
-        if cache.table is None or self.optimizer.name != "adagrad":
+        if cache.table is None or self.optimizer.name != "adagrad" or self.config.slices != 1:
             return None
         self.check_current(lookup)
         dirty, slots = cache.slots.dirty, lookup.slots

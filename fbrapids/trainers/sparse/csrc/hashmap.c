@@ -440,32 +440,37 @@ int fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t n_slots
 /* Initial embeddings of new rows, the same bits as fbrapids.trainers.sparse.init.init_rows:
  * element (i, c) is splitmix64(splitmix64(ids[i] ^ seed_mix) + (c + 1) * golden), whose top 24
  * bits give u in [0, 1) exactly, mapped to (2u - 1) * scale (2u - 1 is exact in float, so the
- * one rounding is the product, as in numpy).  Row i goes to out + i * stride. */
-void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, uint64_t seed_mix, float scale, float *out,
-                   int64_t stride) {
+ * one rounding is the product, as in numpy).  Row i goes to out + i * stride: `slices` blocks of
+ * `dim` floats side by side, block k from seed_mixes[k] (a row holding several arms' vectors). */
+void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, const uint64_t *seed_mixes, int64_t slices,
+                   float scale, float *out, int64_t stride) {
     const uint64_t golden = 0x9E3779B97F4A7C15ULL;
     for (int64_t i = 0; i < n; i++) {
-        uint64_t base = fbx_mix64(ids[i] ^ seed_mix);
-        float *row = out + i * stride;
-        for (int64_t c = 0; c < dim; c++) {
-            uint64_t h = fbx_mix64(base + (uint64_t)(c + 1) * golden);
-            float unit = (float)(h >> 40) * (1.0f / 16777216.0f);
-            float centred = unit * 2.0f - 1.0f;
-            row[c] = centred * scale;
+        for (int64_t k = 0; k < slices; k++) {
+            uint64_t base = fbx_mix64(ids[i] ^ seed_mixes[k]);
+            float *row = out + i * stride + k * dim;
+            for (int64_t c = 0; c < dim; c++) {
+                uint64_t h = fbx_mix64(base + (uint64_t)(c + 1) * golden);
+                float unit = (float)(h >> 40) * (1.0f / 16777216.0f);
+                float centred = unit * 2.0f - 1.0f;
+                row[c] = centred * scale;
+            }
         }
     }
 }
 
 /* New rows g[0..m) (admitted, never materialised: not cached, not in host RAM, not on the
  * SSD file) placed in the free cache slots slots[0..m) in one pass: each one's initial
- * embedding (fbx_init_rows of its id g2id[g]) and optimizer state (state[0..width - dim))
+ * embedding (fbx_init_rows of its id g2id[g]: `slices` blocks of `dim`) and optimizer state
+ * (state[0..width - dim * slices))
  * written into its table row, cache_loc[g * rs] = slot, owner[slot] = g, dirty[slot] = 1,
  * pin[slot] = pin_step.  Returns 0, -1 (nothing done) for a row outside [0, n_rows) or one
  * that is not new, or -2 (nothing done) for a slot outside [0, n_slots). */
 int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const uint64_t *g2id, int64_t *cache_loc,
                       const int64_t *host_loc, const uint8_t *on_ssd, int64_t rs, int64_t n_rows, int64_t *owner,
                       uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table, int64_t width,
-                      int64_t dim, uint64_t seed_mix, float scale, const float *state) {
+                      int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale, const float *state) {
+    int64_t emb = dim * slices;
     for (int64_t j = 0; j < m; j++) {
         int64_t r = g[j];
         if (r < 0 || r >= n_rows || cache_loc[r * rs] >= 0 || host_loc[r * rs] >= 0 || on_ssd[r]) return -1;
@@ -474,8 +479,8 @@ int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const u
     for (int64_t j = 0; j < m; j++) {
         int64_t r = g[j], s = slots[j];
         float *row = table + s * width;
-        fbx_init_rows(g2id + r, 1, dim, seed_mix, scale, row, width);
-        for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
+        fbx_init_rows(g2id + r, 1, dim, seed_mixes, slices, scale, row, width);
+        for (int64_t c = emb; c < width; c++) row[c] = state[c - emb];
         cache_loc[r * rs] = s;
         owner[s] = r;
         dirty[s] = 1;
@@ -518,8 +523,9 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
                              int64_t *counts, int64_t *g, int64_t n_rows, int64_t row_cap, uint64_t *g2id,
                              int64_t *cache_loc, int64_t rs, int64_t *free_slots, int64_t *n_free, int64_t *owner,
                              uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table,
-                             int64_t width, int64_t dim, uint64_t seed_mix, float scale, const float *state,
-                             int64_t *out) {
+                             int64_t width, int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale,
+                             const float *state, int64_t *out) {
+    int64_t emb = dim * slices;
     int64_t m = fbx_unique_get(dir, keys, n, uniq, inverse, counts, g);
     if (m < 0) return -1;
     int64_t fresh = 0, occ = 0;
@@ -537,8 +543,8 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
         g[j] = r;
         g2id[r] = uniq[j];
         float *row = table + s * width;
-        fbx_init_rows(uniq + j, 1, dim, seed_mix, scale, row, width);
-        for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
+        fbx_init_rows(uniq + j, 1, dim, seed_mixes, slices, scale, row, width);
+        for (int64_t c = emb; c < width; c++) row[c] = state[c - emb];
         cache_loc[r * rs] = s;
         owner[s] = r;
         dirty[s] = 1;

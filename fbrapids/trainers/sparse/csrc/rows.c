@@ -442,3 +442,40 @@ void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t
                                      hyper[2 * t], hyper[2 * t + 1], nthreads, (uint8_t *)w[FBX_AG_DIRTY]);
     }
 }
+
+/* fbx_rowwise_adagrad on rows that hold `slices` vectors side by side (a trial's arms sharing
+ * a table): row = table + slots[j] * width holds slice k's embedding at columns
+ * [k * dim, (k + 1) * dim) and its accumulator at column slices * dim + k; grad row j holds
+ * slice k's gradient at [k * dim, (k + 1) * dim).  Each slice is updated as fbx_rowwise_adagrad
+ * updates a row of its own (its sum in column order, the same arithmetic: the same bits).
+ * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the
+ * slots must be distinct. */
+int fbx_rowwise_adagrad_sliced(float *table, int64_t n_slots, int64_t width, int64_t dim, int64_t slices,
+                               const int64_t *slots, int64_t m, const float *grad, float lr, float eps, int nthreads,
+                               uint8_t *dirty) {
+    for (int64_t j = 0; j < m; j++)
+        if (slots[j] < 0 || slots[j] >= n_slots) return -1;
+    const float fdim = (float)dim;
+    const int64_t emb = dim * slices;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
+    for (int64_t j = 0; j < m; j++) {
+        float *row = table + slots[j] * width;
+        if (j + 4 < m) __builtin_prefetch(table + slots[j + 4] * width, 1);
+        for (int64_t k = 0; k < slices; k++) {
+            const float *g = grad + j * emb + k * dim;
+            float s = 0.0f;
+            for (int64_t c = 0; c < dim; c++) s = s + g[c] * g[c];
+            float acc = row[emb + k] + s / fdim;
+            row[emb + k] = acc;
+            const float den = sqrtf(acc) + eps;
+            float *w = row + k * dim;
+            for (int64_t c = 0; c < dim; c++) {
+                float step = g[c] * lr;
+                w[c] = w[c] - step / den;
+            }
+        }
+        if (dirty) dirty[slots[j]] = 1;
+    }
+    return 0;
+}
+
