@@ -16,7 +16,8 @@ tables of the same shape, each in its own store, and runs its own small matmuls.
   own parameters: gradients flow back to them) and every layer runs once for all arms
   (``baddbmm``); parameter-free parts (DLRM's dot interactions) run on the arms' rows
   folded into one batch.  :data:`HEADS` holds the batched forward of each model class that
-  has one (DLRM); a model without one trains arm after arm
+  has one (DLRM, Wide&Deep, DeepFM); a model without one (DIN, the logistic regression)
+  trains arm after arm
   (:class:`~fbrapids.trainers.strategy.Arms`), as before.
 * **Independent models.**  Each arm's loss is its own mean over the batch and the losses
   are summed, so each arm's gradient is its own; the dense optimizer (Adam) is elementwise;
@@ -240,10 +241,38 @@ def dlrm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, to
     return stacked_mlp([net.top_l[:-1] for net in models], z.view(m, b, -1)).squeeze(2)
 
 
-def _heads() -> dict[type, Callable[..., torch.Tensor]]:
-    from fbrapids.trainers.models import DLRM
+def _linear_term(layers: Sequence[torch.nn.Linear], dense: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Wide&Deep's and DeepFM's first-order part for every arm (:func:`~fbrapids.trainers.models.wide_deep.linear_term`):
+    the arms' linear maps of the dense features plus their per-id weights ``[M, B, F, 1]``
+    summed over the features: ``[M, B]``."""
+    return stacked_mlp([torch.nn.Sequential(lin) for lin in layers], dense).squeeze(2) + weights.sum(dim=2).squeeze(2)
 
-    return {DLRM: dlrm_logits}
+
+def wide_deep_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    """:class:`~fbrapids.trainers.models.WideAndDeep`'s forward for every arm at once: ``[M, B]``."""
+    wide = _linear_term([net.wide_dense for net in models], dense, pooled["wide"])
+    bags = pooled["deep_emb"]
+    deep = stacked_mlp([net.deep for net in models], torch.cat([dense, bags.flatten(2)], dim=2)).squeeze(2)
+    return wide + deep
+
+
+def deepfm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    """:class:`~fbrapids.trainers.models.DeepFM`'s forward for every arm at once (the FM term of
+    all arms' rows in one batch): ``[M, B]``."""
+    from fbrapids.trainers.modules.interaction import fm_second_order
+
+    m, b = dense.shape[:2]
+    first = _linear_term([net.first_dense for net in models], dense, pooled["first"])
+    fields = pooled["emb"]
+    fm = fm_second_order(fields.reshape(m * b, *fields.shape[2:])).view(m, b)
+    deep = stacked_mlp([net.deep for net in models], torch.cat([dense, fields.flatten(2)], dim=2)).squeeze(2)
+    return first + fm + deep
+
+
+def _heads() -> dict[type, Callable[..., torch.Tensor]]:
+    from fbrapids.trainers.models import DLRM, DeepFM, WideAndDeep
+
+    return {DLRM: dlrm_logits, WideAndDeep: wide_deep_logits, DeepFM: deepfm_logits}
 
 
 #: model class -> its batched forward ``(models, dense [M, B, D], pooled {collection: [M, B, F, dim]})

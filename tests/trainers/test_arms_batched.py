@@ -18,6 +18,8 @@ from fbrapids.trainers.strategy import Arms
 
 DENSE, SPARSE, NEW = ["d0", "d1", "dnew"], ["ad", "tags", "new"], ["new"]
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 class View:
     """A trial's arm view (placebo, shuffled or as is) that says what it reads, as
@@ -39,8 +41,19 @@ class View:
         return batch
 
 
-def _arms():
-    """Two seeds x (baseline, candidate, A/A): six DLRMs built as a trial builds them (each
+def _model(kind: str, seed: int):
+    from fbrapids.trainers.models import DeepFM, WideAndDeep
+
+    cfg = StoreConfig(cache_rows=256, seed=seed)
+    if kind == "dlrm":
+        return DLRM(3, SPARSE, embedding_dim=4, bottom_mlp=[8], top_mlp=[8, 4], bias_vector=True, pooling="mean",
+                    store=cfg)
+    return (WideAndDeep if kind == "wide_deep" else DeepFM)(3, SPARSE, embedding_dim=4, deep_mlp=[8, 4],
+                                                            pooling="mean", store=cfg)
+
+
+def _arms(kind: str = "dlrm"):
+    """Two seeds x (baseline, candidate, A/A): six models built as a trial builds them (each
     under its seed, the candidate's inputs zeroed), and their views."""
     from fbrapids.trainers.arms import zero_candidate_inputs
 
@@ -48,8 +61,7 @@ def _arms():
     for seed in (3, 4):
         for role in ("baseline", "candidate", "aa"):
             torch.manual_seed(seed)
-            m = DLRM(3, SPARSE, embedding_dim=4, bottom_mlp=[8], top_mlp=[8, 4], bias_vector=True, pooling="mean",
-                     store=StoreConfig(cache_rows=256, seed=seed))
+            m = _model(kind, seed)
             zero_candidate_inputs(m, DENSE, SPARSE, ["dnew"], NEW)
             models.append(m)
             views.append(View(role, seed))
@@ -75,9 +87,10 @@ def _rows(store, ids, k=None):
     return w[:, k * d:(k + 1) * d]
 
 
-def test_each_arm_after_its_steps_equals_its_model_trained_alone(batches, monkeypatch):
-    """Six arms (2 seeds x baseline, candidate, A/A) trained side by side, batched, for three
-    steps equal the same six models trained one after another (fit's Arms strategy, each
+@pytest.mark.parametrize("kind", ["dlrm", "wide_deep", "deepfm"])
+def test_each_arm_after_its_steps_equals_its_model_trained_alone(kind, batches, monkeypatch):
+    """Six arms (2 seeds x baseline, candidate, A/A) of DLRM, Wide&Deep or DeepFM trained side
+    by side, batched, for three steps equal the same six models trained one after another (fit's Arms strategy, each
     with its own stores and optimizer): every dense parameter, every arm's embedding rows of
     every table, and the held-out predictions, to float tolerance; the tables the arms share
     are one store each (the baseline features: one of six slices), the candidate's own.
@@ -86,8 +99,8 @@ def test_each_arm_after_its_steps_equals_its_model_trained_alone(batches, monkey
     from fbrapids.trainers.fit import fit
     from fbrapids.trainers.fit_config import FitConfig
 
-    shared_models, shared_views = _arms()
-    alone_models, alone_views = _arms()
+    shared_models, shared_views = _arms(kind)
+    alone_models, alone_views = _arms(kind)
     for a, b in zip(shared_models, alone_models):  # the two builds start equal
         assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     cfg = FitConfig(progress=False, calibrate=False, max_steps=3)
@@ -97,10 +110,13 @@ def test_each_arm_after_its_steps_equals_its_model_trained_alone(batches, monkey
     fit(batched, batches, cfg.with_(prefetch_rows=True))
     fit(Arms(alone_models, alone_views), batches, cfg.with_(prefetch_rows=False))
 
-    slices = {(g.table, tuple(g.members)): g.store.config.slices for g in batched.tables.groups}
-    assert slices[("ad", tuple(range(6)))] == 6 and slices[("tags", tuple(range(6)))] == 6
-    assert slices[("new", (0, 3))] == 2 and slices[("new", (1, 4))] == 2  # placebo; the candidate's ids
-    assert slices[("new", (2,))] == slices[("new", (5,))] == 1  # each A/A arm's shuffled copy
+    collections = [name for name, _ in shared_models[0].collections()]
+    slices = {(g.collection, g.table, tuple(g.members)): g.store.config.slices for g in batched.tables.groups}
+    assert len(slices) == 6 * len(collections)
+    for c in collections:
+        assert slices[(c, "ad", tuple(range(6)))] == 6 and slices[(c, "tags", tuple(range(6)))] == 6
+        assert slices[(c, "new", (0, 3))] == 2 and slices[(c, "new", (1, 4))] == 2  # placebo; the candidate's ids
+        assert slices[(c, "new", (2,))] == slices[(c, "new", (5,))] == 1  # each A/A arm's shuffled copy
     for k, (mine, alone) in enumerate(zip(shared_models, alone_models)):
         for (name, p), q in zip(mine.named_parameters(), alone.parameters()):
             assert not torch.equal(p, q.detach().clone().zero_()) and torch.allclose(p, q, atol=2e-6, rtol=1e-5), \
@@ -108,11 +124,11 @@ def test_each_arm_after_its_steps_equals_its_model_trained_alone(batches, monkey
     ids = {"ad": np.arange(30), "tags": np.arange(20), "new": np.arange(12)}
     for g in batched.tables.groups:
         for j, k in enumerate(g.members):
-            alone = alone_models[k].emb_l.stores[g.table]
+            alone = dict(alone_models[k].collections())[g.collection].stores[g.table]
             assert np.allclose(_rows(g.store, ids[g.table], j), _rows(alone, ids[g.table]), atol=2e-6), (g.table, k)
-    moved = _rows(batched.tables.groups[0].store, ids["ad"])
-    assert not np.allclose(moved, TieredEmbeddingStore(batched.tables.groups[0].store.config).weights(
-        np.arange(30, dtype=np.uint64)))  # trained: the rows moved from their start
+    first = next(g for g in batched.tables.groups if g.collection == collections[-1] and g.table == "ad")
+    assert not np.allclose(_rows(first.store, ids["ad"]), TieredEmbeddingStore(
+        first.store.config).weights(np.arange(30, dtype=np.uint64)))  # trained: the rows moved from their start
     held = batches[0]
     together = batched.predict(held)
     for k, (m, v) in enumerate(zip(alone_models, alone_views)):
