@@ -15,7 +15,10 @@ of each step:
   and delta against those of the 10-candidate trial (equal verdicts; each delta inside the
   other trial's interval).
 
-Ends with one JSON line, also written to ``benchmarks/results/trial_cost.json``.
+A speed figure: the load and a fixed loop at both ends and one plain training's rate are
+recorded, and a run the noise rule marks noisy (:class:`benchmarks.machine.NoiseCheck`) is
+kept but not published.  Ends with one JSON line, also written to
+``benchmarks/results/trial_cost.json``.
 
     nice -n 10 python benchmarks/trial_cost.py [--rows 200000] [--separate]
 """
@@ -107,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
     sys.path.insert(0, str(ROOT))
-    from benchmarks.machine import machine_description, write_result
+    from benchmarks.machine import NoiseCheck, machine_description, write_result
     from fbrapids import ops, trial
     from fbrapids.datasets.synthetic.generate import generate
 
     machine = machine_description()
+    noise = NoiseCheck(f"trial_cost rows={args.rows}")
     steps: list[dict] = []
     res: dict[str, Any] = {"rows": args.rows, "seed": args.seed, "plant": PLANT}
     with tempfile.TemporaryDirectory(prefix="fbrapids-cost-") as tmp:
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                      for n, e in cands.items()}
             res["separate"] = {**compare(fam, alone),
                                "seconds": sum(s["seconds"] for s in steps if s["step"].endswith("alone, K=3"))}
+    plains = [s["seconds"] for s in steps if s["step"] == "plain"]
+    res.update(noise.finish({"plain training rows/s": args.rows / (sum(plains) / len(plains))}))
     res.update({"steps": steps, "machine": machine,
                 "command": " ".join(["python benchmarks/trial_cost.py", *(sys.argv[1:] if argv is None else argv)]),
                 "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})

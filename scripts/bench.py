@@ -11,7 +11,8 @@ measured, on what machine and when.  ``--only extract pipeline`` re-runs some of
     python scripts/bench.py --table-only    # README table from benchmarks/results/*.json
 
 The speed figures judged by the noise rule (:data:`NOISE_RULED`: the store against TorchRec
-and fbgemm, ``fit`` against TorchRec, the ranks against one process) are re-measured on a
+and fbgemm, ``fit`` against TorchRec, the ranks against one process, a trial against one
+training) are re-measured on a
 quiet machine with the bench venv's python, which loads the TorchRec and fbgemm peers
 (``scripts/bench_venv.sh``); a run the rule marks noisy is kept in its JSON but refused here::
 
@@ -102,6 +103,22 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                           "`fbrapids.trial` (DLRM, its default seeds) on independent planted data sets: pure-noise "
                           "columns (50k rows; false positives, Clopper-Pearson 95%) and columns of known oracle AUC "
                           "gain (100k rows; power); resumable, one trial per data seed"),
+    "trial_calibration_family": (["benchmarks/trial_calibration.py", "--candidates", "10", "--noise", "20",
+                                  "--planted", "10", "--betas", "0.25"],
+                                 "`trial(each=True)` (DLRM, 3 seeds, Holm): runs of 10 pure-noise candidates against "
+                                 "one baseline (50k rows; family-wise false alarms: runs with any candidate called "
+                                 "\"helps\", Clopper-Pearson 95%), and a planted candidate among 9 noise ones (100k "
+                                 "rows; found, ranked first); target at most 5% of runs with a false \"helps\""),
+    "trial_calibration_sequential": (["benchmarks/trial_calibration.py", "--min-effect", "0.003", "--noise", "20",
+                                      "--planted", "10", "--betas", "0.5", "0.25"],
+                                     "sequential trials (`min_effect=0.003`: from 2 seeds, one more while the AUC "
+                                     "interval straddles the margin, up to 6): false alarms on noise, power on "
+                                     "planted columns, seeds used"),
+    "trial_cost": (["benchmarks/trial_cost.py", "--rows", "200000", "--separate"],
+                   "a trial's wall time beside one plain training on the same data, alternated in one run: K = 3 "
+                   "with the A/A arm (9 models; also beside `fbrapids demo`), 10 candidates each against one "
+                   "baseline (33 models), and the 10 tried one at a time (verdicts and deltas compared); targets "
+                   "1.5x and 4x one training"),
 }
 
 
@@ -234,6 +251,48 @@ def _trial_calibration(r: dict) -> str:
             f"{sec['mean']:.0f} s per trial at load {r['load_mean']:.1f}")
 
 
+def _trial_calibration_family(r: dict) -> str:
+    parts = []
+    for m in ("auc", "gauc"):
+        n, p = r[m]["noise"], r[m].get("planted")
+        text = (f"{m.upper()}: {n['any_false_helps']}/{n['runs']} runs with a false \"helps\" (CP95 {n['cp95_helps'][0]:.2f}-"
+                f"{n['cp95_helps'][1]:.2f}), {n['any_false_call']} with any call (on the candidates' own p-values: "
+                f"{n['own_p_holm_any_helps']} with Holm, {n['own_p_uncorrected_any_helps']} uncorrected)")
+        if p:
+            text += f"; planted found {p['found']}/{p['runs']}" + (f", ranked first {p['ranked_first']}/{p['runs']}"
+                                                                   if p.get("ranked_first") is not None else "")
+        parts.append(text)
+    done = f"{r['trials']} of {r['planned']} planned runs" if r["planned"] > r["trials"] else f"{r['trials']} runs"
+    return (f"{done} of {r['candidates']} candidates, {r['seeds']} seeds, {r['correction']}: " + "; ".join(parts)
+            + f"; {r['seconds_per_run']:.0f} s per run ({r['models_per_run']} models)")
+
+
+def _trial_calibration_sequential(r: dict) -> str:
+    fp = "; ".join(f"{m.upper()} {v['called']}/{v['of']} called ({v['helps']} \"helps\", CP95 {v['cp95'][0]:.2f}-"
+                   f"{v['cp95'][1]:.2f})" for m, v in r["false_positive"].items())
+    power = "; ".join(f"oracle gain {p['oracle_auc_gain']:+.4f}: AUC {p['auc']}/{p['trials']}, GAUC {p['gauc']}/"
+                      f"{p['trials']} helps" for p in r["power"].values())
+    seeds = "; ".join(f"{k} {v['mean']:.1f} (stopped at the margin {v['stopped_at_the_margin']})"
+                      for k, v in r["seeds_used"].items())
+    return (f"{r['trials']} trials, margin {r['min_effect']:g}, up to {r['seeds']} seeds: noise "
+            f"({r['noise_rows']:,} rows): {fp}; planted ({r['planted_rows']:,} rows): {power}; seeds used: {seeds}")
+
+
+def _trial_cost(r: dict) -> str:
+    k, f = r["k3_aa"], r["family"]
+    text = (f"{r['rows']:,} rows: K = 3 with A/A {k['seconds']:.0f} s vs one training {k['plain_s']:.0f} s: "
+            f"{k['ratio']:.2f}x" + (f" (`fbrapids demo` {k['demo_s']:.0f} s: {k['ratio_to_demo']:.2f}x)" if "demo_s" in k
+                                     else "")
+            + f", {k['cost']['models']} models in {k['cost']['passes']} pass(es); 10 candidates each, K = 3: "
+            f"{f['seconds']:.0f} s vs {f['plain_s']:.0f} s: {f['ratio']:.2f}x ({f['cost']['models']} models, "
+            f"{f['cost']['passes']} passes)")
+    sep = r.get("separate")
+    if sep:
+        text += (f"; tried one at a time ({sep['seconds']:.0f} s): verdicts equal {sep['verdicts_equal']}/{sep['of']}, "
+                 f"deltas inside each other's interval {sep['deltas_inside_each_others_interval']}/{sep['of']}")
+    return text
+
+
 def _aa(r: dict) -> str:
     """The calibration's A/A check (trials with A/A arms), or nothing where none had them:
     per data size the largest |A/A delta| and the A/A deltas' mean over trials (an input
@@ -347,7 +406,7 @@ def _shuffle_buffer(r: dict) -> str:
 
 
 #: results judged by the noise rule (benchmarks/machine.py): one not accepted is not written into the README
-NOISE_RULED = ("embedding", "distributed", "training_loop", "training_loop_1m")
+NOISE_RULED = ("embedding", "distributed", "training_loop", "training_loop_1m", "trial_cost")
 
 
 def refused(name: str, r: dict) -> str | None:
@@ -371,6 +430,9 @@ FORMAT: dict[str, Callable[[dict], str]] = {"training_loop": _training_loop, "tr
                                             "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models, "trial_calibration": _trial_calibration,
+                                            "trial_calibration_family": _trial_calibration_family,
+                                            "trial_calibration_sequential": _trial_calibration_sequential,
+                                            "trial_cost": _trial_cost,
                                             "held_out_calibration": _held_out_calibration}
 
 
