@@ -60,7 +60,7 @@ from fbrapids.errors import ArgumentError, NonFiniteError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.fit_config import FitConfig, FitResult
-from fbrapids.trainers.strategy import Item, Strategy, lookahead_items
+from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class SharedTables:
                     cfg = _shared_config([cols[k].stores[table].config for k in members], table)
                     store = TieredEmbeddingStore(cfg, name=f"{cname}.{table}.{members[0]}", device="cpu")
                     self.groups.append(_Group(cname, table, fs, members, store))
+        self.device = torch.device("cpu")  # the stores' caches (:meth:`to`)
         self.mode = {cname: dict(models[0].collections())[cname].mode for cname in self.collections}
         self.features = {cname: dict(models[0].collections())[cname].features for cname in self.collections}
 
@@ -141,8 +142,8 @@ class SharedTables:
             g.lookup = g.store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=train)
             rows, inverse, start = g.lookup.rows, g.lookup.inverse, 0
             for f, v in zip(g.features, vals):
-                bags = torch.nn.functional.embedding_bag(inverse[start:start + len(v)], rows, sparse[f][1],
-                                                         mode=self.mode[g.collection])
+                bags = torch.nn.functional.embedding_bag(inverse[start:start + len(v)], rows,
+                                                         sparse[f][1].to(rows.device), mode=self.mode[g.collection])
                 start += len(v)
                 per = bags.view(len(bags), len(g.members), -1).transpose(0, 1)  # [members, B, dim]
                 out[g.collection].setdefault(f, []).append((g.members, per))
@@ -158,6 +159,12 @@ class SharedTables:
                 g.store.apply_gradients(g.lookup)
                 g.store.end_step()
                 g.lookup = None
+
+    def to(self, device: torch.device) -> None:
+        """Every shared store's cache on ``device`` (the arms' models')."""
+        for g in self.groups:
+            g.store.to(device)
+        self.device = device
 
     def end_step(self) -> None:
         """End every shared store's step without an update (a skipped batch)."""
@@ -353,7 +360,7 @@ class BatchedArms(Strategy):
     def logits(self, batch: Batch, train: bool) -> torch.Tensor:
         """Every arm's logits ``[M, B]`` on ``batch`` (its view of it), read-only."""
         inputs = self.inputs(batch)
-        dense = torch.stack([b.dense for b in inputs]).float()
+        dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
         pooled = self.tables.pooled(inputs, train)
         return torch.cat([self.head(self.models[c], dense[c], {k: p[c] for k, p in pooled.items()})
                           for c in self.chunks(len(batch))])
@@ -369,10 +376,7 @@ class BatchedArms(Strategy):
                 result: FitResult) -> Iterator[tuple[int, HeldBack | None]]:
         from fbrapids.trainers.dense_optim import default_optimizer
 
-        if cfg.checkpoint_dir is not None:
-            raise ArgumentError("fit(BatchedArms(...)): no checkpoints (a trial keeps finished seeds, not steps)")
-        for m in self.models:
-            m.train()
+        self.tables.to(arms_start(self, self.models, cfg))
         self.optimizer = default_optimizer([p for m in self.models for p in m.parameters() if p.requires_grad])
         self.nan, self.result, self.prefetch = cfg.nan, result, cfg.prefetch_rows
         yield 0, None
@@ -384,7 +388,7 @@ class BatchedArms(Strategy):
         assert batch is not None and self.optimizer is not None and self.result is not None
         self.optimizer.zero_grad(set_to_none=True)
         inputs = self.inputs(batch)
-        dense = torch.stack([b.dense for b in inputs]).float()
+        dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
         pooled = self.tables.pooled(inputs, train=True)
         if self.prefetch and ahead:
             self.tables.prepare(self.inputs(ahead[0]))

@@ -364,11 +364,7 @@ class Arms(Strategy):
     @contextlib.contextmanager
     def session(self, batches: Iterable[Batch], cfg: FitConfig,
                 result: FitResult) -> Iterator[tuple[int, HeldBack | None]]:
-        if cfg.checkpoint_dir is not None:
-            raise ArgumentError("fit(Arms(...)): no checkpoints (a trial is re-run, not resumed)")
-        for m in self.models:
-            place_model(m, cfg.device)
-            m.train()
+        arms_start(self, self.models, cfg)
         optimizers = self.optimizers or [default_optimizer([p for p in m.parameters() if p.requires_grad])
                                          for m in self.models]
         self.steppers = [_ArmStepper(k, m, o, result, cfg.nan) for k, (m, o) in enumerate(zip(self.models,
@@ -379,6 +375,19 @@ class Arms(Strategy):
         for stepper, view in zip(self.steppers, self.views):
             stepper(batch if view is None else view(batch), step)
         return True
+
+
+def arms_start(strategy: Strategy, models: Sequence[CTRModel], cfg: FitConfig) -> torch.device:
+    """The start of a session of a trial's arms: no checkpoints (a trial keeps finished seeds,
+    not steps), every model placed (:func:`~fbrapids.trainers.device.place_model`) and in
+    training mode; returns the first model's device."""
+    if cfg.checkpoint_dir is not None:
+        raise ArgumentError(f"fit({type(strategy).__name__}(...)): no checkpoints (a trial keeps finished seeds, "
+                            "not steps)")
+    devices = [place_model(m, cfg.device) for m in models]
+    for m in models:
+        m.train()
+    return devices[0]
 
 
 class _ArmStepper(Stepper):

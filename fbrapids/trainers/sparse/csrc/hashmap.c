@@ -459,6 +459,23 @@ void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, const uint64_t *
     }
 }
 
+/* A new row written into its cache slot s: its initial embedding (fbx_init_rows of its id),
+ * its optimizer state (state[0..width - dim * slices)), cache_loc[r * rs] = s, owner[s] = r,
+ * dirty[s] = 1, pin[s] = pin_step. */
+static inline void fbx_new_row(float *table, int64_t width, int64_t s, int64_t r, const uint64_t *id,
+                               int64_t *cache_loc, int64_t rs, int64_t *owner, uint8_t *dirty, int64_t *pin,
+                               int64_t pin_step, int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale,
+                               const float *state) {
+    float *row = table + s * width;
+    const int64_t emb = dim * slices;
+    fbx_init_rows(id, 1, dim, seed_mixes, slices, scale, row, width);
+    for (int64_t c = emb; c < width; c++) row[c] = state[c - emb];
+    cache_loc[r * rs] = s;
+    owner[s] = r;
+    dirty[s] = 1;
+    pin[s] = pin_step;
+}
+
 /* New rows g[0..m) (admitted, never materialised: not cached, not in host RAM, not on the
  * SSD file) placed in the free cache slots slots[0..m) in one pass: each one's initial
  * embedding (fbx_init_rows of its id g2id[g]: `slices` blocks of `dim`) and optimizer state
@@ -470,22 +487,14 @@ int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const u
                       const int64_t *host_loc, const uint8_t *on_ssd, int64_t rs, int64_t n_rows, int64_t *owner,
                       uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table, int64_t width,
                       int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale, const float *state) {
-    int64_t emb = dim * slices;
     for (int64_t j = 0; j < m; j++) {
         int64_t r = g[j];
         if (r < 0 || r >= n_rows || cache_loc[r * rs] >= 0 || host_loc[r * rs] >= 0 || on_ssd[r]) return -1;
         if (slots[j] < 0 || slots[j] >= n_slots) return -2;
     }
-    for (int64_t j = 0; j < m; j++) {
-        int64_t r = g[j], s = slots[j];
-        float *row = table + s * width;
-        fbx_init_rows(g2id + r, 1, dim, seed_mixes, slices, scale, row, width);
-        for (int64_t c = emb; c < width; c++) row[c] = state[c - emb];
-        cache_loc[r * rs] = s;
-        owner[s] = r;
-        dirty[s] = 1;
-        pin[s] = pin_step;
-    }
+    for (int64_t j = 0; j < m; j++)
+        fbx_new_row(table, width, slots[j], g[j], g2id + g[j], cache_loc, rs, owner, dirty, pin, pin_step, dim,
+                    seed_mixes, slices, scale, state);
     return 0;
 }
 
@@ -525,7 +534,6 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
                              uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table,
                              int64_t width, int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale,
                              const float *state, int64_t *out) {
-    int64_t emb = dim * slices;
     int64_t m = fbx_unique_get(dir, keys, n, uniq, inverse, counts, g);
     if (m < 0) return -1;
     int64_t fresh = 0, occ = 0;
@@ -542,13 +550,8 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
         b->key = uniq[j]; b->val = r; dir->size++;
         g[j] = r;
         g2id[r] = uniq[j];
-        float *row = table + s * width;
-        fbx_init_rows(uniq + j, 1, dim, seed_mixes, slices, scale, row, width);
-        for (int64_t c = emb; c < width; c++) row[c] = state[c - emb];
-        cache_loc[r * rs] = s;
-        owner[s] = r;
-        dirty[s] = 1;
-        pin[s] = pin_step;
+        fbx_new_row(table, width, s, r, uniq + j, cache_loc, rs, owner, dirty, pin, pin_step, dim, seed_mixes, slices,
+                    scale, state);
         occ += counts[j];
     }
     out[0] = m; out[1] = fresh; out[2] = occ;
