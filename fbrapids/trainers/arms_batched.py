@@ -24,15 +24,13 @@ tables of the same shape, each in its own store, and runs its own small matmuls.
   the sparse one is per slice.  An arm's parameters after a step equal those of its model
   trained alone, to float rounding (``tests/trainers/test_arms_batched.py``).
 
-Example:
-    >>> import numpy as np, pandas as pd, torch
-    >>> import fbrapids
+Example (three seeds of one DLRM, their table one store of three slices):
     >>> from fbrapids.trainers.fit import fit
     >>> from fbrapids.trainers.models import DLRM
     >>> from fbrapids.trainers.sparse import StoreConfig
-    >>> rng = np.random.default_rng(0)
-    >>> df = pd.DataFrame({"y": rng.integers(0, 2, 64), "d0": rng.random(64), "ad": rng.integers(0, 9, 64)})
-    >>> batches = df.fbx.stream(label="y", dense=["d0"], sparse=["ad"], batch_size=16)
+    >>> g = torch.Generator().manual_seed(0)
+    >>> batches = [Batch(torch.rand(16, 1, generator=g), torch.randint(0, 2, (16,), generator=g).float(),
+    ...                  {"ad": (torch.randint(0, 9, (16,), generator=g), torch.arange(16))}) for _ in range(4)]
     >>> models = []
     >>> for s in (0, 1, 2):
     ...     _ = torch.manual_seed(s)
