@@ -72,31 +72,37 @@ def _mean_around(steps: list[dict], i: int, name: str) -> float:
 
 
 def compare(family: Any, separate: dict[str, Any]) -> dict[str, Any]:
-    """Each candidate's verdicts and deltas in the family against its own trial's.
+    """Each candidate's verdicts and deltas in the family against its own trial's: its
+    family verdict (corrected for the 10) and its own test's (uncorrected, as a trial of it
+    alone gives it) against the lone trial's verdict; each delta inside the other's interval.
 
     Example:
         >>> from fbrapids.app.trials import TrialResult
         >>> one = TrialResult(["a"], {}, {}, delta={"auc": 0.01, "gauc": 0.0}, verdict={"auc": "helps", "gauc": "x"},
-        ...                   interval={"auc": (0.005, 0.015), "gauc": (-0.01, 0.01)})
+        ...                   interval={"auc": (0.005, 0.015), "gauc": (-0.01, 0.01)}, p_value={"auc": 0.001, "gauc": 1.0})
         >>> class F: results = {"a": one}
-        >>> compare(F(), {"a": one})["verdicts_equal"]
-        2
+        >>> c = compare(F(), {"a": one}); c["verdicts_equal"], c["own_verdicts_equal"]
+        (2, 1)
     """
-    rows, equal, inside = {}, 0, 0
+    from fbrapids.app.trial_family import verdict_of
+
+    rows, equal, own, inside = {}, 0, 0, 0
     for name, mine in family.results.items():
         alone = separate[name]
         row = {}
         for m in ("auc", "gauc"):
             lo, hi = alone.interval[m]
             flo, fhi = mine.interval[m]
-            row[m] = {"family": [mine.delta[m], mine.verdict[m]], "alone": [alone.delta[m], alone.verdict[m]],
+            uncorrected = verdict_of(mine.delta[m], mine.p_value[m], 1 - mine.level)
+            row[m] = {"family": [mine.delta[m], mine.verdict[m], uncorrected], "alone": [alone.delta[m], alone.verdict[m]],
                       "family_in_alone_interval": lo <= mine.delta[m] <= hi,
                       "alone_in_family_interval": flo <= alone.delta[m] <= fhi}
             equal += mine.verdict[m] == alone.verdict[m]
+            own += uncorrected == alone.verdict[m]
             inside += row[m]["family_in_alone_interval"] and row[m]["alone_in_family_interval"]
         rows[name] = row
-    return {"verdicts_equal": equal, "deltas_inside_each_others_interval": inside, "of": 2 * len(family.results),
-            "candidates": rows}
+    return {"verdicts_equal": equal, "own_verdicts_equal": own, "deltas_inside_each_others_interval": inside,
+            "of": 2 * len(family.results), "candidates": rows}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -288,8 +288,9 @@ def _trial_cost(r: dict) -> str:
             f"{f['cost']['passes']} passes)")
     sep = r.get("separate")
     if sep:
-        text += (f"; tried one at a time ({sep['seconds']:.0f} s): verdicts equal {sep['verdicts_equal']}/{sep['of']}, "
-                 f"deltas inside each other's interval {sep['deltas_inside_each_others_interval']}/{sep['of']}")
+        text += (f"; tried one at a time ({sep['seconds']:.0f} s): verdicts equal {sep['verdicts_equal']}/{sep['of']} "
+                 f"(the family's corrected for 10; its uncorrected ones {sep['own_verdicts_equal']}/{sep['of']}), deltas "
+                 f"inside each other's interval {sep['deltas_inside_each_others_interval']}/{sep['of']}")
     return text
 
 
