@@ -102,8 +102,9 @@ class _Group:
 
 class SharedTables:
     """The arms' tables as shared stores (module docstring): built from the M models (each
-    the model its arm would train alone) and their views; per batch :meth:`pooled` gives
-    every arm's pooled bags of every collection, ``[M, B, F, dim]``."""
+    the model its arm would train alone; their own tables are replaced by empty ones of one
+    row, the shared stores holding their rows) and their views; per batch :meth:`pooled`
+    gives every arm's pooled bags of every collection, ``[M, B, F, dim]``."""
 
     def __init__(self, models: Sequence[Any], views: Sequence[View | None]) -> None:
         from fbrapids.trainers.sparse import TieredEmbeddingStore
@@ -126,6 +127,10 @@ class SharedTables:
                     cfg = _shared_config([cols[k].stores[table].config for k in members], table)
                     store = TieredEmbeddingStore(cfg, name=f"{cname}.{table}.{members[0]}", device="cpu")
                     self.groups.append(_Group(cname, table, fs, members, store))
+                for col in cols:  # each arm's rows live in the shared store: its own is left empty and small
+                    own = col.stores[table]
+                    col.stores[table] = TieredEmbeddingStore(own.config.with_(cache_rows=1, host_rows=None, ssd_dir=None),
+                                                             name=own.name, device=own.device)
         self.device = torch.device("cpu")  # the stores' caches (:meth:`to`)
         self.mode = {cname: dict(models[0].collections())[cname].mode for cname in self.collections}
         self.features = {cname: dict(models[0].collections())[cname].features for cname in self.collections}
