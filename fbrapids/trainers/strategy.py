@@ -205,8 +205,8 @@ class Stepper:
                 optimizer.zero_grad(set_to_none=True)
                 self.result.skipped.append(step)
                 return
+        model.apply_sparse_gradients()  # first: on CPU caches it runs in the background, beside the dense step
         optimizer.step()
-        model.apply_sparse_gradients()
         self.result.losses.append(value)
 
 

@@ -104,6 +104,13 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_read_checked.argtypes = [p, p, i64, i64, i64, p, p, p]
     lib.fbx_map_write_checked.restype = i64
     lib.fbx_map_write_checked.argtypes = [p, p, i64, i64, i64, i64, p, p]
+    _declare_rows(lib)
+    return lib
+
+
+def _declare_rows(lib: ctypes.CDLL) -> None:
+    """The argument types of ``csrc/rows.c``'s entry points and the multi-table ones."""
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     lib.fbx_row_hashes.restype = None
     lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
@@ -126,7 +133,6 @@ def _lib() -> ctypes.CDLL:
                                   p]
     lib.fbx_sgd.restype = ctypes.c_int
     lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int, p]
-    return lib
 
 
 class RowMap:

@@ -234,7 +234,7 @@ class TieredEmbeddingStore:
     def reset(self) -> None:
         """Empty the table (every tier, the directory, the counters)."""
         c = self.config
-        if getattr(self, "_prefetched", None) is not None:
+        if getattr(self, "_prefetched", None) is not None or getattr(self, "_update", None) is not None:
             self._settle()
         old = getattr(self, "tiers", None)
         if old is not None and old.ssd is not None:
@@ -252,6 +252,7 @@ class TieredEmbeddingStore:
         # the rows (and occurrences) a prepare placed ahead for the lookup under way: every row of it admitted
         self._placed: tuple[int, int] | None = None
         self._words_of: tuple | None = None  # (arrays, their words) of pass_words
+        self._update: Future | None = None  # an update of the cached rows running on the prefetch thread
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
     def __len__(self) -> int:
@@ -434,6 +435,14 @@ class TieredEmbeddingStore:
         ``Lookup.full`` of earlier lookups is stale)."""
         self.version += 1
 
+    def update_in_background(self, job: Future) -> None:
+        """``job`` (running on the prefetch thread) updates this table's cached rows: every
+        later use of the table (a lookup, a prepare, a save, ...) waits for it first, so the
+        caller goes on meanwhile (``fit``'s dense optimizer step, the next batch's bottom MLP)."""
+        if self._update is not None:
+            self._update.result()
+        self._update = job
+
     def finish_lookup(self, begun: LookupStart, slots: np.ndarray, got: np.ndarray, touched: np.ndarray,
                       requires_grad: bool, leaf: bool = True) -> Lookup:
         """The last part of a CPU cache's :meth:`lookup`, after its :meth:`host_pass`: the
@@ -544,7 +553,10 @@ class TieredEmbeddingStore:
     def _settle(self) -> None:
         """Wait for a :meth:`prepare` under way: its thread reads (and may admit into) the
         directory, which nothing else may read or change meanwhile.  Its error, if any, is
-        raised here."""
+        raised here; so is an update still running there (:meth:`update_in_background`)."""
+        update, self._update = self._update, None
+        if update is not None:
+            update.result()
         stash = self._prefetched
         if stash is not None and stash.job is not None:
             job, stash.job = stash.job, None
@@ -584,6 +596,10 @@ class TieredEmbeddingStore:
             ([5, 6], 3, 2)
         """
         prepare_together([self], [ids])
+
+    def background(self) -> ThreadPoolExecutor:
+        """The thread a store's background work runs on (:meth:`prepare`, updates)."""
+        return _prefetch_thread()
 
     def prepare_work(self, ids: Any, done: Future) -> Callable[[], None] | None:
         """This thread's part of :meth:`prepare` (a device cache: all of it, returning None);
