@@ -464,7 +464,9 @@ class TieredEmbeddingStore:
         if n_miss:
             miss = np.flatnonzero(slots < 0) if adm is None else np.flatnonzero((slots < 0) & adm)
             slots[miss] = tiers.bring_up(g[miss], step, step)
-            got[miss] = tiers.cache.table[slots[miss], :dim]  # the table as it is now: bring_up may grow it
+            table = tiers.cache.table  # the table as it is now: bring_up may grow it
+            assert table is not None  # a CPU cache
+            got[miss] = table[slots[miss], :dim]
         return self._made(begun, slots if adm is None else slots[adm], torch.from_numpy(got), None,
                           requires_grad and leaf)
 
