@@ -88,7 +88,7 @@ def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 
                 check_rows(rows, start)
             yield rows.tobytes()
 
-    write_atomic(d / "rows.f32", row_chunks())
+    write_atomic(d / "rows.f32", row_chunks(), size=n * store.config.width * 4)  # float32 rows
     if progress:
         progress(d / "rows.f32")
     pk, pv = dr.pending_items()
