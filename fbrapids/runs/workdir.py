@@ -44,6 +44,9 @@ from fbrapids.files.manifest import verification_enabled
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".fbrapids.lock"
+#: fbrapids' temporary folders under $TMPDIR (the demo's work dirs, run_pipeline's and a
+#: trial's, a launch's of ranks): each :func:`temporary_work_dir` removes those killed runs left
+TEMPORARY_PREFIXES = ("fbrapids-demo-", "fbrapids-run-", "fbrapids-ranks-")
 _TORCH_CACHE_PREFIX = "torchinductor_"  # torch.optim makes $TMPDIR/torchinductor_<user> (empty) on first use
 
 
@@ -280,8 +283,9 @@ def temporary_work_dir(prefix: str = "fbrapids-run-") -> Iterator[Path]:
     exits however it exits: an exception, Ctrl-C, and SIGTERM / SIGHUP (while inside, in
     the main thread, they raise :class:`Terminated` where their action is the default),
     with torch's compiler cache kept inside it (:func:`torch_cache_in`).  Its lock file
-    records this process at once, so that folders of the same prefix left by killed runs
-    (SIGKILL, whenever it came) are removed first (:func:`remove_abandoned_work_dirs`).
+    records this process at once, so that folders left by killed runs (SIGKILL, whenever it
+    came), of ``prefix`` and of :data:`TEMPORARY_PREFIXES`, are removed first
+    (:func:`remove_abandoned_work_dirs`).
 
     Example:
         >>> with temporary_work_dir("fbrapids-doc-") as work:
@@ -290,7 +294,8 @@ def temporary_work_dir(prefix: str = "fbrapids-run-") -> Iterator[Path]:
         >>> work.exists()
         False
     """
-    remove_abandoned_work_dirs(prefix)
+    for kind in dict.fromkeys((prefix, *TEMPORARY_PREFIXES)):  # a killed trial's or launch's too
+        remove_abandoned_work_dirs(kind)
     tmp = Path(tempfile.gettempdir())
     torch_before = {p.name for p in tmp.glob(_TORCH_CACHE_PREFIX + "*")}
     with exit_on_termination():

@@ -46,6 +46,9 @@ __all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend",
 
 #: seconds between two heartbeats of a rank
 HEARTBEAT_S = 0.5
+#: seconds a running rank may take to send its first heartbeat (starting Python and importing torch on a
+#: loaded machine) before it is called frozen; a stopped one is named after the heartbeat timeout
+STARTUP_S = 120.0
 
 
 def default_backend() -> str:
@@ -204,9 +207,11 @@ def _watch(ctx: Any, beats: Any, started: float, timeout_s: float, heartbeat_tim
     try:
         while True:
             quiet = _silent(ctx, beats, 10 * HEARTBEAT_S, started)
-            # a stopped process (SIGSTOP) past the timeout; any other silent one (frozen, or a start that
-            # never got to its first heartbeat) past 4 times it
-            silent = [q for q in quiet if q[2] > heartbeat_timeout_s * (1 if q[3].startswith("stopped") else 4)]
+            # a stopped process (SIGSTOP) past the timeout, before its first heartbeat too; any other silent one
+            # (frozen) past 4 times it, and one still starting (importing on a loaded machine) past STARTUP_S
+            silent = [q for q in quiet if q[2] > (heartbeat_timeout_s if q[3].startswith("stopped") else
+                                                  4 * heartbeat_timeout_s if beats[q[0]] > 0 else
+                                                  max(4 * heartbeat_timeout_s, STARTUP_S))]
             if silent:
                 _stop_all(ctx)
                 raise _silence_error(silent, beats)
