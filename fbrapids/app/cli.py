@@ -137,8 +137,8 @@ def _trial(args: argparse.Namespace) -> int:
     from fbrapids.app.trials import trial
     from fbrapids.workloads import parse_candidate
 
+    candidates = dict(parse_candidate(c) for c in args.candidate)  # refused as parsed, before the workload is read
     w = _workload(args)
-    candidates = dict(parse_candidate(c) for c in args.candidate)
     out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
     _new_file("--json", out, args.force)  # before the trial's work: another run's file is never overwritten
     backend = None if args.backend in (None, "auto") else args.backend
@@ -771,7 +771,7 @@ def failure_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int
 
         line += "; " + freeable(getattr(args, "work_dir", None))
     # a rank of the run ended by SIGTERM / SIGHUP: the run's exit status is the launcher's own would be
-    return " ".join(line.split("\n")), int(getattr(exc, "exit_status", 2))
+    return " ".join(line.split("\n")), int(getattr(exc, "exit_status", None) or 2)
 
 
 if __name__ == "__main__":

@@ -159,11 +159,10 @@ def _died(exc: Any) -> DistributedError:
     (``exit_status``: 128 + the signal), as the launcher itself would exit."""
     import signal
 
-    err = DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank stopped")
     name = getattr(exc, "signal_name", None)
-    if name in ("SIGTERM", "SIGHUP", "SIGINT"):
-        err.exit_status = 128 + int(getattr(signal, name))  # type: ignore[attr-defined]
-    return err
+    status = 128 + int(getattr(signal, name)) if name in ("SIGTERM", "SIGHUP", "SIGINT") else None
+    return DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank stopped",
+                            exit_status=status)
 
 
 def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend: str | None = "gloo",
@@ -230,11 +229,8 @@ def _watch(ctx: Any, beats: Any, started: float, timeout_s: float, heartbeat_tim
                  and (q[3].startswith("stopped") or q[2] > heartbeat_timeout_s)]
         if quiet:
             raise _silence_error(quiet, beats, f", and then {failed}") from exc
-        err = DistributedError(f"{failed}; every rank stopped")
-        code = _errno_of(failed)
-        if code is not None:  # a full disk on a rank: the launcher's caller says what could be freed
-            err.errno = code  # type: ignore[attr-defined]
-        raise err from exc
+        # a full disk on a rank: its errno kept, so that the launcher's caller says what could be freed
+        raise DistributedError(f"{failed}; every rank stopped", errno=_errno_of(failed)) from exc
     except mp.ProcessExitedException as exc:
         _stop_all(ctx)
         raise _died(exc) from exc

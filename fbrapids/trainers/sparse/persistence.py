@@ -94,12 +94,9 @@ def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 
     pk, pv = dr.pending_items()
     arrays = {"ids": dr.all_ids(), "pending_ids": pk, "pending_counts": pv, "last": dr.last[:n], "freq": dr.freq[:n]}
 
-    def npz_bytes() -> Iterator[bytes]:
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        yield buf.getvalue()
-
-    write_atomic(d / "index.npz", npz_bytes())
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_atomic(d / "index.npz", [buf.getvalue()])  # its size known: a full disk says how much it needed
     if progress:
         progress(d / "index.npz")
     write_atomic(d / "meta.json", [json.dumps(table_meta(store), indent=1).encode()])
