@@ -256,9 +256,13 @@ def torch_cache_in(work: str | os.PathLike) -> Iterator[None]:
 
     Example:
         >>> import tempfile
+        >>> saved = os.environ.pop(TORCH_CACHE_ENV, None)  # as in a new process: none set
         >>> with torch_cache_in(tempfile.mkdtemp()):
         ...     os.environ[TORCH_CACHE_ENV].endswith(".torch-cache")
         True
+        >>> TORCH_CACHE_ENV in os.environ
+        False
+        >>> os.environ.update({TORCH_CACHE_ENV: saved} if saved else {})
     """
     if os.environ.get(TORCH_CACHE_ENV) is not None:
         yield

@@ -199,7 +199,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
 
 def _end_of_pass(trainer: DistributedTrainer, run_state: "_RanksRun", held: HeldBack | None, result: FitResult,
                  trained: bool, finished: bool, on_step: Callable[[int, Batch | None], None] | None) -> bool:
-    """``fit``'s end-of-pass step over the ranks (:func:`fbrapids.trainers.fit._end_of_pass`):
+    """The end-of-pass step of :func:`fbrapids.trainers.fit.fit`, over the ranks:
     the calibration fitted when this call trained or the pass had ended before it; too few
     held rows at the end of the pass, trained on after all.  Returns whether the model changed."""
     if held is None or not (trained or finished):
