@@ -99,21 +99,28 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                                               overlap=bool(options.get("overlap", True)),
                                               calibrate=bool(options.get("calibrate", True)))
             train_s = time.perf_counter() - t0
-            rows = sum(len(s.local) for s in trainer.sharded.tables)
             metrics = evaluate_distributed(trainer, LeaderFeed(test_src, rank, world, feed_group))
         dist.barrier()
-        checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
-        # rows_trained: this rank's rows in this call; position_rows: the global stream's rows read, resumes
-        # included (rank 0's feed counts the rows a resume skipped)
-        return {"rank": rank, "world": world, "steps": result.steps, "rows_trained": int(feed.rows),
-                "held_rows": int(result.held_rows), "position_rows": int(feed.global_rows), "train_s": train_s,
-                "table_rows": rows, "metrics": metrics, "checkpoint": str(checkpoint) if checkpoint else None,
-                "resumed_from": str(result.resumed_from) if result.resumed_from else None,
-                "calibration": [float(v) for v in net.calibration.tolist()],
-                "exchange": dict(trainer.exchange.stats)}
+        return {**rank_figures(result, trainer, feed), "train_s": train_s, "metrics": metrics}
     finally:
         if client is not None:
             close_client(client)
+
+
+def rank_figures(result: Any, trainer: Any, feed: Any) -> dict[str, Any]:
+    """What :func:`train_rank` reports of its rank besides the seconds and the metrics:
+    ``rows_trained``, this rank's rows in this call; ``position_rows``, the global stream's
+    rows read over the run, resumes included (rank 0's feed counts the rows a resume
+    skipped); the steps, the held-back rows, the table rows it owns, the final checkpoint,
+    the calibration and the exchange's counters."""
+    checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
+    return {"rank": trainer.rank, "world": trainer.world, "steps": result.steps, "rows_trained": int(feed.rows),
+            "held_rows": int(result.held_rows), "position_rows": int(feed.global_rows),
+            "table_rows": sum(len(s.local) for s in trainer.sharded.tables),
+            "checkpoint": str(checkpoint) if checkpoint else None,
+            "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+            "calibration": [float(v) for v in trainer.model.calibration.tolist()],
+            "exchange": dict(trainer.exchange.stats)}
 
 
 def rows_summary(results: Sequence[dict[str, Any]]) -> dict[str, int]:
