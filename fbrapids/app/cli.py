@@ -187,7 +187,14 @@ def write_new_file(path: Path, data: bytes, force: bool = False) -> Path:
         os.replace(tmp, path)
         return path
     try:
-        os.link(tmp, path)  # fails if the file exists: no check-then-write race with another run
+        try:
+            os.link(tmp, path)  # fails if the file exists: no check-then-write race with another run
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the name reserved, then replaced
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.replace(tmp, path)
+            return path
     except FileExistsError:
         kept = tmp.rename(path.with_name(f"{path.name}.{os.getpid()}"))
         raise UsageError(f"{path} was written by another run meanwhile: this run's is {kept} (pass --force to "

@@ -7,7 +7,10 @@ the holder's PID and host in the file; a second run on the same dir gets a
 debris of earlier killed runs is removed.  :func:`preflight` checks that directories are
 writable and hold free space for what the run will write, before any training.
 :func:`temporary_work_dir` is a work dir that is removed on every exit path (SIGTERM
-included), and that a later one removes when its run was killed outright.
+included), and that a later one removes when its run was killed outright, whenever the
+kill came (its name and its lock file record its maker's PID from the start).
+:func:`torch_cache_in` keeps torch's compiler cache inside a work dir, and
+:func:`exit_on_termination` turns SIGTERM / SIGHUP into :class:`Terminated`, which unwinds.
 
 Example:
     >>> import tempfile
