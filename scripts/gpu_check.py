@@ -46,6 +46,10 @@ FIX_TESTS = ("tests/gpu/test_gpu_issue36_device.py", "tests/gpu/test_gpu_fixes_d
              "tests/trainers/test_trainer_device_batch.py", "tests/frames/test_backend_device_memory.py")
 
 
+#: the synthetic launch-bound plan's operators in the extract step (``benchmarks/extract.py --synthetic-ops``)
+SYNTHETIC_OPS = 200
+
+
 def steps(py: str) -> list[tuple[str, list[str], dict[str, str], int]]:
     """``(name, argv, extra environment, seconds allowed)`` in running order."""
     gpu = {"FBRAPIDS_BACKEND": "gpu"}
@@ -56,7 +60,7 @@ def steps(py: str) -> list[tuple[str, list[str], dict[str, str], int]]:
         ("diff-cudf", pytest + ["--maxfail", "20", "tests/differential"], gpu, 90),
         ("demo-gpu", [py, "-m", "fbrapids.app.cli", "demo", "--backend", "gpu"], {}, 50),
         ("extract-10m", [py, "benchmarks/extract.py", "--backend", "gpu", "--rows", "10000000", "--repeat", "1",
-                         "--skip-pandas", "--synthetic-ops", "200", "--out", "gpu-check-extract.json"], gpu, 100),
+                         "--skip-pandas", "--synthetic-ops", str(SYNTHETIC_OPS), "--out", "gpu-check-extract.json"], gpu, 100),
         ("embedding-cuda", [py, "benchmarks/embedding.py", "--rounds", "1"], cuda, 35),
         ("pytest-gpu", pytest + ["--maxfail", "20", "--ignore", "tests/differential", "--ignore", "tests/notebooks/test_notebooks.py",
                                  "--ignore", "tests/notebooks", *[f"--ignore={f}" for f in FIX_TESTS]], gpu, 100),

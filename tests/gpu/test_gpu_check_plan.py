@@ -86,3 +86,19 @@ def test_the_rehearsal_unpacks_a_set_carried_in_parts(tmp_path):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["transfers"] == 3 and len(report["calls"]) == 4
     assert report["unpacked_site_bytes"] >= 256 * 400
+
+
+def test_slimming_keeps_lto_ir_and_fat_binaries_without_sass_for_the_device():
+    """Issue 48: libcudf holds 21 fat binaries whose only entry is an sm_75 LTO-IR (kind 8),
+    which nvJitLink links for the device at run time; the slimmer zeroed them (arch != 90).
+    A fat binary with no SASS for the kept architecture (PTX only) is kept whole too."""
+    def fat(*entries: bytes) -> bytes:
+        body = b"".join(entries)
+        return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+    lto_only = fat(_entry(75, b"L" * 32, kind=8))
+    ptx_only = fat(_entry(120, b"X" * 16, kind=1))
+    served = fat(_entry(80, b"A" * 40), _entry(90, b"B" * 24), _entry(75, b"M" * 8, kind=8))
+    blob = bytearray(b"head" + lto_only + ptx_only + served)
+    assert gpu_slim_fatbin.slim(blob, 90) == (40, 32 + 16 + 24 + 8)
+    assert blob.count(b"L") == 32 and blob.count(b"X") == 16 and blob.count(b"M") == 8 and b"A" not in blob
