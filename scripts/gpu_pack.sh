@@ -46,5 +46,5 @@ mkdir -p "$dest/setup"
 cp "$(dirname "$0")/gpu_unpack.sh" "$dest/setup/unpack.sh"
 zeroed=$( [ -f "$dest/slim.json" ] && python3 -c "import json,sys; print(sum(v['zeroed'] for v in json.load(open(sys.argv[1])).values()))" "$dest/slim.json" || echo 0)
 wheels=$(ls "$dest"/wheels/*.whl | wc -l)
-echo "{\"wheels\": $wheels, \"unpacked_bytes\": $unpacked, \"zeroed_device_code_bytes\": $zeroed, \"only_arch\": \"${arch:-all}\", \"packed_bytes\": $packed, \"parts\": $n, \"part_bytes\": $part, \"xz_level\": $level, \"host_packages\": [\"torch\", \"cupy\", \"numba\", \"numpy\", \"pandas\", \"pyarrow\"]}" \
+echo "{\"wheels\": $wheels, \"unpacked_bytes\": $unpacked, \"zeroed_device_code_bytes\": $zeroed, \"only_arch\": \"${arch:-all}\", \"packed_bytes\": $packed, \"parts\": $n, \"part_bytes\": $part, \"xz_level\": $level, \"host_packages\": [\"torch\", \"cupy\", \"numba\", \"numpy\", \"pandas\", \"pyarrow\"], \"built_on_host\": [\"farmhash\"]}" \
   | tee "$dest/pack.json"
