@@ -148,7 +148,8 @@ def missing_imports(files: list[Path], site: Path, host: list[str]) -> dict[str,
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     given = {d.split(">")[0].split("=")[0].split("[")[0].strip().replace("-", "_") for d in declared} | set(host)
     here = {p.stem for p in site.iterdir()} | {p.name for p in site.iterdir()} if site.is_dir() else set()
-    local = {p.stem for p in REPO.rglob("*.py") if ".venv" not in p.parts} | {"fbrapids", "benchmarks", "tests"}
+    local = {p.stem for d in ("fbrapids", "tests", "benchmarks", "scripts") for p in (REPO / d).rglob("*.py")}
+    local |= {"fbrapids", "benchmarks", "tests"}
     out: dict[str, list[str]] = {}
     for f in files:
         try:

@@ -35,7 +35,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -153,25 +152,28 @@ def _distinct(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def build(cache: Path, arch: str, steps: list[str] | None) -> dict[str, Any]:
-    """Record and compile (module docstring); the manifest written to ``cache/manifest.json``."""
+def build(cache: Path, arch: str, steps: list[str] | None, again: bool = False) -> dict[str, Any]:
+    """Record (kept in ``cache/plans``; ``again``: recorded anew) and compile (module
+    docstring); the manifest written to ``cache/manifest.json``."""
     from fbrapids.kernels.nvrtc import nvrtc_library, nvrtc_version
     from fbrapids.kernels.plan_record import read_records
 
     manifest: dict[str, Any] = {"arch": arch, "nvrtc": ".".join(map(str, nvrtc_version())),
                                 "nvrtc_library": Path(nvrtc_library()).name, "steps": {}}
     seen: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="fbrapids-plans-") as tmp:
-        for step, cmd in twins(sys.executable).items():
-            if steps and step not in steps:
-                continue
-            path = Path(tmp) / f"{step}.plans"
+    (cache / "plans").mkdir(exist_ok=True)
+    for step, cmd in twins(sys.executable).items():
+        if steps and step not in steps:
+            continue
+        path = cache / "plans" / f"{step}.plans"
+        if again or not path.exists():
             secs = record(step, cmd, path)
-            records = _distinct(list(read_records(path))) if path.exists() else []
-            sys.stdout.write(f"gpu-kernels {step}: {len(records)} plans recorded in {secs:.0f} s (its CPU twin)\n")
-            manifest["steps"][step] = compile_step(records, arch, seen)
-            sys.stdout.write(f"gpu-kernels {step}: {len(manifest['steps'][step]['modules'])} modules, "
-                             f"{manifest['steps'][step]['compile_seconds']:.1f} s of compiling\n")
+            sys.stdout.write(f"gpu-kernels {step}: its CPU twin recorded in {secs:.0f} s\n")
+        records = _distinct(list(read_records(path))) if path.exists() else []
+        sys.stdout.write(f"gpu-kernels {step}: {len(records)} plans\n")
+        manifest["steps"][step] = compile_step(records, arch, seen)
+        sys.stdout.write(f"gpu-kernels {step}: {len(manifest['steps'][step]['modules'])} modules, "
+                         f"{manifest['steps'][step]['compile_seconds']:.1f} s of compiling\n")
     manifest["compile_seconds"] = round(sum(seen.values()), 2)
     (cache / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -195,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=REPO / ".gpu" / "kernels", help="the kernel cache to fill")
     ap.add_argument("--arch", default=ARCH, help="the GPU architecture (sm_90: H100, H200)")
     ap.add_argument("--steps", nargs="*", default=None, help="only these steps (default: every extracting step)")
+    ap.add_argument("--record", action="store_true",
+                    help="record the steps' plans anew (default: the records in CACHE/plans when there)")
     ap.add_argument("--lookup", metavar="STEP", default=None,
                     help="look up one step's modules in the cache (the rehearsal's stand-in for the step)")
     args = ap.parse_args(argv)
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(json.dumps(got) + "\n")
         return 0 if got["misses"] == 0 else 1
     t0 = time.perf_counter()
-    manifest = build(args.cache, args.arch, args.steps)
+    manifest = build(args.cache, args.arch, args.steps, args.record)
     sys.stdout.write(json.dumps({"arch": manifest["arch"], "nvrtc": manifest["nvrtc"],
                                  "modules": sum(len(s["modules"]) for s in manifest["steps"].values()),
                                  "compile_seconds": manifest["compile_seconds"],

@@ -13,20 +13,21 @@ import pytest
 import torch
 
 from fbrapids.errors import DistributedError
-from fbrapids.trainers.distributed.launch import RankPlacement, place_ranks
 
 
 @pytest.mark.parametrize("nproc, backend, device, count, want", [
-    (2, None, "cuda", 2, RankPlacement("nccl", ("cuda:0", "cuda:1"))),  # rank r on GPU r, NCCL
-    (4, None, "cuda", 8, RankPlacement("nccl", ("cuda:0", "cuda:1", "cuda:2", "cuda:3"))),
-    (3, "gloo", "cuda", 2, RankPlacement("gloo", ("cuda:0", "cuda:1", "cuda:0"))),  # gloo: ranks may share
-    (1, None, "cuda", 1, RankPlacement("nccl", ("cuda:0",))),
-    (3, None, "cpu", 0, RankPlacement("gloo", ("cpu", "cpu", "cpu"))),  # the backend follows the device
-    (2, "gloo", "cpu", 4, RankPlacement("gloo", ("cpu", "cpu"))),
+    (2, None, "cuda", 2, ("nccl", ("cuda:0", "cuda:1"))),  # rank r on GPU r, NCCL
+    (4, None, "cuda", 8, ("nccl", ("cuda:0", "cuda:1", "cuda:2", "cuda:3"))),
+    (3, "gloo", "cuda", 2, ("gloo", ("cuda:0", "cuda:1", "cuda:0"))),  # gloo: ranks may share
+    (1, None, "cuda", 1, ("nccl", ("cuda:0",))),
+    (3, None, "cpu", 0, ("gloo", ("cpu", "cpu", "cpu"))),  # the backend follows the device
+    (2, "gloo", "cpu", 4, ("gloo", ("cpu", "cpu"))),
 ])
 def test_each_rank_gets_a_device_of_its_own(nproc, backend, device, count, want):
+    from fbrapids.trainers.distributed.launch import RankPlacement, place_ranks
+
     got = place_ranks(nproc, backend, device, count)
-    assert got == want
+    assert got == RankPlacement(*want)
     if got.backend == "nccl":
         assert len(set(got.devices)) == nproc  # NCCL refuses two ranks on one GPU
 
@@ -39,6 +40,8 @@ def test_each_rank_gets_a_device_of_its_own(nproc, backend, device, count, want)
     (2, "mpi", "cpu", 0, "'mpi' is not one of gloo, nccl"),
 ])
 def test_impossible_placements_are_one_line(nproc, backend, device, count, says):
+    from fbrapids.trainers.distributed.launch import place_ranks
+
     with pytest.raises(DistributedError, match=says) as err:
         place_ranks(nproc, backend, device, count)
     assert "\n" not in str(err.value)
@@ -66,7 +69,7 @@ def test_demo_refuses_more_nccl_ranks_than_gpus_before_any_work(two_gpus, tmp_pa
 def test_the_cli_chooses_the_process_group_backend(two_gpus):
     from fbrapids.app.cli import build_parser, check_arguments
     from fbrapids.errors import UsageError
-    from fbrapids.trainers.distributed.launch import local_placement
+    from fbrapids.trainers.distributed.launch import RankPlacement, local_placement
 
     args = build_parser().parse_args(["demo", "--nproc", "3", "--batch-size", "3072", "--dist-backend", "gloo"])
     check_arguments(args)
