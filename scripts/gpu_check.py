@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Everything that needs a GPU, in one command (``make gpu-check OUT=dir``), on a machine set up
-as ``../shared/gpu/README.md`` says (``PYTHONPATH=/tmp/site:$PWD``).
+"""Everything that needs a GPU, in one command (``make gpu-check OUT=dir``), on a machine with
+the GPU backend installed (docs/gpu.md: ``pip install -e ".[gpu]"``, or the offline set with
+``PYTHONPATH=/tmp/site:$PWD``).
 
-Steps, most telling first, so that the first ~5 minutes answer the most and a rerun of what
-failed still fits the 15 minutes a lent GPU machine has (each step has its own time limit,
-``--budget`` in all; ``docs/gpu.md`` gives the whole sequence):
+Steps, most telling first, each within its own time limit (``--budget``: all of them, by
+default the sum of the limits of the steps run); the first five are the first pass
+(:data:`FIRST_PASS`), what a first run must bring back:
 
 1. ``gpu-fixes``: ``pytest -m gpu`` over the files of the known GPU-path fixes (issues 23, 36);
 2. ``diff-cudf``: the differential suite's cudf / dask-cudf twins (``pytest -m gpu tests/differential``);
@@ -15,12 +16,17 @@ failed still fits the 15 minutes a lent GPU machine has (each step has its own t
    whole suite with ``FBRAPIDS_BACKEND=gpu`` (the longest, last).
 
 ``--failed`` reruns only the steps that failed (or were not run) in ``OUT/gpu-check.json``.
-``--rehearse`` runs the sequence on a machine without a device with every step's command
-replaced by a stub (``true``): it checks the plan (order, limits within the budget, output
-files) and nothing else.
+The steps use the kernel cache ``--kernel-cache`` (default ``.gpu/kernels`` when there:
+``make gpu-kernels`` compiles the CUDA modules ahead, without a device) and count its hits
+and compiles per step (``$FBRAPIDS_KERNEL_CACHE_LOG``).  ``--rehearse`` runs the sequence on
+a machine without a device, each step stood in for by its CUDA modules looked up in that
+cache (``scripts/gpu_kernels.py --lookup``; a miss fails it, counting the seconds NVRTC took
+for it) or a stub (``true``); with ``--site`` it also checks that the unpacked offline set
+holds every module the first pass's files import at module level.
 
-Writes ``OUT/gpu-check.json`` (per step: command, exit status, seconds, last lines, and the
-JSON line a benchmark printed) and ``OUT/gpu-check.log`` (every step's whole output).
+Writes ``OUT/gpu-check.json`` (per step: command, exit status, seconds, its limit, kernel cache
+hits and compiles, last lines, and the JSON line a benchmark printed) and ``OUT/gpu-check.log``
+(every step's whole output), and ends with a one-screen table of the steps.
 
 Without a device it writes nothing and exits at once with one line saying so, with status 0:
 nothing failed, and CI or a user's ``make gpu-check`` on a CPU machine must not read as a
