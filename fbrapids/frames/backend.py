@@ -217,8 +217,8 @@ def leave_pool_to_workers(why: str) -> bool:
     process made its pool already): the caller sizes the workers' pools from the memory left
     (:func:`cuda_cluster_options` ``shared_free``).
 
-    Example:
-        >>> leave_pool_to_workers("a LocalCUDACluster worker on GPU 0") in (True, False)
+    Example (changes this process's memory set-up: not run here):
+        >>> leave_pool_to_workers("the local cluster's worker on GPU 0")  # doctest: +SKIP
         True
     """
     if _POOL_MADE:
