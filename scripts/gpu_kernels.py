@@ -109,9 +109,9 @@ def modules(rec: dict[str, Any]) -> Iterator[tuple[str, str]]:
     label = f"{plan.num_ops} ops, {len(plan.layers)} layers{'' if rec['fused'] else ', op-by-op'}"
     for lay in _variants(plan):
         yield f"{label} ({'int32' if lay else 'int64'} offsets)", module_source(plan, lay)
-    inputs = {n.id for n in plan.nodes if n.op is None}
+    coded = {n.id for n in plan.nodes if n.op is None and n.type == "str"}  # string columns may be categorical
     for node in plan.nodes:
-        if node.op is not None and dictionary_eligible(node, inputs):
+        if node.op is not None and dictionary_eligible(node, coded):
             sub = plan.node_plan(node.id)
             for lay in _variants(sub):
                 yield f"{node.label} over its categories", module_source(sub, lay)
