@@ -43,6 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 ARCH = "sm_90"
+#: the kernel cache in force before this script pointed it at ``--cache`` (the CPU twins use it)
+USER_CACHE = os.environ.get("FBRAPIDS_KERNEL_CACHE")
 #: what the GPU gets as a device budget in the compiled plans (placement: every operator fits)
 BUDGET = 1 << 36
 
@@ -67,6 +69,10 @@ def record(step: str, cmd: list[str], out: Path) -> float:
     """Run ``cmd`` (a step's CPU twin) recording its plans into ``out``; its seconds."""
     out.unlink(missing_ok=True)
     env = {**os.environ, "FBRAPIDS_BACKEND": "cpu", "FBRAPIDS_PLAN_RECORD": str(out)}
+    if USER_CACHE is None:  # the twins' host kernels go to the user's own cache, not the one filled here
+        env.pop("FBRAPIDS_KERNEL_CACHE", None)
+    else:
+        env["FBRAPIDS_KERNEL_CACHE"] = USER_CACHE
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if proc.returncode not in (0, 5):  # pytest's 5: every test skipped here (they need a device)
@@ -117,8 +123,12 @@ def modules(rec: dict[str, Any]) -> Iterator[tuple[str, str]]:
                 yield f"{node.label} over its categories", module_source(sub, lay)
 
 
-def compile_step(records: list[dict[str, Any]], arch: str, seen: dict[str, float]) -> dict[str, Any]:
-    """Compile (or find) every module of one step's recorded plans; per module its key and seconds."""
+def compile_step(records: list[dict[str, Any]], arch: str, seen: dict[str, float],
+                 before: dict[str, float] | None = None) -> dict[str, Any]:
+    """Compile (or find) every module of one step's recorded plans; per module its key and the
+    seconds NVRTC took for it (for a module already in the cache: the seconds ``before``, the
+    previous manifest, recorded when it was compiled)."""
+    from fbrapids.kernels.cache import verified
     from fbrapids.kernels.runtime_cuda import DEVICE_HELPERS, cached_cubin, cubin_key, device_helpers_source
 
     out: dict[str, Any] = {"plans": len(records), "modules": []}
@@ -128,12 +138,14 @@ def compile_step(records: list[dict[str, Any]], arch: str, seen: dict[str, float
     for what, src, name in sources:
         key = cubin_key(src, arch)
         if key not in seen:
+            known = (before or {}).get(key) if verified(f"{key}.cubin") is not None else None
             t0 = time.perf_counter()
             cached_cubin(src, arch, name)
-            seen[key] = round(time.perf_counter() - t0, 2)
-            sys.stdout.write(f"gpu-kernels   {what}: {seen[key]:.1f} s\n")
+            seen[key] = known if known is not None else round(time.perf_counter() - t0, 2)
+            sys.stdout.write(f"gpu-kernels   {what}: {seen[key]:.1f} s{' (compiled before)' if known else ''}\n")
             sys.stdout.flush()
-        out["modules"].append({"key": key, "what": what, "seconds": seen[key]})
+        if key not in {m["key"] for m in out["modules"]}:  # the same module from two plans: loaded once
+            out["modules"].append({"key": key, "what": what, "seconds": seen[key]})
     out["compile_seconds"] = round(sum(m["seconds"] for m in out["modules"]), 2)
     return out
 
@@ -161,6 +173,11 @@ def build(cache: Path, arch: str, steps: list[str] | None, again: bool = False) 
     manifest: dict[str, Any] = {"arch": arch, "nvrtc": ".".join(map(str, nvrtc_version())),
                                 "nvrtc_library": Path(nvrtc_library()).name, "steps": {}}
     seen: dict[str, float] = {}
+    before = {}
+    if (cache / "manifest.json").exists():
+        old = json.loads((cache / "manifest.json").read_text())
+        if old.get("nvrtc") == manifest["nvrtc"] and old.get("arch") == arch:
+            before = {m["key"]: m["seconds"] for st in old["steps"].values() for m in st["modules"]}
     (cache / "plans").mkdir(exist_ok=True)
     for step, cmd in twins(sys.executable).items():
         if steps and step not in steps:
@@ -171,11 +188,15 @@ def build(cache: Path, arch: str, steps: list[str] | None, again: bool = False) 
             sys.stdout.write(f"gpu-kernels {step}: its CPU twin recorded in {secs:.0f} s\n")
         records = _distinct(list(read_records(path))) if path.exists() else []
         sys.stdout.write(f"gpu-kernels {step}: {len(records)} plans\n")
-        manifest["steps"][step] = compile_step(records, arch, seen)
+        manifest["steps"][step] = compile_step(records, arch, seen, before)
         sys.stdout.write(f"gpu-kernels {step}: {len(manifest['steps'][step]['modules'])} modules, "
                          f"{manifest['steps'][step]['compile_seconds']:.1f} s of compiling\n")
     manifest["compile_seconds"] = round(sum(seen.values()), 2)
     (cache / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if not steps:  # the whole check's cache: what no step needs is not carried
+        for f in [*cache.glob("*.cubin*"), *cache.glob("*.so*"), *cache.glob("*.lock")]:
+            if f.name.split(".")[0] not in seen:
+                f.unlink()
     return manifest
 
 
