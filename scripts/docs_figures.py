@@ -560,7 +560,8 @@ def fig_gpu_set() -> str:
              f"{pack['only_arch']}); one xz archive of {_mb(pack['packed_bytes'])} in {pack['parts']} part(s) of at most "
              f"{_mb(pack['part_bytes'])}.",
              f"- The kernel cache: every module of the recorded plans compiled for {kern['arch']} by NVRTC "
-             f"{kern['nvrtc']} in {kern['compile_seconds']:.0f} s of CPU here: "
+             f"{kern['nvrtc']} in {kern['compile_seconds']:.0f} s on the machine below (one core each, beside other "
+             "work; each step counts the modules it loads, shared ones included): "
              + "; ".join(f"`{k}` {v['plans']} plans, {v['modules']} modules, {v['compile_seconds']:.0f} s"
                          for k, v in kern["steps"].items()) + ".",
              "- The rehearsed first pass with that cache (each step's kernels looked up; a miss would be compiled "

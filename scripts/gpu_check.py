@@ -172,8 +172,9 @@ def missing_imports(files: list[Path], site: Path, host: list[str]) -> dict[str,
     return out
 
 
-def kernel_cache_note(cache: Path | None) -> str:
-    """One line on the kernel cache the steps use: its manifest against this machine's NVRTC."""
+def kernel_cache_note(cache: Path | None, rehearse: bool = False) -> str:
+    """One line on the kernel cache the steps use: its manifest against this machine's NVRTC
+    (in a rehearsal the manifest's keys are looked up as they are: no comparison)."""
     if cache is None:
         return "kernel cache: none carried (every CUDA module compiles on first use; make gpu-kernels)"
     manifest = cache / "manifest.json"
@@ -182,6 +183,8 @@ def kernel_cache_note(cache: Path | None) -> str:
     m = json.loads(manifest.read_text())
     n = sum(len(s["modules"]) for s in m["steps"].values())
     line = f"kernel cache {cache}: {n} modules for {m['arch']}, NVRTC {m['nvrtc']}"
+    if rehearse:
+        return line
     try:
         from fbrapids.kernels.nvrtc import nvrtc_version
 
@@ -303,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.failed:
         again = _failed_before(args.out)
         args.only = sorted(again) if again is not None else args.only
+        if again == set():
+            sys.stdout.write(f"gpu-check: every step in {args.out / 'gpu-check.json'} passed; nothing to rerun\n")
+            return 0
     missing = () if args.rehearse else _no_device()
     if not missing and not args.rehearse:
         from fbrapids.frames.backend import gpu_missing  # the packages too (imports pandas: after the device check)
@@ -322,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                          else f"gpu-check: the set lacks {sorted(lost)} (imported by {sorted(lost.items())})\n")
         if lost:
             return 1
-    sys.stdout.write(kernel_cache_note(args.kernel_cache) + "\n")
+    sys.stdout.write(kernel_cache_note(args.kernel_cache, args.rehearse) + "\n")
     summary: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "budget": budget, "steps": [],
                                "planned_seconds": sum(limit for *_, limit in chosen)}
     if args.failed and (args.out / "gpu-check.json").exists():  # keep the steps not rerun
