@@ -185,7 +185,8 @@ def _demo_ranks(args: argparse.Namespace) -> int:
     results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
                                    backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
                                    batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
-                                   resume=args.resume, nan=args.nan)
+                                   resume=args.resume, nan=args.nan,
+                                   dist_backend=None if args.dist_backend == "auto" else args.dist_backend)
     sys.stdout.write(render(results) + "\n")
     if args.summary_json is not None:
         import json
@@ -506,6 +507,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
+        elif args.dist_backend != "auto" and not args.resume:
+            raise UsageError(f"argument --dist-backend: {args.dist_backend} is for ranks (--nproc N, N > 1)")
         _writable("--work-dir", args.work_dir)
         _writable("--export", args.export)
         if args.scheduler is not None:
@@ -584,6 +587,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
                            "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
                            "reached on any N, 1 included (--resume on such a work dir uses the N given)")
+    demo.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
+                      help="with --nproc: the ranks' process group (auto: NCCL when they train on CUDA, rank r on "
+                           "GPU r, at most one rank per GPU; gloo on the CPU). gloo on GPUs lets ranks share them")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")
