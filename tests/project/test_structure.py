@@ -276,7 +276,6 @@ LONG_FUNCTIONS = {
     # only to serve), its methods counted in it
     "serving/guard.py::guarded_protocol": 83,
     # the distributed demo's body of a rank
-    "app/demo_distributed.py::train_rank": 66,
 }
 
 
