@@ -359,7 +359,7 @@ class TierStack:
             >>> d = RowDirectory(); g = d.admit(np.array([3, 4], dtype=np.uint64))
             >>> t = TierStack(StoreConfig(dim=2, cache_rows=1), "t", d, torch.device("cpu"))
             >>> t.place_new(g, 0).tolist(), t.cache.slots.capacity, t.read_rows(g)[:, 2].tolist()
-            ([0, 1], 2, [0.0, 0.0])
+            ([0, 1], 4, [0.0, 0.0])
         """
         cache, c, m = self.cache, self.config, len(gm)
         if cache.table is None:
