@@ -5,6 +5,7 @@ alone; FitConfig and the one nan vocabulary."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,10 +19,18 @@ SERVED = ("served_cache", "served_host", "served_ssd", "served_new", "served_def
           "lookups", "unique_lookups")
 
 
+def _use(store) -> bytes:
+    """Each row's last step and use count (what LRU / LFU rank by, and checkpoints keep), by id."""
+    d = store.directory
+    n = len(store)
+    order = np.argsort(d.all_ids())
+    return d.last[:n][order].tobytes() + d.freq[:n][order].tobytes()
+
+
 def _trained(store: StoreConfig, prefetch: bool, df) -> tuple[dict, dict]:
     model = small_model(store)
     fit(model, batches(df), FitConfig(prefetch_rows=prefetch, calibrate=False), progress=False)
-    stats = {k: {f: s.stats()[f] for f in SERVED} | {"cache": s.stats()["cache"]}
+    stats = {k: {f: s.stats()[f] for f in SERVED} | {"cache": s.stats()["cache"], "use": _use(s)}
              for k, s in model.stores().items()}
     return snapshot(model), {"stats": stats, "capacity": {k: s.tiers.cache.slots.capacity
                                                           for k, s in model.stores().items()}}

@@ -66,6 +66,9 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Any],
     at_rows, at_slots, at_touched = rows.ctypes.data, slots.ctypes.data, touched.ctypes.data
     for t, (s, b) in enumerate(zip(stores, begun)):  # each table's outputs: its part of the three buffers
         a = starts[t]
+        if b.booked is not None:  # its bookkeeping done ahead: its slots and counters known, its rows to gather
+            slots[a : starts[t + 1]] = b.booked[1]
+            touched[t] = b.booked[3]
         desc[t] = s.pass_words(b, at_slots + 8 * a, at_rows + 4 * dim * a, at_touched + 48 * t, requires_grad)
     ret = lookup_tables(desc)
     out = []
