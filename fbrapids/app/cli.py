@@ -156,8 +156,10 @@ def _trial(args: argparse.Namespace) -> int:
     from fbrapids.app.trials import trial
     from fbrapids.workloads import parse_candidate
 
+    candidates = dict(parse_candidate(c) for c in args.candidate)  # refused as parsed, before the workload is read
     w = _workload(args)
-    candidates = dict(parse_candidate(c) for c in args.candidate)
+    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
+    _new_file("--json", out, args.force)  # before the trial's work: another run's file is never overwritten
     backend = None if args.backend in (None, "auto") else args.backend
     options = {"work_dir": args.work_dir} if args.work_dir is not None else {}
     if args.models_per_pass is not None:
@@ -168,13 +170,62 @@ def _trial(args: argparse.Namespace) -> int:
                    correction=args.correction, min_effect=args.min_effect, aa=not args.no_aa, resume=args.resume,
                    reference=args.reference, **options)
     sys.stdout.write(result.render() + "\n")
-    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
     body = result.as_dict() if args.each else dataclasses.asdict(result)
     data = {"workload": w.name, "workload_file": str(args.workload), "model": args.model, "kind": args.kind,
             **body, "expressions": {k: str(v) for k, v in candidates.items()}}
-    out.write_text(json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
-    sys.stdout.write(f"trial JSON written to {out}\n")
+    text = json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
+    sys.stdout.write(f"trial JSON written to {write_new_file(out, text.encode(), args.force)}\n")
     return 0
+
+
+def _new_file(flag: str, path: Path, force: bool) -> None:
+    """A usage error when ``path`` exists (another run's output) and ``force`` is not given."""
+    if not force and (path.exists() or path.is_symlink()):
+        raise UsageError(f"argument {flag}: {path} already exists (another run's output): pass --force to overwrite it, "
+                         f"or choose another {flag}")
+
+
+def write_new_file(path: Path, data: bytes, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file renamed, or linked, into place),
+    never over a file another run wrote meanwhile unless ``force``: that is an error naming
+    it, and this run's output is kept beside it (its name in the error).  Returns ``path``.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "t.json"
+        >>> write_new_file(p, b"{}") == p, p.read_bytes()
+        (True, b'{}')
+        >>> try:
+        ...     write_new_file(p, b"[]")
+        ... except UsageError as exc:
+        ...     print(str(exc).replace(str(p), "P").split(": this")[0], p.read_bytes())
+        P was written by another run meanwhile b'{}'
+    """
+    import tempfile
+
+    from fbrapids.files.atomic import write_atomic
+
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = write_atomic(Path(name), [data])
+    if force:
+        os.replace(tmp, path)
+        return path
+    try:
+        try:
+            os.link(tmp, path)  # fails if the file exists: no check-then-write race with another run
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the name reserved, then replaced
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.replace(tmp, path)
+            return path
+    except FileExistsError:
+        kept = tmp.rename(path.with_name(f"{path.name}.{os.getpid()}"))
+        raise UsageError(f"{path} was written by another run meanwhile: this run's is {kept} (pass --force to "
+                         "overwrite)") from None
+    tmp.unlink()
+    return path
 
 
 def _sharded(work_dir: Path | None) -> bool:
@@ -191,7 +242,8 @@ def _demo_ranks(args: argparse.Namespace) -> int:
     results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
                                    backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
                                    batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
-                                   resume=args.resume, nan=args.nan)
+                                   resume=args.resume, nan=args.nan,
+                                   dist_backend=None if args.dist_backend == "auto" else args.dist_backend)
     sys.stdout.write(render(results) + "\n")
     if args.summary_json is not None:
         import json
@@ -488,6 +540,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
             raise UsageError(f"argument --json: {args.json} "
                              + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
+        if args.json is not None:
+            _new_file("--json", args.json, args.force)
         if args.resume and args.work_dir is None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the trial to continue")
         _not_a_file("--work-dir", args.work_dir)
@@ -516,6 +570,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
+        elif args.dist_backend != "auto" and not args.resume:
+            raise UsageError(f"argument --dist-backend: {args.dist_backend} is for ranks (--nproc N, N > 1)")
         _writable("--work-dir", args.work_dir)
         _writable("--export", args.export)
         if args.scheduler is not None:
@@ -597,6 +653,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--tiers", choices=("auto", "ram", "tiered"), default="auto",
                       help="where the embedding rows live: one RAM tier where every table fits in memory (auto, the "
                            "default), one RAM tier always (ram), or the device cache / host RAM / SSD tiers (tiered)")
+    demo.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
+                      help="with --nproc: the ranks' process group (auto: NCCL when they train on CUDA, rank r on "
+                           "GPU r, at most one rank per GPU; gloo on the CPU). gloo on GPUs lets ranks share them")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")
@@ -656,7 +715,9 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     tri.add_argument("--embedding-dim", type=_int_in(1), default=16)
     tri.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
     tri.add_argument("--json", type=Path, default=None, metavar="FILE",
-                     help="where the trial's JSON goes (default: <workload name>-trial.json here)")
+                     help="where the trial's JSON goes (default: <workload name>-trial.json here); an existing file "
+                          "is refused before the trial, unless --force")
+    tri.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     tri.add_argument("--no-progress", action="store_true", help="no progress bars")
     tri.set_defaults(func=_trial)
 
@@ -742,11 +803,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command in ("demo", "trial"):
         _print_reports()
+    from fbrapids.runs.workdir import Terminated, exit_on_termination
+
     try:
-        return args.func(args)
+        with exit_on_termination():  # SIGTERM / SIGHUP unwind (temporary folders removed, ranks stopped)
+            return args.func(args)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except Terminated as exc:  # one line, exit status 128 + the signal
+        sys.stderr.write(f"fbrapids {args.command}: stopped by {exc.signal_name}\n")
+        return int(exc.code or 1)
     except BaseException as exc:  # one line, never a traceback (-v logs it)
         if isinstance(exc, SystemExit):
             raise
@@ -812,7 +879,8 @@ def failure_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int
         from fbrapids.runs.disk_budget import freeable
 
         line += "; " + freeable(getattr(args, "work_dir", None))
-    return " ".join(line.split("\n")), 2
+    # a rank of the run ended by SIGTERM / SIGHUP: the run's exit status is the launcher's own would be
+    return " ".join(line.split("\n")), int(getattr(exc, "exit_status", None) or 2)
 
 
 if __name__ == "__main__":

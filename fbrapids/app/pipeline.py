@@ -370,7 +370,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
     from fbrapids.frames.cluster import frozen_worker_watchdog
-    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir
+    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
 
     w = as_workload(workload)
     cfg = (config if config is not None else RunConfig()).with_(**options)
@@ -380,7 +380,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
-                frozen_worker_watchdog(client, f"the run on {w.origin}"):
+                torch_cache_in(work), frozen_worker_watchdog(client, f"the run on {w.origin}"):
             result = _run(w, cfg, client, work)
         if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block

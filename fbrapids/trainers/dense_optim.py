@@ -45,11 +45,10 @@ class FusedAdam(torch.optim.Optimizer):
         self.defaults: dict[str, Any] = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
                                          "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
                                          "differentiable": False, "fused": True, "decoupled_weight_decay": False}
-        groups = list(params)
-        if not groups:
+        given: list[Any] = list(params)
+        if not given:
             raise ArgumentError("FusedAdam got an empty parameter list")
-        if not isinstance(groups[0], dict):
-            groups = [{"params": groups}]
+        groups: list[dict[str, Any]] = given if isinstance(given[0], dict) else [{"params": given}]
         self.param_groups: list[dict[str, Any]] = [{**self.defaults, **g, "params": list(g["params"])}
                                                    for g in groups]
         self.state: defaultdict[torch.Tensor, Any] = defaultdict(dict)

@@ -33,7 +33,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -133,12 +134,45 @@ def fit(target: CTRModel | Strategy, batches: Iterable[Batch], config: FitConfig
     with strategy.session(batches, cfg, result) as (start, held):
         step, finished = _passes(strategy, batches, cfg, result, start, held)
         result.steps = step
-        if held is not None and step > start and not strategy.calibrate(held, result) and finished:
-            strategy.train_held(held, step, result)  # too few to calibrate on: trained on after all
-        if cfg.checkpoint_dir is not None and step > start and (not result.checkpoints or
-                                                                result.checkpoints[-1].name != step_name(step)):
-            result.checkpoints.append(strategy.save(step, held))
+        changed = _end_of_pass(strategy, held, result, step > start, finished)
+        if cfg.checkpoint_dir is not None:
+            write_final_checkpoint(lambda at: strategy.save(at, held), step, step > start, changed, result)
     return result
+
+
+def _end_of_pass(strategy: Strategy, held: Any, result: FitResult, trained: bool, finished: bool) -> bool:
+    """The end-of-pass step: the calibration fitted on the held-back batches, when this call
+    trained (``trained``) or the pass had ended before it (``finished``: resumed from a
+    checkpoint of the last step, which may have been written before the fit: a periodic one,
+    a run killed between the two writes; the fit on the same model and rows gives the same
+    shift); too few to fit on at the end of the pass, they are trained on after all.
+    Returns whether the model changed (its final checkpoint must then be written)."""
+    if held is None or not (trained or finished):
+        return False
+    before = strategy.calibration()
+    if strategy.calibrate(held, result):
+        return before is None or not torch.equal(before, strategy.calibration())
+    if not finished or not held.rows:
+        return False
+    strategy.train_held(held, result.steps, result)  # too few to calibrate on: trained on after all
+    return True
+
+
+def write_final_checkpoint(save: Callable[[int], Path], step: int, trained: bool, changed: bool,
+                           result: FitResult) -> None:
+    """The final checkpoint, ``save(step)``: the model whose metrics are reported, after the
+    end-of-pass step (:func:`_end_of_pass`), so that an export, ``fbrapids export`` and a
+    resume read what the run printed.  Written when this call ``trained`` past its newest
+    checkpoint or the end-of-pass step ``changed`` the model, replacing a periodic checkpoint
+    of the same step written before that step (kept as it is when nothing changed after it)."""
+    same = bool(result.checkpoints) and result.checkpoints[-1].name == step_name(step)
+    if not changed and (same or not trained):
+        return
+    path = save(step)
+    if same:
+        result.checkpoints[-1] = path
+    else:
+        result.checkpoints.append(path)
 
 
 def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result: FitResult, start: int,

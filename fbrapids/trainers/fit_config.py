@@ -40,7 +40,9 @@ class FitConfig:
         checkpoint_dir: where checkpoints go (and are resumed from); held exclusively by the
             run (a second run on it is a :class:`~fbrapids.errors.WorkDirLockedError`), its
             writability and free space checked before the first step.
-        checkpoint_every: checkpoint every this many global steps (and at the end).
+        checkpoint_every: checkpoint every this many global steps; the final checkpoint is
+            written at the end, after the calibration fit (replacing a periodic one of the
+            last step), so that it holds the model whose metrics the run reports.
         resume: restore the newest checkpoint in ``checkpoint_dir`` that verifies (older ones
             are tried when newer ones are corrupt; each skip is logged) and skip the batches
             it had trained on.  With ``resume=False`` a ``checkpoint_dir`` that already holds

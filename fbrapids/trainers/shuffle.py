@@ -42,6 +42,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fbrapids.errors import ArgumentError
+
 #: rows per arrival unit: the buffer emits after each
 UNIT_ROWS = 1 << 15
 #: the most bytes of rows the buffer holds by default (beyond them it emits more)
@@ -68,7 +70,8 @@ class ShuffleBuffer:
 
     def __init__(self, capacity: int, batch_size: int, rng: np.random.Generator, max_bytes: int = MAX_BYTES) -> None:
         if capacity < 1 or batch_size < 1:
-            raise ValueError(f"a shuffle buffer needs capacity >= 1 and batch_size >= 1, got {capacity}, {batch_size}")
+            raise ArgumentError(f"a shuffle buffer needs capacity >= 1 and batch_size >= 1, got {capacity}, "
+                                f"{batch_size}")
         self.capacity, self.batch_size, self.rng, self.max_bytes = int(capacity), int(batch_size), rng, int(max_bytes)
         self.unit = max(1, min(self.capacity, UNIT_ROWS))
         self.held: Any = None

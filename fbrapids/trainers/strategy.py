@@ -124,6 +124,11 @@ class Strategy:
         """Fit the calibration on the held rows; False when they are too few."""
         return False
 
+    def calibration(self) -> torch.Tensor | None:
+        """The model's calibration now (a copy; None: it has none), to tell whether
+        :meth:`calibrate` changed it."""
+        return None
+
     def train_held(self, held: HeldBack, step: int, result: FitResult) -> None:
         """Train on every held batch (too few to calibrate on: nothing withheld for nothing)."""
         for b in held.batches:
@@ -205,8 +210,8 @@ class Stepper:
                 optimizer.zero_grad(set_to_none=True)
                 self.result.skipped.append(step)
                 return
+        model.apply_sparse_gradients()  # first: on CPU caches it runs in the background, beside the dense step
         optimizer.step()
-        model.apply_sparse_gradients()
         self.result.losses.append(value)
 
 
@@ -339,6 +344,9 @@ class OneProcess(Strategy):
 
     def calibrate(self, held: HeldBack, result: FitResult) -> bool:
         return calibrate_on(self.model, *held_logits(self.model, held.batches), result)
+
+    def calibration(self) -> torch.Tensor | None:
+        return self.model.calibration.clone()
 
 
 class Arms(Strategy):

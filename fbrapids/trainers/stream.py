@@ -106,8 +106,10 @@ class StreamConfig:
         object.__setattr__(self, "sparse", tuple(self.sparse))
         for name, lo in (("batch_size", 1), ("prefetch", 1), ("shuffle_buffer", 0), ("shuffle_bytes", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ArgumentError(f"{name} must be an int >= {lo}, got {value!r}")
+            if value < lo:
+                raise ArgumentError(f"{name} must be >= {lo}, got {value}")
         check_nan(self.nan, STREAM_NAN, "stream")
 
     def with_(self, **changes: Any) -> "StreamConfig":

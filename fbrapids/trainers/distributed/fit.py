@@ -210,6 +210,9 @@ class Ranks(Strategy):
     def calibrate(self, held: HeldBack, result: FitResult) -> bool:
         return _calibrate_ranks(self.trainer, held, result)
 
+    def calibration(self) -> torch.Tensor | None:
+        return self.trainer.model.calibration.clone()
+
     def shows_progress(self) -> bool:
         return self.trainer is None or self.trainer.rank == 0
 

@@ -181,23 +181,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         if leaf is None:
             leaf = torch.cat(rows) if len(rows) > 1 else (rows[0] if cpu and rows[0].is_contiguous()
                                                           else rows[0].clone())
-        if len(self.features) == 1:  # one feature of one table: its inverse is the index as it is
-            f = self.features[0]
-            idx = inv_of[f][0]
-            n = len(idx)
-            off = np.empty(b + 1, dtype=np.int64)
-            off[:b] = sparse[f][1].cpu().numpy()
-        else:
-            n = sum(len(inv_of[f][0]) for f in self.features)
-            idx = np.empty(n, dtype=np.int64)
-            off = np.empty(len(self.features) * b + 1, dtype=np.int64)
-            at = 0
-            for k, f in enumerate(self.features):
-                inv, tbase = inv_of[f]
-                np.add(inv, tbase, out=idx[at : at + len(inv)])
-                np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
-                at += len(inv)
-        off[-1] = n
+        idx, off = self._bag_index(inv_of, sparse, b)
         if cpu and self.mode in ("sum", "mean"):  # pooling and its backward in C, one pass each
             mean = self.mode == "mean"  # the sum over the bag's size (an empty bag stays 0)
             if train:
@@ -216,12 +200,36 @@ class TieredEmbeddingBagCollection(nn.Module):
             leaf.requires_grad_(True)
             self._stacked = (leaf, parts)
             if self.mode == "sum":
-                starts, bags = group_by_row(idx, base, off)
+                starts, bags = group_by_row(idx, len(leaf), off)
                 pooled = _SumBags.apply(leaf, idx_t, off_t, torch.from_numpy(starts[:-1]).to(dev),
                                         torch.from_numpy(bags).to(dev))
             else:
                 pooled = F.embedding_bag(idx_t, leaf, off_t, mode=self.mode)
         return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
+
+    def _bag_index(self, inv_of: dict[str, tuple[np.ndarray, int]], sparse: Sparse,
+                   b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every feature's bags as one index into the stacked leaf and its offsets (``[F * b + 1]``,
+        ending with the number of ids): feature ``f``'s ids read ``inv_of[f][0]`` (positions in
+        its table's rows) plus its table's first row in the leaf, ``inv_of[f][1]``."""
+        if len(self.features) == 1:  # one feature of one table: its inverse is the index as it is
+            f = self.features[0]
+            idx = inv_of[f][0]
+            off = np.empty(b + 1, dtype=np.int64)
+            off[:b] = sparse[f][1].cpu().numpy()
+            off[-1] = len(idx)
+            return idx, off
+        n = sum(len(inv_of[f][0]) for f in self.features)
+        idx = np.empty(n, dtype=np.int64)
+        off = np.empty(len(self.features) * b + 1, dtype=np.int64)
+        at = 0
+        for k, f in enumerate(self.features):
+            inv, tbase = inv_of[f]
+            np.add(inv, tbase, out=idx[at : at + len(inv)])
+            np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
+            at += len(inv)
+        off[-1] = n
+        return idx, off
 
     def pool(self, looked: tuple[torch.Tensor, torch.Tensor], offsets: torch.Tensor) -> torch.Tensor:
         rows, inv = looked
@@ -245,8 +253,8 @@ class TieredEmbeddingBagCollection(nn.Module):
     def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]]) -> None:
         """The sparse optimizer over every table's rows of a stacked lookup (on CPU caches: in
         place, in C, every table in one call: :func:`~fbrapids.trainers.sparse.together.update_together`)."""
-        if leaf.grad is not None:
-            update_together(parts, leaf.grad)
+        if leaf.grad is not None:  # on CPU caches: in the background, each table waiting for it when next used
+            update_together(parts, leaf.grad, background=True)
 
     def prefetch(self, sparse: Sparse) -> int:
         """Pin the next batch's rows in the caches; returns rows brought up."""

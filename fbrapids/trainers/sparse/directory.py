@@ -60,8 +60,9 @@ def _records(n: int, keep: np.ndarray | None = None) -> np.ndarray:
     raw = np.empty(n * width + 8, dtype=np.int64)
     skip = (-raw.ctypes.data % 64) // 8
     out = raw[skip : skip + n * width].reshape(n, width)
-    k = 0 if keep is None else len(keep)
-    if k:
+    k = 0
+    if keep is not None and len(keep):
+        k = len(keep)
         out[:k] = keep
     out[k:] = np.array(list(RECORD_FIELDS.values()), dtype=np.int64)
     return out

@@ -104,6 +104,13 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_read_checked.argtypes = [p, p, i64, i64, i64, p, p, p]
     lib.fbx_map_write_checked.restype = i64
     lib.fbx_map_write_checked.argtypes = [p, p, i64, i64, i64, i64, p, p]
+    _declare_rows(lib)
+    return lib
+
+
+def _declare_rows(lib: ctypes.CDLL) -> None:
+    """The argument types of ``csrc/rows.c``'s entry points and the multi-table ones."""
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     lib.fbx_row_hashes.restype = None
     lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
@@ -118,6 +125,10 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int]
     lib.fbx_rowwise_adagrad_tables.restype = None
     lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int]
+    lib.fbx_book_rows.restype = i64
+    lib.fbx_book_rows.argtypes = [p, p, i64, p, p, p, i64, i64, p, i64, i64, i64, p, p, p]
+    lib.fbx_unbook_rows.restype = None
+    lib.fbx_unbook_rows.argtypes = [p, p, i64, p, p, i64, p]
     lib.fbx_prepare_ram_tier.restype = i64
     lib.fbx_prepare_ram_tier.argtypes = [p, p, i64, p, p, p, p, i64, i64, p, p, i64, p, p, p, p, p, i64, i64, p, i64,
                                          i64, p, i64, f32, p, p]
@@ -125,7 +136,6 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_place_new.argtypes = [p, i64, p, p, p, p, p, i64, i64, p, p, p, i64, i64, p, i64, i64, p, i64, f32, p]
     lib.fbx_sgd.restype = ctypes.c_int
     lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int, p]
-    return lib
 
 
 class RowMap:
@@ -707,6 +717,51 @@ def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int | S
                          out.ctypes.data, out.shape[1])
 
 
+def book_rows(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, step: int,
+              pin_step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's bookkeeping ahead of its lookup at ``step`` (its distinct rows ``g``, all
+    cached, ``counts`` occurrences each), in one C pass: ``last[g] = step``, ``freq[g] +=
+    counts``, the rows' cache slots, their pins (``pin_step``; < 0: none).  Returns ``(slots,
+    the rows' last steps before, the lookup's counters [6])`` (:func:`unbook_rows` undoes it).
+
+    Example:
+        >>> import numpy as np
+        >>> from fbrapids.trainers.sparse.directory import RowDirectory
+        >>> d = RowDirectory(); g = d.admit(np.array([7, 8], dtype=np.uint64)); d.cache_loc[g] = [1, 0]
+        >>> slots, old, touched = book_rows(g, np.array([3, 1]), d, np.full(2, -1), 5, 5)
+        >>> slots.tolist(), old.tolist(), d.last[g].tolist(), d.freq[g].tolist(), touched.tolist()
+        ([1, 0], [0, 0], [5, 5], [3, 1], [4, 0, 0, 0, 0, 2])
+        >>> unbook_rows(g, np.array([3, 1]), d, old); d.last[g].tolist(), d.freq[g].tolist()
+        ([0, 0], [0, 0])
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    rs = record_stride("book_rows", d.cache_loc, d.last, d.freq)
+    if pin.dtype != np.int64 or not pin.flags.c_contiguous or len(counts) != len(g):
+        raise ArgumentError("book_rows: a contiguous int64 pin per slot and a count per row")
+    m = len(g)
+    slots, old, touched = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.zeros(6, dtype=np.int64)
+    rc = _lib().fbx_book_rows(g.ctypes.data, counts.ctypes.data, m, d.cache_loc.ctypes.data, d.last.ctypes.data,
+                              d.freq.ctypes.data, rs, min(len(d.cache_loc), len(d.last)), pin.ctypes.data, len(pin),
+                              int(step), int(pin_step), slots.ctypes.data, old.ctypes.data, touched.ctypes.data)
+    if rc != 0:
+        raise RowIndexError("book_rows: a row out of range or not cached")
+    return slots, old, touched
+
+
+def unbook_rows(g: np.ndarray, counts: np.ndarray, d: Any, old_last: np.ndarray) -> None:
+    """Undo :func:`book_rows` (``old_last``: the last steps it returned) for a batch that was
+    not looked up after all."""
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    old_last = np.ascontiguousarray(old_last, dtype=np.int64)
+    rs = record_stride("unbook_rows", d.last, d.freq)
+    if len(counts) != len(g) or len(old_last) != len(g):
+        raise ArgumentError("unbook_rows: a count and a last step per row")
+    _lib().fbx_unbook_rows(g.ctypes.data, counts.ctypes.data, len(g), d.last.ctypes.data, d.freq.ctypes.data, rs,
+                           old_last.ctypes.data)
+
+
 def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
               pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
               state: np.ndarray) -> bool:
@@ -751,7 +806,7 @@ def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty
 
 
 #: words per table of :func:`lookup_tables`' descriptors (``csrc/hashmap.c``, ``FBX_LK_*``)
-LOOKUP_WORDS = 20
+LOOKUP_WORDS = 21
 #: words per table of :func:`rowwise_adagrad_tables`' descriptors (``csrc/rows.c``, ``FBX_AG_*``)
 ADAGRAD_WORDS = 8
 

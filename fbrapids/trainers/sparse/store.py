@@ -72,7 +72,8 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
-from fbrapids.trainers.sparse.hashmap import lookup_pass, pin_slots, record_stride, store_touch
+from fbrapids.trainers.sparse.hashmap import (book_rows, gather_cols, lookup_pass, pin_slots, record_stride,
+                                              store_touch, unbook_rows)
 from fbrapids.trainers.sparse.hierarchy import TierStack
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,14 @@ def _prefetch_thread() -> ThreadPoolExecutor:
     if not _PREFETCH:
         _PREFETCH.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-prefetch"))
     return _PREFETCH[0]
+
+
+def same_keys(stash: _Stash, keys: Any) -> bool:
+    """Whether a stash was found for ``keys`` (the same ids, in order)."""
+    if stash.keys is None or len(stash.keys) != len(keys):
+        return False
+    return bool(torch.equal(stash.keys, keys)) if isinstance(keys, torch.Tensor) else bool(np.array_equal(stash.keys,
+                                                                                                          keys))
 
 
 def prepare_together(stores: list["TieredEmbeddingStore"], ids: list[Any]) -> None:
@@ -159,6 +168,7 @@ class LookupStart:
     adm: np.ndarray | None
     n_adm: int
     placed: tuple[int, int] = (0, 0)
+    booked: tuple | None = None  # its bookkeeping done ahead by a prepare: (step, slots, last steps before, counters)
 
 
 @dataclass
@@ -179,6 +189,7 @@ class _Stash:
     job: Future | None = None
     error: BaseException | None = None
     complete: bool = False  # every row of ``found`` admitted (a prepare placed the new ones)
+    booked: tuple | None = None  # (step, slots, last steps before, counters): its lookup's bookkeeping, done ahead
 
 
 def sparse_update(rows: torch.Tensor, grad: torch.Tensor, config: StoreConfig) -> torch.Tensor:
@@ -261,7 +272,7 @@ class TieredEmbeddingStore:
     def reset(self) -> None:
         """Empty the table (every tier, the directory, the counters)."""
         c = self.config
-        if getattr(self, "_prefetched", None) is not None:
+        if getattr(self, "_prefetched", None) is not None or getattr(self, "_update", None) is not None:
             self._settle()
         old = getattr(self, "tiers", None)
         if old is not None and old.ssd is not None:
@@ -278,7 +289,9 @@ class TieredEmbeddingStore:
         self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
         # the rows (and occurrences) a prepare placed ahead for the lookup under way: every row of it admitted
         self._placed: tuple[int, int] | None = None
+        self._booked: tuple | None = None  # the bookkeeping the stash the lookup under way took had done ahead
         self._words_of: tuple | None = None  # (arrays, their words) of pass_words
+        self._update: Future | None = None  # an update of the cached rows running on the prefetch thread
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
     def __len__(self) -> int:
@@ -378,6 +391,7 @@ class TieredEmbeddingStore:
         else:
             uniq, inverse, occ, g = self._unique_rows(ids)  # first-occurrence order
         placed, self._placed = self._placed, None
+        booked, self._booked = self._booked, None
         # a prepare that placed the new rows leaves every row admitted
         missing = np.flatnonzero(g < 0) if placed is None else ()
         if len(missing) and self.read_only:  # serving: never a new row, never a sighting counted
@@ -390,7 +404,7 @@ class TieredEmbeddingStore:
         counts["lookups"] += len(inverse)
         counts["unique_lookups"] += len(uniq)
         counts["default_reads"] += len(uniq) - n_adm
-        return LookupStart(uniq, inverse, occ, g, adm, n_adm, placed or (0, 0))
+        return LookupStart(uniq, inverse, occ, g, adm, n_adm, placed or (0, 0), booked)
 
     def host_pass(self, begun: LookupStart, requires_grad: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A CPU cache's pass over a started lookup's rows (one C call): last / freq, which
@@ -398,6 +412,9 @@ class TieredEmbeddingStore:
         hits pinned (training) and their embeddings gathered.  Returns ``(slots, rows
         [len(g), dim], counters [6])`` for :meth:`finish_lookup`."""
         cache = self.tiers.cache
+        if begun.booked is not None:  # booked ahead: the rows only gathered
+            _, slots, _, touched = begun.booked
+            return slots.copy(), gather_cols(cache.table, slots, self.config.dim), touched.copy()
         touched = np.zeros(6, dtype=np.int64)
         slots, got, _ = lookup_pass(begun.g, begun.occ, self.directory, cache.pin,
                                     self._step if requires_grad else -1, cache.table, self.config.dim, self._step,
@@ -416,7 +433,7 @@ class TieredEmbeddingStore:
             raise ArgumentError(f"table {self.name!r}: pass_words wants contiguous int64 rows and counts")
         step = self._step
         return [g.ctypes.data, occ.ctypes.data, len(g), *self._table_words(), slots, rows, touched, step,
-                step if requires_grad else -1, self.config.dim]
+                step if requires_grad else -1, self.config.dim, 0 if begun.booked is None else 1]
 
     def _table_words(self) -> list[int]:
         """The directory's and the cache's arrays as :meth:`pass_words` passes them (checked
@@ -461,6 +478,14 @@ class TieredEmbeddingStore:
         ``Lookup.full`` of earlier lookups is stale)."""
         self.version += 1
 
+    def update_in_background(self, job: Future) -> None:
+        """``job`` (running on the prefetch thread) updates this table's cached rows: every
+        later use of the table (a lookup, a prepare, a save, ...) waits for it first, so the
+        caller goes on meanwhile (``fit``'s dense optimizer step, the next batch's bottom MLP)."""
+        if self._update is not None:
+            self._update.result()
+        self._update = job
+
     def finish_lookup(self, begun: LookupStart, slots: np.ndarray, got: np.ndarray, touched: np.ndarray,
                       requires_grad: bool, leaf: bool = True) -> Lookup:
         """The last part of a CPU cache's :meth:`lookup`, after its :meth:`host_pass`: the
@@ -482,7 +507,9 @@ class TieredEmbeddingStore:
         if n_miss:
             miss = np.flatnonzero(slots < 0) if adm is None else np.flatnonzero((slots < 0) & adm)
             slots[miss] = tiers.bring_up(g[miss], step, step)
-            got[miss] = tiers.cache.table[slots[miss], :dim]  # the table as it is now: bring_up may grow it
+            table = tiers.cache.table  # the table as it is now: bring_up may grow it
+            assert table is not None  # a CPU cache
+            got[miss] = table[slots[miss], :dim]
         return self._made(begun, slots if adm is None else slots[adm], torch.from_numpy(got), None,
                           requires_grad and leaf)
 
@@ -544,34 +571,51 @@ class TieredEmbeddingStore:
         """Distinct keys, inverse, counts and their global rows (-1: not admitted); taken
         from the last :meth:`prefetch` / :meth:`prepare` when it saw the same ids and nothing
         was admitted since (a prefetched batch is not hashed twice)."""
-        stash = self._take_prefetched(ids, lambda x: as_uint64_ids(x).ravel(), np.array_equal)
+        stash = self._take_prefetched(ids, lambda x: as_uint64_ids(x).ravel())
         if stash is not None:
             return stash
         found = self.directory.unique_rows(as_uint64_ids(ids).ravel())
         self._counts["host_directory_lookups"] += len(found[0])
         return found
 
-    def _take_prefetched(self, ids: Any, keys_of: Callable[[Any], Any],
-                         same: Callable[[Any, Any], bool]) -> tuple | None:
+    def _take_prefetched(self, ids: Any, keys_of: Callable[[Any], Any]) -> tuple | None:
         """What the last :meth:`prefetch` or :meth:`prepare` found for ``ids`` if it saw the
-        same ids (the same object, or ``same(its keys, keys_of(ids))``) and nothing was
-        admitted since, else None; the stash is used up either way (the rows a prepare
-        placed ahead are then counted as this lookup's new rows)."""
+        same ids (the same object, or equal keys, ``keys_of(ids)``) and nothing was admitted
+        since, else None; the stash is used up either way (the rows a prepare placed ahead are
+        then counted as this lookup's new rows, the bookkeeping it did as this lookup's)."""
         self._settle()
         stash, self._prefetched = self._prefetched, None
-        if stash is None or stash.found is None or stash.admitted != len(self.directory):
+        if stash is None or stash.found is None:
             return None
-        if stash.source is not ids:
-            keys = keys_of(ids)
-            if len(stash.keys) != len(keys) or not same(stash.keys, keys):
-                return None
+        if stash.admitted != len(self.directory) or (stash.source is not ids and not same_keys(stash, keys_of(ids))):
+            self._unbook(stash)  # another batch: as if it had not been looked at
+            return None
+        if stash.booked is not None and stash.booked[0] != self._step:
+            self._unbook(stash)  # looked up at another step than booked for: booked again by the lookup
         self._placed = stash.placed if stash.complete else None
+        self._booked = stash.booked
         return stash.found
+
+    def _unbook(self, stash: _Stash) -> None:
+        """Undo the bookkeeping a prepare did ahead for ``stash`` (its batch is not looked up next)."""
+        if stash.booked is not None:
+            unbook_rows(stash.found[3], stash.found[2], self.directory, stash.booked[2])
+            stash.booked = None
+
+    def _drop_booking(self) -> None:
+        """Persist or read the rows' use counts as looked up so far: a booked prepare undone
+        (its lookup then books itself)."""
+        self._settle()
+        if self._prefetched is not None:
+            self._unbook(self._prefetched)
 
     def _settle(self) -> None:
         """Wait for a :meth:`prepare` under way: its thread reads (and may admit into) the
         directory, which nothing else may read or change meanwhile.  Its error, if any, is
-        raised here."""
+        raised here; so is an update still running there (:meth:`update_in_background`)."""
+        update, self._update = self._update, None
+        if update is not None:
+            update.result()
         stash = self._prefetched
         if stash is not None and stash.job is not None:
             job, stash.job = stash.job, None
@@ -612,6 +656,10 @@ class TieredEmbeddingStore:
         """
         prepare_together([self], [ids])
 
+    def background(self) -> ThreadPoolExecutor:
+        """The thread a store's background work runs on (:meth:`prepare`, updates)."""
+        return _prefetch_thread()
+
     def prepare_work(self, ids: Any, done: Future) -> Callable[[], None] | None:
         """This thread's part of :meth:`prepare` (a device cache: all of it, returning None);
         returns the work for the prefetch thread, which fills in the new stash and is done
@@ -651,6 +699,9 @@ class TieredEmbeddingStore:
             self.directory.grow(len(self.directory) + len(keys))  # room for every key as a new row
             stash.found, new, occ = self.tiers.prepare_ram_tier(keys, pin_step)
             stash.placed, stash.complete = (new, occ), True
+            slots, old_last, touched = book_rows(stash.found[3], stash.found[2], self.directory, self.tiers.cache.pin,
+                                                 pin_step, pin_step)
+            stash.booked = (pin_step, slots, old_last, touched)
             stash.admitted = len(self.directory)
         except BaseException as exc:  # raised by the lookup that waits for it
             stash.error = exc
@@ -671,7 +722,7 @@ class TieredEmbeddingStore:
         slot map on the device: a hit's row is the owner of its slot, and only the misses are
         looked up in the host directory."""
         keys = self._device_keys(ids)
-        stash = self._take_prefetched(keys, lambda x: x, torch.equal)
+        stash = self._take_prefetched(keys, lambda x: x)
         if stash is not None:
             return stash
         uniq_t, inverse, counts = torch.unique(keys, sorted=True, return_inverse=True, return_counts=True)
@@ -883,7 +934,7 @@ class TieredEmbeddingStore:
     # -- persistence (see fbrapids.trainers.sparse.persistence) -----------------------------------
     def flush(self) -> None:
         """Write dirty rows to the SSD file, fsync it and persist the id index (no SSD: a no-op)."""
-        self._settle()
+        self._drop_booking()
         persistence.flush(self)
 
     def save(self, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
@@ -891,7 +942,7 @@ class TieredEmbeddingStore:
              check_rows: Callable[[np.ndarray, int], None] | None = None) -> None:
         """Flush, then write a self-contained copy of the table into ``directory``
         (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
-        self._settle()
+        self._drop_booking()
         persistence.save(self, directory, chunk_rows, progress, check_rows)
 
     def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:

@@ -66,6 +66,9 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Any],
     at_rows, at_slots, at_touched = rows.ctypes.data, slots.ctypes.data, touched.ctypes.data
     for t, (s, b) in enumerate(zip(stores, begun)):  # each table's outputs: its part of the three buffers
         a = starts[t]
+        if b.booked is not None:  # its bookkeeping done ahead: its slots and counters known, its rows to gather
+            slots[a : starts[t + 1]] = b.booked[1]
+            touched[t] = b.booked[3]
         desc[t] = s.pass_words(b, at_slots + 8 * a, at_rows + 4 * dim * a, at_touched + 48 * t, requires_grad)
     ret = lookup_tables(desc)
     out = []
@@ -81,11 +84,15 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Any],
     return out, torch.from_numpy(rows)
 
 
-def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.Tensor) -> None:
+def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.Tensor,
+                    background: bool = False) -> None:
     """Every table's sparse update of a stacked lookup: ``parts`` holds (store, lookup, start,
     stop) with the lookup's rows at ``grad[start:stop]``.  The row-wise Adagrad updates of CPU
     caches run in one C call; any other table (another optimizer, a device cache, rows not
-    admitted) through its own ``update_rows``."""
+    admitted) through its own ``update_rows``.  ``background``: when every table's update is
+    that one C call, it runs on the stores' background thread and each store waits for it
+    before it is next used (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.update_in_background`);
+    the caller goes on (``fit``: the dense optimizer's step, the next batch's bottom MLP)."""
     g_np = grad.detach().contiguous().numpy() if grad.device.type == "cpu" else None
     desc, hyper, done = [], [], []
     for store, lk, a, z in parts:
@@ -99,15 +106,28 @@ def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.T
             if not lk.admitted.all():
                 g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
             store.update_rows(lk, g)
+            background = False
             continue
         desc.append(words[0])
         hyper.append(words[1])
         done.append(store)
     if not desc:
         return
-    ret = rowwise_adagrad_tables(np.array(desc, dtype=np.int64).reshape(-1, ADAGRAD_WORDS),
-                                 np.array(hyper, dtype=np.float32))
-    for store, rc in zip(done, ret):
-        store.updated()
-        if rc != 0:
-            raise RowIndexError(f"table {store.name!r}: a slot outside its cache in the sparse update")
+    table = np.array(desc, dtype=np.int64).reshape(-1, ADAGRAD_WORDS)
+    params = np.array(hyper, dtype=np.float32)
+
+    def run() -> None:
+        ret = rowwise_adagrad_tables(table, params)
+        keep = (g_np, parts)  # the gradient and the slots read above stay alive until the C call is done
+        for store, rc in zip(done, ret):
+            store.updated()
+            if rc != 0:
+                raise RowIndexError(f"table {store.name!r}: a slot outside its cache in the sparse update")
+        del keep
+
+    if not background:
+        run()
+        return
+    job = done[0].background().submit(run)
+    for store in done:
+        store.update_in_background(job)

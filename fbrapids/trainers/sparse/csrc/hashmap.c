@@ -502,11 +502,34 @@ int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const u
  * desc[t * FBX_LK_WORDS + k] (k: FBX_LK_*, pointers as integers), its result goes to ret[t]. */
 enum { FBX_LK_G, FBX_LK_COUNTS, FBX_LK_M, FBX_LK_CACHE_LOC, FBX_LK_HOST_LOC, FBX_LK_ON_SSD, FBX_LK_LAST,
        FBX_LK_FREQ, FBX_LK_RS, FBX_LK_N_ROWS, FBX_LK_PIN, FBX_LK_N_SLOTS, FBX_LK_TABLE, FBX_LK_WIDTH,
-       FBX_LK_SLOTS, FBX_LK_ROWS, FBX_LK_OUT, FBX_LK_STEP, FBX_LK_PIN_STEP, FBX_LK_DIM, FBX_LK_WORDS };
+       FBX_LK_SLOTS, FBX_LK_ROWS, FBX_LK_OUT, FBX_LK_STEP, FBX_LK_PIN_STEP, FBX_LK_DIM, FBX_LK_BOOKED,
+       FBX_LK_WORDS };
+
+/* A table whose batch was booked ahead (fbx_book_rows): its slots are known, its rows only
+ * gathered: rows[j, 0..dim) = table[slots[j], 0..dim).  Returns 0, or -2 for a slot out of range. */
+static int64_t fbx_gather_booked(const int64_t *w) {
+    const int64_t m = w[FBX_LK_M], width = w[FBX_LK_WIDTH], dim = w[FBX_LK_DIM], n_slots = w[FBX_LK_N_SLOTS];
+    const int64_t *slots = (const int64_t *)w[FBX_LK_SLOTS];
+    const float *table = (const float *)w[FBX_LK_TABLE];
+    float *rows = (float *)w[FBX_LK_ROWS];
+    for (int64_t j = 0; j < m; j++)
+        if (slots[j] < 0 || slots[j] >= n_slots) return -2;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) __builtin_prefetch(table + slots[j + FBX_AHEAD] * width);
+        const float *src = table + slots[j] * width;
+        float *dst = rows + j * dim;
+        for (int64_t c = 0; c < dim; c++) dst[c] = src[c];
+    }
+    return 0;
+}
 
 void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthreads) {
     for (int64_t t = 0; t < n; t++) {
         const int64_t *w = desc + t * FBX_LK_WORDS;
+        if (w[FBX_LK_BOOKED]) {
+            ret[t] = fbx_gather_booked(w);
+            continue;
+        }
         ret[t] = fbx_lookup_pass((const int64_t *)w[FBX_LK_G], (const int64_t *)w[FBX_LK_COUNTS], w[FBX_LK_M],
                                  (const int64_t *)w[FBX_LK_CACHE_LOC], (const int64_t *)w[FBX_LK_HOST_LOC],
                                  (const uint8_t *)w[FBX_LK_ON_SSD], (int64_t *)w[FBX_LK_LAST],
@@ -556,4 +579,46 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
     }
     out[0] = m; out[1] = fresh; out[2] = occ;
     return 0;
+}
+
+/* A prepared batch's bookkeeping, done ahead on the prefetch thread (its rows all cached:
+ * one RAM tier): for its m distinct rows g[j] (counts[j] occurrences each), old_last[j] =
+ * last[g * rs] (to undo it if the batch is not looked up next), last[g * rs] = step,
+ * freq[g * rs] += counts[j], slots[j] = cache_loc[g * rs], pin[slot] = max(pin, pin_step)
+ * unless pin_step < 0, and out[0..6) as fbx_lookup_pass adds them (every row cached).
+ * Returns 0, or -1 (nothing done) for a row out of range or not cached. */
+int64_t fbx_book_rows(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc, int64_t *last,
+                      int64_t *freq, int64_t rs, int64_t n_rows, int64_t *pin, int64_t n_slots, int64_t step,
+                      int64_t pin_step, int64_t *slots, int64_t *old_last, int64_t *out) {
+    for (int64_t j = 0; j < m; j++) {
+        int64_t r = g[j];
+        if (r < 0 || r >= n_rows || cache_loc[r * rs] < 0 || cache_loc[r * rs] >= n_slots) return -1;
+    }
+    int64_t occ = 0;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) {
+            int64_t p = g[j + FBX_AHEAD] * rs;
+            __builtin_prefetch(cache_loc + p); __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
+        }
+        int64_t r = g[j] * rs, s = cache_loc[r];
+        old_last[j] = last[r];
+        last[r] = step;
+        freq[r] += counts[j];
+        slots[j] = s;
+        if (pin_step >= 0 && pin[s] < pin_step) pin[s] = pin_step;
+        occ += counts[j];
+    }
+    out[0] += occ; out[5] += m;
+    return 0;
+}
+
+/* Undo fbx_book_rows for a batch that was not looked up next: last[g * rs] = old_last[j],
+ * freq[g * rs] -= counts[j] (pins are left: they only keep rows, and one RAM tier evicts none). */
+void fbx_unbook_rows(const int64_t *g, const int64_t *counts, int64_t m, int64_t *last, int64_t *freq, int64_t rs,
+                     const int64_t *old_last) {
+    for (int64_t j = m - 1; j >= 0; j--) {
+        int64_t r = g[j] * rs;
+        last[r] = old_last[j];
+        freq[r] -= counts[j];
+    }
 }
