@@ -101,6 +101,8 @@ class _Seeds:
         missing = [s for s in seeds if s not in self.runs]
         per_pass = int(self.session.opt["models_per_pass"])
         for group in plan_passes(missing, len(self.session.arms), per_pass):
+            if bar.total is not None and bar.n + 1 >= bar.total:  # a look asked for one more pass
+                bar.total = bar.n + 2
             bar.set_postfix_str(f"seed(s) {', '.join(map(str, group))}: {len(group) * len(self.session.arms)} "
                                 "models side by side")
             for run in self.session.train(group, progress=progress):
