@@ -367,7 +367,7 @@ def refused(name: str, r: dict) -> str | None:
 
 
 FORMAT: dict[str, Callable[[dict], str]] = {"training_loop": _training_loop, "training_loop_1m": _training_loop,
-                                            "shuffle_buffer": _shuffle_buffer,"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
+                                            "shuffle_buffer": _shuffle_buffer, "dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
                                             "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models, "trial_calibration": _trial_calibration,

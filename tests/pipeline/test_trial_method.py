@@ -240,7 +240,7 @@ def test_logreg_is_deterministic_whatever_the_seed():
 
 def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
     """The trial's training stream is run_pipeline's (issue 34: rows shuffled within
-    SHUFFLE_WINDOW, not in time order): the batches every arm and seed read, fingerprinted
+    SHUFFLE_BUFFER, not in time order): the batches every arm and seed read, fingerprinted
     in order, equal pipeline.batch_stream's over the same rows with the window, and differ
     from the time order (what the trial streamed before)."""
     import hashlib
@@ -248,7 +248,7 @@ def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
     from fbrapids import ops
     from fbrapids.datasets.synthetic.generate import generate
     from fbrapids.datasets.synthetic import as_workload
-    from fbrapids.app.pipeline import SHUFFLE_WINDOW, batch_stream, plan_frames, training_inputs
+    from fbrapids.app.pipeline import SHUFFLE_BUFFER, batch_stream, plan_frames, training_inputs
     from fbrapids.app.trial_training import batch_fingerprint, train_arms
 
     generate(1200, tmp_path, seed=3)
@@ -265,6 +265,6 @@ def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
             rows += len(b)
         return h.hexdigest(), rows
 
-    shuffled, rows = order(SHUFFLE_WINDOW)
+    shuffled, rows = order(SHUFFLE_BUFFER)
     assert rows > 500 and run.extraction["rows streamed"] == rows + len(run.label)
     assert run.order == shuffled != order(0)[0]
