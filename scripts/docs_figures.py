@@ -123,8 +123,9 @@ def fig_demo_summary() -> str:
         f"feature extraction:        {k['layers']} feature layers (+2 JSON-cleaning kernels: scan, pick), {k['operators']} "
         f"operators, {k['launches_per_partition']:.1f} kernel launches per partition",
         f"joins:                     {joins.split(' [')[0]} ...",
-        "embedding store:           hit rates " + " / ".join(f"{t} {s[t]['hit_rate']:.3f}" for t in ("cache", "host", "ssd")
-                                                          if t in s) + ", evictions, bytes moved",
+        "embedding store:           " + (r["store_layout"].split(":")[0] + "; " if r.get("store_layout") else "")
+        + "hit rates " + " / ".join(f"{t} {s[t]['hit_rate']:.3f}" for t in ("cache", "host", "ssd") if t in s)
+        + ", evictions, bytes moved",
         f"held-out last day:         AUC {m['auc']:.4f}   GAUC {m['gauc']:.4f}   logloss {m['logloss']:.4f}   "
         f"NE {m['ne']:.4f}   calibration {m['calibration']:.3f}",
         f"pipelining:                {r['samples_per_s']:,.0f} samples/s, {r['overlap_s']:.2f} s of extraction "

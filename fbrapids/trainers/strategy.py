@@ -21,17 +21,14 @@ vector, the dense parts batched) is a strategy of its own: its ``train`` steps e
 a batch, its ``session`` builds what the arms share; the loop stays.
 
 Example:
-    >>> import numpy as np, pandas as pd, fbrapids
-    >>> from fbrapids.trainers.fit import fit
-    >>> from fbrapids.trainers.models import DLRM
-    >>> from fbrapids.trainers.sparse import StoreConfig
-    >>> rng = np.random.default_rng(0)
-    >>> df = pd.DataFrame({"y": rng.integers(0, 2, 64), "d0": rng.random(64), "ad": rng.integers(0, 9, 64)})
-    >>> batches = df.fbx.stream(label="y", dense=["d0"], sparse=["ad"], batch_size=16)
-    >>> models = [DLRM(1, ["ad"], embedding_dim=4, bottom_mlp=[8], top_mlp=[8],
-    ...                store=StoreConfig(cache_rows=64, seed=s)) for s in (0, 1)]
-    >>> fit(Arms(models), batches, progress=False).steps
-    4
+    >>> import pandas as pd, fbrapids
+    >>> from fbrapids.trainers.fit import FitConfig, fit
+    >>> from fbrapids.trainers.models import WideAndDeep
+    >>> df = pd.DataFrame({"y": [0, 1, 1, 0] * 12, "d0": [0.5] * 48, "ad": list(range(6)) * 8})
+    >>> arms = Arms([WideAndDeep(1, ["ad"], embedding_dim=4, deep_mlp=[8]) for _ in range(3)])
+    >>> fit(arms, df.fbx.stream(label="y", dense=["d0"], sparse=["ad"], batch_size=16),
+    ...     FitConfig(progress=False, calibrate=False)).steps
+    3
 """
 
 from __future__ import annotations

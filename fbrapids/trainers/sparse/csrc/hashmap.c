@@ -456,6 +456,20 @@ void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, uint64_t seed_mi
     }
 }
 
+/* Row r's initial embedding (of its id) and optimizer state state[0..width - dim) written into
+ * cache slot s, which it now owns: cache_loc[r * rs] = s, owner[s] = r, dirty, pinned. */
+static void fbx_place_row(int64_t r, int64_t s, uint64_t id, int64_t *cache_loc, int64_t rs, int64_t *owner,
+                          uint8_t *dirty, int64_t *pin, int64_t pin_step, float *table, int64_t width, int64_t dim,
+                          uint64_t seed_mix, float scale, const float *state) {
+    float *row = table + s * width;
+    fbx_init_rows(&id, 1, dim, seed_mix, scale, row, width);
+    for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
+    cache_loc[r * rs] = s;
+    owner[s] = r;
+    dirty[s] = 1;
+    pin[s] = pin_step;
+}
+
 /* New rows g[0..m) (admitted, never materialised: not cached, not in host RAM, not on the
  * SSD file) placed in the free cache slots slots[0..m) in one pass: each one's initial
  * embedding (fbx_init_rows of its id g2id[g]) and optimizer state (state[0..width - dim))
@@ -472,14 +486,8 @@ int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const u
         if (slots[j] < 0 || slots[j] >= n_slots) return -2;
     }
     for (int64_t j = 0; j < m; j++) {
-        int64_t r = g[j], s = slots[j];
-        float *row = table + s * width;
-        fbx_init_rows(g2id + r, 1, dim, seed_mix, scale, row, width);
-        for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
-        cache_loc[r * rs] = s;
-        owner[s] = r;
-        dirty[s] = 1;
-        pin[s] = pin_step;
+        fbx_place_row(g[j], slots[j], g2id[g[j]], cache_loc, rs, owner, dirty, pin, pin_step, table, width, dim,
+                      seed_mix, scale, state);
     }
     return 0;
 }
@@ -559,13 +567,8 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
         b->key = uniq[j]; b->val = r; dir->size++;
         g[j] = r;
         g2id[r] = uniq[j];
-        float *row = table + s * width;
-        fbx_init_rows(uniq + j, 1, dim, seed_mix, scale, row, width);
-        for (int64_t c = dim; c < width; c++) row[c] = state[c - dim];
-        cache_loc[r * rs] = s;
-        owner[s] = r;
-        dirty[s] = 1;
-        pin[s] = pin_step;
+        fbx_place_row(r, s, uniq[j], cache_loc, rs, owner, dirty, pin, pin_step, table, width, dim, seed_mix, scale,
+                      state);
         occ += counts[j];
     }
     out[0] = m; out[1] = fresh; out[2] = occ;
