@@ -362,8 +362,9 @@ def refused(name: str, r: dict) -> str | None:
     """
     if name not in NOISE_RULED or r.get("verdict") == "accepted":
         return None
-    why = "; ".join(r.get("noisy_because") or ["no machine-speed reference or noise verdict recorded"])
-    return f"refused: measured on a busy machine ({why}); re-measure on a quiet one"
+    if "verdict" not in r:
+        return "refused: measured before the noise rule (no machine-speed reference recorded); re-measure on a quiet machine"
+    return f"refused: measured on a busy machine ({'; '.join(r.get('noisy_because') or [])}); re-measure on a quiet one"
 
 
 FORMAT: dict[str, Callable[[dict], str]] = {"training_loop": _training_loop, "training_loop_1m": _training_loop,
