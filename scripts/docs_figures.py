@@ -67,6 +67,8 @@ def run_demo(rows: int = DEMO_ROWS) -> dict[str, Any]:
         res["wall_s"] = round(time.perf_counter() - start, 1)
     for key in ("removed_work_dir", "checkpoint", "export"):  # paths of this machine's temporary folder
         res.pop(key, None)
+    split = res.get("split") or {}
+    split["files"] = [Path(f).name for f in split.get("files", [])]  # the data's files, not where they lay
     return {**res, **machine}
 
 
