@@ -126,9 +126,10 @@ def test_request_side_once_per_call_for_every_model(trained, training_side, kind
         m = DLRM(len(spec.dense), spec.sparse, bottom_mlp=[8], top_mlp=[8], bias_vector=True, **common)
     elif kind == "deepfm":
         m = DeepFM(len(spec.dense), spec.sparse, deep_mlp=[8], **common)
-    else:  # the browsing history attended against the candidate's title tokens (one token table)
+    else:  # the browsing history attended against the candidate's title tokens (one token table), with
+        # the first-order part the pipeline's DIN has (served without it before issue 47)
         m = DIN(len(spec.dense), [f for f in spec.sparse if f != "history_tok_h"], {"history_tok_h": "title_tok_h"},
-                attention_mlp=[8], mlp=[8], **common)
+                attention_mlp=[8], mlp=[8], first_order=True, **common)
     fit(m, frame.head(600).fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256),
         progress=False)
     assert supports_split(m)
