@@ -213,7 +213,7 @@ def _din(model: DIN, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense
             at = inv.index_select(0, to_tensor(pos).to(inv.device))
         parts.append(attend(model.attention[seq], pooled[target], table_rows, at, offsets, dev))
     logit = model.mlp(torch.cat(parts, dim=1)).squeeze(1)
-    if model.first is not None:  # the first-order part (the pipeline's DIN has one): as the model's forward
+    if model.first is not None and model.first_dense is not None:  # the first-order part, as the model's forward
         first, _ = _pooled(model.first, req, rows, own, dev)
         logit = logit + model.first_dense(x).squeeze(1) + sum(first[f].squeeze(1) for f in model.sparse_features)
     return logit
