@@ -50,8 +50,6 @@ from fbrapids.serving.shares import FairShare
 from fbrapids.serving.tokens import ClientTokens
 
 ACCESS_LOGGER = "fbrapids.serving.access"
-#: body bytes any client may hold while the pool has room, whatever the others hold
-FLOOR_BYTES = 64 << 10
 _RETRY = [(b"retry-after", b"1")]
 
 Send = Callable[[dict], Awaitable[None]]
@@ -68,8 +66,9 @@ class Gate:
         self.counts = limits.counts
         self.calls = FairShare("calls", int(limits.max_calls or 0), limits.client_calls)
         self.queue = FairShare("queue", int(limits.max_queue or 0), limits.client_queue)
+        # bytes: no floor (a body's first chunk too leaves as much free as the client then holds)
         self.body_bytes = FairShare("body_bytes", int(limits.max_buffered_bytes or 0), int(limits.client_bytes or 0),
-                                    floor=min(FLOOR_BYTES, int(limits.client_bytes or 0)))
+                                    floor=0)
         self.slots = FairShare("work_slots", limits.work_slots, limits.client_calls)
         self.access = AccessLog(logging.getLogger(ACCESS_LOGGER))
         limits.shares = self

@@ -217,8 +217,6 @@ def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[s
     ``parse``, scored for ``client``; a bad body or request is its status and detail.  A call
     whose client has gone (``gone`` set) is dropped before its parse and between slices."""
     try:
-        if gone is not None and gone.is_set():
-            raise CallCancelledError("the client hung up before its call was parsed")
         entries = parse(_parse_in_turn(scorer, raw, max_objects, client, gone))
         results = (scorer.score_each(entries, client, gone=gone) if batch
                    else scorer.score_batch(entries, client, gone=gone))
@@ -355,7 +353,7 @@ def server_config(app: FastAPI, host: str, port: int, limits: ServeLimits, log_l
     install_log_filter()
     access = logging.getLogger(ACCESS_LOGGER)
     access.setLevel(logging.INFO if log_level.lower() in ("info", "debug", "trace") else logging.WARNING)
-    if not access.handlers:
+    if not access.handlers and not logging.getLogger().handlers:  # nobody would print it (as uvicorn's own)
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
         access.addHandler(handler)

@@ -90,13 +90,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -425,12 +426,23 @@ class Scorer:
         self._count(rejected_bad_input=len(group) - len(good))
         return good
 
-    def turn(self, client: Hashable = None, gone: threading.Event | None = None) -> Any:
+    @contextlib.contextmanager
+    def turn(self, client: Hashable = None, gone: threading.Event | None = None) -> Iterator[None]:
         """The scorer's first-come, first-served lock, for work that should not share the
         interpreter with a slice of scoring (the HTTP service parses a body under it): use
         as ``with scorer.turn(client): ...``, never around a scoring call (it is not reentrant).
-        ``gone``: as :meth:`score_batch`'s."""
-        return self._lock.turn_of(client, gone)
+        ``gone``: as :meth:`score_batch`'s (a call whose client has gone gets no turn)."""
+        try:
+            if gone is not None and gone.is_set():
+                raise CallCancelledError("the client hung up before its call was parsed")
+            self._lock.acquire(client, gone)
+        except CallCancelledError:
+            self._count(dropped_calls=1)
+            raise
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _count(self, **changes: int) -> None:
         with self._stats_lock:
