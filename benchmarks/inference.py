@@ -54,6 +54,7 @@ Usage:
     python benchmarks/inference.py --http-only --http-items 64 --http-clients 8 --http-requests 400
     python benchmarks/inference.py --attack        # issues 25, 37, 47: under attack (benchmarks/serving_attack.py)
     python benchmarks/inference.py --unseen-ids    # issue 25: 500k never-seen ids, rows and RSS flat
+    python benchmarks/inference.py --rss-plateau   # issue 47: the served DIN's RSS over 10,000 calls
 """
 
 from __future__ import annotations
@@ -203,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unseen-ids", action="store_true",
                     help="table rows and RSS while scoring --unseen never-seen ids (benchmarks/serving_attack.py)")
     ap.add_argument("--unseen", type=int, default=500_000, help="never-seen ad ids scored by --unseen-ids")
+    ap.add_argument("--rss-plateau", action="store_true",
+                    help="the served DIN's RSS over --plateau-calls calls once its item cache is full "
+                         "(benchmarks/serving_attack.py)")
+    ap.add_argument("--plateau-calls", type=int, default=10_000)
+    ap.add_argument("--plateau-items", type=int, default=64)
+    ap.add_argument("--plateau-clients", type=int, default=4)
     ap.add_argument("--attack-requests", type=int, default=60, help="authorised requests of each unloaded window")
     ap.add_argument("--attack-seconds", type=float, default=30.0,
                     help="seconds each attack runs while the authorised client is measured")
@@ -225,13 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    if args.attack or args.unseen_ids:
+    if args.attack or args.unseen_ids or args.rss_plateau:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import serving_attack
 
-        res = serving_attack.attack(args) if args.attack else serving_attack.unseen(args)
-        out = args.out or Path(__file__).resolve().parent / "results" / (
-            "inference_attack.json" if args.attack else "inference_unseen.json")
+        run, name = ((serving_attack.attack, "inference_attack") if args.attack else
+                     (serving_attack.unseen, "inference_unseen") if args.unseen_ids else
+                     (serving_attack.plateau, "inference_plateau"))
+        res = run(args)
+        out = args.out or Path(__file__).resolve().parent / "results" / f"{name}.json"
         out.write_text(json.dumps(res, indent=1) + "\n")
         print(json.dumps(res))
         return 0

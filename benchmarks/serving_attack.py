@@ -1,4 +1,5 @@
-"""Serving under attack (issues 25, 37, 47): ``benchmarks/inference.py --attack`` and ``--unseen-ids``.
+"""Serving under attack (issues 25, 37, 47): ``benchmarks/inference.py --attack``, ``--unseen-ids``
+and ``--rss-plateau``.
 
 ``--attack``: the example Wide&Deep is exported and served by ``fbrapids serve`` in its own
 process (a bearer token from a file, the default limits), and an authorised client (the
@@ -50,8 +51,15 @@ ids (and a never-seen user per call) in calls of ``max_items``, after a warm-up 
 again (the bounded item cache then full); reports the embedding tables' rows and the
 process's RSS before and after (acceptance: flat within 5%).
 
-Both write their JSON to ``--out`` (default ``benchmarks/results/inference_attack.json`` /
-``inference_unseen.json``) and print it as the last line.
+``--rss-plateau`` (issue 47): the demo's DIN (its tables holding 20,000 rows each) served by
+``fbrapids serve``, called ``--plateau-calls`` times (10,000) by ``--plateau-clients`` clients
+with ``--plateau-items`` items each, drawn from 300,000 ad ids with a 5-60 entry history:
+the item cache (100,000 entries) fills after about 2,000 calls and then evicts.  The
+server's RSS is sampled every 250 calls; reported: the RSS when the cache is full, its
+largest after, and the growth over the last half of the calls.
+
+Each writes its JSON to ``--out`` (default ``benchmarks/results/inference_attack.json`` /
+``inference_unseen.json`` / ``inference_plateau.json``) and prints it as the last line.
 """
 
 from __future__ import annotations
@@ -545,6 +553,100 @@ def unseen(args) -> dict:
             "rss_change_pct": round(100 * (rss2 - rss1) / rss1, 2),
             "item_cache": scorer.item_cache_usage(),
             "flat_within_5pct": rows2 == rows1 == rows0 and abs(rss2 - rss1) <= 0.05 * rss1}
+
+
+def _din_export(work: Path) -> Path:
+    """The demo's DIN (``fbrapids demo --model din``'s architecture and serving spec), its
+    tables holding 20,000 rows each, exported for ``fbrapids serve``."""
+    import torch
+
+    from fbrapids.app.demo_export import demo_inputs, demo_spec
+    from fbrapids.app.pipeline import model_arguments
+    from fbrapids.serving import export_model
+    from fbrapids.trainers.sparse import StoreConfig
+
+    torch.manual_seed(0)
+    dense, sparse, seq = demo_inputs("din")
+    cls, kw = model_arguments("din", len(dense), sparse, StoreConfig(cache_rows=1 << 14), 16, sequences=seq)
+    model = cls(**kw).eval()
+    for store in model.stores().values():
+        store.lookup(np.arange(20_000), requires_grad=False)
+    return export_model(work / "din", model, demo_spec(model="din"), kw)
+
+
+def _readme_request() -> dict:
+    """The README's example call (its ``serve-demo`` block): the request and two items."""
+    import re
+
+    block = re.search(r"<!-- serve-demo:begin.*?-->\s*```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    return json.loads(re.search(r"-d '(\{.*?\})'", block.group(1), re.S).group(1))
+
+
+def _server_rss(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmRSS:"))
+
+
+def plateau(args) -> dict:
+    """``--rss-plateau``: the served DIN's RSS over ``--plateau-calls`` calls of
+    ``--plateau-items`` items drawn from 300,000 ad ids (the item cache, 100,000 entries,
+    fills after about 2,000 calls of 64 and then evicts), ``--plateau-clients`` clients at a
+    time, sampled every 250 calls; the growth after the cache is full."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = Path(tempfile.mkdtemp(prefix="fbrapids-plateau-"))
+    exp = _din_export(work)
+    (work / "token").write_text(TOKEN + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO), "OMP_NUM_THREADS": "1"}
+    server = _server(exp, work, port, env)
+    template = _readme_request()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    def call(k: int) -> int:
+        rng = np.random.default_rng(k)
+        req = dict(template["request"], user_id=int(rng.integers(1 << 40)),
+                   hist_cat=rng.integers(0, 5000, int(rng.integers(5, 60))).tolist())
+        items = [dict(template["items"][j % 2], ad_id=int(a)) for j, a in enumerate(rng.integers(0, 300_000,
+                                                                                                   args.plateau_items))]
+        return _request(port, json.dumps({"request": req, "items": items}).encode(), auth)
+
+    samples, bad, t0, load0 = [], 0, time.perf_counter(), os.getloadavg()[0]
+    try:
+        with ThreadPoolExecutor(args.plateau_clients) as pool:
+            for start in range(0, args.plateau_calls, 250):
+                bad += sum(st != 200 for st in pool.map(call, range(start, min(start + 250, args.plateau_calls))))
+                cache = _health_stats(port)
+                samples.append([min(start + 250, args.plateau_calls), round(_server_rss(server.pid), 1),
+                                cache["entries"], cache["evictions"]])
+                print(f"{samples[-1][0]} calls: server RSS {samples[-1][1]} MiB, item cache {cache['entries']} "
+                      f"entries, {cache['evictions']} evictions", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    full = next((k for k, sample in enumerate(samples) if sample[3] > 0), len(samples) - 1)
+    after = [sm[1] for sm in samples[full:]]
+    return {"benchmark": "inference_plateau", "machine": machine_description(), "model": "din (the demo's)",
+            "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)], "calls": args.plateau_calls,
+            "items_per_call": args.plateau_items, "clients": args.plateau_clients, "not_200": bad,
+            "seconds": round(time.perf_counter() - t0, 1), "samples": samples,
+            "cache_full_at_calls": samples[full][0], "rss_at_cache_full_mib": after[0], "rss_end_mib": after[-1],
+            "rss_max_after_full_mib": max(after),
+            "growth_after_full_pct": round(100 * (max(after) - after[0]) / after[0], 2),
+            "last_half_growth_pct": round(100 * (after[-1] - after[len(after) // 2]) / after[len(after) // 2], 2)}
+
+
+def _health_stats(port: int) -> dict:
+    """``/health``'s item cache (entries, evictions)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(1 << 16):
+            data += chunk
+    return json.loads(data.split(b"\r\n\r\n", 1)[1])["item_cache"]
 
 
 if __name__ == "__main__":  # an attacker process: SPEC_FILE (JSON: _phase_spec's)

@@ -71,6 +71,7 @@ class ConnectionTable:
         self._proven: collections.OrderedDict[Any, Hashable] = collections.OrderedDict()  # least recently used first
         self._watchers: dict[tuple, dict[int, Callable[[], None]]] = {}
         self._next_watch = 0
+        self._seen_any = False  # whether the server registers its connections here (the guarded protocol)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -82,6 +83,7 @@ class ConnectionTable:
     def opened(self, conn: Any) -> bool:
         """Register a new connection, closing others to make room (module docstring); False
         when it could not be made room for (the caller closes it)."""
+        self._seen_any = True
         address = conn.peer[0]
         mine = self._by_address.get(address)
         if mine is not None and len(mine) >= self.address_connections:
@@ -129,26 +131,24 @@ class ConnectionTable:
         conn = self._open.get(tuple(peer)) if peer else None
         if conn is None:
             return
+        self._forget_unproven(conn)
+        self._proven[conn] = client
+        self._proven.move_to_end(conn)
+
+    def _forget_unproven(self, conn: Any) -> None:
         if self._unproven.pop(conn, None) is not None:
             mine = self._by_address.get(conn.peer[0])
             if mine is not None:
                 mine.pop(conn, None)
                 if not mine:
                     del self._by_address[conn.peer[0]]
-        self._proven[conn] = client
-        self._proven.move_to_end(conn)
 
     def lost(self, conn: Any) -> None:
         """Forget ``conn`` (closed by either side); its watchers are called."""
         if self._open.get(conn.peer) is conn:
             del self._open[conn.peer]
         self._proven.pop(conn, None)
-        if self._unproven.pop(conn, None) is not None:
-            mine = self._by_address.get(conn.peer[0])
-            if mine is not None:
-                mine.pop(conn, None)
-                if not mine:
-                    del self._by_address[conn.peer[0]]
+        self._forget_unproven(conn)
         for callback in self._watchers.pop(conn.peer, {}).values():
             callback()
 
@@ -157,7 +157,7 @@ class ConnectionTable:
         :meth:`unwatch`, or :data:`GONE` (and nothing registered) when it is not open now.
         A peer this table does not know (a server without the guarded protocol) is never lost."""
         if not peer or tuple(peer) not in self._open:
-            return GONE if self._open else None
+            return GONE if self._seen_any else None
         self._next_watch += 1
         self._watchers.setdefault(tuple(peer), {})[self._next_watch] = callback
         return (tuple(peer), self._next_watch)
