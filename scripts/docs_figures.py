@@ -664,6 +664,8 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("docs/serving-security.md", "1 GiB", "the loader test's address-space limit (a bound)"),
     ("docs/serving-security.md", "30 s", "a configured default (client_wait_s)"),
     ("docs/serving-security.md", "0.5 ms (Python's default is 5 ms)", "the switch interval serve() sets, Python's"),
+    ("docs/serving-security.md", "1 s", "a configured default (crowded_header_timeout_s)"),
+    ("docs/serving-security.md", "4 MiB bodies", "the stalled-bodies attack's body size (a parameter of the benchmark)"),
 ]
 
 

@@ -7,12 +7,14 @@ Endpoints:
 * ``POST /score_batch`` ``{"requests": [{"request": ..., "items": [...]}, ...]}`` ->
   ``{"scores": [[...], ...]}``, per request: a request that fails has ``null`` scores and
   ``errors[i] = {"status": 400, "detail": ...}`` (the answer is 200 while any request was
-  scored; when none was, the first failure is the answer);
+  scored; when none was, the first failure is the answer); every bad request is named (the
+  first :data:`~fbrapids.serving.scorer.MAX_NAMED_ERRORS` in full) and the good ones scored;
 * ``GET /health`` -> ``{"status": "ok", "stats": {...}, "item_cache": {...}, "refused": {...},
-  "tables": {...}, "limits": {...}}``: the scorer's counters (rejected calls, replaced NaN
-  values, filled nulls, unseen ids: the policy of :mod:`fbrapids.serving.scorer`), the
-  item cache's entries and bytes, the gate's refusals, each embedding table's rows (they
-  never grow while serving) and the bounds below.
+  "tables": {...}, "limits": {...}, "connections": {...}, "shares": {...}}``: the scorer's
+  counters (rejected calls, replaced NaN values, filled nulls, unseen ids, dropped calls: the
+  policy of :mod:`fbrapids.serving.scorer`), the item cache's entries and bytes, the gate's
+  refusals, each embedding table's rows (they never grow while serving), the bounds below,
+  the connections open and the use of the gate's fair shares.
 
 Run it with ``fbrapids serve EXPORT_DIR`` (or :func:`serve`).
 
@@ -26,15 +28,19 @@ empty items costs no more than the bound; more than ``max_items`` items or
 422; a record with a missing column or a bad value is 400 with ``{"detail": "item 3:
 column 'price' must be a number, got 'abc'"}``; a value the model cannot score is 422
 naming the record and model input.  An error echoes at most a few hundred characters of
-the input.  With a ``token`` (at least :data:`MIN_TOKEN_CHARS` characters), every path
-needs ``Authorization: Bearer <token>``, the documentation pages included; :func:`serve`
-refuses a non-loopback host without one unless ``insecure=True``.
+the input.  With a ``token`` (at least :data:`MIN_TOKEN_CHARS` characters; or one per named
+client, :mod:`fbrapids.serving.tokens`), every path needs ``Authorization: Bearer <token>``,
+the documentation pages included; :func:`serve` refuses a non-loopback host without one
+unless ``insecure=True``.
 
-Concurrency: uvicorn serves many connections; parsing, validation and scoring run in a
-plain endpoint function on its thread pool, one hand-off per request, never on the event
-loop; the scorer scores each call in slices of ``chunk_items`` (``contended_chunk_items``
-while another client uses it) under a lock taken in turns by client, so a large call delays
-others by one slice.  :func:`serve` sets the interpreter's thread switch interval to
+Concurrency: uvicorn serves many connections (idle unauthenticated ones closed to make
+room: :mod:`fbrapids.serving.connections`); the gate (:mod:`fbrapids.serving.gate`) admits
+each call with a fair share per client of call places, queue places, body bytes and work
+slots; parsing, validation and scoring run in a plain endpoint function on its thread pool
+(at least ``work_slots`` + :data:`SPARE_THREADS` threads), one hand-off per request, never on
+the event loop; the scorer scores each call in slices of ``chunk_items``
+(``contended_chunk_items`` while another client uses it) under a lock taken in turns by
+client, so a large call delays others by one slice, and drops a call whose client hung up.  :func:`serve` sets the interpreter's thread switch interval to
 :data:`SWITCH_INTERVAL_S`: a call's hand-offs between threads (event loop, worker, the
 lock) then wait at most that long for another thread's Python work, not 5 ms each.
 
@@ -73,6 +79,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from fbrapids.errors import CallCancelledError, ModelInputError, RequestError, RequestTooLargeError, ServeConfigError
 from fbrapids.serving.gate import ACCESS_LOGGER, Gate
 from fbrapids.serving.guard import LOOPBACK_NAMES, ServeLimits, descriptor_room, guarded_protocol, install_log_filter
+from fbrapids.serving.memory import limit_arenas
 from fbrapids.serving.scorer import Scorer
 from fbrapids.serving.spec import show
 from fbrapids.serving.tokens import MIN_TOKEN_CHARS, ClientTokens, check_token, read_tokens
@@ -89,6 +96,8 @@ DETAIL_CHARS = 500  #: the longest error detail sent back
 SWITCH_INTERVAL_S = 0.0005  #: the thread switch interval serve() sets (Python's default: 5 ms)
 #: worker threads beyond the work slots (the thread pool has at least ``work_slots`` + this)
 SPARE_THREADS = 8
+#: glibc malloc arenas serve() keeps (glibc's default: eight per core), so the RSS plateaus
+MALLOC_ARENAS = 2
 
 
 class ScoreRequest(BaseModel):
@@ -390,12 +399,14 @@ def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 80
           allow_hosts: tuple[str, ...] | list[str] = (), limits: ServeLimits | None = None,
           signing_key: bytes | None = None, **scorer_options: Any) -> None:
     """Load an export and serve it until stopped (:func:`build_server`'s server), the start-up
-    heap frozen out of full garbage collections first (:func:`freeze_heap`)."""
+    heap frozen out of full garbage collections first (:func:`freeze_heap`) and glibc's malloc
+    arenas capped at :data:`MALLOC_ARENAS` (:func:`~fbrapids.serving.memory.limit_arenas`)."""
     server = build_server(export_dir, host, port, token=token, insecure=insecure, max_body_bytes=max_body_bytes,
                           token_file=token_file, allow_hosts=allow_hosts, limits=limits, signing_key=signing_key,
                           **scorer_options)
     log.info("start-up heap frozen: %d objects out of the collector's full passes", freeze_heap())
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # module docstring: a call's thread hand-offs wait less
+    limit_arenas(MALLOC_ARENAS)  # the worker threads share their freed pages (fbrapids.serving.memory)
     server.run()
 
 

@@ -62,7 +62,10 @@ client between them (all of that client's calls) for :data:`PAUSE_FACTOR` times 
 its last slice held the scorer: a client that shares the scorer holds it at most a third of
 the time, so a small call of another client mostly finds it free (``stats["paused_slices"]``).
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
-operating system (``malloc_trim``, where the C library has it).
+operating system (``malloc_trim``, where the C library has it), and after smaller ones at most
+every few seconds (:class:`~fbrapids.serving.memory.PeriodicRelease`), so the RSS plateaus.  A call whose client has gone
+(the ``gone`` event the HTTP service hands in is set) waits no longer for its turn and is
+dropped before its next slice (``stats["dropped_calls"]``).
 
 A null (or NaN) in a column of ``spec.fill`` becomes its fill value before validation, as
 training's cleaning did (``stats["nulls_filled"]``).  A value the model cannot score (its
@@ -111,7 +114,7 @@ from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.cost import CHUNK_WORK, MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK, CallCost
 from fbrapids.serving.fairness import FairLock
-from fbrapids.serving.memory import release_memory
+from fbrapids.serving.memory import PeriodicRelease, release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
 from fbrapids.trainers.calibration import calibrated_logits
@@ -213,6 +216,7 @@ class Scorer:
         self.cost = CallCost(spec, len(spec.dense) + len(spec.sparse), max_list_len, max_text_chars, max_work,
                              chunk_work)
         self._lock = FairLock()
+        self._release = PeriodicRelease()
         self._stats_lock = threading.Lock()
         self._origin: list[tuple[int, int]] = [(0, 0)]
         self._batch_call = False
@@ -561,6 +565,8 @@ class Scorer:
         finally:
             if total > self.chunk_items or slices > 1:
                 release_memory()
+            else:  # small calls too, now and then: the freed pages they leave would stay resident
+                self._release.maybe()
         self._count(slices=slices)
         return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]
 
