@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plateau-calls", type=int, default=10_000)
     ap.add_argument("--plateau-items", type=int, default=64)
     ap.add_argument("--plateau-clients", type=int, default=4)
-    ap.add_argument("--attack-requests", type=int, default=60, help="authorised requests of each unloaded window")
+    ap.add_argument("--attack-requests", type=int, default=60,
+                    help="authorised requests of the warm-up (at most 20) before the attacks")
     ap.add_argument("--attack-seconds", type=float, default=30.0,
                     help="seconds each attack runs while the authorised client is measured")
     ap.add_argument("--flood-clients", type=int, default=2)

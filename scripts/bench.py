@@ -326,10 +326,11 @@ def _attack_47(kind: str, x: dict) -> str:
 
 
 def _inference_plateau(r: dict) -> str:
+    lo, hi = r["rss_last_half_mib"]
     return (f"{r['calls']:,} calls: RSS {r['rss_at_cache_full_mib']:.0f} MiB once the item cache is full (after "
-            f"{r['cache_full_at_calls']:,} calls), at most {r['rss_max_after_full_mib']:.0f} MiB after "
-            f"({r['growth_after_full_pct']:+.1f}%), {r['rss_end_mib']:.0f} MiB at the end "
-            f"({r['last_half_growth_pct']:+.1f}% over the last half); load {r['load_avg'][0]:.1f} to {r['load_avg'][1]:.1f}")
+            f"{r['cache_full_at_calls']:,} calls), {lo:.0f}-{hi:.0f} MiB over the last half of the calls after, whose "
+            f"largest is {r['last_half_vs_first_half_pct']:+.1f}% from the first half's; {r['rss_end_mib']:.0f} MiB "
+            f"at the end; load {r['load_avg'][0]:.1f} to {r['load_avg'][1]:.1f}")
 
 
 def _inference_unseen(r: dict) -> str:

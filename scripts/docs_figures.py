@@ -554,12 +554,12 @@ def fig_serving_attack() -> str:
     lines.append(f"- Scoring {un['never_seen_ad_ids']:,} never-seen ids leaves the table rows at "
                  f"{un['table_rows_before']:,} before and after, and the RSS goes from {un['rss_before_mib']:.1f} to "
                  f"{un['rss_after_mib']:.1f} MiB.")
-    lines.append(f"- The served DIN's RSS over {pl['calls']:,} calls of {pl['items_per_call']} items: "
+    lo, hi = pl["rss_last_half_mib"]
+    lines.append(f"- The served DIN's RSS over {pl['calls']:,} calls of {pl['items_per_call']} items plateaus: "
                  f"{pl['rss_at_cache_full_mib']:.0f} MiB once its item cache is full (after "
-                 f"{pl['cache_full_at_calls']:,} calls), at most {pl['rss_max_after_full_mib']:.0f} MiB after "
-                 f"({pl['growth_after_full_pct']:+.1f}%), {pl['rss_end_mib']:.0f} MiB at the end "
-                 f"({pl['last_half_growth_pct']:+.1f}% over the last half; load {pl['load_avg'][0]:.1f} to "
-                 f"{pl['load_avg'][1]:.1f}).")
+                 f"{pl['cache_full_at_calls']:,} calls), {lo:.0f} to {hi:.0f} MiB over the last half of the calls "
+                 f"after, whose largest is {pl['last_half_vs_first_half_pct']:+.1f}% from the first half's; "
+                 f"{pl['rss_end_mib']:.0f} MiB at the end (load {pl['load_avg'][0]:.1f} to {pl['load_avg'][1]:.1f}).")
     lines += ["", f"({source('inference_attack.json', att)}; {source('inference_unseen.json', un)}; "
                   f"{source('inference_plateau.json', pl)})"]
     return "\n" + "\n".join(lines) + "\n"

@@ -36,7 +36,7 @@ def test_attack_benchmark_smoke(tmp_path) -> None:
     res = _run(tmp_path, "--attack", "--attack-requests", "4", "--attack-settle", "0.5", "--attack-seconds", "0.5",
                "--idle-sockets", "40", "--idle-addresses", "2", "--address-items", "100", "--hog-items", "100",
                "--batch-requests", "4", "--attack-phases", ",".join(phases))
-    assert res["unloaded"]["requests"] == 4 and res["unloaded"]["not_200"] == 0
+    assert res["unloaded"]["requests"] >= 3 and res["unloaded"]["not_200"] == 0
     for phase in phases:  # the victim's calls: each answered or counted as not
         r = res[phase]
         assert r["requests"] >= 1 and r["answered"] + r["not_200"] == r["requests"], (phase, r)
