@@ -10,11 +10,13 @@ token can hold, so they are capped, and closed first when room is needed:
   about to send a request);
 * all unproven connections together hold at most ``max_connections - connection_reserve``:
   the reserve is for connections that carry authorised calls (and ``/health``).  Past it, or
-  at ``max_connections`` in all, a new connection closes the oldest idle unproven one, else
-  the least recently used idle proven one (a keep-alive connection between calls); only when
-  every connection is in a call is the new one closed instead;
-* once three quarters of ``max_connections`` are open, unproven connections idle for more
-  than ``crowded_header_timeout_s`` are closed (instead of after ``header_timeout_s``).
+  at ``max_connections`` in all, a new connection closes the oldest idle unproven one of the
+  address holding the most, else the least recently used idle proven one (a keep-alive
+  connection between calls); only when every connection is in a call is the new one closed
+  instead;
+* once three quarters of ``max_connections`` are open, the unproven connections idle for
+  more than ``crowded_header_timeout_s`` (instead of ``header_timeout_s``) of the addresses
+  holding more than their share of the room for unproven ones are closed.
 
 So a new connection always finds room unless every open connection carries a call in
 progress, and the gate bounds those (:mod:`fbrapids.serving.guard`: each client's calls and
@@ -87,10 +89,10 @@ class ConnectionTable:
         address = conn.peer[0]
         mine = self._by_address.get(address)
         if mine is not None and len(mine) >= self.address_connections:
-            self._evict_first(list(mine))
+            self._evict_first(mine)
         crowded = len(self._unproven) >= self.max_connections - self.reserve
-        if (crowded or len(self._open) >= self.max_connections) and not self._evict_first(list(self._unproven)):
-            if len(self._open) >= self.max_connections and not self._evict_first(list(self._proven)):
+        if (crowded or len(self._open) >= self.max_connections) and not self._evict_unproven():
+            if len(self._open) >= self.max_connections and not self._evict_first(self._proven):
                 self.counts["connections_refused"] += 1
                 return False
         self._open[conn.peer] = conn
@@ -100,12 +102,20 @@ class ConnectionTable:
             self._close_stale_unproven()
         return True
 
-    def _evict_first(self, candidates: list[Any]) -> bool:
+    def _evict_unproven(self) -> bool:
+        """Close the oldest idle unproven connection of the address holding the most (then of
+        the next one): a client's own new connection is never the price of another's many."""
+        for _, conns in sorted(self._by_address.items(), key=lambda kv: -len(kv[1])):
+            if self._evict_first(conns):
+                return True
+        return False
+
+    def _evict_first(self, candidates: Any) -> bool:
         """Close the first idle connection of ``candidates`` (oldest first); whether one was."""
         for conn in candidates:
             if conn.idle():
                 self._evict(conn, "to make room for a new one")
-                return True
+                return True  # at once: ``candidates`` changed
         return False
 
     def _evict(self, conn: Any, why: str) -> None:
@@ -116,14 +126,20 @@ class ConnectionTable:
         conn.close()
 
     def _close_stale_unproven(self) -> None:
-        """Crowded: close unproven connections idle longer than ``crowded_header_timeout_s``."""
+        """Crowded: close the unproven connections idle longer than ``crowded_header_timeout_s``
+        of the addresses holding more than their share of the room for unproven ones (a
+        client with a connection or two, waiting for its head to be read in a flood, keeps them)."""
         limit = time.monotonic() - self.crowded_header_timeout_s
-        for conn, opened in list(self._unproven.items()):
+        share = (self.max_connections - self.reserve) / max(1, len(self._by_address))
+        stale = []
+        for conn, opened in self._unproven.items():
             if opened > limit:
                 break
-            if conn.idle():
-                self._evict(conn, f"that sent no request within {self.crowded_header_timeout_s:g} s, the server "
-                            "being crowded")
+            if len(self._by_address.get(conn.peer[0], ())) > share and conn.idle():
+                stale.append(conn)
+        for conn in stale:
+            self._evict(conn, f"that sent no request within {self.crowded_header_timeout_s:g} s, the server "
+                        "being crowded")
 
     def proven(self, peer: tuple | None, client: Hashable) -> None:
         """A request on the connection from ``peer`` passed the gate's checks for ``client``:
