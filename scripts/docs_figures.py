@@ -589,8 +589,8 @@ def fig_gpu_steps() -> str:
 
 def fig_gpu_set() -> str:
     """docs/gpu.md's figures of the offline set and of the rehearsed first pass
-    (``benchmarks/results/gpu_set.json``, ``make gpu-pack gpu-kernels gpu-rehearse``)."""
-    r = load("gpu_set.json")
+    (``benchmarks/results/figures/gpu_set.json``, ``make gpu-pack gpu-kernels gpu-rehearse``)."""
+    r = load("figures/gpu_set.json")
     pack, kern, reh = r["pack"], r["kernels"], r["rehearsal"]
     lines = ["", f"- The set: {pack['wheels']} wheels, {_mb(pack['unpacked_bytes'])} unpacked, of which "
              f"{_mb(pack['zeroed_device_code_bytes'])} of device code for other GPUs zeroed (`only_arch` "
@@ -608,7 +608,7 @@ def fig_gpu_set() -> str:
         k = s.get("kernels") or {}
         lines.append(f"| `{s['name']}` | {s['limit']:.0f} s | {k.get('hits', 0)} | {k.get('builds', 0)} modules, "
                      f"{k.get('compile_seconds', 0.0):.0f} s |")
-    lines += ["", f"({source('gpu_set.json', r)})", ""]
+    lines += ["", f"({source('figures/gpu_set.json', r)})", ""]
     return "\n".join(lines)
 
 
