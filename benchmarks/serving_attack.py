@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -468,6 +469,7 @@ def attack(args) -> dict:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)  # the export, bodies, tallies and log: nothing left behind
 
 
 def _verdicts(out: dict, phases: list[str]) -> dict:
@@ -517,13 +519,20 @@ class _HealthWatch:
 
 
 def unseen(args) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="fbrapids-unseen-"))
+    try:
+        return _unseen(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the export: nothing left behind
+
+
+def _unseen(args, work: Path) -> dict:
     import torch
 
     from fbrapids.serving import load_scorer
     from fbrapids.serving.example import request_records
     from fbrapids.serving.memory import release_memory
 
-    work = Path(tempfile.mkdtemp(prefix="fbrapids-unseen-"))
     exp, users, ads = _export(args.train_rows, args.seed, work)
     scorer = load_scorer(exp)
     torch.set_num_threads(1)
@@ -628,6 +637,7 @@ def plateau(args) -> dict:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)  # the export, bodies, tallies and log: nothing left behind
     return {"benchmark": "inference_plateau", "machine": machine_description(), "model": "din (the demo's)",
             "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)], "calls": args.plateau_calls,
             "items_per_call": args.plateau_items, "clients": args.plateau_clients, "not_200": bad,
