@@ -208,6 +208,11 @@ class ModelInputError(RequestError):
     names the record and the model input."""
 
 
+class CallCancelledError(FbrapidsError, RuntimeError):
+    """A scoring call dropped before it was done because its client has gone (hung up):
+    nothing is left to answer."""
+
+
 class WorkloadError(FbrapidsError, ValueError):
     """A workload spec (:class:`~fbrapids.workloads.Workload`) or run config that does not hold
     together: names the field, and the file (a TOML spec) or column concerned."""

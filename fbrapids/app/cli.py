@@ -762,8 +762,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                           "or --insecure")
     srv.add_argument("--port", type=_int_in(0, 65535), default=8000)
     srv.add_argument("--token-file", type=Path, default=None, metavar="FILE",
-                     help="require `Authorization: Bearer TOKEN` on every path, TOKEN the first line of FILE "
-                          "(>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
+                     help="require `Authorization: Bearer TOKEN` on every path: FILE holds one TOKEN (its first "
+                          "line), or one `NAME TOKEN` per line, a token per client, each client then given its own "
+                          "fair share (>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
     srv.add_argument("--token", default=None, help="the token itself (discouraged: visible in ps; prefer --token-file)")
     srv.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                      help="a Host header name clients use, besides the loopback names and the bind address "
@@ -783,8 +784,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                      help="close a connection that sends no complete request head within S seconds")
     srv.add_argument("--body-timeout", type=_float_above(0), default=10.0, metavar="S",
                      help="answer 408 to a request whose body is not received within S seconds")
-    srv.add_argument("--max-connections", type=_int_in(1), default=512,
-                     help="open connections served at once; more are closed on arrival")
+    srv.add_argument("--max-connections", type=_int_in(2), default=512,
+                     help="open connections at once; past it, or past its unauthenticated share, a new one closes "
+                          "the oldest idle one")
     srv.set_defaults(func=_serve)
 
 

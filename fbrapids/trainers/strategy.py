@@ -21,17 +21,14 @@ vector, the dense parts batched) is a strategy of its own: its ``train`` steps e
 a batch, its ``session`` builds what the arms share; the loop stays.
 
 Example:
-    >>> import numpy as np, pandas as pd, fbrapids
-    >>> from fbrapids.trainers.fit import fit
-    >>> from fbrapids.trainers.models import DLRM
-    >>> from fbrapids.trainers.sparse import StoreConfig
-    >>> rng = np.random.default_rng(0)
-    >>> df = pd.DataFrame({"y": rng.integers(0, 2, 64), "d0": rng.random(64), "ad": rng.integers(0, 9, 64)})
-    >>> batches = df.fbx.stream(label="y", dense=["d0"], sparse=["ad"], batch_size=16)
-    >>> models = [DLRM(1, ["ad"], embedding_dim=4, bottom_mlp=[8], top_mlp=[8],
-    ...                store=StoreConfig(cache_rows=64, seed=s)) for s in (0, 1)]
-    >>> fit(Arms(models), batches, progress=False).steps
-    4
+    >>> import pandas as pd, fbrapids
+    >>> from fbrapids.trainers.fit import FitConfig, fit
+    >>> from fbrapids.trainers.models import WideAndDeep
+    >>> df = pd.DataFrame({"y": [0, 1, 1, 0] * 12, "d0": [0.5] * 48, "ad": list(range(6)) * 8})
+    >>> arms = Arms([WideAndDeep(1, ["ad"], embedding_dim=4, deep_mlp=[8]) for _ in range(3)])
+    >>> fit(arms, df.fbx.stream(label="y", dense=["d0"], sparse=["ad"], batch_size=16),
+    ...     FitConfig(progress=False, calibrate=False)).steps
+    3
 """
 
 from __future__ import annotations
@@ -157,16 +154,29 @@ def lookahead_items(it: Iterable[Batch], depth: int = 1) -> Iterator[Item]:
         window.extend(itertools.islice(it, 1))
 
 
-def nonfinite_grads(model: torch.nn.Module) -> list[str]:
-    """Names of dense parameters whose gradient holds NaN / inf (one fused check when all are finite)."""
-    named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
-    if not named:
+def nonfinite_grads(model: torch.nn.Module,
+                    named: Sequence[tuple[str, torch.nn.Parameter]] | None = None) -> list[str]:
+    """Names of dense parameters whose gradient holds NaN / inf (one fused check when all are
+    finite); ``named``: ``model``'s named parameters, listed once by a caller that checks every step."""
+    grads = [(n, p.grad) for n, p in (model.named_parameters() if named is None else named) if p.grad is not None]
+    if not grads:
         return []
-    # the total 2-norm (one fused pass per device, no copy) is finite when every value is; a NaN or
-    # inf makes it non-finite, and so can finite values that overflow it: the exact check below tells
-    if bool(torch.isfinite(torch.nn.utils.get_total_norm([g for _, g in named]))):
+    # one fused pass per device sets ``found`` when any value is NaN or inf (its multiply by 1.0 changes no
+    # bit); only then is each gradient looked at
+    found = {}
+    for dev, gs in _by_device([g for _, g in grads]).items():
+        found[dev] = torch.zeros(1, device=dev)
+        torch._amp_foreach_non_finite_check_and_unscale_(gs, found[dev], torch.ones(1, device=dev))
+    if not any(bool(f) for f in found.values()):
         return []
-    return [n for n, g in named if not bool(torch.isfinite(g).all())]
+    return [n for n, g in grads if not bool(torch.isfinite(g).all())]
+
+
+def _by_device(tensors: list[torch.Tensor]) -> dict[torch.device, list[torch.Tensor]]:
+    out: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        out.setdefault(t.device, []).append(t)
+    return out
 
 
 def _nonfinite_message(step: int, what: str, model: CTRModel, optimizer: torch.optim.Optimizer) -> str:
@@ -186,6 +196,7 @@ class Stepper:
         self.model, self.optimizer, self.result, self.nan = model, optimizer, result, nan
         self.dev = module_device(model)
         self.loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.named = list(model.named_parameters())  # listed once: the check after each backward reads their grads
 
     def __call__(self, batch: Batch, step: int, prefetch: Batch | None = None) -> None:
         model, optimizer = self.model, self.optimizer
@@ -200,7 +211,7 @@ class Stepper:
         if problem is None:
             loss.backward()
             if self.nan != "warn":
-                bad = nonfinite_grads(model)
+                bad = nonfinite_grads(model, self.named)
                 problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
         if problem is not None:
             if self.nan == "error":

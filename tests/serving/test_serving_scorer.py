@@ -128,9 +128,10 @@ def test_request_side_once_per_call_for_every_model(trained, training_side, kind
         m = DLRM(len(spec.dense), spec.sparse, bottom_mlp=[8], top_mlp=[8], bias_vector=True, **common)
     elif kind == "deepfm":
         m = DeepFM(len(spec.dense), spec.sparse, deep_mlp=[8], **common)
-    else:  # the browsing history attended against the candidate's title tokens (one token table)
+    else:  # the browsing history attended against the candidate's title tokens (one token table), with
+        # the first-order part the pipeline's DIN has (served without it before issue 47)
         m = DIN(len(spec.dense), [f for f in spec.sparse if f != "history_tok_h"], {"history_tok_h": "title_tok_h"},
-                attention_mlp=[8], mlp=[8], **common)
+                attention_mlp=[8], mlp=[8], first_order=True, **common)
     fit(m, frame.head(600).fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256),
         progress=False)
     assert supports_split(m)
@@ -278,10 +279,11 @@ def test_score_tolerance_is_the_documented_one() -> None:
     assert promised == SCORE_ATOL
 
 
-def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(trained) -> None:
+def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(trained, monkeypatch) -> None:
     """Issue 37 B2: one bad request in a batch used to have every request scored again alone
     (1,024 requests: 196 s).  Now the request an error names is answered with it and the rest
     scored again together: a few passes (counted), the good scores those of scoring alone."""
+    import fbrapids.serving.scorer as scorer_module
     from fbrapids.serving.scorer import MAX_BATCH_RETRIES
 
     model, spec, _, (users, ads, _) = trained
@@ -297,10 +299,28 @@ def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(t
     alone = Scorer(model, spec)
     for i in (0, 6, 38):
         np.testing.assert_allclose(out[i], alone.score(**entries[i]), atol=SCORE_ATOL, rtol=0)
-    # many bad requests: the passes are bounded, every request answered (scores or an error)
+    # many bad records (issue 47: 9 bad requests of 1,024 were one 400 naming a good one): after
+    # the first failure every other request is checked at once, each bad one answered with its
+    # own error and the good ones scored together, in one more pass
     many = [{**e, "items": [dict(e["items"][0], price="abc")]} if k % 2 else e for k, e in enumerate(entries[6:38])]
     before = s.stats["batch_retries"]
     out = s.score_each(many)
+    assert s.stats["batch_retries"] - before == 1
+    for k, o in enumerate(out):
+        if k % 2:
+            assert str(o) == f"request {k} item 0: column 'price' must be a number, got 'abc'"
+        else:
+            np.testing.assert_allclose(o, alone.score(**many[k]), atol=SCORE_ATOL, rtol=0)
+    # past MAX_NAMED_ERRORS bad requests the others are answered in a line (the answer is bounded)
+    monkeypatch.setattr(scorer_module, "MAX_NAMED_ERRORS", 4)
+    out = s.score_each(many)
+    full = [o for o in out[1::2] if "must be a number" in str(o)]
+    assert len(full) == 4 and all("details are given for the first 4 bad requests" in str(o)
+                                  for o in out[1::2] if o not in full)
+    # errors only scoring finds (the model overflows) cost a pass each: bounded, every request answered
+    overflow = [{**e, "request": dict(e["request"], age=3.4e38)} if k % 2 else e for k, e in enumerate(entries[6:30])]
+    before = s.stats["batch_retries"]
+    out = s.score_each(overflow)
     assert s.stats["batch_retries"] - before == MAX_BATCH_RETRIES
     assert all(isinstance(o, ValueError) for o in out[1::2])
     unscored = [o for o in out if isinstance(o, ValueError) and "not scored" in str(o)]

@@ -49,7 +49,7 @@ from fbrapids.trainers.dense_optim import default_optimizer
 from fbrapids.trainers.fit import fit
 from fbrapids.trainers.fit_config import FitConfig, FitResult
 from fbrapids.trainers.nan_policy import RANKS_NAN
-from fbrapids.trainers.strategy import Item, Strategy
+from fbrapids.trainers.strategy import Item, Strategy, nonfinite_grads
 from fbrapids.runs.workdir import lock_work_dir
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.run_identity import run_identity
@@ -388,11 +388,8 @@ class _RanksRun:
             self.position += int(plan.rows.sum())
         problem = None if math.isfinite(value) else f"loss is {value}"
         if problem is None and self.nan == "error":
-            grads = [(n, p.grad) for n, p in net.named_parameters() if p.grad is not None]
-            # one device-to-host sync per step (not one per parameter); names only when it fails
-            if grads and not bool(torch.stack([torch.isfinite(g).all() for _, g in grads]).all()):
-                bad = [n for n, g in grads if not bool(torch.isfinite(g).all())]
-                problem = f"non-finite gradient of {', '.join(bad)}"
+            bad = nonfinite_grads(net)  # one fused check per step; names only when it fails
+            problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
         if problem is not None:
             if self.nan == "error":
                 raise NonFiniteError(f"rank {trainer.rank}, step {step}: {problem}; training stopped "

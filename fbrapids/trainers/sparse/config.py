@@ -26,6 +26,8 @@ class StoreConfig:
         seed: with the id, fixes a new row's initial value (order-independent).
         cache_rows: rows in the top tier (device memory with a GPU; host RAM without).
         host_rows: rows in the host-RAM tier; ``None`` = unbounded (no SSD tier needed).
+            A CPU store with ``host_rows=None`` keeps every row in one RAM tier: its cache
+            starts at ``cache_rows`` and grows as rows arrive (no copies between tiers).
         ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
         eviction: ``"lru"``, ``"lfu"``, ``"lfu_full"`` or ``"lfu_window"`` (``lfu_full`` that
             keeps the rows of announced upcoming batches; see

@@ -356,9 +356,10 @@ class TierStack:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
             >>> from fbrapids.trainers.sparse.directory import RowDirectory
-            >>> d = RowDirectory(); g = d.admit(np.array([3, 4], dtype=np.uint64))
-            >>> t = TierStack(StoreConfig(dim=2, cache_rows=1), "t", d, torch.device("cpu"))
-            >>> t.place_new(g, 0).tolist(), t.cache.slots.capacity, t.read_rows(g)[:, 2].tolist()
+            >>> d = RowDirectory()
+            >>> t = TierStack(StoreConfig(dim=2, cache_rows=1), "t", d, torch.device("cpu"))  # grows: one RAM tier
+            >>> new = d.admit(np.array([3, 4], dtype=np.uint64))
+            >>> t.place_new(new, 0).tolist(), t.cache.slots.capacity, t.read_rows(new)[:, 2].tolist()
             ([0, 1], 4, [0.0, 0.0])
         """
         cache, c, m = self.cache, self.config, len(gm)
