@@ -321,7 +321,7 @@ def _calibrate(model: CTRModel, held: HeldBack, result: FitResult) -> bool:
     held-back batches; False when they are too few (:func:`~fbrapids.trainers.calibration.fit_shift`)."""
     z, y = held_logits(model, held.batches)
     result.held_rows = len(z)
-    ab = fit_shift(z, y)
+    ab = fit_shift(z, y, rate=held.rate())
     if ab is None:
         return False
     model.set_calibration(*ab)
@@ -382,6 +382,8 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                     announced = i + len(upcoming)
                 step += 1
                 bar.update(1)  # a batch consumed (a skipped or held one too: the bar reaches its total)
+                if held is not None:
+                    held.count(batch)  # the rows and clicks the next held batch stands for
                 if held is not None and held.holds(i):
                     for older in held.add(batch):  # pushed out of the held ones: trained on now
                         train(older, step)

@@ -55,7 +55,7 @@ def test_held_back_keeps_the_newest_batches_and_round_trips() -> None:
     assert held.rows == [64, 64] and [id(b) for b in held.batches] == [id(bs[held_at[1]]), id(bs[0])]
     other = HeldBack(128)
     other.load(held.state())
-    assert other.restored and other.rows == held.rows
+    assert other.restored and other.rows == held.rows and other.spans == held.spans and other.open == held.open
     for x, y in zip(other.batches, held.batches):
         assert torch.equal(x.dense, y.dense) and torch.equal(x.label, y.label)
         assert all(torch.equal(x.sparse[k][0], v) and torch.equal(x.sparse[k][1], o) for k, (v, o) in y.sparse.items())
@@ -74,7 +74,8 @@ def _frozen_fit(frame, calibration_rows: int):
 @pytest.mark.parametrize("rows, kept", [(4096, 10), (4096, 16)])
 def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int, kept: int) -> None:
     """The shift is the intercept of the final model's logits of the newest held batches
-    (every HOLD_EVERY-th); those are never trained on, the held ones pushed out are."""
+    (every HOLD_EVERY-th), to the click rate of the batches they stand for (each held batch
+    and the HOLD_EVERY - 1 before it); the held ones are never trained on, those pushed out are."""
     frame = ctr_frame(rows=rows)
     bs = list(batches(frame))
     size = len(bs[0])
@@ -86,7 +87,9 @@ def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int
     with torch.no_grad():
         z = np.concatenate([model(bs[i]).numpy() for i in held_at])
     y = np.concatenate([bs[i].label.numpy() for i in held_at])
-    assert res.calibration == pytest.approx((1.0, intercept(z, y)), abs=1e-6)
+    spans = np.concatenate([bs[i].label.numpy() for i in range(held_at[0] - HOLD_EVERY + 1, held_at[-1] + 1)])
+    assert res.calibration == pytest.approx((1.0, intercept(z, y, rate=spans.mean())), abs=1e-6)
+    assert spans.mean() != y.mean()  # the spans' rate, not the held rows' own
 
 
 def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
