@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fbrapids.errors import FbrapidsError, UsageError
+from fbrapids.workloads.run_config import MODELS
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -74,7 +75,7 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      export=args.export, nan=args.nan)
+                      export=args.export, nan=args.nan, tune=args.tune)
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         import json
@@ -108,7 +109,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
     backend = None if args.backend in (None, "auto") else args.backend
     config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=args.work_dir,
                        batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                       nan=args.nan)
+                       nan=args.nan, tune=args.tune)
     client = None
     if args.scheduler:
         from fbrapids.frames.cluster import connect
@@ -137,7 +138,7 @@ def _trial(args: argparse.Namespace) -> int:
     from fbrapids.app.trials import trial
     from fbrapids.workloads import parse_candidate
 
-    w = _workload(args)
+    w = _workload(args) if args.workload is not None else _default_data_workload(args.rows, args.seed)
     candidates = dict(parse_candidate(c) for c in args.candidate)
     backend = None if args.backend in (None, "auto") else args.backend
     result = trial(w, candidates, kind=args.kind, model=args.model, seeds=args.seeds, n_boot=args.n_boot,
@@ -145,11 +146,22 @@ def _trial(args: argparse.Namespace) -> int:
                    epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim)
     sys.stdout.write(result.render() + "\n")
     out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
-    data = {"workload": w.name, "workload_file": str(args.workload), "model": args.model, "kind": args.kind,
+    data = {"workload": w.name, "workload_file": None if args.workload is None else str(args.workload),
+            "rows": None if args.workload is not None else args.rows, "model": args.model, "kind": args.kind,
             **dataclasses.asdict(result), "expressions": {k: str(v) for k, v in candidates.items()}}
     out.write_text(json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
     sys.stdout.write(f"trial JSON written to {out}\n")
     return 0
+
+
+def _default_data_workload(rows: int, seed: int) -> Any:
+    """The demo's default data of ``rows`` impressions drawn with ``seed`` (generated once, as
+    ``fbrapids demo`` does) as its workload."""
+    from fbrapids.datasets import synthetic
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
+    from fbrapids.runs.data_cache import default_data_dir
+
+    return synthetic.workload(ensure_dataset(rows, default_data_dir(rows, seed), seed=seed))
 
 
 def _sharded(work_dir: Path | None) -> bool:
@@ -450,8 +462,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.command == "gen":
         _not_a_file("--out", args.out)
     elif args.command == "trial":
-        if not args.workload.is_file():
+        if args.workload is not None and not args.workload.is_file():
             raise UsageError(f"argument --workload: {args.workload} is not a file")
+        if args.workload is None and args.data_root is not None:
+            raise UsageError("argument --data-root: only with --workload")
         _backend_here(args.backend if args.backend is not None else env)
         if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
             raise UsageError(f"argument --json: {args.json} "
@@ -481,6 +495,9 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
+            if args.tune:
+                raise UsageError("argument --tune: not with --nproc (a tuning trains its models in one process; "
+                                 "tune once, then train on ranks)")
         _writable("--work-dir", args.work_dir)
         _writable("--export", args.export)
         if args.scheduler is not None:
@@ -536,8 +553,14 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
-    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"),
-                      help="din: attention over the user's last 50 clicked categories, built from the log by history")
+    demo.add_argument("--model", default="dlrm", choices=MODELS,
+                      help="din: attention over the user's last 50 clicked categories, built from the log by history; "
+                           "dcn: DCN-v2 (a cross network)")
+    demo.add_argument("--tune", action="store_true",
+                      help="choose the learning rates, weight decay, dropout and epochs on the data first: the last "
+                           "training day held out as a validation day, a small grid tried on the days before it "
+                           "(the summary lists each try), then the model trained on every training day with the "
+                           "choice (about a dozen models' training more)")
     demo.add_argument("--work-dir", type=Path, default=None,
                       help="keep the embedding store's SSD files and the checkpoints here (default: a temporary "
                            "folder, removed at exit)")
@@ -574,17 +597,21 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _add_trial(sub: argparse._SubParsersAction) -> None:
     """Add the ``trial`` subcommand to ``sub``: a candidate feature's trial on a workload."""
     tri = sub.add_parser(
-        "trial", help="does a candidate feature help? baseline vs baseline + candidates over seeds, on a workload",
+        "trial", help="does a candidate feature help? baseline vs baseline + candidates over seeds, on a workload "
+                      "or the default data",
         description="Train the workload's baseline and baseline + the candidate features over K seeds, side by side "
                     "from one extraction pass, and compare them on the held-out rows (AUC / GAUC deltas with "
                     "intervals). Prints the trial's table and writes its JSON.")
-    tri.add_argument("--workload", type=Path, required=True, metavar="FILE", help="a TOML workload file")
+    tri.add_argument("--workload", type=Path, default=None, metavar="FILE",
+                     help="a TOML workload file (default: the demo's generated data, --rows, drawn with --seed)")
+    tri.add_argument("--rows", type=_int_in(MIN_ROWS), default=200_000,
+                     help="impressions in the default data (without --workload)")
     tri.add_argument("--data-root", type=Path, default=None, metavar="DIR",
                      help="the folder the workload's view paths are under (default: the file's root field)")
     tri.add_argument("--candidate", action="append", required=True, metavar="NAME=EXPR",
                      help="a candidate feature, e.g. 'pid_x_cate=ops.cross(\"pid\", \"cate_id\")'; repeatable")
     tri.add_argument("--kind", choices=("sparse", "dense"), default="sparse", help="what the candidates are")
-    tri.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"))
+    tri.add_argument("--model", default="dlrm", choices=MODELS)
     tri.add_argument("--seeds", type=_int_in(1, 64), default=3, help="seeds per arm (K)")
     tri.add_argument("--n-boot", type=_int_in(1), default=200, help="paired bootstrap rounds over groups")
     tri.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
@@ -604,7 +631,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
-    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
+    exp.add_argument("--model", default="dlrm", choices=tuple(m for m in MODELS if m != "logreg"),
                      help="the demo model the checkpoint holds")
     exp.add_argument("--embedding-dim", type=_int_in(1), default=16)
     exp.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)

@@ -39,7 +39,7 @@ from fbrapids.errors import ArgumentError, BackendUnavailableError, FbrapidsErro
 
 log = logging.getLogger(__name__)
 
-DISTRIBUTED_MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+DISTRIBUTED_MODELS = ("dlrm", "wide_deep", "deepfm", "din", "dcn")
 #: how long the other ranks wait for rank 0's next batch (planning included) before failing
 FEED_TIMEOUT_S = 3600.0
 
@@ -52,7 +52,9 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
 
     from fbrapids.frames.cluster import close_client, connect, frozen_worker_watchdog
     from fbrapids.app.pipeline import (GROUP, KEEP_CHECKPOINTS, LABEL, SHUFFLE_WINDOW, TimedPartitions, batch_stream,
-                                   build_model, plan_frames, training_inputs)
+                                       build_model, default_recipe, plan_frames, training_inputs)
+    from fbrapids.trainers.device import place_model
+    from fbrapids.trainers.fit import default_optimizer
     from fbrapids.trainers.distributed import (LeaderFeed, evaluate_distributed, fit_distributed, per_rank_batch,
                                                rank_store_config)
     from fbrapids.trainers.sparse import StoreConfig
@@ -66,6 +68,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     seed, nan = int(options.get("seed", 0)), options.get("nan", "error")
     dim = int(options.get("embedding_dim", 16))
     inputs = training_inputs(data, model, dim, batch_size, seed)  # every rank: the model's inputs, no data read
+    recipe = default_recipe(data, model)  # one process's: the same model trained the same way
+    inputs.run["recipe"] = recipe.as_dict()
     # the ranks wait for rank 0's batches on a group of their own, whose deadline covers planning (rank 0's
     # own progress is watched by the launcher's heartbeats and, on a cluster, frozen_worker_watchdog)
     import datetime
@@ -88,9 +92,13 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                                                   host_rows=options.get("host_rows", 1 << 19),
                                                   ssd_dir=str(work / "store"), seed=seed), rank)
             torch.manual_seed(seed)
-            net = build_model(model, len(inputs.dense), inputs.sparse, store, dim, sequences=inputs.sequences)
+            net = build_model(model, len(inputs.dense), inputs.sparse, store, dim, sequences=inputs.sequences,
+                              recipe=recipe)
+            place_model(net, None)  # where the ranks' trainer puts it: the dense optimizer made for it there
+            optimizer = default_optimizer([p for p in net.parameters() if p.requires_grad], recipe.dense_lr)
             t0 = time.perf_counter()
-            result, trainer = fit_distributed(net, feed, epochs=int(options.get("epochs", 1)),
+            result, trainer = fit_distributed(net, feed, epochs=int(options.get("epochs") or recipe.epochs),
+                                              optimizer=optimizer,
                                               checkpoint_dir=work / "checkpoints",
                                               checkpoint_every=options.get("checkpoint_every"),
                                               resume=bool(options.get("resume", False)), run=inputs.run,

@@ -154,7 +154,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             torch.set_num_threads(threads)
         try:
             t = time.perf_counter()
-            train_stream = _Counted(batches(producer, SHUFFLE_WINDOW))
+            train_stream = CountedBatches(batches(producer, SHUFFLE_WINDOW))
             steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
             run.seconds["extract+train"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -178,7 +178,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     return run
 
 
-class _Counted:
+class CountedBatches:
     """A stream of batches that counts the rows it hands out (over every epoch) and
     fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
 

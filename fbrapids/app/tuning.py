@@ -1,0 +1,185 @@
+"""Choosing a training recipe on the data: a validation day, a small grid, then the refit.
+
+``RunConfig(tune=True)`` (``fbrapids demo --tune``) runs this before :func:`fbrapids.app.pipeline.run_pipeline`
+trains: the last training day is held out as a **validation day**, the model is trained on
+the training days before it with each recipe of a small grid
+(:data:`~fbrapids.workloads.recipe.DEFAULT_GRID`: the embedding tables' and the first-order
+tables' learning rates, weight decay on the looked-up rows, dropout, the dense learning
+rate, epochs) and scored on the validation day; the pipeline then trains on every training
+day with the recipe chosen.  The held-out day is never read by the choice: the validation
+rows are those before the held-out cutoff (:func:`validation_frames`).
+
+**The search** is one field at a time, in the grid's order: each value of a field with the
+other fields at the best found so far, the best kept by its validation AUC; the
+recipes of a field train side by side from one extraction pass
+(:func:`~fbrapids.trainers.side_by_side.fit_side_by_side`), each model initialised under the
+run's seed, reading the same batches in the same order, so the comparison is paired.  A
+field's values cost one model each: the default grid trains at most 12 models (fewer for a
+model without first-order tables or an MLP: :data:`fbrapids.app.pipeline.UNUSED_RECIPE_FIELDS`).
+The models trained here are not calibrated (a shift does not move the AUC the choice reads).
+
+Example:
+    >>> import tempfile
+    >>> from fbrapids.datasets.synthetic.generate import generate
+    >>> from fbrapids.app.pipeline import run_pipeline
+    >>> d = tempfile.mkdtemp(); _ = generate(4000, d)
+    >>> r = run_pipeline(d, model="logreg", batch_size=256, progress=False, checkpoint=False,
+    ...                  tune={"first_order_lr": [0.05, 0.2]})
+    >>> [t["value"] for t in r.tuning["tried"]], r.recipe["first_order_lr"] in (0.05, 0.2)
+    ([0.05, 0.2], True)
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from fbrapids.errors import WorkloadError
+from fbrapids.workloads.recipe import DEFAULT_GRID, Recipe, check_grid
+
+if TYPE_CHECKING:
+    from fbrapids.app.pipeline import TrainingInputs
+    from fbrapids.frames.backend import FrameLike
+    from fbrapids.workloads import RunConfig, Workload
+
+log = logging.getLogger(__name__)
+
+#: what the choice maximises on the validation day
+CRITERION = "auc"
+
+
+def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) -> tuple[FrameLike, FrameLike, int]:
+    """The lazy rows a tuning trains and scores on: the training days before the last one, and
+    the last training day (the validation day), with ``inputs``' features (fitted ones fitted
+    on the days before the validation day only); and the validation day's first second.  The
+    held-out rows are not among them.  A split that is not by time (``at`` / ``last_day``) is a
+    :class:`~fbrapids.errors.WorkloadError`: a tuning needs a day to hold out."""
+    from fbrapids.app.pipeline import plan_frames
+    from fbrapids.workloads import Split
+    from fbrapids.workloads.frames import DAY, held_out_cutoff, split_by_time
+
+    cutoff = held_out_cutoff(w)
+    if cutoff is None:
+        raise WorkloadError(f"{w.where}: tuning holds out the last training day, which needs a split by time "
+                            f"(rule 'at' or 'last_day'), not {w.split.rule!r}")
+    start = cutoff - DAY
+    frames = plan_frames(inputs, w.replace(split=Split("at", at=start)), backend)
+    validation, _ = split_by_time(frames.test, w.time, cutoff)  # the held-out day's rows dropped
+    return frames.train, validation, start
+
+
+def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: str | None, start: Recipe,
+                work: Path, unused: Sequence[str] = ()) -> dict[str, Any]:
+    """The search of the module docstring from ``start`` over ``cfg.tune``'s grid (``True``:
+    :data:`~fbrapids.workloads.recipe.DEFAULT_GRID`), less the ``unused`` fields; the models'
+    stores under ``work / "tuning"`` (removed after).  Returns a JSON-ready record: ``grid``,
+    ``start``, ``choice`` (recipes as dicts), ``tried`` (per model trained: the field, its
+    value, the validation metrics), ``validation`` (the day and its rows), ``seconds``."""
+    t0 = time.perf_counter()
+    grid = {k: v for k, v in (DEFAULT_GRID if cfg.tune is True else check_grid(cfg.tune)).items() if k not in unused}
+    train, validation, day = validation_frames(inputs, w, backend)
+    if "first_order_lr" in grid and start.first_order_lr is None:  # its value, not "as the sparse one"
+        start = start.with_(first_order_lr=start.first_order)
+    best, best_score = start, None
+    tried: list[dict[str, Any]] = []
+    rows: dict[str, int] = {}
+    for name, values in grid.items():
+        recipes = [best.with_(**{name: v}) for v in values if best_score is None or v != getattr(best, name)]
+        if best_score is None and start not in recipes:
+            recipes.insert(0, start)  # the starting recipe's own score, once
+        scores = _train_and_score(recipes, w, cfg, inputs, train, validation, work / "tuning", rows)
+        for r, m in zip(recipes, scores):
+            tried.append({"field": name, "value": getattr(r, name), "recipe": r.as_dict(), **m})
+        pool = ([(best, best_score)] if best_score is not None else []) + list(zip(recipes, scores))
+        best, best_score = max(pool, key=lambda x: x[1][CRITERION])
+        log.info("tuning: %s -> %s (validation %s %.4f)", name, getattr(best, name), CRITERION, best_score[CRITERION])
+    shutil.rmtree(work / "tuning", ignore_errors=True)
+    return {"criterion": f"validation {CRITERION.upper()}", "grid": {k: list(v) for k, v in grid.items()},
+            "start": start.as_dict(), "choice": best.as_dict(), "tried": tried,
+            "validation": {"day_start": day, "validation_rows": rows.get("validation", 0),
+                           "train_rows": rows.get("train", 0)},
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _train_and_score(recipes: list[Recipe], w: Workload, cfg: RunConfig, inputs: TrainingInputs, train: FrameLike,
+                     validation: FrameLike, root: Path, rows: dict[str, int]) -> list[dict[str, Any]]:
+    """Each recipe's model trained side by side on ``train`` (one group per epochs value) and
+    scored on ``validation``; ``rows``: the rows of each, counted once."""
+    out: dict[int, dict[str, Any]] = {}
+    for epochs in sorted({r.epochs for r in recipes}):
+        group = [k for k, r in enumerate(recipes) if r.epochs == epochs]
+        for k, m in zip(group, _one_group([recipes[k] for k in group], epochs, w, cfg, inputs, train, validation,
+                                          root, rows)):
+            out[k] = m
+    return [out[k] for k in range(len(recipes))]
+
+
+def _one_group(recipes: list[Recipe], epochs: int, w: Workload, cfg: RunConfig, inputs: TrainingInputs,
+               train: FrameLike, validation: FrameLike, root: Path, rows: dict[str, int]) -> list[dict[str, Any]]:
+    import torch
+
+    from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model
+    from fbrapids.app.trial_training import CountedBatches
+    from fbrapids.trainers.device import place_model
+    from fbrapids.trainers.fit import default_optimizer
+    from fbrapids.trainers.metrics import all_metrics
+    from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
+    from fbrapids.trainers.sparse import StoreConfig
+
+    shutil.rmtree(root, ignore_errors=True)
+    models = []
+    for k, r in enumerate(recipes):
+        store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows,
+                            ssd_dir=str(root / f"model{k}") if cfg.host_rows is not None else None, seed=cfg.seed)
+        torch.manual_seed(cfg.seed)  # every recipe's model starts from the same draw: a paired comparison
+        models.append(build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim,
+                                  sequences=inputs.sequences, recipe=r))
+    columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
+
+    def batches(frame: FrameLike, window: int) -> Any:
+        return batch_stream(TimedPartitions(frame, window=1, columns=columns), inputs.dense, inputs.sparse,
+                            cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, window)
+
+    for m in models:
+        place_model(m, None)  # where they train: the dense optimizers are made for the parameters there
+    optimizers = [default_optimizer([p for p in m.parameters() if p.requires_grad], r.dense_lr)
+                  for m, r in zip(models, recipes)]
+    counted = CountedBatches(batches(train, SHUFFLE_WINDOW))
+    fit_side_by_side(models, counted, epochs=epochs, optimizers=optimizers, progress=cfg.progress)
+    preds = predict_side_by_side(models, batches(validation, 0), progress=cfg.progress)
+    rows.setdefault("validation", len(preds[0]["label"]))
+    rows.setdefault("train", counted.rows // epochs)
+    scores = [{k: v for k, v in all_metrics(p["label"], p["pred"], p.get("group")).items() if k != "undefined"}
+              for p in preds]
+    del models, optimizers
+    gc.collect()  # the stores' files released before the next group's
+    return scores
+
+
+def tuning_lines(tuning: dict[str, Any]) -> list[str]:
+    """The summary's lines of a tuning record (:func:`tune_recipe`): the validation day, each
+    model tried with its validation AUC and logloss (``*``: the field's choice), the choice.
+
+    Example:
+        >>> r = Recipe()
+        >>> rec = {"criterion": "validation AUC", "choice": r.as_dict(), "seconds": 3.0,
+        ...        "validation": {"day_start": 86400, "validation_rows": 10, "train_rows": 0},
+        ...        "tried": [{"field": "dropout", "value": 0.0, "auc": 0.7, "logloss": 0.3}]}
+        >>> print("\\n".join(tuning_lines(rec)))
+          tuned by validation AUC on 1970-01-02 (10 rows), trained on the days before it: 1 model(s) in 3 s
+            dropout 0: AUC 0.7000  logloss 0.3000 *
+    """
+    import datetime as dt
+
+    v, choice = tuning["validation"], tuning["choice"]
+    day = dt.datetime.fromtimestamp(v["day_start"], dt.timezone.utc).strftime("%Y-%m-%d")
+    lines = [f"  tuned by {tuning['criterion']} on {day} ({v['validation_rows']:,} rows), trained on the days "
+             f"before it: {len(tuning['tried'])} model(s) in {tuning['seconds']:.0f} s"]
+    for t in tuning["tried"]:
+        mark = " *" if choice.get(t["field"]) == t["value"] else ""
+        lines.append(f"    {t['field']} {t['value']:g}: AUC {t['auc']:.4f}  logloss {t['logloss']:.4f}{mark}")
+    return lines
