@@ -583,11 +583,51 @@ def _resolve_recipe(w: Workload, cfg: RunConfig, backend: str, work: Path, input
             from fbrapids.app.tuning import tune_recipe
 
             with _training_threads(cfg.train_threads, backend == "gpu"):
-                result.tuning = tune_recipe(w, cfg, inputs, backend, recipe, work,
+                result.tuning = tune_recipe(_tuning_data(w, cfg, inputs, backend), cfg, recipe, work,
                                             UNUSED_RECIPE_FIELDS.get(cfg.model, ()))
             recipe, source = Recipe(**result.tuning["choice"]), f"tuned on the validation day, from {source}"
     result.recipe = {**recipe.as_dict(), "source": source, "text": recipe.describe()}
     return recipe
+
+
+def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) -> tuple[FrameLike, FrameLike, int]:
+    """The lazy rows a tuning (:mod:`fbrapids.app.tuning`) trains and scores on: the training
+    days before the last one, and the last training day (the validation day), with ``inputs``'
+    features (fitted ones fitted on the days before the validation day only); and the
+    validation day's first second.  The held-out rows are not among them.  A split that is
+    not by time (``at`` / ``last_day``) is a :class:`~fbrapids.errors.WorkloadError`: a tuning
+    needs a day to hold out."""
+    from fbrapids.errors import WorkloadError
+    from fbrapids.workloads import Split
+    from fbrapids.workloads.frames import held_out_cutoff, split_by_time
+
+    cutoff = held_out_cutoff(w)
+    if cutoff is None:
+        raise WorkloadError(f"{w.where}: tuning holds out the last training day, which needs a split by time "
+                            f"(rule 'at' or 'last_day'), not {w.split.rule!r}")
+    start = cutoff - DAY
+    frames = plan_frames(inputs, w.replace(split=Split("at", at=start)), backend)
+    validation, _ = split_by_time(frames.test, w.time, cutoff)  # the held-out day's rows dropped
+    return frames.train, validation, start
+
+
+def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: str | None) -> Any:
+    """The run's :class:`~fbrapids.app.tuning.TuningData`: :func:`validation_frames`, the run's
+    model with a recipe, its stream (the training days' shuffled as the run's are)."""
+    from fbrapids.app.tuning import TuningData
+
+    train, validation, day = validation_frames(inputs, w, backend)
+    columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
+
+    def model(recipe: Recipe, store: Any) -> Any:
+        return build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim,
+                           sequences=inputs.sequences, recipe=recipe)
+
+    def batches(frame: FrameLike, shuffled: bool) -> Any:
+        return batch_stream(TimedPartitions(frame, window=1, columns=columns), inputs.dense, inputs.sparse,
+                            cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, SHUFFLE_WINDOW if shuffled else 0)
+
+    return TuningData(train, validation, day, model, batches)
 
 
 def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any) -> _Streams:

@@ -7,7 +7,7 @@ the training days before it with each recipe of a small grid
 tables' learning rates, weight decay on the looked-up rows, dropout, the dense learning
 rate, epochs) and scored on the validation day; the pipeline then trains on every training
 day with the recipe chosen.  The held-out day is never read by the choice: the validation
-rows are those before the held-out cutoff (:func:`validation_frames`).
+rows are those before the held-out cutoff (:func:`fbrapids.app.pipeline.validation_frames`).
 
 **The search** is one field at a time, in the grid's order: each value of a field with the
 other fields at the best found so far, the best kept by its validation AUC (a learning rate
@@ -37,16 +37,18 @@ import gc
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from fbrapids.errors import WorkloadError
 from fbrapids.workloads.recipe import DEFAULT_GRID, Recipe, check_grid
 
 if TYPE_CHECKING:
-    from fbrapids.app.pipeline import TrainingInputs
     from fbrapids.frames.backend import FrameLike
-    from fbrapids.workloads import RunConfig, Workload
+    from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.models.base import CTRModel
+    from fbrapids.trainers.sparse import StoreConfig
+    from fbrapids.workloads import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +59,19 @@ BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr")
 MAX_BEYOND = 2
 
 
-def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) -> tuple[FrameLike, FrameLike, int]:
-    """The lazy rows a tuning trains and scores on: the training days before the last one, and
-    the last training day (the validation day), with ``inputs``' features (fitted ones fitted
-    on the days before the validation day only); and the validation day's first second.  The
-    held-out rows are not among them.  A split that is not by time (``at`` / ``last_day``) is a
-    :class:`~fbrapids.errors.WorkloadError`: a tuning needs a day to hold out."""
-    from fbrapids.app.pipeline import plan_frames
-    from fbrapids.workloads import Split
-    from fbrapids.workloads.frames import DAY, held_out_cutoff, split_by_time
+@dataclass
+class TuningData:
+    """What a tuning trains and scores on, as the run makes it
+    (:func:`fbrapids.app.pipeline.validation_frames` and the run's model and stream)."""
 
-    cutoff = held_out_cutoff(w)
-    if cutoff is None:
-        raise WorkloadError(f"{w.where}: tuning holds out the last training day, which needs a split by time "
-                            f"(rule 'at' or 'last_day'), not {w.split.rule!r}")
-    start = cutoff - DAY
-    frames = plan_frames(inputs, w.replace(split=Split("at", at=start)), backend)
-    validation, _ = split_by_time(frames.test, w.time, cutoff)  # the held-out day's rows dropped
-    return frames.train, validation, start
+    train: FrameLike  #: the training days but the last, lazily
+    validation: FrameLike  #: the last training day (the held-out day's rows dropped)
+    day_start: int  #: the validation day's first second
+    model: Callable[[Recipe, StoreConfig], CTRModel]  #: the run's model, built with a recipe over a store
+    batches: Callable[[FrameLike, bool], Iterable[Batch]]  #: the run's stream over a frame (True: shuffled)
 
 
-def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: str | None, start: Recipe,
-                work: Path, unused: Sequence[str] = ()) -> dict[str, Any]:
+def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unused: Sequence[str] = ()) -> dict[str, Any]:
     """The search of the module docstring from ``start`` over ``cfg.tune``'s grid (``True``:
     :data:`~fbrapids.workloads.recipe.DEFAULT_GRID`), less the ``unused`` fields; the models'
     stores under ``work / "tuning"`` (removed after).  Returns a JSON-ready record: ``grid``,
@@ -86,7 +79,6 @@ def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: st
     value, the validation metrics), ``validation`` (the day and its rows), ``seconds``."""
     t0 = time.perf_counter()
     grid = {k: v for k, v in (DEFAULT_GRID if cfg.tune is True else check_grid(cfg.tune)).items() if k not in unused}
-    train, validation, day = validation_frames(inputs, w, backend)
     if "first_order_lr" in grid and start.first_order_lr is None:  # its value, not "as the sparse one"
         start = start.with_(first_order_lr=start.first_order)
     best, best_score = start, None
@@ -100,7 +92,7 @@ def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: st
             if best_score is None and start not in recipes:
                 recipes.insert(0, start)  # the starting recipe's own score, once
             seen.update(todo)
-            scores = _train_and_score(recipes, w, cfg, inputs, train, validation, work / "tuning", rows)
+            scores = _train_and_score(recipes, data, cfg, work / "tuning", rows)
             for r, m in zip(recipes, scores):
                 tried.append({"field": name, "value": getattr(r, name), "recipe": r.as_dict(), **m})
             pool = ([(best, best_score)] if best_score is not None else []) + list(zip(recipes, scores))
@@ -109,11 +101,12 @@ def tune_recipe(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: st
             if further is None:
                 break
             todo = [further]
-        log.info("tuning: %s -> %s (validation %s %.4f)", name, getattr(best, name), CRITERION, best_score[CRITERION])
+        log.info("tuning: %s -> %s (validation %s %.4f)", name, getattr(best, name), CRITERION,
+                 (best_score or {}).get(CRITERION, float("nan")))
     shutil.rmtree(work / "tuning", ignore_errors=True)
     return {"criterion": f"validation {CRITERION.upper()}", "grid": {k: list(v) for k, v in grid.items()},
             "start": start.as_dict(), "choice": best.as_dict(), "tried": tried,
-            "validation": {"day_start": day, "validation_rows": rows.get("validation", 0),
+            "validation": {"day_start": data.day_start, "validation_rows": rows.get("validation", 0),
                            "train_rows": rows.get("train", 0)},
             "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -135,29 +128,26 @@ def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
     return float(f"{best * ratio if best == values[-1] else best / ratio:.6g}")
 
 
-def _train_and_score(recipes: list[Recipe], w: Workload, cfg: RunConfig, inputs: TrainingInputs, train: FrameLike,
-                     validation: FrameLike, root: Path, rows: dict[str, int]) -> list[dict[str, Any]]:
-    """Each recipe's model trained side by side on ``train`` (one group per epochs value) and
-    scored on ``validation``; ``rows``: the rows of each, counted once."""
+def _train_and_score(recipes: list[Recipe], data: TuningData, cfg: RunConfig, root: Path,
+                     rows: dict[str, int]) -> list[dict[str, Any]]:
+    """Each recipe's model trained side by side on ``data.train`` (one group per epochs value)
+    and scored on ``data.validation``; ``rows``: the rows of each, counted once."""
     out: dict[int, dict[str, Any]] = {}
     for epochs in sorted({r.epochs for r in recipes}):
         group = [k for k, r in enumerate(recipes) if r.epochs == epochs]
-        for k, m in zip(group, _one_group([recipes[k] for k in group], epochs, w, cfg, inputs, train, validation,
-                                          root, rows)):
+        for k, m in zip(group, _one_group([recipes[k] for k in group], epochs, data, cfg, root, rows)):
             out[k] = m
     return [out[k] for k in range(len(recipes))]
 
 
-def _one_group(recipes: list[Recipe], epochs: int, w: Workload, cfg: RunConfig, inputs: TrainingInputs,
-               train: FrameLike, validation: FrameLike, root: Path, rows: dict[str, int]) -> list[dict[str, Any]]:
+def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunConfig, root: Path,
+               rows: dict[str, int]) -> list[dict[str, Any]]:
     import torch
 
-    from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model
-    from fbrapids.app.trial_training import CountedBatches
     from fbrapids.trainers.device import place_model
     from fbrapids.trainers.fit import default_optimizer
     from fbrapids.trainers.metrics import all_metrics
-    from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
+    from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
 
     shutil.rmtree(root, ignore_errors=True)
@@ -166,21 +156,14 @@ def _one_group(recipes: list[Recipe], epochs: int, w: Workload, cfg: RunConfig, 
         store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows,
                             ssd_dir=str(root / f"model{k}") if cfg.host_rows is not None else None, seed=cfg.seed)
         torch.manual_seed(cfg.seed)  # every recipe's model starts from the same draw: a paired comparison
-        models.append(build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim,
-                                  sequences=inputs.sequences, recipe=r))
-    columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
-
-    def batches(frame: FrameLike, window: int) -> Any:
-        return batch_stream(TimedPartitions(frame, window=1, columns=columns), inputs.dense, inputs.sparse,
-                            cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, window)
-
+        models.append(data.model(r, store))
     for m in models:
         place_model(m, None)  # where they train: the dense optimizers are made for the parameters there
     optimizers = [default_optimizer([p for p in m.parameters() if p.requires_grad], r.dense_lr)
                   for m, r in zip(models, recipes)]
-    counted = CountedBatches(batches(train, SHUFFLE_WINDOW))
+    counted = CountedBatches(data.batches(data.train, True))
     fit_side_by_side(models, counted, epochs=epochs, optimizers=optimizers, progress=cfg.progress)
-    preds = predict_side_by_side(models, batches(validation, 0), progress=cfg.progress)
+    preds = predict_side_by_side(models, data.batches(data.validation, False), progress=cfg.progress)
     rows.setdefault("validation", len(preds[0]["label"]))
     rows.setdefault("train", counted.rows // epochs)
     scores = [{k: v for k, v in all_metrics(p["label"], p["pred"], p.get("group")).items() if k != "undefined"}

@@ -249,7 +249,8 @@ def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
     from fbrapids.datasets.synthetic.generate import generate
     from fbrapids.datasets.synthetic import as_workload
     from fbrapids.app.pipeline import SHUFFLE_WINDOW, batch_stream, plan_frames, training_inputs
-    from fbrapids.app.trial_training import batch_fingerprint, train_arms
+    from fbrapids.app.trial_training import train_arms
+    from fbrapids.trainers.side_by_side import batch_fingerprint
 
     generate(1200, tmp_path, seed=3)
     cand = {"slot_x_os": ops.cross("slot", "os")}

@@ -34,7 +34,7 @@ from fbrapids.trainers.checkpoint.model_state import weights_digest  # noqa: E40
 
 W2 = ["train_match", "train_again", "train_no_overlap", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
       "demo_match", "demo_stopped"]
-W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match"]
+W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match_dcn"]
 
 
 @pytest.fixture(scope="module")
@@ -386,11 +386,23 @@ def demo_reference(root: Path, w2: list[dict]) -> object:
                         count_clean=False, train_threads=1)
 
 
+@pytest.fixture(scope="module")
+def demo_reference_dcn(root: Path, w4: list[dict]) -> object:
+    """The one-process demo pipeline with DCN-v2 on the demo scenarios' data."""
+    from fbrapids.app.pipeline import run_pipeline
+
+    torch.set_num_threads(1)
+    return run_pipeline(root / "demo-data", model="dcn", batch_size=S.DEMO_BATCH, work_dir=root / "demo-one-dcn",
+                        progress=False, count_clean=False, train_threads=1)
+
+
 @pytest.mark.parametrize("world", [2, 4])
-def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[dict], demo_reference) -> None:
-    """The demo's data has one training partition: each rank still trains B/W rows of every batch."""
-    ranks = [w["demo_match"] for w in (w2 if world == 2 else w4)]
-    ref = demo_reference
+def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[dict], demo_reference,
+                                           demo_reference_dcn) -> None:
+    """The demo's data has one training partition: each rank still trains B/W rows of every batch
+    (DLRM on 2 ranks, DCN-v2 on 4)."""
+    ranks = [w["demo_match"] for w in w2] if world == 2 else [w["demo_match_dcn"] for w in w4]
+    ref = demo_reference if world == 2 else demo_reference_dcn
     for r in ranks:
         assert r["steps"] == ref.steps
         _assert_same_metrics(r["metrics"], ref.metrics)
