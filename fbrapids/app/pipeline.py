@@ -251,14 +251,19 @@ def feature_frame(data: Workload | str | Path, backend: str | None = None,
     ``joined``): :func:`fbrapids.workloads.frames.feature_frame`.
 
     ``extra_features`` (name -> expression) are extracted with the workload's features,
-    in the same meta-kernels.  On the generated data the small dictionaries (users, ads)
+    in the same meta-kernels; history and row operators (``overlap_count``) after them, over
+    the merged frame (fitted ones are left to :func:`plan_frames`, which fits them on the
+    training rows).  On the generated data the small dictionaries (users, ads)
     are persisted and broadcast, and the basic features, sorted by ``instance_id`` like
     the impressions, are joined partition by partition (no shuffle).
     """
     from fbrapids.workloads import frames
 
     w = as_workload(data)
-    return frames.feature_frame(w, backend=backend, features={**w.features, **(extra_features or {})})
+    features = {**w.features, **(extra_features or {})}
+    merged, parts = frames.feature_frame(w, backend=backend, features=features)
+    _, history, _ = split_fitted(features)  # the frame-level ones (the demo's qt_first_eq), but fitted ones
+    return (merged.fbx.extract(**history) if history else merged), parts
 
 
 def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -> dict[str, FrameLike]:
@@ -722,10 +727,36 @@ def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> dict[str, Any]:
     ks = kernel_stats.stats() if streams.counters is None else _cluster_kernel_stats(streams.counters)
     streamed = streams.producer.partitions + streams.test_producer.partitions
     plan = plan_for(frames.parts["joined"]._meta, frames.plain)
-    return {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
+    inputs = _frame_op_inputs(frames.frame_ops)  # a plan of their own, run before the frame-level operators
+    extra = plan_for(frames.train._meta, inputs) if inputs else None
+    layers, operators = len(plan.layers), len(plan.nodes)
+    if extra is not None:
+        layers, operators = layers + len(extra.layers), operators + len(extra.nodes)
+    return {"layers": layers, "operators": operators, "launches": ks["launches"],
             "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
             "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
             "dictionary_runs": ks["dictionary_runs"]}
+
+
+def _frame_op_inputs(features: dict[str, Any]) -> dict[str, Any]:
+    """The meta-kernel expressions the frame-level operators of ``features`` read (``overlap_count``'s
+    token lists, say): extracted in a plan of their own before those operators run.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> sorted(_frame_op_inputs({"x": ops.overlap_count(ops.split("q", " "), "t")}).values(), key=str)
+        [Call(op='split', args=(Col(name='q'),), params=(('sep', ' '), ('buckets', None)))]
+    """
+    from fbrapids.features.fitted import FRAME_OPS, frame_calls
+    from fbrapids.kernels import Call, as_expr
+
+    out: dict[str, Any] = {}
+    for e in features.values():
+        for c in frame_calls(as_expr(e)):
+            for a in c.args:
+                if isinstance(a, Call) and a.op not in FRAME_OPS and a not in out.values():
+                    out[f"_input{len(out)}"] = a
+    return out
 
 
 def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, parts: dict[str, FrameLike],
@@ -768,6 +799,7 @@ class PlannedFrames:
     parts: dict[str, FrameLike]
     plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
     fitted_state: Any = None
+    frame_ops: dict[str, Any] = field(default_factory=dict)  #: those computed at frame level (history, row ops)
     fit_s: float = 0.0
 
 
@@ -805,7 +837,7 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)
     train, test = frames.split_frame(w, merged, cutoff)
-    out = PlannedFrames(train, test, parts, plain)
+    out = PlannedFrames(train, test, parts, plain, frame_ops=history)
     if to_fit:  # fitted on the training rows only; out-of-fold there, frozen on the held-out rows
         t = time.perf_counter()
         out.fitted_state = train.fbx.fit(**to_fit)

@@ -39,7 +39,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from fbrapids.workloads.recipe import DEFAULT_GRID, Recipe, check_grid
 
@@ -147,7 +147,7 @@ def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunCon
     from fbrapids.trainers.device import place_model
     from fbrapids.trainers.fit import default_optimizer
     from fbrapids.trainers.metrics import all_metrics
-    from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side
+    from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
 
     shutil.rmtree(root, ignore_errors=True)
@@ -161,7 +161,7 @@ def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunCon
         place_model(m, None)  # where they train: the dense optimizers are made for the parameters there
     optimizers = [default_optimizer([p for p in m.parameters() if p.requires_grad], r.dense_lr)
                   for m, r in zip(models, recipes)]
-    counted = CountedBatches(data.batches(data.train, True))
+    counted = _FirstPassOrder(data.batches(data.train, True))
     fit_side_by_side(models, counted, epochs=epochs, optimizers=optimizers, progress=cfg.progress)
     preds = predict_side_by_side(models, data.batches(data.validation, False), progress=cfg.progress)
     rows.setdefault("validation", len(preds[0]["label"]))
@@ -171,6 +171,33 @@ def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunCon
     del models, optimizers
     gc.collect()  # the stores' files released before the next group's
     return scores
+
+
+class _FirstPassOrder:
+    """The training stream counted (:class:`~fbrapids.trainers.side_by_side.CountedBatches`),
+    every pass in the first pass's order: as ``fit`` reads a calibrated run's passes (the
+    same batches held back from each), so a recipe of several epochs is scored as it trains."""
+
+    def __init__(self, batches: Any) -> None:
+        from fbrapids.trainers.side_by_side import CountedBatches
+
+        self.counted = CountedBatches(batches)
+
+    @property
+    def rows(self) -> int:
+        return self.counted.rows
+
+    def set_epoch(self, epoch: int) -> None:
+        self.counted.set_epoch(0)
+
+    def estimated_batches(self) -> int | None:
+        return self.counted.estimated_batches()
+
+    def expected_batches(self) -> int | None:
+        return self.counted.expected_batches()
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.counted)
 
 
 def tuning_lines(tuning: dict[str, Any]) -> list[str]:

@@ -28,7 +28,9 @@ the labels of its last steps, and on the demo data at 200,000 rows the held-out 
 of a shift fitted on the progressive pairs fell outside ``[0.95, 1.05]`` in 7 of 20 runs,
 whatever the slice (docs/models.md); training on the held rows after fitting the shift
 moved it off again (0.86 to 0.94 on the seed where the progressive fit gave 1.10 to 1.19).
-Only one pass is calibrated: with several epochs every row has been trained on.
+With several epochs, every pass reads the batches in the first pass's order (``fit`` sets the
+stream's epoch to 0 on every pass), so that a later pass holds back the same batches
+(:meth:`HeldBack.holds`): the held rows stay out of every pass and calibrate the final model.
 
 Why not Platt scaling's slope too (:func:`platt`, ``sigmoid(a * logit + b)``): a fitted slope
 stretched the final model's logits and moved its held-out calibration away from 1 in the
@@ -163,7 +165,8 @@ class HeldBack:
     ``spans`` holds, per held batch, the rows and clicks of the batches this process read
     since the held one before it, itself included (:meth:`count` each batch of the pass
     before :meth:`add` holds it): :meth:`rate`, the click rate the shift is fitted to (the
-    module docstring).
+    module docstring).  ``index`` holds each held batch's number in its pass: a later pass
+    (read in the same order) holds back those batches, and only those.
 
     Example:
         >>> held = HeldBack(capacity=4, every=2)
@@ -173,6 +176,8 @@ class HeldBack:
         ([], [], ['a'])
         >>> held.batches, held.held_rows()
         (['b', 'c'], 4)
+        >>> held.index, [i for i in range(6) if held.holds(i, epoch=1)]  # a later pass: the kept ones
+        ([-1, -1], [])
 
     The spans' click rate:
         >>> held = HeldBack(capacity=8, every=2)
@@ -192,7 +197,12 @@ class HeldBack:
         #: (a checkpoint of an older fbrapids)
         self.spans: list[tuple[float, float] | None] = []
         self.open = [0.0, 0.0]  # rows and clicks read since the newest held batch
+        self.index: list[int] = []  # each held batch's number in its pass (-1: not given)
         self.restored = False  # filled from a checkpoint (load)
+
+    def clear(self) -> None:
+        """Hold nothing (the held batches were trained on after all)."""
+        self.batches, self.rows, self.spans, self.index = [], [], [], []
 
     def count(self, batch: Any) -> None:
         """Count the rows and clicks of ``batch`` (a batch of the pass, held or trained; None:
@@ -209,33 +219,38 @@ class HeldBack:
         rows = sum(s[0] for s in self.spans if s is not None)
         return sum(s[1] for s in self.spans if s is not None) / rows if rows else None
 
-    def holds(self, index: int) -> bool:
-        """Whether the pass's batch number ``index`` (from 0) is held back."""
-        return index % self.every == self.every - 1
+    def holds(self, index: int, epoch: int = 0) -> bool:
+        """Whether the pass's batch number ``index`` (from 0) is held back: in the first pass
+        every ``every``-th one; in a later pass (``epoch`` > 0, read in the first one's order)
+        the held batches kept, and no other."""
+        return index % self.every == self.every - 1 if epoch == 0 else index in self.index
 
     def held_rows(self) -> int:
         return sum(self.rows)
 
-    def add(self, batch: Any, rows: int | None = None) -> list[Any]:
-        """Hold ``batch`` (``rows``: its union's rows, default ``len(batch)``); returns the
-        older held batches it pushes out (the newest held always stay: at least ``capacity``
-        rows when there are that many)."""
+    def add(self, batch: Any, rows: int | None = None, index: int = -1) -> list[Any]:
+        """Hold ``batch`` (``rows``: its union's rows, default ``len(batch)``; ``index``: its
+        number in the pass); returns the older held batches it pushes out (the newest held
+        always stay: at least ``capacity`` rows when there are that many)."""
         self.batches.append(batch)
         self.rows.append(len(batch) if rows is None else int(rows))
         self.spans.append((self.open[0], self.open[1]))
+        self.index.append(int(index))
         self.open = [0.0, 0.0]
         out = []
         while len(self.rows) > 1 and self.held_rows() - self.rows[0] >= self.capacity:
             out.append(self.batches.pop(0))
             self.rows.pop(0)
             self.spans.pop(0)
+            self.index.pop(0)
         return out
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of it (a resumed run then calibrates as an unbroken one)."""
         out = {"rows": torch.tensor(self.rows, dtype=torch.int64),
                "batches": [None if b is None else batch_state(b) for b in self.batches],
-               "open": torch.tensor(self.open, dtype=torch.float64)}
+               "open": torch.tensor(self.open, dtype=torch.float64),
+               "index": torch.tensor(self.index, dtype=torch.int64)}
         if all(s is not None for s in self.spans):
             out["spans"] = torch.tensor(self.spans, dtype=torch.float64).reshape(-1, 2)
         return out
@@ -249,6 +264,8 @@ class HeldBack:
         self.spans = ([(float(r), float(c)) for r, c in spans.tolist()] if spans is not None
                       else [None] * len(self.rows))
         self.open = [float(v) for v in state["open"].tolist()] if state.get("open") is not None else [0.0, 0.0]
+        index = state.get("index")
+        self.index = [int(i) for i in index.tolist()] if index is not None else [-1] * len(self.rows)
         self.restored = True
 
 

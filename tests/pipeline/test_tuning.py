@@ -40,3 +40,17 @@ def test_tuning_needs_a_split_by_time_and_a_grid_of_recipe_fields(gen_dir) -> No
         RunConfig(tune={"lr": [0.1]})
     with pytest.raises(WorkloadError, match="RunConfig.tune must be a bool or a grid"):
         RunConfig(tune="yes")
+
+
+def test_the_demo_recipes_are_the_tunings_choices() -> None:
+    """``fbrapids.app.pipeline.RECIPES`` holds what scripts/tune_recipes.py's runs chose, at each
+    size they ran (docs/models.md's recipe table renders the same JSON)."""
+    import json
+    from pathlib import Path
+
+    from fbrapids.app.pipeline import recipe_for
+
+    runs = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/figures/tuning.json").read_text())
+    for rows, models in runs["runs"].items():
+        for model, run in models.items():
+            assert recipe_for(model, int(rows))[0].as_dict() == run["tuning"]["choice"], (rows, model)
