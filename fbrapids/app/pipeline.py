@@ -301,7 +301,14 @@ UNUSED_RECIPE_FIELDS: dict[str, tuple[str, ...]] = {"dlrm": ("first_order_lr",),
 #: the demo's recipe of each model (:class:`~fbrapids.workloads.recipe.Recipe`), by the log's size:
 #: ``(rows from, recipe)`` pairs, the last whose rows the log reaches applies.  Chosen by
 #: ``RunConfig(tune=True)`` on the default data of 200,000 and 1,000,000 rows (docs/models.md).
-RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {m: ((0, Recipe()),) for m in MODELS}
+RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
+    "dlrm": ((0, Recipe(sparse_lr=0.1)),),
+    "wide_deep": ((0, Recipe(sparse_lr=0.1, first_order_lr=0.02)),),
+    "deepfm": ((0, Recipe(sparse_lr=0.05, first_order_lr=0.05, dropout=0.1, epochs=2)),),
+    "din": ((0, Recipe(sparse_lr=0.05, first_order_lr=0.02, weight_decay=1e-5)),),
+    "dcn": ((0, Recipe(sparse_lr=0.1)),),
+    "logreg": ((0, Recipe(dense_lr=3e-4, first_order_lr=0.2, epochs=2)),),
+}
 
 
 def recipe_for(model: str, rows: int | None) -> tuple[Recipe, int]:

@@ -22,7 +22,7 @@ Example:
     >>> r.store(StoreConfig(cache_rows=8)).lr, r.first_order_store(StoreConfig()).dim
     (0.1, 1)
     >>> r.with_(dropout=0.2).describe()
-    'dense lr 0.001, sparse lr 0.1, first-order lr 0.1, weight decay 1e-05, dropout 0.2, 1 epoch'
+    'dense lr 0.001, sparse lr 0.1, first-order lr as the sparse one, weight decay 1e-05, dropout 0.2, 1 epoch'
     >>> Recipe(epochs=0)
     Traceback (most recent call last):
     ...
@@ -96,7 +96,8 @@ class Recipe:
 
     def describe(self) -> str:
         """One line naming every setting."""
-        return (f"dense lr {self.dense_lr:g}, sparse lr {self.sparse_lr:g}, first-order lr {self.first_order:g}, "
+        first = "as the sparse one" if self.first_order_lr is None else f"{self.first_order_lr:g}"
+        return (f"dense lr {self.dense_lr:g}, sparse lr {self.sparse_lr:g}, first-order lr {first}, "
                 f"weight decay {self.weight_decay:g}, dropout {self.dropout:g}, "
                 f"{self.epochs} epoch{'s' if self.epochs > 1 else ''}")
 
