@@ -309,9 +309,9 @@ def checks(results: dict[str, dict[str, Any]]) -> dict[str, bool]:
 def vs_gbdt(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The best model's mean AUC (of the arms but the peers) against the GBDT's: ``gap`` =
     best - GBDT (None without a GBDT arm)."""
-    if GBDT not in results:
-        return None
     models = {m: r["mean"]["auc"] for m, r in results.items() if m not in PEERS}
+    if GBDT not in results or not models:
+        return None
     best = max(models, key=lambda m: models[m])
     gb = results[GBDT]["mean"]["auc"]
     return {"best": best, "auc": models[best], "gbdt_auc": gb, "gap": round(models[best] - gb, 5)}

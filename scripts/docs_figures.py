@@ -492,7 +492,9 @@ def fig_recipes() -> str:
     r = load("figures/tuning.json")
     lines = [""]
     for rows, models in r["runs"].items():
-        fields = list(dict.fromkeys(t["field"] for run in models.values() for t in run["tuning"]["tried"]))
+        tried = {t["field"] for run in models.values() for t in run["tuning"]["tried"]}
+        fields = [f for f in ("sparse_lr", "first_order_lr", "weight_decay", "dropout", "dense_lr", "epochs")
+                  if f in tried]
         names = {"sparse_lr": "sparse lr", "first_order_lr": "first-order lr", "weight_decay": "weight decay",
                  "dense_lr": "dense lr"}
         lines += [f"{int(rows):,} rows, data seed {next(iter(models.values()))['seed']}: validation AUC of each "
