@@ -481,8 +481,13 @@ def fig_held_rows_ctr() -> str:
 
 
 def _tried_text(tried: list[dict[str, Any]], field: str, chosen: Any) -> str:
-    return " · ".join((f"**{t['value']:g}: {t['auc']:.4f}**" if t["value"] == chosen else
-                       f"{t['value']:g}: {t['auc']:.4f}") for t in tried if t["field"] == field) or "—"
+    """Each value of ``field`` tried: its validation logloss after a shift (the criterion; the
+    AUC where an older record has no such logloss), the choice in bold."""
+    def one(t: dict[str, Any]) -> str:
+        score = f"{t['shifted_logloss']:.4f} / {t['auc']:.4f}" if "shifted_logloss" in t else f"{t['auc']:.4f}"
+        return f"**{t['value']:g}: {score}**" if t["value"] == chosen else f"{t['value']:g}: {score}"
+
+    return " · ".join(one(t) for t in tried if t["field"] == field) or "—"
 
 
 def fig_recipes() -> str:
@@ -497,8 +502,8 @@ def fig_recipes() -> str:
                   if f in tried]
         names = {"sparse_lr": "sparse lr", "first_order_lr": "first-order lr", "weight_decay": "weight decay",
                  "dense_lr": "dense lr"}
-        lines += [f"{int(rows):,} rows, data seed {next(iter(models.values()))['seed']}: validation AUC of each "
-                  "value tried (the choice in bold)", "",
+        lines += [f"{int(rows):,} rows, data seed {next(iter(models.values()))['seed']}: each value tried, its "
+                  "validation logloss after a shift / AUC (the choice in bold)", "",
                   "| model | " + " | ".join(names.get(f, f) for f in fields) + " | held-out AUC / calibration "
                   "of the refit |", "|---|" + "---|" * (len(fields) + 1)]
         for model, run in models.items():

@@ -9,16 +9,21 @@ rate, epochs) and scored on the validation day; the pipeline then trains on ever
 day with the recipe chosen.  The held-out day is never read by the choice: the validation
 rows are those before the held-out cutoff (:func:`fbrapids.app.pipeline.validation_frames`).
 
+**The score** is the validation day's logloss after a shift (:func:`shifted_logloss`: the
+logloss once the logit shift that fits the validation day best is applied, as the run's
+calibration applies one): a proper score of the ranking and of how confident the
+predictions are, blind to an offset the calibration removes.
+
 **The search** is one field at a time, in the grid's order: each value of a field with the
-other fields at the best found so far, the best kept by its validation AUC (a learning rate
-whose best is the grid's edge is tried further out, up to :data:`MAX_BEYOND` steps); the
+other fields at the best found so far, the best score kept (a learning rate whose best is
+the grid's edge is tried further out, up to :data:`MAX_BEYOND` steps); the
 recipes of a field train side by side from one extraction pass
 (:func:`~fbrapids.trainers.side_by_side.fit_side_by_side`), each model initialised under the
 run's seed, reading the same batches in the same order, so the comparison is paired.  A
 field's values cost one model each: the default grid trains 11 models and up to 6 more past
 its learning rates' edges (fewer for a model without first-order tables or an MLP:
 :data:`fbrapids.app.pipeline.UNUSED_RECIPE_FIELDS`).
-The models trained here are not calibrated (a shift does not move the AUC the choice reads).
+The models trained here are not calibrated (the criterion fits its own shift).
 
 Example:
     >>> import tempfile
@@ -52,8 +57,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: what the choice maximises on the validation day
-CRITERION = "auc"
+#: what the choice minimises on the validation day: the logloss of the predictions shifted by the
+#: logit shift that fits them best there (:func:`shifted_logloss`)
+CRITERION = "shifted_logloss"
 #: the fields whose grid is extended past an edge that wins (:func:`beyond_edge`), at most this many steps
 BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr")
 MAX_BEYOND = 2
@@ -96,19 +102,45 @@ def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unu
             for r, m in zip(recipes, scores):
                 tried.append({"field": name, "value": getattr(r, name), "recipe": r.as_dict(), **m})
             pool = ([(best, best_score)] if best_score is not None else []) + list(zip(recipes, scores))
-            best, best_score = max(pool, key=lambda x: x[1][CRITERION])
+            best, best_score = min(pool, key=lambda x: x[1][CRITERION])
             further = beyond_edge(name, sorted(seen), getattr(best, name))
             if further is None:
                 break
             todo = [further]
-        log.info("tuning: %s -> %s (validation %s %.4f)", name, getattr(best, name), CRITERION,
+        log.info("tuning: %s -> %s (validation logloss after a shift %.4f)", name, getattr(best, name),
                  (best_score or {}).get(CRITERION, float("nan")))
     shutil.rmtree(work / "tuning", ignore_errors=True)
-    return {"criterion": f"validation {CRITERION.upper()}", "grid": {k: list(v) for k, v in grid.items()},
+    return {"criterion": "validation logloss after a shift", "grid": {k: list(v) for k, v in grid.items()},
             "start": start.as_dict(), "choice": best.as_dict(), "tried": tried,
             "validation": {"day_start": data.day_start, "validation_rows": rows.get("validation", 0),
                            "train_rows": rows.get("train", 0)},
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def shifted_logloss(label: Any, pred: Any) -> float:
+    """The logloss of ``pred`` after the shift of its logits that fits ``label`` best (the
+    intercept-only logistic regression with the slope held at 1, as ``fit``'s calibration):
+    a proper score of the ranking and the spread of the predictions, blind to an offset the
+    run's calibration removes anyway.  A recipe that ranks a little better but predicts far
+    too confidently (a second epoch on small data) scores worse here, as it does after the
+    calibration.
+
+    Example:
+        >>> import numpy as np
+        >>> y = np.array([0, 0, 1, 1]); p = np.array([0.6, 0.7, 0.8, 0.9])  # ranked right, all too high
+        >>> round(shifted_logloss(y, p), 4) < round(float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), 4)
+        True
+    """
+    import numpy as np
+
+    from fbrapids.trainers.calibration import intercept
+
+    q = np.clip(np.asarray(pred, dtype=np.float64), 1e-12, 1 - 1e-12)
+    y = np.asarray(label, dtype=np.float64)
+    z = np.log(q) - np.log1p(-q)
+    b = intercept(z, y)
+    r = np.clip(1.0 / (1.0 + np.exp(-(z + b))), 1e-12, 1 - 1e-12)
+    return float(-np.mean(y * np.log(r) + (1 - y) * np.log1p(-r)))
 
 
 def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
@@ -166,8 +198,8 @@ def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunCon
     preds = predict_side_by_side(models, data.batches(data.validation, False), progress=cfg.progress)
     rows.setdefault("validation", len(preds[0]["label"]))
     rows.setdefault("train", counted.rows // epochs)
-    scores = [{k: v for k, v in all_metrics(p["label"], p["pred"], p.get("group")).items() if k != "undefined"}
-              for p in preds]
+    scores = [{**{k: v for k, v in all_metrics(p["label"], p["pred"], p.get("group")).items() if k != "undefined"},
+               CRITERION: shifted_logloss(p["label"], p["pred"])} for p in preds]
     del models, optimizers
     gc.collect()  # the stores' files released before the next group's
     return scores
@@ -202,16 +234,16 @@ class _FirstPassOrder:
 
 def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     """The summary's lines of a tuning record (:func:`tune_recipe`): the validation day, each
-    model tried with its validation AUC and logloss (``*``: the field's choice), the choice.
+    model tried with its validation logloss after a shift, AUC and logloss (``*``: the field's choice).
 
     Example:
         >>> r = Recipe()
-        >>> rec = {"criterion": "validation AUC", "choice": r.as_dict(), "seconds": 3.0,
+        >>> rec = {"criterion": "validation logloss after a shift", "choice": r.as_dict(), "seconds": 3.0,
         ...        "validation": {"day_start": 86400, "validation_rows": 10, "train_rows": 0},
-        ...        "tried": [{"field": "dropout", "value": 0.0, "auc": 0.7, "logloss": 0.3}]}
+        ...        "tried": [{"field": "dropout", "value": 0.0, "auc": 0.7, "logloss": 0.3, "shifted_logloss": 0.29}]}
         >>> print("\\n".join(tuning_lines(rec)))
-          tuned by validation AUC on 1970-01-02 (10 rows), trained on the days before it: 1 model(s) in 3 s
-            dropout 0: AUC 0.7000  logloss 0.3000 *
+          tuned by validation logloss after a shift on 1970-01-02 (10 rows), trained on the days before it: 1 model(s) in 3 s
+            dropout 0: logloss after a shift 0.2900  AUC 0.7000  logloss 0.3000 *
     """
     import datetime as dt
 
@@ -221,5 +253,6 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
              f"before it: {len(tuning['tried'])} model(s) in {tuning['seconds']:.0f} s"]
     for t in tuning["tried"]:
         mark = " *" if choice.get(t["field"]) == t["value"] else ""
-        lines.append(f"    {t['field']} {t['value']:g}: AUC {t['auc']:.4f}  logloss {t['logloss']:.4f}{mark}")
+        lines.append(f"    {t['field']} {t['value']:g}: logloss after a shift {t[CRITERION]:.4f}  AUC {t['auc']:.4f}  "
+                     f"logloss {t['logloss']:.4f}{mark}")
     return lines

@@ -24,9 +24,11 @@ def test_tuning_reads_the_training_days_only_and_keeps_the_best_try(gen_dir) -> 
     assert (v["train_rows"] + v["validation_rows"]) * r.recipe["epochs"] == r.rows["trained"]
     assert [(x["field"], x["value"]) for x in t["tried"]] == [("weight_decay", 0.0), ("weight_decay", 1e-4),
                                                                 ("epochs", 2)]
-    best = max(t["tried"], key=lambda x: x["auc"])
+    best = min(t["tried"], key=lambda x: x["shifted_logloss"])
     assert best["recipe"] == t["choice"] and {k: r.recipe[k] for k in t["choice"]} == t["choice"]
-    assert r.recipe["source"].startswith("tuned on the validation day") and "tuned by validation AUC" in r.render()
+    assert all(x["shifted_logloss"] <= x["logloss"] + 1e-12 for x in t["tried"])  # the best shift: never worse
+    assert r.recipe["source"].startswith("tuned on the validation day")
+    assert "tuned by validation logloss after a shift" in r.render()
 
 
 def test_tuning_needs_a_split_by_time_and_a_grid_of_recipe_fields(gen_dir) -> None:
