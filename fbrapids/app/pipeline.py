@@ -549,6 +549,8 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
     """The run's inputs, lazy frames and model, checked before training: a resume with other
     settings refused, the fitted features fitted (and saved beside the checkpoints), the
     disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
+    import torch
+
     from fbrapids.trainers.sparse import StoreConfig
 
     inputs = training_inputs(w, cfg.model, cfg.embedding_dim, cfg.batch_size, cfg.seed)
@@ -563,6 +565,7 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
         if cfg.checkpoint:
             frames.fitted_state.save(work / "fitted")
     store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(work / "store"), seed=cfg.seed)
+    torch.manual_seed(cfg.seed)  # the model a run without a tuning builds, whatever the tuning drew before it
     net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences,
                       recipe=recipe)
     ckpt_dir = (work / "checkpoints") if cfg.checkpoint else None

@@ -151,8 +151,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     start = 0
     global_stream = bool(getattr(batches, "global_stream", False))
     identity = run_identity(net, batches, run)
-    # several epochs are not calibrated on ranks (a second pass would train on the held rows; fit,
-    # in one process, reads every pass in the first's order and holds back the same batches)
+    # several epochs are not calibrated on ranks (fit is: it reads each pass in the first's order)
     held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
     run_state = _RanksRun(trainer, optimizer, result, nan, overlap, max_steps)
     lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
