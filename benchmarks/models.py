@@ -370,7 +370,8 @@ def run_one(rows: int, model: str, batch_size: int | None, seed: int,
         if keep is not None:
             _keep_predictions(keep, r.predictions, r.checkpoint)
     m = r.metrics
-    return {**_rounded(m), "held_out_rows": int(m["n"]), "train_rows": int(r.rows.get("trained", 0)),
+    epochs = int(r.recipe.get("epochs") or 1)  # the rows trained, once each: a pass's
+    return {**_rounded(m), "held_out_rows": int(m["n"]), "train_rows": int(r.rows.get("trained", 0)) // epochs,
             "seconds": round(time.perf_counter() - t, 1), "samples_per_s": round(float(r.samples_per_s), 1),
             "oracle_auc": r.oracle_auc, "load": load, "recipe": r.recipe.get("text")}
 

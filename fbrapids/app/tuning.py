@@ -20,8 +20,8 @@ the grid's edge is tried further out, up to :data:`MAX_BEYOND` steps); the
 recipes of a field train side by side from one extraction pass
 (:func:`~fbrapids.trainers.side_by_side.fit_side_by_side`), each model initialised under the
 run's seed, reading the same batches in the same order, so the comparison is paired.  A
-field's values cost one model each: the default grid trains 11 models and up to 6 more past
-its learning rates' edges (fewer for a model without first-order tables or an MLP:
+field's values cost one model each: the default grid trains 11 models and up to 8 more past
+its learning rates' and epochs' edges (fewer for a model without first-order tables or an MLP:
 :data:`fbrapids.app.pipeline.UNUSED_RECIPE_FIELDS`).
 The models trained here are not calibrated (the criterion fits its own shift).
 
@@ -60,8 +60,9 @@ log = logging.getLogger(__name__)
 #: what the choice minimises on the validation day: the logloss of the predictions shifted by the
 #: logit shift that fits them best there (:func:`shifted_logloss`)
 CRITERION = "shifted_logloss"
-#: the fields whose grid is extended past an edge that wins (:func:`beyond_edge`), at most this many steps
-BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr")
+#: the fields whose grid is extended past an edge that wins (:func:`beyond_edge`), at most this many
+#: steps: the learning rates both ways, by the ratio of the two values there; epochs upwards, by their step
+BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr", "epochs")
 MAX_BEYOND = 2
 
 
@@ -144,18 +145,23 @@ def shifted_logloss(label: Any, pred: Any) -> float:
 
 
 def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
-    """The next value of a learning rate (:data:`BEYOND_EDGE`) past the grid's edge when the
-    best so far is that edge (the ratio of the two values there), else None: a grid whose edge
-    wins says only that the best lies at or past it.
+    """The next value of a field of :data:`BEYOND_EDGE` past the grid's edge when the best so
+    far is that edge, else None: a grid whose edge wins says only that the best lies at or
+    past it.  A learning rate goes on by the ratio of the two values at that edge, either way;
+    epochs go up by their step.
 
     Example:
         >>> beyond_edge("sparse_lr", [0.02, 0.05, 0.1], 0.1), beyond_edge("sparse_lr", [0.02, 0.05, 0.1], 0.02)
         (0.2, 0.008)
         >>> beyond_edge("sparse_lr", [0.02, 0.05, 0.1], 0.05), beyond_edge("dropout", [0.0, 0.1], 0.1)
         (None, None)
+        >>> beyond_edge("epochs", [1, 2], 2), beyond_edge("epochs", [1, 2], 1)
+        (3, None)
     """
     if name not in BEYOND_EDGE or len(values) < 2 or best not in (values[0], values[-1]):
         return None
+    if name == "epochs":
+        return int(best + values[-1] - values[-2]) if best == values[-1] else None
     ratio = values[-1] / values[-2] if best == values[-1] else values[1] / values[0]
     return float(f"{best * ratio if best == values[-1] else best / ratio:.6g}")
 
