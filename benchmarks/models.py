@@ -101,7 +101,8 @@ GBDT_PARAMS = {"objective": "binary", "learning_rate": 0.05, "num_leaves": 63, "
                "max_cat_threshold": 64, "verbose": -1, "seed": 0, "deterministic": True, "num_threads": 2}
 GBDT_GRID = ({"cat_smooth": 10, "cat_l2": 10, "min_data_per_group": 100},
              {"cat_smooth": 50, "cat_l2": 30, "min_data_per_group": 300},
-             {"cat_smooth": 200, "cat_l2": 100, "min_data_per_group": 1000})
+             {"cat_smooth": 200, "cat_l2": 100, "min_data_per_group": 1000},
+             {"cat_smooth": 800, "cat_l2": 300, "min_data_per_group": 3000})
 GBDT_MAX_ROUNDS = 3000
 GBDT_EARLY_STOP = 50
 GBDT_CATEGORICAL = ("user_id", "ad_id", "advertiser_id", "category", "slot", "hour", "gender", "city", "os",
