@@ -303,11 +303,11 @@ UNUSED_RECIPE_FIELDS: dict[str, tuple[str, ...]] = {"dlrm": ("first_order_lr",),
 #: ``RunConfig(tune=True)`` on the default data of 200,000 and 1,000,000 rows (docs/models.md).
 RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
     "dlrm": ((0, Recipe(sparse_lr=0.1)),),
-    "wide_deep": ((0, Recipe(sparse_lr=0.1, first_order_lr=0.02)),),
-    "deepfm": ((0, Recipe(sparse_lr=0.05, first_order_lr=0.05, dropout=0.1, epochs=2)),),
+    "wide_deep": ((0, Recipe(dense_lr=3e-3, sparse_lr=0.1, first_order_lr=0.02)),),
+    "deepfm": ((0, Recipe(sparse_lr=0.02, first_order_lr=0.05, weight_decay=1e-5, epochs=4)),),
     "din": ((0, Recipe(sparse_lr=0.05, first_order_lr=0.02, weight_decay=1e-5)),),
-    "dcn": ((0, Recipe(sparse_lr=0.1)),),
-    "logreg": ((0, Recipe(dense_lr=3e-4, first_order_lr=0.2, epochs=2)),),
+    "dcn": ((0, Recipe(sparse_lr=0.2)),),
+    "logreg": ((0, Recipe(dense_lr=3e-4, first_order_lr=0.05, epochs=4)),),
 }
 
 
