@@ -99,29 +99,48 @@ def _workload(args: argparse.Namespace) -> Any:
 
 
 def _demo_workload(args: argparse.Namespace) -> int:
-    """``demo --workload FILE``: the pipeline on a declared workload (a TOML file)."""
+    """``demo --workload FILE``: the pipeline on a declared workload (a TOML file); with
+    ``--export DIR`` its model exported for serving, its spec from the workload."""
+    import contextlib
     import json
 
     from fbrapids.app.pipeline import run_pipeline
     from fbrapids.workloads import RunConfig
 
     w = _workload(args)
+    if args.export is not None:
+        from fbrapids.app.workload_export import check_exportable
+
+        check_exportable(w, args.model)  # a model no request can feed: refused before training
     backend = None if args.backend in (None, "auto") else args.backend
-    config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=args.work_dir,
-                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                       nan=args.nan, tune=args.tune)
-    client = None
-    if args.scheduler:
-        from fbrapids.frames.cluster import connect
+    with contextlib.ExitStack() as stack:
+        work = args.work_dir
+        if work is None and args.export is not None:  # the checkpoint lives until it is exported
+            from fbrapids.app.demo import WORK_PREFIX
+            from fbrapids.runs.workdir import temporary_work_dir
 
-        client = connect(args.scheduler)
-    try:
+            work = stack.enter_context(temporary_work_dir(WORK_PREFIX))
+        config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=work,
+                           batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                           nan=args.nan, tune=args.tune)
+        client = None
+        if args.scheduler:
+            from fbrapids.frames.cluster import close_client, connect
+
+            client = connect(args.scheduler)
+            stack.callback(close_client, client)
         result = run_pipeline(w, config, client=client)
-    finally:
-        if client is not None:
-            from fbrapids.frames.cluster import close_client
+        if args.export is not None:
+            from fbrapids.app.workload_export import export_workload_checkpoint
 
-            close_client(client)
+            if not result.checkpoint:
+                from fbrapids.errors import CheckpointError
+
+                raise CheckpointError("the run left no checkpoint to export")
+            result.export = str(export_workload_checkpoint(result.checkpoint, args.export, w, model=args.model,
+                                                           seed=args.seed))
+            if args.work_dir is None:
+                result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         summary = {**result.summary(), "workload": w.name, "workload_file": str(args.workload)}
@@ -138,19 +157,20 @@ def _trial(args: argparse.Namespace) -> int:
     from fbrapids.app.trials import trial
     from fbrapids.workloads import parse_candidate
 
+    candidates = dict(parse_candidate(c) for c in args.candidate)  # refused as parsed, before the workload is read
     w = _workload(args) if args.workload is not None else _default_data_workload(args.rows, args.seed)
-    candidates = dict(parse_candidate(c) for c in args.candidate)
+    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
+    _new_file("--json", out, args.force)  # before the trial's work: another run's file is never overwritten
     backend = None if args.backend in (None, "auto") else args.backend
     result = trial(w, candidates, kind=args.kind, model=args.model, seeds=args.seeds, n_boot=args.n_boot,
                    seed=args.seed, level=args.level, progress=not args.no_progress, backend=backend,
                    epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim)
     sys.stdout.write(result.render() + "\n")
-    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
     data = {"workload": w.name, "workload_file": None if args.workload is None else str(args.workload),
             "rows": None if args.workload is not None else args.rows, "model": args.model, "kind": args.kind,
             **dataclasses.asdict(result), "expressions": {k: str(v) for k, v in candidates.items()}}
-    out.write_text(json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
-    sys.stdout.write(f"trial JSON written to {out}\n")
+    text = json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
+    sys.stdout.write(f"trial JSON written to {write_new_file(out, text.encode(), args.force)}\n")
     return 0
 
 
@@ -162,6 +182,56 @@ def _default_data_workload(rows: int, seed: int) -> Any:
     from fbrapids.runs.data_cache import default_data_dir
 
     return synthetic.workload(ensure_dataset(rows, default_data_dir(rows, seed), seed=seed))
+
+
+def _new_file(flag: str, path: Path, force: bool) -> None:
+    """A usage error when ``path`` exists (another run's output) and ``force`` is not given."""
+    if not force and (path.exists() or path.is_symlink()):
+        raise UsageError(f"argument {flag}: {path} already exists (another run's output): pass --force to overwrite it, "
+                         f"or choose another {flag}")
+
+
+def write_new_file(path: Path, data: bytes, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file renamed, or linked, into place),
+    never over a file another run wrote meanwhile unless ``force``: that is an error naming
+    it, and this run's output is kept beside it (its name in the error).  Returns ``path``.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "t.json"
+        >>> write_new_file(p, b"{}") == p, p.read_bytes()
+        (True, b'{}')
+        >>> try:
+        ...     write_new_file(p, b"[]")
+        ... except UsageError as exc:
+        ...     print(str(exc).replace(str(p), "P").split(": this")[0], p.read_bytes())
+        P was written by another run meanwhile b'{}'
+    """
+    import tempfile
+
+    from fbrapids.files.atomic import write_atomic
+
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = write_atomic(Path(name), [data])
+    if force:
+        os.replace(tmp, path)
+        return path
+    try:
+        try:
+            os.link(tmp, path)  # fails if the file exists: no check-then-write race with another run
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the name reserved, then replaced
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.replace(tmp, path)
+            return path
+    except FileExistsError:
+        kept = tmp.rename(path.with_name(f"{path.name}.{os.getpid()}"))
+        raise UsageError(f"{path} was written by another run meanwhile: this run's is {kept} (pass --force to "
+                         "overwrite)") from None
+    tmp.unlink()
+    return path
 
 
 def _sharded(work_dir: Path | None) -> bool:
@@ -178,7 +248,8 @@ def _demo_ranks(args: argparse.Namespace) -> int:
     results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
                                    backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
                                    batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
-                                   resume=args.resume, nan=args.nan)
+                                   resume=args.resume, nan=args.nan,
+                                   dist_backend=None if args.dist_backend == "auto" else args.dist_backend)
     sys.stdout.write(render(results) + "\n")
     if args.summary_json is not None:
         import json
@@ -192,10 +263,17 @@ def _demo_ranks(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from fbrapids.app.demo_export import export_demo_checkpoint
+    key = _signing_key(args.signing_key_file)
+    if args.workload is not None:  # a run on a declared workload: its spec from the workload
+        from fbrapids.app.workload_export import export_workload_checkpoint
 
-    out = export_demo_checkpoint(args.checkpoint, args.out, model=args.model, embedding_dim=args.embedding_dim,
-                                 seed=args.seed, signing_key=_signing_key(args.signing_key_file))
+        out = export_workload_checkpoint(args.checkpoint, args.out, _workload(args), model=args.model,
+                                         embedding_dim=args.embedding_dim, seed=args.seed, signing_key=key)
+    else:
+        from fbrapids.app.demo_export import export_demo_checkpoint
+
+        out = export_demo_checkpoint(args.checkpoint, args.out, model=args.model, embedding_dim=args.embedding_dim,
+                                     seed=args.seed, signing_key=key)
     sys.stdout.write(f"exported {args.checkpoint} to {out} (serve it: fbrapids serve {out})\n")
     return 0
 
@@ -481,12 +559,13 @@ def check_arguments(args: argparse.Namespace) -> None:
         if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
             raise UsageError(f"argument --json: {args.json} "
                              + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
+        if args.json is not None:
+            _new_file("--json", args.json, args.force)
     elif args.command == "demo":
         if args.workload is not None:
             if not args.workload.is_file():
                 raise UsageError(f"argument --workload: {args.workload} is not a file")
-            for flag, given in (("--data-dir", args.data_dir is not None), ("--nproc", args.nproc > 1),
-                                ("--export", args.export is not None)):
+            for flag, given in (("--data-dir", args.data_dir is not None), ("--nproc", args.nproc > 1)):
                 if given:
                     raise UsageError(f"argument {flag}: not with --workload (the workload file says what is read)")
         elif args.data_root is not None:
@@ -506,6 +585,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
+        elif args.dist_backend != "auto" and not args.resume:
+            raise UsageError(f"argument --dist-backend: {args.dist_backend} is for ranks (--nproc N, N > 1)")
         _writable("--work-dir", args.work_dir)
         _writable("--export", args.export)
         if args.scheduler is not None:
@@ -513,6 +594,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     elif args.command == "export":
         if not args.checkpoint.exists():
             raise UsageError(f"argument checkpoint: {args.checkpoint} does not exist")
+        if args.workload is not None and not args.workload.is_file():
+            raise UsageError(f"argument --workload: {args.workload} is not a file")
+        if args.data_root is not None and args.workload is None:
+            raise UsageError("argument --data-root: only with --workload")
         _not_a_file("out", args.out, empty=True)
     elif args.command == "serve" and not args.export_dir.is_dir():
         raise UsageError(f"argument export_dir: {args.export_dir} "
@@ -586,6 +671,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
                            "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
                            "reached on any N, 1 included (--resume on such a work dir uses the N given)")
+    demo.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
+                      help="with --nproc: the ranks' process group (auto: NCCL when they train on CUDA, rank r on "
+                           "GPU r, at most one rank per GPU; gloo on the CPU). gloo on GPUs lets ranks share them")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")
@@ -629,18 +717,26 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     tri.add_argument("--embedding-dim", type=_int_in(1), default=16)
     tri.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
     tri.add_argument("--json", type=Path, default=None, metavar="FILE",
-                     help="where the trial's JSON goes (default: <workload name>-trial.json here)")
+                     help="where the trial's JSON goes (default: <workload name>-trial.json here); an existing file "
+                          "is refused before the trial, unless --force")
+    tri.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     tri.add_argument("--no-progress", action="store_true", help="no progress bars")
     tri.set_defaults(func=_trial)
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
     """Add the ``export`` subcommand to ``sub``: a demo checkpoint exported for serving."""
-    exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
+    exp = sub.add_parser("export", help="export a demo's (or a workload run's) checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
     exp.add_argument("--model", default="dlrm", choices=tuple(m for m in MODELS if m != "logreg"),
-                     help="the demo model the checkpoint holds")
+                     help="the model the checkpoint holds")
+    exp.add_argument("--workload", type=Path, default=None, metavar="FILE",
+                     help="the TOML workload file the run trained on (`demo --workload FILE --work-dir W`): the "
+                          "export's spec comes from it (request columns from the log, item columns from its "
+                          "item_view); default: the demo's generated data")
+    exp.add_argument("--data-root", type=Path, default=None, metavar="DIR",
+                     help="with --workload: the folder its view paths are under (default: the file's root field)")
     exp.add_argument("--embedding-dim", type=_int_in(1), default=16)
     exp.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     exp.add_argument("--signing-key-file", type=Path, default=None, metavar="FILE",
@@ -668,8 +764,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                           "or --insecure")
     srv.add_argument("--port", type=_int_in(0, 65535), default=8000)
     srv.add_argument("--token-file", type=Path, default=None, metavar="FILE",
-                     help="require `Authorization: Bearer TOKEN` on every path, TOKEN the first line of FILE "
-                          "(>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
+                     help="require `Authorization: Bearer TOKEN` on every path: FILE holds one TOKEN (its first "
+                          "line), or one `NAME TOKEN` per line, a token per client, each client then given its own "
+                          "fair share (>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
     srv.add_argument("--token", default=None, help="the token itself (discouraged: visible in ps; prefer --token-file)")
     srv.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                      help="a Host header name clients use, besides the loopback names and the bind address "
@@ -689,8 +786,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                      help="close a connection that sends no complete request head within S seconds")
     srv.add_argument("--body-timeout", type=_float_above(0), default=10.0, metavar="S",
                      help="answer 408 to a request whose body is not received within S seconds")
-    srv.add_argument("--max-connections", type=_int_in(1), default=512,
-                     help="open connections served at once; more are closed on arrival")
+    srv.add_argument("--max-connections", type=_int_in(2), default=512,
+                     help="open connections at once; past it, or past its unauthenticated share, a new one closes "
+                          "the oldest idle one")
     srv.set_defaults(func=_serve)
 
 
@@ -707,11 +805,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command in ("demo", "trial"):
+        _print_reports()
+    from fbrapids.runs.workdir import Terminated, exit_on_termination
+
     try:
-        return args.func(args)
+        with exit_on_termination():  # SIGTERM / SIGHUP unwind (temporary folders removed, ranks stopped)
+            return args.func(args)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except Terminated as exc:  # one line, exit status 128 + the signal
+        sys.stderr.write(f"fbrapids {args.command}: stopped by {exc.signal_name}\n")
+        return int(exc.code or 1)
     except BaseException as exc:  # one line, never a traceback (-v logs it)
         if isinstance(exc, SystemExit):
             raise
@@ -719,6 +825,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, status = failure_line(exc, args)
         sys.stderr.write(f"fbrapids {args.command}: {line}\n")
         return status
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Messages alone, to whatever ``sys.stderr`` is when each is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _print_reports() -> None:
+    """What a run reports before training (the split it checked: each side's rows and times,
+    the log's files in order, the time column's form) printed on stderr, once."""
+    report = logging.getLogger("fbrapids.workloads.split_check.report")
+    if not any(isinstance(h, _StderrHandler) for h in report.handlers):
+        report.addHandler(_StderrHandler())
+    report.setLevel(logging.INFO)
+    report.propagate = False
 
 
 #: errno values of a full disk or a file over the size limit
@@ -751,7 +883,8 @@ def failure_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int
         from fbrapids.runs.disk_budget import freeable
 
         line += "; " + freeable(getattr(args, "work_dir", None))
-    return " ".join(line.split("\n")), 2
+    # a rank of the run ended by SIGTERM / SIGHUP: the run's exit status is the launcher's own would be
+    return " ".join(line.split("\n")), int(getattr(exc, "exit_status", None) or 2)
 
 
 if __name__ == "__main__":

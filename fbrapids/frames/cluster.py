@@ -26,24 +26,22 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     """A ``distributed.Client`` on a new local cluster.
 
     On the GPU backend this is dask-cuda's ``LocalCUDACluster`` (one worker per GPU, each
-    with an RMM pool: see :func:`fbrapids.frames.backend.cuda_cluster_options`); otherwise a ``LocalCluster`` of worker processes (default: one per core, at most 4).
+    with an RMM pool, one pool per device: see :func:`cuda_cluster_plan`); otherwise a
+    ``LocalCluster`` of worker processes (default: one per core, at most 4).
 
     Example:
         >>> client = local_cluster(n_workers=2, backend="cpu")  # doctest: +SKIP
     """
     from distributed import Client
 
-    be = _backend.get_backend(backend)
-    if be.is_gpu:
+    if _backend.resolve_name(backend) == "gpu":
         try:
             from dask_cuda import LocalCUDACluster
         except ImportError as exc:
+            _backend.get_backend(backend)  # a GPU backend that cannot run says why first
             raise _backend.BackendUnavailableError(
                 "the GPU backend needs dask-cuda for a local cluster (pip install 'fbrapids[gpu]')") from exc
-        # every worker gets an RMM pool (FBRAPIDS_RMM_POOL, default half the device) with cupy on it
-        workers = cuda_worker_count(n_workers, _backend.visible_devices()[0])
-        options = _backend.cuda_cluster_options(n_workers=workers, **cluster_kwargs)
-        cluster = LocalCUDACluster(**options)
+        cluster = LocalCUDACluster(**cuda_cluster_plan(n_workers, backend, cluster_kwargs))
     else:
         from distributed import LocalCluster
 
@@ -54,6 +52,43 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     client = Client(cluster)
     log.info("started %s with %d workers", type(cluster).__name__, len(client.scheduler_info()["workers"]))
     return client
+
+
+def worker_devices(cluster_kwargs: dict[str, Any], workers: int, visible: int) -> list[str]:
+    """The devices a ``LocalCUDACluster``'s ``workers`` workers use, as ``CUDA_VISIBLE_DEVICES``
+    names them (worker i takes the i-th of the cluster's list: its ``CUDA_VISIBLE_DEVICES``
+    option, else this process's, else all ``visible`` devices).
+
+    Example:
+        >>> worker_devices({}, 1, 2), worker_devices({"CUDA_VISIBLE_DEVICES": "2,3"}, 2, 4)
+        (['0'], ['2', '3'])
+    """
+    given = cluster_kwargs.get("CUDA_VISIBLE_DEVICES")
+    if given is None:
+        given = os.environ.get("CUDA_VISIBLE_DEVICES") or [str(i) for i in range(visible)]
+    names = given.split(",") if isinstance(given, str) else [str(d) for d in given]
+    return [n.strip() for n in names][:workers]
+
+
+def client_device() -> str:
+    """This process's CUDA device as ``CUDA_VISIBLE_DEVICES`` names it (the first visible one)."""
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return where.split(",")[0].strip() if where else "0"
+
+
+def cuda_cluster_plan(n_workers: int | None, backend: str | None, cluster_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``LocalCUDACluster`` options of a local GPU cluster, one RMM pool per device: every
+    worker gets a pool (``FBRAPIDS_RMM_POOL``, default half the device) with cupy on it, and
+    when a worker shares this process's device this process makes no pool of its own
+    (:func:`~fbrapids.frames.backend.leave_pool_to_workers`), or, holding one already, the
+    workers' pools are sized from the memory left."""
+    workers = cuda_worker_count(n_workers, _backend.visible_devices()[0])
+    shared = client_device() in worker_devices(cluster_kwargs, workers, _backend.visible_devices()[0])
+    no_pool_here = _backend.leave_pool_to_workers(f"the local cluster's worker on GPU {client_device()}") \
+        if shared else True
+    be = _backend.get_backend(backend)
+    shared_free = None if no_pool_here else int(be.xp.cuda.runtime.memGetInfo()[0])
+    return _backend.cuda_cluster_options(shared_free=shared_free, n_workers=workers, **cluster_kwargs)
 
 
 def cuda_worker_count(requested: int | None, visible: int) -> int:
@@ -224,13 +259,51 @@ def silence_message(what: str, client: Any, silent: list[str]) -> str:
             "remove it, then rerun; or raise dask config fbrapids.worker-silence")
 
 
+def scheduler_lost(client: Any, timeout: float = 1.0) -> bool:
+    """Whether ``client`` lost its scheduler: its connection closed (the client reconnecting,
+    or closed) and nothing answers at the scheduler's address within ``timeout`` (a
+    ``tcp://`` one refuses the connection, or cannot be reached); a scheduler that listens
+    again is left to the client's reconnection.
+
+    Example:
+        >>> class Gone:  # a client whose connection closed, of a scheduler where nothing listens
+        ...     status = "connecting"
+        ...     class scheduler:
+        ...         address = "tcp://127.0.0.1:1"
+        >>> scheduler_lost(Gone())
+        True
+    """
+    if getattr(client, "status", "running") == "running":
+        return False
+    address = str(getattr(client.scheduler, "address", ""))
+    if not address.startswith("tcp://"):
+        return True  # closed, and no way to ask another scheme here: lost
+    host, _, port = address[len("tcp://"):].rstrip("/").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def lost_scheduler_message(what: str, client: Any) -> str:
+    """The one line a lost scheduler ends a run with: which address, and what to do."""
+    return (f"{what}: lost the dask scheduler at {client.scheduler.address}: its connection closed and nothing "
+            "answers there now (the scheduler was stopped or killed, or its host is unreachable); start it (and its "
+            "workers) again, then rerun (a run that checkpoints resumes from its newest checkpoint)")
+
+
 @contextlib.contextmanager
 def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
     """While inside, a thread asks the scheduler every ``poll_s`` for a worker silent past
     :func:`worker_silence_s` with a task; on finding one it cancels the client's futures
     (the compute blocked on it raises) and the block raises one
     :class:`~fbrapids.errors.ClusterError` (:func:`silence_message`).  Planning's computes
-    included, not only the stream's partitions.  ``client`` None: a no-op."""
+    included, not only the stream's partitions.  A scheduler lost meanwhile
+    (:func:`scheduler_lost`) is found the same way: the client is closed at once (the
+    compute waiting on it raises, instead of the client's own ~30 s of retries) and the block
+    raises one ClusterError naming the scheduler's address (:func:`lost_scheduler_message`).
+    ``client`` None: a no-op."""
     if client is None:
         yield
         return
@@ -243,6 +316,13 @@ def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
         from distributed import Future
 
         while not done.wait(poll_s):
+            if scheduler_lost(client):
+                found.append(lost_scheduler_message(what, client))
+                # the client would log its own failure to reconnect as it closes: this run's line says it
+                logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+                with contextlib.suppress(Exception):
+                    client.close(timeout=10)
+                return
             try:
                 silent = silent_workers(client, worker_silence_s())
             except Exception:  # noqa: BLE001 - the scheduler busy or gone: the run's own calls say so
@@ -255,16 +335,21 @@ def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
                 return
 
     thread = threading.Thread(target=watch, daemon=True, name="fbrapids-worker-watchdog")
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
     thread.start()
     try:
         yield
     except BaseException as exc:
+        if not found and not isinstance(exc, (KeyboardInterrupt, SystemExit)) and scheduler_lost(client):
+            found.append(lost_scheduler_message(what, client))  # the compute failed first (its futures cancelled)
         if found:
             raise ClusterError(found[0]) from exc
         raise
     finally:
         done.set()
-        thread.join(poll_s + 5)
+        thread.join(poll_s + 15)
+        client_log.setLevel(level)
     if found:
         raise ClusterError(found[0])
 

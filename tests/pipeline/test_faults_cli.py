@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,11 +38,18 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+def _reported(line: str) -> bool:
+    """Whether ``line`` is the split a run reports before training (``split of ...:``, then its
+    training and held-out rows): what a failure during training follows."""
+    return line.startswith(("split of ", "  training ", "  held out "))
+
+
 def _one_line(proc: subprocess.Popen, timeout: float = 180) -> str:
-    """The single stderr line of a run that failed with status 2 (tqdm's bars left out)."""
+    """The single stderr line of a run that failed with status 2 (tqdm's bars and the split
+    reported before training left out)."""
     _, err = proc.communicate(timeout=timeout)
     lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and "batch/s" not in ln
-             and not ln.lstrip().startswith(("fit:", "predict:"))]
+             and not ln.lstrip().startswith(("fit:", "predict:")) and not _reported(ln)]
     assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, err)
     return lines[0]
 
@@ -104,7 +112,7 @@ def test_bad_inputs_are_one_line_naming_the_column(data, tmp_path, capsys, case)
     assert main(["demo", "--rows", str(ROWS), "--data-dir", str(d), "--backend", "cpu"]) == 2
     captured = capsys.readouterr()
     lines = [ln for ln in captured.err.replace("\r", "\n").splitlines() if ln.strip() and "batch/s" not in ln
-             and not ln.lstrip().startswith(("fit:", "predict:"))]
+             and not ln.lstrip().startswith(("fit:", "predict:")) and not _reported(ln)]
     assert len(lines) == 1 and lines[0].startswith(f"fbrapids demo: {says.format(d=d)}"), captured.err
     assert captured.out == ""
 
@@ -180,6 +188,11 @@ def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_free
                     f.flush()
         line = _one_line(proc)
         assert "No space left on device" in line and "; could be freed: " in line, line
+        # the file it failed on and the bytes: a checkpoint's file, or the SSD tier's growth
+        w = re.escape(str(work))
+        assert re.match(rf"fbrapids demo: {w}/\S+: No space left on device writing [\d,]+ bytes \([\d,]+ written; "
+                        r"[\d,]+ bytes free there\); could be freed: ", line) or \
+            re.search(rf"cannot grow the SSD tier file {w}/\S+ to \d+ rows \(\d+ bytes\)", line), line
         assert f"the SSD tier {work}/store (" in line and "the kernel cache " in line, line
 
         # resuming with 2 MiB free: the preflight refuses before training, saying what could go
