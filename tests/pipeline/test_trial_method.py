@@ -76,7 +76,7 @@ def test_combine_with_one_seed_uses_the_users_alone():
     assert r["df"] == float("inf") and r["se_seeds"] == 0 and r["se"] == pytest.approx(0.002, rel=0.15)
 
 
-@pytest.mark.parametrize("model", ["dlrm", "wide_deep", "deepfm", "din", "logreg"])
+@pytest.mark.parametrize("model", ["dlrm", "wide_deep", "deepfm", "din", "logreg", "dcn"])
 def test_arms_start_as_one_function_and_the_baseline_sees_no_candidate(model):
     from fbrapids.app.pipeline import build_model
     from fbrapids.trainers.arms import baseline_view, zero_candidate_inputs
