@@ -56,6 +56,22 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     return client
 
 
+def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str | None = None) -> Any:
+    """A ``distributed.Client`` on a new local cluster of ONE worker process limited to
+    ``memory_limit`` bytes, with ``threads`` threads (default: one per core): past
+    distributed's thresholds of that limit the worker spills its results to disk (60-70%),
+    pauses (80%) and, past 95%, is restarted by its nanny (an error naming it, never a
+    silent kill); shuffles on it are dask's P2P shuffle, whose buffers are on disk.  One
+    worker: a run's budget is the whole tree's, and a second copy of every broadcast table
+    would halve what each worker can hold.
+
+    Example:
+        >>> client = budgeted_cluster(2 << 30)  # doctest: +SKIP
+    """
+    return local_cluster(n_workers=1, threads_per_worker=threads or os.cpu_count() or 1, backend=backend,
+                         memory_limit=int(memory_limit))
+
+
 def cuda_worker_count(requested: int | None, visible: int) -> int:
     """Workers of a ``LocalCUDACluster``: one per visible device unless fewer are asked for.
 

@@ -33,6 +33,28 @@ DAY = 86400
 PARTITION_ROWS = 1 << 18
 
 
+def partition_rows() -> int:
+    """The most rows of a partition of a sorted view: dask config ``fbrapids.partition-rows``
+    (a run sets it from its memory budget: :mod:`fbrapids.runs.memory_budget`), else
+    :data:`PARTITION_ROWS`.
+
+    Example:
+        >>> partition_rows() == PARTITION_ROWS
+        True
+    """
+    import dask
+
+    return int(dask.config.get("fbrapids.partition-rows", PARTITION_ROWS))
+
+
+def _budgeted_rows() -> int | None:
+    """``fbrapids.partition-rows`` when a run set it (its memory budget), else None."""
+    import dask
+
+    value = dask.config.get("fbrapids.partition-rows", None)
+    return None if value is None else int(value)
+
+
 def index_as_column(frame: FrameLike) -> FrameLike:
     """``frame`` with its (named) index as its first column and a fresh default index.
 
@@ -82,8 +104,11 @@ def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) 
     from fbrapids.views.read import read_view
 
     files = [w.resolve(p) for p in paths]
+    options = dict(view.options)
+    if _budgeted_rows() is not None and "row_groups_per_partition" not in options:
+        options.setdefault("partition_rows", _budgeted_rows())  # a run's budget caps its partitions
     try:
-        return read_view(files if len(files) > 1 else files[0], backend=backend, **view.options)
+        return read_view(files if len(files) > 1 else files[0], backend=backend, **options)
     except WorkloadError:
         raise
     except Exception as e:
@@ -108,7 +133,7 @@ def read_views(w: Workload, backend: str | None = None) -> dict[str, FrameLike]:
                 raise WorkloadError(f"{w.where}: view {v.name!r}: sorted_by needs one parquet file")
             path = Path(w.resolve(v.paths[0]))
             if groups is None:
-                rows = min(auto_partition_rows(parquet_file(str(path)).metadata.num_rows), PARTITION_ROWS)
+                rows = min(auto_partition_rows(parquet_file(str(path)).metadata.num_rows), partition_rows())
                 groups = groups_per_partition(path, rows)
             frame = read_view(path, backend=backend, row_groups_per_partition=groups, **v.options)
             out[v.name] = index_by_sorted_key(frame, path, v.sorted_by, groups)
