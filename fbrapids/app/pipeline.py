@@ -256,7 +256,7 @@ def feature_frame(data: Workload | str | Path, backend: str | None = None,
 
     ``extra_features`` (name -> expression) are extracted with the workload's features,
     in the same meta-kernels.  On the generated data the small dictionaries (users, ads)
-    are persisted and broadcast, and the basic features, sorted by ``instance_id`` like
+    are broadcast (persisted first on a dask cluster), and the basic features, sorted by ``instance_id`` like
     the impressions, are joined partition by partition (no shuffle).
     """
     from fbrapids.workloads import frames

@@ -61,7 +61,9 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     shape = mb.RunShape(
         dense=dense, sparse=sparse, features=features, table_rows={k: b.rows for k, b in bounds.items()},
         cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, row_floats=StoreConfig(dim=cfg.embedding_dim).width,
-        batch_rows=shuffle_rows + (CALIBRATION_ROWS if cfg.calibrate else 0) + 2 * cfg.batch_size,
+        # the stream's shuffle buffer, twice (a partition arriving is concatenated to it), the
+        # rows held back for calibration
+        batch_rows=2 * shuffle_rows + (CALIBRATION_ROWS if cfg.calibrate else 0) + 2 * cfg.batch_size,
         partition_rows=min(auto_partition_rows(max(log_rows, 1)), PARTITION_ROWS),
         history_keys=len({repr(getattr(e, "args", (e,))[0]) for e in history.values()}))
     import sys

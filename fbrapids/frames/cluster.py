@@ -68,8 +68,13 @@ def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str
     Example:
         >>> client = budgeted_cluster(2 << 30)  # doctest: +SKIP
     """
-    return local_cluster(n_workers=1, threads_per_worker=threads or os.cpu_count() or 1, backend=backend,
-                         memory_limit=int(memory_limit))
+    try:
+        return local_cluster(n_workers=1, threads_per_worker=threads or os.cpu_count() or 1, backend=backend,
+                             memory_limit=int(memory_limit))
+    except RuntimeError as exc:  # distributed: "Nanny failed to start"
+        raise ClusterError(f"could not start a local dask cluster for the run ({exc}); its worker process starts "
+                           "by importing the main module: a script that runs the pipeline at import must do so "
+                           "under `if __name__ == \"__main__\":`") from exc
 
 
 def cuda_worker_count(requested: int | None, visible: int) -> int:

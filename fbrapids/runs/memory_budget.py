@@ -18,8 +18,8 @@ flight (:func:`estimate`; each part from the footers of the views and the run's 
   joined, features extracted: bytes per row from the first row group of each view);
 * **held-out predictions**: a score, label and group per held-out row, and the metrics'
   sorts;
-* **dictionaries**: each dictionary broadcast to the log's partitions, its frame and hash
-  table (:data:`BROADCAST_COPIES` times its bytes as read);
+* **dictionaries**: each dictionary broadcast to the log's partitions, its table
+  (:data:`BROADCAST_COPIES` times its bytes as read);
 * **shuffle stores**: a shuffle on this process's threads holds up to
   :data:`SHUFFLE_STORE_BYTES` in RAM per side before it spills to disk (dask's disk shuffle).
 
@@ -61,8 +61,9 @@ NEAR = 0.85
 #: partitions of the extracted frame held at once: one computed (its inputs beside it), one
 #: queued for the stream, one being cut into batches
 IN_FLIGHT = 4
-#: a dictionary broadcast to every partition: its frame, and a hash table over a copy of it
-BROADCAST_COPIES = 3
+#: a dictionary broadcast to every partition: its table (a copy of it, with a hash index over
+#: its keys); on a cluster its persisted partitions beside it make one more
+BROADCAST_COPIES = 2
 #: what dask's disk shuffle (partd) keeps in RAM per store before it spills to its files
 SHUFFLE_STORE_BYTES = 10 ** 9
 #: torch and the compiled kernels, loaded by the run after it starts
@@ -73,8 +74,9 @@ WORKER_BASE_BYTES = 450 << 20
 PREDICTION_ROW_BYTES = 64
 #: per extracted feature and row: a scalar, and a list (token ids, crosses: ~80 B measured)
 SCALAR_FEATURE_BYTES, LIST_FEATURE_BYTES = 8, 96
-#: per id of an embedding table's directory: the id, its row, its hash slot and flags
-DIRECTORY_ID_BYTES = 48
+#: per id of an embedding table's directory: the id, its record and flags (41 B, in arrays that
+#: double as they grow) and its hash map slot
+DIRECTORY_ID_BYTES = 80
 #: per tier row beyond its floats: the slot map's owner, free list and dirty flag
 SLOT_ROW_BYTES = 17
 #: the rows of a text (csv / json lines) file sampled to size its rows
@@ -372,6 +374,9 @@ class MemoryPlan:
 
 #: the fewest rows a partition is cut to when the budget asks for smaller ones
 MIN_PARTITION_ROWS = 1 << 14
+#: the most bytes of a partition of the extracted frame: partitions are sized by bytes, so
+#: their count, not their size, grows with the log (and smaller still when the budget asks)
+PARTITION_BYTES = 192 << 20
 _FLEXIBLE = ("partitions in flight", "dictionaries", "shuffle stores")
 
 
@@ -403,7 +408,7 @@ def plan_memory(est: MemoryEstimate, budget: int, source: str = "default", clien
     """
     fixed = {k: v for k, v in est.parts.items() if k not in _FLEXIBLE}
     per_row = IN_FLIGHT * est.row_bytes
-    rows = max(1, est.partition_rows)
+    rows = max(1, min(est.partition_rows, int(PARTITION_BYTES // max(est.row_bytes, 1.0))))
     smallest = min(rows, MIN_PARTITION_ROWS)
     room = budget - sum(fixed.values())
     if client:  # the partitions are computed on the cluster; this process holds the stream's
@@ -429,7 +434,7 @@ def plan_memory(est: MemoryEstimate, budget: int, source: str = "default", clien
     rows = int(min(rows, (worker - WORKER_BASE_BYTES) // (2 * per_row)))
     rows = max(rows, smallest)
     parts = {**fixed, "a dask worker (limit)": worker, "partitions in this process": int(per_row * rows / 2)}
-    broadcast = max(0, int((worker - WORKER_BASE_BYTES - per_row * rows) // BROADCAST_COPIES))
+    broadcast = max(0, int((worker - WORKER_BASE_BYTES - per_row * rows) // (BROADCAST_COPIES + 1)))
     return _planned(est, parts, budget, source, "local cluster", broadcast, rows, worker)
 
 
