@@ -47,27 +47,16 @@ DEFAULT_SIZES = (1_000_000, 4_000_000, 16_000_000)
 BIG = 64_000_000
 
 
-def _tree_rss(proc: Any) -> int:
-    import psutil
-
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return total
-
-
 def _sampled(cmd: list[str], limit: int | None) -> tuple[int, int, list[tuple[float, int]], float, bool]:
     """Run ``cmd``; ``(exit code, peak tree RSS, one sample a second, seconds, killed)``.  Past
     ``limit`` bytes the tree is killed (a guard on a shared machine), and that is returned."""
     import psutil
 
+    from fbrapids.runs.memory_watch import tree_rss
+
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    ps = psutil.Process(proc.pid)
     peak, series, killed = [0], [], [False]
     done = threading.Event()
 
@@ -75,7 +64,7 @@ def _sampled(cmd: list[str], limit: int | None) -> tuple[int, int, list[tuple[fl
         last = -1.0
         while not done.is_set():
             try:
-                rss = _tree_rss(ps)
+                rss = tree_rss(proc.pid)
             except psutil.NoSuchProcess:
                 return
             peak[0] = max(peak[0], rss)
@@ -174,12 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-above", type=float, default=None, metavar="GB",
                         help="kill a run whose process tree passes this many GB (a guard on a shared machine)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the runs already in --out and add these (interleave sizes across invocations)")
     args = parser.parse_args(argv)
     sizes = list(args.sizes) + ([BIG] if args.big else [])
     limit = int(args.kill_above * 1e9) if args.kill_above else None
     report: dict[str, Any] = {**_machine(), "command": " ".join(["python benchmarks/scale.py", *(
         argv if argv is not None else sys.argv[1:])]), "runs": {}}
     report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if args.append and args.out and args.out.exists():
+        before = json.loads(args.out.read_text())
+        report.update(runs=before["runs"], measured_at=before["measured_at"], machine=before["machine"],
+                      command=before["command"] + "; " + report["command"])
     for rows in sizes:
         r = measure(rows, _dataset(args.data_root, rows), limit)
         report["runs"].setdefault(str(rows), []).append(r)

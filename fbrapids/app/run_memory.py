@@ -91,7 +91,9 @@ def budgeted(plan: Any, client: Any) -> Iterator[tuple[Any, Any]]:
 
             client = budgeted_cluster(plan.worker_memory)
             stack.callback(close_client, client)
-        settings = {"fbrapids.broadcast-bytes": plan.broadcast_bytes}
+        settings: dict[str, int] = {}
+        if plan.broadcast_bytes is not None:
+            settings["fbrapids.broadcast-bytes"] = plan.broadcast_bytes
         if plan.partition_rows < plan.default_rows:  # the budget asks for smaller partitions
             settings["fbrapids.partition-rows"] = plan.partition_rows
         stack.enter_context(dask.config.set(settings))

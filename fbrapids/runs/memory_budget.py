@@ -339,7 +339,9 @@ class MemoryPlan:
     budget: int
     estimate: MemoryEstimate
     scheduler: str  #: ``"threads"`` (this process), ``"local cluster"`` (started for the run) or ``"client"``
-    broadcast_bytes: int  #: a dictionary of at most this many bytes (as read) is broadcast, a larger one shuffled
+    #: a dictionary of at most this many bytes is broadcast, a larger one shuffled (None: the
+    #: join's own limit, on a cluster the run was given)
+    broadcast_bytes: int | None
     partition_rows: int  #: rows per partition of the log
     worker_memory: int | None = None  #: the local cluster's worker memory limit
     source: str = "default"  #: where the budget came from
@@ -360,8 +362,9 @@ class MemoryPlan:
         how = {"threads": "on this process's threads", "client": "on the given dask cluster",
                "local cluster": f"on a local dask cluster, its worker limited to {human(self.worker_memory or 0)} "
                                 "(spilling to disk past it)"}[self.scheduler]
+        limit = "the join's own limit" if self.broadcast_bytes is None else human(self.broadcast_bytes)
         return (f"memory: estimated peak {human(self.estimate.total)} of a budget of {human(self.budget)} "
-                f"({self.source}): {how}, dictionaries up to {human(self.broadcast_bytes)} broadcast, partitions of "
+                f"({self.source}): {how}, dictionaries up to {limit} broadcast, partitions of "
                 f"{self.partition_rows:,} rows ({self.estimate.describe()})")
 
     def summary(self) -> dict[str, Any]:
@@ -416,7 +419,7 @@ def plan_memory(est: MemoryEstimate, budget: int, source: str = "default", clien
             raise _refusal(int(sum(fixed.values()) + per_row * smallest), {**fixed, "partitions in flight": int(per_row * smallest)}, budget, source)
         rows = int(min(rows, room // per_row))
         parts = {**fixed, "partitions in flight": int(per_row * rows)}
-        return _planned(est, parts, budget, source, "client", _broadcast_default(), rows, None)
+        return _planned(est, parts, budget, source, "client", None, rows, None)
     local_need = est.parts.get("dictionaries", 0) + est.parts.get("shuffle stores", 0)
     if room >= local_need + per_row * smallest:  # threads, every dictionary broadcast
         rows = int(min(rows, (room - local_need) // per_row))
@@ -438,14 +441,8 @@ def plan_memory(est: MemoryEstimate, budget: int, source: str = "default", clien
     return _planned(est, parts, budget, source, "local cluster", broadcast, rows, worker)
 
 
-def _broadcast_default() -> int:
-    from fbrapids.joins.strategies import BROADCAST_BYTES
-
-    return BROADCAST_BYTES
-
-
-def _planned(est: MemoryEstimate, parts: dict[str, int], budget: int, source: str, scheduler: str, broadcast: int,
-             rows: int, worker: int | None) -> MemoryPlan:
+def _planned(est: MemoryEstimate, parts: dict[str, int], budget: int, source: str, scheduler: str,
+             broadcast: int | None, rows: int, worker: int | None) -> MemoryPlan:
     planned = MemoryEstimate(parts, est.dictionaries, rows, est.row_bytes)
     plan = MemoryPlan(budget, planned, scheduler, broadcast, rows, worker, source, est.partition_rows)
     if plan.near:

@@ -64,3 +64,15 @@ def test_dictionaries_over_the_budget_spill_on_a_local_cluster_and_the_run_finis
     assert (r.rows["trained"], r.rows["held out"]) == (len(kept) - held, held) and r.metrics["n"] == held > 0
     assert set(m["peak_by_stage"]) >= {"plan", "extract+train", "extract+evaluate"}
     assert 0 < m["peak_bytes"] <= budget
+
+
+def test_an_estimate_near_the_budget_is_said_before_any_work(gen_dir, caplog):
+    from fbrapids.app.pipeline import SHUFFLE_WINDOW
+    from fbrapids.app.run_memory import memory_plan
+    from fbrapids.datasets.synthetic import workload
+
+    roomy = memory_plan(workload(gen_dir), RunConfig(memory_limit="1000GB"), SHUFFLE_WINDOW)
+    assert not roomy.near and "memory: the estimated peak" not in caplog.text
+    tight = memory_plan(workload(gen_dir), RunConfig(memory_limit=int(roomy.estimate.total / 0.95)), SHUFFLE_WINDOW)
+    assert tight.near and tight.scheduler == "threads"
+    assert "memory: the estimated peak" in caplog.text and "of the budget" in caplog.text
