@@ -76,3 +76,20 @@ def test_an_estimate_near_the_budget_is_said_before_any_work(gen_dir, caplog):
     tight = memory_plan(workload(gen_dir), RunConfig(memory_limit=int(roomy.estimate.total / 0.95)), SHUFFLE_WINDOW)
     assert tight.near and tight.scheduler == "threads"
     assert "memory: the estimated peak" in caplog.text and "of the budget" in caplog.text
+
+
+def test_past_its_budget_a_run_stops_between_partitions_in_one_line():
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from fbrapids.app.pipeline import TimedPartitions
+    from fbrapids.runs.memory_watch import MemoryWatch
+
+    frame = dd.from_pandas(pd.DataFrame({"a": range(10)}), npartitions=2)
+    with MemoryWatch(1 << 20, every=60, source="memory_limit '1MiB'") as watch:  # any process is past 1 MiB
+        parts = iter(TimedPartitions(frame, watch=watch))
+        with pytest.raises(MemoryBudgetError) as exc:
+            next(parts)
+    assert "\n" not in str(exc.value)
+    assert str(exc.value).startswith("the run's memory reached ")
+    assert "in stage start, past its memory budget of 1.0 MiB (memory_limit '1MiB'); it was stopped there" in str(exc.value)
