@@ -3,7 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fbrapids-installed
 
-.PHONY: demo test test-opts lint bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check
+.PHONY: demo test test-opts lint bench notebooks docs-figures docs-check clean-venv gpu-conformance gpu-check gpu-kernels \
+	gpu-pack gpu-rehearse
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -80,7 +81,32 @@ gpu-conformance: $(GPU_STAMP)
 	FBRAPIDS_BACKEND= $(GPU_PY) scripts/gpu_conformance $(ARGS)
 	FBRAPIDS_BACKEND= $(GPU_PY) -m pytest -q -p no:cacheprovider tests/gpu_conformance
 
-# everything that needs a device, in one run (see scripts/gpu_check.py); OUT=dir for the JSON and log
+# everything that needs a device, in one run (see scripts/gpu_check.py); OUT=dir for the JSON and log.
+# It uses the kernel cache .gpu/kernels when there (make gpu-kernels) and ends with a table of the steps
 OUT ?= gpu-check-out
 gpu-check:
 	python3 scripts/gpu_check.py --out $(OUT) $(ARGS)
+
+# the device check's CUDA kernels compiled ahead, with no device, into .gpu/kernels: the plans the
+# check's extracting steps build (recorded from their CPU twins) compiled for sm_90 by the NVRTC the
+# GPU host's CUDA 13 torch brings (the cache key holds its version: another one misses every entry),
+# installed apart under .gpu/nvrtc-*.  GPU_NVRTC=13.x.y for another host
+GPU_NVRTC ?= 13.0.88
+GPU_NVRTC_DIR := .gpu/nvrtc-$(GPU_NVRTC)
+$(GPU_NVRTC_DIR)/.installed:
+	$(PY) -m pip install --quiet --no-deps --target $(GPU_NVRTC_DIR) nvidia-cuda-nvrtc==$(GPU_NVRTC)
+	touch $@
+
+gpu-kernels: $(STAMP) $(GPU_NVRTC_DIR)/.installed
+	FBRAPIDS_NVRTC=$$(ls $(CURDIR)/$(GPU_NVRTC_DIR)/nvidia/cu*/lib/libnvrtc.so.* | head -1) \
+		$(PY) scripts/gpu_kernels.py --cache .gpu/kernels $(ARGS)
+
+# the offline set for a GPU host without a package index (docs/gpu.md): .gpu/c0 .. .gpu/cN, pack.json
+gpu-pack:
+	scripts/gpu_pack.sh .gpu
+
+# the offline install and the check's first pass rehearsed here (device steps stood in for; after
+# gpu-pack and gpu-kernels); its report, with the pack's sizes, goes to benchmarks/results/gpu_set.json
+gpu-rehearse: $(STAMP)
+	PY=$(PY) scripts/gpu_rehearse.sh .gpu
+	$(PY) scripts/gpu_set_record.py .gpu

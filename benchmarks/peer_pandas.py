@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import farmhash
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -39,6 +38,8 @@ assert B_TOK <= 1 << TOKEN_BITS
 
 def fingerprints(texts: Iterable[str], count: int) -> np.ndarray:
     """FarmHash Fingerprint64 of each text (one pyfarmhash call per text), as uint64."""
+    import farmhash  # the oracle, needed only when a peer runs (not by `extract.py --skip-pandas`)
+
     return np.fromiter(map(farmhash.fingerprint64, texts), dtype=np.uint64, count=count)
 
 

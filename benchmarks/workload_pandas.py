@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import farmhash
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -203,6 +202,8 @@ def hash_bucket(values: pd.Series, buckets: int) -> np.ndarray:
         >>> hash_bucket(pd.Series(["a", "b", "c", "d"]), 10).tolist()
         [9, 2, 2, 5]
     """
+    import farmhash  # the oracle, needed only by the peers: imported when a peer runs
+
     items = values.to_numpy(dtype=object)
     if pd.api.types.is_integer_dtype(values.dtype):
         items = map(str, items)

@@ -556,6 +556,53 @@ def fig_serving_attack() -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
+def _gpu_check() -> Any:
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check
+
+    return gpu_check
+
+
+def fig_gpu_steps() -> str:
+    """docs/gpu.md's table of ``make gpu-check``'s steps: order, limit, what each proves
+    (``scripts/gpu_check.py``'s own list), and the first pass's limits added up."""
+    gc = _gpu_check()
+    rows = gc.steps("python")
+    lines = ["", "| step | limit | first pass | what passing proves |", "|---|---|---|---|"]
+    lines += [f"| `{name}` | {limit} s | {'yes' if name in gc.FIRST_PASS else ''} | {gc.PROVES[name]} |"
+              for name, _, _, limit in rows]
+    first = sum(limit for name, _, _, limit in rows if name in gc.FIRST_PASS)
+    lines += ["", f"The first pass ({len(gc.FIRST_PASS)} steps) takes at most {first} s, the sum of its limits, and "
+              f"the whole check {sum(limit for *_, limit in rows)} s: `--budget` defaults to the sum of the limits "
+              "of the steps run, so each step may use its whole limit.", ""]
+    return "\n".join(lines)
+
+
+def fig_gpu_set() -> str:
+    """docs/gpu.md's figures of the offline set and of the rehearsed first pass
+    (``benchmarks/results/gpu_set.json``, ``make gpu-pack gpu-kernels gpu-rehearse``)."""
+    r = load("gpu_set.json")
+    pack, kern, reh = r["pack"], r["kernels"], r["rehearsal"]
+    lines = ["", f"- The set: {pack['wheels']} wheels, {_mb(pack['unpacked_bytes'])} unpacked, of which "
+             f"{_mb(pack['zeroed_device_code_bytes'])} of device code for other GPUs zeroed (`only_arch` "
+             f"{pack['only_arch']}); one xz archive of {_mb(pack['packed_bytes'])} in {pack['parts']} part(s) of at most "
+             f"{_mb(pack['part_bytes'])}.",
+             f"- The kernel cache: every module of the recorded plans compiled for {kern['arch']} by NVRTC "
+             f"{kern['nvrtc']} in {kern['compile_seconds']:.0f} s on the machine below (one core each, beside other "
+             "work; each step counts the modules it loads, shared ones included): "
+             + "; ".join(f"`{k}` {v['plans']} plans, {v['modules']} modules, {v['compile_seconds']:.0f} s"
+                         for k, v in kern["steps"].items()) + ".",
+             "- The rehearsed first pass with that cache (each step's kernels looked up; a miss would be compiled "
+             "on the host):", "", "| step | limit | kernels found in the cache | compiling left for the host |",
+             "|---|---|---|---|"]
+    for s in reh["first_pass"]:
+        k = s.get("kernels") or {}
+        lines.append(f"| `{s['name']}` | {s['limit']:.0f} s | {k.get('hits', 0)} | {k.get('builds', 0)} modules, "
+                     f"{k.get('compile_seconds', 0.0):.0f} s |")
+    lines += ["", f"({source('gpu_set.json', r)})", ""]
+    return "\n".join(lines)
+
+
 FIGURES: dict[str, Callable[[], str]] = {
     "model-ablations": fig_model_ablations, "models-table": fig_models_table,
     "held-out-calibration": fig_held_out_calibration, "calibration-variants": fig_calibration_variants,
@@ -564,6 +611,7 @@ FIGURES: dict[str, Callable[[], str]] = {
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
     "dask-pays": fig_dask_pays, "store-vs-peers": fig_store_vs_peers, "serving-attack": fig_serving_attack,
     "scale": fig_scale,
+    "gpu-steps": fig_gpu_steps, "gpu-set": fig_gpu_set,
 }
 #: the files whose figures live in generated regions
 DOCS = ["README.md", "docs/ams-and-serving.md", "docs/ams-on-dask.md", "docs/design.md", "docs/workload.md", "docs/gpu.md",

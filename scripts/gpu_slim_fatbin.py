@@ -8,7 +8,9 @@ one entry per target -- SASS for sm_75 .. sm_120 and PTX for the newest.  libcud
 matching the device (sm_90 on an H100 / H200) and never reads the others' payloads; this
 script keeps every file's size, layout and every entry header, and overwrites the payloads
 of the entries for other architectures with zeros (which compress to nothing).  The result
-runs only on the kept architecture (no PTX is left to JIT for another one).
+runs only on the kept architecture (no PTX is left to JIT for another one).  LTO-IR entries
+(libcudf has 21 fat binaries holding only an sm_75 LTO-IR entry, which nvJitLink links for
+the device at run time) and fat binaries with no SASS for the kept architecture are kept.
 
 Usage: ``python scripts/gpu_slim_fatbin.py --keep 90 FILE.so ...``; prints one JSON line
 (bytes zeroed and kept per file).  A file it cannot parse is left as it is (and said so).
@@ -36,9 +38,29 @@ HEADER = 16  # magic u32, version u16, header size u16, fat size u64
 ARCH_AT = 28  # an entry's architecture (u32), from the entry's start
 
 
+#: entry kinds: PTX (JIT-compiled for any newer GPU), ELF (SASS for one architecture); other
+#: kinds (8: LTO-IR, which nvJitLink links at run time for any newer GPU) are never zeroed
+PTX, ELF = 1, 2
+
+
+def _entries(buf: bytearray | mmap.mmap, e: int, end: int) -> list[tuple[int, int, int, int]]:
+    """``(kind, arch, payload start, payload size)`` of the entries of one fat binary's body."""
+    out = []
+    while e + ARCH_AT + 4 <= end:
+        kind, _, ehs, size = struct.unpack_from("<HHIQ", buf, e)
+        if ehs < ARCH_AT + 4 or e + ehs + size > end:
+            break
+        out.append((kind, struct.unpack_from("<I", buf, e + ARCH_AT)[0], e + ehs, size))
+        e += ehs + size
+    return out
+
+
 def slim(buf: bytearray | mmap.mmap, keep: int) -> tuple[int, int]:
-    """Zero, in place, the payloads of ``buf``'s fat-binary entries for architectures other
-    than ``keep``; ``(bytes zeroed, bytes kept)``."""
+    """Zero, in place, the payloads a GPU of architecture ``keep`` never reads: in each fat
+    binary that holds SASS (an ELF entry) for ``keep``, the ELF entries of other architectures
+    and the PTX entries.  A fat binary without SASS for ``keep`` is left whole (its PTX or
+    LTO-IR is what the device compiles or links), and so is every LTO-IR entry.  Returns
+    ``(bytes zeroed, bytes kept)``."""
     pos, zeroed, kept = 0, 0, 0
     n = len(buf)
     while True:
@@ -49,20 +71,15 @@ def slim(buf: bytearray | mmap.mmap, keep: int) -> tuple[int, int]:
         if hsize != HEADER or i + HEADER + fsize > n:
             pos = i + 4
             continue
-        e, end = i + HEADER, i + HEADER + fsize
-        while e + ARCH_AT + 4 <= end:
-            _, _, ehs, size = struct.unpack_from("<HHIQ", buf, e)
-            if ehs < ARCH_AT + 4 or e + ehs + size > end:
-                break
-            arch = struct.unpack_from("<I", buf, e + ARCH_AT)[0]
-            start = e + ehs
-            if arch == keep:
-                kept += size
-            else:
+        entries = _entries(buf, i + HEADER, i + HEADER + fsize)
+        served = any(kind == ELF and arch == keep for kind, arch, _, _ in entries)
+        for kind, arch, start, size in entries:
+            if served and (kind == PTX or (kind == ELF and arch != keep)):
                 buf[start:start + size] = bytes(size)
                 zeroed += size
-            e = start + size
-        pos = end
+            else:
+                kept += size
+        pos = i + HEADER + fsize
 
 
 def main(argv: list[str] | None = None) -> int:

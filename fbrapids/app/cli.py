@@ -110,29 +110,48 @@ def _workload(args: argparse.Namespace) -> Any:
 
 
 def _demo_workload(args: argparse.Namespace) -> int:
-    """``demo --workload FILE``: the pipeline on a declared workload (a TOML file)."""
+    """``demo --workload FILE``: the pipeline on a declared workload (a TOML file); with
+    ``--export DIR`` its model exported for serving, its spec from the workload."""
+    import contextlib
     import json
 
     from fbrapids.app.pipeline import run_pipeline
     from fbrapids.workloads import RunConfig
 
     w = _workload(args)
+    if args.export is not None:
+        from fbrapids.app.workload_export import check_exportable
+
+        check_exportable(w, args.model)  # a model no request can feed: refused before training
     backend = None if args.backend in (None, "auto") else args.backend
-    config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=args.work_dir,
-                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                       nan=args.nan, memory_limit=args.memory_limit)
-    client = None
-    if args.scheduler:
-        from fbrapids.frames.cluster import connect
+    with contextlib.ExitStack() as stack:
+        work = args.work_dir
+        if work is None and args.export is not None:  # the checkpoint lives until it is exported
+            from fbrapids.app.demo import WORK_PREFIX
+            from fbrapids.runs.workdir import temporary_work_dir
 
-        client = connect(args.scheduler)
-    try:
+            work = stack.enter_context(temporary_work_dir(WORK_PREFIX))
+        config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=work,
+                           batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                           nan=args.nan, memory_limit=args.memory_limit)
+        client = None
+        if args.scheduler:
+            from fbrapids.frames.cluster import close_client, connect
+
+            client = connect(args.scheduler)
+            stack.callback(close_client, client)
         result = run_pipeline(w, config, client=client)
-    finally:
-        if client is not None:
-            from fbrapids.frames.cluster import close_client
+        if args.export is not None:
+            from fbrapids.app.workload_export import export_workload_checkpoint
 
-            close_client(client)
+            if not result.checkpoint:
+                from fbrapids.errors import CheckpointError
+
+                raise CheckpointError("the run left no checkpoint to export")
+            result.export = str(export_workload_checkpoint(result.checkpoint, args.export, w, model=args.model,
+                                                           seed=args.seed))
+            if args.work_dir is None:
+                result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         summary = {**result.summary(), "workload": w.name, "workload_file": str(args.workload)}
@@ -178,7 +197,8 @@ def _demo_ranks(args: argparse.Namespace) -> int:
     results = run_distributed_demo(args.nproc, rows=args.rows, data_dir=args.data_dir, work_dir=args.work_dir,
                                    backend=args.backend, model=args.model, scheduler=args.scheduler, seed=args.seed,
                                    batch_size=args.batch_size, checkpoint_every=args.checkpoint_every,
-                                   resume=args.resume, nan=args.nan)
+                                   resume=args.resume, nan=args.nan,
+                                   dist_backend=None if args.dist_backend == "auto" else args.dist_backend)
     sys.stdout.write(render(results) + "\n")
     if args.summary_json is not None:
         import json
@@ -192,10 +212,17 @@ def _demo_ranks(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from fbrapids.app.demo_export import export_demo_checkpoint
+    key = _signing_key(args.signing_key_file)
+    if args.workload is not None:  # a run on a declared workload: its spec from the workload
+        from fbrapids.app.workload_export import export_workload_checkpoint
 
-    out = export_demo_checkpoint(args.checkpoint, args.out, model=args.model, embedding_dim=args.embedding_dim,
-                                 seed=args.seed, signing_key=_signing_key(args.signing_key_file))
+        out = export_workload_checkpoint(args.checkpoint, args.out, _workload(args), model=args.model,
+                                         embedding_dim=args.embedding_dim, seed=args.seed, signing_key=key)
+    else:
+        from fbrapids.app.demo_export import export_demo_checkpoint
+
+        out = export_demo_checkpoint(args.checkpoint, args.out, model=args.model, embedding_dim=args.embedding_dim,
+                                     seed=args.seed, signing_key=key)
     sys.stdout.write(f"exported {args.checkpoint} to {out} (serve it: fbrapids serve {out})\n")
     return 0
 
@@ -475,8 +502,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         if args.workload is not None:
             if not args.workload.is_file():
                 raise UsageError(f"argument --workload: {args.workload} is not a file")
-            for flag, given in (("--data-dir", args.data_dir is not None), ("--nproc", args.nproc > 1),
-                                ("--export", args.export is not None)):
+            for flag, given in (("--data-dir", args.data_dir is not None), ("--nproc", args.nproc > 1)):
                 if given:
                     raise UsageError(f"argument {flag}: not with --workload (the workload file says what is read)")
         elif args.data_root is not None:
@@ -496,6 +522,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
             _check_nproc(args)
+        elif args.dist_backend != "auto" and not args.resume:
+            raise UsageError(f"argument --dist-backend: {args.dist_backend} is for ranks (--nproc N, N > 1)")
         _writable("--work-dir", args.work_dir)
         _writable("--export", args.export)
         if args.scheduler is not None:
@@ -503,6 +531,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     elif args.command == "export":
         if not args.checkpoint.exists():
             raise UsageError(f"argument checkpoint: {args.checkpoint} does not exist")
+        if args.workload is not None and not args.workload.is_file():
+            raise UsageError(f"argument --workload: {args.workload} is not a file")
+        if args.data_root is not None and args.workload is None:
+            raise UsageError("argument --data-root: only with --workload")
         _not_a_file("out", args.out, empty=True)
     elif args.command == "serve" and not args.export_dir.is_dir():
         raise UsageError(f"argument export_dir: {args.export_dir} "
@@ -570,6 +602,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
                            "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
                            "reached on any N, 1 included (--resume on such a work dir uses the N given)")
+    demo.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
+                      help="with --nproc: the ranks' process group (auto: NCCL when they train on CUDA, rank r on "
+                           "GPU r, at most one rank per GPU; gloo on the CPU). gloo on GPUs lets ranks share them")
     demo.add_argument("--nan", choices=("error", "zero"), default="error",
                       help="NaN / inf / null in a dense feature: stop naming the column (error), or train on 0 "
                            "in its place, counted in the summary (zero)")
@@ -621,11 +656,17 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
     """Add the ``export`` subcommand to ``sub``: a demo checkpoint exported for serving."""
-    exp = sub.add_parser("export", help="export a demo checkpoint for `fbrapids serve`")
+    exp = sub.add_parser("export", help="export a demo's (or a workload run's) checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
     exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
-                     help="the demo model the checkpoint holds")
+                     help="the model the checkpoint holds")
+    exp.add_argument("--workload", type=Path, default=None, metavar="FILE",
+                     help="the TOML workload file the run trained on (`demo --workload FILE --work-dir W`): the "
+                          "export's spec comes from it (request columns from the log, item columns from its "
+                          "item_view); default: the demo's generated data")
+    exp.add_argument("--data-root", type=Path, default=None, metavar="DIR",
+                     help="with --workload: the folder its view paths are under (default: the file's root field)")
     exp.add_argument("--embedding-dim", type=_int_in(1), default=16)
     exp.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     exp.add_argument("--signing-key-file", type=Path, default=None, metavar="FILE",
@@ -692,6 +733,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command in ("demo", "trial"):
+        _print_reports()
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -704,6 +747,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, status = failure_line(exc, args)
         sys.stderr.write(f"fbrapids {args.command}: {line}\n")
         return status
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Messages alone, to whatever ``sys.stderr`` is when each is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _print_reports() -> None:
+    """What a run reports before training (the split it checked: each side's rows and times,
+    the log's files in order, the time column's form) printed on stderr, once."""
+    report = logging.getLogger("fbrapids.workloads.split_check.report")
+    if not any(isinstance(h, _StderrHandler) for h in report.handlers):
+        report.addHandler(_StderrHandler())
+    report.setLevel(logging.INFO)
+    report.propagate = False
 
 
 #: errno values of a full disk or a file over the size limit

@@ -146,17 +146,20 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
 
     ``options``: :func:`train_rank`'s (model, batch_size, seed, backend, scheduler,
     checkpoint_every, resume, max_steps, embedding_dim, cache_rows, host_rows, epochs,
-    nan).  ``resume`` continues the run in ``work_dir`` (a sharded checkpoint, of any
+    nan), and ``dist_backend`` (the process group's: None follows the device rule, NCCL
+    with a GPU per rank on CUDA, gloo on the CPU; :func:`~fbrapids.trainers.distributed.launch.place_ranks`).  ``resume`` continues the run in ``work_dir`` (a sharded checkpoint, of any
     number of ranks); a checkpoint of one process, or one trained with another batch size,
     data or features, is refused before any rank starts."""
     from fbrapids.datasets.synthetic.generate import using_dataset
     from fbrapids.app.demo import WORK_PREFIX, default_data_dir
     from fbrapids.errors import CheckpointError
     from fbrapids.trainers.distributed import per_rank_batch, spawn
+    from fbrapids.trainers.distributed.launch import local_placement
     from fbrapids.runs.workdir import temporary_work_dir
 
     batch_size, seed = int(options.get("batch_size", 2048)), int(options.get("seed", 0))
     per_rank_batch(batch_size, nproc)  # refused before any work
+    placement = local_placement(nproc, options.get("dist_backend"))  # a GPU per NCCL rank, or refused now
     if options.get("model", "dlrm") not in DISTRIBUTED_MODELS:
         raise ArgumentError(f"--nproc: model {options.get('model')!r} trains in one process only "
                             f"(several ranks: {', '.join(DISTRIBUTED_MODELS)})")
@@ -169,7 +172,7 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
         if options.get("resume"):
             check_resumable(work, data, options)
         opts = {**options, "data_dir": str(data), "work_dir": str(work)}
-        return spawn(train_rank, nproc, (opts,), backend=options.get("dist_backend"),
+        return spawn(train_rank, nproc, (opts,), placement=placement,
                      timeout_s=float(options.get("timeout_s", 24 * 3600)))
 
 
@@ -228,9 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue the run in --work-dir at the row it reached")
     p.add_argument("--scheduler", default=None, help="dask scheduler address rank 0 extracts on")
     p.add_argument("--backend", default=None, choices=("cpu", "gpu"), help="the dataframe backend")
+    p.add_argument("--dist-backend", default=None, choices=("gloo", "nccl"),
+                   help="the process group's backend (default: NCCL when the ranks train on CUDA, else gloo)")
     args = p.parse_args(argv)
     backend_usable(args.backend)  # before the process group: one line per rank, not a traceback each
-    rank, world = init_from_env()
+    rank, world = init_from_env(args.dist_backend)
     try:
         data = args.data_dir or default_data_dir(args.rows, args.seed)
         if rank == 0:

@@ -77,6 +77,9 @@ class PipelineResult:
     oracle_auc: float | None = None
     steps: int = 0  #: training steps (global batches) taken
     held_rows: int = 0  #: training rows held back from training to fit the calibration on (fit)
+    #: the split as checked before training (:meth:`~fbrapids.workloads.split_check.SplitCheck.as_dict`):
+    #: its rule's name, the log's files in order, the time column's form, each side's rows and times
+    split: dict[str, Any] = field(default_factory=dict)
     predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
     def _repr_html_(self) -> str:
@@ -121,18 +124,21 @@ class PipelineResult:
             nulls = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in jc.items() if k.startswith("not_string:"))
             lines.append(f"  JSON {src}: {jc.get('malformed', 0):,} malformed, {jc.get('too_deep', 0):,} nested deeper "
                          f"than 64, {jc.get('null_input', 0):,} null; non-string leaves read as null: {nulls or 'none'}")
+        if self.split.get("text"):
+            lines += ["", *self.split["text"].splitlines()]
         lines += ["", "seconds per stage:"]
         lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
         k = self.kernel
+        json_kernels = "  (+2 JSON-cleaning kernels: scan, pick)" if k.get("json_cleaning") else ""
         lines += ["", "feature extraction (meta-kernels):",
-                  f"  feature layers         {k.get('layers', 0):>12}  (+2 JSON-cleaning kernels: scan, pick)",
+                  f"  feature layers         {k.get('layers', 0):>12}{json_kernels}",
                   f"  feature operators      {k.get('operators', 0):>12}",
                   f"  kernel launches        {k.get('launches', 0):>12}  ({k.get('partitions', 0)} partitions streamed, "
                   f"{k.get('launches_per_partition', 0):.1f} per partition, "
                   f"{k.get('dictionary_runs', 0)} of them the dictionary path's runs over distinct values)",
                   f"  pool peak bytes        {k.get('pool_peak_bytes', 0):>12,}",
                   f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
-        lines += ["", "joins:"] + [f"  {j}" for j in self.joins]
+        lines += ["", "joins:"] + ([f"  {j}" for j in self.joins] or ["  none"])
         for name, plan in self.passes.items():
             lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
                          f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
@@ -144,7 +150,7 @@ class PipelineResult:
                 lines.append(f"  {tier:<6} hit rate {t['hit_rate']:.3f}  hits {t['hits']:,}  misses {t['misses']:,}"
                              f"  evictions {t['evictions']:,}  bytes moved {t['bytes_moved']:,}")
         m = self.metrics
-        lines += ["", "held-out last day:",
+        lines += ["", f"held out: {self.split.get('rule', 'last day')}",
                   f"  AUC {format_metric(m.get('auc'))}   GAUC {format_metric(m.get('gauc'))}   "
                   f"logloss {format_metric(m.get('logloss'))}   NE {format_metric(m.get('ne'))}   "
                   f"calibration {format_metric(m.get('calibration'), '.3f')}"]
@@ -425,6 +431,8 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any) -> Pi
     watch.stage("plan")
     planned = _plan_run(w, cfg, be.name, work, result)
     result.seconds["plan"] = time.perf_counter() - t0
+    if planned.frames.split is not None:  # every check passed: what is about to train, and on what
+        planned.frames.split.announce(w.origin)
 
     _reset_kernel_counters(client)  # count the streamed partitions' kernels only, not planning's
     streams = _open_streams(w, cfg, planned, client, watch)
@@ -435,7 +443,8 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any) -> Pi
     result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
     result.seconds["extract+evaluate"] = evaluate_s
     result.kernel = _kernel_summary(streams, planned.frames)
-    _record_rows(result, w, cfg, planned.frames.parts, streams)
+    result.kernel["json_cleaning"] = any("json" in v.clean for v in w.views)  # its two kernels ran
+    _record_rows(result, w, cfg, planned.frames, streams)
     result.joins = [str(d) for d in join_decisions(since=decisions_before)]
     result.passes = {"training": dict(streams.producer.plan), "held-out": dict(streams.test_producer.plan)}
     result.store = _store_totals(planned.net)
@@ -527,7 +536,7 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any
 
 
 @contextlib.contextmanager
-def _training_threads(threads: int | None, is_gpu: bool) -> Iterator[None]:
+def training_threads(threads: int | None, is_gpu: bool) -> Iterator[None]:
     """torch's intra-op threads set to ``threads`` for the block (None: on the CPU backend every
     core but one, left to the extraction beside the trainer), restored after."""
     import torch
@@ -550,7 +559,7 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
     from fbrapids.trainers.fit import fit, predict
 
     inputs = planned.inputs
-    with _training_threads(cfg.train_threads, is_gpu):
+    with training_threads(cfg.train_threads, is_gpu):
         streams.watch.stage("extract+train")
         t = time.perf_counter()
         fitted = fit(planned.net, streams.train, epochs=cfg.epochs, progress=cfg.progress,
@@ -561,7 +570,7 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
         t = time.perf_counter()
         streams.test = batch_stream(streams.test_producer, inputs.dense, inputs.sparse, cfg.batch_size, cfg.seed,
                                     cfg.nan, w.label, w.group)
-        result.predictions = predict(planned.net, streams.test, progress=cfg.progress)
+        result.predictions = predict(planned.net, streams.test, progress=cfg.progress)  # read-only, as served
         evaluate_s = time.perf_counter() - t
     return fitted, train_s, evaluate_s
 
@@ -600,13 +609,19 @@ def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> dict[str, Any]:
             "dictionary_runs": ks["dictionary_runs"]}
 
 
-def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, parts: dict[str, FrameLike],
+def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, frames: PlannedFrames,
                  streams: _Streams) -> None:
-    """The rows per stage (read, cleaned, merged, trained, held out, dense values zeroed)
-    and the cleaning report's counts, into ``result``."""
-    counts = parts["log"].fbx.clean_report.counts if cfg.count_clean and w.log.clean else {}
-    result.rows["impressions read"] = int(counts.get("rows_in", 0))
-    result.rows["after clean"] = int(counts.get("rows_out", 0))
+    """The rows per stage (each view read, the log after cleaning, merged, trained, held
+    back, held out, dense values zeroed), the cleaning report's counts and the split, into
+    ``result``.  A count not taken (``count_clean=False``) is left out, never shown as 0."""
+    check = frames.split
+    counts = frames.parts["log"].fbx.clean_report.counts if cfg.count_clean and w.log.clean else {}
+    for name, n in _view_rows(w, check, count=cfg.count_clean).items():
+        result.rows[f"{name} read"] = n
+    if counts:
+        result.rows["after clean"] = int(counts.get("rows_out", 0))
+    elif not w.log.clean and check is not None:
+        result.rows["after clean"] = check.rows  # nothing to clean
     result.rows["merged (train+test)"] = int(streams.train.samples + result.metrics.get("n", 0))
     result.rows["trained"] = int(streams.train.samples)
     if result.held_rows:  # part of them: held back from training to fit the calibration on (fit)
@@ -616,6 +631,29 @@ def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, parts: dic
         result.rows["dense NaN/inf/null -> 0"] = sum(int(getattr(st, "stats", {}).get("nan_replaced", 0))
                                                      for st in (streams.train.batches, streams.test))
     result.clean = counts
+    if check is not None:
+        result.split = {**check.as_dict(), "text": check.render()}
+
+
+def _view_rows(w: Workload, check: Any, count: bool) -> dict[str, int]:
+    """Rows read per view: the log's from the split's check, a parquet view's from its
+    footers; another view's by a pass over its files when ``count`` (else left out)."""
+    from fbrapids.views.read import expand_paths, parquet_file, read_view
+
+    out: dict[str, int] = {}
+    for v in w.views:
+        if v is w.log:
+            if check is not None:
+                out[v.name] = check.rows
+            continue
+        files = [f for p in v.paths for f in expand_paths(w.resolve(p))]
+        if all(f.endswith(".parquet") for f in files):
+            out[v.name] = sum(parquet_file(f).metadata.num_rows for f in files)
+        elif count:
+            opts = {k: x for k, x in v.options.items() if k not in ("columns", "dtype")}
+            first = list(v.options.get("columns") or read_view(files, backend="cpu", **opts)._meta.columns)[:1]
+            out[v.name] = len(read_view(files, columns=first, eager=True, backend="cpu", **opts))
+    return out
 
 
 @dataclass
@@ -641,6 +679,7 @@ class PlannedFrames:
     plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
     fitted_state: Any = None
     fit_s: float = 0.0
+    split: Any = None  #: the split, checked before planning (:class:`~fbrapids.workloads.split_check.SplitCheck`)
 
 
 def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int, batch_size: int,
@@ -663,21 +702,26 @@ def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int,
     return TrainingInputs(model, dense, sparse, sequences or None, features, run)
 
 
-def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None) -> PlannedFrames:
+def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None,
+                check: Any = None) -> PlannedFrames:
     """The lazy training and held-out rows of the workload with ``inputs``' features:
     history features over the whole log, fitted ones fitted once on the training rows
-    (out-of-fold there, frozen on the held-out rows), the stream's columns checked."""
+    (out-of-fold there, frozen on the held-out rows), the split checked first
+    (:func:`~fbrapids.workloads.split_check.check_split`; ``check``: when already made) and
+    the stream's columns checked."""
     from fbrapids.runs.plan_checks import check_stream_columns
     from fbrapids.workloads import frames
+    from fbrapids.workloads.split_check import check_split
 
     w = as_workload(data)
     plain, history, to_fit = split_fitted(inputs.extra_features)
-    cutoff = frames.held_out_cutoff(w)  # a held-out day the footers say is empty: refused before planning
-    merged, parts = frames.feature_frame(w, backend=backend, features=plain)
+    if check is None:  # the log's label and time read once: a split that cannot be right refused here
+        check = check_split(w)
+    merged, parts = frames.feature_frame(w, backend=backend, features=plain, check=check)
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)
-    train, test = frames.split_frame(w, merged, cutoff)
-    out = PlannedFrames(train, test, parts, plain)
+    train, test = frames.split_frame(w, merged, check.cutoff)
+    out = PlannedFrames(train, test, parts, plain, split=check)
     if to_fit:  # fitted on the training rows only; out-of-fold there, frozen on the held-out rows
         t = time.perf_counter()
         out.fitted_state = train.fbx.fit(**to_fit)
@@ -685,7 +729,7 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
         out.test = test.fbx.extract(out.fitted_state)
         out.fit_s = time.perf_counter() - t
     check_stream_columns(out.train._meta, w.label, inputs.dense, inputs.sparse,  # fitted features included
-                         w.origin)
+                         w.origin, group=w.group)
     return out
 
 

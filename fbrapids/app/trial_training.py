@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,12 +63,14 @@ class ArmsRun:
     extraction: dict[str, int] = field(default_factory=dict)  # launches, partitions, rows streamed
     seconds: dict[str, float] = field(default_factory=dict)
     zeroed: list[str] = field(default_factory=list)  # the candidate-input weights started at 0
+    rows: dict[str, int] = field(default_factory=dict)  #: rows every model trained on (per epoch) and held out
+    split: dict[str, Any] = field(default_factory=dict)  #: the split as checked before training (SplitCheck.as_dict)
     order: str = ""  # sha1 of the training batches' labels and groups, in the order every model read them
 
 
 def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
                seeds: Sequence[int] = (0,), progress: bool = True, sequences: dict[str, str] | None = None,
-               paired: bool = True, aa: bool = False, **options: Any) -> ArmsRun:
+               paired: bool = True, aa: bool = False, split_check: Any = None, **options: Any) -> ArmsRun:
     """Extract once, train a baseline and a candidate arm per seed side by side, predict the
     held-out rows (see the module docstring) of ``data``, a
     :class:`~fbrapids.workloads.Workload` or a folder of generated data; ``options``: :data:`OPTIONS`.
@@ -78,7 +79,8 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     baseline over the baseline's features only, the candidate over all of them, each
     initialised under the seed with nothing zeroed (still one extraction pass); it is there
     to measure what the pairing buys.  ``aa=True`` adds an A/A arm per seed
-    (:func:`fbrapids.trainers.arms.shuffled_view`)."""
+    (:func:`fbrapids.trainers.arms.shuffled_view`).  ``split_check``: the split's check, when
+    already made (:func:`~fbrapids.workloads.split_check.check_split`)."""
     import dask
     import torch
 
@@ -86,7 +88,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     from fbrapids.frames.backend import get_backend
     from fbrapids.datasets.synthetic import as_workload
     from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model, plan_frames, \
-        training_inputs
+        training_inputs, training_threads
     from fbrapids.workloads import SequenceFeature
     from fbrapids.trainers.arms import zero_candidate_inputs
     from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
@@ -114,8 +116,9 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     with dask.config.set(scheduler="threads"), temporary_work_dir() as tmp:
         work = Path(opt["work_dir"]) if opt["work_dir"] is not None else Path(tmp)
         inputs = training_inputs(w, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0])
-        frames = plan_frames(inputs, w, be.name)  # the stream's columns checked there
+        frames = plan_frames(inputs, w, be.name, check=split_check)  # the split and the stream's columns checked
         train, test = frames.train, frames.test
+        run.split = {**frames.split.as_dict(), "text": frames.split.render()} if frames.split is not None else {}
         if frames.fitted_state is not None:
             run.seconds["fit"] = frames.fit_s
         models, views = [], []
@@ -139,6 +142,8 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
                 views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else
                              _ShuffledView(dense, new_dense, new_sparse, s) if arm == "aa" else None)
         run.seconds["plan"] = time.perf_counter() - t0
+        if frames.split is not None:  # every check passed: what is about to train, and on what
+            frames.split.announce(w.origin)
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
         columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
         producer = TimedPartitions(train, window=1, columns=columns)
@@ -148,11 +153,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             return batch_stream(source, dense, sparse, opt["batch_size"], run.seeds[0], opt["nan"], w.label,
                                 w.group, window)
 
-        threads_before = torch.get_num_threads()
-        threads = opt["train_threads"] or (None if be.is_gpu else max(1, (os.cpu_count() or 2) - 1))
-        if threads:
-            torch.set_num_threads(threads)
-        try:
+        with training_threads(opt["train_threads"], be.is_gpu):  # every core but one on the CPU
             t = time.perf_counter()
             train_stream = _Counted(batches(producer, SHUFFLE_WINDOW))
             steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
@@ -160,8 +161,6 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
             t = time.perf_counter()
             preds = predict_side_by_side(models, batches(test_producer, 0), views=views, progress=progress)
             run.seconds["extract+predict"] = time.perf_counter() - t
-        finally:
-            torch.set_num_threads(threads_before)
         ks = kernel_stats.stats()
     run.label, run.group = preds[0]["label"], preds[0]["group"]
     n = len(arms)
@@ -169,6 +168,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     run.candidate = [p["pred"] for p in preds[1::n]]
     run.aa = [p["pred"] for p in preds[2::n]] if aa else []
     run.order = train_stream.digest.hexdigest()
+    run.rows = {"trained": train_stream.rows // max(1, int(opt["epochs"])), "held out": len(run.label)}
     run.extraction = {"launches": int(ks["launches"]), "partitions": producer.partitions + test_producer.partitions,
                       "rows streamed": train_stream.rows + len(run.label),
                       "steps per model": int(steps), "models": len(models)}

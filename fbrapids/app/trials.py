@@ -72,7 +72,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fbrapids.errors import ArgumentError, FeatureError
+from fbrapids.errors import ArgumentError, FeatureError, TrialError
 from fbrapids.kernels import Expr
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,8 @@ class TrialResult:
     nan_rounds: dict[str, int] = field(default_factory=dict)
     extraction: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    split: dict[str, Any] = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
         """What a notebook shows: the metrics table and the deltas with their intervals."""
@@ -137,6 +139,9 @@ class TrialResult:
         pct = f"{100 * self.level:g}%"
         lines = [f"feature trial: baseline + {', '.join(self.candidates)}  ({len(self.seeds)} seed(s) per arm, "
                  f"{self.n_boot} bootstrap rounds over {self.n_users:,} held-out users)"]
+        if self.rows:
+            lines.append(f"  rows: trained {self.rows.get('trained', 0):,}, held out {self.rows.get('held out', 0):,}"
+                         + (f" ({self.split['rule']})" if self.split.get("rule") else ""))
         for m in METRICS:
             lo, hi = self.interval.get(m, (float("nan"), float("nan")))
             per_seed = ", ".join(f"{d:+.4f}" for d in self.seed_deltas.get(m, []))
@@ -364,32 +369,25 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     from fbrapids.app.trial_training import train_arms
 
     w = as_workload(workload)
-    if not isinstance(candidates, dict) or not candidates:
-        raise ArgumentError(f"candidates must be a non-empty dict of name -> feature expression, got {candidates!r}")
-    clash = [n for n in candidates if n in w.features or n in w.sparse or n in w.dense]
-    if clash:
-        raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
-    if kind not in ("sparse", "dense"):
-        raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
-    if not 0 < level < 1:
-        raise ArgumentError(f"level must be in (0, 1), got {level!r}")
+    _check_arguments(w, candidates, kind, level)
     seed_list = _seed_list(seeds, seed)
+    from fbrapids.workloads.split_check import check_split
+
+    check = check_split(w)  # a split that cannot be right: one line before any bar or model
     t0 = time.perf_counter()
     bar = tqdm(total=2, disable=not progress, desc="trial", unit="step", position=1, leave=False)
     bar.set_postfix_str(f"{2 * len(seed_list)} models, one extraction")
-    w.check_files()
-    if w.group is None:
-        raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
-                            "(users): set group = ...")
     run = train_arms(w, candidates, kind=kind, model=model, seeds=seed_list, progress=progress,
-                     sequences=sequences, paired=paired, aa=aa, **options)
+                     sequences=sequences, paired=paired, aa=aa, split_check=check, **options)
     bar.update(1)
+    _refuse_empty_arms(run, w)
     bar.set_postfix_str(f"bootstrap x{n_boot}")
     t = time.perf_counter()
     k = len(seed_list)
     rounds = arm_rounds(run.label, [*run.baseline, *run.candidate, *run.aa], run.group, n_boot, seed)
     result = TrialResult(list(candidates), {}, {}, n_boot=n_boot, n_users=int(len(np.unique(run.group))),
-                         seeds=seed_list, level=level, extraction=run.extraction)
+                         seeds=seed_list, level=level, extraction=run.extraction, rows=dict(run.rows),
+                         split=dict(run.split))
     for m in METRICS:
         base, cand, shuffled = rounds[m][:k], rounds[m][k:2 * k], rounds[m][2 * k:]
         full = cand[:, 0] - base[:, 0]
@@ -419,6 +417,34 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     bar.close()
     log.info("%s", result.render())
     return result
+
+
+def _check_arguments(w: Any, candidates: Any, kind: str, level: float) -> None:
+    """What :func:`trial` refuses before any work: no candidates, a candidate named like a
+    baseline column, a bad ``kind`` or ``level``, missing files, no group column."""
+    if not isinstance(candidates, dict) or not candidates:
+        raise ArgumentError(f"candidates must be a non-empty dict of name -> feature expression, got {candidates!r}")
+    clash = [n for n in candidates if n in w.features or n in w.sparse or n in w.dense]
+    if clash:
+        raise FeatureError(f"candidate feature name(s) {clash} already name baseline columns; rename them")
+    if kind not in ("sparse", "dense"):
+        raise ArgumentError(f"kind must be 'sparse' or 'dense', got {kind!r}")
+    if not 0 < level < 1:
+        raise ArgumentError(f"level must be in (0, 1), got {level!r}")
+    w.check_files()
+    if w.group is None:
+        raise ArgumentError(f"trial: {w.where} declares no group column; the trial's bootstrap resamples groups "
+                            "(users): set group = ...")
+
+
+def _refuse_empty_arms(run: Any, w: Any) -> None:
+    """No verdict from arms that trained on 0 rows, or were judged on none (what cleaning or
+    an inner join left of a split the check passed): a :class:`~fbrapids.errors.TrialError`."""
+    trained, held = run.rows.get("trained", 0), run.rows.get("held out", 0)
+    if trained == 0 or held == 0:
+        rule = run.split.get("rule", w.split.rule)
+        raise TrialError(f"trial on {w.where}: no verdict: the arms trained on {trained:,} rows and were judged on "
+                         f"{held:,} held-out rows (split: held out {rule}, after cleaning and joins)")
 
 
 def _aa_check(result: TrialResult, m: str, full: np.ndarray, boot: np.ndarray, level: float) -> None:

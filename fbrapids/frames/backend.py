@@ -13,7 +13,10 @@ an RMM pool (``rmm.mr.PoolMemoryResource``) under a ``StatisticsResourceAdaptor`
 current device resource, routes cupy through ``rmm_cupy_allocator`` and, when torch has
 not touched CUDA yet, torch through ``rmm_torch_allocator`` -- one pool for cudf, cupy,
 the kernels and the trainer.  In a dask-cuda worker the pool dask-cuda made is adopted
-(never re-initialised).  ``FBRAPIDS_RMM_POOL`` sets the initial pool size (``"8GiB"``,
+(never re-initialised).  One pool per device: a process that starts a local dask-cuda
+cluster whose worker uses its device makes no pool of its own (the worker makes one of the
+same share; :func:`leave_pool_to_workers`), or, when it has one already, the workers'
+pools are sized from the memory left (:func:`cuda_cluster_options` ``shared_free``).  ``FBRAPIDS_RMM_POOL`` sets the initial pool size (``"8GiB"``,
 ``"0.5"`` = half the free memory, the default; ``"off"``: no pool);
 ``FBRAPIDS_RMM_TORCH=0`` leaves torch on its own allocator.
 :meth:`Backend.free_device_memory` counts what the pool holds but has not handed out as
@@ -199,6 +202,32 @@ class DeviceMemory:
         return max(0, int(self.pool.pool_size()) - max(0, used))
 
 
+#: why this process makes no RMM pool of its own (empty: it makes one): a local cluster's
+#: worker on its device holds the device's pool (:func:`leave_pool_to_workers`)
+_POOL_LEFT: list[str] = []
+#: the pool this process made (:func:`_setup_device_memory`), once made
+_POOL_MADE: list[Any] = []
+
+
+def leave_pool_to_workers(why: str) -> bool:
+    """Called before a local dask-cuda cluster starts a worker on this process's device: this
+    process then makes no RMM pool (its allocations go to RMM's default resource and torch
+    keeps its own allocator), since the worker makes one of ``FBRAPIDS_RMM_POOL``'s share of
+    the device and two such pools do not fit.  Returns False when it is too late (this
+    process made its pool already): the caller sizes the workers' pools from the memory left
+    (:func:`cuda_cluster_options` ``shared_free``).
+
+    Example (changes this process's memory set-up: not run here):
+        >>> leave_pool_to_workers("the local cluster's worker on GPU 0")  # doctest: +SKIP
+        True
+    """
+    if _POOL_MADE:
+        return False
+    if why not in _POOL_LEFT:
+        _POOL_LEFT.append(why)
+    return True
+
+
 def _setup_device_memory(rmm: Any) -> DeviceMemory:
     """Make (or adopt) the RMM pool and the statistics over it, and route cupy and torch to it."""
     mr_mod = rmm.mr
@@ -210,11 +239,15 @@ def _setup_device_memory(rmm: Any) -> DeviceMemory:
     if untouched:
         free, _total = mr_mod.available_device_memory()
         size = parse_pool_size(os.environ.get(POOL_ENV), int(free))
+        if size is not None and _POOL_LEFT:
+            log.info("no RMM pool in this process: %s holds the device's pool", _POOL_LEFT[0])
+            size = None
         if size is not None:
             pool = mr_mod.PoolMemoryResource(mr_mod.CudaMemoryResource(), initial_pool_size=size)
             stats = mr_mod.StatisticsResourceAdaptor(pool)
             mr_mod.set_current_device_resource(stats)
             created = True
+            _POOL_MADE.append(pool)
             log.info("RMM pool of %s bytes (%s=%s)", f"{size:,}", POOL_ENV, os.environ.get(POOL_ENV, DEFAULT_POOL))
     elif pool is not None and stats is None:  # e.g. a dask-cuda worker's pool: count over it, never re-initialise it
         stats = mr_mod.StatisticsResourceAdaptor(mr_mod.get_current_device_resource())
@@ -258,14 +291,19 @@ def device_memory() -> DeviceMemory:
     return _setup_device_memory(rmm) if rmm is not None else DeviceMemory()
 
 
-def cuda_cluster_options(**given: Any) -> dict[str, Any]:
+def cuda_cluster_options(shared_free: int | None = None, **given: Any) -> dict[str, Any]:
     """dask-cuda ``LocalCUDACluster`` options: every worker gets an RMM pool (the share of
-    the device ``FBRAPIDS_RMM_POOL`` names, default half) with cupy routed to it; ``given``
-    options win.
+    the device ``FBRAPIDS_RMM_POOL`` names, default half: dask-cuda takes a fraction of the
+    device's total memory) with cupy routed to it; ``given`` options win.  ``shared_free``:
+    the device's free bytes now, when this process holds a pool on a device a worker uses
+    (:func:`leave_pool_to_workers` came too late); a fraction is then of that, in bytes, so
+    the two pools together fit the device.
 
     Example:
         >>> cuda_cluster_options(n_workers=1)["rmm_pool_size"]
         0.5
+        >>> cuda_cluster_options(shared_free=1000)["rmm_pool_size"]
+        256
         >>> "rmm_pool_size" in cuda_cluster_options(rmm_async=True)
         False
     """
@@ -276,7 +314,10 @@ def cuda_cluster_options(**given: Any) -> dict[str, Any]:
             share = float(text)
         except ValueError:
             share = None
-        opts["rmm_pool_size"] = share if share is not None and share < 1 else text
+        if share is not None and share < 1:
+            opts["rmm_pool_size"] = share if shared_free is None else parse_pool_size(text, shared_free)
+        else:
+            opts["rmm_pool_size"] = text
     opts.setdefault("rmm_allocator_external_lib_list", ["cupy"])
     return opts
 

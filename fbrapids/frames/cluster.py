@@ -26,24 +26,22 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     """A ``distributed.Client`` on a new local cluster.
 
     On the GPU backend this is dask-cuda's ``LocalCUDACluster`` (one worker per GPU, each
-    with an RMM pool: see :func:`fbrapids.frames.backend.cuda_cluster_options`); otherwise a ``LocalCluster`` of worker processes (default: one per core, at most 4).
+    with an RMM pool, one pool per device: see :func:`cuda_cluster_plan`); otherwise a
+    ``LocalCluster`` of worker processes (default: one per core, at most 4).
 
     Example:
         >>> client = local_cluster(n_workers=2, backend="cpu")  # doctest: +SKIP
     """
     from distributed import Client
 
-    be = _backend.get_backend(backend)
-    if be.is_gpu:
+    if _backend.resolve_name(backend) == "gpu":
         try:
             from dask_cuda import LocalCUDACluster
         except ImportError as exc:
+            _backend.get_backend(backend)  # a GPU backend that cannot run says why first
             raise _backend.BackendUnavailableError(
                 "the GPU backend needs dask-cuda for a local cluster (pip install 'fbrapids[gpu]')") from exc
-        # every worker gets an RMM pool (FBRAPIDS_RMM_POOL, default half the device) with cupy on it
-        workers = cuda_worker_count(n_workers, _backend.visible_devices()[0])
-        options = _backend.cuda_cluster_options(n_workers=workers, **cluster_kwargs)
-        cluster = LocalCUDACluster(**options)
+        cluster = LocalCUDACluster(**cuda_cluster_plan(n_workers, backend, cluster_kwargs))
     else:
         from distributed import LocalCluster
 
@@ -75,6 +73,43 @@ def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str
         raise ClusterError(f"could not start a local dask cluster for the run ({exc}); its worker process starts "
                            "by importing the main module: a script that runs the pipeline at import must do so "
                            "under `if __name__ == \"__main__\":`") from exc
+
+
+def worker_devices(cluster_kwargs: dict[str, Any], workers: int, visible: int) -> list[str]:
+    """The devices a ``LocalCUDACluster``'s ``workers`` workers use, as ``CUDA_VISIBLE_DEVICES``
+    names them (worker i takes the i-th of the cluster's list: its ``CUDA_VISIBLE_DEVICES``
+    option, else this process's, else all ``visible`` devices).
+
+    Example:
+        >>> worker_devices({}, 1, 2), worker_devices({"CUDA_VISIBLE_DEVICES": "2,3"}, 2, 4)
+        (['0'], ['2', '3'])
+    """
+    given = cluster_kwargs.get("CUDA_VISIBLE_DEVICES")
+    if given is None:
+        given = os.environ.get("CUDA_VISIBLE_DEVICES") or [str(i) for i in range(visible)]
+    names = given.split(",") if isinstance(given, str) else [str(d) for d in given]
+    return [n.strip() for n in names][:workers]
+
+
+def client_device() -> str:
+    """This process's CUDA device as ``CUDA_VISIBLE_DEVICES`` names it (the first visible one)."""
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return where.split(",")[0].strip() if where else "0"
+
+
+def cuda_cluster_plan(n_workers: int | None, backend: str | None, cluster_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``LocalCUDACluster`` options of a local GPU cluster, one RMM pool per device: every
+    worker gets a pool (``FBRAPIDS_RMM_POOL``, default half the device) with cupy on it, and
+    when a worker shares this process's device this process makes no pool of its own
+    (:func:`~fbrapids.frames.backend.leave_pool_to_workers`), or, holding one already, the
+    workers' pools are sized from the memory left."""
+    workers = cuda_worker_count(n_workers, _backend.visible_devices()[0])
+    shared = client_device() in worker_devices(cluster_kwargs, workers, _backend.visible_devices()[0])
+    no_pool_here = _backend.leave_pool_to_workers(f"the local cluster's worker on GPU {client_device()}") \
+        if shared else True
+    be = _backend.get_backend(backend)
+    shared_free = None if no_pool_here else int(be.xp.cuda.runtime.memGetInfo()[0])
+    return _backend.cuda_cluster_options(shared_free=shared_free, n_workers=workers, **cluster_kwargs)
 
 
 def cuda_worker_count(requested: int | None, visible: int) -> int:

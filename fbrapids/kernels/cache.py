@@ -8,7 +8,10 @@ fsynced after), so a reader sees either nothing or a complete file, a power loss
 Each artefact ``KEY.so`` has a digest beside it, ``KEY.so.sha256`` (its sha256 and size),
 written the same way.  An entry is used only when its bytes match the digest: an empty or
 truncated file, a flipped bit, or an entry without a digest is logged (naming the file)
-and rebuilt, never loaded.  :data:`stats` counts hits, builds and rebuilds in this process.
+and rebuilt, never loaded.  :data:`stats` counts hits, builds and rebuilds in this process;
+with ``$FBRAPIDS_KERNEL_CACHE_LOG`` set to a file, every lookup of every process also
+appends a JSON line there (``{"outcome": "hit" | "build" | "rebuild", "key", "suffix",
+"seconds"}``), so a run of many processes (``scripts/gpu_check.py``'s steps) can count them.
 
 Example:
     >>> import os, tempfile
@@ -25,15 +28,19 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
 from fbrapids.files.atomic import fsync, fsync_path
 
 ENV_VAR = "FBRAPIDS_KERNEL_CACHE"
+#: a file every lookup is appended to as a JSON line (unset: none)
+ENV_LOG = "FBRAPIDS_KERNEL_CACHE_LOG"
 #: the suffix of an artefact's digest file
 DIGEST_SUFFIX = ".sha256"
 
@@ -90,6 +97,18 @@ def _problem(final: Path) -> str | None:
     return None
 
 
+def verified(name: str) -> Path | None:
+    """The cache entry ``name`` (``KEY.cubin``) when it is there and matches its digest, else
+    None; counts nothing and builds nothing.
+
+    Example:
+        >>> verified("no-such-entry.cubin") is None
+        True
+    """
+    path = cache_dir() / name
+    return path if path.exists() and _problem(path) is None else None
+
+
 def _install(d: Path, key: str, suffix: str, final: Path, build: Callable[[Path], object]) -> None:
     """Build into a temporary file, fsync it, write its digest (temporary, fsynced, renamed),
     rename the artefact into place and fsync the folder."""
@@ -122,28 +141,61 @@ def invalidate(path: str | os.PathLike, why: str) -> None:
     p.unlink(missing_ok=True)
 
 
+def _count(outcome: str, key: str, suffix: str, seconds: float = 0.0) -> None:
+    """Count a lookup in :data:`stats` and, when ``$FBRAPIDS_KERNEL_CACHE_LOG`` names a file,
+    append it there (one short line, one ``write`` in append mode: whole across processes)."""
+    stats[outcome + "s"] += 1
+    path = os.environ.get(ENV_LOG)
+    if path:
+        line = json.dumps({"outcome": outcome, "key": key, "suffix": suffix, "seconds": round(seconds, 3)}) + "\n"
+        with open(path, "a") as f:
+            f.write(line)
+
+
+def read_log(path: str | os.PathLike) -> dict[str, float]:
+    """The lookups a ``$FBRAPIDS_KERNEL_CACHE_LOG`` file counts: ``hits``, ``builds``,
+    ``rebuilds`` and the ``compile_seconds`` the builds took (zeros for a missing file).
+
+    Example:
+        >>> read_log("/nonexistent")
+        {'hits': 0, 'builds': 0, 'rebuilds': 0, 'compile_seconds': 0.0}
+    """
+    out = {"hits": 0, "builds": 0, "rebuilds": 0, "compile_seconds": 0.0}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        out[rec["outcome"] + "s"] += 1
+        out["compile_seconds"] = round(out["compile_seconds"] + float(rec.get("seconds", 0.0)), 3)
+    return out
+
+
 def cached_artifact(key: str, suffix: str, build: Callable[[Path], object]) -> Path:
     """The cached file for ``key``, building it with ``build(tmp_path)`` when missing or
     when it does not match its digest (each rebuild logged naming the file)."""
     d = cache_dir()
     final = d / f"{key}{suffix}"
     if final.exists() and _problem(final) is None:
-        stats["hits"] += 1
+        _count("hit", key, suffix)
         return final
     with open(d / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             problem = _problem(final) if final.exists() else None
             if final.exists() and problem is None:  # another process built it while we waited
-                stats["hits"] += 1
+                _count("hit", key, suffix)
                 return final
             if problem is not None:  # no digest: an entry of an older fbrapids (info), else damaged (warning)
                 log.log(logging.INFO if "no digest file" in problem else logging.WARNING,
                         "kernel cache entry %s: %s; rebuilding it", final, problem)
-                stats["rebuilds"] += 1
-            else:
-                stats["builds"] += 1
+            t0 = time.perf_counter()
             _install(d, key, suffix, final, build)
+            _count("build" if problem is None else "rebuild", key, suffix, time.perf_counter() - t0)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return final

@@ -83,7 +83,7 @@ def compile_bar(where: Path) -> Any:
         >>> with compile_bar(Path("/tmp")) as bar:
         ...     pass
     """
-    from tqdm.auto import tqdm
+    from fbrapids.ui.autobar import tqdm  # tqdm.auto would warn in a kernel without ipywidgets
 
     return tqdm(total=None, desc=f"fbrapids: compiling a meta-kernel (once: cached in {where})",
                 bar_format="{desc} {elapsed}", disable=None, leave=True)

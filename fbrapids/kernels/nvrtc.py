@@ -79,11 +79,25 @@ def _candidate_paths() -> list[str]:
     return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
 
 
+def _builtins_beside(path: str) -> None:
+    """Load the ``libnvrtc-builtins`` next to ``path`` first, globally: libnvrtc opens it by
+    its soname when it compiles, and a wheel's copy outside the loader's path (an NVRTC of
+    another version, ``$FBRAPIDS_NVRTC``) would otherwise not be found ("failed to open
+    libnvrtc-builtins.so.13.0")."""
+    for lib in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+        try:
+            ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            continue
+
+
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL, str]:
     tried: list[str] = []
     for path in _candidate_paths():
         try:
+            _builtins_beside(path)
             return _declare(ctypes.CDLL(path)), path
         except OSError as exc:
             tried.append(f"{path}: {exc}")

@@ -18,6 +18,7 @@ from fbrapids.kernels.abi import CUDA_MAX_PARTS, pool_parts
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
 from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
 from fbrapids.kernels.operator import Impl, Operator
+from fbrapids.kernels import plan_record
 from fbrapids.kernels.builtins import BUILTINS
 from fbrapids.kernels.registry import get_operator
 from fbrapids.kernels.types import INT_TYPES
@@ -249,6 +250,7 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
             if dictionary_capable(n, nodes):
                 n.dict_slot, slot = slot, slot + 1
     layers = _layer(nodes, fused)
+    plan_record.record(features, schema, fused, dictionary)  # with $FBRAPIDS_PLAN_RECORD set only
     return Plan(nodes, layers, outputs, dict(schema), backend, fused, dictionary)
 
 

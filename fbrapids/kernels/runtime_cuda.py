@@ -49,7 +49,7 @@ from fbrapids.kernels.columns import HostColumn, empty_series, from_arrow
 from fbrapids.kernels.device_columns import (DeviceColumn, fixed_arrays, fixed_column, int64_child, list_column,
                                              read_column, strings_column)
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
-from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin
+from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin, nvrtc_version
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_bytes, row_sample
 from fbrapids.kernels.render import kernel_name, render_module
@@ -85,20 +85,56 @@ def device_helpers_source() -> str:
     return inline_headers([]) + "\n" + without_includes((CSRC / DEVICE_HELPERS).read_text())
 
 
-def load_module(cp: Any, source: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
-    """``source`` compiled with ``options`` for the current device (a CUBIN for its
-    ``sm_XX``, cached on disk by :mod:`fbrapids.kernels.cache`) and loaded.  Not
-    ``cupy.RawModule(code=...)``: it appends ``-ftz=true`` after the caller's options
-    (``cupy/cuda/compiler.py``), flushing float32 denormals on the device only.  The
-    module's ``get_function(name)(grid, block, args)`` launches as a RawModule's does."""
+def cubin_key(source: str, arch: str, options: tuple[str, ...] = RUNTIME_OPTIONS) -> str:
+    """The kernel cache key of ``source`` compiled for ``arch`` with ``options``: the text,
+    the options, the architecture and the NVRTC version (``nvrtc 13.0``) that compiles it,
+    so a CUBIN of another compiler or GPU is never loaded.
+
+    Example:
+        >>> from fbrapids.kernels.nvrtc import nvrtc_available
+        >>> not nvrtc_available() or cubin_key("x", "sm_90") != cubin_key("x", "sm_80")
+        True
+    """
     from fbrapids.kernels import cache
 
-    arch = f"sm_{cp.cuda.Device().compute_capability}"
-    key = cache.source_key(source, " ".join(options), arch)
-    path = cache.cached_artifact(key, ".cubin", lambda tmp: tmp.write_bytes(compile_cubin(source, arch, name, options)))
+    major, minor = nvrtc_version()
+    return cache.source_key(source, " ".join(options), arch, f"nvrtc {major}.{minor}")
+
+
+def cached_cubin(source: str, arch: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+    """The path of ``source``'s CUBIN for ``arch`` in the kernel cache, compiled by NVRTC
+    when missing (no device needed: ``make gpu-kernels`` fills the cache this way)."""
+    from fbrapids.kernels import cache
+
+    return cache.cached_artifact(cubin_key(source, arch, options), ".cubin",
+                                 lambda tmp: tmp.write_bytes(compile_cubin(source, arch, name, options)))
+
+
+def load_module(cp: Any, source: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+    """``source`` compiled with ``options`` for the current device (a CUBIN for its
+    ``sm_XX``, cached on disk by :mod:`fbrapids.kernels.cache`, :func:`cubin_key`) and
+    loaded.  Not ``cupy.RawModule(code=...)``: it appends ``-ftz=true`` after the caller's
+    options (``cupy/cuda/compiler.py``), flushing float32 denormals on the device only.  The
+    module's ``get_function(name)(grid, block, args)`` launches as a RawModule's does."""
+    path = cached_cubin(source, f"sm_{cp.cuda.Device().compute_capability}", name, options)
     module = cp.cuda.function.Module()
     module.load(path.read_bytes())
     return module
+
+
+def module_source(plan: Plan, layouts: Mapping[int, InputLayout]) -> str:
+    """The CUDA source a :class:`CudaPlan` compiles for ``plan``'s GPU layers over inputs
+    of ``layouts`` (only the inputs whose offsets are not int64; empty: the host layout).
+
+    Example:
+        >>> from fbrapids import ops
+        >>> from fbrapids.kernels.plan import build_plan
+        >>> p = build_plan({"t": ops.split("q", " ", buckets=8)}, {"q": "str"}, backend="gpu")
+        >>> module_source(p, {}) != module_source(p, {0: InputLayout(offsets=4)})
+        True
+    """
+    gpu_layers = [l for l in plan.layers if l.placement == "gpu"]
+    return render_module(plan, "cuda", gpu_layers, dict(layouts) if layouts else None)
 
 
 def meta_dtype(type_name: str) -> Any:
@@ -198,7 +234,7 @@ class CudaPlan(Runtime):
         self.abis = {l.index: layer_abi(plan, l) for l in self.gpu_layers}
         self.sizers = {l.index: PoolSizer() for l in self.gpu_layers}
         #: the source for inputs with int64 offsets; other input layouts render their own
-        self.source = render_module(plan, "cuda", self.gpu_layers)
+        self.source = module_source(plan, {})
         self.modules: dict[tuple, Any] = {}
         #: per operator on the dictionary path, its one-operator plan (run over the categories)
         self._distinct: dict[int, "CudaPlan"] = {}
@@ -217,7 +253,7 @@ class CudaPlan(Runtime):
         key = tuple(sorted((nid, lay.offsets, lay.str_offsets) for nid, lay in layouts.items()))
         mod = self.modules.get(key)
         if mod is None:
-            src = self.source if not key else render_module(self.plan, "cuda", self.gpu_layers, layouts)
+            src = self.source if not key else module_source(self.plan, layouts)
             mod = self.modules[key] = load_module(self.cp, src, "fbx_layers.cu")
         return mod
 

@@ -32,11 +32,12 @@ def _numeric(dtype: Any) -> bool:
 
 
 def check_stream_columns(meta: Any, label: str, dense: Sequence[str], sparse: Sequence[str],
-                         data_dir: str | os.PathLike) -> None:
-    """Every column the stream reads is in ``meta`` (the planned frame's empty meta), the
-    label and the dense features numeric."""
+                         data_dir: str | os.PathLike, group: str | None = None) -> None:
+    """Every column the stream reads is in ``meta`` (the planned frame's empty meta): the
+    label, the features and the ``group`` column; the label and the dense features numeric."""
     have = list(meta.columns)
-    for role, names in (("label", [label]), ("dense feature", dense), ("sparse feature", sparse)):
+    for role, names in (("label", [label]), ("dense feature", dense), ("sparse feature", sparse),
+                        ("group", [group] if group is not None else [])):
         for name in names:
             if name not in have:
                 raise NotFoundError(f"{role} {name!r} is neither a column of the views in {data_dir} nor an extracted "

@@ -152,7 +152,7 @@ def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, mo
     save_checkpoint(model, None, d / "model", step=0, keep=1)
     (d / "spec.json").write_text(json.dumps(spec_data, indent=1))
     lines = [f"request features: {', '.join(spec.request_features) or '-'}",
-             f"item features (cached by {spec.item_key}): {', '.join(spec.item_features) or '-'}",
+             f"item features (cached by {spec.item_key or 'nothing: no item columns'}): {', '.join(spec.item_features) or '-'}",
              f"pair features: {', '.join(spec.pair_features) or '-'}",
              f"model dense inputs: {spec.dense}", f"model sparse inputs: {spec.sparse}"]
     lines += [f"  {k} = {e}" for k, e in spec.features.items()]

@@ -258,7 +258,7 @@ class Scorer:
         dense, sparse = self._dense_of["item"], self._sparse_of["item"]
 
         def extract(at: np.ndarray) -> SideArrays:
-            frame = columns_frame(item_values, spec.schema, at)
+            frame = columns_frame(item_values, spec.frame_schema, at)
             return self._arrays(frame, spec.item_features, dense, sparse, "items_extracted",
                                 lambda i: self._item_label(at[i]))
 
@@ -589,7 +589,7 @@ class Scorer:
         spec = self.spec
         filled: dict[str, int] = {}
         req_frame = records_to_frame([r for r, _ in entries], spec.schema, spec.request_columns, self._request_label,
-                                     spec.fill, filled)
+                                     spec.fill, filled, spec.time)
         req = self._arrays(req_frame, spec.request_features, self._dense_of["request"],
                            self._sparse_of["request"], "requests_extracted", self._request_label)
         records = [it for _, items in entries for it in items]
@@ -600,7 +600,7 @@ class Scorer:
         self._starts = np.concatenate([[0], np.cumsum([len(items) for _, items in entries])])
         # every item record validated first; items are identical when all their item columns are
         item_values, contents = records_to_columns(records, spec.schema, spec.item_columns, self._item_label,
-                                                   spec.fill, filled)
+                                                   spec.fill, filled, spec.time)
         self.stats["nulls_filled"] += sum(filled.values())
         index: dict[tuple, int] = {}
         item_of = np.fromiter((index.setdefault(k, len(index)) for k in contents), dtype=np.int64,
@@ -615,10 +615,10 @@ class Scorer:
         rows = items.take(p_item) if len(pairs) != len(keys) or (p_item != np.arange(len(keys))).any() else items
         if spec.pair_features or self._dense_of["pair"] or self._sparse_of["pair"]:
             at = first[p_item]
-            frame = columns_frame({c: item_values[c] for c in self._pair_item_columns}, spec.schema, at)
+            frame = columns_frame({c: item_values[c] for c in self._pair_item_columns}, spec.frame_schema, at)
             for c in self._pair_request_columns:  # the request's columns, broadcast to its pairs
                 col = req_frame[c].take(p_owner)
-                frame[c] = col.to_numpy() if spec.schema[c] in ("int64", "uint64", "float64") else \
+                frame[c] = col.to_numpy() if spec.frame_schema[c] in ("int64", "uint64", "float64") else \
                     col.reset_index(drop=True)
             pair = self._arrays(frame, spec.pair_features, self._dense_of["pair"], self._sparse_of["pair"],
                                 "pairs_extracted", lambda i: self._item_label(at[i]))
@@ -646,11 +646,11 @@ class Scorer:
                 continue
             origin, offset = self._origin[i]
             records_to_frame([request], spec.schema, spec.request_columns, _fixed_label(f"request {origin}"),
-                             spec.fill)
+                             spec.fill, time=spec.time)
             name = (lambda j, o=offset: f"item {j + o}") if not self._batch_call else \
                 (lambda j, r=origin, o=offset: f"request {r} item {j + o}")
             frame = records_to_frame(rows, spec.schema, [*spec.request_columns, *spec.item_columns], name,
-                                     spec.fill, filled)
+                                     spec.fill, filled, spec.time)
             arr = self._arrays(frame, spec.features, list(spec.dense), list(spec.sparse), "pairs_extracted", name)
             self.stats["rows_scored"] += len(frame)
             logits = self.model(_batch(arr).to(self.device))

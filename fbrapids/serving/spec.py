@@ -19,7 +19,13 @@ value of the wrong type, or a number out of its range (a float64 column holds va
 fit float32, the model's dense dtype: ``|x| <= 3.4e38``; ``NaN`` and null are missing).
 ``fill`` maps raw columns to the value a null (or NaN) becomes before anything else, the
 training side's cleaning fills (the demo's ``USER_FILL`` / ``AD_FILL``...): exported with
-the spec, so a served null is what training saw, not a 500.
+the spec, so a served null is what training saw, not a 500.  ``time`` maps a raw column to
+the form its values are written in (:class:`~fbrapids.views.times.TimeForm`: ``"s"``,
+``"%y%m%d%H"``, ``"iso8601"`` ...): a served value is read as UTC epoch seconds by the code
+that read the training log's time column, before any feature reads it (a value not of that
+form is a ``RequestError`` naming the record and column).  A spec with no item columns
+(``item_key`` None: a log of one view) scores each request alone: a call's items are empty
+objects, one per score.
 
 Example:
     >>> from fbrapids import ops
@@ -44,8 +50,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.errors import RequestError, SpecError
+from fbrapids.errors import RequestError, SpecError, WorkloadError
 from fbrapids.kernels import Expr, as_expr, columns_of
+from fbrapids.views.times import TimeForm
 
 TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string(),
          "list<int64>": pa.list_(pa.int64())}
@@ -58,13 +65,14 @@ class ServingSpec:
     schema: dict[str, str]
     request_columns: list[str]
     item_columns: list[str]
-    item_key: str
+    item_key: str | None
     request_features: dict[str, Any] = field(default_factory=dict)
     item_features: dict[str, Any] = field(default_factory=dict)
     pair_features: dict[str, Any] = field(default_factory=dict)
     dense: list[str] = field(default_factory=list)
     sparse: list[str] = field(default_factory=list)
     fill: dict[str, Any] = field(default_factory=dict)
+    time: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.request_features = {k: as_expr(v) for k, v in self.request_features.items()}
@@ -86,8 +94,18 @@ class ServingSpec:
                 _check([v], c, self.schema[c], lambda _: "fill")
             except RequestError as exc:
                 raise SpecError(f"ServingSpec: {exc}") from None
-        if self.item_key not in self.item_columns:
-            raise SpecError(f"ServingSpec: item_key {self.item_key!r} is not an item column")
+        if (self.item_key is None) != (not self.item_columns) or (self.item_key is not None
+                                                                    and self.item_key not in self.item_columns):
+            raise SpecError(f"ServingSpec: item_key {self.item_key!r} is not an item column (None only without item "
+                            "columns)")
+        self.time = dict(self.time)
+        for c, form in self.time.items():
+            if c not in self.schema:
+                raise SpecError(f"ServingSpec: time names column {c!r}, which has no type in schema")
+            try:
+                TimeForm(form)
+            except WorkloadError as exc:
+                raise SpecError(f"ServingSpec: time of column {c!r}: {exc}") from None
         for name, feats, cols in (("request", self.request_features, self.request_columns),
                                   ("item", self.item_features, self.item_columns),
                                   ("pair", self.pair_features, self.request_columns + self.item_columns)):
@@ -98,6 +116,12 @@ class ServingSpec:
                                      f"are not {name} columns")
         for c in [*self.dense, *self.sparse]:
             self.side_of(c)
+
+    @property
+    def frame_schema(self) -> dict[str, str]:
+        """The types of the columns the features read: ``schema``'s, a ``time`` column's
+        int64 (UTC epoch seconds)."""
+        return {**self.schema, **{c: "int64" for c in self.time}}
 
     @property
     def features(self) -> dict[str, Expr]:
@@ -201,7 +225,8 @@ def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
 
 def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
                        what: str | Callable[[int], str], fill: Mapping[str, Any] | None = None,
-                       filled: dict[str, int] | None = None) -> tuple[dict[str, list[Any]], list[tuple]]:
+                       filled: dict[str, int] | None = None,
+                       time: Mapping[str, str] | None = None) -> tuple[dict[str, list[Any]], list[tuple]]:
     """Validate ``records`` (as :func:`records_to_frame`) without building a frame: each
     column's values, and each record's content key, the tuple of its values of ``columns``
     (NaN as None), equal for two records exactly when their typed values are equal.
@@ -209,7 +234,10 @@ def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str
 
     ``fill``: column -> value that replaces a null (or a float NaN) before validation, the
     training side's cleaning fills (:attr:`ServingSpec.fill`); ``filled`` (if given) counts
-    the values replaced per column.
+    the values replaced per column.  ``time``: column -> form (:attr:`ServingSpec.time`):
+    those columns' values, validated as ``schema`` says, come back as UTC epoch seconds
+    (build their frame with :attr:`ServingSpec.frame_schema`); the content key keeps the
+    value sent.
 
     Example:
         >>> schema = {"a": "int64", "p": "float64"}
@@ -234,7 +262,21 @@ def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str
             if n and filled is not None:
                 filled[c] = filled.get(c, 0) + n
         keys.append(_check(values[c], c, schema[c], what))
+        if time and c in time:
+            values[c] = _seconds(values[c], c, time[c], what)
     return values, list(zip(*keys)) if keys else [() for _ in records]
+
+
+def _seconds(values: list[Any], name: str, form: str, what: Callable[[int], str]) -> list[int]:
+    """A time column's validated values as UTC epoch seconds, read in ``form`` as training
+    read the log's (:meth:`~fbrapids.views.times.TimeForm.parse`)."""
+    tf = TimeForm(form)
+    secs, bad = tf.parse(pd.Series(values, dtype=object if any(isinstance(v, str) or v is None for v in values)
+                                   else None))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RequestError(f"{what(i)}: column {name!r} must be {tf.describe()}, got {show(values[i])}")
+    return secs.tolist()
 
 
 def _filled(values: list[Any], value: Any) -> tuple[list[Any], int]:
@@ -252,6 +294,8 @@ def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
                   rows: Sequence[int] | np.ndarray | None = None) -> pd.DataFrame:
     """The typed frame of validated column ``values`` (:func:`records_to_columns`), of the
     given ``rows`` (all by default)."""
+    if not values:  # no columns (a spec without item columns): the rows still count
+        return pd.DataFrame(index=pd.RangeIndex(len(rows) if rows is not None else 0))
     if rows is not None:
         idx = rows.tolist() if isinstance(rows, np.ndarray) else rows
         values = {c: [v[i] for i in idx] for c, v in values.items()}
@@ -261,7 +305,7 @@ def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
 
 def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
                      what: str | Callable[[int], str], fill: Mapping[str, Any] | None = None,
-                     filled: dict[str, int] | None = None) -> pd.DataFrame:
+                     filled: dict[str, int] | None = None, time: Mapping[str, str] | None = None) -> pd.DataFrame:
     """A pandas frame of ``columns`` typed by ``schema`` from JSON-like ``records``.
 
     ``what`` names a record in errors: a word (``"item"`` gives ``"item 3"``) or a function
@@ -269,6 +313,8 @@ def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, 
     :class:`~fbrapids.errors.RequestError` (a ``ValueError``) naming the record and column
     for a non-mapping record, a missing key, a value of the wrong type, an integer out of
     its range, or a number that does not fit float32 (the model's dense dtype); the
-    offending value is echoed cut to ``SHOW_CHARS`` characters.
+    offending value is echoed cut to ``SHOW_CHARS`` characters.  ``time``: as
+    :func:`records_to_columns`' (those columns come out int64 UTC epoch seconds).
     """
-    return columns_frame(records_to_columns(records, schema, columns, what, fill, filled)[0], schema)
+    values = records_to_columns(records, schema, columns, what, fill, filled, time)[0]
+    return columns_frame(values, {**schema, **{c: "int64" for c in time or {}}})

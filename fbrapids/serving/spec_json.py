@@ -52,6 +52,8 @@ def spec_to_json(spec: ServingSpec) -> dict[str, Any]:
         out[side] = {f: expr_to_json(e, f"{side[:-9]} feature {f!r}", ExportError) for f, e in getattr(spec, side).items()}
     if spec.fill:
         out["fill"] = dict(spec.fill)
+    if spec.time:
+        out["time"] = dict(spec.time)
     return out
 
 
@@ -64,7 +66,11 @@ def spec_from_json(data: Mapping[str, Any], source: str = "spec") -> ServingSpec
     if not isinstance(fill, Mapping):
         raise UnsafeFileError(f"{source}: fill must be an object of column -> value")
     kw["fill"] = dict(fill)
-    for name in (*SIDES, *_PLAIN, "fill"):  # sizes first: nothing is built for a crafted spec of 200,000 features
+    time = data.get("time", {})
+    if not isinstance(time, Mapping) or not all(isinstance(v, str) for v in time.values()):
+        raise UnsafeFileError(f"{source}: time must be an object of column -> form")
+    kw["time"] = dict(time)
+    for name in (*SIDES, *_PLAIN, "fill", "time"):  # sizes first: nothing is built for a crafted spec of 200,000 features
         v = data.get(name)
         if isinstance(v, (list, Mapping)) and len(v) > MAX_SPEC_ENTRIES:
             raise UnsafeFileError(f"{source}: {name} lists {len(v)} entries, more than {MAX_SPEC_ENTRIES}; refused")

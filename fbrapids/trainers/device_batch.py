@@ -22,8 +22,9 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -60,8 +61,8 @@ def ragged_take_t(values: torch.Tensor, offsets: torch.Tensor, idx: torch.Tensor
 
 
 class CudaStreams:
-    """The three CUDA stream calls :meth:`TensorColumns.wait` makes, in one place: the
-    ordering logic is tested on the CPU by recording them (``device_batch.STREAMS``)."""
+    """The CUDA stream calls :meth:`TensorColumns.wait` makes, in one place: the ordering
+    logic is tested on the CPU by recording them (``device_batch.STREAMS``)."""
 
     @staticmethod
     def current(device: torch.device) -> Any:
@@ -72,25 +73,84 @@ class CudaStreams:
         stream.wait_event(event)
 
     @staticmethod
-    def record_stream(tensor: torch.Tensor, stream: Any) -> None:
-        tensor.record_stream(stream)
+    def copy(stream: Any, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` copied into memory allocated on ``stream``, by a kernel on ``stream``."""
+        with torch.cuda.stream(stream):
+            return tensor.clone()
+
+    @staticmethod
+    def record_event(stream: Any) -> Any:
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    @staticmethod
+    def done(event: Any) -> bool:
+        return bool(event.query())
 
 
 STREAMS = CudaStreams()
+
+
+class KeepAlive:
+    """Buffers held until a CUDA event has passed: what a side stream built (and the cudf
+    memory it read) stays referenced until the consuming stream has copied it, so no
+    allocator hands the memory out again while queued work still reads it.
+
+    torch's ``record_stream`` does that for torch's own caching allocator only.  With torch
+    allocating through RMM (``rmm.allocators.torch.rmm_torch_allocator``, the GPU backend's
+    default) the allocator has an allocate and a deallocate hook and nothing else, so
+    ``record_stream`` does nothing and a freed block goes back at once to the pool of the
+    stream that allocated it; cudf's buffers are freed on cudf's stream.  :meth:`release`
+    runs at every :meth:`TensorColumns.wait`; a held entry costs one event query.
+
+    Example:
+        >>> keep = KeepAlive(done=lambda event: event == "passed")
+        >>> keep.hold("pending", [object()]); keep.hold("passed", [object()]); len(keep)
+        1
+    """
+
+    def __init__(self, done: Callable[[Any], bool] | None = None) -> None:
+        self._done = done
+        self._held: list[tuple[Any, list[Any]]] = []
+        self._lock = threading.Lock()
+
+    def hold(self, event: Any, objects: list[Any]) -> None:
+        """Keep ``objects`` referenced until ``event`` has passed (:meth:`release` drops them then)."""
+        with self._lock:
+            self._held.append((event, list(objects)))
+        self.release()
+
+    def release(self) -> int:
+        """Drop what the events that have passed held; returns the entries still held."""
+        done = self._done or STREAMS.done
+        with self._lock:
+            self._held = [(e, objs) for e, objs in self._held if not done(e)]
+            return len(self._held)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+
+#: this process's side-stream buffers held until their consumer has copied them
+KEEP = KeepAlive()
 
 
 @dataclass
 class TensorColumns:
     """Torch tensors of a run of rows (one device): dense ``[n, d]`` float32, labels,
     sparse name -> ``(values int64, offsets [n + 1])``, group; ``ready`` is the CUDA event
-    after which they may be read (recorded on the side stream that built them).
+    after which they may be read (recorded on the side stream that built them); ``sources``
+    what the build read that no tensor here references (held with them, see :meth:`wait`).
 
     Every reader waits for it first: :meth:`slice`, :meth:`take`, :meth:`concat` and
-    :meth:`to_batch` read the tensors on the current stream, so each calls :meth:`wait`
-    (the current stream waits for the event, and each tensor is marked used on the current
-    stream, ``record_stream``, so its memory is not handed out again while queued work of
-    the current stream still reads it); what they return was made on the current stream
-    and needs no event."""
+    :meth:`to_batch` read the tensors on the current stream, so each calls :meth:`wait`:
+    the current stream waits for the event and copies every tensor into memory allocated on
+    the current stream (freed in that stream's order by whichever allocator torch uses,
+    RMM's included), and the built buffers are held (:data:`KEEP`) until an event after the
+    copies has passed: no reliance on ``record_stream``.  What the readers return was made
+    on the current stream and needs no event."""
 
     dense: torch.Tensor
     label: torch.Tensor
@@ -98,6 +158,7 @@ class TensorColumns:
     group: torch.Tensor | None = None
     nan_replaced: int = field(default=0, compare=False)
     ready: Any = field(default=None, compare=False)
+    sources: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
@@ -108,13 +169,23 @@ class TensorColumns:
         return out + ([self.group] if self.group is not None else [])
 
     def wait(self) -> "TensorColumns":
-        """Make the current CUDA stream wait until the columns are built (see the class doc)."""
-        if self.ready is not None:
-            stream = STREAMS.current(self.label.device)
-            STREAMS.wait_event(stream, self.ready)
-            for t in self.tensors():
-                STREAMS.record_stream(t, stream)
-            self.ready = None
+        """Make the columns the current CUDA stream's (see the class doc); once only."""
+        if self.ready is None:
+            if len(KEEP):
+                KEEP.release()
+            return self
+        stream = STREAMS.current(self.label.device)
+        STREAMS.wait_event(stream, self.ready)
+        built = self.tensors() + self.sources
+
+        def mine(t: torch.Tensor) -> torch.Tensor:
+            return STREAMS.copy(stream, t)
+
+        self.dense, self.label = mine(self.dense), mine(self.label)
+        self.sparse = {k: (mine(v), mine(o)) for k, (v, o) in self.sparse.items()}
+        self.group = None if self.group is None else mine(self.group)
+        KEEP.hold(STREAMS.record_event(stream), built)
+        self.ready, self.sources = None, []
         return self
 
     def slice(self, start: int, stop: int) -> "TensorColumns":
@@ -193,7 +264,8 @@ def sparse_kind(dtype: Any, name: str = "?", part: int | None = None) -> str:
     return "ids"
 
 
-def _sparse(s: SeriesLike, name: str, part: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _sparse(s: SeriesLike, name: str, part: int | None, held: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sparse column's (values, offsets) tensors; what they were computed from goes to ``held``."""
     n = len(s)
     if sparse_kind(s.dtype, name, part) == "list":
         col, _ = s.to_pylibcudf()
@@ -202,6 +274,7 @@ def _sparse(s: SeriesLike, name: str, part: int | None) -> tuple[torch.Tensor, t
             raise BatchError(f"sparse feature {name!r}: {vals_col.null_count()} null ids inside lists{_where(part)}")
         offs = _plc_ints(offs_col, col.offset(), col.offset() + n + 1)  # INT32, absolute into the child
         lo, hi = (int(x) for x in offs[[0, -1]].tolist())
+        held.append(offs)  # read by the subtraction queued on this stream
         return _plc_ints(vals_col, lo, hi), offs - lo  # null rows are empty bags in libcudf
     if s.null_count:
         raise BatchError(f"sparse feature {name!r}: {s.null_count} null ids{_where(part)}; fill them first")
@@ -211,7 +284,10 @@ def _sparse(s: SeriesLike, name: str, part: int | None) -> tuple[torch.Tensor, t
     return vals, torch.arange(n + 1, dtype=torch.int64, device=vals.device)
 
 
-def _dense(df: FrameLike, cols: Sequence[str], nan: str, part: int | None, device: torch.device) -> tuple[torch.Tensor, int]:
+def _dense(df: FrameLike, cols: Sequence[str], nan: str, part: int | None, device: torch.device,
+           held: list[Any]) -> tuple[torch.Tensor, int]:
+    """The dense columns stacked as float32 and the values replaced; the per-column tensors
+    (cudf's memory, read by kernels queued on this stream) go to ``held``."""
     import numpy as _np
 
     if not cols:
@@ -225,6 +301,7 @@ def _dense(df: FrameLike, cols: Sequence[str], nan: str, part: int | None, devic
         if x.null_count:
             x = x.fillna(_np.nan)
         t = _tensor(x, "float32")
+        held.append(t)
         bad = ~torch.isfinite(t)
         k = int(bad.sum())
         if k:
@@ -246,8 +323,9 @@ def device_columns(df: FrameLike, label: str, dense: Sequence[str], sparse: Sequ
     if y.null_count:
         raise BatchError(f"label {label!r}: {y.null_count} NaN/null values{_where(part)}")
     lab = _tensor(y, "float32")
-    d, replaced = _dense(df, dense, nan, part, lab.device)
-    sp = {name: _sparse(df[name], name, part) for name in sparse}
+    held: list[Any] = []  # what the build's queued kernels read that no result references
+    d, replaced = _dense(df, dense, nan, part, lab.device, held)
+    sp = {name: _sparse(df[name], name, part, held) for name in sparse}
     g = None
     if group is not None:
         gs = df[group]
@@ -255,4 +333,4 @@ def device_columns(df: FrameLike, label: str, dense: Sequence[str], sparse: Sequ
             g = _tensor(gs, "int64")
         else:  # strings etc.: a 64-bit hash on the device (cudf's default murmur3 has 32 bits: users collide)
             g = _tensor(gs.hash_values(method=GROUP_HASH), "uint64").view(torch.int64)
-    return TensorColumns(d, lab, sp, g, replaced)
+    return TensorColumns(d, lab, sp, g, replaced, sources=held)

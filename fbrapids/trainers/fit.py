@@ -439,11 +439,16 @@ class _Stepper:
 def predict(model: CTRModel, batches: Iterable[Batch], progress: bool = True,
             device: str | torch.device | None = None) -> dict[str, np.ndarray]:
     """Predictions, labels and groups (when the batches carry them) as numpy arrays; the
-    model runs where :func:`~fbrapids.trainers.device.place_model` puts it, and so do the batches."""
+    model runs where :func:`~fbrapids.trainers.device.place_model` puts it, and so do the batches.
+    Its tables are read-only meanwhile, as served (:func:`~fbrapids.trainers.sparse.store.read_only`:
+    an id training never admitted reads the default row), so a prediction is the served score."""
+    from fbrapids.trainers.sparse.store import read_only
+
     dev = place_model(model, device)
     model.eval()
     ps, ys, gs = [], [], []
-    with tqdm(total=None, disable=not progress, desc="predict", unit="batch") as bar:
+    with tqdm(total=None, disable=not progress, desc="predict", unit="batch") as bar, \
+            read_only(model.stores().values() if hasattr(model, "stores") else ()):
         total = _BarTotal(bar, batches)
         for batch in batches:
             total.refresh()

@@ -91,10 +91,14 @@ def trial_html(result: Any) -> str:
                      result.p_better.get(m, float("nan")), result.verdict.get(m, ""),
                      result.aa_spread.get(m, float("nan"))])
     pct = f"{100 * result.level:g}%"
+    counts = getattr(result, "rows", None) or {}
+    split = (getattr(result, "split", None) or {}).get("rule")
     return ('<div class="fbrapids-trial">'
             f"<h4>feature trial: baseline + {html.escape(', '.join(result.candidates))} "
             f"({len(result.seeds)} seed(s) per arm, {result.n_boot} bootstrap rounds over {result.n_users:,} "
             "held-out users)</h4>"
+            + (table_html(["rows", "count"], [*counts.items(), *([("split: held out", split)] if split else [])])
+               if counts else "")
             + table_html(["metric", "baseline", "candidate", "delta", f"{pct} low", f"{pct} high", "P(better)",
                           "verdict", "A/A spread"], rows)
             + _figure_or_note(lambda: plot.trial_deltas(result), "trial deltas")

@@ -24,6 +24,7 @@ from fbrapids.workloads.spec import HELD_OUT, View, Workload
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.workloads.split_check import SplitCheck
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +126,18 @@ def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) 
         raise
 
 
-def read_views(w: Workload, backend: str | None = None) -> dict[str, FrameLike]:
+def read_views(w: Workload, backend: str | None = None, check: SplitCheck | None = None) -> dict[str, FrameLike]:
     """Each view of ``w`` as a lazy frame; views ``sorted_by`` a key indexed by it with
     known divisions (in partitions of whole row groups, at most :data:`PARTITION_ROWS` rows:
-    the row groups per partition are the first sorted view's, so they line up); the log
+    the row groups per partition are the first sorted view's, so they line up); the log read
+    from its files in ``check``'s order (:func:`~fbrapids.workloads.split_check.check_split`,
+    made here when not given), its time column read as UTC epoch seconds in its form, and
     marked held out or not (``fraction`` / ``files`` splits: :data:`HELD_OUT`)."""
     from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
     from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
+    from fbrapids.workloads.split_check import check_split
 
+    check = check if check is not None else check_split(w)
     out: dict[str, FrameLike] = {}
     groups = None
     for v in w.views:
@@ -146,12 +151,14 @@ def read_views(w: Workload, backend: str | None = None) -> dict[str, FrameLike]:
             frame = read_view(path, backend=backend, row_groups_per_partition=groups, **v.options)
             out[v.name] = index_by_sorted_key(frame, path, v.sorted_by, groups)
         else:
-            out[v.name] = _read(w, v, v.paths, backend)
+            out[v.name] = _read(w, v, tuple(check.files) if v is w.log else v.paths, backend)
+        if v is w.log:
+            out[v.name] = _timed(w, out[v.name], check)
         if v.distinct:
             out[v.name] = out[v.name].drop_duplicates(subset=list(v.distinct))
     rule = w.split.rule
     if rule == "files":
-        held = _read(w, w.log, w.split.files, backend)
+        held = _timed(w, _read(w, w.log, tuple(check.held_files), backend), check)
         train, test = (f.map_partitions(_marked, flag, meta=_marked(f._meta, flag))
                        for f, flag in ((out[w.log.name], False), (held, True)))
         import dask.dataframe as dd
@@ -160,6 +167,21 @@ def read_views(w: Workload, backend: str | None = None) -> dict[str, FrameLike]:
     elif rule == "fraction":
         out[w.log.name] = _mark_last_rows(out[w.log.name], w.split.fraction)
     return out
+
+
+def _timed(w: Workload, frame: FrameLike, check: SplitCheck) -> FrameLike:
+    """The log ``frame`` with its time column read as UTC epoch seconds in the checked form
+    (per partition; nothing to do for epoch seconds already int64)."""
+    from fbrapids.views.times import parse_time_column
+
+    form, column = check.time_form, w.time
+    if form is None or column is None:
+        return frame
+    if form.name == "s" and str(frame._meta[column].dtype) == "int64":
+        return frame
+    where = f"{w.where}: time {column!r} of view {w.log.name!r}"
+    return frame.map_partitions(parse_time_column, column, form, where,
+                                meta=parse_time_column(frame._meta, column, form, where))
 
 
 def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
@@ -180,8 +202,8 @@ def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
     return dd.from_delayed(parts, meta=_marked_rows(frame._meta, 0, 0), verify_meta=False)
 
 
-def feature_frame(w: Workload, backend: str | None = None,
-                  features: dict[str, Any] | None = None) -> tuple[FrameLike, dict[str, Any]]:
+def feature_frame(w: Workload, backend: str | None = None, features: dict[str, Any] | None = None,
+                  check: SplitCheck | None = None) -> tuple[FrameLike, dict[str, Any]]:
     """The lazy, partitioned frame of ``w``: the log cleaned, the views joined in (each
     cleaned; dictionaries broadcast, their hash tables built once per pass; on a dask
     cluster they are persisted there first, read and cleaned once for the run, while on this
@@ -191,8 +213,9 @@ def feature_frame(w: Workload, backend: str | None = None,
     :func:`fbrapids.app.pipeline.plan_frames`: :func:`split_fitted`), then the
     ``after_features`` joins.
     Returns it and the parts: ``log`` (the cleaned log, its clean report), ``views`` (as
-    read), ``joined`` (before extraction)."""
-    views = read_views(w, backend=backend)
+    read), ``joined`` (before extraction).  ``check``: the split's
+    (:func:`~fbrapids.workloads.split_check.check_split`; made here when not given)."""
+    views = read_views(w, backend=backend, check=check)
     cleaned = {v.name: views[v.name].fbx.clean(**v.clean) if v.clean else views[v.name] for v in w.views}
     sorted_views = {v.name for v in w.views if v.sorted_by is not None}
     on_cluster = _on_cluster()
@@ -250,24 +273,12 @@ def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[
 
 
 def held_out_cutoff(w: Workload) -> int | None:
-    """The first held-out time of an ``at`` / ``last_day`` split (epoch seconds; the latter
-    reads the log's time column once), None for the other rules; a
-    :class:`~fbrapids.errors.LabelError` when a parquet log's footers say no row reaches it."""
-    from fbrapids.runs.plan_checks import check_held_out
+    """The first held-out time of an ``at`` / ``last_day`` split (UTC epoch seconds; the
+    log's time column read once: :func:`~fbrapids.workloads.split_check.check_split`, whose
+    refusals it raises), None for the other rules."""
+    from fbrapids.workloads.split_check import check_split
 
-    rule = w.split.rule
-    if rule == "at":
-        cutoff = w.split.cutoff()
-    elif rule == "last_day":
-        last = _read(w, w.log, w.log.paths, None)[w.time].max().compute()
-        cutoff = int(last) // DAY * DAY
-    else:
-        return None
-    for f in w.log.paths:
-        path = Path(w.resolve(f))
-        if path.suffix == ".parquet" and path.is_file():
-            check_held_out(path, w.time, cutoff)
-    return cutoff
+    return check_split(w).cutoff
 
 
 def split_frame(w: Workload, frame: FrameLike, cutoff: int | None = None) -> tuple[FrameLike, FrameLike]:

@@ -62,6 +62,25 @@ def _mapping(value: Any, what: str, where: str) -> dict[str, Any]:
     return dict(value)
 
 
+def reader_options() -> set[str]:
+    """The options a view's ``options`` may set: :func:`fbrapids.read_view`'s keyword
+    arguments but the path, ``eager`` and ``backend`` (the run's)."""
+    import inspect
+
+    from fbrapids.views.read import read_view
+
+    return set(inspect.signature(read_view).parameters) - {"path_or_glob", "eager", "backend"}
+
+
+def clean_options() -> set[str]:
+    """The options a view's ``clean`` may set: :func:`fbrapids.views.clean.clean`'s, but the frame."""
+    import inspect
+
+    from fbrapids.views.clean import clean
+
+    return set(inspect.signature(clean).parameters) - {"df"}
+
+
 @dataclass(frozen=True)
 class View:
     """One view of the log: ``path`` (a file, a glob, or a list; relative paths are under
@@ -98,13 +117,13 @@ class View:
         object.__setattr__(self, "clean", _mapping(self.clean, "clean", where))
         distinct = (self.distinct,) if isinstance(self.distinct, str) else _names(self.distinct, "distinct", where)
         object.__setattr__(self, "distinct", distinct)
-        from fbrapids.views.read import read_view
-        import inspect
-
-        known = set(inspect.signature(read_view).parameters) - {"path_or_glob", "eager", "backend"}
+        known = reader_options()
         unknown = sorted(set(self.options) - known)
         if unknown:
             raise WorkloadError(f"{where}: unknown reader option(s) {unknown}; read_view takes {sorted(known)}")
+        unknown = sorted(set(self.clean) - clean_options())
+        if unknown:
+            raise WorkloadError(f"{where}: unknown clean option(s) {unknown}; clean takes {sorted(clean_options())}")
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -140,8 +159,9 @@ class Split:
     """Which rows are held out for evaluation (the rest train).
 
     ``rule``: ``"at"`` (rows with ``time >= at``; ``at`` epoch seconds or an ISO date),
-    ``"last_day"`` (rows of the log's last calendar day, UTC, of an epoch-seconds time
-    column), ``"fraction"`` (the last ``fraction`` of the log's rows in file order) or
+    ``"last_day"`` (rows of the log's last calendar day, UTC, of the time column read in its
+    form), ``"fraction"`` (the last ``fraction`` of the log's rows in file order: the files
+    in time order, else in natural name order) or
     ``"files"`` (the log view's rows read from ``files`` instead of its ``path``, with the
     same options).
 
@@ -202,9 +222,15 @@ class Workload:
         views: the views, the log first.
         label: the 0/1 click column.
         split: the held-out rule (:class:`Split`).
-        time: the time column (epoch seconds; ``at`` / ``last_day`` splits and history
-            features read it).
+        time: the time column (``at`` / ``last_day`` splits, the order of the log's files,
+            ``ops.hour`` / ``day`` / ``weekday`` and history features read it), read as UTC
+            epoch seconds in its ``time_form``.
+        time_form: the time column's form (:mod:`fbrapids.views.times`): ``"s"``, ``"ms"``,
+            ``"us"``, ``"ns"``, ``"datetime"``, ``"iso8601"`` or a strptime format
+            (``"%y%m%d%H"``); None: inferred from its values where only one form fits.
         group: the column GAUC groups by (None: no GAUC).
+        item_view: the view of the candidate items (its columns are a served call's item
+            columns: :func:`fbrapids.app.workload_export.workload_spec`); None: none.
         joins: :class:`Join` s, in order.
         features: extracted features, name -> :mod:`fbrapids.ops` expression.
         sparse / dense: the names the models read (view columns or extracted features).
@@ -226,6 +252,8 @@ class Workload:
     root: str | None = None
     name: str = "workload"
     source: str | None = None
+    time_form: str | None = None
+    item_view: str | None = None
 
     def __post_init__(self) -> None:
         self._check_views()
@@ -261,6 +289,15 @@ class Workload:
             raise WorkloadError(f"{where}: split must be a Split, got {self.split!r}")
         if self.split.rule in ("at", "last_day") and self.time is None:
             raise WorkloadError(f"{where}: split rule {self.split.rule!r} needs the time column (time = ...)")
+        if self.time_form is not None:
+            from fbrapids.views.times import TimeForm
+
+            if self.time is None:
+                raise WorkloadError(f"{where}: time_form {self.time_form!r} is given, but no time column (time = ...)")
+            try:
+                TimeForm(self.time_form)
+            except WorkloadError as e:
+                raise WorkloadError(f"{where}: {e}") from None
 
     def _check_joins(self) -> None:
         """``joins``: a tuple of :class:`Join`, each of a declared view other than the log."""
@@ -274,6 +311,9 @@ class Workload:
             if j.view == names[0]:
                 raise WorkloadError(f"{where}: join of view {j.view!r}: the log itself cannot be joined in")
         object.__setattr__(self, "joins", joins)
+        joined = [j.view for j in joins]
+        if self.item_view is not None and self.item_view not in joined:
+            raise WorkloadError(f"{where}: item_view {self.item_view!r} must name a joined view (joined: {joined})")
 
     def _check_features(self) -> None:
         """``features``: identifier names to feature expressions."""

@@ -6,7 +6,9 @@ The file's layout (every error names the field and the file)::
     root = "../shared/data"         # view paths are under it (relative: to this file's folder)
     label = "clk"
     time = "ts"                     # optional
+    time_form = "s"                 # optional: s | ms | us | ns | datetime | iso8601 | "%y%m%d%H" ...
     group = "userid"                # optional: GAUC's groups
+    item_view = "ad"                # optional: the served candidates' view
 
     [split]
     rule = "files"                  # at | last_day | fraction | files
@@ -57,7 +59,11 @@ from fbrapids.errors import WorkloadError
 from fbrapids.workloads.expressions import parse_expression
 from fbrapids.workloads.spec import Join, SequenceFeature, Split, View, Workload
 
-TOP = {"name", "root", "label", "time", "group", "split", "views", "joins", "features", "sequences"}
+#: the fields a workload file may hold (docs/workloads.md lists each; a test checks it)
+TOP = {"name", "root", "label", "time", "time_form", "group", "item_view", "split", "views", "joins", "features",
+       "sequences"}
+FEATURES = {"sparse", "dense", "extract", "dataset"}  #: the fields of ``[features]``
+SEQUENCE = {"target", "expression"}  #: the fields of ``[sequences.NAME]``
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -117,16 +123,18 @@ def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: st
              for i, j in enumerate(data.get("joins", []))]
     split = _build(Split, _table(data.get("split", {}), f"{source}: split"), f"{source}: split")
     feats = _table(data.get("features", {}), f"{source}: features")
-    extra = sorted(set(feats) - {"sparse", "dense", "extract", "dataset"})
+    extra = sorted(set(feats) - FEATURES)
     if extra:
-        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: ['dataset', 'dense', 'extract', "
-                            "'sparse']")
+        raise WorkloadError(f"{source}: features: unknown field(s) {extra}; known: {sorted(FEATURES)}")
     extract = _dataset_features(feats["dataset"], source) if "dataset" in feats else {}
     extract.update({n: parse_expression(t, where=f"{source}: features.extract.{n}")
                     for n, t in _table(feats.get("extract", {}), f"{source}: features.extract").items()})
     seqs = {}
     for n, s in _table(data.get("sequences", {}), f"{source}: sequences").items():
         s = _table(s, f"{source}: sequences.{n}")
+        extra = sorted(set(s) - SEQUENCE)
+        if extra:
+            raise WorkloadError(f"{source}: sequences.{n}: unknown field(s) {extra}; known: {sorted(SEQUENCE)}")
         if "target" not in s:
             raise WorkloadError(f"{source}: sequences.{n}: target is missing")
         expr = s.get("expression")
@@ -140,6 +148,7 @@ def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: st
         r = str(base)
     try:
         return Workload(views=views, label=data["label"], split=split, time=data.get("time"), group=data.get("group"),
+                        time_form=data.get("time_form"), item_view=data.get("item_view"),
                         joins=joins, features=extract, sparse=feats.get("sparse", ()), dense=feats.get("dense", ()),
                         sequences=seqs, root=r, name=str(data.get("name", Path(source).stem)), source=source)
     except WorkloadError as e:

@@ -140,3 +140,103 @@ def test_an_adopted_pool_in_use_counts_none_of_its_memory_as_free(monkeypatch):
     assert mem.pool_free_bytes() == 0  # was 9 GiB: the pool's earlier allocations unseen
     mem.counted = True
     assert mem.pool_free_bytes() == 9 << 30
+
+
+class _Device:
+    """One GPU as its memory goes: a stand-in for the driver's count (``cudaMemGetInfo``)
+    under rmm's resource classes, which reserve what they are made with."""
+
+    GiB = 2**30
+
+    def __init__(self, total: int, context: int) -> None:
+        self.total, self.context, self.used = total, context, context  # this process's CUDA context
+
+    def free(self) -> int:
+        return self.total - self.used
+
+    def rmm(self):
+        import types
+
+        device = self
+
+        class Resource:
+            def __init__(self, upstream=None, initial_pool_size=0):
+                self.upstream, self.size = upstream, initial_pool_size
+                device.used += initial_pool_size
+
+            def get_upstream(self):
+                return self.upstream
+
+            def pool_size(self):
+                return self.size
+
+        class Cuda(Resource):
+            pass
+
+        class Pool(Resource):
+            pass
+
+        class Stats(Resource):
+            allocation_counts = types.SimpleNamespace(current_bytes=0)
+
+        current = {"mr": Cuda()}
+        mr = types.SimpleNamespace(CudaMemoryResource=Cuda, PoolMemoryResource=Pool, StatisticsResourceAdaptor=Stats,
+                                   get_current_device_resource=lambda: current["mr"],
+                                   set_current_device_resource=lambda r: current.update(mr=r),
+                                   available_device_memory=lambda: (device.free(), device.total))
+        return types.SimpleNamespace(mr=mr)
+
+    def worker_pool(self, rmm_pool_size) -> int:
+        """The bytes a dask-cuda worker's pool asks for (``parse_device_memory_limit``: a float
+        <= 1 is a fraction of the device's total memory, an int is bytes)."""
+        return int(rmm_pool_size * self.total) if isinstance(rmm_pool_size, float) else int(rmm_pool_size)
+
+
+@pytest.mark.parametrize("pool_first", [False, True], ids=["cluster-first", "pool-made-before"])
+def test_one_pool_per_device_beside_a_local_cluster_worker(monkeypatch, pool_first):
+    """Issue 48 (2): the client made its pool (half the free memory), then dask-cuda gave the
+    worker on the same GPU half the *total*: on an H200 the worker asked for 70.20 GiB and
+    found 69.32.  Now the client makes no pool when a worker shares its device, or, holding
+    one already, the worker's pool is sized from what is left.  The device and rmm's classes
+    are stand-ins (as in P4's test); the planning is fbrapids' own (``cuda_cluster_plan``)."""
+    import types
+
+    from fbrapids.frames import cluster
+
+    gpu = _Device(total=int(140.40 * _Device.GiB), context=int(0.6 * _Device.GiB))  # an H200
+    rmm = gpu.rmm()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv(B.POOL_ENV, raising=False)
+    monkeypatch.setattr(B, "_POOL_LEFT", [])
+    monkeypatch.setattr(B, "_POOL_MADE", [])
+    monkeypatch.setattr(B, "try_import", lambda name: None)  # no cupy / torch routing here
+    monkeypatch.setattr(B, "visible_devices", lambda: (1, ""))
+    made = []
+    runtime = types.SimpleNamespace(memGetInfo=lambda: (gpu.free(), gpu.total))
+
+    def get_backend(name=None):  # as _gpu_backend: the process's pool set up when the backend is first made
+        if not made:
+            made.append(B._setup_device_memory(rmm))  # noqa: SLF001 - the unit under test
+        return types.SimpleNamespace(xp=types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime)))
+
+    monkeypatch.setattr(B, "get_backend", get_backend)
+    if pool_first:  # e.g. a GPU extract ran in this process before the cluster was started
+        get_backend("gpu")
+        assert made[0].created
+    options = cluster.cuda_cluster_plan(None, "gpu", {})
+    assert options["n_workers"] == 1 and made
+    if not pool_first:
+        assert made[0].pool is None and not made[0].created  # the worker's pool is the device's one
+    asks = gpu.worker_pool(options["rmm_pool_size"])
+    finds = gpu.free() - gpu.context  # after the worker's own CUDA context
+    assert 0 < asks <= finds, f"the worker asks {asks / gpu.GiB:.2f} GiB and finds {finds / gpu.GiB:.2f}"
+    assert asks >= (0.5 * gpu.free() if pool_first else 0.5 * gpu.total) - 256  # still FBRAPIDS_RMM_POOL's share
+
+
+def test_a_worker_on_another_device_leaves_this_process_its_pool(monkeypatch):
+    from fbrapids.frames import cluster
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert cluster.worker_devices({"CUDA_VISIBLE_DEVICES": [1]}, 1, 2) == ["1"]
+    assert cluster.client_device() not in cluster.worker_devices({"CUDA_VISIBLE_DEVICES": [1]}, 1, 2)
+    assert cluster.client_device() in cluster.worker_devices({}, 2, 2)

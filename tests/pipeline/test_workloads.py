@@ -137,9 +137,13 @@ def test_criteo_and_avazu_workloads_run_the_pipeline_end_to_end(shared_data, tmp
     from fbrapids.app.cli import main
     from fbrapids.app.pipeline import run_pipeline
 
-    r = run_pipeline(load_workload(EXAMPLES / "avazu.toml", root=shared_data), TINY)
-    assert r.rows["trained"] == 80 and r.rows["held out"] == 20 == r.metrics["n"]
-    assert 0 <= r.metrics["auc"] <= 1 and np.isfinite(r.metrics["logloss"])
+    r = run_pipeline(load_workload(EXAMPLES / "avazu.toml", root=shared_data), TINY.with_(count_clean=True))
+    assert r.rows == {"log read": 100, "after clean": 100, "merged (train+test)": 100, "trained": 80, "held out": 20}
+    assert r.metrics["n"] == 20 and 0 <= r.metrics["auc"] <= 1 and np.isfinite(r.metrics["logloss"])
+    # a true summary: the split's own name and report, no JSON kernels where none ran
+    text = r.render()
+    assert "held out: fraction 0.2\n" in text and "JSON" not in text and "held-out last day" not in text
+    assert "time 'hour' as text '%y%m%d%H'" in text and r.split["held_range"] == ["2014-10-21 00:00:00"] * 2
     out = tmp_path / "criteo.json"
     assert main(["demo", "--workload", str(EXAMPLES / "criteo.toml"), "--data-root", str(shared_data),
                  "--batch-size", "32", "--summary-json", str(out)]) == 0
@@ -147,6 +151,7 @@ def test_criteo_and_avazu_workloads_run_the_pipeline_end_to_end(shared_data, tmp
     summary = json.loads(out.read_text())
     assert summary["workload"] == "criteo" and summary["rows"]["trained"] == 160
     assert summary["rows"]["held out"] == 40 == summary["metrics"]["n"]
+    assert summary["split"]["rule"] == "fraction 0.2" and summary["split"]["held_rows"] == 40
 
 
 def test_the_example_workload_files_parse_without_the_data():
@@ -178,3 +183,31 @@ def test_the_readme_your_own_log_section_runs_as_written(shared_data, tmp_path, 
 
     data = json.loads((tmp_path / "taobao-trial.json").read_text())
     assert data["workload"] == "taobao" and len(data["seeds"]) == 2 and set(data["delta"]) == {"auc", "gauc"}
+    assert data["rows"] == {"trained": 100, "held out": 100} and data["split"]["rule"] == "files taobao_tiny_test.csv"
+    assert "rows: trained 100, held out 100 (files taobao_tiny_test.csv)" in out
+
+
+def test_the_workload_reference_lists_every_field_the_parser_accepts():
+    """docs/workloads.md's field tables hold exactly the fields the TOML parser accepts (a
+    field added to the parser and not to the reference fails here), and its complete example
+    is a workload the parser reads."""
+    import dataclasses
+    import tomllib
+
+    from fbrapids.workloads import Join, workload_from_dict
+    from fbrapids.workloads import toml_file
+    from fbrapids.workloads.spec import clean_options, reader_options
+
+    doc = (EXAMPLES.parent / "docs" / "workloads.md").read_text()
+    tables = {m.group(1): {re.match(r"\| `([^`]+)`", row).group(1) for row in m.group(2).splitlines()}
+              for m in re.finditer(r"<!-- fields: (\w+) -->\n\|.*\n\|.*\n((?:\|.*\n)+)", doc)}
+    accepted = {"top": toml_file.TOP, "split": {f.name for f in dataclasses.fields(Split)},
+                "views": {f.name for f in dataclasses.fields(View)}, "options": reader_options(),
+                "clean": clean_options(), "joins": {f.name for f in dataclasses.fields(Join)},
+                "features": toml_file.FEATURES, "sequence": toml_file.SEQUENCE}
+    assert sorted(tables) == sorted(accepted)
+    for section, names in accepted.items():
+        assert tables[section] == set(names), (section, sorted(set(names) ^ tables[section]))
+    w = workload_from_dict(tomllib.loads(re.search(r"```toml\n(.*?)```", doc, re.S).group(1)), "docs/workloads.md")
+    assert w.time_form == "%y%m%d%H" and w.item_view == "ads" and "hour_of_day" in w.sparse
+    assert "](docs/workloads.md)" in (EXAMPLES.parent / "README.md").read_text().split("## Your own log", 1)[1]

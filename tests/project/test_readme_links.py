@@ -54,3 +54,29 @@ def test_the_readme_links_the_design_the_workload_and_the_gpu_setup() -> None:
     links = set(_links(REPO / "README.md"))
     assert {"docs/design.md", "docs/workload.md", "docs/gpu.md"} <= links
     assert "../shared" not in (REPO / "README.md").read_text().replace("`../shared/data`", "")
+
+
+OUTSIDE = re.compile(r"(?<![\w.])((?:\.\./)+[\w./-]+)")
+
+
+def test_the_gpu_page_names_no_path_outside_the_repository() -> None:
+    """Issue 48: docs/gpu.md named ``../shared/gpu/README.md`` and ``../shared/gpu/fetch-wheels``
+    (in code, so the link test above did not see them): dead in a clone.  Every ``../`` path
+    it names, in prose, code or links, must stay inside the repository read from the page's
+    folder and from the root (links in every page: the test above)."""
+    page = REPO / "docs" / "gpu.md"
+    outside = [m.group(1) for m in OUTSIDE.finditer(page.read_text())
+               if not ((page.parent / m.group(1)).resolve().is_relative_to(REPO)
+                       and (REPO / m.group(1)).resolve().is_relative_to(REPO))]
+    assert not outside, f"{page.name} names paths outside the repository: {outside}"
+
+
+def test_the_gpu_page_speaks_of_the_project_and_its_users() -> None:
+    """docs/gpu.md is for a user with a GPU: nothing of how one development machine gets one."""
+    text = (REPO / "docs" / "gpu.md").read_text().lower()
+    said = [w for w in ("lent", "loan", "lend", "give_back", "carry", "idle", "device time", "../shared", "15 min",
+                        "hand-back", "transfer budget") if w in text]
+    assert not said, f"docs/gpu.md speaks of a development machine's GPU loan: {said}"
+    for needed in ('pip install -e ".[gpu]"', "make gpu-check", "make gpu-conformance", "make gpu-pack",
+                   "make gpu-kernels", "unpack.sh"):
+        assert needed in text.replace("`", ""), needed

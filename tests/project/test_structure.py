@@ -263,7 +263,6 @@ LONG_FUNCTIONS = {
     "trainers/distributed/fit.py::fit_distributed": 70,
     # trials (app/trial*) and the trainers: other issues were editing them while issue 39 landed
     "app/trial_training.py::train_arms": 100,
-    "app/trials.py::trial": 64,
     "trainers/sparse/store.py::TieredEmbeddingStore.lookup": 76,
     "trainers/modules/embedding.py::TieredEmbeddingBagCollection.pooled_stack": 68,
     "trainers/sparse/hashmap.py::_lib": 62,

@@ -70,10 +70,17 @@ def test_cudf_partition_to_device_columns_equals_the_host_path() -> None:
 
 
 class _Recorder:
-    """Records the stream calls of TensorColumns.wait (CPU tensors have no CUDA stream)."""
+    """The stream calls of TensorColumns.wait, recorded (CPU tensors have no CUDA stream),
+    on a machine where torch allocates through RMM: ``rmm.allocators.torch.rmm_torch_allocator``
+    is a CUDAPluggableAllocator of ``allocate`` / ``deallocate`` alone (the two symbols its
+    ``_torch_allocator.so`` exports in rmm 26.10), so ``record_stream`` does nothing there: a
+    reader that relies on it is recorded as having protected nothing."""
+
+    allocator = "rmm.allocators.torch.rmm_torch_allocator"
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.passed: set[int] = set()  # the events the consumer's stream has passed
 
     def current(self, device):
         return "consumer"
@@ -81,33 +88,64 @@ class _Recorder:
     def wait_event(self, stream, event):
         self.calls.append(("wait", stream, event))
 
-    def record_stream(self, tensor, stream):
-        self.calls.append(("record", stream, tensor.data_ptr()))
+    def copy(self, stream, tensor):
+        self.calls.append(("copy", stream, tensor.data_ptr()))
+        return tensor.clone()
+
+    def record_event(self, stream):
+        event = len(self.calls)
+        self.calls.append(("event", stream, event))
+        return event
+
+    def done(self, event):
+        return event in self.passed
+
+    def record_stream(self, tensor, stream):  # under RMM's allocator: a no-op
+        self.calls.append(("record_stream: nothing under " + self.allocator, stream, tensor.data_ptr()))
 
 
 @pytest.mark.parametrize("read", ["slice", "take", "to_batch", "concat"])
-def test_every_reader_waits_for_the_side_stream_first(monkeypatch, read) -> None:
-    """P1 (issue 36): the first partition of an epoch was sliced without waiting for its event
-    (only concat waited) and slice / take dropped the event; nothing marked the tensors used on
-    the consumer's stream.  Each reader must wait once, and record every tensor."""
+def test_every_reader_takes_the_columns_onto_its_stream_without_record_stream(monkeypatch, read) -> None:
+    """P1 (issue 36): every reader waits for the side stream's event first, once.  Issue 48
+    (3): ``record_stream`` was the only thing keeping a side-stream batch's memory from being
+    handed out again while the training kernels still read it, and under RMM's allocator it
+    does nothing.  Now each built buffer is copied onto the consuming stream, and the built
+    buffers (and what the build read) are held until an event after the copies has passed."""
+    import gc
+    import weakref
+
     from fbrapids.trainers import device_batch as DB
 
     rec = _Recorder()
     monkeypatch.setattr(DB, "STREAMS", rec)
+    monkeypatch.setattr(DB, "KEEP", DB.KeepAlive())
     kw = dict(label="y", dense=["d0", "d1"], sparse=["ad", "toks"], group="u")
     cols = as_tensors(Columns.from_frame(frame(40, 4), **kw))
-    cols.ready = "built-on-side"
-    tensors = {t.data_ptr() for t in cols.tensors()}
+    cols.ready, cols.sources = "built-on-side", [torch.arange(3)]
+    built = {t.data_ptr() for t in cols.tensors()}
+    alive = [weakref.ref(t) for t in cols.tensors() + cols.sources]
     out = {"slice": lambda c: c.slice(0, 16), "take": lambda c: c.take(np.array([9, 3, 0, 5])),
            "to_batch": lambda c: c.to_batch(), "concat": lambda c: TensorColumns.concat([c, c])}[read](cols)
     assert rec.calls[0] == ("wait", "consumer", "built-on-side")
-    assert {p for kind, s, p in rec.calls[1:] if kind == "record" and s == "consumer"} == tensors
+    assert not [c for c in rec.calls if c[0].startswith("record_stream")]
+    copies = [c for c in rec.calls if c[0] == "copy"]
+    assert {p for _, s, p in copies if s == "consumer"} == built and len(copies) == len(built)
+    assert not built & {t.data_ptr() for t in cols.tensors()}  # every reader now reads the copies
+    event = next(i for kind, s, i in rec.calls if kind == "event" and s == "consumer")
+    assert rec.calls.index(("event", "consumer", event)) > rec.calls.index(copies[-1])  # after the copies
     if read in ("slice", "take"):  # made on the consumer's stream: nothing more to wait for
         n = len(rec.calls)
         out.slice(0, 2).to_batch()
-        assert len(rec.calls) == n
+        assert [c[0] for c in rec.calls[n:]] == []
     cols.slice(0, 3)  # waited once only
     assert sum(c[0] == "wait" for c in rec.calls) == 1
+    del cols, out
+    gc.collect()
+    assert all(r() is not None for r in alive)  # held while the consumer's stream has not passed the copies
+    rec.passed.add(event)
+    assert DB.KEEP.release() == 0
+    gc.collect()
+    assert all(r() is None for r in alive)  # then let go
 
 
 def test_sparse_kind_takes_both_list_dtypes() -> None:

@@ -59,7 +59,7 @@ def workload(data_dir: str | os.PathLike) -> Any:
     from fbrapids.workloads import Join, SequenceFeature, Split, View, Workload
 
     return Workload(
-        name="generated", root=os.fspath(data_dir), label=LABEL, time=TIME, group=GROUP,
+        name="generated", root=os.fspath(data_dir), label=LABEL, time=TIME, time_form="s", group=GROUP,
         views=[View("impressions", "impressions.parquet", clean=canonical.IMPRESSION_CLEAN, sorted_by="instance_id"),
                View("users", "users.parquet", clean={"fill": canonical.USER_FILL}),
                View("ads", "ads.parquet", clean={"fill": canonical.AD_FILL}),
@@ -73,18 +73,28 @@ def workload(data_dir: str | os.PathLike) -> Any:
 
 
 def as_workload(data: Any) -> Any:
-    """``data`` itself when a :class:`~fbrapids.workloads.Workload`; a folder of generated
-    data (a path) as its :func:`workload`.
+    """``data`` itself when a :class:`~fbrapids.workloads.Workload`; a workload file (a
+    ``.toml`` path) as :func:`~fbrapids.workloads.load_workload` reads it; a folder of
+    generated data (a path) as its :func:`workload`.  Another file is a
+    :class:`~fbrapids.errors.WorkloadError` saying what a path may be.
 
     Example:
         >>> as_workload("/data/gen").name
         'generated'
     """
+    from pathlib import Path
+
     from fbrapids.errors import WorkloadError
-    from fbrapids.workloads import Workload
+    from fbrapids.workloads import Workload, load_workload
 
     if isinstance(data, Workload):
         return data
     if isinstance(data, (str, os.PathLike)):
+        p = Path(data)
+        if p.suffix.lower() == ".toml":
+            return load_workload(p)
+        if p.is_file():
+            raise WorkloadError(f"{p} is a file: give a workload (load_workload(\"my.toml\"), or the .toml path "
+                                "itself) or a folder of generated data")
         return workload(data)
     raise WorkloadError(f"expected a Workload or a folder of generated data, got {type(data).__name__} {data!r}")

@@ -252,7 +252,7 @@ def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitRes
         return False
     keep = net.calibration.clone()
     net.set_calibration(1.0, 0.0)  # the raw logits, as fit's
-    out = predict_distributed(trainer, held.batches)
+    out = predict_distributed(trainer, held.batches, as_served=False)  # as fit's held_logits read them
     net.calibration.copy_(keep)
     p = np.clip(out["pred"], 1e-300, 1.0)
     z = np.log(p) - np.log1p(-np.minimum(p, 1 - 1e-16))
@@ -373,9 +373,15 @@ class _RanksRun:
 
 
 @torch.no_grad()
-def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch]) -> dict[str, np.ndarray]:
+def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch],
+                        as_served: bool = True) -> dict[str, np.ndarray]:
     """Predictions, labels (and groups) of the union of every rank's ``batches``, on every
-    rank (gathered with ``all_gather_object``, in rank order)."""
+    rank (gathered with ``all_gather_object``, in rank order); with ``as_served`` the tables
+    read-only meanwhile, as served and as one process predicts
+    (:func:`~fbrapids.trainers.sparse.store.read_only`); without, as ``fit``'s calibration
+    reads its held-back rows (:func:`~fbrapids.trainers.fit.held_logits`)."""
+    from fbrapids.trainers.sparse.store import read_only
+
     net, sharded = trainer.model, trainer.sharded
     dev = module_device(net)
     net.eval()
@@ -384,18 +390,19 @@ def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch]) -
     if trainer.template is None:
         trainer.template = _template(first, trainer.group)
     try:
-        while True:
-            local = next(it, None)
-            if sharded.begin(local, train=False) is None:
-                break
-            b = (local if local is not None else trainer.template).to(dev)
-            p = net.predict(b).double().cpu().numpy()  # the inner model: DDP's forward is for training
-            sharded.plan = None
-            if local is not None:
-                ps.append(p)
-                ys.append(b.label.cpu().numpy())
-                if b.group is not None:
-                    gs.append(b.group.cpu().numpy())
+        with read_only(t.local for t in sharded.tables) if as_served else contextlib.nullcontext():
+            while True:
+                local = next(it, None)
+                if sharded.begin(local, train=False) is None:
+                    break
+                b = (local if local is not None else trainer.template).to(dev)
+                p = net.predict(b).double().cpu().numpy()  # the inner model: DDP's forward is for training
+                sharded.plan = None
+                if local is not None:
+                    ps.append(p)
+                    ys.append(b.label.cpu().numpy())
+                    if b.group is not None:
+                        gs.append(b.group.cpu().numpy())
     finally:
         net.train()
     mine = {"pred": np.concatenate(ps) if ps else np.zeros(0, np.float32),

@@ -2,9 +2,16 @@
 (:func:`spawn`, what ``fbrapids demo --nproc N`` uses).
 
 :func:`spawn` starts ``nproc`` processes with ``torch.multiprocessing`` (the *spawn* start
-method), each joining one process group (gloo on the CPU; NCCL with one GPU per rank when
-``backend="nccl"``) and running ``fn(rank, world, *args)``; it returns each rank's return
-value.  When a rank fails (an exception, or killed), ``torch.multiprocessing`` stops the
+method), each joining one process group and running ``fn(rank, world, *args)``; it returns
+each rank's return value.
+
+**Devices and the backend** (:func:`place_ranks`).  The ranks train where the device rule
+(:func:`fbrapids.trainers.device.resolve_device`) says.  On CUDA, rank ``r`` gets device
+``cuda:{r % device_count}`` (set as the current device and as ``$FBRAPIDS_DEVICE`` in the
+rank, so every thread of it and every store it makes use that device), and the process
+group is NCCL, which needs one GPU per rank: more ranks than visible devices are refused in
+one line before any rank starts, unless gloo is asked for (``backend="gloo"``, ``fbrapids
+demo --dist-backend gloo``), which lets ranks share devices.  On the CPU the group is gloo.  When a rank fails (an exception, or killed), ``torch.multiprocessing`` stops the
 others and :func:`spawn` raises a :class:`~fbrapids.errors.DistributedError` naming the
 rank; a rank blocked in a collective with a dead peer fails within ``collective_timeout_s``
 (the process group's timeout), and the whole launch within ``timeout_s``.
@@ -32,6 +39,7 @@ import pickle
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -41,23 +49,89 @@ import torch.multiprocessing as mp
 
 from fbrapids.errors import DistributedError
 
-__all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend", "HEARTBEAT_S"]
+__all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend", "place_ranks", "RankPlacement",
+           "HEARTBEAT_S", "BACKENDS"]
 
 #: seconds between two heartbeats of a rank
 HEARTBEAT_S = 0.5
 
 
+#: the process group backends a launch may be asked for
+BACKENDS = ("gloo", "nccl")
+
+
 def default_backend() -> str:
-    """``"nccl"`` when CUDA is available, else ``"gloo"``."""
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    """The backend the device rule gives: ``"nccl"`` when the ranks train on CUDA
+    (:func:`~fbrapids.trainers.device.resolve_device`), else ``"gloo"``."""
+    from fbrapids.trainers.device import resolve_device
+
+    return "nccl" if resolve_device().type == "cuda" else "gloo"
+
+
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where local ranks train: the process group ``backend`` and each rank's device
+    (``"cpu"`` or ``"cuda:i"``)."""
+
+    backend: str
+    devices: tuple[str, ...]
+
+
+def place_ranks(nproc: int, backend: str | None, device_type: str, device_count: int) -> RankPlacement:
+    """The backend and devices of ``nproc`` local ranks whose device rule says
+    ``device_type`` (``"cuda"`` / ``"cpu"``) on a machine with ``device_count`` visible GPUs.
+
+    ``backend`` None follows the device: NCCL on CUDA (one GPU per rank: more ranks than
+    devices is a :class:`~fbrapids.errors.DistributedError`), gloo on the CPU.  gloo on CUDA
+    lets ranks share devices; NCCL without CUDA is refused.
+
+    Example:
+        >>> place_ranks(2, None, "cuda", 2)
+        RankPlacement(backend='nccl', devices=('cuda:0', 'cuda:1'))
+        >>> place_ranks(3, "gloo", "cuda", 2).devices
+        ('cuda:0', 'cuda:1', 'cuda:0')
+        >>> place_ranks(2, None, "cpu", 0)
+        RankPlacement(backend='gloo', devices=('cpu', 'cpu'))
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise DistributedError(f"process group backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if device_type != "cuda":
+        if backend == "nccl":
+            raise DistributedError(f"NCCL needs a CUDA device per rank, but the ranks train on the {device_type} "
+                                   "(the device rule: FBRAPIDS_DEVICE, the backend, torch's CUDA); use gloo")
+        return RankPlacement("gloo", ("cpu",) * nproc)
+    if device_count < 1:
+        raise DistributedError("the ranks are to train on CUDA, but no CUDA device is visible")
+    backend = backend or "nccl"
+    if backend == "nccl" and nproc > device_count:
+        where = os.environ.get("CUDA_VISIBLE_DEVICES")
+        scope = f" (CUDA_VISIBLE_DEVICES={where!r})" if where is not None else ""
+        raise DistributedError(f"{nproc} ranks on NCCL need {nproc} GPUs, one per rank, and {device_count} "
+                               f"{'is' if device_count == 1 else 'are'} visible{scope}: run at most {device_count} "
+                               "ranks, or let ranks share GPUs with the gloo backend (--dist-backend gloo)")
+    return RankPlacement(backend, tuple(f"cuda:{r % device_count}" for r in range(nproc)))
+
+
+def use_device(device: str | None) -> None:
+    """Make ``device`` (``"cuda:i"``) this rank's: torch's current device and
+    ``$FBRAPIDS_DEVICE`` (the device rule of every thread and store of the process);
+    ``"cpu"`` / None leave both as they are."""
+    if device is None or not device.startswith("cuda"):
+        return
+    from fbrapids.trainers.device import ENV_VAR
+
+    os.environ[ENV_VAR] = device
+    torch.cuda.set_device(torch.device(device))
 
 
 def init_rank(rank: int, world: int, init_method: str, backend: str | None = None,
-              collective_timeout_s: float = 120.0) -> None:
-    """Join the process group as ``rank`` of ``world`` (NCCL: on GPU ``rank % device_count``)."""
+              collective_timeout_s: float = 120.0, device: str | None = None) -> None:
+    """Join the process group as ``rank`` of ``world`` on ``device`` (:func:`place_ranks`;
+    None: NCCL puts the rank on GPU ``rank % device_count``)."""
     backend = backend or default_backend()
-    if backend == "nccl":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+    if device is None and backend == "nccl":
+        device = f"cuda:{rank % torch.cuda.device_count()}"
+    use_device(device)
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=collective_timeout_s))
 
@@ -71,7 +145,12 @@ def init_from_env(backend: str | None = None, collective_timeout_s: float = 120.
                                "--nproc-per-node N ...`, or use fbrapids.trainers.distributed.launch.spawn)")
     backend = backend or default_backend()
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        local, count = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+        if local >= count:
+            raise DistributedError(f"local rank {local} on NCCL needs GPU {local}, and {count} "
+                                   f"{'is' if count == 1 else 'are'} visible: start at most {count} ranks per "
+                                   "node (torchrun --nproc-per-node), one per GPU")
+        use_device(f"cuda:{local}")
     dist.init_process_group(backend, init_method="env://",
                             timeout=datetime.timedelta(seconds=collective_timeout_s))
     return dist.get_rank(), dist.get_world_size()
@@ -90,12 +169,12 @@ def _beat(beats: Any, rank: int) -> None:
         time.sleep(HEARTBEAT_S)
 
 
-def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, backend: str | None,
+def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, placement: RankPlacement,
            collective_timeout_s: float, out: str, args: Sequence[Any], beats: Any = None) -> None:
     if beats is not None:
         threading.Thread(target=_beat, args=(beats, rank), daemon=True, name=f"fbrapids-heartbeat-{rank}").start()
     torch.set_num_threads(1)
-    init_rank(rank, world, init_method, backend, collective_timeout_s)
+    init_rank(rank, world, init_method, placement.backend, collective_timeout_s, placement.devices[rank])
     try:
         value = fn(rank, world, *args)
         with open(os.path.join(out, f"rank-{rank}.pkl"), "wb") as f:
@@ -147,19 +226,32 @@ def _silence_error(silent: list[tuple[int, int, float, str]], then: str = "") ->
                             "a frozen one: its stack, e.g. py-spy dump --pid)")
 
 
+def local_placement(nproc: int, backend: str | None) -> RankPlacement:
+    """:func:`place_ranks` for this machine: the device rule's device type and torch's
+    count of visible CUDA devices."""
+    from fbrapids.trainers.device import resolve_device
+
+    device_type = resolve_device().type
+    return place_ranks(nproc, backend, device_type, torch.cuda.device_count() if device_type == "cuda" else 0)
+
+
 def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend: str | None = "gloo",
           timeout_s: float = 600.0, collective_timeout_s: float = 60.0,
-          heartbeat_timeout_s: float = 30.0) -> list[Any]:
+          heartbeat_timeout_s: float = 30.0, placement: RankPlacement | None = None) -> list[Any]:
     """Run ``fn(rank, nproc, *args)`` on ``nproc`` local ranks; their return values, in
-    rank order.  ``fn`` must be importable (a module-level function).  A failing rank is a
+    rank order.  ``fn`` must be importable (a module-level function).  ``backend``: the
+    process group's (None: as the device rule says); ``placement``: the ranks' devices and
+    backend decided already (:func:`place_ranks`; default :func:`local_placement`), refused
+    before any rank starts when impossible.  A failing rank is a
     :class:`~fbrapids.errors.DistributedError` naming it, the others stopped; so is a rank
     without a heartbeat for ``heartbeat_timeout_s`` (module docstring)."""
     if nproc < 1:
         raise DistributedError(f"nproc must be >= 1, got {nproc}")
+    placement = placement or local_placement(nproc, backend)
     with tempfile.TemporaryDirectory(prefix="fbrapids-ranks-") as tmp:
         init = "file://" + os.path.join(tmp, "rendezvous")
         beats = mp.get_context("spawn").RawArray("d", nproc)
-        ctx = mp.start_processes(_entry, args=(fn, nproc, init, backend, collective_timeout_s, tmp, tuple(args),
+        ctx = mp.start_processes(_entry, args=(fn, nproc, init, placement, collective_timeout_s, tmp, tuple(args),
                                                beats), nprocs=nproc, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
         quiet: list[tuple[int, int, float, str]] = []  # ranks silent a while at the last look (before a failure)

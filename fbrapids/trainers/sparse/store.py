@@ -55,12 +55,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -121,6 +122,32 @@ def sparse_update(rows: torch.Tensor, grad: torch.Tensor, config: StoreConfig) -
         [[0.5, 4.0]]
     """
     return config.sparse_optimizer().update(rows, grad)
+
+
+@contextlib.contextmanager
+def read_only(stores: Iterable[Any]) -> Iterator[None]:
+    """``stores`` read-only for the block (:attr:`TieredEmbeddingStore.read_only`), as a
+    served model's are, each restored after: held-out rows are predicted as they are served
+    (an id no training batch admitted reads the default row; nothing is admitted, no
+    sighting counted), so an offline prediction is the served score.
+
+    Example:
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> s = TieredEmbeddingStore(StoreConfig(cache_rows=8, dim=4))
+        >>> with read_only([s]):
+        ...     seen = s.read_only
+        >>> seen, s.read_only
+        (True, False)
+    """
+    stores = list(stores)
+    before = [st.read_only for st in stores]
+    for st in stores:
+        st.read_only = True
+    try:
+        yield
+    finally:
+        for st, was in zip(stores, before):
+            st.read_only = was
 
 
 class TieredEmbeddingStore:
