@@ -45,6 +45,7 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
         MemoryBudgetError: the run cannot fit its budget (one line, before any work).
     """
     from fbrapids.runs import memory_budget as mb
+    from fbrapids.runs.view_sizes import held_out_rows, view_sizes
     from fbrapids.runs.disk_budget import table_bounds
     from fbrapids.runs.memory_watch import tree_rss
     from fbrapids.trainers.calibration import CALIBRATION_ROWS
@@ -54,7 +55,7 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
 
     budget = mb.parse_memory_limit(cfg.memory_limit)
     dense, sparse, _, features = w.model_inputs(cfg.model)
-    sizes = mb.view_sizes(w)
+    sizes = view_sizes(w)
     log_rows = sizes[0][w.log.name].rows if w.log.name in sizes[0] else 0
     bounds = table_bounds(w.root or ".", sparse, features)
     history = split_fitted(features)[1]
@@ -69,7 +70,7 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     import sys
 
     libraries = mb.LIBRARIES_BYTES // 2 if "torch" in sys.modules else mb.LIBRARIES_BYTES
-    est = mb.estimate(w, shape, mb.held_out_rows(w, sizes[0]), baseline=tree_rss(), libraries=libraries, sizes=sizes)
+    est = mb.estimate(w, shape, held_out_rows(w, sizes[0]), baseline=tree_rss(), libraries=libraries, sizes=sizes)
     plan = mb.plan_memory(est, budget, _source(cfg.memory_limit), client=client is not None)
     log.info("%s", plan.describe())
     return plan
