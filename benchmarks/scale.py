@@ -1,13 +1,15 @@
-"""How ``fbrapids demo`` scales with rows: wall time, time per row, the peak memory of its
-whole process tree, and the stage at which it peaks.
+"""How ``fbrapids demo`` scales with rows: wall and CPU time, time per row, the peak memory of
+its whole process tree, and the stage at which it peaks.
 
 Each run is the command a user runs, at default settings, on data generated once per size
 (``fbrapids gen --rows N --out ROOT/N``, reused when present)::
 
     fbrapids demo --rows N --data-dir ROOT/N --summary-json FILE
 
-in a fresh process, timed from outside; this process samples the resident memory (RSS) of
-the run's whole process tree every 0.2 s (the peak, and one sample a second).  The run's
+in a fresh process, timed from outside (wall seconds, and the CPU seconds of the run and its
+children: a loaded machine stretches the first far more than the second); this process
+samples the resident memory (RSS) of the run's whole process tree every 0.2 s (the peak,
+and one sample a second).  The run's
 summary adds what the run said of itself (:mod:`fbrapids.runs.memory_budget`,
 :mod:`fbrapids.runs.memory_watch`): its budget, its estimated peak by part, how it ran
 (threads or a local cluster), and its measured peak by stage (plan, extract+train,

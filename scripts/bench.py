@@ -310,12 +310,13 @@ def _scale(r: dict) -> str:
     parts = []
     for rows, runs in sorted(r["runs"].items(), key=lambda kv: int(kv[0])):
         for x in runs:
-            parts.append(f"{_k(int(rows))} rows: {x['s_per_mrow']:.1f} s/M rows, peak {x['peak_rss_bytes'] / 2**30:.2f} "
-                         f"GiB ({x.get('peak_stage')}), load {x['load_start'][0]:.1f}" if x["exit"] == 0 else
+            parts.append(f"{_k(int(rows))} rows: {x['s_per_mrow']:.1f} s/M rows ({x['cpu_s_per_mrow']:.1f} CPU), peak "
+                         f"{x['peak_rss_bytes'] / 2**30:.2f} GiB ({x.get('peak_stage')}), load {x['load_start'][0]:.1f}"
+                         if x["exit"] == 0 else
                          f"{_k(int(rows))} rows: failed (exit {x['exit']})")
     big = r.get("ratios", {}).get("64000000", {})
-    if "per_row_vs_4m" in big:
-        parts.append(f"64M per row {big['per_row_vs_4m']:.2f}x the 4M runs'")
+    if "cpu_per_row_vs_4m" in big:
+        parts.append(f"64M per row {big['per_row_vs_4m']:.2f}x the 4M runs' wall, {big['cpu_per_row_vs_4m']:.2f}x CPU")
     return "; ".join(parts)
 
 
