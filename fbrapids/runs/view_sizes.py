@@ -6,12 +6,12 @@ peak from.
 
 Example:
     >>> import tempfile
-    >>> from fbrapids.datasets.synthetic.generate import generate
-    >>> from fbrapids.datasets import synthetic
-    >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
-    >>> sizes, schema = view_sizes(synthetic.workload(d))
+    >>> from fbrapids.datasets.synthetic import generate, workload
+    >>> folder = tempfile.mkdtemp()
+    >>> written = generate.generate(2000, folder, seed=1)
+    >>> sizes, schema = view_sizes(workload(folder))
     >>> sizes["impressions"].rows, sizes["users"].rows, str(schema["user_id"])
-    (3000, 300, 'int64')
+    (2000, 200, 'int64')
 """
 
 from __future__ import annotations
