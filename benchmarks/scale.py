@@ -96,13 +96,14 @@ def measure(rows: int, data: Path, limit: int | None = None) -> dict[str, Any]:
         summary_path = Path(tmp) / "summary.json"
         cmd = [sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(rows), "--data-dir", str(data),
                "--summary-json", str(summary_path)]
-        load_start = os.getloadavg()
+        load_start, cpu_start = os.getloadavg(), _children_cpu_s()
         code, peak, series, wall, killed = _sampled(cmd, limit)
-        load_end = os.getloadavg()
+        load_end, cpu_s = os.getloadavg(), _children_cpu_s() - cpu_start
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     memory = summary.get("memory", {})
     return {"rows": rows, "exit": code, "killed_over_bytes": limit if killed else None, "wall_s": round(wall, 1),
-            "s_per_mrow": wall / (rows / 1e6), "peak_rss_bytes": peak, "load_start": load_start, "load_end": load_end,
+            "s_per_mrow": wall / (rows / 1e6), "cpu_s": round(cpu_s, 1), "cpu_s_per_mrow": cpu_s / (rows / 1e6),
+            "peak_rss_bytes": peak, "load_start": load_start, "load_end": load_end,
             "run_peak_bytes": memory.get("peak_bytes"), "peak_stage": memory.get("peak_stage"),
             "peak_by_stage": memory.get("peak_by_stage"), "estimate_bytes": memory.get("estimate_bytes"),
             "estimate": memory.get("estimate"), "budget_bytes": memory.get("budget_bytes"),
@@ -112,9 +113,20 @@ def measure(rows: int, data: Path, limit: int | None = None) -> dict[str, Any]:
             "partitions": (summary.get("kernel") or {}).get("partitions"), "rss_series": series}
 
 
-def per_row_ratio(runs: dict[str, list[dict[str, Any]]], size: str, base: str) -> float:
-    """The mean time per row of ``size``'s runs over ``base``'s."""
-    mean = {k: statistics.mean(r["s_per_mrow"] for r in runs[k]) for k in (size, base)}
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have ended, their own
+    children included: a run's CPU time, which a loaded machine does not inflate as it does
+    the wall time."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def per_row_ratio(runs: dict[str, list[dict[str, Any]]], size: str, base: str, key: str = "s_per_mrow") -> float:
+    """The mean time per row of ``size``'s runs over ``base``'s (``key``: wall or CPU seconds
+    per million rows)."""
+    mean = {k: statistics.mean(r[key] for r in runs[k]) for k in (size, base)}
     return round(mean[size] / mean[base], 4)
 
 
@@ -128,6 +140,8 @@ def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for base in ("1000000", "4000000"):
             if base in done and base != k:
                 entry[f"per_row_vs_{int(base) // 1_000_000}m"] = per_row_ratio(done, k, base)
+                if all("cpu_s_per_mrow" in r for r in done[k] + done[base]):
+                    entry[f"cpu_per_row_vs_{int(base) // 1_000_000}m"] = per_row_ratio(done, k, base, "cpu_s_per_mrow")
         prev = keys[keys.index(k) - 1] if keys.index(k) else None
         if prev is not None:
             peak = max(r["peak_rss_bytes"] for r in done[k]) / max(r["peak_rss_bytes"] for r in done[prev])
