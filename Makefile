@@ -106,7 +106,7 @@ gpu-pack:
 	scripts/gpu_pack.sh .gpu
 
 # the offline install and the check's first pass rehearsed here (device steps stood in for; after
-# gpu-pack and gpu-kernels); its report, with the pack's sizes, goes to benchmarks/results/gpu_set.json
+# gpu-pack and gpu-kernels); its report, with the pack's sizes, goes to benchmarks/results/figures/gpu_set.json
 gpu-rehearse: $(STAMP)
 	PY=$(PY) scripts/gpu_rehearse.sh .gpu
 	$(PY) scripts/gpu_set_record.py .gpu

@@ -52,8 +52,9 @@ Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
     python benchmarks/inference.py --requests 100 --threads 4
     python benchmarks/inference.py --http-only --http-items 64 --http-clients 8 --http-requests 400
-    python benchmarks/inference.py --attack        # issue 25: p50 under attack (benchmarks/serving_attack.py)
+    python benchmarks/inference.py --attack        # issues 25, 37, 47: under attack (benchmarks/serving_attack.py)
     python benchmarks/inference.py --unseen-ids    # issue 25: 500k never-seen ids, rows and RSS flat
+    python benchmarks/inference.py --rss-plateau   # issue 47: the served DIN's RSS over 10,000 calls
 """
 
 from __future__ import annotations
@@ -195,20 +196,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-http", action="store_true", help="skip the HTTP run")
     ap.add_argument("--http-only", action="store_true", help="only the HTTP run (no in-process sizes)")
     ap.add_argument("--attack", action="store_true",
-                    help="serving under attack (benchmarks/serving_attack.py): authorised p50 unloaded and under a "
-                         "15 MB unauthenticated flood, a hog of max-size calls, 64 connections of them, amplifying "
-                         "bodies, /score_batch fallbacks, 200 stalled connections")
+                    help="serving under attack (benchmarks/serving_attack.py): authorised p50 and calls answered, "
+                         "unloaded and under a 15 MB unauthenticated flood, a hog of max-size calls, 64 connections "
+                         "of them, amplifying bodies, /score_batch fallbacks, 200 stalled connections, 600 idle "
+                         "sockets, three addresses x 16 connections of 1,000-item calls, five addresses of stalled "
+                         "4 MiB bodies, clients that hang up")
     ap.add_argument("--unseen-ids", action="store_true",
                     help="table rows and RSS while scoring --unseen never-seen ids (benchmarks/serving_attack.py)")
     ap.add_argument("--unseen", type=int, default=500_000, help="never-seen ad ids scored by --unseen-ids")
-    ap.add_argument("--attack-requests", type=int, default=60, help="measured authorised requests per phase")
+    ap.add_argument("--rss-plateau", action="store_true",
+                    help="the served DIN's RSS over --plateau-calls calls once its item cache is full "
+                         "(benchmarks/serving_attack.py)")
+    ap.add_argument("--plateau-calls", type=int, default=10_000)
+    ap.add_argument("--plateau-items", type=int, default=64)
+    ap.add_argument("--plateau-clients", type=int, default=4)
+    ap.add_argument("--attack-requests", type=int, default=60,
+                    help="authorised requests of the warm-up (at most 20) before the attacks")
+    ap.add_argument("--attack-seconds", type=float, default=30.0,
+                    help="seconds each attack runs while the authorised client is measured")
     ap.add_argument("--flood-clients", type=int, default=2)
     ap.add_argument("--hog-clients", type=int, default=1)
     ap.add_argument("--hog-items", type=int, default=10_000, help="items per hog call (the default max_items)")
+    ap.add_argument("--address-items", type=int, default=1000,
+                    help="items per call of the 'addresses' and 'hangup' attacks")
+    ap.add_argument("--idle-sockets", type=int, default=600, help="idle sockets of the 'idle' attack")
+    ap.add_argument("--idle-addresses", type=int, default=10, help="source addresses the idle sockets come from")
     ap.add_argument("--batch-requests", type=int, default=1024,
                     help="requests of 9 items in each /score_batch fallback body (the last one bad)")
     ap.add_argument("--attack-settle", type=float, default=3.0, help="seconds an attack runs before measuring")
-    ap.add_argument("--attack-phases", default="flood,hog,hog64,amplify,batch_fallback,stalled",
+    ap.add_argument("--attack-phases",
+                    default="flood,hog,hog64,amplify,batch_fallback,stalled,idle,addresses,stalled_bodies,hangup",
                     help="the attacks run, in order (comma-separated)")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (--attack / --unseen-ids: "
                                                             "default benchmarks/results/inference_attack.json / "
@@ -216,13 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    if args.attack or args.unseen_ids:
+    if args.attack or args.unseen_ids or args.rss_plateau:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import serving_attack
 
-        res = serving_attack.attack(args) if args.attack else serving_attack.unseen(args)
-        out = args.out or Path(__file__).resolve().parent / "results" / (
-            "inference_attack.json" if args.attack else "inference_unseen.json")
+        run, name = ((serving_attack.attack, "inference_attack") if args.attack else
+                     (serving_attack.unseen, "inference_unseen") if args.unseen_ids else
+                     (serving_attack.plateau, "inference_plateau"))
+        res = run(args)
+        out = args.out or Path(__file__).resolve().parent / "results" / f"{name}.json"
         out.write_text(json.dumps(res, indent=1) + "\n")
         print(json.dumps(res))
         return 0

@@ -208,6 +208,11 @@ class ModelInputError(RequestError):
     names the record and the model input."""
 
 
+class CallCancelledError(FbrapidsError, RuntimeError):
+    """A scoring call dropped before it was done because its client has gone (hung up):
+    nothing is left to answer."""
+
+
 class WorkloadError(FbrapidsError, ValueError):
     """A workload spec (:class:`~fbrapids.workloads.Workload`) or run config that does not hold
     together: names the field, and the file (a TOML spec) or column concerned."""
@@ -242,7 +247,15 @@ class NonFiniteError(FbrapidsError, FloatingPointError):
 
 
 class DistributedError(FbrapidsError, RuntimeError):
-    """Ranks of a distributed run disagree (configuration, SSD folders), or a rank failed; names the rank."""
+    """Ranks of a distributed run disagree (configuration, SSD folders), or a rank failed; names the rank.
+
+    ``errno``: the errno of the ``OSError`` a failed rank raised (a full disk on a rank), else
+    None; ``exit_status``: 128 + the signal for a rank ended by SIGTERM / SIGHUP / SIGINT (the
+    run was stopped, as a terminated launcher exits), else None."""
+
+    def __init__(self, message: str, errno: int | None = None, exit_status: int | None = None):
+        super().__init__(message)
+        self.errno, self.exit_status = errno, exit_status
 
 
 class WorkDirLockedError(FbrapidsError, RuntimeError):

@@ -50,14 +50,20 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                   "scoring p50/p99 and throughput, request/item dedup on and off; the HTTP service under 1 and 8 "
                   "clients (item cache filled with the catalogue first)"),
     "inference_attack": (["benchmarks/inference.py", "--attack"],
-                         "authorised 64-item p50 against a real `fbrapids serve`, unloaded vs a 15 MB "
-                         "unauthenticated flood, a hog of 10,000-item calls, 64 connections of such calls, calls of "
-                         "request lists at their bounds, 200 stalled connections, `/score_batch` bodies with a bad "
-                         "request (attackers in a niced process; unloaded re-measured before each attack); target "
-                         "within 2x, `/health` within 1 s"),
+                         "authorised 64-item calls against a real `fbrapids serve`, unloaded vs each attack running "
+                         "30 s: a 15 MB unauthenticated flood, a hog of 10,000-item calls, 64 connections of such "
+                         "calls, calls of request lists at their bounds, 200 stalled connections, `/score_batch` "
+                         "bodies with a bad request (target: p50 within 2x, `/health` within 1 s); 600 idle sockets "
+                         "over 10 addresses (target: >= 90% answered, `/health` always), three addresses x 16 "
+                         "connections of 1,000-item calls (target: p50 within 3x), five addresses x 4 stalled 4 MiB "
+                         "bodies (target: >= 90% answered), three addresses x 16 connections hanging up after each "
+                         "call (attackers from 127.0.0.2 up, niced; unloaded re-measured before each attack)"),
     "inference_unseen": (["benchmarks/inference.py", "--unseen-ids"],
                          "embedding table rows and process RSS before and after scoring 500,000 never-seen ad ids "
                          "(serving lookups are read-only); target flat within 5%"),
+    "inference_plateau": (["benchmarks/inference.py", "--rss-plateau"],
+                          "the served demo DIN's RSS over 10,000 calls of 64 items from 300,000 ad ids (4 clients), "
+                          "sampled every 250 calls: its growth once the item cache is full"),
     "models": (["benchmarks/models.py", "--rows", "200000", "1000000", "--seeds", "0", "1", "2"],
                "an independent sklearn logistic regression (hashed raw columns, C=0.1) and DLRM, Wide&Deep, DeepFM "
                "and DIN on the default demo data (`fbrapids demo --rows R --model M --seed S`, one process each): "
@@ -293,11 +299,44 @@ def _distributed(r: dict) -> str:
 
 def _inference_attack(r: dict) -> str:
     phases = r.get("phases", ["flood", "hog", "stalled"])
+    old = [k for k in phases if k not in ATTACKS_47]
     ratios = ", ".join(f"{k} {r[k]['ratio_to_unloaded']:.2f} ({r[k]['p50_ms']:.1f} ms vs "
-                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in phases)
+                       f"{r[k]['unloaded_before']['p50_ms']:.1f} ms)" for k in old)
     health = (f"; /health within 1 s during and after each: {'yes' if r['health_within_1s'] else 'no'}"
               if "health_within_1s" in r else "")
-    return f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}{health}"
+    out = f"p50 ratio to unloaded: {ratios}; all within 2x: {'yes' if r['within_2x'] else 'no'}{health}" if old else ""
+    new = [k for k in phases if k in ATTACKS_47]
+    if new:
+        out += ("; " if out else "") + "; ".join(_attack_47(k, r[k]) for k in new)
+        met = r.get("issue_47", {})
+        out += f"; issue 47's targets met: {', '.join(k for k in met if met[k]) or 'none'}"
+        if not all(met.values()):
+            out += f" (not met: {', '.join(k for k in met if not met[k])})"
+    return out
+
+
+#: the attacks of issue 47, with what each reports
+ATTACKS_47 = ("idle", "addresses", "stalled_bodies", "hangup")
+
+
+def _attack_47(kind: str, x: dict) -> str:
+    """One issue-47 attack's figures: calls answered, p50 against unloaded, the load."""
+    text = (f"{kind}: {x['answered']}/{x['requests']} answered, p50 {x['p50_ms']:.1f} ms vs "
+            f"{x['unloaded_before']['p50_ms']:.1f} ms ({x['ratio_to_unloaded']:.2f}x)")
+    if kind == "idle":
+        text += f", /health {x['health_answered_during']}/{x['health_asked_during']}"
+    if kind == "hangup":
+        text += (f", right after {x['after']['answered']}/{x['after']['requests']} answered, p50 "
+                 f"{x['after']['p50_ms']:.1f} ms")
+    return text + f", load {x['load_avg_1m']:.1f}"
+
+
+def _inference_plateau(r: dict) -> str:
+    lo, hi = r["rss_last_half_mib"]
+    return (f"{r['calls']:,} calls: RSS {r['rss_at_cache_full_mib']:.0f} MiB once the item cache is full (after "
+            f"{r['cache_full_at_calls']:,} calls), {lo:.0f}-{hi:.0f} MiB over the last half of the calls after, whose "
+            f"largest is {r['last_half_vs_first_half_pct']:+.1f}% from the first half's; {r['rss_end_mib']:.0f} MiB "
+            f"at the end; load {r['load_avg'][0]:.1f} to {r['load_avg'][1]:.1f}")
 
 
 def _inference_unseen(r: dict) -> str:
@@ -328,7 +367,8 @@ def _dicm(r: dict) -> str:
 
 
 FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distributed, "inference_attack": _inference_attack,
-                                            "inference_unseen": _inference_unseen, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
+                                            "inference_unseen": _inference_unseen,
+                                            "inference_plateau": _inference_plateau, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models, "trial_calibration": _trial_calibration,
                                             "held_out_calibration": _held_out_calibration, "scale": _scale}

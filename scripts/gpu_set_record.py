@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The offline set's sizes, its kernel cache and the rehearsal's first pass, as one committed
-JSON (``benchmarks/results/gpu_set.json``), from which docs/gpu.md's figures are rendered
+JSON (``benchmarks/results/figures/gpu_set.json``), from which docs/gpu.md's figures are rendered
 (``scripts/docs_figures.py``): ``make gpu-rehearse`` runs it after ``scripts/gpu_rehearse.sh``.
 
 Usage: ``python scripts/gpu_set_record.py [.gpu]``
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "benchmarks" / "results" / "gpu_set.json"
+OUT = REPO / "benchmarks" / "results" / "figures" / "gpu_set.json"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -320,11 +321,28 @@ def resume_killed(rank: int, world: int, root: Path) -> dict:
 
 def demo_match(rank: int, world: int, root: Path) -> dict:
     """The demo's training (fbrapids.app.demo_distributed.train_rank) on the small default data
-    generated in ``root/demo-data`` (one training partition), global batch DEMO_BATCH."""
+    generated in ``root/demo-data`` (one training partition), global batch DEMO_BATCH, with
+    checkpoints every DEMO_EVERY[world] steps (at W=2 a divisor of the pass's 10 steps, at
+    W=4 not)."""
     from fbrapids.app.demo_distributed import train_rank
 
     return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(root / f"demo-w{world}"),
-                                    "batch_size": DEMO_BATCH})
+                                    "batch_size": DEMO_BATCH, "checkpoint_every": DEMO_EVERY[world]})
+
+
+def demo_resumed_done(rank: int, world: int, root: Path) -> dict:
+    """W=2's finished demo_match work dir (a copy) resumed on these ranks: a run killed in its
+    evaluation, resumed; nothing is left to train, its held-out day is evaluated again."""
+    import shutil
+
+    from fbrapids.app.demo_distributed import train_rank
+
+    work = root / f"demo-done-w{world}"
+    if rank == 0:
+        shutil.copytree(root / "demo-w2", work, ignore=shutil.ignore_patterns(".fbrapids.lock"))
+    dist.barrier()
+    return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(work),
+                                    "batch_size": DEMO_BATCH, "checkpoint_every": DEMO_EVERY[world], "resume": True})
 
 
 def demo_stopped(rank: int, world: int, root: Path) -> dict:
@@ -336,6 +354,7 @@ def demo_stopped(rank: int, world: int, root: Path) -> dict:
 
 
 DEMO_ROWS, DEMO_BATCH, DEMO_STOP = 3000, 256, 4
+DEMO_EVERY = {2: 5, 4: 6}  # the pass has 10 steps
 
 
 def stop_rank(rank: int, world: int, root: Path) -> dict:
@@ -349,8 +368,62 @@ def stop_rank(rank: int, world: int, root: Path) -> dict:
     return {}
 
 
+class StopOnArrival:
+    """Passed to a launch: unpickled in each rank process as it starts, before its first
+    heartbeat; the first rank to unpickle it writes its pid to ``marker`` and stops itself
+    (SIGSTOP)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __getstate__(self) -> dict:
+        return {"marker": self.marker}
+
+    def __setstate__(self, state: dict) -> None:
+        self.marker = state["marker"]
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def idle(rank: int, world: int, *_: Any) -> int:
+    """A rank that does nothing (its launch is about starting)."""
+    return rank
+
+
+def fill_disk(rank: int, world: int, disk: str) -> None:
+    """Rank 1 writes a file larger than the (small) disk ``disk``: a real ENOSPC on a rank."""
+    from fbrapids.files.atomic import write_atomic
+
+    if rank == 1:
+        write_atomic(Path(disk) / "big.bin", [b"\0" * (1 << 20)] * 4)
+    time.sleep(60)  # rank 0 waits, outside any collective, until the launch stops it
+
+
+def term_launcher_mid_checkpoint(rank: int, world: int, root: str) -> None:
+    """A sharded checkpoint of step 1, then step 2's: while writing it, rank 1 sends SIGTERM to
+    the launcher.  Each rank's pid in ``root/pid-<rank>``."""
+    from fbrapids.trainers.distributed import DistributedTrainer
+    from fbrapids.trainers.distributed.checkpoint import save_sharded
+
+    (Path(root) / f"pid-{rank}").write_text(str(os.getpid()))
+
+    def term(path: Path) -> None:
+        if rank == 1:
+            os.kill(os.getppid(), signal.SIGTERM)
+            time.sleep(60)  # still writing when the launcher stops every rank
+
+    trainer = DistributedTrainer(small_model(StoreConfig(cache_rows=64)))
+    save_sharded(trainer, None, Path(root) / "ckpt", 1)
+    save_sharded(trainer, None, Path(root) / "ckpt", 2, on_file=term)
+
+
 SCENARIOS = {f.__name__: f for f in (train_match, train_again, train_no_overlap, resume_same_world, deepfm_counts, uneven, mismatch,
-                                     restore_other_world, kill_mid_commit, feed, feed_din, resume_killed, demo_match,
+                                     restore_other_world, kill_mid_commit, feed, feed_din, resume_killed, demo_match, demo_resumed_done,
                                      demo_stopped, stop_rank)}
 
 

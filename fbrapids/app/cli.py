@@ -168,19 +168,70 @@ def _trial(args: argparse.Namespace) -> int:
     from fbrapids.app.trials import trial
     from fbrapids.workloads import parse_candidate
 
+    candidates = dict(parse_candidate(c) for c in args.candidate)  # refused as parsed, before the workload is read
     w = _workload(args)
-    candidates = dict(parse_candidate(c) for c in args.candidate)
+    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
+    _new_file("--json", out, args.force)  # before the trial's work: another run's file is never overwritten
     backend = None if args.backend in (None, "auto") else args.backend
     result = trial(w, candidates, kind=args.kind, model=args.model, seeds=args.seeds, n_boot=args.n_boot,
                    seed=args.seed, level=args.level, progress=not args.no_progress, backend=backend,
                    epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim)
     sys.stdout.write(result.render() + "\n")
-    out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
     data = {"workload": w.name, "workload_file": str(args.workload), "model": args.model, "kind": args.kind,
             **dataclasses.asdict(result), "expressions": {k: str(v) for k, v in candidates.items()}}
-    out.write_text(json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n")
-    sys.stdout.write(f"trial JSON written to {out}\n")
+    text = json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
+    sys.stdout.write(f"trial JSON written to {write_new_file(out, text.encode(), args.force)}\n")
     return 0
+
+
+def _new_file(flag: str, path: Path, force: bool) -> None:
+    """A usage error when ``path`` exists (another run's output) and ``force`` is not given."""
+    if not force and (path.exists() or path.is_symlink()):
+        raise UsageError(f"argument {flag}: {path} already exists (another run's output): pass --force to overwrite it, "
+                         f"or choose another {flag}")
+
+
+def write_new_file(path: Path, data: bytes, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file renamed, or linked, into place),
+    never over a file another run wrote meanwhile unless ``force``: that is an error naming
+    it, and this run's output is kept beside it (its name in the error).  Returns ``path``.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "t.json"
+        >>> write_new_file(p, b"{}") == p, p.read_bytes()
+        (True, b'{}')
+        >>> try:
+        ...     write_new_file(p, b"[]")
+        ... except UsageError as exc:
+        ...     print(str(exc).replace(str(p), "P").split(": this")[0], p.read_bytes())
+        P was written by another run meanwhile b'{}'
+    """
+    import tempfile
+
+    from fbrapids.files.atomic import write_atomic
+
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = write_atomic(Path(name), [data])
+    if force:
+        os.replace(tmp, path)
+        return path
+    try:
+        try:
+            os.link(tmp, path)  # fails if the file exists: no check-then-write race with another run
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the name reserved, then replaced
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.replace(tmp, path)
+            return path
+    except FileExistsError:
+        kept = tmp.rename(path.with_name(f"{path.name}.{os.getpid()}"))
+        raise UsageError(f"{path} was written by another run meanwhile: this run's is {kept} (pass --force to "
+                         "overwrite)") from None
+    tmp.unlink()
+    return path
 
 
 def _sharded(work_dir: Path | None) -> bool:
@@ -498,6 +549,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
             raise UsageError(f"argument --json: {args.json} "
                              + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
+        if args.json is not None:
+            _new_file("--json", args.json, args.force)
     elif args.command == "demo":
         if args.workload is not None:
             if not args.workload.is_file():
@@ -649,7 +702,9 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     tri.add_argument("--embedding-dim", type=_int_in(1), default=16)
     tri.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
     tri.add_argument("--json", type=Path, default=None, metavar="FILE",
-                     help="where the trial's JSON goes (default: <workload name>-trial.json here)")
+                     help="where the trial's JSON goes (default: <workload name>-trial.json here); an existing file "
+                          "is refused before the trial, unless --force")
+    tri.add_argument("--force", action="store_true", help="overwrite the --json file if it exists")
     tri.add_argument("--no-progress", action="store_true", help="no progress bars")
     tri.set_defaults(func=_trial)
 
@@ -694,8 +749,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                           "or --insecure")
     srv.add_argument("--port", type=_int_in(0, 65535), default=8000)
     srv.add_argument("--token-file", type=Path, default=None, metavar="FILE",
-                     help="require `Authorization: Bearer TOKEN` on every path, TOKEN the first line of FILE "
-                          "(>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
+                     help="require `Authorization: Bearer TOKEN` on every path: FILE holds one TOKEN (its first "
+                          "line), or one `NAME TOKEN` per line, a token per client, each client then given its own "
+                          "fair share (>= 16 characters; default: $FBRAPIDS_SERVE_TOKEN if set)")
     srv.add_argument("--token", default=None, help="the token itself (discouraged: visible in ps; prefer --token-file)")
     srv.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                      help="a Host header name clients use, besides the loopback names and the bind address "
@@ -715,8 +771,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                      help="close a connection that sends no complete request head within S seconds")
     srv.add_argument("--body-timeout", type=_float_above(0), default=10.0, metavar="S",
                      help="answer 408 to a request whose body is not received within S seconds")
-    srv.add_argument("--max-connections", type=_int_in(1), default=512,
-                     help="open connections served at once; more are closed on arrival")
+    srv.add_argument("--max-connections", type=_int_in(2), default=512,
+                     help="open connections at once; past it, or past its unauthenticated share, a new one closes "
+                          "the oldest idle one")
     srv.set_defaults(func=_serve)
 
 
@@ -735,11 +792,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command in ("demo", "trial"):
         _print_reports()
+    from fbrapids.runs.workdir import Terminated, exit_on_termination
+
     try:
-        return args.func(args)
+        with exit_on_termination():  # SIGTERM / SIGHUP unwind (temporary folders removed, ranks stopped)
+            return args.func(args)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except Terminated as exc:  # one line, exit status 128 + the signal
+        sys.stderr.write(f"fbrapids {args.command}: stopped by {exc.signal_name}\n")
+        return int(exc.code or 1)
     except BaseException as exc:  # one line, never a traceback (-v logs it)
         if isinstance(exc, SystemExit):
             raise
@@ -805,7 +868,8 @@ def failure_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int
         from fbrapids.runs.disk_budget import freeable
 
         line += "; " + freeable(getattr(args, "work_dir", None))
-    return " ".join(line.split("\n")), 2
+    # a rank of the run ended by SIGTERM / SIGHUP: the run's exit status is the launcher's own would be
+    return " ".join(line.split("\n")), int(getattr(exc, "exit_status", None) or 2)
 
 
 if __name__ == "__main__":

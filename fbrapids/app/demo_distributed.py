@@ -99,41 +99,73 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                                               overlap=bool(options.get("overlap", True)),
                                               calibrate=bool(options.get("calibrate", True)))
             train_s = time.perf_counter() - t0
-            rows = sum(len(s.local) for s in trainer.sharded.tables)
             metrics = evaluate_distributed(trainer, LeaderFeed(test_src, rank, world, feed_group))
         dist.barrier()
-        checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
-        return {"rank": rank, "world": world, "steps": result.steps, "rows_trained": int(feed.rows),
-                "held_rows": int(result.held_rows), "position_rows": int(feed.global_rows), "train_s": train_s,
-                "table_rows": rows, "metrics": metrics, "checkpoint": str(checkpoint) if checkpoint else None,
-                "resumed_from": str(result.resumed_from) if result.resumed_from else None,
-                "exchange": dict(trainer.exchange.stats)}
+        return {**rank_figures(result, trainer, feed), "train_s": train_s, "metrics": metrics}
     finally:
         if client is not None:
             close_client(client)
 
 
+def rank_figures(result: Any, trainer: Any, feed: Any) -> dict[str, Any]:
+    """What :func:`train_rank` reports of its rank besides the seconds and the metrics:
+    ``rows_trained``, this rank's rows in this call; ``position_rows``, the global stream's
+    rows read over the run, resumes included (rank 0's feed counts the rows a resume
+    skipped); the steps, the held-back rows, the table rows it owns, the final checkpoint,
+    the calibration and the exchange's counters."""
+    checkpoint = result.checkpoints[-1] if result.checkpoints else result.resumed_from
+    return {"rank": trainer.rank, "world": trainer.world, "steps": result.steps, "rows_trained": int(feed.rows),
+            "held_rows": int(result.held_rows), "position_rows": int(feed.global_rows),
+            "table_rows": sum(len(s.local) for s in trainer.sharded.tables),
+            "checkpoint": str(checkpoint) if checkpoint else None,
+            "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+            "calibration": [float(v) for v in trainer.model.calibration.tolist()],
+            "exchange": dict(trainer.exchange.stats)}
+
+
+def rows_summary(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """The rows of a run on several ranks, as the one-process summary counts them: trained
+    over every resume of the run (the global stream's rows read, those held back for the
+    calibration among them), of them in this call when it resumed, and held out.
+
+    Example:
+        >>> r = {"position_rows": 2560, "rows_trained": 512, "held_rows": 256, "resumed_from": "ck/step-8",
+        ...      "metrics": {"n": 300}}
+        >>> rows_summary([r, {**r, "rows_trained": 512}])
+        {'trained': 2560, 'of which held back for calibration': 256, 'of which in this resumed run': 1024, 'held out': 300}
+    """
+    first = results[0]
+    out = {"trained": int(first["position_rows"])}
+    if first["held_rows"]:
+        out["of which held back for calibration"] = int(first["held_rows"])
+    if first.get("resumed_from"):
+        out["of which in this resumed run"] = sum(int(r["rows_trained"]) for r in results)
+    out["held out"] = int(first["metrics"]["n"])
+    return out
+
+
 def summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What ``--summary-json`` writes for a run on several ranks: the union's metrics, steps,
-    rows trained (in all and per rank) and each rank's figures."""
+    rows (:func:`rows_summary`) and each rank's figures."""
     return {"nproc": len(results), "steps": results[0]["steps"], "metrics": results[0]["metrics"],
-            "rows": {"trained": sum(r["rows_trained"] for r in results), "held out": int(results[0]["metrics"]["n"]),
-                     **({"of which held back for calibration": results[0]["held_rows"]} if results[0]["held_rows"]
-                        else {})},
-            "checkpoint": results[0]["checkpoint"], "resumed_from": results[0]["resumed_from"],
+            "rows": rows_summary(results), "checkpoint": results[0]["checkpoint"],
+            "resumed_from": results[0]["resumed_from"],
             "ranks": [{k: v for k, v in r.items() if k != "metrics"} for r in results]}
 
 
 def render(results: Sequence[dict[str, Any]]) -> str:
-    """A few lines: the union's metrics, rows trained and table rows per rank."""
+    """A few lines: the union's metrics, the rows (:func:`rows_summary`), and per rank the
+    rows it trained in this call and the table rows it owns."""
     m = results[0]["metrics"]
     lines = [f"{len(results)} ranks, {results[0]['steps']} steps"
              + (f" (resumed from {results[0]['resumed_from']})" if results[0].get("resumed_from") else "") + ":"
              + f" AUC {m['auc']:.4f}  GAUC {m['gauc']:.4f}  "
              f"logloss {m['logloss']:.4f}  NE {m['ne']:.4f}  calibration {m['calibration']:.3f}  "
-             f"({int(m['n'])} held-out rows, over the union of the ranks)"]
+             f"({int(m['n'])} held-out rows, over the union of the ranks)",
+             "  rows: " + ", ".join(f"{k} {v:,}" for k, v in rows_summary(results).items())]
     for r in results:
-        lines.append(f"  rank {r['rank']}: trained {r['rows_trained']} rows in {r['train_s']:.1f} s, owns "
+        lines.append(f"  rank {r['rank']}: trained {r['rows_trained']:,} rows in {r['train_s']:.1f} s"
+                     + (" (this run)" if r.get("resumed_from") else "") + f", owns "
                      f"{r['table_rows']} table rows, exchanged {r['exchange']['bytes_to_others'] / 1e6:.1f} MB "
                      f"({r['exchange']['seconds']:.1f} s in collectives)")
     return "\n".join(lines)
@@ -155,7 +187,7 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
     from fbrapids.errors import CheckpointError
     from fbrapids.trainers.distributed import per_rank_batch, spawn
     from fbrapids.trainers.distributed.launch import local_placement
-    from fbrapids.runs.workdir import temporary_work_dir
+    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
 
     batch_size, seed = int(options.get("batch_size", 2048)), int(options.get("seed", 0))
     per_rank_batch(batch_size, nproc)  # refused before any work
@@ -167,8 +199,12 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
         raise CheckpointError("resume needs the work dir of the run to continue (--work-dir)")
     data = Path(data_dir) if data_dir is not None else default_data_dir(rows, seed)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(using_dataset(rows, data, seed=seed))  # not regenerated under this run
         work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir(WORK_PREFIX))
+        # the work dir held by this launcher before anything is written: a second run on it is refused
+        # naming this one, never on what its ranks have started writing there
+        stack.enter_context(lock_work_dir(work))
+        stack.enter_context(torch_cache_in(work))  # the ranks' too: nothing of torch's left in $TMPDIR
+        stack.enter_context(using_dataset(rows, data, seed=seed))  # not regenerated under this run
         if options.get("resume"):
             check_resumable(work, data, options)
         opts = {**options, "data_dir": str(data), "work_dir": str(work)}
@@ -216,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.app.demo import default_data_dir
+    from fbrapids.runs.workdir import lock_work_dir
     from fbrapids.trainers.distributed import init_from_env
 
     p = argparse.ArgumentParser(prog="fbrapids.app.demo_distributed", description=__doc__.split("\n\n")[0])
@@ -238,16 +275,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank, world = init_from_env(args.dist_backend)
     try:
         data = args.data_dir or default_data_dir(args.rows, args.seed)
-        if rank == 0:
-            ensure_dataset(args.rows, data, seed=args.seed)
-        dist.barrier()
         work = args.work_dir or Path(tempfile.gettempdir()) / "fbrapids-demo-dist"
-        out = train_rank(rank, world, {"data_dir": str(data), "work_dir": str(work), "model": args.model,
-                                       "batch_size": args.batch_size, "epochs": args.epochs, "seed": args.seed,
-                                       "scheduler": args.scheduler, "backend": args.backend,
-                                       "checkpoint_every": args.checkpoint_every, "resume": args.resume})
-        got: list[Any] = [None] * world
-        dist.all_gather_object(got, out)
+        with lock_work_dir(work) if rank == 0 else contextlib.nullcontext():  # held before any rank writes there
+            if rank == 0:
+                ensure_dataset(args.rows, data, seed=args.seed)
+            dist.barrier()
+            out = train_rank(rank, world, {"data_dir": str(data), "work_dir": str(work), "model": args.model,
+                                           "batch_size": args.batch_size, "epochs": args.epochs, "seed": args.seed,
+                                           "scheduler": args.scheduler, "backend": args.backend,
+                                           "checkpoint_every": args.checkpoint_every, "resume": args.resume})
+            got: list[Any] = [None] * world
+            dist.all_gather_object(got, out)
         if rank == 0:
             sys.stdout.write(render(got) + "\n")
     finally:

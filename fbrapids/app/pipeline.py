@@ -393,7 +393,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     # some other default client that happens to exist (kernel counters are read from there)
     from fbrapids.app.run_memory import budgeted, memory_plan
     from fbrapids.frames.cluster import frozen_worker_watchdog
-    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir
+    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
 
     w = as_workload(workload)
     cfg = (config if config is not None else RunConfig()).with_(**options)
@@ -405,7 +405,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         client, watch = stack.enter_context(budgeted(plan, client))
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
-                frozen_worker_watchdog(client, f"the run on {w.origin}"):
+                torch_cache_in(work), frozen_worker_watchdog(client, f"the run on {w.origin}"):
             result = _run(w, cfg, client, work, watch)
         result.memory = {**plan.summary(), **watch.summary()}
         if cfg.work_dir is None:

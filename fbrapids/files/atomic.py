@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -158,8 +159,38 @@ def _recorder_for(path: Path) -> tuple[WriteDigests, str] | None:
     return (rec, full.relative_to(rec.root).as_posix()) if full.is_relative_to(rec.root) else None
 
 
-def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
+#: errno values of a full disk or a file over the size limit
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_space_error(exc: OSError, path: str | os.PathLike, written: int, needed: int | None) -> OSError:
+    """``exc`` (a full disk, a quota, the file size limit) as an ``OSError`` of the same
+    errno naming ``path`` and the bytes: ``needed`` for the file (None: unknown, at least
+    ``written``), how many were written, and how many the file system has free.
+
+    Example:
+        >>> import errno, tempfile
+        >>> e = no_space_error(OSError(errno.ENOSPC, "No space left on device"), tempfile.gettempdir() + "/x", 4096, 10_000)
+        >>> e.errno == errno.ENOSPC, e.filename.endswith("/x"), e.strerror.startswith("No space left on device writing 10,000 bytes (4,096 written;")
+        (True, True, True)
+    """
+    import shutil
+
+    try:
+        free = f"{shutil.disk_usage(Path(path).parent).free:,} bytes free there"
+    except OSError:
+        free = "the free space unknown"
+    want = f"{needed:,} bytes" if needed is not None else f"more than {written:,} bytes"
+    what = exc.strerror or os.strerror(exc.errno or errno.ENOSPC)
+    return OSError(exc.errno, f"{what} writing {want} ({written:,} written; {free})", str(path))
+
+
+def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes], size: int | None = None) -> Path:
     """Write ``chunks`` to ``path`` via ``path.tmp``: write, flush, fsync, rename, fsync the dir.
+
+    A full disk (or quota, or file size limit) is an ``OSError`` naming ``path.tmp`` and the
+    bytes the file needs (``size``, else the chunks' total when they are a list or tuple),
+    written and free (:func:`no_space_error`).
 
     Example:
         >>> import tempfile, pathlib
@@ -172,10 +203,14 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
     recording = _recorder_for(path)
     hasher = recording[0].new_hasher() if recording else None
     pending: Future | None = None
+    if size is None and isinstance(chunks, (list, tuple)):
+        size = sum(len(c) for c in chunks)
+    written = 0
     try:
         with open(tmp, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
+                written += len(chunk)
                 if hasher is not None:
                     if pending is not None:
                         pending.result()  # chunks are hashed in order
@@ -190,10 +225,12 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> Path:
                 pending.result()
             f.flush()
             fsync(f.fileno())
-    except BaseException:
+    except BaseException as exc:
         if pending is not None:
             pending.cancel()  # a hash still running finishes into a hasher nobody reads
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE and exc.filename is None:
+            raise no_space_error(exc, tmp, written, size) from None
         raise
     os.replace(tmp, path)
     fsync_dir(path.parent)

@@ -280,13 +280,51 @@ def silence_message(what: str, client: Any, silent: list[str]) -> str:
             "remove it, then rerun; or raise dask config fbrapids.worker-silence")
 
 
+def scheduler_lost(client: Any, timeout: float = 1.0) -> bool:
+    """Whether ``client`` lost its scheduler: its connection closed (the client reconnecting,
+    or closed) and nothing answers at the scheduler's address within ``timeout`` (a
+    ``tcp://`` one refuses the connection, or cannot be reached); a scheduler that listens
+    again is left to the client's reconnection.
+
+    Example:
+        >>> class Gone:  # a client whose connection closed, of a scheduler where nothing listens
+        ...     status = "connecting"
+        ...     class scheduler:
+        ...         address = "tcp://127.0.0.1:1"
+        >>> scheduler_lost(Gone())
+        True
+    """
+    if getattr(client, "status", "running") == "running":
+        return False
+    address = str(getattr(client.scheduler, "address", ""))
+    if not address.startswith("tcp://"):
+        return True  # closed, and no way to ask another scheme here: lost
+    host, _, port = address[len("tcp://"):].rstrip("/").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def lost_scheduler_message(what: str, client: Any) -> str:
+    """The one line a lost scheduler ends a run with: which address, and what to do."""
+    return (f"{what}: lost the dask scheduler at {client.scheduler.address}: its connection closed and nothing "
+            "answers there now (the scheduler was stopped or killed, or its host is unreachable); start it (and its "
+            "workers) again, then rerun (a run that checkpoints resumes from its newest checkpoint)")
+
+
 @contextlib.contextmanager
 def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
     """While inside, a thread asks the scheduler every ``poll_s`` for a worker silent past
     :func:`worker_silence_s` with a task; on finding one it cancels the client's futures
     (the compute blocked on it raises) and the block raises one
     :class:`~fbrapids.errors.ClusterError` (:func:`silence_message`).  Planning's computes
-    included, not only the stream's partitions.  ``client`` None: a no-op."""
+    included, not only the stream's partitions.  A scheduler lost meanwhile
+    (:func:`scheduler_lost`) is found the same way: the client is closed at once (the
+    compute waiting on it raises, instead of the client's own ~30 s of retries) and the block
+    raises one ClusterError naming the scheduler's address (:func:`lost_scheduler_message`).
+    ``client`` None: a no-op."""
     if client is None:
         yield
         return
@@ -299,6 +337,13 @@ def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
         from distributed import Future
 
         while not done.wait(poll_s):
+            if scheduler_lost(client):
+                found.append(lost_scheduler_message(what, client))
+                # the client would log its own failure to reconnect as it closes: this run's line says it
+                logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+                with contextlib.suppress(Exception):
+                    client.close(timeout=10)
+                return
             try:
                 silent = silent_workers(client, worker_silence_s())
             except Exception:  # noqa: BLE001 - the scheduler busy or gone: the run's own calls say so
@@ -311,16 +356,21 @@ def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
                 return
 
     thread = threading.Thread(target=watch, daemon=True, name="fbrapids-worker-watchdog")
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
     thread.start()
     try:
         yield
     except BaseException as exc:
+        if not found and not isinstance(exc, (KeyboardInterrupt, SystemExit)) and scheduler_lost(client):
+            found.append(lost_scheduler_message(what, client))  # the compute failed first (its futures cancelled)
         if found:
             raise ClusterError(found[0]) from exc
         raise
     finally:
         done.set()
-        thread.join(poll_s + 5)
+        thread.join(poll_s + 15)
+        client_log.setLevel(level)
     if found:
         raise ClusterError(found[0])
 

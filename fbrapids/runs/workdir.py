@@ -7,7 +7,10 @@ the holder's PID and host in the file; a second run on the same dir gets a
 debris of earlier killed runs is removed.  :func:`preflight` checks that directories are
 writable and hold free space for what the run will write, before any training.
 :func:`temporary_work_dir` is a work dir that is removed on every exit path (SIGTERM
-included), and that a later one removes when its run was killed outright.
+included), and that a later one removes when its run was killed outright, whenever the
+kill came (its name and its lock file record its maker's PID from the start).
+:func:`torch_cache_in` keeps torch's compiler cache inside a work dir, and
+:func:`exit_on_termination` turns SIGTERM / SIGHUP into :class:`Terminated`, which unwinds.
 
 Example:
     >>> import tempfile
@@ -44,13 +47,25 @@ from fbrapids.files.manifest import verification_enabled
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".fbrapids.lock"
+#: fbrapids' temporary folders under $TMPDIR (the demo's work dirs, run_pipeline's and a
+#: trial's, a launch's of ranks): each :func:`temporary_work_dir` removes those killed runs left
+TEMPORARY_PREFIXES = ("fbrapids-demo-", "fbrapids-run-", "fbrapids-ranks-")
 _TORCH_CACHE_PREFIX = "torchinductor_"  # torch.optim makes $TMPDIR/torchinductor_<user> (empty) on first use
 
 
 def _holder(path: Path) -> dict:
     with contextlib.suppress(OSError, ValueError):
-        return json.loads(path.read_text() or "{}")
+        got = json.loads(path.read_text() or "{}")
+        return got if isinstance(got, dict) else {}
     return {}
+
+
+def _holder_record() -> bytes:
+    """What a lock file records of the process holding its dir: PID, host and since when."""
+    import time
+
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
 
 
 @contextlib.contextmanager
@@ -78,12 +93,9 @@ def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[
                 f"{d} is in use by another run: PID {who.get('pid', '?')} on host {who.get('host', '?')} "
                 f"holds {path} (since {who.get('since', '?')}); wait for it to finish or use another work dir",
                 pid=who.get("pid"), host=who.get("host")) from None
-        import time
-
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                      "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+            os.pwrite(fd, _holder_record(), 0)
         except OSError as exc:  # a full disk: name the file
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         if clean:
@@ -93,12 +105,14 @@ def lock_work_dir(directory: str | os.PathLike, clean: bool = True) -> Iterator[
         os.close(fd)  # releases the flock
 
 
-def abandoned(directory: str | os.PathLike) -> bool:
-    """Whether ``directory`` is a work dir whose run is over on this host: it holds a lock
-    file that no process holds, written by a PID of this host that no longer runs.
+def abandoned(directory: str | os.PathLike, prefix: str | None = None) -> bool:
+    """Whether ``directory`` is a work dir whose run is over on this host: no process holds
+    its lock file, and the PID of this host it records no longer runs.
 
-    A dir without a lock file is never called abandoned (it may be one a run is setting
-    up, or one of a run with verification off).
+    A dir without a lock file (or with an empty one) is never called abandoned, except a
+    temporary one of ``prefix`` (:func:`temporary_work_dir`: ``<prefix><pid>-...``) that
+    holds nothing else, whose PID no longer runs: a run killed between making it and
+    recording itself in it.
 
     Example:
         >>> import tempfile
@@ -108,9 +122,12 @@ def abandoned(directory: str | os.PathLike) -> bool:
         >>> held, abandoned(d)  # after the run: its PID (this one) still runs
         (False, False)
     """
-    path = Path(directory) / LOCK_NAME
+    d = Path(directory)
+    path = d / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return _orphan_pid_gone(d, prefix)
     except OSError:
         return False
     try:
@@ -119,18 +136,37 @@ def abandoned(directory: str | os.PathLike) -> bool:
         except OSError:
             return False  # a run holds it
         who = _holder(path)
+        if not who:  # killed before it recorded itself
+            return _orphan_pid_gone(d, prefix)
         pid = who.get("pid")
         if who.get("host") != socket.gethostname() or not isinstance(pid, int):
             return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False  # alive, another user's
-        return False
+        return _pid_gone(pid)
     finally:
         os.close(fd)
+
+
+def _pid_gone(pid: int) -> bool:
+    """Whether no process of this PID runs on this host (another user's live one: it runs)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _orphan_pid_gone(d: Path, prefix: str | None) -> bool:
+    """A temporary work dir of ``prefix`` holding nothing but an empty lock file, whose
+    maker's PID (in its name) no longer runs."""
+    name = d.name
+    if prefix is None or not name.startswith(prefix):
+        return False
+    pid = name[len(prefix):].split("-", 1)[0]
+    if not pid.isdigit() or any(p.name != LOCK_NAME for p in d.iterdir()):
+        return False
+    return _pid_gone(int(pid))
 
 
 def clean_stale(directory: str | os.PathLike) -> list[Path]:
@@ -159,7 +195,7 @@ def remove_abandoned_work_dirs(prefix: str, root: str | os.PathLike | None = Non
     """
     gone = []
     for d in sorted(Path(root or tempfile.gettempdir()).glob(prefix + "*")):
-        if d.is_dir() and not d.is_symlink() and abandoned(d):
+        if d.is_dir() and not d.is_symlink() and abandoned(d, prefix):
             shutil.rmtree(d, ignore_errors=True)
             gone.append(d)
     if gone:
@@ -168,19 +204,33 @@ def remove_abandoned_work_dirs(prefix: str, root: str | os.PathLike | None = Non
     return gone
 
 
-class _Terminated(SystemExit):
-    """SIGTERM / SIGHUP while a temporary work dir exists: unwinds like ``sys.exit`` so that
-    ``finally`` blocks run (the default action would end the process on the spot)."""
+class Terminated(SystemExit):
+    """SIGTERM / SIGHUP while :func:`exit_on_termination` is active: unwinds like
+    ``sys.exit(128 + signal)`` so that ``finally`` blocks run (the default action would end
+    the process on the spot); ``signal_name`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated(128 + signum)
+    raise Terminated(signum)
 
 
 @contextlib.contextmanager
-def _exit_on_termination() -> Iterator[None]:
-    """While inside: SIGTERM and SIGHUP raise :class:`SystemExit` (exit status 128 + the
-    signal) in the main thread, where their action is the default; restored after."""
+def exit_on_termination() -> Iterator[None]:
+    """While inside: SIGTERM and SIGHUP raise :class:`Terminated` (exit status 128 + the
+    signal) in the main thread, where their action is the default; restored after.
+
+    Example:
+        >>> with exit_on_termination():
+        ...     try:
+        ...         os.kill(os.getpid(), signal.SIGTERM)
+        ...     except Terminated as exc:
+        ...         print(exc.code, exc.signal_name)
+        143 SIGTERM
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -195,31 +245,75 @@ def _exit_on_termination() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+#: where torch keeps its compiler cache (it makes ``$TMPDIR/torchinductor_<user>`` when unset)
+TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+@contextlib.contextmanager
+def torch_cache_in(work: str | os.PathLike) -> Iterator[None]:
+    """torch's compiler cache inside ``work`` for the block, where the user set none
+    (``$TORCHINDUCTOR_CACHE_DIR``): importing torch's compiler, as the fused Adam optimizer
+    does, makes ``$TMPDIR/torchinductor_<user>`` (empty), which a run killed outright would
+    leave behind; inside the work dir it goes with it.  Rank processes started meanwhile
+    inherit it.  The variable is restored after, and the folder removed when empty.
+
+    Example:
+        >>> import tempfile
+        >>> saved = os.environ.pop(TORCH_CACHE_ENV, None)  # as in a new process: none set
+        >>> with torch_cache_in(tempfile.mkdtemp()):
+        ...     os.environ[TORCH_CACHE_ENV].endswith(".torch-cache")
+        True
+        >>> TORCH_CACHE_ENV in os.environ
+        False
+        >>> os.environ.update({TORCH_CACHE_ENV: saved} if saved else {})
+    """
+    if os.environ.get(TORCH_CACHE_ENV) is not None:
+        yield
+        return
+    cache = Path(work).resolve() / ".torch-cache"
+    os.environ[TORCH_CACHE_ENV] = str(cache)
+    try:
+        yield
+    finally:
+        if os.environ.get(TORCH_CACHE_ENV) == str(cache):
+            del os.environ[TORCH_CACHE_ENV]
+        for sub in sorted(cache.rglob("*"), reverse=True) if cache.is_dir() else ():
+            with contextlib.suppress(OSError):
+                sub.rmdir()  # only empty folders: torch compiled nothing
+        with contextlib.suppress(OSError):
+            cache.rmdir()
+
+
 @contextlib.contextmanager
 def temporary_work_dir(prefix: str = "fbrapids-run-") -> Iterator[Path]:
-    """A new ``prefix*`` folder under the temporary folder, removed when the block exits
-    however it exits: an exception, Ctrl-C, and SIGTERM / SIGHUP (while inside, in the main
-    thread, they raise ``SystemExit(128 + signal)`` where their action is the default),
-    together with an empty torch cache folder made there meanwhile.  Folders of the same
-    prefix left by killed runs (SIGKILL) are removed first (:func:`remove_abandoned_work_dirs`).
+    """A new ``<prefix><pid>-*`` folder under the temporary folder, removed when the block
+    exits however it exits: an exception, Ctrl-C, and SIGTERM / SIGHUP (while inside, in
+    the main thread, they raise :class:`Terminated` where their action is the default),
+    with torch's compiler cache kept inside it (:func:`torch_cache_in`).  Its lock file
+    records this process at once, so that folders left by killed runs (SIGKILL, whenever it
+    came), of ``prefix`` and of :data:`TEMPORARY_PREFIXES`, are removed first
+    (:func:`remove_abandoned_work_dirs`).
 
     Example:
         >>> with temporary_work_dir("fbrapids-doc-") as work:
-        ...     work.name.startswith("fbrapids-doc-"), work.is_dir()
+        ...     work.name.startswith(f"fbrapids-doc-{os.getpid()}-"), work.is_dir()
         (True, True)
         >>> work.exists()
         False
     """
-    remove_abandoned_work_dirs(prefix)
+    for kind in dict.fromkeys((prefix, *TEMPORARY_PREFIXES)):  # a killed trial's or launch's too
+        remove_abandoned_work_dirs(kind)
     tmp = Path(tempfile.gettempdir())
     torch_before = {p.name for p in tmp.glob(_TORCH_CACHE_PREFIX + "*")}
-    with _exit_on_termination():
-        work = Path(tempfile.mkdtemp(prefix=prefix))
+    with exit_on_termination():
+        work = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
         try:
-            yield work
+            (work / LOCK_NAME).write_bytes(_holder_record())  # abandoned() tells a killed run's from a live one
+            with torch_cache_in(work):
+                yield work
         finally:
             shutil.rmtree(work, ignore_errors=True)
-            for p in tmp.glob(_TORCH_CACHE_PREFIX + "*"):
+            for p in tmp.glob(_TORCH_CACHE_PREFIX + "*"):  # torch's cache, made before its place was set
                 if p.name not in torch_before:
                     with contextlib.suppress(OSError):
                         p.rmdir()  # only if empty: torch compiled nothing into it

@@ -9,7 +9,8 @@ turn it is, each client's waiters taking one turn per round, and never to the re
 client while another client waits (its turn was the one just ended).  So a call waits for at most
 one slice of each other client with calls waiting, however many calls (connections) one
 client has in flight; without clients (``client=None`` for all) it is plain first come,
-first served.
+first served.  A waiter whose client has gone (its ``gone`` event set) leaves the queue
+within :data:`GONE_POLL_S`.
 
 :meth:`FairLock.others_active` tells a holder whether another client took or asked for the
 lock within the last ``window`` seconds: the scorer then cuts its slices smaller, so a
@@ -38,6 +39,11 @@ import threading
 import time
 from typing import Any, Hashable, Iterator
 
+from fbrapids.errors import CallCancelledError
+
+#: how often a call waiting for its turn looks whether its client has gone (seconds)
+GONE_POLL_S = 0.05
+
 
 class FairLock:
     """A non-reentrant lock granted in turns by client, in order within one (module docstring)."""
@@ -50,9 +56,11 @@ class FairLock:
         self._holder: Hashable = None  # the client whose turn it is
         self._seen: dict[Hashable, float] = {}  # client -> when it last took or asked for the lock
 
-    def acquire(self, client: Hashable = None) -> None:
+    def acquire(self, client: Hashable = None, gone: threading.Event | None = None) -> None:
         """Wait for the lock: at once if it is free and nobody waits, else for ``client``'s
-        turn (after every earlier waiter of the same client)."""
+        turn (after every earlier waiter of the same client).  When ``gone`` is set while it
+        waits (its call's client hung up), it leaves the queue and raises
+        :class:`~fbrapids.errors.CallCancelledError`."""
         with self._guard:
             now = time.monotonic()
             if len(self._seen) >= 256:  # bounded: only the recent clients matter
@@ -67,7 +75,24 @@ class FairLock:
             if not queue:
                 self._order.append(client)
             queue.append(turn)
-        turn.wait()  # set by release(): the lock is ours, handed over without becoming free
+        if gone is None:
+            turn.wait()  # set by release(): the lock is ours, handed over without becoming free
+            return
+        while not turn.wait(GONE_POLL_S):
+            if gone.is_set() and self._leave(client, turn):
+                raise CallCancelledError("the client hung up while its call waited for the scorer")
+
+    def _leave(self, client: Hashable, turn: threading.Event) -> bool:
+        """Take ``turn`` out of ``client``'s queue; False when it was handed the lock meanwhile."""
+        with self._guard:
+            if turn.is_set():
+                return False
+            queue = self._queues[client]
+            queue.remove(turn)
+            if not queue:
+                del self._queues[client]
+                self._order.remove(client)
+            return True
 
     def release(self) -> None:
         """Hand the lock to the next client's longest waiter (that client then goes to the
@@ -101,9 +126,10 @@ class FairLock:
             return sum(len(q) for q in self._queues.values())
 
     @contextlib.contextmanager
-    def turn_of(self, client: Hashable = None) -> Iterator[None]:
-        """``with lock.turn_of(client):`` holds the lock for ``client``'s turn."""
-        self.acquire(client)
+    def turn_of(self, client: Hashable = None, gone: threading.Event | None = None) -> Iterator[None]:
+        """``with lock.turn_of(client):`` holds the lock for ``client``'s turn (``gone``: as
+        :meth:`acquire`)."""
+        self.acquire(client, gone)
         try:
             yield
         finally:

@@ -14,7 +14,9 @@ Scoring one request against N items, the request-side inputs are the same for ev
   gathered by the row's request index; only the per-row arithmetic (bottom MLP, dot
   interactions, FM term, top MLP) runs per row.  DIN's behaviour sequence is looked up once
   per request too; its attention compares each candidate with each history entry, so that
-  part is the row's work (counted as such by :mod:`fbrapids.serving.cost`).
+  part is the row's work (counted as such by :mod:`fbrapids.serving.cost`), attended in
+  groups of rows of at most :data:`ATTENTION_PAIRS` entries (:func:`attend`), so its memory
+  is bounded whatever the slice holds.
 * any other :class:`~fbrapids.trainers.models.base.CTRModel`: :func:`broadcast_batch`
   builds the full batch by gathering request rows by index (features are still computed
   once per request and per item; only the model's own arithmetic is repeated).
@@ -199,7 +201,8 @@ def _din(model: DIN, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense
          dev: torch.device) -> torch.Tensor:
     own = to_tensor(owner).to(dev)
     pooled, looked = _pooled(model.emb, req, rows, own, dev, skip=list(model.sequences))
-    parts = [_dense_rows(req, rows, owner, dense, dev), *[pooled[f] for f in model.sparse_features]]
+    x = _dense_rows(req, rows, owner, dense, dev)
+    parts = [x, *[pooled[f] for f in model.sparse_features]]
     for seq, target in model.sequences.items():
         table_rows, inv = looked[seq]
         if seq in rows.sparse:  # a row-side sequence: as the model's forward
@@ -208,10 +211,51 @@ def _din(model: DIN, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense
         else:  # the request's history, looked up once, its entries gathered for each row of the request
             pos, offsets = ragged_take(np.arange(len(req.sparse[seq][0]), dtype=np.int64), req.sparse[seq][1], owner)
             at = inv.index_select(0, to_tensor(pos).to(inv.device))
-        keys = table_rows.index_select(0, at).to(dev)
-        seg = bag_segments(to_tensor(offsets[:-1]).to(dev), len(at))
-        parts.append(model.attention[seq](pooled[target], keys, seg))
-    return model.mlp(torch.cat(parts, dim=1)).squeeze(1)
+        parts.append(attend(model.attention[seq], pooled[target], table_rows, at, offsets, dev))
+    logit = model.mlp(torch.cat(parts, dim=1)).squeeze(1)
+    if model.first is not None and model.first_dense is not None:  # the first-order part, as the model's forward
+        first, _ = _pooled(model.first, req, rows, own, dev)
+        logit = logit + model.first_dense(x).squeeze(1) + sum(first[f].squeeze(1) for f in model.sparse_features)
+    return logit
+
+
+#: (row, history entry) pairs DIN's attention holds at once while serving: its inputs and hidden
+#: layer take a few hundred bytes per pair, so a slice of rows with long histories is attended
+#: in groups of rows of at most this many entries (about 25 MiB), not all at once
+ATTENTION_PAIRS = 1 << 15
+
+
+def attend(attention: torch.nn.Module, query: torch.Tensor, table_rows: torch.Tensor, at: torch.Tensor,
+           offsets: np.ndarray, dev: torch.device, budget: int = ATTENTION_PAIRS) -> torch.Tensor:
+    """DIN's attention pooling of each row's ``query`` over its history (row ``i``'s entries
+    are ``table_rows[at[offsets[i]:offsets[i + 1]]]``), in groups of rows of at most
+    ``budget`` entries (a row longer than that alone): the peak memory is the budget's, not
+    the slice's rows times their histories.  Each row's result is the one of attending all
+    rows at once.
+
+    Example:
+        >>> from fbrapids.trainers.modules import AttentionPooling
+        >>> att, rows = AttentionPooling(4), torch.randn(5, 4)
+        >>> q, at, off = torch.randn(3, 4), torch.tensor([0, 1, 2, 3, 4, 1]), np.array([0, 2, 5, 6])
+        >>> whole = attend(att, q, rows, at, off, torch.device("cpu"))
+        >>> bool(torch.allclose(attend(att, q, rows, at, off, torch.device("cpu"), budget=2), whole, atol=1e-6))
+        True
+    """
+    n = len(offsets) - 1
+    starts: list[int] = [0]
+    if int(offsets[-1]) > budget:
+        while starts[-1] < n:  # rows [start, stop): as many as fit the budget, one at least
+            s = starts[-1]
+            starts.append(min(n, max(s + 1, int(np.searchsorted(offsets, offsets[s] + budget, side="right")) - 1)))
+    else:
+        starts.append(n)
+    out = []
+    for s, e in zip(starts[:-1], starts[1:]):
+        a, b = int(offsets[s]), int(offsets[e])
+        keys = table_rows.index_select(0, at[a:b]).to(dev)
+        seg = bag_segments(to_tensor(offsets[s:e] - a).to(dev), b - a)
+        out.append(attention(query[s:e], keys, seg))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 _SPLIT = ((WideAndDeep, None), (DLRM, _dlrm), (DeepFM, _deepfm), (DIN, _din))

@@ -1,48 +1,37 @@
-"""What stands between the network and the scorer: the ASGI gate, the guarded HTTP
-protocol and the rate-limited log.
+"""What stands between the network and the scorer: the bounds of the service, the checks
+from a request's headers, the guarded HTTP protocol (connections) and the rate-limited log.
+The ASGI gate that admits calls fairly per client is :mod:`fbrapids.serving.gate`.
 
-:class:`Gate` (ASGI middleware) answers from the request's headers alone, before a byte of
-the body is read:
+:func:`head_refusal` answers from the request's headers alone, before a byte of the body is
+read:
 
 * a ``Host`` header not in ``allowed_hosts`` (port ignored) is 421: a web page that
   rebinds its own DNS name to 127.0.0.1 cannot reach a loopback server;
-* with a token, a missing or wrong ``Authorization: Bearer`` is 401, on every path
+* with tokens, a missing or wrong ``Authorization: Bearer`` is 401, on every path
   (``/docs``, ``/redoc`` and ``/openapi.json`` included);
 * a POST whose ``Content-Type`` is not ``application/json`` is 415 (a web form or a
   ``text/plain`` fetch from another site cannot drive the service);
 * a ``Content-Length`` over ``max_body_bytes`` is 413.
 
 Each of those answers carries ``Connection: close``: the server stops reading, the rest of
-the body is never received.  Then the body is read with a deadline (``body_timeout_s``,
-408) and a bound (413 as it streams in past ``max_body_bytes``), and all bodies being read
-together hold at most ``max_buffered_bytes`` (503 past it).  A client that hangs up before
-its body is complete is dropped: the app never sees a partial body.  What was read is
-handed to the app in ``scope["fbrapids.body"]``.  Every refusal is counted (:attr:`Gate.counts`,
-served by ``/health``).
+the body is never received.  Before those, the request head itself: more than
+``max_header_bytes`` of it (counted from the parsed headers, and by the protocol as the
+bytes arrive, in one burst or byte by byte) is 431; a folded header line (obsolete line
+folding, which the parser would unfold into an accepted ``Authorization``) or a repeated
+``Authorization``, ``Host``, ``Content-Length`` or ``Content-Type`` is 400
+(``headers_refused``); a ``Host`` is parsed strictly (a name or a bracketed IP literal, an
+optional port, nothing else).
 
-Per client (the peer's address, in ``scope["fbrapids.client"]``; the scorer takes its slices
-in turns by it): at most ``client_calls`` POST calls in flight, and at most ``client_bytes``
-of bodies being read or waiting to be scored.  A call past ``client_calls`` waits, its body
-not read, until one of its client's calls is answered: at most ``client_queue`` of them
-per client and ``client_wait_s`` seconds each (``client_waits`` counts them); past either,
-or past ``client_bytes``, 429 with ``Retry-After`` (``client_busy``).  So a client with 64
-connections has no more calls queued than one with 16 (a front end multiplexing its users
-may need that many), cannot fill the worker threads, and a client that retries at once is
-held waiting, not answered in a loop that would cost the server as much as scoring.
+:func:`guarded_protocol` is uvicorn's h11 protocol with a request-head deadline (a
+connection must send a complete request head within ``header_timeout_s`` of connecting or
+of its last answer, else it is closed: ``header_timeouts``) and the connection bounds of
+:class:`~fbrapids.serving.connections.ConnectionTable`: unproven connections (none of whose
+requests has passed the checks above) capped per address and in all, the oldest idle ones
+closed to make room, so a new connection of an authorised client always finds one, and
+``/health`` always answers.  :class:`RepeatFilter` lets one log line through per
+``interval_s`` per message and counts the ones it held back.
 
-Before those, the request head itself: more than ``max_header_bytes`` of it (counted by the
-gate from the parsed headers, and by the protocol as the bytes arrive, in one burst or byte
-by byte) is 431; a folded header line (obsolete line folding, which the parser would unfold
-into an accepted ``Authorization``) or a repeated ``Authorization``, ``Host``,
-``Content-Length`` or ``Content-Type`` is 400 (``headers_refused``); a ``Host`` is parsed
-strictly (a name or a bracketed IP literal, an optional port, nothing else).
-
-:func:`guarded_protocol` is uvicorn's h11 protocol with two more bounds: a connection must
-send a complete request head within ``header_timeout_s`` of connecting or of its last
-answer (a stalled client is closed, counted as ``header_timeouts``), and past
-``max_connections`` open connections a new one is closed at once (``connections_refused``),
-well below the process's file-descriptor limit.  :class:`RepeatFilter` lets one log line
-through per ``interval_s`` and counts the ones it held back.
+Every refusal is counted in :attr:`ServeLimits.counts`, served by ``/health``.
 
 Example:
     >>> limits = ServeLimits()
@@ -50,12 +39,14 @@ Example:
     (4194304, 10.0, True)
     >>> host_allowed(b"attacker.example:8000", limits.allowed_hosts)
     False
+    >>> limits.max_calls, limits.max_queue, limits.work_slots, limits.connection_reserve
+    (128, 256, 32, 64)
 """
+
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import json
 import logging
@@ -63,24 +54,45 @@ import re
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from fbrapids.errors import ServeConfigError
+from fbrapids.serving.connections import ConnectionTable
+from fbrapids.serving.tokens import ClientTokens
 
 log = logging.getLogger(__name__)
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 GATE_COUNTS = ("unauthorised", "host_refused", "media_type_refused", "too_large", "body_timeouts",
                "incomplete_bodies", "busy_refused", "header_timeouts", "connections_refused", "headers_refused",
-               "client_busy", "client_waits")
+               "client_busy", "client_waits", "connections_evicted", "calls_dropped")
 _HOST = re.compile(r"\[([0-9a-f:.]+)\](?::[0-9]{1,5})?|([a-z0-9._-]+)(?::[0-9]{1,5})?")
 _FOLD = re.compile(rb"\n[ \t]")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
+_DERIVED = ("connection_reserve", "max_calls", "max_queue", "client_bytes", "max_buffered_bytes")
 
 
 @dataclass
 class ServeLimits:
-    """The service's bounds (module docstring); the defaults are those of ``fbrapids serve``."""
+    """The service's bounds; the defaults are those of ``fbrapids serve``.
+
+    Per client (its token's name, or its address: :mod:`fbrapids.serving.gate`):
+    ``client_calls`` calls in flight (and work slots), ``client_queue`` calls waiting for one
+    of them (``client_wait_s`` each), ``client_bytes`` of bodies held.  In all, shared fairly
+    by clients (:class:`~fbrapids.serving.shares.FairShare`): ``max_calls`` calls in flight,
+    ``max_queue`` waiting, ``work_slots`` parsed or scored at once (on the server's worker
+    threads), ``max_buffered_bytes`` of bodies.  Connections: ``max_connections`` open, of which
+    at most ``max_connections - connection_reserve`` unproven, ``address_connections``
+    unproven per address, and unproven ones idle over ``crowded_header_timeout_s`` closed once
+    three quarters are open (:mod:`fbrapids.serving.connections`).
+
+    The bounds left None follow the others: ``connection_reserve``, ``max_calls`` and
+    ``max_queue`` follow ``max_connections`` (64, 128 and 256 of its default 512: calls in
+    flight and waiting hold their connections, so they must leave room for new ones), and
+    ``client_bytes`` and ``max_buffered_bytes`` follow ``max_body_bytes`` (16 and 64 MiB at
+    least, a body at the limit always fitting a client's share).  Change bounds with
+    :meth:`update`, which derives and checks them again.
+    """
 
     max_body_bytes: int = 4 << 20
     body_timeout_s: float = 10.0
@@ -88,30 +100,89 @@ class ServeLimits:
     keep_alive_s: float = 5.0
     max_connections: int = 512
     max_header_bytes: int = 16 << 10
-    max_buffered_bytes: int = 64 << 20
+    max_buffered_bytes: int | None = None
     client_calls: int = 16
-    client_bytes: int = 16 << 20
+    client_bytes: int | None = None
     client_queue: int = 64
     client_wait_s: float = 30.0
+    max_calls: int | None = None
+    max_queue: int | None = None
+    work_slots: int = 32
+    connection_reserve: int | None = None
+    address_connections: int = 64
+    crowded_header_timeout_s: float = 1.0
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
+    #: the guarded protocol's connections (set by :func:`guarded_protocol`) and the gate's pools
+    connections: ConnectionTable | None = field(default=None, repr=False, compare=False)
+    shares: Any = field(default=None, repr=False, compare=False)
+    _derived: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_connections", "max_header_bytes", "max_buffered_bytes", "client_calls",
-                     "client_bytes", "client_queue"):
+        self._derived = tuple(k for k in _DERIVED if getattr(self, k) is None)
+        self.update()
+        self.allowed_hosts = tuple(h.lower().strip("[]") for h in self.allowed_hosts)
+
+    def update(self, **changes: Any) -> "ServeLimits":
+        """Set ``changes`` (``fbrapids serve`` lowers ``max_connections`` below the process's
+        descriptor limit), derive the bounds left None again and check them all; returns self."""
+        for k, v in changes.items():
+            setattr(self, k, v)
+        for name in ("max_body_bytes", "max_connections"):
+            if type(getattr(self, name)) is not int or getattr(self, name) < 2:
+                raise ServeConfigError(f"{name} must be an integer >= 2, got {getattr(self, name)!r}")
+        self._derive()
+        for name in ("max_header_bytes", "max_buffered_bytes", "client_calls", "client_bytes", "client_queue",
+                     "max_calls", "max_queue", "work_slots", "address_connections"):
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise ServeConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("body_timeout_s", "header_timeout_s", "keep_alive_s", "client_wait_s"):
+        for name in ("body_timeout_s", "header_timeout_s", "keep_alive_s", "client_wait_s", "crowded_header_timeout_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not v > 0:
                 raise ServeConfigError(f"{name} must be a number of seconds > 0, got {v!r}")
-        self.allowed_hosts = tuple(h.lower().strip("[]") for h in self.allowed_hosts)
+        self._check_room()
+        return self
+
+    def _derive(self) -> None:
+        """The bounds left None, from the others (class docstring)."""
+        d = self._derived
+        if "connection_reserve" in d:
+            self.connection_reserve = min(64, self.max_connections // 8)
+        room = self.max_connections - (self.connection_reserve or 0)
+        if "max_calls" in d:
+            self.max_calls = min(128, max(1, room // 3))
+        if "max_queue" in d:
+            self.max_queue = min(256, max(1, room - (self.max_calls or 0)))
+        if "client_bytes" in d:
+            self.client_bytes = max(16 << 20, self.max_body_bytes)
+        if "max_buffered_bytes" in d:
+            self.max_buffered_bytes = max(64 << 20, 2 * (self.client_bytes or 0))
+
+    def _check_room(self) -> None:
+        """Calls in flight and waiting leave room for new connections, and a client's share of
+        the body bytes holds a body at the limit (class docstring)."""
+        if type(self.connection_reserve) is not int or not 0 <= self.connection_reserve < self.max_connections:
+            raise ServeConfigError(f"connection_reserve must be an integer in [0, max_connections="
+                                   f"{self.max_connections}), got {self.connection_reserve!r}")
+        room = self.max_connections - self.connection_reserve
+        calls, queue = int(self.max_calls or 0), int(self.max_queue or 0)
+        if calls + queue > room:
+            raise ServeConfigError(f"max_calls + max_queue = {calls + queue} must be at most max_connections - "
+                                   f"connection_reserve = {room}: calls hold their connections, and a new connection "
+                                   "must find room")
+        client, total = int(self.client_bytes or 0), int(self.max_buffered_bytes or 0)
+        if client < self.max_body_bytes or total < 2 * client:
+            raise ServeConfigError(f"client_bytes ({client}) must be at least max_body_bytes ({self.max_body_bytes}), "
+                                   f"and max_buffered_bytes ({total}) at least twice client_bytes: a client alone "
+                                   "may hold half of the bytes free")
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "keep_alive_s",
                                                "max_connections", "max_header_bytes", "max_buffered_bytes",
-                                               "client_calls", "client_bytes", "client_queue", "client_wait_s")}
+                                               "client_calls", "client_bytes", "client_queue", "client_wait_s",
+                                               "max_calls", "max_queue", "work_slots", "connection_reserve",
+                                               "address_connections", "crowded_header_timeout_s")}
 
 
 def host_allowed(host: bytes | None, allowed: tuple[str, ...]) -> bool:
@@ -145,242 +216,124 @@ def _media_type(value: bytes | None) -> str:
     return (value or b"").decode("latin-1").split(";", 1)[0].strip().lower()
 
 
-class Gate:
-    """ASGI middleware: the checks from the headers, then a bounded, timed body read
-    (module docstring)."""
+def head_refusal(scope: dict, limits: ServeLimits, tokens: ClientTokens | None
+                 ) -> tuple[tuple[str, int, str, list[tuple[bytes, bytes]]] | None, str | None]:
+    """What refuses a request from its head alone, in this order: a head over
+    ``max_header_bytes`` (431), a repeated header (400), a Host not allowed (421), a missing
+    or wrong token (401), a POST not of JSON (415), a Content-Length over ``max_body_bytes``
+    (413); as ``(count, status, detail, extra headers)``, or None when none does; and the
+    name of the token presented (None without per-client tokens).
 
-    def __init__(self, app: Any, limits: ServeLimits, token: str | None = None) -> None:
-        self.app, self.limits = app, limits
-        self.expected = None if token is None else f"Bearer {token}".encode()
-        self.counts = limits.counts
-        self.buffered = 0
-        self.calls: dict[str, int] = {}  # per client (peer address): calls past the gate, not yet answered
-        self.client_buffered: dict[str, int] = {}  # per client: body bytes held (being read or scored)
-        self.waiting: dict[str, int] = {}  # per client: calls waiting for one of its calls to be answered
-        self._answered: asyncio.Condition | None = None  # notified when a call is answered (on the event loop)
+    Example:
+        >>> scope = {"method": "GET", "raw_path": b"/health", "headers": [(b"host", b"localhost:8000")]}
+        >>> head_refusal(scope, ServeLimits(), None)
+        (None, None)
+        >>> head_refusal(scope, ServeLimits(), ClientTokens({"ci": "c" * 16}))[0][:2]
+        ('unauthorised', 401)
+    """
+    lim = limits
+    raw = scope.get("headers") or []
+    head_bytes = len(scope.get("raw_path") or b"") + sum(len(k) + len(v) + 4 for k, v in raw)
+    if head_bytes > lim.max_header_bytes:  # however the head arrived (one burst is no "incomplete event")
+        return ("headers_refused", 431, f"request head of {head_bytes} bytes, more than "
+                f"max_header_bytes={lim.max_header_bytes}", []), None
+    repeated = [k.decode("latin-1") for k in (b"authorization", b"host", b"content-length", b"content-type")
+                if sum(1 for name, _ in raw if name == k) > 1]
+    if repeated:
+        return ("headers_refused", 400, f"header {repeated[0]!r} given more than once", []), None
+    headers = dict(raw)
+    if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
+        return ("host_refused", 421, "Host header not served here (allowed: "
+                f"{', '.join(lim.allowed_hosts)}; see --allow-host)", []), None
+    name = None
+    if tokens is not None:
+        ok, name = tokens.identify(headers.get(b"authorization"))
+        if not ok:
+            return ("unauthorised", 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]), None
+    if scope["method"] == "POST" and _media_type(headers.get(b"content-type")) != "application/json":
+        return ("media_type_refused", 415, "POST bodies must be sent as Content-Type: application/json", []), name
+    length = headers.get(b"content-length")
+    if length is not None and (not length.isdigit() or int(length) > lim.max_body_bytes):
+        return ("too_large", 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
+                f"max_body_bytes={lim.max_body_bytes}", []), name
+    return None, name
 
-    async def _answer(self, send: Callable[[dict], Awaitable[None]], status: int, detail: str,
-                      extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close"), *extra]})
-        await send({"type": "http.response.body", "body": body})
 
-    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
-                       send: Callable[[dict], Awaitable[None]]) -> None:
-        if scope["type"] == "websocket":  # the service has no websocket endpoint: refused before any check
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = self._head_refusal(scope)
-        if refusal is not None:
-            counted, status, detail, extra = refusal
-            self.counts[counted] += 1
-            await self._answer(send, status, detail, extra)
-            return
-        lim = self.limits
-        client = str((scope.get("client") or ("?",))[0])
-        scope["fbrapids.client"] = client
-        if scope["method"] != "POST":  # /health, the docs: no body, no scoring, never capped per client
-            await self._admitted(scope, receive, send, client)
-            return
-        if self.calls.get(client, 0) >= lim.client_calls and not await self._wait_for_room(client):
-            self.counts["client_busy"] += 1  # per client: many connections are no more calls
-            await self._answer(send, 429, f"{lim.client_calls} calls of this client are in flight "
-                               f"(client_calls) and {lim.client_queue} more wait (client_queue) or waited "
-                               f"{lim.client_wait_s:g} s; retry when one is answered", [(b"retry-after", b"1")])
-            return
-        self.calls[client] = self.calls.get(client, 0) + 1
-        try:
-            await self._admitted(scope, receive, send, client)
-        finally:
-            self.calls[client] -= 1
-            if not self.calls[client]:
-                del self.calls[client]
-            if self._answered is not None and self.waiting.get(client):
-                async with self._answered:
-                    self._answered.notify_all()
+def bound_head(head: bytes, data: bytes, max_header_bytes: int) -> tuple[bytes, bool, tuple[int, str] | None]:
+    """A request head bounded as it arrives, in one burst or byte by byte: ``(the head kept
+    so far, whether it is still being read, a refusal (status, detail) or None)``.  At most
+    ``max_header_bytes``, and no obsolete line folding (a folded ``Authorization`` would be
+    unfolded by the parser and accepted).
 
-    def _head_refusal(self, scope: dict) -> tuple[str, int, str, list[tuple[bytes, bytes]]] | None:
-        """What refuses a request from its head alone, in this order: a head over
-        ``max_header_bytes`` (431), a repeated header (400), a Host not allowed (421), a missing
-        or wrong token (401), a POST not of JSON (415), a Content-Length over ``max_body_bytes``
-        (413); as ``(count, status, detail, extra headers)``, or None when none does."""
-        lim = self.limits
-        raw = scope.get("headers") or []
-        head_bytes = len(scope.get("raw_path") or b"") + sum(len(k) + len(v) + 4 for k, v in raw)
-        if head_bytes > lim.max_header_bytes:  # however the head arrived (one burst is no "incomplete event")
-            return ("headers_refused", 431, f"request head of {head_bytes} bytes, more than "
-                    f"max_header_bytes={lim.max_header_bytes}", [])
-        repeated = [k.decode("latin-1") for k in (b"authorization", b"host", b"content-length", b"content-type")
-                    if sum(1 for name, _ in raw if name == k) > 1]
-        if repeated:
-            return "headers_refused", 400, f"header {repeated[0]!r} given more than once", []
-        headers = dict(raw)
-        if not host_allowed(headers.get(b"host"), lim.allowed_hosts):
-            return ("host_refused", 421, "Host header not served here (allowed: "
-                    f"{', '.join(lim.allowed_hosts)}; see --allow-host)", [])
-        if self.expected is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
-            return "unauthorised", 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")]
-        if scope["method"] == "POST" and _media_type(headers.get(b"content-type")) != "application/json":
-            return "media_type_refused", 415, "POST bodies must be sent as Content-Type: application/json", []
-        length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > lim.max_body_bytes):
-            return ("too_large", 413, f"request body of {length.decode('latin-1')[:20]} bytes, more than "
-                    f"max_body_bytes={lim.max_body_bytes}", [])
-        return None
-
-    async def _wait_for_room(self, client: str) -> bool:
-        """Wait (the body unread) until ``client`` has fewer than ``client_calls`` calls in
-        flight: False at once past ``client_queue`` waiting calls, or after ``client_wait_s``."""
-        lim = self.limits
-        if self.waiting.get(client, 0) >= lim.client_queue:
-            return False
-        if self._answered is None:
-            self._answered = asyncio.Condition()
-        self.counts["client_waits"] += 1
-        self.waiting[client] = self.waiting.get(client, 0) + 1
-        try:
-            async with self._answered:
-                await asyncio.wait_for(self._answered.wait_for(lambda: self.calls.get(client, 0) < lim.client_calls),
-                                       lim.client_wait_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            self.waiting[client] -= 1
-            if not self.waiting[client]:
-                del self.waiting[client]
-
-    async def _admitted(self, scope: dict, receive: Callable[[], Awaitable[dict]],
-                        send: Callable[[dict], Awaitable[None]], client: str) -> None:
-        """The body read (bounded, timed, counted per client) and the call handed to the app."""
-        lim, counts = self.limits, self.counts
-        chunks: list[bytes] = []
-        n = 0
-        deadline = time.monotonic() + lim.body_timeout_s
-        try:
-            while True:
-                try:
-                    msg = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
-                except asyncio.TimeoutError:
-                    counts["body_timeouts"] += 1
-                    await self._answer(send, 408, f"request body not received within {lim.body_timeout_s:g} s")
-                    return
-                if msg["type"] != "http.request":  # the client hung up mid-body: nothing is scored
-                    counts["incomplete_bodies"] += 1
-                    return
-                chunk = msg.get("body", b"")
-                n += len(chunk)
-                if n > lim.max_body_bytes:
-                    counts["too_large"] += 1
-                    await self._answer(send, 413, f"request body of more than {lim.max_body_bytes} bytes, more than "
-                                       f"max_body_bytes={lim.max_body_bytes}")
-                    return
-                if self.buffered + len(chunk) > lim.max_buffered_bytes:
-                    counts["busy_refused"] += 1
-                    await self._answer(send, 503, "too many request bodies being received; retry later",
-                                       [(b"retry-after", b"1")])
-                    return
-                held = self.client_buffered.get(client, 0)
-                if held + len(chunk) > lim.client_bytes:
-                    counts["client_busy"] += 1
-                    await self._answer(send, 429, f"this client's calls in flight hold more than client_bytes="
-                                       f"{lim.client_bytes} bytes of bodies; retry when one is answered",
-                                       [(b"retry-after", b"1")])
-                    return
-                self.client_buffered[client] = held + len(chunk)
-                self.buffered += len(chunk)
-                chunks.append(chunk)
-                if not msg.get("more_body", False):
-                    break
-            scope["fbrapids.body"] = b"".join(chunks)
-        finally:
-            got = sum(len(c) for c in chunks)
-            self.buffered -= got
-            if "fbrapids.body" not in scope:  # refused or abandoned: nothing of it is queued
-                self._give_back(client, got)
-        chunks.clear()
-        try:
-            await self._call(scope, receive, send)
-        finally:  # the client's body bytes count until its call is answered (queued work)
-            self._give_back(client, got)
-
-    def _give_back(self, client: str, n: int) -> None:
-        left = self.client_buffered.get(client, 0) - n
-        if left > 0:
-            self.client_buffered[client] = left
-        else:
-            self.client_buffered.pop(client, None)
-
-    async def _call(self, scope: dict, receive: Callable[[], Awaitable[dict]],
-                    send: Callable[[dict], Awaitable[None]]) -> None:
-        done = False
-
-        async def replayed() -> dict:
-            nonlocal done
-            if not done:
-                done = True
-                return {"type": "http.request", "body": scope["fbrapids.body"], "more_body": False}
-            return await receive()
-
-        await self.app(scope, replayed, send)
+    Example:
+        >>> bound_head(b"", b"GET / HTTP/1.1\\r\\nHost: x\\r\\n", 100)
+        (b'GET / HTTP/1.1\\r\\nHost: x\\r\\n', True, None)
+        >>> bound_head(b"GET / HTTP/1.1\\r\\n", b"Host: x\\r\\n\\r\\n", 100)
+        (b'', False, None)
+        >>> bound_head(b"", b"GET / HTTP/1.1\\r\\nA: b\\r\\n c\\r\\n", 100)[2]
+        (400, 'folded header lines (obsolete line folding) are not accepted')
+    """
+    head = head + data
+    end = _HEAD_END.search(head)
+    part = head if end is None else head[: end.start()]
+    if len(part) > max_header_bytes:
+        return b"", False, (431, f"request head of more than max_header_bytes={max_header_bytes}")
+    if _FOLD.search(part):
+        return b"", False, (400, "folded header lines (obsolete line folding) are not accepted")
+    return (b"", False, None) if end is not None else (head, True, None)
 
 
 def guarded_protocol(limits: ServeLimits) -> type:
-    """uvicorn's h11 protocol with a request-head deadline and a connection cap (module
-    docstring); its refusals counted in ``limits.counts``."""
+    """uvicorn's h11 protocol with a request-head deadline and the connection bounds of a
+    :class:`~fbrapids.serving.connections.ConnectionTable` (module docstring; the table is
+    ``limits.connections``); its refusals counted in ``limits.counts``."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     counts = limits.counts
+    table = limits.connections = ConnectionTable(limits.max_connections, limits.connection_reserve or 0,
+                                                 limits.address_connections, limits.crowded_header_timeout_s, counts)
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _head = b""  # the request head received so far (while one is being read)
         _reading_head = True
+        peer: tuple = ()
 
         def data_received(self, data: bytes) -> None:
-            if self._reading_head and not self._head_ok(data):
-                return
+            if self._reading_head:
+                self._head, self._reading_head, refusal = bound_head(self._head, data, limits.max_header_bytes)
+                if refusal is not None:
+                    return self._refuse_head(*refusal)
             super().data_received(data)
 
-        def _head_ok(self, data: bytes) -> bool:
-            """Bound the request head as it arrives, in one burst or byte by byte: at most
-            ``max_header_bytes``, and no obsolete line folding (a folded ``Authorization``
-            would be unfolded by the parser and accepted): refused with ``Connection: close``."""
-            head = self._head + data
-            end = _HEAD_END.search(head)
-            part = head if end is None else head[: end.start()]
-            if len(part) > limits.max_header_bytes:
-                return self._refuse_head(431, f"request head of more than max_header_bytes={limits.max_header_bytes}")
-            if _FOLD.search(part):
-                return self._refuse_head(400, "folded header lines (obsolete line folding) are not accepted")
-            self._head, self._reading_head = (b"", False) if end is not None else (head, True)
-            return True
-
-        def _refuse_head(self, status: int, detail: str) -> bool:
+        def _refuse_head(self, status: int, detail: str) -> None:
             counts["headers_refused"] += 1
             body = json.dumps({"detail": detail}).encode()
             reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}[status]
             self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                                  b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
-            self._head, self._reading_head = b"", False
             self.transport.close()
-            return False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > limits.max_connections:
-                counts["connections_refused"] += 1
-                log.warning("connection refused: %d open, max_connections=%d", len(self.connections) - 1,
-                            limits.max_connections)
+            self.peer = tuple(self.client) if self.client else ("?", id(self))
+            if not table.opened(self):
+                log.warning("connection refused: all %d connections carry calls (max_connections)", len(table))
                 transport.close()
                 return
             self._arm()
+
+        def idle(self) -> bool:
+            """No request in progress: this connection may be closed to make room."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def close(self) -> None:
+            try:
+                self.conn.send(h11.ConnectionClosed())
+            except h11.LocalProtocolError:
+                pass
+            self.transport.close()
 
         def _arm(self) -> None:
             self._disarm()
@@ -393,16 +346,10 @@ def guarded_protocol(limits: ServeLimits) -> type:
 
         def _head_deadline(self) -> None:
             self._head_timer = None
-            if self.cycle is not None and not self.cycle.response_complete:
-                return  # a request is being answered; its body has the gate's deadline
-            if not self.transport.is_closing():
+            if self.idle() and not self.transport.is_closing():  # a request being answered has the gate's deadlines
                 counts["header_timeouts"] += 1
                 log.warning("closed a connection that sent no complete request within %g s", limits.header_timeout_s)
-                try:
-                    self.conn.send(h11.ConnectionClosed())
-                except h11.LocalProtocolError:
-                    pass
-                self.transport.close()
+                self.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -412,6 +359,7 @@ def guarded_protocol(limits: ServeLimits) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            table.lost(self)
             super().connection_lost(exc)
 
     return GuardedH11Protocol
@@ -478,9 +426,9 @@ class RepeatFilter(logging.Filter):
 
 def install_log_filter(interval_s: float = 10.0) -> RepeatFilter:
     """One :class:`RepeatFilter` on the loggers a flood of clients fills (uvicorn's, asyncio's,
-    this module's); returns it."""
+    this module's and the connection table's); returns it."""
     f = RepeatFilter(interval_s)
-    for name in ("uvicorn.error", "uvicorn.access", "asyncio", __name__):
+    for name in ("uvicorn.error", "asyncio", __name__, "fbrapids.serving.connections"):
         lg = logging.getLogger(name)
         if not any(isinstance(x, RepeatFilter) for x in lg.filters):
             lg.addFilter(f)

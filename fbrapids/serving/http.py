@@ -7,12 +7,14 @@ Endpoints:
 * ``POST /score_batch`` ``{"requests": [{"request": ..., "items": [...]}, ...]}`` ->
   ``{"scores": [[...], ...]}``, per request: a request that fails has ``null`` scores and
   ``errors[i] = {"status": 400, "detail": ...}`` (the answer is 200 while any request was
-  scored; when none was, the first failure is the answer);
+  scored; when none was, the first failure is the answer); every bad request is named (the
+  first :data:`~fbrapids.serving.scorer.MAX_NAMED_ERRORS` in full) and the good ones scored;
 * ``GET /health`` -> ``{"status": "ok", "stats": {...}, "item_cache": {...}, "refused": {...},
-  "tables": {...}, "limits": {...}}``: the scorer's counters (rejected calls, replaced NaN
-  values, filled nulls, unseen ids: the policy of :mod:`fbrapids.serving.scorer`), the
-  item cache's entries and bytes, the gate's refusals, each embedding table's rows (they
-  never grow while serving) and the bounds below.
+  "tables": {...}, "limits": {...}, "connections": {...}, "shares": {...}}``: the scorer's
+  counters (rejected calls, replaced NaN values, filled nulls, unseen ids, dropped calls: the
+  policy of :mod:`fbrapids.serving.scorer`), the item cache's entries and bytes, the gate's
+  refusals, each embedding table's rows (they never grow while serving), the bounds below,
+  the connections open and the use of the gate's fair shares.
 
 Run it with ``fbrapids serve EXPORT_DIR`` (or :func:`serve`).
 
@@ -26,15 +28,19 @@ empty items costs no more than the bound; more than ``max_items`` items or
 422; a record with a missing column or a bad value is 400 with ``{"detail": "item 3:
 column 'price' must be a number, got 'abc'"}``; a value the model cannot score is 422
 naming the record and model input.  An error echoes at most a few hundred characters of
-the input.  With a ``token`` (at least :data:`MIN_TOKEN_CHARS` characters), every path
-needs ``Authorization: Bearer <token>``, the documentation pages included; :func:`serve`
-refuses a non-loopback host without one unless ``insecure=True``.
+the input.  With a ``token`` (at least :data:`MIN_TOKEN_CHARS` characters; or one per named
+client, :mod:`fbrapids.serving.tokens`), every path needs ``Authorization: Bearer <token>``,
+the documentation pages included; :func:`serve` refuses a non-loopback host without one
+unless ``insecure=True``.
 
-Concurrency: uvicorn serves many connections; parsing, validation and scoring run in a
-plain endpoint function on its thread pool, one hand-off per request, never on the event
-loop; the scorer scores each call in slices of ``chunk_items`` (``contended_chunk_items``
-while another client uses it) under a lock taken in turns by client, so a large call delays
-others by one slice.  :func:`serve` sets the interpreter's thread switch interval to
+Concurrency: uvicorn serves many connections (idle unauthenticated ones closed to make
+room: :mod:`fbrapids.serving.connections`); the gate (:mod:`fbrapids.serving.gate`) admits
+each call with a fair share per client of call places, queue places, body bytes and work
+slots; parsing, validation and scoring run in a plain endpoint function on its thread pool
+(at least ``work_slots`` + :data:`SPARE_THREADS` threads), one hand-off per request, never on
+the event loop; the scorer scores each call in slices of ``chunk_items``
+(``contended_chunk_items`` while another client uses it) under a lock taken in turns by
+client, so a large call delays others by one slice, and drops a call whose client hung up.  :func:`serve` sets the interpreter's thread switch interval to
 :data:`SWITCH_INTERVAL_S`: a call's hand-offs between threads (event loop, worker, the
 lock) then wait at most that long for another thread's Python work, not 5 ms each.
 
@@ -51,6 +57,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import ipaddress
@@ -58,30 +65,39 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
-from typing import Any, Callable
+import threading
+from typing import Any, AsyncIterator, Callable
 
 try:
+    import anyio.to_thread
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the HTTP service needs FastAPI and uvicorn: pip install 'fbrapids[serve]'") from exc
 
-from fbrapids.errors import ModelInputError, RequestError, RequestTooLargeError, ServeConfigError
-from fbrapids.serving.guard import (LOOPBACK_NAMES, Gate, ServeLimits, descriptor_room, guarded_protocol,
-                                    install_log_filter)
+from fbrapids.errors import CallCancelledError, ModelInputError, RequestError, RequestTooLargeError, ServeConfigError
+from fbrapids.serving.gate import ACCESS_LOGGER, Gate
+from fbrapids.serving.guard import LOOPBACK_NAMES, ServeLimits, descriptor_room, guarded_protocol, install_log_filter
+from fbrapids.serving.memory import limit_arenas
 from fbrapids.serving.scorer import Scorer
 from fbrapids.serving.spec import show
+from fbrapids.serving.tokens import MIN_TOKEN_CHARS, ClientTokens, check_token, read_tokens
+
+__all__ = ["create_app", "serve", "build_server", "server_config", "resolve_token", "check_token", "MIN_TOKEN_CHARS",
+           "ClientTokens", "is_loopback", "allowed_hosts", "freeze_heap", "parse_body", "TOKEN_ENV"]
 
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "FBRAPIDS_SERVE_TOKEN"
 MAX_BODY_BYTES = ServeLimits.max_body_bytes
-MIN_TOKEN_CHARS = 16  #: the shortest bearer token accepted
 TURN_BYTES = 64 << 10  #: a body larger than this is parsed in a turn of the scorer's lock
 DETAIL_CHARS = 500  #: the longest error detail sent back
 SWITCH_INTERVAL_S = 0.0005  #: the thread switch interval serve() sets (Python's default: 5 ms)
+#: worker threads beyond the work slots (the thread pool has at least ``work_slots`` + this)
+SPARE_THREADS = 8
+#: glibc malloc arenas serve() keeps (glibc's default: eight per core), so the RSS plateaus
+MALLOC_ARENAS = 2
 
 
 class ScoreRequest(BaseModel):
@@ -154,21 +170,28 @@ def _status(exc: RequestError) -> int:
     return 413 if isinstance(exc, RequestTooLargeError) else 422 if isinstance(exc, ModelInputError) else 400
 
 
-def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | None = None,
+def create_app(scorer: Scorer, token: str | ClientTokens | None = None, max_body_bytes: int | None = None,
                limits: ServeLimits | None = None) -> FastAPI:
     """The FastAPI application serving ``scorer`` (see the module docstring), behind a
-    :class:`~fbrapids.serving.guard.Gate` with ``limits`` (``max_body_bytes`` overrides
+    :class:`~fbrapids.serving.gate.Gate` with ``limits`` (``max_body_bytes`` overrides
     theirs).  ``token``: the bearer token every path needs (at least ``MIN_TOKEN_CHARS``
-    characters), or None."""
+    characters), or :class:`~fbrapids.serving.tokens.ClientTokens` (one per named client),
+    or None."""
     limits = limits or ServeLimits()
     if max_body_bytes is not None:
-        limits.max_body_bytes = int(max_body_bytes)
-    if token is not None:
-        check_token(token)
+        limits.update(max_body_bytes=int(max_body_bytes))
+    tokens = ClientTokens(token) if isinstance(token, str) else token
     max_objects = scorer.max_items + 2 * scorer.max_requests + 2
 
-    app = FastAPI(title="fbrapids scoring", version="1")
-    app.add_middleware(Gate, limits=limits, token=token)
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # every work slot has a worker thread, and a few are left over (the docs pages)
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = max(limiter.total_tokens, limits.work_slots + SPARE_THREADS)
+        yield
+
+    app = FastAPI(title="fbrapids scoring", version="1", lifespan=lifespan)
+    app.add_middleware(Gate, limits=limits, token=tokens)
     answer = functools.partial(_answer, scorer, max_objects)
     many = functools.partial(_many_entries, scorer)
 
@@ -178,14 +201,16 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
     @app.post("/score", response_class=JSONResponse, openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": ScoreRequest.model_json_schema()}}}})
     def score(request: Request) -> JSONResponse:
-        return answer(_one_entry, request.scope["fbrapids.body"], False, request.scope.get("fbrapids.client"))
+        return answer(_one_entry, request.scope["fbrapids.body"], False, request.scope.get("fbrapids.client"),
+                      request.scope.get("fbrapids.gone"))
 
     @app.post("/score_batch", response_class=JSONResponse)
     def score_batch(request: Request) -> JSONResponse:
         """``{"requests": [{"request": ..., "items": [...]}, ...]}``: scores per request; a
         request that fails has ``null`` scores and its error in ``errors`` (200 while any
         request was scored)."""
-        return answer(many, request.scope["fbrapids.body"], True, request.scope.get("fbrapids.client"))
+        return answer(many, request.scope["fbrapids.body"], True, request.scope.get("fbrapids.client"),
+                      request.scope.get("fbrapids.gone"))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:  # on the event loop: no worker thread to wait for, reads counters only
@@ -195,13 +220,17 @@ def create_app(scorer: Scorer, token: str | None = None, max_body_bytes: int | N
 
 
 def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[str, Any]]], raw: bytes,
-            batch: bool, client: Any) -> JSONResponse:
+            batch: bool, client: Any, gone: threading.Event | None = None) -> JSONResponse:
     """One ``/score`` (``batch`` False) or ``/score_batch`` call, from the raw body to the
     response: parsed (at most ``max_objects`` JSON objects), turned into entries by
-    ``parse``, scored for ``client``; a bad body or request is its status and detail."""
+    ``parse``, scored for ``client``; a bad body or request is its status and detail.  A call
+    whose client has gone (``gone`` set) is dropped before its parse and between slices."""
     try:
-        entries = parse(_parse_in_turn(scorer, raw, max_objects, client))
-        results = scorer.score_each(entries, client) if batch else scorer.score_batch(entries, client)
+        entries = parse(_parse_in_turn(scorer, raw, max_objects, client, gone))
+        results = (scorer.score_each(entries, client, gone=gone) if batch
+                   else scorer.score_batch(entries, client, gone=gone))
+    except CallCancelledError as exc:  # nobody reads this answer
+        return JSONResponse({"detail": str(exc)}, status_code=499)
     except BodyError as exc:
         return JSONResponse({"detail": _cut(exc.detail)}, status_code=exc.status)
     except RequestError as exc:
@@ -212,11 +241,12 @@ def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[s
     return _batch_response(results)
 
 
-def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Any) -> Any:
+def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Any,
+                   gone: threading.Event | None = None) -> Any:
     """The JSON of ``raw``; a large body's parse holds the interpreter, so it takes its turn
     among ``client``'s like a slice of scoring."""
     if len(raw) > TURN_BYTES:
-        with scorer.turn(client):
+        with scorer.turn(client, gone):
             return parse_body(raw, max_objects)
     return parse_body(raw, max_objects)
 
@@ -251,14 +281,20 @@ def _many_entries(scorer: Scorer, body: Any) -> list[dict[str, Any]]:
 
 
 def _health(scorer: Scorer, limits: ServeLimits) -> dict[str, Any]:
-    """``/health``'s answer: the scorer's counters, cache use, refusals, table sizes and limits."""
-    return {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
-            "refused": dict(limits.counts),
-            "tables": {k: len(s) for k, s in scorer.model.stores().items()},
-            "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
-                       "chunk_items": scorer.chunk_items, "contended_chunk_items": scorer.contended_chunk_items,
-                       "cache_items": scorer.cache_items,
-                       **scorer.cost.as_dict(), **limits.as_dict()}}
+    """``/health``'s answer: the scorer's counters, cache use, refusals, the connections and
+    the gate's pools now, table sizes and limits."""
+    out = {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
+           "refused": dict(limits.counts),
+           "tables": {k: len(s) for k, s in scorer.model.stores().items()},
+           "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
+                      "chunk_items": scorer.chunk_items, "contended_chunk_items": scorer.contended_chunk_items,
+                      "cache_items": scorer.cache_items,
+                      **scorer.cost.as_dict(), **limits.as_dict()}}
+    if limits.connections is not None:
+        out["connections"] = limits.connections.as_dict()
+    if limits.shares is not None:
+        out["shares"] = limits.shares.pools()
+    return out
 
 
 def is_loopback(host: str) -> bool:
@@ -276,62 +312,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_token(token: str) -> str:
-    """``token`` if it may guard the service: at least :data:`MIN_TOKEN_CHARS` characters,
-    printable ASCII without spaces (it travels in a header); else a
-    :class:`~fbrapids.errors.ServeConfigError` (an empty token never means "no token").
-
-    Example:
-        >>> check_token("x" * 16) == "x" * 16
-        True
-        >>> check_token("")
-        Traceback (most recent call last):
-        ...
-        fbrapids.errors.ServeConfigError: a bearer token needs at least 16 characters, got 0 (generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')
-    """
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
-        n = len(token) if isinstance(token, str) else 0
-        raise ServeConfigError(f"a bearer token needs at least {MIN_TOKEN_CHARS} characters, got {n} (generate one "
-                               "with: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
-    if not all(33 <= ord(c) < 127 for c in token):
-        raise ServeConfigError("a bearer token must be printable ASCII without spaces")
-    return token
-
-
-def read_secret(path: str | os.PathLike, what: str) -> str:
-    """The first line of a secret file (a token or a signing key), trailing newline dropped;
-    a missing, unreadable, non-regular or empty file is a one-line
-    :class:`~fbrapids.errors.ServeConfigError` naming it."""
-    p = Path(path)
-    try:
-        if not p.is_file():
-            raise ServeConfigError(f"{p}: the {what} file is missing or not a regular file")
-        with open(p, "rb") as f:
-            text = f.read(4096).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ServeConfigError(f"{p}: cannot read the {what} file ({exc.__class__.__name__})") from None
-    if not text or not text[0].strip():
-        raise ServeConfigError(f"{p}: the {what} file is empty")
-    return text[0].strip()
-
-
-def resolve_token(host: str, token: str | None, insecure: bool, token_file: str | os.PathLike | None = None) -> str | None:
-    """The bearer token to require: from ``token_file``, else ``token`` (visible in ``ps``
-    when given on a command line: prefer the file or the environment), else
-    ``$FBRAPIDS_SERVE_TOKEN``; checked by :func:`check_token` (``""`` is refused, never read
-    as "no token").  A non-loopback ``host`` without one is refused unless ``insecure``."""
+def resolve_token(host: str, token: str | None, insecure: bool, token_file: str | os.PathLike | None = None
+                  ) -> ClientTokens | None:
+    """The bearer tokens to require: those of ``token_file`` (one token, or one per named
+    client: :mod:`fbrapids.serving.tokens`), else ``token`` (visible in ``ps`` when given on a
+    command line: prefer the file or the environment), else ``$FBRAPIDS_SERVE_TOKEN``; each
+    checked by :func:`check_token` (``""`` is refused, never read as "no token").  A
+    non-loopback ``host`` without one is refused unless ``insecure``."""
+    tokens = None
     if token_file is not None:
         if token is not None:
             raise ServeConfigError("give the token once: --token-file or --token, not both")
-        token = read_secret(token_file, "token")
+        tokens = read_tokens(token_file)
     elif token is None:
         token = os.environ.get(TOKEN_ENV)
-    if token is not None:
-        check_token(token)
-    if token is None and not is_loopback(host) and not insecure:
+    if tokens is None and token is not None:
+        tokens = ClientTokens(token)
+    if tokens is None and not is_loopback(host) and not insecure:
         raise ServeConfigError(f"serving on {host!r} (not loopback) needs a bearer token: pass --token-file or set "
                                f"${TOKEN_ENV}, or --insecure to serve without one")
-    return token
+    return tokens
 
 
 def allowed_hosts(host: str, extra: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
@@ -353,14 +353,22 @@ def allowed_hosts(host: str, extra: tuple[str, ...] | list[str] = ()) -> tuple[s
 
 def server_config(app: FastAPI, host: str, port: int, limits: ServeLimits, log_level: str = "info") -> Any:
     """The ``uvicorn.Config`` :func:`serve` runs ``app`` with: the guarded h11 protocol
-    (request-head deadline, connection cap), the keep-alive timeout, the request-head size
-    bound, and a rate-limited log (:mod:`fbrapids.serving.guard`)."""
+    (request-head deadline, connection bounds), the keep-alive timeout, the request-head size
+    bound, the gate's access log (per client; uvicorn's own is off) and a rate-limited log
+    (:mod:`fbrapids.serving.guard`)."""
     import uvicorn
 
-    limits.max_connections = descriptor_room(limits.max_connections)
+    limits.update(max_connections=descriptor_room(limits.max_connections))
     install_log_filter()
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.setLevel(logging.INFO if log_level.lower() in ("info", "debug", "trace") else logging.WARNING)
+    if not access.handlers and not logging.getLogger().handlers:  # nobody would print it (as uvicorn's own)
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        access.addHandler(handler)
+        access.propagate = False
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(limits),
-                          timeout_keep_alive=max(1, int(limits.keep_alive_s)),
+                          timeout_keep_alive=max(1, int(limits.keep_alive_s)), access_log=False,
                           h11_max_incomplete_event_size=limits.max_header_bytes, timeout_graceful_shutdown=5)
 
 
@@ -377,12 +385,12 @@ def build_server(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: i
 
     from fbrapids.serving.export import load_scorer
 
-    token = resolve_token(host, token, insecure, token_file)
+    tokens = resolve_token(host, token, insecure, token_file)
     limits = limits or ServeLimits()
     limits.allowed_hosts = allowed_hosts(host, list(allow_hosts))
     if max_body_bytes is not None:
-        limits.max_body_bytes = int(max_body_bytes)
-    app = create_app(load_scorer(export_dir, signing_key=signing_key, **scorer_options), token=token, limits=limits)
+        limits.update(max_body_bytes=int(max_body_bytes))
+    app = create_app(load_scorer(export_dir, signing_key=signing_key, **scorer_options), token=tokens, limits=limits)
     return uvicorn.Server(server_config(app, host, port, limits, log_level=log_level))
 
 
@@ -391,12 +399,14 @@ def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 80
           allow_hosts: tuple[str, ...] | list[str] = (), limits: ServeLimits | None = None,
           signing_key: bytes | None = None, **scorer_options: Any) -> None:
     """Load an export and serve it until stopped (:func:`build_server`'s server), the start-up
-    heap frozen out of full garbage collections first (:func:`freeze_heap`)."""
+    heap frozen out of full garbage collections first (:func:`freeze_heap`) and glibc's malloc
+    arenas capped at :data:`MALLOC_ARENAS` (:func:`~fbrapids.serving.memory.limit_arenas`)."""
     server = build_server(export_dir, host, port, token=token, insecure=insecure, max_body_bytes=max_body_bytes,
                           token_file=token_file, allow_hosts=allow_hosts, limits=limits, signing_key=signing_key,
                           **scorer_options)
     log.info("start-up heap frozen: %d objects out of the collector's full passes", freeze_heap())
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # module docstring: a call's thread hand-offs wait less
+    limit_arenas(MALLOC_ARENAS)  # the worker threads share their freed pages (fbrapids.serving.memory)
     server.run()
 
 

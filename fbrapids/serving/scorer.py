@@ -62,7 +62,10 @@ client between them (all of that client's calls) for :data:`PAUSE_FACTOR` times 
 its last slice held the scorer: a client that shares the scorer holds it at most a third of
 the time, so a small call of another client mostly finds it free (``stats["paused_slices"]``).
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
-operating system (``malloc_trim``, where the C library has it).
+operating system (``malloc_trim``, where the C library has it), and after smaller ones at most
+every few seconds (:class:`~fbrapids.serving.memory.PeriodicRelease`), so the RSS plateaus.  A call whose client has gone
+(the ``gone`` event the HTTP service hands in is set) waits no longer for its turn and is
+dropped before its next slice (``stats["dropped_calls"]``).
 
 A null (or NaN) in a column of ``spec.fill`` becomes its fill value before validation, as
 training's cleaning did (``stats["nulls_filled"]``).  A value the model cannot score (its
@@ -90,13 +93,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,12 +108,13 @@ import torch
 
 from fbrapids import kernels as kstats
 from fbrapids.features import extract as extract_features
-from fbrapids.errors import ArgumentError, KernelRuntimeError, ModelInputError, RequestError, RequestTooLargeError
+from fbrapids.errors import (ArgumentError, CallCancelledError, KernelRuntimeError, ModelInputError, RequestError,
+                             RequestTooLargeError)
 from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.cost import CHUNK_WORK, MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK, CallCost
 from fbrapids.serving.fairness import FairLock
-from fbrapids.serving.memory import release_memory
+from fbrapids.serving.memory import PeriodicRelease, release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
 from fbrapids.trainers.calibration import calibrated_logits
@@ -144,6 +149,9 @@ MAX_LOGIT = 1e4
 #: The most times one :meth:`Scorer.score_each` call scores (part of) its batch again after a
 #: request failed: a batch costs at most this many more passes, however many requests are bad.
 MAX_BATCH_RETRIES = 8
+#: The bad requests of one :meth:`Scorer.score_each` batch answered with their full error (the
+#: others with a line saying the request was not valid): the answer's size is bounded.
+MAX_NAMED_ERRORS = 100
 
 
 class Scorer:
@@ -208,6 +216,7 @@ class Scorer:
         self.cost = CallCost(spec, len(spec.dense) + len(spec.sparse), max_list_len, max_text_chars, max_work,
                              chunk_work)
         self._lock = FairLock()
+        self._release = PeriodicRelease()
         self._stats_lock = threading.Lock()
         self._origin: list[tuple[int, int]] = [(0, 0)]
         self._batch_call = False
@@ -230,7 +239,7 @@ class Scorer:
              "requests_extracted", "pairs_extracted", "rows_scored", "kernel_launches", "nan_replaced",
              "image_references", "unique_images_embedded", "unknown_image_references", "item_cache_bypassed",
              "rejected_bad_input", "rejected_too_large", "unseen_ids", "nulls_filled", "rejected_model_input",
-             "slices", "batch_retries", "work", "paused_slices"), 0)
+             "slices", "batch_retries", "work", "paused_slices", "dropped_calls"), 0)
         self._blamed: int | None = None
 
     # -- feature extraction -------------------------------------------------------------------
@@ -319,7 +328,8 @@ class Scorer:
         """Click probabilities ``[len(items)]`` of ``items`` for ``request`` (JSON-like dicts)."""
         return self.score_batch([{"request": request, "items": items}])[0]
 
-    def score_batch(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None) -> list[np.ndarray]:
+    def score_batch(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None,
+                    gone: threading.Event | None = None) -> list[np.ndarray]:
         """Scores of several ``{"request": {...}, "items": [{...}, ...]}`` entries at once:
         request features extracted together, items deduplicated across all of them (within
         each slice of ``chunk_items``).
@@ -329,17 +339,25 @@ class Scorer:
         in ``stats``; a kernel error the data caused, such as an over-long cross key, is a
         ``RequestError`` too; a value the model cannot score a
         :class:`~fbrapids.errors.ModelInputError`).  ``client``: who asks (the HTTP service
-        passes the peer's address): slices are scored in turns by client
-        (:class:`~fbrapids.serving.fairness.FairLock`).
+        passes its token's name or its address): slices are scored in turns by client
+        (:class:`~fbrapids.serving.fairness.FairLock`).  ``gone``: set when the caller's client
+        has hung up: the call is dropped before its next slice
+        (:class:`~fbrapids.errors.CallCancelledError`, counted in ``stats["dropped_calls"]``).
         """
         entries, works = self._entries(requests)
-        return self._score_checked(entries, list(range(len(entries))), len(entries) > 1, works, client)
+        return self._score_checked(entries, list(range(len(entries))), len(entries) > 1, works, client, gone)
 
-    def score_each(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None
-                   ) -> list[np.ndarray | RequestError]:
+    def score_each(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None,
+                   gone: threading.Event | None = None) -> list[np.ndarray | RequestError]:
         """As :meth:`score_batch`, but per request: each entry's scores, or the
         :class:`~fbrapids.errors.RequestError` that entry alone raises (the others are
         scored).  Over ``max_requests`` / ``max_items`` the whole call is refused.
+
+        After the first request that fails, the records of every other request are checked
+        at once: each bad one is answered with its own error (the first
+        :data:`MAX_NAMED_ERRORS` in full, the rest in a line), the good ones are scored
+        together.  An error only scoring finds (a value the model cannot score) costs one
+        more pass, at most :data:`MAX_BATCH_RETRIES` in all.
 
         Example:
             >>> from fbrapids.serving.example import example_spec
@@ -356,7 +374,7 @@ class Scorer:
         entries, works = self._entries(requests)
         out: list[np.ndarray | RequestError | None] = [None] * len(entries)
         groups = [list(range(len(entries)))]
-        passes = 0
+        passes, checked = 0, False
         while groups:
             group = groups.pop()
             if passes > MAX_BATCH_RETRIES:  # bounded: what is left is answered, not scored again
@@ -367,7 +385,7 @@ class Scorer:
             passes += 1
             try:
                 scored = self._score_checked([entries[i] for i in group], group, len(entries) > 1,
-                                             [works[i] for i in group], client)
+                                             [works[i] for i in group], client, gone)
                 for i, scores in zip(group, scored):
                     out[i] = scores
             except RequestTooLargeError:
@@ -379,6 +397,8 @@ class Scorer:
                 if blamed in group:  # the error names its request: the others are scored again together
                     out[blamed] = exc
                     rest = [i for i in group if i != blamed]
+                    if not checked:  # the first failure: every other request's records checked at once
+                        rest, checked = self._drop_invalid(entries, rest, out), True
                     groups += [rest] if rest else []
                 elif len(group) == 1:
                     out[group[0]] = exc
@@ -387,11 +407,46 @@ class Scorer:
         self._count(batch_retries=passes - 1)
         return out  # type: ignore[return-value]
 
-    def turn(self, client: Hashable = None) -> Any:
+    def _drop_invalid(self, entries: list[tuple[Mapping[str, Any], list]], group: list[int],
+                      out: list[np.ndarray | RequestError | None]) -> list[int]:
+        """The requests of ``group`` whose records pass validation (as scoring validates
+        them); each other one's error put in ``out`` (in full for the first
+        :data:`MAX_NAMED_ERRORS` bad requests of the batch, in a line after that)."""
+        spec, good = self.spec, []
+        named = sum(isinstance(r, RequestError) for r in out)
+        for i in group:
+            request, items = entries[i]
+            try:
+                records_to_columns([request], spec.schema, spec.request_columns, _fixed_label(f"request {i}"), spec.fill)
+                records_to_columns(items, spec.schema, spec.item_columns, functools.partial("request {} item {}".format, i),
+                                   spec.fill)
+            except RequestError as exc:
+                named += 1
+                out[i] = exc if named <= MAX_NAMED_ERRORS else RequestError(
+                    f"request {i}: a record is not valid (details are given for the first {MAX_NAMED_ERRORS} bad "
+                    "requests of a batch)")
+                continue
+            good.append(i)
+        self._count(rejected_bad_input=len(group) - len(good))
+        return good
+
+    @contextlib.contextmanager
+    def turn(self, client: Hashable = None, gone: threading.Event | None = None) -> Iterator[None]:
         """The scorer's first-come, first-served lock, for work that should not share the
         interpreter with a slice of scoring (the HTTP service parses a body under it): use
-        as ``with scorer.turn(client): ...``, never around a scoring call (it is not reentrant)."""
-        return self._lock.turn_of(client)
+        as ``with scorer.turn(client): ...``, never around a scoring call (it is not reentrant).
+        ``gone``: as :meth:`score_batch`'s (a call whose client has gone gets no turn)."""
+        try:
+            if gone is not None and gone.is_set():
+                raise CallCancelledError("the client hung up before its call was parsed")
+            self._lock.acquire(client, gone)
+        except CallCancelledError:
+            self._count(dropped_calls=1)
+            raise
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _count(self, **changes: int) -> None:
         with self._stats_lock:
@@ -459,11 +514,12 @@ class Scorer:
         return [sl for sl in out if sl]
 
     def _score_checked(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int],
-                       batch_call: bool, works: list[np.ndarray] | None = None, client: Hashable = None
-                       ) -> list[np.ndarray]:
+                       batch_call: bool, works: list[np.ndarray] | None = None, client: Hashable = None,
+                       gone: threading.Event | None = None) -> list[np.ndarray]:
         """Score ``entries`` in slices taken in turns with other clients (each slice under the
-        lock; a pause after one while others wait); the kernels' and the model's refusals
-        counted and raised as request errors.  Returns the probabilities per entry."""
+        lock; a pause after one while others wait; none once ``gone`` is set); the kernels'
+        and the model's refusals counted and raised as request errors.  Returns the
+        probabilities per entry."""
         parts: list[list[np.ndarray]] = [[] for _ in entries]
         total = sum(len(it) for _, it in entries)
         self._count(requests=len(entries), items=total)
@@ -476,7 +532,9 @@ class Scorer:
                 wait = self._resume.get(client, 0.0) - time.monotonic()
                 if wait > 0:  # this client's pause after a slice while others use the scorer
                     time.sleep(min(wait, 1.0))
-                with self._lock.turn_of(client), torch.no_grad():
+                if gone is not None and gone.is_set():
+                    raise CallCancelledError(f"the client hung up: its call dropped after {slices} slice(s)")
+                with self._lock.turn_of(client, gone), torch.no_grad():
                     started = time.monotonic()
                     stop = self._slice_end(k, sizes, most, client)
                     sl = _merged(units[k:stop])
@@ -490,6 +548,9 @@ class Scorer:
                 for (i, a, b) in sl:
                     parts[i].append(probs[s : s + b - a])
                     s += b - a
+        except CallCancelledError:
+            self._count(dropped_calls=1)
+            raise
         except ModelInputError:
             self._count(rejected_model_input=1)
             raise
@@ -504,6 +565,8 @@ class Scorer:
         finally:
             if total > self.chunk_items or slices > 1:
                 release_memory()
+            else:  # small calls too, now and then: the freed pages they leave would stay resident
+                self._release.maybe()
         self._count(slices=slices)
         return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]
 

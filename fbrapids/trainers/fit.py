@@ -39,7 +39,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -232,7 +232,9 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         checkpoint_dir: where checkpoints go (and are resumed from); held exclusively by this
             call (a second run on it is a :class:`~fbrapids.errors.WorkDirLockedError`), its
             writability and free space checked before the first step.
-        checkpoint_every: checkpoint every this many global steps (and at the end).
+        checkpoint_every: checkpoint every this many global steps; the final checkpoint is
+            written at the end, after the calibration fit (replacing a periodic one of the
+            last step), so that it holds the model whose metrics the run reports.
         resume: restore the newest checkpoint in ``checkpoint_dir`` that verifies (older ones
             are tried when newer ones are corrupt; each skip is logged) and skip the batches
             it had trained on.  With ``resume=False`` a ``checkpoint_dir`` that already holds
@@ -304,16 +306,51 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
                       progress, prefetch_rows, keep_checkpoints, nan if check else "warn", identity,
                       lookahead if model.uses_window() else 0, held)
         result.steps = step
-        if held is not None and step > start and not _calibrate(model, held, result) and finished:
-            train = _Stepper(model, optimizer, result, nan if check else "warn")
-            for b in held.batches:  # too few to calibrate on: trained on after all, nothing withheld for nothing
-                train(b, step)
-            held.batches, held.rows, result.held_rows = [], [], 0
-        if checkpoint_dir is not None and step > start and (not result.checkpoints or
-                                                             result.checkpoints[-1].name != step_name(step)):
-            result.checkpoints.append(save_checkpoint(model, optimizer, checkpoint_dir, step, keep=keep_checkpoints,
-                                                      run=identity, held=held))
+        changed = _end_of_pass(model, optimizer, held, result, step > start, finished, nan if check else "warn")
+        if checkpoint_dir is not None:
+            write_final_checkpoint(lambda at: save_checkpoint(model, optimizer, checkpoint_dir, at, keep=keep_checkpoints,
+                                                              run=identity, held=held),
+                                   step, step > start, changed, result)
     return result
+
+
+def _end_of_pass(model: CTRModel, optimizer: torch.optim.Optimizer, held: HeldBack | None, result: FitResult,
+                 trained: bool, finished: bool, nan: str) -> bool:
+    """The end-of-pass step: the calibration fitted on the held-back batches, when this call
+    trained (``trained``) or the pass had ended before it (``finished``: resumed from a
+    checkpoint of the last step, which may have been written before the fit: a periodic one,
+    a run killed between the two writes; the fit on the same model and rows gives the same
+    shift); too few to fit on at the end of the pass, they are trained on after all.
+    Returns whether the model changed (its final checkpoint must then be written)."""
+    if held is None or not (trained or finished):
+        return False
+    before = model.calibration.clone()
+    if _calibrate(model, held, result):
+        return not torch.equal(before, model.calibration)
+    if not finished or not held.batches:
+        return False
+    train = _Stepper(model, optimizer, result, nan)
+    for b in held.batches:  # too few to calibrate on: trained on after all, nothing withheld for nothing
+        train(b, result.steps)
+    held.batches, held.rows, result.held_rows = [], [], 0
+    return True
+
+
+def write_final_checkpoint(save: Callable[[int], Path], step: int, trained: bool, changed: bool,
+                           result: FitResult) -> None:
+    """The final checkpoint, ``save(step)``: the model whose metrics are reported, after the
+    end-of-pass step (:func:`_end_of_pass`), so that an export, ``fbrapids export`` and a
+    resume read what the run printed.  Written when this call ``trained`` past its newest
+    checkpoint or the end-of-pass step ``changed`` the model, replacing a periodic checkpoint
+    of the same step written before that step (kept as it is when nothing changed after it)."""
+    same = bool(result.checkpoints) and result.checkpoints[-1].name == step_name(step)
+    if not changed and (same or not trained):
+        return
+    path = save(step)
+    if same:
+        result.checkpoints[-1] = path
+    else:
+        result.checkpoints.append(path)
 
 
 def _calibrate(model: CTRModel, held: HeldBack, result: FitResult) -> bool:

@@ -1,10 +1,11 @@
 """Feature expressions written as text (``'ops.cross("a", "b", buckets=1024)'``), as a TOML
 workload file or the command line (``fbrapids trial --candidate``) gives them.
 
-The text is parsed, never evaluated: only calls of :mod:`fbrapids.ops` functions (with or
-without the ``ops.`` prefix) whose arguments are literals (numbers, strings, booleans,
-None, lists / tuples of them) or further such calls are accepted; anything else is a
-:class:`~fbrapids.errors.WorkloadError` naming where the text came from.
+The text is parsed, never evaluated: only calls of :mod:`fbrapids.ops` feature operators
+(with or without the ``ops.`` prefix) whose arguments are literals (numbers, strings,
+booleans, None, lists / tuples of them) or further such calls are accepted; anything else,
+``ops.register_operator`` (which registers C source) included, is a
+:class:`~fbrapids.errors.WorkloadError` naming where the text came from, at parse time.
 
 Example:
     >>> str(parse_expression('ops.cross("slot", ops.hour("ts"), buckets=64)')).split(", cap")[0]
@@ -13,6 +14,10 @@ Example:
     Traceback (most recent call last):
     ...
     fbrapids.errors.WorkloadError: --candidate x: '__import__' is not an fbrapids.ops function (in '__import__("os")')
+    >>> parse_expression('ops.register_operator("f", ["a"], "int64", "return 0;")', where="--candidate f")
+    Traceback (most recent call last):
+    ...
+    fbrapids.errors.WorkloadError: --candidate f: 'register_operator' registers code (C source) and is refused in an expression from a workload file or the command line, which may only call operators; ...
 """
 
 from __future__ import annotations
@@ -23,11 +28,21 @@ from typing import Any
 from fbrapids.errors import WorkloadError
 
 
+#: fbrapids.ops functions that are not operators: they register code, never allowed from text
+NOT_OPERATORS = ("register_operator",)
+
+
 def _ops_function(name: str, text: str, where: str) -> Any:
+    """The operator ``name`` of :mod:`fbrapids.ops`: one of its feature operators, never a
+    function that registers code (``register_operator`` takes C source) or anything else."""
     from fbrapids import ops
 
-    fn = getattr(ops, name, None) if not name.startswith("_") else None
-    if fn is None or not callable(fn) or isinstance(fn, type):
+    if name in NOT_OPERATORS:
+        raise WorkloadError(f"{where}: {name!r} registers code (C source) and is refused in an expression from a "
+                            "workload file or the command line, which may only call operators; register the operator "
+                            f"in Python before loading the workload (in {text!r})")
+    fn = getattr(ops, name, None) if name in ops.__all__ else None
+    if fn is None or not callable(fn) or isinstance(fn, type) or getattr(fn, "__module__", None) != ops.__name__:
         raise WorkloadError(f"{where}: {name!r} is not an fbrapids.ops function (in {text!r})")
     return fn
 

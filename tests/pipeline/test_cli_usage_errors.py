@@ -48,6 +48,8 @@ CASES = [
     (("export", "FULL", "FILE"), {}, "fbrapids export: argument out: FILE is a file, not a directory"),
     (("export", "FULL", "OUT", "--embedding-dim", "0"), {}, "fbrapids export: argument --embedding-dim: 0 is out"),
     (("export", "FULL", "OUT", "--seed", "-1"), {}, "fbrapids export: argument --seed: -1 is out of range"),
+    (("trial", "--workload", "FILE", "--candidate", "x=ops.cross('a', 'b')", "--json", "FILE"), {},
+     "fbrapids trial: argument --json: FILE already exists (another run's output): pass --force to overwrite it"),
     (("serve", "OUT"), {}, "fbrapids serve: argument export_dir: OUT does not exist"),
     (("serve", "FILE"), {}, "fbrapids serve: argument export_dir: FILE is a file"),
     (("serve", "FULL", "--port", "70000"), {}, "fbrapids serve: argument --port: 70000 is out of range"),

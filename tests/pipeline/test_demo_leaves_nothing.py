@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,6 +82,9 @@ def test_interrupted_run_leaves_nothing(tmp_path, data, sig, status) -> None:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == status, err[-2000:]
     assert "Traceback" not in err
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and "batch/s" not in ln
+             and not ln.lstrip().startswith(("fit:", "predict:"))]
+    assert lines[-1:] == ["interrupted" if sig == signal.SIGINT else "fbrapids demo: stopped by SIGTERM"], err[-2000:]
     assert not work.exists() and usage(tmp) == (0, 0)
 
 
@@ -93,14 +97,22 @@ def test_killed_runs_folder_is_removed_by_the_next_run_which_leaves_nothing(tmp_
     proc.communicate(timeout=60)
     assert work.is_dir()
     before = usage(tmp)
-    for p in tmp.glob("torchinductor_*"):  # torch's cache folder, empty, which the killed run made: not the
-        if not any(p.iterdir()):           # next run's to remove, so out of the way (runs that end remove it)
-            p.rmdir()
-    # the next run, a completed one: removes the killed run's folder, and leaves nothing of its own
+    assert sorted(p.name for p in tmp.iterdir()) == [work.name]  # torch's cache folder too is inside it
+    # what other kills leave, each of a process that no longer runs: a demo killed between making its
+    # folder and recording itself in it (empty), a trial's work dir, a launch of ranks' folder
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp / f"fbrapids-demo-{dead.pid}-x1").mkdir()
+    for kind in ("run", "ranks"):
+        (tmp / f"fbrapids-{kind}-{dead.pid}-x2").mkdir()
+        (tmp / f"fbrapids-{kind}-{dead.pid}-x2" / ".fbrapids.lock").write_text(
+            '{"pid": %d, "host": "%s", "since": "-"}' % (dead.pid, socket.gethostname()))
+        (tmp / f"fbrapids-{kind}-{dead.pid}-x2" / "store").mkdir()
+    # the next run, a completed one: removes the killed runs' folders, and leaves nothing of its own
     nxt = _demo(tmp, data, "--batch-size", "256", "--export", str(tmp_path / "exp"))
     out, err = nxt.communicate(timeout=600)
     assert nxt.returncode == 0, err[-2000:]
-    assert not work.exists() and f"removed 1 work dir(s) of runs that were killed: {work}" in err
+    assert not work.exists() and "work dir(s) of runs that were killed: " in err and str(work) in err
     assert before[1] > 0 and usage(tmp) == (0, 0), list(tmp.iterdir())
     assert " removed (temporary: --work-dir DIR keeps" in out
     assert (tmp_path / "exp" / "serving.json").is_file()  # what was asked for stays

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -187,6 +188,11 @@ def test_a_disk_filling_up_during_training_is_one_line_saying_what_could_be_free
                     f.flush()
         line = _one_line(proc)
         assert "No space left on device" in line and "; could be freed: " in line, line
+        # the file it failed on and the bytes: a checkpoint's file, or the SSD tier's growth
+        w = re.escape(str(work))
+        assert re.match(rf"fbrapids demo: {w}/\S+: No space left on device writing [\d,]+ bytes \([\d,]+ written; "
+                        r"[\d,]+ bytes free there\); could be freed: ", line) or \
+            re.search(rf"cannot grow the SSD tier file {w}/\S+ to \d+ rows \(\d+ bytes\)", line), line
         assert f"the SSD tier {work}/store (" in line and "the kernel cache " in line, line
 
         # resuming with 2 MiB free: the preflight refuses before training, saying what could go

@@ -98,11 +98,14 @@ def test_ctrl_c_then_resume_gives_the_uninterrupted_model_bit_for_bit(data, tmp_
     assert "already holds checkpoints up to" in err and "--resume" in err, err
     assert weights_digest(checkpoints(work / "checkpoints")[0]) == left  # and left as it was
 
-    resumed = _cli("-v", *DEMO, "--data-dir", str(data), "--work-dir", str(work), "--resume")
+    resumed = _cli("-v", *DEMO, "--data-dir", str(data), "--work-dir", str(work), "--resume", "--summary-json",
+                   str(tmp_path / "resumed.json"))
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
     assert f"resumed from {done[0]}" in err
     assert _final_digest(work) == want
+    again = json.loads((tmp_path / "resumed.json").read_text())  # the uninterrupted run's figures, rows included
+    assert again["metrics"] == got["metrics"] and again["rows"] == got["rows"] and again["steps"] == got["steps"]
     # and the digest can tell: the checkpoint the interrupted run left differs from the final one
     assert left != want[1]
 
@@ -123,8 +126,12 @@ def test_two_runs_on_one_work_dir_the_second_names_the_first(data, tmp_path, cap
                f"{socket.gethostname()}" in err
         assert first.poll() is None  # refused while the first still ran
     finally:
-        first.send_signal(signal.SIGINT)
-        first.communicate(timeout=120)
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+    # SIGTERM: one line, exit status 128 + 15, no traceback (its work dir and checkpoints stay, to resume)
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and "batch/s" not in ln
+             and not ln.lstrip().startswith(("fit:", "predict:"))]
+    assert first.returncode == 143 and lines == ["fbrapids demo: stopped by SIGTERM"], err[-2000:]
 
 
 def test_demo_never_overwrites_data_it_did_not_make(data, tmp_path):

@@ -148,3 +148,49 @@ def test_an_unwritable_checkpoint_dir_fails_before_training(gen_dir, tmp_path):
     with pytest.raises(PreflightError, match=f"the checkpoint dir {work / 'checkpoints'} is not writable"):
         run_pipeline(gen_dir, batch_size=512, progress=False, work_dir=work, count_clean=False, backend="cpu")
     assert time.monotonic() - t < 120
+
+
+def test_a_lost_scheduler_is_one_error_naming_its_address(gen_dir, tmp_path):
+    """The scheduler killed mid-run (a process of its own, SIGKILL): one ClusterError naming
+    its address, not the client's 'ConnectionPool closing.' after its own 30 s of retries."""
+    from fbrapids.frames.cluster import close_client
+
+    file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                  "--port", "0", "--no-dashboard", "--scheduler-file", str(file)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.monotonic() + 120
+        while not file.exists():
+            assert scheduler.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.1)  # the file written whole
+        import json
+
+        addr = json.loads(file.read_text())["address"]
+        worker = _worker(addr)
+        client = connect(addr)
+        client.wait_for_workers(1, timeout=120)
+
+        def kill_when_computing() -> None:  # the run's first compute (planning's, or a partition's)
+            end = time.time() + 300
+            while time.time() < end:
+                if any(client.processing().values()):
+                    scheduler.kill()
+                    return
+                time.sleep(0.02)
+
+        threading.Thread(target=kill_when_computing, daemon=True).start()
+        with pytest.raises(ClusterError) as err:
+            run_pipeline(gen_dir, client=client, batch_size=128, progress=False, work_dir=tmp_path / "w",
+                         count_clean=False, checkpoint=False, backend="cpu")
+        assert str(err.value).startswith(f"the run on {gen_dir}: lost the dask scheduler at {addr}: its connection "
+                                         "closed and nothing answers there now"), err.value
+        assert len(str(err.value).splitlines()) == 1
+        close_client(client)
+    finally:
+        for p in (scheduler, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()

@@ -36,6 +36,8 @@ BASE = 'label = "click"\nsplit = { rule = "fraction", fraction = 0.2 }\n[[views]
     ('[[joins]]\nview = "users"\non = "u"\n', "join of view 'users': no such view"),
     ('[features.extract]\nx = \'__import__("os").system("true")\'\n', "features.extract.x"),
     ('[features.extract]\nx = \'ops.hash_bucket("a")\'\n', "features.extract.x"),
+    ('[features.extract]\nx = \'ops.register_operator("evil", "i64 x", "i64 y", "y = x;")\'\n',
+     "features.extract.x: 'register_operator' registers code (C source) and is refused"),
     ('colour = 1\n', "unknown field(s) ['colour']"),
 ])
 def test_a_bad_workload_file_is_one_error_naming_the_field_and_the_file(tmp_path, extra, field):
@@ -64,6 +66,12 @@ def test_spec_errors_before_any_work(tmp_path):
         run_pipeline(tmp_path)  # a folder of one's own: the error says a fixed schema is what a folder means
     with pytest.raises(WorkloadError, match="expected NAME=EXPRESSION"):
         parse_candidate('ops.cross("a", "b")')
+    from fbrapids.kernels.registry import operators
+
+    with pytest.raises(WorkloadError, match="--candidate f: 'register_operator' registers code .* may only call "
+                                            "operators"):  # refused at parse time: nothing registered
+        parse_candidate('f=ops.cross("a", ops.register_operator("evil_cli", "i64 x", "i64 y", "y = x;"))')
+    assert "evil_cli" not in operators()
     assert str(parse_candidate('x = cross("a", "b", buckets=8)')[1]).startswith("cross(a, b, buckets=8")
 
 

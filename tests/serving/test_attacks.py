@@ -34,11 +34,12 @@ from fbrapids.serving.fairness import FairLock  # noqa: E402
 from fbrapids.serving.guard import RepeatFilter, ServeLimits  # noqa: E402
 from fbrapids.serving.http import TOKEN_ENV, create_app, resolve_token  # noqa: E402
 from fbrapids.serving.scorer import MAX_ITEMS  # noqa: E402
+from fbrapids.serving.tokens import ClientTokens  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
 MAX_BODY = 512 << 10
 MAX_CONN = 24
-MAX_BUFFERED = 700 << 10
+MAX_BUFFERED = 2 * MAX_BODY
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def exported(trained, tmp_path_factory):
 def guarded(exported):
     """The export served with a token and tight limits (1 s deadlines, a small connection cap)."""
     limits = ServeLimits(max_body_bytes=MAX_BODY, header_timeout_s=1.0, body_timeout_s=1.0,
-                         max_connections=MAX_CONN, max_buffered_bytes=MAX_BUFFERED)
+                         max_connections=MAX_CONN, max_buffered_bytes=MAX_BUFFERED, client_bytes=MAX_BODY)
     scorer = load_scorer(exported, max_items=2000, chunk_items=256, max_requests=8)
     server = Server(create_app(scorer, token=TOKEN, limits=limits), limits)
     yield server, scorer
@@ -227,14 +228,15 @@ def test_stalled_and_vanished_uploads_are_not_scored(trained, guarded) -> None:
 
 
 def test_stalled_uploads_hold_a_bounded_total(guarded) -> None:
-    """Two authorised uploads that send 400 KiB each and stall: together they would hold
-    more than max_buffered_bytes, so one is answered 503 at once (the other, 408 later)."""
+    """Two authorised uploads from two addresses that send 400 KiB each and stall: together
+    they would hold more than a client may of max_buffered_bytes (no more than it leaves free
+    for the others), so one is answered 503 at once (the other, 408 later)."""
     server, _ = guarded
     head = (f"POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {MAX_BODY}\r\n\r\n").encode()
     before = server.limits.counts["busy_refused"]
-    with socket.create_connection(server.addr, timeout=30) as first, \
-            socket.create_connection(server.addr, timeout=30) as second:
+    with socket.create_connection(server.addr, timeout=30, source_address=("127.0.0.2", 0)) as first, \
+            socket.create_connection(server.addr, timeout=30, source_address=("127.0.0.3", 0)) as second:
         first.sendall(head + b" " * (400 << 10))
         second.sendall(head + b" " * (400 << 10))
         answers = sorted([read_answer(first), read_answer(second)], key=lambda a: a[0])
@@ -242,19 +244,28 @@ def test_stalled_uploads_hold_a_bounded_total(guarded) -> None:
     assert server.limits.counts["busy_refused"] == before + 1
 
 
-def test_connection_cap_and_one_log_line_per_interval(trained, guarded, caplog) -> None:
+def test_idle_connections_make_room_and_one_log_line_per_interval(trained, guarded, caplog) -> None:
+    """More idle unauthenticated connections than max_connections (issue 47: 600 of them
+    shut out every client): the oldest idle ones are closed to make room, so an authorised
+    call and /health are answered while they are held; ten closes, one log line."""
     server, _ = guarded
-    before = server.limits.counts["connections_refused"]
-    caplog.set_level(logging.WARNING, logger="fbrapids.serving.guard")
+    before = server.limits.counts["connections_evicted"]
+    caplog.set_level(logging.WARNING, logger="fbrapids.serving.connections")
+    repeat = next(f for f in logging.getLogger("fbrapids.serving.connections").filters if isinstance(f, RepeatFilter))
+    held = repeat.held_back  # the filter is the process's: another server's lines may be in its interval
     idle = [socket.create_connection(server.addr, timeout=30) for _ in range(MAX_CONN + 10)]
     try:
-        assert wait_for(lambda: server.limits.counts["connections_refused"] - before >= 10)
+        assert wait_for(lambda: server.limits.counts["connections_evicted"] - before >= 10)
+        assert post_json(server, "/score", _body(trained), AUTH)[0] == 200
+        assert health(server, AUTH)["connections"]["unproven"] <= MAX_CONN - server.limits.connection_reserve
     finally:
         for s in idle:
             s.close()
-    refused_lines = [r for r in caplog.records if "connection refused" in r.getMessage()]
-    assert 1 <= len(refused_lines) <= 2  # ten refusals, one line (the rest held back by the filter)
-    assert wait_for(lambda: post_json(server, "/score", _body(trained), AUTH)[0] == 200)
+    closed_lines = [r for r in caplog.records if "idle connection" in r.getMessage()]
+    evicted = server.limits.counts["connections_evicted"] - before
+    # ten closes or more, a line at most per interval: the rest held back by the filter, counted
+    assert len(closed_lines) <= 2 and len(closed_lines) + repeat.held_back - held >= evicted >= 10
+    assert server.limits.counts["connections_refused"] == 0
 
 
 def test_repeat_filter_holds_back_a_flood() -> None:
@@ -378,9 +389,9 @@ def test_tokens_empty_short_or_on_the_command_line(tmp_path, monkeypatch, capsys
         assert "at least 16 characters" in err and err.count("\n") == 1
     key = tmp_path / "token"
     key.write_text("t" * 40 + "\n")
-    assert resolve_token("10.0.0.1", None, False, token_file=key) == "t" * 40
+    assert resolve_token("10.0.0.1", None, False, token_file=key) == ClientTokens("t" * 40)
     monkeypatch.setenv(TOKEN_ENV, "from-the-environment-0123")
-    assert resolve_token("10.0.0.1", None, False) == "from-the-environment-0123"
+    assert resolve_token("10.0.0.1", None, False) == ClientTokens("from-the-environment-0123")
     monkeypatch.setenv(TOKEN_ENV, "")
     with pytest.raises(ServeConfigError, match="at least 16"):  # an empty variable never means "no token"
         resolve_token("127.0.0.1", None, False)
@@ -526,6 +537,8 @@ def test_one_client_has_at_most_client_calls_in_flight(trained, guarded) -> None
         t.join(timeout=120)
     server.limits.client_calls, server.limits.client_queue = default, queue
     assert default == 16 and queue == 64 and len(statuses) == 16 and set(statuses) <= {200, 429}, statuses
-    assert statuses.count(200) >= 8 and statuses.count(429) > 0
+    # 7 at least: the calls its share of max_calls=7 allows a client alone (3: no more than it leaves
+    # free), and the 4 it may queue; more when a call is answered before the last connections ask
+    assert statuses.count(200) >= 7 and statuses.count(429) > 0
     assert server.limits.counts["client_busy"] - before == statuses.count(429)
     assert server.limits.counts["client_waits"] - waits >= 4

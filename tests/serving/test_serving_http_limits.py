@@ -28,6 +28,7 @@ from fbrapids.errors import ServeConfigError  # noqa: E402
 from fbrapids.serving import Scorer  # noqa: E402
 from fbrapids.serving.example import request_records, train_example  # noqa: E402
 from fbrapids.serving.http import TOKEN_ENV, create_app, resolve_token  # noqa: E402
+from fbrapids.serving.tokens import ClientTokens  # noqa: E402
 
 MAX_BODY = 256 << 10
 TOKEN = "s3cret-token-0123456789"
@@ -236,9 +237,9 @@ def test_public_host_needs_a_token(monkeypatch, tmp_path, capsys) -> None:
     with pytest.raises(ServeConfigError, match="needs a bearer token"):
         resolve_token("0.0.0.0", None, False)
     assert resolve_token("0.0.0.0", None, True) is None
-    assert resolve_token("10.1.2.3", "t" * 16, False) == "t" * 16
+    assert resolve_token("10.1.2.3", "t" * 16, False) == ClientTokens("t" * 16)
     monkeypatch.setenv(TOKEN_ENV, "from-env-0123456789")
-    assert resolve_token("0.0.0.0", None, False) == "from-env-0123456789"
+    assert resolve_token("0.0.0.0", None, False) == ClientTokens("from-env-0123456789")
     monkeypatch.delenv(TOKEN_ENV)
     assert cli_main(["serve", str(tmp_path), "--host", "0.0.0.0"]) == 2  # refused before loading anything
     assert "needs a bearer token" in capsys.readouterr().err

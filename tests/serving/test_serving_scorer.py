@@ -3,6 +3,8 @@ once per request, item features once per item (cached); fused extraction; bad in
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -126,9 +128,10 @@ def test_request_side_once_per_call_for_every_model(trained, training_side, kind
         m = DLRM(len(spec.dense), spec.sparse, bottom_mlp=[8], top_mlp=[8], bias_vector=True, **common)
     elif kind == "deepfm":
         m = DeepFM(len(spec.dense), spec.sparse, deep_mlp=[8], **common)
-    else:  # the browsing history attended against the candidate's title tokens (one token table)
+    else:  # the browsing history attended against the candidate's title tokens (one token table), with
+        # the first-order part the pipeline's DIN has (served without it before issue 47)
         m = DIN(len(spec.dense), [f for f in spec.sparse if f != "history_tok_h"], {"history_tok_h": "title_tok_h"},
-                attention_mlp=[8], mlp=[8], **common)
+                attention_mlp=[8], mlp=[8], first_order=True, **common)
     fit(m, frame.head(600).fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256),
         progress=False)
     assert supports_split(m)
@@ -276,10 +279,11 @@ def test_score_tolerance_is_the_documented_one() -> None:
     assert promised == SCORE_ATOL
 
 
-def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(trained) -> None:
+def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(trained, monkeypatch) -> None:
     """Issue 37 B2: one bad request in a batch used to have every request scored again alone
     (1,024 requests: 196 s).  Now the request an error names is answered with it and the rest
     scored again together: a few passes (counted), the good scores those of scoring alone."""
+    import fbrapids.serving.scorer as scorer_module
     from fbrapids.serving.scorer import MAX_BATCH_RETRIES
 
     model, spec, _, (users, ads, _) = trained
@@ -295,11 +299,90 @@ def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(t
     alone = Scorer(model, spec)
     for i in (0, 6, 38):
         np.testing.assert_allclose(out[i], alone.score(**entries[i]), atol=SCORE_ATOL, rtol=0)
-    # many bad requests: the passes are bounded, every request answered (scores or an error)
+    # many bad records (issue 47: 9 bad requests of 1,024 were one 400 naming a good one): after
+    # the first failure every other request is checked at once, each bad one answered with its
+    # own error and the good ones scored together, in one more pass
     many = [{**e, "items": [dict(e["items"][0], price="abc")]} if k % 2 else e for k, e in enumerate(entries[6:38])]
     before = s.stats["batch_retries"]
     out = s.score_each(many)
+    assert s.stats["batch_retries"] - before == 1
+    for k, o in enumerate(out):
+        if k % 2:
+            assert str(o) == f"request {k} item 0: column 'price' must be a number, got 'abc'"
+        else:
+            np.testing.assert_allclose(o, alone.score(**many[k]), atol=SCORE_ATOL, rtol=0)
+    # past MAX_NAMED_ERRORS bad requests the others are answered in a line (the answer is bounded)
+    monkeypatch.setattr(scorer_module, "MAX_NAMED_ERRORS", 4)
+    out = s.score_each(many)
+    full = [o for o in out[1::2] if "must be a number" in str(o)]
+    assert len(full) == 4 and all("details are given for the first 4 bad requests" in str(o)
+                                  for o in out[1::2] if o not in full)
+    # errors only scoring finds (the model overflows) cost a pass each: bounded, every request answered
+    overflow = [{**e, "request": dict(e["request"], age=3.4e38)} if k % 2 else e for k, e in enumerate(entries[6:30])]
+    before = s.stats["batch_retries"]
+    out = s.score_each(overflow)
     assert s.stats["batch_retries"] - before == MAX_BATCH_RETRIES
     assert all(isinstance(o, ValueError) for o in out[1::2])
     unscored = [o for o in out if isinstance(o, ValueError) and "not scored" in str(o)]
     assert unscored and all(isinstance(o, np.ndarray) or isinstance(o, ValueError) for o in out)
+
+
+@pytest.mark.parametrize("every", [4, 5])  # 16 steps: a divisor of them, and not
+def test_the_final_checkpoint_is_the_calibrated_model_served(training_side, tmp_path, every: int) -> None:
+    """``fit`` with checkpoints every ``every`` steps: the checkpoint its root's ``latest``
+    names (what ``fbrapids export`` and an export of the run read) holds the calibration the
+    run fitted after its last step, also when a periodic checkpoint fell on that step; the
+    export of it scores as the run's own model predicts offline (the training side; ids it
+    never trained on read as zeros, as served), within the served-score bound.  A checkpoint
+    of the last step written before the fit (a run killed between its two writes) is
+    calibrated on resume, to the same shift."""
+    from fbrapids.serving.example import example_catalogue, example_model_kwargs, example_spec, training_frame
+    from fbrapids.trainers import WideAndDeep, load_checkpoint
+    from fbrapids.trainers.calibration import HeldBack
+    from fbrapids.trainers.checkpoint.directory import checkpoints, latest_checkpoint
+    from fbrapids.trainers.checkpoint.model_state import save_checkpoint
+    from fbrapids.trainers.run_identity import RUN_KEY
+
+    spec, kwargs = example_spec(), example_model_kwargs(embedding_dim=4, deep_mlp=(8,))
+    users, ads = example_catalogue(200, 400, seed=1)
+    frame = training_frame(users, ads, rows=2048, seed=1).fbx.extract(**spec.features)
+
+    def stream():
+        return frame.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=128)
+
+    def fresh() -> WideAndDeep:
+        torch.manual_seed(0)
+        return WideAndDeep(**kwargs)
+
+    root = tmp_path / "checkpoints"
+    model = fresh()
+    res = fit(model, stream(), checkpoint_dir=root, checkpoint_every=every, progress=False)
+    assert res.steps == 16 and res.calibration is not None and res.calibration[1] != 0.0
+    final = latest_checkpoint(root)
+    assert final == res.checkpoints[-1] == checkpoints(root)[0] and final.name == "step-0000000016"
+    assert len(res.checkpoints) == len(set(res.checkpoints)) == 16 // every + (16 % every != 0)
+    served = fresh()
+    load_checkpoint(served, None, root)  # the root: the checkpoint `latest` names, as `fbrapids export` reads it
+    assert torch.equal(served.calibration, model.calibration)  # the run's, as fitted after the last step
+    export_model(tmp_path / "exp", served.eval(), spec, kwargs)
+    scorer = load_scorer(tmp_path / "exp")
+    assert torch.equal(scorer.model.calibration, model.calibration)
+    for store in model.stores().values():  # ids it never trained on read zeros, as served (docs/models.md)
+        store.read_only = True
+    req, items = request_records(users, ads, 100, seed=3)
+    np.testing.assert_allclose(scorer.score(req, items), training_side(model, spec, req, items), atol=SCORE_ATOL,
+                               rtol=0)
+    if every != 4:
+        return
+    # the last step's checkpoint written before the fit (no shift, the held batches kept): a resume fits it
+    held, stale = HeldBack(), fresh()
+    load_checkpoint(stale, None, final, held)
+    stale.set_calibration(1.0, 0.0)
+    run = json.loads((final / "meta.json").read_text())[RUN_KEY]
+    save_checkpoint(stale, None, root, 16, held=held, run=run)
+    again = fresh()
+    res2 = fit(again, stream(), checkpoint_dir=root, checkpoint_every=every, progress=False)
+    assert res2.resumed_from == final and res2.losses == [] and res2.calibration == res.calibration
+    reread = fresh()
+    load_checkpoint(reread, None, root)
+    assert torch.equal(reread.calibration, model.calibration)

@@ -34,7 +34,8 @@ from fbrapids.trainers.checkpoint.model_state import weights_digest  # noqa: E40
 
 W2 = ["train_match", "train_again", "train_no_overlap", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
       "demo_match", "demo_stopped"]
-W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match"]
+W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match",
+      "demo_resumed_done"]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def w2(root: Path) -> list[dict]:
 def w4(root: Path, w2: list[dict]) -> list[dict]:  # restores w2's checkpoint
     """The W=4 scenarios, then rank 1 stops itself (SIGSTOP; the error kept as ``stopped``)."""
     with pytest.raises(DistributedError) as err:
-        spawn(S.run, 4, (W4 + ["stop_rank"], str(root)), heartbeat_timeout_s=15)
+        spawn(S.run, 4, (W4 + ["stop_rank"], str(root)), heartbeat_timeout_s=10)
     out = S.results(root, 4, W4)
     out[0]["stopped"] = str(err.value)
     return out
@@ -388,14 +389,45 @@ def demo_reference(root: Path, w2: list[dict]) -> object:
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[dict], demo_reference) -> None:
-    """The demo's data has one training partition: each rank still trains B/W rows of every batch."""
+    """The demo's data has one training partition: each rank still trains B/W rows of every batch.
+    Checkpointed every DEMO_EVERY[world] steps (a divisor of the steps at W=2, not at W=4):
+    the final checkpoint, which ``latest`` names, holds the calibration the ranks fitted after
+    the last step, the one behind the reported metrics."""
+    from fbrapids.trainers.checkpoint.model_state import load_dense_state
+
     ranks = [w["demo_match"] for w in (w2 if world == 2 else w4)]
     ref = demo_reference
+    assert (ref.steps % S.DEMO_EVERY[world] == 0) == (world == 2)
     for r in ranks:
         assert r["steps"] == ref.steps
         _assert_same_metrics(r["metrics"], ref.metrics)
     rows = [r["rows_trained"] for r in ranks]
     assert sum(rows) == ref.rows["trained"] and max(rows) - min(rows) <= S.DEMO_BATCH // world
+    final = Path(ranks[0]["checkpoint"])
+    assert final == latest_checkpoint(final.parent) and final.name == f"step-{ref.steps:010d}"
+    assert ranks[0]["calibration"][1] != 0.0
+    for shard in range(world):
+        saved = load_dense_state(final / f"shard-{shard:05d}" / "dense.pt")["model"]["calibration"]
+        assert saved.tolist() == ranks[0]["calibration"] == ranks[shard]["calibration"]
+
+
+def test_a_finished_demo_resumed_evaluates_as_it_reported(w2: list[dict], w4: list[dict], demo_reference) -> None:
+    """W=2's finished demo (its final checkpoint at a periodic step) resumed on 4 ranks, as a run
+    killed during its evaluation is: nothing trained, the held-out day scored by the same model
+    (the same metrics as printed), and the summary counts the rows the run trained before."""
+    from fbrapids.app.demo_distributed import render, summary
+
+    done = [w["demo_resumed_done"] for w in w4]
+    before = [w["demo_match"] for w in w2]
+    assert all(r["resumed_from"] == before[0]["checkpoint"].replace("demo-w2", "demo-done-w4") for r in done)
+    assert sum(r["rows_trained"] for r in done) == 0
+    assert done[0]["calibration"] == pytest.approx(before[0]["calibration"], abs=1e-9)
+    for r in done:
+        _assert_same_metrics(r["metrics"], before[0]["metrics"], tol=1e-9)
+    got = summary(done)["rows"]
+    assert got == {"trained": demo_reference.rows["trained"], "of which held back for calibration": S.DEMO_BATCH,
+                   "of which in this resumed run": 0, "held out": demo_reference.rows["held out"]}, got
+    assert f"rows: trained {demo_reference.rows['trained']:,}, " in render(done)
 
 
 def test_demo_cli_resumes_a_ranks_work_dir_on_one_rank(w2: list[dict], demo_reference, root: Path) -> None:
@@ -411,7 +443,8 @@ def test_demo_cli_resumes_a_ranks_work_dir_on_one_rank(w2: list[dict], demo_refe
     got = json.loads(out.read_text())
     assert got["nproc"] == 1 and got["resumed_from"].endswith(f"step-{S.DEMO_STOP:010d}")
     assert got["steps"] == demo_reference.steps
-    assert got["rows"]["trained"] == demo_reference.rows["trained"] - S.DEMO_STOP * S.DEMO_BATCH
+    assert got["rows"]["trained"] == demo_reference.rows["trained"]  # over the run, its resumes included
+    assert got["rows"]["of which in this resumed run"] == demo_reference.rows["trained"] - S.DEMO_STOP * S.DEMO_BATCH
     _assert_same_metrics(got["metrics"], demo_reference.metrics)
 
 
@@ -440,3 +473,87 @@ def test_demo_nproc_refusals_are_one_line_exit_2(argv: list[str], says: str, cap
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def _launch_leftovers() -> list[str]:
+    """What a launch may leave in the temporary folder: its ranks folder, torch's error files."""
+    tmp = Path(tempfile.gettempdir())
+    return sorted(p.name for pattern in ("fbrapids-ranks-*", "pytorch-errorfile-*") for p in tmp.glob(pattern))
+
+
+def test_a_rank_stopped_before_its_first_heartbeat_is_named(tmp_path: Path) -> None:
+    """A rank stopped (SIGSTOP) as it starts, before its first heartbeat, is named within the
+    heartbeat limit, not after the collectives' timeout blaming the rank waiting for it."""
+    from fbrapids.trainers.distributed.launch import process_state
+
+    marker = tmp_path / "stopped"
+    with pytest.raises(DistributedError) as err:
+        spawn(S.idle, 2, (S.StopOnArrival(str(marker)),), heartbeat_timeout_s=2, collective_timeout_s=120)
+    pid = int(marker.read_text())
+    msg = str(err.value)
+    assert f"(pid {pid}, stopped) stopped responding: no heartbeat for " in msg, msg
+    assert "(none since it was started); every rank stopped" in msg and len(msg.splitlines()) == 1
+    assert process_state(pid) in ("unknown", "a zombie")  # stopped with the others
+    assert _launch_leftovers() == []
+
+
+def test_a_full_disk_on_a_rank_names_the_file_and_the_bytes(tmp_path: Path) -> None:
+    """A real ENOSPC on rank 1 (a 1 MiB tmpfs): the launch's one line names the file and the
+    bytes it needed, carries the errno (the CLI adds what could be freed), and torch's error
+    file of the failed rank is not left in the temporary folder."""
+    import errno
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with pytest.raises(DistributedError) as err:
+            spawn(S.fill_disk, 2, (str(disk),))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    msg = str(err.value)
+    assert msg.startswith("rank 1 (pid ") and "failed: OSError: [Errno 28] No space left on device writing " \
+        "4,194,304 bytes (" in msg and f"'{disk}/big.bin.tmp'; every rank stopped" in msg, msg
+    assert err.value.errno == errno.ENOSPC and _launch_leftovers() == []
+
+
+def test_sigterm_to_the_launcher_during_a_checkpoint_write_stops_every_rank(tmp_path: Path, capfd) -> None:
+    """SIGTERM to the launching process while the ranks write a checkpoint: it unwinds (the
+    CLI prints one line, exit status 143), every rank stopped at once, no rank prints a
+    traceback, the newest complete checkpoint stays the one ``latest`` names, and the launch
+    leaves nothing in the temporary folder."""
+    import threading
+
+    from fbrapids.runs.workdir import Terminated, exit_on_termination
+    from fbrapids.trainers.distributed.launch import process_state
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    with exit_on_termination(), pytest.raises(Terminated) as stopped:
+        spawn(S.term_launcher_mid_checkpoint, 2, (str(tmp_path),))
+    assert stopped.value.code == 143 and stopped.value.signal_name == "SIGTERM"
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert latest_checkpoint(tmp_path / "ckpt").name == "step-0000000001"
+    assert _launch_leftovers() == []
+    assert [process_state(int((tmp_path / f"pid-{r}").read_text())) for r in (0, 1)] == ["unknown"] * 2
+
+
+def test_a_second_run_on_a_busy_work_dir_of_ranks_is_refused_naming_the_first(tmp_path: Path, capsys) -> None:
+    """``demo --nproc 2`` on a work dir another run holds: the clear refusal naming its PID,
+    before anything is written (no rank started, not even the data generated)."""
+    import os
+
+    from fbrapids.app.cli import main
+    from fbrapids.runs.workdir import lock_work_dir
+
+    work, data = tmp_path / "w", tmp_path / "data"
+    with lock_work_dir(work):  # the first run holds it
+        status = main(["demo", "--nproc", "2", "--rows", "3000", "--data-dir", str(data), "--work-dir", str(work),
+                       "--batch-size", "256", "--backend", "cpu"])
+    err = capsys.readouterr().err
+    assert status == 2 and f"fbrapids demo: {work} is in use by another run: PID {os.getpid()} " in err, err
+    assert len(err.strip().splitlines()) == 1 and not data.exists()
+    assert sorted(p.name for p in work.iterdir()) == [".fbrapids.lock"]

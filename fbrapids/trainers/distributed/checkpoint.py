@@ -37,9 +37,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import io
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -175,9 +175,10 @@ def _check_compatible(meta: dict[str, Any], trainer: Any, path: Path) -> None:
                                   f"(digest {meta['config'].get(part)}, this model {want[part]})")
 
 
-def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable, rank: int, out: Path) -> None:
-    """Write into ``out`` (today's table format) the rows of table ``key`` over every
-    shard that ``buckets`` gives ``rank``."""
+def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable, rank: int) -> dict[str, bytes]:
+    """The files (today's table format: ``rows.f32``, ``index.npz``, ``meta.json``, by name)
+    of the rows of table ``key`` over every shard that ``buckets`` gives ``rank``, built in
+    memory: no temporary folder a killed rank could leave behind."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ids", "pending_ids", "pending_counts", "last", "freq")}
     rows, meta = [], None
     for s in range(world_saved):
@@ -196,13 +197,13 @@ def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable
             cols["pending_counts"].append(z["pending_counts"][keep_p])
         if m["rows"]:
             rows.append(np.fromfile(d / "rows.f32", dtype=np.float32).reshape(m["rows"], width)[keep])
-    out.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.concatenate(v) for k, v in cols.items()}
-    np.concatenate(rows).tofile(out / "rows.f32") if rows else open(out / "rows.f32", "wb").close()
-    np.savez(out / "index.npz", **arrays)
+    index = io.BytesIO()
+    np.savez(index, **arrays)
     meta = dict(meta or {})
     meta["rows"] = int(len(arrays["ids"]))
-    (out / "meta.json").write_text(json.dumps(meta))
+    return {"rows.f32": np.concatenate(rows).tobytes() if rows else b"", "index.npz": index.getvalue(),
+            "meta.json": json.dumps(meta).encode()}
 
 
 def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
@@ -245,9 +246,8 @@ def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root:
             store.load(resolve_inside(path, f"{shard_name(trainer.rank)}/tables/{table_dir_name(key)}",
                                       what="table directory"))
             continue
-        with tempfile.TemporaryDirectory(prefix="fbrapids-reshard-") as tmp:
-            _filtered_table(path, key, saved_world, buckets, trainer.rank, Path(tmp) / "t")
-            store.load(Path(tmp) / "t")
+        files = _filtered_table(path, key, saved_world, buckets, trainer.rank)
+        store.load(path / table_dir_name(key), lambda f: files[f.name])  # read from memory, not a folder
     log.info("rank %d resumed from %s at step %d (saved by %d ranks)", trainer.rank, path, state["step"],
              saved_world)
     with contextlib.suppress(Exception):

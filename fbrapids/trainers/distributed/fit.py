@@ -45,7 +45,7 @@ from fbrapids.trainers.distributed.data import concat_batches, empty_like, rank_
 from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
 from fbrapids.trainers.calibration import CALIBRATION_ROWS, HeldBack, batch_from_state, batch_state, fit_shift
-from fbrapids.trainers.fit import FitResult, default_optimizer
+from fbrapids.trainers.fit import FitResult, default_optimizer, write_final_checkpoint
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.run_identity import run_identity
 from fbrapids.trainers.models.base import CTRModel
@@ -191,12 +191,26 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
             if max_steps is not None and step >= max_steps:
                 break
         result.steps = step
-        if held is not None and step > start and not _calibrate_ranks(trainer, held, result) and finished:
-            run_state.train_held(held, step, on_step)  # too few to calibrate on: trained on after all, as fit does
-        if checkpoint_dir is not None and step > start and (
-                not result.checkpoints or result.checkpoints[-1].name != Path(f"step-{step:010d}").name):
-            result.checkpoints.append(save(step))
+        changed = _end_of_pass(trainer, run_state, held, result, step > start, finished, on_step)
+        if checkpoint_dir is not None:
+            write_final_checkpoint(save, step, step > start, changed, result)
     return result, trainer
+
+
+def _end_of_pass(trainer: DistributedTrainer, run_state: "_RanksRun", held: HeldBack | None, result: FitResult,
+                 trained: bool, finished: bool, on_step: Callable[[int, Batch | None], None] | None) -> bool:
+    """The end-of-pass step of :func:`fbrapids.trainers.fit.fit`, over the ranks:
+    the calibration fitted when this call trained or the pass had ended before it; too few
+    held rows at the end of the pass, trained on after all.  Returns whether the model changed."""
+    if held is None or not (trained or finished):
+        return False
+    before = trainer.model.calibration.clone()
+    if _calibrate_ranks(trainer, held, result):
+        return not torch.equal(before, trainer.model.calibration)
+    if not finished or not held.rows:
+        return False
+    run_state.train_held(held, result.steps, on_step)  # too few to calibrate on: trained on after all, as fit does
+    return True
 
 
 def _resume(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, checkpoint_dir: str | os.PathLike,

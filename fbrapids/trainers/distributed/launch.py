@@ -16,12 +16,14 @@ others and :func:`spawn` raises a :class:`~fbrapids.errors.DistributedError` nam
 rank; a rank blocked in a collective with a dead peer fails within ``collective_timeout_s``
 (the process group's timeout), and the whole launch within ``timeout_s``.
 
-**Heartbeats.**  Every rank touches a file of its own every :data:`HEARTBEAT_S` seconds
-from a thread of its own; the launcher watches them.  A rank silent for
+**Heartbeats.**  Every rank writes the time into its own slot of shared memory every
+:data:`HEARTBEAT_S` seconds from a thread of its own; the launcher watches them.  A rank silent for
 ``heartbeat_timeout_s`` (default 30 s, less than the collectives' timeout) while the
 kernel reports it stopped (SIGSTOP), or for four times that in any state (frozen), is
 named as the one that stopped responding, with its process state, and every rank is
-stopped: the healthy ranks waiting for it in a collective are not blamed.  When a rank
+stopped: the healthy ranks waiting for it in a collective are not blamed.  A rank that
+has not sent its first heartbeat is silent since its launch: one stopped while it starts
+is named within the same limit.  When a rank
 fails while another one has been silent for a few heartbeats, the silent one is named
 first.  The heartbeats go through shared memory, not files: a burst of fsyncs on a busy
 disk does not silence a healthy rank.
@@ -33,14 +35,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -54,6 +55,9 @@ __all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend",
 
 #: seconds between two heartbeats of a rank
 HEARTBEAT_S = 0.5
+#: seconds a running rank may take to send its first heartbeat (starting Python and importing torch on a
+#: loaded machine) before it is called frozen; a stopped one is named after the heartbeat timeout
+STARTUP_S = 120.0
 
 
 #: the process group backends a launch may be asked for
@@ -200,12 +204,13 @@ def process_state(pid: int) -> str:
         return "unknown"
 
 
-def _silent(ctx: Any, beats: Any, limit: float) -> list[tuple[int, int, float, str]]:
+def _silent(ctx: Any, beats: Any, limit: float, started: float) -> list[tuple[int, int, float, str]]:
     """(rank, pid, seconds, process state) of every live rank whose last heartbeat is older
-    than ``limit`` (a rank that has not beaten yet is still starting: not judged)."""
+    than ``limit``; a rank that has not beaten yet is silent since ``started`` (its launch:
+    one stopped before its first heartbeat is named as any other)."""
     now, out = time.monotonic(), []
     for r, p in enumerate(ctx.processes):
-        age = now - beats[r] if beats[r] > 0 else 0.0
+        age = now - (beats[r] if beats[r] > 0 else started)
         if age > limit and p.is_alive():
             out.append((r, p.pid, age, process_state(p.pid)))
     return out
@@ -219,11 +224,24 @@ def _stop_all(ctx: Any) -> None:
         p.join(5)
 
 
-def _silence_error(silent: list[tuple[int, int, float, str]], then: str = "") -> DistributedError:
+def _silence_error(silent: list[tuple[int, int, float, str]], beats: Any, then: str = "") -> DistributedError:
     r, pid, age, state = max(silent, key=lambda x: x[2])
+    never = "" if beats[r] > 0 else " (none since it was started)"
     return DistributedError(f"rank {r} (pid {pid}, {state}) stopped responding: no heartbeat for "
-                            f"{age:.0f} s{then}; every rank stopped (a stopped rank: look for what sent it SIGSTOP; "
-                            "a frozen one: its stack, e.g. py-spy dump --pid)")
+                            f"{age:.0f} s{never}{then}; every rank stopped (a stopped rank: look for what sent it "
+                            "SIGSTOP; a frozen one: its stack, e.g. py-spy dump --pid)")
+
+
+def _died(exc: Any) -> DistributedError:
+    """The error of a rank that died of a signal or an exit status (no exception of its own);
+    one ended by SIGTERM, SIGHUP or SIGINT carries the exit status of a terminated run
+    (``exit_status``: 128 + the signal), as the launcher itself would exit."""
+    import signal
+
+    name = getattr(exc, "signal_name", None)
+    status = 128 + int(getattr(signal, name)) if name in ("SIGTERM", "SIGHUP", "SIGINT") else None
+    return DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank stopped",
+                            exit_status=status)
 
 
 def local_placement(nproc: int, backend: str | None) -> RankPlacement:
@@ -244,51 +262,83 @@ def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend:
     backend decided already (:func:`place_ranks`; default :func:`local_placement`), refused
     before any rank starts when impossible.  A failing rank is a
     :class:`~fbrapids.errors.DistributedError` naming it, the others stopped; so is a rank
-    without a heartbeat for ``heartbeat_timeout_s`` (module docstring)."""
+    without a heartbeat for ``heartbeat_timeout_s`` (module docstring), one stopped before
+    its first heartbeat included.  The launch's files (the rendezvous, the ranks' results,
+    torch's error files) live in a temporary ``fbrapids-ranks-<pid>-*`` folder, removed on
+    every exit (one a killed launcher left is removed by the next launch)."""
+    from fbrapids.runs.workdir import temporary_work_dir
+
     if nproc < 1:
         raise DistributedError(f"nproc must be >= 1, got {nproc}")
     placement = placement or local_placement(nproc, backend)
-    with tempfile.TemporaryDirectory(prefix="fbrapids-ranks-") as tmp:
-        init = "file://" + os.path.join(tmp, "rendezvous")
+    with temporary_work_dir("fbrapids-ranks-") as tmp:
+        init = "file://" + str(tmp / "rendezvous")
         beats = mp.get_context("spawn").RawArray("d", nproc)
-        ctx = mp.start_processes(_entry, args=(fn, nproc, init, placement, collective_timeout_s, tmp, tuple(args),
+        started = time.monotonic()
+        ctx = mp.start_processes(_entry, args=(fn, nproc, init, placement, collective_timeout_s, str(tmp), tuple(args),
                                                beats), nprocs=nproc, join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout_s
-        quiet: list[tuple[int, int, float, str]] = []  # ranks silent a while at the last look (before a failure)
         try:
-            while True:
-                quiet = _silent(ctx, beats, 10 * HEARTBEAT_S)
-                # a stopped process (SIGSTOP) past the timeout; any other silent one (frozen) past 4 times it
-                silent = [q for q in quiet if q[2] > heartbeat_timeout_s * (1 if q[3].startswith("stopped") else 4)]
-                if silent:
-                    _stop_all(ctx)
-                    raise _silence_error(silent)
-                if ctx.join(timeout=0.5):
-                    break
-                if time.monotonic() > deadline:
-                    _stop_all(ctx)
-                    raise DistributedError(f"{nproc} ranks still running after {timeout_s:.0f} s; all stopped")
-        except mp.ProcessRaisedException as exc:
-            _stop_all(ctx)
-            last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-            failed = f"rank {exc.error_index} (pid {exc.error_pid}) failed: {last[-1] if last else exc}"
-            # stopped by a signal, or silent past the timeout (a busy rank importing or in a long C
-            # call may skip a few beats: not a culprit)
-            quiet = [q for q in quiet if q[0] != exc.error_index
-                     and (q[3].startswith("stopped") or q[2] > heartbeat_timeout_s)]
-            if quiet:
-                raise _silence_error(quiet, f", and then {failed}") from exc
-            raise DistributedError(f"{failed}; every rank stopped") from exc
-        except mp.ProcessExitedException as exc:
-            _stop_all(ctx)
-            raise DistributedError(f"rank {exc.error_index} (pid {exc.error_pid}) died ({exc}); every rank "
-                                   "stopped") from exc
-        except BaseException:  # interrupted (Ctrl-C, a caller's timeout): no rank is left running
-            _stop_all(ctx)
-            raise
+            _watch(ctx, beats, started, timeout_s, heartbeat_timeout_s, nproc)
+        finally:
+            for f in ctx.error_files:  # a failed rank's traceback, read by now: torch leaves it in $TMPDIR
+                with contextlib.suppress(OSError):
+                    os.unlink(f)
         out = []
         for r in range(nproc):
-            path = Path(tmp) / f"rank-{r}.pkl"
-            with open(path, "rb") as f:
+            with open(tmp / f"rank-{r}.pkl", "rb") as f:
                 out.append(pickle.load(f))
         return out
+
+
+def _watch(ctx: Any, beats: Any, started: float, timeout_s: float, heartbeat_timeout_s: float, nproc: int) -> None:
+    """Wait for the ranks of ``ctx`` to finish; a failed, silent or overdue rank is a
+    :class:`~fbrapids.errors.DistributedError` naming it, every rank stopped (:func:`spawn`)."""
+    deadline = started + timeout_s
+    quiet: list[tuple[int, int, float, str]] = []  # ranks silent a while at the last look (before a failure)
+    try:
+        while True:
+            quiet = _silent(ctx, beats, 10 * HEARTBEAT_S, started)
+            # a stopped process (SIGSTOP) past the timeout, before its first heartbeat too; any other silent one
+            # (frozen) past 4 times it, and one still starting (importing on a loaded machine) past STARTUP_S
+            silent = [q for q in quiet if q[2] > (heartbeat_timeout_s if q[3].startswith("stopped") else
+                                                  4 * heartbeat_timeout_s if beats[q[0]] > 0 else
+                                                  max(4 * heartbeat_timeout_s, STARTUP_S))]
+            if silent:
+                _stop_all(ctx)
+                raise _silence_error(silent, beats)
+            if ctx.join(timeout=0.5):
+                return
+            if time.monotonic() > deadline:
+                _stop_all(ctx)
+                raise DistributedError(f"{nproc} ranks still running after {timeout_s:.0f} s; all stopped")
+    except mp.ProcessRaisedException as exc:
+        _stop_all(ctx)
+        last = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        failed = f"rank {exc.error_index} (pid {exc.error_pid}) failed: {last[-1] if last else exc}"
+        # stopped by a signal, or silent past the timeout (a busy rank importing or in a long C
+        # call may skip a few beats: not a culprit)
+        quiet = [q for q in quiet if q[0] != exc.error_index
+                 and (q[3].startswith("stopped") or q[2] > heartbeat_timeout_s)]
+        if quiet:
+            raise _silence_error(quiet, beats, f", and then {failed}") from exc
+        # a full disk on a rank: its errno kept, so that the launcher's caller says what could be freed
+        raise DistributedError(f"{failed}; every rank stopped", errno=_errno_of(failed)) from exc
+    except mp.ProcessExitedException as exc:
+        _stop_all(ctx)
+        raise _died(exc) from exc
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM, a caller's timeout): no rank is left running
+        _stop_all(ctx)
+        raise
+
+
+def _errno_of(line: str) -> int | None:
+    """The errno an ``OSError`` line names (``... [Errno 28] ...``), or None.
+
+    Example:
+        >>> _errno_of("OSError: [Errno 28] No space left on device: '/w/x' (12 bytes)"), _errno_of("ValueError: x")
+        (28, None)
+    """
+    import re
+
+    m = re.search(r"\[Errno (\d+)\]", line)
+    return int(m.group(1)) if m else None

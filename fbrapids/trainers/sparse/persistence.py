@@ -88,18 +88,15 @@ def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 
                 check_rows(rows, start)
             yield rows.tobytes()
 
-    write_atomic(d / "rows.f32", row_chunks())
+    write_atomic(d / "rows.f32", row_chunks(), size=n * store.config.width * 4)  # float32 rows
     if progress:
         progress(d / "rows.f32")
     pk, pv = dr.pending_items()
     arrays = {"ids": dr.all_ids(), "pending_ids": pk, "pending_counts": pv, "last": dr.last[:n], "freq": dr.freq[:n]}
 
-    def npz_bytes() -> Iterator[bytes]:
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        yield buf.getvalue()
-
-    write_atomic(d / "index.npz", npz_bytes())
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_atomic(d / "index.npz", [buf.getvalue()])  # its size known: a full disk says how much it needed
     if progress:
         progress(d / "index.npz")
     write_atomic(d / "meta.json", [json.dumps(table_meta(store), indent=1).encode()])

@@ -39,6 +39,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import gc
+import io
 import json
 import logging
 import os
@@ -47,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fbrapids.files.atomic import fsync
+from fbrapids.files.atomic import fsync, write_atomic
 from fbrapids.errors import SsdDirLockedError, TierFileError
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
@@ -258,12 +259,9 @@ class SsdTier:
 
     def write_index(self, ids: np.ndarray, meta: dict) -> None:
         """Persist the id -> row mapping (row g holds ``ids[g]``) atomically."""
-        tmp = self.dir / "index.npz.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, ids=ids, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
-            f.flush()
-            fsync(f.fileno())
-        os.replace(tmp, self.dir / "index.npz")
+        buf = io.BytesIO()
+        np.savez(buf, ids=ids, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+        write_atomic(self.dir / "index.npz", [buf.getvalue()])  # a full disk: the error names the file
 
     def close(self) -> None:
         if getattr(self, "map", None) is not None:
