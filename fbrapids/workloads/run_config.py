@@ -44,6 +44,10 @@ class RunConfig:
         train_threads: torch threads while training (None: all cores but one on the CPU).
         nan: NaN / inf / null in a dense feature: ``"error"`` or ``"zero"``.
         calibrate: ``fit``'s post-hoc calibration.
+        memory_limit: the run's memory budget (its whole process tree): bytes, a size
+            (``"8GB"``, ``"6GiB"``) or a share of the machine's memory (``"40%"``); None:
+            half the machine's (:mod:`fbrapids.runs.memory_budget`).  A run that cannot fit is
+            refused before any work; one that gets near it says so; past it the run stops.
     """
 
     model: str = "dlrm"
@@ -63,6 +67,7 @@ class RunConfig:
     resume: bool = False
     nan: str = "error"
     calibrate: bool = True
+    memory_limit: int | str | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> WorkloadError:
@@ -87,6 +92,15 @@ class RunConfig:
             raise bad("nan", "'error' or 'zero'")
         if self.work_dir is not None and not isinstance(self.work_dir, (str, Path)):
             raise bad("work_dir", "a path or None")
+        if self.memory_limit is not None:
+            from fbrapids.errors import MemoryBudgetError
+            from fbrapids.runs.memory_budget import parse_memory_limit
+
+            try:
+                parse_memory_limit(self.memory_limit)
+            except MemoryBudgetError:
+                raise bad("memory_limit", "bytes, a size such as '8GB' or '6GiB', a share such as '40%', or None") \
+                    from None
 
     def with_(self, **changes: Any) -> "RunConfig":
         """A copy with ``changes``; an unknown name is a :class:`~fbrapids.errors.WorkloadError`."""
