@@ -90,6 +90,12 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                              "oracle) per seed, and the kept runs of `benchmarks/models.py --predictions DIR` with the "
                              "shift fitted on the newest 0 / 16k / 32k / 64k / 128k progressive predictions; target "
                              "[0.95, 1.05]"),
+    "scale": (["benchmarks/scale.py", "--sizes", "1000000", "4000000", "16000000", "64000000", "4000000",
+               "--data-root", "/tmp/fbrapids-scale"],
+              "`fbrapids demo` at default settings at 1M, 4M, 16M and 64M rows (4M again after 64M: the load moves), "
+              "its whole process tree sampled from outside: wall time, time per row against 1M and 4M, peak RSS "
+              "and the stage it peaked in, the run's own estimate before any work; target at 64M a peak under "
+              "8 GB and a time per row within 1.2x the 4M run's (about an hour, most of it the 64M run)"),
     "trial_calibration": (["benchmarks/trial_calibration.py"],
                           "`fbrapids.trial` (DLRM, its default seeds) on independent planted data sets: pure-noise "
                           "columns (50k rows; false positives, Clopper-Pearson 95%) and columns of known oracle AUC "
@@ -346,6 +352,20 @@ def _inference_unseen(r: dict) -> str:
             f"({r['rss_change_pct']:+.1f}%), {r['unseen_lookups_counted']:,} unseen lookups counted")
 
 
+def _scale(r: dict) -> str:
+    parts = []
+    for rows, runs in sorted(r["runs"].items(), key=lambda kv: int(kv[0])):
+        for x in runs:
+            parts.append(f"{_k(int(rows))} rows: {x['s_per_mrow']:.1f} s/M rows ({x['cpu_s_per_mrow']:.1f} CPU), peak "
+                         f"{x['peak_rss_bytes'] / 2**30:.2f} GiB ({x.get('peak_stage')}), load {x['load_start'][0]:.1f}"
+                         if x["exit"] == 0 else
+                         f"{_k(int(rows))} rows: failed (exit {x['exit']})")
+    big = r.get("ratios", {}).get("64000000", {})
+    if "cpu_per_row_vs_4m" in big:
+        parts.append(f"64M per row {big['per_row_vs_4m']:.2f}x the 4M runs' wall, {big['cpu_per_row_vs_4m']:.2f}x CPU")
+    return "; ".join(parts)
+
+
 def _dicm(r: dict) -> str:
     runs = ", ".join(f"{name} {x['auc']:.3f}" for name, x in r["runs"].items())
     im = r["images"]
@@ -358,7 +378,7 @@ FORMAT: dict[str, Callable[[dict], str]] = {"dicm": _dicm, "distributed": _distr
                                             "inference_plateau": _inference_plateau, "extract": _extract, "extract_2m": _extract, "pipeline": _pipeline, "embedding": _embedding,
                                             "verify": _verify, "inference": _inference, "fitted": _fitted,
                                             "models": _models, "trial_calibration": _trial_calibration,
-                                            "held_out_calibration": _held_out_calibration}
+                                            "held_out_calibration": _held_out_calibration, "scale": _scale}
 
 
 def run(name: str, extra: list[str]) -> dict[str, Any]:

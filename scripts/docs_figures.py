@@ -629,6 +629,36 @@ def fig_dask_pays() -> str:
             f"({source('extract.json', small)}; {source('extract_2m.json', large)})")
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def fig_scale() -> str:
+    """The README's scaling table: ``benchmarks/scale.py``'s runs of ``fbrapids demo`` at
+    default settings, each with its wall and CPU time per million rows, both against the
+    4M runs', the peak memory of its process tree (and the stage it peaked in, and the run's
+    own estimate before any work), and the load average around it."""
+    r = load("scale.json")
+    ratios = r.get("ratios", {})
+    lines = ["", "| rows | wall | wall s / M rows | CPU s / M rows | per row vs 4M (wall, CPU) | peak tree RSS (stage) "
+             "| estimated before | load start -> end |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for rows, runs in sorted(r["runs"].items(), key=lambda kv: int(kv[0])):
+        ratio = ratios.get(rows, {})
+        vs = (f"{ratio['per_row_vs_4m']:.2f}x, {ratio['cpu_per_row_vs_4m']:.2f}x" if "cpu_per_row_vs_4m" in ratio
+              else "—")
+        for run in runs:
+            if run["exit"] != 0:
+                lines.append(f"| {int(rows):,} | failed (exit {run['exit']}) | | | | {_gib(run['peak_rss_bytes'])} | | |")
+                continue
+            est = _gib(run["estimate_bytes"]) if run.get("estimate_bytes") else "—"
+            lines.append(f"| {int(rows):,} | {run['wall_s'] / 60:.1f} min | {run['s_per_mrow']:.1f} | "
+                         f"{run['cpu_s_per_mrow']:.1f} | {vs} | {_gib(run['peak_rss_bytes'])} ({run.get('peak_stage')}) "
+                         f"| {est} | {run['load_start'][0]:.1f} -> {run['load_end'][0]:.1f} |")
+    return ("\n".join(lines) + f"\n\n(this machine: {r['cpus']} cores, {_gib(r['memory_bytes'])} of memory, the default "
+            f"budget half of it; wall times move with the load of a shared machine, CPU times much less; "
+            f"{source('scale.json', r)})\n")
+
+
 ATTACK_PHASES = {"flood": "15 MB unauthenticated flood", "hog": "a hog of 10,000-item calls",
                  "hog64": "64 connections of one client's 10,000-item calls",
                  "amplify": "512-item calls whose request lists are at their bounds",
@@ -753,6 +783,7 @@ FIGURES: dict[str, Callable[[], str]] = {
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
     "dask-pays": fig_dask_pays, "store-vs-peers": fig_store_vs_peers, "serving-attack": fig_serving_attack,
+    "scale": fig_scale,
     "gpu-steps": fig_gpu_steps, "gpu-set": fig_gpu_set,
 }
 #: the files whose figures live in generated regions

@@ -65,6 +65,18 @@ def _plant_arg(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"expected NAME=BETA (e.g. p_noise=0 or p_real=0.5), got {text!r}") from None
 
 
+def _memory_limit(text: str) -> str:
+    """``--memory-limit``: checked here (an argparse error naming it), passed on as given."""
+    from fbrapids.errors import MemoryBudgetError
+    from fbrapids.runs.memory_budget import parse_memory_limit
+
+    try:
+        parse_memory_limit(text)
+    except MemoryBudgetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.workload is not None:
         return _demo_workload(args)
@@ -75,7 +87,7 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      export=args.export, nan=args.nan, tune=args.tune)
+                      export=args.export, nan=args.nan, tune=args.tune, memory_limit=args.memory_limit)
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         import json
@@ -122,7 +134,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
             work = stack.enter_context(temporary_work_dir(WORK_PREFIX))
         config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=work,
                            batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           nan=args.nan, tune=args.tune)
+                           nan=args.nan, tune=args.tune, memory_limit=args.memory_limit)
         client = None
         if args.scheduler:
             from fbrapids.frames.cluster import close_client, connect
@@ -412,6 +424,9 @@ def _check_nproc(args: argparse.Namespace) -> None:
     if args.tune:
         raise UsageError("argument --tune: not with --nproc (a tuning trains its models in one process: tune once, "
                          "then train on ranks)")
+    if args.memory_limit is not None:
+        raise UsageError("argument --nproc: --memory-limit is not supported with several ranks (each rank holds its "
+                         "own tables; a one-process run takes it)")
 
 
 def _writable(flag: str, path: Path | None) -> None:
@@ -679,6 +694,11 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "in its place, counted in the summary (zero)")
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
+    demo.add_argument("--memory-limit", type=_memory_limit, default=None, metavar="SIZE",
+                      help="the run's memory budget, its whole process tree: bytes, a size (8GB, 6GiB) or a share of "
+                           "this machine's memory (40%%); default half the machine's. A run that cannot fit is refused "
+                           "before any work; one whose dictionaries do not fit beside the rest runs on a local dask "
+                           "cluster whose worker spills to disk; near the budget the run says so, past it it stops")
     demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",
                       help="also write the summary (rows per stage, metrics, store, the data's CTR and oracle AUC) "
                            "as JSON to FILE")

@@ -73,6 +73,7 @@ class PipelineResult:
     checkpoint: str | None = None
     export: str | None = None  #: the serving export ``run_demo(export=...)`` wrote
     removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
+    memory: dict[str, Any] = field(default_factory=dict)  #: the budget, the plan and the measured peaks by stage
     fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
     steps: int = 0  #: training steps (global batches) taken
@@ -104,6 +105,20 @@ class PipelineResult:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "predictions"}
         return json.loads(json.dumps(out, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
 
+    def _memory_lines(self) -> list[str]:
+        """The summary's memory lines: the peak of the process tree and its stage, the estimate
+        made before any work, the budget, and how the run went within it."""
+        m = self.memory
+        if not m:
+            return []
+        gib = 2 ** 30
+        stages = ", ".join(f"{k} {v / gib:.2f}" for k, v in m.get("peak_by_stage", {}).items() if k != "start")
+        return ["", "memory (the process tree):",
+                f"  peak {m.get('peak_bytes', 0) / gib:.2f} GiB in {m.get('peak_stage')} (by stage, GiB: {stages}); "
+                f"estimated {m.get('estimate_bytes', 0) / gib:.2f} GiB before any work; budget "
+                f"{m.get('budget_bytes', 0) / gib:.2f} GiB ({m.get('budget_from')}); ran on {m.get('scheduler')}, "
+                f"partitions of {m.get('partition_rows', 0):,} rows"]
+
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
         lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]
@@ -130,6 +145,7 @@ class PipelineResult:
         for name, plan in self.passes.items():
             lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
                          f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
+        lines += self._memory_lines()
         lines += ["", "embedding store (all tables):"]
         for tier in ("cache", "host", "ssd"):
             t = self.store.get(tier)
@@ -185,11 +201,13 @@ class TimedPartitions:
     shuffle) run once per pass; at most ``window`` partitions are in flight.
     """
 
-    def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None) -> None:
+    def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None,
+                 watch: Any = None) -> None:
         # only the columns the consumer reads travel (from cluster workers) and are held
         self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
         self.window = window
         self.counters = counters  # a cluster.WorkerCounters polled after each partition
+        self.watch = watch  # a runs.memory_watch.MemoryWatch: the run stops past its budget
         self.busy_s = 0.0
         self.partitions = 0
         self.plan: dict[str, int] = {}
@@ -215,6 +233,8 @@ class TimedPartitions:
                 self.partitions += 1
             if self.counters is not None:
                 self.counters.poll()
+            if self.watch is not None:
+                self.watch.check()
             yield part
 
 
@@ -260,7 +280,7 @@ def feature_frame(data: Workload | str | Path, backend: str | None = None,
     in the same meta-kernels; history and row operators (``overlap_count``) after them, over
     the merged frame (fitted ones are left to :func:`plan_frames`, which fits them on the
     training rows).  On the generated data the small dictionaries (users, ads)
-    are persisted and broadcast, and the basic features, sorted by ``instance_id`` like
+    are broadcast (persisted first on a dask cluster), and the basic features, sorted by ``instance_id`` like
     the impressions, are joined partition by partition (no shuffle).
     """
     from fbrapids.workloads import frames
@@ -453,6 +473,13 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     tier plus ``KEEP_CHECKPOINTS + 1`` checkpoints, each table sized by its bound
     (:mod:`fbrapids.runs.disk_budget`; :class:`~fbrapids.errors.PreflightError` with the sizes).
 
+    Memory: before any work the run's peak is estimated from the views' footers against
+    ``config.memory_limit`` (:mod:`fbrapids.app.run_memory`): a run that cannot fit is a
+    :class:`~fbrapids.errors.MemoryBudgetError` in one line; one whose dictionaries do not fit
+    beside the rest runs on a local dask cluster whose worker is limited and spills.  While it
+    runs its memory is sampled by stage (``result.memory``), said when near the budget, and
+    the run stops with a MemoryBudgetError past it.
+
     Returns:
         A :class:`PipelineResult` (``render()`` is the demo's summary).
     """
@@ -460,6 +487,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
+    from fbrapids.app.run_memory import budgeted, memory_plan
     from fbrapids.frames.cluster import frozen_worker_watchdog
     from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
 
@@ -468,17 +496,20 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     if not isinstance(cfg, RunConfig):
         raise ArgumentError(f"config must be a RunConfig, got {type(config).__name__}")
     w.check_files()
+    plan = memory_plan(w, cfg, SHUFFLE_WINDOW, client)  # a run that cannot fit: refused before any work
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
+        client, watch = stack.enter_context(budgeted(plan, client))
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
                 torch_cache_in(work), frozen_worker_watchdog(client, f"the run on {w.origin}"):
-            result = _run(w, cfg, client, work)
+            result = _run(w, cfg, client, work, watch)
+        result.memory = {**plan.summary(), **watch.summary()}
         if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
 
 
-def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult:
+def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any) -> PipelineResult:
     """One run of :func:`run_pipeline`, its work dir held: plan, then stream and train, then
     evaluate on the held-out rows, each stage's rows, seconds and counters recorded."""
     import torch
@@ -493,14 +524,16 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
     decisions_before = join_decision_mark()
     _reset_kernel_counters(client, require=f"extracting {w.origin}")
     t0 = time.perf_counter()
+    watch.stage("plan")
     planned = _plan_run(w, cfg, be.name, work, result)
     result.seconds["plan"] = time.perf_counter() - t0
     if planned.frames.split is not None:  # every check passed: what is about to train, and on what
         planned.frames.split.announce(w.origin)
 
     _reset_kernel_counters(client)  # count the streamed partitions' kernels only, not planning's
-    streams = _open_streams(w, cfg, planned, client)
+    streams = _open_streams(w, cfg, planned, client, watch)
     fitted, train_s, evaluate_s = _train_and_evaluate(w, cfg, be.is_gpu, planned, streams, result)
+    watch.stage("metrics")
     _record_training(result, fitted, streams, train_s)
     p = result.predictions
     result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
@@ -537,6 +570,7 @@ class _Streams:
     test_producer: TimedPartitions
     train: _WaitTimer
     counters: Any  #: a :class:`~fbrapids.frames.cluster.WorkerCounters` on a cluster, else None
+    watch: Any  #: the run's :class:`~fbrapids.runs.memory_watch.MemoryWatch`
     test: Any = None
 
 
@@ -654,7 +688,7 @@ def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: s
     return TuningData(train, validation, day, model, batches)
 
 
-def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any) -> _Streams:
+def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any, watch: Any) -> _Streams:
     """The timed passes over the training and held-out partitions (only the stream's columns
     computed out) and the shuffled training batches over the first; on a cluster, the
     workers' kernel counters polled after each partition."""
@@ -669,11 +703,11 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any
     # held-out partitions are streamed too
     # one partition computed at a time plus a queue of one: at most two partitions ahead of the
     # trainer, as stream(prefetch=2) holds over a dask frame
-    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns)
-    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns)
+    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns, watch=watch)
+    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns, watch=watch)
     train = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group,
                                     SHUFFLE_WINDOW))
-    return _Streams(producer, test_producer, train, counters)
+    return _Streams(producer, test_producer, train, counters, watch)
 
 
 @contextlib.contextmanager
@@ -704,12 +738,14 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
     place_model(planned.net, None)  # where fit trains it: the dense optimizer is made for the parameters there
     optimizer = default_optimizer([p for p in planned.net.parameters() if p.requires_grad], recipe.dense_lr)
     with training_threads(cfg.train_threads, is_gpu):
+        streams.watch.stage("extract+train")
         t = time.perf_counter()
         fitted = fit(planned.net, streams.train, epochs=cfg.epochs or recipe.epochs, progress=cfg.progress,
                      optimizer=optimizer,
                      checkpoint_dir=planned.ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every,
                      run=inputs.run, keep_checkpoints=KEEP_CHECKPOINTS, calibrate=cfg.calibrate)
         train_s = time.perf_counter() - t
+        streams.watch.stage("extract+evaluate")
         t = time.perf_counter()
         streams.test = batch_stream(streams.test_producer, inputs.dense, inputs.sparse, cfg.batch_size, cfg.seed,
                                     cfg.nan, w.label, w.group)

@@ -51,6 +51,10 @@ class RunConfig:
         train_threads: torch threads while training (None: all cores but one on the CPU).
         nan: NaN / inf / null in a dense feature: ``"error"`` or ``"zero"``.
         calibrate: ``fit``'s post-hoc calibration.
+        memory_limit: the run's memory budget (its whole process tree): bytes, a size
+            (``"8GB"``, ``"6GiB"``) or a share of the machine's memory (``"40%"``); None:
+            half the machine's (:mod:`fbrapids.runs.memory_budget`).  A run that cannot fit is
+            refused before any work; one that gets near it says so; past it the run stops.
     """
 
     model: str = "dlrm"
@@ -72,6 +76,7 @@ class RunConfig:
     calibrate: bool = True
     recipe: Any = None
     tune: Any = False
+    memory_limit: int | str | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> WorkloadError:
@@ -108,6 +113,15 @@ class RunConfig:
                 check_grid(self.tune)
             except ArgumentError as exc:
                 raise WorkloadError(f"RunConfig.tune: {exc}") from None
+        if self.memory_limit is not None:
+            from fbrapids.errors import MemoryBudgetError
+            from fbrapids.runs.memory_budget import parse_memory_limit
+
+            try:
+                parse_memory_limit(self.memory_limit)
+            except MemoryBudgetError:
+                raise bad("memory_limit", "bytes, a size such as '8GB' or '6GiB', a share such as '40%', or None") \
+                    from None
 
     def with_(self, **changes: Any) -> "RunConfig":
         """A copy with ``changes``; an unknown name is a :class:`~fbrapids.errors.WorkloadError`."""
