@@ -32,7 +32,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -91,7 +91,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
         training_inputs, training_threads
     from fbrapids.workloads import SequenceFeature
     from fbrapids.trainers.arms import zero_candidate_inputs
-    from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side
+    from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side
     from fbrapids.trainers.sparse import StoreConfig
     from fbrapids.runs.workdir import temporary_work_dir
 
@@ -155,7 +155,7 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
 
         with training_threads(opt["train_threads"], be.is_gpu):  # every core but one on the CPU
             t = time.perf_counter()
-            train_stream = _Counted(batches(producer, SHUFFLE_WINDOW))
+            train_stream = CountedBatches(batches(producer, SHUFFLE_WINDOW))
             steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
             run.seconds["extract+train"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -176,52 +176,6 @@ def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", m
     log.info("trial: %d models trained side by side from one extraction pass (%d kernel launches, %d partitions)",
              len(models), run.extraction["launches"], run.extraction["partitions"])
     return run
-
-
-class _Counted:
-    """A stream of batches that counts the rows it hands out (over every epoch) and
-    fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
-
-    def __init__(self, batches: Any) -> None:
-        import hashlib
-
-        self.batches, self.rows, self.digest = batches, 0, hashlib.sha1()
-
-    def set_epoch(self, epoch: int) -> None:
-        if hasattr(self.batches, "set_epoch"):
-            self.batches.set_epoch(epoch)
-
-    def expected_batches(self) -> int | None:
-        from fbrapids.trainers.fit import expected_batches
-
-        return expected_batches(self.batches)
-
-    def estimated_batches(self) -> int | None:
-        from fbrapids.trainers.fit import estimated_batches
-
-        return estimated_batches(self.batches)
-
-    def __iter__(self) -> Iterator[Batch]:
-        for b in self.batches:
-            self.rows += len(b)
-            self.digest.update(batch_fingerprint(b))
-            yield b
-
-
-def batch_fingerprint(batch: Batch) -> bytes:
-    """A batch's labels and groups as bytes, in row order (what ``ArmsRun.order`` hashes).
-
-    Example:
-        >>> import torch
-        >>> from fbrapids.trainers.batch import Batch
-        >>> b = Batch(torch.zeros(2, 0), torch.tensor([1.0, 0.0]), {}, torch.tensor([7, 8]))
-        >>> len(batch_fingerprint(b))  # 2 float32 labels and 2 int64 groups
-        24
-    """
-    out = batch.label.detach().cpu().numpy().tobytes()
-    if batch.group is not None:
-        out += batch.group.detach().cpu().numpy().tobytes()
-    return out
 
 
 class _DropView:

@@ -272,8 +272,9 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
             ``sigmoid(logit + b)`` (``model.set_calibration``;
             :mod:`fbrapids.trainers.calibration`), returned in ``FitResult.calibration``;
             ``predict`` / ``evaluate`` and serving apply it.  The held rows are never trained
-            on (``FitResult.held_rows``).  Only with ``epochs=1``: a later pass would train
-            on them; and not when resuming a checkpoint that holds no held-back batches.
+            on (``FitResult.held_rows``): with several epochs every pass reads the batches in
+            the first pass's order and holds back the same ones.  Not when resuming a
+            checkpoint that holds no held-back batches.
             ``False``: train on every batch and leave the model's calibration as it is.
         calibration_rows: the most rows held back at once.
     """
@@ -286,10 +287,7 @@ def fit(model: CTRModel, batches: Iterable[Batch], *, epochs: int = 1, max_steps
         optimizer = default_optimizer(params)
     result = FitResult(steps=0)
     identity = run_identity(model, batches, run)
-    # a second pass would train on the held rows, so several epochs are not calibrated
-    held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
-    if calibrate and epochs > 1:
-        log.info("no post-hoc calibration: with %d epochs every row is trained on", epochs)
+    held = HeldBack(calibration_rows) if calibrate else None
     check = verification_enabled()
     # the debris is cleaned under the lock by _checkpoint_root, after restoring what a killed writer left
     with (lock_work_dir(checkpoint_dir, clean=False) if checkpoint_dir is not None else contextlib.nullcontext()):
@@ -332,7 +330,8 @@ def _end_of_pass(model: CTRModel, optimizer: torch.optim.Optimizer, held: HeldBa
     train = _Stepper(model, optimizer, result, nan)
     for b in held.batches:  # too few to calibrate on: trained on after all, nothing withheld for nothing
         train(b, result.steps)
-    held.batches, held.rows, result.held_rows = [], [], 0
+    held.clear()
+    result.held_rows = 0
     return True
 
 
@@ -358,7 +357,7 @@ def _calibrate(model: CTRModel, held: HeldBack, result: FitResult) -> bool:
     held-back batches; False when they are too few (:func:`~fbrapids.trainers.calibration.fit_shift`)."""
     z, y = held_logits(model, held.batches)
     result.held_rows = len(z)
-    ab = fit_shift(z, y)
+    ab = fit_shift(z, y, rate=held.rate())
     if ab is None:
         return False
     model.set_calibration(*ab)
@@ -402,8 +401,8 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
     train = _Stepper(model, optimizer, result, nan)
     try:
         for epoch in range(epochs):
-            if hasattr(batches, "set_epoch"):
-                batches.set_epoch(epoch)
+            if hasattr(batches, "set_epoch"):  # calibrated: each pass in the first's order, the same rows held back
+                batches.set_epoch(0 if held is not None else epoch)
             announced = 0  # batches of this pass announced so far
             for i, (batch, ahead) in enumerate(_lookahead(batches, max(1, lookahead))):
                 total.refresh()
@@ -419,8 +418,10 @@ def _train(model: CTRModel, batches: Iterable[Batch], optimizer: torch.optim.Opt
                     announced = i + len(upcoming)
                 step += 1
                 bar.update(1)  # a batch consumed (a skipped or held one too: the bar reaches its total)
-                if held is not None and held.holds(i):
-                    for older in held.add(batch):  # pushed out of the held ones: trained on now
+                if held is not None and epoch == 0:
+                    held.count(batch)  # the rows and clicks the next held batch stands for
+                if held is not None and held.holds(i, epoch):  # a later pass: the held rows are not trained
+                    for older in (held.add(batch, index=i) if epoch == 0 else []):  # pushed out: trained on now
                         train(older, step)
                 else:
                     train(batch, step, ahead[0] if prefetch_rows and ahead else None)

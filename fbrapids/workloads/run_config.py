@@ -21,7 +21,7 @@ from typing import Any
 from fbrapids.errors import WorkloadError
 
 #: the models ``RunConfig.model`` may name (:func:`fbrapids.app.pipeline.build_model`)
-MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
+MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg", "dcn")
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,16 @@ class RunConfig:
     """The run options of :func:`fbrapids.app.pipeline.run_pipeline`.
 
     Attributes:
-        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"``.
+        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"``, ``"dcn"`` (DCN-v2) or ``"logreg"``.
         backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
-        epochs / batch_size / embedding_dim / seed: training.
+        epochs / batch_size / embedding_dim / seed: training (``epochs`` None: the recipe's).
+        recipe: learning rates, weight decay, dropout and epochs
+            (:class:`~fbrapids.workloads.recipe.Recipe`); None: the pipeline's for the model and
+            the log's size (``fbrapids.app.pipeline.RECIPES``).
+        tune: choose the recipe on the data first (:mod:`fbrapids.app.tuning`): the last
+            training day held out as a validation day, a small grid tried on the days before
+            it, the model refitted on every training day with the choice; ``True`` (the
+            default grid) or a grid, recipe field -> values to try.
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers
             (``host_rows`` None: unbounded, no SSD tier); rows beyond them live in the SSD
             tier's files under ``work_dir``.
@@ -52,7 +59,7 @@ class RunConfig:
 
     model: str = "dlrm"
     backend: str | None = None
-    epochs: int = 1
+    epochs: int | None = None
     batch_size: int = 2048
     embedding_dim: int = 16
     cache_rows: int = 1 << 17
@@ -67,6 +74,8 @@ class RunConfig:
     resume: bool = False
     nan: str = "error"
     calibrate: bool = True
+    recipe: Any = None
+    tune: Any = False
     memory_limit: int | str | None = None
 
     def __post_init__(self) -> None:
@@ -77,7 +86,7 @@ class RunConfig:
             raise bad("model", f"one of {list(MODELS)}")
         if self.backend not in (None, "auto", "cpu", "gpu"):
             raise bad("backend", "'cpu', 'gpu', 'auto' or None")
-        for name, lo, optional in (("epochs", 1, False), ("batch_size", 1, False), ("embedding_dim", 1, False),
+        for name, lo, optional in (("epochs", 1, True), ("batch_size", 1, False), ("embedding_dim", 1, False),
                                    ("cache_rows", 1, False), ("host_rows", 1, True), ("seed", 0, False),
                                    ("checkpoint_every", 1, True), ("train_threads", 1, True)):
             v = getattr(self, name)
@@ -92,6 +101,18 @@ class RunConfig:
             raise bad("nan", "'error' or 'zero'")
         if self.work_dir is not None and not isinstance(self.work_dir, (str, Path)):
             raise bad("work_dir", "a path or None")
+        from fbrapids.errors import ArgumentError
+        from fbrapids.workloads.recipe import Recipe, check_grid
+
+        if self.recipe is not None and not isinstance(self.recipe, Recipe):
+            raise bad("recipe", "a fbrapids.workloads.recipe.Recipe or None")
+        if not isinstance(self.tune, (bool, dict)):
+            raise bad("tune", "a bool or a grid (a dict of recipe field -> values to try)")
+        if isinstance(self.tune, dict):
+            try:
+                check_grid(self.tune)
+            except ArgumentError as exc:
+                raise WorkloadError(f"RunConfig.tune: {exc}") from None
         if self.memory_limit is not None:
             from fbrapids.errors import MemoryBudgetError
             from fbrapids.runs.memory_budget import parse_memory_limit

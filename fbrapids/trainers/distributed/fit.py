@@ -151,7 +151,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     start = 0
     global_stream = bool(getattr(batches, "global_stream", False))
     identity = run_identity(net, batches, run)
-    # as fit: a second pass would train on the held rows, so several epochs are not calibrated
+    # several epochs are not calibrated on ranks (fit is: it reads each pass in the first's order)
     held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
     run_state = _RanksRun(trainer, optimizer, result, nan, overlap, max_steps)
     lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -224,6 +224,9 @@ def _resume(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, check
         held = None
     if held is not None and held.restored:  # the union's batches: this rank's rows of each, as a global stream's
         held.batches = [_rank_part(b, trainer.rank, trainer.world) for b in held.batches]
+        if trainer.rank:  # the union's span counts: rank 0 keeps them (the ranks' sum is the union's)
+            held.spans = [None if s is None else (0.0, 0.0) for s in held.spans]
+            held.open = [0.0, 0.0]
     result.resumed_from = path
     run_state.position = int(meta.get("position_rows", 0))
     if path is not None and hasattr(batches, "skip_rows"):
@@ -246,8 +249,13 @@ def _union_held(trainer: DistributedTrainer, held: HeldBack) -> HeldBack:
     """The union's held-back batches (each rank's parts in rank order), the same on every
     rank: what a checkpoint keeps, whatever the world size it is resumed at."""
     union = HeldBack(held.capacity, held.every)
-    if not held.rows:  # nothing held on any rank yet (the ranks hold in step): no collective
+    counted = torch.tensor([held.open] + [s if s is not None else (math.nan, math.nan) for s in held.spans],
+                           dtype=torch.float64)
+    dist.all_reduce(counted, group=trainer.group)  # every rank's rows and clicks of the spans: the union's
+    union.open = counted[0].tolist()
+    if not held.rows:  # nothing held on any rank yet (the ranks hold in step)
         return union
+    union.spans = [None if math.isnan(r) else (r, c) for r, c in counted[1:].tolist()]
     got: list[Any] = [None] * trainer.world
     dist.all_gather_object(got, [None if b is None else batch_state(b) for b in held.batches], group=trainer.group)
     for k, rows in enumerate(held.rows):
@@ -255,6 +263,18 @@ def _union_held(trainer: DistributedTrainer, held: HeldBack) -> HeldBack:
         union.batches.append(concat_batches(parts) if parts else None)
         union.rows.append(rows)
     return union
+
+
+def _union_rate(trainer: DistributedTrainer, held: HeldBack) -> float | None:
+    """The click rate of the held batches' spans over every rank (each rank counted its own
+    rows of them); None where a span was not counted (a checkpoint of an older fbrapids)."""
+    known = torch.tensor([float(all(s is not None for s in held.spans))], dtype=torch.float64)
+    dist.all_reduce(known, op=dist.ReduceOp.MIN, group=trainer.group)
+    if not known.item():
+        return None
+    total = torch.tensor([sum(s[k] for s in held.spans if s is not None) for k in (0, 1)], dtype=torch.float64)
+    dist.all_reduce(total, group=trainer.group)
+    return float(total[1] / total[0]) if total[0] > 0 else None
 
 
 def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitResult) -> bool:
@@ -271,7 +291,7 @@ def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitRes
     p = np.clip(out["pred"], 1e-300, 1.0)
     z = np.log(p) - np.log1p(-np.minimum(p, 1 - 1e-16))
     result.held_rows = len(z)
-    ab = fit_shift(z, out["label"])
+    ab = fit_shift(z, out["label"], rate=_union_rate(trainer, held))
     if ab is None:
         return False
     net.set_calibration(*ab)
@@ -307,6 +327,8 @@ class _RanksRun:
         sharded = self.trainer.sharded
         while self.max_steps is None or step < self.max_steps:
             local = self.next_batch()
+            if held is not None and step >= start:
+                held.count(local)  # this rank's rows and clicks the next held batch stands for
             if step < start:  # trained before the checkpoint
                 if sharded.begin(local, count_only=True) is None:
                     return step, True
