@@ -1,29 +1,32 @@
-"""Scaling of the public pipeline with rows: seconds per million rows and peak memory.
+"""How ``fbrapids demo`` scales with rows: wall and CPU time, time per row, the peak memory of
+its whole process tree, and the stage at which it peaks.
 
-One run reports, side by side:
+Each run is the command a user runs, at default settings, on data generated once per size
+(``fbrapids gen --rows N --out ROOT/N``, reused when present)::
 
-* **extract**: the pipeline's feature frame (read -> clean -> joins -> extract -> merge with
-  basic) streamed into training batches with no training, on dask's local scheduler, at
-  1M, 4M and 16M rows (64M with ``--big``): seconds per million rows, and the peak resident
-  memory of the whole process tree;
-* **cluster**: the same extraction on a 2-worker ``LocalCluster`` with processes (the peak
-  counts the workers and nannies);
-* **pipeline**: the full pipeline (train one epoch, evaluate on the held-out day) at 1M and
-  4M: seconds per million rows and held-out AUC.
+    fbrapids demo --rows N --data-dir ROOT/N --summary-json FILE
 
-Each measurement runs in a fresh Python process (so one size's peak memory is not another's
-leftover), sampled every 0.2 s by this process with psutil over the child and all its
-descendants.  Every measurement gets the same treatment: the data set is generated once
-per size (``fbrapids gen``, reused when present), the kernels are compiled before timing
-by a small warm-up in the same process, and the timed region starts after planning.
+in a fresh process, timed from outside (wall seconds, and the CPU seconds of the run and its
+children: a loaded machine stretches the first far more than the second); this process
+samples the resident memory (RSS) of the run's whole process tree every 0.2 s (the peak,
+and one sample a second).  The run's
+summary adds what the run said of itself (:mod:`fbrapids.runs.memory_budget`,
+:mod:`fbrapids.runs.memory_watch`): its budget, its estimated peak by part, how it ran
+(threads or a local cluster), and its measured peak by stage (plan, extract+train,
+extract+evaluate, metrics).  The load average is recorded at the start and the end of every
+run: on a shared machine a per-row time means little without it, so sizes can be repeated
+and interleaved (``--sizes 4000000 64000000 4000000``: each size's runs are kept, and the
+ratios use the mean of its runs).
 
-Run (default settings, no environment variables; the JSON goes to ``--out``)::
+Run (the JSON goes to ``--out``, written after every run so a run cut short keeps what it
+measured)::
 
-    python benchmarks/scale.py --out /tmp/scale.json
+    python benchmarks/scale.py --sizes 1000000 4000000 16000000 64000000 --out benchmarks/results/scale.json
 
-Example of one measurement (the child mode)::
-
-    python benchmarks/scale.py --one extract --data /tmp/fbrapids-scale/1000000
+Example of the ratio it reports:
+    >>> runs = {"1000000": [{"s_per_mrow": 20.0}], "4000000": [{"s_per_mrow": 18.0}, {"s_per_mrow": 22.0}]}
+    >>> per_row_ratio(runs, "4000000", "1000000")
+    1.0
 """
 
 from __future__ import annotations
@@ -32,190 +35,174 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES = (1_000_000, 4_000_000, 16_000_000)
 BIG = 64_000_000
-PIPELINE_SIZES = (1_000_000, 4_000_000)
-WARMUP_ROWS = 20_000
 
 
-# -- child: one measurement ----------------------------------------------------------------
-def _extract(data_dir: Path, cluster: bool) -> dict[str, Any]:
-    import dask
+def _sampled(cmd: list[str], limit: int | None) -> tuple[int, int, list[tuple[float, int]], float, bool]:
+    """Run ``cmd``; ``(exit code, peak tree RSS, one sample a second, seconds, killed)``.  Past
+    ``limit`` bytes the tree is killed (a guard on a shared machine), and that is returned."""
+    import psutil
 
-    from fbrapids.joins.strategies import join_decisions
-    from fbrapids.app.pipeline import DENSE, GROUP, LABEL, SPARSE, TimedPartitions, feature_frame
-    from fbrapids.trainers.stream import stream
+    from fbrapids.runs.memory_watch import tree_rss
 
-    def once(path: Path) -> dict[str, Any]:
-        before = len(join_decisions())
-        t0 = time.perf_counter()
-        merged, _ = feature_frame(path)
-        plan_s = time.perf_counter() - t0
-        parts = TimedPartitions(merged, columns=[LABEL, GROUP, *DENSE, *SPARSE])
-        batches = stream(parts, label=LABEL, dense=DENSE, sparse=SPARSE, group=GROUP, batch_size=2048, prefetch=2)
-        t = time.perf_counter()
-        rows = sum(len(b) for b in batches)
-        return {"plan_s": plan_s, "stream_s": time.perf_counter() - t, "rows_streamed": rows,
-                "partitions": parts.partitions, "pass_plan": parts.plan,
-                "joins": [str(d) for d in join_decisions()[before:]]}
-
-    if cluster:
-        from distributed import Client, LocalCluster
-
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
-                Client(lc) as client, dask.config.set(scheduler=client):
-            once(_warmup_dir())
-            return once(data_dir)
-    with dask.config.set(scheduler="threads"):
-        once(_warmup_dir())
-        return once(data_dir)
-
-
-def _pipeline(data_dir: Path) -> dict[str, Any]:
-    import tempfile
-
-    from fbrapids.app.pipeline import run_pipeline
-
-    run_pipeline(_warmup_dir(), epochs=1, progress=False, checkpoint=False, count_clean=False,
-                 work_dir=tempfile.mkdtemp(prefix="fbrapids-scale-"))
-    t = time.perf_counter()
-    r = run_pipeline(data_dir, epochs=1, progress=False, checkpoint=False, count_clean=False,
-                     work_dir=tempfile.mkdtemp(prefix="fbrapids-scale-"))
-    return {"total_s": time.perf_counter() - t, "seconds": r.seconds, "auc": r.metrics.get("auc"),
-            "trained": r.rows.get("trained"), "held_out": r.rows.get("held out"), "joins": r.joins,
-            "partitions": r.kernel.get("partitions")}
-
-
-def _warmup_dir() -> Path:
-    from fbrapids.datasets.synthetic.generate import ensure_dataset
-
-    return ensure_dataset(WARMUP_ROWS, Path(os.environ.get("TMPDIR", "/tmp")) / "fbrapids-scale" / "warmup")
-
-
-def child_main(kind: str, data: Path) -> None:
-    result = _extract(data, cluster=False) if kind == "extract" else (
-        _extract(data, cluster=True) if kind == "cluster" else _pipeline(data))
-    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
-
-
-# -- parent: run children, sample their memory ------------------------------------------------
-def _tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
-def measure(kind: str, data: Path) -> dict[str, Any]:
-    """Run one measurement in a child process; its result plus the peak RSS of its tree."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", kind, "--data", str(data)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    ps = psutil.Process(proc.pid)
-    peak = [0]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    peak, series, killed = [0], [], [False]
     done = threading.Event()
 
     def sample() -> None:
+        last = -1.0
         while not done.is_set():
             try:
-                peak[0] = max(peak[0], _tree_rss(ps))
+                rss = tree_rss(proc.pid)
             except psutil.NoSuchProcess:
+                return
+            peak[0] = max(peak[0], rss)
+            now = time.perf_counter() - t0
+            if now - last >= 1.0:
+                series.append((round(now, 1), rss))
+                last = now
+            if limit is not None and rss > limit:
+                killed[0] = True
+                os.killpg(proc.pid, 9)
                 return
             done.wait(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = proc.communicate()
+    _, err = proc.communicate()
     done.set()
     sampler.join()
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{kind} on {data} failed (exit {proc.returncode}):\n{err[-4000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
-    result["peak_rss_bytes"] = peak[0]
-    return result
+    if proc.returncode != 0 and not killed[0]:
+        sys.stderr.write(err[-4000:])
+    return proc.returncode, peak[0], series, time.perf_counter() - t0, killed[0]
+
+
+def measure(rows: int, data: Path, limit: int | None = None) -> dict[str, Any]:
+    """One ``fbrapids demo`` run on ``data`` (``rows`` impressions), measured (module doc)."""
+    with tempfile.TemporaryDirectory(prefix="fbrapids-scale-") as tmp:
+        summary_path = Path(tmp) / "summary.json"
+        cmd = [sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(rows), "--data-dir", str(data),
+               "--summary-json", str(summary_path)]
+        load_start, cpu_start = os.getloadavg(), _children_cpu_s()
+        code, peak, series, wall, killed = _sampled(cmd, limit)
+        load_end, cpu_s = os.getloadavg(), _children_cpu_s() - cpu_start
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    memory = summary.get("memory", {})
+    return {"rows": rows, "exit": code, "killed_over_bytes": limit if killed else None, "wall_s": round(wall, 1),
+            "s_per_mrow": wall / (rows / 1e6), "cpu_s": round(cpu_s, 1), "cpu_s_per_mrow": cpu_s / (rows / 1e6),
+            "peak_rss_bytes": peak, "load_start": load_start, "load_end": load_end,
+            "run_peak_bytes": memory.get("peak_bytes"), "peak_stage": memory.get("peak_stage"),
+            "peak_by_stage": memory.get("peak_by_stage"), "estimate_bytes": memory.get("estimate_bytes"),
+            "estimate": memory.get("estimate"), "budget_bytes": memory.get("budget_bytes"),
+            "scheduler": memory.get("scheduler"), "partition_rows": memory.get("partition_rows"),
+            "seconds": summary.get("seconds"), "auc": (summary.get("metrics") or {}).get("auc"),
+            "trained": (summary.get("rows") or {}).get("trained"), "joins": summary.get("joins"),
+            "partitions": (summary.get("kernel") or {}).get("partitions"), "rss_series": series}
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children that have ended, their own
+    children included: a run's CPU time, which a loaded machine does not inflate as it does
+    the wall time."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def per_row_ratio(runs: dict[str, list[dict[str, Any]]], size: str, base: str, key: str = "s_per_mrow") -> float:
+    """The mean time per row of ``size``'s runs over ``base``'s (``key``: wall or CPU seconds
+    per million rows)."""
+    mean = {k: statistics.mean(r[key] for r in runs[k]) for k in (size, base)}
+    return round(mean[size] / mean[base], 4)
+
+
+def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per row against 1M and against 4M; the peak against the previous size's."""
+    done = {k: v for k, v in runs.items() if all(r["exit"] == 0 for r in v)}
+    keys = sorted(done, key=int)
+    out: dict[str, Any] = {}
+    for k in keys:
+        entry: dict[str, Any] = {}
+        for base in ("1000000", "4000000"):
+            if base in done and base != k:
+                entry[f"per_row_vs_{int(base) // 1_000_000}m"] = per_row_ratio(done, k, base)
+                if all("cpu_s_per_mrow" in r for r in done[k] + done[base]):
+                    entry[f"cpu_per_row_vs_{int(base) // 1_000_000}m"] = per_row_ratio(done, k, base, "cpu_s_per_mrow")
+        prev = keys[keys.index(k) - 1] if keys.index(k) else None
+        if prev is not None:
+            peak = max(r["peak_rss_bytes"] for r in done[k]) / max(r["peak_rss_bytes"] for r in done[prev])
+            entry[f"peak_vs_{prev}"] = round(peak, 4)
+        out[k] = entry
+    return out
 
 
 def _dataset(root: Path, rows: int) -> Path:
-    from fbrapids.datasets.synthetic.generate import ensure_dataset
+    out = root / str(rows)
+    if not (out / "impressions.parquet").exists():
+        subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "gen", "--rows", str(rows), "--out", str(out)],
+                       cwd=ROOT, check=True)
+    return out
 
-    return ensure_dataset(rows, root / str(rows))
+
+def _machine() -> dict[str, Any]:
+    """What ran it: the description the README's sources use, the cores and memory (this
+    machine's limits), the platform."""
+    import psutil
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.machine import machine_description
+
+    return {"machine": machine_description(), "cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+            "platform": platform.platform(), "python": platform.python_version()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="*", default=list(DEFAULT_SIZES), help="extraction sizes")
-    parser.add_argument("--pipeline-sizes", type=int, nargs="*", default=list(PIPELINE_SIZES))
-    parser.add_argument("--cluster-sizes", type=int, nargs="*", default=None, help="default: --sizes")
-    parser.add_argument("--big", action="store_true", help=f"add {BIG:,} rows to the extraction sizes")
-    parser.add_argument("--data-root", type=Path, default=Path("/tmp/fbrapids-scale"))
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES),
+                        help="rows per run, in the order run (repeat a size to interleave runs)")
+    parser.add_argument("--big", action="store_true", help=f"add a run of {BIG:,} rows")
+    parser.add_argument("--data-root", type=Path, default=Path(tempfile.gettempdir()) / "fbrapids-scale")
+    parser.add_argument("--kill-above", type=float, default=None, metavar="GB",
+                        help="kill a run whose process tree passes this many GB (a guard on a shared machine)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here")
-    parser.add_argument("--one", choices=("extract", "cluster", "pipeline"), help=argparse.SUPPRESS)
-    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--append", action="store_true",
+                        help="keep the runs already in --out and add these (interleave sizes across invocations)")
     args = parser.parse_args(argv)
-    if args.one:
-        child_main(args.one, args.data)
-        return 0
-
-    sizes = sorted(set(args.sizes + ([BIG] if args.big else [])))
-    cluster_sizes = sorted(args.cluster_sizes if args.cluster_sizes is not None else sizes)
-    report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "memory_bytes": psutil.virtual_memory().total},
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "extract": {}, "cluster": {}, "pipeline": {},
-    }
-    for rows in sorted(set(sizes) | set(cluster_sizes) | set(args.pipeline_sizes)):
-        _dataset(args.data_root, rows)
-    for section, kind, wanted in (("extract", "extract", sizes), ("cluster", "cluster", cluster_sizes),
-                                  ("pipeline", "pipeline", sorted(args.pipeline_sizes))):
-        for rows in wanted:
-            r = measure(kind, _dataset(args.data_root, rows))
-            seconds = r["stream_s"] if kind != "pipeline" else r["total_s"]
-            r["s_per_mrow"] = seconds / (rows / 1e6)
-            report[section][str(rows)] = r
-            if args.out:  # after every measurement: a run cut short keeps what it measured
-                args.out.write_text(json.dumps(report, indent=2))
-            sys.stderr.write(f"{section:<9} {rows:>11,} rows: {r['s_per_mrow']:.2f} s/Mrow, "
-                             f"peak {r['peak_rss_bytes'] / 2**30:.2f} GiB"
-                             + (f", AUC {r['auc']:.4f}" if kind == "pipeline" else "") + "\n")
-    report["ratios"] = _ratios(report)
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text)
-    sys.stdout.write(text + "\n")
+    sizes = list(args.sizes) + ([BIG] if args.big else [])
+    limit = int(args.kill_above * 1e9) if args.kill_above else None
+    report: dict[str, Any] = {**_machine(), "command": " ".join(["python benchmarks/scale.py", *(
+        argv if argv is not None else sys.argv[1:])]), "runs": {}}
+    report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if args.append and args.out and args.out.exists():
+        before = json.loads(args.out.read_text())
+        report.update(runs=before["runs"], measured_at=before["measured_at"], machine=before["machine"],
+                      command=before["command"] + "; " + report["command"])
+    for rows in sizes:
+        r = measure(rows, _dataset(args.data_root, rows), limit)
+        report["runs"].setdefault(str(rows), []).append(r)
+        report["ratios"] = ratios(report["runs"])
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
+        sys.stderr.write(f"{rows:>11,} rows: {r['wall_s']:.0f} s, {r['s_per_mrow']:.2f} s/Mrow, peak "
+                         f"{r['peak_rss_bytes'] / 2**30:.2f} GiB ({r['peak_stage']}), load {r['load_start'][0]:.1f}"
+                         f" -> {r['load_end'][0]:.1f}, exit {r['exit']}\n")
+    sys.stdout.write(json.dumps(report) + "\n")  # the last line: scripts/bench.py keeps it
     return 0
-
-
-def _ratios(report: dict[str, Any]) -> dict[str, Any]:
-    """The acceptance ratios: s/Mrow at the largest size over the smallest, peak memory of the
-    largest over the second largest, pipeline AUC difference."""
-    out: dict[str, Any] = {}
-    for section in ("extract", "cluster", "pipeline"):
-        runs = report[section]
-        if len(runs) < 2:
-            continue
-        keys = sorted(runs, key=int)
-        small, large = runs[keys[0]], runs[keys[-1]]
-        out[section] = {"sizes": [int(keys[0]), int(keys[-1])],
-                        "s_per_mrow_ratio": large["s_per_mrow"] / small["s_per_mrow"],
-                        "peak_ratio_vs_previous_size": large["peak_rss_bytes"] / runs[keys[-2]]["peak_rss_bytes"]}
-        if section == "pipeline":
-            out[section]["auc_change"] = large["auc"] - small["auc"]
-    return out
 
 
 if __name__ == "__main__":

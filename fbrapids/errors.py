@@ -270,6 +270,11 @@ class PreflightError(FbrapidsError, OSError):
     """A directory training needs is not writable, or lacks the free space (sizes in the message)."""
 
 
+class MemoryBudgetError(FbrapidsError, RuntimeError):
+    """A run does not fit its memory budget (``--memory-limit``): refused before any work, or
+    stopped when its memory passes the budget; the budget and the parts are in the message."""
+
+
 class DataDirError(FbrapidsError, ValueError):
     """A data folder holds data fbrapids did not make; it is never overwritten."""
 

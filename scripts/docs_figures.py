@@ -365,27 +365,160 @@ def fig_model_ablations() -> str:
     return "\n".join(lines)
 
 
+_ARM_NAMES = {"lr": "sklearn LR, C chosen on the validation day", "gbdt": "LightGBM, chosen on the validation day",
+              "logreg": "logreg", "dlrm": "DLRM", "wide_deep": "Wide&Deep", "deepfm": "DeepFM", "din": "DIN",
+              "dcn": "DCN-v2"}
+
+
+def _peer_choice(arm: str, runs: list[dict[str, Any]]) -> str:
+    """What a peer chose on each seed's validation day (the LR's C; the GBDT's regularisation and rounds)."""
+    if arm == "lr":
+        return "C " + ", ".join(f"{r['C']:g}" for r in runs if "C" in r)
+    if arm == "gbdt":
+        return "cat_smooth / rounds " + ", ".join(f"{r['choice']['cat_smooth']} / {r['choice']['rounds']}"
+                                                  for r in runs if "choice" in r)
+    return ""
+
+
+def _models_lines(rows: str, res: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    """One size's table of :func:`fig_models_table`, and its lines on the GBDT and the rows."""
+    seeds = r.get("seeds_by_rows", {}).get(rows, r["seeds"])
+    lines = [f"{int(rows):,} rows, data seeds {', '.join(map(str, seeds))} (the generator's oracle AUC "
+             f"{r['oracle_auc'][rows]:.4f}):", "",
+             "| arm | AUC | GAUC | logloss | NE | calibration (each run) | check |", "|---|---|---|---|---|---|---|"]
+    for arm, x in res.items():
+        mu, sd = x["mean"], x["sd"]
+        cells = " | ".join(f"{mu[k]:.4f} ± {sd[k]:.4f}" if k in mu else "—" for k in ("auc", "gauc", "logloss", "ne"))
+        cal = ", ".join(f"{run['calibration']:.3f}" for run in x["runs"])
+        check = (f"peer ({_peer_choice(arm, x['runs'])})" if arm in ("lr", "gbdt") else
+                 "pass" if r["checks"].get(rows, {}).get(arm) else "**fail**")
+        lines.append(f"| {_ARM_NAMES.get(arm, arm)} | {cells} | {cal} | {check} |")
+    g = (r.get("vs_gbdt") or {}).get(rows)
+    if g:
+        lines += ["", f"The best model, {_ARM_NAMES.get(g['best'], g['best'])}, at {g['auc']:.4f} against the "
+                      f"GBDT's {g['gbdt_auc']:.4f}: {g['gap']:+.4f}."]
+    if (r.get("same_rows") or {}).get(rows) is not None:
+        lines.append("Every arm of a seed trained on and held out the same number of rows: "
+                     f"{'yes' if r['same_rows'][rows] else '**no**'}.")
+    return lines + [""]
+
+
 def fig_models_table() -> str:
-    """The side-by-side table of ``benchmarks/models.py`` (mean ± SD over seeds, the sklearn
-    reference first, the oracle as the ceiling)."""
+    """The side-by-side table of ``benchmarks/models.py`` (mean ± SD over seeds; the peers
+    first, with what they chose on the validation day; the oracle as the ceiling)."""
     r = load("models.json")
     if "seeds" not in r:
         return "not measured with the current benchmark yet: `python benchmarks/models.py --out ...`"
     lines = [""]
     for rows, res in r["rows"].items():
-        seeds = r.get("seeds_by_rows", {}).get(rows, r["seeds"])
-        lines += [f"{int(rows):,} rows, seeds {', '.join(map(str, seeds))} (the generator's oracle AUC "
-                  f"{r['oracle_auc'][rows]:.4f}):", "",
-                  "| arm | AUC | GAUC | logloss | NE | calibration | issue 34's check |", "|---|---|---|---|---|---|---|"]
-        for arm, x in res.items():
-            mu, sd = x["mean"], x["sd"]
-            cells = " | ".join(f"{mu[k]:.4f} ± {sd[k]:.4f}" if k in mu else "—"
-                               for k in ("auc", "gauc", "logloss", "ne", "calibration"))
-            check = "reference" if arm == "lr" else ("pass" if r["checks"][rows][arm] else "**fail**")
-            lines.append(f"| {arm} | {cells} | {check} |")
-        lines.append("")
-    lines.append(f"*(`benchmarks/results/models.json`: {r.get('machine', '')}, {r.get('measured_at', '')}; "
-                 f"{r['criteria']})*")
+        lines += _models_lines(rows, res, r)
+    loads = [run["load"] for res in r["rows"].values() for x in res.values() for run in x["runs"] if "load" in run]
+    load_text = f"; load average {min(loads):.1f} to {max(loads):.1f} at the runs' starts" if loads else ""
+    lines.append(f"*(`benchmarks/results/models.json`: {r.get('machine', '')}, {r.get('measured_at', '')}"
+                 f"{load_text}; check: {r['criteria']})*")
+    return "\n".join(lines) + "\n"
+
+
+def fig_models_readme() -> str:
+    """The README's table of every arm of ``benchmarks/models.py``: AUC and logloss mean ± SD
+    over the seeds, and each run's calibration, per size."""
+    r = load("models.json")
+    sizes = list(r["rows"])
+    head = " | ".join(f"{int(n):,} rows, {len(r.get('seeds_by_rows', {}).get(n, r['seeds']))} seeds: AUC / "
+                      "logloss / calibration" for n in sizes)
+    lines = ["", f"| arm | {head} |", "|---|" + "---|" * len(sizes)]
+    arms = list(dict.fromkeys(a for n in sizes for a in r["rows"][n]))
+    for arm in arms:
+        cells = []
+        for n in sizes:
+            x = r["rows"][n].get(arm)
+            if x is None:
+                cells.append("—")
+                continue
+            mu, sd, cal = x["mean"], x["sd"], [run["calibration"] for run in x["runs"]]
+            cells.append(f"{mu['auc']:.4f} ± {sd['auc']:.4f} / {mu['logloss']:.4f} ± {sd['logloss']:.4f} / "
+                         f"{min(cal):.3f}–{max(cal):.3f}")
+        lines.append(f"| {_ARM_NAMES.get(arm, arm)} | " + " | ".join(cells) + " |")
+    gaps = "; ".join(f"{int(n):,} rows: {_ARM_NAMES.get(g['best'], g['best'])} {g['gap']:+.4f} against the GBDT"
+                     for n, g in (r.get("vs_gbdt") or {}).items() if g)
+    lines += ["", f"*(`benchmarks/results/models.json`: {r.get('measured_at', '')}; the best model: {gaps}; "
+                  f"every model checked against {r['criteria']}: "
+                  f"{'all pass' if r.get('all_pass') else 'not all pass'}; docs/models.md has the rest)*", ""]
+    return "\n".join(lines)
+
+
+def fig_feature_trials() -> str:
+    """docs/models.md: the trials that chose the demo's derived features (``figures/feature_trials.json``)."""
+    r = load("figures/feature_trials.json")
+    lines = ["", "| candidate | baseline | AUC delta [95%] | GAUC delta [95%] | verdict (AUC / GAUC) | "
+                 "against its shuffled copy (AUC / GAUC) | AUC, baseline -> candidate |", "|---|---|---|---|---|---|---|"]
+    for t in r["trials"].values():
+        d, iv, v = t["delta"], t["interval"], t["verdict"]
+        cells = [f"{d[m]:+.4f} [{iv[m][0]:+.4f}, {iv[m][1]:+.4f}]" for m in ("auc", "gauc")]
+        lines.append(f"| `{t['candidates'][0]}` | {t['baseline_features']} | {cells[0]} | {cells[1]} | "
+                     f"{v['auc']} / {v['gauc']} | {t['info_verdict']['auc']} / {t['info_verdict']['gauc']} | "
+                     f"{t['baseline']['auc']:.4f} -> {t['candidate']['auc']:.4f} |")
+    first = next(iter(r["trials"].values()))
+    loads = [x["load_average"]["start"] for x in r["trials"].values()]
+    lines += ["", f"*({len(r['trials'])} trials of `fbrapids trial` on the default data, {first['rows']:,} rows, "
+                  f"model {first['model']}, {len(first['seeds'])} seeds per arm, {first['n_boot']} bootstrap rounds "
+                  f"over {first['n_users']:,} held-out users; {source('figures/feature_trials.json', r)}, load "
+                  f"average {min(loads):.1f} to {max(loads):.1f} at the trials' starts)*", ""]
+    return "\n".join(lines)
+
+
+def fig_held_rows_ctr() -> str:
+    """docs/models.md: the click rate of the rows ``fit`` holds back against their spans' and the
+    training rows' (``figures/held_rows_ctr.json``), per data seed."""
+    r = load("figures/held_rows_ctr.json")
+    lines = ["", "| rows | data seed | held-back rows | their click rate | their spans' | every training row's | "
+                 "held rows over spans | the held-out day's over the training rows' |", "|---|---|---|---|---|---|---|---|"]
+    for rows, seeds in r["rows"].items():
+        for x in seeds:
+            lines.append(f"| {int(rows):,} | {x['seed']} | {x['held_rows']:,} | {x['held_ctr']:.4f} | "
+                         f"{x['span_ctr']:.4f} | {x['train_ctr']:.4f} | {x['held_ctr'] / x['span_ctr'] - 1:+.1%} | "
+                         f"{x['held_out_ctr'] / x['train_ctr'] - 1:+.1%} |")
+    loads = ", ".join(f"{int(k):,} rows: {v}" for k, v in r.get("load", {}).items())
+    lines += ["", f"*({source('figures/held_rows_ctr.json', r)}; load average at the start: {loads}; "
+                  f"`{r['command']}`)*", ""]
+    return "\n".join(lines)
+
+
+def _tried_text(tried: list[dict[str, Any]], field: str, chosen: Any) -> str:
+    """Each value of ``field`` tried: its validation logloss after a shift (the criterion; the
+    AUC where an older record has no such logloss), the choice in bold."""
+    def one(t: dict[str, Any]) -> str:
+        score = f"{t['shifted_logloss']:.4f} / {t['auc']:.4f}" if "shifted_logloss" in t else f"{t['auc']:.4f}"
+        return f"**{t['value']:g}: {score}**" if t["value"] == chosen else f"{t['value']:g}: {score}"
+
+    return " · ".join(one(t) for t in tried if t["field"] == field) or "—"
+
+
+def fig_recipes() -> str:
+    """docs/models.md: each model's tuning on the default data (``figures/tuning.json``: the
+    validation AUC of every recipe tried, field by field, the choice in bold) and the held-out
+    metrics of the refit with the choice."""
+    r = load("figures/tuning.json")
+    lines = [""]
+    for rows, models in r["runs"].items():
+        tried = {t["field"] for run in models.values() for t in run["tuning"]["tried"]}
+        fields = [f for f in ("sparse_lr", "first_order_lr", "weight_decay", "dropout", "dense_lr", "epochs")
+                  if f in tried]
+        names = {"sparse_lr": "sparse lr", "first_order_lr": "first-order lr", "weight_decay": "weight decay",
+                 "dense_lr": "dense lr"}
+        lines += [f"{int(rows):,} rows, data seed {next(iter(models.values()))['seed']}: each value tried, its "
+                  "validation logloss after a shift / AUC (the choice in bold)", "",
+                  "| model | " + " | ".join(names.get(f, f) for f in fields) + " | held-out AUC / calibration "
+                  "of the refit |", "|---|" + "---|" * (len(fields) + 1)]
+        for model, run in models.items():
+            t, choice = run["tuning"], run["tuning"]["choice"]
+            cells = [_tried_text(t["tried"], f, choice.get(f)) for f in fields]
+            h = run["held_out"]
+            lines.append(f"| {_ARM_NAMES.get(model, model)} | " + " | ".join(cells)
+                         + f" | {h['auc']:.4f} / {h['calibration']:.3f} |")
+        loads = [run["load"] for run in models.values()]
+        lines += ["", f"*(load average {min(loads):.1f} to {max(loads):.1f} at the runs' starts)*", ""]
+    lines.append(f"*({source('figures/tuning.json', r)}; `{r['command']}`)*")
     return "\n".join(lines) + "\n"
 
 
@@ -511,6 +644,36 @@ def fig_dask_pays() -> str:
             f"({source('extract.json', small)}; {source('extract_2m.json', large)})")
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def fig_scale() -> str:
+    """The README's scaling table: ``benchmarks/scale.py``'s runs of ``fbrapids demo`` at
+    default settings, each with its wall and CPU time per million rows, both against the
+    4M runs', the peak memory of its process tree (and the stage it peaked in, and the run's
+    own estimate before any work), and the load average around it."""
+    r = load("scale.json")
+    ratios = r.get("ratios", {})
+    lines = ["", "| rows | wall | wall s / M rows | CPU s / M rows | per row vs 4M (wall, CPU) | peak tree RSS (stage) "
+             "| estimated before | load start -> end |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for rows, runs in sorted(r["runs"].items(), key=lambda kv: int(kv[0])):
+        ratio = ratios.get(rows, {})
+        vs = (f"{ratio['per_row_vs_4m']:.2f}x, {ratio['cpu_per_row_vs_4m']:.2f}x" if "cpu_per_row_vs_4m" in ratio
+              else "—")
+        for run in runs:
+            if run["exit"] != 0:
+                lines.append(f"| {int(rows):,} | failed (exit {run['exit']}) | | | | {_gib(run['peak_rss_bytes'])} | | |")
+                continue
+            est = _gib(run["estimate_bytes"]) if run.get("estimate_bytes") else "—"
+            lines.append(f"| {int(rows):,} | {run['wall_s'] / 60:.1f} min | {run['s_per_mrow']:.1f} | "
+                         f"{run['cpu_s_per_mrow']:.1f} | {vs} | {_gib(run['peak_rss_bytes'])} ({run.get('peak_stage')}) "
+                         f"| {est} | {run['load_start'][0]:.1f} -> {run['load_end'][0]:.1f} |")
+    return ("\n".join(lines) + f"\n\n(this machine: {r['cpus']} cores, {_gib(r['memory_bytes'])} of memory, the default "
+            f"budget half of it; wall times move with the load of a shared machine, CPU times much less; "
+            f"{source('scale.json', r)})\n")
+
+
 ATTACK_PHASES = {"flood": "15 MB unauthenticated flood", "hog": "a hog of 10,000-item calls",
                  "hog64": "64 connections of one client's 10,000-item calls",
                  "amplify": "512-item calls whose request lists are at their bounds",
@@ -628,12 +791,14 @@ def fig_gpu_set() -> str:
 
 
 FIGURES: dict[str, Callable[[], str]] = {
-    "model-ablations": fig_model_ablations, "models-table": fig_models_table,
+    "model-ablations": fig_model_ablations, "models-table": fig_models_table, "models-readme": fig_models_readme,
+    "feature-trials": fig_feature_trials, "recipes": fig_recipes, "held-rows-ctr": fig_held_rows_ctr,
     "held-out-calibration": fig_held_out_calibration, "calibration-variants": fig_calibration_variants,
     "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,
     "inference-table": fig_inference_table, "dicm-table": fig_dicm_table, "hit-rate": fig_hit_rate,
     "dask-pays": fig_dask_pays, "store-vs-peers": fig_store_vs_peers, "serving-attack": fig_serving_attack,
+    "scale": fig_scale,
     "gpu-steps": fig_gpu_steps, "gpu-set": fig_gpu_set,
 }
 #: the files whose figures live in generated regions

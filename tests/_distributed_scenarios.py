@@ -345,6 +345,14 @@ def demo_resumed_done(rank: int, world: int, root: Path) -> dict:
                                     "batch_size": DEMO_BATCH, "checkpoint_every": DEMO_EVERY[world], "resume": True})
 
 
+def demo_match_dcn(rank: int, world: int, root: Path) -> dict:
+    """``demo_match`` with DCN-v2 (``--model dcn``)."""
+    from fbrapids.app.demo_distributed import train_rank
+
+    return train_rank(rank, world, {"data_dir": str(root / "demo-data"), "work_dir": str(root / f"demo-dcn-w{world}"),
+                                    "batch_size": DEMO_BATCH, "model": "dcn"})
+
+
 def demo_stopped(rank: int, world: int, root: Path) -> dict:
     """The same demo stopped after DEMO_STOP steps, checkpointed every 2 (resumed by the test's CLI call)."""
     from fbrapids.app.demo_distributed import train_rank
@@ -424,7 +432,7 @@ def term_launcher_mid_checkpoint(rank: int, world: int, root: str) -> None:
 
 SCENARIOS = {f.__name__: f for f in (train_match, train_again, train_no_overlap, resume_same_world, deepfm_counts, uneven, mismatch,
                                      restore_other_world, kill_mid_commit, feed, feed_din, resume_killed, demo_match, demo_resumed_done,
-                                     demo_stopped, stop_rank)}
+                                     demo_match_dcn, demo_stopped, stop_rank)}
 
 
 def run(rank: int, world: int, names: list[str], root: str) -> dict:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fbrapids.errors import FbrapidsError, UsageError
+from fbrapids.workloads.run_config import MODELS
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -64,6 +65,18 @@ def _plant_arg(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"expected NAME=BETA (e.g. p_noise=0 or p_real=0.5), got {text!r}") from None
 
 
+def _memory_limit(text: str) -> str:
+    """``--memory-limit``: checked here (an argparse error naming it), passed on as given."""
+    from fbrapids.errors import MemoryBudgetError
+    from fbrapids.runs.memory_budget import parse_memory_limit
+
+    try:
+        parse_memory_limit(text)
+    except MemoryBudgetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.workload is not None:
         return _demo_workload(args)
@@ -74,7 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      export=args.export, nan=args.nan, tiers=args.tiers)
+                      export=args.export, nan=args.nan, tiers=args.tiers, tune=args.tune,
+                      memory_limit=args.memory_limit)
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         import json
@@ -121,7 +135,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
             work = stack.enter_context(temporary_work_dir(WORK_PREFIX))
         config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=work,
                            batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           nan=args.nan, tiers=args.tiers)
+                           nan=args.nan, tiers=args.tiers, tune=args.tune, memory_limit=args.memory_limit)
         client = None
         if args.scheduler:
             from fbrapids.frames.cluster import close_client, connect
@@ -157,7 +171,7 @@ def _trial(args: argparse.Namespace) -> int:
     from fbrapids.workloads import parse_candidate
 
     candidates = dict(parse_candidate(c) for c in args.candidate)  # refused as parsed, before the workload is read
-    w = _workload(args)
+    w = _workload(args) if args.workload is not None else _default_data_workload(args.rows, args.seed)
     out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
     _new_file("--json", out, args.force)  # before the trial's work: another run's file is never overwritten
     backend = None if args.backend in (None, "auto") else args.backend
@@ -171,11 +185,22 @@ def _trial(args: argparse.Namespace) -> int:
                    reference=args.reference, **options)
     sys.stdout.write(result.render() + "\n")
     body = result.as_dict() if args.each else dataclasses.asdict(result)
-    data = {"workload": w.name, "workload_file": str(args.workload), "model": args.model, "kind": args.kind,
+    data = {"workload": w.name, "workload_file": None if args.workload is None else str(args.workload),
+            "rows": None if args.workload is not None else args.rows, "model": args.model, "kind": args.kind,
             **body, "expressions": {k: str(v) for k, v in candidates.items()}}
     text = json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
     sys.stdout.write(f"trial JSON written to {write_new_file(out, text.encode(), args.force)}\n")
     return 0
+
+
+def _default_data_workload(rows: int, seed: int) -> Any:
+    """The demo's default data of ``rows`` impressions drawn with ``seed`` (generated once, as
+    ``fbrapids demo`` does) as its workload."""
+    from fbrapids.datasets import synthetic
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
+    from fbrapids.runs.data_cache import default_data_dir
+
+    return synthetic.workload(ensure_dataset(rows, default_data_dir(rows, seed), seed=seed))
 
 
 def _new_file(flag: str, path: Path, force: bool) -> None:
@@ -403,6 +428,12 @@ def _check_nproc(args: argparse.Namespace) -> None:
     if args.batch_size % args.nproc:
         raise UsageError(f"argument --nproc: the global --batch-size {args.batch_size} is not divisible by "
                          f"{args.nproc} ranks")
+    if args.tune:
+        raise UsageError("argument --tune: not with --nproc (a tuning trains its models in one process: tune once, "
+                         "then train on ranks)")
+    if args.memory_limit is not None:
+        raise UsageError("argument --nproc: --memory-limit is not supported with several ranks (each rank holds its "
+                         "own tables; a one-process run takes it)")
 
 
 def _writable(flag: str, path: Path | None) -> None:
@@ -525,6 +556,14 @@ def check_arguments(args: argparse.Namespace) -> None:
         Traceback (most recent call last):
         ...
         fbrapids.errors.UsageError: argument --resume: needs --work-dir, the work dir of the run to continue
+        >>> check_arguments(build_parser().parse_args(["demo", "--tune", "--nproc", "2"]))
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --tune: not with --nproc (a tuning trains its models in one process: tune once, then train on ranks)
+        >>> check_arguments(build_parser().parse_args(["trial", "--candidate", "c=ops.col('slot')", "--data-root", "d"]))
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.UsageError: argument --data-root: only with --workload
     """
     env = os.environ.get(BACKEND_ENV)
     if (args.command != "gen" and getattr(args, "backend", None) is None and env is not None
@@ -534,8 +573,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.command == "gen":
         _not_a_file("--out", args.out)
     elif args.command == "trial":
-        if not args.workload.is_file():
+        if args.workload is not None and not args.workload.is_file():
             raise UsageError(f"argument --workload: {args.workload} is not a file")
+        if args.workload is None and args.data_root is not None:
+            raise UsageError("argument --data-root: only with --workload")
         _backend_here(args.backend if args.backend is not None else env)
         if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
             raise UsageError(f"argument --json: {args.json} "
@@ -631,8 +672,14 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
-    demo.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"),
-                      help="din: attention over the user's last 50 clicked categories, built from the log by history")
+    demo.add_argument("--model", default="dlrm", choices=MODELS,
+                      help="din: attention over the user's last 50 clicked categories, built from the log by history; "
+                           "dcn: DCN-v2 (a cross network)")
+    demo.add_argument("--tune", action="store_true",
+                      help="choose the learning rates, weight decay, dropout and epochs on the data first: the last "
+                           "training day held out as a validation day, a small grid tried on the days before it "
+                           "(the summary lists each try), then the model trained on every training day with the "
+                           "choice (about a dozen models' training more)")
     demo.add_argument("--work-dir", type=Path, default=None,
                       help="keep the embedding store's SSD files and the checkpoints here (default: a temporary "
                            "folder, removed at exit)")
@@ -661,6 +708,11 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "in its place, counted in the summary (zero)")
     demo.add_argument("--export", type=Path, default=None, metavar="DIR",
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
+    demo.add_argument("--memory-limit", type=_memory_limit, default=None, metavar="SIZE",
+                      help="the run's memory budget, its whole process tree: bytes, a size (8GB, 6GiB) or a share of "
+                           "this machine's memory (40%%); default half the machine's. A run that cannot fit is refused "
+                           "before any work; one whose dictionaries do not fit beside the rest runs on a local dask "
+                           "cluster whose worker spills to disk; near the budget the run says so, past it it stops")
     demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",
                       help="also write the summary (rows per stage, metrics, store, the data's CTR and oracle AUC) "
                            "as JSON to FILE")
@@ -675,17 +727,21 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _add_trial(sub: argparse._SubParsersAction) -> None:
     """Add the ``trial`` subcommand to ``sub``: a candidate feature's trial on a workload."""
     tri = sub.add_parser(
-        "trial", help="does a candidate feature help? baseline vs baseline + candidates over seeds, on a workload",
+        "trial", help="does a candidate feature help? baseline vs baseline + candidates over seeds, on a workload "
+                      "or the default data",
         description="Train the workload's baseline and baseline + the candidate features over K seeds, side by side "
                     "from one extraction pass, and compare them on the held-out rows (AUC / GAUC deltas with "
                     "intervals). Prints the trial's table and writes its JSON.")
-    tri.add_argument("--workload", type=Path, required=True, metavar="FILE", help="a TOML workload file")
+    tri.add_argument("--workload", type=Path, default=None, metavar="FILE",
+                     help="a TOML workload file (default: the demo's generated data, --rows, drawn with --seed)")
+    tri.add_argument("--rows", type=_int_in(MIN_ROWS), default=200_000,
+                     help="impressions in the default data (without --workload)")
     tri.add_argument("--data-root", type=Path, default=None, metavar="DIR",
                      help="the folder the workload's view paths are under (default: the file's root field)")
     tri.add_argument("--candidate", action="append", required=True, metavar="NAME=EXPR",
                      help="a candidate feature, e.g. 'pid_x_cate=ops.cross(\"pid\", \"cate_id\")'; repeatable")
     tri.add_argument("--kind", choices=("sparse", "dense"), default="sparse", help="what the candidates are")
-    tri.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din", "logreg"))
+    tri.add_argument("--model", default="dlrm", choices=MODELS)
     tri.add_argument("--seeds", type=_int_in(1, 64), default=None,
                      help="seeds per arm (K; default 3, or with --min-effect the most seeds, default 6)")
     tri.add_argument("--each", action="store_true",
@@ -727,7 +783,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     exp = sub.add_parser("export", help="export a demo's (or a workload run's) checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
-    exp.add_argument("--model", default="dlrm", choices=("dlrm", "wide_deep", "deepfm", "din"),
+    exp.add_argument("--model", default="dlrm", choices=tuple(m for m in MODELS if m != "logreg"),
                      help="the model the checkpoint holds")
     exp.add_argument("--workload", type=Path, default=None, metavar="FILE",
                      help="the TOML workload file the run trained on (`demo --workload FILE --work-dir W`): the "

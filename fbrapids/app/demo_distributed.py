@@ -39,23 +39,23 @@ from fbrapids.errors import ArgumentError, BackendUnavailableError, FbrapidsErro
 
 log = logging.getLogger(__name__)
 
-DISTRIBUTED_MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+DISTRIBUTED_MODELS = ("dlrm", "wide_deep", "deepfm", "din", "dcn")
 #: how long the other ranks wait for rank 0's next batch (planning included) before failing
 FEED_TIMEOUT_S = 3600.0
 
 
 def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]:
     """One rank's share of the demo (module docstring); returns its figures (metrics over the union)."""
+    import datetime
+
     import dask
     import torch
     import torch.distributed as dist
 
     from fbrapids.frames.cluster import close_client, connect, frozen_worker_watchdog
     from fbrapids.app.pipeline import (GROUP, KEEP_CHECKPOINTS, LABEL, SHUFFLE_BUFFER, TimedPartitions, batch_stream,
-                                   build_model, plan_frames, training_inputs)
-    from fbrapids.trainers.distributed import (LeaderFeed, evaluate_distributed, fit_distributed, per_rank_batch,
-                                               rank_store_config)
-    from fbrapids.trainers.sparse import StoreConfig
+                                       default_recipe, plan_frames, training_inputs)
+    from fbrapids.trainers.distributed import LeaderFeed, evaluate_distributed, fit_distributed, per_rank_batch
 
     model = options.get("model", "dlrm")
     if model not in DISTRIBUTED_MODELS:
@@ -66,10 +66,9 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     seed, nan = int(options.get("seed", 0)), options.get("nan", "error")
     dim = int(options.get("embedding_dim", 16))
     inputs = training_inputs(data, model, dim, batch_size, seed)  # every rank: the model's inputs, no data read
+    inputs.run["recipe"] = (recipe := default_recipe(data, model)).as_dict()  # one process's: the same training
     # the ranks wait for rank 0's batches on a group of their own, whose deadline covers planning (rank 0's
     # own progress is watched by the launcher's heartbeats and, on a cluster, frozen_worker_watchdog)
-    import datetime
-
     feed_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
         seconds=float(options.get("feed_timeout_s", FEED_TIMEOUT_S))))
     client = connect(options["scheduler"]) if rank == 0 and options.get("scheduler") else None
@@ -84,14 +83,11 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                                                     inputs.sparse, batch_size, seed, nan, shuffle_buffer=window)
                                        for f, window in ((frames.train, SHUFFLE_BUFFER), (frames.test, 0)))
             feed = LeaderFeed(train_src, rank, world, feed_group)
-            store = rank_store_config(StoreConfig(cache_rows=int(options.get("cache_rows", 1 << 17)),
-                                                  host_rows=options.get("host_rows", 1 << 19),
-                                                  ssd_dir=str(work / "store"), seed=seed), rank)
             torch.manual_seed(seed)
-            net = build_model(model, len(inputs.dense), inputs.sparse, store, dim, sequences=inputs.sequences)
+            net, optimizer = _rank_model(model, inputs, options, rank, recipe)
             t0 = time.perf_counter()
-            result, trainer = fit_distributed(net, feed, epochs=int(options.get("epochs", 1)),
-                                              checkpoint_dir=work / "checkpoints",
+            result, trainer = fit_distributed(net, feed, epochs=int(options.get("epochs") or recipe.epochs),
+                                              optimizer=optimizer, checkpoint_dir=work / "checkpoints",
                                               checkpoint_every=options.get("checkpoint_every"),
                                               resume=bool(options.get("resume", False)), run=inputs.run,
                                               keep_checkpoints=KEEP_CHECKPOINTS,
@@ -105,6 +101,26 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     finally:
         if client is not None:
             close_client(client)
+
+
+def _rank_model(model: str, inputs: Any, options: dict[str, Any], rank: int, recipe: Any) -> tuple[Any, Any]:
+    """Rank ``rank``'s demo ``model`` over ``inputs`` with ``recipe`` (as one process builds it;
+    its tables' tiers and seed from :func:`train_rank`'s ``options``) and its dense optimizer at
+    the recipe's rate, made where the ranks' trainer puts the model."""
+    from fbrapids.app.pipeline import build_model
+    from fbrapids.trainers.device import place_model
+    from fbrapids.trainers.distributed import rank_store_config
+    from fbrapids.trainers.fit import default_optimizer
+    from fbrapids.trainers.sparse import StoreConfig
+
+    store = rank_store_config(StoreConfig(cache_rows=int(options.get("cache_rows", 1 << 17)),
+                                          host_rows=options.get("host_rows", 1 << 19),
+                                          ssd_dir=str(Path(options["work_dir"]) / "store"),
+                                          seed=int(options.get("seed", 0))), rank)
+    net = build_model(model, len(inputs.dense), inputs.sparse, store, int(options.get("embedding_dim", 16)),
+                      sequences=inputs.sequences, recipe=recipe)
+    place_model(net, None)
+    return net, default_optimizer([p for p in net.parameters() if p.requires_grad], recipe.dense_lr)
 
 
 def rank_figures(result: Any, trainer: Any, feed: Any) -> dict[str, Any]:

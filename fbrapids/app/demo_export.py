@@ -4,7 +4,7 @@
 features) and leaves a checkpoint.  :func:`demo_spec` is the same feature plan split for
 serving: a request carries the impression context, the user and the basic features; an
 item is an ad; a null is filled as training's cleaning filled it (:func:`training_fills`); features reading both (``user_ad_h``, ``cat_city_h``, ``hour_cat_h``,
-``qxt_cross_h``) are pair features.  :func:`export_demo_checkpoint` rebuilds the demo's
+``qxt_cross_h``, ``qt_first_eq``) are pair features.  :func:`export_demo_checkpoint` rebuilds the demo's
 model, restores the checkpoint and exports it (``fbrapids export CHECKPOINT DIR`` or
 ``fbrapids demo --export DIR``), for each of the demo's models.
 
@@ -19,7 +19,7 @@ Example:
     >>> spec.side_of("user_id_h") if "user_id_h" in spec.features else spec.side_of("user_id")
     'request'
     >>> sorted(spec.pair_features)
-    ['cat_city_h', 'hour_cat_h', 'qxt_cross_h', 'user_ad_h']
+    ['cat_city_h', 'hour_cat_h', 'qt_first_eq', 'qxt_cross_h', 'user_ad_h']
     >>> din = demo_spec(model="din")
     >>> din.schema["hist_cat"], din.side_of("hist_cat"), din.sparse[-1]
     ('list<int64>', 'request', 'hist_cat')
@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fbrapids.datasets.synthetic import features as demo_features
 from fbrapids.datasets.synthetic import views as workload
 from fbrapids.errors import CheckpointMismatchError, ExportError
 from fbrapids.kernels import columns_of
@@ -71,7 +72,7 @@ def demo_spec(dense: list[str] | None = None, sparse: list[str] | None = None, m
     request_schema = {**REQUEST_SCHEMA, **{seq: "list<int64>" for seq in sequences or {} if seq in sparse}}
     used = set(dense) | set(sparse)
     sides: dict[str, dict[str, Any]] = {"request": {}, "item": {}, "pair": {}}
-    for name, e in workload.features().items():
+    for name, e in demo_features().items():  # the workload's and the trial-found ones (qt_first_eq)
         if name not in used:
             continue
         cols = columns_of(e)

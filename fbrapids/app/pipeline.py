@@ -32,6 +32,7 @@ from fbrapids.frames.backend import FrameLike, get_backend
 from fbrapids.errors import ArgumentError
 from fbrapids.datasets.synthetic import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,  # noqa: F401
                                         as_workload, din_history)
+from fbrapids.workloads.recipe import Recipe
 from fbrapids.workloads import RunConfig, Workload
 from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, split_fitted  # noqa: F401  (re-exported)
 from fbrapids.workloads.run_config import MODELS  # noqa: F401  (re-exported: the names RunConfig accepts)
@@ -77,10 +78,13 @@ class PipelineResult:
     checkpoint: str | None = None
     export: str | None = None  #: the serving export ``run_demo(export=...)`` wrote
     removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
+    memory: dict[str, Any] = field(default_factory=dict)  #: the budget, the plan and the measured peaks by stage
     fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
     steps: int = 0  #: training steps (global batches) taken
     held_rows: int = 0  #: training rows held back from training to fit the calibration on (fit)
+    recipe: dict[str, Any] = field(default_factory=dict)  #: the recipe trained with, and where it came from
+    tuning: dict[str, Any] = field(default_factory=dict)  #: RunConfig(tune=...)'s grid, tries and choice
     #: the split as checked before training (:meth:`~fbrapids.workloads.split_check.SplitCheck.as_dict`):
     #: its rule's name, the log's files in order, the time column's form, each side's rows and times
     split: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +109,20 @@ class PipelineResult:
 
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "predictions"}
         return json.loads(json.dumps(out, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+
+    def _memory_lines(self) -> list[str]:
+        """The summary's memory lines: the peak of the process tree and its stage, the estimate
+        made before any work, the budget, and how the run went within it."""
+        m = self.memory
+        if not m:
+            return []
+        gib = 2 ** 30
+        stages = ", ".join(f"{k} {v / gib:.2f}" for k, v in m.get("peak_by_stage", {}).items() if k != "start")
+        return ["", "memory (the process tree):",
+                f"  peak {m.get('peak_bytes', 0) / gib:.2f} GiB in {m.get('peak_stage')} (by stage, GiB: {stages}); "
+                f"estimated {m.get('estimate_bytes', 0) / gib:.2f} GiB before any work; budget "
+                f"{m.get('budget_bytes', 0) / gib:.2f} GiB ({m.get('budget_from')}); ran on {m.get('scheduler')}, "
+                f"partitions of {m.get('partition_rows', 0):,} rows"]
 
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
@@ -132,6 +150,7 @@ class PipelineResult:
         for name, plan in self.passes.items():
             lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
                          f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
+        lines += self._memory_lines()
         lines += ["", "embedding store (all tables):"] + ([f"  {self.store_layout}"] if self.store_layout else [])
         for tier in ("cache", "host", "ssd"):
             t = self.store.get(tier)
@@ -160,9 +179,22 @@ class PipelineResult:
                          "the store and checkpoints, --export DIR the trained model)")
         if self.export:
             lines.append(f"  export                 {self.export} (serve it: fbrapids serve {self.export})")
+        lines += _recipe_lines(self.recipe, self.tuning)
         if self.fitted:
             lines += ["", self.fitted]
         return "\n".join(lines)
+
+
+def _recipe_lines(recipe: dict[str, Any], tuning: dict[str, Any]) -> list[str]:
+    """The summary's lines on the recipe trained with and, when tuned, the tuning's tries."""
+    if not recipe:
+        return []
+    lines = ["", f"recipe ({recipe.get('source', '')}):", f"  {recipe.get('text', '')}"]
+    if tuning:
+        from fbrapids.app.tuning import tuning_lines
+
+        lines += tuning_lines(tuning)
+    return lines
 
 
 class TimedPartitions:
@@ -174,11 +206,13 @@ class TimedPartitions:
     shuffle) run once per pass; at most ``window`` partitions are in flight.
     """
 
-    def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None) -> None:
+    def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None,
+                 watch: Any = None) -> None:
         # only the columns the consumer reads travel (from cluster workers) and are held
         self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
         self.window = window
         self.counters = counters  # a cluster.WorkerCounters polled after each partition
+        self.watch = watch  # a runs.memory_watch.MemoryWatch: the run stops past its budget
         self.busy_s = 0.0
         self.partitions = 0
         self.plan: dict[str, int] = {}
@@ -204,6 +238,8 @@ class TimedPartitions:
                 self.partitions += 1
             if self.counters is not None:
                 self.counters.poll()
+            if self.watch is not None:
+                self.watch.check()
             yield part
 
 
@@ -246,14 +282,19 @@ def feature_frame(data: Workload | str | Path, backend: str | None = None,
     ``joined``): :func:`fbrapids.workloads.frames.feature_frame`.
 
     ``extra_features`` (name -> expression) are extracted with the workload's features,
-    in the same meta-kernels.  On the generated data the small dictionaries (users, ads)
-    are persisted and broadcast, and the basic features, sorted by ``instance_id`` like
+    in the same meta-kernels; history and row operators (``overlap_count``) after them, over
+    the merged frame (fitted ones are left to :func:`plan_frames`, which fits them on the
+    training rows).  On the generated data the small dictionaries (users, ads)
+    are broadcast (persisted first on a dask cluster), and the basic features, sorted by ``instance_id`` like
     the impressions, are joined partition by partition (no shuffle).
     """
     from fbrapids.workloads import frames
 
     w = as_workload(data)
-    return frames.feature_frame(w, backend=backend, features={**w.features, **(extra_features or {})})
+    features = {**w.features, **(extra_features or {})}
+    merged, parts = frames.feature_frame(w, backend=backend, features=features)
+    _, history, _ = split_fitted(features)  # the frame-level ones (the demo's qt_first_eq), but fitted ones
+    return (merged.fbx.extract(**history) if history else merged), parts
 
 
 def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -> dict[str, FrameLike]:
@@ -280,13 +321,78 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "wide_deep": dict(deep_mlp=[64, 32]),
     "deepfm": dict(deep_mlp=[64, 32]),
     "din": dict(attention_mlp=(36,), mlp=(64, 32), first_order=True),
+    "dcn": dict(bottom_mlp=[64, 32], cross_layers=3, low_rank=64, structure="stacked", top_mlp=[64, 32]),
+}
+
+#: the recipe fields a model has no part for (a tuning does not vary them): no first-order
+#: tables in DLRM and DCN-v2; the logistic regression's tables are all first-order, and it has no MLP
+UNUSED_RECIPE_FIELDS: dict[str, tuple[str, ...]] = {"dlrm": ("first_order_lr",), "dcn": ("first_order_lr",),
+                                                    "logreg": ("sparse_lr", "dropout")}
+
+#: the demo's recipe of each model (:class:`~fbrapids.workloads.recipe.Recipe`), by the log's size:
+#: ``(rows from, recipe)`` pairs, the last whose rows the log reaches applies.  Chosen by
+#: ``RunConfig(tune=True)`` on the default data of 200,000 and 1,000,000 rows (docs/models.md).
+RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
+    "dlrm": ((0, Recipe(sparse_lr=0.1)),),
+    "wide_deep": ((0, Recipe(dense_lr=3e-3, sparse_lr=0.1, first_order_lr=0.02)),),
+    "deepfm": ((0, Recipe(sparse_lr=0.02, first_order_lr=0.05, weight_decay=1e-5, epochs=4)),),
+    "din": ((0, Recipe(sparse_lr=0.05, first_order_lr=0.02, weight_decay=1e-5)),),
+    "dcn": ((0, Recipe(sparse_lr=0.2)),),
+    "logreg": ((0, Recipe(dense_lr=3e-4, first_order_lr=0.05, epochs=4)),),
 }
 
 
+def recipe_for(model: str, rows: int | None) -> tuple[Recipe, int]:
+    """The demo's recipe of ``model`` for a log of ``rows`` rows (None: unknown, the largest
+    size's), and the rows its entry in :data:`RECIPES` starts from.
+
+    Example:
+        >>> recipe_for("dlrm", 200_000)[0].epochs
+        1
+    """
+    entries = RECIPES.get(model) or ((0, Recipe()),)
+    chosen = entries[0]
+    for start, recipe in entries:
+        if rows is None or rows >= start:
+            chosen = (start, recipe)
+    return chosen[1], chosen[0]
+
+
+def default_recipe(data: Workload | str | Path, model: str) -> Recipe:
+    """The recipe the pipeline trains ``model`` with on ``data`` unless told otherwise: its
+    :data:`RECIPES` entry for the log's rows (:func:`recipe_for`, :func:`log_rows`)."""
+    return recipe_for(model, log_rows(as_workload(data)))[0]
+
+
+def log_rows(w: Workload) -> int | None:
+    """The rows of the workload's log, from its parquet footers (None when a file of it is not
+    parquet: counting would read it).
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datasets.synthetic.generate import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(300, d)
+        >>> log_rows(as_workload(d))
+        300
+    """
+    from fbrapids.views.parquet_footer import check_footer
+
+    total = 0
+    for f in w.log.paths:
+        path = Path(w.resolve(f))
+        if path.suffix != ".parquet" or not path.is_file():
+            return None
+        total += check_footer(path).num_rows
+    return total
+
+
 def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
-                    embedding_dim: int = 16, sequences: dict[str, str] | None = None) -> tuple[type, dict[str, Any]]:
+                    embedding_dim: int = 16, sequences: dict[str, str] | None = None,
+                    recipe: Recipe | None = None) -> tuple[type, dict[str, Any]]:
     """The class and constructor arguments of :func:`build_model` (an export rebuilds the
-    model from them).
+    model from them); ``recipe``: its learning rates, weight decay and dropout in the
+    stores' configurations and the model's ``dropout`` (none of which changes the model's
+    layout).
 
     Example:
         >>> from fbrapids.trainers.sparse import StoreConfig
@@ -301,16 +407,26 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     cls = models.model_for(name)  # the class from the one registry; the pipeline's architecture below
     common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
                   pooling=POOLING)
-    if name == "logreg":
-        return cls, {k: v for k, v in common.items() if k != "pooling"}  # first-order: summed
+    if recipe is not None:
+        common["store"] = recipe.store(store)
+    if name == "logreg":  # first-order: summed; its tables at the first-order rate
+        out = {k: v for k, v in common.items() if k != "pooling"}
+        if recipe is not None:
+            out["store"] = recipe.store(store).with_(lr=recipe.first_order)
+        return cls, out
     if name == "din":
         seqs = dict(sequences or {})
         common.update(sparse_features=[f for f in sparse if f not in seqs], sequences=seqs)
+    if recipe is not None:
+        common["dropout"] = recipe.dropout
+        first = {"wide_deep": "wide_store", "deepfm": "first_order_store", "din": "first_order_store"}.get(name)
+        if first is not None:
+            common[first] = recipe.first_order_store(store)
     return cls, dict(common, **ARCHITECTURES.get(name, {}))
 
 
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,
-                sequences: dict[str, str] | None = None) -> Any:
+                sequences: dict[str, str] | None = None, recipe: Recipe | None = None) -> Any:
     """One of the trainer's models over the pipeline's features.
 
     Example:
@@ -318,7 +434,7 @@ def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedd
         >>> type(build_model("dlrm", 3, ["a"], StoreConfig(cache_rows=8))).__name__
         'DLRM'
     """
-    cls, kwargs = model_arguments(name, dense_dim, sparse, store, embedding_dim, sequences)
+    cls, kwargs = model_arguments(name, dense_dim, sparse, store, embedding_dim, sequences, recipe)
     return cls(**kwargs)
 
 
@@ -362,6 +478,13 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     tier plus ``KEEP_CHECKPOINTS + 1`` checkpoints, each table sized by its bound
     (:mod:`fbrapids.runs.disk_budget`; :class:`~fbrapids.errors.PreflightError` with the sizes).
 
+    Memory: before any work the run's peak is estimated from the views' footers against
+    ``config.memory_limit`` (:mod:`fbrapids.app.run_memory`): a run that cannot fit is a
+    :class:`~fbrapids.errors.MemoryBudgetError` in one line; one whose dictionaries do not fit
+    beside the rest runs on a local dask cluster whose worker is limited and spills.  While it
+    runs its memory is sampled by stage (``result.memory``), said when near the budget, and
+    the run stops with a MemoryBudgetError past it.
+
     Returns:
         A :class:`PipelineResult` (``render()`` is the demo's summary).
     """
@@ -369,6 +492,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
 
     # every compute of this run goes to ``client``, or to this process's threads: never to
     # some other default client that happens to exist (kernel counters are read from there)
+    from fbrapids.app.run_memory import budgeted, memory_plan
     from fbrapids.frames.cluster import frozen_worker_watchdog
     from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
 
@@ -377,17 +501,20 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     if not isinstance(cfg, RunConfig):
         raise ArgumentError(f"config must be a RunConfig, got {type(config).__name__}")
     w.check_files()
+    plan = memory_plan(w, cfg, SHUFFLE_BUFFER, client)  # a run that cannot fit: refused before any work
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
+        client, watch = stack.enter_context(budgeted(plan, client))
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
                 torch_cache_in(work), frozen_worker_watchdog(client, f"the run on {w.origin}"):
-            result = _run(w, cfg, client, work)
+            result = _run(w, cfg, client, work, watch)
+        result.memory = {**plan.summary(), **watch.summary()}
         if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
 
 
-def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult:
+def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any) -> PipelineResult:
     """One run of :func:`run_pipeline`, its work dir held: plan, then stream and train, then
     evaluate on the held-out rows, each stage's rows, seconds and counters recorded."""
     import torch
@@ -402,14 +529,16 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path) -> PipelineResult
     decisions_before = join_decision_mark()
     _reset_kernel_counters(client, require=f"extracting {w.origin}")
     t0 = time.perf_counter()
+    watch.stage("plan")
     planned = _plan_run(w, cfg, be.name, work, result)
     result.seconds["plan"] = time.perf_counter() - t0
     if planned.frames.split is not None:  # every check passed: what is about to train, and on what
         planned.frames.split.announce(w.origin)
 
     _reset_kernel_counters(client)  # count the streamed partitions' kernels only, not planning's
-    streams = _open_streams(w, cfg, planned, client)
+    streams = _open_streams(w, cfg, planned, client, watch)
     fitted, train_s, evaluate_s = _train_and_evaluate(w, cfg, be.is_gpu, planned, streams, result)
+    watch.stage("metrics")
     _record_training(result, fitted, streams, train_s)
     p = result.predictions
     result.metrics = all_metrics(p["label"], p["pred"], p.get("group"))
@@ -434,6 +563,7 @@ class _PlannedRun:
     frames: PlannedFrames
     net: torch.nn.Module  #: the model (:func:`build_model`)
     ckpt_dir: Path | None  #: where checkpoints go (None: no checkpoints)
+    recipe: Recipe  #: its learning rates, regularisation and epochs
 
 
 @dataclass
@@ -445,6 +575,7 @@ class _Streams:
     test_producer: TimedPartitions
     train: _WaitTimer
     counters: Any  #: a :class:`~fbrapids.frames.cluster.WorkerCounters` on a cluster, else None
+    watch: Any  #: the run's :class:`~fbrapids.runs.memory_watch.MemoryWatch`
     test: Any = None
 
 
@@ -466,9 +597,13 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
     """The run's inputs, lazy frames and model, checked before training: a resume with other
     settings refused, the fitted features fitted (and saved beside the checkpoints), the
     disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
+    import torch
+
     from fbrapids.runs.disk_budget import table_bounds
 
     inputs = training_inputs(w, cfg.model, cfg.embedding_dim, cfg.batch_size, cfg.seed)
+    recipe = _resolve_recipe(w, cfg, backend, work, inputs, result)
+    inputs.run["recipe"] = recipe.as_dict()  # a resume must train with it too
     if cfg.resume and cfg.checkpoint:
         _check_resume(work / "checkpoints", inputs.run)  # a resume with other settings: refused before planning
     frames = plan_frames(inputs, w, backend)
@@ -479,10 +614,12 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
             frames.fitted_state.save(work / "fitted")
     bounds = table_bounds(w.root or ".", inputs.sparse, inputs.extra_features)
     store, result.store_layout = store_config(cfg, work / "store", bounds)
-    net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences)
+    torch.manual_seed(cfg.seed)  # the model a run without a tuning builds, whatever the tuning drew before it
+    net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences,
+                      recipe=recipe)
     ckpt_dir = (work / "checkpoints") if cfg.checkpoint else None
     _preflight(work, ckpt_dir, net, store, bounds)
-    return _PlannedRun(inputs, frames, net, ckpt_dir)
+    return _PlannedRun(inputs, frames, net, ckpt_dir, recipe)
 
 
 def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: dict[str, Any],
@@ -512,7 +649,79 @@ def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: dict[str, Any],
                    f"{'unbounded' if cfg.host_rows is None else f'{cfg.host_rows:,} rows'}, SSD files: {why}")
 
 
-def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any) -> _Streams:
+def _resolve_recipe(w: Workload, cfg: RunConfig, backend: str, work: Path, inputs: TrainingInputs,
+                    result: PipelineResult) -> Recipe:
+    """The recipe the run trains with: ``cfg.recipe``, else the pipeline's for the model and the
+    log's size (:data:`RECIPES`); with ``cfg.tune``, the one a tuning from it chooses
+    (:mod:`fbrapids.app.tuning`; a resume reuses the recipe its checkpoint recorded).  Recorded
+    in ``result.recipe`` (and the tuning in ``result.tuning``)."""
+    if cfg.recipe is not None:
+        recipe, source = cfg.recipe, "RunConfig.recipe"
+    else:
+        rows = log_rows(w)
+        recipe, start = recipe_for(cfg.model, rows)
+        source = (f"the pipeline's for {cfg.model}" + (f" on logs of {start:,} rows or more" if start else "")
+                  if rows is not None else f"the pipeline's for {cfg.model} on the largest logs (the log's size "
+                  "is not known from its footers)")
+    if cfg.tune:
+        from fbrapids.trainers.run_identity import recorded_identity
+
+        found = recorded_identity(work / "checkpoints") if cfg.resume and cfg.checkpoint else None
+        kept = (found[1] or {}).get("recipe") if found is not None else None
+        if kept is not None:
+            recipe, source = Recipe(**kept), "tuned by the run this one resumes (its checkpoint's)"
+        else:
+            from fbrapids.app.tuning import tune_recipe
+
+            with training_threads(cfg.train_threads, backend == "gpu"):
+                result.tuning = tune_recipe(_tuning_data(w, cfg, inputs, backend), cfg, recipe, work,
+                                            UNUSED_RECIPE_FIELDS.get(cfg.model, ()))
+            recipe, source = Recipe(**result.tuning["choice"]), f"tuned on the validation day, from {source}"
+    result.recipe = {**recipe.as_dict(), "source": source, "text": recipe.describe()}
+    return recipe
+
+
+def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) -> tuple[FrameLike, FrameLike, int]:
+    """The lazy rows a tuning (:mod:`fbrapids.app.tuning`) trains and scores on: the training
+    days before the last one, and the last training day (the validation day), with ``inputs``'
+    features (fitted ones fitted on the days before the validation day only); and the
+    validation day's first second.  The held-out rows are not among them.  A split that is
+    not by time (``at`` / ``last_day``) is a :class:`~fbrapids.errors.WorkloadError`: a tuning
+    needs a day to hold out."""
+    from fbrapids.errors import WorkloadError
+    from fbrapids.workloads import Split
+    from fbrapids.workloads.frames import held_out_cutoff, split_by_time
+
+    cutoff = held_out_cutoff(w)
+    if cutoff is None:
+        raise WorkloadError(f"{w.where}: tuning holds out the last training day, which needs a split by time "
+                            f"(rule 'at' or 'last_day'), not {w.split.rule!r}")
+    start = cutoff - DAY
+    frames = plan_frames(inputs, w.replace(split=Split("at", at=start)), backend)
+    validation, _ = split_by_time(frames.test, w.time, cutoff)  # the held-out day's rows dropped
+    return frames.train, validation, start
+
+
+def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: str | None) -> Any:
+    """The run's :class:`~fbrapids.app.tuning.TuningData`: :func:`validation_frames`, the run's
+    model with a recipe, its stream (the training days' shuffled as the run's are)."""
+    from fbrapids.app.tuning import TuningData
+
+    train, validation, day = validation_frames(inputs, w, backend)
+    columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
+
+    def model(recipe: Recipe, store: Any) -> Any:
+        return build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim,
+                           sequences=inputs.sequences, recipe=recipe)
+
+    def batches(frame: FrameLike, shuffled: bool) -> Any:
+        return batch_stream(TimedPartitions(frame, window=1, columns=columns), inputs.dense, inputs.sparse,
+                            cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, SHUFFLE_BUFFER if shuffled else 0)
+
+    return TuningData(train, validation, day, model, batches)
+
+
+def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any, watch: Any) -> _Streams:
     """The timed passes over the training and held-out partitions (only the stream's columns
     computed out) and the shuffled training batches over the first; on a cluster, the
     workers' kernel counters polled after each partition."""
@@ -527,11 +736,11 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any
     # held-out partitions are streamed too
     # one partition computed at a time plus a queue of one: at most two partitions ahead of the
     # trainer, as stream(prefetch=2) holds over a dask frame
-    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns)
-    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns)
+    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns, watch=watch)
+    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns, watch=watch)
     train = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group,
                                     SHUFFLE_BUFFER))
-    return _Streams(producer, test_producer, train, counters)
+    return _Streams(producer, test_producer, train, counters, watch)
 
 
 @contextlib.contextmanager
@@ -555,15 +764,21 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
                         result: PipelineResult) -> tuple[Any, float, float]:
     """Train the model on the training stream, then predict the held-out stream into
     ``result.predictions``; returns the fit's result and the two stages' seconds."""
-    from fbrapids.trainers.fit import fit, predict
+    from fbrapids.trainers.device import place_model
+    from fbrapids.trainers.fit import default_optimizer, fit, predict
 
-    inputs = planned.inputs
+    inputs, recipe = planned.inputs, planned.recipe
+    place_model(planned.net, None)  # where fit trains it: the dense optimizer is made for the parameters there
+    optimizer = default_optimizer([p for p in planned.net.parameters() if p.requires_grad], recipe.dense_lr)
     with training_threads(cfg.train_threads, is_gpu):
+        streams.watch.stage("extract+train")
         t = time.perf_counter()
-        fitted = fit(planned.net, streams.train, epochs=cfg.epochs, progress=cfg.progress,
+        fitted = fit(planned.net, streams.train, epochs=cfg.epochs or recipe.epochs, progress=cfg.progress,
+                     optimizer=optimizer,
                      checkpoint_dir=planned.ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every,
                      run=inputs.run, keep_checkpoints=KEEP_CHECKPOINTS, calibrate=cfg.calibrate)
         train_s = time.perf_counter() - t
+        streams.watch.stage("extract+evaluate")
         t = time.perf_counter()
         streams.test = batch_stream(streams.test_producer, inputs.dense, inputs.sparse, cfg.batch_size, cfg.seed,
                                     cfg.nan, w.label, w.group)
@@ -600,10 +815,36 @@ def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> dict[str, Any]:
     ks = kernel_stats.stats() if streams.counters is None else _cluster_kernel_stats(streams.counters)
     streamed = streams.producer.partitions + streams.test_producer.partitions
     plan = plan_for(frames.parts["joined"]._meta, frames.plain)
-    return {"layers": len(plan.layers), "operators": len(plan.nodes), "launches": ks["launches"],
+    inputs = _frame_op_inputs(frames.frame_ops)  # a plan of their own, run before the frame-level operators
+    extra = plan_for(frames.train._meta, inputs) if inputs else None
+    layers, operators = len(plan.layers), len(plan.nodes)
+    if extra is not None:
+        layers, operators = layers + len(extra.layers), operators + len(extra.nodes)
+    return {"layers": layers, "operators": operators, "launches": ks["launches"],
             "partitions": streamed, "launches_per_partition": ks["launches"] / streamed if streamed else 0.0,
             "pool_peak_bytes": ks["peak_pool_bytes"], "pool_regrowths": ks["regrowths"],
             "dictionary_runs": ks["dictionary_runs"]}
+
+
+def _frame_op_inputs(features: dict[str, Any]) -> dict[str, Any]:
+    """The meta-kernel expressions the frame-level operators of ``features`` read (``overlap_count``'s
+    token lists, say): extracted in a plan of their own before those operators run.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> sorted(_frame_op_inputs({"x": ops.overlap_count(ops.split("q", " "), "t")}).values(), key=str)
+        [Call(op='split', args=(Col(name='q'),), params=(('sep', ' '), ('buckets', None)))]
+    """
+    from fbrapids.features.fitted import FRAME_OPS, frame_calls
+    from fbrapids.kernels import Call, as_expr
+
+    out: dict[str, Any] = {}
+    for e in features.values():
+        for c in frame_calls(as_expr(e)):
+            for a in c.args:
+                if isinstance(a, Call) and a.op not in FRAME_OPS and a not in out.values():
+                    out[f"_input{len(out)}"] = a
+    return out
 
 
 def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, frames: PlannedFrames,
@@ -675,6 +916,7 @@ class PlannedFrames:
     parts: dict[str, FrameLike]
     plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
     fitted_state: Any = None
+    frame_ops: dict[str, Any] = field(default_factory=dict)  #: those computed at frame level (history, row ops)
     fit_s: float = 0.0
     split: Any = None  #: the split, checked before planning (:class:`~fbrapids.workloads.split_check.SplitCheck`)
 
@@ -718,7 +960,7 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
     if history:  # on dask: one shuffle by each history key, right across partition boundaries
         merged = merged.fbx.extract(**history)
     train, test = frames.split_frame(w, merged, check.cutoff)
-    out = PlannedFrames(train, test, parts, plain, split=check)
+    out = PlannedFrames(train, test, parts, plain, split=check, frame_ops=history)
     if to_fit:  # fitted on the training rows only; out-of-fold there, frozen on the held-out rows
         t = time.perf_counter()
         out.fitted_state = train.fbx.fit(**to_fit)

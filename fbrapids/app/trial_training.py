@@ -51,7 +51,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -59,6 +59,7 @@ from fbrapids.errors import ArgumentError, TrialError
 
 if TYPE_CHECKING:  # (annotations only)
     from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.side_by_side import CountedBatches
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class ArmsSession:
         rows, then every model's held-out predictions; a :class:`SeedRun` per seed."""
         from fbrapids import kernels as kernel_stats
         from fbrapids.app.pipeline import training_threads
-        from fbrapids.trainers.side_by_side import fit_side_by_side, predict_side_by_side, side_by_side
+        from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side, side_by_side
 
         if not self.extraction["passes"] and self.frames.split is not None:
             self.frames.split.announce(self.w.origin)  # every check passed: what is about to train, and on what
@@ -216,7 +217,7 @@ class ArmsSession:
         train, test = self._producers()
         with training_threads(self.opt["train_threads"], self._backend().is_gpu):  # every core but one on the CPU
             t = time.perf_counter()
-            stream = _Counted(self._batches(train, shuffle=True))
+            stream = CountedBatches(self._batches(train, shuffle=True))
             arms = side_by_side(models, views)  # shared tables and batched dense parts where the models allow
             steps = fit_side_by_side(models, stream, views=views, epochs=self.opt["epochs"], progress=progress,
                                      strategy=arms)
@@ -251,7 +252,7 @@ class ArmsSession:
         return batch_stream(source, self.dense, self.sparse, self.opt["batch_size"], self.order_seed,
                             self.opt["nan"], self.w.label, self.w.group, SHUFFLE_BUFFER if shuffle else 0)
 
-    def _record_pass(self, held: dict[str, np.ndarray], train: Any, test: Any, stream: "_Counted",
+    def _record_pass(self, held: dict[str, np.ndarray], train: Any, test: Any, stream: "CountedBatches",
                      models: int) -> None:
         """The pass's held-out labels and groups (every pass streams the same held-out rows:
         checked) and its extraction counts, added to the trial's."""
@@ -405,52 +406,6 @@ class ArmView:
         if self.arm.role == "aa":
             return shuffled_view(b, lay.model_dense, lay.slots_dense, lay.slots_sparse, self.generator)
         return b
-
-
-class _Counted:
-    """A stream of batches that counts the rows it hands out (over every epoch) and
-    fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
-
-    def __init__(self, batches: Any) -> None:
-        import hashlib
-
-        self.batches, self.rows, self.digest = batches, 0, hashlib.sha1()
-
-    def set_epoch(self, epoch: int) -> None:
-        if hasattr(self.batches, "set_epoch"):
-            self.batches.set_epoch(epoch)
-
-    def expected_batches(self) -> int | None:
-        from fbrapids.trainers.fit import expected_batches
-
-        return expected_batches(self.batches)
-
-    def estimated_batches(self) -> int | None:
-        from fbrapids.trainers.fit import estimated_batches
-
-        return estimated_batches(self.batches)
-
-    def __iter__(self) -> Iterator[Batch]:
-        for b in self.batches:
-            self.rows += len(b)
-            self.digest.update(batch_fingerprint(b))
-            yield b
-
-
-def batch_fingerprint(batch: Batch) -> bytes:
-    """A batch's labels and groups as bytes, in row order (what ``SeedRun.order`` hashes).
-
-    Example:
-        >>> import torch
-        >>> from fbrapids.trainers.batch import Batch
-        >>> b = Batch(torch.zeros(2, 0), torch.tensor([1.0, 0.0]), {}, torch.tensor([7, 8]))
-        >>> len(batch_fingerprint(b))  # 2 float32 labels and 2 int64 groups
-        24
-    """
-    out = batch.label.detach().cpu().numpy().tobytes()
-    if batch.group is not None:
-        out += batch.group.detach().cpu().numpy().tobytes()
-    return out
 
 
 class _DropView:

@@ -54,6 +54,27 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     return client
 
 
+def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str | None = None) -> Any:
+    """A ``distributed.Client`` on a new local cluster of ONE worker process limited to
+    ``memory_limit`` bytes, with ``threads`` threads (default: one per core): past
+    distributed's thresholds of that limit the worker spills its results to disk (60-70%),
+    pauses (80%) and, past 95%, is restarted by its nanny (an error naming it, never a
+    silent kill); shuffles on it are dask's P2P shuffle, whose buffers are on disk.  One
+    worker: a run's budget is the whole tree's, and a second copy of every broadcast table
+    would halve what each worker can hold.
+
+    Example:
+        >>> client = budgeted_cluster(2 << 30)  # doctest: +SKIP
+    """
+    try:
+        return local_cluster(n_workers=1, threads_per_worker=threads or os.cpu_count() or 1, backend=backend,
+                             memory_limit=int(memory_limit))
+    except RuntimeError as exc:  # distributed: "Nanny failed to start"
+        raise ClusterError(f"could not start a local dask cluster for the run ({exc}); its worker process starts "
+                           "by importing the main module: a script that runs the pipeline at import must do so "
+                           "under `if __name__ == \"__main__\":`") from exc
+
+
 def worker_devices(cluster_kwargs: dict[str, Any], workers: int, visible: int) -> list[str]:
     """The devices a ``LocalCUDACluster``'s ``workers`` workers use, as ``CUDA_VISIBLE_DEVICES``
     names them (worker i takes the i-th of the cluster's list: its ``CUDA_VISIBLE_DEVICES``

@@ -9,8 +9,11 @@ neither:
 * the graph is optimised ONCE per pass (``to_delayed``), and a :class:`PassPlan` finds, for
   every task, the first and last output partition that needs it;
 * partitions are computed in order, ``window`` at a time; a task needed by several
-  partitions is computed with the first of them, its result kept, and dropped after the
-  last of them (so each upstream task runs once per pass);
+  partitions is computed with the first of them, and its result is kept only while a task
+  still to run takes it as an input, dropped as soon as the last such task has run (so each
+  upstream task runs once per pass, and what is held is the frontier between what has run
+  and what has not: a dictionary's hash table, a shuffle's store and barrier, the slice of a
+  read shared by two partitions; never the upstream partitions a shuffle has consumed);
 * with the local scheduler (threads, sync) each window is one call of that scheduler on
   the window's slice of the graph, with the kept results in it as data;
 * on a distributed ``Client`` (the scheduler in force) the window's partitions are futures,
@@ -19,7 +22,13 @@ neither:
   shuffle's barrier included).
 
 Memory: at most ``window`` output partitions in flight or held, plus the shared results
-still needed (a dictionary's hash table; the slices of a partition that spans two).
+still needed (a dictionary's hash table; the slices of a partition that spans two; a
+shuffle's store, which spills to disk), whatever the rows.  A shuffle's barrier needs every
+input partition, and all of them were once "shared"; holding each until the last output
+partition held the whole input in memory (a 64M-row run was killed at 22.5 GB).
+``stats["held_bytes"]`` is the most bytes the pass held at once (:func:`dask.sizeof.sizeof`
+of the kept results and the window's partitions), ``stats["shuffle_ram_bytes"]`` the most a
+disk shuffle's stores held in RAM (dask's partd buffer: up to 1 GB each, then its files).
 
 Example:
     >>> import pandas as pd, dask.dataframe as dd
@@ -49,6 +58,8 @@ class PassPlan:
     outputs: list[Any]
     first_use: dict[Any, int] = field(default_factory=dict)
     last_use: dict[Any, int] = field(default_factory=dict)
+    #: per task: how many tasks of the pass take it as an input and have not run yet
+    waiting: dict[Any, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, graph: dict[Any, Any], outputs: list[Any]) -> "PassPlan":
@@ -57,7 +68,24 @@ class PassPlan:
             for k in plan.closure(key, stop=()):
                 plan.first_use.setdefault(k, i)
                 plan.last_use[k] = i
+        for k in plan.first_use:
+            plan.waiting.setdefault(k, 0)
+            for d in plan.dependencies(k):
+                if d in plan.first_use:
+                    plan.waiting[d] = plan.waiting.get(d, 0) + 1
         return plan
+
+    def ran(self, keys: Any) -> None:
+        """Record that ``keys`` have run: their inputs wait on them no more."""
+        for k in keys:
+            for d in self.dependencies(k):
+                if d in self.waiting:
+                    self.waiting[d] -= 1
+
+    def still_needed(self, key: Any) -> bool:
+        """Whether a task that has not run yet takes ``key``'s result as an input (so a
+        later partition's closure, stopping at kept results, reaches ``key``)."""
+        return self.waiting.get(key, 0) > 0
 
     def dependencies(self, key: Any) -> Any:
         return self.graph[key].dependencies
@@ -128,34 +156,60 @@ def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | N
         raise ClusterError(f"pass over {len(pieces)} partitions: the scheduler {client.scheduler.address} lost the "
                            f"data of task {exc.args[0]!r} (persisted on workers that died or left); nothing "
                            "can recompute it in this run") from None
-    if stats is not None:
-        stats.update(partitions=len(pieces), tasks=len(plan.first_use), shared_tasks=plan.shared_tasks)
+    if stats is None:
+        stats = {}
+    stats.update(partitions=len(pieces), tasks=len(plan.first_use), shared_tasks=plan.shared_tasks, held_bytes=0,
+                 shuffle_ram_bytes=0)
     log.debug("pass over %d partitions: %d tasks, %d shared", len(pieces), len(plan.first_use), plan.shared_tasks)
     if client is not None:
         yield from _futures_pass(plan, client, window)
     else:
-        yield from _local_pass(plan, get, window)
+        yield from _local_pass(plan, get, window, stats)
 
 
-def _local_pass(plan: PassPlan, get: Callable, window: int) -> Iterator[FrameLike]:
+def _local_pass(plan: PassPlan, get: Callable, window: int, stats: dict[str, int]) -> Iterator[FrameLike]:
     from dask._task_spec import DataNode
+    from dask.sizeof import sizeof
 
     kept: dict[Any, Any] = {}
     outputs = plan.outputs
     for start in range(0, len(outputs), window):
         batch = outputs[start:start + window]
-        last = start + len(batch) - 1
         sub: dict[Any, Any] = {}
         for key in batch:
             for k in plan.closure(key, stop=kept):
                 if k not in sub:
                     sub[k] = DataNode(k, kept[k]) if k in kept else plan.graph[k]
-        fresh_shared = [k for k in sub if k not in kept and plan.shared(k) and plan.last_use[k] > last]
-        results = get(sub, list(batch) + fresh_shared)
-        kept.update(zip(fresh_shared, results[len(batch):]))
-        for k in [k for k in kept if plan.last_use[k] <= last]:
+        fresh = [k for k in sub if k not in kept]
+        plan.ran(fresh)
+        keep = [k for k in fresh if plan.still_needed(k)]
+        results = get(sub, list(batch) + keep)
+        kept.update(zip(keep, results[len(batch):]))
+        for k in [k for k in kept if not plan.still_needed(k)]:
             del kept[k]
+        stores = [store_ram(v) for v in kept.values()]
+        held = sum(sizeof(v) for v, ram in zip(kept.values(), stores) if ram is None)
+        stats["held_bytes"] = max(stats["held_bytes"], held + sum(sizeof(v) for v in results[:len(batch)]))
+        stats["shuffle_ram_bytes"] = max(stats["shuffle_ram_bytes"], sum(ram or 0 for ram in stores))
         yield from results[:len(batch)]
+
+
+def store_ram(value: Any) -> int | None:
+    """The bytes a disk shuffle's store (partd: dask's ``shuffle(method="disk")``) holds in
+    RAM before they spill to its files; None when ``value`` is not such a store.
+
+    Example:
+        >>> import pandas as pd
+        >>> store_ram(pd.DataFrame({"a": [1]})) is None
+        True
+    """
+    inner = value
+    while type(inner).__module__.startswith("partd") and hasattr(inner, "partd"):  # the encoding layers
+        inner = inner.partd
+    if type(inner).__module__.startswith("partd"):
+        ram = getattr(inner, "memory_usage", None)  # a partd.Buffer; 0 for a store straight on its files
+        return int(ram) if isinstance(ram, int) else 0
+    return None
 
 
 def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[FrameLike]:
@@ -168,9 +222,10 @@ def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[FrameLik
     def submit(i: int) -> None:
         key = outputs[i]
         sub = {k: plan.graph[k] for k in plan.closure(key, stop=held) if k not in held}
-        fresh_shared = [k for k in sub if k not in held and plan.shared(k)]
-        futures = client.get(sub, [key] + fresh_shared, sync=False)
-        held.update(zip(fresh_shared, futures[1:]))
+        plan.ran(sub)
+        keep = [k for k in sub if plan.still_needed(k)]
+        futures = client.get(sub, [key] + keep, sync=False)
+        held.update(zip(keep, futures[1:]))
         outstanding.append((i, futures[0]))
 
     nxt = 0
@@ -179,8 +234,8 @@ def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[FrameLik
             submit(nxt)
             nxt += 1
             # a submitted consumer keeps what it needs alive on the scheduler: drop our hold
-            # on shared results whose last consumer has been submitted
-            for k in [k for k in held if plan.last_use[k] < nxt]:
+            # on results no task still to submit takes as an input
+            for k in [k for k in held if not plan.still_needed(k)]:
                 del held[k]
         i, future = outstanding.popleft()
         part = result_or_error(client, future, f"partition {i} of {len(outputs)}")

@@ -487,14 +487,34 @@ def _dask_strategy(left: FrameLike, other: FrameLike, keys: Sequence[str], build
     when they are, else ``shuffle``; ``broadcast`` forces or forbids the first (a broadcast
     forced over a large side is said in the reason)."""
     aligned = _key_is_sorted_index(left, keys) and _key_is_sorted_index(other, keys)
-    small = not _backend.is_dask(other) or build_bytes <= BROADCAST_BYTES
+    limit = broadcast_limit()
+    small = not _backend.is_dask(other) or build_bytes <= limit
     if broadcast is None:
         strategy = "broadcast" if small and not aligned else ("partitioned" if aligned else "shuffle")
     else:
         strategy = "broadcast" if broadcast else ("partitioned" if aligned else "shuffle")
     if strategy == "broadcast" and _backend.is_dask(other) and not small:
         reason += "; broadcast forced over a large side"
+    elif strategy == "shuffle" and _backend.is_dask(other) and not small:
+        reason += f"; the other side is over the broadcast limit of {limit:,} B"
     return strategy, reason
+
+
+def broadcast_limit() -> int:
+    """The most bytes of a dask ``other`` side that :func:`join` broadcasts: dask config
+    ``fbrapids.broadcast-bytes`` (a run sets it from its memory budget:
+    :mod:`fbrapids.runs.memory_budget`), else ``$FBRAPIDS_BROADCAST_BYTES`` (default 256 MiB).
+
+    Example:
+        >>> import dask
+        >>> with dask.config.set({"fbrapids.broadcast-bytes": 1000}):
+        ...     broadcast_limit()
+        1000
+    """
+    import dask
+
+    value = dask.config.get("fbrapids.broadcast-bytes", None)
+    return BROADCAST_BYTES if value is None else int(value)
 
 
 def _broadcast_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
@@ -534,12 +554,36 @@ def _shuffle_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
     """The ``shuffle`` strategy: both sides hash-partitioned by the key (dask's shuffle) into
     the larger partition count, then joined bucket by bucket."""
     keys, n = list(plan.keys), max(left.npartitions, other.npartitions)
-    left_s = _with_key_columns(left, keys).shuffle(on=keys, npartitions=n)
-    right_s = _with_key_columns(other, keys).shuffle(on=keys, npartitions=n)
+    left_s = _with_key_columns(left, keys)
+    left_s = left_s.shuffle(on=keys, npartitions=n, shuffle_method=shuffle_method(left_s))
+    right_s = _with_key_columns(other, keys)
+    right_s = right_s.shuffle(on=keys, npartitions=n, shuffle_method=shuffle_method(right_s))
     meta = _with_history(probe_partition(left_s._meta, build_side(right_s._meta, keys, None, plan.on_host),
                                          *plan.args), left._meta, decision)
     return _backend.dask_dataframe().map_partitions(join_partitions, left_s, right_s, *plan.args, plan.on_host,
                                                     meta=meta, align_dataframes=False)
+
+
+def shuffle_method(frame: FrameLike) -> str | None:
+    """The shuffle method for dask ``frame``: None (dask's default: its disk shuffle on the
+    local scheduler, P2P on a distributed cluster), except ``"tasks"`` where the default is
+    P2P and the frame has an Arrow list or struct column: P2P fails on them ("failed during
+    transfer phase", dask 2026.8), while the task shuffle's pieces are the workers' results,
+    spilled to disk past their memory limit like any other.
+
+    Example:
+        >>> import pandas as pd, pyarrow as pa, dask.dataframe as dd
+        >>> lists = pd.DataFrame({"l": pd.Series([[1]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+        >>> shuffle_method(dd.from_pandas(lists, npartitions=1)) is None  # no cluster: the disk shuffle
+        True
+    """
+    import pyarrow as pa
+    from dask.utils import get_default_shuffle_method
+
+    if get_default_shuffle_method() != "p2p":
+        return None
+    nested = [d for d in frame._meta.dtypes if isinstance(d, pd.ArrowDtype) and pa.types.is_nested(d.pyarrow_dtype)]
+    return "tasks" if nested else None
 
 
 def _covering(left: Sequence[Any], right: Sequence[Any]) -> tuple[Any, ...]:

@@ -9,7 +9,8 @@ candidate tables are added.  Then:
   weight columns of candidate dense inputs and of candidate embeddings (DLRM: the top MLP's
   columns of every interaction involving a candidate field), the dense first-order weights
   of Wide&Deep / DeepFM / logistic regression (their per-id first-order tables already
-  start at 0), and DeepFM's candidate field embeddings (its FM interactions scale from 0).
+  start at 0), DeepFM's candidate field embeddings (its FM interactions scale from 0), and
+  the columns of DCN-v2's cross layers and top MLP that read a candidate's coordinates.
   Both arms therefore compute the same function at step 0.
 * :func:`baseline_view` is what the baseline arm sees of a batch: candidate dense columns
   0, and a **placebo** in each candidate bag: one constant id per row.  The baseline arm
@@ -63,6 +64,7 @@ import torch
 from fbrapids.trainers.batch import Batch
 
 if TYPE_CHECKING:
+    from fbrapids.trainers.models import DCNv2
     from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 
 log = logging.getLogger(__name__)
@@ -135,15 +137,17 @@ def zero_candidate_inputs(model: torch.nn.Module, dense: Sequence[str], sparse: 
 
     ``dense`` / ``sparse`` are the model's inputs in order (baseline + candidates);
     ``new_dense`` / ``new_sparse`` the candidates among them.  Models other than DLRM,
-    WideAndDeep, DeepFM, DIN and LogisticRegression are left as built (logged): their arms
+    WideAndDeep, DeepFM, DIN, DCN-v2 and LogisticRegression are left as built (logged): their arms
     then start from different functions, which costs power, not validity.
     """
-    from fbrapids.trainers.models import DIN, DLRM, DeepFM, WideAndDeep
+    from fbrapids.trainers.models import DIN, DLRM, DCNv2, DeepFM, WideAndDeep
 
     dense, sparse = list(dense), list(sparse)
     dcols = [dense.index(c) for c in new_dense]
     done: list[str] = []
-    if isinstance(model, DLRM):
+    if isinstance(model, DCNv2):
+        _zero_dcn(model, dcols, new_sparse, done)
+    elif isinstance(model, DLRM):
         _zero_columns(model.bot_l[0], dcols, "bot_l.0", done)
         fields = {1 + model.sparse_features.index(f) for f in new_sparse}  # field 0: the bottom MLP's output
         li, lj = model.interaction.li.tolist(), model.interaction.lj.tolist()
@@ -172,6 +176,23 @@ def zero_candidate_inputs(model: torch.nn.Module, dense: Sequence[str], sparse: 
         log.warning("%s: no rule for its candidate inputs' weights; the arms start from different functions",
                     type(model).__name__)
     return done
+
+
+def _zero_dcn(model: DCNv2, dcols: list[int], new_sparse: Sequence[str], done: list[str]) -> None:
+    """DCN-v2: the bottom MLP's candidate dense columns, and the candidate embeddings'
+    columns of ``x_0`` wherever a layer reads them (each cross layer's ``W`` or ``U``, the top
+    MLP's first layer; the parallel structure's head reads the cross network's output), so
+    that they reach no other coordinate and no output."""
+    if model.bottom is not None:
+        _zero_columns(model.bottom[0], dcols, "bottom.0", done)
+    offset = model.emb.dim if model.bottom is not None else 0
+    cols = _blocks(offset, model.emb.dim, model.sparse_features, new_sparse)
+    prefix = "w" if model.cross.low_rank is None else "u"
+    for k, lin in enumerate(model.cross.readers()):
+        _zero_columns(lin, cols, f"cross.{prefix}.{k}", done)
+    _zero_columns(_first_linear(model.top), cols, "top.0", done)
+    if model.head is not None:
+        _zero_columns(model.head, cols, "head", done)
 
 
 def _blocks(offset: int, dim: int, features: Sequence[str], new: Sequence[str]) -> list[int]:

@@ -187,8 +187,8 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
     total = _BarTotal(bar, batches, cfg.epochs, limit)
     try:
         for epoch in range(cfg.epochs):
-            if hasattr(batches, "set_epoch"):
-                batches.set_epoch(epoch)
+            if hasattr(batches, "set_epoch"):  # calibrated: each pass in the first's order, the same rows held back
+                batches.set_epoch(0 if held is not None else epoch)
             items = iter(strategy.items(batches))
             for i in range(1 << 62):
                 if strategy.limit_first and limit is not None and step >= limit:
@@ -199,7 +199,7 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
                 total.refresh()
                 if limit is not None and step >= limit:
                     return step, False
-                if not _one_step(strategy, item, i, step, start, held):
+                if not _one_step(strategy, item, i, step, start, held, epoch):
                     break  # the pass is over (every rank is out of data)
                 step += 1
                 if step > start:
@@ -213,22 +213,30 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
         bar.close()
 
 
-def _one_step(strategy: Strategy, item: Any, i: int, step: int, start: int, held: Any) -> bool:
+def _one_step(strategy: Strategy, item: Any, i: int, step: int, start: int, held: Any, epoch: int = 0) -> bool:
     """The part of the loop for the pass's batch number ``i`` at global step ``step`` (before
-    it): skipped (trained before the checkpoint resumed from), held back, or trained on;
-    False: the pass is over (every rank is out of data)."""
+    it) of pass ``epoch``: skipped (trained before the checkpoint resumed from), held back, or
+    trained on; False: the pass is over (every rank is out of data).  In the first pass the
+    held batches are every ``HOLD_EVERY``-th global step and each batch is counted into the
+    next held one's span (:meth:`~fbrapids.trainers.calibration.HeldBack.count`); a later
+    pass (read in the first one's order) holds back the same batches, by their number in it."""
     batch, ahead = item
     if step < start:
         return strategy.skip(batch)
     strategy.announce(i, item)
-    if held is not None and held.holds(step):
-        pushed = strategy.hold(batch, held)
+    at = step if epoch == 0 else i  # the batch's number in the pass (the first pass's: its global step)
+    if held is not None and epoch == 0:
+        held.count(batch)  # the rows and clicks the next held batch stands for
+    if held is not None and held.holds(at, epoch):
+        if epoch:  # a later pass: held back again, not trained on
+            return True
+        pushed = strategy.hold(batch, held, index=at)
         if pushed is None:
             return False
         for older in pushed:  # pushed out of the held ones: trained on now
             strategy.train_older(older, step + 1)
         return True
-    return strategy.train(batch, step + 1, ahead, held is not None and held.holds(step + 1))
+    return strategy.train(batch, step + 1, ahead, held is not None and held.holds(at + 1, epoch))
 
 
 @torch.no_grad()

@@ -65,7 +65,9 @@ class FitConfig:
             many batches ahead and announce each one's ids as it enters that window.
         calibrate: hold back every :data:`~fbrapids.trainers.calibration.HOLD_EVERY`-th batch
             from training and fit the model's post-hoc calibration on the final model's logits
-            of the held rows (:mod:`fbrapids.trainers.calibration`); only with ``epochs=1``.
+            of the held rows (:mod:`fbrapids.trainers.calibration`).  With several epochs every
+            pass reads the batches in the first pass's order and holds back the same ones (on
+            one process; a run on ranks calibrates only with ``epochs=1``).
         calibration_rows: the most rows held back at once.
     """
 

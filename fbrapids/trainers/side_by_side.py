@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -144,4 +144,50 @@ def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *
         if groups and len(groups) == len(p):
             d["group"] = np.concatenate(groups)
         out.append(d)
+    return out
+
+
+class CountedBatches:
+    """A stream of batches that counts the rows it hands out (over every epoch) and
+    fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
+
+    def __init__(self, batches: Any) -> None:
+        import hashlib
+
+        self.batches, self.rows, self.digest = batches, 0, hashlib.sha1()
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.batches, "set_epoch"):
+            self.batches.set_epoch(epoch)
+
+    def expected_batches(self) -> int | None:
+        from fbrapids.trainers.fit import expected_batches
+
+        return expected_batches(self.batches)
+
+    def estimated_batches(self) -> int | None:
+        from fbrapids.trainers.fit import estimated_batches
+
+        return estimated_batches(self.batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for b in self.batches:
+            self.rows += len(b)
+            self.digest.update(batch_fingerprint(b))
+            yield b
+
+
+def batch_fingerprint(batch: Batch) -> bytes:
+    """A batch's labels and groups as bytes, in row order (what ``ArmsRun.order`` hashes).
+
+    Example:
+        >>> import torch
+        >>> from fbrapids.trainers.batch import Batch
+        >>> b = Batch(torch.zeros(2, 0), torch.tensor([1.0, 0.0]), {}, torch.tensor([7, 8]))
+        >>> len(batch_fingerprint(b))  # 2 float32 labels and 2 int64 groups
+        24
+    """
+    out = batch.label.detach().cpu().numpy().tobytes()
+    if batch.group is not None:
+        out += batch.group.detach().cpu().numpy().tobytes()
     return out

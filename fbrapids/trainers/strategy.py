@@ -100,10 +100,10 @@ class Strategy:
         """A batch trained on before the checkpoint resumed from; False: the pass is over."""
         return True
 
-    def hold(self, batch: Batch | None, held: HeldBack) -> list[Batch | None] | None:
-        """Hold ``batch`` back; the older held batches it pushes out (to train now), or None:
-        the pass is over."""
-        return held.add(batch)
+    def hold(self, batch: Batch | None, held: HeldBack, index: int = -1) -> list[Batch | None] | None:
+        """Hold ``batch`` back (``index``: its number in the pass); the older held batches it
+        pushes out (to train now), or None: the pass is over."""
+        return held.add(batch, index=index)
 
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
         """One update on ``batch`` at global step ``step`` (``ahead``: read after it;
@@ -130,7 +130,8 @@ class Strategy:
         """Train on every held batch (too few to calibrate on: nothing withheld for nothing)."""
         for b in held.batches:
             self.train_older(b, step)
-        held.batches, held.rows, result.held_rows = [], [], 0
+        held.clear()
+        result.held_rows = 0
 
     def shows_progress(self) -> bool:
         return True
@@ -273,12 +274,14 @@ def held_logits(model: CTRModel, batches: Iterable[Batch | None]) -> tuple[np.nd
     return np.concatenate(zs), np.concatenate(ys)
 
 
-def calibrate_on(model: CTRModel, logits: np.ndarray, labels: np.ndarray, result: FitResult) -> bool:
+def calibrate_on(model: CTRModel, logits: np.ndarray, labels: np.ndarray, result: FitResult,
+                 rate: float | None = None) -> bool:
     """Fit and set ``model``'s calibration (a shift of its logits) on the held rows' raw
-    ``logits`` and ``labels``; False when they are too few
-    (:func:`~fbrapids.trainers.calibration.fit_shift`)."""
+    ``logits`` and ``labels``, to the click rate ``rate`` (the held batches' spans',
+    :meth:`~fbrapids.trainers.calibration.HeldBack.rate`; None: the labels'); False when they
+    are too few (:func:`~fbrapids.trainers.calibration.fit_shift`)."""
     result.held_rows = len(logits)
-    ab = fit_shift(logits, labels)
+    ab = fit_shift(logits, labels, rate=rate)
     if ab is None:
         return False
     model.set_calibration(*ab)
@@ -310,10 +313,8 @@ class OneProcess(Strategy):
         if self.optimizer is None:
             self.optimizer = default_optimizer([p for p in model.parameters() if p.requires_grad])
         self.identity = run_identity(model, batches, cfg.run)
-        # a second pass would train on the held rows, so several epochs are not calibrated
-        held = HeldBack(cfg.calibration_rows) if cfg.calibrate and cfg.epochs == 1 else None
-        if cfg.calibrate and cfg.epochs > 1:
-            log.info("no post-hoc calibration: with %d epochs every row is trained on", cfg.epochs)
+        # several epochs: every pass reads the first one's order and holds back the same batches
+        held = HeldBack(cfg.calibration_rows) if cfg.calibrate else None
         self.cfg = cfg
         nan = cfg.nan if verification_enabled() else "warn"
         self.window = cfg.lookahead if model.uses_window() else 0
@@ -354,7 +355,7 @@ class OneProcess(Strategy):
                                keep=self.cfg.keep_checkpoints, run=self.identity, held=held)
 
     def calibrate(self, held: HeldBack, result: FitResult) -> bool:
-        return calibrate_on(self.model, *held_logits(self.model, held.batches), result)
+        return calibrate_on(self.model, *held_logits(self.model, held.batches), result, rate=held.rate())
 
     def calibration(self) -> torch.Tensor | None:
         return self.model.calibration.clone()

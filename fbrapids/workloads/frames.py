@@ -34,6 +34,36 @@ DAY = 86400
 PARTITION_ROWS = 1 << 18
 
 
+def partition_rows() -> int:
+    """The most rows of a partition of a sorted view: dask config ``fbrapids.partition-rows``
+    (a run sets it from its memory budget: :mod:`fbrapids.runs.memory_budget`), else
+    :data:`PARTITION_ROWS`.
+
+    Example:
+        >>> partition_rows() == PARTITION_ROWS
+        True
+    """
+    import dask
+
+    return int(dask.config.get("fbrapids.partition-rows", PARTITION_ROWS))
+
+
+def _on_cluster() -> bool:
+    """Whether the scheduler in force is a distributed client."""
+    import dask
+
+    get = dask.base.get_scheduler()
+    return type(getattr(get, "__self__", None)).__name__ == "Client"
+
+
+def _budgeted_rows() -> int | None:
+    """``fbrapids.partition-rows`` when a run set it (its memory budget), else None."""
+    import dask
+
+    value = dask.config.get("fbrapids.partition-rows", None)
+    return None if value is None else int(value)
+
+
 def index_as_column(frame: FrameLike) -> FrameLike:
     """``frame`` with its (named) index as its first column and a fresh default index.
 
@@ -83,8 +113,11 @@ def _read(w: Workload, view: View, paths: tuple[str, ...], backend: str | None) 
     from fbrapids.views.read import read_view
 
     files = [w.resolve(p) for p in paths]
+    options = dict(view.options)
+    if _budgeted_rows() is not None and "row_groups_per_partition" not in options:
+        options.setdefault("partition_rows", _budgeted_rows())  # a run's budget caps its partitions
     try:
-        return read_view(files if len(files) > 1 else files[0], backend=backend, **view.options)
+        return read_view(files if len(files) > 1 else files[0], backend=backend, **options)
     except WorkloadError:
         raise
     except Exception as e:
@@ -113,7 +146,7 @@ def read_views(w: Workload, backend: str | None = None, check: SplitCheck | None
                 raise WorkloadError(f"{w.where}: view {v.name!r}: sorted_by needs one parquet file")
             path = Path(w.resolve(v.paths[0]))
             if groups is None:
-                rows = min(auto_partition_rows(parquet_file(str(path)).metadata.num_rows), PARTITION_ROWS)
+                rows = min(auto_partition_rows(parquet_file(str(path)).metadata.num_rows), partition_rows())
                 groups = groups_per_partition(path, rows)
             frame = read_view(path, backend=backend, row_groups_per_partition=groups, **v.options)
             out[v.name] = index_by_sorted_key(frame, path, v.sorted_by, groups)
@@ -172,8 +205,10 @@ def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
 def feature_frame(w: Workload, backend: str | None = None, features: dict[str, Any] | None = None,
                   check: SplitCheck | None = None) -> tuple[FrameLike, dict[str, Any]]:
     """The lazy, partitioned frame of ``w``: the log cleaned, the views joined in (each
-    cleaned; dictionaries persisted by the scheduler in force and broadcast, so their hash
-    tables are built once per pass), ``features`` (name -> expression; default ``w``'s)
+    cleaned; dictionaries broadcast, their hash tables built once per pass; on a dask
+    cluster they are persisted there first, read and cleaned once for the run, while on this
+    process's threads each pass reads them for its table: a persisted copy would sit beside
+    the table for the whole run, at 64M generated rows 0.7 GB), ``features`` (name -> expression; default ``w``'s)
     extracted in the meta-kernels (history and fitted operators among them are left to
     :func:`fbrapids.app.pipeline.plan_frames`: :func:`split_fitted`), then the
     ``after_features`` joins.
@@ -183,8 +218,9 @@ def feature_frame(w: Workload, backend: str | None = None, features: dict[str, A
     views = read_views(w, backend=backend, check=check)
     cleaned = {v.name: views[v.name].fbx.clean(**v.clean) if v.clean else views[v.name] for v in w.views}
     sorted_views = {v.name for v in w.views if v.sorted_by is not None}
-    for j in w.joins:  # dictionaries: small, read and cleaned once
-        if j.view not in sorted_views and not j.after_features:
+    on_cluster = _on_cluster()
+    for j in w.joins:  # dictionaries on a cluster: read and cleaned once, held by its workers
+        if on_cluster and j.view not in sorted_views and not j.after_features:
             cleaned[j.view] = cleaned[j.view].persist()
     frame = cleaned[w.log.name]
 

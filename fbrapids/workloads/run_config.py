@@ -24,7 +24,7 @@ from fbrapids.trainers.nan_policy import STREAM_NAN
 #: where ``RunConfig.tiers`` may put the embedding rows
 TIERS = ("auto", "ram", "tiered")
 #: the models ``RunConfig.model`` may name (:func:`fbrapids.app.pipeline.build_model`)
-MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg")
+MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg", "dcn")
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,16 @@ class RunConfig:
     """The run options of :func:`fbrapids.app.pipeline.run_pipeline`.
 
     Attributes:
-        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"`` or ``"logreg"``.
+        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"``, ``"dcn"`` (DCN-v2) or ``"logreg"``.
         backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
-        epochs / batch_size / embedding_dim / seed: training.
+        epochs / batch_size / embedding_dim / seed: training (``epochs`` None: the recipe's).
+        recipe: learning rates, weight decay, dropout and epochs
+            (:class:`~fbrapids.workloads.recipe.Recipe`); None: the pipeline's for the model and
+            the log's size (``fbrapids.app.pipeline.RECIPES``).
+        tune: choose the recipe on the data first (:mod:`fbrapids.app.tuning`): the last
+            training day held out as a validation day, a small grid tried on the days before
+            it, the model refitted on every training day with the choice; ``True`` (the
+            default grid) or a grid, recipe field -> values to try.
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers
             (``host_rows`` None: unbounded, no SSD tier); rows beyond them live in the SSD
             tier's files under ``work_dir``.
@@ -51,11 +58,15 @@ class RunConfig:
         train_threads: torch threads while training (None: all cores but one on the CPU).
         nan: NaN / inf / null in a dense feature: ``"error"`` or ``"zero"``.
         calibrate: ``fit``'s post-hoc calibration.
+        memory_limit: the run's memory budget (its whole process tree): bytes, a size
+            (``"8GB"``, ``"6GiB"``) or a share of the machine's memory (``"40%"``); None:
+            half the machine's (:mod:`fbrapids.runs.memory_budget`).  A run that cannot fit is
+            refused before any work; one that gets near it says so; past it the run stops.
     """
 
     model: str = "dlrm"
     backend: str | None = None
-    epochs: int = 1
+    epochs: int | None = None
     batch_size: int = 2048
     embedding_dim: int = 16
     cache_rows: int = 1 << 17
@@ -71,6 +82,9 @@ class RunConfig:
     resume: bool = False
     nan: str = "error"
     calibrate: bool = True
+    recipe: Any = None
+    tune: Any = False
+    memory_limit: int | str | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> WorkloadError:
@@ -80,7 +94,7 @@ class RunConfig:
             raise bad("model", f"one of {list(MODELS)}")
         if self.backend not in (None, "auto", "cpu", "gpu"):
             raise bad("backend", "'cpu', 'gpu', 'auto' or None")
-        for name, lo, optional in (("epochs", 1, False), ("batch_size", 1, False), ("embedding_dim", 1, False),
+        for name, lo, optional in (("epochs", 1, True), ("batch_size", 1, False), ("embedding_dim", 1, False),
                                    ("cache_rows", 1, False), ("host_rows", 1, True), ("seed", 0, False),
                                    ("checkpoint_every", 1, True), ("train_threads", 1, True)):
             v = getattr(self, name)
@@ -97,6 +111,27 @@ class RunConfig:
             raise bad("tiers", " or ".join(map(repr, TIERS)))
         if self.work_dir is not None and not isinstance(self.work_dir, (str, Path)):
             raise bad("work_dir", "a path or None")
+        from fbrapids.errors import ArgumentError
+        from fbrapids.workloads.recipe import Recipe, check_grid
+
+        if self.recipe is not None and not isinstance(self.recipe, Recipe):
+            raise bad("recipe", "a fbrapids.workloads.recipe.Recipe or None")
+        if not isinstance(self.tune, (bool, dict)):
+            raise bad("tune", "a bool or a grid (a dict of recipe field -> values to try)")
+        if isinstance(self.tune, dict):
+            try:
+                check_grid(self.tune)
+            except ArgumentError as exc:
+                raise WorkloadError(f"RunConfig.tune: {exc}") from None
+        if self.memory_limit is not None:
+            from fbrapids.errors import MemoryBudgetError
+            from fbrapids.runs.memory_budget import parse_memory_limit
+
+            try:
+                parse_memory_limit(self.memory_limit)
+            except MemoryBudgetError:
+                raise bad("memory_limit", "bytes, a size such as '8GB' or '6GiB', a share such as '40%', or None") \
+                    from None
 
     def with_(self, **changes: Any) -> "RunConfig":
         """A copy with ``changes``; an unknown name is a :class:`~fbrapids.errors.WorkloadError`."""

@@ -12,6 +12,7 @@ import dask
 import pandas as pd
 import pytest
 from dask.callbacks import Callback
+from dask.sizeof import sizeof
 
 import fbrapids.views.read as read_module
 
@@ -152,3 +153,26 @@ def test_cluster_pass_runs_every_task_once_and_each_build_once(sorted_dir, local
         prefixes[_prefix(key)] += n
     assert prefixes["build_side"] == 2
     assert _reads(read_log) == {"impressions.parquet": p, "basic.parquet": p}
+
+
+def test_a_shuffled_pass_holds_what_is_in_flight_whatever_the_rows(tmp_path_factory):
+    """Every join shuffled (a broadcast limit of 0 B), partitions of at most 4,096 rows: the
+    bytes a pass holds at once (its kept results and the partition it computes: counted with
+    dask's sizeof, not timed) are the same at 12k and 24k rows.  A shuffle's barrier needs
+    every input partition; a pass that kept each of them until the last output held the
+    whole input (a 64M-row run was killed at 22.5 GB); the shuffle's own store is bounded
+    apart (partd spills past 1 GB) and counted apart."""
+    held, parts = {}, {}
+    for rows in (12_000, 24_000):
+        d = tmp_path_factory.mktemp(f"held{rows}")
+        generate(rows, d, seed=3, row_group_rows=1_024)
+        with dask.config.set({"scheduler": "threads", "fbrapids.broadcast-bytes": 0, "fbrapids.partition-rows": 4_096}):
+            mark = len(join_decisions())
+            merged, _ = feature_frame(d)
+            assert {x.strategy for x in join_decisions()[mark:]} == {"shuffle"}
+            stats = {}
+            sizes = [sizeof(p) for p in iter_partitions(merged, window=1, stats=stats)]
+        held[rows], parts[rows] = stats["held_bytes"], max(sizes)
+        assert stats["shuffle_ram_bytes"] > 0 and stats["partitions"] >= 3
+    assert held[24_000] <= 1.3 * held[12_000], held
+    assert held[24_000] <= 3 * parts[24_000], (held, parts)  # the partition in flight and small frontier results

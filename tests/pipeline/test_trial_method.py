@@ -76,7 +76,7 @@ def test_combine_with_one_seed_uses_the_users_alone():
     assert r["df"] == float("inf") and r["se_seeds"] == 0 and r["se"] == pytest.approx(0.002, rel=0.15)
 
 
-@pytest.mark.parametrize("model", ["dlrm", "wide_deep", "deepfm", "din", "logreg"])
+@pytest.mark.parametrize("model", ["dlrm", "wide_deep", "deepfm", "din", "logreg", "dcn"])
 def test_arms_start_as_one_function_and_the_baseline_sees_no_candidate(model):
     from fbrapids.app.pipeline import build_model
     from fbrapids.trainers.arms import baseline_view, zero_candidate_inputs
@@ -250,7 +250,8 @@ def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
     from fbrapids.datasets.synthetic.generate import generate
     from fbrapids.datasets.synthetic import as_workload
     from fbrapids.app.pipeline import SHUFFLE_BUFFER, batch_stream, plan_frames, training_inputs
-    from fbrapids.app.trial_training import ArmsSession, batch_fingerprint, plan_arms
+    from fbrapids.app.trial_training import ArmsSession, plan_arms
+    from fbrapids.trainers.side_by_side import batch_fingerprint
 
     generate(1200, tmp_path, seed=3)
     cand = {"slot_x_os": ops.cross("slot", "os")}

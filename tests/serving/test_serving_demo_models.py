@@ -1,7 +1,7 @@
 """Every model the demo trains exports and serves: ``fbrapids demo --model M --export DIR``,
 then the export served as ``fbrapids serve DIR`` serves it (the same app and uvicorn config, on
 127.0.0.1), then a scored request (the README's, with the behaviour sequence DIN reads), for
-dlrm, wide_deep, deepfm and din; the served scores are the in-process scorer's over the same
+dlrm, wide_deep, deepfm, din and dcn (DCN-v2); the served scores are the in-process scorer's over the same
 export.
 
 Suite time: the four demos run in one process (the console script's ``main`` called once per
@@ -36,7 +36,7 @@ pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra 
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 3000
-MODELS = ("dlrm", "wide_deep", "deepfm", "din")
+MODELS = ("dlrm", "wide_deep", "deepfm", "din", "dcn")
 
 
 @pytest.fixture(scope="module")

@@ -55,38 +55,45 @@ def test_held_back_keeps_the_newest_batches_and_round_trips() -> None:
     assert held.rows == [64, 64] and [id(b) for b in held.batches] == [id(bs[held_at[1]]), id(bs[0])]
     other = HeldBack(128)
     other.load(held.state())
-    assert other.restored and other.rows == held.rows
+    assert other.restored and other.rows == held.rows and other.spans == held.spans and other.open == held.open
     for x, y in zip(other.batches, held.batches):
         assert torch.equal(x.dense, y.dense) and torch.equal(x.label, y.label)
         assert all(torch.equal(x.sparse[k][0], v) and torch.equal(x.sparse[k][1], o) for k, (v, o) in y.sparse.items())
     assert fit_shift(np.zeros(8), np.zeros(8)) is None  # too few rows: nothing fitted
 
 
-def _frozen_fit(frame, calibration_rows: int):
+def _frozen_fit(frame, calibration_rows: int, epochs: int = 1):
     """A model whose weights do not move (zero learning rates), so its logits of the held
     rows at the end are its logits at any time, computed again here."""
     model = small_model(StoreConfig(cache_rows=1 << 14, lr=0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    res = fit(model, batches(frame), optimizer=opt, progress=False, calibration_rows=calibration_rows)
+    stream = batches(frame)
+    res = fit(model, stream, optimizer=opt, progress=False, calibration_rows=calibration_rows, epochs=epochs)
+    assert stream.epoch == 0  # every pass in the first one's order: the same batches held back
     return model, res
 
 
-@pytest.mark.parametrize("rows, kept", [(4096, 10), (4096, 16)])
-def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int, kept: int) -> None:
+@pytest.mark.parametrize("rows, kept, epochs", [(4096, 10, 1), (4096, 16, 2)])
+def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int, kept: int, epochs: int) -> None:
     """The shift is the intercept of the final model's logits of the newest held batches
-    (every HOLD_EVERY-th); those are never trained on, the held ones pushed out are."""
+    (every HOLD_EVERY-th), to the click rate of the batches they stand for (each held batch
+    and the HOLD_EVERY - 1 before it); the held ones are never trained on, those pushed out
+    are; with two epochs the second pass reads the first's order and holds back the same ones."""
     frame = ctr_frame(rows=rows)
     bs = list(batches(frame))
     size = len(bs[0])
-    model, res = _frozen_fit(frame, calibration_rows=kept * size)
+    model, res = _frozen_fit(frame, calibration_rows=kept * size, epochs=epochs)
     assert res.calibration is not None and model.calibration.tolist() == pytest.approx(list(res.calibration))
     held_at = [i for i in range(len(bs)) if i % HOLD_EVERY == HOLD_EVERY - 1][-kept:]
-    assert len(res.losses) == len(bs) - kept and res.held_rows == kept * size  # the kept ones: never trained on
+    # the kept ones: never trained on, in any pass
+    assert len(res.losses) == epochs * (len(bs) - kept) and res.held_rows == kept * size
     model.set_calibration(1.0, 0.0)
     with torch.no_grad():
         z = np.concatenate([model(bs[i]).numpy() for i in held_at])
     y = np.concatenate([bs[i].label.numpy() for i in held_at])
-    assert res.calibration == pytest.approx((1.0, intercept(z, y)), abs=1e-6)
+    spans = np.concatenate([bs[i].label.numpy() for i in range(held_at[0] - HOLD_EVERY + 1, held_at[-1] + 1)])
+    assert res.calibration == pytest.approx((1.0, intercept(z, y, rate=spans.mean())), abs=1e-6)
+    assert spans.mean() != y.mean()  # the spans' rate, not the held rows' own
 
 
 def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:

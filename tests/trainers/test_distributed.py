@@ -33,7 +33,7 @@ from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
 from fbrapids.trainers.checkpoint.model_state import weights_digest  # noqa: E402
 
 W2 = ["train_match", "train_again", "train_no_overlap", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
-      "demo_match", "demo_stopped"]
+      "demo_match", "demo_match_dcn", "demo_stopped"]
 W4 = ["restore_other_world", "uneven", "train_match", "train_again", "feed", "resume_killed", "demo_match",
       "demo_resumed_done"]
 
@@ -387,6 +387,16 @@ def demo_reference(root: Path, w2: list[dict]) -> object:
                         count_clean=False, train_threads=1)
 
 
+@pytest.fixture(scope="module")
+def demo_reference_dcn(root: Path, w2: list[dict]) -> object:
+    """The one-process demo pipeline with DCN-v2 on the demo scenarios' data."""
+    from fbrapids.app.pipeline import run_pipeline
+
+    torch.set_num_threads(1)
+    return run_pipeline(root / "demo-data", model="dcn", batch_size=S.DEMO_BATCH, work_dir=root / "demo-one-dcn",
+                        progress=False, count_clean=False, train_threads=1)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[dict], demo_reference) -> None:
     """The demo's data has one training partition: each rank still trains B/W rows of every batch.
@@ -409,6 +419,16 @@ def test_demo_on_ranks_matches_one_process(world: int, w2: list[dict], w4: list[
     for shard in range(world):
         saved = load_dense_state(final / f"shard-{shard:05d}" / "dense.pt")["model"]["calibration"]
         assert saved.tolist() == ranks[0]["calibration"] == ranks[shard]["calibration"]
+
+
+def test_dcn_demo_on_two_ranks_matches_one_process(w2: list[dict], demo_reference_dcn) -> None:
+    """DCN-v2 (``demo --model dcn --nproc 2``): its cross network's dense layers data-parallel,
+    its tables sharded, the same model as one process trains."""
+    ranks, ref = [w["demo_match_dcn"] for w in w2], demo_reference_dcn
+    for r in ranks:
+        assert r["steps"] == ref.steps
+        _assert_same_metrics(r["metrics"], ref.metrics)
+    assert sum(r["rows_trained"] for r in ranks) == ref.rows["trained"]
 
 
 def test_a_finished_demo_resumed_evaluates_as_it_reported(w2: list[dict], w4: list[dict], demo_reference) -> None:

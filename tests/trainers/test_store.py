@@ -158,6 +158,38 @@ def test_adagrad_row_state_and_update_rule() -> None:
     assert torch.allclose(torch.from_numpy(rows[:, :2]), expect, atol=1e-7)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_weight_decay_adds_l2_of_the_looked_up_rows_only(optimizer: str) -> None:
+    """``StoreConfig.weight_decay``: ``wd * w`` added to a looked-up row's gradient before the
+    update (SGD's as torch.optim.SGD(weight_decay=wd)'s; row-wise Adagrad's by its formula),
+    in the C path on a CPU table and in the torch path on full rows alike; a row no batch
+    looks up is not decayed."""
+    cfg = StoreConfig(dim=3, cache_rows=8, lr=0.5, optimizer=optimizer, weight_decay=0.1, init_scale=0.5)
+    s = TieredEmbeddingStore(cfg)
+    lk = s.lookup(np.array([1, 2]))
+    w0 = lk.rows.detach().clone()
+    g = torch.tensor([[1.0, 2.0, -3.0], [0.0, 0.0, 0.0]])
+    s.apply_gradients(lk, g)
+    s.end_step()
+    if optimizer == "sgd":
+        p = torch.nn.Parameter(w0.clone())
+        p.grad = g.clone()
+        torch.optim.SGD([p], lr=0.5, weight_decay=0.1).step()
+        want = p.detach().numpy()
+    else:
+        gd = (g + 0.1 * w0).numpy().astype(np.float64)
+        acc = (gd * gd).mean(axis=1, keepdims=True)
+        want = w0.numpy() - 0.5 * gd / (np.sqrt(acc) + 1e-8)
+    np.testing.assert_allclose(s.weights(np.array([1, 2])), want, rtol=1e-6, atol=1e-7)
+    full = torch.cat([w0, torch.zeros(2, cfg.width - 3)], dim=1)  # the torch path, on full rows
+    np.testing.assert_allclose(cfg.sparse_optimizer().update(full, g)[:, :3].numpy(), want, rtol=1e-6, atol=1e-7)
+    before = s.weights(np.array([2]))
+    lk = s.lookup(np.array([1]))
+    s.apply_gradients(lk, torch.zeros(1, 3))
+    s.end_step()
+    assert np.array_equal(s.weights(np.array([2])), before)  # not looked up: not decayed
+
+
 def test_admission_gate_reads_default_row_until_k_sightings(device: str) -> None:
     s = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=16, admit_after=3, optimizer="sgd", lr=1.0,
                                          device=device))

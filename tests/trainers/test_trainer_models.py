@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from _trainer_helpers import LIST, FEATURES, ctr_frame
-from fbrapids.trainers import DIN, DLRM, DeepFM, StoreConfig, WideAndDeep, evaluate, fit, stream
+from fbrapids.trainers import DIN, DLRM, DCNv2, DeepFM, StoreConfig, WideAndDeep, evaluate, fit, stream
 from fbrapids.trainers.batch import Batch
 
 
@@ -90,6 +90,9 @@ MODELS = {
     "wide_deep": lambda s: WideAndDeep(2, FEATURES, embedding_dim=8, deep_mlp=[16], store=s),
     "deepfm": lambda s: DeepFM(2, FEATURES, embedding_dim=8, deep_mlp=[16], store=s),
     "din": lambda s: DIN(2, FEATURES, {"hist": "ad"}, embedding_dim=8, attention_mlp=[8], mlp=[16], store=s),
+    # DCN-v2's parallel structure, low-rank cross layers, and dropout (the stacked one: the pipeline's, in its tests)
+    "dcn": lambda s: DCNv2(2, FEATURES, embedding_dim=8, bottom_mlp=[16], cross_layers=2, low_rank=4,
+                           structure="parallel", top_mlp=[16], store=s, dropout=0.1),
 }
 
 

@@ -11,7 +11,7 @@ defaults) and ``basic`` (precomputed features sorted like the log, inner-joined 
 Example:
     >>> w = workload("/data/gen")
     >>> w.log.name, w.split.rule, w.label, w.group, len(w.sparse), len(w.dense)
-    ('impressions', 'at', 'click', 'user_id', 25, 11)
+    ('impressions', 'at', 'click', 'user_id', 26, 11)
     >>> w.model_inputs("din")[2]
     {'hist_cat': 'category'}
 """
@@ -25,6 +25,8 @@ LABEL = "click"
 GROUP = "user_id"
 TIME = "ts"
 DENSE = [f"d{j}" for j in range(10)] + ["query_len"]
+#: the features the demo's feature trials added (:func:`~fbrapids.datasets.synthetic.views.derived_features`)
+DERIVED = ["qt_first_eq"]  # qt_overlap: no detectable effect beside it (docs/models.md)
 # not "weekday" (extracted, but not a model input): the held-out last day's weekday is never a
 # training day's, so its row is a fresh random one that shifts every held-out prediction and
 # that no calibration fitted on the training days can see (docs/models.md)
@@ -32,6 +34,7 @@ SPARSE = [
     "user_id", "ad_id", "advertiser_id", "category", "slot", "hour", "gender_h", "city_h", "os_h",
     "geo_city_h", "age_b", "price_b", "query_tok_h", "query_bigram_h", "title_tok_h", "interest_h",
     "qxt_cross_h", "user_ad_h", "cat_city_h", "hour_cat_h", "b0", "b1", "b2", "b3", "b4",
+    *DERIVED,
 ]
 #: the behaviour sequence ``--model din`` attends over: the user's last 50 clicked
 #: categories strictly before each impression, built from the log by ``history``
@@ -51,6 +54,21 @@ def din_history() -> dict[str, Any]:
     return {DIN_SEQUENCE: ops.history("user_id", DIN_TARGET, "ts", last_n=50, events="click")}
 
 
+def features() -> dict[str, Any]:
+    """The features the demo extracts: the workload's (docs/workload.md, section 5:
+    :func:`fbrapids.datasets.synthetic.views.features`) and those its feature trials added
+    (:data:`DERIVED`).
+
+    Example:
+        >>> len(features()), "qt_first_eq" in features()
+        (21, True)
+    """
+    from fbrapids.datasets.synthetic import views as canonical
+
+    derived = canonical.derived_features()
+    return {**canonical.features(), **{name: derived[name] for name in DERIVED}}
+
+
 def workload(data_dir: str | os.PathLike) -> Any:
     """The generated data in ``data_dir`` as a :class:`~fbrapids.workloads.Workload` (module
     docstring)."""
@@ -68,7 +86,7 @@ def workload(data_dir: str | os.PathLike) -> Any:
                Join("ads", on="ad_id", fill=canonical.JOIN_MISS_FILL),
                Join("basic", on="instance_id", how="inner", after_features=True)],
         split=Split("at", at=TS0 + (DAYS - 1) * 86400),
-        features=canonical.features(), sparse=SPARSE, dense=DENSE,
+        features=features(), sparse=SPARSE, dense=DENSE,
         sequences={DIN_SEQUENCE: SequenceFeature(DIN_TARGET, din_history()[DIN_SEQUENCE])})
 
 

@@ -119,6 +119,27 @@ def features() -> dict[str, Any]:
     }
 
 
+def derived_features() -> dict[str, Any]:
+    """The features the demo's own feature trials added to the workload's (docs/models.md: the
+    trial table): how the query and the ad's title overlap, which the hashed token cross
+    ``qxt_cross_h`` can memorise pair by pair but cannot say.
+
+    * ``qt_first_eq``: 1 when the query's first word is the title's first word, else 0;
+    * ``qt_overlap``: how many of the query's words are words of the title.
+
+    Sparse ids (a table each): the demo's models embed them.
+
+    Example:
+        >>> sorted(derived_features()), str(derived_features()["qt_first_eq"]).split("(")[0]
+        (['qt_first_eq', 'qt_overlap'], 'overlap_count')
+    """
+    from fbrapids import ops
+
+    query, title = ops.split("query", " "), ops.split("title", " ")
+    return {"qt_first_eq": ops.overlap_count(ops.first_k(query, 1), ops.first_k(title, 1)),
+            "qt_overlap": ops.overlap_count(query, title)}
+
+
 def extract_features(joined: FrameLike) -> FrameLike:
     """Workload section 5 on a joined frame: adds the feature columns."""
     return joined.fbx.extract(**features())

@@ -138,7 +138,7 @@ class Ranks(Strategy):
         self.cfg = cfg
         self.global_stream = bool(getattr(batches, "global_stream", False))
         self.identity = run_identity(net, batches, cfg.run)
-        # as fit: a second pass would train on the held rows, so several epochs are not calibrated
+        # several epochs are not calibrated on ranks (one process is: each pass in the first's order)
         held = HeldBack(cfg.calibration_rows) if cfg.calibrate and cfg.epochs == 1 else None
         self.run = _RanksRun(trainer, self.optimizer, result, cfg.nan, self.overlap and cfg.prefetch_rows,
                              cfg.max_steps)
@@ -177,13 +177,13 @@ class Ranks(Strategy):
     def skip(self, batch: Batch | None) -> bool:
         return self.trainer.sharded.begin(batch, count_only=True) is not None
 
-    def hold(self, batch: Batch | None, held: HeldBack) -> list[Batch | None] | None:
+    def hold(self, batch: Batch | None, held: HeldBack, index: int = -1) -> list[Batch | None] | None:
         union = self.trainer.sharded.begin(batch, count_only=True)  # the union's rows; None: out of data
         if union is None:
             return None
         rows = int(union.rows.sum())
         self.run.position += rows
-        return held.add(None if batch is None or len(batch) == 0 else batch, rows=rows)
+        return held.add(None if batch is None or len(batch) == 0 else batch, rows=rows, index=index)
 
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
         if not self.run.train(batch, step, read_ahead=not next_held):
@@ -277,6 +277,9 @@ def _resume(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, check
         held = None
     if held is not None and held.restored:  # the union's batches: this rank's rows of each, as a global stream's
         held.batches = [_rank_part(b, trainer.rank, trainer.world) for b in held.batches]
+        if trainer.rank:  # the union's span counts: rank 0 keeps them (the ranks' sum is the union's)
+            held.spans = [None if s is None else (0.0, 0.0) for s in held.spans]
+            held.open = [0.0, 0.0]
     result.resumed_from = path
     run_state.position = int(meta.get("position_rows", 0))
     if path is not None and hasattr(batches, "skip_rows"):
@@ -299,8 +302,13 @@ def _union_held(trainer: DistributedTrainer, held: HeldBack) -> HeldBack:
     """The union's held-back batches (each rank's parts in rank order), the same on every
     rank: what a checkpoint keeps, whatever the world size it is resumed at."""
     union = HeldBack(held.capacity, held.every)
-    if not held.rows:  # nothing held on any rank yet (the ranks hold in step): no collective
+    counted = torch.tensor([held.open] + [s if s is not None else (math.nan, math.nan) for s in held.spans],
+                           dtype=torch.float64)
+    dist.all_reduce(counted, group=trainer.group)  # every rank's rows and clicks of the spans: the union's
+    union.open = counted[0].tolist()
+    if not held.rows:  # nothing held on any rank yet (the ranks hold in step)
         return union
+    union.spans = [None if math.isnan(r) else (r, c) for r, c in counted[1:].tolist()]
     got: list[Any] = [None] * trainer.world
     dist.all_gather_object(got, [None if b is None else batch_state(b) for b in held.batches], group=trainer.group)
     for k, rows in enumerate(held.rows):
@@ -308,6 +316,18 @@ def _union_held(trainer: DistributedTrainer, held: HeldBack) -> HeldBack:
         union.batches.append(concat_batches(parts) if parts else None)
         union.rows.append(rows)
     return union
+
+
+def _union_rate(trainer: DistributedTrainer, held: HeldBack) -> float | None:
+    """The click rate of the held batches' spans over every rank (each rank counted its own
+    rows of them); None where a span was not counted (a checkpoint of an older fbrapids)."""
+    known = torch.tensor([float(all(s is not None for s in held.spans))], dtype=torch.float64)
+    dist.all_reduce(known, op=dist.ReduceOp.MIN, group=trainer.group)
+    if not known.item():
+        return None
+    total = torch.tensor([sum(s[k] for s in held.spans if s is not None) for k in (0, 1)], dtype=torch.float64)
+    dist.all_reduce(total, group=trainer.group)
+    return float(total[1] / total[0]) if total[0] > 0 else None
 
 
 def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitResult) -> bool:
@@ -324,7 +344,7 @@ def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitRes
     p = np.clip(out["pred"], 1e-300, 1.0)
     z = np.log(p) - np.log1p(-np.minimum(p, 1 - 1e-16))
     result.held_rows = len(z)
-    ab = fit_shift(z, out["label"])
+    ab = fit_shift(z, out["label"], rate=_union_rate(trainer, held))
     if ab is None:
         return False
     net.set_calibration(*ab)
@@ -359,7 +379,7 @@ class _RanksRun:
             if on_step is not None:
                 on_step(step, older)
         if batches is None:
-            held.batches, held.rows = [], []
+            held.clear()
             self.result.held_rows = 0
 
     def train(self, local: Batch | None, step: int, read_ahead: bool = True, read: bool = True) -> bool:

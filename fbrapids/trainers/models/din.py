@@ -9,7 +9,7 @@ import torch
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.wide_deep import first_order_config, linear_term
-from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, plain_mlp
+from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, mlp_forward, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.errors import ArgumentError
 
@@ -28,6 +28,9 @@ class DIN(CTRModel):
         first_order: add Wide&Deep's first-order part to the logit (one weight per id of the
             non-sequence features, from 0, :func:`~fbrapids.trainers.models.wide_deep.first_order_config`,
             plus a linear map of the dense features); the pipeline's default (docs/models.md).
+        first_order_store: the first-order tables (its ``dim`` set to 1); default
+            :func:`~fbrapids.trainers.models.wide_deep.first_order_config` of ``store``.
+        dropout: dropout rate after each hidden ReLU of the MLP while training.
 
     Example:
         >>> import torch
@@ -43,9 +46,11 @@ class DIN(CTRModel):
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], sequences: Mapping[str, str],
                  embedding_dim: int = 16, attention_mlp: Sequence[int] = (36,), mlp: Sequence[int] = (200, 80),
-                 store: StoreConfig | None = None, pooling: str = "sum", first_order: bool = False) -> None:
+                 store: StoreConfig | None = None, pooling: str = "sum", first_order: bool = False,
+                 first_order_store: StoreConfig | None = None, dropout: float = 0.0) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
+        self.dropout = float(dropout)
         self.sequences = dict(sequences)
         for seq, target in self.sequences.items():
             if target not in self.sparse_features:
@@ -60,8 +65,9 @@ class DIN(CTRModel):
         self.mlp = plain_mlp([width, *mlp, 1])
         self.first = self.first_dense = None
         if first_order:
-            self.first = TieredEmbeddingBagCollection(self.sparse_features, first_order_config(store or StoreConfig()),
-                                                      prefix="first_")
+            first = (first_order_store.with_(dim=1) if first_order_store is not None
+                     else first_order_config(store or StoreConfig()))
+            self.first = TieredEmbeddingBagCollection(self.sparse_features, first, prefix="first_")
             self.first_dense = torch.nn.Linear(dense_dim, 1)
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -74,7 +80,7 @@ class DIN(CTRModel):
             keys = rows.index_select(0, inv).to(dev)
             seg = bag_segments(batch.sparse[seq][1].to(dev), len(inv))
             parts.append(self.attention[seq](pooled[target], keys, seg))
-        logit = self.mlp(torch.cat(parts, dim=1)).squeeze(1)
+        logit = mlp_forward(self.mlp, torch.cat(parts, dim=1), self.dropout, self.training).squeeze(1)
         if self.first is not None:
             logit = logit + linear_term(self.first, self.first_dense, batch.dense.to(dev), batch, self.sparse_features)
         return logit

@@ -35,7 +35,7 @@ import torch
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
-from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp
+from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp, mlp_forward
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.errors import ArgumentError, NotFoundError
 
@@ -57,14 +57,17 @@ class DLRM(CTRModel):
         pooling: ``"sum"`` (the reference's ``EmbeddingBag``) or ``"mean"`` over a bag of ids
             (the pipeline's default: a bag of 64 tokens then weighs as much as one id,
             docs/models.md).
+        dropout: dropout rate after each hidden ReLU of the top MLP while training
+            (:func:`~fbrapids.trainers.modules.interaction.mlp_forward`; the layout is the same).
     """
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64,),
                  store: StoreConfig | None = None, self_interaction: bool = False, pooling: str = "sum",
-                 bias_vector: bool = False) -> None:
+                 bias_vector: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
+        self.dropout = float(dropout)
         cfg = (store or StoreConfig()).with_(dim=embedding_dim)
         self.ln_bot = [dense_dim, *bottom_mlp, embedding_dim]
         self.bot_l = mlp(self.ln_bot, sigmoid_layer=-1)
@@ -84,7 +87,7 @@ class DLRM(CTRModel):
         if self.bias_vector is not None:
             pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
         z = self.interaction(x, pooled)
-        return self.top_l[:-1](z).squeeze(1)
+        return mlp_forward(self.top_l[:-1], z, self.dropout, self.training).squeeze(1)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load a state dict of the reference ``DLRM_Net`` (MLPs by name, tables into the stores).

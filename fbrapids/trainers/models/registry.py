@@ -2,7 +2,7 @@
 
 An export's ``serving.json`` names its model by a registry entry (``"WideAndDeep"``), never
 by an importable path: loading builds only classes registered here, fbrapids' own models
-(DLRM, WideAndDeep, DeepFM, DIN; DICM once :mod:`fbrapids.ams` is imported) plus the ones
+(DLRM, WideAndDeep, DeepFM, DIN, DCNv2, LogisticRegression; DICM once :mod:`fbrapids.ams` is imported) plus the ones
 a user registers in code with :func:`register_model`.  A model may also carry a short
 name, the one the command line, :class:`~fbrapids.workloads.RunConfig` and the pipeline use
 (``"dlrm"``, ``"wide_deep"``...): :func:`model_for` finds its class.
@@ -12,7 +12,7 @@ Example:
     >>> model_class("DLRM") is DLRM, model_name(DLRM), model_for("dlrm") is DLRM
     (True, 'DLRM', True)
     >>> short_names()
-    ('dlrm', 'wide_deep', 'deepfm', 'din', 'logreg')
+    ('dlrm', 'wide_deep', 'deepfm', 'din', 'logreg', 'dcn')
     >>> @register_model
     ... class MyModel(DLRM):
     ...     pass

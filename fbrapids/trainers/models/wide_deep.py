@@ -35,7 +35,7 @@ from torch import nn
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
-from fbrapids.trainers.modules import TieredEmbeddingBagCollection, fm_second_order, plain_mlp
+from fbrapids.trainers.modules import TieredEmbeddingBagCollection, fm_second_order, mlp_forward, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 
 #: row-wise Adagrad's initial accumulator in the tables added straight into the logit
@@ -95,6 +95,7 @@ class WideAndDeep(CTRModel):
         wide_store: the wide tables (its ``dim`` set to 1); default
             :func:`first_order_config` of ``store`` (weights from 0, see the module docstring).
         pooling: ``"sum"`` or ``"mean"`` of a bag's deep embeddings (the wide weights are summed).
+        dropout: dropout rate after each hidden ReLU of the deep MLP while training.
 
     Example:
         >>> import torch
@@ -108,9 +109,10 @@ class WideAndDeep(CTRModel):
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  deep_mlp: Sequence[int] = (64, 32), store: StoreConfig | None = None,
-                 wide_store: StoreConfig | None = None, pooling: str = "sum") -> None:
+                 wide_store: StoreConfig | None = None, pooling: str = "sum", dropout: float = 0.0) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
+        self.dropout = float(dropout)
         cfg = store or StoreConfig()
         wide = wide_store.with_(dim=1) if wide_store is not None else first_order_config(cfg)
         self.wide = TieredEmbeddingBagCollection(self.sparse_features, wide, prefix="wide_")
@@ -124,7 +126,8 @@ class WideAndDeep(CTRModel):
         dense = batch.dense.to(dev)
         wide = linear_term(self.wide, self.wide_dense, dense, batch, self.sparse_features)
         e = self.deep_emb(batch.sparse)
-        deep = self.deep(torch.cat([dense, *[e[f].to(dev) for f in self.sparse_features]], dim=1)).squeeze(1)
+        deep = mlp_forward(self.deep, torch.cat([dense, *[e[f].to(dev) for f in self.sparse_features]], dim=1),
+                           self.dropout, self.training).squeeze(1)
         return wide + deep
 
 
@@ -140,6 +143,7 @@ class DeepFM(CTRModel):
         first_order_store: the first-order tables (its ``dim`` set to 1); default
             :func:`first_order_config` of ``store``.
         pooling: ``"sum"`` or ``"mean"`` of a bag's field embeddings (the first-order weights are summed).
+        dropout: dropout rate after each hidden ReLU of the deep MLP while training.
 
     Example:
         >>> import torch
@@ -155,9 +159,10 @@ class DeepFM(CTRModel):
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  deep_mlp: Sequence[int] = (64, 32), store: StoreConfig | None = None,
                  first_order_store: StoreConfig | None = None, field_store: StoreConfig | None = None,
-                 pooling: str = "sum") -> None:
+                 pooling: str = "sum", dropout: float = 0.0) -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
+        self.dropout = float(dropout)
         cfg = store or StoreConfig()
         first = first_order_store.with_(dim=1) if first_order_store is not None else first_order_config(cfg)
         fields = field_store.with_(dim=embedding_dim) if field_store is not None else fm_field_config(cfg, embedding_dim)
@@ -172,5 +177,6 @@ class DeepFM(CTRModel):
         first = linear_term(self.first, self.first_dense, dense, batch, self.sparse_features)
         e = self.emb(batch.sparse)
         fields = torch.stack([e[f].to(dev) for f in self.sparse_features], dim=1)
-        deep = self.deep(torch.cat([dense, fields.flatten(1)], dim=1)).squeeze(1)
+        deep = mlp_forward(self.deep, torch.cat([dense, fields.flatten(1)], dim=1), self.dropout,
+                           self.training).squeeze(1)
         return first + fm_second_order(fields) + deep

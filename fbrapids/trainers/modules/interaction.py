@@ -1,10 +1,11 @@
-"""Feature interactions: DLRM's pairwise dot products and the FM second-order term."""
+"""Feature interactions: DLRM's pairwise dot products and the FM second-order term; the MLPs."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -134,3 +135,26 @@ def plain_mlp(sizes: Sequence[int]) -> nn.Sequential:
         if i < len(sizes) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def mlp_forward(layers: nn.Sequential, x: torch.Tensor, dropout: float = 0.0, training: bool = False) -> torch.Tensor:
+    """``layers(x)``, with dropout at rate ``dropout`` after each ReLU while ``training``
+    (the models apply it this way, not as modules: a model's layout, its state dict and its
+    exports are the same whatever its dropout).
+
+    Example:
+        >>> import torch
+        >>> net = plain_mlp([3, 4, 1])
+        >>> x = torch.ones(2, 3)
+        >>> torch.equal(mlp_forward(net, x, 0.5, training=False), net(x))
+        True
+        >>> _ = torch.manual_seed(0); torch.equal(mlp_forward(net, x, 0.5, training=True), net(x))
+        False
+    """
+    if not (dropout and training):
+        return layers(x)
+    for layer in layers:
+        x = layer(x)
+        if isinstance(layer, nn.ReLU):
+            x = F.dropout(x, dropout, training=True)
+    return x

@@ -21,6 +21,8 @@ class StoreConfig:
         lr: sparse learning rate.
         eps: Adagrad epsilon (``w -= lr * g / (sqrt(acc) + eps)``).
         initial_accumulator: Adagrad accumulator of a new row.
+        weight_decay: L2 on the rows a batch looks up: ``weight_decay * w`` added to each
+            looked-up row's gradient before the update (see :mod:`fbrapids.trainers.sparse.optim`).
         init_scale: new rows are uniform in ``[-init_scale, init_scale)``; ``None`` means
             ``1 / sqrt(dim)``.
         seed: with the id, fixes a new row's initial value (order-independent).
@@ -55,6 +57,7 @@ class StoreConfig:
     lr: float = 0.05
     eps: float = 1e-8
     initial_accumulator: float = 0.0
+    weight_decay: float = 0.0
     init_scale: float | None = None
     seed: int = 0
     cache_rows: int = 1 << 16
@@ -82,6 +85,8 @@ class StoreConfig:
             raise ArgumentError(f"StoreConfig needs dim >= 1 and cache_rows >= 1 (got {self.dim}, {self.cache_rows})")
         if self.host_rows is not None and self.ssd_dir is None:
             raise ArgumentError("StoreConfig: a bounded host tier (host_rows) needs an SSD tier (ssd_dir)")
+        if not self.weight_decay >= 0.0:
+            raise ArgumentError(f"StoreConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
         if self.admit_after < 1:
             raise ArgumentError(f"StoreConfig.admit_after must be >= 1, got {self.admit_after}")
 
@@ -107,7 +112,8 @@ class StoreConfig:
 
     def sparse_optimizer(self) -> SparseOptimizer:
         """The sparse optimizer these settings describe."""
-        return sparse_optimizer(self.optimizer, self.dim, self.lr, self.eps, self.initial_accumulator, self.slices)
+        return sparse_optimizer(self.optimizer, self.dim, self.lr, self.eps, self.initial_accumulator, self.slices,
+                                self.weight_decay)
 
     def with_(self, **changes: Any) -> "StoreConfig":
         """A copy with some fields changed."""

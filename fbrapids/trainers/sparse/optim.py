@@ -7,6 +7,10 @@ given one gradient row per unique id.
   (a trial's arms sharing a table, :class:`~fbrapids.trainers.sparse.StoreConfig`) has one
   accumulator per slice, each slice updated as a row of its own.
 
+With ``weight_decay`` (L2 on the looked-up rows) each row a batch looks up has
+``weight_decay * w`` added to its gradient before the update (lazily: rows no batch looks up
+are not decayed), as TorchRec's fused optimizers and fbgemm's TBE ``weight_decay`` do.
+
 Each has two forms: :meth:`~SparseOptimizer.update` on full rows in a torch tensor (any
 device), and :meth:`~SparseOptimizer.update_table_` in place on the rows of a CPU table by
 slot, in C, with no gather or scatter (the CPU path; its row sums run in column order and
@@ -41,13 +45,34 @@ class SparseOptimizer:
     name = ""
     state_width = 0
 
-    def __init__(self, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0, slices: int = 1) -> None:
+    def __init__(self, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0, slices: int = 1,
+                 weight_decay: float = 0.0) -> None:
         self.dim, self.lr, self.eps, self.initial_state = int(dim), float(lr), float(eps), float(initial_state)
         self.slices = int(slices)
+        self.weight_decay = float(weight_decay)
 
     def key(self) -> tuple:
         """Optimizers with equal keys may update several tables' rows in one call."""
-        return (self.name, self.dim, self.lr, self.eps, self.slices)
+        return (self.name, self.dim, self.lr, self.eps, self.slices, self.weight_decay)
+
+    def decayed(self, weights: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """``grad + weight_decay * weights`` (``grad`` itself without weight decay).
+
+        Example:
+            >>> SGD(dim=1, lr=1.0, weight_decay=0.5).decayed(torch.tensor([[2.0]]), torch.tensor([[1.0]])).tolist()
+            [[2.0]]
+        """
+        return grad + self.weight_decay * weights if self.weight_decay else grad
+
+    def _decayed_table(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor) -> np.ndarray:
+        """:meth:`decayed` of ``table[slots]``'s weights (a CPU table), as a float32 array."""
+        g = grad.detach().numpy()
+        if not self.weight_decay:
+            return g
+        from fbrapids.trainers.sparse.hashmap import gather_cols
+
+        return np.ascontiguousarray(g + np.float32(self.weight_decay) * gather_cols(table, slots, self.dim),
+                                    dtype=np.float32)
 
     def init_state(self, rows: np.ndarray) -> None:
         """Set the optimizer state columns of new full rows."""
@@ -69,12 +94,12 @@ class SGD(SparseOptimizer):
     name = "sgd"
 
     def update(self, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        rows[:, : self.dim].sub_(grad * self.lr)
+        rows[:, : self.dim].sub_(self.decayed(rows[:, : self.dim], grad) * self.lr)
         return rows
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor,
                       dirty: np.ndarray | None = None) -> None:
-        sgd_(table, slots, grad.detach().numpy(), self.dim, self.lr, distinct=True, dirty=dirty)
+        sgd_(table, slots, self._decayed_table(table, slots, grad), self.dim, self.lr, distinct=True, dirty=dirty)
 
 
 class RowWiseAdagrad(SparseOptimizer):
@@ -83,6 +108,7 @@ class RowWiseAdagrad(SparseOptimizer):
 
     def update(self, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         d, k = self.dim, self.slices
+        grad = self.decayed(rows[:, :d], grad)
         if k == 1:
             acc = rows[:, d] + (grad * grad).mean(dim=1)
             rows[:, d] = acc
@@ -96,19 +122,19 @@ class RowWiseAdagrad(SparseOptimizer):
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor,
                       dirty: np.ndarray | None = None) -> None:
+        g = self._decayed_table(table, slots, grad)
         if self.slices == 1:
-            rowwise_adagrad_(table, slots, grad.detach().numpy(), self.dim, self.lr, self.eps, distinct=True,
-                             dirty=dirty)
+            rowwise_adagrad_(table, slots, g, self.dim, self.lr, self.eps, distinct=True, dirty=dirty)
             return
-        rowwise_adagrad_sliced_(table, slots, grad.detach().numpy(), self.dim // self.slices, self.slices, self.lr,
-                                self.eps, distinct=True, dirty=dirty)
+        rowwise_adagrad_sliced_(table, slots, g, self.dim // self.slices, self.slices, self.lr, self.eps,
+                                distinct=True, dirty=dirty)
 
 
 OPTIMIZERS: dict[str, type[SparseOptimizer]] = {"sgd": SGD, "adagrad": RowWiseAdagrad}
 
 
 def sparse_optimizer(name: str, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0,
-                     slices: int = 1) -> SparseOptimizer:
+                     slices: int = 1, weight_decay: float = 0.0) -> SparseOptimizer:
     """The optimizer registered as ``name``.
 
     Example:
@@ -119,4 +145,4 @@ def sparse_optimizer(name: str, dim: int, lr: float, eps: float = 1e-8, initial_
         cls = OPTIMIZERS[name]
     except KeyError:
         raise ArgumentError(f"unknown sparse optimizer {name!r}; registered: {', '.join(OPTIMIZERS)}") from None
-    return cls(dim, lr, eps, initial_state, slices)
+    return cls(dim, lr, eps, initial_state, slices, weight_decay)

@@ -459,10 +459,11 @@ class TieredEmbeddingStore:
         """``lookup``'s row-wise Adagrad update as a row of ``fbx_rowwise_adagrad_tables``'
         descriptors and its (lr, eps), given its gradient ``grad`` ``[len(lookup.slots), dim]``
         (C-contiguous float32); None when the update cannot run there (a device cache, another
-        optimizer): then :meth:`update_rows`.  The caller bumps :attr:`version` after it ran
+        optimizer, weight decay: its gradient is the decayed one): then :meth:`update_rows`.  The caller bumps :attr:`version` after it ran
         (:meth:`updated`)."""
         cache = self.tiers.cache
-        if cache.table is None or self.optimizer.name != "adagrad" or self.config.slices != 1:
+        if cache.table is None or self.optimizer.name != "adagrad" or self.config.slices != 1 \
+                or self.optimizer.weight_decay:
             return None
         self.check_current(lookup)
         dirty, slots = cache.slots.dirty, lookup.slots

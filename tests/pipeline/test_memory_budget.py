@@ -1,0 +1,95 @@
+"""A run's memory budget (``RunConfig.memory_limit`` / ``--memory-limit``): a run that cannot
+fit is refused in one line before any work; one whose dictionaries do not fit beside the rest
+runs on a real local dask cluster whose worker is limited (spilling past it) and finishes,
+with the joins shuffled; every run samples its memory by stage against its budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from fbrapids import kernels
+from fbrapids.app.pipeline import run_pipeline
+from fbrapids.errors import MemoryBudgetError, WorkloadError
+from fbrapids.runs import memory_budget
+from fbrapids.workloads import RunConfig
+
+
+def test_a_budget_below_what_the_run_needs_is_refused_in_one_line_before_any_work(gen_dir, tmp_path):
+    work = tmp_path / "work"
+    launches = kernels.stats()["launches"]
+    with pytest.raises(MemoryBudgetError) as exc:
+        run_pipeline(gen_dir, progress=False, work_dir=work, memory_limit="200MB")
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message.startswith("this run needs at least ") and "embedding tables" in message
+    assert "over its memory budget of 190.7 MiB (memory_limit '200MB'); nothing was read" in message
+    assert not work.exists() and kernels.stats()["launches"] == launches  # no work dir, no kernel launched
+
+
+def test_memory_limit_is_checked_where_it_is_given():
+    with pytest.raises(WorkloadError, match="RunConfig.memory_limit must be bytes, a size"):
+        RunConfig(memory_limit="lots")
+    with pytest.raises(WorkloadError, match="memory_limit"):
+        RunConfig(memory_limit="0%")
+    assert RunConfig(memory_limit="25%").memory_limit == "25%"
+    assert memory_budget.parse_memory_limit("25%") == memory_budget.machine_memory() // 4
+
+
+def test_dictionaries_over_the_budget_spill_on_a_local_cluster_and_the_run_finishes(gen_dir, tmp_path, monkeypatch):
+    """The generated dictionaries are small; counted as a million copies each (the estimate's
+    constant, not the engine), they leave no room beside the rest on this process's threads,
+    so the plan is a local cluster: a real one, its one worker limited to what the budget
+    leaves, the joins shuffled (P2P) instead of broadcast.  The run trains and evaluates the
+    rows pandas counts."""
+    import pandas as pd
+
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0
+    from fbrapids.app.run_memory import memory_plan
+    from fbrapids.app.pipeline import SHUFFLE_WINDOW
+    from fbrapids.datasets.synthetic import workload
+
+    monkeypatch.setattr(memory_budget, "BROADCAST_COPIES", 10 ** 6)
+    cfg = RunConfig(progress=False, work_dir=str(tmp_path / "work"), batch_size=512, cache_rows=1 << 14,
+                    host_rows=1 << 15, checkpoint=False, count_clean=False)
+    est = memory_plan(workload(gen_dir), cfg.with_(memory_limit="1000GB"), SHUFFLE_WINDOW).estimate
+    budget = est.total - est.parts["dictionaries"] + (1 << 30)  # room for a worker, not for the dictionaries
+    r = run_pipeline(gen_dir, cfg.with_(memory_limit=budget))
+    m = r.memory
+    assert m["scheduler"] == "local cluster" and 0 < m["worker_memory_bytes"] < budget
+    assert m["broadcast_bytes"] < min(est.dictionaries.values())
+    assert [j.split("(")[1].split(")")[0] for j in r.joins][:2] == ["left, shuffle", "left, shuffle"], r.joins
+    imp = pd.read_parquet(gen_dir / "impressions.parquet", columns=["instance_id", "slot", "ts"])
+    kept = imp[(imp["slot"] >= 0) & imp["instance_id"].isin(pd.read_parquet(gen_dir / "basic.parquet")["instance_id"])]
+    held = int((kept["ts"] >= TS0 + (DAYS - 1) * 86400).sum())
+    assert (r.rows["trained"], r.rows["held out"]) == (len(kept) - held, held) and r.metrics["n"] == held > 0
+    assert set(m["peak_by_stage"]) >= {"plan", "extract+train", "extract+evaluate"}
+    assert 0 < m["peak_bytes"] <= budget
+
+
+def test_an_estimate_near_the_budget_is_said_before_any_work(gen_dir, caplog):
+    from fbrapids.app.pipeline import SHUFFLE_WINDOW
+    from fbrapids.app.run_memory import memory_plan
+    from fbrapids.datasets.synthetic import workload
+
+    roomy = memory_plan(workload(gen_dir), RunConfig(memory_limit="1000GB"), SHUFFLE_WINDOW)
+    assert not roomy.near and "memory: the estimated peak" not in caplog.text
+    tight = memory_plan(workload(gen_dir), RunConfig(memory_limit=int(roomy.estimate.total / 0.95)), SHUFFLE_WINDOW)
+    assert tight.near and tight.scheduler == "threads"
+    assert "memory: the estimated peak" in caplog.text and "of the budget" in caplog.text
+
+
+def test_past_its_budget_a_run_stops_between_partitions_in_one_line():
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from fbrapids.app.pipeline import TimedPartitions
+    from fbrapids.runs.memory_watch import MemoryWatch
+
+    frame = dd.from_pandas(pd.DataFrame({"a": range(10)}), npartitions=2)
+    with MemoryWatch(1 << 20, every=60, source="memory_limit '1MiB'") as watch:  # any process is past 1 MiB
+        parts = iter(TimedPartitions(frame, watch=watch))
+        with pytest.raises(MemoryBudgetError) as exc:
+            next(parts)
+    assert "\n" not in str(exc.value)
+    assert str(exc.value).startswith("the run's memory reached ")
+    assert "in stage start, past its memory budget of 1.0 MiB (memory_limit '1MiB'); it was stopped there" in str(exc.value)

@@ -1,0 +1,59 @@
+"""``RunConfig(tune=...)`` (issue 50): the recipe chosen on a validation day, the last training
+day, from models trained on the days before it; then the refit on every training day.  The
+rows it reads are counted against the demo's rows rebuilt with pandas (benchmarks/models.py's
+independent reference frame): the held-out day is never among them."""
+
+from __future__ import annotations
+
+import pytest
+
+from fbrapids.errors import WorkloadError
+from fbrapids.workloads import RunConfig, Split
+
+
+def test_tuning_reads_the_training_days_only_and_keeps_the_best_try(gen_dir) -> None:
+    from benchmarks.models import day_masks, reference_frame
+    from fbrapids.app.pipeline import run_pipeline
+
+    from fbrapids.workloads.recipe import Recipe
+
+    r = run_pipeline(gen_dir, model="logreg", batch_size=512, checkpoint=False, count_clean=False, progress=False,
+                     recipe=Recipe(), tune={"weight_decay": [0.0, 1e-3]})
+    t, masks = r.tuning, day_masks(reference_frame(gen_dir))
+    v = t["validation"]
+    assert v["validation_rows"] == masks["validation"].sum() > 0 and v["train_rows"] == masks["fit"].sum() > 0
+    # every training row, no held-out one (the refit's rows count once per epoch)
+    assert (v["train_rows"] + v["validation_rows"]) * r.recipe["epochs"] == r.rows["trained"]
+    assert [(x["field"], x["value"]) for x in t["tried"]] == [("weight_decay", 0.0), ("weight_decay", 1e-3)]
+    best = min(t["tried"], key=lambda x: x["shifted_logloss"])
+    assert best["recipe"] == t["choice"] and {k: r.recipe[k] for k in t["choice"]} == t["choice"]
+    assert all(x["shifted_logloss"] <= x["logloss"] + 1e-12 for x in t["tried"])  # the best shift: never worse
+    assert r.recipe["source"].startswith("tuned on the validation day")
+    assert "tuned by validation logloss after a shift" in r.render()
+
+
+def test_tuning_needs_a_split_by_time_and_a_grid_of_recipe_fields(gen_dir) -> None:
+    from fbrapids.app.pipeline import run_pipeline
+    from fbrapids.datasets.synthetic import as_workload
+
+    w = as_workload(gen_dir).replace(split=Split("fraction", fraction=0.2))
+    with pytest.raises(WorkloadError, match="tuning holds out the last training day, which needs a split by time"):
+        run_pipeline(w, model="logreg", checkpoint=False, progress=False, tune=True)
+    with pytest.raises(WorkloadError, match=r"RunConfig.tune: a tuning grid varies recipe fields .*not \['lr'\]"):
+        RunConfig(tune={"lr": [0.1]})
+    with pytest.raises(WorkloadError, match="RunConfig.tune must be a bool or a grid"):
+        RunConfig(tune="yes")
+
+
+def test_the_demo_recipes_are_the_tunings_choices() -> None:
+    """``fbrapids.app.pipeline.RECIPES`` holds what scripts/tune_recipes.py's runs chose, at each
+    size they ran (docs/models.md's recipe table renders the same JSON)."""
+    import json
+    from pathlib import Path
+
+    from fbrapids.app.pipeline import recipe_for
+
+    runs = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/figures/tuning.json").read_text())
+    for rows, models in runs["runs"].items():
+        for model, run in models.items():
+            assert recipe_for(model, int(rows))[0].as_dict() == run["tuning"]["choice"], (rows, model)
