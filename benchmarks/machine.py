@@ -43,8 +43,15 @@ from typing import Any
 MAX_LOAD = 1.5
 #: a run whose peer (or the fixed loop) ran more than this fraction below its reference rate is noisy
 MAX_SLOWDOWN = 0.25
-#: where the machines' reference rates are kept
+#: where the machines' reference rates are kept (``$FBRAPIDS_REFERENCE_RATES`` elsewhere: the
+#: test suite's runs keep theirs out of the repository)
 REFERENCE_RATES = Path(__file__).resolve().parent / "results" / "reference_rates.json"
+REFERENCE_RATES_ENV = "FBRAPIDS_REFERENCE_RATES"
+
+
+def reference_rates_path() -> Path:
+    """:data:`REFERENCE_RATES`, or the file ``$FBRAPIDS_REFERENCE_RATES`` names."""
+    return Path(os.environ[REFERENCE_RATES_ENV]) if os.environ.get(REFERENCE_RATES_ENV) else REFERENCE_RATES
 
 
 def machine_description(backend: str = "cpu") -> str:
@@ -145,7 +152,8 @@ def noise_verdict(load_start: float, speed_start: float, speed_end: float, peers
 
 
 def _read_references() -> dict[str, Any]:
-    return json.loads(REFERENCE_RATES.read_text()) if REFERENCE_RATES.exists() else {}
+    path = reference_rates_path()
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 class NoiseCheck:
@@ -180,8 +188,9 @@ class NoiseCheck:
                 entry = refs.setdefault(key, {})
                 entry["machine_speed"] = mine["machine_speed"]
                 entry[self.benchmark] = {k: v for k, v in mine.items() if k != "machine_speed"}
-                REFERENCE_RATES.parent.mkdir(parents=True, exist_ok=True)
-                REFERENCE_RATES.write_text(json.dumps(refs, indent=1, sort_keys=True) + "\n")
+                path = reference_rates_path()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(refs, indent=1, sort_keys=True) + "\n")
         why = noise_verdict(self.load_start, self.speed_start, speed_end, peers, mine)
         return {"load_average": {"start": self.load_start, "end": load_end},
                 "machine_speed": {"start": self.speed_start, "end": speed_end, "reference": mine.get("machine_speed")},
