@@ -62,6 +62,16 @@ law (and need not hold a batch's rows); a store learns it from the lookups it ha
 from its SSD file per measured batch; no policy reads ahead, so each RAM hit is a read
 saved.  ``benchmarks/window_simulation.py`` simulates the hit rate by window length.
 
+Every store step is told the batch that comes next and has the store find that batch's rows
+in its background thread while this one trains (``prepare``), as ``fit`` does; the peers
+take no such hint.
+
+Honest figures (:mod:`benchmarks.machine`): the load average and a machine-speed reference
+(a fixed loop) at the start and the end, the peers' absolute rates beside the ratios
+(``peer_rates``), and ``verdict``: ``"noisy"`` when the load exceeded 1.5 at the start or a
+peer or the fixed loop ran more than 25% below its reference rate on this machine; a noisy
+run is kept but not written into the README (``scripts/bench.py``, ``scripts/docs_figures.py``).
+
 The last line printed is one JSON object with the figures.
 
 Usage (the acceptance run, one line; ``scripts/bench_venv.sh`` makes ``.venv-bench``):
@@ -91,13 +101,15 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.machine import NoiseCheck  # noqa: E402
 from fbrapids.trainers.fit import LOOKAHEAD_BATCHES  # noqa: E402
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
 
 SCRAMBLE = np.uint64(0x9E3779B97F4A7C15)
 LR, EPS = 0.05, 1e-8
-Step = Callable[[np.ndarray], None]
+#: one system's step on a batch of ids, told the batch it will get next (None at the end)
+Step = Callable[[np.ndarray, "np.ndarray | None"], None]
 
 
 class ZipfStream:
@@ -190,9 +202,11 @@ def tiered_step(cfg: StoreConfig, name: str, offsets: torch.Tensor, w: torch.Ten
     offs = offsets.to(device)
     wd = w.to(device)
 
-    def step(ids: np.ndarray) -> None:
+    def step(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
         keys = torch.from_numpy((ids.view(np.uint64) * SCRAMBLE).view(np.int64))
         out = ebc.pooled_stack({"f": (keys, offs)})
+        if upcoming is not None:  # the next batch's rows found while this one trains, as fit does
+            ebc.prepare({"f": (torch.from_numpy((upcoming.view(np.uint64) * SCRAMBLE).view(np.int64)), offs)})
         (out[:, 0] * wd).sum().backward()
         ebc.apply_gradients()
 
@@ -205,7 +219,7 @@ def embeddingbag_step(rows: int, dim: int, offsets: torch.Tensor, w: torch.Tenso
     acc = torch.zeros(rows, device=device)
     offs, wd = offsets.to(device), w.to(device)
 
-    def step(ids: np.ndarray) -> None:
+    def step(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
         emb.weight.grad = None
         (emb(torch.from_numpy(ids).to(device), offs) * wd).sum().backward()
         with torch.no_grad():
@@ -234,7 +248,7 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
                                                     optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=LR,
                                                     eps=EPS, pooling_mode=PoolingMode.SUM)
 
-        def tbe_step(ids: np.ndarray) -> None:
+        def tbe_step(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
             (tbe(torch.from_numpy(ids), offs) * w).sum().backward()  # the update is fused into backward
 
         out["fbgemm_tbe"] = tbe_step
@@ -251,7 +265,7 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
             tables=[EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=rows, feature_names=["f"])],
             optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": LR, "eps": EPS}, device=torch.device("cpu"))
 
-        def fused_step(ids: np.ndarray) -> None:
+        def fused_step(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
             kjt = KeyedJaggedTensor.from_lengths_sync(keys=["f"], values=torch.from_numpy(ids), lengths=lengths)
             (fused(kjt).values() * w).sum().backward()  # the update is fused into backward
 
@@ -297,11 +311,11 @@ def fused_matches_store(rows: int = 1000, dim: int = 16, steps: int = 3) -> floa
 
 
 def timed(step: Step, batches: list[np.ndarray], sync: Callable[[], None]) -> float:
-    """Ids per second over ``batches``."""
+    """Ids per second over ``batches`` (each step told the next batch)."""
     sync()
     t = time.perf_counter()
-    for ids in batches:
-        step(ids)
+    for k, ids in enumerate(batches):
+        step(ids, batches[k + 1] if k + 1 < len(batches) else None)
     sync()
     return sum(len(b) for b in batches) / (time.perf_counter() - t)
 
@@ -343,13 +357,13 @@ def announcing(step: Step, store: object, batches: list[np.ndarray], window: int
     ``window`` ahead (before the first: the first ``window + 1``), as the trainer does."""
     pos = 0
 
-    def run(ids: np.ndarray) -> None:
+    def run(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
         nonlocal pos
         if pos >= len(batches) or batches[pos] is not ids:
             raise RuntimeError("the announcing step got a batch out of its planned order")
         for j in range(0 if pos == 0 else pos + window, min(pos + window, len(batches) - 1) + 1):
             store.announce(batches[j].view(np.uint64) * SCRAMBLE, j - pos)
-        step(ids)
+        step(ids, upcoming)
         pos += 1
 
     return run
@@ -405,10 +419,13 @@ def main() -> None:
                          "the trainer's (fit(lookahead=...))")
     ap.add_argument("--old-eviction", default="lfu_full",
                     help="the policy it is compared with on the same stream ('' to leave it out)")
+    ap.add_argument("--set-reference", action="store_true",
+                    help="record this run's peer rates as this machine's reference rates (a quiet run only)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     cuda = torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    noise = NoiseCheck(f"embedding rows={args.rows} dim={args.dim} batch={args.batch}x{args.pooling}")
     load_start = os.getloadavg()
 
     size = args.batch * args.pooling
@@ -452,8 +469,8 @@ def main() -> None:
             if st is not None and st.uses_window:
                 steps[name] = announcing(steps[name], st, warm + [b for bs in planned for b in bs], args.window)
         for fn in steps.values():
-            for ids in warm:
-                fn(ids)
+            for k, ids in enumerate(warm):
+                fn(ids, warm[k + 1] if k + 1 < len(warm) else None)
         before = store.stats()
         before_old = old.stats() if old is not None else None
         before_cuda = ebc_cuda.stores["f"].stats() if cuda else None
@@ -517,6 +534,10 @@ def main() -> None:
             if figs.get("tiered_10x_ops_per_s"):
                 figs["ssd_10x_over_in_ram"] = figs["tiered_10x_ops_per_s"] / t_in
         res["load_average"] = {"start": list(load_start), "end": list(os.getloadavg())}
+        # the peers' absolute rates beside the ratios, the fixed loop at both ends, and the verdict
+        peers = {f"{peer}@{n}": figs[f"{peer}_ops_per_s"] for n, figs in by_threads.items()
+                 for peer in ("torchrec_fused", "fbgemm_tbe", "torch_embeddingbag") if figs.get(f"{peer}_ops_per_s")}
+        res.update({k: v for k, v in noise.finish(peers, args.set_reference).items() if k != "load_average"})
         res["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
         res["torch"] = torch.__version__
         res["environment"] = peer_environment(args.threads)
@@ -562,7 +583,9 @@ def main() -> None:
             ("ssd_10x_over_in_ram", "SSD 10x / in RAM")) if figs.get(key))
         print(f"{n_threads} thread(s): {ratios}")
     print("environment: " + ", ".join(f"{k} {v}" for k, v in res["environment"].items()))
-    print(f"load average at the end: {res['load_average']['end'][0]:.2f}")
+    print(f"load average at the end: {res['load_average']['end'][0]:.2f}; machine speed {res['machine_speed']['start']:.0f} "
+          f"-> {res['machine_speed']['end']:.0f} loops/s (reference {res['machine_speed']['reference']})")
+    print(f"verdict: {res['verdict']}" + (f" ({'; '.join(res['noisy_because'])})" if res["noisy_because"] else ""))
     print(json.dumps(res))
 
 

@@ -1,8 +1,32 @@
-"""What a benchmark ran on, in words, for its JSON line and the README table.
+"""What a benchmark ran on, in words, for its JSON line and the README table; and whether a
+speed figure measured there is fit to publish (:class:`NoiseCheck`).
+
+A speed figure is a ratio of fbrapids to a peer run side by side, but a ratio taken while
+the machine is busy can be off by far more than the effect measured (a peer slowed 10x by
+a neighbour's threads once made the store look 1.5x faster than it was).  So each timing
+benchmark records, beside its ratios:
+
+* the load average at the start and at the end;
+* a machine-speed reference, :func:`speed_reference` (a fixed loop, one thread), at the
+  start and at the end;
+* its peers' absolute rates,
+
+and :func:`noise_verdict` marks the run ``"noisy"`` when the load exceeded
+:data:`MAX_LOAD` at the start, or a peer ran more than :data:`MAX_SLOWDOWN` below its
+reference rate on this machine, or the fixed loop did.  The reference rates live in
+``benchmarks/results/reference_rates.json``, per machine (its CPU model and cores): a
+machine without them gets them from its first quiet run (load at most :data:`MAX_LOAD` at
+the start and the end, the fixed loop steady within 10%), later runs are judged against
+them.  A noisy run's JSON is kept (its figures are still what was measured), but
+``scripts/docs_figures.py`` refuses to put it into the README.
 
 Example:
     >>> "cores" in machine_description()
     True
+    >>> noise_verdict(0.5, 100.0, 98.0, {"peer@1": 70.0}, {"machine_speed": 100.0, "peer@1": 100.0})
+    ['peer@1 ran at 0.70 of its reference rate (100)']
+    >>> noise_verdict(2.0, 100.0, 100.0, {}, {"machine_speed": 100.0})
+    ['load average 2.00 at the start (more than 1.5)']
 """
 
 from __future__ import annotations
@@ -11,6 +35,23 @@ import json
 import os
 import platform
 import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: a run whose load average exceeded this at the start is noisy
+MAX_LOAD = 1.5
+#: a run whose peer (or the fixed loop) ran more than this fraction below its reference rate is noisy
+MAX_SLOWDOWN = 0.25
+#: where the machines' reference rates are kept (``$FBRAPIDS_REFERENCE_RATES`` elsewhere: the
+#: test suite's runs keep theirs out of the repository)
+REFERENCE_RATES = Path(__file__).resolve().parent / "results" / "reference_rates.json"
+REFERENCE_RATES_ENV = "FBRAPIDS_REFERENCE_RATES"
+
+
+def reference_rates_path() -> Path:
+    """:data:`REFERENCE_RATES`, or the file ``$FBRAPIDS_REFERENCE_RATES`` names."""
+    return Path(os.environ[REFERENCE_RATES_ENV]) if os.environ.get(REFERENCE_RATES_ENV) else REFERENCE_RATES
 
 
 def machine_description(backend: str = "cpu") -> str:
@@ -55,3 +96,103 @@ def write_result(out: "os.PathLike[str] | str", result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     sys.stdout.write(json.dumps(result) + "\n")
+
+
+def machine_key() -> str:
+    """The machine a reference rate belongs to: its CPU model and core count.
+
+    Example:
+        >>> "cores" in machine_key()
+        True
+    """
+    return machine_description().split(", load average")[0]
+
+
+def speed_reference(loops: int = 8, repeats: int = 3) -> float:
+    """Loops per second of a fixed loop on one thread (the best of ``repeats``): a sort of
+    65,536 floats, a cumulative sum over them, and 20,000 additions in Python; a yardstick
+    of what this machine gives one thread now, not of any system measured.
+
+    Example:
+        >>> speed_reference(loops=1, repeats=1) > 0
+        True
+    """
+    import numpy as np
+
+    a = np.random.default_rng(0).random(1 << 16)
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(loops):
+            np.sort(a)
+            np.cumsum(a)
+            total = 0
+            for i in range(20_000):
+                total += i
+        best = max(best, loops / (time.perf_counter() - t))
+    return best
+
+
+def noise_verdict(load_start: float, speed_start: float, speed_end: float, peers: dict[str, float],
+                  reference: dict[str, float]) -> list[str]:
+    """Why a run is noisy (empty: it is not): its load at the start above :data:`MAX_LOAD`, the
+    fixed loop at the start or end, or a peer's rate, more than :data:`MAX_SLOWDOWN` below
+    ``reference`` (name -> rate; the fixed loop's as ``"machine_speed"``).  A peer or a
+    fixed loop without a reference rate is noisy too: nothing tells its rate was usual."""
+    why = []
+    if load_start > MAX_LOAD:
+        why.append(f"load average {load_start:.2f} at the start (more than {MAX_LOAD})")
+    for name, rate in [("machine_speed", min(speed_start, speed_end)), *sorted(peers.items())]:
+        ref = reference.get(name)
+        if not ref:
+            why.append(f"no reference rate of {name} on this machine")
+        elif rate < (1 - MAX_SLOWDOWN) * ref:
+            why.append(f"{name} ran at {rate / ref:.2f} of its reference rate ({ref:.3g})")
+    return why
+
+
+def _read_references() -> dict[str, Any]:
+    path = reference_rates_path()
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+class NoiseCheck:
+    """The load and the fixed loop at a benchmark's start (made when it starts) and its end
+    (:meth:`finish`), and the verdict on its peers' rates (see the module docstring)."""
+
+    def __init__(self, benchmark: str) -> None:
+        self.benchmark = benchmark
+        self.load_start = os.getloadavg()[0]
+        self.speed_start = speed_reference()
+
+    def finish(self, peers: dict[str, float], set_reference: bool = False) -> dict[str, Any]:
+        """The figures to record with the run: load and fixed loop at both ends, the peers'
+        rates and their references, and ``verdict`` (``"accepted"`` / ``"noisy"``) with
+        ``noisy_because``.  A quiet run (the load rule at both ends, the fixed loop steady
+        within 10%) records its rates as this machine's references where it has none, or
+        always with ``set_reference``."""
+        speed_end, load_end = speed_reference(), os.getloadavg()[0]
+        refs = _read_references()
+        key = machine_key()
+        mine = dict(refs.get(key, {}).get(self.benchmark, {}))
+        mine.setdefault("machine_speed", refs.get(key, {}).get("machine_speed", 0.0))
+        quiet = (max(self.load_start, load_end) <= MAX_LOAD
+                 and abs(speed_end - self.speed_start) <= 0.1 * max(speed_end, self.speed_start))
+        recorded = []
+        if quiet:
+            for name, rate in [("machine_speed", max(self.speed_start, speed_end)), *peers.items()]:
+                if set_reference or not mine.get(name):
+                    mine[name] = rate
+                    recorded.append(name)
+            if recorded:
+                entry = refs.setdefault(key, {})
+                entry["machine_speed"] = mine["machine_speed"]
+                entry[self.benchmark] = {k: v for k, v in mine.items() if k != "machine_speed"}
+                path = reference_rates_path()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(refs, indent=1, sort_keys=True) + "\n")
+        why = noise_verdict(self.load_start, self.speed_start, speed_end, peers, mine)
+        return {"load_average": {"start": self.load_start, "end": load_end},
+                "machine_speed": {"start": self.speed_start, "end": speed_end, "reference": mine.get("machine_speed")},
+                "peer_rates": peers, "peer_reference_rates": {k: mine.get(k) for k in peers},
+                "references_recorded": recorded, "verdict": "noisy" if why else "accepted", "noisy_because": why}

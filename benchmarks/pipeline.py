@@ -48,9 +48,11 @@ from benchmarks.machine import machine_description  # noqa: E402
 from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
 from fbrapids.files.iostats import IOCounter
 from fbrapids.files.manifest import VERIFY_ENV
-from fbrapids.app.pipeline import (DAY, DENSE, SHUFFLE_WINDOW, SPARSE, batch_stream, build_model, feature_frame, run_pipeline,
-                               split_by_day)
+from fbrapids.app.pipeline import (DAY, DENSE, SHUFFLE_BUFFER, SPARSE, batch_stream, build_model, default_recipe,
+                                   feature_frame, run_pipeline,
+                                   split_by_day)
 from fbrapids.trainers import evaluate, fit
+from fbrapids.trainers.dense_optim import default_optimizer
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.views.read import read_view
@@ -74,13 +76,16 @@ def write_then_train(data_dir: Path, work: Path, batch_size: int, seed: int) -> 
     train_back = read_view(out / "train" / "*.parquet")
     test_back = read_view(out / "test" / "*.parquet")
     store = StoreConfig(cache_rows=1 << 17, host_rows=1 << 19, ssd_dir=str(work / "store"), seed=seed)
-    net = build_model("dlrm", len(DENSE), SPARSE, store)
+    recipe = default_recipe(data_dir, "dlrm")  # the pipeline's: its learning rates, epochs and model
+    torch.manual_seed(seed)  # as the pipeline builds its model
+    net = build_model("dlrm", len(DENSE), SPARSE, store, recipe=recipe)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))  # the same training threads as the pipeline
     try:
-        # the training rows shuffled in the pipeline's windows: the same batches as run_pipeline's
-        fit(net, batch_stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed, shuffle_window=SHUFFLE_WINDOW),
-            progress=False)
+        # the training rows shuffled in the pipeline's buffer: the same batches as run_pipeline's
+        fit(net, batch_stream(_partitions(train_back), DENSE, SPARSE, batch_size, seed, shuffle_buffer=SHUFFLE_BUFFER),
+            optimizer=default_optimizer([p for p in net.parameters() if p.requires_grad], recipe.dense_lr),
+            epochs=recipe.epochs, progress=False)
         metrics = evaluate(net, batch_stream(_partitions(test_back), DENSE, SPARSE, batch_size, seed), progress=False)
     finally:
         torch.set_num_threads(threads)

@@ -15,10 +15,26 @@ and seed-averaged, their SD, and how often the A/A verdict was not "no detectabl
 effect"), and the seconds per trial;
 ends with one JSON line, also written to ``benchmarks/results/trial_calibration.json``.
 
+Two more designs, each with its own state and result files:
+
+* ``--candidates N`` (N > 1): each run tries N candidates at once, each against one shared
+  baseline (``trial(each=True, aa=False)``: the family's p-values, Holm's correction by
+  default, ``--correction bh`` for Benjamini-Hochberg's): noise runs plant N pure-noise
+  columns, planted runs one column of each beta among N - 1 noise ones.  Reported: the
+  **family-wise** false-alarm rate (runs with any noise candidate called "helps", and with
+  any called at all), what the same runs would give on the candidates' own p-values with
+  and without the correction (from the stored p-values), the planted candidate's power and
+  rank, and the seconds and models per run (``trial_calibration_family.json``).
+* ``--min-effect M``: sequential trials (``trial(min_effect=M)``, up to ``--seeds`` seeds,
+  default 6): false-alarm rate, power and the seeds used per trial, with the looks'
+  positions against the margin (``trial_calibration_sequential.json``).
+
 Resumable: every finished trial is appended to a JSON-lines state file; a re-run skips
 the trials it holds (``--report`` only summarises it).
 
     nice -n 10 python benchmarks/trial_calibration.py [--noise 40] [--planted 10] [--seeds 3]
+    nice -n 10 python benchmarks/trial_calibration.py --candidates 10 --noise 20 --planted 10 --betas 0.25
+    nice -n 10 python benchmarks/trial_calibration.py --min-effect 0.003 --noise 20 --planted 10 --betas 0.5 0.25
 """
 
 from __future__ import annotations
@@ -86,6 +102,131 @@ def run_one(spec: dict, seeds: int, n_boot: int, model: str, batch_size: int = 2
             "info_interval": r.info_interval, "info_verdict": r.info_verdict,
             "nan_rounds": r.nan_rounds, "baseline": r.baseline, "seconds": round(time.perf_counter() - t0, 1),
             "trial_seconds": r.seconds, "load": os.getloadavg()[0]}
+
+
+def run_family(spec: dict, n: int, seeds: int, n_boot: int, model: str, batch_size: int = 2048,
+               correction: str = "holm") -> dict:
+    """One run of ``spec`` with ``n`` candidates each against one baseline: columns ``p0`` ..
+    ``p{n-1}``, ``p0`` planted with the spec's beta (0: every column is noise)."""
+    from fbrapids import ops, trial
+    from fbrapids.datasets.synthetic.generate import generate, read_metadata
+
+    t0 = time.perf_counter()
+    plant = {f"p{i}": (spec["beta"] if i == 0 else 0.0) for i in range(n)}
+    with tempfile.TemporaryDirectory(prefix="fbrapids-calib-") as tmp:
+        generate(spec["rows"], tmp, seed=spec["data_seed"], plant=plant)
+        gain = read_metadata(tmp)["plant"]["p0"]["oracle_auc_gain"]
+        f = trial(tmp, {f"p{i}_f": ops.col(f"p{i}") for i in range(n)}, each=True, aa=False, seeds=seeds,
+                  seed=spec["data_seed"] * 10, n_boot=n_boot, model=model, progress=False, batch_size=batch_size,
+                  correction=correction)
+    keys = ("delta", "interval", "verdict", "p_value", "p_family", "p_adjusted", "se", "df", "seed_deltas")
+    return {**spec, "candidates": n, "correction": correction, "oracle_auc_gain": gain, "seeds": f.seeds,
+            "results": {k: {key: getattr(r, key) for key in keys} for k, r in f.results.items()},
+            "ranking": f.ranking("auc"), "cost": f.cost, "seconds": round(time.perf_counter() - t0, 1),
+            "load": os.getloadavg()[0]}
+
+
+def run_sequential(spec: dict, seeds: int, n_boot: int, model: str, min_effect: float,
+                   batch_size: int = 2048) -> dict:
+    """One sequential trial of ``spec`` (its own data, the planted column ``p`` the candidate)."""
+    from fbrapids import ops, trial
+    from fbrapids.datasets.synthetic.generate import generate, read_metadata
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fbrapids-calib-") as tmp:
+        generate(spec["rows"], tmp, seed=spec["data_seed"], plant={"p": spec["beta"]})
+        gain = read_metadata(tmp)["plant"]["p"]["oracle_auc_gain"]
+        r = trial(tmp, {"p_f": ops.col("p")}, seeds=seeds, seed=spec["data_seed"] * 10, n_boot=n_boot, model=model,
+                  progress=False, batch_size=batch_size, aa=False, min_effect=min_effect)
+    return {**spec, "oracle_auc_gain": gain, "seeds": r.seeds, "delta": r.delta, "interval": r.interval,
+            "verdict": r.verdict, "p_value": r.p_value, "p_adjusted": r.p_adjusted, "level": r.level,
+            "sequential": r.sequential, "cost": r.cost, "seconds": round(time.perf_counter() - t0, 1),
+            "load": os.getloadavg()[0]}
+
+
+def family_summary(rows: list[dict], alpha: float = 0.05, metrics: tuple[str, ...] = METRICS) -> dict[str, Any]:
+    """The family-wise false alarms of the noise runs, and the planted candidate's power and
+    rank, per metric; beside them, what the runs' own p-values give with Holm's correction
+    and with none (from the stored p-values: what the family's p-value buys).
+
+    Example:
+        >>> r = {"p0_f": {"delta": {"auc": 0.01}, "verdict": {"auc": "helps"}, "p_value": {"auc": 0.001},
+        ...               "p_adjusted": {"auc": 0.004}},
+        ...      "p1_f": {"delta": {"auc": 0.002}, "verdict": {"auc": "no detectable effect"},
+        ...               "p_value": {"auc": 0.03}, "p_adjusted": {"auc": 0.06}}}
+        >>> s = family_summary([{"beta": 0.0, "results": r, "ranking": ["p0_f", "p1_f"], "seconds": 9.0,
+        ...                      "cost": {"models": 9}}], 0.05, ("auc",))
+        >>> s["auc"]["noise"]["any_false_helps"], s["auc"]["noise"]["own_p_uncorrected_any_helps"]
+        (1, 1)
+    """
+    from fbrapids.app.trial_family import adjust_p
+
+    out: dict[str, Any] = {}
+    noise = [r for r in rows if r["beta"] == 0]
+    planted = [r for r in rows if r["beta"] != 0]
+    for m in metrics:
+        def helps(res: dict, names: list[str]) -> bool:
+            return any(res[k]["verdict"][m] == "helps" for k in names)
+
+        def own(res: dict, names: list[str], correct: bool) -> tuple[bool, bool]:
+            p = [res[k]["p_value"][m] for k in res]
+            q = adjust_p(p, "holm") if correct else p
+            called = [k for k, x in zip(res, q) if x < alpha and k in names]
+            return bool(called), any(res[k]["delta"][m] > 0 for k in called)
+
+        k_helps = sum(helps(r["results"], list(r["results"])) for r in noise)
+        k_any = sum(any(x["verdict"][m] != "no detectable effect" for x in r["results"].values()) for r in noise)
+        lo, hi = clopper_pearson(k_helps, len(noise)) if noise else (float("nan"), float("nan"))
+        out[m] = {"noise": {"runs": len(noise), "any_false_helps": k_helps, "any_false_call": k_any,
+                            "rate_helps": k_helps / len(noise) if noise else None, "cp95_helps": [round(lo, 4), round(hi, 4)],
+                            "own_p_holm_any_helps": sum(own(r["results"], list(r["results"]), True)[1] for r in noise),
+                            "own_p_uncorrected_any_helps": sum(own(r["results"], list(r["results"]), False)[1]
+                                                               for r in noise)}}
+        if planted:
+            found = sum(r["results"]["p0_f"]["verdict"][m] == "helps" for r in planted)
+            out[m]["planted"] = {"runs": len(planted), "found": found,
+                                 "ranked_first": sum(r["ranking"][0] == "p0_f" for r in planted) if m == "auc" else None,
+                                 "false_helps_among_noise": sum(helps(r["results"], [k for k in r["results"] if k != "p0_f"])
+                                                                for r in planted)}
+    secs = [r["seconds"] for r in rows]
+    out["seconds_per_run"] = float(sum(secs) / len(secs)) if secs else None
+    out["models_per_run"] = rows[0]["cost"]["models"] if rows else None
+    return out
+
+
+def sequential_summary(rows: list[dict]) -> dict[str, Any]:
+    """False alarms (noise), power (planted, per beta), and the seeds the trials took.
+
+    Example:
+        >>> r = {"beta": 0.0, "verdict": {"auc": "no detectable effect", "gauc": "hurts"}, "seeds": [0, 1, 2],
+        ...      "sequential": {"stopped": "every interval is clear of the margin"}, "oracle_auc_gain": 0.0}
+        >>> s = sequential_summary([r])
+        >>> s["false_positive"]["gauc"]["called"], s["seeds_used"]["noise"]["mean"]
+        (1, 3.0)
+    """
+    import numpy as np
+
+    noise = [r for r in rows if r["beta"] == 0]
+    out: dict[str, Any] = {"false_positive": {}, "power": {}, "seeds_used": {}}
+    for m in METRICS:
+        k = sum(r["verdict"][m] != "no detectable effect" for r in noise)
+        lo, hi = clopper_pearson(k, len(noise)) if noise else (float("nan"), float("nan"))
+        out["false_positive"][m] = {"called": k, "of": len(noise), "helps": sum(r["verdict"][m] == "helps" for r in noise),
+                                    "cp95": [round(lo, 4), round(hi, 4)]}
+    groups = {"noise": noise, **{f"beta={b:g}": [r for r in rows if r["beta"] == b]
+                                 for b in sorted({r["beta"] for r in rows if r["beta"] != 0})}}
+    for key, sub in groups.items():
+        if not sub:
+            continue
+        used = [len(r["seeds"]) for r in sub]
+        out["seeds_used"][key] = {"mean": float(np.mean(used)), "min": min(used), "max": max(used),
+                                  "stopped_at_the_margin": sum(r["sequential"]["stopped"].startswith("every")
+                                                               for r in sub)}
+        if key != "noise":
+            out["power"][key] = {"trials": len(sub), "oracle_auc_gain": round(float(np.mean(
+                [r["oracle_auc_gain"] for r in sub])), 4), **{m: sum(r["verdict"][m] == "helps" for r in sub)
+                                                             for m in METRICS}}
+    return out
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -198,29 +339,65 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--noise", type=int, default=40, help="pure-noise trials")
     ap.add_argument("--planted", type=int, default=10, help="planted trials per effect size")
     ap.add_argument("--betas", type=float, nargs="+", default=list(BETAS))
     ap.add_argument("--noise-rows", type=int, default=50_000)
     ap.add_argument("--planted-rows", type=int, default=100_000)
-    ap.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's DEFAULT_SEEDS)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: trial's DEFAULT_SEEDS; "
+                                                            "with --min-effect the most seeds, default 6)")
     ap.add_argument("--boot", type=int, default=200)
     ap.add_argument("--model", default="dlrm")
     ap.add_argument("--batch-size", type=int, default=2048)
-    ap.add_argument("--state", type=Path, default=STATE)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--candidates", type=int, default=1, help="candidates per run, each against one baseline")
+    ap.add_argument("--correction", choices=("holm", "bh"), default="holm", help="with --candidates")
+    ap.add_argument("--min-effect", type=float, default=None, help="sequential trials with this margin")
+    ap.add_argument("--state", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--noise-aa", action="store_true", help="noise trials train A/A arms too (+50%% training)")
     ap.add_argument("--report", action="store_true", help="summarise the state file only")
     args = ap.parse_args(argv)
+    mode = "family" if args.candidates > 1 else "sequential" if args.min_effect is not None else None
+    if args.candidates > 1 and args.min_effect is not None:
+        ap.error("--candidates and --min-effect: one design at a time")
+    stem = f"trial_calibration_{mode}" if mode else "trial_calibration"
+    args.mode = mode
+    args.state = args.state or OUT.parent / f"{stem}.state.jsonl"
+    args.out = args.out or OUT.parent / f"{stem}.json"
+    return args
+
+
+def _run(spec: dict, args: argparse.Namespace, seeds: int) -> dict:
+    if args.mode == "family":
+        return run_family(spec, args.candidates, seeds, args.boot, args.model, args.batch_size, args.correction)
+    if args.mode == "sequential":
+        return run_sequential(spec, seeds, args.boot, args.model, args.min_effect, args.batch_size)
+    return run_one(spec, seeds, args.boot, args.model, args.batch_size, args.noise_aa)
+
+
+def _logged(row: dict, mode: str | None) -> None:
+    if mode == "family":
+        v = {k: r["verdict"]["auc"][0] for k, r in row["results"].items()}
+        log.info("%s: oracle %+.4f  AUC verdicts %s  ranking %s  (%.0f s, %d models, load %.1f)", row["id"],
+                 row["oracle_auc_gain"], v, row["ranking"][:3], row["seconds"], row["cost"]["models"], row["load"])
+        return
+    log.info("%s: oracle %+.4f  AUC %+.4f [%+.4f, %+.4f] %s  GAUC %+.4f %s  (%d seeds, %.0f s, load %.1f)", row["id"],
+             row["oracle_auc_gain"], row["delta"]["auc"], *row["interval"]["auc"], row["verdict"]["auc"],
+             row["delta"]["gauc"], row["verdict"]["gauc"], len(row["seeds"]), row["seconds"], row["load"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     log.setLevel(logging.INFO)
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description, write_result
+    from fbrapids.app.trial_sequential import DEFAULT_MAX_SEEDS
     from fbrapids.app.trials import DEFAULT_SEEDS
 
-    seeds = args.seeds or DEFAULT_SEEDS
+    seeds = args.seeds or (DEFAULT_MAX_SEEDS if args.mode == "sequential" else DEFAULT_SEEDS)
     machine = machine_description()
     done = {}
     if args.state.exists():
@@ -228,25 +405,27 @@ def main(argv: list[str] | None = None) -> int:
             if line.strip():
                 row = json.loads(line)
                 done[row["id"]] = row
-    todo = [s for s in plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows)
-            if s["id"] not in done]
+    planned = plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows)
+    todo = [s for s in planned if s["id"] not in done]
     if not args.report:
         from fbrapids.ui.autobar import tqdm
 
         args.state.parent.mkdir(parents=True, exist_ok=True)
         for spec in tqdm(todo, desc="calibration", unit="trial", initial=len(done), total=len(done) + len(todo)):
-            row = run_one(spec, seeds, args.boot, args.model, args.batch_size, args.noise_aa)
+            row = _run(spec, args, seeds)
             done[row["id"]] = row
             with args.state.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
-            log.info("%s: oracle %+.4f  AUC %+.4f [%+.4f, %+.4f] %s  GAUC %+.4f %s  (%.0f s, load %.1f)", row["id"],
-                     row["oracle_auc_gain"], row["delta"]["auc"], *row["interval"]["auc"], row["verdict"]["auc"],
-                     row["delta"]["gauc"], row["verdict"]["gauc"], row["seconds"], row["load"])
+            _logged(row, args.mode)
     rows = list(done.values())
-    planned = len(plan(args.noise, args.planted, tuple(args.betas), args.noise_rows, args.planted_rows))
     argv_run = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--report"]
-    res = {"planned": planned, "model": args.model, "seeds": seeds, "batch_size": args.batch_size, "n_boot": args.boot, "noise_rows": args.noise_rows,
-           "planted_rows": args.planted_rows, "trials": len(rows), **summarise(rows), "machine": machine,
+    summary = family_summary(rows) if args.mode == "family" else sequential_summary(rows) \
+        if args.mode == "sequential" else summarise(rows)
+    res = {"planned": len(planned), "design": args.mode or "fixed K, one candidate set", "model": args.model,
+           "seeds": seeds, "batch_size": args.batch_size, "n_boot": args.boot, "noise_rows": args.noise_rows,
+           "planted_rows": args.planted_rows, "trials": len(rows), **summary, "machine": machine,
+           **({"candidates": args.candidates, "correction": args.correction} if args.mode == "family" else {}),
+           **({"min_effect": args.min_effect} if args.mode == "sequential" else {}),
            "command": " ".join(["python benchmarks/trial_calibration.py", *argv_run]),
            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     write_result(args.out, res)

@@ -15,7 +15,7 @@ first-order term, :func:`fbrapids.trainers.models.wide_deep.first_order_config` 
 linear map of the dense features, to the model's logit); ``sparse`` (the feature list);
 ``drop`` (features left out of ``sparse``); ``eval_ro`` (score the held-out day with read-only tables: ids never trained on read zeros);
 ``calibrate`` (``fit``'s post-hoc calibration, default on); ``shuffle`` (the training rows'
-shuffle window, default :data:`fbrapids.app.pipeline.SHUFFLE_WINDOW`; 0: time order);
+shuffle buffer, default :data:`fbrapids.app.pipeline.SHUFFLE_BUFFER`; 0: time order);
 ``first_order`` (DIN's first-order part, default the pipeline's).  ``--seeds`` seed the model
 (the data is the default data of ``--data-seed``; with ``--paired``, of each seed itself, as
 ``benchmarks/models.py`` pairs them).  One JSON line per (arm, seed) is printed and
@@ -115,11 +115,11 @@ def run_arm(arm: dict[str, Any], seed: int, train: Any, test: Any) -> dict[str, 
     net, sparse = build(arm, seed)
     opt = default_optimizer([p for p in net.parameters() if p.requires_grad], lr=arm.get("dlr", 1e-3))
 
-    def batches(frame: Any, shuffle_window: int = 0) -> Any:
+    def batches(frame: Any, shuffle_buffer: int = 0) -> Any:
         return frame.fbx.stream(label=P.LABEL, dense=P.DENSE, sparse=sparse, group=P.GROUP,
-                                batch_size=arm.get("bs", 2048), seed=seed, shuffle_window=shuffle_window)
+                                batch_size=arm.get("bs", 2048), seed=seed, shuffle_buffer=shuffle_buffer)
 
-    fit(net, batches(train, arm.get("shuffle", P.SHUFFLE_WINDOW)), epochs=arm.get("epochs", 1), optimizer=opt, progress=False,
+    fit(net, batches(train, arm.get("shuffle", P.SHUFFLE_BUFFER)), epochs=arm.get("epochs", 1), optimizer=opt, progress=False,
         calibrate=arm.get("calibrate", True))
     stores = net.stores().values()
     for s in stores if arm.get("eval_ro") else ():

@@ -64,7 +64,7 @@ def tiered(ssd: str | os.PathLike) -> StoreConfig:
 
 def batches(df: pd.DataFrame, batch_size: int = 32):
     return df.fbx.stream(label="click", dense=["d0", "d1"], sparse=FEATURES, batch_size=batch_size,
-                         shuffle_window=256, seed=7, group="user")
+                         shuffle_buffer=256, seed=7, group="user")
 
 
 def snapshot(model: DLRM) -> dict[str, np.ndarray]:

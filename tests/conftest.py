@@ -120,3 +120,12 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _reference_rates_outside_the_repo(tmp_path_factory):
+    """A quiet machine's benchmark smoke runs record reference rates (benchmarks/machine.py):
+    into a file of this session's, never into the repository's benchmarks/results."""
+    if not os.environ.get("FBRAPIDS_REFERENCE_RATES"):
+        os.environ["FBRAPIDS_REFERENCE_RATES"] = str(tmp_path_factory.mktemp("rates") / "reference_rates.json")
+    yield

@@ -87,7 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
     result = run_demo(rows=args.rows, data_dir=args.data_dir, backend=args.backend, model=args.model,
                       scheduler=args.scheduler, seed=args.seed, work_dir=args.work_dir,
                       batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                      export=args.export, nan=args.nan, tune=args.tune, memory_limit=args.memory_limit)
+                      export=args.export, nan=args.nan, tiers=args.tiers, tune=args.tune,
+                      memory_limit=args.memory_limit)
     sys.stdout.write(result.render() + "\n")
     if args.summary_json is not None:
         import json
@@ -134,7 +135,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
             work = stack.enter_context(temporary_work_dir(WORK_PREFIX))
         config = RunConfig(model=args.model, backend=backend, seed=args.seed, work_dir=work,
                            batch_size=args.batch_size, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                           nan=args.nan, tune=args.tune, memory_limit=args.memory_limit)
+                           nan=args.nan, tiers=args.tiers, tune=args.tune, memory_limit=args.memory_limit)
         client = None
         if args.scheduler:
             from fbrapids.frames.cluster import close_client, connect
@@ -162,7 +163,7 @@ def _demo_workload(args: argparse.Namespace) -> int:
 
 def _trial(args: argparse.Namespace) -> int:
     """``fbrapids trial --workload FILE --candidate NAME=EXPR ...``: prints the trial's table,
-    writes its JSON."""
+    writes its JSON (only once the trial has finished: a killed trial leaves none)."""
     import dataclasses
     import json
 
@@ -174,13 +175,19 @@ def _trial(args: argparse.Namespace) -> int:
     out = args.json if args.json is not None else Path(f"{w.name}-trial.json")
     _new_file("--json", out, args.force)  # before the trial's work: another run's file is never overwritten
     backend = None if args.backend in (None, "auto") else args.backend
+    options = {"work_dir": args.work_dir} if args.work_dir is not None else {}
+    if args.models_per_pass is not None:
+        options["models_per_pass"] = args.models_per_pass
     result = trial(w, candidates, kind=args.kind, model=args.model, seeds=args.seeds, n_boot=args.n_boot,
                    seed=args.seed, level=args.level, progress=not args.no_progress, backend=backend,
-                   epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim)
+                   epochs=args.epochs, batch_size=args.batch_size, embedding_dim=args.embedding_dim, each=args.each,
+                   correction=args.correction, min_effect=args.min_effect, aa=not args.no_aa, resume=args.resume,
+                   reference=args.reference, **options)
     sys.stdout.write(result.render() + "\n")
+    body = result.as_dict() if args.each else dataclasses.asdict(result)
     data = {"workload": w.name, "workload_file": None if args.workload is None else str(args.workload),
             "rows": None if args.workload is not None else args.rows, "model": args.model, "kind": args.kind,
-            **dataclasses.asdict(result), "expressions": {k: str(v) for k, v in candidates.items()}}
+            **body, "expressions": {k: str(v) for k, v in candidates.items()}}
     text = json.dumps(data, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
     sys.stdout.write(f"trial JSON written to {write_new_file(out, text.encode(), args.force)}\n")
     return 0
@@ -576,6 +583,10 @@ def check_arguments(args: argparse.Namespace) -> None:
                              + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
         if args.json is not None:
             _new_file("--json", args.json, args.force)
+        if args.resume and args.work_dir is None:
+            raise UsageError("argument --resume: needs --work-dir, the work dir of the trial to continue")
+        _not_a_file("--work-dir", args.work_dir)
+        _writable("--work-dir", args.work_dir)
     elif args.command == "demo":
         if args.workload is not None:
             if not args.workload.is_file():
@@ -686,6 +697,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
                            "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
                            "reached on any N, 1 included (--resume on such a work dir uses the N given)")
+    demo.add_argument("--tiers", choices=("auto", "ram", "tiered"), default="auto",
+                      help="where the embedding rows live: one RAM tier where every table fits in memory (auto, the "
+                           "default), one RAM tier always (ram), or the device cache / host RAM / SSD tiers (tiered)")
     demo.add_argument("--dist-backend", choices=("auto", "gloo", "nccl"), default="auto",
                       help="with --nproc: the ranks' process group (auto: NCCL when they train on CUDA, rank r on "
                            "GPU r, at most one rank per GPU; gloo on the CPU). gloo on GPUs lets ranks share them")
@@ -728,7 +742,27 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
                      help="a candidate feature, e.g. 'pid_x_cate=ops.cross(\"pid\", \"cate_id\")'; repeatable")
     tri.add_argument("--kind", choices=("sparse", "dense"), default="sparse", help="what the candidates are")
     tri.add_argument("--model", default="dlrm", choices=MODELS)
-    tri.add_argument("--seeds", type=_int_in(1, 64), default=3, help="seeds per arm (K)")
+    tri.add_argument("--seeds", type=_int_in(1, 64), default=None,
+                     help="seeds per arm (K; default 3, or with --min-effect the most seeds, default 6)")
+    tri.add_argument("--each", action="store_true",
+                     help="try each candidate on its own against one shared baseline: a ranked table, the verdicts "
+                          "corrected for the family (--correction)")
+    tri.add_argument("--correction", choices=("holm", "bh"), default="holm",
+                     help="with --each: Holm (family-wise error rate, the default) or Benjamini-Hochberg (false "
+                          "discovery rate)")
+    tri.add_argument("--min-effect", type=_float_above(0), default=None, metavar="M",
+                     help="a sequential trial: start with 2 seeds, add one while an AUC interval straddles M (the "
+                          "smallest gain worth having), up to --seeds")
+    tri.add_argument("--no-aa", action="store_true", help="leave out the A/A arms (the candidates shuffled)")
+    tri.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
+                     help="keep each finished seed's predictions here (and the stores' SSD tiers), so that --resume "
+                          "continues a killed trial")
+    tri.add_argument("--resume", action="store_true", help="continue the trial in --work-dir from its finished seeds")
+    tri.add_argument("--models-per-pass", type=_int_in(1), default=None, metavar="N",
+                     help="the most models trained side by side in one pass over the data (default 24): seeds are "
+                          "grouped into passes of at most N models")
+    tri.add_argument("--reference", action="store_true",
+                     help="also time one plain training of the baseline on the same data, for the cost line")
     tri.add_argument("--n-boot", type=_int_in(1), default=200, help="paired bootstrap rounds over groups")
     tri.add_argument("--seed", type=_int_in(0, SEED_MAX), default=0)
     tri.add_argument("--level", type=float, default=0.95, help="the interval's coverage")

@@ -46,7 +46,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
              model: str = "dlrm", scheduler: str | None = None, seed: int = 0, progress: bool = True,
              work_dir: str | Path | None = None, batch_size: int = 2048,
              checkpoint_every: int | None = None, resume: bool = False,
-             export: str | Path | None = None, nan: str = "error", tune: bool = False,
+             export: str | Path | None = None, nan: str = "error", tiers: str = "auto", tune: bool = False,
              memory_limit: int | str | None = None) -> Any:
     """Generate (once) the default data and run the pipeline on it; returns the result.
 
@@ -56,7 +56,8 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     export the trained model for serving to this new or empty folder
     (:func:`fbrapids.app.demo_export.export_demo_checkpoint`), set as ``result.export``.
     ``nan``: NaN / inf / null in a dense feature, ``"error"`` or ``"zero"`` (see
-    :func:`fbrapids.app.pipeline.run_pipeline`).  ``tune``: choose the recipe on a validation day first
+    :func:`fbrapids.app.pipeline.run_pipeline`); ``tiers``: where the embedding rows live
+    (:class:`~fbrapids.workloads.RunConfig`'s ``tiers``).  ``tune``: choose the recipe on a validation day first
     (``RunConfig(tune=True)``, :mod:`fbrapids.app.tuning`).  ``memory_limit``: the run's memory budget
     (``RunConfig.memory_limit``; None: half the machine's).  Without ``work_dir`` the work dir is temporary and removed before returning (module
     docstring); ``result.checkpoint`` is then None and ``result.removed_work_dir`` names it.
@@ -85,7 +86,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
         work = Path(work_dir) if work_dir is not None else stack.enter_context(temporary_work_dir(WORK_PREFIX))
         config = RunConfig(backend=backend, model=model, seed=seed, progress=progress, work_dir=work,
                            batch_size=batch_size, checkpoint_every=checkpoint_every, resume=resume, nan=nan,
-                           tune=tune, memory_limit=memory_limit)
+                           tiers=tiers, tune=tune, memory_limit=memory_limit)
         result = run_pipeline(synthetic.workload(data), config, client=client)
         result.oracle_auc = read_metadata(data).get("oracle_auc")
         if export is not None:

@@ -53,7 +53,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     import torch.distributed as dist
 
     from fbrapids.frames.cluster import close_client, connect, frozen_worker_watchdog
-    from fbrapids.app.pipeline import (GROUP, KEEP_CHECKPOINTS, LABEL, SHUFFLE_WINDOW, TimedPartitions, batch_stream,
+    from fbrapids.app.pipeline import (GROUP, KEEP_CHECKPOINTS, LABEL, SHUFFLE_BUFFER, TimedPartitions, batch_stream,
                                        default_recipe, plan_frames, training_inputs)
     from fbrapids.trainers.distributed import LeaderFeed, evaluate_distributed, fit_distributed, per_rank_batch
 
@@ -80,8 +80,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                 frames = plan_frames(inputs, data, options.get("backend"))
                 cols = [LABEL, GROUP, *inputs.dense, *inputs.sparse]
                 train_src, test_src = (batch_stream(TimedPartitions(f, window=1, columns=cols), inputs.dense,
-                                                    inputs.sparse, batch_size, seed, nan, shuffle_window=window)
-                                       for f, window in ((frames.train, SHUFFLE_WINDOW), (frames.test, 0)))
+                                                    inputs.sparse, batch_size, seed, nan, shuffle_buffer=window)
+                                       for f, window in ((frames.train, SHUFFLE_BUFFER), (frames.test, 0)))
             feed = LeaderFeed(train_src, rank, world, feed_group)
             torch.manual_seed(seed)
             net, optimizer = _rank_model(model, inputs, options, rank, recipe)

@@ -10,7 +10,9 @@ Example:
     >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
     >>> r = run_pipeline(d, epochs=1, batch_size=512, progress=False, work_dir=tempfile.mkdtemp())
     >>> r.metrics["n"] == r.rows["held out"] > 0, [p for p in sorted(r.work_tree) if not p.startswith(".")]
-    (True, ['checkpoints', 'store'])
+    (True, ['checkpoints'])
+    >>> r.store_layout.split(" (")[0]  # every table fits in memory: no SSD files
+    'one RAM tier per table'
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ log = logging.getLogger(__name__)
 
 #: how the models pool a bag of ids (``pooling=`` of every model; docs/models.md)
 POOLING = "mean"
-#: training rows are shuffled within windows of this many rows (``stream(shuffle_window=)``): in
-#: time order the model ends tuned to the last hours it saw and mispredicts the held-out day
-#: by the hour (docs/models.md); a window spans whole days up to ~1M rows
-SHUFFLE_WINDOW = 1 << 18
+#: training rows are shuffled through a buffer of this many rows filled as partitions arrive
+#: (``stream(shuffle_buffer=)``, :mod:`fbrapids.trainers.shuffle`): in time order the model ends
+#: tuned to the last hours it saw and mispredicts the held-out day by the hour
+#: (docs/models.md); a full buffer mixes about a day and a half of the generated log
+SHUFFLE_BUFFER = 1 << 18
+SHUFFLE_WINDOW = SHUFFLE_BUFFER  #: the older name of :data:`SHUFFLE_BUFFER`
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
 
 
@@ -55,6 +59,7 @@ class PipelineResult:
 
     backend: str
     model: str
+    store_layout: str = ""  #: where the embedding rows lived, and why (:func:`store_config`)
     rows: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -146,10 +151,10 @@ class PipelineResult:
             lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
                          f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
         lines += self._memory_lines()
-        lines += ["", "embedding store (all tables):"]
+        lines += ["", "embedding store (all tables):"] + ([f"  {self.store_layout}"] if self.store_layout else [])
         for tier in ("cache", "host", "ssd"):
             t = self.store.get(tier)
-            if t:
+            if t and (tier == "cache" or t["hits"] or t["evictions"] or t["bytes_moved"]):  # a tier in use
                 lines.append(f"  {tier:<6} hit rate {t['hit_rate']:.3f}  hits {t['hits']:,}  misses {t['misses']:,}"
                              f"  evictions {t['evictions']:,}  bytes moved {t['bytes_moved']:,}")
         m = self.metrics
@@ -496,7 +501,7 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     if not isinstance(cfg, RunConfig):
         raise ArgumentError(f"config must be a RunConfig, got {type(config).__name__}")
     w.check_files()
-    plan = memory_plan(w, cfg, SHUFFLE_WINDOW, client)  # a run that cannot fit: refused before any work
+    plan = memory_plan(w, cfg, SHUFFLE_BUFFER, client)  # a run that cannot fit: refused before any work
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         client, watch = stack.enter_context(budgeted(plan, client))
@@ -594,7 +599,7 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
     disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
     import torch
 
-    from fbrapids.trainers.sparse import StoreConfig
+    from fbrapids.runs.disk_budget import table_bounds
 
     inputs = training_inputs(w, cfg.model, cfg.embedding_dim, cfg.batch_size, cfg.seed)
     recipe = _resolve_recipe(w, cfg, backend, work, inputs, result)
@@ -607,13 +612,41 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
         result.fitted = frames.fitted_state.explain()
         if cfg.checkpoint:
             frames.fitted_state.save(work / "fitted")
-    store = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(work / "store"), seed=cfg.seed)
+    bounds = table_bounds(w.root or ".", inputs.sparse, inputs.extra_features)
+    store, result.store_layout = store_config(cfg, work / "store", bounds)
     torch.manual_seed(cfg.seed)  # the model a run without a tuning builds, whatever the tuning drew before it
     net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences,
                       recipe=recipe)
     ckpt_dir = (work / "checkpoints") if cfg.checkpoint else None
-    _preflight(w, work, ckpt_dir, net, store, inputs.sparse, inputs.extra_features)
+    _preflight(work, ckpt_dir, net, store, bounds)
     return _PlannedRun(inputs, frames, net, ckpt_dir, recipe)
+
+
+def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: dict[str, Any],
+                 available: int | None = None) -> tuple[Any, str]:
+    """The tables' :class:`~fbrapids.trainers.sparse.StoreConfig` for ``cfg.tiers`` and the
+    tables' ``bounds`` (:func:`fbrapids.runs.disk_budget.table_bounds`), and where the rows
+    live, in words: one RAM tier where every table fits in memory (``tiers="auto"``,
+    :mod:`fbrapids.runs.ram_budget`), else ``cfg``'s tiers over an SSD folder ``ssd_dir``.
+
+    Example:
+        >>> from fbrapids.runs.disk_budget import TableBound
+        >>> store, why = store_config(RunConfig(), "/tmp/s", {"ad": TableBound(1000, "buckets")}, available=1 << 30)
+        >>> store.host_rows, store.ssd_dir, why.split(" (")[0]
+        (None, None, 'one RAM tier per table')
+    """
+    from fbrapids.runs.ram_budget import fits_in_ram
+    from fbrapids.trainers.sparse import StoreConfig
+
+    ram, why = (True, "asked for (tiers='ram')") if cfg.tiers == "ram" else (False, "asked for (tiers='tiered')")
+    if cfg.tiers == "auto":
+        ram, why = fits_in_ram(bounds, StoreConfig(dim=cfg.embedding_dim).width * 4, available)
+    if ram:
+        return (StoreConfig(cache_rows=cfg.cache_rows, seed=cfg.seed),
+                f"one RAM tier per table (no SSD files): {why}")
+    tiers = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(ssd_dir), seed=cfg.seed)
+    return tiers, (f"tiers: cache {cfg.cache_rows:,} rows, host RAM "
+                   f"{'unbounded' if cfg.host_rows is None else f'{cfg.host_rows:,} rows'}, SSD files: {why}")
 
 
 def _resolve_recipe(w: Workload, cfg: RunConfig, backend: str, work: Path, inputs: TrainingInputs,
@@ -683,7 +716,7 @@ def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: s
 
     def batches(frame: FrameLike, shuffled: bool) -> Any:
         return batch_stream(TimedPartitions(frame, window=1, columns=columns), inputs.dense, inputs.sparse,
-                            cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, SHUFFLE_WINDOW if shuffled else 0)
+                            cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, SHUFFLE_BUFFER if shuffled else 0)
 
     return TuningData(train, validation, day, model, batches)
 
@@ -706,7 +739,7 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any
     test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns, watch=watch)
     producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns, watch=watch)
     train = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group,
-                                    SHUFFLE_WINDOW))
+                                    SHUFFLE_BUFFER))
     return _Streams(producer, test_producer, train, counters, watch)
 
 
@@ -986,18 +1019,16 @@ def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
     return total.as_dict()
 
 
-def _preflight(w: Workload, work: Path, ckpt_dir: Path | None, net: Any, store: Any,
-               sparse: list[str], features: dict[str, Any]) -> dict[str, int]:
+def _preflight(work: Path, ckpt_dir: Path | None, net: Any, store: Any, bounds: dict[str, Any]) -> dict[str, int]:
     """Work dir (and checkpoint dir) writable, with room for the SSD tier and ``keep + 1``
     checkpoints, each table sized by what bounds it (:mod:`fbrapids.runs.disk_budget`: a hashed
     feature by its buckets, a raw id by its dictionary's rows), not by the log's rows.
     Returns the bytes needed, by what."""
-    from fbrapids.runs.disk_budget import disk_need, table_bounds
+    from fbrapids.runs.disk_budget import disk_need
     from fbrapids.runs.workdir import preflight
 
-    bounds = table_bounds(w.root or ".", sparse, features)
     dense = sum(t.numel() * t.element_size() for t in net.state_dict().values())
-    need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.host_rows is not None,
+    need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.ssd_dir is not None,
                      checkpoints=ckpt_dir is not None)
     log.info("embedding tables at most: %s", ", ".join(f"{k} {b.rows:,} ({b.why})" for k, b in bounds.items()))
     # a resumed run rewrites the SSD tier's file and prunes the checkpoints there: what they
@@ -1011,15 +1042,47 @@ def _preflight(w: Workload, work: Path, ckpt_dir: Path | None, net: Any, store: 
 
 
 def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
-                 nan: str = "error", label: str = LABEL, group: str | None = GROUP, shuffle_window: int = 0) -> Any:
+                 nan: str = "error", label: str = LABEL, group: str | None = GROUP, shuffle_buffer: int = 0) -> Any:
     """The trainer's stream of ``source`` (the label, group and the given features) as
-    :func:`run_pipeline` streams it (its training days with ``shuffle_window=SHUFFLE_WINDOW``):
-    the same batches in the same order for the same source, batch size, seed and window
-    (``label`` / ``group``: the workload's; default the generated data's)."""
+    :func:`run_pipeline` streams it (its training days with ``shuffle_buffer=SHUFFLE_BUFFER``):
+    the same batches in the same order for the same rows, batch size, seed and buffer however
+    the rows are partitioned (``label`` / ``group``: the workload's; default the generated data's)."""
     from fbrapids.trainers.stream import stream
 
     return stream(source, label=label, dense=dense, sparse=sparse, group=group, batch_size=batch_size,
-                  seed=seed, prefetch=1, nan=nan, shuffle_window=shuffle_window)
+                  seed=seed, prefetch=1, nan=nan, shuffle_buffer=shuffle_buffer)
+
+
+def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
+                     data: str | Path | None = None) -> tuple[list[Any], list[Any], TrainingInputs]:
+    """The training and held-out batches ``fbrapids demo --rows rows --seed seed`` trains and
+    evaluates the DLRM on (the same plan, stream, shuffle and seed), read into memory, and
+    the run's inputs: what ``benchmarks/training_loop.py`` times the trainers on.
+
+    Example:
+        >>> import tempfile
+        >>> from fbrapids.datasets.synthetic.generate import generate
+        >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
+        >>> train, test, inputs = training_batches(3000, batch_size=512, data=d)
+        >>> len(train) > 0 and len(test) > 0, inputs.model
+        (True, 'dlrm')
+    """
+    import dask
+
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
+    from fbrapids.runs.data_cache import default_data_dir
+
+    folder = Path(data) if data is not None else ensure_dataset(rows, default_data_dir(rows, seed), seed=seed)
+    w = as_workload(folder)
+    inputs = training_inputs(w, "dlrm", 16, batch_size, seed)
+    frames = plan_frames(inputs, w)
+    columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
+    with dask.config.set(scheduler="threads"):
+        train = list(batch_stream(TimedPartitions(frames.train, window=1, columns=columns), inputs.dense,
+                                  inputs.sparse, batch_size, seed, "error", w.label, w.group, SHUFFLE_BUFFER))
+        test = list(batch_stream(TimedPartitions(frames.test, window=1, columns=columns), inputs.dense,
+                                 inputs.sparse, batch_size, seed, "error", w.label, w.group))
+    return train, test, inputs
 
 
 def _store_totals(model: Any) -> dict[str, Any]:

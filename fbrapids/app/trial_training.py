@@ -1,181 +1,411 @@
-"""A feature trial's training: one extraction pass, 2·K models side by side.
+"""A feature trial's training: the arms, and passes of side-by-side training from one plan.
 
-The baseline's and the candidates' features are extracted together, once per partition
-(:func:`fbrapids.app.pipeline.plan_frames` with the candidates as extra features), and
-one stream of batches feeds every model: for each seed ``s`` of ``seeds``, a baseline
-and a candidate arm built as one architecture under ``torch.manual_seed(s)`` and stores
-seeded ``s`` (:mod:`fbrapids.trainers.arms`: the arms start as the same function, the
-baseline arm sees the candidates' inputs as a placebo), and with ``aa=True`` an A/A arm
-(the candidate arm's architecture and start, the candidates' values shuffled across each
-batch's rows), trained side by side
-(:mod:`fbrapids.trainers.side_by_side`).  The training rows come as a plain run streams
-them (:func:`fbrapids.app.pipeline.batch_stream`, shuffled within
-:data:`fbrapids.app.pipeline.SHUFFLE_WINDOW` rows, the order fixed by the first seed): the
-same batches in the same order for every arm and seed (``ArmsRun.order`` fingerprints
-it).  The held-out day is streamed once too, in its own order, and every model predicts it.
+**The arms.**  Every seed trains the same arms (:func:`plan_arms`), all built as **one
+architecture** under ``torch.manual_seed(seed)`` with stores seeded ``seed``
+(:mod:`fbrapids.trainers.arms`: they start as the same function):
+
+* candidates together (``each=False``): a baseline arm, a candidate arm reading every
+  candidate, and with ``aa=True`` an A/A arm reading them shuffled across each batch's rows.
+  The model reads the baseline's inputs and one input per candidate.
+* each candidate on its own (``each=True``): a baseline arm, one arm per candidate, and with
+  ``aa=True`` an A/A arm per candidate.  The model reads the baseline's inputs and **one
+  candidate slot** (:data:`SLOT`): candidate ``c``'s arm puts ``c``'s values in it, its A/A
+  arm ``c``'s values shuffled, the baseline the placebo.  So every arm has the shape of a
+  one-candidate trial's, and candidate ``c`` is compared as a trial of ``c`` alone would
+  compare it, against a baseline trained once for all.
+
+Each arm reads its *view* of the stream's batch (:class:`ArmView`): the baseline's inputs as
+they are, and in the candidates' places their values, the placebo (the baseline: nothing
+of them) or their shuffled copy (A/A).
+
+**Passes.**  The features of the baseline and of every candidate are extracted together
+(:func:`fbrapids.app.pipeline.plan_frames`, the candidates as extra features), planned once
+per trial.  A pass (:meth:`ArmsSession.train`) streams the training rows once (extraction
+beside training, as a plain run streams them: :func:`fbrapids.app.pipeline.batch_stream`,
+shuffled through a buffer of :data:`fbrapids.app.pipeline.SHUFFLE_BUFFER` rows, the order fixed by the
+trial's first seed, ``order_seed``, so every pass, arm and seed reads the same batches in the same order;
+``SeedRun.order`` fingerprints it) and trains every arm of its seeds side by side
+(:mod:`fbrapids.trainers.side_by_side`), then streams the held-out rows once and every
+model predicts them.  A trial runs one pass for all its seeds, or several (a trial
+resumable seed by seed, a sequential design's looks, or more models than
+``models_per_pass``): extraction is cheap beside training (its busy seconds are reported).
 
 Example:
     >>> import tempfile
     >>> from fbrapids import ops
     >>> from fbrapids.datasets.synthetic.generate import generate
     >>> d = tempfile.mkdtemp(); _ = generate(3000, d)
-    >>> run = train_arms(d, {"slot_x_os": ops.cross("slot", "os")}, seeds=[0], batch_size=512, progress=False)
-    >>> len(run.baseline), len(run.candidate), run.extraction["models"], run.extraction["partitions"] > 0
-    (1, 1, 2, True)
-    >>> run.aa  # no A/A arms unless asked
-    []
+    >>> arms = plan_arms(["slot_x_os"], each=False, aa=False)
+    >>> [a.name for a in arms]
+    ['baseline', 'candidate']
+    >>> with ArmsSession(d, {"slot_x_os": ops.cross("slot", "os")}, arms, batch_size=512) as session:
+    ...     runs = session.train([0], progress=False)
+    >>> sorted(runs[0].preds), runs[0].rows > 0, session.extraction["models"]
+    (['baseline', 'candidate'], True, 2)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from fbrapids.errors import ArgumentError
+from fbrapids.errors import ArgumentError, TrialError
 
 if TYPE_CHECKING:  # (annotations only)
     from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.side_by_side import CountedBatches
 
 log = logging.getLogger(__name__)
 
 #: ``trial``'s options beyond its own, with their defaults (run_pipeline's where it has one;
-#: the trial's cache is smaller: 2·K models hold one each)
+#: the trial's cache is smaller: every model holds one).  ``models_per_pass``: the most
+#: models one pass trains side by side (:func:`plan_passes`)
 OPTIONS = {"backend": None, "epochs": 1, "batch_size": 2048, "embedding_dim": 16, "cache_rows": 1 << 16,
-           "host_rows": None, "train_threads": None, "nan": "error", "count_clean": False, "work_dir": None}
+           "host_rows": None, "train_threads": None, "nan": "error", "count_clean": False, "work_dir": None,
+           "models_per_pass": 24}
+
+#: the model input a candidate fills in ``each=True`` trials (renamed when a baseline input has the name)
+SLOT = "candidate"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One model per seed: ``role`` ``"baseline"`` (candidates as placebo), ``"candidate"``
+    (reads ``reads``' values) or ``"aa"`` (reads them shuffled across each batch's rows)."""
+
+    name: str
+    role: str
+    reads: tuple[str, ...] = ()
+
+
+def plan_arms(candidates: Sequence[str], each: bool, aa: bool) -> list[Arm]:
+    """The arms every seed trains (module docstring), the baseline first.
+
+    Example:
+        >>> [a.name for a in plan_arms(["a", "b"], each=True, aa=True)]
+        ['baseline', 'candidate:a', 'candidate:b', 'aa:a', 'aa:b']
+        >>> plan_arms(["a", "b"], each=False, aa=False)[1]
+        Arm(name='candidate', role='candidate', reads=('a', 'b'))
+    """
+    names = tuple(candidates)
+    if not each:
+        return [Arm("baseline", "baseline"), Arm("candidate", "candidate", names)] + \
+            ([Arm("aa", "aa", names)] if aa else [])
+    return [Arm("baseline", "baseline"), *(Arm(f"candidate:{c}", "candidate", (c,)) for c in names),
+            *((Arm(f"aa:{c}", "aa", (c,)) for c in names) if aa else ())]
+
+
+def plan_passes(seeds: Sequence[int], arms_per_seed: int, models_per_pass: int) -> list[list[int]]:
+    """``seeds`` in order, grouped into passes of at most ``models_per_pass`` models (at least
+    one seed each).
+
+    Example:
+        >>> plan_passes([0, 1, 2], 3, 24), plan_passes([0, 1, 2], 11, 24), plan_passes([0, 1], 21, 24)
+        ([[0, 1, 2]], [[0, 1], [2]], [[0], [1]])
+    """
+    per = max(1, models_per_pass // max(1, arms_per_seed))
+    return [list(seeds[i:i + per]) for i in range(0, len(seeds), per)]
 
 
 @dataclass
-class ArmsRun:
-    """Held-out predictions of every arm (``baseline[i]`` / ``candidate[i]`` trained with
-    ``seeds[i]``), the labels and groups, and what the one extraction pass did."""
+class SeedRun:
+    """One seed's held-out predictions, by arm name, and what its pass did (``rows``: the
+    training rows each model read per epoch; ``order``: sha1 of the training batches' labels
+    and groups in the order every model read them)."""
 
-    seeds: list[int]
-    label: np.ndarray
-    group: np.ndarray
-    baseline: list[np.ndarray] = field(default_factory=list)
-    candidate: list[np.ndarray] = field(default_factory=list)
-    aa: list[np.ndarray] = field(default_factory=list)  # the A/A arms' (``aa=True``), one per seed
-    extraction: dict[str, int] = field(default_factory=dict)  # launches, partitions, rows streamed
-    seconds: dict[str, float] = field(default_factory=dict)
-    zeroed: list[str] = field(default_factory=list)  # the candidate-input weights started at 0
-    rows: dict[str, int] = field(default_factory=dict)  #: rows every model trained on (per epoch) and held out
-    split: dict[str, Any] = field(default_factory=dict)  #: the split as checked before training (SplitCheck.as_dict)
-    order: str = ""  # sha1 of the training batches' labels and groups, in the order every model read them
+    seed: int
+    preds: dict[str, np.ndarray]
+    rows: int = 0
+    steps: int = 0
+    order: str = ""
 
 
-def train_arms(data: Any, candidates: dict[str, Any], *, kind: str = "sparse", model: str = "dlrm",
-               seeds: Sequence[int] = (0,), progress: bool = True, sequences: dict[str, str] | None = None,
-               paired: bool = True, aa: bool = False, split_check: Any = None, **options: Any) -> ArmsRun:
-    """Extract once, train a baseline and a candidate arm per seed side by side, predict the
-    held-out rows (see the module docstring) of ``data``, a
-    :class:`~fbrapids.workloads.Workload` or a folder of generated data; ``options``: :data:`OPTIONS`.
+class ArmsSession:
+    """One trial's training (module docstring): the frames planned once; :meth:`train` runs a
+    pass for some seeds.  A context manager (a temporary work dir for stores' SSD tiers,
+    dask's threads).  ``options``: :data:`OPTIONS`; ``paired=False`` builds the arms of
+    ``each=False`` as separate models (the baseline over the baseline's inputs only, nothing
+    zeroed: what the pairing buys); ``order_seed``: the stream's shuffle seed (the
+    trial's first seed, whichever seeds a pass trains)."""
 
-    ``paired=False`` builds the arms as separate models instead, as trials did before: the
-    baseline over the baseline's features only, the candidate over all of them, each
-    initialised under the seed with nothing zeroed (still one extraction pass); it is there
-    to measure what the pairing buys.  ``aa=True`` adds an A/A arm per seed
-    (:func:`fbrapids.trainers.arms.shuffled_view`).  ``split_check``: the split's check, when
-    already made (:func:`~fbrapids.workloads.split_check.check_split`)."""
-    import dask
-    import torch
+    def __init__(self, data: Any, candidates: dict[str, Any], arms: Sequence[Arm], *, kind: str = "sparse",
+                 model: str = "dlrm", sequences: dict[str, str] | None = None, paired: bool = True,
+                 split_check: Any = None, order_seed: int = 0, **options: Any) -> None:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise ArgumentError(f"trial: unknown option(s) {unknown}; known: {', '.join(sorted(OPTIONS))}")
+        self.opt = {**OPTIONS, **options}
+        self.data_source = data
+        self.candidates, self.arms, self.kind, self.model = dict(candidates), list(arms), kind, model
+        self.each = any(a.name.startswith("candidate:") for a in self.arms)
+        self.paired, self.sequences, self.split_check, self.order_seed = paired, sequences, split_check, order_seed
+        self.extraction: dict[str, int] = {"launches": 0, "partitions": 0, "rows streamed": 0, "models": 0,
+                                           "passes": 0}
+        self.seconds: dict[str, float] = {}
+        self.label = self.group = np.zeros(0)
+        self.split: dict[str, Any] = {}
+        self.zeroed: list[str] = []
+        self._stack = contextlib.ExitStack()
 
-    from fbrapids import kernels as kernel_stats
-    from fbrapids.frames.backend import get_backend
-    from fbrapids.datasets.synthetic import as_workload
-    from fbrapids.app.pipeline import SHUFFLE_WINDOW, TimedPartitions, batch_stream, build_model, plan_frames, \
-        training_inputs, training_threads
-    from fbrapids.workloads import SequenceFeature
-    from fbrapids.trainers.arms import zero_candidate_inputs
-    from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side
-    from fbrapids.trainers.sparse import StoreConfig
-    from fbrapids.runs.workdir import temporary_work_dir
+    def __enter__(self) -> "ArmsSession":
+        import dask
 
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ArgumentError(f"trial: unknown option(s) {unknown}; known: {', '.join(sorted(OPTIONS))}")
-    opt = {**OPTIONS, **options}
-    be = get_backend(opt["backend"])
-    new = list(candidates)
-    new_dense, new_sparse = (new, []) if kind == "dense" else ([], list(new))
-    w = as_workload(data)
-    if sequences is not None:  # candidate sequences: the baseline arm trains with none
-        w = w.replace(sequences={})
-    w = w.with_features(candidates, sparse=new_sparse, dense=new_dense,
-                        sequences={n: SequenceFeature(t) for n, t in (sequences or {}).items()})
-    dense, sparse, seqs, _ = w.model_inputs(model)
-    for s in seqs:
-        if s in new and s not in new_sparse:
-            new_sparse.append(s)
-    t0 = time.perf_counter()
-    run = ArmsRun([int(s) for s in seeds], np.zeros(0), np.zeros(0))
-    with dask.config.set(scheduler="threads"), temporary_work_dir() as tmp:
-        work = Path(opt["work_dir"]) if opt["work_dir"] is not None else Path(tmp)
-        inputs = training_inputs(w, model, opt["embedding_dim"], opt["batch_size"], run.seeds[0])
-        frames = plan_frames(inputs, w, be.name, check=split_check)  # the split and the stream's columns checked
-        train, test = frames.train, frames.test
-        run.split = {**frames.split.as_dict(), "text": frames.split.render()} if frames.split is not None else {}
+        from fbrapids.runs.workdir import temporary_work_dir
+
+        self._stack.enter_context(dask.config.set(scheduler="threads"))
+        tmp = self._stack.enter_context(temporary_work_dir())
+        self.work = Path(self.opt["work_dir"]) if self.opt["work_dir"] is not None else Path(tmp)
+        self._plan()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+    def _plan(self) -> None:
+        """The workload with the candidates, the inputs of the stream and of the model, the
+        lazy frames (the split and the stream's columns checked): once per trial."""
+        from fbrapids.app.pipeline import plan_frames, training_inputs
+        from fbrapids.datasets.synthetic import as_workload
+        from fbrapids.workloads import SequenceFeature
+
+        t0 = time.perf_counter()
+        new = list(self.candidates)
+        self.new_dense, self.new_sparse = (new, []) if self.kind == "dense" else ([], list(new))
+        w = as_workload(self.data_source)
+        if self.sequences is not None:  # candidate sequences: the baseline arm trains with none
+            w = w.replace(sequences={})
+        self.w = w.with_features(self.candidates, sparse=self.new_sparse, dense=self.new_dense,
+                                 sequences={n: SequenceFeature(t) for n, t in (self.sequences or {}).items()})
+        self.dense, self.sparse, self.seqs, _ = self.w.model_inputs(self.model)
+        for s in self.seqs:
+            if s in new and s not in self.new_sparse:
+                self.new_sparse.append(s)
+        inputs = training_inputs(self.w, self.model, self.opt["embedding_dim"], self.opt["batch_size"],
+                                 self.order_seed)
+        self.run_settings = inputs.run  #: what a resumed trial must share with the run it continues
+        self.frames = plan_frames(inputs, self.w, self._backend().name, check=self.split_check)
+        frames = self.frames
+        self.split = {**frames.split.as_dict(), "text": frames.split.render()} if frames.split is not None else {}
         if frames.fitted_state is not None:
-            run.seconds["fit"] = frames.fit_s
-        models, views = [], []
-        arms = ("baseline", "candidate", "aa") if aa else ("baseline", "candidate")
-        for s in run.seeds:
-            for arm in arms:
-                ssd = str(work / f"seed{s}" / arm) if opt["host_rows"] is not None else None
-                store = StoreConfig(cache_rows=opt["cache_rows"], host_rows=opt["host_rows"], ssd_dir=ssd, seed=s)
-                torch.manual_seed(s)  # both arms of a seed: the same draw of every parameter
-                if not paired and arm == "baseline":
-                    keep_d = [c for c in dense if c not in new_dense]
-                    keep_s = [f for f in sparse if f not in new_sparse]
-                    models.append(build_model(model, len(keep_d), keep_s, store, opt["embedding_dim"],
-                                              sequences={k: v for k, v in seqs.items() if k in keep_s}))
-                    views.append(_DropView(dense, new_dense))
-                    continue
-                net = build_model(model, len(dense), sparse, store, opt["embedding_dim"], sequences=seqs)
-                if paired:
-                    run.zeroed = zero_candidate_inputs(net, dense, sparse, new_dense, new_sparse)
-                models.append(net)
-                views.append(_BaselineView(dense, new_dense, new_sparse) if arm == "baseline" else
-                             _ShuffledView(dense, new_dense, new_sparse, s) if arm == "aa" else None)
-        run.seconds["plan"] = time.perf_counter() - t0
-        if frames.split is not None:  # every check passed: what is about to train, and on what
-            frames.split.announce(w.origin)
+            self.seconds["fit"] = frames.fit_s
+        self.layout = ModelLayout(self.dense, self.sparse, self.new_dense, self.new_sparse, self.each)
+        self.seconds["plan"] = time.perf_counter() - t0
+
+    def _backend(self) -> Any:
+        from fbrapids.frames.backend import get_backend
+
+        return get_backend(self.opt["backend"])
+
+    def train(self, seeds: Sequence[int], progress: bool = True) -> list[SeedRun]:
+        """One pass: every arm of ``seeds`` trained side by side on one stream of the training
+        rows, then every model's held-out predictions; a :class:`SeedRun` per seed."""
+        from fbrapids import kernels as kernel_stats
+        from fbrapids.app.pipeline import training_threads
+        from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side, side_by_side
+
+        if not self.extraction["passes"] and self.frames.split is not None:
+            self.frames.split.announce(self.w.origin)  # every check passed: what is about to train, and on what
+        t0 = time.perf_counter()
+        models, views = self._build(seeds)
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
-        columns = [w.label, *([w.group] if w.group else []), *dense, *sparse]
-        producer = TimedPartitions(train, window=1, columns=columns)
-        test_producer = TimedPartitions(test, window=1, columns=columns)
-
-        def batches(source: Any, window: int) -> Any:  # the pipeline's stream: its batches, its order
-            return batch_stream(source, dense, sparse, opt["batch_size"], run.seeds[0], opt["nan"], w.label,
-                                w.group, window)
-
-        with training_threads(opt["train_threads"], be.is_gpu):  # every core but one on the CPU
+        train, test = self._producers()
+        with training_threads(self.opt["train_threads"], self._backend().is_gpu):  # every core but one on the CPU
             t = time.perf_counter()
-            train_stream = CountedBatches(batches(producer, SHUFFLE_WINDOW))
-            steps = fit_side_by_side(models, train_stream, views=views, epochs=opt["epochs"], progress=progress)
-            run.seconds["extract+train"] = time.perf_counter() - t
+            stream = CountedBatches(self._batches(train, shuffle=True))
+            arms = side_by_side(models, views)  # shared tables and batched dense parts where the models allow
+            steps = fit_side_by_side(models, stream, views=views, epochs=self.opt["epochs"], progress=progress,
+                                     strategy=arms)
+            self._add_seconds("extract+train", time.perf_counter() - t)
             t = time.perf_counter()
-            preds = predict_side_by_side(models, batches(test_producer, 0), views=views, progress=progress)
-            run.seconds["extract+predict"] = time.perf_counter() - t
+            preds = predict_side_by_side(models, self._batches(test, shuffle=False), views=views, progress=progress,
+                                         strategy=arms)
+            self._add_seconds("extract+predict", time.perf_counter() - t)
+        self.batched = type(arms).__name__ == "BatchedArms"
+        self._record_pass(preds[0], train, test, stream, len(models))
+        self._add_seconds("pass", time.perf_counter() - t0)
+        n = len(self.arms)
+        rows = stream.rows // max(1, int(self.opt["epochs"]))
+        return [SeedRun(int(s), {a.name: p["pred"] for a, p in zip(self.arms, preds[i * n:(i + 1) * n])},
+                        rows, int(steps), stream.digest.hexdigest()) for i, s in enumerate(seeds)]
+
+    def _add_seconds(self, key: str, s: float) -> None:
+        self.seconds[key] = self.seconds.get(key, 0.0) + s
+
+    def _producers(self) -> tuple[Any, Any]:
+        from fbrapids.app.pipeline import TimedPartitions
+
+        w = self.w
+        columns = [w.label, *([w.group] if w.group else []), *self.dense, *self.sparse]
+        return (TimedPartitions(self.frames.train, window=1, columns=columns),
+                TimedPartitions(self.frames.test, window=1, columns=columns))
+
+    def _batches(self, source: Any, shuffle: bool) -> Any:
+        """The pipeline's stream of ``source``: its batches, its order."""
+        from fbrapids.app.pipeline import SHUFFLE_BUFFER, batch_stream
+
+        return batch_stream(source, self.dense, self.sparse, self.opt["batch_size"], self.order_seed,
+                            self.opt["nan"], self.w.label, self.w.group, SHUFFLE_BUFFER if shuffle else 0)
+
+    def _record_pass(self, held: dict[str, np.ndarray], train: Any, test: Any, stream: "CountedBatches",
+                     models: int) -> None:
+        """The pass's held-out labels and groups (every pass streams the same held-out rows:
+        checked) and its extraction counts, added to the trial's."""
+        from fbrapids import kernels as kernel_stats
+
+        label, group = held["label"], held.get("group", np.zeros(0))
+        if self.extraction["passes"] and not (np.array_equal(label, self.label) and np.array_equal(group, self.group)):
+            raise TrialError("trial: the held-out rows came in another order in this pass than in the first; the "
+                             "arms' predictions cannot be paired")
+        self.label, self.group = label, group
         ks = kernel_stats.stats()
-    run.label, run.group = preds[0]["label"], preds[0]["group"]
-    n = len(arms)
-    run.baseline = [p["pred"] for p in preds[0::n]]
-    run.candidate = [p["pred"] for p in preds[1::n]]
-    run.aa = [p["pred"] for p in preds[2::n]] if aa else []
-    run.order = train_stream.digest.hexdigest()
-    run.rows = {"trained": train_stream.rows // max(1, int(opt["epochs"])), "held out": len(run.label)}
-    run.extraction = {"launches": int(ks["launches"]), "partitions": producer.partitions + test_producer.partitions,
-                      "rows streamed": train_stream.rows + len(run.label),
-                      "steps per model": int(steps), "models": len(models)}
-    run.seconds["extract busy"] = producer.busy_s + test_producer.busy_s
-    log.info("trial: %d models trained side by side from one extraction pass (%d kernel launches, %d partitions)",
-             len(models), run.extraction["launches"], run.extraction["partitions"])
-    return run
+        for key, value in (("launches", int(ks["launches"])), ("partitions", train.partitions + test.partitions),
+                           ("rows streamed", stream.rows + len(label)), ("models", models), ("passes", 1)):
+            self.extraction[key] += value
+        self.seconds["extract busy"] = self.seconds.get("extract busy", 0.0) + train.busy_s + test.busy_s
+        log.info("trial: %d models trained side by side in one pass (%d kernel launches, %d partitions)", models,
+                 int(ks["launches"]), train.partitions + test.partitions)
+
+    def _build(self, seeds: Sequence[int]) -> tuple[list[Any], list[Any]]:
+        """Every arm of every seed: the models, and the views of the stream's batches they read."""
+        models, views = [], []
+        for s in seeds:
+            for arm in self.arms:
+                net, view = self._arm_model(int(s), arm)
+                models.append(net)
+                views.append(view)
+        return models, views
+
+    def _arm_model(self, seed: int, arm: Arm) -> tuple[Any, Any]:
+        """``arm``'s model for ``seed`` (built under ``torch.manual_seed(seed)``, the
+        candidates' inputs zeroed when paired) and its view."""
+        import torch
+
+        from fbrapids.app.pipeline import build_model
+        from fbrapids.trainers.arms import zero_candidate_inputs
+        from fbrapids.trainers.sparse import StoreConfig
+
+        lay, opt = self.layout, self.opt
+        ssd = str(self.work / f"seed{seed}" / arm.name.replace(":", "-")) if opt["host_rows"] is not None else None
+        store = StoreConfig(cache_rows=opt["cache_rows"], host_rows=opt["host_rows"], ssd_dir=ssd, seed=seed)
+        torch.manual_seed(seed)  # every arm of a seed: the same draw of every parameter
+        if not self.paired and arm.role == "baseline":
+            keep_d = [c for c in self.dense if c not in self.new_dense]
+            keep_s = [f for f in self.sparse if f not in self.new_sparse]
+            net = build_model(self.model, len(keep_d), keep_s, store, opt["embedding_dim"],
+                              sequences={k: v for k, v in self.seqs.items() if k in keep_s})
+            return net, _DropView(self.dense, self.new_dense)
+        seqs = lay.model_sequences(self.seqs)
+        net = build_model(self.model, len(lay.model_dense), lay.model_sparse, store, opt["embedding_dim"],
+                          sequences=seqs)
+        if self.paired:
+            self.zeroed = zero_candidate_inputs(net, lay.model_dense, lay.model_sparse, lay.slots_dense,
+                                                lay.slots_sparse)
+        return net, ArmView(lay, arm, seed)
+
+
+class ModelLayout:
+    """Where a trial's model reads each input from the stream's batch.
+
+    ``each=False``: the model's inputs are the stream's (the baseline's, then the
+    candidates'), each candidate its own slot.  ``each=True``: the baseline's inputs, then one
+    slot (:data:`SLOT`, renamed past any baseline name) that each arm fills from its candidate.
+
+    Example:
+        >>> lay = ModelLayout(["d0", "a"], ["s0", "b"], ["a"], ["b"], each=True)
+        >>> lay.model_dense, lay.model_sparse, lay.slots_dense, lay.slots_sparse
+        (['d0', 'candidate'], ['s0', 'candidate'], ['candidate'], ['candidate'])
+    """
+
+    def __init__(self, dense: list[str], sparse: list[str], new_dense: list[str], new_sparse: list[str],
+                 each: bool) -> None:
+        self.dense, self.sparse, self.each = list(dense), list(sparse), each
+        self.new_dense, self.new_sparse = list(new_dense), list(new_sparse)
+        if not each:
+            self.model_dense, self.model_sparse = list(dense), list(sparse)
+            self.slots_dense, self.slots_sparse = list(new_dense), list(new_sparse)
+            return
+        slot = SLOT
+        while slot in dense or slot in sparse:
+            slot += "_"
+        self.slot = slot
+        self.model_dense = [c for c in dense if c not in new_dense] + ([slot] if new_dense else [])
+        self.model_sparse = [f for f in sparse if f not in new_sparse] + ([slot] if new_sparse else [])
+        self.slots_dense = [slot] if new_dense else []
+        self.slots_sparse = [slot] if new_sparse else []
+
+    def model_sequences(self, seqs: dict[str, str]) -> dict[str, str]:
+        """DIN's sequences among the model's inputs (``each=True`` takes no sequence candidate)."""
+        return {k: v for k, v in seqs.items() if k in self.model_sparse}
+
+    def select(self, batch: Batch, candidate: str | None) -> Batch:
+        """``batch`` (the stream's) as the model's inputs, the slot filled from ``candidate``
+        (``each=True``; None: from the first candidate, for an arm that reads none of them)."""
+        from fbrapids.trainers.batch import Batch
+
+        if not self.each:
+            return batch
+        source = candidate if candidate is not None else (self.new_dense or self.new_sparse)[0]
+        cols = [self.dense.index(c) for c in self.model_dense if c != self.slot] + \
+            ([self.dense.index(source)] if self.new_dense else [])
+        sparse = {f: batch.sparse[f] for f in self.model_sparse if f != self.slot}
+        if self.new_sparse:
+            sparse[self.slot] = batch.sparse[source]
+        return Batch(batch.dense[:, cols], batch.label, sparse, batch.group)
+
+
+class ArmView:
+    """An arm's view of the stream's batch (module docstring): the model's inputs
+    (:meth:`ModelLayout.select`), the candidates' slots as the arm's role has them
+    (:func:`fbrapids.trainers.arms.baseline_view`, :func:`~fbrapids.trainers.arms.shuffled_view`:
+    permutations drawn from a generator seeded with the arm's seed)."""
+
+    def __init__(self, layout: ModelLayout, arm: Arm, seed: int) -> None:
+        import torch
+
+        self.layout, self.arm, self.seed = layout, arm, seed
+        self.generator = torch.Generator().manual_seed(seed) if arm.role == "aa" else None
+
+    def sources(self, features: Sequence[str]) -> dict[str, str]:
+        """What this arm reads in each of the model's sparse ``features``
+        (:func:`fbrapids.trainers.arms_batched.sources`): the stream's feature, the placebo
+        (every baseline arm alike), or its own shuffled copy.
+
+        Example:
+            >>> lay = ModelLayout([], ["s0", "a", "b"], [], ["a", "b"], each=True)
+            >>> ArmView(lay, Arm("candidate:b", "candidate", ("b",)), 0).sources(["s0", "candidate"])
+            {'s0': 's0', 'candidate': 'b'}
+            >>> ArmView(lay, Arm("baseline", "baseline"), 3).sources(["candidate"])
+            {'candidate': 'placebo'}
+        """
+        lay, arm = self.layout, self.arm
+        out = {}
+        for f in features:
+            if f not in lay.slots_sparse:
+                out[f] = f
+            elif arm.role == "baseline":
+                out[f] = "placebo"
+            elif arm.role == "aa":
+                out[f] = f"shuffled/{arm.name}/{self.seed}"
+            else:
+                out[f] = arm.reads[0] if lay.each else f
+        return out
+
+    def __call__(self, batch: Batch) -> Batch:
+        from fbrapids.trainers.arms import baseline_view, shuffled_view
+
+        lay = self.layout
+        b = lay.select(batch, self.arm.reads[0] if self.arm.reads and lay.each else None)
+        if self.arm.role == "baseline":
+            return baseline_view(b, lay.model_dense, lay.slots_dense, lay.slots_sparse)
+        if self.arm.role == "aa":
+            return shuffled_view(b, lay.model_dense, lay.slots_dense, lay.slots_sparse, self.generator)
+        return b
 
 
 class _DropView:
@@ -189,31 +419,3 @@ class _DropView:
         from fbrapids.trainers.batch import Batch
 
         return Batch(batch.dense[:, self.keep], batch.label, batch.sparse, batch.group)
-
-
-class _BaselineView:
-    """A baseline arm's view of a batch (:func:`fbrapids.trainers.arms.baseline_view`)."""
-
-    def __init__(self, dense: list[str], new_dense: list[str], new_sparse: list[str]) -> None:
-        self.dense, self.new_dense, self.new_sparse = dense, new_dense, new_sparse
-
-    def __call__(self, batch: Batch) -> Batch:
-        from fbrapids.trainers.arms import baseline_view
-
-        return baseline_view(batch, self.dense, self.new_dense, self.new_sparse)
-
-
-class _ShuffledView:
-    """An A/A arm's view of a batch (:func:`fbrapids.trainers.arms.shuffled_view`), its
-    permutations drawn from a generator seeded with the arm's seed."""
-
-    def __init__(self, dense: list[str], new_dense: list[str], new_sparse: list[str], seed: int) -> None:
-        import torch
-
-        self.dense, self.new_dense, self.new_sparse = dense, new_dense, new_sparse
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def __call__(self, batch: Batch) -> Batch:
-        from fbrapids.trainers.arms import shuffled_view
-
-        return shuffled_view(batch, self.dense, self.new_dense, self.new_sparse, self.generator)

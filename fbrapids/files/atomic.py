@@ -146,8 +146,47 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+_DEFERRED: contextvars.ContextVar[tuple[Path, set[Path]] | None] = contextvars.ContextVar("fbrapids_deferred_dirs",
+                                                                                         default=None)
+
+
+@contextlib.contextmanager
+def deferred_dir_fsyncs(root: str | os.PathLike) -> Iterator[None]:
+    """Inside the block, :func:`fsync_dir` of a directory under ``root`` (``root`` included)
+    is done once per directory when the block ends, deepest first, instead of after every
+    file renamed into it: for a directory that is itself renamed into place only when
+    complete (a checkpoint being written), whose files need only be durable before that
+    rename.  Each file is still fsynced as it is written.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> with deferred_dir_fsyncs(d):
+        ...     _ = write_atomic(d / "a" / "x", [b"1"]) if (d / "a").mkdir() is None else None
+        ...     _ = write_atomic(d / "a" / "y", [b"2"])
+        >>> sorted(p.name for p in (d / "a").iterdir())
+        ['x', 'y']
+    """
+    root = Path(root).resolve()
+    token = _DEFERRED.set((root, set()))
+    try:
+        yield
+        pending = _DEFERRED.get()
+    finally:
+        _DEFERRED.reset(token)
+    for d in sorted(pending[1] if pending else (), key=lambda p: len(p.parts), reverse=True):
+        fsync_path(d)
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
-    """fsync a directory, so that renames inside it are durable (:func:`fsync_path`)."""
+    """fsync a directory, so that renames inside it are durable (:func:`fsync_path`); inside
+    :func:`deferred_dir_fsyncs` for a directory under its root, once at the block's end."""
+    deferred = _DEFERRED.get()
+    if deferred is not None:
+        full = Path(path).resolve()
+        if full.is_relative_to(deferred[0]):
+            deferred[1].add(full)
+            return
     fsync_path(path)
 
 

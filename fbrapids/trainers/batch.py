@@ -27,7 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from fbrapids.errors import ArgumentError, BatchError, ColumnTypeError
+from fbrapids.errors import BatchError, ColumnTypeError
+from fbrapids.trainers.nan_policy import STREAM_NAN, check_nan
 
 
 @dataclass
@@ -204,8 +205,7 @@ class Columns:
     def from_frame(cls, df: pd.DataFrame, label: str, dense: Sequence[str], sparse: Sequence[str],
                    group: str | None = None, nan: str = "error", part: int | None = None) -> "Columns":
         """Read the named columns of a pandas frame (see the module docstring)."""
-        if nan not in ("error", "zero"):
-            raise ArgumentError(f"nan must be 'error' or 'zero', got {nan!r}")
+        check_nan(nan, STREAM_NAN, "Columns.from_frame")
         y = df[label].to_numpy(dtype=np.float64, na_value=np.nan)
         if not np.isfinite(y).all():
             bad = ~np.isfinite(y)

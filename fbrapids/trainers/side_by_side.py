@@ -8,11 +8,14 @@ optimizer step of every model, in turn, through that model's *view* of the batch
 Every model thus sees the same batches in the same order, and the extraction work is that
 of one run.
 
-Each model's step is :func:`fbrapids.trainers.fit.fit`'s: forward, binary cross-entropy on
-the logits, backward, the dense optimizer (:func:`~fbrapids.trainers.fit.default_optimizer`
-unless given), then the sparse optimizers of its tables.  A NaN / inf loss is a
-:class:`~fbrapids.errors.NonFiniteError` naming the model and the step.  No checkpoints:
-a trial is re-run, not resumed.
+The training is :func:`fbrapids.trainers.fit.fit`'s one loop with an arms strategy
+(:func:`side_by_side` picks it): models of one architecture with a batched form train as
+:class:`~fbrapids.trainers.arms_batched.BatchedArms` (tables shared by the arms are one
+store whose row holds every arm's vector, the dense parts of all arms run batched: about the
+cost of one model); any others as :class:`~fbrapids.trainers.strategy.Arms`, each model's
+step ``fit``'s in turn (forward, binary cross-entropy on the logits, backward, the dense
+optimizer, then the sparse optimizers of its tables).  A NaN / inf loss is a
+:class:`~fbrapids.errors.NonFiniteError` naming the model and the step.  No checkpoints.
 
 Example:
     >>> import numpy as np, pandas as pd, torch
@@ -32,7 +35,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
     from fbrapids.trainers.models.base import CTRModel
 
 from fbrapids.ui.autobar import tqdm
-from fbrapids.errors import ArgumentError, NonFiniteError
 from fbrapids.trainers.batch import Batch
 
 log = logging.getLogger(__name__)
@@ -65,57 +66,58 @@ def _refresh_total(bar: Any, batches: Iterable[Batch], passes: int = 1) -> None:
         bar.refresh()
 
 
+def side_by_side(models: Sequence[CTRModel], views: Sequence[View | None] | None = None) -> Any:
+    """The strategy that trains ``models`` side by side: :class:`~fbrapids.trainers.arms_batched.BatchedArms`
+    where they have a batched form (:func:`~fbrapids.trainers.arms_batched.batched_head`),
+    else :class:`~fbrapids.trainers.strategy.Arms` (one after another).
+
+    Example:
+        >>> from fbrapids.trainers.models import DLRM, LogisticRegression
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> cfg = StoreConfig(cache_rows=8)
+        >>> type(side_by_side([DLRM(1, ["a"], embedding_dim=2, store=cfg) for _ in range(2)])).__name__
+        'BatchedArms'
+        >>> type(side_by_side([LogisticRegression(1, ["a"], store=cfg) for _ in range(2)])).__name__
+        'Arms'
+    """
+    from fbrapids.trainers.arms_batched import BatchedArms, batched_head
+    from fbrapids.trainers.strategy import Arms
+
+    return BatchedArms(models, views) if batched_head(models) is not None else Arms(models, views)
+
+
 def fit_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                      views: Sequence[View | None] | None = None, epochs: int = 1,
-                     optimizers: Sequence[torch.optim.Optimizer] | None = None, progress: bool = True) -> int:
+                     optimizers: Sequence[torch.optim.Optimizer] | None = None, progress: bool = True,
+                     strategy: Any = None) -> int:
     """Train every model of ``models`` on one pass over ``batches`` per epoch (each batch read
     once, one step of each model on ``views[i](batch)``, the batch itself where the view is
-    None); returns the steps each model took."""
-    from fbrapids.trainers.device import module_device, place_model
-    from fbrapids.trainers.fit import default_optimizer
+    None); returns the steps each model took: ``fit`` with ``strategy`` (default: the
+    :class:`~fbrapids.trainers.strategy.Arms` strategy, or it with ``optimizers``; no
+    calibration).  A :class:`~fbrapids.trainers.arms_batched.BatchedArms` strategy trains the
+    arms' shared stores, so its models are predicted through it (:func:`predict_side_by_side`
+    with the same ``strategy``)."""
+    from fbrapids.trainers.fit import fit
+    from fbrapids.trainers.fit_config import FitConfig
+    from fbrapids.trainers.strategy import Arms
 
-    views = list(views) if views is not None else [None] * len(models)
-    if len(views) != len(models):
-        raise ArgumentError(f"fit_side_by_side: {len(models)} models but {len(views)} views")
-    for m in models:
-        place_model(m, None)
-        m.train()
-    optimizers = list(optimizers) if optimizers is not None else \
-        [default_optimizer([p for p in m.parameters() if p.requires_grad]) for m in models]
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    devices = [module_device(m) for m in models]
-    step = 0
-    with tqdm(total=None, disable=not progress, desc="fit", unit="batch", postfix=f"{len(models)} models") as bar:
-        for epoch in range(epochs):
-            if hasattr(batches, "set_epoch"):
-                batches.set_epoch(epoch)
-            for batch in batches:
-                _refresh_total(bar, batches, epochs)
-                step += 1
-                for k, (model, view, opt, dev) in enumerate(zip(models, views, optimizers, devices)):
-                    b = (view or _same)(batch).to(dev)
-                    opt.zero_grad(set_to_none=True)
-                    loss = loss_fn(model(b), b.label)
-                    value = float(loss.detach())
-                    if not math.isfinite(value):
-                        raise NonFiniteError(f"step {step}: model {k} ({type(model).__name__}) has loss {value}; "
-                                             "the side-by-side training stopped before this update")
-                    loss.backward()
-                    opt.step()
-                    model.apply_sparse_gradients()
-                bar.update(1)
-    return step
+    batched = strategy is not None and not isinstance(strategy, Arms)
+    cfg = FitConfig(epochs=epochs, progress=progress, calibrate=False, prefetch_rows=batched)
+    return fit(strategy if strategy is not None else Arms(models, views, optimizers), batches, cfg).steps
 
 
 @torch.no_grad()
 def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                          views: Sequence[View | None] | None = None,
-                         progress: bool = True) -> list[dict[str, np.ndarray]]:
+                         progress: bool = True, strategy: Any = None) -> list[dict[str, np.ndarray]]:
     """Each model's click probabilities over one pass of ``batches`` (through its view), with
-    the labels and groups, as :func:`fbrapids.trainers.fit.predict` returns them."""
+    the labels and groups, as :func:`fbrapids.trainers.fit.predict` returns them; through
+    ``strategy`` when it holds the models' trained tables (a
+    :class:`~fbrapids.trainers.arms_batched.BatchedArms`: its views are the models')."""
     from fbrapids.trainers.device import module_device
 
     views = list(views) if views is not None else [None] * len(models)
+    batched = getattr(strategy, "predict", None)
     preds: list[list[np.ndarray]] = [[] for _ in models]
     labels, groups = [], []
     for m in models:
@@ -123,7 +125,10 @@ def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *
     with tqdm(total=None, disable=not progress, desc="predict", unit="batch", postfix=f"{len(models)} models") as bar:
         for batch in batches:
             _refresh_total(bar, batches)
-            for k, (model, view) in enumerate(zip(models, views)):
+            if batched is not None:
+                for k, p in enumerate(batched(batch).cpu().numpy()):
+                    preds[k].append(p)
+            for k, (model, view) in enumerate(zip(models, views) if batched is None else ()):
                 b = (view or _same)(batch).to(module_device(model))
                 preds[k].append(model.predict(b).double().cpu().numpy())
             labels.append(batch.label.cpu().numpy())

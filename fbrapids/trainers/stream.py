@@ -4,9 +4,12 @@ A background thread computes partition i+1 (for a dask frame: one pass of
 :func:`fbrapids.frames.partition_pass.iter_partitions` on the active scheduler, a distributed
 ``Client`` included: shared upstream tasks run once per pass) and converts it to host
 arrays while the trainer consumes partition i; a bounded queue of ``prefetch`` partitions
-sits between them.  Rows are optionally shuffled within windows of
-``shuffle_window`` rows, in an order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`;
-iterating twice in one epoch repeats the order).
+sits between them.  Rows are optionally shuffled through a buffer of ``shuffle_buffer`` rows
+filled as partitions arrive (:mod:`fbrapids.trainers.shuffle`: training starts after the
+first partition, the next ones are extracted meanwhile), in the producer thread, in an
+order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`; iterating twice in one
+epoch repeats the order) and by the rows alone, not by how they were partitioned.  The
+options are one :class:`StreamConfig`.
 Batches of ``batch_size`` rows carry across partition boundaries; the last one may be
 shorter (``drop_last=False``).  Empty partitions are skipped and counted.  cudf partitions
 bound for a CUDA device (``device=``, else :func:`fbrapids.trainers.device.resolve_device`)
@@ -31,9 +34,11 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -46,6 +51,8 @@ from fbrapids.trainers.batch import Batch, Columns, sparse_column
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
+from fbrapids.trainers.nan_policy import STREAM_NAN, check_nan
+from fbrapids.trainers.shuffle import MAX_BYTES, ShuffleBuffer
 from fbrapids.trainers.ranges import check_ranges, validate_ranges
 from fbrapids.errors import ArgumentError, FbrapidsError, NotFoundError
 
@@ -66,43 +73,80 @@ def _is_eager(obj: Any) -> bool:
     return isinstance(obj, pd.DataFrame) or _backend.is_gpu_object(obj)
 
 
+@dataclass(frozen=True)
+class StreamConfig:
+    """How :class:`BatchStream` turns frames into batches (see :func:`stream` for each option).
+
+    Example:
+        >>> StreamConfig("click", sparse=("ad",), batch_size=512).with_(shuffle_buffer=1 << 16).shuffle_buffer
+        65536
+    """
+
+    label: str
+    dense: tuple[str, ...] = ()
+    sparse: tuple[str, ...] = ()
+    batch_size: int = 4096
+    shuffle_buffer: int = 0
+    seed: int = 0
+    prefetch: int = 2
+    device: str | torch.device | None = None
+    group: str | None = None
+    nan: str = "error"
+    drop_last: bool = False
+    pin_memory: bool | None = None
+    persist: bool = False
+    label_range: tuple[float, float] | None = None
+    ranges: Mapping[str, tuple[float, float]] | None = None
+    strict: bool = False
+    shuffle_bytes: int = MAX_BYTES
+
+    def __post_init__(self) -> None:
+        _check_names(self.label, self.dense, self.sparse, self.group)
+        object.__setattr__(self, "dense", tuple(self.dense))
+        object.__setattr__(self, "sparse", tuple(self.sparse))
+        for name, lo in (("batch_size", 1), ("prefetch", 1), ("shuffle_buffer", 0), ("shuffle_bytes", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ArgumentError(f"{name} must be an int >= {lo}, got {value!r}")
+            if value < lo:
+                raise ArgumentError(f"{name} must be >= {lo}, got {value}")
+        check_nan(self.nan, STREAM_NAN, "stream")
+
+    def with_(self, **changes: Any) -> "StreamConfig":
+        """A copy with some options changed."""
+        return dataclasses.replace(self, **changes)
+
+
 class BatchStream:
     """An iterable of :class:`~fbrapids.trainers.batch.Batch`; each iteration re-reads the source.
 
     ``stats`` counts partitions computed, empty partitions, rows, batches, and dense values
-    replaced under ``nan="zero"``; ``producer_threads`` holds the names of the threads that
-    computed partitions.
+    replaced under ``nan="zero"``; ``shuffle_peak_rows`` is the most rows the shuffle buffer
+    held in the last pass; ``producer_threads`` holds the names of the threads that computed
+    partitions.  The config's options read as attributes (``batches.batch_size``).
     """
 
-    def __init__(self, source: Any, label: str, dense: Sequence[str], sparse: Sequence[str], batch_size: int,
-                 shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
-                 group: str | None = None, nan: str = "error", drop_last: bool = False,
-                 pin_memory: bool | None = None, persist: bool = False,
-                 label_range: tuple[float, float] | None = None,
-                 ranges: Mapping[str, tuple[float, float]] | None = None, strict: bool = False) -> None:
-        _check_names(label, dense, sparse, group)
-        if batch_size < 1:
-            raise ArgumentError(f"batch_size must be >= 1, got {batch_size}")
-        if prefetch < 1:
-            raise ArgumentError(f"prefetch must be >= 1, got {prefetch}")
-        if nan not in ("error", "zero"):
-            raise ArgumentError(f"nan must be 'error' or 'zero', got {nan!r}")
-        self.source = source
+    def __init__(self, source: Any, config: StreamConfig) -> None:
+        self.source, self.config = source, config
         self._known_rows: int | None = None
         self._seen = (0, 0)  # (partitions, rows) the producer has read in the pass under way
-        self.label_range = check_label_range(label_range)
-        self.label, self.dense, self.sparse, self.group = label, list(dense), list(sparse), group
-        self.ranges, self.strict = validate_ranges(ranges, self.dense), bool(strict)
+        self.label_range = check_label_range(config.label_range)
+        self.ranges = validate_ranges(config.ranges, list(config.dense))
         self.out_of_range: dict[str, int] = {}  # per dense column, values outside its declared range
-        self.batch_size, self.shuffle_window, self.seed = int(batch_size), int(shuffle_window), int(seed)
-        self.prefetch, self.device, self.nan, self.drop_last = int(prefetch), device, nan, drop_last
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
-        self.persist = bool(persist)
+        self.pin_memory = torch.cuda.is_available() if config.pin_memory is None else bool(config.pin_memory)
         self.epoch = 0
         self.stats: dict[str, int] = {}
+        self.shuffle_peak_rows = 0
         self.producer_threads: set[str] = set()
         self._check_columns()
         self._check_eager_ids()
+
+    def __getattr__(self, name: str) -> Any:  # the config's options: label, dense, batch_size, seed, ...
+        config = self.__dict__.get("config")
+        if config is None or name.startswith("_") or name not in StreamConfig.__dataclass_fields__:
+            raise AttributeError(name)
+        value = getattr(config, name)
+        return list(value) if name in ("dense", "sparse") else value
 
     def set_epoch(self, epoch: int) -> None:
         """Shuffle epoch ``epoch`` in its own order (fixed by ``(seed, epoch)``); ``fit`` calls it."""
@@ -206,6 +250,7 @@ class BatchStream:
             return False
 
         side = self._side_stream()
+        shuffle = self._shuffler()  # host rows: shuffled here, beside the trainer
         try:
             for i, part in enumerate(self._partitions()):
                 on_device = side is not None and _backend.is_gpu_object(part)
@@ -231,8 +276,14 @@ class BatchStream:
                                     self.out_of_range)
                 self.stats["rows"] += len(cols)
                 self._seen = (self.stats["partitions"], self.stats["rows"])  # one assignment: read whole
-                if not put(cols):
+                chunks = shuffle.add(cols) if shuffle is not None and not on_device else [cols]
+                if not all(put(c) for c in chunks):
                     return
+            for chunk in shuffle.finish() if shuffle is not None else []:
+                if not put(chunk):
+                    return
+            if shuffle is not None:
+                self.shuffle_peak_rows = shuffle.peak_rows
             put(_DONE)
         except BaseException as exc:  # handed to the consumer, raised there
             put(_Failure(exc))
@@ -255,6 +306,13 @@ class BatchStream:
             cols.ready.record(side)
         return cols
 
+    def _shuffler(self) -> ShuffleBuffer | None:
+        """This pass's shuffle buffer (None without shuffling), its draws fixed by (seed, epoch)."""
+        if not self.config.shuffle_buffer:
+            return None
+        return ShuffleBuffer(self.config.shuffle_buffer, self.batch_size, np.random.default_rng([self.seed, self.epoch]),
+                             self.config.shuffle_bytes)
+
     # -- consumer ------------------------------------------------------------------------
     def _finish(self, cols: Columns | TensorColumns) -> Batch:
         b = cols.to_batch()
@@ -273,10 +331,8 @@ class BatchStream:
         stop = threading.Event()
         worker = threading.Thread(target=self._produce, args=(q, stop), name="fbrapids-stream-producer", daemon=True)
         worker.start()
-        rng = np.random.default_rng([self.seed, self.epoch])
-        bs = self.batch_size
-        window = 0 if self.shuffle_window <= 0 else max(bs, -(-self.shuffle_window // bs) * bs)
-        buf: Columns | None = None
+        shuffle = self._shuffler()  # device rows (cudf partitions) are shuffled here; host rows came shuffled
+        batches = _Batcher(self.batch_size, self.drop_last)
         try:
             while True:
                 item = q.get()
@@ -287,24 +343,48 @@ class BatchStream:
                 if item is _DONE:
                     self._known_rows = self.stats["rows"]  # a whole pass: its batch count is known now
                     break
-                buf = item if buf is None else type(item).concat([buf, item])
-                unit = window or bs
-                while len(buf) >= unit:
-                    chunk, buf = buf.slice(0, unit), buf.slice(unit, len(buf))
-                    if window:
-                        chunk = chunk.take(rng.permutation(len(chunk)))
-                    for s in range(0, len(chunk), bs):
-                        yield self._finish(chunk.slice(s, s + bs))
-            if buf is not None and len(buf):
-                if window:
-                    buf = buf.take(rng.permutation(len(buf)))
-                for s in range(0, len(buf), bs):
-                    if self.drop_last and s + bs > len(buf):
-                        break
-                    yield self._finish(buf.slice(s, min(len(buf), s + bs)))
+                device = shuffle is not None and isinstance(item, TensorColumns)
+                for chunk in shuffle.add(item) if device else [item]:
+                    for cols in batches.add(chunk):
+                        yield self._finish(cols)
+            if shuffle is not None and shuffle.arrived + shuffle.pending_rows:
+                self.shuffle_peak_rows = max(self.shuffle_peak_rows, shuffle.peak_rows)
+            for chunk in shuffle.finish() if shuffle is not None else []:
+                for cols in batches.add(chunk):
+                    yield self._finish(cols)
+            for cols in batches.finish():
+                yield self._finish(cols)
         finally:
             stop.set()
             worker.join(timeout=30)
+
+
+class _Batcher:
+    """Runs of rows cut into batches of ``batch_size`` rows, carried across runs; the last
+    one short unless ``drop_last``.
+
+    Example:
+        >>> import numpy as np
+        >>> c = Columns(np.zeros((5, 1), np.float32), np.zeros(5, np.float32), {})
+        >>> b = _Batcher(2, drop_last=False)
+        >>> [len(x) for x in b.add(c)], [len(x) for x in b.add(c)], [len(x) for x in b.finish()]
+        ([2, 2], [2, 2, 2], [])
+    """
+
+    def __init__(self, batch_size: int, drop_last: bool) -> None:
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.rest: Any = None
+
+    def add(self, cols: Any) -> list[Any]:
+        buf = cols if self.rest is None or not len(self.rest) else type(cols).concat([self.rest, cols])
+        bs, n = self.batch_size, len(buf)
+        full = n // bs * bs
+        self.rest = buf.slice(full, n) if full < n else None
+        return [buf.slice(s, s + bs) for s in range(0, full, bs)]
+
+    def finish(self) -> list[Any]:
+        rest, self.rest = self.rest, None
+        return [] if rest is None or not len(rest) or self.drop_last else [rest]
 
 
 def _check_names(label: Any, dense: Any, sparse: Any, group: Any) -> None:
@@ -328,12 +408,13 @@ def _check_names(label: Any, dense: Any, sparse: Any, group: Any) -> None:
             raise InputTypeError(f"stream: {what} must hold column names (str), got {bad[0]!r}")
 
 
-def stream(df: _backend.FrameLike, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (), batch_size: int = 4096,
-           shuffle_window: int = 0, seed: int = 0, prefetch: int = 2, device: str | torch.device | None = None,
-           group: str | None = None, nan: str = "error", drop_last: bool = False,
-           pin_memory: bool | None = None, persist: bool = False,
-           label_range: tuple[float, float] | None = None,
-           ranges: Mapping[str, tuple[float, float]] | None = None, strict: bool = False) -> BatchStream:
+def stream(df: _backend.FrameLike, label: str, dense: Sequence[str] = (), sparse: Sequence[str] = (),
+           batch_size: int = 4096, shuffle_buffer: int = 0, seed: int = 0, prefetch: int = 2,
+           device: str | torch.device | None = None, group: str | None = None, nan: str = "error",
+           drop_last: bool = False, pin_memory: bool | None = None, persist: bool = False,
+           label_range: tuple[float, float] | None = None, ranges: Mapping[str, tuple[float, float]] | None = None,
+           strict: bool = False, *, shuffle_window: int | None = None,
+           shuffle_bytes: int = MAX_BYTES) -> BatchStream:
     """Batches for torch from a pandas / cudf frame, a dask frame, or an iterable of frames.
 
     Args:
@@ -345,12 +426,15 @@ def stream(df: _backend.FrameLike, label: str, dense: Sequence[str] = (), sparse
         sparse: integer id columns (int64 / uint64 scalars) or ``list<int64>`` columns;
             each becomes ``batch.sparse[name] = (values, offsets)``.
         batch_size: rows per batch.
-        shuffle_window: shuffle rows within windows of this many rows (0: keep order).
-        seed: fixes the shuffle order.
+        shuffle_buffer: shuffle rows through a buffer of this many rows, filled as partitions
+            arrive (0: keep order): :mod:`fbrapids.trainers.shuffle` (the first batch after
+            the first 2^15 rows; the order depends on the rows and ``seed`` only).
+        seed: fixes the shuffle order (with the epoch).
         prefetch: partitions computed ahead (the bounded queue's size).
         device: move batches there (``"cuda"``), from pinned memory.
         group: a column carried as ``batch.group`` (e.g. the user id, for GAUC).
-        nan: ``"error"`` or ``"zero"`` for NaN / inf in dense features.
+        nan: ``"error"`` or ``"zero"`` for NaN / inf in dense features
+            (:mod:`fbrapids.trainers.nan_policy`).
         drop_last: drop a final short batch.
         pin_memory: default: pin when CUDA is available.
         persist: ``persist()`` a dask frame first (it is then held whole in memory; not
@@ -362,13 +446,25 @@ def stream(df: _backend.FrameLike, label: str, dense: Sequence[str] = (), sparse
             ``strict=True`` a :class:`~fbrapids.errors.RangeError` naming the column, the
             partition, the count and the first row.
         strict: see ``ranges``.
+        shuffle_window: the older name of ``shuffle_buffer`` (the same meaning now).
+        shuffle_bytes: the most bytes of rows the shuffle buffer holds (it emits more rows
+            rather than hold more; default 256 MiB).
 
     Example:
         >>> import pandas as pd, dask.dataframe as dd
         >>> pdf = pd.DataFrame({"click": [0, 1, 1, 0], "d": [1.0, 2.0, 3.0, 4.0], "ad": [1, 2, 3, 4]})
         >>> s = stream(dd.from_pandas(pdf, npartitions=2), label="click", dense=["d"], sparse=["ad"], batch_size=3)
-        >>> [b.label.tolist() for b in s]
-        [[0.0, 1.0, 1.0], [0.0]]
+        >>> [b.label.tolist() for b in s], s.config.batch_size
+        ([[0.0, 1.0, 1.0], [0.0]], 3)
     """
-    return BatchStream(df, label, dense, sparse, batch_size, shuffle_window, seed, prefetch, device, group, nan,
-                       drop_last, pin_memory, persist, label_range, ranges, strict)
+    if shuffle_window is not None:
+        if shuffle_buffer and shuffle_buffer != shuffle_window:
+            raise ArgumentError(f"stream: shuffle_window ({shuffle_window}) is shuffle_buffer's older name, and "
+                                f"shuffle_buffer={shuffle_buffer} was given too")
+        shuffle_buffer = shuffle_window
+    _check_names(label, dense, sparse, group)
+    config = StreamConfig(label=label, dense=tuple(dense), sparse=tuple(sparse), batch_size=batch_size,
+                          shuffle_buffer=shuffle_buffer, seed=seed, prefetch=prefetch, device=device, group=group,
+                          nan=nan, drop_last=drop_last, pin_memory=pin_memory, persist=persist,
+                          label_range=label_range, ranges=ranges, strict=strict, shuffle_bytes=shuffle_bytes)
+    return BatchStream(df, config)

@@ -103,3 +103,26 @@ def trial_html(result: Any) -> str:
                           "verdict", "A/A spread"], rows)
             + _figure_or_note(lambda: plot.trial_deltas(result), "trial deltas")
             + "</div>")
+
+
+
+def family_html(family: Any) -> str:
+    """Many candidates against one baseline (``trial(..., each=True)``): per metric the
+    candidates ranked by delta, with their intervals, p-values (own, family, adjusted) and
+    verdicts, and every candidate's deltas as bars with error bars."""
+    from fbrapids.ui import plot
+
+    pct = f"{100 * next(iter(family.results.values())).level:g}%"
+    tables = []
+    for m in ("auc", "gauc"):
+        rows = [[name, r.delta[m], r.interval[m][0], r.interval[m][1], r.p_value[m], r.p_family[m],
+                 r.p_adjusted[m], r.verdict[m]] for name, r in ((n, family.results[n]) for n in family.ranking(m))]
+        tables.append(f"<h5>{m.upper()}</h5>" + table_html(
+            ["candidate", "delta", f"{pct} low", f"{pct} high", "p", "family p", "adjusted p", "verdict"], rows))
+    return ('<div class="fbrapids-trial">'
+            f"<h4>feature trial: {len(family.results)} candidates each against one baseline "
+            f"({len(family.seeds)} seed(s) per arm, {family.n_boot} bootstrap rounds over {family.n_users:,} "
+            f"held-out users; verdicts corrected by {html.escape(family.method)})</h4>"
+            + "".join(tables)
+            + _figure_or_note(lambda: plot.trial_deltas(family.results), "trial deltas")
+            + "</div>")

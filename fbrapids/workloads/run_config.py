@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids.errors import WorkloadError
+from fbrapids.trainers.nan_policy import STREAM_NAN
 
+#: where ``RunConfig.tiers`` may put the embedding rows
+TIERS = ("auto", "ram", "tiered")
 #: the models ``RunConfig.model`` may name (:func:`fbrapids.app.pipeline.build_model`)
 MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg", "dcn")
 
@@ -42,6 +45,10 @@ class RunConfig:
         cache_rows / host_rows: per-table rows of the device-cache and host-RAM tiers
             (``host_rows`` None: unbounded, no SSD tier); rows beyond them live in the SSD
             tier's files under ``work_dir``.
+        tiers: ``"auto"`` (default): one RAM tier (no SSD files; on the CPU a cache that grows
+            to hold every row) where every table at its bound fits in memory
+            (:mod:`fbrapids.runs.ram_budget`), else the tiers of ``cache_rows`` /
+            ``host_rows``; ``"ram"``: one RAM tier always; ``"tiered"``: those tiers always.
         work_dir: the store's SSD files and checkpoints (None: a temporary folder, removed
             on every exit path).
         checkpoint / checkpoint_every / resume: checkpoint at the end (and every this many
@@ -64,6 +71,7 @@ class RunConfig:
     embedding_dim: int = 16
     cache_rows: int = 1 << 17
     host_rows: int | None = 1 << 19
+    tiers: str = "auto"
     work_dir: str | Path | None = None
     checkpoint: bool = True
     seed: int = 0
@@ -97,8 +105,10 @@ class RunConfig:
         for name in ("checkpoint", "progress", "count_clean", "resume", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "a bool")
-        if self.nan not in ("error", "zero"):
-            raise bad("nan", "'error' or 'zero'")
+        if self.nan not in STREAM_NAN:
+            raise bad("nan", " or ".join(map(repr, STREAM_NAN)))
+        if self.tiers not in TIERS:
+            raise bad("tiers", " or ".join(map(repr, TIERS)))
         if self.work_dir is not None and not isinstance(self.work_dir, (str, Path)):
             raise bad("work_dir", "a path or None")
         from fbrapids.errors import ArgumentError

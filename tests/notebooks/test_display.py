@@ -121,6 +121,27 @@ def test_trial_result_html():
     assert len(_png_sizes(page)) == 1 and 'alt="trial deltas"' in page
 
 
+def test_many_candidates_html_ranks_them_per_metric():
+    from fbrapids.app.trial_family import CandidateTrials
+
+    def one(name, auc, gauc, verdict):
+        both = {"auc": auc, "gauc": gauc}
+        return TrialResult([name], {"auc": 0.7, "gauc": 0.6}, {}, delta=both,
+                           interval={m: (v - 0.002, v + 0.002) for m, v in both.items()}, p_value={"auc": 0.001, "gauc": 0.2},
+                           p_family={"auc": 0.002, "gauc": 0.3}, p_adjusted={"auc": 0.004, "gauc": 0.6},
+                           verdict={"auc": verdict, "gauc": "no detectable effect"})
+
+    fam = CandidateTrials({"a": one("a", 0.001, 0.004, "no detectable effect"), "b": one("b", 0.009, -0.001, "helps")},
+                          "holm", seeds=[0, 1, 2], n_boot=50, n_users=300)
+    page = fam._repr_html_()
+    auc, gauc = page.split("<h5>GAUC</h5>")
+    assert auc.index("<td>b</td><td>0.0090</td>") < auc.index("<td>a</td>")  # ranked by delta, per metric
+    assert gauc.index("<td>a</td><td>0.0040</td>") < gauc.index("<td>b</td>")
+    assert "<td>0.0010</td><td>0.0020</td><td>0.0040</td><td>helps</td>" in auc and "Holm" in page
+    assert len(_png_sizes(page)) == 1 and fam.ranking("gauc") == ["a", "b"] and fam.helps() == ["b"]
+    assert "  1  b" in fam.render() and "Holm's step-down method" in fam.render()
+
+
 def test_explain_and_featureset_show_graphs_in_notebooks():
     from fbrapids.features import FeatureSet, explain
 

@@ -75,9 +75,9 @@ def test_failed_run_leaves_nothing(tmp_path, data) -> None:
 def test_interrupted_run_leaves_nothing(tmp_path, data, sig, status) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = _demo(tmp, data, "--batch-size", "16", "--checkpoint-every", "5")
+    proc = _demo(tmp, data, "--batch-size", "16", "--checkpoint-every", "5", "--tiers", "tiered")
     work = _wait_for_training(tmp, proc)
-    assert usage(tmp)[1] > 1 << 20  # a run in progress holds megabytes there
+    assert usage(tmp)[1] > 1 << 20  # a run in progress holds megabytes there (the SSD tier's files)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == status, err[-2000:]
@@ -127,7 +127,7 @@ def test_run_pipeline_without_work_dir_leaves_nothing(tmp_path, data, monkeypatc
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    r = run_pipeline(data, batch_size=512, progress=False, count_clean=False)
+    r = run_pipeline(data, batch_size=512, progress=False, count_clean=False, tiers="tiered")
     assert r.metrics["n"] > 0 and r.work_tree.get("store", 0) > 0  # it did work in a work dir ...
     assert r.removed_work_dir.startswith(f"{tmp}/fbrapids-run-") and r.checkpoint is None
     assert usage(tmp) == (0, 0)  # ... which is gone

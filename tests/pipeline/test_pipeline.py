@@ -11,14 +11,15 @@ from sklearn.metrics import roc_auc_score
 from fbrapids import ops
 from fbrapids.datasets.synthetic import views as workload
 from fbrapids.app.pipeline import feature_frame, run_pipeline
-from fbrapids.app.trials import _auc_weighted, paired_bootstrap, trial
+from fbrapids.app.trial_stats import _auc_weighted
+from fbrapids.app.trials import paired_bootstrap, trial
 
 
 @pytest.fixture(scope="module")
 def pipeline_run(gen_dir, tmp_path_factory):
     work = tmp_path_factory.mktemp("pipe")
     return run_pipeline(gen_dir, batch_size=512, progress=False, work_dir=work, cache_rows=1 << 14,
-                        host_rows=1 << 15), work
+                        host_rows=1 << 15, tiers="tiered"), work  # the tiers asked for: SSD files (auto: one RAM tier)
 
 
 def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_run, gen_dir):

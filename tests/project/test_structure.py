@@ -258,14 +258,6 @@ FUNCTION_LINES = 60
 #: fails), none may grow, and no function may join the list.  Split a long function into
 #: named steps with one job each rather than raising a number here.
 LONG_FUNCTIONS = {
-    # the ranks' fit: its pass and step are _RanksRun's (issue 34's calibration); what is left
-    # is the setup (trainer, optimizer, lock, resume) and the end (calibration, last checkpoint)
-    "trainers/distributed/fit.py::fit_distributed": 70,
-    # trials (app/trial*) and the trainers: other issues were editing them while issue 39 landed
-    "app/trial_training.py::train_arms": 100,
-    "trainers/sparse/store.py::TieredEmbeddingStore.lookup": 76,
-    "trainers/modules/embedding.py::TieredEmbeddingBagCollection.pooled_stack": 68,
-    "trainers/sparse/hashmap.py::_lib": 62,
     # the default data's generator: its files, blocks and metadata in one pass (another issue
     # was typing it while issue 39 landed)
     "datasets/synthetic/generate.py::generate": 67,

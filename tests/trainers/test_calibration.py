@@ -99,8 +99,10 @@ def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int
 def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
     """A model whose output bias is left off (it starts predicting ~0.9 and trains briefly):
     its held-out calibration (mean prediction / click rate) is far from 1; a frozen pass of
-    ``fit`` over more rows of the same law calibrates it to about 1, at the same AUC."""
-    train, more, test = (ctr_frame(rows=n, seed=s) for n, s in ((1024, 1), (2048, 2), (2048, 3)))
+    ``fit`` over more rows of the same law calibrates it to about 1, at the same AUC.  (Over
+    row orders the calibrated value spreads with an sd of ~0.05 here, 512 held rows and 4,096
+    test rows: hence 0.15, and at least halving the error.)"""
+    train, more, test = (ctr_frame(rows=n, seed=s) for n, s in ((1024, 1), (4096, 2), (4096, 3)))
     model = small_model(StoreConfig(cache_rows=1 << 14, lr=0.05))
     with torch.no_grad():
         model.top_l[-2].bias.fill_(2.0)
@@ -117,7 +119,8 @@ def test_calibration_brings_the_mean_prediction_to_the_click_rate() -> None:
     before = evaluate(model, batches(test), progress=False)
     model.calibration.copy_(fitted)
     assert abs(before["calibration"] - 1) > 0.3, before
-    assert abs(after["calibration"] - 1) < 0.1 and after["logloss"] < before["logloss"], (before, after)
+    assert abs(after["calibration"] - 1) < min(0.15, abs(before["calibration"] - 1) / 2), (before, after)
+    assert after["logloss"] < before["logloss"], (before, after)
     assert after["auc"] == pytest.approx(before["auc"], abs=1e-6)  # a monotone map: the ranking is kept
 
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _stream(df, batch_size=32, seed=7, dense=("d0", "d1"), sparse=tuple(FEATURES)):
     return df.fbx.stream(label="click", dense=list(dense), sparse=list(sparse), batch_size=batch_size,
-                         shuffle_window=256, seed=seed, group="user")
+                         shuffle_buffer=256, seed=seed, group="user")
 
 
 # -- B3: a resume with other settings ---------------------------------------------------------

@@ -191,14 +191,24 @@ def test_c_bookkeeping_refuses_rows_outside_its_arrays() -> None:
     assert last.tolist() == [0, 0]  # nothing written before the refusal
 
 
-def test_stacked_training_batch_larger_than_the_cache_is_an_error_not_a_read_through() -> None:
-    ebc = TieredEmbeddingBagCollection(["a"], StoreConfig(dim=2, cache_rows=8))
+def test_stacked_training_batch_larger_than_the_cache_is_an_error_not_a_read_through(tmp_path) -> None:
+    cfg = StoreConfig(dim=2, cache_rows=8, host_rows=8, ssd_dir=str(tmp_path))  # bounded tiers: a fixed cache
+    ebc = TieredEmbeddingBagCollection(["a"], cfg)
     sp = {"a": (torch.arange(20), torch.arange(20))}
     with pytest.raises(RuntimeError, match="too small"):
         ebc.pooled_stack(sp)  # training: its gradients could not be applied
     ebc._drop_stale()
     with torch.no_grad():
         assert ebc.pooled_stack(sp).shape == (20, 1, 2)  # evaluation reads through
+    # every row in RAM (host_rows=None) on the CPU: one RAM tier, which grows to hold the batch and trains it
+    one = TieredEmbeddingBagCollection(["a"], StoreConfig(dim=2, cache_rows=8, optimizer="sgd", lr=1.0))
+    one.pooled_stack(sp).sum().backward()
+    one.apply_gradients()
+    store = one.stores["a"]
+    assert store.tiers.cache.slots.capacity >= 20 and store.stats()["cache"]["evictions"] == 0
+    from fbrapids.trainers.sparse.init import init_rows
+    want = init_rows(np.arange(20, dtype=np.uint64), 2, 0, 2 ** -0.5) - 1.0  # each row's gradient: ones
+    assert np.array_equal(store.weights(np.arange(20)), want)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device for the device tier")

@@ -106,7 +106,7 @@ def test_model_learns_the_ad_signal(name: str, tmp_path, device: str) -> None:
     model = MODELS[name](store)
     kw = dict(label="click", dense=["d0", "d1"], sparse=feats, group="user")
     before = evaluate(model, stream(test, batch_size=256, **kw), progress=False, device=device)
-    res = fit(model, stream(train, batch_size=64, shuffle_window=512, **kw), epochs=2,
+    res = fit(model, stream(train, batch_size=64, shuffle_buffer=512, **kw), epochs=2,
               optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), progress=False)
     assert res.steps == 2 * 40 and np.isfinite(res.losses).all()
     m = evaluate(model, stream(test, batch_size=256, **kw), progress=False)

@@ -85,7 +85,7 @@ def test_taobao_behaviour_sequences_train_din(shared_data, tmp_path) -> None:
     model = DIN(1, sparse, {"click_sequence": "adgroup_id"}, embedding_dim=4, attention_mlp=[8], mlp=[16],
                 store=StoreConfig(cache_rows=512, host_rows=128, ssd_dir=str(tmp_path)))
     kw = dict(label="clk", dense=["price"], sparse=sparse + ["click_sequence"], group="userid", batch_size=20)
-    res = fit(model, stream(train, shuffle_window=100, seed=1, **kw), epochs=3, progress=False)
+    res = fit(model, stream(train, shuffle_buffer=100, seed=1, **kw), epochs=3, progress=False)
     assert res.steps == 15 and np.isfinite(res.losses).all()
     m = evaluate(model, stream(test, **kw), progress=False)
     assert m["n"] == 100 and np.isfinite(m["logloss"]) and m["calibration"] > 0

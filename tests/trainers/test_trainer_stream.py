@@ -92,19 +92,27 @@ def test_null_lists_are_empty_bags() -> None:
     assert b.sparse["l"][0].tolist() == [1, 2, 3] and b.sparse["l"][1].tolist() == [0, 1, 1]
 
 
-def test_window_shuffle_is_seeded_and_keeps_every_row() -> None:
+def test_buffer_shuffle_is_seeded_keeps_every_row_and_ignores_partitioning() -> None:
+    """The shuffle buffer (fbrapids.trainers.shuffle): the same order for the same seed however
+    the rows are partitioned, every row once, the first rows drawn from the first unit only
+    (training starts before the rest arrives), at most capacity + one unit rows held."""
     df = _frame(100)
     df["rowid"] = np.arange(100)
 
-    def order(seed: int) -> list[int]:
-        s = stream(df, label="click", dense=["rowid"], sparse=SPARSE, batch_size=10, shuffle_window=30, seed=seed)
-        return [int(x) for b in s for x in b.dense[:, 0].tolist()]
+    def order(seed: int, source=df, buffer: int = 30) -> list[int]:
+        s = stream(source, label="click", dense=["rowid"], sparse=SPARSE, batch_size=10, shuffle_buffer=buffer,
+                   seed=seed)
+        out = [int(x) for b in s for x in b.dense[:, 0].tolist()]
+        assert s.shuffle_peak_rows <= 30 + 30  # the capacity and one unit (of 30 rows here)
+        return out
 
     a, b, c = order(1), order(1), order(2)
     assert a == b and a != c and sorted(a) == list(range(100)) and a != list(range(100))
-    assert sorted(a[:30]) == list(range(30))  # shuffled only within a window
+    assert max(a[:10]) < 30  # one unit in (30 rows), half of it out, before the next rows arrive
+    assert order(1, [df.iloc[:7], df.iloc[7:61], df.iloc[61:]]) == a  # partitions do not move a row
+    assert stream(df, label="click", sparse=SPARSE, shuffle_window=30).config.shuffle_buffer == 30  # the old name
     # the toks lists move with their rows
-    s = stream(df, label="click", dense=["rowid"], sparse=SPARSE, batch_size=100, shuffle_window=100, seed=3)
+    s = stream(df, label="click", dense=["rowid"], sparse=SPARSE, batch_size=100, shuffle_buffer=100, seed=3)
     bt = next(iter(s))
     vals, offs = bt.sparse["toks"]
     ends = torch.cat([offs[1:], torch.tensor([len(vals)])])

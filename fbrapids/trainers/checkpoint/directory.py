@@ -33,7 +33,7 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from fbrapids.files.atomic import digests_of_writes, fsync_dir, write_atomic
+from fbrapids.files.atomic import deferred_dir_fsyncs, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import ArgumentError, CheckpointError, ManifestError, UnsafeFileError
 from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
 
@@ -70,16 +70,18 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
     tmp.mkdir()
     check = verification_enabled()
     try:
-        # files written atomically inside are hashed as they are written: the manifest reads nothing back
-        with (digests_of_writes(tmp, lambda: new_hasher(CHECKPOINT_DIGEST)) if check
-              else contextlib.nullcontext()) as written:
-            yield tmp
-        if check:
-            write_manifest(tmp, algorithm=CHECKPOINT_DIGEST, written=written)
+        # the directory is renamed into place only when complete: its directories are fsynced once, then
+        with deferred_dir_fsyncs(tmp):
+            # files written atomically inside are hashed as they are written: the manifest reads nothing back
+            with (digests_of_writes(tmp, lambda: new_hasher(CHECKPOINT_DIGEST)) if check
+                  else contextlib.nullcontext()) as written:
+                yield tmp
+            if check:
+                write_manifest(tmp, algorithm=CHECKPOINT_DIGEST, written=written)
+            fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    fsync_dir(tmp)
     commit_checkpoint(tmp, root, step, str(os.getpid()))
 
 

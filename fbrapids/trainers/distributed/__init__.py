@@ -21,12 +21,12 @@ from fbrapids.trainers.distributed.checkpoint import restore_sharded, save_shard
 from fbrapids.trainers.distributed.consistency import check_same_config, config_digest
 from fbrapids.trainers.distributed.data import (LeaderFeed, RankSlices, concat_batches, per_rank_batch,
                                                 shard_partitions, slice_batch, split_batches)
-from fbrapids.trainers.distributed.fit import (DistributedTrainer, evaluate_distributed, fit_distributed,
+from fbrapids.trainers.distributed.fit import (DistributedTrainer, Ranks, evaluate_distributed, fit_distributed,
                                                predict_distributed)
 from fbrapids.trainers.distributed.launch import init_from_env, init_rank, spawn
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, ShardedTable, rank_store_config
 
 __all__ = ["N_BUCKETS", "BucketTable", "save_sharded", "restore_sharded", "sharded_digest", "check_same_config",
            "config_digest", "LeaderFeed", "RankSlices", "concat_batches", "per_rank_batch", "shard_partitions",
-           "slice_batch", "split_batches", "DistributedTrainer", "fit_distributed", "evaluate_distributed",
+           "slice_batch", "split_batches", "DistributedTrainer", "Ranks", "fit_distributed", "evaluate_distributed",
            "predict_distributed", "init_from_env", "init_rank", "spawn", "ShardedEmbeddings", "ShardedTable", "rank_store_config"]

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from fbrapids.errors import ArgumentError, CheckpointError, DistributedError, NonFiniteError
+from fbrapids.errors import CheckpointError, DistributedError, NonFiniteError
 from fbrapids.trainers.checkpoint.directory import checkpoints
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.device import module_device, place_model
@@ -45,14 +45,19 @@ from fbrapids.trainers.distributed.data import concat_batches, empty_like, rank_
 from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
 from fbrapids.trainers.calibration import CALIBRATION_ROWS, HeldBack, batch_from_state, batch_state, fit_shift
-from fbrapids.trainers.fit import FitResult, default_optimizer, write_final_checkpoint
+from fbrapids.trainers.dense_optim import default_optimizer
+from fbrapids.trainers.fit import fit
+from fbrapids.trainers.fit_config import FitConfig, FitResult
+from fbrapids.trainers.nan_policy import RANKS_NAN
+from fbrapids.trainers.strategy import Item, Strategy, nonfinite_grads
+from fbrapids.runs.workdir import lock_work_dir
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.run_identity import run_identity
 from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["fit_distributed", "predict_distributed", "evaluate_distributed", "DistributedTrainer"]
+__all__ = ["Ranks", "fit_distributed", "predict_distributed", "evaluate_distributed", "DistributedTrainer"]
 
 
 def _template(first: Batch | None, group: dist.ProcessGroup | None) -> Batch | None:
@@ -100,6 +105,118 @@ class DistributedTrainer:
         return self.sharded.buckets
 
 
+class Ranks(Strategy):
+    """A model trained over the ranks of a ``torch.distributed`` group: ``fit(Ranks(model), batches)``
+    on every rank, each with its share of the data (module docstring).  ``model`` may be the
+    :class:`DistributedTrainer` of an earlier call (its shards kept); ``optimizer``, ``group``,
+    ``buckets``, ``on_file``, ``on_step`` and ``overlap`` as :func:`fit_distributed`'s.  After
+    ``fit``, :attr:`trainer` is the trainer (for :func:`evaluate_distributed`)."""
+
+    name = "ranks"
+    nan_words = RANKS_NAN
+    limit_first = True  # every rank reads the same batches: none past max_steps
+
+    def __init__(self, model: CTRModel | DistributedTrainer, *, optimizer: torch.optim.Optimizer | None = None,
+                 group: dist.ProcessGroup | None = None, buckets: BucketTable | None = None,
+                 on_file: Callable[[Path], None] | None = None,
+                 on_step: Callable[[int, Batch | None], None] | None = None, overlap: bool = True) -> None:
+        self.model, self.optimizer, self.group, self.buckets = model, optimizer, group, buckets
+        self.on_file, self.on_step, self.overlap = on_file, on_step, overlap
+        self.trainer: DistributedTrainer | None = model if isinstance(model, DistributedTrainer) else None
+
+    @contextlib.contextmanager
+    def session(self, batches: Iterable[Batch], cfg: FitConfig,
+                result: FitResult) -> Iterator[tuple[int, HeldBack | None]]:
+        if self.trainer is None:
+            check_same_config(self.model, self.group, epochs=cfg.epochs, max_steps=cfg.max_steps,
+                              checkpoint_every=cfg.checkpoint_every)
+            self.trainer = DistributedTrainer(self.model, self.group, self.buckets, cfg.device)
+        trainer = self.trainer
+        net = trainer.model
+        if self.optimizer is None:
+            self.optimizer = default_optimizer([p for p in net.parameters() if p.requires_grad])
+        self.cfg = cfg
+        self.global_stream = bool(getattr(batches, "global_stream", False))
+        self.identity = run_identity(net, batches, cfg.run)
+        # several epochs are not calibrated on ranks (one process is: each pass in the first's order)
+        held = HeldBack(cfg.calibration_rows) if cfg.calibrate and cfg.epochs == 1 else None
+        self.run = _RanksRun(trainer, self.optimizer, result, cfg.nan, self.overlap and cfg.prefetch_rows,
+                             cfg.max_steps)
+        lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if cfg.checkpoint_dir is not None and trainer.rank == 0:  # one lock for the run: the others are part of it
+            lock = lock_work_dir(cfg.checkpoint_dir)
+        with lock:
+            start = 0
+            if cfg.checkpoint_dir is not None:
+                dist.barrier(group=trainer.group)  # rank 0 holds the lock and has cleaned debris
+                if cfg.resume:
+                    start, held = _resume(trainer, self.optimizer, cfg.checkpoint_dir, self.identity,
+                                          self.global_stream, held, batches, self.run, result)
+                elif checkpoints(cfg.checkpoint_dir):
+                    raise CheckpointError(f"{cfg.checkpoint_dir} already holds checkpoints up to "
+                                          f"{checkpoints(cfg.checkpoint_dir)[0].name} from an earlier run; resume "
+                                          "from them (resume=True) or use an empty checkpoint dir")
+            net.train()
+            yield start, held
+
+    def first_step(self, start: int, batches: Iterable[Batch]) -> int:
+        return start if hasattr(batches, "skip_rows") else 0  # a feed that skips the rows: no steps for them
+
+    def items(self, batches: Iterable[Batch]) -> Iterator[Item]:
+        trainer, run = self.trainer, self.run
+        first, run.it = _peek(iter(batches))
+        if trainer.template is None:
+            trainer.template = _template(first, trainer.group)
+
+        def pass_items() -> Iterator[Item]:
+            while True:  # a rank out of data keeps stepping (None) until every rank is: begin() tells
+                yield run.next_batch(), []
+
+        return pass_items()
+
+    def skip(self, batch: Batch | None) -> bool:
+        return self.trainer.sharded.begin(batch, count_only=True) is not None
+
+    def hold(self, batch: Batch | None, held: HeldBack, index: int = -1) -> list[Batch | None] | None:
+        union = self.trainer.sharded.begin(batch, count_only=True)  # the union's rows; None: out of data
+        if union is None:
+            return None
+        rows = int(union.rows.sum())
+        self.run.position += rows
+        return held.add(None if batch is None or len(batch) == 0 else batch, rows=rows, index=index)
+
+    def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
+        if not self.run.train(batch, step, read_ahead=not next_held):
+            return False
+        if self.on_step is not None:
+            self.on_step(step, batch)
+        return True
+
+    def train_older(self, batch: Batch | None, step: int) -> None:
+        self.run.train(batch, step, read_ahead=False, read=False)  # its rows were read when it was held
+        if self.on_step is not None:
+            self.on_step(step, batch)
+
+    def train_held(self, held: HeldBack, step: int, result: FitResult) -> None:
+        self.run.train_held(held, step, self.on_step)
+
+    def save(self, step: int, held: HeldBack | None) -> Path:
+        cfg = self.cfg
+        return save_sharded(self.trainer, self.optimizer, cfg.checkpoint_dir, step, keep=cfg.keep_checkpoints,
+                            on_file=self.on_file, extra={"position_rows": self.run.position,
+                                                         "global_stream": self.global_stream, "run": self.identity},
+                            held=None if held is None else _union_held(self.trainer, held))
+
+    def calibrate(self, held: HeldBack, result: FitResult) -> bool:
+        return _calibrate_ranks(self.trainer, held, result)
+
+    def calibration(self) -> torch.Tensor | None:
+        return self.trainer.model.calibration.clone()
+
+    def shows_progress(self) -> bool:
+        return self.trainer is None or self.trainer.rank == 0
+
+
 def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batch], *, epochs: int = 1,
                     max_steps: int | None = None, optimizer: torch.optim.Optimizer | None = None,
                     checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
@@ -110,11 +227,13 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                     on_step: Callable[[int, Batch | None], None] | None = None, overlap: bool = True,
                     calibrate: bool = True, calibration_rows: int = CALIBRATION_ROWS
                     ) -> tuple[FitResult, DistributedTrainer]:
-    """Train this rank's share of the union batches; returns the result and the trainer
-    (pass the trainer to :func:`evaluate_distributed` / to a later call).
+    """Train this rank's share of the union batches: ``fit`` with the :class:`Ranks`
+    strategy (no progress bar); returns the result and the trainer (pass the trainer to
+    :func:`evaluate_distributed` / to a later call).
 
-    Args are :func:`fbrapids.trainers.fit.fit`'s, plus ``group`` (default: the world),
-    ``buckets`` (default: :meth:`BucketTable.default`, or the checkpoint's on resume).
+    Args are :func:`fbrapids.trainers.fit.fit`'s (:class:`~fbrapids.trainers.fit_config.FitConfig`'s,
+    ``nan`` ``"error"`` or ``"warn"``), plus ``group`` (default: the world), ``buckets``
+    (default: :meth:`BucketTable.default`, or the checkpoint's on resume).
     ``checkpoint_dir``: sharded checkpoints (:mod:`~fbrapids.trainers.distributed.checkpoint`),
     the same path on every rank (a shared file system across nodes); ``on_file(path)`` is
     called after each checkpoint file this rank writes.  ``run``: more settings a resume
@@ -137,80 +256,14 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
     held batches are kept in every shard's ``dense.pt``, so a resume at any world size holds
     them too.
     """
-    if nan not in ("error", "warn"):
-        raise ArgumentError(f"nan must be 'error' or 'warn' in distributed training, got {nan!r}")
-    trainer = model if isinstance(model, DistributedTrainer) else None
-    if trainer is None:
-        check_same_config(model, group, epochs=epochs, max_steps=max_steps, checkpoint_every=checkpoint_every)
-        trainer = DistributedTrainer(model, group, buckets, device)
-    net = trainer.model
-    params = [p for p in net.parameters() if p.requires_grad]
-    if optimizer is None:
-        optimizer = default_optimizer(params)
-    result = FitResult(steps=0)
-    start = 0
-    global_stream = bool(getattr(batches, "global_stream", False))
-    identity = run_identity(net, batches, run)
-    # several epochs are not calibrated on ranks (fit is: it reads each pass in the first's order)
-    held = HeldBack(calibration_rows) if calibrate and epochs == 1 else None
-    run_state = _RanksRun(trainer, optimizer, result, nan, overlap, max_steps)
-    lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if checkpoint_dir is not None:
-        from fbrapids.runs.workdir import lock_work_dir
-        if trainer.rank == 0:  # one lock for the run: the other ranks are part of it
-            lock = lock_work_dir(checkpoint_dir)
-    with lock:
-        if checkpoint_dir is not None:
-            dist.barrier(group=trainer.group)  # rank 0 holds the lock and has cleaned debris
-            if resume:
-                start, held = _resume(trainer, optimizer, checkpoint_dir, identity, global_stream, held, batches,
-                                      run_state, result)
-            elif checkpoints(checkpoint_dir):
-                raise CheckpointError(f"{checkpoint_dir} already holds checkpoints up to "
-                                      f"{checkpoints(checkpoint_dir)[0].name} from an earlier run; resume from them "
-                                      "(resume=True) or use an empty checkpoint dir")
-        net.train()
-        step = start if hasattr(batches, "skip_rows") else 0
-        finished = False  # the stream ended (not max_steps)
-
-        def save(at: int) -> Path:
-            return save_sharded(trainer, optimizer, checkpoint_dir, at, keep=keep_checkpoints, on_file=on_file,
-                                extra={"position_rows": run_state.position, "global_stream": global_stream,
-                                       "run": identity},
-                                held=None if held is None else _union_held(trainer, held))
-
-        checkpoint = None if checkpoint_dir is None or not checkpoint_every else (
-            lambda at: result.checkpoints.append(save(at)) if at % checkpoint_every == 0 else None)
-        for epoch in range(epochs):
-            if hasattr(batches, "set_epoch"):
-                batches.set_epoch(epoch)
-            first, run_state.it = _peek(iter(batches))
-            if trainer.template is None:
-                trainer.template = _template(first, trainer.group)
-            step, finished = run_state.one_pass(step, start, held, on_step, checkpoint)
-            if max_steps is not None and step >= max_steps:
-                break
-        result.steps = step
-        changed = _end_of_pass(trainer, run_state, held, result, step > start, finished, on_step)
-        if checkpoint_dir is not None:
-            write_final_checkpoint(save, step, step > start, changed, result)
-    return result, trainer
-
-
-def _end_of_pass(trainer: DistributedTrainer, run_state: "_RanksRun", held: HeldBack | None, result: FitResult,
-                 trained: bool, finished: bool, on_step: Callable[[int, Batch | None], None] | None) -> bool:
-    """The end-of-pass step of :func:`fbrapids.trainers.fit.fit`, over the ranks:
-    the calibration fitted when this call trained or the pass had ended before it; too few
-    held rows at the end of the pass, trained on after all.  Returns whether the model changed."""
-    if held is None or not (trained or finished):
-        return False
-    before = trainer.model.calibration.clone()
-    if _calibrate_ranks(trainer, held, result):
-        return not torch.equal(before, trainer.model.calibration)
-    if not finished or not held.rows:
-        return False
-    run_state.train_held(held, result.steps, on_step)  # too few to calibrate on: trained on after all, as fit does
-    return True
+    ranks = Ranks(model, optimizer=optimizer, group=group, buckets=buckets, on_file=on_file, on_step=on_step,
+                  overlap=overlap)
+    cfg = FitConfig(epochs=epochs, max_steps=max_steps, checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every, resume=resume, keep_checkpoints=keep_checkpoints, nan=nan,
+                    device=device, run=run, calibrate=calibrate, calibration_rows=calibration_rows, progress=False)
+    result = fit(ranks, batches, cfg)
+    assert ranks.trainer is not None
+    return result, ranks.trainer
 
 
 def _resume(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, checkpoint_dir: str | os.PathLike,
@@ -317,41 +370,6 @@ class _RanksRun:
     def next_batch(self) -> Batch | None:
         return self.ahead.pop() if self.ahead else next(self.it, None)
 
-    def one_pass(self, step: int, start: int, held: HeldBack | None,
-                 on_step: Callable[[int, Batch | None], None] | None,
-                 checkpoint: Callable[[int], None] | None) -> tuple[int, bool]:
-        """The steps of one pass over ``self.it`` from global step ``step`` (those before
-        ``start`` were trained before a checkpoint: skipped); every held one of ``held``
-        (:meth:`~fbrapids.trainers.calibration.HeldBack.holds`) held back, not trained.
-        Returns the step reached and whether the stream ended (False: ``max_steps``)."""
-        sharded = self.trainer.sharded
-        while self.max_steps is None or step < self.max_steps:
-            local = self.next_batch()
-            if held is not None and step >= start:
-                held.count(local)  # this rank's rows and clicks the next held batch stands for
-            if step < start:  # trained before the checkpoint
-                if sharded.begin(local, count_only=True) is None:
-                    return step, True
-                step += 1
-                continue
-            if held is not None and held.holds(step):
-                union = sharded.begin(local, count_only=True)  # the union's rows; None: out of data
-                if union is None:
-                    return step, True
-                step += 1
-                self.position += int(union.rows.sum())
-                pushed = held.add(None if local is None or len(local) == 0 else local, rows=int(union.rows.sum()))
-                self.train_held(held, step, on_step, pushed)  # pushed out of the held ones: trained now
-            else:
-                if not self.train(local, step + 1, read_ahead=not (held is not None and held.holds(step + 1))):
-                    return step, True
-                step += 1
-                if on_step is not None:
-                    on_step(step, local)
-            if checkpoint is not None:
-                checkpoint(step)
-        return step, False
-
     def train_held(self, held: HeldBack, step: int, on_step: Callable[[int, Batch | None], None] | None,
                    batches: list[Batch | None] | None = None) -> None:
         """Train on held-back batches now (``batches``, default: all ``held`` holds, which
@@ -361,7 +379,7 @@ class _RanksRun:
             if on_step is not None:
                 on_step(step, older)
         if batches is None:
-            held.batches, held.rows = [], []
+            held.clear()
             self.result.held_rows = 0
 
     def train(self, local: Batch | None, step: int, read_ahead: bool = True, read: bool = True) -> bool:
@@ -390,11 +408,8 @@ class _RanksRun:
             self.position += int(plan.rows.sum())
         problem = None if math.isfinite(value) else f"loss is {value}"
         if problem is None and self.nan == "error":
-            grads = [(n, p.grad) for n, p in net.named_parameters() if p.grad is not None]
-            # one device-to-host sync per step (not one per parameter); names only when it fails
-            if grads and not bool(torch.stack([torch.isfinite(g).all() for _, g in grads]).all()):
-                bad = [n for n, g in grads if not bool(torch.isfinite(g).all())]
-                problem = f"non-finite gradient of {', '.join(bad)}"
+            bad = nonfinite_grads(net)  # one fused check per step; names only when it fails
+            problem = f"non-finite gradient of {', '.join(bad)}" if bad else None
         if problem is not None:
             if self.nan == "error":
                 raise NonFiniteError(f"rank {trainer.rank}, step {step}: {problem}; training stopped "

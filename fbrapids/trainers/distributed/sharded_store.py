@@ -186,6 +186,9 @@ class ShardedTable:
         """A no-op: rows come with the step's exchange."""
         return 0
 
+    def prepare(self, ids: Any) -> None:
+        """A no-op: the next batch's ids are exchanged ahead by the ranks' own thread."""
+
     def end_step(self) -> None:
         self._step += 1
 

@@ -115,9 +115,18 @@ class CTRModel(nn.Module):
                                       error_msgs)
 
     def collections(self) -> Iterator[tuple[str, TieredEmbeddingBagCollection]]:
-        for name, m in self.named_modules():
-            if isinstance(m, TieredEmbeddingBagCollection):
-                yield name, m
+        """The model's embedding collections, by module path (found once: a step asks several
+        times; setting a module on the model finds them again)."""
+        found = self.__dict__.get("_collections_found")
+        if found is None:
+            found = [(name, m) for name, m in self.named_modules() if isinstance(m, TieredEmbeddingBagCollection)]
+            self.__dict__["_collections_found"] = found
+        return iter(found)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.nn.Module):
+            self.__dict__.pop("_collections_found", None)
+        super().__setattr__(name, value)
 
     def stores(self) -> dict[str, EmbeddingTable]:
         """Every table, keyed ``"<collection path>/<table>"``."""
@@ -131,6 +140,12 @@ class CTRModel(nn.Module):
     def prefetch(self, batch: Batch) -> int:
         """Bring ``batch``'s rows into the caches and pin them for the next step."""
         return sum(c.prefetch(batch.sparse) for _, c in self.collections())
+
+    def prepare(self, batch: Batch) -> None:
+        """Find ``batch``'s rows in every table in the background while the current batch
+        trains: the next step's lookups take them (``fit(prefetch_rows=True)``)."""
+        for _, c in self.collections():
+            c.prepare(batch.sparse)
 
     def announce(self, batch: Batch, ahead: int) -> int:
         """Announce ``batch``, looked up ``ahead`` steps from now, to the tables whose eviction

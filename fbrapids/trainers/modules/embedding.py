@@ -30,7 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
+from fbrapids.trainers.sparse.store import prepare_together
 from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
+from fbrapids.trainers.sparse.together import lookup_together, on_host, update_together
 from fbrapids.trainers.modules.table import EmbeddingTable
 from fbrapids.errors import ArgumentError, NotFoundError
 
@@ -155,50 +157,40 @@ class TieredEmbeddingBagCollection(nn.Module):
             raise ArgumentError(f"features of one batch must have the same number of bags, got {sorted(n_bags)}")
         b = n_bags.pop()
         parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]] = []
-        rows, inv_of, base = [], {}, 0
-        for table, feats in groups.items():
-            store = self.stores[table]
-            vals = [sparse[f][0] for f in feats]
-            lk = store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=train, leaf=False)
+        inv_of, base = {}, 0
+        stores = [self.stores[t] for t in groups]
+        values = {t: [sparse[f][0] for f in feats] for t, feats in groups.items()}
+        keys = [torch.cat(v) if len(v) > 1 else v[0] for v in values.values()]
+        if on_host(stores):  # every table's lookup pass in one C call, the rows written into one leaf
+            lookups, leaf = lookup_together(stores, keys, train)
+        else:
+            lookups = [s.lookup(k, requires_grad=train, leaf=False) for s, k in zip(stores, keys)]
+            leaf = None
+        for store, lk, (table, feats) in zip(stores, lookups, groups.items()):
             self._pending.append((store, lk))
             parts.append((store, lk, base, base + len(lk.ids)))
             inv = lk.inverse.cpu().numpy()
             start = 0
-            for f, v in zip(feats, vals):
+            for f, v in zip(feats, values[table]):
                 inv_of[f] = (inv[start : start + len(v)], base)
                 start += len(v)
-            rows.append(lk.rows)
             base += len(lk.ids)
+        rows = [lk.rows for lk in lookups]
         dev = rows[0].device
         cpu = dev.type == "cpu"
-        leaf = torch.cat(rows) if len(rows) > 1 else (rows[0] if cpu and rows[0].is_contiguous() else rows[0].clone())
-        if len(self.features) == 1:  # one feature of one table: its inverse is the index as it is
-            f = self.features[0]
-            idx = inv_of[f][0]
-            n = len(idx)
-            off = np.empty(b + 1, dtype=np.int64)
-            off[:b] = sparse[f][1].cpu().numpy()
-        else:
-            n = sum(len(inv_of[f][0]) for f in self.features)
-            idx = np.empty(n, dtype=np.int64)
-            off = np.empty(len(self.features) * b + 1, dtype=np.int64)
-            at = 0
-            for k, f in enumerate(self.features):
-                inv, tbase = inv_of[f]
-                np.add(inv, tbase, out=idx[at : at + len(inv)])
-                np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
-                at += len(inv)
-        off[-1] = n
-        if cpu and self.mode in ("sum", "mean"):  # sum pooling and its backward in C, one pass each
+        if leaf is None:
+            leaf = torch.cat(rows) if len(rows) > 1 else (rows[0] if cpu and rows[0].is_contiguous()
+                                                          else rows[0].clone())
+        idx, off = self._bag_index(inv_of, sparse, b)
+        if cpu and self.mode in ("sum", "mean"):  # pooling and its backward in C, one pass each
+            mean = self.mode == "mean"  # the sum over the bag's size (an empty bag stays 0)
             if train:
                 leaf.requires_grad_(True)
                 self._stacked = (leaf, parts)
-                pooled = _HostSumBags.apply(leaf, idx, off)
+                pooled = _HostSumBags.apply(leaf, idx, off, mean)
             else:
                 self._drop_stale()
-                pooled = torch.from_numpy(bag_sum(leaf.detach().numpy(), idx, off))
-            if self.mode == "mean":  # the sum over the bag's size (an empty bag stays 0)
-                pooled = pooled / torch.from_numpy(np.maximum(np.diff(off), 1).astype(np.float32)).unsqueeze(1)
+                pooled = torch.from_numpy(bag_sum(leaf.detach().numpy(), idx, off, mean))
             return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
         idx_t, off_t = torch.from_numpy(idx).to(dev), torch.from_numpy(off[:-1]).to(dev)
         if not train:
@@ -208,12 +200,36 @@ class TieredEmbeddingBagCollection(nn.Module):
             leaf.requires_grad_(True)
             self._stacked = (leaf, parts)
             if self.mode == "sum":
-                starts, bags = group_by_row(idx, base, off)
+                starts, bags = group_by_row(idx, len(leaf), off)
                 pooled = _SumBags.apply(leaf, idx_t, off_t, torch.from_numpy(starts[:-1]).to(dev),
                                         torch.from_numpy(bags).to(dev))
             else:
                 pooled = F.embedding_bag(idx_t, leaf, off_t, mode=self.mode)
         return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
+
+    def _bag_index(self, inv_of: dict[str, tuple[np.ndarray, int]], sparse: Sparse,
+                   b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every feature's bags as one index into the stacked leaf and its offsets (``[F * b + 1]``,
+        ending with the number of ids): feature ``f``'s ids read ``inv_of[f][0]`` (positions in
+        its table's rows) plus its table's first row in the leaf, ``inv_of[f][1]``."""
+        if len(self.features) == 1:  # one feature of one table: its inverse is the index as it is
+            f = self.features[0]
+            idx = inv_of[f][0]
+            off = np.empty(b + 1, dtype=np.int64)
+            off[:b] = sparse[f][1].cpu().numpy()
+            off[-1] = len(idx)
+            return idx, off
+        n = sum(len(inv_of[f][0]) for f in self.features)
+        idx = np.empty(n, dtype=np.int64)
+        off = np.empty(len(self.features) * b + 1, dtype=np.int64)
+        at = 0
+        for k, f in enumerate(self.features):
+            inv, tbase = inv_of[f]
+            np.add(inv, tbase, out=idx[at : at + len(inv)])
+            np.add(sparse[f][1].cpu().numpy(), at, out=off[k * b : (k + 1) * b])
+            at += len(inv)
+        off[-1] = n
+        return idx, off
 
     def pool(self, looked: tuple[torch.Tensor, torch.Tensor], offsets: torch.Tensor) -> torch.Tensor:
         rows, inv = looked
@@ -235,18 +251,10 @@ class TieredEmbeddingBagCollection(nn.Module):
 
     @staticmethod
     def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]]) -> None:
-        """The sparse optimizer over every table's rows of a stacked lookup (on a CPU cache:
-        in place, in C, one call per table)."""
-        grad = leaf.grad
-        if grad is None:
-            return
-        for store, lk, a, z in parts:
-            if len(lk.slots) == 0:
-                continue
-            g = grad[a:z]
-            if not lk.admitted.all():
-                g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
-            store.update_rows(lk, g)
+        """The sparse optimizer over every table's rows of a stacked lookup (on CPU caches: in
+        place, in C, every table in one call: :func:`~fbrapids.trainers.sparse.together.update_together`)."""
+        if leaf.grad is not None:  # on CPU caches: in the background, each table waiting for it when next used
+            update_together(parts, leaf.grad, background=True)
 
     def prefetch(self, sparse: Sparse) -> int:
         """Pin the next batch's rows in the caches; returns rows brought up."""
@@ -254,6 +262,18 @@ class TieredEmbeddingBagCollection(nn.Module):
         for table, feats in self._by_table(sparse, [f for f in self.features if f in sparse]).items():
             moved += self.stores[table].prefetch(torch.cat([sparse[f][0] for f in feats]))
         return moved
+
+    def prepare(self, sparse: Sparse) -> None:
+        """Have every table find the next batch's rows in the background while this one
+        trains (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare`)."""
+        groups = self._by_table(sparse, [f for f in self.features if f in sparse])
+        keys = [torch.cat(v) if len(v) > 1 else v[0] for v in ([sparse[f][0] for f in fs] for fs in groups.values())]
+        stores = [self.stores[t] for t in groups]
+        if all(isinstance(s, TieredEmbeddingStore) for s in stores):
+            prepare_together(stores, keys)  # one job of the prefetch thread for every table
+        else:
+            for s, k in zip(stores, keys):
+                s.prepare(k)
 
     def announce(self, sparse: Sparse, ahead: int) -> int:
         """Announce a batch looked up ``ahead`` steps from now to the tables whose eviction
@@ -270,20 +290,20 @@ class TieredEmbeddingBagCollection(nn.Module):
 
 
 class _HostSumBags(torch.autograd.Function):
-    """Sum-pooled bags on the CPU, forward and backward in C
+    """Sum- (or mean-) pooled bags on the CPU, forward and backward in C
     (:func:`~fbrapids.trainers.sparse.hashmap.bag_sum`): ``idx`` / ``offsets`` are numpy
     (``offsets`` ends with ``len(idx)``)."""
 
     @staticmethod
     def forward(ctx, rows: torch.Tensor, idx: np.ndarray,  # type: ignore[override]
-                offsets: np.ndarray) -> torch.Tensor:
-        ctx.idx, ctx.offsets, ctx.m = idx, offsets, rows.shape[0]
-        return torch.from_numpy(bag_sum(rows.detach().numpy(), idx, offsets))
+                offsets: np.ndarray, mean: bool = False) -> torch.Tensor:
+        ctx.idx, ctx.offsets, ctx.m, ctx.mean = idx, offsets, rows.shape[0], mean
+        return torch.from_numpy(bag_sum(rows.detach().numpy(), idx, offsets, mean))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        g = bag_sum_backward(grad.detach().contiguous().numpy(), ctx.idx, ctx.offsets, ctx.m)
-        return torch.from_numpy(g), None, None
+        g = bag_sum_backward(grad.detach().contiguous().numpy(), ctx.idx, ctx.offsets, ctx.m, ctx.mean)
+        return torch.from_numpy(g), None, None, None
 
 
 class _SumBags(torch.autograd.Function):

@@ -8,7 +8,7 @@ sharded by rows across ranks, its rows fetched from their owners each step).  A 
 these methods, so a sharded model trains through the same code as a local one.
 
 Per step: ``lookup`` (the rows of a batch's ids, pinned until ``end_step``), the next
-batch's ``prefetch``, then ``update_rows`` (the sparse optimizer on the rows' gradients)
+batch's ``prefetch`` (or ``prepare``, in the background), then ``update_rows`` (the sparse optimizer on the rows' gradients)
 or ``apply_gradients``, and ``end_step``.
 
 Example:
@@ -55,6 +55,10 @@ class EmbeddingTable(Protocol):
 
     def prefetch(self, ids: Any) -> int:
         """Bring the next batch's rows into the fast tier; returns the rows moved."""
+        ...
+
+    def prepare(self, ids: Any) -> None:
+        """Start finding the next batch's rows in the background (the next lookup takes them)."""
         ...
 
     def update_rows(self, lookup: Lookup, grad: torch.Tensor) -> None:

@@ -28,6 +28,8 @@ class StoreConfig:
         seed: with the id, fixes a new row's initial value (order-independent).
         cache_rows: rows in the top tier (device memory with a GPU; host RAM without).
         host_rows: rows in the host-RAM tier; ``None`` = unbounded (no SSD tier needed).
+            A CPU store with ``host_rows=None`` keeps every row in one RAM tier: its cache
+            starts at ``cache_rows`` and grows as rows arrive (no copies between tiers).
         ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
         eviction: ``"lru"``, ``"lfu"``, ``"lfu_full"`` or ``"lfu_window"`` (``lfu_full`` that
             keeps the rows of announced upcoming batches; see
@@ -38,6 +40,12 @@ class StoreConfig:
             so the O(capacity) victim search runs rarely.
         device: torch device of the top tier (``None``: :func:`fbrapids.trainers.device.resolve_device`;
             a store owned by a module follows ``module.to(device)``).
+        slices: the vectors a row holds, side by side (a trial's arms sharing one table: one
+            lookup, one tier movement, one eviction decision for all of them): ``dim`` is their
+            total width, each slice ``dim // slices`` wide, initialised as a table of that width
+            would be (its seed from ``slice_seeds``), with optimizer state of its own (row-wise
+            Adagrad: one accumulator per slice).
+        slice_seeds: each slice's seed (default: ``seed`` for every slice).
 
     Example:
         >>> StoreConfig(dim=8, cache_rows=1000).with_(lr=0.1).lr
@@ -59,8 +67,16 @@ class StoreConfig:
     admit_after: int = 1
     evict_fraction: float = 1 / 8
     device: str | None = None
+    slices: int = 1
+    slice_seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.slice_seeds is not None and not isinstance(self.slice_seeds, tuple):  # (a saved config's list)
+            object.__setattr__(self, "slice_seeds", tuple(int(x) for x in self.slice_seeds))
+        if self.slices < 1 or self.dim % self.slices:
+            raise ArgumentError(f"StoreConfig: dim {self.dim} is not {self.slices} slices of one width")
+        if self.slice_seeds is not None and len(self.slice_seeds) != self.slices:
+            raise ArgumentError(f"StoreConfig: {len(self.slice_seeds)} slice_seeds for {self.slices} slices")
         if self.optimizer not in OPTIMIZERS:
             raise ArgumentError(f"StoreConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.eviction not in POLICIES:
@@ -76,16 +92,27 @@ class StoreConfig:
 
     @property
     def width(self) -> int:
-        """Floats per stored row: the embedding plus the optimizer state."""
-        return self.dim + OPTIMIZERS[self.optimizer].state_width
+        """Floats per stored row: the embedding (every slice) plus the optimizer state (each slice's)."""
+        return self.dim + OPTIMIZERS[self.optimizer].state_width * self.slices
+
+    @property
+    def slice_dim(self) -> int:
+        """The width of one slice (``dim`` without slices)."""
+        return self.dim // self.slices
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """Each slice's seed."""
+        return self.slice_seeds if self.slice_seeds is not None else (self.seed,) * self.slices
 
     @property
     def scale(self) -> float:
-        return float(self.init_scale) if self.init_scale is not None else float(self.dim) ** -0.5
+        """New rows' range: ``init_scale``, else ``1 / sqrt(width of a slice)``."""
+        return float(self.init_scale) if self.init_scale is not None else float(self.slice_dim) ** -0.5
 
     def sparse_optimizer(self) -> SparseOptimizer:
         """The sparse optimizer these settings describe."""
-        return sparse_optimizer(self.optimizer, self.dim, self.lr, self.eps, self.initial_accumulator,
+        return sparse_optimizer(self.optimizer, self.dim, self.lr, self.eps, self.initial_accumulator, self.slices,
                                 self.weight_decay)
 
     def with_(self, **changes: Any) -> "StoreConfig":

@@ -53,14 +53,18 @@ RECORD_FIELDS = {"cache_loc": -1, "host_loc": -1, "last": 0, "freq": 0}
 ROW_ARRAYS = {"on_ssd": (np.bool_, False)}
 
 
-def _records(n: int) -> np.ndarray:
-    """``[n, len(RECORD_FIELDS)]`` int64 records, empty rows' values, starting on a 64-byte
-    boundary (so no 32-byte record straddles two cache lines)."""
+def _records(n: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """``[n, len(RECORD_FIELDS)]`` int64 records starting on a 64-byte boundary (so no 32-byte
+    record straddles two cache lines): ``keep``'s first, empty rows' values after them."""
     width = len(RECORD_FIELDS)
     raw = np.empty(n * width + 8, dtype=np.int64)
     skip = (-raw.ctypes.data % 64) // 8
     out = raw[skip : skip + n * width].reshape(n, width)
-    out[:] = np.array(list(RECORD_FIELDS.values()), dtype=np.int64)
+    k = 0
+    if keep is not None and len(keep):
+        k = len(keep)
+        out[:k] = keep
+    out[k:] = np.array(list(RECORD_FIELDS.values()), dtype=np.int64)
     return out
 
 
@@ -99,12 +103,17 @@ class RowDirectory:
         new = max(n, 2 * cap)
         for name, (dtype, fill) in {"g2id": (np.uint64, 0), **ROW_ARRAYS}.items():
             old = getattr(self, name)
-            out: np.ndarray = np.full(new, fill, dtype=dtype)
+            out: np.ndarray = np.empty(new, dtype=dtype)
             out[:cap] = old
+            out[cap:] = fill
             setattr(self, name, out)
-        records = _records(new)
-        records[:cap] = self.records
-        self._bind(records)
+        self._bind(_records(new, self.records))
+
+    def note_admitted(self, k: int) -> None:
+        """Count ``k`` rows admitted straight into the arrays and the map (grown first) by a
+        C pass (:meth:`~fbrapids.trainers.sparse.hierarchy.TierStack.prepare_ram_tier`)."""
+        self.n += int(k)
+        self.admissions += int(k)
 
     def get(self, keys: np.ndarray) -> np.ndarray:
         """Global rows of ``keys`` (-1: not admitted)."""

@@ -24,7 +24,7 @@ import functools
 import os
 from pathlib import Path
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -89,7 +89,7 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_pin_slots.restype = ctypes.c_int
     lib.fbx_pin_slots.argtypes = [p, i64, p, i64, i64]
     lib.fbx_init_rows.restype = None
-    lib.fbx_init_rows.argtypes = [p, i64, i64, ctypes.c_uint64, f32, p, i64]
+    lib.fbx_init_rows.argtypes = [p, i64, i64, p, i64, f32, p, i64]
     lib.fbx_group_by_row.restype = ctypes.c_int
     lib.fbx_group_by_row.argtypes = [p, i64, i64, p, i64, p, p]
     lib.fbx_map.restype = p
@@ -104,6 +104,13 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_map_read_checked.argtypes = [p, p, i64, i64, i64, p, p, p]
     lib.fbx_map_write_checked.restype = i64
     lib.fbx_map_write_checked.argtypes = [p, p, i64, i64, i64, i64, p, p]
+    _declare_rows(lib)
+    return lib
+
+
+def _declare_rows(lib: ctypes.CDLL) -> None:
+    """The argument types of ``csrc/rows.c``'s entry points and the multi-table ones."""
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
     lib.fbx_row_hashes.restype = None
     lib.fbx_row_hashes.argtypes = [p, p, i64, i64, p]
     lib.fbx_rowwise_adagrad.restype = ctypes.c_int
@@ -111,12 +118,24 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_gather_cols.restype = ctypes.c_int
     lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     lib.fbx_bag_sum.restype = ctypes.c_int
-    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p, ctypes.c_int]
+    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p, ctypes.c_int, ctypes.c_int]
     lib.fbx_bag_sum_backward.restype = ctypes.c_int
-    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p]
+    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_lookup_tables.restype = None
+    lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int]
+    lib.fbx_rowwise_adagrad_tables.restype = None
+    lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int]
+    lib.fbx_book_rows.restype = i64
+    lib.fbx_book_rows.argtypes = [p, p, i64, p, p, p, i64, i64, p, i64, i64, i64, p, p, p]
+    lib.fbx_unbook_rows.restype = None
+    lib.fbx_unbook_rows.argtypes = [p, p, i64, p, p, i64, p]
+    lib.fbx_prepare_ram_tier.restype = i64
+    lib.fbx_prepare_ram_tier.argtypes = [p, p, i64, p, p, p, p, i64, i64, p, p, i64, p, p, p, p, p, i64, i64, p, i64,
+                                         i64, p, i64, f32, p, p]
+    lib.fbx_place_new.restype = i64
+    lib.fbx_place_new.argtypes = [p, i64, p, p, p, p, p, i64, i64, p, p, p, i64, i64, p, i64, i64, p, i64, f32, p]
     lib.fbx_sgd.restype = ctypes.c_int
     lib.fbx_sgd.argtypes = [p, i64, i64, i64, p, i64, p, f32, ctypes.c_int, p]
-    return lib
 
 
 class RowMap:
@@ -298,6 +317,38 @@ def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim
         raise RowIndexError(f"rowwise_adagrad_: a slot outside [0, {table.shape[0]})")
 
 
+@functools.lru_cache(maxsize=None)
+def _adagrad_sliced() -> Any:
+    """``fbx_rowwise_adagrad_sliced`` with its argument types."""
+    fn = _lib().fbx_rowwise_adagrad_sliced
+    p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    fn.restype = ctypes.c_int
+    fn.argtypes = [p, i64, i64, i64, i64, p, i64, p, f32, f32, ctypes.c_int, p]
+    return fn
+
+
+def rowwise_adagrad_sliced_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim: int, slices: int,
+                            lr: float, eps: float, distinct: bool = False, dirty: np.ndarray | None = None) -> None:
+    """:func:`rowwise_adagrad_` on rows of ``slices`` vectors of ``dim`` side by side (their
+    accumulators after them, one each): each slice updated as a row of its own, the same bits.
+
+    Example:
+        >>> import numpy as np
+        >>> t = np.array([[1.0, 1.0, 0.0, 0.0]], np.float32)
+        >>> rowwise_adagrad_sliced_(t, np.array([0]), np.array([[2.0, 0.5]], np.float32), 1, 2, 0.5, 0.0)
+        >>> t.tolist()
+        [[0.5, 0.5, 4.0, 0.25]]
+    """
+    slots, grad = _table_args(table, slots, grad, dim * slices)
+    if table.shape[1] < (dim + 1) * slices:
+        raise ArgumentError(f"rowwise_adagrad_sliced_: rows of {table.shape[1]} floats hold no {slices} slices of "
+                            f"{dim} and their accumulators")
+    if _adagrad_sliced()(table.ctypes.data, table.shape[0], table.shape[1], int(dim), int(slices),
+                         slots.ctypes.data, len(slots), grad.ctypes.data, float(lr), float(eps),
+                         row_threads() if distinct else 1, _dirty_ptr(dirty, table)) != 0:
+        raise RowIndexError(f"rowwise_adagrad_sliced_: a slot outside [0, {table.shape[0]})")
+
+
 def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
     """``table[slots, :ncols]`` as a new C-contiguous float32 array, in one C pass.
 
@@ -314,8 +365,10 @@ def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
     return out
 
 
-def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``).
+def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray, mean: bool = False) -> np.ndarray:
+    """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``);
+    ``mean``: each bag of more than one row divided by its size (the float division torch
+    makes: the same bits as dividing the sums in torch).
 
     Example:
         >>> import numpy as np
@@ -328,13 +381,15 @@ def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> np.ndarra
     nb = len(offsets) - 1
     out = np.empty((nb, rows.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
-                          out.ctypes.data, row_threads()) != 0:
+                          out.ctypes.data, 1 if mean else 0, row_threads()) != 0:
         raise RowIndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
     return out
 
 
-def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray, m: int) -> np.ndarray:
-    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient.
+def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray, m: int,
+                     mean: bool = False) -> np.ndarray:
+    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient (``mean``:
+    as :func:`bag_sum`'s).
 
     Example:
         >>> import numpy as np
@@ -347,7 +402,7 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     out = np.empty((int(m), grad_out.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum_backward(grad_out.ctypes.data, grad_out.shape[1], idx.ctypes.data, offsets.ctypes.data,
-                                   len(offsets) - 1, int(m), out.ctypes.data) != 0:
+                                   len(offsets) - 1, int(m), out.ctypes.data, 1 if mean else 0) != 0:
         raise RowIndexError(f"bag_sum_backward: an index outside [0, {m})")
     return out
 
@@ -622,19 +677,170 @@ def pin_slots(slots: np.ndarray, pin: np.ndarray, step: int) -> None:
         raise RowIndexError(f"pin_slots: slots beyond [0, {len(pin)})")
 
 
-def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int, scale: float) -> None:
+def seed_mixes(seed_mix: int | Sequence[int] | np.ndarray, dim: int) -> tuple[np.ndarray, int]:
+    """``seed_mix`` (one, or one per slice of a row) as a uint64 array, and each slice's width
+    out of the embedding's ``dim``.
+
+    Example:
+        >>> m, per = seed_mixes([5, 6], 8); m.tolist(), per
+        ([5, 6], 4)
+    """
+    mixes = np.ascontiguousarray(np.atleast_1d(np.asarray(seed_mix, dtype=np.uint64)))
+    if len(mixes) < 1 or dim % len(mixes):
+        raise ArgumentError(f"{len(mixes)} seeds do not split an embedding of {dim} into slices of one width")
+    return mixes, dim // len(mixes)
+
+
+def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int | Sequence[int] | np.ndarray,
+                   scale: float) -> None:
     """Write :func:`fbrapids.trainers.sparse.init.init_rows` of ``ids`` into ``out[:, :dim]``
     (float32 rows, C-contiguous, ``out.shape[1] >= dim``) in one C pass, bit for bit.
 
-    ``seed_mix`` is ``splitmix64(seed)`` (see :func:`fbrapids.trainers.sparse.init.seed_mix`).
+    ``seed_mix`` is ``splitmix64(seed)`` (see :func:`fbrapids.trainers.sparse.init.seed_mix`), or
+    one per slice: ``out[:, k * w:(k + 1) * w]`` is then the rows of width ``w = dim / slices``
+    of seed ``k`` (a row holding several arms' vectors, :class:`~fbrapids.trainers.sparse.StoreConfig`).
+
+    Example:
+        >>> from fbrapids.trainers.sparse.init import init_rows, seed_mix
+        >>> out = np.zeros((1, 4), np.float32)
+        >>> init_rows_into(np.array([9], np.uint64), out, 4, [seed_mix(1), seed_mix(2)], 0.5)
+        >>> bool((out[:, 2:] == init_rows(np.array([9], np.uint64), 2, 2, 0.5)).all())
+        True
     """
     ids = _u64(ids)
     if out.dtype != np.float32 or not out.flags.c_contiguous or out.ndim != 2 or out.shape[1] < dim \
             or out.shape[0] != len(ids):
         raise ArgumentError(f"init_rows_into: out must be C-contiguous float32 [{len(ids)}, >= {dim}], "
                          f"got {out.dtype} {out.shape}")
-    _lib().fbx_init_rows(ids.ctypes.data, len(ids), int(dim), int(seed_mix), float(scale), out.ctypes.data,
-                         out.shape[1])
+    mixes, per = seed_mixes(seed_mix, dim)
+    _lib().fbx_init_rows(ids.ctypes.data, len(ids), per, mixes.ctypes.data, len(mixes), float(scale),
+                         out.ctypes.data, out.shape[1])
+
+
+def book_rows(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, step: int,
+              pin_step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's bookkeeping ahead of its lookup at ``step`` (its distinct rows ``g``, all
+    cached, ``counts`` occurrences each), in one C pass: ``last[g] = step``, ``freq[g] +=
+    counts``, the rows' cache slots, their pins (``pin_step``; < 0: none).  Returns ``(slots,
+    the rows' last steps before, the lookup's counters [6])`` (:func:`unbook_rows` undoes it).
+
+    Example:
+        >>> import numpy as np
+        >>> from fbrapids.trainers.sparse.directory import RowDirectory
+        >>> d = RowDirectory(); g = d.admit(np.array([7, 8], dtype=np.uint64)); d.cache_loc[g] = [1, 0]
+        >>> slots, old, touched = book_rows(g, np.array([3, 1]), d, np.full(2, -1), 5, 5)
+        >>> slots.tolist(), old.tolist(), d.last[g].tolist(), d.freq[g].tolist(), touched.tolist()
+        ([1, 0], [0, 0], [5, 5], [3, 1], [4, 0, 0, 0, 0, 2])
+        >>> unbook_rows(g, np.array([3, 1]), d, old); d.last[g].tolist(), d.freq[g].tolist()
+        ([0, 0], [0, 0])
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    rs = record_stride("book_rows", d.cache_loc, d.last, d.freq)
+    if pin.dtype != np.int64 or not pin.flags.c_contiguous or len(counts) != len(g):
+        raise ArgumentError("book_rows: a contiguous int64 pin per slot and a count per row")
+    m = len(g)
+    slots, old, touched = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.zeros(6, dtype=np.int64)
+    rc = _lib().fbx_book_rows(g.ctypes.data, counts.ctypes.data, m, d.cache_loc.ctypes.data, d.last.ctypes.data,
+                              d.freq.ctypes.data, rs, min(len(d.cache_loc), len(d.last)), pin.ctypes.data, len(pin),
+                              int(step), int(pin_step), slots.ctypes.data, old.ctypes.data, touched.ctypes.data)
+    if rc != 0:
+        raise RowIndexError("book_rows: a row out of range or not cached")
+    return slots, old, touched
+
+
+def unbook_rows(g: np.ndarray, counts: np.ndarray, d: Any, old_last: np.ndarray) -> None:
+    """Undo :func:`book_rows` (``old_last``: the last steps it returned) for a batch that was
+    not looked up after all."""
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    old_last = np.ascontiguousarray(old_last, dtype=np.int64)
+    rs = record_stride("unbook_rows", d.last, d.freq)
+    if len(counts) != len(g) or len(old_last) != len(g):
+        raise ArgumentError("unbook_rows: a count and a last step per row")
+    _lib().fbx_unbook_rows(g.ctypes.data, counts.ctypes.data, len(g), d.last.ctypes.data, d.freq.ctypes.data, rs,
+                           old_last.ctypes.data)
+
+
+def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+              pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
+              state: np.ndarray) -> bool:
+    """Place new rows ``g`` (admitted, never materialised: in no tier and not on the SSD
+    file) in the free cache slots ``slots`` in one C pass: their initial rows
+    (:func:`init_rows_into` of their ids, then the optimizer ``state``) written into
+    ``table``, ``d.cache_loc[g] = slots``, ``owner[slots] = g``, ``dirty[slots] = True``,
+    ``pin[slots] = pin_step``.  False (nothing done) when a row is not new.
+
+    Example:
+        >>> import numpy as np
+        >>> from fbrapids.trainers.sparse.directory import RowDirectory
+        >>> d = RowDirectory(); g = d.admit(np.array([7], dtype=np.uint64))
+        >>> table, owner, pin = np.zeros((2, 3), np.float32), np.full(2, -1), np.full(2, -1)
+        >>> dirty = np.zeros(2, bool)
+        >>> place_new(g, np.array([1]), d, owner, dirty, pin, 5, table, 2, 0, 0.5, np.array([0.1], np.float32))
+        True
+        >>> d.cache_loc[g].tolist(), owner.tolist(), pin.tolist(), bool(table[1, 2] == np.float32(0.1))
+        ([1], [-1, 0], [-1, 5], True)
+    """
+    g = np.ascontiguousarray(g, dtype=np.int64)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    state = np.ascontiguousarray(state, dtype=np.float32)
+    rs = record_stride("place_new", d.cache_loc, d.host_loc)
+    for a, dt in ((owner, np.int64), (pin, np.int64), (dirty, np.bool_), (d.on_ssd, np.bool_)):
+        if a.dtype != dt or not a.flags.c_contiguous:
+            raise InputTypeError(f"place_new: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+    if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or len(slots) != len(g) \
+            or len(owner) < table.shape[0] or len(pin) < table.shape[0] or len(dirty) < table.shape[0] \
+            or len(state) != table.shape[1] - dim:
+        raise ArgumentError("place_new: a float32 table with an owner, pin and dirty entry per slot, a slot per row "
+                            "and the optimizer state's columns")
+    n_rows = min(len(d.cache_loc), len(d.host_loc), len(d.on_ssd), len(d.g2id))
+    mixes, per = seed_mixes(seed_mix, dim)
+    rc = _lib().fbx_place_new(g.ctypes.data, len(g), slots.ctypes.data, d.g2id.ctypes.data, d.cache_loc.ctypes.data,
+                              d.host_loc.ctypes.data, d.on_ssd.ctypes.data, rs, n_rows, owner.ctypes.data,
+                              dirty.ctypes.data, pin.ctypes.data, table.shape[0], int(pin_step), table.ctypes.data,
+                              table.shape[1], per, mixes.ctypes.data, len(mixes), float(scale), state.ctypes.data)
+    if rc == -2:
+        raise RowIndexError(f"place_new: a slot outside [0, {table.shape[0]})")
+    return rc == 0
+
+
+#: words per table of :func:`lookup_tables`' descriptors (``csrc/hashmap.c``, ``FBX_LK_*``)
+LOOKUP_WORDS = 21
+#: words per table of :func:`rowwise_adagrad_tables`' descriptors (``csrc/rows.c``, ``FBX_AG_*``)
+ADAGRAD_WORDS = 8
+
+
+def lookup_tables(desc: np.ndarray) -> np.ndarray:
+    """:func:`lookup_pass` of several tables in one C call: row ``t`` of ``desc`` ``[n,
+    LOOKUP_WORDS]`` (int64) holds table ``t``'s arguments, arrays as the addresses of their
+    data, in the order of ``FBX_LK_*`` in ``csrc/hashmap.c``; returns each table's result
+    (admitted rows not cached, or < 0 for a row or slot out of range).  The caller vouches for
+    every address and size: :func:`fbrapids.trainers.sparse.together.lookup_together` builds
+    them from arrays :func:`lookup_pass` checks."""
+    desc = np.ascontiguousarray(desc, dtype=np.int64)
+    if desc.ndim != 2 or desc.shape[1] != LOOKUP_WORDS:
+        raise ArgumentError(f"lookup_tables: descriptors must be [n, {LOOKUP_WORDS}], got {desc.shape}")
+    ret = np.zeros(len(desc), dtype=np.int64)
+    _lib().fbx_lookup_tables(desc.ctypes.data, len(desc), ret.ctypes.data, row_threads())
+    return ret
+
+
+def rowwise_adagrad_tables(desc: np.ndarray, hyper: np.ndarray) -> np.ndarray:
+    """:func:`rowwise_adagrad_` on several tables in one C call: row ``t`` of ``desc`` ``[n,
+    ADAGRAD_WORDS]`` holds table ``t``'s rows, slot count, width, slots, their number, its
+    gradient rows, its dirty flags and its dim (addresses as ints, ``FBX_AG_*`` in ``csrc/rows.c``),
+    ``hyper[t]`` its lr and eps; the slots of a table must be distinct.  Returns each
+    table's result (0, or -1 for a slot out of range: that table untouched).  The caller
+    vouches for every address and size, as for :func:`lookup_tables`."""
+    desc = np.ascontiguousarray(desc, dtype=np.int64)
+    hyper = np.ascontiguousarray(hyper, dtype=np.float32)
+    if desc.ndim != 2 or desc.shape[1] != ADAGRAD_WORDS or hyper.shape != (len(desc), 2):
+        raise ArgumentError(f"rowwise_adagrad_tables: descriptors [n, {ADAGRAD_WORDS}] and hyper-parameters [n, 2]")
+    ret = np.zeros(len(desc), dtype=np.intc)
+    _lib().fbx_rowwise_adagrad_tables(desc.ctypes.data, hyper.ctypes.data, len(desc), ret.ctypes.data,
+                                      row_threads())
+    return ret
 
 
 def _u64(keys: np.ndarray) -> np.ndarray:
@@ -722,6 +928,58 @@ class UInt64HashMap:
         if m < 0:
             raise StoreMemoryError(f"the distinct ids of a batch of {n} ids: out of memory for their scratch table")
         return uniq[:m], inverse, counts[:m], vals[:m]
+
+    def prepare_ram_tier(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
+                         free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+                         pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
+                         state: np.ndarray) -> tuple[tuple[np.ndarray, ...], int, int, int]:
+        """:meth:`unique_get` of a batch's ``keys``, the keys not in the map admitted (rows
+        ``n_rows``, ``n_rows + 1``, ... in first-occurrence order: mapped here, ``g2id[row] =
+        key``) and placed in cache slots popped from the top of ``free[:n_free]``, in one C
+        pass (:func:`place_new`'s writes: the initial row, ``cache_loc``, ``owner``, ``dirty``,
+        ``pin``).  The caller has made room (``g2id`` and ``cache_loc`` for ``n_rows +
+        len(keys)`` rows, ``n_free >= len(keys)``).  Returns ``((uniq, inverse, counts, rows),
+        rows admitted, their occurrences, the free slots left)``.
+
+        Example:
+            >>> import numpy as np
+            >>> m = UInt64HashMap(); m.put(np.array([9], dtype=np.uint64), np.array([0]))
+            >>> g2id, loc = np.array([9, 0, 0, 0], np.uint64), np.array([0, -1, -1, -1])
+            >>> table, owner, pin, dirty = np.zeros((4, 2), np.float32), np.full(4, -1), np.full(4, -1), np.zeros(4, bool)
+            >>> found, new, occ, left = m.prepare_ram_tier(np.array([5, 9, 5], np.uint64), 1, g2id, loc,
+            ...     np.array([3, 2, 1]), 3, owner, dirty, pin, 7, table, 1, 0, 0.5, np.array([0.0], np.float32))
+            >>> [a.tolist() for a in found], new, occ, left, g2id.tolist(), loc.tolist(), owner.tolist()
+            ([[5, 9], [0, 1, 0], [2, 1], [1, 0]], 1, 2, 2, [9, 5, 0, 0], [0, 1, -1, -1], [-1, 1, -1, -1])
+        """
+        keys = _u64(keys)
+        n = len(keys)
+        for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pin, np.int64), (dirty, np.bool_)):
+            if a.dtype != dt or not a.flags.c_contiguous:
+                raise InputTypeError(f"prepare_ram_tier: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+        rs = record_stride("prepare_ram_tier", cache_loc)
+        row_cap = min(len(g2id), len(cache_loc))
+        state = np.ascontiguousarray(state, dtype=np.float32)
+        if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or \
+                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(state) != table.shape[1] - dim or \
+                not 0 <= n_free <= len(free):
+            raise ArgumentError("prepare_ram_tier: a float32 table with an owner, pin and dirty entry per slot")
+        uniq, inverse = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
+        counts, rows = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        left, out = np.array([n_free], dtype=np.int64), np.zeros(3, dtype=np.int64)
+        mixes, per = seed_mixes(seed_mix, dim)
+        rc = self._lib.fbx_prepare_ram_tier(self._h, keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data,
+                                            counts.ctypes.data, rows.ctypes.data, int(n_rows), row_cap,
+                                            g2id.ctypes.data, cache_loc.ctypes.data, rs, free.ctypes.data,
+                                            left.ctypes.data, owner.ctypes.data, dirty.ctypes.data, pin.ctypes.data,
+                                            table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], per,
+                                            mixes.ctypes.data, len(mixes), float(scale), state.ctypes.data,
+                                            out.ctypes.data)
+        if rc == -1:
+            raise StoreMemoryError(f"admitting a batch of {n} ids: out of memory for the id map")
+        if rc != 0:
+            raise RowIndexError("prepare_ram_tier: no room made for the batch's new rows, or a free slot out of range")
+        m = int(out[0])
+        return (uniq[:m], inverse, counts[:m], rows[:m]), int(out[1]), int(out[2]), int(left[0])
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """All (keys uint64, values int64), in table order."""

@@ -6,6 +6,14 @@ Cache and host RAM are exclusive: a row evicted from the cache moves down to hos
 victim cache); a host row asked for by a batch moves up.  The SSD file holds every row
 ever written back; rows never written back are created from ``(id, seed)``.
 
+**One RAM tier.**  Where every row fits in RAM, a CPU store has no use for a second RAM
+tier: its cache is host RAM already, and moving rows between two arrays of the same memory
+is all a second tier would add.  So a store on the CPU whose host tier is unbounded
+(``host_rows=None``: every row fits in RAM) keeps every row in its cache, which grows
+(:data:`GROWTH` times, ``cache_rows`` is where it starts) instead of evicting; the host tier stays
+empty.  Moved to a CUDA device, the cache is bounded by ``cache_rows`` again and the rows
+beyond it go down to host RAM.
+
 Example:
     >>> import numpy as np, torch
     >>> from fbrapids.trainers.sparse.config import StoreConfig
@@ -27,12 +35,17 @@ import torch
 from fbrapids.errors import StoreError
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.directory import RowDirectory
-from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots
+from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots, place_new
 from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.policies import eviction_policy
 from fbrapids.trainers.sparse.slot_map import SlotMap, device_maps_available
 from fbrapids.trainers.sparse.ssd import SsdTier
 from fbrapids.trainers.sparse.tiers import CacheTier, HostTier, TierStats
+
+
+#: a growable cache grows to this many times its slots (its new rows' memory is touched only as
+#: rows are placed in it: fewer, larger growths copy less)
+GROWTH = 4
 
 
 class TierStack:
@@ -42,15 +55,18 @@ class TierStack:
         c = self.config = config
         self.name = name
         self.dir = directory
-        self.cache = CacheTier(c.cache_rows, c.width, device)
+        self.cache = CacheTier(c.cache_rows, c.width, device, growable=self.one_ram_tier(device))
         self.host = HostTier(c.host_rows, c.width)
         self.ssd = SsdTier(Path(c.ssd_dir) / name, c.width) if c.ssd_dir is not None else None
         self.ssd_stats = self.ssd.stats if self.ssd is not None else TierStats()
         self.policy = eviction_policy(c.eviction)
         self.optimizer = c.sparse_optimizer()
         self.new_rows = 0
-        self.seed_mix = seed_mix(c.seed)
+        self.seed_mix = np.array([seed_mix(s) for s in c.seeds], dtype=np.uint64)  # one per slice of a row
         self.row_bytes = c.width * 4
+        state = np.zeros((1, c.width), dtype=np.float32)
+        self.optimizer.init_state(state)
+        self.initial_state = state[0, c.dim:].copy()  # a new row's optimizer state columns
         self.slot_map: SlotMap | None = None  # a CUDA cache's id -> slot map, kept exact by the moves below
         if self.cache.device.type == "cuda" and device_maps_available():
             self.attach_slot_map()
@@ -77,13 +93,64 @@ class TierStack:
         self.slot_map.insert(self.dir.g2id[cm.owner[occ]], occ)
         return self.slot_map
 
+    def one_ram_tier(self, device: torch.device) -> bool:
+        """Whether the cache on ``device`` is the store's one RAM tier (see the module
+        docstring): on the CPU with an unbounded host tier."""
+        return torch.device(device).type == "cpu" and self.config.host_rows is None
+
     def to(self, device: torch.device) -> None:
         """Move the cache to ``device``; the id -> slot map exists exactly when it is on cuda
-        (and cupy is installed)."""
-        self.cache.to(device)
+        (and cupy is installed).  Leaving the CPU, a grown cache keeps ``cache_rows`` rows (the
+        most recently used) and moves the others down to host RAM; coming to it, the host
+        rows move up into the one RAM tier."""
+        growable = self.one_ram_tier(device)
+        if torch.device(device) != self.cache.device:
+            if not growable and self.cache.slots.capacity > self.config.cache_rows:
+                self._shrink_cache(self.config.cache_rows)
+            self.cache.to(device)
+            self.cache.growable = growable
+            if growable:
+                self._host_up()
         self.slot_map = None
         if self.cache.device.type == "cuda" and device_maps_available():
             self.attach_slot_map()
+
+    def _shrink_cache(self, rows: int) -> None:
+        """Keep at most ``rows`` rows in the cache (the most recently used; nothing may be
+        pinned beyond them), the others moved down to host RAM; the cache then has ``rows``
+        slots."""
+        cache, d = self.cache, self.dir
+        occ = cache.slots.occupied()
+        if len(occ) > rows:
+            order = np.argsort(d.last[cache.slots.owner[occ]], kind="stable")
+            out = occ[order[: len(occ) - rows]]
+            vg, moved, dirty = cache.slots.owner[out], cache.take(out), cache.slots.dirty[out].copy()
+            d.cache_loc[vg] = -1
+            cache.slots.release(out)
+            self.host_insert(vg, moved, dirty)
+        keep = cache.slots.occupied()
+        rows_kept, owners, dirty = cache.take(keep), cache.slots.owner[keep], cache.slots.dirty[keep]
+        fresh = CacheTier(rows, cache.width, cache.device)
+        fresh.stats = cache.stats
+        slots = fresh.slots.pop(len(keep))
+        fresh.put(slots, rows_kept)
+        fresh.slots.owner[slots], fresh.slots.dirty[slots] = owners, dirty
+        d.cache_loc[owners] = slots
+        self.cache = fresh
+
+    def _host_up(self) -> None:
+        """Move every host row up into the (growable) cache: the one RAM tier."""
+        host, d = self.host, self.dir
+        occ = host.slots.occupied()
+        if not len(occ):
+            return
+        g = host.slots.owner[occ]
+        rows, dirty = host.take(occ)
+        d.host_loc[g] = -1
+        slots = self.cache_alloc(len(g), -1)
+        self.cache.put(slots, rows)
+        self.cache.slots.owner[slots], self.cache.slots.dirty[slots] = g, dirty
+        d.cache_loc[g] = slots
 
     # -- rows below the cache --------------------------------------------------------------
     def fresh_rows(self, g: np.ndarray) -> np.ndarray:
@@ -182,6 +249,8 @@ class TierStack:
         """``m`` free cache slots, evicting unpinned rows down to host RAM when needed."""
         cache = self.cache
         cm = cache.slots
+        if cm.n_free < m and cache.growable:
+            cache.grow(max(GROWTH * cm.capacity, cm.used + m))
         if cm.n_free < m:
             need = m - cm.n_free
             cand = cache.evictable(step)
@@ -226,8 +295,10 @@ class TierStack:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
             >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> import tempfile
             >>> d = RowDirectory(); g = d.admit(np.array([3, 4, 5], dtype=np.uint64))
-            >>> t = TierStack(StoreConfig(dim=2, cache_rows=2), "t", d, torch.device("cpu"))
+            >>> cfg = StoreConfig(dim=2, cache_rows=2, host_rows=2, ssd_dir=tempfile.mkdtemp())  # a bounded cache
+            >>> t = TierStack(cfg, "t", d, torch.device("cpu"))
             >>> t.bring_up(g[:2], 0, 0).tolist(), d.cache_loc[g].tolist()
             ([0, 1], [0, 1, -1])
             >>> t.bring_up(g[2:], 0, 0)
@@ -236,6 +307,10 @@ class TierStack:
             fbrapids.errors.StoreError: table 't': cache_rows=2 is too small; the current and prefetched batches pin 2 rows and 1 more are needed
         """
         cache, d = self.cache, self.dir
+        if cache.table is not None and (cache.growable or cache.slots.n_free >= len(gm)):
+            placed = self.place_new(gm, pin_step)  # new rows into free slots: no move, no eviction
+            if placed is not None:
+                return placed
         if not checked and len(gm) > cache.slots.n_free:
             room = cache.room(step)
             if len(gm) > room:
@@ -251,6 +326,88 @@ class TierStack:
         cache.pin[new_slots] = pin_step
         cache.stats.bytes_in += len(gm) * self.row_bytes
         return new_slots
+
+    def hold_in_ram(self, g: np.ndarray, rows: np.ndarray) -> None:
+        """Rows ``g`` (none of them held anywhere yet) put into RAM as they are, clean: into a
+        growable cache (the one RAM tier), else host RAM (a loaded table with no SSD tier)."""
+        if self.cache.growable:
+            slots = self.cache_alloc(len(g), -1)
+            self.cache.put(slots, rows)
+            self.cache.slots.owner[slots] = g
+            self.dir.cache_loc[g] = slots
+            return
+        self.host_insert(g, rows, np.zeros(len(g), dtype=bool))
+        self.host.stats.bytes_in = 0
+
+    def reserve(self, rows: int) -> None:
+        """A growable cache grown (now, on this thread) to have ``rows`` free slots, so that
+        :meth:`place_new` of that many rows moves nothing (it may then run on another thread)."""
+        cache = self.cache
+        if cache.growable and cache.slots.n_free < rows:
+            cache.grow(max(GROWTH * cache.slots.capacity, cache.slots.used + rows))
+
+    def place_new(self, gm: np.ndarray, pin_step: int) -> np.ndarray | None:
+        """Cache slots for rows ``gm`` (distinct) that are all new (admitted, in no tier, not
+        on the SSD file): their initial rows written straight into free slots of a CPU cache
+        (grown if it is growable), pinned for ``pin_step``, in one C pass; None (nothing done)
+        when a row is not new or there are too few free slots.
+
+        Example:
+            >>> import numpy as np, torch
+            >>> from fbrapids.trainers.sparse.config import StoreConfig
+            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> d = RowDirectory()
+            >>> t = TierStack(StoreConfig(dim=2, cache_rows=1), "t", d, torch.device("cpu"))  # grows: one RAM tier
+            >>> new = d.admit(np.array([3, 4], dtype=np.uint64))
+            >>> t.place_new(new, 0).tolist(), t.cache.slots.capacity, t.read_rows(new)[:, 2].tolist()
+            ([0, 1], 4, [0.0, 0.0])
+        """
+        cache, c, m = self.cache, self.config, len(gm)
+        if cache.table is None:
+            return None
+        self.reserve(m)
+        if cache.slots.n_free < m:
+            return None
+        slots = cache.slots.pop(m)
+        if not place_new(gm, slots, self.dir, cache.slots.owner, cache.slots.dirty, cache.pin, pin_step, cache.table,
+                         c.dim, self.seed_mix, c.scale, self.initial_state):
+            cache.slots.release(slots[::-1])
+            return None
+        if self.slot_map is not None:
+            self.slot_map.insert(self.dir.g2id[gm], slots)
+        cache.stats.bytes_in += m * self.row_bytes
+        self.host.stats.misses += m
+        self.ssd_stats.misses += m
+        self.new_rows += m
+        return slots
+
+    def prepare_ram_tier(self, keys: np.ndarray, pin_step: int) -> tuple[tuple[np.ndarray, ...], int, int]:
+        """A batch's ``keys`` in one RAM tier, in one C pass: their distinct keys, inverse,
+        counts and rows, the keys not admitted yet admitted and their initial rows placed in
+        free slots (pinned for ``pin_step``); returns those and the rows admitted and their
+        occurrences.  The caller has made room for every key (:meth:`reserve`,
+        :meth:`RowDirectory.grow <fbrapids.trainers.sparse.directory.RowDirectory.grow>`).
+
+        Example:
+            >>> import numpy as np, torch
+            >>> from fbrapids.trainers.sparse.config import StoreConfig
+            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> d = RowDirectory(); t = TierStack(StoreConfig(dim=2, cache_rows=4), "t", d, torch.device("cpu"))
+            >>> found, new, occ = t.prepare_ram_tier(np.array([3, 4, 3], dtype=np.uint64), 0)
+            >>> found[3].tolist(), new, occ, len(d), d.cache_loc[:2].tolist(), t.new_rows
+            ([0, 1], 2, 3, 2, [0, 1], 2)
+        """
+        d, cache, c = self.dir, self.cache, self.config
+        found, new, occ, left = d.map.prepare_ram_tier(
+            keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free, cache.slots.owner,
+            cache.slots.dirty, cache.pin, pin_step, cache.table, c.dim, self.seed_mix, c.scale, self.initial_state)
+        cache.slots.n_free = left
+        d.note_admitted(new)
+        cache.stats.bytes_in += new * self.row_bytes
+        self.host.stats.misses += new
+        self.ssd_stats.misses += new
+        self.new_rows += new
+        return found, new, occ
 
     # -- reading in place --------------------------------------------------------------------
     def read_rows(self, g: np.ndarray) -> np.ndarray:

@@ -3,7 +3,9 @@ given one gradient row per unique id.
 
 * :class:`SGD`: ``w -= lr * g``.
 * :class:`RowWiseAdagrad`: ``acc += mean(g * g)``, ``w -= lr * g / (sqrt(acc) + eps)``; the
-  accumulator is one extra float stored at the end of each row.
+  accumulator is one extra float stored at the end of each row.  A row of ``slices`` vectors
+  (a trial's arms sharing a table, :class:`~fbrapids.trainers.sparse.StoreConfig`) has one
+  accumulator per slice, each slice updated as a row of its own.
 
 With ``weight_decay`` (L2 on the looked-up rows) each row a batch looks up has
 ``weight_decay * w`` added to its gradient before the update (lazily: rows no batch looks up
@@ -22,6 +24,10 @@ Example:
     >>> _ = RowWiseAdagrad(dim=1, lr=0.5, eps=1e-8).update(r, torch.tensor([[2.0]]))
     >>> r.tolist()
     [[0.5, 4.0]]
+    >>> two = torch.tensor([[1.0, 1.0, 0.0, 0.0]])  # two slices of width 1, then their accumulators
+    >>> _ = RowWiseAdagrad(dim=2, lr=0.5, eps=1e-8, slices=2).update(two, torch.tensor([[2.0, 0.5]]))
+    >>> two.tolist()
+    [[0.5, 0.5, 4.0, 0.25]]
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fbrapids.trainers.sparse.hashmap import rowwise_adagrad_, sgd_
+from fbrapids.trainers.sparse.hashmap import rowwise_adagrad_, rowwise_adagrad_sliced_, sgd_
 from fbrapids.errors import ArgumentError
 
 
@@ -39,14 +45,15 @@ class SparseOptimizer:
     name = ""
     state_width = 0
 
-    def __init__(self, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0,
+    def __init__(self, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0, slices: int = 1,
                  weight_decay: float = 0.0) -> None:
         self.dim, self.lr, self.eps, self.initial_state = int(dim), float(lr), float(eps), float(initial_state)
+        self.slices = int(slices)
         self.weight_decay = float(weight_decay)
 
     def key(self) -> tuple:
         """Optimizers with equal keys may update several tables' rows in one call."""
-        return (self.name, self.dim, self.lr, self.eps, self.weight_decay)
+        return (self.name, self.dim, self.lr, self.eps, self.slices, self.weight_decay)
 
     def decayed(self, weights: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """``grad + weight_decay * weights`` (``grad`` itself without weight decay).
@@ -100,24 +107,34 @@ class RowWiseAdagrad(SparseOptimizer):
     state_width = 1
 
     def update(self, rows: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        d = self.dim
+        d, k = self.dim, self.slices
         grad = self.decayed(rows[:, :d], grad)
-        acc = rows[:, d] + (grad * grad).mean(dim=1)
-        rows[:, d] = acc
-        rows[:, :d].sub_(grad * self.lr / (acc.double().sqrt().float() + self.eps).unsqueeze(1))
+        if k == 1:
+            acc = rows[:, d] + (grad * grad).mean(dim=1)
+            rows[:, d] = acc
+            rows[:, :d].sub_(grad * self.lr / (acc.double().sqrt().float() + self.eps).unsqueeze(1))
+            return rows
+        g = grad.reshape(len(grad), k, d // k)
+        acc = rows[:, d:d + k] + (g * g).mean(dim=2)
+        rows[:, d:d + k] = acc
+        rows[:, :d].sub_((g * self.lr / (acc.double().sqrt().float() + self.eps).unsqueeze(2)).reshape(len(grad), d))
         return rows
 
     def update_table_(self, table: np.ndarray, slots: np.ndarray, grad: torch.Tensor,
                       dirty: np.ndarray | None = None) -> None:
-        rowwise_adagrad_(table, slots, self._decayed_table(table, slots, grad), self.dim, self.lr, self.eps,
-                         distinct=True, dirty=dirty)
+        g = self._decayed_table(table, slots, grad)
+        if self.slices == 1:
+            rowwise_adagrad_(table, slots, g, self.dim, self.lr, self.eps, distinct=True, dirty=dirty)
+            return
+        rowwise_adagrad_sliced_(table, slots, g, self.dim // self.slices, self.slices, self.lr, self.eps,
+                                distinct=True, dirty=dirty)
 
 
 OPTIMIZERS: dict[str, type[SparseOptimizer]] = {"sgd": SGD, "adagrad": RowWiseAdagrad}
 
 
 def sparse_optimizer(name: str, dim: int, lr: float, eps: float = 1e-8, initial_state: float = 0.0,
-                     weight_decay: float = 0.0) -> SparseOptimizer:
+                     slices: int = 1, weight_decay: float = 0.0) -> SparseOptimizer:
     """The optimizer registered as ``name``.
 
     Example:
@@ -128,4 +145,4 @@ def sparse_optimizer(name: str, dim: int, lr: float, eps: float = 1e-8, initial_
         cls = OPTIMIZERS[name]
     except KeyError:
         raise ArgumentError(f"unknown sparse optimizer {name!r}; registered: {', '.join(OPTIMIZERS)}") from None
-    return cls(dim, lr, eps, initial_state, weight_decay)
+    return cls(dim, lr, eps, initial_state, slices, weight_decay)

@@ -134,5 +134,4 @@ def load(store: PersistedStore, directory: str | os.PathLike, read: Callable[[Pa
         tiers.write_ssd(g, rows.reshape(n, width))
         tiers.ssd_stats.bytes_in = 0
     else:
-        tiers.host_insert(g, rows.reshape(n, width), np.zeros(n, dtype=bool))
-        tiers.host.stats.bytes_in = 0
+        tiers.hold_in_ram(g, rows.reshape(n, width))

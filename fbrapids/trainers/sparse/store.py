@@ -59,6 +59,7 @@ import contextlib
 import logging
 import os
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -71,7 +72,8 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
-from fbrapids.trainers.sparse.hashmap import lookup_pass, pin_slots, store_touch
+from fbrapids.trainers.sparse.hashmap import (book_rows, gather_cols, lookup_pass, pin_slots, record_stride,
+                                              store_touch, unbook_rows)
 from fbrapids.trainers.sparse.hierarchy import TierStack
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,51 @@ log = logging.getLogger(__name__)
 __all__ = ["Lookup", "TieredEmbeddingStore", "as_uint64_ids", "sparse_update"]
 
 _OPEN_SSD_DIRS: "weakref.WeakValueDictionary[str, TieredEmbeddingStore]" = weakref.WeakValueDictionary()
+_PREFETCH: list[ThreadPoolExecutor] = []
+
+
+def _prefetch_thread() -> ThreadPoolExecutor:
+    """The one background thread :meth:`TieredEmbeddingStore.prepare` hashes batches in
+    (its C calls release the GIL: it runs beside the training step)."""
+    if not _PREFETCH:
+        _PREFETCH.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-prefetch"))
+    return _PREFETCH[0]
+
+
+def same_keys(stash: _Stash, keys: Any) -> bool:
+    """Whether a stash was found for ``keys`` (the same ids, in order)."""
+    if stash.keys is None or len(stash.keys) != len(keys):
+        return False
+    return bool(torch.equal(stash.keys, keys)) if isinstance(keys, torch.Tensor) else bool(np.array_equal(stash.keys,
+                                                                                                          keys))
+
+
+def prepare_together(stores: list["TieredEmbeddingStore"], ids: list[Any]) -> None:
+    """:meth:`TieredEmbeddingStore.prepare` of ``stores[t]`` with ``ids[t]`` for every t, their
+    background work as one job of the prefetch thread (in order: a failure is kept for the
+    lookup of its own table, the others go on)."""
+    done: Future = Future()
+    work = []
+    try:
+        for s, i in zip(stores, ids):
+            w = s.prepare_work(i, done)
+            if w is not None:
+                work.append(w)
+    except BaseException:
+        done.set_result(None)  # the stashes made so far are found empty, never waited for in vain
+        raise
+    if not work:
+        done.set_result(None)
+        return
+
+    def run() -> None:
+        try:
+            for w in work:
+                w()
+        finally:
+            done.set_result(None)
+
+    _prefetch_thread().submit(run)
 
 
 @dataclass
@@ -106,6 +153,43 @@ class Lookup:
     step: int
     full: torch.Tensor | None = None
     version: int = -1
+
+
+@dataclass
+class LookupStart:
+    """A lookup under way (:meth:`TieredEmbeddingStore.start_lookup`): the distinct ids in
+    first-occurrence order, the inverse, their counts, their global rows, which are admitted
+    (None: all), how many, and the rows (and occurrences) a prepare placed ahead of it."""
+
+    uniq: np.ndarray
+    inverse: Any
+    occ: np.ndarray
+    g: np.ndarray
+    adm: np.ndarray | None
+    n_adm: int
+    placed: tuple[int, int] = (0, 0)
+    booked: tuple | None = None  # its bookkeeping done ahead by a prepare: (step, slots, last steps before, counters)
+
+
+@dataclass
+class _Stash:
+    """What :meth:`TieredEmbeddingStore.prefetch` / :meth:`~TieredEmbeddingStore.prepare`
+    found for the batch to be looked up next: ``source`` (the ids object it was given: the
+    same object looked up needs no comparison), ``keys`` (the ids as compared otherwise),
+    ``found`` (distinct keys, inverse, counts, rows), ``admitted`` (the table's rows then: a
+    later admission makes it stale) and ``placed`` (new rows a prepare admitted and placed
+    ahead, and their occurrences: counted as new by the lookup).  A prepare's thread fills
+    them in; ``job`` is its work until :meth:`TieredEmbeddingStore._settle` waits for it."""
+
+    source: Any
+    keys: Any = None
+    found: Any = None
+    admitted: int = -1
+    placed: tuple[int, int] = (0, 0)
+    job: Future | None = None
+    error: BaseException | None = None
+    complete: bool = False  # every row of ``found`` admitted (a prepare placed the new ones)
+    booked: tuple | None = None  # (step, slots, last steps before, counters): its lookup's bookkeeping, done ahead
 
 
 def sparse_update(rows: torch.Tensor, grad: torch.Tensor, config: StoreConfig) -> torch.Tensor:
@@ -188,6 +272,8 @@ class TieredEmbeddingStore:
     def reset(self) -> None:
         """Empty the table (every tier, the directory, the counters)."""
         c = self.config
+        if getattr(self, "_prefetched", None) is not None or getattr(self, "_update", None) is not None:
+            self._settle()
         old = getattr(self, "tiers", None)
         if old is not None and old.ssd is not None:
             old.ssd.close()
@@ -195,16 +281,22 @@ class TieredEmbeddingStore:
         self.tiers = TierStack(c, self.name, self.directory, self.device)
         self.optimizer = self.tiers.optimizer
         self._step = 0
-        self._prefetched: tuple | None = None  # (keys, rows admitted, unique_rows of keys) of the last prefetch
+        self._prefetched: _Stash | None = None  # what the last prefetch / prepare found
         self.version += 1
         self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "prefetched_rows": 0,
                         "device_map_hits": 0, "host_directory_lookups": 0, "unseen_reads": 0,
                         "announced_rows": 0}
         self._served = {"cache": 0, "host": 0, "ssd": 0, "new": 0, "default": 0}
+        # the rows (and occurrences) a prepare placed ahead for the lookup under way: every row of it admitted
+        self._placed: tuple[int, int] | None = None
+        self._booked: tuple | None = None  # the bookkeeping the stash the lookup under way took had done ahead
+        self._words_of: tuple | None = None  # (arrays, their words) of pass_words
+        self._update: Future | None = None  # an update of the cached rows running on the prefetch thread
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
     def __len__(self) -> int:
         """Rows admitted so far."""
+        self._settle()
         return len(self.directory)
 
     @property
@@ -253,6 +345,7 @@ class TieredEmbeddingStore:
             device(type='cpu')
         """
         device = torch.device(device)
+        self._settle()
         self.tiers.to(device)
         self._prefetched = None
         self.device = self.tiers.cache.device
@@ -274,101 +367,345 @@ class TieredEmbeddingStore:
         A read-only table (serving) refuses ``requires_grad``: training on it would never
         learn an id it has no row for (a :class:`~fbrapids.errors.StoreError`).
         """
+        begun = self.start_lookup(ids, requires_grad)
+        if self.tiers.cache.table is not None:
+            slots, got, touched = self.host_pass(begun, requires_grad)
+            return self.finish_lookup(begun, slots, got, touched, requires_grad, leaf)
+        slots, rows, full = self._device_rows(begun, requires_grad, leaf)
+        return self._made(begun, slots, rows, full, requires_grad and leaf)
+
+    def start_lookup(self, ids: Any, requires_grad: bool = True) -> LookupStart:
+        """The first part of :meth:`lookup`: the distinct ids and their rows (those of the
+        last :meth:`prefetch` / :meth:`prepare` when it saw these ids), the new ones admitted;
+        the counters of lookups.  :meth:`host_pass` (or a pass over several tables,
+        :func:`fbrapids.trainers.sparse.together.lookup_together`) and :meth:`finish_lookup`
+        make it a :class:`Lookup`."""
         if requires_grad and self.read_only:
             raise StoreError(f"table {self.name!r} is read-only (a Scorer serves it): training on it would never learn "
                              "unseen ids; set store.read_only = False on each of model.stores() to train again")
         d, tiers = self.directory, self.tiers
         if self.uses_window:
             tiers.policy.window.begin(self._step)
-        full = None
         if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
             uniq, inverse, occ, g = self._unique_rows_on_device(ids)
         else:
-            uniq, inverse, occ, g = self._unique_rows(as_uint64_ids(ids).ravel())  # first-occurrence order
-        missing = np.flatnonzero(g < 0)
+            uniq, inverse, occ, g = self._unique_rows(ids)  # first-occurrence order
+        placed, self._placed = self._placed, None
+        booked, self._booked = self._booked, None
+        # a prepare that placed the new rows leaves every row admitted
+        missing = np.flatnonzero(g < 0) if placed is None else ()
         if len(missing) and self.read_only:  # serving: never a new row, never a sighting counted
             self._counts["unseen_reads"] += len(missing)
         elif len(missing):
             g[missing] = d.admit(uniq[missing])
-        table = tiers.cache.table
-        if table is not None:
-            # CPU: last / freq, which tier serves each occurrence, the cache slots, the hits pinned (training:
-            # a read-only lookup may still read through, below) and their embeddings gathered, in one C pass
-            touched = np.zeros(6, dtype=np.int64)
-            slots, got_np, _ = lookup_pass(g, occ, d, tiers.cache.pin, self._step if requires_grad else -1, table,
-                                           self.config.dim, self._step, touched)
-        else:  # last / freq of the admitted rows, and which tier serves each occurrence (one C pass)
-            touched = store_touch(g, occ, d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, self._step)
+        adm = g >= 0 if len(missing) else None  # None: every row admitted
+        n_adm = len(g) if adm is None else int(adm.sum())
+        counts = self._counts
+        counts["lookups"] += len(inverse)
+        counts["unique_lookups"] += len(uniq)
+        counts["default_reads"] += len(uniq) - n_adm
+        return LookupStart(uniq, inverse, occ, g, adm, n_adm, placed or (0, 0), booked)
+
+    def host_pass(self, begun: LookupStart, requires_grad: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A CPU cache's pass over a started lookup's rows (one C call): last / freq, which
+        tier serves each occurrence, the cache slots (-1: not cached or not admitted), the
+        hits pinned (training) and their embeddings gathered.  Returns ``(slots, rows
+        [len(g), dim], counters [6])`` for :meth:`finish_lookup`."""
+        cache = self.tiers.cache
+        if begun.booked is not None:  # booked ahead: the rows only gathered
+            _, slots, _, touched = begun.booked
+            return slots.copy(), gather_cols(cache.table, slots, self.config.dim), touched.copy()
+        touched = np.zeros(6, dtype=np.int64)
+        slots, got, _ = lookup_pass(begun.g, begun.occ, self.directory, cache.pin,
+                                    self._step if requires_grad else -1, cache.table, self.config.dim, self._step,
+                                    touched)
+        return slots, got, touched
+
+    def pass_words(self, begun: LookupStart, slots: int, rows: int, touched: int, requires_grad: bool) -> list[int]:
+        """:meth:`host_pass`'s arguments as a row of ``fbx_lookup_tables``' descriptors (see
+        :func:`~fbrapids.trainers.sparse.hashmap.lookup_tables`), its outputs written at the
+        addresses ``slots`` (``len(begun.g)`` int64), ``rows`` (``[len(begun.g), dim]``
+        float32) and ``touched`` (6 int64), which the caller vouches for; the table's own
+        arrays checked once per reallocation."""
+        g, occ = begun.g, begun.occ
+        if g.dtype != np.int64 or occ.dtype != np.int64 or len(occ) != len(g) or not g.flags.c_contiguous \
+                or not occ.flags.c_contiguous:
+            raise ArgumentError(f"table {self.name!r}: pass_words wants contiguous int64 rows and counts")
+        step = self._step
+        return [g.ctypes.data, occ.ctypes.data, len(g), *self._table_words(), slots, rows, touched, step,
+                step if requires_grad else -1, self.config.dim, 0 if begun.booked is None else 1]
+
+    def _table_words(self) -> list[int]:
+        """The directory's and the cache's arrays as :meth:`pass_words` passes them (checked
+        as :func:`~fbrapids.trainers.sparse.hashmap.lookup_pass` checks them), kept until one
+        of them is reallocated."""
+        d, cache = self.directory, self.tiers.cache
+        key = (d.records, d.on_ssd, cache.pin, cache.table)
+        if self._words_of is None or any(a is not b for a, b in zip(key, self._words_of[0])):
+            table = cache.table
+            rs = record_stride("pass_words", d.cache_loc, d.host_loc, d.last, d.freq)
+            if table is None or table.dtype != np.float32 or not table.flags.c_contiguous or \
+                    table.shape[1] < self.config.dim or len(cache.pin) < table.shape[0] or \
+                    cache.pin.dtype != np.int64 or d.on_ssd.dtype != np.bool_:
+                raise ArgumentError(f"table {self.name!r}: a CPU cache's float32 table with a pin per slot")
+            n_rows = min(len(d.cache_loc), len(d.on_ssd))
+            words = [d.cache_loc.ctypes.data, d.host_loc.ctypes.data, d.on_ssd.ctypes.data, d.last.ctypes.data,
+                     d.freq.ctypes.data, rs, n_rows, cache.pin.ctypes.data, table.shape[0], table.ctypes.data,
+                     table.shape[1]]
+            self._words_of = (key, words)
+        return self._words_of[1]
+
+    def adagrad_words(self, lookup: Lookup, grad: np.ndarray) -> tuple[list[int], tuple[float, float]] | None:
+        """``lookup``'s row-wise Adagrad update as a row of ``fbx_rowwise_adagrad_tables``'
+        descriptors and its (lr, eps), given its gradient ``grad`` ``[len(lookup.slots), dim]``
+        (C-contiguous float32); None when the update cannot run there (a device cache, another
+        optimizer, weight decay: its gradient is the decayed one): then :meth:`update_rows`.  The caller bumps :attr:`version` after it ran
+        (:meth:`updated`)."""
+        cache = self.tiers.cache
+        if cache.table is None or self.optimizer.name != "adagrad" or self.config.slices != 1 \
+                or self.optimizer.weight_decay:
+            return None
+        self.check_current(lookup)
+        dirty, slots = cache.slots.dirty, lookup.slots
+        if grad.dtype != np.float32 or grad.shape != (len(slots), self.config.dim) or not grad.flags.c_contiguous \
+                or slots.dtype != np.int64 or not slots.flags.c_contiguous or len(dirty) < cache.table.shape[0]:
+            raise ArgumentError(f"table {self.name!r}: a float32 gradient row per slot")
+        words = [cache.table.ctypes.data, cache.table.shape[0], cache.table.shape[1], slots.ctypes.data, len(slots),
+                 grad.ctypes.data, dirty.ctypes.data, self.config.dim]
+        return words, (self.optimizer.lr, self.optimizer.eps)
+
+    def updated(self) -> None:
+        """Note an update of cached rows made outside :meth:`update_rows` (the gathered
+        ``Lookup.full`` of earlier lookups is stale)."""
+        self.version += 1
+
+    def update_in_background(self, job: Future) -> None:
+        """``job`` (running on the prefetch thread) updates this table's cached rows: every
+        later use of the table (a lookup, a prepare, a save, ...) waits for it first, so the
+        caller goes on meanwhile (``fit``'s dense optimizer step, the next batch's bottom MLP)."""
+        if self._update is not None:
+            self._update.result()
+        self._update = job
+
+    def finish_lookup(self, begun: LookupStart, slots: np.ndarray, got: np.ndarray, touched: np.ndarray,
+                      requires_grad: bool, leaf: bool = True) -> Lookup:
+        """The last part of a CPU cache's :meth:`lookup`, after its :meth:`host_pass`: the
+        counters, the misses brought up (or, for a read-only batch larger than the cache, read
+        through), the :class:`Lookup` (its rows are ``got``, not copied)."""
+        tiers, dim, step = self.tiers, self.config.dim, self._step
+        cache, g, adm = tiers.cache, begun.g, begun.adm
+        n_miss = begun.n_adm - self._count_served(touched, begun.n_adm, begun.placed)
+        if not requires_grad and n_miss > cache.slots.n_free and n_miss > cache.room(step):
+            # a read-only batch larger than the cache can take: read through, cache nothing
+            ga = g if adm is None else g[adm]
+            rows = torch.from_numpy(np.ascontiguousarray(tiers.read_through(ga)[:, :dim]))
+            if adm is not None:
+                rows = self._default.expand(len(g), dim).clone().index_copy_(
+                    0, torch.from_numpy(np.flatnonzero(adm)), rows)
+            return self._made(begun, np.zeros(0, dtype=np.int64), rows, None, requires_grad and leaf)
+        if not requires_grad:
+            pin_slots(slots, cache.pin, step)
+        if n_miss:
+            miss = np.flatnonzero(slots < 0) if adm is None else np.flatnonzero((slots < 0) & adm)
+            slots[miss] = tiers.bring_up(g[miss], step, step)
+            table = tiers.cache.table  # the table as it is now: bring_up may grow it
+            assert table is not None  # a CPU cache
+            got[miss] = table[slots[miss], :dim]
+        return self._made(begun, slots if adm is None else slots[adm], torch.from_numpy(got), None,
+                          requires_grad and leaf)
+
+    def _made(self, begun: LookupStart, slots: np.ndarray, rows: torch.Tensor, full: torch.Tensor | None,
+              grad: bool) -> Lookup:
+        rows.requires_grad_(grad)
+        inverse = begun.inverse
+        inv = inverse if isinstance(inverse, torch.Tensor) else torch.from_numpy(inverse).to(self.device,
+                                                                                            non_blocking=True)
+        return Lookup(rows=rows, inverse=inv, ids=begun.uniq,
+                      admitted=np.ones(len(begun.g), dtype=bool) if begun.adm is None else begun.adm, slots=slots,
+                      step=self._step, full=full, version=self.version)
+
+    def _count_served(self, touched: np.ndarray, n_adm: int, placed: tuple[int, int] = (0, 0)) -> int:
+        """Add a lookup pass's counters to the tiers' statistics (``placed``: rows, and their
+        occurrences, a prepare placed ahead: new at this lookup); returns the admitted rows
+        the pass found in the cache."""
         sv = self._served
-        for k, tier in enumerate(("cache", "host", "ssd", "new", "default")):
-            sv[tier] += int(touched[k])
-        if len(missing):
-            adm = g >= 0
-            ga = g[adm]
-        else:
-            adm = np.ones(len(g), dtype=bool)
-            ga = g
-        st = tiers.cache.stats
-        n_hit = int(touched[5])
-        st.hits += n_hit
-        st.misses += len(ga) - n_hit
-        self._counts["lookups"] += len(inverse)
-        self._counts["unique_lookups"] += len(uniq)
-        self._counts["default_reads"] += len(uniq) - len(ga)
-        dim = self.config.dim
-        n_miss = len(ga) - n_hit
-        rows = None
+        new_rows, new_occ = placed
+        sv["cache"] += int(touched[0]) - new_occ
+        sv["host"] += int(touched[1])
+        sv["ssd"] += int(touched[2])
+        sv["new"] += int(touched[3]) + new_occ
+        sv["default"] += int(touched[4])
+        cached = int(touched[5])
+        st = self.tiers.cache.stats
+        st.hits += cached - new_rows
+        st.misses += n_adm - cached + new_rows
+        return cached
+
+    def _device_rows(self, begun: LookupStart, requires_grad: bool,
+                     leaf: bool) -> tuple[np.ndarray, torch.Tensor, torch.Tensor | None]:
+        """A device cache's part of :meth:`lookup`: the bookkeeping in one C pass, the rows
+        brought up and gathered on the device; returns the slots, the rows and the full rows
+        gathered (None when read through)."""
+        g, occ, adm, n_adm = begun.g, begun.occ, begun.adm, begun.n_adm
+        d, tiers, dim = self.directory, self.tiers, self.config.dim
+        touched = store_touch(g, occ, d.cache_loc, d.host_loc, d.on_ssd, d.last, d.freq, self._step)
+        n_miss = n_adm - self._count_served(touched, n_adm, begun.placed)
+        ga = g if adm is None else g[adm]
+        full = None
         if not requires_grad and n_miss > tiers.cache.slots.n_free and n_miss > tiers.cache.room(self._step):
             # a read-only batch larger than the cache can take: read through, cache nothing
             slots = np.zeros(0, dtype=np.int64)
             got = torch.from_numpy(tiers.read_through(ga)[:, :dim]).to(self.device)
-        elif table is not None:  # CPU: the rows gathered by the pass, plus the misses brought up
-            if not requires_grad:
-                pin_slots(slots, tiers.cache.pin, self._step)
-            if n_miss:
-                miss = np.flatnonzero((slots < 0) & adm)
-                slots[miss] = tiers.bring_up(g[miss], self._step, self._step)
-                got_np[miss] = table[slots[miss], :dim]
-            if len(missing):
-                slots = slots[adm]
-            rows = torch.from_numpy(got_np)  # rows not admitted read zeros, the default row
         else:
             slots = tiers.ensure_cached(ga, self._step, self._step)
             full = tiers.cache.gather(slots)
             got = full[:, :dim]
-        if rows is not None:
-            pass  # the CPU pass's rows
-        elif adm.all():
+        if adm is None:
             aliased = full is not None or not got.is_contiguous()
             rows = got.clone() if aliased and (requires_grad and leaf or full is None) else got
         else:
-            rows = self._default.expand(len(uniq), dim).clone()
+            rows = self._default.expand(len(g), dim).clone()
             rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got
-        rows.requires_grad_(requires_grad and leaf)
-        inv = inverse if isinstance(inverse, torch.Tensor) else torch.from_numpy(inverse).to(self.device,
-                                                                                            non_blocking=True)
-        return Lookup(rows=rows, inverse=inv, ids=uniq, admitted=adm, slots=slots, step=self._step, full=full,
-                      version=self.version)
+        return slots, rows, full
 
-    def _unique_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _unique_rows(self, ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Distinct keys, inverse, counts and their global rows (-1: not admitted); taken
-        from the last :meth:`prefetch` when it saw the same keys and nothing was admitted
-        since (a prefetched batch is not hashed twice)."""
-        stash = self._take_prefetched(keys, np.array_equal)
+        from the last :meth:`prefetch` / :meth:`prepare` when it saw the same ids and nothing
+        was admitted since (a prefetched batch is not hashed twice)."""
+        stash = self._take_prefetched(ids, lambda x: as_uint64_ids(x).ravel())
         if stash is not None:
             return stash
-        found = self.directory.unique_rows(keys)
+        found = self.directory.unique_rows(as_uint64_ids(ids).ravel())
         self._counts["host_directory_lookups"] += len(found[0])
         return found
 
-    def _take_prefetched(self, keys: Any, same: Callable[[Any, Any], bool]) -> tuple | None:
-        """What the last :meth:`prefetch` found for ``keys`` if it saw the same keys and
-        nothing was admitted since, else None; the stash is used up either way."""
+    def _take_prefetched(self, ids: Any, keys_of: Callable[[Any], Any]) -> tuple | None:
+        """What the last :meth:`prefetch` or :meth:`prepare` found for ``ids`` if it saw the
+        same ids (the same object, or equal keys, ``keys_of(ids)``) and nothing was admitted
+        since, else None; the stash is used up either way (the rows a prepare placed ahead are
+        then counted as this lookup's new rows, the bookkeeping it did as this lookup's)."""
+        self._settle()
         stash, self._prefetched = self._prefetched, None
-        if stash is not None and stash[1] == len(self) and len(stash[0]) == len(keys) and (
-                stash[0] is keys or same(stash[0], keys)):
-            return stash[2]
-        return None
+        if stash is None or stash.found is None:
+            return None
+        if stash.admitted != len(self.directory) or (stash.source is not ids and not same_keys(stash, keys_of(ids))):
+            self._unbook(stash)  # another batch: as if it had not been looked at
+            return None
+        if stash.booked is not None and stash.booked[0] != self._step:
+            self._unbook(stash)  # looked up at another step than booked for: booked again by the lookup
+        self._placed = stash.placed if stash.complete else None
+        self._booked = stash.booked
+        return stash.found
+
+    def _unbook(self, stash: _Stash) -> None:
+        """Undo the bookkeeping a prepare did ahead for ``stash`` (its batch is not looked up next)."""
+        if stash.booked is not None:
+            unbook_rows(stash.found[3], stash.found[2], self.directory, stash.booked[2])
+            stash.booked = None
+
+    def _drop_booking(self) -> None:
+        """Persist or read the rows' use counts as looked up so far: a booked prepare undone
+        (its lookup then books itself)."""
+        self._settle()
+        if self._prefetched is not None:
+            self._unbook(self._prefetched)
+
+    def _settle(self) -> None:
+        """Wait for a :meth:`prepare` under way: its thread reads (and may admit into) the
+        directory, which nothing else may read or change meanwhile.  Its error, if any, is
+        raised here; so is an update still running there (:meth:`update_in_background`)."""
+        update, self._update = self._update, None
+        if update is not None:
+            update.result()
+        stash = self._prefetched
+        if stash is not None and stash.job is not None:
+            job, stash.job = stash.job, None
+            job.result()
+            if stash.error is not None:
+                self._prefetched = None
+                raise stash.error
+            if stash.found is not None:
+                self._counts["host_directory_lookups"] += len(stash.found[0])
+
+    def _admits_ahead(self) -> bool:
+        """Whether :meth:`prepare` also admits the new ids and places their rows: one RAM
+        tier on the CPU (nothing is ever evicted), every id admitted on sight, no window."""
+        cache = self.tiers.cache
+        return (cache.table is not None and cache.growable and self.config.admit_after == 1 and not self.read_only
+                and not self.uses_window and self.tiers.slot_map is None)
+
+    def prepare(self, ids: Any) -> None:
+        """Find the distinct ids of the batch to be looked up next and their rows, in a
+        background thread (one for every store: ``fbrapids-prefetch``) while the caller trains
+        on the current batch; the next :meth:`lookup` of the same ids takes what it found
+        instead of hashing them again (waiting for it if need be).  In one RAM tier (see
+        :mod:`~fbrapids.trainers.sparse.hierarchy`) the thread also admits the new ids and
+        writes their initial rows into free slots (grown here first): the lookup then only
+        reads the rows, which the current step's update may still change.
+
+        The thread alone reads and changes the directory until it is done: every other use
+        of the directory (a lookup, :meth:`assign`, :meth:`state`, :meth:`save`, ...) waits for
+        it first.  The rows trained are the same as without it.  On a device cache (its ids
+        are made unique on the device) this is :meth:`prefetch`.  Several stores' work goes
+        to the thread as one job with :func:`prepare_together`.
+
+        Example:
+            >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"))
+            >>> s.prepare(np.array([5, 5, 6])); lk = s.lookup(np.array([5, 5, 6]))
+            >>> lk.ids.tolist(), s.stats()["served_new"], s.stats()["cache"]["misses"]
+            ([5, 6], 3, 2)
+        """
+        prepare_together([self], [ids])
+
+    def background(self) -> ThreadPoolExecutor:
+        """The thread a store's background work runs on (:meth:`prepare`, updates)."""
+        return _prefetch_thread()
+
+    def prepare_work(self, ids: Any, done: Future) -> Callable[[], None] | None:
+        """This thread's part of :meth:`prepare` (a device cache: all of it, returning None);
+        returns the work for the prefetch thread, which fills in the new stash and is done
+        when ``done`` is."""
+        if self.tiers.cache.table is None:
+            self.prefetch(ids)
+            return None
+        self._settle()
+        stash = _Stash(ids, job=done)
+        if self._admits_ahead():
+            n = ids.numel() if isinstance(ids, torch.Tensor) else int(np.size(ids))
+            self.tiers.reserve(n)  # room in the cache for every key as a new row, made on this thread (the
+            pin_step = self._step + 1  # current step updates the cache's rows; the directory is the other's)
+
+            def work() -> None:
+                self._find_and_place(stash, pin_step)
+        else:
+            def work() -> None:
+                self._find(stash)
+        self._prefetched = stash
+        return work
+
+    def _find(self, stash: _Stash) -> None:
+        """The prefetch thread's job: the distinct keys and their rows."""
+        try:
+            stash.keys = as_uint64_ids(stash.source).ravel()
+            stash.found = self.directory.unique_rows(stash.keys)
+            stash.admitted = len(self.directory)
+        except BaseException as exc:  # raised by the lookup that waits for it
+            stash.error = exc
+
+    def _find_and_place(self, stash: _Stash, pin_step: int) -> None:
+        """The prefetch thread's job in one RAM tier: the distinct keys and their rows, the
+        new ones admitted and placed in free slots, in one C pass."""
+        try:
+            stash.keys = keys = as_uint64_ids(stash.source).ravel()
+            self.directory.grow(len(self.directory) + len(keys))  # room for every key as a new row
+            stash.found, new, occ = self.tiers.prepare_ram_tier(keys, pin_step)
+            stash.placed, stash.complete = (new, occ), True
+            slots, old_last, touched = book_rows(stash.found[3], stash.found[2], self.directory, self.tiers.cache.pin,
+                                                 pin_step, pin_step)
+            stash.booked = (pin_step, slots, old_last, touched)
+            stash.admitted = len(self.directory)
+        except BaseException as exc:  # raised by the lookup that waits for it
+            stash.error = exc
 
     def _device_keys(self, ids: Any) -> torch.Tensor:
         """Ids as an int64 tensor (the uint64 bits) on the store's device; a tensor already
@@ -386,7 +723,7 @@ class TieredEmbeddingStore:
         slot map on the device: a hit's row is the owner of its slot, and only the misses are
         looked up in the host directory."""
         keys = self._device_keys(ids)
-        stash = self._take_prefetched(keys, torch.equal)
+        stash = self._take_prefetched(keys, lambda x: x)
         if stash is not None:
             return stash
         uniq_t, inverse, counts = torch.unique(keys, sorted=True, return_inverse=True, return_counts=True)
@@ -419,15 +756,16 @@ class TieredEmbeddingStore:
         Ids not yet admitted are left alone (prefetching does not count as a sighting).
         Returns the number of rows that had to be brought up.
         """
+        self._settle()
         if self.tiers.slot_map is not None:
             keys_t = self._device_keys(ids)
             uniq, inverse, occ, g = self._unique_rows_on_device(keys_t)
-            self._prefetched = (keys_t, len(self), (uniq, inverse, occ, g.copy()))
+            self._prefetched = _Stash(keys_t, keys_t, (uniq, inverse, occ, g.copy()), len(self))
         else:
             keys = as_uint64_ids(ids).ravel()
             found = self.directory.unique_rows(keys)
             self._counts["host_directory_lookups"] += len(found[0])
-            self._prefetched = (keys, len(self), (found[0], found[1], found[2], found[3].copy()))
+            self._prefetched = _Stash(ids, keys, (found[0], found[1], found[2], found[3].copy()), len(self))
             g = found[3]
         g = g[g >= 0]
         moved = int((self.directory.cache_loc[g] < 0).sum())
@@ -457,6 +795,7 @@ class TieredEmbeddingStore:
         """
         if not self.uses_window:
             return 0
+        self._settle()
         if ahead < 0:
             raise ArgumentError(f"table {self.name!r}: announce(ahead={ahead}): a batch can only be announced for "
                                 "this step or a later one")
@@ -540,6 +879,7 @@ class TieredEmbeddingStore:
             >>> s.weights(np.array([9])).tolist()
             [[1.0, 2.0]]
         """
+        self._settle()
         keys = as_uint64_ids(ids).ravel()
         w = np.asarray(weights.detach().cpu() if isinstance(weights, torch.Tensor) else weights, dtype=np.float32)
         if w.shape != (len(keys), self.config.dim):
@@ -566,6 +906,7 @@ class TieredEmbeddingStore:
     # -- reading everything --------------------------------------------------------------------
     def read_rows(self, g: np.ndarray) -> np.ndarray:
         """Current values (embedding + optimizer state) of global rows ``g``, wherever they are."""
+        self._settle()
         return self.tiers.read_rows(g)
 
     def weights(self, ids: Any) -> np.ndarray:
@@ -577,6 +918,7 @@ class TieredEmbeddingStore:
             >>> s.weights(np.array([1], dtype=np.uint64)).tolist()
             [[0.0, 0.0]]
         """
+        self._settle()
         keys = as_uint64_ids(ids).ravel()
         g = self.directory.get(keys)
         out = np.zeros((len(keys), self.config.dim), dtype=np.float32)
@@ -593,6 +935,7 @@ class TieredEmbeddingStore:
     # -- persistence (see fbrapids.trainers.sparse.persistence) -----------------------------------
     def flush(self) -> None:
         """Write dirty rows to the SSD file, fsync it and persist the id index (no SSD: a no-op)."""
+        self._drop_booking()
         persistence.flush(self)
 
     def save(self, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
@@ -600,6 +943,7 @@ class TieredEmbeddingStore:
              check_rows: Callable[[np.ndarray, int], None] | None = None) -> None:
         """Flush, then write a self-contained copy of the table into ``directory``
         (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
+        self._drop_booking()
         persistence.save(self, directory, chunk_rows, progress, check_rows)
 
     def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
@@ -628,6 +972,7 @@ class TieredEmbeddingStore:
         sends only its misses to the host.  A CPU store has no such map: every distinct id
         goes to the directory (a prefetched batch once).
         """
+        self._settle()
         t = self.tiers
         out: dict[str, Any] = {"cache": t.cache.stats.as_dict(), "host": t.host.stats.as_dict(),
                                "ssd": t.ssd_stats.as_dict()}

@@ -80,9 +80,9 @@ class Slots:
             return
         self.owner = np.concatenate([self.owner, np.full(extra, -1, dtype=np.int64)])
         self.dirty = np.concatenate([self.dirty, np.zeros(extra, dtype=bool)])
-        free = np.empty(int(capacity), dtype=np.int64)
-        free[: self.n_free] = self.free[: self.n_free]
-        free[self.n_free : self.n_free + extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
+        free = np.empty(int(capacity), dtype=np.int64)  # the new slots under the free ones: those go first
+        free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
+        free[extra : extra + self.n_free] = self.free[: self.n_free]
         self.free, self.n_free, self.capacity = free, self.n_free + extra, int(capacity)
 
     @property
@@ -102,6 +102,10 @@ class CacheTier:
     """The top tier: ``rows`` rows of ``width`` floats in a torch tensor on ``device``, and
     ``pin[slot]``, the last step a slot is pinned for (pinned rows are never evicted).
 
+    A ``growable`` cache (the one RAM tier of a CPU store whose host tier is unbounded:
+    :class:`~fbrapids.trainers.sparse.hierarchy.TierStack`) doubles instead of evicting:
+    ``rows`` is then where it starts.
+
     On the CPU the tensor's memory is also seen as a numpy array (``table``), whose row
     gathers, scatters and the in-place C optimizers are cheaper than torch's.  On a CUDA
     device, rows coming up from host RAM or the SSD file are copied through pinned memory
@@ -109,9 +113,13 @@ class CacheTier:
     reads and writes of the cache wait for that copy's event.
     """
 
-    def __init__(self, rows: int, width: int, device: torch.device) -> None:
+    def __init__(self, rows: int, width: int, device: torch.device, growable: bool = False) -> None:
         self.width = int(width)
-        self.data = torch.zeros((int(rows), self.width), dtype=torch.float32, device=device)
+        self.growable = bool(growable)
+        # a growable cache's free slots are written before they are read (a row placed in them): its memory is
+        # only touched as rows come in
+        alloc = torch.empty if self.growable else torch.zeros
+        self.data = alloc((int(rows), self.width), dtype=torch.float32, device=device)
         self.table: np.ndarray | None = self.data.numpy() if self.data.device.type == "cpu" else None
         self.slots = Slots(rows)
         self.pin = np.full(int(rows), -1, dtype=np.int64)
@@ -175,12 +183,35 @@ class CacheTier:
                 self._copied = torch.cuda.Event()
                 self._copied.record(self._copies)
 
+    def grow(self, rows: int) -> None:
+        """Room for ``rows`` rows in all (the rows and their slots keep their places).
+
+        Example:
+            >>> c = CacheTier(2, width=1, device=torch.device("cpu"), growable=True)
+            >>> s = c.slots.pop(2); c.put(s, np.array([[1.0], [2.0]], np.float32)); c.grow(5)
+            >>> c.slots.capacity, c.slots.n_free, c.take(s).ravel().tolist(), c.slots.pop(1).tolist()
+            (5, 3, [1.0, 2.0], [2])
+        """
+        old = self.slots.capacity
+        if rows <= old:
+            return
+        self.wait_copies()
+        data = torch.empty((int(rows), self.width), dtype=torch.float32, device=self.data.device)
+        data[:old] = self.data  # the new slots are written before they are read (a row placed in them)
+        self.data = data
+        self.table = self.data.numpy() if self.data.device.type == "cpu" else None
+        self.pin = np.concatenate([self.pin, np.full(int(rows) - old, -1, dtype=np.int64)])
+        self.slots.grow(rows)
+
     def evictable(self, step: int) -> np.ndarray:
         """Occupied slots not pinned at ``step``."""
         return np.flatnonzero((self.slots.owner >= 0) & (self.pin < step))
 
     def room(self, step: int) -> int:
-        """Rows the cache can take at ``step``: free slots plus unpinned occupied ones."""
+        """Rows the cache can take at ``step``: free slots plus unpinned occupied ones (any
+        number, for a growable cache)."""
+        if self.growable:
+            return 1 << 62
         return self.slots.n_free + int(((self.slots.owner >= 0) & (self.pin < step)).sum())
 
 

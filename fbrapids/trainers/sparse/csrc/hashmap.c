@@ -440,18 +440,185 @@ int fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t n_slots
 /* Initial embeddings of new rows, the same bits as fbrapids.trainers.sparse.init.init_rows:
  * element (i, c) is splitmix64(splitmix64(ids[i] ^ seed_mix) + (c + 1) * golden), whose top 24
  * bits give u in [0, 1) exactly, mapped to (2u - 1) * scale (2u - 1 is exact in float, so the
- * one rounding is the product, as in numpy).  Row i goes to out + i * stride. */
-void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, uint64_t seed_mix, float scale, float *out,
-                   int64_t stride) {
+ * one rounding is the product, as in numpy).  Row i goes to out + i * stride: `slices` blocks of
+ * `dim` floats side by side, block k from seed_mixes[k] (a row holding several arms' vectors). */
+void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, const uint64_t *seed_mixes, int64_t slices,
+                   float scale, float *out, int64_t stride) {
     const uint64_t golden = 0x9E3779B97F4A7C15ULL;
     for (int64_t i = 0; i < n; i++) {
-        uint64_t base = fbx_mix64(ids[i] ^ seed_mix);
-        float *row = out + i * stride;
-        for (int64_t c = 0; c < dim; c++) {
-            uint64_t h = fbx_mix64(base + (uint64_t)(c + 1) * golden);
-            float unit = (float)(h >> 40) * (1.0f / 16777216.0f);
-            float centred = unit * 2.0f - 1.0f;
-            row[c] = centred * scale;
+        for (int64_t k = 0; k < slices; k++) {
+            uint64_t base = fbx_mix64(ids[i] ^ seed_mixes[k]);
+            float *row = out + i * stride + k * dim;
+            for (int64_t c = 0; c < dim; c++) {
+                uint64_t h = fbx_mix64(base + (uint64_t)(c + 1) * golden);
+                float unit = (float)(h >> 40) * (1.0f / 16777216.0f);
+                float centred = unit * 2.0f - 1.0f;
+                row[c] = centred * scale;
+            }
         }
+    }
+}
+
+/* A new row written into its cache slot s: its initial embedding (fbx_init_rows of its id),
+ * its optimizer state (state[0..width - dim * slices)), cache_loc[r * rs] = s, owner[s] = r,
+ * dirty[s] = 1, pin[s] = pin_step. */
+static inline void fbx_new_row(float *table, int64_t width, int64_t s, int64_t r, const uint64_t *id,
+                               int64_t *cache_loc, int64_t rs, int64_t *owner, uint8_t *dirty, int64_t *pin,
+                               int64_t pin_step, int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale,
+                               const float *state) {
+    float *row = table + s * width;
+    const int64_t emb = dim * slices;
+    fbx_init_rows(id, 1, dim, seed_mixes, slices, scale, row, width);
+    for (int64_t c = emb; c < width; c++) row[c] = state[c - emb];
+    cache_loc[r * rs] = s;
+    owner[s] = r;
+    dirty[s] = 1;
+    pin[s] = pin_step;
+}
+
+/* New rows g[0..m) (admitted, never materialised: not cached, not in host RAM, not on the
+ * SSD file) placed in the free cache slots slots[0..m) in one pass: each one's initial
+ * embedding (fbx_init_rows of its id g2id[g]: `slices` blocks of `dim`) and optimizer state
+ * (state[0..width - dim * slices))
+ * written into its table row, cache_loc[g * rs] = slot, owner[slot] = g, dirty[slot] = 1,
+ * pin[slot] = pin_step.  Returns 0, -1 (nothing done) for a row outside [0, n_rows) or one
+ * that is not new, or -2 (nothing done) for a slot outside [0, n_slots). */
+int64_t fbx_place_new(const int64_t *g, int64_t m, const int64_t *slots, const uint64_t *g2id, int64_t *cache_loc,
+                      const int64_t *host_loc, const uint8_t *on_ssd, int64_t rs, int64_t n_rows, int64_t *owner,
+                      uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table, int64_t width,
+                      int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale, const float *state) {
+    for (int64_t j = 0; j < m; j++) {
+        int64_t r = g[j];
+        if (r < 0 || r >= n_rows || cache_loc[r * rs] >= 0 || host_loc[r * rs] >= 0 || on_ssd[r]) return -1;
+        if (slots[j] < 0 || slots[j] >= n_slots) return -2;
+    }
+    for (int64_t j = 0; j < m; j++)
+        fbx_new_row(table, width, slots[j], g[j], g2id + g[j], cache_loc, rs, owner, dirty, pin, pin_step, dim,
+                    seed_mixes, slices, scale, state);
+    return 0;
+}
+
+/* fbx_lookup_pass over several tables in one call: table t's arguments are the words
+ * desc[t * FBX_LK_WORDS + k] (k: FBX_LK_*, pointers as integers), its result goes to ret[t]. */
+enum { FBX_LK_G, FBX_LK_COUNTS, FBX_LK_M, FBX_LK_CACHE_LOC, FBX_LK_HOST_LOC, FBX_LK_ON_SSD, FBX_LK_LAST,
+       FBX_LK_FREQ, FBX_LK_RS, FBX_LK_N_ROWS, FBX_LK_PIN, FBX_LK_N_SLOTS, FBX_LK_TABLE, FBX_LK_WIDTH,
+       FBX_LK_SLOTS, FBX_LK_ROWS, FBX_LK_OUT, FBX_LK_STEP, FBX_LK_PIN_STEP, FBX_LK_DIM, FBX_LK_BOOKED,
+       FBX_LK_WORDS };
+
+/* A table whose batch was booked ahead (fbx_book_rows): its slots are known, its rows only
+ * gathered: rows[j, 0..dim) = table[slots[j], 0..dim).  Returns 0, or -2 for a slot out of range. */
+static int64_t fbx_gather_booked(const int64_t *w) {
+    const int64_t m = w[FBX_LK_M], width = w[FBX_LK_WIDTH], dim = w[FBX_LK_DIM], n_slots = w[FBX_LK_N_SLOTS];
+    const int64_t *slots = (const int64_t *)w[FBX_LK_SLOTS];
+    const float *table = (const float *)w[FBX_LK_TABLE];
+    float *rows = (float *)w[FBX_LK_ROWS];
+    for (int64_t j = 0; j < m; j++)
+        if (slots[j] < 0 || slots[j] >= n_slots) return -2;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) __builtin_prefetch(table + slots[j + FBX_AHEAD] * width);
+        const float *src = table + slots[j] * width;
+        float *dst = rows + j * dim;
+        for (int64_t c = 0; c < dim; c++) dst[c] = src[c];
+    }
+    return 0;
+}
+
+void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthreads) {
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t *w = desc + t * FBX_LK_WORDS;
+        if (w[FBX_LK_BOOKED]) {
+            ret[t] = fbx_gather_booked(w);
+            continue;
+        }
+        ret[t] = fbx_lookup_pass((const int64_t *)w[FBX_LK_G], (const int64_t *)w[FBX_LK_COUNTS], w[FBX_LK_M],
+                                 (const int64_t *)w[FBX_LK_CACHE_LOC], (const int64_t *)w[FBX_LK_HOST_LOC],
+                                 (const uint8_t *)w[FBX_LK_ON_SSD], (int64_t *)w[FBX_LK_LAST],
+                                 (int64_t *)w[FBX_LK_FREQ], w[FBX_LK_RS], w[FBX_LK_STEP], w[FBX_LK_N_ROWS],
+                                 (int64_t *)w[FBX_LK_PIN], w[FBX_LK_N_SLOTS], w[FBX_LK_PIN_STEP],
+                                 (const float *)w[FBX_LK_TABLE], w[FBX_LK_WIDTH], w[FBX_LK_DIM],
+                                 (int64_t *)w[FBX_LK_SLOTS], (float *)w[FBX_LK_ROWS], (int64_t *)w[FBX_LK_OUT],
+                                 nthreads);
+    }
+}
+
+/* A batch's keys prepared for one RAM tier in one call (the prefetch thread's work): the
+ * distinct keys, inverse, counts and rows of fbx_unique_get; then every key not in the
+ * directory admitted, in first-occurrence order, as rows n_rows, n_rows + 1, ... (dir maps it,
+ * g2id[row] = key) and placed in the cache slot popped from the top of the free stack
+ * free[0..*n_free) (*n_free decreases): its initial row written (fbx_init_rows, then the
+ * optimizer state[0..width - dim)), cache_loc[row * rs] = slot, owner[slot] = row,
+ * dirty[slot] = 1, pin[slot] = pin_step.  The caller has made room: g2id and the records hold
+ * n_rows + n rows, *n_free >= n.  out[0] = distinct keys, out[1] = rows admitted, out[2] =
+ * their occurrences.  Returns 0, or -1 (memory: nothing admitted), -2 (no room: nothing
+ * admitted). */
+int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
+                             int64_t *counts, int64_t *g, int64_t n_rows, int64_t row_cap, uint64_t *g2id,
+                             int64_t *cache_loc, int64_t rs, int64_t *free_slots, int64_t *n_free, int64_t *owner,
+                             uint8_t *dirty, int64_t *pin, int64_t n_slots, int64_t pin_step, float *table,
+                             int64_t width, int64_t dim, const uint64_t *seed_mixes, int64_t slices, float scale,
+                             const float *state, int64_t *out) {
+    int64_t m = fbx_unique_get(dir, keys, n, uniq, inverse, counts, g);
+    if (m < 0) return -1;
+    int64_t fresh = 0, occ = 0;
+    for (int64_t j = 0; j < m; j++)
+        if (g[j] < 0) fresh++;
+    if (n_rows + fresh > row_cap || fresh > *n_free) return -2;
+    for (int64_t k = 1; k <= fresh; k++)
+        if (free_slots[*n_free - k] < 0 || free_slots[*n_free - k] >= n_slots) return -2;
+    if (fresh && fbx_reserve(dir, fresh) != 0) return -1;
+    for (int64_t j = 0; j < m; j++) {
+        if (g[j] >= 0) continue;
+        int64_t r = n_rows++, s = free_slots[--*n_free];
+        fbx_entry *b = dir->e + fbx_find(dir->e, dir->cap, uniq[j]);
+        b->key = uniq[j]; b->val = r; dir->size++;
+        g[j] = r;
+        g2id[r] = uniq[j];
+        fbx_new_row(table, width, s, r, uniq + j, cache_loc, rs, owner, dirty, pin, pin_step, dim, seed_mixes, slices,
+                    scale, state);
+        occ += counts[j];
+    }
+    out[0] = m; out[1] = fresh; out[2] = occ;
+    return 0;
+}
+
+/* A prepared batch's bookkeeping, done ahead on the prefetch thread (its rows all cached:
+ * one RAM tier): for its m distinct rows g[j] (counts[j] occurrences each), old_last[j] =
+ * last[g * rs] (to undo it if the batch is not looked up next), last[g * rs] = step,
+ * freq[g * rs] += counts[j], slots[j] = cache_loc[g * rs], pin[slot] = max(pin, pin_step)
+ * unless pin_step < 0, and out[0..6) as fbx_lookup_pass adds them (every row cached).
+ * Returns 0, or -1 (nothing done) for a row out of range or not cached. */
+int64_t fbx_book_rows(const int64_t *g, const int64_t *counts, int64_t m, const int64_t *cache_loc, int64_t *last,
+                      int64_t *freq, int64_t rs, int64_t n_rows, int64_t *pin, int64_t n_slots, int64_t step,
+                      int64_t pin_step, int64_t *slots, int64_t *old_last, int64_t *out) {
+    for (int64_t j = 0; j < m; j++) {
+        int64_t r = g[j];
+        if (r < 0 || r >= n_rows || cache_loc[r * rs] < 0 || cache_loc[r * rs] >= n_slots) return -1;
+    }
+    int64_t occ = 0;
+    for (int64_t j = 0; j < m; j++) {
+        if (j + FBX_AHEAD < m) {
+            int64_t p = g[j + FBX_AHEAD] * rs;
+            __builtin_prefetch(cache_loc + p); __builtin_prefetch(last + p, 1); __builtin_prefetch(freq + p, 1);
+        }
+        int64_t r = g[j] * rs, s = cache_loc[r];
+        old_last[j] = last[r];
+        last[r] = step;
+        freq[r] += counts[j];
+        slots[j] = s;
+        if (pin_step >= 0 && pin[s] < pin_step) pin[s] = pin_step;
+        occ += counts[j];
+    }
+    out[0] += occ; out[5] += m;
+    return 0;
+}
+
+/* Undo fbx_book_rows for a batch that was not looked up next: last[g * rs] = old_last[j],
+ * freq[g * rs] -= counts[j] (pins are left: they only keep rows, and one RAM tier evicts none). */
+void fbx_unbook_rows(const int64_t *g, const int64_t *counts, int64_t m, int64_t *last, int64_t *freq, int64_t rs,
+                     const int64_t *old_last) {
+    for (int64_t j = m - 1; j >= 0; j--) {
+        int64_t r = g[j] * rs;
+        last[r] = old_last[j];
+        freq[r] -= counts[j];
     }
 }

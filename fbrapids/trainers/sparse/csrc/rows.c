@@ -148,16 +148,23 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
 }
 
 FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, const int64_t *idx,
-                                 const int64_t *offsets, int64_t nbags, float *restrict out, int nthreads) {
+                                 const int64_t *offsets, int64_t nbags, float *restrict out, int mean,
+                                 int nthreads) {
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 2)
     for (int64_t b = 0; b < nbags; b++) {
         float *o = out + b * dim;
+        const int64_t n = offsets[b + 1] - offsets[b];
+        const float div = mean && n > 1 ? (float)n : 1.0f;
         if (dim % 4 == 0 && dim <= 4 * FBX_V4_MAX) { /* the bag's sum in registers, 4 columns at a time */
             fbx_v4 acc[FBX_V4_MAX];
             for (int64_t q = 0; q < dim / 4; q++) acc[q] = (fbx_v4){0.0f, 0.0f, 0.0f, 0.0f};
             for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
                 const float *r = rows + idx[k] * dim;
                 for (int64_t q = 0; q < dim / 4; q++) acc[q] += fbx_ld4(r + 4 * q);
+            }
+            if (div != 1.0f) {
+                const fbx_v4 vd = {div, div, div, div};
+                for (int64_t q = 0; q < dim / 4; q++) acc[q] = acc[q] / vd;
             }
             for (int64_t q = 0; q < dim / 4; q++) fbx_st4(o + 4 * q, acc[q]);
             continue;
@@ -167,28 +174,37 @@ FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, 
             const float *r = rows + idx[k] * dim;
             for (int64_t c = 0; c < dim; c++) o[c] += r[c];
         }
+        if (div != 1.0f)
+            for (int64_t c = 0; c < dim; c++) o[c] = o[c] / div;
     }
 }
 
 /* Sum-pooled bags: out[b] = rows[idx[k]] summed over k in offsets[b] .. offsets[b + 1]
- * (offsets has nbags + 1 entries), in index order, from zero.  Returns 0, or -1 (nothing
+ * (offsets has nbags + 1 entries), in index order, from zero; with mean, each bag of n > 1
+ * rows then divided by n (a float division, as torch divides).  Returns 0, or -1 (nothing
  * done) for an index outside [0, m) or offsets out of order. */
 int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, const int64_t *offsets,
-                int64_t nbags, float *out, int nthreads) {
+                int64_t nbags, float *out, int mean, int nthreads) {
     for (int64_t b = 0; b < nbags; b++)
         if (offsets[b] > offsets[b + 1]) return -1;
     for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
         if (idx[k] < 0 || idx[k] >= m) return -1;
-#define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, nbags, out, nthreads)
+#define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, nbags, out, mean, nthreads)
     FBX_BY_DIM(dim, FBX_BAG_SUM)
 #undef FBX_BAG_SUM
     return 0;
 }
 
 FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const int64_t dim, const int64_t *idx,
-                                          const int64_t *offsets, int64_t nbags, float *restrict grad_rows) {
+                                          const int64_t *offsets, int64_t nbags, int mean, float *restrict grad_rows) {
+    float scaled[4 * FBX_V4_MAX];
     for (int64_t b = 0; b < nbags; b++) {
         const float *g = grad_out + b * dim;
+        const int64_t n = offsets[b + 1] - offsets[b];
+        if (mean && n > 1 && dim <= 4 * FBX_V4_MAX) { /* the bag's gradient over its size, as torch's division */
+            for (int64_t c = 0; c < dim; c++) scaled[c] = g[c] / (float)n;
+            g = scaled;
+        }
         if (dim % 4 == 0 && dim <= 4 * FBX_V4_MAX) { /* the bag's gradient held in registers */
             fbx_v4 gv[FBX_V4_MAX];
             for (int64_t q = 0; q < dim / 4; q++) gv[q] = fbx_ld4(g + 4 * q);
@@ -198,22 +214,27 @@ FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const 
             }
             continue;
         }
+        const float div = mean && n > 1 ? (float)n : 1.0f;
         for (int64_t k = offsets[b]; k < offsets[b + 1]; k++) {
             float *r = grad_rows + idx[k] * dim;
-            for (int64_t c = 0; c < dim; c++) r[c] += g[c];
+            if (div != 1.0f && g != scaled)
+                for (int64_t c = 0; c < dim; c++) r[c] += g[c] / div;
+            else
+                for (int64_t c = 0; c < dim; c++) r[c] += g[c];
         }
     }
 }
 
-/* The backward of fbx_bag_sum: grad_rows[r] = sum of grad_out[b] over the occurrences k of
- * row r (idx[k] = r, k in bag b), in occurrence order, from zero (grad_rows has m rows).
- * Returns 0, or -1 (nothing done) for an index outside [0, m). */
+/* The backward of fbx_bag_sum: grad_rows[r] = sum of grad_out[b] (over its bag's size n when
+ * mean and n > 1) over the occurrences k of row r (idx[k] = r, k in bag b), in occurrence
+ * order, from zero (grad_rows has m rows).  Returns 0, or -1 (nothing done) for an index
+ * outside [0, m). */
 int fbx_bag_sum_backward(const float *grad_out, int64_t dim, const int64_t *idx, const int64_t *offsets,
-                         int64_t nbags, int64_t m, float *grad_rows) {
+                         int64_t nbags, int64_t m, float *grad_rows, int mean) {
     for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
         if (idx[k] < 0 || idx[k] >= m) return -1;
     memset(grad_rows, 0, sizeof(float) * (size_t)(m * dim));
-#define FBX_BAG_BACK(D) fbx_bag_sum_backward_body(grad_out, D, idx, offsets, nbags, grad_rows)
+#define FBX_BAG_BACK(D) fbx_bag_sum_backward_body(grad_out, D, idx, offsets, nbags, mean, grad_rows)
     FBX_BY_DIM(dim, FBX_BAG_BACK)
 #undef FBX_BAG_BACK
     return 0;
@@ -405,3 +426,56 @@ int64_t fbx_map_write_checked(char *base, const int64_t *g, int64_t n, int64_t w
     fbx_write_args c = {base, g, n, width, page_rows, written_end, rows, page_sums, m1, m2};
     return fbx_guarded(fbx_write_checked_rows, &c);
 }
+
+/* fbx_rowwise_adagrad over several tables in one call: table t's rows table, its slot count,
+ * its width, its slots, their number, its gradient rows, its dirty flags and its dim are the
+ * words desc[t * FBX_AG_WORDS + k] (k: FBX_AG_*), its lr and eps hyper[2 t], hyper[2 t + 1];
+ * its result goes to ret[t]. */
+enum { FBX_AG_TABLE, FBX_AG_N_SLOTS, FBX_AG_WIDTH, FBX_AG_SLOTS, FBX_AG_M, FBX_AG_GRAD, FBX_AG_DIRTY, FBX_AG_DIM,
+       FBX_AG_WORDS };
+
+void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t n, int *ret, int nthreads) {
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t *w = desc + t * FBX_AG_WORDS;
+        ret[t] = fbx_rowwise_adagrad((float *)w[FBX_AG_TABLE], w[FBX_AG_N_SLOTS], w[FBX_AG_WIDTH], w[FBX_AG_DIM],
+                                     (const int64_t *)w[FBX_AG_SLOTS], w[FBX_AG_M], (const float *)w[FBX_AG_GRAD],
+                                     hyper[2 * t], hyper[2 * t + 1], nthreads, (uint8_t *)w[FBX_AG_DIRTY]);
+    }
+}
+
+/* fbx_rowwise_adagrad on rows that hold `slices` vectors side by side (a trial's arms sharing
+ * a table): row = table + slots[j] * width holds slice k's embedding at columns
+ * [k * dim, (k + 1) * dim) and its accumulator at column slices * dim + k; grad row j holds
+ * slice k's gradient at [k * dim, (k + 1) * dim).  Each slice is updated as fbx_rowwise_adagrad
+ * updates a row of its own (its sum in column order, the same arithmetic: the same bits).
+ * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the
+ * slots must be distinct. */
+int fbx_rowwise_adagrad_sliced(float *table, int64_t n_slots, int64_t width, int64_t dim, int64_t slices,
+                               const int64_t *slots, int64_t m, const float *grad, float lr, float eps, int nthreads,
+                               uint8_t *dirty) {
+    for (int64_t j = 0; j < m; j++)
+        if (slots[j] < 0 || slots[j] >= n_slots) return -1;
+    const float fdim = (float)dim;
+    const int64_t emb = dim * slices;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
+    for (int64_t j = 0; j < m; j++) {
+        float *row = table + slots[j] * width;
+        if (j + 4 < m) __builtin_prefetch(table + slots[j + 4] * width, 1);
+        for (int64_t k = 0; k < slices; k++) {
+            const float *g = grad + j * emb + k * dim;
+            float s = 0.0f;
+            for (int64_t c = 0; c < dim; c++) s = s + g[c] * g[c];
+            float acc = row[emb + k] + s / fdim;
+            row[emb + k] = acc;
+            const float den = sqrtf(acc) + eps;
+            float *w = row + k * dim;
+            for (int64_t c = 0; c < dim; c++) {
+                float step = g[c] * lr;
+                w[c] = w[c] - step / den;
+            }
+        }
+        if (dirty) dirty[slots[j]] = 1;
+    }
+    return 0;
+}
+

@@ -1,0 +1,322 @@
+"""``fit`` against TorchRec on the demo's own batches: the same DLRM, the same start, the
+same optimizers, one torch thread, the systems alternated round by round in one run.
+
+The batches are the ones ``fbrapids demo --rows R --seed S`` trains on: the same plan,
+stream, shuffle and seed (:func:`fbrapids.app.pipeline.training_batches`), read once into
+memory before any system is timed, so every system trains on the same rows in the same
+order and extraction is out of the timing.  Systems:
+
+* ``fit``: :func:`fbrapids.trainers.fit` on the demo's DLRM with the demo's store (its tiers
+  as the pipeline chooses them, :func:`fbrapids.app.pipeline.store_config`: one RAM tier
+  where every table fits in memory), no calibration hold-back (every batch trained on, as
+  the peers train).
+* ``torchrec_fused``: the same DLRM (its MLPs and bias vector copied from ``fit``'s freshly
+  built model) over TorchRec's ``FusedEmbeddingBagCollection`` (fbgemm's TBE, the update
+  ``EXACT_ROWWISE_ADAGRAD`` fused into backward, mean pooling), one table per feature; its
+  rows start at the store's initial rows of the same ids (``init_rows(id, seed)``).  TorchRec
+  tables are indexed by row, not by raw id: the ids are remapped to rows before timing
+  (``torchrec_remap_s``, shown beside its rate, and a rate with it added back).
+* ``embeddingbag``: the same DLRM over one ``nn.EmbeddingBag(sparse=True)`` per feature with
+  row-wise Adagrad written with torch's sparse ops (the plain-PyTorch peer).
+
+Every system's dense optimizer is :func:`fbrapids.trainers.fit.default_optimizer` (Adam,
+lr 1e-3); the sparse one is row-wise Adagrad (lr 0.05, eps 1e-8).  Samples/s is rows trained
+per second of the training pass (forward, backward, both updates, the per-batch input
+building each system needs); the AUC is on the held-out day's batches.  The best round of
+each system counts; every round's figures are in the JSON.
+
+Honest figures: the load average is printed at the start and end, a machine-speed reference
+(a fixed loop, :func:`benchmarks.machine.speed_reference`) is measured at the start and end,
+the peers' absolute rates are recorded beside the ratios, and the run is judged by
+:func:`benchmarks.machine.noise_verdict`: one marked ``noisy`` is not written into the README
+(``scripts/docs_figures.py`` refuses it).
+
+Usage (TorchRec loads from ``.venv-bench``, made by ``scripts/bench_venv.sh``):
+
+    .venv-bench/bin/python benchmarks/training_loop.py --rows 200000 --rounds 3
+    .venv-bench/bin/python benchmarks/training_loop.py --rows 1000000 --rounds 2 --out benchmarks/results/training_loop_1m.json
+
+The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as benchmarks/embedding.py: no spinning OpenMP threads
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import NoiseCheck, machine_description, write_result  # noqa: E402
+from fbrapids.runs.data_cache import default_data_dir  # noqa: E402
+from fbrapids.runs.disk_budget import table_bounds  # noqa: E402
+from fbrapids.trainers.batch import Batch  # noqa: E402
+
+LR, EPS = 0.05, 1e-8
+DIM = 16
+
+
+def demo_batches(rows: int, seed: int, batch_size: int) -> tuple[list[Batch], list[Batch], Any]:
+    """The demo's training and held-out batches at ``rows`` rows and ``seed``, in memory, and
+    its training inputs (:func:`fbrapids.app.pipeline.training_inputs`)."""
+    from fbrapids.app.pipeline import training_batches
+
+    return training_batches(rows, seed, batch_size)
+
+
+def demo_model(inputs: Any, seed: int, ssd: str, bounds: dict[str, Any] | None = None) -> Any:
+    """The demo's DLRM on the demo's store, as ``run_pipeline`` builds it (its tiers chosen
+    from the tables' ``bounds``: :func:`fbrapids.app.pipeline.store_config`)."""
+    from fbrapids.app.pipeline import build_model, store_config
+    from fbrapids.workloads import RunConfig
+
+    torch.manual_seed(seed)
+    store, _ = store_config(RunConfig(seed=seed), ssd, bounds or {})
+    return build_model("dlrm", len(inputs.dense), inputs.sparse, store, DIM)
+
+
+class RemappedDLRM(torch.nn.Module):
+    """``net``'s dense layers (copied) over row-indexed tables: ``bags(batch)`` pools every
+    feature ``[B, n_features, dim]`` from the remapped ids."""
+
+    def __init__(self, net: Any, bags: torch.nn.Module, pool: Callable[[Any], torch.Tensor]) -> None:
+        super().__init__()
+        self.bot_l, self.top_l = copy.deepcopy(net.bot_l), copy.deepcopy(net.top_l)
+        self.bias_vector = copy.deepcopy(net.bias_vector)
+        self.interaction = copy.deepcopy(net.interaction)
+        self.bags, self.pool = bags, pool
+
+    def forward(self, dense: torch.Tensor, sparse: Any) -> torch.Tensor:
+        x = self.bot_l(dense)
+        pooled = self.pool(sparse)
+        if self.bias_vector is not None:
+            pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
+        return self.top_l[:-1](self.interaction(x, pooled)).squeeze(1)
+
+
+class Remap:
+    """Raw ids -> table rows per feature (``np.unique`` over every batch), and each table's
+    initial rows: the store's ``init_rows`` of the row's id, so both systems start equal."""
+
+    def __init__(self, features: list[str], batches: list[Batch], seed: int) -> None:
+        from fbrapids.trainers.sparse.init import init_rows
+
+        t = time.perf_counter()
+        self.ids = {f: np.unique(np.concatenate([b.sparse[f][0].numpy() for b in batches])) for f in features}
+        self.init = {f: init_rows(ids.view(np.uint64), DIM, seed, DIM ** -0.5) for f, ids in self.ids.items()}
+        self.features = features
+        self.seconds = time.perf_counter() - t  # (the initial rows' share is small: one pass over the ids)
+
+    def rows(self, batch: Batch) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The batch's bags with ids replaced by rows: feature -> (rows, lengths)."""
+        out = {}
+        for f in self.features:
+            v, o = batch.sparse[f]
+            r = np.searchsorted(self.ids[f], v.numpy())
+            lengths = torch.diff(o, append=o.new_tensor([len(v)]))
+            out[f] = (torch.from_numpy(r), lengths)
+        return out
+
+
+def torchrec_system(net: Any, remap: Remap) -> tuple[torch.nn.Module, Callable[[Any], Any]]:
+    """The DLRM over TorchRec's FusedEBC (raises ImportError where TorchRec does not load)."""
+    from torchrec import EmbeddingBagConfig, KeyedJaggedTensor, PoolingType
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+    from torchrec.optim import RowWiseAdagrad
+
+    feats = remap.features
+    ebc = FusedEmbeddingBagCollection(
+        tables=[EmbeddingBagConfig(name=f, embedding_dim=DIM, num_embeddings=len(remap.ids[f]), feature_names=[f],
+                                   pooling=PoolingType.MEAN) for f in feats],
+        optimizer_type=RowWiseAdagrad, optimizer_kwargs={"lr": LR, "eps": EPS}, device=torch.device("cpu"))
+    state = ebc.state_dict()
+    with torch.no_grad():
+        for f in feats:
+            key = next(k for k in state if k.endswith(f".{f}.weight"))
+            state[key].copy_(torch.from_numpy(remap.init[f]))
+
+    def pool(kjt: Any) -> torch.Tensor:
+        kt = ebc(kjt)
+        return kt.values().view(-1, len(feats), DIM)
+
+    def inputs(rows: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> Any:
+        return KeyedJaggedTensor.from_lengths_sync(keys=feats, values=torch.cat([rows[f][0] for f in feats]),
+                                                   lengths=torch.cat([rows[f][1] for f in feats]))
+
+    return RemappedDLRM(net, ebc, pool), inputs
+
+
+class _Bags(torch.nn.Module):
+    def __init__(self, remap: Remap) -> None:
+        super().__init__()
+        self.tables = torch.nn.ModuleDict()
+        for f in remap.features:
+            emb = torch.nn.EmbeddingBag(len(remap.ids[f]), DIM, mode="mean", sparse=True)
+            with torch.no_grad():
+                emb.weight.copy_(torch.from_numpy(remap.init[f]))
+            self.tables[f] = emb
+        self.acc = {f: torch.zeros(len(remap.ids[f])) for f in remap.features}
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Row-wise Adagrad on each table's touched rows (torch's sparse ops)."""
+        for f, emb in self.tables.items():
+            g = emb.weight.grad.coalesce()
+            idx, val = g.indices()[0], g.values()
+            a = self.acc[f].index_select(0, idx) + (val * val).mean(dim=1)
+            self.acc[f].index_copy_(0, idx, a)
+            emb.weight.index_add_(0, idx, val * (-LR) / (a.sqrt() + EPS).unsqueeze(1))
+            emb.weight.grad = None
+
+
+def embeddingbag_system(net: Any, remap: Remap) -> tuple[torch.nn.Module, Callable[[Any], Any]]:
+    """The DLRM over one ``nn.EmbeddingBag(sparse=True)`` per feature, row-wise Adagrad by hand."""
+    bags = _Bags(remap)
+
+    def pool(rows: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        return torch.stack([bags.tables[f](rows[f][0], torch.cumsum(rows[f][1], 0) - rows[f][1])
+                            for f in remap.features], dim=1)
+
+    return RemappedDLRM(net, bags, pool), lambda rows: rows
+
+
+def train_peer(model: torch.nn.Module, inputs: Callable[[Any], Any], batches: list[tuple[Batch, Any]]) -> float:
+    """One pass of the peer over the (batch, remapped rows) pairs; returns its seconds."""
+    from fbrapids.trainers.fit import default_optimizer
+
+    dense_params = [p for n, p in model.named_parameters() if not n.startswith("bags.")]
+    opt = default_optimizer(dense_params)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    sparse_step = getattr(model.bags, "step", None)
+    model.train()
+    t = time.perf_counter()
+    for b, rows in batches:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(b.dense, inputs(rows)), b.label)
+        loss.backward()  # FusedEBC: the sparse update runs here
+        opt.step()
+        if sparse_step is not None:
+            sparse_step()
+    return time.perf_counter() - t
+
+
+@torch.no_grad()
+def peer_auc(model: torch.nn.Module, inputs: Callable[[Any], Any], batches: list[tuple[Batch, Any]]) -> dict[str, float]:
+    from fbrapids.trainers.metrics import all_metrics
+
+    model.eval()
+    preds = [torch.sigmoid(model(b.dense, inputs(rows))).double().numpy() for b, rows in batches]
+    model.train()
+    label = np.concatenate([b.label.numpy() for b, _ in batches])
+    group = np.concatenate([b.group.numpy() for b, _ in batches]) if batches[0][0].group is not None else None
+    return all_metrics(label, np.concatenate(preds), group)
+
+
+def run_fit(inputs: Any, train: list[Batch], test: list[Batch], seed: int, bounds: dict[str, Any]) -> dict[str, Any]:
+    from fbrapids.trainers.fit import evaluate, fit
+
+    with tempfile.TemporaryDirectory(prefix="fbrapids-bench-fit-") as ssd:
+        net = demo_model(inputs, seed, ssd, bounds)
+        t = time.perf_counter()
+        fit(net, train, progress=False, calibrate=False)
+        seconds = time.perf_counter() - t
+        metrics = evaluate(net, test, progress=False)
+        del net
+    return {"seconds": seconds, "auc": metrics["auc"], "calibration": metrics["calibration"]}
+
+
+def run_peer(name: str, inputs: Any, remap: Remap, train: list[tuple[Batch, Any]], test: list[tuple[Batch, Any]],
+             seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="fbrapids-bench-peer-") as ssd:
+        net = demo_model(inputs, seed, ssd)  # its dense layers' start, copied
+        build = torchrec_system if name == "torchrec_fused" else embeddingbag_system
+        model, kjt = build(net, remap)
+        del net
+    seconds = train_peer(model, kjt, train)
+    metrics = peer_auc(model, kjt, test)
+    return {"seconds": seconds, "auc": metrics["auc"], "calibration": metrics["calibration"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000, help="the demo's --rows")
+    ap.add_argument("--seed", type=int, default=0, help="the demo's --seed")
+    ap.add_argument("--batch-size", type=int, default=2048)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, systems alternating; the best round counts")
+    ap.add_argument("--systems", default="fit,torchrec_fused,embeddingbag")
+    ap.add_argument("--out", default=None, help="write the JSON here too (default: benchmarks/results/"
+                                                "training_loop.json at 200,000 rows, training_loop_1m.json at 1M)")
+    ap.add_argument("--set-reference", action="store_true",
+                    help="record this run's peer rates as this machine's reference rates when the run is quiet")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    torch.set_num_threads(1)
+    noise = NoiseCheck(f"training_loop rows={args.rows} batch={args.batch_size}")
+    print(f"load average {noise.load_start:.2f} at the start; machine speed {noise.speed_start:.1f} loops/s")
+    train, test, inputs = demo_batches(args.rows, args.seed, args.batch_size)
+    bounds = table_bounds(default_data_dir(args.rows, args.seed), inputs.sparse, inputs.extra_features)
+    n_rows = sum(len(b) for b in train)
+    print(f"{len(train)} training batches ({n_rows:,} rows), {len(test)} held-out batches")
+    systems = [s for s in args.systems.split(",") if s]
+    remap = Remap(inputs.sparse, train + test, args.seed)
+    train_r = [(b, remap.rows(b)) for b in train]
+    test_r = [(b, remap.rows(b)) for b in test]
+    why: dict[str, str] = {}
+    rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for r in range(args.rounds):
+        order = systems if r % 2 == 0 else systems[::-1]
+        for name in order:
+            if name in why:
+                continue
+            try:
+                got = (run_fit(inputs, train, test, args.seed, bounds) if name == "fit"
+                       else run_peer(name, inputs, remap, train_r, test_r, args.seed))
+            except ImportError as exc:
+                why[name] = f"{type(exc).__name__}: {exc}"
+                print(f"not measured: {name}: {why[name]}")
+                continue
+            got["samples_per_s"] = n_rows / got["seconds"]
+            rounds[name].append(got)
+            print(f"round {r}: {name:15s} {got['samples_per_s']:10,.0f} samples/s  AUC {got['auc']:.4f}  "
+                  f"calibration {got['calibration']:.3f}  (load {os.getloadavg()[0]:.2f})")
+    best = {s: max(v, key=lambda g: g["samples_per_s"]) for s, v in rounds.items() if v}
+    res: dict[str, Any] = {"rows": args.rows, "seed": args.seed, "trained_rows": n_rows, "batches": len(train),
+                           "torch_threads": 1, "rounds": rounds, "not_measured": why,
+                           "torchrec_remap_s": remap.seconds}
+    for s, g in best.items():
+        res[f"{s}_samples_per_s"], res[f"{s}_auc"] = g["samples_per_s"], g["auc"]
+    if "fit" in best:
+        for peer in ("torchrec_fused", "embeddingbag"):
+            if peer in best:
+                res[f"fit_over_{peer}"] = best["fit"]["samples_per_s"] / best[peer]["samples_per_s"]
+                res[f"auc_fit_minus_{peer}"] = best["fit"]["auc"] - best[peer]["auc"]
+        if "torchrec_fused" in best:  # the peer with its id -> row remap added back
+            with_remap = n_rows / (best["torchrec_fused"]["seconds"] + remap.seconds)
+            res["fit_over_torchrec_fused_with_remap"] = best["fit"]["samples_per_s"] / with_remap
+    peers = {f"{s}@1": g["samples_per_s"] for s, g in best.items() if s != "fit"}
+    res.update(noise.finish(peers, set_reference=args.set_reference))
+    res["machine"] = machine_description()
+    for peer in ("torchrec_fused", "embeddingbag"):
+        if f"fit_over_{peer}" in res:
+            print(f"fit / {peer}: {res[f'fit_over_{peer}']:.2f}x samples/s, AUC difference "
+                  f"{res[f'auc_fit_minus_{peer}']:+.4f}")
+    print(f"verdict: {res['verdict']}" + (f" ({'; '.join(res['noisy_because'])})" if res["noisy_because"] else ""))
+    out = args.out or ("benchmarks/results/training_loop.json" if args.rows == 200_000
+                       else f"benchmarks/results/training_loop_{args.rows // 1000}k.json".replace("1000k", "1m"))
+    write_result(out, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""What a trial costs beside one plain training on the same data, measured side by side in one run.
+
+Three measurements, each trial set beside plain trainings run just before and just after it
+on the same data (their mean is "one training"), with the load average at the start and end
+of each step:
+
+* **K = 3 with the A/A arm** (9 models: baseline, candidate, A/A x 3 seeds) on the default
+  generated data, the candidate ``slot x os`` (the README's): ``trial(...)`` wall time over
+  one plain training's (:func:`fbrapids.app.pipeline.run_pipeline`: extraction, training,
+  held-out predictions, no checkpoints, no clean counts), and over one ``fbrapids demo``
+  (the command as a user runs it, in a process of its own) on the same data;
+* **10 candidates, K = 3** (``trial(each=True, aa=False)``: 11 arms x 3 seeds) on data with
+  planted columns (``generate(plant=...)``: three with an effect, seven of pure noise);
+* **the same 10 candidates tried one at a time** (``--separate``): each candidate's verdict
+  and delta against those of the 10-candidate trial (equal verdicts; each delta inside the
+  other trial's interval).
+
+A speed figure: the load and a fixed loop at both ends and one plain training's rate are
+recorded, and a run the noise rule marks noisy (:class:`benchmarks.machine.NoiseCheck`) is
+kept but not published.  Ends with one JSON line, also written to
+``benchmarks/results/trial_cost.json``.
+
+    nice -n 10 python benchmarks/trial_cost.py [--rows 200000] [--separate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "trial_cost.json"
+#: the planted columns of the 10-candidate data: beta (0: pure noise)
+PLANT = {"p0": 0.6, "p1": 0.45, "p2": 0.35, **{f"p{i}": 0.0 for i in range(3, 10)}}
+
+log = logging.getLogger("trial_cost")
+
+
+def timed(what: str, fn: Callable[[], Any], steps: list[dict]) -> Any:
+    """Run ``fn``, record its wall time and the load around it in ``steps``; its result."""
+    load0 = os.getloadavg()[0]
+    t = time.perf_counter()
+    out = fn()
+    steps.append({"step": what, "seconds": round(time.perf_counter() - t, 2), "load": [load0, os.getloadavg()[0]]})
+    log.info("%s: %.1f s (load %.1f -> %.1f)", what, steps[-1]["seconds"], *steps[-1]["load"])
+    return out
+
+
+def plain(data: Path) -> Any:
+    from fbrapids.app.pipeline import run_pipeline
+
+    return run_pipeline(data, checkpoint=False, count_clean=False, progress=False)
+
+
+def demo(data: Path, rows: int) -> None:
+    subprocess.run([sys.executable, "-m", "fbrapids", "demo", "--rows", str(rows), "--data-dir", str(data)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _mean_around(steps: list[dict], i: int, name: str) -> float:
+    """The mean of the ``name`` steps just before and after step ``i``."""
+    near = [s["seconds"] for s in (steps[i - 1], steps[i + 1]) if s["step"] == name]
+    return sum(near) / len(near)
+
+
+def compare(family: Any, separate: dict[str, Any]) -> dict[str, Any]:
+    """Each candidate's verdicts and deltas in the family against its own trial's: its
+    family verdict (corrected for the 10) and its own test's (uncorrected, as a trial of it
+    alone gives it) against the lone trial's verdict; each delta inside the other's interval.
+
+    Example:
+        >>> from fbrapids.app.trials import TrialResult
+        >>> one = TrialResult(["a"], {}, {}, delta={"auc": 0.01, "gauc": 0.0}, verdict={"auc": "helps", "gauc": "x"},
+        ...                   interval={"auc": (0.005, 0.015), "gauc": (-0.01, 0.01)}, p_value={"auc": 0.001, "gauc": 1.0})
+        >>> class F: results = {"a": one}
+        >>> c = compare(F(), {"a": one}); c["verdicts_equal"], c["own_verdicts_equal"]
+        (2, 1)
+    """
+    from fbrapids.app.trial_family import verdict_of
+
+    rows, equal, own, inside = {}, 0, 0, 0
+    for name, mine in family.results.items():
+        alone = separate[name]
+        row = {}
+        for m in ("auc", "gauc"):
+            lo, hi = alone.interval[m]
+            flo, fhi = mine.interval[m]
+            uncorrected = verdict_of(mine.delta[m], mine.p_value[m], 1 - mine.level)
+            row[m] = {"family": [mine.delta[m], mine.verdict[m], uncorrected], "alone": [alone.delta[m], alone.verdict[m]],
+                      "family_in_alone_interval": lo <= mine.delta[m] <= hi,
+                      "alone_in_family_interval": flo <= alone.delta[m] <= fhi}
+            equal += mine.verdict[m] == alone.verdict[m]
+            own += uncorrected == alone.verdict[m]
+            inside += row[m]["family_in_alone_interval"] and row[m]["alone_in_family_interval"]
+        rows[name] = row
+    return {"verdicts_equal": equal, "own_verdicts_equal": own, "deltas_inside_each_others_interval": inside,
+            "of": 2 * len(family.results), "candidates": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--separate", action="store_true", help="also try the 10 candidates one at a time")
+    ap.add_argument("--no-demo", action="store_true", help="leave out the `fbrapids demo` command's timing")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    log.setLevel(logging.INFO)
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.machine import NoiseCheck, machine_description, write_result
+    from fbrapids import ops, trial
+    from fbrapids.datasets.synthetic.generate import generate
+
+    machine = machine_description()
+    noise = NoiseCheck(f"trial_cost rows={args.rows}")
+    steps: list[dict] = []
+    res: dict[str, Any] = {"rows": args.rows, "seed": args.seed, "plant": PLANT}
+    with tempfile.TemporaryDirectory(prefix="fbrapids-cost-") as tmp:
+        default, planted = Path(tmp) / "default", Path(tmp) / "planted"
+        generate(args.rows, default, seed=args.seed)
+        generate(args.rows, planted, seed=args.seed, plant=PLANT)
+        plain(default)  # the kernels compiled and the caches warm before anything is timed
+        cand = {"slot_x_os": ops.cross("slot", "os")}
+        timed("plain", lambda: plain(default), steps)
+        k3 = timed("trial K=3 with A/A", lambda: trial(default, cand, seeds=3, progress=False), steps)
+        timed("plain", lambda: plain(default), steps)
+        if not args.no_demo:
+            timed("fbrapids demo", lambda: demo(default, args.rows), steps)
+            timed("plain", lambda: plain(default), steps)
+        cands = {f"{n}_f": ops.col(n) for n in PLANT}
+        timed("plain (planted)", lambda: plain(planted), steps)
+        fam = timed("trial, 10 candidates each, K=3", lambda: trial(planted, cands, each=True, aa=False, seeds=3,
+                                                                     progress=False), steps)
+        timed("plain (planted)", lambda: plain(planted), steps)
+        res["k3_aa"] = {"seconds": steps[1]["seconds"], "plain_s": _mean_around(steps, 1, "plain"),
+                        "cost": k3.cost, "verdict": k3.verdict, "trial_seconds": k3.seconds}
+        res["k3_aa"]["ratio"] = res["k3_aa"]["seconds"] / res["k3_aa"]["plain_s"]
+        if not args.no_demo:
+            res["k3_aa"]["demo_s"] = steps[3]["seconds"]
+            res["k3_aa"]["ratio_to_demo"] = res["k3_aa"]["seconds"] / steps[3]["seconds"]
+        i = next(k for k, s in enumerate(steps) if s["step"].startswith("trial, 10"))
+        res["family"] = {"seconds": steps[i]["seconds"], "plain_s": _mean_around(steps, i, "plain (planted)"),
+                         "cost": fam.cost, "ranking": fam.ranking("auc"), "trial_seconds": fam.seconds,
+                         "verdicts": {n: r.verdict for n, r in fam.results.items()}}
+        res["family"]["ratio"] = res["family"]["seconds"] / res["family"]["plain_s"]
+        if args.separate:
+            alone = {n: timed(f"trial {n} alone, K=3", lambda n=n, e=e: trial(planted, {n: e}, aa=False, seeds=3,
+                                                                             progress=False), steps)
+                     for n, e in cands.items()}
+            res["separate"] = {**compare(fam, alone),
+                               "seconds": sum(s["seconds"] for s in steps if s["step"].endswith("alone, K=3"))}
+    plains = [s["seconds"] for s in steps if s["step"] == "plain"]
+    res.update(noise.finish({"plain training rows/s": args.rows / (sum(plains) / len(plains))}))
+    res.update({"steps": steps, "machine": machine,
+                "command": " ".join(["python benchmarks/trial_cost.py", *(sys.argv[1:] if argv is None else argv)]),
+                "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")})
+    write_result(args.out, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

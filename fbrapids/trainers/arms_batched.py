@@ -1,0 +1,431 @@
+"""A trial's arms side by side at about the cost of one: shared tables, batched dense parts.
+
+A trial trains M models of one architecture on the same batches (arms x seeds,
+:mod:`fbrapids.trainers.arms`).  Trained one after another, each looks up the same ids in
+tables of the same shape, each in its own store, and runs its own small matmuls.  Here:
+
+* **Shared tables.**  For every table, the arms that read the same ids (their views say so:
+  :func:`sources`) share **one store whose row holds each arm's vector**
+  (:class:`~fbrapids.trainers.sparse.StoreConfig` ``slices``): one id lookup, one tier
+  movement and one eviction decision for all of them.  Each slice is initialised as that
+  arm's own table would be (its seed), each arm pools its slice, and row-wise Adagrad keeps
+  its accumulator per slice, so each arm's rows move as in a table of its own.  Arms that
+  read other ids in a table (a candidate's slot: its values, the placebo, a shuffled copy)
+  get a store of their own for it.
+* **Batched dense parts.**  The arms' dense weights are stacked (``[M, out, in]``, each arm's
+  own parameters: gradients flow back to them) and every layer runs once for all arms
+  (``baddbmm``); parameter-free parts (DLRM's dot interactions) run on the arms' rows
+  folded into one batch.  :data:`HEADS` holds the batched forward of each model class that
+  has one (DLRM, Wide&Deep, DeepFM); a model without one (DIN, the logistic regression)
+  trains arm after arm
+  (:class:`~fbrapids.trainers.strategy.Arms`), as before.
+* **Independent models.**  Each arm's loss is its own mean over the batch and the losses
+  are summed, so each arm's gradient is its own; the dense optimizer (Adam) is elementwise;
+  the sparse one is per slice.  An arm's parameters after a step equal those of its model
+  trained alone, to float rounding (``tests/trainers/test_arms_batched.py``).
+
+Example (three seeds of one DLRM, their table one store of three slices):
+    >>> from fbrapids.trainers.fit import fit
+    >>> from fbrapids.trainers.models import DLRM
+    >>> from fbrapids.trainers.sparse import StoreConfig
+    >>> g = torch.Generator().manual_seed(0)
+    >>> batches = [Batch(torch.rand(16, 1, generator=g), torch.randint(0, 2, (16,), generator=g).float(),
+    ...                  {"ad": (torch.randint(0, 9, (16,), generator=g), torch.arange(16))}) for _ in range(4)]
+    >>> models = []
+    >>> for s in (0, 1, 2):
+    ...     _ = torch.manual_seed(s)
+    ...     models.append(DLRM(1, ["ad"], embedding_dim=4, bottom_mlp=[8], top_mlp=[8],
+    ...                        store=StoreConfig(cache_rows=64, seed=s)))
+    >>> arms = BatchedArms(models)
+    >>> fit(arms, batches, progress=False).steps, [g.store.config.slices for g in arms.tables.groups]
+    (4, [3])
+    >>> arms.predict(next(iter(batches))).shape
+    torch.Size([3, 16])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from fbrapids.errors import ArgumentError, NonFiniteError
+from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.calibration import HeldBack
+from fbrapids.trainers.fit_config import FitConfig, FitResult
+from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items
+
+log = logging.getLogger(__name__)
+
+View = Callable[[Batch], Batch]
+
+#: the rows a chunk of arms' dense parts computes at once (:meth:`BatchedArms.chunks`): about
+#: three arms of a 2,048-row batch, measured fastest on a CPU (one arm at a time, or every
+#: arm at once, cost ~1.4x more)
+CHUNK_ROWS = 6144
+
+
+def sources(view: View | None, features: Sequence[str], arm: int) -> dict[str, str]:
+    """What an arm reads in each sparse input, as a key: arms with equal keys for a table read
+    the same ids there and share its store.  A view says it with ``view.sources(features)``
+    (:class:`fbrapids.app.trial_training.ArmView`: the stream's feature, ``"placebo"``, or a
+    key of its own for a shuffled copy); no view reads the stream as it is; a view that does
+    not say reads inputs of its own.
+
+    Example:
+        >>> sources(None, ["a", "b"], 0), sources(lambda b: b, ["a"], 3)
+        ({'a': 'a', 'b': 'b'}, {'a': 'a@arm3'})
+    """
+    if view is None:
+        return {f: f for f in features}
+    said = getattr(view, "sources", None)
+    return dict(said(features)) if callable(said) else {f: f"{f}@arm{arm}" for f in features}
+
+
+@dataclass
+class _Group:
+    """One shared store: table ``table`` of the collection ``collection``, read (features
+    ``features``) by the arms ``members``, one slice each, in that order."""
+
+    collection: str
+    table: str
+    features: list[str]
+    members: list[int]
+    store: Any
+    lookup: Any = None
+
+
+class SharedTables:
+    """The arms' tables as shared stores (module docstring): built from the M models (each
+    the model its arm would train alone; their own tables are replaced by empty ones of one
+    row, the shared stores holding their rows) and their views; per batch :meth:`pooled`
+    gives every arm's pooled bags of every collection, ``[M, B, F, dim]``."""
+
+    def __init__(self, models: Sequence[Any], views: Sequence[View | None]) -> None:
+        from fbrapids.trainers.sparse import TieredEmbeddingStore
+
+        self.m = len(models)
+        self.collections = [name for name, _ in models[0].collections()]
+        self.groups: list[_Group] = []
+        for cname in self.collections:
+            cols = [dict(m.collections())[cname] for m in models]
+            feats = cols[0].features
+            keys = [sources(v, feats, k) for k, v in enumerate(views)]
+            by_table: dict[str, list[str]] = {}
+            for f in feats:
+                by_table.setdefault(cols[0].table_of[f], []).append(f)
+            for table, fs in by_table.items():
+                groups: dict[tuple[str, ...], list[int]] = {}
+                for k in range(self.m):
+                    groups.setdefault(tuple(keys[k][f] for f in fs), []).append(k)
+                for members in groups.values():
+                    cfg = _shared_config([cols[k].stores[table].config for k in members], table)
+                    store = TieredEmbeddingStore(cfg, name=f"{cname}.{table}.{members[0]}", device="cpu")
+                    self.groups.append(_Group(cname, table, fs, members, store))
+                for col in cols:  # each arm's rows live in the shared store: its own is left empty and small
+                    own = col.stores[table]
+                    col.stores[table] = TieredEmbeddingStore(own.config.with_(cache_rows=1, host_rows=None, ssd_dir=None),
+                                                             name=own.name, device=own.device)
+        self.device = torch.device("cpu")  # the stores' caches (:meth:`to`)
+        self.mode = {cname: dict(models[0].collections())[cname].mode for cname in self.collections}
+        self.features = {cname: dict(models[0].collections())[cname].features for cname in self.collections}
+
+    def pooled(self, inputs: Sequence[Batch], train: bool) -> dict[str, torch.Tensor]:
+        """Every arm's pooled bags per collection ``[M, B, F, dim]`` (features in the
+        collection's order) from the arms' views of one batch, one lookup per shared store."""
+        out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
+        for g in self.groups:
+            sparse = inputs[g.members[0]].sparse
+            vals = [sparse[f][0] for f in g.features]
+            g.lookup = g.store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=train)
+            rows, inverse, start = g.lookup.rows, g.lookup.inverse, 0
+            for f, v in zip(g.features, vals):
+                bags = torch.nn.functional.embedding_bag(inverse[start:start + len(v)], rows,
+                                                         sparse[f][1].to(rows.device), mode=self.mode[g.collection])
+                start += len(v)
+                per = bags.view(len(bags), len(g.members), -1).transpose(0, 1)  # [members, B, dim]
+                out[g.collection].setdefault(f, []).append((g.members, per))
+            if not train:
+                g.store.end_step()
+        return {c: torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=2)
+                for c, parts in out.items()}
+
+    def apply_gradients(self) -> None:
+        """Each shared store's sparse step on its rows' gradient (every arm's slice), then its step ends."""
+        for g in self.groups:
+            if g.lookup is not None:
+                g.store.apply_gradients(g.lookup)
+                g.store.end_step()
+                g.lookup = None
+
+    def to(self, device: torch.device) -> None:
+        """Every shared store's cache on ``device`` (the arms' models')."""
+        for g in self.groups:
+            g.store.to(device)
+        self.device = device
+
+    def end_step(self) -> None:
+        """End every shared store's step without an update (a skipped batch)."""
+        for g in self.groups:
+            if g.lookup is not None:
+                g.store.end_step()
+                g.lookup = None
+
+    def prepare(self, inputs: Sequence[Batch]) -> None:
+        """Find the next batch's rows in the stores' background thread while this one trains."""
+        for g in self.groups:
+            sparse = inputs[g.members[0]].sparse
+            vals = [sparse[f][0] for f in g.features]
+            g.store.prepare(torch.cat(vals) if len(vals) > 1 else vals[0])
+
+
+def _in_arm_order(parts: list[tuple[list[int], torch.Tensor]], m: int) -> torch.Tensor:
+    """``[M, B, dim]`` from the groups' ``[members, B, dim]`` (one group of every arm in
+    order: itself, no copy)."""
+    if len(parts) == 1 and parts[0][0] == list(range(m)):
+        return parts[0][1]
+    order = [k for members, _ in parts for k in members]
+    stacked = torch.cat([p for _, p in parts], dim=0)
+    return stacked.index_select(0, torch.tensor(np.argsort(order), device=stacked.device))
+
+
+def _shared_config(configs: Sequence[Any], table: str) -> Any:
+    """One store config for the arms sharing ``table``: their own, one slice each (its seed),
+    ``dim`` their total width.  Their configs must differ in the seed alone (and the SSD
+    directory, which becomes the first arm's)."""
+    first = configs[0]
+    plain = [c.with_(seed=0, ssd_dir=first.ssd_dir) for c in configs]
+    if any(p != plain[0] for p in plain):
+        raise ArgumentError(f"arms sharing table {table!r}: their store configs differ beyond the seed")
+    if first.slices != 1:
+        raise ArgumentError(f"arms sharing table {table!r}: a sliced table is not an arm's own")
+    return first.with_(dim=first.dim * len(configs), slices=len(configs), slice_seeds=tuple(c.seed for c in configs))
+
+
+# -- batched dense parts ---------------------------------------------------------------------
+def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor) -> torch.Tensor:
+    """The arms' MLPs (one ``Sequential`` of Linear / ReLU / Sigmoid each, same shapes) on
+    ``x`` ``[M, B, in]``: each Linear as one ``baddbmm`` over the arms' stacked weights.
+
+    Example:
+        >>> from fbrapids.trainers.modules import mlp
+        >>> nets = [mlp([3, 4, 2]) for _ in range(2)]
+        >>> x = torch.randn(2, 5, 3)
+        >>> torch.allclose(stacked_mlp(nets, x), torch.stack([n(x[k]) for k, n in enumerate(nets)]), atol=1e-6)
+        True
+    """
+    for parts in zip(*layers):
+        first = parts[0]
+        if isinstance(first, torch.nn.Linear):
+            w = torch.stack([p.weight for p in parts])
+            if first.bias is not None:
+                x = torch.baddbmm(torch.stack([p.bias for p in parts]).unsqueeze(1), x, w.transpose(1, 2))
+            else:
+                x = torch.bmm(x, w.transpose(1, 2))
+        elif isinstance(first, torch.nn.ReLU):
+            x = torch.relu(x)
+        elif isinstance(first, torch.nn.Sigmoid):
+            x = torch.sigmoid(x)
+        else:
+            raise ArgumentError(f"stacked_mlp: no batched form of {type(first).__name__}")
+    return x
+
+
+def dlrm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    """DLRM's forward (:class:`~fbrapids.trainers.models.DLRM`) for every arm at once: the
+    bottom MLPs stacked, each arm's bias vector among its bags, the dot interactions of all
+    arms' rows in one batch, the top MLPs (without the final sigmoid) stacked: ``[M, B]``."""
+    m, b = dense.shape[:2]
+    first = models[0]
+    x = stacked_mlp([net.bot_l for net in models], dense)
+    bags = pooled["emb_l"]
+    if first.bias_vector is not None:
+        bias = torch.stack([net.bias_vector for net in models])  # [M, dim]
+        bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
+    z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
+    return stacked_mlp([net.top_l[:-1] for net in models], z.view(m, b, -1)).squeeze(2)
+
+
+def _linear_term(layers: Sequence[torch.nn.Linear], dense: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Wide&Deep's and DeepFM's first-order part for every arm (:func:`~fbrapids.trainers.models.wide_deep.linear_term`):
+    the arms' linear maps of the dense features plus their per-id weights ``[M, B, F, 1]``
+    summed over the features: ``[M, B]``."""
+    return stacked_mlp([torch.nn.Sequential(lin) for lin in layers], dense).squeeze(2) + weights.sum(dim=2).squeeze(2)
+
+
+def wide_deep_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    """:class:`~fbrapids.trainers.models.WideAndDeep`'s forward for every arm at once: ``[M, B]``."""
+    wide = _linear_term([net.wide_dense for net in models], dense, pooled["wide"])
+    bags = pooled["deep_emb"]
+    deep = stacked_mlp([net.deep for net in models], torch.cat([dense, bags.flatten(2)], dim=2)).squeeze(2)
+    return wide + deep
+
+
+def deepfm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    """:class:`~fbrapids.trainers.models.DeepFM`'s forward for every arm at once (the FM term of
+    all arms' rows in one batch): ``[M, B]``."""
+    from fbrapids.trainers.modules.interaction import fm_second_order
+
+    m, b = dense.shape[:2]
+    first = _linear_term([net.first_dense for net in models], dense, pooled["first"])
+    fields = pooled["emb"]
+    fm = fm_second_order(fields.reshape(m * b, *fields.shape[2:])).view(m, b)
+    deep = stacked_mlp([net.deep for net in models], torch.cat([dense, fields.flatten(2)], dim=2)).squeeze(2)
+    return first + fm + deep
+
+
+def _heads() -> dict[type, Callable[..., torch.Tensor]]:
+    from fbrapids.trainers.models import DLRM, DeepFM, WideAndDeep
+
+    return {DLRM: dlrm_logits, WideAndDeep: wide_deep_logits, DeepFM: deepfm_logits}
+
+
+#: model class -> its batched forward ``(models, dense [M, B, D], pooled {collection: [M, B, F, dim]})
+#: -> logits [M, B]``; filled on first use (:func:`batched_head`)
+HEADS: dict[type, Callable[..., torch.Tensor]] = {}
+
+
+def batched_head(models: Sequence[Any]) -> Callable[..., torch.Tensor] | None:
+    """The batched forward of ``models`` when they are of one class with one in
+    :data:`HEADS`, the same shapes of every parameter and the same tables; else None (they
+    train arm after arm).
+
+    Example:
+        >>> from fbrapids.trainers.models import DLRM
+        >>> from fbrapids.trainers.sparse import StoreConfig
+        >>> a, b = (DLRM(1, ["x"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=8))
+        ...         for _ in range(2))
+        >>> batched_head([a, b]) is dlrm_logits, batched_head([a, DLRM(2, ["x"], embedding_dim=2,
+        ...     bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=8))])
+        (True, None)
+    """
+    if not HEADS:
+        HEADS.update(_heads())
+    cls = type(models[0])
+    if cls not in HEADS or any(type(m) is not cls for m in models):
+        return None
+    shapes = [[(n, tuple(p.shape)) for n, p in m.named_parameters()] for m in models]
+    tables = [{k: (s.config.dim, s.config.slices) for k, s in m.stores().items()} for m in models]
+    if any(s != shapes[0] for s in shapes) or any(t != tables[0] for t in tables):
+        return None
+    return HEADS[cls]
+
+
+class BatchedArms(Strategy):
+    """``fit``'s strategy for a trial's arms at about the cost of one (module docstring):
+    ``models`` (one architecture with a batched head, :func:`batched_head`), each read
+    through ``views[k]`` (None: the batch itself).  Each step: every arm's view of the batch,
+    one lookup per shared store, the arms' dense parts batched, each arm's loss (summed),
+    one backward, the dense optimizer over every arm's parameters (Adam: elementwise, so
+    each arm's own), each shared store's sparse step.  No checkpoints, no calibration: a
+    trial keeps finished seeds (:mod:`fbrapids.app.trial_workdir`), not steps.  A NaN / inf
+    loss names the arm."""
+
+    name = "batched arms"
+
+    def __init__(self, models: Sequence[Any], views: Sequence[View | None] | None = None) -> None:
+        self.models = list(models)
+        self.views = list(views) if views is not None else [None] * len(self.models)
+        if len(self.views) != len(self.models):
+            raise ArgumentError(f"arms: {len(self.models)} models but {len(self.views)} views")
+        head = batched_head(self.models)
+        if head is None:
+            raise ArgumentError(f"BatchedArms: no batched form of these {len(self.models)} models (one class in "
+                                "HEADS, the same shapes); train them with Arms")
+        self.head = head
+        self.tables = SharedTables(self.models, self.views)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.nan, self.prefetch = "error", True
+        self.result: FitResult | None = None
+        self._viewed: tuple[Batch, list[Batch]] | None = None
+
+    def inputs(self, batch: Batch) -> list[Batch]:
+        """Every arm's view of ``batch``, made once per batch (a view that shuffles draws its
+        permutation once: the lookahead's prefetch and the step read the same)."""
+        if self._viewed is not None and self._viewed[0] is batch:
+            return self._viewed[1]
+        out = [batch if v is None else v(batch) for v in self.views]
+        self._viewed = (batch, out)
+        return out
+
+    def chunks(self, rows: int) -> list[slice]:
+        """The arms in groups of about :data:`CHUNK_ROWS` rows (``rows`` a batch's): each
+        group's dense part runs as one computation (one group of every arm costs more on a
+        CPU: its temporaries leave the caches)."""
+        per = max(1, CHUNK_ROWS // max(1, rows))
+        return [slice(a, a + per) for a in range(0, len(self.models), per)]
+
+    def logits(self, batch: Batch, train: bool) -> torch.Tensor:
+        """Every arm's logits ``[M, B]`` on ``batch`` (its view of it), read-only."""
+        inputs = self.inputs(batch)
+        dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
+        pooled = self.tables.pooled(inputs, train)
+        return torch.cat([self.head(self.models[c], dense[c], {k: p[c] for k, p in pooled.items()})
+                          for c in self.chunks(len(batch))])
+
+    @torch.no_grad()
+    def predict(self, batch: Batch) -> torch.Tensor:
+        """Every arm's click probabilities ``[M, B]`` (its model's calibration applied), read-only."""
+        z = self.logits(batch, train=False).double()
+        return torch.sigmoid(torch.stack([m.calibrated(z[k]) for k, m in enumerate(self.models)]))
+
+    @contextlib.contextmanager
+    def session(self, batches: Iterable[Batch], cfg: FitConfig,
+                result: FitResult) -> Iterator[tuple[int, HeldBack | None]]:
+        from fbrapids.trainers.dense_optim import default_optimizer
+
+        self.tables.to(arms_start(self, self.models, cfg))
+        self.optimizer = default_optimizer([p for m in self.models for p in m.parameters() if p.requires_grad])
+        self.nan, self.result, self.prefetch = cfg.nan, result, cfg.prefetch_rows
+        yield 0, None
+
+    def items(self, batches: Iterable[Batch]) -> Iterator[Item]:
+        return lookahead_items(batches, 1)
+
+    def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
+        assert batch is not None and self.optimizer is not None and self.result is not None
+        self.optimizer.zero_grad(set_to_none=True)
+        inputs = self.inputs(batch)
+        dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
+        pooled = self.tables.pooled(inputs, train=True)
+        if self.prefetch and ahead:
+            self.tables.prepare(self.inputs(ahead[0]))
+        bags = {k: p.detach().requires_grad_() for k, p in pooled.items()}  # each chunk's gradient lands here
+        values = []
+        for c in self.chunks(len(batch)):
+            logits = self.head(self.models[c], dense[c], {k: p[c] for k, p in bags.items()})
+            label = batch.label.to(logits.device, logits.dtype)
+            losses = [torch.nn.functional.binary_cross_entropy_with_logits(z, label) for z in logits]
+            values += [float(v.detach()) for v in losses]
+            if self.nan == "warn" or all(math.isfinite(v) for v in values):
+                torch.stack(losses).sum().backward()  # (only gradients: nothing moves before every loss is seen)
+        bad = [k for k, v in enumerate(values) if not math.isfinite(v)]
+        if bad and not self._nonfinite(bad, values, step):
+            self.tables.end_step()
+            return True
+        for k, p in pooled.items():
+            p.backward(bags[k].grad)  # into the shared stores' rows
+        self.optimizer.step()
+        self.tables.apply_gradients()
+        self.result.losses.append(float(np.mean(values)))
+        return True
+
+    def _nonfinite(self, bad: list[int], values: list[float], step: int) -> bool:
+        """A non-finite loss of the arms ``bad``, by ``nan``: an error naming the first,
+        skipped (False: no update of any arm, the step listed) or logged and applied (True)."""
+        k = bad[0]
+        what = f"model {k} ({type(self.models[k]).__name__}): step {step}: loss is {values[k]}"
+        if self.nan == "error":
+            raise NonFiniteError(f"{what}; the side-by-side training stopped before this update")
+        log.warning("%s (nan=%r)", what, self.nan)
+        if self.nan == "skip":
+            assert self.result is not None and self.optimizer is not None
+            self.optimizer.zero_grad(set_to_none=True)
+            self.result.skipped.append(step)
+            return False
+        return True

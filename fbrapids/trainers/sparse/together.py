@@ -1,0 +1,133 @@
+"""The tables of a collection looked up, and updated, together: every table's lookup pass
+in one C call, its rows written straight into one leaf, and every table's row-wise Adagrad
+update in another.
+
+A batch of the demo looks up 25 tables.  One :meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.lookup`
+and one :meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.update_rows` per table cost
+tens of microseconds of Python each around C passes of about as long: as much again as
+the work, and more than fbgemm's TBE spends on all its tables in one call.  Here each
+table contributes a row of addresses to one descriptor array
+(:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.pass_words`,
+:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.adagrad_words`) and one C call
+runs every table's pass (:func:`~fbrapids.trainers.sparse.hashmap.lookup_tables`,
+:func:`~fbrapids.trainers.sparse.hashmap.rowwise_adagrad_tables`).  What a table's
+lookup does around its pass (the distinct ids, admissions, rows brought up from below) is
+the store's own, so the rows and their updates are the same bits as one table at a time.
+
+Example:
+    >>> import numpy as np, torch
+    >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+    >>> stores = [TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"), name=n) for n in "ab"]
+    >>> lks, leaf = lookup_together(stores, [np.array([7, 7, 8]), np.array([9])], requires_grad=True)
+    >>> leaf.shape, [len(lk.ids) for lk in lks], torch.equal(lks[1].rows, leaf[2:])
+    (torch.Size([3, 2]), [2, 1], True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from fbrapids.errors import ArgumentError, RowIndexError
+from fbrapids.trainers.sparse.hashmap import ADAGRAD_WORDS, LOOKUP_WORDS, lookup_tables, rowwise_adagrad_tables
+from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore
+
+
+def on_host(stores: Sequence[Any]) -> bool:
+    """Whether every table is a tiered store whose cache is in host memory (the tables this
+    module runs together).
+
+    Example:
+        >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+        >>> on_host([TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"))])
+        True
+    """
+    return all(isinstance(s, TieredEmbeddingStore) and s.tiers.cache.table is not None for s in stores)
+
+
+def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Any],
+                    requires_grad: bool) -> tuple[list[Lookup], torch.Tensor]:
+    """``stores[t].lookup(keys[t], leaf=False)`` for every table (CPU caches, one dim), their
+    passes in one C call; returns the lookups and the one leaf ``[sum of distinct ids, dim]``
+    their rows are views of, table after table (not yet requiring grad)."""
+    begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
+    starts = [0]
+    for b in begun:
+        starts.append(starts[-1] + len(b.g))
+    dim = stores[0].config.dim
+    if any(s.config.dim != dim for s in stores):
+        raise ArgumentError(f"lookup_together: tables of one dim, got {sorted({s.config.dim for s in stores})}")
+    rows = np.empty((starts[-1], dim), dtype=np.float32)
+    slots = np.empty(len(rows), dtype=np.int64)
+    touched = np.zeros((len(stores), 6), dtype=np.int64)
+    desc = np.empty((len(stores), LOOKUP_WORDS), dtype=np.int64)
+    at_rows, at_slots, at_touched = rows.ctypes.data, slots.ctypes.data, touched.ctypes.data
+    for t, (s, b) in enumerate(zip(stores, begun)):  # each table's outputs: its part of the three buffers
+        a = starts[t]
+        if b.booked is not None:  # its bookkeeping done ahead: its slots and counters known, its rows to gather
+            slots[a : starts[t + 1]] = b.booked[1]
+            touched[t] = b.booked[3]
+        desc[t] = s.pass_words(b, at_slots + 8 * a, at_rows + 4 * dim * a, at_touched + 48 * t, requires_grad)
+    ret = lookup_tables(desc)
+    out = []
+    for t, (s, b) in enumerate(zip(stores, begun)):
+        if ret[t] < 0:
+            raise RowIndexError(f"table {s.name!r}: its directory points outside its rows or cache ({int(ret[t])})")
+        a, z = starts[t], starts[t + 1]
+        lk = s.finish_lookup(b, slots[a:z], rows[a:z], touched[t], requires_grad, leaf=False)
+        if lk.rows.data_ptr() != rows[a:z].ctypes.data:  # read through: rows of its own
+            rows[a:z] = lk.rows.numpy()
+            lk.rows = torch.from_numpy(rows[a:z])
+        out.append(lk)
+    return out, torch.from_numpy(rows)
+
+
+def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.Tensor,
+                    background: bool = False) -> None:
+    """Every table's sparse update of a stacked lookup: ``parts`` holds (store, lookup, start,
+    stop) with the lookup's rows at ``grad[start:stop]``.  The row-wise Adagrad updates of CPU
+    caches run in one C call; any other table (another optimizer, a device cache, rows not
+    admitted) through its own ``update_rows``.  ``background``: when every table's update is
+    that one C call, it runs on the stores' background thread and each store waits for it
+    before it is next used (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.update_in_background`);
+    the caller goes on (``fit``: the dense optimizer's step, the next batch's bottom MLP)."""
+    g_np = grad.detach().contiguous().numpy() if grad.device.type == "cpu" else None
+    desc, hyper, done = [], [], []
+    for store, lk, a, z in parts:
+        if len(lk.slots) == 0:
+            continue
+        words = None
+        if g_np is not None and isinstance(store, TieredEmbeddingStore) and lk.admitted.all():
+            words = store.adagrad_words(lk, g_np[a:z])
+        if words is None:
+            g = grad[a:z]
+            if not lk.admitted.all():
+                g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
+            store.update_rows(lk, g)
+            background = False
+            continue
+        desc.append(words[0])
+        hyper.append(words[1])
+        done.append(store)
+    if not desc:
+        return
+    table = np.array(desc, dtype=np.int64).reshape(-1, ADAGRAD_WORDS)
+    params = np.array(hyper, dtype=np.float32)
+
+    def run() -> None:
+        ret = rowwise_adagrad_tables(table, params)
+        keep = (g_np, parts)  # the gradient and the slots read above stay alive until the C call is done
+        for store, rc in zip(done, ret):
+            store.updated()
+            if rc != 0:
+                raise RowIndexError(f"table {store.name!r}: a slot outside its cache in the sparse update")
+        del keep
+
+    if not background:
+        run()
+        return
+    job = done[0].background().submit(run)
+    for store in done:
+        store.update_in_background(job)

@@ -1,0 +1,83 @@
+"""``fit``'s one loop: the next batch's rows found in the background (admitted and placed in
+one RAM tier) and the sparse update beside the dense step train the same bits as without
+them and as the tiers with an SSD file; a trial's arms side by side are each model trained
+alone; FitConfig and the one nan vocabulary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
+from fbrapids.errors import ArgumentError
+from fbrapids.trainers import StoreConfig, fit
+from fbrapids.trainers.fit_config import FitConfig
+from fbrapids.trainers.strategy import Arms
+
+SERVED = ("served_cache", "served_host", "served_ssd", "served_new", "served_default", "rows", "admissions",
+          "lookups", "unique_lookups")
+
+
+def _use(store) -> bytes:
+    """Each row's last step and use count (what LRU / LFU rank by, and checkpoints keep), by id."""
+    d = store.directory
+    n = len(store)
+    order = np.argsort(d.all_ids())
+    return d.last[:n][order].tobytes() + d.freq[:n][order].tobytes()
+
+
+def _trained(store: StoreConfig, prefetch: bool, df) -> tuple[dict, dict]:
+    model = small_model(store)
+    fit(model, batches(df), FitConfig(prefetch_rows=prefetch, calibrate=False), progress=False)
+    stats = {k: {f: s.stats()[f] for f in SERVED} | {"cache": s.stats()["cache"], "use": _use(s)}
+             for k, s in model.stores().items()}
+    return snapshot(model), {"stats": stats, "capacity": {k: s.tiers.cache.slots.capacity
+                                                          for k, s in model.stores().items()}}
+
+
+def test_background_rows_train_the_same_bits_as_the_foreground_and_the_tiers(tmp_path) -> None:
+    """One RAM tier (a 16-row cache that grows) with the next batch's ids hashed, admitted and
+    placed on the prefetch thread and the sparse update run there beside the dense step: the
+    same weights, rows and optimizer state, bit for bit, as finding every batch's rows in the
+    step, and as a bounded cache + host tier + SSD file; its counters are the step's too."""
+    torch.set_num_threads(1)
+    df = ctr_frame(rows=768)
+    ram = StoreConfig(cache_rows=16, lr=0.05)
+    ahead, ahead_info = _trained(ram, True, df)
+    inline, inline_info = _trained(ram, False, df)
+    tiers, _ = _trained(tiered(tmp_path / "ssd"), True, df)
+    assert same_bits(ahead, inline) == [] and same_bits(ahead, tiers) == []
+    assert ahead_info["stats"] == inline_info["stats"]  # rows placed ahead are counted new, as found in the step
+    assert all(c > 16 for c in ahead_info["capacity"].values())  # grown: one RAM tier, nothing evicted
+    assert all(s["cache"]["evictions"] == 0 and s["served_new"] > 0 for s in ahead_info["stats"].values())
+
+
+def test_arms_side_by_side_are_each_model_trained_alone() -> None:
+    """fit(Arms(models)) reads each batch once and steps every model on it: each model ends
+    bit for bit as fit trains it alone on the same batches."""
+    torch.set_num_threads(1)
+    df = ctr_frame(rows=512)
+    cfg = FitConfig(calibrate=False, prefetch_rows=False, progress=False)
+    together = [small_model(StoreConfig(cache_rows=64, seed=s), seed=s) for s in (0, 1)]
+    res = fit(Arms(together), batches(df), cfg)
+    alone = [small_model(StoreConfig(cache_rows=64, seed=s), seed=s) for s in (0, 1)]
+    for m in alone:
+        assert fit(m, batches(df), cfg).steps == res.steps
+    for a, b in zip(together, alone):
+        assert same_bits(snapshot(a), snapshot(b)) == []
+    assert len(res.losses) == 2 * res.steps  # a loss per arm per step
+
+
+def test_fit_config_and_the_nan_words() -> None:
+    cfg = FitConfig(epochs=2)
+    assert cfg.with_(max_steps=3).max_steps == 3 and cfg.epochs == 2
+    with pytest.raises(ArgumentError, match="fit has no option"):
+        cfg.with_(epoch=1)
+    with pytest.raises(ArgumentError, match="FitConfig.nan must be one of"):
+        FitConfig(nan="ignore")
+    with pytest.raises(ArgumentError, match=r"fit \(one process\): nan must be one of 'error', 'skip', 'warn' "
+                                            r"\(got 'zero'; 'zero' replaces a dense input's NaN"):
+        fit(small_model(StoreConfig(cache_rows=8)), [], nan="zero")
+    with pytest.raises(ArgumentError, match="no checkpoints"):
+        fit(Arms([small_model(StoreConfig(cache_rows=8))]), [], checkpoint_dir="/nonexistent")
