@@ -16,7 +16,7 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install torch==2.13.0
 "$VENV/bin/pip" install --no-deps torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0
 "$VENV/bin/pip" install tensordict torchmetrics==1.0.3 pyre-extensions typing-inspect mypy-extensions \
-    lightning-utilities pyvers
+    lightning-utilities pyvers scikit-learn lightgbm
 "$VENV/bin/pip" install -e .
 "$VENV/bin/python" - <<'PY'
 import torch, torchrec, fbgemm_gpu  # noqa: F401  (they load together)

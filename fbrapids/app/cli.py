@@ -573,20 +573,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.command == "gen":
         _not_a_file("--out", args.out)
     elif args.command == "trial":
-        if args.workload is not None and not args.workload.is_file():
-            raise UsageError(f"argument --workload: {args.workload} is not a file")
-        if args.workload is None and args.data_root is not None:
-            raise UsageError("argument --data-root: only with --workload")
-        _backend_here(args.backend if args.backend is not None else env)
-        if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
-            raise UsageError(f"argument --json: {args.json} "
-                             + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
-        if args.json is not None:
-            _new_file("--json", args.json, args.force)
-        if args.resume and args.work_dir is None:
-            raise UsageError("argument --resume: needs --work-dir, the work dir of the trial to continue")
-        _not_a_file("--work-dir", args.work_dir)
-        _writable("--work-dir", args.work_dir)
+        _check_trial_arguments(args, env)
     elif args.command == "demo":
         if args.workload is not None:
             if not args.workload.is_file():
@@ -628,6 +615,24 @@ def check_arguments(args: argparse.Namespace) -> None:
     elif args.command == "serve" and not args.export_dir.is_dir():
         raise UsageError(f"argument export_dir: {args.export_dir} "
                          + ("is a file, not an export directory" if args.export_dir.exists() else "does not exist"))
+
+
+def _check_trial_arguments(args: argparse.Namespace, env: str | None) -> None:
+    """:func:`check_arguments` of ``trial`` (``env``: ``$FBRAPIDS_BACKEND``)."""
+    if args.workload is not None and not args.workload.is_file():
+        raise UsageError(f"argument --workload: {args.workload} is not a file")
+    if args.workload is None and args.data_root is not None:
+        raise UsageError("argument --data-root: only with --workload")
+    _backend_here(args.backend if args.backend is not None else env)
+    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+        raise UsageError(f"argument --json: {args.json} "
+                         + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
+    if args.json is not None:
+        _new_file("--json", args.json, args.force)
+    if args.resume and args.work_dir is None:
+        raise UsageError("argument --resume: needs --work-dir, the work dir of the trial to continue")
+    _not_a_file("--work-dir", args.work_dir)
+    _writable("--work-dir", args.work_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -697,6 +702,12 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "rows (divisible by N), rank r training rows [r*B/N, (r+1)*B/N) of each. Takes "
                            "--checkpoint-every, --summary-json and --resume: a run of ranks resumes at the row it "
                            "reached on any N, 1 included (--resume on such a work dir uses the N given)")
+    _add_demo_placement(demo)
+    demo.set_defaults(func=_demo)
+
+
+def _add_demo_placement(demo: argparse.ArgumentParser) -> None:
+    """``demo``'s options of where its rows and ranks live, what it keeps and what it reads."""
     demo.add_argument("--tiers", choices=("auto", "ram", "tiered"), default="auto",
                       help="where the embedding rows live: one RAM tier where every table fits in memory (auto, the "
                            "default), one RAM tier always (ram), or the device cache / host RAM / SSD tiers (tiered)")
@@ -721,7 +732,6 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                            "the generated data")
     demo.add_argument("--data-root", type=Path, default=None, metavar="DIR",
                       help="with --workload: the folder its view paths are under (default: the file's root field)")
-    demo.set_defaults(func=_demo)
 
 
 def _add_trial(sub: argparse._SubParsersAction) -> None:

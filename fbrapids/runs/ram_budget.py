@@ -14,7 +14,7 @@ Example:
     >>> fits_in_ram(bounds, row_bytes=68, available=1 << 30)[0]
     True
     >>> fits_in_ram(bounds, row_bytes=68, available=100_000)
-    (False, 'every table at its bound: 1,500 rows, 222,000 bytes, more than 0.5 of the 100,000 bytes available')
+    (False, 'every table at its bound: 1,500 rows, 246,000 bytes, more than 0.5 of the 100,000 bytes available')
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from fbrapids.errors import WorkloadError
-from fbrapids.trainers.nan_policy import STREAM_NAN
 
 #: where ``RunConfig.tiers`` may put the embedding rows
 TIERS = ("auto", "ram", "tiered")
@@ -105,6 +104,8 @@ class RunConfig:
         for name in ("checkpoint", "progress", "count_clean", "resume", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "a bool")
+        from fbrapids.trainers.nan_policy import STREAM_NAN  # here: fbrapids.trainers imports torch, the CLI checks first
+
         if self.nan not in STREAM_NAN:
             raise bad("nan", " or ".join(map(repr, STREAM_NAN)))
         if self.tiers not in TIERS:
