@@ -618,7 +618,7 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
     net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences,
                       recipe=recipe)
     ckpt_dir = (work / "checkpoints") if cfg.checkpoint else None
-    _preflight(work, ckpt_dir, net, store, bounds)
+    _preflight(work, ckpt_dir, net, store, bounds, periodic=bool(cfg.checkpoint_every))
     return _PlannedRun(inputs, frames, net, ckpt_dir, recipe)
 
 
@@ -1019,23 +1019,28 @@ def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
     return total.as_dict()
 
 
-def _preflight(work: Path, ckpt_dir: Path | None, net: Any, store: Any, bounds: dict[str, Any]) -> dict[str, int]:
+def _preflight(work: Path, ckpt_dir: Path | None, net: Any, store: Any, bounds: dict[str, Any],
+               periodic: bool = True) -> dict[str, int]:
     """Work dir (and checkpoint dir) writable, with room for the SSD tier and ``keep + 1``
-    checkpoints, each table sized by what bounds it (:mod:`fbrapids.runs.disk_budget`: a hashed
+    checkpoints (``periodic``; else the final one alone), each table sized by what bounds it (:mod:`fbrapids.runs.disk_budget`: a hashed
     feature by its buckets, a raw id by its dictionary's rows), not by the log's rows.
     Returns the bytes needed, by what."""
     from fbrapids.runs.disk_budget import disk_need
     from fbrapids.runs.workdir import preflight
 
     dense = sum(t.numel() * t.element_size() for t in net.state_dict().values())
-    need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS, ssd=store.ssd_dir is not None,
-                     checkpoints=ckpt_dir is not None)
+    need = disk_need(bounds, store.width * 4, dense, KEEP_CHECKPOINTS if periodic else 0,
+                     ssd=store.ssd_dir is not None, checkpoints=ckpt_dir is not None)
     log.info("embedding tables at most: %s", ", ".join(f"{k} {b.rows:,} ({b.why})" for k, b in bounds.items()))
-    # a resumed run rewrites the SSD tier's file and prunes the checkpoints there: what they
-    # hold now is space it reuses
-    held = sum(sum(tree_bytes(p).values()) for p in (work / "store", ckpt_dir) if p is not None)
+    # a resumed run with an SSD tier rewrites its file, and one with periodic checkpoints prunes
+    # the checkpoints there to the kept ones: what they hold now is space it reuses.  Without
+    # periodic checkpoints it adds the final one beside those there; a run without an SSD
+    # tier leaves an older run's store folder as it is
+    held = sum(sum(tree_bytes(p).values()) for p in (work / "store" if store.ssd_dir is not None else None,
+                                                      ckpt_dir if periodic else None) if p is not None)
     if held:
-        need["less what the store and checkpoints there hold"] = -held
+        need["less what the store and checkpoints there hold" if periodic else "less what the store there holds"] \
+            = -held
     dirs = {"work dir": work, **({"checkpoint dir": ckpt_dir} if ckpt_dir is not None else {})}
     preflight(dirs, need)
     return need

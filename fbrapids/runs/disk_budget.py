@@ -176,11 +176,14 @@ def disk_need(bounds: Mapping[str, TableBound], row_bytes: int, dense_bytes: int
               ssd: bool, checkpoints: bool) -> dict[str, int]:
     """Bytes the run writes, by what: the SSD tier (``ssd``), and ``keep + 1`` checkpoints
     (``checkpoints``; each: every table row with its id, and the dense weights with the
-    optimizer's state, three times their size).
+    optimizer's state, three times their size); ``keep=0``: only the final checkpoint (a run
+    without periodic ones writes no other).
 
     Example:
         >>> disk_need({"t": TableBound(5000, "")}, 68, 1000, keep=3, ssd=True, checkpoints=True)
         {'SSD tier': 557056, '4 checkpoints (3 kept + 1 being written)': 1852000}
+        >>> disk_need({"t": TableBound(5000, "")}, 68, 1000, keep=0, ssd=False, checkpoints=True)
+        {'the final checkpoint': 463000}
     """
     need: dict[str, int] = {}
     if ssd:
@@ -189,6 +192,8 @@ def disk_need(bounds: Mapping[str, TableBound], row_bytes: int, dense_bytes: int
         one = sum(b.rows for b in bounds.values()) * (row_bytes + CHECKPOINT_ROW_OVERHEAD) + 3 * dense_bytes
         if keep is None:
             need["checkpoints (all kept)"] = one
+        elif keep == 0:
+            need["the final checkpoint"] = one
         else:
             need[f"{keep + 1} checkpoints ({keep} kept + 1 being written)"] = (keep + 1) * one
     return need
