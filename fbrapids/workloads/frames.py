@@ -48,14 +48,6 @@ def partition_rows() -> int:
     return int(dask.config.get("fbrapids.partition-rows", PARTITION_ROWS))
 
 
-def _on_cluster() -> bool:
-    """Whether the scheduler in force is a distributed client."""
-    import dask
-
-    get = dask.base.get_scheduler()
-    return type(getattr(get, "__self__", None)).__name__ == "Client"
-
-
 def _budgeted_rows() -> int | None:
     """``fbrapids.partition-rows`` when a run set it (its memory budget), else None."""
     import dask
@@ -205,10 +197,11 @@ def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
 def feature_frame(w: Workload, backend: str | None = None, features: dict[str, Any] | None = None,
                   check: SplitCheck | None = None) -> tuple[FrameLike, dict[str, Any]]:
     """The lazy, partitioned frame of ``w``: the log cleaned, the views joined in (each
-    cleaned; dictionaries broadcast, their hash tables built once per pass; on a dask
-    cluster they are persisted there first, read and cleaned once for the run, while on this
-    process's threads each pass reads them for its table: a persisted copy would sit beside
-    the table for the whole run, at 64M generated rows 0.7 GB), ``features`` (name -> expression; default ``w``'s)
+    cleaned; dictionaries broadcast, their hash tables built once per pass, each pass
+    reading them for its table, on threads and on a cluster alike: a persisted copy would
+    sit beside the table for the whole run, at 64M generated rows 0.7 GB, and its futures
+    would have to outlive this call, which the lazy frame's graph does not ensure: a 64M-row
+    run on a local cluster lost them between the plan and its first pass), ``features`` (name -> expression; default ``w``'s)
     extracted in the meta-kernels (history and fitted operators among them are left to
     :func:`fbrapids.app.pipeline.plan_frames`: :func:`split_fitted`), then the
     ``after_features`` joins.
@@ -217,11 +210,6 @@ def feature_frame(w: Workload, backend: str | None = None, features: dict[str, A
     (:func:`~fbrapids.workloads.split_check.check_split`; made here when not given)."""
     views = read_views(w, backend=backend, check=check)
     cleaned = {v.name: views[v.name].fbx.clean(**v.clean) if v.clean else views[v.name] for v in w.views}
-    sorted_views = {v.name for v in w.views if v.sorted_by is not None}
-    on_cluster = _on_cluster()
-    for j in w.joins:  # dictionaries on a cluster: read and cleaned once, held by its workers
-        if on_cluster and j.view not in sorted_views and not j.after_features:
-            cleaned[j.view] = cleaned[j.view].persist()
     frame = cleaned[w.log.name]
 
     def join(frame: FrameLike, j: FrameLike) -> FrameLike:
