@@ -75,7 +75,12 @@ def test_failed_run_leaves_nothing(tmp_path, data) -> None:
 def test_interrupted_run_leaves_nothing(tmp_path, data, sig, status) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = _demo(tmp, data, "--batch-size", "16", "--checkpoint-every", "5", "--tiers", "tiered")
+    # batches of 4 rows: some 640 steps, so the signal lands mid-training however loaded the machine
+    # (with 16-row batches the run's last steps were sometimes reached first under the suite's load);
+    # SIGINT's disposition set to the default, so the child installs its own KeyboardInterrupt handler
+    # whatever the test runner's worker ignores
+    proc = _demo(tmp, data, "--batch-size", "4", "--checkpoint-every", "5", "--tiers", "tiered",
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     work = _wait_for_training(tmp, proc)
     assert usage(tmp)[1] > 1 << 20  # a run in progress holds megabytes there (the SSD tier's files)
     proc.send_signal(sig)
