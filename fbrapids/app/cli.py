@@ -203,6 +203,13 @@ def _default_data_workload(rows: int, seed: int) -> Any:
     return synthetic.workload(ensure_dataset(rows, default_data_dir(rows, seed), seed=seed))
 
 
+def _file_in_a_directory(flag: str, path: Path | None) -> None:
+    """A usage error when ``path`` (a file to write) is a directory or lies in none that exists."""
+    if path is not None and (path.is_dir() or not path.parent.is_dir()):
+        raise UsageError(f"argument {flag}: {path} " + ("is a directory" if path.is_dir() else
+                                                        "is in no existing directory"))
+
+
 def _new_file(flag: str, path: Path, force: bool) -> None:
     """A usage error when ``path`` exists (another run's output) and ``force`` is not given."""
     if not force and (path.exists() or path.is_symlink()):
@@ -591,9 +598,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             check_data_dir(args.data_dir, args.rows, args.seed)
         _not_a_file("--work-dir", args.work_dir)
         _not_a_file("--export", args.export, empty=True)
-        if args.summary_json is not None and (args.summary_json.is_dir() or not args.summary_json.parent.is_dir()):
-            raise UsageError(f"argument --summary-json: {args.summary_json} "
-                             + ("is a directory" if args.summary_json.is_dir() else "is in no existing directory"))
+        _file_in_a_directory("--summary-json", args.summary_json)
         if args.resume and args.work_dir is None:
             raise UsageError("argument --resume: needs --work-dir, the work dir of the run to continue")
         if args.nproc > 1:
@@ -624,9 +629,7 @@ def _check_trial_arguments(args: argparse.Namespace, env: str | None) -> None:
     if args.workload is None and args.data_root is not None:
         raise UsageError("argument --data-root: only with --workload")
     _backend_here(args.backend if args.backend is not None else env)
-    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
-        raise UsageError(f"argument --json: {args.json} "
-                         + ("is a directory" if args.json.is_dir() else "is in no existing directory"))
+    _file_in_a_directory("--json", args.json)
     if args.json is not None:
         _new_file("--json", args.json, args.force)
     if args.resume and args.work_dir is None:
