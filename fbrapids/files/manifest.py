@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from fbrapids.files.atomic import WriteDigests, fsync
+from fbrapids.files.atomic import WriteDigests, write_atomic
 from fbrapids.errors import ArgumentError, ManifestError, UnsafeFileError
 
 MANIFEST = "MANIFEST.json"
@@ -213,12 +213,9 @@ def write_manifest(root: str | os.PathLike, name: str = MANIFEST, algorithm: str
                "files": {rel: {"bytes": (root / rel).stat().st_size, algorithm: known[rel]} for rel in rels}}
     if key is not None:  # a signed manifest: only a holder of the key can write one that verifies
         content[SIGNATURE] = _signature(content, check_key(key))
-    tmp = root / f".{name}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(content, f, indent=1, sort_keys=True)
-        f.flush()
-        fsync(f.fileno())
-    os.replace(tmp, root / name)
+    # written as every other file of a checkpoint is: a full disk is an error naming the file and
+    # the bytes it needed (a bare "[Errno 28] No space left on device" before)
+    write_atomic(root / name, [json.dumps(content, indent=1, sort_keys=True).encode()])
     return content
 
 
