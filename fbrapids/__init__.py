@@ -16,12 +16,10 @@ import logging
 
 from fbrapids.accessors import register_accessors
 from fbrapids.errors import BackendUnavailableError, FbrapidsError
-from fbrapids.moved import MOVED, install as _install_moved_paths
 
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
-_install_moved_paths()  # the module paths from before issue 39's floors, as deprecated aliases
 register_accessors()  # on pandas / dask / cudf as each is imported: `import fbrapids` itself loads none
 
 
@@ -54,10 +52,6 @@ def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --h
         from fbrapids.ui.progressbar import progress
 
         return progress
-    if f"fbrapids.{name}" in MOVED:  # an old path (fbrapids/moved.py) not yet imported: the alias (it warns)
-        import importlib
-
-        return importlib.import_module(f"fbrapids.{name}")
     raise AttributeError(f"module 'fbrapids' has no attribute {name!r}")
 
 

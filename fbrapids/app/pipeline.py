@@ -876,7 +876,9 @@ def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, frames: Pl
 def _view_rows(w: Workload, check: Any, count: bool) -> dict[str, int]:
     """Rows read per view: the log's from the split's check, a parquet view's from its
     footers; another view's by a pass over its files when ``count`` (else left out)."""
-    from fbrapids.views.read import expand_paths, parquet_file, read_view
+    from fbrapids.views.parquet import parquet_file
+    from fbrapids.views.paths import expand_paths
+    from fbrapids.views.read import read_view
 
     out: dict[str, int] = {}
     for v in w.views:

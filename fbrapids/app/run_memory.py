@@ -50,7 +50,7 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     from fbrapids.runs.memory_watch import tree_rss
     from fbrapids.trainers.calibration import CALIBRATION_ROWS
     from fbrapids.trainers.sparse import StoreConfig
-    from fbrapids.views.read import auto_partition_rows
+    from fbrapids.views.partitions import auto_partition_rows
     from fbrapids.workloads.frames import PARTITION_ROWS, split_fitted
 
     budget = mb.parse_memory_limit(cfg.memory_limit)

@@ -69,7 +69,7 @@ class _ColumnFacts:
 def _column_facts(data_dir: Path) -> tuple[int, dict[str, _ColumnFacts]]:
     """The log's rows, and per column: the rows of a dictionary view holding it, and the
     range of its integer values from the footers' statistics."""
-    from fbrapids.views.read import parquet_file
+    from fbrapids.views.parquet import parquet_file
 
     facts: dict[str, _ColumnFacts] = {}
     rows = 0

@@ -66,7 +66,7 @@ def check_held_out(path: str | os.PathLike, column: str, cutoff: int) -> None:
         ...
         fbrapids.errors.LabelError: ... holds no row with ts >= 3 (its last is 2): the held-out last day is empty, and evaluation would fail after training; give a log that reaches its last day
     """
-    from fbrapids.views.read import parquet_file
+    from fbrapids.views.parquet import parquet_file
 
     meta = parquet_file(os.fspath(path)).metadata
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]

@@ -111,7 +111,6 @@ def train_example(rows: int = 4000, seed: int = 0, epochs: int = 1, batch_size: 
     """Train the example Wide&Deep; returns ``(model, spec, model_kwargs, (users, ads, frame))``."""
     import torch
 
-    import fbrapids  # noqa: F401
     from fbrapids.trainers import WideAndDeep, fit
 
     spec = example_spec()

@@ -31,7 +31,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from fbrapids.errors import ViewError
-from fbrapids.views.read import parquet_file
+from fbrapids.views.parquet import parquet_file
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike

@@ -126,7 +126,9 @@ def read_views(w: Workload, backend: str | None = None, check: SplitCheck | None
     made here when not given), its time column read as UTC epoch seconds in its form, and
     marked held out or not (``fraction`` / ``files`` splits: :data:`HELD_OUT`)."""
     from fbrapids.views.divisions import groups_per_partition, index_by_sorted_key
-    from fbrapids.views.read import auto_partition_rows, parquet_file, read_view
+    from fbrapids.views.parquet import parquet_file
+    from fbrapids.views.partitions import auto_partition_rows
+    from fbrapids.views.read import read_view
     from fbrapids.workloads.split_check import check_split
 
     check = check if check is not None else check_split(w)

@@ -172,7 +172,7 @@ def _names(files: list[str], limit: int = 5) -> str:
 
 def log_files(w: Workload, paths: tuple[str, ...]) -> list[str]:
     """The files ``paths`` of ``w`` name (relative to its root; globs and folders expanded)."""
-    from fbrapids.views.read import expand_paths
+    from fbrapids.views.paths import expand_paths
 
     out: list[str] = []
     for p in paths:

@@ -62,7 +62,7 @@ RECEIVERS: dict[tuple[str, str], dict[str, str]] = {
         "gathered": "pylibcudf.Table"},
     ("fbrapids/joins/hash_join.py", "_check_device_unique"): {
         "keys_frame": "cudf.DataFrame", "valid": "cudf.DataFrame", "dup": "cudf.DataFrame", "first": "cudf.DataFrame"},
-    ("fbrapids/views/read.py", "_text_to_dtypes_device"): {
+    ("fbrapids/views/text_columns.py", "text_to_dtypes_device"): {
         "text": "cudf.DataFrame", "values": "cudf.Series", "stripped": "cudf.Series", "checked": "cudf.Series"},
     # code shared by pandas and cudf objects: what it calls must exist on cudf too
     ("fbrapids/views/clean.py", "_fill_column"): {"col": "cudf.Series", "filled": "cudf.Series"},

@@ -189,7 +189,8 @@ def check_dry_meta(repo: Path, tmp: Path) -> Result:
     import pyarrow.parquet as pq
 
     from fbrapids.frames import backend as B
-    from fbrapids.views import read as R
+    from fbrapids.views.paths import FilePiece
+    from fbrapids.views.read import view_meta
 
     path = tmp / "meta.parquet"
     pq.write_table(pa.table({"a": pa.array([1], pa.int64()), "s": pa.array(["x"]),
@@ -197,7 +198,7 @@ def check_dry_meta(repo: Path, tmp: Path) -> Result:
                              "d": pa.array(["x"]).dictionary_encode()}), path)
     be = B.Backend("gpu", cudf, cupy, "cudf")  # made directly: the stage has no device to pass the backend's check
     try:
-        meta = R.view_meta(R.FilePiece(str(path)), "parquet", ["a", "s", "l", "d"], None, {}, be)  # no CSV options
+        meta = view_meta(FilePiece(str(path)), "parquet", ["a", "s", "l", "d"], None, {}, be)  # no CSV options
     except Exception as exc:  # noqa: BLE001
         if needs_device(exc):  # cudf.DataFrame.from_arrow allocates its (empty) columns on the device
             return Result("dry-meta", True, "parquet view _meta: cudf.DataFrame.from_arrow needs a device even for "

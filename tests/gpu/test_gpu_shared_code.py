@@ -52,7 +52,7 @@ def test_categorical_and_list_dtype_questions():
 @pytest.mark.parametrize("dtype, tid", [("int8", "INT8"), ("uint8", "UINT8"), ("int32", "INT32"),
                                         ("uint64", "UINT64"), (pd.Int16Dtype(), "INT16")])
 def test_device_csv_checks_the_target_integer_width(dtype, tid):
-    # views/read.py asks pylibcudf's is_integer with this type, so "300" is refused for int8
+    # views/text_columns.py asks pylibcudf's is_integer with this type, so "300" is refused for int8
     assert B.plc_int_type_id(dtype) == tid
     with pytest.raises(ValueError):
         B.plc_int_type_id(np.dtype("float32"))

@@ -26,7 +26,7 @@ def _errors(rel: str, source: str) -> list[str]:
 
 
 @pytest.mark.parametrize("rel", [JOIN, BATCH, COLUMNS, "fbrapids/kernels/runtime_cuda.py", "fbrapids/frames/backend.py",
-                                 "fbrapids/views/read.py"])
+                                 "fbrapids/views/read.py", "fbrapids/views/csv.py", "fbrapids/views/text_columns.py"])
 def test_the_real_modules_resolve(rel):
     findings = resolve_source(rel, (REPO / rel).read_text())
     assert not [f for f in findings if f.status == "error"]

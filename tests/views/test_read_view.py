@@ -172,7 +172,7 @@ def test_dask_partitions_split_one_large_row_group_for_parallel_cores(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from fbrapids.views.read import auto_partition_rows
+    from fbrapids.views.partitions import auto_partition_rows
 
     n = 100_000
     df = pd.DataFrame({"id": np.arange(n, dtype=np.int64), "s": [f"v{i % 7}" for i in range(n)]})

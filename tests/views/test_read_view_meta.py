@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fbrapids.errors import ViewError
-from fbrapids.views import read as R
+from fbrapids.views.csv import META_SAMPLE_ROWS
 from fbrapids.views.read import read_view
 
 
@@ -55,7 +55,7 @@ def test_parquet_meta_from_the_schema_matches_partitions(tmp_path):
 
 
 def test_csv_meta_comes_from_a_sample_not_the_whole_file(tmp_path):
-    n = R.META_SAMPLE_ROWS + 500
+    n = META_SAMPLE_ROWS + 500
     ids = [str(i) for i in range(n)]
     ids[-3] = "12x"  # beyond the sample: planning succeeds, reading names the row
     path = tmp_path / "big.csv"

@@ -618,7 +618,7 @@ def read_metadata(data_dir: str | Path) -> dict:
         >>> read_metadata(d)["rows"]
         500
     """
-    from fbrapids.views.read import parquet_file  # the footer checked before pyarrow reads it
+    from fbrapids.views.parquet import parquet_file  # the footer checked before pyarrow reads it
 
     raw = (parquet_file(str(Path(data_dir) / "impressions.parquet")).metadata.metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else {}
