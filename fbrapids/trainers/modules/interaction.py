@@ -73,7 +73,7 @@ class _LowerTriangleDots(torch.autograd.Function):
 
     Forward: one ``bmm`` and one ``index_select``.  Backward: ``dT = (G + G^T) T`` with
     ``G`` the gradient scattered into a ``[B, n, n]`` matrix; the symmetric ``G + G^T`` is
-    written straight into a kept scratch buffer (the gradient copied to ``flat`` and to the
+    written straight into a kept scratch buffer (the gradient scattered to ``flat`` and to the
     transposed positions ``flat_t``, doubled on the diagonal ``diag`` when it is kept), then
     one ``bmm`` (autograd through ``bmm`` + advanced indexing takes two ``bmm`` and an
     ``index_put``; building ``G`` with ``zeros`` and adding its transpose costs more than
@@ -93,10 +93,13 @@ class _LowerTriangleDots(torch.autograd.Function):
         t, flat, flat_t, diag = ctx.saved_tensors
         b, n, _ = t.shape
         g, grad = ctx.buf, grad.contiguous()
-        g.index_copy_(1, flat_t, grad)
-        g.index_copy_(1, flat, grad)
+        # scatter_ along the rows, the positions broadcast over the batch (an expanded view):
+        # index_copy_ on dim 1 takes ~2.8x as long at the demo's [2048, 28 * 28] (no position
+        # repeats within a row, so every element is written once, the same bits)
+        g.scatter_(1, flat_t.expand(b, -1), grad)
+        g.scatter_(1, flat.expand(b, -1), grad)
         if len(diag):  # self-interaction: d(t_i . t_i) / d t_i = 2 t_i
-            g.index_copy_(1, flat.index_select(0, diag), 2 * grad.index_select(1, diag))
+            g.scatter_(1, flat.index_select(0, diag).expand(b, -1), 2 * grad.index_select(1, diag))
         return torch.bmm(g.view(b, n, n), t), None, None, None, None
 
 
