@@ -335,7 +335,7 @@ UNUSED_RECIPE_FIELDS: dict[str, tuple[str, ...]] = {"dlrm": ("first_order_lr",),
 RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
     "dlrm": ((0, Recipe(sparse_lr=0.1)),),
     "wide_deep": ((0, Recipe(dense_lr=3e-3, sparse_lr=0.1, first_order_lr=0.02)),),
-    "deepfm": ((0, Recipe(sparse_lr=0.02, first_order_lr=0.05, weight_decay=1e-5, epochs=4)),),
+    "deepfm": ((0, Recipe(dense_lr=3e-3, sparse_lr=0.05, first_order_lr=0.02)),),
     "din": ((0, Recipe(sparse_lr=0.05, first_order_lr=0.02, weight_decay=1e-5)),),
     "dcn": ((0, Recipe(sparse_lr=0.2)),),
     "logreg": ((0, Recipe(dense_lr=3e-4, first_order_lr=0.05, epochs=4)),),
@@ -409,8 +409,8 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
                   pooling=POOLING)
     if recipe is not None:
         common["store"] = recipe.store(store)
-    if name == "logreg":  # first-order: summed; its tables at the first-order rate
-        out = {k: v for k, v in common.items() if k != "pooling"}
+    if name == "logreg":  # its tables at the first-order rate; bags pooled as the deep models' (docs/models.md)
+        out = dict(common)
         if recipe is not None:
             out["store"] = recipe.store(store).with_(lr=recipe.first_order)
         return cls, out
