@@ -339,7 +339,7 @@ RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
     "deepfm": ((0, Recipe(dense_lr=3e-3, sparse_lr=0.05, first_order_lr=0.02)),),
     "din": ((0, Recipe(dense_lr=3e-3, sparse_lr=0.05, first_order_lr=0.02, weight_decay=1e-5)),),
     "dcn": ((0, Recipe(sparse_lr=0.2)),),
-    "logreg": ((0, Recipe(dense_lr=3e-4, first_order_lr=0.05, epochs=4)),),
+    "logreg": ((0, Recipe(dense_lr=1e-4, first_order_lr=0.1, weight_decay=1e-4, epochs=4)),),
 }
 
 
