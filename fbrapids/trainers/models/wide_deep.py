@@ -44,7 +44,7 @@ from fbrapids.trainers.modules import TieredEmbeddingBagCollection, fm_second_or
 from fbrapids.trainers.sparse import StoreConfig
 
 #: row-wise Adagrad's initial accumulator in the tables added straight into the logit
-#: (first-order weights, DeepFM's FM fields); a store configured higher keeps its own
+#: (the first-order weights); a store configured higher keeps its own
 ADDITIVE_ACCUMULATOR = 1e-4
 
 
