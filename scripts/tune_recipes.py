@@ -13,6 +13,19 @@ the runs of other sizes and models stay), which docs/models.md's recipe table re
 
 ``--grid`` (JSON: recipe field -> values) replaces the default grid
 (:data:`fbrapids.workloads.recipe.DEFAULT_GRID`).
+
+``--start`` (JSON: recipe fields) starts the search from that recipe instead of the pipeline's.
+``--model-seeds S ...`` searches field by field, each field's values tried by the pipeline's
+tuning once per model seed (``RunConfig(seed=S)``: the initial weights and the batches' order;
+the data stays ``--seed``'s), and keeps the value of the best *mean* score, each field from the
+choices so far: a choice that does not depend on one draw (DIN's dense learning rate,
+docs/models.md).  Its record has the tuning's keys, ``tried`` holding each value's mean
+metrics and per-seed scores; the held-out metrics are the last field's refit (the choice),
+under the first model seed.
+
+    python scripts/tune_recipes.py --models din --model-seeds 0 1 2 --grid '{"dense_lr": [0.001, 0.003, 0.01]}' --out ...
+
+(Issue 50's DeepFM and logreg records were made this way with one model seed.)
 """
 
 from __future__ import annotations
@@ -33,21 +46,88 @@ sys.path.insert(0, str(REPO))
 MODELS = ("dlrm", "wide_deep", "deepfm", "din", "dcn", "logreg")
 
 
-def tune_one(rows: int, model: str, seed: int, grid: Any) -> dict[str, Any]:
-    """One model's tuned run on the default data of ``rows`` rows and ``seed`` (this process)."""
+def tune_one(rows: int, model: str, seed: int, grid: Any, start: dict[str, Any] | None = None,
+             model_seed: int | None = None) -> dict[str, Any]:
+    """One model's tuned run on the default data of ``rows`` rows and ``seed`` (this process),
+    from ``start`` (recipe fields; None: the pipeline's recipe), the model seeded with
+    ``model_seed`` (None: ``seed``)."""
     from fbrapids.app.pipeline import run_pipeline
     from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.runs.data_cache import default_data_dir
     from fbrapids.workloads import RunConfig
+    from fbrapids.workloads.recipe import Recipe
 
     data = ensure_dataset(rows, default_data_dir(rows, seed), seed=seed)
     load, t = round(os.getloadavg()[0], 1), time.perf_counter()
+    recipe = None if start is None else Recipe(**start)
     with tempfile.TemporaryDirectory(prefix="fbrapids-tune-") as work:
-        r = run_pipeline(data, RunConfig(model=model, seed=seed, progress=False, work_dir=work, tune=grid,
-                                         checkpoint=False))
+        r = run_pipeline(data, RunConfig(model=model, seed=seed if model_seed is None else model_seed, progress=False,
+                                         work_dir=work, tune=grid, checkpoint=False, recipe=recipe))
     return {"seed": seed, "load": load, "seconds": round(time.perf_counter() - t, 1), "tuning": r.tuning,
             "recipe": r.recipe, "held_out": {k: r.metrics.get(k) for k in ("auc", "gauc", "logloss", "ne",
                                                                           "calibration", "n")}}
+
+
+def mean_over_seeds(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tries of one field's tunings, one per model seed, as one try per value: the mean
+    of each metric over the seeds that tried it (``seeds``: how many), each seed's score in
+    ``per_seed_shifted_logloss``.
+
+    Example:
+        >>> a = {"tuning": {"tried": [{"field": "dense_lr", "value": 0.1, "auc": 0.7, "shifted_logloss": 0.3}]}}
+        >>> b = {"tuning": {"tried": [{"field": "dense_lr", "value": 0.1, "auc": 0.6, "shifted_logloss": 0.5}]}}
+        >>> [(t["value"], round(t["auc"], 3), t["shifted_logloss"], t["seeds"]) for t in mean_over_seeds([a, b])]
+        [(0.1, 0.65, 0.4, 2)]
+    """
+    by_value: dict[Any, list[dict[str, Any]]] = {}
+    for rec in records:
+        for t in rec["tuning"]["tried"]:
+            by_value.setdefault(t["value"], []).append(t)
+    out = []
+    for ts in by_value.values():
+        row = {**ts[0], "seeds": len(ts), "per_seed_shifted_logloss": [t["shifted_logloss"] for t in ts]}
+        for k in ("auc", "gauc", "logloss", "ne", "calibration", "shifted_logloss"):
+            if all(t.get(k) is not None for t in ts):
+                row[k] = sum(t[k] for t in ts) / len(ts)
+        out.append(row)
+    return out
+
+
+def field_by_field(args: argparse.Namespace, model: str, grid: dict[str, list[Any]]) -> dict[str, Any]:
+    """The search of the module docstring's ``--model-seeds``: one child process per field and
+    model seed, each a pipeline tuning of that one field from the choices so far."""
+    from fbrapids.app.pipeline import UNUSED_RECIPE_FIELDS, recipe_for
+
+    cur = dict(args.start) if args.start else recipe_for(model, args.rows)[0].as_dict()
+    start, tried, loads, t0 = dict(cur), [], [], time.perf_counter()
+    last: dict[str, Any] = {}
+    for field, values in grid.items():
+        if field in UNUSED_RECIPE_FIELDS.get(model, ()):
+            continue
+        records = []
+        for ms in args.model_seeds:
+            cmd = [sys.executable, __file__, "--rows", str(args.rows), "--seed", str(args.seed), "--out", str(args.out),
+                   "--one", model, "--grid", json.dumps({field: values}), "--start", json.dumps(cur),
+                   "--model-seed", str(ms)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stderr[-3000:])
+                raise SystemExit(proc.returncode)
+            records.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        rows = [dict(t, field=field) for t in mean_over_seeds(records)]
+        full = [t for t in rows if t["seeds"] == len(args.model_seeds)]  # values every seed tried
+        cur[field] = min(full, key=lambda t: t["shifted_logloss"])["value"]
+        tried += rows
+        loads += [r["load"] for r in records]
+        last = records[0]
+        sys.stderr.write(f"{model}: {field} -> {cur[field]}\n")
+    seeds = ", ".join(map(str, args.model_seeds))
+    return {"seed": args.seed, "load": max(loads), "seconds": round(time.perf_counter() - t0, 1),
+            "tuning": {"criterion": "validation logloss after a shift" + (f" (mean over model seeds {seeds})"
+                                                                          if len(args.model_seeds) > 1 else ""),
+                       "grid": grid, "start": start, "choice": cur, "tried": tried, "model_seeds": args.model_seeds,
+                       "validation": last["tuning"]["validation"]},
+            "recipe": last["recipe"], "held_out": last["held_out"]}
 
 
 def merge(out: Path, rows: int, model: str, run: dict[str, Any], command: str) -> None:
@@ -69,13 +149,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--grid", type=json.loads, default=None, help="JSON: recipe field -> values (default grid)")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--start", type=json.loads, default=None, help="JSON: the recipe the search starts from")
+    ap.add_argument("--model-seeds", type=int, nargs="+", default=None,
+                    help="field by field, each field's score the mean over these model seeds (module docstring)")
     ap.add_argument("--one", metavar="MODEL", help=argparse.SUPPRESS)  # a child's run: its JSON on stdout
+    ap.add_argument("--model-seed", type=int, default=None, help=argparse.SUPPRESS)  # a child's model seed
     args = ap.parse_args(argv)
     grid = True if args.grid is None else args.grid
     if args.one:
-        print(json.dumps(tune_one(args.rows, args.one, args.seed, grid)))
+        print(json.dumps(tune_one(args.rows, args.one, args.seed, grid, args.start, args.model_seed)))
         return 0
     command = "python scripts/tune_recipes.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.model_seeds:
+        from fbrapids.workloads.recipe import DEFAULT_GRID
+
+        for model in args.models:
+            merge(args.out, args.rows, model, field_by_field(args, model, {k: list(v) for k, v in (
+                DEFAULT_GRID if args.grid is None else args.grid).items()}), command)
+        return 0
     for model in args.models:  # one process each
         cmd = [sys.executable, __file__, "--rows", str(args.rows), "--seed", str(args.seed), "--out", str(args.out),
                "--one", model] + ([] if args.grid is None else ["--grid", json.dumps(args.grid)])

@@ -76,6 +76,7 @@ class TuningData:
     day_start: int  #: the validation day's first second
     model: Callable[[Recipe, StoreConfig], CTRModel]  #: the run's model, built with a recipe over a store
     batches: Callable[[FrameLike, bool], Iterable[Batch]]  #: the run's stream over a frame (True: shuffled)
+    sparse_lr_decay: float = 1.0  #: per pass, as the run's (``FitConfig.sparse_lr_decay``)
 
 
 def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unused: Sequence[str] = ()) -> dict[str, Any]:
@@ -200,7 +201,8 @@ def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunCon
     optimizers = [default_optimizer([p for p in m.parameters() if p.requires_grad], r.dense_lr)
                   for m, r in zip(models, recipes)]
     counted = _FirstPassOrder(data.batches(data.train, True))
-    fit_side_by_side(models, counted, epochs=epochs, optimizers=optimizers, progress=cfg.progress)
+    fit_side_by_side(models, counted, epochs=epochs, optimizers=optimizers, progress=cfg.progress,
+                     sparse_lr_decay=data.sparse_lr_decay)
     preds = predict_side_by_side(models, data.batches(data.validation, False), progress=cfg.progress)
     rows.setdefault("validation", len(preds[0]["label"]))
     rows.setdefault("train", counted.rows // epochs)

@@ -194,7 +194,7 @@ def _deepfm(model: DeepFM, req: SideArrays, rows: SideArrays, owner: np.ndarray,
     e, _ = _pooled(model.emb, req, rows, own, dev)
     fields = torch.stack([e[f] for f in model.sparse_features], dim=1)
     deep = model.deep(torch.cat([x, fields.flatten(1)], dim=1)).squeeze(1)
-    return first + fm_second_order(fields) + deep
+    return first + model.fm_scale * fm_second_order(fields) + deep
 
 
 def _din(model: DIN, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],

@@ -274,7 +274,8 @@ def deepfm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, 
     m, b = dense.shape[:2]
     first = _linear_term([net.first_dense for net in models], dense, pooled["first"])
     fields = pooled["emb"]
-    fm = fm_second_order(fields.reshape(m * b, *fields.shape[2:])).view(m, b)
+    scale = torch.tensor([float(net.fm_scale) for net in models], dtype=fields.dtype, device=fields.device)
+    fm = fm_second_order(fields.reshape(m * b, *fields.shape[2:])).view(m, b) * scale.unsqueeze(1)
     deep = stacked_mlp([net.deep for net in models], torch.cat([dense, fields.flatten(2)], dim=2)).squeeze(2)
     return first + fm + deep
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from fbrapids.ui.autobar import tqdm
 
+from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.checkpoint.directory import step_name
 from fbrapids.trainers.dense_optim import default_optimizer  # noqa: F401  (re-exported: fit's dense optimizer)
@@ -48,7 +49,7 @@ from fbrapids.trainers.fit_config import LOOKAHEAD_BATCHES, FitConfig, FitResult
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.nan_policy import FIT_NAN, check_nan
-from fbrapids.trainers.strategy import OneProcess, Strategy, held_logits, nonfinite_grads  # noqa: F401
+from fbrapids.trainers.strategy import Arms, OneProcess, Strategy, held_logits, nonfinite_grads  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +186,11 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
                unit="batch")
     # the total: exact for an eager frame; over a dask stream's first pass an estimate refined with each partition
     total = _BarTotal(bar, batches, cfg.epochs, limit)
+    rates = _sparse_rates(strategy, cfg.sparse_lr_decay)
     try:
         for epoch in range(cfg.epochs):
+            for opt, lr in rates:
+                opt.lr = lr * cfg.sparse_lr_decay ** epoch
             if hasattr(batches, "set_epoch"):  # calibrated: each pass in the first's order, the same rows held back
                 batches.set_epoch(0 if held is not None else epoch)
             items = iter(strategy.items(batches))
@@ -210,7 +214,23 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
                         result.checkpoints.append(strategy.save(step, held))
         return step, True
     finally:
+        for opt, lr in rates:
+            opt.lr = lr
         bar.close()
+
+
+def _sparse_rates(strategy: Strategy, decay: float) -> list[tuple[Any, float]]:
+    """The sparse optimizers of ``strategy``'s model and their configured lr, for
+    :attr:`FitConfig.sparse_lr_decay` (none when it is 1)."""
+    if decay == 1.0:
+        return []
+    if isinstance(strategy, OneProcess):
+        models = [strategy.model]
+    elif isinstance(strategy, Arms):
+        models = list(strategy.models)
+    else:
+        raise ArgumentError(f"fit: sparse_lr_decay runs on one process or a trial's arms, not on {strategy.name}")
+    return [(s.optimizer, s.config.lr) for m in models for s in m.stores().values()]
 
 
 def _one_step(strategy: Strategy, item: Any, i: int, step: int, start: int, held: Any, epoch: int = 0) -> bool:

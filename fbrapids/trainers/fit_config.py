@@ -69,6 +69,10 @@ class FitConfig:
             pass reads the batches in the first pass's order and holds back the same ones (on
             one process; a run on ranks calibrates only with ``epochs=1``).
         calibration_rows: the most rows held back at once.
+        sparse_lr_decay: pass ``e`` (from 0) runs every table's sparse optimizer at its
+            configured lr times ``sparse_lr_decay ** e`` (1: a constant rate); the rates are
+            restored when ``fit`` returns.  One process or a trial's arms
+            (:class:`~fbrapids.trainers.strategy.Arms`).
     """
 
     epochs: int = 1
@@ -85,6 +89,7 @@ class FitConfig:
     lookahead: int = LOOKAHEAD_BATCHES
     calibrate: bool = True
     calibration_rows: int = CALIBRATION_ROWS
+    sparse_lr_decay: float = 1.0
 
     def __post_init__(self) -> None:
         for name, lo, optional in (("epochs", 1, False), ("max_steps", 0, True), ("checkpoint_every", 1, True),
@@ -96,6 +101,9 @@ class FitConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ArgumentError(f"FitConfig.{name} must be an int >= {lo}" + (" or None" if optional else "")
                                     + f", got {value!r}")
+        d = self.sparse_lr_decay
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 < d <= 1.0:
+            raise ArgumentError(f"FitConfig.sparse_lr_decay must be a number in (0, 1], got {d!r}")
         if self.nan not in NAN_WORDS:
             raise ArgumentError(f"FitConfig.nan must be one of {', '.join(map(repr, NAN_WORDS))}, got {self.nan!r}")
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):

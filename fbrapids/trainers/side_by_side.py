@@ -89,20 +89,21 @@ def side_by_side(models: Sequence[CTRModel], views: Sequence[View | None] | None
 def fit_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                      views: Sequence[View | None] | None = None, epochs: int = 1,
                      optimizers: Sequence[torch.optim.Optimizer] | None = None, progress: bool = True,
-                     strategy: Any = None) -> int:
+                     strategy: Any = None, sparse_lr_decay: float = 1.0) -> int:
     """Train every model of ``models`` on one pass over ``batches`` per epoch (each batch read
     once, one step of each model on ``views[i](batch)``, the batch itself where the view is
     None); returns the steps each model took: ``fit`` with ``strategy`` (default: the
     :class:`~fbrapids.trainers.strategy.Arms` strategy, or it with ``optimizers``; no
     calibration).  A :class:`~fbrapids.trainers.arms_batched.BatchedArms` strategy trains the
     arms' shared stores, so its models are predicted through it (:func:`predict_side_by_side`
-    with the same ``strategy``)."""
+    with the same ``strategy``); ``sparse_lr_decay``: :attr:`FitConfig.sparse_lr_decay`."""
     from fbrapids.trainers.fit import fit
     from fbrapids.trainers.fit_config import FitConfig
     from fbrapids.trainers.strategy import Arms
 
     batched = strategy is not None and not isinstance(strategy, Arms)
-    cfg = FitConfig(epochs=epochs, progress=progress, calibrate=False, prefetch_rows=batched)
+    cfg = FitConfig(epochs=epochs, progress=progress, calibrate=False, prefetch_rows=batched,
+                    sparse_lr_decay=sparse_lr_decay)
     return fit(strategy if strategy is not None else Arms(models, views, optimizers), batches, cfg).steps
 
 

@@ -81,3 +81,37 @@ def test_fit_config_and_the_nan_words() -> None:
         fit(small_model(StoreConfig(cache_rows=8)), [], nan="zero")
     with pytest.raises(ArgumentError, match="no checkpoints"):
         fit(Arms([small_model(StoreConfig(cache_rows=8))]), [], checkpoint_dir="/nonexistent")
+
+
+@pytest.mark.parametrize("arms", [False, True])
+def test_sparse_lr_decay_runs_each_pass_at_its_rate_and_restores_it(monkeypatch, arms: bool) -> None:
+    """``sparse_lr_decay``: pass ``e`` updates every table at ``lr * decay ** e`` (one process
+    and a trial's arms); the configured rate is back after ``fit``."""
+    from fbrapids.trainers.sparse.optim import SGD
+
+    seen: list[float] = []
+    orig = SGD.update_table_
+
+    def recording(self, table, slots, grad, dirty=None):
+        seen.append(self.lr)
+        return orig(self, table, slots, grad, dirty)
+
+    monkeypatch.setattr(SGD, "update_table_", recording)
+    df = ctr_frame(rows=128)
+    model = small_model(StoreConfig(cache_rows=4096, optimizer="sgd", lr=0.4))
+    target = Arms([model]) if arms else model
+    steps = fit(target, batches(df), FitConfig(epochs=3, calibrate=False, sparse_lr_decay=0.5), progress=False).steps
+    per_pass = steps // 3
+    tables = len(seen) // steps
+    assert tables >= 1 and len(seen) == steps * tables
+    assert sorted(set(seen), reverse=True) == [0.4, 0.2, 0.1]
+    assert seen[: per_pass * tables] == [0.4] * (per_pass * tables)
+    assert seen[-per_pass * tables:] == [0.1] * (per_pass * tables)
+    assert {s.optimizer.lr for s in model.stores().values()} == {0.4}
+
+
+def test_sparse_lr_decay_is_checked() -> None:
+    with pytest.raises(ArgumentError, match="sparse_lr_decay"):
+        FitConfig(sparse_lr_decay=0.0)
+    with pytest.raises(ArgumentError, match="sparse_lr_decay"):
+        FitConfig(sparse_lr_decay=1.5)

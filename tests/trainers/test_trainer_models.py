@@ -118,3 +118,50 @@ def test_model_learns_the_ad_signal(name: str, tmp_path, device: str) -> None:
     st = model.sparse_stats()
     assert max(s["rows"] for s in st.values()) > 600 + 100  # a table outgrew its cache + host tiers
     assert sum(s["host"]["evictions"] for s in st.values()) > 0  # and the SSD tier was used
+
+
+def test_deepfm_fm_term_is_the_mean_over_the_pairs_of_fields() -> None:
+    """DeepFM's logit is first-order + fm_scale * FM + deep, fm_scale 1 / (F (F - 1) / 2) by
+    default; its field embeddings start as deep embeddings (1/sqrt(dim)), not at 0.01 (summed
+    over 325 pairs of the demo's fields at that scale, the deep side needed 4 epochs and stayed
+    below Wide&Deep: docs/models.md)."""
+    from fbrapids.trainers.modules import fm_second_order
+
+    feats = ["a", "b", "c", "d"]
+    sparse = {f: (torch.tensor([1 + k, 7 + k]), torch.arange(2)) for k, f in enumerate(feats)}
+    batch = Batch(torch.randn(2, 2), torch.zeros(2), sparse)
+    torch.manual_seed(0)
+    m = DeepFM(2, feats, embedding_dim=4, deep_mlp=[8], store=StoreConfig(cache_rows=64)).eval()
+    assert m.fm_scale == pytest.approx(1 / 6)
+    assert m.emb.stores["a"].config.scale == pytest.approx(0.5)
+    with torch.no_grad():
+        e = m.emb(batch.sparse)
+        fields = torch.stack([e[f] for f in feats], dim=1)
+        first = m.first_dense(batch.dense).squeeze(1)  # the first-order ids' weights start at 0
+        deep = m.deep(torch.cat([batch.dense, fields.flatten(1)], dim=1)).squeeze(1)
+        fm = fm_second_order(fields)
+        assert fm.abs().min() > 1e-3  # a term the scale visibly changes
+        torch.testing.assert_close(m(batch), first + fm / 6 + deep)
+        m.fm_scale = 1.0  # the plain FM sum: another logit
+        torch.testing.assert_close(m(batch), first + fm + deep)
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_logreg_pools_a_bag_as_told_and_the_pipeline_averages(pooling: str) -> None:
+    """LogisticRegression(pooling=...): a bag holding one id twice scores its weight twice
+    (sum) or once (mean, the pipeline's: the deep models' pooling, docs/models.md)."""
+    from fbrapids.app.pipeline import build_model
+    from fbrapids.trainers.models import LogisticRegression
+    from fbrapids.trainers.side_by_side import fit_side_by_side
+
+    assert build_model("logreg", 1, ["bag"], StoreConfig(cache_rows=64)).weights.mode == "mean"
+    net = LogisticRegression(1, ["bag"], store=StoreConfig(cache_rows=64), pooling=pooling)
+    train = Batch(torch.zeros(4, 1), torch.tensor([1.0, 1.0, 1.0, 0.0]), {"bag": (torch.tensor([5, 5, 5, 6]), torch.arange(4))})
+    fit_side_by_side([net], [train] * 3, progress=False)
+    net.eval()
+    one = Batch(torch.zeros(1, 1), torch.zeros(1), {"bag": (torch.tensor([5]), torch.tensor([0]))})
+    twice = Batch(torch.zeros(1, 1), torch.zeros(1), {"bag": (torch.tensor([5, 5]), torch.tensor([0]))})
+    with torch.no_grad():
+        w, ww = float(net(one) - net.dense_linear.bias * 30), float(net(twice) - net.dense_linear.bias * 30)
+    assert w > 0.01
+    assert ww == pytest.approx(2 * w if pooling == "sum" else w, rel=1e-5)

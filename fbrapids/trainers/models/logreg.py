@@ -14,6 +14,12 @@ optimizer's step (``fit``'s Adam, ``lr=1e-3``) then moves a dense weight by up t
 ``DENSE_SCALE * 1e-3`` a step, the order of the tables' Adagrad steps, so one epoch is
 enough to fit them.
 
+A bag (a list feature: the query's tokens, the query x title token pairs) is summed by
+default, as a hashed bag of words; ``pooling="mean"`` averages its weights instead, as the
+deep models pool their bags (the pipeline's choice: summed, the up to 64 rare query x title
+pairs of a row outweighed its single-id fields and the regression fell below scikit-learn's,
+docs/models.md).
+
 Example:
     >>> import torch
     >>> from fbrapids.trainers.batch import Batch
@@ -68,15 +74,16 @@ class LogisticRegression(CTRModel):
             :func:`~fbrapids.trainers.models.wide_deep.first_order_config`).
         l1, l2: regularisation of the per-id weights (see the module docstring).
         embedding_dim: accepted for the pipeline's common arguments, unused.
+        pooling: ``"sum"`` or ``"mean"`` of a bag's weights (see the module docstring).
     """
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], store: StoreConfig | None = None,
-                 l1: float = 0.0, l2: float = 1e-5, embedding_dim: int | None = None) -> None:
+                 l1: float = 0.0, l2: float = 1e-5, embedding_dim: int | None = None, pooling: str = "sum") -> None:
         super().__init__()
         self.sparse_features = list(sparse_features)
         self.l1, self.l2 = float(l1), float(l2)
         self.weights = TieredEmbeddingBagCollection(self.sparse_features, first_order_config(store or StoreConfig()),
-                                                    prefix="lr_")
+                                                    mode=pooling, prefix="lr_")
         self.dense_linear = nn.Linear(dense_dim, 1)
         with torch.no_grad():
             self.dense_linear.weight.zero_()
