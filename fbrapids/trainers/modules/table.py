@@ -8,8 +8,9 @@ sharded by rows across ranks, its rows fetched from their owners each step).  A 
 these methods, so a sharded model trains through the same code as a local one.
 
 Per step: ``lookup`` (the rows of a batch's ids, pinned until ``end_step``), the next
-batch's ``prefetch`` (or ``prepare``, in the background), then ``update_rows`` (the sparse optimizer on the rows' gradients)
-or ``apply_gradients``, and ``end_step``.
+batch's ``prefetch`` (or ``prepare``, in the background; ``announce`` ahead when it
+``uses_window``), then ``update_rows`` (the sparse optimizer on the rows' gradients)
+or ``apply_gradients``, and ``end_step``.  ``load`` restores a checkpoint's copy.
 
 Example:
     >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
@@ -21,7 +22,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import os
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -71,6 +74,21 @@ class EmbeddingTable(Protocol):
 
     def end_step(self) -> None:
         """Unpin the step's rows."""
+        ...
+
+    @property
+    def uses_window(self) -> bool:
+        """Whether the table's eviction ranks rows by announced upcoming batches (then
+        :meth:`announce` is worth calling)."""
+        ...
+
+    def announce(self, ids: Any, ahead: int = 1) -> int:
+        """Note the ids of the batch looked up ``ahead`` steps from now; returns the rows noted."""
+        ...
+
+    def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
+        """Replace the table's contents with a copy saved in ``directory`` (``read``: how its
+        files are read)."""
         ...
 
     def state(self) -> tuple[np.ndarray, np.ndarray]:
