@@ -186,6 +186,16 @@ class ShardedTable:
         """A no-op (:attr:`uses_window` is False): no row noted."""
         return 0
 
+    def assign(self, ids: Any, weights: Any) -> None:
+        """Refused: the rows of a sharded table live on their owners."""
+        raise StoreError(f"table {self.name!r} is sharded: its rows live on their owning ranks; assign rows to "
+                         "the model before it is sharded")
+
+    def weights(self, ids: Any) -> np.ndarray:
+        """Refused: the rows of a sharded table live on their owners."""
+        raise StoreError(f"table {self.name!r} is sharded: its rows live on their owning ranks; read them from "
+                         "each rank's local store (ShardedEmbeddings.local_stores())")
+
     def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
         """Refused: a sharded table's rows are restored shard by shard
         (:func:`~fbrapids.trainers.distributed.checkpoint.restore_sharded`)."""

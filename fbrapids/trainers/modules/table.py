@@ -10,7 +10,8 @@ these methods, so a sharded model trains through the same code as a local one.
 Per step: ``lookup`` (the rows of a batch's ids, pinned until ``end_step``), the next
 batch's ``prefetch`` (or ``prepare``, in the background; ``announce`` ahead when it
 ``uses_window``), then ``update_rows`` (the sparse optimizer on the rows' gradients)
-or ``apply_gradients``, and ``end_step``.  ``load`` restores a checkpoint's copy.
+or ``apply_gradients``, and ``end_step``.  ``load`` restores a checkpoint's copy;
+``assign`` and ``weights`` write and read rows by id outside the steps.
 
 Example:
     >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
@@ -84,6 +85,14 @@ class EmbeddingTable(Protocol):
 
     def announce(self, ids: Any, ahead: int = 1) -> int:
         """Note the ids of the batch looked up ``ahead`` steps from now; returns the rows noted."""
+        ...
+
+    def assign(self, ids: Any, weights: Any) -> None:
+        """Set the rows of ``ids`` to ``weights`` (admitting them), e.g. to import a dense table."""
+        ...
+
+    def weights(self, ids: Any) -> np.ndarray:
+        """The rows ``[len(ids), dim]`` of ``ids`` (the default row where not admitted)."""
         ...
 
     def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
