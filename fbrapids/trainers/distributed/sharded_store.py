@@ -118,6 +118,8 @@ class ShardedTable:
         self.ids = np.zeros(0, dtype=np.uint64)
         self.rows = torch.zeros(0, local.config.dim)
         self.grad: torch.Tensor | None = None
+        #: a Scorer's flag; the rows come from the owners' stores (their own read_only: ShardedEmbeddings.local_stores)
+        self.read_only = False
         self._lookups = 0
         self._step = 0
 
@@ -217,6 +219,10 @@ class ShardedTable:
 
     def stats(self) -> dict[str, Any]:
         return self.local.stats()
+
+    @property
+    def unseen_reads(self) -> int:
+        return self.local.unseen_reads
 
 
 @dataclass

@@ -39,6 +39,8 @@ class EmbeddingTable(Protocol):
 
     config: StoreConfig
     name: str
+    #: whether lookups leave the table as it is (serving: nothing admitted, no sighting counted)
+    read_only: bool
 
     @property
     def device(self) -> torch.device:
@@ -106,4 +108,9 @@ class EmbeddingTable(Protocol):
 
     def stats(self) -> dict[str, Any]:
         """Counters (hits, misses, evictions...)."""
+        ...
+
+    @property
+    def unseen_reads(self) -> int:
+        """Lookups of ids without a row while read-only (``stats()["unseen_reads"]``)."""
         ...
