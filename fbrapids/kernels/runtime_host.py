@@ -36,6 +36,7 @@ from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import InputLayout, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source
+from fbrapids.kernels.device_columns import DeviceColumn
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import HostPool, PoolSizer, row_sample
 from fbrapids.kernels.render import HOST_BLOCK, kernel_name, render_module
@@ -52,8 +53,8 @@ def thread_pool() -> HostPool:
     return pool
 
 
-def _rows(col: HostColumn | Sized) -> int:
-    return col.n if isinstance(col, HostColumn) else len(col)
+def _rows(col: HostColumn | DeviceColumn | Sized) -> int:
+    return col.n if isinstance(col, (HostColumn, DeviceColumn)) else len(col)
 
 
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
@@ -139,12 +140,13 @@ class HostPlan(Runtime):
         for node in plan.nodes:
             if node.op is None:
                 col = columns[node.column()]
-                values[node.id] = col if isinstance(col, HostColumn) else from_series(col, node.column())
+                values[node.id] = col if hasattr(col, "pointers") else from_series(col, node.column())
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
         presizes0 = pool.presizes
         how = D.mode() if plan.dictionary and plan.dictionary_nodes else "off"
-        coded = {nid: D.Coded(*own) for nid, own in ((nid, c.dictionary()) for nid, c in values.items())
+        coded = {nid: D.Coded(*own) for nid, own in
+                 ((nid, c.dictionary() if isinstance(c, HostColumn) else None) for nid, c in values.items())
                  if own is not None}
         skip = D.flags(plan)
         for layer, fn, abi, sizer in zip(self.layers, self.kernels, self.abis, self.sizers):
