@@ -198,6 +198,9 @@ class ManifestError(FbrapidsError, ValueError):
 class RequestError(FbrapidsError, ValueError):
     """A scoring request a client got wrong; the message names the request, item and column."""
 
+    #: which request of a batch call the error blamed (its index), set by the scorer; None: not known
+    entry: int | None = None
+
 
 class RequestTooLargeError(RequestError):
     """A scoring request over a configured bound (body bytes, items, requests per batch)."""

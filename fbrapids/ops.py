@@ -355,11 +355,16 @@ def lookup(x: ExprLike, vocab: Mapping[Any, int | float] | Sequence[Any] | Vocab
         >>> str(lookup("city", {"c1": 0.25}, oov=0.0))
         "lookup_value(city, keys=('c1',), values=(0.25,), default=0.0)"
     """
-    if isinstance(vocab, Mapping) and any(isinstance(v, float) for v in vocab.values()):
-        return call("lookup_value", x, keys=tuple(vocab), values=tuple(float(v) for v in vocab.values()),
-                    default=float(oov))
-    if not isinstance(vocab, Vocabulary):
-        vocab = Vocabulary.from_mapping(vocab) if isinstance(vocab, Mapping) else Vocabulary.from_values(vocab)
+    if isinstance(vocab, Mapping):
+        ids: dict[Any, int] = {}
+        for k, v in vocab.items():
+            if isinstance(v, float):  # a float value anywhere: values, not ids
+                return call("lookup_value", x, keys=tuple(vocab), values=tuple(float(v) for v in vocab.values()),
+                            default=float(oov))
+            ids[k] = v
+        vocab = Vocabulary.from_mapping(ids)
+    elif not isinstance(vocab, Vocabulary):
+        vocab = Vocabulary.from_values(vocab)
     return call("lookup", x, vocab=vocab, oov=oov)
 
 

@@ -119,7 +119,7 @@ class DICM(CTRModel):
         return list(dict.fromkeys(self.sparse_features + extra))
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        dev = self.mlp[0].weight.device
+        dev = next(self.mlp.parameters()).device  # (the first layer's weight)
         rows = len(batch)
         pooled = {f: p.to(dev) for f, p in self.emb(batch.sparse).items()}
         for f in (self.behaviour_images, self.ad_image):

@@ -97,7 +97,12 @@ def _grad_on_owner(shard: ImageVectorStore, ids: np.ndarray, sizes: tuple[int, .
     m = _worker_model(sizes, final_prelu, state)
     m.zero_grad(set_to_none=True)
     m(torch.from_numpy(raw)).backward(torch.from_numpy(grad_out))
-    return {k: p.grad.numpy().copy() for k, p in m.named_parameters()}
+    grads = {}
+    for k, p in m.named_parameters():
+        if p.grad is None:
+            raise ClusterError(f"the image model's parameter {k} got no gradient on the owner")
+        grads[k] = p.grad.numpy().copy()
+    return grads
 
 
 # -- driver side ---------------------------------------------------------------------------------

@@ -155,5 +155,5 @@ class TrialWorkDir:
 
 def _npz(**arrays: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, allow_pickle=True, **arrays)  # (numpy's default, named: its stubs type ** as this flag)
     return buf.getvalue()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from fbrapids.features.fitted import frame_calls
+from fbrapids.features.fitted import Fitted, frame_calls
 from fbrapids.frames import backend as backends
 from fbrapids.errors import FbrapidsError
 from fbrapids.features.plans import plan_for
@@ -21,17 +21,19 @@ from fbrapids.features.plan_graph import Explanation
 from fbrapids.views.inputs import prepare
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.features.featureset import FeatureSet
     from fbrapids.frames.backend import FrameLike
 
 
-def explain(obj: FrameLike, features: Mapping[str, Any], source: bool = False, fused: bool = True) -> str:
+def explain(obj: FrameLike, features: Mapping[str, Any] | FeatureSet | Fitted, source: bool = False,
+            fused: bool = True) -> str:
     """What ``extract(obj, features)`` runs: layers, operators, placement and reasons, the
     counters of its compiled plan so far (launches, pool, bytes moved between host and
     device), and (``source=True``) the generated kernel source.  The text is a ``str``; a
     notebook shows it as the plan's layered graph (:class:`~fbrapids.features.plan_graph.Explanation`)."""
-    fitted_text = features.explain() if hasattr(features, "states") else None  # a Fitted
-    features = getattr(features, "features", features)  # a FeatureSet or Fitted
-    features = {name: as_expr(e) for name, e in features.items()}
+    fitted_text = features.explain() if isinstance(features, Fitted) else None
+    named = features if isinstance(features, Mapping) else features.features  # a FeatureSet's or a Fitted's
+    features = {name: as_expr(e) for name, e in named.items()}
     frame_level = {n: frame_calls(e) for n, e in features.items() if frame_calls(e)}
     if frame_level:  # the meta-kernels run the other features and the frame-level calls' inputs
         inputs = {f"{n}:{c.op}.{i}": a for n, calls in frame_level.items() for c in calls
@@ -58,7 +60,7 @@ def explain(obj: FrameLike, features: Mapping[str, Any], source: bool = False, f
         for nid in layer.nodes:
             node = plan.nodes[nid]
             lines.append(f"  #{nid} {node.expr} -> {node.type}  [{node.placement}: {node.reason}]  "
-                         f"nulls: {node.op.null_rule}; used by: {', '.join(node.features)}")
+                         f"nulls: {node.operator().null_rule}; used by: {', '.join(node.features)}")
             if nid in paths:
                 lines.append(f"      {paths[nid]}")
     lines.append("outputs: " + ", ".join(f"{k} = #{v} ({plan.nodes[v].type})" for k, v in plan.outputs.items()))

@@ -396,7 +396,7 @@ def _apply_partition(part: FrameLike, jobs: list[tuple[str, str, dict[str, Any],
     return part.assign(**{n: _backend.on_index(moved[n], part.index) for n in out})
 
 
-def _out_dtype(op: str, spec: FittedSpec | None, call: Call, cols: dict[str, str], meta: Any) -> Any:
+def _out_dtype(op: str, spec: FittedSpec | None, cols: dict[str, str], meta: Any) -> Any:
     if op == "history":
         item = meta[cols["a2"]]
         item_type = pa.array(item.head(0)).type if not isinstance(item.dtype, pd.ArrowDtype) else item.dtype.pyarrow_dtype
@@ -532,7 +532,7 @@ def _map(frame: FrameLike, jobs: list, training: bool, dask: Any) -> FrameLike:
     new = {}
     for name, op, params, cols, state in jobs:
         spec = spec_of(op, params) if op in FITTED_OPS else None
-        new[name] = pd.Series([], dtype=_out_dtype(op, spec, None, cols, host_meta), name=name)
+        new[name] = pd.Series([], dtype=_out_dtype(op, spec, cols, host_meta), name=name)
     out_meta = host_meta.assign(**new)
     if host_meta is not meta:
         out_meta = _backend.to_backend(out_meta, _backend.backend_of(meta))

@@ -273,7 +273,7 @@ def write_atomic(path: str | os.PathLike, chunks: Iterable[bytes], size: int | N
         raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
-    if recording:
+    if recording and hasher is not None:  # (a hasher is made exactly when recording)
         rec, rel = recording
         st = path.stat()
         rec.files[rel] = WrittenFile(st.st_size, st.st_mtime_ns, hasher.hexdigest())

@@ -113,7 +113,7 @@ def save_states(states: Mapping[str, FittedState], directory: str | Path, extra:
         doc["states"][sid] = {"op": s.op, "params": {k: _jsonable(v) for k, v in s.params.items()},
                               "tables": names, "text": text, "meta": {k: _jsonable(v) for k, v in s.meta.items()}}
     with open(d / STATE_NPZ, "wb") as f:
-        np.savez(f, **arrays)
+        np.savez(f, allow_pickle=True, **arrays)  # (numpy's default, named: its stubs type ** as this flag)
     (d / STATE_JSON).write_text(json.dumps(doc, indent=1))
 
 

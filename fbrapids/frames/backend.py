@@ -502,9 +502,16 @@ def dask_dataframe() -> ModuleType:
     return dd
 
 
-def cudf_module() -> ModuleType | None:
-    """cudf when the GPU backend is usable (imported then), else None."""
-    return None if gpu_missing() else try_import("cudf")
+def cudf_module() -> ModuleType:
+    """cudf, imported (for code handed cudf objects); BackendUnavailableError where the GPU
+    backend is not usable."""
+    missing = gpu_missing()
+    if missing:
+        raise BackendUnavailableError(gpu_unavailable_message(missing))
+    cudf = try_import("cudf")
+    if cudf is None:
+        raise BackendUnavailableError("the GPU backend could not import cudf")
+    return cudf
 
 
 # -- code shared by pandas and cudf objects: the questions whose answer differs --------------

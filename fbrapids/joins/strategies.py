@@ -468,6 +468,7 @@ def _eager_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
     computed to size it), the join run on the host when the build side does not fit the
     device (the result moved back), else on the view's backend."""
     if _backend.is_dask(other):
+        assert first is not None  # (_estimated_bytes persisted a dask side's first partition)
         other = (first.compute() if other.npartitions == 1 else
                  _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
     _record(decision)
@@ -530,6 +531,7 @@ def _broadcast_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
         table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, plan.be), keys, validate,
                                                                on_host)
     else:  # partition 0 as computed to size this side; the others read here
+        assert first is not None  # (_estimated_bytes persisted a dask side's first partition)
         table = dask.delayed(build_side, pure=True, name=name)(first.to_delayed()[0], keys, validate, on_host,
                                                                other.to_delayed()[1:])
     if validate in ("one_to_one", "one_to_many") and left.npartitions > 1:

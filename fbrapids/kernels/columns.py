@@ -63,6 +63,18 @@ class HostColumn:
                 out.append(0 if a is None else a.ctypes.data)
         return out
 
+    def values(self) -> np.ndarray:
+        """``data``, the values of a fixed-width column (which always has them)."""
+        if self.data is None:
+            raise ColumnTypeError(f"a {self.type} column without its values buffer")
+        return self.data
+
+    def dictionary(self) -> tuple[np.ndarray, HostColumn] | None:
+        """``(dict_codes, dict_values)`` of an Arrow dictionary / categorical column; None for any other."""
+        if self.dict_codes is None or self.dict_values is None:
+            return None
+        return self.dict_codes, self.dict_values
+
     def nbytes(self) -> int:
         """Bytes held by the column's buffers."""
         return sum(a.nbytes for a in (self.valid, self.data, self.offsets, self.str_offsets, self.bytes)
@@ -217,6 +229,8 @@ def from_series(s: pd.Series, name: str | None = None) -> HostColumn:
         if dtype.kind == "b":
             return HostColumn("bool", len(s), data=data.view(np.uint8), keep=[data])
         tname = T.from_arrow(pa.from_numpy_dtype(dtype))
+        if tname is None:
+            raise ColumnTypeError(f"column {name!r} has dtype {dtype}, which the kernels cannot read")
         valid = None
         if dtype.kind == "f":
             nan = np.isnan(data)
@@ -250,7 +264,7 @@ def to_arrow(c: HostColumn) -> pa.Array:
     nulls = c.null_count()
     if c.type in T.FIXED_TYPES:
         if c.type == "bool":
-            return pa.array(c.data.astype(bool), mask=~c.validity_bool() if nulls else None)
+            return pa.array(c.values().astype(bool), mask=~c.validity_bool() if nulls else None)
         return pa.Array.from_buffers(t, c.n, [_buf(c.valid), pa.py_buffer(c.data)], null_count=nulls)
     if c.type == "str":
         return pa.Array.from_buffers(pa.large_string(), c.n, [_buf(c.valid), pa.py_buffer(c.offsets),
@@ -291,10 +305,11 @@ def to_series(c: HostColumn, index: pd.Index, name: str, nullable: bool | None =
     """
     nulls = c.null_count() if c.type in T.FIXED_TYPES else 0
     if c.type in T.FLOAT_TYPES and nullable is not None:
-        data = c.data if not nulls else np.where(c.validity_bool(), c.data, np.nan).astype(c.data.dtype)
+        values = c.values()
+        data = values if not nulls else np.where(c.validity_bool(), values, np.nan).astype(values.dtype)
         return pd.Series(data, index=index, name=name, copy=False)
     if c.type in T.FIXED_TYPES and not nulls and not nullable:
-        data = c.data.astype(bool) if c.type == "bool" else c.data
+        data = c.values().astype(bool) if c.type == "bool" else c.values()
         return pd.Series(data, index=index, name=name, copy=False)
     arr = to_arrow(c)
     if c.type == "str":

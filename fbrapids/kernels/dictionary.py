@@ -162,8 +162,9 @@ def encode(col: HostColumn) -> Coded:
         >>> c.codes.tolist(), c.values.n
         ([0, 1, 0, 2], 3)
     """
-    if col.dict_codes is not None:  # an Arrow dictionary / categorical column: its own codes
-        return Coded(col.dict_codes, col.dict_values)
+    own = col.dictionary()
+    if own is not None:  # an Arrow dictionary / categorical column: its own codes
+        return Coded(*own)
     enc = pc.dictionary_encode(to_arrow(col), null_encoding="encode")
     return Coded(np.asarray(enc.indices), from_arrow(enc.dictionary, "dictionary"))
 
@@ -226,7 +227,7 @@ def _combine(codes: list[np.ndarray], sizes: list[int]) -> Coded | None:
 
 
 def _kind(node: Node) -> str:
-    return "tokens" if node.op.name in ("split", "ngrams") else "scalar"
+    return "tokens" if node.operator().name in ("split", "ngrams") else "scalar"
 
 
 def choose(plan: Plan, node: Node, values: dict[int, HostColumn], coded: dict[int, Coded], n: int,
@@ -242,7 +243,7 @@ def choose(plan: Plan, node: Node, values: dict[int, HostColumn], coded: dict[in
     if how == "off" or n == 0:
         return None
     args = node.args
-    if node.op.name == "ngrams" and args[0] not in coded:
+    if node.operator().name == "ngrams" and args[0] not in coded:
         return None  # a token list has no dictionary of its own
     if how == "on":
         return "forced (dictionary mode on)"
@@ -330,7 +331,7 @@ def describe(plan: Plan, inputs: dict[int, HostColumn] | None) -> dict[int, str]
     how = mode()
     out: dict[int, str] = {}
     n = None if not inputs else next(iter(inputs.values())).n
-    coded = {a: Coded(c.dict_codes, c.dict_values) for a, c in (inputs or {}).items() if c.dict_codes is not None}
+    coded = {a: Coded(*own) for a, own in ((a, c.dictionary()) for a, c in (inputs or {}).items()) if own is not None}
     for node in plan.dictionary_nodes:
         if how == "off":
             out[node.id] = "row by row (dictionary path off)"

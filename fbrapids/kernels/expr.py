@@ -150,6 +150,6 @@ def columns_of(e: Expr) -> set[str]:
     if isinstance(e, Col):
         return {e.name}
     out: set[str] = set()
-    for a in e.args:  # type: ignore[attr-defined]
+    for a in e.args if isinstance(e, Call) else ():
         out |= columns_of(a)
     return out

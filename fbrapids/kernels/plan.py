@@ -49,6 +49,24 @@ class Node:
     def label(self) -> str:
         return str(self.expr)
 
+    def operator(self) -> Operator:
+        """The operator whose output the node is (an operator's node, not a column's)."""
+        if self.op is None:
+            raise OperatorError(f"{self.what} is an input column: it has no operator")
+        return self.op
+
+    def implementation(self) -> Impl:
+        """The operator's implementation resolved for the node's argument types."""
+        if self.impl is None:
+            raise OperatorError(f"{self.what} is an input column: it has no implementation")
+        return self.impl
+
+    def column(self) -> str:
+        """The input column's name (a column's node, not an operator's)."""
+        if not isinstance(self.expr, Col):
+            raise OperatorError(f"{self.what} is an operator's output, not an input column")
+        return self.expr.name
+
     @property
     def what(self) -> str:
         """``column 'x'`` or ``sub-expression f(x)``: the node as an error message names it."""
@@ -93,7 +111,7 @@ class Plan:
         for n in self.nodes:
             h.update(repr((n.id, n.type, n.expr.key, n.placement)).encode())
             if n.op is not None:  # the code itself: an operator redefined under its name is another plan
-                i = n.impl
+                i = n.implementation()
                 h.update(repr((i.out_type, i.kind, i.template, i.prelude, i.null_rule, i.headers, n.op.source,
                                n.op.headers)).encode())
         h.update(repr((sorted(self.outputs.items()), self.fused, self.backend, self.dictionary,
@@ -116,15 +134,15 @@ class Plan:
         may: dict[int, bool] = {}
         for n in self.nodes:  # arguments come before their users
             if n.op is None:
-                may[n.id] = n.expr.name in nullable_columns  # type: ignore[attr-defined]
-            elif n.impl.never_null:
+                may[n.id] = n.column() in nullable_columns
+            elif n.implementation().never_null:
                 may[n.id] = False
             else:
-                may[n.id] = n.impl.null_rule == "handles" or any(may[a] for a in n.args)
+                may[n.id] = n.implementation().null_rule == "handles" or any(may[a] for a in n.args)
         return {name: may[nid] for name, nid in self.outputs.items()}
 
     def input_columns(self) -> list[str]:
-        return [n.expr.name for n in self.nodes if n.op is None]  # type: ignore[attr-defined]
+        return [n.column() for n in self.nodes if n.op is None]
 
     def layer_plan(self, layer: Layer) -> "Plan":
         """One layer as a plan of its own: its arguments become input columns named
@@ -291,12 +309,13 @@ def _place(nodes: list[Node], backend: str, device_budget: int | None) -> None:
             n.placement, n.reason = backend, "input column"
         elif backend != "gpu":
             n.placement, n.reason = "cpu", "CPU backend"
-        elif device_budget is not None and n.impl.footprint > device_budget:
+        elif device_budget is not None and n.implementation().footprint > device_budget:
             n.placement = "cpu"
-            n.reason = (f"footprint {n.impl.footprint:,} B > device budget {device_budget:,} B "
+            n.reason = (f"footprint {n.implementation().footprint:,} B > device budget {device_budget:,} B "
                         f"({DEVICE_BUDGET_FRACTION:.0%} of free device memory): runs on the host, result copied to the device")
         else:
-            fp = f"footprint {n.impl.footprint:,} B fits" if n.impl.footprint else "no resident footprint"
+            footprint = n.implementation().footprint
+            fp = f"footprint {footprint:,} B fits" if footprint else "no resident footprint"
             n.placement, n.reason = "gpu", fp
 
 

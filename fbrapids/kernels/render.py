@@ -110,7 +110,7 @@ def _op_bodies(plan: Plan, abi: LayerABI) -> tuple[list[str], list[str]]:
     p1, p2 = [], []
     for nid, o in abi.outputs.items():
         node = plan.nodes[nid]
-        impl = node.impl
+        impl = node.implementation()
         m = {"id": str(nid), "err": "err"}
         for i, a in enumerate(node.args):
             m[f"a{i}"], m[f"v{i}"] = f"a{a}", f"v{a}"
@@ -118,7 +118,7 @@ def _op_bodies(plan: Plan, abi: LayerABI) -> tuple[list[str], list[str]]:
             m[f"b{i}"] = f"pb{nid}_{i}"
         valid = "1" if impl.null_rule == "handles" or not node.args else " && ".join(f"v{a}" for a in node.args)
         pre = _fill(impl.prelude, m)
-        tag = f"/* op {nid}: {node.op.name} -> {node.type} */"
+        tag = f"/* op {nid}: {node.operator().name} -> {node.type} */"
         if impl.kind == "expr":
             ct = T.C_TYPE[node.type]
             p1.append(f"{tag} {{ const int vv = {valid}; o{nid}_v[r] = (fbx_u8)vv; "
@@ -216,7 +216,7 @@ def render_layer_host(plan: Plan, layer: Layer, layouts: dict[int, InputLayout] 
 {_indent(p2, 6)}
     }}"""
     return f"""
-/* layer {layer.index}: {', '.join(plan.nodes[i].op.name for i in layer.nodes)} */
+/* layer {layer.index}: {', '.join(plan.nodes[i].operator().name for i in layer.nodes)} */
 FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64 cap, fbx_u64* head, fbx_i32* err) {{
 {_indent(_bind(plan, abi, layouts), 2)}
   const fbx_i64 nblocks = (n + {HOST_BLOCK} - 1) / {HOST_BLOCK};
@@ -272,7 +272,7 @@ def render_layer_cuda(plan: Plan, layer: Layer, layouts: dict[int, InputLayout] 
 {_indent(p2, 4)}
   }}"""
     return f"""
-/* layer {layer.index}: {', '.join(plan.nodes[i].op.name for i in layer.nodes)} */
+/* layer {layer.index}: {', '.join(plan.nodes[i].operator().name for i in layer.nodes)} */
 FBX_KERNEL void {kernel_name(layer)}(fbx_i64 n, void** bufs, char* pool, fbx_u64 cap, fbx_u64* head, fbx_i32* err) {{
 {_indent(_bind(plan, abi, layouts), 2)}
   __shared__ fbx_u64 sz[{np_}][{CUDA_BLOCK}];
@@ -308,11 +308,12 @@ def render_module(plan: Plan, target: str, layers: list[Layer] | None = None,
     for l in layers:
         for nid in l.nodes:
             node = plan.nodes[nid]
-            for h in node.impl.headers + node.op.headers:
+            op = node.operator()
+            for h in node.implementation().headers + op.headers:
                 if h not in headers:
                     headers.append(h)
-            if node.op.source and node.op.source not in sources:
-                sources.append(node.op.source)
+            if op.source and op.source not in sources:
+                sources.append(op.source)
     render = render_layer_cuda if target == "cuda" else render_layer_host
     body = "".join(render(plan, l, layouts) for l in layers)
     return (f"/* fbrapids meta-kernels ({target}); generated, do not edit */\n"

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from fbrapids.frames import backend as backends
-from fbrapids.errors import BackendUnavailableError
+from fbrapids.errors import ArgumentError, BackendUnavailableError
 from fbrapids.kernels import counters as S
 from fbrapids.kernels import dictionary as D
 from fbrapids.kernels import types as T
@@ -263,7 +263,7 @@ class CudaPlan(Runtime):
             self._consts = {}
             for l in self.gpu_layers:
                 for nid in l.nodes:
-                    bufs = [self.cp.asarray(b) for b in self.plan.nodes[nid].impl.buffers]
+                    bufs = [self.cp.asarray(b) for b in self.plan.nodes[nid].implementation().buffers]
                     st.bytes_to_device += sum(int(b.nbytes) for b in bufs)
                     self._consts[nid] = bufs
         return self._consts
@@ -290,16 +290,19 @@ class CudaPlan(Runtime):
         n = len(first) if first is not None else len(columns)
         index = getattr(columns, "index", None)
         if index is None or callable(index):
+            if first is None:
+                raise ArgumentError("the plan reads no column and the input has no index to put its outputs on")
             index = first.index
         st = S.KernelStats(partitions=1, rows=n)
         values: dict[int, DeviceValue] = {}
         coded: dict[int, tuple[Any, Any]] = {}  # categorical inputs: (codes, categories), free
         for node in plan.nodes:
             if node.op is None:
-                col = columns[node.expr.name]
+                name = node.column()
+                col = columns[name]
                 if plan.dictionary and D.mode() != "off" and backends.is_categorical(col.dtype):
                     coded[node.id] = (col.cat.codes, self.cudf.Series(col.cat.categories))
-                values[node.id] = self._input(col, node.expr.name, node.type)
+                values[node.id] = self._input(col, name, node.type)
         layouts = {nid: v.read.layout for nid, v in values.items() if v.read.layout != InputLayout()}
         module = self._module(layouts) if self.gpu_layers else None
         status: dict[int, Any] = {}
@@ -307,6 +310,7 @@ class CudaPlan(Runtime):
             if layer.placement == "cpu":
                 self._run_host_layer(layer, n, values, status, st)
             else:
+                assert module is not None  # (built above: this layer is one of self.gpu_layers)
                 self._run_device_layer(layer, module.get_function(kernel_name(layer)), n, values, status, st, coded)
         st.pool_capacity = max(st.pool_capacity, int(self.pool.size))
         self.stats += st
@@ -371,7 +375,7 @@ class CudaPlan(Runtime):
         input's NaN is null here as on the host (:meth:`_input`), so it is never a misfit."""
         for nid in layer.nodes:
             node = self.plan.nodes[nid]
-            if not node.impl.checks_fit:
+            if not node.implementation().checks_fit:
                 continue
             data, valid = fixed_arrays(self.cp, values[node.args[0]].read)
             check_fit_values(self.plan, nid, data, valid, xp=self.cp)

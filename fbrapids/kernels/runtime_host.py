@@ -22,12 +22,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from typing import AbstractSet, Any, Mapping
+from typing import AbstractSet, Any, Mapping, Sized
 
 import numpy as np
 import pandas as pd
 
-from fbrapids.errors import KernelRuntimeError
+from fbrapids.errors import KernelRuntimeError, OperatorError
 from fbrapids.kernels import host_helpers as R
 from fbrapids.kernels import host_memory as HM
 from fbrapids.kernels import counters as S
@@ -36,6 +36,7 @@ from fbrapids.kernels import types as T
 from fbrapids.kernels.abi import InputLayout, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source
+from fbrapids.kernels.device_columns import DeviceColumn
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import HostPool, PoolSizer, row_sample
 from fbrapids.kernels.render import HOST_BLOCK, kernel_name, render_module
@@ -52,8 +53,8 @@ def thread_pool() -> HostPool:
     return pool
 
 
-def _rows(col: pd.Series | HostColumn) -> int:
-    return col.n if hasattr(col, "pointers") else len(col)
+def _rows(col: HostColumn | DeviceColumn | Sized) -> int:
+    return col.n if isinstance(col, (HostColumn, DeviceColumn)) else len(col)
 
 
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
@@ -71,7 +72,9 @@ def check_fit_values(plan: Plan, nid: int, data: Any, valid: Any, xp: Any = np) 
     array module ``xp``: the host's numpy arrays, or the CUDA runtime's cupy arrays (one
     count read back when every value fits)."""
     node = plan.nodes[nid]
-    to = node.impl.checks_fit
+    to = node.implementation().checks_fit
+    if to is None:
+        raise OperatorError(f"{node.what}: its operator declares no conversion to check")
     bad = T.misfits(data, to, xp=xp) & valid
     count = int(bad.sum())
     if count:
@@ -136,14 +139,15 @@ class HostPlan(Runtime):
         values: dict[int, HostColumn] = {}
         for node in plan.nodes:
             if node.op is None:
-                col = columns[node.expr.name]
-                values[node.id] = col if hasattr(col, "pointers") else from_series(col, node.expr.name)
+                col = columns[node.column()]
+                values[node.id] = col if hasattr(col, "pointers") else from_series(col, node.column())
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
         presizes0 = pool.presizes
         how = D.mode() if plan.dictionary and plan.dictionary_nodes else "off"
-        coded = {nid: D.Coded(c.dict_codes, c.dict_values) for nid, c in values.items()
-                 if getattr(c, "dict_codes", None) is not None}
+        coded = {nid: D.Coded(*own) for nid, own in
+                 ((nid, c.dictionary() if isinstance(c, HostColumn) else None) for nid, c in values.items())
+                 if own is not None}
         skip = D.flags(plan)
         for layer, fn, abi, sizer in zip(self.layers, self.kernels, self.abis, self.sizers):
             done = self._dictionary_path(layer, n, values, coded, skip, how, run_stats) if how != "off" else set()
@@ -214,7 +218,7 @@ class HostPlan(Runtime):
         the dictionary path, flagged in ``skip``) keep the values they have."""
         plan = self.plan
         for nid in layer.nodes:  # host columns: device columns (the device ABI) are the CUDA runtime's to check
-            if plan.nodes[nid].impl.checks_fit and isinstance(values[plan.nodes[nid].args[0]], HostColumn):
+            if plan.nodes[nid].implementation().checks_fit and isinstance(values[plan.nodes[nid].args[0]], HostColumn):
                 check_fit(plan, nid, values[plan.nodes[nid].args[0]])
         ptrs = [0] * abi.nslots
         for nid, first in abi.inputs.items():

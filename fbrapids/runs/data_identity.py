@@ -24,6 +24,7 @@ import hashlib
 import os
 import struct
 from pathlib import Path
+from typing import Sequence
 
 __all__ = ["footer_digest", "data_fingerprint"]
 
@@ -69,7 +70,7 @@ def data_fingerprint(folder: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def files_fingerprint(files: "list[str | os.PathLike]") -> str:
+def files_fingerprint(files: "Sequence[str | os.PathLike]") -> str:
     """sha256 over ``files`` (in the order given): each one's path, size and content digest
     (a parquet file's :func:`footer_digest`; another file's sha256 of its first 64 MiB);
     what a checkpoint of a declared workload records as its data.

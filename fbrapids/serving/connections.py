@@ -161,11 +161,12 @@ class ConnectionTable:
 
     def lost(self, conn: Any) -> None:
         """Forget ``conn`` (closed by either side); its watchers are called."""
-        if self._open.get(conn.peer) is conn:
-            del self._open[conn.peer]
+        peer = conn.peer
+        if self._open.get(peer) is conn:
+            del self._open[peer]
         self._proven.pop(conn, None)
         self._forget_unproven(conn)
-        for callback in self._watchers.pop(conn.peer, {}).values():
+        for callback in self._watchers.pop(peer, {}).values():
             callback()
 
     def watch(self, peer: tuple | None, callback: Callable[[], None]) -> Any:

@@ -88,6 +88,7 @@ def _encode(v: Any, d: Path) -> Any:
         store = v.store  # written into the export (paths read at load time stay inside it)
         if store.path is None or not Path(store.path).resolve().is_relative_to(d.resolve()):
             store = store.save(d / IMAGES)
+        assert store.path is not None  # (a saved store is on its file)
         return {"ImageEmbedder": {"vectors": Path(store.path).resolve().relative_to(d.resolve()).as_posix(),
                                   "sizes": list(mlp.sizes),
                                   "final_prelu": isinstance(mlp.net[-1], torch.nn.PReLU), "dedup": v.dedup,

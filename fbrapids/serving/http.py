@@ -68,6 +68,8 @@ import sys
 import threading
 from typing import Any, AsyncIterator, Callable
 
+import numpy as np
+
 try:
     import anyio.to_thread
     from fastapi import FastAPI, Request
@@ -227,8 +229,12 @@ def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[s
     whose client has gone (``gone`` set) is dropped before its parse and between slices."""
     try:
         entries = parse(_parse_in_turn(scorer, raw, max_objects, client, gone))
-        results = (scorer.score_each(entries, client, gone=gone) if batch
-                   else scorer.score_batch(entries, client, gone=gone))
+        each: list[np.ndarray | RequestError] = []
+        one: list[np.ndarray] = []
+        if batch:
+            each = scorer.score_each(entries, client, gone=gone)
+        else:
+            one = scorer.score_batch(entries, client, gone=gone)
     except CallCancelledError as exc:  # nobody reads this answer
         return JSONResponse({"detail": str(exc)}, status_code=499)
     except BodyError as exc:
@@ -236,9 +242,9 @@ def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[s
     except RequestError as exc:
         return JSONResponse({"detail": _cut(exc)}, status_code=_status(exc))
     if not batch:
-        scores = results[0].astype(float).tolist()
+        scores = one[0].astype(float).tolist()
         return JSONResponse({"scores": scores, "n": len(scores)})
-    return _batch_response(results)
+    return _batch_response(each)
 
 
 def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Any,

@@ -393,7 +393,7 @@ class Scorer:
             except RequestError as exc:
                 if len(entries) == 1:
                     raise
-                blamed = getattr(exc, "entry", None)
+                blamed = exc.entry
                 if blamed in group:  # the error names its request: the others are scored again together
                     out[blamed] = exc
                     rest = [i for i in group if i != blamed]
@@ -626,7 +626,7 @@ class Scorer:
         probs = self._score_dedup(entries) if self.dedup else self._score_full(entries)
         if self._stores:
             self.stats["unseen_ids"] += sum(st.unseen_reads for st in self._stores) - unseen
-        if before is not None:
+        if before is not None and images is not None:  # (before: the images' totals)
             after = images.totals
             self.stats["image_references"] += after.references - before.references
             self.stats["unique_images_embedded"] += after.unique_images - before.unique_images

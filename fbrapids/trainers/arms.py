@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch
 
 if TYPE_CHECKING:
@@ -119,10 +120,13 @@ def shuffled_view(batch: Batch, dense: Sequence[str], new_dense: Sequence[str] =
     return Batch(out, batch.label, sparse, batch.group)
 
 
-def _zero_columns(linear: torch.nn.Linear, cols: list[int], name: str, done: list[str]) -> None:
+def _zero_columns(layer: object, cols: list[int], name: str, done: list[str]) -> None:
+    """Zero the weight columns ``cols`` of ``layer`` (a model's :class:`~torch.nn.Linear`, named ``name``)."""
     if cols:
+        if not isinstance(layer, torch.nn.Linear):
+            raise ArgumentError(f"{name}: expected a torch.nn.Linear, got {type(layer).__name__}")
         with torch.no_grad():
-            linear.weight[:, cols] = 0
+            layer.weight[:, cols] = 0
         done.append(f"{name}.weight[:, {cols}]")
 
 

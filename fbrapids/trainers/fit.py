@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sized
 import logging
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -68,7 +69,7 @@ def expected_batches(batches: Iterable[Batch]) -> int | None:
     known = getattr(batches, "expected_batches", None)
     if callable(known):
         return known()
-    return len(batches) if hasattr(batches, "__len__") else None
+    return len(batches) if isinstance(batches, Sized) else None
 
 
 def estimated_batches(batches: Iterable[Batch]) -> int | None:
@@ -152,7 +153,8 @@ def _end_of_pass(strategy: Strategy, held: Any, result: FitResult, trained: bool
         return False
     before = strategy.calibration()
     if strategy.calibrate(held, result):
-        return before is None or not torch.equal(before, strategy.calibration())
+        after = strategy.calibration()
+        return before is None or after is None or not torch.equal(before, after)
     if not finished or not held.rows:
         return False
     strategy.train_held(held, result.steps, result)  # too few to calibrate on: trained on after all

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from fbrapids.errors import InputTypeError, ModelStreamError
 
@@ -37,7 +37,7 @@ def check_constructor(cls_name: str, arguments: Mapping[str, Any]) -> None:
                              + (" (give len() of the dense list)" if isinstance(dim, (list, tuple)) else ""))
     sparse = arguments.get("sparse_features")
     if "sparse_features" in arguments:
-        if isinstance(sparse, str) or not hasattr(sparse, "__iter__"):
+        if isinstance(sparse, str) or not isinstance(sparse, Iterable):
             raise InputTypeError(f"{cls_name}: sparse_features must be a list of feature names, got {sparse!r}"
                                  + (f" (write [{sparse!r}])" if isinstance(sparse, str) else ""))
         bad = [s for s in sparse if not isinstance(s, str)]

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from fbrapids.errors import ArgumentError, CheckpointError, NonFiniteError
+from fbrapids.errors import ArgumentError, BatchError, CheckpointError, NonFiniteError
 from fbrapids.files.manifest import resolve_inside, verification_enabled
 from fbrapids.runs.workdir import clean_stale, lock_work_dir, preflight
 from fbrapids.trainers.batch import Batch
@@ -67,6 +67,14 @@ log = logging.getLogger(__name__)
 #: one item of a pass: a batch (None: this rank has none) and the batches read ahead of it
 Item = tuple[Batch | None, list[Batch]]
 View = Callable[[Batch], Batch]
+
+
+def _given(batch: Batch | None, strategy: str) -> Batch:
+    """``batch``, which a one-process strategy always has (only a rank of a sharded run can
+    be out of data: None)."""
+    if batch is None:
+        raise BatchError(f"{strategy}: no batch (None) given to a strategy whose every step has one")
+    return batch
 
 
 class Strategy:
@@ -340,17 +348,19 @@ class OneProcess(Strategy):
         if self.window:  # this batch and those entering the window, each announced once
             upcoming = [item[0], *item[1][: self.window]]
             for j in range(max(self.announced, index), index + len(upcoming)):
-                self.model.announce(upcoming[j - index], j - index)
+                self.model.announce(_given(upcoming[j - index], self.name), j - index)
             self.announced = index + len(upcoming)
 
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
-        self.stepper(batch, step, ahead[0] if self.cfg.prefetch_rows and ahead else None)
+        self.stepper(_given(batch, self.name), step, ahead[0] if self.cfg.prefetch_rows and ahead else None)
         return True
 
     def train_older(self, batch: Batch | None, step: int) -> None:
-        self.stepper(batch, step)
+        self.stepper(_given(batch, self.name), step)
 
     def save(self, step: int, held: HeldBack | None) -> Path:
+        if self.cfg.checkpoint_dir is None:
+            raise CheckpointError(f"{self.name}: a checkpoint asked for without a checkpoint_dir")
         return save_checkpoint(self.model, self.optimizer, self.cfg.checkpoint_dir, step,
                                keep=self.cfg.keep_checkpoints, run=self.identity, held=held)
 
@@ -393,7 +403,8 @@ class Arms(Strategy):
 
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
         for stepper, view in zip(self.steppers, self.views):
-            stepper(batch if view is None else view(batch), step)
+            given = _given(batch, self.name)
+            stepper(given if view is None else view(given), step)
         return True
 
 

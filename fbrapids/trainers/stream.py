@@ -343,8 +343,8 @@ class BatchStream:
                 if item is _DONE:
                     self._known_rows = self.stats["rows"]  # a whole pass: its batch count is known now
                     break
-                device = shuffle is not None and isinstance(item, TensorColumns)
-                for chunk in shuffle.add(item) if device else [item]:
+                chunks = shuffle.add(item) if shuffle is not None and isinstance(item, TensorColumns) else [item]
+                for chunk in chunks:
                     for cols in batches.add(chunk):
                         yield self._finish(cols)
             if shuffle is not None and shuffle.arrived + shuffle.pending_rows:

@@ -60,7 +60,7 @@ class progress(Callback):  # noqa: N801 - used as a context manager, like dask's
         import dask
 
         owner = getattr(dask.base.get_scheduler(), "__self__", None)
-        if type(owner).__name__ == "Client":
+        if owner is not None and type(owner).__name__ == "Client":
             log.warning("fbrapids.progress(): computes run on the distributed Client %s, whose tasks a local "
                         "progress bar cannot see; follow them on its dashboard (%s) or with "
                         "distributed.progress(client.compute(frame))", owner.scheduler.address, owner.dashboard_link)

@@ -61,7 +61,7 @@ def check_cast(values: Any, want: Any, path: str, col: str) -> None:
         raise ViewError(f"{path}: column {col!r} holds datetimes, which {want} does not: their numbers depend on the "
                         f"unit they are stored in; read it as a datetime64 and convert explicitly")
     if target.kind == "M" and have.kind in "iufM":
-        _check_time_cast(values, target, want, path, col)
+        _check_time_cast(values, have, want, path, col)
         return
     if have.kind not in "iufb" or target.kind not in "iufb":
         return
@@ -120,13 +120,13 @@ class _TimeRange:
 _TIME_RANGE = _TimeRange()  #: the numbers a datetime64 holds (int64 less NaT's)
 
 
-def _check_time_cast(values: Any, target: np.dtype, want: Any, path: str, col: str) -> None:
+def _check_time_cast(values: Any, have: np.dtype, want: Any, path: str, col: str) -> None:
     """Numbers to a datetime count units of the target (``datetime64[s]``: epoch seconds)
-    and must be whole; a datetime to a coarser unit must lose nothing."""
+    and must be whole; a datetime to a coarser unit must lose nothing.  ``have``: the
+    numpy dtype of ``values``."""
     present = values[values.notna()]
     if not len(present):
         return
-    have = _numpy_kind(values.dtype)
     if have.kind == "f":
         fractional = (present - present.round()).abs() > 0
         if bool(fractional.any()):

@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from fbrapids.errors import CleanError
 
@@ -232,7 +233,7 @@ class _Parser:
         return out
 
     def compare(self, node: ast.Compare) -> Any:
-        parts = []
+        parts: list[IsIn | Compare] = []
         left = self.value(node.left)
         for op, right_node in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)):
@@ -348,7 +349,15 @@ def _dtype(s: SeriesLike) -> np.dtype | None:
     return dt if isinstance(dt, np.dtype) and dt.kind in "biuf" else None
 
 
-def _astype(s: SeriesLike, dt: np.dtype) -> SeriesLike:
+def _num_dtype(s: SeriesLike) -> np.dtype:
+    """:func:`_dtype` of a series the caller knows is numeric."""
+    dt = _dtype(s)
+    if dt is None:
+        raise CleanError(f"expected a numeric column here, got dtype {s.dtype}")
+    return dt
+
+
+def _astype(s: SeriesLike, dt: DTypeLike) -> SeriesLike:
     """``s`` as numpy dtype ``dt``, keeping nulls: a pandas nullable column becomes the
     nullable dtype of that width (``Int8`` -> ``Int16``); numpy / cudf columns cast directly."""
     dt = np.dtype(dt)
@@ -402,7 +411,7 @@ class _Evaluator:
         """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a
         uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 (or by a
         null) are null."""
-        kinds = {_dtype(v).kind for v in (a, b) if not isinstance(v, int)}
+        kinds = {_num_dtype(v).kind for v in (a, b) if not isinstance(v, int)}
         unsigned = "u" in kinds
         if kinds == {"i", "u"}:
             raise self.fail(f"{tree.op!r} of an int64 and a uint64 operand has no exact 64-bit type; cast one side")
@@ -454,8 +463,9 @@ class _Evaluator:
             i = int(np.flatnonzero(flags)[0])
             row = bad.index[i]
             show = [v.iloc[i] if hasattr(v, "iloc") else v for v in (a, b)]
+            dts = [_dtype(v) for v in (a, b) if hasattr(v, "dtype")]
             raise self.fail(f"row {row!r}: {show[0]} {tree.op} {show[1]} overflows "
-                            f"{'uint64' if any(_dtype(v) is not None and _dtype(v).kind == 'u' for v in (a, b) if hasattr(v, 'dtype')) else 'int64'}"
+                            f"{'uint64' if any(d is not None and d.kind == 'u' for d in dts) else 'int64'}"
                             " (integer arithmetic is exact in 64 bits or refused)")
 
     # conditions
@@ -548,7 +558,7 @@ class _Evaluator:
         target = np.promote_types(da, db)
         if target.kind == "f" and "f" not in kinds:  # int64 with uint64: no exact common type
             a, b = self.widen(a), self.widen(b)
-            if _dtype(a).kind == "u":
+            if _num_dtype(a).kind == "u":
                 a, b, op = b, a, _MIRROR[op]
             return self.signed_vs_unsigned(op, a, b)
         return _OPS[op](a if da == target else _astype(a, target), b if db == target else _astype(b, target))
@@ -568,7 +578,7 @@ class _Evaluator:
         monotonic, so where ``float(a) != f`` the float comparison is right; where they tie,
         ``f`` is integral and compares with ``a`` as an integer (``f`` beyond the integer type
         lies above every ``a``)."""
-        dt = _dtype(a)
+        dt = _num_dtype(a)
         fa = _astype(a, np.float64)
         tie = (fa == f).fillna(False).astype(bool)
         by_float = _OPS[op](fa, f).fillna(False).astype(bool) & ~tie
@@ -632,7 +642,7 @@ class _Evaluator:
             return list(tree.values)
         if dt.kind == "b":
             return [bool(v) for v in tree.values]
-        kept = [v for v in tree.values if self.holds(dt, v)]
+        kept = [v for v in tree.values if isinstance(v, (int, float)) and self.holds(dt, v)]  # (all numeric here)
         return np.array(kept, dtype=dt) if categories is None else kept
 
     @staticmethod

@@ -159,6 +159,8 @@ def read_views(w: Workload, backend: str | None = None, check: SplitCheck | None
 
         out[w.log.name] = dd.concat([train, test])
     elif rule == "fraction":
+        if w.split.fraction is None:
+            raise WorkloadError(f"{w.where}: a 'fraction' split without its fraction")
         out[w.log.name] = _mark_last_rows(out[w.log.name], w.split.fraction)
     return out
 
@@ -275,6 +277,8 @@ def split_frame(w: Workload, frame: FrameLike, cutoff: int | None = None) -> tup
     """``frame`` (of ``w``) as (training rows, held-out rows) by ``w.split``; ``cutoff``:
     :func:`held_out_cutoff`'s, when already known."""
     if w.split.rule in ("at", "last_day"):
+        if w.time is None:
+            raise WorkloadError(f"{w.where}: a {w.split.rule!r} split needs the time column (time = ...)")
         return split_by_time(frame, w.time, cutoff if cutoff is not None else held_out_cutoff(w))
     if HELD_OUT not in frame.columns:
         raise WorkloadError(f"{w.where}: the frame has no {HELD_OUT!r} column (read it with feature_frame)")

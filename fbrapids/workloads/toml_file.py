@@ -147,9 +147,9 @@ def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: st
     elif base is not None:
         r = str(base)
     try:
-        return Workload(views=views, label=data["label"], split=split, time=data.get("time"), group=data.get("group"),
+        return Workload(views=tuple(views), label=data["label"], split=split, time=data.get("time"), group=data.get("group"),
                         time_form=data.get("time_form"), item_view=data.get("item_view"),
-                        joins=joins, features=extract, sparse=feats.get("sparse", ()), dense=feats.get("dense", ()),
+                        joins=tuple(joins), features=extract, sparse=feats.get("sparse", ()), dense=feats.get("dense", ()),
                         sequences=seqs, root=r, name=str(data.get("name", Path(source).stem)), source=source)
     except WorkloadError as e:
         raise WorkloadError(f"{source}: {e}") if source not in str(e) else e from None

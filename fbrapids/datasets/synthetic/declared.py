@@ -78,15 +78,15 @@ def workload(data_dir: str | os.PathLike) -> Any:
 
     return Workload(
         name="generated", root=os.fspath(data_dir), label=LABEL, time=TIME, time_form="s", group=GROUP,
-        views=[View("impressions", "impressions.parquet", clean=canonical.IMPRESSION_CLEAN, sorted_by="instance_id"),
+        views=(View("impressions", "impressions.parquet", clean=canonical.IMPRESSION_CLEAN, sorted_by="instance_id"),
                View("users", "users.parquet", clean={"fill": canonical.USER_FILL}),
                View("ads", "ads.parquet", clean={"fill": canonical.AD_FILL}),
-               View("basic", "basic.parquet", sorted_by="instance_id")],
-        joins=[Join("users", on="user_id"),
+               View("basic", "basic.parquet", sorted_by="instance_id")),
+        joins=(Join("users", on="user_id"),
                Join("ads", on="ad_id", fill=canonical.JOIN_MISS_FILL),
-               Join("basic", on="instance_id", how="inner", after_features=True)],
+               Join("basic", on="instance_id", how="inner", after_features=True)),
         split=Split("at", at=TS0 + (DAYS - 1) * 86400),
-        features=features(), sparse=SPARSE, dense=DENSE,
+        features=features(), sparse=tuple(SPARSE), dense=tuple(DENSE),
         sequences={DIN_SEQUENCE: SequenceFeature(DIN_TARGET, din_history()[DIN_SEQUENCE])})
 
 

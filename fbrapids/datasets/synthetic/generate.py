@@ -686,7 +686,7 @@ def _complete_for(out: Path, rows: int, seed: int) -> str | None:
         return f"its marker cannot be read ({exc})"
     if not isinstance(mark, dict) or "files" not in mark:
         return "its marker predates completion markers (it may hold files of two generations)"
-    want = _marker(rows, seed, mark.get("files"))
+    want = _marker(rows, seed, mark["files"])
     for key in ("rows", "seed", "generator"):
         if mark.get(key) != want[key]:
             return f"it was generated for {key} {mark.get(key)}, not {want[key]}"

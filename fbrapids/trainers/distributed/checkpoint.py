@@ -199,7 +199,7 @@ def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable
             rows.append(np.fromfile(d / "rows.f32", dtype=np.float32).reshape(m["rows"], width)[keep])
     arrays = {k: np.concatenate(v) for k, v in cols.items()}
     index = io.BytesIO()
-    np.savez(index, **arrays)
+    np.savez(index, allow_pickle=True, **arrays)  # (numpy's default, named: its stubs type ** as this flag)
     meta = dict(meta or {})
     meta["rows"] = int(len(arrays["ids"]))
     return {"rows.f32": np.concatenate(rows).tobytes() if rows else b"", "index.npz": index.getvalue(),

@@ -104,6 +104,14 @@ class DistributedTrainer:
     def buckets(self) -> BucketTable:
         return self.sharded.buckets
 
+    def stand_in(self, local: Batch | None) -> Batch:
+        """``local``, or (this rank has no batch this step) the empty batch shaped like the data's."""
+        if local is not None:
+            return local
+        if self.template is None:
+            raise DistributedError("a step ran with no batch on this rank and no rank's data to shape an empty one")
+        return self.template
+
 
 class Ranks(Strategy):
     """A model trained over the ranks of a ``torch.distributed`` group: ``fit(Ranks(model), batches)``
@@ -127,11 +135,13 @@ class Ranks(Strategy):
     @contextlib.contextmanager
     def session(self, batches: Iterable[Batch], cfg: FitConfig,
                 result: FitResult) -> Iterator[tuple[int, HeldBack | None]]:
-        if self.trainer is None:
-            check_same_config(self.model, self.group, epochs=cfg.epochs, max_steps=cfg.max_steps,
-                              checkpoint_every=cfg.checkpoint_every)
-            self.trainer = DistributedTrainer(self.model, self.group, self.buckets, cfg.device)
         trainer = self.trainer
+        if trainer is None:
+            model = self.model
+            assert not isinstance(model, DistributedTrainer)  # __init__ made such a model the trainer
+            check_same_config(model, self.group, epochs=cfg.epochs, max_steps=cfg.max_steps,
+                              checkpoint_every=cfg.checkpoint_every)
+            trainer = self.trainer = DistributedTrainer(model, self.group, self.buckets, cfg.device)
         net = trainer.model
         if self.optimizer is None:
             self.optimizer = default_optimizer([p for p in net.parameters() if p.requires_grad])
@@ -159,11 +169,17 @@ class Ranks(Strategy):
             net.train()
             yield start, held
 
+    def _trainer_now(self) -> DistributedTrainer:
+        """The trainer, which :meth:`session` made (or ``__init__`` was given)."""
+        if self.trainer is None:
+            raise DistributedError("ranks: the strategy was used outside fit's session (no trainer yet)")
+        return self.trainer
+
     def first_step(self, start: int, batches: Iterable[Batch]) -> int:
         return start if hasattr(batches, "skip_rows") else 0  # a feed that skips the rows: no steps for them
 
     def items(self, batches: Iterable[Batch]) -> Iterator[Item]:
-        trainer, run = self.trainer, self.run
+        trainer, run = self._trainer_now(), self.run
         first, run.it = _peek(iter(batches))
         if trainer.template is None:
             trainer.template = _template(first, trainer.group)
@@ -175,10 +191,10 @@ class Ranks(Strategy):
         return pass_items()
 
     def skip(self, batch: Batch | None) -> bool:
-        return self.trainer.sharded.begin(batch, count_only=True) is not None
+        return self._trainer_now().sharded.begin(batch, count_only=True) is not None
 
     def hold(self, batch: Batch | None, held: HeldBack, index: int = -1) -> list[Batch | None] | None:
-        union = self.trainer.sharded.begin(batch, count_only=True)  # the union's rows; None: out of data
+        union = self._trainer_now().sharded.begin(batch, count_only=True)  # the union's rows; None: out of data
         if union is None:
             return None
         rows = int(union.rows.sum())
@@ -201,17 +217,19 @@ class Ranks(Strategy):
         self.run.train_held(held, step, self.on_step)
 
     def save(self, step: int, held: HeldBack | None) -> Path:
-        cfg = self.cfg
-        return save_sharded(self.trainer, self.optimizer, cfg.checkpoint_dir, step, keep=cfg.keep_checkpoints,
+        cfg, trainer = self.cfg, self._trainer_now()
+        if cfg.checkpoint_dir is None:
+            raise CheckpointError(f"{self.name}: a checkpoint asked for without a checkpoint_dir")
+        return save_sharded(trainer, self.optimizer, cfg.checkpoint_dir, step, keep=cfg.keep_checkpoints,
                             on_file=self.on_file, extra={"position_rows": self.run.position,
                                                          "global_stream": self.global_stream, "run": self.identity},
-                            held=None if held is None else _union_held(self.trainer, held))
+                            held=None if held is None else _union_held(trainer, held))
 
     def calibrate(self, held: HeldBack, result: FitResult) -> bool:
-        return _calibrate_ranks(self.trainer, held, result)
+        return _calibrate_ranks(self._trainer_now(), held, result)
 
     def calibration(self) -> torch.Tensor | None:
-        return self.trainer.model.calibration.clone()
+        return self._trainer_now().model.calibration.clone()
 
     def shows_progress(self) -> bool:
         return self.trainer is None or self.trainer.rank == 0
@@ -394,7 +412,7 @@ class _RanksRun:
         if read_ahead and self.overlap and (self.max_steps is None or step < self.max_steps):
             self.ahead.append(next(self.it, None))
             sharded.prepare(self.ahead[0])
-        b = (local if local is not None else trainer.template).to(module_device(net))
+        b = trainer.stand_in(local).to(module_device(net))
         optimizer.zero_grad(set_to_none=True)
         logits = trainer.ddp(b)
         label = b.label.to(logits.device)
@@ -446,7 +464,7 @@ def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch],
                 local = next(it, None)
                 if sharded.begin(local, train=False) is None:
                     break
-                b = (local if local is not None else trainer.template).to(dev)
+                b = trainer.stand_in(local).to(dev)
                 p = net.predict(b).double().cpu().numpy()  # the inner model: DDP's forward is for training
                 sharded.plan = None
                 if local is not None:

@@ -54,12 +54,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from fbrapids.errors import StoreError
+from fbrapids.errors import CheckpointError, StoreError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.exchange import Exchange
@@ -118,6 +118,8 @@ class ShardedTable:
         self.ids = np.zeros(0, dtype=np.uint64)
         self.rows = torch.zeros(0, local.config.dim)
         self.grad: torch.Tensor | None = None
+        #: a Scorer's flag; the rows come from the owners' stores (their own read_only: ShardedEmbeddings.local_stores)
+        self.read_only = False
         self._lookups = 0
         self._step = 0
 
@@ -182,6 +184,26 @@ class ShardedTable:
     #: announced upcoming batches are not forwarded to the owners' stores
     uses_window = False
 
+    def announce(self, ids: Any, ahead: int = 1) -> int:
+        """A no-op (:attr:`uses_window` is False): no row noted."""
+        return 0
+
+    def assign(self, ids: Any, weights: Any) -> None:
+        """Refused: the rows of a sharded table live on their owners."""
+        raise StoreError(f"table {self.name!r} is sharded: its rows live on their owning ranks; assign rows to "
+                         "the model before it is sharded")
+
+    def weights(self, ids: Any) -> np.ndarray:
+        """Refused: the rows of a sharded table live on their owners."""
+        raise StoreError(f"table {self.name!r} is sharded: its rows live on their owning ranks; read them from "
+                         "each rank's local store (ShardedEmbeddings.local_stores())")
+
+    def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
+        """Refused: a sharded table's rows are restored shard by shard
+        (:func:`~fbrapids.trainers.distributed.checkpoint.restore_sharded`)."""
+        raise CheckpointError(f"table {self.name!r} is sharded: restore it with "
+                              f"fbrapids.trainers.distributed.checkpoint.restore_sharded, not from {directory}")
+
     def prefetch(self, ids: Any) -> int:
         """A no-op: rows come with the step's exchange."""
         return 0
@@ -198,6 +220,10 @@ class ShardedTable:
     def stats(self) -> dict[str, Any]:
         return self.local.stats()
 
+    @property
+    def unseen_reads(self) -> int:
+        return self.local.unseen_reads
+
 
 @dataclass
 class _TablePlan:
@@ -209,6 +235,12 @@ class _TablePlan:
     recv: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # [world] ids received
     positions: list[np.ndarray] = field(default_factory=list)  # per source: positions in the owner lookup
     lookup: Lookup | None = None
+
+    def owned(self) -> Lookup:
+        """The owner's lookup of the ids routed to this rank (:meth:`ShardedEmbeddings.begin`'s stage 2)."""
+        if self.lookup is None:
+            raise StoreError("a sharded table's rows were used before their owner looked them up")
+        return self.lookup
 
 
 @dataclass
@@ -236,15 +268,15 @@ class _Ids:
 class _Prepared:
     """A step's id exchange running in a thread (:meth:`ShardedEmbeddings.prepare`)."""
 
-    def __init__(self, owner: "ShardedEmbeddings", batch: Batch | None) -> None:
+    def __init__(self, owner: "ShardedEmbeddings", batch: Batch | None, ex: Exchange) -> None:
         self.batch = batch
         self._out: list[Any] = []
-        self._thread = threading.Thread(target=self._run, args=(owner,), daemon=True, name="fbrapids-id-exchange")
+        self._thread = threading.Thread(target=self._run, args=(owner, ex), daemon=True, name="fbrapids-id-exchange")
         self._thread.start()
 
-    def _run(self, owner: "ShardedEmbeddings") -> None:
+    def _run(self, owner: "ShardedEmbeddings", ex: Exchange) -> None:
         try:
-            self._out.append(owner._route(self.batch, owner.id_exchange))
+            self._out.append(owner._route(self.batch, ex))
         except BaseException as exc:  # handed to the training thread by result()
             self._out.append(exc)
 
@@ -269,8 +301,13 @@ class ShardedEmbeddings:
         for cname, c in model.collections():
             for t in list(c.stores):
                 store = c.stores[t]
-                table = store if isinstance(store, ShardedTable) else ShardedTable(store)
-                c.stores[t] = table  # type: ignore[assignment]
+                if isinstance(store, ShardedTable):
+                    table = store
+                elif isinstance(store, TieredEmbeddingStore):
+                    table = ShardedTable(store)
+                else:
+                    raise StoreError(f"table {t!r}: a {type(store).__name__} cannot be sharded (a tiered store can)")
+                c.stores[t] = table
                 self.keys.append(f"{cname or 'root'}/{t}")
                 self.tables.append(table)
         self._by_store = {id(t): k for k, t in enumerate(self.tables)}
@@ -344,7 +381,7 @@ class ShardedEmbeddings:
         if self.id_exchange is None:
             self.id_exchange = Exchange(id_group(self.exchange.group, self.id_timeout), shares=self.exchange,
                                         seconds_key="seconds_overlapped")
-        self._pending = _Prepared(self, batch)
+        self._pending = _Prepared(self, batch, self.id_exchange)
 
     def begin(self, batch: Batch | None, train: bool = True, count_only: bool = False) -> StepPlan | None:
         """Agree on the step with every rank and fetch this rank's rows (see the module
@@ -412,7 +449,8 @@ class ShardedEmbeddings:
         out = []
         for s in range(world):
             for k, p in enumerate(ids.plans):
-                out.append(p.lookup.rows.detach()[torch.from_numpy(p.positions[s]).to(p.lookup.rows.device)]
+                rows = p.owned().rows
+                out.append(rows.detach()[torch.from_numpy(p.positions[s]).to(rows.device)]
                            .to("cpu", torch.float32).reshape(-1))
         dims = [t.config.dim for t in self.tables]
         send_splits = [sum(int(allc[s, me, k]) * dims[k] for k in range(n_tables)) for s in range(world)]
@@ -465,7 +503,7 @@ class ShardedEmbeddings:
                 parts[k].append(gbuf[at : at + n * dims[k]].view(n, dims[k]))
                 at += n * dims[k]
         for k, (p, table) in enumerate(zip(plan.tables, self.tables)):
-            lk = p.lookup
+            lk = p.owned()
             acc = torch.zeros(len(lk.ids), dims[k])
             seen = np.zeros(len(lk.ids), dtype=np.bool_)
             for s in range(world):  # rank order: the same sum on every run

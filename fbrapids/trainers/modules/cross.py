@@ -41,14 +41,16 @@ class CrossNetwork(nn.Module):
         super().__init__()
         self.width, self.layers, self.low_rank = int(width), int(layers), low_rank
         if low_rank is None:
-            self.w = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
-            for lin in self.w:
+            w = [nn.Linear(width, width) for _ in range(layers)]
+            for lin in w:
                 _glorot(lin)
+            self.w = nn.ModuleList(w)
         else:
-            self.u = nn.ModuleList(nn.Linear(width, int(low_rank), bias=False) for _ in range(layers))
-            self.v = nn.ModuleList(nn.Linear(int(low_rank), width) for _ in range(layers))
-            for lin in [*self.u, *self.v]:
+            u = [nn.Linear(width, int(low_rank), bias=False) for _ in range(layers)]
+            v = [nn.Linear(int(low_rank), width) for _ in range(layers)]
+            for lin in [*u, *v]:
                 _glorot(lin)
+            self.u, self.v = nn.ModuleList(u), nn.ModuleList(v)
 
     def project(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """``W_l x + b_l`` of layer ``layer``."""
@@ -65,7 +67,14 @@ class CrossNetwork(nn.Module):
     def readers(self) -> Sequence[nn.Linear]:
         """The layers whose weight columns read ``x_l`` (a trial zeroes a candidate's columns
         there: :func:`fbrapids.trainers.arms.zero_candidate_inputs`)."""
-        return list(self.w) if self.low_rank is None else list(self.u)
+        return _linears(self.w if self.low_rank is None else self.u)
+
+
+def _linears(layers: nn.ModuleList) -> list[nn.Linear]:
+    """``layers``, built of :class:`~torch.nn.Linear` only, typed as such."""
+    out = [lin for lin in layers if isinstance(lin, nn.Linear)]
+    assert len(out) == len(layers)  # the constructor puts nothing else there
+    return out
 
 
 def _glorot(lin: nn.Linear) -> None:

@@ -72,9 +72,9 @@ class TieredEmbeddingBagCollection(nn.Module):
         if len(dims) != 1:
             raise ArgumentError(f"tables of one collection must share a dim, got {sorted(dims)}")
         self.dim = dims.pop()
-        self._pending: list[tuple[TieredEmbeddingStore, Lookup]] = []
+        self._pending: list[tuple[EmbeddingTable, Lookup]] = []
         # the leaf of the last stacked lookup and, per table, its rows' range in the leaf
-        self._stacked: tuple[torch.Tensor, list[tuple[TieredEmbeddingStore, Lookup, int, int]]] | None = None
+        self._stacked: tuple[torch.Tensor, list[tuple[EmbeddingTable, Lookup, int, int]]] | None = None
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
         """``to`` / ``cuda`` / ``cpu`` on the module also move every store's cache tier."""
@@ -156,7 +156,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         if len(n_bags) != 1:
             raise ArgumentError(f"features of one batch must have the same number of bags, got {sorted(n_bags)}")
         b = n_bags.pop()
-        parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]] = []
+        parts: list[tuple[EmbeddingTable, Lookup, int, int]] = []
         inv_of, base = {}, 0
         stores = [self.stores[t] for t in groups]
         values = {t: [sparse[f][0] for f in feats] for t, feats in groups.items()}
@@ -250,7 +250,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         self._stacked = None
 
     @staticmethod
-    def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[TieredEmbeddingStore, Lookup, int, int]]) -> None:
+    def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[EmbeddingTable, Lookup, int, int]]) -> None:
         """The sparse optimizer over every table's rows of a stacked lookup (on CPU caches: in
         place, in C, every table in one call: :func:`~fbrapids.trainers.sparse.together.update_together`)."""
         if leaf.grad is not None:  # on CPU caches: in the background, each table waiting for it when next used
@@ -269,8 +269,9 @@ class TieredEmbeddingBagCollection(nn.Module):
         groups = self._by_table(sparse, [f for f in self.features if f in sparse])
         keys = [torch.cat(v) if len(v) > 1 else v[0] for v in ([sparse[f][0] for f in fs] for fs in groups.values())]
         stores = [self.stores[t] for t in groups]
-        if all(isinstance(s, TieredEmbeddingStore) for s in stores):
-            prepare_together(stores, keys)  # one job of the prefetch thread for every table
+        tiered = [s for s in stores if isinstance(s, TieredEmbeddingStore)]
+        if len(tiered) == len(stores):
+            prepare_together(tiered, keys)  # one job of the prefetch thread for every table
         else:
             for s, k in zip(stores, keys):
                 s.prepare(k)

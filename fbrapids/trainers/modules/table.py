@@ -8,8 +8,10 @@ sharded by rows across ranks, its rows fetched from their owners each step).  A 
 these methods, so a sharded model trains through the same code as a local one.
 
 Per step: ``lookup`` (the rows of a batch's ids, pinned until ``end_step``), the next
-batch's ``prefetch`` (or ``prepare``, in the background), then ``update_rows`` (the sparse optimizer on the rows' gradients)
-or ``apply_gradients``, and ``end_step``.
+batch's ``prefetch`` (or ``prepare``, in the background; ``announce`` ahead when it
+``uses_window``), then ``update_rows`` (the sparse optimizer on the rows' gradients)
+or ``apply_gradients``, and ``end_step``.  ``load`` restores a checkpoint's copy;
+``assign`` and ``weights`` write and read rows by id outside the steps.
 
 Example:
     >>> from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
@@ -21,7 +23,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import os
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -35,6 +39,8 @@ class EmbeddingTable(Protocol):
 
     config: StoreConfig
     name: str
+    #: whether lookups leave the table as it is (serving: nothing admitted, no sighting counted)
+    read_only: bool
 
     @property
     def device(self) -> torch.device:
@@ -73,10 +79,38 @@ class EmbeddingTable(Protocol):
         """Unpin the step's rows."""
         ...
 
+    @property
+    def uses_window(self) -> bool:
+        """Whether the table's eviction ranks rows by announced upcoming batches (then
+        :meth:`announce` is worth calling)."""
+        ...
+
+    def announce(self, ids: Any, ahead: int = 1) -> int:
+        """Note the ids of the batch looked up ``ahead`` steps from now; returns the rows noted."""
+        ...
+
+    def assign(self, ids: Any, weights: Any) -> None:
+        """Set the rows of ``ids`` to ``weights`` (admitting them), e.g. to import a dense table."""
+        ...
+
+    def weights(self, ids: Any) -> np.ndarray:
+        """The rows ``[len(ids), dim]`` of ``ids`` (the default row where not admitted)."""
+        ...
+
+    def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
+        """Replace the table's contents with a copy saved in ``directory`` (``read``: how its
+        files are read)."""
+        ...
+
     def state(self) -> tuple[np.ndarray, np.ndarray]:
         """Every (id, row) the table holds."""
         ...
 
     def stats(self) -> dict[str, Any]:
         """Counters (hits, misses, evictions...)."""
+        ...
+
+    @property
+    def unseen_reads(self) -> int:
+        """Lookups of ids without a row while read-only (``stats()["unseen_reads"]``)."""
         ...

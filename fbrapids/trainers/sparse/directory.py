@@ -68,12 +68,31 @@ def _records(n: int, keep: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+def _grown(old: np.ndarray, n: int, dtype: type[np.generic], fill: object) -> np.ndarray:
+    """``old`` copied into a new array of ``n`` entries, the rest ``fill``."""
+    out: np.ndarray = np.empty(n, dtype=dtype)
+    out[: len(old)] = old
+    out[len(old) :] = fill
+    return out
+
+
 class RowDirectory:
     """Ids to global rows, with admission after ``admit_after`` sightings.
 
     ``cache_loc``, ``host_loc``, ``last`` and ``freq`` are int64 views of one record per row
     (:data:`RECORD_FIELDS`), ``on_ssd`` a bool array; all are replaced when the directory grows.
     """
+
+    #: the slot of each row in the cache tier (-1: not cached), a column of :attr:`records`
+    cache_loc: np.ndarray
+    #: the slot of each row in the host tier (-1: not there), a column of :attr:`records`
+    host_loc: np.ndarray
+    #: the step each row was last looked up at, a column of :attr:`records`
+    last: np.ndarray
+    #: how many times each row was looked up, a column of :attr:`records`
+    freq: np.ndarray
+    #: whether the SSD file holds each row
+    on_ssd: np.ndarray
 
     def __init__(self, admit_after: int = 1, capacity: int = 1024) -> None:
         self.admit_after = int(admit_after)
@@ -82,14 +101,14 @@ class RowDirectory:
         self.n = 0
         self.admissions = 0
         self.g2id = np.zeros(capacity, dtype=np.uint64)
-        for name, (dtype, fill) in ROW_ARRAYS.items():
-            setattr(self, name, np.full(capacity, fill, dtype=dtype))
+        dtype, fill = ROW_ARRAYS["on_ssd"]
+        self.on_ssd = np.full(capacity, fill, dtype=dtype)
         self._bind(_records(capacity))
 
     def _bind(self, records: np.ndarray) -> None:
+        """Point the record fields at the columns of ``records`` (in :data:`RECORD_FIELDS`' order)."""
         self.records = records
-        for k, name in enumerate(RECORD_FIELDS):
-            setattr(self, name, records[:, k])
+        self.cache_loc, self.host_loc, self.last, self.freq = (records[:, k] for k in range(len(RECORD_FIELDS)))
 
     def __len__(self) -> int:
         """Rows admitted so far."""
@@ -101,12 +120,9 @@ class RowDirectory:
         if n <= cap:
             return
         new = max(n, 2 * cap)
-        for name, (dtype, fill) in {"g2id": (np.uint64, 0), **ROW_ARRAYS}.items():
-            old = getattr(self, name)
-            out: np.ndarray = np.empty(new, dtype=dtype)
-            out[:cap] = old
-            out[cap:] = fill
-            setattr(self, name, out)
+        ssd_dtype, ssd_fill = ROW_ARRAYS["on_ssd"]
+        self.g2id = _grown(self.g2id, new, np.uint64, 0)
+        self.on_ssd = _grown(self.on_ssd, new, ssd_dtype, ssd_fill)
         self._bind(_records(new, self.records))
 
     def note_admitted(self, k: int) -> None:

@@ -184,7 +184,7 @@ class TierStack:
             if on.any():
                 order = np.argsort(gr[on])  # read the file in row order
                 got = np.empty((int(on.sum()), self.config.width), dtype=np.float32)
-                got[order] = self.ssd.read(gr[on][order])
+                got[order] = self.ssd_file().read(gr[on][order])
                 rows[idx[on]] = got
                 sst.hits += len(got)
                 sst.bytes_out += len(got) * self.row_bytes
@@ -196,9 +196,16 @@ class TierStack:
                 self.new_rows += int(new.sum())
         return rows, dirty
 
+    def ssd_file(self) -> SsdTier:
+        """The SSD tier, for rows the directory marks ``on_ssd`` or the host tier lets go of."""
+        if self.ssd is None:
+            raise StoreError(f"table {self.name!r} has no SSD tier (StoreConfig.ssd_dir is None) but a row was to "
+                             "be read from or written to it")
+        return self.ssd
+
     def write_ssd(self, g: np.ndarray, rows: np.ndarray) -> None:
         order = np.argsort(g)
-        self.ssd.write(g[order], rows[order])
+        self.ssd_file().write(g[order], rows[order])
         self.dir.on_ssd[g] = True
         self.ssd_stats.bytes_in += len(g) * self.row_bytes
 
@@ -400,7 +407,7 @@ class TierStack:
         d, cache, c = self.dir, self.cache, self.config
         found, new, occ, left = d.map.prepare_ram_tier(
             keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free, cache.slots.owner,
-            cache.slots.dirty, cache.pin, pin_step, cache.table, c.dim, self.seed_mix, c.scale, self.initial_state)
+            cache.slots.dirty, cache.pin, pin_step, cache.host_table(), c.dim, self.seed_mix, c.scale, self.initial_state)
         cache.slots.n_free = left
         d.note_admitted(new)
         cache.stats.bytes_in += new * self.row_bytes

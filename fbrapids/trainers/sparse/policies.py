@@ -39,6 +39,8 @@ class EvictionPolicy:
     name = ""
     keeps_ram_full = False
     uses_window = False
+    #: the announced upcoming batches (None: the policy does not use them)
+    window: UseWindow | None = None
 
     def keys(self, directory: RowDirectory, g: np.ndarray) -> np.ndarray:
         """Eviction keys of global rows ``g``: the smallest go first."""
@@ -120,7 +122,7 @@ class WindowLFU(FullLFU):
     uses_window = True
 
     def __init__(self) -> None:
-        self.window = UseWindow()
+        self.window: UseWindow = UseWindow()
 
     def keys(self, directory: RowDirectory, g: np.ndarray) -> np.ndarray:
         return self.window.keys(g, directory.freq)

@@ -130,6 +130,11 @@ class SsdTier:
             raise self._error(f"the SSD tier file {self.path} is closed")
         return self.fd
 
+    def _map(self) -> RowMap:
+        if self.map is None:
+            raise self._error(f"the SSD tier file {self.path} is closed")
+        return self.map
+
     def check_size(self) -> None:
         """Raise if the file is shorter than the rows reserved in it (truncated by someone else)."""
         size = os.fstat(self._fd()).st_size
@@ -155,7 +160,7 @@ class SsdTier:
             else:
                 raise self._error(
                     f"cannot grow the SSD tier file {self.path} to {cap} rows ({cap * self.row_bytes} bytes): "
-                    f"{exc.strerror} (errno {errno.errorcode.get(exc.errno, exc.errno)}); free space on that disk, "
+                    f"{exc.strerror} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)}); free space on that disk, "
                     "or give StoreConfig a larger host tier or another ssd_dir", exc.errno) from exc
         if self.map is not None:
             self.map.close()
@@ -171,7 +176,7 @@ class SsdTier:
                            "else; its rows are lost")
 
     def _copy(self, g: np.ndarray, buf: np.ndarray, write: bool = False) -> None:
-        rc = self.map.copy(g, self.row_bytes, buf, write=write)
+        rc = self._map().copy(g, self.row_bytes, buf, write=write)
         if rc != 0:
             self._raise_copy(rc, g, write)
 
@@ -209,7 +214,7 @@ class SsdTier:
             self._copy(g, out)
             return out
         if len(g) == 1 or bool((g[1:] > g[:-1]).all()):  # the usual read: its pages hashed where they lie
-            rc, n_pages, n_bad, first_bad = self.map.read_checked(g, self.page_rows, self.page_sums, out)
+            rc, n_pages, n_bad, first_bad = self._map().read_checked(g, self.page_rows, self.page_sums, out)
             if rc != 0:
                 self._raise_copy(rc, g, False)
             self.pages_checked += n_pages
@@ -237,7 +242,7 @@ class SsdTier:
         self.check_size()
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if self.checked:  # each page's checksum moves by the new rows' hashes minus the old ones', as they go in
-            rc = self.map.write_checked(g, rows, self.page_rows, self.page_sums, self.written_end)
+            rc = self._map().write_checked(g, rows, self.page_rows, self.page_sums, self.written_end)
             if rc != 0:
                 self._raise_copy(rc, g, True)
             self.written_end = max(self.written_end, int(g.max()) + 1)
@@ -264,9 +269,9 @@ class SsdTier:
         write_atomic(self.dir / "index.npz", [buf.getvalue()])  # a full disk: the error names the file
 
     def close(self) -> None:
-        if getattr(self, "map", None) is not None:
-            self.map.close()
-            self.map = None
+        rows, self.map = getattr(self, "map", None), None
+        if rows is not None:
+            rows.close()
         fd, self.fd = getattr(self, "fd", None), None
         if fd is not None:
             os.close(fd)

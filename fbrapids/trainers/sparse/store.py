@@ -75,6 +75,7 @@ from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
 from fbrapids.trainers.sparse.hashmap import (book_rows, gather_cols, lookup_pass, pin_slots, record_stride,
                                               store_touch, unbook_rows)
 from fbrapids.trainers.sparse.hierarchy import TierStack
+from fbrapids.trainers.sparse.slot_map import SlotMap
 
 log = logging.getLogger(__name__)
 
@@ -384,10 +385,11 @@ class TieredEmbeddingStore:
             raise StoreError(f"table {self.name!r} is read-only (a Scorer serves it): training on it would never learn "
                              "unseen ids; set store.read_only = False on each of model.stores() to train again")
         d, tiers = self.directory, self.tiers
-        if self.uses_window:
-            tiers.policy.window.begin(self._step)
+        window = tiers.policy.window
+        if window is not None:
+            window.begin(self._step)
         if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
-            uniq, inverse, occ, g = self._unique_rows_on_device(ids)
+            uniq, inverse, occ, g = self._unique_rows_on_device(ids, tiers.slot_map)
         else:
             uniq, inverse, occ, g = self._unique_rows(ids)  # first-occurrence order
         placed, self._placed = self._placed, None
@@ -414,10 +416,10 @@ class TieredEmbeddingStore:
         cache = self.tiers.cache
         if begun.booked is not None:  # booked ahead: the rows only gathered
             _, slots, _, touched = begun.booked
-            return slots.copy(), gather_cols(cache.table, slots, self.config.dim), touched.copy()
+            return slots.copy(), gather_cols(cache.host_table(), slots, self.config.dim), touched.copy()
         touched = np.zeros(6, dtype=np.int64)
         slots, got, _ = lookup_pass(begun.g, begun.occ, self.directory, cache.pin,
-                                    self._step if requires_grad else -1, cache.table, self.config.dim, self._step,
+                                    self._step if requires_grad else -1, cache.host_table(), self.config.dim, self._step,
                                     touched)
         return slots, got, touched
 
@@ -717,10 +719,11 @@ class TieredEmbeddingStore:
             return t.view(torch.int64) if t.dtype == torch.uint64 else t.to(torch.int64)
         return torch.from_numpy(as_uint64_ids(ids).ravel().view(np.int64)).to(self.device)
 
-    def _unique_rows_on_device(self, ids: Any) -> tuple[np.ndarray, np.ndarray | torch.Tensor, np.ndarray, np.ndarray]:
+    def _unique_rows_on_device(self, ids: Any,
+                               slot_map: SlotMap) -> tuple[np.ndarray, np.ndarray | torch.Tensor, np.ndarray, np.ndarray]:
         """Distinct ids (in first-occurrence order), inverse (a tensor on the device), counts
         and global rows (-1: not admitted), with the distinct ids probed in the cache's id ->
-        slot map on the device: a hit's row is the owner of its slot, and only the misses are
+        slot map on the device (``slot_map``, the tiers'): a hit's row is the owner of its slot, and only the misses are
         looked up in the host directory."""
         keys = self._device_keys(ids)
         stash = self._take_prefetched(keys, lambda x: x)
@@ -735,7 +738,7 @@ class TieredEmbeddingStore:
         rank = torch.empty_like(order)
         rank[order] = torch.arange(len(order), device=keys.device)
         uniq_t, counts, inverse = uniq_t[order], counts[order], rank[inverse]
-        slots_t = self.tiers.slot_map.probe(uniq_t)
+        slots_t = slot_map.probe(uniq_t)
         host = torch.stack([uniq_t, slots_t, counts]).cpu().numpy()  # one copy of 24 bytes per distinct id
         uniq = np.ascontiguousarray(host[0]).view(np.uint64)
         slots, occ = host[1], np.ascontiguousarray(host[2])
@@ -759,7 +762,7 @@ class TieredEmbeddingStore:
         self._settle()
         if self.tiers.slot_map is not None:
             keys_t = self._device_keys(ids)
-            uniq, inverse, occ, g = self._unique_rows_on_device(keys_t)
+            uniq, inverse, occ, g = self._unique_rows_on_device(keys_t, self.tiers.slot_map)
             self._prefetched = _Stash(keys_t, keys_t, (uniq, inverse, occ, g.copy()), len(self))
         else:
             keys = as_uint64_ids(ids).ravel()
@@ -793,14 +796,15 @@ class TieredEmbeddingStore:
             >>> s.announce(np.array([2, 2, 3]), ahead=1), s.stats()["announced_rows"]
             (1, 1)
         """
-        if not self.uses_window:
+        window = self.tiers.policy.window
+        if window is None:
             return 0
         self._settle()
         if ahead < 0:
             raise ArgumentError(f"table {self.name!r}: announce(ahead={ahead}): a batch can only be announced for "
                                 "this step or a later one")
-        noted = self.tiers.policy.window.announce(self.directory.get(as_uint64_ids(ids).ravel()),
-                                                  self._step + int(ahead))
+        noted = window.announce(self.directory.get(as_uint64_ids(ids).ravel()),
+                                 self._step + int(ahead))
         self._counts["announced_rows"] += noted
         return noted
 

@@ -141,6 +141,12 @@ class CacheTier:
         self.data = self.data.to(device)
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
 
+    def host_table(self) -> np.ndarray:
+        """:attr:`table`, which only a CPU cache has (a device cache's rows are no numpy array)."""
+        if self.table is None:
+            raise StoreError(f"a cache on {self.device} has no host table: only a CPU cache takes this path")
+        return self.table
+
     def slot_tensor(self, slots: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(slots).to(self.data.device, non_blocking=True)
 

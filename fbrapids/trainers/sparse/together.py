@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeGuard
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from fbrapids.trainers.sparse.hashmap import ADAGRAD_WORDS, LOOKUP_WORDS, lookup
 from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore
 
 
-def on_host(stores: Sequence[Any]) -> bool:
+def on_host(stores: Sequence[object]) -> TypeGuard[Sequence[TieredEmbeddingStore]]:
     """Whether every table is a tiered store whose cache is in host memory (the tables this
     module runs together).
 
