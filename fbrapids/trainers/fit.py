@@ -232,7 +232,13 @@ def _sparse_rates(strategy: Strategy, decay: float) -> list[tuple[Any, float]]:
         models = list(strategy.models)
     else:
         raise ArgumentError(f"fit: sparse_lr_decay runs on one process or a trial's arms, not on {strategy.name}")
-    return [(s.optimizer, s.config.lr) for m in models for s in m.stores().values()]
+    from fbrapids.trainers.sparse import TieredEmbeddingStore
+
+    stores = [s for m in models for s in m.stores().values()]
+    other = [s.name for s in stores if not isinstance(s, TieredEmbeddingStore)]
+    if other:
+        raise ArgumentError(f"fit: sparse_lr_decay decays a tiered store's learning rate; tables {other} are not one")
+    return [(s.optimizer, s.config.lr) for s in stores if isinstance(s, TieredEmbeddingStore)]
 
 
 def _one_step(strategy: Strategy, item: Any, i: int, step: int, start: int, held: Any, epoch: int = 0) -> bool:
