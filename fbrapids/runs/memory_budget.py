@@ -11,13 +11,15 @@ What a run holds at its peak does not grow with the log's rows, only with what i
 flight (:func:`estimate`; each part from the footers of the views and the run's settings):
 
 * **this process** as the run starts (measured), and the libraries the run loads (torch);
-* **embedding tables**: each table's cache and host-RAM tier rows, at most its bound
-  (:func:`fbrapids.runs.disk_budget.table_bounds`), with the row directory of its ids;
+* **embedding tables**: each table at its bound (:func:`fbrapids.runs.disk_budget.table_bounds`)
+  as the store lays it out (:func:`_table_bytes`): every row in one RAM tier, or the cache and
+  host-RAM tiers' rows with the rest on the SSD tier; with the directory of its ids (which
+  grows with the distinct ids, not with the rows);
 * **batches**: the stream's shuffle buffer and the rows held back for calibration;
 * **partitions in flight**: :data:`IN_FLIGHT` partitions of the extracted frame (views
   joined, features extracted: bytes per row from the first row group of each view);
 * **held-out predictions**: a score, label and group per held-out row, and the metrics'
-  sorts;
+  sorts (these grow with the held-out day's rows);
 * **dictionaries**: each dictionary broadcast to the log's partitions, its table
   (:data:`BROADCAST_COPIES` times its bytes as read);
 * **shuffle stores**: a shuffle on this process's threads holds up to
@@ -29,6 +31,9 @@ whose worker has what is left as its memory limit (spilling to disk past it, das
 shuffle), the dictionaries that do not fit shuffled rather than broadcast; else refused
 (:class:`~fbrapids.errors.MemoryBudgetError`: one line naming the budget and the parts)
 before any partition is read.  An estimate near the budget (:data:`NEAR`) is said.
+:func:`fbrapids.app.run_memory.memory_plan` first sizes the tables' host-RAM tier to the
+budget (:func:`host_rows_within`) when every row in RAM would leave the run off this
+process's threads.
 
 Example:
     >>> parse_memory_limit("8GB"), parse_memory_limit("1.5GiB"), parse_memory_limit(4096)
