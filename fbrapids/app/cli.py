@@ -724,7 +724,7 @@ def _add_demo_placement(demo: argparse.ArgumentParser) -> None:
                       help="also export the trained model for `fbrapids serve` to DIR (a new or empty directory)")
     demo.add_argument("--memory-limit", type=_memory_limit, default=None, metavar="SIZE",
                       help="the run's memory budget, its whole process tree: bytes, a size (8GB, 6GiB) or a share of "
-                           "this machine's memory (40%%); default 35%% of the machine's. A run that cannot fit is refused "
+                           "this machine's memory (40%%); default half the machine's. A run that cannot fit is refused "
                            "before any work; one whose dictionaries do not fit beside the rest runs on a local dask "
                            "cluster whose worker spills to disk; near the budget the run says so, past it it stops")
     demo.add_argument("--summary-json", type=Path, default=None, metavar="FILE",

@@ -59,7 +59,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     :func:`fbrapids.app.pipeline.run_pipeline`); ``tiers``: where the embedding rows live
     (:class:`~fbrapids.workloads.RunConfig`'s ``tiers``).  ``tune``: choose the recipe on a validation day first
     (``RunConfig(tune=True)``, :mod:`fbrapids.app.tuning`).  ``memory_limit``: the run's memory budget
-    (``RunConfig.memory_limit``; None: 35% of the machine's).  Without ``work_dir`` the work dir is temporary and removed before returning (module
+    (``RunConfig.memory_limit``; None: half the machine's).  Without ``work_dir`` the work dir is temporary and removed before returning (module
     docstring); ``result.checkpoint`` is then None and ``result.removed_work_dir`` names it.
     """
     from fbrapids.frames.backend import get_backend

@@ -60,7 +60,7 @@ from fbrapids.runs.view_sizes import ViewSize, view_sizes
 log = logging.getLogger(__name__)
 
 #: the default budget: this share of the machine's memory
-DEFAULT_SHARE = 0.35
+DEFAULT_SHARE = 0.5
 #: an estimate at or above this share of the budget is said (logged as a warning)
 NEAR = 0.85
 #: partitions of the extracted frame held at once: one computed (its inputs beside it), one

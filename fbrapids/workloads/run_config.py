@@ -59,7 +59,7 @@ class RunConfig:
         calibrate: ``fit``'s post-hoc calibration.
         memory_limit: the run's memory budget (its whole process tree): bytes, a size
             (``"8GB"``, ``"6GiB"``) or a share of the machine's memory (``"40%"``); None:
-            35% of the machine's (:mod:`fbrapids.runs.memory_budget`).  A run that cannot fit is
+            half the machine's (:mod:`fbrapids.runs.memory_budget`).  A run that cannot fit is
             refused before any work; one that gets near it says so; past it the run stops.
     """
 
