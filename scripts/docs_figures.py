@@ -669,8 +669,10 @@ def fig_scale() -> str:
             lines.append(f"| {int(rows):,} | {run['wall_s'] / 60:.1f} min | {run['s_per_mrow']:.1f} | "
                          f"{run['cpu_s_per_mrow']:.1f} | {vs} | {_gib(run['peak_rss_bytes'])} ({run.get('peak_stage')}) "
                          f"| {est} | {run['load_start'][0]:.1f} -> {run['load_end'][0]:.1f} |")
+    budget = max(run.get("budget_bytes") or 0 for runs in r["runs"].values() for run in runs)  # the runs' default
     return ("\n".join(lines) + f"\n\n(this machine: {r['cpus']} cores, {_gib(r['memory_bytes'])} of memory, the default "
-            f"budget half of it; wall times move with the load of a shared machine, CPU times much less; "
+            f"budget {budget / r['memory_bytes']:.0%} of it; wall times move with the load of a shared machine, "
+            "CPU times much less; "
             f"{source('scale.json', r)})\n")
 
 

@@ -531,16 +531,17 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
         client, watch = stack.enter_context(budgeted(plan, client))
         with dask.config.set(scheduler=client if client is not None else "threads"), lock_work_dir(work), \
                 torch_cache_in(work), frozen_worker_watchdog(client, f"the run on {w.origin}"):
-            result = _run(w, cfg, client, work, watch)
+            result = _run(w, cfg, client, work, watch, plan.layout)
         result.memory = {**plan.summary(), **watch.summary()}
         if cfg.work_dir is None:
             result.removed_work_dir, result.checkpoint = str(work), None  # removed on leaving this block
     return result
 
 
-def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any) -> PipelineResult:
+def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any, layout: Any = None) -> PipelineResult:
     """One run of :func:`run_pipeline`, its work dir held: plan, then stream and train, then
-    evaluate on the held-out rows, each stage's rows, seconds and counters recorded."""
+    evaluate on the held-out rows, each stage's rows, seconds and counters recorded; the
+    tables laid out as the memory plan's ``layout`` says (:func:`store_config`)."""
     import torch
 
     from fbrapids.joins.strategies import join_decision_mark, join_decisions
@@ -554,7 +555,7 @@ def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any) -> Pi
     _reset_kernel_counters(client, require=f"extracting {w.origin}")
     t0 = time.perf_counter()
     watch.stage("plan")
-    planned = _plan_run(w, cfg, be.name, work, result)
+    planned = _plan_run(w, cfg, be.name, work, result, layout)
     result.seconds["plan"] = time.perf_counter() - t0
     if planned.frames.split is not None:  # every check passed: what is about to train, and on what
         planned.frames.split.announce(w.origin)
@@ -618,7 +619,8 @@ def _reset_kernel_counters(client: Any, require: str | None = None) -> None:
         client.run(kernel_stats.reset_stats)
 
 
-def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: PipelineResult) -> _PlannedRun:
+def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: PipelineResult,
+              layout: Any = None) -> _PlannedRun:
     """The run's inputs, lazy frames and model, checked before training: a resume with other
     settings refused, the fitted features fitted (and saved beside the checkpoints), the
     disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
@@ -638,7 +640,7 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
         if cfg.checkpoint:
             frames.fitted_state.save(work / "fitted")
     bounds = table_bounds(w.root or ".", inputs.sparse, inputs.extra_features)
-    store, result.store_layout = store_config(cfg, work / "store", bounds)
+    store, result.store_layout = store_config(cfg, work / "store", bounds, layout=layout)
     torch.manual_seed(cfg.seed)  # the model a run without a tuning builds, whatever the tuning drew before it
     net = build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim, sequences=inputs.sequences,
                       recipe=recipe)
@@ -648,11 +650,13 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
 
 
 def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: dict[str, Any],
-                 available: int | None = None) -> tuple[Any, str]:
+                 available: int | None = None, layout: Any = None) -> tuple[Any, str]:
     """The tables' :class:`~fbrapids.trainers.sparse.StoreConfig` for ``cfg.tiers`` and the
     tables' ``bounds`` (:func:`fbrapids.runs.disk_budget.table_bounds`), and where the rows
     live, in words: one RAM tier where every table fits in memory (``tiers="auto"``,
-    :mod:`fbrapids.runs.ram_budget`), else ``cfg``'s tiers over an SSD folder ``ssd_dir``.
+    :mod:`fbrapids.runs.ram_budget`), else ``cfg``'s tiers over an SSD folder ``ssd_dir``;
+    ``layout`` (a :class:`~fbrapids.runs.ram_budget.TableLayout`, the memory plan's: its
+    host-RAM rows sized to the budget) decides instead when given.
 
     Example:
         >>> from fbrapids.runs.disk_budget import TableBound
@@ -660,18 +664,19 @@ def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: dict[str, Any],
         >>> store.host_rows, store.ssd_dir, why.split(" (")[0]
         (None, None, 'one RAM tier per table')
     """
-    from fbrapids.runs.ram_budget import fits_in_ram
+    from fbrapids.runs.ram_budget import table_layout
     from fbrapids.trainers.sparse import StoreConfig
 
-    ram, why = (True, "asked for (tiers='ram')") if cfg.tiers == "ram" else (False, "asked for (tiers='tiered')")
-    if cfg.tiers == "auto":
-        ram, why = fits_in_ram(bounds, StoreConfig(dim=cfg.embedding_dim).width * 4, available)
-    if ram:
+    if layout is None:
+        layout = table_layout(cfg.tiers, cfg.host_rows, bounds, StoreConfig(dim=cfg.embedding_dim).width * 4,
+                              available)
+    if layout.one_ram_tier:
         return (StoreConfig(cache_rows=cfg.cache_rows, seed=cfg.seed),
-                f"one RAM tier per table (no SSD files): {why}")
-    tiers = StoreConfig(cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, ssd_dir=str(ssd_dir), seed=cfg.seed)
+                f"one RAM tier per table (no SSD files): {layout.why}")
+    host = layout.host_rows
+    tiers = StoreConfig(cache_rows=cfg.cache_rows, host_rows=host, ssd_dir=str(ssd_dir), seed=cfg.seed)
     return tiers, (f"tiers: cache {cfg.cache_rows:,} rows, host RAM "
-                   f"{'unbounded' if cfg.host_rows is None else f'{cfg.host_rows:,} rows'}, SSD files: {why}")
+                   f"{'unbounded' if host is None else f'{host:,} rows'}, SSD files: {layout.why}")
 
 
 def _resolve_recipe(w: Workload, cfg: RunConfig, backend: str, work: Path, inputs: TrainingInputs,

@@ -36,6 +36,23 @@ def _source(limit: Any) -> str:
     return f"memory_limit {limit!r}"
 
 
+def history_keys(features: Any) -> int:
+    """The keys the history operators of ``features`` shuffle the log by (one per distinct
+    first argument); a row operator (``overlap_count``) runs partition by partition and
+    shuffles nothing.
+
+    Example:
+        >>> from fbrapids import ops
+        >>> history_keys({"s": ops.time_since("user_id", "ts"), "o": ops.overlap_count(ops.first_k("q", 1), "t")})
+        1
+    """
+    from fbrapids.features.fitted import HISTORY_OPS, frame_calls
+    from fbrapids.kernels import as_expr
+
+    return len({repr(c.args[0]) for e in features.values() for c in frame_calls(as_expr(e))
+                if c.op in HISTORY_OPS and c.args})
+
+
 def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     """The :class:`~fbrapids.runs.memory_budget.MemoryPlan` of a run of workload ``w`` with
     ``cfg`` (a ``RunConfig``), the stream shuffling within ``shuffle_rows`` rows; ``client``:
@@ -44,7 +61,11 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     Raises:
         MemoryBudgetError: the run cannot fit its budget (one line, before any work).
     """
+    import dataclasses
+
+    from fbrapids.errors import MemoryBudgetError
     from fbrapids.runs import memory_budget as mb
+    from fbrapids.runs.ram_budget import TableLayout, table_layout
     from fbrapids.runs.view_sizes import held_out_rows, view_sizes
     from fbrapids.runs.disk_budget import table_bounds
     from fbrapids.runs.memory_watch import tree_rss
@@ -59,19 +80,52 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     log_rows = sizes[0][w.log.name].rows if w.log.name in sizes[0] else 0
     bounds = table_bounds(w.root or ".", sparse, features)
     history = split_fitted(features)[1]
+    row_floats = StoreConfig(dim=cfg.embedding_dim).width
+    layout = table_layout(cfg.tiers, cfg.host_rows, bounds, 4 * row_floats)
     shape = mb.RunShape(
         dense=dense, sparse=sparse, features=features, table_rows={k: b.rows for k, b in bounds.items()},
-        cache_rows=cfg.cache_rows, host_rows=cfg.host_rows, row_floats=StoreConfig(dim=cfg.embedding_dim).width,
+        cache_rows=cfg.cache_rows, host_rows=layout.host_rows, row_floats=row_floats,
         # the stream's shuffle buffer, twice (a partition arriving is concatenated to it), the
         # rows held back for calibration
         batch_rows=2 * shuffle_rows + (CALIBRATION_ROWS if cfg.calibrate else 0) + 2 * cfg.batch_size,
         partition_rows=min(auto_partition_rows(max(log_rows, 1)), PARTITION_ROWS),
-        history_keys=len({repr(getattr(e, "args", (e,))[0]) for e in history.values()}))
+        history_keys=history_keys(history))
     import sys
 
     libraries = mb.LIBRARIES_BYTES // 2 if "torch" in sys.modules else mb.LIBRARIES_BYTES
-    est = mb.estimate(w, shape, held_out_rows(w, sizes[0]), baseline=tree_rss(), libraries=libraries, sizes=sizes)
-    plan = mb.plan_memory(est, budget, _source(cfg.memory_limit), client=client is not None)
+    held, baseline = held_out_rows(w, sizes[0]), tree_rss()
+
+    def planned(shape: mb.RunShape) -> Any:
+        est = mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
+        return mb.plan_memory(est, budget, _source(cfg.memory_limit), client=client is not None)
+
+    try:
+        plan, refused = planned(shape), None
+    except MemoryBudgetError as e:
+        plan, refused = None, e
+    if (plan is None or plan.scheduler != "threads") and client is None and cfg.tiers == "auto":
+        # the tables' RAM is what the budget can size: host-RAM rows per table so the rest fits
+        # on this process's threads (else the fewest), the rows past them on the SSD tier
+        est = mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
+        room = budget - (est.total - est.parts["embedding tables"])  # a little left (this process is re-measured)
+        rows = mb.host_rows_within(shape, log_rows, int(mb.SIZED_SHARE * room))
+        rows = rows if rows is not None else mb.MIN_HOST_ROWS
+        if layout.host_rows is None or rows < layout.host_rows:
+            try:
+                sized, failed = planned(dataclasses.replace(shape, host_rows=rows)), None
+            except MemoryBudgetError as e:
+                sized, failed = None, e
+            if sized is not None and (plan is None or sized.scheduler == "threads"):
+                plan, refused = sized, None
+                layout = TableLayout(False, rows, f"{layout.why}; host RAM sized to the memory budget of "
+                                                  f"{mb.human(budget)} (every row in RAM: "
+                                                  f"{mb.human(est.parts['embedding tables'])})")
+            elif plan is None:
+                refused = failed  # what the fewest rows in RAM still need
+    if plan is None:
+        assert refused is not None
+        raise refused
+    plan.layout = layout
     log.info("%s", plan.describe())
     return plan
 

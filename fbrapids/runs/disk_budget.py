@@ -13,6 +13,9 @@ for 62 GiB where the run writes a few.  Each table is bounded by what its featur
   view's rows, plus one for the join's default of a miss (ids of the log absent from the
   dictionary are not counted: an estimate, not a guarantee);
 * an integer column: the span of its values in the files' statistics (``max - min + 1``);
+* ``overlap_count`` of two lists, one of them ``first_k`` / ``last_k``: ``k + 1`` counts and
+  null (the demo's ``qt_first_eq``: 3 rows, where one row per impression asked for 5 GB of
+  directory at 64M rows);
 * anything else: one row per impression.
 
 The smallest bound that applies is taken.  :func:`disk_need` turns the bounds into the
@@ -109,6 +112,18 @@ def _column_bound(name: str, facts: Mapping[str, _ColumnFacts]) -> TableBound | 
     return min(found, key=lambda b: b.rows) if found else None
 
 
+def _list_length_bound(expr: Any) -> int | None:
+    """The most elements a list ``expr`` holds (``first_k`` / ``last_k``: ``k``), or None."""
+    from fbrapids.kernels import as_expr
+    from fbrapids.kernels.expr import Call
+
+    e = as_expr(expr)
+    if isinstance(e, Call) and e.op in ("first_k", "last_k"):
+        k = e.param_dict().get("k")
+        return k if isinstance(k, int) and k >= 0 else None
+    return None
+
+
 def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> TableBound | None:
     """The most distinct values ``expr`` can take, or None when nothing bounds it.
 
@@ -118,6 +133,8 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
         TableBound(rows=4, why='3 boundaries + 1')
         >>> expression_bound(ops.cross("a", "b", buckets=1 << 20)).rows
         1048576
+        >>> expression_bound(ops.overlap_count(ops.first_k("q", 1), ops.first_k("t", 3)))
+        TableBound(rows=3, why='0 to 1 elements in common, or null')
     """
     from fbrapids.kernels import as_expr
     from fbrapids.kernels.expr import Call, Col
@@ -138,6 +155,10 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
     if e.op == "bucketize" and "boundaries" in params:
         n = len(params["boundaries"])
         found.append(TableBound(n + 1, f"{n} boundaries + 1"))
+    if e.op == "overlap_count" and len(e.args) == 2:  # 0 .. the shorter list's most elements, or null
+        longest = [n for n in (_list_length_bound(a) for a in e.args) if n is not None]
+        if longest:
+            found.append(TableBound(min(longest) + 2, f"0 to {min(longest)} elements in common, or null"))
     if e.op in ("cast", "history") and e.args:  # the values of the argument (history: the item's)
         inner = expression_bound(e.args[1] if e.op == "history" and len(e.args) > 1 else e.args[0], facts)
         if inner is not None:

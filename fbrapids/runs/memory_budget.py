@@ -11,13 +11,15 @@ What a run holds at its peak does not grow with the log's rows, only with what i
 flight (:func:`estimate`; each part from the footers of the views and the run's settings):
 
 * **this process** as the run starts (measured), and the libraries the run loads (torch);
-* **embedding tables**: each table's cache and host-RAM tier rows, at most its bound
-  (:func:`fbrapids.runs.disk_budget.table_bounds`), with the row directory of its ids;
+* **embedding tables**: each table at its bound (:func:`fbrapids.runs.disk_budget.table_bounds`)
+  as the store lays it out (:func:`_table_bytes`): every row in one RAM tier, or the cache and
+  host-RAM tiers' rows with the rest on the SSD tier; with the directory of its ids (which
+  grows with the distinct ids, not with the rows);
 * **batches**: the stream's shuffle buffer and the rows held back for calibration;
 * **partitions in flight**: :data:`IN_FLIGHT` partitions of the extracted frame (views
   joined, features extracted: bytes per row from the first row group of each view);
 * **held-out predictions**: a score, label and group per held-out row, and the metrics'
-  sorts;
+  sorts (these grow with the held-out day's rows);
 * **dictionaries**: each dictionary broadcast to the log's partitions, its table
   (:data:`BROADCAST_COPIES` times its bytes as read);
 * **shuffle stores**: a shuffle on this process's threads holds up to
@@ -29,6 +31,9 @@ whose worker has what is left as its memory limit (spilling to disk past it, das
 shuffle), the dictionaries that do not fit shuffled rather than broadcast; else refused
 (:class:`~fbrapids.errors.MemoryBudgetError`: one line naming the budget and the parts)
 before any partition is read.  An estimate near the budget (:data:`NEAR`) is said.
+:func:`fbrapids.app.run_memory.memory_plan` first sizes the tables' host-RAM tier to the
+budget (:func:`host_rows_within`) when every row in RAM would leave the run off this
+process's threads.
 
 Example:
     >>> parse_memory_limit("8GB"), parse_memory_limit("1.5GiB"), parse_memory_limit(4096)
@@ -45,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -74,11 +79,24 @@ WORKER_BASE_BYTES = 450 << 20
 PREDICTION_ROW_BYTES = 64
 #: per extracted feature and row: a scalar, and a list (token ids, crosses: ~80 B measured)
 SCALAR_FEATURE_BYTES, LIST_FEATURE_BYTES = 8, 96
-#: per id of an embedding table's directory: the id, its record and flags (41 B, in arrays that
-#: double as they grow) and its hash map slot
-DIRECTORY_ID_BYTES = 80
-#: per tier row beyond its floats: the slot map's owner, free list and dirty flag
-SLOT_ROW_BYTES = 17
+#: per slot of an embedding table's directory (its arrays double from 1,024 slots as ids
+#: arrive): the id, its record and flags, filled when made, and the id hash map's share
+#: (measured: 102 B per id at 1M ids, 125 B per id at 3M, whose 4,194,304 slots are 89 B each)
+DIRECTORY_ID_BYTES = 100
+DIRECTORY_FIRST_SLOTS = 1 << 10
+#: per tier slot beyond its floats: the slot map's owner, free list and dirty flag, and the
+#: cache's id -> slot map (measured: 1M ids in one RAM tier of 2,097,152 slots hold 245.6 MB)
+SLOT_ROW_BYTES = 36
+#: per row on the SSD tier, in RAM: its place in the file, and the file's pages mapped in as it is
+#: read and written (measured: 738k rows past 262k in RAM held 19 MB)
+SSD_ROW_BYTES = 24
+#: a growable cache (the one RAM tier) grows to this many times its slots
+#: (:data:`fbrapids.trainers.sparse.hierarchy.GROWTH`)
+GROWTH = 4
+#: the fewest host-RAM rows per table a budget sizes the tiers to
+MIN_HOST_ROWS = 1 << 14
+#: the share of the room the rest leaves them that a budget sizes the tables' tiers to
+SIZED_SHARE = 0.95
 _SIZES = {"": 1, "b": 1, "k": 10 ** 3, "kb": 10 ** 3, "m": 10 ** 6, "mb": 10 ** 6, "g": 10 ** 9, "gb": 10 ** 9,
           "t": 10 ** 12, "tb": 10 ** 12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
@@ -215,18 +233,83 @@ class RunShape:
     history_keys: int = 0  #: keys the history features shuffle the log by (two shuffles each)
 
 
+def _grown(first: int, rows: int, growth: int = 0) -> int:
+    """The slots of an array that starts at ``first`` and grows ``growth`` times (default:
+    :data:`GROWTH`, a growable cache's) until it holds ``rows``.
+
+    Example:
+        >>> _grown(1000, 900), _grown(1000, 1001), _grown(1000, 20_000), _grown(1024, 3000, 2)
+        (1000, 4000, 64000, 4096)
+    """
+    slots = max(int(first), 1)
+    while slots < rows:
+        slots *= growth or GROWTH
+    return slots
+
+
+def table_ids(shape: RunShape, log_rows: int) -> dict[str, int]:
+    """The most ids each sparse feature's table holds: its bound, else one per row of the log."""
+    return {name: int(shape.table_rows.get(name, 0)) if int(shape.table_rows.get(name, 0)) > 1 else log_rows
+            for name in shape.sparse}
+
+
 def _table_bytes(shape: RunShape, log_rows: int) -> int:
-    """Per table: its cache tier and the slot maps of both RAM tiers, written when made; the
-    host tier's rows as they fill (at most its ids); the directory of its ids."""
-    total = 0
+    """Every table at its most ids (:func:`table_ids`), with the directory of its ids
+    (:data:`DIRECTORY_ID_BYTES` per slot).  One RAM tier (``host_rows`` None): every row in a
+    growable cache whose slot map covers its grown slots, and the largest table's rows once
+    more while it grows (its old and new arrays side by side).  Tiers: the cache tier and the
+    slot maps of both RAM tiers, written when made; the host tier's rows as they fill; the
+    rows past them live on the SSD tier (:data:`SSD_ROW_BYTES` each in RAM).
+
+    Example:
+        >>> shape = RunShape([], ["a", "b"], {}, {"a": 1000, "b": 50_000}, cache_rows=1 << 12, host_rows=None,
+        ...                  row_floats=17, batch_rows=0, partition_rows=0)
+        >>> _table_bytes(shape, 10 ** 6)  # 66,560 directory slots, 51,000 rows of 68 B, 69,632 slots, 50,000 rows growing
+        16030752
+        >>> tiered = RunShape([], ["a", "b"], {}, {"a": 1000, "b": 50_000}, cache_rows=1 << 12, host_rows=1 << 13,
+        ...                   row_floats=17, batch_rows=0, partition_rows=0)
+        >>> _table_bytes(tiered, 10 ** 6) < _table_bytes(shape, 10 ** 6)
+        True
+    """
     row = 4 * shape.row_floats
-    for name in shape.sparse:
-        bound = int(shape.table_rows.get(name, 0))
-        ids = bound if bound > 1 else min(log_rows, shape.cache_rows + (shape.host_rows or log_rows))
-        host = shape.host_rows if shape.host_rows is not None else ids
-        total += (shape.cache_rows * (row + SLOT_ROW_BYTES) + host * SLOT_ROW_BYTES + min(ids, host) * row
-                  + ids * DIRECTORY_ID_BYTES)
+    ids = table_ids(shape, log_rows)
+    directory = sum(_grown(DIRECTORY_FIRST_SLOTS, n, 2) for n in ids.values()) * DIRECTORY_ID_BYTES
+    if shape.host_rows is None:
+        grown = sum(_grown(shape.cache_rows, n) for n in ids.values())
+        return directory + sum(ids.values()) * row + grown * SLOT_ROW_BYTES + max(ids.values(), default=0) * row
+    total = directory
+    for n in ids.values():
+        cache = min(shape.cache_rows, n)
+        host = min(shape.host_rows, max(n - cache, 0))
+        total += (shape.cache_rows + shape.host_rows) * SLOT_ROW_BYTES + (cache + host) * row
+        total += (n - cache - host) * SSD_ROW_BYTES
     return total
+
+
+def host_rows_within(shape: RunShape, log_rows: int, room: int) -> int | None:
+    """The most host-RAM rows per table (at least :data:`MIN_HOST_ROWS`) whose tiers hold
+    the tables in ``room`` bytes, the rows past them on the SSD tier; None when even the
+    fewest do not fit.
+
+    Example:
+        >>> shape = RunShape([], ["a"], {}, {"a": 10 ** 6}, cache_rows=1 << 12, host_rows=None,
+        ...                  row_floats=17, batch_rows=0, partition_rows=0)
+        >>> n = host_rows_within(shape, 10 ** 6, 150 << 20)
+        >>> n, _table_bytes(replace(shape, host_rows=n), 10 ** 6) <= 150 << 20
+        (351264, True)
+        >>> host_rows_within(shape, 10 ** 6, 10 << 20) is None
+        True
+    """
+    def need(n: int) -> int:
+        return _table_bytes(replace(shape, host_rows=n), log_rows)
+
+    lo, hi = MIN_HOST_ROWS, max(table_ids(shape, log_rows).values(), default=MIN_HOST_ROWS)
+    if need(lo) > room:
+        return None
+    while lo < hi:  # the most rows that fit: need() grows with them
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if need(mid) <= room else (lo, mid - 1)
+    return lo
 
 
 def _batch_row_bytes(shape: RunShape, schema: Mapping[str, Any]) -> int:
@@ -247,7 +330,8 @@ def estimate(w: Any, shape: RunShape, held_out_rows: int, baseline: int, librari
     dictionaries = {j.view: sizes_by_view[j.view].bytes for j in joined if j.view not in sorted_views}
     row_bytes = (log_size.row_bytes + sum(sizes_by_view[j.view].row_bytes for j in joined)
                  + feature_row_bytes(shape.features, schema))
-    out = MemoryEstimate(dictionaries=dictionaries, partition_rows=shape.partition_rows, row_bytes=row_bytes)
+    out = MemoryEstimate(dictionaries=dictionaries, partition_rows=min(shape.partition_rows, max(log_size.rows, 1)),
+                         row_bytes=row_bytes)
     out.parts["this process"] = baseline
     out.parts["libraries"] = libraries
     out.parts["embedding tables"] = _table_bytes(shape, log_size.rows)
@@ -273,6 +357,8 @@ class MemoryPlan:
     worker_memory: int | None = None  #: the local cluster's worker memory limit
     source: str = "default"  #: where the budget came from
     default_rows: int = 0  #: rows per partition without a budget (more than ``partition_rows``: the budget cut them)
+    #: where the embedding rows live (a :class:`~fbrapids.runs.ram_budget.TableLayout`; None: the store decides)
+    layout: Any = None
 
     @property
     def near(self) -> bool:
@@ -299,7 +385,8 @@ class MemoryPlan:
         return {"budget_bytes": self.budget, "budget_from": self.source, "estimate_bytes": self.estimate.total,
                 "estimate": dict(self.estimate.parts), "scheduler": self.scheduler,
                 "broadcast_bytes": self.broadcast_bytes, "partition_rows": self.partition_rows,
-                "worker_memory_bytes": self.worker_memory}
+                "worker_memory_bytes": self.worker_memory,
+                "host_rows": None if self.layout is None or self.layout.one_ram_tier else self.layout.host_rows}
 
 
 #: the fewest rows a partition is cut to when the budget asks for smaller ones

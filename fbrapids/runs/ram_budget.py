@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 #: the share of the available memory every table at its bound may take for one RAM tier
@@ -63,3 +64,34 @@ def fits_in_ram(bounds: Mapping[str, Any], row_bytes: int, available: int | None
                       f"{available:,} bytes available")
     return False, (f"every table at its bound: {rows:,} rows, {need:,} bytes, more than {RAM_SHARE} of the "
                    f"{available:,} bytes available")
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Where a run's embedding rows live: one RAM tier per table (``one_ram_tier``), or the
+    tiers, ``host_rows`` per table in host RAM (None: unbounded) and the rows past them on
+    the SSD tier; ``why``, in words."""
+
+    one_ram_tier: bool
+    host_rows: int | None
+    why: str
+
+
+def table_layout(tiers: str, host_rows: int | None, bounds: Mapping[str, Any], row_bytes: int,
+                 available: int | None = None) -> TableLayout:
+    """The layout ``tiers`` asks for (``"auto"``: one RAM tier when every table fits,
+    :func:`fits_in_ram`; ``"ram"``; ``"tiered"``: ``host_rows`` per table).
+
+    Example:
+        >>> from fbrapids.runs.disk_budget import TableBound
+        >>> b = {"ad": TableBound(1000, "buckets")}
+        >>> table_layout("auto", 1 << 19, b, row_bytes=68, available=1 << 30).one_ram_tier
+        True
+        >>> table_layout("tiered", 1 << 19, b, row_bytes=68)
+        TableLayout(one_ram_tier=False, host_rows=524288, why="asked for (tiers='tiered')")
+    """
+    if tiers == "auto":
+        ram, why = fits_in_ram(bounds, row_bytes, available)
+    else:
+        ram, why = tiers == "ram", f"asked for (tiers={tiers!r})"
+    return TableLayout(ram, None if ram else host_rows, why)

@@ -93,3 +93,75 @@ def test_past_its_budget_a_run_stops_between_partitions_in_one_line():
     assert "\n" not in str(exc.value)
     assert str(exc.value).startswith("the run's memory reached ")
     assert "in stage start, past its memory budget of 1.0 MiB (memory_limit '1MiB'); it was stopped there" in str(exc.value)
+
+
+def _rss() -> int:
+    import re
+    from pathlib import Path
+
+    status = Path("/proc/self/status").read_text()
+    return sum(int(re.search(rf"{k}:\s+(\d+)", status).group(1)) * 1024 for k in ("RssAnon", "RssFile"))
+
+
+@pytest.mark.parametrize("host_rows", [None, 1 << 16])
+def test_the_estimate_of_a_table_holds_what_the_table_holds_in_ram(tmp_path, host_rows):
+    """A table of 600,000 ids trained once each (one RAM tier, or the tiers with the rows past
+    host RAM on the SSD tier): the bytes its process gained (resident, anonymous and mapped
+    file pages) are at most the estimate's (which counts the table once more, as it grows),
+    and at least 60% of them.  The estimate once counted 80 B of directory per id where the
+    directory holds ~100 B per slot, and missed the SSD tier's share."""
+    import gc
+
+    import numpy as np
+
+    from fbrapids.runs.memory_budget import RunShape, _table_bytes
+    from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
+
+    n, cache = 600_000, 1 << 15
+    tiers = {} if host_rows is None else {"host_rows": host_rows, "ssd_dir": str(tmp_path / "ssd")}
+    config = StoreConfig(dim=16, cache_rows=cache, device="cpu", **tiers)
+    ids = np.random.default_rng(0).permutation(n).astype(np.uint64)
+    gc.collect()
+    before = _rss()
+    store = TieredEmbeddingStore(config)
+    for i in range(0, n, 20_000):
+        lk = store.lookup(ids[i:i + 20_000])
+        lk.rows.sum().backward()
+        store.apply_gradients(lk)
+        store.end_step()
+    gc.collect()
+    held = _rss() - before
+    shape = RunShape([], ["t"], {}, {"t": n}, cache_rows=cache, host_rows=host_rows, row_floats=config.width,
+                     batch_rows=0, partition_rows=0)
+    estimate = _table_bytes(shape, n)
+    assert 0.6 * estimate <= held <= estimate, (held, estimate)
+
+
+def test_a_budget_short_of_every_row_in_ram_sizes_the_host_tier_and_the_run_finishes(tmp_path, monkeypatch):
+    """Every table in one RAM tier does not fit the budget beside the rest: the plan keeps
+    the run on this process's threads and sizes each table's host-RAM rows so it fits, the
+    rows past them on the SSD tier, and the run trains and evaluates with that layout (20,000
+    impressions, 1 KB rows: tiers of a few thousand rows, the fewest the plan may size lowered)."""
+    from fbrapids.app.pipeline import SHUFFLE_WINDOW
+    from fbrapids.app.run_memory import memory_plan
+    from fbrapids.datasets.synthetic import workload
+    from fbrapids.datasets.synthetic.generate import generate
+
+    data = tmp_path / "data"
+    generate(20_000, data, seed=1)
+    monkeypatch.setattr(memory_budget, "MIN_HOST_ROWS", 1 << 9)
+    cfg = RunConfig(progress=False, work_dir=str(tmp_path / "work"), checkpoint=False, count_clean=False,
+                    cache_rows=1 << 12, embedding_dim=256, batch_size=64)
+    roomy = memory_plan(workload(data), cfg.with_(memory_limit="1000GB"), SHUFFLE_WINDOW)
+    assert roomy.layout.one_ram_tier and roomy.summary()["host_rows"] is None
+    tables = roomy.estimate.parts["embedding tables"]
+    budget = roomy.estimate.total - tables // 3
+    sized = memory_plan(workload(data), cfg.with_(memory_limit=budget), SHUFFLE_WINDOW)
+    assert sized.scheduler == "threads" and not sized.layout.one_ram_tier
+    assert sized.estimate.total <= budget and sized.estimate.parts["embedding tables"] < tables
+    assert "host RAM sized to the memory budget" in sized.layout.why
+    r = run_pipeline(data, cfg.with_(memory_limit=budget))
+    host = r.memory["host_rows"]  # planned again by the run: this process has grown since
+    assert r.memory["scheduler"] == "threads" and host >= 1 << 9
+    assert r.store_layout.startswith(f"tiers: cache {cfg.cache_rows:,} rows, host RAM {host:,} rows, SSD files")
+    assert r.metrics["n"] > 0 and r.memory["peak_bytes"] <= budget
