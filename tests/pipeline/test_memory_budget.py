@@ -95,45 +95,50 @@ def test_past_its_budget_a_run_stops_between_partitions_in_one_line():
     assert "in stage start, past its memory budget of 1.0 MiB (memory_limit '1MiB'); it was stopped there" in str(exc.value)
 
 
-def _rss() -> int:
-    import re
-    from pathlib import Path
+_TABLE_BYTES = """
+import gc, json, re, sys
+from pathlib import Path
+import numpy as np
+from fbrapids.runs.memory_budget import RunShape, _table_bytes
+from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 
+def rss():
     status = Path("/proc/self/status").read_text()
-    return sum(int(re.search(rf"{k}:\s+(\d+)", status).group(1)) * 1024 for k in ("RssAnon", "RssFile"))
+    return sum(int(re.search(rf"{k}:\\s+(\\d+)", status).group(1)) * 1024 for k in ("RssAnon", "RssFile"))
+
+n, cache, host, ssd = 600_000, 1 << 15, json.loads(sys.argv[1]), sys.argv[2]
+tiers = {} if host is None else {"host_rows": host, "ssd_dir": ssd}
+config = StoreConfig(dim=16, cache_rows=cache, device="cpu", **tiers)
+ids = np.random.default_rng(0).permutation(n).astype(np.uint64)
+gc.collect()
+before = rss()
+store = TieredEmbeddingStore(config)
+for i in range(0, n, 20_000):
+    lk = store.lookup(ids[i:i + 20_000])
+    lk.rows.sum().backward()
+    store.apply_gradients(lk)
+    store.end_step()
+gc.collect()
+shape = RunShape([], ["t"], {}, {"t": n}, cache_rows=cache, host_rows=host, row_floats=config.width, batch_rows=0,
+                 partition_rows=0)
+print(json.dumps([rss() - before, _table_bytes(shape, n)]))
+"""
 
 
 @pytest.mark.parametrize("host_rows", [None, 1 << 16])
 def test_the_estimate_of_a_table_holds_what_the_table_holds_in_ram(tmp_path, host_rows):
     """A table of 600,000 ids trained once each (one RAM tier, or the tiers with the rows past
-    host RAM on the SSD tier): the bytes its process gained (resident, anonymous and mapped
-    file pages) are at most the estimate's (which counts the table once more, as it grows),
-    and at least 60% of them.  The estimate once counted 80 B of directory per id where the
-    directory holds ~100 B per slot, and missed the SSD tier's share."""
-    import gc
+    host RAM on the SSD tier), in a fresh process: the bytes it gained (resident, anonymous and
+    mapped file pages) are at most the estimate's (which counts the table once more, as it
+    grows), and at least 60% of them.  The estimate once counted 80 B of directory per id
+    where the directory holds ~100 B per slot, and missed the SSD tier's share."""
+    import json
+    import subprocess
+    import sys
 
-    import numpy as np
-
-    from fbrapids.runs.memory_budget import RunShape, _table_bytes
-    from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
-
-    n, cache = 600_000, 1 << 15
-    tiers = {} if host_rows is None else {"host_rows": host_rows, "ssd_dir": str(tmp_path / "ssd")}
-    config = StoreConfig(dim=16, cache_rows=cache, device="cpu", **tiers)
-    ids = np.random.default_rng(0).permutation(n).astype(np.uint64)
-    gc.collect()
-    before = _rss()
-    store = TieredEmbeddingStore(config)
-    for i in range(0, n, 20_000):
-        lk = store.lookup(ids[i:i + 20_000])
-        lk.rows.sum().backward()
-        store.apply_gradients(lk)
-        store.end_step()
-    gc.collect()
-    held = _rss() - before
-    shape = RunShape([], ["t"], {}, {"t": n}, cache_rows=cache, host_rows=host_rows, row_floats=config.width,
-                     batch_rows=0, partition_rows=0)
-    estimate = _table_bytes(shape, n)
+    out = subprocess.run([sys.executable, "-c", _TABLE_BYTES, json.dumps(host_rows), str(tmp_path / "ssd")],
+                         capture_output=True, text=True, check=True)
+    held, estimate = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.6 * estimate <= held <= estimate, (held, estimate)
 
 
