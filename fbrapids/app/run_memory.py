@@ -61,11 +61,9 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     Raises:
         MemoryBudgetError: the run cannot fit its budget (one line, before any work).
     """
-    import dataclasses
-
     from fbrapids.errors import MemoryBudgetError
     from fbrapids.runs import memory_budget as mb
-    from fbrapids.runs.ram_budget import TableLayout, table_layout
+    from fbrapids.runs.ram_budget import table_layout
     from fbrapids.runs.view_sizes import held_out_rows, view_sizes
     from fbrapids.runs.disk_budget import table_bounds
     from fbrapids.runs.memory_watch import tree_rss
@@ -104,30 +102,41 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     except MemoryBudgetError as e:
         plan, refused = None, e
     if (plan is None or plan.scheduler != "threads") and client is None and cfg.tiers == "auto":
-        # the tables' RAM is what the budget can size: host-RAM rows per table so the rest fits
-        # on this process's threads (else the fewest), the rows past them on the SSD tier
         est = mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
-        room = budget - (est.total - est.parts["embedding tables"])  # a little left (this process is re-measured)
-        rows = mb.host_rows_within(shape, log_rows, int(mb.SIZED_SHARE * room))
-        rows = rows if rows is not None else mb.MIN_HOST_ROWS
-        if layout.host_rows is None or rows < layout.host_rows:
-            try:
-                sized, failed = planned(dataclasses.replace(shape, host_rows=rows)), None
-            except MemoryBudgetError as e:
-                sized, failed = None, e
-            if sized is not None and (plan is None or sized.scheduler == "threads"):
-                plan, refused = sized, None
-                layout = TableLayout(False, rows, f"{layout.why}; host RAM sized to the memory budget of "
-                                                  f"{mb.human(budget)} (every row in RAM: "
-                                                  f"{mb.human(est.parts['embedding tables'])})")
-            elif plan is None:
-                refused = failed  # what the fewest rows in RAM still need
+        plan, refused, layout = _sized_tables(planned, shape, est, log_rows, budget, plan, refused, layout)
     if plan is None:
         assert refused is not None
         raise refused
     plan.layout = layout
     log.info("%s", plan.describe())
     return plan
+
+
+def _sized_tables(planned: Any, shape: Any, est: Any, log_rows: int, budget: int, plan: Any, refused: Any,
+                  layout: Any) -> tuple[Any, Any, Any]:
+    """The tables' RAM is what the budget can size: host-RAM rows per table so the rest fits
+    on this process's threads (else the fewest), the rows past them on the SSD tier; returns
+    ``(plan, refusal, layout)``, the given ones where sizing does not help."""
+    import dataclasses
+
+    from fbrapids.errors import MemoryBudgetError
+    from fbrapids.runs import memory_budget as mb
+    from fbrapids.runs.ram_budget import TableLayout
+
+    room = budget - (est.total - est.parts["embedding tables"])  # a little left (this process is re-measured)
+    rows = mb.host_rows_within(shape, log_rows, int(mb.SIZED_SHARE * room))
+    rows = rows if rows is not None else mb.MIN_HOST_ROWS
+    if layout.host_rows is not None and rows >= layout.host_rows:
+        return plan, refused, layout
+    try:
+        sized, failed = planned(dataclasses.replace(shape, host_rows=rows)), None
+    except MemoryBudgetError as e:
+        sized, failed = None, e
+    if sized is not None and (plan is None or sized.scheduler == "threads"):
+        why = (f"{layout.why}; host RAM sized to the memory budget of {mb.human(budget)} (every row in RAM: "
+               f"{mb.human(est.parts['embedding tables'])})")
+        return sized, None, TableLayout(False, rows, why)
+    return plan, (failed if plan is None else refused), layout  # a refusal: what the fewest rows still need
 
 
 @contextlib.contextmanager
