@@ -38,7 +38,7 @@ from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, spli
 from fbrapids.workloads.run_config import MODELS  # noqa: F401  (re-exported: the names RunConfig accepts)
 
 if TYPE_CHECKING:
-    import torch
+    from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
 
@@ -586,7 +586,7 @@ class _PlannedRun:
 
     inputs: TrainingInputs
     frames: PlannedFrames
-    net: torch.nn.Module  #: the model (:func:`build_model`)
+    net: CTRModel  #: the model (:func:`build_model`)
     ckpt_dir: Path | None  #: where checkpoints go (None: no checkpoints)
     recipe: Recipe  #: its learning rates, regularisation and epochs
     sparse_lr_decay: float = 1.0  #: per pass (:func:`sparse_lr_decay_for`)
@@ -723,7 +723,7 @@ def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) 
     from fbrapids.workloads.frames import held_out_cutoff, split_by_time
 
     cutoff = held_out_cutoff(w)
-    if cutoff is None:
+    if cutoff is None or w.time is None:
         raise WorkloadError(f"{w.where}: tuning holds out the last training day, which needs a split by time "
                             f"(rule 'at' or 'last_day'), not {w.split.rule!r}")
     start = cutoff - DAY

@@ -188,7 +188,7 @@ def feature_row_bytes(features: Mapping[str, Any], schema: Mapping[str, Any]) ->
     from fbrapids.kernels import types
     from fbrapids.kernels.plan import build_plan
 
-    typed = {name: types.from_arrow(t) for name, t in schema.items()}
+    typed = {name: k for name, t in schema.items() if (k := types.from_arrow(t)) is not None}  # (else: a list, below)
     total = 0
     for name, expr in features.items():
         try:

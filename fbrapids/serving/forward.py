@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Sequence, cast
+from typing import Callable, Sequence, cast
 
 import numpy as np
 import torch
@@ -258,7 +258,9 @@ def attend(attention: torch.nn.Module, query: torch.Tensor, table_rows: torch.Te
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
-_SPLIT = ((WideAndDeep, None), (DLRM, _dlrm), (DeepFM, _deepfm), (DIN, _din))
+#: each model class with a split forward: its function (None: Wide&Deep's own path), called with the model
+_SPLIT: tuple[tuple[type, Callable[..., torch.Tensor] | None], ...] = (
+    (WideAndDeep, None), (DLRM, _dlrm), (DeepFM, _deepfm), (DIN, _din))
 
 
 def supports_split(model: CTRModel) -> bool:

@@ -71,7 +71,7 @@ class DIN(CTRModel):
             self.first_dense = torch.nn.Linear(dense_dim, 1)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        dev = self.mlp[0].weight.device
+        dev = next(self.mlp.parameters()).device  # the first layer's weight's
         looked = self.emb.lookup(batch.sparse)
         pooled = {f: self.emb.pool(looked[f], batch.sparse[f][1]).to(dev) for f in self.sparse_features}
         parts = [batch.dense.to(dev), *pooled.values()]
@@ -81,6 +81,6 @@ class DIN(CTRModel):
             seg = bag_segments(batch.sparse[seq][1].to(dev), len(inv))
             parts.append(self.attention[seq](pooled[target], keys, seg))
         logit = mlp_forward(self.mlp, torch.cat(parts, dim=1), self.dropout, self.training).squeeze(1)
-        if self.first is not None:
+        if self.first is not None and self.first_dense is not None:  # made together
             logit = logit + linear_term(self.first, self.first_dense, batch.dense.to(dev), batch, self.sparse_features)
         return logit

@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -81,13 +81,14 @@ class DLRM(CTRModel):
         self.top_l = mlp(self.ln_top, sigmoid_layer=len(self.ln_top) - 2)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        dev = self.bot_l[0].weight.device
+        dev = next(self.bot_l.parameters()).device  # the first layer's weight's
         x = self.bot_l(batch.dense.to(dev))
         pooled = self.emb_l.pooled_stack(batch.sparse).to(dev)  # [B, n_sparse, dim], in sparse_features order
         if self.bias_vector is not None:
             pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
         z = self.interaction(x, pooled)
-        return mlp_forward(self.top_l[:-1], z, self.dropout, self.training).squeeze(1)
+        top = cast(torch.nn.Sequential, self.top_l[:-1])  # a Sequential's slice is one (torch types it Module)
+        return mlp_forward(top, z, self.dropout, self.training).squeeze(1)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load a state dict of the reference ``DLRM_Net`` (MLPs by name, tables into the stores).
