@@ -359,10 +359,17 @@ def sparse_lr_decay_for(model: str, rows: int | None) -> float:
         >>> sparse_lr_decay_for("logreg", 200_000), sparse_lr_decay_for("logreg", None), sparse_lr_decay_for("dlrm", 0)
         (0.5, 1.0, 1.0)
     """
-    chosen = 1.0
-    for start, decay in SPARSE_LR_DECAY.get(model, ()):
+    return _by_size(SPARSE_LR_DECAY.get(model) or ((0, 1.0),), rows)[1]
+
+
+def _by_size(entries: tuple[tuple[int, Any], ...], rows: int | None) -> tuple[int, Any]:
+    """The last ``(rows from, value)`` entry whose rows a log of ``rows`` rows reaches (None:
+    unknown, the last one), else the first: how :data:`RECIPES` and :data:`SPARSE_LR_DECAY`
+    are read."""
+    chosen = entries[0]
+    for start, value in entries:
         if rows is None or rows >= start:
-            chosen = decay
+            chosen = (start, value)
     return chosen
 
 
@@ -374,12 +381,8 @@ def recipe_for(model: str, rows: int | None) -> tuple[Recipe, int]:
         >>> recipe_for("dlrm", 200_000)[0].epochs
         1
     """
-    entries = RECIPES.get(model) or ((0, Recipe()),)
-    chosen = entries[0]
-    for start, recipe in entries:
-        if rows is None or rows >= start:
-            chosen = (start, recipe)
-    return chosen[1], chosen[0]
+    start, recipe = _by_size(RECIPES.get(model) or ((0, Recipe()),), rows)
+    return recipe, start
 
 
 def default_recipe(data: Workload | str | Path, model: str) -> Recipe:

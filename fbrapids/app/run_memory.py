@@ -93,16 +93,19 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     libraries = mb.LIBRARIES_BYTES // 2 if "torch" in sys.modules else mb.LIBRARIES_BYTES
     held, baseline = held_out_rows(w, sizes[0]), tree_rss()
 
-    def planned(shape: mb.RunShape) -> Any:
-        est = mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
-        return mb.plan_memory(est, budget, _source(cfg.memory_limit), client=client is not None)
+    def estimated(shape: mb.RunShape) -> Any:
+        return mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
 
+    def planned(shape: mb.RunShape, est: Any = None) -> Any:
+        return mb.plan_memory(est if est is not None else estimated(shape), budget, _source(cfg.memory_limit),
+                              client=client is not None)
+
+    est = estimated(shape)  # once: the sizing below starts from it
     try:
-        plan, refused = planned(shape), None
+        plan, refused = planned(shape, est), None
     except MemoryBudgetError as e:
         plan, refused = None, e
     if (plan is None or plan.scheduler != "threads") and client is None and cfg.tiers == "auto":
-        est = mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
         plan, refused, layout = _sized_tables(planned, shape, est, log_rows, budget, plan, refused, layout)
     if plan is None:
         assert refused is not None
