@@ -237,19 +237,9 @@ def test_every_module_stands_on_a_floor() -> None:
     assert sorted(n for n in named if not (PKG / n).is_dir() and not (PKG / f"{n}.py").is_file()) == []
 
 
-#: the upward imports still to cut, an explicit, shrinking list (a new one fails the test; one
-#: cut must leave this list): ``workloads``' TOML reader resolves ``features.dataset = "criteo"``
-#: by importing ``fbrapids.datasets.<name>``, whose declared workloads import ``workloads``
-UPWARD_TO_CUT = {
-    "fbrapids.workloads.toml_file -> fbrapids.datasets: 'datasets' is on a floor above 'workloads'",
-}
-
-
 def test_imports_go_down_the_floors() -> None:
     graph, _ = package_imports()
-    found = set(upward_imports(graph, declared_floors()))
-    assert sorted(found - UPWARD_TO_CUT) == [], "imports from a floor to one above it"
-    assert sorted(UPWARD_TO_CUT - found) == [], "cut: drop them from UPWARD_TO_CUT"
+    assert upward_imports(graph, declared_floors()) == [], "imports from a floor to one above it"
 
 
 def tool_imports(repo: Path = REPO) -> dict[str, set[str]]:
