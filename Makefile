@@ -57,7 +57,7 @@ docs-check: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# -- the GPU code without a GPU (issue 23) ---------------------------------------------------
+# -- the GPU code without a GPU ---------------------------------------------------------------
 # A venv of its own with the pinned RAPIDS 26.10 wheels (cudf pins pandas < 3.1: kept apart from
 # $(VENV)); they install and import on a machine with no device.  Made once (the stamp), ~1.5 min.
 GPU_VENV ?= .venv-gpu

@@ -18,7 +18,7 @@ service (the app ``fbrapids serve`` runs, with its body limit, validation and co
 cache: uvicorn on 127.0.0.1, JSON in and out) at ``--http-items`` items per request, with 1
 and ``--http-clients`` concurrent clients, ``--http-requests`` requests each (requests are
 serialised by the scorer's lock, so concurrency overlaps only JSON and network work).
-``--http-only`` runs just that part (the issue-16 acceptance figures: 8 clients, 64 items).
+``--http-only`` runs just that part (the serving-load acceptance figures: 8 clients, 64 items).
 Before it, the HTTP scorer's item cache is filled with the whole catalogue (in-process,
 unmeasured), so the HTTP figures measure the same steady state with or without
 ``--http-only`` (the hit rate during the run is reported with them), and the process's heap
@@ -52,9 +52,9 @@ Usage:
     python benchmarks/inference.py                 # default run (about 1 minute on 2 cores)
     python benchmarks/inference.py --requests 100 --threads 4
     python benchmarks/inference.py --http-only --http-items 64 --http-clients 8 --http-requests 400
-    python benchmarks/inference.py --attack        # issues 25, 37, 47: under attack (benchmarks/serving_attack.py)
-    python benchmarks/inference.py --unseen-ids    # issue 25: 500k never-seen ids, rows and RSS flat
-    python benchmarks/inference.py --rss-plateau   # issue 47: the served DIN's RSS over 10,000 calls
+    python benchmarks/inference.py --attack        # under attack (benchmarks/serving_attack.py)
+    python benchmarks/inference.py --unseen-ids    # 500k never-seen ids, rows and RSS flat
+    python benchmarks/inference.py --rss-plateau   # the served DIN's RSS over 10,000 calls
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ For each size and seed, one run of each arm, each in a process of its own:
 All see the demo's rows (``same_rows`` in the JSON: every arm of a seed held out and trained
 on as many rows), train on its first six days and score its held-out last day.  The table
 prints AUC, GAUC, logloss, NE and calibration as mean ± SD over the seeds, with the
-generator's hidden model's AUC (the oracle) as the ceiling, and checks issue 50's
+generator's hidden model's AUC (the oracle) as the ceiling, and checks the
 acceptance: each model's mean AUC at least the tuned LR's, its mean logloss at most the
 LR's, and every run's calibration in [0.97, 1.03]; and the best model's mean AUC against the
 GBDT's (``vs_gbdt``).  The last line printed is one JSON object: ``rows`` -> arm -> ``runs``
@@ -81,7 +81,7 @@ log = logging.getLogger("benchmarks.models")
 
 MODELS = ("dlrm", "wide_deep", "deepfm", "din", "dcn")
 METRICS = ("auc", "gauc", "logloss", "ne", "calibration")
-#: acceptance (issue 50): held-out calibration of every run within these bounds
+#: acceptance: held-out calibration of every run within these bounds
 CALIBRATION = (0.97, 1.03)
 REFERENCE = "lr"
 GBDT = "gbdt"

@@ -16,11 +16,22 @@ import logging
 
 from fbrapids.accessors import register_accessors
 from fbrapids.errors import BackendUnavailableError, FbrapidsError
+from fbrapids.workloads.dataset_registry import add_dataset_loader
 
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 register_accessors()  # on pandas / dask / cudf as each is imported: `import fbrapids` itself loads none
+
+
+def _register_builtin_datasets() -> None:
+    """Import :mod:`fbrapids.datasets` (each of its modules registers its data set)."""
+    import fbrapids.datasets  # noqa: F401  (imported for its registrations)
+
+
+# the workloads' floor looks data sets up by name; the built-in ones, a floor above it, load on
+# the first lookup (not here: `import fbrapids` stays light)
+add_dataset_loader(_register_builtin_datasets)
 
 
 def __getattr__(name: str):  # lazy: keep `import fbrapids` light (`fbrapids --help` imports no pandas)

@@ -1,4 +1,4 @@
-"""Acceptance trials of issue 15: held-out AUC deltas, with the paired bootstrap over users,
+"""Acceptance trials of the fitted operators: held-out AUC deltas, with the paired bootstrap over users,
 of (1) a target-encoded (user, category) feature on the demo's model (DLRM) and (2) a
 last-50 history of clicked categories pooled by DIN, on the generated data (seed 0).
 

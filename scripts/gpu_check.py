@@ -7,7 +7,7 @@ Steps, most telling first, each within its own time limit (``--budget``: all of 
 default the sum of the limits of the steps run); the first five are the first pass
 (:data:`FIRST_PASS`), what a first run must bring back:
 
-1. ``gpu-fixes``: ``pytest -m gpu`` over the files of the known GPU-path fixes (issues 23, 36);
+1. ``gpu-fixes``: ``pytest -m gpu`` over the files of the known GPU-path fixes;
 2. ``diff-cudf``: the differential suite's cudf / dask-cudf twins (``pytest -m gpu tests/differential``);
 3. ``demo-gpu``: ``fbrapids demo --backend gpu``;
 4. ``extract-10m``: ``benchmarks/extract.py --backend gpu --rows 10000000``: GPU output equal to the CPU's;
@@ -51,7 +51,7 @@ DEFAULT_CACHE = REPO / ".gpu" / "kernels"
 
 
 #: the files of the GPU-path fixes, run first (the differential suite's twins are step 2)
-FIX_TESTS = ("tests/gpu/test_gpu_issue36_device.py", "tests/gpu/test_gpu_fixes_device.py", "tests/kernels/test_kernels_cuda_compile.py",
+FIX_TESTS = ("tests/gpu/test_gpu_cuda_path_device.py", "tests/gpu/test_gpu_fixes_device.py", "tests/kernels/test_kernels_cuda_compile.py",
              "tests/trainers/test_trainer_device_batch.py", "tests/frames/test_backend_device_memory.py")
 
 

@@ -1,4 +1,4 @@
-"""Ablations of the models' training recipe on the default data (issue 34, docs/models.md).
+"""Ablations of the models' training recipe on the default data (docs/models.md).
 
 The demo's features are extracted once (:func:`fbrapids.app.pipeline.feature_frame`, the held-out
 last day split off as the pipeline does) and kept in a pickle; each arm then trains one of the

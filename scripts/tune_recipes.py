@@ -25,7 +25,7 @@ under the first model seed.
 
     python scripts/tune_recipes.py --models din --model-seeds 0 1 2 --grid '{"dense_lr": [0.001, 0.003, 0.01]}' --out ...
 
-(Issue 50's DeepFM and logreg records were made this way with one model seed.)
+(The DeepFM and logreg records in the recipe table were made this way with one model seed.)
 """
 
 from __future__ import annotations

@@ -345,7 +345,7 @@ RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
 }
 
 #: each pass's sparse learning rates decay by this factor (``FitConfig.sparse_lr_decay``), by the
-#: log's size as :data:`RECIPES`: logreg's halve each pass below 1M rows (issue 50: on the
+#: log's size as :data:`RECIPES`: logreg's halve each pass below 1M rows (measured: on the
 #: validation days of data seeds 0, 1, 2 halving from first-order lr 0.2 beat a constant 0.1 on
 #: each seed; the 1M recipe was not re-tuned with it)
 SPARSE_LR_DECAY: dict[str, tuple[tuple[int, float], ...]] = {"logreg": ((0, 0.5), (1_000_000, 1.0))}

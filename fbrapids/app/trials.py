@@ -51,7 +51,7 @@ candidate's shape costs when it tells nothing; a "hurts" A/A verdict may be that
 detected rather than a failure of the interval.  The calibration
 (``benchmarks/trial_calibration.py``: ``aa.mean_delta`` / ``aa.se_mean`` over trials, and
 the noise trials' ``delta / se``, whose SD is about 1 under a calibrated interval)
-separates the two.  Trained in time order (before issue 34's shuffle), 20 trials at 100k
+separates the two.  Trained in time order (before the stream shuffled its rows), 20 trials at 100k
 rows gave a mean A/A AUC delta of -0.0006 +- 0.0002 (3 of 20 "hurts"); with the shuffled
 stream, -0.0002 +- 0.0002 (3 of 20 called: 2 "helps", 1 "hurts"), while 40 noise trials'
 ``delta / se`` had SD 1.09 (AUC) and 0.82 (GAUC) and 1 and 2 of 40 were called: the

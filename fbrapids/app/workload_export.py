@@ -58,7 +58,7 @@ def check_exportable(w: Workload, model: str = "dlrm") -> None:
     (``logreg``), before any work."""
     from fbrapids.workloads.frames import split_fitted
 
-    if model == "logreg":  # (issue 33's screen model: no scorer serves it yet)
+    if model == "logreg":  # (the screening model: no scorer serves it yet)
         raise ExportError("serving has no scorer for the logistic regression (logreg); export another model")
     dense, sparse, sequences, features = w.model_inputs(model)
     used = {n: e for n, e in features.items() if n in dense or n in sparse}

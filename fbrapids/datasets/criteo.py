@@ -8,10 +8,14 @@ Here the ids are the raw 64-bit values of the hex strings (``int(c, 16)``) — n
 computed by a user-defined C operator, ``hex_id``, registered from a snippet; an empty
 category reads id 0.
 
+Registered as the data set ``"criteo"`` (a workload file's ``features.dataset = "criteo"``).
+
 Example:
     >>> f = features()
     >>> len(f), str(f["C1_id"])
     (39, 'fill_null(hex_id(C1), value=0)')
+    >>> DATASET.name
+    'criteo'
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from fbrapids import ops
 from fbrapids.kernels import register_operator
+from fbrapids.workloads.dataset_registry import Dataset, register_dataset
 
 DENSE_IN = [f"I{i}" for i in range(1, 14)]
 SPARSE_IN = [f"C{i}" for i in range(1, 27)]
@@ -53,6 +58,10 @@ def features() -> dict[str, Any]:
     for c in SPARSE_IN:
         out[f"{c}_id"] = ops.fill_null(ops.call("hex_id", c), 0)
     return out
+
+
+#: the data set a workload file names with ``features.dataset = "criteo"``
+DATASET = register_dataset(Dataset("criteo", features))
 
 
 def read_criteo(path: str | Path, eager: bool = True) -> Any:

@@ -18,11 +18,12 @@ import warnings
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fbrapids.errors import ArgumentError, MetricUndefinedError, UndefinedMetricWarning
 
 
-def _arrays(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
+def _arrays(y: npt.ArrayLike, p: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(y, dtype=np.float64).ravel()
     p = np.asarray(p, dtype=np.float64).ravel()
     if y.shape != p.shape:
@@ -32,7 +33,7 @@ def _arrays(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
     return y, p
 
 
-def _ranked(y: Any, p: Any) -> tuple[np.ndarray, np.ndarray]:
+def _ranked(y: npt.ArrayLike, p: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``_arrays`` for the rank metrics, refusing a non-finite label or prediction as
     scikit-learn does: NaN has no rank, so an AUC over it would be a number about nothing."""
     y, p = _arrays(y, p)
@@ -61,7 +62,7 @@ def _avg_ranks(p: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def auc(y: Any, p: Any) -> float:
+def auc(y: npt.ArrayLike, p: npt.ArrayLike) -> float:
     """Area under the ROC curve (ties count one half), via the rank-sum statistic.
 
     Raises:
@@ -79,7 +80,7 @@ def auc(y: Any, p: Any) -> float:
     return float((r[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
-def gauc(y: Any, p: Any, group: Any) -> float:
+def gauc(y: npt.ArrayLike, p: npt.ArrayLike, group: npt.ArrayLike) -> float:
     """Group AUC: per-group AUC weighted by the group's number of impressions.
 
     Groups (users) whose labels are all one class are skipped.  Returns NaN when no group
@@ -127,15 +128,15 @@ def gauc(y: Any, p: Any, group: Any) -> float:
     return float((a * w).sum() / w.sum())
 
 
-def logloss(y: Any, p: Any, eps: float | None = None) -> float:
+def logloss(y: npt.ArrayLike, p: npt.ArrayLike, eps: float | None = None) -> float:
     """Mean binary cross-entropy; predictions clipped to ``[eps, 1 - eps]`` (float64 eps by default)."""
-    y, p = _arrays(y, p)
+    labels, preds = _arrays(y, p)
     eps = np.finfo(np.float64).eps if eps is None else eps
-    p = np.clip(p, eps, 1 - eps)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+    clipped = np.clip(preds, eps, 1 - eps)
+    return float(-np.mean(labels * np.log(clipped) + (1 - labels) * np.log1p(-clipped)))
 
 
-def normalized_entropy(y: Any, p: Any) -> float:
+def normalized_entropy(y: npt.ArrayLike, p: npt.ArrayLike) -> float:
     """Logloss divided by the entropy of the base click rate (He et al., 2014); < 1 beats the prior."""
     y, p = _arrays(y, p)
     ctr = float(y.mean())
@@ -145,14 +146,14 @@ def normalized_entropy(y: Any, p: Any) -> float:
     return logloss(y, p) / base
 
 
-def calibration(y: Any, p: Any) -> float:
+def calibration(y: npt.ArrayLike, p: npt.ArrayLike) -> float:
     """Predicted CTR over actual CTR (1.0 is calibrated); inf when there are no clicks."""
     y, p = _arrays(y, p)
     actual = float(y.mean())
     return float(p.mean() / actual) if actual > 0 else float("inf")
 
 
-def all_metrics(y: Any, p: Any, group: Any | None = None) -> dict[str, Any]:
+def all_metrics(y: npt.ArrayLike, p: npt.ArrayLike, group: npt.ArrayLike | None = None) -> dict[str, Any]:
     """``auc``, ``gauc``, ``logloss``, ``ne``, ``calibration`` and ``n``.
 
     A metric the data cannot define is ``None``, never a NaN or an infinity that reads

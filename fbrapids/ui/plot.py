@@ -13,16 +13,21 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from fbrapids.errors import ArgumentError, PlotUnavailableError
+
+if TYPE_CHECKING:  # (annotations only: matplotlib is imported when a figure is drawn)
+    from matplotlib.figure import Figure
 
 TIERS = ("cache", "host", "ssd")
 
 
-def _figure(nrows: int = 1, ncols: int = 1, gridspec_kw: dict | None = None, **kwargs: Any) -> tuple[Any, Any]:
+def _figure(nrows: int = 1, ncols: int = 1, gridspec_kw: dict | None = None,
+            **kwargs: Any) -> tuple[Figure, np.ndarray]:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
@@ -32,7 +37,7 @@ def _figure(nrows: int = 1, ncols: int = 1, gridspec_kw: dict | None = None, **k
     return fig, axes
 
 
-def _settled(fig: Any) -> Any:
+def _settled(fig: Figure) -> Figure:
     """``fig`` with its constrained layout run once before it is returned: tick labels that
     change with the axes' final size (``-0.015`` -> ``-0.0150``) are then known to the
     layout a save or a notebook display makes, so no label ends up past the canvas."""
@@ -41,7 +46,7 @@ def _settled(fig: Any) -> Any:
 
 
 def training_curves(losses: Sequence[float], heldout_auc: Mapping[int, float] | None = None,
-                    smooth: int = 50) -> Any:
+                    smooth: int = 50) -> Figure:
     """Training loss per step (raw and a moving average) and held-out AUC at the steps it
     was measured.
 
@@ -78,7 +83,7 @@ def training_curves(losses: Sequence[float], heldout_auc: Mapping[int, float] | 
     return _settled(fig)
 
 
-def calibration_bins(labels: Any, preds: Any, bins: int = 10) -> dict[str, np.ndarray]:
+def calibration_bins(labels: npt.ArrayLike, preds: npt.ArrayLike, bins: int = 10) -> dict[str, np.ndarray]:
     """Equal-width buckets of predicted CTR: ``edges``, and per non-empty bucket ``pred``
     (mean prediction), ``observed`` (click rate) and ``count``.
 
@@ -102,7 +107,7 @@ def calibration_bins(labels: Any, preds: Any, bins: int = 10) -> dict[str, np.nd
             "bin": np.flatnonzero(keep)}
 
 
-def calibration(labels: Any, preds: Any, bins: int = 10) -> Any:
+def calibration(labels: npt.ArrayLike, preds: npt.ArrayLike, bins: int = 10) -> Figure:
     """A reliability diagram: observed click rate against mean predicted CTR per bucket of
     predictions (the diagonal is perfect calibration), with each bucket's row count in a
     bar chart below, written above its bar (never over the diagram's markers).
@@ -148,12 +153,12 @@ def _short_count(n: int) -> str:
     return str(n)
 
 
-def _calibration_axes() -> tuple[Any, tuple[Any, Any]]:
+def _calibration_axes() -> tuple[Figure, tuple[Any, Any]]:
     fig, axes = _figure(2, 1, figsize=(5.5, 6), layout="constrained", gridspec_kw={"height_ratios": [3, 1]})
     return fig, (axes[0, 0], axes[1, 0])
 
 
-def store_hit_rates(model_or_stats: Any) -> Any:
+def store_hit_rates(model_or_stats: Any) -> Figure:
     """Per-feature hit rate of each embedding-store tier (cache, host RAM, SSD) as grouped bars.
 
     Args:
@@ -207,7 +212,7 @@ def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Any:
+def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Figure:
     """AUC and GAUC deltas (candidate - baseline) per candidate, with their 95% intervals
     (training seeds and held-out users: :mod:`fbrapids.app.trials`) as error bars, the A/A
     check's deltas in lighter bars where every trial ran it, and the zero line marked, inside the frame (the axis spans the bars, the intervals and zero, with a
@@ -269,7 +274,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: 
     return _settled(fig)
 
 
-def clipped_text(fig: Any) -> list[str]:
+def clipped_text(fig: Figure) -> list[str]:
     """The texts of ``fig`` (titles, labels, tick labels, legends, annotations) that reach
     past its canvas once drawn: each as ``'text' (what sticks out)``; empty when none does.
 
@@ -308,7 +313,7 @@ def clipped_text(fig: Any) -> list[str]:
     return out
 
 
-def stage_seconds(seconds: Mapping[str, float]) -> Any:
+def stage_seconds(seconds: Mapping[str, float]) -> Figure:
     """Seconds per pipeline stage as horizontal bars (``PipelineResult.seconds``).
 
     Example:

@@ -30,7 +30,7 @@ The file's layout (every error names the field and the file)::
     sparse = ["userid", "adgroup_id", "pid_h"]
     dense = ["price_log"]
 
-    # dataset = "criteo"            # optional: fbrapids.datasets.criteo.features() extracted too
+    # dataset = "criteo"            # optional: a registered data set's features extracted too
     [features.extract]              # name = an fbrapids.ops expression, as text
     pid_h = 'ops.hash_bucket("pid", 1024)'
 
@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fbrapids.errors import WorkloadError
+from fbrapids.workloads.dataset_registry import dataset
 from fbrapids.workloads.expressions import parse_expression
 from fbrapids.workloads.spec import Join, SequenceFeature, Split, View, Workload
 
@@ -88,21 +89,12 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
 
 
 def _dataset_features(name: Any, source: str) -> dict[str, Any]:
-    """The features of ``fbrapids.datasets.<name>`` (its ``features()``: a public log's
-    preprocessing, e.g. ``"criteo"``)."""
-    import importlib
-    import pkgutil
-
-    import fbrapids.datasets as datasets
-
-    known = sorted(m.name for m in pkgutil.iter_modules(datasets.__path__) if not m.name.startswith("_"))
-    if not isinstance(name, str) or name not in known:
-        raise WorkloadError(f"{source}: features.dataset must name one of fbrapids.datasets' modules {known}, "
-                            f"got {name!r}")
-    module = importlib.import_module(f"fbrapids.datasets.{name}")
-    if not hasattr(module, "features"):
-        raise WorkloadError(f"{source}: features.dataset: fbrapids.datasets.{name} declares no features()")
-    return dict(module.features())
+    """The features of the data set registered as ``name`` (:mod:`fbrapids.workloads.dataset_registry`:
+    a public log's preprocessing, e.g. ``"criteo"``)."""
+    try:
+        return dict(dataset(name).features())
+    except WorkloadError as e:
+        raise WorkloadError(f"{source}: features.dataset: {e}") from None
 
 
 def workload_from_dict(data: Mapping[str, Any], source: str = "<dict>", root: str | os.PathLike | None = None) -> Workload:

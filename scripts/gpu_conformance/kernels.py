@@ -1,6 +1,6 @@
 """Every CUDA source fbrapids generates, compiled for a real architecture (``sm_90``), so that
 ptxas runs as it does when cupy loads a kernel on the device: shared memory, registers and
-other per-kernel limits fail here instead (issue 36, D1).
+other per-kernel limits fail here instead (D1: a wide layer ptxas refused on the device).
 
 Jobs (each a name -> a function giving ``(source, what it covers)``):
 

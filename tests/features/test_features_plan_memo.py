@@ -49,7 +49,7 @@ def test_a_redefined_operator_is_never_served_its_old_runtime() -> None:
 
 
 def test_the_device_budget_in_the_memo_key_does_not_move_with_every_allocation():
-    """Issue 36: the GPU memo key held the exact free device bytes (half of them), so it
+    """The GPU memo key held the exact free device bytes (half of them), so it
     missed on nearly every partition; the budget is now rounded down to a power of two."""
     from fbrapids.features.plans import device_budget
 

@@ -107,7 +107,7 @@ def test_to_host_keeps_lists_arrow_backed_and_nullable_ints_exact():
 
 
 def test_an_adopted_pool_in_use_counts_none_of_its_memory_as_free(monkeypatch):
-    """P4 (issue 36): in a dask-cuda worker fbrapids puts statistics over a pool that has
+    """P4 (a GPU-path fix): in a dask-cuda worker fbrapids puts statistics over a pool that has
     already handed out memory; ``pool_size - current`` then counted that memory as free.
     The resource classes stand in for rmm's (made without a device); the logic is fbrapids'."""
     import types
@@ -194,7 +194,7 @@ class _Device:
 
 @pytest.mark.parametrize("pool_first", [False, True], ids=["cluster-first", "pool-made-before"])
 def test_one_pool_per_device_beside_a_local_cluster_worker(monkeypatch, pool_first):
-    """Issue 48 (2): the client made its pool (half the free memory), then dask-cuda gave the
+    """The client made its pool (half the free memory), then dask-cuda gave the
     worker on the same GPU half the *total*: on an H200 the worker asked for 70.20 GiB and
     found 69.32.  Now the client makes no pool when a worker shares its device, or, holding
     one already, the worker's pool is sized from what is left.  The device and rmm's classes

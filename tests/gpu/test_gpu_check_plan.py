@@ -1,4 +1,4 @@
-"""The device run's plan, checked without a device (issue 36): ``gpu_check.py --rehearse`` runs
+"""The device run's plan, checked without a device: ``gpu_check.py --rehearse`` runs
 the steps in their order with stub commands (every path a step names must exist), ``--failed``
 reruns only what failed; ``gpu_slim_fatbin.py`` zeroes the other architectures' device code and
 nothing else (the file's size and every entry header kept)."""
@@ -98,7 +98,7 @@ def test_the_rehearsal_unpacks_a_set_carried_in_parts(tmp_path):
 
 
 def test_slimming_keeps_lto_ir_and_fat_binaries_without_sass_for_the_device():
-    """Issue 48: libcudf holds 21 fat binaries whose only entry is an sm_75 LTO-IR (kind 8),
+    """libcudf holds 21 fat binaries whose only entry is an sm_75 LTO-IR (kind 8),
     which nvJitLink links for the device at run time; the slimmer zeroed them (arch != 90).
     A fat binary with no SASS for the kept architecture (PTX only) is kept whole too."""
     def fat(*entries: bytes) -> bytes:
@@ -114,7 +114,7 @@ def test_slimming_keeps_lto_ir_and_fat_binaries_without_sass_for_the_device():
 
 
 def test_the_first_pass_imports_only_what_the_set_holds(tmp_path):
-    """Issue 48 (5): the differential suite imports hypothesis at module level and the extract
+    """The differential suite imports hypothesis at module level and the extract
     benchmark imported farmhash even with --skip-pandas; neither was in the set."""
     import gpu_check
 
@@ -133,7 +133,7 @@ def test_the_first_pass_imports_only_what_the_set_holds(tmp_path):
 
 
 def test_the_rehearsal_looks_each_step_up_in_the_kernel_cache(tmp_path, monkeypatch):
-    """Issue 48 (4): a step stands in by its CUDA modules found in the carried cache (hits), a
+    """A step stands in by its CUDA modules found in the carried cache (hits), a
     missing one counted with the seconds NVRTC took for it when the cache was filled."""
     from fbrapids.kernels import cache
 

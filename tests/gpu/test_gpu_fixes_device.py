@@ -1,4 +1,4 @@
-"""Issue 23's GPU-path fixes where only a device shows them (``gpu``-marked, skipped without one);
+"""The first GPU-path fixes (joins, cleaning, categorify, GAUC, CSV, the local cluster) where only a device shows them (``gpu``-marked, skipped without one);
 the CPU-observable halves are in test_gpu_shared_code.py and the GPU conformance stage.
 Fitted / history operators on dask-cudf (fitted.py ``_copy`` / ``_attach``) are covered by
 tests/features/test_fitted_gpu.py::test_history_identical_on_dask_cudf."""

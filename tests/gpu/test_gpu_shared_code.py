@@ -1,4 +1,4 @@
-"""The known GPU-path bugs of issue 23, checked where they can be seen without a device: the
+"""The first known GPU-path bugs, checked where they can be seen without a device: the
 backend helpers the shared code now asks (their cudf answers are checked on cudf's real classes
 by the GPU conformance stage, ``scripts/gpu_conformance``), and the pandas side of each fix."""
 

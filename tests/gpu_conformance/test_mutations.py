@@ -1,4 +1,4 @@
-"""The conformance stage fails on each of issue 36's definite bugs put back (D1-D3): the stage
+"""The conformance stage fails on each of the definite GPU-path bugs it guards put back (D1-D3): the stage
 runs on a copy of the sources with the old code restored, and must exit 1 naming the fault.
 Runs in the GPU venv (``make gpu-conformance``); skipped where the wheels are absent."""
 

@@ -1,4 +1,4 @@
-"""The CUDA dictionary path (issue 36) and its CPU twin: an operator run once per category of
+"""The CUDA dictionary path and its CPU twin: an operator run once per category of
 a categorical column (the operator's own one-operator plan over the categories) and gathered to
 the rows by the codes (``runtime_cuda.gather_coded``, xp-generic: numpy here, cupy on the
 device) equals the row path bit for bit, nulls included; the hashes it saves are counted.

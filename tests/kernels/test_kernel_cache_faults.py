@@ -1,4 +1,4 @@
-"""The kernel cache under faults (issue 25 B6): an empty ``.so`` (what a power loss left
+"""The kernel cache under faults (a fault-suite case): an empty ``.so`` (what a power loss left
 before fsync), a flipped bit, a lost digest are rebuilt, never loaded; each run in a fresh
 process that computes a right result and counts its rebuilds."""
 

@@ -134,7 +134,7 @@ def test_gpu_matches_cpu_bit_for_bit():
         assert cpu[c].tolist() == gpu[c].tolist()
 
 
-# -- D1 (issue 36): ptxas' limits, met here rather than on the device ----------------------
+# -- D1: ptxas' limits, met here rather than on the device ----------------------
 
 def test_compile_cuda_runs_ptxas_for_sm_90():
     """A kernel over 48 KiB of static shared memory is refused by ptxas: compile_cuda must

@@ -101,7 +101,7 @@ def _with_outlier(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_one_outlier_row_does_not_inflate_later_presizes(monkeypatch):
-    """Issue 16: a partition with a 2M-token row, then ordinary partitions: the presize
+    """A partition with a 2M-token row, then ordinary partitions: the presize
     comes back to what ordinary rows need, and no further pool memory is allocated."""
     monkeypatch.setenv(ENV_INITIAL, str(1 << 20))
     normal = [frame(5000, 10 + i) for i in range(3)]
@@ -131,7 +131,7 @@ def test_one_outlier_row_does_not_inflate_later_presizes(monkeypatch):
 
 
 def test_single_outlier_request_then_ordinary_requests(monkeypatch):
-    """The serving shape of issue 16: a one-item request with a 2M-token title, then
+    """The serving shape of the same outlier: a one-item request with a 2M-token title, then
     requests of 5,000 ordinary items: nothing is presized from the lone outlier, no
     request fails or re-runs, and no pool memory is allocated after the outlier's."""
     monkeypatch.setenv(ENV_INITIAL, str(1 << 20))

@@ -1,4 +1,4 @@
-"""PoolSizer's cost per run (issue 16 serving load): a run's quantile is one partial sort,
+"""PoolSizer's cost per run (under serving load): a run's quantile is one partial sort,
 and the window's weighted quantile is recomputed once per 1/RECOMPUTE_FRACTION of the
 window's rows, not once per run; the figure it gives is the exact weighted quantile as of
 its last recomputation."""

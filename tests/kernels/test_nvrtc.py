@@ -101,7 +101,7 @@ def test_missing_include_is_an_error():
 
 
 def test_runtime_options_keep_float32_denormals():
-    """P3 (issue 36): ``cupy.RawModule(code=...)`` appends ``-ftz=true`` to any options (the
+    """P3: ``cupy.RawModule(code=...)`` appends ``-ftz=true`` to any options (the
     last -ftz wins), which flushes float32 denormals on the device only.  fbrapids compiles
     with RUNTIME_OPTIONS itself and loads the CUBIN (runtime_cuda.load_module)."""
     from fbrapids import ops

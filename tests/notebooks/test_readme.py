@@ -79,7 +79,7 @@ README_ROWS = 200_000  #: the default data's size: the README's demo figure is m
 @pytest.mark.skipif(os.environ.get("FBRAPIDS_README_FULL") != "1",
                     reason="trains on the default 200,000-row data (minutes): FBRAPIDS_README_FULL=1 runs it")
 def test_readme_model_block_learns_at_the_default_size(tmp_path, monkeypatch, one_torch_thread):
-    """Issue 34: the README's chain and model block, pasted as written on the default data,
+    """The README's chain and model block, pasted as written on the default data,
     reach NE < 0.97 and the demo's held-out AUC (the README's figure) within 0.01."""
     demo = json.loads((README.parent / "benchmarks" / "results" / "figures" / "demo.json").read_text())
     cmd = gen_command(README.read_text())

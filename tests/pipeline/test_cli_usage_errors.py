@@ -113,7 +113,7 @@ def test_model_choices_are_the_pipeline_models():
     assert short_names() == MODELS
 
     sub = {a.dest: a for a in build_parser()._actions}["command"].choices
-    # serving has no scorer for the logistic regression (issue 33's screen model) yet: export leaves it out
+    # serving has no scorer for the logistic regression (the screening model) yet: export leaves it out
     servable = tuple(m for m in MODELS if m != "logreg")
     for command, want in (("demo", MODELS), ("export", servable)):
         model = {a.dest: a for a in sub[command]._actions}["model"]

@@ -1,4 +1,4 @@
-"""Fault suite, command line (issue 25 B8, B7's frozen worker): every failure ``fbrapids
+"""Fault suite, command line (a corrupt footer, a frozen worker): every failure ``fbrapids
 demo`` can meet is one line on stderr naming the file, column or address, with exit
 status 2, found before training where it can be.
 

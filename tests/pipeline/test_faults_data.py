@@ -1,4 +1,4 @@
-"""Fault suite, data (issue 25 B1, B2, B8's corrupt footer): demo data folders under
+"""Fault suite, data (corrupt and missing files, a corrupt parquet footer): demo data folders under
 concurrent first runs and a kill -9 between renames; inputs replaced while a run reads
 them; a flipped bit in a footer's row-group statistics; a footer that aborts pyarrow.
 

@@ -239,7 +239,7 @@ def test_logreg_is_deterministic_whatever_the_seed():
 
 
 def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
-    """The trial's training stream is run_pipeline's (issue 34: rows shuffled through a buffer of
+    """The trial's training stream is run_pipeline's (rows shuffled through a buffer of
     SHUFFLE_BUFFER rows, not in time order): the batches every arm and seed read, fingerprinted
     in order, equal pipeline.batch_stream's over the same rows with the window, and differ
     from the time order (what the trial streamed before).  A second pass (another seed)

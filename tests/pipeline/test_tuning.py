@@ -1,4 +1,4 @@
-"""``RunConfig(tune=...)`` (issue 50): the recipe chosen on a validation day, the last training
+"""``RunConfig(tune=...)``: the recipe chosen on a validation day, the last training
 day, from models trained on the days before it; then the refit on every training day.  The
 rows it reads are counted against the demo's rows rebuilt with pandas (benchmarks/models.py's
 independent reference frame): the held-out day is never among them."""

@@ -1,4 +1,4 @@
-"""A user's own log, trusted: the traps of issue 46 rebuilt from its wording, each giving the
+"""A user's own log, trusted: the traps a user met with their own log, rebuilt as they were reported, each giving the
 right answer or one clear line before any training (CPU backend, a few thousand rows).
 
 * Avazu-style ``YYMMDDHH`` hours read as integers with ``last_day``: one line naming the field,

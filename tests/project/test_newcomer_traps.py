@@ -1,4 +1,4 @@
-"""A newcomer's first hour (issue 38): every silent or wrong-layer mistake is a one-line
+"""A newcomer's first hour: every silent or wrong-layer mistake is a one-line
 ``FbrapidsError`` or a documented warning, found before any work where it can be.
 
 The command-line cases run this checkout's CLI as a real subprocess and check what it

@@ -1,4 +1,4 @@
-"""The repository stands alone (issue 38): every link in the README and in docs/ resolves to
+"""The repository stands alone: every link in the README and in docs/ resolves to
 a file inside the repository (or to a heading of the page it names), so a fresh clone has
 no dead link: the design, the workload's schema and the GPU set-up are docs/ pages."""
 
@@ -60,7 +60,7 @@ OUTSIDE = re.compile(r"(?<![\w.])((?:\.\./)+[\w./-]+)")
 
 
 def test_the_gpu_page_names_no_path_outside_the_repository() -> None:
-    """Issue 48: docs/gpu.md named ``../shared/gpu/README.md`` and ``../shared/gpu/fetch-wheels``
+    """docs/gpu.md once named ``../shared/gpu/README.md`` and ``../shared/gpu/fetch-wheels``
     (in code, so the link test above did not see them): dead in a clone.  Every ``../`` path
     it names, in prose, code or links, must stay inside the repository read from the page's
     folder and from the root (links in every page: the test above)."""

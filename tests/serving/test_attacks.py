@@ -1,4 +1,4 @@
-"""Issue 25 A: serving that one client cannot slow or grow, attacked on a real guarded uvicorn
+"""Serving that one client cannot slow or grow, attacked on a real guarded uvicorn
 on 127.0.0.1 (the configuration ``fbrapids serve`` runs: :func:`fbrapids.serving.http.server_config`).
 
 Each case is a real request on a socket: authentication and size refused from the headers
@@ -245,7 +245,7 @@ def test_stalled_uploads_hold_a_bounded_total(guarded) -> None:
 
 
 def test_idle_connections_make_room_and_one_log_line_per_interval(trained, guarded, caplog) -> None:
-    """More idle unauthenticated connections than max_connections (issue 47: 600 of them
+    """More idle unauthenticated connections than max_connections (600 of them
     shut out every client): the oldest idle ones are closed to make room, so an authorised
     call and /health are answered while they are held; ten closes, one log line."""
     server, _ = guarded
@@ -402,7 +402,7 @@ def test_tokens_empty_short_or_on_the_command_line(tmp_path, monkeypatch, capsys
         create_app(Scorer.__new__(Scorer), token="abc")
 
 
-# -- issue 37 B7: the head bounded however it arrives, strict Host, one Authorization ---------
+# -- the head bounded however it arrives, strict Host, one Authorization ---------
 def _raw_exchange(server, head: bytes, pieces: int = 1) -> int:
     """Send ``head`` (and a small JSON body) in ``pieces`` writes; the answer's status (0: closed)."""
     body = b'{"request": {}, "items": []}'
@@ -450,7 +450,7 @@ def test_folded_and_repeated_authorization_and_loose_host_are_refused(guarded) -
     assert http(server, "GET", "/health", headers=AUTH, host="[::1]:8000")[0] == 200
 
 
-# -- issue 37 B1 / B3: work bounded by the request, turns and caps per client -----------------
+# -- work bounded by the request, turns and caps per client -----------------
 def test_fair_lock_takes_turns_by_client() -> None:
     """Three calls of client A queued behind a call of A, then one of client B: B's goes
     first (A's turn is the one that just ended), not fourth."""

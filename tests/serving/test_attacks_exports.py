@@ -1,4 +1,4 @@
-"""Issue 25 A6 / A7: crafted and tampered exports, each refused by a real ``fbrapids serve``
+"""Crafted and tampered exports, each refused by a real ``fbrapids serve``
 (in-process, on a thread: a regression would start serving, and the test fails after a
 bounded wait instead of hanging) or by :func:`fbrapids.serving.export.load_model`, with one
 line naming the file; and signed exports."""

@@ -1,4 +1,4 @@
-"""Issue 47: a server that one client cannot starve, attacked on a real guarded uvicorn on
+"""A server that one client cannot starve, attacked on a real guarded uvicorn on
 127.0.0.1 with a small model and short attacks from several source addresses (127.0.0.0/8):
 idle sockets, many addresses of large calls, stalled bodies, clients that hang up; tokens
 per client; the fair shares themselves; the access log per client.  The attacks' timings are

@@ -1,4 +1,4 @@
-"""Issue 37 B1: a call's peak memory is bounded by the documented multiple of its body
+"""A call's peak memory is bounded by the documented multiple of its body
 (:mod:`fbrapids.serving.cost`), for every model the demo serves, DIN's history included.
 
 In one subprocess (its peak resident size reset before each call through
@@ -77,7 +77,7 @@ SCRIPT = textwrap.dedent("""
         items = [dict(body["items"][j % 2], ad_id=10**6 + j) for j in range(n)]
         out[model] = {"at_bounds": measured(s, at_bounds, items)}
         # DIN's history at its bound, as many items as the work bound admits (several slices):
-        # each (item, history entry) pair is attended (93-173 MiB over rest before issue 47)
+        # each (item, history entry) pair is attended (93-173 MiB over rest before it was bounded)
         history = dict(request, hist_cat=list(range(MAX_LIST_LEN)))
         per = int(s.cost.item_work(s.cost.request_size(history, "r"), body["items"][:1], str)[0])
         n = min(s.max_items, s.cost.max_work // per)

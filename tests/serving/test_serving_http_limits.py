@@ -200,7 +200,7 @@ def test_lone_surrogate_is_a_400_naming_the_column(trained, services) -> None:
 
 
 def test_one_thread_pool_hop_per_scoring_request(trained, services, monkeypatch) -> None:
-    """Serving load (issue 16): a /score request, with or without a token, hands work to the
+    """Serving load: a /score request, with or without a token, hands work to the
     thread pool once (the scoring); the token check and the response serialisation run on
     the event loop.  Counted by wrapping FastAPI's thread-pool entry points."""
     import fastapi.dependencies.utils

@@ -1,4 +1,4 @@
-"""Issue 37 B4-B6: an export's sizes are checked before anything is allocated (a crafted
+"""An export's sizes are checked before anything is allocated (a crafted
 ``serving.json`` of 200,000 features is refused in one line under an address-space limit), a
 signed export's JSON is read once and what was verified is what is used (a swap after the
 check is refused, never served), and :func:`load_model` is read-only like the server (its
@@ -107,7 +107,7 @@ def test_a_file_swapped_after_the_check_is_refused_never_loaded(tmp_path, monkey
     or a table's ``rows.f32`` is replaced by an atomic rename right after the last check
     before it is read (the signed manifest's; the checkpoint's own).  200 tries for the spec,
     25 for each checkpoint file: each is refused naming the file, none loads the
-    edited file (the checkpoint was read again by path after the check before issue 37's
+    edited file (the checkpoint was read again by path after the check before the
     fix); without the swap the export loads its own files."""
     d = tiny_export(tmp_path / "exp", signing_key=KEY)
     rel = (target if target == "spec.json" else

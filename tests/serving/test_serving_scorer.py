@@ -118,7 +118,7 @@ def _served(model, tables) -> int:
 
 @pytest.mark.parametrize("kind", ["dlrm", "deepfm", "din"])
 def test_request_side_once_per_call_for_every_model(trained, training_side, kind) -> None:
-    """DLRM, DeepFM and DIN (issue 37): scores equal the training side's, and the request's
+    """DLRM, DeepFM and DIN: scores equal the training side's, and the request's
     bags (query, history tokens) are looked up once per call, however many items it has:
     the request-only tables read the same ids for 10 items as for 200 (N x as many before)."""
     _, spec, _, (users, ads, frame) = trained
@@ -129,7 +129,7 @@ def test_request_side_once_per_call_for_every_model(trained, training_side, kind
     elif kind == "deepfm":
         m = DeepFM(len(spec.dense), spec.sparse, deep_mlp=[8], **common)
     else:  # the browsing history attended against the candidate's title tokens (one token table), with
-        # the first-order part the pipeline's DIN has (served without it before issue 47)
+        # the first-order part the pipeline's DIN has (once served without it)
         m = DIN(len(spec.dense), [f for f in spec.sparse if f != "history_tok_h"], {"history_tok_h": "title_tok_h"},
                 attention_mlp=[8], mlp=[8], first_order=True, **common)
     fit(m, frame.head(600).fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=256),
@@ -280,7 +280,7 @@ def test_score_tolerance_is_the_documented_one() -> None:
 
 
 def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(trained, monkeypatch) -> None:
-    """Issue 37 B2: one bad request in a batch used to have every request scored again alone
+    """One bad request in a batch used to have every request scored again alone
     (1,024 requests: 196 s).  Now the request an error names is answered with it and the rest
     scored again together: a few passes (counted), the good scores those of scoring alone."""
     import fbrapids.serving.scorer as scorer_module
@@ -299,7 +299,7 @@ def test_score_each_answers_bad_requests_without_scoring_the_batch_per_request(t
     alone = Scorer(model, spec)
     for i in (0, 6, 38):
         np.testing.assert_allclose(out[i], alone.score(**entries[i]), atol=SCORE_ATOL, rtol=0)
-    # many bad records (issue 47: 9 bad requests of 1,024 were one 400 naming a good one): after
+    # many bad records (once, 9 bad requests of 1,024 were one 400 naming a good one): after
     # the first failure every other request is checked at once, each bad one answered with its
     # own error and the good ones scored together, in one more pass
     many = [{**e, "items": [dict(e["items"][0], price="abc")]} if k % 2 else e for k, e in enumerate(entries[6:38])]

@@ -1,4 +1,4 @@
-"""Post-hoc calibration (issue 34): a shift of the logits fitted by ``fit`` on the final model's
+"""Post-hoc calibration: a shift of the logits fitted by ``fit`` on the final model's
 logits of batches held back from training, carried by the state dict, applied by ``predict`` / ``evaluate``, and kept
 across a checkpoint and resume."""
 

@@ -1,4 +1,4 @@
-"""Training on several real gloo ranks (issue 24, part B; issue 35) against one process.
+"""Training on several real gloo ranks against one process.
 
 Ranks are launched twice (W=2, ending with rank 1 killed mid-commit, and W=4), each launch
 running many scenarios (tests/_distributed_scenarios.py); W=1 runs in this process.  The

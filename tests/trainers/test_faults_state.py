@@ -1,4 +1,4 @@
-"""Training state under faults (issue 25 B): a resume with other settings is refused up
+"""Training state under faults: a resume with other settings is refused up
 front naming them; a same-step re-checkpoint killed between its renames keeps a complete
 copy; a non-regular ``latest`` pointer is a one-line error, never a hang; the SSD tier's
 folder is locked across processes and its rows carry page checksums."""

@@ -6,7 +6,7 @@ long-tailed ads, users seen a handful of times, a bag of tokens, and fields that
 signal at all (an almost unique user x ad cross, hashed buckets).  Those are what a CTR
 model meets in practice, and what made Wide&Deep and DeepFM diverge (NE 2-3) when their
 first-order weights started uniform in [-1, 1) and row-wise Adagrad moved a rare id's row
-by the full learning rate on its first impression (issue 24).  The oracle's AUC and NE on
+by the full learning rate on its first impression.  The oracle's AUC and NE on
 the held-out rows are computed from the true probabilities; every model, trained with its
 defaults (one epoch at batch 128, the default dense and sparse optimizers), must reach
 NE < 1 and an AUC within ``MARGIN`` of the oracle's, which is well above the AUC of the
@@ -32,7 +32,7 @@ TRAIN, TEST = 40_000, 10_000
 #: how far below the oracle's held-out AUC (0.815) a model may end after one epoch of TRAIN
 #: rows, at batch 128: the models reach oracle - 0.04 (Wide&Deep, DeepFM) to - 0.07 (DLRM);
 #: ranking by the dense feature d0 alone gives oracle - 0.14 (0.671), an untrained model
-#: 0.5; before the fix of issue 24 Wide&Deep reached 0.715 (NE 1.02), DeepFM 0.671 (NE 1.15)
+#: 0.5; before that was fixed Wide&Deep reached 0.715 (NE 1.02), DeepFM 0.671 (NE 1.15)
 MARGIN = 0.09
 
 

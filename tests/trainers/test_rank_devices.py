@@ -1,4 +1,4 @@
-"""Local ranks on their own devices (issue 48, 1): ``fbrapids demo --nproc 2`` picked NCCL
+"""Local ranks on their own devices: ``fbrapids demo --nproc 2`` picked NCCL
 (the launcher's default on a CUDA machine) and left every rank's stores on GPU 0.
 
 The placement rule (:func:`~fbrapids.trainers.distributed.launch.place_ranks`) is pure and

@@ -106,8 +106,8 @@ class _Recorder:
 
 @pytest.mark.parametrize("read", ["slice", "take", "to_batch", "concat"])
 def test_every_reader_takes_the_columns_onto_its_stream_without_record_stream(monkeypatch, read) -> None:
-    """P1 (issue 36): every reader waits for the side stream's event first, once.  Issue 48
-    (3): ``record_stream`` was the only thing keeping a side-stream batch's memory from being
+    """P1: every reader waits for the side stream's event first, once.
+    ``record_stream`` was the only thing keeping a side-stream batch's memory from being
     handed out again while the training kernels still read it, and under RMM's allocator it
     does nothing.  Now each built buffer is copied onto the consuming stream, and the built
     buffers (and what the build read) are held until an event after the copies has passed."""
@@ -149,7 +149,7 @@ def test_every_reader_takes_the_columns_onto_its_stream_without_record_stream(mo
 
 
 def test_sparse_kind_takes_both_list_dtypes() -> None:
-    """D3 (issue 36): cudf keeps pandas' Arrow list dtype on columns made from pandas; only
+    """D3: cudf keeps pandas' Arrow list dtype on columns made from pandas; only
     cudf.ListDtype was taken as a list (cudf's own class: checked in the conformance stage)."""
     from fbrapids.errors import ColumnTypeError
     from fbrapids.trainers.device_batch import sparse_kind

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from fbrapids.workloads.dataset_registry import Dataset, register_dataset
+
 LABEL = "click"
 GROUP = "user_id"
 TIME = "ts"
@@ -88,6 +90,10 @@ def workload(data_dir: str | os.PathLike) -> Any:
         split=Split("at", at=TS0 + (DAYS - 1) * 86400),
         features=features(), sparse=tuple(SPARSE), dense=tuple(DENSE),
         sequences={DIN_SEQUENCE: SequenceFeature(DIN_TARGET, din_history()[DIN_SEQUENCE])})
+
+
+#: the generated data as a registered data set (its features, and its workload for a folder)
+DATASET = register_dataset(Dataset("synthetic", features, workload))
 
 
 def as_workload(data: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Issue 36's GPU-path fixes where only a device shows them (``gpu``-marked, skipped without one;
+"""The CUDA path's fixes (D1-D3, P1-P5) where only a device shows them (``gpu``-marked, skipped without one;
 run by ``make gpu-check``).  The CPU-observable halves: tests/kernels/test_kernels_cuda_compile.py
 (D1), tests/kernels/test_nvrtc.py (P3), tests/trainers/test_trainer_device_batch.py (D3, P1),
 tests/frames/test_backend_device_memory.py (P4), and the conformance stage's ``ptxas`` / ``dtype-paths``
