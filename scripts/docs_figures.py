@@ -502,10 +502,10 @@ def fig_recipes() -> str:
     lines = [""]
     for rows, models in r["runs"].items():
         tried = {t["field"] for run in models.values() for t in run["tuning"]["tried"]}
-        fields = [f for f in ("sparse_lr", "first_order_lr", "weight_decay", "dropout", "dense_lr", "epochs")
-                  if f in tried]
+        fields = [f for f in ("sparse_lr", "first_order_lr", "weight_decay", "dropout", "dense_lr", "epochs",
+                              "sparse_lr_decay") if f in tried]
         names = {"sparse_lr": "sparse lr", "first_order_lr": "first-order lr", "weight_decay": "weight decay",
-                 "dense_lr": "dense lr"}
+                 "dense_lr": "dense lr", "sparse_lr_decay": "sparse lr decay per pass"}
         lines += [f"{int(rows):,} rows, data seed {next(iter(models.values()))['seed']}: each value tried, its "
                   "validation logloss after a shift / AUC (the choice in bold)", "",
                   "| model | " + " | ".join(names.get(f, f) for f in fields) + " | held-out AUC / calibration "
@@ -514,12 +514,38 @@ def fig_recipes() -> str:
             t, choice = run["tuning"], run["tuning"]["choice"]
             cells = [_tried_text(t["tried"], f, choice.get(f)) for f in fields]
             h = run["held_out"]
-            lines.append(f"| {_ARM_NAMES.get(model, model)} | " + " | ".join(cells)
-                         + f" | {h['auc']:.4f} / {h['calibration']:.3f} |")
+            over = run.get("data_seeds")  # chosen on the mean over several data seeds' validation days
+            name = _ARM_NAMES.get(model, model) + (f" (mean over data seeds {', '.join(map(str, over))}; "
+                                                   f"held-out: seed {over[0]})" if over else "")
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {h['auc']:.4f} / {h['calibration']:.3f} |")
         loads = [run["load"] for run in models.values()]
         lines += ["", f"*(load average {min(loads):.1f} to {max(loads):.1f} at the runs' starts)*", ""]
     lines.append(f"*({source('figures/tuning.json', r)}; `{r['command']}`)*")
     return "\n".join(lines) + "\n"
+
+
+def fig_held_rows_validation() -> str:
+    """docs/models.md: a model trained on the days before the validation day with fit's
+    calibration holding back at most N rows (0: none, every row trained on), scored on the
+    validation day, per data seed and the mean (``figures/held_rows_validation.json``)."""
+    r = load("figures/held_rows_validation.json")
+    caps = list(r["mean"])
+    seeds = r["seeds"]
+    got = {(x["seed"], str(x["cap"])): x for x in r["runs"]}
+
+    def held(cap: str) -> str:
+        return "every row trained on, no shift" if cap == "0" else f"at most {int(cap):,} rows held back"
+
+    lines = ["", "| " + r["model"] + ", " + f"{r['rows']:,} rows | " + " | ".join(f"seed {s}: AUC / logloss / calibration"
+                                                                      for s in seeds) + " | mean AUC / logloss |",
+             "|---|" + "---|" * (len(seeds) + 1)]
+    for cap in caps:
+        cells = [f"{got[s, cap]['auc']:.4f} / {got[s, cap]['logloss']:.4f} / {got[s, cap]['calibration']:.3f}"
+                 for s in seeds]
+        m = r["mean"][cap]
+        lines.append(f"| {held(cap)} | " + " | ".join(cells) + f" | {m['auc']:.4f} / {m['logloss']:.4f} |")
+    lines += ["", f"*({source('figures/held_rows_validation.json', r)}; `{r['command']}`)*", ""]
+    return "\n".join(lines)
 
 
 def fig_calibration_variants() -> str:
@@ -800,6 +826,7 @@ def fig_gpu_set() -> str:
 FIGURES: dict[str, Callable[[], str]] = {
     "model-ablations": fig_model_ablations, "models-table": fig_models_table, "models-readme": fig_models_readme,
     "feature-trials": fig_feature_trials, "recipes": fig_recipes, "held-rows-ctr": fig_held_rows_ctr,
+    "held-rows-validation": fig_held_rows_validation,
     "held-out-calibration": fig_held_out_calibration, "calibration-variants": fig_calibration_variants,
     "demo-summary": fig_demo_summary, "demo-work-dir": fig_demo_work_dir, "default-data": fig_default_data,
     "demo-auc": fig_demo_auc, "trial-caption": fig_trial_caption, "suite": fig_suite,

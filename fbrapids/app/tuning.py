@@ -20,8 +20,8 @@ the grid's edge is tried further out, up to :data:`MAX_BEYOND` steps); the
 recipes of a field train side by side from one extraction pass
 (:func:`~fbrapids.trainers.side_by_side.fit_side_by_side`), each model initialised under the
 run's seed, reading the same batches in the same order, so the comparison is paired.  A
-field's values cost one model each: the default grid trains 11 models and up to 8 more past
-its learning rates' and epochs' edges (fewer for a model without first-order tables or an MLP:
+field's values cost one model each: the default grid trains 11 models and up to 10 more past
+its learning rates', weight decay's and epochs' edges (fewer for a model without first-order tables or an MLP:
 :data:`fbrapids.app.pipeline.UNUSED_RECIPE_FIELDS`).
 The models trained here are not calibrated (the criterion fits its own shift).
 
@@ -61,8 +61,9 @@ log = logging.getLogger(__name__)
 #: logit shift that fits them best there (:func:`shifted_logloss`)
 CRITERION = "shifted_logloss"
 #: the fields whose grid is extended past an edge that wins (:func:`beyond_edge`), at most this many
-#: steps: the learning rates both ways, by the ratio of the two values there; epochs upwards, by their step
-BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr", "epochs")
+#: steps: the learning rates and the weight decay both ways, by the ratio of the two values there (not
+#: below a grid that starts at 0); epochs upwards, by their step
+BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr", "weight_decay", "epochs")
 MAX_BEYOND = 2
 
 
@@ -76,7 +77,6 @@ class TuningData:
     day_start: int  #: the validation day's first second
     model: Callable[[Recipe, StoreConfig], CTRModel]  #: the run's model, built with a recipe over a store
     batches: Callable[[FrameLike, bool], Iterable[Batch]]  #: the run's stream over a frame (True: shuffled)
-    sparse_lr_decay: float = 1.0  #: per pass, as the run's (``FitConfig.sparse_lr_decay``)
 
 
 def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unused: Sequence[str] = ()) -> dict[str, Any]:
@@ -158,8 +158,12 @@ def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
         (None, None)
         >>> beyond_edge("epochs", [1, 2], 2), beyond_edge("epochs", [1, 2], 1)
         (3, None)
+        >>> beyond_edge("weight_decay", [0.0, 1e-5, 1e-4], 1e-4), beyond_edge("weight_decay", [0.0, 1e-5, 1e-4], 0.0)
+        (0.001, None)
     """
     if name not in BEYOND_EDGE or len(values) < 2 or best not in (values[0], values[-1]):
+        return None
+    if best == values[0] and values[0] <= 0:  # nothing below a grid that starts at 0
         return None
     if name == "epochs":
         return int(best + values[-1] - values[-2]) if best == values[-1] else None
@@ -169,18 +173,19 @@ def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
 
 def _train_and_score(recipes: list[Recipe], data: TuningData, cfg: RunConfig, root: Path,
                      rows: dict[str, int]) -> list[dict[str, Any]]:
-    """Each recipe's model trained side by side on ``data.train`` (one group per epochs value)
-    and scored on ``data.validation``; ``rows``: the rows of each, counted once."""
+    """Each recipe's model trained side by side on ``data.train`` (one group per value of epochs
+    and per-pass decay: the passes a group's models share) and scored on ``data.validation``;
+    ``rows``: the rows of each, counted once."""
     out: dict[int, dict[str, Any]] = {}
-    for epochs in sorted({r.epochs for r in recipes}):
-        group = [k for k, r in enumerate(recipes) if r.epochs == epochs]
-        for k, m in zip(group, _one_group([recipes[k] for k in group], epochs, data, cfg, root, rows)):
+    for passes in sorted({(r.epochs, r.sparse_lr_decay) for r in recipes}):
+        group = [k for k, r in enumerate(recipes) if (r.epochs, r.sparse_lr_decay) == passes]
+        for k, m in zip(group, _one_group([recipes[k] for k in group], *passes, data, cfg, root, rows)):
             out[k] = m
     return [out[k] for k in range(len(recipes))]
 
 
-def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunConfig, root: Path,
-               rows: dict[str, int]) -> list[dict[str, Any]]:
+def _one_group(recipes: list[Recipe], epochs: int, sparse_lr_decay: float, data: TuningData, cfg: RunConfig,
+               root: Path, rows: dict[str, int]) -> list[dict[str, Any]]:
     import torch
 
     from fbrapids.trainers.device import place_model
@@ -202,7 +207,7 @@ def _one_group(recipes: list[Recipe], epochs: int, data: TuningData, cfg: RunCon
                   for m, r in zip(models, recipes)]
     counted = _FirstPassOrder(data.batches(data.train, True))
     fit_side_by_side(models, counted, epochs=epochs, optimizers=optimizers, progress=cfg.progress,
-                     sparse_lr_decay=data.sparse_lr_decay)
+                     sparse_lr_decay=sparse_lr_decay)
     preds = predict_side_by_side(models, data.batches(data.validation, False), progress=cfg.progress)
     rows.setdefault("validation", len(preds[0]["label"]))
     rows.setdefault("train", counted.rows // epochs)

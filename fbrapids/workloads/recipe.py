@@ -9,7 +9,15 @@ What a recipe sets, and where:
   :func:`~fbrapids.trainers.models.wide_deep.first_order_config`); None: ``sparse_lr``;
 * ``weight_decay``: L2 on the looked-up rows of every table (:class:`StoreConfig.weight_decay`);
 * ``dropout``: after each hidden ReLU of the models' MLPs while training;
-* ``epochs``: passes over the training rows.
+* ``epochs``: passes over the training rows;
+* ``sparse_lr_decay``: each pass's factor on every table's learning rate (pass ``e`` from 0
+  at ``lr * sparse_lr_decay ** e``: ``fit``'s :attr:`~fbrapids.trainers.fit_config.FitConfig.sparse_lr_decay`;
+  1: a constant rate);
+* ``calibrate``: whether ``fit`` holds rows back for its post-hoc shift
+  (:mod:`fbrapids.trainers.calibration`: every 8th batch, up to 32,768 rows) or trains on
+  every row and leaves the logits as they are (``RunConfig(calibrate=False)`` turns it off
+  for any recipe).  Not a tuning's field: the tuning's models are scored after a shift of
+  their own (:mod:`fbrapids.app.tuning`), blind to it.
 
 None of it changes a model's layout, so a checkpoint or an export does not depend on it.
 ``fbrapids.app.pipeline.RECIPES`` holds the demo's, chosen on a validation day
@@ -23,6 +31,8 @@ Example:
     (0.1, 1)
     >>> r.with_(dropout=0.2).describe()
     'dense lr 0.001, sparse lr 0.1, first-order lr as the sparse one, weight decay 1e-05, dropout 0.2, 1 epoch'
+    >>> r.with_(epochs=4, sparse_lr_decay=0.5).describe().split(", ")[-2:]
+    ['4 epochs', 'sparse lrs x0.5 each pass']
     >>> Recipe(epochs=0)
     Traceback (most recent call last):
     ...
@@ -40,8 +50,8 @@ from fbrapids.errors import ArgumentError
 if TYPE_CHECKING:  # (annotations only: importing the trainers loads torch)
     from fbrapids.trainers.sparse import StoreConfig
 
-#: the fields a recipe sets (what a tuning grid may vary)
-FIELDS = ("dense_lr", "sparse_lr", "first_order_lr", "weight_decay", "dropout", "epochs")
+#: the fields a tuning grid may vary (every field of a recipe but ``calibrate``)
+FIELDS = ("dense_lr", "sparse_lr", "first_order_lr", "weight_decay", "dropout", "epochs", "sparse_lr_decay")
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class Recipe:
     weight_decay: float = 0.0
     dropout: float = 0.0
     epochs: int = 1
+    sparse_lr_decay: float = 1.0
+    calibrate: bool = True
 
     def __post_init__(self) -> None:
         for name in ("dense_lr", "sparse_lr", "first_order_lr"):
@@ -67,6 +79,10 @@ class Recipe:
             raise ArgumentError(f"Recipe.dropout must be in [0, 1), got {self.dropout!r}")
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
             raise ArgumentError(f"Recipe.epochs must be an int >= 1, got {self.epochs!r}")
+        if not _number(self.sparse_lr_decay, low=0.0, open_low=True) or self.sparse_lr_decay > 1:
+            raise ArgumentError(f"Recipe.sparse_lr_decay must be in (0, 1], got {self.sparse_lr_decay!r}")
+        if not isinstance(self.calibrate, bool):
+            raise ArgumentError(f"Recipe.calibrate must be a bool, got {self.calibrate!r}")
 
     @property
     def first_order(self) -> float:
@@ -75,9 +91,10 @@ class Recipe:
 
     def with_(self, **changes: Any) -> "Recipe":
         """A copy with ``changes``; an unknown name is an :class:`~fbrapids.errors.ArgumentError`."""
-        unknown = sorted(set(changes) - set(FIELDS))
+        known = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(known))
         if unknown:
-            raise ArgumentError(f"Recipe has no field(s) {unknown}; known: {', '.join(FIELDS)}")
+            raise ArgumentError(f"Recipe has no field(s) {unknown}; known: {', '.join(known)}")
         return dataclasses.replace(self, **changes)
 
     def store(self, base: StoreConfig) -> StoreConfig:
@@ -95,11 +112,14 @@ class Recipe:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
-        """One line naming every setting."""
+        """One line naming every setting (the per-pass decay where the rates decay, the
+        calibration where there is none)."""
         first = "as the sparse one" if self.first_order_lr is None else f"{self.first_order_lr:g}"
+        decay = "" if self.sparse_lr_decay == 1 else f", sparse lrs x{self.sparse_lr_decay:g} each pass"
+        held = "" if self.calibrate else ", every row trained on (no post-hoc calibration)"
         return (f"dense lr {self.dense_lr:g}, sparse lr {self.sparse_lr:g}, first-order lr {first}, "
                 f"weight decay {self.weight_decay:g}, dropout {self.dropout:g}, "
-                f"{self.epochs} epoch{'s' if self.epochs > 1 else ''}")
+                f"{self.epochs} epoch{'s' if self.epochs > 1 else ''}{decay}{held}")
 
 
 #: the grid a tuning tries by default (``RunConfig(tune=True)``; :mod:`fbrapids.app.tuning`), one
@@ -124,7 +144,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
         >>> check_grid({"lr": [0.1]})
         Traceback (most recent call last):
         ...
-        fbrapids.errors.ArgumentError: a tuning grid varies recipe fields (dense_lr, sparse_lr, first_order_lr, weight_decay, dropout, epochs), not ['lr']
+        fbrapids.errors.ArgumentError: a tuning grid varies recipe fields (dense_lr, sparse_lr, first_order_lr, weight_decay, dropout, epochs, sparse_lr_decay), not ['lr']
     """
     if not isinstance(grid, Mapping) or not grid:
         raise ArgumentError(f"a tuning grid is a non-empty dict of recipe field -> values, got {grid!r}")
