@@ -538,7 +538,7 @@ def _unseen(args, work: Path) -> dict:
 
     from fbrapids.serving import load_scorer
     from fbrapids.serving.example import request_records
-    from fbrapids.serving.memory import release_memory
+    from fbrapids.runs.heap import release_memory
 
     exp, users, ads = _export(args.train_rows, args.seed, work)
     scorer = load_scorer(exp)

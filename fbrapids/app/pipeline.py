@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from fbrapids.files.iostats import IOCounter, tree_bytes
+from fbrapids.runs.heap import PeriodicRelease
 from fbrapids.trainers.metrics import format_metric
 from fbrapids.frames.backend import FrameLike, get_backend
 from fbrapids.errors import ArgumentError
@@ -51,6 +52,12 @@ POOLING = "mean"
 SHUFFLE_BUFFER = 1 << 18
 SHUFFLE_WINDOW = SHUFFLE_BUFFER  #: the older name of :data:`SHUFFLE_BUFFER`
 KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more, being written
+#: a partition stream hands the heap freed back to the system at most this often
+#: (:class:`TimedPartitions`; each stage starts with it too).  At 4M rows the held-out pass
+#: peaked at 3.6 GB without, 2.9 GB with the release at each stage only (CPU 101 s), 2.9 GB
+#: every 5 s (104 s), 2.6 GB after every partition (110 s: the pages handed back are
+#: faulted in again by the next partition)
+RELEASE_EVERY_S = 5.0
 
 
 @dataclass
@@ -203,7 +210,11 @@ class TimedPartitions:
 
     The stream's background thread iterates this, so the recorded time is extraction work
     that runs beside training.  Shared upstream tasks (the dictionaries' hash tables, a
-    shuffle) run once per pass; at most ``window`` partitions are in flight.
+    shuffle) run once per pass; at most ``window`` partitions are in flight.  Once the
+    consumer is done with a partition, the heap freed since goes back to the operating
+    system (:class:`~fbrapids.runs.heap.PeriodicRelease`: at most every
+    :data:`RELEASE_EVERY_S`; ``released_s``: the seconds that took), so the process holds
+    what is in flight, not every size of buffer a partition ever needed.
     """
 
     def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None,
@@ -214,6 +225,8 @@ class TimedPartitions:
         self.counters = counters  # a cluster.WorkerCounters polled after each partition
         self.watch = watch  # a runs.memory_watch.MemoryWatch: the run stops past its budget
         self.busy_s = 0.0
+        self.release = PeriodicRelease(RELEASE_EVERY_S)
+        self.released_s = 0.0
         self.partitions = 0
         self.plan: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -241,6 +254,10 @@ class TimedPartitions:
             if self.watch is not None:
                 self.watch.check()
             yield part
+            del part  # the consumer is done with it: its freed heap goes back
+            t = time.perf_counter()
+            if self.release.maybe():
+                self.released_s += time.perf_counter() - t
 
 
 class _WaitTimer:

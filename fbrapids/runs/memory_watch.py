@@ -67,8 +67,12 @@ class MemoryWatch:
         self._thread: threading.Thread | None = None
 
     def stage(self, name: str) -> None:
-        """Attribute the samples from now on to stage ``name`` (and check the budget)."""
+        """Attribute the samples from now on to stage ``name`` (and check the budget); the
+        heap the last stage freed goes back to the system first (:func:`~fbrapids.runs.heap.release_memory`)."""
+        from fbrapids.runs.heap import release_memory
+
         self.sample()
+        release_memory()
         with self._lock:
             self.current = name
         self.sample()

@@ -81,7 +81,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from fbrapids.errors import CallCancelledError, ModelInputError, RequestError, RequestTooLargeError, ServeConfigError
 from fbrapids.serving.gate import ACCESS_LOGGER, Gate
 from fbrapids.serving.guard import LOOPBACK_NAMES, ServeLimits, descriptor_room, guarded_protocol, install_log_filter
-from fbrapids.serving.memory import limit_arenas
+from fbrapids.runs.heap import limit_arenas
 from fbrapids.serving.scorer import Scorer
 from fbrapids.serving.spec import show
 from fbrapids.serving.tokens import MIN_TOKEN_CHARS, ClientTokens, check_token, read_tokens
@@ -406,13 +406,13 @@ def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 80
           signing_key: bytes | None = None, **scorer_options: Any) -> None:
     """Load an export and serve it until stopped (:func:`build_server`'s server), the start-up
     heap frozen out of full garbage collections first (:func:`freeze_heap`) and glibc's malloc
-    arenas capped at :data:`MALLOC_ARENAS` (:func:`~fbrapids.serving.memory.limit_arenas`)."""
+    arenas capped at :data:`MALLOC_ARENAS` (:func:`~fbrapids.runs.heap.limit_arenas`)."""
     server = build_server(export_dir, host, port, token=token, insecure=insecure, max_body_bytes=max_body_bytes,
                           token_file=token_file, allow_hosts=allow_hosts, limits=limits, signing_key=signing_key,
                           **scorer_options)
     log.info("start-up heap frozen: %d objects out of the collector's full passes", freeze_heap())
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # module docstring: a call's thread hand-offs wait less
-    limit_arenas(MALLOC_ARENAS)  # the worker threads share their freed pages (fbrapids.serving.memory)
+    limit_arenas(MALLOC_ARENAS)  # the worker threads share their freed pages (fbrapids.runs.heap)
     server.run()
 
 

@@ -63,7 +63,7 @@ its last slice held the scorer: a client that shares the scorer holds it at most
 the time, so a small call of another client mostly finds it free (``stats["paused_slices"]``).
 After a call of more than ``chunk_items`` items the freed heap is handed back to the
 operating system (``malloc_trim``, where the C library has it), and after smaller ones at most
-every few seconds (:class:`~fbrapids.serving.memory.PeriodicRelease`), so the RSS plateaus.  A call whose client has gone
+every few seconds (:class:`~fbrapids.runs.heap.PeriodicRelease`), so the RSS plateaus.  A call whose client has gone
 (the ``gone`` event the HTTP service hands in is set) waits no longer for its turn and is
 dropped before its next slice (``stats["dropped_calls"]``).
 
@@ -114,7 +114,7 @@ from fbrapids.kernels import columns_of
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.cost import CHUNK_WORK, MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK, CallCost
 from fbrapids.serving.fairness import FairLock
-from fbrapids.serving.memory import PeriodicRelease, release_memory
+from fbrapids.runs.heap import PeriodicRelease, release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
 from fbrapids.trainers.calibration import calibrated_logits

@@ -114,8 +114,13 @@ def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *
     """Each model's click probabilities over one pass of ``batches`` (through its view), with
     the labels and groups, as :func:`fbrapids.trainers.fit.predict` returns them; through
     ``strategy`` when it holds the models' trained tables (a
-    :class:`~fbrapids.trainers.arms_batched.BatchedArms`: its views are the models')."""
+    :class:`~fbrapids.trainers.arms_batched.BatchedArms`: its views are the models').  Every
+    table, the shared ones included, is read-only meanwhile, as served
+    (:func:`~fbrapids.trainers.sparse.store.read_only`): an id training never admitted reads
+    the default row, counted, and is not admitted, so each model's score is the one
+    :func:`~fbrapids.trainers.fit.predict` gives it alone."""
     from fbrapids.trainers.device import module_device
+    from fbrapids.trainers.sparse.store import read_only
 
     views = list(views) if views is not None else [None] * len(models)
     batched = getattr(strategy, "predict", None)
@@ -123,7 +128,10 @@ def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *
     labels, groups = [], []
     for m in models:
         m.eval()
-    with tqdm(total=None, disable=not progress, desc="predict", unit="batch", postfix=f"{len(models)} models") as bar:
+    stores = [s for m in models if hasattr(m, "stores") for s in m.stores().values()]
+    stores += [g.store for g in getattr(getattr(strategy, "tables", None), "groups", ())]
+    with tqdm(total=None, disable=not progress, desc="predict", unit="batch", postfix=f"{len(models)} models") as bar, \
+            read_only(stores):
         for batch in batches:
             _refresh_total(bar, batches)
             if batched is not None:

@@ -158,3 +158,41 @@ def test_a_sliced_table_is_its_slices_tables_side_by_side():
         s.apply_gradients(lk1)
         assert np.array_equal(shared.weights(ids)[:, 2 * k:2 * k + 2], s.weights(ids))  # bit for bit
         assert not np.allclose(s.weights(ids)[:1], start[:1])
+
+
+def test_held_out_predictions_side_by_side_admit_no_id_as_served(batches):
+    """A trial's held-out pass reads its tables as served: ids training never saw (ads 100-129,
+    candidate ids 50-61) read the default row and are counted, and no table gains a row, the
+    shared stores of batched arms and each arm's own alike; each model's score through the
+    Arms strategy is bit for bit the one ``fit.predict`` (read-only) gives it alone."""
+    from fbrapids.trainers.fit import fit, predict
+    from fbrapids.trainers.fit_config import FitConfig
+    from fbrapids.trainers.side_by_side import predict_side_by_side
+
+    rng = np.random.default_rng(1)
+    n = 64
+    held = list(pd.DataFrame({"y": rng.integers(0, 2, n), "d0": rng.random(n), "d1": rng.normal(size=n),
+                              "dnew": rng.random(n), "ad": rng.integers(100, 130, n), "new": rng.integers(50, 62, n),
+                              "tags": pd.Series([list(rng.integers(0, 20, 2)) for _ in range(n)],
+                                                dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+                .fbx.stream(label="y", dense=DENSE, sparse=SPARSE, batch_size=32))
+    cfg = FitConfig(progress=False, calibrate=False, max_steps=3)
+    shared_models, views = _arms("dlrm")
+    batched = BatchedArms(shared_models, views)
+    fit(batched, batches, cfg)
+    stores = [g.store for g in batched.tables.groups]
+    rows = [len(s) for s in stores]
+    predict_side_by_side(shared_models, held, views=views, progress=False, strategy=batched)
+    assert [len(s) for s in stores] == rows
+    assert sum(s.unseen_reads for s in stores) > 0 and not any(s.read_only for s in stores)
+
+    alone_models, views = _arms("dlrm")
+    fit(Arms(alone_models, views), batches, cfg)
+    own = [s for m in alone_models for s in m.stores().values()]
+    rows = [len(s) for s in own]
+    preds = predict_side_by_side(alone_models, held, views=views, progress=False)
+    assert [len(s) for s in own] == rows and sum(s.unseen_reads for s in own) > 0
+    for k, (m, v) in enumerate(zip(alone_models, views)):
+        if v.role == "aa":  # (its view draws a permutation per call)
+            continue
+        assert np.array_equal(preds[k]["pred"], predict(m, [v(b) for b in held], progress=False)["pred"]), k
