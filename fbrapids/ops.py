@@ -20,7 +20,7 @@ import numbers
 from typing import Any, Mapping, Sequence
 
 from fbrapids.errors import OperatorError
-from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr, find_operator, get_operator
+from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr, get_operator
 from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
 
 __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
@@ -42,22 +42,29 @@ def col(name: str) -> Col:
 
 
 def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
-    """Apply any registered operator (a user operator, say) by name.  The parameters its
-    :class:`~fbrapids.kernels.Operator` declares are checked now: a bad one is an
-    OperatorError naming the operator and the parameter where the expression is built.
+    """Apply any registered operator (a user operator, say) by name; its parameters are
+    checked when the expression is planned (naming the feature).
 
     Example:
         >>> str(call("hour", "ts"))
         'hour(ts)'
-        >>> call("substring", "title", start=2**64)
+    """
+    return Call(op, tuple(as_expr(x) for x in inputs), tuple(params.items()))
+
+
+def _checked(op: str, *inputs: ExprLike, **params: Any) -> Call:
+    """:func:`call`, the parameters its :class:`~fbrapids.kernels.Operator` declares checked
+    now: a bad one is an OperatorError naming the operator and the parameter where the
+    expression is built (the same checks run again when it is planned).
+
+    Example:
+        >>> _checked("substring", "title", start=2**64)
         Traceback (most recent call last):
         ...
         fbrapids.errors.OperatorError: substring: parameter 'start' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551616
     """
-    known = find_operator(op)
-    if known is not None:
-        known.check_params(params)
-    return Call(op, tuple(as_expr(x) for x in inputs), tuple(params.items()))
+    get_operator(op).check_params(params)
+    return call(op, *inputs, **params)
 
 
 def fill_null(x: ExprLike, value: Any) -> Call:
@@ -169,7 +176,7 @@ def hash_bucket(x: ExprLike, buckets: int) -> Call:
         >>> str(hash_bucket("user_id", 1 << 20))
         'hash_bucket(user_id, buckets=1048576)'
     """
-    return call("hash_bucket", x, buckets=buckets)
+    return _checked("hash_bucket", x, buckets=buckets)
 
 
 def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, sep: str = "_") -> Call:
@@ -188,7 +195,7 @@ def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, 
     """
     if len(xs) < 2:
         raise OperatorError(f"cross needs at least 2 inputs, got {len(xs)}")
-    return call("cross", *xs, buckets=buckets, cap=cap, sep=sep)
+    return _checked("cross", *xs, buckets=buckets, cap=cap, sep=sep)
 
 
 def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
@@ -202,7 +209,7 @@ def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
         >>> str(split("query", " ", buckets=1 << 18))
         "split(query, sep=' ', buckets=262144)"
     """
-    return call("split", x, sep=sep, buckets=buckets)
+    return _checked("split", x, sep=sep, buckets=buckets)
 
 
 def length(x: ExprLike) -> Call:
@@ -236,7 +243,7 @@ def substring(x: ExprLike, start: int, length: int | None = None) -> Call:
         >>> str(substring("title", 0, 3))
         'substring(title, start=0, length=3)'
     """
-    return call("substring", x, start=start, length=length)
+    return _checked("substring", x, start=start, length=length)
 
 
 def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None) -> Call:
@@ -248,7 +255,7 @@ def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None)
         >>> str(ngrams(split("q"), 2, buckets=1 << 20))
         "ngrams(split(q, sep=' ', buckets=None), n=2, sep=' ', buckets=1048576)"
     """
-    return call("ngrams", tokens, n=n, sep=sep, buckets=buckets)
+    return _checked("ngrams", tokens, n=n, sep=sep, buckets=buckets)
 
 
 def first_k(x: ExprLike, k: int) -> Call:
@@ -260,7 +267,7 @@ def first_k(x: ExprLike, k: int) -> Call:
         >>> str(first_k("clicks", 5))
         'first_k(clicks, k=5)'
     """
-    return call("first_k", x, k=k)
+    return _checked("first_k", x, k=k)
 
 
 def last_k(x: ExprLike, k: int) -> Call:
@@ -271,7 +278,7 @@ def last_k(x: ExprLike, k: int) -> Call:
         >>> str(last_k("clicks", 5))
         'last_k(clicks, k=5)'
     """
-    return call("last_k", x, k=k)
+    return _checked("last_k", x, k=k)
 
 
 def hour(ts: ExprLike) -> Call:
