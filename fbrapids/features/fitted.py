@@ -43,7 +43,7 @@ from fbrapids.errors import FeatureError, NotFittedError
 from fbrapids.fitting import history as H
 from fbrapids.fitting import rowops as R
 from fbrapids.fitting.encoders import spec_of
-from fbrapids.fitting.frame_op import frame_operator
+from fbrapids.fitting.registry import frame_operator
 from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
 from fbrapids.features.run import run_features
 from fbrapids.features.schema import check_columns

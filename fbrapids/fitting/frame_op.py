@@ -7,14 +7,13 @@ algorithm (:mod:`~fbrapids.fitting.encoders`, :mod:`~fbrapids.fitting.history`,
 from, their column roles, the parameters its algorithm takes, the dtype of its output, a
 state shared across calls, whether it reads labels, and a check of its inputs.
 
+The operators by name: :func:`fbrapids.fitting.registry.frame_operator`.
+
 Example:
     >>> import pandas as pd
-    >>> from fbrapids import ops
-    >>> op = frame_operator("window_count")
+    >>> op = FrameOperator("window_count", "i64", roles=("a0", "a1", "a3"), kept_params=("window",))
     >>> op.role_names(3), op.dtype({}, pd.DataFrame())
     (['a0', 'a1', 'a3'], dtype('int64'))
-    >>> [str(e) for e in frame_operator("categorify").input_exprs(ops.categorify("c", oov_buckets=4), True)]
-    ['c', 'hash_bucket(c, buckets=4)']
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.errors import FeatureError
 from fbrapids.kernels import Call, Expr
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
@@ -96,19 +94,3 @@ class FrameOperator:
         shared = call.param_dict().get(self.shared_state) if self.shared_state else None
         return f"{self.shared_state}-{shared}" if shared else None
 
-
-def frame_operator(name: str) -> FrameOperator:
-    """The frame-level operator ``name``: a FeatureError for another name.
-
-    Example:
-        >>> frame_operator("hour")
-        Traceback (most recent call last):
-        ...
-        fbrapids.errors.FeatureError: 'hour' is not a frame-level operator (fitted, history or row)
-    """
-    from fbrapids.fitting import encoders, history, rowops  # (they declare theirs with this module's class)
-
-    for declared in (encoders.FRAME_OPERATORS, history.FRAME_OPERATORS, rowops.FRAME_OPERATORS):
-        if name in declared:
-            return declared[name]
-    raise FeatureError(f"{name!r} is not a frame-level operator (fitted, history or row)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +22,8 @@ from fbrapids.errors import OperatorError
 from fbrapids.kernels import params as P
 from fbrapids.kernels import types as T
 from fbrapids.kernels.clit import c_number, c_string
-from fbrapids.kernels.expr import Call, Expr
-from fbrapids.kernels.operator import Bound, DictionaryPath, Impl, Operator
+from fbrapids.kernels.expr import Call
+from fbrapids.kernels.operator import Bound, DictionaryPath, Impl, Operator, Sizes
 from fbrapids.kernels.vocab import Vocabulary
 
 H_VIEWS = "ops/fbx_views.h"
@@ -156,11 +156,11 @@ SMALL_INTS = {"i8": 1 << 8, "u8": 1 << 8, "int8": 1 << 8, "uint8": 1 << 8, "i16"
               "int16": 1 << 16, "uint16": 1 << 16, "bool": 2}
 
 
-def _cast_bound(call: Call, bound_of: Callable[[Expr], Bound | None]) -> Bound | None:
+def _cast_bound(call: Call, sizes: Sizes) -> Bound | None:
     """A cast to a small type: that type's values; and never more than its input's."""
     to = str(call.param_dict().get("to"))
     found = [(SMALL_INTS[to], f"the {SMALL_INTS[to]:,} values of {to}")] if to in SMALL_INTS else []
-    inner = bound_of(call.args[0]) if call.args else None
+    inner = sizes.values(call.args[0]) if call.args else None
     return min(found + ([inner] if inner is not None else []), key=lambda b: b[0], default=None)
 
 
@@ -176,7 +176,7 @@ def _cast(t, p):
     return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}", checks_fit=to)
 
 
-def _bucketize_bound(call: Call, bound_of: Callable[[Expr], Bound | None]) -> Bound | None:
+def _bucketize_bound(call: Call, sizes: Sizes) -> Bound | None:
     n = len(call.param_dict().get("boundaries") or ())
     return (n + 1, f"{n} boundaries + 1") if "boundaries" in call.param_dict() else None
 
@@ -399,21 +399,17 @@ def _frame_op(name: str, stage: str, doc: str, **declared: Any) -> None:
 PAD_MAX = 2**31 - 1
 
 
-def _overlap_bound(call: Call, bound_of: Callable[[Expr], Bound | None]) -> Bound | None:
+def _overlap_bound(call: Call, sizes: Sizes) -> Bound | None:
     """0 .. the shorter list's most elements, or null."""
-    from fbrapids.kernels.registry import find_operator  # (the registry is filled from this module)
-
-    calls = [a for a in call.args if isinstance(a, Call)]
-    ops = [find_operator(a.op) for a in calls]
-    longest = [n for n in (op.list_length(a) for op, a in zip(ops, calls) if op is not None) if n is not None]
+    longest = [n for n in map(sizes.length, call.args) if n is not None]
     if len(call.args) != 2 or not longest:
         return None
     return min(longest) + 2, f"0 to {min(longest)} elements in common, or null"
 
 
-def _history_bound(call: Call, bound_of: Callable[[Expr], Bound | None]) -> Bound | None:
+def _history_bound(call: Call, sizes: Sizes) -> Bound | None:
     """The values of its second argument."""
-    return bound_of(call.args[1] if len(call.args) > 1 else call.args[0]) if call.args else None
+    return sizes.values(call.args[1] if len(call.args) > 1 else call.args[0]) if call.args else None
 
 
 _frame_op("categorify", "fitted", "Fitted vocabulary: ids 0 padding, 1 null, 2.. out of vocabulary (hashed into "

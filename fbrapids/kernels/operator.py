@@ -73,6 +73,16 @@ class Impl:
 #: a bound on the distinct values an expression takes: (most values, what bounds them)
 Bound = tuple[int, str]
 
+
+@dataclass(frozen=True)
+class Sizes:
+    """What an operator's ``bound`` may ask about its arguments: ``values(arg)``, the bound
+    of an argument's distinct values; ``length(arg)``, the most elements an argument's list
+    holds (each None when nothing bounds it)."""
+
+    values: Callable[[Expr], Bound | None]
+    length: Callable[[Expr], int | None]
+
 #: where an operator runs: in a meta-kernel (``kernel``), or at frame level over whole
 #: frames (:mod:`fbrapids.features.fitted`): ``fitted`` (statistics fitted on a training
 #: frame and frozen), ``history`` (over a key's earlier rows: the frame is shuffled by the
@@ -149,8 +159,8 @@ class Operator:
         hashes: each value or list element of its integer results is one FarmHash
             fingerprint (the dictionary path counts them).
         reads_time: its single input is a time (timestamps read as epoch seconds).
-        bound: ``(call, bound_of) -> Bound | None``: the most distinct values its output
-            takes (the disk budget's table sizes), ``bound_of`` giving an argument's; a
+        bound: ``(call, sizes) -> Bound | None``: the most distinct values its output
+            takes (the disk budget's table sizes), :class:`Sizes` telling its arguments'; a
             ``buckets`` parameter bounds any operator.
         longest: ``call -> int | None``: the most elements its list result holds.
     """
@@ -169,7 +179,7 @@ class Operator:
     dictionary: DictionaryPath | None = None
     hashes: bool = False
     reads_time: bool = False
-    bound: Callable[[Call, Callable[[Expr], Bound | None]], Bound | None] | None = field(default=None, repr=False)
+    bound: Callable[[Call, Sizes], Bound | None] | None = field(default=None, repr=False)
     longest: Callable[[Call], int | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -213,16 +223,17 @@ class Operator:
         """
         return self.longest(call) if self.longest is not None else None
 
-    def distinct_bound(self, call: Call, bound_of: Callable[[Expr], Bound | None]) -> Bound | None:
+    def distinct_bound(self, call: Call, sizes: Sizes) -> Bound | None:
         """The most distinct values ``call`` (of this operator) takes, and why; None when
         nothing bounds it.
 
         Example:
             >>> from fbrapids.kernels.registry import get_operator
-            >>> get_operator("hash_bucket").distinct_bound(Call("hash_bucket", (), (("buckets", 64),)), lambda e: None)
+            >>> unknown = Sizes(values=lambda e: None, length=lambda e: None)
+            >>> get_operator("hash_bucket").distinct_bound(Call("hash_bucket", (), (("buckets", 64),)), unknown)
             (64, '64 hash buckets')
         """
-        found = [b for b in (buckets_bound(call), self.bound(call, bound_of) if self.bound else None) if b is not None]
+        found = [b for b in (buckets_bound(call), self.bound(call, sizes) if self.bound else None) if b is not None]
         return min(found, key=lambda b: b[0]) if found else None
 
     def check_arity(self, n: int) -> None:

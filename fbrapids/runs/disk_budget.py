@@ -124,7 +124,7 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
         TableBound(rows=3, why='0 to 1 elements in common, or null')
     """
     from fbrapids.kernels import as_expr, find_operator
-    from fbrapids.kernels.operator import buckets_bound
+    from fbrapids.kernels.operator import Sizes, buckets_bound
     from fbrapids.kernels.expr import Call, Col
 
     e = as_expr(expr)
@@ -133,13 +133,22 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
     if not isinstance(e, Call):
         return None
     op = find_operator(e.op)
-    found = (op.distinct_bound(e, lambda a: _as_tuple(expression_bound(a, facts))) if op is not None
-             else buckets_bound(e))  # (not registered yet: what any operator's buckets give)
+    sizes = Sizes(values=lambda a: _as_tuple(expression_bound(a, facts)), length=_list_length)
+    found = op.distinct_bound(e, sizes) if op is not None else buckets_bound(e)  # (unregistered: its buckets)
     return TableBound(*found) if found is not None else None
 
 
 def _as_tuple(b: TableBound | None) -> tuple[int, str] | None:
     return (b.rows, b.why) if b is not None else None
+
+
+def _list_length(expr: Any) -> int | None:
+    """The most elements a list ``expr`` holds (what its operator declares), or None."""
+    from fbrapids.kernels import find_operator
+    from fbrapids.kernels.expr import Call
+
+    op = find_operator(expr.op) if isinstance(expr, Call) else None
+    return op.list_length(expr) if op is not None else None
 
 
 def table_bounds(data_dir: str | os.PathLike, sparse: Sequence[str],
