@@ -2,8 +2,11 @@
 nothing; :mod:`fbrapids.kernels.registry` fills the registry from :data:`BUILTINS`.  Public
 constructors are in :mod:`fbrapids.ops`.
 
-Each resolver checks its parameters and gives the C (see :mod:`fbrapids.kernels.operator`
-for the template placeholders).  The device functions live in ``csrc/ops/*.h``.
+Each built-in is one :class:`~fbrapids.kernels.operator.Operator`: its resolver gives the C
+(see :mod:`fbrapids.kernels.operator` for the template placeholders), and it declares what
+the rest asks about it (parameter checks, stage, family, dictionary path, hashing, time
+input, distinct-value bounds): the planner, runtimes and budgets ask it, never its name.  Its C
+lives in ``csrc/ops/*.h``.
 
 Example:
     >>> sorted(op.name for op in BUILTINS if op.needs_fit)[:3]
