@@ -191,11 +191,6 @@ class Operator:
         """Whether its state is fitted over a training frame first (``stage == "fitted"``)."""
         return self.stage == "fitted"
 
-    @property
-    def frame_level(self) -> bool:
-        """Whether it runs over whole frames (fitted, history, row), never in a meta-kernel."""
-        return self.stage != "kernel"
-
     def check_params(self, params: Mapping[str, Any]) -> None:
         """Each declared parameter's check on its value (a missing one checked as None);
         an error names the operator and the parameter.
