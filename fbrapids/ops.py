@@ -17,11 +17,10 @@ Example:
 from __future__ import annotations
 
 import numbers
-import operator
 from typing import Any, Mapping, Sequence
 
 from fbrapids.errors import OperatorError
-from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr
+from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr, get_operator
 from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
 
 __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
@@ -31,41 +30,6 @@ __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "ha
            "window_mean", "time_since", "pad", "overlap_count"]
 
 ExprLike = Expr | str
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _int_arg(op: str, name: str, v: Any, lo: int = INT64_MIN, hi: int = INT64_MAX, none: bool = False) -> Any:
-    """``v`` checked when the expression is built: an integer parameter of ``op`` in
-    ``[lo, hi]`` (kernel parameters are int64: a larger one would be wrapped, never
-    used), or ``None`` where ``none``.  Raises OperatorError naming the operator and the
-    parameter.
-
-    Example:
-        >>> _int_arg("substring", "start", 2**64)
-        Traceback (most recent call last):
-        ...
-        fbrapids.errors.OperatorError: substring: parameter 'start' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551616
-    """
-    if v is None and none:
-        return v
-    try:
-        i = operator.index(v) if not isinstance(v, bool) else None
-    except TypeError:
-        i = None
-    if i is None or not lo <= i <= hi:
-        raise OperatorError(f"{op}: parameter {name!r} must be an integer in [{lo}, {hi}]"
-                            f"{' or None' if none else ''}, got {v!r}")
-    return v
-
-
-def _sep_arg(op: str, sep: Any) -> str:
-    """A separator: a non-empty string (an empty one would make ``"ab" + "c"`` and
-    ``"a" + "bc"`` one key), checked when the expression is built."""
-    if not isinstance(sep, str) or not sep:
-        raise OperatorError(f"{op}: parameter 'sep' must be a non-empty string, got {sep!r}")
-    return sep
-
 
 def col(name: str) -> Col:
     """The input column ``name``.
@@ -78,13 +42,29 @@ def col(name: str) -> Col:
 
 
 def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
-    """Apply any registered operator (a user operator, say) by name.
+    """Apply any registered operator (a user operator, say) by name; its parameters are
+    checked when the expression is planned (naming the feature).
 
     Example:
         >>> str(call("hour", "ts"))
         'hour(ts)'
     """
     return Call(op, tuple(as_expr(x) for x in inputs), tuple(params.items()))
+
+
+def _checked(op: str, *inputs: ExprLike, **params: Any) -> Call:
+    """:func:`call`, the parameters its :class:`~fbrapids.kernels.Operator` declares checked
+    now: a bad one is an OperatorError naming the operator and the parameter where the
+    expression is built (the same checks run again when it is planned).
+
+    Example:
+        >>> _checked("substring", "title", start=2**64)
+        Traceback (most recent call last):
+        ...
+        fbrapids.errors.OperatorError: substring: parameter 'start' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551616
+    """
+    get_operator(op).check_params(params)
+    return call(op, *inputs, **params)
 
 
 def fill_null(x: ExprLike, value: Any) -> Call:
@@ -196,7 +176,7 @@ def hash_bucket(x: ExprLike, buckets: int) -> Call:
         >>> str(hash_bucket("user_id", 1 << 20))
         'hash_bucket(user_id, buckets=1048576)'
     """
-    return call("hash_bucket", x, buckets=_int_arg("hash_bucket", "buckets", buckets, lo=1))
+    return _checked("hash_bucket", x, buckets=buckets)
 
 
 def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, sep: str = "_") -> Call:
@@ -215,8 +195,7 @@ def cross(*xs: ExprLike, buckets: int | None = 1 << 20, cap: int | None = None, 
     """
     if len(xs) < 2:
         raise OperatorError(f"cross needs at least 2 inputs, got {len(xs)}")
-    return call("cross", *xs, buckets=_int_arg("cross", "buckets", buckets, lo=0, none=True),
-                cap=_int_arg("cross", "cap", cap, lo=0, none=True), sep=_sep_arg("cross", sep))
+    return _checked("cross", *xs, buckets=buckets, cap=cap, sep=sep)
 
 
 def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
@@ -230,7 +209,7 @@ def split(x: ExprLike, sep: str = " ", buckets: int | None = None) -> Call:
         >>> str(split("query", " ", buckets=1 << 18))
         "split(query, sep=' ', buckets=262144)"
     """
-    return call("split", x, sep=_sep_arg("split", sep), buckets=_int_arg("split", "buckets", buckets, lo=0, none=True))
+    return _checked("split", x, sep=sep, buckets=buckets)
 
 
 def length(x: ExprLike) -> Call:
@@ -264,8 +243,7 @@ def substring(x: ExprLike, start: int, length: int | None = None) -> Call:
         >>> str(substring("title", 0, 3))
         'substring(title, start=0, length=3)'
     """
-    return call("substring", x, start=_int_arg("substring", "start", start),
-                length=_int_arg("substring", "length", length, lo=0, none=True))
+    return _checked("substring", x, start=start, length=length)
 
 
 def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None) -> Call:
@@ -277,8 +255,7 @@ def ngrams(tokens: ExprLike, n: int, sep: str = " ", buckets: int | None = None)
         >>> str(ngrams(split("q"), 2, buckets=1 << 20))
         "ngrams(split(q, sep=' ', buckets=None), n=2, sep=' ', buckets=1048576)"
     """
-    return call("ngrams", tokens, n=_int_arg("ngrams", "n", n, lo=1), sep=_sep_arg("ngrams", sep),
-                buckets=_int_arg("ngrams", "buckets", buckets, lo=0, none=True))
+    return _checked("ngrams", tokens, n=n, sep=sep, buckets=buckets)
 
 
 def first_k(x: ExprLike, k: int) -> Call:
@@ -290,7 +267,7 @@ def first_k(x: ExprLike, k: int) -> Call:
         >>> str(first_k("clicks", 5))
         'first_k(clicks, k=5)'
     """
-    return call("first_k", x, k=_int_arg("first_k", "k", k, lo=0))
+    return _checked("first_k", x, k=k)
 
 
 def last_k(x: ExprLike, k: int) -> Call:
@@ -301,7 +278,7 @@ def last_k(x: ExprLike, k: int) -> Call:
         >>> str(last_k("clicks", 5))
         'last_k(clicks, k=5)'
     """
-    return call("last_k", x, k=_int_arg("last_k", "k", k, lo=0))
+    return _checked("last_k", x, k=k)
 
 
 def hour(ts: ExprLike) -> Call:
@@ -368,10 +345,6 @@ def lookup(x: ExprLike, vocab: Mapping[Any, int | float] | Sequence[Any] | Vocab
     return call("lookup", x, vocab=vocab, oov=oov)
 
 
-#: the longest list ``pad`` makes (list offsets are int32)
-PAD_MAX = 2**31 - 1
-
-
 def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
     """A list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and pads
     after them; ``side="left"`` keeps the last ``n`` (the most recent) and pads before them.
@@ -388,7 +361,8 @@ def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
         raise OperatorError(f"pad: side must be 'left' or 'right', got {side!r}")
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str))):
         raise OperatorError(f"pad: parameter 'value' must be an integer, a string or None, got {value!r}")
-    return call("pad", x, n=int(_int_arg("pad", "n", n, lo=0, hi=PAD_MAX)), value=value, side=side)
+    get_operator("pad").check_params({"n": n})  # (before int(): a string is no length)
+    return call("pad", x, n=int(n), value=value, side=side)
 
 
 def overlap_count(a: ExprLike, b: ExprLike) -> Call:

@@ -33,21 +33,21 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, NotFittedError
 from fbrapids.fitting import history as H
 from fbrapids.fitting import rowops as R
-from fbrapids.fitting.encoders import SPECS, FittedSpec, spec_of
+from fbrapids.fitting.encoders import spec_of
+from fbrapids.fitting.registry import frame_operator
 from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
 from fbrapids.features.run import run_features
 from fbrapids.features.schema import check_columns
-from fbrapids.kernels import Call, Col, Expr, as_expr
+from fbrapids.kernels import Call, Col, Expr, as_expr, find_operator, operators
 from fbrapids.kernels.expr_json import expr_from_json, expr_to_json
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
@@ -55,10 +55,32 @@ if TYPE_CHECKING:  # (annotations only: no import at run time)
 
 log = logging.getLogger(__name__)
 
-FITTED_OPS = frozenset(SPECS)
-HISTORY_OPS = frozenset(H.HISTORY_OPS)
-ROW_OPS = frozenset(R.ROW_OPS)
-FRAME_OPS = FITTED_OPS | HISTORY_OPS | ROW_OPS
+
+
+class OperatorsOfStage:
+    """The registered operators of some stages, by name: ``name in FITTED_OPS`` asks the
+    operator (its ``stage``); no list of names is kept.
+
+    Example:
+        >>> "categorify" in FITTED_OPS, "hour" in FRAME_OPS, sorted(ROW_OPS)
+        (True, False, ['lookup_value', 'overlap_count', 'pad'])
+    """
+
+    def __init__(self, *stages: str) -> None:
+        self.stages = stages
+
+    def __contains__(self, name: object) -> bool:
+        op = find_operator(name) if isinstance(name, str) else None
+        return op is not None and op.stage in self.stages
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, op in operators().items() if op.stage in self.stages])
+
+
+FITTED_OPS = OperatorsOfStage("fitted")
+HISTORY_OPS = OperatorsOfStage("history")
+ROW_OPS = OperatorsOfStage("row")
+FRAME_OPS = OperatorsOfStage("fitted", "history", "row")
 _TMP = "__fbx_"
 
 
@@ -86,9 +108,9 @@ def frame_calls(e: Expr) -> list[Call]:
 
 def state_id(call: Call) -> str:
     """The id a fitted call's state is stored under (shared vocabularies share one)."""
-    vocab = call.param_dict().get("vocab") if call.op == "categorify" else None
-    if vocab:
-        return f"vocab-{vocab}"
+    shared = frame_operator(call.op).state_key(call)
+    if shared:
+        return shared
     return call.op + "-" + hashlib.sha1(repr(call.key).encode()).hexdigest()[:16]
 
 
@@ -103,38 +125,16 @@ def _substitute(e: Expr, done: Mapping[Call, str]) -> Expr:
 
 def _roles(call: Call, training: bool = True) -> list[str]:
     """Input column names of ``call``'s arguments, by role."""
-    n = len(_inputs(call, training))
-    if call.op in ("window_count", "time_since"):
-        return ["a0", "a1", "a3"][:n]
-    return [f"a{i}" for i in range(n)]
+    return frame_operator(call.op).role_names(len(_inputs(call, training)))
 
 
 def _inputs(call: Call, training: bool = True) -> list[Expr]:
-    """The expressions the kernels compute for ``call``: categorify adds its OOV buckets
-    when it has several (one bucket needs no hash, so any column it can count works);
-    a target encoding applied with frozen statistics (``training=False``) reads only its
-    keys, never the label or ``fold_by`` (a serving frame has no label); with its label
-    it reads ``fold_by``'s FarmHash fingerprint (``hash``), which seeds the folds."""
-    p = call.param_dict()
-    if call.op == "categorify":
-        width = max(int(p.get("oov_buckets", 0) or 0), 1)
-        return [call.args[0]] + ([Call("hash_bucket", (call.args[0],), (("buckets", width),))] if width > 1 else [])
-    if call.op == "target_encode":
-        n = int(p["n_keys"])
-        if not training:
-            return list(call.args[:n])
-        return list(call.args[: n + 1]) + [Call("hash", (a,), ()) for a in call.args[n + 1:]]
-    return list(call.args)
+    """The expressions the kernels compute for ``call`` (its frame operator's inputs)."""
+    return frame_operator(call.op).input_exprs(call, training)
 
 
 def _params(call: Call) -> dict[str, Any]:
-    p = call.param_dict()
-    p.pop("state", None)
-    if call.op == "pad":  # its errors (a padding value the list's type cannot hold) name the expression
-        p["expr"] = str(call)
-    if call.op in FITTED_OPS or call.op in ROW_OPS:
-        return p
-    return {k: v for k, v in p.items() if k in ("last_n", "window")}
+    return frame_operator(call.op).params(call)
 
 
 # -- the Fitted object -------------------------------------------------------------------------
@@ -396,31 +396,6 @@ def _apply_partition(part: FrameLike, jobs: list[tuple[str, str, dict[str, Any],
     return part.assign(**{n: _backend.on_index(moved[n], part.index) for n in out})
 
 
-def _out_dtype(op: str, spec: FittedSpec | None, cols: dict[str, str], meta: Any) -> Any:
-    if op == "history":
-        item = meta[cols["a2"]]
-        item_type = pa.array(item.head(0)).type if not isinstance(item.dtype, pd.ArrowDtype) else item.dtype.pyarrow_dtype
-        if pa.types.is_large_string(item_type) or pa.types.is_string(item_type) or item.dtype == object:
-            item_type = pa.large_string() if not pa.types.is_integer(item_type) else item_type
-        return pd.ArrowDtype(pa.list_(item_type))
-    if op in ("time_since", "overlap_count"):
-        return H.INT64_NA
-    if op == "lookup_value":
-        return np.dtype(np.float64)
-    if op == "pad":
-        a0 = meta[cols["a0"]]
-        return a0.dtype if isinstance(a0.dtype, pd.ArrowDtype) else pd.ArrowDtype(pa.list_(pa.int64()))
-    if op == "window_count":
-        return np.dtype(np.int64)
-    if op == "categorify":
-        a0 = meta[cols["a0"]]
-        if isinstance(a0.dtype, pd.ArrowDtype) and pa.types.is_list(a0.dtype.pyarrow_dtype):
-            return pd.ArrowDtype(pa.list_(pa.int64()))
-        return np.dtype(np.int64)
-    return {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32)}.get(spec.out_type if spec else "f64",
-                                                                         np.dtype(np.float64))
-
-
 def _apply_frame_ops(frame: FrameLike, calls: list[Call], states: Mapping[str, FittedState], training: bool,
                      fused: bool) -> FrameLike:
     """``frame`` with a column per call (named by :func:`_column_of`), inputs computed first."""
@@ -430,8 +405,9 @@ def _apply_frame_ops(frame: FrameLike, calls: list[Call], states: Mapping[str, F
     meta = getattr(frame, "_meta", frame)
     for c in calls:
         state = states.get(state_id(c)) if c.op in FITTED_OPS else None
-        if c.op == "lookup_value":  # keys of another kind than the column's would match nothing, silently
-            R.check_key_kinds(meta[names[c]["a0"]], c.param_dict()["keys"], str(c.args[0]))
+        check = frame_operator(c.op).check
+        if check is not None:
+            check(meta, names[c], c)
         params = ({**_params(c), "_labels": tuple(str(a) for a in c.args)} if c.op in FITTED_OPS or c.op in HISTORY_OPS
                   else _params(c))  # the columns' names, for errors
         job = (_column_of(c), c.op, params, names[c], state)
@@ -531,8 +507,7 @@ def _map(frame: FrameLike, jobs: list, training: bool, dask: Any) -> FrameLike:
     host_meta = _backend.to_host(meta) if _backend.is_gpu_object(meta) else meta
     new = {}
     for name, op, params, cols, state in jobs:
-        spec = spec_of(op, params) if op in FITTED_OPS else None
-        new[name] = pd.Series([], dtype=_out_dtype(op, spec, cols, host_meta), name=name)
+        new[name] = pd.Series([], dtype=frame_operator(op).dtype(cols, host_meta), name=name)
     out_meta = host_meta.assign(**new)
     if host_meta is not meta:
         out_meta = _backend.to_backend(out_meta, _backend.backend_of(meta))
@@ -584,7 +559,7 @@ def extract_frame(frame: FrameLike, features: "Mapping[str, Any] | Fitted", trai
         fitted = features
         source = fitted._source() if fitted._source is not None else None
         if source is not None and source is frame and not training and any(
-                c.op == "target_encode" for e in fitted.features.values() for c in frame_calls(e)):
+                frame_operator(c.op).uses_labels for e in fitted.features.values() for c in frame_calls(e)):
             raise FeatureError("this is the frame the target encodings were fitted on: extracting it with the frozen "
                                "statistics would put each row's own label in its encoding; pass training=True for "
                                "out-of-fold encodings")

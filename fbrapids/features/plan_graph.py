@@ -69,30 +69,18 @@ class Graph:
     outputs: dict[str, int] = field(default_factory=dict)
 
 
-_BUILTIN_KINDS = {
-    "hash": "hash", "hash_bucket": "hash", "cross": "cross", "json_get": "json",
-    "split": "string", "lower": "string", "substring": "string", "length": "string",
-    "ngrams": "list", "first_k": "list", "last_k": "list", "lookup": "lookup", "categorify": "lookup",
-}
-
-
 def operator_kind(op: Any) -> str:
-    """An operator's family, for colouring: ``hash``, ``cross``, ``string``, ``list``,
-    ``json``, ``lookup``, ``scalar`` (numbers and time) for the built-ins, ``custom`` for
-    operators a user registered.
+    """An operator's family, for colouring: what it declares (``hash``, ``cross``,
+    ``string``, ``list``, ``json``, ``lookup``, ``scalar`` for numbers and time; ``custom``
+    for operators a user registered).
 
     Example:
         >>> from fbrapids.kernels import get_operator
         >>> operator_kind(get_operator("cross")), operator_kind(get_operator("hour"))
         ('cross', 'scalar')
     """
-    name = getattr(op, "name", "")
-    if name in _BUILTIN_KINDS:
-        return _BUILTIN_KINDS[name]
-    if getattr(op, "source", ""):
-        return "custom"
-    headers = [str(h) for h in getattr(op, "headers", ()) or ()]
-    return "scalar" if headers and all(h.endswith(("fbx_ops_scalar.h", "fbx_views.h")) for h in headers) else "custom"
+    family = str(getattr(op, "family", "custom"))
+    return family if family in KIND_COLORS else "custom"
 
 
 def plan_graph(plan: Any) -> Graph:

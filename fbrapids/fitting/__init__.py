@@ -13,7 +13,10 @@ Two kinds of operator here need the whole frame, not one row at a time:
 
 The algorithms take frames whose columns are the operators' already-computed inputs; the
 frame-facing layer (:mod:`fbrapids.features.fitted`) computes those inputs with the
-meta-kernels and wires the results back.
+meta-kernels and wires the results back.  Each operator (the row operators of
+:mod:`fbrapids.fitting.rowops` too) declares, beside its algorithm, a
+:class:`~fbrapids.fitting.frame_op.FrameOperator` saying what that layer asks about it
+(:func:`fbrapids.fitting.registry.frame_operator` finds one by name).
 
 Example:
     >>> import pandas as pd

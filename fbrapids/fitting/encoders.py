@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,8 @@ import pyarrow as pa
 
 from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, OperatorTypeError
+from fbrapids.kernels import Call, Expr
+from fbrapids.fitting.frame_op import FrameOperator
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
 
@@ -226,6 +228,8 @@ class FittedSpec:
 
     op = ""
     out_type = "f64"
+    #: its :class:`~fbrapids.fitting.frame_op.FrameOperator`'s other properties
+    declares: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.params = dict(params)
@@ -241,6 +245,21 @@ class FittedSpec:
 
 
 # -- categorify --------------------------------------------------------------------------
+def _categorify_inputs(call: Call, training: bool) -> list[Expr]:
+    """The values, and their OOV buckets when there are several (one bucket needs no hash,
+    so any column it can count works)."""
+    width = max(int(call.param_dict().get("oov_buckets", 0) or 0), 1)
+    return [call.args[0]] + ([Call("hash_bucket", (call.args[0],), (("buckets", width),))] if width > 1 else [])
+
+
+def _ids_of_values(cols: Mapping[str, str], meta: Any) -> Any:
+    """``categorify``'s output dtype: int64 ids, element-wise (a list of them) for a list."""
+    a0 = meta[cols["a0"]]
+    if isinstance(a0.dtype, pd.ArrowDtype) and pa.types.is_list(a0.dtype.pyarrow_dtype):
+        return pd.ArrowDtype(pa.list_(pa.int64()))
+    return np.dtype(np.int64)
+
+
 class Categorify(FittedSpec):
     """Inputs: ``a0`` the values (scalar or list) and, with ``oov_buckets > 1``, ``a1``
     their FarmHash buckets mod ``oov_buckets`` (computed by the kernels, so every backend
@@ -248,6 +267,7 @@ class Categorify(FittedSpec):
 
     op = "categorify"
     out_type = "i64"
+    declares = {"inputs": _categorify_inputs, "out_dtype": _ids_of_values, "shared_state": "vocab"}
 
     @property
     def oov_width(self) -> int:
@@ -333,6 +353,16 @@ def _sort_tables(tables: dict[str, np.ndarray], n_keys: int) -> dict[str, np.nda
     return {k: v[order] for k, v in tables.items()}
 
 
+def _target_inputs(call: Call, training: bool) -> list[Expr]:
+    """Applied with frozen statistics (``training=False``): only the keys, never the label or
+    ``fold_by`` (a serving frame has no label); with its label, ``fold_by``'s FarmHash
+    fingerprint (``hash``), which seeds the folds."""
+    n = int(call.param_dict()["n_keys"])
+    if not training:
+        return list(call.args[:n])
+    return list(call.args[: n + 1]) + [Call("hash", (a,), ()) for a in call.args[n + 1:]]
+
+
 class TargetEncode(CountEncode):
     """Smoothed mean label per key tuple: ``(sum + s * prior) / (count + s)``.
 
@@ -346,6 +376,7 @@ class TargetEncode(CountEncode):
 
     op = "target_encode"
     out_type = "f64"  # not CountEncode's i64: the dask meta said int64 for float64 encodings
+    declares = {"inputs": _target_inputs, "uses_labels": True}
 
     def _with_fold(self, inp: FrameLike) -> FrameLike:
         n = int(self.params["n_keys"])
@@ -580,9 +611,13 @@ class FillNullFitted(Normalize):
         return pd.Series(np.where(np.isnan(x), value, x), index=part.index)
 
 
-SPECS: dict[str, Callable[[dict[str, Any]], FittedSpec]] = {
+SPECS: dict[str, type[FittedSpec]] = {
     s.op: s for s in (Categorify, CountEncode, TargetEncode, QuantileBucketize, Normalize, MinMax, FillNullFitted)
 }
+
+
+#: the fitted operators, as the frame-level stage runs them
+FRAME_OPERATORS = {op: FrameOperator(op, spec.out_type, spec=spec, **spec.declares) for op, spec in SPECS.items()}
 
 
 def spec_of(op: str, params: dict[str, Any]) -> FittedSpec:

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from fbrapids.errors import FeatureError
+from fbrapids.fitting.frame_op import FrameOperator
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 INT64_NA = pd.ArrowDtype(pa.int64())
@@ -253,9 +254,23 @@ def time_since(part: pd.DataFrame, label: str = "time") -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=part.index)
 
 
-HISTORY_OPS: dict[str, Callable[..., pd.Series]] = {"history": history, "window_count": window_count, "window_mean": window_mean,
-               "time_since": time_since}
-OUT_TYPES = {"history": "list", "window_count": "i64", "window_mean": "f64", "time_since": "i64?"}
+def _list_of_items(cols: Mapping[str, str], meta: Any) -> Any:
+    """``history``'s output dtype: a list of its items' type (text as large strings)."""
+    item = meta[cols["a2"]]
+    item_type = pa.array(item.head(0)).type if not isinstance(item.dtype, pd.ArrowDtype) else item.dtype.pyarrow_dtype
+    if pa.types.is_large_string(item_type) or pa.types.is_string(item_type) or item.dtype == object:
+        item_type = pa.large_string() if not pa.types.is_integer(item_type) else item_type
+    return pd.ArrowDtype(pa.list_(item_type))
+
+
+_KEPT = ("last_n", "window")
+#: the history operators (inputs ``a0`` key, ``a1`` time, ``a2`` item or value, ``a3`` event flag)
+FRAME_OPERATORS = {op.name: op for op in (
+    FrameOperator("history", run=history, kept_params=_KEPT, out_dtype=_list_of_items),
+    FrameOperator("window_count", "i64", run=window_count, kept_params=_KEPT, roles=("a0", "a1", "a3")),
+    FrameOperator("window_mean", "f64", run=window_mean, kept_params=_KEPT),
+    FrameOperator("time_since", "i64?", run=time_since, kept_params=_KEPT, roles=("a0", "a1", "a3")),
+)}
 
 
 def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
@@ -268,4 +283,6 @@ def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
     """
     params = dict(params)
     labels = params.pop("_labels", ())
-    return HISTORY_OPS[op](part, **params, label=labels[1] if len(labels) > 1 else "time")
+    run = FRAME_OPERATORS[op].run
+    assert run is not None  # (every history operator declares its algorithm)
+    return run(part, **params, label=labels[1] if len(labels) > 1 else "time")

@@ -17,13 +17,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from fbrapids.errors import FeatureError
+from fbrapids.fitting.frame_op import FrameOperator
 
 INT64_NA = pd.ArrowDtype(pa.int64())
 
@@ -215,7 +216,23 @@ def overlap_count(part: pd.DataFrame) -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(counts, mask=~valid)), index=part.index)
 
 
-ROW_OPS: dict[str, Callable[..., pd.Series]] = {"lookup_value": lookup_value, "pad": pad, "overlap_count": overlap_count}
+def _check_lookup_keys(meta: Any, cols: Mapping[str, str], call: Any) -> None:
+    """``lookup_value``'s keys of another kind than the column's would match nothing, silently."""
+    check_key_kinds(meta[cols["a0"]], call.param_dict()["keys"], str(call.args[0]))
+
+
+def _same_list_type(cols: Mapping[str, str], meta: Any) -> Any:
+    """``pad``'s output dtype: its input's list type."""
+    a0 = meta[cols["a0"]]
+    return a0.dtype if isinstance(a0.dtype, pd.ArrowDtype) else pd.ArrowDtype(pa.list_(pa.int64()))
+
+
+#: the row operators
+FRAME_OPERATORS = {op.name: op for op in (
+    FrameOperator("lookup_value", "f64", run=lookup_value, check=_check_lookup_keys),
+    FrameOperator("pad", run=pad, out_dtype=_same_list_type, names_expr=True),
+    FrameOperator("overlap_count", "i64?", run=overlap_count),
+)}
 
 
 def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
@@ -226,4 +243,6 @@ def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
         ...                                                            "default": 0.0}).tolist()
         [0.5, 0.0]
     """
-    return ROW_OPS[op](part, **params)
+    run = FRAME_OPERATORS[op].run
+    assert run is not None  # (every row operator declares its algorithm)
+    return run(part, **params)

@@ -2,8 +2,11 @@
 nothing; :mod:`fbrapids.kernels.registry` fills the registry from :data:`BUILTINS`.  Public
 constructors are in :mod:`fbrapids.ops`.
 
-Each resolver checks its parameters and gives the C (see :mod:`fbrapids.kernels.operator`
-for the template placeholders).  The device functions live in ``csrc/ops/*.h``.
+Each built-in is one :class:`~fbrapids.kernels.operator.Operator`: its resolver gives the C
+(see :mod:`fbrapids.kernels.operator` for the template placeholders), and it declares what
+the rest asks about it (parameter checks, stage, family, dictionary path, hashing, time
+input, distinct-value bounds): the planner, runtimes and budgets ask it, never its name.  Its C
+lives in ``csrc/ops/*.h``.
 
 Example:
     >>> sorted(op.name for op in BUILTINS if op.needs_fit)[:3]
@@ -14,14 +17,16 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 
+from fbrapids.errors import OperatorError
+from fbrapids.kernels import params as P
 from fbrapids.kernels import types as T
 from fbrapids.kernels.clit import c_number, c_string
-from fbrapids.errors import OperatorError
-from fbrapids.kernels.operator import Impl, Operator
+from fbrapids.kernels.expr import Call
+from fbrapids.kernels.operator import Bound, DictionaryPath, Impl, Operator, Sizes
 from fbrapids.kernels.vocab import Vocabulary
 
 H_VIEWS = "ops/fbx_views.h"
@@ -38,42 +43,10 @@ JSON_SCAN_PATHS = 4  #: FBX_JSON_SCAN_PATHS of csrc/ops/fbx_ops_json.h: paths on
 BUILTINS: list[Operator] = []
 
 
-MAX_BUCKETS = 2**63 - 1  # bucket ids are int64
-
-
-@overload
-def _int_param(params: dict, name: str, lo: int | None = None, allow_none: Literal[False] = False,
-               hi: int | None = None) -> int: ...
-@overload
-def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False,
-               hi: int | None = None) -> int | None: ...
-def _int_param(params: dict, name: str, lo: int | None = None, allow_none: bool = False,
-               hi: int | None = None) -> int | None:
-    v = params.get(name)
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise OperatorError(f"parameter {name!r} must be an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise OperatorError(f"parameter {name!r} must be >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise OperatorError(f"parameter {name!r} must be < 2^63 (bucket ids are int64), got {v}")
-    if not -(2**63) <= v < 2**63:  # a C int64 parameter: a larger one would be wrapped
-        raise OperatorError(f"parameter {name!r} must fit an int64, got {v}")
-    return int(v)
-
-
 def _sep(params: dict, name: str = "sep") -> tuple[str, int]:
-    sep = params.get(name)
-    if not isinstance(sep, str) or not sep:
-        raise OperatorError(f"parameter {name!r} must be a non-empty string, got {sep!r}")
+    """A checked separator as (C string literal, its length in bytes)."""
+    sep = params[name]
     return c_string(sep), len(sep.encode())
-
-
-def _buckets(params: dict) -> int:
-    """buckets > 0: bucket ids (int64); 0 / None: raw fingerprints (uint64)."""
-    b = params.get("buckets")
-    return 0 if b is None else _int_param(params, "buckets", lo=0, hi=MAX_BUCKETS)
 
 
 def _type_range(x: str) -> tuple[int, int] | tuple[float, float]:
@@ -110,12 +83,21 @@ def _number(v: Any, x: str, what: str) -> int | float:
 
 
 def _op(name: str, inputs: tuple[str, ...], doc: str, null_rule: str = "a null input gives a null output",
-        variadic: bool = False, headers: tuple[str, ...] = (), needs_fit: bool = False):
+        variadic: bool = False, headers: tuple[str, ...] = (), **declared: Any):
+    """Register the decorated resolver as the built-in ``name``; ``declared``: the
+    :class:`Operator`'s other properties (``family`` defaults to ``scalar``)."""
     def deco(fn):
         BUILTINS.append(Operator(name=name, inputs=inputs, resolver=fn, doc=doc, variadic=variadic,
-                                 null_rule=null_rule, headers=(H_VIEWS,) + headers, needs_fit=needs_fit))
+                                 null_rule=null_rule, headers=(H_VIEWS,) + headers,
+                                 **{"family": "scalar", **declared}))
         return fn
     return deco
+
+
+#: the declared checks of the parameters several operators share
+BUCKETS = P.integer(lo=1)  # bucket ids are int64
+BUCKETS_OR_RAW = P.integer(lo=0, none=True)  # 0 / None: raw fingerprints (uint64)
+COUNT = P.integer(lo=0)
 
 
 # -- scalar ------------------------------------------------------------------------------
@@ -172,8 +154,22 @@ def _clip(t, p):
     return Impl(x, "expr", f"({{a0}} < {lo_c} ? {lo_c} : ({{a0}} > {hi_c} ? {hi_c} : {{a0}}))")
 
 
+#: the values of the small fixed-width types (a cast to one bounds an expression's values)
+SMALL_INTS = {"i8": 1 << 8, "u8": 1 << 8, "int8": 1 << 8, "uint8": 1 << 8, "i16": 1 << 16, "u16": 1 << 16,
+              "int16": 1 << 16, "uint16": 1 << 16, "bool": 2}
+
+
+def _cast_bound(call: Call, sizes: Sizes) -> Bound | None:
+    """A cast to a small type: that type's values; and never more than its input's."""
+    to = str(call.param_dict().get("to"))
+    found = [(SMALL_INTS[to], f"the {SMALL_INTS[to]:,} values of {to}")] if to in SMALL_INTS else []
+    inner = sizes.values(call.args[0]) if call.args else None
+    return min(found + ([inner] if inner is not None else []), key=lambda b: b[0], default=None)
+
+
 @_op("cast", ("num",), "x converted to another fixed-width type: exact, or an error naming the row and the "
-     "value that does not fit (never wrapped); floats to integers truncate toward zero, to bool: x != 0.")
+     "value that does not fit (never wrapped); floats to integers truncate toward zero, to bool: x != 0.",
+     bound=_cast_bound)
 def _cast(t, p):
     to = p.get("to")
     if to not in T.FIXED_TYPES:
@@ -183,8 +179,13 @@ def _cast(t, p):
     return Impl(to, "expr", f"({T.C_TYPE[to]}){{a0}}", checks_fit=to)
 
 
+def _bucketize_bound(call: Call, sizes: Sizes) -> Bound | None:
+    n = len(call.param_dict().get("boundaries") or ())
+    return (n + 1, f"{n} boundaries + 1") if "boundaries" in call.param_dict() else None
+
+
 @_op("bucketize", ("num",), "TensorFlow Bucketize: the number of boundaries b with b <= x (int32).",
-     headers=(H_SCALAR,))
+     headers=(H_SCALAR,), bound=_bucketize_bound)
 def _bucketize(t, p):
     (x,) = t
     b = list(p.get("boundaries") or ())
@@ -229,7 +230,7 @@ for _name, _fn, _part, _doc in (("hour", "fbx_hour", "sod", "Hour of day (UTC, 0
     def _time(t, p, _fn=_fn, _part=_part):
         sign = "u64" if t[0] == "u64" else "i64"  # a uint64 second above 2^63 is not a negative time
         return Impl("i32", "expr", f"{_fn}(fbx_{_part}_{sign}((fbx_{sign}){{a0}}))")
-    _op(_name, ("int",), f"{_doc} of {_TIME_OF}.", headers=(H_SCALAR,))(_time)
+    _op(_name, ("int",), f"{_doc} of {_TIME_OF}.", headers=(H_SCALAR,), reads_time=True)(_time)
 
 
 # -- hashing -----------------------------------------------------------------------------
@@ -245,15 +246,17 @@ def _hash_impl(x: str, buckets: int) -> Impl:
 
 
 @_op("hash", ("crossable",), "FarmHash Fingerprint64 (uint64) of a string, of an integer's decimal text, "
-     "or of each element of a list.", headers=(H_HASH,))
+     "or of each element of a list.", headers=(H_HASH,), family="hash", hashes=True,
+     dictionary=DictionaryPath(device=True))
 def _hash(t, p):
     return _hash_impl(t[0], 0)
 
 
 @_op("hash_bucket", ("crossable",), "TensorFlow to_hash_bucket_fast: fingerprint64(str(x)) mod buckets (int64); "
-     "element-wise on lists.", headers=(H_HASH,))
+     "element-wise on lists.", headers=(H_HASH,), family="hash", hashes=True,
+     dictionary=DictionaryPath(device=True), params={"buckets": BUCKETS})
 def _hash_bucket(t, p):
-    return _hash_impl(t[0], _int_param(p, "buckets", lo=1, hi=MAX_BUCKETS))
+    return _hash_impl(t[0], int(p["buckets"]))
 
 
 _XIN = {"str": "fbx_x_str", "list<i64>": "fbx_x_li64", "list<u64>": "fbx_x_lu64", "list<str>": "fbx_x_lstr"}
@@ -261,12 +264,14 @@ _XIN = {"str": "fbx_x_str", "list<i64>": "fbx_x_li64", "list<u64>": "fbx_x_lu64"
 
 @_op("cross", ("crossable",), "Hashed cross of N inputs: hb(str(x1) + sep + ... + str(xk)); with a list "
      "input, the cartesian product (first input outermost), at most `cap` pairs.", variadic=True,
-     headers=(H_HASH, H_CROSS), null_rule="a null input gives a null output; an empty list gives []")
+     headers=(H_HASH, H_CROSS), null_rule="a null input gives a null output; an empty list gives []",
+     family="cross", hashes=True, dictionary=DictionaryPath(),
+     params={"buckets": BUCKETS_OR_RAW, "cap": BUCKETS_OR_RAW, "sep": P.separator})
 def _cross(t, p):
     if len(t) > 16:
         raise OperatorError(f"cross takes at most 16 inputs, got {len(t)}")
-    buckets = _buckets(p)
-    cap = _int_param(p, "cap", lo=0) if p.get("cap") is not None else 0
+    buckets = int(p.get("buckets") or 0)
+    cap = int(p.get("cap") or 0)
     sep, seplen = _sep(p)
     lines = [f"fbx_xin xs_{{id}}[{len(t)}];"]
     for i, x in enumerate(t):
@@ -286,70 +291,80 @@ def _cross(t, p):
 # -- strings -----------------------------------------------------------------------------
 @_op("split", ("str",), "Split on every occurrence of `sep`, empty pieces removed: list<str>; or with "
      "`buckets` their hash buckets (list<int64>), buckets=0 their raw fingerprints (list<uint64>).",
-     headers=(H_HASH, H_STRING))
+     headers=(H_HASH, H_STRING), family="string", hashes=True,
+     dictionary=DictionaryPath(kind="tokens", takes=("str",)), params={"sep": P.separator, "buckets": BUCKETS_OR_RAW})
 def _split(t, p):
     sep, seplen = _sep(p)
     b = p.get("buckets")
     if b is None:
         return Impl("list<str>", "var", f"fbx_split_str({{a0}}, {sep}, {seplen}, {{ends}}, {{bytes}}, {{nbytes}})")
-    b = _int_param(p, "buckets", lo=0, hi=MAX_BUCKETS)
+    b = int(b)
     return Impl("list<i64>" if b else "list<u64>", "var", f"fbx_split_hash({{a0}}, {sep}, {seplen}, {b}LL, {{out}})")
 
 
-@_op("length", ("strorlist",), "Bytes of a string, elements of a list (int32).")
+@_op("length", ("strorlist",), "Bytes of a string, elements of a list (int32).", family="string")
 def _length(t, p):
     if t[0] in T.FIXED_TYPES:
         raise OperatorError(f"length takes a string or a list, got {t[0]}")
     return Impl("i32", "expr", "(fbx_i32)({a0}.n)")
 
 
-@_op("lower", ("str",), "ASCII lower case (other bytes, UTF-8 included, unchanged).", headers=(H_STRING,))
+@_op("lower", ("str",), "ASCII lower case (other bytes, UTF-8 included, unchanged).", headers=(H_STRING,),
+     family="string")
 def _lower(t, p):
     return Impl("str", "var", "fbx_lower({a0}, {out})")
 
 
 @_op("substring", ("str",), "Code points [start, start + length) of UTF-8 text (Python slicing; a negative "
-     "start counts from the end; length None means to the end).", headers=(H_STRING,))
+     "start counts from the end; length None means to the end).", headers=(H_STRING,), family="string",
+     params={"start": P.integer(), "length": P.integer(lo=0, none=True)})
 def _substring(t, p):
-    start = _int_param(p, "start")
-    length = _int_param(p, "length", lo=0, allow_none=True)
+    start = int(p["start"])
+    length = None if p.get("length") is None else int(p["length"])
     return Impl("str", "var", f"fbx_substring({{a0}}, {start}LL, {-1 if length is None else length}LL, {{out}})")
 
 
 # -- lists -------------------------------------------------------------------------------
 @_op("ngrams", ("list<str>",), "The n-grams of a token list joined by `sep` (list<str>), or with `buckets` "
-     "their hash buckets.", headers=(H_HASH, H_LIST))
+     "their hash buckets.", headers=(H_HASH, H_LIST), family="list", hashes=True,
+     dictionary=DictionaryPath(kind="tokens", takes=("list<str>",), coded_inputs_only=True),
+     params={"n": P.integer(lo=1), "sep": P.separator, "buckets": BUCKETS_OR_RAW})
 def _ngrams(t, p):
-    n = _int_param(p, "n", lo=1)
+    n = int(p["n"])
     sep, seplen = _sep(p)
     b = p.get("buckets")
     if b is None:
         return Impl("list<str>", "var", f"fbx_ngrams_str({{a0}}, {n}LL, {sep}, {seplen}, {{ends}}, {{bytes}}, {{nbytes}})")
-    b = _int_param(p, "buckets", lo=0, hi=MAX_BUCKETS)
+    b = int(b)
     return Impl("list<i64>" if b else "list<u64>", "var",
                 f"fbx_ngrams_hash({{a0}}, {n}LL, {sep}, {seplen}, {b}LL, {{err}}, {{out}})")
 
 
+def _k_elements(call: Call) -> int | None:
+    """The most elements a ``first_k`` / ``last_k`` list holds: ``k``."""
+    k = call.param_dict().get("k")
+    return k if isinstance(k, int) and k >= 0 else None
+
+
 for _name, _end in (("first_k", 0), ("last_k", 1)):
     def _slice(t, p, _end=_end):
-        k = _int_param(p, "k", lo=0)
+        k = int(p["k"])
         if t[0] == "list<str>":
             return Impl("list<str>", "var", f"fbx_slice_ls({{a0}}, {k}LL, {_end}, {{ends}}, {{bytes}}, {{nbytes}})")
         return Impl(t[0], "var", f"fbx_slice_li({{a0}}, {k}LL, {_end}, {{out}})")
     _op(_name, ("list",), f"The {'last' if _end else 'first'} k elements of a list (behaviour sequences).",
-        headers=(H_LIST,))(_slice)
+        headers=(H_LIST,), family="list", params={"k": COUNT}, longest=_k_elements)(_slice)
 
 
 # -- dictionaries ------------------------------------------------------------------------
 @_op("lookup", ("hashable",), "Dictionary value -> id (int64), `oov` for values not in it.",
-     null_rule="a null input gives the out-of-vocabulary id", headers=(H_LOOKUP,))
+     null_rule="a null input gives the out-of-vocabulary id", headers=(H_LOOKUP,), family="lookup",
+     dictionary=DictionaryPath(), params={"oov": P.integer()})
 def _lookup(t, p):
     vocab = p.get("vocab")
     if not isinstance(vocab, Vocabulary):
         raise OperatorError(f"lookup needs a fitted Vocabulary, got {type(vocab).__name__}")
-    oov = _int_param(p, "oov")
-    if not -(2**63) <= oov < 2**63:
-        raise OperatorError(f"lookup: oov {oov} is not an int64 (ids are int64)")
+    oov = int(p["oov"])
     x = t[0]
     oov_c = c_number(oov, "i64")
     if not len(vocab):  # an empty vocabulary: every row (of any column) is out of it
@@ -366,28 +381,10 @@ def _lookup(t, p):
 
 
 # -- frame-level operators ---------------------------------------------------------------
-# Computed over whole frames by :mod:`fbrapids.features.fitted` (fitted: their statistics
-# fitted on a training frame and frozen; history: over a key's earlier rows; row: vectorised
-# per partition), never planned into a meta-kernel: their calls are replaced by columns first.
-FRAME_LEVEL: dict[str, tuple[bool, str]] = {
-    "categorify": (True, "Fitted vocabulary: ids 0 padding, 1 null, 2.. out of vocabulary (hashed into "
-                         "`oov_buckets`), then the values seen >= `min_freq` times (at most `max_size`) by count."),
-    "count_encode": (True, "Rows per key tuple in the fitted frame (0 for unseen)."),
-    "target_encode": (True, "Smoothed mean label per key tuple; out of fold on the fitted frame."),
-    "quantile_bucketize": (True, "Fitted quantile buckets; null -> bucket 0."),
-    "normalize": (True, "(x - fitted mean) / fitted std."),
-    "minmax": (True, "(x - fitted min) / (fitted max - min)."),
-    "fill_null_fitted": (True, "Nulls replaced by the fitted mean or median."),
-    "history": (False, "The key's last N items strictly before the row's time."),
-    "window_count": (False, "The key's events in [t - window, t)."),
-    "window_mean": (False, "Mean of a value over the key's events in [t - window, t)."),
-    "time_since": (False, "Time since the key's previous event."),
-    "lookup_value": (False, "Dictionary value -> float64."),
-    "pad": (False, "A list padded / cut to exactly n elements."),
-    "overlap_count": (False, "Elements of one list found in another."),
-}
-
-
+# Computed over whole frames by :mod:`fbrapids.features.fitted` (their ``stage``: ``fitted``,
+# statistics fitted on a training frame and frozen; ``history``, over a key's earlier rows;
+# ``row``, vectorised per partition), never planned into a meta-kernel: their calls are
+# replaced by columns first.
 def _frame_level(name: str):
     def resolver(t, p):
         raise OperatorError(f"{name} runs at frame level (fbrapids.features.fitted), not in a meta-kernel: "
@@ -395,15 +392,50 @@ def _frame_level(name: str):
     return resolver
 
 
-for _name, (_fit, _doc) in FRAME_LEVEL.items():
-    BUILTINS.append(Operator(name=_name, inputs=("any",), resolver=_frame_level(_name), doc=_doc, variadic=True,
-                             null_rule="see fbrapids.ops", headers=(H_VIEWS,), needs_fit=_fit))
+def _frame_op(name: str, stage: str, doc: str, **declared: Any) -> None:
+    BUILTINS.append(Operator(name=name, inputs=("any",), resolver=_frame_level(name), doc=doc, variadic=True,
+                             null_rule="see fbrapids.ops", headers=(H_VIEWS,), stage=stage,
+                             **{"family": "scalar", **declared}))
+
+
+#: the longest list ``pad`` makes (list offsets are int32)
+PAD_MAX = 2**31 - 1
+
+
+def _overlap_bound(call: Call, sizes: Sizes) -> Bound | None:
+    """0 .. the shorter list's most elements, or null."""
+    longest = [n for n in map(sizes.length, call.args) if n is not None]
+    if len(call.args) != 2 or not longest:
+        return None
+    return min(longest) + 2, f"0 to {min(longest)} elements in common, or null"
+
+
+def _history_bound(call: Call, sizes: Sizes) -> Bound | None:
+    """The values of its second argument."""
+    return sizes.values(call.args[1] if len(call.args) > 1 else call.args[0]) if call.args else None
+
+
+_frame_op("categorify", "fitted", "Fitted vocabulary: ids 0 padding, 1 null, 2.. out of vocabulary (hashed into "
+          "`oov_buckets`), then the values seen >= `min_freq` times (at most `max_size`) by count.", family="lookup")
+_frame_op("count_encode", "fitted", "Rows per key tuple in the fitted frame (0 for unseen).")
+_frame_op("target_encode", "fitted", "Smoothed mean label per key tuple; out of fold on the fitted frame.")
+_frame_op("quantile_bucketize", "fitted", "Fitted quantile buckets; null -> bucket 0.")
+_frame_op("normalize", "fitted", "(x - fitted mean) / fitted std.")
+_frame_op("minmax", "fitted", "(x - fitted min) / (fitted max - min).")
+_frame_op("fill_null_fitted", "fitted", "Nulls replaced by the fitted mean or median.")
+_frame_op("history", "history", "The key's last N items strictly before the row's time.", bound=_history_bound)
+_frame_op("window_count", "history", "The key's events in [t - window, t).")
+_frame_op("window_mean", "history", "Mean of a value over the key's events in [t - window, t).")
+_frame_op("time_since", "history", "Time since the key's previous event.")
+_frame_op("lookup_value", "row", "Dictionary value -> float64.")
+_frame_op("pad", "row", "A list padded / cut to exactly n elements.", params={"n": P.integer(lo=0, hi=PAD_MAX)})
+_frame_op("overlap_count", "row", "Elements of one list found in another.", bound=_overlap_bound)
 
 
 # -- JSON --------------------------------------------------------------------------------
 @_op("json_get", ("str",), "The string at a dotted `path` of a strict JSON document (WORKLOAD.md section 3).",
      null_rule="null when the input is null, malformed, lacks the path, or holds a non-string there",
-     headers=(H_JSON,))
+     headers=(H_JSON,), family="json")
 def _json_get(t, p):
     path = _json_path(p, "json_get")
     return Impl("str", "var", f"fbx_json_get({{a0}}, {path}, {{status}}, {{out}}, {{scratch}})",
@@ -420,7 +452,8 @@ def _json_path(p: dict, op: str) -> str:
 
 @_op("json_scan", ("str",), "One strict-JSON walk for 1 to 4 dotted `paths` at once: their codes packed in an "
      "int64, 64 / len(paths) bits each, (offset of the string value << 3) | status (0 found, 1 malformed, 2 missing, "
-     "3 not a string, 4 too deep, 7 offset too large for the code), what json_pick reads.", headers=(H_JSON,))
+     "3 not a string, 4 too deep, 7 offset too large for the code), what json_pick reads.", headers=(H_JSON,),
+     family="json")
 def _json_scan(t, p):
     paths = p.get("paths")
     if not isinstance(paths, tuple) or not 1 <= len(paths) <= JSON_SCAN_PATHS:
@@ -435,10 +468,10 @@ def _json_scan(t, p):
 
 @_op("json_pick", ("str", "int"), "The string json_scan (the second input, over the same document, of `group` "
      "paths) found for its path number `index`, which is `path` (walked again only when its offset did not fit).",
-     null_rule="null when either input is null, or json_scan's status for the path is not 0", headers=(H_JSON,))
+     null_rule="null when either input is null, or json_scan's status for the path is not 0", headers=(H_JSON,),
+     family="json", params={"group": P.integer(lo=1), "index": COUNT})
 def _json_pick(t, p):
-    group = _int_param(p, "group", lo=1)
-    index = _int_param(p, "index", lo=0)
+    group, index = int(p["group"]), int(p["index"])
     if not index < group <= JSON_SCAN_PATHS:
         raise OperatorError(f"json_pick: needs 0 <= index < group <= {JSON_SCAN_PATHS}, got index {index}, group {group}")
     path = _json_path(p, "json_pick")

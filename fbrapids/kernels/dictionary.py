@@ -78,8 +78,6 @@ SAMPLE_DISTINCT_MAX = 0.7
 #: the dictionary path is kept where the distinct values (tuples) are at most this share of
 #: the rows (``auto`` mode; a token list costs several fingerprints per row)
 MAX_DISTINCT_SHARE = {"scalar": 0.3, "tokens": 0.5}
-#: operators whose every output value or list element is one FarmHash fingerprint
-HASHING_OPS = ("hash", "hash_bucket", "cross", "split", "ngrams")
 MODES = ("auto", "on", "off")
 
 _override: list[str] = []
@@ -227,7 +225,8 @@ def _combine(codes: list[np.ndarray], sizes: list[int]) -> Coded | None:
 
 
 def _kind(node: Node) -> str:
-    return "tokens" if node.operator().name in ("split", "ngrams") else "scalar"
+    path = node.operator().dictionary
+    return path.kind if path is not None else "scalar"
 
 
 def choose(plan: Plan, node: Node, values: dict[int, HostColumn], coded: dict[int, Coded], n: int,
@@ -243,7 +242,8 @@ def choose(plan: Plan, node: Node, values: dict[int, HostColumn], coded: dict[in
     if how == "off" or n == 0:
         return None
     args = node.args
-    if node.operator().name == "ngrams" and args[0] not in coded:
+    path = node.operator().dictionary
+    if path is not None and path.coded_inputs_only and any(a not in coded for a in args):
         return None  # a token list has no dictionary of its own
     if how == "on":
         return "forced (dictionary mode on)"
@@ -295,7 +295,7 @@ def run_coded(plan: Plan, node: Node, values: dict[int, HostColumn], coded: dict
 
 def hash_count(node: Node, col: HostColumn) -> int:
     """FarmHash fingerprints behind a hashing operator's result column (one per value or
-    list element; 0 for other operators).
+    list element of an integer result; 0 for text results and other operators).
 
     Example:
         >>> from fbrapids import ops
@@ -304,9 +304,9 @@ def hash_count(node: Node, col: HostColumn) -> int:
         >>> hash_count(p.nodes[1], HostColumn("i64", 3, data=np.zeros(3, np.int64)))
         3
     """
-    if node.op is None or node.op.name not in HASHING_OPS:
+    if node.op is None or not node.op.hashes:
         return 0
-    if node.op.name in ("split", "ngrams") and node.type == "list<str>":
+    if node.type in ("str", "list<str>"):
         return 0  # tokens, not their hashes
     if node.type in T.FIXED_TYPES:
         return col.n - col.null_count()

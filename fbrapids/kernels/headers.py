@@ -23,7 +23,12 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
 
 
 def find_header(name: str, from_dir: Path = CSRC) -> Path:
-    """The header file ``name``, looked for next to the includer, in csrc/ and csrc/ops/."""
+    """The header file ``name``: an absolute path as it is (an operator kept outside the
+    package, beside its own module), else looked for next to the includer, in csrc/ and csrc/ops/."""
+    if Path(name).is_absolute():
+        if Path(name).is_file():
+            return Path(name)
+        raise MissingFileError(f"kernel header {name!r} not found")
     for d in (from_dir, CSRC, CSRC / "ops"):
         p = d / name
         if p.exists():
@@ -43,7 +48,8 @@ def inline_headers(names: list[str]) -> str:
         text = path.read_text()
         for dep in _INCLUDE.findall(text):
             add(find_header(dep, path.parent))
-        out.append(f"/* ---- {path.relative_to(CSRC)} ---- */\n" + _INCLUDE.sub("", text))
+        label = path.relative_to(CSRC) if path.is_relative_to(CSRC) else path.name
+        out.append(f"/* ---- {label} ---- */\n" + _INCLUDE.sub("", text))
 
     add(CSRC / "fbx_target.h")
     out.append(abi.c_defines())

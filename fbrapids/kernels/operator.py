@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from fbrapids.kernels import types as T
 from fbrapids.errors import OperatorError, OperatorTypeError
+from fbrapids.kernels import types as T
+from fbrapids.kernels.expr import Call, Expr
+from fbrapids.kernels.params import Check
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,73 @@ class Impl:
             raise OperatorError(f"a {self.out_type} output needs kind 'var', got {self.kind!r}")
 
 
+#: a bound on the distinct values an expression takes: (most values, what bounds them)
+Bound = tuple[int, str]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What an operator's ``bound`` may ask about its arguments: ``values(arg)``, the bound
+    of an argument's distinct values; ``length(arg)``, the most elements an argument's list
+    holds (each None when nothing bounds it)."""
+
+    values: Callable[[Expr], Bound | None]
+    length: Callable[[Expr], int | None]
+
+#: where an operator runs: in a meta-kernel (``kernel``), or at frame level over whole
+#: frames (:mod:`fbrapids.features.fitted`): ``fitted`` (statistics fitted on a training
+#: frame and frozen), ``history`` (over a key's earlier rows: the frame is shuffled by the
+#: key), ``row`` (vectorised per partition)
+STAGES = ("kernel", "fitted", "history", "row")
+
+
+@dataclass(frozen=True)
+class DictionaryPath:
+    """How an operator may run once per distinct input value (or tuple of values), its
+    results scattered to the rows (:mod:`fbrapids.kernels.dictionary`): only a pure function
+    of its inputs' values may, so the row path's output is kept bit for bit.
+
+    Attributes:
+        kind: ``"scalar"`` (one value per row) or ``"tokens"`` (a list per row: several
+            fingerprints each, so worth it at a higher share of distinct values).
+        takes: the exact input types it takes there; None: strings and integers.
+        coded_inputs_only: only where its inputs are on the dictionary path themselves (a
+            list has no dictionary of its own: ``ngrams`` of a ``split``).
+        device: the CUDA runtime may also run it once per category of its single
+            categorical input (a fixed-width result whose null rule is the plain one).
+
+    Example:
+        >>> DictionaryPath().allows(["str", "i64"]), DictionaryPath(takes=("str",)).allows(["i64"])
+        (True, False)
+    """
+
+    kind: str = "scalar"
+    takes: tuple[str, ...] | None = None
+    coded_inputs_only: bool = False
+    device: bool = False
+
+    def allows(self, types: list[str]) -> bool:
+        """Whether inputs of these types may take the dictionary path."""
+        if self.takes is not None:
+            return tuple(types) == self.takes
+        return bool(types) and all(t == "str" or t in T.INT_TYPES for t in types)
+
+
+def buckets_bound(call: Call) -> Bound | None:
+    """What a ``buckets`` parameter bounds, on any operator: ``(buckets, why)``, or None.
+
+    Example:
+        >>> buckets_bound(Call("cross", (), (("buckets", 8),)))
+        (8, '8 hash buckets')
+    """
+    buckets = call.param_dict().get("buckets")
+    return (buckets, f"{buckets:,} hash buckets") if isinstance(buckets, int) and buckets > 0 else None
+
+
 @dataclass
 class Operator:
-    """A feature operator.
+    """A feature operator: what the planner, the renderers, the runtimes, the dictionary
+    path, the disk budget and the frame-level stage ask about it.
 
     Attributes:
         name: registry name.
@@ -78,12 +144,25 @@ class Operator:
             with ``variadic`` the last class applies to every further input.
         resolver: ``(input_types, params) -> Impl``; raises OperatorTypeError / OperatorError.
         doc: what it computes, including its null rule.
-        headers: csrc headers its C needs (``ops/fbx_ops_hash.h``, ...).
+        headers: C headers its C needs (``ops/fbx_ops_hash.h``, ... under ``csrc/``, or
+            an absolute path).
         source: extra C (device functions) for user operators.
         null_rule: one line for ``explain`` and the docs.
-        needs_fit: the operator has state fitted over the data (``categorify``); the
-            features layer fits it (:mod:`fbrapids.features.fitting`) and replaces the
-            call by a fitted operator before planning.
+        stage: where it runs (:data:`STAGES`); a ``fitted`` one has state fitted over the
+            data (``categorify``): the features layer fits it and replaces the call by its
+            fitted column before planning.
+        params: parameter name -> its check (:mod:`fbrapids.kernels.params`), run when
+            ``fbrapids.ops`` builds an expression and again when the planner resolves it.
+        family: what it does, for drawings (``hash``, ``cross``, ``string``, ``list``,
+            ``json``, ``lookup``, ``scalar``, ``custom``).
+        dictionary: how it may run once per distinct input value (None: never).
+        hashes: each value or list element of its integer results is one FarmHash
+            fingerprint (the dictionary path counts them).
+        reads_time: its single input is a time (timestamps read as epoch seconds).
+        bound: ``(call, sizes) -> Bound | None``: the most distinct values its output
+            takes (the disk budget's table sizes), :class:`Sizes` telling its arguments'; a
+            ``buckets`` parameter bounds any operator.
+        longest: ``call -> int | None``: the most elements its list result holds.
     """
 
     name: str
@@ -94,7 +173,63 @@ class Operator:
     source: str = ""
     variadic: bool = False
     null_rule: str = "a null input gives a null output"
-    needs_fit: bool = False
+    stage: str = "kernel"
+    params: Mapping[str, Check] = field(default_factory=dict)
+    family: str = "custom"
+    dictionary: DictionaryPath | None = None
+    hashes: bool = False
+    reads_time: bool = False
+    bound: Callable[[Call, Sizes], Bound | None] | None = field(default=None, repr=False)
+    longest: Callable[[Call], int | None] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise OperatorError(f"operator {self.name!r}: stage {self.stage!r} is not one of {', '.join(STAGES)}")
+
+    @property
+    def needs_fit(self) -> bool:
+        """Whether its state is fitted over a training frame first (``stage == "fitted"``)."""
+        return self.stage == "fitted"
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        """Each declared parameter's check on its value (a missing one checked as None);
+        an error names the operator and the parameter.
+
+        Example:
+            >>> from fbrapids.kernels.registry import get_operator
+            >>> get_operator("first_k").check_params({"k": -1})
+            Traceback (most recent call last):
+            ...
+            fbrapids.errors.OperatorError: first_k: parameter 'k' must be an integer in [0, 9223372036854775807], got -1
+        """
+        try:
+            for name, check in self.params.items():
+                check(name, params.get(name))
+        except OperatorError as exc:
+            raise OperatorError(f"{self.name}: {exc}") from None
+
+    def list_length(self, call: Call) -> int | None:
+        """The most elements ``call``'s list result holds, or None when nothing bounds it.
+
+        Example:
+            >>> from fbrapids.kernels.registry import get_operator
+            >>> get_operator("last_k").list_length(Call("last_k", (), (("k", 5),)))
+            5
+        """
+        return self.longest(call) if self.longest is not None else None
+
+    def distinct_bound(self, call: Call, sizes: Sizes) -> Bound | None:
+        """The most distinct values ``call`` (of this operator) takes, and why; None when
+        nothing bounds it.
+
+        Example:
+            >>> from fbrapids.kernels.registry import get_operator
+            >>> unknown = Sizes(values=lambda e: None, length=lambda e: None)
+            >>> get_operator("hash_bucket").distinct_bound(Call("hash_bucket", (), (("buckets", 64),)), unknown)
+            (64, '64 hash buckets')
+        """
+        found = [b for b in (buckets_bound(call), self.bound(call, sizes) if self.bound else None) if b is not None]
+        return min(found, key=lambda b: b[0]) if found else None
 
     def check_arity(self, n: int) -> None:
         if self.variadic:
@@ -107,7 +242,7 @@ class Operator:
         return self.inputs[min(i, len(self.inputs) - 1)]
 
     def resolve(self, in_types: tuple[str, ...], params: dict[str, Any]) -> Impl:
-        """Check arity and input types, then give the Impl for these types."""
+        """Check arity, input types and parameters, then give the Impl for these types."""
         self.check_arity(len(in_types))
         for i, t in enumerate(in_types):
             cls = self.input_class(i)
@@ -116,6 +251,7 @@ class Operator:
                     f"operator {self.name!r} input {i} has type {t}; it accepts {cls} "
                     f"({', '.join(T.CLASSES.get(cls, (cls,)))})")
         try:
+            self.check_params(params)
             impl = self.resolver(tuple(in_types), dict(params))
         except OperatorError as exc:  # a parameter's error names its operator
             if str(exc).startswith((self.name, f"operator {self.name!r}")):

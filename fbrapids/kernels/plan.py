@@ -19,9 +19,7 @@ from fbrapids.kernels.expr import Call, Col, Expr, as_expr
 from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
 from fbrapids.kernels.operator import Impl, Operator
 from fbrapids.kernels import plan_record
-from fbrapids.kernels.builtins import BUILTINS
 from fbrapids.kernels.registry import get_operator
-from fbrapids.kernels.types import INT_TYPES
 
 #: fraction of free device memory an operator's resident footprint may take on the GPU
 DEVICE_BUDGET_FRACTION = 0.5
@@ -272,15 +270,11 @@ def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = 
     return Plan(nodes, layers, outputs, dict(schema), backend, fused, dictionary)
 
 
-#: built-in operators that may run once per distinct input value (or tuple of values)
-DICTIONARY_OPS = ("hash", "hash_bucket", "cross", "lookup", "split", "ngrams")
-
-
 def dictionary_capable(node: Node, nodes: list[Node]) -> bool:
-    """Whether ``node`` may run on the dictionary path: a built-in ``hash``,
-    ``hash_bucket``, ``lookup`` or ``cross`` of scalar inputs, ``split`` of a string, or
-    ``ngrams`` of a token list (the last only where its tokens are on the dictionary path
-    themselves: a list has no dictionary of its own).  Each is a pure function of its
+    """Whether ``node`` may run on the dictionary path: its operator declares one
+    (:class:`~fbrapids.kernels.operator.DictionaryPath`: ``hash``, ``hash_bucket``,
+    ``lookup`` and ``cross`` of scalar inputs, ``split`` of a string, ``ngrams`` of a token
+    list) and its inputs' types are ones it takes there.  Each is a pure function of its
     inputs' values, so computing it once per distinct value and scattering the results
     gives the row path's output bit for bit.
 
@@ -290,17 +284,9 @@ def dictionary_capable(node: Node, nodes: list[Node]) -> bool:
         >>> [n.op.name for n in p.dictionary_nodes]
         ['hash_bucket']
     """
-    if node.op is None or node.op.name not in DICTIONARY_OPS or node.op.source:
+    if node.op is None or node.op.dictionary is None:
         return False
-    # the built-in itself, not a user's redefinition under its name
-    if not any(b is node.op or (b.name == node.op.name and b.resolver is node.op.resolver) for b in BUILTINS):
-        return False
-    types = [nodes[a].type for a in node.args]
-    if node.op.name == "split":
-        return types == ["str"]
-    if node.op.name == "ngrams":
-        return types == ["list<str>"]
-    return bool(types) and all(t == "str" or t in INT_TYPES for t in types)
+    return node.op.dictionary.allows([nodes[a].type for a in node.args])
 
 
 def _place(nodes: list[Node], backend: str, device_budget: int | None) -> None:

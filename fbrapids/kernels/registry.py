@@ -2,7 +2,9 @@
 
 Filled from :data:`fbrapids.kernels.builtins.BUILTINS` when this module is first imported;
 user operators are added by :func:`register_operator` (or :func:`add_operator`).  A new
-built-in operator goes in ``builtins.py`` (its C in ``csrc/ops/``); nothing else changes.
+built-in operator is one :class:`~fbrapids.kernels.operator.Operator` in ``builtins.py`` (its
+C in ``csrc/ops/``), declaring what the planner, the dictionary path, the runtimes and the
+frame-level stage ask about it; nothing else changes.
 
 Example:
     >>> op = register_operator("times_plus_demo", "i64 x, i64 y", "i64 z", "z = x * y + 1;", replace=True)
@@ -54,6 +56,17 @@ def get_operator(name: str) -> Operator:
         return _REGISTRY[name]
     except KeyError:
         raise OperatorError(f"unknown operator {name!r}; known operators: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def find_operator(name: str) -> Operator | None:
+    """The registered operator ``name``, or None (what a caller asking about an
+    expression's operator uses: ``find_operator(call.op)``).
+
+    Example:
+        >>> find_operator("hour").reads_time, find_operator("no_such_operator") is None
+        (True, True)
+    """
+    return _REGISTRY.get(name)
 
 
 def operators() -> dict[str, Operator]:

@@ -163,14 +163,11 @@ def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any 
     return series
 
 
-#: operators the CUDA dictionary path takes: fixed-width results whose null rule is the
-#: row path's plain one (a null row gives null), over one categorical input
-CUDA_DICTIONARY_OPS = ("hash", "hash_bucket")
-
-
 def dictionary_eligible(node: Any, coded_args: set[int]) -> bool:
     """Whether the CUDA runtime runs ``node`` once per category (its single input a cudf
-    categorical column, whose codes and categories come free) instead of row by row.
+    categorical column, whose codes and categories come free) instead of row by row: its
+    operator's dictionary path says ``device`` (a fixed-width result whose null rule is the
+    row path's plain one: a null row gives null).
 
     Example:
         >>> from fbrapids import ops
@@ -180,7 +177,8 @@ def dictionary_eligible(node: Any, coded_args: set[int]) -> bool:
         >>> [dictionary_eligible(p.nodes[i], {0}) for i in (1, 3)]
         [True, False]
     """
-    return (node.dict_slot is not None and node.op.name in CUDA_DICTIONARY_OPS and node.type in T.FIXED_TYPES
+    device = node.op.dictionary is not None and node.op.dictionary.device
+    return (node.dict_slot is not None and device and node.type in T.FIXED_TYPES
             and node.impl.null_rule != "handles" and len(node.args) == 1 and node.args[0] in coded_args)
 
 

@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 #: the views of a workload folder: the log, and the dictionaries joined to it
 LOG_VIEWS = ("impressions", "basic")
 DICTIONARY_VIEWS = ("users", "ads")
-_SMALL_INTS = {"i8": 1 << 8, "u8": 1 << 8, "int8": 1 << 8, "uint8": 1 << 8, "i16": 1 << 16, "u16": 1 << 16,
-               "int16": 1 << 16, "uint16": 1 << 16, "bool": 2}
 SSD_FIRST_ROWS = 1 << 12  #: the SSD tier file's first reservation (fbrapids.trainers.sparse.ssd.SsdTier)
 CHECKPOINT_ROW_OVERHEAD = 24  #: bytes per table row in a checkpoint beyond the row itself (id, slot)
 
@@ -112,20 +110,9 @@ def _column_bound(name: str, facts: Mapping[str, _ColumnFacts]) -> TableBound | 
     return min(found, key=lambda b: b.rows) if found else None
 
 
-def _list_length_bound(expr: Any) -> int | None:
-    """The most elements a list ``expr`` holds (``first_k`` / ``last_k``: ``k``), or None."""
-    from fbrapids.kernels import as_expr
-    from fbrapids.kernels.expr import Call
-
-    e = as_expr(expr)
-    if isinstance(e, Call) and e.op in ("first_k", "last_k"):
-        k = e.param_dict().get("k")
-        return k if isinstance(k, int) and k >= 0 else None
-    return None
-
-
 def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> TableBound | None:
-    """The most distinct values ``expr`` can take, or None when nothing bounds it.
+    """The most distinct values ``expr`` can take, or None when nothing bounds it: what its
+    operator declares (:meth:`~fbrapids.kernels.operator.Operator.distinct_bound`).
 
     Example:
         >>> from fbrapids import ops
@@ -136,7 +123,8 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
         >>> expression_bound(ops.overlap_count(ops.first_k("q", 1), ops.first_k("t", 3)))
         TableBound(rows=3, why='0 to 1 elements in common, or null')
     """
-    from fbrapids.kernels import as_expr
+    from fbrapids.kernels import as_expr, find_operator
+    from fbrapids.kernels.operator import Sizes, buckets_bound
     from fbrapids.kernels.expr import Call, Col
 
     e = as_expr(expr)
@@ -144,26 +132,23 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
         return _column_bound(e.name, facts or {})
     if not isinstance(e, Call):
         return None
-    params = e.param_dict()
-    found = []
-    buckets = params.get("buckets")
-    if isinstance(buckets, int) and buckets > 0:
-        found.append(TableBound(buckets, f"{buckets:,} hash buckets"))
-    if e.op == "cast" and str(params.get("to")) in _SMALL_INTS:
-        n = _SMALL_INTS[str(params["to"])]
-        found.append(TableBound(n, f"the {n:,} values of {params['to']}"))
-    if e.op == "bucketize" and "boundaries" in params:
-        n = len(params["boundaries"])
-        found.append(TableBound(n + 1, f"{n} boundaries + 1"))
-    if e.op == "overlap_count" and len(e.args) == 2:  # 0 .. the shorter list's most elements, or null
-        longest = [n for n in (_list_length_bound(a) for a in e.args) if n is not None]
-        if longest:
-            found.append(TableBound(min(longest) + 2, f"0 to {min(longest)} elements in common, or null"))
-    if e.op in ("cast", "history") and e.args:  # the values of the argument (history: the item's)
-        inner = expression_bound(e.args[1] if e.op == "history" and len(e.args) > 1 else e.args[0], facts)
-        if inner is not None:
-            found.append(inner)
-    return min(found, key=lambda b: b.rows) if found else None
+    op = find_operator(e.op)
+    sizes = Sizes(values=lambda a: _as_tuple(expression_bound(a, facts)), length=_list_length)
+    found = op.distinct_bound(e, sizes) if op is not None else buckets_bound(e)  # (unregistered: its buckets)
+    return TableBound(*found) if found is not None else None
+
+
+def _as_tuple(b: TableBound | None) -> tuple[int, str] | None:
+    return (b.rows, b.why) if b is not None else None
+
+
+def _list_length(expr: Any) -> int | None:
+    """The most elements a list ``expr`` holds (what its operator declares), or None."""
+    from fbrapids.kernels import find_operator
+    from fbrapids.kernels.expr import Call
+
+    op = find_operator(expr.op) if isinstance(expr, Call) else None
+    return op.list_length(expr) if op is not None else None
 
 
 def table_bounds(data_dir: str | os.PathLike, sparse: Sequence[str],

@@ -30,7 +30,6 @@ from fbrapids.errors import FeatureError
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike, SeriesLike
 
-TIMESTAMP_OPS = ("hour", "weekday", "day")
 ACCEPTED = ("datetime64 in any unit and time zone (naive = UTC), or integer epoch seconds")
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _MIXED = ("mixed", "mixed-integer", "mixed-integer-float")
@@ -48,19 +47,21 @@ def _walk(expr: Any):
 
 
 def timestamp_columns(features: Mapping[str, Any]) -> dict[str, str]:
-    """Columns read directly by a timestamp operator: column -> the first feature doing so.
+    """Columns read directly by a timestamp operator (one that declares ``reads_time``):
+    column -> the first feature doing so.
 
     Example:
         >>> from fbrapids import ops
         >>> timestamp_columns({"h": ops.hour("ts"), "u": ops.hash_bucket("u", 8)})
         {'ts': 'h'}
     """
-    from fbrapids.kernels import Col, as_expr
+    from fbrapids.kernels import Col, as_expr, find_operator
 
     out: dict[str, str] = {}
     for name, e in features.items():
         for call in _walk(as_expr(e)):
-            if call.op in TIMESTAMP_OPS and len(call.args) == 1 and isinstance(call.args[0], Col):
+            op = find_operator(call.op)
+            if op is not None and op.reads_time and len(call.args) == 1 and isinstance(call.args[0], Col):
                 out.setdefault(call.args[0].name, name)
     return out
 
