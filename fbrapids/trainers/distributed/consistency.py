@@ -21,8 +21,8 @@ __all__ = ["config_digest", "check_same_config"]
 
 def config_digest(model: CTRModel, **options: Any) -> dict[str, str]:
     """What must agree across ranks, per part (each a short sha256): the dense layout
-    (parameter names, shapes, dtypes), the tables and their settings (SSD folders and tier
-    sizes excepted: per rank), and ``options``.
+    (parameter names, shapes, dtypes), the tables and their settings (SSD folders, tier sizes
+    and the host tier's kind excepted: per rank), and ``options``.
 
     Example:
         >>> from fbrapids.trainers.models import DLRM
@@ -38,7 +38,7 @@ def config_digest(model: CTRModel, **options: Any) -> dict[str, str]:
     tables = {}
     for key, store in model.stores().items():
         cfg = dict(store.config.to_dict())
-        for per_rank in ("ssd_dir", "cache_rows", "host_rows", "device"):
+        for per_rank in ("ssd_dir", "cache_rows", "host_rows", "host_tier", "device"):  # layout: never values
             cfg.pop(per_rank, None)
         tables[key] = cfg
     return {"dense": h(dense), "tables": h(tables), "options": h(options)}

@@ -7,6 +7,8 @@ from typing import Any
 
 from fbrapids.trainers.sparse.optim import OPTIMIZERS, SparseOptimizer, sparse_optimizer
 from fbrapids.trainers.sparse.policies import POLICIES
+from fbrapids.trainers.sparse.tier import host_tier_class
+import fbrapids.trainers.sparse.tiers  # noqa: F401  (registers the built-in host tier, "ram")
 from fbrapids.errors import ArgumentError
 
 
@@ -31,6 +33,10 @@ class StoreConfig:
             A CPU store with ``host_rows=None`` keeps every row in one RAM tier: its cache
             starts at ``cache_rows`` and grows as rows arrive (no copies between tiers).
         ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
+        host_tier: the kind of host tier: the :attr:`~fbrapids.trainers.sparse.tier.SlottedTier.kind`
+            of a registered :class:`~fbrapids.trainers.sparse.tier.SlottedTier` (``"ram"``:
+            :class:`~fbrapids.trainers.sparse.tiers.HostTier`, numpy rows).  A tier must not
+            change values: any kind trains the same rows.
         eviction: ``"lru"``, ``"lfu"``, ``"lfu_full"`` or ``"lfu_window"`` (``lfu_full`` that
             keeps the rows of announced upcoming batches; see
             :mod:`fbrapids.trainers.sparse.policies`).
@@ -63,6 +69,7 @@ class StoreConfig:
     cache_rows: int = 1 << 16
     host_rows: int | None = None
     ssd_dir: str | None = None
+    host_tier: str = "ram"
     eviction: str = "lru"
     admit_after: int = 1
     evict_fraction: float = 1 / 8
@@ -87,6 +94,7 @@ class StoreConfig:
             raise ArgumentError("StoreConfig: a bounded host tier (host_rows) needs an SSD tier (ssd_dir)")
         if not self.weight_decay >= 0.0:
             raise ArgumentError(f"StoreConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        host_tier_class(self.host_tier)  # an unknown kind: an ArgumentError naming the registered ones
         if self.admit_after < 1:
             raise ArgumentError(f"StoreConfig.admit_after must be >= 1, got {self.admit_after}")
 

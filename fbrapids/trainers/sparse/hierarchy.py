@@ -40,7 +40,8 @@ from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.policies import eviction_policy
 from fbrapids.trainers.sparse.slot_map import SlotMap, device_maps_available
 from fbrapids.trainers.sparse.ssd import SsdTier
-from fbrapids.trainers.sparse.tiers import CacheTier, HostTier, TierStats
+from fbrapids.trainers.sparse.tier import SlottedTier, TierStats, host_tier_class
+from fbrapids.trainers.sparse.tiers import CacheTier
 
 
 #: a growable cache grows to this many times its slots (its new rows' memory is touched only as
@@ -49,14 +50,15 @@ GROWTH = 4
 
 
 class TierStack:
-    """The cache, host and SSD tiers of one table and the moves between them."""
+    """The cache, host and SSD tiers of one table and the moves between them (each tier a
+    :class:`~fbrapids.trainers.sparse.tier.Tier`; the host tier the kind ``config.host_tier`` names)."""
 
     def __init__(self, config: StoreConfig, name: str, directory: RowDirectory, device: torch.device) -> None:
         c = self.config = config
         self.name = name
         self.dir = directory
         self.cache = CacheTier(c.cache_rows, c.width, device, growable=self.one_ram_tier(device))
-        self.host = HostTier(c.host_rows, c.width)
+        self.host: SlottedTier = host_tier_class(c.host_tier)(c.host_rows, c.width)
         self.ssd = SsdTier(Path(c.ssd_dir) / name, c.width) if c.ssd_dir is not None else None
         self.ssd_stats = self.ssd.stats if self.ssd is not None else TierStats()
         self.policy = eviction_policy(c.eviction)
@@ -126,7 +128,7 @@ class TierStack:
             out = occ[order[: len(occ) - rows]]
             vg, moved, dirty = cache.slots.owner[out], cache.take(out), cache.slots.dirty[out].copy()
             d.cache_loc[vg] = -1
-            cache.slots.release(out)
+            cache.evict(out)
             self.host_insert(vg, moved, dirty)
         keep = cache.slots.occupied()
         rows_kept, owners, dirty = cache.take(keep), cache.slots.owner[keep], cache.slots.dirty[keep]
@@ -145,7 +147,7 @@ class TierStack:
         if not len(occ):
             return
         g = host.slots.owner[occ]
-        rows, dirty = host.take(occ)
+        rows, dirty = host.give_up(occ)
         d.host_loc[g] = -1
         slots = self.cache_alloc(len(g), -1)
         self.cache.put(slots, rows)
@@ -171,7 +173,7 @@ class TierStack:
         hst, sst = self.host.stats, self.ssd_stats
         n_h = int(inh.sum())
         if n_h:
-            rows[inh], dirty[inh] = self.host.take(hs[inh])
+            rows[inh], dirty[inh] = self.host.give_up(hs[inh])
             d.host_loc[g[inh]] = -1
             hst.bytes_out += n_h * self.row_bytes
         hst.hits += n_h
@@ -184,7 +186,7 @@ class TierStack:
             if on.any():
                 order = np.argsort(gr[on])  # read the file in row order
                 got = np.empty((int(on.sum()), self.config.width), dtype=np.float32)
-                got[order] = self.ssd_file().read(gr[on][order])
+                got[order] = self.ssd_file().take(gr[on][order])
                 rows[idx[on]] = got
                 sst.hits += len(got)
                 sst.bytes_out += len(got) * self.row_bytes
@@ -205,7 +207,7 @@ class TierStack:
 
     def write_ssd(self, g: np.ndarray, rows: np.ndarray) -> None:
         order = np.argsort(g)
-        self.ssd_file().write(g[order], rows[order])
+        self.ssd_file().put(g[order], rows[order])
         self.dir.on_ssd[g] = True
         self.ssd_stats.bytes_in += len(g) * self.row_bytes
 
@@ -240,12 +242,12 @@ class TierStack:
                 vg = host.slots.owner[vic]
                 wb = host.slots.dirty[vic]
                 if wb.any():
-                    self.write_ssd(vg[wb], host.table[vic[wb]])
+                    self.write_ssd(vg[wb], host.take(vic[wb]))
                     host.stats.bytes_out += int(wb.sum()) * self.row_bytes
                 d.host_loc[vg] = -1
-                host.slots.release(vic)
+                host.evict(vic)
                 host.stats.evictions += len(vic)
-        d.host_loc[g] = host.put(g, rows, dirty)
+        d.host_loc[g] = host.hold(g, rows, dirty)
 
     # -- the cache ---------------------------------------------------------------------------
     def _too_small(self, pinned: int, more: int) -> StoreError:
@@ -269,7 +271,7 @@ class TierStack:
             rows = cache.take(vic)
             dirty = cm.dirty[vic].copy()
             self.dir.cache_loc[vg] = -1
-            cm.release(vic)
+            cache.evict(vic)
             if self.slot_map is not None:
                 self.slot_map.erase(self.dir.g2id[vg])
             cache.stats.evictions += len(vic)
@@ -427,7 +429,7 @@ class TierStack:
         if inc.any():
             out[inc] = self.cache.take(cs[inc])
         if inh.any():
-            out[inh] = self.host.table[hs[inh]]
+            out[inh] = self.host.take(hs[inh])
         rest = ~(inc | inh)
         if rest.any():
             on = np.zeros(len(g), dtype=bool)
@@ -437,7 +439,7 @@ class TierStack:
                     gon = g[on]
                     order = np.argsort(gon)
                     got = np.empty((len(gon), self.config.width), dtype=np.float32)
-                    got[order] = self.ssd.read(gon[order])
+                    got[order] = self.ssd.take(gon[order])
                     out[on] = got
             fresh = rest & ~on  # admitted, never materialised: still its initial value
             if fresh.any():
@@ -462,7 +464,7 @@ class TierStack:
     def write_back_dirty(self) -> None:
         """Write every dirty row of the cache and host RAM to the SSD file (marked clean)."""
         for tier_slots, rows_of in ((self.cache.slots, self.cache.take),
-                                    (self.host.slots, lambda s: self.host.table[s])):
+                                    (self.host.slots, self.host.take)):
             slots = tier_slots.dirty_occupied()
             if len(slots):
                 self.write_ssd(tier_slots.owner[slots], rows_of(slots))

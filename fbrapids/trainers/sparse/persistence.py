@@ -56,7 +56,7 @@ def flush(store: PersistedStore) -> None:
     if tiers.ssd is None:
         return
     tiers.write_back_dirty()
-    tiers.ssd.sync()
+    tiers.ssd.persist()
     tiers.ssd.write_index(store.directory.all_ids(), table_meta(store))
 
 

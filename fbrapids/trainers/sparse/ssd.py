@@ -52,7 +52,7 @@ from fbrapids.files.atomic import fsync, write_atomic
 from fbrapids.errors import SsdDirLockedError, TierFileError
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
-from fbrapids.trainers.sparse.tiers import TierStats
+from fbrapids.trainers.sparse.tier import TierStats
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +249,22 @@ class SsdTier:
             return
         self._copy(g, rows, write=True)
         self.written_end = max(self.written_end, int(g.max()) + 1)
+
+    # -- as a Tier: its places are global row numbers; it keeps every row written to it ------
+    def take(self, where: np.ndarray) -> np.ndarray:
+        """Rows ``where`` (global rows), checked: :meth:`read`."""
+        return self.read(where)
+
+    def put(self, where: np.ndarray, rows: np.ndarray) -> None:
+        """Rows written at global rows ``where``: :meth:`write`."""
+        self.write(where, rows)
+
+    def evict(self, where: np.ndarray) -> None:
+        """Nothing: the file keeps every row written to it (the rows below the cache and host RAM)."""
+
+    def persist(self) -> None:
+        """The rows written so far made durable: :meth:`sync`."""
+        self.sync()
 
     def rows_view(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start .. stop`` (a copy)."""

@@ -1,7 +1,8 @@
 """The RAM tiers of a table: the cache (a torch tensor on the training device) and host RAM
-(numpy), each a fixed set of slots holding rows by global row number, with take / put /
-evict; plus the slot bookkeeping and per-tier counters they share.  The SSD tier is in
-:mod:`fbrapids.trainers.sparse.ssd`.
+(numpy), each a fixed set of slots holding rows by global row number, each a
+:class:`~fbrapids.trainers.sparse.tier.Tier` (take / put / evict / persist / stats).  The
+SSD tier is in :mod:`fbrapids.trainers.sparse.ssd`; the slot bookkeeping and the counters
+they share are in :mod:`fbrapids.trainers.sparse.tier`.
 
 Example:
     >>> import numpy as np, torch
@@ -12,90 +13,13 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from fbrapids.errors import StoreError
-
-
-@dataclass
-class TierStats:
-    """Counters of one tier.
-
-    hits: rows found in this tier when a tier above asked for them (for the top tier:
-    unique admitted ids of a lookup already there).  misses: rows asked for and not
-    found.  evictions: rows pushed out to the tier below.  bytes_in / bytes_out: bytes
-    copied into this tier / written back out of it.
-    """
-
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-class Slots:
-    """Which global row occupies each slot of a tier, dirtiness, and a stack of free slots.
-
-    Example:
-        >>> s = Slots(4)
-        >>> a = s.pop(3); s.n_free
-        1
-        >>> s.release(a[:2]); s.n_free
-        3
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.owner = np.full(self.capacity, -1, dtype=np.int64)
-        self.dirty = np.zeros(self.capacity, dtype=bool)
-        self.free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)
-        self.n_free = self.capacity
-
-    def pop(self, m: int) -> np.ndarray:
-        if m > self.n_free:
-            raise StoreError(f"asked for {m} free slots, {self.n_free} left")
-        out = self.free[self.n_free - m : self.n_free][::-1].copy()
-        self.n_free -= m
-        return out
-
-    def release(self, slots: np.ndarray) -> None:
-        k = len(slots)
-        self.owner[slots] = -1
-        self.dirty[slots] = False
-        self.free[self.n_free : self.n_free + k] = slots
-        self.n_free += k
-
-    def grow(self, capacity: int) -> None:
-        """Add slots (for an unbounded tier)."""
-        extra = int(capacity) - self.capacity
-        if extra <= 0:
-            return
-        self.owner = np.concatenate([self.owner, np.full(extra, -1, dtype=np.int64)])
-        self.dirty = np.concatenate([self.dirty, np.zeros(extra, dtype=bool)])
-        free = np.empty(int(capacity), dtype=np.int64)  # the new slots under the free ones: those go first
-        free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
-        free[extra : extra + self.n_free] = self.free[: self.n_free]
-        self.free, self.n_free, self.capacity = free, self.n_free + extra, int(capacity)
-
-    @property
-    def used(self) -> int:
-        return self.capacity - self.n_free
-
-    def occupied(self) -> np.ndarray:
-        """Slots holding a row."""
-        return np.flatnonzero(self.owner >= 0)
-
-    def dirty_occupied(self) -> np.ndarray:
-        """Slots holding a row not yet written to the tier below."""
-        return np.flatnonzero(self.dirty & (self.owner >= 0))
+from fbrapids.trainers.sparse.tier import Slots, SlottedTier, TierStats
 
 
 class CacheTier:
@@ -189,6 +113,13 @@ class CacheTier:
                 self._copied = torch.cuda.Event()
                 self._copied.record(self._copies)
 
+    def evict(self, where: np.ndarray) -> None:
+        """Free slots ``where`` (the rows in them are gone: copy them out first)."""
+        self.slots.release(where)
+
+    def persist(self) -> None:
+        """Nothing: the cache is not durable; the tiers below it are written back to."""
+
     def grow(self, rows: int) -> None:
         """Room for ``rows`` rows in all (the rows and their slots keep their places).
 
@@ -221,39 +152,29 @@ class CacheTier:
         return self.slots.n_free + int(((self.slots.owner >= 0) & (self.pin < step)).sum())
 
 
-class HostTier:
-    """Host-RAM rows (numpy); ``capacity=None`` grows without bound (then there is no SSD)."""
+class HostTier(SlottedTier):
+    """Host-RAM rows (numpy); ``capacity=None`` grows without bound (then there is no SSD).
+    The built-in host tier: ``StoreConfig(host_tier="ram")``.
+
+    Example:
+        >>> h = HostTier(None, width=2)
+        >>> s = h.hold(np.array([5]), np.array([[1.0, 2.0]]), np.array([True])); h.take(s).tolist()
+        [[1.0, 2.0]]
+    """
+
+    kind = "ram"
 
     def __init__(self, capacity: int | None, width: int) -> None:
-        self.width = int(width)
-        self.bounded = capacity is not None
-        # unbounded: start at 1024 rows, or fewer wide ones (at most 16 MiB; it grows on demand)
-        cap = int(capacity) if capacity is not None else max(1, min(1024, (16 << 20) // max(1, 4 * self.width)))
-        self.table = np.zeros((cap, self.width), dtype=np.float32)
-        self.slots = Slots(cap)
-        self.stats = TierStats()
+        self.table = np.zeros((0, int(width)), dtype=np.float32)
+        super().__init__(capacity, width)
 
-    def take(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows and dirty flags of ``slots``, which are freed."""
-        rows = self.table[slots]
-        dirty = self.slots.dirty[slots].copy()
-        self.slots.release(slots)
-        return rows, dirty
+    def take(self, where: np.ndarray) -> np.ndarray:
+        return self.table[where]
 
-    def grow_for(self, k: int) -> None:
-        """Room for ``k`` more rows in an unbounded tier."""
-        sl = self.slots
-        cap = max(sl.capacity * 2, sl.used + k)
-        sl.grow(cap)
-        grown = np.zeros((cap, self.width), dtype=np.float32)
+    def put(self, where: np.ndarray, rows: np.ndarray) -> None:
+        self.table[where] = rows
+
+    def resize(self, capacity: int) -> None:
+        grown = np.zeros((capacity, self.width), dtype=np.float32)
         grown[: len(self.table)] = self.table
         self.table = grown
-
-    def put(self, g: np.ndarray, rows: np.ndarray, dirty: np.ndarray) -> np.ndarray:
-        """Place rows of global rows ``g`` in free slots (there must be room); their slots."""
-        slots = self.slots.pop(len(g))
-        self.table[slots] = rows
-        self.slots.owner[slots] = g
-        self.slots.dirty[slots] = dirty
-        self.stats.bytes_in += len(g) * self.width * 4
-        return slots
