@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence, cast
+from typing import Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -124,7 +124,7 @@ class DLRM(CTRModel):
         return done
 
     @staticmethod
-    def batched_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    def batched_logits(models: Sequence[DLRM], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
         """The forward of a trial's arms at once: the bottom MLPs stacked, each arm's bias
         vector among its bags, the dot interactions of all arms' rows in one batch, the top
         MLPs (without the final sigmoid) stacked: ``[M, B]``."""
@@ -133,10 +133,11 @@ class DLRM(CTRModel):
         x = stacked_mlp([net.bot_l for net in models], dense)
         bags = pooled["emb_l"]
         if first.bias_vector is not None:
-            bias = torch.stack([net.bias_vector for net in models])  # [M, dim]
+            bias = torch.stack([cast(torch.Tensor, net.bias_vector) for net in models])  # [M, dim]: all have one
             bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
         z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
-        return stacked_mlp([net.top_l[:-1] for net in models], z.view(m, b, -1)).squeeze(2)
+        tops = [cast(torch.nn.Sequential, net.top_l[:-1]) for net in models]  # a Sequential's slice is one
+        return stacked_mlp(tops, z.view(m, b, -1)).squeeze(2)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load a state dict of the reference ``DLRM_Net`` (MLPs by name, tables into the stores).

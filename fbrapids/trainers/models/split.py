@@ -18,13 +18,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from fbrapids.trainers.batch import Batch, ragged_take
-from fbrapids.trainers.modules import bag_segments
+from fbrapids.trainers.modules import TieredEmbeddingBagCollection, bag_segments
 
 
 @dataclass
@@ -92,13 +92,15 @@ def dense_rows(req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequ
     return to_tensor(_dense_array(req, rows, owner, dense)).to(dev)
 
 
-def pool(coll: Any, looked: Any, offsets: np.ndarray, dev: torch.device) -> torch.Tensor:
+def pool(coll: TieredEmbeddingBagCollection, looked: tuple[torch.Tensor, torch.Tensor], offsets: np.ndarray,
+         dev: torch.device) -> torch.Tensor:
     """``coll``'s pooling of one feature's lookup ``looked`` over the bags of ``offsets`` (``[n + 1]``)."""
     return coll.pool(looked, to_tensor(offsets[:-1]).to(dev))
 
 
-def pooled_sides(coll: Any, req: SideArrays, rows: SideArrays, own: torch.Tensor, dev: torch.device,
-                 skip: Sequence[str] = ()) -> tuple[dict[str, torch.Tensor], dict]:
+def pooled_sides(coll: TieredEmbeddingBagCollection, req: SideArrays, rows: SideArrays, own: torch.Tensor,
+                 dev: torch.device, skip: Sequence[str] = ()
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
     """Every feature of collection ``coll`` pooled over the N rows (``[N, dim]`` each), a
     request-side bag looked up and pooled over the R request rows and gathered by ``own``;
     and the lookups (feature -> (rows, index)), for the features in ``skip`` too (not pooled)."""

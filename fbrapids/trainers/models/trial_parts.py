@@ -14,11 +14,14 @@ Example:
 from __future__ import annotations
 
 import gc
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from fbrapids.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 
 
 def zero_columns(layer: object, cols: list[int], name: str, done: list[str]) -> None:
@@ -42,7 +45,7 @@ def embedding_blocks(offset: int, dim: int, features: Sequence[str], new: Sequen
     return [offset + k * dim + d for k, f in enumerate(features) if f in new for d in range(dim)]
 
 
-def zero_table(collection: Any, table: str) -> None:
+def zero_table(collection: TieredEmbeddingBagCollection, table: str) -> None:
     """Replace ``table``'s store in ``collection`` by one whose new rows start at 0 (nothing is
     looked up yet)."""
     from fbrapids.trainers.sparse import TieredEmbeddingStore

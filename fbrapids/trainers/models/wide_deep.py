@@ -34,7 +34,7 @@ the MLP learns how much to trust it.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence, cast
+from typing import Sequence, cast
 
 import numpy as np
 import torch
@@ -199,7 +199,7 @@ class WideAndDeep(CTRModel):
         return done
 
     @staticmethod
-    def batched_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    def batched_logits(models: Sequence[WideAndDeep], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
         """The forward of a trial's arms at once: ``[M, B]``."""
         wide = stacked_linear_term([net.wide_dense for net in models], dense, pooled["wide"])
         bags = pooled["deep_emb"]
@@ -296,7 +296,7 @@ class DeepFM(CTRModel):
         return done
 
     @staticmethod
-    def batched_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+    def batched_logits(models: Sequence[DeepFM], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
         """The forward of a trial's arms at once (the FM term of all arms' rows in one batch): ``[M, B]``."""
         m, b = dense.shape[:2]
         first = stacked_linear_term([net.first_dense for net in models], dense, pooled["first"])
