@@ -4,8 +4,9 @@ DICM, behaviour aggregators and partial warm-up.
 * :class:`ImageVectorStore` - raw image vectors stored once per image id (RAM or memmap);
 * :class:`ImageEmbeddingMLP`, :class:`ImageEmbedder` - the trainable sub-model and per-batch
   embedding of each unique image once, with an :class:`ImageBatchReport` of the traffic;
-* :func:`sum_pool`, :func:`max_pool`, :class:`AttentivePooling`,
-  :class:`MultiQueryAttentivePooling` - aggregators over behaviour sequences;
+* :func:`sum_pool`, :func:`max_pool`, :class:`MultiQueryAttentivePooling` - aggregators over
+  behaviour sequences (besides DIN's attention,
+  :class:`~fbrapids.trainers.modules.attention.AttentionPooling`);
 * :class:`DICM` - the model; :func:`partial_warm_up` - warm start except id embeddings;
 * :func:`read_taobao`, :func:`taobao_image_store` - the Taobao sample with synthetic images;
 * :class:`ShardedImageVectors`, :class:`DaskImageEmbedder` - vectors partitioned over a dask
@@ -20,12 +21,12 @@ Example:
 from fbrapids.ams.dicm import DICM
 from fbrapids.ams.distributed import DaskImageEmbedder, ShardedImageVectors
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbedder, ImageEmbeddingMLP
-from fbrapids.ams.pooling import AttentivePooling, MultiQueryAttentivePooling, max_pool, segment_softmax, sum_pool
+from fbrapids.ams.pooling import MultiQueryAttentivePooling, max_pool, sum_pool
 from fbrapids.ams.taobao import read_taobao, taobao_image_store
 from fbrapids.ams.vectors import ImageVectorStore, synthetic_vectors
 from fbrapids.ams.warmup import WarmUpReport, partial_warm_up
 
 __all__ = ["DICM", "DaskImageEmbedder", "ShardedImageVectors", "ImageBatchReport", "ImageEmbedder",
-           "ImageEmbeddingMLP", "AttentivePooling",
-           "MultiQueryAttentivePooling", "max_pool", "sum_pool", "segment_softmax", "read_taobao",
+           "ImageEmbeddingMLP",
+           "MultiQueryAttentivePooling", "max_pool", "sum_pool", "read_taobao",
            "taobao_image_store", "ImageVectorStore", "synthetic_vectors", "WarmUpReport", "partial_warm_up"]

@@ -37,11 +37,11 @@ import torch
 from torch import nn
 
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbedder
-from fbrapids.ams.pooling import AttentivePooling, MultiQueryAttentivePooling, max_pool, sum_pool
+from fbrapids.ams.pooling import MultiQueryAttentivePooling, max_pool, sum_pool
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.registry import register_model
-from fbrapids.trainers.modules import TieredEmbeddingBagCollection, bag_segments
+from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.errors import ArgumentError, NotFoundError
 
@@ -100,7 +100,7 @@ class DICM(CTRModel):
         self.images = images
         d_img = images.out_dim
         if aggregator == "attentive":
-            self.pool: nn.Module | None = AttentivePooling(d_img, d_img, attention_mlp)
+            self.pool: nn.Module | None = AttentionPooling(d_img, attention_mlp)
             agg_dim = d_img
         elif aggregator == "multi_query":
             self.pool = MultiQueryAttentivePooling([d_img, embedding_dim * len(self.ad_id_features)], d_img,

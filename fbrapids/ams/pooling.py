@@ -6,9 +6,10 @@ sample, ``segments [R]`` the sample (row) each belongs to (see
 a row with no behaviours gets zeros.
 
 * :func:`sum_pool`, :func:`max_pool`.
-* :class:`AttentivePooling`: DIN-style weights ``a = MLP([q, k, q' * k, q' - k])`` (``q'``
-  is ``q`` projected to the key width when the widths differ), the query being e.g. the ad's
-  image embedding; weights are used as they are (DIN) or softmax-normalised per row.
+* DIN's attention, :class:`~fbrapids.trainers.modules.attention.AttentionPooling` (the one
+  attention module: weights ``a = MLP([q, k, q' - k, q' * k])``, ``q'`` the query projected
+  to the key width when the widths differ), the query being e.g. the ad's image embedding;
+  weights are used as they are (DIN) or softmax-normalised per row.
 * :class:`MultiQueryAttentivePooling` ("Image Matters", section 4.3): one attention channel
   per query (the ad image embedding, the ad id embeddings), all over the same behaviours;
   the channels' outputs are concatenated.
@@ -27,7 +28,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from fbrapids.trainers.modules.attention import attention_unit
+from fbrapids.trainers.modules.attention import AttentionPooling
 from fbrapids.errors import ArgumentError
 
 
@@ -44,61 +45,6 @@ def max_pool(keys: torch.Tensor, segments: torch.Tensor, rows: int) -> torch.Ten
     return out.scatter_reduce(0, idx, keys, reduce="amax", include_self=False)
 
 
-def segment_softmax(scores: torch.Tensor, segments: torch.Tensor, rows: int) -> torch.Tensor:
-    """Softmax of ``scores [R]`` within each segment (numerically stable).
-
-    Example:
-        >>> segment_softmax(torch.tensor([0.0, 0.0, 5.0]), torch.tensor([0, 0, 1]), 2).tolist()
-        [0.5, 0.5, 1.0]
-    """
-    top = scores.new_full((rows,), float("-inf")).scatter_reduce(0, segments, scores, reduce="amax",
-                                                                include_self=True)
-    e = torch.exp(scores - top.index_select(0, segments))
-    den = scores.new_zeros(rows).index_add(0, segments, e)
-    return e / den.index_select(0, segments)
-
-
-class AttentivePooling(nn.Module):
-    """Attention-weighted sum of behaviours against one query per row.
-
-    Args:
-        query_dim: width of the query (e.g. the ad image embedding).
-        key_dim: width of the behaviour keys (e.g. behaviour image embeddings).
-        hidden: widths of the attention MLP (PReLU between layers).
-        normalize: ``"none"`` (DIN: raw weights) or ``"softmax"`` (per row).
-
-    Example:
-        >>> att = AttentivePooling(4, 4)
-        >>> att(torch.randn(2, 4), torch.randn(3, 4), torch.tensor([0, 0, 1])).shape
-        torch.Size([2, 4])
-    """
-
-    def __init__(self, query_dim: int, key_dim: int, hidden: Sequence[int] = (36,), normalize: str = "none") -> None:
-        super().__init__()
-        if normalize not in ("none", "softmax"):
-            raise ArgumentError(f"normalize must be 'none' or 'softmax', got {normalize!r}")
-        self.normalize = normalize
-        self.key_dim = key_dim
-        self.proj = nn.Identity() if query_dim == key_dim else nn.Linear(query_dim, key_dim, bias=False)
-        self.unit = attention_unit(query_dim + 3 * key_dim, hidden)
-
-    def weights(self, query: torch.Tensor, keys: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
-        """Attention weight ``[R]`` of each behaviour."""
-        q = query.index_select(0, segments)
-        qp = self.proj(q)
-        w = self.unit(torch.cat([q, keys, qp * keys, qp - keys], dim=1)).squeeze(1)
-        if self.normalize == "softmax":
-            w = segment_softmax(w, segments, query.shape[0])
-        return w
-
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, segments: torch.Tensor,
-                values: torch.Tensor | None = None) -> torch.Tensor:
-        """``[B, value_dim]``: per row, the behaviours' ``values`` (default: ``keys``) weighted."""
-        v = keys if values is None else values
-        w = self.weights(query, keys, segments)
-        return sum_pool(w.unsqueeze(1) * v, segments, query.shape[0])
-
-
 class MultiQueryAttentivePooling(nn.Module):
     """Several attention channels over the same behaviours, one per query; outputs concatenated.
 
@@ -106,7 +52,7 @@ class MultiQueryAttentivePooling(nn.Module):
         query_dims: width of each channel's query, e.g. ``[image_dim, id_dims]`` for the
             ad image embedding and the ad's (concatenated) id embeddings.
         key_dim: width of the behaviour keys (and values).
-        hidden, normalize: as :class:`AttentivePooling`.
+        hidden, normalize: as :class:`~fbrapids.trainers.modules.attention.AttentionPooling`.
 
     Example:
         >>> mq = MultiQueryAttentivePooling([4, 6], 4)
@@ -117,7 +63,8 @@ class MultiQueryAttentivePooling(nn.Module):
     def __init__(self, query_dims: Sequence[int], key_dim: int, hidden: Sequence[int] = (36,),
                  normalize: str = "none") -> None:
         super().__init__()
-        self.channels = nn.ModuleList([AttentivePooling(q, key_dim, hidden, normalize) for q in query_dims])
+        self.channels = nn.ModuleList([AttentionPooling(q, hidden, key_dim=key_dim, normalize=normalize)
+                                       for q in query_dims])
         self.out_dim = key_dim * len(self.channels)
 
     def forward(self, queries: Sequence[torch.Tensor], keys: torch.Tensor, segments: torch.Tensor,

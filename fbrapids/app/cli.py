@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fbrapids.errors import FbrapidsError, UsageError
-from fbrapids.workloads.run_config import MODELS
+from fbrapids.workloads.run_config import MODELS, ModelNames
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -680,8 +680,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--data-dir", type=Path, default=None,
                       help="where the default data is generated and kept (default ~/.cache/fbrapids/data)")
     demo.add_argument("--backend", choices=("auto", "cpu", "gpu"), default=None)
-    demo.add_argument("--model", default="dlrm", choices=MODELS,
-                      help="din: attention over the user's last 50 clicked categories, built from the log by history; "
+    demo.add_argument("--model", default="dlrm", type=MODELS.argument("dlrm"), metavar="MODEL",
+                      help="a registered model's short name (an unknown one is refused with the list); din: "
+                           "attention over the user's last 50 clicked categories, built from the log by history; "
                            "dcn: DCN-v2 (a cross network)")
     demo.add_argument("--tune", action="store_true",
                       help="choose the learning rates, weight decay, dropout and epochs on the data first: the last "
@@ -754,7 +755,8 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
     tri.add_argument("--candidate", action="append", required=True, metavar="NAME=EXPR",
                      help="a candidate feature, e.g. 'pid_x_cate=ops.cross(\"pid\", \"cate_id\")'; repeatable")
     tri.add_argument("--kind", choices=("sparse", "dense"), default="sparse", help="what the candidates are")
-    tri.add_argument("--model", default="dlrm", choices=MODELS)
+    tri.add_argument("--model", default="dlrm", type=MODELS.argument("dlrm"), metavar="MODEL",
+                     help="a registered model's short name")
     tri.add_argument("--seeds", type=_int_in(1, 64), default=None,
                      help="seeds per arm (K; default 3, or with --min-effect the most seeds, default 6)")
     tri.add_argument("--each", action="store_true",
@@ -796,8 +798,8 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     exp = sub.add_parser("export", help="export a demo's (or a workload run's) checkpoint for `fbrapids serve`")
     exp.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a root with a `latest` pointer")
     exp.add_argument("out", type=Path, help="the export directory (new or empty)")
-    exp.add_argument("--model", default="dlrm", choices=tuple(m for m in MODELS if m != "logreg"),
-                     help="the model the checkpoint holds")
+    exp.add_argument("--model", default="dlrm", type=ModelNames("exportable").argument("dlrm"), metavar="MODEL",
+                     help="the model the checkpoint holds (a registered, exportable model)")
     exp.add_argument("--workload", type=Path, default=None, metavar="FILE",
                      help="the TOML workload file the run trained on (`demo --workload FILE --work-dir W`): the "
                           "export's spec comes from it (request columns from the log, item columns from its "

@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fbrapids.errors import ArgumentError, BackendUnavailableError, FbrapidsError
+from fbrapids.workloads.run_config import ModelNames
 
 log = logging.getLogger(__name__)
 
-DISTRIBUTED_MODELS = ("dlrm", "wide_deep", "deepfm", "din", "dcn")
+#: the models that train on several ranks: those that say so (``trains_distributed``), read from the registry
+DISTRIBUTED_MODELS = ModelNames("trains_distributed")
 #: how long the other ranks wait for rank 0's next batch (planning included) before failing
 FEED_TIMEOUT_S = 3600.0
 
@@ -276,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=None)
     p.add_argument("--work-dir", type=Path, default=None,
                    help="shared by the ranks (default: fbrapids-demo-dist under $TMPDIR)")
-    p.add_argument("--model", default="dlrm", choices=DISTRIBUTED_MODELS)
+    p.add_argument("--model", default="dlrm", type=DISTRIBUTED_MODELS.argument("dlrm"), metavar="MODEL")
     p.add_argument("--batch-size", type=int, default=2048, help="the global batch (divided by the world size)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)

@@ -48,17 +48,19 @@ ITEM_SCHEMA = {"ad_id": "int64", "advertiser_id": "int64", "category": "int64", 
 
 def demo_inputs(model: str = "dlrm") -> tuple[list[str], list[str], dict[str, str] | None]:
     """The model inputs ``(dense, sparse, sequences)`` the demo trains ``model`` on: the
-    pipeline's ``DENSE`` / ``SPARSE``, and for ``din`` its behaviour sequence too.
+    pipeline's ``DENSE`` / ``SPARSE``, and for a model reading sequences (``din``) its
+    behaviour sequence too.
 
     Example:
         >>> demo_inputs("din")[2]
         {'hist_cat': 'category'}
     """
     from fbrapids.app.pipeline import DENSE, DIN_SEQUENCE, DIN_TARGET, MODELS, SPARSE
+    from fbrapids.trainers.models import model_for
 
     if model not in MODELS:
         raise ExportError(f"unknown demo model {model!r}; expected one of {', '.join(MODELS)}")
-    if model == "din":
+    if model_for(model).reads_sequences:  # (DIN) the demo's behaviour sequence
         return list(DENSE), [*SPARSE, DIN_SEQUENCE], {DIN_SEQUENCE: DIN_TARGET}
     return list(DENSE), list(SPARSE), None
 

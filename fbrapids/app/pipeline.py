@@ -332,15 +332,6 @@ def read_sorted_views(data: Workload | str | Path, backend: str | None = None) -
     return frames.read_views(as_workload(data), backend=backend)
 
 
-#: the pipeline's architecture of each model (docs/models.md), by the registry's short names
-ARCHITECTURES: dict[str, dict[str, Any]] = {
-    "dlrm": dict(bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True),
-    "wide_deep": dict(deep_mlp=[64, 32]),
-    "deepfm": dict(deep_mlp=[64, 32]),
-    "din": dict(attention_mlp=(36,), mlp=(64, 32), first_order=True),
-    "dcn": dict(bottom_mlp=[64, 32], cross_layers=3, low_rank=64, structure="stacked", top_mlp=[64, 32]),
-}
-
 #: the recipe fields a model has no part for (a tuning does not vary them): no first-order
 #: tables in DLRM and DCN-v2; the logistic regression's tables are all first-order, and it has no MLP
 UNUSED_RECIPE_FIELDS: dict[str, tuple[str, ...]] = {"dlrm": ("first_order_lr",), "dcn": ("first_order_lr",),
@@ -437,25 +428,10 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
 
     # mean pooling of bags (docs/models.md: a bag of up to 64 query x title tokens summed
     # outweighed every single-id field and added noise to the interactions)
-    cls = models.model_for(name)  # the class from the one registry; the pipeline's architecture below
+    cls = models.model_for(name)  # the class from the one registry; its own pipeline arguments
     common = dict(dense_dim=dense_dim, sparse_features=list(sparse), embedding_dim=embedding_dim, store=store,
                   pooling=POOLING)
-    if recipe is not None:
-        common["store"] = recipe.store(store)
-    if name == "logreg":  # its tables at the first-order rate; bags pooled as the deep models' (docs/models.md)
-        out = dict(common)
-        if recipe is not None:
-            out["store"] = recipe.store(store).with_(lr=recipe.first_order)
-        return cls, out
-    if name == "din":
-        seqs = dict(sequences or {})
-        common.update(sparse_features=[f for f in sparse if f not in seqs], sequences=seqs)
-    if recipe is not None:
-        common["dropout"] = recipe.dropout
-        first = {"wide_deep": "wide_store", "deepfm": "first_order_store", "din": "first_order_store"}.get(name)
-        if first is not None:
-            common[first] = recipe.first_order_store(store)
-    return cls, dict(common, **ARCHITECTURES.get(name, {}))
+    return cls, cls.pipeline_arguments(common, store, recipe, sequences)
 
 
 def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,

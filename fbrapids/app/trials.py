@@ -115,8 +115,8 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
             group column is the bootstrap's unit.
         candidates: new feature name -> expression over the joined views (``fbrapids.ops``).
         kind: ``"sparse"`` (ids, embedded) or ``"dense"`` (numbers) for the candidates.
-        model: the model every arm trains (``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"``,
-            ``"logreg"``).
+        model: the model every arm trains: a registered model's short name
+            (:data:`fbrapids.workloads.run_config.MODELS`; ``"dlrm"``, ``"din"``...).
         seeds: K (seeds ``seed, seed + 1, ...``) or the seeds themselves; default
             :data:`DEFAULT_SEEDS` (a sequential trial: the most seeds, default
             :data:`fbrapids.app.trial_sequential.DEFAULT_MAX_SEEDS`).

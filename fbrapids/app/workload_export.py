@@ -55,11 +55,13 @@ from fbrapids.workloads import Workload
 def check_exportable(w: Workload, model: str = "dlrm") -> None:
     """An :class:`~fbrapids.errors.ExportError` naming the model inputs a served request
     cannot compute (history features: they read the log), or a model no scorer serves
-    (``logreg``), before any work."""
+    (one not ``exportable``: ``logreg``), before any work."""
     from fbrapids.workloads.frames import split_fitted
 
-    if model == "logreg":  # (the screening model: no scorer serves it yet)
-        raise ExportError("serving has no scorer for the logistic regression (logreg); export another model")
+    from fbrapids.trainers.models import model_for
+
+    if not model_for(model).exportable:  # (the logistic regression, the screening model: no scorer serves it yet)
+        raise ExportError(f"serving has no scorer for the model {model!r}; export another model")
     dense, sparse, sequences, features = w.model_inputs(model)
     used = {n: e for n, e in features.items() if n in dense or n in sparse}
     history = sorted(n for n in split_fitted(used)[1] if n not in sequences)

@@ -5,7 +5,8 @@ the same feature lists (baseline + candidates), constructed under the same seed,
 parameter they share (each table, each layer) starts bit for bit equal, however many
 candidate tables are added.  Then:
 
-* :func:`zero_candidate_inputs` sets to 0 what reads the candidates' inputs: the first-layer
+* :func:`zero_candidate_inputs` sets to 0 what reads the candidates' inputs (each model's own
+  rule, :meth:`~fbrapids.trainers.models.base.CTRModel.zero_candidate_inputs`): the first-layer
   weight columns of candidate dense inputs and of candidate embeddings (DLRM: the top MLP's
   columns of every interaction involving a candidate field), the dense first-order weights
   of Wide&Deep / DeepFM / logistic regression (their per-id first-order tables already
@@ -57,16 +58,11 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
-from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch
-
-if TYPE_CHECKING:
-    from fbrapids.trainers.models import DCNv2
-    from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 
 log = logging.getLogger(__name__)
 
@@ -120,98 +116,21 @@ def shuffled_view(batch: Batch, dense: Sequence[str], new_dense: Sequence[str] =
     return Batch(out, batch.label, sparse, batch.group)
 
 
-def _zero_columns(layer: object, cols: list[int], name: str, done: list[str]) -> None:
-    """Zero the weight columns ``cols`` of ``layer`` (a model's :class:`~torch.nn.Linear`, named ``name``)."""
-    if cols:
-        if not isinstance(layer, torch.nn.Linear):
-            raise ArgumentError(f"{name}: expected a torch.nn.Linear, got {type(layer).__name__}")
-        with torch.no_grad():
-            layer.weight[:, cols] = 0
-        done.append(f"{name}.weight[:, {cols}]")
-
-
-def _first_linear(seq: torch.nn.Module) -> torch.nn.Linear:
-    return next(m for m in seq.modules() if isinstance(m, torch.nn.Linear))
-
-
 def zero_candidate_inputs(model: torch.nn.Module, dense: Sequence[str], sparse: Sequence[str],
                           new_dense: Sequence[str] = (), new_sparse: Sequence[str] = ()) -> list[str]:
     """Set to 0 every weight that reads only the candidates' inputs (see the module
     docstring), in place; returns what was zeroed, for the log.
 
     ``dense`` / ``sparse`` are the model's inputs in order (baseline + candidates);
-    ``new_dense`` / ``new_sparse`` the candidates among them.  Models other than DLRM,
-    WideAndDeep, DeepFM, DIN, DCN-v2 and LogisticRegression are left as built (logged): their arms
-    then start from different functions, which costs power, not validity.
+    ``new_dense`` / ``new_sparse`` the candidates among them.  Each model knows its own
+    weights (:meth:`~fbrapids.trainers.models.base.CTRModel.zero_candidate_inputs`); a model
+    without a rule is left as built (logged): its arms then start from different functions,
+    which costs power, not validity.
     """
-    from fbrapids.trainers.models import DIN, DLRM, DCNv2, DeepFM, WideAndDeep
-
-    dense, sparse = list(dense), list(sparse)
-    dcols = [dense.index(c) for c in new_dense]
-    done: list[str] = []
-    if isinstance(model, DCNv2):
-        _zero_dcn(model, dcols, new_sparse, done)
-    elif isinstance(model, DLRM):
-        _zero_columns(model.bot_l[0], dcols, "bot_l.0", done)
-        fields = {1 + model.sparse_features.index(f) for f in new_sparse}  # field 0: the bottom MLP's output
-        li, lj = model.interaction.li.tolist(), model.interaction.lj.tolist()
-        width = model.ln_bot[-1]
-        cols = [width + k for k, (i, j) in enumerate(zip(li, lj)) if i in fields or j in fields]
-        _zero_columns(model.top_l[0], cols, "top_l.0", done)
-    elif isinstance(model, (WideAndDeep, DeepFM)):
-        lin, deep = (model.wide_dense, model.deep) if isinstance(model, WideAndDeep) else (model.first_dense, model.deep)
-        _zero_columns(lin, dcols, "wide_dense" if isinstance(model, WideAndDeep) else "first_dense", done)
-        dim = (model.deep_emb if isinstance(model, WideAndDeep) else model.emb).dim
-        _zero_columns(_first_linear(deep), dcols + _blocks(len(dense), dim, model.sparse_features, new_sparse),
-                      "deep.0", done)
-        if isinstance(model, DeepFM):
-            for f in new_sparse:
-                _zero_table(model.emb, f)
-                done.append(f"emb/{f} (FM field rows start at 0)")
-    elif isinstance(model, DIN):
-        dim = model.emb.dim
-        blocks = _blocks(len(dense), dim, model.sparse_features + list(model.sequences), new_sparse)
-        _zero_columns(_first_linear(model.mlp), dcols + blocks, "mlp.0", done)
-        if getattr(model, "first_dense", None) is not None:  # its first-order part: per-id weights start at 0
-            _zero_columns(model.first_dense, dcols, "first_dense", done)
-    elif hasattr(model, "dense_linear"):  # logistic regression: per-id weights start at 0 already
-        _zero_columns(model.dense_linear, dcols, "dense_linear", done)
-    else:
+    rule = getattr(model, "zero_candidate_inputs", None)
+    done = rule(list(dense), list(sparse), list(new_dense), list(new_sparse)) if callable(rule) else None
+    if done is None:
         log.warning("%s: no rule for its candidate inputs' weights; the arms start from different functions",
                     type(model).__name__)
+        return []
     return done
-
-
-def _zero_dcn(model: DCNv2, dcols: list[int], new_sparse: Sequence[str], done: list[str]) -> None:
-    """DCN-v2: the bottom MLP's candidate dense columns, and the candidate embeddings'
-    columns of ``x_0`` wherever a layer reads them (each cross layer's ``W`` or ``U``, the top
-    MLP's first layer; the parallel structure's head reads the cross network's output), so
-    that they reach no other coordinate and no output."""
-    if model.bottom is not None:
-        _zero_columns(model.bottom[0], dcols, "bottom.0", done)
-    offset = model.emb.dim if model.bottom is not None else 0
-    cols = _blocks(offset, model.emb.dim, model.sparse_features, new_sparse)
-    prefix = "w" if model.cross.low_rank is None else "u"
-    for k, lin in enumerate(model.cross.readers()):
-        _zero_columns(lin, cols, f"cross.{prefix}.{k}", done)
-    _zero_columns(_first_linear(model.top), cols, "top.0", done)
-    if model.head is not None:
-        _zero_columns(model.head, cols, "head", done)
-
-
-def _blocks(offset: int, dim: int, features: Sequence[str], new: Sequence[str]) -> list[int]:
-    """Columns of the ``new`` features' embeddings in ``[dense..., emb(f) for f in features]``."""
-    return [offset + k * dim + d for k, f in enumerate(features) if f in new for d in range(dim)]
-
-
-def _zero_table(collection: TieredEmbeddingBagCollection, table: str) -> None:
-    """Replace ``table``'s store by one whose new rows start at 0 (nothing is looked up yet)."""
-    from fbrapids.trainers.sparse import TieredEmbeddingStore
-
-    import gc
-
-    old = collection.stores.pop(table)
-    config, name, device = old.config.with_(init_scale=0.0), old.name, old.device
-    del old
-    gc.collect()  # its SSD directory (a weakly held registration) is free again
-    collection.stores[table] = TieredEmbeddingStore(config, name=name, device=device)

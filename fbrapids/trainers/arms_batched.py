@@ -15,8 +15,8 @@ tables of the same shape, each in its own store, and runs its own small matmuls.
 * **Batched dense parts.**  The arms' dense weights are stacked (``[M, out, in]``, each arm's
   own parameters: gradients flow back to them) and every layer runs once for all arms
   (``baddbmm``); parameter-free parts (DLRM's dot interactions) run on the arms' rows
-  folded into one batch.  :data:`HEADS` holds the batched forward of each model class that
-  has one (DLRM, Wide&Deep, DeepFM); a model without one (DIN, the logistic regression)
+  folded into one batch.  A model class's ``batched_logits`` is its batched forward
+  (DLRM, Wide&Deep and DeepFM have one); a model without one (DIN, the logistic regression)
   trains arm after arm
   (:class:`~fbrapids.trainers.strategy.Arms`), as before.
 * **Independent models.**  Each arm's loss is its own mean over the batch and the losses
@@ -208,113 +208,32 @@ def _shared_config(configs: Sequence[Any], table: str) -> Any:
 
 
 # -- batched dense parts ---------------------------------------------------------------------
-def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor) -> torch.Tensor:
-    """The arms' MLPs (one ``Sequential`` of Linear / ReLU / Sigmoid each, same shapes) on
-    ``x`` ``[M, B, in]``: each Linear as one ``baddbmm`` over the arms' stacked weights.
-
-    Example:
-        >>> from fbrapids.trainers.modules import mlp
-        >>> nets = [mlp([3, 4, 2]) for _ in range(2)]
-        >>> x = torch.randn(2, 5, 3)
-        >>> torch.allclose(stacked_mlp(nets, x), torch.stack([n(x[k]) for k, n in enumerate(nets)]), atol=1e-6)
-        True
-    """
-    for parts in zip(*layers):
-        first = parts[0]
-        if isinstance(first, torch.nn.Linear):
-            w = torch.stack([p.weight for p in parts])
-            if first.bias is not None:
-                x = torch.baddbmm(torch.stack([p.bias for p in parts]).unsqueeze(1), x, w.transpose(1, 2))
-            else:
-                x = torch.bmm(x, w.transpose(1, 2))
-        elif isinstance(first, torch.nn.ReLU):
-            x = torch.relu(x)
-        elif isinstance(first, torch.nn.Sigmoid):
-            x = torch.sigmoid(x)
-        else:
-            raise ArgumentError(f"stacked_mlp: no batched form of {type(first).__name__}")
-    return x
-
-
-def dlrm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
-    """DLRM's forward (:class:`~fbrapids.trainers.models.DLRM`) for every arm at once: the
-    bottom MLPs stacked, each arm's bias vector among its bags, the dot interactions of all
-    arms' rows in one batch, the top MLPs (without the final sigmoid) stacked: ``[M, B]``."""
-    m, b = dense.shape[:2]
-    first = models[0]
-    x = stacked_mlp([net.bot_l for net in models], dense)
-    bags = pooled["emb_l"]
-    if first.bias_vector is not None:
-        bias = torch.stack([net.bias_vector for net in models])  # [M, dim]
-        bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
-    z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
-    return stacked_mlp([net.top_l[:-1] for net in models], z.view(m, b, -1)).squeeze(2)
-
-
-def _linear_term(layers: Sequence[torch.nn.Linear], dense: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Wide&Deep's and DeepFM's first-order part for every arm (:func:`~fbrapids.trainers.models.wide_deep.linear_term`):
-    the arms' linear maps of the dense features plus their per-id weights ``[M, B, F, 1]``
-    summed over the features: ``[M, B]``."""
-    return stacked_mlp([torch.nn.Sequential(lin) for lin in layers], dense).squeeze(2) + weights.sum(dim=2).squeeze(2)
-
-
-def wide_deep_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
-    """:class:`~fbrapids.trainers.models.WideAndDeep`'s forward for every arm at once: ``[M, B]``."""
-    wide = _linear_term([net.wide_dense for net in models], dense, pooled["wide"])
-    bags = pooled["deep_emb"]
-    deep = stacked_mlp([net.deep for net in models], torch.cat([dense, bags.flatten(2)], dim=2)).squeeze(2)
-    return wide + deep
-
-
-def deepfm_logits(models: Sequence[Any], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
-    """:class:`~fbrapids.trainers.models.DeepFM`'s forward for every arm at once (the FM term of
-    all arms' rows in one batch): ``[M, B]``."""
-    from fbrapids.trainers.modules.interaction import fm_second_order
-
-    m, b = dense.shape[:2]
-    first = _linear_term([net.first_dense for net in models], dense, pooled["first"])
-    fields = pooled["emb"]
-    scale = torch.tensor([float(net.fm_scale) for net in models], dtype=fields.dtype, device=fields.device)
-    fm = fm_second_order(fields.reshape(m * b, *fields.shape[2:])).view(m, b) * scale.unsqueeze(1)
-    deep = stacked_mlp([net.deep for net in models], torch.cat([dense, fields.flatten(2)], dim=2)).squeeze(2)
-    return first + fm + deep
-
-
-def _heads() -> dict[type, Callable[..., torch.Tensor]]:
-    from fbrapids.trainers.models import DLRM, DeepFM, WideAndDeep
-
-    return {DLRM: dlrm_logits, WideAndDeep: wide_deep_logits, DeepFM: deepfm_logits}
-
-
-#: model class -> its batched forward ``(models, dense [M, B, D], pooled {collection: [M, B, F, dim]})
-#: -> logits [M, B]``; filled on first use (:func:`batched_head`)
-HEADS: dict[type, Callable[..., torch.Tensor]] = {}
-
-
 def batched_head(models: Sequence[Any]) -> Callable[..., torch.Tensor] | None:
-    """The batched forward of ``models`` when they are of one class with one in
-    :data:`HEADS`, the same shapes of every parameter and the same tables; else None (they
-    train arm after arm).
+    """The batched forward of ``models`` (their class's ``batched_logits``,
+    :attr:`~fbrapids.trainers.models.base.CTRModel.batched_logits`) when they are of one
+    class that has one, the same shapes of every parameter and the same tables; else None
+    (they train arm after arm).
 
     Example:
         >>> from fbrapids.trainers.models import DLRM
         >>> from fbrapids.trainers.sparse import StoreConfig
         >>> a, b = (DLRM(1, ["x"], embedding_dim=2, bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=8))
         ...         for _ in range(2))
-        >>> batched_head([a, b]) is dlrm_logits, batched_head([a, DLRM(2, ["x"], embedding_dim=2,
+        >>> batched_head([a, b]) is DLRM.batched_logits, batched_head([a, DLRM(2, ["x"], embedding_dim=2,
         ...     bottom_mlp=[4], top_mlp=[4], store=StoreConfig(cache_rows=8))])
         (True, None)
     """
-    if not HEADS:
-        HEADS.update(_heads())
+    from fbrapids.trainers.models.base import batched_logits_of
+
     cls = type(models[0])
-    if cls not in HEADS or any(type(m) is not cls for m in models):
+    head = batched_logits_of(cls)
+    if head is None or any(type(m) is not cls for m in models):
         return None
     shapes = [[(n, tuple(p.shape)) for n, p in m.named_parameters()] for m in models]
     tables = [{k: (s.config.dim, s.config.slices) for k, s in m.stores().items()} for m in models]
     if any(s != shapes[0] for s in shapes) or any(t != tables[0] for t in tables):
         return None
-    return HEADS[cls]
+    return head
 
 
 class BatchedArms(Strategy):
@@ -336,8 +255,8 @@ class BatchedArms(Strategy):
             raise ArgumentError(f"arms: {len(self.models)} models but {len(self.views)} views")
         head = batched_head(self.models)
         if head is None:
-            raise ArgumentError(f"BatchedArms: no batched form of these {len(self.models)} models (one class in "
-                                "HEADS, the same shapes); train them with Arms")
+            raise ArgumentError(f"BatchedArms: no batched form of these {len(self.models)} models (one class "
+                                "with a batched_logits, the same shapes); train them with Arms")
         self.head = head
         self.tables = SharedTables(self.models, self.views)
         self.optimizer: torch.optim.Optimizer | None = None

@@ -89,18 +89,17 @@ def check_model_stream(model: Any, batches: Any) -> None:
                                    f"for (it would be ignored); the model's: {wanted}")
 
 
-def model_from_workload(cls: type, workload: Any, **kwargs: Any) -> Any:
+def model_from_workload(cls: Any, workload: Any, **kwargs: Any) -> Any:
     """``cls`` built over ``workload``'s features: ``dense_dim`` its dense list's length,
-    ``sparse_features`` its sparse list, and for a model taking ``sequences`` (DIN) the
-    workload's behaviour sequences; ``kwargs``: the other constructor arguments."""
-    import inspect
-
-    takes = inspect.signature(cls).parameters  # (its __init__'s, less self)
-    dense, sparse, seqs, _ = workload.model_inputs("din" if "sequences" in takes else "")
+    ``sparse_features`` its sparse list, and for a model reading ``sequences`` (DIN) the
+    workload's behaviour sequences (the model's
+    :meth:`~fbrapids.trainers.models.base.CTRModel.workload_inputs`); ``kwargs``: the other
+    constructor arguments."""
+    dense, sparse, seqs, _ = cls.workload_inputs(workload)  # the model says which inputs it reads
     for given in ("dense_dim", "sparse_features", "sequences"):
         if given in kwargs:
             raise InputTypeError(f"{cls.__name__}.from_workload: {given} comes from the workload; leave it out")
     args: dict[str, Any] = {"dense_dim": len(dense), "sparse_features": [f for f in sparse if f not in seqs]}
-    if "sequences" in takes:
+    if getattr(cls, "reads_sequences", False):
         args["sequences"] = seqs
     return cls(**args, **kwargs)

@@ -13,17 +13,87 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence, overload
 
 from fbrapids.errors import WorkloadError
 
 #: where ``RunConfig.tiers`` may put the embedding rows
 TIERS = ("auto", "ram", "tiered")
-#: the models ``RunConfig.model`` may name (:func:`fbrapids.app.pipeline.build_model`)
-MODELS = ("dlrm", "wide_deep", "deepfm", "din", "logreg", "dcn")
+
+
+class ModelNames(Sequence[str]):
+    """The registered models' short names (:func:`fbrapids.trainers.models.short_names`), those
+    whose class has the attribute ``having`` true when given, read from the registry when
+    first used: importing the models imports torch, which the command line's ``--help`` does
+    not.
+
+    Example:
+        >>> names = ModelNames()
+        >>> "dlrm" in names, "nope" in names, names[0]
+        (True, False, 'dlrm')
+        >>> "logreg" in ModelNames("exportable")
+        False
+    """
+
+    def __init__(self, having: str | None = None) -> None:
+        self.having = having
+
+    def names(self) -> tuple[str, ...]:
+        from fbrapids.trainers.models import short_names
+
+        return short_names(self.having)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self.names()[index]
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, ModelNames)) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.having)
+
+    def __repr__(self) -> str:
+        return repr(self.names())
+
+    def argument(self, default: str) -> Callable[[str], str]:
+        """A command line's ``type=`` for a model option whose default is ``default``: a name
+        given is checked against the registry, argparse's refusal listing the names.  Not
+        ``choices=``, which ``--help`` lists, nor a check of the default, which argparse
+        converts too: a command that names no model imports none (nor torch); ``RunConfig``
+        checks the default where the run starts.
+
+        Example:
+            >>> model = ModelNames().argument("dlrm")
+            >>> model("din")
+            'din'
+            >>> model("nope")
+            Traceback (most recent call last):
+            ...
+            argparse.ArgumentTypeError: invalid choice: 'nope' (choose from 'dlrm', 'wide_deep', 'deepfm', 'din', ...)
+        """
+        def model(value: str) -> str:
+            if value != default and value not in self:
+                raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(map(repr, self))})")
+            return value
+
+        return model
+
+
+#: the models ``RunConfig.model`` may name (:func:`fbrapids.app.pipeline.build_model`): the registry's
+MODELS = ModelNames()
 
 
 @dataclass(frozen=True)
@@ -31,7 +101,7 @@ class RunConfig:
     """The run options of :func:`fbrapids.app.pipeline.run_pipeline`.
 
     Attributes:
-        model: ``"dlrm"``, ``"wide_deep"``, ``"deepfm"``, ``"din"``, ``"dcn"`` (DCN-v2) or ``"logreg"``.
+        model: a registered model's short name (:data:`MODELS`: ``"dlrm"``, ``"din"``...).
         backend: ``"cpu"`` / ``"gpu"`` / None (automatic).
         epochs / batch_size / embedding_dim / seed: training (``epochs`` None: the recipe's).
         recipe: learning rates, weight decay, dropout and epochs

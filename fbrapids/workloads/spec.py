@@ -26,9 +26,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from fbrapids.errors import WorkloadError
+
+if TYPE_CHECKING:
+    from fbrapids.trainers.models.base import CTRModel
 
 SPLIT_RULES = ("at", "last_day", "fraction", "files")
 JOIN_HOWS = ("left", "inner")
@@ -438,20 +441,20 @@ class Workload:
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)
 
-    def model_inputs(self, model: str) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
-        """``(dense, sparse, sequences, features)`` that ``model`` trains on: DIN adds the
-        sequences (to the sparse inputs, their expressions to the features); the others
-        leave them out.
+    def inputs(self, sequences: bool = False) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
+        """``(dense, sparse, sequences, features)`` of a model over this workload: with
+        ``sequences`` the behaviour sequences are added (to the sparse inputs, their
+        expressions to the features); without, they are left out.
 
         Example:
             >>> w = Workload([View("log", "l.csv")], "click", Split("fraction", fraction=0.5), sparse=["cat"],
             ...              sequences={"hist": SequenceFeature("cat")})
-            >>> w.model_inputs("din")[1:3], w.model_inputs("dlrm")[1:3]
+            >>> w.inputs(sequences=True)[1:3], w.inputs()[1:3]
             ((['cat', 'hist'], {'hist': 'cat'}), (['cat'], {}))
         """
         dense, sparse, feats = list(self.dense), list(self.sparse), dict(self.features)
         seqs: dict[str, str] = {}
-        if model == "din":
+        if sequences:
             for n, s in self.sequences.items():
                 seqs[n] = s.target
                 if n not in sparse:
@@ -460,7 +463,24 @@ class Workload:
                     feats = {n: s.expression, **feats}
         return dense, sparse, seqs, feats
 
-    def stream_args(self, model: str = "dlrm") -> dict[str, Any]:
+    def model_inputs(self, model: str | type[CTRModel]) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
+        """``(dense, sparse, sequences, features)`` that ``model`` (a registered model's short
+        name, or its class) trains on: the model says
+        (:meth:`~fbrapids.trainers.models.base.CTRModel.workload_inputs`; DIN adds the
+        sequences, the others leave them out).
+
+        Example:
+            >>> w = Workload([View("log", "l.csv")], "click", Split("fraction", fraction=0.5), sparse=["cat"],
+            ...              sequences={"hist": SequenceFeature("cat")})
+            >>> w.model_inputs("din")[1:3], w.model_inputs("dlrm")[1:3]
+            ((['cat', 'hist'], {'hist': 'cat'}), (['cat'], {}))
+        """
+        from fbrapids.trainers.models import model_for
+
+        cls = model_for(model) if isinstance(model, str) else model
+        return cls.workload_inputs(self)
+
+    def stream_args(self, model: str | type[CTRModel] = "dlrm") -> dict[str, Any]:
         """``label``, ``dense``, ``sparse`` and ``group`` of the stream feeding ``model``
         (:meth:`model_inputs`: the same lists ``Model.from_workload`` builds the model from).
 

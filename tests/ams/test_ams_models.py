@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import fbrapids  # noqa: F401
-from fbrapids.ams import (DICM, AttentivePooling, ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore,
-                          MultiQueryAttentivePooling, max_pool, partial_warm_up, segment_softmax, sum_pool,
+from fbrapids.ams import (DICM, ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore,
+                          MultiQueryAttentivePooling, max_pool, partial_warm_up, sum_pool,
                           synthetic_vectors)
 from fbrapids.trainers import StoreConfig, fit
+from fbrapids.trainers.modules.attention import AttentionPooling, segment_softmax
 
 LIST = pd.ArrowDtype(pa.list_(pa.int64()))
 
@@ -84,7 +85,7 @@ def test_attentive_pooling_matches_per_row_reference(normalize: str) -> None:
     torch.manual_seed(0)
     rng = np.random.default_rng(1)
     keys, seg, lengths = _ragged(rng, 20, 6)
-    att = AttentivePooling(3, 6, hidden=(8,), normalize=normalize).double()
+    att = AttentionPooling(3, hidden=(8,), key_dim=6, normalize=normalize).double()
     q = torch.randn(20, 3, dtype=torch.float64)
     out = att(q, keys, seg)
     start = 0
@@ -92,7 +93,7 @@ def test_attentive_pooling_matches_per_row_reference(normalize: str) -> None:
         k = keys[start : start + n]
         qq = q[r].expand(n, 3)
         qp = att.proj(qq)
-        w = att.unit(torch.cat([qq, k, qp * k, qp - k], dim=1)).squeeze(1)
+        w = att.unit(torch.cat([qq, k, qp - k, qp * k], dim=1)).squeeze(1)
         if normalize == "softmax":
             w = torch.softmax(w, 0)
         torch.testing.assert_close(out[r], (w.unsqueeze(1) * k).sum(0))

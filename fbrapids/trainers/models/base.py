@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
 from fbrapids.trainers.modules.table import EmbeddingTable
+
+if TYPE_CHECKING:
+    from fbrapids.trainers.models.split import SideArrays
 
 
 class CTRModel(nn.Module):
@@ -44,6 +48,23 @@ class CTRModel(nn.Module):
         'Build a DLRM: the arguments are described in the class docstring above (help(DLRM)).'
     """
 
+    #: the pipeline's architecture: constructor arguments beyond the inputs, the store and the
+    #: recipe (:func:`fbrapids.app.pipeline.model_arguments`; docs/models.md)
+    default_architecture: ClassVar[dict[str, Any]] = {}
+    #: whether the model reads the workload's behaviour sequences (DIN: :meth:`workload_inputs`)
+    reads_sequences: ClassVar[bool] = False
+    #: the constructor argument of its first-order tables' store, which the recipe's
+    #: ``first_order_lr`` sets (None: it has none)
+    first_order_store_argument: ClassVar[str | None] = None
+    #: whether it trains on several ranks (``fbrapids.app.demo_distributed``)
+    trains_distributed: ClassVar[bool] = True
+    #: whether the command line exports it for serving (``fbrapids export``)
+    exportable: ClassVar[bool] = True
+    #: its forward for a trial's arms at once, ``(models, dense [M, B, D], pooled {collection:
+    #: [M, B, F, dim]}) -> logits [M, B]`` (:mod:`fbrapids.trainers.arms_batched`); None: the
+    #: arms train one after another
+    batched_logits: ClassVar[Callable[..., torch.Tensor] | None] = None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
@@ -58,6 +79,33 @@ class CTRModel(nn.Module):
         by name: what ``fit`` checks the stream carries, no more and no fewer
         (:func:`fbrapids.trainers.model_inputs.check_model_stream`)."""
         return list(getattr(self, "sparse_features", [])) + list(getattr(self, "sequences", None) or {})
+
+    @classmethod
+    def workload_inputs(cls, workload: Any) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
+        """``(dense, sparse, sequences, features)`` this model trains on from a declared
+        workload (:meth:`fbrapids.workloads.Workload.inputs`): with its behaviour sequences
+        when the model reads them (:attr:`reads_sequences`)."""
+        return workload.inputs(sequences=cls.reads_sequences)
+
+    @classmethod
+    def pipeline_arguments(cls, common: dict[str, Any], store: Any, recipe: Any = None,
+                           sequences: dict[str, str] | None = None) -> dict[str, Any]:
+        """The constructor arguments the pipeline builds this model with: ``common``
+        (``dense_dim``, ``sparse_features``, ``embedding_dim``, ``store``, ``pooling``), the
+        sequences split from the sparse features when it reads them, the ``recipe``'s
+        (:class:`~fbrapids.workloads.recipe.Recipe`) stores and dropout, and
+        :attr:`default_architecture`."""
+        args = dict(common)
+        if recipe is not None:
+            args["store"] = recipe.store(store)
+        if cls.reads_sequences:
+            seqs = dict(sequences or {})
+            args.update(sparse_features=[f for f in args["sparse_features"] if f not in seqs], sequences=seqs)
+        if recipe is not None:
+            args["dropout"] = recipe.dropout
+            if cls.first_order_store_argument is not None:
+                args[cls.first_order_store_argument] = recipe.first_order_store(store)
+        return dict(args, **cls.default_architecture)
 
     @classmethod
     def from_workload(cls, workload: Any, **kwargs: Any) -> "CTRModel":
@@ -87,6 +135,27 @@ class CTRModel(nn.Module):
 
     def forward(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def split_logits(self, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                     sparse: Sequence[str]) -> torch.Tensor:
+        """Serving's logits ``[N]`` of ``N`` rows whose request-side inputs are row ``owner[i]``
+        of ``req`` (``dense``: the model's dense inputs in order as ``(side, column)``;
+        ``sparse``: its sparse ones; :func:`fbrapids.trainers.models.split.broadcast_batch`).
+        This one builds the full batch and runs :meth:`forward`; a model computing its request
+        side once per request overrides it (:func:`has_split_forward`), giving the same scores."""
+        from fbrapids.trainers.device import module_device
+        from fbrapids.trainers.models.split import broadcast_batch
+
+        return self(broadcast_batch(req, rows, owner, dense, sparse).to(module_device(self)))
+
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """A trial's common start (:func:`fbrapids.trainers.arms.zero_candidate_inputs`): set to
+        0, in place, every weight that reads only the candidates' inputs (``new_dense`` /
+        ``new_sparse``, among the model's inputs ``dense`` / ``sparse`` in order), so that the
+        model computes at step 0 what it computes without them; returns what was zeroed.  None:
+        the model has no rule (its arms then start from different functions)."""
+        return None
 
     def calibrated(self, logits: torch.Tensor) -> torch.Tensor:
         """``a * logits + b``: the logits :meth:`predict` and serving turn into probabilities."""
@@ -187,3 +256,35 @@ def _checked_init(name: str, init: Any) -> Any:
             self.dense_dim = int(bound["dense_dim"])
 
     return checked
+
+
+def has_split_forward(model: CTRModel) -> bool:
+    """Whether ``model``'s :meth:`~CTRModel.split_logits` is its own, written with the
+    ``forward`` it has: the class defining it is the one defining ``forward`` or a subclass
+    of it (a subclass of DLRM with a forward of its own is not served by DLRM's split).
+
+    Example:
+        >>> from fbrapids.trainers.models import DLRM
+        >>> class Doubled(DLRM):
+        ...     def forward(self, batch): return 2 * super().forward(batch)
+        >>> has_split_forward(DLRM(1, ["a"], embedding_dim=2)), has_split_forward(Doubled(1, ["a"], embedding_dim=2))
+        (True, False)
+    """
+    return _own_with_forward(type(model), "split_logits")
+
+
+def _own_with_forward(cls: type, method: str) -> bool:
+    """Whether ``cls``'s ``method`` is defined below :class:`CTRModel` by the class defining
+    its ``forward`` or a subclass of that one."""
+    def owner(name: str) -> type:
+        return next(c for c in cls.__mro__ if name in c.__dict__)
+
+    defined = owner(method)
+    return defined is not CTRModel and issubclass(defined, owner("forward"))
+
+
+def batched_logits_of(cls: type) -> Callable[..., torch.Tensor] | None:
+    """``cls``'s batched forward for a trial's arms (:attr:`CTRModel.batched_logits`), when it
+    is written with the ``forward`` the class has; else None."""
+    fn = getattr(cls, "batched_logits", None)
+    return fn if fn is not None and _own_with_forward(cls, "batched_logits") else None

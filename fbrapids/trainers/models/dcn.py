@@ -35,12 +35,15 @@ from torch import nn
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.registry import register_model
+from fbrapids.trainers.models.trial_parts import embedding_blocks, first_linear, zero_columns
 from fbrapids.trainers.modules import CrossNetwork, TieredEmbeddingBagCollection, mlp, mlp_forward, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 
 STRUCTURES = ("stacked", "parallel")
 
 
+@register_model(short="dcn")
 class DCNv2(CTRModel):
     """DCN-v2 over a batch's dense matrix and its sparse features (see the module docstring).
 
@@ -58,6 +61,9 @@ class DCNv2(CTRModel):
         pooling: ``"sum"`` or ``"mean"`` over a bag of ids.
         dropout: dropout rate after each hidden ReLU of the top MLP while training.
     """
+
+    default_architecture = dict(bottom_mlp=[64, 32], cross_layers=3, low_rank=64, structure="stacked",
+                                top_mlp=[64, 32])
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  bottom_mlp: Sequence[int] = (64,), cross_layers: int = 3, low_rank: int | None = None,
@@ -92,3 +98,22 @@ class DCNv2(CTRModel):
             return mlp_forward(self.top, crossed, self.dropout, self.training).squeeze(1)
         deep = mlp_forward(self.top, x0, self.dropout, self.training)
         return self.head(torch.cat([crossed, deep], dim=1)).squeeze(1)
+
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """The bottom MLP's candidate dense columns, and the candidate embeddings' columns of
+        ``x_0`` wherever a layer reads them (each cross layer's ``W`` or ``U``, the top MLP's
+        first layer; the parallel structure's head reads the cross network's output), so that
+        they reach no other coordinate and no output."""
+        done: list[str] = []
+        if self.bottom is not None:
+            zero_columns(self.bottom[0], [list(dense).index(c) for c in new_dense], "bottom.0", done)
+        offset = self.emb.dim if self.bottom is not None else 0
+        cols = embedding_blocks(offset, self.emb.dim, self.sparse_features, new_sparse)
+        prefix = "w" if self.cross.low_rank is None else "u"
+        for k, lin in enumerate(self.cross.readers()):
+            zero_columns(lin, cols, f"cross.{prefix}.{k}", done)
+        zero_columns(first_linear(self.top), cols, "top.0", done)
+        if self.head is not None:
+            zero_columns(self.head, cols, "head", done)
+        return done

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
-from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.batch import Batch, ragged_take
+from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.registry import register_model
+from fbrapids.trainers.models.split import SideArrays, attend, dense_rows, pooled_sides, to_tensor
+from fbrapids.trainers.models.trial_parts import embedding_blocks, first_linear, zero_columns
 from fbrapids.trainers.models.wide_deep import first_order_config, linear_term
 from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, mlp_forward, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.errors import ArgumentError
 
 
+@register_model(short="din")
 class DIN(CTRModel):
     """Deep Interest Network over tiered embeddings.
 
@@ -43,6 +49,10 @@ class DIN(CTRModel):
         >>> sorted(DIN(1, ["ad"], {"hist": "ad"}, store=StoreConfig(cache_rows=32), first_order=True).stores())
         ['emb/ad', 'first/ad']
     """
+
+    default_architecture = dict(attention_mlp=(36,), mlp=(64, 32), first_order=True)
+    reads_sequences = True
+    first_order_store_argument = "first_order_store"
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], sequences: Mapping[str, str],
                  embedding_dim: int = 16, attention_mlp: Sequence[int] = (36,), mlp: Sequence[int] = (200, 80),
@@ -84,3 +94,43 @@ class DIN(CTRModel):
         if self.first is not None and self.first_dense is not None:  # made together
             logit = logit + linear_term(self.first, self.first_dense, batch.dense.to(dev), batch, self.sparse_features)
         return logit
+
+    def split_logits(self, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                     sparse: Sequence[str]) -> torch.Tensor:
+        """Serving: every request-side bag and the request's behaviour sequence looked up once
+        per request; the attention (each candidate against each history entry, the row's
+        work: :mod:`fbrapids.serving.cost`) in groups of rows of bounded memory
+        (:func:`~fbrapids.trainers.models.split.attend`), the MLP per row."""
+        dev = module_device(self)
+        own = to_tensor(owner).to(dev)
+        pooled, looked = pooled_sides(self.emb, req, rows, own, dev, skip=list(self.sequences))
+        x = dense_rows(req, rows, owner, dense, dev)
+        parts = [x, *[pooled[f] for f in self.sparse_features]]
+        for seq, target in self.sequences.items():
+            table_rows, inv = looked[seq]
+            if seq in rows.sparse:  # a row-side sequence: as the model's forward
+                offsets = rows.sparse[seq][1]
+                at = inv
+            else:  # the request's history, looked up once, its entries gathered for each row of the request
+                pos, offsets = ragged_take(np.arange(len(req.sparse[seq][0]), dtype=np.int64), req.sparse[seq][1],
+                                           owner)
+                at = inv.index_select(0, to_tensor(pos).to(inv.device))
+            parts.append(attend(self.attention[seq], pooled[target], table_rows, at, offsets, dev))
+        logit = self.mlp(torch.cat(parts, dim=1)).squeeze(1)
+        if self.first is not None and self.first_dense is not None:  # the first-order part, as the model's forward
+            first, _ = pooled_sides(self.first, req, rows, own, dev)
+            logit = logit + self.first_dense(x).squeeze(1) + sum(first[f].squeeze(1) for f in self.sparse_features)
+        return logit
+
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """The MLP's first-layer columns of the candidates' dense values and embeddings (a
+        candidate sequence's attended vector among them), and the first-order part's candidate
+        dense weights (its per-id weights start at 0 already)."""
+        done: list[str] = []
+        dcols = [list(dense).index(c) for c in new_dense]
+        blocks = embedding_blocks(len(dense), self.emb.dim, self.sparse_features + list(self.sequences), new_sparse)
+        zero_columns(first_linear(self.mlp), dcols + blocks, "mlp.0", done)
+        if self.first_dense is not None:
+            zero_columns(self.first_dense, dcols, "first_dense", done)
+        return done

@@ -34,12 +34,17 @@ import numpy as np
 import torch
 
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.registry import register_model
+from fbrapids.trainers.models.split import SideArrays, dense_rows, pooled_sides, to_tensor
+from fbrapids.trainers.models.trial_parts import stacked_mlp, zero_columns
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp, mlp_forward
 from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.errors import ArgumentError, NotFoundError
 
 
+@register_model(short="dlrm")
 class DLRM(CTRModel):
     """DLRM over a batch's dense matrix and its sparse features (see the module docstring).
 
@@ -60,6 +65,8 @@ class DLRM(CTRModel):
         dropout: dropout rate after each hidden ReLU of the top MLP while training
             (:func:`~fbrapids.trainers.modules.interaction.mlp_forward`; the layout is the same).
     """
+
+    default_architecture = dict(bottom_mlp=[64, 32], top_mlp=[64, 32], bias_vector=True)
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  bottom_mlp: Sequence[int] = (64,), top_mlp: Sequence[int] = (64,),
@@ -89,6 +96,48 @@ class DLRM(CTRModel):
         z = self.interaction(x, pooled)
         top = cast(torch.nn.Sequential, self.top_l[:-1])  # a Sequential's slice is one (torch types it Module)
         return mlp_forward(top, z, self.dropout, self.training).squeeze(1)
+
+    def split_logits(self, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                     sparse: Sequence[str]) -> torch.Tensor:
+        """Serving: every request-side bag looked up and pooled once per request, gathered by
+        the row's request; the bottom MLP, the interactions and the top MLP per row."""
+        dev = module_device(self)
+        own = to_tensor(owner).to(dev)
+        x = self.bot_l(dense_rows(req, rows, owner, dense, dev))
+        pooled, _ = pooled_sides(self.emb_l, req, rows, own, dev)
+        stack = torch.stack([pooled[f] for f in self.sparse_features], dim=1)
+        if self.bias_vector is not None:
+            stack = torch.cat([stack, self.bias_vector.expand(len(stack), 1, -1)], dim=1)
+        return self.top_l[:-1](self.interaction(x, stack)).squeeze(1)
+
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """The bottom MLP's candidate dense columns and the top MLP's columns of every
+        interaction involving a candidate field."""
+        done: list[str] = []
+        zero_columns(self.bot_l[0], [list(dense).index(c) for c in new_dense], "bot_l.0", done)
+        fields = {1 + self.sparse_features.index(f) for f in new_sparse}  # field 0: the bottom MLP's output
+        li, lj = self.interaction.li.tolist(), self.interaction.lj.tolist()
+        width = self.ln_bot[-1]
+        cols = [width + k for k, (i, j) in enumerate(zip(li, lj)) if i in fields or j in fields]
+        zero_columns(self.top_l[0], cols, "top_l.0", done)
+        return done
+
+    @staticmethod
+    def batched_logits(models: Sequence[DLRM], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The forward of a trial's arms at once: the bottom MLPs stacked, each arm's bias
+        vector among its bags, the dot interactions of all arms' rows in one batch, the top
+        MLPs (without the final sigmoid) stacked: ``[M, B]``."""
+        m, b = dense.shape[:2]
+        first = models[0]
+        x = stacked_mlp([net.bot_l for net in models], dense)
+        bags = pooled["emb_l"]
+        if first.bias_vector is not None:
+            bias = torch.stack([cast(torch.Tensor, net.bias_vector) for net in models])  # [M, dim]: all have one
+            bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
+        z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
+        tops = [cast(torch.nn.Sequential, net.top_l[:-1]) for net in models]  # a Sequential's slice is one
+        return stacked_mlp(tops, z.view(m, b, -1)).squeeze(2)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load a state dict of the reference ``DLRM_Net`` (MLPs by name, tables into the stores).

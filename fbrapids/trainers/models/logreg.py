@@ -34,13 +34,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.registry import register_model
+from fbrapids.trainers.models.trial_parts import zero_columns
 from fbrapids.trainers.models.wide_deep import first_order_config
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import StoreConfig
@@ -64,6 +66,7 @@ class _Regularised(torch.autograd.Function):
         return grad + ctx.l2 * rows + ctx.l1 * torch.sign(rows), None, None
 
 
+@register_model(short="logreg")
 class LogisticRegression(CTRModel):
     """Logistic regression over the sparse ids (one weight each) and the dense features.
 
@@ -76,6 +79,20 @@ class LogisticRegression(CTRModel):
         embedding_dim: accepted for the pipeline's common arguments, unused.
         pooling: ``"sum"`` or ``"mean"`` of a bag's weights (see the module docstring).
     """
+
+    #: no scorer serves it yet (the screen model); it trains in one process
+    exportable = False
+    trains_distributed = False
+
+    @classmethod
+    def pipeline_arguments(cls, common: dict[str, Any], store: Any, recipe: Any = None,
+                           sequences: dict[str, str] | None = None) -> dict[str, Any]:
+        """The pipeline's inputs and store, its tables at the recipe's first-order rate (every
+        table of it is first-order); no MLP, so no dropout nor architecture."""
+        out = dict(common)
+        if recipe is not None:
+            out["store"] = recipe.store(store).with_(lr=recipe.first_order)
+        return out
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], store: StoreConfig | None = None,
                  l1: float = 0.0, l2: float = 1e-5, embedding_dim: int | None = None, pooling: str = "sum") -> None:
@@ -101,3 +118,10 @@ class LogisticRegression(CTRModel):
                 rows = done.setdefault(id(rows), _Regularised.apply(rows, self.l1, self.l2))
             logit = logit + self.weights.pool((rows, inv), batch.sparse[f][1]).to(dev).squeeze(1)
         return logit
+
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """The candidates' dense weights (its per-id weights start at 0 already)."""
+        done: list[str] = []
+        zero_columns(self.dense_linear, [list(dense).index(c) for c in new_dense], "dense_linear", done)
+        return done

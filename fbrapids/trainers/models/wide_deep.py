@@ -33,13 +33,20 @@ the MLP learns how much to trust it.
 
 from __future__ import annotations
 
-from typing import Sequence
+import itertools
+from typing import Sequence, cast
 
+import numpy as np
 import torch
 from torch import nn
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.device import module_device
+from fbrapids.trainers.models.registry import register_model
+from fbrapids.trainers.models.split import SideArrays, dense_rows, pool, pooled_sides, to_tensor
+from fbrapids.trainers.models.trial_parts import (embedding_blocks, first_linear, stacked_linear_term, stacked_mlp,
+                                                  zero_columns, zero_table)
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection, fm_second_order, mlp_forward, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 
@@ -98,6 +105,7 @@ def linear_term(weights: TieredEmbeddingBagCollection, dense_linear: nn.Linear, 
     return dense_linear(dense).squeeze(1) + sum(w[f].to(dense.device).squeeze(1) for f in features)
 
 
+@register_model(short="wide_deep")
 class WideAndDeep(CTRModel):
     """Wide part: one weight per raw id (a dim-1 tiered table per feature) plus a linear
     term of the dense features.  Deep part: an MLP over the dense features and the pooled
@@ -120,6 +128,9 @@ class WideAndDeep(CTRModel):
         >>> m.wide.stores["ad"].config.scale  # a new id's weight is 0
         0.0
     """
+
+    default_architecture = dict(deep_mlp=[64, 32])
+    first_order_store_argument = "wide_store"
 
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  deep_mlp: Sequence[int] = (64, 32), store: StoreConfig | None = None,
@@ -144,7 +155,59 @@ class WideAndDeep(CTRModel):
                            self.dropout, self.training).squeeze(1)
         return wide + deep
 
+    def split_logits(self, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                     sparse: Sequence[str]) -> torch.Tensor:
+        """Serving: the request's wide terms and its share of the deep MLP's first layer
+        (``W[:, request columns] @ x_request``) once per request, the item side's once per
+        row, added (broadcast by the row's request) before the rest of the MLP."""
+        dev = module_device(self)
+        own = to_tensor(owner).to(dev)
+        side_sparse = {f: (req.sparse[f] if f not in rows.sparse else rows.sparse[f]) for f in self.sparse_features}
+        lookup_in = {f: (to_tensor(v).to(dev), to_tensor(o[:-1]).to(dev)) for f, (v, o) in side_sparse.items()}
+        wl, dl = self.wide.lookup(lookup_in), self.deep_emb.lookup(lookup_in)
+        xr, xi = to_tensor(req.dense).to(dev), to_tensor(rows.dense).to(dev)
+        r_idx = [k for k, (s, _) in enumerate(dense) if s == "request"]
+        i_idx = [k for k, (s, _) in enumerate(dense) if s != "request"]
+        r_src, i_src = [j for s, j in dense if s == "request"], [j for s, j in dense if s != "request"]
+        w = self.wide_dense.weight  # [1, d]
+        wide = {True: xr[:, r_src] @ w[:, r_idx].T, False: xi[:, i_src] @ w[:, i_idx].T + self.wide_dense.bias}
+        cols: dict[bool, list[int]] = {True: list(r_idx), False: list(i_idx)}
+        parts = {True: [xr[:, r_src]], False: [xi[:, i_src]]}  # by side: request (True) or row
+        nd, e_dim = len(dense), self.deep_emb.dim
+        for k, f in enumerate(self.sparse_features):
+            is_req = f not in rows.sparse
+            wide[is_req] = wide[is_req] + pool(self.wide, wl[f], side_sparse[f][1], dev)
+            cols[is_req] += list(range(nd + k * e_dim, nd + (k + 1) * e_dim))
+            parts[is_req].append(pool(self.deep_emb, dl[f], side_sparse[f][1], dev))
+        first = cast(torch.nn.Linear, self.deep[0])  # plain_mlp's first layer
+        h_r = torch.cat(parts[True], dim=1) @ first.weight[:, cols[True]].T  # once per request
+        h = torch.cat(parts[False], dim=1) @ first.weight[:, cols[False]].T + first.bias + h_r.index_select(0, own)
+        for layer in itertools.islice(self.deep, 1, None):  # not self.deep[1:]: a new Sequential per call
+            h = layer(h)
+        return (wide[False] + wide[True].index_select(0, own)).squeeze(1) + h.squeeze(1)
 
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """The wide side's candidate dense weights (its per-id weights start at 0 already) and
+        the deep MLP's first-layer columns of the candidates' dense values and embeddings."""
+        done: list[str] = []
+        dcols = [list(dense).index(c) for c in new_dense]
+        zero_columns(self.wide_dense, dcols, "wide_dense", done)
+        zero_columns(first_linear(self.deep), dcols + embedding_blocks(len(dense), self.deep_emb.dim,
+                                                                       self.sparse_features, new_sparse),
+                     "deep.0", done)
+        return done
+
+    @staticmethod
+    def batched_logits(models: Sequence[WideAndDeep], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The forward of a trial's arms at once: ``[M, B]``."""
+        wide = stacked_linear_term([net.wide_dense for net in models], dense, pooled["wide"])
+        bags = pooled["deep_emb"]
+        deep = stacked_mlp([net.deep for net in models], torch.cat([dense, bags.flatten(2)], dim=2)).squeeze(2)
+        return wide + deep
+
+
+@register_model(short="deepfm")
 class DeepFM(CTRModel):
     """First-order weights per id and per dense feature, the FM pairwise term over the
     sparse fields' embeddings, and a deep MLP over the same embeddings plus dense features.
@@ -173,6 +236,9 @@ class DeepFM(CTRModel):
         (0.0, 0.5, 1.0)
     """
 
+    default_architecture = dict(deep_mlp=[64, 32])
+    first_order_store_argument = "first_order_store"
+
     def __init__(self, dense_dim: int, sparse_features: Sequence[str], embedding_dim: int = 16,
                  deep_mlp: Sequence[int] = (64, 32), store: StoreConfig | None = None,
                  first_order_store: StoreConfig | None = None, field_store: StoreConfig | None = None,
@@ -198,3 +264,44 @@ class DeepFM(CTRModel):
         deep = mlp_forward(self.deep, torch.cat([dense, fields.flatten(1)], dim=1), self.dropout,
                            self.training).squeeze(1)
         return first + self.fm_scale * fm_second_order(fields) + deep
+
+    def split_logits(self, req: SideArrays, rows: SideArrays, owner: np.ndarray, dense: Sequence[tuple[str, int]],
+                     sparse: Sequence[str]) -> torch.Tensor:
+        """Serving: every request-side bag looked up and pooled once per request, gathered by
+        the row's request; the first-order sum, the FM term and the deep MLP per row."""
+        dev = module_device(self)
+        own = to_tensor(owner).to(dev)
+        x = dense_rows(req, rows, owner, dense, dev)
+        first_w, _ = pooled_sides(self.first, req, rows, own, dev)
+        first = self.first_dense(x).squeeze(1) + sum(first_w[f].squeeze(1) for f in self.sparse_features)
+        e, _ = pooled_sides(self.emb, req, rows, own, dev)
+        fields = torch.stack([e[f] for f in self.sparse_features], dim=1)
+        deep = self.deep(torch.cat([x, fields.flatten(1)], dim=1)).squeeze(1)
+        return first + self.fm_scale * fm_second_order(fields) + deep
+
+    def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
+                              new_sparse: Sequence[str] = ()) -> list[str] | None:
+        """The first-order candidate dense weights (its per-id weights start at 0 already), the
+        deep MLP's first-layer columns of the candidates, and the candidates' field embeddings
+        (their FM interactions then scale from 0)."""
+        done: list[str] = []
+        dcols = [list(dense).index(c) for c in new_dense]
+        zero_columns(self.first_dense, dcols, "first_dense", done)
+        zero_columns(first_linear(self.deep), dcols + embedding_blocks(len(dense), self.emb.dim,
+                                                                       self.sparse_features, new_sparse),
+                     "deep.0", done)
+        for f in new_sparse:
+            zero_table(self.emb, f)
+            done.append(f"emb/{f} (FM field rows start at 0)")
+        return done
+
+    @staticmethod
+    def batched_logits(models: Sequence[DeepFM], dense: torch.Tensor, pooled: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The forward of a trial's arms at once (the FM term of all arms' rows in one batch): ``[M, B]``."""
+        m, b = dense.shape[:2]
+        first = stacked_linear_term([net.first_dense for net in models], dense, pooled["first"])
+        fields = pooled["emb"]
+        scale = torch.tensor([float(net.fm_scale) for net in models], dtype=fields.dtype, device=fields.device)
+        fm = fm_second_order(fields.reshape(m * b, *fields.shape[2:])).view(m, b) * scale.unsqueeze(1)
+        deep = stacked_mlp([net.deep for net in models], torch.cat([dense, fields.flatten(2)], dim=2)).squeeze(2)
+        return first + fm + deep
