@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -41,6 +42,11 @@ class JsonPlan:
         return jsonl.infer_dtype(self.samples[key], self.first_file, key)
 
 
+def _line_of(line: Any, file: str | None) -> Any:
+    """Where a sampled value came from: its line number, named with its file when a view has several."""
+    return line if file is None else f"line {line} of {file}"
+
+
 def json_plan(files: Sequence[str], opts: CsvOptions) -> JsonPlan:
     """The columns of a JSON-lines view: the keys of the first ``META_SAMPLE_ROWS`` records
     of every file; their dtypes from the values of the first ``META_SAMPLE_ROWS`` records
@@ -48,16 +54,16 @@ def json_plan(files: Sequence[str], opts: CsvOptions) -> JsonPlan:
     values: dict[str, list[tuple[Any, Any]]] = {}
     kept = 0
     for f in files:
-        recs = list(jsonl.records(f, lambda f=f: open_binary(f, opts.compression), opts.text_encoding,
+        recs = list(jsonl.records(f, functools.partial(open_binary, f, opts.compression), opts.text_encoding,
                                   META_SAMPLE_ROWS))
         keys = list(dict.fromkeys(k for _, r in recs for k in r))
         sample, n = jsonl.columns_of(recs, keys), len(recs)  # (n counts records without keys too)
-        where = (lambda line: line) if len(files) == 1 else (lambda line, f=f: f"line {line} of {f}")
+        named = None if len(files) == 1 else f  # one file: its line numbers alone
         for k in keys:
             if k not in values and kept:  # first seen here: null in the records before
                 values[k] = [(f"the records of the files before {f}", None)]
             if k not in values or kept < META_SAMPLE_ROWS:
-                values.setdefault(k, []).extend((where(line), v) for line, v in sample[k])
+                values.setdefault(k, []).extend((_line_of(line, named), v) for line, v in sample[k])
         if kept < META_SAMPLE_ROWS and n:
             for k in values.keys() - set(keys):  # a key this file never has is null in it
                 values[k].append((f"a record of {f}", None))

@@ -104,9 +104,10 @@ def infer_format(files: Sequence[str], format: str | None) -> str:
             raise ViewError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
         return fmt
     kinds = {_SUFFIXES.get(data_suffix(f)) for f in files}
-    if None in kinds or len(kinds) != 1:
+    known = {k for k in kinds if k is not None}
+    if None in kinds or len(known) != 1:
         raise ViewError(f"cannot infer the format of {list(files)[:3]}...; pass format= one of {', '.join(FORMATS)}")
-    return kinds.pop()
+    return known.pop()
 
 
 @dataclass(frozen=True)
