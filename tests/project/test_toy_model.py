@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from _toy_model import ToyCTR
 from sklearn.metrics import roc_auc_score
+from tests.serving.conftest import training_side_scores
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
 from fbrapids import ops
@@ -72,20 +72,6 @@ def _readme_body() -> dict:
     return json.loads(re.search(r"-d '(\{.*?\})'", block, re.S).group(1))
 
 
-def _training_side(model, spec, request: dict, items: list[dict]) -> np.ndarray:
-    """What the training code computes on the rows: one extract, one stream, ``model.predict``."""
-    from fbrapids.trainers.device import module_device
-
-    rows = pd.DataFrame([{**request, **it, "click": 0} for it in items])
-    for c, t in spec.schema.items():
-        if t == "str":
-            rows[c] = rows[c].astype("str")
-    ext = rows.fbx.extract(**spec.features)
-    batch = next(iter(ext.fbx.stream(label="click", dense=spec.dense, sparse=spec.sparse, batch_size=len(rows))))
-    with torch.no_grad():
-        return model.eval().predict(batch.to(module_device(model))).cpu().numpy()
-
-
 def test_the_toy_exports_and_serves_the_training_sides_scores(demo) -> None:
     from fbrapids.serving import load_scorer, supports_split
     from fbrapids.serving.scorer import SCORE_ATOL
@@ -97,7 +83,7 @@ def test_the_toy_exports_and_serves_the_training_sides_scores(demo) -> None:
     body = _readme_body()
     items = [{**body["items"][k % 2], "ad_id": 40 + k, "category": k % 7} for k in range(12)]
     served = scorer.score(body["request"], items)
-    np.testing.assert_allclose(served, _training_side(scorer.model, scorer.spec, body["request"], items),
+    np.testing.assert_allclose(served, training_side_scores(scorer.model, scorer.spec, body["request"], items),
                                atol=SCORE_ATOL, rtol=0)
     assert len(np.unique(served)) > 1
 
