@@ -9,12 +9,12 @@ own arena: ``benchmarks/inference.py --rss-plateau`` measures it).  A training r
 the same with every partition it extracts and cuts into batches: at 4M rows its arenas held
 1.2-1.4 GB free beside 0.7-1.0 GB in use, all resident, and the held-out pass (another
 pattern of sizes) added to it (:class:`fbrapids.app.pipeline.TimedPartitions` releases
-after each partition).
+after a partition, at most every few seconds).
 
 * :func:`release_memory` asks glibc to return the free pages of every arena
   (``malloc_trim(0)``); elsewhere it does nothing.  The scorer calls it after a large call,
   and :class:`PeriodicRelease` at most every few seconds after any call; a run's partition
-  stream after each partition.
+  stream the same after a partition.
 * :func:`limit_arenas` caps glibc's arenas (``mallopt(M_ARENA_MAX)``): ``fbrapids serve``
   keeps two, not eight per core, so its worker threads share their freed pages.
 
