@@ -60,7 +60,7 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     for name, plan in r.passes.items():
         assert plan["partitions"] >= 1 and plan["tasks"] > plan["partitions"]  # shared tasks: tests/pipeline/test_scale_passes.py
         assert f"{name} pass: {plan['partitions']} partitions" in r.render()
-    # its memory, sampled by stage against the budget (tests/pipeline/test_memory_budget.py)
+    # its memory, sampled by stage against the budget (tests/runs/test_memory_budget.py)
     mem = r.memory
     assert mem["scheduler"] == "threads" and set(mem["peak_by_stage"]) >= {"plan", "extract+train", "extract+evaluate"}
     assert 0 < mem["peak_bytes"] <= mem["budget_bytes"] and mem["estimate_bytes"] > 0
