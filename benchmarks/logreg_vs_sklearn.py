@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description, write_result
-    from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.app.pipeline import run_pipeline
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
 
     machine = machine_description()
     with tempfile.TemporaryDirectory(prefix="fbrapids-logreg-") as tmp:
