@@ -70,9 +70,9 @@ def prepare(rows: int, seed: int, out: Path) -> tuple[Path, Path]:
     """The demo's extracted training / held-out frames, written once as pickles in ``out``."""
     import dask
 
-    from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
     from fbrapids.app.demo import default_data_dir
     from fbrapids.app.pipeline import DAY, DENSE, GROUP, LABEL, SPARSE, feature_frame, split_by_day
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
 
     data = default_data_dir(rows, seed)
     ensure_dataset(rows, data, seed=seed)

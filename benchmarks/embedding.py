@@ -242,7 +242,9 @@ def torchrec_steps(rows: int, dim: int, batch: int, pooling: int, w: torch.Tenso
         from fbgemm_gpu.split_embedding_configs import EmbOptimType
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
 
         tbe = SplitTableBatchedEmbeddingBagsCodegen([(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
                                                     optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=LR,

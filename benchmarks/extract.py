@@ -58,14 +58,13 @@ import pandas as pd  # noqa: E402
 
 import fbrapids  # noqa: E402,F401  (registers .fbx)
 from benchmarks.machine import machine_description  # noqa: E402
-from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
 from benchmarks.peer_pandas import run_pandas_fast  # noqa: E402
+from benchmarks.workload_pandas import OUTPUT_COLUMNS, frames_equal, load_tables, run_pandas  # noqa: E402
 from fbrapids import ops  # noqa: E402
 from fbrapids.datasets.synthetic import views as workload  # noqa: E402
-from fbrapids.frames.backend import get_backend, gpu_missing, is_gpu_object, to_host  # noqa: E402
-from fbrapids.kernels import to_series  # noqa: E402
 from fbrapids.features import compiled_plan, extract  # noqa: E402
-from fbrapids.kernels import reset_stats, stats  # noqa: E402
+from fbrapids.frames.backend import get_backend, gpu_missing, is_gpu_object, to_host  # noqa: E402
+from fbrapids.kernels import reset_stats, stats, to_series  # noqa: E402
 
 # the columns of the joined view the output carries through, besides the features
 CARRIED = ["instance_id", "click", "slot", "category"]

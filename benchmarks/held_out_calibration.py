@@ -82,8 +82,8 @@ CALIBRATION_SLICE = 1 << 15
 def demo_rows(rows: int, seed: int) -> pd.DataFrame:
     """The demo's rows of ``(rows, seed)`` (impressions with a slot and basic features):
     ``instance_id``, ``ts``, ``click``, ``prob`` (the hidden model's) and ``user_id``."""
-    from fbrapids.runs.data_cache import default_data_dir
     from fbrapids.datasets.synthetic.generate import ensure_dataset, hidden_probabilities
+    from fbrapids.runs.data_cache import default_data_dir
 
     data = default_data_dir(rows, seed)
     if not (data / "basic.parquet").exists():  # a folder the demo made is read as it is (a run may hold it)

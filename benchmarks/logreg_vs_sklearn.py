@@ -8,7 +8,7 @@ written from its docs: each id becomes the string ``"feature=id"``, hashed by
 ``run_pipeline(model="logreg")``: one epoch, online.  Prints the held-out AUCs and ends with
 one JSON line.
 
-This is the small-data reference of ``tests/pipeline/test_trial_method.py``; it is not the
+This is the small-data reference of ``tests/app/test_trial_method.py``; it is not the
 peer of a README figure.  Untuned (C=1, dense columns unscaled), it is a weak LR at 200k rows
 (held-out AUC 0.626 where a scaled, C=0.1 one reaches 0.678): the README's logreg-vs-LR
 figure is ``benchmarks/models.py``'s, whose sklearn reference scales the dense columns and
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(ROOT))
     from benchmarks.machine import machine_description, write_result
-    from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.app.pipeline import run_pipeline
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
 
     machine = machine_description()
     with tempfile.TemporaryDirectory(prefix="fbrapids-logreg-") as tmp:

@@ -353,8 +353,8 @@ def run_one(rows: int, model: str, batch_size: int | None, seed: int,
     """One arm's run in this process: a peer on the demo's data, or one demo run; ``keep``:
     its predictions into this ``.npz`` file (module docstring).  The load average at its
     start is in ``load``."""
-    from fbrapids.datasets.synthetic.generate import ensure_dataset, read_metadata
     from fbrapids.app.demo import default_data_dir
+    from fbrapids.datasets.synthetic.generate import ensure_dataset, read_metadata
 
     data = default_data_dir(rows, seed)
     load = round(os.getloadavg()[0], 1)

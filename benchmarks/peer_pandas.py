@@ -29,8 +29,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from benchmarks.workload_pandas import (B_CAT, B_CROSS, B_TOK, LIST_INT64, QXT_CAP, clean_users_ads, json_fields,
-                                        run_pandas, scalar_features)
+from benchmarks.workload_pandas import (
+    B_CAT,
+    B_CROSS,
+    B_TOK,
+    LIST_INT64,
+    QXT_CAP,
+    clean_users_ads,
+    json_fields,
+    run_pandas,
+    scalar_features,
+)
 
 TOKEN_BITS = 18  # token bucket ids are < B_TOK = 2^18: a (query, title) token pair packs into one int64
 assert B_TOK <= 1 << TOKEN_BITS

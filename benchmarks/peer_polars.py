@@ -32,8 +32,19 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from benchmarks.workload_pandas import (AGE_BOUNDS, B_CAT, B_CROSS, B_ID, B_TOK, OUTPUT_COLUMNS, PRICE_BOUNDS,
-                                        QXT_CAP, TABLES, canonical, json_fields)
+from benchmarks.workload_pandas import (
+    AGE_BOUNDS,
+    B_CAT,
+    B_CROSS,
+    B_ID,
+    B_TOK,
+    OUTPUT_COLUMNS,
+    PRICE_BOUNDS,
+    QXT_CAP,
+    TABLES,
+    canonical,
+    json_fields,
+)
 
 TOKEN_BITS = 18  # token bucket ids are < B_TOK = 2^18: a token pair packs into one int64
 assert B_TOK <= 1 << TOKEN_BITS

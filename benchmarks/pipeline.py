@@ -45,12 +45,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import machine_description  # noqa: E402
+from fbrapids.app.pipeline import (
+    DAY,
+    DENSE,
+    SHUFFLE_BUFFER,
+    SPARSE,
+    batch_stream,
+    build_model,
+    default_recipe,
+    feature_frame,
+    run_pipeline,
+    split_by_day,
+)
 from fbrapids.datasets.synthetic.generate import DAYS, TS0, ensure_dataset
 from fbrapids.files.iostats import IOCounter
 from fbrapids.files.manifest import VERIFY_ENV
-from fbrapids.app.pipeline import (DAY, DENSE, SHUFFLE_BUFFER, SPARSE, batch_stream, build_model, default_recipe,
-                                   feature_frame, run_pipeline,
-                                   split_by_day)
 from fbrapids.trainers import evaluate, fit
 from fbrapids.trainers.dense_optim import default_optimizer
 from fbrapids.trainers.metrics import format_metric

@@ -81,6 +81,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks.machine import machine_description  # noqa: E402
+
 TOKEN = "benchmark-token-" + "0123456789abcdef"
 
 
@@ -536,9 +537,9 @@ def unseen(args) -> dict:
 def _unseen(args, work: Path) -> dict:
     import torch
 
+    from fbrapids.runs.heap import release_memory
     from fbrapids.serving import load_scorer
     from fbrapids.serving.example import request_records
-    from fbrapids.runs.heap import release_memory
 
     exp, users, ads = _export(args.train_rows, args.seed, work)
     scorer = load_scorer(exp)

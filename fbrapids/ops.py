@@ -20,8 +20,15 @@ import numbers
 from typing import Any, Mapping, Sequence
 
 from fbrapids.errors import OperatorError
-from fbrapids.kernels import Call, Col, Expr, Vocabulary, as_expr, get_operator
-from fbrapids.kernels import register_operator  # noqa: F401  (re-exported)
+from fbrapids.kernels import (
+    Call,
+    Col,
+    Expr,
+    Vocabulary,
+    as_expr,
+    get_operator,
+    register_operator,  # noqa: F401  (re-exported)
+)
 
 __all__ = ["col", "call", "fill_null", "log1p", "clip", "cast", "bucketize", "hash", "hash_bucket", "cross",
            "split", "length", "lower", "substring", "ngrams", "first_k", "last_k", "hour", "weekday", "day",

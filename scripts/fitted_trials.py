@@ -18,10 +18,10 @@ from pathlib import Path
 
 def main() -> None:
     from fbrapids import ops
-    from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.app.demo import default_data_dir
     from fbrapids.app.pipeline import DIN_TARGET, din_history
     from fbrapids.app.trials import trial
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000])

@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fbrapids.app.pipeline import MODELS, run_pipeline
+from fbrapids.datasets import synthetic
+from fbrapids.datasets.synthetic.generate import ensure_dataset
 from fbrapids.frames.backend import resolve_name
 from fbrapids.frames.cluster import close_client, connect, local_cluster
-from fbrapids.datasets.synthetic.generate import ensure_dataset
-from fbrapids.datasets import synthetic
-from fbrapids.app.pipeline import MODELS, run_pipeline
 from fbrapids.workloads import RunConfig, load_workload
 
 

@@ -26,14 +26,21 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import fbrapids  # noqa: E402,F401
-from _trainer_helpers import FEATURES, ctr_frame, small_model  # noqa: E402
 from fbrapids.errors import DistributedError  # noqa: E402
 from fbrapids.trainers.batch import Batch  # noqa: E402
-from fbrapids.trainers.distributed import (LeaderFeed, RankSlices, evaluate_distributed,  # noqa: E402
-                                           fit_distributed, rank_store_config, shard_partitions)
+from fbrapids.trainers.distributed import (  # noqa: E402
+    LeaderFeed,
+    RankSlices,
+    evaluate_distributed,
+    fit_distributed,
+    rank_store_config,
+    shard_partitions,
+)
 from fbrapids.trainers.distributed.checkpoint import sharded_digest  # noqa: E402
 from fbrapids.trainers.models import DeepFM  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
+
+from _trainer_helpers import FEATURES, ctr_frame, small_model  # noqa: E402
 
 GLOBAL_BATCH = 256
 ROWS = 1024

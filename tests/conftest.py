@@ -9,7 +9,7 @@ import pytest
 
 # the suite's writes skip fsync (each costs ~4 ms on this kind of disk; one small demo run writes
 # ~700): writes stay atomic, and a killed process, what the fault tests inject, leaves the same
-# files either way.  tests/test_atomic_fsync.py checks the switch both ways; FBRAPIDS_FSYNC=1
+# files either way.  tests/files/test_atomic_fsync.py checks the switch both ways; FBRAPIDS_FSYNC=1
 # make test runs the whole suite with real fsyncs.  Subprocesses and dask workers inherit it.
 os.environ.setdefault("FBRAPIDS_FSYNC", "0")
 
@@ -24,10 +24,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 #: resumed, served exports, nvrtc compiles), run first: ``make test``'s two xdist workers take
 #: files in collection order, so a long file left for the end would run alone while the other
 #: worker idles
-LONGEST_FIRST = ("tests/trainers/test_distributed.py", "tests/pipeline/test_state_cli.py",
+LONGEST_FIRST = ("tests/trainers/test_distributed.py", "tests/app/test_state_cli.py",
                  "tests/serving/test_serving_demo_models.py", "tests/kernels/test_kernels_cuda_compile.py",
                  "tests/pipeline/test_pipeline_benchmark.py", "tests/notebooks/test_notebooks.py",
-                 "tests/pipeline/test_demo_leaves_nothing.py", "tests/serving/test_attack_benchmark.py")
+                 "tests/app/test_demo_leaves_nothing.py", "tests/serving/test_attack_benchmark.py")
 
 
 def _longest_first(items: list[pytest.Item]) -> None:

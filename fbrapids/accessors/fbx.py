@@ -18,8 +18,8 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from fbrapids.frames import dask_tokens
 from fbrapids.errors import InputTypeError
+from fbrapids.frames import dask_tokens
 from fbrapids.frames.import_hooks import when_imported
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)

@@ -38,12 +38,12 @@ from torch import nn
 
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbedder
 from fbrapids.ams.pooling import MultiQueryAttentivePooling, max_pool, sum_pool
+from fbrapids.errors import ArgumentError, NotFoundError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments
 from fbrapids.trainers.sparse import StoreConfig
-from fbrapids.errors import ArgumentError, NotFoundError
 
 AGGREGATORS = ("sum", "max", "attentive", "multi_query")
 

@@ -28,8 +28,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from fbrapids.trainers.modules.attention import AttentionPooling
 from fbrapids.errors import ArgumentError
+from fbrapids.trainers.modules.attention import AttentionPooling
 
 
 def sum_pool(keys: torch.Tensor, segments: torch.Tensor, rows: int) -> torch.Tensor:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from fbrapids.errors import ArgumentError, InputTypeError, MissingFileError
 
 log = logging.getLogger(__name__)

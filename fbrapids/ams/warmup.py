@@ -32,9 +32,9 @@ from typing import Any, Mapping, Sequence, cast
 import torch
 from torch import nn
 
+from fbrapids.errors import ArgumentError, MissingFileError
 from fbrapids.trainers.checkpoint.model_state import load_tensors
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection
-from fbrapids.errors import ArgumentError, MissingFileError
 
 
 @dataclass

@@ -93,8 +93,8 @@ def _demo(args: argparse.Namespace) -> int:
     if args.summary_json is not None:
         import json
 
-        from fbrapids.datasets.synthetic.generate import read_metadata
         from fbrapids.app.demo import default_data_dir
+        from fbrapids.datasets.synthetic.generate import read_metadata
 
         data = args.data_dir if args.data_dir is not None else default_data_dir(args.rows, args.seed)
         summary = {**result.summary(), "data": read_metadata(data)}
@@ -280,8 +280,8 @@ def _demo_ranks(args: argparse.Namespace) -> int:
     if args.summary_json is not None:
         import json
 
-        from fbrapids.datasets.synthetic.generate import read_metadata
         from fbrapids.app.demo import default_data_dir
+        from fbrapids.datasets.synthetic.generate import read_metadata
 
         data = args.data_dir if args.data_dir is not None else default_data_dir(args.rows, args.seed)
         args.summary_json.write_text(json.dumps({**summary(results), "data": read_metadata(data)}, indent=1) + "\n")

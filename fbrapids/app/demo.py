@@ -29,9 +29,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from fbrapids.errors import CheckpointError, ExportError
 from fbrapids.runs import data_cache
 from fbrapids.runs.data_cache import default_data_dir  # noqa: F401  (where the demo keeps its data; re-exported)
-from fbrapids.errors import CheckpointError, ExportError
 from fbrapids.runs.workdir import temporary_work_dir
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,11 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
     (``RunConfig.memory_limit``; None: half the machine's).  Without ``work_dir`` the work dir is temporary and removed before returning (module
     docstring); ``result.checkpoint`` is then None and ``result.removed_work_dir`` names it.
     """
+    from fbrapids.app.pipeline import run_pipeline
+    from fbrapids.datasets import synthetic
+    from fbrapids.datasets.synthetic.generate import read_metadata, using_dataset
     from fbrapids.frames.backend import get_backend
     from fbrapids.frames.cluster import close_client, connect
-    from fbrapids.datasets.synthetic.generate import read_metadata, using_dataset
-    from fbrapids.datasets import synthetic
-    from fbrapids.app.pipeline import run_pipeline
     from fbrapids.workloads import RunConfig
 
     if resume and work_dir is None:

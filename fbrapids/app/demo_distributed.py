@@ -54,9 +54,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     import torch
     import torch.distributed as dist
 
+    from fbrapids.app.pipeline import KEEP_CHECKPOINTS, default_recipe, training_inputs
     from fbrapids.frames.cluster import close_client, connect, frozen_worker_watchdog
-    from fbrapids.app.pipeline import (GROUP, KEEP_CHECKPOINTS, LABEL, SHUFFLE_BUFFER, TimedPartitions, batch_stream,
-                                       default_recipe, plan_frames, training_inputs)
     from fbrapids.trainers.distributed import LeaderFeed, evaluate_distributed, fit_distributed, per_rank_batch
 
     model = options.get("model", "dlrm")
@@ -79,11 +78,7 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
                 frozen_worker_watchdog(client, f"rank 0 extracting {data} for every rank"):
             train_src = test_src = None
             if rank == 0:  # the only rank that reads the data: once, as one process would
-                frames = plan_frames(inputs, data, options.get("backend"))
-                cols = [LABEL, GROUP, *inputs.dense, *inputs.sparse]
-                train_src, test_src = (batch_stream(TimedPartitions(f, window=1, columns=cols), inputs.dense,
-                                                    inputs.sparse, batch_size, seed, nan, shuffle_buffer=window)
-                                       for f, window in ((frames.train, SHUFFLE_BUFFER), (frames.test, 0)))
+                train_src, test_src = _leader_streams(inputs, data, options.get("backend"), batch_size, seed, nan)
             feed = LeaderFeed(train_src, rank, world, feed_group)
             torch.manual_seed(seed)
             net, optimizer = _rank_model(model, inputs, options, rank, recipe)
@@ -103,6 +98,19 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     finally:
         if client is not None:
             close_client(client)
+
+
+def _leader_streams(inputs: Any, data: Any, backend: str | None, batch_size: int, seed: int,
+                    nan: str) -> tuple[Any, Any]:
+    """Rank 0's training and held-out batch streams (the other ranks read no data)."""
+    from fbrapids.app.pipeline import GROUP, LABEL, SHUFFLE_BUFFER, TimedPartitions, batch_stream, plan_frames
+
+    frames = plan_frames(inputs, data, backend)
+    cols = [LABEL, GROUP, *inputs.dense, *inputs.sparse]
+    train_src, test_src = (batch_stream(TimedPartitions(f, window=1, columns=cols), inputs.dense, inputs.sparse,
+                                        batch_size, seed, nan, shuffle_buffer=window)
+                           for f, window in ((frames.train, SHUFFLE_BUFFER), (frames.test, 0)))
+    return train_src, test_src
 
 
 def _rank_model(model: str, inputs: Any, options: dict[str, Any], rank: int, recipe: Any) -> tuple[Any, Any]:
@@ -200,12 +208,12 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
     with a GPU per rank on CUDA, gloo on the CPU; :func:`~fbrapids.trainers.distributed.launch.place_ranks`).  ``resume`` continues the run in ``work_dir`` (a sharded checkpoint, of any
     number of ranks); a checkpoint of one process, or one trained with another batch size,
     data or features, is refused before any rank starts."""
-    from fbrapids.datasets.synthetic.generate import using_dataset
     from fbrapids.app.demo import WORK_PREFIX, default_data_dir
+    from fbrapids.datasets.synthetic.generate import using_dataset
     from fbrapids.errors import CheckpointError
+    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
     from fbrapids.trainers.distributed import per_rank_batch, spawn
     from fbrapids.trainers.distributed.launch import local_placement
-    from fbrapids.runs.workdir import lock_work_dir, temporary_work_dir, torch_cache_in
 
     batch_size, seed = int(options.get("batch_size", 2048)), int(options.get("seed", 0))
     per_rank_batch(batch_size, nproc)  # refused before any work
@@ -233,8 +241,8 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
 def check_resumable(work: Path, data: Path, options: dict[str, Any]) -> None:
     """Refuse, before any rank starts, a resume of ``work`` whose newest checkpoint is a
     one-process one or was trained with other settings (one line naming each difference)."""
-    from fbrapids.errors import CheckpointError
     from fbrapids.app.pipeline import training_inputs
+    from fbrapids.errors import CheckpointError
     from fbrapids.trainers.distributed.checkpoint import newest_layout
     from fbrapids.trainers.run_identity import check_identity
 
@@ -268,8 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``torchrun --nproc-per-node N -m fbrapids.app.demo_distributed``: this process is one rank."""
     import torch.distributed as dist
 
-    from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.app.demo import default_data_dir
+    from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.runs.workdir import lock_work_dir
     from fbrapids.trainers.distributed import init_from_env
 

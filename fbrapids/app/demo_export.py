@@ -31,8 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fbrapids.datasets.synthetic import features as demo_features
-from fbrapids.datasets.synthetic import views as workload
+from fbrapids.datasets.synthetic import features as demo_features, views as workload
 from fbrapids.errors import CheckpointMismatchError, ExportError
 from fbrapids.kernels import columns_of
 from fbrapids.serving.export import export_model

@@ -26,16 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from fbrapids.datasets.synthetic import DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE, as_workload, din_history  # noqa: F401
+from fbrapids.errors import ArgumentError
 from fbrapids.files.iostats import IOCounter, tree_bytes
+from fbrapids.frames.backend import FrameLike, get_backend
 from fbrapids.runs.heap import PeriodicRelease
 from fbrapids.trainers.metrics import format_metric
-from fbrapids.frames.backend import FrameLike, get_backend
-from fbrapids.errors import ArgumentError
-from fbrapids.datasets.synthetic import (DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,  # noqa: F401
-                                        as_workload, din_history)
-from fbrapids.workloads.recipe import Recipe
 from fbrapids.workloads import RunConfig, Workload
 from fbrapids.workloads.frames import DAY, PARTITION_ROWS, index_as_column, split_fitted  # noqa: F401  (re-exported)
+from fbrapids.workloads.recipe import Recipe
 from fbrapids.workloads.run_config import MODELS  # noqa: F401  (re-exported: the names RunConfig accepts)
 
 if TYPE_CHECKING:

@@ -63,10 +63,10 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     """
     from fbrapids.errors import MemoryBudgetError
     from fbrapids.runs import memory_budget as mb
-    from fbrapids.runs.ram_budget import table_layout
-    from fbrapids.runs.view_sizes import held_out_rows, view_sizes
     from fbrapids.runs.disk_budget import table_bounds
     from fbrapids.runs.memory_watch import tree_rss
+    from fbrapids.runs.ram_budget import table_layout
+    from fbrapids.runs.view_sizes import held_out_rows, view_sizes
     from fbrapids.trainers.calibration import CALIBRATION_ROWS
     from fbrapids.trainers.sparse import StoreConfig
     from fbrapids.views.partitions import auto_partition_rows

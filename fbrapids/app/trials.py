@@ -80,8 +80,17 @@ from typing import Any, Literal, Sequence, overload
 import numpy as np
 
 from fbrapids.app.trial_family import CandidateTrials
-from fbrapids.app.trial_stats import (METRICS, VERDICTS, TrialResult, UserResamples, arm_rounds,  # noqa: F401
-                                      combine, compare, paired_bootstrap, user_aucs)
+from fbrapids.app.trial_stats import (  # noqa: F401
+    METRICS,
+    VERDICTS,
+    TrialResult,
+    UserResamples,
+    arm_rounds,
+    combine,
+    compare,
+    paired_bootstrap,
+    user_aucs,
+)
 from fbrapids.errors import ArgumentError, FeatureError
 from fbrapids.kernels import Expr
 

@@ -56,9 +56,8 @@ def check_exportable(w: Workload, model: str = "dlrm") -> None:
     """An :class:`~fbrapids.errors.ExportError` naming the model inputs a served request
     cannot compute (history features: they read the log), or a model no scorer serves
     (one not ``exportable``: ``logreg``), before any work."""
-    from fbrapids.workloads.frames import split_fitted
-
     from fbrapids.trainers.models import model_for
+    from fbrapids.workloads.frames import split_fitted
 
     if not model_for(model).exportable:  # (the logistic regression, the screening model: no scorer serves it yet)
         raise ExportError(f"serving has no scorer for the model {model!r}; export another model")

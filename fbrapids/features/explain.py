@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from fbrapids.features.fitted import Fitted, frame_calls
-from fbrapids.frames import backend as backends
 from fbrapids.errors import FbrapidsError
-from fbrapids.features.plans import plan_for
-from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
+from fbrapids.features.fitted import Fitted, frame_calls
 from fbrapids.features.plan_graph import Explanation
+from fbrapids.features.plans import plan_for
+from fbrapids.frames import backend as backends
+from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
 from fbrapids.views.inputs import prepare
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)

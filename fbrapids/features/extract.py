@@ -22,9 +22,9 @@ import warnings
 from typing import Any, Mapping
 
 from fbrapids.errors import ReplacedColumnWarning
-from fbrapids.frames.backend import FrameLike
 from fbrapids.features.fitted import Fitted, extract_frame, has_frame_ops
 from fbrapids.features.run import run_features
+from fbrapids.frames.backend import FrameLike
 from fbrapids.kernels import Col, as_expr
 
 

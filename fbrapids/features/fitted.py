@@ -38,15 +38,14 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, NotFittedError
-from fbrapids.fitting import history as H
-from fbrapids.fitting import rowops as R
+from fbrapids.features.run import run_features
+from fbrapids.features.schema import check_columns
+from fbrapids.fitting import history as H, rowops as R
 from fbrapids.fitting.encoders import spec_of
 from fbrapids.fitting.registry import frame_operator
 from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
-from fbrapids.features.run import run_features
-from fbrapids.features.schema import check_columns
+from fbrapids.frames import backend as _backend
 from fbrapids.kernels import Call, Col, Expr, as_expr, find_operator, operators
 from fbrapids.kernels.expr_json import expr_from_json, expr_to_json
 

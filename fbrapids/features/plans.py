@@ -19,8 +19,8 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Mapping
 
-from fbrapids.frames import backend as backends
 from fbrapids.features.schema import check_columns, columns_used, schema_of
+from fbrapids.frames import backend as backends
 from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled, registry_generation
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)

@@ -17,13 +17,23 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
-from fbrapids.frames import backend as backends
 from fbrapids.errors import FeatureError
 from fbrapids.features.plans import compiled_plan, plan_for
 from fbrapids.features.schema import columns_used, nullable_columns
+from fbrapids.frames import backend as backends
+from fbrapids.kernels import (
+    Call,
+    Expr,
+    Operator,
+    add_operator,
+    as_expr,
+    empty_series,
+    get_operator,
+    operators,
+    to_series,
+)
 from fbrapids.ui.progressbar import row_chunks
 from fbrapids.views.inputs import prepare
-from fbrapids.kernels import Call, Expr, Operator, add_operator, as_expr, empty_series, get_operator, operators, to_series
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike

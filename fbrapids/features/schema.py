@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.frames import backend as backends
 from fbrapids.errors import FeatureError
+from fbrapids.frames import backend as backends
 from fbrapids.kernels import as_expr, columns_of, from_arrow_type, object_array
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)

@@ -43,8 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from fbrapids.files.atomic import WriteDigests, write_atomic
 from fbrapids.errors import ArgumentError, ManifestError, UnsafeFileError
+from fbrapids.files.atomic import WriteDigests, write_atomic
 
 MANIFEST = "MANIFEST.json"
 ALGORITHM = "sha256"

@@ -35,12 +35,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError, OperatorTypeError
-from fbrapids.kernels import Call, Expr
 from fbrapids.fitting.frame_op import FrameOperator
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
+from fbrapids.frames import backend as _backend
+from fbrapids.kernels import Call, Expr
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike, SeriesLike

@@ -43,10 +43,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
 import pandas as pd
+
 from fbrapids.errors import ArgumentError, BackendNameError, BackendUnavailableError
+
 # the probes of the GPU backend import neither pandas nor cudf (the CLI asks them before any heavy import)
-from fbrapids.frames.gpu_probe import (ENV_VAR, GPU_PACKAGES, gpu_missing, gpu_unavailable_message,  # noqa: F401
-                                installed, visible_devices)
+from fbrapids.frames.gpu_probe import (  # noqa: F401
+    ENV_VAR,
+    GPU_PACKAGES,
+    gpu_missing,
+    gpu_unavailable_message,
+    installed,
+    visible_devices,
+)
 
 if TYPE_CHECKING:  # names for the type checker only: importing the GPU libraries here would load them
     import cudf

@@ -15,8 +15,8 @@ import socket
 import time
 from typing import Any, Callable
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import ClusterError
+from fbrapids.frames import backend as _backend
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pandas as pd
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import JoinError
+from fbrapids.frames import backend as _backend
 from fbrapids.views.rows import take_array, take_rows
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)

@@ -57,19 +57,27 @@ Example:
 from __future__ import annotations
 
 import collections
-import threading
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import pandas as pd
 
+from fbrapids.errors import JoinError
 from fbrapids.frames import backend as _backend
 from fbrapids.frames.backend import FrameLike
-from fbrapids.errors import JoinError
-from fbrapids.joins.hash_join import (JoinTable, check_unique_keys, device_join, host_join, join_frames, key_values,
-                                  normalize_validate, nullable_dtype)
+from fbrapids.joins.hash_join import (
+    JoinTable,
+    check_unique_keys,
+    device_join,
+    host_join,
+    join_frames,
+    key_values,
+    normalize_validate,
+    nullable_dtype,
+)
 
 log = logging.getLogger(__name__)
 

@@ -29,19 +29,25 @@ Example:
 """
 
 from fbrapids.kernels.arrow_take import fill_null_var_width, take_var_width, takes_type
-from fbrapids.kernels.host_memory import empty as host_empty
 from fbrapids.kernels.columns import HostColumn, empty_series, from_series, object_array, to_series
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.compiled import cached, cached_plans, compilations, compiled
-from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
-from fbrapids.kernels.operator import DictionaryPath, Impl, Operator
-from fbrapids.kernels.plan import DEVICE_BUDGET_FRACTION, Plan, build_plan
-from fbrapids.kernels.registry import (add_operator, find_operator, get_operator, operators, register_operator,
-                                       registry_generation)
-from fbrapids.kernels.render import render_module
-from fbrapids.kernels.runtime import RunResult, Runtime
 from fbrapids.kernels.counters import KernelStats, record, reset_stats, stats
 from fbrapids.kernels.dictionary import describe as dictionary_paths, dictionary_mode
+from fbrapids.kernels.expr import Call, Col, Expr, as_expr, columns_of
+from fbrapids.kernels.host_memory import empty as host_empty
+from fbrapids.kernels.operator import DictionaryPath, Impl, Operator
+from fbrapids.kernels.plan import DEVICE_BUDGET_FRACTION, Plan, build_plan
+from fbrapids.kernels.registry import (
+    add_operator,
+    find_operator,
+    get_operator,
+    operators,
+    register_operator,
+    registry_generation,
+)
+from fbrapids.kernels.render import render_module
+from fbrapids.kernels.runtime import RunResult, Runtime
 from fbrapids.kernels.types import from_arrow as from_arrow_type
 from fbrapids.kernels.vocab import Vocabulary
 

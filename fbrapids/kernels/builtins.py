@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from fbrapids.errors import OperatorError
-from fbrapids.kernels import params as P
-from fbrapids.kernels import types as T
+from fbrapids.kernels import params as P, types as T
 from fbrapids.kernels.clit import c_number, c_string
 from fbrapids.kernels.expr import Call
 from fbrapids.kernels.operator import Bound, DictionaryPath, Impl, Operator, Sizes

@@ -25,9 +25,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fbrapids.errors import CompilerNotFoundError, KernelCacheError, KernelCompileError
 from fbrapids.kernels.cache import cached_artifact, invalidate, source_key
 from fbrapids.kernels.headers import inline_headers
-from fbrapids.errors import CompilerNotFoundError, KernelCacheError, KernelCompileError
 
 FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing")
 

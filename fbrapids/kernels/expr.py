@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from fbrapids.errors import OperatorTypeError
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fbrapids.kernels import abi
 from fbrapids.errors import MissingFileError
+from fbrapids.kernels import abi
 
 #: the folder of the kernels' C headers and helpers
 CSRC = Path(__file__).resolve().parent / "csrc"

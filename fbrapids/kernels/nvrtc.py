@@ -31,7 +31,8 @@ import re
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
-from fbrapids.errors import NvrtcUnavailableError, NvrtcCompileError
+
+from fbrapids.errors import NvrtcCompileError, NvrtcUnavailableError
 from fbrapids.kernels.headers import CSRC
 
 log = logging.getLogger(__name__)

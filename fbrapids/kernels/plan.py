@@ -14,11 +14,11 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
+from fbrapids.kernels import plan_record
 from fbrapids.kernels.abi import CUDA_MAX_PARTS, pool_parts
 from fbrapids.kernels.expr import Call, Col, Expr, as_expr
-from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
 from fbrapids.kernels.operator import Impl, Operator
-from fbrapids.kernels import plan_record
 from fbrapids.kernels.registry import get_operator
 
 #: fraction of free device memory an operator's resident footprint may take on the GPU

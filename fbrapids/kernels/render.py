@@ -27,8 +27,17 @@ import re
 
 from fbrapids.errors import OperatorError
 from fbrapids.kernels import types as T
-from fbrapids.kernels.abi import (CUDA_BLOCK, CUDA_MAX_PARTS, HOST_LAYOUT, InputLayout, LayerABI, cuda_shared_bytes,
-                                  input_slots, layer_abi, output_slots)
+from fbrapids.kernels.abi import (
+    CUDA_BLOCK,
+    CUDA_MAX_PARTS,
+    HOST_LAYOUT,
+    InputLayout,
+    LayerABI,
+    cuda_shared_bytes,
+    input_slots,
+    layer_abi,
+    output_slots,
+)
 from fbrapids.kernels.headers import inline_headers
 from fbrapids.kernels.plan import Layer, Plan
 

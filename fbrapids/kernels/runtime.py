@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from fbrapids.kernels import counters as S
-from fbrapids.kernels import types as T
+from fbrapids.kernels import counters as S, types as T
 from fbrapids.kernels.abi import LayerABI
 from fbrapids.kernels.plan import Plan
 

@@ -39,15 +39,20 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from fbrapids.frames import backend as backends
 from fbrapids.errors import ArgumentError, BackendUnavailableError
-from fbrapids.kernels import counters as S
-from fbrapids.kernels import dictionary as D
-from fbrapids.kernels import types as T
+from fbrapids.frames import backend as backends
+from fbrapids.kernels import counters as S, dictionary as D, types as T
 from fbrapids.kernels.abi import CUDA_BLOCK, POOL_ALIGN, InputLayout, LayerABI, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, empty_series, from_arrow
-from fbrapids.kernels.device_columns import (DeviceColumn, fixed_arrays, fixed_column, int64_child, list_column,
-                                             read_column, strings_column)
+from fbrapids.kernels.device_columns import (
+    DeviceColumn,
+    fixed_arrays,
+    fixed_column,
+    int64_child,
+    list_column,
+    read_column,
+    strings_column,
+)
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
 from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin, nvrtc_version
 from fbrapids.kernels.plan import Layer, Plan

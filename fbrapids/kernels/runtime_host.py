@@ -28,11 +28,7 @@ import numpy as np
 import pandas as pd
 
 from fbrapids.errors import KernelRuntimeError, OperatorError
-from fbrapids.kernels import host_helpers as R
-from fbrapids.kernels import host_memory as HM
-from fbrapids.kernels import counters as S
-from fbrapids.kernels import dictionary as D
-from fbrapids.kernels import types as T
+from fbrapids.kernels import counters as S, dictionary as D, host_helpers as R, host_memory as HM, types as T
 from fbrapids.kernels.abi import InputLayout, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source

@@ -124,8 +124,8 @@ def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> Table
         TableBound(rows=3, why='0 to 1 elements in common, or null')
     """
     from fbrapids.kernels import as_expr, find_operator
-    from fbrapids.kernels.operator import Sizes, buckets_bound
     from fbrapids.kernels.expr import Call, Col
+    from fbrapids.kernels.operator import Sizes, buckets_bound
 
     e = as_expr(expr)
     if isinstance(e, Col):

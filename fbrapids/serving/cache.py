@@ -43,8 +43,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fbrapids.serving.forward import SideArrays
 from fbrapids.errors import ArgumentError
+from fbrapids.serving.forward import SideArrays
 
 
 class ItemCache:

@@ -56,8 +56,15 @@ import torch
 
 from fbrapids.errors import ExportError, ManifestError, NotAnExportError, UnsafeFileError
 from fbrapids.features import FeatureSet, explain, needs_fit
-from fbrapids.files.manifest import (checked_manifest, open_regular, read_bounded, read_manifest, read_verified,
-                               resolve_inside, write_manifest)
+from fbrapids.files.manifest import (
+    checked_manifest,
+    open_regular,
+    read_bounded,
+    read_manifest,
+    read_verified,
+    resolve_inside,
+    write_manifest,
+)
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.serving.spec_json import spec_from_json, spec_to_json
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint

@@ -79,9 +79,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the HTTP service needs FastAPI and uvicorn: pip install 'fbrapids[serve]'") from exc
 
 from fbrapids.errors import CallCancelledError, ModelInputError, RequestError, RequestTooLargeError, ServeConfigError
+from fbrapids.runs.heap import limit_arenas
 from fbrapids.serving.gate import ACCESS_LOGGER, Gate
 from fbrapids.serving.guard import LOOPBACK_NAMES, ServeLimits, descriptor_room, guarded_protocol, install_log_filter
-from fbrapids.runs.heap import limit_arenas
 from fbrapids.serving.scorer import Scorer
 from fbrapids.serving.spec import show
 from fbrapids.serving.tokens import MIN_TOKEN_CHARS, ClientTokens, check_token, read_tokens

@@ -107,18 +107,24 @@ import pandas as pd
 import torch
 
 from fbrapids import kernels as kstats
+from fbrapids.errors import (
+    ArgumentError,
+    CallCancelledError,
+    KernelRuntimeError,
+    ModelInputError,
+    RequestError,
+    RequestTooLargeError,
+)
 from fbrapids.features import extract as extract_features
-from fbrapids.errors import (ArgumentError, CallCancelledError, KernelRuntimeError, ModelInputError, RequestError,
-                             RequestTooLargeError)
 from fbrapids.kernels import columns_of
+from fbrapids.runs.heap import PeriodicRelease, release_memory
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.cost import CHUNK_WORK, MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK, CallCost
 from fbrapids.serving.fairness import FairLock
-from fbrapids.runs.heap import PeriodicRelease, release_memory
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
 from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
-from fbrapids.trainers.calibration import calibrated_logits
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
+from fbrapids.trainers.calibration import calibrated_logits
 from fbrapids.trainers.device import place_model
 from fbrapids.trainers.models.base import CTRModel
 

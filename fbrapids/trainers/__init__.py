@@ -7,9 +7,9 @@ Example:
 """
 
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.checkpoint.model_state import load_checkpoint, save_checkpoint
 from fbrapids.trainers.fit import FitResult, evaluate, fit, predict
 from fbrapids.trainers.fit_config import FitConfig
-from fbrapids.trainers.checkpoint.model_state import load_checkpoint, save_checkpoint
 from fbrapids.trainers.metrics import all_metrics, auc, calibration, gauc, logloss, normalized_entropy
 from fbrapids.trainers.models import DIN, DLRM, CTRModel, DCNv2, DeepFM, WideAndDeep
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection

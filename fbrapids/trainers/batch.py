@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+
 from fbrapids.errors import BatchError, ColumnTypeError
 from fbrapids.trainers.nan_policy import STREAM_NAN, check_nan
 

@@ -27,8 +27,8 @@ import os
 import torch
 from torch import nn
 
-from fbrapids.frames.backend import resolve_name
 from fbrapids.errors import BackendUnavailableError
+from fbrapids.frames.backend import resolve_name
 
 ENV_VAR = "FBRAPIDS_DEVICE"
 

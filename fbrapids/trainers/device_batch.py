@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 
+from fbrapids.errors import BatchError, ColumnTypeError
 from fbrapids.frames.backend import int_dtype_of_type_id, is_list_dtype
 from fbrapids.trainers.batch import Batch, concat_parts
-from fbrapids.errors import BatchError, ColumnTypeError
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike, SeriesLike

@@ -32,14 +32,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sized
 import logging
+from collections.abc import Sized
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
-from fbrapids.ui.autobar import tqdm
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch
@@ -51,6 +50,7 @@ from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.nan_policy import FIT_NAN, check_nan
 from fbrapids.trainers.strategy import Arms, OneProcess, Strategy, held_logits, nonfinite_grads  # noqa: F401
+from fbrapids.ui.autobar import tqdm
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any, overload
 import numpy as np
 import pandas as pd
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import LabelError
+from fbrapids.frames import backend as _backend
 
 
 @overload

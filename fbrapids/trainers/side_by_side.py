@@ -43,8 +43,8 @@ import torch
 if TYPE_CHECKING:
     from fbrapids.trainers.models.base import CTRModel
 
-from fbrapids.ui.autobar import tqdm
 from fbrapids.trainers.batch import Batch
+from fbrapids.ui.autobar import tqdm
 
 log = logging.getLogger(__name__)
 

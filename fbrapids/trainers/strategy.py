@@ -51,8 +51,13 @@ from fbrapids.files.manifest import resolve_inside, verification_enabled
 from fbrapids.runs.workdir import clean_stale, lock_work_dir, preflight
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import HeldBack, fit_shift
-from fbrapids.trainers.checkpoint.directory import (check_pointer_writable, checkpoints, clean_partial,
-                                                    newest_verified, read_small_file)
+from fbrapids.trainers.checkpoint.directory import (
+    check_pointer_writable,
+    checkpoints,
+    clean_partial,
+    newest_verified,
+    read_small_file,
+)
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, nonfinite_weights, save_checkpoint
 from fbrapids.trainers.dense_optim import default_optimizer
 from fbrapids.trainers.device import module_device, place_model

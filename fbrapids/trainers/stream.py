@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fbrapids.errors import ArgumentError, FbrapidsError, NotFoundError
 from fbrapids.frames import backend as _backend
 from fbrapids.frames.partition_pass import iter_partitions
 from fbrapids.trainers.batch import Batch, Columns, sparse_column
@@ -52,9 +53,8 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.device_batch import TensorColumns, device_columns
 from fbrapids.trainers.labels import check_label_range, check_labels
 from fbrapids.trainers.nan_policy import STREAM_NAN, check_nan
-from fbrapids.trainers.shuffle import MAX_BYTES, ShuffleBuffer
 from fbrapids.trainers.ranges import check_ranges, validate_ranges
-from fbrapids.errors import ArgumentError, FbrapidsError, NotFoundError
+from fbrapids.trainers.shuffle import MAX_BYTES, ShuffleBuffer
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import ViewError
+from fbrapids.frames import backend as _backend
 
 
 def first_failing(values: Any, want: Any, path: str, col: str, exc: Exception) -> ViewError:

@@ -31,11 +31,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fbrapids.frames import backend as _backend
-from fbrapids.views.rows import fill_null_strings, filter_rows
-from fbrapids.views import json_fields
-from fbrapids.views.where import Where, evaluate, parse_where
 from fbrapids.errors import CleanError, NoMatchWarning
+from fbrapids.frames import backend as _backend
+from fbrapids.views import json_fields
+from fbrapids.views.rows import fill_null_strings, filter_rows
+from fbrapids.views.where import Where, evaluate, parse_where
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike, SeriesLike

@@ -30,9 +30,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.frames import backend as _backend
 from fbrapids.frames.backend import FrameLike
-from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.views.paths import FilePiece, compression_of, data_suffix, open_binary
 from fbrapids.views.text_columns import convert_text_column, text_to_dtypes_device
 

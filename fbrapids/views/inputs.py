@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 import pandas as pd
 
-from fbrapids.frames import backend as _backend
 from fbrapids.errors import FeatureError
+from fbrapids.frames import backend as _backend
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike, SeriesLike

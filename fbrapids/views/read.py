@@ -53,14 +53,20 @@ from typing import Any, Sequence
 import pandas as pd
 import pyarrow as pa
 
+from fbrapids.errors import MissingFileError, ViewError
 from fbrapids.frames import backend as _backend
 from fbrapids.frames.backend import FrameLike
-from fbrapids.errors import MissingFileError, ViewError
 from fbrapids.views import jsonl
 from fbrapids.views.csv import META_SAMPLE_ROWS, CsvOptions, read_csv_file
 from fbrapids.views.jsonl_files import json_plan, read_json_host
-from fbrapids.views.parquet import (arrow_to_pandas, decode_dictionaries, masked_ints, normalize_strings,
-                                    nullable_int_columns, parquet_file)
+from fbrapids.views.parquet import (
+    arrow_to_pandas,
+    decode_dictionaries,
+    masked_ints,
+    normalize_strings,
+    nullable_int_columns,
+    parquet_file,
+)
 from fbrapids.views.parquet_footer import check_pin, pin_file
 from fbrapids.views.partitions import partition_pieces
 from fbrapids.views.paths import FilePiece, expand_paths, infer_format

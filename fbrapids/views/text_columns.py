@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fbrapids.errors import ViewError
 from fbrapids.frames import backend as _backend
 from fbrapids.frames.backend import FrameLike
-from fbrapids.errors import ViewError
 from fbrapids.views.casts import check_cast, first_failing
 
 log = logging.getLogger(__name__)

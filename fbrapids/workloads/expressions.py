@@ -27,7 +27,6 @@ from typing import Any
 
 from fbrapids.errors import WorkloadError
 
-
 #: fbrapids.ops functions that are not operators: they register code, never allowed from text
 NOT_OPERATORS = ("register_operator",)
 

@@ -174,7 +174,8 @@ class RunConfig:
         for name in ("checkpoint", "progress", "count_clean", "resume", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "a bool")
-        from fbrapids.trainers.nan_policy import STREAM_NAN  # here: fbrapids.trainers imports torch, the CLI checks first
+        # imported here: fbrapids.trainers imports torch, and the CLI checks a RunConfig first
+        from fbrapids.trainers.nan_policy import STREAM_NAN
 
         if self.nan not in STREAM_NAN:
             raise bad("nan", " or ".join(map(repr, STREAM_NAN)))

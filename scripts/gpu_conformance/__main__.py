@@ -6,13 +6,12 @@ stage on a copy with a known bug put back); ``--only`` runs the named checks
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import argparse
 
 HERE = Path(__file__).resolve().parent
 _ap = argparse.ArgumentParser()

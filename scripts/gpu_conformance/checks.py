@@ -152,6 +152,7 @@ def check_dry_builders(repo: Path) -> Result:
     import pylibcudf as plc
 
     from fbrapids.kernels import device_columns as D
+
     from gpu_conformance.host_arrays import host
 
     want = {"i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
@@ -211,12 +212,13 @@ def check_dry_meta(repo: Path, tmp: Path) -> Result:
 
 
 def check_dry_join(repo: Path) -> Result:
+    import cudf
     import numpy as np
     import pandas as pd
     import pylibcudf as plc
-    import cudf
 
     from fbrapids.frames import backend as B
+
     from gpu_conformance.host_arrays import host
 
     def col(tid: str, dtype: str, n: int = 0):
@@ -295,6 +297,7 @@ def check_dtype_paths(repo: Path) -> Result:
     from fbrapids.kernels.runtime_cuda import meta_dtype, output_series
     from fbrapids.trainers.device_batch import sparse_kind
     from fbrapids.views.inputs import datetime_unit, epoch_seconds, is_datetime
+
     from gpu_conformance.host_arrays import host
 
     failed, n = [], 0
@@ -344,11 +347,10 @@ def check_dtype_paths(repo: Path) -> Result:
 def check_cupy_ftz(repo: Path) -> Result:
     """P3: cupy still appends ``-ftz=true`` to a RawModule's options, so fbrapids' float
     kernels must be loaded as CUBINs it built (runtime_cuda.load_module), never by RawModule."""
+    import ast
     import inspect
 
     import cupy.cuda.compiler as C
-
-    import ast
 
     appends = "'-ftz=true'" in inspect.getsource(C._compile_with_cache_cuda)  # noqa: SLF001 - what we guard against
     tree = ast.parse((repo / "fbrapids" / "kernels" / "runtime_cuda.py").read_text())

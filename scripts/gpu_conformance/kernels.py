@@ -72,9 +72,9 @@ def _all_ops(repo: Path, cudf_layouts: bool) -> list[tuple[str, str, int]]:
 
 
 def _workload(repo: Path) -> list[tuple[str, str, int]]:
+    from fbrapids.datasets.synthetic.views import features
     from fbrapids.kernels.plan import build_plan
     from fbrapids.kernels.render import render_module
-    from fbrapids.datasets.synthetic.views import features
 
     schema = {"ts": "i64", "user_id": "i64", "ad_id": "i64", "advertiser_id": "i64", "category": "i32",
               "gender": "str", "city": "str", "os": "str", "geo_city": "str", "age": "i32", "price": "f64",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
 import inspect
+import re
 import sys
 from pathlib import Path
 from types import ModuleType

@@ -10,9 +10,17 @@ import pytest
 import torch
 
 import fbrapids  # noqa: F401
-from fbrapids.ams import (DICM, ImageEmbedder, ImageEmbeddingMLP, ImageVectorStore,
-                          MultiQueryAttentivePooling, max_pool, partial_warm_up, sum_pool,
-                          synthetic_vectors)
+from fbrapids.ams import (
+    DICM,
+    ImageEmbedder,
+    ImageEmbeddingMLP,
+    ImageVectorStore,
+    MultiQueryAttentivePooling,
+    max_pool,
+    partial_warm_up,
+    sum_pool,
+    synthetic_vectors,
+)
 from fbrapids.trainers import StoreConfig, fit
 from fbrapids.trainers.modules.attention import AttentionPooling, segment_softmax
 

@@ -13,17 +13,16 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+
+import fbrapids  # noqa: F401  (the .fbx accessor)
+from fbrapids import kernels, ops
+from fbrapids.kernels import Vocabulary, dictionary_mode
 
 import diffref_rowops as rowref
 import diffref_strings as ref
 from diff_harness import DIFF, assert_column, run_modes
 from diff_strategies import int_columns, int_series, string_columns, string_series
-
-import fbrapids  # noqa: F401  (the .fbx accessor)
-from fbrapids import kernels, ops
-from fbrapids.kernels import Vocabulary, dictionary_mode
 
 
 def _repeat(draw: Any, pool: list[Any], n: int) -> list[Any]:

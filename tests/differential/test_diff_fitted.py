@@ -15,12 +15,22 @@ import pandas as pd
 import pytest
 from hypothesis import given, strategies as st
 
-import diffref_fitted as ref
-from diff_harness import (DIFF, FAMILIES, assert_column, assert_error_names, assert_values, materialize, modes,
-                          to_mode)
-from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, indexes, int_series, ints_of,
-                             sizes, string_series, texts)
 from fbrapids import ops
+
+import diffref_fitted as ref
+from diff_harness import DIFF, FAMILIES, assert_column, assert_error_names, assert_values, materialize, modes, to_mode
+from diff_strategies import (
+    BIG_IDS,
+    INT_DTYPES,
+    NULL_KINDS,
+    STRING_STORAGES,
+    indexes,
+    int_series,
+    ints_of,
+    sizes,
+    string_series,
+    texts,
+)
 
 
 # -- inputs ------------------------------------------------------------------------------------

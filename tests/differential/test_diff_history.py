@@ -17,11 +17,22 @@ import pandas as pd
 import pytest
 from hypothesis import given, strategies as st
 
+from fbrapids import ops
+
 import diffref_fitted as ref
 from diff_harness import DIFF, FAMILIES, assert_column, assert_error_names, materialize, run_modes, to_mode
-from diff_strategies import (BIG_IDS, TIME_UNITS, ZONES, epoch_ns_values, indexes, int_series, sizes,
-                             string_series, texts, time_series)
-from fbrapids import ops
+from diff_strategies import (
+    BIG_IDS,
+    TIME_UNITS,
+    ZONES,
+    epoch_ns_values,
+    indexes,
+    int_series,
+    sizes,
+    string_series,
+    texts,
+    time_series,
+)
 
 
 @st.composite

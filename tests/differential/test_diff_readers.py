@@ -18,16 +18,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
+
+from fbrapids import read_view
+from fbrapids.errors import ViewError
 
 import diffref_readers as ref
 from diff_harness import DIFF, FAMILIES, assert_error_names, assert_values, materialize
-from diff_strategies import (BIG_IDS, INT_DTYPES, TIME_UNITS, ZONES, epoch_ns_values, indexes, int_columns,
-                             int_series, ints_of, sizes, string_columns, string_series, texts, time_series,
-                             uint64_ids)
-from fbrapids import read_view
-from fbrapids.errors import ViewError
+from diff_strategies import (
+    BIG_IDS,
+    INT_DTYPES,
+    TIME_UNITS,
+    ZONES,
+    epoch_ns_values,
+    indexes,
+    int_columns,
+    int_series,
+    ints_of,
+    sizes,
+    string_columns,
+    string_series,
+    texts,
+    time_series,
+    uint64_ids,
+)
 
 FILE_COUNTS = (1, 3, 7)
 _counter = iter(range(10**9))

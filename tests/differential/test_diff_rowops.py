@@ -17,18 +17,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-import diffref_rowops as ref
-from diff_harness import DIFF, FAMILIES, assert_column, assert_error_names, run_modes
-from diff_strategies import (BIG_IDS, NULL_KINDS, TIME_UNITS, ZONES, epoch_ns_values,
-                             indexes, int_columns, int_series, ints_of, sizes, string_columns, string_series,
-                             texts, time_series)
+from hypothesis import given, strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
 from fbrapids import ops
 from fbrapids.errors import FbrapidsError
+
+import diffref_rowops as ref
+from diff_harness import DIFF, FAMILIES, assert_column, assert_error_names, run_modes
+from diff_strategies import (
+    BIG_IDS,
+    NULL_KINDS,
+    TIME_UNITS,
+    ZONES,
+    epoch_ns_values,
+    indexes,
+    int_columns,
+    int_series,
+    ints_of,
+    sizes,
+    string_columns,
+    string_series,
+    texts,
+    time_series,
+)
 
 KTYPE = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
          "uint32": "u32", "uint64": "u64"}

@@ -17,15 +17,25 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
+
+from fbrapids import ops
+from fbrapids.errors import FbrapidsError
 
 import diffref_strings as ref
 from diff_harness import DIFF, FAMILIES, PROFILE, assert_column, assert_error_names, run_modes
-from diff_strategies import (BIG_IDS, INT_DTYPES, STRING_STORAGES, int_series, indexes, ints_of, sizes,
-                             string_columns, string_series, texts)
-from fbrapids import ops
-from fbrapids.errors import FbrapidsError
+from diff_strategies import (
+    BIG_IDS,
+    INT_DTYPES,
+    STRING_STORAGES,
+    indexes,
+    int_series,
+    ints_of,
+    sizes,
+    string_columns,
+    string_series,
+    texts,
+)
 
 SEPS = (" ", ",", "ab", "\x00", "漢", "😀")
 BUCKETS = st.one_of(st.sampled_from([1, 2, 7, 1 << 20, 2**63 - 1]), st.integers(1, 2**63 - 1))

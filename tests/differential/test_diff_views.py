@@ -10,19 +10,40 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-import diffref_views as ref
-from diff_harness import (DIFF, FAMILIES, assert_column, assert_error_names, assert_values, is_dask_mode,
-                          materialize, modes, run_modes, to_mode)
-from diff_strategies import (BIG_IDS, INT_DTYPES, NULL_KINDS, STRING_STORAGES, indexes, int_columns, int_series,
-                             ints_of, sizes, string_columns, string_series, texts)
+from hypothesis import given, strategies as st
 
 import fbrapids  # noqa: F401  (registers .fbx)
 from fbrapids.errors import FbrapidsError
 from fbrapids.joins.strategies import join_decisions
 from fbrapids.views.clean import clean_report
+
+import diffref_views as ref
+from diff_harness import (
+    DIFF,
+    FAMILIES,
+    assert_column,
+    assert_error_names,
+    assert_values,
+    is_dask_mode,
+    materialize,
+    modes,
+    run_modes,
+    to_mode,
+)
+from diff_strategies import (
+    BIG_IDS,
+    INT_DTYPES,
+    NULL_KINDS,
+    STRING_STORAGES,
+    indexes,
+    int_columns,
+    int_series,
+    ints_of,
+    sizes,
+    string_columns,
+    string_series,
+    texts,
+)
 
 
 def _expect_refusal(fn, *culprits: str) -> None:

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from fbrapids import ops
+from fbrapids.app.pipeline import run_pipeline
+from fbrapids.datasets import synthetic
 from fbrapids.datasets.synthetic.generate import DAYS, TS0, generate
 from fbrapids.features import Fitted
-from fbrapids.datasets import synthetic
-from fbrapids.app.pipeline import run_pipeline
 from fbrapids.workloads import RunConfig
 
 CUTOFF = TS0 + (DAYS - 1) * 86400

@@ -1,7 +1,7 @@
 """The first GPU-path fixes (joins, cleaning, categorify, GAUC, CSV, the local cluster) where only a device shows them (``gpu``-marked, skipped without one);
 the CPU-observable halves are in test_gpu_shared_code.py and the GPU conformance stage.
 Fitted / history operators on dask-cudf (fitted.py ``_copy`` / ``_attach``) are covered by
-tests/features/test_fitted_gpu.py::test_history_identical_on_dask_cudf."""
+tests/fitting/test_fitted_gpu.py::test_history_identical_on_dask_cudf."""
 
 from __future__ import annotations
 

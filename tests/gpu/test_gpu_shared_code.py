@@ -13,10 +13,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from fbrapids.frames import backend as B
-from fbrapids.frames.cluster import cuda_worker_count
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.features.fitted import copy_columns
+from fbrapids.frames import backend as B
+from fbrapids.frames.cluster import cuda_worker_count
 from fbrapids.trainers.device_batch import GROUP_HASH
 
 

@@ -13,15 +13,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fbrapids  # noqa: F401  (the .fbx accessor)
-from fbrapids.views import rows as frame_rows
-from fbrapids.kernels import host_memory
-from fbrapids.views.rows import fill_null_strings, filter_rows, take_array, take_rows
 from fbrapids.joins.hash_join import join_frames
+from fbrapids.kernels import host_memory
 from fbrapids.kernels.arrow_take import take_var_width
+from fbrapids.views import rows as frame_rows
+from fbrapids.views.rows import fill_null_strings, filter_rows, take_array, take_rows
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIST_TYPES = [pa.list_(pa.int64()), pa.large_list(pa.int32()), pa.list_(pa.float64())]

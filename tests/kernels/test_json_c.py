@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
+from benchmarks.workload_pandas import JSON_MAX_DEPTH as MAX_DEPTH, strict_text_ok
+
 from _c_harness import build_harness, find_cc, pack_strings, ptr
-from benchmarks.workload_pandas import JSON_MAX_DEPTH as MAX_DEPTH
-from benchmarks.workload_pandas import strict_text_ok
 
 pytestmark = pytest.mark.skipif(find_cc() is None, reason="no C compiler (gcc) on PATH")
 

@@ -144,9 +144,9 @@ def test_cuda_cast_check_reads_sliced_columns_like_the_host(type_name):
     and validity bits (starting mid-byte) through fixed_arrays and raises exactly the host
     runtime's error: the same row, value and count."""
     from fbrapids.errors import KernelRuntimeError
+    from fbrapids.kernels.columns import from_arrow
     from fbrapids.kernels.device_columns import fixed_arrays
     from fbrapids.kernels.runtime_host import check_fit, check_fit_values
-    from fbrapids.kernels.columns import from_arrow
 
     vals = [None if i % 3 == 0 else (i % 100 if type_name == "i64" else i % 100 * 0.75) for i in range(N + 2 * OFFSET)]
     vals[OFFSET + 4] = 300 if type_name == "i64" else float("nan")  # does not fit i8

@@ -7,12 +7,10 @@ import pandas as pd
 import pytest
 
 import fbrapids  # noqa: F401
-from fbrapids import ops
-from fbrapids import kernels as S
-from fbrapids.errors import KernelCompileError
+from fbrapids import kernels as S, ops
+from fbrapids.errors import FeatureError, KernelCompileError
 from fbrapids.features import compiled_plan, explain, extract, plan_for
 from fbrapids.kernels import register_operator
-from fbrapids.errors import FeatureError
 from fbrapids.kernels.plan import build_plan
 from fbrapids.kernels.pool import HostPool
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from fbrapids import ops
-from fbrapids.kernels.columns import to_series
 from fbrapids.features import schema_of
+from fbrapids.kernels.columns import to_series
 from fbrapids.kernels.plan import build_plan
 from fbrapids.kernels.pool import ENV_INITIAL, HostPool
 from fbrapids.kernels.runtime_host import HostPlan

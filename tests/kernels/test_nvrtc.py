@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fbrapids.kernels.nvrtc import (CSRC_DIR, NvrtcCompileError, compile_cuda,
-                                    nvrtc_available, nvrtc_library)
+from fbrapids.kernels.nvrtc import CSRC_DIR, NvrtcCompileError, compile_cuda, nvrtc_available, nvrtc_library
 
 pytestmark = pytest.mark.skipif(
     not nvrtc_available(),

@@ -12,11 +12,11 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from fbrapids import ops  # noqa: E402
+from fbrapids.app.pipeline import PipelineResult  # noqa: E402
+from fbrapids.app.trials import TrialResult  # noqa: E402
 from fbrapids.datasets.synthetic import views as workload  # noqa: E402
 from fbrapids.features import plan_for  # noqa: E402
-from fbrapids.app.pipeline import PipelineResult  # noqa: E402
 from fbrapids.features.plan_graph import BOX_W, Explanation, layout, plan_graph, to_svg  # noqa: E402
-from fbrapids.app.trials import TrialResult  # noqa: E402
 
 
 @pytest.fixture(scope="module")

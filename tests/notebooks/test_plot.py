@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from fbrapids.ui import plot  # noqa: E402
 from fbrapids.app.trials import TrialResult  # noqa: E402
+from fbrapids.ui import plot  # noqa: E402
 
 
 def test_training_curves_draw_every_step_the_average_and_the_auc_points():

@@ -29,8 +29,8 @@ def test_a_frozen_worker_ends_planning_and_streaming_naming_it() -> None:
     import pandas as pd
     from distributed import Client, LocalCluster
 
-    from fbrapids.frames.cluster import frozen_worker_watchdog
     from fbrapids.errors import ClusterError
+    from fbrapids.frames.cluster import frozen_worker_watchdog
     from fbrapids.frames.partition_pass import iter_partitions
 
     def slow(part: pd.DataFrame) -> pd.DataFrame:

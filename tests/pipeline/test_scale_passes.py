@@ -15,11 +15,10 @@ from dask.callbacks import Callback
 from dask.sizeof import sizeof
 
 import fbrapids.views.read as read_module
-
-from fbrapids.datasets.synthetic.generate import generate
-from fbrapids.joins.strategies import join_decision_mark, join_decisions
-from fbrapids.frames.partition_pass import iter_partitions
 from fbrapids.app.pipeline import DENSE, GROUP, LABEL, SPARSE, feature_frame
+from fbrapids.datasets.synthetic.generate import generate
+from fbrapids.frames.partition_pass import iter_partitions
+from fbrapids.joins.strategies import join_decision_mark, join_decisions
 from fbrapids.trainers.stream import stream
 
 

@@ -19,12 +19,19 @@ import numpy as np
 import pytest
 import torch
 
-from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.errors import CheckpointError, ManifestError, NonFiniteError, PreflightError, WorkDirLockedError
 from fbrapids.files.manifest import MANIFEST, read_manifest, verify_manifest
-from fbrapids.trainers import fit, load_checkpoint
-from fbrapids.trainers.checkpoint.directory import CHECKPOINT_DIGEST, checkpoints, latest_checkpoint, newest_verified, prune
 from fbrapids.runs.workdir import LOCK_NAME, preflight
+from fbrapids.trainers import fit, load_checkpoint
+from fbrapids.trainers.checkpoint.directory import (
+    CHECKPOINT_DIGEST,
+    checkpoints,
+    latest_checkpoint,
+    newest_verified,
+    prune,
+)
+
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 REPO = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from pathlib import Path
 import dask
 import pytest
 
-from fbrapids.frames.cluster import connect
-from fbrapids.errors import ClusterError
 from fbrapids.app.pipeline import run_pipeline
+from fbrapids.errors import ClusterError
+from fbrapids.frames.cluster import connect
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -116,8 +116,8 @@ def test_a_scheduler_without_workers_is_an_error_before_any_work(gen_dir, tmp_pa
 
 def test_launch_counter_stays_right_across_a_worker_restart(gen_dir, own_workers):
     from fbrapids import kernels as kernel_stats
-    from fbrapids.frames.cluster import WorkerCounters
     from fbrapids.app.pipeline import feature_frame
+    from fbrapids.frames.cluster import WorkerCounters
 
     client, workers = own_workers
     counters = WorkerCounters(client, kernel_stats.stats)

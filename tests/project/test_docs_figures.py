@@ -75,8 +75,8 @@ def test_demo_and_trial_figures_are_on_todays_default_data():
     """The README's demo summary was made on the default data (the demo's default rows, seed
     0) and its trial figure on the default generator at seed 0 with the script's planted
     columns (a signal and a noise column: the truth known), both by the current generator."""
-    from fbrapids.datasets.synthetic.generate import DATA_VERSION
     from fbrapids.app.demo import run_demo
+    from fbrapids.datasets.synthetic.generate import DATA_VERSION
 
     sys.path.insert(0, str(REPO / "scripts"))
     from make_readme_figure import SIGNAL_BETA

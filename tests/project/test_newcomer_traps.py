@@ -21,7 +21,7 @@ import pytest
 
 import fbrapids
 from fbrapids import ops
-from fbrapids.errors import (BatchError, NoMatchWarning, ReplacedColumnWarning, SeparatorWarning)
+from fbrapids.errors import BatchError, NoMatchWarning, ReplacedColumnWarning, SeparatorWarning
 from fbrapids.frames.gpu_probe import gpu_missing
 from fbrapids.views.clean import clean
 
@@ -148,8 +148,8 @@ def test_cli_scheduler_where_nothing_listens_is_refused_at_once() -> None:
 def test_library_connect_to_a_refused_port_fails_at_once() -> None:
     import socket
 
-    from fbrapids.frames.cluster import probe_scheduler
     from fbrapids.errors import ClusterError
+    from fbrapids.frames.cluster import probe_scheduler
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

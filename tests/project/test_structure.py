@@ -5,7 +5,8 @@ they never run): no cycles among fbrapids modules, and no module using a private
 ``pyproject.toml``'s ``[tool.importlinter]`` contract, :func:`declared_floors`).  The
 package root holds at most 6 modules besides ``__init__`` (the rest live on named floors).
 No function holds more than :data:`FUNCTION_LINES` lines of code beyond the explicit,
-shrinking list :data:`LONG_FUNCTIONS`.
+shrinking list :data:`LONG_FUNCTIONS`.  The tests mirror the package: every subpackage
+``fbrapids/<name>/`` has a ``tests/<name>/`` folder holding test files.
 
 Run as a script to print the findings: ``python tests/project/test_structure.py``.
 """
@@ -279,6 +280,30 @@ def test_no_import_cycles_in_scripts_and_benchmarks(tmp_path: Path) -> None:
 def test_package_root_holds_at_most_six_modules() -> None:
     loose = sorted(p.name for p in PKG.glob("*.py") if p.name != "__init__.py")
     assert len(loose) <= 6, f"modules loose at the package root (give them a floor): {loose}"
+
+
+def unmirrored_subpackages(pkg: Path = PKG, tests: Path = REPO / "tests") -> list[str]:
+    """The subpackages ``pkg/<name>/`` (folders holding an ``__init__.py``) without a
+    ``tests/<name>/`` folder holding a ``test_*.py`` file."""
+    names = sorted(p.parent.name for p in pkg.glob("*/__init__.py"))
+    return [name for name in names if not any((tests / name).glob("test_*.py"))]
+
+
+def test_mirror_checker_finds_a_subpackage_without_tests(tmp_path: Path) -> None:
+    pkg, tests = tmp_path / "fbrapids", tmp_path / "tests"
+    for folder in ("tested", "untested", "empty_tests"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "data").mkdir()  # not a package: no __init__.py
+    (tests / "tested").mkdir(parents=True)
+    (tests / "tested" / "test_it.py").write_text("")
+    (tests / "empty_tests").mkdir()
+    (tests / "empty_tests" / "helper.py").write_text("")
+    assert unmirrored_subpackages(pkg, tests) == ["empty_tests", "untested"]
+
+
+def test_tests_mirror_every_subpackage() -> None:
+    assert unmirrored_subpackages() == [], "subpackages with no tests/<name>/ folder of test files"
 
 
 #: the most lines of code a function of the package may hold: its ``def`` line(s) to its last

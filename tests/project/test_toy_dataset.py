@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import _toy_dataset
 from fbrapids.errors import WorkloadError
 from fbrapids.workloads import Dataset, dataset, load_workload, register_dataset, registered_datasets
 from fbrapids.workloads.frames import feature_frame
+
+import _toy_dataset
 
 ROWS = 40
 

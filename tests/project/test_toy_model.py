@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _toy_model import ToyCTR
 from sklearn.metrics import roc_auc_score
-from tests.serving.conftest import training_side_scores
 
 import fbrapids  # noqa: F401  (registers the .fbx accessor)
 from fbrapids import ops
+from tests.serving.conftest import training_side_scores
+
+from _toy_model import ToyCTR
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 3000

@@ -17,6 +17,7 @@ from fbrapids.features.plan_graph import operator_kind
 from fbrapids.kernels import build_plan, dictionary_mode, get_operator, render_module
 from fbrapids.kernels.nvrtc import compile_cuda, nvrtc_available
 from fbrapids.runs.disk_budget import expression_bound
+
 from toy_operator import HEADER, TOY, toy_mod
 
 PKG = Path(fbrapids.__file__).resolve().parent

@@ -10,13 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import _toy_tier
-from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers import fit
 from fbrapids.trainers.distributed import config_digest
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.sparse.tier import Tier
+
+import _toy_tier
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

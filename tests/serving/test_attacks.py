@@ -24,8 +24,6 @@ import torch
 pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 
-from _attack_helpers import AUTH, TOKEN, Server, health, http, post_json, read_answer, wait_for  # noqa: E402
-
 from fbrapids.app.cli import main as cli_main  # noqa: E402
 from fbrapids.errors import ServeConfigError  # noqa: E402
 from fbrapids.serving import Scorer, export_model, load_scorer  # noqa: E402
@@ -36,6 +34,8 @@ from fbrapids.serving.http import TOKEN_ENV, create_app, resolve_token  # noqa: 
 from fbrapids.serving.scorer import MAX_ITEMS  # noqa: E402
 from fbrapids.serving.tokens import ClientTokens  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
+
+from _attack_helpers import AUTH, TOKEN, Server, health, http, post_json, read_answer, wait_for  # noqa: E402
 
 MAX_BODY = 512 << 10
 MAX_CONN = 24
@@ -327,9 +327,9 @@ def test_score_batch_answers_per_request(trained, guarded) -> None:
 def test_null_fills_of_training_cleaning_are_served(tmp_path) -> None:
     """The demo's spec carries training's cleaning fills: a null price / gender / city / os
     scores as its fill value does (before: a 500), counted in ``nulls_filled``."""
-    from fbrapids.datasets.synthetic import views as workload
-    from fbrapids.app.pipeline import model_arguments
     from fbrapids.app.demo_export import REQUEST_SCHEMA, demo_inputs, demo_spec
+    from fbrapids.app.pipeline import model_arguments
+    from fbrapids.datasets.synthetic import views as workload
 
     spec = demo_spec()
     for col, table in (("price", workload.AD_FILL), ("gender", workload.USER_FILL), ("city", workload.USER_FILL),

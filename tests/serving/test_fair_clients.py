@@ -18,8 +18,6 @@ import pytest
 pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 
-from _attack_helpers import Server, http, read_answer, wait_for  # noqa: E402
-
 from fbrapids.errors import ServeConfigError  # noqa: E402
 from fbrapids.serving import Scorer  # noqa: E402
 from fbrapids.serving.example import example_catalogue, example_spec, request_records  # noqa: E402
@@ -27,6 +25,8 @@ from fbrapids.serving.guard import ServeLimits  # noqa: E402
 from fbrapids.serving.http import create_app  # noqa: E402
 from fbrapids.serving.shares import FairShare  # noqa: E402
 from fbrapids.serving.tokens import ClientTokens, parse_tokens, read_tokens  # noqa: E402
+
+from _attack_helpers import Server, http, read_answer, wait_for  # noqa: E402
 
 SHARED = "shared-token-0123456789"
 NAMED = {"ranker": "ranker-token-0123456789", "batch": "batch-token-0123456789"}

@@ -19,9 +19,9 @@ pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra 
 uvicorn = pytest.importorskip("uvicorn", reason="the HTTP service needs the 'serve' extra (fastapi, uvicorn)")
 
 from fbrapids.serving import Scorer, export_model, load_scorer  # noqa: E402
-from fbrapids.serving.scorer import SCORE_ATOL  # noqa: E402
 from fbrapids.serving.example import request_records, train_example  # noqa: E402
 from fbrapids.serving.http import create_app  # noqa: E402
+from fbrapids.serving.scorer import SCORE_ATOL  # noqa: E402
 
 
 def _free_port() -> int:

@@ -22,8 +22,7 @@ pytest.importorskip("fastapi", reason="the HTTP service needs the 'serve' extra 
 
 from fbrapids.errors import ManifestError  # noqa: E402
 from fbrapids.files.manifest import write_manifest  # noqa: E402
-from fbrapids.serving import export as export_module  # noqa: E402
-from fbrapids.serving import export_model, load_model  # noqa: E402
+from fbrapids.serving import export as export_module, export_model, load_model  # noqa: E402
 from fbrapids.serving.example import example_spec  # noqa: E402
 from fbrapids.trainers import WideAndDeep  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402

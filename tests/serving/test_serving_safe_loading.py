@@ -169,7 +169,6 @@ def test_spec_json_builds_data_only(export, feature, match):
 
 def test_serving_a_checkpoint_says_to_export_it(tmp_path, capsys) -> None:
     from fbrapids.app.cli import main as cli_main
-
     from fbrapids.trainers.checkpoint.model_state import save_checkpoint
 
     save_checkpoint(WideAndDeep(**_kwargs()), None, tmp_path / "ckpt", step=1)

@@ -13,8 +13,8 @@ import torch
 import fbrapids  # noqa: F401
 from fbrapids.features import plan_for
 from fbrapids.serving import Scorer, export_model, load_scorer, supports_split
-from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.serving.example import request_records, train_example
+from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.trainers import DIN, DLRM, DeepFM, StoreConfig, fit
 from fbrapids.trainers.device import module_device
 

@@ -12,12 +12,11 @@ import pytest
 import torch
 
 import fbrapids  # noqa: F401
-from fbrapids import ops
+from fbrapids import kernels as kstats, ops
 from fbrapids.errors import RequestError, RequestTooLargeError
-from fbrapids import kernels as kstats
 from fbrapids.serving import Scorer
-from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.serving.example import request_records, train_example
+from fbrapids.serving.scorer import SCORE_ATOL
 from fbrapids.serving.spec import ServingSpec
 
 

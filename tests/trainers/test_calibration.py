@@ -9,9 +9,10 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
 from fbrapids.trainers import StoreConfig, evaluate, fit, load_checkpoint, predict
 from fbrapids.trainers.calibration import HOLD_EVERY, MIN_ROWS, HeldBack, fit_shift, intercept, platt
+
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -21,16 +21,26 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import _distributed_scenarios as S  # noqa: E402
-from _trainer_helpers import small_model  # noqa: E402
 from fbrapids.errors import ArgumentError, CheckpointError, CheckpointMismatchError, DistributedError  # noqa: E402
 from fbrapids.trainers import StoreConfig, evaluate, fit  # noqa: E402
 from fbrapids.trainers.batch import Batch  # noqa: E402
 from fbrapids.trainers.checkpoint.directory import latest_checkpoint, newest_verified  # noqa: E402
-from fbrapids.trainers.distributed import (BucketTable, LeaderFeed, RankSlices, concat_batches,  # noqa: E402
-                                           evaluate_distributed, fit_distributed, init_rank, per_rank_batch, spawn)
-from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
 from fbrapids.trainers.checkpoint.model_state import weights_digest  # noqa: E402
+from fbrapids.trainers.distributed import (  # noqa: E402
+    BucketTable,
+    LeaderFeed,
+    RankSlices,
+    concat_batches,
+    evaluate_distributed,
+    fit_distributed,
+    init_rank,
+    per_rank_batch,
+    spawn,
+)
+from fbrapids.trainers.distributed.data import rank_bounds  # noqa: E402
+
+import _distributed_scenarios as S  # noqa: E402
+from _trainer_helpers import small_model  # noqa: E402
 
 W2 = ["train_match", "train_again", "train_no_overlap", "resume_same_world", "deepfm_counts", "uneven", "mismatch", "feed", "feed_din",
       "demo_match", "demo_match_dcn", "demo_stopped"]

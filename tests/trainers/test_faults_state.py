@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from _trainer_helpers import FEATURES, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.datasets.synthetic.generate import generate
 from fbrapids.errors import CheckpointError, CheckpointMismatchError, FbrapidsError
 from fbrapids.trainers import DLRM, StoreConfig, fit, load_checkpoint
+
+from _trainer_helpers import FEATURES, ctr_frame, same_bits, small_model, snapshot, tiered
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers import StoreConfig, fit
 from fbrapids.trainers.fit_config import FitConfig
 from fbrapids.trainers.strategy import Arms
+
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 
 SERVED = ("served_cache", "served_host", "served_ssd", "served_new", "served_default", "rows", "admissions",
           "lookups", "unique_lookups")

@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 import torch
 
-from _trainer_helpers import LIST
 from fbrapids.trainers import DIN, DLRM, DeepFM, StoreConfig, WideAndDeep, evaluate, fit, stream
 from fbrapids.trainers.metrics import all_metrics, auc
+
+from _trainer_helpers import LIST
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

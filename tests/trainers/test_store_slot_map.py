@@ -15,6 +15,7 @@ import torch
 from fbrapids.kernels.nvrtc import compile_cuda, nvrtc_available
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.sparse.slot_map import EMPTY, TOMB, SlotMap, slot_map_source
+
 from test_store import mixed_batches, rows_by_id, train, zipf_batches
 
 CPU = torch.device("cpu")

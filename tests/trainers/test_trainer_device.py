@@ -11,9 +11,14 @@ import torch.nn.functional as F
 import fbrapids  # noqa: F401
 from fbrapids.errors import BackendUnavailableError
 from fbrapids.serving import Scorer
+from fbrapids.serving.example import (
+    example_catalogue,
+    example_model_kwargs,
+    example_spec,
+    request_records,
+    training_frame,
+)
 from fbrapids.serving.scorer import SCORE_ATOL
-from fbrapids.serving.example import (example_catalogue, example_model_kwargs, example_spec, request_records,
-                                      training_frame)
 from fbrapids.trainers import StoreConfig, WideAndDeep, fit
 from fbrapids.trainers.device import module_device, place_model, resolve_device
 from fbrapids.trainers.fit import predict

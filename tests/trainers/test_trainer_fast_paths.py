@@ -20,7 +20,6 @@ from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.sparse.hashmap import group_by_row
 from fbrapids.trainers.sparse.store import sparse_update
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -147,9 +146,10 @@ def test_dot_interaction_matches_the_reference_in_value_and_gradient(self_intera
 
 def test_default_fused_adam_resumes_bit_for_bit(tmp_path) -> None:
     """fit's default dense optimizer (fused Adam) checkpoints and resumes exactly, in process."""
-    from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
     from fbrapids.trainers import fit
     from fbrapids.trainers.fit import default_optimizer
+
+    from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 
     assert default_optimizer([torch.nn.Parameter(torch.zeros(2))]).defaults.get("fused") is True
     df = ctr_frame(rows=640)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from _trainer_helpers import LIST, FEATURES, ctr_frame
 from fbrapids.trainers import DIN, DLRM, DCNv2, DeepFM, StoreConfig, WideAndDeep, evaluate, fit, stream
 from fbrapids.trainers.batch import Batch
 
+from _trainer_helpers import FEATURES, LIST, ctr_frame
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 from fbrapids.trainers import fit, load_checkpoint
 from fbrapids.trainers.calibration import HOLD_EVERY
 from fbrapids.trainers.checkpoint.directory import latest_checkpoint
+
+from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot, tiered
 
 HELPER = Path(__file__).resolve().parents[1] / "_trainer_helpers.py"
 N, M = 12, 9

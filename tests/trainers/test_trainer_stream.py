@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from _trainer_helpers import LIST, ctr_frame
 from fbrapids.trainers import StoreConfig, TieredEmbeddingStore, stream
+
+from _trainer_helpers import LIST, ctr_frame
 
 SPARSE = ["ad", "toks"]
 

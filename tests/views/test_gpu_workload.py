@@ -88,6 +88,7 @@ def test_where_over_narrow_widths_on_cudf_and_dask_cudf(width):
 
     from fbrapids.frames.backend import get_backend, to_backend
     from fbrapids.views.where import evaluate
+
     from test_clean_where import EXPRESSIONS, narrow_frame
 
     be = get_backend("gpu")
@@ -109,9 +110,9 @@ def test_where_over_narrow_widths_on_cudf_and_dask_cudf(width):
 def test_one_worker_local_cuda_cluster_runs_the_pipeline_extraction(gen_dir):
     import dask
 
-    from fbrapids.frames.cluster import close_client, local_cluster
     from fbrapids import kernels as kernel_stats
     from fbrapids.app.pipeline import feature_frame
+    from fbrapids.frames.cluster import close_client, local_cluster
 
     client = local_cluster(n_workers=1, backend="gpu")
     try:

@@ -9,8 +9,7 @@ import random
 import re
 
 import pandas as pd
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fbrapids.views.json_fields import extract_json, json_features
 

@@ -202,8 +202,7 @@ def test_the_workload_reference_lists_every_field_the_parser_accepts():
     import dataclasses
     import tomllib
 
-    from fbrapids.workloads import Join, workload_from_dict
-    from fbrapids.workloads import toml_file
+    from fbrapids.workloads import Join, toml_file, workload_from_dict
     from fbrapids.workloads.spec import clean_options, reader_options
 
     doc = (EXAMPLES.parent / "docs" / "workloads.md").read_text()

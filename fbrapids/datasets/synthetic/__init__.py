@@ -9,8 +9,20 @@ Example:
     ('click', 'user_id')
 """
 
-from fbrapids.datasets.synthetic.declared import (DENSE, DERIVED, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE,
-                                                  TIME, as_workload, din_history, features, workload)
+from fbrapids.datasets.synthetic.declared import (
+    DENSE,
+    DERIVED,
+    DIN_SEQUENCE,
+    DIN_TARGET,
+    GROUP,
+    LABEL,
+    SPARSE,
+    TIME,
+    as_workload,
+    din_history,
+    features,
+    workload,
+)
 
 __all__ = ["LABEL", "GROUP", "TIME", "DENSE", "SPARSE", "DERIVED", "DIN_SEQUENCE", "DIN_TARGET", "din_history",
            "features", "workload", "as_workload"]

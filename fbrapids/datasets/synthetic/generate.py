@@ -35,9 +35,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from fbrapids.errors import DataDirError, DataGenError, FbrapidsError
 from fbrapids.files.atomic import fsync_dir, fsync_path, write_atomic
 from fbrapids.runs.data_cache import DEMO_MARK, FILES  # noqa: F401  (the demo folder's marker, the data's files)
-from fbrapids.errors import DataDirError, DataGenError, FbrapidsError
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from fbrapids.files.atomic import deferred_dir_fsyncs, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import ArgumentError, CheckpointError, ManifestError, UnsafeFileError
+from fbrapids.files.atomic import deferred_dir_fsyncs, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
 
 # checkpoints guard against corruption (a torn write, a flipped page), not forgery: crc32 is

@@ -30,8 +30,16 @@ import torch
 from fbrapids.errors import CheckpointError, NonFiniteError, UnsafeFileError
 from fbrapids.files.manifest import resolve_inside, verification_enabled
 from fbrapids.trainers.calibration import HeldBack
-from fbrapids.trainers.checkpoint.directory import (checkpoint_dir, checkpoints, newest_verified, prune, read_small_file,
-                                                    step_name, verify_checkpoint, write_atomic)
+from fbrapids.trainers.checkpoint.directory import (
+    checkpoint_dir,
+    checkpoints,
+    newest_verified,
+    prune,
+    read_small_file,
+    step_name,
+    verify_checkpoint,
+    write_atomic,
+)
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.run_identity import MODEL_KEYS, RUN_KEY, check_identity, model_identity
 

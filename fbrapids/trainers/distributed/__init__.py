@@ -19,10 +19,22 @@ Example:
 from fbrapids.trainers.distributed.buckets import N_BUCKETS, BucketTable
 from fbrapids.trainers.distributed.checkpoint import restore_sharded, save_sharded, sharded_digest
 from fbrapids.trainers.distributed.consistency import check_same_config, config_digest
-from fbrapids.trainers.distributed.data import (LeaderFeed, RankSlices, concat_batches, per_rank_batch,
-                                                shard_partitions, slice_batch, split_batches)
-from fbrapids.trainers.distributed.fit import (DistributedTrainer, Ranks, evaluate_distributed, fit_distributed,
-                                               predict_distributed)
+from fbrapids.trainers.distributed.data import (
+    LeaderFeed,
+    RankSlices,
+    concat_batches,
+    per_rank_batch,
+    shard_partitions,
+    slice_batch,
+    split_batches,
+)
+from fbrapids.trainers.distributed.fit import (
+    DistributedTrainer,
+    Ranks,
+    evaluate_distributed,
+    fit_distributed,
+    predict_distributed,
+)
 from fbrapids.trainers.distributed.launch import init_from_env, init_rank, spawn
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, ShardedTable, rank_store_config
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
-import io
 import os
 import shutil
 from pathlib import Path
@@ -47,17 +47,29 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from fbrapids.files.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.errors import CheckpointError, NonFiniteError
+from fbrapids.files.atomic import WriteDigests, WrittenFile, digests_of_writes, fsync_dir, write_atomic
 from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, write_manifest
-from fbrapids.trainers.checkpoint.directory import (CHECKPOINT_DIGEST, checkpoints, clean_partial, commit_checkpoint,
-                                          newest_verified, prune, step_name)
+from fbrapids.trainers.checkpoint.directory import (
+    CHECKPOINT_DIGEST,
+    checkpoints,
+    clean_partial,
+    commit_checkpoint,
+    newest_verified,
+    prune,
+    step_name,
+)
+from fbrapids.trainers.checkpoint.model_state import (
+    load_dense_state,
+    nonfinite_weights,
+    table_dir_name,
+    weights_digest,
+    write_checkpoint_files,
+)
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.consistency import config_digest
-from fbrapids.trainers.sparse import StoreConfig
 from fbrapids.trainers.run_identity import check_identity
-from fbrapids.trainers.checkpoint.model_state import (load_dense_state, nonfinite_weights, table_dir_name, weights_digest,
-                                                      write_checkpoint_files)
+from fbrapids.trainers.sparse import StoreConfig
 
 log = logging.getLogger(__name__)
 

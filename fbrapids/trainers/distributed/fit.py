@@ -35,8 +35,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from fbrapids.errors import CheckpointError, DistributedError, NonFiniteError
-from fbrapids.trainers.checkpoint.directory import checkpoints
+from fbrapids.runs.workdir import lock_work_dir
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.calibration import CALIBRATION_ROWS, HeldBack, batch_from_state, batch_state, fit_shift
+from fbrapids.trainers.checkpoint.directory import checkpoints
+from fbrapids.trainers.dense_optim import default_optimizer
 from fbrapids.trainers.device import module_device, place_model
 from fbrapids.trainers.distributed.buckets import BucketTable
 from fbrapids.trainers.distributed.checkpoint import restore_sharded, save_sharded
@@ -44,16 +47,13 @@ from fbrapids.trainers.distributed.consistency import check_same_config
 from fbrapids.trainers.distributed.data import concat_batches, empty_like, rank_bounds, slice_batch
 from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.distributed.sharded_store import ShardedEmbeddings, shard_model
-from fbrapids.trainers.calibration import CALIBRATION_ROWS, HeldBack, batch_from_state, batch_state, fit_shift
-from fbrapids.trainers.dense_optim import default_optimizer
 from fbrapids.trainers.fit import fit
 from fbrapids.trainers.fit_config import FitConfig, FitResult
-from fbrapids.trainers.nan_policy import RANKS_NAN
-from fbrapids.trainers.strategy import Item, Strategy, nonfinite_grads
-from fbrapids.runs.workdir import lock_work_dir
 from fbrapids.trainers.metrics import all_metrics
-from fbrapids.trainers.run_identity import run_identity
 from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.nan_policy import RANKS_NAN
+from fbrapids.trainers.run_identity import run_identity
+from fbrapids.trainers.strategy import Item, Strategy, nonfinite_grads
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,25 @@ import importlib
 import pkgutil
 
 from fbrapids.trainers.models.base import CTRModel
+
+# isort: off
+# the order the built-in models register in, kept out of the import sorting: short_names(),
+# and with it the command line's --model choices and RunConfig's list, reads the registry in
+# registration order (dlrm, the default, first)
 from fbrapids.trainers.models.dlrm import DLRM
 from fbrapids.trainers.models.wide_deep import DeepFM, WideAndDeep
 from fbrapids.trainers.models.din import DIN
 from fbrapids.trainers.models.logreg import LogisticRegression
 from fbrapids.trainers.models.dcn import DCNv2
-from fbrapids.trainers.models.registry import (model_class, model_for, model_name, register_model, registered_models,
-                                               short_names)
+# isort: on
+from fbrapids.trainers.models.registry import (
+    model_class,
+    model_for,
+    model_name,
+    register_model,
+    registered_models,
+    short_names,
+)
 
 for _module in pkgutil.iter_modules(__path__):  # the models added as a file of their own register themselves
     importlib.import_module(f"{__name__}.{_module.name}")

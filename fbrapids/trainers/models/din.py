@@ -7,6 +7,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
+from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch, ragged_take
 from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
@@ -14,9 +15,14 @@ from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.models.split import SideArrays, attend, dense_rows, pooled_sides, to_tensor
 from fbrapids.trainers.models.trial_parts import embedding_blocks, first_linear, zero_columns
 from fbrapids.trainers.models.wide_deep import first_order_config, linear_term
-from fbrapids.trainers.modules import AttentionPooling, TieredEmbeddingBagCollection, bag_segments, mlp_forward, plain_mlp
+from fbrapids.trainers.modules import (
+    AttentionPooling,
+    TieredEmbeddingBagCollection,
+    bag_segments,
+    mlp_forward,
+    plain_mlp,
+)
 from fbrapids.trainers.sparse import StoreConfig
-from fbrapids.errors import ArgumentError
 
 
 @register_model(short="din")

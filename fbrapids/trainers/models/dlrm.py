@@ -33,6 +33,7 @@ from typing import Mapping, Sequence, cast
 import numpy as np
 import torch
 
+from fbrapids.errors import ArgumentError, NotFoundError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
@@ -41,7 +42,6 @@ from fbrapids.trainers.models.split import SideArrays, dense_rows, pooled_sides,
 from fbrapids.trainers.models.trial_parts import stacked_mlp, zero_columns
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp, mlp_forward
 from fbrapids.trainers.sparse import StoreConfig
-from fbrapids.errors import ArgumentError, NotFoundError
 
 
 @register_model(short="dlrm")

@@ -41,12 +41,18 @@ import torch
 from torch import nn
 
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.device import module_device
+from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.models.split import SideArrays, dense_rows, pool, pooled_sides, to_tensor
-from fbrapids.trainers.models.trial_parts import (embedding_blocks, first_linear, stacked_linear_term, stacked_mlp,
-                                                  zero_columns, zero_table)
+from fbrapids.trainers.models.trial_parts import (
+    embedding_blocks,
+    first_linear,
+    stacked_linear_term,
+    stacked_mlp,
+    zero_columns,
+    zero_table,
+)
 from fbrapids.trainers.modules import TieredEmbeddingBagCollection, fm_second_order, mlp_forward, plain_mlp
 from fbrapids.trainers.sparse import StoreConfig
 

@@ -29,12 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
-from fbrapids.trainers.sparse.store import prepare_together
-from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
-from fbrapids.trainers.sparse.together import lookup_together, on_host, update_together
-from fbrapids.trainers.modules.table import EmbeddingTable
 from fbrapids.errors import ArgumentError, NotFoundError
+from fbrapids.trainers.modules.table import EmbeddingTable
+from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
+from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
+from fbrapids.trainers.sparse.store import prepare_together
+from fbrapids.trainers.sparse.together import lookup_together, on_host, update_together
 
 log = logging.getLogger(__name__)
 

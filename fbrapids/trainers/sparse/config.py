@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import fbrapids.trainers.sparse.tiers  # noqa: F401  (registers the built-in host tier, "ram")
+from fbrapids.errors import ArgumentError
 from fbrapids.trainers.sparse.optim import OPTIMIZERS, SparseOptimizer, sparse_optimizer
 from fbrapids.trainers.sparse.policies import POLICIES
 from fbrapids.trainers.sparse.tier import host_tier_class
-import fbrapids.trainers.sparse.tiers  # noqa: F401  (registers the built-in host tier, "ram")
-from fbrapids.errors import ArgumentError
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fbrapids.trainers.sparse.hashmap import UInt64HashMap
 from fbrapids.errors import ArgumentError, InputTypeError
+from fbrapids.trainers.sparse.hashmap import UInt64HashMap
 
 
 def as_uint64_ids(ids: Any) -> np.ndarray:

@@ -23,14 +23,13 @@ import ctypes
 import functools
 import os
 from pathlib import Path
-
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from fbrapids.kernels import load_source
 from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError, StoreMemoryError, TierFileError
+from fbrapids.kernels import load_source
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("hashmap.c", "rows.c")

@@ -43,7 +43,6 @@ from fbrapids.trainers.sparse.ssd import SsdTier
 from fbrapids.trainers.sparse.tier import SlottedTier, TierStats, host_tier_class
 from fbrapids.trainers.sparse.tiers import CacheTier
 
-
 #: a growable cache grows to this many times its slots (its new rows' memory is touched only as
 #: rows are placed in it: fewer, larger growths copy less)
 GROWTH = 4

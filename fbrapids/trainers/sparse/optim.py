@@ -35,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fbrapids.trainers.sparse.hashmap import rowwise_adagrad_, rowwise_adagrad_sliced_, sgd_
 from fbrapids.errors import ArgumentError
+from fbrapids.trainers.sparse.hashmap import rowwise_adagrad_, rowwise_adagrad_sliced_, sgd_
 
 
 class SparseOptimizer:

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
-from fbrapids.files.atomic import write_atomic
 from fbrapids.errors import StoreError
+from fbrapids.files.atomic import write_atomic
 from fbrapids.trainers.sparse.config import StoreConfig
 
 

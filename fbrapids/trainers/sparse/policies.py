@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fbrapids.errors import ArgumentError
 from fbrapids.trainers.sparse.directory import RowDirectory
 from fbrapids.trainers.sparse.lookahead import UseWindow
-from fbrapids.errors import ArgumentError
 
 
 class EvictionPolicy:

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fbrapids.files.atomic import fsync, write_atomic
 from fbrapids.errors import SsdDirLockedError, TierFileError
+from fbrapids.files.atomic import fsync, write_atomic
 from fbrapids.files.manifest import verification_enabled
 from fbrapids.trainers.sparse.hashmap import RowMap, row_hashes
 from fbrapids.trainers.sparse.tier import TierStats

@@ -72,8 +72,15 @@ from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
-from fbrapids.trainers.sparse.hashmap import (book_rows, gather_cols, lookup_pass, pin_slots, record_stride,
-                                              store_touch, unbook_rows)
+from fbrapids.trainers.sparse.hashmap import (
+    book_rows,
+    gather_cols,
+    lookup_pass,
+    pin_slots,
+    record_stride,
+    store_touch,
+    unbook_rows,
+)
 from fbrapids.trainers.sparse.hierarchy import TierStack
 from fbrapids.trainers.sparse.slot_map import SlotMap
 

@@ -14,8 +14,8 @@ import pytest
 import fbrapids  # noqa: F401
 from fbrapids import ops
 from fbrapids.errors import FeatureError, NotFittedError
-from fbrapids.fitting.encoders import fold_of
 from fbrapids.features import Fitted, fit
+from fbrapids.fitting.encoders import fold_of
 
 
 def make_frame(n: int = 3000, seed: int = 0) -> pd.DataFrame:

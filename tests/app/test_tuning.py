@@ -14,7 +14,6 @@ from fbrapids.workloads import RunConfig, Split
 def test_tuning_reads_the_training_days_only_and_keeps_the_best_try(gen_dir) -> None:
     from benchmarks.models import day_masks, reference_frame
     from fbrapids.app.pipeline import run_pipeline
-
     from fbrapids.workloads.recipe import Recipe
 
     r = run_pipeline(gen_dir, model="logreg", batch_size=512, checkpoint=False, count_clean=False, progress=False,

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from fbrapids.app.pipeline import DENSE, SPARSE, build_model
 from fbrapids.datasets.synthetic.generate import DEMO_MARK, ensure_dataset, generate
 from fbrapids.errors import DataDirError
-from fbrapids.app.pipeline import DENSE, SPARSE, build_model
+from fbrapids.runs.workdir import LOCK_NAME
 from fbrapids.trainers.checkpoint.directory import checkpoints, latest_checkpoint
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint, weights_digest
 from fbrapids.trainers.sparse import StoreConfig
-from fbrapids.runs.workdir import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 4000

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from fbrapids.app.trial_family import adjust_p, two_sided_p, verdict_of
 from fbrapids.app.trial_sequential import SequentialDesign

@@ -201,8 +201,8 @@ def test_logreg_reaches_sklearn_logistic_regression_on_the_same_hashed_features(
     held-out rows), so the comparison is the mean over three data sets, each paired with
     its own reference."""
     from benchmarks.logreg_vs_sklearn import sklearn_auc
-    from fbrapids.datasets.synthetic.generate import generate
     from fbrapids.app.pipeline import run_pipeline
+    from fbrapids.datasets.synthetic.generate import generate
 
     gaps = []
     for seed in (0, 1, 2):
@@ -247,10 +247,10 @@ def test_every_arm_trains_on_the_pipelines_shuffled_batches(tmp_path):
     import hashlib
 
     from fbrapids import ops
-    from fbrapids.datasets.synthetic.generate import generate
-    from fbrapids.datasets.synthetic import as_workload
     from fbrapids.app.pipeline import SHUFFLE_BUFFER, batch_stream, plan_frames, training_inputs
     from fbrapids.app.trial_training import ArmsSession, plan_arms
+    from fbrapids.datasets.synthetic import as_workload
+    from fbrapids.datasets.synthetic.generate import generate
     from fbrapids.trainers.side_by_side import batch_fingerprint
 
     generate(1200, tmp_path, seed=3)

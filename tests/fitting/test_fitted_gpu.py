@@ -42,9 +42,9 @@ def test_fitted_operators_identical_on_cudf() -> None:
 
 
 def test_history_identical_on_dask_cudf() -> None:
-    import dask_cudf  # noqa: F401
     import cudf
     import dask.dataframe as dd
+    import dask_cudf  # noqa: F401
 
     train, _ = frames()
     ref = train.fbx.extract(**HIST)

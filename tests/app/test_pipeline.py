@@ -9,10 +9,10 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from fbrapids import ops
-from fbrapids.datasets.synthetic import views as workload
 from fbrapids.app.pipeline import feature_frame, run_pipeline
 from fbrapids.app.trial_stats import _auc_weighted
 from fbrapids.app.trials import paired_bootstrap, trial
+from fbrapids.datasets.synthetic import views as workload
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     for name, plan in r.passes.items():
         assert plan["partitions"] >= 1 and plan["tasks"] > plan["partitions"]  # shared tasks: tests/pipeline/test_scale_passes.py
         assert f"{name} pass: {plan['partitions']} partitions" in r.render()
-    # its memory, sampled by stage against the budget (tests/pipeline/test_memory_budget.py)
+    # its memory, sampled by stage against the budget (tests/runs/test_memory_budget.py)
     mem = r.memory
     assert mem["scheduler"] == "threads" and set(mem["peak_by_stage"]) >= {"plan", "extract+train", "extract+evaluate"}
     assert 0 < mem["peak_bytes"] <= mem["budget_bytes"] and mem["estimate_bytes"] > 0
@@ -94,9 +94,9 @@ def test_weighted_auc_and_paired_bootstrap():
 
 
 def test_trial_reports_deltas_with_intervals_from_one_extraction_pass(gen_dir):
-    from fbrapids.datasets import synthetic
     from fbrapids.app.pipeline import run_pipeline
     from fbrapids.app.trials import VERDICTS
+    from fbrapids.datasets import synthetic
 
     cand = {"slot_x_os": ops.cross("slot", "os")}
     opts = dict(batch_size=512, cache_rows=1 << 14, host_rows=1 << 15, count_clean=False, progress=False)

@@ -43,10 +43,10 @@ def test_dictionaries_over_the_budget_spill_on_a_local_cluster_and_the_run_finis
     rows pandas counts."""
     import pandas as pd
 
-    from fbrapids.datasets.synthetic.generate import DAYS, TS0
-    from fbrapids.app.run_memory import memory_plan
     from fbrapids.app.pipeline import SHUFFLE_WINDOW
+    from fbrapids.app.run_memory import memory_plan
     from fbrapids.datasets.synthetic import workload
+    from fbrapids.datasets.synthetic.generate import DAYS, TS0
 
     monkeypatch.setattr(memory_budget, "BROADCAST_COPIES", 10 ** 6)
     cfg = RunConfig(progress=False, work_dir=str(tmp_path / "work"), batch_size=512, cache_rows=1 << 14,
