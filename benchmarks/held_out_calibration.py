@@ -62,7 +62,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import machine_description  # noqa: E402
+from benchmarks.machine import machine_description, write_result  # noqa: E402
 
 log = logging.getLogger("benchmarks.held_out_calibration")
 
@@ -255,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                          v["outside"], v["runs"], *BOUNDS, v["mean"], v["sd"])
     out["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.out is not None:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps(out))
+        write_result(args.out, out)
+    else:
+        sys.stdout.write(json.dumps(out) + "\n")
     return 0
 
 

@@ -359,16 +359,6 @@ RECIPES: dict[str, tuple[tuple[int, Recipe], ...]] = {
 }
 
 
-def _by_size(entries: tuple[tuple[int, Any], ...], rows: int | None) -> tuple[int, Any]:
-    """The last ``(rows from, value)`` entry whose rows a log of ``rows`` rows reaches (None:
-    unknown, the last one), else the first: how :data:`RECIPES` is read."""
-    chosen = entries[0]
-    for start, value in entries:
-        if rows is None or rows >= start:
-            chosen = (start, value)
-    return chosen
-
-
 def recipe_for(model: str, rows: int | None) -> tuple[Recipe, int]:
     """The demo's recipe of ``model`` for a log of ``rows`` rows (None: unknown, the largest
     size's), and the rows its entry in :data:`RECIPES` starts from.
@@ -377,7 +367,11 @@ def recipe_for(model: str, rows: int | None) -> tuple[Recipe, int]:
         >>> recipe_for("dlrm", 200_000)[0].epochs
         1
     """
-    start, recipe = _by_size(RECIPES.get(model) or ((0, Recipe()),), rows)
+    entries = RECIPES.get(model) or ((0, Recipe()),)
+    start, recipe = entries[0]
+    for entry_start, entry in entries:  # the last entry whose rows the log reaches
+        if rows is None or rows >= entry_start:
+            start, recipe = entry_start, entry
     return recipe, start
 
 
