@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 #: "some dataframe" in a signature: a pandas, cudf, dask or dask-cudf DataFrame (dask-cudf
 #: frames are dask's class).  cudf has no stubs on a machine without it (mypy sees ``Any``
-#: there), pandas ships none (``Any`` too, unless pandas-stubs is installed); dask's is checked.
+#: there); pandas' (pandas-stubs, installed with the test extra) and dask's are checked.
 FrameLike: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame", "dd.DataFrame"]
 #: one column of a :data:`FrameLike`
 SeriesLike: TypeAlias = Union[pd.Series, "cudf.Series", "dd.Series"]
