@@ -21,10 +21,29 @@ from typing import TYPE_CHECKING, TypeAlias, Union
 
 import pandas as pd
 
+from fbrapids.frames.backend import is_dask
+
 if TYPE_CHECKING:  # cudf for the type checker only (absent without a GPU; mypy sees Any there)
     import cudf
+    from typing_extensions import TypeIs  # (typing's own from Python 3.13)
+
+    from fbrapids.frames.backend import FrameLike
 
 #: a pandas or cudf DataFrame
 LocalFrame: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame"]
 #: one column of a :data:`LocalFrame`
 LocalSeries: TypeAlias = Union[pd.Series, "cudf.Series"]
+
+
+def is_local_frame(frame: FrameLike) -> TypeIs[LocalFrame]:
+    """Whether ``frame`` is held in memory (pandas or cudf), not a dask collection: the
+    complement of :func:`fbrapids.frames.backend.is_dask`, told to the type checker (a frame
+    for which it is False is a dask one).
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> df = pd.DataFrame({"a": [1, 2]})
+        >>> is_local_frame(df), is_local_frame(dd.from_pandas(df, npartitions=1))
+        (True, False)
+    """
+    return not is_dask(frame)
