@@ -38,3 +38,7 @@ def as_numpy(spec: DtypeSpec) -> np.dtype:
     if isinstance(held, ExtensionDtype):
         raise TypeError(f"Cannot interpret '{held!r}' as a data type")
     return np.dtype(held)
+
+
+#: a dtype object, as a column's ``.dtype`` is one: numpy's or a pandas extension dtype
+ColumnDtype: TypeAlias = Union[np.dtype, ExtensionDtype]
