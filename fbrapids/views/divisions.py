@@ -30,7 +30,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from fbrapids.errors import ViewError
+from fbrapids.errors import InputTypeError, ViewError
 from fbrapids.views.local_frames import is_local_frame
 from fbrapids.views.parquet import parquet_file
 
@@ -84,7 +84,7 @@ def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, gro
     """``frame`` (``groups`` row groups of ``path`` per partition) indexed by ``key`` with
     known divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
     if is_local_frame(frame):
-        raise TypeError(f"index_by_sorted_key takes a dask frame (read_view(..., row_groups_per_partition=...)), not {type(frame).__name__}")
+        raise InputTypeError(f"index_by_sorted_key takes a dask frame (read_view(..., row_groups_per_partition=...)), not {type(frame).__name__}")
     divisions = sorted_divisions(path, key, groups)
     if divisions is None or len(divisions) - 1 != frame.npartitions:
         log.info("%s is not sorted by %s in %d row groups: its joins on %s will shuffle", path, key,

@@ -19,6 +19,8 @@ from typing import TypeAlias, Union
 import numpy as np
 from pandas.api.extensions import ExtensionDtype
 
+from fbrapids.errors import InputTypeError
+
 #: a column type as a caller names it (see the module doc)
 DtypeSpec: TypeAlias = Union[str, type, np.dtype, ExtensionDtype]
 
@@ -27,7 +29,8 @@ def as_numpy(spec: DtypeSpec) -> np.dtype:
     """``spec`` as a numpy dtype; a pandas masked dtype (``Int8``) as the numpy dtype behind it.
 
     Raises:
-        TypeError: ``spec`` is an extension dtype with no numpy dtype behind it (as ``np.dtype`` does).
+        InputTypeError: ``spec`` is an extension dtype with no numpy dtype behind it (a
+            ``TypeError``, as ``np.dtype``'s own).
 
     Example:
         >>> import pandas as pd
@@ -36,7 +39,7 @@ def as_numpy(spec: DtypeSpec) -> np.dtype:
     """
     held = getattr(spec, "numpy_dtype", spec)
     if isinstance(held, ExtensionDtype):
-        raise TypeError(f"Cannot interpret '{held!r}' as a data type")
+        raise InputTypeError(f"dtype {held} has no numpy dtype behind it")
     return np.dtype(held)
 
 
