@@ -30,17 +30,22 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, overload
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.errors import JoinError
 from fbrapids.frames import backend as _backend
+from fbrapids.views.dtype_spec import ColumnDtype, as_numpy
 from fbrapids.views.rows import take_array, take_rows
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike
+    import cudf
+    from pandas.api.extensions import ExtensionArray
+
+    from fbrapids.frames.backend import FrameLike, SeriesLike
+    from fbrapids.views.local_frames import LocalFrame, LocalSeries
 
 VALIDATE = {
     "one_to_one": "one_to_one", "1:1": "one_to_one",
@@ -64,7 +69,11 @@ def normalize_validate(validate: str | None) -> str | None:
     return VALIDATE[validate]
 
 
-def key_values(frame: FrameLike, key: str) -> Any:
+@overload
+def key_values(frame: LocalFrame, key: str) -> LocalSeries: ...
+@overload
+def key_values(frame: FrameLike, key: str) -> SeriesLike: ...
+def key_values(frame: FrameLike, key: str) -> SeriesLike:
     """Column ``key`` of ``frame``, or its index level of that name."""
     if key in frame.columns:
         return frame[key]
@@ -75,19 +84,18 @@ def _valid_mask(values: pd.Series) -> np.ndarray:
     return ~np.asarray(values.isna(), dtype=bool)
 
 
-def _plain_keys(values: pd.Series) -> Any:
+def _plain_keys(values: pd.Series) -> np.ndarray:
     """Key values in a form a pandas Index hashes fast: numpy ints for (nullable) ints."""
     dtype = values.dtype
     kind = getattr(dtype, "kind", "O")
     if kind in "iu":
-        numpy_dtype = getattr(dtype, "numpy_dtype", dtype)
-        return values.to_numpy(dtype=numpy_dtype, na_value=0)
+        return values.to_numpy(dtype=as_numpy(dtype), na_value=0)
     return values.to_numpy()
 
 
-def duplicate_key_error(key_names: Sequence[str], value: Any, count: int, side: str, validate: str) -> JoinError:
+def duplicate_key_error(key_names: Sequence[str], value: object, count: int, side: str, validate: str) -> JoinError:
     """The error for a key that appears ``count`` times where ``validate`` allows one."""
-    def plain(v: Any) -> Any:
+    def plain(v: object) -> object:
         return v.item() if isinstance(v, np.generic) else v
 
     shown = plain(value) if not isinstance(value, tuple) else {k: plain(v) for k, v in zip(key_names, value)}
@@ -114,11 +122,11 @@ class JoinTable:
     positions: np.ndarray  # right row of each index entry (rows with a null key are left out)
     payload: pd.DataFrame
     unique: bool
-    key_dtypes: dict[str, Any] = field(default_factory=dict)
-    _nullable: dict[str, Any] = field(default_factory=dict, repr=False)
+    key_dtypes: dict[str, ColumnDtype] = field(default_factory=dict)
+    _nullable: dict[str, ExtensionArray] = field(default_factory=dict, repr=False)
     _sorted: np.ndarray | None = field(default=None, repr=False)  # the keys when sorted ints (see _sorted_lookup)
 
-    def take(self, column: str, rows: np.ndarray, fill: bool) -> Any:
+    def take(self, column: str, rows: np.ndarray, fill: bool) -> ExtensionArray:
         """Payload ``column`` at ``rows``; with ``fill``, ``-1`` rows are nulls and an int /
         bool column is taken from its nullable form (converted once per table, not per probe)."""
         values = self.payload[column]
@@ -127,7 +135,8 @@ class JoinTable:
         arr = self._nullable.get(column)
         if arr is None:
             want = nullable_dtype(values.dtype)
-            arr = values.array if want is values.dtype else pd.array(values.to_numpy(), dtype=want)
+            # (pandas-stubs 3.1 names each extension dtype pd.array takes; any one is taken at run time)
+            arr = values.array if want is values.dtype else pd.array(values.to_numpy(), dtype=want)  # type: ignore[arg-type]
             self._nullable[column] = arr
         return take_array(arr, rows, fill=True)
 
@@ -148,7 +157,7 @@ class JoinTable:
         payload = right[[c for c in right.columns if c not in keys]]
         return cls(keys, index, positions, payload, unique, {k: c.dtype for k, c in zip(keys, cols)})
 
-    def _sorted_lookup(self, probe: Any) -> np.ndarray | None:
+    def _sorted_lookup(self, probe: np.ndarray) -> np.ndarray | None:
         """``get_indexer`` by binary search when the right keys are integers in increasing
         order (ids written in order, as a log's basic features are) and the probe's are of
         the same dtype; None otherwise.  No hash table is built."""
@@ -205,7 +214,7 @@ class JoinTable:
         return both["_l"].to_numpy()[order], both["_r"].to_numpy()[order].astype(np.int64)
 
 
-def nullable_dtype(dtype: Any) -> Any:
+def nullable_dtype(dtype: ColumnDtype) -> ColumnDtype:
     """The nullable pandas dtype an int / uint / bool column takes in a left join; others unchanged.
 
     Example:
@@ -259,8 +268,8 @@ def host_join(left: pd.DataFrame, right: "pd.DataFrame | JoinTable", keys: Seque
     return assemble(left, table, left_rows, right_rows, how, suffixes)
 
 
-def device_join(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
-                validate: str | None = None) -> FrameLike:
+def device_join(left: cudf.DataFrame, right: cudf.DataFrame, keys: Sequence[str], how: str,
+                suffixes: tuple[str, str] = ("", "_right"), validate: str | None = None) -> cudf.DataFrame:
     """Join two cudf frames with pylibcudf's hash join; left order and index kept, ints stay ints.
 
     Unverified on a device (no GPU where this was written): it follows cudf 26.10's pylibcudf
@@ -295,7 +304,7 @@ def device_join(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str
     return result
 
 
-def _check_device_unique(keys_frame: FrameLike, keys: list[str], side: str, validate: str) -> None:
+def _check_device_unique(keys_frame: cudf.DataFrame, keys: list[str], side: str, validate: str) -> None:
     valid = keys_frame.dropna()
     dup = valid[valid.duplicated()]
     if len(dup):
@@ -305,7 +314,7 @@ def _check_device_unique(keys_frame: FrameLike, keys: list[str], side: str, vali
         raise duplicate_key_error(keys, value[0] if len(keys) == 1 else value, count, side, validate)
 
 
-def check_unique_keys(frame: FrameLike, keys: Sequence[str], side: str, validate: str) -> None:
+def check_unique_keys(frame: LocalFrame, keys: Sequence[str], side: str, validate: str) -> None:
     """Raise the duplicate-key error when a non-null key of ``frame`` (pandas or cudf)
     appears twice; used on a dask frame's hash buckets, so the count is the whole frame's.
 
@@ -333,8 +342,8 @@ def check_unique_keys(frame: FrameLike, keys: Sequence[str], side: str, validate
         raise _duplicate_error(keys, index, side, validate)
 
 
-def join_frames(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str, suffixes: tuple[str, str] = ("", "_right"),
-                validate: str | None = None) -> FrameLike:
+def join_frames(left: LocalFrame, right: LocalFrame, keys: Sequence[str], how: str,
+                suffixes: tuple[str, str] = ("", "_right"), validate: str | None = None) -> LocalFrame:
     """Join two eager frames of one backend (pandas, or cudf on the device).
 
     Example:

@@ -61,7 +61,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Sequence, TypeVar, overload
 
 import pandas as pd
 
@@ -78,6 +78,15 @@ from fbrapids.joins.hash_join import (
     normalize_validate,
     nullable_dtype,
 )
+from fbrapids.views.dtype_spec import ColumnDtype, DtypeSpec, as_numpy
+from fbrapids.views.local_frames import LocalFrame, is_local_frame
+
+if TYPE_CHECKING:
+    import cudf
+    import dask.dataframe as dd
+    from dask.delayed import Delayed
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +149,7 @@ def join_decisions(since: int | None = None) -> list[JoinDecision]:
 
 
 def _frame_bytes(frame: FrameLike) -> int:
-    if _backend.is_dask(frame):
+    if not is_local_frame(frame):
         return int(frame.memory_usage(deep=True, index=False).sum().compute())
     if isinstance(frame, pd.DataFrame):  # Arrow-backed columns know their buffer sizes: no pass over strings
         return int(sum(frame[c].array.nbytes if isinstance(frame[c].dtype, pd.api.extensions.ExtensionDtype)
@@ -148,7 +157,7 @@ def _frame_bytes(frame: FrameLike) -> int:
     return int(frame.memory_usage(deep=True, index=False).sum())
 
 
-def _key_kind(dtype: Any) -> str:
+def _key_kind(dtype: DtypeSpec) -> str:
     text = str(dtype).lower()
     if text in ("str", "string", "object", "large_string[pyarrow]", "string[pyarrow]") or "string" in text:
         return "str"
@@ -159,49 +168,47 @@ def _key_kind(dtype: Any) -> str:
     return {"i": "int", "u": "uint", "f": "float", "b": "bool", "O": "str", "U": "str"}.get(kind, text)
 
 
-def _index_names(frame: FrameLike) -> list[Any]:
+def _index_names(frame: FrameLike) -> list[Hashable]:
     return list(getattr(frame.index, "names", [frame.index.name]))
 
 
-def _key_dtype(frame: FrameLike, key: str) -> Any:
+def _key_dtype(frame: FrameLike, key: str) -> ColumnDtype:
     if key in frame.columns:
         return frame[key].dtype
     return frame.index.dtype if frame.index.name == key else key_values(frame, key).dtype
 
 
-def _categories_dtype(dtype: Any) -> Any:
-    """The dtype of a categorical's values (its categories); None for any other dtype."""
-    categories = getattr(dtype, "categories", None) if str(dtype) == "category" else None
-    return None if categories is None else categories.dtype
+def _categories(dtype: ColumnDtype) -> pd.Index | cudf.Index | None:
+    """A categorical's categories (pandas' or cudf's dtype); None for any other dtype."""
+    return getattr(dtype, "categories", None) if str(dtype) == "category" else None
 
 
-def _value_dtype(frame: FrameLike, key: str) -> Any:
+def _value_dtype(frame: FrameLike, key: str) -> ColumnDtype | None:
     """The dtype of ``key``'s values: a categorical's categories dtype; None for a dask
     categorical whose categories are unknown (``astype("category")`` on a dask column) or
     for a categorical of no categories (all null)."""
     dtype = _key_dtype(frame, key)
-    values = _categories_dtype(dtype)
-    if values is None:
+    categories = _categories(dtype)
+    if categories is None:
         return dtype
-    if len(dtype.categories) == 0:  # an all-null categorical: no values to type it, the other side's decides
+    if len(categories) == 0:  # an all-null categorical: no values to type it, the other side's decides
         return None
-    if _backend.is_dask(frame):
+    if not is_local_frame(frame):
         from dask.dataframe.utils import has_known_categories
 
         meta = frame._meta[key] if key in frame.columns else frame._meta.index
         if not has_known_categories(meta):
             return None
-    return values
+    return categories.dtype
 
 
-def _widened(dtype: Any, width: int) -> Any:
+def _widened(dtype: ColumnDtype, width: int) -> ColumnDtype:
     """``dtype`` (an int / uint, numpy or nullable) at ``width`` bytes, keeping its nullability."""
-    numpy_dtype = getattr(dtype, "numpy_dtype", dtype)
-    wide = pd.api.types.pandas_dtype(f"{numpy_dtype.kind}{width}")
+    wide = pd.api.types.pandas_dtype(f"{as_numpy(dtype).kind}{width}")
     return nullable_dtype(wide) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else wide
 
 
-def _signed_for_both(dtype: Any, other: Any) -> Any:
+def _signed_for_both(dtype: ColumnDtype, other: ColumnDtype) -> ColumnDtype | None:
     """The signed integer dtype (``dtype``'s flavour) that holds every value of an int and
     a uint key below 64 bits (uint32 with int16 -> int64); None for uint64 with a signed key.
 
@@ -210,7 +217,7 @@ def _signed_for_both(dtype: Any, other: Any) -> Any:
         >>> str(_signed_for_both(np.dtype("uint8"), np.dtype("int8"))), _signed_for_both(np.dtype("uint64"), np.dtype("int64"))
         ('int16', None)
     """
-    sizes = {getattr(t, "numpy_dtype", t).kind: getattr(t, "numpy_dtype", t).itemsize for t in (dtype, other)}
+    sizes = {as_numpy(t).kind: as_numpy(t).itemsize for t in (dtype, other)}
     width = max(sizes["i"], 2 * sizes["u"])
     if width > 8:
         return None
@@ -218,7 +225,7 @@ def _signed_for_both(dtype: Any, other: Any) -> Any:
     return nullable_dtype(wide) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else wide
 
 
-def check_keys(left: FrameLike, right: FrameLike, on: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_keys(left: FrameLike, right: FrameLike, on: Sequence[str]) -> tuple[dict[str, DtypeSpec], dict[str, DtypeSpec]]:
     """Validate join keys; returns the casts (key -> dtype) of the left and of the right side
     that make both sides' keys hash alike.
 
@@ -244,21 +251,24 @@ def check_keys(left: FrameLike, right: FrameLike, on: Sequence[str]) -> tuple[di
         >>> check_keys(a, b, ["k"])
         ({'k': dtype('int64')}, {'k': dtype('int64')})
     """
-    lcasts: dict[str, Any] = {}
-    rcasts: dict[str, Any] = {}
+    lcasts: dict[str, DtypeSpec] = {}
+    rcasts: dict[str, DtypeSpec] = {}
     for key in on:
         for side, frame in (("left", left), ("right", right)):
             if key not in frame.columns and key not in _index_names(frame):
                 raise JoinError(f"join key {key!r} not in the {side} frame; its columns: {', '.join(map(str, frame.columns))}")
         lraw, rraw = _key_dtype(left, key), _key_dtype(right, key)
         lt, rt = _value_dtype(left, key), _value_dtype(right, key)
-        if lt is None and rt is None:  # unknown categories on both sides: decoded as strings, checked per partition
-            lt = rt = pd.api.types.pandas_dtype("str")
-        lt, rt = (rt if lt is None else lt), (lt if rt is None else rt)
+        if lt is None:  # unknown categories: the other side's type, strings when both are unknown (checked per partition)
+            lt = rt if rt is not None else pd.api.types.pandas_dtype("str")
+        if rt is None:
+            rt = lt
         lk, rk = _key_kind(lt), _key_kind(rt)
-        if {lk, rk} == {"int", "uint"} and _signed_for_both(lt, rt) is not None:  # uint8/16/32 with a signed key
-            lt, rt = _signed_for_both(lt, rt), _signed_for_both(rt, lt)
-            lk = rk = "int"
+        if {lk, rk} == {"int", "uint"}:
+            lsigned, rsigned = _signed_for_both(lt, rt), _signed_for_both(rt, lt)
+            if lsigned is not None and rsigned is not None:  # uint8/16/32 with a signed key
+                lt, rt = lsigned, rsigned
+                lk = rk = "int"
         if "float" in (lk, rk):
             raise JoinError(f"join key {key!r} is floating point ({lt} vs {rt}); cast it to an integer or string first")
         if lk != rk:
@@ -266,7 +276,7 @@ def check_keys(left: FrameLike, right: FrameLike, on: Sequence[str]) -> tuple[di
                     else "cast one side explicitly")
             raise JoinError(f"join key {key!r} has dtype {lraw} on the left but {rraw} on the right; {hint}")
         if lk in ("int", "uint"):  # same width, other flavour (int64 / Int64 / int64[pyarrow]): hashed alike
-            lw, rw = getattr(lt, "numpy_dtype", lt).itemsize, getattr(rt, "numpy_dtype", rt).itemsize
+            lw, rw = as_numpy(lt).itemsize, as_numpy(rt).itemsize
             lt, rt = (_widened(lt, rw) if lw < rw else lt), (_widened(rt, lw) if rw < lw else rt)
         elif str(lt) != str(rt):
             rt = lt
@@ -309,26 +319,26 @@ def _record(decision: JoinDecision) -> None:
 _AUTO = "auto"
 
 
-def _estimated_bytes(frame: FrameLike) -> tuple[int, FrameLike | None]:
+def _estimated_bytes(frame: FrameLike) -> tuple[int, dd.DataFrame | None]:
     """``(bytes, first)``: the in-memory bytes of ``frame`` and, for a dask frame, its first
     partition persisted (None for an eager frame).  A dask frame of several partitions is
     sized as its first partition times the partition count (reading the whole side just to
     size it would be one more pass over it).  The partition stays where it was computed (a
     worker's memory on a cluster: only its size comes back), and a broadcast join builds its
     table from it and the other partitions, so partition 0 is read and cleaned once."""
-    if not _backend.is_dask(frame):
+    if is_local_frame(frame):
         return _frame_bytes(frame), None
     first = frame.partitions[0].persist()
     return _frame_bytes(first) * frame.npartitions, first
 
 
 def _key_is_sorted_index(frame: FrameLike, keys: Sequence[str]) -> bool:
-    return (_backend.is_dask(frame) and len(keys) == 1 and frame.index.name == keys[0]
+    return (not is_local_frame(frame) and len(keys) == 1 and frame.index.name == keys[0]
             and keys[0] not in frame.columns and bool(frame.known_divisions))
 
 
-def build_side(right: FrameLike, keys: Sequence[str], validate: str | None, on_host: bool,
-               rest: Sequence[Any] = ()) -> JoinTable | FrameLike:
+def build_side(right: LocalFrame, keys: Sequence[str], validate: str | None, on_host: bool,
+               rest: Sequence[LocalFrame] = ()) -> JoinTable | cudf.DataFrame:
     """The build side of a partitioned join, made once: a host :class:`JoinTable`, or the
     validated cudf frame on the device.  ``rest``: more partitions of the same side, after
     ``right`` (a dask build side whose first partition was computed at planning).
@@ -348,8 +358,8 @@ def build_side(right: FrameLike, keys: Sequence[str], validate: str | None, on_h
     return right
 
 
-def probe_partition(part: FrameLike, table: JoinTable | FrameLike, keys: Sequence[str], how: str,
-                    suffixes: tuple[str, str], validate: str | None) -> FrameLike:
+def probe_partition(part: LocalFrame, table: JoinTable | cudf.DataFrame, keys: Sequence[str], how: str,
+                    suffixes: tuple[str, str], validate: str | None) -> LocalFrame:
     """Join one partition of the view with a build side made by :func:`build_side`."""
     left_validate = validate if validate in ("one_to_one", "one_to_many") else None
     if isinstance(table, JoinTable):
@@ -360,8 +370,8 @@ def probe_partition(part: FrameLike, table: JoinTable | FrameLike, keys: Sequenc
     return device_join(part, table, keys, how, suffixes, left_validate)
 
 
-def join_partitions(left: FrameLike, right: FrameLike, keys: Sequence[str], how: str, suffixes: tuple[str, str],
-                    validate: str | None, on_host: bool) -> FrameLike:
+def join_partitions(left: LocalFrame, right: LocalFrame, keys: Sequence[str], how: str, suffixes: tuple[str, str],
+                    validate: str | None, on_host: bool) -> LocalFrame:
     """Join two co-partitioned partitions (same key range or same hash bucket)."""
     return probe_partition(left, build_side(right, keys, validate, on_host), keys, how, suffixes, validate)
 
@@ -418,7 +428,7 @@ def join(
     left, other = _cast_keys(left, left_casts), _cast_keys(other, right_casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
     plan = _JoinPlan(tuple(keys), how, suffixes, validate, placement == "host", be)
-    if not _backend.is_dask(left):
+    if is_local_frame(left):
         return _eager_join(left, other, first, plan, JoinDecision(plan.keys, how, placement, "eager", build_bytes,
                                                                   budget, reason))
     strategy, reason = _dask_strategy(left, other, plan.keys, build_bytes, broadcast, reason)
@@ -428,7 +438,7 @@ def join(
     meta = _with_history(probe_partition(left._meta, meta_table, *plan.args), left._meta, decision)
     if strategy == "broadcast":
         return _broadcast_join(left, other, first, plan, meta)
-    if not _backend.is_dask(other):
+    if is_local_frame(other):
         other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
     if strategy == "partitioned":
         return _partitioned_join(left, other, plan, meta)
@@ -470,12 +480,12 @@ def _join_arguments(on: str | Sequence[str], how: str, validate: str | None) -> 
     return ([on] if isinstance(on, str) else list(on)), normalize_validate(validate)
 
 
-def _eager_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
-                plan: _JoinPlan, decision: JoinDecision) -> FrameLike:
+def _eager_join(left: LocalFrame, other: FrameLike, first: dd.DataFrame | None,
+                plan: _JoinPlan, decision: JoinDecision) -> LocalFrame:
     """:func:`join` of an eager view: a dask ``other`` computed (its first partition as
     computed to size it), the join run on the host when the build side does not fit the
     device (the result moved back), else on the view's backend."""
-    if _backend.is_dask(other):
+    if not is_local_frame(other):
         assert first is not None  # (_estimated_bytes persisted a dask side's first partition)
         other = (first.compute() if other.npartitions == 1 else
                  _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
@@ -489,7 +499,7 @@ def _eager_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
     return _with_history(result, left, decision)
 
 
-def _dask_strategy(left: FrameLike, other: FrameLike, keys: Sequence[str], build_bytes: int,
+def _dask_strategy(left: dd.DataFrame, other: FrameLike, keys: Sequence[str], build_bytes: int,
                    broadcast: bool | None, reason: str) -> tuple[str, str]:
     """``(strategy, reason)`` of a join of a dask view: ``broadcast`` when ``other`` is eager or
     small (``BROADCAST_BYTES``) and the sides are not both sorted by the key, ``partitioned``
@@ -526,8 +536,8 @@ def broadcast_limit() -> int:
     return BROADCAST_BYTES if value is None else int(value)
 
 
-def _broadcast_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
-                    plan: _JoinPlan, meta: FrameLike) -> FrameLike:
+def _broadcast_join(left: dd.DataFrame, other: FrameLike, first: dd.DataFrame | None,
+                    plan: _JoinPlan, meta: LocalFrame) -> dd.DataFrame:
     """The ``broadcast`` strategy: ``other``'s table built by one task, shared by every
     partition of ``left``, each partition probing it (the left keys' uniqueness checked over
     the whole frame first when ``validate`` asks for it)."""
@@ -535,7 +545,7 @@ def _broadcast_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
 
     keys, validate, on_host = list(plan.keys), plan.validate, plan.on_host
     name = f"join-build-{dask.base.tokenize(other, *plan.args, on_host)}"
-    if not _backend.is_dask(other):
+    if is_local_frame(other):
         table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, plan.be), keys, validate,
                                                                on_host)
     else:  # partition 0 as computed to size this side; the others read here
@@ -548,8 +558,8 @@ def _broadcast_join(left: FrameLike, other: FrameLike, first: FrameLike | None,
     return left.map_partitions(probe_partition, table, *plan.args, meta=meta)
 
 
-def _partitioned_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
-                      meta: FrameLike) -> FrameLike:
+def _partitioned_join(left: dd.DataFrame, other: dd.DataFrame, plan: _JoinPlan,
+                      meta: LocalFrame) -> dd.DataFrame:
     """The ``partitioned`` strategy: both sides sorted by the key (their index, known
     divisions); ``other`` cut at the view's divisions and each partition joined with its slice."""
     # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
@@ -559,8 +569,8 @@ def _partitioned_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
                                                     meta=meta, align_dataframes=False)
 
 
-def _shuffle_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
-                  decision: JoinDecision) -> FrameLike:
+def _shuffle_join(left: dd.DataFrame, other: dd.DataFrame, plan: _JoinPlan,
+                  decision: JoinDecision) -> dd.DataFrame:
     """The ``shuffle`` strategy: both sides hash-partitioned by the key (dask's shuffle) into
     the larger partition count, then joined bucket by bucket."""
     keys, n = list(plan.keys), max(left.npartitions, other.npartitions)
@@ -574,7 +584,7 @@ def _shuffle_join(left: FrameLike, other: FrameLike, plan: _JoinPlan,
                                                     meta=meta, align_dataframes=False)
 
 
-def shuffle_method(frame: FrameLike) -> str | None:
+def shuffle_method(frame: dd.DataFrame) -> str | None:
     """The shuffle method for dask ``frame``: None (dask's default: its disk shuffle on the
     local scheduler, P2P on a distributed cluster), except ``"tasks"`` where the default is
     P2P and the frame has an Arrow list or struct column: P2P fails on them ("failed during
@@ -606,7 +616,7 @@ def _covering(left: Sequence[Any], right: Sequence[Any]) -> tuple[Any, ...]:
     return (min(left[0], right[0]), *left[1:-1], max(left[-1], right[-1]))
 
 
-def _cut_at(frame: FrameLike, divisions: Sequence[Any]) -> FrameLike:
+def _cut_at(frame: dd.DataFrame, divisions: Sequence[Any]) -> dd.DataFrame:
     """``frame`` (sorted by its index, known divisions inside ``divisions``) cut at
     ``divisions``: partition ``i`` holds the keys in ``[divisions[i], divisions[i + 1])``, the
     last one its upper end too.  Not dask's ``repartition(divisions=, force=True)``: it drops
@@ -625,7 +635,7 @@ def _cut_at(frame: FrameLike, divisions: Sequence[Any]) -> FrameLike:
                                                   verify_meta=False)
 
 
-def _key_range(meta: FrameLike, lo: Any, hi: Any, last: bool, *parts: FrameLike) -> FrameLike:
+def _key_range(meta: LocalFrame, lo: Any, hi: Any, last: bool, *parts: LocalFrame) -> LocalFrame:
     """The rows of ``parts`` (sorted frames) whose index lies in ``[lo, hi)`` (``[lo, hi]``
     when ``last``), as one frame of ``meta``'s columns."""
     whole = _backend.backend_of(meta).xdf.concat(list(parts)) if parts else meta
@@ -634,12 +644,12 @@ def _key_range(meta: FrameLike, lo: Any, hi: Any, last: bool, *parts: FrameLike)
     return whole[keep]
 
 
-def _after(value: Any, _check: Any) -> Any:
+def _after(value: T, _check: object) -> T:
     """``value``, once the check it is given has passed (a dask task dependency)."""
     return value
 
 
-def _left_keys_unique(left: FrameLike, keys: Sequence[str], validate: str) -> Any:
+def _left_keys_unique(left: dd.DataFrame, keys: Sequence[str], validate: str) -> Delayed:
     """A delayed check that no non-null key repeats anywhere in the dask frame ``left``:
     its keys are hash-partitioned by dask's shuffle, so equal keys meet in one bucket, and
     each bucket is checked (the error names the key and its row count in the whole frame)."""
@@ -672,30 +682,34 @@ def _with_history(result: FrameLike, left: FrameLike, decision: JoinDecision) ->
     return result
 
 
-def _meta_of(frame: FrameLike) -> FrameLike:
-    return frame._meta if _backend.is_dask(frame) else frame.iloc[:0]
+def _meta_of(frame: FrameLike) -> LocalFrame:
+    return frame.iloc[:0] if is_local_frame(frame) else frame._meta
 
 
-def _with_key_columns(frame: FrameLike, keys: Sequence[str]) -> FrameLike:
+def _with_key_columns(frame: dd.DataFrame, keys: Sequence[str]) -> dd.DataFrame:
     """``frame`` with every key as a column (a key that is the index is reset into one)."""
     if all(k in frame.columns for k in keys):
         return frame
     return frame.reset_index()
 
 
-def _cast_keys(frame: FrameLike, casts: dict[str, Any]) -> FrameLike:
+@overload
+def _cast_keys(frame: dd.DataFrame, casts: dict[str, DtypeSpec]) -> dd.DataFrame: ...
+@overload
+def _cast_keys(frame: FrameLike, casts: dict[str, DtypeSpec]) -> FrameLike: ...
+def _cast_keys(frame: FrameLike, casts: dict[str, DtypeSpec]) -> FrameLike:
     """``frame`` with its key columns cast (categoricals decoded: per partition for a dask
     frame, each partition's categories checked against the kind of the cast)."""
     cols = {k: v for k, v in casts.items() if k in frame.columns}
     if not cols:
         return frame
-    if not _backend.is_dask(frame):
+    if is_local_frame(frame):
         return cast_key_columns(frame, cols)
     meta = frame._meta.astype(cols)
     return frame.map_partitions(cast_key_columns, cols, meta=meta)
 
 
-def cast_key_columns(frame: FrameLike, casts: dict[str, Any]) -> FrameLike:
+def cast_key_columns(frame: LocalFrame, casts: dict[str, DtypeSpec]) -> LocalFrame:
     """Cast key columns of an eager frame (or a dask partition); a categorical is decoded to
     the cast's dtype only when its categories are of the same kind (int, str...).
 
@@ -709,8 +723,9 @@ def cast_key_columns(frame: FrameLike, casts: dict[str, Any]) -> FrameLike:
         fbrapids.errors.JoinError: join key 'k' is a categorical of int64 values where str values were expected (the other side's key dtype; str when both sides are dask categoricals of unknown categories): cast the key to its values first, e.g. .astype({'k': 'int64'})
     """
     for key, target in casts.items():
-        values = _categories_dtype(frame[key].dtype)
-        if values is not None and len(frame[key].dtype.categories) and _key_kind(values) != _key_kind(target):
+        categories = _categories(frame[key].dtype)
+        if categories is not None and len(categories) and _key_kind(categories.dtype) != _key_kind(target):
+            values = categories.dtype
             raise JoinError(f"join key {key!r} is a categorical of {values} values where {target} values were "
                             "expected (the other side's key dtype; str when both sides are dask categoricals of "
                             f"unknown categories): cast the key to its values first, e.g. .astype({{{key!r}: "

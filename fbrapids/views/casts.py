@@ -15,16 +15,20 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.errors import ViewError
 from fbrapids.frames import backend as _backend
+from fbrapids.views.dtype_spec import DtypeSpec
+
+if TYPE_CHECKING:
+    from fbrapids.views.local_frames import LocalSeries
 
 
-def first_failing(values: Any, want: Any, path: str, col: str, exc: Exception) -> ViewError:
+def first_failing(values: LocalSeries, want: DtypeSpec, path: str, col: str, exc: Exception) -> ViewError:
     """The ViewError naming the first row whose value alone does not cast to ``want``."""
     host = _backend.to_host(values)
     for pos in range(min(len(host), 100_000)):
@@ -37,15 +41,17 @@ def first_failing(values: Any, want: Any, path: str, col: str, exc: Exception) -
     return ViewError(f"{path}: column {col!r} cannot be cast to {want}: {exc}")
 
 
-def _numpy_kind(dtype: Any) -> np.dtype | None:
+def _numpy_kind(dtype: DtypeSpec) -> np.dtype | None:
     try:
         d = getattr(dtype, "numpy_dtype", dtype)
+        if isinstance(d, pd.api.extensions.ExtensionDtype):  # one without a numpy dtype behind it
+            return None
         return d if isinstance(d, np.dtype) else np.dtype(d)
     except TypeError:
         return None
 
 
-def check_cast(values: Any, want: Any, path: str, col: str) -> None:
+def check_cast(values: LocalSeries, want: DtypeSpec, path: str, col: str) -> None:
     """Raise, naming the first row, unless every value of ``values`` fits ``want`` exactly."""
     have = _numpy_kind(values.dtype)
     if want in ("str", "string", str) or str(want) in ("str", "string", "object"):
@@ -95,7 +101,7 @@ def check_cast(values: Any, want: Any, path: str, col: str) -> None:
             _raise_at(present, pd.Series(over, index=_backend.to_host(present).index), path, col, f"overflows {want}")
 
 
-def _check_int_fits(present: Any, have: np.dtype, info: Any, want: Any, path: str, col: str) -> None:
+def _check_int_fits(present: LocalSeries, have: np.dtype, info: IntBounds, want: DtypeSpec, path: str, col: str) -> None:
     """Raise, naming the row, unless every (whole) number of ``present`` is within ``info``;
     float bounds compared exactly (``2.0**63`` does not fit int64)."""
     if have.kind == "f":  # compared exactly: the bounds round to floats (2**63 - 1 -> 2.0**63)
@@ -118,9 +124,11 @@ class _TimeRange:
 
 
 _TIME_RANGE = _TimeRange()  #: the numbers a datetime64 holds (int64 less NaT's)
+#: the range of whole numbers a cast's target holds
+IntBounds = Union[np.iinfo, _TimeRange]
 
 
-def _check_time_cast(values: Any, have: np.dtype, want: Any, path: str, col: str) -> None:
+def _check_time_cast(values: LocalSeries, have: np.dtype, want: DtypeSpec, path: str, col: str) -> None:
     """Numbers to a datetime count units of the target (``datetime64[s]``: epoch seconds)
     and must be whole; a datetime to a coarser unit must lose nothing.  ``have``: the
     numpy dtype of ``values``."""
@@ -135,14 +143,14 @@ def _check_time_cast(values: Any, have: np.dtype, want: Any, path: str, col: str
         _check_int_fits(present, have, _TIME_RANGE, want, path, col)
     if have.kind == "M" and getattr(values.dtype, "tz", None) is None:
         try:
-            lost = present.astype(want).astype(values.dtype) != present
+            lost = present.astype(pd.api.types.pandas_dtype(want)).astype(values.dtype) != present
         except (TypeError, ValueError, OverflowError):
             return  # out of the target's range: the cast names the row
         if bool(lost.any()):
             _raise_at(present, lost, path, col, f"is finer than {want} holds (it would be truncated)")
 
 
-def _raise_at(values: Any, bad: Any, path: str, col: str, why: str) -> None:
+def _raise_at(values: LocalSeries, bad: LocalSeries, path: str, col: str, why: str) -> None:
     host, mask = _backend.to_host(values), _backend.to_host(bad)
     pos = int(np.asarray(mask.to_numpy(dtype=bool)).nonzero()[0][0])
     value = host.iloc[pos]

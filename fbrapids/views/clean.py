@@ -21,10 +21,11 @@ Example:
 from __future__ import annotations
 
 import collections
+import datetime
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, TypedDict, Union
 
 import numpy as np
 import pandas as pd
@@ -34,15 +35,23 @@ import pyarrow.compute as pc
 from fbrapids.errors import CleanError, NoMatchWarning
 from fbrapids.frames import backend as _backend
 from fbrapids.views import json_fields
-from fbrapids.views.rows import fill_null_strings, filter_rows
+from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
+from fbrapids.views.local_frames import LocalFrame, LocalSeries, is_local_frame
+from fbrapids.views.rows import Mask, fill_null_strings, filter_rows
 from fbrapids.views.where import Where, evaluate, parse_where
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike, SeriesLike
+    from dask.delayed import Delayed
+
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 
-WhereArg = Union[str, Callable[[Any], Any], Sequence[Union[str, Callable[[Any], Any]]], None]
+#: a filter given as code: one frame (a partition of a dask frame) -> the bool mask of the rows to keep
+RowFilter = Callable[[LocalFrame], Mask]
+#: a parsed filter expression or a filter given as code
+Condition = Union[Where, RowFilter]
+WhereArg = Union[str, RowFilter, Sequence[Union[str, RowFilter]], None]
 _REPORT_ATTR = "fbrapids.clean"
 
 
@@ -54,7 +63,7 @@ class CleanReport:
     """
 
     _counts: dict | None = None
-    delayed: Any = None  # a dask Delayed of the counts, for dask frames
+    delayed: Delayed | None = None  # a dask Delayed of the counts, for dask frames
 
     @property
     def counts(self) -> dict:
@@ -71,47 +80,63 @@ _DASK_REPORT_REFS: "collections.OrderedDict[str, CleanReport]" = collections.Ord
 _MAX_REPORTS = 512
 
 
-def _referenced_columns(cond: Any) -> set[str] | None:
+def _referenced_columns(cond: Condition) -> set[str] | None:
     """Names a parsed filter reads; None for a callable (unknown)."""
     if isinstance(cond, Where):
         return set(cond.columns)
     return None
 
 
-def _apply_where(frame: FrameLike, cond: Any) -> FrameLike:
+def _apply_where(frame: LocalFrame, cond: Condition) -> LocalFrame:
     if isinstance(cond, Where):
         return filter_rows(frame, evaluate(cond, frame))
     mask = cond(frame)
     dtype = getattr(mask, "dtype", None)
     if dtype is None or str(dtype) not in ("bool", "boolean"):
         raise CleanError(f"filter {cond!r} gave {dtype} values, not booleans")
-    if str(dtype) == "boolean":
+    if str(dtype) == "boolean" and not isinstance(mask, np.ndarray):  # (numpy has no "boolean")
         mask = mask.fillna(False)
     return filter_rows(frame, mask)
 
 
-def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Any], list[Any]]:
+def _split_where(where: WhereArg, columns: Sequence[str]) -> tuple[list[Condition], list[Condition]]:
     if where is None:
         return [], []
     given = [where] if isinstance(where, str) or callable(where) else list(where)
     conds = [parse_where(c) if isinstance(c, str) else c for c in given]
-    early: list[Any] = []
-    late: list[Any] = []
+    early: list[Condition] = []
+    late: list[Condition] = []
     for cond in conds:
         refs = _referenced_columns(cond)
         (early if refs is not None and refs <= set(columns) else late).append(cond)
     return early, late
 
 
+#: the units a pandas timestamp holds, as pandas-stubs names them
+_TIME_UNITS: dict[str, Literal["s", "ms", "us", "ns"]] = {"s": "s", "ms": "ms", "us": "us", "ns": "ns"}
+#: a fill for a numeric column, as given
+Number = Union[int, float, np.integer, np.floating]
+
+
+class CleanCounts(TypedDict, total=False):
+    """One frame's (or partition's) clean counts: rows in and out, nulls filled per column,
+    and per JSON source column what :func:`~fbrapids.views.json_fields.extract_json` counted."""
+
+    rows_in: int
+    rows_out: int
+    fill: dict[str, int]
+    json: dict[str, dict[str, int]]
+
+
 _STRING_DTYPES = ("object", "str", "string", "string[pyarrow]", "string[python]", "large_string[pyarrow]")
 
 
-def _misfit(column: str, dtype: Any, value: Any, why: str) -> CleanError:
+def _misfit(column: str, dtype: DtypeSpec, value: object, why: str) -> CleanError:
     return CleanError(f"fill value {value!r} for column {column!r} ({dtype}) {why}; the fill must be a value of "
                       "the column's type (nothing is wrapped, rounded or converted to another type)")
 
 
-def fill_value(column: str, dtype: Any, value: Any) -> Any:
+def fill_value(column: str, dtype: DtypeSpec, value: object) -> object:
     """``value`` checked against ``column``'s ``dtype`` (and made exact for it) before any
     row is filled, so every partition, with nulls or without, agrees.
 
@@ -166,12 +191,12 @@ def fill_value(column: str, dtype: Any, value: Any) -> Any:
     if kind in ("i", "u", "f"):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise _misfit(column, dtype, value, "is not a number")
-        numpy_dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
+        numpy_dtype = as_numpy(dtype)
         return _fill_int(column, dtype, numpy_dtype, value) if kind in "iu" else _fill_float(column, dtype, numpy_dtype, value)
     return value
 
 
-def _fill_list(column: str, dtype: Any, pa_type: Any, value: Any) -> list:
+def _fill_list(column: str, dtype: DtypeSpec, pa_type: pa.DataType, value: object) -> list:
     """A list fill for an Arrow list column: a list whose items the column's item type holds
     exactly (Arrow itself would truncate ``1.5`` into an int list)."""
     if not isinstance(value, (list, tuple)):
@@ -185,7 +210,7 @@ def _fill_list(column: str, dtype: Any, pa_type: Any, value: Any) -> list:
     return list(value)
 
 
-def _check_text_column(src: str, dtype: Any) -> None:
+def _check_text_column(src: str, dtype: DtypeSpec) -> None:
     """A JSON source column holds text (strings, object, or a categorical of strings); a
     numeric one would be read as the JSON numbers its values print as."""
     text = str(dtype)
@@ -196,7 +221,7 @@ def _check_text_column(src: str, dtype: Any) -> None:
         raise CleanError(f"json source column {src!r} holds {dtype} values, not JSON text")
 
 
-def _fill_int(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> int:
+def _fill_int(column: str, dtype: DtypeSpec, numpy_dtype: np.dtype, value: Number) -> int:
     if isinstance(value, (float, np.floating)):
         if not np.isfinite(value) or not float(value).is_integer():
             raise _misfit(column, dtype, value, "is not an integer")
@@ -207,7 +232,7 @@ def _fill_int(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> int
     return int(value)
 
 
-def _fill_float(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> float:
+def _fill_float(column: str, dtype: DtypeSpec, numpy_dtype: np.dtype, value: Number) -> float:
     with np.errstate(over="ignore"):
         held = numpy_dtype.type(value)
     if isinstance(value, (int, np.integer)):
@@ -219,7 +244,9 @@ def _fill_float(column: str, dtype: Any, numpy_dtype: np.dtype, value: Any) -> f
     return float(held)
 
 
-def _fill_time(column: str, dtype: Any, value: Any) -> pd.Timestamp:
+def _fill_time(column: str, dtype: DtypeSpec, value: object) -> pd.Timestamp:
+    if not isinstance(value, (str, int, float, np.integer, datetime.date, np.datetime64)):
+        raise _misfit(column, dtype, value, f"is not a timestamp (a {type(value).__name__})")
     try:
         ts = pd.Timestamp(value)
     except (TypeError, ValueError) as exc:
@@ -229,15 +256,18 @@ def _fill_time(column: str, dtype: Any, value: Any) -> pd.Timestamp:
     tz = getattr(dtype, "tz", None)
     if (tz is None) != (ts.tz is None):
         raise _misfit(column, dtype, value, "differs in time-zone awareness")
-    unit = getattr(dtype, "unit", None) or np.datetime_data(dtype)[0]
+    unit = getattr(dtype, "unit", None) or np.datetime_data(as_numpy(dtype))[0]
+    held = _TIME_UNITS.get(unit)
+    if held is None:
+        raise _misfit(column, dtype, value, f"is not exact in unit {unit!r} (a unit pandas timestamps do not hold)")
     try:
         ts = ts.tz_convert(tz) if tz is not None else ts
-        return ts.as_unit(unit, round_ok=False)
+        return ts.as_unit(held, round_ok=False)
     except (ValueError, OverflowError) as exc:
         raise _misfit(column, dtype, value, f"is not exact in unit {unit!r} ({exc})") from None
 
 
-def _fill_column(col: SeriesLike, value: Any) -> tuple[SeriesLike, int]:
+def _fill_column(col: LocalSeries, value: Any) -> tuple[LocalSeries, int]:
     """``col`` with its nulls filled, and how many there were.
 
     The result's dtype depends on the column's dtype only, never on whether this
@@ -245,7 +275,7 @@ def _fill_column(col: SeriesLike, value: Any) -> tuple[SeriesLike, int]:
     filled) always becomes its numpy dtype, so every partition, and a dask frame's
     ``_meta``, agree.
     """
-    if isinstance(value, str) and _backend.is_host_arrow_strings(col):  # not cudf's: same dtype, no .array
+    if isinstance(value, str) and isinstance(col, pd.Series) and _backend.is_host_arrow_strings(col):  # not cudf's: same dtype, no .array
         return _fill_arrow_strings(col, value)
     if isinstance(value, list) and isinstance(col.dtype, pd.ArrowDtype):  # an Arrow list column
         arr = pa.array(col)
@@ -256,9 +286,10 @@ def _fill_column(col: SeriesLike, value: Any) -> tuple[SeriesLike, int]:
     if _backend.is_categorical(col.dtype) and value not in col.cat.categories:  # cudf's is no pd.CategoricalDtype
         col = col.cat.add_categories([value])  # dictionary-encoded strings: the fill joins the categories
     filled = col.fillna(value) if n else col
+    behind = getattr(filled.dtype, "numpy_dtype", None)
     if isinstance(filled.dtype, pd.api.extensions.ExtensionDtype) and filled.dtype.kind in "iub" \
-            and isinstance(getattr(filled.dtype, "numpy_dtype", None), np.dtype):
-        filled = filled.astype(filled.dtype.numpy_dtype)
+            and isinstance(behind, np.dtype):
+        filled = filled.astype(behind)
     return filled, n
 
 
@@ -274,7 +305,7 @@ def _fill_arrow_strings(col: pd.Series, value: str) -> tuple[pd.Series, int]:
     chunks = [_empty_nulls_as_empty_strings(c) for c in arr.chunks] if value == "" else [None]
     done = (pa.chunked_array(chunks, type=arr.type) if all(c is not None for c in chunks)
             else fill_null_strings(arr, value))  # no copy where the null slots hold no bytes
-    filled = pd.arrays.ArrowStringArray(done, dtype=col.dtype)
+    filled = pd.arrays.ArrowStringArray(done, dtype=col.dtype)  # type: ignore[call-arg]  # pandas 3 takes dtype=; pandas-stubs 3.1 does not list it
     return pd.Series(filled, index=col.index, name=col.name, copy=False), n
 
 
@@ -301,8 +332,9 @@ def _empty_nulls_as_empty_strings(chunk: pa.Array) -> pa.Array | None:
                                  offset=chunk.offset)
 
 
-def _clean_frame(frame: FrameLike, fill: dict, json: dict, early: list, late: list, drop: Sequence[str]) -> tuple[FrameLike, dict]:
-    counts: dict[str, Any] = {"rows_in": int(len(frame)), "fill": {}, "json": {}}
+def _clean_frame(frame: LocalFrame, fill: dict[str, object], json: dict[str, dict[str, str]], early: list[Condition],
+                 late: list[Condition], drop: Sequence[str]) -> tuple[LocalFrame, CleanCounts]:
+    counts: CleanCounts = {"rows_in": int(len(frame)), "fill": {}, "json": {}}
     for cond in early:
         frame = _apply_where(frame, cond)
     if json or fill:
@@ -375,7 +407,7 @@ def _validate(columns: Sequence[str], fill: dict, json: dict, drop: Sequence[str
 
 def clean(
     df: _backend.FrameLike,
-    fill: dict[str, Any] | None = None,
+    fill: dict[str, object] | None = None,
     json: dict[str, dict[str, str]] | None = None,
     where: WhereArg = None,
     drop: Sequence[str] = (),
@@ -415,12 +447,14 @@ def clean(
     early, late = _split_where(where, columns)
     produced = {name for paths in json.values() for name in paths}
     for cond in late:
-        unknown = sorted(_referenced_columns(cond) or set()) if isinstance(cond, Where) else []
+        if not isinstance(cond, Where):
+            continue
+        unknown = sorted(_referenced_columns(cond) or set())
         unknown = [c for c in unknown if c not in columns and c not in produced]
         if unknown:
             raise CleanError(f"filter {cond.text!r} names column(s) {', '.join(map(repr, unknown))} not found; "
                              f"available: {', '.join(list(columns) + sorted(produced))}")
-    if not _backend.is_dask(df):
+    if is_local_frame(df):
         out, counts = _clean_frame(df, fill, json, early, late, drop)
         out.attrs = {**getattr(out, "attrs", {}), _REPORT_ATTR: counts} if hasattr(out, "attrs") else {}
         log.debug("clean: %s", counts)
@@ -456,7 +490,7 @@ def clean_report(frame: FrameLike) -> CleanReport:
         >>> clean_report(out).counts["fill"]
         {'a': 1}
     """
-    if _backend.is_dask(frame):
+    if not is_local_frame(frame):
         report = _DASK_REPORT_REFS.get(frame._name)
         if report is None:
             raise CleanError("this dask frame was not produced by clean(); ask the cleaned frame itself")

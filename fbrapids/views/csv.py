@@ -25,16 +25,20 @@ import io
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
 
 from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.frames import backend as _backend
-from fbrapids.frames.backend import FrameLike
+from fbrapids.views.dtype_spec import DtypeSpec
+from fbrapids.views.local_frames import LocalFrame
 from fbrapids.views.paths import FilePiece, compression_of, data_suffix, open_binary
 from fbrapids.views.text_columns import convert_text_column, text_to_dtypes_device
+
+if TYPE_CHECKING:
+    import cudf
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +137,8 @@ def warn_one_column(path: str, csv_opts: CsvOptions, header: str) -> None:
                       f"pass sep={guess!r}, or sep=None to guess", SeparatorWarning, stacklevel=2)
 
 
-def read_csv_file(piece: FilePiece, columns: list[str], csv_opts: CsvOptions, dtype: dict[str, Any],
-                  be: _backend.Backend, nrows: int | None = None) -> FrameLike:
+def read_csv_file(piece: FilePiece, columns: list[str], csv_opts: CsvOptions, dtype: dict[str, DtypeSpec],
+                  be: _backend.Backend, nrows: int | None = None) -> LocalFrame:
     """One CSV file (``nrows``: only its first rows, on the host) as ``columns`` of ``dtype``
     (inferred where it names none); on the GPU backend read by cudf where it can be."""
     path = piece.path
@@ -189,7 +193,7 @@ def _read_csv_text(path: str, sep: str, names: list[str] | None, csv_opts: CsvOp
 
 
 def _read_csv_device(path: str, sep: str, names: list[str] | None, columns: list[str], csv_opts: CsvOptions,
-                     dtype: dict[str, Any], be: _backend.Backend) -> FrameLike | None:
+                     dtype: dict[str, DtypeSpec], be: _backend.Backend) -> cudf.DataFrame | None:
     """One CSV file read by cudf as text and converted on the device; None: use the host reader."""
     if any(dtype.get(c) is None for c in columns) or not _device_readable(path, csv_opts):
         return None  # dtypes still to infer, or compressed / not UTF-8: the host reader decides

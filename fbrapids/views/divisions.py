@@ -30,11 +30,15 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from fbrapids.errors import ViewError
+from fbrapids.errors import InputTypeError, ViewError
+from fbrapids.views.local_frames import is_local_frame
 from fbrapids.views.parquet import parquet_file
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import dask.dataframe as dd
+
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.views.local_frames import LocalFrame
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +80,11 @@ def groups_per_partition(path: str | os.PathLike, partition_rows: int) -> int:
     return max(1, partition_rows // per_group)
 
 
-def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, groups: int = 1) -> FrameLike:
+def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, groups: int = 1) -> dd.DataFrame:
     """``frame`` (``groups`` row groups of ``path`` per partition) indexed by ``key`` with
     known divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
+    if is_local_frame(frame):
+        raise InputTypeError(f"index_by_sorted_key takes a dask frame (read_view(..., row_groups_per_partition=...)), not {type(frame).__name__}")
     divisions = sorted_divisions(path, key, groups)
     if divisions is None or len(divisions) - 1 != frame.npartitions:
         log.info("%s is not sorted by %s in %d row groups: its joins on %s will shuffle", path, key,
@@ -88,7 +94,7 @@ def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, gro
     return indexed.map_partitions(keys_within, list(divisions), os.fspath(path), key, meta=indexed._meta)
 
 
-def keys_within(part: FrameLike, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> FrameLike:
+def keys_within(part: LocalFrame, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> LocalFrame:
     """``part`` (partition ``partition_info["number"]`` of a frame indexed by ``key`` with
     ``divisions`` from the statistics of ``path``), checked: its keys lie within its
     divisions, else a :class:`~fbrapids.errors.ViewError` naming the file.

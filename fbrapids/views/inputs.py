@@ -19,23 +19,26 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.errors import FeatureError
 from fbrapids.frames import backend as _backend
+from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike, SeriesLike
+    from fbrapids.kernels import Call, Expr
+    from fbrapids.views.local_frames import LocalSeries
 
 ACCEPTED = ("datetime64 in any unit and time zone (naive = UTC), or integer epoch seconds")
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _MIXED = ("mixed", "mixed-integer", "mixed-integer-float")
 
 
-def _walk(expr: Any):
+def _walk(expr: Expr) -> Iterator[Call]:
     from fbrapids.kernels import Call
 
     stack = [expr]
@@ -46,7 +49,7 @@ def _walk(expr: Any):
             stack.extend(e.args)
 
 
-def timestamp_columns(features: Mapping[str, Any]) -> dict[str, str]:
+def timestamp_columns(features: Mapping[str, Expr | str]) -> dict[str, str]:
     """Columns read directly by a timestamp operator (one that declares ``reads_time``):
     column -> the first feature doing so.
 
@@ -66,13 +69,13 @@ def timestamp_columns(features: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def is_datetime(dtype: Any) -> bool:
+def is_datetime(dtype: DtypeSpec) -> bool:
     """Whether ``dtype`` is a datetime64 dtype, naive or time-zoned."""
     return isinstance(dtype, pd.DatetimeTZDtype) or (isinstance(dtype, np.dtype) and dtype.kind == "M") \
         or str(dtype).startswith("datetime64")
 
 
-def datetime_unit(dtype: Any) -> str:
+def datetime_unit(dtype: DtypeSpec) -> str:
     """The unit (``s``, ``ms``, ``us``, ``ns``) of a datetime64 dtype, naive or time-zoned,
     read from the dtype object (cudf keeps pandas' ``DatetimeTZDtype``, whose string
     ``datetime64[ns, UTC]`` numpy cannot parse).
@@ -83,14 +86,14 @@ def datetime_unit(dtype: Any) -> str:
     """
     if isinstance(dtype, pd.DatetimeTZDtype):
         return dtype.unit
-    unit = np.datetime_data(np.dtype(dtype))[0]
+    unit = np.datetime_data(as_numpy(dtype))[0]
     if unit not in _PER_SECOND:
         raise FeatureError(f"datetime dtype {dtype} has unit {unit!r}; hour / weekday / day read "
                            f"{', '.join(_PER_SECOND)}")
     return unit
 
 
-def epoch_seconds(s: SeriesLike) -> SeriesLike:
+def epoch_seconds(s: SeriesLike) -> LocalSeries:
     """UTC epoch seconds (int64, floored; NaT -> null) of a datetime64 series.
 
     Example:
@@ -111,7 +114,7 @@ def epoch_seconds(s: SeriesLike) -> SeriesLike:
     return pd.Series(secs, index=s.index, name=s.name)
 
 
-def check_and_convert(frame: FrameLike, features: Mapping[str, Any]) -> dict[str, Any]:
+def check_and_convert(frame: FrameLike, features: Mapping[str, Expr | str]) -> dict[str, LocalSeries]:
     """The columns of ``frame`` (pandas / cudf, or a dask meta) to replace before planning.
 
     Raises:
@@ -124,7 +127,7 @@ def check_and_convert(frame: FrameLike, features: Mapping[str, Any]) -> dict[str
     for name, e in features.items():
         for c in columns_of(as_expr(e)):
             used.setdefault(c, name)
-    replace: dict[str, Any] = {}
+    replace: dict[str, LocalSeries] = {}
     for column, feature in timestamp_columns(features).items():
         if column not in frame.columns:
             continue
@@ -150,7 +153,7 @@ def check_and_convert(frame: FrameLike, features: Mapping[str, Any]) -> dict[str
     return replace
 
 
-def prepare(frame: FrameLike, features: Mapping[str, Any]) -> FrameLike:
+def prepare(frame: FrameLike, features: Mapping[str, Expr | str]) -> FrameLike:
     """``frame`` with the columns the features read made readable (see the module doc)."""
     replace = check_and_convert(frame, features)
     return frame.assign(**replace) if replace else frame

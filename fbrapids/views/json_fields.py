@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -44,6 +44,8 @@ from fbrapids.frames import backend as _backend
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import SeriesLike
+    from fbrapids.kernels import Call
+    from fbrapids.views.local_frames import LocalSeries
 
 _STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING, _STATUS_TOO_DEEP = 1, 2, 3, 4
 MAX_DEPTH = 64  #: FBX_JSON_MAX_DEPTH of csrc/json_path.h
@@ -82,7 +84,7 @@ def nesting_depth(doc: str) -> int:
     return deepest
 
 
-def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
+def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Call]:
     """The plan's features for ``paths`` of the JSON column ``source``: one ``json_scan``
     (one strict-JSON walk per document) per 4 paths, and a ``json_pick`` per path, which
     copies the value the scan found without parsing again (it walks the document for its
@@ -99,7 +101,7 @@ def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
     from fbrapids.kernels import Call, Col
     from fbrapids.kernels.builtins import JSON_SCAN_PATHS
 
-    feats: dict[str, Any] = {}
+    feats: dict[str, Call] = {}
     names = list(paths)
     for g in range(0, len(names), JSON_SCAN_PATHS):
         group = names[g: g + JSON_SCAN_PATHS]
@@ -110,7 +112,7 @@ def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Any]:
     return feats
 
 
-def extract_json(series: SeriesLike, paths: dict[str, str]) -> tuple[dict[str, Any], dict[str, int]]:
+def extract_json(series: SeriesLike, paths: dict[str, str]) -> tuple[dict[str, LocalSeries], dict[str, int]]:
     """Extract dotted ``paths`` from the JSON strings in ``series``.
 
     Args:

@@ -36,21 +36,31 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Union
 
 import numpy as np
 import pandas as pd
+from pandas.api.extensions import ExtensionArray, ExtensionDtype
 
 from fbrapids.errors import ViewError
+from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
 
-#: (line number, or where it is for a message, value); value None is JSON null or an absent key
-Values = list[tuple[Any, Any]]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: where a value is, for a message: its line number, or words (``"line 3 of a.jsonl"``)
+Where = Union[int, str]
+#: (where it is, value) of each value of a column; value None is JSON null or an absent key
+#: (a value is what ``json.loads`` gives: a str, number, bool, list or dict)
+Values = list[tuple[Where, object]]
+#: a function opening a file's (decompressed) bytes
+Opener = Callable[[], Union["pa.NativeFile", BinaryIO]]
 _NESTED = (dict, list)
 _STR_DTYPES = ("str", "string", "object")
 
 
-def records(path: str, open_fn: Callable[[], Any], encoding: str, nrows: int | None = None
-            ) -> Iterator[tuple[int, dict[str, Any]]]:
+def records(path: str, open_fn: Opener, encoding: str, nrows: int | None = None
+            ) -> Iterator[tuple[int, dict[str, object]]]:
     """``(line number, record)`` of each non-blank line (the first ``nrows`` when given)."""
     with open_fn() as raw, io.TextIOWrapper(raw, encoding=encoding, newline=None) as fh:
         seen = 0
@@ -69,12 +79,12 @@ def records(path: str, open_fn: Callable[[], Any], encoding: str, nrows: int | N
             yield lineno, rec
 
 
-def columns_of(recs: list[tuple[int, dict[str, Any]]], keys: list[str]) -> dict[str, Values]:
+def columns_of(recs: list[tuple[int, dict[str, object]]], keys: list[str]) -> dict[str, Values]:
     """The values of each of ``keys`` over ``recs`` (None where a record lacks the key)."""
     return {k: [(n, r.get(k)) for n, r in recs] for k in keys}
 
 
-def scan(path: str, open_fn: Callable[[], Any], encoding: str, nrows: int | None = None
+def scan(path: str, open_fn: Opener, encoding: str, nrows: int | None = None
          ) -> tuple[list[str], dict[str, Values]]:
     """The keys of the first ``nrows`` records (first-seen order) and their values."""
     recs = list(records(path, open_fn, encoding, nrows))
@@ -82,7 +92,7 @@ def scan(path: str, open_fn: Callable[[], Any], encoding: str, nrows: int | None
     return keys, columns_of(recs, keys)
 
 
-def _kind(v: Any) -> str:
+def _kind(v: object) -> str:
     if isinstance(v, bool):
         return "bool"
     if isinstance(v, int):
@@ -96,7 +106,7 @@ def _kind(v: Any) -> str:
 
 def infer_dtype(values: Values, path: str, column: str) -> str:
     """The dtype of a column from its values (see the module doc)."""
-    first: dict[str, int] = {}
+    first: dict[str, Where] = {}
     nulls = False
     for n, v in values:
         if v is None:
@@ -109,7 +119,7 @@ def infer_dtype(values: Values, path: str, column: str) -> str:
     if kinds == {"bool"}:
         return "boolean" if nulls else "bool"
     if kinds == {"int"}:
-        ints = [v for _, v in values if v is not None]
+        ints = [v for _, v in values if isinstance(v, int)]  # (every value but the nulls)
         unsigned = max(ints) >= 2**63 and min(ints) >= 0
         return ("UInt64" if unsigned else "Int64") if nulls else ("uint64" if unsigned else "int64")
     if kinds <= {"int", "float"}:
@@ -119,16 +129,16 @@ def infer_dtype(values: Values, path: str, column: str) -> str:
                     f"pass dtype={{{column!r}: 'str'}} to read each value as its JSON text")
 
 
-def json_text(v: Any) -> str:
+def json_text(v: object) -> str:
     """A value as text: a string as itself, anything else as compact JSON."""
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
-def _bad(path: str, column: str, lineno: int, v: Any, why: str) -> ViewError:
+def _bad(path: str, column: str, lineno: Where, v: object, why: str) -> ViewError:
     return ViewError(f"{path}: column {column!r} line {lineno}: {json_text(v)[:200]!r} {why}")
 
 
-def _exact_int(v: Any, info: np.iinfo, want: Any, path: str, column: str, n: int) -> int:
+def _exact_int(v: object, info: np.iinfo, want: DtypeSpec, path: str, column: str, n: Where) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _bad(path, column, n, v, f"is not an integer ({want})")
     if isinstance(v, float):
@@ -140,10 +150,10 @@ def _exact_int(v: Any, info: np.iinfo, want: Any, path: str, column: str, n: int
     return v
 
 
-def _to_ints(values: Values, dtype: Any, path: str, column: str) -> Any:
-    info = np.iinfo(getattr(dtype, "numpy_dtype", dtype))
+def _to_ints(values: Values, dtype: np.dtype | ExtensionDtype, path: str, column: str) -> np.ndarray | ExtensionArray:
+    info = np.iinfo(as_numpy(dtype))
     nullable = isinstance(dtype, pd.api.extensions.ExtensionDtype)
-    out: list[Any] = []
+    out: list[int | None] = []
     for n, v in values:
         if v is None:
             if not nullable:
@@ -153,14 +163,14 @@ def _to_ints(values: Values, dtype: Any, path: str, column: str) -> Any:
         else:
             out.append(_exact_int(v, info, dtype, path, column, n))
     if not nullable:
-        return np.array(out, dtype=dtype)
+        return np.array(out, dtype=as_numpy(dtype))  # (a numpy dtype here)
     # values and mask apart: pd.array([None, 2**53 + 1], dtype="UInt64") goes through float64
-    data = np.array([0 if v is None else v for v in out], dtype=dtype.numpy_dtype)
+    data = np.array([0 if v is None else v for v in out], dtype=as_numpy(dtype))
     return pd.arrays.IntegerArray(data, np.array([v is None for v in out], dtype=bool))
 
 
-def _to_floats(values: Values, dtype: Any, path: str, column: str) -> Any:
-    out = np.empty(len(values), dtype=getattr(dtype, "numpy_dtype", dtype))
+def _to_floats(values: Values, dtype: np.dtype | ExtensionDtype, path: str, column: str) -> np.ndarray | ExtensionArray:
+    out = np.empty(len(values), dtype=as_numpy(dtype))
     for i, (n, v) in enumerate(values):
         if v is None:
             out[i] = np.nan
@@ -172,21 +182,23 @@ def _to_floats(values: Values, dtype: Any, path: str, column: str) -> Any:
             raise _bad(path, column, n, v, f"is not exactly representable as {dtype}")
         if np.isinf(out[i]) and not np.isinf(v):
             raise _bad(path, column, n, v, f"overflows {dtype}")
-    return pd.array(out, dtype=dtype) if isinstance(dtype, pd.api.extensions.ExtensionDtype) else out
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype):  # pandas-stubs 3.1 names each extension dtype pd.array takes:
+        return pd.array(out, dtype=dtype)  # type: ignore[call-overload]  # any one is taken at run time
+    return out
 
 
-def _to_bools(values: Values, dtype: Any, path: str, column: str) -> Any:
+def _to_bools(values: Values, dtype: np.dtype | ExtensionDtype, path: str, column: str) -> np.ndarray | ExtensionArray:
     nullable = isinstance(dtype, pd.api.extensions.ExtensionDtype)
     for n, v in values:
         if v is None and not nullable:
             raise _bad(path, column, n, v, f"is null, which {dtype} cannot hold; pass dtype={{{column!r}: 'boolean'}}")
         if v is not None and not isinstance(v, bool):
             raise _bad(path, column, n, v, f"is not a boolean ({dtype})")
-    vals = [v for _, v in values]
+    vals = [v if isinstance(v, bool) else None for _, v in values]  # (each a bool or None, checked above)
     return pd.array(vals, dtype="boolean") if nullable else np.array(vals, dtype=bool)
 
 
-def _to_other(values: Values, dtype: Any, path: str, column: str) -> Any:
+def _to_other(values: Values, dtype: np.dtype | ExtensionDtype, path: str, column: str) -> ExtensionArray:
     """Strings to another dtype (datetimes ...): pandas converts; an error names the line.
     A number read as a datetime counts units of it (``datetime64[s]``: epoch seconds), and
     must be whole and within int64 less its lowest value (NaT's); a boolean is no time."""
@@ -208,7 +220,7 @@ def _to_other(values: Values, dtype: Any, path: str, column: str) -> Any:
         raise ViewError(f"{path}: column {column!r} cannot be {dtype}: {exc}") from None
 
 
-def to_column(values: Values, want: Any, path: str, column: str) -> pd.Series:
+def to_column(values: Values, want: DtypeSpec, path: str, column: str) -> pd.Series:
     """One column's values as ``want`` (a dtype or its name), exactly, or a ViewError."""
     if want is str or str(want) in _STR_DTYPES:
         return pd.Series([None if v is None else json_text(v) for _, v in values], dtype="str")

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import pandas as pd
 
 from fbrapids.errors import ViewError
 from fbrapids.views import jsonl
 from fbrapids.views.csv import META_SAMPLE_ROWS, CsvOptions
+from fbrapids.views.dtype_spec import DtypeSpec
 from fbrapids.views.paths import open_binary
 
 
@@ -34,7 +35,7 @@ class JsonPlan:
     """The columns of a JSON-lines view and the values their dtypes are inferred from."""
 
     keys: list[str]  #: every key of the sampled records, in first-seen order
-    samples: dict[str, list[tuple[Any, Any]]]  #: each key's sampled values
+    samples: dict[str, jsonl.Values]  #: each key's sampled values
     first_file: str
 
     def dtype(self, key: str) -> str:
@@ -42,7 +43,7 @@ class JsonPlan:
         return jsonl.infer_dtype(self.samples[key], self.first_file, key)
 
 
-def _line_of(line: Any, file: str | None) -> Any:
+def _line_of(line: jsonl.Where, file: str | None) -> jsonl.Where:
     """Where a sampled value came from: its line number, named with its file when a view has several."""
     return line if file is None else f"line {line} of {file}"
 
@@ -51,7 +52,7 @@ def json_plan(files: Sequence[str], opts: CsvOptions) -> JsonPlan:
     """The columns of a JSON-lines view: the keys of the first ``META_SAMPLE_ROWS`` records
     of every file; their dtypes from the values of the first ``META_SAMPLE_ROWS`` records
     in all (and, for a key first seen later, of the file it is first seen in)."""
-    values: dict[str, list[tuple[Any, Any]]] = {}
+    values: dict[str, jsonl.Values] = {}
     kept = 0
     for f in files:
         recs = list(jsonl.records(f, functools.partial(open_binary, f, opts.compression), opts.text_encoding,
@@ -71,7 +72,7 @@ def json_plan(files: Sequence[str], opts: CsvOptions) -> JsonPlan:
     return JsonPlan(list(values), values, files[0])
 
 
-def read_json_host(path: str, columns: list[str], opts: CsvOptions, dtype: dict[str, Any],
+def read_json_host(path: str, columns: list[str], opts: CsvOptions, dtype: dict[str, DtypeSpec],
                    nrows: int | None = None) -> pd.DataFrame:
     """One JSON-lines file as pandas, every column converted exactly to ``dtype``."""
     recs = list(jsonl.records(path, lambda: open_binary(path, opts.compression), opts.text_encoding, nrows))

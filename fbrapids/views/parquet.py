@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fbrapids.errors import MissingFileError, ViewError
+from fbrapids.views.dtype_spec import DtypeSpec
 from fbrapids.views.parquet_footer import FilePin, check_footer, check_pin
 
 
@@ -57,12 +58,12 @@ def parquet_file(path: str, pin: FilePin | None = None) -> pq.ParquetFile:
         raise ViewError(f"{path} is not a readable parquet file (truncated or corrupt?): {exc}") from None
 
 
-def masked_ints(dtype: dict[str, Any]) -> dict[str, Any]:
+def masked_ints(dtype: dict[str, DtypeSpec]) -> dict[str, DtypeSpec]:
     """The columns of ``dtype`` that ask for a pandas nullable int (``Int64``...)."""
     return {c: d for c, d in dtype.items() if str(d) in _NULLABLE_INTS.values()}
 
 
-def _arrow_list_dtype(t: pa.DataType) -> Any:
+def _arrow_list_dtype(t: pa.DataType) -> pd.ArrowDtype | None:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return pd.ArrowDtype(t)
     return None
@@ -115,7 +116,7 @@ def decode_dictionaries(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema(decoded, metadata=table.schema.metadata))
 
 
-def arrow_to_pandas(table: pa.Table, nullable: dict[str, Any] | None = None) -> pd.DataFrame:
+def arrow_to_pandas(table: pa.Table, nullable: dict[str, DtypeSpec] | None = None) -> pd.DataFrame:
     """A pyarrow table as pandas; list columns stay Arrow-backed (``pd.ArrowDtype``).
 
     ``nullable`` names integer columns to read as pandas nullable ints (``Int64``), never

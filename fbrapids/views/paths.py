@@ -18,7 +18,7 @@ import glob as _glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import BinaryIO, Sequence
 
 import pyarrow as pa
 
@@ -89,7 +89,7 @@ def compression_of(path: str, compression: str | None) -> str | None:
     return COMPRESSIONS.get(Path(path).suffix.lower())
 
 
-def open_binary(path: str, compression: str | None) -> Any:
+def open_binary(path: str, compression: str | None) -> pa.NativeFile | BinaryIO:
     """A binary stream of ``path``'s (decompressed) bytes."""
     codec = compression_of(path, compression)
     return pa.input_stream(path, compression=codec) if codec else open(path, "rb")

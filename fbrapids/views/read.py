@@ -48,7 +48,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -58,7 +58,9 @@ from fbrapids.frames import backend as _backend
 from fbrapids.frames.backend import FrameLike
 from fbrapids.views import jsonl
 from fbrapids.views.csv import META_SAMPLE_ROWS, CsvOptions, read_csv_file
+from fbrapids.views.dtype_spec import DtypeSpec
 from fbrapids.views.jsonl_files import json_plan, read_json_host
+from fbrapids.views.local_frames import LocalFrame
 from fbrapids.views.parquet import (
     arrow_to_pandas,
     decode_dictionaries,
@@ -89,13 +91,13 @@ def _check_columns(requested: Sequence[str] | None, available: list[str], patter
 
 
 def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions,
-              dtype: dict[str, Any], backend_name: str) -> FrameLike:
+              dtype: dict[str, DtypeSpec], backend_name: str) -> LocalFrame:
     """Read one partition; every failure names the file."""
     return _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.get_backend(backend_name))
 
 
 def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions,
-                dtype: dict[str, Any], be: _backend.Backend, nrows: int | None = None) -> FrameLike:
+                dtype: dict[str, DtypeSpec], be: _backend.Backend, nrows: int | None = None) -> LocalFrame:
     """One partition (``nrows``: only its first rows, read on the host, for a meta sample)."""
     path = piece.path
     if not os.path.exists(path):
@@ -142,8 +144,8 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOpt
     return apply_dtypes(frame, dtype, path)
 
 
-def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions, dtype: dict[str, Any],
-              be: _backend.Backend) -> FrameLike:
+def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions, dtype: dict[str, DtypeSpec],
+              be: _backend.Backend) -> LocalFrame:
     """The empty frame a view's partitions will look like, without reading a partition:
     parquet from the schema in the footer, CSV / JSON from the first ``META_SAMPLE_ROWS`` rows."""
     if fmt == "parquet":
@@ -166,7 +168,7 @@ def read_view(
     sep: str | None = None,
     header: bool = True,
     names: Sequence[str] | None = None,
-    dtype: dict[str, Any] | None = None,
+    dtype: dict[str, DtypeSpec] | None = None,
     encoding: str = "utf-8",
     compression: str | None = None,
     eager: bool = False,
@@ -277,12 +279,12 @@ class _ViewPlan:
     fmt: str
     columns: list[str]  #: the columns read, checked present
     csv_opts: CsvOptions
-    dtypes: dict[str, Any]  #: every partition's columns converted to these
-    meta: FrameLike  #: the empty frame every partition looks like
+    dtypes: dict[str, DtypeSpec]  #: every partition's columns converted to these
+    meta: LocalFrame  #: the empty frame every partition looks like
 
 
 def _plan_view(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike], columns: Sequence[str] | None,
-               format: str | None, csv_opts: CsvOptions, dtype: dict[str, Any] | None,
+               format: str | None, csv_opts: CsvOptions, dtype: dict[str, DtypeSpec] | None,
                be: _backend.Backend) -> _ViewPlan:
     """The files, format, columns and dtypes of a view and its empty ``_meta`` frame, from
     footers and the first rows only: absent columns, files that disagree on schema, and a
@@ -308,7 +310,7 @@ def _plan_view(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike], co
     return _ViewPlan(pattern, files, fmt, cols, csv_opts, dtypes, meta)
 
 
-def _given_dtypes(dtype: dict[str, Any] | None, available: list[str], pattern: str) -> dict[str, Any]:
+def _given_dtypes(dtype: dict[str, DtypeSpec] | None, available: list[str], pattern: str) -> dict[str, DtypeSpec]:
     """``read_view``'s ``dtype=`` as a dict, every column it names checked present.
 
     Example:
@@ -322,7 +324,7 @@ def _given_dtypes(dtype: dict[str, Any] | None, available: list[str], pattern: s
     return dtypes
 
 
-def _read_eager(view: _ViewPlan, be: _backend.Backend) -> FrameLike:
+def _read_eager(view: _ViewPlan, be: _backend.Backend) -> LocalFrame:
     """Every file of the view read whole, as one eager pandas / cudf frame (index 0..n-1);
     files whose partitions came out of different dtypes are an error naming both."""
     pieces = [FilePiece(f, pin=pin_file(f, parquet=view.fmt == "parquet")) for f in view.files]

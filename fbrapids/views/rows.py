@@ -26,18 +26,27 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fbrapids.kernels import fill_null_var_width, take_var_width, takes_type
+
+if TYPE_CHECKING:
+    from pandas.api.extensions import ExtensionArray
+
+    from fbrapids.views.local_frames import LocalFrame, LocalSeries
+
+#: the rows of a frame to keep: a bool numpy array, or a bool series on the frame's index
+Mask = Union[np.ndarray, "LocalSeries"]
 
 #: below this many rows a selection is pandas' own (the kernel's setup costs more)
 MIN_ROWS = 4096
 
 
-def _arrow_values(array: Any) -> Any:
+def _arrow_values(array: ExtensionArray) -> pa.Array | pa.ChunkedArray | None:
     """The pyarrow array behind a pandas Arrow-backed array whose type the kernel takes; else None."""
     if not isinstance(getattr(array, "dtype", None), (pd.ArrowDtype, pd.StringDtype)):
         return None
@@ -47,7 +56,8 @@ def _arrow_values(array: Any) -> Any:
     return values if takes_type(values.type) else None
 
 
-def take_array(array: Any, rows: np.ndarray, fill: bool = False, bounds: tuple[int, int] | None = None) -> Any:
+def take_array(array: ExtensionArray, rows: np.ndarray, fill: bool = False,
+               bounds: tuple[int, int] | None = None) -> ExtensionArray:
     """``array.take(rows, allow_fill=fill)`` for a pandas array; with ``fill``, ``-1`` is a
     null.  Arrow strings and lists of fixed-width values go through the host kernel.
     ``bounds``: ``(rows.min(), rows.max())`` when known.
@@ -64,11 +74,11 @@ def take_array(array: Any, rows: np.ndarray, fill: bool = False, bounds: tuple[i
     if values is not None and (fill or len(rows) == 0 or (bounds is not None and bounds[0] >= 0)):
         taken = take_var_width(values, rows, bounds)
         if taken is not None:
-            return array.dtype.__from_arrow__(taken)
+            return array.dtype.__from_arrow__(taken)  # type: ignore[attr-defined]  # (an Arrow or string dtype here: _arrow_values) pandas-stubs 3.1 lists __from_arrow__ on DatetimeTZDtype only
     return array.take(rows, allow_fill=fill)
 
 
-def fill_null_strings(values: Any, value: str) -> Any:
+def fill_null_strings(values: pa.Array | pa.ChunkedArray, value: str) -> pa.Array | pa.ChunkedArray:
     """An Arrow string column's nulls filled with ``value``: ``pyarrow.compute.fill_null``'s
     result, written by the take kernel (every row, a miss filled) on a large column.
 
@@ -90,7 +100,7 @@ def _contiguous(rows: np.ndarray) -> bool:
     return bool(len(rows)) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all())
 
 
-def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+def take_rows(frame: LocalFrame, rows: np.ndarray) -> LocalFrame:
     """``frame.take(rows)`` (``rows``: non-negative row positions).
 
     Example:
@@ -112,10 +122,10 @@ def take_rows(frame: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     out = [take_array(a, rows, bounds=bounds) if i in kernel else a.take(rows) for i, a in enumerate(arrays)]
     result = pd.DataFrame(dict(enumerate(out)), index=index, copy=False)
     result.columns = frame.columns
-    return result.__finalize__(frame, method="take")
+    return result.__finalize__(frame, method="take")  # type: ignore[operator]  # pandas-stubs 3.1 lists no NDFrame.__finalize__
 
 
-def filter_rows(frame: pd.DataFrame, mask: Any) -> pd.DataFrame:
+def filter_rows(frame: LocalFrame, mask: Mask) -> LocalFrame:
     """``frame[mask]`` for a boolean mask (a numpy array, or a Series on ``frame``'s index).
 
     Example:

@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Literal, Sequence
 
 import pyarrow as pa
 
@@ -90,6 +90,6 @@ def check_schemas(files: list[str], fmt: str, csv_opts: CsvOptions,
     return first_cols
 
 
-def _type_or_absent(schema: pa.Schema, name: str) -> Any:
+def _type_or_absent(schema: pa.Schema, name: str) -> pa.DataType | Literal["absent"]:
     i = schema.get_field_index(name)
     return "absent" if i < 0 else _read_type(schema.field(i).type)

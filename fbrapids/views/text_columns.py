@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Hashable
 
 import numpy as np
 import pandas as pd
@@ -29,8 +29,13 @@ import pyarrow as pa
 
 from fbrapids.errors import ViewError
 from fbrapids.frames import backend as _backend
-from fbrapids.frames.backend import FrameLike
 from fbrapids.views.casts import check_cast, first_failing
+from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
+
+if TYPE_CHECKING:
+    import cudf
+
+    from fbrapids.views.local_frames import LocalFrame, LocalSeries
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +77,7 @@ def _int_text_to_exact(values: pd.Series, path: str, column: str) -> pd.Series:
     return pd.Series(ints.to_numpy(), index=values.index, name=values.name)
 
 
-def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
+def _first_bad_int(values: pd.Series) -> tuple[Hashable, str, str]:
     """(row, text, why) of the first value that keeps a column from being 64-bit integers."""
     lowest = highest = None  # rows of a negative value and of one above 2^63 - 1
     for row, text in values.items():
@@ -99,8 +104,8 @@ def _first_bad_int(values: pd.Series) -> tuple[Any, str, str]:
     return -1, "", "is not an integer"
 
 
-def text_to_dtypes_device(text: FrameLike, columns: list[str], dtype: dict[str, Any], path: str,
-                          be: _backend.Backend) -> FrameLike | None:
+def text_to_dtypes_device(text: cudf.DataFrame, columns: list[str], dtype: dict[str, DtypeSpec], path: str,
+                          be: _backend.Backend) -> cudf.DataFrame | None:
     """cudf string columns converted to ``dtype`` on the device, each conversion checked
     first; None when a check fails (the host reader then gives the answer or the error)."""
     import pylibcudf as plc
@@ -115,7 +120,7 @@ def text_to_dtypes_device(text: FrameLike, columns: list[str], dtype: dict[str, 
             out[col] = values
             continue
         try:
-            np_want = np.dtype(getattr(pd.api.types.pandas_dtype(want), "numpy_dtype", want))
+            np_want = as_numpy(pd.api.types.pandas_dtype(want))
         except TypeError:  # a dtype numpy has no name for: the host reader converts it
             return None
         stripped = values.str.strip()
@@ -147,7 +152,7 @@ def text_to_dtypes_device(text: FrameLike, columns: list[str], dtype: dict[str, 
 _EXACT_INT_DIGITS = {np.dtype("float64"): 15, np.dtype("float32"): 7, np.dtype("float16"): 3}
 
 
-def _device_floats_exact(stripped: Any, np_want: np.dtype) -> bool:
+def _device_floats_exact(stripped: cudf.Series, np_want: np.dtype) -> bool:
     """Whether the cudf text column converts to ``np_want`` as the host's rules say, checked
     on the device: no integer text longer than the type holds exactly (the host refuses an
     inexact one, an id is never rounded) and no finite value overflowing a narrower float
@@ -163,7 +168,7 @@ def _device_floats_exact(stripped: Any, np_want: np.dtype) -> bool:
     return not bool(((narrow.abs() == np.inf) & (wide.abs() != np.inf)).any())
 
 
-def _check_int_range(exact: pd.Series, want: Any, path: str, column: str) -> None:
+def _check_int_range(exact: pd.Series, want: DtypeSpec, path: str, column: str) -> None:
     """Raise, naming the row, when an exact int does not fit ``want`` (numpy would wrap it)."""
     info = np.iinfo(getattr(want, "numpy_dtype", want))
     valid = exact.dropna()
@@ -192,7 +197,7 @@ def _text_error(path: str, column: str, values: pd.Series, bad: pd.Series, why: 
     return ViewError(f"{path}: column {column!r} row {row} (0-based, after the header): {shown} {why}")
 
 
-def _text_to_floats(values: pd.Series, want: Any, path: str, column: str) -> pd.Series:
+def _text_to_floats(values: pd.Series, want: DtypeSpec, path: str, column: str) -> pd.Series:
     """Floats parsed from text, correctly rounded; NaN texts and empty fields are NaN; a
     text that is no number, or a finite number that overflows ``want``, names its row."""
     import pyarrow.compute as pc
@@ -204,7 +209,7 @@ def _text_to_floats(values: pd.Series, want: Any, path: str, column: str) -> pd.
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         bad = pd.Series([not _parses_as_float(t) for t in text.to_pylist()])
         raise _text_error(path, column, values, bad, f"is not a number ({want})") from None
-    target = np.dtype(getattr(pd.api.types.pandas_dtype(want), "numpy_dtype", want))
+    target = as_numpy(pd.api.types.pandas_dtype(want))
     if target != np.float64:
         with np.errstate(over="ignore"):
             narrow = out.astype(target)
@@ -217,7 +222,7 @@ def _text_to_floats(values: pd.Series, want: Any, path: str, column: str) -> pd.
         inexact = pd.Series([bool(w) and int(t) != int(o) for w, t, o in zip(whole, stripped, out)])
         if inexact.any():
             raise _text_error(path, column, values, inexact, f"is an integer not exactly representable as {want}")
-    return pd.Series(out, index=values.index, name=values.name).astype(want)
+    return pd.Series(out, index=values.index, name=values.name).astype(pd.api.types.pandas_dtype(want))
 
 
 def _parses_as_float(text: str | None) -> bool:
@@ -230,7 +235,7 @@ def _parses_as_float(text: str | None) -> bool:
         return False
 
 
-def _text_to_bools(values: pd.Series, want: Any, path: str, column: str) -> pd.Series:
+def _text_to_bools(values: pd.Series, want: DtypeSpec, path: str, column: str) -> pd.Series:
     """``true`` / ``false`` (any case) as booleans; empty fields null (an error for ``bool``)."""
     low = values.str.strip().str.lower()
     null = low.isna() | (low == "")
@@ -241,10 +246,10 @@ def _text_to_bools(values: pd.Series, want: Any, path: str, column: str) -> pd.S
         raise _text_error(path, column, values, null, "is empty, which bool cannot hold; pass "
                           f"dtype={{{column!r}: 'boolean'}}")
     out = pd.array([None if n else _BOOL_TEXTS[v] for v, n in zip(low, null)], dtype="boolean")
-    return pd.Series(out, index=values.index, name=values.name).astype(want)
+    return pd.Series(out, index=values.index, name=values.name).astype(pd.api.types.pandas_dtype(want))
 
 
-def _text_to_ints(values: pd.Series, want: Any, path: str, column: str) -> pd.Series:
+def _text_to_ints(values: pd.Series, want: DtypeSpec, path: str, column: str) -> pd.Series:
     """Exact ints of ``want``; a null for a non-nullable int names its row."""
     exact = _int_text_to_exact(values, path, column)
     dtype = pd.api.types.pandas_dtype(want)
@@ -253,7 +258,7 @@ def _text_to_ints(values: pd.Series, want: Any, path: str, column: str) -> pd.Se
         raise _text_error(path, column, values, exact.isna(), f"is null, which {want} cannot hold; pass "
                           f"dtype={{{column!r}: {str(want).capitalize().replace('Uint', 'UInt')!r}}}")
     try:
-        return exact.astype(want)
+        return exact.astype(dtype)  # (pandas' astype resolves want by pandas_dtype too)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ViewError(f"{path}: column {column!r} cannot be {want}: {exc}") from None
 
@@ -265,7 +270,7 @@ def _all_int_texts(values: pd.Series) -> bool:
     return bool(len(stripped)) and bool(stripped.str.fullmatch(_INT_TEXT).all())
 
 
-def convert_text_column(values: pd.Series, want: Any, path: str, column: str) -> Any:
+def convert_text_column(values: pd.Series, want: DtypeSpec | None, path: str, column: str) -> pd.Series:
     """A CSV text column as ``want``, or inferred (see :func:`~fbrapids.views.read.read_view`):
     exact ints, else floats, else booleans, else strings.  ``NaN`` texts are null in a
     number column."""
@@ -299,7 +304,7 @@ def convert_text_column(values: pd.Series, want: Any, path: str, column: str) ->
 
 # the casts of whole columns live here, not in casts.py: a text column cast to a number is
 # converted by convert_text_column, whose datetime texts are cast back through _cast_column
-def apply_dtypes(frame: FrameLike, dtype: dict[str, Any], path: str) -> FrameLike:
+def apply_dtypes(frame: LocalFrame, dtype: dict[str, DtypeSpec], path: str) -> LocalFrame:
     """``frame``'s columns cast to ``dtype``, exactly: a value the target cannot hold (out
     of range, a fraction or NaN for an int, a finite float that overflows, an int that
     float cannot hold exactly, null for a non-nullable dtype, a number other than 0 / 1
@@ -312,11 +317,11 @@ def apply_dtypes(frame: FrameLike, dtype: dict[str, Any], path: str) -> FrameLik
     return frame
 
 
-def _is_text(dtype: Any) -> bool:
+def _is_text(dtype: DtypeSpec) -> bool:
     return isinstance(dtype, pd.StringDtype) or str(dtype) in ("object", "str", "string")
 
 
-def _cast_column(values: Any, want: Any, path: str, col: str) -> Any:
+def _cast_column(values: LocalSeries, want: DtypeSpec, path: str, col: str) -> LocalSeries:
     """One column as ``want``, exactly, or a ViewError naming the file, column, row and value."""
     try:
         target = pd.api.types.pandas_dtype(want) if want is not str else None
@@ -329,7 +334,7 @@ def _cast_column(values: Any, want: Any, path: str, col: str) -> Any:
         out = convert_text_column(text, want, path, col)
         return _backend.to_backend(out, _backend.backend_of(values))  # (cudf: the host's rules, moved back)
     check_cast(values, want, path, col)
-    try:
-        return values.astype(want)
+    try:  # (pandas' astype resolves ``want`` by pandas_dtype itself; cudf's is given it as it is)
+        return values.astype(pd.api.types.pandas_dtype(want)) if isinstance(values, pd.Series) else values.astype(want)
     except (TypeError, ValueError, OverflowError) as exc:
         raise first_failing(values, want, path, col, exc) from None

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,8 @@ from fbrapids.frames import backend as _backend
 from fbrapids.views.inputs import epoch_seconds, is_datetime
 
 if TYPE_CHECKING:  # (annotations only)
-    from fbrapids.frames.backend import FrameLike, SeriesLike
+    from fbrapids.frames.backend import SeriesLike
+    from fbrapids.views.local_frames import LocalFrame, LocalSeries
 
 #: the epoch units and their counts per second
 UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -78,7 +79,7 @@ def when(seconds: int | None) -> str:
         return f"year {1970 + int(seconds) // 31_556_952:+d}"  # beyond what datetime holds
 
 
-def seen(values: Any, limit: int = 3) -> str:
+def seen(values: pd.Series, limit: int = 3) -> str:
     """A short account of ``values`` for a message: the range of numbers, or the first
     distinct texts.
 
@@ -148,7 +149,7 @@ class TimeForm:
             out = _from_texts(_as_digits(s, self.name), self.name)
         return out
 
-    def seconds(self, values: SeriesLike, where: str, bounds: tuple[int, int] | None = None) -> SeriesLike:
+    def seconds(self, values: LocalSeries, where: str, bounds: tuple[int, int] | None = None) -> LocalSeries:
         """``values`` as int64 UTC epoch seconds (a series of the same kind, index kept);
         a :class:`~fbrapids.errors.WorkloadError` naming ``where``, how many values are not
         of this form and some of them; with ``bounds`` (default: :data:`DECLARED` for an
@@ -260,7 +261,7 @@ def infer_form(values: SeriesLike, where: str) -> TimeForm:
                         f"ISO 8601 text: {HINT}")
 
 
-def parse_time_column(part: FrameLike, column: str, form: TimeForm, where: str) -> FrameLike:
+def parse_time_column(part: LocalFrame, column: str, form: TimeForm, where: str) -> LocalFrame:
     """``part`` (a pandas / cudf frame, or a dask partition) with ``column`` read as int64
     UTC epoch seconds in ``form`` (:meth:`TimeForm.seconds`; errors name ``where``).
 

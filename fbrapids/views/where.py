@@ -64,7 +64,16 @@ import ast
 import math
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Literal as TypingLiteral,  # (``Literal`` here is the parsed tree's literal node)
+    Sequence,
+    TypeAlias,
+    TypeGuard,
+    Union,
+)
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -72,7 +81,7 @@ from numpy.typing import DTypeLike
 from fbrapids.errors import CleanError
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike, SeriesLike
+    from fbrapids.views.local_frames import LocalFrame, LocalSeries
 
 _COMPARE: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne), ast.Lt: ("<", operator.lt),
@@ -85,9 +94,13 @@ _ARITH: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _OPS = {sym: fn for sym, fn in list(_COMPARE.values()) + list(_ARITH.values())}
 _NULL_TESTS = {"isnull": True, "isna": True, "notnull": False, "notna": False}
+#: the Python and numpy scalars an operand may be (anything else is a column)
+_SCALARS = (int, float, str, bool, np.number)
 _NAMED_LITERALS = {"nan": float("nan"), "inf": float("inf"), "NaN": float("nan"), "Inf": float("inf")}
 
 Scalar = Union[int, float, str, bool]
+#: what a value node gives: a column (or arithmetic over columns), or one Python / numpy scalar
+Operand: TypeAlias = Union["LocalSeries", Scalar, np.number]
 
 
 # -- the tree ----------------------------------------------------------------------------
@@ -104,39 +117,47 @@ class Literal:
 @dataclass(frozen=True)
 class Arith:
     op: str
-    left: Any
-    right: Any
+    left: Value
+    right: Value
 
 
 @dataclass(frozen=True)
 class Compare:
     op: str
-    left: Any
-    right: Any
+    left: Value
+    right: Value
 
 
 @dataclass(frozen=True)
 class IsIn:
-    operand: Any
+    operand: Value
     values: tuple[Scalar, ...]
     negate: bool
 
 
 @dataclass(frozen=True)
 class NullTest:
-    operand: Any
+    operand: Value
     is_null: bool
 
 
 @dataclass(frozen=True)
 class BoolOp:
     op: str  # "and" | "or"
-    operands: tuple[Any, ...]
+    operands: tuple[Condition, ...]
 
 
 @dataclass(frozen=True)
 class Not:
-    operand: Any
+    operand: Condition
+
+
+#: a node that gives a value per row (or one value): a column, a literal, arithmetic over them
+Value: TypeAlias = Union[Column, Literal, Arith]
+#: a node that gives True / False / unknown per row (a column or literal of bools among them)
+Condition: TypeAlias = Union[Compare, BoolOp, Not, IsIn, NullTest, Column, Literal]
+#: any node of a parsed filter
+Node: TypeAlias = Union[Value, Condition]
 
 
 @dataclass(frozen=True)
@@ -144,7 +165,7 @@ class Where:
     """A parsed filter: its text, its tree and the columns it reads."""
 
     text: str
-    tree: Any
+    tree: Condition
     columns: frozenset[str]
 
 
@@ -181,7 +202,7 @@ class _Parser:
     def fail(self, what: str) -> CleanError:
         return CleanError(f"filter {self.text!r}: {what}")
 
-    def build(self, node: ast.AST) -> Any:
+    def build(self, node: ast.AST) -> Node:
         if isinstance(node, ast.BoolOp):
             op = "and" if isinstance(node.op, ast.And) else "or"
             return BoolOp(op, tuple(self.condition(v) for v in node.values))
@@ -220,25 +241,27 @@ class _Parser:
             return Literal(node.value)
         raise self.fail(f"{type(node).__name__} expressions are not allowed ({ast.unparse(node)!r})")
 
-    def value(self, node: ast.AST) -> Any:
+    def value(self, node: ast.AST) -> Value:
         out = self.build(node)
         if isinstance(out, (Compare, BoolOp, Not, IsIn, NullTest)):
             raise self.fail(f"{ast.unparse(node)!r} is a condition where a value is expected")
         return out
 
-    def condition(self, node: ast.AST) -> Any:
+    def condition(self, node: ast.AST) -> Condition:
         out = self.build(node)
         if isinstance(out, Literal) or isinstance(out, Arith):
             raise self.fail(f"{ast.unparse(node)!r} is a value where a condition is expected")
         return out
 
-    def compare(self, node: ast.Compare) -> Any:
+    def compare(self, node: ast.Compare) -> Compare | IsIn | BoolOp:
         parts: list[IsIn | Compare] = []
-        left = self.value(node.left)
+        left: Value | None = self.value(node.left)
         for op, right_node in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)):
                 if not isinstance(right_node, (ast.List, ast.Tuple, ast.Set)):
                     raise self.fail("'in' needs a list of literals on its right")
+                if left is None:
+                    raise self.fail("'in' cannot be chained")
                 values = tuple(self.literal(e) for e in right_node.elts)
                 parts.append(IsIn(left, values, isinstance(op, ast.NotIn)))
                 left = None
@@ -259,7 +282,7 @@ class _Parser:
         return out.value
 
 
-def columns_of(tree: Any) -> set[str]:
+def columns_of(tree: Node) -> set[str]:
     """The column names a parsed tree reads.
 
     Example:
@@ -277,9 +300,9 @@ def columns_of(tree: Any) -> set[str]:
     return set()
 
 
-def _show(tree: Any) -> str:
+def _show(tree: Value) -> str:
     """A value node as the user wrote it, to name it in an error: ``column 'x'``, ``'x + 1'``."""
-    def text(t: Any) -> str:
+    def text(t: Value) -> str:
         if isinstance(t, Column):
             return t.name
         if isinstance(t, Literal):
@@ -296,14 +319,14 @@ class _Truth:
     """A condition's value per row as two null-free bool series: ``value`` (True only where
     known and true) and ``known`` (None: every row known)."""
 
-    value: Any
-    known: Any = None
+    value: LocalSeries
+    known: LocalSeries | None = None
 
-    def known_or(self, like: Any) -> Any:
+    def known_or(self, like: LocalSeries) -> LocalSeries:
         return self.known if self.known is not None else _all(like, True)
 
 
-def evaluate(where: Where | str, frame: FrameLike) -> SeriesLike:
+def evaluate(where: Where | str, frame: LocalFrame) -> LocalSeries:
     """The boolean mask of the rows of ``frame`` (pandas or cudf) that pass ``where``.
 
     The mask holds no nulls: rows whose condition is unknown are False.
@@ -328,7 +351,7 @@ def evaluate(where: Where | str, frame: FrameLike) -> SeriesLike:
     return _Evaluator(w.text, frame).truth(w.tree).value
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Operand) -> TypeGuard[LocalSeries | int | np.integer]:
     """An integer operand: a Python int literal (not a bool) or an integer series."""
     if isinstance(v, (bool, np.bool_, float, str)):
         return False
@@ -338,18 +361,18 @@ def _is_int(v: Any) -> bool:
     return dt is not None and dt.kind in "iu"
 
 
-def _all(like: Any, value: bool) -> Any:
+def _all(like: LocalSeries, value: bool) -> LocalSeries:
     """A null-free bool series of ``value`` with ``like``'s index (pandas or cudf)."""
     return (like.notna() | like.isna()) if value else (like.notna() & like.isna())
 
 
-def _dtype(s: SeriesLike) -> np.dtype | None:
+def _dtype(s: LocalSeries | np.number) -> np.dtype | None:
     """The numpy dtype behind a numeric series (nullable pandas dtypes unwrapped); None otherwise."""
     dt = getattr(s.dtype, "numpy_dtype", s.dtype)
     return dt if isinstance(dt, np.dtype) and dt.kind in "biuf" else None
 
 
-def _num_dtype(s: SeriesLike) -> np.dtype:
+def _num_dtype(s: LocalSeries | np.number) -> np.dtype:
     """:func:`_dtype` of a series the caller knows is numeric."""
     dt = _dtype(s)
     if dt is None:
@@ -357,31 +380,39 @@ def _num_dtype(s: SeriesLike) -> np.dtype:
     return dt
 
 
-def _astype(s: SeriesLike, dt: DTypeLike) -> SeriesLike:
+#: the name of pandas' nullable dtype for each numpy number type (``int8`` -> ``Int8``)
+_MASKED: dict[str, TypingLiteral["Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64",
+                                 "Float32", "Float64"]] = {
+    "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
+    "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
+    "float32": "Float32", "float64": "Float64",
+}
+
+
+def _astype(s: LocalSeries, dt: DTypeLike) -> LocalSeries:
     """``s`` as numpy dtype ``dt``, keeping nulls: a pandas nullable column becomes the
     nullable dtype of that width (``Int8`` -> ``Int16``); numpy / cudf columns cast directly."""
     dt = np.dtype(dt)
     if getattr(s.dtype, "numpy_dtype", None) is not None and not isinstance(s.dtype, np.dtype):
-        name = dt.name
-        for prefix, masked in (("uint", "UInt"), ("int", "Int"), ("float", "Float")):
-            if name.startswith(prefix):
-                return s.astype(masked + name[len(prefix):])
+        masked = _MASKED.get(dt.name)
+        if masked is not None:
+            return s.astype(masked)
     return s.astype(dt)
 
 
 class _Evaluator:
-    def __init__(self, text: str, frame: FrameLike) -> None:
+    def __init__(self, text: str, frame: LocalFrame) -> None:
         self.text = text
         self.frame = frame
 
     def fail(self, what: str) -> CleanError:
         return CleanError(f"filter {self.text!r}: {what}")
 
-    def like(self) -> Any:
+    def like(self) -> LocalSeries:
         return self.frame[self.frame.columns[0]]
 
     # values: a series or a Python scalar
-    def value(self, tree: Any) -> Any:
+    def value(self, tree: Value) -> Operand:
         if isinstance(tree, Column):
             return self.frame[tree.name]
         if isinstance(tree, Literal):
@@ -397,33 +428,38 @@ class _Evaluator:
         raise self.fail("a condition is not a value")
 
     @staticmethod
-    def widen(v: Any) -> Any:
+    def widen(v: Operand) -> Operand:
         """Integers to 64 bits and floats to float64 before arithmetic (no wrap-around); an
         Arrow-backed column to pandas' masked dtype (pandas' Arrow arrays have no ``%``)."""
-        dt = None if isinstance(v, (int, float, str, bool)) else _dtype(v)
+        if isinstance(v, (int, float, str, bool)):
+            return v
+        dt = _dtype(v)
         if dt is None or dt.kind == "b":
             return v
         target = {"i": np.int64, "u": np.uint64 if dt.itemsize == 8 else np.int64, "f": np.float64}[dt.kind]
         arrow = getattr(v.dtype, "pyarrow_dtype", None) is not None
         return v if dt == target and not arrow else _astype(v, target)
 
-    def int_arith(self, tree: Arith, a: Any, b: Any) -> Any:
+    def int_arith(self, tree: Arith, left: LocalSeries | int | np.integer, right: LocalSeries | int | np.integer
+                  ) -> LocalSeries | np.integer:
         """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a
         uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 (or by a
         null) are null."""
-        kinds = {_num_dtype(v).kind for v in (a, b) if not isinstance(v, int)}
+        kinds = {_num_dtype(v).kind for v in (left, right) if not isinstance(v, int)}
         unsigned = "u" in kinds
         if kinds == {"i", "u"}:
             raise self.fail(f"{tree.op!r} of an int64 and a uint64 operand has no exact 64-bit type; cast one side")
         dt = np.dtype(np.uint64 if unsigned else np.int64)
         info = np.iinfo(dt)
-        a, b = (self.int_literal(v, dt, info) if isinstance(v, int) else v for v in (a, b))
+        a, b = (self.int_literal(v, dt, info) if isinstance(v, int) else v for v in (left, right))
         op = tree.op
-        zero = (b == 0) if op in ("//", "%") else None
-        if zero is not None and not hasattr(zero, "where"):  # a literal divisor: every row or none
-            zero = _all(a, bool(zero))
-        elif zero is not None:  # a null divisor is unknown too (it must not become the 1 below)
-            zero = zero.fillna(True).astype(bool) | b.isna()
+        zero: LocalSeries | None = None
+        if op in ("//", "%") and isinstance(b, np.generic):  # a literal divisor: every row or none
+            if isinstance(a, np.generic) and b == 0:
+                raise self.fail(f"cannot compute {op!r} here: integer division by zero")
+            zero = _all(self.like(), bool(b == 0))
+        elif op in ("//", "%") and not isinstance(b, np.generic):  # a null divisor is unknown too
+            zero = (b == 0).fillna(True).astype(bool) | b.isna()  # (it must not become the 1 below)
         if zero is not None:
             b = b.where(b != 0, dt.type(1)) if hasattr(b, "where") else (dt.type(1) if b == 0 else b)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -448,12 +484,12 @@ class _Evaluator:
             r = r.where(~zero.fillna(False))
         return r
 
-    def int_literal(self, v: int, dt: np.dtype, info: Any) -> Any:
+    def int_literal(self, v: int, dt: np.dtype, info: np.iinfo) -> np.integer:
         if not info.min <= v <= info.max:
             raise self.fail(f"the literal {v} is outside {dt}, the type of this arithmetic")
         return dt.type(v)
 
-    def check_overflow(self, tree: Arith, bad: Any, a: Any, b: Any) -> None:
+    def check_overflow(self, tree: Arith, bad: LocalSeries | bool | np.bool_, a: Operand, b: Operand) -> None:
         if isinstance(bad, (bool, np.bool_)):
             if bad:
                 raise self.fail(f"{tree.op!r} of {a} and {b} overflows 64 bits")
@@ -469,7 +505,7 @@ class _Evaluator:
                             " (integer arithmetic is exact in 64 bits or refused)")
 
     # conditions
-    def truth(self, tree: Any) -> _Truth:
+    def truth(self, tree: Condition) -> _Truth:
         if isinstance(tree, Compare):
             return self.compare(tree)
         if isinstance(tree, BoolOp):
@@ -480,12 +516,12 @@ class _Evaluator:
             return _Truth(~inner.value & known, inner.known)
         if isinstance(tree, NullTest):
             v = self.value(tree.operand)
-            if not hasattr(v, "isna"):
+            if isinstance(v, _SCALARS):
                 raise self.fail("isnull() takes a column or an expression over columns")
             return _Truth(v.isna() if tree.is_null else v.notna())
         if isinstance(tree, IsIn):
             v = self.value(tree.operand)
-            if not hasattr(v, "isin"):
+            if isinstance(v, _SCALARS):
                 raise self.fail("'in' needs a column on its left")
             known = v.notna()
             hit = v.isin(self.in_values(tree, v)).fillna(False).astype(bool) & known
@@ -524,11 +560,11 @@ class _Evaluator:
         left, right = self.value(tree.left), self.value(tree.right)
         op = tree.op
         named = tree.left
-        if not hasattr(left, "notna"):
-            if not hasattr(right, "notna"):
+        if isinstance(left, _SCALARS):
+            if isinstance(right, _SCALARS):
                 raise self.fail(f"comparison {tree.left!r} {op} {tree.right!r} reads no column")
             left, right, op, named = right, left, _MIRROR[op], tree.right
-        if hasattr(right, "notna"):
+        if not isinstance(right, _SCALARS):
             known = left.notna() & right.notna()
             raw = self.columns(op, left, right, tree)
         else:
@@ -542,7 +578,7 @@ class _Evaluator:
         value = raw.fillna(False).astype(bool) & known
         return _Truth(value, known)
 
-    def columns(self, op: str, a: Any, b: Any, tree: Compare) -> Any:
+    def columns(self, op: str, a: LocalSeries, b: LocalSeries, tree: Compare) -> LocalSeries:
         """``a op b`` for two series, exactly: ``int64`` against ``uint64`` by sign, then
         value; an integer against a float as numbers (never through float64 alone)."""
         da, db = _dtype(a), _dtype(b)
@@ -564,7 +600,7 @@ class _Evaluator:
         return _OPS[op](a if da == target else _astype(a, target), b if db == target else _astype(b, target))
 
     @staticmethod
-    def signed_vs_unsigned(op: str, a: Any, b: Any) -> Any:
+    def signed_vs_unsigned(op: str, a: LocalSeries, b: LocalSeries) -> LocalSeries:
         """``a op b`` for an ``int64`` ``a`` and a ``uint64`` ``b``: a negative ``a`` is below
         every ``b``; otherwise both compare as ``uint64``."""
         neg = (a < 0).fillna(False).astype(bool)
@@ -573,7 +609,7 @@ class _Evaluator:
         return (same & ~neg) | (neg & (op in ("<", "<=", "!=")))
 
     @staticmethod
-    def int_vs_float(op: str, a: Any, f: Any) -> Any:
+    def int_vs_float(op: str, a: LocalSeries, f: LocalSeries) -> LocalSeries:
         """``a op f`` for a 64-bit integer ``a`` and a ``float64`` ``f``, exactly.  Rounding is
         monotonic, so where ``float(a) != f`` the float comparison is right; where they tie,
         ``f`` is integral and compares with ``a`` as an integer (``f`` beyond the integer type
@@ -589,7 +625,7 @@ class _Evaluator:
         exact = _OPS[op](a, f_int).fillna(False).astype(bool) & exact_rows
         return by_float | exact | (beyond & (op in ("<", "<=", "!=")))
 
-    def against_literal(self, col: Any, op: str, lit: Scalar, named: Any = None) -> Any:
+    def against_literal(self, col: LocalSeries, op: str, lit: Scalar | np.number, named: Value | None = None) -> LocalSeries | bool | None:
         """``col op lit`` with exact types; a bool when the answer is the same for every
         non-null row; None when it is unknown on every row (a NaN literal)."""
         dt = _dtype(col)
@@ -622,7 +658,7 @@ class _Evaluator:
             return _OPS[op](_astype(col, np.float64), near)
         return self.int_against(col, dt, op, lit)
 
-    def in_values(self, tree: IsIn, col: Any) -> Any:
+    def in_values(self, tree: IsIn, col: LocalSeries) -> Sequence[Scalar] | np.ndarray:
         """The literals of ``col in [...]`` that a value of ``col`` can equal, in ``col``'s own
         type (so ``isin`` never goes through float64); a literal of another kind (a str
         against a number, a number against text) is a CleanError naming both."""
@@ -657,7 +693,7 @@ class _Evaluator:
         cast = dt.type(v)
         return math.isfinite(cast) and (int(cast) == v if isinstance(v, int) else float(cast) == v)
 
-    def int_against(self, col: Any, dt: np.dtype, op: str, lit: int | float) -> Any:
+    def int_against(self, col: LocalSeries, dt: np.dtype, op: str, lit: int | float | np.number) -> LocalSeries | bool:
         if isinstance(lit, float):
             if math.isinf(lit):
                 return op in ("!=", "<", "<=") if lit > 0 else op in ("!=", ">", ">=")
@@ -677,7 +713,7 @@ class _Evaluator:
         return {"==": False, "!=": True, "<": above, "<=": above, ">": not above, ">=": not above}[op]
 
     @staticmethod
-    def wider_int(dt: np.dtype, lit: int) -> np.dtype | None:
+    def wider_int(dt: np.dtype, lit: int | np.number) -> np.dtype | None:
         """The smallest integer dtype holding every value of ``dt`` and ``lit``, if any."""
         for cand in (np.int16, np.int32, np.int64, np.uint16, np.uint32, np.uint64):
             c: np.dtype[Any] = np.dtype(cand)

@@ -255,3 +255,23 @@ def test_a_nan_literal_is_unknown_on_every_row(expr):
         want = [False] * len(values)
     assert evaluate(expr, df).tolist() == want, expr
     assert len(clean(df, where=expr)) == sum(want)
+
+
+@pytest.mark.parametrize("expr", ["x > 7 // 2", "x > 7 % 4", "x >= -7 // 2 + 6"])
+def test_integer_arithmetic_of_two_literals(expr):
+    """``7 // 2`` between two literals is a literal (it used to reach a series-only step);
+    the reference is Python's own arithmetic on each row."""
+    xs = [1, 3, 4, 5]
+    df = pd.DataFrame({"x": xs})
+    want = [bool(eval(expr, {}, {"x": x})) for x in xs]
+    assert evaluate(expr, df).tolist() == want
+
+
+def test_a_literal_division_by_zero_is_named():
+    with pytest.raises(CleanError, match="integer division by zero"):
+        evaluate("x > 7 // 0", pd.DataFrame({"x": [1, 2]}))
+
+
+def test_a_chained_in_is_refused_when_parsed():
+    with pytest.raises(CleanError, match="'in' cannot be chained"):
+        parse_where("x in [1] in [2]")
