@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import numbers
 import os
 import threading
 import time
@@ -156,8 +157,8 @@ class PipelineResult:
         if not m:
             return []
 
-        def gib(v: object) -> float:  # a count of bytes (0 when not recorded), in GiB
-            return v / 2 ** 30 if isinstance(v, (int, float)) else 0.0
+        def gib(v: object) -> float:  # a count of bytes (a numpy one too; 0 when not recorded), in GiB
+            return float(v) / 2 ** 30 if isinstance(v, numbers.Real) else 0.0
 
         by_stage = m.get("peak_by_stage")
         stages = ", ".join(f"{k} {gib(v):.2f}" for k, v in (by_stage.items() if isinstance(by_stage, dict) else ())
