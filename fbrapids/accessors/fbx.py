@@ -16,14 +16,54 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 from fbrapids.errors import InputTypeError
 from fbrapids.frames import dask_tokens
 from fbrapids.frames.import_hooks import when_imported
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import torch
+
+    from fbrapids.features.fitted import Fitted
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.trainers.stream import BatchStream
+    from fbrapids.views.clean import CleanReport, WhereArg
+
+
+class JoinOptions(TypedDict, total=False):
+    """The keyword arguments ``.fbx.join`` passes on to :func:`fbrapids.joins.strategies.join`."""
+
+    validate: str | None
+    suffixes: tuple[str, str]
+    broadcast: bool | None
+    device_budget: int | None
+    fraction: float
+
+
+class StreamOptions(TypedDict, total=False):
+    """The keyword arguments ``.fbx.stream`` passes on to :func:`fbrapids.trainers.stream.stream`."""
+
+    label: Required[str]
+    dense: Sequence[str]
+    sparse: Sequence[str]
+    batch_size: int
+    shuffle_buffer: int
+    seed: int
+    prefetch: int
+    device: str | torch.device | None
+    group: str | None
+    nan: str
+    drop_last: bool
+    pin_memory: bool | None
+    persist: bool
+    label_range: tuple[float, float] | None
+    ranges: Mapping[str, tuple[float, float]] | None
+    strict: bool
+    shuffle_window: int | None
+    shuffle_bytes: int
 
 
 class FbxAccessor:
@@ -33,7 +73,8 @@ class FbxAccessor:
         self._obj = obj
 
     # -- views -----------------------------------------------------------------
-    def clean(self, fill: dict | None = None, json: dict | None = None, where: Any = None, **kwargs: Any) -> FrameLike:
+    def clean(self, fill: dict | None = None, json: dict | None = None, where: WhereArg = None, *,
+              drop: Sequence[str] = ()) -> FrameLike:
         """Fill nulls, pull fields out of JSON strings, and filter rows.
 
         See :func:`fbrapids.views.clean.clean`.
@@ -46,10 +87,10 @@ class FbxAccessor:
         """
         from fbrapids.views.clean import clean
 
-        return clean(self._obj, fill=fill, json=json, where=where, **kwargs)
+        return clean(self._obj, fill=fill, json=json, where=where, drop=drop)
 
     @property
-    def clean_report(self) -> Any:
+    def clean_report(self) -> CleanReport:
         """Counts of what the last ``clean`` defaulted (nulls filled, malformed JSON, ...).
 
         For dask frames the counts are computed on first access.
@@ -59,7 +100,7 @@ class FbxAccessor:
         return clean_report(self._obj)
 
     # -- joins -----------------------------------------------------------------
-    def join(self, other: FrameLike, on: str | list[str], how: str = "left", **kwargs: Any) -> FrameLike:
+    def join(self, other: FrameLike, on: str | list[str], how: str = "left", **kwargs: Unpack[JoinOptions]) -> FrameLike:
         """Hash join with ``other`` on ``on``; see :func:`fbrapids.joins.strategies.join`.
 
         Example:
@@ -74,8 +115,8 @@ class FbxAccessor:
         return join(self._obj, other, on=on, how=how, **kwargs)
 
     # -- features --------------------------------------------------------------
-    def extract(self, fitted: Any = None, /, *, training: bool = False, allow_unfitted: bool = False,
-                progress: bool | None = None, **features: Any) -> FrameLike:
+    def extract(self, fitted: Fitted | None = None, /, *, training: bool = False, allow_unfitted: bool = False,
+                progress: bool | None = None, **features: object) -> FrameLike:
         """Add the named feature columns, computed by layered meta-kernels.
 
         ``fitted`` (from :meth:`fit`) applies frozen fitted states and never refits;
@@ -101,7 +142,7 @@ class FbxAccessor:
             return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted, progress=progress)
         return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted, progress=progress)
 
-    def fit(self, time_column: str | None = "ts", **features: Any) -> Any:
+    def fit(self, time_column: str | None = "ts", **features: object) -> Fitted:
         """Fit every fitted operator of ``features`` over this frame in one pass; returns a
         :class:`~fbrapids.features.Fitted` to pass to ``extract`` on any frame.
 
@@ -111,7 +152,7 @@ class FbxAccessor:
 
         return fit(self._obj, features, time_column=time_column)
 
-    def explain(self, source: bool = False, **features: Any) -> str:
+    def explain(self, source: bool = False, **features: object) -> str:
         """The layers, operators and placements ``extract(**features)`` would run.
 
         See :func:`fbrapids.features.explain`.
@@ -121,7 +162,7 @@ class FbxAccessor:
         return explain(self._obj, features, source=source)
 
     # -- training --------------------------------------------------------------
-    def stream(self, **kwargs: Any) -> Any:
+    def stream(self, **kwargs: Unpack[StreamOptions]) -> BatchStream:
         """Batches for torch; see :func:`fbrapids.trainers.stream.stream`."""
         from fbrapids.trainers.stream import stream
 
@@ -149,13 +190,13 @@ def register_accessors() -> None:
     _registered = True
 
 
-def _register_pandas(pd: Any) -> None:
+def _register_pandas(pd: ModuleType) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "registration ... is overriding ..."
         pd.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
 
 
-def _register_dask(dd: Any) -> None:
+def _register_dask(dd: ModuleType) -> None:
     from dask.dataframe.extensions import register_dataframe_accessor as dask_register
 
     with warnings.catch_warnings():
@@ -163,13 +204,13 @@ def _register_dask(dd: Any) -> None:
         dask_register("fbx")(FbxAccessor)
 
 
-def _register_cudf(cudf: Any) -> None:
+def _register_cudf(cudf: ModuleType) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         cudf.api.extensions.register_dataframe_accessor("fbx")(FbxAccessor)
 
 
-def _register_dask_cudf(dask_cudf: Any) -> None:
+def _register_dask_cudf(dask_cudf: ModuleType) -> None:
     frame_cls = getattr(dask_cudf, "DataFrame", None)
     if frame_cls is not None and not hasattr(frame_cls, "fbx"):
         frame_cls.fbx = _CachedAccessor("fbx", FbxAccessor)
@@ -178,10 +219,10 @@ def _register_dask_cudf(dask_cudf: Any) -> None:
 class _CachedAccessor:
     """Descriptor used only where a library has no accessor API of its own."""
 
-    def __init__(self, name: str, accessor: type) -> None:
+    def __init__(self, name: str, accessor: type[FbxAccessor]) -> None:
         self._name, self._accessor = name, accessor
 
-    def __get__(self, obj: Any, cls: type) -> Any:
+    def __get__(self, obj: FrameLike | None, cls: type) -> FbxAccessor | type[FbxAccessor]:
         if obj is None:
             return self._accessor
         return self._accessor(obj)

@@ -19,10 +19,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TextIO
 
 from fbrapids.errors import FbrapidsError, UsageError
 from fbrapids.workloads.run_config import MODELS, ModelNames
+
+if TYPE_CHECKING:
+    from fbrapids.workloads import Workload
 
 
 def _gen(args: argparse.Namespace) -> int:
@@ -105,7 +108,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workload(args: argparse.Namespace) -> Any:
+def _workload(args: argparse.Namespace) -> Workload:
     from fbrapids.workloads import load_workload
 
     return load_workload(args.workload, root=args.data_root)
@@ -193,7 +196,7 @@ def _trial(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_data_workload(rows: int, seed: int) -> Any:
+def _default_data_workload(rows: int, seed: int) -> Workload:
     """The demo's default data of ``rows`` impressions drawn with ``seed`` (generated once, as
     ``fbrapids demo`` does) as its workload."""
     from fbrapids.datasets import synthetic
@@ -349,7 +352,7 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _float_above(lo: float) -> Any:
+def _float_above(lo: float) -> Callable[[str], float]:
     """An argparse type: a number greater than ``lo``.
 
     Example:
@@ -369,7 +372,7 @@ def _float_above(lo: float) -> Any:
     return parse
 
 
-def _int_in(lo: int, hi: int | None = None) -> Any:
+def _int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer in ``[lo, hi]`` (a usage error otherwise).
 
     Example:
@@ -411,7 +414,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> Any:
+    def error(self, message: str) -> NoReturn:
         sys.stderr.write(_usage_line(self.prog, message))
         raise SystemExit(2)
 
@@ -904,11 +907,11 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.setFormatter(logging.Formatter("%(message)s"))
 
     @property  # type: ignore[override]
-    def stream(self) -> Any:
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value: Any) -> None:
+    def stream(self, value: object) -> None:
         pass
 
 

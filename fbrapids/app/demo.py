@@ -27,12 +27,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fbrapids.errors import CheckpointError, ExportError
 from fbrapids.runs import data_cache
 from fbrapids.runs.data_cache import default_data_dir  # noqa: F401  (where the demo keeps its data; re-exported)
 from fbrapids.runs.workdir import temporary_work_dir
+
+if TYPE_CHECKING:
+    from fbrapids.app.pipeline import PipelineResult
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ def run_demo(rows: int = 200_000, data_dir: str | Path | None = None, backend: s
              work_dir: str | Path | None = None, batch_size: int = 2048,
              checkpoint_every: int | None = None, resume: bool = False,
              export: str | Path | None = None, nan: str = "error", tiers: str = "auto", tune: bool = False,
-             memory_limit: int | str | None = None) -> Any:
+             memory_limit: int | str | None = None) -> PipelineResult:
     """Generate (once) the default data and run the pipeline on it; returns the result.
 
     The data is generated only into an empty folder or one the demo made (see

@@ -33,10 +33,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TypedDict, Unpack
 
 from fbrapids.errors import ArgumentError, BackendUnavailableError, FbrapidsError
 from fbrapids.workloads.run_config import ModelNames
+
+if TYPE_CHECKING:
+    import torch
+
+    from fbrapids.app.pipeline import TrainingInputs
+    from fbrapids.trainers.distributed import DistributedTrainer, LeaderFeed
+    from fbrapids.trainers.fit_config import FitResult
+    from fbrapids.trainers.models.base import CTRModel
+    from fbrapids.trainers.stream import BatchStream
+    from fbrapids.workloads.recipe import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +56,60 @@ DISTRIBUTED_MODELS = ModelNames("trains_distributed")
 FEED_TIMEOUT_S = 3600.0
 
 
-def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]:
+class DemoOptions(TypedDict, total=False):
+    """The settings of a run on several ranks (:func:`run_distributed_demo`'s ``options``)."""
+
+    model: str
+    batch_size: int  #: the global batch
+    seed: int
+    nan: str
+    embedding_dim: int
+    epochs: int | None
+    checkpoint_every: int | None
+    resume: bool
+    max_steps: int | None
+    overlap: bool
+    calibrate: bool
+    cache_rows: int
+    host_rows: int | None
+    backend: str | None  #: the dataframe backend rank 0 extracts on
+    scheduler: str | None  #: the dask scheduler address rank 0 extracts on
+    dist_backend: str | None  #: the process group's backend
+    feed_timeout_s: float
+    timeout_s: float
+
+
+class RankOptions(DemoOptions, total=False):
+    """What each rank is handed (:func:`train_rank`): the run's settings and its folders."""
+
+    data_dir: str
+    work_dir: str
+
+
+class RankCounts(TypedDict):
+    """A rank's figures besides its seconds and the metrics (:func:`rank_figures`)."""
+
+    rank: int
+    world: int
+    steps: int
+    rows_trained: int
+    held_rows: int
+    position_rows: int
+    table_rows: int
+    checkpoint: str | None
+    resumed_from: str | None
+    calibration: list[float]
+    exchange: dict[str, float]
+
+
+class RankResult(RankCounts):
+    """What :func:`train_rank` returns: its figures, its training seconds, the union's metrics."""
+
+    train_s: float
+    metrics: dict[str, float]
+
+
+def train_rank(rank: int, world: int, options: RankOptions) -> RankResult:
     """One rank's share of the demo (module docstring); returns its figures (metrics over the union)."""
     import datetime
 
@@ -72,7 +135,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
     # own progress is watched by the launcher's heartbeats and, on a cluster, frozen_worker_watchdog)
     feed_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
         seconds=float(options.get("feed_timeout_s", FEED_TIMEOUT_S))))
-    client = connect(options["scheduler"]) if rank == 0 and options.get("scheduler") else None
+    scheduler = options.get("scheduler")
+    client = connect(scheduler) if rank == 0 and scheduler else None
     try:
         with dask.config.set(scheduler=client if client is not None else "threads"), \
                 frozen_worker_watchdog(client, f"rank 0 extracting {data} for every rank"):
@@ -100,8 +164,8 @@ def train_rank(rank: int, world: int, options: dict[str, Any]) -> dict[str, Any]
             close_client(client)
 
 
-def _leader_streams(inputs: Any, data: Any, backend: str | None, batch_size: int, seed: int,
-                    nan: str) -> tuple[Any, Any]:
+def _leader_streams(inputs: TrainingInputs, data: str | Path, backend: str | None, batch_size: int, seed: int,
+                    nan: str) -> tuple[BatchStream, BatchStream]:
     """Rank 0's training and held-out batch streams (the other ranks read no data)."""
     from fbrapids.app.pipeline import GROUP, LABEL, SHUFFLE_BUFFER, TimedPartitions, batch_stream, plan_frames
 
@@ -113,7 +177,8 @@ def _leader_streams(inputs: Any, data: Any, backend: str | None, batch_size: int
     return train_src, test_src
 
 
-def _rank_model(model: str, inputs: Any, options: dict[str, Any], rank: int, recipe: Any) -> tuple[Any, Any]:
+def _rank_model(model: str, inputs: TrainingInputs, options: RankOptions, rank: int,
+                recipe: Recipe) -> tuple[CTRModel, torch.optim.Optimizer]:
     """Rank ``rank``'s demo ``model`` over ``inputs`` with ``recipe`` (as one process builds it;
     its tables' tiers and seed from :func:`train_rank`'s ``options``) and its dense optimizer at
     the recipe's rate, made where the ranks' trainer puts the model."""
@@ -133,7 +198,7 @@ def _rank_model(model: str, inputs: Any, options: dict[str, Any], rank: int, rec
     return net, default_optimizer([p for p in net.parameters() if p.requires_grad], recipe.dense_lr)
 
 
-def rank_figures(result: Any, trainer: Any, feed: Any) -> dict[str, Any]:
+def rank_figures(result: FitResult, trainer: DistributedTrainer, feed: LeaderFeed) -> RankCounts:
     """What :func:`train_rank` reports of its rank besides the seconds and the metrics:
     ``rows_trained``, this rank's rows in this call; ``position_rows``, the global stream's
     rows read over the run, resumes included (rank 0's feed counts the rows a resume
@@ -149,7 +214,7 @@ def rank_figures(result: Any, trainer: Any, feed: Any) -> dict[str, Any]:
             "exchange": dict(trainer.exchange.stats)}
 
 
-def rows_summary(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+def rows_summary(results: Sequence[RankResult]) -> dict[str, int]:
     """The rows of a run on several ranks, as the one-process summary counts them: trained
     over every resume of the run (the global stream's rows read, those held back for the
     calibration among them), of them in this call when it resumed, and held out.
@@ -170,7 +235,7 @@ def rows_summary(results: Sequence[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summary(results: Sequence[RankResult]) -> dict[str, object]:
     """What ``--summary-json`` writes for a run on several ranks: the union's metrics, steps,
     rows (:func:`rows_summary`) and each rank's figures."""
     return {"nproc": len(results), "steps": results[0]["steps"], "metrics": results[0]["metrics"],
@@ -179,7 +244,7 @@ def summary(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "ranks": [{k: v for k, v in r.items() if k != "metrics"} for r in results]}
 
 
-def render(results: Sequence[dict[str, Any]]) -> str:
+def render(results: Sequence[RankResult]) -> str:
     """A few lines: the union's metrics, the rows (:func:`rows_summary`), and per rank the
     rows it trained in this call and the table rows it owns."""
     m = results[0]["metrics"]
@@ -198,7 +263,7 @@ def render(results: Sequence[dict[str, Any]]) -> str:
 
 
 def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path | None = None,
-                         work_dir: str | Path | None = None, **options: Any) -> list[dict[str, Any]]:
+                         work_dir: str | Path | None = None, **options: Unpack[DemoOptions]) -> list[RankResult]:
     """Generate (once) the default data, then train on ``nproc`` local ranks
     (:func:`fbrapids.trainers.distributed.spawn`); returns each rank's figures.
 
@@ -233,12 +298,12 @@ def run_distributed_demo(nproc: int, rows: int = 200_000, data_dir: str | Path |
         stack.enter_context(using_dataset(rows, data, seed=seed))  # not regenerated under this run
         if options.get("resume"):
             check_resumable(work, data, options)
-        opts = {**options, "data_dir": str(data), "work_dir": str(work)}
+        opts: RankOptions = {**options, "data_dir": str(data), "work_dir": str(work)}
         return spawn(train_rank, nproc, (opts,), placement=placement,
                      timeout_s=float(options.get("timeout_s", 24 * 3600)))
 
 
-def check_resumable(work: Path, data: Path, options: dict[str, Any]) -> None:
+def check_resumable(work: Path, data: Path, options: DemoOptions) -> None:
     """Refuse, before any rank starts, a resume of ``work`` whose newest checkpoint is a
     one-process one or was trained with other settings (one line naming each difference)."""
     from fbrapids.app.pipeline import training_inputs
@@ -310,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            "batch_size": args.batch_size, "epochs": args.epochs, "seed": args.seed,
                                            "scheduler": args.scheduler, "backend": args.backend,
                                            "checkpoint_every": args.checkpoint_every, "resume": args.resume})
-            got: list[Any] = [None] * world
+            got = [out] * world  # one place per rank, each filled with that rank's figures
             dist.all_gather_object(got, out)
         if rank == 0:
             sys.stdout.write(render(got) + "\n")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fbrapids.datasets.synthetic import features as demo_features, views as workload
 from fbrapids.errors import CheckpointMismatchError, ExportError
@@ -38,6 +38,9 @@ from fbrapids.serving.export import export_model
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.trainers.checkpoint.model_state import load_checkpoint
 from fbrapids.trainers.sparse import StoreConfig
+
+if TYPE_CHECKING:
+    from fbrapids.kernels import Expr
 
 REQUEST_SCHEMA = {"user_id": "int64", "ts": "int64", "slot": "int64", "query": "str", "os": "str",
                   "geo_city": "str", "age": "int64", "gender": "str", "city": "str", "interests": "str",
@@ -72,7 +75,7 @@ def demo_spec(dense: list[str] | None = None, sparse: list[str] | None = None, m
     dense, sparse = list(dense or d_dense), list(sparse or d_sparse)
     request_schema = {**REQUEST_SCHEMA, **{seq: "list<int64>" for seq in sequences or {} if seq in sparse}}
     used = set(dense) | set(sparse)
-    sides: dict[str, dict[str, Any]] = {"request": {}, "item": {}, "pair": {}}
+    sides: dict[str, dict[str, Expr]] = {"request": {}, "item": {}, "pair": {}}
     for name, e in demo_features().items():  # the workload's and the trial-found ones (qt_first_eq)
         if name not in used:
             continue
@@ -86,7 +89,7 @@ def demo_spec(dense: list[str] | None = None, sparse: list[str] | None = None, m
                        fill=training_fills(schema))
 
 
-def training_fills(schema: dict[str, str]) -> dict[str, Any]:
+def training_fills(schema: dict[str, str]) -> dict[str, str | float]:
     """The demo's cleaning fills (:mod:`fbrapids.datasets.synthetic.views`: impressions, users, ads, join
     misses) of the columns in ``schema``: what training gave a null, served the same way.
 

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import numbers
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, TypeAlias, TypedDict
 
+from fbrapids.app.tuning import TuningSummary
 from fbrapids.datasets.synthetic import DENSE, DIN_SEQUENCE, DIN_TARGET, GROUP, LABEL, SPARSE, as_workload, din_history  # noqa: F401
-from fbrapids.errors import ArgumentError
+from fbrapids.errors import ArgumentError, InputTypeError
 from fbrapids.files.iostats import IOCounter, tree_bytes
 from fbrapids.frames.backend import FrameLike, get_backend
 from fbrapids.runs.heap import PeriodicRelease
@@ -38,7 +40,22 @@ from fbrapids.workloads.recipe import Recipe
 from fbrapids.workloads.run_config import MODELS  # noqa: F401  (re-exported: the names RunConfig accepts)
 
 if TYPE_CHECKING:
+    import numpy as np
+    from distributed import Client
+
+    from fbrapids.app.tuning import TuningData
+    from fbrapids.features.fitted import Fitted
+    from fbrapids.frames.cluster import WorkerCounters
+    from fbrapids.kernels import Expr
+    from fbrapids.runs.disk_budget import TableBound
+    from fbrapids.runs.memory_watch import MemoryWatch
+    from fbrapids.runs.ram_budget import TableLayout
+    from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.fit_config import FitResult
     from fbrapids.trainers.models.base import CTRModel
+    from fbrapids.trainers.sparse import StoreConfig
+    from fbrapids.trainers.stream import BatchStream
+    from fbrapids.workloads.split_check import SplitCheck
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +75,23 @@ KEEP_CHECKPOINTS = 3  #: newest checkpoints kept; the preflight budgets one more
 #: faulted in again by the next partition)
 RELEASE_EVERY_S = 5.0
 
+#: a feature as a workload names it: an :mod:`fbrapids.ops` expression, or a column name
+Feature: TypeAlias = "Expr | str"
+
+
+class KernelSummary(TypedDict, total=False):
+    """The meta-kernels' plan and counters of a run's streamed partitions (:func:`_kernel_summary`)."""
+
+    layers: int
+    operators: int
+    launches: int
+    partitions: int
+    launches_per_partition: float
+    pool_peak_bytes: int
+    pool_regrowths: int
+    dictionary_runs: int
+    json_cleaning: bool  #: the two JSON-cleaning kernels ran too
+
 
 @dataclass
 class PipelineResult:
@@ -69,11 +103,11 @@ class PipelineResult:
     rows: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-    kernel: dict[str, Any] = field(default_factory=dict)
+    kernel: KernelSummary = field(default_factory=KernelSummary)
     joins: list[str] = field(default_factory=list)
     passes: dict[str, dict[str, int]] = field(default_factory=dict)  # per stream: partitions, tasks, shared tasks
-    store: dict[str, Any] = field(default_factory=dict)
-    clean: dict[str, Any] = field(default_factory=dict)
+    store: dict[str, dict[str, float]] = field(default_factory=dict)  #: per tier: hits, misses, ..., hit_rate
+    clean: dict[str, object] = field(default_factory=dict)  #: the cleaning report's counts
     overlap_s: float = 0.0
     extract_busy_s: float = 0.0
     train_wait_s: float = 0.0
@@ -84,17 +118,17 @@ class PipelineResult:
     checkpoint: str | None = None
     export: str | None = None  #: the serving export ``run_demo(export=...)`` wrote
     removed_work_dir: str | None = None  #: ``run_demo``'s temporary work dir, removed when it returned
-    memory: dict[str, Any] = field(default_factory=dict)  #: the budget, the plan and the measured peaks by stage
+    memory: dict[str, object] = field(default_factory=dict)  #: the budget, the plan and the measured peaks by stage
     fitted: str | None = None  # what the fitted features were fitted on (explain)
     oracle_auc: float | None = None
     steps: int = 0  #: training steps (global batches) taken
     held_rows: int = 0  #: training rows held back from training to fit the calibration on (fit)
-    recipe: dict[str, Any] = field(default_factory=dict)  #: the recipe trained with, and where it came from
-    tuning: dict[str, Any] = field(default_factory=dict)  #: RunConfig(tune=...)'s grid, tries and choice
+    recipe: dict[str, object] = field(default_factory=dict)  #: the recipe trained with, and where it came from
+    tuning: TuningSummary = field(default_factory=TuningSummary)  #: RunConfig(tune=...)'s grid, tries and choice
     #: the split as checked before training (:meth:`~fbrapids.workloads.split_check.SplitCheck.as_dict`):
     #: its rule's name, the log's files in order, the time column's form, each side's rows and times
-    split: dict[str, Any] = field(default_factory=dict)
-    predictions: dict[str, Any] = field(default_factory=dict, repr=False)  # held-out pred / label / group
+    split: dict[str, object] = field(default_factory=dict)
+    predictions: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
     def _repr_html_(self) -> str:
         """What a notebook shows: rows and seconds per stage (a chart), store hit rates, metrics."""
@@ -102,7 +136,7 @@ class PipelineResult:
 
         return pipeline_html(self)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """Everything :meth:`render` shows, as JSON-ready plain values (``fbrapids demo
         --summary-json``); the held-out predictions are left out.
 
@@ -122,24 +156,30 @@ class PipelineResult:
         m = self.memory
         if not m:
             return []
-        gib = 2 ** 30
-        stages = ", ".join(f"{k} {v / gib:.2f}" for k, v in m.get("peak_by_stage", {}).items() if k != "start")
+
+        def gib(v: object) -> float:  # a count of bytes (a numpy one too; 0 when not recorded), in GiB
+            return float(v) / 2 ** 30 if isinstance(v, numbers.Real) else 0.0
+
+        by_stage = m.get("peak_by_stage")
+        stages = ", ".join(f"{k} {gib(v):.2f}" for k, v in (by_stage.items() if isinstance(by_stage, dict) else ())
+                           if k != "start")
         return ["", "memory (the process tree):",
-                f"  peak {m.get('peak_bytes', 0) / gib:.2f} GiB in {m.get('peak_stage')} (by stage, GiB: {stages}); "
-                f"estimated {m.get('estimate_bytes', 0) / gib:.2f} GiB before any work; budget "
-                f"{m.get('budget_bytes', 0) / gib:.2f} GiB ({m.get('budget_from')}); ran on {m.get('scheduler')}, "
+                f"  peak {gib(m.get('peak_bytes', 0)):.2f} GiB in {m.get('peak_stage')} (by stage, GiB: {stages}); "
+                f"estimated {gib(m.get('estimate_bytes', 0)):.2f} GiB before any work; budget "
+                f"{gib(m.get('budget_bytes', 0)):.2f} GiB ({m.get('budget_from')}); ran on {m.get('scheduler')}, "
                 f"partitions of {m.get('partition_rows', 0):,} rows"]
 
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
         lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]
         lines += [f"  {k:<22} {v:>12,}" for k, v in self.rows.items()]
-        for src, jc in (self.clean.get("json") or {}).items():
+        json_counts = self.clean.get("json")
+        for src, jc in (json_counts.items() if isinstance(json_counts, dict) else ()):
             nulls = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in jc.items() if k.startswith("not_string:"))
             lines.append(f"  JSON {src}: {jc.get('malformed', 0):,} malformed, {jc.get('too_deep', 0):,} nested deeper "
                          f"than 64, {jc.get('null_input', 0):,} null; non-string leaves read as null: {nulls or 'none'}")
         if self.split.get("text"):
-            lines += ["", *self.split["text"].splitlines()]
+            lines += ["", *str(self.split["text"]).splitlines()]
         lines += ["", "seconds per stage:"]
         lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
         k = self.kernel
@@ -191,7 +231,7 @@ class PipelineResult:
         return "\n".join(lines)
 
 
-def _recipe_lines(recipe: dict[str, Any], tuning: dict[str, Any]) -> list[str]:
+def _recipe_lines(recipe: Mapping[str, object], tuning: TuningSummary) -> list[str]:
     """The summary's lines on the recipe trained with and, when tuned, the tuning's tries."""
     if not recipe:
         return []
@@ -216,8 +256,8 @@ class TimedPartitions:
     what is in flight, not every size of buffer a partition ever needed.
     """
 
-    def __init__(self, frame: FrameLike, window: int = 2, counters: Any = None, columns: list[str] | None = None,
-                 watch: Any = None) -> None:
+    def __init__(self, frame: FrameLike, window: int = 2, counters: WorkerCounters | None = None,
+                 columns: list[str] | None = None, watch: MemoryWatch | None = None) -> None:
         # only the columns the consumer reads travel (from cluster workers) and are held
         self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
         self.window = window
@@ -233,6 +273,10 @@ class TimedPartitions:
     @property
     def npartitions(self) -> int:
         """The frame's partitions (a stream over this estimates its batches from them)."""
+        import dask.dataframe as dd
+
+        if not isinstance(self.frame, dd.DataFrame):
+            raise InputTypeError(f"TimedPartitions: a dask frame has partitions, not {type(self.frame).__name__}")
         return self.frame.npartitions
 
     def __iter__(self) -> Iterator[FrameLike]:
@@ -262,7 +306,7 @@ class TimedPartitions:
 class _WaitTimer:
     """Wraps a batch iterable; records how long the consumer waited for each batch."""
 
-    def __init__(self, batches: Iterable[Any]) -> None:
+    def __init__(self, batches: Iterable[Batch]) -> None:
         self.batches = batches
         self.wait_s = 0.0
         self.samples = 0
@@ -277,7 +321,7 @@ class _WaitTimer:
 
         return estimated_batches(self.batches)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Batch]:
         it = iter(self.batches)
         while True:
             t = time.perf_counter()
@@ -292,7 +336,7 @@ class _WaitTimer:
 
 
 def feature_frame(data: Workload | str | Path, backend: str | None = None,
-                  extra_features: dict[str, Any] | None = None) -> tuple[FrameLike, dict[str, FrameLike]]:
+                  extra_features: Mapping[str, Feature] | None = None) -> tuple[FrameLike, dict[str, FrameLike]]:
     """The lazy, partitioned frame of a workload's extracted features (a folder of generated
     data: :func:`fbrapids.datasets.synthetic.workload`), and its parts (``log``, ``views``,
     ``joined``): :func:`fbrapids.workloads.frames.feature_frame`.
@@ -403,9 +447,9 @@ def log_rows(w: Workload) -> int | None:
     return total
 
 
-def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
+def model_arguments(name: str, dense_dim: int, sparse: list[str], store: StoreConfig,
                     embedding_dim: int = 16, sequences: dict[str, str] | None = None,
-                    recipe: Recipe | None = None) -> tuple[type, dict[str, Any]]:
+                    recipe: Recipe | None = None) -> tuple[type[CTRModel], dict[str, Any]]:
     """The class and constructor arguments of :func:`build_model` (an export rebuilds the
     model from them); ``recipe``: its learning rates, weight decay and dropout in the
     stores' configurations and the model's ``dropout`` (none of which changes the model's
@@ -427,8 +471,8 @@ def model_arguments(name: str, dense_dim: int, sparse: list[str], store: Any,
     return cls, cls.pipeline_arguments(common, store, recipe, sequences)
 
 
-def build_model(name: str, dense_dim: int, sparse: list[str], store: Any, embedding_dim: int = 16,
-                sequences: dict[str, str] | None = None, recipe: Recipe | None = None) -> Any:
+def build_model(name: str, dense_dim: int, sparse: list[str], store: StoreConfig, embedding_dim: int = 16,
+                sequences: dict[str, str] | None = None, recipe: Recipe | None = None) -> CTRModel:
     """One of the trainer's models over the pipeline's features.
 
     Example:
@@ -455,8 +499,8 @@ def split_by_day(frame: FrameLike, cutoff: int) -> tuple[FrameLike, FrameLike]:
     return split_by_time(frame, "ts", cutoff)
 
 
-def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = None, *, client: Any = None,
-                 **options: Any) -> PipelineResult:
+def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = None, *, client: Client | None = None,
+                 **options: object) -> PipelineResult:
     """Run the FeatureBox flow on ``workload`` and train ``config.model`` on the stream.
 
     Args:
@@ -516,7 +560,8 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
     return result
 
 
-def _run(w: Workload, cfg: RunConfig, client: Any, work: Path, watch: Any, layout: Any = None) -> PipelineResult:
+def _run(w: Workload, cfg: RunConfig, client: Client | None, work: Path, watch: MemoryWatch,
+         layout: TableLayout | None = None) -> PipelineResult:
     """One run of :func:`run_pipeline`, its work dir held: plan, then stream and train, then
     evaluate on the held-out rows, each stage's rows, seconds and counters recorded; the
     tables laid out as the memory plan's ``layout`` says (:func:`store_config`)."""
@@ -577,12 +622,12 @@ class _Streams:
     producer: TimedPartitions
     test_producer: TimedPartitions
     train: _WaitTimer
-    counters: Any  #: a :class:`~fbrapids.frames.cluster.WorkerCounters` on a cluster, else None
-    watch: Any  #: the run's :class:`~fbrapids.runs.memory_watch.MemoryWatch`
-    test: Any = None
+    counters: WorkerCounters | None  #: the workers' kernel counters on a cluster, else None
+    watch: MemoryWatch  #: the run's memory watch
+    test: BatchStream | None = None  #: the held-out batches, once evaluation made them
 
 
-def _reset_kernel_counters(client: Any, require: str | None = None) -> None:
+def _reset_kernel_counters(client: Client | None, require: str | None = None) -> None:
     """Zero the kernel counters of this process and, on a cluster, of every worker (first
     checking, when ``require`` names the work, that the cluster has workers)."""
     from fbrapids import kernels as kernel_stats
@@ -597,7 +642,7 @@ def _reset_kernel_counters(client: Any, require: str | None = None) -> None:
 
 
 def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: PipelineResult,
-              layout: Any = None) -> _PlannedRun:
+              layout: TableLayout | None = None) -> _PlannedRun:
     """The run's inputs, lazy frames and model, checked before training: a resume with other
     settings refused, the fitted features fitted (and saved beside the checkpoints), the
     disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
@@ -626,8 +671,8 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
     return _PlannedRun(inputs, frames, net, ckpt_dir, recipe)
 
 
-def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: dict[str, Any],
-                 available: int | None = None, layout: Any = None) -> tuple[Any, str]:
+def store_config(cfg: RunConfig, ssd_dir: str | Path, bounds: Mapping[str, TableBound],
+                 available: int | None = None, layout: TableLayout | None = None) -> tuple[StoreConfig, str]:
     """The tables' :class:`~fbrapids.trainers.sparse.StoreConfig` for ``cfg.tiers`` and the
     tables' ``bounds`` (:func:`fbrapids.runs.disk_budget.table_bounds`), and where the rows
     live, in words: one RAM tier where every table fits in memory (``tiers="auto"``,
@@ -709,7 +754,7 @@ def validation_frames(inputs: TrainingInputs, w: Workload, backend: str | None) 
     return frames.train, validation, start
 
 
-def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: str | None) -> Any:
+def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: str | None) -> TuningData:
     """The run's :class:`~fbrapids.app.tuning.TuningData`: :func:`validation_frames`, the run's
     model with a recipe, its stream (the training days' shuffled as the run's are)."""
     from fbrapids.app.tuning import TuningData
@@ -717,18 +762,19 @@ def _tuning_data(w: Workload, cfg: RunConfig, inputs: TrainingInputs, backend: s
     train, validation, day = validation_frames(inputs, w, backend)
     columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
 
-    def model(recipe: Recipe, store: Any) -> Any:
+    def model(recipe: Recipe, store: StoreConfig) -> CTRModel:
         return build_model(cfg.model, len(inputs.dense), inputs.sparse, store, cfg.embedding_dim,
                            sequences=inputs.sequences, recipe=recipe)
 
-    def batches(frame: FrameLike, shuffled: bool) -> Any:
+    def batches(frame: FrameLike, shuffled: bool) -> BatchStream:
         return batch_stream(TimedPartitions(frame, window=1, columns=columns), inputs.dense, inputs.sparse,
                             cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group, SHUFFLE_BUFFER if shuffled else 0)
 
     return TuningData(train, validation, day, model, batches)
 
 
-def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Any, watch: Any) -> _Streams:
+def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Client | None,
+                  watch: MemoryWatch) -> _Streams:
     """The timed passes over the training and held-out partitions (only the stream's columns
     computed out) and the shuffled training batches over the first; on a cluster, the
     workers' kernel counters polled after each partition."""
@@ -768,7 +814,7 @@ def training_threads(threads: int | None, is_gpu: bool) -> Iterator[None]:
 
 
 def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _PlannedRun, streams: _Streams,
-                        result: PipelineResult) -> tuple[Any, float, float]:
+                        result: PipelineResult) -> tuple[FitResult, float, float]:
     """Train the model on the training stream, then predict the held-out stream into
     ``result.predictions``; returns the fit's result and the two stages' seconds."""
     from fbrapids.trainers.device import place_model
@@ -795,7 +841,7 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
     return fitted, train_s, evaluate_s
 
 
-def _record_training(result: PipelineResult, fitted: Any, streams: _Streams, train_s: float) -> None:
+def _record_training(result: PipelineResult, fitted: FitResult, streams: _Streams, train_s: float) -> None:
     """The training stage's seconds, overlap of extraction with training, throughput,
     steps and newest checkpoint, into ``result``."""
     producer, stream = streams.producer, streams.train
@@ -814,7 +860,7 @@ def _record_training(result: PipelineResult, fitted: Any, streams: _Streams, tra
         result.checkpoint = str(fitted.resumed_from)
 
 
-def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> dict[str, Any]:
+def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> KernelSummary:
     """The meta-kernels' plan (layers, operators) and the launches and memory pool of the
     streamed partitions (summed over a cluster's workers)."""
     from fbrapids import kernels as kernel_stats
@@ -834,7 +880,7 @@ def _kernel_summary(streams: _Streams, frames: PlannedFrames) -> dict[str, Any]:
             "dictionary_runs": ks["dictionary_runs"]}
 
 
-def _frame_op_inputs(features: dict[str, Any]) -> dict[str, Any]:
+def _frame_op_inputs(features: Mapping[str, Feature]) -> dict[str, Expr]:
     """The meta-kernel expressions the frame-level operators of ``features`` read (``overlap_count``'s
     token lists, say): extracted in a plan of their own before those operators run.
 
@@ -846,7 +892,7 @@ def _frame_op_inputs(features: dict[str, Any]) -> dict[str, Any]:
     from fbrapids.features.fitted import FRAME_OPS, frame_calls
     from fbrapids.kernels import Call, as_expr
 
-    out: dict[str, Any] = {}
+    out: dict[str, Expr] = {}
     for e in features.values():
         for c in frame_calls(as_expr(e)):
             for a in c.args:
@@ -881,7 +927,7 @@ def _record_rows(result: PipelineResult, w: Workload, cfg: RunConfig, frames: Pl
         result.split = {**check.as_dict(), "text": check.render()}
 
 
-def _view_rows(w: Workload, check: Any, count: bool) -> dict[str, int]:
+def _view_rows(w: Workload, check: SplitCheck | None, count: bool) -> dict[str, int]:
     """Rows read per view: the log's from the split's check, a parquet view's from its
     footers; another view's by a pass over its files when ``count`` (else left out)."""
     from fbrapids.views.parquet import parquet_file
@@ -913,8 +959,8 @@ class TrainingInputs:
     dense: list[str]
     sparse: list[str]
     sequences: dict[str, str] | None
-    extra_features: dict[str, Any]
-    run: dict[str, Any]  #: the settings a checkpoint records and a resume must share
+    extra_features: dict[str, Feature]
+    run: dict[str, object]  #: the settings a checkpoint records and a resume must share
 
 
 @dataclass
@@ -924,11 +970,11 @@ class PlannedFrames:
     train: FrameLike
     test: FrameLike
     parts: dict[str, FrameLike]
-    plain: dict[str, Any]  #: the extra features extracted in the meta-kernels
-    fitted_state: Any = None
-    frame_ops: dict[str, Any] = field(default_factory=dict)  #: those computed at frame level (history, row ops)
+    plain: dict[str, Feature]  #: the extra features extracted in the meta-kernels
+    fitted_state: Fitted | None = None
+    frame_ops: dict[str, Feature] = field(default_factory=dict)  #: those computed at frame level (history, row ops)
     fit_s: float = 0.0
-    split: Any = None  #: the split, checked before planning (:class:`~fbrapids.workloads.split_check.SplitCheck`)
+    split: SplitCheck | None = None  #: the split, checked before planning
 
 
 def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int, batch_size: int,
@@ -952,7 +998,7 @@ def training_inputs(data: Workload | str | Path, model: str, embedding_dim: int,
 
 
 def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: str | None = None,
-                check: Any = None) -> PlannedFrames:
+                check: SplitCheck | None = None) -> PlannedFrames:
     """The lazy training and held-out rows of the workload with ``inputs``' features:
     history features over the whole log, fitted ones fitted once on the training rows
     (out-of-fold there, frozen on the held-out rows), the split checked first
@@ -983,8 +1029,8 @@ def plan_frames(inputs: TrainingInputs, data: Workload | str | Path, backend: st
 
 
 def _run_settings(w: Workload, model: str, embedding_dim: int, dense: list[str], sparse: list[str],
-                  sequences: dict[str, str] | None, features: dict[str, Any], batch_size: int,
-                  seed: int) -> dict[str, Any]:
+                  sequences: dict[str, str] | None, features: Mapping[str, Feature], batch_size: int,
+                  seed: int) -> dict[str, object]:
     """What a checkpoint of this run records and a resume must share with it
     (:mod:`fbrapids.trainers.run_identity`): the model and its inputs, batch size, seed, and
     the data's fingerprint (:func:`fbrapids.runs.data_identity.data_fingerprint` of a generated
@@ -998,7 +1044,7 @@ def _run_settings(w: Workload, model: str, embedding_dim: int, dense: list[str],
             "batch_size": int(batch_size), "seed": int(seed), "data": data}
 
 
-def _comparable(expr: Any) -> str:
+def _comparable(expr: object) -> str:
     """An expression's repr, which names its operators and parameters; one holding an
     object's address (a user function) stands as its type only, so that a resume does
     not differ from the run it continues by an address alone."""
@@ -1008,7 +1054,7 @@ def _comparable(expr: Any) -> str:
     return f"<{type(expr).__name__}>" if re.search(r" at 0x[0-9a-fA-F]+", text) else text
 
 
-def _check_resume(root: Path, run: dict[str, Any]) -> None:
+def _check_resume(root: Path, run: Mapping[str, object]) -> None:
     """Refuse (:class:`~fbrapids.errors.CheckpointMismatchError`) a resume whose settings
     differ from those the newest checkpoint under ``root`` recorded."""
     from fbrapids.trainers.run_identity import check_identity, recorded_identity
@@ -1018,7 +1064,7 @@ def _check_resume(root: Path, run: dict[str, Any]) -> None:
         check_identity(found[1], run, found[0])
 
 
-def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
+def _cluster_kernel_stats(counters: WorkerCounters) -> dict[str, int]:
     """Kernel counters summed over every worker process of a distributed cluster seen
     during the run (a restarted worker's earlier counts included)."""
     from fbrapids import kernels as kernel_stats
@@ -1029,7 +1075,7 @@ def _cluster_kernel_stats(counters: Any) -> dict[str, int]:
     return total.as_dict()
 
 
-def _preflight(work: Path, ckpt_dir: Path | None, net: Any, store: Any, bounds: dict[str, Any],
+def _preflight(work: Path, ckpt_dir: Path | None, net: CTRModel, store: StoreConfig, bounds: Mapping[str, TableBound],
                periodic: bool = True) -> dict[str, int]:
     """Work dir (and checkpoint dir) writable, with room for the SSD tier and ``keep + 1``
     checkpoints (``periodic``; else the final one alone), each table sized by what bounds it (:mod:`fbrapids.runs.disk_budget`: a hashed
@@ -1056,8 +1102,9 @@ def _preflight(work: Path, ckpt_dir: Path | None, net: Any, store: Any, bounds: 
     return need
 
 
-def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], batch_size: int, seed: int,
-                 nan: str = "error", label: str = LABEL, group: str | None = GROUP, shuffle_buffer: int = 0) -> Any:
+def batch_stream(source: FrameLike | Iterable[FrameLike], dense: list[str], sparse: list[str], batch_size: int,
+                 seed: int, nan: str = "error", label: str = LABEL, group: str | None = GROUP,
+                 shuffle_buffer: int = 0) -> BatchStream:
     """The trainer's stream of ``source`` (the label, group and the given features) as
     :func:`run_pipeline` streams it (its training days with ``shuffle_buffer=SHUFFLE_BUFFER``):
     the same batches in the same order for the same rows, batch size, seed and buffer however
@@ -1069,7 +1116,7 @@ def batch_stream(source: Iterable[Any], dense: list[str], sparse: list[str], bat
 
 
 def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
-                     data: str | Path | None = None) -> tuple[list[Any], list[Any], TrainingInputs]:
+                     data: str | Path | None = None) -> tuple[list[Batch], list[Batch], TrainingInputs]:
     """The training and held-out batches ``fbrapids demo --rows rows --seed seed`` trains and
     evaluates the DLRM on (the same plan, stream, shuffle and seed), read into memory, and
     the run's inputs: what ``benchmarks/training_loop.py`` times the trainers on.
@@ -1100,7 +1147,7 @@ def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
     return train, test, inputs
 
 
-def _store_totals(model: Any) -> dict[str, Any]:
+def _store_totals(model: CTRModel) -> dict[str, dict[str, float]]:
     """Per-tier statistics summed over every embedding table of ``model``."""
     totals: dict[str, dict[str, float]] = {}
     for store in model.stores().values() if hasattr(model, "stores") else []:

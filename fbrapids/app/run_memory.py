@@ -23,12 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from fbrapids.errors import MemoryBudgetError
+    from fbrapids.kernels import Expr
+    from fbrapids.runs.memory_budget import MemoryEstimate, MemoryPlan, RunShape
+    from fbrapids.runs.memory_watch import MemoryWatch
+    from fbrapids.runs.ram_budget import TableLayout
+    from fbrapids.workloads import RunConfig, Workload
 
 log = logging.getLogger(__name__)
 
 
-def _source(limit: Any) -> str:
+def _source(limit: int | str | None) -> str:
     from fbrapids.runs.memory_budget import DEFAULT_SHARE, human, machine_memory
 
     if limit is None:
@@ -36,7 +46,7 @@ def _source(limit: Any) -> str:
     return f"memory_limit {limit!r}"
 
 
-def history_keys(features: Any) -> int:
+def history_keys(features: Mapping[str, Expr | str]) -> int:
     """The keys the history operators of ``features`` shuffle the log by (one per distinct
     first argument); a row operator (``overlap_count``) runs partition by partition and
     shuffles nothing.
@@ -53,7 +63,7 @@ def history_keys(features: Any) -> int:
                 if c.op in HISTORY_OPS and c.args})
 
 
-def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
+def memory_plan(w: Workload, cfg: RunConfig, shuffle_rows: int, client: Client | None = None) -> MemoryPlan:
     """The :class:`~fbrapids.runs.memory_budget.MemoryPlan` of a run of workload ``w`` with
     ``cfg`` (a ``RunConfig``), the stream shuffling within ``shuffle_rows`` rows; ``client``:
     the dask cluster the run was given, if any.  Reads only footers and first row groups.
@@ -93,14 +103,16 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     libraries = mb.LIBRARIES_BYTES // 2 if "torch" in sys.modules else mb.LIBRARIES_BYTES
     held, baseline = held_out_rows(w, sizes[0]), tree_rss()
 
-    def estimated(shape: mb.RunShape) -> Any:
+    def estimated(shape: mb.RunShape) -> MemoryEstimate:
         return mb.estimate(w, shape, held, baseline=baseline, libraries=libraries, sizes=sizes)
 
-    def planned(shape: mb.RunShape, est: Any = None) -> Any:
+    def planned(shape: mb.RunShape, est: MemoryEstimate | None = None) -> MemoryPlan:
         return mb.plan_memory(est if est is not None else estimated(shape), budget, _source(cfg.memory_limit),
                               client=client is not None)
 
     est = estimated(shape)  # once: the sizing below starts from it
+    plan: MemoryPlan | None
+    refused: MemoryBudgetError | None
     try:
         plan, refused = planned(shape, est), None
     except MemoryBudgetError as e:
@@ -115,8 +127,9 @@ def memory_plan(w: Any, cfg: Any, shuffle_rows: int, client: Any = None) -> Any:
     return plan
 
 
-def _sized_tables(planned: Any, shape: Any, est: Any, log_rows: int, budget: int, plan: Any, refused: Any,
-                  layout: Any) -> tuple[Any, Any, Any]:
+def _sized_tables(planned: Callable[[RunShape], MemoryPlan], shape: RunShape, est: MemoryEstimate, log_rows: int,
+                  budget: int, plan: MemoryPlan | None, refused: MemoryBudgetError | None,
+                  layout: TableLayout) -> tuple[MemoryPlan | None, MemoryBudgetError | None, TableLayout]:
     """The tables' RAM is what the budget can size: host-RAM rows per table so the rest fits
     on this process's threads (else the fewest), the rows past them on the SSD tier; returns
     ``(plan, refusal, layout)``, the given ones where sizing does not help."""
@@ -131,6 +144,8 @@ def _sized_tables(planned: Any, shape: Any, est: Any, log_rows: int, budget: int
     rows = rows if rows is not None else mb.MIN_HOST_ROWS
     if layout.host_rows is not None and rows >= layout.host_rows:
         return plan, refused, layout
+    sized: MemoryPlan | None
+    failed: MemoryBudgetError | None
     try:
         sized, failed = planned(dataclasses.replace(shape, host_rows=rows)), None
     except MemoryBudgetError as e:
@@ -143,7 +158,7 @@ def _sized_tables(planned: Any, shape: Any, est: Any, log_rows: int, budget: int
 
 
 @contextlib.contextmanager
-def budgeted(plan: Any, client: Any) -> Iterator[tuple[Any, Any]]:
+def budgeted(plan: MemoryPlan, client: Client | None) -> Iterator[tuple[Client | None, MemoryWatch]]:
     """Run inside ``plan``: yields ``(client, watch)``, the client a local cluster started
     for a plan that wants one (closed on leaving), else ``client`` as given; the dask
     settings of the plan (broadcast limit, partition rows) in force inside."""
@@ -156,6 +171,7 @@ def budgeted(plan: Any, client: Any) -> Iterator[tuple[Any, Any]]:
         if plan.scheduler == "local cluster" and client is None:
             from fbrapids.frames.cluster import budgeted_cluster, close_client
 
+            assert plan.worker_memory is not None  # plan_memory sizes the worker of a local cluster
             client = budgeted_cluster(plan.worker_memory)
             stack.callback(close_client, client)
         settings: dict[str, int] = {}

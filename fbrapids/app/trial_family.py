@@ -62,11 +62,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from fbrapids.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from fbrapids.app.trial_stats import TrialResult
 
 #: the corrections :func:`adjust_p` applies, by the names ``trial(correction=...)`` takes
 CORRECTIONS = {"holm": "Holm's step-down method (family-wise error rate)",
@@ -178,18 +181,18 @@ class CandidateTrials:
     ``sequential``: the looks of a sequential design, when one ran.
     """
 
-    results: dict[str, Any]
+    results: dict[str, TrialResult]
     correction: str
     level: float = 0.95
     seeds: list[int] = field(default_factory=list)
     n_boot: int = 0
     n_users: int = 0
     rows: dict[str, int] = field(default_factory=dict)
-    split: dict[str, Any] = field(default_factory=dict)
+    split: dict[str, object] = field(default_factory=dict)
     extraction: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
-    cost: dict[str, Any] = field(default_factory=dict)
-    sequential: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, object] = field(default_factory=dict)
+    sequential: dict[str, object] = field(default_factory=dict)
 
     @property
     def candidates(self) -> list[str]:
@@ -221,7 +224,7 @@ class CandidateTrials:
 
         return render_family(self)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """What ``fbrapids trial --each`` writes as JSON: the family's settings, the ranking
         per metric, and every candidate's result."""
         import dataclasses

@@ -8,7 +8,11 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from fbrapids.app.trial_family import CandidateTrials
+    from fbrapids.app.trial_stats import TrialResult
 
 METRICS = ("auc", "gauc")
 
@@ -43,14 +47,14 @@ def sequential_lines(seq: Mapping[str, Any]) -> list[str]:
             f"seeds, each look at alpha/{seq['looks_allowed']}; looks: {looks}; stopped: {seq['stopped']}"]
 
 
-def _row(rank: int, name: str, r: Any, m: str) -> str:
+def _row(rank: int, name: str, r: TrialResult, m: str) -> str:
     lo, hi = r.interval[m]
     aa = f"  A/A {r.aa_delta[m]:+.4f}" if m in r.aa_delta else ""
     return (f"  {rank:>3}  {name:<24} {r.delta[m]:+.4f} [{lo:+.4f}, {hi:+.4f}]  p {r.p_value[m]:.4f}  "
             f"family {r.p_family[m]:.4f}  adjusted {r.p_adjusted[m]:.4f}  -> {r.verdict[m]}{aa}")
 
 
-def render_family(family: Any) -> str:
+def render_family(family: CandidateTrials) -> str:
     """The ranked table of ``trial(..., each=True)``: per metric, the candidates by delta
     (largest first), each with its interval, p-value, adjusted p-value and verdict."""
     n = len(family.results)

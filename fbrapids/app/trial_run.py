@@ -20,14 +20,23 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from fbrapids.app.trial_family import CandidateTrials, adjust_p, family_p, verdict_of
 from fbrapids.app.trial_stats import METRICS, TrialResult, UserResamples, compare
-from fbrapids.app.trial_training import OPTIONS, Arm, ArmsSession, SeedRun, plan_arms, plan_passes
+from fbrapids.app.trial_training import OPTIONS, Arm, ArmsSession, SeedRun, TrialOptions, plan_arms, plan_passes
 from fbrapids.errors import TrialError
+
+if TYPE_CHECKING:
+    from tqdm.std import tqdm
+
+    from fbrapids.app.trial_sequential import SequentialDesign
+    from fbrapids.app.trial_workdir import TrialWorkDir
+    from fbrapids.kernels import Expr
+    from fbrapids.workloads import Workload
+    from fbrapids.workloads.split_check import SplitCheck
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +45,7 @@ log = logging.getLogger(__name__)
 class TrialSpec:
     """What :func:`run_trial` runs: the checked arguments of :func:`fbrapids.app.trials.trial`."""
 
-    candidates: dict[str, Any]
+    candidates: dict[str, Expr]
     seeds: list[int]
     kind: str = "sparse"
     model: str = "dlrm"
@@ -48,10 +57,10 @@ class TrialSpec:
     aa: bool = True
     each: bool = False
     correction: str = "holm"
-    design: Any = None  #: a :class:`~fbrapids.app.trial_sequential.SequentialDesign`, or None (fixed K)
+    design: SequentialDesign | None = None  #: a sequential trial's design, or None (fixed K)
     resume: bool = False
     reference: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
+    options: TrialOptions = field(default_factory=TrialOptions)
 
 
 @dataclass
@@ -86,7 +95,7 @@ class _Seeds:
     """The seeds a trial has finished (trained here or kept in its work dir), each scored
     once on the users' resamples."""
 
-    def __init__(self, spec: TrialSpec, session: ArmsSession, keep: Any) -> None:
+    def __init__(self, spec: TrialSpec, session: ArmsSession, keep: TrialWorkDir | None) -> None:
         self.spec, self.session, self.keep = spec, session, keep
         self.runs: dict[int, SeedRun] = keep.finished(spec.seeds) if keep is not None else {}
         self.resumed = set(self.runs)  #: the seeds kept in the work dir by an earlier run
@@ -96,7 +105,7 @@ class _Seeds:
         self.resamples: UserResamples | None = None
         self.scoring_s = 0.0
 
-    def ensure(self, seeds: Sequence[int], progress: bool, bar: Any) -> None:
+    def ensure(self, seeds: Sequence[int], progress: bool, bar: tqdm) -> None:
         """Train the seeds of ``seeds`` not yet finished, in passes (:func:`plan_passes`)."""
         missing = [s for s in seeds if s not in self.runs]
         per_pass = int(self.session.opt["models_per_pass"])
@@ -183,11 +192,11 @@ def correct(results: dict[str, TrialResult], correction: str, alpha: float, look
         r.correction = correction if n > 1 else ("bonferroni over the looks" if looks > 1 else "none")
 
 
-def _looks(spec: TrialSpec, seeds: _Seeds, progress: bool, bar: Any) -> tuple[list[int], dict[str, TrialResult]]:
+def _looks(spec: TrialSpec, seeds: _Seeds, progress: bool, bar: tqdm) -> tuple[list[int], dict[str, TrialResult]]:
     """Train and compare: all the seeds (a fixed K), or look after each from the design's
     first until no interval straddles the margin."""
     design, alpha = spec.design, 1 - spec.level
-    where, rule = seeds.session.w.where, seeds.session.split.get("rule", seeds.session.w.split.rule)
+    where, rule = seeds.session.w.where, str(seeds.session.split.get("rule", seeds.session.w.split.rule))
     if design is None:
         seeds.ensure(spec.seeds, progress, bar)
         seeds.check(spec.seeds, where, rule)
@@ -206,7 +215,8 @@ def _looks(spec: TrialSpec, seeds: _Seeds, progress: bool, bar: Any) -> tuple[li
         k += 1
 
 
-def run_trial(w: Any, spec: TrialSpec, split_check: Any = None, progress: bool = True) -> Any:
+def run_trial(w: Workload, spec: TrialSpec, split_check: SplitCheck | None = None,
+              progress: bool = True) -> TrialResult | CandidateTrials:
     """The trial of ``spec`` on the workload ``w`` (module docstring): a
     :class:`~fbrapids.app.trial_stats.TrialResult`, or with ``spec.each`` a
     :class:`~fbrapids.app.trial_family.CandidateTrials`."""
@@ -215,7 +225,7 @@ def run_trial(w: Any, spec: TrialSpec, split_check: Any = None, progress: bool =
 
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     arms = plan_arms(list(spec.candidates), spec.each, spec.aa)
-    per_pass = int({**OPTIONS, **spec.options}["models_per_pass"])
+    per_pass = int(spec.options.get("models_per_pass", OPTIONS["models_per_pass"]))
     planned = len(plan_passes(spec.seeds if spec.design is None else spec.seeds[:spec.design.first], len(arms),
                               per_pass))
     bar = tqdm(total=planned + 1, disable=not progress, desc="trial", unit="step", position=1, leave=False)
@@ -223,11 +233,12 @@ def run_trial(w: Any, spec: TrialSpec, split_check: Any = None, progress: bool =
                      paired=spec.paired, split_check=split_check, order_seed=spec.seeds[0],
                      **spec.options) as session, contextlib.ExitStack() as stack:
         keep = None
-        if spec.options.get("work_dir") is not None:
+        work_dir = spec.options.get("work_dir")
+        if work_dir is not None:
             identity = trial_identity(session.run_settings, arms=[a.name for a in arms], kind=spec.kind,
                                       each=spec.each, paired=spec.paired, epochs=session.opt["epochs"],
                                       nan=session.opt["nan"])
-            keep = stack.enter_context(TrialWorkDir(spec.options["work_dir"], identity, spec.resume))
+            keep = stack.enter_context(TrialWorkDir(work_dir, identity, spec.resume))
         seeds = _Seeds(spec, session, keep)
         used, results = _looks(spec, seeds, progress, bar)
         bar.total = bar.n + 1
@@ -241,7 +252,8 @@ def run_trial(w: Any, spec: TrialSpec, split_check: Any = None, progress: bool =
     return out
 
 
-def _result(spec: TrialSpec, seeds: _Seeds, used: list[int], results: dict[str, TrialResult]) -> Any:
+def _result(spec: TrialSpec, seeds: _Seeds, used: list[int],
+            results: dict[str, TrialResult]) -> TrialResult | CandidateTrials:
     """The trial's result: what every comparison shares filled in; one comparison alone, or
     the family."""
     session = seeds.session
@@ -260,23 +272,22 @@ def _result(spec: TrialSpec, seeds: _Seeds, used: list[int], results: dict[str, 
                            seconds=secs, sequential=seq)
 
 
-def _cost(spec: TrialSpec, w: Any, seeds: _Seeds, t0: float, load0: float, used: list[int],
-          progress: bool) -> dict[str, Any]:
+def _cost(spec: TrialSpec, w: Workload, seeds: _Seeds, t0: float, load0: float, used: list[int],
+          progress: bool) -> dict[str, object]:
     """Wall time, models trained (here and resumed), passes; with ``spec.reference``, one
     plain training of the baseline on the same data, timed right after."""
     wall = time.perf_counter() - t0
     session = seeds.session
-    cost: dict[str, Any] = {"wall_s": wall, "models": session.extraction["models"],
-                            "models_resumed": len(session.arms) * len(seeds.resumed.intersection(used)),
-                            "passes": session.extraction["passes"], "plain_training_s": None, "ratio": None}
-    if spec.reference:
-        cost["plain_training_s"] = plain_training_seconds(w, spec, progress)
-        cost["ratio"] = wall / cost["plain_training_s"]
+    plain = plain_training_seconds(w, spec, progress) if spec.reference else None
+    cost: dict[str, object] = {"wall_s": wall, "models": session.extraction["models"],
+                               "models_resumed": len(session.arms) * len(seeds.resumed.intersection(used)),
+                               "passes": session.extraction["passes"], "plain_training_s": plain,
+                               "ratio": wall / plain if plain is not None else None}
     cost["load"] = [load0, os.getloadavg()[0]]
     return cost
 
 
-def plain_training_seconds(w: Any, spec: TrialSpec, progress: bool = False) -> float:
+def plain_training_seconds(w: Workload, spec: TrialSpec, progress: bool = False) -> float:
     """Seconds of one plain training of the workload's baseline on the same data, as
     :func:`fbrapids.app.pipeline.run_pipeline` runs it (extraction, training and the
     held-out predictions; no checkpoints, no clean counts): what a trial's cost is set
@@ -286,6 +297,6 @@ def plain_training_seconds(w: Any, spec: TrialSpec, progress: bool = False) -> f
     opt = spec.options
     keys = ("backend", "epochs", "batch_size", "embedding_dim", "train_threads", "nan")
     t = time.perf_counter()
-    run_pipeline(w, model=spec.model, seed=spec.seeds[0], checkpoint=False, count_clean=False, progress=progress,
-                 **{k: opt[k] for k in keys if k in opt})
+    run_pipeline(w, None, client=None, model=spec.model, seed=spec.seeds[0], checkpoint=False, count_clean=False,
+                 progress=progress, **{k: v for k, v in opt.items() if k in keys})
     return time.perf_counter() - t

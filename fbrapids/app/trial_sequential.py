@@ -36,7 +36,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from fbrapids.errors import ArgumentError
 
@@ -44,6 +44,14 @@ from fbrapids.errors import ArgumentError
 DEFAULT_MAX_SEEDS = 6
 #: the metric whose interval the looks compare with the margin
 MARGIN_METRIC = "auc"
+
+
+class Look(TypedDict):
+    """One look of a sequential trial: the seeds, and each candidate's AUC interval and its position."""
+
+    seeds: int
+    positions: dict[str, str]
+    intervals: dict[str, list[float]]
 
 
 @dataclass
@@ -54,7 +62,7 @@ class SequentialDesign:
     min_effect: float
     max_seeds: int
     first: int = 2
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[Look] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.min_effect > 0:
@@ -108,7 +116,7 @@ class SequentialDesign:
             return f"the most seeds ({self.max_seeds}) reached with an interval straddling the margin"
         return "every interval is clear of the margin"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The design and its looks, for a trial's result and JSON."""
         return {"min_effect": self.min_effect, "metric": MARGIN_METRIC, "max_seeds": self.max_seeds,
                 "first_look": self.first, "looks_allowed": self.looks, "looks": self.history,

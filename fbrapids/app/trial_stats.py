@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 import numpy as np
 
@@ -22,6 +22,19 @@ log = logging.getLogger(__name__)
 
 METRICS = ("auc", "gauc")
 VERDICTS = ("helps", "hurts", "no detectable effect")
+
+
+class CombinedTest(TypedDict):
+    """The combined test of one metric (:func:`combine`)."""
+
+    delta: float
+    se: float
+    se_seeds: float
+    se_users: float
+    df: float
+    interval: tuple[float, float]
+    p_better: float
+    verdict: str
 
 
 @dataclass
@@ -78,14 +91,14 @@ class TrialResult:
     extraction: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
-    split: dict[str, Any] = field(default_factory=dict)
+    split: dict[str, object] = field(default_factory=dict)
     p_value: dict[str, float] = field(default_factory=dict)
     p_family: dict[str, float] = field(default_factory=dict)
     p_adjusted: dict[str, float] = field(default_factory=dict)
     correction: str = "none"
     family: int = 1
-    cost: dict[str, Any] = field(default_factory=dict)
-    sequential: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, object] = field(default_factory=dict)
+    sequential: dict[str, object] = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
         """What a notebook shows: the metrics table and the deltas with their intervals."""
@@ -272,7 +285,7 @@ def paired_bootstrap(label: np.ndarray, base: np.ndarray, cand: np.ndarray, grou
     return out
 
 
-def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.95) -> dict[str, Any]:
+def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.95) -> CombinedTest:
     """The combined test of one metric (module docstring): ``seed_deltas`` the K per-seed
     deltas on the full held-out set, ``boot_deltas`` the seed-averaged delta per bootstrap
     round (NaN rounds left out).  Returns delta, se (and its parts), df, interval, p_better

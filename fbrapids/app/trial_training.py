@@ -51,22 +51,45 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, TypedDict, Unpack
 
 import numpy as np
 
 from fbrapids.errors import ArgumentError, TrialError
 
 if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.app.pipeline import TimedPartitions
+    from fbrapids.frames.backend import Backend
+    from fbrapids.kernels import Expr
     from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.models.base import CTRModel
     from fbrapids.trainers.side_by_side import CountedBatches
+    from fbrapids.trainers.stream import BatchStream
+    from fbrapids.workloads import Workload
+    from fbrapids.workloads.split_check import SplitCheck
 
 log = logging.getLogger(__name__)
 
 #: ``trial``'s options beyond its own, with their defaults (run_pipeline's where it has one;
 #: the trial's cache is smaller: every model holds one).  ``models_per_pass``: the most
 #: models one pass trains side by side (:func:`plan_passes`)
-OPTIONS = {"backend": None, "epochs": 1, "batch_size": 2048, "embedding_dim": 16, "cache_rows": 1 << 16,
+class TrialOptions(TypedDict, total=False):
+    """``trial``'s options beyond its own (:data:`OPTIONS`)."""
+
+    backend: str | None
+    epochs: int
+    batch_size: int
+    embedding_dim: int
+    cache_rows: int
+    host_rows: int | None
+    train_threads: int | None
+    nan: str
+    count_clean: bool
+    work_dir: str | Path | None
+    models_per_pass: int
+
+
+OPTIONS: TrialOptions = {"backend": None, "epochs": 1, "batch_size": 2048, "embedding_dim": 16, "cache_rows": 1 << 16,
            "host_rows": None, "train_threads": None, "nan": "error", "count_clean": False, "work_dir": None,
            "models_per_pass": 24}
 
@@ -134,13 +157,15 @@ class ArmsSession:
     zeroed: what the pairing buys); ``order_seed``: the stream's shuffle seed (the
     trial's first seed, whichever seeds a pass trains)."""
 
-    def __init__(self, data: Any, candidates: dict[str, Any], arms: Sequence[Arm], *, kind: str = "sparse",
+    def __init__(self, data: Workload | str | Path, candidates: Mapping[str, Expr], arms: Sequence[Arm], *,
+                 kind: str = "sparse",
                  model: str = "dlrm", sequences: dict[str, str] | None = None, paired: bool = True,
-                 split_check: Any = None, order_seed: int = 0, **options: Any) -> None:
+                 split_check: SplitCheck | None = None, order_seed: int = 0,
+                 **options: Unpack[TrialOptions]) -> None:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise ArgumentError(f"trial: unknown option(s) {unknown}; known: {', '.join(sorted(OPTIONS))}")
-        self.opt = {**OPTIONS, **options}
+        self.opt: TrialOptions = {**OPTIONS, **options}
         self.data_source = data
         self.candidates, self.arms, self.kind, self.model = dict(candidates), list(arms), kind, model
         self.each = any(a.name.startswith("candidate:") for a in self.arms)
@@ -149,7 +174,7 @@ class ArmsSession:
                                            "passes": 0}
         self.seconds: dict[str, float] = {}
         self.label = self.group = np.zeros(0)
-        self.split: dict[str, Any] = {}
+        self.split: dict[str, object] = {}
         self.zeroed: list[str] = []
         self._stack = contextlib.ExitStack()
 
@@ -164,7 +189,7 @@ class ArmsSession:
         self._plan()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
     def _plan(self) -> None:
@@ -197,7 +222,7 @@ class ArmsSession:
         self.layout = ModelLayout(self.dense, self.sparse, self.new_dense, self.new_sparse, self.each)
         self.seconds["plan"] = time.perf_counter() - t0
 
-    def _backend(self) -> Any:
+    def _backend(self) -> Backend:
         from fbrapids.frames.backend import get_backend
 
         return get_backend(self.opt["backend"])
@@ -237,7 +262,7 @@ class ArmsSession:
     def _add_seconds(self, key: str, s: float) -> None:
         self.seconds[key] = self.seconds.get(key, 0.0) + s
 
-    def _producers(self) -> tuple[Any, Any]:
+    def _producers(self) -> tuple[TimedPartitions, TimedPartitions]:
         from fbrapids.app.pipeline import TimedPartitions
 
         w = self.w
@@ -245,14 +270,15 @@ class ArmsSession:
         return (TimedPartitions(self.frames.train, window=1, columns=columns),
                 TimedPartitions(self.frames.test, window=1, columns=columns))
 
-    def _batches(self, source: Any, shuffle: bool) -> Any:
+    def _batches(self, source: TimedPartitions, shuffle: bool) -> BatchStream:
         """The pipeline's stream of ``source``: its batches, its order."""
         from fbrapids.app.pipeline import SHUFFLE_BUFFER, batch_stream
 
         return batch_stream(source, self.dense, self.sparse, self.opt["batch_size"], self.order_seed,
                             self.opt["nan"], self.w.label, self.w.group, SHUFFLE_BUFFER if shuffle else 0)
 
-    def _record_pass(self, held: dict[str, np.ndarray], train: Any, test: Any, stream: "CountedBatches",
+    def _record_pass(self, held: dict[str, np.ndarray], train: TimedPartitions, test: TimedPartitions,
+                     stream: CountedBatches,
                      models: int) -> None:
         """The pass's held-out labels and groups (every pass streams the same held-out rows:
         checked) and its extraction counts, added to the trial's."""
@@ -271,7 +297,7 @@ class ArmsSession:
         log.info("trial: %d models trained side by side in one pass (%d kernel launches, %d partitions)", models,
                  int(ks["launches"]), train.partitions + test.partitions)
 
-    def _build(self, seeds: Sequence[int]) -> tuple[list[Any], list[Any]]:
+    def _build(self, seeds: Sequence[int]) -> tuple[list[CTRModel], list[ArmView | _DropView]]:
         """Every arm of every seed: the models, and the views of the stream's batches they read."""
         models, views = [], []
         for s in seeds:
@@ -281,7 +307,7 @@ class ArmsSession:
                 views.append(view)
         return models, views
 
-    def _arm_model(self, seed: int, arm: Arm) -> tuple[Any, Any]:
+    def _arm_model(self, seed: int, arm: Arm) -> tuple[CTRModel, ArmView | _DropView]:
         """``arm``'s model for ``seed`` (built under ``torch.manual_seed(seed)``, the
         candidates' inputs zeroed when paired) and its view."""
         import torch

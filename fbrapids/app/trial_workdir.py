@@ -41,11 +41,14 @@ import io
 import json
 import logging
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from fbrapids.errors import TrialError
+
+if TYPE_CHECKING:
+    from fbrapids.app.trial_training import SeedRun
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ HELD_OUT = "held_out.npz"
 SEEDS = "seeds"
 
 
-def trial_identity(run_settings: Mapping[str, Any], **trial: Any) -> dict[str, Any]:
+def trial_identity(run_settings: Mapping[str, object], **trial: object) -> dict[str, object]:
     """What a resumed trial must share with the one it continues: the run's settings
     (:func:`fbrapids.app.pipeline.training_inputs`' ``run``: model, inputs, feature
     expressions, batch size, the stream's seed, the data's fingerprint) and the trial's own
@@ -71,7 +74,7 @@ class TrialWorkDir:
     """The work dir ``path`` of a trial with ``identity`` (module docstring); a context
     manager holding the dir's lock."""
 
-    def __init__(self, path: str | Path, identity: Mapping[str, Any], resume: bool = False) -> None:
+    def __init__(self, path: str | Path, identity: Mapping[str, object], resume: bool = False) -> None:
         self.path, self.identity, self.resume = Path(path), dict(identity), resume
         self.label = self.group = np.zeros(0)
         self._stack = contextlib.ExitStack()
@@ -94,7 +97,7 @@ class TrialWorkDir:
                 self.label, self.group = z["label"], z["group"]
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
     def _check(self, recorded: Path) -> None:
@@ -123,7 +126,7 @@ class TrialWorkDir:
                 out[int(p.stem[4:])] = p
         return out
 
-    def finished(self, seeds: Sequence[int]) -> dict[int, Any]:
+    def finished(self, seeds: Sequence[int]) -> dict[int, SeedRun]:
         """The :class:`~fbrapids.app.trial_training.SeedRun` of each of ``seeds`` kept here."""
         from fbrapids.app.trial_training import SeedRun
 
@@ -140,7 +143,7 @@ class TrialWorkDir:
                      ", ".join(map(str, sorted(out))))
         return out
 
-    def save(self, run: Any, label: np.ndarray, group: np.ndarray) -> None:
+    def save(self, run: SeedRun, label: np.ndarray, group: np.ndarray) -> None:
         """Keep ``run`` (a finished seed) and, the first time, the held-out labels and groups."""
         from fbrapids.files.atomic import write_atomic
 

@@ -75,7 +75,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, Sequence, overload
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Sequence, Unpack, overload
 
 import numpy as np
 
@@ -94,6 +95,10 @@ from fbrapids.app.trial_stats import (  # noqa: F401
 from fbrapids.errors import ArgumentError, FeatureError
 from fbrapids.kernels import Expr
 
+if TYPE_CHECKING:
+    from fbrapids.app.trial_training import TrialOptions
+    from fbrapids.workloads import Workload
+
 log = logging.getLogger(__name__)
 
 #: seeds per arm when ``trial(seeds=...)`` is not given (``benchmarks/trial_calibration.py``)
@@ -101,19 +106,27 @@ DEFAULT_SEEDS = 3
 
 
 @overload
-def trial(workload: Any, candidates: dict[str, Expr], *, each: Literal[False] = False,
-          **kwargs: Any) -> TrialResult: ...
+def trial(workload: Workload | str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
+          seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+          progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
+          aa: bool = True, each: Literal[False] = False, correction: str = "holm", min_effect: float | None = None,
+          resume: bool = False, reference: bool = False, **options: Unpack[TrialOptions]) -> TrialResult: ...
 
 
 @overload
-def trial(workload: Any, candidates: dict[str, Expr], *, each: Literal[True], **kwargs: Any) -> CandidateTrials: ...
+def trial(workload: Workload | str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
+          seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
+          progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
+          aa: bool = True, each: Literal[True], correction: str = "holm", min_effect: float | None = None,
+          resume: bool = False, reference: bool = False, **options: Unpack[TrialOptions]) -> CandidateTrials: ...
 
 
-def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
+def trial(workload: Workload | str | Path, candidates: dict[str, Expr], *, kind: str = "sparse", model: str = "dlrm",
           seeds: int | Sequence[int] | None = None, n_boot: int = 200, seed: int = 0, level: float = 0.95,
           progress: bool = True, sequences: dict[str, str] | None = None, paired: bool = True,
           aa: bool = True, each: bool = False, correction: str = "holm", min_effect: float | None = None,
-          resume: bool = False, reference: bool = False, **options: Any) -> Any:
+          resume: bool = False, reference: bool = False,
+          **options: Unpack[TrialOptions]) -> TrialResult | CandidateTrials:
     """Train baseline vs baseline + ``candidates`` over K seeds, paired; compare them (the
     method and its assumptions: the module docstring).
 
@@ -176,12 +189,12 @@ def trial(workload: Any, candidates: dict[str, Expr], *, kind: str = "sparse", m
     design = SequentialDesign(float(min_effect), len(seed_list)) if min_effect is not None else None
     spec = TrialSpec(dict(candidates), seed_list, kind=kind, model=model, n_boot=n_boot, boot_seed=seed, level=level,
                      sequences=sequences, paired=paired, aa=aa, each=each, correction=correction, design=design,
-                     resume=resume, reference=reference, options=dict(options))
+                     resume=resume, reference=reference, options=options)
     check = check_split(w)  # a split that cannot be right: one line before any bar or model
     return run_trial(w, spec, split_check=check, progress=progress)
 
 
-def _check_arguments(w: Any, candidates: Any, kind: str, level: float) -> None:
+def _check_arguments(w: Workload, candidates: object, kind: str, level: float) -> None:
     """What :func:`trial` refuses before any work: no candidates, a candidate named like a
     baseline column, a bad ``kind`` or ``level``, missing files, no group column."""
     if not isinstance(candidates, dict) or not candidates:
@@ -199,8 +212,8 @@ def _check_arguments(w: Any, candidates: Any, kind: str, level: float) -> None:
                             "(users): set group = ...")
 
 
-def _check_design(each: bool, sequences: Any, paired: bool, correction: str, resume: bool,
-                  options: dict[str, Any]) -> None:
+def _check_design(each: bool, sequences: dict[str, str] | None, paired: bool, correction: str, resume: bool,
+                  options: TrialOptions) -> None:
     """The many-candidate, sequential and resume options :func:`trial` refuses together."""
     from fbrapids.app.trial_family import CORRECTIONS
 

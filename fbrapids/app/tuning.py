@@ -44,11 +44,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypedDict
 
 from fbrapids.workloads.recipe import DEFAULT_GRID, Recipe, check_grid
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from fbrapids.frames.backend import FrameLike
     from fbrapids.trainers.batch import Batch
     from fbrapids.trainers.models.base import CTRModel
@@ -67,6 +69,26 @@ BEYOND_EDGE = ("dense_lr", "sparse_lr", "first_order_lr", "weight_decay", "epoch
 MAX_BEYOND = 2
 
 
+class ValidationDay(TypedDict):
+    """The validation day of a tuning: its first second and the rows on either side."""
+
+    day_start: int
+    validation_rows: int
+    train_rows: int
+
+
+class TuningSummary(TypedDict, total=False):
+    """A tuning's JSON-ready record (:func:`tune_recipe`); empty where the run was not tuned."""
+
+    criterion: str
+    grid: dict[str, list[object]]  #: each field's values tried
+    start: dict[str, object]  #: the recipe the search started from
+    choice: dict[str, Any]  #: the recipe chosen, as ``Recipe(**choice)`` rebuilds it (its fields' types vary)
+    tried: list[dict[str, object]]  #: per model trained: the field, its value, the recipe, the validation metrics
+    validation: ValidationDay
+    seconds: float
+
+
 @dataclass
 class TuningData:
     """What a tuning trains and scores on, as the run makes it
@@ -79,7 +101,7 @@ class TuningData:
     batches: Callable[[FrameLike, bool], Iterable[Batch]]  #: the run's stream over a frame (True: shuffled)
 
 
-def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unused: Sequence[str] = ()) -> dict[str, Any]:
+def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unused: Sequence[str] = ()) -> TuningSummary:
     """The search of the module docstring from ``start`` over ``cfg.tune``'s grid (``True``:
     :data:`~fbrapids.workloads.recipe.DEFAULT_GRID`), less the ``unused`` fields; the models'
     stores under ``work / "tuning"`` (removed after).  Returns a JSON-ready record: ``grid``,
@@ -89,8 +111,9 @@ def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unu
     grid = {k: v for k, v in (DEFAULT_GRID if cfg.tune is True else check_grid(cfg.tune)).items() if k not in unused}
     if "first_order_lr" in grid and start.first_order_lr is None:  # its value, not "as the sparse one"
         start = start.with_(first_order_lr=start.first_order)
-    best, best_score = start, None
-    tried: list[dict[str, Any]] = []
+    best = start
+    best_score: dict[str, float] | None = None
+    tried: list[dict[str, object]] = []
     rows: dict[str, int] = {}
     for name, values in grid.items():
         todo, seen = list(values), set()
@@ -119,7 +142,7 @@ def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unu
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def shifted_logloss(label: Any, pred: Any) -> float:
+def shifted_logloss(label: npt.ArrayLike, pred: npt.ArrayLike) -> float:
     """The logloss of ``pred`` after the shift of its logits that fits ``label`` best (the
     intercept-only logistic regression with the slope held at 1, as ``fit``'s calibration):
     a proper score of the ranking and the spread of the predictions, blind to an offset the
@@ -145,7 +168,7 @@ def shifted_logloss(label: Any, pred: Any) -> float:
     return float(-np.mean(y * np.log(r) + (1 - y) * np.log1p(-r)))
 
 
-def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
+def beyond_edge(name: str, values: Sequence[float], best: float) -> float | None:
     """The next value of a field of :data:`BEYOND_EDGE` past the grid's edge when the best so
     far is that edge, else None: a grid whose edge wins says only that the best lies at or
     past it.  A learning rate goes on by the ratio of the two values at that edge, either way;
@@ -172,11 +195,11 @@ def beyond_edge(name: str, values: Sequence[Any], best: Any) -> Any:
 
 
 def _train_and_score(recipes: list[Recipe], data: TuningData, cfg: RunConfig, root: Path,
-                     rows: dict[str, int]) -> list[dict[str, Any]]:
+                     rows: dict[str, int]) -> list[dict[str, float]]:
     """Each recipe's model trained side by side on ``data.train`` (one group per value of epochs
     and per-pass decay: the passes a group's models share) and scored on ``data.validation``;
     ``rows``: the rows of each, counted once."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, dict[str, float]] = {}
     for passes in sorted({(r.epochs, r.sparse_lr_decay) for r in recipes}):
         group = [k for k, r in enumerate(recipes) if (r.epochs, r.sparse_lr_decay) == passes]
         for k, m in zip(group, _one_group([recipes[k] for k in group], *passes, data, cfg, root, rows)):
@@ -185,7 +208,7 @@ def _train_and_score(recipes: list[Recipe], data: TuningData, cfg: RunConfig, ro
 
 
 def _one_group(recipes: list[Recipe], epochs: int, sparse_lr_decay: float, data: TuningData, cfg: RunConfig,
-               root: Path, rows: dict[str, int]) -> list[dict[str, Any]]:
+               root: Path, rows: dict[str, int]) -> list[dict[str, float]]:
     import torch
 
     from fbrapids.trainers.device import place_model
@@ -223,7 +246,7 @@ class _FirstPassOrder:
     every pass in the first pass's order: as ``fit`` reads a calibrated run's passes (the
     same batches held back from each), so a recipe of several epochs is scored as it trains."""
 
-    def __init__(self, batches: Any) -> None:
+    def __init__(self, batches: Iterable[Batch]) -> None:
         from fbrapids.trainers.side_by_side import CountedBatches
 
         self.counted = CountedBatches(batches)
@@ -245,7 +268,7 @@ class _FirstPassOrder:
         return iter(self.counted)
 
 
-def tuning_lines(tuning: dict[str, Any]) -> list[str]:
+def tuning_lines(tuning: TuningSummary) -> list[str]:
     """The summary's lines of a tuning record (:func:`tune_recipe`): the validation day, each
     model tried with its validation logloss after a shift, AUC and logloss (``*``: the field's choice).
 
@@ -265,7 +288,7 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     lines = [f"  tuned by {tuning['criterion']} on {day} ({v['validation_rows']:,} rows), trained on the days "
              f"before it: {len(tuning['tried'])} model(s) in {tuning['seconds']:.0f} s"]
     for t in tuning["tried"]:
-        mark = " *" if choice.get(t["field"]) == t["value"] else ""
+        mark = " *" if choice.get(str(t["field"])) == t["value"] else ""
         lines.append(f"    {t['field']} {t['value']:g}: logloss after a shift {t[CRITERION]:.4f}  AUC {t['auc']:.4f}  "
                      f"logloss {t['logloss']:.4f}{mark}")
     return lines

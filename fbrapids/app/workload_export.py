@@ -44,12 +44,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from fbrapids.errors import CheckpointMismatchError, ExportError
 from fbrapids.kernels import as_expr, columns_of
 from fbrapids.serving.spec import ServingSpec
 from fbrapids.workloads import Workload
+
+if TYPE_CHECKING:
+    import numpy as np
+    from pandas.api.extensions import ExtensionDtype
+
+    from fbrapids.features.fitted import Fitted
+    from fbrapids.kernels import Expr
+    from fbrapids.workloads.split_check import SplitCheck
+
+#: a cleaning fill: the value a null becomes
+FillValue: TypeAlias = str | float | None
 
 
 def check_exportable(w: Workload, model: str = "dlrm") -> None:
@@ -69,7 +80,7 @@ def check_exportable(w: Workload, model: str = "dlrm") -> None:
                           "request); an export cannot serve them: leave them out of the model to export it")
 
 
-def _schema_type(dtype: Any, column: str, where: str) -> str:
+def _schema_type(dtype: np.dtype | ExtensionDtype, column: str, where: str) -> str:
     """A served column's type (:data:`fbrapids.serving.spec.TYPES`) for a view's dtype."""
     import pandas as pd
 
@@ -93,7 +104,7 @@ def _schema_type(dtype: Any, column: str, where: str) -> str:
     return "str"
 
 
-def _raw_time_type(w: Workload, check: Any) -> str | None:
+def _raw_time_type(w: Workload, check: SplitCheck) -> str | None:
     """The served type of the time column as the log writes it (before it is read as
     epoch seconds)."""
     from fbrapids.views.read import read_view
@@ -105,9 +116,9 @@ def _raw_time_type(w: Workload, check: Any) -> str | None:
     return _schema_type(meta[w.time].dtype, w.time, w.where)
 
 
-def _fills(w: Workload) -> dict[str, Any]:
+def _fills(w: Workload) -> dict[str, FillValue]:
     """Training's cleaning fills: each view's ``clean`` fill, then each join's ``fill``."""
-    out: dict[str, Any] = {}
+    out: dict[str, FillValue] = {}
     for v in w.views:
         out.update(v.clean.get("fill") or {})
     for j in w.joins:
@@ -115,7 +126,8 @@ def _fills(w: Workload) -> dict[str, Any]:
     return out
 
 
-def workload_spec(w: Workload, model: str = "dlrm", fitted: Any = None, check: Any = None) -> ServingSpec:
+def workload_spec(w: Workload, model: str = "dlrm", fitted: Fitted | None = None,
+                  check: SplitCheck | None = None) -> ServingSpec:
     """The serving spec of ``w``'s ``model`` (module docstring); ``fitted``: the run's fitted
     states (:class:`~fbrapids.features.fitted.Fitted`, saved under its work dir's ``fitted``)
     when the model reads fitted features; ``check``: the split's check (made when not given:
@@ -160,7 +172,7 @@ def workload_spec(w: Workload, model: str = "dlrm", fitted: Any = None, check: A
     for s in sequences:  # DIN's behaviour sequence: the request carries it (a list of ids, oldest first)
         schema[s] = "list<int64>"
         request_cols.append(s)
-    sides: dict[str, dict[str, Any]] = {"request": {}, "item": {}, "pair": {}}
+    sides: dict[str, dict[str, Expr]] = {"request": {}, "item": {}, "pair": {}}
     for n, e in used.items():
         cols = columns_of(e)
         side = "request" if cols <= set(request_cols) else "item" if cols <= set(item_cols) else "pair"

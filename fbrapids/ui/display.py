@@ -15,12 +15,17 @@ import base64
 import html
 import io
 import math
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from fbrapids.errors import PlotUnavailableError
 
+if TYPE_CHECKING:  # (annotations only: matplotlib is imported when a figure is drawn)
+    from matplotlib.figure import Figure
 
-def _cell(v: Any) -> str:
+    from fbrapids.ui.result_views import FamilyView, PipelineView, TrialView
+
+
+def _cell(v: object) -> str:
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, int):
@@ -30,14 +35,14 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
-def table_html(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def table_html(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """An HTML table (numbers formatted, text escaped)."""
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f'<table class="fbrapids"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def figure_html(fig: Any, alt: str) -> str:
+def figure_html(fig: Figure, alt: str) -> str:
     """A matplotlib figure as an inline PNG ``<img>``.
 
     Example:
@@ -51,14 +56,14 @@ def figure_html(fig: Any, alt: str) -> str:
     return f'<img class="fbrapids-figure" alt="{html.escape(alt)}" src="data:image/png;base64,{data}"/>'
 
 
-def _figure_or_note(make: Callable[[], Any], alt: str) -> str:
+def _figure_or_note(make: Callable[[], Figure], alt: str) -> str:
     try:
         return figure_html(make(), alt)
     except PlotUnavailableError as exc:
         return f"<p><i>{html.escape(str(exc))}</i></p>"
 
 
-def pipeline_html(result: Any) -> str:
+def pipeline_html(result: PipelineView) -> str:
     """A pipeline run: rows per stage, seconds per stage (a bar chart), embedding-store hit
     rates per tier, the held-out metrics and the kernel counts."""
     from fbrapids.ui import plot
@@ -79,7 +84,7 @@ def pipeline_html(result: Any) -> str:
     return '<div class="fbrapids-result">' + "".join(parts) + "</div>"
 
 
-def trial_html(result: Any) -> str:
+def trial_html(result: TrialView) -> str:
     """A feature trial: metrics per arm (averaged over the seeds), the deltas with their
     intervals (seeds + users), the verdicts, and the deltas as bars with error bars."""
     from fbrapids.ui import plot
@@ -106,7 +111,7 @@ def trial_html(result: Any) -> str:
 
 
 
-def family_html(family: Any) -> str:
+def family_html(family: FamilyView) -> str:
     """Many candidates against one baseline (``trial(..., each=True)``): per metric the
     candidates ranked by delta, with their intervals, p-values (own, family, adjusted) and
     verdicts, and every candidate's deltas as bars with error bars."""

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -21,18 +21,21 @@ import numpy.typing as npt
 from fbrapids.errors import ArgumentError, PlotUnavailableError
 
 if TYPE_CHECKING:  # (annotations only: matplotlib is imported when a figure is drawn)
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+    from fbrapids.ui.result_views import HasStores, TrialView
 
 TIERS = ("cache", "host", "ssd")
 
 
-def _figure(nrows: int = 1, ncols: int = 1, gridspec_kw: dict | None = None,
-            **kwargs: Any) -> tuple[Figure, np.ndarray]:
+def _figure(nrows: int = 1, ncols: int = 1, gridspec_kw: dict | None = None, *,
+            figsize: tuple[float, float] | None = None, layout: Literal["constrained", "compressed", "tight"] | None = None) -> tuple[Figure, np.ndarray]:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise PlotUnavailableError("fbrapids.ui.plot needs matplotlib: pip install 'fbrapids[plot]'") from exc
-    fig = Figure(**kwargs)
+    fig = Figure(figsize=figsize, layout=layout)
     axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw=gridspec_kw)
     return fig, axes
 
@@ -153,12 +156,12 @@ def _short_count(n: int) -> str:
     return str(n)
 
 
-def _calibration_axes() -> tuple[Figure, tuple[Any, Any]]:
+def _calibration_axes() -> tuple[Figure, tuple[Axes, Axes]]:
     fig, axes = _figure(2, 1, figsize=(5.5, 6), layout="constrained", gridspec_kw={"height_ratios": [3, 1]})
     return fig, (axes[0, 0], axes[1, 0])
 
 
-def store_hit_rates(model_or_stats: Any) -> Figure:
+def store_hit_rates(model_or_stats: HasStores | Mapping[str, Mapping[str, object]]) -> Figure:
     """Per-feature hit rate of each embedding-store tier (cache, host RAM, SSD) as grouped bars.
 
     Args:
@@ -190,7 +193,7 @@ def store_hit_rates(model_or_stats: Any) -> Figure:
     return _settled(fig)
 
 
-def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
+def hit_rates(model_or_stats: HasStores | Mapping[str, Mapping[str, object]]) -> dict[str, dict[str, float]]:
     """``{feature: {tier: hits / (hits + misses)}}`` from a model or from per-feature stats;
     a tier nothing was looked up in is left out.
 
@@ -212,7 +215,7 @@ def hit_rates(model_or_stats: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Figure:
+def trial_deltas(results: TrialView | Mapping[str, TrialView], metrics: Sequence[str] = ("auc", "gauc"), title: str | None = None) -> Figure:
     """AUC and GAUC deltas (candidate - baseline) per candidate, with their 95% intervals
     (training seeds and held-out users: :mod:`fbrapids.app.trials`) as error bars, the A/A
     check's deltas in lighter bars where every trial ran it, and the zero line marked, inside the frame (the axis spans the bars, the intervals and zero, with a
@@ -236,7 +239,7 @@ def trial_deltas(results: Any, metrics: Sequence[str] = ("auc", "gauc"), title: 
         >>> len(trial_deltas(r).axes[0].patches)  # and the A/A bars
         4
     """
-    if hasattr(results, "delta"):
+    if not isinstance(results, Mapping):  # one TrialResult
         results = {" + ".join(results.candidates): results}
     labels = list(results)
     fig, axes = _figure(1, 1, figsize=(max(5.0, 1.8 * len(labels) + 2), 3.6), layout="constrained")

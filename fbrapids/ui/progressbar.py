@@ -19,9 +19,13 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections.abc import Hashable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from dask.callbacks import Callback
+
+if TYPE_CHECKING:
+    from tqdm.std import tqdm as Bar
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +74,21 @@ class progress(Callback):  # noqa: N801 - used as a context manager, like dask's
         super().__init__()
         self.desc, self.disable = desc, disable
         self.tasks_done = 0
-        self._bar: Any = None
+        self._bar: Bar | None = None
 
-    def _start_state(self, dsk: Any, state: dict) -> None:
+    def _start_state(self, dsk: Mapping[Hashable, object], state: dict) -> None:
         from fbrapids.ui.autobar import tqdm
 
         total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished") if k in state)
         self._bar = tqdm(total=total, desc=self.desc, unit="task", disable=self.disable)
 
-    def _posttask(self, key: Any, result: Any, dsk: Any, state: dict, worker_id: Any) -> None:
+    def _posttask(self, key: Hashable, result: object, dsk: Mapping[Hashable, object], state: dict,
+                  worker_id: object) -> None:
         self.tasks_done += 1
         if self._bar is not None:
             self._bar.update(1)
 
-    def _finish(self, dsk: Any, state: dict, errored: bool) -> None:
+    def _finish(self, dsk: Mapping[Hashable, object], state: dict, errored: bool) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
