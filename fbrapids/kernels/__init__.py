@@ -19,7 +19,8 @@ The rest of fbrapids uses this public face, not the submodules:
 * the dictionary path: :func:`dictionary_mode`, :func:`dictionary_paths` (see
   :mod:`fbrapids.kernels.dictionary`).
 
-Where things go: a new operator is one :class:`Operator` in ``builtins.py`` (C in ``csrc/ops/``); a new runtime as a
+Where things go: a new operator is one module of ``builtins/`` declaring its :class:`Operator` (C in
+``csrc/ops/``); a new runtime as a
 :class:`Runtime` subclass chosen in ``compiled.py``; the buffer ABI in ``abi.py``.
 
 Example:

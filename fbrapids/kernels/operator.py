@@ -1,7 +1,7 @@
 """Operators: what a feature operator declares, and user operators from C snippets.
 
 An operator declares its inputs (type classes), its output type, its parameters and the
-per-row C it runs.  Built-ins (:mod:`fbrapids.kernels.builtins`) and user operators have
+per-row C it runs.  Built-ins (:mod:`fbrapids.kernels.builtins`, one module each) and user operators have
 the same form; the registry of them by name is :mod:`fbrapids.kernels.registry`.  Resolving an operator against concrete input types gives an
 :class:`Impl`: the output type and the C text the renderers put in a meta-kernel.
 
@@ -163,6 +163,8 @@ class Operator:
             takes (the disk budget's table sizes), :class:`Sizes` telling its arguments'; a
             ``buckets`` parameter bounds any operator.
         longest: ``call -> int | None``: the most elements its list result holds.
+        builder: its function for users, ``fbrapids.ops.<name>`` (None: reached through
+            ``fbrapids.ops.call(name, ...)`` only).
     """
 
     name: str
@@ -181,6 +183,7 @@ class Operator:
     reads_time: bool = False
     bound: Callable[[Call, Sizes], Bound | None] | None = field(default=None, repr=False)
     longest: Callable[[Call], int | None] | None = field(default=None, repr=False)
+    builder: Callable[..., Call] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:

@@ -2,9 +2,10 @@
 
 Filled from :data:`fbrapids.kernels.builtins.BUILTINS` when this module is first imported;
 user operators are added by :func:`register_operator` (or :func:`add_operator`).  A new
-built-in operator is one :class:`~fbrapids.kernels.operator.Operator` in ``builtins.py`` (its
-C in ``csrc/ops/``), declaring what the planner, the dictionary path, the runtimes and the
-frame-level stage ask about it; nothing else changes.
+built-in operator is one module of ``builtins/`` declaring its
+:class:`~fbrapids.kernels.operator.Operator` (its C in ``csrc/ops/``): what the planner, the
+dictionary path, the runtimes and the frame-level stage ask about it, and its function for
+users; nothing else changes.
 
 Example:
     >>> op = register_operator("times_plus_demo", "i64 x, i64 y", "i64 z", "z = x * y + 1;", replace=True)

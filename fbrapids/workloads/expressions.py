@@ -40,8 +40,8 @@ def _ops_function(name: str, text: str, where: str) -> Any:
         raise WorkloadError(f"{where}: {name!r} registers code (C source) and is refused in an expression from a "
                             "workload file or the command line, which may only call operators; register the operator "
                             f"in Python before loading the workload (in {text!r})")
-    fn = getattr(ops, name, None) if name in ops.__all__ else None
-    if fn is None or not callable(fn) or isinstance(fn, type) or getattr(fn, "__module__", None) != ops.__name__:
+    fn = ops.constructors().get(name)
+    if fn is None:
         raise WorkloadError(f"{where}: {name!r} is not an fbrapids.ops function (in {text!r})")
     return fn
 
