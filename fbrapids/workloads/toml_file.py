@@ -70,7 +70,7 @@ FEATURES = {"sparse", "dense", "extract", "dataset"}  #: the fields of ``[featur
 SEQUENCE = {"target", "expression"}  #: the fields of ``[sequences.NAME]``
 
 
-def _table(value: Any, where: str) -> dict[str, Any]:
+def _table(value: object, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise WorkloadError(f"{where} must be a table, got {value!r}")
     return dict(value)
