@@ -35,7 +35,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,11 +43,14 @@ import torch
 from torch import nn
 
 from fbrapids.ams.embedding import ImageBatchReport, ImageEmbeddingMLP
-from fbrapids.ams.vectors import ImageVectorStore, as_u64, splitmix64, synthetic_vectors
+from fbrapids.ams.vectors import Ids, ImageVectorStore, as_u64, splitmix64, synthetic_vectors
 from fbrapids.errors import ArgumentError, ClusterError
 
+if TYPE_CHECKING:  # (annotations only: distributed is imported where a cluster is used)
+    from distributed import Client, Future
 
-def owner_of(ids: Any, n_workers: int) -> np.ndarray:
+
+def owner_of(ids: Ids, n_workers: int) -> np.ndarray:
     """The worker index owning each image id: ``splitmix64(id) % n_workers``.
 
     Example:
@@ -106,7 +109,7 @@ def _grad_on_owner(shard: ImageVectorStore, ids: np.ndarray, sizes: tuple[int, .
 
 
 # -- driver side ---------------------------------------------------------------------------------
-def _built(shards: Sequence[Any]) -> None:
+def _built(shards: Sequence[Future]) -> None:
     """Wait for the shards without moving them; raise the first error."""
     from distributed import wait
 
@@ -119,21 +122,21 @@ def _built(shards: Sequence[Any]) -> None:
 class ShardedImageVectors:
     """Image vectors partitioned across the workers of a dask ``Client`` (module docstring)."""
 
-    def __init__(self, client: Any, shards: Sequence[Any], workers: Sequence[str], dim: int) -> None:
+    def __init__(self, client: Client, shards: Sequence[Future], workers: Sequence[str], dim: int) -> None:
         self.client = client
         self.shards = list(shards)
         self.workers = list(workers)
         self.dim = int(dim)
 
     @staticmethod
-    def _workers(client: Any) -> list[str]:
+    def _workers(client: Client) -> list[str]:
         workers = sorted(client.scheduler_info()["workers"])
         if not workers:
             raise ClusterError("the dask cluster has no workers")
         return workers
 
     @classmethod
-    def synthetic(cls, client: Any, ids: Any, dim: int, seed: int = 0) -> "ShardedImageVectors":
+    def synthetic(cls, client: Client, ids: Ids, dim: int, seed: int = 0) -> "ShardedImageVectors":
         """Shards of :func:`synthetic_vectors`, each built on its worker from its ids."""
         workers = cls._workers(client)
         u = pd.unique(as_u64(ids))
@@ -144,7 +147,7 @@ class ShardedImageVectors:
         return cls(client, shards, workers, dim)
 
     @classmethod
-    def from_store(cls, client: Any, store: ImageVectorStore) -> "ShardedImageVectors":
+    def from_store(cls, client: Client, store: ImageVectorStore) -> "ShardedImageVectors":
         """Ship ``store``'s rows to their owners (once, at set-up)."""
         workers = cls._workers(client)
         ids = store.index.to_numpy()
@@ -190,7 +193,7 @@ class _Round:
                                       "param_grad_bytes", "raw_vector_bytes"), 0)
         self.unknown = np.zeros(len(uniq), dtype=bool)
 
-    def _submit(self, fn: Any, w: int, pos: np.ndarray, *extra: Any) -> Any:
+    def _submit(self, fn: Callable[..., object], w: int, pos: np.ndarray, *extra: np.ndarray) -> Future:
         vec, m = self.emb.vectors, self.emb.model
         return vec.client.submit(fn, vec.shards[w], self.ids[pos], tuple(m.sizes), self.emb.final_prelu,
                                  self.state, *extra, workers=[vec.workers[w]], pure=False)

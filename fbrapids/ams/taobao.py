@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -38,19 +38,23 @@ import pyarrow.compute as pc
 from fbrapids.ams.vectors import ImageVectorStore
 from fbrapids.errors import ViewError
 
+if TYPE_CHECKING:  # (annotations only: fbrapids.ops is imported where the features are built)
+    from fbrapids.kernels import Expr
+    from fbrapids.ops import ExprLike
+
 ID_COLUMNS = ("userid", "adgroup_id", "cate_id", "campaign_id", "customer", "brand", "pid", "cms_segid",
               "cms_group_id", "final_gender_code", "age_level", "pvalue_level", "shopping_level", "occupation",
               "new_user_class_level")
 LIST = pd.ArrowDtype(pa.list_(pa.int64()))
 
 
-def taobao_features(frame: pd.DataFrame, buckets: int = 1 << 20) -> dict[str, Any]:
+def taobao_features(frame: pd.DataFrame, buckets: int = 1 << 20) -> dict[str, Expr]:
     """The feature expressions :func:`read_taobao` extracts (see the module docstring)."""
     from fbrapids import ops
 
-    feats: dict[str, Any] = {}
+    feats: dict[str, Expr] = {}
     for c in ID_COLUMNS:
-        x: Any = c
+        x: ExprLike = c
         if pd.api.types.is_float_dtype(frame[c].dtype):
             x = ops.cast(ops.fill_null(c, -1.0), "i64")
         elif frame[c].hasnans:

@@ -31,12 +31,19 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Callable, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from fbrapids.errors import ArgumentError, InputTypeError, MissingFileError
+
+if TYPE_CHECKING:  # (annotations only: the store itself needs no torch)
+    import torch
+
+#: image ids: a torch tensor, a numpy array or a sequence of integers
+Ids: TypeAlias = "torch.Tensor | npt.ArrayLike"
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +52,7 @@ _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 
 
-def as_u64(ids: Any) -> np.ndarray:
+def as_u64(ids: Ids) -> np.ndarray:
     """Ids as uint64 (int64 read bit for bit, as the embedding store does)."""
     a = ids.detach().cpu().numpy() if hasattr(ids, "detach") else np.asarray(ids)
     if a.dtype == np.uint64:
@@ -72,7 +79,7 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def synthetic_vectors(ids: Any, dim: int, seed: int = 0) -> np.ndarray:
+def synthetic_vectors(ids: Ids, dim: int, seed: int = 0) -> np.ndarray:
     """Deterministic float32 vectors ``[len(ids), dim]`` in ``[-1, 1)``: a pure function of
     ``(seed, id, column)``, the same in any order, process or machine.  Synthetic: they stand
     in for CNN image features where a data set has none.
@@ -101,7 +108,7 @@ class ImageVectorStore:
     Thread safety: ``get`` may be called from several threads (the counters are locked).
     """
 
-    def __init__(self, ids: Any, vectors: np.ndarray, default: np.ndarray | None = None) -> None:
+    def __init__(self, ids: Ids, vectors: np.ndarray, default: np.ndarray | None = None) -> None:
         u = as_u64(ids)
         if vectors.ndim != 2 or vectors.shape[0] != len(u):
             raise ArgumentError(f"ImageVectorStore: {len(u)} ids but vectors of shape {vectors.shape}")
@@ -121,12 +128,12 @@ class ImageVectorStore:
     def __len__(self) -> int:
         return len(self.index)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         del state["_lock"]
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -135,7 +142,7 @@ class ImageVectorStore:
         return int(self.vectors.shape[0]) * self.dim * 4
 
     @classmethod
-    def from_ids(cls, ids: Any, dim: int, seed: int = 0, path: str | os.PathLike | None = None,
+    def from_ids(cls, ids: Ids, dim: int, seed: int = 0, path: str | os.PathLike | None = None,
                  chunk_rows: int = 1 << 14) -> "ImageVectorStore":
         """A store of :func:`synthetic_vectors` for the unique ``ids``; on disk under ``path``
         (written in chunks, then memory-mapped) or in RAM when ``path`` is None."""
@@ -145,7 +152,7 @@ class ImageVectorStore:
         return cls.create(path, u, dim, lambda chunk: synthetic_vectors(chunk, dim, seed), chunk_rows)
 
     @classmethod
-    def create(cls, path: str | os.PathLike, ids: Any, dim: int, make: Any, chunk_rows: int = 1 << 14
+    def create(cls, path: str | os.PathLike, ids: Ids, dim: int, make: Callable[[np.ndarray], np.ndarray], chunk_rows: int = 1 << 14
                ) -> "ImageVectorStore":
         """Write a disk store under ``path``: ``make(ids_chunk) -> [len(chunk), dim]`` fills
         the memory-mapped ``vectors.npy`` chunk by chunk; returns the opened store."""
@@ -197,7 +204,7 @@ class ImageVectorStore:
         store.path = d
         return store
 
-    def get(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, ids: Ids) -> tuple[np.ndarray, np.ndarray]:
         """``(vectors [n, dim] float32, unknown [n] bool)`` for ``ids``; unknown ids read
         ``default`` and are counted in ``stats``."""
         u = as_u64(ids)

@@ -21,11 +21,14 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fbrapids import ops
-from fbrapids.kernels import register_operator
+from fbrapids.kernels import Expr, register_operator
 from fbrapids.workloads.dataset_registry import Dataset, register_dataset
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.frames.backend import FrameLike
 
 DENSE_IN = [f"I{i}" for i in range(1, 14)]
 SPARSE_IN = [f"C{i}" for i in range(1, 27)]
@@ -50,9 +53,9 @@ HEX_ID = register_operator(
 )
 
 
-def features() -> dict[str, Any]:
+def features() -> dict[str, Expr]:
     """DLRM preprocessing of a Criteo frame: ``I*_log`` dense values and ``C*_id`` raw ids."""
-    out: dict[str, Any] = {}
+    out: dict[str, Expr] = {}
     for c in DENSE_IN:
         out[f"{c}_log"] = ops.cast(ops.log1p(ops.clip(ops.fill_null(ops.cast(c, "f64"), 0.0), 0.0, 1e300)), "f32")
     for c in SPARSE_IN:
@@ -64,7 +67,7 @@ def features() -> dict[str, Any]:
 DATASET = register_dataset(Dataset("criteo", features))
 
 
-def read_criteo(path: str | Path, eager: bool = True) -> Any:
+def read_criteo(path: str | Path, eager: bool = True) -> FrameLike:
     """Read a Criteo CSV sample (with its header) as a view; see :func:`fbrapids.read_view`."""
     from fbrapids.views.read import read_view
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Hashable
+from typing import Hashable
 
 
 class AccessLog:
@@ -36,7 +36,7 @@ class AccessLog:
         """Lines of ``client`` held back since its last line let through."""
         return int(self._buckets.get(client, [0.0, 0.0, 0])[2])
 
-    def record(self, client: Hashable, peer: Any, method: str, path: str, status: int, ms: float) -> bool:
+    def record(self, client: Hashable, peer: tuple | None, method: str, path: str, status: int, ms: float) -> bool:
         """Log one answered request of ``client`` (from ``peer``), or hold it back; whether
         it was let through."""
         if not self.logger.isEnabledFor(logging.INFO):

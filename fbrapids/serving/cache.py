@@ -39,7 +39,7 @@ Example:
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -68,8 +68,8 @@ class ItemCache:
         self._bytes = np.zeros(self.capacity, dtype=np.int64)
         self.bytes = 0
         self.sparse = list(sparse)
-        self._slot: dict[Any, int] = {}
-        self._key: list[Any] = [None] * self.capacity
+        self._slot: dict[Hashable, int] = {}
+        self._key: list[Hashable] = [None] * self.capacity
         self._free = list(range(self.capacity - 1, -1, -1))
         self._last = np.zeros(self.capacity, dtype=np.int64)
         self._tick = 0
@@ -83,7 +83,7 @@ class ItemCache:
     def __len__(self) -> int:
         return len(self._slot)
 
-    def lookup(self, keys: Sequence[Any]) -> np.ndarray:
+    def lookup(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Slot of each key, ``-1`` where absent; marks the found ones as used now."""
         self._tick += 1
         get = self._slot.get
@@ -95,7 +95,7 @@ class ItemCache:
         self.stats["misses"] += len(keys) - n_hit
         return slots
 
-    def entry_bytes(self, keys: Sequence[Any], arrays: SideArrays) -> np.ndarray:
+    def entry_bytes(self, keys: Sequence[Hashable], arrays: SideArrays) -> np.ndarray:
         """Bytes each new entry would hold: its sparse values, its dense row and its key."""
         n = len(keys)
         out = np.full(n, arrays.dense.shape[1] * 4 + 64, dtype=np.int64)
@@ -158,7 +158,7 @@ class ItemCache:
         self._buf[f], self._used[f] = buf, len(vals)
         self.stats["compactions"] += 1
 
-    def put(self, keys: Sequence[Any], arrays: SideArrays) -> np.ndarray:
+    def put(self, keys: Sequence[Hashable], arrays: SideArrays) -> np.ndarray:
         """Store the rows of ``arrays`` under ``keys`` (new keys); returns their slots.
         Raises ``ValueError`` if they cannot fit (check with :meth:`reserve` first)."""
         n = len(keys)
@@ -190,7 +190,7 @@ class ItemCache:
         self.__init__(self.capacity, self._dense.shape[1], self.sparse, self.max_bytes)  # type: ignore[misc]
 
 
-def _key_bytes(key: Any) -> int:
+def _key_bytes(key: object) -> int:
     """Memory held by a key: the tuple and its values (strings at their size)."""
     if isinstance(key, tuple):
         return sys.getsizeof(key) + sum(_key_bytes(v) for v in key)

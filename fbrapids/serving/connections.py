@@ -51,10 +51,23 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import Any, Callable, Hashable
+from typing import Callable, Hashable, Iterable, Protocol
 
 log = logging.getLogger(__name__)
 GONE = object()  #: what a watcher of a connection already lost is handed back
+
+
+class Connection(Protocol):
+    """What the table needs of a connection (the guarded protocol's,
+    :func:`~fbrapids.serving.guard.guarded_protocol`)."""
+
+    peer: tuple  #: the client's address (host, port)
+
+    def idle(self) -> bool:
+        """No request in progress: the connection may be closed to make room."""
+
+    def close(self) -> None:
+        """Close the connection."""
 
 
 class ConnectionTable:
@@ -67,10 +80,10 @@ class ConnectionTable:
         self.counts = counts if counts is not None else {"connections_evicted": 0, "connections_refused": 0}
         for k in ("connections_evicted", "connections_refused"):
             self.counts.setdefault(k, 0)
-        self._open: dict[tuple, Any] = {}  # peer -> connection
-        self._unproven: collections.OrderedDict[Any, float] = collections.OrderedDict()  # oldest first
-        self._by_address: dict[str, collections.OrderedDict[Any, None]] = {}
-        self._proven: collections.OrderedDict[Any, Hashable] = collections.OrderedDict()  # least recently used first
+        self._open: dict[tuple, Connection] = {}  # peer -> connection
+        self._unproven: collections.OrderedDict[Connection, float] = collections.OrderedDict()  # oldest first
+        self._by_address: dict[str, collections.OrderedDict[Connection, None]] = {}
+        self._proven: collections.OrderedDict[Connection, Hashable] = collections.OrderedDict()  # least recently used first
         self._watchers: dict[tuple, dict[int, Callable[[], None]]] = {}
         self._next_watch = 0
         self._seen_any = False  # whether the server registers its connections here (the guarded protocol)
@@ -82,7 +95,7 @@ class ConnectionTable:
         """Unproven connections open now (from ``address``, or in all)."""
         return len(self._unproven) if address is None else len(self._by_address.get(address, ()))
 
-    def opened(self, conn: Any) -> bool:
+    def opened(self, conn: Connection) -> bool:
         """Register a new connection, closing others to make room (module docstring); False
         when it could not be made room for (the caller closes it)."""
         self._seen_any = True
@@ -110,7 +123,7 @@ class ConnectionTable:
                 return True
         return False
 
-    def _evict_first(self, candidates: Any) -> bool:
+    def _evict_first(self, candidates: Iterable[Connection]) -> bool:
         """Close the first idle connection of ``candidates`` (oldest first); whether one was."""
         for conn in candidates:
             if conn.idle():
@@ -118,7 +131,7 @@ class ConnectionTable:
                 return True  # at once: ``candidates`` changed
         return False
 
-    def _evict(self, conn: Any, why: str) -> None:
+    def _evict(self, conn: Connection, why: str) -> None:
         self.lost(conn)
         self.counts["connections_evicted"] += 1
         log.warning("closed an idle connection %s (%d open, max_connections=%d)", why, len(self._open),
@@ -151,7 +164,7 @@ class ConnectionTable:
         self._proven[conn] = client
         self._proven.move_to_end(conn)
 
-    def _forget_unproven(self, conn: Any) -> None:
+    def _forget_unproven(self, conn: Connection) -> None:
         if self._unproven.pop(conn, None) is not None:
             mine = self._by_address.get(conn.peer[0])
             if mine is not None:
@@ -159,7 +172,7 @@ class ConnectionTable:
                 if not mine:
                     del self._by_address[conn.peer[0]]
 
-    def lost(self, conn: Any) -> None:
+    def lost(self, conn: Connection) -> None:
         """Forget ``conn`` (closed by either side); its watchers are called."""
         peer = conn.peer
         if self._open.get(peer) is conn:
@@ -169,7 +182,7 @@ class ConnectionTable:
         for callback in self._watchers.pop(peer, {}).values():
             callback()
 
-    def watch(self, peer: tuple | None, callback: Callable[[], None]) -> Any:
+    def watch(self, peer: tuple | None, callback: Callable[[], None]) -> tuple[tuple, int] | object | None:
         """Call ``callback`` (once) when the connection from ``peer`` is lost: a handle for
         :meth:`unwatch`, or :data:`GONE` (and nothing registered) when it is not open now.
         A peer this table does not know (a server without the guarded protocol) is never lost."""
@@ -179,7 +192,7 @@ class ConnectionTable:
         self._watchers.setdefault(tuple(peer), {})[self._next_watch] = callback
         return (tuple(peer), self._next_watch)
 
-    def unwatch(self, handle: Any) -> None:
+    def unwatch(self, handle: object) -> None:
         if not isinstance(handle, tuple):
             return
         peer, key = handle

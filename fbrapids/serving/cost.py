@@ -36,12 +36,15 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from fbrapids.errors import ArgumentError, RequestTooLargeError
 from fbrapids.kernels import columns_of
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.serving.spec import ServingSpec
 
 #: the longest list value (entries) a request or item column may hold
 MAX_LIST_LEN = 1024
@@ -62,7 +65,7 @@ class CallCost:
     """The bounds and work estimate of calls against ``spec`` (module docstring); ``n_features``:
     the model inputs each item row has."""
 
-    def __init__(self, spec: Any, n_features: int, max_list_len: int = MAX_LIST_LEN,
+    def __init__(self, spec: ServingSpec, n_features: int, max_list_len: int = MAX_LIST_LEN,
                  max_text_chars: int = MAX_TEXT_CHARS, max_work: int = MAX_WORK, chunk_work: int = CHUNK_WORK) -> None:
         for name, v in (("max_list_len", max_list_len), ("max_text_chars", max_text_chars),
                         ("max_work", max_work), ("chunk_work", chunk_work)):
@@ -82,7 +85,7 @@ class CallCost:
         return {"max_list_len": self.max_list_len, "max_text_chars": self.max_text_chars,
                 "max_work": self.max_work, "chunk_work": self.chunk_work}
 
-    def _size(self, record: Any, columns: Sequence[str], label: Callable[[], str]) -> int:
+    def _size(self, record: object, columns: Sequence[str], label: Callable[[], str]) -> int:
         """Characters and list entries of ``record``'s ``columns``; refused over a bound."""
         total = 0
         if not isinstance(record, Mapping):
@@ -101,12 +104,12 @@ class CallCost:
                 total += len(v)
         return total
 
-    def request_size(self, request: Mapping[str, Any], label: str) -> tuple[int, int]:
+    def request_size(self, request: Mapping[str, object], label: str) -> tuple[int, int]:
         """``(r, r_pair)`` of a request record; refused over a list bound."""
         return (self._size(request, self._request, lambda: label),
                 self._size(request, self._request_pair, lambda: label))
 
-    def item_work(self, request_size: tuple[int, int], items: Iterable[Mapping[str, Any]],
+    def item_work(self, request_size: tuple[int, int], items: Iterable[Mapping[str, object]],
                   label: Callable[[int], str]) -> np.ndarray:
         """Each item's work (int64) for a request of ``request_size``; refused over a list bound."""
         r, r_pair = request_size

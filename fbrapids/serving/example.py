@@ -23,12 +23,16 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.serving.spec import ServingSpec
+
+if TYPE_CHECKING:  # (annotations only: the trainers are imported when a model is built)
+    from fbrapids.trainers import WideAndDeep
+    from fbrapids.trainers.sparse import StoreConfig
 
 WORDS = [f"w{i}" for i in range(300)]
 B_ID, B_TOK = 1 << 20, 1 << 18
@@ -57,7 +61,17 @@ def example_spec() -> ServingSpec:
     )
 
 
-def example_model_kwargs(embedding_dim: int = 8, deep_mlp: tuple[int, ...] = (32, 16)) -> dict[str, Any]:
+class ExampleModelKwargs(TypedDict):
+    """The example model's constructor arguments (:func:`example_model_kwargs`)."""
+
+    dense_dim: int
+    sparse_features: list[str]
+    embedding_dim: int
+    deep_mlp: list[int]
+    store: StoreConfig
+
+
+def example_model_kwargs(embedding_dim: int = 8, deep_mlp: tuple[int, ...] = (32, 16)) -> ExampleModelKwargs:
     """Constructor arguments of the example's :class:`~fbrapids.trainers.models.WideAndDeep`."""
     from fbrapids.trainers.sparse import StoreConfig
 
@@ -107,7 +121,7 @@ def request_records(users: pd.DataFrame, ads: pd.DataFrame, n_items: int, seed: 
 
 
 def train_example(rows: int = 4000, seed: int = 0, epochs: int = 1, batch_size: int = 256,
-                  n_users: int = 500, n_ads: int = 5000) -> tuple[Any, ServingSpec, dict[str, Any], tuple]:
+                  n_users: int = 500, n_ads: int = 5000) -> tuple[WideAndDeep, ServingSpec, ExampleModelKwargs, tuple]:
     """Train the example Wide&Deep; returns ``(model, spec, model_kwargs, (users, ads, frame))``."""
     import torch
 

@@ -48,7 +48,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Unpack
 
 import numpy as np
 import pandas as pd
@@ -72,6 +72,9 @@ from fbrapids.trainers.models import model_class, model_name
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.sparse import StoreConfig
 
+if TYPE_CHECKING:  # (annotations only: the scorer is imported when one is loaded)
+    from fbrapids.serving.scorer import Scorer, ScorerOptions
+
 FORMAT = 2
 IMAGES = "images"
 MAX_JSON_BYTES = 256 << 20  #: serving.json / spec.json larger than this are refused before reading
@@ -82,7 +85,7 @@ MAX_ARCHIVE_MEMBERS = 10_000
 MAX_KWARG_ITEMS = 4096
 
 
-def _encode(v: Any, d: Path) -> Any:
+def _encode(v: object, d: Path) -> object:
     from fbrapids.ams.embedding import ImageEmbedder, ImageEmbeddingMLP
 
     if isinstance(v, StoreConfig):
@@ -109,7 +112,7 @@ def _encode(v: Any, d: Path) -> Any:
     raise ExportError(f"export_model: model argument of type {type(v).__name__} cannot be written as JSON")
 
 
-def _decode(v: Any, keep_ssd: bool, d: Path, cache_rows: int | None = None) -> Any:
+def _decode(v: object, keep_ssd: bool, d: Path, cache_rows: int | None = None) -> object:
     """``serving.json``'s model arguments as objects; ``cache_rows``: the cap on every
     table's cache rows, or None for a probe (cache tiers of one row on torch's meta device:
     nothing allocated)."""
@@ -139,7 +142,13 @@ def _decode(v: Any, keep_ssd: bool, d: Path, cache_rows: int | None = None) -> A
     return v
 
 
-def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, model_kwargs: Mapping[str, Any],
+def _decode_kwargs(kwargs: Mapping[str, object], keep_ssd: bool, d: Path,
+                   cache_rows: int | None = None) -> dict[str, object]:
+    """``serving.json``'s ``model_kwargs`` as the model's keyword arguments (each value by :func:`_decode`)."""
+    return {k: _decode(x, keep_ssd, d, cache_rows) for k, x in kwargs.items()}
+
+
+def export_model(path: str | os.PathLike, model: CTRModel, spec: ServingSpec, model_kwargs: Mapping[str, object],
                  sample: pd.DataFrame | None = None, signing_key: bytes | None = None) -> Path:
     """Write ``model`` (built as ``type(model)(**model_kwargs)``) and ``spec`` under ``path``.
 
@@ -187,7 +196,7 @@ def _fitted(spec: ServingSpec, sample: pd.DataFrame | None) -> ServingSpec:
     return out
 
 
-def _read_json(path: Path, limit: int = MAX_JSON_BYTES, manifest: Mapping[str, Any] | None = None) -> Any:
+def _read_json(path: Path, limit: int = MAX_JSON_BYTES, manifest: Mapping[str, Any] | None = None) -> object:
     """``path`` parsed as JSON; with a checked ``manifest``, from one read whose bytes match it
     (:func:`~fbrapids.files.manifest.read_verified`: a file swapped after the check is refused)."""
     data = read_bounded(path, limit) if manifest is None else read_verified(path.parent, path.name, manifest, limit)
@@ -197,7 +206,7 @@ def _read_json(path: Path, limit: int = MAX_JSON_BYTES, manifest: Mapping[str, A
         raise UnsafeFileError(f"{path}: not JSON ({str(exc)[:200]})") from None
 
 
-def check_kwarg_sizes(kwargs: Any, tables: int, source: Path) -> None:
+def check_kwarg_sizes(kwargs: object, tables: int, source: Path) -> None:
     """Refuse ``serving.json``'s model arguments before anything is sized: a list or object of
     more than :data:`MAX_KWARG_ITEMS` entries, or more than ``tables`` (the embedding tables
     the export holds) when ``tables`` is more than 64 (a model has no more sparse features
@@ -210,7 +219,7 @@ def check_kwarg_sizes(kwargs: Any, tables: int, source: Path) -> None:
         fbrapids.errors.UnsafeFileError: serving.json: model argument 'sparse_features' lists 200000 entries, more than the 64 allowed (the export holds 16 tables; at most 4096); refused before sizing the model
     """
     bound = min(MAX_KWARG_ITEMS, max(64, tables))
-    todo: list[tuple[str, Any]] = [("", kwargs)]
+    todo: list[tuple[str, object]] = [("", kwargs)]
     while todo:
         name, v = todo.pop()
         if isinstance(v, (list, dict)):
@@ -286,7 +295,7 @@ def _check_files(d: Path, listed: dict[str, int]) -> int:
     return max([n for rel, n in listed.items() if rel.endswith("/rows.f32")] + [0])
 
 
-def _probe(cls: type, kwargs: dict[str, Any], source: Path) -> tuple[int, int]:
+def _probe(cls: type, kwargs: Mapping[str, object], source: Path) -> tuple[int, int]:
     """``(dense weight bytes, widest embedding row in bytes)`` of ``cls(**kwargs)``, the
     model built on torch's meta device with one-row caches (nothing allocated)."""
     try:
@@ -358,7 +367,7 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     cls = model_class(meta["model"])
     check_kwarg_sizes(meta["model_kwargs"], sum(rel.endswith("/rows.f32") for rel in listed), d / "serving.json")
     table_bytes = _check_files(d, listed)
-    need, row_bytes = _probe(cls, _decode(meta["model_kwargs"], False, d), d / "serving.json")
+    need, row_bytes = _probe(cls, _decode_kwargs(meta["model_kwargs"], False, d), d / "serving.json")
     if row_bytes > MAX_ROW_BYTES:
         raise UnsafeFileError(f"{d / 'serving.json'}: embedding rows of {row_bytes} bytes, more than "
                               f"{MAX_ROW_BYTES}; refused before allocating")
@@ -367,7 +376,7 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
         raise UnsafeFileError(f"{d / 'serving.json'}: model_kwargs describe {need} bytes of dense weights, the "
                               f"export's dense.pt holds {dense_pt}; refused before allocating")
     # no cache needs more rows than the largest table the manifest lists holds
-    kwargs = _decode(meta["model_kwargs"], keep_ssd, d, max(1, table_bytes // max(row_bytes, 1)))
+    kwargs = _decode_kwargs(meta["model_kwargs"], keep_ssd, d, max(1, table_bytes // max(row_bytes, 1)))
     try:
         model = cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -389,7 +398,8 @@ def load_model(path: str | os.PathLike, keep_ssd: bool = False, verify: bool = T
     return model.eval(), spec
 
 
-def load_scorer(path: str | os.PathLike, signing_key: bytes | None = None, **scorer_options: Any):
+def load_scorer(path: str | os.PathLike, signing_key: bytes | None = None,
+                **scorer_options: Unpack[ScorerOptions]) -> Scorer:
     """A :class:`~fbrapids.serving.scorer.Scorer` over an export directory (its signature
     checked with ``signing_key`` when given)."""
     from fbrapids.serving.scorer import Scorer

@@ -37,7 +37,7 @@ import collections
 import contextlib
 import threading
 import time
-from typing import Any, Hashable, Iterator
+from typing import Hashable, Iterator
 
 from fbrapids.errors import CallCancelledError
 
@@ -139,5 +139,5 @@ class FairLock:
         self.acquire()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

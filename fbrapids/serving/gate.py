@@ -41,7 +41,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from fbrapids.serving.access_log import AccessLog
 from fbrapids.serving.connections import GONE
@@ -54,13 +54,15 @@ _RETRY = [(b"retry-after", b"1")]
 
 Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
+#: the ASGI application behind the gate
+App = Callable[[dict, Receive, Send], Awaitable[None]]
 
 
 class Gate:
     """ASGI middleware: the checks from the headers, then the fair admission of each call
     and a bounded, timed body read (module docstring)."""
 
-    def __init__(self, app: Any, limits: ServeLimits, token: str | ClientTokens | None = None) -> None:
+    def __init__(self, app: App, limits: ServeLimits, token: str | ClientTokens | None = None) -> None:
         self.app, self.limits = app, limits
         self.tokens = ClientTokens(token) if isinstance(token, str) else token
         self.counts = limits.counts
@@ -73,7 +75,7 @@ class Gate:
         self.access = AccessLog(logging.getLogger(ACCESS_LOGGER))
         limits.shares = self
 
-    def pools(self) -> dict[str, dict[str, Any]]:
+    def pools(self) -> dict[str, dict[str, int]]:
         """``/health``'s view of the four pools."""
         return {p.name: p.as_dict() for p in (self.calls, self.queue, self.body_bytes, self.slots)}
 

@@ -54,11 +54,14 @@ import re
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fbrapids.errors import ServeConfigError
 from fbrapids.serving.connections import ConnectionTable
 from fbrapids.serving.tokens import ClientTokens
+
+if TYPE_CHECKING:  # (annotations only: the gate imports this module)
+    from fbrapids.serving.gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ class ServeLimits:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GATE_COUNTS, 0))
     #: the guarded protocol's connections (set by :func:`guarded_protocol`) and the gate's pools
     connections: ConnectionTable | None = field(default=None, repr=False, compare=False)
-    shares: Any = field(default=None, repr=False, compare=False)
+    shares: Gate | None = field(default=None, repr=False, compare=False)
     _derived: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -123,7 +126,7 @@ class ServeLimits:
         self.update()
         self.allowed_hosts = tuple(h.lower().strip("[]") for h in self.allowed_hosts)
 
-    def update(self, **changes: Any) -> "ServeLimits":
+    def update(self, **changes: object) -> "ServeLimits":
         """Set ``changes`` (``fbrapids serve`` lowers ``max_connections`` below the process's
         descriptor limit), derive the bounds left None again and check them all; returns self."""
         for k, v in changes.items():
@@ -177,7 +180,7 @@ class ServeLimits:
                                    f"and max_buffered_bytes ({total}) at least twice client_bytes: a client alone "
                                    "may hold half of the bytes free")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | float | None]:
         return {k: getattr(self, k) for k in ("max_body_bytes", "body_timeout_s", "header_timeout_s", "keep_alive_s",
                                                "max_connections", "max_header_bytes", "max_buffered_bytes",
                                                "client_calls", "client_bytes", "client_queue", "client_wait_s",

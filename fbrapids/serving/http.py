@@ -66,7 +66,7 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Hashable, Unpack
 
 import numpy as np
 
@@ -82,9 +82,12 @@ from fbrapids.errors import CallCancelledError, ModelInputError, RequestError, R
 from fbrapids.runs.heap import limit_arenas
 from fbrapids.serving.gate import ACCESS_LOGGER, Gate
 from fbrapids.serving.guard import LOOPBACK_NAMES, ServeLimits, descriptor_room, guarded_protocol, install_log_filter
-from fbrapids.serving.scorer import Scorer
+from fbrapids.serving.scorer import Scorer, ScorerOptions
 from fbrapids.serving.spec import show
 from fbrapids.serving.tokens import MIN_TOKEN_CHARS, ClientTokens, check_token, read_tokens
+
+if TYPE_CHECKING:  # (annotations only: uvicorn is imported when a server is built)
+    import uvicorn
 
 __all__ = ["create_app", "serve", "build_server", "server_config", "resolve_token", "check_token", "MIN_TOKEN_CHARS",
            "ClientTokens", "is_loopback", "allowed_hosts", "freeze_heap", "parse_body", "TOKEN_ENV"]
@@ -106,11 +109,11 @@ class ScoreRequest(BaseModel):
     """One request and its candidate items (JSON objects of raw columns): the body of ``/score``
     (documented in the OpenAPI schema; the body is parsed and checked by the endpoint)."""
 
-    request: dict[str, Any]
-    items: list[dict[str, Any]]
+    request: dict[str, object]
+    items: list[dict[str, object]]
 
 
-def _cut(text: Any, limit: int = DETAIL_CHARS) -> str:
+def _cut(text: object, limit: int = DETAIL_CHARS) -> str:
     s = str(text)
     return s if len(s) <= limit else f"{s[: limit - 30]}... ({len(s)} characters in all)"
 
@@ -130,14 +133,14 @@ class _Counted(dict):
         super().__init__()
         self.limit, self.n = limit, 0
 
-    def __call__(self, pairs: list[tuple[str, Any]]) -> dict:
+    def __call__(self, pairs: list[tuple[str, object]]) -> dict[str, object]:
         self.n += 1
         if self.n > self.limit:
             raise BodyError(413, f"more than {self.limit} JSON objects in the body: more items than max_items allows")
         return dict(pairs)
 
 
-def parse_body(raw: bytes, max_objects: int) -> Any:
+def parse_body(raw: bytes, max_objects: int) -> object:
     """``raw`` parsed as JSON, refused (:class:`BodyError` 413) as soon as it holds more than
     ``max_objects`` objects: a body of millions of empty items costs no more than the bound.
     A body with few ``{`` bytes (the usual case) is parsed at full speed.
@@ -160,7 +163,7 @@ def parse_body(raw: bytes, max_objects: int) -> Any:
         raise BodyError(422, f"body is not JSON: {_cut(exc, 200)}") from None
 
 
-def _entry(body: Any, where: str) -> dict[str, Any]:
+def _entry(body: object, where: str) -> dict[str, object]:
     if not isinstance(body, dict) or not isinstance(body.get("request"), dict) or \
             not isinstance(body.get("items"), list) or not all(type(it) is dict for it in body["items"]):
         raise BodyError(422, f"{where}: expected an object with 'request' (an object of columns) and 'items' "
@@ -215,14 +218,14 @@ def create_app(scorer: Scorer, token: str | ClientTokens | None = None, max_body
                       request.scope.get("fbrapids.gone"))
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:  # on the event loop: no worker thread to wait for, reads counters only
+    async def health() -> dict[str, object]:  # on the event loop: no worker thread to wait for, reads counters only
         return _health(scorer, limits)
 
     return app
 
 
-def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[str, Any]]], raw: bytes,
-            batch: bool, client: Any, gone: threading.Event | None = None) -> JSONResponse:
+def _answer(scorer: Scorer, max_objects: int, parse: Callable[[object], list[dict[str, object]]], raw: bytes,
+            batch: bool, client: Hashable, gone: threading.Event | None = None) -> JSONResponse:
     """One ``/score`` (``batch`` False) or ``/score_batch`` call, from the raw body to the
     response: parsed (at most ``max_objects`` JSON objects), turned into entries by
     ``parse``, scored for ``client``; a bad body or request is its status and detail.  A call
@@ -247,8 +250,8 @@ def _answer(scorer: Scorer, max_objects: int, parse: Callable[[Any], list[dict[s
     return _batch_response(each)
 
 
-def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Any,
-                   gone: threading.Event | None = None) -> Any:
+def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Hashable,
+                   gone: threading.Event | None = None) -> object:
     """The JSON of ``raw``; a large body's parse holds the interpreter, so it takes its turn
     among ``client``'s like a slice of scoring."""
     if len(raw) > TURN_BYTES:
@@ -257,13 +260,13 @@ def _parse_in_turn(scorer: Scorer, raw: bytes, max_objects: int, client: Any,
     return parse_body(raw, max_objects)
 
 
-def _batch_response(results: list[Any]) -> JSONResponse:
+def _batch_response(results: list[np.ndarray | RequestError]) -> JSONResponse:
     """``/score_batch``'s answer: scores per request (``null`` for a failed one, its status and
     detail in ``errors``); when none was scored, the first failure is the answer."""
     failed = [r for r in results if isinstance(r, RequestError)]
     if failed and len(failed) == len(results):  # nothing scored: the first failure is the answer
         return JSONResponse({"detail": _cut(failed[0])}, status_code=_status(failed[0]))
-    out: dict[str, Any] = {"scores": [None if isinstance(r, RequestError) else r.astype(float).tolist()
+    out: dict[str, object] = {"scores": [None if isinstance(r, RequestError) else r.astype(float).tolist()
                                       for r in results]}
     if failed:
         out["errors"] = [{"status": _status(r), "detail": _cut(r)} if isinstance(r, RequestError) else None
@@ -271,12 +274,12 @@ def _batch_response(results: list[Any]) -> JSONResponse:
     return JSONResponse(out)
 
 
-def _one_entry(body: Any) -> list[dict[str, Any]]:
+def _one_entry(body: object) -> list[dict[str, object]]:
     """``/score``'s body as the one entry it is."""
     return [_entry(body, "body")]
 
 
-def _many_entries(scorer: Scorer, body: Any) -> list[dict[str, Any]]:
+def _many_entries(scorer: Scorer, body: object) -> list[dict[str, object]]:
     """``/score_batch``'s body as its entries (more than ``scorer.max_requests`` are passed
     on as they are: the scorer refuses and counts them)."""
     if not isinstance(body, dict) or not isinstance(body.get("requests"), list):
@@ -286,10 +289,10 @@ def _many_entries(scorer: Scorer, body: Any) -> list[dict[str, Any]]:
     return [_entry(r, f"requests[{i}]") for i, r in enumerate(body["requests"])]
 
 
-def _health(scorer: Scorer, limits: ServeLimits) -> dict[str, Any]:
+def _health(scorer: Scorer, limits: ServeLimits) -> dict[str, object]:
     """``/health``'s answer: the scorer's counters, cache use, refusals, the connections and
     the gate's pools now, table sizes and limits."""
-    out = {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
+    out: dict[str, object] = {"status": "ok", "stats": dict(scorer.stats), "item_cache": scorer.item_cache_usage(),
            "refused": dict(limits.counts),
            "tables": {k: len(s) for k, s in scorer.model.stores().items()},
            "limits": {"max_items": scorer.max_items, "max_requests": scorer.max_requests,
@@ -357,7 +360,7 @@ def allowed_hosts(host: str, extra: tuple[str, ...] | list[str] = ()) -> tuple[s
     return tuple(names)
 
 
-def server_config(app: FastAPI, host: str, port: int, limits: ServeLimits, log_level: str = "info") -> Any:
+def server_config(app: FastAPI, host: str, port: int, limits: ServeLimits, log_level: str = "info") -> uvicorn.Config:
     """The ``uvicorn.Config`` :func:`serve` runs ``app`` with: the guarded h11 protocol
     (request-head deadline, connection bounds), the keep-alive timeout, the request-head size
     bound, the gate's access log (per client; uvicorn's own is off) and a rate-limited log
@@ -382,7 +385,7 @@ def build_server(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: i
                  insecure: bool = False, max_body_bytes: int | None = None,
                  token_file: str | os.PathLike | None = None, allow_hosts: tuple[str, ...] | list[str] = (),
                  limits: ServeLimits | None = None, signing_key: bytes | None = None, log_level: str = "info",
-                 **scorer_options: Any) -> Any:
+                 **scorer_options: Unpack[ScorerOptions]) -> uvicorn.Server:
     """The ``uvicorn.Server`` :func:`serve` runs (not started): the export loaded
     (:func:`fbrapids.serving.export.export_model`, manifest verified, and its signature with
     ``signing_key``), served with ``limits`` (:class:`~fbrapids.serving.guard.ServeLimits`;
@@ -403,7 +406,7 @@ def build_server(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: i
 def serve(export_dir: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
           insecure: bool = False, max_body_bytes: int | None = None, token_file: str | os.PathLike | None = None,
           allow_hosts: tuple[str, ...] | list[str] = (), limits: ServeLimits | None = None,
-          signing_key: bytes | None = None, **scorer_options: Any) -> None:
+          signing_key: bytes | None = None, **scorer_options: Unpack[ScorerOptions]) -> None:
     """Load an export and serve it until stopped (:func:`build_server`'s server), the start-up
     heap frozen out of full garbage collections first (:func:`freeze_heap`) and glibc's malloc
     arenas capped at :data:`MALLOC_ARENAS` (:func:`~fbrapids.runs.heap.limit_arenas`)."""

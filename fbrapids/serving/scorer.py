@@ -100,7 +100,7 @@ import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Callable, Hashable, Iterator, Mapping, Sequence, TypeAlias, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -110,25 +110,56 @@ from fbrapids import kernels as kstats
 from fbrapids.errors import (
     ArgumentError,
     CallCancelledError,
+    InputTypeError,
     KernelRuntimeError,
     ModelInputError,
     RequestError,
     RequestTooLargeError,
 )
 from fbrapids.features import extract as extract_features
-from fbrapids.kernels import columns_of
+from fbrapids.kernels import Expr, columns_of
 from fbrapids.runs.heap import PeriodicRelease, release_memory
 from fbrapids.serving.cache import ItemCache
 from fbrapids.serving.cost import CHUNK_WORK, MAX_LIST_LEN, MAX_TEXT_CHARS, MAX_WORK, CallCost
 from fbrapids.serving.fairness import FairLock
 from fbrapids.serving.forward import SideArrays, split_forward, to_tensor
-from fbrapids.serving.spec import F32_MAX, ServingSpec, columns_frame, records_to_columns, records_to_frame, show
+from fbrapids.serving.spec import (
+    F32_MAX,
+    Record,
+    ServingSpec,
+    columns_frame,
+    records_to_columns,
+    records_to_frame,
+    show,
+)
 from fbrapids.trainers.batch import Batch, dense_matrix, sparse_column
 from fbrapids.trainers.calibration import calibrated_logits
 from fbrapids.trainers.device import place_model
 from fbrapids.trainers.models.base import CTRModel
 
 log = logging.getLogger(__name__)
+
+#: a checked entry of a call: its request record and its item records
+_Entry: TypeAlias = tuple[Record, list[Record]]
+
+
+class ScorerOptions(TypedDict, total=False):
+    """:class:`Scorer`'s keyword options, as the loaders and the HTTP service pass them on."""
+
+    cache_items: int
+    dedup: bool
+    max_items: int
+    cache_bytes: int
+    max_requests: int
+    device: str | torch.device | None
+    chunk_items: int
+    max_logit: float
+    max_list_len: int
+    max_text_chars: int
+    max_work: int
+    chunk_work: int
+    contended_chunk_items: int
+    contended_window_s: float
 
 #: How far a served score may be from the training-side ``model(batch)`` on the same rows
 #: (the promise of docs/ams-and-serving.md).  Scores are float32; scoring a row alone, in a
@@ -249,11 +280,14 @@ class Scorer:
         self._blamed: int | None = None
 
     # -- feature extraction -------------------------------------------------------------------
-    def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Any], dense: list[str], sparse: list[str],
+    def _arrays(self, frame: pd.DataFrame, features: Mapping[str, Expr], dense: list[str], sparse: list[str],
                 counter: str, what: Callable[[int], str]) -> SideArrays:
         if features and len(frame):
             before = kstats.stats()["launches"]
-            frame = extract_features(frame, features)
+            extracted = extract_features(frame, features)
+            if not isinstance(extracted, pd.DataFrame):  # (a pandas frame's features come in a pandas frame)
+                raise InputTypeError(f"feature extraction gave a {type(extracted).__name__} for a pandas frame")
+            frame = extracted
             self.stats["kernel_launches"] += kstats.stats()["launches"] - before
         self.stats[counter] += len(frame)
         for c in dense:  # a finite value float32 cannot hold would become inf: the client's to fix
@@ -266,7 +300,7 @@ class Scorer:
         self.stats["nan_replaced"] += replaced
         return SideArrays(d, {c: sparse_column(frame[c], c) for c in sparse})
 
-    def _items(self, keys: list[tuple], first: np.ndarray, item_values: dict[str, list[Any]]) -> SideArrays:
+    def _items(self, keys: list[tuple], first: np.ndarray, item_values: dict[str, list[object]]) -> SideArrays:
         """Item-side arrays of the unique item contents ``keys`` (``first[i]``: the call's
         item record holding content i; ``item_values``: the call's validated item columns)."""
         spec = self.spec
@@ -321,7 +355,7 @@ class Scorer:
 
     # -- scoring --------------------------------------------------------------------------------
     @staticmethod
-    def _check(entry: Any, i: int) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]]:
+    def _check(entry: object, i: int) -> _Entry:
         if not isinstance(entry, Mapping) or "request" not in entry or "items" not in entry:
             raise RequestError(f"request {i}: expected an object with 'request' and 'items'")
         if not isinstance(entry["request"], Mapping):
@@ -330,11 +364,11 @@ class Scorer:
             raise RequestError(f"request {i}: 'items' must be a list of objects")
         return entry["request"], list(entry["items"])
 
-    def score(self, request: Mapping[str, Any], items: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    def score(self, request: Record, items: Sequence[Record]) -> np.ndarray:
         """Click probabilities ``[len(items)]`` of ``items`` for ``request`` (JSON-like dicts)."""
         return self.score_batch([{"request": request, "items": items}])[0]
 
-    def score_batch(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None,
+    def score_batch(self, requests: Sequence[Record], client: Hashable = None,
                     gone: threading.Event | None = None) -> list[np.ndarray]:
         """Scores of several ``{"request": {...}, "items": [{...}, ...]}`` entries at once:
         request features extracted together, items deduplicated across all of them (within
@@ -353,7 +387,7 @@ class Scorer:
         entries, works = self._entries(requests)
         return self._score_checked(entries, list(range(len(entries))), len(entries) > 1, works, client, gone)
 
-    def score_each(self, requests: Sequence[Mapping[str, Any]], client: Hashable = None,
+    def score_each(self, requests: Sequence[Record], client: Hashable = None,
                    gone: threading.Event | None = None) -> list[np.ndarray | RequestError]:
         """As :meth:`score_batch`, but per request: each entry's scores, or the
         :class:`~fbrapids.errors.RequestError` that entry alone raises (the others are
@@ -413,7 +447,7 @@ class Scorer:
         self._count(batch_retries=passes - 1)
         return out  # type: ignore[return-value]
 
-    def _drop_invalid(self, entries: list[tuple[Mapping[str, Any], list]], group: list[int],
+    def _drop_invalid(self, entries: list[_Entry], group: list[int],
                       out: list[np.ndarray | RequestError | None]) -> list[int]:
         """The requests of ``group`` whose records pass validation (as scoring validates
         them); each other one's error put in ``out`` (in full for the first
@@ -459,8 +493,8 @@ class Scorer:
             for k, v in changes.items():
                 self.stats[k] += v
 
-    def _entries(self, requests: Sequence[Mapping[str, Any]]
-                 ) -> tuple[list[tuple[Mapping[str, Any], list]], list[np.ndarray]]:
+    def _entries(self, requests: Sequence[Record]
+                 ) -> tuple[list[_Entry], list[np.ndarray]]:
         """The checked ``(request, items)`` of a call and each item's work, refused over the
         bounds (counted): requests, items, list lengths and work (:mod:`fbrapids.serving.cost`)."""
         try:
@@ -490,7 +524,7 @@ class Scorer:
         self._count(work=work)
         return entries, works
 
-    def _slices(self, entries: list[tuple[Mapping[str, Any], list]], works: list[np.ndarray] | None = None,
+    def _slices(self, entries: list[_Entry], works: list[np.ndarray] | None = None,
                 items: int | None = None, work: int | None = None) -> list[list[tuple[int, int, int]]]:
         """The call cut into slices of at most ``items`` items and requests (default
         ``chunk_items``), and at most ``work`` work (default ``chunk_work``; at least one item
@@ -519,7 +553,7 @@ class Scorer:
                     break
         return [sl for sl in out if sl]
 
-    def _score_checked(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int],
+    def _score_checked(self, entries: list[_Entry], origin: list[int],
                        batch_call: bool, works: list[np.ndarray] | None = None, client: Hashable = None,
                        gone: threading.Event | None = None) -> list[np.ndarray]:
         """Score ``entries`` in slices taken in turns with other clients (each slice under the
@@ -576,7 +610,7 @@ class Scorer:
         self._count(slices=slices)
         return [np.concatenate(p) if len(p) > 1 else p[0] if p else np.zeros(0, dtype=np.float32) for p in parts]
 
-    def _units(self, entries: list[tuple[Mapping[str, Any], list]], works: list[np.ndarray] | None
+    def _units(self, entries: list[_Entry], works: list[np.ndarray] | None
                ) -> tuple[list[list[tuple[int, int, int]]], list[tuple[int, int]]]:
         """The small units a call is scored in (``contended_chunk_items`` items each, or their
         share of ``chunk_work``), merged into larger slices while no other client uses the
@@ -599,7 +633,7 @@ class Scorer:
                 stop += 1
         return stop
 
-    def _score_slice(self, entries: list[tuple[Mapping[str, Any], list]], origin: list[int], batch_call: bool,
+    def _score_slice(self, entries: list[_Entry], origin: list[int], batch_call: bool,
                      sl: list[tuple[int, int, int]]) -> np.ndarray:
         """One slice's ``(entry, start, stop)`` item ranges scored (under the lock); a request
         error names the entry it blamed (``score_each`` answers that request alone)."""
@@ -622,7 +656,7 @@ class Scorer:
         self._resume[client] = time.monotonic() + PAUSE_FACTOR * held  # more slices to come: the others' turn
         self._count(paused_slices=1)
 
-    def _score_entries(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
+    def _score_entries(self, entries: list[_Entry]) -> np.ndarray:
         """One slice, under the lock."""
         if not entries:
             return np.zeros(0, dtype=np.float32)
@@ -654,7 +688,7 @@ class Scorer:
             why = "its inputs are beyond what the model tolerates"
         raise ModelInputError(f"{label(k)}: {why} (its score would be {float(logits[k])}); send a smaller value")
 
-    def _score_dedup(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
+    def _score_dedup(self, entries: list[_Entry]) -> np.ndarray:
         spec = self.spec
         filled: dict[str, int] = {}
         req_frame = records_to_frame([r for r, _ in entries], spec.schema, spec.request_columns, self._request_label,
@@ -700,7 +734,7 @@ class Scorer:
         probs = torch.sigmoid(calibrated_logits(self.model, logits)).float().cpu().numpy()
         return probs[pair_of]
 
-    def _score_full(self, entries: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]) -> np.ndarray:
+    def _score_full(self, entries: list[_Entry]) -> np.ndarray:
         spec = self.spec
         parts = []
         filled: dict[str, int] = {}
@@ -729,7 +763,7 @@ class Scorer:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-def _fixed_label(text: str) -> Callable[[Any], str]:
+def _fixed_label(text: str) -> Callable[[int], str]:
     """A row-label function that names every row ``text`` (one request's records)."""
     return lambda _: text
 

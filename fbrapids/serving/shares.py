@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-from typing import Any, Hashable
+from typing import Hashable
 
 
 class FairShare:
@@ -162,7 +162,7 @@ class FairShare:
             return sum(not f.done() for f in self._waiting.get(client, ()))
         return sum(not f.done() for q in self._waiting.values() for f in q)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int]:
         """``/health``'s view: total, used, clients holding some, waiters, refusals."""
         return {"total": self.total, "used": self.used, "clients": len(self._held), "waiting": self.waiting(),
                 "refused": self.refused}

@@ -44,7 +44,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,10 @@ import pyarrow as pa
 from fbrapids.errors import RequestError, SpecError, WorkloadError
 from fbrapids.kernels import Expr, as_expr, columns_of
 from fbrapids.views.times import TimeForm
+
+#: a record of raw columns as a client sends it (a JSON object: column -> value), checked by
+#: :func:`records_to_columns`
+Record: TypeAlias = Mapping[str, object]
 
 TYPES = {"int64": pa.int64(), "uint64": pa.uint64(), "float64": pa.float64(), "str": pa.large_string(),
          "list<int64>": pa.list_(pa.int64())}
@@ -66,12 +70,12 @@ class ServingSpec:
     request_columns: list[str]
     item_columns: list[str]
     item_key: str | None
-    request_features: dict[str, Any] = field(default_factory=dict)
-    item_features: dict[str, Any] = field(default_factory=dict)
-    pair_features: dict[str, Any] = field(default_factory=dict)
+    request_features: dict[str, Expr] = field(default_factory=dict)
+    item_features: dict[str, Expr] = field(default_factory=dict)
+    pair_features: dict[str, Expr] = field(default_factory=dict)
     dense: list[str] = field(default_factory=list)
     sparse: list[str] = field(default_factory=list)
-    fill: dict[str, Any] = field(default_factory=dict)
+    fill: dict[str, object] = field(default_factory=dict)
     time: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,7 +148,7 @@ SHOW_CHARS = 200  #: characters of an offending value echoed in an error message
 _RANGE = {"int64": (-(1 << 63), (1 << 63) - 1), "uint64": (0, (1 << 64) - 1)}
 
 
-def show(v: Any, limit: int = SHOW_CHARS) -> str:
+def show(v: object, limit: int = SHOW_CHARS) -> str:
     """``repr(v)`` cut to ``limit`` characters (errors echo a bounded part of the input).
 
     Example:
@@ -155,7 +159,7 @@ def show(v: Any, limit: int = SHOW_CHARS) -> str:
     return r if len(r) <= limit else f"{r[: limit - 6]}... ({len(r)} characters)"
 
 
-def _check(values: list[Any], name: str, kind: str, what: Callable[[int], str]) -> list[Any]:
+def _check(values: list[object], name: str, kind: str, what: Callable[[int], str]) -> list[object]:
     """Validate one column's values; returns them as the key of their content (NaN as
     None).  Raises :class:`~fbrapids.errors.RequestError` naming the record and column."""
     if kind in ("int64", "uint64"):
@@ -171,13 +175,13 @@ def _check(values: list[Any], name: str, kind: str, what: Callable[[int], str]) 
         for i, v in enumerate(values):
             if v is not None and (type(v) is not list or any(type(x) is not int or not lo <= x <= hi for x in v)):
                 raise RequestError(f"{what(i)}: column {name!r} must be a list of integers, got {show(v)}")
-        return [None if v is None else tuple(v) for v in values]
+        return [tuple(v) if type(v) is list else None for v in values]  # (each None or a list, checked)
     if kind == "float64":
         key = values
         for i, v in enumerate(values):
             if v is None:
                 continue
-            if type(v) not in (int, float):
+            if type(v) is not int and type(v) is not float:
                 raise RequestError(f"{what(i)}: column {name!r} must be a number, got {show(v)}")
             if v != v:  # NaN: missing, like null
                 key = key if key is not values else list(values)
@@ -204,7 +208,7 @@ def _utf8(s: str) -> bool:
     return True
 
 
-def _array(values: list[Any], kind: str) -> Any:
+def _array(values: list[object], kind: str) -> np.ndarray | pd.api.extensions.ExtensionArray:
     """The typed column array (numpy or pandas extension array) of validated ``values``."""
     if kind in ("int64", "uint64"):
         return np.asarray(values, dtype=np.dtype(kind))
@@ -213,7 +217,7 @@ def _array(values: list[Any], kind: str) -> Any:
                                                       type=pa.list_(pa.int64())))
     if kind == "float64":
         return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-    return pd.array(values, dtype="str")  # pyarrow large_string storage, null as missing
+    return pd.array(np.asarray(values, dtype=object), dtype="str")  # pyarrow large_string storage, null as missing
 
 
 def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
@@ -223,10 +227,10 @@ def _labeller(what: str | Callable[[int], str]) -> Callable[[int], str]:
     return what
 
 
-def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
-                       what: str | Callable[[int], str], fill: Mapping[str, Any] | None = None,
+def records_to_columns(records: Sequence[Record], schema: Mapping[str, str], columns: Sequence[str],
+                       what: str | Callable[[int], str], fill: Mapping[str, object] | None = None,
                        filled: dict[str, int] | None = None,
-                       time: Mapping[str, str] | None = None) -> tuple[dict[str, list[Any]], list[tuple]]:
+                       time: Mapping[str, str] | None = None) -> tuple[dict[str, list[object]], list[tuple[object, ...]]]:
     """Validate ``records`` (as :func:`records_to_frame`) without building a frame: each
     column's values, and each record's content key, the tuple of its values of ``columns``
     (NaN as None), equal for two records exactly when their typed values are equal.
@@ -267,7 +271,7 @@ def records_to_columns(records: Sequence[Mapping[str, Any]], schema: Mapping[str
     return values, list(zip(*keys)) if keys else [() for _ in records]
 
 
-def _seconds(values: list[Any], name: str, form: str, what: Callable[[int], str]) -> list[int]:
+def _seconds(values: list[object], name: str, form: str, what: Callable[[int], str]) -> list[object]:
     """A time column's validated values as UTC epoch seconds, read in ``form`` as training
     read the log's (:meth:`~fbrapids.views.times.TimeForm.parse`)."""
     tf = TimeForm(form)
@@ -279,7 +283,7 @@ def _seconds(values: list[Any], name: str, form: str, what: Callable[[int], str]
     return secs.tolist()
 
 
-def _filled(values: list[Any], value: Any) -> tuple[list[Any], int]:
+def _filled(values: list[object], value: object) -> tuple[list[object], int]:
     """``values`` with null and NaN replaced by ``value``, and how many were."""
     at = [i for i, v in enumerate(values) if v is None or (type(v) is float and v != v)]
     if not at:
@@ -290,7 +294,7 @@ def _filled(values: list[Any], value: Any) -> tuple[list[Any], int]:
     return out, len(at)
 
 
-def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
+def columns_frame(values: Mapping[str, list[object]], schema: Mapping[str, str],
                   rows: Sequence[int] | np.ndarray | None = None) -> pd.DataFrame:
     """The typed frame of validated column ``values`` (:func:`records_to_columns`), of the
     given ``rows`` (all by default)."""
@@ -303,8 +307,8 @@ def columns_frame(values: Mapping[str, list[Any]], schema: Mapping[str, str],
     return pd.DataFrame({c: _array(v, schema[c]) for c, v in values.items()})
 
 
-def records_to_frame(records: Sequence[Mapping[str, Any]], schema: Mapping[str, str], columns: Sequence[str],
-                     what: str | Callable[[int], str], fill: Mapping[str, Any] | None = None,
+def records_to_frame(records: Sequence[Record], schema: Mapping[str, str], columns: Sequence[str],
+                     what: str | Callable[[int], str], fill: Mapping[str, object] | None = None,
                      filled: dict[str, int] | None = None, time: Mapping[str, str] | None = None) -> pd.DataFrame:
     """A pandas frame of ``columns`` typed by ``schema`` from JSON-like ``records``.
 

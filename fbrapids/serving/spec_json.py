@@ -44,10 +44,10 @@ def _check_ops(e: Expr, where: str) -> None:
             _check_ops(a, where)
 
 
-def spec_to_json(spec: ServingSpec) -> dict[str, Any]:
+def spec_to_json(spec: ServingSpec) -> dict[str, object]:
     """``spec`` as JSON-ready data (module docstring); :class:`~fbrapids.errors.ExportError`
     naming the feature and parameter for a value JSON cannot hold."""
-    out: dict[str, Any] = {k: getattr(spec, k) for k in _PLAIN}
+    out: dict[str, object] = {k: getattr(spec, k) for k in _PLAIN}
     for side in SIDES:
         out[side] = {f: expr_to_json(e, f"{side[:-9]} feature {f!r}", ExportError) for f, e in getattr(spec, side).items()}
     if spec.fill:
@@ -57,10 +57,11 @@ def spec_to_json(spec: ServingSpec) -> dict[str, Any]:
     return out
 
 
-def spec_from_json(data: Mapping[str, Any], source: str = "spec") -> ServingSpec:
+def spec_from_json(data: object, source: str = "spec") -> ServingSpec:
     """The :class:`ServingSpec` of :func:`spec_to_json`'s data; builds data objects only."""
     if not isinstance(data, Mapping) or not set(_PLAIN) <= set(data):
         raise UnsafeFileError(f"{source}: not a serving spec (needs {', '.join(_PLAIN)})")
+    # (ServingSpec's own checks type the values read: a wrong one is its TypeError / ValueError)
     kw: dict[str, Any] = {k: data[k] for k in _PLAIN}
     fill = data.get("fill", {})
     if not isinstance(fill, Mapping):

@@ -25,11 +25,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from fbrapids.errors import WorkloadError
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.ops import ExprLike
     from fbrapids.workloads.spec import Workload
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class Dataset:
     None when only its features are declared and a workload file says the rest)."""
 
     name: str
-    features: Callable[[], Mapping[str, Any]]
+    features: Callable[[], Mapping[str, ExprLike]]
     workload: Callable[[str | os.PathLike[str]], Workload] | None = None
 
     def __post_init__(self) -> None:

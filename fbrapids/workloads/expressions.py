@@ -23,15 +23,18 @@ Example:
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 from fbrapids.errors import WorkloadError
+
+if TYPE_CHECKING:  # (annotations only: fbrapids.ops is imported when an expression is read)
+    from fbrapids.kernels import Expr
 
 #: fbrapids.ops functions that are not operators: they register code, never allowed from text
 NOT_OPERATORS = ("register_operator",)
 
 
-def _ops_function(name: str, text: str, where: str) -> Any:
+def _ops_function(name: str, text: str, where: str) -> Callable[..., Expr]:
     """The operator ``name`` of :mod:`fbrapids.ops`: one of its feature operators, never a
     function that registers code (``register_operator`` takes C source) or anything else."""
     from fbrapids import ops
@@ -46,7 +49,7 @@ def _ops_function(name: str, text: str, where: str) -> Any:
     return fn
 
 
-def _value(node: ast.AST, text: str, where: str) -> Any:
+def _value(node: ast.AST, text: str, where: str) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
@@ -56,28 +59,33 @@ def _value(node: ast.AST, text: str, where: str) -> Any:
         items = [_value(e, text, where) for e in node.elts]
         return items if isinstance(node, ast.List) else tuple(items)
     if isinstance(node, ast.Call):
-        f = node.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "ops":
-            name = f.attr
-        elif isinstance(f, ast.Name):
-            name = f.id
-        else:
-            raise WorkloadError(f"{where}: only fbrapids.ops calls are allowed, got {ast.unparse(f)!r} (in {text!r})")
-        fn = _ops_function(name, text, where)
-        args = [_value(a, text, where) for a in node.args]
-        kwargs = {k.arg: _value(k.value, text, where) for k in node.keywords if k.arg is not None}
-        if len(kwargs) != len(node.keywords):
-            raise WorkloadError(f"{where}: **kwargs are not allowed (in {text!r})")
-        try:
-            return fn(*args, **kwargs)
-        except WorkloadError:
-            raise
-        except Exception as e:  # a wrong argument of the operator: say where it was written
-            raise WorkloadError(f"{where}: {text!r}: {e}") from e
+        return _call(node, text, where)
     raise WorkloadError(f"{where}: {ast.unparse(node)!r} is not a literal or an fbrapids.ops call (in {text!r})")
 
 
-def parse_expression(text: str, where: str = "expression") -> Any:
+def _call(node: ast.Call, text: str, where: str) -> Expr:
+    """The expression an ``fbrapids.ops`` call of ``text`` builds (its arguments literals or calls)."""
+    f = node.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "ops":
+        name = f.attr
+    elif isinstance(f, ast.Name):
+        name = f.id
+    else:
+        raise WorkloadError(f"{where}: only fbrapids.ops calls are allowed, got {ast.unparse(f)!r} (in {text!r})")
+    fn = _ops_function(name, text, where)
+    args = [_value(a, text, where) for a in node.args]
+    kwargs = {k.arg: _value(k.value, text, where) for k in node.keywords if k.arg is not None}
+    if len(kwargs) != len(node.keywords):
+        raise WorkloadError(f"{where}: **kwargs are not allowed (in {text!r})")
+    try:
+        return fn(*args, **kwargs)
+    except WorkloadError:
+        raise
+    except Exception as e:  # a wrong argument of the operator: say where it was written
+        raise WorkloadError(f"{where}: {text!r}: {e}") from e
+
+
+def parse_expression(text: str, where: str = "expression") -> Expr:
     """The feature expression ``text`` names (module docstring); ``where`` names its origin
     in errors (a TOML field, a command-line option).
 
@@ -94,10 +102,10 @@ def parse_expression(text: str, where: str = "expression") -> Any:
     if not isinstance(tree.body, ast.Call):
         raise WorkloadError(f"{where}: {text!r} is not an fbrapids.ops call (a raw column needs no expression: "
                             "list its name among the features)")
-    return _value(tree.body, text, where)
+    return _call(tree.body, text, where)
 
 
-def parse_candidate(text: str) -> tuple[str, Any]:
+def parse_candidate(text: str) -> tuple[str, Expr]:
     """A ``name=expression`` pair, as ``fbrapids trial --candidate`` takes it.
 
     Example:

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, TypeGuard
 
 from fbrapids.errors import WorkloadError
 from fbrapids.frames.backend import is_dask
-from fbrapids.workloads.spec import HELD_OUT, View, Workload
+from fbrapids.workloads.spec import HELD_OUT, Join, View, Workload
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import dask.dataframe as dd
+
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.ops import ExprLike
     from fbrapids.workloads.split_check import SplitCheck
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,18 @@ def partition_rows() -> int:
     return int(dask.config.get("fbrapids.partition-rows", PARTITION_ROWS))
 
 
+def _is_lazy(frame: FrameLike) -> TypeGuard[dd.DataFrame]:
+    """Whether ``frame`` is a dask (or dask-cudf) frame (:func:`~fbrapids.frames.backend.is_dask`)."""
+    return is_dask(frame)
+
+
+def _lazy(frame: FrameLike, where: str) -> dd.DataFrame:
+    """``frame``, a view as :func:`~fbrapids.views.read.read_view` reads it here: a dask frame."""
+    if not _is_lazy(frame):
+        raise WorkloadError(f"{where}: read as a {type(frame).__name__}, not a dask frame")
+    return frame
+
+
 def _budgeted_rows() -> int | None:
     """``fbrapids.partition-rows`` when a run set it (its memory budget), else None."""
     import dask
@@ -67,12 +82,12 @@ def index_as_column(frame: FrameLike) -> FrameLike:
     return frame.reset_index()
 
 
-def _rows_before(part: FrameLike, column: str, cutoff: Any, before: bool) -> FrameLike:
+def _rows_before(part: FrameLike, column: str, cutoff: int | None, before: bool) -> FrameLike:
     keep = part[column] < cutoff
     return part[keep if before else ~keep]
 
 
-def split_by_time(frame: FrameLike, column: str, cutoff: Any) -> tuple[FrameLike, FrameLike]:
+def split_by_time(frame: FrameLike, column: str, cutoff: int | None) -> tuple[FrameLike, FrameLike]:
     """Rows with ``column < cutoff`` for training, the rest held out.
 
     On dask each partition is filtered by its own rows (``map_partitions``): a dask-level
@@ -85,7 +100,7 @@ def split_by_time(frame: FrameLike, column: str, cutoff: Any) -> tuple[FrameLike
         >>> tr["ts"].tolist(), te["ts"].tolist()
         ([1], [5, 9])
     """
-    if is_dask(frame):
+    if _is_lazy(frame):
         return (frame.map_partitions(_rows_before, column, cutoff, True, meta=frame._meta),
                 frame.map_partitions(_rows_before, column, cutoff, False, meta=frame._meta))
     return frame[frame[column] < cutoff], frame[frame[column] >= cutoff]
@@ -147,25 +162,26 @@ def read_views(w: Workload, backend: str | None = None, check: SplitCheck | None
         else:
             out[v.name] = _read(w, v, tuple(check.files) if v is w.log else v.paths, backend)
         if v is w.log:
-            out[v.name] = _timed(w, out[v.name], check)
+            out[v.name] = _timed(w, _lazy(out[v.name], f"{w.where}: view {v.name!r}"), check)
         if v.distinct:
             out[v.name] = out[v.name].drop_duplicates(subset=list(v.distinct))
     rule = w.split.rule
     if rule == "files":
-        held = _timed(w, _read(w, w.log, tuple(check.held_files), backend), check)
+        where = f"{w.where}: view {w.log.name!r}"
+        held = _timed(w, _lazy(_read(w, w.log, tuple(check.held_files), backend), where), check)
         train, test = (f.map_partitions(_marked, flag, meta=_marked(f._meta, flag))
-                       for f, flag in ((out[w.log.name], False), (held, True)))
+                       for f, flag in ((_lazy(out[w.log.name], where), False), (held, True)))
         import dask.dataframe as dd
 
         out[w.log.name] = dd.concat([train, test])
     elif rule == "fraction":
         if w.split.fraction is None:
             raise WorkloadError(f"{w.where}: a 'fraction' split without its fraction")
-        out[w.log.name] = _mark_last_rows(out[w.log.name], w.split.fraction)
+        out[w.log.name] = _mark_last_rows(_lazy(out[w.log.name], f"{w.where}: view {w.log.name!r}"), w.split.fraction)
     return out
 
 
-def _timed(w: Workload, frame: FrameLike, check: SplitCheck) -> FrameLike:
+def _timed(w: Workload, frame: dd.DataFrame, check: SplitCheck) -> dd.DataFrame:
     """The log ``frame`` with its time column read as UTC epoch seconds in the checked form
     (per partition; nothing to do for epoch seconds already int64)."""
     from fbrapids.views.times import parse_time_column
@@ -180,7 +196,7 @@ def _timed(w: Workload, frame: FrameLike, check: SplitCheck) -> FrameLike:
                                 meta=parse_time_column(frame._meta, column, form, where))
 
 
-def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
+def _mark_last_rows(frame: dd.DataFrame, fraction: float) -> dd.DataFrame:
     """``frame`` with :data:`HELD_OUT` True on its last ``fraction`` of rows (file order;
     one pass to count each partition's rows)."""
     import math
@@ -198,7 +214,7 @@ def _mark_last_rows(frame: FrameLike, fraction: float) -> FrameLike:
     return dd.from_delayed(parts, meta=_marked_rows(frame._meta, 0, 0), verify_meta=False)
 
 
-def feature_frame(w: Workload, backend: str | None = None, features: dict[str, Any] | None = None,
+def feature_frame(w: Workload, backend: str | None = None, features: Mapping[str, ExprLike] | None = None,
                   check: SplitCheck | None = None) -> tuple[FrameLike, dict[str, Any]]:
     """The lazy, partitioned frame of ``w``: the log cleaned, the views joined in (each
     cleaned; dictionaries broadcast, their hash tables built once per pass, each pass
@@ -216,7 +232,7 @@ def feature_frame(w: Workload, backend: str | None = None, features: dict[str, A
     cleaned = {v.name: views[v.name].fbx.clean(**v.clean) if v.clean else views[v.name] for v in w.views}
     frame = cleaned[w.log.name]
 
-    def join(frame: FrameLike, j: FrameLike) -> FrameLike:
+    def join(frame: FrameLike, j: Join) -> FrameLike:
         opts = {} if j.validate is None else {"validate": j.validate}
         frame = frame.fbx.join(cleaned[j.view], on=j.on if isinstance(j.on, str) else list(j.on), how=j.how, **opts)
         return frame.fbx.clean(fill=j.fill) if j.fill else frame
@@ -230,14 +246,15 @@ def feature_frame(w: Workload, backend: str | None = None, features: dict[str, A
     for j in w.joins:
         if j.after_features:
             merged = join(merged, j)
-    if merged.index.name is not None and is_dask(merged):  # the key back as a column
+    if merged.index.name is not None and _is_lazy(merged):  # the key back as a column
         # per partition (opaque to dask's optimizer: its filter pushdown through reset_index
         # misaligns a later row filter such as split_by_time's, dask 2026.8)
         merged = merged.map_partitions(index_as_column, meta=index_as_column(merged._meta))
     return merged, {"log": cleaned[w.log.name], "views": views, "joined": joined}
 
 
-def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def split_fitted(features: Mapping[str, ExprLike] | None
+                 ) -> tuple[dict[str, ExprLike], dict[str, ExprLike], dict[str, ExprLike]]:
     """``features`` as (meta-kernel only, history, fitted).
 
     History operators look only at strictly earlier events, so they run over the whole
@@ -254,9 +271,9 @@ def split_fitted(features: dict[str, Any] | None) -> tuple[dict[str, Any], dict[
     from fbrapids.features.fitted import FITTED_OPS, frame_calls
     from fbrapids.kernels import as_expr
 
-    kernel: dict[str, Any] = {}
-    history: dict[str, Any] = {}
-    fitted: dict[str, Any] = {}
+    kernel: dict[str, ExprLike] = {}
+    history: dict[str, ExprLike] = {}
+    fitted: dict[str, ExprLike] = {}
     for name, e in (features or {}).items():
         calls = frame_calls(as_expr(e))
         group = fitted if any(c.op in FITTED_OPS for c in calls) else history if calls else kernel

@@ -43,12 +43,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeAlias
 
 from fbrapids.errors import ArgumentError
 
 if TYPE_CHECKING:  # (annotations only: importing the trainers loads torch)
     from fbrapids.trainers.sparse import StoreConfig
+
+#: the value of a :class:`Recipe` field (a rate, a count, a switch; None: a rate left to another)
+RecipeValue: TypeAlias = int | float | bool | None
 
 #: the fields a tuning grid may vary (every field of a recipe but ``calibrate``)
 FIELDS = ("dense_lr", "sparse_lr", "first_order_lr", "weight_decay", "dropout", "epochs", "sparse_lr_decay")
@@ -89,7 +92,7 @@ class Recipe:
         """The first-order tables' learning rate (``sparse_lr`` when not set)."""
         return self.sparse_lr if self.first_order_lr is None else self.first_order_lr
 
-    def with_(self, **changes: Any) -> "Recipe":
+    def with_(self, **changes: Any) -> "Recipe":  # (each a field's value: the fields' types, checked again)
         """A copy with ``changes``; an unknown name is an :class:`~fbrapids.errors.ArgumentError`."""
         known = [f.name for f in dataclasses.fields(self)]
         unknown = sorted(set(changes) - set(known))
@@ -108,7 +111,7 @@ class Recipe:
 
         return first_order_config(self.store(base)).with_(lr=self.first_order)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, RecipeValue]:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
@@ -124,7 +127,7 @@ class Recipe:
 
 #: the grid a tuning tries by default (``RunConfig(tune=True)``; :mod:`fbrapids.app.tuning`), one
 #: field at a time in this order, each value with the others at the best found so far
-DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
+DEFAULT_GRID: dict[str, tuple[RecipeValue, ...]] = {
     "sparse_lr": (0.02, 0.05, 0.1),
     "first_order_lr": (0.02, 0.05, 0.2),
     "weight_decay": (0.0, 1e-5, 1e-4),
@@ -134,7 +137,7 @@ DEFAULT_GRID: dict[str, tuple[Any, ...]] = {
 }
 
 
-def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
+def check_grid(grid: Mapping[str, Sequence[RecipeValue]]) -> dict[str, tuple[RecipeValue, ...]]:
     """``grid`` checked: recipe field -> a non-empty list of values, each a valid setting of
     that field; returned as tuples, in order.
 
@@ -161,7 +164,7 @@ def check_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
     return out
 
 
-def _number(v: Any, low: float, open_low: bool = False) -> bool:
+def _number(v: object, low: float, open_low: bool = False) -> bool:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
         return False
     return v > low if open_low else v >= low

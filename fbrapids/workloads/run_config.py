@@ -17,9 +17,12 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Sequence, overload
 
 from fbrapids.errors import WorkloadError
+
+if TYPE_CHECKING:  # (annotations only: the recipe is imported where a config is checked)
+    from fbrapids.workloads.recipe import Recipe
 
 #: where ``RunConfig.tiers`` may put the embedding rows
 TIERS = ("auto", "ram", "tiered")
@@ -151,7 +154,7 @@ class RunConfig:
     resume: bool = False
     nan: str = "error"
     calibrate: bool = True
-    recipe: Any = None
+    recipe: Recipe | None = None
     tune: Any = False
     memory_limit: int | str | None = None
 
@@ -205,7 +208,7 @@ class RunConfig:
                 raise bad("memory_limit", "bytes, a size such as '8GB' or '6GiB', a share such as '40%', or None") \
                     from None
 
-    def with_(self, **changes: Any) -> "RunConfig":
+    def with_(self, **changes: Any) -> "RunConfig":  # (each a field's value: the fields' types)
         """A copy with ``changes``; an unknown name is a :class:`~fbrapids.errors.WorkloadError`."""
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)

@@ -26,11 +26,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypedDict
 
 from fbrapids.errors import WorkloadError
 
 if TYPE_CHECKING:
+    from fbrapids.ops import ExprLike
     from fbrapids.trainers.models.base import CTRModel
 
 SPLIT_RULES = ("at", "last_day", "fraction", "files")
@@ -39,7 +40,7 @@ JOIN_HOWS = ("left", "inner")
 HELD_OUT = "fbx_held_out"
 
 
-def _names(value: Any, what: str, where: str) -> tuple[str, ...]:
+def _names(value: Iterable[str], what: str, where: str) -> tuple[str, ...]:
     """``value`` as a tuple of names: a str (one name given bare) or a non-str item is an error."""
     if isinstance(value, str):
         raise WorkloadError(f"{where}: {what} must be a list of column / feature names, got the str {value!r} "
@@ -57,7 +58,7 @@ def _names(value: Any, what: str, where: str) -> tuple[str, ...]:
     return out
 
 
-def _mapping(value: Any, what: str, where: str) -> dict[str, Any]:
+def _mapping(value: object, what: str, where: str) -> dict[str, object]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -145,7 +146,7 @@ class Join:
     on: str | tuple[str, ...]
     how: str = "left"
     validate: str | None = None
-    fill: dict[str, Any] = field(default_factory=dict)
+    fill: dict[str, object] = field(default_factory=dict)
     after_features: bool = False
 
     def __post_init__(self) -> None:
@@ -213,7 +214,16 @@ class SequenceFeature:
     over it (``target``); ``expression`` builds it (None: a column of the views)."""
 
     target: str
-    expression: Any = None
+    expression: ExprLike | None = None
+
+
+class StreamArgs(TypedDict):
+    """The stream arguments a workload gives a model (:meth:`Workload.stream_args`)."""
+
+    label: str
+    dense: list[str]
+    sparse: list[str]
+    group: str | None
 
 
 @dataclass(frozen=True)
@@ -248,7 +258,7 @@ class Workload:
     time: str | None = None
     group: str | None = None
     joins: tuple[Join, ...] = ()
-    features: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, ExprLike] = field(default_factory=dict)
     sparse: tuple[str, ...] = ()
     dense: tuple[str, ...] = ()
     sequences: dict[str, SequenceFeature] = field(default_factory=dict)
@@ -419,8 +429,9 @@ class Workload:
                 raise WorkloadError(f"{self.where}: split files: no file matches {self.resolve(p)!r}")
 
     # -- deriving -----------------------------------------------------------------------
-    def with_features(self, features: Mapping[str, Any] | None = None, *, sparse: Sequence[str] = (),
-                      dense: Sequence[str] = (), sequences: Mapping[str, Any] | None = None) -> "Workload":
+    def with_features(self, features: Mapping[str, ExprLike] | None = None, *, sparse: Sequence[str] = (),
+                      dense: Sequence[str] = (), sequences: Mapping[str, SequenceFeature] | None = None
+                      ) -> "Workload":
         """This workload with more extracted ``features`` and more model inputs (appended).
 
         Example:
@@ -437,11 +448,11 @@ class Workload:
             dense=self.dense + tuple(d for d in dense if d not in self.dense),
             sequences={**self.sequences, **dict(sequences or {})})
 
-    def replace(self, **changes: Any) -> "Workload":
+    def replace(self, **changes: Any) -> "Workload":  # (each a field's value: the fields' types, checked again)
         """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)
 
-    def inputs(self, sequences: bool = False) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
+    def inputs(self, sequences: bool = False) -> tuple[list[str], list[str], dict[str, str], dict[str, ExprLike]]:
         """``(dense, sparse, sequences, features)`` of a model over this workload: with
         ``sequences`` the behaviour sequences are added (to the sparse inputs, their
         expressions to the features); without, they are left out.
@@ -463,7 +474,8 @@ class Workload:
                     feats = {n: s.expression, **feats}
         return dense, sparse, seqs, feats
 
-    def model_inputs(self, model: str | type[CTRModel]) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
+    def model_inputs(self, model: str | type[CTRModel]
+                     ) -> tuple[list[str], list[str], dict[str, str], dict[str, ExprLike]]:
         """``(dense, sparse, sequences, features)`` that ``model`` (a registered model's short
         name, or its class) trains on: the model says
         (:meth:`~fbrapids.trainers.models.base.CTRModel.workload_inputs`; DIN adds the
@@ -480,7 +492,7 @@ class Workload:
         cls = model_for(model) if isinstance(model, str) else model
         return cls.workload_inputs(self)
 
-    def stream_args(self, model: str | type[CTRModel] = "dlrm") -> dict[str, Any]:
+    def stream_args(self, model: str | type[CTRModel] = "dlrm") -> StreamArgs:
         """``label``, ``dense``, ``sparse`` and ``group`` of the stream feeding ``model``
         (:meth:`model_inputs`: the same lists ``Model.from_workload`` builds the model from).
 

@@ -38,13 +38,16 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fbrapids.errors import WorkloadError
 from fbrapids.views.times import PLAUSIBLE, TimeForm, infer_form, when
 from fbrapids.workloads.spec import Workload
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
 #: where :meth:`SplitCheck.announce` reports a checked split, before training (``fbrapids demo`` /
@@ -68,7 +71,7 @@ def held_out_floor(rows: int) -> int:
     return min(FLOOR_ROWS, max(1, math.ceil(FLOOR_SHARE * rows)))
 
 
-def natural_key(path: str) -> list[Any]:
+def natural_key(path: str) -> list[int | str]:
     """A file name's sort key with its runs of digits as numbers (``part_2`` < ``part_10``).
 
     Example:
@@ -152,7 +155,7 @@ class SplitCheck:
         to start, every other check passed."""
         report_log.info("%s", self.render().replace("split:", f"split of {origin}:", 1))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The check as JSON-ready values (a summary's ``split``)."""
         return {"rule": self.rule, "view": self.view, "files": list(self.files), "order": self.order,
                 "time": self.time, "time_form": self.time_form.name if self.time_form is not None else None,
@@ -205,7 +208,7 @@ def _columns(w: Workload, files: list[str]) -> list[str]:
         raise
 
 
-def _read_file(w: Workload, path: str, needed: list[str]) -> Any:
+def _read_file(w: Workload, path: str, needed: list[str]) -> FrameLike:
     from fbrapids.views.read import read_view
 
     try:
@@ -335,7 +338,7 @@ def _isnull(a: np.ndarray) -> np.ndarray:
     return pd.isna(a)
 
 
-def _label_text(v: Any) -> str:
+def _label_text(v: object) -> str:
     return str(v.item() if hasattr(v, "item") else v)
 
 

@@ -53,12 +53,15 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fbrapids.errors import WorkloadError
 from fbrapids.workloads.dataset_registry import dataset
 from fbrapids.workloads.expressions import parse_expression
 from fbrapids.workloads.spec import Join, SequenceFeature, Split, View, Workload
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.ops import ExprLike
 
 #: the fields a workload file may hold (docs/workloads.md lists each; a test checks it)
 TOP = {"name", "root", "label", "time", "time_form", "group", "item_view", "split", "views", "joins", "features",
@@ -67,7 +70,7 @@ FEATURES = {"sparse", "dense", "extract", "dataset"}  #: the fields of ``[featur
 SEQUENCE = {"target", "expression"}  #: the fields of ``[sequences.NAME]``
 
 
-def _table(value: Any, where: str) -> dict[str, Any]:
+def _table(value: object, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise WorkloadError(f"{where} must be a table, got {value!r}")
     return dict(value)
@@ -88,7 +91,7 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
         raise WorkloadError(f"{where}: {e}") from None
 
 
-def _dataset_features(name: Any, source: str) -> dict[str, Any]:
+def _dataset_features(name: str, source: str) -> dict[str, ExprLike]:
     """The features of the data set registered as ``name`` (:mod:`fbrapids.workloads.dataset_registry`:
     a public log's preprocessing, e.g. ``"criteo"``)."""
     try:

@@ -19,9 +19,13 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fbrapids.workloads.dataset_registry import Dataset, register_dataset
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.kernels import Expr
+    from fbrapids.workloads import Workload
 
 LABEL = "click"
 GROUP = "user_id"
@@ -44,7 +48,7 @@ DIN_SEQUENCE = "hist_cat"
 DIN_TARGET = "category"
 
 
-def din_history() -> dict[str, Any]:
+def din_history() -> dict[str, Expr]:
     """The history feature DIN trains on (name -> expression).
 
     Example:
@@ -56,7 +60,7 @@ def din_history() -> dict[str, Any]:
     return {DIN_SEQUENCE: ops.history("user_id", DIN_TARGET, "ts", last_n=50, events="click")}
 
 
-def features() -> dict[str, Any]:
+def features() -> dict[str, Expr]:
     """The features the demo extracts: the workload's (docs/workload.md, section 5:
     :func:`fbrapids.datasets.synthetic.views.features`) and those its feature trials added
     (:data:`DERIVED`).
@@ -71,7 +75,7 @@ def features() -> dict[str, Any]:
     return {**canonical.features(), **{name: derived[name] for name in DERIVED}}
 
 
-def workload(data_dir: str | os.PathLike) -> Any:
+def workload(data_dir: str | os.PathLike) -> Workload:
     """The generated data in ``data_dir`` as a :class:`~fbrapids.workloads.Workload` (module
     docstring)."""
     from fbrapids.datasets.synthetic import views as canonical
@@ -88,7 +92,7 @@ def workload(data_dir: str | os.PathLike) -> Any:
                Join("ads", on="ad_id", fill=canonical.JOIN_MISS_FILL),
                Join("basic", on="instance_id", how="inner", after_features=True)),
         split=Split("at", at=TS0 + (DAYS - 1) * 86400),
-        features=features(), sparse=tuple(SPARSE), dense=tuple(DENSE),
+        features={**features()}, sparse=tuple(SPARSE), dense=tuple(DENSE),
         sequences={DIN_SEQUENCE: SequenceFeature(DIN_TARGET, din_history()[DIN_SEQUENCE])})
 
 
@@ -96,7 +100,7 @@ def workload(data_dir: str | os.PathLike) -> Any:
 DATASET = register_dataset(Dataset("synthetic", features, workload))
 
 
-def as_workload(data: Any) -> Any:
+def as_workload(data: Workload | str | os.PathLike) -> Workload:
     """``data`` itself when a :class:`~fbrapids.workloads.Workload`; a workload file (a
     ``.toml`` path) as :func:`~fbrapids.workloads.load_workload` reads it; a folder of
     generated data (a path) as its :func:`workload`.  Another file is a

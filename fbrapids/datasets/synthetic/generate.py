@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -205,13 +205,15 @@ def _user_block(dic: _Dictionaries, seed: int, block: int, start: int, stop: int
     tags = np.array([f"t{i}" for i in range(N_TAGS)], dtype=object)
     n_interests = rng.integers(0, 11, size=n)
     interests = _join_words(tags, _zipf_ranks(rng, N_TAGS, int(n_interests.sum()), a=0.8), n_interests, "|")
-    gender = np.array(["m", "f", "o"], dtype=object)[dic.gender_idx[start:stop]]
+    gender = np.array(["m", "f", "o"], dtype=object)[dic.gender_idx[start:stop]]  # (a copy: its nulls set below)
+    age = pd.array(dic.user_age[start:stop], dtype="Int32")
+    age[rng.random(n) < 0.05] = pd.NA  # 5% of ages missing, then 8% of genders (the generator's draws in this order)
+    gender[rng.random(n) < 0.08] = None
     return pd.DataFrame(
         {
             "user_id": dic.user_ids[start:stop],
-            # (numpy's stubs have no np.where overload for a None branch)
-            "age": pd.array(np.where(rng.random(n) < 0.05, None, dic.user_age[start:stop]), dtype="Int32"),  # type: ignore[call-overload]
-            "gender": pd.array(np.where(rng.random(n) < 0.08, None, gender), dtype="str"),
+            "age": age,
+            "gender": pd.array(gender, dtype="str"),
             "city": pd.array([f"c{c}" for c in dic.user_city[start:stop]], dtype="str"),
             "interests": pd.array(interests, dtype="str"),
         }
@@ -573,7 +575,7 @@ def generate(rows: int, out_dir: str | Path, seed: int = 0, row_group_rows: int 
             clicks += int(click.sum())
             bar.update(stop - start)
     oracle_auc = _auc_from_histograms(pos, neg)
-    meta: dict[str, Any] = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4),
+    meta: dict[str, object] = {"rows": rows, "seed": seed, "oracle_auc": round(oracle_auc, 4), "ctr": round(clicks / rows, 4),
             "data_version": DATA_VERSION}
     if plant:
         meta["plant"] = {name: {"beta": beta, "levels": PLANT_LEVELS,

@@ -16,12 +16,13 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fbrapids.views.read import read_view
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.kernels import Expr
 
 VIEW_NAMES = ("impressions", "users", "ads", "basic")
 
@@ -56,7 +57,7 @@ def read_views(data_dir: str | Path, eager: bool = False, backend: str | None = 
     }
 
 
-def clean_views(views: dict[str, Any]) -> tuple[FrameLike, FrameLike, FrameLike]:
+def clean_views(views: Mapping[str, FrameLike]) -> tuple[FrameLike, FrameLike, FrameLike]:
     """Workload section 3: cleaned impressions, users and ads."""
     impressions = views["impressions"].fbx.clean(**IMPRESSION_CLEAN)
     users = views["users"].fbx.clean(fill=USER_FILL)
@@ -64,7 +65,7 @@ def clean_views(views: dict[str, Any]) -> tuple[FrameLike, FrameLike, FrameLike]
     return impressions, users, ads
 
 
-def join_views(impressions: FrameLike, users: FrameLike, ads: FrameLike, **join_options: Any) -> FrameLike:
+def join_views(impressions: FrameLike, users: FrameLike, ads: FrameLike, **join_options: object) -> FrameLike:
     """Workload section 4: left joins on user_id then ad_id, misses filled with defaults."""
     return (
         impressions.fbx.join(users, on="user_id", how="left", **join_options)
@@ -79,7 +80,7 @@ AGE_BOUNDS = (0, 18, 25, 35, 45, 55, 65)
 PRICE_BOUNDS = (0, 1, 2, 3, 4, 5, 6)
 
 
-def features() -> dict[str, Any]:
+def features() -> dict[str, Expr]:
     """The workload's extracted columns (section 5) as feature expressions over ``fbrapids.ops``.
 
     Shared sub-expressions (the token lists, ``hour``) are written once and computed once.
@@ -119,7 +120,7 @@ def features() -> dict[str, Any]:
     }
 
 
-def derived_features() -> dict[str, Any]:
+def derived_features() -> dict[str, Expr]:
     """The features the demo's own feature trials added to the workload's (docs/models.md: the
     trial table): how the query and the ad's title overlap, which the hashed token cross
     ``qxt_cross_h`` can memorise pair by pair but cannot say.
