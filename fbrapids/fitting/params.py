@@ -11,7 +11,7 @@ Example:
     >>> as_int(None, "n_keys")
     Traceback (most recent call last):
     ...
-    fbrapids.errors.FeatureError: parameter n_keys: None is not a number
+    fbrapids.errors.FeatureError: n_keys: None is not a number
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ _NUMBERS = (int, float, str, np.integer, np.floating, np.bool_)
 def as_int(value: object, name: str) -> int:
     """``int(value)``; a FeatureError naming ``name`` for a value that is no number."""
     if not isinstance(value, _NUMBERS):
-        raise FeatureError(f"parameter {name}: {value!r} is not a number")
+        raise FeatureError(f"{name}: {value!r} is not a number")
     return int(value)
 
 
 def as_float(value: object, name: str) -> float:
     """``float(value)``; a FeatureError naming ``name`` for a value that is no number."""
     if not isinstance(value, _NUMBERS):
-        raise FeatureError(f"parameter {name}: {value!r} is not a number")
+        raise FeatureError(f"{name}: {value!r} is not a number")
     return float(value)
 
 

@@ -435,6 +435,19 @@ def is_dask(obj: object) -> TypeIs[FrameBase]:
     return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions") and hasattr(obj, "_meta")
 
 
+def is_dask_frame(obj: object) -> TypeIs[dd.DataFrame]:
+    """True for a dask or dask-cudf DataFrame (:func:`is_dask`, and no Series): the test that
+    narrows a :data:`FrameLike` to dask's DataFrame for the type checker.
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> df = dd.from_pandas(pd.DataFrame({"a": [1, 2]}), npartitions=1)
+        >>> is_dask_frame(df), is_dask_frame(df["a"]), is_dask_frame(pd.DataFrame())
+        (True, False, False)
+    """
+    return is_dask(obj) and isinstance(obj, dask_dataframe().DataFrame)  # dask is loaded: obj is its object
+
+
 def frame_kind(obj: object) -> str:
     """What kind of frame (or series) ``obj`` is: ``"dask"`` (dask or dask-cudf, lazy),
     ``"cudf"`` (an eager cudf object, or a cupy array) or ``"pandas"`` (anything else: pandas,
