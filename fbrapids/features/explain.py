@@ -10,22 +10,25 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
+
+import pandas as pd
 
 from fbrapids.errors import FbrapidsError
 from fbrapids.features.fitted import Fitted, frame_calls
 from fbrapids.features.plan_graph import Explanation
 from fbrapids.features.plans import plan_for
-from fbrapids.frames import backend as backends
-from fbrapids.kernels import as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
+from fbrapids.kernels import Col, as_expr, cached, dictionary_paths as describe_paths, from_series, render_module
 from fbrapids.views.inputs import prepare
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.features.feature_map import FeatureMap
     from fbrapids.features.featureset import FeatureSet
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.kernels import Plan
 
 
-def explain(obj: FrameLike, features: Mapping[str, Any] | FeatureSet | Fitted, source: bool = False,
+def explain(obj: FrameLike, features: FeatureMap | FeatureSet | Fitted, source: bool = False,
             fused: bool = True) -> str:
     """What ``extract(obj, features)`` runs: layers, operators, placement and reasons, the
     counters of its compiled plan so far (launches, pool, bytes moved between host and
@@ -33,13 +36,13 @@ def explain(obj: FrameLike, features: Mapping[str, Any] | FeatureSet | Fitted, s
     notebook shows it as the plan's layered graph (:class:`~fbrapids.features.plan_graph.Explanation`)."""
     fitted_text = features.explain() if isinstance(features, Fitted) else None
     named = features if isinstance(features, Mapping) else features.features  # a FeatureSet's or a Fitted's
-    features = {name: as_expr(e) for name, e in named.items()}
-    frame_level = {n: frame_calls(e) for n, e in features.items() if frame_calls(e)}
+    exprs = {name: as_expr(e) for name, e in named.items()}
+    frame_level = {n: frame_calls(e) for n, e in exprs.items() if frame_calls(e)}
     if frame_level:  # the meta-kernels run the other features and the frame-level calls' inputs
         inputs = {f"{n}:{c.op}.{i}": a for n, calls in frame_level.items() for c in calls
                   for i, a in enumerate(c.args) if not frame_calls(a)}
-        features = {**{n: e for n, e in features.items() if n not in frame_level}, **inputs}
-    plan = plan_for(prepare(getattr(obj, "_meta", obj), features), features, fused)
+        exprs = {**{n: e for n, e in exprs.items() if n not in frame_level}, **inputs}
+    plan = plan_for(prepare(getattr(obj, "_meta", obj), exprs), exprs, fused)
     shared = sum(1 for n in plan.nodes if n.op is not None and len(n.features) > 1)
     lines = [f"fbrapids plan: {len(plan.outputs)} feature(s), {plan.num_ops} operator(s) in {len(plan.layers)} "
              f"layer(s) -> {len(plan.layers)} kernel launch(es) per partition [{plan.backend} backend]"]
@@ -79,14 +82,15 @@ def explain(obj: FrameLike, features: Mapping[str, Any] | FeatureSet | Fitted, s
     return Explanation("\n".join(lines), plan)
 
 
-def dictionary_paths(obj: FrameLike, plan: Any) -> dict[int, str]:
+def dictionary_paths(obj: FrameLike, plan: Plan) -> dict[int, str]:
     """Per dictionary-capable operator of ``plan``, the path extracting ``obj`` takes (an
     eager pandas frame: chosen from its columns; dask: per partition)."""
-    if backends.frame_kind(obj) != "pandas" or not plan.dictionary_nodes:
+    if not isinstance(obj, pd.DataFrame) or not plan.dictionary_nodes:  # dask or cudf: decided per partition
         return describe_paths(plan, None)
-    args = {a for n in plan.dictionary_nodes for a in n.args if plan.nodes[a].op is None}
+    columns = {a: e.name for n in plan.dictionary_nodes for a in n.args
+               if plan.nodes[a].op is None and isinstance(e := plan.nodes[a].expr, Col)}  # the frame's columns
     try:
-        inputs = {a: from_series(obj[plan.nodes[a].expr.name], plan.nodes[a].expr.name) for a in args}
+        inputs = {a: from_series(obj[name], name) for a, name in columns.items()}
     except FbrapidsError:  # a column the kernels read only once prepared: decided when the plan runs
         inputs = {}
     return describe_paths(plan, inputs or None)

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from fbrapids.errors import ReplacedColumnWarning
 from fbrapids.features.fitted import Fitted, extract_frame, has_frame_ops
@@ -27,8 +27,12 @@ from fbrapids.features.run import run_features
 from fbrapids.frames.backend import FrameLike
 from fbrapids.kernels import Col, as_expr
 
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.features.feature_map import FeatureMap
+    from fbrapids.features.featureset import FeatureSet
 
-def extract(obj: FrameLike, features: "Mapping[str, Any] | Fitted", fused: bool = True, training: bool = False,
+
+def extract(obj: FrameLike, features: FeatureMap | FeatureSet | Fitted, fused: bool = True, training: bool = False,
             allow_unfitted: bool = False, progress: bool | None = None) -> FrameLike:
     """Add the named feature columns to ``obj`` (like ``assign``), computed by meta-kernels.
 
@@ -69,18 +73,18 @@ def extract(obj: FrameLike, features: "Mapping[str, Any] | Fitted", fused: bool 
     if isinstance(features, Fitted):
         warn_replaced(obj, features.features)
         return extract_frame(obj, features, training=training, fused=fused, progress=progress)
-    features = getattr(features, "features", features)  # a FeatureSet
-    if not features:
+    named = features if isinstance(features, Mapping) else features.features  # a FeatureSet's
+    if not named:
         return obj
-    features = {name: as_expr(e) for name, e in features.items()}
-    warn_replaced(obj, features)
-    if has_frame_ops(features):  # fitted, history and row operators: frame-level stage first
-        return extract_frame(obj, features, training=training, allow_unfitted=allow_unfitted, fused=fused,
+    exprs = {name: as_expr(e) for name, e in named.items()}
+    warn_replaced(obj, exprs)
+    if has_frame_ops(exprs):  # fitted, history and row operators: frame-level stage first
+        return extract_frame(obj, exprs, training=training, allow_unfitted=allow_unfitted, fused=fused,
                              progress=progress)
-    return run_features(obj, features, fused, progress)
+    return run_features(obj, exprs, fused, progress)
 
 
-def warn_replaced(obj: FrameLike, features: Mapping[str, Any]) -> None:
+def warn_replaced(obj: FrameLike, features: FeatureMap) -> None:
     """A :class:`~fbrapids.errors.ReplacedColumnWarning` naming the features that replace an
     input column of ``obj`` (a feature that is the column itself replaces nothing).
 

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fbrapids.features.explain import explain
 from fbrapids.features.extract import extract
@@ -18,17 +18,18 @@ from fbrapids.features.fitted import Fitted, fit
 from fbrapids.kernels import Expr, as_expr
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.features.feature_map import ExprLike
     from fbrapids.frames.backend import FrameLike
 
 
 class FeatureSet:
     """A named, reusable collection of feature expressions."""
 
-    def __init__(self, name: str = "features", **features: Any) -> None:
+    def __init__(self, name: str = "features", **features: ExprLike) -> None:
         self.name = name
         self.features: dict[str, Expr] = {k: as_expr(v) for k, v in features.items()}
 
-    def add(self, **features: Any) -> "FeatureSet":
+    def add(self, **features: ExprLike) -> "FeatureSet":
         """Add (or replace) features; returns self for chaining."""
         self.features.update({k: as_expr(v) for k, v in features.items()})
         return self

@@ -33,7 +33,8 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Iterator, Mapping, TypeAlias, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,7 @@ from fbrapids.features.run import run_features
 from fbrapids.features.schema import check_columns
 from fbrapids.fitting import history as H, rowops as R
 from fbrapids.fitting.encoders import spec_of
+from fbrapids.fitting.params import as_int
 from fbrapids.fitting.registry import frame_operator
 from fbrapids.fitting.state import FittedState, load_states, read_document, save_states
 from fbrapids.frames import backend as _backend
@@ -50,7 +52,10 @@ from fbrapids.kernels import Call, Col, Expr, as_expr, find_operator, operators
 from fbrapids.kernels.expr_json import expr_from_json, expr_to_json
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike
+    import dask.dataframe as dd
+
+    from fbrapids.features.feature_map import FeatureMap
+    from fbrapids.frames.backend import EagerFrame, FrameLike, SeriesLike
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +137,7 @@ def _inputs(call: Call, training: bool = True) -> list[Expr]:
     return frame_operator(call.op).input_exprs(call, training)
 
 
-def _params(call: Call) -> dict[str, Any]:
+def _params(call: Call) -> dict[str, object]:
     return frame_operator(call.op).params(call)
 
 
@@ -147,8 +152,8 @@ class Fitted:
 
     features: dict[str, Expr]
     states: dict[str, FittedState] = field(default_factory=dict)
-    info: dict[str, Any] = field(default_factory=dict)
-    _source: Any = field(default=None, repr=False, compare=False)
+    info: dict[str, object] = field(default_factory=dict)
+    _source: weakref.ref[FrameLike] | None = field(default=None, repr=False, compare=False)
 
     def extract(self, frame: FrameLike, training: bool = False, fused: bool = True) -> FrameLike:
         """``frame`` with the features added, the fitted states applied (see :func:`extract`)."""
@@ -219,14 +224,25 @@ class Fitted:
                    dict(doc.get("info", {})))
 
 
-def state_param(state: FittedState) -> dict[str, Any]:
+class StateParam(TypedDict):
+    """A fitted state as a call's ``state`` parameter (:meth:`Fitted.frozen`): data a serving
+    spec stores as JSON."""
+
+    op: str
+    tables: dict[str, tuple[object, ...] | np.ndarray]  # text tables as tuples of strings
+    meta: dict[str, object]  # the JSON scalars of the state's meta
+
+
+def state_param(state: FittedState) -> StateParam:
     """A state as an expression parameter: numeric tables as arrays, text tables as tuples."""
-    tables = {k: (tuple(v.tolist()) if v.dtype.kind in "UO" else v) for k, v in state.tables.items()}
-    meta = {k: v for k, v in state.meta.items() if v is None or isinstance(v, (bool, int, float, str))}
+    tables: dict[str, tuple[object, ...] | np.ndarray] = {
+        k: (tuple(v.tolist()) if v.dtype.kind in "UO" else v) for k, v in state.tables.items()}
+    meta: dict[str, object] = {k: v for k, v in state.meta.items()
+                               if v is None or isinstance(v, (bool, int, float, str))}
     return {"op": state.op, "tables": tables, "meta": meta}
 
 
-def state_from_param(p: Mapping[str, Any]) -> FittedState:
+def state_from_param(p: StateParam) -> FittedState:
     """The :class:`FittedState` a ``state`` parameter carries."""
     tables = {k: (np.asarray(v, dtype=object) if isinstance(v, tuple) and v and isinstance(v[0], str)
                   else np.asarray(v)) for k, v in p["tables"].items()}  # object: a trailing NUL stays
@@ -261,12 +277,12 @@ def _with_inputs(frame: FrameLike, calls: list[Call], fused: bool, training: boo
     return frame, names
 
 
-def _inputs_frame(part: pd.DataFrame, cols: dict[str, str]) -> pd.DataFrame:
+def _inputs_frame(part: pd.DataFrame, cols: Mapping[str, str]) -> pd.DataFrame:
     return pd.DataFrame({role: part[c] for role, c in cols.items()}, index=part.index)
 
 
 # -- fit ----------------------------------------------------------------------------------------
-def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None = "ts", fused: bool = True) -> Fitted:
+def fit(frame: FrameLike, features: FeatureMap, time_column: str | None = "ts", fused: bool = True) -> Fitted:
     """Fit every fitted operator of ``features`` over ``frame`` in one pass.
 
     Args:
@@ -291,10 +307,10 @@ def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None =
     import dask
 
     t0 = time.perf_counter()
-    features = {name: as_expr(e) for name, e in features.items()}
-    check_columns(frame, features)
+    exprs = {name: as_expr(e) for name, e in features.items()}
+    check_columns(frame, exprs)
     calls: list[Call] = []
-    for name, e in features.items():
+    for name, e in exprs.items():
         for c in frame_calls(e):
             if c.op not in FITTED_OPS:
                 continue
@@ -312,7 +328,7 @@ def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None =
     groups: dict[str, list[Call]] = {}
     for c in calls:
         groups.setdefault(state_id(c), []).append(c)
-    lazy: dict[str, dict[str, list[Any]]] = {}
+    lazy: dict[str, dict[str, list[SeriesLike]]] = {}  # computed (eager series) below, on dask
     for sid, members in groups.items():
         spec = spec_of(members[0].op, _params(members[0]))
         _check_shared(sid, members)
@@ -321,14 +337,14 @@ def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None =
             inp = copy_columns(work, cols)[list(cols)]  # by role: one column may fill two (label = key)
             for k, v in spec.stats(inp).items():
                 lazy.setdefault(sid, {}).setdefault(k, []).append(v)
-    extras: dict[str, Any] = {"rows": work.shape[0] if _backend.is_dask(work) else len(work)}
+    extras: dict[str, object] = {"rows": work.shape[0] if _backend.is_dask(work) else len(work)}
     cols_of = getattr(base, "columns", [])
     if time_column and time_column in cols_of:
         extras["time_min"] = base[time_column].min()
         extras["time_max"] = base[time_column].max()
     if _backend.is_dask(work):
         lazy, extras = dask.compute(lazy, extras)  # every fitted operator's statistics: one pass
-    rows = int(extras["rows"])
+    rows = as_int(extras["rows"], "rows")
     states: dict[str, FittedState] = {}
     for sid, parts in lazy.items():
         spec = spec_of(groups[sid][0].op, _params(groups[sid][0]))
@@ -337,10 +353,10 @@ def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None =
             state.meta.update(time_column=time_column, time_min=_scalar(extras["time_min"]),
                               time_max=_scalar(extras["time_max"]))
         states[sid] = state
-    info: dict[str, Any] = {"rows": rows, "seconds": time.perf_counter() - t0}
+    info: dict[str, object] = {"rows": rows, "seconds": time.perf_counter() - t0}
     if "time_min" in extras:
         info.update(time_column=time_column, time_min=_scalar(extras["time_min"]), time_max=_scalar(extras["time_max"]))
-    out = Fitted(features, states, info)
+    out = Fitted(exprs, states, info)
     try:
         out._source = weakref.ref(base)
     except TypeError:
@@ -349,7 +365,8 @@ def fit(frame: FrameLike, features: Mapping[str, Any], time_column: str | None =
     return out
 
 
-def _scalar(v: Any) -> Any:
+def _scalar(v: object) -> object:
+    """A computed statistic (numpy, pandas or cudf scalar) as a Python value (whole floats as ints)."""
     v = _backend.to_host(v) if hasattr(v, "dtype") and _backend.is_gpu_object(v) else v
     v = v.item() if hasattr(v, "item") else v
     return int(v) if isinstance(v, float) and v.is_integer() else v
@@ -371,8 +388,12 @@ def _history_column(c: Call) -> str:
 
 
 # -- apply --------------------------------------------------------------------------------------------
-def _apply_partition(part: FrameLike, jobs: list[tuple[str, str, dict[str, Any], dict[str, str], Any]],
-                     training: bool) -> FrameLike:
+#: one frame-level call to apply: (output column, operator, its parameters, its input columns
+#: by role, its fitted state: None for a history or row operator)
+_Job: TypeAlias = tuple[str, str, dict[str, object], dict[str, str], "FittedState | None"]
+
+
+def _apply_partition(part: EagerFrame, jobs: list[_Job], training: bool) -> EagerFrame:
     """One partition with the fitted / history outputs of ``jobs`` added as columns.  A cudf
     partition sends only the jobs' input columns to the host and takes only their outputs
     back (not every column both ways); the outputs join it by position."""
@@ -382,6 +403,7 @@ def _apply_partition(part: FrameLike, jobs: list[tuple[str, str, dict[str, Any],
     for name, op, params, cols, state in jobs:
         inp = _inputs_frame(host, cols)
         if op in FITTED_OPS:
+            assert state is not None  # (extract_frame refuses a fitted call without a state)
             out[name] = spec_of(op, params).apply(inp, state, training=training)
         elif op in ROW_OPS:
             out[name] = R.compute(op, inp, params)
@@ -399,8 +421,8 @@ def _apply_frame_ops(frame: FrameLike, calls: list[Call], states: Mapping[str, F
                      fused: bool) -> FrameLike:
     """``frame`` with a column per call (named by :func:`_column_of`), inputs computed first."""
     frame, names = _with_inputs(frame, calls, fused, training)
-    fitted_jobs = []
-    history_by_key: dict[str, list] = {}
+    fitted_jobs: list[_Job] = []
+    history_by_key: dict[str, list[_Job]] = {}
     meta = getattr(frame, "_meta", frame)
     for c in calls:
         state = states.get(state_id(c)) if c.op in FITTED_OPS else None
@@ -409,13 +431,13 @@ def _apply_frame_ops(frame: FrameLike, calls: list[Call], states: Mapping[str, F
             check(meta, names[c], c)
         params = ({**_params(c), "_labels": tuple(str(a) for a in c.args)} if c.op in FITTED_OPS or c.op in HISTORY_OPS
                   else _params(c))  # the columns' names, for errors
-        job = (_column_of(c), c.op, params, names[c], state)
+        job: _Job = (_column_of(c), c.op, params, names[c], state)
         if c.op in FITTED_OPS or c.op in ROW_OPS:
             fitted_jobs.append(job)
         else:
             history_by_key.setdefault(names[c]["a0"], []).append(job)
     inputs = {col for cols in names.values() for col in cols.values()}
-    if _backend.is_dask(frame):
+    if _backend.is_dask_frame(frame):
         import dask
 
         for key, jobs in history_by_key.items():
@@ -433,23 +455,23 @@ _PART = f"{_TMP}part"
 _POS_BITS = 40  # rows per partition below 2**40
 
 
-def _tag_rows(part: FrameLike, partition_info: dict | None = None) -> FrameLike:
+def _tag_rows(part: EagerFrame, partition_info: dict[str, int] | None = None) -> EagerFrame:
     number = (partition_info or {}).get("number", 0)
     return part.assign(**{_ROW: (np.int64(number) << _POS_BITS) + np.arange(len(part), dtype=np.int64)})
 
 
-def _part_of_row(part: FrameLike) -> FrameLike:
+def _part_of_row(part: EagerFrame) -> EagerFrame:
     return part.assign(**{_PART: part[_ROW].to_numpy() // (1 << _POS_BITS)})
 
 
-def _copy(part: FrameLike, mapping: dict[str, str]) -> FrameLike:
+def _copy(part: EagerFrame, mapping: Mapping[str, str]) -> EagerFrame:
     # the series itself relabelled, never ``to_numpy()`` (a nullable / Arrow int column with
     # nulls came out as float64: 2^53 + 1 -> 2^53, 2^64 - 1 -> 2^64, while the meta kept its
     # dtype) and never ``.array`` / ``set_axis`` (cudf series have neither)
     return part.assign(**{new: _backend.on_index(part[src], part.index) for new, src in mapping.items()})
 
 
-def copy_columns(frame: FrameLike, mapping: dict[str, str]) -> FrameLike:
+def copy_columns(frame: FrameLike, mapping: Mapping[str, str]) -> FrameLike:
     """``frame`` with column ``src`` copied as ``new`` for each ``new: src``, per partition and
     by position (a dask-level ``assign`` of one column to another aligns indexes, which
     fails on the duplicate labels partition-local indexes have)."""
@@ -459,7 +481,7 @@ def copy_columns(frame: FrameLike, mapping: dict[str, str]) -> FrameLike:
     return frame.map_partitions(_copy, mapping, meta=meta)
 
 
-def _attach(part: FrameLike, results: FrameLike, names: list[str]) -> FrameLike:
+def _attach(part: EagerFrame, results: EagerFrame, names: list[str]) -> EagerFrame:
     """``part`` with the ``names`` columns of ``results`` (its own rows, in any order) put back in row order."""
     host = _backend.to_host(results) if _backend.is_gpu_object(results) else results
     if len(host) != len(part):
@@ -473,7 +495,7 @@ def _attach(part: FrameLike, results: FrameLike, names: list[str]) -> FrameLike:
     return part.drop(columns=[_ROW]).assign(**cols)
 
 
-def _history_in_place(frame: FrameLike, key: str, jobs: list, dask: Any) -> FrameLike:
+def _history_in_place(frame: dd.DataFrame, key: str, jobs: list[_Job], dask: ModuleType) -> dd.DataFrame:
     """History jobs over one key on a dask frame, rows kept in their partitions and order.
 
     Only the jobs' input columns travel: tagged with their (partition, position), shuffled by
@@ -501,7 +523,7 @@ def _history_in_place(frame: FrameLike, key: str, jobs: list, dask: Any) -> Fram
                         verify_meta=False)
 
 
-def _map(frame: FrameLike, jobs: list, training: bool, dask: Any) -> FrameLike:
+def _map(frame: dd.DataFrame, jobs: list[_Job], training: bool, dask: ModuleType) -> dd.DataFrame:
     meta = frame._meta
     host_meta = _backend.to_host(meta) if _backend.is_gpu_object(meta) else meta
     new = {}
@@ -519,7 +541,7 @@ def _column_of(c: Call) -> str:
 
 
 # -- extract --------------------------------------------------------------------------------------------
-def has_frame_ops(features: Mapping[str, Any]) -> bool:
+def has_frame_ops(features: FeatureMap) -> bool:
     """Whether any feature uses a fitted, history or row operator.
 
     Example:
@@ -530,7 +552,7 @@ def has_frame_ops(features: Mapping[str, Any]) -> bool:
     return any(frame_calls(as_expr(e)) for e in features.values())
 
 
-def extract_frame(frame: FrameLike, features: "Mapping[str, Any] | Fitted", training: bool = False,
+def extract_frame(frame: FrameLike, features: FeatureMap | Fitted, training: bool = False,
                   allow_unfitted: bool = False, fused: bool = True, progress: bool | None = False) -> FrameLike:
     """Add the features to ``frame``: fitted and history operators at frame level, the rest
     through the meta-kernels.

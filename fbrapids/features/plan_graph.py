@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.kernels import Expr, Plan
 
 KIND_COLORS = {
     "input": "#eeeeee", "hash": "#f4b183", "cross": "#ffd966", "string": "#a9d18e", "list": "#9dc3e6",
@@ -69,7 +72,7 @@ class Graph:
     outputs: dict[str, int] = field(default_factory=dict)
 
 
-def operator_kind(op: Any) -> str:
+def operator_kind(op: object) -> str:
     """An operator's family, for colouring: what it declares (``hash``, ``cross``,
     ``string``, ``list``, ``json``, ``lookup``, ``scalar`` for numbers and time; ``custom``
     for operators a user registered).
@@ -83,7 +86,7 @@ def operator_kind(op: Any) -> str:
     return family if family in KIND_COLORS else "custom"
 
 
-def plan_graph(plan: Any) -> Graph:
+def plan_graph(plan: Plan) -> Graph:
     """The graph of a :class:`~fbrapids.kernels.plan.Plan` (input columns in row 0, layer
     ``i`` in row ``i + 1``), laid out."""
     row_of: dict[int, int] = {}
@@ -104,7 +107,7 @@ def plan_graph(plan: Any) -> Graph:
     return graph
 
 
-def expr_graph(features: dict[str, Any]) -> Graph:
+def expr_graph(features: Mapping[str, Expr]) -> Graph:
     """The graph of feature expressions before any frame is known (a ``FeatureSet``):
     each distinct sub-expression once, rows by depth (columns on top), placement decided
     only when a frame is planned.
@@ -117,9 +120,9 @@ def expr_graph(features: dict[str, Any]) -> Graph:
     """
     from fbrapids.kernels import get_operator
 
-    ids: dict[Any, GraphNode] = {}
+    ids: dict[tuple, GraphNode] = {}
 
-    def visit(e: Any, feature: str) -> GraphNode:
+    def visit(e: Expr, feature: str) -> GraphNode:
         args = tuple(visit(a, feature).id for a in getattr(e, "args", ()))  # every value a feature reads
         node = ids.get(e.key)
         if node is None:
@@ -283,9 +286,9 @@ class Explanation(str):
     """``explain``'s text (a ``str``: printing and slicing are unchanged) that a notebook
     shows as the plan's layered graph above that text."""
 
-    plan: Any = None
+    plan: Plan | None = None
 
-    def __new__(cls, text: str, plan: Any = None) -> "Explanation":
+    def __new__(cls, text: str, plan: Plan | None = None) -> "Explanation":
         obj = super().__new__(cls, text)
         obj.plan = plan
         return obj

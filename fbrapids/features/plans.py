@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 from fbrapids.features.schema import check_columns, columns_used, schema_of
 from fbrapids.frames import backend as backends
 from fbrapids.kernels import DEVICE_BUDGET_FRACTION, Plan, Runtime, as_expr, build_plan, compiled, registry_generation
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.features.feature_map import FeatureMap
     from fbrapids.frames.backend import FrameLike
 
 #: compiled runtimes remembered by (features, schema, backend, fused, device budget, registry generation)
@@ -54,7 +55,7 @@ def device_budget(be: backends.Backend) -> int | None:
     return 0 if budget <= 0 else 1 << (budget.bit_length() - 1)
 
 
-def _plan_inputs(frame: FrameLike, features: Mapping[str, Any]) -> tuple[dict, str, int | None]:
+def _plan_inputs(frame: FrameLike, features: FeatureMap) -> tuple[dict, str, int | None]:
     """What a plan of ``features`` over ``frame`` depends on: the schema of the columns
     used, the backend's name and its device budget.
 
@@ -74,18 +75,18 @@ def _plan_inputs(frame: FrameLike, features: Mapping[str, Any]) -> tuple[dict, s
     return schema_of(frame, columns_used(features)), be.name, device_budget(be)
 
 
-def plan_for(frame: FrameLike, features: Mapping[str, Any], fused: bool = True) -> Plan:
+def plan_for(frame: FrameLike, features: FeatureMap, fused: bool = True) -> Plan:
     """The plan ``features`` get over ``frame``'s schema (no compilation)."""
     return _build(features, fused, *_plan_inputs(frame, features))
 
 
-def _build(features: Mapping[str, Any], fused: bool, schema: dict, backend: str, budget: int | None) -> Plan:
+def _build(features: FeatureMap, fused: bool, schema: dict, backend: str, budget: int | None) -> Plan:
     with _memo_lock:
         _memo_counts["plans_built"] += 1
     return build_plan(dict(features), schema, backend=backend, fused=fused, device_budget=budget)
 
 
-def compiled_plan(frame: FrameLike, features: Mapping[str, Any], fused: bool = True) -> Runtime:
+def compiled_plan(frame: FrameLike, features: FeatureMap, fused: bool = True) -> Runtime:
     """The compiled plan (HostPlan / CudaPlan) for eager ``frame``; its ``.stats`` count launches.
 
     Example:

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import pandas as pd
 
@@ -36,7 +36,8 @@ from fbrapids.ui.progressbar import row_chunks
 from fbrapids.views.inputs import prepare
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike
+    from fbrapids.features.feature_map import FeatureMap
+    from fbrapids.frames.backend import EagerFrame, EagerSeries, FrameLike
 
 
 #: an eager pandas ``extract`` of at least this many rows shows a progress bar by default
@@ -45,7 +46,7 @@ EXTRACT_PROGRESS_ROWS = 1 << 21
 EXTRACT_CHUNK_ROWS = 1 << 18
 
 
-def run_eager(df: FrameLike, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> FrameLike:
+def run_eager(df: EagerFrame, features: FeatureMap, fused: bool = True, progress: bool | None = False) -> EagerFrame:
     """``df`` with the feature columns added (pandas or cudf).
 
     ``progress``: True runs a pandas frame in chunks of ``EXTRACT_CHUNK_ROWS`` rows under a
@@ -58,7 +59,7 @@ def run_eager(df: FrameLike, features: Mapping[str, Any], fused: bool = True, pr
     return df.assign(**_feature_columns(df, features, fused))
 
 
-def _feature_columns(df: FrameLike, features: Mapping[str, Any], fused: bool) -> dict[str, Any]:
+def _feature_columns(df: EagerFrame, features: FeatureMap, fused: bool) -> dict[str, EagerSeries]:
     src = prepare(df, features)  # timestamps as epoch seconds; unreadable columns are errors
     runtime = compiled_plan(src, features, fused)
     res = runtime.run(src)
@@ -69,8 +70,8 @@ def _feature_columns(df: FrameLike, features: Mapping[str, Any], fused: bool) ->
     return {name: to_series(c, df.index, name, nullable[name]) for name, c in res.columns.items()}
 
 
-def _chunked_columns(df: pd.DataFrame, features: Mapping[str, Any], fused: bool,
-                     progress: bool | None) -> dict[str, Any]:
+def _chunked_columns(df: pd.DataFrame, features: FeatureMap, fused: bool,
+                     progress: bool | None) -> dict[str, EagerSeries]:
     """The feature columns of ``df``, computed chunk by chunk under a progress bar."""
     parts = [_feature_columns(df.iloc[a:b], features, fused)
              for a, b in row_chunks(len(df), EXTRACT_CHUNK_ROWS, "extract", show=True if progress else None,
@@ -96,7 +97,7 @@ def operators_used(features: Mapping[str, Expr]) -> dict[str, Operator]:
 
 
 def run_partition(part: pd.DataFrame, features: dict[str, Expr], fused: bool,
-                  ops_used: dict[str, Operator] | None = None) -> Any:
+                  ops_used: dict[str, Operator] | None = None) -> EagerFrame:
     """One dask partition.  A worker process has the built-ins but not the operators a user
     registered in the client: they travel with the task and are registered here when
     missing or different."""
@@ -108,20 +109,20 @@ def run_partition(part: pd.DataFrame, features: dict[str, Expr], fused: bool,
     return run_eager(part, features, fused)
 
 
-def run_features(obj: FrameLike, features: Mapping[str, Any], fused: bool = True, progress: bool | None = False) -> FrameLike:
+def run_features(obj: FrameLike, features: FeatureMap, fused: bool = True, progress: bool | None = False) -> FrameLike:
     """Add the (already fitted) feature columns to a pandas, cudf, dask or dask-cudf frame
     (``progress``: see :func:`run_eager`; a dask frame's progress shows when it is computed,
     under :func:`fbrapids.progress`)."""
-    features = {name: as_expr(e) for name, e in features.items()}
+    exprs = {name: as_expr(e) for name, e in features.items()}
     if not backends.is_dask(obj):
-        return run_eager(obj, features, fused, progress)
+        return run_eager(obj, exprs, fused, progress)
     if progress:
         raise FeatureError("extract(progress=True) on a dask frame: its work runs when it is computed; show that "
                            "with `with fbrapids.progress(): frame.compute()` (or a distributed Client's dashboard)")
-    plan = plan_for(prepare(obj._meta, features), features, fused)  # type errors surface here, before any task runs
-    nullable = plan.nullable_outputs(nullable_columns(obj, columns_used(features)) if plan.backend != "gpu" else set())
+    plan = plan_for(prepare(obj._meta, exprs), exprs, fused)  # type errors surface here, before any task runs
+    nullable = plan.nullable_outputs(nullable_columns(obj, columns_used(exprs)) if plan.backend != "gpu" else set())
     meta = obj._meta.assign(**{name: empty_series(plan.nodes[nid].type, name, nullable[name])
                                for name, nid in plan.outputs.items()})
     if plan.backend == "gpu":
         meta = backends.to_backend(meta, backends.backend_of(obj))
-    return obj.map_partitions(run_partition, features, fused, operators_used(features), meta=meta)
+    return obj.map_partitions(run_partition, exprs, fused, operators_used(exprs), meta=meta)

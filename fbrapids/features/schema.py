@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,7 @@ from fbrapids.frames import backend as backends
 from fbrapids.kernels import as_expr, columns_of, from_arrow_type, object_array
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.features.feature_map import FeatureMap
     from fbrapids.frames.backend import FrameLike, SeriesLike
 
 
@@ -30,7 +31,8 @@ def column_type(s: SeriesLike) -> str | None:
     if isinstance(dtype, pd.StringDtype) or str(dtype) in ("str", "string"):
         return "str"
     if backends.is_categorical(dtype):  # cudf's categorical dtype is no pd.CategoricalDtype
-        categories = backends.host_dtype(dtype).categories
+        host = backends.host_dtype(dtype)
+        categories = host.categories if isinstance(host, pd.CategoricalDtype) else pd.Index([])
         # no categories (all null): strings, as an all-null object column
         return column_type(pd.Series(categories)) if len(categories) else "str"
     np_dtype = getattr(dtype, "numpy_dtype", dtype)
@@ -75,7 +77,7 @@ def schema_of(frame: FrameLike, columns: set[str]) -> dict[str, str | None]:
     return {c: column_type(meta[c]) for c in meta.columns if c in columns}
 
 
-def check_columns(frame: FrameLike, features: Mapping[str, Any]) -> None:
+def check_columns(frame: FrameLike, features: FeatureMap) -> None:
     """Raise :class:`~fbrapids.errors.FeatureError` naming the feature, the column and the
     frame's columns when a feature reads a column ``frame`` does not have.
 
@@ -96,7 +98,7 @@ def check_columns(frame: FrameLike, features: Mapping[str, Any]) -> None:
                                f"{shown or 'none'})")
 
 
-def columns_used(features: Mapping[str, Any]) -> set[str]:
+def columns_used(features: FeatureMap) -> set[str]:
     """The frame columns ``features`` read."""
     out: set[str] = set()
     for name, e in features.items():

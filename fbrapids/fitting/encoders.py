@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -37,25 +37,35 @@ import pyarrow as pa
 
 from fbrapids.errors import FeatureError, OperatorTypeError
 from fbrapids.fitting.frame_op import FrameOperator
+from fbrapids.fitting.params import as_float, as_int, labels_of
 from fbrapids.fitting.rowops import flat_values
 from fbrapids.fitting.state import FittedState
 from fbrapids.frames import backend as _backend
 from fbrapids.kernels import Call, Expr
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike, SeriesLike
+    from fbrapids.frames.backend import DtypeObj, EagerFrame, EagerSeries, FrameLike, SeriesLike
 
 PAD_ID, NULL_ID, OOV_ID = 0, 1, 2
 
 
-def _host(obj: Any) -> Any:
+def _host(obj: EagerSeries) -> pd.Series:
+    """A cudf series as pandas; a pandas one as it is."""
     to_pandas = getattr(obj, "to_pandas", None)
     if to_pandas is not None and not isinstance(obj, (pd.Series, pd.DataFrame)):
         return to_pandas()
     return obj
 
 
-def _sum_counts(parts: list[Any]) -> pd.Series:
+def _host_frame(part: EagerFrame) -> pd.DataFrame:
+    """A cudf frame as pandas; a pandas one as it is."""
+    to_pandas = getattr(part, "to_pandas", None)
+    if to_pandas is not None and not isinstance(part, (pd.Series, pd.DataFrame)):
+        return to_pandas()
+    return part
+
+
+def _sum_counts(parts: Sequence[EagerSeries]) -> pd.Series:
     """Value counts (several, one per column sharing a vocabulary) summed, index = value."""
     series = [_host(p) for p in parts]
     series = [s for s in series if len(s)]
@@ -126,7 +136,8 @@ def _probe(col: pd.Series) -> np.ndarray:
     if not isinstance(dtype, pd.CategoricalDtype) and numpy_dtype is not None and np.dtype(numpy_dtype).kind in "iufb":
         fill = {"f": np.nan, "b": False}.get(np.dtype(numpy_dtype).kind, 0)
         return col.to_numpy(dtype=numpy_dtype, na_value=fill)
-    return col.to_numpy(dtype=object, na_value=None)
+    # (pandas takes na_value=None; pandas-stubs 3.1 types na_value as a scalar without None)
+    return col.to_numpy(dtype=object, na_value=None)  # type: ignore[call-overload]
 
 
 _KINDS = {"string": "text", "integer": "int", "floating": "float", "mixed-integer-float": "float",
@@ -165,7 +176,7 @@ def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labe
     tables = [state.tables[name] for name in names]
     as_object = []
     for i, (table, probe, col) in enumerate(zip(tables, probes, columns)):
-        kinds = state.cache.setdefault("kinds", {})
+        kinds = state.cache.kinds
         tk = kinds[names[i]] if names[i] in kinds else kinds.setdefault(names[i], _kind(table))
         pk = _kind(probe[~col.isna().to_numpy()]) if probe.dtype == object else _kind(probe)
         if tk is not None and pk is not None and (tk == "text") != (pk == "text"):
@@ -177,14 +188,14 @@ def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labe
                                                              and table.dtype.kind in "iu"))
     if n == 0 or not len(tables[0]):
         return np.full(n, -1, dtype=np.int64)
-    key = "index:" + ",".join(f"{name}{'/o' if o else ''}" for name, o in zip(names, as_object))
-    idx = state.cache.get(key)
+    key = ",".join(f"{name}{'/o' if o else ''}" for name, o in zip(names, as_object))
+    idx = state.cache.indexes.get(key)
     if idx is None:
         arrays = [t.astype(object) if o else t for t, o in zip(tables, as_object)]
         idx = pd.Index(arrays[0], dtype=arrays[0].dtype) if len(arrays) == 1 else pd.MultiIndex.from_arrays(arrays)
-        state.cache[key] = idx
+        state.cache.indexes[key] = idx
     probes = [p.astype(object) if o else p for p, o in zip(probes, as_object)]
-    pos = idx.get_indexer(probes[0] if len(probes) == 1 else pd.MultiIndex.from_arrays(probes))
+    pos = idx.get_indexer(pd.Index(probes[0]) if len(probes) == 1 else pd.MultiIndex.from_arrays(probes))
     null = np.zeros(n, dtype=bool)
     for c in columns:
         null |= c.isna().to_numpy()
@@ -197,7 +208,7 @@ def _lookup(state: FittedState, names: list[str], columns: list[pd.Series], labe
 FOLD_HASH = "fingerprint64-splitmix64"
 
 
-def fold_of(fingerprints: Any, n: int, folds: int, seed: int) -> np.ndarray:
+def fold_of(fingerprints: EagerSeries | None, n: int, folds: int, seed: int) -> np.ndarray:
     """Each row's fold in ``[0, folds)``: ``splitmix64(h + 0x9E3779B97F4A7C15 * (seed + 1))
     % folds`` (arithmetic mod 2^64), ``h`` the row's ``fold_by`` fingerprint (FarmHash
     Fingerprint64 of its text / an integer's decimal text, as ``ops.hash`` gives; 0 for a
@@ -223,21 +234,35 @@ def fold_of(fingerprints: Any, n: int, folds: int, seed: int) -> np.ndarray:
     return (z % np.uint64(folds)).astype(np.int64)
 
 
+class Declares(TypedDict, total=False):
+    """The properties of a fitted operator's :class:`~fbrapids.fitting.frame_op.FrameOperator`
+    that its :class:`FittedSpec` declares (beside its name, output type and itself)."""
+
+    inputs: Callable[[Call, bool], list[Expr]]
+    out_dtype: Callable[[Mapping[str, str], EagerFrame], DtypeObj]
+    shared_state: str
+    uses_labels: bool
+
+
 class FittedSpec:
-    """One fitted operator with its parameters (see the module doc for the three steps)."""
+    """One fitted operator with its parameters (see the module doc for the three steps).
+
+    :meth:`stats` gives lazy aggregates (dask series on a dask frame); :meth:`finish` takes
+    them computed (eager series), a list per aggregate (one per call sharing the state).
+    """
 
     op = ""
     out_type = "f64"
     #: its :class:`~fbrapids.fitting.frame_op.FrameOperator`'s other properties
-    declares: ClassVar[dict[str, Any]] = {}
+    declares: ClassVar[Declares] = {}
 
-    def __init__(self, params: dict[str, Any]) -> None:
+    def __init__(self, params: Mapping[str, object]) -> None:
         self.params = dict(params)
 
-    def stats(self, inp: FrameLike) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, SeriesLike]:
         raise NotImplementedError
 
-    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+    def finish(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int) -> FittedState:
         raise NotImplementedError
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
@@ -252,7 +277,7 @@ def _categorify_inputs(call: Call, training: bool) -> list[Expr]:
     return [call.args[0]] + ([Call("hash_bucket", (call.args[0],), (("buckets", width),))] if width > 1 else [])
 
 
-def _ids_of_values(cols: Mapping[str, str], meta: Any) -> Any:
+def _ids_of_values(cols: Mapping[str, str], meta: EagerFrame) -> DtypeObj:
     """``categorify``'s output dtype: int64 ids, element-wise (a list of them) for a list."""
     a0 = meta[cols["a0"]]
     if isinstance(a0.dtype, pd.ArrowDtype) and pa.types.is_list(a0.dtype.pyarrow_dtype):
@@ -267,35 +292,35 @@ class Categorify(FittedSpec):
 
     op = "categorify"
     out_type = "i64"
-    declares = {"inputs": _categorify_inputs, "out_dtype": _ids_of_values, "shared_state": "vocab"}
+    declares: ClassVar[Declares] = {"inputs": _categorify_inputs, "out_dtype": _ids_of_values, "shared_state": "vocab"}
 
     @property
     def oov_width(self) -> int:
-        return max(int(self.params.get("oov_buckets", 0) or 0), 1)
+        return max(as_int(self.params.get("oov_buckets", 0) or 0, "oov_buckets"), 1)
 
-    def stats(self, inp: FrameLike) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, SeriesLike]:
         values = inp["a0"]
         if _is_list(values):
             values = values.explode()
         return {"counts": values.value_counts(dropna=True)}
 
-    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+    def finish(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int) -> FittedState:
         counts = _sum_counts(parts["counts"])
         values, n = _sorted_counts(counts)
         values = _text_or_numbers(values)
-        min_freq = int(self.params.get("min_freq", 1) or 1)
+        min_freq = as_int(self.params.get("min_freq", 1) or 1, "min_freq")
         keep = n >= min_freq
         values, n = values[keep], n[keep]
         order = np.lexsort((values, -n))  # descending count, ties by value
         max_size = self.params.get("max_size")
         if max_size is not None:
-            order = order[: int(max_size)]
+            order = order[: as_int(max_size, "max_size")]
         return FittedState(self.op, self.params, {"values": values[order], "counts": n[order]},
                            {"rows": rows, "kept": int(len(order)), "seen": int(len(counts))})
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         offsets, flat, valid = _flat(part["a0"])
-        pos = _lookup(state, ["values"], [flat], self.params.get("_labels", ()))
+        pos = _lookup(state, ["values"], [flat], labels_of(self.params))
         first = OOV_ID + self.oov_width
         oov = np.full(len(flat), OOV_ID, dtype=np.int64)
         if self.oov_width > 1:
@@ -317,13 +342,13 @@ class CountEncode(FittedSpec):
     out_type = "i64"
 
     def keys(self, inp: FrameLike) -> list[str]:
-        return [f"a{i}" for i in range(int(self.params.get("n_keys", 1)))]
+        return [f"a{i}" for i in range(as_int(self.params.get("n_keys", 1), "n_keys"))]
 
-    def stats(self, inp: FrameLike) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, SeriesLike]:
         keys = self.keys(inp)
         return {"counts": inp[keys].groupby(keys, dropna=True).size()}
 
-    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+    def finish(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int) -> FittedState:
         counts = _host(parts["counts"][0])
         tables = _key_tables(counts.index, len(self.keys(None)))
         tables["count"] = np.asarray(counts.to_numpy(), dtype=np.int64)
@@ -332,14 +357,14 @@ class CountEncode(FittedSpec):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         n = len(self.keys(None))
-        pos = _lookup(state, [f"k{i}" for i in range(n)], [part[f"a{i}"] for i in range(n)],
-                      self.params.get("_labels", ()))
+        pos = _lookup(state, [f"k{i}" for i in range(n)], [part[f"a{i}"] for i in range(n)], labels_of(self.params))
         count = state.tables["count"]
         out = np.where(pos >= 0, count[np.maximum(pos, 0)] if len(count) else 0, 0)
         return pd.Series(out.astype(np.int64), index=part.index)
 
 
 def _key_tables(index: pd.Index, n_keys: int) -> dict[str, np.ndarray]:
+    """The first ``n_keys`` levels of ``index`` as key tables ``k0``, ``k1``, ..."""
     if n_keys == 1 and not isinstance(index, pd.MultiIndex):
         return {"k0": _text_or_numbers(np.asarray(index.to_numpy()))}
     return {f"k{i}": _text_or_numbers(np.asarray(index.get_level_values(i).to_numpy())) for i in range(n_keys)}
@@ -376,15 +401,15 @@ class TargetEncode(CountEncode):
 
     op = "target_encode"
     out_type = "f64"  # not CountEncode's i64: the dask meta said int64 for float64 encodings
-    declares = {"inputs": _target_inputs, "uses_labels": True}
+    declares: ClassVar[Declares] = {"inputs": _target_inputs, "uses_labels": True}
 
     def _with_fold(self, inp: FrameLike) -> FrameLike:
-        n = int(self.params["n_keys"])
-        folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
+        n = as_int(self.params["n_keys"], "n_keys")
+        folds, seed = as_int(self.params.get("folds", 5), "folds"), as_int(self.params.get("seed", 0), "seed")
         has_id = bool(self.params.get("fold_by"))
 
         def add_fold(part: FrameLike) -> FrameLike:
-            host = _host(part)  # the fold hash runs on the host; the frame keeps its backend
+            host = _host_frame(part)  # the fold hash runs on the host; the frame keeps its backend
             fid = host[f"a{n + 1}"] if has_id else None
             # labels summed as float64: an integer label sum would wrap (uint64 labels); exact
             # for 0/1 labels up to 2^53 rows
@@ -401,8 +426,8 @@ class TargetEncode(CountEncode):
             frame = add_fold(inp)
         return frame
 
-    def stats(self, inp: FrameLike) -> dict[str, Any]:
-        n = int(self.params["n_keys"])
+    def stats(self, inp: FrameLike) -> dict[str, SeriesLike]:
+        n = as_int(self.params["n_keys"], "n_keys")
         keys = [f"a{i}" for i in range(n)]
         frame = self._with_fold(inp)
         lab = f"a{n}"
@@ -411,18 +436,18 @@ class TargetEncode(CountEncode):
         return {"sum": grouped.sum(), "count": grouped.count(), "prior_sum": prior.sum(),
                 "prior_count": prior.count()}
 
-    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
-        n = int(self.params["n_keys"])
+    def finish(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int) -> FittedState:
+        n = as_int(self.params["n_keys"], "n_keys")
         s, c = _host(parts["sum"][0]), _host(parts["count"][0])
         c = c.reindex(s.index)
-        tables = _key_tables(s.index.droplevel(n), n)
+        tables = _key_tables(s.index, n)  # its first n levels: the keys (level n is the fold)
         tables["fold"] = np.asarray(s.index.get_level_values(n).to_numpy(), dtype=np.int64)
         tables["sum"] = np.asarray(s.to_numpy(), dtype=np.float64)
         tables["count"] = np.asarray(c.to_numpy(), dtype=np.int64)
         order = np.lexsort([tables["fold"]] + [tables[f"k{i}"] for i in reversed(range(n))])
         tables = {k: v[order] for k, v in tables.items()}
         ps, pc = _host(parts["prior_sum"][0]), _host(parts["prior_count"][0])
-        folds = int(self.params.get("folds", 5))
+        folds = as_int(self.params.get("folds", 5), "folds")
         fold_sum = np.zeros(folds)
         fold_count = np.zeros(folds, dtype=np.int64)
         fold_sum[np.asarray(ps.index, dtype=np.int64)] = ps.to_numpy(dtype=np.float64)
@@ -444,7 +469,7 @@ class TargetEncode(CountEncode):
     @staticmethod
     def _by_fold(state: FittedState, n: int, folds: int) -> tuple[np.ndarray, np.ndarray]:
         """(label sums, counts) per (key tuple of the totals, fold): built once per state."""
-        cached = state.cache.get("by_fold")
+        cached = state.cache.by_fold
         if cached is None:
             t = state.tables
             sums = np.zeros((len(t["total_sum"]), folds))
@@ -453,15 +478,15 @@ class TargetEncode(CountEncode):
                 at = _lookup(state, [f"total_k{i}" for i in range(n)], [pd.Series(t[f"k{i}"]) for i in range(n)])
                 sums[at, t["fold"]] = t["sum"]
                 counts[at, t["fold"]] = t["count"]
-            cached = state.cache["by_fold"] = (sums, counts)
+            cached = state.cache.by_fold = (sums, counts)
         return cached
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
-        n = int(self.params["n_keys"])
-        smoothing = float(self.params.get("smoothing", 20.0))
+        n = as_int(self.params["n_keys"], "n_keys")
+        smoothing = as_float(self.params.get("smoothing", 20.0), "smoothing")
         keys = [part[f"a{i}"] for i in range(n)]
         t = state.tables
-        labels = tuple(self.params.get("_labels", ()))[:n]
+        labels = labels_of(self.params)[:n]
         pos = _lookup(state, [f"total_k{i}" for i in range(n)], keys, labels)
         hit = pos >= 0
         p = np.maximum(pos, 0)
@@ -474,7 +499,7 @@ class TargetEncode(CountEncode):
                 raise FeatureError(f"{self.op} state {state.meta.get('fold_hash') or 'without a fold hash'}: "
                                    "fitted by an older fbrapids whose folds differ (out-of-fold encodings would "
                                    "leak labels); refit it")
-            folds, seed = int(self.params.get("folds", 5)), int(self.params.get("seed", 0))
+            folds, seed = as_int(self.params.get("folds", 5), "folds"), as_int(self.params.get("seed", 0), "seed")
             fid = part[f"a{n + 1}"] if self.params.get("fold_by") else None
             fold = fold_of(fid, len(part), folds, seed)
             own = np.zeros((len(part), folds), dtype=bool)
@@ -497,17 +522,18 @@ class TargetEncode(CountEncode):
 class _NumericStats(FittedSpec):
     """Statistics of one numeric column built from its exact value counts."""
 
-    def stats(self, inp: FrameLike) -> dict[str, Any]:
+    def stats(self, inp: FrameLike) -> dict[str, SeriesLike]:
         return {"counts": inp["a0"].value_counts(dropna=True)}
 
-    def summary(self, parts: dict[str, list[Any]], rows: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    def summary(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int
+                ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
         """(distinct values ascending in their own type, counts, meta): integers stay exact
         (ids past 2^53 are neither merged nor rounded before the statistics)."""
         values, n = _sorted_counts(_sum_counts(parts["counts"]))
         values = _text_or_numbers(values) if values.dtype == object else values
         if values.dtype.kind not in "iuf":
             values = values.astype(np.float64)
-        meta: dict[str, Any] = {"rows": rows, "non_null": int(n.sum())}
+        meta: dict[str, object] = {"rows": rows, "non_null": int(n.sum())}
         if n.sum():
             total = int(n.sum())
             exact = values.tolist()  # Python ints (exact) or floats
@@ -537,9 +563,9 @@ class QuantileBucketize(_NumericStats):
     op = "quantile_bucketize"
     out_type = "i32"
 
-    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+    def finish(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int) -> FittedState:
         values, n, meta = self.summary(parts, rows)
-        buckets = int(self.params["n"])
+        buckets = as_int(self.params["n"], "n")
         bounds: list[float] = []
         if len(values):
             cum = np.cumsum(n)
@@ -571,15 +597,15 @@ class Normalize(_NumericStats):
 
     op = "normalize"
 
-    def finish(self, parts: dict[str, list[Any]], rows: int) -> FittedState:
+    def finish(self, parts: Mapping[str, Sequence[EagerSeries]], rows: int) -> FittedState:
         return FittedState(self.op, self.params, {}, self.summary(parts, rows)[2])
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
         if "mean" not in state.meta:  # fitted on no values: no statistics, null out (not x unchanged)
             return pd.Series(np.full(len(x), np.nan), index=part.index)
-        std = state.meta.get("std") or 1.0
-        return pd.Series((x - state.meta["mean"]) / std, index=part.index)
+        std = as_float(state.meta.get("std") or 1.0, "std")
+        return pd.Series((x - as_float(state.meta["mean"], "mean")) / std, index=part.index)
 
 
 class MinMax(Normalize):
@@ -593,7 +619,7 @@ class MinMax(Normalize):
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
         if "min" not in state.meta:  # fitted on no values: null out (not x unchanged)
             return pd.Series(np.full(len(x), np.nan), index=part.index)
-        lo, hi = state.meta["min"], state.meta["max"]
+        lo, hi = as_float(state.meta["min"], "min"), as_float(state.meta["max"], "max")
         return pd.Series((x - lo) / ((hi - lo) or 1.0), index=part.index)
 
 
@@ -604,10 +630,9 @@ class FillNullFitted(Normalize):
 
     def apply(self, part: pd.DataFrame, state: FittedState, training: bool = False) -> pd.Series:
         x = part["a0"].to_numpy(dtype=np.float64, na_value=np.nan)
-        stat = self.params.get("stat", "mean")
-        value = state.meta.get(stat)
-        if value is None:
-            value = np.nan
+        stat = str(self.params.get("stat", "mean"))
+        held = state.meta.get(stat)
+        value = np.nan if held is None else as_float(held, stat)
         return pd.Series(np.where(np.isnan(x), value, x), index=part.index)
 
 
@@ -620,7 +645,7 @@ SPECS: dict[str, type[FittedSpec]] = {
 FRAME_OPERATORS = {op: FrameOperator(op, spec.out_type, spec=spec, **spec.declares) for op, spec in SPECS.items()}
 
 
-def spec_of(op: str, params: dict[str, Any]) -> FittedSpec:
+def spec_of(op: str, params: Mapping[str, object]) -> FittedSpec:
     """The fitted operator ``op`` with ``params``.
 
     Example:

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -29,9 +29,10 @@ from fbrapids.kernels import Call, Expr
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from fbrapids.fitting.encoders import FittedSpec
+    from fbrapids.frames.backend import DtypeObj, EagerFrame
 
 #: the output dtypes an ``out_type`` names ("i64?": nullable int64, as Arrow)
-DTYPES: dict[str, Any] = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "f64": np.dtype(np.float64),
+DTYPES: dict[str, DtypeObj] = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "f64": np.dtype(np.float64),
                           "i64?": pd.ArrowDtype(pa.int64())}
 
 
@@ -59,14 +60,14 @@ class FrameOperator:
     name: str
     out_type: str = "f64"
     run: Callable[..., pd.Series] | None = None
-    spec: Callable[[dict[str, Any]], FittedSpec] | None = None
+    spec: Callable[[Mapping[str, object]], FittedSpec] | None = None
     roles: tuple[str, ...] | None = None
     kept_params: tuple[str, ...] | None = None
-    out_dtype: Callable[[Mapping[str, str], Any], Any] | None = None
+    out_dtype: Callable[[Mapping[str, str], EagerFrame], DtypeObj] | None = None
     inputs: Callable[[Call, bool], list[Expr]] | None = None
     shared_state: str | None = None
     uses_labels: bool = False
-    check: Callable[[Any, Mapping[str, str], Call], None] | None = None
+    check: Callable[[EagerFrame, Mapping[str, str], Call], None] | None = None
     names_expr: bool = False
 
     def input_exprs(self, call: Call, training: bool = True) -> list[Expr]:
@@ -77,11 +78,11 @@ class FrameOperator:
         """The names of ``n`` input columns, by argument."""
         return list(self.roles[:n]) if self.roles is not None else [f"a{i}" for i in range(n)]
 
-    def dtype(self, cols: Mapping[str, str], meta: Any) -> Any:
+    def dtype(self, cols: Mapping[str, str], meta: EagerFrame) -> DtypeObj:
         """Its output's dtype, given its input columns (``cols``: role -> column of ``meta``)."""
         return self.out_dtype(cols, meta) if self.out_dtype is not None else DTYPES[self.out_type]
 
-    def params(self, call: Call) -> dict[str, Any]:
+    def params(self, call: Call) -> dict[str, object]:
         """The parameters its algorithm takes from ``call`` (a carried state left out)."""
         p = call.param_dict()
         p.pop("state", None)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,10 @@ import pyarrow as pa
 
 from fbrapids.errors import FeatureError
 from fbrapids.fitting.frame_op import FrameOperator
+from fbrapids.fitting.params import labels_of
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import DtypeObj, EagerFrame
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 INT64_NA = pd.ArrowDtype(pa.int64())
@@ -90,26 +94,35 @@ def time_values(time: pd.Series, label: str = "time") -> tuple[np.ndarray, np.nd
     if isinstance(dtype, pd.DatetimeTZDtype):
         time, dtype = time.dt.tz_convert("UTC").dt.tz_localize(None), time.dt.tz_convert("UTC").dt.tz_localize(None).dtype
     if isinstance(dtype, np.dtype) and dtype.kind == "M":
-        unit = np.datetime_data(dtype)[0]
+        unit = np.datetime_data(dtype.str)[0]
         return np.where(null, 0, time.to_numpy().view(np.int64)), null, _PER_SECOND[unit]
     numeric = pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
-    kind = np.dtype(getattr(dtype, "numpy_dtype", dtype)).kind if numeric else "?"
-    if kind in "iu":
-        raw = time.to_numpy(dtype=np.dtype(getattr(dtype, "numpy_dtype", dtype)), na_value=0) \
-            if not isinstance(dtype, np.dtype) else time.to_numpy()
+    numpy_dtype = _numpy_dtype(dtype) if numeric else None
+    kind = numpy_dtype.kind if numpy_dtype is not None else "?"
+    if numpy_dtype is not None and kind in "iu":
+        raw = time.to_numpy(dtype=numpy_dtype, na_value=0) if not isinstance(dtype, np.dtype) else time.to_numpy()
         if kind == "u" and len(raw) and raw.max() > _I64_MAX:
             raise FeatureError(f"time column {label!r}: {int(raw.max())} is past int64's range; history operators "
                                "need times within int64")
         return raw.astype(np.int64), null, 1
     if kind == "f":
-        raw = time.to_numpy(dtype=np.float64, na_value=np.nan)
-        ok = null | ((raw == np.floor(raw)) & (raw >= -(2.0 ** 63)) & (raw < 2.0 ** 63))
+        floats = time.to_numpy(dtype=np.float64, na_value=np.nan)
+        ok = null | ((floats == np.floor(floats)) & (floats >= -(2.0 ** 63)) & (floats < 2.0 ** 63))
         if not ok.all():
-            raise FeatureError(f"time column {label!r}: {raw[~ok][0]!r} is not a whole number within int64; history "
-                               "operators need a datetime or integer time (e.g. epoch seconds)")
-        return np.where(null, 0, raw).astype(np.int64), null, 1
+            raise FeatureError(f"time column {label!r}: {floats[~ok][0]!r} is not a whole number within int64; "
+                               "history operators need a datetime or integer time (e.g. epoch seconds)")
+        return np.where(null, 0, floats).astype(np.int64), null, 1
     raise FeatureError(f"time column {label!r} has dtype {dtype}; history operators need a datetime64 column (any "
                        "unit or time zone) or integer times (e.g. epoch seconds)")
+
+
+def _numpy_dtype(dtype: DtypeObj) -> np.dtype | None:
+    """``dtype`` when it is numpy's, else the numpy dtype an extension dtype holds its values
+    in (a masked or Arrow number's); None for an extension dtype without one."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    held = getattr(dtype, "numpy_dtype", None)
+    return held if isinstance(held, np.dtype) else None
 
 
 @dataclass
@@ -254,7 +267,7 @@ def time_since(part: pd.DataFrame, label: str = "time") -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=part.index)
 
 
-def _list_of_items(cols: Mapping[str, str], meta: Any) -> Any:
+def _list_of_items(cols: Mapping[str, str], meta: EagerFrame) -> pd.ArrowDtype:
     """``history``'s output dtype: a list of its items' type (text as large strings)."""
     item = meta[cols["a2"]]
     item_type = pa.array(item.head(0)).type if not isinstance(item.dtype, pd.ArrowDtype) else item.dtype.pyarrow_dtype
@@ -273,7 +286,7 @@ FRAME_OPERATORS = {op.name: op for op in (
 )}
 
 
-def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
+def compute(op: str, part: pd.DataFrame, params: Mapping[str, object]) -> pd.Series:
     """Run history operator ``op`` on one partition (inputs ``a0`` key, ``a1`` time, ``a2``
     item or value, ``a3`` event flag).
 
@@ -281,8 +294,8 @@ def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
         >>> compute("window_count", pd.DataFrame({"a0": ["u", "u"], "a1": [0, 5]}), {"window": "1h"}).tolist()
         [0, 1]
     """
-    params = dict(params)
-    labels = params.pop("_labels", ())
+    labels = labels_of(params)
+    params = {k: v for k, v in params.items() if k != "_labels"}
     run = FRAME_OPERATORS[op].run
     assert run is not None  # (every history operator declares its algorithm)
     return run(part, **params, label=labels[1] if len(labels) > 1 else "time")

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,10 @@ import pyarrow as pa
 
 from fbrapids.errors import FeatureError
 from fbrapids.fitting.frame_op import FrameOperator
+from fbrapids.kernels import Call
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    from fbrapids.frames.backend import EagerFrame
 
 INT64_NA = pd.ArrowDtype(pa.int64())
 
@@ -61,7 +65,8 @@ def lookup_value(part: pd.DataFrame, keys: tuple, values: tuple, default: float 
     kind = _number_kind(x)
     if kind is None:
         index, at = pd.Index(list(keys)), None
-        probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(
+        # (pandas takes na_value=None; pandas-stubs 3.1 types na_value as a scalar without None)
+        probe = x.to_numpy(dtype=object, na_value=None) if x.dtype == object or isinstance(  # type: ignore[call-overload]
             x.dtype, (pd.ArrowDtype, pd.StringDtype)) else x.to_numpy()
     else:  # numbers compare exactly, in the column's own type (never through float64)
         dtype = np.dtype(kind)
@@ -88,11 +93,11 @@ def _number_kind(x: pd.Series) -> str | None:
     return "float64" if k.kind == "f" else ("int64" if k.kind == "i" else "uint64")
 
 
-def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[Any]]:
+def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[int | float]]:
     """The keys a column of ``dtype`` can equal (as Python compares them: ``2**64 - 1`` is
     not ``-1``, ``2**53 + 1`` is no float64, ``2.5`` no integer), with their positions."""
     at: list[int] = []
-    held: list[Any] = []
+    held: list[int | float] = []
     for i, k in enumerate(keys):
         if isinstance(k, (bool, np.bool_)):
             k = int(k)
@@ -113,7 +118,7 @@ def _keys_of(keys: tuple, dtype: np.dtype) -> tuple[list[int], list[Any]]:
     return at, held
 
 
-def _pad_fill(value: Any, value_type: pa.DataType, expr: str) -> pa.Array:
+def _pad_fill(value: object, value_type: pa.DataType, expr: str) -> pa.Array:
     """``value`` as one element of ``value_type`` (None: a null), exactly, or a FeatureError
     naming the expression, the value and the type (never wrapped or rounded)."""
     if value is None:
@@ -154,7 +159,7 @@ def check_key_kinds(x: pd.Series, keys: tuple, what: str) -> None:
                            f"{'string' if str_keys else 'non-string'} keys ({keys[0]!r}, ...): nothing would match")
 
 
-def pad(part: pd.DataFrame, n: int, value: Any = 0, side: str = "right", expr: str = "pad") -> pd.Series:
+def pad(part: pd.DataFrame, n: int, value: object = 0, side: str = "right", expr: str = "pad") -> pd.Series:
     """Each list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and
     pads after them; ``side="left"`` keeps the last ``n`` (the most recent behaviour) and pads
     before them.  A null list becomes ``n`` padding values.  The result has the input's list
@@ -216,12 +221,12 @@ def overlap_count(part: pd.DataFrame) -> pd.Series:
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(counts, mask=~valid)), index=part.index)
 
 
-def _check_lookup_keys(meta: Any, cols: Mapping[str, str], call: Any) -> None:
+def _check_lookup_keys(meta: EagerFrame, cols: Mapping[str, str], call: Call) -> None:
     """``lookup_value``'s keys of another kind than the column's would match nothing, silently."""
     check_key_kinds(meta[cols["a0"]], call.param_dict()["keys"], str(call.args[0]))
 
 
-def _same_list_type(cols: Mapping[str, str], meta: Any) -> Any:
+def _same_list_type(cols: Mapping[str, str], meta: EagerFrame) -> pd.ArrowDtype:
     """``pad``'s output dtype: its input's list type."""
     a0 = meta[cols["a0"]]
     return a0.dtype if isinstance(a0.dtype, pd.ArrowDtype) else pd.ArrowDtype(pa.list_(pa.int64()))
@@ -235,7 +240,7 @@ FRAME_OPERATORS = {op.name: op for op in (
 )}
 
 
-def compute(op: str, part: pd.DataFrame, params: dict[str, Any]) -> pd.Series:
+def compute(op: str, part: pd.DataFrame, params: Mapping[str, object]) -> pd.Series:
     """Run row operator ``op`` on one partition.
 
     Example:

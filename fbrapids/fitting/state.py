@@ -20,15 +20,33 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping, NotRequired, TypedDict
 
 import numpy as np
 
 from fbrapids.errors import FittedStateError
 
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import pandas as pd
+
 STATE_JSON = "fitted.json"
 STATE_NPZ = "fitted.npz"
 FORMAT = 1
+
+
+@dataclass
+class LookupCache:
+    """What a state's lookups build once and reuse (never saved).
+
+    Attributes:
+        kinds: key table name -> the kind of its values (``"text"``, ``"int"``, ...; None: empty).
+        indexes: key tables (and how each is compared) -> the index its lookups probe.
+        by_fold: a target encoding's (label sums, counts) per (key tuple, fold).
+    """
+
+    kinds: dict[str, str | None] = field(default_factory=dict)
+    indexes: dict[str, pd.Index] = field(default_factory=dict)
+    by_fold: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
@@ -37,10 +55,10 @@ class FittedState:
     (JSON values: rows fitted on, time range, priors, ...)."""
 
     op: str
-    params: dict[str, Any]
+    params: dict[str, object]
     tables: dict[str, np.ndarray] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # lookup indexes, not saved
+    meta: dict[str, object] = field(default_factory=dict)
+    cache: LookupCache = field(default_factory=LookupCache, repr=False, compare=False)  # not saved
 
     @property
     def nbytes(self) -> int:
@@ -65,7 +83,28 @@ class FittedState:
         return "; ".join(parts + extra)
 
 
-def _jsonable(v: Any) -> Any:
+class SavedState(TypedDict):
+    """One state in ``fitted.json``: its tables are in ``fitted.npz`` under ``<id>/<name>``."""
+
+    op: str
+    params: dict[str, object]
+    tables: list[str]
+    text: NotRequired[list[str]]  # the tables stored as UTF-8 bytes + offsets (absent: none)
+    meta: dict[str, object]
+
+
+class StateDocument(TypedDict, total=False):
+    """``fitted.json``: the format, the states, and what the caller of :func:`save_states`
+    added (:meth:`fbrapids.features.fitted.Fitted.save`: the feature expressions as JSON,
+    and what the fit saw)."""
+
+    format: int
+    states: dict[str, SavedState]
+    features: dict[str, object]
+    info: dict[str, object]
+
+
+def _jsonable(v: object) -> object:
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating,)):
@@ -90,12 +129,14 @@ def _from_utf8(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
                       + [None], dtype=object)[:-1]
 
 
-def save_states(states: Mapping[str, FittedState], directory: str | Path, extra: Mapping[str, Any] | None = None) -> None:
+def save_states(states: Mapping[str, FittedState], directory: str | Path,
+                extra: Mapping[str, object] | None = None) -> None:
     """Write ``states`` (id -> state) to ``directory`` as ``fitted.json`` + ``fitted.npz``."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
-    doc: dict[str, Any] = {"format": FORMAT, "states": {}, **dict(extra or {})}
+    saved: dict[str, SavedState] = {}
+    doc: dict[str, object] = {"format": FORMAT, "states": saved, **dict(extra or {})}
     for sid, s in states.items():
         names, text = [], []
         for name, arr in s.tables.items():
@@ -110,7 +151,7 @@ def save_states(states: Mapping[str, FittedState], directory: str | Path, extra:
                                        "not a number or text array")
             arrays[f"{sid}/{name}"] = arr
             names.append(name)
-        doc["states"][sid] = {"op": s.op, "params": {k: _jsonable(v) for k, v in s.params.items()},
+        saved[sid] = {"op": s.op, "params": {k: _jsonable(v) for k, v in s.params.items()},
                               "tables": names, "text": text, "meta": {k: _jsonable(v) for k, v in s.meta.items()}}
     with open(d / STATE_NPZ, "wb") as f:
         np.savez(f, allow_pickle=True, **arrays)  # (numpy's default, named: its stubs type ** as this flag)
@@ -144,7 +185,7 @@ def load_states(directory: str | Path) -> dict[str, FittedState]:
     return out
 
 
-def read_document(directory: str | Path) -> dict[str, Any]:
+def read_document(directory: str | Path) -> StateDocument:
     """The JSON half of a saved fitted state (format checked)."""
     path = Path(directory) / STATE_JSON
     try:

@@ -39,10 +39,11 @@ import os
 import re
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Hashable, Protocol, TypeAlias, TypeGuard, Union
 
 import numpy as np
 import pandas as pd
+from pandas.api.extensions import ExtensionDtype
 
 from fbrapids.errors import ArgumentError, BackendNameError, BackendUnavailableError
 
@@ -59,6 +60,9 @@ from fbrapids.frames.gpu_probe import (  # noqa: F401
 if TYPE_CHECKING:  # names for the type checker only: importing the GPU libraries here would load them
     import cudf
     import dask.dataframe as dd
+    import pylibcudf
+    from dask.dataframe.dask_expr._collection import FrameBase
+    from typing_extensions import TypeIs
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,14 @@ log = logging.getLogger(__name__)
 FrameLike: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame", "dd.DataFrame"]
 #: one column of a :data:`FrameLike`
 SeriesLike: TypeAlias = Union[pd.Series, "cudf.Series", "dd.Series"]
+#: an eager frame: a :data:`FrameLike` that is no dask collection (one partition of one)
+EagerFrame: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame"]
+#: one column of an :data:`EagerFrame`
+EagerSeries: TypeAlias = Union[pd.Series, "cudf.Series"]
+#: the row labels of an :data:`EagerFrame`
+IndexLike: TypeAlias = Union[pd.Index, "cudf.Index"]
+#: a column's dtype: numpy's or a pandas extension dtype (cudf's dtypes derive from pandas' ``ExtensionDtype``)
+DtypeObj: TypeAlias = Union[np.dtype, ExtensionDtype]
 
 _VALID = ("cpu", "gpu", "auto")
 POOL_ENV = "FBRAPIDS_RMM_POOL"
@@ -126,8 +138,9 @@ class Backend:
         free, _total = self.xp.cuda.runtime.memGetInfo()
         return int(free) + device_memory().pool_free_bytes()
 
-    def to_host(self, obj: Any) -> Any:
-        """A pandas / numpy copy of a cudf / cupy object; CPU objects pass through."""
+    def to_host(self, obj: object) -> Any:
+        """A pandas / numpy copy of a cudf / cupy object; CPU objects pass through (the
+        result's type is :func:`to_host`'s)."""
         return to_host(obj)
 
     def __repr__(self) -> str:
@@ -161,13 +174,32 @@ def parse_pool_size(text: str | None, free_bytes: int) -> int | None:
     return size // 256 * 256
 
 
-def resource_chain(mr: Any) -> list[Any]:
+def resource_chain(mr: object) -> list[object]:
     """``mr`` and the resources under it (adaptors expose ``get_upstream()``)."""
-    chain: list[Any] = []
+    chain: list[object] = []
     while mr is not None and len(chain) < 32:
         chain.append(mr)
         mr = mr.get_upstream() if hasattr(mr, "get_upstream") else None
     return chain
+
+
+class AllocationCounts(Protocol):
+    """What fbrapids reads of an RMM ``StatisticsResourceAdaptor``'s ``allocation_counts``."""
+
+    current_bytes: int
+
+
+class PoolResource(Protocol):
+    """An ``rmm.mr.PoolMemoryResource``, as fbrapids asks it."""
+
+    def pool_size(self) -> int: ...
+
+
+class StatisticsResource(Protocol):
+    """An ``rmm.mr.StatisticsResourceAdaptor``, as fbrapids asks it."""
+
+    @property
+    def allocation_counts(self) -> AllocationCounts: ...
 
 
 @dataclass
@@ -184,8 +216,8 @@ class DeviceMemory:
             worker's): what the pool handed out before is unknown to it.
     """
 
-    pool: Any = None
-    stats: Any = None
+    pool: PoolResource | None = None
+    stats: StatisticsResource | None = None
     created: bool = False
     torch: bool = False
     counted: bool = True
@@ -214,7 +246,7 @@ class DeviceMemory:
 #: worker on its device holds the device's pool (:func:`leave_pool_to_workers`)
 _POOL_LEFT: list[str] = []
 #: the pool this process made (:func:`_setup_device_memory`), once made
-_POOL_MADE: list[Any] = []
+_POOL_MADE: list[PoolResource] = []
 
 
 def leave_pool_to_workers(why: str) -> bool:
@@ -236,7 +268,7 @@ def leave_pool_to_workers(why: str) -> bool:
     return True
 
 
-def _setup_device_memory(rmm: Any) -> DeviceMemory:
+def _setup_device_memory(rmm: ModuleType) -> DeviceMemory:
     """Make (or adopt) the RMM pool and the statistics over it, and route cupy and torch to it."""
     mr_mod = rmm.mr
     chain = resource_chain(mr_mod.get_current_device_resource())
@@ -299,7 +331,7 @@ def device_memory() -> DeviceMemory:
     return _setup_device_memory(rmm) if rmm is not None else DeviceMemory()
 
 
-def cuda_cluster_options(shared_free: int | None = None, **given: Any) -> dict[str, Any]:
+def cuda_cluster_options(shared_free: int | None = None, **given: object) -> dict[str, object]:
     """dask-cuda ``LocalCUDACluster`` options: every worker gets an RMM pool (the share of
     the device ``FBRAPIDS_RMM_POOL`` names, default half: dask-cuda takes a fraction of the
     device's total memory) with cupy routed to it; ``given`` options win.  ``shared_free``:
@@ -389,7 +421,7 @@ def get_backend(name: str | Backend | None = None) -> Backend:
     return _gpu_backend() if resolve_name(name) == "gpu" else CPU
 
 
-def is_dask(obj: Any) -> bool:
+def is_dask(obj: object) -> TypeIs[FrameBase]:
     """True for a dask collection with partitions and a meta object: a dask or dask-cudf
     DataFrame or Series (not a delayed value, not an eager frame).  The one "is this a dask
     frame" test of the package (:func:`frame_kind`).
@@ -403,7 +435,20 @@ def is_dask(obj: Any) -> bool:
     return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions") and hasattr(obj, "_meta")
 
 
-def frame_kind(obj: Any) -> str:
+def is_dask_frame(obj: object) -> TypeIs[dd.DataFrame]:
+    """True for a dask or dask-cudf DataFrame (:func:`is_dask`, and no Series): the test that
+    narrows a :data:`FrameLike` to dask's DataFrame for the type checker.
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> df = dd.from_pandas(pd.DataFrame({"a": [1, 2]}), npartitions=1)
+        >>> is_dask_frame(df), is_dask_frame(df["a"]), is_dask_frame(pd.DataFrame())
+        (True, False, False)
+    """
+    return is_dask(obj) and isinstance(obj, dask_dataframe().DataFrame)  # dask is loaded: obj is its object
+
+
+def frame_kind(obj: object) -> str:
     """What kind of frame (or series) ``obj`` is: ``"dask"`` (dask or dask-cudf, lazy),
     ``"cudf"`` (an eager cudf object, or a cupy array) or ``"pandas"`` (anything else: pandas,
     numpy).  Asked by module name: it never imports cudf.
@@ -418,7 +463,7 @@ def frame_kind(obj: Any) -> str:
     return "cudf" if is_gpu_object(obj) else "pandas"
 
 
-def is_gpu_object(obj: Any) -> bool:
+def is_gpu_object(obj: object) -> bool:
     """True for cudf / dask-cudf frames and series, and for cupy arrays.
 
     Checked by module name, so it never imports cudf itself.
@@ -434,7 +479,7 @@ def is_gpu_object(obj: Any) -> bool:
     return mod in ("cudf", "cupy", "dask_cudf")
 
 
-def backend_of(obj: Any) -> Backend:
+def backend_of(obj: object) -> Backend:
     """The backend that holds ``obj`` (a frame, series, array, or dask collection).
 
     Example:
@@ -445,8 +490,11 @@ def backend_of(obj: Any) -> Backend:
     return _gpu_backend() if is_gpu_object(obj) else CPU
 
 
-def to_host(obj: Any) -> Any:
+def to_host(obj: object) -> Any:
     """Copy a cudf / cupy object to pandas / numpy; anything else is returned as is.
+
+    The result is typed ``Any``: its type is the pandas / numpy counterpart of the argument's,
+    and the argument's cudf / cupy classes are unknown to the type checker (no stubs).
 
     cudf columns arrive as the CPU backend would hold them: list (and struct) columns
     Arrow-backed (``pd.ArrowDtype``), never object arrays of Python lists; integer and bool
@@ -460,18 +508,23 @@ def to_host(obj: Any) -> Any:
     """
     if is_gpu_object(obj):
         if hasattr(obj, "to_pandas"):
-            if hasattr(obj, "columns"):  # a cudf DataFrame: column by column, one index
-                columns = {c: _series_to_host(obj[c]).array for c in obj.columns}  # arrays: no alignment
-                return pd.DataFrame(columns, index=obj.index.to_pandas())
-            if hasattr(obj, "null_count") and hasattr(obj, "index"):  # a cudf Series
-                return _series_to_host(obj).set_axis(obj.index.to_pandas())
-            return obj.to_pandas()  # an Index
+            return _cudf_to_host(obj)
         if hasattr(obj, "get"):
             return obj.get()
     return obj
 
 
-def _series_to_host(s: SeriesLike) -> pd.Series:
+def _cudf_to_host(obj: Union["cudf.DataFrame", "cudf.Series", "cudf.Index"]) -> pd.DataFrame | pd.Series | pd.Index:
+    """A cudf frame, series or index as pandas, with the dtype rules of :func:`to_host`."""
+    if hasattr(obj, "columns"):  # a cudf DataFrame: column by column, one index
+        columns = {c: _series_to_host(obj[c]).array for c in obj.columns}  # arrays: no alignment
+        return pd.DataFrame(columns, index=obj.index.to_pandas())
+    if hasattr(obj, "null_count") and hasattr(obj, "index"):  # a cudf Series
+        return _series_to_host(obj).set_axis(obj.index.to_pandas())
+    return obj.to_pandas()  # an Index
+
+
+def _series_to_host(s: "cudf.Series") -> pd.Series:
     """One cudf series as pandas (RangeIndex), with the dtype rules of :func:`to_host`."""
     kind = getattr(s.dtype, "kind", "O")
     nested = type(s.dtype).__name__ in ("ListDtype", "StructDtype")
@@ -482,8 +535,10 @@ def _series_to_host(s: SeriesLike) -> pd.Series:
     return s.to_pandas(index=False)
 
 
-def to_backend(obj: Any, backend: Backend) -> Any:
+def to_backend(obj: object, backend: Backend) -> Any:
     """Move an eager frame / array to ``backend`` (a no-op when it is there already).
+
+    The result is typed ``Any`` for :func:`to_host`'s reason: on the GPU it is a cudf / cupy object.
 
     Example:
         >>> import pandas as pd
@@ -526,12 +581,17 @@ def cudf_module() -> ModuleType:
 # Every helper below is checked against cudf 26.10's classes by the GPU conformance stage
 # (scripts/gpu_conformance.py); call sites in shared code ask these instead of testing
 # ``isinstance(x, pd.SomeDtype)`` or calling a pandas-only method on what may be cudf.
-def _is_cudf_dtype(dtype: Any, name: str) -> bool:
+#: the cudf dtypes :func:`_is_cudf_dtype` is asked about (the classes are asked by name: cudf is never imported)
+_CudfDtype: TypeAlias = Union["cudf.CategoricalDtype", "cudf.ListDtype", "cudf.StructDtype"]
+
+
+def _is_cudf_dtype(dtype: object, name: str) -> TypeGuard[_CudfDtype]:
+    """Whether ``dtype`` is cudf's dtype class ``name`` (one of :data:`_CudfDtype`)."""
     cls = type(dtype)
     return cls.__name__ == name and cls.__module__.split(".")[0] == "cudf"
 
 
-def is_categorical(dtype: Any) -> bool:
+def is_categorical(dtype: object) -> bool:
     """True for a pandas or a cudf categorical dtype (cudf's does not derive from pandas').
 
     Example:
@@ -541,7 +601,7 @@ def is_categorical(dtype: Any) -> bool:
     return isinstance(dtype, pd.CategoricalDtype) or _is_cudf_dtype(dtype, "CategoricalDtype")
 
 
-def is_list_dtype(dtype: Any) -> bool:
+def is_list_dtype(dtype: object) -> bool:
     """True for an Arrow-backed pandas list (or large list) dtype, and for cudf's ``ListDtype``.
 
     Example:
@@ -556,7 +616,7 @@ def is_list_dtype(dtype: Any) -> bool:
     return _is_cudf_dtype(dtype, "ListDtype")
 
 
-def host_dtype(dtype: Any) -> Any:
+def host_dtype(dtype: DtypeObj) -> DtypeObj:
     """The pandas dtype a cudf dtype stands for (categorical -> ``pd.CategoricalDtype``, list ->
     ``pd.ArrowDtype``); a pandas / numpy dtype is returned as it is.
 
@@ -571,7 +631,7 @@ def host_dtype(dtype: Any) -> Any:
     return dtype
 
 
-def is_host_arrow_strings(col: Any) -> bool:
+def is_host_arrow_strings(col: object) -> bool:
     """True for a pandas series of Arrow-backed strings, whose ``.array`` holds an Arrow array.
 
     A cudf string series has the same dtype object (``pd.StringDtype("pyarrow", na_value=nan)``)
@@ -585,7 +645,7 @@ def is_host_arrow_strings(col: Any) -> bool:
     return (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow" and not is_gpu_object(col))
 
 
-def on_index(series: SeriesLike, index: Any) -> SeriesLike:
+def on_index(series: EagerSeries, index: IndexLike) -> EagerSeries:
     """``series``' values, by position, labelled with ``index`` (no alignment): for assigning a
     column into a frame whose index has duplicate labels.  pandas and cudf alike (cudf series
     have neither ``.array`` nor ``set_axis``; both have ``copy(deep=False)`` and the ``index`` setter).
@@ -607,15 +667,16 @@ _PLC_INT_IDS = {"int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "IN
                 "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64"}
 
 
-def plc_int_type_id(dtype: Any) -> str:
-    """The ``pylibcudf.types.TypeId`` member name of a numpy (or pandas nullable) integer dtype.
+def plc_int_type_id(dtype: DtypeObj) -> str:
+    """The ``pylibcudf.types.TypeId`` member name of a numpy (or pandas nullable) integer dtype;
+    an ArgumentError for another dtype (an extension dtype without a numpy one included).
 
     Example:
         >>> plc_int_type_id(np.dtype("uint16")), plc_int_type_id(pd.Int8Dtype())
         ('UINT16', 'INT8')
     """
-    np_dtype = np.dtype(getattr(dtype, "numpy_dtype", dtype))
-    if np_dtype.name not in _PLC_INT_IDS:
+    np_dtype = dtype if isinstance(dtype, np.dtype) else getattr(dtype, "numpy_dtype", None)
+    if not isinstance(np_dtype, np.dtype) or np_dtype.name not in _PLC_INT_IDS:
         raise ArgumentError(f"{dtype} is not an integer dtype")
     return _PLC_INT_IDS[np_dtype.name]
 
@@ -633,7 +694,8 @@ def int_dtype_of_type_id(type_id: str) -> np.dtype:
     raise ArgumentError(f"pylibcudf type {type_id} is not an integer type")
 
 
-def cudf_series_of(plc_column: Any, dtype: Any, name: Any = None, index: Any = None) -> "cudf.Series":
+def cudf_series_of(plc_column: pylibcudf.Column, dtype: DtypeObj, name: Hashable | None = None,
+                   index: IndexLike | None = None) -> "cudf.Series":
     """A cudf series over a pylibcudf column, typed ``dtype`` -- the dtype of the column it was
     gathered from.  ``cudf.Series.from_pylibcudf`` rebuilds the dtype from the raw libcudf type
     (categorical -> its codes, ``Int64`` / ``boolean`` -> numpy, a datetime's zone dropped);

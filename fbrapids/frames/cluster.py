@@ -13,16 +13,20 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
-from fbrapids.errors import ClusterError
+from fbrapids.errors import ArgumentError, ClusterError
 from fbrapids.frames import backend as _backend
+
+if TYPE_CHECKING:  # (annotations only: distributed is imported where a cluster is made)
+    from dask.typing import Key
+    from distributed import Client, Future
 
 log = logging.getLogger(__name__)
 
 
 def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, backend: str | None = None,
-                  **cluster_kwargs: Any) -> Any:
+                  **cluster_kwargs: object) -> Client:
     """A ``distributed.Client`` on a new local cluster.
 
     On the GPU backend this is dask-cuda's ``LocalCUDACluster`` (one worker per GPU, each
@@ -54,7 +58,7 @@ def local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, bac
     return client
 
 
-def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str | None = None) -> Any:
+def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str | None = None) -> Client:
     """A ``distributed.Client`` on a new local cluster of ONE worker process limited to
     ``memory_limit`` bytes, with ``threads`` threads (default: one per core): past
     distributed's thresholds of that limit the worker spills its results to disk (60-70%),
@@ -75,7 +79,7 @@ def budgeted_cluster(memory_limit: int, threads: int | None = None, backend: str
                            "under `if __name__ == \"__main__\":`") from exc
 
 
-def worker_devices(cluster_kwargs: dict[str, Any], workers: int, visible: int) -> list[str]:
+def worker_devices(cluster_kwargs: Mapping[str, object], workers: int, visible: int) -> list[str]:
     """The devices a ``LocalCUDACluster``'s ``workers`` workers use, as ``CUDA_VISIBLE_DEVICES``
     names them (worker i takes the i-th of the cluster's list: its ``CUDA_VISIBLE_DEVICES``
     option, else this process's, else all ``visible`` devices).
@@ -87,6 +91,8 @@ def worker_devices(cluster_kwargs: dict[str, Any], workers: int, visible: int) -
     given = cluster_kwargs.get("CUDA_VISIBLE_DEVICES")
     if given is None:
         given = os.environ.get("CUDA_VISIBLE_DEVICES") or [str(i) for i in range(visible)]
+    if not isinstance(given, (str, Iterable)):
+        raise ArgumentError(f"the cluster option CUDA_VISIBLE_DEVICES={given!r}: expected \"0,1\" or a list of devices")
     names = given.split(",") if isinstance(given, str) else [str(d) for d in given]
     return [n.strip() for n in names][:workers]
 
@@ -97,7 +103,8 @@ def client_device() -> str:
     return where.split(",")[0].strip() if where else "0"
 
 
-def cuda_cluster_plan(n_workers: int | None, backend: str | None, cluster_kwargs: dict[str, Any]) -> dict[str, Any]:
+def cuda_cluster_plan(n_workers: int | None, backend: str | None, cluster_kwargs: dict[str, object]
+                      ) -> dict[str, object]:
     """The ``LocalCUDACluster`` options of a local GPU cluster, one RMM pool per device: every
     worker gets a pool (``FBRAPIDS_RMM_POOL``, default half the device) with cupy on it, and
     when a worker shares this process's device this process makes no pool of its own
@@ -180,7 +187,7 @@ def probe_scheduler(address: str, timeout: float = 10.0) -> None:
                        "dashboard or another service's port? the scheduler listens on 8786 by default")
 
 
-def connect(address: str, timeout: float = 30.0) -> Any:
+def connect(address: str, timeout: float = 30.0) -> Client:
     """A ``distributed.Client`` connected to the scheduler at ``address`` (``tcp://host:8786``).
 
     An address that is not a dask scheduler fails within ``timeout`` seconds with a
@@ -258,7 +265,7 @@ def worker_silence_s() -> float:
     return float(dask.config.get("fbrapids.worker-silence", 120.0))
 
 
-def silent_workers(client: Any, limit: float) -> list[str]:
+def silent_workers(client: Client, limit: float) -> list[str]:
     """The workers processing a task that the scheduler has not heard from for more than
     ``limit`` seconds: ``"tcp://127.0.0.1:4242 (worker 1, 1 task(s), last heard 130 s ago)"``."""
     info = client.scheduler_info().get("workers", {})
@@ -272,7 +279,7 @@ def silent_workers(client: Any, limit: float) -> list[str]:
     return out
 
 
-def silence_message(what: str, client: Any, silent: list[str]) -> str:
+def silence_message(what: str, client: Client, silent: list[str]) -> str:
     """The one line a frozen worker ends a run with: who, since when, and what to do."""
     return (f"{what}: the dask worker {'; '.join(silent)} has not been heard from for more than "
             f"{worker_silence_s():g} s while computing for this run (frozen: stopped, swapping or hung); on the "
@@ -280,7 +287,7 @@ def silence_message(what: str, client: Any, silent: list[str]) -> str:
             "remove it, then rerun; or raise dask config fbrapids.worker-silence")
 
 
-def scheduler_lost(client: Any, timeout: float = 1.0) -> bool:
+def scheduler_lost(client: Client, timeout: float = 1.0) -> bool:
     """Whether ``client`` lost its scheduler: its connection closed (the client reconnecting,
     or closed) and nothing answers at the scheduler's address within ``timeout`` (a
     ``tcp://`` one refuses the connection, or cannot be reached); a scheduler that listens
@@ -307,7 +314,7 @@ def scheduler_lost(client: Any, timeout: float = 1.0) -> bool:
     return False
 
 
-def lost_scheduler_message(what: str, client: Any) -> str:
+def lost_scheduler_message(what: str, client: Client) -> str:
     """The one line a lost scheduler ends a run with: which address, and what to do."""
     return (f"{what}: lost the dask scheduler at {client.scheduler.address}: its connection closed and nothing "
             "answers there now (the scheduler was stopped or killed, or its host is unreachable); start it (and its "
@@ -315,7 +322,7 @@ def lost_scheduler_message(what: str, client: Any) -> str:
 
 
 @contextlib.contextmanager
-def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
+def frozen_worker_watchdog(client: Client | None, what: str, poll_s: float = 1.0) -> Iterator[None]:
     """While inside, a thread asks the scheduler every ``poll_s`` for a worker silent past
     :func:`worker_silence_s` with a task; on finding one it cancels the client's futures
     (the compute blocked on it raises) and the block raises one
@@ -375,7 +382,7 @@ def frozen_worker_watchdog(client: Any, what: str, poll_s: float = 1.0) -> Any:
         raise ClusterError(found[0])
 
 
-def stalled_workers(client: Any, keys: Any = None) -> list[str]:
+def stalled_workers(client: Client, keys: Iterable[Key] | None = None) -> list[str]:
     """The workers processing a task now (of ``keys`` when given, else any), each with how
     long ago the scheduler last heard from it: ``"tcp://127.0.0.1:4242 (worker 1, last heard
     63 s ago)"``.  A frozen worker (stopped, swapping) stops its heartbeats."""
@@ -392,7 +399,7 @@ def stalled_workers(client: Any, keys: Any = None) -> list[str]:
     return out
 
 
-def result_or_error(client: Any, future: Any, what: str, poll_s: float = 1.0) -> Any:
+def result_or_error(client: Client, future: Future, what: str, poll_s: float = 1.0) -> object:
     """``future.result()``, but a :class:`~fbrapids.errors.ClusterError` naming the scheduler
     and ``what`` (e.g. ``"partition 3"``) once the cluster has had no worker for
     :func:`worker_wait_s` seconds (every worker killed or gone), instead of waiting for ever.
@@ -439,7 +446,7 @@ def result_or_error(client: Any, future: Any, what: str, poll_s: float = 1.0) ->
                                "raise dask config 'fbrapids.worker-wait'")
 
 
-def require_workers(client: Any, what: str) -> None:
+def require_workers(client: Client, what: str) -> None:
     """Return once the cluster has a worker; a :class:`~fbrapids.errors.ClusterError` naming
     the scheduler and ``what`` after :func:`worker_wait_s` seconds without one."""
     if client.scheduler_info().get("workers"):
@@ -453,7 +460,7 @@ def require_workers(client: Any, what: str) -> None:
                            "start workers for it, or raise dask config 'fbrapids.worker-wait'") from exc
 
 
-def _tagged(read: Callable[[], dict]) -> dict:
+def _tagged(read: Callable[[], dict[str, int]]) -> dict[str, object]:
     return {"pid": os.getpid(), "counters": read()}
 
 
@@ -467,34 +474,36 @@ class WorkerCounters:
         >>> wc = WorkerCounters(None, dict)  # doctest: +SKIP
     """
 
-    def __init__(self, client: Any, read: Callable[[], dict]) -> None:
+    def __init__(self, client: Client, read: Callable[[], dict[str, int]]) -> None:
         self.client, self.read = client, read
-        self._last: dict[tuple[str, int], dict] = {}
+        self._last: dict[tuple[str, int], dict[str, int]] = {}
 
     def poll(self) -> None:
         """Read every live worker's counters (keyed by address and process id)."""
         for addr, got in self.client.run(functools.partial(_tagged, self.read)).items():
             self._last[(addr, got["pid"])] = got["counters"]
 
-    def snapshots(self) -> list[dict]:
+    def snapshots(self) -> list[dict[str, int]]:
         """The latest counters of every worker process seen (polling once more first)."""
         with contextlib.suppress(OSError, TimeoutError):
             self.poll()
         return list(self._last.values())
 
 
-def get_client(address: str | None = None, **local_kwargs: Any) -> tuple[Any, bool]:
-    """``(client, owned)``: a client to ``address``, else a new local cluster (``owned`` True).
+def get_client(address: str | None = None, n_workers: int | None = None, threads_per_worker: int = 1,
+               backend: str | None = None, **cluster_kwargs: object) -> tuple[Client, bool]:
+    """``(client, owned)``: a client to ``address``, else a new local cluster (``owned`` True;
+    the other arguments are :func:`local_cluster`'s).
 
     Example:
         >>> client, owned = get_client(None, n_workers=1)  # doctest: +SKIP
     """
     if address:
         return connect(address), False
-    return local_cluster(**local_kwargs), True
+    return local_cluster(n_workers, threads_per_worker, backend, **cluster_kwargs), True
 
 
-def close_client(client: Any) -> None:
+def close_client(client: Client) -> None:
     """Close a client, and its cluster when it was a local one we started."""
     cluster = getattr(client, "cluster", None)
     client.close()

@@ -21,12 +21,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 _registered = False
 
 
-def register(_module: Any = None) -> None:
+def register(_module: ModuleType | None = None) -> None:
     """Register the dtype-aware tokens (idempotent; the argument is the imported module)."""
     global _registered
     if _registered:

@@ -42,10 +42,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Iterator, Sequence
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike
+    from dask._task_spec import GraphNode
+    from dask.typing import Key
+    from distributed import Client, Future
+
+    from fbrapids.frames.backend import EagerFrame, FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +58,15 @@ log = logging.getLogger(__name__)
 class PassPlan:
     """For each task key: the tasks it needs, and the first and last output needing it."""
 
-    graph: dict[Any, Any]
-    outputs: list[Any]
-    first_use: dict[Any, int] = field(default_factory=dict)
-    last_use: dict[Any, int] = field(default_factory=dict)
+    graph: dict[Key, GraphNode]
+    outputs: list[Key]
+    first_use: dict[Key, int] = field(default_factory=dict)
+    last_use: dict[Key, int] = field(default_factory=dict)
     #: per task: how many tasks of the pass take it as an input and have not run yet
-    waiting: dict[Any, int] = field(default_factory=dict)
+    waiting: dict[Key, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, graph: dict[Any, Any], outputs: list[Any]) -> "PassPlan":
+    def of(cls, graph: dict[Key, GraphNode], outputs: list[Key]) -> "PassPlan":
         plan = cls(graph, outputs)
         for i, key in enumerate(outputs):
             for k in plan.closure(key, stop=()):
@@ -75,26 +79,26 @@ class PassPlan:
                     plan.waiting[d] = plan.waiting.get(d, 0) + 1
         return plan
 
-    def ran(self, keys: Any) -> None:
+    def ran(self, keys: Iterable[Key]) -> None:
         """Record that ``keys`` have run: their inputs wait on them no more."""
         for k in keys:
             for d in self.dependencies(k):
                 if d in self.waiting:
                     self.waiting[d] -= 1
 
-    def still_needed(self, key: Any) -> bool:
+    def still_needed(self, key: Key) -> bool:
         """Whether a task that has not run yet takes ``key``'s result as an input (so a
         later partition's closure, stopping at kept results, reaches ``key``)."""
         return self.waiting.get(key, 0) > 0
 
-    def dependencies(self, key: Any) -> Any:
+    def dependencies(self, key: Key) -> frozenset[Key]:
         return self.graph[key].dependencies
 
-    def closure(self, key: Any, stop: Any) -> list[Any]:
+    def closure(self, key: Key, stop: Container[Key]) -> list[Key]:
         """``key`` and every task it needs, not looking past the keys in ``stop``, nor past
         keys outside the graph (results a distributed cluster already holds: a persisted
         collection's futures)."""
-        seen: dict[Any, None] = {}
+        seen: dict[Key, None] = {}
         todo = [key]
         while todo:
             k = todo.pop()
@@ -105,7 +109,7 @@ class PassPlan:
                 todo.extend(self.dependencies(k))
         return list(seen)
 
-    def shared(self, key: Any) -> bool:
+    def shared(self, key: Key) -> bool:
         """Whether more than one output partition needs ``key``."""
         return self.first_use[key] != self.last_use[key]
 
@@ -114,16 +118,16 @@ class PassPlan:
         return sum(1 for k in self.first_use if self.shared(k))
 
 
-def _client_of(get: Callable | None) -> Any:
+def _client_of(get: Callable[..., object] | None) -> Client | None:
     owner = getattr(get, "__self__", None)
     return owner if type(owner).__name__ == "Client" else None
 
 
-def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[FrameLike]:
+def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[EagerFrame]:
     """The partitions of dask ``frame``, in order, computed as one pass (see the module doc).
 
     Args:
-        frame: a dask (or dask-cudf) DataFrame.
+        frame: a dask (or dask-cudf) DataFrame (an eager one is an ArgumentError).
         window: partitions computed together (local scheduler) or outstanding as futures.
         stats: if given, filled with ``partitions``, ``tasks`` and ``shared_tasks``.
 
@@ -136,6 +140,11 @@ def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | N
     import dask
     from dask._task_spec import convert_legacy_graph
 
+    from fbrapids.errors import ArgumentError
+    from fbrapids.frames.backend import is_dask
+
+    if not is_dask(frame):
+        raise ArgumentError(f"iter_partitions: a pass over partitions needs a dask frame, got {type(frame).__name__}")
     window = max(1, int(window))
     pieces = frame.to_delayed()  # optimises the whole graph once
     if not pieces:
@@ -167,15 +176,16 @@ def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | N
         yield from _local_pass(plan, get, window, stats)
 
 
-def _local_pass(plan: PassPlan, get: Callable, window: int, stats: dict[str, int]) -> Iterator[FrameLike]:
+def _local_pass(plan: PassPlan, get: Callable[..., Sequence[object]], window: int, stats: dict[str, int]
+                ) -> Iterator[EagerFrame]:
     from dask._task_spec import DataNode
     from dask.sizeof import sizeof
 
-    kept: dict[Any, Any] = {}
+    kept: dict[Key, object] = {}
     outputs = plan.outputs
     for start in range(0, len(outputs), window):
         batch = outputs[start:start + window]
-        sub: dict[Any, Any] = {}
+        sub: dict[Key, GraphNode] = {}
         for key in batch:
             for k in plan.closure(key, stop=kept):
                 if k not in sub:
@@ -194,7 +204,7 @@ def _local_pass(plan: PassPlan, get: Callable, window: int, stats: dict[str, int
         yield from results[:len(batch)]
 
 
-def store_ram(value: Any) -> int | None:
+def store_ram(value: object) -> int | None:
     """The bytes a disk shuffle's store (partd: dask's ``shuffle(method="disk")``) holds in
     RAM before they spill to its files; None when ``value`` is not such a store.
 
@@ -212,11 +222,11 @@ def store_ram(value: Any) -> int | None:
     return None
 
 
-def _futures_pass(plan: PassPlan, client: Any, window: int) -> Iterator[FrameLike]:
+def _futures_pass(plan: PassPlan, client: Client, window: int) -> Iterator[EagerFrame]:
     from fbrapids.frames.cluster import result_or_error  # a bounded wait when every worker is gone
 
-    held: dict[Any, Any] = {}  # shared key -> Future, released after its last consumer is done
-    outstanding: deque[tuple[int, Any]] = deque()
+    held: dict[Key, Future] = {}  # shared key -> Future, released after its last consumer is done
+    outstanding: deque[tuple[int, Future]] = deque()
     outputs = plan.outputs
 
     def submit(i: int) -> None:

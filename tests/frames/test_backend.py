@@ -57,3 +57,23 @@ def test_gpu_backend_moves_frames_to_device():
     assert B.is_gpu_object(frame)
     assert be.free_device_memory() > 0
     assert B.to_host(frame)["a"].tolist() == [1, 2]
+
+
+def test_dask_tests_tell_frames_series_and_eager_objects_apart():
+    import dask.dataframe as dd
+
+    frame = pd.DataFrame({"a": [1, 2]})
+    lazy = dd.from_pandas(frame, npartitions=1)
+    assert [B.is_dask(x) for x in (frame, frame["a"], lazy, lazy["a"])] == [False, False, True, True]
+    assert [B.is_dask_frame(x) for x in (frame, frame["a"], lazy, lazy["a"])] == [False, False, True, False]
+
+
+def test_integer_type_ids_refuse_other_dtypes_by_name():
+    import pyarrow as pa
+
+    from fbrapids.errors import ArgumentError
+
+    assert B.plc_int_type_id(pd.ArrowDtype(pa.uint64())) == "UINT64"
+    for dtype in (np.dtype("float32"), pd.CategoricalDtype(["a"]), pd.StringDtype()):
+        with pytest.raises(ArgumentError, match="is not an integer dtype"):
+            B.plc_int_type_id(dtype)

@@ -240,3 +240,11 @@ def test_a_worker_on_another_device_leaves_this_process_its_pool(monkeypatch):
     assert cluster.worker_devices({"CUDA_VISIBLE_DEVICES": [1]}, 1, 2) == ["1"]
     assert cluster.client_device() not in cluster.worker_devices({"CUDA_VISIBLE_DEVICES": [1]}, 1, 2)
     assert cluster.client_device() in cluster.worker_devices({}, 2, 2)
+
+
+def test_a_device_list_option_of_another_kind_is_refused_naming_it():
+    from fbrapids.errors import ArgumentError
+    from fbrapids.frames import cluster
+
+    with pytest.raises(ArgumentError, match="CUDA_VISIBLE_DEVICES=3"):
+        cluster.worker_devices({"CUDA_VISIBLE_DEVICES": 3}, 1, 4)
