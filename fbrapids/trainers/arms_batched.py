@@ -49,7 +49,7 @@ import contextlib
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -59,6 +59,10 @@ from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.fit_config import FitConfig, FitResult
 from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items
+
+if TYPE_CHECKING:  # (annotations only: the models and the store are imported where used)
+    from fbrapids.trainers.models.base import CTRModel
+    from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +100,8 @@ class _Group:
     table: str
     features: list[str]
     members: list[int]
-    store: Any
-    lookup: Any = None
+    store: TieredEmbeddingStore
+    lookup: Lookup | None = None
 
 
 class SharedTables:
@@ -106,7 +110,7 @@ class SharedTables:
     row, the shared stores holding their rows) and their views; per batch :meth:`pooled`
     gives every arm's pooled bags of every collection, ``[M, B, F, dim]``."""
 
-    def __init__(self, models: Sequence[Any], views: Sequence[View | None]) -> None:
+    def __init__(self, models: Sequence[CTRModel], views: Sequence[View | None]) -> None:
         from fbrapids.trainers.sparse import TieredEmbeddingStore
 
         self.m = len(models)
@@ -194,7 +198,7 @@ def _in_arm_order(parts: list[tuple[list[int], torch.Tensor]], m: int) -> torch.
     return stacked.index_select(0, torch.tensor(np.argsort(order), device=stacked.device))
 
 
-def _shared_config(configs: Sequence[Any], table: str) -> Any:
+def _shared_config(configs: Sequence[StoreConfig], table: str) -> StoreConfig:
     """One store config for the arms sharing ``table``: their own, one slice each (its seed),
     ``dim`` their total width.  Their configs must differ in the seed alone (and the SSD
     directory, which becomes the first arm's)."""
@@ -208,7 +212,7 @@ def _shared_config(configs: Sequence[Any], table: str) -> Any:
 
 
 # -- batched dense parts ---------------------------------------------------------------------
-def batched_head(models: Sequence[Any]) -> Callable[..., torch.Tensor] | None:
+def batched_head(models: Sequence[CTRModel]) -> Callable[..., torch.Tensor] | None:
     """The batched forward of ``models`` (their class's ``batched_logits``,
     :attr:`~fbrapids.trainers.models.base.CTRModel.batched_logits`) when they are of one
     class that has one, the same shapes of every parameter and the same tables; else None
@@ -248,7 +252,7 @@ class BatchedArms(Strategy):
 
     name = "batched arms"
 
-    def __init__(self, models: Sequence[Any], views: Sequence[View | None] | None = None) -> None:
+    def __init__(self, models: Sequence[CTRModel], views: Sequence[View | None] | None = None) -> None:
         self.models = list(models)
         self.views = list(views) if views is not None else [None] * len(self.models)
         if len(self.views) != len(self.models):

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,7 +53,7 @@ class Batch:
     def __len__(self) -> int:
         return int(self.label.shape[0])
 
-    def _map(self, fn: Any) -> "Batch":
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
         return Batch(fn(self.dense), fn(self.label), {k: (fn(v), fn(o)) for k, (v, o) in self.sparse.items()},
                      None if self.group is None else fn(self.group))
 
@@ -70,7 +70,7 @@ def _where(part: int | None) -> str:
     return f" in partition {part}" if part is not None else ""
 
 
-def _first_bad(index: pd.Index, mask: np.ndarray) -> Any:
+def _first_bad(index: pd.Index, mask: np.ndarray) -> object:  # a row label, for the message
     return index[int(np.flatnonzero(mask)[0])]
 
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 import numpy as np
 import torch
@@ -137,13 +137,22 @@ def intercept(logits: np.ndarray, labels: np.ndarray, max_iter: int = 200, rate:
     return float(b)
 
 
-def batch_state(batch: Batch) -> dict[str, Any]:
+class BatchState(TypedDict):
+    """A :class:`~fbrapids.trainers.batch.Batch` as tensors and plain containers (:func:`batch_state`)."""
+
+    dense: torch.Tensor
+    label: torch.Tensor
+    group: torch.Tensor | None
+    sparse: dict[str, list[torch.Tensor]]
+
+
+def batch_state(batch: Batch) -> BatchState:
     """``batch`` as tensors and plain containers (what ``torch.load(weights_only=True)`` reads back)."""
     return {"dense": batch.dense, "label": batch.label, "group": batch.group,
             "sparse": {k: [v, o] for k, (v, o) in batch.sparse.items()}}
 
 
-def batch_from_state(state: Mapping[str, Any]) -> Batch:
+def batch_from_state(state: BatchState) -> Batch:
     """The batch :func:`batch_state` wrote.
 
     Example:
@@ -191,7 +200,7 @@ class HeldBack:
         if capacity < 1 or every < 2:
             raise ArgumentError(f"calibration needs capacity >= 1 row and every >= 2, got {capacity}, {every}")
         self.capacity, self.every = int(capacity), int(every)
-        self.batches: list[Any] = []
+        self.batches: list[Batch | None] = []
         self.rows: list[int] = []
         #: per held batch: (rows, clicks) read since the held one before it; None: not counted
         #: (a checkpoint of an older fbrapids)
@@ -204,7 +213,7 @@ class HeldBack:
         """Hold nothing (the held batches were trained on after all)."""
         self.batches, self.rows, self.spans, self.index = [], [], [], []
 
-    def count(self, batch: Any) -> None:
+    def count(self, batch: Batch | None) -> None:
         """Count the rows and clicks of ``batch`` (a batch of the pass, held or trained; None:
         none) into the span of the next held batch."""
         if batch is not None and len(batch):
@@ -228,12 +237,14 @@ class HeldBack:
     def held_rows(self) -> int:
         return sum(self.rows)
 
-    def add(self, batch: Any, rows: int | None = None, index: int = -1) -> list[Any]:
+    def add(self, batch: Batch | None, rows: int | None = None, index: int = -1) -> list[Batch | None]:
         """Hold ``batch`` (``rows``: its union's rows, default ``len(batch)``; ``index``: its
         number in the pass); returns the older held batches it pushes out (the newest held
         always stay: at least ``capacity`` rows when there are that many)."""
+        if rows is None and batch is None:
+            raise ArgumentError("HeldBack.add: a process without a batch gives the union's rows")
         self.batches.append(batch)
-        self.rows.append(len(batch) if rows is None else int(rows))
+        self.rows.append(len(batch) if batch is not None and rows is None else int(rows or 0))
         self.spans.append((self.open[0], self.open[1]))
         self.index.append(int(index))
         self.open = [0.0, 0.0]
@@ -245,9 +256,9 @@ class HeldBack:
             self.index.pop(0)
         return out
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, torch.Tensor | list[BatchState | None]]:
         """What a checkpoint keeps of it (a resumed run then calibrates as an unbroken one)."""
-        out = {"rows": torch.tensor(self.rows, dtype=torch.int64),
+        out: dict[str, torch.Tensor | list[BatchState | None]] = {"rows": torch.tensor(self.rows, dtype=torch.int64),
                "batches": [None if b is None else batch_state(b) for b in self.batches],
                "open": torch.tensor(self.open, dtype=torch.float64),
                "index": torch.tensor(self.index, dtype=torch.int64)}

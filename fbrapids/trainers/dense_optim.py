@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -66,7 +66,7 @@ class FusedAdam(torch.optim.Optimizer):
                     p.grad.detach_().zero_()
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
         """One Adam step of every parameter with a gradient (``closure`` is not supported)."""
         if closure is not None:
             raise ArgumentError("FusedAdam.step takes no closure")

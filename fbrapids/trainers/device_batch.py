@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fbrapids.errors import BatchError, ColumnTypeError
@@ -34,6 +35,8 @@ from fbrapids.frames.backend import int_dtype_of_type_id, is_list_dtype
 from fbrapids.trainers.batch import Batch, concat_parts
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import pylibcudf as plc
+
     from fbrapids.frames.backend import FrameLike, SeriesLike
 
 # the device GAUC group key of non-integer (or null-holding) group columns: cudf's 64-bit
@@ -65,27 +68,27 @@ class CudaStreams:
     logic is tested on the CPU by recording them (``device_batch.STREAMS``)."""
 
     @staticmethod
-    def current(device: torch.device) -> Any:
+    def current(device: torch.device) -> torch.cuda.Stream:
         return torch.cuda.current_stream(device)
 
     @staticmethod
-    def wait_event(stream: Any, event: Any) -> None:
+    def wait_event(stream: torch.cuda.Stream, event: torch.cuda.Event) -> None:
         stream.wait_event(event)
 
     @staticmethod
-    def copy(stream: Any, tensor: torch.Tensor) -> torch.Tensor:
+    def copy(stream: torch.cuda.Stream, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` copied into memory allocated on ``stream``, by a kernel on ``stream``."""
         with torch.cuda.stream(stream):
             return tensor.clone()
 
     @staticmethod
-    def record_event(stream: Any) -> Any:
+    def record_event(stream: torch.cuda.Stream) -> torch.cuda.Event:
         event = torch.cuda.Event()
         event.record(stream)
         return event
 
     @staticmethod
-    def done(event: Any) -> bool:
+    def done(event: torch.cuda.Event) -> bool:
         return bool(event.query())
 
 
@@ -110,12 +113,12 @@ class KeepAlive:
         1
     """
 
-    def __init__(self, done: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, done: Callable[[torch.cuda.Event], bool] | None = None) -> None:
         self._done = done
-        self._held: list[tuple[Any, list[Any]]] = []
+        self._held: list[tuple[torch.cuda.Event, list[object]]] = []
         self._lock = threading.Lock()
 
-    def hold(self, event: Any, objects: list[Any]) -> None:
+    def hold(self, event: torch.cuda.Event, objects: Sequence[object]) -> None:
         """Keep ``objects`` referenced until ``event`` has passed (:meth:`release` drops them then)."""
         with self._lock:
             self._held.append((event, list(objects)))
@@ -157,8 +160,8 @@ class TensorColumns:
     sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]
     group: torch.Tensor | None = None
     nan_replaced: int = field(default=0, compare=False)
-    ready: Any = field(default=None, compare=False)
-    sources: list[Any] = field(default_factory=list, compare=False, repr=False)
+    ready: torch.cuda.Event | None = field(default=None, compare=False)
+    sources: list[torch.Tensor] = field(default_factory=list, compare=False, repr=False)
 
     def __len__(self) -> int:
         return int(self.label.shape[0])
@@ -198,7 +201,7 @@ class TensorColumns:
         g = None if self.group is None else self.group[start:stop]
         return TensorColumns(self.dense[start:stop], self.label[start:stop], sp, g)
 
-    def take(self, idx: Any) -> "TensorColumns":
+    def take(self, idx: torch.Tensor | npt.ArrayLike) -> "TensorColumns":
         self.wait()
         idx = torch.as_tensor(np.asarray(idx) if not isinstance(idx, torch.Tensor) else idx,
                               dtype=torch.int64).to(self.label.device)
@@ -224,14 +227,14 @@ def _where(part: int | None) -> str:
     return f" in partition {part}" if part is not None else ""
 
 
-def _tensor(series: SeriesLike, dtype: str) -> torch.Tensor:
+def _tensor(series: SeriesLike, dtype: Literal["float32", "int64", "uint64"]) -> torch.Tensor:
     """A cudf column without nulls as a torch tensor on its device (CAI -> cupy -> DLPack)."""
     import cupy as cp
 
     return torch.from_dlpack(cp.asarray(series.astype(dtype)))
 
 
-def _plc_ints(col: Any, start: int, stop: int) -> torch.Tensor:
+def _plc_ints(col: plc.Column, start: int, stop: int) -> torch.Tensor:
     """Elements ``start .. stop`` of a fixed-width pylibcudf column (no nulls) as an int64 tensor."""
     import cupy as cp
 
@@ -245,7 +248,7 @@ def _plc_ints(col: Any, start: int, stop: int) -> torch.Tensor:
     return torch.from_dlpack(part.view(cp.int64) if dtype == np.uint64 else part.astype(cp.int64))
 
 
-def sparse_kind(dtype: Any, name: str = "?", part: int | None = None) -> str:
+def sparse_kind(dtype: object, name: str = "?", part: int | None = None) -> str:
     """How a sparse feature's column of ``dtype`` becomes a bag: ``"list"`` (a LIST column:
     ``cudf.ListDtype``, or the pandas Arrow list dtype cudf keeps on columns made from pandas
     -- host round trips, ``categorify`` of lists, JSON lines read on the host) or ``"ids"``
@@ -264,7 +267,7 @@ def sparse_kind(dtype: Any, name: str = "?", part: int | None = None) -> str:
     return "ids"
 
 
-def _sparse(s: SeriesLike, name: str, part: int | None, held: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def _sparse(s: SeriesLike, name: str, part: int | None, held: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """A sparse column's (values, offsets) tensors; what they were computed from goes to ``held``."""
     n = len(s)
     if sparse_kind(s.dtype, name, part) == "list":
@@ -285,7 +288,7 @@ def _sparse(s: SeriesLike, name: str, part: int | None, held: list[Any]) -> tupl
 
 
 def _dense(df: FrameLike, cols: Sequence[str], nan: str, part: int | None, device: torch.device,
-           held: list[Any]) -> tuple[torch.Tensor, int]:
+           held: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
     """The dense columns stacked as float32 and the values replaced; the per-column tensors
     (cudf's memory, read by kernels queued on this stream) go to ``held``."""
     import numpy as _np
@@ -323,7 +326,7 @@ def device_columns(df: FrameLike, label: str, dense: Sequence[str], sparse: Sequ
     if y.null_count:
         raise BatchError(f"label {label!r}: {y.null_count} NaN/null values{_where(part)}")
     lab = _tensor(y, "float32")
-    held: list[Any] = []  # what the build's queued kernels read that no result references
+    held: list[torch.Tensor] = []  # what the build's queued kernels read that no result references
     d, replaced = _dense(df, dense, nan, part, lab.device, held)
     sp = {name: _sparse(df[name], name, part, held) for name in sparse}
     g = None

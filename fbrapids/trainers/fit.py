@@ -42,6 +42,7 @@ import torch
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.checkpoint.directory import step_name
 from fbrapids.trainers.dense_optim import default_optimizer  # noqa: F401  (re-exported: fit's dense optimizer)
 from fbrapids.trainers.device import place_model
@@ -49,7 +50,8 @@ from fbrapids.trainers.fit_config import LOOKAHEAD_BATCHES, FitConfig, FitResult
 from fbrapids.trainers.metrics import all_metrics
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.nan_policy import FIT_NAN, check_nan
-from fbrapids.trainers.strategy import Arms, OneProcess, Strategy, held_logits, nonfinite_grads  # noqa: F401
+from fbrapids.trainers.sparse.optim import SparseOptimizer
+from fbrapids.trainers.strategy import Arms, Item, OneProcess, Strategy, held_logits, nonfinite_grads  # noqa: F401
 from fbrapids.ui.autobar import tqdm
 
 log = logging.getLogger(__name__)
@@ -142,7 +144,7 @@ def fit(target: CTRModel | Strategy, batches: Iterable[Batch], config: FitConfig
     return result
 
 
-def _end_of_pass(strategy: Strategy, held: Any, result: FitResult, trained: bool, finished: bool) -> bool:
+def _end_of_pass(strategy: Strategy, held: HeldBack | None, result: FitResult, trained: bool, finished: bool) -> bool:
     """The end-of-pass step: the calibration fitted on the held-back batches, when this call
     trained (``trained``) or the pass had ended before it (``finished``: resumed from a
     checkpoint of the last step, which may have been written before the fit: a periodic one,
@@ -179,7 +181,7 @@ def write_final_checkpoint(save: Callable[[int], Path], step: int, trained: bool
 
 
 def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result: FitResult, start: int,
-            held: Any) -> tuple[int, bool]:
+            held: HeldBack | None) -> tuple[int, bool]:
     """The pass(es): returns the global step reached (a step is a batch read from the
     stream, held back or trained on) and whether the stream ended (False: ``max_steps``)."""
     step = strategy.first_step(start, batches)
@@ -221,7 +223,7 @@ def _passes(strategy: Strategy, batches: Iterable[Batch], cfg: FitConfig, result
         bar.close()
 
 
-def _sparse_rates(strategy: Strategy, decay: float) -> list[tuple[Any, float]]:
+def _sparse_rates(strategy: Strategy, decay: float) -> list[tuple[SparseOptimizer, float]]:
     """The sparse optimizers of ``strategy``'s model and their configured lr, for
     :attr:`FitConfig.sparse_lr_decay` (none when it is 1)."""
     if decay == 1.0:
@@ -241,7 +243,8 @@ def _sparse_rates(strategy: Strategy, decay: float) -> list[tuple[Any, float]]:
     return [(s.optimizer, s.config.lr) for s in stores if isinstance(s, TieredEmbeddingStore)]
 
 
-def _one_step(strategy: Strategy, item: Any, i: int, step: int, start: int, held: Any, epoch: int = 0) -> bool:
+def _one_step(strategy: Strategy, item: Item, i: int, step: int, start: int, held: HeldBack | None,
+              epoch: int = 0) -> bool:
     """The part of the loop for the pass's batch number ``i`` at global step ``step`` (before
     it) of pass ``epoch``: skipped (trained before the checkpoint resumed from), held back, or
     trained on; False: the pass is over (every rank is out of data).  In the first pass the

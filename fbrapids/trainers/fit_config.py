@@ -85,7 +85,7 @@ class FitConfig:
     keep_checkpoints: int | None = 3
     nan: str = "error"
     device: str | torch.device | None = None
-    run: Mapping[str, Any] | None = None
+    run: Mapping[str, object] | None = None
     lookahead: int = LOOKAHEAD_BATCHES
     calibrate: bool = True
     calibration_rows: int = CALIBRATION_ROWS

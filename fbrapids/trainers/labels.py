@@ -14,13 +14,17 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, overload
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeGuard, overload
 
 import numpy as np
 import pandas as pd
 
 from fbrapids.errors import LabelError
 from fbrapids.frames import backend as _backend
+
+if TYPE_CHECKING:  # (annotations only)
+    import cudf
 
 
 @overload
@@ -40,7 +44,11 @@ def check_label_range(label_range: tuple[float, float] | None) -> tuple[float, f
     return lo, hi
 
 
-def check_labels(values: Any, column: str, partition: int | None = None,
+def _on_device(values: object) -> TypeGuard[cudf.Series]:
+    return _backend.is_gpu_object(values)
+
+
+def check_labels(values: pd.Series | cudf.Series, column: str, partition: int | None = None,
                  label_range: tuple[float, float] | None = None) -> None:
     """Raise :class:`~fbrapids.errors.LabelError` unless every label is 0 or 1 (default) or
     within ``label_range`` (inclusive).  Nulls are left to the batch builder's own error.
@@ -59,8 +67,8 @@ def check_labels(values: Any, column: str, partition: int | None = None,
         example = f", e.g. {sample[0]!r}" if sample else ""
         raise LabelError(f"{where} holds strings ({dtype}{example}); labels must be numbers (0/1 clicks, or soft "
                          "labels with label_range=(lo, hi)); convert the column first, e.g. .map({'no': 0, 'yes': 1})")
-    xp: Any = np
-    if _backend.is_gpu_object(values):  # checked on the device: only the verdict comes to the host
+    xp: ModuleType = np
+    if _on_device(values):  # checked on the device: only the verdict comes to the host
         import cupy
 
         xp = cupy

@@ -22,12 +22,15 @@ Example:
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from fbrapids.errors import InputTypeError, ModelStreamError
 
+if TYPE_CHECKING:  # (annotations only: the models import this module)
+    from fbrapids.trainers.models.base import CTRModel, DeclaredInputs
 
-def check_constructor(cls_name: str, arguments: Mapping[str, Any]) -> None:
+
+def check_constructor(cls_name: str, arguments: Mapping[str, object]) -> None:
     """``dense_dim`` an int >= 0, ``sparse_features`` a list of names, ``sequences`` a
     mapping (of a model's constructor ``arguments``), else an
     :class:`~fbrapids.errors.InputTypeError` naming the argument."""
@@ -49,7 +52,7 @@ def check_constructor(cls_name: str, arguments: Mapping[str, Any]) -> None:
                              f"attends with, got {seqs!r}")
 
 
-def _stream_lists(batches: Any) -> tuple[list[str], list[str]] | None:
+def _stream_lists(batches: object) -> tuple[list[str], list[str]] | None:
     """The ``dense`` / ``sparse`` lists of a batch stream, through wrappers holding it as
     ``.batches`` (the pipeline's timers); None when it does not say."""
     seen = 0
@@ -61,7 +64,7 @@ def _stream_lists(batches: Any) -> tuple[list[str], list[str]] | None:
     return None
 
 
-def check_model_stream(model: Any, batches: Any) -> None:
+def check_model_stream(model: Any, batches: object) -> None:  # any nn.Module: read by name
     """A :class:`~fbrapids.errors.ModelStreamError` naming the feature when ``batches``
     (a stream that declares its ``dense`` / ``sparse`` lists) does not feed ``model`` (a
     model built here, which records its ``dense_dim``): another dense width, a sparse
@@ -89,7 +92,7 @@ def check_model_stream(model: Any, batches: Any) -> None:
                                    f"for (it would be ignored); the model's: {wanted}")
 
 
-def model_from_workload(cls: Any, workload: Any, **kwargs: Any) -> Any:
+def model_from_workload(cls: type[CTRModel], workload: DeclaredInputs, **kwargs: object) -> CTRModel:
     """``cls`` built over ``workload``'s features: ``dense_dim`` its dense list's length,
     ``sparse_features`` its sparse list, and for a model reading ``sequences`` (DIN) the
     workload's behaviour sequences (the model's
@@ -99,7 +102,7 @@ def model_from_workload(cls: Any, workload: Any, **kwargs: Any) -> Any:
     for given in ("dense_dim", "sparse_features", "sequences"):
         if given in kwargs:
             raise InputTypeError(f"{cls.__name__}.from_workload: {given} comes from the workload; leave it out")
-    args: dict[str, Any] = {"dense_dim": len(dense), "sparse_features": [f for f in sparse if f not in seqs]}
+    args: dict[str, object] = {"dense_dim": len(dense), "sparse_features": [f for f in sparse if f not in seqs]}
     if getattr(cls, "reads_sequences", False):
         args["sequences"] = seqs
     return cls(**args, **kwargs)

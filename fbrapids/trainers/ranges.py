@@ -19,9 +19,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fbrapids.errors import RangeError
+
+if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import numpy as np
+    import torch
 
 
 def validate_ranges(ranges: Mapping[str, tuple[float, float]] | None, dense: Sequence[str]) -> dict:
@@ -36,7 +40,7 @@ def validate_ranges(ranges: Mapping[str, tuple[float, float]] | None, dense: Seq
     return out
 
 
-def check_ranges(dense: Any, columns: Sequence[str], ranges: Mapping[str, tuple[float, float]],
+def check_ranges(dense: np.ndarray | torch.Tensor, columns: Sequence[str], ranges: Mapping[str, tuple[float, float]],
                  strict: bool = False, part: int | None = None, counts: dict[str, int] | None = None) -> int:
     """Count the values of ``dense`` (``[n, len(columns)]``, numpy or torch) outside their
     column's declared ``(lo, hi)`` (closed); add them to ``counts`` per column; returns the

@@ -42,12 +42,13 @@ MODEL_KEYS = ("model_class", "tables", "dense_weights")
 _STREAM_ATTRS = ("label", "dense", "sparse", "batch_size", "seed")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Mapping[str, object]) -> dict[str, object]:
     """``value`` as JSON would give it back (tuples as lists), so recorded and live values compare equal."""
-    return json.loads(json.dumps(value))
+    out: dict[str, object] = json.loads(json.dumps(value))
+    return out
 
 
-def model_identity(model: torch.nn.Module) -> dict[str, Any]:
+def model_identity(model: torch.nn.Module) -> dict[str, object]:
     """The model's class, its tables' embedding dims (by key) and its dense weights' shapes.
 
     Example:
@@ -64,7 +65,7 @@ def model_identity(model: torch.nn.Module) -> dict[str, Any]:
                    "dense_weights": {k: list(v.shape) for k, v in model.state_dict().items() if torch.is_tensor(v)}})
 
 
-def stream_identity(batches: Any) -> dict[str, Any]:
+def stream_identity(batches: object) -> dict[str, object]:
     """The label, ordered dense / sparse lists, batch size and seed of a batch stream
     (those of its attributes it has; nothing for a plain list of batches).
 
@@ -76,24 +77,25 @@ def stream_identity(batches: Any) -> dict[str, Any]:
     return _plain({a: getattr(batches, a) for a in _STREAM_ATTRS if getattr(batches, a, None) is not None})
 
 
-def run_identity(model: torch.nn.Module, batches: Any, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_identity(model: torch.nn.Module, batches: object,
+                 extra: Mapping[str, object] | None = None) -> dict[str, object]:
     """:func:`model_identity`, :func:`stream_identity` and ``extra`` (which wins on a shared key)."""
     return {**model_identity(model), **stream_identity(batches), **_plain(dict(extra or {}))}
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def _short(value: object, limit: int = 80) -> str:
     if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
         return f"fingerprint {value[:12]}..."  # a digest: its head tells two apart
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _names(items: Iterable[Any], limit: int = 4) -> str:
+def _names(items: Iterable[object], limit: int = 4) -> str:
     items = list(items)
     return ", ".join(map(repr, items[:limit])) + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
 
 
-def _difference(key: str, old: Any, new: Any) -> str:
+def _difference(key: str, old: object, new: object) -> str:
     """One phrase saying how ``old`` (the checkpoint's) and ``new`` (this run's) differ."""
     if isinstance(old, list) and isinstance(new, list):
         if sorted(map(repr, old)) == sorted(map(repr, new)):
@@ -111,7 +113,7 @@ def _difference(key: str, old: Any, new: Any) -> str:
     return f"{key}: {_short(old)} in the checkpoint, {_short(new)} in this run"
 
 
-def check_identity(recorded: Mapping[str, Any] | None, wanted: Mapping[str, Any], where: str | os.PathLike,
+def check_identity(recorded: Mapping[str, object] | None, wanted: Mapping[str, object], where: str | os.PathLike,
                    keys: Iterable[str] | None = None) -> None:
     """Refuse to continue from the checkpoint ``where`` when a setting ``recorded`` in it
     differs from this run's (``wanted``); only the keys both hold (and among ``keys`` when
@@ -133,7 +135,7 @@ def check_identity(recorded: Mapping[str, Any] | None, wanted: Mapping[str, Any]
                                       + " (resume with the checkpoint's settings, or start in a new work dir)")
 
 
-def recorded_identity(root: str | os.PathLike) -> tuple[Path, dict[str, Any] | None] | None:
+def recorded_identity(root: str | os.PathLike) -> tuple[Path, dict[str, Any] | None] | None:  # JSON read back
     """The settings recorded by the newest checkpoint under ``root`` whose ``meta.json``
     matches its manifest (only that small file is read and checked, so that a resume is
     refused before any other work), with that checkpoint's path; None when ``root`` holds

@@ -35,13 +35,14 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
     from fbrapids.trainers.models.base import CTRModel
+    from fbrapids.trainers.strategy import Strategy
 
 from fbrapids.trainers.batch import Batch
 from fbrapids.ui.autobar import tqdm
@@ -55,7 +56,7 @@ def _same(batch: Batch) -> Batch:
     return batch
 
 
-def _refresh_total(bar: Any, batches: Iterable[Batch], passes: int = 1) -> None:
+def _refresh_total(bar: tqdm, batches: Iterable[Batch], passes: int = 1) -> None:
     """The bar's total on the stream's estimate of its batches (exact once known)."""
     from fbrapids.trainers.fit import estimated_batches
 
@@ -66,7 +67,7 @@ def _refresh_total(bar: Any, batches: Iterable[Batch], passes: int = 1) -> None:
         bar.refresh()
 
 
-def side_by_side(models: Sequence[CTRModel], views: Sequence[View | None] | None = None) -> Any:
+def side_by_side(models: Sequence[CTRModel], views: Sequence[View | None] | None = None) -> Strategy:
     """The strategy that trains ``models`` side by side: :class:`~fbrapids.trainers.arms_batched.BatchedArms`
     where they have a batched form (:func:`~fbrapids.trainers.arms_batched.batched_head`),
     else :class:`~fbrapids.trainers.strategy.Arms` (one after another).
@@ -89,7 +90,7 @@ def side_by_side(models: Sequence[CTRModel], views: Sequence[View | None] | None
 def fit_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                      views: Sequence[View | None] | None = None, epochs: int = 1,
                      optimizers: Sequence[torch.optim.Optimizer] | None = None, progress: bool = True,
-                     strategy: Any = None, sparse_lr_decay: float = 1.0) -> int:
+                     strategy: Strategy | None = None, sparse_lr_decay: float = 1.0) -> int:
     """Train every model of ``models`` on one pass over ``batches`` per epoch (each batch read
     once, one step of each model on ``views[i](batch)``, the batch itself where the view is
     None); returns the steps each model took: ``fit`` with ``strategy`` (default: the
@@ -110,7 +111,7 @@ def fit_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
 @torch.no_grad()
 def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *,
                          views: Sequence[View | None] | None = None,
-                         progress: bool = True, strategy: Any = None) -> list[dict[str, np.ndarray]]:
+                         progress: bool = True, strategy: Strategy | None = None) -> list[dict[str, np.ndarray]]:
     """Each model's click probabilities over one pass of ``batches`` (through its view), with
     the labels and groups, as :func:`fbrapids.trainers.fit.predict` returns them; through
     ``strategy`` when it holds the models' trained tables (a
@@ -160,7 +161,7 @@ class CountedBatches:
     """A stream of batches that counts the rows it hands out (over every epoch) and
     fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
 
-    def __init__(self, batches: Any) -> None:
+    def __init__(self, batches: Iterable[Batch]) -> None:
         import hashlib
 
         self.batches, self.rows, self.digest = batches, 0, hashlib.sha1()

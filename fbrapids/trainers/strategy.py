@@ -41,7 +41,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -241,7 +241,7 @@ class Stepper:
 
 
 def checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, model: CTRModel,
-                    resume: bool, result: FitResult, identity: Mapping[str, Any],
+                    resume: bool, result: FitResult, identity: Mapping[str, object],
                     held: HeldBack | None = None) -> int:
     """Clean debris, check the disk, and restore the newest verified checkpoint when resuming;
     returns the step to start from."""
@@ -313,7 +313,7 @@ class OneProcess(Strategy):
 
     def __init__(self, model: CTRModel, optimizer: torch.optim.Optimizer | None = None) -> None:
         self.model, self.optimizer = model, optimizer
-        self.identity: Mapping[str, Any] = {}
+        self.identity: Mapping[str, object] = {}
         self.window = 0
         self.announced = 0
 

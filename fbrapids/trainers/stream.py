@@ -39,7 +39,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence, TypeAlias, TypeGuard, Union
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,9 @@ from fbrapids.trainers.ranges import check_ranges, validate_ranges
 from fbrapids.trainers.shuffle import MAX_BYTES, ShuffleBuffer
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import cudf
+    import dask.dataframe as dd
+
     from fbrapids.frames.backend import FrameLike
 
 log = logging.getLogger(__name__)
@@ -69,8 +72,19 @@ class _Failure:
         self.exc = exc
 
 
-def _is_eager(obj: Any) -> bool:
+#: a frame held whole in memory (host or device), not a dask collection
+EagerFrame: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame"]
+#: what a :class:`BatchStream` reads: a pandas / cudf / dask frame, or an iterable of eager frames
+StreamSource: TypeAlias = Union["FrameLike", Iterable[EagerFrame]]
+
+
+def _is_eager(obj: object) -> TypeGuard[EagerFrame]:
     return isinstance(obj, pd.DataFrame) or _backend.is_gpu_object(obj)
+
+
+def _is_dask(obj: object) -> TypeGuard[dd.DataFrame]:
+    """A dask (or dask-cudf: the same class) frame."""
+    return _backend.is_dask(obj)
 
 
 @dataclass(frozen=True)
@@ -126,7 +140,7 @@ class BatchStream:
     partitions.  The config's options read as attributes (``batches.batch_size``).
     """
 
-    def __init__(self, source: Any, config: StreamConfig) -> None:
+    def __init__(self, source: StreamSource, config: StreamConfig) -> None:
         self.source, self.config = source, config
         self._known_rows: int | None = None
         self._seen = (0, 0)  # (partitions, rows) the producer has read in the pass under way
@@ -226,7 +240,7 @@ class BatchStream:
 
     def _partitions(self) -> Iterator[FrameLike]:
         src = self.source
-        if _backend.is_dask(src):
+        if _is_dask(src):
             if self.persist:  # held whole; shared work already runs once per pass without it
                 src = src.persist()
             # one pass: the graph optimised once, tasks shared by several partitions (a join's
@@ -240,7 +254,7 @@ class BatchStream:
     def _produce(self, q: queue.Queue, stop: threading.Event) -> None:
         self.producer_threads.add(threading.current_thread().name)
 
-        def put(item: Any) -> bool:
+        def put(item: object) -> bool:
             while not stop.is_set():
                 try:
                     q.put(item, timeout=0.1)
@@ -254,8 +268,9 @@ class BatchStream:
         try:
             for i, part in enumerate(self._partitions()):
                 on_device = side is not None and _backend.is_gpu_object(part)
-                if not on_device:
-                    part = _backend.to_host(part)
+                host: pd.DataFrame | None = None if on_device else _backend.to_host(part)  # (pandas: a host copy)
+                if host is not None:
+                    part = host
                 self.stats["partitions"] += 1
                 if len(part) == 0:
                     self.stats["empty_partitions"] += 1
@@ -263,10 +278,10 @@ class BatchStream:
                     continue
                 check_labels(part[self.label], self.label, i, self.label_range)
                 cols: Columns | TensorColumns
-                if on_device:  # DLPack from the cudf partition, on the side stream, while i - 1 trains
+                if host is None:  # DLPack from the cudf partition, on the side stream, while i - 1 trains
                     cols = self._device_columns(part, i, side)
                 else:
-                    cols = Columns.from_frame(part, self.label, self.dense, self.sparse, self.group, self.nan,
+                    cols = Columns.from_frame(host, self.label, self.dense, self.sparse, self.group, self.nan,
                                               part=i)
                 self.stats["nan_replaced"] += cols.nan_replaced
                 if self.ranges:
@@ -288,7 +303,7 @@ class BatchStream:
         except BaseException as exc:  # handed to the consumer, raised there
             put(_Failure(exc))
 
-    def _side_stream(self) -> Any:
+    def _side_stream(self) -> torch.cuda.Stream | None:
         """A CUDA stream for building device batches, when the batches are to live on a CUDA
         device (``device=``, else the device rule) and cudf partitions arrive; else None."""
         if not torch.cuda.is_available():
@@ -296,7 +311,7 @@ class BatchStream:
         dev = resolve_device(self.device)
         return torch.cuda.Stream(device=dev) if dev.type == "cuda" else None
 
-    def _device_columns(self, part: FrameLike, i: int, side: Any) -> TensorColumns:
+    def _device_columns(self, part: FrameLike, i: int, side: torch.cuda.Stream | None) -> TensorColumns:
         import cupy as cp
 
         cp.cuda.Stream.null.synchronize()  # the partition's own (cudf, default-stream) work is done
@@ -387,7 +402,7 @@ class _Batcher:
         return [] if rest is None or not len(rest) or self.drop_last else [rest]
 
 
-def _check_names(label: Any, dense: Any, sparse: Any, group: Any) -> None:
+def _check_names(label: object, dense: object, sparse: object, group: object) -> None:
     """The stream's column arguments are names: ``label`` / ``group`` a str, ``dense`` /
     ``sparse`` lists of str (a bare str is refused: ``dense="slot"`` is not the columns
     ``s``, ``l``, ``o``, ``t``)."""
@@ -401,7 +416,7 @@ def _check_names(label: Any, dense: Any, sparse: Any, group: Any) -> None:
         if isinstance(names, str):
             raise InputTypeError(f"stream: {what} must be a list of column names, got the str {names!r} "
                                  f"(write {what}=[{names!r}])")
-        if not hasattr(names, "__iter__"):
+        if not isinstance(names, Iterable):  # (an object with __iter__)
             raise InputTypeError(f"stream: {what} must be a list of column names, got {names!r}")
         bad = [n for n in names if not isinstance(n, str)]
         if bad:

@@ -123,7 +123,7 @@ def finite_rows_check(key: str, step: int) -> Callable[[np.ndarray, int], None]:
 
 def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike, step: int,
                     on_file: Callable[[Path], None] | None = None, keep: int | None = None,
-                    run: Mapping[str, Any] | None = None, held: HeldBack | None = None) -> Path:
+                    run: Mapping[str, object] | None = None, held: HeldBack | None = None) -> Path:
     """Write a complete, verified checkpoint of ``model`` (dense + every table) under ``root``.
 
     Every weight is checked finite first (a :class:`~fbrapids.errors.NonFiniteError`
@@ -153,8 +153,8 @@ def save_checkpoint(model: CTRModel, optimizer: torch.optim.Optimizer | None, ro
 
 
 def write_checkpoint_files(d: Path, model: CTRModel, optimizer: torch.optim.Optimizer | None,
-                           stores: dict[str, Any], step: int, on_file: Callable[[Path], None] | None = None,
-                           meta: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> None:
+                           stores: Mapping[str, Any], step: int, on_file: Callable[[Path], None] | None = None,
+                           meta: Mapping[str, object] | None = None, extra: Mapping[str, object] | None = None) -> None:
     """The files of one checkpoint into directory ``d``: ``dense.pt`` (``model``'s weights,
     ``optimizer``'s state, the step, the RNG state), each of ``stores`` under
     ``tables/<key>/`` (every chunk of rows checked finite when verification is on), and

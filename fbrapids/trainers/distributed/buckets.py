@@ -20,18 +20,19 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Iterable, SupportsInt, TypedDict
 
 import numpy as np
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.sparse import as_uint64_ids
+from fbrapids.trainers.sparse.directory import Ids
 from fbrapids.trainers.sparse.init import splitmix64
 
 #: virtual buckets per table (a power of two; enough for any node's world size to balance)
 N_BUCKETS = 4096
 
-def mix64(ids: Any) -> np.ndarray:
+def mix64(ids: Ids) -> np.ndarray:
     """splitmix64's finaliser of the raw 64-bit ids (uint64 out).
 
     Example:
@@ -39,6 +40,13 @@ def mix64(ids: Any) -> np.ndarray:
         [0, 6238072747940578789]
     """
     return splitmix64(as_uint64_ids(ids).ravel())
+
+
+class BucketTableDict(TypedDict):
+    """A :class:`BucketTable` as JSON (a sharded checkpoint's layout holds one)."""
+
+    world: int
+    owners: list[int]
 
 
 @dataclass(frozen=True)
@@ -67,21 +75,21 @@ class BucketTable:
     def n_buckets(self) -> int:
         return len(self.owners)
 
-    def bucket_of(self, ids: Any) -> np.ndarray:
+    def bucket_of(self, ids: Ids) -> np.ndarray:
         """The virtual bucket (int64) of each raw id."""
         return (mix64(ids) & np.uint64(self.n_buckets - 1)).astype(np.int64)
 
-    def owner_of(self, ids: Any) -> np.ndarray:
+    def owner_of(self, ids: Ids) -> np.ndarray:
         """The owning rank (int64) of each raw id."""
         return np.asarray(self.owners, dtype=np.int64)[self.bucket_of(ids)]
 
-    def with_owners(self, owners: Any) -> "BucketTable":
+    def with_owners(self, owners: Iterable[SupportsInt]) -> "BucketTable":
         """The same buckets with new owners (a rebalancing plan)."""
         return BucketTable(tuple(int(o) for o in owners), self.world)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BucketTableDict:
         return {"world": self.world, "owners": list(self.owners)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "BucketTable":
+    def from_dict(cls, d: BucketTableDict) -> "BucketTable":
         return cls(tuple(int(o) for o in d["owners"]), int(d["world"]))

@@ -41,7 +41,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -71,6 +71,10 @@ from fbrapids.trainers.distributed.consistency import config_digest
 from fbrapids.trainers.run_identity import check_identity
 from fbrapids.trainers.sparse import StoreConfig
 
+if TYPE_CHECKING:  # (annotations only: the trainer's module imports this one)
+    from fbrapids.trainers.calibration import HeldBack
+    from fbrapids.trainers.distributed.fit import DistributedTrainer
+
 log = logging.getLogger(__name__)
 
 __all__ = ["save_sharded", "restore_sharded", "sharded_digest", "shard_name", "newest_layout"]
@@ -83,8 +87,8 @@ def shard_name(rank: int) -> str:
     return f"shard-{rank:05d}"
 
 
-def _write_shard(trainer: Any, optimizer: torch.optim.Optimizer | None, d: Path, step: int,
-                 on_file: Callable[[Path], None] | None, held: Any = None) -> None:
+def _write_shard(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer | None, d: Path, step: int,
+                 on_file: Callable[[Path], None] | None, held: HeldBack | None = None) -> None:
     check = verification_enabled()
     model = trainer.model
     if check:
@@ -98,9 +102,9 @@ def _write_shard(trainer: Any, optimizer: torch.optim.Optimizer | None, d: Path,
                            extra=None if held is None else {"held_back": held.state()})
 
 
-def save_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
+def save_sharded(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
                  step: int, keep: int | None = None, on_file: Callable[[Path], None] | None = None,
-                 extra: Mapping[str, Any] | None = None, held: Any = None) -> Path:
+                 extra: Mapping[str, object] | None = None, held: HeldBack | None = None) -> Path:
     """Write this rank's shard of checkpoint ``step`` under ``root`` and commit it with the
     other ranks (module docstring); called by every rank; returns the checkpoint directory.
     ``extra`` (JSON values: the stream position, the run's settings) goes into ``dist.json``;
@@ -170,7 +174,7 @@ def newest_layout(root: str | os.PathLike) -> tuple[Path, dict[str, Any] | None]
     return found[0], (json.loads(meta.read_text()) if meta.is_file() else None)
 
 
-def _check_compatible(meta: dict[str, Any], trainer: Any, path: Path) -> None:
+def _check_compatible(meta: dict[str, Any], trainer: DistributedTrainer, path: Path) -> None:
     mine = sorted(trainer.sharded.local_stores())
     if meta.get("model") != type(trainer.model).__name__:
         raise CheckpointError(f"checkpoint {path} holds a {meta.get('model')}, this run trains a "
@@ -218,9 +222,9 @@ def _filtered_table(path: Path, key: str, world_saved: int, buckets: BucketTable
             "meta.json": json.dumps(meta).encode()}
 
 
-def restore_sharded(trainer: Any, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
-                    identity: Mapping[str, Any] | None = None,
-                    global_stream: bool = True, held: Any = None) -> tuple[int, Path | None, dict[str, Any]]:
+def restore_sharded(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer | None, root: str | os.PathLike,
+                    identity: Mapping[str, object] | None = None,
+                    global_stream: bool = True, held: HeldBack | None = None) -> tuple[int, Path | None, dict[str, Any]]:
     """Restore the newest verified sharded checkpoint under ``root`` on every rank (module
     docstring); returns (step, checkpoint, its ``dist.json``) or (0, None, {}) when there is
     none.  ``identity``: this run's settings, compared with those the checkpoint recorded;

@@ -19,7 +19,7 @@ from fbrapids.trainers.models.base import CTRModel
 __all__ = ["config_digest", "check_same_config"]
 
 
-def config_digest(model: CTRModel, **options: Any) -> dict[str, str]:
+def config_digest(model: CTRModel, **options: object) -> dict[str, str]:
     """What must agree across ranks, per part (each a short sha256): the dense layout
     (parameter names, shapes, dtypes), the tables and their settings (SSD folders, tier sizes
     and the host tier's kind excepted: per rank), and ``options``.
@@ -31,7 +31,7 @@ def config_digest(model: CTRModel, **options: Any) -> dict[str, str]:
         >>> sorted(config_digest(m, epochs=1))
         ['dense', 'options', 'tables']
     """
-    def h(obj: Any) -> str:
+    def h(obj: object) -> str:
         return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     dense = [(k, list(v.shape), str(v.dtype)) for k, v in model.state_dict().items() if torch.is_tensor(v)]
@@ -44,7 +44,7 @@ def config_digest(model: CTRModel, **options: Any) -> dict[str, str]:
     return {"dense": h(dense), "tables": h(tables), "options": h(options)}
 
 
-def check_same_config(model: CTRModel, group: dist.ProcessGroup | None = None, **options: Any) -> None:
+def check_same_config(model: CTRModel, group: dist.ProcessGroup | None = None, **options: object) -> None:
     """Refuse, on every rank, a run whose ranks disagree on :func:`config_digest` or share
     an SSD folder (one ``all_gather_object`` at start-up)."""
     world = dist.get_world_size(group)

@@ -44,7 +44,7 @@ from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.run_identity import stream_identity
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike
+    import dask.dataframe as dd
 
 
 def per_rank_batch(global_batch: int, world: int) -> int:
@@ -135,7 +135,7 @@ class RankSlices:
         return split_batches(self.batches, self.rank, self.world)
 
 
-def shard_partitions(frame: FrameLike, rank: int, world: int) -> FrameLike:
+def shard_partitions(frame: dd.DataFrame, rank: int, world: int) -> dd.DataFrame:
     """Rank ``rank``'s dask partitions ``rank::world`` of ``frame`` (an empty frame, with
     ``frame``'s columns, when there are fewer partitions than ranks).
 

@@ -64,17 +64,17 @@ def _template(first: Batch | None, group: dist.ProcessGroup | None) -> Batch | N
     """An empty batch with the data's features, from any rank that has data."""
     world = dist.get_world_size(group)
     mine = None if first is None else empty_like(first).to("cpu")
-    got: list[Any] = [None] * world
+    got: list[Batch | None] = [None] * world
     dist.all_gather_object(got, mine, group=group)
     return next((b for b in got if b is not None), None)
 
 
-def _peek(it: Iterator[Batch]) -> tuple[Batch | None, Iterator[Batch]]:
+def _peek(it: Iterator[Batch | None]) -> tuple[Batch | None, Iterator[Batch | None]]:
     first = next(it, None)
     if first is None:
         return None, iter(())
 
-    def chain() -> Iterator[Batch]:
+    def chain() -> Iterator[Batch | None]:
         yield first
         yield from it
 
@@ -152,7 +152,7 @@ class Ranks(Strategy):
         held = HeldBack(cfg.calibration_rows) if cfg.calibrate and cfg.epochs == 1 else None
         self.run = _RanksRun(trainer, self.optimizer, result, cfg.nan, self.overlap and cfg.prefetch_rows,
                              cfg.max_steps)
-        lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         if cfg.checkpoint_dir is not None and trainer.rank == 0:  # one lock for the run: the others are part of it
             lock = lock_work_dir(cfg.checkpoint_dir)
         with lock:
@@ -241,7 +241,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
                     resume: bool = True, keep_checkpoints: int | None = 3, nan: str = "error",
                     group: dist.ProcessGroup | None = None, buckets: BucketTable | None = None,
                     device: str | torch.device | None = None,
-                    on_file: Callable[[Path], None] | None = None, run: Mapping[str, Any] | None = None,
+                    on_file: Callable[[Path], None] | None = None, run: Mapping[str, object] | None = None,
                     on_step: Callable[[int, Batch | None], None] | None = None, overlap: bool = True,
                     calibrate: bool = True, calibration_rows: int = CALIBRATION_ROWS
                     ) -> tuple[FitResult, DistributedTrainer]:
@@ -285,7 +285,7 @@ def fit_distributed(model: CTRModel | DistributedTrainer, batches: Iterable[Batc
 
 
 def _resume(trainer: DistributedTrainer, optimizer: torch.optim.Optimizer, checkpoint_dir: str | os.PathLike,
-            identity: Mapping[str, Any], global_stream: bool, held: HeldBack | None, batches: Iterable[Batch],
+            identity: Mapping[str, object], global_stream: bool, held: HeldBack | None, batches: Iterable[Batch],
             run_state: "_RanksRun", result: FitResult) -> tuple[int, HeldBack | None]:
     """Restore the newest sharded checkpoint: the step to start from and the held-back
     batches (this rank's part of the union's the checkpoint keeps; None when it keeps none)."""
@@ -383,7 +383,7 @@ class _RanksRun:
         self.sum_loss = torch.nn.BCEWithLogitsLoss(reduction="sum")
         self.position = 0  # rows of the global stream read (the union of the ranks' steps)
         self.ahead: list[Batch | None] = []  # the next batch, its ids already on their way
-        self.it: Iterator[Batch] = iter(())
+        self.it: Iterator[Batch | None] = iter(())
 
     def next_batch(self) -> Batch | None:
         return self.ahead.pop() if self.ahead else next(self.it, None)
@@ -442,7 +442,7 @@ class _RanksRun:
 
 
 @torch.no_grad()
-def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch],
+def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch | None],
                         as_served: bool = True) -> dict[str, np.ndarray]:
     """Predictions, labels (and groups) of the union of every rank's ``batches``, on every
     rank (gathered with ``all_gather_object``, in rank order); with ``as_served`` the tables

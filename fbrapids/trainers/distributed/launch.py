@@ -36,19 +36,24 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import os
 import pickle
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence, TypeAlias, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fbrapids.errors import DistributedError
+
+#: every rank's last heartbeat (the monotonic clock; 0: none yet), in shared memory
+Beats: TypeAlias = "ctypes.Array[ctypes.c_double]"
+_T = TypeVar("_T")
 
 __all__ = ["init_rank", "init_from_env", "spawn", "world_of", "default_backend", "place_ranks", "RankPlacement",
            "HEARTBEAT_S", "BACKENDS"]
@@ -165,7 +170,7 @@ def world_of(rank: int, world: int) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _beat(beats: Any, rank: int) -> None:
+def _beat(beats: Beats, rank: int) -> None:
     """Write the monotonic clock into ``beats[rank]`` (shared memory: no file system that a
     burst of fsyncs could stall) every :data:`HEARTBEAT_S` seconds, for ever (a daemon thread)."""
     while True:
@@ -173,8 +178,8 @@ def _beat(beats: Any, rank: int) -> None:
         time.sleep(HEARTBEAT_S)
 
 
-def _entry(rank: int, fn: Callable[..., Any], world: int, init_method: str, placement: RankPlacement,
-           collective_timeout_s: float, out: str, args: Sequence[Any], beats: Any = None) -> None:
+def _entry(rank: int, fn: Callable[..., object], world: int, init_method: str, placement: RankPlacement,
+           collective_timeout_s: float, out: str, args: Sequence[object], beats: Beats | None = None) -> None:
     if beats is not None:
         threading.Thread(target=_beat, args=(beats, rank), daemon=True, name=f"fbrapids-heartbeat-{rank}").start()
     torch.set_num_threads(1)
@@ -204,7 +209,7 @@ def process_state(pid: int) -> str:
         return "unknown"
 
 
-def _silent(ctx: Any, beats: Any, limit: float, started: float) -> list[tuple[int, int, float, str]]:
+def _silent(ctx: mp.ProcessContext, beats: Beats, limit: float, started: float) -> list[tuple[int, int, float, str]]:
     """(rank, pid, seconds, process state) of every live rank whose last heartbeat is older
     than ``limit``; a rank that has not beaten yet is silent since ``started`` (its launch:
     one stopped before its first heartbeat is named as any other)."""
@@ -216,7 +221,7 @@ def _silent(ctx: Any, beats: Any, limit: float, started: float) -> list[tuple[in
     return out
 
 
-def _stop_all(ctx: Any) -> None:
+def _stop_all(ctx: mp.ProcessContext) -> None:
     for p in ctx.processes:
         if p.is_alive():
             p.kill()
@@ -224,7 +229,7 @@ def _stop_all(ctx: Any) -> None:
         p.join(5)
 
 
-def _silence_error(silent: list[tuple[int, int, float, str]], beats: Any, then: str = "") -> DistributedError:
+def _silence_error(silent: list[tuple[int, int, float, str]], beats: Beats, then: str = "") -> DistributedError:
     r, pid, age, state = max(silent, key=lambda x: x[2])
     never = "" if beats[r] > 0 else " (none since it was started)"
     return DistributedError(f"rank {r} (pid {pid}, {state}) stopped responding: no heartbeat for "
@@ -232,7 +237,7 @@ def _silence_error(silent: list[tuple[int, int, float, str]], beats: Any, then: 
                             "SIGSTOP; a frozen one: its stack, e.g. py-spy dump --pid)")
 
 
-def _died(exc: Any) -> DistributedError:
+def _died(exc: mp.ProcessExitedException) -> DistributedError:
     """The error of a rank that died of a signal or an exit status (no exception of its own);
     one ended by SIGTERM, SIGHUP or SIGINT carries the exit status of a terminated run
     (``exit_status``: 128 + the signal), as the launcher itself would exit."""
@@ -253,9 +258,9 @@ def local_placement(nproc: int, backend: str | None) -> RankPlacement:
     return place_ranks(nproc, backend, device_type, torch.cuda.device_count() if device_type == "cuda" else 0)
 
 
-def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend: str | None = "gloo",
+def spawn(fn: Callable[..., _T], nproc: int, args: Sequence[object] = (), backend: str | None = "gloo",
           timeout_s: float = 600.0, collective_timeout_s: float = 60.0,
-          heartbeat_timeout_s: float = 30.0, placement: RankPlacement | None = None) -> list[Any]:
+          heartbeat_timeout_s: float = 30.0, placement: RankPlacement | None = None) -> list[_T]:
     """Run ``fn(rank, nproc, *args)`` on ``nproc`` local ranks; their return values, in
     rank order.  ``fn`` must be importable (a module-level function).  ``backend``: the
     process group's (None: as the device rule says); ``placement``: the ranks' devices and
@@ -290,7 +295,7 @@ def spawn(fn: Callable[..., Any], nproc: int, args: Sequence[Any] = (), backend:
         return out
 
 
-def _watch(ctx: Any, beats: Any, started: float, timeout_s: float, heartbeat_timeout_s: float, nproc: int) -> None:
+def _watch(ctx: mp.ProcessContext, beats: Beats, started: float, timeout_s: float, heartbeat_timeout_s: float, nproc: int) -> None:
     """Wait for the ranks of ``ctx`` to finish; a failed, silent or overdue rank is a
     :class:`~fbrapids.errors.DistributedError` naming it, every rank stopped (:func:`spawn`)."""
     deadline = started + timeout_s

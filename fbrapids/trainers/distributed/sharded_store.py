@@ -54,9 +54,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fbrapids.errors import CheckpointError, StoreError
@@ -66,7 +67,12 @@ from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore, as_uint64_ids
+from fbrapids.trainers.sparse.directory import Ids
 from fbrapids.trainers.sparse.hashmap import unique_u64
+from fbrapids.trainers.sparse.store import TableStats
+
+if TYPE_CHECKING:  # (annotations only: torch.distributed is imported where a process group is made)
+    import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +148,7 @@ class ShardedTable:
         self.grad = None
         self._lookups = 0
 
-    def lookup(self, ids: Any, requires_grad: bool = True, leaf: bool = True) -> Lookup:
+    def lookup(self, ids: Ids, requires_grad: bool = True, leaf: bool = True) -> Lookup:
         """Rows of ``ids`` (all among the step's); ``slots`` are their positions in the step's rows."""
         keys = as_uint64_ids(ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else ids).ravel()
         if self._keys is not None and len(keys) == len(self._keys) and np.array_equal(keys, self._keys):
@@ -184,16 +190,16 @@ class ShardedTable:
     #: announced upcoming batches are not forwarded to the owners' stores
     uses_window = False
 
-    def announce(self, ids: Any, ahead: int = 1) -> int:
+    def announce(self, ids: Ids, ahead: int = 1) -> int:
         """A no-op (:attr:`uses_window` is False): no row noted."""
         return 0
 
-    def assign(self, ids: Any, weights: Any) -> None:
+    def assign(self, ids: Ids, weights: npt.ArrayLike | torch.Tensor) -> None:
         """Refused: the rows of a sharded table live on their owners."""
         raise StoreError(f"table {self.name!r} is sharded: its rows live on their owning ranks; assign rows to "
                          "the model before it is sharded")
 
-    def weights(self, ids: Any) -> np.ndarray:
+    def weights(self, ids: Ids) -> np.ndarray:
         """Refused: the rows of a sharded table live on their owners."""
         raise StoreError(f"table {self.name!r} is sharded: its rows live on their owning ranks; read them from "
                          "each rank's local store (ShardedEmbeddings.local_stores())")
@@ -204,11 +210,11 @@ class ShardedTable:
         raise CheckpointError(f"table {self.name!r} is sharded: restore it with "
                               f"fbrapids.trainers.distributed.checkpoint.restore_sharded, not from {directory}")
 
-    def prefetch(self, ids: Any) -> int:
+    def prefetch(self, ids: Ids) -> int:
         """A no-op: rows come with the step's exchange."""
         return 0
 
-    def prepare(self, ids: Any) -> None:
+    def prepare(self, ids: Ids) -> None:
         """A no-op: the next batch's ids are exchanged ahead by the ranks' own thread."""
 
     def end_step(self) -> None:
@@ -217,7 +223,7 @@ class ShardedTable:
     def state(self) -> tuple[np.ndarray, np.ndarray]:
         return self.local.state()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> TableStats:
         return self.local.stats()
 
     @property
@@ -270,7 +276,7 @@ class _Prepared:
 
     def __init__(self, owner: "ShardedEmbeddings", batch: Batch | None, ex: Exchange) -> None:
         self.batch = batch
-        self._out: list[Any] = []
+        self._out: list[_Ids | BaseException] = []
         self._thread = threading.Thread(target=self._run, args=(owner, ex), daemon=True, name="fbrapids-id-exchange")
         self._thread.start()
 
@@ -533,10 +539,10 @@ class ShardedEmbeddings:
                 table.grad = None
 
 
-_ID_GROUPS: dict[tuple[int, ...], Any] = {}
+_ID_GROUPS: dict[tuple[int, ...], dist.ProcessGroup] = {}
 
 
-def id_group(group: Any, timeout: datetime.timedelta) -> Any:
+def id_group(group: dist.ProcessGroup | None, timeout: datetime.timedelta) -> dist.ProcessGroup:
     """The gloo group on which the ranks of ``group`` (default: the world) exchange the
     next step's ids: made once per set of ranks and process group world, by its members
     only (a subgroup's trainer is built on its ranks alone)."""

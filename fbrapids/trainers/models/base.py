@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -11,9 +11,34 @@ from torch import nn
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
 from fbrapids.trainers.modules.table import EmbeddingTable
+from fbrapids.trainers.sparse import StoreConfig
 
 if TYPE_CHECKING:
     from fbrapids.trainers.models.split import SideArrays
+
+
+class DeclaredInputs(Protocol):
+    """A declared workload as a model reads it (:class:`fbrapids.workloads.Workload`: that
+    floor stands above this one)."""
+
+    def inputs(self, sequences: bool = False) -> tuple[list[str], list[str], dict[str, str], dict[str, object]]:
+        """``(dense, sparse, sequences, features)`` of a model over the workload."""
+        ...
+
+
+class ModelRecipe(Protocol):
+    """The training recipe as a model's pipeline arguments read it
+    (:class:`fbrapids.workloads.recipe.Recipe`: that floor stands above this one)."""
+
+    @property
+    def dropout(self) -> float: ...
+
+    @property
+    def first_order(self) -> float: ...
+
+    def store(self, base: StoreConfig) -> StoreConfig: ...
+
+    def first_order_store(self, base: StoreConfig) -> StoreConfig: ...
 
 
 class CTRModel(nn.Module):
@@ -50,7 +75,7 @@ class CTRModel(nn.Module):
 
     #: the pipeline's architecture: constructor arguments beyond the inputs, the store and the
     #: recipe (:func:`fbrapids.app.pipeline.model_arguments`; docs/models.md)
-    default_architecture: ClassVar[dict[str, Any]] = {}
+    default_architecture: ClassVar[dict[str, object]] = {}
     #: whether the model reads the workload's behaviour sequences (DIN: :meth:`workload_inputs`)
     reads_sequences: ClassVar[bool] = False
     #: the constructor argument of its first-order tables' store, which the recipe's
@@ -65,7 +90,7 @@ class CTRModel(nn.Module):
     #: arms train one after another
     batched_logits: ClassVar[Callable[..., torch.Tensor] | None] = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is not None and not init.__doc__:
@@ -81,14 +106,15 @@ class CTRModel(nn.Module):
         return list(getattr(self, "sparse_features", [])) + list(getattr(self, "sequences", None) or {})
 
     @classmethod
-    def workload_inputs(cls, workload: Any) -> tuple[list[str], list[str], dict[str, str], dict[str, Any]]:
+    def workload_inputs(cls, workload: DeclaredInputs) -> tuple[list[str], list[str], dict[str, str],
+                                                                dict[str, object]]:
         """``(dense, sparse, sequences, features)`` this model trains on from a declared
         workload (:meth:`fbrapids.workloads.Workload.inputs`): with its behaviour sequences
         when the model reads them (:attr:`reads_sequences`)."""
         return workload.inputs(sequences=cls.reads_sequences)
 
     @classmethod
-    def pipeline_arguments(cls, common: dict[str, Any], store: Any, recipe: Any = None,
+    def pipeline_arguments(cls, common: dict[str, Any], store: StoreConfig, recipe: ModelRecipe | None = None,
                            sequences: dict[str, str] | None = None) -> dict[str, Any]:
         """The constructor arguments the pipeline builds this model with: ``common``
         (``dense_dim``, ``sparse_features``, ``embedding_dim``, ``store``, ``pooling``), the
@@ -108,7 +134,7 @@ class CTRModel(nn.Module):
         return dict(args, **cls.default_architecture)
 
     @classmethod
-    def from_workload(cls, workload: Any, **kwargs: Any) -> "CTRModel":
+    def from_workload(cls, workload: DeclaredInputs, **kwargs: object) -> "CTRModel":
         """This model over a declared workload's features (the dense width, the sparse
         tables, DIN's sequences: :func:`fbrapids.trainers.model_inputs.model_from_workload`);
         ``kwargs``: the other constructor arguments.
@@ -233,7 +259,7 @@ class CTRModel(nn.Module):
         return batch.dense.to(device)
 
 
-def _checked_init(name: str, init: Any) -> Any:
+def _checked_init(name: str, init: Callable[..., None]) -> Callable[..., None]:
     """``init`` with its arguments' types checked first
     (:func:`fbrapids.trainers.model_inputs.check_constructor`) and the dense width recorded
     as ``dense_dim`` (``fit`` checks the stream against it)."""
@@ -245,7 +271,7 @@ def _checked_init(name: str, init: Any) -> Any:
     sig = inspect.signature(init)
 
     @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+    def checked(self: CTRModel, *args: object, **kwargs: object) -> None:
         try:
             bound = sig.bind(self, *args, **kwargs).arguments
         except TypeError:

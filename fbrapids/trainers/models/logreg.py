@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from fbrapids.trainers.batch import Batch
-from fbrapids.trainers.models.base import CTRModel
+from fbrapids.trainers.models.base import CTRModel, ModelRecipe
 from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.models.trial_parts import zero_columns
 from fbrapids.trainers.models.wide_deep import first_order_config
@@ -85,7 +85,7 @@ class LogisticRegression(CTRModel):
     trains_distributed = False
 
     @classmethod
-    def pipeline_arguments(cls, common: dict[str, Any], store: Any, recipe: Any = None,
+    def pipeline_arguments(cls, common: dict[str, Any], store: StoreConfig, recipe: ModelRecipe | None = None,
                            sequences: dict[str, str] | None = None) -> dict[str, Any]:
         """The pipeline's inputs and store, its tables at the recipe's first-order rate (every
         table of it is first-order); no MLP, so no dropout nor architecture."""

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig
+from fbrapids.trainers.sparse.directory import Ids
+from fbrapids.trainers.sparse.store import TableStats
 
 
 @runtime_checkable
@@ -55,15 +58,15 @@ class EmbeddingTable(Protocol):
         """Rows held (a sharded table: the rows this rank owns)."""
         ...
 
-    def lookup(self, ids: Any, requires_grad: bool = True, leaf: bool = True) -> Lookup:
+    def lookup(self, ids: Ids, requires_grad: bool = True, leaf: bool = True) -> Lookup:
         """The rows of ``ids`` (pinned until :meth:`end_step`), with their distinct ids' inverse."""
         ...
 
-    def prefetch(self, ids: Any) -> int:
+    def prefetch(self, ids: Ids) -> int:
         """Bring the next batch's rows into the fast tier; returns the rows moved."""
         ...
 
-    def prepare(self, ids: Any) -> None:
+    def prepare(self, ids: Ids) -> None:
         """Start finding the next batch's rows in the background (the next lookup takes them)."""
         ...
 
@@ -85,15 +88,15 @@ class EmbeddingTable(Protocol):
         :meth:`announce` is worth calling)."""
         ...
 
-    def announce(self, ids: Any, ahead: int = 1) -> int:
+    def announce(self, ids: Ids, ahead: int = 1) -> int:
         """Note the ids of the batch looked up ``ahead`` steps from now; returns the rows noted."""
         ...
 
-    def assign(self, ids: Any, weights: Any) -> None:
+    def assign(self, ids: Ids, weights: npt.ArrayLike | torch.Tensor) -> None:
         """Set the rows of ``ids`` to ``weights`` (admitting them), e.g. to import a dense table."""
         ...
 
-    def weights(self, ids: Any) -> np.ndarray:
+    def weights(self, ids: Ids) -> np.ndarray:
         """The rows ``[len(ids), dim]`` of ``ids`` (the default row where not admitted)."""
         ...
 
@@ -106,7 +109,7 @@ class EmbeddingTable(Protocol):
         """Every (id, row) the table holds."""
         ...
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> TableStats:
         """Counters (hits, misses, evictions...)."""
         ...
 

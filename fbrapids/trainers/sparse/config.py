@@ -127,5 +127,5 @@ class StoreConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -18,16 +18,21 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeAlias, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fbrapids.errors import ArgumentError, InputTypeError
 from fbrapids.trainers.sparse.hashmap import UInt64HashMap
 
+#: raw embedding ids as a caller hands them to a table: a torch tensor, or what numpy reads as
+#: an integer array (an array, a list of ints...)
+Ids: TypeAlias = Union[torch.Tensor, npt.ArrayLike]
 
-def as_uint64_ids(ids: Any) -> np.ndarray:
+
+def as_uint64_ids(ids: Ids) -> np.ndarray:
     """Raw ids as a uint64 numpy array; int64 (also negative) is reinterpreted bit for bit.
 
     Example:

@@ -23,13 +23,18 @@ import ctypes
 import functools
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError, StoreMemoryError, TierFileError
 from fbrapids.kernels import load_source
+
+if TYPE_CHECKING:  # (annotations only: the directory module imports this one)
+    from ctypes import _NamedFuncPointer
+
+    from fbrapids.trainers.sparse.directory import RowDirectory
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("hashmap.c", "rows.c")
@@ -317,7 +322,7 @@ def rowwise_adagrad_(table: np.ndarray, slots: np.ndarray, grad: np.ndarray, dim
 
 
 @functools.lru_cache(maxsize=None)
-def _adagrad_sliced() -> Any:
+def _adagrad_sliced() -> _NamedFuncPointer:
     """``fbx_rowwise_adagrad_sliced`` with its argument types."""
     fn = _lib().fbx_rowwise_adagrad_sliced
     p, i64, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -524,7 +529,7 @@ def store_touch(g: np.ndarray, counts: np.ndarray, cache_loc: np.ndarray, host_l
     return out
 
 
-def lookup_pass(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, pin_step: int,
+def lookup_pass(g: np.ndarray, counts: np.ndarray, d: RowDirectory, pin: np.ndarray, pin_step: int,
                 table: np.ndarray, dim: int, step: int, touched: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """The CPU cache's pass over a lookup's distinct rows ``g`` (-1: not admitted): the
     bookkeeping of :func:`store_touch` (added to ``touched`` [6]), their cache slots (-1: not
@@ -716,7 +721,7 @@ def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int | S
                          out.ctypes.data, out.shape[1])
 
 
-def book_rows(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, step: int,
+def book_rows(g: np.ndarray, counts: np.ndarray, d: RowDirectory, pin: np.ndarray, step: int,
               pin_step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch's bookkeeping ahead of its lookup at ``step`` (its distinct rows ``g``, all
     cached, ``counts`` occurrences each), in one C pass: ``last[g] = step``, ``freq[g] +=
@@ -748,7 +753,7 @@ def book_rows(g: np.ndarray, counts: np.ndarray, d: Any, pin: np.ndarray, step: 
     return slots, old, touched
 
 
-def unbook_rows(g: np.ndarray, counts: np.ndarray, d: Any, old_last: np.ndarray) -> None:
+def unbook_rows(g: np.ndarray, counts: np.ndarray, d: RowDirectory, old_last: np.ndarray) -> None:
     """Undo :func:`book_rows` (``old_last``: the last steps it returned) for a batch that was
     not looked up after all."""
     g = np.ascontiguousarray(g, dtype=np.int64)
@@ -761,7 +766,7 @@ def unbook_rows(g: np.ndarray, counts: np.ndarray, d: Any, old_last: np.ndarray)
                            old_last.ctypes.data)
 
 
-def place_new(g: np.ndarray, slots: np.ndarray, d: Any, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+def place_new(g: np.ndarray, slots: np.ndarray, d: RowDirectory, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
               pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
               state: np.ndarray) -> bool:
     """Place new rows ``g`` (admitted, never materialised: in no tier and not on the SSD
@@ -931,7 +936,7 @@ class UInt64HashMap:
     def prepare_ram_tier(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
                          free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
                          pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
-                         state: np.ndarray) -> tuple[tuple[np.ndarray, ...], int, int, int]:
+                         state: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], int, int, int]:
         """:meth:`unique_get` of a batch's ``keys``, the keys not in the map admitted (rows
         ``n_rows``, ``n_rows + 1``, ... in first-occurrence order: mapped here, ``g2id[row] =
         key``) and placed in cache slots popped from the top of ``free[:n_free]``, in one C

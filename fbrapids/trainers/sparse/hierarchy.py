@@ -389,7 +389,8 @@ class TierStack:
         self.new_rows += m
         return slots
 
-    def prepare_ram_tier(self, keys: np.ndarray, pin_step: int) -> tuple[tuple[np.ndarray, ...], int, int]:
+    def prepare_ram_tier(self, keys: np.ndarray,
+                         pin_step: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], int, int]:
         """A batch's ``keys`` in one RAM tier, in one C pass: their distinct keys, inverse,
         counts and rows, the keys not admitted yet admitted and their initial rows placed in
         free slots (pinned for ``pin_step``); returns those and the rows admitted and their

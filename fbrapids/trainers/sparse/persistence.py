@@ -17,13 +17,17 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import numpy as np
 
 from fbrapids.errors import StoreError
 from fbrapids.files.atomic import write_atomic
 from fbrapids.trainers.sparse.config import StoreConfig
+
+if TYPE_CHECKING:  # (annotations only: this module sits below the store's)
+    from fbrapids.trainers.sparse.directory import RowDirectory
+    from fbrapids.trainers.sparse.hierarchy import TierStack
 
 
 class PersistedStore(Protocol):
@@ -32,8 +36,8 @@ class PersistedStore(Protocol):
 
     name: str
     config: StoreConfig
-    tiers: Any
-    directory: Any
+    tiers: TierStack
+    directory: RowDirectory
 
     @property
     def step(self) -> int: ...
@@ -45,7 +49,7 @@ class PersistedStore(Protocol):
     def restore_step(self, step: int) -> None: ...
 
 
-def table_meta(store: PersistedStore) -> dict[str, Any]:
+def table_meta(store: PersistedStore) -> dict[str, object]:
     return {"name": store.name, "rows": len(store), "step": store.step, "config": store.config.to_dict()}
 
 
@@ -61,7 +65,7 @@ def flush(store: PersistedStore) -> None:
 
 
 def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
-         progress: Callable[[Path], Any] | None = None,
+         progress: Callable[[Path], object] | None = None,
          check_rows: Callable[[np.ndarray, int], None] | None = None) -> None:
     """Flush, then write a self-contained copy of the table into ``directory``.
 
@@ -92,10 +96,8 @@ def save(store: PersistedStore, directory: str | os.PathLike, chunk_rows: int = 
     if progress:
         progress(d / "rows.f32")
     pk, pv = dr.pending_items()
-    arrays = {"ids": dr.all_ids(), "pending_ids": pk, "pending_counts": pv, "last": dr.last[:n], "freq": dr.freq[:n]}
-
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, ids=dr.all_ids(), pending_ids=pk, pending_counts=pv, last=dr.last[:n], freq=dr.freq[:n])
     write_atomic(d / "index.npz", [buf.getvalue()])  # its size known: a full disk says how much it needed
     if progress:
         progress(d / "index.npz")

@@ -34,10 +34,13 @@ import functools
 import importlib.util
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # the gpu extra (no stubs); imported where a CUDA cache tier runs
+    import cupy
 
 from fbrapids.errors import StoreError
 from fbrapids.kernels import load_source
@@ -94,7 +97,7 @@ def _host_lib() -> ctypes.CDLL:
 
 
 @functools.lru_cache(maxsize=None)
-def _cuda_module(device_index: int) -> Any:
+def _cuda_module(device_index: int) -> cupy.RawModule:
     import cupy  # the gpu extra; only a CUDA cache tier gets here
 
     with cupy.cuda.Device(device_index):
@@ -134,7 +137,7 @@ class SlotMap:
         return np.uint64(self.buckets - 1)
 
     # -- launching ---------------------------------------------------------------------------
-    def _launch(self, name: str, n: int, *args: Any) -> None:
+    def _launch(self, name: str, n: int, *args: torch.Tensor | int | np.integer) -> None:
         """Run kernel ``name`` over ``n`` items; tensor args by pointer, ints as given."""
         if n == 0:
             return

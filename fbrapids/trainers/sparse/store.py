@@ -62,16 +62,17 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeAlias, TypeVar, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fbrapids.errors import ArgumentError, InputTypeError, StoreError
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.directory import RowDirectory, as_uint64_ids
+from fbrapids.trainers.sparse.directory import Ids, RowDirectory, as_uint64_ids
 from fbrapids.trainers.sparse.hashmap import (
     book_rows,
     gather_cols,
@@ -88,6 +89,24 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Lookup", "TieredEmbeddingStore", "as_uint64_ids", "sparse_update"]
 
+#: a batch's ids as compared with a prefetched batch's: a host uint64 array or a device int64 tensor
+Keys: TypeAlias = Union[np.ndarray, torch.Tensor]
+#: distinct keys (first-occurrence order), the inverse (an array, or a tensor on a device
+#: cache), their counts and their global rows (-1: not admitted)
+Found: TypeAlias = tuple[np.ndarray, Union[np.ndarray, torch.Tensor], np.ndarray, np.ndarray]
+_I = TypeVar("_I", bound=Ids)
+
+
+#: a table's counters (:meth:`TieredEmbeddingStore.stats`): counts and rates, and each tier's counters
+TableStats: TypeAlias = dict[str, Union[int, float, dict[str, int]]]
+
+
+class ReadOnlyFlag(Protocol):
+    """A table that can be made read-only (:func:`read_only`)."""
+
+    read_only: bool
+
+
 _OPEN_SSD_DIRS: "weakref.WeakValueDictionary[str, TieredEmbeddingStore]" = weakref.WeakValueDictionary()
 _PREFETCH: list[ThreadPoolExecutor] = []
 
@@ -100,15 +119,16 @@ def _prefetch_thread() -> ThreadPoolExecutor:
     return _PREFETCH[0]
 
 
-def same_keys(stash: _Stash, keys: Any) -> bool:
+def same_keys(stash: _Stash, keys: Keys) -> bool:
     """Whether a stash was found for ``keys`` (the same ids, in order)."""
     if stash.keys is None or len(stash.keys) != len(keys):
         return False
-    return bool(torch.equal(stash.keys, keys)) if isinstance(keys, torch.Tensor) else bool(np.array_equal(stash.keys,
-                                                                                                          keys))
+    if isinstance(keys, torch.Tensor):  # a device cache's stash holds a tensor too
+        return isinstance(stash.keys, torch.Tensor) and bool(torch.equal(stash.keys, keys))
+    return bool(np.array_equal(stash.keys, keys))
 
 
-def prepare_together(stores: list["TieredEmbeddingStore"], ids: list[Any]) -> None:
+def prepare_together(stores: Sequence["TieredEmbeddingStore"], ids: Sequence[Ids]) -> None:
     """:meth:`TieredEmbeddingStore.prepare` of ``stores[t]`` with ``ids[t]`` for every t, their
     background work as one job of the prefetch thread (in order: a failure is kept for the
     lookup of its own table, the others go on)."""
@@ -170,7 +190,7 @@ class LookupStart:
     (None: all), how many, and the rows (and occurrences) a prepare placed ahead of it."""
 
     uniq: np.ndarray
-    inverse: Any
+    inverse: np.ndarray | torch.Tensor
     occ: np.ndarray
     g: np.ndarray
     adm: np.ndarray | None
@@ -189,9 +209,9 @@ class _Stash:
     ahead, and their occurrences: counted as new by the lookup).  A prepare's thread fills
     them in; ``job`` is its work until :meth:`TieredEmbeddingStore._settle` waits for it."""
 
-    source: Any
-    keys: Any = None
-    found: Any = None
+    source: Ids
+    keys: Keys | None = None
+    found: Found | None = None
     admitted: int = -1
     placed: tuple[int, int] = (0, 0)
     job: Future | None = None
@@ -217,7 +237,7 @@ def sparse_update(rows: torch.Tensor, grad: torch.Tensor, config: StoreConfig) -
 
 
 @contextlib.contextmanager
-def read_only(stores: Iterable[Any]) -> Iterator[None]:
+def read_only(stores: Iterable[ReadOnlyFlag]) -> Iterator[None]:
     """``stores`` read-only for the block (:attr:`TieredEmbeddingStore.read_only`), as a
     served model's are, each restored after: held-out rows are predicted as they are served
     (an id no training batch admitted reads the default row; nothing is admitted, no
@@ -361,7 +381,7 @@ class TieredEmbeddingStore:
         return self
 
     # -- the per-batch API -----------------------------------------------------------------
-    def lookup(self, ids: Any, requires_grad: bool = True, leaf: bool = True) -> Lookup:
+    def lookup(self, ids: Ids, requires_grad: bool = True, leaf: bool = True) -> Lookup:
         """Rows for a batch of ids, pinned in the cache until :meth:`end_step`.
 
         Args:
@@ -382,7 +402,7 @@ class TieredEmbeddingStore:
         slots, rows, full = self._device_rows(begun, requires_grad, leaf)
         return self._made(begun, slots, rows, full, requires_grad and leaf)
 
-    def start_lookup(self, ids: Any, requires_grad: bool = True) -> LookupStart:
+    def start_lookup(self, ids: Ids, requires_grad: bool = True) -> LookupStart:
         """The first part of :meth:`lookup`: the distinct ids and their rows (those of the
         last :meth:`prefetch` / :meth:`prepare` when it saw these ids), the new ones admitted;
         the counters of lookups.  :meth:`host_pass` (or a pass over several tables,
@@ -577,7 +597,7 @@ class TieredEmbeddingStore:
             rows[torch.from_numpy(np.flatnonzero(adm)).to(self.device)] = got
         return slots, rows, full
 
-    def _unique_rows(self, ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _unique_rows(self, ids: Ids) -> Found:
         """Distinct keys, inverse, counts and their global rows (-1: not admitted); taken
         from the last :meth:`prefetch` / :meth:`prepare` when it saw the same ids and nothing
         was admitted since (a prefetched batch is not hashed twice)."""
@@ -588,7 +608,7 @@ class TieredEmbeddingStore:
         self._counts["host_directory_lookups"] += len(found[0])
         return found
 
-    def _take_prefetched(self, ids: Any, keys_of: Callable[[Any], Any]) -> tuple | None:
+    def _take_prefetched(self, ids: _I, keys_of: Callable[[_I], Keys]) -> Found | None:
         """What the last :meth:`prefetch` or :meth:`prepare` found for ``ids`` if it saw the
         same ids (the same object, or equal keys, ``keys_of(ids)``) and nothing was admitted
         since, else None; the stash is used up either way (the rows a prepare placed ahead are
@@ -608,7 +628,7 @@ class TieredEmbeddingStore:
 
     def _unbook(self, stash: _Stash) -> None:
         """Undo the bookkeeping a prepare did ahead for ``stash`` (its batch is not looked up next)."""
-        if stash.booked is not None:
+        if stash.booked is not None and stash.found is not None:  # (booked: found too)
             unbook_rows(stash.found[3], stash.found[2], self.directory, stash.booked[2])
             stash.booked = None
 
@@ -643,7 +663,7 @@ class TieredEmbeddingStore:
         return (cache.table is not None and cache.growable and self.config.admit_after == 1 and not self.read_only
                 and not self.uses_window and self.tiers.slot_map is None)
 
-    def prepare(self, ids: Any) -> None:
+    def prepare(self, ids: Ids) -> None:
         """Find the distinct ids of the batch to be looked up next and their rows, in a
         background thread (one for every store: ``fbrapids-prefetch``) while the caller trains
         on the current batch; the next :meth:`lookup` of the same ids takes what it found
@@ -670,7 +690,7 @@ class TieredEmbeddingStore:
         """The thread a store's background work runs on (:meth:`prepare`, updates)."""
         return _prefetch_thread()
 
-    def prepare_work(self, ids: Any, done: Future) -> Callable[[], None] | None:
+    def prepare_work(self, ids: Ids, done: Future) -> Callable[[], None] | None:
         """This thread's part of :meth:`prepare` (a device cache: all of it, returning None);
         returns the work for the prefetch thread, which fills in the new stash and is done
         when ``done`` is."""
@@ -716,7 +736,7 @@ class TieredEmbeddingStore:
         except BaseException as exc:  # raised by the lookup that waits for it
             stash.error = exc
 
-    def _device_keys(self, ids: Any) -> torch.Tensor:
+    def _device_keys(self, ids: Ids) -> torch.Tensor:
         """Ids as an int64 tensor (the uint64 bits) on the store's device; a tensor already
         there is not copied."""
         if isinstance(ids, torch.Tensor) and ids.device == self.device:
@@ -726,7 +746,7 @@ class TieredEmbeddingStore:
             return t.view(torch.int64) if t.dtype == torch.uint64 else t.to(torch.int64)
         return torch.from_numpy(as_uint64_ids(ids).ravel().view(np.int64)).to(self.device)
 
-    def _unique_rows_on_device(self, ids: Any,
+    def _unique_rows_on_device(self, ids: Ids,
                                slot_map: SlotMap) -> tuple[np.ndarray, np.ndarray | torch.Tensor, np.ndarray, np.ndarray]:
         """Distinct ids (in first-occurrence order), inverse (a tensor on the device), counts
         and global rows (-1: not admitted), with the distinct ids probed in the cache's id ->
@@ -760,7 +780,7 @@ class TieredEmbeddingStore:
         self._counts["host_directory_lookups"] += len(uniq) - n_hit
         return uniq, inverse.reshape(-1), occ, g
 
-    def prefetch(self, ids: Any) -> int:
+    def prefetch(self, ids: Ids) -> int:
         """Bring the admitted rows among ``ids`` into the cache and pin them through the next step.
 
         Ids not yet admitted are left alone (prefetching does not count as a sighting).
@@ -789,7 +809,7 @@ class TieredEmbeddingStore:
         (``lfu_window``): then :meth:`announce` is worth calling."""
         return self.tiers.policy.uses_window
 
-    def announce(self, ids: Any, ahead: int = 1) -> int:
+    def announce(self, ids: Ids, ahead: int = 1) -> int:
         """Tell the eviction policy the ids of the batch to be looked up ``ahead`` steps from
         now (0: this step's, before its lookup); returns the admitted rows noted.
 
@@ -877,7 +897,7 @@ class TieredEmbeddingStore:
         self._step += 1
 
     @torch.no_grad()
-    def assign(self, ids: Any, weights: Any) -> None:
+    def assign(self, ids: Ids, weights: npt.ArrayLike | torch.Tensor) -> None:
         """Set the embeddings of ``ids`` (admitting them, past any admission gate), e.g. to
         import a dense table: row ``i`` of an ``nn.EmbeddingBag`` is the id ``i``.
 
@@ -920,7 +940,7 @@ class TieredEmbeddingStore:
         self._settle()
         return self.tiers.read_rows(g)
 
-    def weights(self, ids: Any) -> np.ndarray:
+    def weights(self, ids: Ids) -> np.ndarray:
         """Embeddings ``[len(ids), dim]`` of ``ids`` (the default row, zeros, where not admitted).
 
         Example:
@@ -950,7 +970,7 @@ class TieredEmbeddingStore:
         persistence.flush(self)
 
     def save(self, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
-             progress: Callable[[Path], Any] | None = None,
+             progress: Callable[[Path], object] | None = None,
              check_rows: Callable[[np.ndarray, int], None] | None = None) -> None:
         """Flush, then write a self-contained copy of the table into ``directory``
         (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
@@ -963,7 +983,7 @@ class TieredEmbeddingStore:
         persistence.load(self, directory, read)
 
     # -- statistics -------------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> TableStats:
         """Per-tier hits / misses / evictions / bytes moved, plus lookup counts.
 
         Tier hits and misses count unique rows per batch.  ``served_*`` count every id
@@ -985,8 +1005,8 @@ class TieredEmbeddingStore:
         """
         self._settle()
         t = self.tiers
-        out: dict[str, Any] = {"cache": t.cache.stats.as_dict(), "host": t.host.stats.as_dict(),
-                               "ssd": t.ssd_stats.as_dict()}
+        cache, ssd = t.cache.stats.as_dict(), t.ssd_stats.as_dict()
+        out: TableStats = {"cache": cache, "host": t.host.stats.as_dict(), "ssd": ssd}
         out.update(self._counts)
         out["admissions"] = self.directory.admissions
         out["new_rows"] = t.new_rows
@@ -997,6 +1017,6 @@ class TieredEmbeddingStore:
         out.update({f"served_{k}": v for k, v in sv.items()})
         existing = sv["cache"] + sv["host"] + sv["ssd"]
         out["upper_tier_hit_rate"] = (sv["cache"] + sv["host"]) / existing if existing else 1.0
-        unique = out["cache"]["hits"] + out["cache"]["misses"] - t.new_rows
-        out["upper_tier_unique_hit_rate"] = 1.0 - out["ssd"]["hits"] / unique if unique > 0 else 1.0
+        unique = cache["hits"] + cache["misses"] - t.new_rows
+        out["upper_tier_unique_hit_rate"] = 1.0 - ssd["hits"] / unique if unique > 0 else 1.0
         return out

@@ -13,8 +13,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -48,8 +46,8 @@ class CacheTier:
         self.slots = Slots(rows)
         self.pin = np.full(int(rows), -1, dtype=np.int64)
         self.stats = TierStats()
-        self._copies: Any = None  # CUDA: the side stream rows are copied up on
-        self._copied: Any = None  # CUDA: the event after the last copy up
+        self._copies: torch.cuda.Stream | None = None  # CUDA: the side stream rows are copied up on
+        self._copied: torch.cuda.Event | None = None  # CUDA: the event after the last copy up
 
     @property
     def device(self) -> torch.device:

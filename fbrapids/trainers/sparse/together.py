@@ -25,12 +25,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TypeGuard
+from typing import Protocol, Sequence, TypeGuard
 
 import numpy as np
 import torch
 
 from fbrapids.errors import ArgumentError, RowIndexError
+from fbrapids.trainers.sparse.directory import Ids
 from fbrapids.trainers.sparse.hashmap import ADAGRAD_WORDS, LOOKUP_WORDS, lookup_tables, rowwise_adagrad_tables
 from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore
 
@@ -47,7 +48,7 @@ def on_host(stores: Sequence[object]) -> TypeGuard[Sequence[TieredEmbeddingStore
     return all(isinstance(s, TieredEmbeddingStore) and s.tiers.cache.table is not None for s in stores)
 
 
-def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Any],
+def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
                     requires_grad: bool) -> tuple[list[Lookup], torch.Tensor]:
     """``stores[t].lookup(keys[t], leaf=False)`` for every table (CPU caches, one dim), their
     passes in one C call; returns the lookups and the one leaf ``[sum of distinct ids, dim]``
@@ -84,7 +85,13 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Any],
     return out, torch.from_numpy(rows)
 
 
-def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.Tensor,
+class RowUpdater(Protocol):
+    """A table that applies its sparse optimizer to a lookup's rows (any table of a stacked lookup)."""
+
+    def update_rows(self, lookup: Lookup, grad: torch.Tensor) -> None: ...
+
+
+def update_together(parts: Sequence[tuple[RowUpdater, Lookup, int, int]], grad: torch.Tensor,
                     background: bool = False) -> None:
     """Every table's sparse update of a stacked lookup: ``parts`` holds (store, lookup, start,
     stop) with the lookup's rows at ``grad[start:stop]``.  The row-wise Adagrad updates of CPU
@@ -98,10 +105,10 @@ def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.T
     for store, lk, a, z in parts:
         if len(lk.slots) == 0:
             continue
-        words = None
-        if g_np is not None and isinstance(store, TieredEmbeddingStore) and lk.admitted.all():
-            words = store.adagrad_words(lk, g_np[a:z])
-        if words is None:
+        words, tiered = None, store if isinstance(store, TieredEmbeddingStore) else None
+        if g_np is not None and tiered is not None and lk.admitted.all():
+            words = tiered.adagrad_words(lk, g_np[a:z])
+        if words is None or tiered is None:  # (no words without a tiered store)
             g = grad[a:z]
             if not lk.admitted.all():
                 g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
@@ -110,7 +117,7 @@ def update_together(parts: Sequence[tuple[Any, Lookup, int, int]], grad: torch.T
             continue
         desc.append(words[0])
         hyper.append(words[1])
-        done.append(store)
+        done.append(tiered)
     if not desc:
         return
     table = np.array(desc, dtype=np.int64).reshape(-1, ADAGRAD_WORDS)
