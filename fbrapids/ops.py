@@ -28,12 +28,12 @@ from fbrapids.kernels import (
     Vocabulary,  # noqa: F401  (re-exported)
     register_operator,  # noqa: F401  (re-exported)
 )
-from fbrapids.kernels.builtins import BUILTINS, call
+from fbrapids.kernels.builtins import BUILTINS, ExprLike, call  # noqa: F401  (ExprLike re-exported: what an operator takes)
 
 #: each built-in's function for users, by operator name (``fbrapids.ops.<name>``)
 _BUILDERS: dict[str, Callable[..., Call]] = {op.name: op.builder for op in BUILTINS if op.builder is not None}
 
-__all__ = ["col", "call", *_BUILDERS, "register_operator", "Vocabulary"]
+__all__ = ["col", "call", "ExprLike", *_BUILDERS, "register_operator", "Vocabulary"]
 
 
 def col(name: str) -> Col:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # (annotations only: no import at run time)
 
     from fbrapids.features.fitted import Fitted
     from fbrapids.frames.backend import FrameLike
+    from fbrapids.kernels import Expr
     from fbrapids.trainers.stream import BatchStream
     from fbrapids.views.clean import CleanReport, WhereArg
 
@@ -116,7 +117,7 @@ class FbxAccessor:
 
     # -- features --------------------------------------------------------------
     def extract(self, fitted: Fitted | None = None, /, *, training: bool = False, allow_unfitted: bool = False,
-                progress: bool | None = None, **features: object) -> FrameLike:
+                progress: bool | None = None, **features: Expr | str) -> FrameLike:
         """Add the named feature columns, computed by layered meta-kernels.
 
         ``fitted`` (from :meth:`fit`) applies frozen fitted states and never refits;
@@ -142,7 +143,7 @@ class FbxAccessor:
             return extract(self._obj, fitted, training=training, allow_unfitted=allow_unfitted, progress=progress)
         return extract(self._obj, features, training=training, allow_unfitted=allow_unfitted, progress=progress)
 
-    def fit(self, time_column: str | None = "ts", **features: object) -> Fitted:
+    def fit(self, time_column: str | None = "ts", **features: Expr | str) -> Fitted:
         """Fit every fitted operator of ``features`` over this frame in one pass; returns a
         :class:`~fbrapids.features.Fitted` to pass to ``extract`` on any frame.
 
@@ -152,7 +153,7 @@ class FbxAccessor:
 
         return fit(self._obj, features, time_column=time_column)
 
-    def explain(self, source: bool = False, **features: object) -> str:
+    def explain(self, source: bool = False, **features: Expr | str) -> str:
         """The layers, operators and placements ``extract(**features)`` would run.
 
         See :func:`fbrapids.features.explain`.

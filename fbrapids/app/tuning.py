@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypedDict
 
-from fbrapids.workloads.recipe import DEFAULT_GRID, Recipe, check_grid
+from fbrapids.workloads.recipe import DEFAULT_GRID, Recipe, RecipeValue, check_grid
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -82,7 +82,7 @@ class TuningSummary(TypedDict, total=False):
 
     criterion: str
     grid: dict[str, list[object]]  #: each field's values tried
-    start: dict[str, object]  #: the recipe the search started from
+    start: dict[str, RecipeValue]  #: the recipe the search started from
     choice: dict[str, Any]  #: the recipe chosen, as ``Recipe(**choice)`` rebuilds it (its fields' types vary)
     tried: list[dict[str, object]]  #: per model trained: the field, its value, the recipe, the validation metrics
     validation: ValidationDay
@@ -128,7 +128,7 @@ def tune_recipe(data: TuningData, cfg: RunConfig, start: Recipe, work: Path, unu
                 tried.append({"field": name, "value": getattr(r, name), "recipe": r.as_dict(), **m})
             pool = ([(best, best_score)] if best_score is not None else []) + list(zip(recipes, scores))
             best, best_score = min(pool, key=lambda x: x[1][CRITERION])
-            further = beyond_edge(name, sorted(seen), getattr(best, name))
+            further = beyond_edge(name, sorted(v for v in seen if isinstance(v, (int, float))), getattr(best, name))
             if further is None:
                 break
             todo = [further]

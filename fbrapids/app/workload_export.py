@@ -119,10 +119,12 @@ def _raw_time_type(w: Workload, check: SplitCheck) -> str | None:
 def _fills(w: Workload) -> dict[str, FillValue]:
     """Training's cleaning fills: each view's ``clean`` fill, then each join's ``fill``."""
     out: dict[str, FillValue] = {}
-    for v in w.views:
-        out.update(v.clean.get("fill") or {})
-    for j in w.joins:
-        out.update(j.fill)
+    for given in [*(v.clean.get("fill") or {} for v in w.views), *(j.fill for j in w.joins)]:
+        for column, value in given.items():
+            if value is not None and not isinstance(value, (str, int, float)):
+                raise ExportError(f"{w.where}: the fill of column {column!r} is {value!r}; serving fills a null "
+                                  "with a string or a number")
+            out[column] = value
     return out
 
 

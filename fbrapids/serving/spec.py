@@ -75,7 +75,7 @@ class ServingSpec:
     pair_features: dict[str, Expr] = field(default_factory=dict)
     dense: list[str] = field(default_factory=list)
     sparse: list[str] = field(default_factory=list)
-    fill: dict[str, object] = field(default_factory=dict)
+    fill: Mapping[str, object] = field(default_factory=dict)
     time: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

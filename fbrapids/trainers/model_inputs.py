@@ -92,7 +92,7 @@ def check_model_stream(model: Any, batches: object) -> None:  # any nn.Module: r
                                    f"for (it would be ignored); the model's: {wanted}")
 
 
-def model_from_workload(cls: type[CTRModel], workload: DeclaredInputs, **kwargs: object) -> CTRModel:
+def model_from_workload(cls: type[CTRModel], workload: DeclaredInputs[object], **kwargs: object) -> CTRModel:
     """``cls`` built over ``workload``'s features: ``dense_dim`` its dense list's length,
     ``sparse_features`` its sparse list, and for a model reading ``sequences`` (DIN) the
     workload's behaviour sequences (the model's

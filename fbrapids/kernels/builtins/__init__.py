@@ -24,10 +24,10 @@ import pkgutil
 from typing import Iterable
 
 from fbrapids.errors import OperatorError
-from fbrapids.kernels.builtins._shared import JSON_SCAN_PATHS, call
+from fbrapids.kernels.builtins._shared import JSON_SCAN_PATHS, ExprLike, call
 from fbrapids.kernels.operator import Operator
 
-__all__ = ["BUILTINS", "JSON_SCAN_PATHS", "call", "operator_modules", "declared_operators"]
+__all__ = ["BUILTINS", "JSON_SCAN_PATHS", "ExprLike", "call", "operator_modules", "declared_operators"]
 
 
 def operator_modules(path: Iterable[str] = __path__) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterator, Protocol, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -17,11 +17,15 @@ if TYPE_CHECKING:
     from fbrapids.trainers.models.split import SideArrays
 
 
-class DeclaredInputs(Protocol):
+#: a declared workload's feature expression (:data:`fbrapids.ops.ExprLike`: that floor stands above this one)
+FeatureT = TypeVar("FeatureT")
+
+
+class DeclaredInputs(Protocol, Generic[FeatureT]):
     """A declared workload as a model reads it (:class:`fbrapids.workloads.Workload`: that
     floor stands above this one)."""
 
-    def inputs(self, sequences: bool = False) -> tuple[list[str], list[str], dict[str, str], dict[str, object]]:
+    def inputs(self, sequences: bool = False) -> tuple[list[str], list[str], dict[str, str], dict[str, FeatureT]]:
         """``(dense, sparse, sequences, features)`` of a model over the workload."""
         ...
 
@@ -106,8 +110,8 @@ class CTRModel(nn.Module):
         return list(getattr(self, "sparse_features", [])) + list(getattr(self, "sequences", None) or {})
 
     @classmethod
-    def workload_inputs(cls, workload: DeclaredInputs) -> tuple[list[str], list[str], dict[str, str],
-                                                                dict[str, object]]:
+    def workload_inputs(cls, workload: DeclaredInputs[FeatureT]) -> tuple[list[str], list[str], dict[str, str],
+                                                                          dict[str, FeatureT]]:
         """``(dense, sparse, sequences, features)`` this model trains on from a declared
         workload (:meth:`fbrapids.workloads.Workload.inputs`): with its behaviour sequences
         when the model reads them (:attr:`reads_sequences`)."""
@@ -134,7 +138,7 @@ class CTRModel(nn.Module):
         return dict(args, **cls.default_architecture)
 
     @classmethod
-    def from_workload(cls, workload: DeclaredInputs, **kwargs: object) -> "CTRModel":
+    def from_workload(cls, workload: DeclaredInputs[object], **kwargs: object) -> "CTRModel":
         """This model over a declared workload's features (the dense width, the sparse
         tables, DIN's sequences: :func:`fbrapids.trainers.model_inputs.model_from_workload`);
         ``kwargs``: the other constructor arguments.
