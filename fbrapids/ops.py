@@ -48,7 +48,7 @@ def col(name: str) -> Col:
     return Col(name)
 
 
-def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
+def call(op: str, *inputs: ExprLike, **params: object) -> Call:
     """Apply any registered operator (a user operator, say) by name; its parameters are
     checked when the expression is planned (naming the feature).
 
@@ -59,7 +59,7 @@ def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
     return Call(op, tuple(as_expr(x) for x in inputs), tuple(params.items()))
 
 
-def _checked(op: str, *inputs: ExprLike, **params: Any) -> Call:
+def _checked(op: str, *inputs: ExprLike, **params: object) -> Call:
     """:func:`call`, the parameters its :class:`~fbrapids.kernels.Operator` declares checked
     now: a bad one is an OperatorError naming the operator and the parameter where the
     expression is built (the same checks run again when it is planned).
@@ -74,7 +74,7 @@ def _checked(op: str, *inputs: ExprLike, **params: Any) -> Call:
     return call(op, *inputs, **params)
 
 
-def fill_null(x: ExprLike, value: Any) -> Call:
+def fill_null(x: ExprLike, value: object) -> Call:
     """``x`` with nulls replaced by ``value`` (a number, a string, or ``[]`` for lists).
 
     A number must fit the column's type exactly (an integer column takes integers in its
@@ -148,7 +148,7 @@ def bucketize(x: ExprLike, boundaries: Sequence[float]) -> Call:
     return call("bucketize", x, boundaries=bs)
 
 
-def _boundary(b: Any) -> int | float:
+def _boundary(b: object) -> int | float:
     """A bucketize boundary: a float where float64 holds it exactly, else the integer."""
     if isinstance(b, bool) or not isinstance(b, numbers.Real) or b != b:
         raise OperatorError(f"bucketize: parameter 'boundaries' must hold numbers (no NaN), got {b!r}")
@@ -352,7 +352,7 @@ def lookup(x: ExprLike, vocab: Mapping[Any, int | float] | Sequence[Any] | Vocab
     return call("lookup", x, vocab=vocab, oov=oov)
 
 
-def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
+def pad(x: ExprLike, n: int, value: int | str | None = 0, side: str = "right") -> Call:
     """A list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and pads
     after them; ``side="left"`` keeps the last ``n`` (the most recent) and pads before them.
     A null list becomes ``n`` padding values (0 is categorify's padding id).  The result

@@ -20,7 +20,10 @@ import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # (annotations only: pyarrow loads where a view is sized)
+    import pyarrow as pa
 
 #: the rows of a text (csv / json lines) file sampled to size its rows
 _TEXT_SAMPLE_BYTES = 1 << 16
@@ -49,7 +52,7 @@ def _files(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def _parquet_size(files: list[str], columns: Sequence[str] | None) -> tuple[ViewSize, Any]:
+def _parquet_size(files: list[str], columns: Sequence[str] | None) -> tuple[ViewSize, pa.Schema | None]:
     """Rows from the footers, bytes per row from the first non-empty row group read."""
     import pyarrow.parquet as pq
 
@@ -79,11 +82,11 @@ def _text_size(files: list[str]) -> ViewSize:
     return ViewSize(int(total / max(line, 1.0)), 1.5 * line, len(files))
 
 
-def view_sizes(w: Any) -> tuple[dict[str, ViewSize], dict[str, Any]]:
+def view_sizes(w: Any) -> tuple[dict[str, ViewSize], dict[str, pa.DataType]]:
     """Each view of workload ``w`` sized (:class:`ViewSize`), and the Arrow type of every
     column of its parquet views (what features are typed with)."""
     sizes: dict[str, ViewSize] = {}
-    schema: dict[str, Any] = {}
+    schema: dict[str, pa.DataType] = {}
     for v in w.views:
         files = _files([w.resolve(p) for p in v.paths])
         fmt = v.options.get("format") or ("parquet" if files and files[0].endswith(".parquet") else "text")
@@ -91,7 +94,8 @@ def view_sizes(w: Any) -> tuple[dict[str, ViewSize], dict[str, Any]]:
             continue  # the run's own file checks name it
         if fmt == "parquet":
             sizes[v.name], arrow = _parquet_size(files, v.options.get("columns"))
-            schema.update({n: arrow.field(n).type for n in arrow.names if n not in schema})
+            if arrow is not None:  # (files were found: the first one's schema)
+                schema.update({n: arrow.field(n).type for n in arrow.names if n not in schema})
         else:
             sizes[v.name] = _text_size(files)
     return sizes, schema
