@@ -23,7 +23,7 @@ import ctypes
 import functools
 import threading
 from types import ModuleType
-from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sized
+from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sized, TypeAlias, Union
 
 import numpy as np
 
@@ -56,6 +56,9 @@ def thread_pool() -> HostPool:
 def _rows(col: HostColumn | DeviceColumn | Sized) -> int:
     return col.n if isinstance(col, (HostColumn, DeviceColumn)) else len(col)
 
+
+#: a node's value in a host run: a HostColumn, or an input column in the kernels' slot layout (a DeviceColumn)
+HostValue: TypeAlias = Union[HostColumn, DeviceColumn]
 
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
 
@@ -136,7 +139,7 @@ class HostPlan(Runtime):
         presize = pool is None
         pool = pool or thread_pool()
         n = _rows(next(iter(columns.values()), [])) if isinstance(columns, Mapping) else len(columns)
-        values: dict[int, HostColumn | DeviceColumn] = {}
+        values: dict[int, HostValue] = {}
         for node in plan.nodes:
             if node.op is None:
                 col = columns[node.column()]
@@ -170,7 +173,7 @@ class HostPlan(Runtime):
         st = {name: status[nid] for name, nid in plan.outputs.items() if nid in status}
         return RunResult(out, st, run_stats)
 
-    def _dictionary_path(self, layer: Layer, n: int, values: dict[int, HostColumn | DeviceColumn],
+    def _dictionary_path(self, layer: Layer, n: int, values: dict[int, HostValue],
                          coded: dict[int, D.Coded], skip: np.ndarray, how: str, st: S.KernelStats) -> set[int]:
         """Run the layer's operators that take the dictionary path on this partition (their
         results into ``values``, their codes into ``coded``, their skip flags set); returns their ids."""
@@ -213,16 +216,14 @@ class HostPlan(Runtime):
         st.peak_pool_bytes = max(st.peak_pool_bytes, res.stats.peak_pool_bytes)
         return res.columns["out"]
 
-    def _run_layer(self, layer: Layer, fn: Callable[..., None], abi: LayerABI, n: int,
-                   values: dict[int, HostColumn | DeviceColumn],
+    def _run_layer(self, layer: Layer, fn: Callable[..., None], abi: LayerABI, n: int, values: dict[int, HostValue],
                    status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer,
                    skip: np.ndarray | None = None, done: AbstractSet[int] = frozenset()) -> None:
         """Run one layer (re-running it after an overflow); the operators in ``done`` (on
         the dictionary path, flagged in ``skip``) keep the values they have."""
         plan = self.plan
         for nid in layer.nodes:  # host columns: device columns (the device ABI) are the CUDA runtime's to check
-            arg = values[plan.nodes[nid].args[0]]
-            if plan.nodes[nid].implementation().checks_fit and isinstance(arg, HostColumn):
+            if plan.nodes[nid].implementation().checks_fit and isinstance(arg := values[plan.nodes[nid].args[0]], HostColumn):
                 check_fit(plan, nid, arg)
         ptrs = [0] * abi.nslots
         for nid, first in abi.inputs.items():
@@ -276,19 +277,18 @@ class HostPlan(Runtime):
             b = outs[nid]
             valid = pack_validity(b["valid"])
             if o.type in T.FIXED_TYPES:
-                col = HostColumn(o.type, n, valid=valid, data=b["data"])
+                values[nid] = col = HostColumn(o.type, n, valid=valid, data=b["data"])
             elif o.type == "list<str>":
                 loff, soffs, data = R.compact_str_list(pool.buffer, b["off"], b["cnt"], b["off2"], b["cnt2"])
-                col = HostColumn(o.type, n, valid=valid, offsets=loff, str_offsets=soffs, bytes=data)
+                values[nid] = col = HostColumn(o.type, n, valid=valid, offsets=loff, str_offsets=soffs, bytes=data)
                 st.compactions += 1
             else:
                 offsets, data = R.compact(pool.buffer, b["off"], b["cnt"], 1 if o.type == "str" else 8, HOST_BLOCK)
                 if o.type == "str":
-                    col = HostColumn(o.type, n, valid=valid, offsets=offsets, bytes=data)
+                    values[nid] = col = HostColumn(o.type, n, valid=valid, offsets=offsets, bytes=data)
                 else:
-                    col = HostColumn(o.type, n, valid=valid, offsets=offsets, data=data)
+                    values[nid] = col = HostColumn(o.type, n, valid=valid, offsets=offsets, data=data)
                 st.compactions += 1
-            values[nid] = col
             if "status" in b:
                 status[nid] = b["status"]
             st.hashes += D.hash_count(plan.nodes[nid], col)

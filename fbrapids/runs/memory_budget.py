@@ -52,11 +52,12 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fbrapids.errors import MemoryBudgetError
 from fbrapids.runs.ram_budget import TableLayout
 from fbrapids.runs.view_sizes import ViewSize, view_sizes
+from fbrapids.runs.workload_like import WorkloadLike
 
 if TYPE_CHECKING:  # (annotations only)
     import pyarrow as pa
@@ -325,7 +326,7 @@ def _batch_row_bytes(shape: RunShape, schema: Mapping[str, pa.DataType]) -> int:
     return 4 * len(shape.dense) + 16 + sum(8 + (LIST_FEATURE_BYTES if n in listy else 8) for n in shape.sparse)
 
 
-def estimate(w: Any, shape: RunShape, held_out_rows: int, baseline: int, libraries: int = LIBRARIES_BYTES,
+def estimate(w: WorkloadLike, shape: RunShape, held_out_rows: int, baseline: int, libraries: int = LIBRARIES_BYTES,
              sizes: tuple[dict[str, ViewSize], dict[str, pa.DataType]] | None = None) -> MemoryEstimate:
     """The peak of a run of workload ``w`` with ``shape`` by part (module doc), from the views'
     footers (:func:`fbrapids.runs.view_sizes.view_sizes`); ``baseline``: the bytes of the process tree as it starts."""
