@@ -24,7 +24,15 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
+
+
+class Hasher(Protocol):
+    """An incremental hasher: hashlib's (``hashlib.sha256()``), or the manifest's crc32."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
 
 
 @dataclass
@@ -42,7 +50,7 @@ class WriteDigests:
     """The digests of the files written under ``root``, by POSIX path relative to it."""
 
     root: Path
-    new_hasher: Callable[[], Any]
+    new_hasher: Callable[[], Hasher]
     files: dict[str, WrittenFile] = field(default_factory=dict)
 
     def current(self, rel: str) -> str | None:
@@ -86,7 +94,7 @@ _RECORDING: contextvars.ContextVar[WriteDigests | None] = contextvars.ContextVar
 
 
 @contextlib.contextmanager
-def digests_of_writes(root: str | os.PathLike, new_hasher: Callable[[], Any]) -> Iterator[WriteDigests]:
+def digests_of_writes(root: str | os.PathLike, new_hasher: Callable[[], Hasher]) -> Iterator[WriteDigests]:
     """While active (in this thread / context), :func:`write_atomic` hashes every file it
     writes under ``root`` with a fresh ``new_hasher()`` (``update(bytes)``, ``hexdigest()``).
 

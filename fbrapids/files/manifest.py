@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import os
 import stat
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from fbrapids.errors import ArgumentError, ManifestError, UnsafeFileError
-from fbrapids.files.atomic import WriteDigests, write_atomic
+from fbrapids.files.atomic import Hasher, WriteDigests, write_atomic
 
 MANIFEST = "MANIFEST.json"
 ALGORITHM = "sha256"
@@ -66,7 +67,7 @@ def verification_enabled() -> bool:
     return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def open_regular(path: str | os.PathLike) -> Any:
+def open_regular(path: str | os.PathLike) -> io.BufferedReader:
     """``path`` opened for reading in binary, refused (:class:`~fbrapids.errors.UnsafeFileError`
     naming it) unless it is a regular file: a FIFO, a device or a socket is never read (the
     open itself does not block: ``O_NONBLOCK``, checked on the descriptor opened).
@@ -123,7 +124,7 @@ class _Crc32:
         return f"{self.value:08x}"
 
 
-def new_hasher(algorithm: str) -> Any:
+def new_hasher(algorithm: str) -> Hasher:
     """A fresh incremental hasher (``update(bytes)``, ``hexdigest()``) for one of :data:`ALGORITHMS`.
 
     Example:
@@ -175,7 +176,7 @@ def _files(root: Path, name: str) -> list[str]:
     return sorted(out)
 
 
-def _signature(content: dict[str, Any], key: bytes) -> str:
+def _signature(content: Mapping[str, object], key: bytes) -> str:
     """HMAC-SHA256 of a manifest's algorithm and file entries (canonical JSON) under ``key``."""
     body = json.dumps({"algorithm": content["algorithm"], "files": content["files"]}, sort_keys=True,
                       separators=(",", ":")).encode()

@@ -36,10 +36,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from fbrapids.errors import KernelRuntimeError
 from fbrapids.kernels import types as T
+
+if TYPE_CHECKING:  # (annotations only: the plan imports this module)
+    from fbrapids.kernels.plan import Layer, Plan
 
 #: error bits of a kernel's error word
 ERR_POOL_OVERFLOW = 1  #: a block's pool share passed ``cap``: grow the pool, run the layer again
@@ -167,7 +170,7 @@ class LayerABI:
     skip: int | None = None  #: the skip array's slot (None: no operator of the layer may be skipped)
 
 
-def layer_abi(plan: Any, layer: Any) -> LayerABI:
+def layer_abi(plan: Plan, layer: Layer) -> LayerABI:
     """The slot layout of one layer (a :class:`~fbrapids.kernels.plan.Layer` of a
     :class:`~fbrapids.kernels.plan.Plan`; this module sits below them and takes them as
     they come): inputs, then per operator its outputs, status and parameter buffers."""
@@ -186,10 +189,11 @@ def layer_abi(plan: Any, layer: Any) -> LayerABI:
         pos += len(output_slots(node.type))
         o.parts = list(range(nparts, nparts + pool_parts(node.type)))
         nparts += len(o.parts)
-        if node.impl.status:
+        impl = node.implementation()
+        if impl.status:
             o.status = pos
             pos += 1
-        for _ in node.impl.buffers:
+        for _ in impl.buffers:
             o.buffers.append(pos)
             pos += 1
         outputs[nid] = o

@@ -19,9 +19,10 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
@@ -44,7 +45,7 @@ class HostColumn:
     offsets: np.ndarray | None = None
     str_offsets: np.ndarray | None = None
     bytes: np.ndarray | None = None
-    keep: list = field(default_factory=list)
+    keep: list[object] = field(default_factory=list)
     valid_bit: int = 0  #: bit index of row 0 in ``valid`` (always 0 here: bitmaps are realigned)
     #: of an Arrow dictionary / categorical column: its codes (a null row has the code
     #: ``dict_values.n - 1``, a null value of its own) and values, which the dictionary path
@@ -100,7 +101,7 @@ def pack_validity(valid_bytes: np.ndarray) -> np.ndarray | None:
     return np.packbits(valid_bytes.astype(bool, copy=False), bitorder="little")
 
 
-def _np(buf: pa.Buffer | None, dtype: Any) -> np.ndarray:
+def _np(buf: pa.Buffer | None, dtype: npt.DTypeLike) -> np.ndarray:
     if buf is None or buf.size == 0:
         return _EMPTY8.view(dtype)[:0] if np.dtype(dtype).itemsize <= 8 else np.zeros(0, dtype)
     return np.frombuffer(buf, dtype=dtype)
@@ -128,7 +129,7 @@ def _bytes(arr: pa.Array) -> np.ndarray:
     return _np(b, np.uint8) if b is not None and b.size else np.zeros(1, dtype=np.uint8)
 
 
-def object_array(values: Any) -> pa.Array:
+def object_array(values: pd.Series | Sequence[object]) -> pa.Array:
     """The Arrow array of an object column's values (a series or a list).  Python ints past
     int64 (ids up to 2^64 - 1) become uint64: pyarrow infers int64 and overflows on them.
     Raises what pyarrow raises when no type holds them all (2^64 - 1 beside -5, say).
@@ -313,7 +314,9 @@ def to_series(c: HostColumn, index: pd.Index, name: str, nullable: bool | None =
         return pd.Series(data, index=index, name=name, copy=False)
     arr = to_arrow(c)
     if c.type == "str":
-        return pd.Series(pd.arrays.ArrowStringArray(arr, dtype=_STR_DTYPE), index=index, name=name, copy=False)
+        # pandas 3.1 takes ArrowStringArray(values, *, dtype); pandas-stubs 3.1 lists (values, copy) instead
+        strings = pd.arrays.ArrowStringArray(arr, dtype=_STR_DTYPE)  # type: ignore[call-arg]
+        return pd.Series(strings, index=index, name=name, copy=False)
     return pd.Series(pd.arrays.ArrowExtensionArray(arr), index=index, name=name, copy=False)
 
 

@@ -23,11 +23,14 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fbrapids.errors import CompilerNotFoundError, KernelCacheError, KernelCompileError
 from fbrapids.kernels.cache import cached_artifact, invalidate, source_key
 from fbrapids.kernels.headers import inline_headers
+
+if TYPE_CHECKING:  # (annotations only: the bar loads when a compile starts)
+    from tqdm.std import tqdm as Tqdm
 
 FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing")
 
@@ -73,7 +76,7 @@ def _explain_error(log: str, source: str) -> str:
     return f"the C compiler rejected a generated meta-kernel:\n{head}\n--- compiler output ---\n{log.strip()[-4000:]}"
 
 
-def compile_bar(where: Path) -> Any:
+def compile_bar(where: Path) -> Tqdm:
     """The line a cold compile shows while the C compiler runs (a plan's first use on this
     machine: seconds per layer; later runs load the cached library): a tqdm line on a
     terminal or in a notebook, with the seconds taken once it is done; nothing elsewhere

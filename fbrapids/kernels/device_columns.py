@@ -27,10 +27,11 @@ Requires cupy and pylibcudf (the ``gpu`` extra); exercised by the tests marked `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
 
 from fbrapids.errors import ColumnTypeError, KernelRuntimeError
 from fbrapids.kernels.abi import InputLayout, input_slots
+from fbrapids.kernels.device_types import DataType, DeviceArray, GpuMemoryView, PlcColumn
 
 INT32_MAX = 2**31 - 1
 
@@ -52,21 +53,21 @@ class DeviceColumn:
     n: int
     slots: dict[str, int]
     layout: InputLayout = field(default_factory=InputLayout)
-    keep: list = field(default_factory=list)
+    keep: list[object] = field(default_factory=list)
 
     def pointers(self) -> list[int]:
         return [self.slots.get(name, 0) for name in input_slots(self.type)]
 
 
-def _tid(plc: Any, col: Any) -> str:
+def _tid(plc: ModuleType, col: PlcColumn) -> str:
     return col.type().id().name
 
 
-def _ptr(span: Any) -> int:
+def _ptr(span: GpuMemoryView | None) -> int:
     return 0 if span is None else int(span.ptr)
 
 
-def _offsets_width(plc: Any, offsets: Any, what: str) -> int:
+def _offsets_width(plc: ModuleType, offsets: PlcColumn, what: str) -> int:
     tid = _tid(plc, offsets)
     if tid == "INT32":
         return 4
@@ -75,7 +76,7 @@ def _offsets_width(plc: Any, offsets: Any, what: str) -> int:
     raise ColumnTypeError(f"{what}: offsets of type {tid} (expected INT32 or INT64)")
 
 
-def _widen_values(cp: Any, plc: Any, child: Any, kind: str, keep: list) -> int:
+def _widen_values(cp: ModuleType, plc: ModuleType, child: PlcColumn, kind: str, keep: list[object]) -> int:
     """The address of ``child``'s values as 64-bit integers (widened on the device when narrower)."""
     tid = _tid(plc, child)
     size = child.size()
@@ -96,7 +97,7 @@ def _widen_values(cp: Any, plc: Any, child: Any, kind: str, keep: list) -> int:
     return int(wide.data.ptr)
 
 
-def fixed_arrays(cp: Any, dc: DeviceColumn) -> tuple[Any, Any]:
+def fixed_arrays(cp: ModuleType, dc: DeviceColumn) -> tuple[DeviceArray, DeviceArray]:
     """A fixed-width :class:`DeviceColumn`'s rows as cupy arrays, without copying the data:
     ``(data, valid)``, ``valid`` a bool array unpacked from the null mask (bit
     ``valid_bit + i``; all true without a mask).  BOOL8 data reads as uint8 0 / 1."""
@@ -118,13 +119,13 @@ def fixed_arrays(cp: Any, dc: DeviceColumn) -> tuple[Any, Any]:
     return data, ((mask[idx >> 5] >> (idx & 31).astype(cp.uint32)) & 1).astype(cp.bool_)
 
 
-def read_column(cp: Any, plc: Any, col: Any, type_name: str, name: str) -> DeviceColumn:
+def read_column(cp: ModuleType, plc: ModuleType, col: PlcColumn, type_name: str, name: str) -> DeviceColumn:
     """The kernel slots of a pylibcudf column of kernel type ``type_name`` (no copies,
     except list elements narrower than 64 bits, widened on the device)."""
     n, o = col.size(), col.offset()
     mask = col.null_mask() if col.null_count() else None
     slots = {"valid": _ptr(mask), "valid_bit": o if mask is not None else 0}
-    keep: list = [col]
+    keep: list[object] = [col]
     tid = _tid(plc, col)
     if type_name in _ITEMSIZE:
         if FIXED_TYPE_IDS.get(tid) != type_name:
@@ -164,25 +165,26 @@ def read_column(cp: Any, plc: Any, col: Any, type_name: str, name: str) -> Devic
     return DeviceColumn(type_name, n, slots, InputLayout(offsets=4), keep)
 
 
-def _view(plc: Any, a: Any) -> Any:
+def _view(plc: ModuleType, a: DeviceArray) -> GpuMemoryView:
     return plc.gpumemoryview(a)
 
 
-def _dtype(plc: Any, type_id: str) -> Any:
+def _dtype(plc: ModuleType, type_id: str) -> DataType:
     return plc.DataType(getattr(plc.TypeId, type_id))
 
 
-def _mask(plc: Any, mask: Any, nulls: int) -> Any:
+def _mask(plc: ModuleType, mask: DeviceArray | None, nulls: int) -> GpuMemoryView | None:
     return _view(plc, mask) if nulls else None
 
 
-def fixed_column(plc: Any, type_name: str, data: Any, mask: Any, nulls: int) -> Any:
+def fixed_column(plc: ModuleType, type_name: str, data: DeviceArray, mask: DeviceArray | None,
+                 nulls: int) -> PlcColumn:
     """A fixed-width pylibcudf column over ``data`` (n values; ``bool`` as 0/1 bytes)."""
     n = int(data.size)
     return plc.Column(_dtype(plc, _ID_OF[type_name]), n, _view(plc, data), _mask(plc, mask, nulls), nulls, 0, [])
 
 
-def offsets_column(cp: Any, plc: Any, offsets64: Any, total: int, lists: bool) -> Any:
+def offsets_column(cp: ModuleType, plc: ModuleType, offsets64: DeviceArray, total: int, lists: bool) -> PlcColumn:
     """An offsets child: INT32 when ``total`` fits (always for lists), else INT64."""
     if total <= INT32_MAX:
         off = offsets64.astype(cp.int32)
@@ -193,20 +195,21 @@ def offsets_column(cp: Any, plc: Any, offsets64: Any, total: int, lists: bool) -
     return plc.Column(_dtype(plc, "INT64"), int(offsets64.size), _view(plc, offsets64), None, 0, 0, [])
 
 
-def strings_column(cp: Any, plc: Any, n: int, offsets64: Any, chars: Any, total: int, mask: Any,
-                   nulls: int) -> Any:
+def strings_column(cp: ModuleType, plc: ModuleType, n: int, offsets64: DeviceArray, chars: DeviceArray, total: int,
+                   mask: DeviceArray | None, nulls: int) -> PlcColumn:
     """A strings pylibcudf column: ``offsets64`` (n + 1, int64) into ``chars`` (``total`` bytes)."""
     off = offsets_column(cp, plc, offsets64, total, lists=False)
     return plc.Column(_dtype(plc, "STRING"), n, _view(plc, chars), _mask(plc, mask, nulls), nulls, 0, [off])
 
 
-def list_column(cp: Any, plc: Any, n: int, offsets64: Any, total: int, child: Any, mask: Any, nulls: int) -> Any:
+def list_column(cp: ModuleType, plc: ModuleType, n: int, offsets64: DeviceArray, total: int, child: PlcColumn,
+                mask: DeviceArray | None, nulls: int) -> PlcColumn:
     """A list pylibcudf column of ``child`` (``total`` elements) cut by ``offsets64``."""
     off = offsets_column(cp, plc, offsets64, total, lists=True)
     return plc.Column(_dtype(plc, "LIST"), n, None, _mask(plc, mask, nulls), nulls, 0, [off, child])
 
 
-def int64_child(plc: Any, type_name: str, values: Any, total: int) -> Any:
+def int64_child(plc: ModuleType, type_name: str, values: DeviceArray, total: int) -> PlcColumn:
     """The element column of a ``list<i64>`` / ``list<u64>`` result (``total`` values)."""
     tid = "UINT64" if type_name == "list<u64>" else "INT64"
     return plc.Column(_dtype(plc, tid), total, _view(plc, values), None, 0, 0, [])

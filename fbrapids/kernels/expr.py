@@ -34,9 +34,9 @@ class TypedScalar(tuple):
         (False, False, '2.0')
     """
 
-    value: Any
+    value: bool | float | np.bool_ | np.floating
 
-    def __new__(cls, v: Any) -> "TypedScalar":
+    def __new__(cls, v: bool | float | np.bool_ | np.floating) -> "TypedScalar":
         tag = ("bool", bool(v)) if isinstance(v, (bool, np.bool_)) else ("float", float(v).hex())
         self = super().__new__(cls, tag)
         self.value = v
@@ -49,14 +49,14 @@ class TypedScalar(tuple):
         return repr(self.value)
 
 
-def _sorted_items(items: list[tuple[Any, Any]]) -> tuple:
+def _sorted_items(items: list[tuple[object, object]]) -> tuple:
     try:
         return tuple(sorted(items))
     except TypeError:  # keys of mixed kinds: by their text
         return tuple(sorted(items, key=repr))
 
 
-def param_key(v: Any) -> Any:
+def param_key(v: object) -> object:
     """A hashable, content-based key for a parameter value (arrays by digest); bools and
     floats typed (:class:`TypedScalar`), so equal keys mean the same parameters.
 
@@ -110,7 +110,7 @@ class Call(Expr):
 
     op: str
     args: tuple[Expr, ...]
-    params: tuple[tuple[str, Any], ...] = field(default=())
+    params: tuple[tuple[str, object], ...] = field(default=())
 
     @property
     def key(self) -> tuple:  # type: ignore[override]
@@ -125,14 +125,14 @@ class Call(Expr):
         return f"{self.op}({', '.join(str(a) for a in self.args)}{', ' if ps and self.args else ''}{ps})"
 
 
-def _short(v: Any) -> str:
+def _short(v: object) -> str:
     if isinstance(v, np.ndarray):
         return f"<array {v.dtype} x{len(v)}>"
     r = repr(v)
     return r if len(r) <= 40 else r[:37] + "..."
 
 
-def as_expr(x: Any) -> Expr:
+def as_expr(x: object) -> Expr:
     """Column names become :class:`Col`; expressions pass through.
 
     Example:

@@ -27,7 +27,6 @@ Example:
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 import numpy as np
 
@@ -40,7 +39,7 @@ _LEGACY_ARRAY_KINDS = "biufUS"  # a fitted state's {"array": ...} of before the 
 _LEGACY_CALL = {"op", "args", "params"}
 
 
-def to_json(v: Any, where: str = "expression", error: type[FbrapidsError] = UnsafeFileError) -> Any:
+def to_json(v: object, where: str = "expression", error: type[FbrapidsError] = UnsafeFileError) -> object:
     """``v`` (an expression, or a parameter value) as JSON data; ``error`` (naming ``where``)
     for a value JSON cannot hold."""
     if isinstance(v, Col):
@@ -66,7 +65,7 @@ def to_json(v: Any, where: str = "expression", error: type[FbrapidsError] = Unsa
     raise error(f"{where}: a value of type {type(v).__name__} cannot be written as JSON data")
 
 
-def _dtype(s: Any, where: str, kinds: str = _NUMERIC_KINDS) -> np.dtype:
+def _dtype(s: object, where: str, kinds: str = _NUMERIC_KINDS) -> np.dtype:
     try:
         dt = np.dtype(str(s))
     except TypeError:
@@ -76,7 +75,7 @@ def _dtype(s: Any, where: str, kinds: str = _NUMERIC_KINDS) -> np.dtype:
     return dt
 
 
-def from_json(v: Any, where: str = "expression") -> Any:
+def from_json(v: object, where: str = "expression") -> object:
     """The expression or value :func:`to_json` wrote; builds data objects only."""
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
@@ -93,8 +92,9 @@ def from_json(v: Any, where: str = "expression") -> Any:
         if tag == "col":
             return Col(str(body))
         if tag == "call":
-            args = tuple(from_json(a, where) for a in body["args"])
-            if not all(isinstance(a, Expr) for a in args):
+            decoded = [from_json(a, where) for a in body["args"]]
+            args = tuple(a for a in decoded if isinstance(a, Expr))
+            if len(args) != len(decoded):
                 raise TypeError("arguments must be expressions")
             params = tuple((str(k), from_json(x, f"{where} parameter {k!r}")) for k, x in body["params"])
             return Call(str(body["call"]), args, params)
@@ -119,12 +119,12 @@ def from_json(v: Any, where: str = "expression") -> Any:
     raise UnsafeFileError(f"{where}: unknown tag {tag!r}")
 
 
-def expr_to_json(e: Expr, where: str = "expression", error: type[FbrapidsError] = UnsafeFileError) -> Any:
+def expr_to_json(e: Expr, where: str = "expression", error: type[FbrapidsError] = UnsafeFileError) -> object:
     """A feature expression as JSON data (round-trips through :func:`expr_from_json`)."""
     return to_json(e, where, error)
 
 
-def expr_from_json(doc: Any, where: str = "expression") -> Expr:
+def expr_from_json(doc: object, where: str = "expression") -> Expr:
     """The expression :func:`expr_to_json` wrote (or a fitted state of before the shared
     format); :class:`~fbrapids.errors.UnsafeFileError` for anything that is not one."""
     e = from_json(doc, where)

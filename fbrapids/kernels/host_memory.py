@@ -48,9 +48,9 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict, deque
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from fbrapids.errors import UsageError
@@ -239,7 +239,7 @@ def _large(nbytes: int) -> np.ndarray:
     return out
 
 
-def empty(n: int, dtype: Any) -> np.ndarray:
+def empty(n: int, dtype: npt.DTypeLike) -> np.ndarray:
     """An uninitialised 1-d array of ``n`` items of ``dtype`` (see the module doc)."""
     dtype = np.dtype(dtype)
     nbytes = int(n) * dtype.itemsize
@@ -248,7 +248,7 @@ def empty(n: int, dtype: Any) -> np.ndarray:
     return _large(nbytes).view(dtype)
 
 
-def zeros(n: int, dtype: Any) -> np.ndarray:
+def zeros(n: int, dtype: npt.DTypeLike) -> np.ndarray:
     """:func:`empty`, zeroed."""
     out = empty(n, dtype)
     if out.nbytes >= LARGE_BYTES:
@@ -257,7 +257,7 @@ def zeros(n: int, dtype: Any) -> np.ndarray:
     return np.zeros(n, dtype=dtype)
 
 
-def full(n: int, value: Any, dtype: Any) -> np.ndarray:
+def full(n: int, value: int | float, dtype: npt.DTypeLike) -> np.ndarray:
     """:func:`empty`, every item ``value``."""
     out = empty(n, dtype)
     out.fill(value)

@@ -194,7 +194,7 @@ class Operator:
         """Whether its state is fitted over a training frame first (``stage == "fitted"``)."""
         return self.stage == "fitted"
 
-    def check_params(self, params: Mapping[str, Any]) -> None:
+    def check_params(self, params: Mapping[str, object]) -> None:
         """Each declared parameter's check on its value (a missing one checked as None);
         an error names the operator and the parameter.
 

@@ -27,7 +27,7 @@ from fbrapids.errors import OperatorError
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 #: ``check(name, value)``: raises OperatorError naming the parameter, else returns None
-Check = Callable[[str, Any], None]
+Check = Callable[[str, object], None]
 
 
 def integer(lo: int = INT64_MIN, hi: int = INT64_MAX, none: bool = False) -> Check:
@@ -51,7 +51,7 @@ def integer(lo: int = INT64_MIN, hi: int = INT64_MAX, none: bool = False) -> Che
     return check
 
 
-def separator(name: str, v: Any) -> None:
+def separator(name: str, v: object) -> None:
     """A check: a non-empty string (an empty separator would make ``"ab" + "c"`` and
     ``"a" + "bc"`` one key).
 

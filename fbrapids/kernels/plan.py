@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Mapping
 
 from fbrapids.errors import FeatureError, OperatorError, OperatorTypeError
 from fbrapids.kernels import plan_record
@@ -196,7 +196,7 @@ def _describe(e: Expr) -> str:
     return f"column {e.name!r}" if isinstance(e, Col) else f"sub-expression {e}"
 
 
-def build_plan(features: dict[str, Any], schema: dict[str, str], backend: str = "cpu", fused: bool = True,
+def build_plan(features: Mapping[str, Expr | str], schema: dict[str, str], backend: str = "cpu", fused: bool = True,
                device_budget: int | None = None, dictionary: bool = True) -> Plan:
     """Plan ``features`` (name -> expression) over a frame with ``schema`` (column -> type).
 

@@ -27,7 +27,10 @@ import os
 import pickle
 import struct
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.kernels.expr import Expr
 
 ENV_VAR = "FBRAPIDS_PLAN_RECORD"
 
@@ -37,7 +40,7 @@ log = logging.getLogger(__name__)
 skipped = {"plans": 0}
 
 
-def record(features: dict[str, Any], schema: dict[str, str], fused: bool, dictionary: bool,
+def record(features: Mapping[str, Expr | str], schema: dict[str, str], fused: bool, dictionary: bool,
            path: str | os.PathLike | None = None) -> None:
     """Append one plan's inputs to ``path`` (default ``$FBRAPIDS_PLAN_RECORD``; unset: nothing)."""
     path = path if path is not None else os.environ.get(ENV_VAR)
@@ -58,7 +61,7 @@ def record(features: dict[str, Any], schema: dict[str, str], fused: bool, dictio
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def read_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+def read_records(path: str | os.PathLike) -> Iterator[dict[str, object]]:
     """The records in ``path``, in order (a torn last record, from a killed process, is left out)."""
     data = Path(path).read_bytes()
     at = 0

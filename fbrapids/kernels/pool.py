@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
 from fbrapids.kernels.abi import POOL_ALIGN as ALIGN
+from fbrapids.kernels.device_types import XArray
 
 ENV_INITIAL = "FBRAPIDS_POOL_BYTES"
 DEFAULT_INITIAL = 64 << 20
@@ -118,7 +119,7 @@ def sample_step(n: int) -> int:
     return max(1, -(-n // SAMPLE_ROWS))
 
 
-def row_sample(n: int, xp: Any = np) -> Any:
+def row_sample(n: int, xp: ModuleType = np) -> XArray:
     """The rows a run samples for :class:`PoolSizer` (numpy or, with ``xp=cupy``, made on the device)."""
     return xp.arange(0, n, sample_step(n), dtype=xp.int64)
 

@@ -14,16 +14,29 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, TypeAlias, Union
 
 import numpy as np
+import pandas as pd
 
 from fbrapids.kernels import counters as S, types as T
 from fbrapids.kernels.abi import LayerABI
+from fbrapids.kernels.columns import HostColumn
+from fbrapids.kernels.device_columns import DeviceColumn
+from fbrapids.kernels.device_types import XArray
 from fbrapids.kernels.plan import Plan
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
+    import cudf
+
     from fbrapids.frames.backend import FrameLike
+
+#: one input column of a run: a pandas or cudf series, or a column in the kernels' slot layout
+#: (a :class:`~fbrapids.kernels.columns.HostColumn`, a :class:`~fbrapids.kernels.device_columns.DeviceColumn`)
+InputColumn: TypeAlias = Union[pd.Series, "cudf.Series", HostColumn, DeviceColumn]
+#: one output column of a run: a HostColumn from the host runtime, a cudf series from the CUDA runtime
+OutputColumn: TypeAlias = Union[HostColumn, "cudf.Series"]
 
 
 @dataclass
@@ -34,8 +47,8 @@ class RunResult:
     device columns (cudf series) from the CUDA runtime.
     """
 
-    columns: dict[str, Any]
-    status: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, OutputColumn]
+    status: dict[str, XArray] = field(default_factory=dict)
     stats: S.KernelStats = field(default_factory=S.KernelStats)
 
 
@@ -46,11 +59,12 @@ class Runtime(abc.ABC):
     stats: S.KernelStats
 
     @abc.abstractmethod
-    def run(self, columns: Mapping[str, Any] | FrameLike) -> RunResult:
+    def run(self, columns: Mapping[str, InputColumn] | FrameLike) -> RunResult:
         """Run every layer over ``columns`` (input name -> column, or a frame)."""
 
 
-def row_pool_bytes(abi: LayerABI, outs: Mapping[int, Mapping[str, Any]], rows: Any, xp: Any = np) -> Any:
+def row_pool_bytes(abi: LayerABI, outs: Mapping[int, Mapping[str, XArray]], rows: XArray,
+                   xp: ModuleType = np) -> XArray:
     """Pool bytes each of ``rows`` used in one layer launch (for :class:`~fbrapids.kernels.pool.PoolSizer`).
 
     ``outs`` holds each output's buffers by slot name; ``xp`` is numpy or cupy.

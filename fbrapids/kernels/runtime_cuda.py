@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
+import pandas as pd
 
 from fbrapids.errors import ArgumentError, BackendUnavailableError
 from fbrapids.frames import backend as backends
@@ -53,12 +56,13 @@ from fbrapids.kernels.device_columns import (
     read_column,
     strings_column,
 )
+from fbrapids.kernels.device_types import DeviceArray, DeviceFunction, DeviceModule, PlcColumn, XArray
 from fbrapids.kernels.headers import CSRC, inline_headers, without_includes
 from fbrapids.kernels.nvrtc import RUNTIME_OPTIONS, compile_cubin, nvrtc_version
-from fbrapids.kernels.plan import Layer, Plan
+from fbrapids.kernels.plan import Layer, Node, Plan
 from fbrapids.kernels.pool import PRESIZE_QUANTILE, PoolSizer, initial_pool_bytes, row_sample
 from fbrapids.kernels.render import kernel_name, render_module
-from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
+from fbrapids.kernels.runtime import InputColumn, OutputColumn, RunResult, Runtime, row_pool_bytes
 from fbrapids.kernels.runtime_host import HostPlan, check_fit_values
 
 if TYPE_CHECKING:  # (annotations only: no import at run time; cudf has no stubs, so mypy sees Any)
@@ -106,7 +110,7 @@ def cubin_key(source: str, arch: str, options: tuple[str, ...] = RUNTIME_OPTIONS
     return cache.source_key(source, " ".join(options), arch, f"nvrtc {major}.{minor}")
 
 
-def cached_cubin(source: str, arch: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+def cached_cubin(source: str, arch: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Path:
     """The path of ``source``'s CUBIN for ``arch`` in the kernel cache, compiled by NVRTC
     when missing (no device needed: ``make gpu-kernels`` fills the cache this way)."""
     from fbrapids.kernels import cache
@@ -115,7 +119,8 @@ def cached_cubin(source: str, arch: str, name: str = "fbx.cu", options: tuple[st
                                  lambda tmp: tmp.write_bytes(compile_cubin(source, arch, name, options)))
 
 
-def load_module(cp: Any, source: str, name: str = "fbx.cu", options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+def load_module(cp: ModuleType, source: str, name: str = "fbx.cu",
+                options: tuple[str, ...] = RUNTIME_OPTIONS) -> DeviceModule:
     """``source`` compiled with ``options`` for the current device (a CUBIN for its
     ``sm_XX``, cached on disk by :mod:`fbrapids.kernels.cache`, :func:`cubin_key`) and
     loaded.  Not ``cupy.RawModule(code=...)``: it appends ``-ftz=true`` after the caller's
@@ -142,7 +147,7 @@ def module_source(plan: Plan, layouts: Mapping[int, InputLayout]) -> str:
     return render_module(plan, "cuda", gpu_layers, dict(layouts) if layouts else None)
 
 
-def meta_dtype(type_name: str) -> Any:
+def meta_dtype(type_name: str) -> np.dtype | pd.api.extensions.ExtensionDtype:
     """The dtype of a plan output of kernel type ``type_name`` in a dask frame's meta (the
     host's, :func:`~fbrapids.kernels.columns.empty_series`); the device results take it.
 
@@ -153,7 +158,8 @@ def meta_dtype(type_name: str) -> Any:
     return empty_series(type_name, "x").dtype
 
 
-def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any = None) -> "cudf.Series":
+def output_series(cudf: ModuleType, column: PlcColumn, type_name: str, name: str,
+                  index: "cudf.Index | None" = None) -> "cudf.Series":
     """A plan output (a pylibcudf column) as a cudf series of the dtype a dask frame's meta
     gives it (``features.run``: :func:`meta_dtype` moved to cudf): a list output is typed as
     pandas' Arrow list dtype, which cudf keeps on columns made from pandas (the meta is one),
@@ -168,7 +174,7 @@ def output_series(cudf: Any, column: Any, type_name: str, name: str, index: Any 
     return series
 
 
-def dictionary_eligible(node: Any, coded_args: set[int]) -> bool:
+def dictionary_eligible(node: Node, coded_args: set[int]) -> bool:
     """Whether the CUDA runtime runs ``node`` once per category (its single input a cudf
     categorical column, whose codes and categories come free) instead of row by row: its
     operator's dictionary path says ``device`` (a fixed-width result whose null rule is the
@@ -182,12 +188,14 @@ def dictionary_eligible(node: Any, coded_args: set[int]) -> bool:
         >>> [dictionary_eligible(p.nodes[i], {0}) for i in (1, 3)]
         [True, False]
     """
-    device = node.op.dictionary is not None and node.op.dictionary.device
+    path = node.operator().dictionary
+    device = path is not None and path.device
     return (node.dict_slot is not None and device and node.type in T.FIXED_TYPES
-            and node.impl.null_rule != "handles" and len(node.args) == 1 and node.args[0] in coded_args)
+            and node.implementation().null_rule != "handles" and len(node.args) == 1 and node.args[0] in coded_args)
 
 
-def gather_coded(xp: Any, codes: Any, code_valid: Any, data: Any, valid: Any) -> tuple[Any, Any]:
+def gather_coded(xp: ModuleType, codes: XArray, code_valid: XArray, data: XArray,
+                 valid: XArray) -> tuple[XArray, XArray]:
     """Rows of a per-category result (``data``, ``valid``: one per category) taken by the
     rows' ``codes``: ``(data, valid)`` per row; a null row (``code_valid`` false, or a code
     below 0) is null, as on the row path.  ``xp`` is cupy on the device, numpy in the CPU twin.
@@ -217,7 +225,7 @@ class DeviceValue:
     """A node's value in a run: what the kernels read, and the pylibcudf column."""
 
     read: DeviceColumn
-    column: Any
+    column: PlcColumn
 
 
 class CudaPlan(Runtime):
@@ -226,9 +234,10 @@ class CudaPlan(Runtime):
     def __init__(self, plan: Plan) -> None:
         be = backends.get_backend("gpu")
         self.cp, self.cudf, self.backend = be.xp, be.xdf, be
-        self.plc = backends.try_import("pylibcudf")
-        if self.plc is None:
+        plc = backends.try_import("pylibcudf")
+        if plc is None:
             raise BackendUnavailableError("the CUDA runtime needs pylibcudf (installed with cudf)")
+        self.plc = plc
         self.plan = plan
         self.gpu_layers = [l for l in plan.layers if l.placement == "gpu"]
         self.cpu_layers = [l for l in plan.layers if l.placement == "cpu"]
@@ -238,13 +247,13 @@ class CudaPlan(Runtime):
         self.sizers = {l.index: PoolSizer() for l in self.gpu_layers}
         #: the source for inputs with int64 offsets; other input layouts render their own
         self.source = module_source(plan, {})
-        self.modules: dict[tuple, Any] = {}
+        self.modules: dict[tuple[tuple[int, int, int], ...], DeviceModule] = {}
         #: per operator on the dictionary path, its one-operator plan (run over the categories)
         self._distinct: dict[int, "CudaPlan"] = {}
         self.helpers = load_module(self.cp, device_helpers_source(), DEVICE_HELPERS)
         self.stats = S.KernelStats()
         self._lock = threading.Lock()
-        self._consts: dict[int, list[Any]] | None = None
+        self._consts: dict[int, list[DeviceArray]] | None = None
         self._tables = {l.index: self.cp.zeros(max(self.abis[l.index].nslots, 1), dtype=self.cp.uint64)
                         for l in self.gpu_layers}
         self.pool = self.cp.empty(initial_pool_bytes(), dtype=self.cp.uint8)
@@ -252,7 +261,7 @@ class CudaPlan(Runtime):
         self.err = self.cp.zeros(1, dtype=self.cp.int32)
 
     # -- compilation ---------------------------------------------------------------------
-    def _module(self, layouts: dict[int, InputLayout]) -> Any:
+    def _module(self, layouts: dict[int, InputLayout]) -> DeviceModule:
         key = tuple(sorted((nid, lay.offsets, lay.str_offsets) for nid, lay in layouts.items()))
         mod = self.modules.get(key)
         if mod is None:
@@ -260,7 +269,7 @@ class CudaPlan(Runtime):
             mod = self.modules[key] = load_module(self.cp, src, "fbx_layers.cu")
         return mod
 
-    def _constants(self, st: S.KernelStats) -> dict[int, list[Any]]:
+    def _constants(self, st: S.KernelStats) -> dict[int, list[DeviceArray]]:
         """The operators' parameter buffers on the device, uploaded once per plan."""
         if self._consts is None:
             self._consts = {}
@@ -272,7 +281,7 @@ class CudaPlan(Runtime):
         return self._consts
 
     # -- running -------------------------------------------------------------------------
-    def run(self, columns: Mapping[str, Any] | FrameLike) -> RunResult:
+    def run(self, columns: Mapping[str, InputColumn] | FrameLike) -> RunResult:
         """The plan's outputs as cudf series (on the inputs' index); per-row status arrays
         as cupy arrays."""
         with self._lock:
@@ -286,10 +295,10 @@ class CudaPlan(Runtime):
         col, _meta = s.to_pylibcudf()
         return DeviceValue(read_column(self.cp, self.plc, col, type_name, name), col)
 
-    def _run(self, columns: Mapping[str, Any] | FrameLike) -> RunResult:
+    def _run(self, columns: Mapping[str, InputColumn] | FrameLike) -> RunResult:
         plan = self.plan
         names = plan.input_columns()
-        first = columns[names[0]] if names else None
+        first = _device_series(columns, names[0]) if names else None
         n = len(first) if first is not None else len(columns)
         index = getattr(columns, "index", None)
         if index is None or callable(index):
@@ -298,17 +307,17 @@ class CudaPlan(Runtime):
             index = first.index
         st = S.KernelStats(partitions=1, rows=n)
         values: dict[int, DeviceValue] = {}
-        coded: dict[int, tuple[Any, Any]] = {}  # categorical inputs: (codes, categories), free
+        coded: dict[int, tuple[cudf.Series, cudf.Series]] = {}  # categorical inputs: (codes, categories), free
         for node in plan.nodes:
             if node.op is None:
                 name = node.column()
-                col = columns[name]
+                col = _device_series(columns, name)
                 if plan.dictionary and D.mode() != "off" and backends.is_categorical(col.dtype):
                     coded[node.id] = (col.cat.codes, self.cudf.Series(col.cat.categories))
                 values[node.id] = self._input(col, name, node.type)
         layouts = {nid: v.read.layout for nid, v in values.items() if v.read.layout != InputLayout()}
         module = self._module(layouts) if self.gpu_layers else None
-        status: dict[int, Any] = {}
+        status: dict[int, XArray] = {}
         for layer in plan.layers:
             if layer.placement == "cpu":
                 self._run_host_layer(layer, n, values, status, st)
@@ -318,12 +327,12 @@ class CudaPlan(Runtime):
         st.pool_capacity = max(st.pool_capacity, int(self.pool.size))
         self.stats += st
         S.record(st)
-        out = {}
+        out: dict[str, OutputColumn] = {}
         for name, nid in plan.outputs.items():
             out[name] = output_series(self.cudf, values[nid].column, plan.nodes[nid].type, name, index)
         return RunResult(out, {name: status[nid] for name, nid in plan.outputs.items() if nid in status}, st)
 
-    def _run_host_layer(self, layer: Layer, n: int, values: dict[int, DeviceValue], status: dict[int, Any],
+    def _run_host_layer(self, layer: Layer, n: int, values: dict[int, DeviceValue], status: dict[int, XArray],
                         st: S.KernelStats) -> None:
         """A CPU-placed layer: the host runtime's ``run`` on host copies of its inputs,
         results copied back to the device (all counted as column bytes)."""
@@ -344,13 +353,13 @@ class CudaPlan(Runtime):
                 st.bytes_to_device += int(status[nid].nbytes)
                 st.column_bytes_to_device += int(status[nid].nbytes)
 
-    def _outputs(self, abi, n: int, ptrs: np.ndarray) -> dict[int, dict[str, Any]]:
+    def _outputs(self, abi: LayerABI, n: int, ptrs: np.ndarray) -> dict[int, dict[str, DeviceArray]]:
         """Fresh output buffers of a layer, their addresses written into ``ptrs``."""
         cp = self.cp
         consts = self._consts or {}
-        outs: dict[int, dict[str, Any]] = {}
+        outs: dict[int, dict[str, DeviceArray]] = {}
         for nid, o in abi.outputs.items():
-            b: dict[str, Any] = {}
+            b: dict[str, DeviceArray] = {}
             for i, name in enumerate(output_slots(o.type)):
                 if name == "data":
                     b[name] = cp.empty(max(n, 1), dtype=T.NUMPY_DTYPE[o.type])[:n]
@@ -383,7 +392,7 @@ class CudaPlan(Runtime):
             data, valid = fixed_arrays(self.cp, values[node.args[0]].read)
             check_fit_values(self.plan, nid, data, valid, xp=self.cp)
 
-    def _dictionary(self, layer: Layer, n: int, coded: dict[int, tuple[Any, Any]],
+    def _dictionary(self, layer: Layer, n: int, coded: dict[int, tuple[cudf.Series, cudf.Series]],
                     st: S.KernelStats) -> dict[int, DeviceValue]:
         """The layer's operators the dictionary path takes (:func:`dictionary_eligible`),
         each run once per category by its own one-operator plan (the same CUDA text) and
@@ -401,6 +410,7 @@ class CudaPlan(Runtime):
             if sub is None:
                 sub = self._distinct[nid] = CudaPlan(self.plan.node_plan(nid))
             res = sub.run({"a0": cats}).columns["out"]
+            assert not isinstance(res, HostColumn)  # (a CudaPlan's outputs are cudf series)
             data, valid = fixed_arrays(cp, read_column(cp, self.plc, res.to_pylibcudf()[0], node.type, "out"))
             code_type = next(k for k in T.INT_TYPES if np.dtype(T.NUMPY_DTYPE[k]) == np.dtype(codes.dtype))
             code_data, code_valid = fixed_arrays(cp, read_column(cp, self.plc, codes.to_pylibcudf()[0], code_type,
@@ -418,9 +428,9 @@ class CudaPlan(Runtime):
             st.dictionary_runs += 1
         return done
 
-    def _run_device_layer(self, layer: Layer, fn: Any, n: int, values: dict[int, DeviceValue],
-                          status: dict[int, Any], st: S.KernelStats,
-                          coded: dict[int, tuple[Any, Any]] | None = None) -> None:
+    def _run_device_layer(self, layer: Layer, fn: DeviceFunction, n: int, values: dict[int, DeviceValue],
+                          status: dict[int, XArray], st: S.KernelStats,
+                          coded: dict[int, tuple[cudf.Series, cudf.Series]] | None = None) -> None:
         cp = self.cp
         self._check_fits(layer, values)
         abi = self.abis[layer.index]
@@ -498,13 +508,14 @@ class CudaPlan(Runtime):
             if "status" in outs[nid]:
                 status[nid] = outs[nid]["status"]
 
-    def _result(self, type_name: str, n: int, b: dict[str, Any], mask: Any, nulls: int, scans: list[Any] | None,
-                totals: Any, grid: tuple[int], st: S.KernelStats) -> DeviceValue:
+    def _result(self, type_name: str, n: int, b: dict[str, DeviceArray], mask: DeviceArray, nulls: int,
+                scans: list[DeviceArray] | None, totals: np.ndarray | None, grid: tuple[int],
+                st: S.KernelStats) -> DeviceValue:
         """One GPU-layer output, compacted out of the pool."""
         cp = self.cp
         if type_name in T.FIXED_TYPES:
             return self._value(type_name, n, mask, nulls, data=b["data"])
-        assert scans is not None  # (a string or list output: its counts were scanned)
+        assert scans is not None and totals is not None  # (a string or list output: its counts were scanned)
         offs, total = scans[0], int(totals[0])
         st.compactions += 1
         if type_name == "list<str>":
@@ -526,8 +537,8 @@ class CudaPlan(Runtime):
             return self._value(type_name, n, mask, nulls, total, offsets=offs, bytes=vals)
         return self._value(type_name, n, mask, nulls, total, offsets=offs, data=vals)
 
-    def _value(self, type_name: str, n: int, mask: Any, nulls: int, total: int = 0, nbytes: int = 0,
-               **bufs: Any) -> DeviceValue:
+    def _value(self, type_name: str, n: int, mask: DeviceArray, nulls: int, total: int = 0, nbytes: int = 0,
+               **bufs: DeviceArray) -> DeviceValue:
         """A node value from device buffers in the host layout (int64 offsets; ``mask`` a
         null mask realigned to bit 0; ``total`` elements and, for list<str>, ``nbytes``
         bytes, known on the host already): the kernel slots and the pylibcudf column."""
@@ -563,7 +574,15 @@ class CudaPlan(Runtime):
         return self._value(c.type, c.n, mask, c.null_count(), total, nbytes, **bufs)
 
 
-def _scan(cp: Any, counts: Any) -> Any:
+def _device_series(columns: Mapping[str, InputColumn] | FrameLike, name: str) -> "cudf.Series":
+    """Input column ``name`` of a run: a cudf series (a host column is the host runtime's)."""
+    col = columns[name]
+    if isinstance(col, (pd.Series, HostColumn, DeviceColumn)):
+        raise ArgumentError(f"column {name!r}: the CUDA runtime reads cudf columns, not a {type(col).__name__}")
+    return col
+
+
+def _scan(cp: ModuleType, counts: DeviceArray) -> DeviceArray:
     """Offsets from per-row counts: n + 1 int64 values starting at 0, on the device."""
     out = cp.zeros(int(counts.size) + 1, dtype=cp.int64)
     if counts.size:

@@ -22,21 +22,25 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from typing import AbstractSet, Any, Mapping, Sized
+from types import ModuleType
+from typing import TYPE_CHECKING, AbstractSet, Callable, Mapping, Sized, TypeAlias, Union
 
 import numpy as np
-import pandas as pd
 
 from fbrapids.errors import KernelRuntimeError, OperatorError
 from fbrapids.kernels import counters as S, dictionary as D, host_helpers as R, host_memory as HM, types as T
-from fbrapids.kernels.abi import InputLayout, check_error, layer_abi, output_slots
+from fbrapids.kernels.abi import InputLayout, LayerABI, check_error, layer_abi, output_slots
 from fbrapids.kernels.columns import HostColumn, from_series, pack_validity
 from fbrapids.kernels.compile_host import load_source
 from fbrapids.kernels.device_columns import DeviceColumn
+from fbrapids.kernels.device_types import XArray
 from fbrapids.kernels.plan import Layer, Plan
 from fbrapids.kernels.pool import HostPool, PoolSizer, row_sample
 from fbrapids.kernels.render import HOST_BLOCK, kernel_name, render_module
-from fbrapids.kernels.runtime import RunResult, Runtime, row_pool_bytes
+from fbrapids.kernels.runtime import InputColumn, RunResult, Runtime, row_pool_bytes
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.frames.backend import FrameLike
 
 _local = threading.local()
 
@@ -53,6 +57,9 @@ def _rows(col: HostColumn | DeviceColumn | Sized) -> int:
     return col.n if isinstance(col, (HostColumn, DeviceColumn)) else len(col)
 
 
+#: a node's value in a host run: a HostColumn, or an input column in the kernels' slot layout (a DeviceColumn)
+HostValue: TypeAlias = Union[HostColumn, DeviceColumn]
+
 _ARGTYPES = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
 
 
@@ -63,7 +70,7 @@ def check_fit(plan: Plan, nid: int, arg: HostColumn) -> None:
     check_fit_values(plan, nid, arg.data[: arg.n], arg.validity_bool())
 
 
-def check_fit_values(plan: Plan, nid: int, data: Any, valid: Any, xp: Any = np) -> None:
+def check_fit_values(plan: Plan, nid: int, data: XArray, valid: XArray, xp: ModuleType = np) -> None:
     """:func:`check_fit` of the argument's ``data`` and ``valid`` (bool) arrays of the
     array module ``xp``: the host's numpy arrays, or the CUDA runtime's cupy arrays (one
     count read back when every value fits)."""
@@ -112,7 +119,7 @@ class HostPlan(Runtime):
         """Per layer, the bytes per row its next presize uses."""
         return [s.per_row() for s in self.sizers]
 
-    def run(self, columns: Mapping[str, pd.Series | HostColumn] | pd.DataFrame,
+    def run(self, columns: Mapping[str, InputColumn] | FrameLike,
             pool: HostPool | None = None, record: bool = True) -> RunResult:
         """Run every layer over the input columns; the plan's outputs as HostColumns.
 
@@ -131,12 +138,12 @@ class HostPlan(Runtime):
         plan = self.plan
         presize = pool is None
         pool = pool or thread_pool()
-        n = len(columns) if isinstance(columns, pd.DataFrame) else _rows(next(iter(columns.values()), []))
-        values: dict[int, HostColumn] = {}
+        n = _rows(next(iter(columns.values()), [])) if isinstance(columns, Mapping) else len(columns)
+        values: dict[int, HostValue] = {}
         for node in plan.nodes:
             if node.op is None:
                 col = columns[node.column()]
-                values[node.id] = col if hasattr(col, "pointers") else from_series(col, node.column())
+                values[node.id] = col if isinstance(col, (HostColumn, DeviceColumn)) else from_series(col, node.column())
         run_stats = S.KernelStats(partitions=1, rows=n)
         status: dict[int, np.ndarray] = {}
         presizes0 = pool.presizes
@@ -166,33 +173,35 @@ class HostPlan(Runtime):
         st = {name: status[nid] for name, nid in plan.outputs.items() if nid in status}
         return RunResult(out, st, run_stats)
 
-    def _dictionary_path(self, layer: Layer, n: int, values: dict[int, HostColumn], coded: dict[int, D.Coded],
-                         skip: np.ndarray, how: str, st: S.KernelStats) -> set[int]:
+    def _dictionary_path(self, layer: Layer, n: int, values: dict[int, HostValue],
+                         coded: dict[int, D.Coded], skip: np.ndarray, how: str, st: S.KernelStats) -> set[int]:
         """Run the layer's operators that take the dictionary path on this partition (their
         results into ``values``, their codes into ``coded``, their skip flags set); returns their ids."""
         plan = self.plan
         done: set[int] = set()
+        # the path reads host columns (a column in the device layout keeps its operators on the row path)
+        host = {nid: c for nid, c in values.items() if isinstance(c, HostColumn)}
         eligible = [nid for nid in layer.nodes if plan.nodes[nid].dict_slot is not None
-                    and all(a in coded or isinstance(values[a], HostColumn) for a in plan.nodes[nid].args)]
-        chosen = {nid for nid in eligible if D.choose(plan, plan.nodes[nid], values, coded, n, how)}
+                    and all(a in coded or a in host for a in plan.nodes[nid].args)]
+        chosen = {nid for nid in eligible if D.choose(plan, plan.nodes[nid], host, coded, n, how)}
         # the chosen operators' plain inputs coded at once, in parallel (each is one thread's work)
-        plain = {a: values[a] for nid in chosen for a in plan.nodes[nid].args if a not in coded}
+        plain = {a: host[a] for nid in chosen for a in plan.nodes[nid].args if a not in coded}
         coded.update(D.encode_all(plain))
         for nid in eligible:
             node = plan.nodes[nid]
             if nid not in chosen and not (all(a in coded for a in node.args)
-                                          and D.choose(plan, node, values, coded, n, how)):
+                                          and D.choose(plan, node, host, coded, n, how)):
                 continue  # (an operator over inputs the others coded meanwhile may take the path too)
-            res = D.run_coded(plan, node, values, coded, functools.partial(self._run_distinct, nid, st=st), how)
+            res = D.run_coded(plan, node, host, coded, functools.partial(self._run_distinct, nid, st=st), how)
             if res is None:
                 continue
-            values[nid] = D.take(res.values, res.codes)
+            values[nid] = host[nid] = D.take(res.values, res.codes)
             coded[nid] = res
             skip[node.dict_slot] = 1
             done.add(nid)
             made = D.hash_count(node, res.values)
             st.hashes += made
-            st.hashes_saved += D.hash_count(node, values[nid]) - made
+            st.hashes_saved += D.hash_count(node, host[nid]) - made
             st.dictionary_runs += 1
         return done
 
@@ -207,15 +216,15 @@ class HostPlan(Runtime):
         st.peak_pool_bytes = max(st.peak_pool_bytes, res.stats.peak_pool_bytes)
         return res.columns["out"]
 
-    def _run_layer(self, layer: Layer, fn, abi, n: int, values: dict[int, HostColumn],
+    def _run_layer(self, layer: Layer, fn: Callable[..., None], abi: LayerABI, n: int, values: dict[int, HostValue],
                    status: dict[int, np.ndarray], pool: HostPool, st: S.KernelStats, sizer: PoolSizer,
                    skip: np.ndarray | None = None, done: AbstractSet[int] = frozenset()) -> None:
         """Run one layer (re-running it after an overflow); the operators in ``done`` (on
         the dictionary path, flagged in ``skip``) keep the values they have."""
         plan = self.plan
         for nid in layer.nodes:  # host columns: device columns (the device ABI) are the CUDA runtime's to check
-            if plan.nodes[nid].implementation().checks_fit and isinstance(values[plan.nodes[nid].args[0]], HostColumn):
-                check_fit(plan, nid, values[plan.nodes[nid].args[0]])
+            if plan.nodes[nid].implementation().checks_fit and isinstance(arg := values[plan.nodes[nid].args[0]], HostColumn):
+                check_fit(plan, nid, arg)
         ptrs = [0] * abi.nslots
         for nid, first in abi.inputs.items():
             for i, p in enumerate(values[nid].pointers()):
@@ -234,9 +243,9 @@ class HostPlan(Runtime):
             if o.status is not None:
                 bufs["status"] = HM.full(n, -1, np.int8)
                 ptrs[o.status] = bufs["status"].ctypes.data
-            for b, slot in zip(node.impl.buffers, o.buffers):
-                ptrs[slot] = b.ctypes.data
-                keep.append(b)
+            for buf, slot in zip(node.implementation().buffers, o.buffers):
+                ptrs[slot] = buf.ctypes.data
+                keep.append(buf)
             outs[nid] = bufs
         if abi.skip is not None and skip is not None:
             ptrs[abi.skip] = skip.ctypes.data
@@ -268,19 +277,19 @@ class HostPlan(Runtime):
             b = outs[nid]
             valid = pack_validity(b["valid"])
             if o.type in T.FIXED_TYPES:
-                values[nid] = HostColumn(o.type, n, valid=valid, data=b["data"])
+                values[nid] = col = HostColumn(o.type, n, valid=valid, data=b["data"])
             elif o.type == "list<str>":
                 loff, soffs, data = R.compact_str_list(pool.buffer, b["off"], b["cnt"], b["off2"], b["cnt2"])
-                values[nid] = HostColumn(o.type, n, valid=valid, offsets=loff, str_offsets=soffs, bytes=data)
+                values[nid] = col = HostColumn(o.type, n, valid=valid, offsets=loff, str_offsets=soffs, bytes=data)
                 st.compactions += 1
             else:
                 offsets, data = R.compact(pool.buffer, b["off"], b["cnt"], 1 if o.type == "str" else 8, HOST_BLOCK)
                 if o.type == "str":
-                    values[nid] = HostColumn(o.type, n, valid=valid, offsets=offsets, bytes=data)
+                    values[nid] = col = HostColumn(o.type, n, valid=valid, offsets=offsets, bytes=data)
                 else:
-                    values[nid] = HostColumn(o.type, n, valid=valid, offsets=offsets, data=data)
+                    values[nid] = col = HostColumn(o.type, n, valid=valid, offsets=offsets, data=data)
                 st.compactions += 1
             if "status" in b:
                 status[nid] = b["status"]
-            st.hashes += D.hash_count(plan.nodes[nid], values[nid])
+            st.hashes += D.hash_count(plan.nodes[nid], col)
         pool.reset()  # O(1): everything that outlives the layer was compacted out above

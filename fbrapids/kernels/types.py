@@ -20,10 +20,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
+
+from fbrapids.kernels.device_types import XArray
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool")
 FLOAT_TYPES = ("f32", "f64")
@@ -39,7 +41,7 @@ C_TYPE = {
     "str": "fbx_str", "list<i64>": "fbx_li", "list<u64>": "fbx_li", "list<str>": "fbx_ls",
 }
 
-NUMPY_DTYPE: dict[str, type[np.integer[Any]] | type[np.floating[Any]]] = {
+NUMPY_DTYPE: dict[str, type[np.integer] | type[np.floating]] = {
     "bool": np.uint8, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
     "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
     "f32": np.float32, "f64": np.float64,
@@ -110,7 +112,7 @@ def from_arrow(t: pa.DataType) -> str | None:
     return None
 
 
-def misfits(values: np.ndarray, to: str, xp: Any = np) -> np.ndarray:
+def misfits(values: XArray, to: str, xp: ModuleType = np) -> XArray:
     """Where ``values`` (a fixed-width array) do not fit the type ``to``: integers outside
     its range; floats whose truncation toward zero is outside it (NaN and infinities too)
     for an integer ``to``; finite floats that overflow to infinity for a float ``to``.
@@ -127,7 +129,7 @@ def misfits(values: np.ndarray, to: str, xp: Any = np) -> np.ndarray:
     """
     if to == "bool":
         return xp.zeros(len(values), dtype=bool)
-    dtype: np.dtype[Any] = np.dtype(NUMPY_DTYPE[to])
+    dtype: np.dtype = np.dtype(NUMPY_DTYPE[to])
     if dtype.kind == "f":
         with np.errstate(over="ignore", invalid="ignore"):
             return xp.isfinite(values) & ~xp.isfinite(values.astype(dtype))

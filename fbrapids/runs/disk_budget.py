@@ -40,7 +40,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:  # (annotations only: the kernels load when a bound is asked for)
+    from fbrapids.kernels.expr import Expr
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +65,8 @@ class TableBound:
 @dataclass
 class _ColumnFacts:
     dictionary_rows: int | None = None
-    lo: Any = None
-    hi: Any = None
+    lo: int | None = None
+    hi: int | None = None
     spans: bool = True  # every file holding it has integer statistics
 
 
@@ -103,14 +106,14 @@ def _column_bound(name: str, facts: Mapping[str, _ColumnFacts]) -> TableBound | 
     found = []
     if f.dictionary_rows is not None:  # + the join's default for a miss
         found.append(TableBound(f.dictionary_rows + 1, f"{f.dictionary_rows:,} dictionary rows + 1"))
-    if f.spans and f.lo is not None:  # a dictionary's column also takes the join's default for a miss
+    if f.spans and f.lo is not None and f.hi is not None:  # a dictionary's column also takes the join's default for a miss
         extra = 1 if f.dictionary_rows is not None else 0
         found.append(TableBound(int(f.hi) - int(f.lo) + 1 + extra, f"values {f.lo} to {f.hi}"
                                 + (" + 1 default" if extra else "")))
     return min(found, key=lambda b: b.rows) if found else None
 
 
-def expression_bound(expr: Any, facts: Mapping[str, Any] | None = None) -> TableBound | None:
+def expression_bound(expr: Expr | str, facts: Mapping[str, _ColumnFacts] | None = None) -> TableBound | None:
     """The most distinct values ``expr`` can take, or None when nothing bounds it: what its
     operator declares (:meth:`~fbrapids.kernels.operator.Operator.distinct_bound`).
 
@@ -142,17 +145,19 @@ def _as_tuple(b: TableBound | None) -> tuple[int, str] | None:
     return (b.rows, b.why) if b is not None else None
 
 
-def _list_length(expr: Any) -> int | None:
+def _list_length(expr: Expr) -> int | None:
     """The most elements a list ``expr`` holds (what its operator declares), or None."""
     from fbrapids.kernels import find_operator
     from fbrapids.kernels.expr import Call
 
-    op = find_operator(expr.op) if isinstance(expr, Call) else None
+    if not isinstance(expr, Call):
+        return None
+    op = find_operator(expr.op)
     return op.list_length(expr) if op is not None else None
 
 
 def table_bounds(data_dir: str | os.PathLike, sparse: Sequence[str],
-                 features: Mapping[str, Any]) -> dict[str, TableBound]:
+                 features: Mapping[str, Expr | str]) -> dict[str, TableBound]:
     """The bound of each sparse feature's table (module doc): ``features`` maps the
     extracted ones to their expressions; the others are columns of the views."""
     rows, facts = _column_facts(Path(data_dir))

@@ -52,10 +52,17 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fbrapids.errors import MemoryBudgetError
+from fbrapids.runs.ram_budget import TableLayout
 from fbrapids.runs.view_sizes import ViewSize, view_sizes
+from fbrapids.runs.workload_like import WorkloadLike
+
+if TYPE_CHECKING:  # (annotations only)
+    import pyarrow as pa
+
+    from fbrapids.kernels.expr import Expr
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +180,7 @@ def human(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if abs(n) >= 1 << 30 else f"{n / 2**20:.1f} MiB"
 
 
-def feature_row_bytes(features: Mapping[str, Any], schema: Mapping[str, Any]) -> int:
+def feature_row_bytes(features: Mapping[str, Expr | str], schema: Mapping[str, pa.DataType]) -> int:
     """Bytes per row of the extracted ``features``: :data:`SCALAR_FEATURE_BYTES` for a
     scalar output, :data:`LIST_FEATURE_BYTES` for a list (typed over ``schema``, column ->
     Arrow type; a feature that cannot be typed there, a history among them, counts as a list).
@@ -223,7 +230,7 @@ class RunShape:
 
     dense: Sequence[str]
     sparse: Sequence[str]
-    features: Mapping[str, Any]  #: the extracted features (name -> expression)
+    features: Mapping[str, Expr | str]  #: the extracted features (name -> expression)
     table_rows: Mapping[str, int]  #: per sparse feature: the most ids its table holds (0: unknown)
     cache_rows: int
     host_rows: int | None
@@ -312,15 +319,15 @@ def host_rows_within(shape: RunShape, log_rows: int, room: int) -> int | None:
     return lo
 
 
-def _batch_row_bytes(shape: RunShape, schema: Mapping[str, Any]) -> int:
+def _batch_row_bytes(shape: RunShape, schema: Mapping[str, pa.DataType]) -> int:
     """A batch row: the dense floats, the label and group, each sparse feature's ids and offset."""
     listy = {n for n in shape.sparse
              if n in shape.features and feature_row_bytes({n: shape.features[n]}, schema) > SCALAR_FEATURE_BYTES}
     return 4 * len(shape.dense) + 16 + sum(8 + (LIST_FEATURE_BYTES if n in listy else 8) for n in shape.sparse)
 
 
-def estimate(w: Any, shape: RunShape, held_out_rows: int, baseline: int, libraries: int = LIBRARIES_BYTES,
-             sizes: tuple[dict[str, ViewSize], dict[str, Any]] | None = None) -> MemoryEstimate:
+def estimate(w: WorkloadLike, shape: RunShape, held_out_rows: int, baseline: int, libraries: int = LIBRARIES_BYTES,
+             sizes: tuple[dict[str, ViewSize], dict[str, pa.DataType]] | None = None) -> MemoryEstimate:
     """The peak of a run of workload ``w`` with ``shape`` by part (module doc), from the views'
     footers (:func:`fbrapids.runs.view_sizes.view_sizes`); ``baseline``: the bytes of the process tree as it starts."""
     sizes_by_view, schema = sizes if sizes is not None else view_sizes(w)
@@ -358,7 +365,7 @@ class MemoryPlan:
     source: str = "default"  #: where the budget came from
     default_rows: int = 0  #: rows per partition without a budget (more than ``partition_rows``: the budget cut them)
     #: where the embedding rows live (a :class:`~fbrapids.runs.ram_budget.TableLayout`; None: the store decides)
-    layout: Any = None
+    layout: TableLayout | None = None
 
     @property
     def near(self) -> bool:
@@ -380,7 +387,7 @@ class MemoryPlan:
                 f"({self.source}): {how}, dictionaries up to {limit} broadcast, partitions of "
                 f"{self.partition_rows:,} rows ({self.estimate.describe()})")
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """The plan as JSON-ready values (the run's summary)."""
         return {"budget_bytes": self.budget, "budget_from": self.source, "estimate_bytes": self.estimate.total,
                 "estimate": dict(self.estimate.parts), "scheduler": self.scheduler,

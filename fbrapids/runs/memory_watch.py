@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from fbrapids.errors import MemoryBudgetError
 
@@ -103,7 +102,7 @@ class MemoryWatch:
         if self.over is not None:
             raise MemoryBudgetError(self.over)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """The peak (bytes, and the stage it was in) and the peak of each stage."""
         with self._lock:
             return {"peak_bytes": self.peak, "peak_stage": self.peak_stage, "peak_by_stage": dict(self.by_stage)}
@@ -121,7 +120,7 @@ class MemoryWatch:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._done.set()
         if self._thread is not None:
             self._thread.join(self.every + 5)

@@ -21,17 +21,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+import pandas as pd
 
 from fbrapids.errors import ColumnTypeError, LabelError, NotFoundError
 
+if TYPE_CHECKING:  # (annotations only: cudf is the gpu extra's)
+    import cudf
 
-def _numeric(dtype: Any) -> bool:
+
+def _numeric(dtype: object) -> bool:
     kind = getattr(dtype, "kind", None)
     return kind in ("b", "i", "u", "f")
 
 
-def check_stream_columns(meta: Any, label: str, dense: Sequence[str], sparse: Sequence[str],
+def check_stream_columns(meta: pd.DataFrame | cudf.DataFrame, label: str, dense: Sequence[str], sparse: Sequence[str],
                          data_dir: str | os.PathLike, group: str | None = None) -> None:
     """Every column the stream reads is in ``meta`` (the planned frame's empty meta): the
     label, the features and the ``group`` column; the label and the dense features numeric."""

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:  # (annotations only)
+    from fbrapids.runs.disk_budget import TableBound
 
 #: the share of the available memory every table at its bound may take for one RAM tier
 RAM_SHARE = 0.5
@@ -50,7 +53,7 @@ def available_memory() -> int | None:
         return None
 
 
-def fits_in_ram(bounds: Mapping[str, Any], row_bytes: int, available: int | None = None) -> tuple[bool, str]:
+def fits_in_ram(bounds: Mapping[str, TableBound], row_bytes: int, available: int | None = None) -> tuple[bool, str]:
     """Whether every table at its bound (``bounds``: name -> ``TableBound``) fits in
     :data:`RAM_SHARE` of ``available`` bytes (default: :func:`available_memory`), and why, in words."""
     if available is None:
@@ -77,7 +80,7 @@ class TableLayout:
     why: str
 
 
-def table_layout(tiers: str, host_rows: int | None, bounds: Mapping[str, Any], row_bytes: int,
+def table_layout(tiers: str, host_rows: int | None, bounds: Mapping[str, TableBound], row_bytes: int,
                  available: int | None = None) -> TableLayout:
     """The layout ``tiers`` asks for (``"auto"``: one RAM tier when every table fits,
     :func:`fits_in_ram`; ``"ram"``; ``"tiered"``: ``host_rows`` per table).

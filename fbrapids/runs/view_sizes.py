@@ -20,7 +20,12 @@ import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from fbrapids.runs.workload_like import WorkloadLike
+
+if TYPE_CHECKING:  # (annotations only: pyarrow loads where a view is sized)
+    import pyarrow as pa
 
 #: the rows of a text (csv / json lines) file sampled to size its rows
 _TEXT_SAMPLE_BYTES = 1 << 16
@@ -49,7 +54,7 @@ def _files(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def _parquet_size(files: list[str], columns: Sequence[str] | None) -> tuple[ViewSize, Any]:
+def _parquet_size(files: list[str], columns: Sequence[str] | None) -> tuple[ViewSize, pa.Schema | None]:
     """Rows from the footers, bytes per row from the first non-empty row group read."""
     import pyarrow.parquet as pq
 
@@ -79,11 +84,11 @@ def _text_size(files: list[str]) -> ViewSize:
     return ViewSize(int(total / max(line, 1.0)), 1.5 * line, len(files))
 
 
-def view_sizes(w: Any) -> tuple[dict[str, ViewSize], dict[str, Any]]:
+def view_sizes(w: WorkloadLike) -> tuple[dict[str, ViewSize], dict[str, pa.DataType]]:
     """Each view of workload ``w`` sized (:class:`ViewSize`), and the Arrow type of every
     column of its parquet views (what features are typed with)."""
     sizes: dict[str, ViewSize] = {}
-    schema: dict[str, Any] = {}
+    schema: dict[str, pa.DataType] = {}
     for v in w.views:
         files = _files([w.resolve(p) for p in v.paths])
         fmt = v.options.get("format") or ("parquet" if files and files[0].endswith(".parquet") else "text")
@@ -91,13 +96,14 @@ def view_sizes(w: Any) -> tuple[dict[str, ViewSize], dict[str, Any]]:
             continue  # the run's own file checks name it
         if fmt == "parquet":
             sizes[v.name], arrow = _parquet_size(files, v.options.get("columns"))
-            schema.update({n: arrow.field(n).type for n in arrow.names if n not in schema})
+            if arrow is not None:  # (files were found: the first one's schema)
+                schema.update({n: arrow.field(n).type for n in arrow.names if n not in schema})
         else:
             sizes[v.name] = _text_size(files)
     return sizes, schema
 
 
-def held_out_rows(w: Any, sizes: Mapping[str, ViewSize]) -> int:
+def held_out_rows(w: WorkloadLike, sizes: Mapping[str, ViewSize]) -> int:
     """The held-out rows of workload ``w``, from the footers: an ``at`` split's row groups of
     the log at or past the cutoff (from their time statistics), a ``last_day`` split's last
     day in the same way, a ``fraction`` of the rows, or a ``files`` split's files; the whole
@@ -105,6 +111,7 @@ def held_out_rows(w: Any, sizes: Mapping[str, ViewSize]) -> int:
     log_rows = sizes[w.log.name].rows if w.log.name in sizes else 0
     rule = w.split.rule
     if rule == "fraction":
+        assert w.split.fraction is not None  # (a fraction split holds its fraction: the workload checks it)
         return int(log_rows * w.split.fraction)
     if rule == "files":
         files = _files([w.resolve(p) for p in w.split.files])
@@ -120,7 +127,7 @@ def held_out_rows(w: Any, sizes: Mapping[str, ViewSize]) -> int:
     return sum(n for n, _, hi in groups if hi >= cutoff)
 
 
-def _time_groups(w: Any) -> list[tuple[int, Any, Any]]:
+def _time_groups(w: WorkloadLike) -> list[tuple[int, int, int]]:
     """``(rows, min, max)`` of the time column per row group of the log's parquet files;
     empty when a file is not parquet or a group lacks integer statistics."""
     import pyarrow.parquet as pq
@@ -131,7 +138,7 @@ def _time_groups(w: Any) -> list[tuple[int, Any, Any]]:
             return []
         meta = pq.ParquetFile(f).metadata
         names = [meta.schema.column(i).name for i in range(meta.num_columns)]
-        if w.time not in names:
+        if w.time is None or w.time not in names:
             return []
         c = names.index(w.time)
         for g in range(meta.num_row_groups):

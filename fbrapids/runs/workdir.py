@@ -39,7 +39,8 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from types import FrameType
+from typing import Iterator, Mapping
 
 from fbrapids.errors import PreflightError, WorkDirLockedError
 from fbrapids.files.manifest import verification_enabled
@@ -214,7 +215,7 @@ class Terminated(SystemExit):
         self.signal_name = signal.Signals(signum).name
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
 
 

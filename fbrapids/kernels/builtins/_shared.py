@@ -78,7 +78,7 @@ def frame_level(name: str, stage: str, doc: str, **declared: Any) -> Operator:
 
 
 # -- building calls ----------------------------------------------------------------------
-def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
+def call(op: str, *inputs: ExprLike, **params: object) -> Call:
     """Apply any registered operator (a user operator, say) by name; its parameters are
     checked when the expression is planned (naming the feature).
 
@@ -89,7 +89,7 @@ def call(op: str, *inputs: ExprLike, **params: Any) -> Call:
     return Call(op, tuple(as_expr(x) for x in inputs), tuple(params.items()))
 
 
-def checked(op: Operator, *inputs: ExprLike, **params: Any) -> Call:
+def checked(op: Operator, *inputs: ExprLike, **params: object) -> Call:
     """:func:`call`, the parameters ``op`` declares checked now: a bad one is an
     OperatorError naming the operator and the parameter where the expression is built (the
     same checks run again when it is planned).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fbrapids.errors import OperatorError
 from fbrapids.kernels import types as T
 from fbrapids.kernels.builtins._shared import H_LIST, H_STRING, ExprLike, builtin, call, exact_value
@@ -12,7 +10,7 @@ from fbrapids.kernels.expr import Call
 from fbrapids.kernels.operator import Impl
 
 
-def fill_null(x: ExprLike, value: Any) -> Call:
+def fill_null(x: ExprLike, value: object) -> Call:
     """``x`` with nulls replaced by ``value`` (a number, a string, or ``[]`` for lists).
 
     A number must fit the column's type exactly (an integer column takes integers in its

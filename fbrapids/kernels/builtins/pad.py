@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fbrapids.errors import OperatorError
 from fbrapids.kernels import params as P
 from fbrapids.kernels.builtins._shared import ExprLike, call, frame_level
@@ -13,7 +11,7 @@ from fbrapids.kernels.expr import Call
 PAD_MAX = 2**31 - 1
 
 
-def pad(x: ExprLike, n: int, value: Any = 0, side: str = "right") -> Call:
+def pad(x: ExprLike, n: int, value: int | str | None = 0, side: str = "right") -> Call:
     """A list made exactly ``n`` long: ``side="right"`` keeps the first ``n`` elements and pads
     after them; ``side="left"`` keeps the last ``n`` (the most recent) and pads before them.
     A null list becomes ``n`` padding values (0 is categorify's padding id).  The result
