@@ -40,8 +40,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from fbrapids.runs.heap import keep_freed_blocks
 from fbrapids.errors import ArgumentError
+from fbrapids.runs.heap import keep_freed_blocks
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.checkpoint.directory import step_name
 from fbrapids.trainers.dense_optim import default_optimizer  # noqa: F401  (re-exported: fit's dense optimizer)
