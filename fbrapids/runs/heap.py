@@ -15,6 +15,11 @@ after a partition, at most every few seconds).
   (``malloc_trim(0)``); elsewhere it does nothing.  The scorer calls it after a large call,
   and :class:`PeriodicRelease` at most every few seconds after any call; a run's partition
   stream the same after a partition.
+* :func:`keep_freed_blocks` keeps blocks up to 64 MiB, and a free heap top up to 256 MiB,
+  for reuse (``mallopt``): a training step allocates and frees the same tensors every step
+  (a trial's arms: tens of MiB each), which glibc's defaults hand back to the system as they
+  are freed, so the next step faults every page in again.  ``fit`` asks for it; what it
+  keeps still goes back at :func:`release_memory`.
 * :func:`limit_arenas` caps glibc's arenas (``mallopt(M_ARENA_MAX)``): ``fbrapids serve``
   keeps two, not eight per core, so its worker threads share their freed pages.
 
@@ -35,6 +40,10 @@ import threading
 import time
 
 M_ARENA_MAX = -8  #: glibc's mallopt parameter number for the arena cap
+M_TRIM_THRESHOLD = -1  #: glibc's mallopt parameter: the free heap top it keeps before trimming
+M_MMAP_THRESHOLD = -3  #: glibc's mallopt parameter: blocks from this size up are mapped (and unmapped when freed)
+KEEP_BLOCKS_BELOW = 64 << 20  #: :func:`keep_freed_blocks`: blocks below this come from the heap
+KEEP_TOP_BELOW = 256 << 20  #: :func:`keep_freed_blocks`: a free heap top up to this is kept
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,6 +73,29 @@ def limit_arenas(n: int = 2) -> bool:
     C library took it (False elsewhere than glibc)."""
     mallopt = getattr(_libc(), "mallopt", None)
     return bool(mallopt is not None and mallopt(M_ARENA_MAX, int(n)) == 1)
+
+
+@functools.lru_cache(maxsize=1)
+def keep_freed_blocks() -> bool:
+    """Keep freed blocks below :data:`KEEP_BLOCKS_BELOW` in the heap and a free heap top up to
+    :data:`KEEP_TOP_BELOW` (glibc's ``mallopt``) for the allocations that follow, once per
+    process; whether the C library took both (False elsewhere than glibc).
+
+    glibc maps a block of 32 MiB or more (its largest automatic threshold) on its own and
+    unmaps it when freed, and trims a free heap top over twice its threshold: a training
+    step's tensors of that size fault every page in again at every step (a K = 3 trial's
+    arms at 200k rows: about 1.1M page faults).  Kept, the next step reuses them;
+    :func:`release_memory` (the pipeline every few seconds, each stage's start) still hands
+    them back.
+
+    Example:
+        >>> keep_freed_blocks() in (True, False)
+        True
+    """
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, KEEP_BLOCKS_BELOW) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP_TOP_BELOW) == 1)
 
 
 class PeriodicRelease:

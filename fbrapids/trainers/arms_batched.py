@@ -188,6 +188,11 @@ class SharedTables:
             g.store.prepare(torch.cat(vals) if len(vals) > 1 else vals[0])
 
 
+def _grad_of(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf``'s gradient (zeros when no loss reached it)."""
+    return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+
+
 def _in_arm_order(parts: list[tuple[list[int], torch.Tensor]], m: int) -> torch.Tensor:
     """``[M, B, dim]`` from the groups' ``[members, B, dim]`` (one group of every arm in
     order: itself, no copy)."""
@@ -319,10 +324,12 @@ class BatchedArms(Strategy):
         pooled = self.tables.pooled(inputs, train=True)
         if self.prefetch and ahead:
             self.tables.prepare(self.inputs(ahead[0]))
-        bags = {k: p.detach().requires_grad_() for k, p in pooled.items()}  # each chunk's gradient lands here
+        # each chunk's bags a leaf of its own, its gradient landing there: a slice of one leaf
+        # for all arms would zero-fill and sum a gradient of every arm's bags per chunk
+        chunks = [{k: p[c].detach().requires_grad_() for k, p in pooled.items()} for c in self.chunks(len(batch))]
         values = []
-        for c in self.chunks(len(batch)):
-            logits = self.head(self.models[c], dense[c], {k: p[c] for k, p in bags.items()})
+        for c, bags in zip(self.chunks(len(batch)), chunks):
+            logits = self.head(self.models[c], dense[c], bags)
             label = batch.label.to(logits.device, logits.dtype)
             losses = [torch.nn.functional.binary_cross_entropy_with_logits(z, label) for z in logits]
             values += [float(v.detach()) for v in losses]
@@ -332,8 +339,9 @@ class BatchedArms(Strategy):
         if bad and not self._nonfinite(bad, values, step):
             self.tables.end_step()
             return True
-        for k, p in pooled.items():
-            p.backward(bags[k].grad)  # into the shared stores' rows
+        for k, p in pooled.items():  # into the shared stores' rows
+            grads = [_grad_of(bags[k]) for bags in chunks]
+            p.backward(grads[0] if len(grads) == 1 else torch.cat(grads))
         self.optimizer.step()
         self.tables.apply_gradients()
         self.result.losses.append(float(np.mean(values)))

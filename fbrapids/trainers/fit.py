@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from fbrapids.errors import ArgumentError
+from fbrapids.runs.heap import keep_freed_blocks
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.checkpoint.directory import step_name
@@ -132,6 +133,7 @@ def fit(target: CTRModel | Strategy, batches: Iterable[Batch], config: FitConfig
     Returns a :class:`~fbrapids.trainers.fit_config.FitResult`.
     """
     cfg = (config if config is not None else FitConfig()).with_(**options)
+    keep_freed_blocks()  # each step's tensors reuse the last step's memory instead of faulting it in again
     strategy = target if isinstance(target, Strategy) else OneProcess(target, optimizer)
     check_nan(cfg.nan, strategy.nan_words, f"fit ({strategy.name})")
     result = FitResult(steps=0)
