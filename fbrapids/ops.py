@@ -33,7 +33,7 @@ from fbrapids.kernels.builtins import BUILTINS, ExprLike, call  # noqa: F401  (E
 #: each built-in's function for users, by operator name (``fbrapids.ops.<name>``)
 _BUILDERS: dict[str, Callable[..., Call]] = {op.name: op.builder for op in BUILTINS if op.builder is not None}
 
-__all__ = ["col", "call", "ExprLike", *_BUILDERS, "register_operator", "Vocabulary"]
+__all__ = ["col", "call", *_BUILDERS, "register_operator", "Vocabulary"]
 
 
 def col(name: str) -> Col:

@@ -667,16 +667,21 @@ _PLC_INT_IDS = {"int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "IN
                 "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64"}
 
 
-def plc_int_type_id(dtype: DtypeObj) -> str:
-    """The ``pylibcudf.types.TypeId`` member name of a numpy (or pandas nullable) integer dtype;
-    an ArgumentError for another dtype (an extension dtype without a numpy one included).
+def plc_int_type_id(dtype: DtypeObj | str) -> str:
+    """The ``pylibcudf.types.TypeId`` member name of a numpy (or pandas nullable) integer dtype,
+    or its name; an ArgumentError for another dtype (an extension dtype without a numpy one
+    included).
 
     Example:
-        >>> plc_int_type_id(np.dtype("uint16")), plc_int_type_id(pd.Int8Dtype())
-        ('UINT16', 'INT8')
+        >>> plc_int_type_id(np.dtype("uint16")), plc_int_type_id(pd.Int8Dtype()), plc_int_type_id("int32")
+        ('UINT16', 'INT8', 'INT32')
     """
-    np_dtype = dtype if isinstance(dtype, np.dtype) else getattr(dtype, "numpy_dtype", None)
-    if not isinstance(np_dtype, np.dtype) or np_dtype.name not in _PLC_INT_IDS:
+    given: object = dtype.numpy_dtype if hasattr(dtype, "numpy_dtype") else dtype
+    try:
+        np_dtype = np.dtype(given) if isinstance(given, (np.dtype, str)) else None
+    except TypeError:
+        np_dtype = None
+    if np_dtype is None or np_dtype.name not in _PLC_INT_IDS:
         raise ArgumentError(f"{dtype} is not an integer dtype")
     return _PLC_INT_IDS[np_dtype.name]
 

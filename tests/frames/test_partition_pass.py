@@ -12,8 +12,8 @@ def test_a_pass_gives_each_partition_as_dask_computes_it():
     stats: dict[str, int] = {}
     got = list(iter_partitions(lazy, window=1, stats=stats))
     assert stats["partitions"] == lazy.npartitions == len(got)
-    for i, part in enumerate(got):
-        pd.testing.assert_frame_equal(part, lazy.get_partition(i).compute())
+    for i, part in enumerate(got):  # (a shuffle's row order inside a partition differs from one compute to another)
+        pd.testing.assert_frame_equal(part.sort_index(), lazy.get_partition(i).compute().sort_index())
 
 
 def test_an_eager_frame_is_refused_naming_its_type():
