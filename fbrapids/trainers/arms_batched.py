@@ -152,11 +152,12 @@ class SharedTables:
                 bags = torch.nn.functional.embedding_bag(inverse[start:start + len(v)], rows,
                                                          sparse[f][1].to(rows.device), mode=self.mode[g.collection])
                 start += len(v)
-                per = bags.view(len(bags), len(g.members), -1).transpose(0, 1)  # [members, B, dim]
-                out[g.collection].setdefault(f, []).append((g.members, per))
+                out[g.collection].setdefault(f, []).append((g.members, bags))  # [B, members * dim]
             if not train:
                 g.store.end_step()
-        return {c: torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=2)
+        # each feature's bags side by side, [B, F, M * dim] (a row's copy is one run of memory),
+        # then seen arm first, [M, B, F, dim], without a copy: the arms' heads copy their part once
+        return {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1), self.m)
                 for c, parts in out.items()}
 
     def apply_gradients(self) -> None:
@@ -194,13 +195,20 @@ def _grad_of(leaf: torch.Tensor) -> torch.Tensor:
 
 
 def _in_arm_order(parts: list[tuple[list[int], torch.Tensor]], m: int) -> torch.Tensor:
-    """``[M, B, dim]`` from the groups' ``[members, B, dim]`` (one group of every arm in
-    order: itself, no copy)."""
+    """``[B, M * dim]`` from the groups' ``[B, members * dim]``, the arms in order (one group
+    of every arm in order: itself, no copy)."""
     if len(parts) == 1 and parts[0][0] == list(range(m)):
         return parts[0][1]
     order = [k for members, _ in parts for k in members]
-    stacked = torch.cat([p for _, p in parts], dim=0)
-    return stacked.index_select(0, torch.tensor(np.argsort(order), device=stacked.device))
+    side = torch.cat([p for _, p in parts], dim=1)
+    rows = side.view(len(side), m, -1)
+    return rows.index_select(1, torch.tensor(np.argsort(order), device=side.device)).reshape(len(side), -1)
+
+
+def _arms_first(wide: torch.Tensor, m: int) -> torch.Tensor:
+    """``[M, B, F, dim]`` viewing ``wide`` ``[B, F, M * dim]``."""
+    b, f, width = wide.shape
+    return wide.view(b, f, m, width // m).permute(2, 0, 1, 3)
 
 
 def _shared_config(configs: Sequence[StoreConfig], table: str) -> StoreConfig:
