@@ -5,7 +5,7 @@ frames and dask partitions, ``explain`` and :class:`FeatureSet`.
 * :mod:`~fbrapids.features.schema` -- dtypes -> kernel types;
 * :mod:`~fbrapids.features.plans` -- frame -> plan -> compiled runtime;
 * :mod:`~fbrapids.features.run` -- eager runs and dask ``map_partitions``;
-* :mod:`~fbrapids.features.fitting` -- which features need fitting (``needs_fit``);
+* :mod:`~fbrapids.features.needs_fit` -- which features need fitting (``needs_fit``);
 * :mod:`~fbrapids.features.fitted` -- fit once (one pass), apply everywhere (:class:`Fitted`),
   and the frame-level stage of fitted, history and row operators;
 * :mod:`~fbrapids.features.extract`, :mod:`~fbrapids.features.explain`,
@@ -22,7 +22,7 @@ from fbrapids.features.explain import explain
 from fbrapids.features.extract import extract
 from fbrapids.features.featureset import FeatureSet
 from fbrapids.features.fitted import Fitted, fit
-from fbrapids.features.fitting import needs_fit
+from fbrapids.features.needs_fit import needs_fit
 from fbrapids.features.plans import compiled_plan, plan_for
 from fbrapids.features.run import run_features
 from fbrapids.features.schema import column_type, schema_of

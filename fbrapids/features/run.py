@@ -2,7 +2,7 @@
 frames per partition (``map_partitions``; each worker process compiles a plan once).
 
 ``categorify`` and other operators that need fitting must be fitted first
-(:mod:`fbrapids.features.fitting`); :func:`fbrapids.features.extract` does both.
+(:mod:`fbrapids.features.needs_fit`); :func:`fbrapids.features.extract` does both.
 
 Example:
     >>> import pandas as pd

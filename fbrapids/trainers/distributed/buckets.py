@@ -26,8 +26,8 @@ import numpy as np
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.sparse import as_uint64_ids
-from fbrapids.trainers.sparse.directory import Ids
 from fbrapids.trainers.sparse.init import splitmix64
+from fbrapids.trainers.sparse.row_directory import Ids
 
 #: virtual buckets per table (a power of two; enough for any node's world size to balance)
 N_BUCKETS = 4096

@@ -67,8 +67,8 @@ from fbrapids.trainers.distributed.exchange import Exchange
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore, as_uint64_ids
-from fbrapids.trainers.sparse.directory import Ids
 from fbrapids.trainers.sparse.hashmap import unique_u64
+from fbrapids.trainers.sparse.row_directory import Ids
 from fbrapids.trainers.sparse.store import TableStats
 
 if TYPE_CHECKING:  # (annotations only: torch.distributed is imported where a process group is made)

@@ -32,7 +32,7 @@ import numpy.typing as npt
 import torch
 
 from fbrapids.trainers.sparse import Lookup, StoreConfig
-from fbrapids.trainers.sparse.directory import Ids
+from fbrapids.trainers.sparse.row_directory import Ids
 from fbrapids.trainers.sparse.store import TableStats
 
 

@@ -12,7 +12,7 @@ Example:
 """
 
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.directory import as_uint64_ids
+from fbrapids.trainers.sparse.row_directory import as_uint64_ids
 from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore, sparse_update
 
 __all__ = ["StoreConfig", "TieredEmbeddingStore", "Lookup", "as_uint64_ids", "sparse_update"]

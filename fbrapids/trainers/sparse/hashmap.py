@@ -34,7 +34,7 @@ from fbrapids.kernels import load_source
 if TYPE_CHECKING:  # (annotations only: the directory module imports this one)
     from ctypes import _NamedFuncPointer
 
-    from fbrapids.trainers.sparse.directory import RowDirectory
+    from fbrapids.trainers.sparse.row_directory import RowDirectory
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("hashmap.c", "rows.c")
@@ -537,7 +537,7 @@ def lookup_pass(g: np.ndarray, counts: np.ndarray, d: RowDirectory, pin: np.ndar
     pinned) and their embeddings ``table[slot, :dim]`` gathered, in one C pass.
 
     ``d`` holds the per-row arrays (``cache_loc``, ``host_loc``, ``on_ssd``, ``last``,
-    ``freq``: a :class:`~fbrapids.trainers.sparse.directory.RowDirectory`).  Returns ``(slots,
+    ``freq``: a :class:`~fbrapids.trainers.sparse.row_directory.RowDirectory`).  Returns ``(slots,
     rows [len(g), dim], admitted rows not cached)``: rows not admitted read zeros (the
     default row); those of rows not cached are left for the caller.
 
@@ -730,7 +730,7 @@ def book_rows(g: np.ndarray, counts: np.ndarray, d: RowDirectory, pin: np.ndarra
 
     Example:
         >>> import numpy as np
-        >>> from fbrapids.trainers.sparse.directory import RowDirectory
+        >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
         >>> d = RowDirectory(); g = d.admit(np.array([7, 8], dtype=np.uint64)); d.cache_loc[g] = [1, 0]
         >>> slots, old, touched = book_rows(g, np.array([3, 1]), d, np.full(2, -1), 5, 5)
         >>> slots.tolist(), old.tolist(), d.last[g].tolist(), d.freq[g].tolist(), touched.tolist()
@@ -777,7 +777,7 @@ def place_new(g: np.ndarray, slots: np.ndarray, d: RowDirectory, owner: np.ndarr
 
     Example:
         >>> import numpy as np
-        >>> from fbrapids.trainers.sparse.directory import RowDirectory
+        >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
         >>> d = RowDirectory(); g = d.admit(np.array([7], dtype=np.uint64))
         >>> table, owner, pin = np.zeros((2, 3), np.float32), np.full(2, -1), np.full(2, -1)
         >>> dirty = np.zeros(2, bool)

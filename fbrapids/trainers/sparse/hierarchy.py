@@ -17,7 +17,7 @@ beyond it go down to host RAM.
 Example:
     >>> import numpy as np, torch
     >>> from fbrapids.trainers.sparse.config import StoreConfig
-    >>> from fbrapids.trainers.sparse.directory import RowDirectory
+    >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
     >>> d = RowDirectory(); g = d.admit(np.array([3, 4], dtype=np.uint64))
     >>> t = TierStack(StoreConfig(dim=2, cache_rows=4, optimizer="sgd"), "t", d, torch.device("cpu"))
     >>> slots = t.ensure_cached(g, pin_step=0, step=0)
@@ -34,10 +34,10 @@ import torch
 
 from fbrapids.errors import StoreError
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.directory import RowDirectory
 from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots, place_new
 from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.policies import eviction_policy
+from fbrapids.trainers.sparse.row_directory import RowDirectory
 from fbrapids.trainers.sparse.slot_map import SlotMap, device_maps_available
 from fbrapids.trainers.sparse.ssd import SsdTier
 from fbrapids.trainers.sparse.tier import SlottedTier, TierStats, host_tier_class
@@ -80,7 +80,7 @@ class TierStack:
         Example:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
-            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
             >>> d = RowDirectory(); g = d.admit(np.array([3, 4], dtype=np.uint64))
             >>> t = TierStack(StoreConfig(dim=2, cache_rows=4), "t", d, torch.device("cpu"))
             >>> t.slot_map is None, t.ensure_cached(g, 0, 0).tolist()
@@ -302,7 +302,7 @@ class TierStack:
         Example:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
-            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
             >>> import tempfile
             >>> d = RowDirectory(); g = d.admit(np.array([3, 4, 5], dtype=np.uint64))
             >>> cfg = StoreConfig(dim=2, cache_rows=2, host_rows=2, ssd_dir=tempfile.mkdtemp())  # a bounded cache
@@ -363,7 +363,7 @@ class TierStack:
         Example:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
-            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
             >>> d = RowDirectory()
             >>> t = TierStack(StoreConfig(dim=2, cache_rows=1), "t", d, torch.device("cpu"))  # grows: one RAM tier
             >>> new = d.admit(np.array([3, 4], dtype=np.uint64))
@@ -395,12 +395,12 @@ class TierStack:
         counts and rows, the keys not admitted yet admitted and their initial rows placed in
         free slots (pinned for ``pin_step``); returns those and the rows admitted and their
         occurrences.  The caller has made room for every key (:meth:`reserve`,
-        :meth:`RowDirectory.grow <fbrapids.trainers.sparse.directory.RowDirectory.grow>`).
+        :meth:`RowDirectory.grow <fbrapids.trainers.sparse.row_directory.RowDirectory.grow>`).
 
         Example:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
-            >>> from fbrapids.trainers.sparse.directory import RowDirectory
+            >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
             >>> d = RowDirectory(); t = TierStack(StoreConfig(dim=2, cache_rows=4), "t", d, torch.device("cpu"))
             >>> found, new, occ = t.prepare_ram_tier(np.array([3, 4, 3], dtype=np.uint64), 0)
             >>> found[3].tolist(), new, occ, len(d), d.cache_loc[:2].tolist(), t.new_rows

@@ -26,8 +26,8 @@ from fbrapids.files.atomic import write_atomic
 from fbrapids.trainers.sparse.config import StoreConfig
 
 if TYPE_CHECKING:  # (annotations only: this module sits below the store's)
-    from fbrapids.trainers.sparse.directory import RowDirectory
     from fbrapids.trainers.sparse.hierarchy import TierStack
+    from fbrapids.trainers.sparse.row_directory import RowDirectory
 
 
 class PersistedStore(Protocol):

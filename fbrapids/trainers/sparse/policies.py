@@ -17,7 +17,7 @@ never changes their values (tests/trainers/test_store_hit_rate.py).
 
 Example:
     >>> import numpy as np
-    >>> from fbrapids.trainers.sparse.directory import RowDirectory
+    >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
     >>> d = RowDirectory(); _ = d.admit(np.array([5, 6, 7], dtype=np.uint64))
     >>> d.last[:3] = [4, 1, 9]
     >>> LRU().victims(d, owner=np.array([0, 1, 2]), candidates=np.array([0, 1, 2]), k=1, need=1).tolist()
@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from fbrapids.errors import ArgumentError
-from fbrapids.trainers.sparse.directory import RowDirectory
 from fbrapids.trainers.sparse.lookahead import UseWindow
+from fbrapids.trainers.sparse.row_directory import RowDirectory
 
 
 class EvictionPolicy:

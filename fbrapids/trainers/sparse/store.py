@@ -2,7 +2,7 @@
 
 One table is four parts, each in its own module:
 
-* :mod:`~fbrapids.trainers.sparse.directory` - id -> global row, with the admission gate;
+* :mod:`~fbrapids.trainers.sparse.row_directory` - id -> global row, with the admission gate;
 * :mod:`~fbrapids.trainers.sparse.tiers`, :mod:`~fbrapids.trainers.sparse.ssd` and
   :mod:`~fbrapids.trainers.sparse.hierarchy` - the cache (a torch tensor on the
   training device), host RAM (numpy) and the SSD file (a SIGBUS-safe map), and rows
@@ -72,7 +72,6 @@ from fbrapids.errors import ArgumentError, InputTypeError, StoreError
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.directory import Ids, RowDirectory, as_uint64_ids
 from fbrapids.trainers.sparse.hashmap import (
     book_rows,
     gather_cols,
@@ -83,6 +82,7 @@ from fbrapids.trainers.sparse.hashmap import (
     unbook_rows,
 )
 from fbrapids.trainers.sparse.hierarchy import TierStack
+from fbrapids.trainers.sparse.row_directory import Ids, RowDirectory, as_uint64_ids
 from fbrapids.trainers.sparse.slot_map import SlotMap
 
 log = logging.getLogger(__name__)

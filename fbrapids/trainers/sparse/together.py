@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from fbrapids.errors import ArgumentError, RowIndexError
-from fbrapids.trainers.sparse.directory import Ids
 from fbrapids.trainers.sparse.hashmap import ADAGRAD_WORDS, LOOKUP_WORDS, lookup_tables, rowwise_adagrad_tables
+from fbrapids.trainers.sparse.row_directory import Ids
 from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore
 
 
