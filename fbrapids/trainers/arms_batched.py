@@ -1,4 +1,4 @@
-"""A trial's arms side by side at about the cost of one: shared tables, batched dense parts.
+"""A trial's arms side by side, sharing what they can: shared tables, batched dense parts.
 
 A trial trains M models of one architecture on the same batches (arms x seeds,
 :mod:`fbrapids.trainers.arms`).  Trained one after another, each looks up the same ids in
@@ -254,7 +254,7 @@ def batched_head(models: Sequence[CTRModel]) -> Callable[..., torch.Tensor] | No
 
 
 class BatchedArms(Strategy):
-    """``fit``'s strategy for a trial's arms at about the cost of one (module docstring):
+    """``fit``'s strategy for a trial's arms side by side (module docstring):
     ``models`` (one architecture with a batched head, :func:`batched_head`), each read
     through ``views[k]`` (None: the batch itself).  Each step: every arm's view of the batch,
     one lookup per shared store, the arms' dense parts batched, each arm's loss (summed),
