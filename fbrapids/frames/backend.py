@@ -435,6 +435,21 @@ def is_dask(obj: object) -> TypeIs[FrameBase]:
     return hasattr(obj, "__dask_graph__") and hasattr(obj, "npartitions") and hasattr(obj, "_meta")
 
 
+def is_eager_frame(frame: FrameLike) -> TypeIs[EagerFrame]:
+    """Whether ``frame`` is held in memory (pandas or cudf), not a dask collection: the
+    complement of :func:`is_dask`, told to the type checker (a frame for which it is False
+    is a dask one).  A dask frame is worked on partition by partition; each partition
+    arrives as an :data:`EagerFrame`.
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> df = pd.DataFrame({"a": [1, 2]})
+        >>> is_eager_frame(df), is_eager_frame(dd.from_pandas(df, npartitions=1))
+        (True, False)
+    """
+    return not is_dask(frame)
+
+
 def is_dask_frame(obj: object) -> TypeIs[dd.DataFrame]:
     """True for a dask or dask-cudf DataFrame (:func:`is_dask`, and no Series): the test that
     narrows a :data:`FrameLike` to dask's DataFrame for the type checker.

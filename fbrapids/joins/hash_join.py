@@ -44,8 +44,7 @@ if TYPE_CHECKING:  # (annotations only: no import at run time)
     import cudf
     from pandas.api.extensions import ExtensionArray
 
-    from fbrapids.frames.backend import FrameLike, SeriesLike
-    from fbrapids.views.local_frames import LocalFrame, LocalSeries
+    from fbrapids.frames.backend import EagerFrame, EagerSeries, FrameLike, SeriesLike
 
 VALIDATE = {
     "one_to_one": "one_to_one", "1:1": "one_to_one",
@@ -70,7 +69,7 @@ def normalize_validate(validate: str | None) -> str | None:
 
 
 @overload
-def key_values(frame: LocalFrame, key: str) -> LocalSeries: ...
+def key_values(frame: EagerFrame, key: str) -> EagerSeries: ...
 @overload
 def key_values(frame: FrameLike, key: str) -> SeriesLike: ...
 def key_values(frame: FrameLike, key: str) -> SeriesLike:
@@ -314,7 +313,7 @@ def _check_device_unique(keys_frame: cudf.DataFrame, keys: list[str], side: str,
         raise duplicate_key_error(keys, value[0] if len(keys) == 1 else value, count, side, validate)
 
 
-def check_unique_keys(frame: LocalFrame, keys: Sequence[str], side: str, validate: str) -> None:
+def check_unique_keys(frame: EagerFrame, keys: Sequence[str], side: str, validate: str) -> None:
     """Raise the duplicate-key error when a non-null key of ``frame`` (pandas or cudf)
     appears twice; used on a dask frame's hash buckets, so the count is the whole frame's.
 
@@ -342,8 +341,8 @@ def check_unique_keys(frame: LocalFrame, keys: Sequence[str], side: str, validat
         raise _duplicate_error(keys, index, side, validate)
 
 
-def join_frames(left: LocalFrame, right: LocalFrame, keys: Sequence[str], how: str,
-                suffixes: tuple[str, str] = ("", "_right"), validate: str | None = None) -> LocalFrame:
+def join_frames(left: EagerFrame, right: EagerFrame, keys: Sequence[str], how: str,
+                suffixes: tuple[str, str] = ("", "_right"), validate: str | None = None) -> EagerFrame:
     """Join two eager frames of one backend (pandas, or cudf on the device).
 
     Example:

@@ -67,7 +67,7 @@ import pandas as pd
 
 from fbrapids.errors import JoinError
 from fbrapids.frames import backend as _backend
-from fbrapids.frames.backend import FrameLike
+from fbrapids.frames.backend import EagerFrame, FrameLike, is_eager_frame
 from fbrapids.joins.hash_join import (
     JoinTable,
     check_unique_keys,
@@ -79,7 +79,6 @@ from fbrapids.joins.hash_join import (
     nullable_dtype,
 )
 from fbrapids.views.dtype_spec import ColumnDtype, DtypeSpec, as_numpy
-from fbrapids.views.local_frames import LocalFrame, is_local_frame
 
 if TYPE_CHECKING:
     import cudf
@@ -149,7 +148,7 @@ def join_decisions(since: int | None = None) -> list[JoinDecision]:
 
 
 def _frame_bytes(frame: FrameLike) -> int:
-    if not is_local_frame(frame):
+    if not is_eager_frame(frame):
         return int(frame.memory_usage(deep=True, index=False).sum().compute())
     if isinstance(frame, pd.DataFrame):  # Arrow-backed columns know their buffer sizes: no pass over strings
         return int(sum(frame[c].array.nbytes if isinstance(frame[c].dtype, pd.api.extensions.ExtensionDtype)
@@ -193,7 +192,7 @@ def _value_dtype(frame: FrameLike, key: str) -> ColumnDtype | None:
         return dtype
     if len(categories) == 0:  # an all-null categorical: no values to type it, the other side's decides
         return None
-    if not is_local_frame(frame):
+    if not is_eager_frame(frame):
         from dask.dataframe.utils import has_known_categories
 
         meta = frame._meta[key] if key in frame.columns else frame._meta.index
@@ -326,19 +325,19 @@ def _estimated_bytes(frame: FrameLike) -> tuple[int, dd.DataFrame | None]:
     size it would be one more pass over it).  The partition stays where it was computed (a
     worker's memory on a cluster: only its size comes back), and a broadcast join builds its
     table from it and the other partitions, so partition 0 is read and cleaned once."""
-    if is_local_frame(frame):
+    if is_eager_frame(frame):
         return _frame_bytes(frame), None
     first = frame.partitions[0].persist()
     return _frame_bytes(first) * frame.npartitions, first
 
 
 def _key_is_sorted_index(frame: FrameLike, keys: Sequence[str]) -> bool:
-    return (not is_local_frame(frame) and len(keys) == 1 and frame.index.name == keys[0]
+    return (not is_eager_frame(frame) and len(keys) == 1 and frame.index.name == keys[0]
             and keys[0] not in frame.columns and bool(frame.known_divisions))
 
 
-def build_side(right: LocalFrame, keys: Sequence[str], validate: str | None, on_host: bool,
-               rest: Sequence[LocalFrame] = ()) -> JoinTable | cudf.DataFrame:
+def build_side(right: EagerFrame, keys: Sequence[str], validate: str | None, on_host: bool,
+               rest: Sequence[EagerFrame] = ()) -> JoinTable | cudf.DataFrame:
     """The build side of a partitioned join, made once: a host :class:`JoinTable`, or the
     validated cudf frame on the device.  ``rest``: more partitions of the same side, after
     ``right`` (a dask build side whose first partition was computed at planning).
@@ -358,8 +357,8 @@ def build_side(right: LocalFrame, keys: Sequence[str], validate: str | None, on_
     return right
 
 
-def probe_partition(part: LocalFrame, table: JoinTable | cudf.DataFrame, keys: Sequence[str], how: str,
-                    suffixes: tuple[str, str], validate: str | None) -> LocalFrame:
+def probe_partition(part: EagerFrame, table: JoinTable | cudf.DataFrame, keys: Sequence[str], how: str,
+                    suffixes: tuple[str, str], validate: str | None) -> EagerFrame:
     """Join one partition of the view with a build side made by :func:`build_side`."""
     left_validate = validate if validate in ("one_to_one", "one_to_many") else None
     if isinstance(table, JoinTable):
@@ -370,8 +369,8 @@ def probe_partition(part: LocalFrame, table: JoinTable | cudf.DataFrame, keys: S
     return device_join(part, table, keys, how, suffixes, left_validate)
 
 
-def join_partitions(left: LocalFrame, right: LocalFrame, keys: Sequence[str], how: str, suffixes: tuple[str, str],
-                    validate: str | None, on_host: bool) -> LocalFrame:
+def join_partitions(left: EagerFrame, right: EagerFrame, keys: Sequence[str], how: str, suffixes: tuple[str, str],
+                    validate: str | None, on_host: bool) -> EagerFrame:
     """Join two co-partitioned partitions (same key range or same hash bucket)."""
     return probe_partition(left, build_side(right, keys, validate, on_host), keys, how, suffixes, validate)
 
@@ -428,7 +427,7 @@ def join(
     left, other = _cast_keys(left, left_casts), _cast_keys(other, right_casts)
     placement, budget, reason = decide_placement(be, build_bytes, device_budget, fraction)
     plan = _JoinPlan(tuple(keys), how, suffixes, validate, placement == "host", be)
-    if is_local_frame(left):
+    if is_eager_frame(left):
         return _eager_join(left, other, first, plan, JoinDecision(plan.keys, how, placement, "eager", build_bytes,
                                                                   budget, reason))
     strategy, reason = _dask_strategy(left, other, plan.keys, build_bytes, broadcast, reason)
@@ -438,7 +437,7 @@ def join(
     meta = _with_history(probe_partition(left._meta, meta_table, *plan.args), left._meta, decision)
     if strategy == "broadcast":
         return _broadcast_join(left, other, first, plan, meta)
-    if is_local_frame(other):
+    if is_eager_frame(other):
         other = _backend.dask_dataframe().from_pandas(_backend.to_backend(other, be), npartitions=1)
     if strategy == "partitioned":
         return _partitioned_join(left, other, plan, meta)
@@ -480,12 +479,12 @@ def _join_arguments(on: str | Sequence[str], how: str, validate: str | None) -> 
     return ([on] if isinstance(on, str) else list(on)), normalize_validate(validate)
 
 
-def _eager_join(left: LocalFrame, other: FrameLike, first: dd.DataFrame | None,
-                plan: _JoinPlan, decision: JoinDecision) -> LocalFrame:
+def _eager_join(left: EagerFrame, other: FrameLike, first: dd.DataFrame | None,
+                plan: _JoinPlan, decision: JoinDecision) -> EagerFrame:
     """:func:`join` of an eager view: a dask ``other`` computed (its first partition as
     computed to size it), the join run on the host when the build side does not fit the
     device (the result moved back), else on the view's backend."""
-    if not is_local_frame(other):
+    if not is_eager_frame(other):
         assert first is not None  # (_estimated_bytes persisted a dask side's first partition)
         other = (first.compute() if other.npartitions == 1 else
                  _backend.dask_dataframe().concat([first, other.partitions[1:]]).compute())
@@ -537,7 +536,7 @@ def broadcast_limit() -> int:
 
 
 def _broadcast_join(left: dd.DataFrame, other: FrameLike, first: dd.DataFrame | None,
-                    plan: _JoinPlan, meta: LocalFrame) -> dd.DataFrame:
+                    plan: _JoinPlan, meta: EagerFrame) -> dd.DataFrame:
     """The ``broadcast`` strategy: ``other``'s table built by one task, shared by every
     partition of ``left``, each partition probing it (the left keys' uniqueness checked over
     the whole frame first when ``validate`` asks for it)."""
@@ -545,7 +544,7 @@ def _broadcast_join(left: dd.DataFrame, other: FrameLike, first: dd.DataFrame | 
 
     keys, validate, on_host = list(plan.keys), plan.validate, plan.on_host
     name = f"join-build-{dask.base.tokenize(other, *plan.args, on_host)}"
-    if is_local_frame(other):
+    if is_eager_frame(other):
         table = dask.delayed(build_side, pure=True, name=name)(_backend.to_backend(other, plan.be), keys, validate,
                                                                on_host)
     else:  # partition 0 as computed to size this side; the others read here
@@ -559,7 +558,7 @@ def _broadcast_join(left: dd.DataFrame, other: FrameLike, first: dd.DataFrame | 
 
 
 def _partitioned_join(left: dd.DataFrame, other: dd.DataFrame, plan: _JoinPlan,
-                      meta: LocalFrame) -> dd.DataFrame:
+                      meta: EagerFrame) -> dd.DataFrame:
     """The ``partitioned`` strategy: both sides sorted by the key (their index, known
     divisions); ``other`` cut at the view's divisions and each partition joined with its slice."""
     # the right side cut at the view's divisions; its keys beyond the view's range land in the first / last
@@ -635,7 +634,7 @@ def _cut_at(frame: dd.DataFrame, divisions: Sequence[Any]) -> dd.DataFrame:
                                                   verify_meta=False)
 
 
-def _key_range(meta: LocalFrame, lo: Any, hi: Any, last: bool, *parts: LocalFrame) -> LocalFrame:
+def _key_range(meta: EagerFrame, lo: Any, hi: Any, last: bool, *parts: EagerFrame) -> EagerFrame:
     """The rows of ``parts`` (sorted frames) whose index lies in ``[lo, hi)`` (``[lo, hi]``
     when ``last``), as one frame of ``meta``'s columns."""
     whole = _backend.backend_of(meta).xdf.concat(list(parts)) if parts else meta
@@ -682,8 +681,8 @@ def _with_history(result: FrameLike, left: FrameLike, decision: JoinDecision) ->
     return result
 
 
-def _meta_of(frame: FrameLike) -> LocalFrame:
-    return frame.iloc[:0] if is_local_frame(frame) else frame._meta
+def _meta_of(frame: FrameLike) -> EagerFrame:
+    return frame.iloc[:0] if is_eager_frame(frame) else frame._meta
 
 
 def _with_key_columns(frame: dd.DataFrame, keys: Sequence[str]) -> dd.DataFrame:
@@ -703,13 +702,13 @@ def _cast_keys(frame: FrameLike, casts: dict[str, DtypeSpec]) -> FrameLike:
     cols = {k: v for k, v in casts.items() if k in frame.columns}
     if not cols:
         return frame
-    if is_local_frame(frame):
+    if is_eager_frame(frame):
         return cast_key_columns(frame, cols)
     meta = frame._meta.astype(cols)
     return frame.map_partitions(cast_key_columns, cols, meta=meta)
 
 
-def cast_key_columns(frame: LocalFrame, casts: dict[str, DtypeSpec]) -> LocalFrame:
+def cast_key_columns(frame: EagerFrame, casts: dict[str, DtypeSpec]) -> EagerFrame:
     """Cast key columns of an eager frame (or a dask partition); a categorical is decoded to
     the cast's dtype only when its categories are of the same kind (int, str...).
 

@@ -47,6 +47,7 @@ import torch
 
 from fbrapids.errors import ArgumentError, FbrapidsError, NotFoundError
 from fbrapids.frames import backend as _backend
+from fbrapids.frames.backend import EagerFrame
 from fbrapids.frames.partition_pass import iter_partitions
 from fbrapids.trainers.batch import Batch, Columns, sparse_column
 from fbrapids.trainers.device import resolve_device
@@ -57,8 +58,6 @@ from fbrapids.trainers.ranges import check_ranges, validate_ranges
 from fbrapids.trainers.shuffle import MAX_BYTES, ShuffleBuffer
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    import cudf
-    import dask.dataframe as dd
 
     from fbrapids.frames.backend import FrameLike
 
@@ -72,8 +71,6 @@ class _Failure:
         self.exc = exc
 
 
-#: a frame held whole in memory (host or device), not a dask collection
-EagerFrame: TypeAlias = Union[pd.DataFrame, "cudf.DataFrame"]
 #: what a :class:`BatchStream` reads: a pandas / cudf / dask frame, or an iterable of eager frames
 StreamSource: TypeAlias = Union["FrameLike", Iterable[EagerFrame]]
 
@@ -82,9 +79,6 @@ def _is_eager(obj: object) -> TypeGuard[EagerFrame]:
     return isinstance(obj, pd.DataFrame) or _backend.is_gpu_object(obj)
 
 
-def _is_dask(obj: object) -> TypeGuard[dd.DataFrame]:
-    """A dask (or dask-cudf: the same class) frame."""
-    return _backend.is_dask(obj)
 
 
 @dataclass(frozen=True)
@@ -240,7 +234,7 @@ class BatchStream:
 
     def _partitions(self) -> Iterator[FrameLike]:
         src = self.source
-        if _is_dask(src):
+        if _backend.is_dask_frame(src):
             if self.persist:  # held whole; shared work already runs once per pass without it
                 src = src.persist()
             # one pass: the graph optimised once, tasks shared by several partitions (a join's

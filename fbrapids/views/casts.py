@@ -25,10 +25,10 @@ from fbrapids.frames import backend as _backend
 from fbrapids.views.dtype_spec import DtypeSpec
 
 if TYPE_CHECKING:
-    from fbrapids.views.local_frames import LocalSeries
+    from fbrapids.frames.backend import EagerSeries
 
 
-def first_failing(values: LocalSeries, want: DtypeSpec, path: str, col: str, exc: Exception) -> ViewError:
+def first_failing(values: EagerSeries, want: DtypeSpec, path: str, col: str, exc: Exception) -> ViewError:
     """The ViewError naming the first row whose value alone does not cast to ``want``."""
     host = _backend.to_host(values)
     for pos in range(min(len(host), 100_000)):
@@ -51,7 +51,7 @@ def _numpy_kind(dtype: DtypeSpec) -> np.dtype | None:
         return None
 
 
-def check_cast(values: LocalSeries, want: DtypeSpec, path: str, col: str) -> None:
+def check_cast(values: EagerSeries, want: DtypeSpec, path: str, col: str) -> None:
     """Raise, naming the first row, unless every value of ``values`` fits ``want`` exactly."""
     have = _numpy_kind(values.dtype)
     if want in ("str", "string", str) or str(want) in ("str", "string", "object"):
@@ -101,7 +101,7 @@ def check_cast(values: LocalSeries, want: DtypeSpec, path: str, col: str) -> Non
             _raise_at(present, pd.Series(over, index=_backend.to_host(present).index), path, col, f"overflows {want}")
 
 
-def _check_int_fits(present: LocalSeries, have: np.dtype, info: IntBounds, want: DtypeSpec, path: str, col: str) -> None:
+def _check_int_fits(present: EagerSeries, have: np.dtype, info: IntBounds, want: DtypeSpec, path: str, col: str) -> None:
     """Raise, naming the row, unless every (whole) number of ``present`` is within ``info``;
     float bounds compared exactly (``2.0**63`` does not fit int64)."""
     if have.kind == "f":  # compared exactly: the bounds round to floats (2**63 - 1 -> 2.0**63)
@@ -128,7 +128,7 @@ _TIME_RANGE = _TimeRange()  #: the numbers a datetime64 holds (int64 less NaT's)
 IntBounds = Union[np.iinfo, _TimeRange]
 
 
-def _check_time_cast(values: LocalSeries, have: np.dtype, want: DtypeSpec, path: str, col: str) -> None:
+def _check_time_cast(values: EagerSeries, have: np.dtype, want: DtypeSpec, path: str, col: str) -> None:
     """Numbers to a datetime count units of the target (``datetime64[s]``: epoch seconds)
     and must be whole; a datetime to a coarser unit must lose nothing.  ``have``: the
     numpy dtype of ``values``."""
@@ -150,7 +150,7 @@ def _check_time_cast(values: LocalSeries, have: np.dtype, want: DtypeSpec, path:
             _raise_at(present, lost, path, col, f"is finer than {want} holds (it would be truncated)")
 
 
-def _raise_at(values: LocalSeries, bad: LocalSeries, path: str, col: str, why: str) -> None:
+def _raise_at(values: EagerSeries, bad: EagerSeries, path: str, col: str, why: str) -> None:
     host, mask = _backend.to_host(values), _backend.to_host(bad)
     pos = int(np.asarray(mask.to_numpy(dtype=bool)).nonzero()[0][0])
     value = host.iloc[pos]

@@ -34,9 +34,9 @@ import pyarrow.compute as pc
 
 from fbrapids.errors import CleanError, NoMatchWarning
 from fbrapids.frames import backend as _backend
+from fbrapids.frames.backend import EagerFrame, EagerSeries, is_eager_frame
 from fbrapids.views import json_fields
 from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
-from fbrapids.views.local_frames import LocalFrame, LocalSeries, is_local_frame
 from fbrapids.views.rows import Mask, fill_null_strings, filter_rows
 from fbrapids.views.where import Where, evaluate, parse_where
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # (annotations only: no import at run time)
 log = logging.getLogger(__name__)
 
 #: a filter given as code: one frame (a partition of a dask frame) -> the bool mask of the rows to keep
-RowFilter = Callable[[LocalFrame], Mask]
+RowFilter = Callable[[EagerFrame], Mask]
 #: a parsed filter expression or a filter given as code
 Condition = Union[Where, RowFilter]
 WhereArg = Union[str, RowFilter, Sequence[Union[str, RowFilter]], None]
@@ -87,7 +87,7 @@ def _referenced_columns(cond: Condition) -> set[str] | None:
     return None
 
 
-def _apply_where(frame: LocalFrame, cond: Condition) -> LocalFrame:
+def _apply_where(frame: EagerFrame, cond: Condition) -> EagerFrame:
     if isinstance(cond, Where):
         return filter_rows(frame, evaluate(cond, frame))
     mask = cond(frame)
@@ -267,7 +267,7 @@ def _fill_time(column: str, dtype: DtypeSpec, value: object) -> pd.Timestamp:
         raise _misfit(column, dtype, value, f"is not exact in unit {unit!r} ({exc})") from None
 
 
-def _fill_column(col: LocalSeries, value: Any) -> tuple[LocalSeries, int]:
+def _fill_column(col: EagerSeries, value: Any) -> tuple[EagerSeries, int]:
     """``col`` with its nulls filled, and how many there were.
 
     The result's dtype depends on the column's dtype only, never on whether this
@@ -332,8 +332,8 @@ def _empty_nulls_as_empty_strings(chunk: pa.Array) -> pa.Array | None:
                                  offset=chunk.offset)
 
 
-def _clean_frame(frame: LocalFrame, fill: dict[str, object], json: dict[str, dict[str, str]], early: list[Condition],
-                 late: list[Condition], drop: Sequence[str]) -> tuple[LocalFrame, CleanCounts]:
+def _clean_frame(frame: EagerFrame, fill: dict[str, object], json: dict[str, dict[str, str]], early: list[Condition],
+                 late: list[Condition], drop: Sequence[str]) -> tuple[EagerFrame, CleanCounts]:
     counts: CleanCounts = {"rows_in": int(len(frame)), "fill": {}, "json": {}}
     for cond in early:
         frame = _apply_where(frame, cond)
@@ -454,7 +454,7 @@ def clean(
         if unknown:
             raise CleanError(f"filter {cond.text!r} names column(s) {', '.join(map(repr, unknown))} not found; "
                              f"available: {', '.join(list(columns) + sorted(produced))}")
-    if is_local_frame(df):
+    if is_eager_frame(df):
         out, counts = _clean_frame(df, fill, json, early, late, drop)
         out.attrs = {**getattr(out, "attrs", {}), _REPORT_ATTR: counts} if hasattr(out, "attrs") else {}
         log.debug("clean: %s", counts)
@@ -490,7 +490,7 @@ def clean_report(frame: FrameLike) -> CleanReport:
         >>> clean_report(out).counts["fill"]
         {'a': 1}
     """
-    if not is_local_frame(frame):
+    if not is_eager_frame(frame):
         report = _DASK_REPORT_REFS.get(frame._name)
         if report is None:
             raise CleanError("this dask frame was not produced by clean(); ask the cleaned frame itself")

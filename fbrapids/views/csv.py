@@ -32,8 +32,8 @@ import pyarrow as pa
 
 from fbrapids.errors import MissingFileError, SeparatorWarning, ViewError
 from fbrapids.frames import backend as _backend
+from fbrapids.frames.backend import EagerFrame
 from fbrapids.views.dtype_spec import DtypeSpec
-from fbrapids.views.local_frames import LocalFrame
 from fbrapids.views.paths import FilePiece, compression_of, data_suffix, open_binary
 from fbrapids.views.text_columns import convert_text_column, text_to_dtypes_device
 
@@ -138,7 +138,7 @@ def warn_one_column(path: str, csv_opts: CsvOptions, header: str) -> None:
 
 
 def read_csv_file(piece: FilePiece, columns: list[str], csv_opts: CsvOptions, dtype: dict[str, DtypeSpec],
-                  be: _backend.Backend, nrows: int | None = None) -> LocalFrame:
+                  be: _backend.Backend, nrows: int | None = None) -> EagerFrame:
     """One CSV file (``nrows``: only its first rows, on the host) as ``columns`` of ``dtype``
     (inferred where it names none); on the GPU backend read by cudf where it can be."""
     path = piece.path

@@ -31,14 +31,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from fbrapids.errors import InputTypeError, ViewError
-from fbrapids.views.local_frames import is_local_frame
+from fbrapids.frames.backend import is_eager_frame
 from fbrapids.views.parquet import parquet_file
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     import dask.dataframe as dd
 
-    from fbrapids.frames.backend import FrameLike
-    from fbrapids.views.local_frames import LocalFrame
+    from fbrapids.frames.backend import EagerFrame, FrameLike
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ def groups_per_partition(path: str | os.PathLike, partition_rows: int) -> int:
 def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, groups: int = 1) -> dd.DataFrame:
     """``frame`` (``groups`` row groups of ``path`` per partition) indexed by ``key`` with
     known divisions, when the file is sorted by ``key``; else ``frame`` unchanged (logged)."""
-    if is_local_frame(frame):
+    if is_eager_frame(frame):
         raise InputTypeError(f"index_by_sorted_key takes a dask frame (read_view(..., row_groups_per_partition=...)), not {type(frame).__name__}")
     divisions = sorted_divisions(path, key, groups)
     if divisions is None or len(divisions) - 1 != frame.npartitions:
@@ -94,7 +93,7 @@ def index_by_sorted_key(frame: FrameLike, path: str | os.PathLike, key: str, gro
     return indexed.map_partitions(keys_within, list(divisions), os.fspath(path), key, meta=indexed._meta)
 
 
-def keys_within(part: LocalFrame, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> LocalFrame:
+def keys_within(part: EagerFrame, divisions: list[Any], path: str, key: str, partition_info: dict | None = None) -> EagerFrame:
     """``part`` (partition ``partition_info["number"]`` of a frame indexed by ``key`` with
     ``divisions`` from the statistics of ``path``), checked: its keys lie within its
     divisions, else a :class:`~fbrapids.errors.ViewError` naming the file.

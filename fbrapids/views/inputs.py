@@ -29,9 +29,8 @@ from fbrapids.frames import backend as _backend
 from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import FrameLike, SeriesLike
+    from fbrapids.frames.backend import EagerSeries, FrameLike, SeriesLike
     from fbrapids.kernels import Call, Expr
-    from fbrapids.views.local_frames import LocalSeries
 
 ACCEPTED = ("datetime64 in any unit and time zone (naive = UTC), or integer epoch seconds")
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -93,7 +92,7 @@ def datetime_unit(dtype: DtypeSpec) -> str:
     return unit
 
 
-def epoch_seconds(s: SeriesLike) -> LocalSeries:
+def epoch_seconds(s: SeriesLike) -> EagerSeries:
     """UTC epoch seconds (int64, floored; NaT -> null) of a datetime64 series.
 
     Example:
@@ -114,7 +113,7 @@ def epoch_seconds(s: SeriesLike) -> LocalSeries:
     return pd.Series(secs, index=s.index, name=s.name)
 
 
-def check_and_convert(frame: FrameLike, features: Mapping[str, Expr | str]) -> dict[str, LocalSeries]:
+def check_and_convert(frame: FrameLike, features: Mapping[str, Expr | str]) -> dict[str, EagerSeries]:
     """The columns of ``frame`` (pandas / cudf, or a dask meta) to replace before planning.
 
     Raises:
@@ -127,7 +126,7 @@ def check_and_convert(frame: FrameLike, features: Mapping[str, Expr | str]) -> d
     for name, e in features.items():
         for c in columns_of(as_expr(e)):
             used.setdefault(c, name)
-    replace: dict[str, LocalSeries] = {}
+    replace: dict[str, EagerSeries] = {}
     for column, feature in timestamp_columns(features).items():
         if column not in frame.columns:
             continue

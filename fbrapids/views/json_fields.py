@@ -43,9 +43,8 @@ import pandas as pd
 from fbrapids.frames import backend as _backend
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.frames.backend import SeriesLike
+    from fbrapids.frames.backend import EagerSeries, SeriesLike
     from fbrapids.kernels import Call
-    from fbrapids.views.local_frames import LocalSeries
 
 _STATUS_MALFORMED, _STATUS_MISSING, _STATUS_NOT_STRING, _STATUS_TOO_DEEP = 1, 2, 3, 4
 MAX_DEPTH = 64  #: FBX_JSON_MAX_DEPTH of csrc/json_path.h
@@ -112,7 +111,7 @@ def json_features(paths: dict[str, str], source: str = "doc") -> dict[str, Call]
     return feats
 
 
-def extract_json(series: SeriesLike, paths: dict[str, str]) -> tuple[dict[str, LocalSeries], dict[str, int]]:
+def extract_json(series: SeriesLike, paths: dict[str, str]) -> tuple[dict[str, EagerSeries], dict[str, int]]:
     """Extract dotted ``paths`` from the JSON strings in ``series``.
 
     Args:

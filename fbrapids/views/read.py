@@ -55,12 +55,11 @@ import pyarrow as pa
 
 from fbrapids.errors import MissingFileError, ViewError
 from fbrapids.frames import backend as _backend
-from fbrapids.frames.backend import FrameLike
+from fbrapids.frames.backend import EagerFrame, FrameLike
 from fbrapids.views import jsonl
 from fbrapids.views.csv import META_SAMPLE_ROWS, CsvOptions, read_csv_file
 from fbrapids.views.dtype_spec import DtypeSpec
 from fbrapids.views.jsonl_files import json_plan, read_json_host
-from fbrapids.views.local_frames import LocalFrame
 from fbrapids.views.parquet import (
     arrow_to_pandas,
     decode_dictionaries,
@@ -91,13 +90,13 @@ def _check_columns(requested: Sequence[str] | None, available: list[str], patter
 
 
 def _read_one(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions,
-              dtype: dict[str, DtypeSpec], backend_name: str) -> LocalFrame:
+              dtype: dict[str, DtypeSpec], backend_name: str) -> EagerFrame:
     """Read one partition; every failure names the file."""
     return _read_piece(piece, fmt, columns, csv_opts, dtype, _backend.get_backend(backend_name))
 
 
 def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions,
-                dtype: dict[str, DtypeSpec], be: _backend.Backend, nrows: int | None = None) -> LocalFrame:
+                dtype: dict[str, DtypeSpec], be: _backend.Backend, nrows: int | None = None) -> EagerFrame:
     """One partition (``nrows``: only its first rows, read on the host, for a meta sample)."""
     path = piece.path
     if not os.path.exists(path):
@@ -145,7 +144,7 @@ def _read_piece(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOpt
 
 
 def view_meta(piece: FilePiece, fmt: str, columns: list[str], csv_opts: CsvOptions, dtype: dict[str, DtypeSpec],
-              be: _backend.Backend) -> LocalFrame:
+              be: _backend.Backend) -> EagerFrame:
     """The empty frame a view's partitions will look like, without reading a partition:
     parquet from the schema in the footer, CSV / JSON from the first ``META_SAMPLE_ROWS`` rows."""
     if fmt == "parquet":
@@ -280,7 +279,7 @@ class _ViewPlan:
     columns: list[str]  #: the columns read, checked present
     csv_opts: CsvOptions
     dtypes: dict[str, DtypeSpec]  #: every partition's columns converted to these
-    meta: LocalFrame  #: the empty frame every partition looks like
+    meta: EagerFrame  #: the empty frame every partition looks like
 
 
 def _plan_view(path_or_glob: str | os.PathLike | Sequence[str | os.PathLike], columns: Sequence[str] | None,
@@ -324,7 +323,7 @@ def _given_dtypes(dtype: dict[str, DtypeSpec] | None, available: list[str], patt
     return dtypes
 
 
-def _read_eager(view: _ViewPlan, be: _backend.Backend) -> LocalFrame:
+def _read_eager(view: _ViewPlan, be: _backend.Backend) -> EagerFrame:
     """Every file of the view read whole, as one eager pandas / cudf frame (index 0..n-1);
     files whose partitions came out of different dtypes are an error naming both."""
     pieces = [FilePiece(f, pin=pin_file(f, parquet=view.fmt == "parquet")) for f in view.files]

@@ -37,10 +37,10 @@ from fbrapids.kernels import fill_null_var_width, take_var_width, takes_type
 if TYPE_CHECKING:
     from pandas.api.extensions import ExtensionArray
 
-    from fbrapids.views.local_frames import LocalFrame, LocalSeries
+    from fbrapids.frames.backend import EagerFrame, EagerSeries
 
 #: the rows of a frame to keep: a bool numpy array, or a bool series on the frame's index
-Mask = Union[np.ndarray, "LocalSeries"]
+Mask = Union[np.ndarray, "EagerSeries"]
 
 #: below this many rows a selection is pandas' own (the kernel's setup costs more)
 MIN_ROWS = 4096
@@ -100,7 +100,7 @@ def _contiguous(rows: np.ndarray) -> bool:
     return bool(len(rows)) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all())
 
 
-def take_rows(frame: LocalFrame, rows: np.ndarray) -> LocalFrame:
+def take_rows(frame: EagerFrame, rows: np.ndarray) -> EagerFrame:
     """``frame.take(rows)`` (``rows``: non-negative row positions).
 
     Example:
@@ -125,7 +125,7 @@ def take_rows(frame: LocalFrame, rows: np.ndarray) -> LocalFrame:
     return result.__finalize__(frame, method="take")  # type: ignore[operator]  # pandas-stubs 3.1 lists no NDFrame.__finalize__
 
 
-def filter_rows(frame: LocalFrame, mask: Mask) -> LocalFrame:
+def filter_rows(frame: EagerFrame, mask: Mask) -> EagerFrame:
     """``frame[mask]`` for a boolean mask (a numpy array, or a Series on ``frame``'s index).
 
     Example:

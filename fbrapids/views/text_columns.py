@@ -35,7 +35,7 @@ from fbrapids.views.dtype_spec import DtypeSpec, as_numpy
 if TYPE_CHECKING:
     import cudf
 
-    from fbrapids.views.local_frames import LocalFrame, LocalSeries
+    from fbrapids.frames.backend import EagerFrame, EagerSeries
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ def convert_text_column(values: pd.Series, want: DtypeSpec | None, path: str, co
 
 # the casts of whole columns live here, not in casts.py: a text column cast to a number is
 # converted by convert_text_column, whose datetime texts are cast back through _cast_column
-def apply_dtypes(frame: LocalFrame, dtype: dict[str, DtypeSpec], path: str) -> LocalFrame:
+def apply_dtypes(frame: EagerFrame, dtype: dict[str, DtypeSpec], path: str) -> EagerFrame:
     """``frame``'s columns cast to ``dtype``, exactly: a value the target cannot hold (out
     of range, a fraction or NaN for an int, a finite float that overflows, an int that
     float cannot hold exactly, null for a non-nullable dtype, a number other than 0 / 1
@@ -321,7 +321,7 @@ def _is_text(dtype: DtypeSpec) -> bool:
     return isinstance(dtype, pd.StringDtype) or str(dtype) in ("object", "str", "string")
 
 
-def _cast_column(values: LocalSeries, want: DtypeSpec, path: str, col: str) -> LocalSeries:
+def _cast_column(values: EagerSeries, want: DtypeSpec, path: str, col: str) -> EagerSeries:
     """One column as ``want``, exactly, or a ViewError naming the file, column, row and value."""
     try:
         target = pd.api.types.pandas_dtype(want) if want is not str else None

@@ -46,8 +46,7 @@ from fbrapids.frames import backend as _backend
 from fbrapids.views.inputs import epoch_seconds, is_datetime
 
 if TYPE_CHECKING:  # (annotations only)
-    from fbrapids.frames.backend import SeriesLike
-    from fbrapids.views.local_frames import LocalFrame, LocalSeries
+    from fbrapids.frames.backend import EagerFrame, EagerSeries, SeriesLike
 
 #: the epoch units and their counts per second
 UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -149,7 +148,7 @@ class TimeForm:
             out = _from_texts(_as_digits(s, self.name), self.name)
         return out
 
-    def seconds(self, values: LocalSeries, where: str, bounds: tuple[int, int] | None = None) -> LocalSeries:
+    def seconds(self, values: EagerSeries, where: str, bounds: tuple[int, int] | None = None) -> EagerSeries:
         """``values`` as int64 UTC epoch seconds (a series of the same kind, index kept);
         a :class:`~fbrapids.errors.WorkloadError` naming ``where``, how many values are not
         of this form and some of them; with ``bounds`` (default: :data:`DECLARED` for an
@@ -261,7 +260,7 @@ def infer_form(values: SeriesLike, where: str) -> TimeForm:
                         f"ISO 8601 text: {HINT}")
 
 
-def parse_time_column(part: LocalFrame, column: str, form: TimeForm, where: str) -> LocalFrame:
+def parse_time_column(part: EagerFrame, column: str, form: TimeForm, where: str) -> EagerFrame:
     """``part`` (a pandas / cudf frame, or a dask partition) with ``column`` read as int64
     UTC epoch seconds in ``form`` (:meth:`TimeForm.seconds`; errors name ``where``).
 

@@ -81,7 +81,7 @@ from numpy.typing import DTypeLike
 from fbrapids.errors import CleanError
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
-    from fbrapids.views.local_frames import LocalFrame, LocalSeries
+    from fbrapids.frames.backend import EagerFrame, EagerSeries
 
 _COMPARE: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne), ast.Lt: ("<", operator.lt),
@@ -100,7 +100,7 @@ _NAMED_LITERALS = {"nan": float("nan"), "inf": float("inf"), "NaN": float("nan")
 
 Scalar = Union[int, float, str, bool]
 #: what a value node gives: a column (or arithmetic over columns), or one Python / numpy scalar
-Operand: TypeAlias = Union["LocalSeries", Scalar, np.number]
+Operand: TypeAlias = Union["EagerSeries", Scalar, np.number]
 
 
 # -- the tree ----------------------------------------------------------------------------
@@ -319,14 +319,14 @@ class _Truth:
     """A condition's value per row as two null-free bool series: ``value`` (True only where
     known and true) and ``known`` (None: every row known)."""
 
-    value: LocalSeries
-    known: LocalSeries | None = None
+    value: EagerSeries
+    known: EagerSeries | None = None
 
-    def known_or(self, like: LocalSeries) -> LocalSeries:
+    def known_or(self, like: EagerSeries) -> EagerSeries:
         return self.known if self.known is not None else _all(like, True)
 
 
-def evaluate(where: Where | str, frame: LocalFrame) -> LocalSeries:
+def evaluate(where: Where | str, frame: EagerFrame) -> EagerSeries:
     """The boolean mask of the rows of ``frame`` (pandas or cudf) that pass ``where``.
 
     The mask holds no nulls: rows whose condition is unknown are False.
@@ -351,7 +351,7 @@ def evaluate(where: Where | str, frame: LocalFrame) -> LocalSeries:
     return _Evaluator(w.text, frame).truth(w.tree).value
 
 
-def _is_int(v: Operand) -> TypeGuard[LocalSeries | int | np.integer]:
+def _is_int(v: Operand) -> TypeGuard[EagerSeries | int | np.integer]:
     """An integer operand: a Python int literal (not a bool) or an integer series."""
     if isinstance(v, (bool, np.bool_, float, str)):
         return False
@@ -361,18 +361,18 @@ def _is_int(v: Operand) -> TypeGuard[LocalSeries | int | np.integer]:
     return dt is not None and dt.kind in "iu"
 
 
-def _all(like: LocalSeries, value: bool) -> LocalSeries:
+def _all(like: EagerSeries, value: bool) -> EagerSeries:
     """A null-free bool series of ``value`` with ``like``'s index (pandas or cudf)."""
     return (like.notna() | like.isna()) if value else (like.notna() & like.isna())
 
 
-def _dtype(s: LocalSeries | np.number) -> np.dtype | None:
+def _dtype(s: EagerSeries | np.number) -> np.dtype | None:
     """The numpy dtype behind a numeric series (nullable pandas dtypes unwrapped); None otherwise."""
     dt = getattr(s.dtype, "numpy_dtype", s.dtype)
     return dt if isinstance(dt, np.dtype) and dt.kind in "biuf" else None
 
 
-def _num_dtype(s: LocalSeries | np.number) -> np.dtype:
+def _num_dtype(s: EagerSeries | np.number) -> np.dtype:
     """:func:`_dtype` of a series the caller knows is numeric."""
     dt = _dtype(s)
     if dt is None:
@@ -389,7 +389,7 @@ _MASKED: dict[str, TypingLiteral["Int8", "Int16", "Int32", "Int64", "UInt8", "UI
 }
 
 
-def _astype(s: LocalSeries, dt: DTypeLike) -> LocalSeries:
+def _astype(s: EagerSeries, dt: DTypeLike) -> EagerSeries:
     """``s`` as numpy dtype ``dt``, keeping nulls: a pandas nullable column becomes the
     nullable dtype of that width (``Int8`` -> ``Int16``); numpy / cudf columns cast directly."""
     dt = np.dtype(dt)
@@ -401,14 +401,14 @@ def _astype(s: LocalSeries, dt: DTypeLike) -> LocalSeries:
 
 
 class _Evaluator:
-    def __init__(self, text: str, frame: LocalFrame) -> None:
+    def __init__(self, text: str, frame: EagerFrame) -> None:
         self.text = text
         self.frame = frame
 
     def fail(self, what: str) -> CleanError:
         return CleanError(f"filter {self.text!r}: {what}")
 
-    def like(self) -> LocalSeries:
+    def like(self) -> EagerSeries:
         return self.frame[self.frame.columns[0]]
 
     # values: a series or a Python scalar
@@ -440,8 +440,8 @@ class _Evaluator:
         arrow = getattr(v.dtype, "pyarrow_dtype", None) is not None
         return v if dt == target and not arrow else _astype(v, target)
 
-    def int_arith(self, tree: Arith, left: LocalSeries | int | np.integer, right: LocalSeries | int | np.integer
-                  ) -> LocalSeries | np.integer:
+    def int_arith(self, tree: Arith, left: EagerSeries | int | np.integer, right: EagerSeries | int | np.integer
+                  ) -> EagerSeries | np.integer:
         """``a op b`` on 64-bit integers, exactly: a row whose result int64 (uint64 for a
         uint64 column) cannot hold is an error naming the row; ``//`` and ``%`` by 0 (or by a
         null) are null."""
@@ -453,7 +453,7 @@ class _Evaluator:
         info = np.iinfo(dt)
         a, b = (self.int_literal(v, dt, info) if isinstance(v, int) else v for v in (left, right))
         op = tree.op
-        zero: LocalSeries | None = None
+        zero: EagerSeries | None = None
         if op in ("//", "%") and isinstance(b, np.generic):  # a literal divisor: every row or none
             if isinstance(a, np.generic) and b == 0:
                 raise self.fail(f"cannot compute {op!r} here: integer division by zero")
@@ -489,7 +489,7 @@ class _Evaluator:
             raise self.fail(f"the literal {v} is outside {dt}, the type of this arithmetic")
         return dt.type(v)
 
-    def check_overflow(self, tree: Arith, bad: LocalSeries | bool | np.bool_, a: Operand, b: Operand) -> None:
+    def check_overflow(self, tree: Arith, bad: EagerSeries | bool | np.bool_, a: Operand, b: Operand) -> None:
         if isinstance(bad, (bool, np.bool_)):
             if bad:
                 raise self.fail(f"{tree.op!r} of {a} and {b} overflows 64 bits")
@@ -578,7 +578,7 @@ class _Evaluator:
         value = raw.fillna(False).astype(bool) & known
         return _Truth(value, known)
 
-    def columns(self, op: str, a: LocalSeries, b: LocalSeries, tree: Compare) -> LocalSeries:
+    def columns(self, op: str, a: EagerSeries, b: EagerSeries, tree: Compare) -> EagerSeries:
         """``a op b`` for two series, exactly: ``int64`` against ``uint64`` by sign, then
         value; an integer against a float as numbers (never through float64 alone)."""
         da, db = _dtype(a), _dtype(b)
@@ -600,7 +600,7 @@ class _Evaluator:
         return _OPS[op](a if da == target else _astype(a, target), b if db == target else _astype(b, target))
 
     @staticmethod
-    def signed_vs_unsigned(op: str, a: LocalSeries, b: LocalSeries) -> LocalSeries:
+    def signed_vs_unsigned(op: str, a: EagerSeries, b: EagerSeries) -> EagerSeries:
         """``a op b`` for an ``int64`` ``a`` and a ``uint64`` ``b``: a negative ``a`` is below
         every ``b``; otherwise both compare as ``uint64``."""
         neg = (a < 0).fillna(False).astype(bool)
@@ -609,7 +609,7 @@ class _Evaluator:
         return (same & ~neg) | (neg & (op in ("<", "<=", "!=")))
 
     @staticmethod
-    def int_vs_float(op: str, a: LocalSeries, f: LocalSeries) -> LocalSeries:
+    def int_vs_float(op: str, a: EagerSeries, f: EagerSeries) -> EagerSeries:
         """``a op f`` for a 64-bit integer ``a`` and a ``float64`` ``f``, exactly.  Rounding is
         monotonic, so where ``float(a) != f`` the float comparison is right; where they tie,
         ``f`` is integral and compares with ``a`` as an integer (``f`` beyond the integer type
@@ -625,7 +625,7 @@ class _Evaluator:
         exact = _OPS[op](a, f_int).fillna(False).astype(bool) & exact_rows
         return by_float | exact | (beyond & (op in ("<", "<=", "!=")))
 
-    def against_literal(self, col: LocalSeries, op: str, lit: Scalar | np.number, named: Value | None = None) -> LocalSeries | bool | None:
+    def against_literal(self, col: EagerSeries, op: str, lit: Scalar | np.number, named: Value | None = None) -> EagerSeries | bool | None:
         """``col op lit`` with exact types; a bool when the answer is the same for every
         non-null row; None when it is unknown on every row (a NaN literal)."""
         dt = _dtype(col)
@@ -658,7 +658,7 @@ class _Evaluator:
             return _OPS[op](_astype(col, np.float64), near)
         return self.int_against(col, dt, op, lit)
 
-    def in_values(self, tree: IsIn, col: LocalSeries) -> Sequence[Scalar] | np.ndarray:
+    def in_values(self, tree: IsIn, col: EagerSeries) -> Sequence[Scalar] | np.ndarray:
         """The literals of ``col in [...]`` that a value of ``col`` can equal, in ``col``'s own
         type (so ``isin`` never goes through float64); a literal of another kind (a str
         against a number, a number against text) is a CleanError naming both."""
@@ -693,7 +693,7 @@ class _Evaluator:
         cast = dt.type(v)
         return math.isfinite(cast) and (int(cast) == v if isinstance(v, int) else float(cast) == v)
 
-    def int_against(self, col: LocalSeries, dt: np.dtype, op: str, lit: int | float | np.number) -> LocalSeries | bool:
+    def int_against(self, col: EagerSeries, dt: np.dtype, op: str, lit: int | float | np.number) -> EagerSeries | bool:
         if isinstance(lit, float):
             if math.isinf(lit):
                 return op in ("!=", "<", "<=") if lit > 0 else op in ("!=", ">", ">=")

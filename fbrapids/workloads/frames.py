@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, TypeGuard
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fbrapids.errors import WorkloadError
-from fbrapids.frames.backend import is_dask
+from fbrapids.frames.backend import is_dask_frame
 from fbrapids.workloads.spec import HELD_OUT, Join, View, Workload
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
@@ -51,14 +51,9 @@ def partition_rows() -> int:
     return int(dask.config.get("fbrapids.partition-rows", PARTITION_ROWS))
 
 
-def _is_lazy(frame: FrameLike) -> TypeGuard[dd.DataFrame]:
-    """Whether ``frame`` is a dask (or dask-cudf) frame (:func:`~fbrapids.frames.backend.is_dask`)."""
-    return is_dask(frame)
-
-
 def _lazy(frame: FrameLike, where: str) -> dd.DataFrame:
     """``frame``, a view as :func:`~fbrapids.views.read.read_view` reads it here: a dask frame."""
-    if not _is_lazy(frame):
+    if not is_dask_frame(frame):
         raise WorkloadError(f"{where}: read as a {type(frame).__name__}, not a dask frame")
     return frame
 
@@ -100,7 +95,7 @@ def split_by_time(frame: FrameLike, column: str, cutoff: int | None) -> tuple[Fr
         >>> tr["ts"].tolist(), te["ts"].tolist()
         ([1], [5, 9])
     """
-    if _is_lazy(frame):
+    if is_dask_frame(frame):
         return (frame.map_partitions(_rows_before, column, cutoff, True, meta=frame._meta),
                 frame.map_partitions(_rows_before, column, cutoff, False, meta=frame._meta))
     return frame[frame[column] < cutoff], frame[frame[column] >= cutoff]
@@ -246,7 +241,7 @@ def feature_frame(w: Workload, backend: str | None = None, features: Mapping[str
     for j in w.joins:
         if j.after_features:
             merged = join(merged, j)
-    if merged.index.name is not None and _is_lazy(merged):  # the key back as a column
+    if merged.index.name is not None and is_dask_frame(merged):  # the key back as a column
         # per partition (opaque to dask's optimizer: its filter pushdown through reset_index
         # misaligns a later row filter such as split_by_time's, dask 2026.8)
         merged = merged.map_partitions(index_as_column, meta=index_as_column(merged._meta))
