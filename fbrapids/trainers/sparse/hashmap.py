@@ -136,6 +136,8 @@ def _declare_rows(lib: ctypes.CDLL) -> None:
     lib.fbx_prepare_ram_tier.restype = i64
     lib.fbx_prepare_ram_tier.argtypes = [p, p, i64, p, p, p, p, i64, i64, p, p, i64, p, p, p, p, p, i64, i64, p, i64,
                                          i64, p, i64, f32, p, p]
+    lib.fbx_prepare_tables.restype = None
+    lib.fbx_prepare_tables.argtypes = [p, i64, p]
     lib.fbx_place_new.restype = i64
     lib.fbx_place_new.argtypes = [p, i64, p, p, p, p, p, i64, i64, p, p, p, i64, i64, p, i64, i64, p, i64, f32, p]
     lib.fbx_sgd.restype = ctypes.c_int
@@ -815,6 +817,26 @@ LOOKUP_WORDS = 21
 ADAGRAD_WORDS = 8
 
 
+#: words per table of :func:`prepare_tables`' descriptors (``csrc/hashmap.c``, ``FBX_PR_*``)
+PREPARE_WORDS = 32
+
+
+def prepare_tables(desc: np.ndarray) -> np.ndarray:
+    """:meth:`UInt64HashMap.prepare_ram_tier` and then :func:`book_rows` of several tables in
+    one C call (the prefetch thread's work for tables of one RAM tier): row ``t`` of ``desc``
+    ``[n, PREPARE_WORDS]`` (int64) is table ``t``'s :meth:`UInt64HashMap.prepare_words`;
+    returns each table's result (0, -1 memory, -2 a free slot out of range, -3 a row out of range or
+    not cached, -4 no room made for its new rows: nothing done).
+    The caller vouches for every address (the words' arrays are alive, nothing else uses them
+    meanwhile)."""
+    desc = np.ascontiguousarray(desc, dtype=np.int64)
+    if desc.ndim != 2 or desc.shape[1] != PREPARE_WORDS:
+        raise ArgumentError(f"prepare_tables: descriptors must be [n, {PREPARE_WORDS}], got {desc.shape}")
+    ret = np.zeros(len(desc), dtype=np.int64)
+    _lib().fbx_prepare_tables(desc.ctypes.data, len(desc), ret.ctypes.data)
+    return ret
+
+
 def lookup_tables(desc: np.ndarray) -> np.ndarray:
     """:func:`lookup_pass` of several tables in one C call: row ``t`` of ``desc`` ``[n,
     LOOKUP_WORDS]`` (int64) holds table ``t``'s arguments, arrays as the addresses of their
@@ -854,6 +876,35 @@ def _u64(keys: np.ndarray) -> np.ndarray:
     if keys.dtype != np.uint64:
         raise InputTypeError(f"hash map keys must be uint64 or int64, got {keys.dtype}")
     return np.ascontiguousarray(keys)
+
+
+class PreparedBuffers:
+    """The arrays one table's part of :func:`prepare_tables` writes (and the inputs it reads,
+    kept alive with them): the distinct keys, inverse, counts and rows, the free slots left,
+    the counts of keys, rows admitted and their occurrences, and the booking's slots, last
+    steps before and lookup counters."""
+
+    def __init__(self, keys: np.ndarray, n: int, mixes: np.ndarray, state: np.ndarray, n_free: int) -> None:
+        self.keys, self.mixes, self.state = keys, mixes, state
+        self.uniq, self.inverse = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
+        self.counts, self.rows = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        self.left, self.out = np.array([n_free], dtype=np.int64), np.zeros(3, dtype=np.int64)
+        self.slots, self.old_last = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        self.touched = np.zeros(6, dtype=np.int64)
+
+    def found(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct keys, inverse, counts, rows), as :meth:`UInt64HashMap.unique_get` returns them."""
+        m = int(self.out[0])
+        return self.uniq[:m], self.inverse, self.counts[:m], self.rows[:m]
+
+    def placed(self) -> tuple[int, int, int]:
+        """(rows admitted, their occurrences, free slots left)."""
+        return int(self.out[1]), int(self.out[2]), int(self.left[0])
+
+    def booked(self, pin_step: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """The booking as a stash holds it: (step, slots, last steps before, counters)."""
+        m = int(self.out[0])
+        return pin_step, self.slots[:m], self.old_last[:m], self.touched
 
 
 class UInt64HashMap:
@@ -984,6 +1035,50 @@ class UInt64HashMap:
             raise RowIndexError("prepare_ram_tier: no room made for the batch's new rows, or a free slot out of range")
         m = int(out[0])
         return (uniq[:m], inverse, counts[:m], rows[:m]), int(out[1]), int(out[2]), int(left[0])
+
+    def prepare_words(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
+                      free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+                      pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
+                      state: np.ndarray, last: np.ndarray, freq: np.ndarray) -> tuple[list[int], PreparedBuffers]:
+        """:meth:`prepare_ram_tier`'s arguments, checked as it checks them, followed by
+        :func:`book_rows`' (the rows' ``last`` and ``freq``, booked at ``pin_step``), as a row of
+        :func:`prepare_tables`' descriptors, and the arrays it writes its results into (kept
+        alive by the caller until the call is done; :meth:`PreparedBuffers.found` reads them).
+
+        Example:
+            >>> import numpy as np
+            >>> m = UInt64HashMap(); m.put(np.array([9], dtype=np.uint64), np.array([0]))
+            >>> g2id, rec = np.array([9, 0, 0, 0], np.uint64), np.array([[0, -1, 0, 0]] + [[-1, -1, 0, 0]] * 3)
+            >>> table, owner, pin, dirty = np.zeros((4, 2), np.float32), np.full(4, -1), np.full(4, -1), np.zeros(4, bool)
+            >>> words, bufs = m.prepare_words(np.array([5, 9, 5], np.uint64), 1, g2id, rec[:, 0], np.array([3, 2, 1]),
+            ...     3, owner, dirty, pin, 7, table, 1, 0, 0.5, np.array([0.0], np.float32), rec[:, 2], rec[:, 3])
+            >>> prepare_tables(np.array([words])).tolist(), [a.tolist() for a in bufs.found()], bufs.placed()
+            ([0], [[5, 9], [0, 1, 0], [2, 1], [1, 0]], (1, 2, 2))
+            >>> bufs.slots[:2].tolist(), rec[:2, 2].tolist(), rec[:2, 3].tolist(), pin[:4].tolist()
+            ([1, 0], [7, 7], [1, 2], [7, 7, -1, -1])
+        """
+        keys = np.ascontiguousarray(_u64(keys))
+        n = len(keys)
+        for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pin, np.int64), (dirty, np.bool_)):
+            if a.dtype != dt or not a.flags.c_contiguous:
+                raise InputTypeError(f"prepare_words: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
+        rs = record_stride("prepare_words", cache_loc, last, freq)
+        row_cap = min(len(g2id), len(cache_loc), len(last), len(freq))
+        state = np.ascontiguousarray(state, dtype=np.float32)
+        if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or \
+                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(state) != table.shape[1] - dim or \
+                not 0 <= n_free <= len(free):
+            raise ArgumentError("prepare_words: a float32 table with an owner, pin and dirty entry per slot")
+        mixes, per = seed_mixes(seed_mix, dim)
+        b = PreparedBuffers(keys, n, mixes, state, int(n_free))
+        scale_bits = int(np.array([scale], dtype=np.float32).view(np.uint32)[0])
+        words = [int(self._h), keys.ctypes.data, n, b.uniq.ctypes.data, b.inverse.ctypes.data, b.counts.ctypes.data,
+                 b.rows.ctypes.data, int(n_rows), row_cap, g2id.ctypes.data, cache_loc.ctypes.data, rs,
+                 free.ctypes.data, b.left.ctypes.data, owner.ctypes.data, dirty.ctypes.data, pin.ctypes.data,
+                 table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], per, mixes.ctypes.data, len(mixes),
+                 scale_bits, state.ctypes.data, b.out.ctypes.data, last.ctypes.data, freq.ctypes.data,
+                 b.slots.ctypes.data, b.old_last.ctypes.data, b.touched.ctypes.data]
+        return words, b
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """All (keys uint64, values int64), in table order."""

@@ -34,7 +34,7 @@ import torch
 
 from fbrapids.errors import StoreError
 from fbrapids.trainers.sparse.config import StoreConfig
-from fbrapids.trainers.sparse.hashmap import cache_slots, init_rows_into, pin_slots, place_new
+from fbrapids.trainers.sparse.hashmap import PreparedBuffers, cache_slots, init_rows_into, pin_slots, place_new
 from fbrapids.trainers.sparse.init import seed_mix
 from fbrapids.trainers.sparse.policies import eviction_policy
 from fbrapids.trainers.sparse.row_directory import RowDirectory
@@ -410,13 +410,28 @@ class TierStack:
         found, new, occ, left = d.map.prepare_ram_tier(
             keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free, cache.slots.owner,
             cache.slots.dirty, cache.pin, pin_step, cache.host_table(), c.dim, self.seed_mix, c.scale, self.initial_state)
+        self.note_placed(new, left)
+        return found, new, occ
+
+    def ram_tier_words(self, keys: np.ndarray, pin_step: int) -> tuple[list[int], PreparedBuffers]:
+        """:meth:`prepare_ram_tier` of ``keys`` and the booking of their rows at ``pin_step``
+        as one table's row of :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors
+        (several tables in one C call), and the buffers it fills; :meth:`note_placed` after it
+        ran.  The caller has made room for every key, as for :meth:`prepare_ram_tier`."""
+        d, cache, c = self.dir, self.cache, self.config
+        return d.map.prepare_words(keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free,
+                                   cache.slots.owner, cache.slots.dirty, cache.pin, pin_step, cache.host_table(), c.dim,
+                                   self.seed_mix, c.scale, self.initial_state, d.last, d.freq)
+
+    def note_placed(self, new: int, left: int) -> None:
+        """Count ``new`` rows a C pass admitted and placed in free slots, ``left`` of them left."""
+        cache = self.cache
         cache.slots.n_free = left
-        d.note_admitted(new)
+        self.dir.note_admitted(new)
         cache.stats.bytes_in += new * self.row_bytes
         self.host.stats.misses += new
         self.ssd_stats.misses += new
         self.new_rows += new
-        return found, new, occ
 
     # -- reading in place --------------------------------------------------------------------
     def read_rows(self, g: np.ndarray) -> np.ndarray:

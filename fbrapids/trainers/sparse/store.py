@@ -68,15 +68,16 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from fbrapids.errors import ArgumentError, InputTypeError, StoreError
+from fbrapids.errors import ArgumentError, InputTypeError, RowIndexError, StoreError, StoreMemoryError
 from fbrapids.trainers.device import resolve_device
 from fbrapids.trainers.sparse import persistence
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.hashmap import (
-    book_rows,
+    PreparedBuffers,
     gather_cols,
     lookup_pass,
     pin_slots,
+    prepare_tables,
     record_stride,
     store_touch,
     unbook_rows,
@@ -130,30 +131,91 @@ def same_keys(stash: _Stash, keys: Keys) -> bool:
 
 def prepare_together(stores: Sequence["TieredEmbeddingStore"], ids: Sequence[Ids]) -> None:
     """:meth:`TieredEmbeddingStore.prepare` of ``stores[t]`` with ``ids[t]`` for every t, their
-    background work as one job of the prefetch thread (in order: a failure is kept for the
-    lookup of its own table, the others go on)."""
+    background work as one job of the prefetch thread: the tables of one RAM tier in one C call
+    (:class:`PlaceAhead`), the others after them, in order (a failure is kept for the lookup of
+    its own table, the others go on)."""
     done: Future = Future()
-    work = []
+    ahead: list[PlaceAhead] = []
+    work: list[Callable[[], None]] = []
     try:
         for s, i in zip(stores, ids):
             w = s.prepare_work(i, done)
-            if w is not None:
+            if isinstance(w, PlaceAhead):
+                ahead.append(w)
+            elif w is not None:
                 work.append(w)
     except BaseException:
         done.set_result(None)  # the stashes made so far are found empty, never waited for in vain
         raise
-    if not work:
+    if not work and not ahead:
         done.set_result(None)
         return
 
     def run() -> None:
         try:
+            if ahead:
+                place_ahead(ahead)
             for w in work:
                 w()
         finally:
             done.set_result(None)
 
     _prefetch_thread().submit(run)
+
+
+@dataclass
+class PlaceAhead:
+    """One table's part of a prepare in one RAM tier (:meth:`TieredEmbeddingStore.prepare`):
+    its batch's ids found, the new ones admitted and placed, and its lookup's bookkeeping done
+    ahead, with every other such table's in one C call (:func:`place_ahead`)."""
+
+    store: "TieredEmbeddingStore"
+    stash: "_Stash"
+    pin_step: int
+
+    def words(self) -> tuple[list[int], PreparedBuffers]:
+        """The table's row of :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors
+        (room made first for every key as a new row) and the buffers it fills."""
+        self.stash.keys = keys = np.ascontiguousarray(as_uint64_ids(self.stash.source).ravel())
+        d = self.store.directory
+        d.grow(len(d) + len(keys))  # room for every key as a new row
+        return self.store.tiers.ram_tier_words(keys, self.pin_step)
+
+    def finish(self, bufs: PreparedBuffers, rc: int) -> None:
+        """Count what the C call did and fill in the stash (or its error)."""
+        if rc == -1:
+            raise StoreMemoryError(f"table {self.store.name!r}: out of memory for the id map, admitting a batch of "
+                                   f"{len(bufs.keys)} ids")
+        if rc in (-2, -4):
+            raise RowIndexError(f"table {self.store.name!r}: no room made for the batch's new rows, or a free slot out "
+                                "of range")
+        new, occ, left = bufs.placed()
+        self.store.tiers.note_placed(new, left)
+        if rc != 0:
+            raise RowIndexError(f"table {self.store.name!r}: a row out of range or not cached, booking a batch ahead")
+        st = self.stash
+        st.found, st.placed, st.complete = bufs.found(), (new, occ), True
+        st.booked = bufs.booked(self.pin_step)
+        st.admitted = len(self.store.directory)
+
+
+def place_ahead(parts: Sequence[PlaceAhead]) -> None:
+    """Every part's prepare in one C call (:func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`:
+    Python's lock released once for all the tables); an error goes to its own table's stash."""
+    ready: list[tuple[PlaceAhead, list[int], PreparedBuffers]] = []
+    for p in parts:
+        try:
+            ready.append((p, *p.words()))
+        except BaseException as exc:  # raised by the lookup that waits for it
+            p.stash.error = exc
+    if not ready:
+        return
+    ret = prepare_tables(np.array([w for _, w, _ in ready], dtype=np.int64))
+    for (p, _, bufs), rc in zip(ready, ret):
+        try:
+            p.finish(bufs, int(rc))
+        except BaseException as exc:
+            p.stash.error = exc
 
 
 @dataclass
@@ -690,10 +752,10 @@ class TieredEmbeddingStore:
         """The thread a store's background work runs on (:meth:`prepare`, updates)."""
         return _prefetch_thread()
 
-    def prepare_work(self, ids: Ids, done: Future) -> Callable[[], None] | None:
+    def prepare_work(self, ids: Ids, done: Future) -> Callable[[], None] | PlaceAhead | None:
         """This thread's part of :meth:`prepare` (a device cache: all of it, returning None);
-        returns the work for the prefetch thread, which fills in the new stash and is done
-        when ``done`` is."""
+        returns the work for the prefetch thread (in one RAM tier: its part of one C call for
+        every such table), which fills in the new stash and is done when ``done`` is."""
         if self.tiers.cache.table is None:
             self.prefetch(ids)
             return None
@@ -703,12 +765,11 @@ class TieredEmbeddingStore:
             n = ids.numel() if isinstance(ids, torch.Tensor) else int(np.size(ids))
             self.tiers.reserve(n)  # room in the cache for every key as a new row, made on this thread (the
             pin_step = self._step + 1  # current step updates the cache's rows; the directory is the other's)
+            self._prefetched = stash
+            return PlaceAhead(self, stash, pin_step)
 
-            def work() -> None:
-                self._find_and_place(stash, pin_step)
-        else:
-            def work() -> None:
-                self._find(stash)
+        def work() -> None:
+            self._find(stash)
         self._prefetched = stash
         return work
 
@@ -717,21 +778,6 @@ class TieredEmbeddingStore:
         try:
             stash.keys = as_uint64_ids(stash.source).ravel()
             stash.found = self.directory.unique_rows(stash.keys)
-            stash.admitted = len(self.directory)
-        except BaseException as exc:  # raised by the lookup that waits for it
-            stash.error = exc
-
-    def _find_and_place(self, stash: _Stash, pin_step: int) -> None:
-        """The prefetch thread's job in one RAM tier: the distinct keys and their rows, the
-        new ones admitted and placed in free slots, in one C pass."""
-        try:
-            stash.keys = keys = as_uint64_ids(stash.source).ravel()
-            self.directory.grow(len(self.directory) + len(keys))  # room for every key as a new row
-            stash.found, new, occ = self.tiers.prepare_ram_tier(keys, pin_step)
-            stash.placed, stash.complete = (new, occ), True
-            slots, old_last, touched = book_rows(stash.found[3], stash.found[2], self.directory, self.tiers.cache.pin,
-                                                 pin_step, pin_step)
-            stash.booked = (pin_step, slots, old_last, touched)
             stash.admitted = len(self.directory)
         except BaseException as exc:  # raised by the lookup that waits for it
             stash.error = exc

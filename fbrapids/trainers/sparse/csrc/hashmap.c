@@ -549,8 +549,8 @@ void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthread
  * optimizer state[0..width - dim)), cache_loc[row * rs] = slot, owner[slot] = row,
  * dirty[slot] = 1, pin[slot] = pin_step.  The caller has made room: g2id and the records hold
  * n_rows + n rows, *n_free >= n.  out[0] = distinct keys, out[1] = rows admitted, out[2] =
- * their occurrences.  Returns 0, or -1 (memory: nothing admitted), -2 (no room: nothing
- * admitted). */
+ * their occurrences.  Returns 0, or -1 (memory: nothing admitted), -2 (a free slot out of
+ * range: nothing admitted), -4 (no room for the new rows: nothing admitted). */
 int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
                              int64_t *counts, int64_t *g, int64_t n_rows, int64_t row_cap, uint64_t *g2id,
                              int64_t *cache_loc, int64_t rs, int64_t *free_slots, int64_t *n_free, int64_t *owner,
@@ -562,7 +562,7 @@ int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, 
     int64_t fresh = 0, occ = 0;
     for (int64_t j = 0; j < m; j++)
         if (g[j] < 0) fresh++;
-    if (n_rows + fresh > row_cap || fresh > *n_free) return -2;
+    if (n_rows + fresh > row_cap || fresh > *n_free) return -4;
     for (int64_t k = 1; k <= fresh; k++)
         if (free_slots[*n_free - k] < 0 || free_slots[*n_free - k] >= n_slots) return -2;
     if (fresh && fbx_reserve(dir, fresh) != 0) return -1;
@@ -620,5 +620,42 @@ void fbx_unbook_rows(const int64_t *g, const int64_t *counts, int64_t m, int64_t
         int64_t r = g[j] * rs;
         last[r] = old_last[j];
         freq[r] -= counts[j];
+    }
+}
+
+/* The prefetch thread's work for several tables of one RAM tier in one call (one release of
+ * Python's lock for all of them, not three calls per table): table t's arguments are the words
+ * desc[t * FBX_PR_WORDS + k] (k: FBX_PR_*, pointers as integers, the scale as a float's bits):
+ * fbx_prepare_ram_tier of its keys, then fbx_book_rows of their distinct rows at pin_step
+ * (booked ahead of the lookup at that step).  ret[t]: as fbx_prepare_ram_tier's (-4: no room
+ * for its new rows, nothing done), or -3 (a row out of range or not cached: nothing booked). */
+enum { FBX_PR_DIR, FBX_PR_KEYS, FBX_PR_N, FBX_PR_UNIQ, FBX_PR_INVERSE, FBX_PR_COUNTS, FBX_PR_G, FBX_PR_N_ROWS,
+       FBX_PR_ROW_CAP, FBX_PR_G2ID, FBX_PR_CACHE_LOC, FBX_PR_RS, FBX_PR_FREE, FBX_PR_N_FREE, FBX_PR_OWNER,
+       FBX_PR_DIRTY, FBX_PR_PIN, FBX_PR_N_SLOTS, FBX_PR_PIN_STEP, FBX_PR_TABLE, FBX_PR_WIDTH, FBX_PR_DIM,
+       FBX_PR_MIXES, FBX_PR_SLICES, FBX_PR_SCALE, FBX_PR_STATE, FBX_PR_OUT, FBX_PR_LAST, FBX_PR_FREQ,
+       FBX_PR_SLOTS, FBX_PR_OLD_LAST, FBX_PR_TOUCHED, FBX_PR_WORDS };
+
+void fbx_prepare_tables(const int64_t *desc, int64_t n, int64_t *ret) {
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t *w = desc + t * FBX_PR_WORDS;
+        uint32_t bits = (uint32_t)w[FBX_PR_SCALE];
+        float scale;
+        memcpy(&scale, &bits, sizeof scale);
+        int64_t *out = (int64_t *)w[FBX_PR_OUT];
+        int64_t *g = (int64_t *)w[FBX_PR_G], *counts = (int64_t *)w[FBX_PR_COUNTS];
+        int64_t rc = fbx_prepare_ram_tier(
+            (fbx_hashmap *)w[FBX_PR_DIR], (const uint64_t *)w[FBX_PR_KEYS], w[FBX_PR_N], (uint64_t *)w[FBX_PR_UNIQ],
+            (int64_t *)w[FBX_PR_INVERSE], counts, g, w[FBX_PR_N_ROWS], w[FBX_PR_ROW_CAP], (uint64_t *)w[FBX_PR_G2ID],
+            (int64_t *)w[FBX_PR_CACHE_LOC], w[FBX_PR_RS], (int64_t *)w[FBX_PR_FREE], (int64_t *)w[FBX_PR_N_FREE],
+            (int64_t *)w[FBX_PR_OWNER], (uint8_t *)w[FBX_PR_DIRTY], (int64_t *)w[FBX_PR_PIN], w[FBX_PR_N_SLOTS],
+            w[FBX_PR_PIN_STEP], (float *)w[FBX_PR_TABLE], w[FBX_PR_WIDTH], w[FBX_PR_DIM],
+            (const uint64_t *)w[FBX_PR_MIXES], w[FBX_PR_SLICES], scale, (const float *)w[FBX_PR_STATE], out);
+        if (rc == 0 && fbx_book_rows(g, counts, out[0], (const int64_t *)w[FBX_PR_CACHE_LOC], (int64_t *)w[FBX_PR_LAST],
+                                     (int64_t *)w[FBX_PR_FREQ], w[FBX_PR_RS], w[FBX_PR_ROW_CAP],
+                                     (int64_t *)w[FBX_PR_PIN], w[FBX_PR_N_SLOTS], w[FBX_PR_PIN_STEP],
+                                     w[FBX_PR_PIN_STEP], (int64_t *)w[FBX_PR_SLOTS], (int64_t *)w[FBX_PR_OLD_LAST],
+                                     (int64_t *)w[FBX_PR_TOUCHED]) != 0)
+            rc = -3;
+        ret[t] = rc;
     }
 }
