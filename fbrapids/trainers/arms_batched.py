@@ -58,6 +58,8 @@ from fbrapids.errors import ArgumentError, NonFiniteError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.fit_config import FitConfig, FitResult
+from fbrapids.trainers.sparse.store import prepare_together
+from fbrapids.trainers.sparse.together import lookup_together, on_host, update_each
 from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items
 
 if TYPE_CHECKING:  # (annotations only: the models and the store are imported where used)
@@ -136,35 +138,75 @@ class SharedTables:
                     col.stores[table] = TieredEmbeddingStore(own.config.with_(cache_rows=1, host_rows=None, ssd_dir=None),
                                                              name=own.name, device=own.device)
         self.device = torch.device("cpu")  # the stores' caches (:meth:`to`)
+        self._stacked: list[tuple[TieredEmbeddingStore, Lookup]] = []  # the lookups made together
+        self._split_groups()
         self.mode = {cname: dict(models[0].collections())[cname].mode for cname in self.collections}
         self.features = {cname: dict(models[0].collections())[cname].features for cname in self.collections}
 
     def pooled(self, inputs: Sequence[Batch], train: bool) -> dict[str, torch.Tensor]:
         """Every arm's pooled bags per collection ``[M, B, F, dim]`` (features in the
-        collection's order) from the arms' views of one batch, one lookup per shared store."""
+        collection's order) from the arms' views of one batch, one lookup per shared store
+        (stores in host memory of one width: every lookup pass in one C call, their rows one
+        leaf, :func:`~fbrapids.trainers.sparse.together.lookup_together`)."""
         out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
+        keys = []
         for g in self.groups:
+            vals = [inputs[g.members[0]].sparse[f][0] for f in g.features]
+            keys.append(torch.cat(vals) if len(vals) > 1 else vals[0])
+        self._stacked = []
+        for idx in self._together:  # groups of one width in host memory: their passes in one call
+            lookups, _ = lookup_together([self.groups[i].store for i in idx], [keys[i] for i in idx], train)
+            for i, lk in zip(idx, lookups):  # each store's rows a leaf of its own (one buffer under them all):
+                self.groups[i].lookup = lk  # a gradient lands in its own rows only, not in a copy of the whole
+                lk.rows.requires_grad_(train)
+                self._stacked.append((self.groups[i].store, lk))
+        for i in self._alone:
+            self.groups[i].lookup = self.groups[i].store.lookup(keys[i], requires_grad=train)
+        for g, key in zip(self.groups, keys):
+            assert g.lookup is not None
             sparse = inputs[g.members[0]].sparse
-            vals = [sparse[f][0] for f in g.features]
-            g.lookup = g.store.lookup(torch.cat(vals) if len(vals) > 1 else vals[0], requires_grad=train)
             rows, inverse, start = g.lookup.rows, g.lookup.inverse, 0
-            for f, v in zip(g.features, vals):
-                bags = torch.nn.functional.embedding_bag(inverse[start:start + len(v)], rows,
+            for f in g.features:
+                n = len(sparse[f][0])
+                bags = torch.nn.functional.embedding_bag(inverse[start:start + n], rows,
                                                          sparse[f][1].to(rows.device), mode=self.mode[g.collection])
-                start += len(v)
+                start += n
                 out[g.collection].setdefault(f, []).append((g.members, bags))  # [B, members * dim]
             if not train:
                 g.store.end_step()
+                g.lookup = None
+        if not train:
+            self._stacked = []
         # each feature's bags side by side, [B, F, M * dim] (a row's copy is one run of memory),
         # then seen arm first, [M, B, F, dim], without a copy: the arms' heads copy their part once
         return {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1), self.m)
                 for c, parts in out.items()}
 
+    def _split_groups(self) -> None:
+        """Which shared stores look up together (host memory, grouped by width) and which alone."""
+        by_dim: dict[int, list[int]] = {}
+        self._alone = []
+        for i, g in enumerate(self.groups):
+            if on_host([g.store]):
+                by_dim.setdefault(g.store.config.dim, []).append(i)
+            else:
+                self._alone.append(i)
+        self._together = list(by_dim.values())
+
     def apply_gradients(self) -> None:
-        """Each shared store's sparse step on its rows' gradient (every arm's slice), then its step ends."""
-        for g in self.groups:
+        """Each shared store's sparse step on its rows' gradient (every arm's slice): those
+        looked up together in one C call on the stores' background thread
+        (:func:`~fbrapids.trainers.sparse.together.update_together`), then each store's step ends."""
+        parts = [(store, lk, lk.rows.grad) for store, lk in self._stacked if lk.rows.grad is not None]
+        if parts:
+            update_each(parts, background=True)
+        self._stacked = []
+        for i in self._alone:
+            g = self.groups[i]
             if g.lookup is not None:
                 g.store.apply_gradients(g.lookup)
+        for g in self.groups:
+            if g.lookup is not None:
                 g.store.end_step()
                 g.lookup = None
 
@@ -173,9 +215,11 @@ class SharedTables:
         for g in self.groups:
             g.store.to(device)
         self.device = device
+        self._split_groups()
 
     def end_step(self) -> None:
         """End every shared store's step without an update (a skipped batch)."""
+        self._stacked = []
         for g in self.groups:
             if g.lookup is not None:
                 g.store.end_step()
@@ -183,10 +227,11 @@ class SharedTables:
 
     def prepare(self, inputs: Sequence[Batch]) -> None:
         """Find the next batch's rows in the stores' background thread while this one trains."""
+        keys = []
         for g in self.groups:
-            sparse = inputs[g.members[0]].sparse
-            vals = [sparse[f][0] for f in g.features]
-            g.store.prepare(torch.cat(vals) if len(vals) > 1 else vals[0])
+            vals = [inputs[g.members[0]].sparse[f][0] for f in g.features]
+            keys.append(torch.cat(vals) if len(vals) > 1 else vals[0])
+        prepare_together([g.store for g in self.groups], keys)  # one job of the background thread
 
 
 def _grad_of(leaf: torch.Tensor) -> torch.Tensor:

@@ -814,7 +814,7 @@ def place_new(g: np.ndarray, slots: np.ndarray, d: RowDirectory, owner: np.ndarr
 #: words per table of :func:`lookup_tables`' descriptors (``csrc/hashmap.c``, ``FBX_LK_*``)
 LOOKUP_WORDS = 21
 #: words per table of :func:`rowwise_adagrad_tables`' descriptors (``csrc/rows.c``, ``FBX_AG_*``)
-ADAGRAD_WORDS = 8
+ADAGRAD_WORDS = 9
 
 
 #: words per table of :func:`prepare_tables`' descriptors (``csrc/hashmap.c``, ``FBX_PR_*``)
@@ -855,7 +855,8 @@ def lookup_tables(desc: np.ndarray) -> np.ndarray:
 def rowwise_adagrad_tables(desc: np.ndarray, hyper: np.ndarray) -> np.ndarray:
     """:func:`rowwise_adagrad_` on several tables in one C call: row ``t`` of ``desc`` ``[n,
     ADAGRAD_WORDS]`` holds table ``t``'s rows, slot count, width, slots, their number, its
-    gradient rows, its dirty flags and its dim (addresses as ints, ``FBX_AG_*`` in ``csrc/rows.c``),
+    gradient rows, its dirty flags, its dim (a slice's) and its slices (addresses as ints,
+    ``FBX_AG_*`` in ``csrc/rows.c``; several slices: :func:`rowwise_adagrad_sliced_`'s update),
     ``hyper[t]`` its lr and eps; the slots of a table must be distinct.  Returns each
     table's result (0, or -1 for a slot out of range: that table untouched).  The caller
     vouches for every address and size, as for :func:`lookup_tables`."""

@@ -553,8 +553,7 @@ class TieredEmbeddingStore:
         optimizer, weight decay: its gradient is the decayed one): then :meth:`update_rows`.  The caller bumps :attr:`version` after it ran
         (:meth:`updated`)."""
         cache = self.tiers.cache
-        if cache.table is None or self.optimizer.name != "adagrad" or self.config.slices != 1 \
-                or self.optimizer.weight_decay:
+        if cache.table is None or self.optimizer.name != "adagrad" or self.optimizer.weight_decay:
             return None
         self.check_current(lookup)
         dirty, slots = cache.slots.dirty, lookup.slots
@@ -562,7 +561,7 @@ class TieredEmbeddingStore:
                 or slots.dtype != np.int64 or not slots.flags.c_contiguous or len(dirty) < cache.table.shape[0]:
             raise ArgumentError(f"table {self.name!r}: a float32 gradient row per slot")
         words = [cache.table.ctypes.data, cache.table.shape[0], cache.table.shape[1], slots.ctypes.data, len(slots),
-                 grad.ctypes.data, dirty.ctypes.data, self.config.dim]
+                 grad.ctypes.data, dirty.ctypes.data, self.config.slice_dim, self.config.slices]
         return words, (self.optimizer.lr, self.optimizer.eps)
 
     def updated(self) -> None:

@@ -94,22 +94,29 @@ class RowUpdater(Protocol):
 def update_together(parts: Sequence[tuple[RowUpdater, Lookup, int, int]], grad: torch.Tensor,
                     background: bool = False) -> None:
     """Every table's sparse update of a stacked lookup: ``parts`` holds (store, lookup, start,
-    stop) with the lookup's rows at ``grad[start:stop]``.  The row-wise Adagrad updates of CPU
-    caches run in one C call; any other table (another optimizer, a device cache, rows not
-    admitted) through its own ``update_rows``.  ``background``: when every table's update is
-    that one C call, it runs on the stores' background thread and each store waits for it
-    before it is next used (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.update_in_background`);
-    the caller goes on (``fit``: the dense optimizer's step, the next batch's bottom MLP)."""
-    g_np = grad.detach().contiguous().numpy() if grad.device.type == "cpu" else None
-    desc, hyper, done = [], [], []
-    for store, lk, a, z in parts:
+    stop) with the lookup's rows at ``grad[start:stop]``; :func:`update_each` of those rows."""
+    g = grad.detach().contiguous()
+    update_each([(store, lk, g[a:z]) for store, lk, a, z in parts], background)
+
+
+def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor]], background: bool = False) -> None:
+    """Every table's sparse update: ``parts`` holds (store, lookup, the gradient of its rows).
+    The row-wise Adagrad updates of CPU caches (one slice or several) run in one C call; any
+    other table (another optimizer, a device cache, rows not admitted) through its own
+    ``update_rows``.  ``background``: when every table's update is that one C call, it runs on
+    the stores' background thread and each store waits for it before it is next used
+    (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.update_in_background`); the caller
+    goes on (``fit``: the dense optimizer's step, the next batch's bottom MLP)."""
+    desc, hyper, done, grads = [], [], [], []
+    for store, lk, g in parts:
         if len(lk.slots) == 0:
             continue
         words, tiered = None, store if isinstance(store, TieredEmbeddingStore) else None
-        if g_np is not None and tiered is not None and lk.admitted.all():
-            words = tiered.adagrad_words(lk, g_np[a:z])
+        if g.device.type == "cpu" and tiered is not None and lk.admitted.all():
+            g_np = g.detach().contiguous().numpy()
+            grads.append(g_np)
+            words = tiered.adagrad_words(lk, g_np)
         if words is None or tiered is None:  # (no words without a tiered store)
-            g = grad[a:z]
             if not lk.admitted.all():
                 g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
             store.update_rows(lk, g)
@@ -125,7 +132,7 @@ def update_together(parts: Sequence[tuple[RowUpdater, Lookup, int, int]], grad: 
 
     def run() -> None:
         ret = rowwise_adagrad_tables(table, params)
-        keep = (g_np, parts)  # the gradient and the slots read above stay alive until the C call is done
+        keep = (grads, parts)  # the gradients and the slots read above stay alive until the C call is done
         for store, rc in zip(done, ret):
             store.updated()
             if rc != 0:

@@ -427,19 +427,30 @@ int64_t fbx_map_write_checked(char *base, const int64_t *g, int64_t n, int64_t w
     return fbx_guarded(fbx_write_checked_rows, &c);
 }
 
+int fbx_rowwise_adagrad_sliced(float *table, int64_t n_slots, int64_t width, int64_t dim, int64_t slices,
+                               const int64_t *slots, int64_t m, const float *grad, float lr, float eps, int nthreads,
+                               uint8_t *dirty);
+
 /* fbx_rowwise_adagrad over several tables in one call: table t's rows table, its slot count,
- * its width, its slots, their number, its gradient rows, its dirty flags and its dim are the
- * words desc[t * FBX_AG_WORDS + k] (k: FBX_AG_*), its lr and eps hyper[2 t], hyper[2 t + 1];
- * its result goes to ret[t]. */
+ * its width, its slots, their number, its gradient rows, its dirty flags, its dim (a slice's)
+ * and its slices are the words desc[t * FBX_AG_WORDS + k] (k: FBX_AG_*), its lr and eps
+ * hyper[2 t], hyper[2 t + 1]; a table of several slices is fbx_rowwise_adagrad_sliced's; its
+ * result goes to ret[t]. */
 enum { FBX_AG_TABLE, FBX_AG_N_SLOTS, FBX_AG_WIDTH, FBX_AG_SLOTS, FBX_AG_M, FBX_AG_GRAD, FBX_AG_DIRTY, FBX_AG_DIM,
-       FBX_AG_WORDS };
+       FBX_AG_SLICES, FBX_AG_WORDS };
 
 void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t n, int *ret, int nthreads) {
     for (int64_t t = 0; t < n; t++) {
         const int64_t *w = desc + t * FBX_AG_WORDS;
-        ret[t] = fbx_rowwise_adagrad((float *)w[FBX_AG_TABLE], w[FBX_AG_N_SLOTS], w[FBX_AG_WIDTH], w[FBX_AG_DIM],
-                                     (const int64_t *)w[FBX_AG_SLOTS], w[FBX_AG_M], (const float *)w[FBX_AG_GRAD],
-                                     hyper[2 * t], hyper[2 * t + 1], nthreads, (uint8_t *)w[FBX_AG_DIRTY]);
+        if (w[FBX_AG_SLICES] > 1)
+            ret[t] = fbx_rowwise_adagrad_sliced((float *)w[FBX_AG_TABLE], w[FBX_AG_N_SLOTS], w[FBX_AG_WIDTH],
+                                                w[FBX_AG_DIM], w[FBX_AG_SLICES], (const int64_t *)w[FBX_AG_SLOTS],
+                                                w[FBX_AG_M], (const float *)w[FBX_AG_GRAD], hyper[2 * t],
+                                                hyper[2 * t + 1], nthreads, (uint8_t *)w[FBX_AG_DIRTY]);
+        else
+            ret[t] = fbx_rowwise_adagrad((float *)w[FBX_AG_TABLE], w[FBX_AG_N_SLOTS], w[FBX_AG_WIDTH], w[FBX_AG_DIM],
+                                         (const int64_t *)w[FBX_AG_SLOTS], w[FBX_AG_M], (const float *)w[FBX_AG_GRAD],
+                                         hyper[2 * t], hyper[2 * t + 1], nthreads, (uint8_t *)w[FBX_AG_DIRTY]);
     }
 }
 
