@@ -142,7 +142,10 @@ def fig_demo_summary() -> str:
 
 def fig_demo_work_dir() -> str:
     r = load("figures/demo.json")
-    return f"~{_mb(sum(r['work_tree'].values()))} at {r['data']['rows']:,} rows"
+    held = sum(r["work_tree"].values())
+    if held < 1 << 20:  # one RAM tier and no checkpoint asked for: its lock file
+        return f"{held / 1024:.0f} KiB at {r['data']['rows']:,} rows: the tables in RAM, no checkpoint unless asked"
+    return f"~{_mb(held)} at {r['data']['rows']:,} rows"
 
 
 def fig_default_data() -> str:

@@ -548,6 +548,8 @@ def run_pipeline(workload: Workload | str | Path, config: RunConfig | None = Non
         raise ArgumentError(f"config must be a RunConfig, got {type(config).__name__}")
     w.check_files()
     plan = memory_plan(w, cfg, SHUFFLE_BUFFER, client)  # a run that cannot fit: refused before any work
+    if cfg.work_dir is None and cfg.checkpoint_every is None:  # a temporary work dir, removed at the end: its
+        cfg = cfg.with_(checkpoint=False)  # final checkpoint would be removed unread
     with contextlib.ExitStack() as stack:
         work = Path(cfg.work_dir) if cfg.work_dir is not None else stack.enter_context(temporary_work_dir())
         client, watch = stack.enter_context(budgeted(plan, client))

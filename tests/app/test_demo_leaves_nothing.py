@@ -73,7 +73,7 @@ def test_failed_run_leaves_nothing(tmp_path, data) -> None:
     def small_files() -> None:  # the preflight refuses: the SSD tier's files would not fit under ulimit -f
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    proc = _demo(tmp, data, "--batch-size", "256", preexec_fn=small_files)
+    proc = _demo(tmp, data, "--batch-size", "256", "--tiers", "tiered", preexec_fn=small_files)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 2 and "the file size limit (ulimit -f)" in err, err[-2000:]
     assert f"{tmp}/fbrapids-demo-" in err  # it failed inside its temporary work dir ...
