@@ -160,20 +160,28 @@ def _auc_weighted(y: np.ndarray, p: np.ndarray, w: np.ndarray) -> float:
     return float((pos_group * (neg_below + 0.5 * neg_tied)).sum() / (total_pos * total_neg))
 
 
-def _auc_rounds(y: np.ndarray, p: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """AUC of ``p`` under each row of ``weights`` (``[R, n]`` integer row weights, a bootstrap
-    round each; ties count half); NaN where a round holds one class only."""
-    order = np.argsort(p, kind="mergesort")
-    ys = y[order].astype(np.float64)
-    _, start = np.unique(p[order], return_index=True)
-    w = weights[:, order].astype(np.float64)
-    pos = np.add.reduceat(w * ys, start, axis=1)
-    neg = np.add.reduceat(w * (1.0 - ys), start, axis=1)
-    neg_below = np.cumsum(neg, axis=1) - neg
-    num = (pos * (neg_below + 0.5 * neg)).sum(axis=1)
+class _Ranked:
+    """A prediction vector sorted once for the AUC of every bootstrap round: the rows in
+    score order, their labels, and where each group of tied scores starts."""
+
+    def __init__(self, y: np.ndarray, p: np.ndarray) -> None:
+        self.order = np.argsort(p, kind="mergesort")
+        self.y = (y[self.order] != 0).astype(np.int64)
+        self.start = np.flatnonzero(np.r_[True, np.diff(p[self.order]) != 0])
+
+
+def _auc_rounds(ranked: _Ranked, weights: np.ndarray) -> np.ndarray:
+    """AUC of the ranked vector under each row of ``weights`` (``[R, n]`` integer row weights
+    in score order, a bootstrap round each; ties count half), in exact integer sums (twice
+    the numerator, so the half of a tie stays whole); NaN where a round holds one class only."""
+    w = weights.astype(np.int64, copy=False)
+    pos = np.add.reduceat(w * ranked.y, ranked.start, axis=1)
+    neg = np.add.reduceat(w, ranked.start, axis=1) - pos
+    below = np.cumsum(neg, axis=1) - neg
+    twice = (pos * (2 * below + neg)).sum(axis=1)
     total = pos.sum(axis=1) * neg.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, num / np.where(total > 0, total, 1.0), np.nan)
+        return np.where(total > 0, twice / (2.0 * np.where(total > 0, total, 1)), np.nan)
 
 
 def user_aucs(y: np.ndarray, p: np.ndarray, user: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
@@ -251,8 +259,10 @@ class UserResamples:
         """``p``'s AUC and GAUC on the full set (element 0) and on each resample: ``[1 + n_boot]``."""
         counts, row_user = self.counts, self.row_user
         out = {"auc": np.empty(len(counts))}
+        ranked = _Ranked(label, p)  # sorted once for every round
+        users_in_order = row_user[ranked.order]
         for lo in range(0, len(counts), chunk):
-            out["auc"][lo:lo + chunk] = _auc_rounds(label, p, counts[lo:lo + chunk][:, row_user])
+            out["auc"][lo:lo + chunk] = _auc_rounds(ranked, counts[lo:lo + chunk][:, users_in_order])
         a, w = user_aucs(label, p, row_user, self.n_users)
         den = counts @ w
         with np.errstate(invalid="ignore", divide="ignore"):
