@@ -395,8 +395,8 @@ class BatchedArms(Strategy):
         for k, p in pooled.items():  # into the shared stores' rows
             grads = [_grad_of(bags[k]) for bags in chunks]
             p.backward(grads[0] if len(grads) == 1 else torch.cat(grads))
+        self.tables.apply_gradients()  # first: on CPU caches it runs in the background, beside the dense step
         self.optimizer.step()
-        self.tables.apply_gradients()
         self.result.losses.append(float(np.mean(values)))
         return True
 
