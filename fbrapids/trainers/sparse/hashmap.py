@@ -129,13 +129,8 @@ def _declare_rows(lib: ctypes.CDLL) -> None:
     lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int]
     lib.fbx_rowwise_adagrad_tables.restype = None
     lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int]
-    lib.fbx_book_rows.restype = i64
-    lib.fbx_book_rows.argtypes = [p, p, i64, p, p, p, i64, i64, p, i64, i64, i64, p, p, p]
     lib.fbx_unbook_rows.restype = None
     lib.fbx_unbook_rows.argtypes = [p, p, i64, p, p, i64, p]
-    lib.fbx_prepare_ram_tier.restype = i64
-    lib.fbx_prepare_ram_tier.argtypes = [p, p, i64, p, p, p, p, i64, i64, p, p, i64, p, p, p, p, p, i64, i64, p, i64,
-                                         i64, p, i64, f32, p, p]
     lib.fbx_prepare_tables.restype = None
     lib.fbx_prepare_tables.argtypes = [p, i64, p]
     lib.fbx_place_new.restype = i64
@@ -723,41 +718,19 @@ def init_rows_into(ids: np.ndarray, out: np.ndarray, dim: int, seed_mix: int | S
                          out.ctypes.data, out.shape[1])
 
 
-def book_rows(g: np.ndarray, counts: np.ndarray, d: RowDirectory, pin: np.ndarray, step: int,
-              pin_step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's bookkeeping ahead of its lookup at ``step`` (its distinct rows ``g``, all
-    cached, ``counts`` occurrences each), in one C pass: ``last[g] = step``, ``freq[g] +=
-    counts``, the rows' cache slots, their pins (``pin_step``; < 0: none).  Returns ``(slots,
-    the rows' last steps before, the lookup's counters [6])`` (:func:`unbook_rows` undoes it).
+def unbook_rows(g: np.ndarray, counts: np.ndarray, d: RowDirectory, old_last: np.ndarray) -> None:
+    """Undo the booking a prepare did ahead (:func:`prepare_tables`: ``last[g] = step``, ``freq[g]
+    += counts``) for a batch that was not looked up after all: ``last[g] = old_last`` (the last
+    steps it saved), ``freq[g] -= counts``.
 
     Example:
         >>> import numpy as np
         >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
-        >>> d = RowDirectory(); g = d.admit(np.array([7, 8], dtype=np.uint64)); d.cache_loc[g] = [1, 0]
-        >>> slots, old, touched = book_rows(g, np.array([3, 1]), d, np.full(2, -1), 5, 5)
-        >>> slots.tolist(), old.tolist(), d.last[g].tolist(), d.freq[g].tolist(), touched.tolist()
-        ([1, 0], [0, 0], [5, 5], [3, 1], [4, 0, 0, 0, 0, 2])
-        >>> unbook_rows(g, np.array([3, 1]), d, old); d.last[g].tolist(), d.freq[g].tolist()
-        ([0, 0], [0, 0])
+        >>> d = RowDirectory(); g = d.admit(np.array([7, 8], dtype=np.uint64))
+        >>> d.last[g], d.freq[g] = [5, 5], [3, 1]   # booked at step 5: 3 and 1 occurrences
+        >>> unbook_rows(g, np.array([3, 1]), d, np.array([2, 0])); d.last[g].tolist(), d.freq[g].tolist()
+        ([2, 0], [0, 0])
     """
-    g = np.ascontiguousarray(g, dtype=np.int64)
-    counts = np.ascontiguousarray(counts, dtype=np.int64)
-    rs = record_stride("book_rows", d.cache_loc, d.last, d.freq)
-    if pin.dtype != np.int64 or not pin.flags.c_contiguous or len(counts) != len(g):
-        raise ArgumentError("book_rows: a contiguous int64 pin per slot and a count per row")
-    m = len(g)
-    slots, old, touched = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.zeros(6, dtype=np.int64)
-    rc = _lib().fbx_book_rows(g.ctypes.data, counts.ctypes.data, m, d.cache_loc.ctypes.data, d.last.ctypes.data,
-                              d.freq.ctypes.data, rs, min(len(d.cache_loc), len(d.last)), pin.ctypes.data, len(pin),
-                              int(step), int(pin_step), slots.ctypes.data, old.ctypes.data, touched.ctypes.data)
-    if rc != 0:
-        raise RowIndexError("book_rows: a row out of range or not cached")
-    return slots, old, touched
-
-
-def unbook_rows(g: np.ndarray, counts: np.ndarray, d: RowDirectory, old_last: np.ndarray) -> None:
-    """Undo :func:`book_rows` (``old_last``: the last steps it returned) for a batch that was
-    not looked up after all."""
     g = np.ascontiguousarray(g, dtype=np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     old_last = np.ascontiguousarray(old_last, dtype=np.int64)
@@ -822,8 +795,8 @@ PREPARE_WORDS = 32
 
 
 def prepare_tables(desc: np.ndarray) -> np.ndarray:
-    """:meth:`UInt64HashMap.prepare_ram_tier` and then :func:`book_rows` of several tables in
-    one C call (the prefetch thread's work for tables of one RAM tier): row ``t`` of ``desc``
+    """Several tables' batches prepared for one RAM tier in one C call (the prefetch thread's
+    work; what each table's part does: :meth:`UInt64HashMap.prepare_words`): row ``t`` of ``desc``
     ``[n, PREPARE_WORDS]`` (int64) is table ``t``'s :meth:`UInt64HashMap.prepare_words`;
     returns each table's result (0, -1 memory, -2 a free slot out of range, -3 a row out of range or
     not cached, -4 no room made for its new rows: nothing done).
@@ -985,66 +958,22 @@ class UInt64HashMap:
             raise StoreMemoryError(f"the distinct ids of a batch of {n} ids: out of memory for their scratch table")
         return uniq[:m], inverse, counts[:m], vals[:m]
 
-    def prepare_ram_tier(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
-                         free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
-                         pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
-                         state: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], int, int, int]:
-        """:meth:`unique_get` of a batch's ``keys``, the keys not in the map admitted (rows
-        ``n_rows``, ``n_rows + 1``, ... in first-occurrence order: mapped here, ``g2id[row] =
-        key``) and placed in cache slots popped from the top of ``free[:n_free]``, in one C
-        pass (:func:`place_new`'s writes: the initial row, ``cache_loc``, ``owner``, ``dirty``,
-        ``pin``).  The caller has made room (``g2id`` and ``cache_loc`` for ``n_rows +
-        len(keys)`` rows, ``n_free >= len(keys)``).  Returns ``((uniq, inverse, counts, rows),
-        rows admitted, their occurrences, the free slots left)``.
-
-        Example:
-            >>> import numpy as np
-            >>> m = UInt64HashMap(); m.put(np.array([9], dtype=np.uint64), np.array([0]))
-            >>> g2id, loc = np.array([9, 0, 0, 0], np.uint64), np.array([0, -1, -1, -1])
-            >>> table, owner, pin, dirty = np.zeros((4, 2), np.float32), np.full(4, -1), np.full(4, -1), np.zeros(4, bool)
-            >>> found, new, occ, left = m.prepare_ram_tier(np.array([5, 9, 5], np.uint64), 1, g2id, loc,
-            ...     np.array([3, 2, 1]), 3, owner, dirty, pin, 7, table, 1, 0, 0.5, np.array([0.0], np.float32))
-            >>> [a.tolist() for a in found], new, occ, left, g2id.tolist(), loc.tolist(), owner.tolist()
-            ([[5, 9], [0, 1, 0], [2, 1], [1, 0]], 1, 2, 2, [9, 5, 0, 0], [0, 1, -1, -1], [-1, 1, -1, -1])
-        """
-        keys = _u64(keys)
-        n = len(keys)
-        for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pin, np.int64), (dirty, np.bool_)):
-            if a.dtype != dt or not a.flags.c_contiguous:
-                raise InputTypeError(f"prepare_ram_tier: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
-        rs = record_stride("prepare_ram_tier", cache_loc)
-        row_cap = min(len(g2id), len(cache_loc))
-        state = np.ascontiguousarray(state, dtype=np.float32)
-        if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or \
-                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(state) != table.shape[1] - dim or \
-                not 0 <= n_free <= len(free):
-            raise ArgumentError("prepare_ram_tier: a float32 table with an owner, pin and dirty entry per slot")
-        uniq, inverse = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
-        counts, rows = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        left, out = np.array([n_free], dtype=np.int64), np.zeros(3, dtype=np.int64)
-        mixes, per = seed_mixes(seed_mix, dim)
-        rc = self._lib.fbx_prepare_ram_tier(self._h, keys.ctypes.data, n, uniq.ctypes.data, inverse.ctypes.data,
-                                            counts.ctypes.data, rows.ctypes.data, int(n_rows), row_cap,
-                                            g2id.ctypes.data, cache_loc.ctypes.data, rs, free.ctypes.data,
-                                            left.ctypes.data, owner.ctypes.data, dirty.ctypes.data, pin.ctypes.data,
-                                            table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], per,
-                                            mixes.ctypes.data, len(mixes), float(scale), state.ctypes.data,
-                                            out.ctypes.data)
-        if rc == -1:
-            raise StoreMemoryError(f"admitting a batch of {n} ids: out of memory for the id map")
-        if rc != 0:
-            raise RowIndexError("prepare_ram_tier: no room made for the batch's new rows, or a free slot out of range")
-        m = int(out[0])
-        return (uniq[:m], inverse, counts[:m], rows[:m]), int(out[1]), int(out[2]), int(left[0])
-
     def prepare_words(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
                       free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
                       pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
                       state: np.ndarray, last: np.ndarray, freq: np.ndarray) -> tuple[list[int], PreparedBuffers]:
-        """:meth:`prepare_ram_tier`'s arguments, checked as it checks them, followed by
-        :func:`book_rows`' (the rows' ``last`` and ``freq``, booked at ``pin_step``), as a row of
-        :func:`prepare_tables`' descriptors, and the arrays it writes its results into (kept
-        alive by the caller until the call is done; :meth:`PreparedBuffers.found` reads them).
+        """A batch's ``keys`` prepared for one RAM tier, as a row of :func:`prepare_tables`'
+        descriptors, and the arrays the call writes its results into (kept alive by the caller
+        until the call is done; :class:`PreparedBuffers` reads them).  The call finds the
+        distinct keys, their inverse, counts and rows (:meth:`unique_get`); admits the keys not
+        in the map (rows ``n_rows``, ``n_rows + 1``, ... in first-occurrence order: mapped here,
+        ``g2id[row] = key``) and places them in cache slots popped from the top of
+        ``free[:n_free]`` (:func:`place_new`'s writes: the initial row, ``cache_loc``,
+        ``owner``, ``dirty``, ``pin``); then books every distinct row at ``pin_step``
+        (``last[row] = pin_step``, ``freq[row] += count``, its slot, its pin; the lookup's
+        counters), undone by :func:`unbook_rows` when the batch is not looked up next.  The
+        caller has made room (``g2id`` and the records for ``n_rows + len(keys)`` rows,
+        ``n_free >= len(keys)``).
 
         Example:
             >>> import numpy as np

@@ -389,35 +389,27 @@ class TierStack:
         self.new_rows += m
         return slots
 
-    def prepare_ram_tier(self, keys: np.ndarray,
-                         pin_step: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], int, int]:
-        """A batch's ``keys`` in one RAM tier, in one C pass: their distinct keys, inverse,
-        counts and rows, the keys not admitted yet admitted and their initial rows placed in
-        free slots (pinned for ``pin_step``); returns those and the rows admitted and their
-        occurrences.  The caller has made room for every key (:meth:`reserve`,
-        :meth:`RowDirectory.grow <fbrapids.trainers.sparse.row_directory.RowDirectory.grow>`).
+    def ram_tier_words(self, keys: np.ndarray, pin_step: int) -> tuple[list[int], PreparedBuffers]:
+        """A batch's ``keys`` in one RAM tier, as one table's row of
+        :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors (several tables in
+        one C call), and the buffers it fills: their distinct keys, inverse, counts and rows, the
+        keys not admitted yet admitted and their initial rows placed in free slots, every row
+        booked at ``pin_step`` (:meth:`~fbrapids.trainers.sparse.hashmap.UInt64HashMap.prepare_words`);
+        :meth:`note_placed` after it ran.  The caller has made room for every key
+        (:meth:`reserve`, :meth:`RowDirectory.grow <fbrapids.trainers.sparse.row_directory.RowDirectory.grow>`).
 
         Example:
             >>> import numpy as np, torch
             >>> from fbrapids.trainers.sparse.config import StoreConfig
+            >>> from fbrapids.trainers.sparse.hashmap import prepare_tables
             >>> from fbrapids.trainers.sparse.row_directory import RowDirectory
             >>> d = RowDirectory(); t = TierStack(StoreConfig(dim=2, cache_rows=4), "t", d, torch.device("cpu"))
-            >>> found, new, occ = t.prepare_ram_tier(np.array([3, 4, 3], dtype=np.uint64), 0)
-            >>> found[3].tolist(), new, occ, len(d), d.cache_loc[:2].tolist(), t.new_rows
-            ([0, 1], 2, 3, 2, [0, 1], 2)
+            >>> words, bufs = t.ram_tier_words(np.array([3, 4, 3], dtype=np.uint64), 0)
+            >>> prepare_tables(np.array([words])).tolist(), bufs.placed()
+            ([0], (2, 3, 2))
+            >>> t.note_placed(*bufs.placed()[::2]); bufs.found()[3].tolist(), len(d), d.cache_loc[:2].tolist(), t.new_rows
+            ([0, 1], 2, [0, 1], 2)
         """
-        d, cache, c = self.dir, self.cache, self.config
-        found, new, occ, left = d.map.prepare_ram_tier(
-            keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free, cache.slots.owner,
-            cache.slots.dirty, cache.pin, pin_step, cache.host_table(), c.dim, self.seed_mix, c.scale, self.initial_state)
-        self.note_placed(new, left)
-        return found, new, occ
-
-    def ram_tier_words(self, keys: np.ndarray, pin_step: int) -> tuple[list[int], PreparedBuffers]:
-        """:meth:`prepare_ram_tier` of ``keys`` and the booking of their rows at ``pin_step``
-        as one table's row of :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors
-        (several tables in one C call), and the buffers it fills; :meth:`note_placed` after it
-        ran.  The caller has made room for every key, as for :meth:`prepare_ram_tier`."""
         d, cache, c = self.dir, self.cache, self.config
         return d.map.prepare_words(keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free,
                                    cache.slots.owner, cache.slots.dirty, cache.pin, pin_step, cache.host_table(), c.dim,

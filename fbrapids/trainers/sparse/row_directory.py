@@ -132,7 +132,7 @@ class RowDirectory:
 
     def note_admitted(self, k: int) -> None:
         """Count ``k`` rows admitted straight into the arrays and the map (grown first) by a
-        C pass (:meth:`~fbrapids.trainers.sparse.hierarchy.TierStack.prepare_ram_tier`)."""
+        C pass (:meth:`~fbrapids.trainers.sparse.hierarchy.TierStack.ram_tier_words`)."""
         self.n += int(k)
         self.admissions += int(k)
 
