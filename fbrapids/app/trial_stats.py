@@ -139,27 +139,6 @@ class TrialResult:
         return "\n".join(lines + sequential_lines(self.sequential) + cost_lines(self.cost))
 
 
-def _auc_weighted(y: np.ndarray, p: np.ndarray, w: np.ndarray) -> float:
-    """AUC with integer row weights (a bootstrap sample's multiplicities); ties count half."""
-    keep = w > 0
-    y, p, w = y[keep], p[keep], w[keep].astype(np.float64)
-    order = np.argsort(p, kind="mergesort")
-    y, p, w = y[order], p[order], w[order]
-    pos_w = np.where(y == 1, w, 0.0)
-    neg_w = np.where(y == 0, w, 0.0)
-    # group equal scores: negatives strictly below, plus half of the tied negatives
-    _, start = np.unique(p, return_index=True)
-    neg_cum = np.concatenate([[0.0], np.cumsum(neg_w)])
-    ends = np.append(start[1:], len(p))
-    neg_below = neg_cum[start]
-    neg_tied = neg_cum[ends] - neg_cum[start]
-    pos_group = np.add.reduceat(pos_w, start)
-    total_pos, total_neg = pos_w.sum(), neg_w.sum()
-    if total_pos == 0 or total_neg == 0:
-        return float("nan")
-    return float((pos_group * (neg_below + 0.5 * neg_tied)).sum() / (total_pos * total_neg))
-
-
 class _Ranked:
     """A prediction vector sorted once for the AUC of every bootstrap round: the rows in
     score order, their labels, and where each group of tied scores starts."""
@@ -182,6 +161,13 @@ def _auc_rounds(ranked: _Ranked, weights: np.ndarray) -> np.ndarray:
     total = pos.sum(axis=1) * neg.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, twice / (2.0 * np.where(total > 0, total, 1)), np.nan)
+
+
+def _auc_weighted(y: np.ndarray, p: np.ndarray, w: np.ndarray) -> float:
+    """AUC with integer row weights (a bootstrap sample's multiplicities); ties count half:
+    one round of :func:`_auc_rounds`."""
+    ranked = _Ranked(y, p)
+    return float(_auc_rounds(ranked, np.asarray(w)[None, ranked.order])[0])
 
 
 def user_aucs(y: np.ndarray, p: np.ndarray, user: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:

@@ -149,10 +149,7 @@ class SharedTables:
         (stores in host memory of one width: every lookup pass in one C call, their rows one
         leaf, :func:`~fbrapids.trainers.sparse.together.lookup_together`)."""
         out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
-        keys = []
-        for g in self.groups:
-            vals = [inputs[g.members[0]].sparse[f][0] for f in g.features]
-            keys.append(torch.cat(vals) if len(vals) > 1 else vals[0])
+        keys = self._keys(inputs)
         self._stacked = []
         for idx in self._together:  # groups of one width in host memory: their passes in one call
             lookups, _ = lookup_together([self.groups[i].store for i in idx], [keys[i] for i in idx], train)
@@ -162,7 +159,7 @@ class SharedTables:
                 self._stacked.append((self.groups[i].store, lk))
         for i in self._alone:
             self.groups[i].lookup = self.groups[i].store.lookup(keys[i], requires_grad=train)
-        for g, key in zip(self.groups, keys):
+        for g in self.groups:
             assert g.lookup is not None
             sparse = inputs[g.members[0]].sparse
             rows, inverse, start = g.lookup.rows, g.lookup.inverse, 0
@@ -182,6 +179,14 @@ class SharedTables:
         return {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1), self.m)
                 for c, parts in out.items()}
 
+    def _keys(self, inputs: Sequence[Batch]) -> list[torch.Tensor]:
+        """Each shared store's ids of a batch: its features' values (its first arm's view), side by side."""
+        keys = []
+        for g in self.groups:
+            vals = [inputs[g.members[0]].sparse[f][0] for f in g.features]
+            keys.append(torch.cat(vals) if len(vals) > 1 else vals[0])
+        return keys
+
     def _split_groups(self) -> None:
         """Which shared stores look up together (host memory, grouped by width) and which alone."""
         by_dim: dict[int, list[int]] = {}
@@ -196,7 +201,7 @@ class SharedTables:
     def apply_gradients(self) -> None:
         """Each shared store's sparse step on its rows' gradient (every arm's slice): those
         looked up together in one C call on the stores' background thread
-        (:func:`~fbrapids.trainers.sparse.together.update_together`), then each store's step ends."""
+        (:func:`~fbrapids.trainers.sparse.together.update_each`), then each store's step ends."""
         parts = [(store, lk, lk.rows.grad) for store, lk in self._stacked if lk.rows.grad is not None]
         if parts:
             update_each(parts, background=True)
@@ -227,11 +232,7 @@ class SharedTables:
 
     def prepare(self, inputs: Sequence[Batch]) -> None:
         """Find the next batch's rows in the stores' background thread while this one trains."""
-        keys = []
-        for g in self.groups:
-            vals = [inputs[g.members[0]].sparse[f][0] for f in g.features]
-            keys.append(torch.cat(vals) if len(vals) > 1 else vals[0])
-        prepare_together([g.store for g in self.groups], keys)  # one job of the background thread
+        prepare_together([g.store for g in self.groups], self._keys(inputs))  # one job of the background thread
 
 
 def _grad_of(leaf: torch.Tensor) -> torch.Tensor:

@@ -176,7 +176,7 @@ class PlaceAhead:
     def words(self) -> tuple[list[int], PreparedBuffers]:
         """The table's row of :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors
         (room made first for every key as a new row) and the buffers it fills."""
-        self.stash.keys = keys = np.ascontiguousarray(as_uint64_ids(self.stash.source).ravel())
+        self.stash.keys = keys = as_uint64_ids(self.stash.source).ravel()  # (made contiguous by prepare_words)
         d = self.store.directory
         d.grow(len(d) + len(keys))  # room for every key as a new row
         return self.store.tiers.ram_tier_words(keys, self.pin_step)
