@@ -62,9 +62,16 @@ law (and need not hold a batch's rows); a store learns it from the lookups it ha
 from its SSD file per measured batch; no policy reads ahead, so each RAM hit is a read
 saved.  ``benchmarks/window_simulation.py`` simulates the hit rate by window length.
 
-Every store step is told the batch that comes next and has the store find that batch's rows
-in its background thread while this one trains (``prepare``), as ``fit`` does; the peers
-take no such hint.
+Every store step first tells the store the batch that comes next, then looks up its own
+(prepared the step before): the store finds, admits and books the next batch's rows in its
+background thread while this step looks up and trains (``prepare`` two deep, the pattern
+:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare` states; ``fit`` prepares one
+deep, after the forward: told before it, the thread's Python competes with the forward's for
+the interpreter's lock).  The 10x stores, whose prepare cannot go two deep
+(``prepares_two_deep``), are told after their lookup, as ``fit`` tells them.  The peers take
+no such hint.  The step has no work of its own after
+the sparse update, so the update runs on this thread (``apply_gradients()``; ``fit`` runs it in
+the background, beside its dense optimizer's step).
 
 Honest figures (:mod:`benchmarks.machine`): the load average and a machine-speed reference
 (a fixed loop) at the start and the end, the peers' absolute rates beside the ratios
@@ -202,11 +209,22 @@ def tiered_step(cfg: StoreConfig, name: str, offsets: torch.Tensor, w: torch.Ten
     offs = offsets.to(device)
     wd = w.to(device)
 
+    told: list[np.ndarray | None] = [None]  # the batch the last step was told comes next
+    two_deep = ebc.prepares_two_deep
+
     def step(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
         keys = torch.from_numpy((ids.view(np.uint64) * SCRAMBLE).view(np.int64))
+        nxt = None if upcoming is None else {"f": (torch.from_numpy((upcoming.view(np.uint64) * SCRAMBLE)
+                                                                     .view(np.int64)), offs)}
+        if two_deep:  # the next batch's rows found while this one is looked up and trains
+            if told[0] is not ids:  # a first batch: found now (the lookup waits for it)
+                ebc.prepare({"f": (keys, offs)})
+            if nxt is not None:
+                ebc.prepare(nxt)
+            told[0] = upcoming
         out = ebc.pooled_stack({"f": (keys, offs)})
-        if upcoming is not None:  # the next batch's rows found while this one trains, as fit does
-            ebc.prepare({"f": (torch.from_numpy((upcoming.view(np.uint64) * SCRAMBLE).view(np.int64)), offs)})
+        if nxt is not None and not two_deep:  # tiers below RAM: found while this one trains, as fit does
+            ebc.prepare(nxt)
         (out[:, 0] * wd).sum().backward()
         ebc.apply_gradients()
 

@@ -235,7 +235,7 @@ class Stepper:
                 optimizer.zero_grad(set_to_none=True)
                 self.result.skipped.append(step)
                 return
-        model.apply_sparse_gradients()  # first: on CPU caches it runs in the background, beside the dense step
+        model.apply_sparse_gradients(background=True)  # first: on CPU caches it runs beside the dense step
         optimizer.step()
         self.result.losses.append(value)
 

@@ -434,7 +434,7 @@ class _RanksRun:
                                      "before this update")
             log.warning("rank %d, step %d: %s (nan='warn')", trainer.rank, step, problem)
         optimizer.step()
-        net.apply_sparse_gradients()
+        net.apply_sparse_gradients(background=True)  # beside the exchange that finishes the step
         sharded.finish()
         if local is not None:
             self.result.losses.append(value)

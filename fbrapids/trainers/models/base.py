@@ -231,10 +231,12 @@ class CTRModel(nn.Module):
         """Every table, keyed ``"<collection path>/<table>"``."""
         return {f"{cname or 'root'}/{t}": s for cname, c in self.collections() for t, s in c.stores.items()}
 
-    def apply_sparse_gradients(self) -> None:
-        """After ``backward()``: run the sparse optimizers and end the step of every table."""
+    def apply_sparse_gradients(self, background: bool = False) -> None:
+        """After ``backward()``: run the sparse optimizers and end the step of every table
+        (``background``: CPU caches' updates on the stores' background thread while the caller
+        goes on, as :meth:`TieredEmbeddingBagCollection.apply_gradients` says)."""
         for _, c in self.collections():
-            c.apply_gradients()
+            c.apply_gradients(background=background)
 
     def prefetch(self, batch: Batch) -> int:
         """Bring ``batch``'s rows into the caches and pin them for the next step."""

@@ -236,11 +236,17 @@ class TieredEmbeddingBagCollection(nn.Module):
         return F.embedding_bag(inv, rows, offsets.to(rows.device), mode=self.mode)
 
     @torch.no_grad()
-    def apply_gradients(self) -> None:
-        """Run each table's sparse optimizer on this batch's rows, then end the step."""
+    def apply_gradients(self, background: bool = False) -> None:
+        """Run each table's sparse optimizer on this batch's rows, then end the step.
+
+        ``background``: the row-wise Adagrad of CPU caches runs on the stores' background
+        thread while the caller goes on, each table waiting for it when next used
+        (:func:`~fbrapids.trainers.sparse.together.update_together`).  Worth it for a caller
+        with work of its own to do meanwhile (``fit``: the dense optimizer's step); without
+        such work the next lookup would only wait for it, after a hop between threads."""
         stacked = {id(lk) for _, lk, _, _ in self._stacked[1]} if self._stacked is not None else set()
         if self._stacked is not None:
-            self._apply_stacked(*self._stacked)
+            self._apply_stacked(*self._stacked, background=background)
         for store, lk in self._pending:
             if id(lk) not in stacked:
                 store.apply_gradients(lk)
@@ -250,11 +256,12 @@ class TieredEmbeddingBagCollection(nn.Module):
         self._stacked = None
 
     @staticmethod
-    def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[EmbeddingTable, Lookup, int, int]]) -> None:
+    def _apply_stacked(leaf: torch.Tensor, parts: list[tuple[EmbeddingTable, Lookup, int, int]],
+                       background: bool) -> None:
         """The sparse optimizer over every table's rows of a stacked lookup (on CPU caches: in
         place, in C, every table in one call: :func:`~fbrapids.trainers.sparse.together.update_together`)."""
-        if leaf.grad is not None:  # on CPU caches: in the background, each table waiting for it when next used
-            update_together(parts, leaf.grad, background=True)
+        if leaf.grad is not None:
+            update_together(parts, leaf.grad, background=background)
 
     def prefetch(self, sparse: Sparse) -> int:
         """Pin the next batch's rows in the caches; returns rows brought up."""
@@ -265,7 +272,9 @@ class TieredEmbeddingBagCollection(nn.Module):
 
     def prepare(self, sparse: Sparse) -> None:
         """Have every table find the next batch's rows in the background while this one
-        trains (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare`)."""
+        trains (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare`).  Called
+        before this batch's lookup (which was prepared the step before), it prepares two deep:
+        the background thread then has the whole step."""
         groups = self._by_table(sparse, [f for f in self.features if f in sparse])
         keys = [torch.cat(v) if len(v) > 1 else v[0] for v in ([sparse[f][0] for f in fs] for fs in groups.values())]
         stores = [self.stores[t] for t in groups]
@@ -275,6 +284,12 @@ class TieredEmbeddingBagCollection(nn.Module):
         else:
             for s, k in zip(stores, keys):
                 s.prepare(k)
+
+    @property
+    def prepares_two_deep(self) -> bool:
+        """Whether every table's :meth:`prepare` may go two deep
+        (:attr:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepares_two_deep`)."""
+        return all(isinstance(s, TieredEmbeddingStore) and s.prepares_two_deep for s in self.stores.values())
 
     def announce(self, sparse: Sparse, ahead: int) -> int:
         """Announce a batch looked up ``ahead`` steps from now to the tables whose eviction

@@ -280,6 +280,7 @@ class _Stash:
     error: BaseException | None = None
     complete: bool = False  # every row of ``found`` admitted (a prepare placed the new ones)
     booked: tuple | None = None  # (step, slots, last steps before, counters): its lookup's bookkeeping, done ahead
+    step: int = -1  # the step of the lookup a prepare in one RAM tier booked it for
 
 
 def sparse_update(rows: torch.Tensor, grad: torch.Tensor, config: StoreConfig) -> torch.Tensor:
@@ -362,7 +363,8 @@ class TieredEmbeddingStore:
     def reset(self) -> None:
         """Empty the table (every tier, the directory, the counters)."""
         c = self.config
-        if getattr(self, "_prefetched", None) is not None or getattr(self, "_update", None) is not None:
+        if getattr(self, "_prefetched", None) is not None or getattr(self, "_update", None) is not None or \
+                getattr(self, "_ahead", None) is not None:
             self._settle()
         old = getattr(self, "tiers", None)
         if old is not None and old.ssd is not None:
@@ -372,6 +374,8 @@ class TieredEmbeddingStore:
         self.optimizer = self.tiers.optimizer
         self._step = 0
         self._prefetched: _Stash | None = None  # what the last prefetch / prepare found
+        self._ahead: _Stash | None = None  # a prepare of the batch after that one (two deep: prepare_work)
+        self._looked_at = -1  # the step of the last lookup (a prepare is for this step's lookup if none yet)
         self.version += 1
         self._counts = {"lookups": 0, "unique_lookups": 0, "default_reads": 0, "prefetched_rows": 0,
                         "device_map_hits": 0, "host_directory_lookups": 0, "unseen_reads": 0,
@@ -435,9 +439,8 @@ class TieredEmbeddingStore:
             device(type='cpu')
         """
         device = torch.device(device)
-        self._settle()
+        self._drop_stashes()  # what the prepares pending found and booked is for the old cache
         self.tiers.to(device)
-        self._prefetched = None
         self.device = self.tiers.cache.device
         self._default = self._default.to(self.device)
         return self
@@ -477,6 +480,7 @@ class TieredEmbeddingStore:
         window = tiers.policy.window
         if window is not None:
             window.begin(self._step)
+        self._looked_at = self._step
         if tiers.slot_map is not None:  # unique ids and their cache slots found on the device
             uniq, inverse, occ, g = self._unique_rows_on_device(ids, tiers.slot_map)
         else:
@@ -523,7 +527,13 @@ class TieredEmbeddingStore:
                 or not occ.flags.c_contiguous:
             raise ArgumentError(f"table {self.name!r}: pass_words wants contiguous int64 rows and counts")
         step = self._step
-        return [g.ctypes.data, occ.ctypes.data, len(g), *self._table_words(), slots, rows, touched, step,
+        if begun.booked is not None:  # only its rows gathered: the directory's arrays, which a prepare of the
+            table = self.tiers.cache.table  # batch after may be growing meanwhile, are not read
+            assert table is not None  # (booked: a CPU cache)
+            words = [0, 0, 0, 0, 0, 1, 0, 0, table.shape[0], table.ctypes.data, table.shape[1]]
+        else:
+            words = self._table_words()
+        return [g.ctypes.data, occ.ctypes.data, len(g), *words, slots, rows, touched, step,
                 step if requires_grad else -1, self.config.dim, 0 if begun.booked is None else 1]
 
     def _table_words(self) -> list[int]:
@@ -674,14 +684,27 @@ class TieredEmbeddingStore:
         same ids (the same object, or equal keys, ``keys_of(ids)``) and nothing was admitted
         since, else None; the stash is used up either way (the rows a prepare placed ahead are
         then counted as this lookup's new rows, the bookkeeping it did as this lookup's)."""
-        self._settle()
-        stash, self._prefetched = self._prefetched, None
+        self._settle(ahead=False)  # a prepare of the batch after this one goes on
+        stash, self._prefetched, ahead, self._ahead = self._prefetched, self._ahead, self._ahead, None
         if stash is None or stash.found is None:
+            self._prefetched = None
             return None
-        if stash.admitted != len(self.directory) or (stash.source is not ids and not same_keys(stash, keys_of(ids))):
-            self._unbook(stash)  # another batch: as if it had not been looked at
+        # a prepare ahead of this one admitted rows since; every row of this stash was admitted by
+        # its own prepare then (only such stashes have one ahead), which later admissions leave as they are
+        stale = stash.admitted != len(self.directory) if ahead is None else False
+        other_step = stash.booked is not None and stash.booked[0] != self._step
+        if stale or (other_step and ahead is not None) or \
+                (stash.source is not ids and not same_keys(stash, keys_of(ids))):
+            self._prefetched = None
+            try:
+                if ahead is not None:  # not the batch prepared for: the one prepared after it goes too
+                    self._settle_stash(ahead)
+            finally:  # the later booking undone first (a failed prepare booked nothing)
+                if ahead is not None:
+                    self._unbook(ahead)
+                self._unbook(stash)  # another batch: as if it had not been looked at
             return None
-        if stash.booked is not None and stash.booked[0] != self._step:
+        if other_step:
             self._unbook(stash)  # looked up at another step than booked for: booked again by the lookup
         self._placed = stash.placed if stash.complete else None
         self._booked = stash.booked
@@ -697,22 +720,59 @@ class TieredEmbeddingStore:
         """Persist or read the rows' use counts as looked up so far: a booked prepare undone
         (its lookup then books itself)."""
         self._settle()
-        if self._prefetched is not None:
-            self._unbook(self._prefetched)
+        for stash in (self._ahead, self._prefetched):  # the later booking undone first
+            if stash is not None:
+                self._unbook(stash)
 
-    def _settle(self) -> None:
+    def _rebook(self) -> None:
+        """Book again, in order, the batches of the prepares pending that :meth:`_drop_booking`
+        unbooked to persist the table (their rows all admitted, found again and booked here, on
+        this thread): their lookups then find them as if nothing had happened in between."""
+        for stash in (self._prefetched, self._ahead):
+            if stash is None or not stash.complete or stash.booked is not None or stash.step < 0:
+                continue
+            placed = stash.placed  # the rows its prepare placed: new at its lookup (none are placed now)
+            place_ahead([PlaceAhead(self, stash, stash.step)])
+            if stash.error is not None:
+                error, stash.error = stash.error, None
+                self._drop_stashes()
+                raise error
+            stash.placed = placed
+
+    def _drop_stashes(self) -> None:
+        """Undo and forget what the prepares pending found (the batches they were for are not
+        looked up next)."""
+        self._drop_booking()
+        self._prefetched = self._ahead = None
+
+    def _settle(self, ahead: bool = True) -> None:
         """Wait for a :meth:`prepare` under way: its thread reads (and may admit into) the
         directory, which nothing else may read or change meanwhile.  Its error, if any, is
-        raised here; so is an update still running there (:meth:`update_in_background`)."""
+        raised here; so is an update still running there (:meth:`update_in_background`).
+        ``ahead=False``: leave a prepare of the batch after next running (only the lookup of the
+        next batch, whose rows its prepare booked, may go on beside it)."""
         update, self._update = self._update, None
         if update is not None:
             update.result()
-        stash = self._prefetched
-        if stash is not None and stash.job is not None:
+        if self._prefetched is not None:
+            try:
+                self._settle_stash(self._prefetched)
+            except BaseException:
+                self._prefetched = None
+                raise
+        if ahead and self._ahead is not None:
+            try:
+                self._settle_stash(self._ahead)
+            except BaseException:
+                self._ahead = None
+                raise
+
+    def _settle_stash(self, stash: _Stash) -> None:
+        """Wait for ``stash``'s prepare if it is under way; raise its error."""
+        if stash.job is not None:
             job, stash.job = stash.job, None
             job.result()
             if stash.error is not None:
-                self._prefetched = None
                 raise stash.error
             if stash.found is not None:
                 self._counts["host_directory_lookups"] += len(stash.found[0])
@@ -723,6 +783,20 @@ class TieredEmbeddingStore:
         cache = self.tiers.cache
         return (cache.table is not None and cache.growable and self.config.admit_after == 1 and not self.read_only
                 and not self.uses_window and self.tiers.slot_map is None)
+
+    @property
+    def prepares_two_deep(self) -> bool:
+        """Whether :meth:`prepare` may go two deep (one RAM tier on the CPU, ids admitted on
+        sight, no window): a caller may then tell it the batch after next before the next
+        lookup.  Elsewhere a prepare is for the next lookup only, told after the one before.
+
+        Example:
+            >>> TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu")).prepares_two_deep
+            True
+            >>> TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, admit_after=2, device="cpu")).prepares_two_deep
+            False
+        """
+        return self._admits_ahead()
 
     def prepare(self, ids: Ids) -> None:
         """Find the distinct ids of the batch to be looked up next and their rows, in a
@@ -738,6 +812,22 @@ class TieredEmbeddingStore:
         it first.  The rows trained are the same as without it.  On a device cache (its ids
         are made unique on the device) this is :meth:`prefetch`.  Several stores' work goes
         to the thread as one job with :func:`prepare_together`.
+
+        **Two deep.**  In one RAM tier, a batch may be prepared before the lookup of the
+        batch prepared last: it is then for the lookup after that one, and its thread runs
+        beside that lookup and its whole step (the next lookup only gathers the rows its own
+        prepare booked, reading nothing the thread changes).  A lookup of another batch than
+        the one prepared undoes both bookings; :meth:`flush` and :meth:`save` persist the
+        table without them and book them again.  A prepare is for this step's lookup until
+        it has run, then for the next step's.
+
+        Example (two deep):
+            >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"))
+            >>> s.prepare(np.array([1, 2])); s.prepare(np.array([2, 3]))  # this step's batch, then the next one's
+            >>> s.lookup(np.array([1, 2])).ids.tolist(); s.end_step()
+            [1, 2]
+            >>> s.lookup(np.array([2, 3])).ids.tolist(), s.stats()["served_new"], s.stats()["served_cache"]
+            ([2, 3], 3, 1)
 
         Example:
             >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"))
@@ -759,13 +849,26 @@ class TieredEmbeddingStore:
             self.prefetch(ids)
             return None
         self._settle()
+        head = self._prefetched
+        # the step of the next lookup: this one's unless it has looked up already
+        step = self._step + 1 if self._looked_at == self._step else self._step
+        # two deep: the next lookup's rows already booked by a prepare, this batch is for the lookup after it
+        two_deep = self._admits_ahead() and self._ahead is None and head is not None and head.complete and \
+            head.booked is not None and head.booked[0] == step
+        if not two_deep:
+            self._drop_stashes()
         stash = _Stash(ids, job=done)
         if self._admits_ahead():
             n = ids.numel() if isinstance(ids, torch.Tensor) else int(np.size(ids))
             self.tiers.reserve(n)  # room in the cache for every key as a new row, made on this thread (the
-            pin_step = self._step + 1  # current step updates the cache's rows; the directory is the other's)
-            self._prefetched = stash
-            return PlaceAhead(self, stash, pin_step)
+            # current step updates the cache's rows; the directory is the other's)
+            if two_deep:
+                self._ahead = stash
+                step += 1
+            else:
+                self._prefetched = stash
+            stash.step = step
+            return PlaceAhead(self, stash, step)
 
         def work() -> None:
             self._find(stash)
@@ -831,7 +934,7 @@ class TieredEmbeddingStore:
         Ids not yet admitted are left alone (prefetching does not count as a sighting).
         Returns the number of rows that had to be brought up.
         """
-        self._settle()
+        self._drop_stashes()
         if self.tiers.slot_map is not None:
             keys_t = self._device_keys(ids)
             uniq, inverse, occ, g = self._unique_rows_on_device(keys_t, self.tiers.slot_map)
@@ -1013,6 +1116,7 @@ class TieredEmbeddingStore:
         """Write dirty rows to the SSD file, fsync it and persist the id index (no SSD: a no-op)."""
         self._drop_booking()
         persistence.flush(self)
+        self._rebook()
 
     def save(self, directory: str | os.PathLike, chunk_rows: int = 1 << 16,
              progress: Callable[[Path], object] | None = None,
@@ -1021,6 +1125,7 @@ class TieredEmbeddingStore:
         (``check_rows(rows, first_row)`` sees each chunk of rows before it is written)."""
         self._drop_booking()
         persistence.save(self, directory, chunk_rows, progress, check_rows)
+        self._rebook()
 
     def load(self, directory: str | os.PathLike, read: Callable[[Path], bytes] | None = None) -> None:
         """Replace this table's contents with a copy saved by :meth:`save` (the cache starts

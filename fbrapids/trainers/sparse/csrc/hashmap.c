@@ -234,6 +234,8 @@ int64_t fbx_unique_get(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64
         const int64_t full = cap - cap / 4;
         m = 0;
         for (int64_t k = 0; k < n; k++) {
+            /* the scratch bucket of a key further on (a batch of the demo's widest table outgrows L2) */
+            if (k + FBX_PROBE_AHEAD < n) __builtin_prefetch(seen + (fbx_mix64(keys[k + FBX_PROBE_AHEAD]) & mask), 1);
             uint64_t key = keys[k];
             uint64_t i = fbx_mix64(key) & mask;
             while (seen[i].gen == gen && seen[i].key != key) i = (i + 1) & mask;
