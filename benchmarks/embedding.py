@@ -209,20 +209,25 @@ def tiered_step(cfg: StoreConfig, name: str, offsets: torch.Tensor, w: torch.Ten
     offs = offsets.to(device)
     wd = w.to(device)
 
-    told: list[np.ndarray | None] = [None]  # the batch the last step was told comes next
+    # the batch the last step was told comes next, and its ids as the store saw them (the same
+    # tensor looked up: a batch object goes from the prepare to the lookup, as in fit)
+    told: list[tuple[np.ndarray, dict[str, tuple[torch.Tensor, torch.Tensor]]] | None] = [None]
     two_deep = ebc.prepares_two_deep
 
+    def keyed(ids: np.ndarray) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return {"f": (torch.from_numpy((ids.view(np.uint64) * SCRAMBLE).view(np.int64)), offs)}
+
     def step(ids: np.ndarray, upcoming: np.ndarray | None = None) -> None:
-        keys = torch.from_numpy((ids.view(np.uint64) * SCRAMBLE).view(np.int64))
-        nxt = None if upcoming is None else {"f": (torch.from_numpy((upcoming.view(np.uint64) * SCRAMBLE)
-                                                                     .view(np.int64)), offs)}
+        was = told[0]
+        sparse = was[1] if was is not None and was[0] is ids else keyed(ids)
+        nxt = None if upcoming is None else keyed(upcoming)
+        told[0] = (upcoming, nxt) if upcoming is not None and nxt is not None else None
         if two_deep:  # the next batch's rows found while this one is looked up and trains
-            if told[0] is not ids:  # a first batch: found now (the lookup waits for it)
-                ebc.prepare({"f": (keys, offs)})
+            if was is None or was[0] is not ids:  # a first batch: found now (the lookup waits for it)
+                ebc.prepare(sparse)
             if nxt is not None:
                 ebc.prepare(nxt)
-            told[0] = upcoming
-        out = ebc.pooled_stack({"f": (keys, offs)})
+        out = ebc.pooled_stack(sparse)
         if nxt is not None and not two_deep:  # tiers below RAM: found while this one trains, as fit does
             ebc.prepare(nxt)
         (out[:, 0] * wd).sum().backward()

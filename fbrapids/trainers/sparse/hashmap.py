@@ -853,18 +853,23 @@ def _u64(keys: np.ndarray) -> np.ndarray:
 
 
 class PreparedBuffers:
-    """The arrays one table's part of :func:`prepare_tables` writes (and the inputs it reads,
-    kept alive with them): the distinct keys, inverse, counts and rows, the free slots left,
-    the counts of keys, rows admitted and their occurrences, and the booking's slots, last
-    steps before and lookup counters."""
+    """The arrays one table's part of :func:`prepare_tables` writes (and the keys it reads,
+    kept alive with them), views of one block of int64: the distinct keys, inverse, counts and
+    rows, the free slots left, the counts of keys, rows admitted and their occurrences, and
+    the booking's slots, last steps before and lookup counters.  :attr:`at` holds each one's
+    address (one allocation and one address a batch, not ten)."""
 
-    def __init__(self, keys: np.ndarray, n: int, mixes: np.ndarray, state: np.ndarray, n_free: int) -> None:
-        self.keys, self.mixes, self.state = keys, mixes, state
-        self.uniq, self.inverse = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
-        self.counts, self.rows = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        self.left, self.out = np.array([n_free], dtype=np.int64), np.zeros(3, dtype=np.int64)
-        self.slots, self.old_last = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        self.touched = np.zeros(6, dtype=np.int64)
+    def __init__(self, keys: np.ndarray, n: int, n_free: int) -> None:
+        self.keys = keys
+        block = np.empty(6 * n + 10, dtype=np.int64)
+        self.uniq, self.inverse, self.counts = block[:n].view(np.uint64), block[n : 2 * n], block[2 * n : 3 * n]
+        self.rows, self.slots, self.old_last = block[3 * n : 4 * n], block[4 * n : 5 * n], block[5 * n : 6 * n]
+        self.left, self.out, self.touched = block[6 * n : 6 * n + 1], block[6 * n + 1 : 6 * n + 4], block[6 * n + 4 :]
+        self.left[0] = n_free
+        block[6 * n + 1 :] = 0
+        base = block.ctypes.data
+        #: addresses of uniq, inverse, counts, rows, slots, old_last, left, out, touched
+        self.at = [base + 8 * k * n for k in range(6)] + [base + 8 * (6 * n + k) for k in (0, 1, 4)]
 
     def found(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(distinct keys, inverse, counts, rows), as :meth:`UInt64HashMap.unique_get` returns them."""
@@ -895,6 +900,8 @@ class UInt64HashMap:
 
     def __init__(self, capacity: int = 1024) -> None:
         self._lib = _lib()
+        #: prepare_words' checked words of the arrays it was last given, and those arrays (kept until others come)
+        self._prepare_static: tuple[tuple, tuple, dict[str, int]] | None = None
         self._h = self._lib.fbx_hm_new(int(capacity))
         if not self._h:
             raise StoreMemoryError(f"could not allocate an id hash map of {capacity} entries")
@@ -987,28 +994,47 @@ class UInt64HashMap:
             >>> bufs.slots[:2].tolist(), rec[:2, 2].tolist(), rec[:2, 3].tolist(), pin[:4].tolist()
             ([1, 0], [7, 7], [1, 2], [7, 7, -1, -1])
         """
-        keys = np.ascontiguousarray(_u64(keys))
+        keys = _u64(keys)
         n = len(keys)
+        w = self._static_words(g2id, cache_loc, free, owner, dirty, pin, table, dim, seed_mix, scale, state, last, freq)
+        if not 0 <= n_free <= len(free):
+            raise ArgumentError(f"prepare_words: {n_free} free slots of {len(free)}")
+        b = PreparedBuffers(keys, n, int(n_free))
+        uniq, inverse, counts, rows, slots, old_last, left, out, touched = b.at
+        words = [int(self._h), keys.ctypes.data, n, uniq, inverse, counts, rows, int(n_rows), w["row_cap"],
+                 w["g2id"], w["cache_loc"], w["rs"], w["free"], left, w["owner"], w["dirty"], w["pin"], w["n_slots"],
+                 int(pin_step), w["table"], w["width"], w["per"], w["mixes"], w["n_mixes"], w["scale_bits"],
+                 w["state"], out, w["last"], w["freq"], slots, old_last, touched]
+        return words, b
+
+    def _static_words(self, g2id: np.ndarray, cache_loc: np.ndarray, free: np.ndarray, owner: np.ndarray,
+                      dirty: np.ndarray, pin: np.ndarray, table: np.ndarray, dim: int, seed_mix: int | np.ndarray,
+                      scale: float, state: np.ndarray, last: np.ndarray, freq: np.ndarray) -> dict[str, int]:
+        """:meth:`prepare_words`' words of the table's own arrays, checked once: kept (with
+        the arrays) until it is given other arrays (one reallocated) or other parameters."""
+        arrays = (g2id, cache_loc, free, owner, dirty, pin, table, seed_mix, state, last, freq)
+        params = (dim, float(scale))
+        cached = self._prepare_static
+        if cached is not None and cached[1] == params and all(a is b for a, b in zip(arrays, cached[0])):
+            return cached[2]
         for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pin, np.int64), (dirty, np.bool_)):
             if a.dtype != dt or not a.flags.c_contiguous:
                 raise InputTypeError(f"prepare_words: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
         rs = record_stride("prepare_words", cache_loc, last, freq)
-        row_cap = min(len(g2id), len(cache_loc), len(last), len(freq))
-        state = np.ascontiguousarray(state, dtype=np.float32)
+        st = np.ascontiguousarray(state, dtype=np.float32)
         if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or \
-                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(state) != table.shape[1] - dim or \
-                not 0 <= n_free <= len(free):
+                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(st) != table.shape[1] - dim:
             raise ArgumentError("prepare_words: a float32 table with an owner, pin and dirty entry per slot")
         mixes, per = seed_mixes(seed_mix, dim)
-        b = PreparedBuffers(keys, n, mixes, state, int(n_free))
-        scale_bits = int(np.array([scale], dtype=np.float32).view(np.uint32)[0])
-        words = [int(self._h), keys.ctypes.data, n, b.uniq.ctypes.data, b.inverse.ctypes.data, b.counts.ctypes.data,
-                 b.rows.ctypes.data, int(n_rows), row_cap, g2id.ctypes.data, cache_loc.ctypes.data, rs,
-                 free.ctypes.data, b.left.ctypes.data, owner.ctypes.data, dirty.ctypes.data, pin.ctypes.data,
-                 table.shape[0], int(pin_step), table.ctypes.data, table.shape[1], per, mixes.ctypes.data, len(mixes),
-                 scale_bits, state.ctypes.data, b.out.ctypes.data, last.ctypes.data, freq.ctypes.data,
-                 b.slots.ctypes.data, b.old_last.ctypes.data, b.touched.ctypes.data]
-        return words, b
+        words = {"row_cap": min(len(g2id), len(cache_loc), len(last), len(freq)), "g2id": g2id.ctypes.data,
+                 "cache_loc": cache_loc.ctypes.data, "rs": rs, "free": free.ctypes.data, "owner": owner.ctypes.data,
+                 "dirty": dirty.ctypes.data, "pin": pin.ctypes.data, "n_slots": table.shape[0],
+                 "table": table.ctypes.data, "width": table.shape[1], "per": per, "mixes": mixes.ctypes.data,
+                 "n_mixes": len(mixes), "scale_bits": int(np.array([scale], dtype=np.float32).view(np.uint32)[0]),
+                 "state": st.ctypes.data, "last": last.ctypes.data, "freq": freq.ctypes.data}
+        # the arrays (with the mixes and the state as converted) stay alive as long as their words are kept
+        self._prepare_static = (arrays + (mixes, st), params, words)
+        return words
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """All (keys uint64, values int64), in table order."""
