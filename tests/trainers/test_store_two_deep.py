@@ -7,6 +7,8 @@ wait for the prepares and change nothing."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -19,8 +21,11 @@ from fbrapids.trainers.sparse.together import lookup_together, update_each
 IDS = 400
 
 
-def _stores() -> list[TieredEmbeddingStore]:
-    return [TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=8, seed=t), name=f"t{t}", device="cpu")
+def _stores(cache_rows: int = 8) -> list[TieredEmbeddingStore]:
+    """Three tables in one RAM tier; ``cache_rows=8``: their caches grow under the prepares (a
+    prepare two deep then waits for the one before it), 4096: room for every row from the start
+    (it is queued behind the one before it, still running)."""
+    return [TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=cache_rows, seed=t), name=f"t{t}", device="cpu")
             for t in range(3)]
 
 
@@ -44,22 +49,30 @@ def _bookkeeping(stores: list[TieredEmbeddingStore]) -> list[tuple]:
 
 
 def _train(batches: list[list[np.ndarray]], mode: str, background: bool = False,
-           between: str = "") -> tuple[list[np.ndarray], list[tuple], int]:
+           between: str = "", cache_rows: int = 8, held: bool = False) -> tuple[list[np.ndarray], list[tuple], int]:
     """Every batch looked up and trained (gradient 0.5 + the row's first value), telling the stores
     ``mode``: "never", "one" (the next batch after each lookup, as fit does) or "two" (the next
     batch before each lookup); returns the leaves, the bookkeeping and the lookups that found
-    their batch prepared two deep."""
-    stores = _stores()
+    their batch prepared two deep.  ``held``: the background thread held busy until both first
+    prepares are queued (the second is made while the first is certainly still pending)."""
+    stores = _stores(cache_rows)
     leaves, two_deep, told = [], 0, None
     for i, keys in enumerate(batches):
         nxt = [torch.from_numpy(k) for k in batches[i + 1]] if i + 1 < len(batches) else None
         cur = [torch.from_numpy(k) for k in keys]
         if mode == "two":
+            gate = threading.Event()
+            if held and i == 0:
+                stores[0].background().submit(gate.wait)
             if told is None:
                 prepare_together(stores, cur)
             if nxt is not None:
                 prepare_together(stores, nxt)
                 two_deep += all(s._ahead is not None for s in stores)
+            if held and i == 0:
+                assert all(s._prefetched is not None and s._prefetched.job is not None
+                           and not s._prefetched.job.done() for s in stores)
+                gate.set()
             told = nxt
             if between == "weights":  # a read in between waits for both prepares
                 for s in stores:
@@ -78,17 +91,28 @@ def _train(batches: list[list[np.ndarray]], mode: str, background: bool = False,
     return leaves, _bookkeeping(stores), two_deep
 
 
+@pytest.mark.parametrize("cache_rows", [8, 4096])
 @pytest.mark.parametrize("background", [False, True])
 @pytest.mark.parametrize("between", ["", "weights", "flush"])
-def test_batches_prepared_two_deep_train_and_count_as_never_prepared(background: bool, between: str) -> None:
+def test_batches_prepared_two_deep_train_and_count_as_never_prepared(background: bool, between: str,
+                                                                     cache_rows: int) -> None:
     batches = _batches(0, 7)
-    plain_leaves, plain_books, _ = _train(batches, "never")
-    one_leaves, one_books, _ = _train(batches, "one", background)
-    two_leaves, two_books, two_deep = _train(batches, "two", background, between)
+    plain_leaves, plain_books, _ = _train(batches, "never", cache_rows=cache_rows)
+    one_leaves, one_books, _ = _train(batches, "one", background, cache_rows=cache_rows)
+    two_leaves, two_books, two_deep = _train(batches, "two", background, between, cache_rows)
     assert two_deep == len(batches) - 1  # every prepare after the first went two deep
     for leaves in (one_leaves, two_leaves):
         assert all(np.array_equal(a, b) for a, b in zip(plain_leaves, leaves))
     assert one_books == plain_books
+    assert two_books == plain_books
+
+
+def test_a_prepare_two_deep_queued_behind_one_still_pending_trains_as_never_prepared() -> None:
+    batches = _batches(3, 5)
+    plain_leaves, plain_books, _ = _train(batches, "never", cache_rows=4096)
+    two_leaves, two_books, two_deep = _train(batches, "two", cache_rows=4096, held=True)
+    assert two_deep == len(batches) - 1
+    assert all(np.array_equal(a, b) for a, b in zip(plain_leaves, two_leaves))
     assert two_books == plain_books
 
 

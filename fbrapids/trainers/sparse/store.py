@@ -120,6 +120,11 @@ def _prefetch_thread() -> ThreadPoolExecutor:
     return _PREFETCH[0]
 
 
+def _n_ids(ids: Ids) -> int:
+    """How many ids a batch holds."""
+    return ids.numel() if isinstance(ids, torch.Tensor) else int(np.size(ids))
+
+
 def same_keys(stash: _Stash, keys: Keys) -> bool:
     """Whether a stash was found for ``keys`` (the same ids, in order)."""
     if stash.keys is None or len(stash.keys) != len(keys):
@@ -687,7 +692,8 @@ class TieredEmbeddingStore:
         self._settle(ahead=False)  # a prepare of the batch after this one goes on
         stash, self._prefetched, ahead, self._ahead = self._prefetched, self._ahead, self._ahead, None
         if stash is None or stash.found is None:
-            self._prefetched = None
+            self._prefetched, self._ahead = None, ahead
+            self._discard_ahead()
             return None
         # a prepare ahead of this one admitted rows since; every row of this stash was admitted by
         # its own prepare then (only such stashes have one ahead), which later admissions leave as they are
@@ -759,6 +765,7 @@ class TieredEmbeddingStore:
                 self._settle_stash(self._prefetched)
             except BaseException:
                 self._prefetched = None
+                self._discard_ahead()  # prepared on top of the one that failed
                 raise
         if ahead and self._ahead is not None:
             try:
@@ -766,6 +773,17 @@ class TieredEmbeddingStore:
             except BaseException:
                 self._ahead = None
                 raise
+
+    def _discard_ahead(self) -> None:
+        """Forget the prepare two deep (waited for, its booking undone; its error, if any, dropped:
+        the one it was prepared behind is not looked up)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                self._settle_stash(ahead)
+            except BaseException as exc:  # its batch is never looked up: nothing of it is used
+                log.debug("table %r: a prepare two deep, discarded, had failed: %s", self.name, exc)
+            self._unbook(ahead)
 
     def _settle_stash(self, stash: _Stash) -> None:
         """Wait for ``stash``'s prepare if it is under way; raise its error."""
@@ -848,18 +866,23 @@ class TieredEmbeddingStore:
         if self.tiers.cache.table is None:
             self.prefetch(ids)
             return None
-        self._settle()
         head = self._prefetched
         # the step of the next lookup: this one's unless it has looked up already
         step = self._step + 1 if self._looked_at == self._step else self._step
-        # two deep: the next lookup's rows already booked by a prepare, this batch is for the lookup after it
-        two_deep = self._admits_ahead() and self._ahead is None and head is not None and head.complete and \
-            head.booked is not None and head.booked[0] == step
+        n = _n_ids(ids)
+        # two deep: the next lookup's rows found and booked by a prepare (perhaps still under way, then this one
+        # runs after it on the same thread), this batch is for the lookup after that one
+        two_deep = self._admits_ahead() and self._ahead is None and head is not None and head.step == step and \
+            (head.job is not None or head.complete and head.booked is not None)
+        if two_deep and head is not None and head.job is not None and \
+                self.tiers.cache.slots.n_free < _n_ids(head.source) + n:
+            self._settle()  # the cache must grow for both batches' new rows: not while a prepare writes into it
+            two_deep = head.complete and head.booked is not None
         if not two_deep:
+            self._settle()
             self._drop_stashes()
         stash = _Stash(ids, job=done)
         if self._admits_ahead():
-            n = ids.numel() if isinstance(ids, torch.Tensor) else int(np.size(ids))
             self.tiers.reserve(n)  # room in the cache for every key as a new row, made on this thread (the
             # current step updates the cache's rows; the directory is the other's)
             if two_deep:
