@@ -65,11 +65,9 @@ saved.  ``benchmarks/window_simulation.py`` simulates the hit rate by window len
 Every store step first tells the store the batch that comes next, then looks up its own
 (prepared the step before): the store finds, admits and books the next batch's rows in its
 background thread while this step looks up and trains (``prepare`` two deep, the pattern
-:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare` states; ``fit`` prepares one
-deep, after the forward: told before it, the thread's Python competes with the forward's for
-the interpreter's lock).  The 10x stores, whose prepare cannot go two deep
-(``prepares_two_deep``), are told after their lookup, as ``fit`` tells them.  The peers take
-no such hint.  The step has no work of its own after
+:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare` states), as ``fit`` does.
+The 10x stores, whose prepare cannot go two deep (``prepares_two_deep``), are told after
+their lookup, as ``fit`` tells them.  The peers take no such hint.  The step has no work of its own after
 the sparse update, so the update runs on this thread (``apply_gradients()``; ``fit`` runs it in
 the background, beside its dense optimizer's step).
 

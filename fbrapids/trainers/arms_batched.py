@@ -376,7 +376,7 @@ class BatchedArms(Strategy):
         inputs = self.inputs(batch)
         dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
         pooled = self.tables.pooled(inputs, train=True)
-        if self.prefetch and ahead:
+        if self.prefetch and ahead and not next_held:  # (a batch to be held back stays unseen, as in fit)
             self.tables.prepare(self.inputs(ahead[0]))
         # each chunk's bags a leaf of its own, its gradient landing there: a slice of one leaf
         # for all arms would zero-fill and sum a gradient of every arm's bags per chunk

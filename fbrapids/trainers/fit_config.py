@@ -49,8 +49,9 @@ class FitConfig:
             checkpoints is an error: runs are never mixed.
         progress: show a tqdm bar (on the ranks: rank 0's).
         prefetch_rows: find the next batch's rows while this one trains (one process: a
-            background thread, :meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare`;
-            ranks: the next batch's ids exchanged meanwhile).
+            background thread, :meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepare`,
+            told before this batch's forward where every table is in one RAM tier (two deep),
+            after it otherwise; ranks: the next batch's ids exchanged meanwhile).
         keep_checkpoints: keep this many newest checkpoints (None: all); the newest verified
             one is never removed.
         nan: a NaN / inf loss or dense gradient (:mod:`fbrapids.trainers.nan_policy`):

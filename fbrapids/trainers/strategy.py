@@ -203,8 +203,9 @@ def _nonfinite_message(step: int, what: str, model: CTRModel, optimizer: torch.o
 
 class Stepper:
     """One update of ``model`` on a batch: forward, loss, the ``nan`` policy, backward, the
-    dense and sparse steps (``prefetch``: the next batch's rows found meanwhile); the loss
-    goes to ``result.losses``, a skipped step to ``result.skipped``."""
+    dense and sparse steps (``prefetch``: the next batch's rows found meanwhile, told before
+    the forward where the tables prepare two deep, after it otherwise); the loss goes to
+    ``result.losses``, a skipped step to ``result.skipped``."""
 
     def __init__(self, model: CTRModel, optimizer: torch.optim.Optimizer, result: FitResult, nan: str) -> None:
         self.model, self.optimizer, self.result, self.nan = model, optimizer, result, nan
@@ -215,9 +216,14 @@ class Stepper:
     def __call__(self, batch: Batch, step: int, prefetch: Batch | None = None) -> None:
         model, optimizer = self.model, self.optimizer
         optimizer.zero_grad(set_to_none=True)
+        two_deep = prefetch is not None and model.prepares_two_deep
+        if two_deep and prefetch is not None:  # the next batch's rows found beside this whole step
+            if not model.prepared_next():  # the first step, or one whose prepare went to another batch
+                model.prepare(batch)
+            model.prepare(prefetch)
         batch = batch.to(self.dev)
         logits = model(batch)
-        if prefetch is not None:
+        if prefetch is not None and not two_deep:  # found beside the rest of this step
             model.prepare(prefetch)
         loss = self.loss_fn(logits, batch.label.to(logits.device))
         value = float(loss.detach())
@@ -272,16 +278,21 @@ def checkpoint_root(checkpoint_dir: str | os.PathLike, optimizer: torch.optim.Op
 @torch.no_grad()
 def held_logits(model: CTRModel, batches: Iterable[Batch | None]) -> tuple[np.ndarray, np.ndarray]:
     """``model``'s raw logits (no calibration) and the labels of ``batches`` (Nones skipped),
-    in evaluation mode, as :func:`~fbrapids.trainers.fit.predict` computes them."""
+    in evaluation mode, as :func:`~fbrapids.trainers.fit.predict` computes them: its tables
+    read-only, as served (an id training never admitted reads the default row, and is not
+    admitted: the model calibrated is the model saved and served)."""
+    from fbrapids.trainers.sparse.store import read_only
+
     dev = module_device(model)
     model.eval()
     zs, ys = [np.zeros(0)], [np.zeros(0)]
     try:
-        for b in batches:
-            if b is not None:
-                b = b.to(dev)
-                zs.append(model(b).double().cpu().numpy().ravel())
-                ys.append(b.label.double().cpu().numpy().ravel())
+        with read_only(model.stores().values()):
+            for b in batches:
+                if b is not None:
+                    b = b.to(dev)
+                    zs.append(model(b).double().cpu().numpy().ravel())
+                    ys.append(b.label.double().cpu().numpy().ravel())
     finally:
         model.train()
     return np.concatenate(zs), np.concatenate(ys)
@@ -357,7 +368,9 @@ class OneProcess(Strategy):
             self.announced = index + len(upcoming)
 
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
-        self.stepper(_given(batch, self.name), step, ahead[0] if self.cfg.prefetch_rows and ahead else None)
+        # a batch to be held back is not prepared: its ids stay unseen, as served, when the calibration predicts it
+        ahead_rows = self.cfg.prefetch_rows and ahead and not next_held
+        self.stepper(_given(batch, self.name), step, ahead[0] if ahead_rows else None)
         return True
 
     def train_older(self, batch: Batch | None, step: int) -> None:

@@ -11,6 +11,7 @@ from sklearn.linear_model import LogisticRegression
 
 from fbrapids.trainers import StoreConfig, evaluate, fit, load_checkpoint, predict
 from fbrapids.trainers.calibration import HOLD_EVERY, MIN_ROWS, HeldBack, fit_shift, intercept, platt
+from fbrapids.trainers.sparse.store import read_only
 
 from _trainer_helpers import batches, ctr_frame, same_bits, small_model, snapshot
 
@@ -77,7 +78,7 @@ def _frozen_fit(frame, calibration_rows: int, epochs: int = 1):
 @pytest.mark.parametrize("rows, kept, epochs", [(4096, 10, 1), (4096, 16, 2)])
 def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int, kept: int, epochs: int) -> None:
     """The shift is the intercept of the final model's logits of the newest held batches
-    (every HOLD_EVERY-th), to the click rate of the batches they stand for (each held batch
+    (every HOLD_EVERY-th, read as served), to the click rate of the batches they stand for (each held batch
     and the HOLD_EVERY - 1 before it); the held ones are never trained on, those pushed out
     are; with two epochs the second pass reads the first's order and holds back the same ones."""
     frame = ctr_frame(rows=rows)
@@ -89,7 +90,8 @@ def test_fit_calibrates_on_the_held_back_batches_and_never_trains_them(rows: int
     # the kept ones: never trained on, in any pass
     assert len(res.losses) == epochs * (len(bs) - kept) and res.held_rows == kept * size
     model.set_calibration(1.0, 0.0)
-    with torch.no_grad():
+    model.eval()
+    with torch.no_grad(), read_only(model.stores().values()):  # as served: a held-only id reads the default row
         z = np.concatenate([model(bs[i]).numpy() for i in held_at])
     y = np.concatenate([bs[i].label.numpy() for i in held_at])
     spans = np.concatenate([bs[i].label.numpy() for i in range(held_at[0] - HOLD_EVERY + 1, held_at[-1] + 1)])

@@ -11,6 +11,7 @@ import torch
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers import StoreConfig, fit
+from fbrapids.trainers.calibration import HOLD_EVERY
 from fbrapids.trainers.fit_config import FitConfig
 from fbrapids.trainers.strategy import Arms
 
@@ -116,3 +117,48 @@ def test_sparse_lr_decay_is_checked() -> None:
         FitConfig(sparse_lr_decay=0.0)
     with pytest.raises(ArgumentError, match="sparse_lr_decay"):
         FitConfig(sparse_lr_decay=1.5)
+
+
+def test_a_batch_held_back_for_calibration_is_never_prepared_its_ids_stay_unseen() -> None:
+    """The next batch's rows are found ahead only when it is trained next: a batch held back
+    for the calibration is predicted as served (an id training never saw reads the default
+    row), so finding rows ahead changes neither the tables, nor the weights, nor the fitted
+    shift, bit for bit (a prepare of a held batch used to admit its ids: rows it never trained)."""
+    torch.set_num_threads(1)
+    df = ctr_frame(rows=4096)  # 128 batches of 32: every 8th held back (512 rows, enough to calibrate on)
+    out = {}
+    for prefetch in (True, False):
+        model = small_model(StoreConfig(cache_rows=16, lr=0.05))
+        result = fit(model, batches(df), FitConfig(prefetch_rows=prefetch, calibration_rows=10**6), progress=False)
+        out[prefetch] = (snapshot(model), result.calibration, result.held_rows,
+                         {k: len(s) for k, s in model.stores().items()})
+    assert out[True][2] > 0  # batches were held back
+    assert same_bits(out[True][0], out[False][0]) == []
+    assert out[True][1:] == out[False][1:]
+
+
+def test_the_calibration_reads_its_held_rows_as_served_admitting_no_id(monkeypatch) -> None:
+    """The held rows' logits the shift is fitted on are read as served (tables read-only): an
+    id only a held-back batch holds reads the default row and is not admitted, so the tables
+    saved hold exactly the ids trained on."""
+    from fbrapids.trainers import strategy
+
+    torch.set_num_threads(1)
+    held: list = []
+    hold = strategy.Strategy.hold
+    monkeypatch.setattr(strategy.Strategy, "hold", lambda self, b, h, index=-1: held.append(b) or hold(self, b, h,
+                                                                                                           index))
+    df = ctr_frame(rows=4096)
+    model = small_model(StoreConfig(cache_rows=16, lr=0.05))
+    result = fit(model, batches(df), FitConfig(calibration_rows=10**6), progress=False)
+    assert result.calibration is not None and held
+    again = list(batches(df))  # the same stream read again: the same batches in the same order
+    held_at = [k for k in range(len(again)) if k % HOLD_EVERY == HOLD_EVERY - 1]
+    assert [b.label.tolist() for b in held] == [again[k].label.tolist() for k in held_at]  # those were held
+    for f in ("ad", "user"):
+        store = next(s for k, s in model.stores().items() if k.endswith("/" + f))
+        seen = np.unique(np.concatenate([b.sparse[f][0].numpy() for k, b in enumerate(again) if k not in held_at]))
+        only_held = np.setdiff1d(np.concatenate([b.sparse[f][0].numpy() for b in held]), seen)
+        assert len(only_held) > 0
+        assert (store.directory.get(only_held.astype(np.uint64)) < 0).all()
+        assert len(store) == len(seen)

@@ -357,7 +357,7 @@ def _calibrate_ranks(trainer: DistributedTrainer, held: HeldBack, result: FitRes
         return False
     keep = net.calibration.clone()
     net.set_calibration(1.0, 0.0)  # the raw logits, as fit's
-    out = predict_distributed(trainer, held.batches, as_served=False)  # as fit's held_logits read them
+    out = predict_distributed(trainer, held.batches)  # as served, as fit's held_logits read them
     net.calibration.copy_(keep)
     p = np.clip(out["pred"], 1e-300, 1.0)
     z = np.log(p) - np.log1p(-np.minimum(p, 1 - 1e-16))
@@ -442,13 +442,11 @@ class _RanksRun:
 
 
 @torch.no_grad()
-def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch | None],
-                        as_served: bool = True) -> dict[str, np.ndarray]:
+def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch | None]) -> dict[str, np.ndarray]:
     """Predictions, labels (and groups) of the union of every rank's ``batches``, on every
-    rank (gathered with ``all_gather_object``, in rank order); with ``as_served`` the tables
-    read-only meanwhile, as served and as one process predicts
-    (:func:`~fbrapids.trainers.sparse.store.read_only`); without, as ``fit``'s calibration
-    reads its held-back rows (:func:`~fbrapids.trainers.fit.held_logits`)."""
+    rank (gathered with ``all_gather_object``, in rank order), the tables read-only meanwhile,
+    as served and as one process predicts (:func:`~fbrapids.trainers.sparse.store.read_only`;
+    so do ``fit``'s calibration's held rows, :func:`~fbrapids.trainers.fit.held_logits`)."""
     from fbrapids.trainers.sparse.store import read_only
 
     net, sharded = trainer.model, trainer.sharded
@@ -459,7 +457,7 @@ def predict_distributed(trainer: DistributedTrainer, batches: Iterable[Batch | N
     if trainer.template is None:
         trainer.template = _template(first, trainer.group)
     try:
-        with read_only(t.local for t in sharded.tables) if as_served else contextlib.nullcontext():
+        with read_only(t.local for t in sharded.tables):
             while True:
                 local = next(it, None)
                 if sharded.begin(local, train=False) is None:

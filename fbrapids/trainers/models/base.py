@@ -248,6 +248,16 @@ class CTRModel(nn.Module):
         for _, c in self.collections():
             c.prepare(batch.sparse)
 
+    @property
+    def prepares_two_deep(self) -> bool:
+        """Whether every table's prepare may go two deep (the batch after next told before the
+        next lookup: :attr:`TieredEmbeddingBagCollection.prepares_two_deep`)."""
+        return all(c.prepares_two_deep for _, c in self.collections())
+
+    def prepared_next(self) -> bool:
+        """Whether every table has a prepare pending for its next lookup."""
+        return all(c.prepared_next() for _, c in self.collections())
+
     def announce(self, batch: Batch, ahead: int) -> int:
         """Announce ``batch``, looked up ``ahead`` steps from now, to the tables whose eviction
         uses upcoming batches (``lfu_window``); returns the rows noted."""

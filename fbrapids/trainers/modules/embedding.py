@@ -291,6 +291,11 @@ class TieredEmbeddingBagCollection(nn.Module):
         (:attr:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepares_two_deep`)."""
         return all(isinstance(s, TieredEmbeddingStore) and s.prepares_two_deep for s in self.stores.values())
 
+    def prepared_next(self) -> bool:
+        """Whether every table has a prepare pending for its next lookup
+        (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepared_next`)."""
+        return all(isinstance(s, TieredEmbeddingStore) and s.prepared_next() for s in self.stores.values())
+
     def announce(self, sparse: Sparse, ahead: int) -> int:
         """Announce a batch looked up ``ahead`` steps from now to the tables whose eviction
         uses upcoming batches (``lfu_window``); returns the rows noted."""

@@ -816,6 +816,20 @@ class TieredEmbeddingStore:
         """
         return self._admits_ahead()
 
+    def prepared_next(self) -> bool:
+        """Whether a prepare in one RAM tier is pending for the next lookup (whichever batch it
+        was told): then a prepare now goes two deep.
+
+        Example:
+            >>> s = TieredEmbeddingStore(StoreConfig(dim=2, cache_rows=4, device="cpu"))
+            >>> s.prepare(np.array([1, 2])); s.prepared_next()
+            True
+            >>> _ = s.lookup(np.array([1, 2])); s.prepared_next()
+            False
+        """
+        head = self._prefetched
+        return head is not None and head.step == (self._step + 1 if self._looked_at == self._step else self._step)
+
     def prepare(self, ids: Ids) -> None:
         """Find the distinct ids of the batch to be looked up next and their rows, in a
         background thread (one for every store: ``fbrapids-prefetch``) while the caller trains
