@@ -230,6 +230,16 @@ class SharedTables:
                 g.store.end_step()
                 g.lookup = None
 
+    @property
+    def prepares_two_deep(self) -> bool:
+        """Whether every shared store's prepare may go two deep
+        (:attr:`~fbrapids.trainers.sparse.TieredEmbeddingStore.prepares_two_deep`)."""
+        return all(g.store.prepares_two_deep for g in self.groups)
+
+    def prepared_next(self) -> bool:
+        """Whether every shared store has a prepare pending for its next lookup."""
+        return all(g.store.prepared_next() for g in self.groups)
+
     def prepare(self, inputs: Sequence[Batch]) -> None:
         """Find the next batch's rows in the stores' background thread while this one trains."""
         prepare_together([g.store for g in self.groups], self._keys(inputs))  # one job of the background thread
@@ -375,9 +385,17 @@ class BatchedArms(Strategy):
         self.optimizer.zero_grad(set_to_none=True)
         inputs = self.inputs(batch)
         dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
+        # the next batch's rows found beside this step (a batch to be held back stays unseen, as in fit): told
+        # before this one's lookup where the shared stores prepare two deep, after it otherwise
+        nxt = self.inputs(ahead[0]) if self.prefetch and ahead and not next_held else None
+        two_deep = nxt is not None and self.tables.prepares_two_deep
+        if two_deep and nxt is not None:
+            if not self.tables.prepared_next():  # the first step, or one whose prepare went to another batch
+                self.tables.prepare(inputs)
+            self.tables.prepare(nxt)
         pooled = self.tables.pooled(inputs, train=True)
-        if self.prefetch and ahead and not next_held:  # (a batch to be held back stays unseen, as in fit)
-            self.tables.prepare(self.inputs(ahead[0]))
+        if nxt is not None and not two_deep:
+            self.tables.prepare(nxt)
         # each chunk's bags a leaf of its own, its gradient landing there: a slice of one leaf
         # for all arms would zero-fill and sum a gradient of every arm's bags per chunk
         chunks = [{k: p[c].detach().requires_grad_() for k, p in pooled.items()} for c in self.chunks(len(batch))]
