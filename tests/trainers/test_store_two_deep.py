@@ -63,16 +63,19 @@ def _train(batches: list[list[np.ndarray]], mode: str, background: bool = False,
         if mode == "two":
             gate = threading.Event()
             if held and i == 0:
-                stores[0].background().submit(gate.wait)
-            if told is None:
-                prepare_together(stores, cur)
-            if nxt is not None:
-                prepare_together(stores, nxt)
-                two_deep += all(s._ahead is not None for s in stores)
-            if held and i == 0:
-                assert all(s._prefetched is not None and s._prefetched.job is not None
-                           and not s._prefetched.job.done() for s in stores)
+                stores[0].background().submit(gate.wait, 60)  # (released below; at worst it times out)
+            try:
+                if told is None:
+                    prepare_together(stores, cur)
+                if nxt is not None:
+                    prepare_together(stores, nxt)
+                    two_deep += all(s._ahead is not None for s in stores)
+                pending = all(s._prefetched is not None and s._prefetched.job is not None
+                              and not s._prefetched.job.done() for s in stores)
+            finally:  # the thread every store shares is never left held
                 gate.set()
+            if held and i == 0:
+                assert pending
             told = nxt
             if between == "weights":  # a read in between waits for both prepares
                 for s in stores:
