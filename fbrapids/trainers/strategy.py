@@ -368,8 +368,10 @@ class OneProcess(Strategy):
             self.announced = index + len(upcoming)
 
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
-        # a batch to be held back is not prepared: its ids stay unseen, as served, when the calibration predicts it
-        ahead_rows = self.cfg.prefetch_rows and ahead and not next_held
+        # a batch to be held back is not prepared: its ids stay unseen, as served, when the calibration predicts it;
+        # nor is one after the last step (max_steps): it is never trained on
+        last = self.cfg.max_steps is not None and step >= self.cfg.max_steps
+        ahead_rows = self.cfg.prefetch_rows and ahead and not next_held and not last
         self.stepper(_given(batch, self.name), step, ahead[0] if ahead_rows else None)
         return True
 

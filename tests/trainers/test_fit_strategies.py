@@ -162,3 +162,20 @@ def test_the_calibration_reads_its_held_rows_as_served_admitting_no_id(monkeypat
         assert len(only_held) > 0
         assert (store.directory.get(only_held.astype(np.uint64)) < 0).all()
         assert len(store) == len(seen)
+
+
+def test_a_run_stopped_at_max_steps_prepares_no_batch_after_its_last() -> None:
+    """The batch after the last step is never trained on, so it is not prepared: the tables
+    of a run stopped at ``max_steps`` hold the same ids, rows and bits with rows found ahead
+    as without."""
+    torch.set_num_threads(1)
+    df = ctr_frame(rows=1536)
+    out = {}
+    for prefetch in (True, False):
+        model = small_model(StoreConfig(cache_rows=16, lr=0.05))
+        result = fit(model, batches(df), FitConfig(prefetch_rows=prefetch, max_steps=5, calibrate=False),
+                     progress=False)
+        out[prefetch] = (snapshot(model), len(result.losses), {k: len(s) for k, s in model.stores().items()})
+    assert out[True][1] == 5
+    assert same_bits(out[True][0], out[False][0]) == []
+    assert out[True][2] == out[False][2]
