@@ -60,7 +60,7 @@ from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.fit_config import FitConfig, FitResult
 from fbrapids.trainers.sparse.store import prepare_together
 from fbrapids.trainers.sparse.together import lookup_together, on_host, update_each
-from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items
+from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items, prepare_before_lookup
 
 if TYPE_CHECKING:  # (annotations only: the models and the store are imported where used)
     from fbrapids.trainers.models.base import CTRModel
@@ -388,13 +388,9 @@ class BatchedArms(Strategy):
         # the next batch's rows found beside this step (a batch to be held back stays unseen, as in fit): told
         # before this one's lookup where the shared stores prepare two deep, after it otherwise
         nxt = self.inputs(ahead[0]) if self.prefetch and ahead and not next_held else None
-        two_deep = nxt is not None and self.tables.prepares_two_deep
-        if two_deep and nxt is not None:
-            if not self.tables.prepared_next():  # the first step, or one whose prepare went to another batch
-                self.tables.prepare(inputs)
-            self.tables.prepare(nxt)
+        told = prepare_before_lookup(self.tables, inputs, nxt)
         pooled = self.tables.pooled(inputs, train=True)
-        if nxt is not None and not two_deep:
+        if nxt is not None and not told:
             self.tables.prepare(nxt)
         # each chunk's bags a leaf of its own, its gradient landing there: a slice of one leaf
         # for all arms would zero-fill and sum a gradient of every arm's bags per chunk

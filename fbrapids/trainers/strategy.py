@@ -41,7 +41,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Generic, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -150,6 +150,33 @@ class Strategy:
         return True
 
 
+_B = TypeVar("_B", contravariant=True)
+
+
+class PreparingTables(Protocol, Generic[_B]):
+    """Tables told the batches coming (a model's, a trial's shared ones)."""
+
+    @property
+    def prepares_two_deep(self) -> bool: ...
+
+    def prepared_next(self) -> bool: ...
+
+    def prepare(self, batch: _B) -> None: ...
+
+
+def prepare_before_lookup(tables: PreparingTables[_B], current: _B, upcoming: _B | None) -> bool:
+    """Where ``tables`` prepare two deep, tell them ``upcoming`` now, before ``current`` is
+    looked up (its rows then found beside the whole step), and ``current`` first when no
+    prepare is pending for it (the first step, or one whose prepare went to another batch);
+    returns whether it did: else the caller tells them ``upcoming`` after the lookup."""
+    if upcoming is None or not tables.prepares_two_deep:
+        return False
+    if not tables.prepared_next():
+        tables.prepare(current)
+    tables.prepare(upcoming)
+    return True
+
+
 def lookahead_items(it: Iterable[Batch], depth: int = 1) -> Iterator[Item]:
     """Each batch with the (up to) ``depth`` batches after it, read ahead of it.
 
@@ -216,14 +243,10 @@ class Stepper:
     def __call__(self, batch: Batch, step: int, prefetch: Batch | None = None) -> None:
         model, optimizer = self.model, self.optimizer
         optimizer.zero_grad(set_to_none=True)
-        two_deep = prefetch is not None and model.prepares_two_deep
-        if two_deep and prefetch is not None:  # the next batch's rows found beside this whole step
-            if not model.prepared_next():  # the first step, or one whose prepare went to another batch
-                model.prepare(batch)
-            model.prepare(prefetch)
+        told = prepare_before_lookup(model, batch, prefetch)  # the next batch's rows found beside the whole step
         batch = batch.to(self.dev)
         logits = model(batch)
-        if prefetch is not None and not two_deep:  # found beside the rest of this step
+        if prefetch is not None and not told:  # found beside the rest of this step
             model.prepare(prefetch)
         loss = self.loss_fn(logits, batch.label.to(logits.device))
         value = float(loss.detach())
