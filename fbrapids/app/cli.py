@@ -879,18 +879,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command in ("demo", "trial"):
         _print_reports()
-    from fbrapids.runs.workdir import Terminated, exit_on_termination
+    from fbrapids.runs.workdir import Terminated, exit_on_termination, stop_behind
 
     try:
         with exit_on_termination():  # SIGTERM / SIGHUP unwind (temporary folders removed, ranks stopped)
             return args.func(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
-    except Terminated as exc:  # one line, exit status 128 + the signal
-        sys.stderr.write(f"fbrapids {args.command}: stopped by {exc.signal_name}\n")
-        return int(exc.code or 1)
     except BaseException as exc:  # one line, never a traceback (-v logs it)
+        stop = stop_behind(exc)
+        if stop is not None and stop is not exc:  # a stop that arrived wrapped: what wrapped it, for -v
+            logging.getLogger("fbrapids.app.cli").info("the stop arrived as", exc_info=exc)
+        if isinstance(stop, KeyboardInterrupt):
+            sys.stderr.write("interrupted\n")
+            return 130
+        if isinstance(stop, Terminated):  # one line, exit status 128 + the signal
+            sys.stderr.write(f"fbrapids {args.command}: stopped by {stop.signal_name}\n")
+            return int(stop.code or 1)
         if isinstance(exc, SystemExit):
             raise
         logging.getLogger("fbrapids.app.cli").info("the failure's traceback", exc_info=True)

@@ -215,6 +215,34 @@ class Terminated(SystemExit):
         self.signal_name = signal.Signals(signum).name
 
 
+def stop_behind(exc: BaseException) -> BaseException | None:
+    """The Ctrl-C (:class:`KeyboardInterrupt`) or :class:`Terminated` that ``exc`` is, or
+    that it wraps: a signal lands wherever the main thread is, and some code re-raises what
+    it caught as another exception (Python wraps an exception raised while a class is made
+    as ``RuntimeError("Error calling __set_name__ ...")``, so a SIGTERM during an import
+    arrives as that).  Follows ``__cause__`` and ``__context__``: a failure raised while a
+    stop unwound is that stop too.  ``None`` when there is no stop behind ``exc``.
+
+    Example:
+        >>> try:
+        ...     try:
+        ...         raise Terminated(signal.SIGTERM)
+        ...     except Terminated as stop:
+        ...         raise RuntimeError("Error calling __set_name__") from stop
+        ... except RuntimeError as wrapped:
+        ...     print(stop_behind(wrapped).signal_name, stop_behind(ValueError("x")))
+        SIGTERM None
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (KeyboardInterrupt, Terminated)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
 
