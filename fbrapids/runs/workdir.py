@@ -223,14 +223,15 @@ def stop_behind(exc: BaseException) -> BaseException | None:
     arrives as that).  Follows ``__cause__`` and ``__context__``: a failure raised while a
     stop unwound is that stop too.  ``None`` when there is no stop behind ``exc``.
 
-    Example:
-        >>> try:
-        ...     try:
+    Example (a stop raised while a class is made; 3.11 wraps it, 3.12 lets it through):
+        >>> class StopsWhenNamed:
+        ...     def __set_name__(self, owner, name):
         ...         raise Terminated(signal.SIGTERM)
-        ...     except Terminated as stop:
-        ...         raise RuntimeError("Error calling __set_name__") from stop
-        ... except RuntimeError as wrapped:
-        ...     print(stop_behind(wrapped).signal_name, stop_behind(ValueError("x")))
+        >>> try:
+        ...     class Made:
+        ...         held_files = StopsWhenNamed()
+        ... except BaseException as arrived:
+        ...     print(stop_behind(arrived).signal_name, stop_behind(ValueError("x")))
         SIGTERM None
     """
     seen: set[int] = set()
