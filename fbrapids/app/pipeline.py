@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from fbrapids.app.tuning import TuningData
     from fbrapids.features.fitted import Fitted
     from fbrapids.frames.cluster import WorkerCounters
+    from fbrapids.frames.partition_pass import KeptPartitions
     from fbrapids.kernels import Expr
     from fbrapids.runs.disk_budget import TableBound
     from fbrapids.runs.memory_watch import MemoryWatch
@@ -194,8 +195,12 @@ class PipelineResult:
                   f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
         lines += ["", "joins:"] + ([f"  {j}" for j in self.joins] or ["  none"])
         for name, plan in self.passes.items():
-            lines.append(f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
-                         f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
+            line = (f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
+                    f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
+            if plan.get("kept_partitions"):
+                line += (f"; {plan['kept_partitions']} partitions computed with the training pass (the steps "
+                         f"before the split run once), {plan.get('kept_bytes', 0) / 1e6:.1f} MB kept for this one")
+            lines.append(line)
         lines += self._memory_lines()
         lines += ["", "embedding store (all tables):"] + ([f"  {self.store_layout}"] if self.store_layout else [])
         for tier in ("cache", "host", "ssd"):
@@ -257,9 +262,13 @@ class TimedPartitions:
     """
 
     def __init__(self, frame: FrameLike, window: int = 2, counters: WorkerCounters | None = None,
-                 columns: list[str] | None = None, watch: MemoryWatch | None = None) -> None:
+                 columns: list[str] | None = None, watch: MemoryWatch | None = None,
+                 beside: TimedPartitions | None = None) -> None:
         # only the columns the consumer reads travel (from cluster workers) and are held
         self.frame = frame[list(dict.fromkeys(columns))] if columns else frame
+        #: ``beside``'s partitions computed with these, kept for its own pass (:meth:`keeps`)
+        self.beside = beside
+        self.kept: KeptPartitions | None = None
         self.window = window
         self.counters = counters  # a cluster.WorkerCounters polled after each partition
         self.watch = watch  # a runs.memory_watch.MemoryWatch: the run stops past its budget
@@ -279,19 +288,50 @@ class TimedPartitions:
             raise InputTypeError(f"TimedPartitions: a dask frame has partitions, not {type(self.frame).__name__}")
         return self.frame.npartitions
 
+    def keeps(self, budget: int | None = None) -> TimedPartitions:
+        """This pass's partitions are computed by the pass that has it ``beside``, partition
+        by partition with its own (what the two frames share, such as every step before the
+        train / held-out split, runs once), and kept up to ``budget`` bytes (default
+        :data:`~fbrapids.runs.memory_budget.HELD_KEEP_BYTES`;
+        :class:`~fbrapids.frames.partition_pass.KeptPartitions`): its own pass then computes
+        only the partitions with rows that were not kept.  Returns ``self``."""
+        from fbrapids.frames.backend import is_dask
+        from fbrapids.frames.partition_pass import KeptPartitions
+        from fbrapids.runs import memory_budget
+
+        if is_dask(self.frame):
+            self.kept = KeptPartitions(self.frame, memory_budget.HELD_KEEP_BYTES if budget is None else budget)
+        return self
+
     def __iter__(self) -> Iterator[FrameLike]:
         from fbrapids.frames.partition_pass import iter_partitions
 
-        parts = iter_partitions(self.frame, window=self.window, stats=self.plan)
+        beside = self.beside.kept if self.beside is not None else None
+        if self.kept is not None:
+            kept_bytes = self.kept.kept_bytes
+            parts = self.kept.partitions(window=self.window, stats=self.plan)
+        else:
+            parts = iter_partitions(self.frame, window=self.window, stats=self.plan, beside=beside)
+
+        def extracted() -> int:  # the log's partitions this pass extracted (one beside another is its)
+            return self.kept.computed_again if self.kept is not None else yielded
+
+        yielded = 0
         while True:
             t = time.perf_counter()
+            before = extracted()
             try:
                 part = next(parts)
+                yielded += 1
             except StopIteration:
-                return
+                part = None
             with self._lock:
                 self.busy_s += time.perf_counter() - t
-                self.partitions += 1
+                self.partitions += extracted() - before
+            if part is None:
+                if self.kept is not None:  # what the pass beside computed and kept for this one
+                    self.plan.update(kept_partitions=self.kept.computed_beside, kept_bytes=kept_bytes)
+                return
             if self.counters is not None:
                 self.counters.poll()
             if self.watch is not None:
@@ -791,8 +831,11 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Cli
     # held-out partitions are streamed too
     # one partition computed at a time plus a queue of one: at most two partitions ahead of the
     # trainer, as stream(prefetch=2) holds over a dask frame
-    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns, watch=watch)
-    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns, watch=watch)
+    # the held-out rows of each partition computed with its training rows, kept for the evaluation
+    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns,
+                                    watch=watch).keeps()
+    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns, watch=watch,
+                               beside=test_producer)
     train = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group,
                                     SHUFFLE_BUFFER))
     return _Streams(producer, test_producer, train, counters, watch)

@@ -267,8 +267,8 @@ class ArmsSession:
 
         w = self.w
         columns = [w.label, *([w.group] if w.group else []), *self.dense, *self.sparse]
-        return (TimedPartitions(self.frames.train, window=1, columns=columns),
-                TimedPartitions(self.frames.test, window=1, columns=columns))
+        test = TimedPartitions(self.frames.test, window=1, columns=columns).keeps()  # computed with the training rows
+        return TimedPartitions(self.frames.train, window=1, columns=columns, beside=test), test
 
     def _batches(self, source: TimedPartitions, shuffle: bool) -> BatchStream:
         """The pipeline's stream of ``source``: its batches, its order."""

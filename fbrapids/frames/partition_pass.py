@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Container, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Iterator, Sequence, cast
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
     from dask._task_spec import GraphNode
@@ -66,12 +66,14 @@ class PassPlan:
     waiting: dict[Key, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, graph: dict[Key, GraphNode], outputs: list[Key]) -> "PassPlan":
+    def of(cls, graph: dict[Key, GraphNode], outputs: list[Key], per_partition: int = 1) -> "PassPlan":
+        """The plan of ``outputs``, ``per_partition`` consecutive ones per partition (two: a
+        frame's partition and the one computed beside it); first and last use count partitions."""
         plan = cls(graph, outputs)
         for i, key in enumerate(outputs):
             for k in plan.closure(key, stop=()):
-                plan.first_use.setdefault(k, i)
-                plan.last_use[k] = i
+                plan.first_use.setdefault(k, i // per_partition)
+                plan.last_use[k] = i // per_partition
         for k in plan.first_use:
             plan.waiting.setdefault(k, 0)
             for d in plan.dependencies(k):
@@ -123,13 +125,18 @@ def _client_of(get: Callable[..., object] | None) -> Client | None:
     return owner if type(owner).__name__ == "Client" else None
 
 
-def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[EagerFrame]:
+def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | None = None,
+                    beside: KeptPartitions | None = None) -> Iterator[EagerFrame]:
     """The partitions of dask ``frame``, in order, computed as one pass (see the module doc).
 
     Args:
         frame: a dask (or dask-cudf) DataFrame (an eager one is an ArgumentError).
         window: partitions computed together (local scheduler) or outstanding as futures.
         stats: if given, filled with ``partitions``, ``tasks`` and ``shared_tasks``.
+        beside: another frame's partitions to compute with these, partition ``i`` with
+            partition ``i`` (the tasks they share, such as every step before a split, run
+            once), handed to it to keep (:class:`KeptPartitions`); only while it still wants
+            some, and only when the two frames have as many partitions.
 
     Example:
         >>> import pandas as pd, dask.dataframe as dd
@@ -146,34 +153,66 @@ def iter_partitions(frame: FrameLike, window: int = 2, stats: dict[str, int] | N
     if not is_dask(frame):
         raise ArgumentError(f"iter_partitions: a pass over partitions needs a dask frame, got {type(frame).__name__}")
     window = max(1, int(window))
-    pieces = frame.to_delayed()  # optimises the whole graph once
-    if not pieces:
+    together = beside is not None and beside.wanted and beside.npartitions == frame.npartitions
+    if beside is not None and beside.wanted and not together:
+        log.debug("pass over %d partitions: the frame beside has %d, computed in its own pass",
+                  frame.npartitions, beside.npartitions)
+    if together:
+        assert beside is not None
+        graph, outputs = _joint_graph(frame, beside.frame)
+    else:
+        pieces = frame.to_delayed()  # optimises the whole graph once
+        graph = convert_legacy_graph(dict(pieces[0].__dask_graph__())) if pieces else {}
+        for piece in pieces[1:]:
+            if piece.key not in graph:
+                graph.update(convert_legacy_graph(dict(piece.__dask_graph__())))
+        outputs = [p.key for p in pieces]
+    if not outputs:
         return
-    graph = convert_legacy_graph(dict(pieces[0].__dask_graph__()))
-    for piece in pieces[1:]:
-        if piece.key not in graph:
-            graph.update(convert_legacy_graph(dict(piece.__dask_graph__())))
     get = dask.base.get_scheduler(collections=[frame])
     client = _client_of(get)
+    per = 2 if together else 1
     try:
-        plan = PassPlan.of(graph, [p.key for p in pieces])
+        plan = PassPlan.of(graph, outputs, per_partition=per)
     except KeyError as exc:
         if client is None:
             raise
         from fbrapids.errors import ClusterError
 
-        raise ClusterError(f"pass over {len(pieces)} partitions: the scheduler {client.scheduler.address} lost the "
+        raise ClusterError(f"pass over {len(outputs) // per} partitions: the scheduler {client.scheduler.address} lost the "
                            f"data of task {exc.args[0]!r} (persisted on workers that died or left); nothing "
                            "can recompute it in this run") from None
     if stats is None:
         stats = {}
-    stats.update(partitions=len(pieces), tasks=len(plan.first_use), shared_tasks=plan.shared_tasks, held_bytes=0,
-                 shuffle_ram_bytes=0)
-    log.debug("pass over %d partitions: %d tasks, %d shared", len(pieces), len(plan.first_use), plan.shared_tasks)
-    if client is not None:
-        yield from _futures_pass(plan, client, window)
-    else:
-        yield from _local_pass(plan, get, window, stats)
+    stats.update(partitions=len(outputs) // per, tasks=len(plan.first_use), shared_tasks=plan.shared_tasks,
+                 held_bytes=0, shuffle_ram_bytes=0)
+    log.debug("pass over %d partitions: %d tasks, %d shared", len(outputs) // per, len(plan.first_use),
+              plan.shared_tasks)
+    results = _futures_pass(plan, client, window * per) if client is not None else \
+        _local_pass(plan, get, window * per, stats)
+    if not together:
+        yield from results
+        return
+    assert beside is not None
+    for i, part in enumerate(results):
+        if i % 2:
+            beside.take(i // 2, part)
+        else:
+            yield part
+
+
+def _joint_graph(frame: FrameLike, other: FrameLike) -> tuple[dict[Key, GraphNode], list[Key]]:
+    """The graph of two frames of as many partitions optimised together, and their output
+    keys interleaved (``frame``'s partition 0, ``other``'s 0, ``frame``'s 1, ...).  Optimised
+    apart, dask fuses each frame's steps into one task per partition, so the steps the two
+    share (every step before a split) would be two tasks, each run; together they are one."""
+    from dask._task_spec import convert_legacy_graph
+    from dask.base import collections_to_expr
+
+    joint = collections_to_expr([frame, other]).optimize()
+    graph = convert_legacy_graph(dict(joint.__dask_graph__()))
+    own, beside = joint.__dask_keys__()
+    return graph, [k for pair in zip(own, beside) for k in pair]
 
 
 def _local_pass(plan: PassPlan, get: Callable[..., Sequence[object]], window: int, stats: dict[str, int]
@@ -220,6 +259,95 @@ def store_ram(value: object) -> int | None:
         ram = getattr(inner, "memory_usage", None)  # a partd.Buffer; 0 for a store straight on its files
         return int(ram) if isinstance(ram, int) else 0
     return None
+
+
+class KeptPartitions:
+    """A dask frame's partitions computed beside a pass over another frame of as many
+    partitions (``iter_partitions(other, beside=kept)``: the held-out rows of a partition
+    computed with its training rows, every step before the split run once), kept for a later
+    pass over this frame (:meth:`partitions`), up to ``budget`` bytes
+    (:func:`dask.sizeof.sizeof`).
+
+    That later pass yields the kept partitions, skips those seen to be empty, and computes
+    the rest as one pass of their own (:func:`iter_partitions` over ``frame.partitions[...]``):
+    those over the budget, and those the other pass never reached (a run resumed after its
+    training ended; ``max_steps``).  Its partitions are the frame's own, in order, empty ones
+    left out, whichever way each was computed.  A kept partition is handed over once: a
+    second pass computes it again.  ``computed_beside`` counts the partitions the other pass
+    computed for this frame, ``computed_again`` those this frame's own passes computed,
+    ``kept_bytes`` the most kept at once.
+
+    Example:
+        >>> import pandas as pd, dask.dataframe as dd
+        >>> frame = dd.from_pandas(pd.DataFrame({"a": range(6)}), npartitions=3)
+        >>> late = frame.map_partitions(lambda p: p[p["a"] >= 3])
+        >>> kept = KeptPartitions(late, budget=1 << 20)
+        >>> [len(p) for p in iter_partitions(frame, window=1, beside=kept)], kept.computed_beside
+        ([2, 2, 2], 3)
+        >>> [p["a"].tolist() for p in kept.partitions()]  # the first partition was empty
+        [[3], [4, 5]]
+    """
+
+    def __init__(self, frame: FrameLike, budget: int) -> None:
+        self.frame = frame
+        self.budget = int(budget)
+        self.npartitions = int(cast(Any, frame).npartitions)  # (a dask frame)
+        self._kept: dict[int, EagerFrame] = {}
+        self._empty: set[int] = set()
+        self._over: set[int] = set()  #: seen with rows, over the budget: computed again
+        self._bytes = 0
+        self.kept_bytes = 0
+        self.computed_beside = 0
+        self.computed_again = 0
+
+    @property
+    def wanted(self) -> bool:
+        """Whether some partition has not been seen (computing it beside saves a pass)."""
+        return len(self._kept) + len(self._empty) + len(self._over) < self.npartitions
+
+    def take(self, i: int, part: EagerFrame) -> None:
+        """Partition ``i`` of the frame, computed beside another pass: kept while within the
+        budget, its emptiness noted, or left to compute again."""
+        from dask.sizeof import sizeof
+
+        if i in self._kept or i in self._empty or i in self._over:
+            return  # seen in an earlier pass (another epoch over the other frame)
+        self.computed_beside += 1
+        if len(part) == 0:
+            self._empty.add(i)
+            return
+        size = int(sizeof(part))
+        if self._bytes + size > self.budget:
+            self._over.add(i)
+            return
+        self._kept[i] = part
+        self._bytes += size
+        self.kept_bytes = max(self.kept_bytes, self._bytes)
+
+    def partitions(self, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[EagerFrame]:
+        """The frame's non-empty partitions in order: the kept ones handed over (and let go),
+        the rest computed as one pass (``window`` and ``stats`` as :func:`iter_partitions`'s)."""
+        from dask.sizeof import sizeof
+
+        todo = [i for i in range(self.npartitions) if i not in self._kept and i not in self._empty]
+        again = set(todo)
+        if stats is not None:
+            stats.update(partitions=0, tasks=0, shared_tasks=0, held_bytes=0, shuffle_ram_bytes=0)
+        computed = iter_partitions(self.frame.partitions[todo], window=window, stats=stats) if todo else iter(())
+        self._empty.clear()  # seen once: a later pass computes every partition again
+        self._over.clear()
+        for i in range(self.npartitions):
+            if i in self._kept:
+                part = self._kept.pop(i)
+                self._bytes -= int(sizeof(part))
+                yield part
+                del part
+            elif i in again:
+                part = next(computed)
+                self.computed_again += 1
+                yield part
+                del part
+        self._bytes = 0
 
 
 def _futures_pass(plan: PassPlan, client: Client, window: int) -> Iterator[EagerFrame]:

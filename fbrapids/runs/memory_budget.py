@@ -20,6 +20,8 @@ flight (:func:`estimate`; each part from the footers of the views and the run's 
   joined, features extracted: bytes per row from the first row group of each view);
 * **held-out predictions**: a score, label and group per held-out row, and the metrics'
   sorts (these grow with the held-out day's rows);
+* **held-out rows kept**: the held-out rows computed with the training pass and kept for the
+  evaluation, up to :data:`HELD_KEEP_BYTES` (past it they are computed again there);
 * **dictionaries**: each dictionary broadcast to the log's partitions, its table
   (:data:`BROADCAST_COPIES` times its bytes as read);
 * **shuffle stores**: a shuffle on this process's threads holds up to
@@ -84,6 +86,11 @@ LIBRARIES_BYTES = 600 << 20
 WORKER_BASE_BYTES = 450 << 20
 #: per held-out row: the score, the label and the group, and the metrics' sorts of them
 PREDICTION_ROW_BYTES = 64
+#: the held-out partitions computed beside the training pass (every step before the train /
+#: held-out split run once for both) are kept for the evaluation up to this many bytes; past
+#: it, those with rows are computed again there (``fbrapids.app.pipeline.TimedPartitions.keeps``).
+#: The demo's 200,000 rows keep 15 MB
+HELD_KEEP_BYTES = 256 << 20
 #: per extracted feature and row: a scalar, and a list (token ids, crosses: ~80 B measured)
 SCALAR_FEATURE_BYTES, LIST_FEATURE_BYTES = 8, 96
 #: per slot of an embedding table's directory (its arrays double from 1,024 slots as ids
@@ -345,6 +352,7 @@ def estimate(w: WorkloadLike, shape: RunShape, held_out_rows: int, baseline: int
     out.parts["batches"] = min(shape.batch_rows, log_size.rows) * _batch_row_bytes(shape, schema)
     out.parts["partitions in flight"] = int(IN_FLIGHT * min(shape.partition_rows, max(log_size.rows, 1)) * row_bytes)
     out.parts["held-out predictions"] = held_out_rows * PREDICTION_ROW_BYTES
+    out.parts["held-out rows kept"] = int(min(HELD_KEEP_BYTES, held_out_rows * row_bytes))
     out.parts["dictionaries"] = BROADCAST_COPIES * sum(dictionaries.values())
     out.parts["shuffle stores"] = 2 * shape.history_keys * min(SHUFFLE_STORE_BYTES, int(log_size.rows * 64))
     return out

@@ -58,8 +58,14 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert strategies == ["left, broadcast", "left, broadcast", "inner, partitioned"], r.joins
     assert all("build side ~" in j and f"  {j}" in r.render() for j in r.joins)
     for name, plan in r.passes.items():
+        if name == "held-out":  # computed with the training pass, partition by partition, and kept
+            assert plan["kept_partitions"] == r.passes["training"]["partitions"] and plan["kept_bytes"] > 0
+            assert plan["partitions"] == 0 and f"{plan['kept_partitions']} partitions computed with the training " \
+                                                "pass" in r.render()
+            continue
         assert plan["partitions"] >= 1 and plan["tasks"] > plan["partitions"]  # shared tasks: tests/pipeline/test_scale_passes.py
         assert f"{name} pass: {plan['partitions']} partitions" in r.render()
+    assert k["partitions"] == r.passes["training"]["partitions"]  # each partition extracted once
     # its memory, sampled by stage against the budget (tests/runs/test_memory_budget.py)
     mem = r.memory
     assert mem["scheduler"] == "threads" and set(mem["peak_by_stage"]) >= {"plan", "extract+train", "extract+evaluate"}

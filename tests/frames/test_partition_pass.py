@@ -1,9 +1,14 @@
+import threading
+
+import dask
 import dask.dataframe as dd
+import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fbrapids.errors import ArgumentError
-from fbrapids.frames.partition_pass import iter_partitions
+from fbrapids.frames.partition_pass import KeptPartitions, iter_partitions
 
 
 def test_a_pass_gives_each_partition_as_dask_computes_it():
@@ -19,3 +24,114 @@ def test_a_pass_gives_each_partition_as_dask_computes_it():
 def test_an_eager_frame_is_refused_naming_its_type():
     with pytest.raises(ArgumentError, match="needs a dask frame, got DataFrame"):
         next(iter_partitions(pd.DataFrame({"a": [1]})))
+
+
+# ---- a frame computed beside another: the held-out rows of each partition with its training rows ----
+
+
+class _Calls:
+    """How often the upstream step ran for each partition (told by its first row's ``v``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count: dict[int, int] = {}
+
+    def __dask_tokenize__(self) -> object:
+        return ("calls", id(self))
+
+    def step(self, part: pd.DataFrame) -> pd.DataFrame:
+        if len(part):
+            with self.lock:
+                self.count[int(part["v"].iloc[0])] = self.count.get(int(part["v"].iloc[0]), 0) + 1
+        return part.assign(w=part["v"] * 2)
+
+
+def _before(part: pd.DataFrame, cutoff: int, before: bool) -> pd.DataFrame:
+    return part[(part["t"] < cutoff) == before]
+
+
+def _split(rows: int, parts: int, cutoff: int, calls: _Calls | None):
+    frame = pd.DataFrame({"t": np.arange(rows) % 97, "v": np.arange(rows)})
+    merged = dd.from_pandas(frame, npartitions=parts, sort=False)
+    meta = frame.iloc[:0].assign(w=frame["v"].iloc[:0] * 2)  # (no call on made-up rows to infer it)
+    merged = merged.map_partitions(calls.step, meta=meta) if calls is not None else merged.assign(w=merged["v"] * 2)
+    train = merged.map_partitions(_before, cutoff, True)
+    test = merged.map_partitions(_before, cutoff, False)
+    return frame.assign(w=frame["v"] * 2), train, test
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 300), parts=st.integers(1, 6), cutoff=st.integers(0, 100),
+       budget=st.sampled_from([0, 600, 1 << 30]), window=st.integers(1, 3))
+def test_partitions_computed_beside_are_pandas_split_and_the_step_before_runs_once(rows, parts, cutoff, budget,
+                                                                                    window):
+    calls = _Calls()
+    frame, train, test = _split(rows, parts, cutoff, calls)
+    kept = KeptPartitions(test, budget)
+    with dask.config.set(scheduler="sync"):
+        got_train = list(iter_partitions(train, window=window, beside=kept))
+        assert kept.computed_beside == test.npartitions == len(got_train)
+        ran_once = dict(calls.count)
+        got_test = list(kept.partitions(window=window))
+    # the oracle: pandas' own split of the rows, partition by partition in order
+    pd.testing.assert_frame_equal(pd.concat(got_train), frame[frame["t"] < cutoff])
+    expected_test = frame[frame["t"] >= cutoff]
+    if len(expected_test):
+        pd.testing.assert_frame_equal(pd.concat(got_test), expected_test)
+    assert all(len(p) for p in got_test)  # an empty partition seen beside is not computed again
+    assert set(ran_once.values()) <= {1}  # the step before the split ran once per partition for both frames
+    # only the partitions with held rows not kept are computed again, each once more
+    assert kept.computed_again == sum(1 for c in calls.count.values() if c == 2)
+    if budget >= 1 << 30:
+        assert kept.computed_again == 0
+    if budget == 0:
+        assert kept.computed_again == len(got_test)
+
+
+def test_a_second_pass_over_kept_partitions_computes_them_all():
+    calls = _Calls()
+    frame, train, test = _split(200, 4, 50, calls)
+    kept = KeptPartitions(test, 1 << 30)
+    with dask.config.set(scheduler="sync"):
+        list(iter_partitions(train, window=1, beside=kept))
+        first = pd.concat(list(kept.partitions(window=1)))
+        assert kept.computed_again == 0
+        second = pd.concat(list(kept.partitions(window=1)))  # handed over once: computed now
+    pd.testing.assert_frame_equal(first, second)
+    assert kept.computed_again == 4 and kept.wanted
+
+
+def test_a_pass_stopped_early_leaves_the_unseen_partitions_to_compute():
+    calls = _Calls()
+    frame, train, test = _split(200, 4, 50, calls)
+    kept = KeptPartitions(test, 1 << 30)
+    with dask.config.set(scheduler="sync"):
+        parts = iter_partitions(train, window=1, beside=kept)
+        next(parts)
+        parts.close()  # training stopped after its first partition (max_steps)
+        got = pd.concat(list(kept.partitions(window=1)))
+    pd.testing.assert_frame_equal(got, frame[frame["t"] >= 50])
+    assert kept.computed_beside + kept.computed_again == 4
+
+
+def test_frames_of_unequal_partitions_are_not_computed_together():
+    calls = _Calls()
+    frame, train, test = _split(200, 4, 50, calls)
+    kept = KeptPartitions(test.repartition(npartitions=2), 1 << 30)
+    with dask.config.set(scheduler="sync"):
+        list(iter_partitions(train, window=1, beside=kept))
+        assert kept.computed_beside == 0
+        got = pd.concat(list(kept.partitions(window=1)))
+    pd.testing.assert_frame_equal(got, frame[frame["t"] >= 50])
+
+
+def test_beside_on_a_distributed_client_equals_the_local_pass():
+    distributed = pytest.importorskip("distributed")
+    frame, train, test = _split(300, 5, 60, None)
+    kept = KeptPartitions(test, 1 << 30)
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None):
+        got_train = pd.concat(list(iter_partitions(train, window=2, beside=kept)))
+        got_test = pd.concat(list(kept.partitions(window=2)))
+    pd.testing.assert_frame_equal(got_train, frame[frame["t"] < 60])
+    pd.testing.assert_frame_equal(got_test, frame[frame["t"] >= 60])
+    assert kept.computed_beside == 5 and kept.computed_again == 0
