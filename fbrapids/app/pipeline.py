@@ -151,6 +151,18 @@ class PipelineResult:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "predictions"}
         return json.loads(json.dumps(out, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
 
+    def _pass_lines(self) -> list[str]:
+        """Each pass's partitions and shared tasks; the held-out one's computed with training."""
+        lines = []
+        for name, plan in self.passes.items():
+            line = (f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
+                    f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
+            if plan.get("kept_partitions"):
+                line += (f"; {plan['kept_partitions']} partitions computed with the training pass (the steps "
+                         f"before the split run once), {plan.get('kept_bytes', 0) / 1e6:.1f} MB kept for this one")
+            lines.append(line)
+        return lines
+
     def _memory_lines(self) -> list[str]:
         """The summary's memory lines: the peak of the process tree and its stage, the estimate
         made before any work, the budget, and how the run went within it."""
@@ -194,13 +206,7 @@ class PipelineResult:
                   f"  pool peak bytes        {k.get('pool_peak_bytes', 0):>12,}",
                   f"  pool regrowths         {k.get('pool_regrowths', 0):>12}"]
         lines += ["", "joins:"] + ([f"  {j}" for j in self.joins] or ["  none"])
-        for name, plan in self.passes.items():
-            line = (f"  {name} pass: {plan.get('partitions', 0)} partitions, {plan.get('tasks', 0)} tasks, "
-                    f"{plan.get('shared_tasks', 0)} shared by several partitions (each run once per pass)")
-            if plan.get("kept_partitions"):
-                line += (f"; {plan['kept_partitions']} partitions computed with the training pass (the steps "
-                         f"before the split run once), {plan.get('kept_bytes', 0) / 1e6:.1f} MB kept for this one")
-            lines.append(line)
+        lines += self._pass_lines()
         lines += self._memory_lines()
         lines += ["", "embedding store (all tables):"] + ([f"  {self.store_layout}"] if self.store_layout else [])
         for tier in ("cache", "host", "ssd"):
