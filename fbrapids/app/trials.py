@@ -166,7 +166,8 @@ def trial(workload: Workload | str | Path, candidates: dict[str, Expr], *, kind:
         reference: also time one plain training of the baseline on the same data, right
             after, for the cost report (``result.cost``).
         options: ``backend``, ``epochs``, ``batch_size``, ``embedding_dim``, ``cache_rows``,
-            ``host_rows``, ``train_threads``, ``nan``, ``work_dir`` (the finished seeds kept
+            ``host_rows``, ``train_threads`` (default: every core when several models train
+            side by side, every core but one for one), ``nan``, ``work_dir`` (the finished seeds kept
             there), ``models_per_pass`` (:data:`fbrapids.app.trial_training.OPTIONS`;
             ``count_clean`` is accepted and unused).
 

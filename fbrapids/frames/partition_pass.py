@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Iterator, Sequence, cast
@@ -296,6 +297,8 @@ class KeptPartitions:
         self._empty: set[int] = set()
         self._over: set[int] = set()  #: seen with rows, over the budget: computed again
         self._bytes = 0
+        self._lock = threading.Lock()  # the other pass may run on a stream's thread
+        self._handing_over = False  # a pass over this frame has begun: nothing more is taken
         self.kept_bytes = 0
         self.computed_beside = 0
         self.computed_again = 0
@@ -310,44 +313,44 @@ class KeptPartitions:
         budget, its emptiness noted, or left to compute again."""
         from dask.sizeof import sizeof
 
-        if i in self._kept or i in self._empty or i in self._over:
-            return  # seen in an earlier pass (another epoch over the other frame)
-        self.computed_beside += 1
-        if len(part) == 0:
-            self._empty.add(i)
-            return
-        size = int(sizeof(part))
-        if self._bytes + size > self.budget:
-            self._over.add(i)
-            return
-        self._kept[i] = part
-        self._bytes += size
-        self.kept_bytes = max(self.kept_bytes, self._bytes)
+        size = int(sizeof(part)) if len(part) else 0
+        with self._lock:
+            if self._handing_over or i in self._kept or i in self._empty or i in self._over:
+                return  # seen in an earlier pass (another epoch over the other frame), or too late
+            self.computed_beside += 1
+            if size == 0:
+                self._empty.add(i)
+            elif self._bytes + size > self.budget:
+                self._over.add(i)
+            else:
+                self._kept[i] = part
+                self._bytes += size
+                self.kept_bytes = max(self.kept_bytes, self._bytes)
 
     def partitions(self, window: int = 2, stats: dict[str, int] | None = None) -> Iterator[EagerFrame]:
         """The frame's non-empty partitions in order: the kept ones handed over (and let go),
         the rest computed as one pass (``window`` and ``stats`` as :func:`iter_partitions`'s)."""
-        from dask.sizeof import sizeof
-
-        todo = [i for i in range(self.npartitions) if i not in self._kept and i not in self._empty]
-        again = set(todo)
-        if stats is not None:
-            stats.update(partitions=0, tasks=0, shared_tasks=0, held_bytes=0, shuffle_ram_bytes=0)
-        computed = iter_partitions(self.frame.partitions[todo], window=window, stats=stats) if todo else iter(())
-        self._empty.clear()  # seen once: a later pass computes every partition again
-        self._over.clear()
-        for i in range(self.npartitions):
-            if i in self._kept:
-                part = self._kept.pop(i)
-                self._bytes -= int(sizeof(part))
-                yield part
-                del part
-            elif i in again:
-                part = next(computed)
-                self.computed_again += 1
-                yield part
-                del part
-        self._bytes = 0
+        with self._lock:  # what was taken until now is what this pass hands over
+            self._handing_over = True
+            kept, empty = self._kept, self._empty
+            self._kept, self._empty, self._over, self._bytes = {}, set(), set(), 0  # a later pass: every one again
+        try:
+            todo = [i for i in range(self.npartitions) if i not in kept and i not in empty]
+            again = set(todo)
+            if stats is not None:
+                stats.update(partitions=0, tasks=0, shared_tasks=0, held_bytes=0, shuffle_ram_bytes=0)
+            computed = iter_partitions(self.frame.partitions[todo], window=window, stats=stats) if todo else iter(())
+            for i in range(self.npartitions):
+                if i in kept:
+                    yield kept.pop(i)  # let go once handed over
+                elif i in again:
+                    part = next(computed)
+                    self.computed_again += 1
+                    yield part
+                    del part
+        finally:
+            with self._lock:
+                self._handing_over = False
 
 
 def _futures_pass(plan: PassPlan, client: Client, window: int) -> Iterator[EagerFrame]:

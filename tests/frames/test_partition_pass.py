@@ -135,3 +135,22 @@ def test_beside_on_a_distributed_client_equals_the_local_pass():
     pd.testing.assert_frame_equal(got_train, frame[frame["t"] < 60])
     pd.testing.assert_frame_equal(got_test, frame[frame["t"] >= 60])
     assert kept.computed_beside == 5 and kept.computed_again == 0
+
+
+def test_a_partition_handed_in_after_its_pass_began_is_not_taken():
+    """A stream's thread still finishing the other pass cannot change what a pass over the
+    kept frame yields once it has begun: the rows stay the frame's, in order."""
+    calls = _Calls()
+    frame, train, test = _split(200, 4, 50, calls)
+    kept = KeptPartitions(test, 1 << 30)
+    with dask.config.set(scheduler="sync"):
+        parts = iter_partitions(train, window=1, beside=kept)
+        next(parts), next(parts)  # (a partition beside is taken after its pair is yielded: one so far)
+        assert kept.computed_beside == 1
+        handing = kept.partitions(window=1)
+        got = [next(handing)]
+        rest = list(parts)  # the other pass finishes late: its partitions are not taken now
+        assert len(rest) == 2 and kept.computed_beside == 1
+        got += list(handing)
+    pd.testing.assert_frame_equal(pd.concat(got), frame[frame["t"] >= 50])
+    assert kept.computed_again == 3
