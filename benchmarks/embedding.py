@@ -110,6 +110,7 @@ from benchmarks.machine import NoiseCheck  # noqa: E402
 from fbrapids.trainers.fit import LOOKAHEAD_BATCHES  # noqa: E402
 from fbrapids.trainers.modules.embedding import TieredEmbeddingBagCollection  # noqa: E402
 from fbrapids.trainers.sparse import StoreConfig  # noqa: E402
+from fbrapids.trainers.strategy import prepare_before_lookup  # noqa: E402
 
 SCRAMBLE = np.uint64(0x9E3779B97F4A7C15)
 LR, EPS = 0.05, 1e-8
@@ -210,7 +211,6 @@ def tiered_step(cfg: StoreConfig, name: str, offsets: torch.Tensor, w: torch.Ten
     # the batch the last step was told comes next, and its ids as the store saw them (the same
     # tensor looked up: a batch object goes from the prepare to the lookup, as in fit)
     told: list[tuple[np.ndarray, dict[str, tuple[torch.Tensor, torch.Tensor]]] | None] = [None]
-    two_deep = ebc.prepares_two_deep
 
     def keyed(ids: np.ndarray) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         return {"f": (torch.from_numpy((ids.view(np.uint64) * SCRAMBLE).view(np.int64)), offs)}
@@ -220,13 +220,10 @@ def tiered_step(cfg: StoreConfig, name: str, offsets: torch.Tensor, w: torch.Ten
         sparse = was[1] if was is not None and was[0] is ids else keyed(ids)
         nxt = None if upcoming is None else keyed(upcoming)
         told[0] = (upcoming, nxt) if upcoming is not None and nxt is not None else None
-        if two_deep:  # the next batch's rows found while this one is looked up and trains
-            if was is None or was[0] is not ids:  # a first batch: found now (the lookup waits for it)
-                ebc.prepare(sparse)
-            if nxt is not None:
-                ebc.prepare(nxt)
+        # fit's own telling: two deep before the lookup (this batch first when nothing is pending for it)
+        done = prepare_before_lookup(ebc, sparse, nxt)
         out = ebc.pooled_stack(sparse)
-        if nxt is not None and not two_deep:  # tiers below RAM: found while this one trains, as fit does
+        if nxt is not None and not done:  # tiers below RAM: found while this one trains, as fit does
             ebc.prepare(nxt)
         (out[:, 0] * wd).sum().backward()
         ebc.apply_gradients()

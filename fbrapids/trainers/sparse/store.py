@@ -828,7 +828,11 @@ class TieredEmbeddingStore:
             False
         """
         head = self._prefetched
-        return head is not None and head.step == (self._step + 1 if self._looked_at == self._step else self._step)
+        return head is not None and head.step == self._next_lookup_step()
+
+    def _next_lookup_step(self) -> int:
+        """The step of the next lookup: this step's unless it has looked up already."""
+        return self._step + 1 if self._looked_at == self._step else self._step
 
     def prepare(self, ids: Ids) -> None:
         """Find the distinct ids of the batch to be looked up next and their rows, in a
@@ -881,8 +885,7 @@ class TieredEmbeddingStore:
             self.prefetch(ids)
             return None
         head = self._prefetched
-        # the step of the next lookup: this one's unless it has looked up already
-        step = self._step + 1 if self._looked_at == self._step else self._step
+        step = self._next_lookup_step()
         n = _n_ids(ids)
         # two deep: the next lookup's rows found and booked by a prepare (perhaps still under way, then this one
         # runs after it on the same thread), this batch is for the lookup after that one
