@@ -294,6 +294,15 @@ class TimedPartitions:
             raise InputTypeError(f"TimedPartitions: a dask frame has partitions, not {type(self.frame).__name__}")
         return self.frame.npartitions
 
+    @classmethod
+    def with_held_out(cls, train: FrameLike, test: FrameLike,
+                      **options: Any) -> tuple[TimedPartitions, TimedPartitions]:
+        """The training pass over ``train`` and the held-out pass over ``test``, whose
+        partitions the training pass computes beside its own and keeps (:meth:`keeps`);
+        ``options``: each pass's (``window``, ``counters``, ``columns``, ``watch``)."""
+        held = cls(test, **options).keeps()
+        return cls(train, beside=held, **options), held
+
     def keeps(self, budget: int | None = None) -> TimedPartitions:
         """This pass's partitions are computed by the pass that has it ``beside``, partition
         by partition with its own (what the two frames share, such as every step before the
@@ -838,10 +847,8 @@ def _open_streams(w: Workload, cfg: RunConfig, planned: _PlannedRun, client: Cli
     # one partition computed at a time plus a queue of one: at most two partitions ahead of the
     # trainer, as stream(prefetch=2) holds over a dask frame
     # the held-out rows of each partition computed with its training rows, kept for the evaluation
-    test_producer = TimedPartitions(planned.frames.test, window=1, counters=counters, columns=columns,
-                                    watch=watch).keeps()
-    producer = TimedPartitions(planned.frames.train, window=1, counters=counters, columns=columns, watch=watch,
-                               beside=test_producer)
+    producer, test_producer = TimedPartitions.with_held_out(planned.frames.train, planned.frames.test, window=1,
+                                                            counters=counters, columns=columns, watch=watch)
     train = _WaitTimer(batch_stream(producer, dense, sparse, cfg.batch_size, cfg.seed, cfg.nan, w.label, w.group,
                                     SHUFFLE_BUFFER))
     return _Streams(producer, test_producer, train, counters, watch)
@@ -1191,10 +1198,11 @@ def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
     frames = plan_frames(inputs, w)
     columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
     with dask.config.set(scheduler="threads"):
-        train = list(batch_stream(TimedPartitions(frames.train, window=1, columns=columns), inputs.dense,
-                                  inputs.sparse, batch_size, seed, "error", w.label, w.group, SHUFFLE_BUFFER))
-        test = list(batch_stream(TimedPartitions(frames.test, window=1, columns=columns), inputs.dense,
-                                 inputs.sparse, batch_size, seed, "error", w.label, w.group))
+        train_pass, test_pass = TimedPartitions.with_held_out(frames.train, frames.test, window=1, columns=columns)
+        train = list(batch_stream(train_pass, inputs.dense, inputs.sparse, batch_size, seed, "error", w.label,
+                                  w.group, SHUFFLE_BUFFER))
+        test = list(batch_stream(test_pass, inputs.dense, inputs.sparse, batch_size, seed, "error", w.label,
+                                 w.group))
     return train, test, inputs
 
 

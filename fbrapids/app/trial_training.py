@@ -277,8 +277,8 @@ class ArmsSession:
 
         w = self.w
         columns = [w.label, *([w.group] if w.group else []), *self.dense, *self.sparse]
-        test = TimedPartitions(self.frames.test, window=1, columns=columns).keeps()  # computed with the training rows
-        return TimedPartitions(self.frames.train, window=1, columns=columns, beside=test), test
+        # the held-out rows computed with the training rows
+        return TimedPartitions.with_held_out(self.frames.train, self.frames.test, window=1, columns=columns)
 
     def _batches(self, source: TimedPartitions, shuffle: bool) -> BatchStream:
         """The pipeline's stream of ``source``: its batches, its order."""
