@@ -65,6 +65,7 @@ from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_ite
 if TYPE_CHECKING:  # (annotations only: the models and the store are imported where used)
     from fbrapids.trainers.models.base import CTRModel
     from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
+    from fbrapids.trainers.sparse.arms_bags import BagEntry
 
 log = logging.getLogger(__name__)
 
@@ -139,26 +140,80 @@ class SharedTables:
                                                              name=own.name, device=own.device)
         self.device = torch.device("cpu")  # the stores' caches (:meth:`to`)
         self._stacked: list[tuple[TieredEmbeddingStore, Lookup]] = []  # the lookups made together
+        self._entries: dict[str, list[BagEntry]] = {}  # the bags of each collection pooled in C
+        self._autograd: dict[str, torch.Tensor] = {}  # or through autograd: each collection's [M, B, F, dim]
         self._split_groups()
         self.mode = {cname: dict(models[0].collections())[cname].mode for cname in self.collections}
         self.features = {cname: dict(models[0].collections())[cname].features for cname in self.collections}
 
-    def pooled(self, inputs: Sequence[Batch], train: bool) -> dict[str, torch.Tensor]:
-        """Every arm's pooled bags per collection ``[M, B, F, dim]`` (features in the
-        collection's order) from the arms' views of one batch, one lookup per shared store
+    def pooled(self, inputs: Sequence[Batch], train: bool, chunks: Sequence[slice]) -> list[dict[str, torch.Tensor]]:
+        """Each chunk of arms' pooled bags per collection ``[arms, B, F, dim]`` (features in
+        the collection's order) from the arms' views of one batch, one lookup per shared store
         (stores in host memory of one width: every lookup pass in one C call, their rows one
-        leaf, :func:`~fbrapids.trainers.sparse.together.lookup_together`)."""
-        out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
+        leaf, :func:`~fbrapids.trainers.sparse.together.lookup_together`).  Stores in host
+        memory pooling by sum or mean: every bag of every arm in one C pass, written into its
+        chunk's block (:func:`~fbrapids.trainers.sparse.arms_bags.arms_bags`; a block per
+        chunk, not one for all arms: temporaries the allocator reuses instead of mapping
+        fresh pages every step); else ``embedding_bag`` per feature and store, through
+        autograd.  The gradient goes back through :meth:`backward`."""
+        self._look_up(inputs, train)
+        host = not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values())
+        out = self._pool_host(inputs, train, chunks) if host else self._pool_torch(inputs, train, chunks)
+        if not train:
+            for g in self.groups:
+                g.store.end_step()
+                g.lookup = None
+            self._stacked = []
+        return out
+
+    def _look_up(self, inputs: Sequence[Batch], train: bool) -> None:
+        """Every shared store's lookup of the batch (``g.lookup``)."""
         keys = self._keys(inputs)
         self._stacked = []
+        self._entries = {}
         for idx in self._together:  # groups of one width in host memory: their passes in one call
             lookups, _ = lookup_together([self.groups[i].store for i in idx], [keys[i] for i in idx], train)
             for i, lk in zip(idx, lookups):  # each store's rows a leaf of its own (one buffer under them all):
                 self.groups[i].lookup = lk  # a gradient lands in its own rows only, not in a copy of the whole
-                lk.rows.requires_grad_(train)
                 self._stacked.append((self.groups[i].store, lk))
         for i in self._alone:
             self.groups[i].lookup = self.groups[i].store.lookup(keys[i], requires_grad=train)
+
+    def _pool_host(self, inputs: Sequence[Batch], train: bool, chunks: Sequence[slice]) -> list[dict[str, torch.Tensor]]:
+        """:meth:`pooled` in C."""
+        from fbrapids.trainers.sparse.arms_bags import BagEntry, arms_bags
+
+        out: list[dict[str, torch.Tensor]] = [{} for _ in chunks]
+        for cname in self.collections:
+            feats = self.features[cname]
+            place = {f: k for k, f in enumerate(feats)}
+            entries, dim = [], 0
+            for g in self.groups:
+                if g.collection != cname:
+                    continue
+                assert g.lookup is not None
+                sparse, start = inputs[g.members[0]].sparse, 0
+                dim = g.store.config.dim // len(g.members)
+                for f in g.features:
+                    n = len(sparse[f][0])
+                    entries.append(BagEntry(g.lookup.rows.detach(), g.lookup.inverse[start : start + n], sparse[f][1],
+                                            place[f], g.members))
+                    start += n
+            nbags = len(inputs[0].sparse[feats[0]][1])
+            arms: list[torch.Tensor | None] = []
+            for k, c in enumerate(chunks):
+                out[k][cname] = torch.empty(len(range(*c.indices(self.m))), nbags, len(feats), dim)
+                arms += list(out[k][cname])
+            arms_bags(entries, arms, mean=self.mode[cname] == "mean")
+            if train:
+                self._entries[cname] = entries
+        return out
+
+    def _pool_torch(self, inputs: Sequence[Batch], train: bool, chunks: Sequence[slice]) -> list[dict[str, torch.Tensor]]:
+        """:meth:`pooled` through ``embedding_bag`` per feature and store, and autograd."""
+        out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
+        for _, lk in self._stacked:
+            lk.rows.requires_grad_(train)
         for g in self.groups:
             assert g.lookup is not None
             sparse = inputs[g.members[0]].sparse
@@ -169,15 +224,37 @@ class SharedTables:
                                                          sparse[f][1].to(rows.device), mode=self.mode[g.collection])
                 start += n
                 out[g.collection].setdefault(f, []).append((g.members, bags))  # [B, members * dim]
-            if not train:
-                g.store.end_step()
-                g.lookup = None
-        if not train:
-            self._stacked = []
         # each feature's bags side by side, [B, F, M * dim] (a row's copy is one run of memory),
         # then seen arm first, [M, B, F, dim], without a copy: the arms' heads copy their part once
-        return {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1), self.m)
-                for c, parts in out.items()}
+        self._autograd = {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1),
+                                         self.m) for c, parts in out.items()}
+        return [{c: p[ch] for c, p in self._autograd.items()} for ch in chunks]
+
+    def backward(self, grads: dict[str, list[torch.Tensor | None]], chunks: Sequence[slice]) -> None:
+        """The gradient of :meth:`pooled`'s bags into the shared stores' rows (``rows.grad``):
+        ``grads[c]`` the gradient of each chunk's bags of collection ``c`` (None: no loss
+        reached that chunk)."""
+        from fbrapids.trainers.sparse.arms_bags import arms_bags_backward
+
+        for cname, parts in grads.items():
+            if cname not in self._entries:  # pooled through autograd
+                whole = self._autograd[cname]
+                given = [g if g is not None else torch.zeros_like(whole[c]) for g, c in zip(parts, chunks)]
+                whole.backward(given[0] if len(given) == 1 else torch.cat(given))
+                continue
+            entries = self._entries[cname]
+            per_arm: list[torch.Tensor | None] = []
+            for g, c in zip(parts, chunks):
+                n = len(range(*c.indices(self.m)))
+                per_arm += [None] * n if g is None else list(g.contiguous())
+            grad_of: dict[int, torch.Tensor] = {}
+            for e, group in zip(entries, (g for g in self.groups if g.collection == cname for _ in g.features)):
+                assert group.lookup is not None
+                if id(group) not in grad_of:  # one gradient per store, its features' entries adding into it
+                    grad_of[id(group)] = torch.zeros_like(group.lookup.rows)
+                    group.lookup.rows.grad = grad_of[id(group)]
+                e.grad = grad_of[id(group)]
+            arms_bags_backward(entries, per_arm, mean=self.mode[cname] == "mean")
 
     def _keys(self, inputs: Sequence[Batch]) -> list[torch.Tensor]:
         """Each shared store's ids of a batch: its features' values (its first arm's view), side by side."""
@@ -243,11 +320,6 @@ class SharedTables:
     def prepare(self, inputs: Sequence[Batch]) -> None:
         """Find the next batch's rows in the stores' background thread while this one trains."""
         prepare_together([g.store for g in self.groups], self._keys(inputs))  # one job of the background thread
-
-
-def _grad_of(leaf: torch.Tensor) -> torch.Tensor:
-    """``leaf``'s gradient (zeros when no loss reached it)."""
-    return leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
 
 
 def _in_arm_order(parts: list[tuple[list[int], torch.Tensor]], m: int) -> torch.Tensor:
@@ -357,9 +429,9 @@ class BatchedArms(Strategy):
         """Every arm's logits ``[M, B]`` on ``batch`` (its view of it), read-only."""
         inputs = self.inputs(batch)
         dense = torch.stack([b.dense for b in inputs]).to(self.tables.device, torch.float32)
-        pooled = self.tables.pooled(inputs, train)
-        return torch.cat([self.head(self.models[c], dense[c], {k: p[c] for k, p in pooled.items()})
-                          for c in self.chunks(len(batch))])
+        chunks = self.chunks(len(batch))
+        pooled = self.tables.pooled(inputs, train, chunks)
+        return torch.cat([self.head(self.models[c], dense[c], part) for c, part in zip(chunks, pooled)])
 
     @torch.no_grad()
     def predict(self, batch: Batch) -> torch.Tensor:
@@ -389,14 +461,14 @@ class BatchedArms(Strategy):
         # before this one's lookup where the shared stores prepare two deep, after it otherwise
         nxt = self.inputs(ahead[0]) if self.prefetch and ahead and not next_held else None
         told = prepare_before_lookup(self.tables, inputs, nxt)
-        pooled = self.tables.pooled(inputs, train=True)
+        chunks = self.chunks(len(batch))
+        pooled = self.tables.pooled(inputs, train=True, chunks=chunks)
         if nxt is not None and not told:
             self.tables.prepare(nxt)
-        # each chunk's bags a leaf of its own, its gradient landing there: a slice of one leaf
-        # for all arms would zero-fill and sum a gradient of every arm's bags per chunk
-        chunks = [{k: p[c].detach().requires_grad_() for k, p in pooled.items()} for c in self.chunks(len(batch))]
+        # each chunk's bags a leaf of its own, its gradient landing there
+        leaves = [{k: p.detach().requires_grad_() for k, p in part.items()} for part in pooled]
         values = []
-        for c, bags in zip(self.chunks(len(batch)), chunks):
+        for c, bags in zip(chunks, leaves):
             logits = self.head(self.models[c], dense[c], bags)
             label = batch.label.to(logits.device, logits.dtype)
             losses = [torch.nn.functional.binary_cross_entropy_with_logits(z, label) for z in logits]
@@ -407,9 +479,7 @@ class BatchedArms(Strategy):
         if bad and not self._nonfinite(bad, values, step):
             self.tables.end_step()
             return True
-        for k, p in pooled.items():  # into the shared stores' rows
-            grads = [_grad_of(bags[k]) for bags in chunks]
-            p.backward(grads[0] if len(grads) == 1 else torch.cat(grads))
+        self.tables.backward({k: [bags[k].grad for bags in leaves] for k in leaves[0]}, chunks)  # into the stores' rows
         self.tables.apply_gradients()  # first: on CPU caches it runs in the background, beside the dense step
         self.optimizer.step()
         self.result.losses.append(float(np.mean(values)))

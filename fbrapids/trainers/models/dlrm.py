@@ -40,7 +40,7 @@ from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.models.split import SideArrays, dense_rows, pooled_sides, to_tensor
 from fbrapids.trainers.models.trial_parts import stacked_mlp, zero_columns
-from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, mlp, mlp_forward
+from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, arms_dots, mlp, mlp_forward
 from fbrapids.trainers.sparse import StoreConfig
 
 
@@ -132,10 +132,15 @@ class DLRM(CTRModel):
         first = models[0]
         x = stacked_mlp([net.bot_l for net in models], dense)
         bags = pooled["emb_l"]
+        bias = None
         if first.bias_vector is not None:
             bias = torch.stack([cast(torch.Tensor, net.bias_vector) for net in models])  # [M, dim]: all have one
-            bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
-        z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
+        if arms_dots.fits(x, bags, bias):  # the dots where the fields lie, in C (no concatenation, no bmm)
+            z = arms_dots.arms_dots(x, bags, bias, first.interaction.self_interaction)
+        else:
+            if bias is not None:
+                bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
+            z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
         tops = [cast(torch.nn.Sequential, net.top_l[:-1]) for net in models]  # a Sequential's slice is one
         return stacked_mlp(tops, z.view(m, b, -1)).squeeze(2)
 

@@ -36,6 +36,7 @@ class DotInteraction(nn.Module):
         off = 1 if self_interaction else 0
         ni = num_features
         self.num_features = ni
+        self.self_interaction = self_interaction
         self.register_buffer("li", torch.tensor([i for i in range(ni) for j in range(i + off)], dtype=torch.long),
                              persistent=False)
         self.register_buffer("lj", torch.tensor([j for i in range(ni) for j in range(i + off)], dtype=torch.long),

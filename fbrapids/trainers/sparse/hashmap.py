@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # (annotations only: the directory module imports this one)
     from fbrapids.trainers.sparse.row_directory import RowDirectory
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("hashmap.c", "rows.c")
+SOURCES = ("hashmap.c", "rows.c", "arms_bags.c")
 
 
 def source_text() -> str:
@@ -56,6 +56,12 @@ def row_threads() -> int:
         True
     """
     return torch.get_num_threads()
+
+
+def store_library() -> ctypes.CDLL:
+    """The store's C helpers (``csrc/``, one library), loaded: a module with entry points of its
+    own there declares their types (:mod:`~fbrapids.trainers.sparse.arms_bags`)."""
+    return _lib()
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,155 @@
+"""A trial's arms' bags pooled from their shared stores in one C pass, and the backward.
+
+A shared store (:class:`~fbrapids.trainers.arms_batched.SharedTables`) holds one slice per
+member arm in each row.  :func:`arms_bags` pools every feature of every shared store of a
+collection and writes each slice's bags straight into its arm's block ``[B, F, dim]``: the layout the arms' batched dense parts read, with no per-feature
+``embedding_bag``, no stacking and no strided copy (the caller's blocks: a chunk of arms
+at a time, temporaries small enough for the allocator to reuse rather than map afresh).  :func:`arms_bags_backward` adds each
+arm's bag gradients into its slice of the rows' gradient, no sort and no gradient per
+feature.  The arithmetic is :func:`~fbrapids.trainers.sparse.hashmap.bag_sum`'s
+(``csrc/arms_bags.c``), so an arm's bags are the bits its model alone pools.
+
+Example (two arms sharing a store of dim 2; one bag of rows 0 and 1, one of row 1):
+    >>> rows = torch.tensor([[1.0, 2.0, 10.0, 20.0], [3.0, 4.0, 30.0, 40.0]])
+    >>> e = BagEntry(rows, torch.tensor([0, 1, 1]), torch.tensor([0, 2]), feature=0, members=[0, 1])
+    >>> out = torch.empty(2, 2, 1, 2)  # [arms, bags, features, dim]
+    >>> arms_bags([e], list(out), mean=True)
+    >>> out[0, :, 0].tolist(), out[1, :, 0].tolist()
+    ([[2.0, 3.0], [3.0, 4.0]], [[20.0, 30.0], [30.0, 40.0]])
+    >>> e.grad = torch.zeros_like(rows)
+    >>> arms_bags_backward([e], [torch.ones(2, 1, 2), None], mean=True)
+    >>> e.grad.tolist()
+    [[0.5, 0.5, 0.0, 0.0], [1.5, 1.5, 0.0, 0.0]]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from fbrapids.errors import ArgumentError, RowIndexError
+from fbrapids.trainers.sparse.hashmap import row_threads, store_library
+
+#: int64 words per entry of the C descriptors (``csrc/arms_bags.c``, ``FBX_AB_*``)
+ENTRY_WORDS = 9
+
+
+@dataclass
+class BagEntry:
+    """One feature of one shared store: ``rows`` ``[n_rows, members * dim]`` (float32, CPU,
+    rows contiguous), ``idx`` its ids' positions in ``rows``, ``offsets`` each bag's first id
+    (``[B]``; the last bag ends at ``len(idx)``), ``feature`` its place in the collection,
+    ``members`` the arm of each slice; ``grad`` the rows' gradient the backward adds into."""
+
+    rows: torch.Tensor
+    idx: torch.Tensor
+    offsets: torch.Tensor
+    feature: int
+    members: Sequence[int]
+    grad: torch.Tensor | None = None
+    _members: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.idx = _int64(self.idx)
+        self.offsets = _int64(self.offsets)
+        self._members = np.ascontiguousarray(self.members, dtype=np.int64)
+        if self.rows.dtype != torch.float32 or self.rows.device.type != "cpu" or self.rows.dim() != 2 \
+                or self.rows.stride() != (self.rows.shape[1], 1):
+            raise ArgumentError(f"arms_bags: rows must be contiguous float32 CPU rows, got {self.rows.dtype} "
+                                f"{tuple(self.rows.shape)} on {self.rows.device}")
+
+    def words(self) -> list[int]:
+        """The entry's C descriptor (``FBX_AB_*``)."""
+        grad = 0
+        if self.grad is not None:
+            if self.grad.shape != self.rows.shape or not self.grad.is_contiguous() or self.grad.dtype != torch.float32:
+                raise ArgumentError(f"arms_bags: the rows' gradient must be contiguous float32 "
+                                    f"{tuple(self.rows.shape)}, got {tuple(self.grad.shape)}")
+            grad = self.grad.data_ptr()
+        return [self.rows.data_ptr(), self.rows.shape[0], self.rows.shape[1], self.idx.data_ptr(), len(self.idx),
+                self.offsets.data_ptr(), self.feature, self._members.ctypes.data, grad]
+
+
+def _int64(t: torch.Tensor) -> torch.Tensor:
+    return t.to("cpu", torch.int64).contiguous()
+
+
+@functools.lru_cache(maxsize=None)
+def _arms_lib() -> ctypes.CDLL:
+    lib = store_library()
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.fbx_arms_bags.restype = i64
+    lib.fbx_arms_bags.argtypes = [p, i64, i64, i64, i64, i64, p, i64, i64, ctypes.c_int, ctypes.c_int]
+    lib.fbx_arms_bags_backward.restype = i64
+    lib.fbx_arms_bags_backward.argtypes = [p, i64, i64, i64, i64, i64, p, i64, i64, ctypes.c_int, ctypes.c_int]
+    return lib
+
+
+def _descriptors(entries: Sequence[BagEntry]) -> np.ndarray:
+    return np.array([e.words() for e in entries], dtype=np.int64).reshape(len(entries), ENTRY_WORDS)
+
+
+def _bad_entry(code: int, entries: Sequence[BagEntry], what: str) -> RowIndexError:
+    e = entries[-code - 1]
+    return RowIndexError(f"{what}: entry {-code - 1} (feature {e.feature}, arms {list(e.members)}): an index outside "
+                         f"its {e.rows.shape[0]} rows, offsets out of order, or an arm or feature out of range")
+
+
+def arms_bags(entries: Sequence[BagEntry], outs: Sequence[torch.Tensor | None], mean: bool) -> None:
+    """Pool every arm's bags into ``outs[a]`` (``[B, F, dim]``, one layout for all; None: arm
+    ``a``'s are not wanted): sum, or ``mean`` over each bag's size (an empty bag is 0); an
+    arm's feature that no entry covers is 0."""
+    given = _arm_blocks(outs, "arms_bags")
+    if not given:
+        return
+    b, f, dim = given[0].shape
+    covered = {(a, e.feature) for e in entries for a in e.members}
+    for a, out in enumerate(outs):
+        for k in range(f):
+            if out is not None and (a, k) not in covered:
+                out[:, k].zero_()
+    ptrs = np.array([0 if o is None else o.data_ptr() for o in outs], dtype=np.int64)
+    desc = _descriptors(entries)
+    strides = given[0].stride()
+    ret = _arms_lib().fbx_arms_bags(desc.ctypes.data, len(entries), b, f, dim, len(outs), ptrs.ctypes.data,
+                                    strides[0], strides[1], int(mean), row_threads())
+    if ret:
+        raise _bad_entry(int(ret), entries, "arms_bags")
+
+
+def _arm_blocks(blocks: Sequence[torch.Tensor | None], what: str) -> list[torch.Tensor]:
+    """The arms' ``[B, F, dim]`` blocks given, checked to be of one shape and layout (float32,
+    CPU, each row of dim contiguous)."""
+    given = [g for g in blocks if g is not None]
+    if not given:
+        return []
+    first = given[0]
+    if first.dim() != 3 or first.stride()[2] != 1 or any(g.shape != first.shape or g.stride() != first.stride()
+                                                          or g.dtype != torch.float32 or g.device.type != "cpu"
+                                                          for g in given):
+        raise ArgumentError(f"{what}: the arms' blocks must be float32 CPU [B, F, dim] of one shape and layout")
+    return given
+
+
+def arms_bags_backward(entries: Sequence[BagEntry], grads: Sequence[torch.Tensor | None], mean: bool) -> None:
+    """Add each arm's bag gradients ``grads[a]`` (``[B, F, dim]``, one layout for all; None: no
+    gradient reached arm ``a``) into its slice of every entry's ``grad``, as :func:`arms_bags`
+    pooled them."""
+    if any(e.grad is None for e in entries):
+        raise ArgumentError("arms_bags_backward: every entry needs the rows' gradient to add into (grad)")
+    given = _arm_blocks(grads, "arms_bags_backward")
+    if not given:
+        return
+    b, f, dim = given[0].shape
+    strides = given[0].stride()
+    ptrs = np.array([0 if g is None else g.data_ptr() for g in grads], dtype=np.int64)
+    desc = _descriptors(entries)
+    ret = _arms_lib().fbx_arms_bags_backward(desc.ctypes.data, len(entries), b, f, dim, len(grads), ptrs.ctypes.data,
+                                             strides[0], strides[1], int(mean), row_threads())
+    if ret:
+        raise _bad_entry(int(ret), entries, "arms_bags_backward")

@@ -1,0 +1,155 @@
+/* A trial's arms' pooled bags from their shared stores, and the backward, in C
+ * (fbrapids/trainers/sparse/arms_bags.py).
+ *
+ * A shared store's row holds one vector per member arm (its slice, dim columns each), so a
+ * row is members * dim wide.  An entry is one feature of one shared store: its bags (ids as
+ * positions in the store's rows of the batch, offsets), its feature's position in the
+ * collection, the arms its slices belong to.  The forward writes every arm's bags straight
+ * into their place in its arm's [bag][feature][:] block (the layout the arms' dense parts
+ * read); the backward adds each arm's bag gradients into its slice of the rows' gradient.
+ *
+ * Each column's arithmetic is that of fbx_bag_sum / fbx_bag_sum_backward (rows.c): a bag's
+ * rows summed in index order from zero, divided by its size n when mean and n > 1; a row's
+ * gradient summed over its occurrences in entry, bag, index order from zero, each the bag's
+ * gradient over n.  So an arm's bags and rows' gradient are the bits its model alone gives.
+ */
+/* (one translation unit with hashmap.c and rows.c: FBX_PAR_ROWS, FBX_INLINE, FBX_BY_DIM are theirs) */
+
+/* the int64 words of an entry (arms_bags.py: ENTRY_WORDS) */
+enum {
+    FBX_AB_ROWS,     /* float [nrows][width]: the store's rows of this batch */
+    FBX_AB_NROWS,
+    FBX_AB_WIDTH,    /* members * dim */
+    FBX_AB_IDX,      /* int64 [nids]: positions in rows */
+    FBX_AB_NIDS,
+    FBX_AB_OFFS,     /* int64 [nbags]: bag b is idx[offs[b] .. offs[b + 1]) (the last ends at nids) */
+    FBX_AB_FEATURE,  /* its place among the collection's features */
+    FBX_AB_MEMBERS,  /* int64 [width / dim]: the arm of each slice */
+    FBX_AB_GRAD,     /* float [nrows][width]: the rows' gradient (backward; zeroed by the caller) */
+    FBX_AB_WORDS
+};
+
+static inline int64_t fbx_ab_end(const int64_t *e, int64_t b, int64_t nbags) {
+    const int64_t *offs = (const int64_t *)(intptr_t)e[FBX_AB_OFFS];
+    return b + 1 < nbags ? offs[b + 1] : e[FBX_AB_NIDS];
+}
+
+/* Check every entry before any work: 0, or -(e + 1) for the first entry e that is not sound
+ * (its width not its members' dims, an arm or feature out of range, offsets out of order or
+ * outside its ids, an index outside its rows). */
+int64_t fbx_arms_bags_check(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
+                            int64_t n_arms) {
+    for (int64_t e = 0; e < n_entries; e++) {
+        const int64_t *w = desc + e * FBX_AB_WORDS;
+        const int64_t width = w[FBX_AB_WIDTH], nids = w[FBX_AB_NIDS], nrows = w[FBX_AB_NROWS];
+        const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
+        const int64_t *offs = (const int64_t *)(intptr_t)w[FBX_AB_OFFS];
+        const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
+        if (dim <= 0 || width <= 0 || width % dim != 0) return -(e + 1);
+        if (w[FBX_AB_FEATURE] < 0 || w[FBX_AB_FEATURE] >= nfeat) return -(e + 1);
+        for (int64_t j = 0; j < width / dim; j++)
+            if (members[j] < 0 || members[j] >= n_arms) return -(e + 1);
+        if (nbags > 0 && offs[0] < 0) return -(e + 1);
+        for (int64_t b = 0; b < nbags; b++)
+            if (offs[b] > fbx_ab_end(w, b, nbags) || fbx_ab_end(w, b, nbags) > nids) return -(e + 1);
+        for (int64_t k = 0; k < nids; k++)
+            if (idx[k] < 0 || idx[k] >= nrows) return -(e + 1);
+    }
+    return 0;
+}
+
+/* one bag of an entry: each slice's sum written at its arm's place, summed there */
+FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const int64_t dim, const int64_t *outs,
+                             int64_t stride_b, int64_t stride_f, int mean) {
+    const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE];
+    const float *restrict rows = (const float *)(intptr_t)w[FBX_AB_ROWS];
+    const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
+    const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
+    const int64_t k0 = ((const int64_t *)(intptr_t)w[FBX_AB_OFFS])[b], k1 = fbx_ab_end(w, b, nbags);
+    const int64_t n = k1 - k0;
+    const float div = mean && n > 1 ? (float)n : 1.0f;
+    for (int64_t j = 0; j < width / dim; j++) {
+        float *restrict o = (float *)(intptr_t)outs[members[j]];
+        if (!o) continue;
+        o += b * stride_b + f * stride_f;
+        for (int64_t c = 0; c < dim; c++) o[c] = 0.0f;
+        for (int64_t k = k0; k < k1; k++) {
+            const float *restrict r = rows + idx[k] * width + j * dim;
+            for (int64_t c = 0; c < dim; c++) o[c] += r[c];
+        }
+        if (div != 1.0f)
+            for (int64_t c = 0; c < dim; c++) o[c] = o[c] / div;
+    }
+}
+
+/* Every entry's bags, each slice at its arm's place: outs[a] + b * stride_b + f * stride_f
+ * (dim contiguous floats; a null outs[a]: arm a's bags are not wanted).  Returns
+ * fbx_arms_bags_check's code (nothing written unless 0). */
+int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
+                      int64_t n_arms, const int64_t *outs, int64_t stride_b, int64_t stride_f, int mean, int nthreads) {
+    const int64_t bad = fbx_arms_bags_check(desc, n_entries, nbags, nfeat, dim, n_arms);
+    if (bad) return bad;
+    const int64_t total = n_entries * nbags;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
+    for (int64_t i = 0; i < total; i++) {
+#define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i / nbags) * FBX_AB_WORDS, i % nbags, nbags, D, outs, stride_b, stride_f, mean)
+        FBX_BY_DIM(dim, FBX_ARMS_BAG)
+#undef FBX_ARMS_BAG
+    }
+    return 0;
+}
+
+/* slice j of entry w: arm a's bag gradients ga added into the rows' gradient */
+FBX_INLINE void fbx_arms_bag_back(const int64_t *w, int64_t j, const float *ga, int64_t nbags, const int64_t dim,
+                                  int64_t stride_b, int64_t stride_f, int mean) {
+    const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE];
+    const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
+    const int64_t *offs = (const int64_t *)(intptr_t)w[FBX_AB_OFFS];
+    float *grad = (float *)(intptr_t)w[FBX_AB_GRAD] + j * dim;
+    for (int64_t b = 0; b < nbags; b++) {
+        const int64_t k0 = offs[b], k1 = fbx_ab_end(w, b, nbags), n = k1 - k0;
+        const float *restrict g = ga + b * stride_b + f * stride_f;
+        if (mean && n > 1) {
+            const float fn = (float)n;
+            for (int64_t k = k0; k < k1; k++) {
+                float *restrict r = grad + idx[k] * width;
+                for (int64_t c = 0; c < dim; c++) r[c] += g[c] / fn;
+            }
+        } else {
+            for (int64_t k = k0; k < k1; k++) {
+                float *restrict r = grad + idx[k] * width;
+                for (int64_t c = 0; c < dim; c++) r[c] += g[c];
+            }
+        }
+    }
+}
+
+/* The backward: each entry's rows' gradient (FBX_AB_GRAD, zeroed) plus, for each of its
+ * slices j (arm a = members[j]), the gradient of a's bags, grads[a] + b * stride_b +
+ * f * stride_f (dim contiguous floats; a null grads[a]: no gradient reached arm a), over
+ * the bag's size when mean.  The arms are split over the threads: an arm's columns are one
+ * thread's, so no two threads write one float, and every sum's order is the same for any
+ * thread count.  Returns fbx_arms_bags_check's code (nothing written unless 0). */
+int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
+                               int64_t n_arms, const int64_t *grads, int64_t stride_b, int64_t stride_f, int mean,
+                               int nthreads) {
+    const int64_t bad = fbx_arms_bags_check(desc, n_entries, nbags, nfeat, dim, n_arms);
+    if (bad) return bad;
+    const int64_t work = n_entries * nbags;
+#pragma omp parallel for schedule(static, 1) num_threads(nthreads) if (nthreads > 1 && work >= FBX_PAR_ROWS / 2)
+    for (int64_t a = 0; a < n_arms; a++) {
+        const float *ga = (const float *)(intptr_t)grads[a];
+        if (!ga) continue;
+        for (int64_t e = 0; e < n_entries; e++) {
+            const int64_t *w = desc + e * FBX_AB_WORDS;
+            const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
+            for (int64_t j = 0; j < w[FBX_AB_WIDTH] / dim; j++) {
+                if (members[j] != a) continue; /* (an arm has at most one slice in a store) */
+#define FBX_ARMS_BACK(D) fbx_arms_bag_back(w, j, ga, nbags, D, stride_b, stride_f, mean)
+                FBX_BY_DIM(dim, FBX_ARMS_BACK)
+#undef FBX_ARMS_BACK
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,176 @@
+"""The C passes of a trial's batched arms against torch computed from the definitions:
+the arms' bags pooled from shared stores (trainers/sparse/arms_bags.py) against
+``torch.nn.functional.embedding_bag`` on each arm's slice, and DLRM's dot interactions of
+the arms (trainers/modules/arms_dots.py) against ``T @ T^T`` and its lower triangle; both
+backwards against torch's autograd of those references, on hypothesis shapes; the same bits
+on 1 and 2 threads; bad input named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fbrapids.errors import ArgumentError, FbrapidsError
+from fbrapids.trainers.modules.arms_dots import arms_dots
+from fbrapids.trainers.sparse.arms_bags import BagEntry, arms_bags, arms_bags_backward
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _threads(n: int):
+    class _Set:
+        def __enter__(self):
+            self.before = torch.get_num_threads()
+            torch.set_num_threads(n)
+
+        def __exit__(self, *exc):
+            torch.set_num_threads(self.before)
+
+    return _Set()
+
+
+# -- bags -----------------------------------------------------------------------------------
+@st.composite
+def stores(draw):
+    """Arms, features, shared stores: each feature's store a random partition of the arms
+    into groups (each group one store of its members' slices, members in a random order),
+    bags of 0-3 ids (empty bags among them)."""
+    m = draw(st.integers(1, 5))
+    nfeat = draw(st.integers(1, 4))
+    nbags = draw(st.integers(1, 40))
+    dim = draw(st.sampled_from([1, 4, 8, 16, 24]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    groups = []
+    for f in range(nfeat):
+        order = rng.permutation(m)
+        cuts = sorted(rng.choice(np.arange(1, m), size=rng.integers(0, m), replace=False)) if m > 1 else []
+        for members in np.split(order, cuts):
+            n_rows = int(rng.integers(1, 30))
+            lengths = rng.integers(0, 4, size=nbags)
+            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            idx = rng.integers(0, n_rows, size=int(lengths.sum())).astype(np.int64)
+            rows = torch.from_numpy(rng.standard_normal((n_rows, len(members) * dim)).astype(np.float32))
+            groups.append((f, [int(a) for a in members], rows, torch.from_numpy(idx), torch.from_numpy(offsets)))
+    return m, nfeat, nbags, dim, groups, draw(st.booleans())
+
+
+def _reference_bags(m, nfeat, nbags, dim, groups, mean):
+    """Each arm's bags from embedding_bag over its slice of each store's rows, with autograd."""
+    out = torch.zeros(m, nbags, nfeat, dim)
+    leaves = []
+    for f, members, rows, idx, offsets in groups:
+        leaf = rows.clone().requires_grad_()
+        leaves.append(leaf)
+        for j, a in enumerate(members):
+            out[a, :, f] = torch.nn.functional.embedding_bag(idx, leaf[:, j * dim:(j + 1) * dim], offsets,
+                                                             mode="mean" if mean else "sum")
+    return out, leaves
+
+
+@SETTINGS
+@given(stores())
+def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(case):
+    m, nfeat, nbags, dim, groups, mean = case
+    ref, leaves = _reference_bags(m, nfeat, nbags, dim, groups, mean)
+    entries = [BagEntry(rows, idx, offsets, f, members) for f, members, rows, idx, offsets in groups]
+    outs = {}
+    for threads in (1, 2):
+        out = torch.full((m, nbags, nfeat, dim), float("nan"))
+        with _threads(threads):
+            arms_bags(entries, list(out), mean=mean)
+        outs[threads] = out
+    assert torch.allclose(outs[1], ref.detach(), atol=1e-6, rtol=1e-5)
+    assert torch.equal(outs[1], outs[2])  # the same bits for any thread count
+
+    grad = torch.randn(m, nbags, nfeat, dim, generator=torch.Generator().manual_seed(1))
+    (ref * grad).sum().backward()
+    for threads in (1, 2):
+        for e in entries:
+            e.grad = torch.zeros_like(e.rows)
+        with _threads(threads):
+            arms_bags_backward(entries, list(grad), mean=mean)
+        for e, leaf in zip(entries, leaves):
+            assert torch.allclose(e.grad, leaf.grad, atol=1e-5, rtol=1e-5)
+        if threads == 1:
+            first = [e.grad.clone() for e in entries]
+        else:
+            assert all(torch.equal(a, e.grad) for a, e in zip(first, entries))
+
+
+def test_bags_of_arms_not_wanted_or_without_gradient_are_left_alone():
+    rows = torch.arange(8, dtype=torch.float32).view(2, 4)  # two arms of dim 2
+    e = BagEntry(rows, torch.tensor([1]), torch.tensor([0]), feature=0, members=[1, 0])
+    out = torch.zeros(1, 1, 2)
+    arms_bags([e], [out, None], mean=False)  # arm 0 reads slice 1, arm 1 not wanted
+    assert out.flatten().tolist() == [6.0, 7.0]
+    e.grad = torch.zeros_like(rows)
+    arms_bags_backward([e], [None, torch.ones(1, 1, 2)], mean=False)  # only arm 1 (slice 0) has a gradient
+    assert e.grad.tolist() == [[0, 0, 0, 0], [1, 1, 0, 0]]
+    two = torch.full((2, 1, 2, 2), 5.0)  # [arms, bags, features, dim]: no entry covers feature 1, so it is 0
+    arms_bags([e], list(two), mean=False)
+    assert two[:, :, 1].eq(0).all() and two[0, 0, 0].tolist() == [6.0, 7.0] and two[1, 0, 0].tolist() == [4.0, 5.0]
+
+
+def test_bags_name_the_entry_with_an_index_outside_its_rows():
+    good = BagEntry(torch.zeros(3, 2), torch.tensor([0, 2]), torch.tensor([0, 1]), feature=0, members=[0])
+    bad = BagEntry(torch.zeros(3, 2), torch.tensor([0, 3]), torch.tensor([0, 1]), feature=1, members=[0])
+    out = torch.zeros(1, 2, 2, 2)
+    with pytest.raises(FbrapidsError, match=r"entry 1 \(feature 1, arms \[0\]\).*3 rows"):
+        arms_bags([good, bad], list(out), mean=True)
+    assert out.eq(0).all()  # checked before any work
+    with pytest.raises(FbrapidsError, match="arms_bags"):
+        arms_bags([BagEntry(torch.zeros(3, 2), torch.tensor([0]), torch.tensor([1, 0]), 0, [0])], list(out), mean=True)
+    with pytest.raises(ArgumentError, match="contiguous float32"):
+        BagEntry(torch.zeros(3, 2).double(), torch.tensor([0]), torch.tensor([0]), 0, [0])
+
+
+# -- dots -----------------------------------------------------------------------------------
+def _reference_dots(x, bags, bias, self_interaction):
+    """``[x, lower triangle of T T^T]`` per sample, T = [x, bags, bias], from the definition."""
+    m, b, d = x.shape
+    fields = [x[:, :, None], bags] + ([bias[:, None, None].expand(m, b, 1, d)] if bias is not None else [])
+    t = torch.cat(fields, dim=2)
+    n = t.shape[2]
+    z = t @ t.transpose(2, 3)
+    li, lj = torch.tril_indices(n, n, offset=0 if self_interaction else -1)
+    return torch.cat([x, z[:, :, li, lj]], dim=2)
+
+
+@SETTINGS
+@given(m=st.integers(1, 4), b=st.integers(1, 40), nf=st.integers(1, 9), d=st.sampled_from([1, 3, 8, 16, 24]),
+       with_bias=st.booleans(), self_interaction=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_dots_equal_the_lower_triangle_of_t_t_transposed_and_so_do_their_gradients(m, b, nf, d, with_bias,
+                                                                                    self_interaction, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, bags = torch.randn(m, b, d, generator=g), torch.randn(m, b, nf, d, generator=g)
+    bias = torch.randn(m, d, generator=g) if with_bias else None
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in (x, bags, bias)]
+    ref = _reference_dots(*leaves, self_interaction)
+    grad = torch.randn(ref.shape, generator=g)
+    (ref * grad).sum().backward()
+    results = {}
+    for threads in (1, 2):
+        mine = [t.clone().requires_grad_() if t is not None else None for t in (x, bags, bias)]
+        with _threads(threads):
+            z = arms_dots(*mine, self_interaction)
+            (z * grad).sum().backward()
+        assert z.shape == ref.shape
+        assert torch.allclose(z, ref, atol=1e-5, rtol=1e-5)
+        for a, r in zip(mine, leaves):
+            if a is not None:
+                assert torch.allclose(a.grad, r.grad, atol=1e-4, rtol=1e-5)
+        results[threads] = [z.detach()] + [a.grad for a in mine if a is not None]
+    assert all(torch.equal(p, q) for p, q in zip(results[1], results[2]))  # the same bits for any thread count
+
+
+def test_dots_refuse_what_they_do_not_fit():
+    x, bags = torch.zeros(1, 2, 4), torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ArgumentError, match="do not fit together"):
+        arms_dots(x, torch.zeros(1, 3, 3, 4), None)
+    with pytest.raises(ArgumentError, match="float32 CPU"):
+        arms_dots(x.double(), bags.double(), None)
+    with pytest.raises(ArgumentError, match="float32 CPU"):
+        arms_dots(torch.zeros(1, 2, 4), torch.zeros(1, 2, 200, 4), None)  # past the fields limit
