@@ -34,36 +34,43 @@ def _threads(n: int):
 # -- bags -----------------------------------------------------------------------------------
 @st.composite
 def stores(draw):
-    """Arms, features, shared stores: each feature's store a random partition of the arms
-    into groups (each group one store of its members' slices, members in a random order),
-    bags of 0-3 ids (empty bags among them)."""
+    """Arms, features, shared stores: each feature's stores a random partition of the arms
+    into groups (each group one store of its members' slices, members in a random order), or
+    the stores of the feature before (a table two features read); bags of 0-3 ids (empty bags
+    among them)."""
     m = draw(st.integers(1, 5))
     nfeat = draw(st.integers(1, 4))
     nbags = draw(st.integers(1, 40))
     dim = draw(st.sampled_from([1, 4, 8, 16, 24]))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    groups = []
+    groups, before = [], []
     for f in range(nfeat):
-        order = rng.permutation(m)
-        cuts = sorted(rng.choice(np.arange(1, m), size=rng.integers(0, m), replace=False)) if m > 1 else []
-        for members in np.split(order, cuts):
-            n_rows = int(rng.integers(1, 30))
+        if before and rng.random() < 0.4:  # the feature before's table: its stores, ids of its own
+            stores = [(store, members, rows) for store, members, rows in before]
+        else:
+            order = rng.permutation(m)
+            cuts = sorted(rng.choice(np.arange(1, m), size=rng.integers(0, m), replace=False)) if m > 1 else []
+            stores = [(len(groups) + k, [int(a) for a in members],
+                       torch.from_numpy(rng.standard_normal((int(rng.integers(1, 30)), len(members) * dim))
+                                        .astype(np.float32)))
+                      for k, members in enumerate(np.split(order, cuts))]
+        for store, members, rows in stores:
             lengths = rng.integers(0, 4, size=nbags)
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            idx = rng.integers(0, n_rows, size=int(lengths.sum())).astype(np.int64)
-            rows = torch.from_numpy(rng.standard_normal((n_rows, len(members) * dim)).astype(np.float32))
-            groups.append((f, [int(a) for a in members], rows, torch.from_numpy(idx), torch.from_numpy(offsets)))
+            idx = rng.integers(0, len(rows), size=int(lengths.sum())).astype(np.int64)
+            groups.append((store, f, members, rows, torch.from_numpy(idx), torch.from_numpy(offsets)))
+        before = stores
     return m, nfeat, nbags, dim, groups, draw(st.booleans())
 
 
 def _reference_bags(m, nfeat, nbags, dim, groups, mean):
-    """Each arm's bags from embedding_bag over its slice of each store's rows, with autograd."""
+    """Each arm's bags from embedding_bag over its slice of each store's rows, with autograd
+    (one leaf per store)."""
     out = torch.zeros(m, nbags, nfeat, dim)
-    leaves = []
-    for f, members, rows, idx, offsets in groups:
-        leaf = rows.clone().requires_grad_()
-        leaves.append(leaf)
+    leaves: dict[int, torch.Tensor] = {}
+    for store, f, members, rows, idx, offsets in groups:
+        leaf = leaves.setdefault(store, rows.clone().requires_grad_())
         for j, a in enumerate(members):
             out[a, :, f] = torch.nn.functional.embedding_bag(idx, leaf[:, j * dim:(j + 1) * dim], offsets,
                                                              mode="mean" if mean else "sum")
@@ -75,7 +82,7 @@ def _reference_bags(m, nfeat, nbags, dim, groups, mean):
 def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(case):
     m, nfeat, nbags, dim, groups, mean = case
     ref, leaves = _reference_bags(m, nfeat, nbags, dim, groups, mean)
-    entries = [BagEntry(rows, idx, offsets, f, members) for f, members, rows, idx, offsets in groups]
+    entries = [BagEntry(rows, idx, offsets, f, members) for _, f, members, rows, idx, offsets in groups]
     outs = {}
     for threads in (1, 2):
         out = torch.full((m, nbags, nfeat, dim), float("nan"))
@@ -88,12 +95,13 @@ def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(c
     grad = torch.randn(m, nbags, nfeat, dim, generator=torch.Generator().manual_seed(1))
     (ref * grad).sum().backward()
     for threads in (1, 2):
-        for e in entries:
-            e.grad = torch.zeros_like(e.rows)
+        into = {store: torch.zeros_like(rows) for store, _, _, rows, _, _ in groups}  # one gradient per store
+        for e, (store, *_) in zip(entries, groups):
+            e.grad = into[store]
         with _threads(threads):
             arms_bags_backward(entries, list(grad), mean=mean)
-        for e, leaf in zip(entries, leaves):
-            assert torch.allclose(e.grad, leaf.grad, atol=1e-5, rtol=1e-5)
+        for e, (store, *_) in zip(entries, groups):
+            assert torch.allclose(e.grad, leaves[store].grad, atol=1e-5, rtol=1e-5)
         if threads == 1:
             first = [e.grad.clone() for e in entries]
         else:

@@ -90,7 +90,8 @@ int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int
     const int64_t bad = fbx_arms_bags_check(desc, n_entries, nbags, nfeat, dim, n_arms);
     if (bad) return bad;
     const int64_t total = n_entries * nbags;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
+    /* dynamic: a list feature's bags cost many times a single id's */
+#pragma omp parallel for schedule(dynamic, 256) num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
     for (int64_t i = 0; i < total; i++) {
 #define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i / nbags) * FBX_AB_WORDS, i % nbags, nbags, D, outs, stride_b, stride_f, mean)
         FBX_BY_DIM(dim, FBX_ARMS_BAG)
@@ -127,24 +128,29 @@ FBX_INLINE void fbx_arms_bag_back(const int64_t *w, int64_t j, const float *ga, 
 /* The backward: each entry's rows' gradient (FBX_AB_GRAD, zeroed) plus, for each of its
  * slices j (arm a = members[j]), the gradient of a's bags, grads[a] + b * stride_b +
  * f * stride_f (dim contiguous floats; a null grads[a]: no gradient reached arm a), over
- * the bag's size when mean.  The arms are split over the threads: an arm's columns are one
- * thread's, so no two threads write one float, and every sum's order is the same for any
- * thread count.  Returns fbx_arms_bags_check's code (nothing written unless 0). */
+ * the bag's size when mean.  The work is split over the threads by arm and store (entries
+ * adding into one gradient): an arm's columns of a store are one thread's, so no two threads
+ * write one float, and every sum's order is the same for any thread count.  Returns fbx_arms_bags_check's code (nothing written unless 0). */
 int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
                                int64_t n_arms, const int64_t *grads, int64_t stride_b, int64_t stride_f, int mean,
                                int nthreads) {
     const int64_t bad = fbx_arms_bags_check(desc, n_entries, nbags, nfeat, dim, n_arms);
     if (bad) return bad;
     const int64_t work = n_entries * nbags;
-#pragma omp parallel for schedule(static, 1) num_threads(nthreads) if (nthreads > 1 && work >= FBX_PAR_ROWS / 2)
-    for (int64_t a = 0; a < n_arms; a++) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (nthreads > 1 && work >= FBX_PAR_ROWS / 2)
+    for (int64_t u = 0; u < n_arms * n_entries; u++) {
+        const int64_t a = u / n_entries, first = u % n_entries;
         const float *ga = (const float *)(intptr_t)grads[a];
-        if (!ga) continue;
-        for (int64_t e = 0; e < n_entries; e++) {
+        const int64_t into = desc[first * FBX_AB_WORDS + FBX_AB_GRAD];
+        int64_t seen = 0;
+        for (int64_t e = 0; e < first && !seen; e++) seen = desc[e * FBX_AB_WORDS + FBX_AB_GRAD] == into;
+        if (!ga || seen) continue; /* a unit is an arm and a store: the store's first entry takes its entries */
+        for (int64_t e = first; e < n_entries; e++) {
             const int64_t *w = desc + e * FBX_AB_WORDS;
+            if (w[FBX_AB_GRAD] != into) continue;
             const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
             for (int64_t j = 0; j < w[FBX_AB_WIDTH] / dim; j++) {
-                if (members[j] != a) continue; /* (an arm has at most one slice in a store) */
+                if (members[j] != a) continue;
 #define FBX_ARMS_BACK(D) fbx_arms_bag_back(w, j, ga, nbags, D, stride_b, stride_f, mean)
                 FBX_BY_DIM(dim, FBX_ARMS_BACK)
 #undef FBX_ARMS_BACK
