@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 from sklearn.metrics import roc_auc_score
 
 from fbrapids.app.trials import arm_rounds, combine, paired_bootstrap
@@ -26,6 +27,31 @@ def _gauc_reference(y, p, g, w_user=None):
         num += k * m.sum() * roc_auc_score(y[m], p[m])
         den += k * m.sum()
     return num / den
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 120), users=st.integers(1, 12), levels=st.sampled_from([2, 5, 1000]),
+       n_boot=st.integers(1, 6), seed=st.integers(0, 2**31 - 1))
+def test_every_resamples_auc_is_sklearns_with_the_users_counts_as_weights(n, users, levels, n_boot, seed):
+    """Each bootstrap round's AUC (in C, one pass per round) against sklearn's weighted AUC:
+    ties within and across users (scores of 2 or 5 levels), users drawn 0 times, rounds of
+    one class (NaN)."""
+    rng = np.random.default_rng(seed)
+    y, g = rng.integers(0, 2, n), rng.integers(0, users, n)
+    p = rng.integers(0, levels, n) / levels
+    r = arm_rounds(y, [p], g, n_boot=n_boot, seed=seed)
+    present = np.unique(g)
+    draw = np.random.default_rng(seed)  # the resamples: users drawn with replacement, in this order
+    weights = [np.ones(n, dtype=np.int64)]
+    for _ in range(n_boot):
+        counts = np.bincount(draw.integers(0, len(present), len(present)), minlength=len(present))
+        weights.append(counts[np.searchsorted(present, g)])
+    for b, w in enumerate(weights):
+        kept = w > 0
+        if len(np.unique(y[kept])) < 2:
+            assert np.isnan(r["auc"][0, b])
+        else:
+            assert r["auc"][0, b] == pytest.approx(roc_auc_score(y[kept], p[kept], sample_weight=w[kept]), abs=1e-12)
 
 
 def test_arm_rounds_match_sklearn_on_the_full_set_and_each_resample():
