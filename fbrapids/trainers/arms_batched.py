@@ -71,10 +71,13 @@ log = logging.getLogger(__name__)
 
 View = Callable[[Batch], Batch]
 
-#: the rows a chunk of arms' dense parts computes at once (:meth:`BatchedArms.chunks`): about
-#: three arms of a 2,048-row batch, measured fastest on a CPU (one arm at a time, or every
-#: arm at once, cost ~1.4x more)
-CHUNK_ROWS = 6144
+#: the rows a chunk of arms' dense parts computes at once (:meth:`BatchedArms.chunks`): eight
+#: arms of a 2,048-row batch, measured fastest on a 2-core CPU once the bags and the dots ran
+#: in C (trials at 200k rows, alternated: K = 3 with A/A, 9 arms, 10.5-10.7 s against
+#: 11.1-11.7 s in chunks of three arms, the size before, and 10.5-10.6 s all at once; a pass of
+#: 22 arms 34.2-34.9 s against 38.8 s in threes and 42.6 s all at once; three arms' batched
+#: matmuls also split badly over two threads)
+CHUNK_ROWS = 16384
 
 
 def sources(view: View | None, features: Sequence[str], arm: int) -> dict[str, str]:
