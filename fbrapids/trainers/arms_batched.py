@@ -155,10 +155,9 @@ class SharedTables:
         (stores in host memory of one width: every lookup pass in one C call, their rows one
         leaf, :func:`~fbrapids.trainers.sparse.together.lookup_together`).  Stores in host
         memory pooling by sum or mean: every bag of every arm in one C pass, written into its
-        chunk's block (:func:`~fbrapids.trainers.sparse.arms_bags.arms_bags`; a block per
-        chunk, not one for all arms: temporaries the allocator reuses instead of mapping
-        fresh pages every step); else ``embedding_bag`` per feature and store, through
-        autograd.  The gradient goes back through :meth:`backward`."""
+        chunk's block, as the heads take them
+        (:func:`~fbrapids.trainers.sparse.arms_bags.arms_bags`); else ``embedding_bag`` per
+        feature and store, through autograd.  The gradient goes back through :meth:`backward`."""
         self._look_up(inputs, train)
         host = not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values())
         out = self._pool_host(inputs, train, chunks) if host else self._pool_torch(inputs, train, chunks)
@@ -229,9 +228,10 @@ class SharedTables:
                 out[g.collection].setdefault(f, []).append((g.members, bags))  # [B, members * dim]
         # each feature's bags side by side, [B, F, M * dim] (a row's copy is one run of memory),
         # then seen arm first, [M, B, F, dim], without a copy: the arms' heads copy their part once
-        self._autograd = {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1),
-                                         self.m) for c, parts in out.items()}
-        return [{c: p[ch] for c, p in self._autograd.items()} for ch in chunks]
+        whole = {c: _arms_first(torch.stack([_in_arm_order(parts[f], self.m) for f in self.features[c]], dim=1), self.m)
+                 for c, parts in out.items()}
+        self._autograd = whole if train else {}  # (kept for the backward only)
+        return [{c: p[ch] for c, p in whole.items()} for ch in chunks]
 
     def backward(self, grads: dict[str, list[torch.Tensor | None]], chunks: Sequence[slice]) -> None:
         """The gradient of :meth:`pooled`'s bags into the shared stores' rows (``rows.grad``):

@@ -87,17 +87,31 @@ def _rows(store, ids, k=None):
     return w[:, k * d:(k + 1) * d]
 
 
+@pytest.mark.parametrize("path", ["c", "torch"])
 @pytest.mark.parametrize("kind", ["dlrm", "wide_deep", "deepfm"])
-def test_each_arm_after_its_steps_equals_its_model_trained_alone(kind, batches, monkeypatch):
+def test_each_arm_after_its_steps_equals_its_model_trained_alone(kind, path, batches, monkeypatch):
     """Six arms (2 seeds x baseline, candidate, A/A) of DLRM, Wide&Deep or DeepFM trained side
     by side, batched, for three steps equal the same six models trained one after another (fit's Arms strategy, each
     with its own stores and optimizer): every dense parameter, every arm's embedding rows of
     every table, and the held-out predictions, to float tolerance; the tables the arms share
     are one store each (the baseline features: one of six slices), the candidate's own.
     The arms' dense parts run in chunks of two arms (one chunk per group of a real batch's
-    arms: arms_batched.CHUNK_ROWS)."""
+    arms: arms_batched.CHUNK_ROWS).  ``path``: the bags and DLRM's dots in C (host caches), or
+    through ``embedding_bag`` and ``DotInteraction`` (the path of device caches), forced."""
+    from fbrapids.trainers.arms_batched import SharedTables
     from fbrapids.trainers.fit import fit
     from fbrapids.trainers.fit_config import FitConfig
+
+    if path == "torch":
+        monkeypatch.setattr(SharedTables, "_pool_host", lambda self, inputs, train, chunks:
+                            self._pool_torch(inputs, train, chunks))
+        monkeypatch.setattr("fbrapids.trainers.modules.arms_dots.fits", lambda x, bags, bias: False)
+
+        def not_here(*args, **kwargs):
+            raise AssertionError("a C pass ran on the forced torch path")
+
+        for name in ("sparse.arms_bags.arms_bags", "sparse.arms_bags.arms_bags_backward", "modules.arms_dots.arms_dots"):
+            monkeypatch.setattr(f"fbrapids.trainers.{name}", not_here)
 
     shared_models, shared_views = _arms(kind)
     alone_models, alone_views = _arms(kind)

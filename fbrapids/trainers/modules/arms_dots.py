@@ -11,6 +11,7 @@ backward gives each field's gradient directly: :func:`arms_dots` is
 column order).
 
 Example:
+    >>> from fbrapids.trainers.modules.interaction import DotInteraction
     >>> g = torch.Generator().manual_seed(0)
     >>> x, bags, bias = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 5, 4, generator=g), torch.randn(2, 4, generator=g)
     >>> z = arms_dots(x, bags, bias)
@@ -29,7 +30,6 @@ import torch
 
 from fbrapids.errors import ArgumentError
 from fbrapids.kernels import load_source
-from fbrapids.trainers.modules.interaction import DotInteraction  # noqa: F401  (the reference, in the example)
 
 CSRC = Path(__file__).with_name("csrc") / "arms_dots.c"
 #: the most fields (x, the bags, the bias) and columns the C pass takes (``csrc/arms_dots.c``)
