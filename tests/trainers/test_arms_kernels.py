@@ -131,6 +131,8 @@ def test_bags_name_the_entry_with_an_index_outside_its_rows():
     assert out.eq(0).all()  # checked before any work
     with pytest.raises(FbrapidsError, match="arms_bags"):
         arms_bags([BagEntry(torch.zeros(3, 2), torch.tensor([0]), torch.tensor([1, 0]), 0, [0])], list(out), mean=True)
+    with pytest.raises(ArgumentError, match=r"entry 0 \(feature 0\) has 2 bags' offsets, the arms' blocks 3 bags"):
+        arms_bags([good], list(torch.zeros(1, 3, 2, 2)), mean=True)  # (the C pass would read past its offsets)
     with pytest.raises(ArgumentError, match="contiguous float32"):
         BagEntry(torch.zeros(3, 2).double(), torch.tensor([0]), torch.tensor([0]), 0, [0])
 

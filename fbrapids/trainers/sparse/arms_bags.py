@@ -90,7 +90,12 @@ def _arms_lib() -> ctypes.CDLL:
     return lib
 
 
-def _descriptors(entries: Sequence[BagEntry]) -> np.ndarray:
+def _descriptors(entries: Sequence[BagEntry], nbags: int, what: str) -> np.ndarray:
+    """The entries' C descriptors, each entry checked to hold one offset per bag."""
+    for k, e in enumerate(entries):
+        if len(e.offsets) != nbags:
+            raise ArgumentError(f"{what}: entry {k} (feature {e.feature}) has {len(e.offsets)} bags' offsets, "
+                                f"the arms' blocks {nbags} bags")
     return np.array([e.words() for e in entries], dtype=np.int64).reshape(len(entries), ENTRY_WORDS)
 
 
@@ -114,7 +119,7 @@ def arms_bags(entries: Sequence[BagEntry], outs: Sequence[torch.Tensor | None], 
             if out is not None and (a, k) not in covered:
                 out[:, k].zero_()
     ptrs = np.array([0 if o is None else o.data_ptr() for o in outs], dtype=np.int64)
-    desc = _descriptors(entries)
+    desc = _descriptors(entries, b, "arms_bags")
     strides = given[0].stride()
     ret = _arms_lib().fbx_arms_bags(desc.ctypes.data, len(entries), b, f, dim, len(outs), ptrs.ctypes.data,
                                     strides[0], strides[1], int(mean), row_threads())
@@ -148,7 +153,7 @@ def arms_bags_backward(entries: Sequence[BagEntry], grads: Sequence[torch.Tensor
     b, f, dim = given[0].shape
     strides = given[0].stride()
     ptrs = np.array([0 if g is None else g.data_ptr() for g in grads], dtype=np.int64)
-    desc = _descriptors(entries)
+    desc = _descriptors(entries, b, "arms_bags_backward")
     ret = _arms_lib().fbx_arms_bags_backward(desc.ctypes.data, len(entries), b, f, dim, len(grads), ptrs.ctypes.data,
                                              strides[0], strides[1], int(mean), row_threads())
     if ret:

@@ -56,13 +56,18 @@ static inline void fbx_st16(float *p, fbx_v16 v) { memcpy(p, &v, sizeof v); }
 #define FBX_HI(k, c) (((c) & (k)) ? 16 + (c) : ((c) ^ (k)))
 #define FBX_MASK(F, k) {F(k, 0), F(k, 1), F(k, 2), F(k, 3), F(k, 4), F(k, 5), F(k, 6), F(k, 7), \
                         F(k, 8), F(k, 9), F(k, 10), F(k, 11), F(k, 12), F(k, 13), F(k, 14), F(k, 15)}
+#if defined(__clang__) /* clang's two-vector shuffle takes its indices as constants */
+#define FBX_SHUFFLE(x0, x1, F, k) __builtin_shufflevector(x0, x1, F(k, 0), F(k, 1), F(k, 2), F(k, 3), F(k, 4), \
+        F(k, 5), F(k, 6), F(k, 7), F(k, 8), F(k, 9), F(k, 10), F(k, 11), F(k, 12), F(k, 13), F(k, 14), F(k, 15))
+#else
+#define FBX_SHUFFLE(x0, x1, F, k) __builtin_shuffle(x0, x1, (fbx_dots_mask)FBX_MASK(F, k))
+#endif
 #define FBX_ROUND(k) do { \
-        const fbx_dots_mask lo = FBX_MASK(FBX_LO, k), hi = FBX_MASK(FBX_HI, k); \
         for (int q = 0; q < 16; q++) \
             if (!(q & (k))) { \
                 const fbx_v16 x0 = r[q], x1 = r[q | (k)]; \
-                r[q] = __builtin_shuffle(x0, x1, lo); \
-                r[q | (k)] = __builtin_shuffle(x0, x1, hi); \
+                r[q] = FBX_SHUFFLE(x0, x1, FBX_LO, k); \
+                r[q | (k)] = FBX_SHUFFLE(x0, x1, FBX_HI, k); \
             } \
     } while (0)
 static inline __attribute__((always_inline)) void fbx_transpose16(fbx_v16 *r) {
