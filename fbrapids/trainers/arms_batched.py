@@ -143,7 +143,7 @@ class SharedTables:
                                                              name=own.name, device=own.device)
         self.device = torch.device("cpu")  # the stores' caches (:meth:`to`)
         self._stacked: list[tuple[TieredEmbeddingStore, Lookup]] = []  # the lookups made together
-        self._entries: dict[str, list[BagEntry]] = {}  # the bags of each collection pooled in C
+        self._entries: dict[str, list[tuple[_Group, BagEntry]]] = {}  # each collection's bags pooled in C, by store
         self._autograd: dict[str, torch.Tensor] = {}  # or through autograd: each collection's [M, B, F, dim]
         self._split_groups()
         self.mode = {cname: dict(models[0].collections())[cname].mode for cname in self.collections}
@@ -198,15 +198,15 @@ class SharedTables:
                 dim = g.store.config.dim // len(g.members)
                 for f in g.features:
                     n = len(sparse[f][0])
-                    entries.append(BagEntry(g.lookup.rows.detach(), g.lookup.inverse[start : start + n], sparse[f][1],
-                                            place[f], g.members))
+                    entries.append((g, BagEntry(g.lookup.rows.detach(), g.lookup.inverse[start : start + n],
+                                                sparse[f][1], place[f], g.members)))
                     start += n
             nbags = len(inputs[0].sparse[feats[0]][1])
             arms: list[torch.Tensor | None] = []
             for k, c in enumerate(chunks):
-                out[k][cname] = torch.empty(len(range(*c.indices(self.m))), nbags, len(feats), dim)
+                out[k][cname] = torch.empty(_arms_in(c, self.m), nbags, len(feats), dim)
                 arms += list(out[k][cname])
-            arms_bags(entries, arms, mean=self.mode[cname] == "mean")
+            arms_bags([e for _, e in entries], arms, mean=self.mode[cname] == "mean")
             if train:
                 self._entries[cname] = entries
         return out
@@ -245,19 +245,16 @@ class SharedTables:
                 given = [g if g is not None else torch.zeros_like(whole[c]) for g, c in zip(parts, chunks)]
                 whole.backward(given[0] if len(given) == 1 else torch.cat(given))
                 continue
-            entries = self._entries[cname]
             per_arm: list[torch.Tensor | None] = []
             for g, c in zip(parts, chunks):
-                n = len(range(*c.indices(self.m)))
-                per_arm += [None] * n if g is None else list(g.contiguous())
-            grad_of: dict[int, torch.Tensor] = {}
-            for e, group in zip(entries, (g for g in self.groups if g.collection == cname for _ in g.features)):
-                assert group.lookup is not None
-                if id(group) not in grad_of:  # one gradient per store, its features' entries adding into it
-                    grad_of[id(group)] = torch.zeros_like(group.lookup.rows)
-                    group.lookup.rows.grad = grad_of[id(group)]
-                e.grad = grad_of[id(group)]
-            arms_bags_backward(entries, per_arm, mean=self.mode[cname] == "mean")
+                per_arm += [None] * _arms_in(c, self.m) if g is None else list(g.contiguous())
+            for group, e in self._entries[cname]:
+                lk = group.lookup
+                assert lk is not None
+                if lk.rows.grad is None:  # one gradient per store, its features' entries adding into it
+                    lk.rows.grad = torch.zeros_like(lk.rows)
+                e.grad = lk.rows.grad
+            arms_bags_backward([e for _, e in self._entries[cname]], per_arm, mean=self.mode[cname] == "mean")
 
     def _keys(self, inputs: Sequence[Batch]) -> list[torch.Tensor]:
         """Each shared store's ids of a batch: its features' values (its first arm's view), side by side."""
@@ -323,6 +320,11 @@ class SharedTables:
     def prepare(self, inputs: Sequence[Batch]) -> None:
         """Find the next batch's rows in the stores' background thread while this one trains."""
         prepare_together([g.store for g in self.groups], self._keys(inputs))  # one job of the background thread
+
+
+def _arms_in(chunk: slice, m: int) -> int:
+    """How many of ``m`` arms ``chunk`` holds."""
+    return len(range(*chunk.indices(m)))
 
 
 def _in_arm_order(parts: list[tuple[list[int], torch.Tensor]], m: int) -> torch.Tensor:

@@ -112,19 +112,23 @@ def arms_bags(entries: Sequence[BagEntry], outs: Sequence[torch.Tensor | None], 
     given = _arm_blocks(outs, "arms_bags")
     if not given:
         return
-    b, f, dim = given[0].shape
     covered = {(a, e.feature) for e in entries for a in e.members}
     for a, out in enumerate(outs):
-        for k in range(f):
+        for k in range(given[0].shape[1]):
             if out is not None and (a, k) not in covered:
                 out[:, k].zero_()
-    ptrs = np.array([0 if o is None else o.data_ptr() for o in outs], dtype=np.int64)
-    desc = _descriptors(entries, b, "arms_bags")
-    strides = given[0].stride()
-    ret = _arms_lib().fbx_arms_bags(desc.ctypes.data, len(entries), b, f, dim, len(outs), ptrs.ctypes.data,
-                                    strides[0], strides[1], int(mean), row_threads())
-    if ret:
-        raise _bad_entry(int(ret), entries, "arms_bags")
+    _run("arms_bags", entries, outs, given[0], mean)
+
+
+def arms_bags_backward(entries: Sequence[BagEntry], grads: Sequence[torch.Tensor | None], mean: bool) -> None:
+    """Add each arm's bag gradients ``grads[a]`` (``[B, F, dim]``, one layout for all; None: no
+    gradient reached arm ``a``) into its slice of every entry's ``grad``, as :func:`arms_bags`
+    pooled them."""
+    if any(e.grad is None for e in entries):
+        raise ArgumentError("arms_bags_backward: every entry needs the rows' gradient to add into (grad)")
+    given = _arm_blocks(grads, "arms_bags_backward")
+    if given:
+        _run("arms_bags_backward", entries, grads, given[0], mean)
 
 
 def _arm_blocks(blocks: Sequence[torch.Tensor | None], what: str) -> list[torch.Tensor]:
@@ -141,20 +145,14 @@ def _arm_blocks(blocks: Sequence[torch.Tensor | None], what: str) -> list[torch.
     return given
 
 
-def arms_bags_backward(entries: Sequence[BagEntry], grads: Sequence[torch.Tensor | None], mean: bool) -> None:
-    """Add each arm's bag gradients ``grads[a]`` (``[B, F, dim]``, one layout for all; None: no
-    gradient reached arm ``a``) into its slice of every entry's ``grad``, as :func:`arms_bags`
-    pooled them."""
-    if any(e.grad is None for e in entries):
-        raise ArgumentError("arms_bags_backward: every entry needs the rows' gradient to add into (grad)")
-    given = _arm_blocks(grads, "arms_bags_backward")
-    if not given:
-        return
-    b, f, dim = given[0].shape
-    strides = given[0].stride()
-    ptrs = np.array([0 if g is None else g.data_ptr() for g in grads], dtype=np.int64)
-    desc = _descriptors(entries, b, "arms_bags_backward")
-    ret = _arms_lib().fbx_arms_bags_backward(desc.ctypes.data, len(entries), b, f, dim, len(grads), ptrs.ctypes.data,
-                                             strides[0], strides[1], int(mean), row_threads())
+def _run(what: str, entries: Sequence[BagEntry], blocks: Sequence[torch.Tensor | None], first: torch.Tensor,
+         mean: bool) -> None:
+    """The C pass ``fbx_<what>`` over ``entries`` and the arms' ``blocks`` (checked, ``first``
+    one of them: their shape and layout); an entry it finds unsound is named."""
+    b, f, dim = first.shape
+    ptrs = np.array([0 if t is None else t.data_ptr() for t in blocks], dtype=np.int64)
+    desc = _descriptors(entries, b, what)
+    ret = getattr(_arms_lib(), f"fbx_{what}")(desc.ctypes.data, len(entries), b, f, dim, len(blocks), ptrs.ctypes.data,
+                                            first.stride()[0], first.stride()[1], int(mean), row_threads())
     if ret:
-        raise _bad_entry(int(ret), entries, "arms_bags_backward")
+        raise _bad_entry(int(ret), entries, what)
