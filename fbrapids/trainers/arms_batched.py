@@ -58,6 +58,7 @@ from fbrapids.errors import ArgumentError, NonFiniteError
 from fbrapids.trainers.batch import Batch
 from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.fit_config import FitConfig, FitResult
+from fbrapids.trainers.sparse.arms_bags import MAX_DIM as MAX_BAG_DIM
 from fbrapids.trainers.sparse.store import prepare_together
 from fbrapids.trainers.sparse.together import lookup_together, on_host, update_each
 from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_items, prepare_before_lookup
@@ -159,7 +160,8 @@ class SharedTables:
         (:func:`~fbrapids.trainers.sparse.arms_bags.arms_bags`); else ``embedding_bag`` per
         feature and store, through autograd.  The gradient goes back through :meth:`backward`."""
         self._look_up(inputs, train)
-        host = not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values())
+        host = not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values()) \
+            and all(g.store.config.dim // len(g.members) <= MAX_BAG_DIM for g in self.groups)
         out = self._pool_host(inputs, train, chunks) if host else self._pool_torch(inputs, train, chunks)
         if not train:
             for g in self.groups:

@@ -153,24 +153,28 @@ def test_each_arm_after_its_steps_equals_its_model_trained_alone(kind, path, bat
             assert torch.allclose(together[k], m.predict(v(held)), atol=1e-5), k
 
 
-def test_a_sliced_table_is_its_slices_tables_side_by_side():
+@pytest.mark.parametrize("dim", [2, 6, 16])
+def test_a_sliced_table_is_its_slices_tables_side_by_side(dim):
     """A store of 3 slices (seeds 5, 6, 7) starts each slice as a table of that seed would,
-    and its row-wise Adagrad moves each slice as that table's (its own accumulator), bit for bit."""
+    and its row-wise Adagrad moves each slice as that table's (its own accumulator), bit for bit:
+    slices of 2 and 6 columns (a width the C update runs as any) and of 16 (one it is built for,
+    in vector lanes)."""
     ids = np.array([4, 9, 4, 2**64 - 3], dtype=np.uint64)
-    shared = TieredEmbeddingStore(StoreConfig(dim=6, slices=3, slice_seeds=(5, 6, 7), cache_rows=16, lr=0.3))
-    alone = [TieredEmbeddingStore(StoreConfig(dim=2, seed=s, cache_rows=16, lr=0.3)) for s in (5, 6, 7)]
-    assert shared.config.width == 9 and shared.config.scale == alone[0].config.scale
-    grad = torch.from_numpy(np.random.default_rng(1).normal(size=(3, 6)).astype(np.float32))
+    shared = TieredEmbeddingStore(StoreConfig(dim=3 * dim, slices=3, slice_seeds=(5, 6, 7), cache_rows=16, lr=0.3))
+    alone = [TieredEmbeddingStore(StoreConfig(dim=dim, seed=s, cache_rows=16, lr=0.3)) for s in (5, 6, 7)]
+    assert shared.config.width == 3 * dim + 3 and shared.config.scale == alone[0].config.scale
+    grad = torch.from_numpy(np.random.default_rng(1).normal(size=(3, 3 * dim)).astype(np.float32))
     lk = shared.lookup(ids)
     lk.rows.grad = grad
     shared.apply_gradients(lk)
     for k, s in enumerate(alone):
         lk1 = s.lookup(ids)
         start = lk1.rows.detach().numpy().copy()
-        assert np.array_equal(start, lk.rows.detach().numpy()[:, 2 * k:2 * k + 2])  # the same initial rows
-        lk1.rows.grad = grad[:, 2 * k:2 * k + 2].contiguous()
+        cols = slice(dim * k, dim * (k + 1))
+        assert np.array_equal(start, lk.rows.detach().numpy()[:, cols])  # the same initial rows
+        lk1.rows.grad = grad[:, cols].contiguous()
         s.apply_gradients(lk1)
-        assert np.array_equal(shared.weights(ids)[:, 2 * k:2 * k + 2], s.weights(ids))  # bit for bit
+        assert np.array_equal(shared.weights(ids)[:, cols], s.weights(ids))  # bit for bit
         assert not np.allclose(s.weights(ids)[:1], start[:1])
 
 

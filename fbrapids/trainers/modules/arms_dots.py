@@ -5,8 +5,8 @@ arm's bottom-MLP output ``x`` ``[M, B, d]``, its pooled bags ``[M, B, F, d]`` an
 vector ``[M, d]``.  Through :class:`~fbrapids.trainers.modules.interaction.DotInteraction`
 they are concatenated twice (bags and bias, then x) and multiplied as ``bmm(T, T^T)``, whose
 tiny per-sample matrices run far below a CPU's rate, computing every dot twice.  Here each
-sample's dots are computed once where its fields lie, vectorised across the pairs, and the
-backward gives each field's gradient directly: :func:`arms_dots` is
+sample's dots are computed once where its fields lie, sixteen samples side by side in vector
+lanes, and the backward gives each field's gradient directly: :func:`arms_dots` is
 ``DotInteraction(x, cat([bags, bias]))`` for every arm, to float rounding (each dot summed in
 column order).
 

@@ -37,6 +37,8 @@ from fbrapids.trainers.sparse.hashmap import row_threads, store_library
 
 #: int64 words per entry of the C descriptors (``csrc/arms_bags.c``, ``FBX_AB_*``)
 ENTRY_WORDS = 9
+#: the widest slice the C pass pools (``FBX_AB_MAXD``: a bag's sum is held in registers)
+MAX_DIM = 256
 
 
 @dataclass
@@ -142,6 +144,8 @@ def _arm_blocks(blocks: Sequence[torch.Tensor | None], what: str) -> list[torch.
                                                           or g.dtype != torch.float32 or g.device.type != "cpu"
                                                           for g in given):
         raise ArgumentError(f"{what}: the arms' blocks must be float32 CPU [B, F, dim] of one shape and layout")
+    if first.shape[2] > MAX_DIM:
+        raise ArgumentError(f"{what}: slices of {first.shape[2]} columns, the C pass pools at most {MAX_DIM}")
     return given
 
 

@@ -29,6 +29,9 @@ enum {
     FBX_AB_WORDS
 };
 
+#define FBX_AB_MAXD 256 /* the widest slice (arms_bags.py: MAX_DIM) */
+#define FBX_AB_AHEAD 8   /* the rows of the bag this many ahead are fetched while one is pooled */
+
 static inline int64_t fbx_ab_end(const int64_t *e, int64_t b, int64_t nbags) {
     const int64_t *offs = (const int64_t *)(intptr_t)e[FBX_AB_OFFS];
     return b + 1 < nbags ? offs[b + 1] : e[FBX_AB_NIDS];
@@ -58,7 +61,7 @@ int64_t fbx_arms_bags_check(const int64_t *desc, int64_t n_entries, int64_t nbag
     return 0;
 }
 
-/* one bag of an entry: each slice's sum written at its arm's place, summed there */
+/* one bag of an entry: each slice's sum, written at its arm's place */
 FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const int64_t dim, const int64_t *outs,
                              int64_t stride_b, int64_t stride_f, int mean) {
     const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE];
@@ -68,17 +71,26 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
     const int64_t k0 = ((const int64_t *)(intptr_t)w[FBX_AB_OFFS])[b], k1 = fbx_ab_end(w, b, nbags);
     const int64_t n = k1 - k0;
     const float div = mean && n > 1 ? (float)n : 1.0f;
+    if (b + FBX_AB_AHEAD < nbags) { /* the rows of the entry's bag ahead into the cache: they lie anywhere */
+        const int64_t a0 = ((const int64_t *)(intptr_t)w[FBX_AB_OFFS])[b + FBX_AB_AHEAD];
+        const int64_t a1 = fbx_ab_end(w, b + FBX_AB_AHEAD, nbags);
+        for (int64_t k = a0; k < a1; k++)
+            for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(rows + idx[k] * width + c);
+    }
     for (int64_t j = 0; j < width / dim; j++) {
-        float *restrict o = (float *)(intptr_t)outs[members[j]];
+        float *o = (float *)(intptr_t)outs[members[j]];
         if (!o) continue;
-        o += b * stride_b + f * stride_f;
-        for (int64_t c = 0; c < dim; c++) o[c] = 0.0f;
+        float acc[FBX_AB_MAXD]; /* the sum in registers (dim known to the compiler: its lanes), stored once */
+        for (int64_t c = 0; c < dim; c++) acc[c] = 0.0f;
         for (int64_t k = k0; k < k1; k++) {
-            const float *restrict r = rows + idx[k] * width + j * dim;
-            for (int64_t c = 0; c < dim; c++) o[c] += r[c];
+            const float *r = rows + idx[k] * width + j * dim;
+            int64_t c = 0;
+            for (; c + 4 <= dim; c += 4) fbx_st4(acc + c, fbx_ld4(acc + c) + fbx_ld4(r + c));
+            for (; c < dim; c++) acc[c] += r[c];
         }
         if (div != 1.0f)
-            for (int64_t c = 0; c < dim; c++) o[c] = o[c] / div;
+            for (int64_t c = 0; c < dim; c++) acc[c] = acc[c] / div;
+        memcpy(o + b * stride_b + f * stride_f, acc, sizeof(float) * (size_t)dim);
     }
 }
 
@@ -87,13 +99,14 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
  * fbx_arms_bags_check's code (nothing written unless 0). */
 int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
                       int64_t n_arms, const int64_t *outs, int64_t stride_b, int64_t stride_f, int mean, int nthreads) {
+    if (dim > FBX_AB_MAXD) return -1; /* (arms_bags.py refuses it first) */
     const int64_t bad = fbx_arms_bags_check(desc, n_entries, nbags, nfeat, dim, n_arms);
     if (bad) return bad;
     const int64_t total = n_entries * nbags;
     /* dynamic: a list feature's bags cost many times a single id's */
 #pragma omp parallel for schedule(dynamic, 256) num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
-    for (int64_t i = 0; i < total; i++) {
-#define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i / nbags) * FBX_AB_WORDS, i % nbags, nbags, D, outs, stride_b, stride_f, mean)
+    for (int64_t i = 0; i < total; i++) { /* bag after bag, each bag's entries in turn: an arm's bags are written in order */
+#define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i % n_entries) * FBX_AB_WORDS, i / n_entries, nbags, D, outs, stride_b, stride_f, mean)
         FBX_BY_DIM(dim, FBX_ARMS_BAG)
 #undef FBX_ARMS_BAG
     }
@@ -109,18 +122,22 @@ FBX_INLINE void fbx_arms_bag_back(const int64_t *w, int64_t j, const float *ga, 
     float *grad = (float *)(intptr_t)w[FBX_AB_GRAD] + j * dim;
     for (int64_t b = 0; b < nbags; b++) {
         const int64_t k0 = offs[b], k1 = fbx_ab_end(w, b, nbags), n = k1 - k0;
-        const float *restrict g = ga + b * stride_b + f * stride_f;
+        const float *g = ga + b * stride_b + f * stride_f;
+        float gb[FBX_AB_MAXD]; /* what each of the bag's rows gets (dim known to the compiler: its lanes) */
         if (mean && n > 1) {
             const float fn = (float)n;
-            for (int64_t k = k0; k < k1; k++) {
-                float *restrict r = grad + idx[k] * width;
-                for (int64_t c = 0; c < dim; c++) r[c] += g[c] / fn;
-            }
+            for (int64_t c = 0; c < dim; c++) gb[c] = g[c] / fn;
         } else {
-            for (int64_t k = k0; k < k1; k++) {
-                float *restrict r = grad + idx[k] * width;
-                for (int64_t c = 0; c < dim; c++) r[c] += g[c];
-            }
+            for (int64_t c = 0; c < dim; c++) gb[c] = g[c];
+        }
+        if (b + FBX_AB_AHEAD < nbags) /* the rows of a bag ahead into the cache: they lie anywhere */
+            for (int64_t k = offs[b + FBX_AB_AHEAD]; k < fbx_ab_end(w, b + FBX_AB_AHEAD, nbags); k++)
+                for (int64_t c = 0; c < dim; c += 16) __builtin_prefetch(grad + idx[k] * width + c, 1);
+        for (int64_t k = k0; k < k1; k++) {
+            float *r = grad + idx[k] * width;
+            int64_t c = 0;
+            for (; c + 4 <= dim; c += 4) fbx_st4(r + c, fbx_ld4(r + c) + fbx_ld4(gb + c));
+            for (; c < dim; c++) r[c] += gb[c];
         }
     }
 }
@@ -134,6 +151,7 @@ FBX_INLINE void fbx_arms_bag_back(const int64_t *w, int64_t j, const float *ga, 
 int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
                                int64_t n_arms, const int64_t *grads, int64_t stride_b, int64_t stride_f, int mean,
                                int nthreads) {
+    if (dim > FBX_AB_MAXD) return -1; /* (arms_bags.py refuses it first) */
     const int64_t bad = fbx_arms_bags_check(desc, n_entries, nbags, nfeat, dim, n_arms);
     if (bad) return bad;
     const int64_t work = n_entries * nbags;
