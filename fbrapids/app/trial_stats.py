@@ -321,7 +321,9 @@ def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.9
         >>> combine(np.array([0.01, -0.012, 0.004]), np.zeros(50))["verdict"]
         'no detectable effect'
     """
-    from scipy import stats
+    # Student's t and the normal through the functions scipy.stats calls (the same values) without
+    # importing scipy.stats: half a second or more of a trial in a process of its own
+    from scipy import special
 
     d = np.asarray(seed_deltas, dtype=np.float64)
     b = np.asarray(boot_deltas, dtype=np.float64)
@@ -333,10 +335,10 @@ def combine(seed_deltas: np.ndarray, boot_deltas: np.ndarray, level: float = 0.9
     var = v_seeds + (v_users if np.isfinite(v_users) else 0.0)
     se = float(np.sqrt(var))
     df = float("inf") if v_seeds == 0 or k < 2 else (k - 1) * (var / v_seeds) ** 2
-    q = stats.t.ppf(0.5 + level / 2, df) if np.isfinite(df) else stats.norm.ppf(0.5 + level / 2)
+    q = special.stdtrit(df, 0.5 + level / 2) if np.isfinite(df) else special.ndtri(0.5 + level / 2)
     if se > 0:
         lo, hi = mean - q * se, mean + q * se
-        p_better = float(stats.t.cdf(mean / se, df) if np.isfinite(df) else stats.norm.cdf(mean / se))
+        p_better = float(special.stdtr(df, mean / se) if np.isfinite(df) else special.ndtr(mean / se))
     else:
         lo = hi = mean
         p_better = float(mean > 0) if mean != 0 else 0.5
