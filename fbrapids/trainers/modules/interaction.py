@@ -56,8 +56,15 @@ class DotInteraction(nn.Module):
         return int(self.li.numel())
 
     def forward(self, x: torch.Tensor, ly: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
-        """``x`` ``[B, d]``; ``ly`` the pooled bags, a list of ``[B, d]`` or one ``[B, n, d]``."""
+        """``x`` ``[B, d]``; ``ly`` the pooled bags, a list of ``[B, d]`` or one ``[B, n, d]``.
+        On the CPU (float32, within its limits) the dots are :func:`~fbrapids.trainers.modules.arms_dots.arms_dots`'s
+        C pass, as one arm: each dot once, where the fields lie (at 2,048 rows of 28 fields,
+        forward and backward 3.4 ms -> 1.4 ms a step on one thread); else ``bmm(T, T^T)``."""
+        from fbrapids.trainers.modules import arms_dots
+
         b, d = x.shape
+        if isinstance(ly, torch.Tensor) and arms_dots.fits(x[None], ly[None], None):
+            return arms_dots.arms_dots(x[None], ly[None], None, self.self_interaction)[0]
         if isinstance(ly, torch.Tensor):
             t = torch.cat([x.unsqueeze(1), ly], dim=1)
         else:
@@ -148,6 +155,7 @@ def mlp_forward(layers: nn.Sequential, x: torch.Tensor, dropout: float = 0.0, tr
 
     Example:
         >>> import torch
+        >>> _ = torch.manual_seed(0)  # one net: drawn at random, its ReLUs all read 0 now and then (no dropout to see)
         >>> net = plain_mlp([3, 4, 1])
         >>> x = torch.ones(2, 3)
         >>> torch.equal(mlp_forward(net, x, 0.5, training=False), net(x))
