@@ -93,7 +93,8 @@ static inline __attribute__((always_inline)) void fbx_dots_gather(const fbx_dots
     const int64_t n = s->n, d = s->d, cnt = s1 - s0;
     if (d % 16 == 0) {
         const float *bias_of[FBX_DOTS_LANES]; /* each lane's arm's bias row (one division a lane, not a field) */
-        for (int64_t l = 0; l < cnt; l++) bias_of[l] = s->bias ? s->bias + ((s0 + l) / s->nb) * d : NULL;
+        for (int64_t l = 0; l < FBX_DOTS_LANES; l++)
+            bias_of[l] = s->bias && l < cnt ? s->bias + ((s0 + l) / s->nb) * d : NULL;
         fbx_v16 r[16];
         for (int64_t i = 0; i < n; i++)
             for (int64_t c0 = 0; c0 < d; c0 += 16) {
