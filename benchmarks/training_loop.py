@@ -99,10 +99,7 @@ class RemappedDLRM(torch.nn.Module):
 
     def forward(self, dense: torch.Tensor, sparse: Any) -> torch.Tensor:
         x = self.bot_l(dense)
-        pooled = self.pool(sparse)
-        if self.bias_vector is not None:
-            pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
-        return self.top_l[:-1](self.interaction(x, pooled)).squeeze(1)
+        return self.top_l[:-1](self.interaction(x, self.pool(sparse), self.bias_vector)).squeeze(1)  # as DLRM.forward
 
 
 class Remap:

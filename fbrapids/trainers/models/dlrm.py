@@ -91,13 +91,7 @@ class DLRM(CTRModel):
         dev = next(self.bot_l.parameters()).device  # the first layer's weight's
         x = self.bot_l(batch.dense.to(dev))
         pooled = self.emb_l.pooled_stack(batch.sparse).to(dev)  # [B, n_sparse, dim], in sparse_features order
-        bias = None if self.bias_vector is None else self.bias_vector[None]
-        if arms_dots.fits(x[None], pooled[None], bias):  # in C, the fields (the bias too) read where they lie
-            z = arms_dots.arms_dots(x[None], pooled[None], bias, self.interaction.self_interaction)[0]
-        else:
-            if self.bias_vector is not None:
-                pooled = torch.cat([pooled, self.bias_vector.expand(len(pooled), 1, -1)], dim=1)
-            z = self.interaction(x, pooled)
+        z = self.interaction(x, pooled, self.bias_vector)
         top = cast(torch.nn.Sequential, self.top_l[:-1])  # a Sequential's slice is one (torch types it Module)
         return mlp_forward(top, z, self.dropout, self.training).squeeze(1)
 
@@ -110,9 +104,7 @@ class DLRM(CTRModel):
         x = self.bot_l(dense_rows(req, rows, owner, dense, dev))
         pooled, _ = pooled_sides(self.emb_l, req, rows, own, dev)
         stack = torch.stack([pooled[f] for f in self.sparse_features], dim=1)
-        if self.bias_vector is not None:
-            stack = torch.cat([stack, self.bias_vector.expand(len(stack), 1, -1)], dim=1)
-        return self.top_l[:-1](self.interaction(x, stack)).squeeze(1)
+        return self.top_l[:-1](self.interaction(x, stack, self.bias_vector)).squeeze(1)
 
     def zero_candidate_inputs(self, dense: Sequence[str], sparse: Sequence[str], new_dense: Sequence[str] = (),
                               new_sparse: Sequence[str] = ()) -> list[str] | None:

@@ -21,6 +21,8 @@ class DotInteraction(nn.Module):
         >>> x = torch.ones(2, 3); ly = [torch.ones(2, 3), 2 * torch.ones(2, 3)]
         >>> DotInteraction(3)(x, ly).tolist()[0]
         [1.0, 1.0, 1.0, 3.0, 6.0, 6.0]
+        >>> DotInteraction(4)(x, torch.stack(ly, 1), bias=torch.ones(3)).tolist()[0]  # the bias one more field
+        [1.0, 1.0, 1.0, 3.0, 6.0, 6.0, 3.0, 3.0, 6.0]
     """
 
     # buffers (registered in __init__): the pairs' row and column fields, their positions in
@@ -55,16 +57,23 @@ class DotInteraction(nn.Module):
     def num_outputs(self) -> int:
         return int(self.li.numel())
 
-    def forward(self, x: torch.Tensor, ly: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
-        """``x`` ``[B, d]``; ``ly`` the pooled bags, a list of ``[B, d]`` or one ``[B, n, d]``.
-        On the CPU (float32, within its limits) the dots are :func:`~fbrapids.trainers.modules.arms_dots.arms_dots`'s
-        C pass, as one arm: each dot once, where the fields lie (at 2,048 rows of 28 fields,
-        forward and backward 3.4 ms -> 1.4 ms a step on one thread); else ``bmm(T, T^T)``."""
+    def forward(self, x: torch.Tensor, ly: Sequence[torch.Tensor] | torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``[B, d]``; ``ly`` the pooled bags, a list of ``[B, d]`` or one ``[B, n, d]``;
+        ``bias`` (DLRM's bias vector, ``[d]``) one more field after them in every row.  On the
+        CPU (float32, within its limits) the dots are :func:`~fbrapids.trainers.modules.arms_dots.arms_dots`'s
+        C pass, as one arm: each dot once, where the fields lie, the bias not copied per row (at
+        2,048 rows of 28 fields, forward and backward 3.4 ms -> 1.4 ms a step on one thread);
+        else ``bmm(T, T^T)``."""
         from fbrapids.trainers.modules import arms_dots
 
         b, d = x.shape
-        if isinstance(ly, torch.Tensor) and arms_dots.fits(x[None], ly[None], None):
-            return arms_dots.arms_dots(x[None], ly[None], None, self.self_interaction)[0]
+        row = None if bias is None else bias[None]
+        if isinstance(ly, torch.Tensor) and arms_dots.fits(x[None], ly[None], row):
+            return arms_dots.arms_dots(x[None], ly[None], row, self.self_interaction)[0]
+        if bias is not None:
+            ly = (torch.cat([ly, bias.expand(b, 1, d)], dim=1) if isinstance(ly, torch.Tensor)
+                  else [*ly, bias.expand(b, d)])
         if isinstance(ly, torch.Tensor):
             t = torch.cat([x.unsqueeze(1), ly], dim=1)
         else:

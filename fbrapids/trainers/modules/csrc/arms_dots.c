@@ -99,9 +99,7 @@ static inline __attribute__((always_inline)) void fbx_dots_gather(const fbx_dots
         for (int64_t i = 0; i < n; i++)
             for (int64_t c0 = 0; c0 < d; c0 += 16) {
                 for (int64_t l = 0; l < 16; l++) {
-                    const int64_t smp = s0 + l;
-                    const float *t = i == 0 ? s->x + smp * d
-                                   : i <= s->nf ? s->bags + (smp * s->nf + (i - 1)) * d : bias_of[l];
+                    const float *t = i <= s->nf ? fbx_dots_field_of(s, s0 + l, i) : bias_of[l];
                     r[l] = l < cnt ? fbx_ld16(t + c0) : (fbx_v16){0};
                     if (l < cnt && i <= s->nf) /* the next block's (sixteen rows read side by side) */
                         __builtin_prefetch(t + c0 + FBX_DOTS_LANES * (i == 0 ? d : s->nf * d));

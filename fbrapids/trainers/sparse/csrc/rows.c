@@ -35,10 +35,10 @@ FBX_INLINE fbx_v4 fbx_ld4(const float *p) { fbx_v4 v; memcpy(&v, p, sizeof v); r
 FBX_INLINE void fbx_st4(float *p, fbx_v4 v) { memcpy(p, &v, sizeof v); }
 #define FBX_V4_MAX 16 /* rows of up to 64 columns, a multiple of 4, are summed in registers */
 
-FBX_INLINE void fbx_adagrad_row(float *row, const float *g, const int64_t dim, float s, float fdim, float lr,
-                                float eps) {
-    float acc = row[dim] + s / fdim;
-    row[dim] = acc;
+FBX_INLINE void fbx_adagrad_row(float *row, float *state, const float *g, const int64_t dim, float s, float fdim,
+                                float lr, float eps) {
+    float acc = *state + s / fdim; /* (the accumulator: row[dim], or a slice's among its row's) */
+    *state = acc;
     const float den = sqrtf(acc) + eps;
     int64_t c = 0;
     if (dim % 4 == 0) {
@@ -77,13 +77,14 @@ FBX_INLINE void fbx_rowwise_adagrad_body(float *table, int64_t width, const int6
                     s[r] = s[r] + x * x;
                 }
             for (int r = 0; r < FBX_ADAGRAD_BLOCK; r++)
-                fbx_adagrad_row(table + slots[j0 + r] * width, g + r * dim, dim, s[r], fdim, lr, eps);
+                fbx_adagrad_row(table + slots[j0 + r] * width, table + slots[j0 + r] * width + dim, g + r * dim, dim,
+                                s[r], fdim, lr, eps);
         } else {
             for (int64_t j = j0; j < m; j++) {
                 const float *gj = grad + j * dim;
                 float s = 0.0f;
                 for (int64_t c = 0; c < dim; c++) s = s + gj[c] * gj[c];
-                fbx_adagrad_row(table + slots[j] * width, gj, dim, s, fdim, lr, eps);
+                fbx_adagrad_row(table + slots[j] * width, table + slots[j] * width + dim, gj, dim, s, fdim, lr, eps);
             }
         }
         if (dirty)
@@ -477,19 +478,7 @@ FBX_INLINE void fbx_rowwise_adagrad_sliced_body(float *table, int64_t width, con
             const float *g = grad + j * emb + k * dim;
             float s = 0.0f;
             for (int64_t c = 0; c < dim; c++) s = s + g[c] * g[c];
-            float acc = row[emb + k] + s / fdim;
-            row[emb + k] = acc;
-            const float den = sqrtf(acc) + eps;
-            float *w = row + k * dim;
-            int64_t c = 0;
-            if (dim % 4 == 0) {
-                const fbx_v4 vlr = {lr, lr, lr, lr}, vden = {den, den, den, den};
-                for (; c < dim; c += 4) fbx_st4(w + c, fbx_ld4(w + c) - (fbx_ld4(g + c) * vlr) / vden);
-            }
-            for (; c < dim; c++) {
-                float step = g[c] * lr;
-                w[c] = w[c] - step / den;
-            }
+            fbx_adagrad_row(row + k * dim, row + emb + k, g, dim, s, fdim, lr, eps);
         }
         if (dirty) dirty[slots[j]] = 1;
     }
