@@ -13,12 +13,26 @@ benchmark records, beside its ratios:
 
 and :func:`noise_verdict` marks the run ``"noisy"`` when the load exceeded
 :data:`MAX_LOAD` at the start, or a peer ran more than :data:`MAX_SLOWDOWN` below its
-reference rate on this machine, or the fixed loop did.  The reference rates live in
+reference rate on this machine, or the fixed loop did, or a peer's kernel is known to run
+far below its own speed on this CPU (:func:`sse_avx_mix_penalty`).  The reference rates live in
 ``benchmarks/results/reference_rates.json``, per machine (its CPU model and cores): a
 machine without them gets them from its first quiet run (load at most :data:`MAX_LOAD` at
 the start and the end, the fixed loop steady within 10%), later runs are judged against
 them.  A noisy run's JSON is kept (its figures are still what was measured), but
 ``scripts/docs_figures.py`` refuses to put it into the README.
+
+**A peer slowed by the CPU itself.**  fbgemm's JIT-compiled row-wise Adagrad (the update in
+TorchRec's ``FusedEmbeddingBagCollection`` and in fbgemm's TBE on the CPU) computes a row's
+mean square with 256-bit AVX and then the row's scale with legacy (non-VEX) SSE scalar
+instructions, with no ``vzeroupper`` between them.  Some CPUs charge that mix heavily: on a
+2-core Intel Xeon (family 6, model 207) a probe of the same instruction sequence ran 29-33x
+slower than its VEX-only twin, and fbgemm's TBE ran 1.6M ids/s there against 30M on an AMD
+EPYC whose fixed loop is only 1.6x faster.  A ratio against such a peer says nothing about
+fbrapids; and the first quiet run on such a machine would record the crippled rate as the
+peer's reference.  So a benchmark names its peers whose kernels mix the two
+(:data:`SSE_AVX_MIXING_PEERS`), and where :func:`sse_avx_mix_penalty` exceeds
+:data:`MAX_SSE_AVX_PENALTY` those peers make the run noisy and their rates are never
+recorded as references.
 
 Example:
     >>> "cores" in machine_description()
@@ -27,17 +41,24 @@ Example:
     ['peer@1 ran at 0.70 of its reference rate (100)']
     >>> noise_verdict(2.0, 100.0, 100.0, {}, {"machine_speed": 100.0})
     ['load average 2.00 at the start (more than 1.5)']
+    >>> noise_verdict(0.5, 100.0, 100.0, {"torchrec_fused@1": 90.0}, {"machine_speed": 100.0, "torchrec_fused@1": 90.0},
+    ...               sse_avx_penalty=31.0)  # doctest: +ELLIPSIS
+    ["torchrec_fused@1: fbgemm's JIT row-wise Adagrad mixes legacy SSE and AVX, which this CPU runs 31x slower ..."]
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 #: a run whose load average exceeded this at the start is noisy
 MAX_LOAD = 1.5
@@ -47,6 +68,43 @@ MAX_SLOWDOWN = 0.25
 #: test suite's runs keep theirs out of the repository)
 REFERENCE_RATES = Path(__file__).resolve().parent / "results" / "reference_rates.json"
 REFERENCE_RATES_ENV = "FBRAPIDS_REFERENCE_RATES"
+#: a CPU that runs legacy SSE mixed with 256-bit AVX more than this many times slower than the
+#: same work in VEX form cripples :data:`SSE_AVX_MIXING_PEERS` (a few percent is the usual cost)
+MAX_SSE_AVX_PENALTY = 3.0
+#: peers whose kernels mix legacy SSE with 256-bit AVX (fbgemm's JIT row-wise Adagrad), by the
+#: name a benchmark gives them before its ``@threads``
+SSE_AVX_MIXING_PEERS = ("torchrec_fused", "fbgemm_tbe")
+
+# the probe: per iteration, one row's worth of fbgemm's sequence (a 256-bit load and add, then
+# legacy SSE scalar load, add and square root), and the same in VEX form; best of 3 each
+_SSE_AVX_PROBE = r"""
+#include <stdio.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(void) {
+    static float buf[16] = {1.0f};
+    const long n = 200000;
+    double legacy = 1e9, vex = 1e9;
+    for (int r = 0; r < 3; r++) {
+        double t = now();
+        for (long i = 0; i < n; i++)
+            __asm__ volatile("vmovups (%0), %%ymm2\n vaddps %%ymm2, %%ymm0, %%ymm0\n movss (%0), %%xmm1\n"
+                             " addss %%xmm1, %%xmm3\n sqrtss %%xmm3, %%xmm3\n" :: "r"(buf) : "xmm0", "xmm1", "xmm2", "xmm3");
+        double a = now() - t;
+        t = now();
+        for (long i = 0; i < n; i++)
+            __asm__ volatile("vmovups (%0), %%ymm2\n vaddps %%ymm2, %%ymm0, %%ymm0\n vmovss (%0), %%xmm1\n"
+                             " vaddss %%xmm1, %%xmm3, %%xmm3\n vsqrtss %%xmm3, %%xmm3, %%xmm3\n"
+                             :: "r"(buf) : "xmm0", "xmm1", "xmm2", "xmm3");
+        double b = now() - t;
+        __asm__ volatile("vzeroupper");
+        if (a < legacy) legacy = a;
+        if (b < vex) vex = b;
+    }
+    printf("%.6g %.6g\n", legacy / n * 1e9, vex / n * 1e9);
+    return 0;
+}
+"""
 
 
 def reference_rates_path() -> Path:
@@ -133,15 +191,64 @@ def speed_reference(loops: int = 8, repeats: int = 3) -> float:
     return best
 
 
+@functools.lru_cache(maxsize=1)
+def sse_avx_mix_penalty() -> dict[str, float] | None:
+    """How much slower this CPU runs legacy SSE scalar instructions mixed with 256-bit AVX than
+    the same work in VEX form: ``{"ratio", "legacy_ns", "vex_ns"}`` (ns per iteration of a
+    probe compiled with ``cc`` and run once per process), or None where it cannot be measured
+    (not x86-64, no C compiler, no AVX).  See the module docstring for why it matters.
+
+    Example:
+        >>> p = sse_avx_mix_penalty()
+        >>> p is None or p["ratio"] > 0
+        True
+    """
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if platform.machine() not in ("x86_64", "AMD64") or cc is None:
+        return None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            if " avx " not in fh.read():
+                return None
+        with tempfile.TemporaryDirectory(prefix="fbrapids-sse-avx-") as tmp:
+            src, exe = Path(tmp) / "probe.c", Path(tmp) / "probe"
+            src.write_text(_SSE_AVX_PROBE)
+            subprocess.run([cc, "-O1", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=60)
+            legacy, vex = (float(x) for x in subprocess.run([str(exe)], check=True, capture_output=True, text=True,
+                                                             timeout=60).stdout.split())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return {"ratio": legacy / vex, "legacy_ns": legacy, "vex_ns": vex}
+
+
+def crippled_peers(peers: Iterable[str], sse_avx_penalty: float | None) -> list[str]:
+    """The peers among ``peers`` (``name@threads``) that this CPU cripples: those of
+    :data:`SSE_AVX_MIXING_PEERS` where the mix costs more than :data:`MAX_SSE_AVX_PENALTY`.
+
+    Example:
+        >>> crippled_peers(["torchrec_fused@1", "embeddingbag@1"], 31.0), crippled_peers(["torchrec_fused@1"], 1.1)
+        (['torchrec_fused@1'], [])
+    """
+    if sse_avx_penalty is None or sse_avx_penalty <= MAX_SSE_AVX_PENALTY:
+        return []
+    return [p for p in peers if p.split("@", 1)[0] in SSE_AVX_MIXING_PEERS]
+
+
 def noise_verdict(load_start: float, speed_start: float, speed_end: float, peers: dict[str, float],
-                  reference: dict[str, float]) -> list[str]:
+                  reference: dict[str, float], sse_avx_penalty: float | None = None) -> list[str]:
     """Why a run is noisy (empty: it is not): its load at the start above :data:`MAX_LOAD`, the
     fixed loop at the start or end, or a peer's rate, more than :data:`MAX_SLOWDOWN` below
     ``reference`` (name -> rate; the fixed loop's as ``"machine_speed"``).  A peer or a
-    fixed loop without a reference rate is noisy too: nothing tells its rate was usual."""
+    fixed loop without a reference rate is noisy too: nothing tells its rate was usual.  So is
+    a peer this CPU cripples (:func:`crippled_peers` at ``sse_avx_penalty``, the
+    :func:`sse_avx_mix_penalty` ratio)."""
     why = []
     if load_start > MAX_LOAD:
         why.append(f"load average {load_start:.2f} at the start (more than {MAX_LOAD})")
+    for name in crippled_peers(peers, sse_avx_penalty):
+        why.append(f"{name}: fbgemm's JIT row-wise Adagrad mixes legacy SSE and AVX, which this CPU runs "
+                   f"{sse_avx_penalty:.0f}x slower than the same work in VEX form (more than {MAX_SSE_AVX_PENALTY:g}x): "
+                   "the peer runs far below its own speed here")
     for name, rate in [("machine_speed", min(speed_start, speed_end)), *sorted(peers.items())]:
         ref = reference.get(name)
         if not ref:
@@ -174,6 +281,9 @@ class NoiseCheck:
         speed_end, load_end = speed_reference(), os.getloadavg()[0]
         refs = _read_references()
         key = machine_key()
+        probe = sse_avx_mix_penalty() if any(p.split("@", 1)[0] in SSE_AVX_MIXING_PEERS for p in peers) else None
+        penalty = probe["ratio"] if probe else None
+        crippled = set(crippled_peers(peers, penalty))
         mine = dict(refs.get(key, {}).get(self.benchmark, {}))
         mine.setdefault("machine_speed", refs.get(key, {}).get("machine_speed", 0.0))
         quiet = (max(self.load_start, load_end) <= MAX_LOAD
@@ -181,6 +291,8 @@ class NoiseCheck:
         recorded = []
         if quiet:
             for name, rate in [("machine_speed", max(self.speed_start, speed_end)), *peers.items()]:
+                if name in crippled:  # never a crippled rate as the reference
+                    continue
                 if set_reference or not mine.get(name):
                     mine[name] = rate
                     recorded.append(name)
@@ -191,8 +303,8 @@ class NoiseCheck:
                 path = reference_rates_path()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(refs, indent=1, sort_keys=True) + "\n")
-        why = noise_verdict(self.load_start, self.speed_start, speed_end, peers, mine)
-        return {"load_average": {"start": self.load_start, "end": load_end},
+        why = noise_verdict(self.load_start, self.speed_start, speed_end, peers, mine, penalty)
+        return {"load_average": {"start": self.load_start, "end": load_end}, "sse_avx_mix_penalty": probe,
                 "machine_speed": {"start": self.speed_start, "end": speed_end, "reference": mine.get("machine_speed")},
                 "peer_rates": peers, "peer_reference_rates": {k: mine.get(k) for k in peers},
                 "references_recorded": recorded, "verdict": "noisy" if why else "accepted", "noisy_because": why}

@@ -1,0 +1,50 @@
+"""The noise rule of benchmarks/machine.py on a peer the CPU itself cripples: fbgemm's JIT
+row-wise Adagrad mixes legacy SSE with AVX, and where this CPU charges heavily for that mix
+the TorchRec / TBE peers' rates are refused (the run is noisy) and never become references."""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import machine  # noqa: E402
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("cc") is None, reason="the probe is x86-64 C")
+def test_the_probe_measures_both_forms_on_this_cpu():
+    probe = machine.sse_avx_mix_penalty()
+    if probe is None:
+        pytest.skip("no AVX on this CPU")
+    assert probe["legacy_ns"] > 0 and probe["vex_ns"] > 0
+    assert probe["ratio"] == pytest.approx(probe["legacy_ns"] / probe["vex_ns"])
+
+
+@pytest.mark.parametrize("penalty, crippled", [(31.0, True), (1.05, False), (None, False)])
+def test_a_crippled_peer_makes_the_run_noisy_and_is_never_a_reference(tmp_path, monkeypatch, penalty, crippled):
+    rates = tmp_path / "reference_rates.json"
+    monkeypatch.setenv(machine.REFERENCE_RATES_ENV, str(rates))
+    # the machine's fact given, not measured: the rule under test is what finish() makes of it
+    monkeypatch.setattr(machine, "sse_avx_mix_penalty",
+                        lambda: None if penalty is None else {"ratio": penalty, "legacy_ns": penalty, "vex_ns": 1.0})
+    check = machine.NoiseCheck("noise-rule-test")
+    check.load_start = 0.0  # a quiet start: references are recorded where the rule allows
+    speed = machine.speed_reference(loops=1, repeats=1)
+    check.speed_start = speed
+    monkeypatch.setattr(machine, "speed_reference", lambda *a, **k: speed)  # the fixed loop steady at both ends
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    got = check.finish({"torchrec_fused@1": 30e3, "embeddingbag@1": 35e3})
+    refs = json.loads(rates.read_text())[machine.machine_key()]["noise-rule-test"]
+    assert "embeddingbag@1" in refs  # the peer the CPU does not cripple: recorded as usual
+    assert ("torchrec_fused@1" in refs) is not crippled
+    reasons = [w for w in got["noisy_because"] if w.startswith("torchrec_fused@1: fbgemm's JIT")]
+    assert bool(reasons) is crippled
+    assert got["verdict"] == ("noisy" if crippled else "accepted")
+    assert got["sse_avx_mix_penalty"] == (None if penalty is None else {"ratio": penalty, "legacy_ns": penalty,
+                                                                        "vex_ns": 1.0})
