@@ -163,7 +163,7 @@ def test_default_fused_adam_resumes_bit_for_bit(tmp_path) -> None:
     assert same_bits(snapshot(straight), snapshot(resumed)) == []
 
 
-@pytest.mark.parametrize("seed,scale,dim", [(0, 0.25, 16), (2**64 - 1, 0.1, 5), (12345, 1.0 / 3.0, 1)])
+@pytest.mark.parametrize("seed,scale,dim", [(0, 0.25, 16), (2**64 - 1, 0.1, 5), (12345, 1.0 / 3.0, 1), (7, 0.5, 37)])
 def test_initial_rows_in_c_are_the_numpy_bits(seed: int, scale: float, dim: int) -> None:
     from fbrapids.trainers.sparse.hashmap import init_rows_into
     from fbrapids.trainers.sparse.init import init_rows, seed_mix

