@@ -145,14 +145,16 @@ def test_arms_start_as_one_function_and_the_baseline_sees_no_candidate(model):
     assert not torch.equal(full, moved)  # trained, the candidate arm reads them
 
 
-def test_aa_arm_sees_the_candidates_shuffled_across_rows_and_the_rest_as_is():
-    """The A/A arm's view: each row's candidate bag (ragged) and dense value are another
-    row's, by one permutation; the reference rebuilds the bags as Python lists."""
+@pytest.mark.parametrize("most", [4, 2])
+def test_aa_arm_sees_the_candidates_shuffled_across_rows_and_the_rest_as_is(most):
+    """The A/A arm's view: each row's candidate bag (ragged, or one id a row) and dense value
+    are another row's, by one permutation; the reference rebuilds the bags as Python lists."""
     from fbrapids.trainers.arms import shuffled_view
     from fbrapids.trainers.batch import Batch
 
     rng = np.random.default_rng(3)
-    bags = [list(rng.integers(0, 100, rng.integers(0, 4))) for _ in range(40)]  # empty bags included
+    # ragged with empty bags (most=4), or one id a row (most=2: the usual candidate column)
+    bags = [list(rng.integers(0, 100, rng.integers(0, most) if most > 2 else 1)) for _ in range(40)]
     values = torch.tensor([v for b in bags for v in b], dtype=torch.int64)
     offsets = torch.tensor(np.cumsum([0] + [len(b) for b in bags[:-1]]), dtype=torch.int64)
     other = (torch.arange(40), torch.arange(40))
