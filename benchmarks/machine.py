@@ -25,7 +25,7 @@ them.  A noisy run's JSON is kept (its figures are still what was measured), but
 TorchRec's ``FusedEmbeddingBagCollection`` and in fbgemm's TBE on the CPU) computes a row's
 mean square with 256-bit AVX and then the row's scale with legacy (non-VEX) SSE scalar
 instructions, with no ``vzeroupper`` between them.  Some CPUs charge that mix heavily: on a
-2-core Intel Xeon (family 6, model 207) a probe of the same instruction sequence ran 29-33x
+2-core Intel Xeon (family 6, model 207) a probe of the same instruction sequence ran 29-35x
 slower than its VEX-only twin, and fbgemm's TBE ran 1.6M ids/s there against 30M on an AMD
 EPYC whose fixed loop is only 1.6x faster.  A ratio against such a peer says nothing about
 fbrapids; and the first quiet run on such a machine would record the crippled rate as the
@@ -69,7 +69,7 @@ MAX_SLOWDOWN = 0.25
 REFERENCE_RATES = Path(__file__).resolve().parent / "results" / "reference_rates.json"
 REFERENCE_RATES_ENV = "FBRAPIDS_REFERENCE_RATES"
 #: a CPU that runs legacy SSE mixed with 256-bit AVX more than this many times slower than the
-#: same work in VEX form cripples :data:`SSE_AVX_MIXING_PEERS` (a few percent is the usual cost)
+#: same work in VEX form cripples :data:`SSE_AVX_MIXING_PEERS`
 MAX_SSE_AVX_PENALTY = 3.0
 #: peers whose kernels mix legacy SSE with 256-bit AVX (fbgemm's JIT row-wise Adagrad), by the
 #: name a benchmark gives them before its ``@threads``
@@ -208,8 +208,9 @@ def sse_avx_mix_penalty() -> dict[str, float] | None:
         return None
     try:
         with open("/proc/cpuinfo") as fh:
-            if " avx " not in fh.read():
-                return None
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+        if "avx" not in flags:
+            return None
         with tempfile.TemporaryDirectory(prefix="fbrapids-sse-avx-") as tmp:
             src, exe = Path(tmp) / "probe.c", Path(tmp) / "probe"
             src.write_text(_SSE_AVX_PROBE)
