@@ -48,3 +48,23 @@ def test_a_crippled_peer_makes_the_run_noisy_and_is_never_a_reference(tmp_path, 
     assert got["verdict"] == ("noisy" if crippled else "accepted")
     assert got["sse_avx_mix_penalty"] == (None if penalty is None else {"ratio": penalty, "legacy_ns": penalty,
                                                                         "vex_ns": 1.0})
+
+
+def test_a_benchmark_loading_the_machine_itself_still_records_its_first_reference(tmp_path, monkeypatch):
+    """Quiet at the start, the fixed loop steady at the end, the end's load its own (2.6, as
+    trial_cost's two threads leave it on two cores): its rates become the references; a
+    start above the load limit records none."""
+    rates = tmp_path / "reference_rates.json"
+    monkeypatch.setenv(machine.REFERENCE_RATES_ENV, str(rates))
+    speed = machine.speed_reference(loops=1, repeats=1)
+    monkeypatch.setattr(machine, "speed_reference", lambda *a, **k: speed)
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (2.6, 2.0, 1.0))
+    busy = machine.NoiseCheck("self-loading")
+    busy.load_start = 1.6  # not quiet at the start: nothing recorded
+    assert busy.finish({"plain training rows/s": 40e3})["references_recorded"] == []
+    assert not rates.exists()
+    check = machine.NoiseCheck("self-loading")
+    check.load_start = 0.4
+    got = check.finish({"plain training rows/s": 40e3})
+    assert got["references_recorded"] == ["machine_speed", "plain training rows/s"]
+    assert got["verdict"] == "accepted" and got["load_average"]["end"] == 2.6
