@@ -159,9 +159,9 @@ class SharedTables:
         chunk's block, as the heads take them
         (:func:`~fbrapids.trainers.sparse.arms_bags.arms_bags`); else ``embedding_bag`` per
         feature and store, through autograd.  The gradient goes back through :meth:`backward`."""
-        self._look_up(inputs, train)
         host = not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values()) \
             and all(g.store.config.dim // len(g.members) <= MAX_BAG_DIM for g in self.groups)
+        self._look_up(inputs, train, gather=not host)  # the C pass reads booked rows where they lie
         out = self._pool_host(inputs, train, chunks) if host else self._pool_torch(inputs, train, chunks)
         if not train:
             for g in self.groups:
@@ -170,13 +170,14 @@ class SharedTables:
             self._stacked = []
         return out
 
-    def _look_up(self, inputs: Sequence[Batch], train: bool) -> None:
-        """Every shared store's lookup of the batch (``g.lookup``)."""
+    def _look_up(self, inputs: Sequence[Batch], train: bool, gather: bool = True) -> None:
+        """Every shared store's lookup of the batch (``g.lookup``); ``gather=False``: rows a
+        prepare booked are left where they lie in the cache table (``lookup.gathered``)."""
         keys = self._keys(inputs)
         self._stacked = []
         self._entries = {}
         for idx in self._together:  # groups of one width in host memory: their passes in one call
-            lookups, _ = lookup_together([self.groups[i].store for i in idx], [keys[i] for i in idx], train)
+            lookups, _ = lookup_together([self.groups[i].store for i in idx], [keys[i] for i in idx], train, gather)
             for i, lk in zip(idx, lookups):  # each store's rows a leaf of its own (one buffer under them all):
                 self.groups[i].lookup = lk  # a gradient lands in its own rows only, not in a copy of the whole
                 self._stacked.append((self.groups[i].store, lk))
@@ -198,10 +199,16 @@ class SharedTables:
                 assert g.lookup is not None
                 sparse, start = inputs[g.members[0]].sparse, 0
                 dim = g.store.config.dim // len(g.members)
+                lk, table = g.lookup, g.store.tiers.cache.table
+                if lk.gathered:
+                    rows, rowmap, table_width = lk.rows.detach(), None, 0
+                else:  # left in the cache table by the lookup: read there through its slots, no copy
+                    assert table is not None  # (only a CPU cache's lookup leaves its rows in place)
+                    rows, rowmap, table_width = torch.from_numpy(table), lk.slots, g.store.config.dim
                 for f in g.features:
                     n = len(sparse[f][0])
-                    entries.append((g, BagEntry(g.lookup.rows.detach(), g.lookup.inverse[start : start + n],
-                                                sparse[f][1], place[f], g.members)))
+                    entries.append((g, BagEntry(rows, lk.inverse[start : start + n], sparse[f][1], place[f], g.members,
+                                                rowmap=rowmap, table_width=table_width)))
                     start += n
             nbags = len(inputs[0].sparse[feats[0]][1])
             arms: list[torch.Tensor | None] = []
@@ -216,7 +223,12 @@ class SharedTables:
     def _pool_torch(self, inputs: Sequence[Batch], train: bool, chunks: Sequence[slice]) -> list[dict[str, torch.Tensor]]:
         """:meth:`pooled` through ``embedding_bag`` per feature and store, and autograd."""
         out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
-        for _, lk in self._stacked:
+        for store, lk in self._stacked:
+            if not lk.gathered:  # left where they lie by the lookup: read here, before autograd sees them
+                table = store.tiers.cache.table
+                assert table is not None  # (only a CPU cache's lookup leaves its rows in place)
+                lk.rows.copy_(torch.from_numpy(table[lk.slots, : store.config.dim]))
+                lk.gathered = True
             lk.rows.requires_grad_(train)
         for g in self.groups:
             assert g.lookup is not None

@@ -108,6 +108,57 @@ def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(c
             assert all(torch.equal(a, e.grad) for a, e in zip(first, entries))
 
 
+@SETTINGS
+@given(stores(), st.integers(0, 3))
+def test_rows_read_where_they_lie_in_a_table_are_the_gathered_rows_bits(case, state):
+    """Each store's rows scattered among other rows of a wider table (``state`` columns
+    after the slices, as a cache table holds the optimizer's state), read through the
+    ``rowmap``: the same bags and the same gradients, bit for bit, as from the rows gathered."""
+    m, nfeat, nbags, dim, groups, mean = case
+    rng = np.random.default_rng(nbags * 7 + state)
+    tables: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+    for store, _, members, rows, _, _ in groups:
+        if store not in tables:
+            n, width = rows.shape
+            table = torch.from_numpy(rng.standard_normal((n + int(rng.integers(0, 20)), width + state))
+                                     .astype(np.float32))
+            at = rng.permutation(len(table))[:n].astype(np.int64)
+            table[torch.from_numpy(at), :width] = rows
+            tables[store] = (table, at)
+    gathered = [BagEntry(rows, idx, offsets, f, members) for _, f, members, rows, idx, offsets in groups]
+    in_place = [BagEntry(tables[store][0], idx, offsets, f, members, rowmap=tables[store][1],
+                         table_width=rows.shape[1]) for store, f, members, rows, idx, offsets in groups]
+    grad = torch.randn(m, nbags, nfeat, dim, generator=torch.Generator().manual_seed(2))
+    for threads in (1, 2):
+        outs = []
+        for entries in (gathered, in_place):
+            out = torch.full((m, nbags, nfeat, dim), float("nan"))
+            with _threads(threads):
+                arms_bags(entries, list(out), mean=mean)
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1])
+        grads = []
+        for entries in (gathered, in_place):
+            into = {store: torch.zeros_like(rows) for store, _, _, rows, _, _ in groups}
+            for e, (store, *_) in zip(entries, groups):
+                e.grad = into[store]
+            with _threads(threads):
+                arms_bags_backward(entries, list(grad), mean=mean)
+            grads.append([e.grad for e in entries])
+        assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_a_row_outside_its_table_is_named_before_any_work():
+    table = torch.zeros(4, 3)
+    out = torch.full((1, 1, 1, 2), 7.0)
+    bad = BagEntry(table, torch.tensor([0, 1]), torch.tensor([0]), 0, [0], rowmap=np.array([1, 4]), table_width=2)
+    with pytest.raises(FbrapidsError, match="outside its table"):
+        arms_bags([bad], list(out), mean=False)
+    assert (out == 7.0).all()
+    with pytest.raises(ArgumentError, match="table_width"):
+        BagEntry(table, torch.tensor([0]), torch.tensor([0]), 0, [0], rowmap=np.array([1]), table_width=4)
+
+
 def test_bags_of_arms_not_wanted_or_without_gradient_are_left_alone():
     rows = torch.arange(8, dtype=torch.float32).view(2, 4)  # two arms of dim 2
     e = BagEntry(rows, torch.tensor([1]), torch.tensor([0]), feature=0, members=[1, 0])

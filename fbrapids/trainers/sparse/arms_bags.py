@@ -36,7 +36,7 @@ from fbrapids.errors import ArgumentError, RowIndexError
 from fbrapids.trainers.sparse.hashmap import row_threads, store_library
 
 #: int64 words per entry of the C descriptors (``csrc/arms_bags.c``, ``FBX_AB_*``)
-ENTRY_WORDS = 9
+ENTRY_WORDS = 12
 #: the widest slice the C pass pools (``FBX_AB_MAXD``: a bag's sum is held in registers)
 MAX_DIM = 256
 
@@ -46,7 +46,23 @@ class BagEntry:
     """One feature of one shared store: ``rows`` ``[n_rows, members * dim]`` (float32, CPU,
     rows contiguous), ``idx`` its ids' positions in ``rows``, ``offsets`` each bag's first id
     (``[B]``; the last bag ends at ``len(idx)``), ``feature`` its place in the collection,
-    ``members`` the arm of each slice; ``grad`` the rows' gradient the backward adds into."""
+    ``members`` the arm of each slice; ``grad`` the rows' gradient ``[n_rows, members * dim]``
+    the backward adds into.
+
+    With ``rowmap`` (int64, one per row of the batch), ``rows`` is the store's cache table
+    instead, its slices the first ``table_width`` columns (the optimizer's state after them),
+    and the batch's row ``r`` is read where it lies, ``rows[rowmap[r], :table_width]``: no
+    copy of the batch's rows.
+
+    Example (the table's rows 3 and 0 as the batch's rows 0 and 1):
+        >>> table = torch.arange(16, dtype=torch.float32).reshape(4, 4)  # 2 slices of 1, then 2 state columns
+        >>> e = BagEntry(table, torch.tensor([0, 1]), torch.tensor([0]), 0, [0, 1], rowmap=np.array([3, 0]),
+        ...              table_width=2)
+        >>> out = torch.empty(2, 1, 1, 1)
+        >>> arms_bags([e], list(out), mean=False)
+        >>> out.flatten().tolist(), e.n_rows, e.width  # arm 0: 12 + 0, arm 1: 13 + 1
+        ([12.0, 14.0], 2, 2)
+    """
 
     rows: torch.Tensor
     idx: torch.Tensor
@@ -54,6 +70,8 @@ class BagEntry:
     feature: int
     members: Sequence[int]
     grad: torch.Tensor | None = None
+    rowmap: np.ndarray | None = None
+    table_width: int = 0
     _members: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -64,17 +82,34 @@ class BagEntry:
                 or self.rows.stride() != (self.rows.shape[1], 1):
             raise ArgumentError(f"arms_bags: rows must be contiguous float32 CPU rows, got {self.rows.dtype} "
                                 f"{tuple(self.rows.shape)} on {self.rows.device}")
+        if self.rowmap is not None:
+            self.rowmap = np.ascontiguousarray(self.rowmap, dtype=np.int64)
+            if not 0 < self.table_width <= self.rows.shape[1]:
+                raise ArgumentError(f"arms_bags: a table's slices are 1 to {self.rows.shape[1]} columns of its rows, "
+                                    f"got table_width={self.table_width}")
+
+    @property
+    def n_rows(self) -> int:
+        """The batch's rows: those ``idx`` points into, and the gradient's."""
+        return len(self.rowmap) if self.rowmap is not None else self.rows.shape[0]
+
+    @property
+    def width(self) -> int:
+        """``members * dim``: the slices of a row (a cache table's row holds the optimizer's state after them)."""
+        return self.rows.shape[1] if self.rowmap is None else self.table_width
 
     def words(self) -> list[int]:
         """The entry's C descriptor (``FBX_AB_*``)."""
-        grad = 0
+        grad, shape = 0, (self.n_rows, self.width)
         if self.grad is not None:
-            if self.grad.shape != self.rows.shape or not self.grad.is_contiguous() or self.grad.dtype != torch.float32:
-                raise ArgumentError(f"arms_bags: the rows' gradient must be contiguous float32 "
-                                    f"{tuple(self.rows.shape)}, got {tuple(self.grad.shape)}")
+            if tuple(self.grad.shape) != shape or not self.grad.is_contiguous() or self.grad.dtype != torch.float32:
+                raise ArgumentError(f"arms_bags: the rows' gradient must be contiguous float32 {shape}, got "
+                                    f"{tuple(self.grad.shape)}")
             grad = self.grad.data_ptr()
-        return [self.rows.data_ptr(), self.rows.shape[0], self.rows.shape[1], self.idx.data_ptr(), len(self.idx),
-                self.offsets.data_ptr(), self.feature, self._members.ctypes.data, grad]
+        rowmap = 0 if self.rowmap is None else self.rowmap.ctypes.data
+        return [self.rows.data_ptr(), self.n_rows, self.width, self.idx.data_ptr(), len(self.idx),
+                self.offsets.data_ptr(), self.feature, self._members.ctypes.data, grad, rowmap, self.rows.shape[1],
+                self.rows.shape[0]]
 
 
 def _int64(t: torch.Tensor) -> torch.Tensor:
@@ -104,7 +139,7 @@ def _descriptors(entries: Sequence[BagEntry], nbags: int, what: str) -> np.ndarr
 def _bad_entry(code: int, entries: Sequence[BagEntry], what: str) -> RowIndexError:
     e = entries[-code - 1]
     return RowIndexError(f"{what}: entry {-code - 1} (feature {e.feature}, arms {list(e.members)}): an index outside "
-                         f"its {e.rows.shape[0]} rows, offsets out of order, or an arm or feature out of range")
+                         f"its {e.n_rows} rows (or a row outside its table), offsets out of order, or an arm or feature out of range")
 
 
 def arms_bags(entries: Sequence[BagEntry], outs: Sequence[torch.Tensor | None], mean: bool) -> None:

@@ -238,6 +238,9 @@ class Lookup:
             admitted ids as gathered, reused by :meth:`TieredEmbeddingStore.apply_gradients`
             while the table was not written since (``version``).
         version: the table's write counter when ``full`` was gathered.
+        gathered: ``rows`` holds the rows' values (False: a lookup that left them where they
+            lie in the cache table, :func:`~fbrapids.trainers.sparse.together.lookup_together`
+            with ``gather=False``; read them through ``slots``).
     """
 
     rows: torch.Tensor
@@ -248,6 +251,7 @@ class Lookup:
     step: int
     full: torch.Tensor | None = None
     version: int = -1
+    gathered: bool = True
 
 
 @dataclass
@@ -525,13 +529,15 @@ class TieredEmbeddingStore:
         """:meth:`host_pass`'s arguments as a row of ``fbx_lookup_tables``' descriptors (see
         :func:`~fbrapids.trainers.sparse.hashmap.lookup_tables`), its outputs written at the
         addresses ``slots`` (``len(begun.g)`` int64), ``rows`` (``[len(begun.g), dim]``
-        float32) and ``touched`` (6 int64), which the caller vouches for; the table's own
-        arrays checked once per reallocation."""
+        float32; 0 for a booked lookup: its rows are not gathered) and ``touched`` (6 int64),
+        which the caller vouches for; the table's own arrays checked once per reallocation."""
         g, occ = begun.g, begun.occ
         if g.dtype != np.int64 or occ.dtype != np.int64 or len(occ) != len(g) or not g.flags.c_contiguous \
                 or not occ.flags.c_contiguous:
             raise ArgumentError(f"table {self.name!r}: pass_words wants contiguous int64 rows and counts")
         step = self._step
+        if rows == 0 and begun.booked is None:
+            raise ArgumentError(f"table {self.name!r}: only a booked lookup may leave its rows ungathered")
         if begun.booked is not None:  # only its rows gathered: the directory's arrays, which a prepare of the
             table = self.tiers.cache.table  # batch after may be growing meanwhile, are not read
             assert table is not None  # (booked: a CPU cache)

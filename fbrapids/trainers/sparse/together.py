@@ -49,10 +49,17 @@ def on_host(stores: Sequence[object]) -> TypeGuard[Sequence[TieredEmbeddingStore
 
 
 def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
-                    requires_grad: bool) -> tuple[list[Lookup], torch.Tensor]:
+                    requires_grad: bool, gather: bool = True) -> tuple[list[Lookup], torch.Tensor]:
     """``stores[t].lookup(keys[t], leaf=False)`` for every table (CPU caches, one dim), their
     passes in one C call; returns the lookups and the one leaf ``[sum of distinct ids, dim]``
-    their rows are views of, table after table (not yet requiring grad)."""
+    their rows are views of, table after table (not yet requiring grad).
+
+    ``gather=False``: a table whose batch a prepare booked ahead (every row admitted and
+    cached, its slots known) leaves its rows where they lie: its lookup's ``gathered`` is
+    False and its ``rows`` are not read from the table (their values undefined; their shape
+    holds the gradient).  The caller reads the rows through ``slots`` from the cache table
+    (:class:`~fbrapids.trainers.sparse.arms_bags.BagEntry`'s ``rowmap``) before anything
+    changes the table: nothing does until the next lookup or the update of these rows."""
     begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
     starts = [0]
     for b in begun:
@@ -70,7 +77,9 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
         if b.booked is not None:  # its bookkeeping done ahead: its slots and counters known, its rows to gather
             slots[a : starts[t + 1]] = b.booked[1]
             touched[t] = b.booked[3]
-        desc[t] = s.pass_words(b, at_slots + 8 * a, at_rows + 4 * dim * a, at_touched + 48 * t, requires_grad)
+        in_place = not gather and b.booked is not None
+        desc[t] = s.pass_words(b, at_slots + 8 * a, 0 if in_place else at_rows + 4 * dim * a, at_touched + 48 * t,
+                               requires_grad)
     ret = lookup_tables(desc)
     out = []
     for t, (s, b) in enumerate(zip(stores, begun)):
@@ -78,6 +87,7 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
             raise RowIndexError(f"table {s.name!r}: its directory points outside its rows or cache ({int(ret[t])})")
         a, z = starts[t], starts[t + 1]
         lk = s.finish_lookup(b, slots[a:z], rows[a:z], touched[t], requires_grad, leaf=False)
+        lk.gathered = gather or b.booked is None
         if lk.rows.data_ptr() != rows[a:z].ctypes.data:  # read through: rows of its own
             rows[a:z] = lk.rows.numpy()
             lk.rows = torch.from_numpy(rows[a:z])

@@ -17,8 +17,8 @@
 
 /* the int64 words of an entry (arms_bags.py: ENTRY_WORDS) */
 enum {
-    FBX_AB_ROWS,     /* float [nrows][width]: the store's rows of this batch */
-    FBX_AB_NROWS,
+    FBX_AB_ROWS,     /* float: the store's rows of this batch, row r at ROWS + at(r) * STRIDE (below) */
+    FBX_AB_NROWS,    /* the batch's rows (the ids' positions and the gradient's rows) */
     FBX_AB_WIDTH,    /* members * dim */
     FBX_AB_IDX,      /* int64 [nids]: positions in rows */
     FBX_AB_NIDS,
@@ -26,8 +26,17 @@ enum {
     FBX_AB_FEATURE,  /* its place among the collection's features */
     FBX_AB_MEMBERS,  /* int64 [width / dim]: the arm of each slice */
     FBX_AB_GRAD,     /* float [nrows][width]: the rows' gradient (backward; zeroed by the caller) */
+    FBX_AB_ROWMAP,   /* int64 [nrows]: at(r) = rowmap[r], the row's place in ROWS (the store's cache table,
+                        read where its rows lie, no copy); 0: at(r) = r (the rows gathered, one after another) */
+    FBX_AB_STRIDE,   /* floats from one row of ROWS to the next (>= WIDTH) */
+    FBX_AB_NSTORED,  /* rows in ROWS (every at(r) below it) */
     FBX_AB_WORDS
 };
+
+static inline int64_t fbx_ab_at(const int64_t *w, int64_t r) {
+    const int64_t *rowmap = (const int64_t *)(intptr_t)w[FBX_AB_ROWMAP];
+    return (rowmap ? rowmap[r] : r) * w[FBX_AB_STRIDE];
+}
 
 #define FBX_AB_MAXD 256 /* the widest slice (arms_bags.py: MAX_DIM) */
 #define FBX_AB_AHEAD 8   /* the rows of the bag this many ahead are fetched while one is pooled */
@@ -48,7 +57,12 @@ int64_t fbx_arms_bags_check(const int64_t *desc, int64_t n_entries, int64_t nbag
         const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
         const int64_t *offs = (const int64_t *)(intptr_t)w[FBX_AB_OFFS];
         const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
-        if (dim <= 0 || width <= 0 || width % dim != 0) return -(e + 1);
+        if (dim <= 0 || width <= 0 || width % dim != 0 || w[FBX_AB_STRIDE] < width) return -(e + 1);
+        const int64_t *rowmap = (const int64_t *)(intptr_t)w[FBX_AB_ROWMAP];
+        if (!rowmap && nrows > w[FBX_AB_NSTORED]) return -(e + 1);
+        if (rowmap)
+            for (int64_t r = 0; r < nrows; r++)
+                if (rowmap[r] < 0 || rowmap[r] >= w[FBX_AB_NSTORED]) return -(e + 1);
         if (w[FBX_AB_FEATURE] < 0 || w[FBX_AB_FEATURE] >= nfeat) return -(e + 1);
         for (int64_t j = 0; j < width / dim; j++)
             if (members[j] < 0 || members[j] >= n_arms) return -(e + 1);
@@ -75,7 +89,7 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
         const int64_t a0 = ((const int64_t *)(intptr_t)w[FBX_AB_OFFS])[b + FBX_AB_AHEAD];
         const int64_t a1 = fbx_ab_end(w, b + FBX_AB_AHEAD, nbags);
         for (int64_t k = a0; k < a1; k++)
-            for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(rows + idx[k] * width + c);
+            for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(rows + fbx_ab_at(w, idx[k]) + c);
     }
     for (int64_t j = 0; j < width / dim; j++) {
         float *o = (float *)(intptr_t)outs[members[j]];
@@ -83,7 +97,7 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
         float acc[FBX_AB_MAXD]; /* the sum in registers (dim known to the compiler: its lanes), stored once */
         for (int64_t c = 0; c < dim; c++) acc[c] = 0.0f;
         for (int64_t k = k0; k < k1; k++) {
-            const float *r = rows + idx[k] * width + j * dim;
+            const float *r = rows + fbx_ab_at(w, idx[k]) + j * dim;
             int64_t c = 0;
             for (; c + 4 <= dim; c += 4) fbx_st4(acc + c, fbx_ld4(acc + c) + fbx_ld4(r + c));
             for (; c < dim; c++) acc[c] += r[c];

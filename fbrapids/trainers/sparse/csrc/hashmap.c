@@ -523,7 +523,8 @@ enum { FBX_LK_G, FBX_LK_COUNTS, FBX_LK_M, FBX_LK_CACHE_LOC, FBX_LK_HOST_LOC, FBX
        FBX_LK_WORDS };
 
 /* A table whose batch was booked ahead (fbx_book_rows): its slots are known, its rows only
- * gathered: rows[j, 0..dim) = table[slots[j], 0..dim).  Returns 0, or -2 for a slot out of range. */
+ * gathered: rows[j, 0..dim) = table[slots[j], 0..dim), or not at all where rows is null (the
+ * caller reads them where they lie, through the slots).  Returns 0, or -2 for a slot out of range. */
 static int64_t fbx_gather_booked(const int64_t *w) {
     const int64_t m = w[FBX_LK_M], width = w[FBX_LK_WIDTH], dim = w[FBX_LK_DIM], n_slots = w[FBX_LK_N_SLOTS];
     const int64_t *slots = (const int64_t *)w[FBX_LK_SLOTS];
@@ -531,6 +532,7 @@ static int64_t fbx_gather_booked(const int64_t *w) {
     float *rows = (float *)w[FBX_LK_ROWS];
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -2;
+    if (!rows) return 0;
     for (int64_t j = 0; j < m; j++) {
         if (j + FBX_AHEAD < m) __builtin_prefetch(table + slots[j + FBX_AHEAD] * width);
         const float *src = table + slots[j] * width;
