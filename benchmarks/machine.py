@@ -235,7 +235,17 @@ def crippled_peers(peers: Iterable[str], sse_avx_penalty: float | None) -> list[
     """
     if sse_avx_penalty is None or sse_avx_penalty <= MAX_SSE_AVX_PENALTY:
         return []
-    return [p for p in peers if p.split("@", 1)[0] in SSE_AVX_MIXING_PEERS]
+    return [p for p in peers if mixes_sse_avx(p)]
+
+
+def mixes_sse_avx(peer: str) -> bool:
+    """Whether a peer (``name@threads``) is one of :data:`SSE_AVX_MIXING_PEERS`.
+
+    Example:
+        >>> mixes_sse_avx("fbgemm_tbe@2"), mixes_sse_avx("torch_embeddingbag@1")
+        (True, False)
+    """
+    return peer.split("@", 1)[0] in SSE_AVX_MIXING_PEERS
 
 
 def noise_verdict(load_start: float, speed_start: float, speed_end: float, peers: dict[str, float],
@@ -286,7 +296,7 @@ class NoiseCheck:
         speed_end, load_end = speed_reference(), os.getloadavg()[0]
         refs = _read_references()
         key = machine_key()
-        probe = sse_avx_mix_penalty() if any(p.split("@", 1)[0] in SSE_AVX_MIXING_PEERS for p in peers) else None
+        probe = sse_avx_mix_penalty() if any(mixes_sse_avx(p) for p in peers) else None
         penalty = probe["ratio"] if probe else None
         crippled = set(crippled_peers(peers, penalty))
         mine = dict(refs.get(key, {}).get(self.benchmark, {}))
