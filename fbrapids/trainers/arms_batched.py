@@ -159,8 +159,7 @@ class SharedTables:
         chunk's block, as the heads take them
         (:func:`~fbrapids.trainers.sparse.arms_bags.arms_bags`); else ``embedding_bag`` per
         feature and store, through autograd.  The gradient goes back through :meth:`backward`."""
-        host = not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values()) \
-            and all(g.store.config.dim // len(g.members) <= MAX_BAG_DIM for g in self.groups)
+        host = self._pools_in_c()
         self._look_up(inputs, train, gather=not host)  # the C pass reads booked rows where they lie
         out = self._pool_host(inputs, train, chunks) if host else self._pool_torch(inputs, train, chunks)
         if not train:
@@ -169,6 +168,12 @@ class SharedTables:
                 g.lookup = None
             self._stacked = []
         return out
+
+    def _pools_in_c(self) -> bool:
+        """Whether :meth:`pooled` runs the C pass: every store in host memory, pooling by sum or
+        mean, slices no wider than the pass holds in registers."""
+        return not self._alone and all(mode in ("sum", "mean") for mode in self.mode.values()) \
+            and all(g.store.config.dim // len(g.members) <= MAX_BAG_DIM for g in self.groups)
 
     def _look_up(self, inputs: Sequence[Batch], train: bool, gather: bool = True) -> None:
         """Every shared store's lookup of the batch (``g.lookup``); ``gather=False``: rows a
@@ -223,12 +228,8 @@ class SharedTables:
     def _pool_torch(self, inputs: Sequence[Batch], train: bool, chunks: Sequence[slice]) -> list[dict[str, torch.Tensor]]:
         """:meth:`pooled` through ``embedding_bag`` per feature and store, and autograd."""
         out: dict[str, dict[str, list[tuple[list[int], torch.Tensor]]]] = {c: {} for c in self.collections}
-        for store, lk in self._stacked:
-            if not lk.gathered:  # left where they lie by the lookup: read here, before autograd sees them
-                table = store.tiers.cache.table
-                assert table is not None  # (only a CPU cache's lookup leaves its rows in place)
-                lk.rows.copy_(torch.from_numpy(table[lk.slots, : store.config.dim]))
-                lk.gathered = True
+        for _, lk in self._stacked:
+            assert lk.gathered  # (its lookup gathered the rows: gather=True off the C path)
             lk.rows.requires_grad_(train)
         for g in self.groups:
             assert g.lookup is not None
