@@ -11,8 +11,8 @@ of each step:
   (the command as a user runs it, in a process of its own) on the same data;
 * **10 candidates, K = 3** (``trial(each=True, aa=False)``: 11 arms x 3 seeds) on data with
   planted columns (``generate(plant=...)``: three with an effect, seven of pure noise), over
-  one plain training and over one ``fbrapids demo`` on that data (the issue's "one
-  training" is the demo: the command a user times);
+  one plain training and over one ``fbrapids demo`` on that data (one training as a user
+  times it: the command, as for K = 3);
 * **the same 10 candidates tried one at a time** (``--separate``): each candidate's verdict
   and delta against those of the 10-candidate trial (equal verdicts; each delta inside the
   other trial's interval).

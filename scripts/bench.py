@@ -139,7 +139,7 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                    "a trial's wall time beside one plain training on the same data, alternated in one run: K = 3 "
                    "with the A/A arm (9 models; also beside `fbrapids demo`), 10 candidates each against one "
                    "baseline (33 models; also beside `fbrapids demo` on that data), and the 10 tried one at a time "
-                   "(verdicts and deltas compared); targets 1.5x and 4x one training (the issue's: one "
+                   "(verdicts and deltas compared); targets 1.5x and 4x one training (one "
                    "`fbrapids demo`)"),
 }
 
