@@ -15,9 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fbrapids.errors import FbrapidsError
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
-from fbrapids.trainers.sparse.hashmap import group_by_row
+from fbrapids.trainers.sparse.hashmap import bag_sum, bag_sum_backward, group_by_row
 from fbrapids.trainers.sparse.store import sparse_update
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -39,6 +40,30 @@ def test_group_by_row_is_a_stable_counting_sort() -> None:
         group_by_row(np.array([0, 5]), 5, np.array([0, 2]))
     with pytest.raises(ValueError, match="offsets"):
         group_by_row(np.array([0, 1]), 5, np.array([0, 1]))
+
+
+def test_bag_sum_and_its_backward_refuse_misshapen_inputs_before_reading_them() -> None:
+    """Shapes C would read past (a 3-D gradient, too few gradient rows, offsets past the
+    index, offsets out of order) are refused with an error naming the function, not a crash
+    or bags read from the wrong place; well-formed inputs match ``embedding_bag``."""
+    rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+    idx, offsets = np.array([0, 5, 5, 1]), np.array([0, 2, 4])
+    want = F.embedding_bag(torch.from_numpy(idx), torch.from_numpy(rows), torch.from_numpy(offsets[:-1]), mode="sum")
+    assert np.array_equal(bag_sum(rows, idx, offsets), want.numpy())
+    g = np.ones((2, 2), np.float32)
+    assert bag_sum_backward(g, idx, offsets, 6)[:, 0].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 2.0]
+    bad = [
+        lambda: bag_sum(rows.reshape(6, 1, 2), idx, offsets),  # rows not [rows, dim]
+        lambda: bag_sum(rows, idx, np.array([0, 2, 9])),  # offsets past the index
+        lambda: bag_sum(rows, idx.reshape(2, 2), offsets),
+        lambda: bag_sum_backward(np.ones((1, 2, 2), np.float32), idx, offsets, 6),  # [bags, features, dim]
+        lambda: bag_sum_backward(np.ones((1, 2), np.float32), idx, offsets, 6),  # one gradient row for two bags
+        lambda: bag_sum_backward(g, idx, np.array([0, 9, 4]), 6),  # out of order, the middle one past the index
+        lambda: bag_sum_backward(g, idx, np.array([-1, 2, 4]), 6),
+    ]
+    for call in bad:
+        with pytest.raises(FbrapidsError, match="bag_sum"):
+            call()
 
 
 def _sparse_batch(rng: np.random.Generator, b: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

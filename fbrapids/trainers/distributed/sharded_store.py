@@ -70,6 +70,7 @@ from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore, 
 from fbrapids.trainers.sparse.hashmap import unique_u64
 from fbrapids.trainers.sparse.row_directory import Ids
 from fbrapids.trainers.sparse.store import TableStats
+from fbrapids.trainers.sparse.together import lookup_together, on_host, update_each
 
 if TYPE_CHECKING:  # (annotations only: torch.distributed is imported where a process group is made)
     import torch.distributed as dist
@@ -436,9 +437,14 @@ class ShardedEmbeddings:
                 got_ids[k].append(ids.buf[at : at + n].view(np.uint64))
                 got_occ[k].append(ids.buf[at + n : at + 2 * n])
                 at += 2 * n
-        for k, (p, table) in enumerate(zip(ids.plans, self.tables)):
-            ids_k, occ_k = np.concatenate(got_ids[k]), np.concatenate(got_occ[k])
-            lk = table.local.lookup(np.repeat(ids_k, occ_k), requires_grad=train, leaf=False)
+        occs = [np.concatenate(o) for o in got_occ]
+        keys = [np.repeat(np.concatenate(i), o) for i, o in zip(got_ids, occs)]
+        stores = [table.local for table in self.tables]
+        if on_host(stores) and len({s.config.dim for s in stores}) == 1:  # every table's pass in one C call
+            lookups, _ = lookup_together(stores, keys, train)  # (one process's path: the same rows, bit for bit)
+        else:
+            lookups = [s.lookup(k, requires_grad=train, leaf=False) for s, k in zip(stores, keys)]
+        for k, (p, lk, occ_k) in enumerate(zip(ids.plans, lookups, occs)):
             inv = lk.inverse.cpu().numpy()
             starts = np.cumsum(occ_k) - occ_k
             pos = inv[starts] if len(starts) else np.zeros(0, dtype=np.int64)
@@ -508,6 +514,7 @@ class ShardedEmbeddings:
                 n = int(p.recv[s])
                 parts[k].append(gbuf[at : at + n * dims[k]].view(n, dims[k]))
                 at += n * dims[k]
+        updates = []
         for k, (p, table) in enumerate(zip(plan.tables, self.tables)):
             lk = p.owned()
             acc = torch.zeros(len(lk.ids), dims[k])
@@ -526,7 +533,10 @@ class ShardedEmbeddings:
                     acc[torch.from_numpy(pos[~first])] += g[rest]
                 seen[pos] = True
             if len(lk.ids):
-                table.local.apply_gradients(lk, acc.to(table.local.device))
+                table.local.check_current(lk)
+                updates.append((table.local, lk, acc.to(table.local.device)))
+        update_each(updates)  # the row-wise Adagrad of CPU caches in one C call (one process's), others table by table
+        for table in self.tables:
             table.local.end_step()
             table.grad = None
 

@@ -372,6 +372,22 @@ def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
     return out
 
 
+def _check_bags(what: str, name: str, table: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
+                rows: int | None) -> None:
+    """The shapes :func:`bag_sum` and :func:`bag_sum_backward` hand to C, checked before it
+    reads anything: ``table`` 2-D (``rows`` rows when given), ``idx`` and ``offsets`` 1-D,
+    the offsets' first and last inside ``idx`` (C checks each index, and their order)."""
+    if table.ndim != 2 or (rows is not None and table.shape[0] != rows):
+        want = "[rows, dim]" if rows is None else f"[{rows}, dim] (one row per bag)"
+        raise ArgumentError(f"{what}: {name} must be {want}, got shape {table.shape}")
+    if idx.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1:
+        raise ArgumentError(f"{what}: the index and the offsets must be 1-D (offsets ending with the index's "
+                            f"length), got shapes {idx.shape} and {offsets.shape}")
+    if not 0 <= offsets[0] <= offsets[-1] <= len(idx):
+        raise ArgumentError(f"{what}: the offsets must run from 0 up to the index's length {len(idx)}, got "
+                            f"{int(offsets[0])} .. {int(offsets[-1])}")
+
+
 def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray, mean: bool = False) -> np.ndarray:
     """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``);
     ``mean``: each bag of more than one row divided by its size (the float division torch
@@ -385,6 +401,7 @@ def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray, mean: bool =
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    _check_bags("bag_sum", "rows", rows, idx, offsets, None)
     nb = len(offsets) - 1
     out = np.empty((nb, rows.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
@@ -407,10 +424,11 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
     grad_out = np.ascontiguousarray(grad_out, dtype=np.float32)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    _check_bags("bag_sum_backward", "the bags' gradient", grad_out, idx, offsets, len(offsets) - 1)
     out = np.empty((int(m), grad_out.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum_backward(grad_out.ctypes.data, grad_out.shape[1], idx.ctypes.data, offsets.ctypes.data,
                                    len(offsets) - 1, int(m), out.ctypes.data, 1 if mean else 0) != 0:
-        raise RowIndexError(f"bag_sum_backward: an index outside [0, {m})")
+        raise RowIndexError(f"bag_sum_backward: an index outside [0, {m}) or offsets out of order")
     return out
 
 

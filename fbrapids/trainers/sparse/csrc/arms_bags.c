@@ -127,31 +127,40 @@ int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int
     return 0;
 }
 
-/* slice j of entry w: arm a's bag gradients ga added into the rows' gradient */
-FBX_INLINE void fbx_arms_bag_back(const int64_t *w, int64_t j, const float *ga, int64_t nbags, const int64_t dim,
-                                  int64_t stride_b, int64_t stride_f, int mean) {
-    const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE];
+/* entry w's bags' gradients added into its rows' gradient, every slice of a row in one visit
+ * (slice j from arm members[j]'s gradients, over the bag's size when mean and n > 1): bag
+ * after bag, each occurrence's whole row written at once, so a row's slices share its
+ * cache lines rather than one pass per arm each touching a slice of them */
+FBX_INLINE void fbx_arms_entry_back(const int64_t *w, const int64_t *grads, int64_t nbags, const int64_t dim,
+                                    int64_t stride_b, int64_t stride_f, int mean) {
+    const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE], nsl = width / dim;
     const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
     const int64_t *offs = (const int64_t *)(intptr_t)w[FBX_AB_OFFS];
-    float *grad = (float *)(intptr_t)w[FBX_AB_GRAD] + j * dim;
+    const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
+    float *grad = (float *)(intptr_t)w[FBX_AB_GRAD];
     for (int64_t b = 0; b < nbags; b++) {
         const int64_t k0 = offs[b], k1 = fbx_ab_end(w, b, nbags), n = k1 - k0;
-        const float *g = ga + b * stride_b + f * stride_f;
-        float gb[FBX_AB_MAXD]; /* what each of the bag's rows gets (dim known to the compiler: its lanes) */
-        if (mean && n > 1) {
-            const float fn = (float)n;
-            for (int64_t c = 0; c < dim; c++) gb[c] = g[c] / fn;
-        } else {
-            for (int64_t c = 0; c < dim; c++) gb[c] = g[c];
-        }
         if (b + FBX_AB_AHEAD < nbags) /* the rows of a bag ahead into the cache: they lie anywhere */
             for (int64_t k = offs[b + FBX_AB_AHEAD]; k < fbx_ab_end(w, b + FBX_AB_AHEAD, nbags); k++)
-                for (int64_t c = 0; c < dim; c += 16) __builtin_prefetch(grad + idx[k] * width + c, 1);
+                for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(grad + idx[k] * width + c, 1);
+        const int64_t at = b * stride_b + f * stride_f;
         for (int64_t k = k0; k < k1; k++) {
             float *r = grad + idx[k] * width;
-            int64_t c = 0;
-            for (; c + 4 <= dim; c += 4) fbx_st4(r + c, fbx_ld4(r + c) + fbx_ld4(gb + c));
-            for (; c < dim; c++) r[c] += gb[c];
+            for (int64_t j = 0; j < nsl; j++, r += dim) {
+                const float *ga = (const float *)(intptr_t)grads[members[j]];
+                if (!ga) continue;
+                const float *g = ga + at;
+                float gb[FBX_AB_MAXD]; /* what the row gets (dim known to the compiler: its lanes) */
+                if (mean && n > 1) {
+                    const float fn = (float)n;
+                    for (int64_t c = 0; c < dim; c++) gb[c] = g[c] / fn;
+                } else {
+                    for (int64_t c = 0; c < dim; c++) gb[c] = g[c];
+                }
+                int64_t c = 0;
+                for (; c + 4 <= dim; c += 4) fbx_st4(r + c, fbx_ld4(r + c) + fbx_ld4(gb + c));
+                for (; c < dim; c++) r[c] += gb[c];
+            }
         }
     }
 }
@@ -159,9 +168,11 @@ FBX_INLINE void fbx_arms_bag_back(const int64_t *w, int64_t j, const float *ga, 
 /* The backward: each entry's rows' gradient (FBX_AB_GRAD, zeroed) plus, for each of its
  * slices j (arm a = members[j]), the gradient of a's bags, grads[a] + b * stride_b +
  * f * stride_f (dim contiguous floats; a null grads[a]: no gradient reached arm a), over
- * the bag's size when mean.  The work is split over the threads by arm and store (entries
- * adding into one gradient): an arm's columns of a store are one thread's, so no two threads
- * write one float, and every sum's order is the same for any thread count.  Returns fbx_arms_bags_check's code (nothing written unless 0). */
+ * the bag's size when mean.  The work is split over the threads by store (entries adding
+ * into one gradient): a store's rows are one thread's, so no two threads write one float,
+ * and each float's sum runs over its occurrences in entry, bag, index order, from zero, for
+ * any thread count (fbx_bag_sum_backward's order: an arm's slice gets the bits its model
+ * alone gets).  Returns fbx_arms_bags_check's code (nothing written unless 0). */
 int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t nbags, int64_t nfeat, int64_t dim,
                                int64_t n_arms, const int64_t *grads, int64_t stride_b, int64_t stride_f, int mean,
                                int nthreads) {
@@ -170,23 +181,17 @@ int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t n
     if (bad) return bad;
     const int64_t work = n_entries * nbags;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (nthreads > 1 && work >= FBX_PAR_ROWS / 2)
-    for (int64_t u = 0; u < n_arms * n_entries; u++) {
-        const int64_t a = u / n_entries, first = u % n_entries;
-        const float *ga = (const float *)(intptr_t)grads[a];
+    for (int64_t first = 0; first < n_entries; first++) {
         const int64_t into = desc[first * FBX_AB_WORDS + FBX_AB_GRAD];
         int64_t seen = 0;
         for (int64_t e = 0; e < first && !seen; e++) seen = desc[e * FBX_AB_WORDS + FBX_AB_GRAD] == into;
-        if (!ga || seen) continue; /* a unit is an arm and a store: the store's first entry takes its entries */
+        if (seen) continue; /* a unit is a store: its first entry takes its entries */
         for (int64_t e = first; e < n_entries; e++) {
             const int64_t *w = desc + e * FBX_AB_WORDS;
             if (w[FBX_AB_GRAD] != into) continue;
-            const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
-            for (int64_t j = 0; j < w[FBX_AB_WIDTH] / dim; j++) {
-                if (members[j] != a) continue;
-#define FBX_ARMS_BACK(D) fbx_arms_bag_back(w, j, ga, nbags, D, stride_b, stride_f, mean)
-                FBX_BY_DIM(dim, FBX_ARMS_BACK)
+#define FBX_ARMS_BACK(D) fbx_arms_entry_back(w, grads, nbags, D, stride_b, stride_f, mean)
+            FBX_BY_DIM(dim, FBX_ARMS_BACK)
 #undef FBX_ARMS_BACK
-            }
         }
     }
     return 0;

@@ -229,9 +229,11 @@ FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const 
 /* The backward of fbx_bag_sum: grad_rows[r] = sum of grad_out[b] (over its bag's size n when
  * mean and n > 1) over the occurrences k of row r (idx[k] = r, k in bag b), in occurrence
  * order, from zero (grad_rows has m rows).  Returns 0, or -1 (nothing done) for an index
- * outside [0, m). */
+ * outside [0, m) or offsets out of order. */
 int fbx_bag_sum_backward(const float *grad_out, int64_t dim, const int64_t *idx, const int64_t *offsets,
                          int64_t nbags, int64_t m, float *grad_rows, int mean) {
+    for (int64_t b = 0; b < nbags; b++)
+        if (offsets[b] > offsets[b + 1]) return -1;
     for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
         if (idx[k] < 0 || idx[k] >= m) return -1;
     memset(grad_rows, 0, sizeof(float) * (size_t)(m * dim));
