@@ -38,6 +38,10 @@ static inline int64_t fbx_ab_at(const int64_t *w, int64_t r) {
     return (rowmap ? rowmap[r] : r) * w[FBX_AB_STRIDE];
 }
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define FBX_AB_MAXD 256 /* the widest slice (arms_bags.py: MAX_DIM) */
 #define FBX_AB_AHEAD 8   /* the rows of the bag this many ahead are fetched while one is pooled */
 
@@ -75,6 +79,20 @@ int64_t fbx_arms_bags_check(const int64_t *desc, int64_t n_entries, int64_t nbag
     return 0;
 }
 
+/* a bag's dim floats written to its arm's block.  The arms' blocks are many (one per arm)
+ * and written once, read by the dense parts only after the whole pass: with SSE2 and
+ * aligned rows the stores go around the cache (non-temporal; fbx_arms_bags fences them),
+ * so the write of a line does not first read it in, nor evict the rows being pooled */
+static inline void fbx_ab_store(float *dst, const float *src, int64_t dim) {
+#if defined(__SSE2__)
+    if (dim % 4 == 0 && ((uintptr_t)dst & 15) == 0) {
+        for (int64_t c = 0; c < dim; c += 4) _mm_stream_ps(dst + c, _mm_loadu_ps(src + c));
+        return;
+    }
+#endif
+    memcpy(dst, src, sizeof(float) * (size_t)dim);
+}
+
 /* one bag of an entry: each slice's sum, written at its arm's place */
 FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const int64_t dim, const int64_t *outs,
                              int64_t stride_b, int64_t stride_f, int mean) {
@@ -104,7 +122,7 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
         }
         if (div != 1.0f)
             for (int64_t c = 0; c < dim; c++) acc[c] = acc[c] / div;
-        memcpy(o + b * stride_b + f * stride_f, acc, sizeof(float) * (size_t)dim);
+        fbx_ab_store(o + b * stride_b + f * stride_f, acc, dim);
     }
 }
 
@@ -118,11 +136,17 @@ int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int
     if (bad) return bad;
     const int64_t total = n_entries * nbags;
     /* dynamic: a list feature's bags cost many times a single id's */
-#pragma omp parallel for schedule(dynamic, 256) num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
-    for (int64_t i = 0; i < total; i++) { /* bag after bag, each bag's entries in turn: an arm's bags are written in order */
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
+    {
+#pragma omp for schedule(dynamic, 256) nowait
+        for (int64_t i = 0; i < total; i++) { /* bag after bag, each bag's entries in turn: an arm's bags are written in order */
 #define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i % n_entries) * FBX_AB_WORDS, i / n_entries, nbags, D, outs, stride_b, stride_f, mean)
-        FBX_BY_DIM(dim, FBX_ARMS_BAG)
+            FBX_BY_DIM(dim, FBX_ARMS_BAG)
 #undef FBX_ARMS_BAG
+        }
+#if defined(__SSE2__)
+        _mm_sfence(); /* each thread's non-temporal stores (fbx_ab_store) done before the region's end: the caller reads the blocks */
+#endif
     }
     return 0;
 }
@@ -144,6 +168,11 @@ FBX_INLINE void fbx_arms_entry_back(const int64_t *w, const int64_t *grads, int6
             for (int64_t k = offs[b + FBX_AB_AHEAD]; k < fbx_ab_end(w, b + FBX_AB_AHEAD, nbags); k++)
                 for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(grad + idx[k] * width + c, 1);
         const int64_t at = b * stride_b + f * stride_f;
+        if (b + FBX_AB_AHEAD < nbags) /* and the arms' gradients of that bag: a block per arm, read across */
+            for (int64_t j = 0; j < nsl; j++) {
+                const float *ga = (const float *)(intptr_t)grads[members[j]];
+                if (ga) __builtin_prefetch(ga + at + FBX_AB_AHEAD * stride_b);
+            }
         for (int64_t k = k0; k < k1; k++) {
             float *r = grad + idx[k] * width;
             for (int64_t j = 0; j < nsl; j++, r += dim) {
