@@ -109,14 +109,22 @@ def update_together(parts: Sequence[tuple[RowUpdater, Lookup, int, int]], grad: 
     update_each([(store, lk, g[a:z]) for store, lk, a, z in parts], background)
 
 
-def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor]], background: bool = False) -> None:
+def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor]], background: bool = False,
+                inline_share: float = 0.0) -> None:
     """Every table's sparse update: ``parts`` holds (store, lookup, the gradient of its rows).
     The row-wise Adagrad updates of CPU caches (one slice or several) run in one C call; any
     other table (another optimizer, a device cache, rows not admitted) through its own
     ``update_rows``.  ``background``: when every table's update is that one C call, it runs on
     the stores' background thread and each store waits for it before it is next used
     (:meth:`~fbrapids.trainers.sparse.TieredEmbeddingStore.update_in_background`); the caller
-    goes on (``fit``: the dense optimizer's step, the next batch's bottom MLP)."""
+    goes on (``fit``: the dense optimizer's step, the next batch's bottom MLP).
+
+    ``inline_share`` (with ``background``): about this share of the update's work (rows
+    times width, whole tables, the largest first) runs on the calling thread, in a C call of
+    its own, while the background thread runs the rest: for a caller whose update outlasts
+    the work it has to do meanwhile (a trial's arms: rows as wide as all the arms' slices),
+    so that its next lookup waits for less.  Each table is updated by one call either way,
+    so its rows are the same bits."""
     desc, hyper, done, grads = [], [], [], []
     for store, lk, g in parts:
         if len(lk.slots) == 0:
@@ -140,18 +148,44 @@ def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor]], backgr
     table = np.array(desc, dtype=np.int64).reshape(-1, ADAGRAD_WORDS)
     params = np.array(hyper, dtype=np.float32)
 
-    def run() -> None:
-        ret = rowwise_adagrad_tables(table, params)
+    def run(which: np.ndarray) -> None:
+        ret = rowwise_adagrad_tables(table[which], params[which])
         keep = (grads, parts)  # the gradients and the slots read above stay alive until the C call is done
-        for store, rc in zip(done, ret):
-            store.updated()
+        for t, rc in zip(which, ret):
+            done[t].updated()
             if rc != 0:
-                raise RowIndexError(f"table {store.name!r}: a slot outside its cache in the sparse update")
+                raise RowIndexError(f"table {done[t].name!r}: a slot outside its cache in the sparse update")
         del keep
 
     if not background:
-        run()
+        run(np.arange(len(done)))
         return
-    job = done[0].background().submit(run)
-    for store in done:
-        store.update_in_background(job)
+    here = _inline_tables(table, inline_share)
+    away = np.setdiff1d(np.arange(len(done)), here)
+    if len(away):
+        job = done[0].background().submit(run, away)
+        for t in away:
+            done[t].update_in_background(job)
+    if len(here):
+        run(here)
+
+
+def _inline_tables(desc: np.ndarray, share: float) -> np.ndarray:
+    """The tables (rows of ``desc``) whose update runs on the calling thread for about
+    ``share`` of the work (slots times width, ``FBX_AG_M`` x ``FBX_AG_WIDTH``): whole
+    tables, the largest that fit first; none at a share of 0.
+
+    Example:
+        >>> d = np.zeros((3, ADAGRAD_WORDS), dtype=np.int64); d[:, 2] = 4; d[:, 4] = [10, 30, 20]
+        >>> _inline_tables(d, 0.0).tolist(), _inline_tables(d, 0.4).tolist(), _inline_tables(d, 0.9).tolist()
+        ([], [2], [1, 2])
+    """
+    if share <= 0 or not len(desc):
+        return np.zeros(0, dtype=np.int64)
+    work = desc[:, 4] * desc[:, 2]
+    budget, taken = share * float(work.sum()), []
+    for t in np.argsort(-work, kind="stable"):
+        if work[t] <= budget:
+            taken.append(int(t))
+            budget -= float(work[t])
+    return np.sort(np.array(taken, dtype=np.int64))
