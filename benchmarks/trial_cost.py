@@ -1,8 +1,9 @@
 """What a trial costs beside one plain training on the same data, measured side by side in one run.
 
-Three measurements, each trial set beside plain trainings run just before and just after it
-on the same data (their mean is "one training"), with the load average at the start and end
-of each step:
+Three measurements, each trial set beside a plain training and one ``fbrapids demo`` run just
+before it and the same two just after it on the same data (one training: the mean of each
+pair, so that one slow or fast demo does not make the ratio), with the load average at the
+start and end of each step:
 
 * **K = 3 with the A/A arm** (9 models: baseline, candidate, A/A x 3 seeds) on the default
   generated data, the candidate ``slot x os`` (the README's): ``trial(...)`` wall time over
@@ -67,19 +68,16 @@ def demo(data: Path, rows: int) -> None:
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _seconds(steps: list[dict], name: str) -> float:
-    """The wall time of the step named ``name`` (each demo step is named once).
+def _mean_of(steps: list[dict], name: str) -> float:
+    """The mean wall time of the steps named ``name`` (each timed just before and just after
+    the trial it is set beside).
 
     Example:
-        >>> _seconds([{"step": "plain", "seconds": 4.0}, {"step": "fbrapids demo", "seconds": 9.0}], "fbrapids demo")
-        9.0
+        >>> _mean_of([{"step": "plain", "seconds": 4.0}, {"step": "fbrapids demo", "seconds": 9.0},
+        ...           {"step": "plain", "seconds": 5.0}], "plain")
+        4.5
     """
-    return next(s["seconds"] for s in steps if s["step"] == name)
-
-
-def _mean_around(steps: list[dict], i: int, name: str) -> float:
-    """The mean of the ``name`` steps just before and after step ``i``."""
-    near = [s["seconds"] for s in (steps[i - 1], steps[i + 1]) if s["step"] == name]
+    near = [s["seconds"] for s in steps if s["step"] == name]
     return sum(near) / len(near)
 
 
@@ -141,41 +139,42 @@ def main(argv: list[str] | None = None) -> int:
         generate(args.rows, default, seed=args.seed)
         generate(args.rows, planted, seed=args.seed, plant=PLANT)
         plain(default)  # the kernels compiled and the caches warm before anything is timed
+
+        def beside(suffix: str, data: Path, run: Callable[[], Any], name: str) -> Any:
+            """``run`` (the trial ``name``) timed between a plain training and a demo on ``data``
+            before it and a demo and a plain training after it (one training: the mean of each pair)."""
+            timed("plain" + suffix, lambda: plain(data), steps)
+            if not args.no_demo:
+                timed("fbrapids demo" + suffix, lambda: demo(data, args.rows), steps)
+            out = timed(name, run, steps)
+            if not args.no_demo:
+                timed("fbrapids demo" + suffix, lambda: demo(data, args.rows), steps)
+            timed("plain" + suffix, lambda: plain(data), steps)
+            return out
+
         cand = {"slot_x_os": ops.cross("slot", "os")}
-        timed("plain", lambda: plain(default), steps)
-        k3 = timed("trial K=3 with A/A", lambda: trial(default, cand, seeds=3, progress=False), steps)
-        timed("plain", lambda: plain(default), steps)
-        if not args.no_demo:
-            timed("fbrapids demo", lambda: demo(default, args.rows), steps)
-            timed("plain", lambda: plain(default), steps)
         cands = {f"{n}_f": ops.col(n) for n in PLANT}
-        timed("plain (planted)", lambda: plain(planted), steps)
-        fam = timed("trial, 10 candidates each, K=3", lambda: trial(planted, cands, each=True, aa=False, seeds=3,
-                                                                     progress=False), steps)
-        timed("plain (planted)", lambda: plain(planted), steps)
-        if not args.no_demo:
-            timed("fbrapids demo (planted)", lambda: demo(planted, args.rows), steps)
-        res["k3_aa"] = {"seconds": steps[1]["seconds"], "plain_s": _mean_around(steps, 1, "plain"),
-                        "cost": k3.cost, "verdict": k3.verdict, "trial_seconds": k3.seconds}
-        res["k3_aa"]["ratio"] = res["k3_aa"]["seconds"] / res["k3_aa"]["plain_s"]
-        if not args.no_demo:
-            res["k3_aa"]["demo_s"] = _seconds(steps, "fbrapids demo")
-            res["k3_aa"]["ratio_to_demo"] = res["k3_aa"]["seconds"] / res["k3_aa"]["demo_s"]
-        i = next(k for k, s in enumerate(steps) if s["step"].startswith("trial, 10"))
-        res["family"] = {"seconds": steps[i]["seconds"], "plain_s": _mean_around(steps, i, "plain (planted)"),
-                         "cost": fam.cost, "ranking": fam.ranking("auc"), "trial_seconds": fam.seconds,
-                         "verdicts": {n: r.verdict for n, r in fam.results.items()}}
-        res["family"]["ratio"] = res["family"]["seconds"] / res["family"]["plain_s"]
-        if not args.no_demo:
-            res["family"]["demo_s"] = _seconds(steps, "fbrapids demo (planted)")
-            res["family"]["ratio_to_demo"] = res["family"]["seconds"] / res["family"]["demo_s"]
+        k3_name, fam_name = "trial K=3 with A/A", "trial, 10 candidates each, K=3"
+        k3 = beside("", default, lambda: trial(default, cand, seeds=3, progress=False), k3_name)
+        fam = beside(" (planted)", planted, lambda: trial(planted, cands, each=True, aa=False, seeds=3, progress=False),
+                     fam_name)
+        for key, name, run, suffix, extra in (
+                ("k3_aa", k3_name, k3, "", {"verdict": k3.verdict}),
+                ("family", fam_name, fam, " (planted)", {"ranking": fam.ranking("auc"),
+                                                         "verdicts": {n: r.verdict for n, r in fam.results.items()}})):
+            res[key] = {"seconds": _mean_of(steps, name), "plain_s": _mean_of(steps, "plain" + suffix),
+                        "cost": run.cost, **extra, "trial_seconds": run.seconds}
+            res[key]["ratio"] = res[key]["seconds"] / res[key]["plain_s"]
+            if not args.no_demo:
+                res[key]["demo_s"] = _mean_of(steps, "fbrapids demo" + suffix)
+                res[key]["ratio_to_demo"] = res[key]["seconds"] / res[key]["demo_s"]
         if args.separate:
             alone = {n: timed(f"trial {n} alone, K=3", lambda n=n, e=e: trial(planted, {n: e}, aa=False, seeds=3,
                                                                              progress=False), steps)
                      for n, e in cands.items()}
             res["separate"] = {**compare(fam, alone),
                                "seconds": sum(s["seconds"] for s in steps if s["step"].endswith("alone, K=3"))}
-    plains = [s["seconds"] for s in steps if s["step"] == "plain"]
+    plains = [s["seconds"] for s in steps if s["step"] == "plain"]  # the default data's
     res.update(noise.finish({"plain training rows/s": args.rows / (sum(plains) / len(plains))}))
     res.update({"steps": steps, "machine": machine,
                 "command": " ".join(["python benchmarks/trial_cost.py", *(sys.argv[1:] if argv is None else argv)]),

@@ -303,7 +303,8 @@ def _trial_calibration_sequential(r: dict) -> str:
 def _trial_cost(r: dict) -> str:
     k, f = r["k3_aa"], r["family"]
     text = (f"{r['rows']:,} rows: K = 3 with A/A {k['seconds']:.0f} s vs one training {k['plain_s']:.0f} s: "
-            f"{k['ratio']:.2f}x" + (f" (`fbrapids demo` {k['demo_s']:.0f} s: {k['ratio_to_demo']:.2f}x)" if "demo_s" in k
+            f"{k['ratio']:.2f}x" + (f" (`fbrapids demo`, mean of one before and one after, {k['demo_s']:.0f} s: "
+                                     f"{k['ratio_to_demo']:.2f}x)" if "demo_s" in k
                                      else "")
             + f", {k['cost']['models']} models in {k['cost']['passes']} pass(es); 10 candidates each, K = 3: "
             f"{f['seconds']:.0f} s vs {f['plain_s']:.0f} s: {f['ratio']:.2f}x"
