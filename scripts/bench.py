@@ -302,8 +302,10 @@ def _trial_calibration_sequential(r: dict) -> str:
 
 def _trial_cost(r: dict) -> str:
     k, f = r["k3_aa"], r["family"]
+    both = sum(s["step"] == "fbrapids demo" for s in r.get("steps", [])) == 2  # one before the trial, one after
+    how = ", mean of one before and one after," if both else ""
     text = (f"{r['rows']:,} rows: K = 3 with A/A {k['seconds']:.0f} s vs one training {k['plain_s']:.0f} s: "
-            f"{k['ratio']:.2f}x" + (f" (`fbrapids demo`, mean of one before and one after, {k['demo_s']:.0f} s: "
+            f"{k['ratio']:.2f}x" + (f" (`fbrapids demo`{how} {k['demo_s']:.0f} s: "
                                      f"{k['ratio_to_demo']:.2f}x)" if "demo_s" in k
                                      else "")
             + f", {k['cost']['models']} models in {k['cost']['passes']} pass(es); 10 candidates each, K = 3: "
