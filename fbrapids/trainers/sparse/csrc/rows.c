@@ -180,16 +180,24 @@ FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, 
     }
 }
 
+/* Whether bags (offsets, nbags + 1 of them) are in order and each index is a row in [0, m):
+ * what fbx_bag_sum and its backward check before any work (the caller vouches that offsets[0]
+ * and offsets[nbags] lie within idx: hashmap.py checks them) */
+static int fbx_bags_sound(const int64_t *idx, const int64_t *offsets, int64_t nbags, int64_t m) {
+    for (int64_t b = 0; b < nbags; b++)
+        if (offsets[b] > offsets[b + 1]) return 0;
+    for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
+        if (idx[k] < 0 || idx[k] >= m) return 0;
+    return 1;
+}
+
 /* Sum-pooled bags: out[b] = rows[idx[k]] summed over k in offsets[b] .. offsets[b + 1]
  * (offsets has nbags + 1 entries), in index order, from zero; with mean, each bag of n > 1
  * rows then divided by n (a float division, as torch divides).  Returns 0, or -1 (nothing
  * done) for an index outside [0, m) or offsets out of order. */
 int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, const int64_t *offsets,
                 int64_t nbags, float *out, int mean, int nthreads) {
-    for (int64_t b = 0; b < nbags; b++)
-        if (offsets[b] > offsets[b + 1]) return -1;
-    for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
-        if (idx[k] < 0 || idx[k] >= m) return -1;
+    if (!fbx_bags_sound(idx, offsets, nbags, m)) return -1;
 #define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, nbags, out, mean, nthreads)
     FBX_BY_DIM(dim, FBX_BAG_SUM)
 #undef FBX_BAG_SUM
@@ -232,10 +240,7 @@ FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const 
  * outside [0, m) or offsets out of order. */
 int fbx_bag_sum_backward(const float *grad_out, int64_t dim, const int64_t *idx, const int64_t *offsets,
                          int64_t nbags, int64_t m, float *grad_rows, int mean) {
-    for (int64_t b = 0; b < nbags; b++)
-        if (offsets[b] > offsets[b + 1]) return -1;
-    for (int64_t k = offsets[0]; k < offsets[nbags]; k++)
-        if (idx[k] < 0 || idx[k] >= m) return -1;
+    if (!fbx_bags_sound(idx, offsets, nbags, m)) return -1;
     memset(grad_rows, 0, sizeof(float) * (size_t)(m * dim));
 #define FBX_BAG_BACK(D) fbx_bag_sum_backward_body(grad_out, D, idx, offsets, nbags, mean, grad_rows)
     FBX_BY_DIM(dim, FBX_BAG_BACK)
