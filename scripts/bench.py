@@ -310,7 +310,8 @@ def _trial_cost(r: dict) -> str:
                                      else "")
             + f", {k['cost']['models']} models in {k['cost']['passes']} pass(es); 10 candidates each, K = 3: "
             f"{f['seconds']:.0f} s vs {f['plain_s']:.0f} s: {f['ratio']:.2f}x"
-            + (f" (`fbrapids demo` on that data {f['demo_s']:.0f} s: {f['ratio_to_demo']:.2f}x)" if "demo_s" in f else "")
+            + (f" (`fbrapids demo` on that data{how} {f['demo_s']:.0f} s: {f['ratio_to_demo']:.2f}x)" if "demo_s" in f
+               else "")
             + f" ({f['cost']['models']} models, {f['cost']['passes']} passes)")
     sep = r.get("separate")
     if sep:
