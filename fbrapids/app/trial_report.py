@@ -24,6 +24,9 @@ def cost_lines(cost: Mapping[str, Any]) -> list[str]:
     passes = int(cost.get("passes", 0))
     line = (f"  cost: {cost['wall_s']:.1f} s wall for {cost['models']} models in {passes} pass"
             f"{'es' if passes != 1 else ''}")
+    extracted = cost.get("passes_extracted")
+    if extracted is not None and passes > 1:
+        line += f" ({extracted} extracting the rows, {passes - extracted} on the batches kept in memory)"
     if cost.get("models_resumed"):
         line += f" ({cost['models_resumed']} more models' predictions resumed from the work dir)"
     if cost.get("plain_training_s") is not None:

@@ -109,12 +109,15 @@ class _Seeds:
         """Train the seeds of ``seeds`` not yet finished, in passes (:func:`plan_passes`)."""
         missing = [s for s in seeds if s not in self.runs]
         per_pass = int(self.session.opt["models_per_pass"])
-        for group in plan_passes(missing, len(self.session.arms), per_pass):
+        groups = plan_passes(missing, len(self.session.arms), per_pass)
+        for k, group in enumerate(groups):
             if bar.total is not None and bar.n + 1 >= bar.total:  # a look asked for one more pass
                 bar.total = bar.n + 2
             bar.set_postfix_str(f"seed(s) {', '.join(map(str, group))}: {len(group) * len(self.session.arms)} "
                                 "models side by side")
-            for run in self.session.train(group, progress=progress):
+            # a pass another may follow (this plan's, or a look's) keeps its batches for it
+            more = k + 1 < len(groups) or self.spec.design is not None
+            for run in self.session.train(group, progress=progress, keep=more):
                 self._finished(run)
             bar.update(1)
 
@@ -274,14 +277,16 @@ def _result(spec: TrialSpec, seeds: _Seeds, used: list[int],
 
 def _cost(spec: TrialSpec, w: Workload, seeds: _Seeds, t0: float, load0: float, used: list[int],
           progress: bool) -> dict[str, object]:
-    """Wall time, models trained (here and resumed), passes; with ``spec.reference``, one
+    """Wall time, models trained (here and resumed), passes (and those that extracted the rows:
+    the others streamed the batches a pass before them kept); with ``spec.reference``, one
     plain training of the baseline on the same data, timed right after."""
     wall = time.perf_counter() - t0
     session = seeds.session
     plain = plain_training_seconds(w, spec, progress) if spec.reference else None
     cost: dict[str, object] = {"wall_s": wall, "models": session.extraction["models"],
                                "models_resumed": len(session.arms) * len(seeds.resumed.intersection(used)),
-                               "passes": session.extraction["passes"], "plain_training_s": plain,
+                               "passes": session.extraction["passes"],
+                               "passes_extracted": session.extraction["passes extracted"], "plain_training_s": plain,
                                "ratio": wall / plain if plain is not None else None}
     cost["load"] = [load0, os.getloadavg()[0]]
     return cost

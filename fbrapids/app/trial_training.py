@@ -28,7 +28,11 @@ trial's first seed, ``order_seed``, so every pass, arm and seed reads the same b
 (:mod:`fbrapids.trainers.side_by_side`), then streams the held-out rows once and every
 model predicts them.  A trial runs one pass for all its seeds, or several (a trial
 resumable seed by seed, a sequential design's looks, or more models than
-``models_per_pass``): extraction is cheap beside training (its busy seconds are reported).
+``models_per_pass``).  A pass another may follow keeps its training and held-out batches in
+memory, up to :data:`KEPT_BATCHES_BYTES` (:class:`~fbrapids.trainers.kept_batches.KeptBatches`),
+and the next pass trains and predicts on those, the same batches in the same order, without
+extracting the rows again (past the limit it extracts them again; ``extraction["passes
+extracted"]`` counts the passes that did, and their busy seconds are reported).
 
 Example:
     >>> import tempfile
@@ -52,7 +56,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence, TypedDict, Unpack
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypedDict, Unpack
 
 import numpy as np
 
@@ -63,6 +67,7 @@ if TYPE_CHECKING:  # (annotations only)
     from fbrapids.frames.backend import Backend
     from fbrapids.kernels import Expr
     from fbrapids.trainers.batch import Batch
+    from fbrapids.trainers.kept_batches import KeptBatches
     from fbrapids.trainers.models.base import CTRModel
     from fbrapids.trainers.side_by_side import CountedBatches
     from fbrapids.trainers.stream import BatchStream
@@ -93,6 +98,11 @@ class TrialOptions(TypedDict, total=False):
 OPTIONS: TrialOptions = {"backend": None, "epochs": 1, "batch_size": 2048, "embedding_dim": 16, "cache_rows": 1 << 16,
            "host_rows": None, "train_threads": None, "nan": "error", "count_clean": False, "work_dir": None,
            "models_per_pass": 24}
+
+#: a pass that another may follow keeps its training and held-out batches for it up to this
+#: many bytes in all (:class:`~fbrapids.trainers.kept_batches.KeptBatches`); past it the next
+#: pass extracts the rows again.  200,000 generated rows with 10 candidates keep about 130 MB
+KEPT_BATCHES_BYTES = 1 << 30
 
 #: the model input a candidate fills in ``each=True`` trials (renamed when a baseline input has the name)
 SLOT = "candidate"
@@ -172,7 +182,8 @@ class ArmsSession:
         self.each = any(a.name.startswith("candidate:") for a in self.arms)
         self.paired, self.sequences, self.split_check, self.order_seed = paired, sequences, split_check, order_seed
         self.extraction: dict[str, int] = {"launches": 0, "partitions": 0, "rows streamed": 0, "models": 0,
-                                           "passes": 0}
+                                           "passes": 0, "passes extracted": 0}
+        self._kept: tuple[KeptBatches, KeptBatches] | None = None  # a pass's batches, kept for the next
         self.seconds: dict[str, float] = {}
         self.label = self.group = np.zeros(0)
         self.split: dict[str, object] = {}
@@ -228,11 +239,15 @@ class ArmsSession:
 
         return get_backend(self.opt["backend"])
 
-    def train(self, seeds: Sequence[int], progress: bool = True) -> list[SeedRun]:
+    def train(self, seeds: Sequence[int], progress: bool = True, keep: bool = False) -> list[SeedRun]:
         """One pass: every arm of ``seeds`` trained side by side on one stream of the training
-        rows, then every model's held-out predictions; a :class:`SeedRun` per seed."""
+        rows, then every model's held-out predictions; a :class:`SeedRun` per seed.  ``keep``:
+        another pass may follow, so this one keeps its batches for it where they fit
+        (:data:`KEPT_BATCHES_BYTES`); a pass after one that kept them streams those instead of
+        extracting the rows again."""
         from fbrapids import kernels as kernel_stats
         from fbrapids.app.pipeline import training_threads
+        from fbrapids.trainers.kept_batches import KeptBatches
         from fbrapids.trainers.side_by_side import CountedBatches, fit_side_by_side, predict_side_by_side, side_by_side
 
         if not self.extraction["passes"] and self.frames.split is not None:
@@ -240,25 +255,54 @@ class ArmsSession:
         t0 = time.perf_counter()
         models, views = self._build(seeds)
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
-        train, test = self._producers()
+        replay = self._replay()
+        producers: tuple[TimedPartitions, TimedPartitions] | None = None
+        train_batches: Iterable[Batch]
+        held_batches: Callable[[], Iterable[Batch]]  # (its stream made once the training is over, as before)
+        if replay is not None:
+            train_batches, held = replay
+            held_batches = lambda: held  # noqa: E731
+        else:
+            producers = made = self._producers()
+            train_batches = self._batches(made[0], shuffle=True)
+            held_batches = lambda: self._batches(made[1], shuffle=False)  # noqa: E731
+        kept: list[KeptBatches] = []
+        if keep and replay is None:
+            kept.append(KeptBatches(train_batches, KEPT_BATCHES_BYTES))
+            train_batches = kept[0]
         with training_threads(self._threads(len(models)), self._backend().is_gpu):
             t = time.perf_counter()
-            stream = CountedBatches(self._batches(train, shuffle=True))
+            stream = CountedBatches(train_batches)
             arms = side_by_side(models, views)  # shared tables and batched dense parts where the models allow
             steps = fit_side_by_side(models, stream, views=views, epochs=self.opt["epochs"], progress=progress,
                                      strategy=arms)
             self._add_seconds("extract+train", time.perf_counter() - t)
             t = time.perf_counter()
-            preds = predict_side_by_side(models, self._batches(test, shuffle=False), views=views, progress=progress,
-                                         strategy=arms)
+            test_batches = held_batches()
+            if kept and kept[0].replay(int(self.opt["epochs"])) is not None:  # what is left of the bytes, for these
+                kept.append(KeptBatches(test_batches, KEPT_BATCHES_BYTES - kept[0].bytes))
+                test_batches = kept[1]
+            preds = predict_side_by_side(models, test_batches, views=views, progress=progress, strategy=arms)
             self._add_seconds("extract+predict", time.perf_counter() - t)
         self.batched = type(arms).__name__ == "BatchedArms"
-        self._record_pass(preds[0], train, test, stream, len(models))
+        self._record_pass(preds[0], producers, stream, len(models))
+        if len(kept) == 2:
+            self._kept = (kept[0], kept[1])
         self._add_seconds("pass", time.perf_counter() - t0)
         n = len(self.arms)
         rows = stream.rows // max(1, int(self.opt["epochs"]))
         return [SeedRun(int(s), {a.name: p["pred"] for a, p in zip(self.arms, preds[i * n:(i + 1) * n])},
                         rows, int(steps), stream.digest.hexdigest()) for i, s in enumerate(seeds)]
+
+    def _replay(self) -> tuple[Iterable[Batch], Iterable[Batch]] | None:
+        """The training and held-out batches an earlier pass kept (:meth:`train`'s ``keep``),
+        streamed again; None where it kept none."""
+        if self._kept is None:
+            return None
+        train, test = self._kept[0].replay(int(self.opt["epochs"])), self._kept[1].replay()
+        if train is None or test is None:
+            return None
+        return train, test
 
     def _threads(self, models: int) -> int | None:
         """torch's threads for a pass of ``models``: the user's, else on the CPU every core
@@ -287,11 +331,11 @@ class ArmsSession:
         return batch_stream(source, self.dense, self.sparse, self.opt["batch_size"], self.order_seed,
                             self.opt["nan"], self.w.label, self.w.group, SHUFFLE_BUFFER if shuffle else 0)
 
-    def _record_pass(self, held: dict[str, np.ndarray], train: TimedPartitions, test: TimedPartitions,
-                     stream: CountedBatches,
-                     models: int) -> None:
+    def _record_pass(self, held: dict[str, np.ndarray], producers: tuple[TimedPartitions, TimedPartitions] | None,
+                     stream: CountedBatches, models: int) -> None:
         """The pass's held-out labels and groups (every pass streams the same held-out rows:
-        checked) and its extraction counts, added to the trial's."""
+        checked) and its extraction counts, added to the trial's (``producers`` None: the pass
+        streamed batches an earlier one kept, extracting nothing)."""
         from fbrapids import kernels as kernel_stats
 
         label, group = held["label"], held.get("group", np.zeros(0))
@@ -300,12 +344,20 @@ class ArmsSession:
                              "arms' predictions cannot be paired")
         self.label, self.group = label, group
         ks = kernel_stats.stats()
-        for key, value in (("launches", int(ks["launches"])), ("partitions", train.partitions + test.partitions),
-                           ("rows streamed", stream.rows + len(label)), ("models", models), ("passes", 1)):
+        parts = producers[0].partitions + producers[1].partitions if producers is not None else 0
+        for key, value in (("launches", int(ks["launches"])), ("partitions", parts),
+                           ("rows streamed", stream.rows + len(label)), ("models", models), ("passes", 1),
+                           ("passes extracted", int(producers is not None))):
             self.extraction[key] += value
-        self.seconds["extract busy"] = self.seconds.get("extract busy", 0.0) + train.busy_s + test.busy_s
-        log.info("trial: %d models trained side by side in one pass (%d kernel launches, %d partitions)", models,
-                 int(ks["launches"]), train.partitions + test.partitions)
+        if producers is not None:
+            busy = producers[0].busy_s + producers[1].busy_s
+            self.seconds["extract busy"] = self.seconds.get("extract busy", 0.0) + busy
+            log.info("trial: %d models trained side by side in one pass (%d kernel launches, %d partitions)", models,
+                     int(ks["launches"]), parts)
+        else:
+            log.info("trial: %d models trained side by side in one pass, on the batches the first pass kept "
+                     "(%s bytes: no extraction)", models, f"{self._kept[0].bytes + self._kept[1].bytes:,}"
+                     if self._kept is not None else "?")
 
     def _build(self, seeds: Sequence[int]) -> tuple[list[CTRModel], list[ArmView | _DropView]]:
         """Every arm of every seed: the models, and the views of the stream's batches they read."""

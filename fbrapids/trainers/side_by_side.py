@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from fbrapids.trainers.strategy import Strategy
 
 from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.kept_batches import BatchesThrough
 from fbrapids.ui.autobar import tqdm
 
 log = logging.getLogger(__name__)
@@ -157,28 +158,15 @@ def predict_side_by_side(models: Sequence[CTRModel], batches: Iterable[Batch], *
     return out
 
 
-class CountedBatches:
+class CountedBatches(BatchesThrough):
     """A stream of batches that counts the rows it hands out (over every epoch) and
     fingerprints their order (``digest``: sha1 over each batch's labels and groups)."""
 
     def __init__(self, batches: Iterable[Batch]) -> None:
         import hashlib
 
-        self.batches, self.rows, self.digest = batches, 0, hashlib.sha1()
-
-    def set_epoch(self, epoch: int) -> None:
-        if hasattr(self.batches, "set_epoch"):
-            self.batches.set_epoch(epoch)
-
-    def expected_batches(self) -> int | None:
-        from fbrapids.trainers.fit import expected_batches
-
-        return expected_batches(self.batches)
-
-    def estimated_batches(self) -> int | None:
-        from fbrapids.trainers.fit import estimated_batches
-
-        return estimated_batches(self.batches)
+        super().__init__(batches)
+        self.rows, self.digest = 0, hashlib.sha1()
 
     def __iter__(self) -> Iterator[Batch]:
         for b in self.batches:
