@@ -312,7 +312,9 @@ def _trial_cost(r: dict) -> str:
             f"{f['seconds']:.0f} s vs {f['plain_s']:.0f} s: {f['ratio']:.2f}x"
             + (f" (`fbrapids demo` on that data{how} {f['demo_s']:.0f} s: {f['ratio_to_demo']:.2f}x)" if "demo_s" in f
                else "")
-            + f" ({f['cost']['models']} models, {f['cost']['passes']} passes)")
+            + f" ({f['cost']['models']} models, {f['cost']['passes']} passes"
+            + (f", the rows extracted in {f['cost']['passes_extracted']}" if "passes_extracted" in f["cost"] else "")
+            + ")")
     sep = r.get("separate")
     if sep:
         text += (f"; tried one at a time ({sep['seconds']:.0f} s): verdicts equal {sep['verdicts_equal']}/{sep['of']} "
