@@ -777,7 +777,7 @@ def _add_trial(sub: argparse._SubParsersAction) -> None:
                           "continues a killed trial")
     tri.add_argument("--resume", action="store_true", help="continue the trial in --work-dir from its finished seeds")
     tri.add_argument("--models-per-pass", type=_int_in(1), default=None, metavar="N",
-                     help="the most models trained side by side in one pass over the data (default 36): seeds are "
+                     help="the most models trained side by side in one pass over the data (default 24): seeds are "
                           "grouped into passes of at most N models")
     tri.add_argument("--reference", action="store_true",
                      help="also time one plain training of the baseline on the same data, for the cost line")

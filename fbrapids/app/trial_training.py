@@ -78,12 +78,11 @@ log = logging.getLogger(__name__)
 
 #: ``trial``'s options beyond its own, with their defaults (run_pipeline's where it has one;
 #: the trial's cache is smaller: every model holds one).  ``models_per_pass``: the most
-#: models one pass trains side by side (:func:`plan_passes`).  36 trains 10 candidates
-#: without A/A arms (33 models) in one pass: a pass has costs of its own beside its models'
-#: (a step's lookups and bookkeeping, the stream's start, the held-out predictions), and on 2
-#: cores that trial took 43.8 and 45.0 s in one pass against 47.7 and 52.7 s in passes of 22
-#: and 11 (at most 24), alternated, its peak memory 5.0 GB against 3.9-4.0 GB at 200,000 rows.
-#: A trial of 20 candidates (21 arms a seed, 41 with A/A) still trains one seed a pass
+#: models one pass trains side by side (:func:`plan_passes`).  36 (10 candidates without A/A
+#: arms, 33 models, in one pass instead of 22 + 11) was measured and not kept: on 2 cores it was
+#: faster in a fresh process (43.8, 45.0 s against 47.7, 52.7 s) but slower after a plain run
+#: and another trial in the same process, as a benchmark runs it (44.1, 48.0 s against 41.7,
+#: 37.1 s), and its peak memory was 5.0 GB against 3.9-4.0 GB at 200,000 rows
 class TrialOptions(TypedDict, total=False):
     """``trial``'s options beyond its own (:data:`OPTIONS`)."""
 
@@ -102,7 +101,7 @@ class TrialOptions(TypedDict, total=False):
 
 OPTIONS: TrialOptions = {"backend": None, "epochs": 1, "batch_size": 2048, "embedding_dim": 16, "cache_rows": 1 << 16,
            "host_rows": None, "train_threads": None, "nan": "error", "count_clean": False, "work_dir": None,
-           "models_per_pass": 36}
+           "models_per_pass": 24}
 
 #: a pass that another may follow keeps its training and held-out batches for it up to this
 #: many bytes in all (:class:`~fbrapids.trainers.kept_batches.KeptBatches`); past it the next
