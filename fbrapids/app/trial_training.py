@@ -56,7 +56,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypedDict, Unpack
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, TypedDict, Unpack
 
 import numpy as np
 
@@ -261,16 +261,9 @@ class ArmsSession:
         models, views = self._build(seeds)
         kernel_stats.reset_stats()  # the streamed partitions' kernels only
         replay = self._replay()
-        producers: tuple[TimedPartitions, TimedPartitions] | None = None
-        train_batches: Iterable[Batch]
-        held_batches: Callable[[], Iterable[Batch]]  # (its stream made once the training is over, as before)
-        if replay is not None:
-            train_batches, held = replay
-            held_batches = lambda: held  # noqa: E731
-        else:
-            producers = made = self._producers()
-            train_batches = self._batches(made[0], shuffle=True)
-            held_batches = lambda: self._batches(made[1], shuffle=False)  # noqa: E731
+        producers = self._producers() if replay is None else None
+        train_batches: Iterable[Batch] = replay[0] if replay is not None else \
+            self._batches(self._producer(producers, 0), shuffle=True)
         kept: list[KeptBatches] = []
         if keep and replay is None:
             kept.append(KeptBatches(train_batches, KEPT_BATCHES_BYTES))
@@ -283,7 +276,8 @@ class ArmsSession:
                                      strategy=arms)
             self._add_seconds("extract+train", time.perf_counter() - t)
             t = time.perf_counter()
-            test_batches = held_batches()
+            test_batches: Iterable[Batch] = replay[1] if replay is not None else \
+                self._batches(self._producer(producers, 1), shuffle=False)  # (made once the training is over)
             if kept and kept[0].replay(int(self.opt["epochs"])) is not None:  # what is left of the bytes, for these
                 kept.append(KeptBatches(test_batches, KEPT_BATCHES_BYTES - kept[0].bytes))
                 test_batches = kept[1]
@@ -300,6 +294,12 @@ class ArmsSession:
         rows = stream.rows // max(1, int(self.opt["epochs"]))
         return [SeedRun(int(s), {a.name: p["pred"] for a, p in zip(self.arms, preds[i * n:(i + 1) * n])},
                         rows, int(steps), stream.digest.hexdigest()) for i, s in enumerate(seeds)]
+
+    @staticmethod
+    def _producer(producers: tuple[TimedPartitions, TimedPartitions] | None, k: int) -> TimedPartitions:
+        """The training (0) or held-out (1) pass of a pass that extracts its rows."""
+        assert producers is not None  # (a pass that replays kept batches has none)
+        return producers[k]
 
     def _replay(self) -> tuple[Iterable[Batch], Iterable[Batch]] | None:
         """The training and held-out batches an earlier pass kept (:meth:`train`'s ``keep``),
