@@ -12,9 +12,10 @@ tables of the same shape, each in its own store, and runs its own small matmuls.
   its accumulator per slice, so each arm's rows move as in a table of its own.  Arms that
   read other ids in a table (a candidate's slot: its values, the placebo, a shuffled copy)
   get a store of their own for it.
-* **Batched dense parts.**  The arms' dense weights are stacked (``[M, out, in]``, each arm's
-  own parameters: gradients flow back to them) and every layer runs once for all arms
-  (``baddbmm``); parameter-free parts (DLRM's dot interactions) run on the arms' rows
+* **Batched dense parts.**  The arms' dense parameters are held stacked while they train
+  (:class:`~fbrapids.trainers.models.trial_parts.StackedParameters`: one ``[M, out, in]``
+  tensor per weight, each model's a view of its slice, a chunk of arms reading a slice)
+  and every layer runs once for all arms (``baddbmm``); parameter-free parts (DLRM's dot interactions) run on the arms' rows
   folded into one batch.  A model class's ``batched_logits`` is its batched forward
   (DLRM, Wide&Deep and DeepFM have one); a model without one (DIN, the logistic regression)
   trains arm after arm
@@ -65,6 +66,7 @@ from fbrapids.trainers.strategy import Item, Strategy, arms_start, lookahead_ite
 
 if TYPE_CHECKING:  # (annotations only: the models and the store are imported where used)
     from fbrapids.trainers.models.base import CTRModel
+    from fbrapids.trainers.models.trial_parts import StackedParameters
     from fbrapids.trainers.sparse import Lookup, StoreConfig, TieredEmbeddingStore
     from fbrapids.trainers.sparse.arms_bags import BagEntry
 
@@ -274,8 +276,8 @@ class SharedTables:
             for group, e in self._entries[cname]:
                 lk = group.lookup
                 assert lk is not None
-                if lk.rows.grad is None:  # one gradient per store, its features' entries adding into it
-                    lk.rows.grad = torch.zeros_like(lk.rows)
+                if lk.rows.grad is None:  # one gradient per store, written by the C pass (from zero, row by row)
+                    lk.rows.grad = torch.empty_like(lk.rows)
                 e.grad = lk.rows.grad
             arms_bags_backward([e for _, e in self._entries[cname]], per_arm, mean=self.mode[cname] == "mean")
 
@@ -415,8 +417,8 @@ class BatchedArms(Strategy):
     ``models`` (one architecture with a batched head, :func:`batched_head`), each read
     through ``views[k]`` (None: the batch itself).  Each step: every arm's view of the batch,
     one lookup per shared store, the arms' dense parts batched, each arm's loss (summed),
-    one backward, the dense optimizer over every arm's parameters (Adam: elementwise, so
-    each arm's own), each shared store's sparse step.  No checkpoints, no calibration: a
+    one backward, the dense optimizer over the arms' stacked parameters (Adam: elementwise,
+    so each arm's own), each shared store's sparse step.  No checkpoints, no calibration: a
     trial keeps finished seeds (:mod:`fbrapids.app.trial_workdir`), not steps.  A NaN / inf
     loss names the arm."""
 
@@ -434,6 +436,7 @@ class BatchedArms(Strategy):
         self.head = head
         self.tables = SharedTables(self.models, self.views)
         self.optimizer: torch.optim.Optimizer | None = None
+        self.stacked: StackedParameters | None = None  # the arms' parameters while a session trains them
         self.nan, self.prefetch = "error", True
         self.result: FitResult | None = None
         self._viewed: tuple[Batch, list[Batch]] | None = None
@@ -472,11 +475,17 @@ class BatchedArms(Strategy):
     def session(self, batches: Iterable[Batch], cfg: FitConfig,
                 result: FitResult) -> Iterator[tuple[int, HeldBack | None]]:
         from fbrapids.trainers.dense_optim import default_optimizer
+        from fbrapids.trainers.models.trial_parts import StackedParameters
 
         self.tables.to(arms_start(self, self.models, cfg))
-        self.optimizer = default_optimizer([p for m in self.models for p in m.parameters() if p.requires_grad])
+        self.stacked = StackedParameters(self.models)  # (once placed: each model's parameters views of the stacks)
+        self.optimizer = default_optimizer(list(self.stacked.stacks))
         self.nan, self.result, self.prefetch = cfg.nan, result, cfg.prefetch_rows
-        yield 0, None
+        try:
+            yield 0, None
+        finally:
+            self.stacked.release()
+            self.stacked = None
 
     def items(self, batches: Iterable[Batch]) -> Iterator[Item]:
         return lookahead_items(batches, 1)
@@ -505,11 +514,14 @@ class BatchedArms(Strategy):
             if self.nan == "warn" or all(math.isfinite(v) for v in values):
                 torch.stack(losses).sum().backward()  # (only gradients: nothing moves before every loss is seen)
         bad = [k for k, v in enumerate(values) if not math.isfinite(v)]
+        assert self.stacked is not None
         if bad and not self._nonfinite(bad, values, step):
             self.tables.end_step()
+            self.stacked.forget()
             return True
         self.tables.backward({k: [bags[k].grad for bags in leaves] for k in leaves[0]}, chunks)  # into the stores' rows
         self.tables.apply_gradients()  # first: on CPU caches it runs in the background, beside the dense step
+        self.stacked.gather_grads()  # the chunks' slices' gradients, one per stack
         self.optimizer.step()
         self.result.losses.append(float(np.mean(values)))
         return True

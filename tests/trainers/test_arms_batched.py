@@ -93,7 +93,8 @@ def test_each_arm_after_its_steps_equals_its_model_trained_alone(kind, path, bat
     """Six arms (2 seeds x baseline, candidate, A/A) of DLRM, Wide&Deep or DeepFM trained side
     by side, batched, for three steps equal the same six models trained one after another (fit's Arms strategy, each
     with its own stores and optimizer): every dense parameter, every arm's embedding rows of
-    every table, and the held-out predictions, to float tolerance; the tables the arms share
+    every table, and the held-out predictions, to float tolerance (the dense parameters held
+    stacked while they train, a chunk's a slice of each stack); the tables the arms share
     are one store each (the baseline features: one of six slices), the candidate's own.
     The arms' dense parts run in chunks of two arms (one chunk per group of a real batch's
     arms: arms_batched.CHUNK_ROWS).  ``path``: the bags and DLRM's dots in C (host caches), or
@@ -122,6 +123,8 @@ def test_each_arm_after_its_steps_equals_its_model_trained_alone(kind, path, bat
     assert len(batched.chunks(32)) == 3
     fit(batched, batches, cfg.with_(prefetch_rows=True))
     fit(Arms(alone_models, alone_views), batches, cfg.with_(prefetch_rows=False))
+    ptrs = [p.data_ptr() for m in shared_models for p in m.parameters()]
+    assert len(set(ptrs)) == len(ptrs) and batched.stacked is None  # trained stacked, then each its own storage again
 
     collections = [name for name, _ in shared_models[0].collections()]
     slices = {(g.collection, g.table, tuple(g.members)): g.store.config.slices for g in batched.tables.groups}

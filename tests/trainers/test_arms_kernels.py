@@ -95,7 +95,7 @@ def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(c
     grad = torch.randn(m, nbags, nfeat, dim, generator=torch.Generator().manual_seed(1))
     (ref * grad).sum().backward()
     for threads in (1, 2):
-        into = {store: torch.zeros_like(rows) for store, _, _, rows, _, _ in groups}  # one gradient per store
+        into = {store: torch.full_like(rows, float("nan")) for store, _, _, rows, _, _ in groups}  # one per store, written (not added into)
         for e, (store, *_) in zip(entries, groups):
             e.grad = into[store]
         with _threads(threads):
@@ -139,7 +139,7 @@ def test_rows_read_where_they_lie_in_a_table_are_the_gathered_rows_bits(case, st
         assert torch.equal(outs[0], outs[1])
         grads = []
         for entries in (gathered, in_place):
-            into = {store: torch.zeros_like(rows) for store, _, _, rows, _, _ in groups}
+            into = {store: torch.full_like(rows, float("nan")) for store, _, _, rows, _, _ in groups}
             for e, (store, *_) in zip(entries, groups):
                 e.grad = into[store]
             with _threads(threads):
@@ -165,9 +165,11 @@ def test_bags_of_arms_not_wanted_or_without_gradient_are_left_alone():
     out = torch.zeros(1, 1, 2)
     arms_bags([e], [out, None], mean=False)  # arm 0 reads slice 1, arm 1 not wanted
     assert out.flatten().tolist() == [6.0, 7.0]
-    e.grad = torch.zeros_like(rows)
+    e.grad = torch.full_like(rows, float("nan"))  # written: row 0, which no bag reads, and arm 0's slice are 0
     arms_bags_backward([e], [None, torch.ones(1, 1, 2)], mean=False)  # only arm 1 (slice 0) has a gradient
     assert e.grad.tolist() == [[0, 0, 0, 0], [1, 1, 0, 0]]
+    arms_bags_backward([e], [None, None], mean=False)  # no gradient reached any arm: all 0
+    assert e.grad.tolist() == [[0, 0, 0, 0], [0, 0, 0, 0]]
     two = torch.full((2, 1, 2, 2), 5.0)  # [arms, bags, features, dim]: no entry covers feature 1, so it is 0
     arms_bags([e], list(two), mean=False)
     assert two[:, :, 1].eq(0).all() and two[0, 0, 0].tolist() == [6.0, 7.0] and two[1, 0, 0].tolist() == [4.0, 5.0]

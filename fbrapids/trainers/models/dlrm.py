@@ -39,7 +39,7 @@ from fbrapids.trainers.device import module_device
 from fbrapids.trainers.models.base import CTRModel
 from fbrapids.trainers.models.registry import register_model
 from fbrapids.trainers.models.split import SideArrays, dense_rows, pooled_sides, to_tensor
-from fbrapids.trainers.models.trial_parts import stacked_mlp, zero_columns
+from fbrapids.trainers.models.trial_parts import arms_tensor, stacked_mlp, zero_columns
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection, arms_dots, mlp, mlp_forward
 from fbrapids.trainers.sparse import StoreConfig
 
@@ -130,7 +130,7 @@ class DLRM(CTRModel):
         bags = pooled["emb_l"]
         bias = None
         if first.bias_vector is not None:
-            bias = torch.stack([cast(torch.Tensor, net.bias_vector) for net in models])  # [M, dim]: all have one
+            bias = arms_tensor([cast(torch.Tensor, net.bias_vector) for net in models])  # [M, dim]: all have one
         if arms_dots.fits(x, bags, bias):  # the dots where the fields lie, in C (no concatenation, no bmm)
             z = arms_dots.arms_dots(x, bags, bias, first.interaction.self_interaction)
         else:

@@ -1,6 +1,7 @@
 """What the models' trial methods share: zeroing the weights that read a candidate's inputs
 (:meth:`~fbrapids.trainers.models.base.CTRModel.zero_candidate_inputs`, the arms' common
-start: :mod:`fbrapids.trainers.arms`) and running the arms' MLPs stacked (a model's
+start: :mod:`fbrapids.trainers.arms`), the arms' parameters held stacked while they train
+side by side (:class:`StackedParameters`) and running the arms' MLPs stacked (a model's
 ``batched_logits``: :mod:`fbrapids.trainers.arms_batched`).
 
 Example:
@@ -57,9 +58,121 @@ def zero_table(collection: TieredEmbeddingBagCollection, table: str) -> None:
     collection.stores[table] = TieredEmbeddingStore(config, name=name, device=device)
 
 
+#: the attribute of a model's parameter while a :class:`StackedParameters` holds it: (holder, stack, arm)
+STACKED = "_fbx_stacked"
+
+
+class StackedParameters:
+    """The trainable parameters of M models of one architecture (a trial's arms), held
+    stacked while they train side by side: for each parameter name one tensor ``[M, *shape]``
+    (:attr:`stacks`), each model's parameter a view of its slice.  A batched head reads a
+    chunk of arms' parameters as a slice of the stack (:func:`arms_tensor`: no copy per
+    step, where ``torch.stack`` copied every arm's); each slice read with gradients on is a
+    leaf of its own, and :meth:`gather_grads` sums their gradients into the stack's, so the
+    optimizer steps a dozen stacks instead of M dozen tensors (Adam is elementwise: each
+    arm's numbers are its own).  :meth:`release` gives each model its parameters' own
+    storage back, as they stand.
+
+    Example:
+        >>> nets = [torch.nn.Linear(3, 2) for _ in range(4)]
+        >>> held = StackedParameters(nets)
+        >>> [tuple(s.shape) for s in held.stacks], nets[1].weight.data_ptr() == held.stacks[0][1].data_ptr()
+        ([(4, 2, 3), (4, 2)], True)
+        >>> w = arms_tensor([n.weight for n in nets[1:3]])  # arms 1 and 2: a slice, a leaf of its own
+        >>> w.sum().backward(); held.gather_grads()
+        >>> held.stacks[0].grad.sum(dim=(1, 2)).tolist()  # arms 0 and 3 not read: no gradient
+        [0.0, 6.0, 6.0, 0.0]
+        >>> held.release(); nets[1].weight.data_ptr() == held.stacks[0][1].data_ptr()
+        False
+    """
+
+    def __init__(self, models: Sequence[torch.nn.Module]) -> None:
+        named = [dict(m.named_parameters()) for m in models]
+        self.m = len(models)
+        self.stacks: list[torch.nn.Parameter] = []
+        self._held: list[list[torch.nn.Parameter]] = []
+        self._read: list[list[tuple[int, int, torch.Tensor]]] = []  # each stack's slices read since the last gather
+        for name, first in named[0].items():
+            if not first.requires_grad:
+                continue
+            params = [n[name] for n in named]
+            if any(p.shape != first.shape or not p.requires_grad for p in params):
+                raise ArgumentError(f"StackedParameters: parameter {name!r} differs between the models")
+            stack = torch.nn.Parameter(torch.stack([p.detach() for p in params]))
+            for k, p in enumerate(params):
+                p.data = stack.data[k]
+                setattr(p, STACKED, (self, len(self.stacks), k))
+            self.stacks.append(stack)
+            self._held.append(params)
+            self._read.append([])
+
+    def slice_of(self, params: Sequence[torch.Tensor]) -> torch.Tensor | None:
+        """``params`` (one per arm) as a slice of their stack, when they are consecutive arms'
+        of one stack held here (with gradients on: a leaf of its own, its gradient gathered
+        by :meth:`gather_grads`); else None."""
+        marks = [getattr(p, STACKED, None) for p in params]
+        first = marks[0]
+        if first is None or any(mk is None or mk[0] is not self or mk[1] != first[1] or mk[2] != first[2] + k
+                                for k, mk in enumerate(marks)):
+            return None
+        s, a, b = first[1], first[2], first[2] + len(params)
+        part = self.stacks[s].detach()
+        part = part if (a, b) == (0, self.m) else part[a:b]
+        if not torch.is_grad_enabled():
+            return part
+        part.requires_grad_()
+        self._read[s].append((a, b, part))
+        return part
+
+    def gather_grads(self) -> None:
+        """Each stack's gradient (``.grad``): the sum of the gradients of its slices read since
+        the last call (0 for arms no slice reached; None where no slice got a gradient)."""
+        for s, stack in enumerate(self.stacks):
+            got = [(a, b, part.grad) for a, b, part in self._read[s] if part.grad is not None]
+            self._read[s] = []
+            if not got:
+                stack.grad = None
+                continue
+            grad = torch.zeros_like(stack)
+            for a, b, g in got:
+                grad[a:b] += g
+            stack.grad = grad
+
+    def forget(self) -> None:
+        """Drop the slices read since the last :meth:`gather_grads` (a step not applied)."""
+        self._read = [[] for _ in self.stacks]
+
+    def release(self) -> None:
+        """Give every model its parameters' own storage back (their values as they stand)."""
+        for params in self._held:
+            for p in params:
+                p.data = p.data.clone()
+                delattr(p, STACKED)
+        self._held, self._read = [], [[] for _ in self.stacks]
+
+
+def arms_tensor(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The arms' parameters ``params`` (one each, one shape) as one ``[M, *shape]`` tensor: a
+    slice of their stack where a :class:`StackedParameters` holds them, in arm order; else
+    ``torch.stack`` of them (a copy, its gradient flowing back to each).
+
+    Example:
+        >>> a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.zeros(2))
+        >>> arms_tensor([a, b]).tolist()
+        [[1.0, 1.0], [0.0, 0.0]]
+    """
+    mark = getattr(params[0], STACKED, None)
+    if mark is not None:
+        part = mark[0].slice_of(params)
+        if part is not None:
+            return part
+    return torch.stack(list(params))
+
+
 def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor) -> torch.Tensor:
     """The arms' MLPs (one ``Sequential`` of Linear / ReLU / Sigmoid each, same shapes) on
-    ``x`` ``[M, B, in]``: each Linear as one ``baddbmm`` over the arms' stacked weights.
+    ``x`` ``[M, B, in]``: each Linear as one ``baddbmm`` over the arms' stacked weights
+    (:func:`arms_tensor`).
 
     Example:
         >>> from fbrapids.trainers.modules import mlp
@@ -68,20 +181,24 @@ def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor) -> torch
         >>> torch.allclose(stacked_mlp(nets, x), torch.stack([n(x[k]) for k, n in enumerate(nets)]), atol=1e-6)
         True
     """
+    ours = False  # whether x is a Linear's output here (its backward does not keep it): ReLU in place
     for parts in zip(*layers):
         first = parts[0]
         if isinstance(first, torch.nn.Linear):
-            w = torch.stack([p.weight for p in parts])
+            w = arms_tensor([p.weight for p in parts])
             if first.bias is not None:
-                x = torch.baddbmm(torch.stack([p.bias for p in parts]).unsqueeze(1), x, w.transpose(1, 2))
+                x = torch.baddbmm(arms_tensor([p.bias for p in parts]).unsqueeze(1), x, w.transpose(1, 2))
             else:
                 x = torch.bmm(x, w.transpose(1, 2))
-        elif isinstance(first, torch.nn.ReLU):
-            x = torch.relu(x)
+            ours = True
+            continue
+        if isinstance(first, torch.nn.ReLU):
+            x = torch.relu_(x) if ours else torch.relu(x)
         elif isinstance(first, torch.nn.Sigmoid):
             x = torch.sigmoid(x)
         else:
             raise ArgumentError(f"stacked_mlp: no batched form of {type(first).__name__}")
+        ours = False
     return x
 
 

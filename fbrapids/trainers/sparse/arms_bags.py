@@ -4,9 +4,9 @@ A shared store (:class:`~fbrapids.trainers.arms_batched.SharedTables`) holds one
 member arm in each row.  :func:`arms_bags` pools every feature of every shared store of a
 collection and writes each slice's bags straight into its arm's block ``[B, F, dim]``: the layout the arms' batched dense parts read, with no per-feature
 ``embedding_bag``, no stacking and no strided copy (the caller's blocks: a chunk of arms
-at a time, temporaries small enough for the allocator to reuse rather than map afresh).  :func:`arms_bags_backward` adds each
-arm's bag gradients into its slice of the rows' gradient, no sort and no gradient per
-feature.  The arithmetic is :func:`~fbrapids.trainers.sparse.hashmap.bag_sum`'s
+at a time, temporaries small enough for the allocator to reuse rather than map afresh).  :func:`arms_bags_backward` writes the
+rows' gradient, each arm's bag gradients summed into its slice, no sort, no gradient per
+feature and no zeroed buffer (a row's sums start from zero at its first occurrence).  The arithmetic is :func:`~fbrapids.trainers.sparse.hashmap.bag_sum`'s
 (``csrc/arms_bags.c``), so an arm's bags are the bits its model alone pools.
 
 Example (two arms sharing a store of dim 2; one bag of rows 0 and 1, one of row 1):
@@ -16,7 +16,7 @@ Example (two arms sharing a store of dim 2; one bag of rows 0 and 1, one of row 
     >>> arms_bags([e], list(out), mean=True)
     >>> out[0, :, 0].tolist(), out[1, :, 0].tolist()
     ([[2.0, 3.0], [3.0, 4.0]], [[20.0, 30.0], [30.0, 40.0]])
-    >>> e.grad = torch.zeros_like(rows)
+    >>> e.grad = torch.full_like(rows, float("nan"))  # written, not added into
     >>> arms_bags_backward([e], [torch.ones(2, 1, 2), None], mean=True)
     >>> e.grad.tolist()
     [[0.5, 0.5, 0.0, 0.0], [1.5, 1.5, 0.0, 0.0]]
@@ -47,7 +47,7 @@ class BagEntry:
     rows contiguous), ``idx`` its ids' positions in ``rows``, ``offsets`` each bag's first id
     (``[B]``; the last bag ends at ``len(idx)``), ``feature`` its place in the collection,
     ``members`` the arm of each slice; ``grad`` the rows' gradient ``[n_rows, members * dim]``
-    the backward adds into.
+    the backward writes (its contents are not read).
 
     With ``rowmap`` (int64, one per row of the batch), ``rows`` is the store's cache table
     instead, its slices the first ``table_width`` columns (the optimizer's state after them),
@@ -158,14 +158,19 @@ def arms_bags(entries: Sequence[BagEntry], outs: Sequence[torch.Tensor | None], 
 
 
 def arms_bags_backward(entries: Sequence[BagEntry], grads: Sequence[torch.Tensor | None], mean: bool) -> None:
-    """Add each arm's bag gradients ``grads[a]`` (``[B, F, dim]``, one layout for all; None: no
-    gradient reached arm ``a``) into its slice of every entry's ``grad``, as :func:`arms_bags`
-    pooled them."""
+    """Write every entry's ``grad``: the rows' gradient, each arm's bag gradients ``grads[a]``
+    (``[B, F, dim]``, one layout for all; None: no gradient reached arm ``a``, its slices 0)
+    summed into its slice as :func:`arms_bags` pooled them; a row no bag reads is 0.  The
+    entries of one store share its ``grad``; what it held before is not read."""
     if any(e.grad is None for e in entries):
-        raise ArgumentError("arms_bags_backward: every entry needs the rows' gradient to add into (grad)")
+        raise ArgumentError("arms_bags_backward: every entry needs the rows' gradient to write (grad)")
     given = _arm_blocks(grads, "arms_bags_backward")
     if given:
         _run("arms_bags_backward", entries, grads, given[0], mean)
+    else:  # no gradient reached any arm
+        for e in entries:
+            assert e.grad is not None
+            e.grad.zero_()
 
 
 def _arm_blocks(blocks: Sequence[torch.Tensor | None], what: str) -> list[torch.Tensor]:

@@ -25,7 +25,7 @@ enum {
     FBX_AB_OFFS,     /* int64 [nbags]: bag b is idx[offs[b] .. offs[b + 1]) (the last ends at nids) */
     FBX_AB_FEATURE,  /* its place among the collection's features */
     FBX_AB_MEMBERS,  /* int64 [width / dim]: the arm of each slice */
-    FBX_AB_GRAD,     /* float [nrows][width]: the rows' gradient (backward; zeroed by the caller) */
+    FBX_AB_GRAD,     /* float [nrows][width]: the rows' gradient (backward: written, its contents not read) */
     FBX_AB_ROWMAP,   /* int64 [nrows]: at(r) = rowmap[r], the row's place in ROWS (the store's cache table,
                         read where its rows lie, no copy); 0: at(r) = r (the rows gathered, one after another) */
     FBX_AB_STRIDE,   /* floats from one row of ROWS to the next (>= WIDTH) */
@@ -156,7 +156,7 @@ int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int
  * after bag, each occurrence's whole row written at once, so a row's slices share its
  * cache lines rather than one pass per arm each touching a slice of them */
 FBX_INLINE void fbx_arms_entry_back(const int64_t *w, const int64_t *grads, int64_t nbags, const int64_t dim,
-                                    int64_t stride_b, int64_t stride_f, int mean) {
+                                    int64_t stride_b, int64_t stride_f, int mean, uint8_t *seen) {
     const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE], nsl = width / dim;
     const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
     const int64_t *offs = (const int64_t *)(intptr_t)w[FBX_AB_OFFS];
@@ -175,6 +175,10 @@ FBX_INLINE void fbx_arms_entry_back(const int64_t *w, const int64_t *grads, int6
             }
         for (int64_t k = k0; k < k1; k++) {
             float *r = grad + idx[k] * width;
+            if (seen && !seen[idx[k]]) { /* the row's first occurrence: its sums start from zero here, in the cache */
+                memset(r, 0, sizeof(float) * (size_t)width);
+                seen[idx[k]] = 1;
+            }
             for (int64_t j = 0; j < nsl; j++, r += dim) {
                 const float *ga = (const float *)(intptr_t)grads[members[j]];
                 if (!ga) continue;
@@ -194,8 +198,10 @@ FBX_INLINE void fbx_arms_entry_back(const int64_t *w, const int64_t *grads, int6
     }
 }
 
-/* The backward: each entry's rows' gradient (FBX_AB_GRAD, zeroed) plus, for each of its
- * slices j (arm a = members[j]), the gradient of a's bags, grads[a] + b * stride_b +
+/* The backward: each entry's rows' gradient (FBX_AB_GRAD, written: a store's rows are set to
+ * 0 at their first occurrence, where the sums start, and those no bag reads at the end, so
+ * the caller need not zero the buffer, a pass over all of it before this one) is, for each
+ * of its slices j (arm a = members[j]), the gradient of a's bags, grads[a] + b * stride_b +
  * f * stride_f (dim contiguous floats; a null grads[a]: no gradient reached arm a), over
  * the bag's size when mean.  The work is split over the threads by store (entries adding
  * into one gradient): a store's rows are one thread's, so no two threads write one float,
@@ -215,13 +221,20 @@ int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t n
         int64_t seen = 0;
         for (int64_t e = 0; e < first && !seen; e++) seen = desc[e * FBX_AB_WORDS + FBX_AB_GRAD] == into;
         if (seen) continue; /* a unit is a store: its first entry takes its entries */
+        const int64_t nrows = desc[first * FBX_AB_WORDS + FBX_AB_NROWS], width = desc[first * FBX_AB_WORDS + FBX_AB_WIDTH];
+        float *grad = (float *)(intptr_t)into;
+        uint8_t *touched = calloc((size_t)(nrows > 0 ? nrows : 1), 1); /* the rows whose sums have started */
+        if (!touched) memset(grad, 0, sizeof(float) * (size_t)(nrows * width)); /* (no room for the flags: all zeroed first) */
         for (int64_t e = first; e < n_entries; e++) {
             const int64_t *w = desc + e * FBX_AB_WORDS;
             if (w[FBX_AB_GRAD] != into) continue;
-#define FBX_ARMS_BACK(D) fbx_arms_entry_back(w, grads, nbags, D, stride_b, stride_f, mean)
+#define FBX_ARMS_BACK(D) fbx_arms_entry_back(w, grads, nbags, D, stride_b, stride_f, mean, touched)
             FBX_BY_DIM(dim, FBX_ARMS_BACK)
 #undef FBX_ARMS_BACK
         }
+        for (int64_t r = 0; touched && r < nrows; r++) /* rows no bag read: no gradient */
+            if (!touched[r]) memset(grad + r * width, 0, sizeof(float) * (size_t)width);
+        free(touched);
     }
     return 0;
 }
