@@ -34,7 +34,7 @@ the trials it holds (``--report`` only summarises it).
 
     nice -n 10 python benchmarks/trial_calibration.py [--noise 40] [--planted 10] [--seeds 3]
     nice -n 10 python benchmarks/trial_calibration.py --candidates 10 --noise 20 --planted 10 --betas 0.25
-    nice -n 10 python benchmarks/trial_calibration.py --min-effect 0.003 --noise 20 --planted 10 --betas 0.5 0.25
+    nice -n 10 python benchmarks/trial_calibration.py --min-effect 0.003 --noise 60 --planted 10 --betas 0.5 0.25
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                                        "benchmarks/results/trial_calibration_family_100k.state.jsonl", "--out",
                                        "benchmarks/results/trial_calibration_family_100k.json"],
                                       "the same with the planted runs at 100k rows (the noise runs the same)"),
-    "trial_calibration_sequential": (["benchmarks/trial_calibration.py", "--min-effect", "0.003", "--noise", "20",
+    "trial_calibration_sequential": (["benchmarks/trial_calibration.py", "--min-effect", "0.003", "--noise", "60",
                                       "--planted", "10", "--betas", "0.5", "0.25"],
                                      "sequential trials (`min_effect=0.003`: from 2 seeds, one more while the AUC "
                                      "interval straddles the margin, up to 6): false alarms on noise, power on "
