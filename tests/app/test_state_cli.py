@@ -24,7 +24,7 @@ from fbrapids.trainers.checkpoint.model_state import load_checkpoint, weights_di
 from fbrapids.trainers.sparse import StoreConfig
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = 20_000  # 67 steps of 256: the Ctrl-C lands seconds before the end, not in a race with it
+ROWS = 20_000  # about 66 steps of 256: the Ctrl-C lands seconds before the end, not in a race with it
 DEMO = ["demo", "--rows", str(ROWS), "--batch-size", "256", "--checkpoint-every", "2", "--backend", "cpu"]
 
 
