@@ -15,8 +15,8 @@ tables of the same shape, each in its own store, and runs its own small matmuls.
 * **Batched dense parts.**  The arms' dense parameters are held stacked while they train
   (:class:`~fbrapids.trainers.models.trial_parts.StackedParameters`: one ``[M, out, in]``
   tensor per weight, each model's a view of its slice, a chunk of arms reading a slice)
-  and every layer runs once for all arms (``baddbmm``); parameter-free parts (DLRM's dot interactions) run on the arms' rows
-  folded into one batch.  A model class's ``batched_logits`` is its batched forward
+  and every layer runs once for all arms (``baddbmm``); parameter-free parts (DLRM's dot
+  interactions) run on the arms' rows folded into one batch.  A model class's ``batched_logits`` is its batched forward
   (DLRM, Wide&Deep and DeepFM have one); a model without one (DIN, the logistic regression)
   trains arm after arm
   (:class:`~fbrapids.trainers.strategy.Arms`), as before.

@@ -4,9 +4,10 @@ A shared store (:class:`~fbrapids.trainers.arms_batched.SharedTables`) holds one
 member arm in each row.  :func:`arms_bags` pools every feature of every shared store of a
 collection and writes each slice's bags straight into its arm's block ``[B, F, dim]``: the layout the arms' batched dense parts read, with no per-feature
 ``embedding_bag``, no stacking and no strided copy (the caller's blocks: a chunk of arms
-at a time, temporaries small enough for the allocator to reuse rather than map afresh).  :func:`arms_bags_backward` writes the
-rows' gradient, each arm's bag gradients summed into its slice, no sort, no gradient per
-feature and no zeroed buffer (a row's sums start from zero at its first occurrence).  The arithmetic is :func:`~fbrapids.trainers.sparse.hashmap.bag_sum`'s
+at a time, temporaries small enough for the allocator to reuse rather than map afresh).
+:func:`arms_bags_backward` writes the rows' gradient, each arm's bag gradients summed into its
+slice, no sort, no gradient per feature and no zeroed buffer (a row's sums start from zero at
+its first occurrence).  The arithmetic is :func:`~fbrapids.trainers.sparse.hashmap.bag_sum`'s
 (``csrc/arms_bags.c``), so an arm's bags are the bits its model alone pools.
 
 Example (two arms sharing a store of dim 2; one bag of rows 0 and 1, one of row 1):

@@ -221,10 +221,11 @@ int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t n
         int64_t seen = 0;
         for (int64_t e = 0; e < first && !seen; e++) seen = desc[e * FBX_AB_WORDS + FBX_AB_GRAD] == into;
         if (seen) continue; /* a unit is a store: its first entry takes its entries */
-        const int64_t nrows = desc[first * FBX_AB_WORDS + FBX_AB_NROWS], width = desc[first * FBX_AB_WORDS + FBX_AB_WIDTH];
+        const int64_t *fw = desc + first * FBX_AB_WORDS, nrows = fw[FBX_AB_NROWS], width = fw[FBX_AB_WIDTH];
         float *grad = (float *)(intptr_t)into;
         uint8_t *touched = calloc((size_t)(nrows > 0 ? nrows : 1), 1); /* the rows whose sums have started */
-        if (!touched) memset(grad, 0, sizeof(float) * (size_t)(nrows * width)); /* (no room for the flags: all zeroed first) */
+        if (!touched) /* (no room for the flags: every row zeroed first) */
+            memset(grad, 0, sizeof(float) * (size_t)(nrows * width));
         for (int64_t e = first; e < n_entries; e++) {
             const int64_t *w = desc + e * FBX_AB_WORDS;
             if (w[FBX_AB_GRAD] != into) continue;
