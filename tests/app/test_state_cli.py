@@ -24,14 +24,19 @@ from fbrapids.trainers.checkpoint.model_state import load_checkpoint, weights_di
 from fbrapids.trainers.sparse import StoreConfig
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = 20_000  # about 66 steps of 256: the Ctrl-C lands seconds before the end, not in a race with it
+ROWS = 20_000  # about 66 steps of 256: the Ctrl-C sent at the first checkpoint lands seconds before the end
 DEMO = ["demo", "--rows", str(ROWS), "--batch-size", "256", "--checkpoint-every", "2", "--backend", "cpu"]
 
 
 def _cli(*args: str) -> subprocess.Popen:
+    """The CLI in a process of its own, SIGINT's disposition set to the default so that it installs
+    its KeyboardInterrupt handler whatever this process inherited (a suite started as a background
+    job, ``cmd &``, has SIGINT ignored, and the child would then run through a Ctrl-C to exit 0;
+    test_demo_leaves_nothing does the same)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "fbrapids.app.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _refused(capsys, *args: str) -> str:
