@@ -243,6 +243,30 @@ class Columns:
             return parts[0]
         return Columns(*concat_parts(parts, np.concatenate))
 
+    @staticmethod
+    def gather(parts: Sequence["Columns"], which: np.ndarray, rows: np.ndarray) -> "Columns":
+        """Row ``rows[i]`` of ``parts[which[i]]`` as row ``i``: ``Columns.concat(parts)``'s rows
+        at those positions, each row copied once (:mod:`fbrapids.trainers.row_gather`; the
+        shuffle buffer's output).
+
+        >>> a = Columns(np.zeros((2, 1), np.float32), np.array([0, 1], np.float32),
+        ...             {"t": (np.array([4, 5, 6]), np.array([0, 2, 3]))})
+        >>> b = Columns(np.ones((1, 1), np.float32), np.array([2], np.float32), {"t": (np.array([7]), np.array([0, 1]))})
+        >>> g = Columns.gather([a, b], np.array([1, 0]), np.array([0, 0]))
+        >>> g.label.tolist(), g.sparse["t"][0].tolist(), g.sparse["t"][1].tolist()
+        ([2.0, 0.0], [7, 4, 5], [0, 1, 3])
+        """
+        from fbrapids.trainers.row_gather import gather_fixed, gather_ragged
+
+        names = list(parts[0].sparse)
+        if any((p.group is None) != (parts[0].group is None) or list(p.sparse) != names for p in parts):
+            raise BatchError("Columns.gather: the parts differ in their sparse features or group key")
+        ragged = gather_ragged([[p.sparse[k] for k in names] for p in parts], which, rows)
+        groups = [p.group for p in parts if p.group is not None]
+        group = gather_fixed(groups, which, rows) if len(groups) == len(parts) else None
+        return Columns(gather_fixed([p.dense for p in parts], which, rows),
+                       gather_fixed([p.label for p in parts], which, rows), dict(zip(names, ragged)), group)
+
     def to_batch(self) -> Batch:
         """Torch tensors sharing these arrays' memory (offsets without the final end)."""
         sp = {k: (_tensor(v), _tensor(o[:-1])) for k, (v, o) in self.sparse.items()}

@@ -216,6 +216,17 @@ class TensorColumns:
             return parts[0]
         return TensorColumns(*concat_parts(parts, torch.cat))
 
+    @staticmethod
+    def gather(parts: Sequence["TensorColumns"], which: npt.ArrayLike, rows: npt.ArrayLike) -> "TensorColumns":
+        """Row ``rows[i]`` of ``parts[which[i]]`` as row ``i`` (the shuffle buffer's output): the
+        parts named joined (:meth:`concat`), then the rows taken."""
+        which, rows = np.asarray(which, dtype=np.int64), np.asarray(rows, dtype=np.int64)
+        used = np.unique(which)
+        sizes = np.array([len(parts[int(p)]) for p in used], dtype=np.int64)
+        starts = np.zeros(len(parts), dtype=np.int64)
+        starts[used] = np.cumsum(sizes) - sizes  # each used part's first row in the join
+        return TensorColumns.concat([parts[int(p)] for p in used]).take(starts[which] + rows)
+
     def to_batch(self) -> Batch:
         """The batch (offsets without the final end), on the columns' device."""
         self.wait()

@@ -52,6 +52,20 @@ def test_tensor_columns_slice_take_concat_like_the_host_columns() -> None:
     assert torch.equal(bt.sparse["toks"][1], hb.sparse["toks"][1]) and torch.equal(bt.dense, hb.dense)
 
 
+def test_tensor_columns_gather_like_the_host_columns() -> None:
+    """The shuffle buffer's gather: rows of several runs, in any order, as the host gather's."""
+    kw = dict(label="y", dense=["d0", "d1"], sparse=["ad", "toks"], group="u")
+    parts = [Columns.from_frame(frame(n, s), **kw).slice(2, n) for n, s in ((50, 0), (9, 1), (30, 2))]
+    rng = np.random.default_rng(4)
+    pos = rng.permutation(sum(len(p) for p in parts))[:40]
+    starts = np.cumsum([0] + [len(p) for p in parts])
+    which = np.searchsorted(starts, pos, side="right") - 1
+    rows = pos - starts[which]
+    host = Columns.gather(parts, which, rows)
+    same(Columns.concat(parts).take(pos), TensorColumns.gather([as_tensors(p) for p in parts], which, rows))
+    same(host, TensorColumns.gather([as_tensors(p) for p in parts], which, rows))
+
+
 @pytest.mark.gpu
 def test_cudf_partition_to_device_columns_equals_the_host_path() -> None:
     import cudf
