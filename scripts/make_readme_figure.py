@@ -64,14 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         results = {label: trial(data, feats, n_boot=args.boot, progress=False, batch_size=args.batch_size, seeds=args.seeds,
                                 seed=args.seed)
                    for label, feats in candidates.items()}
+        # the results name the data's files: by their names in the generated folder, not its temporary path
+        trials = {label: json.loads(json.dumps(dataclasses.asdict(r), default=float).replace(str(data) + "/", ""))
+                  for label, r in results.items()}
     k = len(next(iter(results.values())).seeds)
     draw(results, args.rows, args.seed, k, args.boot, args.out)
     for label, r in results.items():
         logging.info("%s\n%s", label, r.render())
     out = {"rows": args.rows, "seed": args.seed, "seeds_per_arm": k, "n_boot": args.boot, "batch_size": args.batch_size, "data": meta, "data_version": DATA_VERSION,
            "image": str(args.out.resolve().relative_to(ROOT)) if args.out.resolve().is_relative_to(ROOT) else None,
-           "trials": {label: json.loads(json.dumps(dataclasses.asdict(r), default=float))
-                      for label, r in results.items()},
+           "trials": trials,
            "seconds": round(time.perf_counter() - t0, 1), "machine": machine,
            "command": " ".join(["python scripts/make_readme_figure.py", *(sys.argv[1:] if argv is None else argv)]),
            "measured_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

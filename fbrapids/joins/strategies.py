@@ -79,6 +79,7 @@ from fbrapids.joins.hash_join import (
     nullable_dtype,
 )
 from fbrapids.views.dtype_spec import ColumnDtype, DtypeSpec, as_numpy
+from fbrapids.views.rows import filter_rows
 
 if TYPE_CHECKING:
     import cudf
@@ -637,10 +638,10 @@ def _cut_at(frame: dd.DataFrame, divisions: Sequence[Any]) -> dd.DataFrame:
 def _key_range(meta: EagerFrame, lo: Any, hi: Any, last: bool, *parts: EagerFrame) -> EagerFrame:
     """The rows of ``parts`` (sorted frames) whose index lies in ``[lo, hi)`` (``[lo, hi]``
     when ``last``), as one frame of ``meta``'s columns."""
-    whole = _backend.backend_of(meta).xdf.concat(list(parts)) if parts else meta
+    whole = _backend.backend_of(meta).xdf.concat(list(parts)) if len(parts) > 1 else parts[0] if parts else meta
     idx = whole.index
     keep = (idx >= lo) & ((idx <= hi) if last else (idx < hi))
-    return whole[keep]
+    return filter_rows(whole, keep)  # one part whose rows all lie in the range: not copied
 
 
 def _after(value: T, _check: object) -> T:

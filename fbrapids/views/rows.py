@@ -126,7 +126,9 @@ def take_rows(frame: EagerFrame, rows: np.ndarray) -> EagerFrame:
 
 
 def filter_rows(frame: EagerFrame, mask: Mask) -> EagerFrame:
-    """``frame[mask]`` for a boolean mask (a numpy array, or a Series on ``frame``'s index).
+    """``frame[mask]`` for a boolean mask (a numpy array, or a Series on ``frame``'s index); a
+    pandas frame whose rows are all kept comes back without a copy (a shallow one: pandas'
+    copy-on-write keeps the two apart).
 
     Example:
         >>> import pandas as pd, numpy as np
@@ -139,6 +141,10 @@ def filter_rows(frame: EagerFrame, mask: Mask) -> EagerFrame:
             return frame[mask]
         keep = mask.to_numpy()
     if (not isinstance(frame, pd.DataFrame) or not isinstance(keep, np.ndarray) or keep.dtype != bool
-            or keep.ndim != 1 or len(keep) != len(frame) or len(frame) < MIN_ROWS or keep.all()):
+            or keep.ndim != 1 or len(keep) != len(frame)):
+        return frame[mask]
+    if keep.all():  # every row: the frame itself, not a copy of it (copy-on-write: a change to either is its own)
+        return frame.copy(deep=False)
+    if len(frame) < MIN_ROWS:
         return frame[mask]
     return take_rows(frame, np.flatnonzero(keep))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from fbrapids.errors import WorkloadError
 from fbrapids.frames.backend import is_dask_frame
+from fbrapids.views.rows import filter_rows
 from fbrapids.workloads.spec import HELD_OUT, Join, View, Workload
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
@@ -79,7 +80,7 @@ def index_as_column(frame: FrameLike) -> FrameLike:
 
 def _rows_before(part: FrameLike, column: str, cutoff: int | None, before: bool) -> FrameLike:
     keep = part[column] < cutoff
-    return part[keep if before else ~keep]
+    return filter_rows(part, keep if before else ~keep)  # a partition all on one side: not copied
 
 
 def split_by_time(frame: FrameLike, column: str, cutoff: int | None) -> tuple[FrameLike, FrameLike]:

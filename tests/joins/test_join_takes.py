@@ -202,6 +202,19 @@ def test_filter_rows_equals_pandas_boolean_selection(data):
     _same_frame(filter_rows(frame, pd.Series(keep, index=frame.index)), frame[pd.Series(keep, index=frame.index)])
 
 
+def test_filter_rows_keeping_every_row_copies_nothing_and_stays_apart():
+    """Every row kept: the frame's own buffers, not a copy; a change to either leaves the other as it was."""
+    frame = pd.DataFrame({"a": np.arange(5), "s": pd.array(list("abcde"), dtype="str")})
+    got = filter_rows(frame, np.ones(5, dtype=bool))
+    _same_frame(got, frame[np.ones(5, dtype=bool)])
+    assert np.shares_memory(got["a"].to_numpy(), frame["a"].to_numpy())
+    got.loc[0, "a"] = 99
+    got["new"] = 1
+    assert frame["a"].tolist() == [0, 1, 2, 3, 4] and "new" not in frame.columns
+    frame.loc[1, "a"] = -1
+    assert got["a"].tolist() == [99, 1, 2, 3, 4]
+
+
 @SETTINGS
 @given(data=st.data())
 def test_take_array_with_misses_equals_pandas_take_with_fill(data):
