@@ -82,6 +82,10 @@ def _ids_from_numpy(arr: np.ndarray, name: str) -> np.ndarray:
     raise ColumnTypeError(f"sparse feature {name!r}: ids must be integers, got dtype {arr.dtype}")
 
 
+def _is_list_dtype(dt: object) -> bool:
+    return isinstance(dt, pd.ArrowDtype) and (pa.types.is_list(dt.pyarrow_dtype) or pa.types.is_large_list(dt.pyarrow_dtype))
+
+
 def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(values int64, offsets [n+1] int64)`` of a list or scalar integer id column.
 
@@ -95,8 +99,7 @@ def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.
     """
     dt = s.dtype
     n = len(s)
-    if isinstance(dt, pd.ArrowDtype) and (pa.types.is_list(dt.pyarrow_dtype)
-                                          or pa.types.is_large_list(dt.pyarrow_dtype)):
+    if isinstance(dt, pd.ArrowDtype) and _is_list_dtype(dt):
         arr = s.array.__arrow_array__()
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
@@ -198,6 +201,9 @@ class Columns:
     sparse: dict[str, tuple[np.ndarray, np.ndarray]]
     group: np.ndarray | None = None
     nan_replaced: int = field(default=0, compare=False)
+    #: the sparse features known to hold one id a row (offsets ``0..n``): scalar id columns
+    #: (:meth:`gather` copies their ids as a fixed-width column, without reading offsets)
+    single: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __len__(self) -> int:
         return len(self.label)
@@ -221,7 +227,8 @@ class Columns:
                 g = _ids_from_numpy(gs.to_numpy(dtype=np.uint64 if "uint64" in str(gs.dtype) else np.int64), group)
             else:  # strings etc.: a stable 64-bit hash, the same in every partition
                 g = pd.util.hash_pandas_object(gs, index=False).to_numpy().view(np.int64)
-        return cls(d, y.astype(np.float32), sp, g, replaced)
+        single = frozenset(name for name in sparse if not _is_list_dtype(df[name].dtype))
+        return cls(d, y.astype(np.float32), sp, g, replaced, single)
 
     def slice(self, start: int, stop: int) -> "Columns":
         sp = {}
@@ -229,19 +236,19 @@ class Columns:
             oo = o[start : stop + 1]
             sp[k] = (v[oo[0] : oo[-1]], oo - oo[0])
         g = None if self.group is None else self.group[start:stop]
-        return Columns(self.dense[start:stop], self.label[start:stop], sp, g)
+        return Columns(self.dense[start:stop], self.label[start:stop], sp, g, single=self.single)
 
     def take(self, idx: np.ndarray) -> "Columns":
         sp = {k: ragged_take(v, o, idx) for k, (v, o) in self.sparse.items()}
         g = None if self.group is None else self.group[idx]
-        return Columns(self.dense[idx], self.label[idx], sp, g)
+        return Columns(self.dense[idx], self.label[idx], sp, g, single=self.single)
 
     @staticmethod
     def concat(parts: Sequence["Columns"]) -> "Columns":
         parts = [p for p in parts if len(p)] or list(parts[:1])
         if len(parts) == 1:
             return parts[0]
-        return Columns(*concat_parts(parts, np.concatenate))
+        return Columns(*concat_parts(parts, np.concatenate), single=frozenset.intersection(*(p.single for p in parts)))
 
     @staticmethod
     def gather(parts: Sequence["Columns"], which: np.ndarray, rows: np.ndarray) -> "Columns":
@@ -256,16 +263,27 @@ class Columns:
         >>> g.label.tolist(), g.sparse["t"][0].tolist(), g.sparse["t"][1].tolist()
         ([2.0, 0.0], [7, 4, 5], [0, 1, 3])
         """
-        from fbrapids.trainers.row_gather import gather_fixed, gather_ragged
+        from fbrapids.trainers.row_gather import gather_columns, gather_ragged
 
         names = list(parts[0].sparse)
         if any((p.group is None) != (parts[0].group is None) or list(p.sparse) != names for p in parts):
             raise BatchError("Columns.gather: the parts differ in their sparse features or group key")
-        ragged = gather_ragged([[p.sparse[k] for k in names] for p in parts], which, rows)
-        groups = [p.group for p in parts if p.group is not None]
-        group = gather_fixed(groups, which, rows) if len(groups) == len(parts) else None
-        return Columns(gather_fixed([p.dense for p in parts], which, rows),
-                       gather_fixed([p.label for p in parts], which, rows), dict(zip(names, ragged)), group)
+        single = frozenset.intersection(*(p.single for p in parts))
+        lists = [k for k in names if k not in single]
+        sparse = dict(zip(lists, gather_ragged([[p.sparse[k] for k in lists] for p in parts], which, rows)))
+        ids = sorted(single)  # one id a row: the ids alone (gathered with the other fixed-width columns), offsets 0..n
+        with_group = parts[0].group is not None  # all parts alike (checked above)
+
+        def fixed_columns(p: Columns) -> list[np.ndarray]:
+            out = [p.dense, p.label] + ([p.group] if p.group is not None else [])
+            return out + [p.sparse[k][0][p.sparse[k][1][0]:p.sparse[k][1][-1]] for k in ids]
+
+        fixed = gather_columns([fixed_columns(p) for p in parts], which, rows)
+        dense, label, group = fixed[0], fixed[1], fixed[2] if with_group else None
+        offsets = np.arange(len(label) + 1, dtype=np.int64)
+        for k, v in zip(ids, fixed[2 + with_group:]):
+            sparse[k] = (v, offsets.copy())
+        return Columns(dense, label, {k: sparse[k] for k in names}, group, single=single)
 
     def to_batch(self) -> Batch:
         """Torch tensors sharing these arrays' memory (offsets without the final end)."""

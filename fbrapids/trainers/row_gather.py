@@ -6,9 +6,9 @@ join copies every held row again at each emission; here output row ``i`` is row
 ``rows[i]`` of part ``parts[i]``, read where it lies (``csrc/row_gather.c``): a fixed-width
 column (a dense matrix, labels, group keys) one ``memcpy`` a row, a ragged column (int64
 values and ``[n + 1]`` int64 offsets) in one pass writing both, the rows ahead prefetched (a
-gather in random order waits on the memory's latency).  The values go into a buffer of
-every part's value count (rows are gathered once each, so they fit), trimmed by a copy when
-less than half of it is used.
+gather in random order waits on the memory's latency).  The values go into a buffer sized
+from the parts' mean bag length (with room to spare), counted exactly and gathered again in
+the rare case the rows drawn hold more, and trimmed by a copy when less than half is used.
 
 Example:
     >>> import numpy as np
@@ -43,7 +43,7 @@ def _lib() -> ctypes.CDLL:
     lib = load_source(CSRC.read_text())
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.fbx_gather_fixed.restype = None
-    lib.fbx_gather_fixed.argtypes = [i64, p, p, i64, p, p]
+    lib.fbx_gather_fixed.argtypes = [i64, p, p, i64, i64, p, p]
     lib.fbx_gather_ragged.restype = i64
     lib.fbx_gather_ragged.argtypes = [i64, p, p, i64, p, p, p, p, p]
     return lib
@@ -70,18 +70,31 @@ def _index(parts: np.ndarray, rows: np.ndarray, lengths: Sequence[int]) -> tuple
 def gather_fixed(arrays: Sequence[np.ndarray], parts: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Row ``rows[i]`` of ``arrays[parts[i]]`` as row ``i`` (arrays of one dtype and row shape;
     ``arrays[p][rows]`` joined in order, as numpy would give it)."""
-    first = arrays[0]
-    if any(a.dtype != first.dtype or a.shape[1:] != first.shape[1:] for a in arrays):
-        raise ArgumentError("row gather: the parts' arrays differ in dtype or row shape")
-    parts, rows = _index(parts, rows, [len(a) for a in arrays])
-    out = np.empty((len(parts), *first.shape[1:]), dtype=first.dtype)
-    width = first.dtype.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
-    if width == 0 or not len(parts):
-        return out
-    arrays = [np.ascontiguousarray(a) for a in arrays]
-    _lib().fbx_gather_fixed(len(parts), parts.ctypes.data, rows.ctypes.data, width, _pointers(arrays),
-                            out.ctypes.data)
-    return out
+    return gather_columns([[a] for a in arrays], parts, rows)[0]
+
+
+def gather_columns(columns: Sequence[Sequence[np.ndarray]], parts: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
+    """:func:`gather_fixed` of several columns at once (``columns[p][k]``: part ``p``'s column
+    ``k``; a column's arrays of one dtype and row shape), each row's columns read together."""
+    ncols = len(columns[0]) if columns else 0
+    if any(len(c) != ncols for c in columns):
+        raise ArgumentError("row gather: the parts have different numbers of columns")
+    firsts = list(columns[0]) if columns else []
+    for k, first in enumerate(firsts):
+        if any(c[k].dtype != first.dtype or c[k].shape[1:] != first.shape[1:] or len(c[k]) != len(c[0])
+               for c in columns):
+            raise ArgumentError(f"row gather: column {k}'s arrays differ in dtype, row shape or rows")
+    parts, rows = _index(parts, rows, [len(c[0]) if ncols else 0 for c in columns])
+    outs = [np.empty((len(parts), *f.shape[1:]), dtype=f.dtype) for f in firsts]
+    widths = [f.dtype.itemsize * int(np.prod(f.shape[1:], dtype=np.int64)) for f in firsts]
+    if not len(parts):
+        return outs
+    src = [[np.ascontiguousarray(a) for a in c] for c in columns]
+    for width in sorted(set(widths) - {0}):  # one call for the columns of each width
+        ks = [k for k, w in enumerate(widths) if w == width]
+        _lib().fbx_gather_fixed(len(parts), parts.ctypes.data, rows.ctypes.data, len(ks), width,
+                                _pointers([c[k] for c in src for k in ks]), _pointers([outs[k] for k in ks]))
+    return outs
 
 
 def gather_ragged(columns: Sequence[Sequence[Ragged]], parts: np.ndarray,
@@ -104,22 +117,23 @@ def gather_ragged(columns: Sequence[Sequence[Ragged]], parts: np.ndarray,
         return []
     parts, rows = _index(parts, rows, lengths)
     n = len(parts)
-    # every part's values: the most a gather of distinct rows reads (a row gathered twice may need more)
-    starts = np.cumsum([0, *lengths], dtype=np.int64)
-    seen = np.zeros(int(starts[-1]), dtype=bool)
-    seen[starts[parts] + rows] = True
-    if int(np.count_nonzero(seen)) == n:
-        capacity = np.array([sum(int(c[k][1][-1] - c[k][1][0]) for c in columns) for k in range(ncols)],
-                            dtype=np.int64)
-    else:  # a row gathered more than once: the gathered rows' own lengths
+    # a bound from the parts' mean bag length (a quarter more, and some): an exact count would read every
+    # gathered row's offsets once more, at random; a bound short of the rows (rare) is retried with the count
+    values_in = np.array([sum(int(c[k][1][-1] - c[k][1][0]) for c in columns) for k in range(ncols)], dtype=np.int64)
+    mean = values_in / max(1, sum(lengths))
+    capacity = np.minimum(values_in * n, (mean * n * 1.25).astype(np.int64) + 4096)
+    offsets = [np.empty(n + 1, dtype=np.int64) for _ in range(ncols)]
+    for _ in range(2):
+        values = [np.empty(int(c), dtype=np.int64) for c in capacity]
+        short = _lib().fbx_gather_ragged(n, parts.ctypes.data, rows.ctypes.data, ncols, _pointers(flat_o),
+                                         _pointers(flat_v), capacity.ctypes.data, _pointers(offsets),
+                                         _pointers(values))
+        if short < 0:
+            break
         capacity = np.array([sum(int((c[k][1][1:] - c[k][1][:-1])[rows[parts == p]].sum())
                                  for p, c in enumerate(columns)) for k in range(ncols)], dtype=np.int64)
-    offsets = [np.empty(n + 1, dtype=np.int64) for _ in range(ncols)]
-    values = [np.empty(int(c), dtype=np.int64) for c in capacity]
-    short = _lib().fbx_gather_ragged(n, parts.ctypes.data, rows.ctypes.data, ncols, _pointers(flat_o),
-                                     _pointers(flat_v), capacity.ctypes.data, _pointers(offsets), _pointers(values))
-    if short >= 0:  # cannot happen with the bounds above; never a write past a buffer
-        raise ArgumentError(f"row gather: ragged column {short}'s values exceed their bound")
+    else:  # cannot happen: the second bound is the count itself; never a write past a buffer
+        raise ArgumentError(f"row gather: ragged column {short}'s values exceed their count")
     out = []
     for v, o in zip(values, offsets):
         used = int(o[-1])

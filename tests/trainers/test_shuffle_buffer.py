@@ -15,16 +15,17 @@ from fbrapids.trainers.row_gather import gather_fixed, gather_ragged
 from fbrapids.trainers.shuffle import ShuffleBuffer
 
 
-def _run(start: int, n: int, seed: int, dense: int) -> Columns:
-    """``n`` rows numbered from ``start`` (label = number), two ragged columns of 0-4 ids."""
+def _run(start: int, n: int, seed: int, dense: int, single: bool = True) -> Columns:
+    """``n`` rows numbered from ``start`` (label = number), two ragged columns of 0-4 ids and
+    one of one id a row (``single``: marked so, as ``Columns.from_frame`` marks a scalar id column)."""
     rng = np.random.default_rng(seed)
     sparse = {}
-    for name in ("a", "b"):
-        lengths = rng.integers(0, 5, n)
+    for name in ("a", "b", "s"):
+        lengths = rng.integers(0, 5, n) if name != "s" else np.ones(n, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         sparse[name] = (rng.integers(-2**62, 2**62, int(offsets[-1])), offsets)
     return Columns(rng.random((n, dense), dtype=np.float32), np.arange(start, start + n, dtype=np.float32), sparse,
-                   rng.integers(0, 1 << 40, n))
+                   rng.integers(0, 1 << 40, n), single=frozenset({"s"}) if single else frozenset())
 
 
 def _table(cols: list[Columns]) -> pd.DataFrame:
@@ -41,8 +42,8 @@ def _table(cols: list[Columns]) -> pd.DataFrame:
 def _bytes(rows: pd.DataFrame, dense: int) -> int:
     """The bytes of one run of rows holding ``rows`` (float32 dense and labels, int64 groups, ids
     and offsets, one offset more than rows per ragged column)."""
-    ids = sum(len(x) for k in ("a", "b") for x in rows[k])
-    return len(rows) * (4 * dense + 4 + 8) + 8 * ids + 2 * 8 * (len(rows) + 1)
+    ids = sum(len(x) for k in ("a", "b", "s") for x in rows[k])
+    return len(rows) * (4 * dense + 4 + 8) + 8 * ids + 3 * 8 * (len(rows) + 1)
 
 
 def _reference(runs: list[Columns], capacity: int, batch: int, seed: int, max_bytes: int, unit: int,
@@ -118,9 +119,11 @@ def test_buffer_holds_runs_in_proportion_to_the_rows_held(capacity: int, sizes: 
 def test_gather_equals_numpy_take_of_the_joined_parts(lengths: list[int], seed: int, picks: int, repeat: bool,
                                                       cut: int) -> None:
     """Row ``rows[i]`` of part ``parts[i]``: numpy's concatenate-then-take, for parts sliced
-    from larger runs (offsets not from 0), empty bags and parts, rows picked once or repeated."""
+    from larger runs (offsets not from 0), empty bags and parts, rows picked once or repeated,
+    a column of one id a row gathered as such (every part marked) or as lists (one part not)."""
     rng = np.random.default_rng(seed)
-    parts = [_run(0, n + cut, seed + i, 2).slice(cut, n + cut) for i, n in enumerate(lengths)]
+    parts = [_run(0, n + cut, seed + i, 2, single=i % 3 != 2 or not repeat).slice(cut, n + cut)
+             for i, n in enumerate(lengths)]
     total = sum(lengths)
     if total == 0:
         pos = np.zeros(0, dtype=np.int64)
@@ -135,7 +138,8 @@ def test_gather_equals_numpy_take_of_the_joined_parts(lengths: list[int], seed: 
     want = Columns.concat(parts).take(pos) if total else Columns.concat(parts).slice(0, 0)
     assert np.array_equal(got.dense, want.dense) and np.array_equal(got.label, want.label)
     assert np.array_equal(got.group, want.group)
-    for k in ("a", "b"):
+    assert got.single == frozenset.intersection(*(p.single for p in parts))  # a part not marked: the lists' path
+    for k in ("a", "b", "s"):
         (gv, go), (wv, wo) = got.sparse[k], want.sparse[k]
         assert np.array_equal(go, wo - wo[0]) and np.array_equal(gv, wv[wo[0]:wo[-1]]), k
 
@@ -148,3 +152,31 @@ def test_gather_refuses_what_is_not_in_the_parts() -> None:
         gather_fixed([np.zeros(2)], np.array([1]), np.array([0]))
     with pytest.raises(ArgumentError, match="offsets that do not fit"):
         gather_ragged([[(v, np.array([0, 1, 4]))]], np.array([0]), np.array([0]))
+
+
+def test_from_frame_marks_scalar_id_columns_single() -> None:
+    """``Columns.from_frame`` marks the scalar id columns (one id a row), not the list ones, and
+    slices, takes and joins keep the mark."""
+    import pyarrow as pa
+
+    df = pd.DataFrame({"y": [0, 1, 0], "u": pd.Series([5, 6, 7], dtype="uint64"), "i": [1, 2, 3],
+                       "l": pd.Series([[1], [2, 3], []], dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+    c = Columns.from_frame(df, label="y", dense=[], sparse=["u", "i", "l"])
+    assert c.single == {"u", "i"}
+    assert c.slice(1, 3).single == c.take(np.array([2, 0])).single == Columns.concat([c, c]).single == {"u", "i"}
+    g = Columns.gather([c, c.slice(1, 3)], np.array([1, 0, 1]), np.array([1, 0, 0]))
+    assert g.sparse["u"][0].tolist() == [7, 5, 6] and g.sparse["u"][1].tolist() == [0, 1, 2, 3]
+    assert g.sparse["l"][0].tolist() == [1, 2, 3] and g.sparse["l"][1].tolist() == [0, 0, 1, 3]
+
+
+def test_gather_of_rows_longer_than_the_parts_mean_counts_them_and_gathers_again() -> None:
+    """The values' buffer is sized from the parts' mean bag length; rows drawn far longer than
+    it (here the 100 bags of 100 ids among 10,000 empty ones) are counted and gathered again."""
+    lengths = np.zeros(10_100, dtype=np.int64)
+    lengths[::101] = 100
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = np.arange(int(offsets[-1]), dtype=np.int64)
+    rows = np.flatnonzero(lengths)[::-1]
+    [(v, o)] = gather_ragged([[(values, offsets)]], np.zeros(len(rows), dtype=np.int64), rows)
+    assert o.tolist() == list(range(0, 100 * len(rows) + 1, 100))
+    assert v.tolist() == [x for r in rows for x in range(offsets[r], offsets[r + 1])]

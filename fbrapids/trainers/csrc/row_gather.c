@@ -1,7 +1,7 @@
 /* row_gather.c -- rows gathered from several runs of host rows ("parts") into one, each row
  * copied once: output row i is row rows[i] of part parts[i].
  *
- *   fbx_gather_fixed:  a fixed-width column (width bytes a row: a dense matrix's row, a label);
+ *   fbx_gather_fixed:  fixed-width columns (width bytes a row: a dense matrix's row, a label, an id);
  *   fbx_gather_ragged: ncols ragged columns, int64 values and their offsets ([n + 1], int64, a
  *                      prefix sum of the gathered rows' lengths), in one pass.
  *
@@ -11,9 +11,29 @@
  * Single-threaded: the stream's producer thread runs it beside the trainer. */
 #include <string.h>
 
-FBX_KERNEL void fbx_gather_fixed(fbx_i64 n, const fbx_i64* parts, const fbx_i64* rows, fbx_i64 width,
-                                 const fbx_u8* const* src, fbx_u8* out) {
-  for (fbx_i64 i = 0; i < n; ++i) memcpy(out + i * width, src[parts[i]] + rows[i] * width, (size_t)width);
+/* ncols fixed-width columns of one width: src[p * ncols + k] is part p's column k, out[k] the
+ * output's.  A row's columns are read together (independent loads: many misses in flight). */
+FBX_KERNEL void fbx_gather_fixed(fbx_i64 n, const fbx_i64* parts, const fbx_i64* rows, fbx_i64 ncols, fbx_i64 width,
+                                 const fbx_u8* const* src, fbx_u8* const* out) {
+  if (width == 8) {
+    for (fbx_i64 i = 0; i < n; ++i) {
+      const fbx_u8* const* s = src + parts[i] * ncols;
+      const fbx_i64 r = rows[i];
+      for (fbx_i64 k = 0; k < ncols; ++k) ((fbx_i64*)out[k])[i] = ((const fbx_i64*)s[k])[r];
+    }
+  } else if (width == 4) {
+    for (fbx_i64 i = 0; i < n; ++i) {
+      const fbx_u8* const* s = src + parts[i] * ncols;
+      const fbx_i64 r = rows[i];
+      for (fbx_i64 k = 0; k < ncols; ++k) ((int*)out[k])[i] = ((const int*)s[k])[r];
+    }
+  } else {
+    for (fbx_i64 i = 0; i < n; ++i) {
+      const fbx_u8* const* s = src + parts[i] * ncols;
+      const fbx_i64 r = rows[i];
+      for (fbx_i64 k = 0; k < ncols; ++k) memcpy(out[k] + i * width, s[k] + r * width, (size_t)width);
+    }
+  }
 }
 
 /* One pass: the offsets and the values of each column, into value buffers of capacity[k]
