@@ -3,10 +3,11 @@
 The shuffle buffer (:mod:`fbrapids.trainers.shuffle`) holds the partitions as they arrived
 and emits rows drawn from all of them.  Joining the parts first and taking rows from the
 join copies every held row again at each emission; here output row ``i`` is row
-``rows[i]`` of part ``parts[i]``, read where it lies (``csrc/row_gather.c``): a fixed-width
-column (a dense matrix, labels, group keys) one ``memcpy`` a row, a ragged column (int64
-values and ``[n + 1]`` int64 offsets) in one pass writing both, the rows ahead prefetched (a
-gather in random order waits on the memory's latency).  The values go into a buffer sized
+``rows[i]`` of part ``parts[i]``, read where it lies (``csrc/row_gather.c``): fixed-width
+columns (a dense matrix, labels, group keys, ids of one a row) in one call, a row's columns
+read together (:func:`gather_columns`), ragged columns (int64 values and ``[n + 1]`` int64
+offsets) in one pass writing both, the rows ahead prefetched (a gather in random order waits
+on the memory's latency, not its bandwidth).  The values go into a buffer sized
 from the parts' mean bag length (with room to spare), counted exactly and gathered again in
 the rare case the rows drawn hold more, and trimmed by a copy when less than half is used.
 
