@@ -314,11 +314,35 @@ def scheduler_lost(client: Client, timeout: float = 1.0) -> bool:
     return False
 
 
-def lost_scheduler_message(what: str, client: Client) -> str:
-    """The one line a lost scheduler ends a run with: which address, and what to do."""
-    return (f"{what}: lost the dask scheduler at {client.scheduler.address}: its connection closed and nothing "
-            "answers there now (the scheduler was stopped or killed, or its host is unreachable); start it (and its "
-            "workers) again, then rerun (a run that checkpoints resumes from its newest checkpoint)")
+def lost_scheduler_message(what: str, client: Client, gone: bool = True) -> str:
+    """The one line a lost scheduler ends a run with: which address, and what to do; ``gone``:
+    nothing answers at the address now (:func:`scheduler_lost`), else only the connection is
+    known lost (:func:`connection_lost`: the client cancelled the run's tasks)."""
+    how = ("its connection closed and nothing answers there now (the scheduler was stopped or killed, or its host is "
+           "unreachable)" if gone else "its connection closed mid-run and the client cancelled the run's tasks (the "
+           "scheduler restarted, stopped or killed, or the network between them failed)")
+    return (f"{what}: lost the dask scheduler at {client.scheduler.address}: {how}; start it (and its workers) again, "
+            "then rerun (a run that checkpoints resumes from its newest checkpoint)")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is dask's cancellation of a task for
+    a lost scheduler connection (``FutureCancelledError``, reason ``scheduler-connection-lost``):
+    the client says so itself, whatever answers at the scheduler's address a moment later.
+
+    Example:
+        >>> from distributed.client import FutureCancelledError
+        >>> connection_lost(FutureCancelledError("x", "scheduler-connection-lost")), connection_lost(ValueError())
+        (True, False)
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if getattr(e, "reason", None) == "scheduler-connection-lost":
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 @contextlib.contextmanager
@@ -369,8 +393,11 @@ def frozen_worker_watchdog(client: Client | None, what: str, poll_s: float = 1.0
     try:
         yield
     except BaseException as exc:
-        if not found and not isinstance(exc, (KeyboardInterrupt, SystemExit)) and scheduler_lost(client):
-            found.append(lost_scheduler_message(what, client))  # the compute failed first (its futures cancelled)
+        if not found and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            # the compute failed first (its futures cancelled): the scheduler gone, or the client's word for it
+            gone = scheduler_lost(client)
+            if gone or connection_lost(exc):
+                found.append(lost_scheduler_message(what, client, gone))
         if found:
             raise ClusterError(found[0]) from exc
         raise
