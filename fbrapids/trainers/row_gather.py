@@ -14,8 +14,8 @@ the rare case the rows drawn hold more, and trimmed by a copy when less than hal
 Example:
     >>> import numpy as np
     >>> a, b = np.array([[1.0], [2.0]], np.float32), np.array([[3.0]], np.float32)
-    >>> gather_fixed([a, b], np.array([1, 0, 0]), np.array([0, 1, 0])).ravel().tolist()
-    [3.0, 2.0, 1.0]
+    >>> [c.ravel().tolist() for c in gather_columns([[a], [b]], np.array([1, 0, 0]), np.array([0, 1, 0]))]
+    [[3.0, 2.0, 1.0]]
     >>> va, oa = np.array([5, 6, 7]), np.array([0, 2, 3])  # rows [5, 6] and [7]
     >>> vb, ob = np.array([8]), np.array([0, 0, 1])         # rows [] and [8]
     >>> [(v.tolist(), o.tolist()) for v, o in gather_ragged([[(va, oa)], [(vb, ob)]], np.array([1, 0, 1]),
@@ -68,15 +68,10 @@ def _index(parts: np.ndarray, rows: np.ndarray, lengths: Sequence[int]) -> tuple
     return parts, rows
 
 
-def gather_fixed(arrays: Sequence[np.ndarray], parts: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Row ``rows[i]`` of ``arrays[parts[i]]`` as row ``i`` (arrays of one dtype and row shape;
-    ``arrays[p][rows]`` joined in order, as numpy would give it)."""
-    return gather_columns([[a] for a in arrays], parts, rows)[0]
-
-
 def gather_columns(columns: Sequence[Sequence[np.ndarray]], parts: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
-    """:func:`gather_fixed` of several columns at once (``columns[p][k]``: part ``p``'s column
-    ``k``; a column's arrays of one dtype and row shape), each row's columns read together."""
+    """Fixed-width columns: row ``rows[i]`` of part ``parts[i]``'s column ``k`` (``columns[p][k]``;
+    a column's arrays of one dtype and row shape) as row ``i`` of output ``k``, as numpy's
+    ``concatenate`` then fancy index would give it; each row's columns read together."""
     ncols = len(columns[0]) if columns else 0
     if any(len(c) != ncols for c in columns):
         raise ArgumentError("row gather: the parts have different numbers of columns")

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from fbrapids.errors import ArgumentError
 from fbrapids.trainers.batch import Columns
-from fbrapids.trainers.row_gather import gather_fixed, gather_ragged
+from fbrapids.trainers.row_gather import gather_columns, gather_ragged
 from fbrapids.trainers.shuffle import ShuffleBuffer
 
 
@@ -149,7 +149,7 @@ def test_gather_refuses_what_is_not_in_the_parts() -> None:
     with pytest.raises(ArgumentError, match="a row outside its part"):
         gather_ragged([[(v, o)]], np.array([0]), np.array([2]))
     with pytest.raises(ArgumentError, match="a part index outside"):
-        gather_fixed([np.zeros(2)], np.array([1]), np.array([0]))
+        gather_columns([[np.zeros(2)]], np.array([1]), np.array([0]))
     with pytest.raises(ArgumentError, match="offsets that do not fit"):
         gather_ragged([[(v, np.array([0, 1, 4]))]], np.array([0]), np.array([0]))
 
