@@ -93,20 +93,53 @@ class Tier(Protocol):
 class Slots:
     """Which global row occupies each slot of a tier, dirtiness, and a stack of free slots.
 
+    The three arrays (:attr:`owner`, :attr:`dirty`, :attr:`free`: 17 bytes a slot) are made
+    on first use: a tier never used touches none of their memory.  A trial builds every
+    arm's model with its own stores and then hands their rows to one shared store
+    (:class:`~fbrapids.trainers.arms_batched.SharedTables`): at 65,536 slots a store, a
+    10-candidate trial filled and dropped 1.4 GB of such arrays before this.
+
     Example:
         >>> s = Slots(4)
-        >>> a = s.pop(3); s.n_free
-        1
+        >>> s.made
+        False
+        >>> a = s.pop(3); s.n_free, s.made
+        (1, True)
         >>> s.release(a[:2]); s.n_free
         3
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)
-        self.owner = np.full(self.capacity, -1, dtype=np.int64)
-        self.dirty = np.zeros(self.capacity, dtype=bool)
-        self.free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)
         self.n_free = self.capacity
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def made(self) -> bool:
+        """Whether the arrays exist yet (a slot was asked for, or one of them was read)."""
+        return self._arrays is not None
+
+    def _made(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            c = self.capacity
+            self._arrays = (np.full(c, -1, dtype=np.int64), np.zeros(c, dtype=bool),
+                            np.arange(c - 1, -1, -1, dtype=np.int64))
+        return self._arrays
+
+    @property
+    def owner(self) -> np.ndarray:
+        """The global row in each slot (-1: free)."""
+        return self._made()[0]
+
+    @property
+    def dirty(self) -> np.ndarray:
+        """Whether each slot's row is not yet written to the tier below."""
+        return self._made()[1]
+
+    @property
+    def free(self) -> np.ndarray:
+        """The stack of free slots: ``free[:n_free]``, the next popped last."""
+        return self._made()[2]
 
     def pop(self, m: int) -> np.ndarray:
         if m > self.n_free:
@@ -127,12 +160,16 @@ class Slots:
         extra = int(capacity) - self.capacity
         if extra <= 0:
             return
-        self.owner = np.concatenate([self.owner, np.full(extra, -1, dtype=np.int64)])
-        self.dirty = np.concatenate([self.dirty, np.zeros(extra, dtype=bool)])
+        if self._arrays is None:  # nothing used yet: more slots to make on first use
+            self.capacity, self.n_free = int(capacity), self.n_free + extra
+            return
+        owner, dirty, old_free = self._arrays
         free = np.empty(int(capacity), dtype=np.int64)  # the new slots under the free ones: those go first
         free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
-        free[extra : extra + self.n_free] = self.free[: self.n_free]
-        self.free, self.n_free, self.capacity = free, self.n_free + extra, int(capacity)
+        free[extra : extra + self.n_free] = old_free[: self.n_free]
+        self._arrays = (np.concatenate([owner, np.full(extra, -1, dtype=np.int64)]),
+                        np.concatenate([dirty, np.zeros(extra, dtype=bool)]), free)
+        self.n_free, self.capacity = self.n_free + extra, int(capacity)
 
     @property
     def used(self) -> int:

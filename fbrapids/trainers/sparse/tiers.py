@@ -44,7 +44,7 @@ class CacheTier:
         self.data = alloc((int(rows), self.width), dtype=torch.float32, device=device)
         self.table: np.ndarray | None = self.data.numpy() if self.data.device.type == "cpu" else None
         self.slots = Slots(rows)
-        self.pin = np.full(int(rows), -1, dtype=np.int64)
+        self._pin: np.ndarray | None = None  # made on first use, as the slots' arrays are (:class:`Slots`)
         self.stats = TierStats()
         self._copies: torch.cuda.Stream | None = None  # CUDA: the side stream rows are copied up on
         self._copied: torch.cuda.Event | None = None  # CUDA: the event after the last copy up
@@ -52,6 +52,13 @@ class CacheTier:
     @property
     def device(self) -> torch.device:
         return self.data.device
+
+    @property
+    def pin(self) -> np.ndarray:
+        """``pin[slot]``: the last step the slot is pinned for (-1: never)."""
+        if self._pin is None:
+            self._pin = np.full(self.slots.capacity, -1, dtype=np.int64)
+        return self._pin
 
     def to(self, device: torch.device) -> None:
         """Move the rows to ``device`` (slots and bookkeeping are unchanged)."""
@@ -135,7 +142,8 @@ class CacheTier:
         data[:old] = self.data  # the new slots are written before they are read (a row placed in them)
         self.data = data
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
-        self.pin = np.concatenate([self.pin, np.full(int(rows) - old, -1, dtype=np.int64)])
+        if self._pin is not None:
+            self._pin = np.concatenate([self._pin, np.full(int(rows) - old, -1, dtype=np.int64)])
         self.slots.grow(rows)
 
     def evictable(self, step: int) -> np.ndarray:
