@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -90,6 +91,10 @@ class Tier(Protocol):
         ...
 
 
+#: held while a tier's arrays made on first use are made (:class:`Slots`, the cache's pins)
+FIRST_USE = threading.RLock()
+
+
 class Slots:
     """Which global row occupies each slot of a tier, dirtiness, and a stack of free slots.
 
@@ -120,11 +125,15 @@ class Slots:
         return self._arrays is not None
 
     def _made(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self._arrays is None:
-            c = self.capacity
-            self._arrays = (np.full(c, -1, dtype=np.int64), np.zeros(c, dtype=bool),
-                            np.arange(c - 1, -1, -1, dtype=np.int64))
-        return self._arrays
+        arrays = self._arrays
+        if arrays is None:
+            with FIRST_USE:  # a store's prefetch thread and its caller may both be first
+                if self._arrays is None:
+                    c = self.capacity
+                    self._arrays = (np.full(c, -1, dtype=np.int64), np.zeros(c, dtype=bool),
+                                    np.arange(c - 1, -1, -1, dtype=np.int64))
+                arrays = self._arrays
+        return arrays
 
     @property
     def owner(self) -> np.ndarray:
@@ -160,10 +169,11 @@ class Slots:
         extra = int(capacity) - self.capacity
         if extra <= 0:
             return
-        if self._arrays is None:  # nothing used yet: more slots to make on first use
-            self.capacity, self.n_free = int(capacity), self.n_free + extra
-            return
-        owner, dirty, old_free = self._arrays
+        with FIRST_USE:
+            if self._arrays is None:  # nothing used yet: more slots to make on first use
+                self.capacity, self.n_free = int(capacity), self.n_free + extra
+                return
+        owner, dirty, old_free = self._made()
         free = np.empty(int(capacity), dtype=np.int64)  # the new slots under the free ones: those go first
         free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
         free[extra : extra + self.n_free] = old_free[: self.n_free]

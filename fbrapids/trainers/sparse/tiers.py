@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fbrapids.errors import StoreError
-from fbrapids.trainers.sparse.tier import Slots, SlottedTier, TierStats
+from fbrapids.trainers.sparse.tier import FIRST_USE, Slots, SlottedTier, TierStats
 
 
 class CacheTier:
@@ -56,9 +56,13 @@ class CacheTier:
     @property
     def pin(self) -> np.ndarray:
         """``pin[slot]``: the last step the slot is pinned for (-1: never)."""
-        if self._pin is None:
-            self._pin = np.full(self.slots.capacity, -1, dtype=np.int64)
-        return self._pin
+        pin = self._pin
+        if pin is None:
+            with FIRST_USE:
+                if self._pin is None:
+                    self._pin = np.full(self.slots.capacity, -1, dtype=np.int64)
+                pin = self._pin
+        return pin
 
     def to(self, device: torch.device) -> None:
         """Move the rows to ``device`` (slots and bookkeeping are unchanged)."""
@@ -142,9 +146,10 @@ class CacheTier:
         data[:old] = self.data  # the new slots are written before they are read (a row placed in them)
         self.data = data
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
-        if self._pin is not None:
-            self._pin = np.concatenate([self._pin, np.full(int(rows) - old, -1, dtype=np.int64)])
-        self.slots.grow(rows)
+        with FIRST_USE:  # (the pins made meanwhile would miss the new slots)
+            if self._pin is not None:
+                self._pin = np.concatenate([self._pin, np.full(int(rows) - old, -1, dtype=np.int64)])
+            self.slots.grow(rows)
 
     def evictable(self, step: int) -> np.ndarray:
         """Occupied slots not pinned at ``step``."""
