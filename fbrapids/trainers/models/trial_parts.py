@@ -135,7 +135,8 @@ class StackedParameters:
                 continue
             ends = [b for _, b, _ in got]
             if [a for a, _, _ in got] == [0, *ends[:-1]] and ends[-1] == self.m:
-                # the chunks' slices tile the stack once, in order: their gradients joined (0 + g is g)
+                # the chunks' slices tile the stack once, in order: their gradients joined (0 + g is g but
+                # for a zero's sign, which no optimizer step reads)
                 stack.grad = got[0][2] if len(got) == 1 else torch.cat([g for _, _, g in got])
                 continue
             grad = torch.zeros_like(stack)
