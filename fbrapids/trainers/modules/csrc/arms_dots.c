@@ -20,7 +20,9 @@
  * sum's chain of adds waits on each add); the rows of the next block are fetched ahead
  * (sixteen rows read side by side are sixteen streams, more than the hardware follows).
  * Measured at [8 arms, 2048, 26 bags + bias, 16], 2 threads: forward 3.5 -> 2.1 ms, backward
- * 7.5 -> 3.3 ms.
+ * 7.5 -> 3.3 ms (on the machine of the time).  On the 2-core Intel Xeon benchmark box
+ * (2026-11-30): forward 5.9-7.5 ms, forward and backward 15.5-18.8 ms; built with fused
+ * multiply-adds, 4.2-5.9 and 11.3-16.9 ms, not taken: other bits than the clones without them.
  */
 #include <stdint.h>
 #include <stdlib.h>
