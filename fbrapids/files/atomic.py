@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import errno
 import os
+import signal
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -184,6 +185,45 @@ def deferred_dir_fsyncs(root: str | os.PathLike) -> Iterator[None]:
         _DEFERRED.reset(token)
     for d in sorted(pending[1] if pending else (), key=lambda p: len(p.parts), reverse=True):
         fsync_path(d)
+
+
+#: the signals :func:`signals_held` holds back: Ctrl-C, and the termination signals a run exits on
+HELD_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """While inside (in the main thread): Ctrl-C, SIGTERM and SIGHUP are held back and
+    delivered as the block ends, to their handlers as they were.  For steps that must
+    happen together: a checkpoint renamed into place and the pointer naming it
+    (:func:`~fbrapids.trainers.checkpoint.directory.commit_checkpoint`), where a
+    ``KeyboardInterrupt`` between the two left a whole checkpoint nothing pointed to.
+    Off the main thread (where no signal arrives) it does nothing.
+
+    Example:
+        >>> seen = []
+        >>> before = signal.signal(signal.SIGINT, lambda signum, frame: seen.append("Ctrl-C handled"))
+        >>> with signals_held():
+        ...     os.kill(os.getpid(), signal.SIGINT)
+        ...     seen.append("block done")
+        >>> _ = signal.signal(signal.SIGINT, before); seen
+        ['block done', 'Ctrl-C handled']
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = {}
+    for sig in HELD_SIGNALS:
+        if signal.getsignal(sig) is not None:  # (None: a handler not set from Python, which could not be put back)
+            previous[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(got):
+            signal.raise_signal(sig)
 
 
 def fsync_dir(path: str | os.PathLike) -> None:

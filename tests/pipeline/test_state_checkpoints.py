@@ -310,3 +310,29 @@ def test_finite_checks_tell_overflowing_finite_values_from_nan_and_inf(tmp_path)
     name, p = next(iter(model.named_parameters()))
     p.grad.view(-1)[0] = float("inf")
     assert _nonfinite_grads(model) == [name]
+
+
+def test_a_ctrl_c_while_a_checkpoint_is_committed_waits_for_its_pointer(tmp_path, monkeypatch) -> None:
+    """A Ctrl-C that lands between the checkpoint's rename into place and the ``latest``
+    pointer's write (here: from the fsync of the folder between the two) is delivered once
+    the pointer names the checkpoint; before, the ``KeyboardInterrupt`` left a whole
+    checkpoint that no pointer named (a fresh-clone CI run's Ctrl-C test saw it)."""
+    import signal
+
+    import fbrapids.trainers.checkpoint.directory as directory
+
+    real_fsync_dir = directory.fsync_dir
+
+    def fsync_then_ctrl_c(path):
+        real_fsync_dir(path)
+        if Path(path) == tmp_path:  # the root, after the rename: the moment the pointer is still the old one
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with directory.checkpoint_dir(tmp_path, step=1) as d:
+        (d / "x.bin").write_bytes(b"one")
+    monkeypatch.setattr(directory, "fsync_dir", fsync_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        with directory.checkpoint_dir(tmp_path, step=2) as d:
+            (d / "x.bin").write_bytes(b"two")
+    assert [p.name for p in checkpoints(tmp_path)] == ["step-0000000002", "step-0000000001"]
+    assert latest_checkpoint(tmp_path) == tmp_path / "step-0000000002"

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from fbrapids.errors import ArgumentError, CheckpointError, ManifestError, UnsafeFileError
-from fbrapids.files.atomic import deferred_dir_fsyncs, digests_of_writes, fsync_dir, write_atomic
+from fbrapids.files.atomic import deferred_dir_fsyncs, digests_of_writes, fsync_dir, signals_held, write_atomic
 from fbrapids.files.manifest import new_hasher, resolve_inside, verification_enabled, verify_manifest, write_manifest
 
 # checkpoints guard against corruption (a torn write, a flipped page), not forgery: crc32 is
@@ -88,17 +88,19 @@ def checkpoint_dir(root: str | os.PathLike, step: int) -> Iterator[Path]:
 def commit_checkpoint(tmp: Path, root: Path, step: int, tag: str) -> Path:
     """Rename the complete directory ``tmp`` to ``root/step-N`` (replacing a checkpoint of the
     same step, moved aside as ``.old-step-N-<tag>`` meanwhile), fsync ``root``, then swap the
-    ``latest`` pointer to it; returns the checkpoint."""
+    ``latest`` pointer to it; returns the checkpoint.  A Ctrl-C or termination signal
+    meanwhile is held back until the pointer names it (:func:`~fbrapids.files.atomic.signals_held`)."""
     final = root / step_name(step)
-    if final.exists():  # re-checkpointing the same step: replace it
-        old = root / f".old-{step_name(step)}-{tag}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-    fsync_dir(root)
-    write_atomic(root / LATEST, [final.name.encode()])
+    with signals_held():
+        if final.exists():  # re-checkpointing the same step: replace it
+            old = root / f".old-{step_name(step)}-{tag}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        fsync_dir(root)
+        write_atomic(root / LATEST, [final.name.encode()])
     return final
 
 
