@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import torch
 
 from fbrapids.errors import BatchError, ColumnTypeError
+from fbrapids.frames.backend import is_list_dtype
 from fbrapids.trainers.nan_policy import STREAM_NAN, check_nan
 
 
@@ -82,10 +83,6 @@ def _ids_from_numpy(arr: np.ndarray, name: str) -> np.ndarray:
     raise ColumnTypeError(f"sparse feature {name!r}: ids must be integers, got dtype {arr.dtype}")
 
 
-def _is_list_dtype(dt: object) -> bool:
-    return isinstance(dt, pd.ArrowDtype) and (pa.types.is_list(dt.pyarrow_dtype) or pa.types.is_large_list(dt.pyarrow_dtype))
-
-
 def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(values int64, offsets [n+1] int64)`` of a list or scalar integer id column.
 
@@ -99,7 +96,7 @@ def sparse_column(s: pd.Series, name: str, part: int | None = None) -> tuple[np.
     """
     dt = s.dtype
     n = len(s)
-    if isinstance(dt, pd.ArrowDtype) and _is_list_dtype(dt):
+    if isinstance(dt, pd.ArrowDtype) and is_list_dtype(dt):
         arr = s.array.__arrow_array__()
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
@@ -227,7 +224,7 @@ class Columns:
                 g = _ids_from_numpy(gs.to_numpy(dtype=np.uint64 if "uint64" in str(gs.dtype) else np.int64), group)
             else:  # strings etc.: a stable 64-bit hash, the same in every partition
                 g = pd.util.hash_pandas_object(gs, index=False).to_numpy().view(np.int64)
-        single = frozenset(name for name in sparse if not _is_list_dtype(df[name].dtype))
+        single = frozenset(name for name in sparse if not is_list_dtype(df[name].dtype))
         return cls(d, y.astype(np.float32), sp, g, replaced, single)
 
     def slice(self, start: int, stop: int) -> "Columns":

@@ -136,8 +136,9 @@ class ShuffleBuffer:
 
     def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The run and the row in it of each stream position."""
-        which = np.searchsorted(np.asarray(self.run_starts, dtype=np.int64), positions, side="right") - 1
-        return which, positions - np.asarray(self.run_starts, dtype=np.int64)[which]
+        starts = np.asarray(self.run_starts, dtype=np.int64)
+        which = np.searchsorted(starts, positions, side="right") - 1
+        return which, positions - starts[which]
 
     def _gather(self, positions: np.ndarray) -> Any:
         which, rows = self._locate(positions)

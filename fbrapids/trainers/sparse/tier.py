@@ -124,7 +124,7 @@ class Slots:
         """Whether the arrays exist yet (a slot was asked for, or one of them was read)."""
         return self._arrays is not None
 
-    def _made(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _arrays_made(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         arrays = self._arrays
         if arrays is None:
             with FIRST_USE:  # a store's prefetch thread and its caller may both be first
@@ -138,17 +138,17 @@ class Slots:
     @property
     def owner(self) -> np.ndarray:
         """The global row in each slot (-1: free)."""
-        return self._made()[0]
+        return self._arrays_made()[0]
 
     @property
     def dirty(self) -> np.ndarray:
         """Whether each slot's row is not yet written to the tier below."""
-        return self._made()[1]
+        return self._arrays_made()[1]
 
     @property
     def free(self) -> np.ndarray:
         """The stack of free slots: ``free[:n_free]``, the next popped last."""
-        return self._made()[2]
+        return self._arrays_made()[2]
 
     def pop(self, m: int) -> np.ndarray:
         if m > self.n_free:
@@ -173,7 +173,7 @@ class Slots:
             if self._arrays is None:  # nothing used yet: more slots to make on first use
                 self.capacity, self.n_free = int(capacity), self.n_free + extra
                 return
-        owner, dirty, old_free = self._made()
+        owner, dirty, old_free = self._arrays_made()
         free = np.empty(int(capacity), dtype=np.int64)  # the new slots under the free ones: those go first
         free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
         free[extra : extra + self.n_free] = old_free[: self.n_free]
