@@ -33,14 +33,14 @@ def _threads(n: int):
 
 # -- bags -----------------------------------------------------------------------------------
 @st.composite
-def stores(draw):
+def stores(draw, bags: tuple[int, int] = (1, 40), arms: tuple[int, int] = (1, 5), feats: tuple[int, int] = (1, 4)):
     """Arms, features, shared stores: each feature's stores a random partition of the arms
     into groups (each group one store of its members' slices, members in a random order), or
     the stores of the feature before (a table two features read); bags of 0-3 ids (empty bags
-    among them)."""
-    m = draw(st.integers(1, 5))
-    nfeat = draw(st.integers(1, 4))
-    nbags = draw(st.integers(1, 40))
+    among them); ``bags`` / ``arms`` / ``feats``: the ranges their counts are drawn from."""
+    m = draw(st.integers(*arms))
+    nfeat = draw(st.integers(*feats))
+    nbags = draw(st.integers(*bags))
     dim = draw(st.sampled_from([1, 4, 8, 16, 24]))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
@@ -80,6 +80,25 @@ def _reference_bags(m, nfeat, nbags, dim, groups, mean):
 @SETTINGS
 @given(stores())
 def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(case):
+    _bags_and_gradients_against_embedding_bag(case)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stores(bags=(2100, 2600), arms=(2, 7), feats=(2, 4)))
+def test_batches_large_enough_for_two_threads_give_the_one_thread_bits(case):
+    """Batches past the C passes' threshold for a second thread (bags times entries at least
+    4,096; the cases above stay under it): the forward's bags (split over the threads by bag)
+    and the backward's rows' gradients (by store) equal the reference, and are the same bits
+    on 1 and 2 threads.  Whole numbers in the rows and the gradients, summed: every sum is
+    exact in any order (a row's gradient here sums hundreds of occurrences), so the
+    reference's bits are the answer."""
+    m, nfeat, nbags, dim, groups, _ = case
+    assert nbags * len(groups) >= 4096  # (the threshold: fbx_arms_bags_backward's FBX_PAR_ROWS / 2)
+    whole = [(store, f, members, (rows * 4).round(), idx, offsets) for store, f, members, rows, idx, offsets in groups]
+    _bags_and_gradients_against_embedding_bag((m, nfeat, nbags, dim, whole, False), exact=True)
+
+
+def _bags_and_gradients_against_embedding_bag(case, exact: bool = False):
     m, nfeat, nbags, dim, groups, mean = case
     ref, leaves = _reference_bags(m, nfeat, nbags, dim, groups, mean)
     entries = [BagEntry(rows, idx, offsets, f, members) for _, f, members, rows, idx, offsets in groups]
@@ -89,10 +108,12 @@ def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(c
         with _threads(threads):
             arms_bags(entries, list(out), mean=mean)
         outs[threads] = out
-    assert torch.allclose(outs[1], ref.detach(), atol=1e-6, rtol=1e-5)
+    assert torch.equal(outs[1], ref.detach()) if exact else torch.allclose(outs[1], ref.detach(), atol=1e-6, rtol=1e-5)
     assert torch.equal(outs[1], outs[2])  # the same bits for any thread count
 
     grad = torch.randn(m, nbags, nfeat, dim, generator=torch.Generator().manual_seed(1))
+    if exact:
+        grad = (grad * 4).round()
     (ref * grad).sum().backward()
     for threads in (1, 2):
         into = {store: torch.full_like(rows, float("nan")) for store, _, _, rows, _, _ in groups}  # one per store, written (not added into)
@@ -101,7 +122,8 @@ def test_bags_equal_embedding_bag_on_each_arms_slice_and_so_do_their_gradients(c
         with _threads(threads):
             arms_bags_backward(entries, list(grad), mean=mean)
         for e, (store, *_) in zip(entries, groups):
-            assert torch.allclose(e.grad, leaves[store].grad, atol=1e-5, rtol=1e-5)
+            g = leaves[store].grad
+            assert torch.equal(e.grad, g) if exact else torch.allclose(e.grad, g, atol=1e-5, rtol=1e-5)
         if threads == 1:
             first = [e.grad.clone() for e in entries]
         else:
