@@ -135,7 +135,7 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                                      "sequential trials (`min_effect=0.003`: from 2 seeds, one more while the AUC "
                                      "interval straddles the margin, up to 6): false alarms on noise, power on "
                                      "planted columns, seeds used"),
-    "trial_cost": (["benchmarks/trial_cost.py", "--rows", "200000", "--separate"],
+    "trial_cost": (["benchmarks/trial_cost.py", "--rows", "200000", "--separate", "--repeat", "3"],
                    "a trial's wall time beside one plain training on the same data, alternated in one run: K = 3 "
                    "with the A/A arm (9 models; also beside `fbrapids demo`), 10 candidates each against one "
                    "baseline (33 models; also beside `fbrapids demo` on that data), and the 10 tried one at a time "
@@ -302,16 +302,23 @@ def _trial_calibration_sequential(r: dict) -> str:
 
 def _trial_cost(r: dict) -> str:
     k, f = r["k3_aa"], r["family"]
-    both = sum(s["step"] == "fbrapids demo" for s in r.get("steps", [])) == 2  # one before the trial, one after
+    n = len(k.get("repeats", [k]))  # (a run before --repeat: one, its figures at the top level)
+    both = sum(s["step"] == "fbrapids demo" for s in r.get("steps", [])) == 2 * n  # one before each trial, one after
     how = ", mean of one before and one after," if both else ""
-    text = (f"{r['rows']:,} rows: K = 3 with A/A {k['seconds']:.0f} s vs one training {k['plain_s']:.0f} s: "
-            f"{k['ratio']:.2f}x" + (f" (`fbrapids demo`{how} {k['demo_s']:.0f} s: "
-                                     f"{k['ratio_to_demo']:.2f}x)" if "demo_s" in k
-                                     else "")
+
+    def spread(d: dict, key: str) -> str:  # each ratio's range over the repeats
+        lo, hi = d.get(f"{key}_range", (d[key], d[key]))
+        return f" (range {lo:.2f}-{hi:.2f})" if n > 1 else ""
+
+    text = (f"{r['rows']:,} rows" + (f", each figure the median of {n} alternated runs" if n > 1 else "") + ": "
+            f"K = 3 with A/A {k['seconds']:.0f} s vs one training {k['plain_s']:.0f} s: "
+            f"{k['ratio']:.2f}x{spread(k, 'ratio')}" + (f" (`fbrapids demo`{how} {k['demo_s']:.0f} s: "
+                                                       f"{k['ratio_to_demo']:.2f}x{spread(k, 'ratio_to_demo')})"
+                                                       if "demo_s" in k else "")
             + f", {k['cost']['models']} models in {k['cost']['passes']} pass(es); 10 candidates each, K = 3: "
-            f"{f['seconds']:.0f} s vs {f['plain_s']:.0f} s: {f['ratio']:.2f}x"
-            + (f" (`fbrapids demo` on that data{how} {f['demo_s']:.0f} s: {f['ratio_to_demo']:.2f}x)" if "demo_s" in f
-               else "")
+            f"{f['seconds']:.0f} s vs {f['plain_s']:.0f} s: {f['ratio']:.2f}x{spread(f, 'ratio')}"
+            + (f" (`fbrapids demo` on that data{how} {f['demo_s']:.0f} s: {f['ratio_to_demo']:.2f}x"
+               f"{spread(f, 'ratio_to_demo')})" if "demo_s" in f else "")
             + f" ({f['cost']['models']} models, {f['cost']['passes']} passes"
             + (f", the rows extracted in {f['cost']['passes_extracted']}" if "passes_extracted" in f["cost"] else "")
             + ")")
