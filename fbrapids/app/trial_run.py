@@ -19,13 +19,14 @@ import contextlib
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from fbrapids.app.trial_family import CandidateTrials, adjust_p, family_p, verdict_of
-from fbrapids.app.trial_stats import METRICS, TrialResult, UserResamples, compare
+from fbrapids.app.trial_stats import METRICS, Scored, TrialResult, UserResamples, compare
 from fbrapids.app.trial_training import OPTIONS, Arm, ArmsSession, SeedRun, TrialOptions, plan_arms, plan_passes
 from fbrapids.errors import TrialError
 
@@ -93,7 +94,10 @@ def comparisons(arms: Sequence[Arm]) -> dict[str, _Comparison]:
 
 class _Seeds:
     """The seeds a trial has finished (trained here or kept in its work dir), each scored
-    once on the users' resamples."""
+    once on the users' resamples.  A seed trained in a pass another follows is scored as it
+    finishes, on a thread of its own (one core's work: sorting, every round's AUC), while the
+    next pass trains (the training leaves part of a core idle); what the verdicts wait for is
+    the rest."""
 
     def __init__(self, spec: TrialSpec, session: ArmsSession, keep: TrialWorkDir | None) -> None:
         self.spec, self.session, self.keep = spec, session, keep
@@ -103,7 +107,23 @@ class _Seeds:
         self.group: np.ndarray = keep.group if keep is not None else np.zeros(0)
         self.scores: dict[tuple[int, str], dict[str, np.ndarray]] = {}
         self.resamples: UserResamples | None = None
-        self.scoring_s = 0.0
+        self.scoring_s = 0.0  #: the time the verdicts waited for the scores (the rest ran beside the training)
+        self._scoring: ThreadPoolExecutor | None = None
+        self._pending: dict[tuple[int, str], Future[Scored]] = {}
+
+    def close(self) -> None:
+        """Stop the scoring thread (scores not yet begun are dropped)."""
+        for f in self._pending.values():
+            f.cancel()
+        self._pending.clear()
+        if self._scoring is not None:
+            self._scoring.shutdown(wait=True)
+            self._scoring = None
+
+    def _resamples(self) -> UserResamples:
+        if self.resamples is None:
+            self.resamples = UserResamples(self.group, self.spec.n_boot, self.spec.boot_seed)
+        return self.resamples
 
     def ensure(self, seeds: Sequence[int], progress: bool, bar: tqdm) -> None:
         """Train the seeds of ``seeds`` not yet finished, in passes (:func:`plan_passes`)."""
@@ -118,10 +138,13 @@ class _Seeds:
             # a pass another may follow (this plan's, or a look's) keeps its batches for it
             more = k + 1 < len(groups) or self.spec.design is not None
             for run in self.session.train(group, progress=progress, keep=more):
-                self._finished(run)
+                self._finished(run, score_beside=more)
             bar.update(1)
 
-    def _finished(self, run: SeedRun) -> None:
+    def _finished(self, run: SeedRun, score_beside: bool = False) -> None:
+        """Record a finished seed (and keep it in the work dir); ``score_beside``: another pass
+        trains next, so its arms are scored on the scoring thread meanwhile (else the verdicts
+        score them at once, on every core)."""
         label, group = self.session.label, self.session.group
         if len(self.label) and not (np.array_equal(label, self.label) and np.array_equal(group, self.group)):
             raise TrialError("trial: the held-out rows differ from those the work dir's finished seeds predicted "
@@ -130,6 +153,12 @@ class _Seeds:
         self.runs[run.seed] = run
         if self.keep is not None:
             self.keep.save(run, label, group)
+        if score_beside and len(label):  # beside the next pass's training (one thread: no second team of threads)
+            resamples = self._resamples()
+            if self._scoring is None:
+                self._scoring = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fbrapids-trial-scores")
+            for arm, p in run.preds.items():
+                self._pending[(run.seed, arm)] = self._scoring.submit(resamples.scored, label, p, 1)
 
     def check(self, seeds: Sequence[int], where: str, rule: str) -> None:
         """No verdict from arms that trained on 0 rows or were judged on none; one training
@@ -145,12 +174,13 @@ class _Seeds:
 
     def rounds(self, seeds: Sequence[int], arm: str) -> dict[str, np.ndarray]:
         """``arm``'s rows ``[len(seeds), 1 + n_boot]`` per metric, scored once per seed."""
-        if self.resamples is None:
-            self.resamples = UserResamples(self.group, self.spec.n_boot, self.spec.boot_seed)
+        resamples = self._resamples()
         t = time.perf_counter()
         for s in seeds:
             if (s, arm) not in self.scores:
-                self.scores[(s, arm)] = self.resamples.rounds(self.label, self.runs[s].preds[arm])
+                pending = self._pending.pop((s, arm), None)
+                part = pending.result() if pending is not None else resamples.scored(self.label, self.runs[s].preds[arm])
+                self.scores[(s, arm)] = resamples.finish(part)
         self.scoring_s += time.perf_counter() - t
         return {m: np.vstack([self.scores[(s, arm)][m] for s in seeds]) for m in METRICS}
 
@@ -243,6 +273,7 @@ def run_trial(w: Workload, spec: TrialSpec, split_check: SplitCheck | None = Non
                                       nan=session.opt["nan"])
             keep = stack.enter_context(TrialWorkDir(work_dir, identity, spec.resume))
         seeds = _Seeds(spec, session, keep)
+        stack.callback(seeds.close)
         used, results = _looks(spec, seeds, progress, bar)
         bar.total = bar.n + 1
         bar.set_postfix_str(f"bootstrap x{spec.n_boot}")

@@ -165,10 +165,12 @@ def _rounds_lib() -> ctypes.CDLL:
     return lib
 
 
-def _auc_rounds(ranked: _Ranked, counts: np.ndarray, users_in_order: np.ndarray) -> np.ndarray:
+def _auc_rounds(ranked: _Ranked, counts: np.ndarray, users_in_order: np.ndarray,
+                threads: int | None = None) -> np.ndarray:
     """AUC of the ranked vector under each bootstrap round, ``counts`` ``[R, n_users]`` the
     rounds' user counts (a row weighs its user's count) and ``users_in_order`` each row's user
-    in score order; ties count half; NaN where a round holds one class only.  In exact integer
+    in score order; ties count half; NaN where a round holds one class only; the rounds split
+    over ``threads`` (default: the cores; the same bits on any).  In exact integer
     sums, one pass over the rows per round in C (``csrc/auc_rounds.c``: the numpy form made
     ``[R, n]`` temporaries and its ``reduceat`` along rows was most of a trial's bootstrap).
 
@@ -185,7 +187,8 @@ def _auc_rounds(ranked: _Ranked, counts: np.ndarray, users_in_order: np.ndarray)
         raise ArgumentError(f"AUC rounds: a row's user outside the {counts.shape[1]} users counted")
     out = np.empty(len(counts))
     _rounds_lib().fbx_auc_rounds(counts.ctypes.data, len(counts), counts.shape[1], users.ctypes.data, y.ctypes.data,
-                                 len(users), start.ctypes.data, len(start), out.ctypes.data, _cores())
+                                 len(users), start.ctypes.data, len(start), out.ctypes.data,
+                                 _cores() if threads is None else threads)
     return out
 
 
@@ -275,17 +278,38 @@ class UserResamples:
 
     def rounds(self, label: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
         """``p``'s AUC and GAUC on the full set (element 0) and on each resample: ``[1 + n_boot]``."""
-        counts, row_user = self.counts, self.row_user
+        return self.finish(self.scored(label, p))
+
+    def scored(self, label: np.ndarray, p: np.ndarray, threads: int | None = None) -> "Scored":
+        """The part of :meth:`rounds` that needs no torch: every round's AUC (on ``threads``,
+        default the cores) and each user's AUC and GAUC weight; single-threaded with
+        ``threads=1``, so that it can run beside a training (a trial scores a pass's arms
+        while the next pass trains).  :meth:`finish` makes it the rounds."""
+        row_user = self.row_user
         ranked = _Ranked(label, p)  # sorted once for every round
-        out = {"auc": _auc_rounds(ranked, counts, row_user[ranked.order])}
+        auc = _auc_rounds(ranked, self.counts, row_user[ranked.order], threads)
         a, w = user_aucs(label, p, row_user, self.n_users)
-        # each round's weighted sums as one product with the counts cast once (numpy's ``counts @ w``
-        # cast them at every call, and its BLAS threads then spun beside the training: 2-3% of a
-        # 10-candidate trial's CPU; torch's run on the threads the training already has)
-        den, num = (self._counts64 @ torch.from_numpy(np.stack([w, w * a], axis=1))).numpy().T
+        return Scored(auc, a, w)
+
+    def finish(self, part: "Scored") -> dict[str, np.ndarray]:
+        """:meth:`rounds` from its :meth:`scored` part: each round's GAUC, its weighted sums as one
+        product with the counts cast once (numpy's ``counts @ w`` cast them at every call, and
+        its BLAS threads then spun beside the training: 2-3% of a 10-candidate trial's CPU;
+        torch's run on the threads the training already has, so on the calling thread)."""
+        den, num = (self._counts64 @ torch.from_numpy(np.stack([part.w, part.w * part.a], axis=1))).numpy().T
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["gauc"] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-        return out
+            gauc = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        return {"auc": part.auc, "gauc": gauc}
+
+
+@dataclass
+class Scored:
+    """:meth:`UserResamples.scored`'s part of one vector's rounds: every round's AUC, each
+    user's AUC ``a`` and GAUC weight ``w`` (:func:`user_aucs`)."""
+
+    auc: np.ndarray
+    a: np.ndarray
+    w: np.ndarray
 
 
 def paired_bootstrap(label: np.ndarray, base: np.ndarray, cand: np.ndarray, group: np.ndarray,

@@ -129,3 +129,25 @@ def test_a_sequential_trial_stops_at_its_first_look_when_the_answer_is_clear(wor
     assert r.level == pytest.approx(1 - 0.05 / 5) and r.verdict["auc"] == "helps" and r.cost["models"] == 4
     assert r.p_adjusted["auc"] == pytest.approx(min(1.0, 5 * r.p_value["auc"]))
     assert "sequential: margin +0.0100 on AUC" in r.render()
+
+
+def test_a_pass_scored_beside_the_next_pass_gives_the_bits_of_one_pass_scored_at_the_end(workload):
+    """Two passes (one seed each): the first pass's arms are scored on the scoring thread while
+    the second trains; one pass of both seeds scores every arm at the end, on every core.
+    Every score, so every delta, interval and p-value, is the same bits; the scoring thread
+    is gone once the trial returns."""
+    import threading
+
+    from fbrapids.app.trials import trial
+    from fbrapids.workloads import load_workload
+
+    w = load_workload(workload)
+    cands = {"planted_h": ops.hash_bucket("planted", 64), "noise_a_h": ops.hash_bucket("noise_a", 64)}
+    runs = {per_pass: trial(w, cands, each=True, aa=False, model="logreg", seeds=2, n_boot=30, batch_size=256,
+                            epochs=1, models_per_pass=per_pass, progress=False) for per_pass in (3, 6)}
+    assert runs[3].cost["passes"] == 2 and runs[6].cost["passes"] == 1
+    for name in cands:
+        two, one = runs[3].results[name], runs[6].results[name]
+        assert two.seed_deltas == one.seed_deltas and two.interval == one.interval and two.se == one.se
+        assert two.p_value == one.p_value and two.verdict == one.verdict
+    assert not [t for t in threading.enumerate() if t.name.startswith("fbrapids-trial-scores")]
