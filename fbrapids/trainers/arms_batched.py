@@ -217,9 +217,9 @@ class SharedTables:
                 lk, table = g.lookup, g.store.tiers.cache.table
                 if lk.gathered:
                     rows, rowmap, table_width = lk.rows.detach(), None, 0
-                else:  # left in the cache table by the lookup: read there through its slots, no copy
+                else:  # left in the cache table by the lookup: read there through its places, no copy
                     assert table is not None  # (only a CPU cache's lookup leaves its rows in place)
-                    rows, rowmap, table_width = torch.from_numpy(table), lk.slots, g.store.config.dim
+                    rows, rowmap, table_width = torch.from_numpy(table), lk.places, g.store.config.dim
                 for f in g.features:
                     n = len(sparse[f][0])
                     entries.append((g, BagEntry(rows, lk.inverse[start : start + n], sparse[f][1], place[f], g.members,

@@ -76,3 +76,47 @@ def test_tables_prepared_together_look_up_as_tables_never_prepared() -> None:
 
     plain, ahead = run(False), run(True)
     assert all(np.array_equal(a, b) for a, b in zip(plain, ahead))
+
+
+def test_a_lookup_for_no_gradient_left_in_place_reads_the_rows_a_gathering_one_copies(tmp_path) -> None:
+    """A prediction's lookup (read-only, no gradient) with ``gather=False``: a table whose
+    admitted rows are all in its cache leaves them there, each row's place in ``places`` (-1
+    for an id training never admitted: the default row); a table some of whose rows lie below
+    its cache gathers them all as with ``gather=True``.  The rows read through the places are
+    the gathered ones, bit for bit, and both ways count the same reads."""
+    from fbrapids.trainers.sparse.store import read_only
+
+    rng = np.random.default_rng(2)
+    train = [[rng.integers(0, 200, 128) for _ in range(2)] for _ in range(6)]
+    held = [rng.integers(0, 300, 100) for _ in range(2)]  # ids 200-299: never trained
+
+    def trained(way: str) -> list[TieredEmbeddingStore]:
+        stores = [TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=1024, seed=0), name="t0", device="cpu"),
+                  # most rows below the cache (host RAM, SSD)
+                  TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=160, host_rows=16, ssd_dir=str(tmp_path / way),
+                                                   seed=1), name="t1", device="cpu")]
+        for keys in train:
+            lks, _ = lookup_together(stores, [torch.from_numpy(k) for k in keys], True)
+            update_each([(s, lk, torch.full_like(lk.rows, 0.25)) for s, lk in zip(stores, lks)])
+            for s in stores:
+                s.end_step()
+        return stores
+
+    looked = {}
+    for gather in (True, False):
+        stores = trained(str(gather))
+        with read_only(stores):
+            lks, _ = lookup_together(stores, [torch.from_numpy(k) for k in held], False, gather=gather)
+        looked[gather] = (stores, lks)
+    (_, copied), (stores, in_place) = looked[True], looked[False]
+    assert [lk.gathered for lk in in_place] == [False, True]
+    for s, a, b in zip(stores, copied, in_place):
+        if b.gathered:
+            assert torch.equal(a.rows, b.rows)
+        else:
+            places = b.places
+            assert len(places) == len(a.rows) and (places == -1).sum() == (~a.admitted).sum() > 0
+            table = s.tiers.cache.table
+            read = np.where(places[:, None] >= 0, table[np.maximum(places, 0), : s.config.dim], 0.0)
+            assert np.array_equal(read.astype(np.float32), a.rows.numpy())
+    assert [s.stats() for s in looked[True][0]] == [s.stats() for s in stores]

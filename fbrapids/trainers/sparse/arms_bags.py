@@ -53,7 +53,8 @@ class BagEntry:
     With ``rowmap`` (int64, one per row of the batch), ``rows`` is the store's cache table
     instead, its slices the first ``table_width`` columns (the optimizer's state after them),
     and the batch's row ``r`` is read where it lies, ``rows[rowmap[r], :table_width]``: no
-    copy of the batch's rows.
+    copy of the batch's rows; ``rowmap[r] == -1``: the default row, zeros (an id never
+    admitted, as a lookup gathers it).
 
     Example (the table's rows 3 and 0 as the batch's rows 0 and 1):
         >>> table = torch.arange(16, dtype=torch.float32).reshape(4, 4)  # 2 slices of 1, then 2 state columns

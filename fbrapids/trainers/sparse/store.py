@@ -240,7 +240,7 @@ class Lookup:
         version: the table's write counter when ``full`` was gathered.
         gathered: ``rows`` holds the rows' values (False: a lookup that left them where they
             lie in the cache table, :func:`~fbrapids.trainers.sparse.together.lookup_together`
-            with ``gather=False``; read them through ``slots``).
+            with ``gather=False``; read them through :attr:`places`).
     """
 
     rows: torch.Tensor
@@ -252,6 +252,13 @@ class Lookup:
     full: torch.Tensor | None = None
     version: int = -1
     gathered: bool = True
+    in_table: np.ndarray | None = None  # (see places)
+
+    @property
+    def places(self) -> np.ndarray:
+        """Each of ``rows``' place in the cache table, -1 for an id not admitted (the default
+        row): where a lookup that did not gather (``gathered`` False) left them."""
+        return self.in_table if self.in_table is not None else self.slots
 
 
 @dataclass
@@ -536,8 +543,9 @@ class TieredEmbeddingStore:
                 or not occ.flags.c_contiguous:
             raise ArgumentError(f"table {self.name!r}: pass_words wants contiguous int64 rows and counts")
         step = self._step
-        if rows == 0 and begun.booked is None:
-            raise ArgumentError(f"table {self.name!r}: only a booked lookup may leave its rows ungathered")
+        if rows == 0 and begun.booked is None and requires_grad:
+            raise ArgumentError(f"table {self.name!r}: only a booked lookup, or one for no gradient, may leave its rows "
+                                "ungathered")
         if begun.booked is not None:  # only its rows gathered: the directory's arrays, which a prepare of the
             table = self.tiers.cache.table  # batch after may be growing meanwhile, are not read
             assert table is not None  # (booked: a CPU cache)

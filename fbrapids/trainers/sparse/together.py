@@ -55,11 +55,14 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
     their rows are views of, table after table (not yet requiring grad).
 
     ``gather=False``: a table whose batch a prepare booked ahead (every row admitted and
-    cached, its slots known) leaves its rows where they lie: its lookup's ``gathered`` is
-    False and its ``rows`` are not read from the table (their values undefined; their shape
-    holds the gradient).  The caller reads the rows through ``slots`` from the cache table
-    (:class:`~fbrapids.trainers.sparse.arms_bags.BagEntry`'s ``rowmap``) before anything
-    changes the table: nothing does until the next lookup or the update of these rows."""
+    cached, its slots known), or whose lookup needs no gradient (``requires_grad=False``: a
+    prediction's) and finds every admitted row in the cache, leaves its rows where they lie:
+    its lookup's ``gathered`` is False and its ``rows`` are not read from the table (their
+    values undefined; their shape holds the gradient).  The caller reads the rows through
+    ``slots`` from the cache table (:class:`~fbrapids.trainers.sparse.arms_bags.BagEntry`'s
+    ``rowmap``; slot -1: an id never admitted, the default row, zeros) before anything
+    changes the table: nothing does until the next lookup or the update of these rows.  A
+    table some of whose rows are below the cache gathers them as with ``gather=True``."""
     begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
     starts = [0]
     for b in begun:
@@ -72,27 +75,45 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
     touched = np.zeros((len(stores), 6), dtype=np.int64)
     desc = np.empty((len(stores), LOOKUP_WORDS), dtype=np.int64)
     at_rows, at_slots, at_touched = rows.ctypes.data, slots.ctypes.data, touched.ctypes.data
+    # rows left where they lie: booked ahead, or looked up for no gradient (then gathered after all
+    # should some lie below the cache: those are brought up into the gathered rows)
+    in_place = [not gather and (b.booked is not None or not requires_grad) for b in begun]
     for t, (s, b) in enumerate(zip(stores, begun)):  # each table's outputs: its part of the three buffers
         a = starts[t]
         if b.booked is not None:  # its bookkeeping done ahead: its slots and counters known, its rows to gather
             slots[a : starts[t + 1]] = b.booked[1]
             touched[t] = b.booked[3]
-        in_place = not gather and b.booked is not None
-        desc[t] = s.pass_words(b, at_slots + 8 * a, 0 if in_place else at_rows + 4 * dim * a, at_touched + 48 * t,
-                               requires_grad)
+        desc[t] = s.pass_words(b, at_slots + 8 * a, 0 if in_place[t] else at_rows + 4 * dim * a,
+                               at_touched + 48 * t, requires_grad)
     ret = lookup_tables(desc)
     out = []
     for t, (s, b) in enumerate(zip(stores, begun)):
         if ret[t] < 0:
             raise RowIndexError(f"table {s.name!r}: its directory points outside its rows or cache ({int(ret[t])})")
         a, z = starts[t], starts[t + 1]
+        if in_place[t] and b.booked is None and ret[t] > 0:  # rows below the cache: every row gathered after all
+            _gather_cached(s, slots[a:z], rows[a:z])
+            in_place[t] = False
         lk = s.finish_lookup(b, slots[a:z], rows[a:z], touched[t], requires_grad, leaf=False)
-        lk.gathered = gather or b.booked is None
+        lk.gathered = not in_place[t]
+        if in_place[t] and b.adm is not None:  # (the lookup's slots are the admitted rows' only)
+            lk.in_table = slots[a:z]
         if lk.rows.data_ptr() != rows[a:z].ctypes.data:  # read through: rows of its own
             rows[a:z] = lk.rows.numpy()
             lk.rows = torch.from_numpy(rows[a:z])
         out.append(lk)
     return out, torch.from_numpy(rows)
+
+
+def _gather_cached(store: TieredEmbeddingStore, slots: np.ndarray, rows: np.ndarray) -> None:
+    """What the lookup pass gathers, for a pass that gathered nothing: each cached row from the
+    cache table, zeros elsewhere (the default row; rows below the cache are the lookup's to
+    bring up)."""
+    table = store.tiers.cache.table
+    assert table is not None  # (a CPU cache)
+    cached = slots >= 0
+    rows[~cached] = 0.0
+    rows[cached] = table[slots[cached], : rows.shape[1]]
 
 
 class RowUpdater(Protocol):

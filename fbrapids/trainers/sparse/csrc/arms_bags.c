@@ -27,22 +27,29 @@ enum {
     FBX_AB_MEMBERS,  /* int64 [width / dim]: the arm of each slice */
     FBX_AB_GRAD,     /* float [nrows][width]: the rows' gradient (backward: written, its contents not read) */
     FBX_AB_ROWMAP,   /* int64 [nrows]: at(r) = rowmap[r], the row's place in ROWS (the store's cache table,
-                        read where its rows lie, no copy); 0: at(r) = r (the rows gathered, one after another) */
+                        read where its rows lie, no copy; -1: the default row, zeros, as a lookup gathers it for
+                        an id never admitted); 0: at(r) = r (the rows gathered, one after another) */
     FBX_AB_STRIDE,   /* floats from one row of ROWS to the next (>= WIDTH) */
     FBX_AB_NSTORED,  /* rows in ROWS (every at(r) below it) */
     FBX_AB_WORDS
 };
 
-static inline int64_t fbx_ab_at(const int64_t *w, int64_t r) {
+#define FBX_AB_MAXD 256 /* the widest slice (arms_bags.py: MAX_DIM) */
+
+/* the default row's slice: what a lookup gathers for an id never admitted */
+static const float fbx_ab_zeros[FBX_AB_MAXD];
+
+/* the batch's row r in ROWS, or NULL for the default row (rowmap -1) */
+static inline const float *fbx_ab_row(const int64_t *w, int64_t r) {
     const int64_t *rowmap = (const int64_t *)(intptr_t)w[FBX_AB_ROWMAP];
-    return (rowmap ? rowmap[r] : r) * w[FBX_AB_STRIDE];
+    const int64_t at = rowmap ? rowmap[r] : r;
+    return at < 0 ? NULL : (const float *)(intptr_t)w[FBX_AB_ROWS] + at * w[FBX_AB_STRIDE];
 }
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
-#define FBX_AB_MAXD 256 /* the widest slice (arms_bags.py: MAX_DIM) */
 #define FBX_AB_AHEAD 8   /* the rows of the bag this many ahead are fetched while one is pooled */
 
 static inline int64_t fbx_ab_end(const int64_t *e, int64_t b, int64_t nbags) {
@@ -66,7 +73,7 @@ int64_t fbx_arms_bags_check(const int64_t *desc, int64_t n_entries, int64_t nbag
         if (!rowmap && nrows > w[FBX_AB_NSTORED]) return -(e + 1);
         if (rowmap)
             for (int64_t r = 0; r < nrows; r++)
-                if (rowmap[r] < 0 || rowmap[r] >= w[FBX_AB_NSTORED]) return -(e + 1);
+                if (rowmap[r] < -1 || rowmap[r] >= w[FBX_AB_NSTORED]) return -(e + 1);
         if (w[FBX_AB_FEATURE] < 0 || w[FBX_AB_FEATURE] >= nfeat) return -(e + 1);
         for (int64_t j = 0; j < width / dim; j++)
             if (members[j] < 0 || members[j] >= n_arms) return -(e + 1);
@@ -97,7 +104,6 @@ static inline void fbx_ab_store(float *dst, const float *src, int64_t dim) {
 FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const int64_t dim, const int64_t *outs,
                              int64_t stride_b, int64_t stride_f, int mean) {
     const int64_t width = w[FBX_AB_WIDTH], f = w[FBX_AB_FEATURE];
-    const float *restrict rows = (const float *)(intptr_t)w[FBX_AB_ROWS];
     const int64_t *idx = (const int64_t *)(intptr_t)w[FBX_AB_IDX];
     const int64_t *members = (const int64_t *)(intptr_t)w[FBX_AB_MEMBERS];
     const int64_t k0 = ((const int64_t *)(intptr_t)w[FBX_AB_OFFS])[b], k1 = fbx_ab_end(w, b, nbags);
@@ -106,8 +112,11 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
     if (b + FBX_AB_AHEAD < nbags) { /* the rows of the entry's bag ahead into the cache: they lie anywhere */
         const int64_t a0 = ((const int64_t *)(intptr_t)w[FBX_AB_OFFS])[b + FBX_AB_AHEAD];
         const int64_t a1 = fbx_ab_end(w, b + FBX_AB_AHEAD, nbags);
-        for (int64_t k = a0; k < a1; k++)
-            for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(rows + fbx_ab_at(w, idx[k]) + c);
+        for (int64_t k = a0; k < a1; k++) {
+            const float *row = fbx_ab_row(w, idx[k]);
+            if (row)
+                for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(row + c);
+        }
     }
     for (int64_t j = 0; j < width / dim; j++) {
         float *o = (float *)(intptr_t)outs[members[j]];
@@ -115,7 +124,7 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
         float acc[FBX_AB_MAXD]; /* the sum in registers (dim known to the compiler: its lanes), stored once */
         for (int64_t c = 0; c < dim; c++) acc[c] = 0.0f;
         for (int64_t k = k0; k < k1; k++) {
-            const float *r = rows + fbx_ab_at(w, idx[k]) + j * dim;
+            const float *row = fbx_ab_row(w, idx[k]), *r = row ? row + j * dim : fbx_ab_zeros;
             int64_t c = 0;
             for (; c + 4 <= dim; c += 4) fbx_st4(acc + c, fbx_ld4(acc + c) + fbx_ld4(r + c));
             for (; c < dim; c++) acc[c] += r[c];

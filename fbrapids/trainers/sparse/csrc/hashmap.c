@@ -298,7 +298,9 @@ int fbx_store_touch(const int64_t *g, const int64_t *counts, int64_t m, const in
  * cache_loc[g[j]] (-1: not admitted or not cached), pin[slots[j]] = max(pin, pin_step) for
  * the cached ones unless pin_step < 0, and rows[j, 0..dim) = table[slots[j], 0..dim) for the
  * cached ones, zeros for the rows not admitted (the default row); the rows of admitted rows
- * not cached are left for the caller to fill.  The table has n_slots rows of `width` floats.
+ * not cached are left for the caller to fill.  With rows null nothing is gathered (the caller
+ * reads the cached rows where they lie, through the slots).  The table has n_slots rows of
+ * `width` floats.
  * Returns the number of admitted rows not cached, -1 (nothing done) for a row beyond n_rows,
  * or -2 for a cache_loc entry beyond n_slots (a corrupt directory: that row is left out).
  * With nthreads > 1 the admitted rows must be distinct. */
@@ -321,16 +323,16 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
             int64_t q = cache_loc[g[j + FBX_AHEAD] * rs];
             if (q >= 0 && q < n_slots) {
                 const float *r = table + q * width;
-                __builtin_prefetch(r); __builtin_prefetch(r + dim - 1);
+                if (rows) { __builtin_prefetch(r); __builtin_prefetch(r + dim - 1); }
                 if (pin_step >= 0) __builtin_prefetch(pin + q, 1);
             }
         }
         int64_t r = g[j], c = counts[j];
-        float *dst = rows + j * dim;
+        float *dst = rows ? rows + j * dim : NULL; /* (no rows: the caller reads them where they lie) */
         if (r < 0) {
             o4 += c;
             slots[j] = -1;
-            for (int64_t k = 0; k < dim; k++) dst[k] = 0.0f;
+            for (int64_t k = 0; dst && k < dim; k++) dst[k] = 0.0f;
             continue;
         }
         last[r * rs] = step;
@@ -342,7 +344,7 @@ int64_t fbx_lookup_pass(const int64_t *g, const int64_t *counts, int64_t m, cons
             o0 += c; o5 += 1;
             if (pin_step >= 0 && pin[s] < pin_step) pin[s] = pin_step;
             const float *src = table + s * width;
-            for (int64_t k = 0; k < dim; k++) dst[k] = src[k];
+            for (int64_t k = 0; dst && k < dim; k++) dst[k] = src[k];
             continue;
         }
         miss += 1;
