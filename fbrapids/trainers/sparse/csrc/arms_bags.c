@@ -125,13 +125,30 @@ FBX_INLINE void fbx_arms_bag(const int64_t *w, int64_t b, int64_t nbags, const i
         for (int64_t c = 0; c < dim; c++) acc[c] = 0.0f;
         for (int64_t k = k0; k < k1; k++) {
             const float *row = fbx_ab_row(w, idx[k]), *r = row ? row + j * dim : fbx_ab_zeros;
-            int64_t c = 0;
-            for (; c + 4 <= dim; c += 4) fbx_st4(acc + c, fbx_ld4(acc + c) + fbx_ld4(r + c));
-            for (; c < dim; c++) acc[c] += r[c];
+            for (int64_t c = 0; c < dim; c++) acc[c] += r[c];
         }
         if (div != 1.0f)
             for (int64_t c = 0; c < dim; c++) acc[c] = acc[c] / div;
         fbx_ab_store(o + b * stride_b + f * stride_f, acc, dim);
+    }
+}
+
+/* the loops below compiled for AVX-512, AVX2 and the baseline (gcc's target_clones on x86-64: the
+ * loader picks the machine's best): a slice's sums run in as many lanes as it has columns.  Each
+ * float's arithmetic is the same on every clone (additions and divisions, element by element; no
+ * fused multiply-add) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FBX_AB_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), optimize("fp-contract=off")))
+#else
+#define FBX_AB_CLONES
+#endif
+/* bags i0 .. i1 of fbx_arms_bags' order (bag after bag, each bag's entries in turn) */
+FBX_AB_CLONES static void fbx_arms_bags_span(const int64_t *desc, int64_t n_entries, int64_t i0, int64_t i1, int64_t nbags,
+                                             int64_t dim, const int64_t *outs, int64_t stride_b, int64_t stride_f, int mean) {
+    for (int64_t i = i0; i < i1; i++) { /* bag after bag, each bag's entries in turn: an arm's bags are written in order */
+#define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i % n_entries) * FBX_AB_WORDS, i / n_entries, nbags, D, outs, stride_b, stride_f, mean)
+        FBX_BY_DIM(dim, FBX_ARMS_BAG)
+#undef FBX_ARMS_BAG
     }
 }
 
@@ -147,12 +164,9 @@ int64_t fbx_arms_bags(const int64_t *desc, int64_t n_entries, int64_t nbags, int
     /* dynamic: a list feature's bags cost many times a single id's */
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && total >= FBX_PAR_ROWS / 2)
     {
-#pragma omp for schedule(dynamic, 256) nowait
-        for (int64_t i = 0; i < total; i++) { /* bag after bag, each bag's entries in turn: an arm's bags are written in order */
-#define FBX_ARMS_BAG(D) fbx_arms_bag(desc + (i % n_entries) * FBX_AB_WORDS, i / n_entries, nbags, D, outs, stride_b, stride_f, mean)
-            FBX_BY_DIM(dim, FBX_ARMS_BAG)
-#undef FBX_ARMS_BAG
-        }
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t i0 = 0; i0 < total; i0 += 256)
+            fbx_arms_bags_span(desc, n_entries, i0, i0 + 256 < total ? i0 + 256 : total, nbags, dim, outs, stride_b, stride_f, mean);
 #if defined(__SSE2__)
         _mm_sfence(); /* each thread's non-temporal stores (fbx_ab_store) done before the region's end: the caller reads the blocks */
 #endif
@@ -199,12 +213,36 @@ FBX_INLINE void fbx_arms_entry_back(const int64_t *w, const int64_t *grads, int6
                 } else {
                     for (int64_t c = 0; c < dim; c++) gb[c] = g[c];
                 }
-                int64_t c = 0;
-                for (; c + 4 <= dim; c += 4) fbx_st4(r + c, fbx_ld4(r + c) + fbx_ld4(gb + c));
-                for (; c < dim; c++) r[c] += gb[c];
+                for (int64_t c = 0; c < dim; c++) r[c] += gb[c];
             }
         }
     }
+}
+
+/* one store's rows' gradient (its first entry `first`; a later entry of a store does nothing):
+ * fbx_arms_bags_backward's unit of work */
+FBX_AB_CLONES static void fbx_arms_store_back(const int64_t *desc, int64_t n_entries, int64_t first, int64_t nbags,
+                                              int64_t dim, const int64_t *grads, int64_t stride_b, int64_t stride_f,
+                                              int mean) {
+    const int64_t into = desc[first * FBX_AB_WORDS + FBX_AB_GRAD];
+    int64_t seen = 0;
+    for (int64_t e = 0; e < first && !seen; e++) seen = desc[e * FBX_AB_WORDS + FBX_AB_GRAD] == into;
+    if (seen) return; /* a unit is a store: its first entry takes its entries */
+    const int64_t *fw = desc + first * FBX_AB_WORDS, nrows = fw[FBX_AB_NROWS], width = fw[FBX_AB_WIDTH];
+    float *grad = (float *)(intptr_t)into;
+    uint8_t *touched = calloc((size_t)(nrows > 0 ? nrows : 1), 1); /* the rows whose sums have started */
+    if (!touched) /* (no room for the flags: every row zeroed first) */
+        memset(grad, 0, sizeof(float) * (size_t)(nrows * width));
+    for (int64_t e = first; e < n_entries; e++) {
+        const int64_t *w = desc + e * FBX_AB_WORDS;
+        if (w[FBX_AB_GRAD] != into) continue;
+#define FBX_ARMS_BACK(D) fbx_arms_entry_back(w, grads, nbags, D, stride_b, stride_f, mean, touched)
+        FBX_BY_DIM(dim, FBX_ARMS_BACK)
+#undef FBX_ARMS_BACK
+    }
+    for (int64_t r = 0; touched && r < nrows; r++) /* rows no bag read: no gradient */
+        if (!touched[r]) memset(grad + r * width, 0, sizeof(float) * (size_t)width);
+    free(touched);
 }
 
 /* The backward: each entry's rows' gradient (FBX_AB_GRAD, written: a store's rows are set to
@@ -225,26 +263,7 @@ int64_t fbx_arms_bags_backward(const int64_t *desc, int64_t n_entries, int64_t n
     if (bad) return bad;
     const int64_t work = n_entries * nbags;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (nthreads > 1 && work >= FBX_PAR_ROWS / 2)
-    for (int64_t first = 0; first < n_entries; first++) {
-        const int64_t into = desc[first * FBX_AB_WORDS + FBX_AB_GRAD];
-        int64_t seen = 0;
-        for (int64_t e = 0; e < first && !seen; e++) seen = desc[e * FBX_AB_WORDS + FBX_AB_GRAD] == into;
-        if (seen) continue; /* a unit is a store: its first entry takes its entries */
-        const int64_t *fw = desc + first * FBX_AB_WORDS, nrows = fw[FBX_AB_NROWS], width = fw[FBX_AB_WIDTH];
-        float *grad = (float *)(intptr_t)into;
-        uint8_t *touched = calloc((size_t)(nrows > 0 ? nrows : 1), 1); /* the rows whose sums have started */
-        if (!touched) /* (no room for the flags: every row zeroed first) */
-            memset(grad, 0, sizeof(float) * (size_t)(nrows * width));
-        for (int64_t e = first; e < n_entries; e++) {
-            const int64_t *w = desc + e * FBX_AB_WORDS;
-            if (w[FBX_AB_GRAD] != into) continue;
-#define FBX_ARMS_BACK(D) fbx_arms_entry_back(w, grads, nbags, D, stride_b, stride_f, mean, touched)
-            FBX_BY_DIM(dim, FBX_ARMS_BACK)
-#undef FBX_ARMS_BACK
-        }
-        for (int64_t r = 0; touched && r < nrows; r++) /* rows no bag read: no gradient */
-            if (!touched[r]) memset(grad + r * width, 0, sizeof(float) * (size_t)width);
-        free(touched);
-    }
+    for (int64_t first = 0; first < n_entries; first++)
+        fbx_arms_store_back(desc, n_entries, first, nbags, dim, grads, stride_b, stride_f, mean);
     return 0;
 }
