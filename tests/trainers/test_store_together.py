@@ -39,7 +39,7 @@ def test_tables_of_one_and_of_several_slices_updated_in_one_call_as_numpy_comput
     stores = [TieredEmbeddingStore(StoreConfig(dim=dim, slices=slices, lr=LR, eps=EPS, cache_rows=64, seed=s,
                                                slice_seeds=tuple(range(slices)) if slices > 1 else None),
                                    name=f"t{s}", device="cpu")
-              for s, (dim, slices) in enumerate([(8, 1), (12, 3), (8, 2)])]
+              for s, (dim, slices) in enumerate([(8, 1), (12, 3), (8, 2), (176, 11), (204, 17)])]
     keys = [rng.integers(0, 50, 40) for _ in stores]
     lookups = [s.lookup(k) for s, k in zip(stores, keys)]
     before = [s.tiers.cache.table[lk.slots].copy() for s, lk in zip(stores, lookups)]
