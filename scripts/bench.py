@@ -135,7 +135,7 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
                                      "sequential trials (`min_effect=0.003`: from 2 seeds, one more while the AUC "
                                      "interval straddles the margin, up to 6): false alarms on noise, power on "
                                      "planted columns, seeds used"),
-    "trial_cost": (["benchmarks/trial_cost.py", "--rows", "200000", "--separate", "--repeat", "3"],
+    "trial_cost": (["benchmarks/trial_cost.py", "--rows", "200000", "--separate", "--repeat", "5"],
                    "a trial's wall time beside one plain training on the same data, alternated in one run: K = 3 "
                    "with the A/A arm (9 models; also beside `fbrapids demo`), 10 candidates each against one "
                    "baseline (33 models; also beside `fbrapids demo` on that data), and the 10 tried one at a time "
