@@ -131,23 +131,28 @@ def _bags_and_gradients_against_embedding_bag(case, exact: bool = False):
 
 
 @SETTINGS
-@given(stores(), st.integers(0, 3))
-def test_rows_read_where_they_lie_in_a_table_are_the_gathered_rows_bits(case, state):
+@given(stores(), st.integers(0, 3), st.booleans())
+def test_rows_read_where_they_lie_in_a_table_are_the_gathered_rows_bits(case, state, unseen):
     """Each store's rows scattered among other rows of a wider table (``state`` columns
     after the slices, as a cache table holds the optimizer's state), read through the
-    ``rowmap``: the same bags and the same gradients, bit for bit, as from the rows gathered."""
+    ``rowmap``: the same bags and the same gradients, bit for bit, as from the rows gathered.
+    With ``unseen``, some rows are ids never admitted: -1 in the ``rowmap`` (a prediction's
+    lookup leaves its rows in place so), zeros among the gathered rows (the default row)."""
     m, nfeat, nbags, dim, groups, mean = case
     rng = np.random.default_rng(nbags * 7 + state)
-    tables: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+    tables: dict[int, tuple[torch.Tensor, np.ndarray, torch.Tensor]] = {}
     for store, _, members, rows, _, _ in groups:
         if store not in tables:
             n, width = rows.shape
             table = torch.from_numpy(rng.standard_normal((n + int(rng.integers(0, 20)), width + state))
                                      .astype(np.float32))
             at = rng.permutation(len(table))[:n].astype(np.int64)
-            table[torch.from_numpy(at), :width] = rows
-            tables[store] = (table, at)
-    gathered = [BagEntry(rows, idx, offsets, f, members) for _, f, members, rows, idx, offsets in groups]
+            if unseen:
+                at[rng.random(n) < 0.4] = -1
+            kept = torch.from_numpy(at >= 0)
+            table[torch.from_numpy(at[at >= 0]), :width] = rows[kept]
+            tables[store] = (table, at, torch.where(kept[:, None], rows, torch.zeros_like(rows)))
+    gathered = [BagEntry(tables[store][2], idx, offsets, f, members) for store, f, members, _, idx, offsets in groups]
     in_place = [BagEntry(tables[store][0], idx, offsets, f, members, rowmap=tables[store][1],
                          table_width=rows.shape[1]) for store, f, members, rows, idx, offsets in groups]
     grad = torch.randn(m, nbags, nfeat, dim, generator=torch.Generator().manual_seed(2))
@@ -170,38 +175,6 @@ def test_rows_read_where_they_lie_in_a_table_are_the_gathered_rows_bits(case, st
         assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
-
-@SETTINGS
-@given(stores(), st.integers(0, 3))
-def test_rows_of_ids_never_admitted_read_in_place_are_the_default_rows_bits(case, state):
-    """A prediction's lookup leaves its rows in the cache table and marks an id never admitted
-    -1 (the default row, zeros): the bags read through such a ``rowmap`` are, bit for bit,
-    those pooled from the rows gathered with zeros in those rows' places (as the lookup
-    gathers them), on 1 and 2 threads."""
-    m, nfeat, nbags, dim, groups, mean = case
-    rng = np.random.default_rng(nbags * 11 + state)
-    tables: dict[int, tuple[torch.Tensor, np.ndarray, torch.Tensor]] = {}
-    for store, _, members, rows, _, _ in groups:
-        if store not in tables:
-            n, width = rows.shape
-            table = torch.from_numpy(rng.standard_normal((n + int(rng.integers(0, 20)), width + state))
-                                     .astype(np.float32))
-            at = rng.permutation(len(table))[:n].astype(np.int64)
-            at[rng.random(n) < 0.4] = -1  # ids never admitted
-            kept = torch.from_numpy(at >= 0)
-            table[torch.from_numpy(at[at >= 0]), :width] = rows[kept]
-            tables[store] = (table, at, torch.where(kept[:, None], rows, torch.zeros_like(rows)))
-    gathered = [BagEntry(tables[store][2], idx, offsets, f, members) for store, f, members, _, idx, offsets in groups]
-    in_place = [BagEntry(tables[store][0], idx, offsets, f, members, rowmap=tables[store][1],
-                         table_width=rows.shape[1]) for store, f, members, rows, idx, offsets in groups]
-    for threads in (1, 2):
-        outs = []
-        for entries in (gathered, in_place):
-            out = torch.full((m, nbags, nfeat, dim), float("nan"))
-            with _threads(threads):
-                arms_bags(entries, list(out), mean=mean)
-            outs.append(out)
-        assert torch.equal(outs[0], outs[1])
 
 def test_a_row_outside_its_table_is_named_before_any_work():
     table = torch.zeros(4, 3)
