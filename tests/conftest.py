@@ -109,6 +109,24 @@ def local_cluster():
         cluster.close()
 
 
+@pytest.fixture
+def stops_heard():
+    """The stop signals at their terminal dispositions for a test that sends one to itself:
+    Ctrl-C (SIGINT) raising ``KeyboardInterrupt``, SIGTERM and SIGHUP at their default
+    action, restored after.  A suite started otherwise inherits others, which Python and the
+    CLI keep: a shell's background job (``make test &``) has SIGINT ignored, ``nohup``
+    SIGHUP; such a test would never hear its signal (a fresh-clone run under ``nohup ... &``
+    failed two this way)."""
+    import signal
+
+    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+              signal.SIGHUP: signal.SIG_DFL}
+    before = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One torch thread for a module of many tiny torch ops: a thread pool only adds

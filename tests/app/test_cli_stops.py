@@ -38,17 +38,6 @@ class Check:
 """
 
 
-@pytest.fixture
-def heard_ctrl_c():
-    """Ctrl-C raising ``KeyboardInterrupt`` for the test, as in a terminal: a shell starts a
-    background job (``cmd &``) with SIGINT ignored, and Python then keeps it ignored, so a
-    suite started that way would never see the SIGINT this test sends (a user's ``&`` means
-    it too: the CLI leaves the disposition it inherits alone)."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
-
-
 def _signalling_module(tmp_path, monkeypatch, sig: str) -> str:
     name = f"fbx_signals_on_import_{sig.lower()}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(_MODULE.format(sig=sig)))
@@ -95,7 +84,7 @@ def test_a_failure_while_a_stop_unwinds_is_that_stop():
 @pytest.mark.parametrize("sig, status, line", [("SIGTERM", 143, "fbrapids gen: stopped by SIGTERM"),
                                                ("SIGHUP", 129, "fbrapids gen: stopped by SIGHUP"),
                                                ("SIGINT", 130, "interrupted")])
-def test_the_cli_reports_a_stop_inside_an_import_as_a_stop(tmp_path, monkeypatch, capsys, heard_ctrl_c, sig, status,
+def test_the_cli_reports_a_stop_inside_an_import_as_a_stop(tmp_path, monkeypatch, capsys, stops_heard, sig, status,
                                                           line):
     name = _signalling_module(tmp_path, monkeypatch, sig)
 

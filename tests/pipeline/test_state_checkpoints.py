@@ -312,7 +312,7 @@ def test_finite_checks_tell_overflowing_finite_values_from_nan_and_inf(tmp_path)
     assert _nonfinite_grads(model) == [name]
 
 
-def test_a_ctrl_c_while_a_checkpoint_is_committed_waits_for_its_pointer(tmp_path, monkeypatch) -> None:
+def test_a_ctrl_c_while_a_checkpoint_is_committed_waits_for_its_pointer(tmp_path, monkeypatch, stops_heard) -> None:
     """A Ctrl-C that lands between the checkpoint's rename into place and the ``latest``
     pointer's write (here: from the fsync of the folder between the two) is delivered once
     the pointer names the checkpoint; before, the ``KeyboardInterrupt`` left a whole
