@@ -59,8 +59,8 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
     prediction's) and finds every admitted row in the cache, leaves its rows where they lie:
     its lookup's ``gathered`` is False and its ``rows`` are not read from the table (their
     values undefined; their shape holds the gradient).  The caller reads the rows through
-    ``slots`` from the cache table (:class:`~fbrapids.trainers.sparse.arms_bags.BagEntry`'s
-    ``rowmap``; slot -1: an id never admitted, the default row, zeros) before anything
+    ``places`` from the cache table (:class:`~fbrapids.trainers.sparse.arms_bags.BagEntry`'s
+    ``rowmap``; place -1: an id never admitted, the default row, zeros) before anything
     changes the table: nothing does until the next lookup or the update of these rows.  A
     table some of whose rows are below the cache gathers them as with ``gather=True``."""
     begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
