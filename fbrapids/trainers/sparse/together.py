@@ -31,7 +31,13 @@ import numpy as np
 import torch
 
 from fbrapids.errors import ArgumentError, RowIndexError
-from fbrapids.trainers.sparse.hashmap import ADAGRAD_WORDS, LOOKUP_WORDS, lookup_tables, rowwise_adagrad_tables
+from fbrapids.trainers.sparse.hashmap import (
+    ADAGRAD_WORDS,
+    LOOKUP_WORDS,
+    gather_cols,
+    lookup_tables,
+    rowwise_adagrad_tables,
+)
 from fbrapids.trainers.sparse.row_directory import Ids
 from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore
 
@@ -113,7 +119,7 @@ def _gather_cached(store: TieredEmbeddingStore, slots: np.ndarray, rows: np.ndar
     assert table is not None  # (a CPU cache)
     cached = slots >= 0
     rows[~cached] = 0.0
-    rows[cached] = table[slots[cached], : rows.shape[1]]
+    rows[cached] = gather_cols(table, slots[cached], rows.shape[1])
 
 
 class RowUpdater(Protocol):
