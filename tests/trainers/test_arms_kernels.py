@@ -3,7 +3,8 @@ the arms' bags pooled from shared stores (trainers/sparse/arms_bags.py) against
 ``torch.nn.functional.embedding_bag`` on each arm's slice, and DLRM's dot interactions of
 the arms (trainers/modules/arms_dots.py) against ``T @ T^T`` and its lower triangle; both
 backwards against torch's autograd of those references, on hypothesis shapes; the same bits
-on 1 and 2 threads; bad input named."""
+on 1 and 2 threads and in either form of the dots' loops (sixteen lanes, where the machine has
+AVX-512, and eight); bad input named."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fbrapids.errors import ArgumentError, FbrapidsError
-from fbrapids.trainers.modules.arms_dots import arms_dots
+from fbrapids.trainers.modules.arms_dots import arms_dots, loop_form, loop_forms
 from fbrapids.trainers.sparse.arms_bags import BagEntry, arms_bags, arms_bags_backward
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -234,7 +235,7 @@ def _reference_dots(x, bags, bias, self_interaction):
 
 
 @SETTINGS
-@given(m=st.integers(1, 4), b=st.integers(1, 40), nf=st.integers(1, 9), d=st.sampled_from([1, 3, 8, 16, 24]),
+@given(m=st.integers(1, 4), b=st.integers(1, 40), nf=st.integers(1, 9), d=st.sampled_from([1, 3, 8, 16, 24, 32]),
        with_bias=st.booleans(), self_interaction=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_dots_equal_the_lower_triangle_of_t_t_transposed_and_so_do_their_gradients(m, b, nf, d, with_bias,
                                                                                     self_interaction, seed):
@@ -245,19 +246,35 @@ def test_dots_equal_the_lower_triangle_of_t_t_transposed_and_so_do_their_gradien
     ref = _reference_dots(*leaves, self_interaction)
     grad = torch.randn(ref.shape, generator=g)
     (ref * grad).sum().backward()
+    # the gradient as rows [M, B, width], or laid out by column [M, width, B] (as arms_linear gives it)
+    by_column = grad.transpose(1, 2).contiguous().transpose(1, 2)
+    assert torch.equal(by_column, grad) and (b == 1 or not by_column.is_contiguous())
     results = {}
-    for threads in (1, 2):
+    for threads, form, layout in [(n, f, g) for n in (1, 2) for f in loop_forms() for g in ("rows", "columns")]:
         mine = [t.clone().requires_grad_() if t is not None else None for t in (x, bags, bias)]
-        with _threads(threads):
+        with _threads(threads), loop_form(form):
             z = arms_dots(*mine, self_interaction)
-            (z * grad).sum().backward()
+            z.backward(grad if layout == "rows" else by_column)
         assert z.shape == ref.shape
         assert torch.allclose(z, ref, atol=1e-5, rtol=1e-5)
         for a, r in zip(mine, leaves):
             if a is not None:
                 assert torch.allclose(a.grad, r.grad, atol=1e-4, rtol=1e-5)
-        results[threads] = [z.detach()] + [a.grad for a in mine if a is not None]
-    assert all(torch.equal(p, q) for p, q in zip(results[1], results[2]))  # the same bits for any thread count
+        results[threads, form, layout] = [z.detach()] + [a.grad for a in mine if a is not None]
+    # the same bits for any thread count, either form of the loops and either layout of the gradient
+    first = results[1, loop_forms()[0], "rows"]
+    assert all(torch.equal(p, q) for bits in results.values() for p, q in zip(first, bits))
+
+
+def test_the_loops_refuse_a_form_this_machine_cannot_run():
+    assert loop_forms()[-1] == "eight"
+    with pytest.raises(ArgumentError, match="not one of this machine's forms"):
+        with loop_form("thirty-two"):
+            pass
+    if loop_forms() == ("eight",):  # no AVX-512: the sixteen-lane form is compiled for it only
+        with pytest.raises(ArgumentError, match="sixteen"):
+            with loop_form("sixteen"):
+                pass
 
 
 def test_dots_refuse_what_they_do_not_fit():

@@ -131,14 +131,16 @@ class DLRM(CTRModel):
         bias = None
         if first.bias_vector is not None:
             bias = arms_tensor([cast(torch.Tensor, net.bias_vector) for net in models])  # [M, dim]: all have one
-        if arms_dots.fits(x, bags, bias):  # the dots where the fields lie, in C (no concatenation, no bmm)
+        in_c = arms_dots.fits(x, bags, bias)
+        if in_c:  # the dots where the fields lie, in C (no concatenation, no bmm)
             z = arms_dots.arms_dots(x, bags, bias, first.interaction.self_interaction)
         else:
             if bias is not None:
                 bags = torch.cat([bags, bias[:, None, None, :].expand(m, b, 1, bias.shape[1])], dim=2)
             z = first.interaction(x.reshape(m * b, -1), bags.reshape(m * b, bags.shape[2], bags.shape[3]))
         tops = [cast(torch.nn.Sequential, net.top_l[:-1]) for net in models]  # a Sequential's slice is one
-        return stacked_mlp(tops, z.view(m, b, -1)).squeeze(2)
+        # (the C dots read their gradient by column: the first top layer's input gradient is laid out so)
+        return stacked_mlp(tops, z.view(m, b, -1), input_grad_by_column=in_c).squeeze(2)
 
     def load_reference_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Load a state dict of the reference ``DLRM_Net`` (MLPs by name, tables into the stores).

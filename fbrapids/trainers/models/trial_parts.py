@@ -175,10 +175,13 @@ def arms_tensor(params: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(list(params))
 
 
-def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor) -> torch.Tensor:
+def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor, input_grad_by_column: bool = False
+                ) -> torch.Tensor:
     """The arms' MLPs (one ``Sequential`` of Linear / ReLU / Sigmoid each, same shapes) on
     ``x`` ``[M, B, in]``: each Linear as one ``baddbmm`` over the arms' stacked weights
-    (:func:`arms_tensor`).
+    (:func:`arms_tensor`).  ``input_grad_by_column``: ``x``'s gradient comes back laid out
+    ``[M, in, B]`` (:func:`~fbrapids.trainers.modules.arms_linear.arms_linear`), for a producer
+    of ``x`` that reads it so faster.
 
     Example:
         >>> from fbrapids.trainers.modules import mlp
@@ -187,12 +190,17 @@ def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor) -> torch
         >>> torch.allclose(stacked_mlp(nets, x), torch.stack([n(x[k]) for k, n in enumerate(nets)]), atol=1e-6)
         True
     """
+    from fbrapids.trainers.modules.arms_linear import arms_linear
+
     ours = False  # whether x is a Linear's output here (its backward does not keep it): ReLU in place
-    for parts in zip(*layers):
+    for k, parts in enumerate(zip(*layers)):
         first = parts[0]
         if isinstance(first, torch.nn.Linear):
             w = arms_tensor([p.weight for p in parts])
-            if first.bias is not None:
+            if k == 0 and input_grad_by_column:
+                x = arms_linear(x, w, arms_tensor([p.bias for p in parts]).unsqueeze(1) if first.bias is not None
+                                else None)
+            elif first.bias is not None:
                 x = torch.baddbmm(arms_tensor([p.bias for p in parts]).unsqueeze(1), x, w.transpose(1, 2))
             else:
                 x = torch.bmm(x, w.transpose(1, 2))

@@ -8,7 +8,8 @@ tiny per-sample matrices run far below a CPU's rate, computing every dot twice. 
 sample's dots are computed once where its fields lie, sixteen samples side by side in vector
 lanes, and the backward gives each field's gradient directly: :func:`arms_dots` is
 ``DotInteraction(x, cat([bags, bias]))`` for every arm, to float rounding (each dot summed in
-column order).
+column order).  The loops run sixteen samples a vector on a machine with AVX-512, two vectors
+of eight elsewhere (:func:`loop_forms`); the sums and their order are the same.
 
 Example:
     >>> from fbrapids.trainers.modules.interaction import DotInteraction
@@ -22,9 +23,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -43,8 +46,53 @@ def _lib() -> ctypes.CDLL:
     lib.fbx_arms_dots.restype = i32
     lib.fbx_arms_dots.argtypes = [p, p, p, i64, i64, i64, i64, i32, p, i32]
     lib.fbx_arms_dots_backward.restype = i32
-    lib.fbx_arms_dots_backward.argtypes = [p, p, p, i64, i64, i64, i64, i32, p, p, p, p, i32]
+    lib.fbx_arms_dots_backward.argtypes = [p, p, p, i64, i64, i64, i64, i32, p, i32, p, p, p, i32]
+    lib.fbx_arms_dots_form.restype = i32
+    lib.fbx_arms_dots_form.argtypes = [i32]
+    lib.fbx_arms_dots_machine_form.restype = i32
+    lib.fbx_arms_dots_machine_form.argtypes = []
     return lib
+
+
+#: the forms of the C loops: sixteen samples a 512-bit vector (AVX-512), or two vectors of eight
+LOOP_FORMS = ("sixteen", "eight")
+
+
+def loop_forms() -> tuple[str, ...]:
+    """The forms of the C loops this machine can run, its own first: ``("sixteen", "eight")``
+    with AVX-512, ``("eight",)`` without (gcc keeps vectors wider than the registers in memory
+    and moves them in pieces: the sixteen-lane form is compiled for AVX-512 only).
+
+    Example:
+        >>> loop_forms()[-1]
+        'eight'
+    """
+    return LOOP_FORMS if _lib().fbx_arms_dots_machine_form() else LOOP_FORMS[1:]
+
+
+@contextlib.contextmanager
+def loop_form(form: str) -> Iterator[None]:
+    """Run the C loops in ``form`` (one of :func:`loop_forms`) inside the block: for a test
+    that the forms give the same bits.  Not thread-safe (nothing else may run the dots
+    meanwhile); the machine's own form after.
+
+    Example:
+        >>> x, bags = torch.ones(1, 20, 16), torch.ones(1, 20, 3, 16)
+        >>> outs = []
+        >>> for form in loop_forms():
+        ...     with loop_form(form):
+        ...         outs.append(arms_dots(x, bags, None))
+        >>> all(torch.equal(o, outs[0]) for o in outs), float(outs[0][0, 0, -1])
+        (True, 16.0)
+    """
+    if form not in loop_forms():
+        raise ArgumentError(f"loop_form: {form!r} is not one of this machine's forms {loop_forms()}")
+    lib = _lib()
+    lib.fbx_arms_dots_form(1 if form == LOOP_FORMS[0] else 0)
+    try:
+        yield
+    finally:
+        lib.fbx_arms_dots_form(-1)
 
 
 def fits(x: torch.Tensor, bags: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -104,13 +152,16 @@ class _ArmsDots(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         x, bags, bias = ctx.saved_tensors
-        grad = grad.contiguous()
+        # laid out by column ([M, width, B] transposed, as arms_linear's input gradient is): read so
+        by_column = not grad.is_contiguous() and grad.transpose(1, 2).is_contiguous()
+        grad = grad.transpose(1, 2) if by_column else grad.contiguous()
         m, b, d = x.shape
         nf = bags.shape[2]
         gx, gbags = torch.empty_like(x), torch.empty_like(bags)
         gbias_rows = None if bias is None else torch.empty(m, b, d)
         _check(_lib().fbx_arms_dots_backward(x.data_ptr(), bags.data_ptr(), _ptr(bias), m, b, nf, d,
-                                             int(ctx.self_interaction), grad.data_ptr(), gx.data_ptr(),
+                                             int(ctx.self_interaction), grad.data_ptr(), int(by_column),
+                                             gx.data_ptr(),
                                              gbags.data_ptr(), _ptr(gbias_rows), torch.get_num_threads()),
                1 + nf + (bias is not None), d)
         return gx, gbags, None if gbias_rows is None else gbias_rows.sum(1), None
