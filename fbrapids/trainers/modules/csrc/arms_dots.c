@@ -274,85 +274,96 @@ static inline __attribute__((always_inline)) void fbx_dots_cols_in(const fbx_dot
         default: CALL(d); \
     }
 
-/* field i (fi, in registers) against fields j .. j + 3 (from fj): four sums side by side, each
- * in column order (one sum alone would wait on its adds' latency at every column) */
-static inline __attribute__((always_inline)) void fbx_dots_four(const fbx_v16 *fi, const float *fj, const int64_t d,
-                                                                float *dl) {
-    const int64_t st = d * FBX_DOTS_LANES; /* one field to the next */
-    fbx_v16 a0 = fi[0] * fbx_ld16(fj), a1 = fi[0] * fbx_ld16(fj + st);
-    fbx_v16 a2 = fi[0] * fbx_ld16(fj + 2 * st), a3 = fi[0] * fbx_ld16(fj + 3 * st);
-    for (int64_t c = 1; c < d; c++) {
-        const float *at = fj + c * FBX_DOTS_LANES;
-        a0 += fi[c] * fbx_ld16(at);
-        a1 += fi[c] * fbx_ld16(at + st);
-        a2 += fi[c] * fbx_ld16(at + 2 * st);
-        a3 += fi[c] * fbx_ld16(at + 3 * st);
-    }
-    fbx_st16(dl, a0);
-    fbx_st16(dl + FBX_DOTS_LANES, a1);
-    fbx_st16(dl + 2 * FBX_DOTS_LANES, a2);
-    fbx_st16(dl + 3 * FBX_DOTS_LANES, a3);
+/* where field i's gradient of sample 0 goes (samples a row stride apart: d, nf * d, d): x, a
+ * bag, the bias (or nowhere) */
+static inline float *fbx_dots_grad_of(const fbx_dots_shape *s, int64_t i) {
+    if (i == 0) return s->grad_x;
+    if (i <= s->nf) return s->grad_bags + (i - 1) * s->d;
+    return s->grad_bias_rows;
 }
 
-/* every pair's dot of the block, lane by lane, into dl[p * LANES] (p: the pair's place in DLRM's order) */
-static inline __attribute__((always_inline)) void fbx_dots_lanes_body(const fbx_dots_shape *s, const float *f,
-                                                                      float *dl, const int64_t d) {
-    const int64_t n = s->n, off = s->self_inter ? 1 : 0;
-    fbx_v16 fi[FBX_DOTS_MAXD];
-    int64_t p = 0;
-    for (int64_t i = 1 - off; i < n; i++) {
-        for (int64_t c = 0; c < d; c++) fi[c] = fbx_ld16(f + (i * d + c) * FBX_DOTS_LANES);
-        int64_t j = 0;
-        for (; j + 4 <= i + off; j += 4, p += 4) fbx_dots_four(fi, f + j * d * FBX_DOTS_LANES, d, dl + p * FBX_DOTS_LANES);
-        for (; j < i + off; j++, p++) {
-            const float *fj = f + j * d * FBX_DOTS_LANES;
-            fbx_v16 acc = fi[0] * fbx_ld16(fj);
-            for (int64_t c = 1; c < d; c++) acc += fi[c] * fbx_ld16(fj + c * FBX_DOTS_LANES);
-            fbx_st16(dl + p * FBX_DOTS_LANES, acc);
-        }
+/* The loops of one form, W lanes a vector of type V (LD / ST its loads and stores), defined
+ * once for both forms: fbx_dots_four_W, fbx_dots_lanes_body_W and fbx_dots_back_body_W.  Each
+ * runs over the lanes [h, h + W) of the block's vectors, h = 0 (then 8, in the eight-lane form):
+ * every sum the same, in the same order, lane by lane.
+ *
+ * fbx_dots_four_W: field i (fi, in registers) against fields j .. j + 3 (from fj): four sums
+ * side by side, each in column order (one sum alone would wait on its adds' latency at every
+ * column).
+ * fbx_dots_lanes_body_W: every pair's dot of the block, lane by lane, into dl[p * LANES] (p:
+ * the pair's place in DLRM's order).
+ * fbx_dots_back_body_W: every field's gradient of the block (gl: d * LANES floats of scratch
+ * for one field's): dT_i = sum over j in order of g_ij T_j (2 g_ii T_i on the diagonal; with no
+ * self-interaction T_i's own pair is not a dot); x's gradient is its own part of the out rows'
+ * gradient (in gl) plus its dots'. */
+#define FBX_DOTS_LOOPS(W, V, LD, ST, WIDE) \
+    static inline __attribute__((always_inline)) void fbx_dots_four_##W(const V *fi, const float *fj, const int64_t d, \
+                                                                        float *dl) { \
+        const int64_t st = d * FBX_DOTS_LANES; /* one field to the next */ \
+        V a0 = fi[0] * LD(fj), a1 = fi[0] * LD(fj + st), a2 = fi[0] * LD(fj + 2 * st), a3 = fi[0] * LD(fj + 3 * st); \
+        for (int64_t c = 1; c < d; c++) { \
+            const float *at = fj + c * FBX_DOTS_LANES; \
+            a0 += fi[c] * LD(at); \
+            a1 += fi[c] * LD(at + st); \
+            a2 += fi[c] * LD(at + 2 * st); \
+            a3 += fi[c] * LD(at + 3 * st); \
+        } \
+        ST(dl, a0); \
+        ST(dl + FBX_DOTS_LANES, a1); \
+        ST(dl + 2 * FBX_DOTS_LANES, a2); \
+        ST(dl + 3 * FBX_DOTS_LANES, a3); \
+    } \
+    static inline __attribute__((always_inline)) void fbx_dots_lanes_body_##W(const fbx_dots_shape *s, const float *f, \
+                                                                              float *dl, const int64_t d) { \
+        const int64_t n = s->n, off = s->self_inter ? 1 : 0; \
+        V fi[FBX_DOTS_MAXD]; \
+        for (int64_t h = 0; h < FBX_DOTS_LANES; h += W) { \
+            int64_t p = 0; \
+            for (int64_t i = 1 - off; i < n; i++) { \
+                for (int64_t c = 0; c < d; c++) fi[c] = LD(f + (i * d + c) * FBX_DOTS_LANES + h); \
+                int64_t j = 0; \
+                for (; j + 4 <= i + off; j += 4, p += 4) \
+                    fbx_dots_four_##W(fi, f + j * d * FBX_DOTS_LANES + h, d, dl + p * FBX_DOTS_LANES + h); \
+                for (; j < i + off; j++, p++) { \
+                    const float *fj = f + j * d * FBX_DOTS_LANES + h; \
+                    V acc = fi[0] * LD(fj); \
+                    for (int64_t c = 1; c < d; c++) acc += fi[c] * LD(fj + c * FBX_DOTS_LANES); \
+                    ST(dl + p * FBX_DOTS_LANES + h, acc); \
+                } \
+            } \
+        } \
+    } \
+    static inline __attribute__((always_inline)) void fbx_dots_back_body_##W(const fbx_dots_shape *s, int64_t s0, \
+                                                                             int64_t s1, const float *f, \
+                                                                             const float *gp, float *gl, \
+                                                                             const int64_t d) { \
+        const int64_t n = s->n, off = s->self_inter ? 1 : 0; \
+        for (int64_t i = 0; i < n; i++) { \
+            if (i > s->nf && !s->grad_bias_rows) continue; \
+            for (int64_t h = 0; h < FBX_DOTS_LANES; h += W) { \
+                V acc[FBX_DOTS_MAXD]; \
+                for (int64_t c = 0; c < d; c++) acc[c] = (V){0}; \
+                for (int64_t j = 0; j < n; j++) { \
+                    V g; \
+                    if (j < i || (j == i && off)) g = LD(gp + (i * (i - 1) / 2 + off * i + j) * FBX_DOTS_LANES + h); \
+                    else if (j > i) g = LD(gp + (j * (j - 1) / 2 + off * j + i) * FBX_DOTS_LANES + h); \
+                    else continue; \
+                    if (j == i) g = 2.0f * g; \
+                    const float *fj = f + j * d * FBX_DOTS_LANES + h; \
+                    for (int64_t c = 0; c < d; c++) acc[c] += g * LD(fj + c * FBX_DOTS_LANES); \
+                } \
+                if (i == 0) \
+                    for (int64_t c = 0; c < d; c++) acc[c] = LD(gl + c * FBX_DOTS_LANES + h) + acc[c]; \
+                for (int64_t c = 0; c < d; c++) ST(gl + c * FBX_DOTS_LANES + h, acc[c]); \
+            } \
+            const int64_t stride = i == 0 ? d : (i <= s->nf ? s->nf * d : d); \
+            for (int64_t c0 = 0; c0 < d; c0 += 16) \
+                fbx_dots_rows_out(gl + c0 * FBX_DOTS_LANES, d - c0 < 16 ? d - c0 : 16, s0, s1, \
+                                  fbx_dots_grad_of(s, i) + c0, stride, WIDE); \
+        } \
     }
-}
-
-/* fbx_dots_four and fbx_dots_lanes_body eight lanes at a time (the lanes [h, h + 8) of each
- * vector, h = 0 then 8): the same sums, in the same order, lane by lane */
-static inline __attribute__((always_inline)) void fbx_dots_four8(const fbx_v8 *fi, const float *fj, const int64_t d,
-                                                                 float *dl) {
-    const int64_t st = d * FBX_DOTS_LANES;
-    fbx_v8 a0 = fi[0] * fbx_ld8(fj), a1 = fi[0] * fbx_ld8(fj + st);
-    fbx_v8 a2 = fi[0] * fbx_ld8(fj + 2 * st), a3 = fi[0] * fbx_ld8(fj + 3 * st);
-    for (int64_t c = 1; c < d; c++) {
-        const float *at = fj + c * FBX_DOTS_LANES;
-        a0 += fi[c] * fbx_ld8(at);
-        a1 += fi[c] * fbx_ld8(at + st);
-        a2 += fi[c] * fbx_ld8(at + 2 * st);
-        a3 += fi[c] * fbx_ld8(at + 3 * st);
-    }
-    fbx_st8(dl, a0);
-    fbx_st8(dl + FBX_DOTS_LANES, a1);
-    fbx_st8(dl + 2 * FBX_DOTS_LANES, a2);
-    fbx_st8(dl + 3 * FBX_DOTS_LANES, a3);
-}
-
-static inline __attribute__((always_inline)) void fbx_dots_lanes_body8(const fbx_dots_shape *s, const float *f,
-                                                                       float *dl, const int64_t d) {
-    const int64_t n = s->n, off = s->self_inter ? 1 : 0;
-    fbx_v8 fi[FBX_DOTS_MAXD];
-    for (int64_t h = 0; h < FBX_DOTS_LANES; h += 8) {
-        int64_t p = 0;
-        for (int64_t i = 1 - off; i < n; i++) {
-            for (int64_t c = 0; c < d; c++) fi[c] = fbx_ld8(f + (i * d + c) * FBX_DOTS_LANES + h);
-            int64_t j = 0;
-            for (; j + 4 <= i + off; j += 4, p += 4)
-                fbx_dots_four8(fi, f + j * d * FBX_DOTS_LANES + h, d, dl + p * FBX_DOTS_LANES + h);
-            for (; j < i + off; j++, p++) {
-                const float *fj = f + j * d * FBX_DOTS_LANES + h;
-                fbx_v8 acc = fi[0] * fbx_ld8(fj);
-                for (int64_t c = 1; c < d; c++) acc += fi[c] * fbx_ld8(fj + c * FBX_DOTS_LANES);
-                fbx_st8(dl + p * FBX_DOTS_LANES + h, acc);
-            }
-        }
-    }
-}
+FBX_DOTS_LOOPS(16, fbx_v16, fbx_ld16, fbx_st16, 1)
+FBX_DOTS_LOOPS(8, fbx_v8, fbx_ld8, fbx_st8, 0)
 
 /* samples [s0, s1) (at most FBX_DOTS_LANES): their out rows (f: fbx_dots_scratch floats) */
 static inline __attribute__((always_inline)) void fbx_dots_lanes(const fbx_dots_shape *s, int64_t s0, int64_t s1,
@@ -362,11 +373,11 @@ static inline __attribute__((always_inline)) void fbx_dots_lanes(const fbx_dots_
     fbx_dots_gather(s, s0, s1, f, wide);
     for (int64_t smp = s0; smp < s1; smp++) memcpy(out + smp * s->width, s->x + smp * d, sizeof(float) * (size_t)d);
     if (wide) {
-#define FBX_DOTS_FWD(D) fbx_dots_lanes_body(s, f, dl, D)
+#define FBX_DOTS_FWD(D) fbx_dots_lanes_body_16(s, f, dl, D)
         FBX_DOTS_BY_DIM(d, FBX_DOTS_FWD)
 #undef FBX_DOTS_FWD
     } else {
-#define FBX_DOTS_FWD(D) fbx_dots_lanes_body8(s, f, dl, D)
+#define FBX_DOTS_FWD(D) fbx_dots_lanes_body_8(s, f, dl, D)
         FBX_DOTS_BY_DIM(d, FBX_DOTS_FWD)
 #undef FBX_DOTS_FWD
     }
@@ -379,72 +390,6 @@ FBX_WIDE static void fbx_dots_lanes16(const fbx_dots_shape *s, int64_t s0, int64
 }
 FBX_NARROW static void fbx_dots_lanes8(const fbx_dots_shape *s, int64_t s0, int64_t s1, float *f) {
     fbx_dots_lanes(s, s0, s1, f, 0);
-}
-
-/* where field i's gradient of sample 0 goes (samples a row stride apart: d, nf * d, d): x, a
- * bag, the bias (or nowhere) */
-static inline float *fbx_dots_grad_of(const fbx_dots_shape *s, int64_t i) {
-    if (i == 0) return s->grad_x;
-    if (i <= s->nf) return s->grad_bags + (i - 1) * s->d;
-    return s->grad_bias_rows;
-}
-
-/* every field's gradient of the block (gl: d * LANES floats of scratch for one field's) */
-static inline __attribute__((always_inline)) void fbx_dots_back_body(const fbx_dots_shape *s, int64_t s0, int64_t s1,
-                                                                     const float *f, const float *gp, float *gl,
-                                                                     const int64_t d) {
-    const int64_t n = s->n, off = s->self_inter ? 1 : 0;
-    for (int64_t i = 0; i < n; i++) { /* dT_i = sum over j in order of g_ij T_j (2 g_ii T_i on the diagonal) */
-        if (i > s->nf && !s->grad_bias_rows) continue;
-        fbx_v16 acc[FBX_DOTS_MAXD];
-        for (int64_t c = 0; c < d; c++) acc[c] = (fbx_v16){0};
-        for (int64_t j = 0; j < n; j++) {
-            fbx_v16 g;
-            if (j < i || (j == i && off)) g = fbx_ld16(gp + (i * (i - 1) / 2 + off * i + j) * FBX_DOTS_LANES);
-            else if (j > i) g = fbx_ld16(gp + (j * (j - 1) / 2 + off * j + i) * FBX_DOTS_LANES);
-            else continue; /* no self-interaction: T_i's own pair is not a dot */
-            if (j == i) g = 2.0f * g;
-            const float *fj = f + j * d * FBX_DOTS_LANES;
-            for (int64_t c = 0; c < d; c++) acc[c] += g * fbx_ld16(fj + c * FBX_DOTS_LANES);
-        }
-        if (i == 0) /* x's gradient: its own part of the out rows' gradient (in gl), then its dots' */
-            for (int64_t c = 0; c < d; c++) acc[c] = fbx_ld16(gl + c * FBX_DOTS_LANES) + acc[c];
-        for (int64_t c = 0; c < d; c++) fbx_st16(gl + c * FBX_DOTS_LANES, acc[c]);
-        const int64_t stride = i == 0 ? d : (i <= s->nf ? s->nf * d : d);
-        for (int64_t c0 = 0; c0 < d; c0 += 16)
-            fbx_dots_rows_out(gl + c0 * FBX_DOTS_LANES, d - c0 < 16 ? d - c0 : 16, s0, s1,
-                              fbx_dots_grad_of(s, i) + c0, stride, 1);
-    }
-}
-
-/* fbx_dots_back_body eight lanes at a time: the same sums, in the same order, lane by lane */
-static inline __attribute__((always_inline)) void fbx_dots_back_body8(const fbx_dots_shape *s, int64_t s0,
-                                                                      int64_t s1, const float *f, const float *gp,
-                                                                      float *gl, const int64_t d) {
-    const int64_t n = s->n, off = s->self_inter ? 1 : 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (i > s->nf && !s->grad_bias_rows) continue;
-        for (int64_t h = 0; h < FBX_DOTS_LANES; h += 8) {
-            fbx_v8 acc[FBX_DOTS_MAXD];
-            for (int64_t c = 0; c < d; c++) acc[c] = (fbx_v8){0};
-            for (int64_t j = 0; j < n; j++) {
-                fbx_v8 g;
-                if (j < i || (j == i && off)) g = fbx_ld8(gp + (i * (i - 1) / 2 + off * i + j) * FBX_DOTS_LANES + h);
-                else if (j > i) g = fbx_ld8(gp + (j * (j - 1) / 2 + off * j + i) * FBX_DOTS_LANES + h);
-                else continue;
-                if (j == i) g = 2.0f * g;
-                const float *fj = f + j * d * FBX_DOTS_LANES + h;
-                for (int64_t c = 0; c < d; c++) acc[c] += g * fbx_ld8(fj + c * FBX_DOTS_LANES);
-            }
-            if (i == 0)
-                for (int64_t c = 0; c < d; c++) acc[c] = fbx_ld8(gl + c * FBX_DOTS_LANES + h) + acc[c];
-            for (int64_t c = 0; c < d; c++) fbx_st8(gl + c * FBX_DOTS_LANES + h, acc[c]);
-        }
-        const int64_t stride = i == 0 ? d : (i <= s->nf ? s->nf * d : d);
-        for (int64_t c0 = 0; c0 < d; c0 += 16)
-            fbx_dots_rows_out(gl + c0 * FBX_DOTS_LANES, d - c0 < 16 ? d - c0 : 16, s0, s1,
-                              fbx_dots_grad_of(s, i) + c0, stride, 0);
-    }
 }
 
 /* samples [s0, s1) (at most FBX_DOTS_LANES): the fields' gradients; grad_bias_rows one row per
@@ -466,11 +411,11 @@ static inline __attribute__((always_inline)) void fbx_dots_back_lanes(const fbx_
         else fbx_dots_rows_in(s->grad + c0, s->width, np, s0, s1, gl + c0 * FBX_DOTS_LANES, wide);
     }
     if (wide) {
-#define FBX_DOTS_BACK(D) fbx_dots_back_body(s, s0, s1, f, gp, gl, D)
+#define FBX_DOTS_BACK(D) fbx_dots_back_body_16(s, s0, s1, f, gp, gl, D)
         FBX_DOTS_BY_DIM(d, FBX_DOTS_BACK)
 #undef FBX_DOTS_BACK
     } else {
-#define FBX_DOTS_BACK(D) fbx_dots_back_body8(s, s0, s1, f, gp, gl, D)
+#define FBX_DOTS_BACK(D) fbx_dots_back_body_8(s, s0, s1, f, gp, gl, D)
         FBX_DOTS_BY_DIM(d, FBX_DOTS_BACK)
 #undef FBX_DOTS_BACK
     }
