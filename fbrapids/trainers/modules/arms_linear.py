@@ -10,7 +10,8 @@ back as its transpose, ``[M, B, in]`` laid out ``[M, in, B]`` (by column): the a
 (:func:`~fbrapids.trainers.modules.arms_dots.arms_dots`) read it so, sixteen samples of a
 column side by side, as their lanes want it, with no transpose.  The weight's and the bias's
 gradients are autograd's own computations, so their bits are baddbmm's; the input's are the
-same sums in another order (float rounding).
+same sums, which MKL gave the same bits on that machine for every layer shape of the trial's
+DLRM (another BLAS may round them otherwise).
 
 Example:
     >>> g = torch.Generator().manual_seed(0)
