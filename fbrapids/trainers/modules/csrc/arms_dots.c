@@ -78,7 +78,6 @@ static inline void fbx_st8(float *p, fbx_v8 v) { memcpy(p, &v, sizeof v); }
 
 /* whether this machine has AVX-512's 32 registers of sixteen floats and its two-vector shuffles:
  * the loops take a form of eight lanes at a time where it has not.  The sums are the same. */
-static int fbx_dots_form = -1; /* the form the loops take: -1 the machine's, 0 eight lanes, 1 sixteen */
 static int fbx_dots_machine_wide(void) {
 #if FBX_DOTS_X86_GCC
     return __builtin_cpu_supports("avx512f");
@@ -86,6 +85,9 @@ static int fbx_dots_machine_wide(void) {
     return 1;
 #endif
 }
+
+/* the form the loops take: -1 the machine's, 0 eight lanes, 1 sixteen (fbx_arms_dots_form) */
+static int fbx_dots_form = -1;
 
 /* a 16 x 16 matrix transposed from rows to rows: row q of dst[c] gets element c of src[q]
  * (src[q] NULL: a row of zeros), sixteen floats a row.  In registers of sixteen floats: four
