@@ -197,11 +197,11 @@ def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor, input_gr
         first = parts[0]
         if isinstance(first, torch.nn.Linear):
             w = arms_tensor([p.weight for p in parts])
+            bias = arms_tensor([p.bias for p in parts]).unsqueeze(1) if first.bias is not None else None
             if k == 0 and input_grad_by_column:
-                x = arms_linear(x, w, arms_tensor([p.bias for p in parts]).unsqueeze(1) if first.bias is not None
-                                else None)
-            elif first.bias is not None:
-                x = torch.baddbmm(arms_tensor([p.bias for p in parts]).unsqueeze(1), x, w.transpose(1, 2))
+                x = arms_linear(x, w, bias)
+            elif bias is not None:
+                x = torch.baddbmm(bias, x, w.transpose(1, 2))
             else:
                 x = torch.bmm(x, w.transpose(1, 2))
             ours = True

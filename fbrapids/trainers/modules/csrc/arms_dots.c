@@ -267,6 +267,15 @@ static inline __attribute__((always_inline)) void fbx_dots_cols_in(const fbx_dot
     }
 }
 
+/* columns [col0, col0 + np) (np <= 16) of the out rows' gradient of samples [s0, s1) into
+ * lanes[q * LANES + l], as the gradient lies: by row (through a transpose) or by column */
+static inline __attribute__((always_inline)) void fbx_dots_grad_in(const fbx_dots_shape *s, int64_t col0, int64_t np,
+                                                                   int64_t s0, int64_t s1, float *lanes,
+                                                                   const int wide) {
+    if (s->grad_by_column) fbx_dots_cols_in(s, col0, np, s0, s1, lanes);
+    else fbx_dots_rows_in(s->grad + col0, s->width, np, s0, s1, lanes, wide);
+}
+
 /* the loops below for the column count d known to the compiler where it is a common one */
 #define FBX_DOTS_BY_DIM(d, CALL) \
     switch (d) { \
@@ -402,16 +411,10 @@ static inline __attribute__((always_inline)) void fbx_dots_back_lanes(const fbx_
     float *gp = f + n * d * FBX_DOTS_LANES; /* the pairs' gradients lane by lane: gp[p * LANES + l] */
     float *gl = gp + (pairs + 16) * FBX_DOTS_LANES; /* one field's gradient lane by lane */
     fbx_dots_gather(s, s0, s1, f, wide);
-    for (int64_t p0 = 0; p0 < pairs; p0 += 16) { /* (the scratch has room for a last block of sixteen) */
-        const int64_t np = pairs - p0 < 16 ? pairs - p0 : 16;
-        if (s->grad_by_column) fbx_dots_cols_in(s, d + p0, np, s0, s1, gp + p0 * FBX_DOTS_LANES);
-        else fbx_dots_rows_in(s->grad + d + p0, s->width, np, s0, s1, gp + p0 * FBX_DOTS_LANES, wide);
-    }
-    for (int64_t c0 = 0; c0 < d; c0 += 16) { /* x's own part of the out rows' gradient */
-        const int64_t np = d - c0 < 16 ? d - c0 : 16;
-        if (s->grad_by_column) fbx_dots_cols_in(s, c0, np, s0, s1, gl + c0 * FBX_DOTS_LANES);
-        else fbx_dots_rows_in(s->grad + c0, s->width, np, s0, s1, gl + c0 * FBX_DOTS_LANES, wide);
-    }
+    for (int64_t p0 = 0; p0 < pairs; p0 += 16) /* (the scratch has room for a last block of sixteen) */
+        fbx_dots_grad_in(s, d + p0, pairs - p0 < 16 ? pairs - p0 : 16, s0, s1, gp + p0 * FBX_DOTS_LANES, wide);
+    for (int64_t c0 = 0; c0 < d; c0 += 16) /* x's own part of the out rows' gradient */
+        fbx_dots_grad_in(s, c0, d - c0 < 16 ? d - c0 : 16, s0, s1, gl + c0 * FBX_DOTS_LANES, wide);
     if (wide) {
 #define FBX_DOTS_BACK(D) fbx_dots_back_body_16(s, s0, s1, f, gp, gl, D)
         FBX_DOTS_BY_DIM(d, FBX_DOTS_BACK)
