@@ -2,8 +2,10 @@
 disk by source hash) and load it with ctypes.
 
 The compiler is ``$CC`` if set, else the first of gcc, cc, clang on PATH; flags
-``-O3 -fopenmp -shared -fPIC``.  Before the first library is loaded (and libgomp with it),
-``$OMP_WAIT_POLICY`` defaults to ``PASSIVE`` (see :data:`OMP_WAIT_POLICY`).  Without a compiler the error says what to install; a
+``-O3 -fopenmp -shared -fPIC``.  Before the first library is loaded, ``$OMP_WAIT_POLICY``
+defaults to ``PASSIVE`` (see :data:`OMP_WAIT_POLICY`): libgomp reads it once, when it is
+loaded, so the default holds only where no library loaded libgomp before (torch does, at
+import).  Without a compiler the error says what to install; a
 compile error quotes the compiler's message with the offending source lines (and the
 operator they belong to).
 
@@ -112,7 +114,12 @@ def compile_source(source: str) -> Path:
 
 
 #: OpenMP wait policy the host kernels ask for unless the user set one.  Every host kernel
-#: launch is an OpenMP parallel region ending in a barrier.  With libgomp's default
+#: launch is an OpenMP parallel region ending in a barrier.  libgomp reads the policy once,
+#: when it is loaded, and a process has one libgomp: where torch was imported first (its
+#: libgomp is the process's), the default here comes too late and libgomp's own holds
+#: (``OMP_DISPLAY_ENV=VERBOSE`` prints ``GOMP_SPINCOUNT = '300000'`` for ``fbrapids demo`` and
+#: a trial, which import torch before a kernel); set ``$OMP_WAIT_POLICY`` before Python starts
+#: to choose it there.  With libgomp's default
 #: (threads spin at the barrier), a thread that another process has taken off its core
 #: (the trainer of ``stream()``, which extracts the next partition while one trains) stalls
 #: the whole barrier until the scheduler gives it a core back, while the spinning threads
