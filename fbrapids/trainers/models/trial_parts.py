@@ -190,7 +190,7 @@ def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor, input_gr
         >>> torch.allclose(stacked_mlp(nets, x), torch.stack([n(x[k]) for k, n in enumerate(nets)]), atol=1e-6)
         True
     """
-    from fbrapids.trainers.modules.arms_linear import arms_linear
+    from fbrapids.trainers.modules.arms_linear import arms_linear, stacked_linear
 
     ours = False  # whether x is a Linear's output here (its backward does not keep it): ReLU in place
     for k, parts in enumerate(zip(*layers)):
@@ -198,12 +198,7 @@ def stacked_mlp(layers: Sequence[torch.nn.Sequential], x: torch.Tensor, input_gr
         if isinstance(first, torch.nn.Linear):
             w = arms_tensor([p.weight for p in parts])
             bias = arms_tensor([p.bias for p in parts]).unsqueeze(1) if first.bias is not None else None
-            if k == 0 and input_grad_by_column:
-                x = arms_linear(x, w, bias)
-            elif bias is not None:
-                x = torch.baddbmm(bias, x, w.transpose(1, 2))
-            else:
-                x = torch.bmm(x, w.transpose(1, 2))
+            x = (arms_linear if k == 0 and input_grad_by_column else stacked_linear)(x, w, bias)
             ours = True
             continue
         if isinstance(first, torch.nn.ReLU):

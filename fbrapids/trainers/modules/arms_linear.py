@@ -33,9 +33,16 @@ from typing import Any
 import torch
 
 
-def arms_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Each arm's ``x @ weight^T + bias``: ``x`` ``[M, B, in]``, ``weight`` ``[M, out, in]``,
-    ``bias`` ``[M, 1, out]`` (or None); the input's gradient comes back laid out by column."""
+    ``bias`` ``[M, 1, out]`` (or None), as one ``baddbmm`` (``bmm`` without a bias), through
+    autograd's own backward."""
+    wt = weight.transpose(1, 2)
+    return torch.baddbmm(bias, x, wt) if bias is not None else torch.bmm(x, wt)
+
+
+def arms_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """:func:`stacked_linear` whose input's gradient comes back laid out by column."""
     return _ArmsLinear.apply(x, weight, bias)
 
 
@@ -45,8 +52,7 @@ class _ArmsLinear(torch.autograd.Function):
                 bias: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        wt = weight.transpose(1, 2)
-        return torch.baddbmm(bias, x, wt) if bias is not None else torch.bmm(x, wt)
+        return stacked_linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
