@@ -9,9 +9,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from fbrapids.trainers.arms import baseline_view, shuffled_view
-from fbrapids.trainers.arms_batched import BatchedArms
+from fbrapids.trainers.arms_batched import CHUNK_ROWS, BatchedArms, arm_chunks
 from fbrapids.trainers.models import DLRM
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore
 from fbrapids.trainers.strategy import Arms
@@ -216,3 +217,16 @@ def test_held_out_predictions_side_by_side_admit_no_id_as_served(batches):
         if v.role == "aa":  # (its view draws a permutation per call)
             continue
         assert np.array_equal(preds[k]["pred"], predict(m, [v(b) for b in held], progress=False)["pred"]), k
+
+
+@settings(max_examples=200, deadline=None)
+@given(arms=st.integers(0, 80), rows=st.integers(1, 3 * CHUNK_ROWS))
+def test_arm_chunks_are_numpys_even_split_into_as_few_groups_as_hold_them(arms, rows):
+    """The arms in order, in the fewest groups of at most CHUNK_ROWS rows (one arm a group where
+    a batch alone is larger), sized as ``numpy.array_split`` sizes that many groups."""
+    chunks = arm_chunks(arms, rows)
+    per = max(1, CHUNK_ROWS // rows)
+    assert len(chunks) == -(-arms // per)
+    expected = [(int(a[0]), int(a[-1]) + 1) for a in np.array_split(np.arange(arms), len(chunks))] if arms else []
+    assert [(c.start, c.stop) for c in chunks] == expected
+    assert all(c.stop - c.start <= per for c in chunks)
