@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from fbrapids.errors import ArgumentError, NonFiniteError
-from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.batch import Batch, piece_bounds
 from fbrapids.trainers.calibration import HeldBack
 from fbrapids.trainers.fit_config import FitConfig, FitResult
 from fbrapids.trainers.sparse.arms_bags import MAX_DIM as MAX_BAG_DIM
@@ -105,13 +105,7 @@ def arm_chunks(arms: int, rows: int) -> list[slice]:
     """
     per = max(1, CHUNK_ROWS // max(1, rows))
     groups = -(-arms // per)
-    size, extra = divmod(arms, max(1, groups))
-    out, start = [], 0
-    for k in range(groups):
-        stop = start + size + (1 if k < extra else 0)
-        out.append(slice(start, stop))
-        start = stop
-    return out
+    return [slice(*piece_bounds(arms, k, groups)) for k in range(groups)]
 
 
 def sources(view: View | None, features: Sequence[str], arm: int) -> dict[str, str]:

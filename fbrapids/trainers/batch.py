@@ -67,6 +67,20 @@ class Batch:
         return self._map(lambda t: t.pin_memory())
 
 
+def piece_bounds(n: int, k: int, parts: int) -> tuple[int, int]:
+    """``(start, stop)`` of piece ``k`` of ``n`` items cut into ``parts`` consecutive pieces
+    whose sizes differ by one at most, the larger first: ``np.array_split``'s pieces (a
+    global batch's rows over the ranks, a trial's arms over their groups).
+
+    Example:
+        >>> [piece_bounds(5, k, 2) for k in range(2)], [piece_bounds(11, k, 2) for k in range(2)]
+        ([(0, 3), (3, 5)], [(0, 6), (6, 11)])
+    """
+    q, extra = divmod(n, parts)
+    start = k * q + min(k, extra)
+    return start, start + q + (k < extra)
+
+
 def _where(part: int | None) -> str:
     return f" in partition {part}" if part is not None else ""
 

@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from fbrapids.errors import ArgumentError, CheckpointError, DistributedError
-from fbrapids.trainers.batch import Batch
+from fbrapids.trainers.batch import Batch, piece_bounds
 from fbrapids.trainers.run_identity import stream_identity
 
 if TYPE_CHECKING:  # (annotations only: no import at run time)
@@ -102,9 +102,7 @@ def rank_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
         >>> [rank_bounds(5, r, 2) for r in range(2)]
         [(0, 3), (3, 5)]
     """
-    q, extra = divmod(n, world)
-    start = rank * q + min(rank, extra)
-    return start, start + q + (rank < extra)
+    return piece_bounds(n, rank, world)
 
 
 def split_batches(batches: Iterable[Batch], rank: int, world: int) -> Iterator[Batch]:
