@@ -420,6 +420,7 @@ class ModelLayout:
     def __init__(self, dense: list[str], sparse: list[str], new_dense: list[str], new_sparse: list[str],
                  each: bool) -> None:
         self.dense, self.sparse, self.each = list(dense), list(sparse), each
+        self._columns: dict[str, list[int]] = {}  # the model's dense columns in the batch's, by candidate
         self.new_dense, self.new_sparse = list(new_dense), list(new_sparse)
         if not each:
             self.model_dense, self.model_sparse = list(dense), list(sparse)
@@ -446,12 +447,17 @@ class ModelLayout:
         if not self.each:
             return batch
         source = candidate if candidate is not None else (self.new_dense or self.new_sparse)[0]
-        cols = [self.dense.index(c) for c in self.model_dense if c != self.slot] + \
-            ([self.dense.index(source)] if self.new_dense else [])
+        cols = self._columns.get(source)
+        if cols is None:
+            cols = self._columns[source] = [self.dense.index(c) for c in self.model_dense if c != self.slot] + \
+                ([self.dense.index(source)] if self.new_dense else [])
         sparse = {f: batch.sparse[f] for f in self.model_sparse if f != self.slot}
         if self.new_sparse:
             sparse[self.slot] = batch.sparse[source]
-        return Batch(batch.dense[:, cols], batch.label, sparse, batch.group)
+        # every dense column in order (the candidates sparse): the batch's own, no copy (a view that changes
+        # dense columns clones them first: baseline_view, shuffled_view)
+        whole = cols == list(range(batch.dense.shape[1]))
+        return Batch(batch.dense if whole else batch.dense[:, cols], batch.label, sparse, batch.group)
 
 
 class ArmView:

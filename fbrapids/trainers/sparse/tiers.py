@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fbrapids.errors import StoreError
+from fbrapids.trainers.sparse.reserved import ReservedRows
 from fbrapids.trainers.sparse.tier import FIRST_USE, Slots, SlottedTier, TierStats
 
 
@@ -25,8 +26,10 @@ class CacheTier:
     ``pin[slot]``, the last step a slot is pinned for (pinned rows are never evicted).
 
     A ``growable`` cache (the one RAM tier of a CPU store whose host tier is unbounded:
-    :class:`~fbrapids.trainers.sparse.hierarchy.TierStack`) doubles instead of evicting:
-    ``rows`` is then where it starts.
+    :class:`~fbrapids.trainers.sparse.hierarchy.TierStack`) multiplies instead of evicting:
+    ``rows`` is then where it starts.  On the CPU it grows in place, over address space
+    reserved once (:class:`~fbrapids.trainers.sparse.reserved.ReservedRows`: no copy of the
+    rows, pages touched only as rows are written).
 
     On the CPU the tensor's memory is also seen as a numpy array (``table``), whose row
     gathers, scatters and the in-place C optimizers are cheaper than torch's.  On a CUDA
@@ -39,9 +42,12 @@ class CacheTier:
         self.width = int(width)
         self.growable = bool(growable)
         # a growable cache's free slots are written before they are read (a row placed in them): its memory is
-        # only touched as rows come in
+        # only touched as rows come in; on the CPU it grows in place over address space reserved once
+        self._reserved = (ReservedRows.reserve(self.width, int(rows))
+                          if self.growable and torch.device(device).type == "cpu" else None)
+        view = self._reserved.view(int(rows)) if self._reserved is not None else None
         alloc = torch.empty if self.growable else torch.zeros
-        self.data = alloc((int(rows), self.width), dtype=torch.float32, device=device)
+        self.data = view if view is not None else alloc((int(rows), self.width), dtype=torch.float32, device=device)
         self.table: np.ndarray | None = self.data.numpy() if self.data.device.type == "cpu" else None
         self.slots = Slots(rows)
         self._pin: np.ndarray | None = None  # made on first use, as the slots' arrays are (:class:`Slots`)
@@ -72,6 +78,7 @@ class CacheTier:
             self.wait_copies()
             self._copies = None
         self.data = self.data.to(device)
+        self._reserved = None  # (the rows are elsewhere now: a later growth copies)
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
 
     def host_table(self) -> np.ndarray:
@@ -142,9 +149,13 @@ class CacheTier:
         if rows <= old:
             return
         self.wait_copies()
-        data = torch.empty((int(rows), self.width), dtype=torch.float32, device=self.data.device)
-        data[:old] = self.data  # the new slots are written before they are read (a row placed in them)
-        self.data = data
+        # the new slots are written before they are read (a row placed in them)
+        data = self._reserved.view(int(rows)) if self._reserved is not None else None
+        if data is None:  # no reservation, or past it: a new tensor, the rows copied
+            self._reserved = None
+            data = torch.empty((int(rows), self.width), dtype=torch.float32, device=self.data.device)
+            data[:old] = self.data
+        self.data = data  # (in the reservation: the same memory, the rows where they were)
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
         with FIRST_USE:  # (the pins made meanwhile would miss the new slots)
             if self._pin is not None:

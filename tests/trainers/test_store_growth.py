@@ -1,0 +1,123 @@
+"""A growable CPU cache grows in place over reserved address space: its rows keep their values
+and their addresses through every growth (no copy), and past the reservation (or where the
+system refuses one) it falls back to a copy that keeps them too.  The reference: the same
+puts and growths on a plain numpy array."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore, reserved
+from fbrapids.trainers.sparse.reserved import ReservedRows
+from fbrapids.trainers.sparse.tiers import CacheTier
+
+WIDTH = 3
+
+
+def _replay(ops: list[tuple[str, int]], cache: CacheTier) -> np.ndarray:
+    """Apply ``ops`` (put ``k`` rows into the next free slots / grow by ``k``) to ``cache`` and
+    to a numpy reference; check the cache's rows against it after each op; the reference."""
+    ref = np.full((cache.slots.capacity, WIDTH), np.nan, dtype=np.float32)
+    written = np.zeros(len(ref), dtype=bool)
+    value = 0.0
+    for op, k in ops:
+        if op == "put":
+            m = min(k, cache.slots.n_free)
+            slots = cache.slots.pop(m)
+            rows = (value + np.arange(m * WIDTH, dtype=np.float32)).reshape(m, WIDTH)
+            value += m * WIDTH
+            cache.put(slots, rows)
+            ref[slots], written[slots] = rows, True
+        else:
+            new = cache.slots.capacity + k
+            cache.grow(new)
+            ref = np.concatenate([ref, np.full((new - len(ref), WIDTH), np.nan, dtype=np.float32)])
+            written = np.concatenate([written, np.zeros(new - len(written), dtype=bool)])
+        assert cache.table is not None and cache.table.shape == ref.shape
+        np.testing.assert_array_equal(cache.table[written], ref[written])
+    return ref
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["put", "grow"]), st.integers(1, 40)), max_size=16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(start=st.integers(1, 20), ops=_OPS)
+def test_growth_in_place_keeps_every_row_and_its_address(start: int, ops: list[tuple[str, int]]) -> None:
+    cache = CacheTier(start, WIDTH, torch.device("cpu"), growable=True)
+    assert cache._reserved is not None  # (this Linux machine grants the reservation)
+    first = cache.data.data_ptr()
+    _replay(ops, cache)
+    assert cache.data.data_ptr() == first  # grown where it lay: nothing copied
+    assert cache.data.untyped_storage().nbytes() == cache.slots.capacity * WIDTH * 4  # its rows only
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=st.integers(1, 20), room=st.integers(1, 60), ops=_OPS)
+def test_growth_past_the_reservation_copies_and_keeps_every_row(start: int, room: int,
+                                                                 ops: list[tuple[str, int]]) -> None:
+    with pytest.MonkeyPatch.context() as mp:  # a reservation of start + room rows
+        mp.setattr(reserved, "MAX_RESERVE_BYTES", (start + room) * WIDTH * 4)
+        cache = CacheTier(start, WIDTH, torch.device("cpu"), growable=True)
+    assert cache._reserved is not None and cache._reserved.capacity == start + room
+    _replay(ops, cache)
+    if cache.slots.capacity > start + room:
+        assert cache._reserved is None  # past it: a tensor of its own from then on
+
+
+def test_a_refused_reservation_leaves_the_copying_growth(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ReservedRows, "reserve", classmethod(lambda cls, *a, **k: None))
+    cache = CacheTier(2, WIDTH, torch.device("cpu"), growable=True)
+    assert cache._reserved is None
+    _replay([("put", 2), ("grow", 5), ("put", 4), ("grow", 1), ("put", 9)], cache)
+
+
+def test_a_view_saves_its_own_rows_only() -> None:
+    r = ReservedRows.reserve(WIDTH, 4)
+    assert r is not None and r.capacity >= 4
+    view = r.view(4)
+    assert view is not None
+    view.copy_(torch.arange(12, dtype=torch.float32).reshape(4, WIDTH))
+    buf = io.BytesIO()
+    torch.save(view, buf)
+    assert len(buf.getvalue()) < 4096  # 48 bytes of rows and the archive's own, not the reservation
+    buf.seek(0)
+    assert torch.equal(torch.load(buf), view)
+
+
+def test_huge_pages_asked_for_only_where_the_rows_span_them() -> None:
+    small = ReservedRows.reserve(WIDTH, 8)
+    big_rows = reserved.HUGE_PAGES_FROM // (4 * WIDTH) + 1
+    big = ReservedRows.reserve(WIDTH, big_rows)
+    assert small is not None and big is not None
+    assert not small.huge_pages  # (8 rows touched in 2 MiB pages would hold 87,000 times their bytes)
+    assert small.view(big_rows) is not None and small.huge_pages  # grown past the line: asked for then
+
+
+def test_a_store_grown_in_place_serves_the_rows_of_one_that_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same ids through two stores that start at 4 slots and grow many times over, one in
+    its reservation, one copying: the same rows after sparse steps."""
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, 5_000, 300) for _ in range(12)]
+
+    def run() -> np.ndarray:
+        store = TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=4, device="cpu", seed=3), name="grow")
+        for ids in batches:
+            lk = store.lookup(ids, requires_grad=True)
+            lk.rows.grad = torch.ones_like(lk.rows)
+            store.apply_gradients(lk)
+            store.end_step()
+        lk = store.lookup(np.arange(5_000), requires_grad=False)
+        out = lk.rows.detach().numpy()[lk.inverse.numpy()].copy()
+        store.end_step()
+        assert store.tiers.cache.slots.capacity > 1_000  # (grown several times)
+        return out
+
+    in_place = run()
+    monkeypatch.setattr(ReservedRows, "reserve", classmethod(lambda cls, *a, **k: None))
+    np.testing.assert_array_equal(in_place, run())
