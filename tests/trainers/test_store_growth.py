@@ -6,6 +6,11 @@ puts and growths on a plain numpy array."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +22,7 @@ from fbrapids.trainers.sparse.reserved import ReservedRows
 from fbrapids.trainers.sparse.tiers import CacheTier
 
 WIDTH = 3
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _replay(ops: list[tuple[str, int]], cache: CacheTier) -> np.ndarray:
@@ -77,6 +83,41 @@ def test_a_refused_reservation_leaves_the_copying_growth(monkeypatch: pytest.Mon
     _replay([("put", 2), ("grow", 5), ("put", 4), ("grow", 1), ("put", 9)], cache)
 
 
+def test_a_reservation_the_system_refuses_leaves_the_copying_growth() -> None:
+    """A real refusal: in a process whose address space is capped (``RLIMIT_AS``) below the
+    reservation, ``mmap`` fails, nothing is reserved, and a growable cache grows by copying,
+    its rows kept (the numpy reference)."""
+    script = textwrap.dedent("""
+        import resource, numpy as np, torch
+        from fbrapids.trainers.sparse.reserved import ReservedRows
+        from fbrapids.trainers.sparse.tiers import CacheTier
+        vm = next(int(l.split()[1]) << 10 for l in open("/proc/self/status") if l.startswith("VmSize:"))
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), resource.RLIM_INFINITY))
+        assert ReservedRows.reserve(3, 4, reserve_bytes=1 << 34) is None  # 16 GiB past the cap
+        cache = CacheTier(4, 3, torch.device("cpu"), growable=True)
+        assert cache._reserved is None
+        rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+        cache.put(cache.slots.pop(4), rows)
+        cache.grow(64)
+        np.testing.assert_array_equal(cache.table[:4], rows)
+        print("refused and copied")
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0 and "refused and copied" in res.stdout, res.stderr[-2000:]
+
+
+def test_strict_overcommit_reserves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``vm.overcommit_memory`` 2 the kernel ignores ``MAP_NORESERVE``: a reservation
+    would take committed memory from every other allocation, so none is made (the setting
+    itself is the kernel's: the test reads it as that mode would give it)."""
+    monkeypatch.setattr(reserved, "strict_overcommit", lambda: True)
+    assert ReservedRows.reserve(WIDTH, 4) is None
+    cache = CacheTier(2, WIDTH, torch.device("cpu"), growable=True)
+    assert cache._reserved is None
+    _replay([("put", 2), ("grow", 5), ("put", 4)], cache)
+
+
 def test_a_view_saves_its_own_rows_only() -> None:
     r = ReservedRows.reserve(WIDTH, 4)
     assert r is not None and r.capacity >= 4
@@ -95,6 +136,7 @@ def test_huge_pages_asked_for_only_where_the_rows_span_them() -> None:
     big_rows = reserved.HUGE_PAGES_FROM // (4 * WIDTH) + 1
     big = ReservedRows.reserve(WIDTH, big_rows)
     assert small is not None and big is not None
+    assert big.huge_pages  # (this machine's kernel offers transparent huge pages: madvise or always)
     assert not small.huge_pages  # (8 rows touched in 2 MiB pages would hold 87,000 times their bytes)
     assert small.view(big_rows) is not None and small.huge_pages  # grown past the line: asked for then
 

@@ -14,7 +14,8 @@ only (``torch.save`` of one writes those, not the reservation).  Where the table
 enough to span them, transparent huge pages are asked for (``madvise(MADV_HUGEPAGE)``; a
 no-op where the system has them off): a first write faults in 2 MiB rather than 4 KiB.  The
 mapping is released when the last view is gone.  Where the system refuses the reservation
-(an address-space limit, strict overcommit) or is not Linux, :meth:`ReservedRows.reserve`
+(an address-space limit) or is not Linux, or runs with strict overcommit (where the
+reservation would be charged as committed memory), :meth:`ReservedRows.reserve`
 returns None and the caller keeps its copying growth.
 
 Example:
@@ -50,6 +51,22 @@ MAX_RESERVE_BYTES = 1 << 40
 HUGE_PAGES_FROM = 4 << 20
 
 
+def strict_overcommit() -> bool:
+    """Whether Linux runs with strict overcommit (``vm.overcommit_memory`` 2), where
+    ``MAP_NORESERVE`` is ignored and a reservation would be charged in full against the commit
+    limit that every other allocation draws on: then nothing is reserved.
+
+    Example:
+        >>> strict_overcommit() in (True, False)
+        True
+    """
+    try:
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            return f.read().strip() == "2"
+    except OSError:
+        return False
+
+
 def machine_bytes() -> int:
     """This machine's physical memory in bytes (0 where the system does not say).
 
@@ -82,6 +99,9 @@ class ReservedRows:
         capacity = max(int(rows), limit // row_bytes, 1)
         flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
         if not flags or not sys.platform.startswith("linux"):  # (MAP_NORESERVE's value is Linux's)
+            return None
+        if strict_overcommit():  # (the reservation would be committed memory, not address space)
+            log.debug("strict overcommit: no reservation of %d rows of %d floats, growth copies", capacity, width)
             return None
         try:
             memory = mmap.mmap(-1, capacity * row_bytes, flags=flags | MAP_NORESERVE)
