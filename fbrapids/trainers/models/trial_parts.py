@@ -133,11 +133,12 @@ class StackedParameters:
             if not got:
                 stack.grad = None
                 continue
-            ends = [b for _, b, _ in got]
-            if [a for a, _, _ in got] == [0, *ends[:-1]] and ends[-1] == self.m:
-                # the chunks' slices tile the stack once, in order: their gradients joined (0 + g is g but
-                # for a zero's sign, which no optimizer step reads)
-                stack.grad = got[0][2] if len(got) == 1 else torch.cat([g for _, _, g in got])
+            tiles = sorted(got, key=lambda t: t[0])  # (chunks run side by side read their slices in any order)
+            ends = [b for _, b, _ in tiles]
+            if [a for a, _, _ in tiles] == [0, *ends[:-1]] and ends[-1] == self.m:
+                # the chunks' slices tile the stack once: their gradients joined (0 + g is g but for a
+                # zero's sign, which no optimizer step reads)
+                stack.grad = tiles[0][2] if len(tiles) == 1 else torch.cat([g for _, _, g in tiles])
                 continue
             grad = torch.zeros_like(stack)
             for a, b, g in got:
