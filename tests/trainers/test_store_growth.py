@@ -6,6 +6,7 @@ puts and growths on a plain numpy array."""
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import subprocess
 import sys
@@ -131,14 +132,44 @@ def test_a_view_saves_its_own_rows_only() -> None:
     assert torch.equal(torch.load(buf), view)
 
 
-def test_huge_pages_asked_for_only_where_the_rows_span_them() -> None:
-    small = ReservedRows.reserve(WIDTH, 8)
-    big_rows = reserved.HUGE_PAGES_FROM // (4 * WIDTH) + 1
-    big = ReservedRows.reserve(WIDTH, big_rows)
-    assert small is not None and big is not None
-    assert big.huge_pages  # (this machine's kernel offers transparent huge pages: madvise or always)
-    assert not small.huge_pages  # (8 rows touched in 2 MiB pages would hold 87,000 times their bytes)
-    assert small.view(big_rows) is not None and small.huge_pages  # grown past the line: asked for then
+def _vm_flags(address: int) -> list[str] | None:
+    """The VmFlags of this process's mapping that holds ``address`` (/proc/self/smaps), or None."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0] if line else ""
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return None
+
+
+def test_no_huge_pages_are_asked_for_the_rows() -> None:
+    """A large reserved table, grown and written: its mapping carries no MADV_HUGEPAGE advice
+    ("hg" among the kernel's VmFlags of it; the system's own policy applies)."""
+    r = ReservedRows.reserve(WIDTH, 1 << 20)
+    assert r is not None
+    rows = r.view(1 << 20)
+    assert rows is not None
+    rows[::4096] = 1.0  # (rows written: pages faulted in)
+    flags = _vm_flags(rows.data_ptr())
+    if flags is None:
+        pytest.skip("no /proc/self/smaps here")
+    assert "hg" not in flags, flags
+    adviced = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # the check sees the advice where given
+    try:
+        adviced.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:
+        pytest.skip("no transparent huge pages in this kernel")
+    view = np.frombuffer(adviced, dtype=np.uint8)
+    assert "hg" in (_vm_flags(view.ctypes.data) or []), "the smaps check misses the advice"
+    del view
+    adviced.close()
 
 
 def test_a_store_grown_in_place_serves_the_rows_of_one_that_copies(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,10 +10,16 @@ that 20% of its 1.5 M page faults were those copies and 40% the new rows' first 
 (``MAP_NORESERVE``: nothing is committed or touched until a row is written, so the reservation
 costs no memory) and hands out views of its first rows: growing is a new view of the same
 memory, no copy, and rows keep their addresses.  Each view's torch storage covers its own rows
-only (``torch.save`` of one writes those, not the reservation).  Where the table is large
-enough to span them, transparent huge pages are asked for (``madvise(MADV_HUGEPAGE)``; a
-no-op where the system has them off): a first write faults in 2 MiB rather than 4 KiB.  The
-mapping is released when the last view is gone.  Where the system refuses the reservation
+only (``torch.save`` of one writes those, not the reservation).  The mapping is released when
+the last view is gone.
+
+No transparent huge pages are asked for (``madvise(MADV_HUGEPAGE)``; the system's own policy
+applies): they cut the page faults of new rows 512-fold, but on a virtual machine that hands
+freed memory back to its host a first write into a fresh 2 MiB page cost far more than into
+512 small ones (2-AMD-EPYC-core KVM, 1 GiB written a few seconds after memory was freed:
+2.2-8.6 s in huge pages, 0.4-0.55 s in 4 KiB pages), and ``fit`` on the demo's batches, the
+two alternated in one process, ran slower with them: 1.83 and 2.16 s against 1.52 and 1.48 s
+at 200k rows, 8.14 against 7.47 s at 1M (medians of four rounds each).  Where the system refuses the reservation
 (an address-space limit) or is not Linux, or runs with strict overcommit (where the
 reservation would be charged as committed memory), :meth:`ReservedRows.reserve`
 returns None and the caller keeps its copying growth.
@@ -46,9 +52,6 @@ MAP_NORESERVE = 0x4000
 #: the most bytes one table reserves: the machine's memory (a table past it would not fit), at
 #: most 1 TiB of address space a table
 MAX_RESERVE_BYTES = 1 << 40
-#: huge pages are asked for where the reservation's first rows already span this many bytes
-#: (a small table touched in 2 MiB pages would hold far more memory than its rows)
-HUGE_PAGES_FROM = 4 << 20
 
 
 def strict_overcommit() -> bool:
@@ -86,7 +89,6 @@ class ReservedRows:
 
     def __init__(self, memory: mmap.mmap, width: int, capacity: int) -> None:
         self.memory, self.width, self.capacity = memory, int(width), int(capacity)
-        self.huge_pages = False
 
     @classmethod
     def reserve(cls, width: int, rows: int = 0, reserve_bytes: int | None = None) -> ReservedRows | None:
@@ -108,29 +110,12 @@ class ReservedRows:
         except (OSError, ValueError, OverflowError) as e:
             log.debug("no reservation of %d rows of %d floats (%s): growth copies", capacity, width, e)
             return None
-        out = cls(memory, width, capacity)
-        if int(rows) * row_bytes >= HUGE_PAGES_FROM:
-            out.advise_huge_pages()
-        return out
-
-    def advise_huge_pages(self) -> None:
-        """Ask for transparent huge pages over the reservation (rows not yet written are
-        faulted in 2 MiB at a time); nothing where the system does not offer them."""
-        advice = getattr(mmap, "MADV_HUGEPAGE", None)
-        if advice is None or self.huge_pages:
-            return
-        try:
-            self.memory.madvise(advice)
-            self.huge_pages = True
-        except OSError as e:  # (a kernel without transparent huge pages)
-            log.debug("no huge pages for a reserved table: %s", e)
+        return cls(memory, width, capacity)
 
     def view(self, rows: int) -> torch.Tensor | None:
         """The first ``rows`` rows as a ``[rows, width]`` float32 tensor (its storage those rows
         only), or None past :attr:`capacity`."""
         if int(rows) > self.capacity:
             return None
-        if int(rows) * 4 * self.width >= HUGE_PAGES_FROM:
-            self.advise_huge_pages()
         flat = np.frombuffer(self.memory, dtype=np.float32, count=int(rows) * self.width)
         return torch.from_numpy(flat.reshape(int(rows), self.width))
