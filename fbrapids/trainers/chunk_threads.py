@@ -13,13 +13,13 @@ chunk.  Each chunk's numbers do not depend on which thread ran it (every op runs
 and the results come back in the chunks' order.
 
 Measured on that trial (2 cores, 22 and 11 arms a pass, the steps alternated in pairs
-between the two ways within one run, medians): 22 arms 227 -> 200 ms a step, 11 arms 107 ->
-101 ms; the trial's predictions, deltas and verdicts the same bits.
+between the two ways within one run, medians; two runs): 22 arms 227 -> 200 and 202 -> 186 ms
+a step, 11 arms 107 -> 101 and 94 -> 90 ms; the trial's predictions, deltas and verdicts the
+same bits.
 
-torch's intra-op thread count is one number for the process (``torch.set_num_threads``):
-:func:`map_on_cores` sets it to 1 while the pieces run and puts it back after, so any other
-thread reading it meanwhile (a store's background pass, :func:`~fbrapids.trainers.sparse.hashmap.row_threads`)
-runs on one thread too rather than crowd the cores.
+torch's intra-op thread count is one setting of the process (``torch.set_num_threads``):
+:func:`map_on_cores` sets it to 1 while the pieces run and puts it back after every call, an
+error's included.
 
 Example:
     >>> map_on_cores(lambda x: x * x, [1, 2, 3, 4], threads=2)
