@@ -15,7 +15,8 @@ and :func:`noise_verdict` marks the run ``"noisy"`` when the load exceeded
 :data:`MAX_LOAD` at the start, or a peer ran more than :data:`MAX_SLOWDOWN` below its
 reference rate on this machine, or the fixed loop did, or a peer's kernel is known to run
 far below its own speed on this CPU (:func:`sse_avx_mix_penalty`).  The reference rates live in
-``benchmarks/results/reference_rates.json``, per machine (its CPU model and cores): a
+``benchmarks/results/reference_rates.json``, per machine (its CPU model, family and vector
+width, and its cores: :func:`machine_key`): a
 machine without them gets them from its first quiet run (load at most :data:`MAX_LOAD` at
 the start, the fixed loop steady within 10% from start to end), later runs are judged
 against them.  The load at the end is recorded but does not decide: a benchmark that runs
@@ -159,14 +160,61 @@ def write_result(out: "os.PathLike[str] | str", result: dict) -> None:
     sys.stdout.write(json.dumps(result) + "\n")
 
 
+def cpu_identity(cpuinfo: str | None = None) -> str:
+    r"""What tells one CPU from another of the same model name: ``family F model M`` and the
+    widest vector extension it offers (``AVX-512``, ``AVX2``, ``AVX``; none named without),
+    from ``/proc/cpuinfo`` (``cpuinfo``: its text); ``""`` where it says neither.
+
+    A model name alone does not: every 2-core AMD machine here reads ``AMD EPYC``, and two
+    of them differ far more than any noise.  On family 25 model 17 (AVX-512) the fixed loop
+    of :func:`speed_reference` runs at about a quarter of an AVX2 ``AMD EPYC``'s reference:
+    numpy's AVX-512 sort takes 2.7 ms for the loop's 65,536 floats there, 0.64 ms with
+    numpy's AVX-512 paths switched off (``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL"``),
+    while the TorchRec peer runs at 0.87 of its rate on the AVX2 machine.  Judged against
+    the other's references, every run there was refused.
+
+    Example:
+        >>> cpu_identity("cpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx avx2 avx512f\n")
+        'family 25 model 17, AVX-512'
+        >>> cpu_identity("cpu family\t: 23\nmodel\t\t: 49\nflags\t\t: fpu avx avx2\n")
+        'family 23 model 49, AVX2'
+        >>> cpu_identity("processor\t: 0\n")
+        ''
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as fh:
+                cpuinfo = fh.read()
+        except OSError:
+            return ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip(), value.strip())
+    parts = []
+    if "cpu family" in fields and "model" in fields:
+        parts.append(f"family {fields['cpu family']} model {fields['model']}")
+    flags = set(fields.get("flags", "").split())
+    isa = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags),
+               None)
+    if isa:
+        parts.append(isa)
+    return ", ".join(parts)
+
+
 def machine_key() -> str:
-    """The machine a reference rate belongs to: its CPU model and core count.
+    """The machine a reference rate belongs to: its CPU model, core count and
+    :func:`cpu_identity` (family, model and vector width: one model name covers CPUs far
+    apart).
 
     Example:
         >>> "cores" in machine_key()
         True
     """
-    return machine_description().split(", load average")[0]
+    cpu = machine_description().split(", load average")[0]
+    ident = cpu_identity()
+    return f"{cpu[:-1]}; {ident})" if ident and cpu.endswith(")") else cpu
 
 
 def speed_reference(loops: int = 8, repeats: int = 3) -> float:
