@@ -117,14 +117,16 @@ def reference_rates_path() -> Path:
 
 
 def machine_description(backend: str = "cpu") -> str:
-    """CPU model and cores, the load average at the time, and the GPU when one was used."""
+    """CPU model (with :func:`cpu_identity`: one model name covers CPUs far apart) and cores,
+    the load average at the time, and the GPU when one was used."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
             cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
     except OSError:
         pass
-    text = f"{os.cpu_count()} cores ({cpu})"
+    ident = cpu_identity()
+    text = f"{os.cpu_count()} cores ({cpu}; {ident})" if ident else f"{os.cpu_count()} cores ({cpu})"
     try:
         text += f", load average {os.getloadavg()[0]:.1f} at the start"
     except OSError:
@@ -212,9 +214,7 @@ def machine_key() -> str:
         >>> "cores" in machine_key()
         True
     """
-    cpu = machine_description().split(", load average")[0]
-    ident = cpu_identity()
-    return f"{cpu[:-1]}; {ident})" if ident and cpu.endswith(")") else cpu
+    return machine_description().split(", load average")[0]
 
 
 def speed_reference(loops: int = 8, repeats: int = 3) -> float:
