@@ -22,9 +22,11 @@ The smallest bound that applies is taken.  **Known limit:** one row per impressi
 bound on a feature whose value is a list (a bag of tokens, a cross of two bags: several ids
 an impression), yet it caps every bound here: at 200,000 rows the demo's ``qxt_cross_h``
 is bounded at 200,000 and holds 774,023 rows (its 2^20 buckets do bound it, but taken as
-they are they over-ask about 30x on a small log; ``tests/runs/test_disk_budget.py``).  :func:`disk_need` turns the bounds into the
-bytes of the SSD tier (its file grows by doubling from 4,096 rows) and of ``keep + 1``
-checkpoints (``keep`` kept while the next is written).
+they are they over-ask about 30x on a small log; ``tests/runs/test_disk_budget.py``).
+
+:func:`disk_need` turns the bounds into the bytes of the SSD tier (its file grows by
+doubling from 4,096 rows) and of ``keep + 1`` checkpoints (``keep`` kept while the next is
+written).
 
 Example:
     >>> import tempfile

@@ -71,9 +71,10 @@ def test_a_benchmark_loading_the_machine_itself_still_records_its_first_referenc
 
 
 def test_two_cpus_of_one_model_name_keep_references_of_their_own(tmp_path, monkeypatch):
-    """Both read as this machine's model name; one is family 25 model 17 with AVX-512, the other an AVX2 part.
-    A reference recorded on one is never the other's yardstick: the second machine has
-    none (the run says so) and records its own from its first quiet run."""
+    """Both read as this machine's model name; one is family 25 model 17 with AVX-512, the
+    other an AVX2 part.  A reference recorded on one is never the other's yardstick: the
+    second has none of its own, so its first quiet run records them (a key of the name alone
+    would judge its 300 loops/s against the first one's 1,200: refused)."""
     rates = tmp_path / "reference_rates.json"
     monkeypatch.setenv(machine.REFERENCE_RATES_ENV, str(rates))
     monkeypatch.setattr(machine.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
