@@ -119,13 +119,10 @@ def reference_rates_path() -> Path:
 def machine_description(backend: str = "cpu") -> str:
     """CPU model (with :func:`cpu_identity`: one model name covers CPUs far apart) and cores,
     the load average at the time, and the GPU when one was used."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    ident = cpu_identity()
+    info = _cpuinfo()  # read once: the model name here, the family, model and vector width from cpu_identity
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+               platform.processor() or platform.machine())
+    ident = cpu_identity(info)
     text = f"{os.cpu_count()} cores ({cpu}; {ident})" if ident else f"{os.cpu_count()} cores ({cpu})"
     try:
         text += f", load average {os.getloadavg()[0]:.1f} at the start"
@@ -162,6 +159,15 @@ def write_result(out: "os.PathLike[str] | str", result: dict) -> None:
     sys.stdout.write(json.dumps(result) + "\n")
 
 
+def _cpuinfo() -> str:
+    """The text of ``/proc/cpuinfo``, ``""`` where there is none."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
 def cpu_identity(cpuinfo: str | None = None) -> str:
     r"""What tells one CPU from another of the same model name: ``family F model M`` and the
     widest vector extension it offers (``AVX-512``, ``AVX2``, ``AVX``; none named without),
@@ -183,14 +189,8 @@ def cpu_identity(cpuinfo: str | None = None) -> str:
         >>> cpu_identity("processor\t: 0\n")
         ''
     """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as fh:
-                cpuinfo = fh.read()
-        except OSError:
-            return ""
     fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
+    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
         name, sep, value = line.partition(":")
         if sep:
             fields.setdefault(name.strip(), value.strip())

@@ -4,6 +4,7 @@ the TorchRec / TBE peers' rates are refused (the run is noisy) and never become 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import sys
@@ -71,27 +72,27 @@ def test_a_benchmark_loading_the_machine_itself_still_records_its_first_referenc
 
 
 def test_two_cpus_of_one_model_name_keep_references_of_their_own(tmp_path, monkeypatch):
-    """Both read as this machine's model name; one is family 25 model 17 with AVX-512, the
-    other an AVX2 part.  A reference recorded on one is never the other's yardstick: the
-    second has none of its own, so its first quiet run records them (a key of the name alone
-    would judge its 300 loops/s against the first one's 1,200: refused)."""
+    """Both read "AMD EPYC"; one is family 25 model 17 with AVX-512, the other an AVX2 part.
+    A reference recorded on one is never the other's yardstick: the second has none of its
+    own, so its first quiet run records them (a key of the name alone would judge its 300
+    loops/s against the first one's 1,200: refused)."""
     rates = tmp_path / "reference_rates.json"
     monkeypatch.setenv(machine.REFERENCE_RATES_ENV, str(rates))
     monkeypatch.setattr(machine.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
     speed = {"now": 1200.0}
     monkeypatch.setattr(machine, "speed_reference", lambda *a, **k: speed["now"])
-    keys, real = {}, machine.cpu_identity
-    for cpuinfo, loop in (("cpu family\t: 23\nmodel\t\t: 49\nflags\t\t: avx avx2\n", 1200.0),
-                          ("cpu family\t: 25\nmodel\t\t: 17\nflags\t\t: avx avx2 avx512f\n", 300.0)):
-        monkeypatch.setattr(machine, "cpu_identity", lambda info=cpuinfo: real(info))
+    keys = {}
+    name = "model name\t: AMD EPYC\n"
+    for cpuinfo, loop in ((name + "cpu family\t: 23\nmodel\t\t: 49\nflags\t\t: avx avx2\n", 1200.0),
+                          (name + "cpu family\t: 25\nmodel\t\t: 17\nflags\t\t: avx avx2 avx512f\n", 300.0)):
+        monkeypatch.setattr(machine, "_cpuinfo", lambda info=cpuinfo: info)  # the machine's /proc/cpuinfo
         speed["now"] = loop
         check = machine.NoiseCheck("two-cpus")
         got = check.finish({"peer@1": loop * 100})
         assert got["verdict"] == "accepted", got["noisy_because"]  # its own first quiet run: its references
         assert got["references_recorded"] == ["machine_speed", "peer@1"]
         keys[loop] = machine.machine_key()
-    assert keys[1200.0].endswith("; family 23 model 49, AVX2)")
-    assert keys[300.0].endswith("; family 25 model 17, AVX-512)")
-    assert keys[1200.0].split(";")[0] == keys[300.0].split(";")[0]  # one model name, one core count
+    assert keys[1200.0] == f"{os.cpu_count()} cores (AMD EPYC; family 23 model 49, AVX2)"
+    assert keys[300.0] == f"{os.cpu_count()} cores (AMD EPYC; family 25 model 17, AVX-512)"
     refs = json.loads(rates.read_text())
     assert refs[keys[1200.0]]["machine_speed"] == 1200.0 and refs[keys[300.0]]["machine_speed"] == 300.0
