@@ -267,12 +267,15 @@ def table_ids(shape: RunShape, log_rows: int) -> dict[str, int]:
             for name in shape.sparse}
 
 
-def _table_bytes(shape: RunShape, log_rows: int) -> int:
+def _table_bytes(shape: RunShape, log_rows: int, in_place: bool = False) -> int:
     """Every table at its most ids (:func:`table_ids`), with the directory of its ids
     (:data:`DIRECTORY_ID_BYTES` per slot).  One RAM tier (``host_rows`` None): every row in a
-    growable cache whose slot map covers its grown slots, and the largest table's rows once
-    more while it grows (its old and new arrays side by side).  Tiers: the cache tier and the
-    slot maps of both RAM tiers, written when made; the host tier's rows as they fill; the
+    growable cache whose slot map covers its grown slots, and, unless ``in_place``, the
+    largest table's rows once more while it grows (its old and new arrays side by side).  A
+    store's arrays grow in place where the system grants their address space
+    (:mod:`fbrapids.trainers.sparse.reserved`; not under strict overcommit), where they do not
+    they are copied: the plan counts the copy, a margin in place.  Tiers: the cache tier and
+    the slot maps of both RAM tiers, written when made; the host tier's rows as they fill; the
     rows past them live on the SSD tier (:data:`SSD_ROW_BYTES` each in RAM).
 
     Example:
@@ -280,6 +283,8 @@ def _table_bytes(shape: RunShape, log_rows: int) -> int:
         ...                  row_floats=17, batch_rows=0, partition_rows=0)
         >>> _table_bytes(shape, 10 ** 6)  # 66,560 directory slots, 51,000 rows of 68 B, 69,632 slots, 50,000 rows growing
         16030752
+        >>> _table_bytes(shape, 10 ** 6, in_place=True)  # the same grown in place: no copy
+        12630752
         >>> tiered = RunShape([], ["a", "b"], {}, {"a": 1000, "b": 50_000}, cache_rows=1 << 12, host_rows=1 << 13,
         ...                   row_floats=17, batch_rows=0, partition_rows=0)
         >>> _table_bytes(tiered, 10 ** 6) < _table_bytes(shape, 10 ** 6)
@@ -290,7 +295,8 @@ def _table_bytes(shape: RunShape, log_rows: int) -> int:
     directory = sum(_grown(DIRECTORY_FIRST_SLOTS, n, 2) for n in ids.values()) * DIRECTORY_ID_BYTES
     if shape.host_rows is None:
         grown = sum(_grown(shape.cache_rows, n) for n in ids.values())
-        return directory + sum(ids.values()) * row + grown * SLOT_ROW_BYTES + max(ids.values(), default=0) * row
+        copied = 0 if in_place else max(ids.values(), default=0) * row
+        return directory + sum(ids.values()) * row + grown * SLOT_ROW_BYTES + copied
     total = directory
     for n in ids.values():
         cache = min(shape.cache_rows, n)

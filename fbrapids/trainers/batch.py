@@ -59,8 +59,24 @@ class Batch:
                      None if self.group is None else fn(self.group))
 
     def to(self, device: str | torch.device, non_blocking: bool = True) -> "Batch":
-        """The batch on ``device``."""
+        """The batch on ``device``: itself when every tensor is on the CPU and so is
+        ``device`` (a training step on the CPU calls no ``Tensor.to`` per tensor, each of which
+        hands Python's lock to the store's background thread and waits to get it back).
+
+        Example:
+            >>> b = Batch(torch.zeros(2, 1), torch.zeros(2), {"ad": (torch.tensor([1, 2]), torch.tensor([0, 1]))})
+            >>> b.to("cpu") is b
+            True
+        """
+        if torch.device(device).type == "cpu" and self._on_cpu():
+            return self
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def _on_cpu(self) -> bool:
+        if self.dense.device.type != "cpu" or self.label.device.type != "cpu" or \
+                (self.group is not None and self.group.device.type != "cpu"):
+            return False
+        return all(v.device.type == "cpu" and o.device.type == "cpu" for v, o in self.sparse.values())
 
     def pin_memory(self) -> "Batch":
         """The batch in pinned (page-locked) host memory, for asynchronous copies to a GPU."""

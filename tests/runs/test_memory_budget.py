@@ -121,7 +121,7 @@ for i in range(0, n, 20_000):
 gc.collect()
 shape = RunShape([], ["t"], {}, {"t": n}, cache_rows=cache, host_rows=host, row_floats=config.width, batch_rows=0,
                  partition_rows=0)
-print(json.dumps([rss() - before, _table_bytes(shape, n)]))
+print(json.dumps([rss() - before, _table_bytes(shape, n), _table_bytes(shape, n, in_place=True)]))
 """
 
 
@@ -130,7 +130,8 @@ def test_the_estimate_of_a_table_holds_what_the_table_holds_in_ram(tmp_path, hos
     """A table of 600,000 ids trained once each (one RAM tier, or the tiers with the rows past
     host RAM on the SSD tier), in a fresh process: the bytes it gained (resident, anonymous and
     mapped file pages) are at most the estimate's (which counts the table once more, as it
-    grows), and at least 60% of them.  The estimate once counted 80 B of directory per id
+    grows), and at least 60% of them as grown in place (its arrays copied nowhere: the copy the
+    estimate counts is a margin here).  The estimate once counted 80 B of directory per id
     where the directory holds ~100 B per slot, and missed the SSD tier's share."""
     import json
     import subprocess
@@ -138,8 +139,8 @@ def test_the_estimate_of_a_table_holds_what_the_table_holds_in_ram(tmp_path, hos
 
     out = subprocess.run([sys.executable, "-c", _TABLE_BYTES, json.dumps(host_rows), str(tmp_path / "ssd")],
                          capture_output=True, text=True, check=True)
-    held, estimate = json.loads(out.stdout.strip().splitlines()[-1])
-    assert 0.6 * estimate <= held <= estimate, (held, estimate)
+    held, estimate, in_place = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 0.6 * in_place <= held <= estimate, (held, in_place, estimate)
 
 
 def test_a_budget_short_of_every_row_in_ram_sizes_the_host_tier_and_the_run_finishes(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """A growable CPU cache grows in place over reserved address space: its rows keep their values
 and their addresses through every growth (no copy), and past the reservation (or where the
 system refuses one) it falls back to a copy that keeps them too.  The reference: the same
-puts and growths on a plain numpy array."""
+puts and growths on a plain numpy array.  A store's directory and its cache's slots grow in
+place the same way; their references: a dict and Python lists."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore, reserved
-from fbrapids.trainers.sparse.reserved import ReservedRows
+from fbrapids.trainers.sparse.reserved import ReservedArray, ReservedRows
+from fbrapids.trainers.sparse.row_directory import RowDirectory
+from fbrapids.trainers.sparse.tier import Slots
 from fbrapids.trainers.sparse.tiers import CacheTier
 
 WIDTH = 3
@@ -192,5 +195,86 @@ def test_a_store_grown_in_place_serves_the_rows_of_one_that_copies(monkeypatch: 
         return out
 
     in_place = run()
-    monkeypatch.setattr(ReservedRows, "reserve", classmethod(lambda cls, *a, **k: None))
+    monkeypatch.setattr(ReservedArray, "reserve", classmethod(lambda cls, *a, **k: None))  # rows, directory, slots
     np.testing.assert_array_equal(in_place, run())
+
+
+_ADMITS = st.lists(st.lists(st.integers(0, 3_000), min_size=1, max_size=400), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=_ADMITS)
+def test_a_directory_grows_in_place_as_a_dict_and_lists_would(batches: list[list[int]]) -> None:
+    """Ids admitted batch after batch into a directory that starts at 4 rows: every id's row
+    is its rank of first admission (a dict's insertion order), ``g2id`` lists the ids by row,
+    a row's ``last`` / ``freq`` written early survive every growth, new rows read the empty
+    record; the records never move (grown in place), and a directory that copies holds the same."""
+    def run() -> tuple[RowDirectory, list[int]]:
+        d = RowDirectory(capacity=4)
+        for k, ids in enumerate(batches):
+            keys = np.array(ids, dtype=np.uint64)
+            fresh = d.get(keys) < 0
+            d.admit(np.unique(keys[fresh]), gate=False)
+            d.last[: len(d)] = np.arange(len(d)) + k  # (written before the next growth)
+            d.freq[: len(d)] = np.arange(len(d)) * 3
+        return d, [int(d.records.ctypes.data)]
+
+    order: dict[int, int] = {}
+    for ids in batches:
+        for i in sorted(set(ids) - set(order)):
+            order[i] = len(order)
+    d, _ = run()
+    first = d.records.ctypes.data
+    assert d._rows.in_place and len(d) == len(order)
+    assert d.get(np.array(list(order), dtype=np.uint64)).tolist() == list(order.values())
+    assert d.g2id[: len(d)].tolist() == list(order)
+    n, k = len(d), len(batches) - 1
+    assert d.last[:n].tolist() == list(range(k, n + k)) and d.freq[:n].tolist() == [3 * g for g in range(n)]
+    assert (d.cache_loc[n:] == -1).all() and (d.host_loc[n:] == -1).all() and not d.on_ssd.any()
+    d.grow(4 * len(d.g2id))
+    assert d.records.ctypes.data == first  # grown where it lay
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ReservedArray, "reserve", classmethod(lambda cls, *a, **k: None))
+        c, _ = run()
+    assert not c._rows.in_place
+    for name in ("g2id", "cache_loc", "host_loc", "last", "freq", "on_ssd"):
+        np.testing.assert_array_equal(getattr(c, name)[:n], getattr(d, name)[:n], err_msg=name)
+
+
+_SLOT_OPS = st.lists(st.tuples(st.sampled_from(["pop", "release", "grow"]), st.integers(1, 30)), max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(start=st.integers(1, 16), ops=_SLOT_OPS)
+def test_slots_grow_in_place_as_a_stack_of_free_slots_would(start: int, ops: list[tuple[str, int]]) -> None:
+    """A tier's slots (reserved, growing in place; and copying) against a Python model: a
+    stack of free slots whose top is popped first, released slots pushed back, a growth's
+    new slots put under the free ones (popped last, lowest first); owners and dirtiness kept."""
+    slots = [Slots(start, reserve=1 << 12), Slots(start, reserve=0)]
+    free, owner, cap = list(range(start - 1, -1, -1)), {}, start
+    for op, k in ops:
+        if op == "pop":
+            m = min(k, len(free))
+            want = [free.pop() for _ in range(m)]
+            for s in slots:
+                got = s.pop(m)
+                assert got.tolist() == want
+                s.owner[got], s.dirty[got] = got + 100, True
+            owner.update({g: g + 100 for g in want})
+        elif op == "release":
+            held = sorted(owner)[: k]
+            for s in slots:
+                s.release(np.array(held, dtype=np.int64))
+            for g in held:
+                del owner[g]
+                free.append(g)
+        else:
+            free = list(range(cap + k - 1, cap - 1, -1)) + free
+            cap += k
+            for s in slots:
+                s.grow(cap)
+        for s in slots:
+            assert s.capacity == cap and s.n_free == len(free) and s.free[: s.n_free].tolist() == free
+            mine = {int(g): int(o) for g, o in enumerate(s.owner) if o >= 0}
+            assert mine == owner and s.dirty[list(owner)].all() and s.dirty.sum() == len(owner)
+    assert slots[0]._growing is None or all(g.in_place for g in slots[0]._growing)

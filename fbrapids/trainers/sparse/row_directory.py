@@ -26,6 +26,7 @@ import torch
 
 from fbrapids.errors import ArgumentError, InputTypeError
 from fbrapids.trainers.sparse.hashmap import UInt64HashMap
+from fbrapids.trainers.sparse.reserved import GrowingArray
 
 #: raw embedding ids as a caller hands them to a table: a torch tensor, or what numpy reads as
 #: an integer array (an array, a list of ints...)
@@ -58,34 +59,12 @@ RECORD_FIELDS = {"cache_loc": -1, "host_loc": -1, "last": 0, "freq": 0}
 ROW_ARRAYS = {"on_ssd": (np.bool_, False)}
 
 
-def _records(n: int, keep: np.ndarray | None = None) -> np.ndarray:
-    """``[n, len(RECORD_FIELDS)]`` int64 records starting on a 64-byte boundary (so no 32-byte
-    record straddles two cache lines): ``keep``'s first, empty rows' values after them."""
-    width = len(RECORD_FIELDS)
-    raw = np.empty(n * width + 8, dtype=np.int64)
-    skip = (-raw.ctypes.data % 64) // 8
-    out = raw[skip : skip + n * width].reshape(n, width)
-    k = 0
-    if keep is not None and len(keep):
-        k = len(keep)
-        out[:k] = keep
-    out[k:] = np.array(list(RECORD_FIELDS.values()), dtype=np.int64)
-    return out
-
-
-def _grown(old: np.ndarray, n: int, dtype: type[np.generic], fill: object) -> np.ndarray:
-    """``old`` copied into a new array of ``n`` entries, the rest ``fill``."""
-    out: np.ndarray = np.empty(n, dtype=dtype)
-    out[: len(old)] = old
-    out[len(old) :] = fill
-    return out
-
-
 class RowDirectory:
     """Ids to global rows, with admission after ``admit_after`` sightings.
 
     ``cache_loc``, ``host_loc``, ``last`` and ``freq`` are int64 views of one record per row
-    (:data:`RECORD_FIELDS`), ``on_ssd`` a bool array; all are replaced when the directory grows.
+    (:data:`RECORD_FIELDS`), ``on_ssd`` a bool array; all are replaced when the directory grows
+    (by longer views of the same memory where its address space is reserved: :meth:`grow`).
     """
 
     #: the slot of each row in the cache tier (-1: not cached), a column of :attr:`records`
@@ -105,10 +84,18 @@ class RowDirectory:
         self.pending = UInt64HashMap(1024) if self.admit_after > 1 else None
         self.n = 0
         self.admissions = 0
-        self.g2id = np.zeros(capacity, dtype=np.uint64)
-        dtype, fill = ROW_ARRAYS["on_ssd"]
-        self.on_ssd = np.full(capacity, fill, dtype=dtype)
-        self._bind(_records(capacity))
+        # the per-row arrays grow in place over address space reserved once (no copy, no huge pages first
+        # touched: the prefetch thread grows them beside the training step); copied where refused
+        ssd_dtype, ssd_fill = ROW_ARRAYS["on_ssd"]
+        self._rows = GrowingArray(capacity, np.int64, list(RECORD_FIELDS.values()), row=(len(RECORD_FIELDS),))
+        room = self._rows.capacity
+        self._ids = GrowingArray(capacity, np.uint64, 0, reserve=room)
+        self._ssd = GrowingArray(capacity, ssd_dtype, ssd_fill, reserve=room)
+        self._rebind()
+
+    def _rebind(self) -> None:
+        self.g2id, self.on_ssd = self._ids.array, self._ssd.array
+        self._bind(self._rows.array)
 
     def _bind(self, records: np.ndarray) -> None:
         """Point the record fields at the columns of ``records`` (in :data:`RECORD_FIELDS`' order)."""
@@ -120,15 +107,23 @@ class RowDirectory:
         return self.n
 
     def grow(self, n: int) -> None:
-        """Make room in the per-row arrays for ``n`` rows (doubling)."""
+        """Make room in the per-row arrays for ``n`` rows (doubling): in place where their
+        address space is reserved (the rows keep their values and addresses; the arrays
+        are new, longer views), else copied into new arrays
+        (:class:`~fbrapids.trainers.sparse.reserved.GrowingArray`).
+
+        Example:
+            >>> d = RowDirectory(capacity=2); d.last[:2] = [5, 6]; before = d.records.ctypes.data
+            >>> d.grow(3); len(d.g2id), d.last[:3].tolist(), int(d.cache_loc[2]), d.records.ctypes.data == before
+            (4, [5, 6, 0], -1, True)
+        """
         cap = len(self.g2id)
         if n <= cap:
             return
         new = max(n, 2 * cap)
-        ssd_dtype, ssd_fill = ROW_ARRAYS["on_ssd"]
-        self.g2id = _grown(self.g2id, new, np.uint64, 0)
-        self.on_ssd = _grown(self.on_ssd, new, ssd_dtype, ssd_fill)
-        self._bind(_records(new, self.records))
+        for rows in (self._rows, self._ids, self._ssd):
+            rows.grow(new)
+        self._rebind()
 
     def note_admitted(self, k: int) -> None:
         """Count ``k`` rows admitted straight into the arrays and the map (grown first) by a

@@ -637,8 +637,12 @@ class TieredEmbeddingStore:
               grad: bool) -> Lookup:
         rows.requires_grad_(grad)
         inverse = begun.inverse
-        inv = inverse if isinstance(inverse, torch.Tensor) else torch.from_numpy(inverse).to(self.device,
-                                                                                            non_blocking=True)
+        if isinstance(inverse, torch.Tensor):
+            inv = inverse
+        else:
+            inv = torch.from_numpy(inverse)
+            if self.device.type != "cpu":
+                inv = inv.to(self.device, non_blocking=True)
         return Lookup(rows=rows, inverse=inv, ids=begun.uniq,
                       admitted=np.ones(len(begun.g), dtype=bool) if begun.adm is None else begun.adm, slots=slots,
                       step=self._step, full=full, version=self.version)

@@ -45,6 +45,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from fbrapids.errors import ArgumentError, StoreError
+from fbrapids.trainers.sparse.reserved import GrowingArray
 
 
 @dataclass
@@ -104,6 +105,10 @@ class Slots:
     (:class:`~fbrapids.trainers.arms_batched.SharedTables`): at 65,536 slots a store, a
     10-candidate trial filled and dropped 1.4 GB of such arrays before this.
 
+    ``reserve``: a growable tier's arrays reserve address space for that many slots and grow
+    in place (:class:`~fbrapids.trainers.sparse.reserved.GrowingArray`: no copy); 0: they are
+    copied when the tier grows.
+
     Example:
         >>> s = Slots(4)
         >>> s.made
@@ -114,10 +119,12 @@ class Slots:
         3
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, reserve: int = 0) -> None:
         self.capacity = int(capacity)
         self.n_free = self.capacity
+        self.reserve = int(reserve)  # slots a growable tier's arrays reserve address space for (0: they copy)
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._growing: tuple[GrowingArray, GrowingArray, GrowingArray] | None = None
 
     @property
     def made(self) -> bool:
@@ -130,8 +137,15 @@ class Slots:
             with FIRST_USE:  # a store's prefetch thread and its caller may both be first
                 if self._arrays is None:
                     c = self.capacity
-                    self._arrays = (np.full(c, -1, dtype=np.int64), np.zeros(c, dtype=bool),
-                                    np.arange(c - 1, -1, -1, dtype=np.int64))
+                    if self.reserve:  # a growable tier's: they grow in place (no copy) over address space reserved once
+                        self._growing = (GrowingArray(c, np.int64, -1, reserve=self.reserve),
+                                         GrowingArray(c, np.bool_, False, reserve=self.reserve),
+                                         GrowingArray(c, np.int64, 0, reserve=self.reserve))
+                        self._growing[2].array[:] = np.arange(c - 1, -1, -1, dtype=np.int64)
+                        self._arrays = (self._growing[0].array, self._growing[1].array, self._growing[2].array)
+                    else:
+                        self._arrays = (np.full(c, -1, dtype=np.int64), np.zeros(c, dtype=bool),
+                                        np.arange(c - 1, -1, -1, dtype=np.int64))
                 arrays = self._arrays
         return arrays
 
@@ -174,11 +188,16 @@ class Slots:
                 self.capacity, self.n_free = int(capacity), self.n_free + extra
                 return
         owner, dirty, old_free = self._arrays_made()
-        free = np.empty(int(capacity), dtype=np.int64)  # the new slots under the free ones: those go first
+        kept = old_free[: self.n_free].copy()
+        if self._growing is not None:  # (in place: the same memory, longer views)
+            owner, dirty, free = (g.grow(int(capacity)) for g in self._growing)
+        else:
+            owner = np.concatenate([owner, np.full(extra, -1, dtype=np.int64)])
+            dirty = np.concatenate([dirty, np.zeros(extra, dtype=bool)])
+            free = np.empty(int(capacity), dtype=np.int64)
+        free[extra : extra + self.n_free] = kept  # the new slots under the free ones: those go first
         free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
-        free[extra : extra + self.n_free] = old_free[: self.n_free]
-        self._arrays = (np.concatenate([owner, np.full(extra, -1, dtype=np.int64)]),
-                        np.concatenate([dirty, np.zeros(extra, dtype=bool)]), free)
+        self._arrays = (owner, dirty, free)
         self.n_free, self.capacity = self.n_free + extra, int(capacity)
 
     @property

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fbrapids.errors import StoreError
-from fbrapids.trainers.sparse.reserved import ReservedRows
+from fbrapids.trainers.sparse.reserved import GrowingArray, ReservedRows
 from fbrapids.trainers.sparse.tier import FIRST_USE, Slots, SlottedTier, TierStats
 
 
@@ -29,7 +29,7 @@ class CacheTier:
     :class:`~fbrapids.trainers.sparse.hierarchy.TierStack`) multiplies instead of evicting:
     ``rows`` is then where it starts.  On the CPU it grows in place, over address space
     reserved once (:class:`~fbrapids.trainers.sparse.reserved.ReservedRows`: no copy of the
-    rows, pages touched only as rows are written).
+    rows, pages touched only as rows are written), and so do its slots' arrays and pins.
 
     On the CPU the tensor's memory is also seen as a numpy array (``table``), whose row
     gathers, scatters and the in-place C optimizers are cheaper than torch's.  On a CUDA
@@ -49,8 +49,11 @@ class CacheTier:
         alloc = torch.empty if self.growable else torch.zeros
         self.data = view if view is not None else alloc((int(rows), self.width), dtype=torch.float32, device=device)
         self.table: np.ndarray | None = self.data.numpy() if self.data.device.type == "cpu" else None
-        self.slots = Slots(rows)
+        # a reserved cache's slot arrays and pins grow in place too (no copy), over as many slots as it has rows
+        self._room = self._reserved.capacity if self._reserved is not None else 0
+        self.slots = Slots(rows, reserve=self._room)
         self._pin: np.ndarray | None = None  # made on first use, as the slots' arrays are (:class:`Slots`)
+        self._pins: GrowingArray | None = None
         self.stats = TierStats()
         self._copies: torch.cuda.Stream | None = None  # CUDA: the side stream rows are copied up on
         self._copied: torch.cuda.Event | None = None  # CUDA: the event after the last copy up
@@ -66,7 +69,11 @@ class CacheTier:
         if pin is None:
             with FIRST_USE:
                 if self._pin is None:
-                    self._pin = np.full(self.slots.capacity, -1, dtype=np.int64)
+                    if self._room:
+                        self._pins = GrowingArray(self.slots.capacity, np.int64, -1, reserve=self._room)
+                        self._pin = self._pins.array
+                    else:
+                        self._pin = np.full(self.slots.capacity, -1, dtype=np.int64)
                 pin = self._pin
         return pin
 
@@ -158,7 +165,9 @@ class CacheTier:
         self.data = data  # (in the reservation: the same memory, the rows where they were)
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
         with FIRST_USE:  # (the pins made meanwhile would miss the new slots)
-            if self._pin is not None:
+            if self._pins is not None:
+                self._pin = self._pins.grow(int(rows))
+            elif self._pin is not None:
                 self._pin = np.concatenate([self._pin, np.full(int(rows) - old, -1, dtype=np.int64)])
             self.slots.grow(rows)
 
