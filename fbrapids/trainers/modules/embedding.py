@@ -169,7 +169,7 @@ class TieredEmbeddingBagCollection(nn.Module):
         for store, lk, (table, feats) in zip(stores, lookups, groups.items()):
             self._pending.append((store, lk))
             parts.append((store, lk, base, base + len(lk.ids)))
-            inv = lk.inverse.cpu().numpy()
+            inv = lk.inverse.numpy() if lk.inverse.device.type == "cpu" else lk.inverse.cpu().numpy()
             start = 0
             for f, v in zip(feats, values[table]):
                 inv_of[f] = (inv[start : start + len(v)], base)

@@ -133,12 +133,14 @@ def update_together(parts: Sequence[tuple[RowUpdater, Lookup, int, int]], grad: 
     """Every table's sparse update of a stacked lookup: ``parts`` holds (store, lookup, start,
     stop) with the lookup's rows at ``grad[start:stop]``; :func:`update_each` of those rows."""
     g = grad.detach().contiguous()
-    update_each([(store, lk, g[a:z]) for store, lk, a, z in parts], background)
+    rows: torch.Tensor | np.ndarray = g.numpy() if g.device.type == "cpu" else g  # (numpy slices: no torch call a table)
+    update_each([(store, lk, rows[a:z]) for store, lk, a, z in parts], background)
 
 
-def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor]], background: bool = False,
+def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor | np.ndarray]], background: bool = False,
                 inline_share: float = 0.0) -> None:
-    """Every table's sparse update: ``parts`` holds (store, lookup, the gradient of its rows).
+    """Every table's sparse update: ``parts`` holds (store, lookup, the gradient of its rows: a
+    tensor, or a C-contiguous float32 numpy array of host rows).
     The row-wise Adagrad updates of CPU caches (one slice or several) run in one C call; any
     other table (another optimizer, a device cache, rows not admitted) through its own
     ``update_rows``.  ``background``: when every table's update is that one C call, it runs on
@@ -157,14 +159,16 @@ def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor]], backgr
         if len(lk.slots) == 0:
             continue
         words, tiered = None, store if isinstance(store, TieredEmbeddingStore) else None
-        if g.device.type == "cpu" and tiered is not None and lk.admitted.all():
-            g_np = g.detach().contiguous().numpy()
+        host = isinstance(g, np.ndarray) or g.device.type == "cpu"
+        if host and tiered is not None and lk.admitted.all():
+            g_np = g if isinstance(g, np.ndarray) else g.detach().contiguous().numpy()
             grads.append(g_np)
             words = tiered.adagrad_words(lk, g_np)
         if words is None or tiered is None:  # (no words without a tiered store)
+            gt = torch.from_numpy(g) if isinstance(g, np.ndarray) else g
             if not lk.admitted.all():
-                g = g[torch.from_numpy(np.flatnonzero(lk.admitted)).to(g.device)]
-            store.update_rows(lk, g)
+                gt = gt[torch.from_numpy(np.flatnonzero(lk.admitted)).to(gt.device)]
+            store.update_rows(lk, gt)
             background = False
             continue
         desc.append(words[0])
