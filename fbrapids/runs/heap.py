@@ -14,7 +14,8 @@ after a partition, at most every few seconds).
 * :func:`release_memory` asks glibc to return the free pages of every arena
   (``malloc_trim(0)``); elsewhere it does nothing.  The scorer calls it after a large call,
   and :class:`PeriodicRelease` at most every few seconds after any call; a run's partition
-  stream the same after a partition.
+  stream the same after a partition; a run's memory watch before it stops a run past its
+  budget (:class:`~fbrapids.runs.memory_watch.MemoryWatch`).
 * :func:`keep_freed_blocks` keeps blocks up to 64 MiB, and a free heap top up to 256 MiB,
   for reuse (``mallopt``): a training step allocates and frees the same tensors every step
   (a trial's arms: tens of MiB each), which glibc's defaults hand back to the system as they

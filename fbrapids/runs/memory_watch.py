@@ -4,8 +4,8 @@
 under it (a local cluster's workers included) every ``every`` seconds while it is entered,
 and keeps the peak overall and per stage (:meth:`MemoryWatch.stage`: ``plan``,
 ``extract+train``, ``extract+evaluate``...).  Once the tree passes :data:`NEAR` of the
-budget it says so (one warning, naming the stage); past the budget, :meth:`MemoryWatch.check`
-raises :class:`~fbrapids.errors.MemoryBudgetError` naming the budget, the stage and what the
+budget it says so (one warning, naming the stage); past the budget (once the allocator has
+handed back the free pages it kept), :meth:`MemoryWatch.check` raises :class:`~fbrapids.errors.MemoryBudgetError` naming the budget, the stage and what the
 run held, so the run stops with that line between two partitions rather than growing until
 the kernel kills it without a word.
 
@@ -78,8 +78,19 @@ class MemoryWatch:
         self.check()
 
     def sample(self) -> int:
-        """Take one sample now; returns the tree's bytes."""
+        """Take one sample now; returns the tree's bytes.  A sample past the budget first has
+        the allocator hand its free pages back (:func:`~fbrapids.runs.heap.release_memory`:
+        freed blocks a run keeps for reuse, :func:`~fbrapids.runs.heap.keep_freed_blocks`, are
+        resident but held by no one) and is taken again: the budget is judged on what the run
+        holds."""
         rss = tree_rss()
+        if rss > self.budget and self.over is None:
+            from fbrapids.runs.heap import release_memory
+
+            if release_memory():
+                before, rss = rss, tree_rss()
+                log.debug("memory: %s past the budget of %s, %s once the allocator handed back its free pages",
+                          _human(before), _human(self.budget), _human(rss))
         with self._lock:
             stage = self.current
             self.by_stage[stage] = max(self.by_stage.get(stage, 0), rss)

@@ -1,7 +1,8 @@
 """The allocator's freed memory: blocks a training step frees are reused by the next step
 once :func:`fbrapids.runs.heap.keep_freed_blocks` is on, where glibc's defaults unmap them
 and fault every page in again; :func:`~fbrapids.runs.heap.release_memory` still hands them
-back.  Counted in page faults (``getrusage``), in a process of its own (the setting is the
+back, and a run's memory watch does before it judges a sample past the budget.  Counted in
+page faults (``getrusage``) and resident bytes, in a process of its own (the setting is the
 process's)."""
 
 from __future__ import annotations
@@ -51,3 +52,32 @@ def test_a_steps_freed_blocks_are_reused_and_still_handed_back():
     assert min(got["default"]) > 0.9 * pages  # glibc's defaults: every page faulted in at every step
     assert max(got["kept"]) < 0.05 * pages  # kept: the next step reuses them
     assert got["held"] - got["released"] > 0.9 * 3 * 40_000_000  # and a release still hands them back
+
+
+# blocks a run freed and the allocator kept (keep_freed_blocks), then a memory watch whose budget
+# lies between what the process holds and what it holds with those pages
+WATCH = r"""
+import json
+import torch
+from fbrapids.runs.heap import keep_freed_blocks
+from fbrapids.runs.memory_watch import MemoryWatch, tree_rss
+
+keep_freed_blocks()
+base = tree_rss()
+blocks = [torch.ones(10_000_000) for _ in range(3)]  # 120 MB, written
+del blocks
+kept = tree_rss()
+watch = MemoryWatch(base + 60_000_000)
+seen = watch.sample()
+print(json.dumps({"base": base, "kept": kept, "seen": seen, "over": watch.over}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_a_watch_hands_the_kept_free_pages_back_before_it_stops_a_run():
+    """120 MB a run freed stay resident, kept for reuse: a sample past the budget first hands
+    them back, and the run, holding less than its budget, goes on (it was stopped for them)."""
+    out = subprocess.run([sys.executable, "-c", WATCH], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["kept"] - got["base"] > 100_000_000  # (the freed blocks were kept: resident)
+    assert got["over"] is None and got["seen"] < got["base"] + 60_000_000, got
