@@ -5,9 +5,10 @@ under it (a local cluster's workers included) every ``every`` seconds while it i
 and keeps the peak overall and per stage (:meth:`MemoryWatch.stage`: ``plan``,
 ``extract+train``, ``extract+evaluate``...).  Once the tree passes :data:`NEAR` of the
 budget it says so (one warning, naming the stage); past the budget (once the allocator has
-handed back the free pages it kept), :meth:`MemoryWatch.check` raises :class:`~fbrapids.errors.MemoryBudgetError` naming the budget, the stage and what the
-run held, so the run stops with that line between two partitions rather than growing until
-the kernel kills it without a word.
+handed back the free pages it kept), :meth:`MemoryWatch.check` raises
+:class:`~fbrapids.errors.MemoryBudgetError` naming the budget, the stage and what the run
+held, so the run stops with that line between two partitions rather than growing until the
+kernel kills it without a word.
 
 Example:
     >>> with MemoryWatch(1 << 40, every=0.01) as watch:
