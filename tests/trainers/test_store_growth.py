@@ -278,3 +278,4 @@ def test_slots_grow_in_place_as_a_stack_of_free_slots_would(start: int, ops: lis
             mine = {int(g): int(o) for g, o in enumerate(s.owner) if o >= 0}
             assert mine == owner and s.dirty[list(owner)].all() and s.dirty.sum() == len(owner)
     assert slots[0]._growing is None or all(g.in_place for g in slots[0]._growing)
+    assert slots[1]._growing is None or not any(g.in_place for g in slots[1]._growing)

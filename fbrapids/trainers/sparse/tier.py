@@ -105,9 +105,9 @@ class Slots:
     (:class:`~fbrapids.trainers.arms_batched.SharedTables`): at 65,536 slots a store, a
     10-candidate trial filled and dropped 1.4 GB of such arrays before this.
 
-    ``reserve``: a growable tier's arrays reserve address space for that many slots and grow
-    in place (:class:`~fbrapids.trainers.sparse.reserved.GrowingArray`: no copy); 0: they are
-    copied when the tier grows.
+    The arrays are :class:`~fbrapids.trainers.sparse.reserved.GrowingArray` s. ``reserve``: a
+    growable tier's reserve address space for that many slots and grow in place (no copy); 0:
+    they are copied when the tier grows.
 
     Example:
         >>> s = Slots(4)
@@ -136,16 +136,12 @@ class Slots:
         if arrays is None:
             with FIRST_USE:  # a store's prefetch thread and its caller may both be first
                 if self._arrays is None:
-                    c = self.capacity
-                    if self.reserve:  # a growable tier's: they grow in place (no copy) over address space reserved once
-                        self._growing = (GrowingArray(c, np.int64, -1, reserve=self.reserve),
-                                         GrowingArray(c, np.bool_, False, reserve=self.reserve),
-                                         GrowingArray(c, np.int64, 0, reserve=self.reserve))
-                        self._growing[2].array[:] = np.arange(c - 1, -1, -1, dtype=np.int64)
-                        self._arrays = (self._growing[0].array, self._growing[1].array, self._growing[2].array)
-                    else:
-                        self._arrays = (np.full(c, -1, dtype=np.int64), np.zeros(c, dtype=bool),
-                                        np.arange(c - 1, -1, -1, dtype=np.int64))
+                    c = self.capacity  # (reserve 0: they copy as they grow)
+                    self._growing = (GrowingArray(c, np.int64, -1, reserve=self.reserve),
+                                     GrowingArray(c, np.bool_, False, reserve=self.reserve),
+                                     GrowingArray(c, np.int64, 0, reserve=self.reserve))
+                    self._growing[2].array[:] = np.arange(c - 1, -1, -1, dtype=np.int64)
+                    self._arrays = (self._growing[0].array, self._growing[1].array, self._growing[2].array)
                 arrays = self._arrays
         return arrays
 
@@ -187,14 +183,9 @@ class Slots:
             if self._arrays is None:  # nothing used yet: more slots to make on first use
                 self.capacity, self.n_free = int(capacity), self.n_free + extra
                 return
-        owner, dirty, old_free = self._arrays_made()
-        kept = old_free[: self.n_free].copy()
-        if self._growing is not None:  # (in place: the same memory, longer views)
-            owner, dirty, free = (g.grow(int(capacity)) for g in self._growing)
-        else:
-            owner = np.concatenate([owner, np.full(extra, -1, dtype=np.int64)])
-            dirty = np.concatenate([dirty, np.zeros(extra, dtype=bool)])
-            free = np.empty(int(capacity), dtype=np.int64)
+        kept = self._arrays_made()[2][: self.n_free].copy()
+        assert self._growing is not None  # (made just above)
+        owner, dirty, free = (g.grow(int(capacity)) for g in self._growing)  # in place, or copied
         free[extra : extra + self.n_free] = kept  # the new slots under the free ones: those go first
         free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
         self._arrays = (owner, dirty, free)

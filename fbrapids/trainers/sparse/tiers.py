@@ -50,10 +50,8 @@ class CacheTier:
         self.data = view if view is not None else alloc((int(rows), self.width), dtype=torch.float32, device=device)
         self.table: np.ndarray | None = self.data.numpy() if self.data.device.type == "cpu" else None
         # a reserved cache's slot arrays and pins grow in place too (no copy), over as many slots as it has rows
-        self._room = self._reserved.capacity if self._reserved is not None else 0
-        self.slots = Slots(rows, reserve=self._room)
-        self._pin: np.ndarray | None = None  # made on first use, as the slots' arrays are (:class:`Slots`)
-        self._pins: GrowingArray | None = None
+        self.slots = Slots(rows, reserve=self._reserved.capacity if self._reserved is not None else 0)
+        self._pins: GrowingArray | None = None  # made on first use, as the slots' arrays are (:class:`Slots`)
         self.stats = TierStats()
         self._copies: torch.cuda.Stream | None = None  # CUDA: the side stream rows are copied up on
         self._copied: torch.cuda.Event | None = None  # CUDA: the event after the last copy up
@@ -65,17 +63,13 @@ class CacheTier:
     @property
     def pin(self) -> np.ndarray:
         """``pin[slot]``: the last step the slot is pinned for (-1: never)."""
-        pin = self._pin
-        if pin is None:
+        pins = self._pins
+        if pins is None:
             with FIRST_USE:
-                if self._pin is None:
-                    if self._room:
-                        self._pins = GrowingArray(self.slots.capacity, np.int64, -1, reserve=self._room)
-                        self._pin = self._pins.array
-                    else:
-                        self._pin = np.full(self.slots.capacity, -1, dtype=np.int64)
-                pin = self._pin
-        return pin
+                if self._pins is None:
+                    self._pins = GrowingArray(self.slots.capacity, np.int64, -1, reserve=self.slots.reserve)
+                pins = self._pins
+        return pins.array
 
     def to(self, device: torch.device) -> None:
         """Move the rows to ``device`` (slots and bookkeeping are unchanged)."""
@@ -166,9 +160,7 @@ class CacheTier:
         self.table = self.data.numpy() if self.data.device.type == "cpu" else None
         with FIRST_USE:  # (the pins made meanwhile would miss the new slots)
             if self._pins is not None:
-                self._pin = self._pins.grow(int(rows))
-            elif self._pin is not None:
-                self._pin = np.concatenate([self._pin, np.full(int(rows) - old, -1, dtype=np.int64)])
+                self._pins.grow(int(rows))
             self.slots.grow(rows)
 
     def evictable(self, step: int) -> np.ndarray:
