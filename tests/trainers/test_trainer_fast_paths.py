@@ -3,6 +3,8 @@
 * ``group_by_row`` is a stable counting sort (checked against numpy's stable argsort);
 * one stacked lookup (one leaf, one ``embedding_bag``, a bag-shaped backward) gives the
   per-feature pooled outputs and row gradients of per-table ``embedding_bag`` calls;
+* pooled bags written field by field side by side (``bag_sum``'s ``fields``) are
+  ``embedding_bag``'s, and their backward its gradient;
 * one optimizer update over all tables' rows gives the same bytes as one per table;
 * DLRM's lower-triangle interaction (one ``bmm`` each way) matches the reference's
   ``bmm`` + ``Z[:, li, lj]`` in value and gradient.
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
 
 from fbrapids.errors import FbrapidsError
 from fbrapids.trainers.modules import DotInteraction, TieredEmbeddingBagCollection
@@ -64,6 +67,40 @@ def test_bag_sum_and_its_backward_refuse_misshapen_inputs_before_reading_them() 
     for call in bad:
         with pytest.raises(FbrapidsError, match="bag_sum"):
             call()
+
+
+@settings(max_examples=40, deadline=None)
+@given(fields=st.integers(1, 5), per=st.integers(1, 9), dim=st.sampled_from([1, 3, 4, 8, 16]),
+       max_len=st.integers(0, 4), mean=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_bags_pooled_side_by_side_are_embedding_bags_of_each_field(fields: int, per: int, dim: int, max_len: int,
+                                                                   mean: bool, seed: int) -> None:
+    """``bag_sum(..., fields=F)`` over bags laid out field after field (bag ``f * per + i``)
+    writes bag ``(f, i)`` to row ``i * F + f``: read as ``[per, F, dim]`` it is torch's
+    ``embedding_bag`` of every field, stacked on dim 1, to the bit (mean: empty bags 0). Its
+    backward, given that layout's gradient, is ``embedding_bag``'s weight gradient, and the
+    same bits as the field-major backward of the gradient transposed."""
+    rng = np.random.default_rng(seed)
+    m = 7
+    rows = rng.standard_normal((m, dim)).astype(np.float32)
+    lengths = rng.integers(0, max_len + 1, fields * per)
+    idx = rng.integers(0, m, int(lengths.sum()))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    mode = "mean" if mean else "sum"
+    weight = torch.from_numpy(rows.copy()).requires_grad_(True)
+    want = F.embedding_bag(torch.from_numpy(idx), weight, torch.from_numpy(offsets[:-1]), mode=mode)
+    stacked = want.view(fields, per, dim).transpose(0, 1)  # [per, fields, dim]
+    got = bag_sum(rows, idx, offsets, mean, fields)
+    assert np.array_equal(got.reshape(per, fields, dim), stacked.detach().numpy())
+    grad = rng.standard_normal((per, fields, dim)).astype(np.float32)
+    (stacked * torch.from_numpy(grad)).sum().backward()
+    back = bag_sum_backward(grad.reshape(per * fields, dim), idx, offsets, m, mean, fields)
+    assert weight.grad is not None
+    assert np.allclose(back, weight.grad.numpy(), atol=1e-5)
+    field_major = np.ascontiguousarray(grad.transpose(1, 0, 2)).reshape(fields * per, dim)
+    assert np.array_equal(back, bag_sum_backward(field_major, idx, offsets, m, mean))
+    for bad in (0, fields * per + 1):  # bags that are no whole runs of the fields
+        with pytest.raises(FbrapidsError, match="fields"):
+            bag_sum(rows, idx, offsets, mean, bad)
 
 
 def _sparse_batch(rng: np.random.Generator, b: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

@@ -184,14 +184,15 @@ class TieredEmbeddingBagCollection(nn.Module):
         idx, off = self._bag_index(inv_of, sparse, b)
         if cpu and self.mode in ("sum", "mean"):  # pooling and its backward in C, one pass each
             mean = self.mode == "mean"  # the sum over the bag's size (an empty bag stays 0)
+            fields = len(self.features)  # each row's pooled fields written side by side: [B, F, dim] as it lies
             if train:
                 leaf.requires_grad_(True)
                 self._stacked = (leaf, parts)
-                pooled = _HostSumBags.apply(leaf, idx, off, mean)
+                pooled = _HostSumBags.apply(leaf, idx, off, mean, fields)
             else:
                 self._drop_stale()
-                pooled = torch.from_numpy(bag_sum(leaf.detach().numpy(), idx, off, mean))
-            return pooled.view(len(self.features), b, self.dim).transpose(0, 1)
+                pooled = torch.from_numpy(bag_sum(leaf.detach().numpy(), idx, off, mean, fields))
+            return pooled.view(b, fields, self.dim)
         idx_t, off_t = torch.from_numpy(idx).to(dev), torch.from_numpy(off[:-1]).to(dev)
         if not train:
             self._drop_stale()
@@ -313,18 +314,19 @@ class TieredEmbeddingBagCollection(nn.Module):
 class _HostSumBags(torch.autograd.Function):
     """Sum- (or mean-) pooled bags on the CPU, forward and backward in C
     (:func:`~fbrapids.trainers.sparse.hashmap.bag_sum`): ``idx`` / ``offsets`` are numpy
-    (``offsets`` ends with ``len(idx)``)."""
+    (``offsets`` ends with ``len(idx)``); ``fields``: the bags are that many features' runs,
+    pooled into ``[bags per feature, fields, dim]`` rows (``bag_sum``'s ``fields``)."""
 
     @staticmethod
     def forward(ctx, rows: torch.Tensor, idx: np.ndarray,  # type: ignore[override]
-                offsets: np.ndarray, mean: bool = False) -> torch.Tensor:
-        ctx.idx, ctx.offsets, ctx.m, ctx.mean = idx, offsets, rows.shape[0], mean
-        return torch.from_numpy(bag_sum(rows.detach().numpy(), idx, offsets, mean))
+                offsets: np.ndarray, mean: bool = False, fields: int = 1) -> torch.Tensor:
+        ctx.idx, ctx.offsets, ctx.m, ctx.mean, ctx.fields = idx, offsets, rows.shape[0], mean, fields
+        return torch.from_numpy(bag_sum(rows.detach().numpy(), idx, offsets, mean, fields))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        g = bag_sum_backward(grad.detach().contiguous().numpy(), ctx.idx, ctx.offsets, ctx.m, ctx.mean)
-        return torch.from_numpy(g), None, None, None
+        g = bag_sum_backward(grad.detach().contiguous().numpy(), ctx.idx, ctx.offsets, ctx.m, ctx.mean, ctx.fields)
+        return torch.from_numpy(g), None, None, None, None
 
 
 class _SumBags(torch.autograd.Function):

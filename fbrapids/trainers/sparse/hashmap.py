@@ -128,9 +128,9 @@ def _declare_rows(lib: ctypes.CDLL) -> None:
     lib.fbx_gather_cols.restype = ctypes.c_int
     lib.fbx_gather_cols.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     lib.fbx_bag_sum.restype = ctypes.c_int
-    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, p, ctypes.c_int, ctypes.c_int]
+    lib.fbx_bag_sum.argtypes = [p, i64, i64, p, p, i64, i64, p, ctypes.c_int, ctypes.c_int]
     lib.fbx_bag_sum_backward.restype = ctypes.c_int
-    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, p, ctypes.c_int]
+    lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, i64, p, ctypes.c_int]
     lib.fbx_lookup_tables.restype = None
     lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int]
     lib.fbx_rowwise_adagrad_tables.restype = None
@@ -373,10 +373,11 @@ def gather_cols(table: np.ndarray, slots: np.ndarray, ncols: int) -> np.ndarray:
 
 
 def _check_bags(what: str, name: str, table: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
-                rows: int | None) -> None:
+                rows: int | None, fields: int = 1) -> None:
     """The shapes :func:`bag_sum` and :func:`bag_sum_backward` hand to C, checked before it
     reads anything: ``table`` 2-D (``rows`` rows when given), ``idx`` and ``offsets`` 1-D,
-    the offsets' first and last inside ``idx`` (C checks each index, and their order)."""
+    the offsets' first and last inside ``idx`` (C checks each index, and their order), the
+    bags ``fields`` equal runs."""
     if table.ndim != 2 or (rows is not None and table.shape[0] != rows):
         want = "[rows, dim]" if rows is None else f"[{rows}, dim] (one row per bag)"
         raise ArgumentError(f"{what}: {name} must be {want}, got shape {table.shape}")
@@ -386,34 +387,45 @@ def _check_bags(what: str, name: str, table: np.ndarray, idx: np.ndarray, offset
     if not 0 <= offsets[0] <= offsets[-1] <= len(idx):
         raise ArgumentError(f"{what}: the offsets must run from 0 up to the index's length {len(idx)}, got "
                             f"{int(offsets[0])} .. {int(offsets[-1])}")
+    if fields < 1 or (len(offsets) - 1) % fields:
+        raise ArgumentError(f"{what}: {len(offsets) - 1} bags are not {fields} fields of equal runs")
 
 
-def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray, mean: bool = False) -> np.ndarray:
+def bag_sum(rows: np.ndarray, idx: np.ndarray, offsets: np.ndarray, mean: bool = False,
+            fields: int = 1) -> np.ndarray:
     """Sum-pooled bags ``[len(offsets) - 1, dim]`` of ``rows`` (``offsets`` ends with ``len(idx)``);
     ``mean``: each bag of more than one row divided by its size (the float division torch
     makes: the same bits as dividing the sums in torch).
+
+    ``fields``: the bags are that many fields' runs of ``per`` bags each, field after field
+    (bag ``f * per + i``); bag ``f * per + i`` is then written to row ``i * fields + f``, so
+    the output read as ``[per, fields, dim]`` holds each row's fields side by side (what a
+    model's dense layers read) with no transpose copied.  The sums are the same bits.
 
     Example:
         >>> import numpy as np
         >>> bag_sum(np.array([[1.0], [2.0]], np.float32), np.array([0, 1, 1]), np.array([0, 2, 3])).tolist()
         [[3.0], [2.0]]
+        >>> r = np.array([[1.0], [10.0]], np.float32)
+        >>> bag_sum(r, np.array([0, 0, 1, 1]), np.array([0, 1, 2, 3, 4]), fields=2).ravel().tolist()
+        [1.0, 10.0, 1.0, 10.0]
     """
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    _check_bags("bag_sum", "rows", rows, idx, offsets, None)
+    _check_bags("bag_sum", "rows", rows, idx, offsets, None, fields)
     nb = len(offsets) - 1
     out = np.empty((nb, rows.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum(rows.ctypes.data, rows.shape[0], rows.shape[1], idx.ctypes.data, offsets.ctypes.data, nb,
-                          out.ctypes.data, 1 if mean else 0, row_threads()) != 0:
+                          int(fields), out.ctypes.data, 1 if mean else 0, row_threads()) != 0:
         raise RowIndexError(f"bag_sum: an index outside [0, {rows.shape[0]}) or offsets out of order")
     return out
 
 
 def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray, m: int,
-                     mean: bool = False) -> np.ndarray:
-    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient (``mean``:
-    as :func:`bag_sum`'s).
+                     mean: bool = False, fields: int = 1) -> np.ndarray:
+    """The gradient ``[m, dim]`` of :func:`bag_sum`'s rows given the bags' gradient (``mean``,
+    ``fields``: as :func:`bag_sum`'s; ``grad_out`` laid out as its output).
 
     Example:
         >>> import numpy as np
@@ -424,10 +436,10 @@ def bag_sum_backward(grad_out: np.ndarray, idx: np.ndarray, offsets: np.ndarray,
     grad_out = np.ascontiguousarray(grad_out, dtype=np.float32)
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    _check_bags("bag_sum_backward", "the bags' gradient", grad_out, idx, offsets, len(offsets) - 1)
+    _check_bags("bag_sum_backward", "the bags' gradient", grad_out, idx, offsets, len(offsets) - 1, fields)
     out = np.empty((int(m), grad_out.shape[1]), dtype=np.float32)
     if _lib().fbx_bag_sum_backward(grad_out.ctypes.data, grad_out.shape[1], idx.ctypes.data, offsets.ctypes.data,
-                                   len(offsets) - 1, int(m), out.ctypes.data, 1 if mean else 0) != 0:
+                                   len(offsets) - 1, int(fields), int(m), out.ctypes.data, 1 if mean else 0) != 0:
         raise RowIndexError(f"bag_sum_backward: an index outside [0, {m}) or offsets out of order")
     return out
 

@@ -148,12 +148,19 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
     return 0;
 }
 
+/* Bags come field after field: bag b = f * per + i is the i-th bag of field f (fields = 1:
+ * one field, per = nbags).  Its pooled row (fbx_bag_sum's output, its backward's gradient)
+ * is row i * fields + f: [per][fields][dim], each bag's fields side by side (the layout the
+ * dense layers read, no transpose copied); with one field, row b. */
 FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, const int64_t *idx,
-                                 const int64_t *offsets, int64_t nbags, float *restrict out, int mean,
-                                 int nthreads) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && nbags >= FBX_PAR_ROWS / 2)
-    for (int64_t b = 0; b < nbags; b++) {
-        float *o = out + b * dim;
+                                 const int64_t *offsets, int64_t fields, int64_t per, float *restrict out,
+                                 int mean, int nthreads) {
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads) \
+    if (nthreads > 1 && fields * per >= FBX_PAR_ROWS / 2)
+    for (int64_t f = 0; f < fields; f++)
+    for (int64_t i = 0; i < per; i++) {
+        const int64_t b = f * per + i;
+        float *o = out + (i * fields + f) * dim;
         const int64_t n = offsets[b + 1] - offsets[b];
         const float div = mean && n > 1 ? (float)n : 1.0f;
         if (dim % 4 == 0 && dim <= 4 * FBX_V4_MAX) { /* the bag's sum in registers, 4 columns at a time */
@@ -191,24 +198,29 @@ static int fbx_bags_sound(const int64_t *idx, const int64_t *offsets, int64_t nb
     return 1;
 }
 
-/* Sum-pooled bags: out[b] = rows[idx[k]] summed over k in offsets[b] .. offsets[b + 1]
- * (offsets has nbags + 1 entries), in index order, from zero; with mean, each bag of n > 1
- * rows then divided by n (a float division, as torch divides).  Returns 0, or -1 (nothing
+/* Sum-pooled bags: bag b's row of out (fbx_bag_sum_body: b itself for one field) = rows[idx[k]]
+ * summed over k in offsets[b] .. offsets[b + 1] (offsets has nbags + 1 entries), in index
+ * order, from zero; with mean, each bag of n > 1 rows then divided by n (a float division, as
+ * torch divides).  ``fields`` divides nbags (the caller checks it).  Returns 0, or -1 (nothing
  * done) for an index outside [0, m) or offsets out of order. */
 int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, const int64_t *offsets,
-                int64_t nbags, float *out, int mean, int nthreads) {
+                int64_t nbags, int64_t fields, float *out, int mean, int nthreads) {
     if (!fbx_bags_sound(idx, offsets, nbags, m)) return -1;
-#define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, nbags, out, mean, nthreads)
+    const int64_t per = nbags / fields;
+#define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, fields, per, out, mean, nthreads)
     FBX_BY_DIM(dim, FBX_BAG_SUM)
 #undef FBX_BAG_SUM
     return 0;
 }
 
 FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const int64_t dim, const int64_t *idx,
-                                          const int64_t *offsets, int64_t nbags, int mean, float *restrict grad_rows) {
+                                          const int64_t *offsets, int64_t fields, int64_t per, int mean,
+                                          float *restrict grad_rows) {
     float scaled[4 * FBX_V4_MAX];
-    for (int64_t b = 0; b < nbags; b++) {
-        const float *g = grad_out + b * dim;
+    for (int64_t f = 0; f < fields; f++)
+    for (int64_t i = 0; i < per; i++) { /* bag b = f * per + i: the bags in order */
+        const int64_t b = f * per + i;
+        const float *g = grad_out + (i * fields + f) * dim;
         const int64_t n = offsets[b + 1] - offsets[b];
         if (mean && n > 1 && dim <= 4 * FBX_V4_MAX) { /* the bag's gradient over its size, as torch's division */
             for (int64_t c = 0; c < dim; c++) scaled[c] = g[c] / (float)n;
@@ -234,15 +246,16 @@ FBX_INLINE void fbx_bag_sum_backward_body(const float *restrict grad_out, const 
     }
 }
 
-/* The backward of fbx_bag_sum: grad_rows[r] = sum of grad_out[b] (over its bag's size n when
- * mean and n > 1) over the occurrences k of row r (idx[k] = r, k in bag b), in occurrence
- * order, from zero (grad_rows has m rows).  Returns 0, or -1 (nothing done) for an index
- * outside [0, m) or offsets out of order. */
+/* The backward of fbx_bag_sum: grad_rows[r] = sum of bag b's gradient (its row of grad_out, laid
+ * out as fbx_bag_sum's output; over its bag's size n when mean and n > 1) over the occurrences
+ * k of row r (idx[k] = r, k in bag b), in occurrence order, from zero (grad_rows has m rows).
+ * Returns 0, or -1 (nothing done) for an index outside [0, m) or offsets out of order. */
 int fbx_bag_sum_backward(const float *grad_out, int64_t dim, const int64_t *idx, const int64_t *offsets,
-                         int64_t nbags, int64_t m, float *grad_rows, int mean) {
+                         int64_t nbags, int64_t fields, int64_t m, float *grad_rows, int mean) {
     if (!fbx_bags_sound(idx, offsets, nbags, m)) return -1;
     memset(grad_rows, 0, sizeof(float) * (size_t)(m * dim));
-#define FBX_BAG_BACK(D) fbx_bag_sum_backward_body(grad_out, D, idx, offsets, nbags, mean, grad_rows)
+    const int64_t per = nbags / fields;
+#define FBX_BAG_BACK(D) fbx_bag_sum_backward_body(grad_out, D, idx, offsets, fields, per, mean, grad_rows)
     FBX_BY_DIM(dim, FBX_BAG_BACK)
 #undef FBX_BAG_BACK
     return 0;
