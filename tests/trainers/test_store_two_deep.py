@@ -8,6 +8,7 @@ wait for the prepares and change nothing."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -166,3 +167,58 @@ def test_the_collection_pools_a_batch_prepared_two_deep_as_one_never_prepared() 
         return out
 
     assert all(np.array_equal(x, y) for x, y in zip(run(False), run(True)))
+
+
+def test_a_lookup_starts_beside_the_last_update_and_reads_its_rows_after_it() -> None:
+    """The update of the last step's rows, still running on the background thread, is not
+    waited for by the tables' starts (the directory, the prepared stash, the counters): the
+    lookup's pass waits for it and reads the rows it wrote; an update that failed raises its
+    error from that lookup."""
+    stores = _stores(4096)
+    keys = [torch.from_numpy(k) for k in _batches(2, 1)[0]]
+    lks, _ = lookup_together(stores, keys, True)
+    update_each([(s, lk, torch.ones_like(lk.rows)) for s, lk in zip(stores, lks)], background=True)
+    for s in stores:
+        s.end_step()
+    before = [s.weights(lk.ids) for s, lk in zip(stores, lks)]
+    counted = [s.stats()["lookups"] for s in stores]
+    gate, started = threading.Event(), threading.Event()
+
+    def held_update() -> None:  # an update of every cached row, held until the lookup has started
+        started.set()
+        gate.wait(60)
+        for s in stores:
+            s.tiers.cache.host_table()[:, :4] += 1.0
+
+    job = stores[0].background().submit(held_update)
+    for s in stores:
+        s.update_in_background(job)
+    got: dict[str, object] = {}
+    looker = threading.Thread(target=lambda: got.update(out=lookup_together(stores, keys, True)))
+    try:
+        assert started.wait(60)
+        looker.start()
+        for _ in range(1000):  # every table's start counted while the update is held (at most 10 s)
+            if all(s._counts["lookups"] > c for s, c in zip(stores, counted)):
+                break
+            time.sleep(0.01)
+        assert all(s._counts["lookups"] > c for s, c in zip(stores, counted))
+        assert looker.is_alive() and "out" not in got  # its pass waits for the update
+    finally:
+        gate.set()
+        looker.join(60)
+    out = got["out"]
+    assert isinstance(out, tuple)
+    for lk, b in zip(out[0], before):
+        assert np.array_equal(lk.rows.detach().numpy(), b + 1.0)  # the rows as the update left them
+    for s in stores:
+        s.end_step()
+
+    def failed_update() -> None:
+        raise RuntimeError("the update failed")
+
+    job = stores[0].background().submit(failed_update)
+    for s in stores:
+        s.update_in_background(job)
+    with pytest.raises(RuntimeError, match="the update failed"):
+        lookup_together(stores, keys, True)

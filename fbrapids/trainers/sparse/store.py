@@ -598,6 +598,16 @@ class TieredEmbeddingStore:
         ``Lookup.full`` of earlier lookups is stale)."""
         self.version += 1
 
+    def handed_update(self) -> Future | None:
+        """The update of this table's cached rows still running on the prefetch thread
+        (:meth:`update_in_background`), handed to the caller, who waits for it before the
+        table's cached rows are next read or written; this table no longer does.  For a
+        lookup that starts (:meth:`start_lookup`: the directory, the stash of a prepare, the
+        counters; none of the cached rows) beside the update and waits only before its pass
+        (:func:`~fbrapids.trainers.sparse.together.lookup_together`)."""
+        job, self._update = self._update, None
+        return job
+
     def update_in_background(self, job: Future) -> None:
         """``job`` (running on the prefetch thread) updates this table's cached rows: every
         later use of the table (a lookup, a prepare, a save, ...) waits for it first, so the

@@ -69,7 +69,14 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
     ``rowmap``; place -1: an id never admitted, the default row, zeros) before anything
     changes the table: nothing does until the next lookup or the update of these rows.  A
     table some of whose rows are below the cache gathers them as with ``gather=True``."""
-    begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
+    # the update of the last step's rows may still run on the prefetch thread: it writes the cached rows only,
+    # which the tables' starts do not read; they run beside it, and the pass below waits for it
+    updates = {id(job): job for job in (s.handed_update() for s in stores) if job is not None}
+    try:
+        begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
+    finally:
+        for job in updates.values():
+            job.result()  # (its error, if any, raised here)
     starts = [0]
     for b in begun:
         starts.append(starts[-1] + len(b.g))
