@@ -19,7 +19,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from fbrapids.errors import StoreMemoryError
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore, reserved
+from fbrapids.trainers.sparse.hierarchy import TierStack
 from fbrapids.trainers.sparse.reserved import ReservedArray, ReservedRows
 from fbrapids.trainers.sparse.row_directory import RowDirectory
 from fbrapids.trainers.sparse.tier import Slots
@@ -279,3 +281,27 @@ def test_slots_grow_in_place_as_a_stack_of_free_slots_would(start: int, ops: lis
             assert mine == owner and s.dirty[list(owner)].all() and s.dirty.sum() == len(owner)
     assert slots[0]._growing is None or all(g.in_place for g in slots[0]._growing)
     assert slots[1]._growing is None or not any(g.in_place for g in slots[1]._growing)
+
+
+def test_a_cache_grown_in_place_by_another_thread_stays_within_its_reservation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reserve(rows, in_place=True)`` (a prepare's job on the prefetch thread) grows a cache
+    only over its reservation: the rows and slots already there keep their addresses, its
+    slots' arrays are at least as long as its table, and past the reservation it raises a
+    StoreMemoryError naming the table rather than copying arrays another thread may read."""
+    monkeypatch.setattr(reserved, "MAX_RESERVE_BYTES", 4096)  # 256 rows of 4 floats (dim 3 + Adagrad's state)
+    tiers = TierStack(StoreConfig(dim=3, cache_rows=8), "t", RowDirectory(), torch.device("cpu"))
+    cache = tiers.cache
+    assert cache.growable and cache.in_place_rows() == 256
+    slots = cache.slots.pop(5)
+    cache.host_table()[slots] = np.arange(20, dtype=np.float32).reshape(5, 4)
+    table, owner = cache.host_table(), cache.slots.owner
+    tiers.reserve(100, in_place=True)  # 8 -> max(4 x 8, 5 + 100) slots
+    assert cache.slots.capacity == 105 and cache.slots.n_free == 100
+    assert cache.host_table().ctypes.data == table.ctypes.data and cache.slots.owner.ctypes.data == owner.ctypes.data
+    assert np.array_equal(cache.host_table()[slots], np.arange(20, dtype=np.float32).reshape(5, 4))
+    assert min(len(cache.slots.owner), len(cache.slots.dirty), len(cache.pin)) >= len(cache.host_table())
+    tiers.reserve(200, in_place=True)  # 4 x 105 is past the reservation: as far as it goes
+    assert cache.slots.capacity == 256
+    with pytest.raises(StoreMemoryError, match="'t'"):
+        tiers.reserve(300, in_place=True)
+    assert cache.slots.capacity == 256  # nothing grown

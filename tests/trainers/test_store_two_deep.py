@@ -23,9 +23,9 @@ IDS = 400
 
 
 def _stores(cache_rows: int = 8) -> list[TieredEmbeddingStore]:
-    """Three tables in one RAM tier; ``cache_rows=8``: their caches grow under the prepares (a
-    prepare two deep then waits for the one before it), 4096: room for every row from the start
-    (it is queued behind the one before it, still running)."""
+    """Three tables in one RAM tier; ``cache_rows=8``: their caches grow under the prepares (in
+    place, in the prepares' jobs on the background thread), 4096: room for every row from the
+    start (a prepare two deep is queued behind the one before it, still running)."""
     return [TieredEmbeddingStore(StoreConfig(dim=4, cache_rows=cache_rows, seed=t), name=f"t{t}", device="cpu")
             for t in range(3)]
 
@@ -111,10 +111,14 @@ def test_batches_prepared_two_deep_train_and_count_as_never_prepared(background:
     assert two_books == plain_books
 
 
-def test_a_prepare_two_deep_queued_behind_one_still_pending_trains_as_never_prepared() -> None:
+@pytest.mark.parametrize("cache_rows", [8, 4096])
+def test_a_prepare_two_deep_queued_behind_one_still_pending_trains_as_never_prepared(cache_rows: int) -> None:
+    """Queued behind a prepare held on the background thread, the prepare two deep is made
+    without waiting for it, also when the cache must grow for both batches (``cache_rows=8``:
+    it grows in place, in the job, on that thread), and trains as never prepared."""
     batches = _batches(3, 5)
-    plain_leaves, plain_books, _ = _train(batches, "never", cache_rows=4096)
-    two_leaves, two_books, two_deep = _train(batches, "two", cache_rows=4096, held=True)
+    plain_leaves, plain_books, _ = _train(batches, "never", cache_rows=cache_rows)
+    two_leaves, two_books, two_deep = _train(batches, "two", cache_rows=cache_rows, held=True)
     assert two_deep == len(batches) - 1
     assert all(np.array_equal(a, b) for a, b in zip(plain_leaves, two_leaves))
     assert two_books == plain_books

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fbrapids.errors import StoreError
+from fbrapids.errors import StoreError, StoreMemoryError
 from fbrapids.trainers.sparse.config import StoreConfig
 from fbrapids.trainers.sparse.hashmap import PreparedBuffers, cache_slots, init_rows_into, pin_slots, place_new
 from fbrapids.trainers.sparse.init import seed_mix
@@ -347,12 +347,23 @@ class TierStack:
         self.host_insert(g, rows, np.zeros(len(g), dtype=bool))
         self.host.stats.bytes_in = 0
 
-    def reserve(self, rows: int) -> None:
+    def reserve(self, rows: int, in_place: bool = False) -> None:
         """A growable cache grown (now, on this thread) to have ``rows`` free slots, so that
-        :meth:`place_new` of that many rows moves nothing (it may then run on another thread)."""
+        :meth:`place_new` of that many rows moves nothing (it may then run on another thread).
+        ``in_place``: only as far as it grows in place (:meth:`CacheTier.in_place_rows
+        <fbrapids.trainers.sparse.tiers.CacheTier.in_place_rows>`; another thread may be
+        reading its arrays), a :class:`~fbrapids.errors.StoreMemoryError` past that."""
         cache = self.cache
-        if cache.growable and cache.slots.n_free < rows:
-            cache.grow(max(GROWTH * cache.slots.capacity, cache.slots.used + rows))
+        if not cache.growable or cache.slots.n_free >= rows:
+            return
+        want = max(GROWTH * cache.slots.capacity, cache.slots.used + rows)
+        if in_place:
+            limit = cache.in_place_rows()
+            if cache.slots.used + rows > limit:
+                raise StoreMemoryError(f"table {self.name!r}: its cache's address space, reserved for {limit:,} rows, "
+                                       f"cannot take {rows:,} more beside its {cache.slots.used:,}")
+            want = min(want, limit)
+        cache.grow(want)
 
     def place_new(self, gm: np.ndarray, pin_step: int) -> np.ndarray | None:
         """Cache slots for rows ``gm`` (distinct) that are all new (admitted, in no tier, not

@@ -177,13 +177,17 @@ class PlaceAhead:
     store: "TieredEmbeddingStore"
     stash: "_Stash"
     pin_step: int
+    grows_cache: bool = False  # room in the cache made here, in place (else by the caller, before)
 
     def words(self) -> tuple[list[int], PreparedBuffers]:
         """The table's row of :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors
-        (room made first for every key as a new row) and the buffers it fills."""
+        (room made first for every key as a new row: in the directory, and in the cache when
+        it ``grows_cache``) and the buffers it fills."""
         self.stash.keys = keys = as_uint64_ids(self.stash.source).ravel()  # (made contiguous by prepare_words)
         d = self.store.directory
         d.grow(len(d) + len(keys))  # room for every key as a new row
+        if self.grows_cache:
+            self.store.tiers.reserve(len(keys), in_place=True)
         return self.store.tiers.ram_tier_words(keys, self.pin_step)
 
     def finish(self, bufs: PreparedBuffers, rc: int) -> None:
@@ -585,11 +589,14 @@ class TieredEmbeddingStore:
         if cache.table is None or self.optimizer.name != "adagrad" or self.optimizer.weight_decay:
             return None
         self.check_current(lookup)
+        # the table read before its dirty flags: a growth in place on the prefetch thread lengthens the slots'
+        # arrays before the rows (CacheTier.grow), so the flags are at least as long as the table read
+        table = cache.table
         dirty, slots = cache.slots.dirty, lookup.slots
         if grad.dtype != np.float32 or grad.shape != (len(slots), self.config.dim) or not grad.flags.c_contiguous \
-                or slots.dtype != np.int64 or not slots.flags.c_contiguous or len(dirty) < cache.table.shape[0]:
+                or slots.dtype != np.int64 or not slots.flags.c_contiguous or len(dirty) < table.shape[0]:
             raise ArgumentError(f"table {self.name!r}: a float32 gradient row per slot")
-        words = [cache.table.ctypes.data, cache.table.shape[0], cache.table.shape[1], slots.ctypes.data, len(slots),
+        words = [table.ctypes.data, table.shape[0], table.shape[1], slots.ctypes.data, len(slots),
                  grad.ctypes.data, dirty.ctypes.data, self.config.slice_dim, self.config.slices]
         return words, (self.optimizer.lr, self.optimizer.eps)
 
@@ -919,8 +926,12 @@ class TieredEmbeddingStore:
         # runs after it on the same thread), this batch is for the lookup after that one
         two_deep = self._admits_ahead() and self._ahead is None and head is not None and head.step == step and \
             (head.job is not None or head.complete and head.booked is not None)
-        if two_deep and head is not None and head.job is not None and \
-                self.tiers.cache.slots.n_free < _n_ids(head.source) + n:
+        # a cache that grows in place is grown by the prefetch thread, in the job, when it needs to: a lookup or an
+        # update on this thread meanwhile finds its arrays where they were (or longer); else it grows here, first
+        cache = self.tiers.cache
+        grows_there = cache.growable and cache.in_place_rows() >= cache.slots.capacity + n
+        if two_deep and head is not None and head.job is not None and not grows_there and \
+                cache.slots.n_free < _n_ids(head.source) + n:
             self._settle()  # the cache must grow for both batches' new rows: not while a prepare writes into it
             two_deep = head.complete and head.booked is not None
         if not two_deep:
@@ -928,15 +939,16 @@ class TieredEmbeddingStore:
             self._drop_stashes()
         stash = _Stash(ids, job=done)
         if self._admits_ahead():
-            self.tiers.reserve(n)  # room in the cache for every key as a new row, made on this thread (the
-            # current step updates the cache's rows; the directory is the other's)
+            if not grows_there:
+                self.tiers.reserve(n)  # room in the cache for every key as a new row, made on this thread (the
+                # current step updates the cache's rows; the directory is the other's)
             if two_deep:
                 self._ahead = stash
                 step += 1
             else:
                 self._prefetched = stash
             stash.step = step
-            return PlaceAhead(self, stash, step)
+            return PlaceAhead(self, stash, step, grows_cache=grows_there)
 
         def work() -> None:
             self._find(stash)

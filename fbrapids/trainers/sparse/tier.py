@@ -191,6 +191,14 @@ class Slots:
         self._arrays = (owner, dirty, free)
         self.n_free, self.capacity = self.n_free + extra, int(capacity)
 
+    def in_place_rows(self) -> int:
+        """The most slots the arrays hold growing in place (over their reservation); before
+        they are made, the slots they will reserve (0: they will copy as they grow)."""
+        growing = self._growing
+        if growing is None:
+            return self.reserve
+        return min(g.capacity for g in growing)
+
     @property
     def used(self) -> int:
         return self.capacity - self.n_free

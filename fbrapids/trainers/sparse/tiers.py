@@ -156,12 +156,31 @@ class CacheTier:
             self._reserved = None
             data = torch.empty((int(rows), self.width), dtype=torch.float32, device=self.data.device)
             data[:old] = self.data
-        self.data = data  # (in the reservation: the same memory, the rows where they were)
-        self.table = self.data.numpy() if self.data.device.type == "cpu" else None
+        # the slots' arrays and pins first, the rows after: a reader on another thread that takes the table and
+        # then the slots' arrays (a growth in place there, :meth:`in_place_rows`) finds them at least as long
         with FIRST_USE:  # (the pins made meanwhile would miss the new slots)
             if self._pins is not None:
                 self._pins.grow(int(rows))
             self.slots.grow(rows)
+        self.data = data  # (in the reservation: the same memory, the rows where they were)
+        self.table = self.data.numpy() if self.data.device.type == "cpu" else None
+
+    def in_place_rows(self) -> int:
+        """The most rows this cache holds growing in place: its rows, its slots' arrays and its
+        pins all over address space reserved for them (0: a growth copies some of them).  A
+        growth within it moves nothing, so another thread may grow it while this one reads
+        arrays it took before (they stay valid, shorter views of the same memory).
+
+        Example:
+            >>> c = CacheTier(2, width=1, device=torch.device("cpu"), growable=True)
+            >>> c.in_place_rows() >= 1 << 20, CacheTier(2, 1, torch.device("cpu")).in_place_rows()
+            (True, 0)
+        """
+        if self._reserved is None or self.table is None:
+            return 0
+        room = min(self._reserved.capacity, self.slots.in_place_rows())
+        pins = self._pins
+        return room if pins is None else min(room, pins.capacity)
 
     def evictable(self, step: int) -> np.ndarray:
         """Occupied slots not pinned at ``step``."""
