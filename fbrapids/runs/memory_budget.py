@@ -107,6 +107,9 @@ SSD_ROW_BYTES = 24
 #: a growable cache (the one RAM tier) grows to this many times its slots
 #: (:data:`fbrapids.trainers.sparse.hierarchy.GROWTH`)
 GROWTH = 4
+#: a growable cache over reserved address space starts at this many slots at most
+#: (:data:`fbrapids.trainers.sparse.tiers.IN_PLACE_START`)
+IN_PLACE_START = 1 << 14
 #: the fewest host-RAM rows per table a budget sizes the tiers to
 MIN_HOST_ROWS = 1 << 14
 #: the share of the room the rest leaves them that a budget sizes the tables' tiers to
@@ -270,8 +273,10 @@ def table_ids(shape: RunShape, log_rows: int) -> dict[str, int]:
 def _table_bytes(shape: RunShape, log_rows: int, in_place: bool = False) -> int:
     """Every table at its most ids (:func:`table_ids`), with the directory of its ids
     (:data:`DIRECTORY_ID_BYTES` per slot).  One RAM tier (``host_rows`` None): every row in a
-    growable cache whose slot map covers its grown slots, and, unless ``in_place``, the
-    largest table's rows once more while it grows (its old and new arrays side by side).  A
+    growable cache whose slot map covers its grown slots (from ``cache_rows``; in place, a
+    table that fits :data:`IN_PLACE_START` slots holds no more), and, unless
+    ``in_place``, the largest table's rows once more while it grows (its old and new arrays
+    side by side).  A
     store's arrays grow in place where the system grants their address space
     (:mod:`fbrapids.trainers.sparse.reserved`; not under strict overcommit), where they do not
     they are copied: the plan counts the copy, a margin in place.  Tiers: the cache tier and
@@ -294,7 +299,9 @@ def _table_bytes(shape: RunShape, log_rows: int, in_place: bool = False) -> int:
     ids = table_ids(shape, log_rows)
     directory = sum(_grown(DIRECTORY_FIRST_SLOTS, n, 2) for n in ids.values()) * DIRECTORY_ID_BYTES
     if shape.host_rows is None:
-        grown = sum(_grown(shape.cache_rows, n) for n in ids.values())
+        # in place a table starts at IN_PLACE_START slots at most, and past them grows as from cache_rows
+        start = min(shape.cache_rows, IN_PLACE_START)
+        grown = sum(start if in_place and n <= start else _grown(shape.cache_rows, n) for n in ids.values())
         copied = 0 if in_place else max(ids.values(), default=0) * row
         return directory + sum(ids.values()) * row + grown * SLOT_ROW_BYTES + copied
     total = directory

@@ -171,3 +171,13 @@ def test_a_budget_short_of_every_row_in_ram_sizes_the_host_tier_and_the_run_fini
     assert r.memory["scheduler"] == "threads" and host >= 1 << 9
     assert r.store_layout.startswith(f"tiers: cache {cfg.cache_rows:,} rows, host RAM {host:,} rows, SSD files")
     assert r.metrics["n"] > 0 and r.memory["peak_bytes"] <= budget
+
+
+def test_the_estimate_grows_tables_as_the_store_does() -> None:
+    """The plan's growth of a one-RAM-tier table (its factor, and where a cache over reserved
+    address space starts) is the store's own (the plan mirrors them so as not to import the
+    trainers)."""
+    from fbrapids.trainers.sparse import hierarchy, tiers
+
+    assert memory_budget.GROWTH == hierarchy.GROWTH
+    assert memory_budget.IN_PLACE_START == tiers.IN_PLACE_START

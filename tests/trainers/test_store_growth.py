@@ -21,11 +21,11 @@ from hypothesis import given, settings, strategies as st
 
 from fbrapids.errors import StoreMemoryError
 from fbrapids.trainers.sparse import StoreConfig, TieredEmbeddingStore, reserved
-from fbrapids.trainers.sparse.hierarchy import TierStack
+from fbrapids.trainers.sparse.hierarchy import GROWTH, TierStack
 from fbrapids.trainers.sparse.reserved import ReservedArray, ReservedRows
 from fbrapids.trainers.sparse.row_directory import RowDirectory
 from fbrapids.trainers.sparse.tier import Slots
-from fbrapids.trainers.sparse.tiers import CacheTier
+from fbrapids.trainers.sparse.tiers import IN_PLACE_START, CacheTier
 
 WIDTH = 3
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,3 +305,22 @@ def test_a_cache_grown_in_place_by_another_thread_stays_within_its_reservation(m
     with pytest.raises(StoreMemoryError, match="'t'"):
         tiers.reserve(300, in_place=True)
     assert cache.slots.capacity == 256  # nothing grown
+
+
+def test_a_cache_started_below_cache_rows_grows_as_if_it_had_started_there() -> None:
+    """A growable cache over reserved address space starts at IN_PLACE_START slots (a table of
+    a few rows writes no 131,072-slot arrays); one that outgrows them goes to ``cache_rows``
+    first, then GROWTH times, the sizes a cache started at ``cache_rows`` takes."""
+    first = 4 * IN_PLACE_START
+    tiers = TierStack(StoreConfig(dim=3, cache_rows=first), "t", RowDirectory(), torch.device("cpu"))
+    slots = tiers.cache.slots
+    assert slots.capacity == IN_PLACE_START and not slots.made
+    sizes = []
+    for need in (IN_PLACE_START // 2, IN_PLACE_START, first, GROWTH * first):  # rows placed, room for the next batch
+        tiers.reserve(need)
+        sizes.append(slots.capacity)
+        slots.pop(need)
+    assert sizes == [IN_PLACE_START, first, GROWTH * first, GROWTH * GROWTH * first]
+    big = TierStack(StoreConfig(dim=3, cache_rows=first), "u", RowDirectory(), torch.device("cpu"))
+    big.reserve(first + 1)  # past cache_rows at once: as from cache_rows
+    assert big.cache.slots.capacity == GROWTH * first

@@ -10,9 +10,10 @@ ever written back; rows never written back are created from ``(id, seed)``.
 tier: its cache is host RAM already, and moving rows between two arrays of the same memory
 is all a second tier would add.  So a store on the CPU whose host tier is unbounded
 (``host_rows=None``: every row fits in RAM) keeps every row in its cache, which grows
-(:data:`GROWTH` times, ``cache_rows`` is where it starts) instead of evicting; the host tier stays
-empty.  Moved to a CUDA device, the cache is bounded by ``cache_rows`` again and the rows
-beyond it go down to host RAM.
+(to ``cache_rows`` slots first where it started below them, at
+:data:`~fbrapids.trainers.sparse.tiers.IN_PLACE_START`, then :data:`GROWTH` times) instead
+of evicting; the host tier stays empty.  Moved to a CUDA device, the cache has ``cache_rows`` rows again and the rows
+beyond them go down to host RAM.
 
 Example:
     >>> import numpy as np, torch
@@ -108,6 +109,8 @@ class TierStack:
         if torch.device(device) != self.cache.device:
             if not growable and self.cache.slots.capacity > self.config.cache_rows:
                 self._shrink_cache(self.config.cache_rows)
+            elif not growable and self.cache.slots.capacity < self.config.cache_rows:
+                self.cache.grow(self.config.cache_rows)  # (a growable cache may start below cache_rows)
             self.cache.to(device)
             self.cache.growable = growable
             if growable:
@@ -258,7 +261,7 @@ class TierStack:
         cache = self.cache
         cm = cache.slots
         if cm.n_free < m and cache.growable:
-            cache.grow(max(GROWTH * cm.capacity, cm.used + m))
+            cache.grow(self._grown_for(m))
         if cm.n_free < m:
             need = m - cm.n_free
             cand = cache.evictable(step)
@@ -347,6 +350,16 @@ class TierStack:
         self.host_insert(g, rows, np.zeros(len(g), dtype=bool))
         self.host.stats.bytes_in = 0
 
+    def _grown_for(self, rows: int) -> int:
+        """The slots a growable cache grows to for ``rows`` more: :data:`GROWTH` times its
+        slots, and at least ``cache_rows`` (one that started below them, at
+        :data:`~fbrapids.trainers.sparse.tiers.IN_PLACE_START`, goes there first: a table that
+        outgrows its start grows as from ``cache_rows``)."""
+        slots, first = self.cache.slots, self.config.cache_rows
+        if slots.capacity < first and slots.used + rows <= first:  # started below cache_rows: there first
+            return first
+        return max(GROWTH * max(slots.capacity, first), slots.used + rows)
+
     def reserve(self, rows: int, in_place: bool = False) -> None:
         """A growable cache grown (now, on this thread) to have ``rows`` free slots, so that
         :meth:`place_new` of that many rows moves nothing (it may then run on another thread).
@@ -356,7 +369,7 @@ class TierStack:
         cache = self.cache
         if not cache.growable or cache.slots.n_free >= rows:
             return
-        want = max(GROWTH * cache.slots.capacity, cache.slots.used + rows)
+        want = self._grown_for(rows)
         if in_place:
             limit = cache.in_place_rows()
             if cache.slots.used + rows > limit:

@@ -20,16 +20,26 @@ from fbrapids.errors import StoreError
 from fbrapids.trainers.sparse.reserved import GrowingArray, ReservedRows
 from fbrapids.trainers.sparse.tier import FIRST_USE, Slots, SlottedTier, TierStats
 
+#: the most slots a growable cache over reserved address space starts with: its slots' arrays
+#: and pins (25 bytes a slot) are written in full when first used, while growing costs little
+#: (in place, on the prefetch thread: :meth:`CacheTier.in_place_rows`); at the demo's 200k
+#: rows, 26 tables started at 131,072 slots spent about 25 ms of the first step making them,
+#: where most tables hold under a thousand rows; a table that outgrows it grows to ``cache_rows``
+#: first (:meth:`~fbrapids.trainers.sparse.hierarchy.TierStack.reserve`), as if it had started there
+IN_PLACE_START = 1 << 14
+
 
 class CacheTier:
     """The top tier: ``rows`` rows of ``width`` floats in a torch tensor on ``device``, and
     ``pin[slot]``, the last step a slot is pinned for (pinned rows are never evicted).
 
     A ``growable`` cache (the one RAM tier of a CPU store whose host tier is unbounded:
-    :class:`~fbrapids.trainers.sparse.hierarchy.TierStack`) multiplies instead of evicting:
-    ``rows`` is then where it starts.  On the CPU it grows in place, over address space
-    reserved once (:class:`~fbrapids.trainers.sparse.reserved.ReservedRows`: no copy of the
-    rows, pages touched only as rows are written), and so do its slots' arrays and pins.
+    :class:`~fbrapids.trainers.sparse.hierarchy.TierStack`) multiplies instead of evicting.
+    On the CPU it grows in place, over address space reserved once
+    (:class:`~fbrapids.trainers.sparse.reserved.ReservedRows`: no copy of the rows, pages
+    touched only as rows are written), and so do its slots' arrays and pins; it then starts
+    at ``rows`` slots or :data:`IN_PLACE_START`, the fewer (without a reservation: at
+    ``rows``).
 
     On the CPU the tensor's memory is also seen as a numpy array (``table``), whose row
     gathers, scatters and the in-place C optimizers are cheaper than torch's.  On a CUDA
@@ -45,6 +55,8 @@ class CacheTier:
         # only touched as rows come in; on the CPU it grows in place over address space reserved once
         self._reserved = (ReservedRows.reserve(self.width, int(rows))
                           if self.growable and torch.device(device).type == "cpu" else None)
+        if self._reserved is not None:
+            rows = min(int(rows), IN_PLACE_START)  # (it grows in place as rows come)
         view = self._reserved.view(int(rows)) if self._reserved is not None else None
         alloc = torch.empty if self.growable else torch.zeros
         self.data = view if view is not None else alloc((int(rows), self.width), dtype=torch.float32, device=device)
