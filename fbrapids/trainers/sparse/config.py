@@ -31,7 +31,9 @@ class StoreConfig:
         cache_rows: rows in the top tier (device memory with a GPU; host RAM without).
         host_rows: rows in the host-RAM tier; ``None`` = unbounded (no SSD tier needed).
             A CPU store with ``host_rows=None`` keeps every row in one RAM tier: its cache
-            starts at ``cache_rows`` and grows as rows arrive (no copies between tiers).
+            grows as rows arrive (no copies between tiers), in place, from ``cache_rows``
+            rows or 16,384 if fewer (:data:`~fbrapids.trainers.sparse.tiers.IN_PLACE_START`;
+            past them, to ``cache_rows`` first).
         ssd_dir: directory of the SSD tier's files; needed when ``host_rows`` is bounded.
         host_tier: the kind of host tier: the :attr:`~fbrapids.trainers.sparse.tier.SlottedTier.kind`
             of a registered :class:`~fbrapids.trainers.sparse.tier.SlottedTier` (``"ram"``:
