@@ -274,10 +274,9 @@ def _table_bytes(shape: RunShape, log_rows: int, in_place: bool = False) -> int:
     """Every table at its most ids (:func:`table_ids`), with the directory of its ids
     (:data:`DIRECTORY_ID_BYTES` per slot).  One RAM tier (``host_rows`` None): every row in a
     growable cache whose slot map covers its grown slots (from ``cache_rows``; in place, a
-    table that fits :data:`IN_PLACE_START` slots holds no more), and, unless
-    ``in_place``, the largest table's rows once more while it grows (its old and new arrays
-    side by side).  A
-    store's arrays grow in place where the system grants their address space
+    table that fits :data:`IN_PLACE_START` slots holds no more), and, unless ``in_place``,
+    the largest table's rows once more while it grows (its old and new arrays side by side).
+    A store's arrays grow in place where the system grants their address space
     (:mod:`fbrapids.trainers.sparse.reserved`; not under strict overcommit), where they do not
     they are copied: the plan counts the copy, a margin in place.  Tiers: the cache tier and
     the slot maps of both RAM tiers, written when made; the host tier's rows as they fill; the

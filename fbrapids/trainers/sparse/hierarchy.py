@@ -12,8 +12,8 @@ is all a second tier would add.  So a store on the CPU whose host tier is unboun
 (``host_rows=None``: every row fits in RAM) keeps every row in its cache, which grows
 (to ``cache_rows`` slots first where it started below them, at
 :data:`~fbrapids.trainers.sparse.tiers.IN_PLACE_START`, then :data:`GROWTH` times) instead
-of evicting; the host tier stays empty.  Moved to a CUDA device, the cache has ``cache_rows`` rows again and the rows
-beyond them go down to host RAM.
+of evicting; the host tier stays empty.  Moved to a CUDA device, the cache has
+``cache_rows`` rows again and the rows beyond them go down to host RAM.
 
 Example:
     >>> import numpy as np, torch
