@@ -177,6 +177,27 @@ def prepare_before_lookup(tables: PreparingTables[_B], current: _B, upcoming: _B
     return True
 
 
+def next_trained(ahead: list[Batch], next_held: bool, step: int, max_steps: int | None = None) -> Batch | None:
+    """The batch trained after the one at global step ``step`` (``ahead``: those read after
+    it; ``next_held``: the first of them is held back for the calibration): ``ahead[0]``, or
+    where it is held back the one after it (two in a row never are), the batch whose rows a
+    step prepares beside it; None when there is none, or it comes at or past ``max_steps``.
+    A held batch is never prepared: its ids stay unseen, as served, when the calibration
+    predicts it.  (Preparing nothing there, as before, left the batch after it to be found
+    in the lookup's own wait: at 200,000 rows of the demo every eighth step, 4-6 ms each.)
+
+    Example:
+        >>> next_trained(["b", "c"], False, 3), next_trained(["b", "c"], True, 3), next_trained(["b"], True, 3)
+        ('b', 'c', None)
+        >>> next_trained(["b", "c"], True, 3, max_steps=4), next_trained(["b", "c"], False, 3, max_steps=4)
+        (None, 'b')
+    """
+    k = 1 if next_held else 0
+    if len(ahead) <= k or (max_steps is not None and step + k >= max_steps):
+        return None
+    return ahead[k]
+
+
 def lookahead_items(it: Iterable[Batch], depth: int = 1) -> Iterator[Item]:
     """Each batch with the (up to) ``depth`` batches after it, read ahead of it.
 
@@ -381,7 +402,8 @@ class OneProcess(Strategy):
 
     def items(self, batches: Iterable[Batch]) -> Iterator[Item]:
         self.announced = 0  # batches of this pass announced so far
-        return lookahead_items(batches, max(1, self.window))
+        # two read ahead: where the next batch is held back, the one after it is the next trained (next_trained)
+        return lookahead_items(batches, max(2, self.window))
 
     def announce(self, index: int, item: Item) -> None:
         if self.window:  # this batch and those entering the window, each announced once
@@ -393,9 +415,8 @@ class OneProcess(Strategy):
     def train(self, batch: Batch | None, step: int, ahead: list[Batch], next_held: bool) -> bool:
         # a batch to be held back is not prepared: its ids stay unseen, as served, when the calibration predicts it;
         # nor is one after the last step (max_steps): it is never trained on
-        last = self.cfg.max_steps is not None and step >= self.cfg.max_steps
-        ahead_rows = self.cfg.prefetch_rows and ahead and not next_held and not last
-        self.stepper(_given(batch, self.name), step, ahead[0] if ahead_rows else None)
+        upcoming = next_trained(ahead, next_held, step, self.cfg.max_steps) if self.cfg.prefetch_rows else None
+        self.stepper(_given(batch, self.name), step, upcoming)
         return True
 
     def train_older(self, batch: Batch | None, step: int) -> None:
