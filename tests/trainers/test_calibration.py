@@ -189,16 +189,20 @@ def test_too_few_held_rows_are_trained_on_at_the_end() -> None:
     assert len(res.losses) == n == res.steps and model.calibration.tolist() == [1.0, 0.0]
 
 
-def test_the_batch_after_a_held_one_is_prepared_beside_the_step_before_and_trains_the_same(monkeypatch) -> None:
+@pytest.mark.parametrize("kept", [None, MIN_ROWS // 32 + 2])
+def test_the_batch_after_a_held_one_is_prepared_beside_the_step_before_and_trains_the_same(
+        monkeypatch, kept: int | None) -> None:
     """Where the next batch is held back, the step prepares the one after it (the next one
     trained), so every lookup but the first finds its rows prepared ahead; the held batches
     stay unprepared (their ids unseen, as served), and the model trains to the same bits as
     one whose batches are never prepared.  (Preparing nothing there, as before, left every
-    HOLD_EVERY-th lookup to wait for its batch's own prepare.)"""
+    HOLD_EVERY-th lookup to wait for its batch's own prepare.)  ``kept``: held batches kept
+    (None: all); older ones pushed out are trained at once, before the batch prepared for
+    the step, which then looks its own up."""
     from fbrapids.trainers import strategy
     from fbrapids.trainers.fit_config import FitConfig
 
-    frame = ctr_frame(rows=2048)
+    frame = ctr_frame(rows=4096)
     told: list[tuple[bool, object]] = []  # each step: whether its batch was prepared ahead, and the batch told
     before = strategy.prepare_before_lookup
 
@@ -208,17 +212,20 @@ def test_the_batch_after_a_held_one_is_prepared_beside_the_step_before_and_train
 
     monkeypatch.setattr(strategy, "prepare_before_lookup", watched)
     cfg = StoreConfig(cache_rows=1 << 10, lr=0.05)
+    rows = 1 << 16 if kept is None else kept * 32  # (batches of 32 rows)
     model = small_model(cfg)
-    stream = batches(frame)
-    res = fit(model, stream, progress=False, calibration_rows=1 << 16)
+    res = fit(model, batches(frame), progress=False, calibration_rows=rows)
     bs = list(batches(frame))  # the same stream again: the same batches in the same order
     held = [bs[i] for i in range(len(bs)) if i % HOLD_EVERY == HOLD_EVERY - 1]
-    assert len(held) >= 3 and len(told) == len(res.losses) == len(bs) - len(held)
-    assert [ahead for ahead, _ in told] == [False] + [True] * (len(told) - 1)
+    n_kept = len(held) if kept is None else kept
+    assert len(held) >= n_kept >= 8 and len(res.losses) == len(bs) - n_kept and res.held_rows == n_kept * 32
     prepared = [b for _, b in told if b is not None]
-    assert len(prepared) == len(told) - 1  # every trained batch but the first, none held
-    assert not any(torch.equal(b.dense, h.dense) for b in prepared for h in held)
+    assert not any(torch.equal(b.dense, h.dense) for b in prepared for h in held[-n_kept:])
+    if kept is None:
+        assert len(told) == len(res.losses)
+        assert [ahead for ahead, _ in told] == [False] + [True] * (len(told) - 1)
+        assert len(prepared) == len(told) - 1  # every trained batch but the first, none held
     monkeypatch.setattr(strategy, "prepare_before_lookup", before)
     plain = small_model(cfg)
-    fit(plain, batches(frame), FitConfig(prefetch_rows=False, calibration_rows=1 << 16, progress=False))
+    fit(plain, batches(frame), FitConfig(prefetch_rows=False, calibration_rows=rows, progress=False))
     assert same_bits(snapshot(model), snapshot(plain)) == []
