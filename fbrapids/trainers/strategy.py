@@ -183,8 +183,8 @@ def next_trained(ahead: list[Batch], next_held: bool, step: int, max_steps: int 
     where it is held back the one after it (two in a row never are), the batch whose rows a
     step prepares beside it; None when there is none, or it comes at or past ``max_steps``.
     A held batch is never prepared: its ids stay unseen, as served, when the calibration
-    predicts it.  (Preparing nothing there, as before, left the batch after it to be found
-    in the lookup's own wait: at 200,000 rows of the demo every eighth step, 4-6 ms each.)
+    predicts it; the batch after it is, or its lookup would wait for its own prepare (at
+    200,000 rows of the demo every eighth step, 4-6 ms each).
 
     Example:
         >>> next_trained(["b", "c"], False, 3), next_trained(["b", "c"], True, 3), next_trained(["b"], True, 3)
