@@ -402,8 +402,9 @@ class OneProcess(Strategy):
 
     def items(self, batches: Iterable[Batch]) -> Iterator[Item]:
         self.announced = 0  # batches of this pass announced so far
-        # two read ahead: where the next batch is held back, the one after it is the next trained (next_trained)
-        return lookahead_items(batches, max(2, self.window))
+        # calibrated, two read ahead: where the next batch is held back, the one after it is the next trained
+        # (next_trained); else one
+        return lookahead_items(batches, max(2 if self.cfg.calibrate else 1, self.window))
 
     def announce(self, index: int, item: Item) -> None:
         if self.window:  # this batch and those entering the window, each announced once
