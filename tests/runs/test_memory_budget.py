@@ -147,7 +147,7 @@ def test_a_budget_short_of_every_row_in_ram_sizes_the_host_tier_and_the_run_fini
     """Every table in one RAM tier does not fit the budget beside the rest: the plan keeps
     the run on this process's threads and sizes each table's host-RAM rows so it fits, the
     rows past them on the SSD tier, and the run trains and evaluates with that layout (20,000
-    impressions, 1 KB rows: tiers of a few thousand rows, the fewest the plan may size lowered)."""
+    impressions, 256 B rows: tiers of a few thousand rows, the fewest the plan may size lowered)."""
     from fbrapids.app.pipeline import SHUFFLE_WINDOW
     from fbrapids.app.run_memory import memory_plan
     from fbrapids.datasets.synthetic import workload
@@ -157,7 +157,7 @@ def test_a_budget_short_of_every_row_in_ram_sizes_the_host_tier_and_the_run_fini
     generate(20_000, data, seed=1)
     monkeypatch.setattr(memory_budget, "MIN_HOST_ROWS", 1 << 9)
     cfg = RunConfig(progress=False, work_dir=str(tmp_path / "work"), checkpoint=False, count_clean=False,
-                    cache_rows=1 << 12, embedding_dim=256, batch_size=64)
+                    cache_rows=1 << 12, embedding_dim=64, batch_size=64)
     roomy = memory_plan(workload(data), cfg.with_(memory_limit="1000GB"), SHUFFLE_WINDOW)
     assert roomy.layout.one_ram_tier and roomy.summary()["host_rows"] is None
     tables = roomy.estimate.parts["embedding tables"]
