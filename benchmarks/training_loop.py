@@ -23,7 +23,10 @@ Every system's dense optimizer is :func:`fbrapids.trainers.fit.default_optimizer
 lr 1e-3); the sparse one is row-wise Adagrad (lr 0.05, eps 1e-8).  Samples/s is rows trained
 per second of the training pass (forward, backward, both updates, the per-batch input
 building each system needs); the AUC is on the held-out day's batches.  The best round of
-each system counts; every round's figures are in the JSON.
+each system counts; every round's figures are in the JSON, with where its seconds went
+(:class:`ThreadTimes`): the main thread's CPU seconds, its waits (wall clock less them) and
+the other threads' CPU seconds.  Two systems whose main threads do about the same work
+differ by their waits.
 
 Honest figures: the load average is printed at the start and end, a machine-speed reference
 (a fixed loop, :func:`benchmarks.machine.speed_reference`) is measured at the start and end,
@@ -188,8 +191,39 @@ def embeddingbag_system(net: Any, remap: Remap) -> tuple[torch.nn.Module, Callab
     return RemappedDLRM(net, bags, pool), lambda rows: rows
 
 
-def train_peer(model: torch.nn.Module, inputs: Callable[[Any], Any], batches: list[tuple[Batch, Any]]) -> float:
-    """One pass of the peer over the (batch, remapped rows) pairs; returns its seconds."""
+class ThreadTimes:
+    """A training pass's wall-clock seconds and where they went: the CPU seconds of the
+    calling (main) thread, those of every other thread of the process (``fit``'s prefetch
+    thread: the next batches' prepares, the sparse updates), and the main thread's waits,
+    the wall clock it spent not running (waiting for another thread's work or for Python's
+    lock, or off the CPU).  A system whose main thread does the same work as another's but
+    waits longer is slower for the waits, not the work.
+
+    Example:
+        >>> with ThreadTimes() as t:
+        ...     _ = sum(range(10_000))
+        >>> sorted(t.figures()), t.figures()["main_thread_wait_s"] >= 0.0
+        (['main_thread_cpu_s', 'main_thread_wait_s', 'other_threads_cpu_s', 'seconds'], True)
+    """
+
+    def __enter__(self) -> ThreadTimes:
+        self._wall, self._main, self._process = time.perf_counter(), time.thread_time(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._wall
+        self.main = time.thread_time() - self._main
+        self.others = max(0.0, time.process_time() - self._process - self.main)
+
+    def figures(self) -> dict[str, float]:
+        return {"seconds": self.seconds, "main_thread_cpu_s": self.main, "other_threads_cpu_s": self.others,
+                "main_thread_wait_s": max(0.0, self.seconds - self.main)}
+
+
+def train_peer(model: torch.nn.Module, inputs: Callable[[Any], Any],
+               batches: list[tuple[Batch, Any]]) -> dict[str, float]:
+    """One pass of the peer over the (batch, remapped rows) pairs; returns its seconds and
+    where they went (:meth:`ThreadTimes.figures`)."""
     from fbrapids.trainers.fit import default_optimizer
 
     dense_params = [p for n, p in model.named_parameters() if not n.startswith("bags.")]
@@ -197,15 +231,15 @@ def train_peer(model: torch.nn.Module, inputs: Callable[[Any], Any], batches: li
     loss_fn = torch.nn.BCEWithLogitsLoss()
     sparse_step = getattr(model.bags, "step", None)
     model.train()
-    t = time.perf_counter()
-    for b, rows in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(b.dense, inputs(rows)), b.label)
-        loss.backward()  # FusedEBC: the sparse update runs here
-        opt.step()
-        if sparse_step is not None:
-            sparse_step()
-    return time.perf_counter() - t
+    with ThreadTimes() as times:
+        for b, rows in batches:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(b.dense, inputs(rows)), b.label)
+            loss.backward()  # FusedEBC: the sparse update runs here
+            opt.step()
+            if sparse_step is not None:
+                sparse_step()
+    return times.figures()
 
 
 @torch.no_grad()
@@ -225,12 +259,11 @@ def run_fit(inputs: Any, train: list[Batch], test: list[Batch], seed: int, bound
 
     with tempfile.TemporaryDirectory(prefix="fbrapids-bench-fit-") as ssd:
         net = demo_model(inputs, seed, ssd, bounds)
-        t = time.perf_counter()
-        fit(net, train, progress=False, calibrate=False)
-        seconds = time.perf_counter() - t
+        with ThreadTimes() as times:
+            fit(net, train, progress=False, calibrate=False)
         metrics = evaluate(net, test, progress=False)
         del net
-    return {"seconds": seconds, "auc": metrics["auc"], "calibration": metrics["calibration"]}
+    return {**times.figures(), "auc": metrics["auc"], "calibration": metrics["calibration"]}
 
 
 def run_peer(name: str, inputs: Any, remap: Remap, train: list[tuple[Batch, Any]], test: list[tuple[Batch, Any]],
@@ -240,9 +273,9 @@ def run_peer(name: str, inputs: Any, remap: Remap, train: list[tuple[Batch, Any]
         build = torchrec_system if name == "torchrec_fused" else embeddingbag_system
         model, kjt = build(net, remap)
         del net
-    seconds = train_peer(model, kjt, train)
+    times = train_peer(model, kjt, train)
     metrics = peer_auc(model, kjt, test)
-    return {"seconds": seconds, "auc": metrics["auc"], "calibration": metrics["calibration"]}
+    return {**times, "auc": metrics["auc"], "calibration": metrics["calibration"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,13 +319,16 @@ def main(argv: list[str] | None = None) -> int:
             got["samples_per_s"] = n_rows / got["seconds"]
             rounds[name].append(got)
             print(f"round {r}: {name:15s} {got['samples_per_s']:10,.0f} samples/s  AUC {got['auc']:.4f}  "
-                  f"calibration {got['calibration']:.3f}  (load {os.getloadavg()[0]:.2f})")
+                  f"calibration {got['calibration']:.3f}  main thread {got['main_thread_cpu_s']:.2f} s CPU, "
+                  f"{got['main_thread_wait_s']:.2f} s waiting; other threads {got['other_threads_cpu_s']:.2f} s CPU  "
+                  f"(load {os.getloadavg()[0]:.2f})")
     best = {s: max(v, key=lambda g: g["samples_per_s"]) for s, v in rounds.items() if v}
     res: dict[str, Any] = {"rows": args.rows, "seed": args.seed, "trained_rows": n_rows, "batches": len(train),
                            "torch_threads": 1, "rounds": rounds, "not_measured": why,
                            "torchrec_remap_s": remap.seconds}
     for s, g in best.items():
         res[f"{s}_samples_per_s"], res[f"{s}_auc"] = g["samples_per_s"], g["auc"]
+        res[f"{s}_main_thread_wait_s"] = g["main_thread_wait_s"]  # (the best round's; every round's in rounds)
     if "fit" in best:
         for peer in ("torchrec_fused", "embeddingbag"):
             if peer in best:
