@@ -1002,7 +1002,7 @@ class UInt64HashMap:
         return uniq[:m], inverse, counts[:m], vals[:m]
 
     def prepare_words(self, keys: np.ndarray, n_rows: int, g2id: np.ndarray, cache_loc: np.ndarray,
-                      free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray,
+                      free: np.ndarray, n_free: int, owner: np.ndarray, dirty: np.ndarray, pin: np.ndarray | None,
                       pin_step: int, table: np.ndarray, dim: int, seed_mix: int | np.ndarray, scale: float,
                       state: np.ndarray, last: np.ndarray, freq: np.ndarray) -> tuple[list[int], PreparedBuffers]:
         """A batch's ``keys`` prepared for one RAM tier, as a row of :func:`prepare_tables`'
@@ -1016,7 +1016,8 @@ class UInt64HashMap:
         (``last[row] = pin_step``, ``freq[row] += count``, its slot, its pin; the lookup's
         counters), undone by :func:`unbook_rows` when the batch is not looked up next.  The
         caller has made room (``g2id`` and the records for ``n_rows + len(keys)`` rows,
-        ``n_free >= len(keys)``).
+        ``n_free >= len(keys)``).  ``pin`` None: no slot is pinned (a cache that never evicts,
+        where a pin is a write nothing reads).
 
         Example:
             >>> import numpy as np
@@ -1044,7 +1045,7 @@ class UInt64HashMap:
         return words, b
 
     def _static_words(self, g2id: np.ndarray, cache_loc: np.ndarray, free: np.ndarray, owner: np.ndarray,
-                      dirty: np.ndarray, pin: np.ndarray, table: np.ndarray, dim: int, seed_mix: int | np.ndarray,
+                      dirty: np.ndarray, pin: np.ndarray | None, table: np.ndarray, dim: int, seed_mix: int | np.ndarray,
                       scale: float, state: np.ndarray, last: np.ndarray, freq: np.ndarray) -> dict[str, int]:
         """:meth:`prepare_words`' words of the table's own arrays, checked once: kept (with
         the arrays) until it is given other arrays (one reallocated) or other parameters."""
@@ -1053,18 +1054,19 @@ class UInt64HashMap:
         cached = self._prepare_static
         if cached is not None and cached[1] == params and all(a is b for a, b in zip(arrays, cached[0])):
             return cached[2]
-        for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pin, np.int64), (dirty, np.bool_)):
+        pins = pin if pin is not None else owner  # (no pin array: the owners' length stands for it)
+        for a, dt in ((g2id, np.uint64), (free, np.int64), (owner, np.int64), (pins, np.int64), (dirty, np.bool_)):
             if a.dtype != dt or not a.flags.c_contiguous:
                 raise InputTypeError(f"prepare_words: expected a contiguous {np.dtype(dt)} array, got {a.dtype}")
         rs = record_stride("prepare_words", cache_loc, last, freq)
         st = np.ascontiguousarray(state, dtype=np.float32)
         if table.dtype != np.float32 or not table.flags.c_contiguous or table.ndim != 2 or \
-                min(len(owner), len(pin), len(dirty)) < table.shape[0] or len(st) != table.shape[1] - dim:
+                min(len(owner), len(pins), len(dirty)) < table.shape[0] or len(st) != table.shape[1] - dim:
             raise ArgumentError("prepare_words: a float32 table with an owner, pin and dirty entry per slot")
         mixes, per = seed_mixes(seed_mix, dim)
         words = {"row_cap": min(len(g2id), len(cache_loc), len(last), len(freq)), "g2id": g2id.ctypes.data,
                  "cache_loc": cache_loc.ctypes.data, "rs": rs, "free": free.ctypes.data, "owner": owner.ctypes.data,
-                 "dirty": dirty.ctypes.data, "pin": pin.ctypes.data, "n_slots": table.shape[0],
+                 "dirty": dirty.ctypes.data, "pin": 0 if pin is None else pin.ctypes.data, "n_slots": table.shape[0],
                  "table": table.ctypes.data, "width": table.shape[1], "per": per, "mixes": mixes.ctypes.data,
                  "n_mixes": len(mixes), "scale_bits": int(np.array([scale], dtype=np.float32).view(np.uint32)[0]),
                  "state": st.ctypes.data, "last": last.ctypes.data, "freq": freq.ctypes.data}

@@ -418,7 +418,8 @@ class TierStack:
         :func:`~fbrapids.trainers.sparse.hashmap.prepare_tables`' descriptors (several tables in
         one C call), and the buffers it fills: their distinct keys, inverse, counts and rows, the
         keys not admitted yet admitted and their initial rows placed in free slots, every row
-        booked at ``pin_step`` (:meth:`~fbrapids.trainers.sparse.hashmap.UInt64HashMap.prepare_words`);
+        booked at ``pin_step`` (:meth:`~fbrapids.trainers.sparse.hashmap.UInt64HashMap.prepare_words`;
+        a growable cache's slots are not pinned: it never evicts, nothing reads its pins);
         :meth:`note_placed` after it ran.  The caller has made room for every key
         (:meth:`reserve`, :meth:`RowDirectory.grow <fbrapids.trainers.sparse.row_directory.RowDirectory.grow>`).
 
@@ -436,7 +437,8 @@ class TierStack:
         """
         d, cache, c = self.dir, self.cache, self.config
         return d.map.prepare_words(keys, len(d), d.g2id, d.cache_loc, cache.slots.free, cache.slots.n_free,
-                                   cache.slots.owner, cache.slots.dirty, cache.pin, pin_step, cache.host_table(), c.dim,
+                                   cache.slots.owner, cache.slots.dirty, None if cache.growable else cache.pin, pin_step,
+                                   cache.host_table(), c.dim,
                                    self.seed_mix, c.scale, self.initial_state, d.last, d.freq)
 
     def note_placed(self, new: int, left: int) -> None:
