@@ -154,3 +154,57 @@ def test_a_partition_handed_in_after_its_pass_began_is_not_taken():
         got += list(handing)
     pd.testing.assert_frame_equal(pd.concat(got), frame[frame["t"] >= 50])
     assert kept.computed_again == 3
+
+
+# ---- the local scheduler's threads: no more than the cores, from whichever thread a pass runs ----
+
+
+class _Threads:
+    """The threads its calls ran on; each call sleeps, so that the tasks of a window overlap
+    and the scheduler's pool starts as many threads as it may."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: set[int] = set()
+
+    def __dask_tokenize__(self) -> object:
+        return ("threads", id(self))
+
+    def __call__(self, part: pd.DataFrame) -> pd.DataFrame:
+        with self.lock:
+            self.seen.add(threading.get_ident())
+        threading.Event().wait(0.02)
+        return part
+
+
+def _threads_running_a_pass(caller_is_main: bool, **config: object) -> set[int]:
+    """The threads that ran the tasks of one pass (every partition in one window) started on
+    the main thread or on another one, under dask's threaded scheduler."""
+    threads = _Threads()
+    rows = pd.DataFrame({"a": range(48)})
+    frame = dd.from_pandas(rows, npartitions=12).map_partitions(threads, meta=rows.iloc[:0])  # (no call for the meta)
+
+    def run() -> None:
+        with dask.config.set(scheduler="threads", **config):
+            assert sum(len(p) for p in iter_partitions(frame, window=12)) == 48
+
+    if caller_is_main:
+        run()
+    else:
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+    return threads.seen
+
+
+@pytest.mark.parametrize("caller_is_main", [True, False])
+def test_a_local_pass_runs_on_at_most_as_many_threads_as_cores(caller_is_main: bool) -> None:
+    """dask's threaded scheduler called from a thread other than the main one (the stream's
+    producer is one) makes its own pool, of Python's default size (cores + 4) unless told
+    one: 6 threads on 2 cores, beside a trainer.  A pass gives it the cores' count, as dask
+    does on the main thread."""
+    assert 1 <= len(_threads_running_a_pass(caller_is_main)) <= dask.system.CPU_COUNT
+
+
+def test_a_local_pass_keeps_a_configured_thread_count() -> None:
+    assert len(_threads_running_a_pass(False, num_workers=dask.system.CPU_COUNT + 3)) == dask.system.CPU_COUNT + 3
