@@ -181,12 +181,13 @@ def _threads_running_a_pass(caller_is_main: bool, **config: object) -> set[int]:
     """The threads that ran the tasks of one pass (every partition in one window) started on
     the main thread or on another one, under dask's threaded scheduler."""
     threads = _Threads()
-    rows = pd.DataFrame({"a": range(48)})
-    frame = dd.from_pandas(rows, npartitions=12).map_partitions(threads, meta=rows.iloc[:0])  # (no call for the meta)
+    parts = 2 * dask.system.CPU_COUNT + 8  # more tasks at once than a pool of cores + 4 threads holds, on any machine
+    rows = pd.DataFrame({"a": range(4 * parts)})
+    frame = dd.from_pandas(rows, npartitions=parts).map_partitions(threads, meta=rows.iloc[:0])  # (no call for the meta)
 
     def run() -> None:
         with dask.config.set(scheduler="threads", **config):
-            assert sum(len(p) for p in iter_partitions(frame, window=12)) == 48
+            assert sum(len(p) for p in iter_partitions(frame, window=parts)) == len(rows)
 
     if caller_is_main:
         run()

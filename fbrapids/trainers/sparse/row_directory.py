@@ -127,8 +127,11 @@ class RowDirectory:
         cap = len(self.g2id)
         if n <= cap:
             return
-        in_place = all(a.capacity >= n for a in (self._rows, self._ids, self._ssd))
-        new = max(n, cap + max(int(cap * IN_PLACE_GROWTH), IN_PLACE_MIN_GROWTH) if in_place else 2 * cap)
+        room = min(a.capacity for a in (self._rows, self._ids, self._ssd))  # (0: no reservation)
+        if room >= n:  # in place, never past the reservation (that would copy)
+            new = min(room, max(n, cap + max(int(cap * IN_PLACE_GROWTH), IN_PLACE_MIN_GROWTH)))
+        else:
+            new = max(n, 2 * cap)
         for rows in (self._rows, self._ids, self._ssd):
             rows.grow(new)
         self._rebind()

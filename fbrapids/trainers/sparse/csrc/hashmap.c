@@ -569,9 +569,9 @@ void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthread
  * g2id[row] = key) and placed in the cache slot popped from the top of the free stack
  * free[0..*n_free) (*n_free decreases): its initial row written (fbx_init_rows, then the
  * optimizer state[0..width - dim)), cache_loc[row * rs] = slot, owner[slot] = row,
- * dirty[slot] = 1, pin[slot] = pin_step (no pin with pin null: a cache that never evicts).  The
- * caller has made room: g2id and the records hold n_rows + n rows, *n_free >= n.  out[0] = distinct keys, out[1] = rows admitted, out[2] =
- * their occurrences.  Returns 0, or -1 (memory: nothing admitted), -2 (a free slot out of
+ * dirty[slot] = 1, pin[slot] = pin_step (no pin with pin null: a cache that never evicts).
+ * The caller has made room: g2id and the records hold n_rows + n rows, *n_free >= n.
+ * out[0] = distinct keys, out[1] = rows admitted, out[2] = their occurrences.  Returns 0, or -1 (memory: nothing admitted), -2 (a free slot out of
  * range: nothing admitted), -4 (no room for the new rows: nothing admitted). */
 int64_t fbx_prepare_ram_tier(fbx_hashmap *dir, const uint64_t *keys, int64_t n, uint64_t *uniq, int64_t *inverse,
                              int64_t *counts, int64_t *g, int64_t n_rows, int64_t row_cap, uint64_t *g2id,
@@ -661,7 +661,8 @@ void fbx_unbook_rows(const int64_t *g, const int64_t *counts, int64_t m, int64_t
  * fbx_prepare_ram_tier of its keys, then fbx_book_rows of their distinct rows at pin_step
  * (booked ahead of the lookup at that step).  A pin array of 0 (null): nothing is pinned (a
  * growable cache, which never evicts: a pin there is a random write a row that nothing reads;
- * without them the prepare of a batch of 16,384 Zipf ids in a 1M-row table took about 13% less).  ret[t]: as fbx_prepare_ram_tier's (-4: no room
+ * without them the prepare of a batch of 16,384 Zipf ids in a 1M-row table took about 13%
+ * less).  ret[t]: as fbx_prepare_ram_tier's (-4: no room
  * for its new rows, nothing done), or -3 (a row out of range or not cached: nothing booked). */
 enum { FBX_PR_DIR, FBX_PR_KEYS, FBX_PR_N, FBX_PR_UNIQ, FBX_PR_INVERSE, FBX_PR_COUNTS, FBX_PR_G, FBX_PR_N_ROWS,
        FBX_PR_ROW_CAP, FBX_PR_G2ID, FBX_PR_CACHE_LOC, FBX_PR_RS, FBX_PR_FREE, FBX_PR_N_FREE, FBX_PR_OWNER,
