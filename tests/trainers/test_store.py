@@ -69,6 +69,28 @@ def test_hash_map_takes_every_64_bit_key() -> None:
         assert rows.tolist() == m.get(uniq).tolist()
 
 
+def test_hash_map_grown_with_buckets_made_ahead_is_a_dict() -> None:
+    """A map past 65,536 buckets makes its next growth's buckets while it fills (from 3/8 of
+    its buckets on); batches of puts and increments that take it through several such
+    growths (300k keys: up to 1M buckets) leave it what a dict holds, and none of the keys
+    never put."""
+    rng = np.random.default_rng(3)
+    m, want = UInt64HashMap(), {}
+    keys = rng.permutation(np.arange(300_000, dtype=np.uint64)) * SPREAD + np.uint64(7)
+    for k, batch in enumerate(np.array_split(keys, 61)):
+        if k % 2:
+            m.put(batch, np.arange(len(batch)) + k)
+            want.update(zip(batch.tolist(), (np.arange(len(batch)) + k).tolist()))
+        else:
+            m.incr(batch)
+            want.update((x, want.get(x, 0) + 1) for x in batch.tolist())
+    assert len(m) == len(want) == 300_000
+    assert m.get(keys).tolist() == [want[x] for x in keys.tolist()]
+    assert (m.get(keys + np.uint64(1)) == -1).all()  # (each a key plus one: none was put)
+    k, v = m.items()
+    assert dict(zip(k.tolist(), v.tolist())) == want
+
+
 def test_hash_map_and_row_map_failures_are_store_errors(tmp_path) -> None:
     """Out of memory and a file that cannot be mapped surface as the project's errors, naming what."""
     from fbrapids.errors import ArgumentError, StoreMemoryError, TierFileError

@@ -44,3 +44,33 @@ def test_one_and_two_threads_train_the_same_bits(optimizer: str) -> None:
     assert np.array_equal(ids1, ids2) and np.array_equal(rows1, rows2)
     assert torch.equal(out1, out2)
     assert served1 == served2
+
+
+@pytest.mark.parametrize("mean", [False, True])
+def test_bags_of_several_fields_split_over_two_threads_are_embedding_bags(mean: bool) -> None:
+    """Pooling split over 2 threads (more than FBX_PAR_ROWS / 2 bags) cuts the bags, laid out
+    field after field, mid-field (3 fields of 3,001 bags: the second thread starts inside the
+    second field); every bag is still torch's ``embedding_bag`` of its field, to the bit, and
+    written to its row of the ``[per, fields, dim]`` layout, as at 1 thread."""
+    from torch.nn import functional as F
+
+    from fbrapids.trainers.sparse.hashmap import bag_sum
+
+    rng = np.random.default_rng(11)
+    fields, per, dim, m = 3, 3001, 16, 5000
+    lengths = rng.integers(0, 4, fields * per)
+    idx = rng.integers(0, m, int(lengths.sum()))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    rows = rng.standard_normal((m, dim)).astype(np.float32)
+    want = F.embedding_bag(torch.from_numpy(idx), torch.from_numpy(rows), torch.from_numpy(offsets[:-1]),
+                           mode="mean" if mean else "sum").view(fields, per, dim).transpose(0, 1)
+    before = torch.get_num_threads()
+    try:
+        got = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            got[threads] = bag_sum(rows, idx, offsets, mean, fields).reshape(per, fields, dim)
+    finally:
+        torch.set_num_threads(before)
+    assert np.array_equal(got[2], want.numpy())
+    assert np.array_equal(got[1], got[2])

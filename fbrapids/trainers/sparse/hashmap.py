@@ -132,9 +132,9 @@ def _declare_rows(lib: ctypes.CDLL) -> None:
     lib.fbx_bag_sum_backward.restype = ctypes.c_int
     lib.fbx_bag_sum_backward.argtypes = [p, i64, p, p, i64, i64, i64, p, ctypes.c_int]
     lib.fbx_lookup_tables.restype = None
-    lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int]
+    lib.fbx_lookup_tables.argtypes = [p, i64, p, ctypes.c_int, p, p]
     lib.fbx_rowwise_adagrad_tables.restype = None
-    lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int]
+    lib.fbx_rowwise_adagrad_tables.argtypes = [p, p, i64, p, ctypes.c_int, p]
     lib.fbx_unbook_rows.restype = None
     lib.fbx_unbook_rows.argtypes = [p, p, i64, p, p, i64, p]
     lib.fbx_prepare_tables.restype = None
@@ -846,36 +846,51 @@ def prepare_tables(desc: np.ndarray) -> np.ndarray:
     return ret
 
 
-def lookup_tables(desc: np.ndarray) -> np.ndarray:
+def lookup_tables(desc: np.ndarray, progress: np.ndarray | None = None, need: np.ndarray | None = None) -> np.ndarray:
     """:func:`lookup_pass` of several tables in one C call: row ``t`` of ``desc`` ``[n,
     LOOKUP_WORDS]`` (int64) holds table ``t``'s arguments, arrays as the addresses of their
     data, in the order of ``FBX_LK_*`` in ``csrc/hashmap.c``; returns each table's result
     (admitted rows not cached, or < 0 for a row or slot out of range).  The caller vouches for
     every address and size: :func:`fbrapids.trainers.sparse.together.lookup_together` builds
-    them from arrays :func:`lookup_pass` checks."""
+    them from arrays :func:`lookup_pass` checks.
+
+    ``progress`` (``[1]`` int64) and ``need`` (``[n]`` int64): an update of the tables' rows
+    still running on another thread counts the tables it is done with in ``progress[0]``
+    (:func:`rowwise_adagrad_tables`); table ``t``'s pass waits until it reaches ``need[t]``
+    (0: nothing to wait for), not for the whole update.  The caller vouches that it will."""
     desc = np.ascontiguousarray(desc, dtype=np.int64)
     if desc.ndim != 2 or desc.shape[1] != LOOKUP_WORDS:
         raise ArgumentError(f"lookup_tables: descriptors must be [n, {LOOKUP_WORDS}], got {desc.shape}")
+    at_progress = at_need = 0
+    if progress is not None:
+        if need is None or need.dtype != np.int64 or need.shape != (len(desc),) or not need.flags.c_contiguous \
+                or progress.dtype != np.int64 or progress.shape != (1,):
+            raise ArgumentError("lookup_tables: a [1] int64 progress counter and a need per table")
+        at_progress, at_need = progress.ctypes.data, need.ctypes.data
     ret = np.zeros(len(desc), dtype=np.int64)
-    _lib().fbx_lookup_tables(desc.ctypes.data, len(desc), ret.ctypes.data, row_threads())
+    _lib().fbx_lookup_tables(desc.ctypes.data, len(desc), ret.ctypes.data, row_threads(), at_progress, at_need)
     return ret
 
 
-def rowwise_adagrad_tables(desc: np.ndarray, hyper: np.ndarray) -> np.ndarray:
+def rowwise_adagrad_tables(desc: np.ndarray, hyper: np.ndarray, progress: np.ndarray | None = None) -> np.ndarray:
     """:func:`rowwise_adagrad_` on several tables in one C call: row ``t`` of ``desc`` ``[n,
     ADAGRAD_WORDS]`` holds table ``t``'s rows, slot count, width, slots, their number, its
     gradient rows, its dirty flags, its dim (a slice's) and its slices (addresses as ints,
     ``FBX_AG_*`` in ``csrc/rows.c``; several slices: :func:`rowwise_adagrad_sliced_`'s update),
     ``hyper[t]`` its lr and eps; the slots of a table must be distinct.  Returns each
     table's result (0, or -1 for a slot out of range: that table untouched).  The caller
-    vouches for every address and size, as for :func:`lookup_tables`."""
+    vouches for every address and size, as for :func:`lookup_tables`.  ``progress`` (``[1]``
+    int64): set to ``t + 1`` as soon as table ``t`` is done (what :func:`lookup_tables` on
+    another thread waits on)."""
     desc = np.ascontiguousarray(desc, dtype=np.int64)
     hyper = np.ascontiguousarray(hyper, dtype=np.float32)
     if desc.ndim != 2 or desc.shape[1] != ADAGRAD_WORDS or hyper.shape != (len(desc), 2):
         raise ArgumentError(f"rowwise_adagrad_tables: descriptors [n, {ADAGRAD_WORDS}] and hyper-parameters [n, 2]")
+    if progress is not None and (progress.dtype != np.int64 or progress.shape != (1,)):
+        raise ArgumentError("rowwise_adagrad_tables: progress is a [1] int64 counter")
     ret = np.zeros(len(desc), dtype=np.intc)
     _lib().fbx_rowwise_adagrad_tables(desc.ctypes.data, hyper.ctypes.data, len(desc), ret.ctypes.data,
-                                      row_threads())
+                                      row_threads(), 0 if progress is None else progress.ctypes.data)
     return ret
 
 

@@ -62,7 +62,7 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeAlias, TypeVar, Union
+from typing import Callable, Iterable, Iterator, NamedTuple, Protocol, Sequence, TypeAlias, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -132,6 +132,26 @@ def same_keys(stash: _Stash, keys: Keys) -> bool:
     if isinstance(keys, torch.Tensor):  # a device cache's stash holds a tensor too
         return isinstance(stash.keys, torch.Tensor) and bool(torch.equal(stash.keys, keys))
     return bool(np.array_equal(stash.keys, keys))
+
+
+_ALL_ADMITTED = np.ones(0, dtype=bool)
+
+
+def all_admitted(n: int) -> np.ndarray:
+    """A read-only mask of ``n`` True values (a :class:`Lookup`'s ``admitted`` when every row
+    is): a view of one shared array, grown as needed, not a new array a table a step.
+
+    Example:
+        >>> all_admitted(3).tolist(), all_admitted(3).flags.writeable
+        ([True, True, True], False)
+    """
+    global _ALL_ADMITTED
+    mask = _ALL_ADMITTED
+    if len(mask) < n:
+        mask = np.ones(max(n, 2 * len(mask), 1 << 16), dtype=bool)
+        mask.flags.writeable = False
+        _ALL_ADMITTED = mask
+    return mask[:n]
 
 
 def prepare_together(stores: Sequence["TieredEmbeddingStore"], ids: Sequence[Ids]) -> None:
@@ -225,6 +245,17 @@ def place_ahead(parts: Sequence[PlaceAhead]) -> None:
             p.finish(bufs, int(rc))
         except BaseException as exc:
             p.stash.error = exc
+
+
+class HandedUpdate(NamedTuple):
+    """An update of a table's cached rows running on the prefetch thread, as
+    :meth:`TieredEmbeddingStore.handed_update` hands it over: the job, and where it counts the
+    tables it is done with (``progress``, ``[1]`` int64, or None: wait for the whole job), the
+    count at which this table's rows are updated (``need``)."""
+
+    job: Future
+    progress: np.ndarray | None
+    need: int
 
 
 @dataclass
@@ -405,7 +436,9 @@ class TieredEmbeddingStore:
         self._placed: tuple[int, int] | None = None
         self._booked: tuple | None = None  # the bookkeeping the stash the lookup under way took had done ahead
         self._words_of: tuple | None = None  # (arrays, their words) of pass_words
+        self._addresses: dict[str, tuple[np.ndarray, int]] = {}  # role -> (array, its address): _address
         self._update: Future | None = None  # an update of the cached rows running on the prefetch thread
+        self._update_progress: tuple[np.ndarray, int] | None = None  # its counter of tables done, this one's number
         self._default = torch.zeros(c.dim, dtype=torch.float32, device=self.device)
 
     def __len__(self) -> int:
@@ -553,7 +586,7 @@ class TieredEmbeddingStore:
         if begun.booked is not None:  # only its rows gathered: the directory's arrays, which a prepare of the
             table = self.tiers.cache.table  # batch after may be growing meanwhile, are not read
             assert table is not None  # (booked: a CPU cache)
-            words = [0, 0, 0, 0, 0, 1, 0, 0, table.shape[0], table.ctypes.data, table.shape[1]]
+            words = [0, 0, 0, 0, 0, 1, 0, 0, table.shape[0], self._address("table", table), table.shape[1]]
         else:
             words = self._table_words()
         return [g.ctypes.data, occ.ctypes.data, len(g), *words, slots, rows, touched, step,
@@ -596,32 +629,53 @@ class TieredEmbeddingStore:
         if grad.dtype != np.float32 or grad.shape != (len(slots), self.config.dim) or not grad.flags.c_contiguous \
                 or slots.dtype != np.int64 or not slots.flags.c_contiguous or len(dirty) < table.shape[0]:
             raise ArgumentError(f"table {self.name!r}: a float32 gradient row per slot")
-        words = [table.ctypes.data, table.shape[0], table.shape[1], slots.ctypes.data, len(slots),
-                 grad.ctypes.data, dirty.ctypes.data, self.config.slice_dim, self.config.slices]
+        words = [self._address("table", table), table.shape[0], table.shape[1], slots.ctypes.data, len(slots),
+                 grad.ctypes.data, self._address("dirty", dirty), self.config.slice_dim, self.config.slices]
         return words, (self.optimizer.lr, self.optimizer.eps)
+
+    def _address(self, role: str, array: np.ndarray) -> int:
+        """``array.ctypes.data`` of the table's own long-lived array ``role`` (the cache's rows,
+        its dirty flags), kept while that is the same array (a growth that replaces it replaces
+        the one kept, which is then let go): about a microsecond a call saved, several calls a
+        table a step."""
+        kept = self._addresses.get(role)
+        if kept is None or kept[0] is not array:
+            kept = self._addresses[role] = (array, array.ctypes.data)
+        return kept[1]
 
     def updated(self) -> None:
         """Note an update of cached rows made outside :meth:`update_rows` (the gathered
         ``Lookup.full`` of earlier lookups is stale)."""
         self.version += 1
 
-    def handed_update(self) -> Future | None:
+    def handed_update(self) -> HandedUpdate | None:
         """The update of this table's cached rows still running on the prefetch thread
         (:meth:`update_in_background`), handed to the caller, who waits for it before the
         table's cached rows are next read or written; this table no longer does.  For a
         lookup that starts (:meth:`start_lookup`: the directory, the stash of a prepare, the
         counters; none of the cached rows) beside the update and waits only before its pass
-        (:func:`~fbrapids.trainers.sparse.together.lookup_together`)."""
+        (:func:`~fbrapids.trainers.sparse.together.lookup_together`), or, where the update
+        counts the tables it is done with, only until it is done with this one."""
         job, self._update = self._update, None
-        return job
+        progress, self._update_progress = self._update_progress, None
+        if job is None:
+            return None
+        return HandedUpdate(job, None, 0) if progress is None else HandedUpdate(job, *progress)
 
-    def update_in_background(self, job: Future) -> None:
+    def update_in_background(self, job: Future, progress: np.ndarray | None = None, need: int = 0) -> None:
         """``job`` (running on the prefetch thread) updates this table's cached rows: every
         later use of the table (a lookup, a prepare, a save, ...) waits for it first, so the
-        caller goes on meanwhile (``fit``'s dense optimizer step, the next batch's bottom MLP)."""
-        if self._update is not None:
+        caller goes on meanwhile (``fit``'s dense optimizer step, the next batch's bottom MLP).
+        ``progress`` (``[1]`` int64): the job counts the tables it is done with there, this
+        table's rows being updated once it reaches ``need`` (a lookup's pass of this table may
+        then go on while the job updates the tables after it)."""
+        if self._update is not None and self._update is not job:
             self._update.result()
+            self._update_progress = None
+        if progress is not None and self._update_progress is not None and self._update is job:
+            need = max(need, self._update_progress[1])  # (a table updated twice by one job: after both)
         self._update = job
+        self._update_progress = None if progress is None else (progress, int(need))
 
     def finish_lookup(self, begun: LookupStart, slots: np.ndarray, got: np.ndarray, touched: np.ndarray,
                       requires_grad: bool, leaf: bool = True) -> Lookup:
@@ -661,7 +715,7 @@ class TieredEmbeddingStore:
             if self.device.type != "cpu":
                 inv = inv.to(self.device, non_blocking=True)
         return Lookup(rows=rows, inverse=inv, ids=begun.uniq,
-                      admitted=np.ones(len(begun.g), dtype=bool) if begun.adm is None else begun.adm, slots=slots,
+                      admitted=all_admitted(len(begun.g)) if begun.adm is None else begun.adm, slots=slots,
                       step=self._step, full=full, version=self.version)
 
     def _count_served(self, touched: np.ndarray, n_adm: int, placed: tuple[int, int] = (0, 0)) -> int:
@@ -670,12 +724,12 @@ class TieredEmbeddingStore:
         the pass found in the cache."""
         sv = self._served
         new_rows, new_occ = placed
-        sv["cache"] += int(touched[0]) - new_occ
-        sv["host"] += int(touched[1])
-        sv["ssd"] += int(touched[2])
-        sv["new"] += int(touched[3]) + new_occ
-        sv["default"] += int(touched[4])
-        cached = int(touched[5])
+        on_cache, on_host, on_ssd, new, default, cached = touched.tolist()  # (Python ints, one call)
+        sv["cache"] += on_cache - new_occ
+        sv["host"] += on_host
+        sv["ssd"] += on_ssd
+        sv["new"] += new + new_occ
+        sv["default"] += default
         st = self.tiers.cache.stats
         st.hits += cached - new_rows
         st.misses += n_adm - cached + new_rows
@@ -793,6 +847,7 @@ class TieredEmbeddingStore:
         ``ahead=False``: leave a prepare of the batch after next running (only the lookup of the
         next batch, whose rows its prepare booked, may go on beside it)."""
         update, self._update = self._update, None
+        self._update_progress = None
         if update is not None:
             update.result()
         if self._prefetched is not None:

@@ -92,6 +92,26 @@ class Tier(Protocol):
         ...
 
 
+_DESCENDING_CHUNK = 1 << 16
+
+
+def fill_descending(out: np.ndarray, top: int) -> None:
+    """``out[i] = top - i`` written in place, a chunk at a time: not ``out[:] = np.arange(top,
+    ...)``, which made a temporary as long as ``out`` (a growth of a free-slot stack by 1.5M
+    slots faulted in 12 MB of fresh pages for it: 35 ms of the prefetch thread, while the
+    trainer waited for its prepare).
+
+    Example:
+        >>> a = np.zeros(5, dtype=np.int64); fill_descending(a, 9); a.tolist()
+        [9, 8, 7, 6, 5]
+    """
+    n = len(out)
+    down = np.arange(0, -min(n, _DESCENDING_CHUNK), -1, dtype=np.int64)
+    for a in range(0, n, _DESCENDING_CHUNK):
+        b = min(a + _DESCENDING_CHUNK, n)
+        np.add(down[: b - a], top - a, out=out[a:b])
+
+
 #: held while a tier's arrays made on first use are made (:class:`Slots`, the cache's pins)
 FIRST_USE = threading.RLock()
 
@@ -140,7 +160,7 @@ class Slots:
                     self._growing = (GrowingArray(c, np.int64, -1, reserve=self.reserve),
                                      GrowingArray(c, np.bool_, False, reserve=self.reserve),
                                      GrowingArray(c, np.int64, 0, reserve=self.reserve))
-                    self._growing[2].array[:] = np.arange(c - 1, -1, -1, dtype=np.int64)
+                    fill_descending(self._growing[2].array[:c], c - 1)
                     self._arrays = (self._growing[0].array, self._growing[1].array, self._growing[2].array)
                 arrays = self._arrays
         return arrays
@@ -187,7 +207,7 @@ class Slots:
         assert self._growing is not None  # (made just above)
         owner, dirty, free = (g.grow(int(capacity)) for g in self._growing)  # in place, or copied
         free[extra : extra + self.n_free] = kept  # the new slots under the free ones: those go first
-        free[:extra] = np.arange(int(capacity) - 1, self.capacity - 1, -1)
+        fill_descending(free[:extra], int(capacity) - 1)
         self._arrays = (owner, dirty, free)
         self.n_free, self.capacity = self.n_free + extra, int(capacity)
 

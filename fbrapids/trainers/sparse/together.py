@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Protocol, Sequence, TypeGuard
 
 import numpy as np
@@ -70,13 +71,20 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
     changes the table: nothing does until the next lookup or the update of these rows.  A
     table some of whose rows are below the cache gathers them as with ``gather=True``."""
     # the update of the last step's rows may still run on the prefetch thread: it writes the cached rows only,
-    # which the tables' starts do not read; they run beside it, and the pass below waits for it
-    updates = {id(job): job for job in (s.handed_update() for s in stores) if job is not None}
+    # which the tables' starts do not read; they run beside it, and the pass below waits for it: table by table
+    # where one update counts the tables it is done with (each table's pass then waits for its own rows only)
+    handed = [s.handed_update() for s in stores]
+    updates = {id(h.job): h.job for h in handed if h is not None}
+    progress = next((h.progress for h in handed if h is not None), None)
+    if len(updates) != 1 or any(h is not None and h.progress is not progress for h in handed):
+        progress = None
     try:
         begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
-    finally:
-        for job in updates.values():
-            job.result()  # (its error, if any, raised here)
+    except BaseException:
+        _wait_for(updates)
+        raise
+    if progress is None:
+        _wait_for(updates)
     starts = [0]
     for b in begun:
         starts.append(starts[-1] + len(b.g))
@@ -98,7 +106,13 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
             touched[t] = b.booked[3]
         desc[t] = s.pass_words(b, at_slots + 8 * a, 0 if in_place[t] else at_rows + 4 * dim * a,
                                at_touched + 48 * t, requires_grad)
-    ret = lookup_tables(desc)
+    if progress is None:
+        ret = lookup_tables(desc)
+    else:
+        try:
+            ret = lookup_tables(desc, progress, np.array([0 if h is None else h.need for h in handed], dtype=np.int64))
+        finally:
+            _wait_for(updates)  # (done with every table by now; its error, if any, raised here)
     out = []
     for t, (s, b) in enumerate(zip(stores, begun)):
         if ret[t] < 0:
@@ -111,11 +125,17 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
         lk.gathered = not in_place[t]
         if in_place[t] and b.adm is not None:  # (the lookup's slots are the admitted rows' only)
             lk.in_table = slots[a:z]
-        if lk.rows.data_ptr() != rows[a:z].ctypes.data:  # read through: rows of its own
+        if lk.rows.data_ptr() != at_rows + 4 * dim * a:  # read through: rows of its own
             rows[a:z] = lk.rows.numpy()
             lk.rows = torch.from_numpy(rows[a:z])
         out.append(lk)
     return out, torch.from_numpy(rows)
+
+
+def _wait_for(updates: dict[int, Future]) -> None:
+    """Wait for every update (its error, if any, raised here)."""
+    for job in updates.values():
+        job.result()
 
 
 def _gather_cached(store: TieredEmbeddingStore, slots: np.ndarray, rows: np.ndarray) -> None:
@@ -186,8 +206,12 @@ def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor | np.ndar
     table = np.array(desc, dtype=np.int64).reshape(-1, ADAGRAD_WORDS)
     params = np.array(hyper, dtype=np.float32)
 
-    def run(which: np.ndarray) -> None:
-        ret = rowwise_adagrad_tables(table[which], params[which])
+    def run(which: np.ndarray, progress: np.ndarray | None = None) -> None:
+        try:
+            ret = rowwise_adagrad_tables(table[which], params[which], progress)
+        finally:
+            if progress is not None:  # (done, or failed: a lookup waiting on it goes on, and meets the error)
+                progress[0] = len(which)
         keep = (grads, parts)  # the gradients and the slots read above stay alive until the C call is done
         for t, rc in zip(which, ret):
             done[t].updated()
@@ -199,11 +223,12 @@ def update_each(parts: Sequence[tuple[RowUpdater, Lookup, torch.Tensor | np.ndar
         run(np.arange(len(done)))
         return
     here = _inline_tables(table, inline_share)
-    away = np.setdiff1d(np.arange(len(done)), here)
+    away = np.setdiff1d(np.arange(len(done)), here) if len(here) else np.arange(len(done))
     if len(away):
-        job = done[0].background().submit(run, away)
-        for t in away:
-            done[t].update_in_background(job)
+        progress = np.zeros(1, dtype=np.int64)  # the tables of ``away`` updated so far, counted by the C call
+        job = done[0].background().submit(run, away, progress)
+        for k, t in enumerate(away):
+            done[t].update_in_background(job, progress, k + 1)
     if len(here):
         run(here)
 

@@ -6,6 +6,8 @@
  * global row number, and counts sightings of ids awaiting admission.
  * All entry points take whole arrays, so Python makes one call per batch.
  */
+#include <omp.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ typedef struct {
     fbx_seen *seen; /* scratch of fbx_unique_get, kept between batches (no clearing: generations) */
     int64_t seen_cap;
     uint32_t gen;
+    fbx_entry *next;    /* the 2 cap buckets of the next growth, made ahead (fbx_ready_ahead), or NULL */
+    int64_t next_ready; /* of which next[0 .. next_ready) are marked free already */
 } fbx_hashmap;
 
 #define FBX_EMPTY INT64_MIN
@@ -63,7 +67,7 @@ fbx_hashmap *fbx_hm_new(int64_t capacity) {
 
 void fbx_hm_free(fbx_hashmap *h) {
     if (!h) return;
-    free(h->e); free(h->seen); free(h);
+    free(h->e); free(h->seen); free(h->next); free(h);
 }
 
 int64_t fbx_hm_size(const fbx_hashmap *h) { return h->size; }
@@ -76,6 +80,31 @@ int64_t fbx_hm_size(const fbx_hashmap *h) { return h->size; }
  * slower on 2 threads than on 1).  Each row is computed by one thread with the same
  * arithmetic, so the result is the same bits for any thread count. */
 #define FBX_PAR_ROWS 8192
+
+/* FBX_SPLIT_ROWS(n, nthreads, par, STMT): STMT run over rows [fbx_lo, fbx_hi): once over [0, n),
+ * or, with nthreads > 1 and par, by each of nthreads OpenMP threads over its contiguous share.
+ * A row loop's body is an always-inlined function instantiated by width (FBX_BY_DIM, rows.c)
+ * inside STMT.  Not an omp for inside that body: gcc outlines an OpenMP region where it is
+ * written, before inlining, so every width's instance called one outlined loop with the width
+ * a variable (its sums spilled to the stack: fbx_bag_sum took 780 us for 53k one-id bags of
+ * 16 columns, 3x a loop of the width's own); here the region holds the dispatch on the width
+ * and each instance of the body is inlined into it. */
+#define FBX_SPLIT_ROWS(n, nthreads, par, STMT) \
+    do { \
+        const int64_t fbx_n = (n); \
+        const int fbx_threads = (nthreads); \
+        if (fbx_threads > 1 && (par)) { \
+            _Pragma("omp parallel num_threads(fbx_threads)") \
+            { \
+                const int64_t fbx_t = omp_get_thread_num(), fbx_nt = omp_get_num_threads(); \
+                const int64_t fbx_lo = fbx_n * fbx_t / fbx_nt, fbx_hi = fbx_n * (fbx_t + 1) / fbx_nt; \
+                STMT; \
+            } \
+        } else { \
+            const int64_t fbx_lo = 0, fbx_hi = fbx_n; \
+            STMT; \
+        } \
+    } while (0)
 #define FBX_PROBE_AHEAD 16 /* keys whose bucket is prefetched ahead in the passes over a batch's keys */
 
 static inline void fbx_prefetch_probe(const fbx_hashmap *h, uint64_t key) {
@@ -93,7 +122,13 @@ static inline int64_t fbx_find(const fbx_entry *e, int64_t cap, uint64_t key) {
 static int fbx_grow(fbx_hashmap *h) {
     if (h->cap >= FBX_MAX_BUCKETS) return -1;
     int64_t cap = h->cap * 2;
-    fbx_entry *n = fbx_alloc_entries(cap);
+    fbx_entry *n = h->next; /* made ahead: only its buckets not yet marked free are marked now */
+    if (n) {
+        for (int64_t i = h->next_ready; i < cap; i++) n[i].val = FBX_EMPTY;
+        h->next = NULL; h->next_ready = 0;
+    } else {
+        n = fbx_alloc_entries(cap);
+    }
     if (!n) return -1;
     for (int64_t i = 0; i < h->cap; i++) {
         if (h->e[i].val == FBX_EMPTY) continue;
@@ -104,9 +139,34 @@ static int fbx_grow(fbx_hashmap *h) {
     return 0;
 }
 
+/* Maps of at least this many buckets make the buckets of their next growth ahead. */
+#define FBX_AHEAD_BUCKETS ((int64_t)1 << 16)
+
+/* The next growth's buckets made ahead, a share at a time, once a map of cap buckets holds
+ * more than 3/8 cap keys (it doubles past cap / 2): by then all 2 cap of them are marked free,
+ * 16 buckets for each key added past 3/8 cap.  A growth of a map of millions of keys then
+ * finds its buckets' pages written already (their first writes, 64 MB for 2M keys, cost
+ * ~100 ms of page faults at once on a virtual machine, while a trainer waited) and only
+ * moves the keys.  The memory is the growth's own, taken up to an eighth of the map's keys
+ * early; where it cannot be had now, the growth asks for it as before. */
+static void fbx_ready_ahead(fbx_hashmap *h, int64_t size) {
+    const int64_t cap = h->cap, start = 3 * (cap / 8);
+    if (cap < FBX_AHEAD_BUCKETS || size <= start || cap >= FBX_MAX_BUCKETS) return;
+    if (!h->next) {
+        h->next = (fbx_entry *)malloc(sizeof(fbx_entry) * 2 * cap);
+        h->next_ready = 0;
+        if (!h->next) return;
+    }
+    int64_t want = 16 * (size - start);
+    if (want > 2 * cap) want = 2 * cap;
+    for (int64_t i = h->next_ready; i < want; i++) h->next[i].val = FBX_EMPTY;
+    if (want > h->next_ready) h->next_ready = want;
+}
+
 static inline int fbx_reserve(fbx_hashmap *h, int64_t extra) {
     while (2 * (h->size + extra) > h->cap)
         if (fbx_grow(h) != 0) return -1;
+    fbx_ready_ahead(h, h->size + extra);
     return 0;
 }
 
@@ -525,29 +585,44 @@ enum { FBX_LK_G, FBX_LK_COUNTS, FBX_LK_M, FBX_LK_CACHE_LOC, FBX_LK_HOST_LOC, FBX
        FBX_LK_SLOTS, FBX_LK_ROWS, FBX_LK_OUT, FBX_LK_STEP, FBX_LK_PIN_STEP, FBX_LK_DIM, FBX_LK_BOOKED,
        FBX_LK_WORDS };
 
+int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const int64_t *slots, int64_t m,
+                    int64_t ncols, float *out, int nthreads); /* rows.c */
+
 /* A table whose batch was booked ahead (fbx_book_rows): its slots are known, its rows only
  * gathered: rows[j, 0..dim) = table[slots[j], 0..dim), or not at all where rows is null (the
  * caller reads them where they lie, through the slots).  Returns 0, or -2 for a slot out of range. */
 static int64_t fbx_gather_booked(const int64_t *w) {
-    const int64_t m = w[FBX_LK_M], width = w[FBX_LK_WIDTH], dim = w[FBX_LK_DIM], n_slots = w[FBX_LK_N_SLOTS];
+    const int64_t m = w[FBX_LK_M], n_slots = w[FBX_LK_N_SLOTS];
     const int64_t *slots = (const int64_t *)w[FBX_LK_SLOTS];
     const float *table = (const float *)w[FBX_LK_TABLE];
     float *rows = (float *)w[FBX_LK_ROWS];
+    if (rows) /* (one thread: the tables' passes run one after another in one call) */
+        return fbx_gather_cols(table, n_slots, w[FBX_LK_WIDTH], slots, m, w[FBX_LK_DIM], rows, 1) ? -2 : 0;
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -2;
-    if (!rows) return 0;
-    for (int64_t j = 0; j < m; j++) {
-        if (j + FBX_AHEAD < m) __builtin_prefetch(table + slots[j + FBX_AHEAD] * width);
-        const float *src = table + slots[j] * width;
-        float *dst = rows + j * dim;
-        for (int64_t c = 0; c < dim; c++) dst[c] = src[c];
-    }
     return 0;
 }
 
-void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthreads) {
+/* Wait until *progress (an update of the tables running on another thread:
+ * fbx_rowwise_adagrad_tables) reaches need: spinning a while, then yielding the CPU. */
+static void fbx_wait_progress(const int64_t *progress, int64_t need) {
+    for (int64_t spins = 0; __atomic_load_n(progress, __ATOMIC_ACQUIRE) < need; spins++) {
+        if (spins < 4096)
+            __builtin_ia32_pause();
+        else
+            sched_yield();
+    }
+}
+
+/* Every table's pass (fbx_gather_booked or fbx_lookup_pass, desc row t: FBX_LK_*), one after
+ * another; progress (or NULL): table t is passed once *progress >= need[t], the update of its
+ * rows that still runs on another thread being done by then (need[t] = 0: none pending). */
+void fbx_lookup_tables(const int64_t *desc, int64_t n, int64_t *ret, int nthreads, const int64_t *progress,
+                       const int64_t *need) {
     for (int64_t t = 0; t < n; t++) {
         const int64_t *w = desc + t * FBX_LK_WORDS;
+        if (progress && need[t] > 0)
+            fbx_wait_progress(progress, need[t]);
         if (w[FBX_LK_BOOKED]) {
             ret[t] = fbx_gather_booked(w);
             continue;

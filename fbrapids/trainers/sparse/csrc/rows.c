@@ -53,21 +53,19 @@ FBX_INLINE void fbx_adagrad_row(float *row, float *state, const float *g, const 
 
 #define FBX_ADAGRAD_BLOCK 8 /* rows whose sums of squares run side by side (each in column order) */
 
-FBX_INLINE void fbx_rowwise_adagrad_body(float *table, int64_t width, const int64_t dim, const int64_t *slots,
-                                         int64_t m, const float *grad, float lr, float eps, uint8_t *dirty,
-                                         int nthreads) {
+/* rows [lo, hi) of fbx_rowwise_adagrad (one thread's share) */
+FBX_INLINE void fbx_rowwise_adagrad_rows(float *table, int64_t width, const int64_t dim, const int64_t *slots,
+                                         int64_t lo, int64_t hi, const float *grad, float lr, float eps,
+                                         uint8_t *dirty) {
     const float fdim = (float)dim;
-    const int64_t nblocks = (m + FBX_ADAGRAD_BLOCK - 1) / FBX_ADAGRAD_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
-    for (int64_t blk = 0; blk < nblocks; blk++) {
-        const int64_t j0 = blk * FBX_ADAGRAD_BLOCK;
+    for (int64_t j0 = lo; j0 < hi; j0 += FBX_ADAGRAD_BLOCK) {
         const int64_t ahead = j0 + 2 * FBX_ADAGRAD_BLOCK;
-        for (int64_t j = ahead; j < ahead + FBX_ADAGRAD_BLOCK && j < m; j++) {
+        for (int64_t j = ahead; j < ahead + FBX_ADAGRAD_BLOCK && j < hi; j++) {
             float *r = table + slots[j] * width;
             __builtin_prefetch(r, 1); __builtin_prefetch(r + dim, 1);
         }
         const float *g = grad + j0 * dim;
-        if (j0 + FBX_ADAGRAD_BLOCK <= m) {
+        if (j0 + FBX_ADAGRAD_BLOCK <= hi) {
             /* a full block: the rows' sums side by side (independent chains), then the rows */
             float s[FBX_ADAGRAD_BLOCK];
             for (int r = 0; r < FBX_ADAGRAD_BLOCK; r++) s[r] = 0.0f;
@@ -80,7 +78,7 @@ FBX_INLINE void fbx_rowwise_adagrad_body(float *table, int64_t width, const int6
                 fbx_adagrad_row(table + slots[j0 + r] * width, table + slots[j0 + r] * width + dim, g + r * dim, dim,
                                 s[r], fdim, lr, eps);
         } else {
-            for (int64_t j = j0; j < m; j++) {
+            for (int64_t j = j0; j < hi; j++) {
                 const float *gj = grad + j * dim;
                 float s = 0.0f;
                 for (int64_t c = 0; c < dim; c++) s = s + gj[c] * gj[c];
@@ -88,7 +86,7 @@ FBX_INLINE void fbx_rowwise_adagrad_body(float *table, int64_t width, const int6
             }
         }
         if (dirty)
-            for (int64_t j = j0; j < j0 + FBX_ADAGRAD_BLOCK && j < m; j++) dirty[slots[j]] = 1;
+            for (int64_t j = j0; j < j0 + FBX_ADAGRAD_BLOCK && j < hi; j++) dirty[slots[j]] = 1;
     }
 }
 
@@ -102,8 +100,8 @@ int fbx_rowwise_adagrad(float *table, int64_t n_slots, int64_t width, int64_t di
                         const float *grad, float lr, float eps, int nthreads, uint8_t *dirty) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
-#define FBX_ADAGRAD(D) fbx_rowwise_adagrad_body(table, width, D, slots, m, grad, lr, eps, dirty, nthreads)
-    FBX_BY_DIM(dim, FBX_ADAGRAD)
+#define FBX_ADAGRAD(D) fbx_rowwise_adagrad_rows(table, width, D, slots, fbx_lo, fbx_hi, grad, lr, eps, dirty)
+    FBX_SPLIT_ROWS(m, nthreads, m >= FBX_PAR_ROWS, FBX_BY_DIM(dim, FBX_ADAGRAD));
 #undef FBX_ADAGRAD
     return 0;
 }
@@ -125,14 +123,13 @@ int fbx_sgd(float *table, int64_t n_slots, int64_t width, int64_t dim, const int
     return 0;
 }
 
-FBX_INLINE void fbx_gather_cols_body(const float *table, int64_t width, const int64_t *slots, int64_t m,
-                                     const int64_t ncols, float *out, int nthreads) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
-    for (int64_t j = 0; j < m; j++) {
-        if (j + 8 < m) __builtin_prefetch(table + slots[j + 8] * width);
-        const float *src = table + slots[j] * width;
-        float *dst = out + j * ncols;
-        for (int64_t c = 0; c < ncols; c++) dst[c] = src[c];
+/* rows [lo, hi) of fbx_gather_cols */
+FBX_INLINE void fbx_gather_cols_rows(const float *table, int64_t width, const int64_t *slots, int64_t lo, int64_t hi,
+                                     const int64_t ncols, float *out) {
+    for (int64_t j = lo; j < hi; j++) {
+        if (j + 8 < hi) __builtin_prefetch(table + slots[j + 8] * width);
+        /* (a copy of the width's bytes: a column loop of a known width was unrolled into single floats) */
+        memcpy(out + j * ncols, table + slots[j] * width, sizeof(float) * (size_t)ncols);
     }
 }
 
@@ -142,8 +139,8 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
                     int64_t ncols, float *out, int nthreads) {
     for (int64_t j = 0; j < m; j++)
         if (slots[j] < 0 || slots[j] >= n_slots) return -1;
-#define FBX_GATHER(D) fbx_gather_cols_body(table, width, slots, m, D, out, nthreads)
-    FBX_BY_DIM(ncols, FBX_GATHER)
+#define FBX_GATHER(D) fbx_gather_cols_rows(table, width, slots, fbx_lo, fbx_hi, D, out)
+    FBX_SPLIT_ROWS(m, nthreads, m >= FBX_PAR_ROWS, FBX_BY_DIM(ncols, FBX_GATHER));
 #undef FBX_GATHER
     return 0;
 }
@@ -152,14 +149,13 @@ int fbx_gather_cols(const float *table, int64_t n_slots, int64_t width, const in
  * one field, per = nbags).  Its pooled row (fbx_bag_sum's output, its backward's gradient)
  * is row i * fields + f: [per][fields][dim], each bag's fields side by side (the layout the
  * dense layers read, no transpose copied); with one field, row b. */
-FBX_INLINE void fbx_bag_sum_body(const float *restrict rows, const int64_t dim, const int64_t *idx,
+FBX_INLINE void fbx_bag_sum_rows(const float *restrict rows, const int64_t dim, const int64_t *idx,
                                  const int64_t *offsets, int64_t fields, int64_t per, float *restrict out,
-                                 int mean, int nthreads) {
-#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads) \
-    if (nthreads > 1 && fields * per >= FBX_PAR_ROWS / 2)
-    for (int64_t f = 0; f < fields; f++)
-    for (int64_t i = 0; i < per; i++) {
-        const int64_t b = f * per + i;
+                                 int mean, int64_t lo, int64_t hi) {
+    if (lo >= hi) return; /* (no bags: per may be 0) */
+    int64_t f = lo / per, i = lo % per; /* bags [lo, hi) in order: bag b = f * per + i */
+    for (int64_t b = lo; b < hi; b++, i++) {
+        if (i == per) { i = 0; f++; }
         float *o = out + (i * fields + f) * dim;
         const int64_t n = offsets[b + 1] - offsets[b];
         const float div = mean && n > 1 ? (float)n : 1.0f;
@@ -198,7 +194,7 @@ static int fbx_bags_sound(const int64_t *idx, const int64_t *offsets, int64_t nb
     return 1;
 }
 
-/* Sum-pooled bags: bag b's row of out (fbx_bag_sum_body: b itself for one field) = rows[idx[k]]
+/* Sum-pooled bags: bag b's row of out (fbx_bag_sum_rows: b itself for one field) = rows[idx[k]]
  * summed over k in offsets[b] .. offsets[b + 1] (offsets has nbags + 1 entries), in index
  * order, from zero; with mean, each bag of n > 1 rows then divided by n (a float division, as
  * torch divides).  ``fields`` divides nbags (the caller checks it).  Returns 0, or -1 (nothing
@@ -207,8 +203,8 @@ int fbx_bag_sum(const float *rows, int64_t m, int64_t dim, const int64_t *idx, c
                 int64_t nbags, int64_t fields, float *out, int mean, int nthreads) {
     if (!fbx_bags_sound(idx, offsets, nbags, m)) return -1;
     const int64_t per = nbags / fields;
-#define FBX_BAG_SUM(D) fbx_bag_sum_body(rows, D, idx, offsets, fields, per, out, mean, nthreads)
-    FBX_BY_DIM(dim, FBX_BAG_SUM)
+#define FBX_BAG_SUM(D) fbx_bag_sum_rows(rows, D, idx, offsets, fields, per, out, mean, fbx_lo, fbx_hi)
+    FBX_SPLIT_ROWS(nbags, nthreads, nbags >= FBX_PAR_ROWS / 2, FBX_BY_DIM(dim, FBX_BAG_SUM));
 #undef FBX_BAG_SUM
     return 0;
 }
@@ -456,11 +452,13 @@ int fbx_rowwise_adagrad_sliced(float *table, int64_t n_slots, int64_t width, int
  * its width, its slots, their number, its gradient rows, its dirty flags, its dim (a slice's)
  * and its slices are the words desc[t * FBX_AG_WORDS + k] (k: FBX_AG_*), its lr and eps
  * hyper[2 t], hyper[2 t + 1]; a table of several slices is fbx_rowwise_adagrad_sliced's; its
- * result goes to ret[t]. */
+ * result goes to ret[t].  progress (or NULL): set to t + 1 once table t is done (an atomic
+ * store with release order), for fbx_lookup_tables to read each table as soon as it is. */
 enum { FBX_AG_TABLE, FBX_AG_N_SLOTS, FBX_AG_WIDTH, FBX_AG_SLOTS, FBX_AG_M, FBX_AG_GRAD, FBX_AG_DIRTY, FBX_AG_DIM,
        FBX_AG_SLICES, FBX_AG_WORDS };
 
-void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t n, int *ret, int nthreads) {
+void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t n, int *ret, int nthreads,
+                                int64_t *progress) {
     for (int64_t t = 0; t < n; t++) {
         const int64_t *w = desc + t * FBX_AG_WORDS;
         if (w[FBX_AG_SLICES] > 1)
@@ -472,6 +470,8 @@ void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t
             ret[t] = fbx_rowwise_adagrad((float *)w[FBX_AG_TABLE], w[FBX_AG_N_SLOTS], w[FBX_AG_WIDTH], w[FBX_AG_DIM],
                                          (const int64_t *)w[FBX_AG_SLOTS], w[FBX_AG_M], (const float *)w[FBX_AG_GRAD],
                                          hyper[2 * t], hyper[2 * t + 1], nthreads, (uint8_t *)w[FBX_AG_DIRTY]);
+        if (progress) /* tables t and before are done: a lookup pass waiting on another thread may read them */
+            __atomic_store_n(progress, t + 1, __ATOMIC_RELEASE);
     }
 }
 
@@ -482,15 +482,15 @@ void fbx_rowwise_adagrad_tables(const int64_t *desc, const float *hyper, int64_t
  * updates a row of its own (its sum in column order, the same arithmetic: the same bits).
  * Returns 0, or -1 (nothing done) for a slot outside [0, n_slots).  With nthreads > 1 the
  * slots must be distinct. */
-FBX_INLINE void fbx_rowwise_adagrad_sliced_body(float *table, int64_t width, const int64_t dim, int64_t slices,
-                                                const int64_t *slots, int64_t m, const float *grad, float lr,
-                                                float eps, int nthreads, uint8_t *dirty) {
+/* rows [lo, hi) of fbx_rowwise_adagrad_sliced */
+FBX_INLINE void fbx_rowwise_adagrad_sliced_rows(float *table, int64_t width, const int64_t dim, int64_t slices,
+                                                const int64_t *slots, int64_t lo, int64_t hi, const float *grad,
+                                                float lr, float eps, uint8_t *dirty) {
     const float fdim = (float)dim;
     const int64_t emb = dim * slices;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && m >= FBX_PAR_ROWS)
-    for (int64_t j = 0; j < m; j++) {
+    for (int64_t j = lo; j < hi; j++) {
         float *row = table + slots[j] * width;
-        if (j + 4 < m) { /* the whole row four ahead: it spans several cache lines */
+        if (j + 4 < hi) { /* the whole row four ahead: it spans several cache lines */
             const float *ahead = table + slots[j + 4] * width;
             for (int64_t c = 0; c < width; c += 16) __builtin_prefetch(ahead + c, 1);
         }
@@ -513,8 +513,8 @@ int fbx_rowwise_adagrad_sliced(float *table, int64_t n_slots, int64_t width, int
      * lanes, four columns a division instead of one (measured: 52k rows of 9 slices of 16,
      * one thread, 14.1 ms -> 5.1 ms), the same bits */
 #define FBX_ADAGRAD_SLICED(D) \
-    fbx_rowwise_adagrad_sliced_body(table, width, D, slices, slots, m, grad, lr, eps, nthreads, dirty)
-    FBX_BY_DIM(dim, FBX_ADAGRAD_SLICED)
+    fbx_rowwise_adagrad_sliced_rows(table, width, D, slices, slots, fbx_lo, fbx_hi, grad, lr, eps, dirty)
+    FBX_SPLIT_ROWS(m, nthreads, m >= FBX_PAR_ROWS, FBX_BY_DIM(dim, FBX_ADAGRAD_SLICED));
 #undef FBX_ADAGRAD_SLICED
     return 0;
 }
