@@ -40,7 +40,7 @@ from fbrapids.trainers.sparse.hashmap import (
     rowwise_adagrad_tables,
 )
 from fbrapids.trainers.sparse.row_directory import Ids
-from fbrapids.trainers.sparse.store import Lookup, TieredEmbeddingStore
+from fbrapids.trainers.sparse.store import HandedUpdate, Lookup, TieredEmbeddingStore
 
 
 def on_host(stores: Sequence[object]) -> TypeGuard[Sequence[TieredEmbeddingStore]]:
@@ -74,10 +74,7 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
     # which the tables' starts do not read; they run beside it, and the pass below waits for it: table by table
     # where one update counts the tables it is done with (each table's pass then waits for its own rows only)
     handed = [s.handed_update() for s in stores]
-    updates = {id(h.job): h.job for h in handed if h is not None}
-    progress = next((h.progress for h in handed if h is not None), None)
-    if len(updates) != 1 or any(h is not None and h.progress is not progress for h in handed):
-        progress = None
+    updates, progress = _one_progress(handed)
     try:
         begun = [s.start_lookup(k, requires_grad) for s, k in zip(stores, keys)]
     except BaseException:
@@ -130,6 +127,17 @@ def lookup_together(stores: Sequence[TieredEmbeddingStore], keys: Sequence[Ids],
             lk.rows = torch.from_numpy(rows[a:z])
         out.append(lk)
     return out, torch.from_numpy(rows)
+
+
+def _one_progress(handed: Sequence[HandedUpdate | None]) -> tuple[dict[int, Future], np.ndarray | None]:
+    """The distinct update jobs handed over, and the one counter of tables done that every
+    handed table shares (None where there are several jobs or counters: then the pass waits
+    for every update first)."""
+    updates = {id(h.job): h.job for h in handed if h is not None}
+    progress = next((h.progress for h in handed if h is not None), None)
+    if len(updates) != 1 or any(h is not None and h.progress is not progress for h in handed):
+        progress = None
+    return updates, progress
 
 
 def _wait_for(updates: dict[int, Future]) -> None:
