@@ -101,7 +101,8 @@ BENCHMARKS: dict[str, tuple[list[str], str]] = {
     "training_loop": (["benchmarks/training_loop.py", "--rows", "200000", "--rounds", "3"],
                       "`fit` vs TorchRec FusedEBC vs `nn.EmbeddingBag` on the demo's own batches (200,000 rows): the "
                       "same DLRM from the same start, 1 torch thread, alternated rounds (run under `.venv-bench`); "
-                      "samples/s and AUC; noise rule applied"),
+                      "samples/s and AUC; noise rule applied; beside them `fbrapids demo` itself on the same rows "
+                      "(extraction and training sharing the machine), its samples/s over `fit`'s"),
     "training_loop_1m": (["benchmarks/training_loop.py", "--rows", "1000000", "--rounds", "2", "--out",
                           "benchmarks/results/training_loop_1m.json"],
                          "the same on the demo's batches at 1,000,000 rows"),
@@ -490,6 +491,10 @@ def _training_loop(r: dict) -> str:
                      f"{r[f'fit_over_{key}']:.2f}x)")
     if r.get("fit_over_torchrec_fused_with_remap"):
         text += f"; with TorchRec's id remap counted: {r['fit_over_torchrec_fused_with_remap']:.2f}x"
+    if r.get("demo_over_fit"):
+        text += (f"; `fbrapids demo` on the same rows {_k(r['demo_samples_per_s'])} samples/s (demo / fit "
+                 f"{r['demo_over_fit']:.2f}x; {r['demo_overlap_s']:.2f} s of extraction overlapped, the process "
+                 f"using {r['demo_cpu_cores']:.2f} cores)")
     load = r["load_average"]
     return text + f"; load average {load['start']:.1f} at the start, {load['end']:.1f} at the end"
 
