@@ -24,11 +24,10 @@ order and extraction is out of the timing.  Systems:
   overlap and its trainer's waits; ``cpu_cores`` is its whole process's CPU seconds over its
   wall seconds (set-up and evaluation included: how much of the machine it used; on 2 cores,
   extraction and training share them, so the demo's rate is bounded by their CPU seconds
-  together, not by either alone).  ``demo_over_fit`` is its best
-  rate over ``fit``'s: the share of the bare trainer's speed the whole pipeline keeps.  It
-  trains with the demo's own recipe and calibration hold-back, so its AUC is the demo's,
-  not comparable to the others' to the bit; it is not a peer and not judged against a
-  reference rate.
+  together, not by either alone).  ``demo_over_fit`` is its best rate over ``fit``'s: the
+  share of the bare trainer's speed the whole pipeline keeps.  It trains with the demo's own
+  recipe and calibration hold-back, so its AUC is the demo's, not comparable to the others'
+  to the bit; it is not a peer and not judged against a reference rate.
 
 Every system's dense optimizer is :func:`fbrapids.trainers.fit.default_optimizer` (Adam,
 lr 1e-3); the sparse one is row-wise Adagrad (lr 0.05, eps 1e-8).  Samples/s is rows trained
