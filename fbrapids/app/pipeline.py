@@ -182,6 +182,12 @@ class PipelineResult:
                 f"{gib(m.get('budget_bytes', 0)):.2f} GiB ({m.get('budget_from')}); ran on {m.get('scheduler')}, "
                 f"partitions of {m.get('partition_rows', 0):,} rows"]
 
+    def _hidden_share(self) -> str:
+        """The share of the training pass's extraction that ran while the trainer trained (its
+        busy seconds are the overlap plus the trainer's waits), as the summary says it."""
+        busy = self.overlap_s + self.train_wait_s
+        return f"  ({self.overlap_s / busy:.0%} of the training pass's extraction)" if self.overlap_s > 0 else ""
+
     def render(self) -> str:
         """The human-readable summary printed by ``fbrapids demo``."""
         lines = [f"fbrapids pipeline — backend {self.backend}, model {self.model}", "", "rows per stage:"]
@@ -224,7 +230,7 @@ class PipelineResult:
         lines += ["", "pipelining:",
                   f"  samples per second     {self.samples_per_s:>12,.0f}",
                   f"  extraction busy        {self.extract_busy_s:>12.2f} s",
-                  f"  overlapped w/ training {self.overlap_s:>12.2f} s",
+                  f"  overlapped w/ training {self.overlap_s:>12.2f} s" + self._hidden_share(),
                   f"  trainer waited         {self.train_wait_s:>12.2f} s",
                   f"  bytes written          {self.bytes_written:>12,}  (measured; on disk under the work dir: "
                   + (", ".join(f"{k} {v:,}" for k, v in self.work_tree.items()) or "nothing")

@@ -1,4 +1,5 @@
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -47,6 +48,13 @@ def test_pipeline_end_to_end_counts_and_writes_no_intermediate_files(pipeline_ru
     assert r.extract_busy_s > 0
     assert r.checkpoint and Path(r.checkpoint).is_dir()
     assert f"bytes written          {r.bytes_written:>12,}" in r.render() and "AUC" in r.render()
+    # the overlap's share of the training pass's extraction: at least the overlap over every pass's busy
+    # seconds (the held-out pass's are in those too), at most all of it; none said without an overlap
+    share = re.search(r"overlapped w/ training +[0-9.]+ s  \((\d+)% of the training pass's extraction\)", r.render())
+    if r.overlap_s > 0:
+        assert share and round(100 * r.overlap_s / r.extract_busy_s) <= int(share.group(1)) <= 100, r.render()
+    else:
+        assert share is None
     # the JSON cleaning's counts are shown: malformed and too deep apart, non-string leaves per field
     jc = r.clean["json"]["ctx"]
     assert jc["malformed"] > 0 and jc["rows"] == r.rows["after clean"]  # parsed after the slot filter
