@@ -39,12 +39,13 @@ REPO = Path(__file__).resolve().parents[1]
 METRICS = ("auc", "gauc", "logloss", "calibration")
 
 
-def run_demo(tree: Path, rows: int, seed: int) -> dict[str, Any]:
-    """``fbrapids demo`` of the code in ``tree`` (its own package first on the path): the
-    summary's metrics and pipelining figures."""
+def run_demo(tree: Path, rows: int, seed: int, unset: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``fbrapids demo`` of the code in ``tree`` (its own package first on the path), in its
+    own process, without the environment variables ``unset``: the summary's metrics and
+    pipelining figures, and the process's wall seconds."""
     with tempfile.TemporaryDirectory(prefix="fbrapids-shuffle-bench-") as tmp:
         out = Path(tmp) / "summary.json"
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        env = {k: v for k, v in os.environ.items() if k not in unset} | {"PYTHONPATH": str(tree)}
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(rows), "--seed", str(seed),
                         "--summary-json", str(out)], cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)

@@ -56,11 +56,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -293,29 +291,18 @@ def run_peer(name: str, inputs: Any, remap: Remap, train: list[tuple[Batch, Any]
 
 
 def run_demo(rows: int, seed: int) -> dict[str, Any]:
-    """One ``fbrapids demo --rows rows --seed seed`` in its own process (this checkout's
-    package first on the path): its summary's rate, pipelining and held-out figures, and the
-    process's CPU over its wall time."""
+    """One ``fbrapids demo --rows rows --seed seed`` in its own process
+    (:func:`benchmarks.shuffle_buffer.run_demo`, with the user's OpenMP setting, not this
+    benchmark's): its summary's rate, pipelining and held-out figures, and the process's CPU
+    over its wall time."""
+    from benchmarks.shuffle_buffer import run_demo as demo_summary
+
     repo = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory(prefix="fbrapids-bench-demo-") as tmp:
-        out = Path(tmp) / "summary.json"
-        env = {**os.environ, "PYTHONPATH": str(repo)}
-        if not _OMP_POLICY_GIVEN:  # the demo as a user runs it, not with this benchmark's setting
-            env.pop("OMP_WAIT_POLICY", None)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fbrapids.app.cli", "demo", "--rows", str(rows), "--seed", str(seed),
-                        "--summary-json", str(out)], cwd=repo, env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        summary = json.loads(out.read_text())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    got = demo_summary(repo, rows, seed, unset=() if _OMP_POLICY_GIVEN else ("OMP_WAIT_POLICY",))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"samples_per_s": summary["samples_per_s"], "seconds": summary["seconds"]["extract+train"],
-            "overlap_s": summary["overlap_s"], "train_wait_s": summary["train_wait_s"],
-            "extract_busy_s": summary["extract_busy_s"], "auc": summary["metrics"]["auc"],
-            "calibration": summary["metrics"]["calibration"], "process_wall_s": wall, "process_cpu_s": cpu,
-            "cpu_cores": cpu / wall}
+    return {**got, "process_cpu_s": cpu, "cpu_cores": cpu / got["wall_s"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                 got = run_demo(args.rows, args.seed)
                 rounds[name].append(got)
                 print(f"round {r}: {name:15s} {got['samples_per_s']:10,.0f} samples/s  AUC {got['auc']:.4f}  "
-                      f"calibration {got['calibration']:.3f}  extract+train {got['seconds']:.2f} s, overlap "
+                      f"calibration {got['calibration']:.3f}  extract+train {got['extract_train_s']:.2f} s, overlap "
                       f"{got['overlap_s']:.2f} s, trainer waited {got['train_wait_s']:.2f} s; process "
                       f"{got['cpu_cores']:.2f} cores  (load {os.getloadavg()[0]:.2f})")
                 continue
