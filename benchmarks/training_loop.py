@@ -28,6 +28,15 @@ order and extraction is out of the timing.  Systems:
   share of the bare trainer's speed the whole pipeline keeps.  It trains with the demo's own
   recipe and calibration hold-back, so its AUC is the demo's, not comparable to the others'
   to the bit; it is not a peer and not judged against a reference rate.
+* ``extract``: the demo's extraction alone, no trainer: the same planned frames (planned
+  once, before any round), one pass of training and held-out partitions cut into the
+  same shuffled batches, on dask's threads (:func:`fbrapids.app.pipeline.demo_passes`);
+  its seconds and its process CPU seconds.  With ``fit``'s, they bound the demo on this
+  machine's cores: extraction and training share them, so the pipeline takes at least
+  ``max(fit's seconds, extraction's seconds, (fit's CPU + extraction's CPU) / cores)``, and
+  ``demo_bound_over_fit`` (fit's seconds over that) is the most of ``fit``'s rate a demo can
+  keep here, with no idle core and no lock contention (an upper bound: the demo's
+  calibration hold-back and end-of-run save are left out).
 
 Every system's dense optimizer is :func:`fbrapids.trainers.fit.default_optimizer` (Adam,
 lr 1e-3); the sparse one is row-wise Adagrad (lr 0.05, eps 1e-8).  Samples/s is rows trained
@@ -305,13 +314,53 @@ def run_demo(rows: int, seed: int) -> dict[str, Any]:
     return {**got, "process_cpu_s": cpu, "cpu_cores": cpu / got["wall_s"]}
 
 
+class Extraction:
+    """The demo's extraction alone (the ``extract`` arm): the frames planned once, then each
+    :meth:`run` one pass of the demo's batches, timed (:class:`ThreadTimes`)."""
+
+    def __init__(self, rows: int, seed: int, batch_size: int) -> None:
+        from fbrapids.app.pipeline import plan_frames, training_inputs
+        from fbrapids.datasets.synthetic import as_workload
+
+        self.w = as_workload(default_data_dir(rows, seed))
+        self.inputs = training_inputs(self.w, "dlrm", DIM, batch_size, seed)
+        self.frames = plan_frames(self.inputs, self.w)
+        self.batch_size, self.seed = batch_size, seed
+
+    def run(self) -> dict[str, float]:
+        from fbrapids.app.pipeline import demo_passes
+
+        with ThreadTimes() as times:
+            train, _ = demo_passes(self.w, self.inputs, self.frames, self.batch_size, self.seed)
+        got = times.figures()
+        return {**got, "cpu_s": got["main_thread_cpu_s"] + got["other_threads_cpu_s"],
+                "samples_per_s": sum(len(b) for b in train) / got["seconds"]}
+
+
+def pipeline_bound(fit: dict[str, float], extract: dict[str, float], cores: int) -> dict[str, float]:
+    """The fewest seconds a pipeline of ``fit``'s training and ``extract``'s extraction
+    can take on ``cores`` cores (each at least its own seconds, both together at least
+    their CPU seconds over the cores), and ``fit``'s seconds over it.
+
+    Example:
+        >>> b = pipeline_bound({"seconds": 1.0, "main_thread_cpu_s": 1.0, "other_threads_cpu_s": 0.5},
+        ...                    {"seconds": 1.0, "cpu_s": 1.5}, cores=2)
+        >>> b["bound_s"], b["bound_over_fit"]
+        (1.5, 0.6666666666666666)
+    """
+    fit_cpu = fit["main_thread_cpu_s"] + fit["other_threads_cpu_s"]
+    bound = max(fit["seconds"], extract["seconds"], (fit_cpu + extract["cpu_s"]) / cores)
+    return {"bound_s": bound, "bound_over_fit": fit["seconds"] / bound, "fit_cpu_s": fit_cpu,
+            "extract_cpu_s": extract["cpu_s"], "cores": cores}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000, help="the demo's --rows")
     ap.add_argument("--seed", type=int, default=0, help="the demo's --seed")
     ap.add_argument("--batch-size", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=3, help="rounds, systems alternating; the best round counts")
-    ap.add_argument("--systems", default="fit,torchrec_fused,embeddingbag,demo")
+    ap.add_argument("--systems", default="fit,torchrec_fused,embeddingbag,demo,extract")
     ap.add_argument("--out", default=None, help="write the JSON here too (default: benchmarks/results/"
                                                 "training_loop.json at 200,000 rows, training_loop_1m.json at 1M)")
     ap.add_argument("--set-reference", action="store_true",
@@ -331,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     test_r = [(b, remap.rows(b)) for b in test]
     why: dict[str, str] = {}
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    extraction = Extraction(args.rows, args.seed, args.batch_size) if "extract" in systems else None
     for r in range(args.rounds):
         order = systems if r % 2 == 0 else systems[::-1]
         for name in order:
@@ -343,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"calibration {got['calibration']:.3f}  extract+train {got['extract_train_s']:.2f} s, overlap "
                       f"{got['overlap_s']:.2f} s, trainer waited {got['train_wait_s']:.2f} s; process "
                       f"{got['cpu_cores']:.2f} cores  (load {os.getloadavg()[0]:.2f})")
+                continue
+            if extraction is not None and name == "extract":
+                got = extraction.run()
+                rounds[name].append(got)
+                print(f"round {r}: {name:15s} {got['samples_per_s']:10,.0f} samples/s  {got['seconds']:.2f} s, "
+                      f"{got['cpu_s']:.2f} s CPU  (load {os.getloadavg()[0]:.2f})")
                 continue
             try:
                 got = (run_fit(inputs, train, test, args.seed, bounds) if name == "fit"
@@ -362,12 +418,17 @@ def main(argv: list[str] | None = None) -> int:
                            "torch_threads": 1, "rounds": rounds, "not_measured": why,
                            "torchrec_remap_s": remap.seconds}
     for s, g in best.items():
-        res[f"{s}_samples_per_s"], res[f"{s}_auc"] = g["samples_per_s"], g["auc"]
+        res[f"{s}_samples_per_s"] = g["samples_per_s"]
+        if "auc" in g:  # (the extract arm trains nothing)
+            res[f"{s}_auc"] = g["auc"]
         if "main_thread_wait_s" in g:
             res[f"{s}_main_thread_wait_s"] = g["main_thread_wait_s"]  # (the best round's; every round's in rounds)
     if "demo" in best and "fit" in best:
         res["demo_over_fit"] = best["demo"]["samples_per_s"] / best["fit"]["samples_per_s"]
         res["demo_overlap_s"], res["demo_cpu_cores"] = best["demo"]["overlap_s"], best["demo"]["cpu_cores"]
+    if "fit" in best and "extract" in best:
+        bound = pipeline_bound(best["fit"], best["extract"], len(os.sched_getaffinity(0)))
+        res["demo_bound_over_fit"], res["pipeline_bound"] = bound["bound_over_fit"], bound
     if "fit" in best:
         for peer in ("torchrec_fused", "embeddingbag"):
             if peer in best:
@@ -376,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         if "torchrec_fused" in best:  # the peer with its id -> row remap added back
             with_remap = n_rows / (best["torchrec_fused"]["seconds"] + remap.seconds)
             res["fit_over_torchrec_fused_with_remap"] = best["fit"]["samples_per_s"] / with_remap
-    peers = {f"{s}@1": g["samples_per_s"] for s, g in best.items() if s not in ("fit", "demo")}
+    peers = {f"{s}@1": g["samples_per_s"] for s, g in best.items() if s not in ("fit", "demo", "extract")}
     res.update(noise.finish(peers, set_reference=args.set_reference))
     res["machine"] = machine_description()
     for peer in ("torchrec_fused", "embeddingbag"):
@@ -386,6 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     if "demo_over_fit" in res:
         print(f"demo / fit: {res['demo_over_fit']:.2f}x samples/s (the demo extracting beside its trainer, "
               f"{res['demo_overlap_s']:.2f} s overlapped, its process using {res['demo_cpu_cores']:.2f} cores)")
+    if "pipeline_bound" in res:
+        b = res["pipeline_bound"]
+        print(f"the most {b['cores']} cores allow a demo: {res['demo_bound_over_fit']:.2f}x fit's samples/s (fit "
+              f"{b['fit_cpu_s']:.2f} s CPU + extraction {b['extract_cpu_s']:.2f} s CPU over {b['cores']} cores: "
+              f"{b['bound_s']:.2f} s at least)")
     print(f"verdict: {res['verdict']}" + (f" ({'; '.join(res['noisy_because'])})" if res["noisy_because"] else ""))
     out = args.out or ("benchmarks/results/training_loop.json" if args.rows == 200_000
                        else f"benchmarks/results/training_loop_{args.rows // 1000}k.json".replace("1000k", "1m"))

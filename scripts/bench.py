@@ -495,6 +495,11 @@ def _training_loop(r: dict) -> str:
         text += (f"; `fbrapids demo` on the same rows {_k(r['demo_samples_per_s'])} samples/s (demo / fit "
                  f"{r['demo_over_fit']:.2f}x; {r['demo_overlap_s']:.2f} s of extraction overlapped, the process "
                  f"using {r['demo_cpu_cores']:.2f} cores)")
+    if r.get("demo_bound_over_fit"):  # extraction alone (the extract arm) and fit share the cores
+        b = r["pipeline_bound"]
+        text += (f"; the most {b['cores']} cores allow a demo: {r['demo_bound_over_fit']:.2f}x fit (fit "
+                 f"{b['fit_cpu_s']:.2f} s CPU + extraction alone {b['extract_cpu_s']:.2f} s CPU over {b['cores']} "
+                 f"cores)")
     load = r["load_average"]
     return text + f"; load average {load['start']:.1f} at the start, {load['end']:.1f} at the end"
 

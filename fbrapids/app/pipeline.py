@@ -1193,15 +1193,25 @@ def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
         >>> len(train) > 0 and len(test) > 0, inputs.model
         (True, 'dlrm')
     """
-    import dask
-
     from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.runs.data_cache import default_data_dir
 
     folder = Path(data) if data is not None else ensure_dataset(rows, default_data_dir(rows, seed), seed=seed)
     w = as_workload(folder)
     inputs = training_inputs(w, "dlrm", 16, batch_size, seed)
-    frames = plan_frames(inputs, w)
+    train, test = demo_passes(w, inputs, plan_frames(inputs, w), batch_size, seed)
+    return train, test, inputs
+
+
+def demo_passes(w: Workload, inputs: TrainingInputs, frames: PlannedFrames, batch_size: int,
+                seed: int) -> tuple[list[Batch], list[Batch]]:
+    """The training and held-out batches of the planned ``frames``, extracted as the demo's
+    stream extracts them (one pass, the held-out partitions computed beside the training
+    ones, the training rows shuffled through :data:`SHUFFLE_BUFFER`, dask's threads), into
+    memory: :func:`training_batches` after its plan, and what
+    ``benchmarks/training_loop.py`` times as the demo's extraction alone."""
+    import dask
+
     columns = [w.label, *([w.group] if w.group else []), *inputs.dense, *inputs.sparse]
     with dask.config.set(scheduler="threads"):
         train_pass, test_pass = TimedPartitions.with_held_out(frames.train, frames.test, window=1, columns=columns)
@@ -1209,7 +1219,7 @@ def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
                                   w.group, SHUFFLE_BUFFER))
         test = list(batch_stream(test_pass, inputs.dense, inputs.sparse, batch_size, seed, "error", w.label,
                                  w.group))
-    return train, test, inputs
+    return train, test
 
 
 def _store_totals(model: CTRModel) -> dict[str, dict[str, float]]:
