@@ -603,12 +603,22 @@ static int64_t fbx_gather_booked(const int64_t *w) {
     return 0;
 }
 
+/* A spin-wait's hint to the core (x86's pause, ARM's yield; nothing elsewhere): the library
+ * is compiled on the user's machine, whatever its architecture. */
+static inline void fbx_spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Wait until *progress (an update of the tables running on another thread:
  * fbx_rowwise_adagrad_tables) reaches need: spinning a while, then yielding the CPU. */
 static void fbx_wait_progress(const int64_t *progress, int64_t need) {
     for (int64_t spins = 0; __atomic_load_n(progress, __ATOMIC_ACQUIRE) < need; spins++) {
         if (spins < 4096)
-            __builtin_ia32_pause();
+            fbx_spin_pause();
         else
             sched_yield();
     }
