@@ -2,9 +2,10 @@
 same optimizers, one torch thread, the systems alternated round by round in one run.
 
 The batches are the ones ``fbrapids demo --rows R --seed S`` trains on: the same plan,
-stream, shuffle and seed (:func:`fbrapids.app.pipeline.training_batches`), read once into
-memory before any system is timed, so every system trains on the same rows in the same
-order and extraction is out of the timing.  Systems:
+stream, shuffle and seed (:func:`fbrapids.app.pipeline.demo_passes` over the demo's plan,
+made once: the ``extract`` arm times its passes), read once into memory before any system
+is timed, so every system trains on the same rows in the same order and extraction is out
+of the timing.  Systems:
 
 * ``fit``: :func:`fbrapids.trainers.fit` on the demo's DLRM with the demo's store (its tiers
   as the pipeline chooses them, :func:`fbrapids.app.pipeline.store_config`: one RAM tier
@@ -89,14 +90,6 @@ from fbrapids.trainers.batch import Batch  # noqa: E402
 
 LR, EPS = 0.05, 1e-8
 DIM = 16
-
-
-def demo_batches(rows: int, seed: int, batch_size: int) -> tuple[list[Batch], list[Batch], Any]:
-    """The demo's training and held-out batches at ``rows`` rows and ``seed``, in memory, and
-    its training inputs (:func:`fbrapids.app.pipeline.training_inputs`)."""
-    from fbrapids.app.pipeline import training_batches
-
-    return training_batches(rows, seed, batch_size)
 
 
 def demo_model(inputs: Any, seed: int, ssd: str, bounds: dict[str, Any] | None = None) -> Any:
@@ -315,23 +308,29 @@ def run_demo(rows: int, seed: int) -> dict[str, Any]:
 
 
 class Extraction:
-    """The demo's extraction alone (the ``extract`` arm): the frames planned once, then each
-    :meth:`run` one pass of the demo's batches, timed (:class:`ThreadTimes`)."""
+    """The demo's extraction: its data (generated once, cached) and its frames planned once;
+    :meth:`batches` one pass of the demo's training and held-out batches, :meth:`run` the
+    same pass timed (:class:`ThreadTimes`: the ``extract`` arm)."""
 
     def __init__(self, rows: int, seed: int, batch_size: int) -> None:
         from fbrapids.app.pipeline import plan_frames, training_inputs
         from fbrapids.datasets.synthetic import as_workload
+        from fbrapids.datasets.synthetic.generate import ensure_dataset
 
-        self.w = as_workload(default_data_dir(rows, seed))
+        self.w = as_workload(ensure_dataset(rows, default_data_dir(rows, seed), seed=seed))
         self.inputs = training_inputs(self.w, "dlrm", DIM, batch_size, seed)
         self.frames = plan_frames(self.inputs, self.w)
         self.batch_size, self.seed = batch_size, seed
 
-    def run(self) -> dict[str, float]:
+    def batches(self) -> tuple[list[Batch], list[Batch]]:
+        """The demo's training and held-out batches, in memory."""
         from fbrapids.app.pipeline import demo_passes
 
+        return demo_passes(self.w, self.inputs, self.frames, self.batch_size, self.seed)
+
+    def run(self) -> dict[str, float]:
         with ThreadTimes() as times:
-            train, _ = demo_passes(self.w, self.inputs, self.frames, self.batch_size, self.seed)
+            train, _ = self.batches()
         got = times.figures()
         return {**got, "cpu_s": got["main_thread_cpu_s"] + got["other_threads_cpu_s"],
                 "samples_per_s": sum(len(b) for b in train) / got["seconds"]}
@@ -370,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     noise = NoiseCheck(f"training_loop rows={args.rows} batch={args.batch_size}")
     print(f"load average {noise.load_start:.2f} at the start; machine speed {noise.speed_start:.1f} loops/s")
-    train, test, inputs = demo_batches(args.rows, args.seed, args.batch_size)
+    extraction = Extraction(args.rows, args.seed, args.batch_size)  # planned once: the batches and the extract arm
+    train, test = extraction.batches()
+    inputs = extraction.inputs
     bounds = table_bounds(default_data_dir(args.rows, args.seed), inputs.sparse, inputs.extra_features)
     n_rows = sum(len(b) for b in train)
     print(f"{len(train)} training batches ({n_rows:,} rows), {len(test)} held-out batches")
@@ -380,7 +381,6 @@ def main(argv: list[str] | None = None) -> int:
     test_r = [(b, remap.rows(b)) for b in test]
     why: dict[str, str] = {}
     rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
-    extraction = Extraction(args.rows, args.seed, args.batch_size) if "extract" in systems else None
     for r in range(args.rounds):
         order = systems if r % 2 == 0 else systems[::-1]
         for name in order:
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{got['overlap_s']:.2f} s, trainer waited {got['train_wait_s']:.2f} s; process "
                       f"{got['cpu_cores']:.2f} cores  (load {os.getloadavg()[0]:.2f})")
                 continue
-            if extraction is not None and name == "extract":
+            if name == "extract":
                 got = extraction.run()
                 rounds[name].append(got)
                 print(f"round {r}: {name:15s} {got['samples_per_s']:10,.0f} samples/s  {got['seconds']:.2f} s, "
