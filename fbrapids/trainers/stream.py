@@ -3,13 +3,18 @@
 A background thread computes partition i+1 (for a dask frame: one pass of
 :func:`fbrapids.frames.partition_pass.iter_partitions` on the active scheduler, a distributed
 ``Client`` included: shared upstream tasks run once per pass) and converts it to host
-arrays while the trainer consumes partition i; a bounded queue of ``prefetch`` partitions
-sits between them.  Rows are optionally shuffled through a buffer of ``shuffle_buffer`` rows
-filled as partitions arrive (:mod:`fbrapids.trainers.shuffle`: training starts after the
-first partition, the next ones are extracted meanwhile), in the producer thread, in an
-order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`; iterating twice in one
-epoch repeats the order) and by the rows alone, not by how they were partitioned.  The
-options are one :class:`StreamConfig`.
+arrays while the trainer consumes partition i.  A bounded queue sits between them: for a
+dask frame the pass computes ``max(1, prefetch // 2)`` partitions together and the queue
+holds ``max(1, prefetch - that)`` items; for other sources it holds ``prefetch`` items.
+Unshuffled, an item is a partition's rows.  Shuffled, an item is one of the buffer's output
+chunks (what it emits after each arrival unit, a whole number of batches, and at the end of
+the pass every row it still holds), so the producer may wait on a full queue in the middle
+of a partition.  Rows are optionally shuffled through a buffer of
+``shuffle_buffer`` rows filled as partitions arrive (:mod:`fbrapids.trainers.shuffle`:
+training starts after the first partition, the next ones are extracted meanwhile), in the
+producer thread, in an order fixed by ``seed`` and the epoch (:meth:`BatchStream.set_epoch`;
+iterating twice in one epoch repeats the order) and by the rows alone, not by how they were
+partitioned.  The options are one :class:`StreamConfig`.
 Batches of ``batch_size`` rows carry across partition boundaries; the last one may be
 shorter (``drop_last=False``).  Empty partitions are skipped and counted.  cudf partitions
 bound for a CUDA device (``device=``, else :func:`fbrapids.trainers.device.resolve_device`)
@@ -225,8 +230,8 @@ class BatchStream:
 
     # -- producer ------------------------------------------------------------------------
     def _pass_window(self) -> int:
-        """Partitions of a dask pass computed together: half of ``prefetch``, the queue holds
-        the rest, so at most ``prefetch`` partitions are computed and not yet taken."""
+        """Partitions of a dask pass computed together: half of ``prefetch``; the queue holds
+        the rest as items (partitions, or shuffled, the buffer's chunks: module docstring)."""
         return max(1, self.prefetch // 2)
 
     def _queue_size(self) -> int:
@@ -439,7 +444,9 @@ def stream(df: _backend.FrameLike, label: str, dense: Sequence[str] = (), sparse
             arrive (0: keep order): :mod:`fbrapids.trainers.shuffle` (the first batch after
             the first 2^15 rows; the order depends on the rows and ``seed`` only).
         seed: fixes the shuffle order (with the epoch).
-        prefetch: partitions computed ahead (the bounded queue's size).
+        prefetch: work computed ahead of the trainer: for a dask frame, the pass's window
+            of partitions and the bounded queue share it (a queue item is a partition's
+            rows, or with ``shuffle_buffer`` one of the buffer's output chunks).
         device: move batches there (``"cuda"``), from pinned memory.
         group: a column carried as ``batch.group`` (e.g. the user id, for GAUC).
         nan: ``"error"`` or ``"zero"`` for NaN / inf in dense features
