@@ -193,29 +193,65 @@ def pad(part: pd.DataFrame, n: int, value: object = 0, side: str = "right", expr
     return pd.Series(pd.arrays.ArrowExtensionArray(lists), index=part.index)
 
 
-def _elements(arr: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
-    """The row of each non-null element of ``arr`` and the elements (numpy; int64 / uint64
-    stay exact: nulls are dropped before the conversion, never turned into NaN)."""
+def _elements(arr: pa.ListArray) -> tuple[np.ndarray, pa.Array]:
+    """The row of each non-null element of ``arr`` and the elements (Arrow)."""
     flat = flat_values(arr)
     rows = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(_offsets(arr)))
     if flat.null_count:
         keep = np.asarray(flat.is_valid().to_numpy(zero_copy_only=False))
         rows, flat = rows[keep], flat.filter(pa.array(keep))
-    return rows, flat.to_numpy(zero_copy_only=False)
+    return rows, flat
+
+
+def _hashed_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The one type both lists' elements are coded in by Arrow's hash (integers of one type,
+    booleans, strings, bytes: where Arrow's equality is Python's), or None (the numpy path)."""
+    def widened(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return pa.large_string()
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return pa.large_binary()
+        return t
+    t = widened(a)
+    if t != widened(b):
+        return None
+    return t if pa.types.is_integer(t) or pa.types.is_boolean(t) or t in (pa.large_string(), pa.large_binary()) \
+        else None
+
+
+def _codes(fa: pa.Array, fb: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 code per distinct element across ``fa`` and ``fb`` (equal elements, equal
+    codes), -1 for an element that equals nothing (NaN)."""
+    t = _hashed_type(fa.type, fb.type)
+    if t is not None:  # Arrow's hash table over the values as they are: no Python objects
+        codes = pa.concat_arrays([fa.cast(t), fb.cast(t)]).dictionary_encode().indices
+        both = np.asarray(codes.to_numpy(zero_copy_only=False), dtype=np.int64)
+    else:  # floats, mixed kinds: numpy values compared by value (int64 5 == uint64 5 == 5.0)
+        na, nb = fa.to_numpy(zero_copy_only=False), fb.to_numpy(zero_copy_only=False)
+        both, _ = pd.factorize(np.concatenate([na.astype(object), nb.astype(object)]) if na.dtype != nb.dtype
+                               else np.concatenate([na, nb]))  # (NaN: -1)
+        both = both.astype(np.int64)
+    return both[: len(fa)], both[len(fa):]
 
 
 def overlap_count(part: pd.DataFrame) -> pd.Series:
     """How many elements of list ``a0`` (each duplicate counted) appear in list ``a1`` (int64;
     null when either is null).  Elements compare by value (int64 5 matches uint64 5, never
-    the string "5"); null elements never match."""
+    the string "5"); null elements, and NaN, never match.
+
+    Example:
+        >>> F = pd.ArrowDtype(pa.list_(pa.float64()))
+        >>> overlap_count(pd.DataFrame({"a0": pd.Series([[1.0], [float("nan")]], dtype=F),
+        ...                             "a1": pd.Series([[3.0, 5.0], [float("nan")]], dtype=F)})).tolist()
+        [0, 0]
+    """
     a, b = _list_array(part["a0"], "overlap_count"), _list_array(part["a1"], "overlap_count")
     rows_a, fa = _elements(a)
     rows_b, fb = _elements(b)
-    codes, _ = pd.factorize(np.concatenate([fa.astype(object), fb.astype(object)]) if fa.dtype != fb.dtype
-                            else np.concatenate([fa, fb]))
-    ca, cb = codes[: len(fa)].astype(np.int64), codes[len(fa):].astype(np.int64)
-    width = int(codes.max()) + 1 if len(codes) else 1
-    hit = np.isin(rows_a * width + ca, rows_b * width + cb)
+    ca, cb = _codes(fa, fb)
+    width = int(max(ca.max(initial=0), cb.max(initial=0))) + 1
+    # each (row, element) a number; a hash set of b's (pandas' isin: linear, where np.isin sorts)
+    hit = pd.Index(rows_a * width + ca).isin(rows_b[cb >= 0] * width + cb[cb >= 0]) & (ca >= 0)
     counts = np.bincount(rows_a[hit], minlength=len(a)).astype(np.int64)
     valid = np.asarray(a.is_valid().to_numpy(zero_copy_only=False)) & np.asarray(b.is_valid().to_numpy(zero_copy_only=False))
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(counts, mask=~valid)), index=part.index)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import fbrapids  # noqa: F401
 from fbrapids import ops
@@ -66,3 +67,44 @@ def test_row_operators_on_dask(nparts: int) -> None:
         got = dd.from_pandas(df, npartitions=nparts).fbx.extract(**FEATS).compute()
     for k in FEATS:
         pd.testing.assert_series_equal(got[k], want[k], check_exact=True)
+
+
+def _python_overlap(a: list | None, b: list | None) -> int | None:
+    """The reference: Python's own ``==`` (NaN equals nothing, 5 == 5.0, "5" != 5)."""
+    if a is None or b is None:
+        return None
+    present = [w for w in b if w is not None]
+    return sum(1 for v in a if v is not None and any(v == w for w in present))
+
+
+_FLOATS = st.sampled_from([0.0, -0.0, 1.0, 5.0, 2.5, float("nan"), float("inf"), -1.0])
+_ELEMENT_KINDS = {
+    "float64": (pa.float64(), _FLOATS),
+    "int64": (pa.int64(), st.integers(-3, 6)),
+    "uint64": (pa.uint64(), st.sampled_from([0, 1, 5, 2**63, 2**64 - 1])),
+    "string": (pa.string(), st.sampled_from(["", "5", "a", "漢", "a\x00"])),
+    "large_string": (pa.large_string(), st.sampled_from(["", "5", "a", "b"])),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_overlap_count_is_pythons_equality_for_every_element_kind(data: st.DataObject) -> None:
+    """overlap_count against Python's ``==`` on lists of floats (NaN, -0.0, inf), int64,
+    uint64 (past 2^63) and strings, each list column of its own kind, null lists and null
+    elements included: NaN matches nothing, 5 matches 5.0 and never "5"."""
+    n = data.draw(st.integers(0, 12))
+    cols = {}
+    for name in ("a0", "a1"):
+        t, elem = _ELEMENT_KINDS[data.draw(st.sampled_from(sorted(_ELEMENT_KINDS)))]
+        lists = data.draw(st.lists(st.one_of(st.none(), st.lists(st.one_of(elem, st.none()), max_size=5)),
+                                   min_size=n, max_size=n))
+        cols[name] = (lists, t)
+    df = pd.DataFrame({k: pd.Series(pd.array(v, dtype=pd.ArrowDtype(pa.list_(t)))) for k, (v, t) in cols.items()})
+    got = [None if x is pd.NA else x for x in ops_overlap(df)]
+    want = [_python_overlap(a, b) for a, b in zip(cols["a0"][0], cols["a1"][0])]
+    assert got == want
+
+
+def ops_overlap(df: pd.DataFrame) -> list:
+    return df.rename(columns={"a0": "x", "a1": "y"}).fbx.extract(ov=ops.overlap_count("x", "y"))["ov"].tolist()
