@@ -77,6 +77,15 @@ def _python_overlap(a: list | None, b: list | None) -> int | None:
     return sum(1 for v in a if v is not None and any(v == w for w in present))
 
 
+def _overlap_of(df: pd.DataFrame | dd.DataFrame) -> list:
+    """overlap_count of ``a0`` and ``a1`` through the public path (``.fbx.extract``), eager or dask."""
+    out = df.rename(columns={"a0": "x", "a1": "y"}).fbx.extract(ov=ops.overlap_count("x", "y"))["ov"]
+    if isinstance(out, dd.Series):
+        with dask.config.set(scheduler="sync"):
+            out = out.compute()
+    return [None if x is pd.NA else x for x in out.tolist()]
+
+
 _FLOATS = st.sampled_from([0.0, -0.0, 1.0, 5.0, 2.5, float("nan"), float("inf"), -1.0])
 _ELEMENT_KINDS = {
     "float64": (pa.float64(), _FLOATS),
@@ -92,7 +101,7 @@ _ELEMENT_KINDS = {
 def test_overlap_count_is_pythons_equality_for_every_element_kind(data: st.DataObject) -> None:
     """overlap_count against Python's ``==`` on lists of floats (NaN, -0.0, inf), int64,
     uint64 (past 2^63) and strings, each list column of its own kind, null lists and null
-    elements included: NaN matches nothing, 5 matches 5.0 and never "5"."""
+    elements included, eager and on dask: NaN matches nothing, 5 matches 5.0 and never "5"."""
     n = data.draw(st.integers(0, 12))
     cols = {}
     for name in ("a0", "a1"):
@@ -101,10 +110,6 @@ def test_overlap_count_is_pythons_equality_for_every_element_kind(data: st.DataO
                                    min_size=n, max_size=n))
         cols[name] = (lists, t)
     df = pd.DataFrame({k: pd.Series(pd.array(v, dtype=pd.ArrowDtype(pa.list_(t)))) for k, (v, t) in cols.items()})
-    got = [None if x is pd.NA else x for x in ops_overlap(df)]
     want = [_python_overlap(a, b) for a, b in zip(cols["a0"][0], cols["a1"][0])]
-    assert got == want
-
-
-def ops_overlap(df: pd.DataFrame) -> list:
-    return df.rename(columns={"a0": "x", "a1": "y"}).fbx.extract(ov=ops.overlap_count("x", "y"))["ov"].tolist()
+    assert _overlap_of(df) == want
+    assert _overlap_of(dd.from_pandas(df, npartitions=3)) == want
