@@ -313,13 +313,9 @@ class Extraction:
     same pass timed (:class:`ThreadTimes`: the ``extract`` arm)."""
 
     def __init__(self, rows: int, seed: int, batch_size: int) -> None:
-        from fbrapids.app.pipeline import plan_frames, training_inputs
-        from fbrapids.datasets.synthetic import as_workload
-        from fbrapids.datasets.synthetic.generate import ensure_dataset
+        from fbrapids.app.pipeline import demo_plan
 
-        self.w = as_workload(ensure_dataset(rows, default_data_dir(rows, seed), seed=seed))
-        self.inputs = training_inputs(self.w, "dlrm", DIM, batch_size, seed)
-        self.frames = plan_frames(self.inputs, self.w)
+        self.w, self.inputs, self.frames = demo_plan(rows, seed, batch_size)  # (the same plan as training_batches)
         self.batch_size, self.seed = batch_size, seed
 
     def batches(self) -> tuple[list[Batch], list[Batch]]:

@@ -1193,14 +1193,23 @@ def training_batches(rows: int, seed: int = 0, batch_size: int = 2048,
         >>> len(train) > 0 and len(test) > 0, inputs.model
         (True, 'dlrm')
     """
+    w, inputs, frames = demo_plan(rows, seed, batch_size, data)
+    train, test = demo_passes(w, inputs, frames, batch_size, seed)
+    return train, test, inputs
+
+
+def demo_plan(rows: int, seed: int = 0, batch_size: int = 2048,
+              data: str | Path | None = None) -> tuple[Workload, TrainingInputs, PlannedFrames]:
+    """The workload, the DLRM's inputs and the planned frames of ``fbrapids demo --rows rows
+    --seed seed`` (its data generated once into the cache, or read from ``data``): what
+    :func:`demo_passes` extracts."""
     from fbrapids.datasets.synthetic.generate import ensure_dataset
     from fbrapids.runs.data_cache import default_data_dir
 
     folder = Path(data) if data is not None else ensure_dataset(rows, default_data_dir(rows, seed), seed=seed)
     w = as_workload(folder)
     inputs = training_inputs(w, "dlrm", 16, batch_size, seed)
-    train, test = demo_passes(w, inputs, plan_frames(inputs, w), batch_size, seed)
-    return train, test, inputs
+    return w, inputs, plan_frames(inputs, w)
 
 
 def demo_passes(w: Workload, inputs: TrainingInputs, frames: PlannedFrames, batch_size: int,
