@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from fbrapids.frames.cluster import WorkerCounters
     from fbrapids.frames.partition_pass import KeptPartitions
     from fbrapids.kernels import Expr
+    from fbrapids.kernels.compile_host import BuildAhead
     from fbrapids.runs.disk_budget import TableBound
     from fbrapids.runs.memory_watch import MemoryWatch
     from fbrapids.runs.ram_budget import TableLayout
@@ -129,6 +130,10 @@ class PipelineResult:
     #: the split as checked before training (:meth:`~fbrapids.workloads.split_check.SplitCheck.as_dict`):
     #: its rule's name, the log's files in order, the time column's form, each side's rows and times
     split: dict[str, object] = field(default_factory=dict)
+    #: the C libraries this run compiled, not finding them in the kernel cache (a machine's
+    #: first run of this fbrapids), by stage: ``{stage: {"libraries": n, "seconds": s}}``
+    compiled: dict[str, dict[str, float]] = field(default_factory=dict)
+    kernel_cache: str = ""  #: the kernel cache's folder, where later runs find them
     predictions: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # held-out pred / label / group
 
     def _repr_html_(self) -> str:
@@ -182,6 +187,22 @@ class PipelineResult:
                 f"{gib(m.get('budget_bytes', 0)):.2f} GiB ({m.get('budget_from')}); ran on {m.get('scheduler')}, "
                 f"partitions of {m.get('partition_rows', 0):,} rows"]
 
+    def _compile_lines(self) -> list[str]:
+        """How many C libraries each stage compiled and the compiler's seconds, summed over
+        compiles that ran at once (none on a later run: it loads them from the kernel cache)."""
+        if not self.compiled:
+            return []
+        n = sum(int(v["libraries"]) for v in self.compiled.values())
+        by_stage = ", ".join(f"{k} {int(v['libraries'])}" for k, v in self.compiled.items())
+        seconds = sum(v["seconds"] for v in self.compiled.values())
+        return [f"  C libraries compiled   {n:>12}  ({by_stage}: {seconds:.2f} s of compiler time, several compiles "
+                f"at once; a later run loads them from {self.kernel_cache})"]
+
+    def _compile_share(self) -> str:
+        """What the training stage's rate includes of compiling (a machine's first run)."""
+        s = self.compiled.get("extract+train", {}).get("seconds", 0.0)
+        return f"  (its stage includes {s:.2f} s of compiling: a later run's does not)" if s else ""
+
     def _hidden_share(self) -> str:
         """The share of the training pass's extraction that ran while the trainer trained (its
         busy seconds are the overlap plus the trainer's waits), as the summary says it."""
@@ -201,6 +222,7 @@ class PipelineResult:
             lines += ["", *str(self.split["text"]).splitlines()]
         lines += ["", "seconds per stage:"]
         lines += [f"  {k:<22} {v:>12.2f}" for k, v in self.seconds.items()]
+        lines += self._compile_lines()
         k = self.kernel
         json_kernels = "  (+2 JSON-cleaning kernels: scan, pick)" if k.get("json_cleaning") else ""
         lines += ["", "feature extraction (meta-kernels):",
@@ -228,7 +250,7 @@ class PipelineResult:
         if m.get("undefined"):
             lines.append(f"  undefined: {m['undefined']}")
         lines += ["", "pipelining:",
-                  f"  samples per second     {self.samples_per_s:>12,.0f}",
+                  f"  samples per second     {self.samples_per_s:>12,.0f}" + self._compile_share(),
                   f"  extraction busy        {self.extract_busy_s:>12.2f} s",
                   f"  overlapped w/ training {self.overlap_s:>12.2f} s" + self._hidden_share(),
                   f"  trainer waited         {self.train_wait_s:>12.2f} s",
@@ -641,7 +663,10 @@ def _run(w: Workload, cfg: RunConfig, client: Client | None, work: Path, watch: 
     _reset_kernel_counters(client, require=f"extracting {w.origin}")
     t0 = time.perf_counter()
     watch.stage("plan")
-    planned = _plan_run(w, cfg, be.name, work, result, layout)
+    with counting_compiles(result, "plan"):
+        ahead = _build_ahead(cfg.model, be.is_gpu)
+        planned = _plan_run(w, cfg, be.name, work, result, layout)
+        ahead.wait()  # built before the first step: the training stage's rate is training's
     result.seconds["plan"] = time.perf_counter() - t0
     if planned.frames.split is not None:  # every check passed: what is about to train, and on what
         planned.frames.split.announce(w.origin)
@@ -890,19 +915,57 @@ def _train_and_evaluate(w: Workload, cfg: RunConfig, is_gpu: bool, planned: _Pla
     with training_threads(cfg.train_threads, is_gpu):
         streams.watch.stage("extract+train")
         t = time.perf_counter()
-        fitted = fit(planned.net, streams.train, epochs=cfg.epochs or recipe.epochs, progress=cfg.progress,
-                     optimizer=optimizer, sparse_lr_decay=recipe.sparse_lr_decay,
-                     checkpoint_dir=planned.ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every,
-                     run=inputs.run, keep_checkpoints=KEEP_CHECKPOINTS,
-                     calibrate=cfg.calibrate and recipe.calibrate)
+        with counting_compiles(result, "extract+train"):
+            fitted = fit(planned.net, streams.train, epochs=cfg.epochs or recipe.epochs, progress=cfg.progress,
+                         optimizer=optimizer, sparse_lr_decay=recipe.sparse_lr_decay,
+                         checkpoint_dir=planned.ckpt_dir, resume=cfg.resume, checkpoint_every=cfg.checkpoint_every,
+                         run=inputs.run, keep_checkpoints=KEEP_CHECKPOINTS,
+                         calibrate=cfg.calibrate and recipe.calibrate)
         train_s = time.perf_counter() - t
         streams.watch.stage("extract+evaluate")
         t = time.perf_counter()
         streams.test = batch_stream(streams.test_producer, inputs.dense, inputs.sparse, cfg.batch_size, cfg.seed,
                                     cfg.nan, w.label, w.group)
-        result.predictions = predict(planned.net, streams.test, progress=cfg.progress)  # read-only, as served
+        with counting_compiles(result, "extract+evaluate"):
+            result.predictions = predict(planned.net, streams.test, progress=cfg.progress)  # read-only, as served
         evaluate_s = time.perf_counter() - t
     return fitted, train_s, evaluate_s
+
+
+@contextlib.contextmanager
+def counting_compiles(result: PipelineResult, stage: str) -> Iterator[None]:
+    """Record in ``result.compiled[stage]`` the C libraries this process compiled inside the
+    block and the seconds they took (nothing when every one came from the kernel cache).
+
+    Example:
+        >>> r = PipelineResult("cpu", "dlrm")
+        >>> with counting_compiles(r, "plan"):
+        ...     pass
+        >>> r.compiled
+        {}
+    """
+    from fbrapids.kernels import cache
+
+    before = dict(cache.stats)
+    try:
+        yield
+    finally:
+        built = sum(cache.stats[k] - before[k] for k in ("builds", "rebuilds"))
+        if built:
+            result.compiled[stage] = {"libraries": int(built),
+                                      "seconds": round(cache.stats["compile_seconds"] - before["compile_seconds"], 2)}
+            result.kernel_cache = str(cache.cache_dir())
+
+
+def _build_ahead(model: str, is_gpu: bool) -> BuildAhead:
+    """The C libraries the ``model``'s training loads on the CPU (its
+    :meth:`~fbrapids.trainers.models.CTRModel.cpu_sources`: the store's, DLRM's dots),
+    compiling on background threads beside the plan where they are not in the kernel cache
+    (a machine's first run: seconds each, once); none on a GPU run."""
+    from fbrapids.kernels.compile_host import BuildAhead
+    from fbrapids.trainers import models
+
+    return BuildAhead([] if is_gpu else models.model_for(model).cpu_sources())
 
 
 def _record_training(result: PipelineResult, fitted: FitResult, streams: _Streams, train_s: float) -> None:

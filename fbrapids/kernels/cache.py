@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -47,8 +48,11 @@ DIGEST_SUFFIX = ".sha256"
 log = logging.getLogger(__name__)
 
 #: this process's cache lookups: ``hits`` (a verified entry used), ``builds`` (a missing
-#: entry built), ``rebuilds`` (an entry that did not match its digest, built again)
-stats = {"hits": 0, "builds": 0, "rebuilds": 0}
+#: entry built), ``rebuilds`` (an entry that did not match its digest, built again), and
+#: ``compile_seconds``, the seconds its builds and rebuilds took (summed: builds on
+#: several threads at once count each)
+stats: dict[str, float] = {"hits": 0, "builds": 0, "rebuilds": 0, "compile_seconds": 0.0}
+_stats_lock = threading.Lock()  # builds on several threads (compile_host.BuildAhead) count here
 
 
 def cache_dir() -> Path:
@@ -144,7 +148,9 @@ def invalidate(path: str | os.PathLike, why: str) -> None:
 def _count(outcome: str, key: str, suffix: str, seconds: float = 0.0) -> None:
     """Count a lookup in :data:`stats` and, when ``$FBRAPIDS_KERNEL_CACHE_LOG`` names a file,
     append it there (one short line, one ``write`` in append mode: whole across processes)."""
-    stats[outcome + "s"] += 1
+    with _stats_lock:
+        stats[outcome + "s"] += 1
+        stats["compile_seconds"] += seconds
     path = os.environ.get(ENV_LOG)
     if path:
         line = json.dumps({"outcome": outcome, "key": key, "suffix": suffix, "seconds": round(seconds, 3)}) + "\n"

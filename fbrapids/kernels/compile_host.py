@@ -19,22 +19,27 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import re
 import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from fbrapids.errors import CompilerNotFoundError, KernelCacheError, KernelCompileError
-from fbrapids.kernels.cache import cached_artifact, invalidate, source_key
+from fbrapids.kernels.cache import cached_artifact, invalidate, source_key, verified
 from fbrapids.kernels.headers import inline_headers
 
 if TYPE_CHECKING:  # (annotations only: the bar loads when a compile starts)
+    from concurrent.futures import Future
+
     from tqdm.std import tqdm as Tqdm
 
 FLAGS = ("-O3", "-std=gnu11", "-fopenmp", "-shared", "-fPIC", "-fno-strict-aliasing")
+
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,7 +102,7 @@ def compile_bar(where: Path) -> Tqdm:
 def compile_source(source: str) -> Path:
     """The path of the shared library built from ``source`` (from the cache when present)."""
     cc = find_compiler()
-    key = source_key(source, _compiler_id(cc), " ".join(FLAGS))
+    key = _text_key(source, cc)
 
     def build(out: Path) -> None:
         src = out.with_suffix(".c")
@@ -154,14 +159,18 @@ def _load_library(source: str) -> ctypes.CDLL:
         raise KernelCacheError(f"cannot load the kernel library {path}, even rebuilt: {exc}") from None
 
 
+def _with_target(source: str) -> str:
+    """``source`` with ``fbx_target.h`` prepended unless the text already contains it."""
+    return source if "FBX_TARGET_H" in source else inline_headers([]) + "\n" + source
+
+
 def load_source(source: str) -> ctypes.CDLL:
     """Compile (or fetch from the cache) and load ``source``; one load per process.
 
     ``source`` may use ``FBX_KERNEL`` and the ``fbx_*`` typedefs: ``fbx_target.h`` is
     prepended unless the text already contains it.
     """
-    if "FBX_TARGET_H" not in source:
-        source = inline_headers([]) + "\n" + source
+    source = _with_target(source)
     key = source_key(source)
     with _lock:
         lib = _loaded.get(key)
@@ -170,3 +179,79 @@ def load_source(source: str) -> ctypes.CDLL:
             lib = _load_library(source)
             _loaded[key] = lib
         return lib
+
+
+class BuildAhead:
+    """The libraries of ``sources`` not yet in the kernel cache, compiled on background
+    threads while the caller goes on (one compiler process each, as many at once as the
+    machine has cores: the compiler is a process of its own, so the threads hold no
+    interpreter lock while it runs).  A later :func:`load_source` of one of them finds it
+    built, or waits on the cache's lock for the build under way: never a second compile.
+    A source that fails to build is left to that :func:`load_source`, which raises the
+    error with the compiler's message; here it is only logged.
+
+    For a run that knows early which libraries it will load (the model's, the store's)
+    and has other work to do first (reading and planning): their compiles, seconds a
+    library on a machine's first run, run beside that work instead of in its first step.
+
+    Example:
+        >>> import os, tempfile
+        >>> os.environ["FBRAPIDS_KERNEL_CACHE"] = tempfile.mkdtemp()
+        >>> src = "FBX_KERNEL int fbx_ahead(int x) { return x * 2; }"
+        >>> ahead = BuildAhead([src]); ahead.missing
+        1
+        >>> _ = ahead.wait(); BuildAhead([src]).missing  # built: nothing left to do
+        0
+        >>> load_source(src).fbx_ahead(21)
+        42
+    """
+
+    def __init__(self, sources: Iterable[str]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        todo = list(dict.fromkeys(s for s in (_with_target(s) for s in sources) if not _is_built(s)))
+        #: how many of the sources were not in the cache (each compiled here)
+        self.missing = len(todo)
+        self._futures: list[Future[Path]] = []
+        if todo:
+            pool = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1),
+                                      thread_name_prefix="fbrapids-build-ahead")
+            self._futures = [pool.submit(compile_source, s) for s in todo]
+            pool.shutdown(wait=False)  # its threads end with their builds
+
+    def wait(self) -> float:
+        """Wait for every build started here; returns the seconds waited."""
+        import time
+
+        t0 = time.perf_counter()
+        for f in self._futures:
+            try:
+                f.result()
+            except Exception as exc:  # noqa: BLE001 -- raised again, with its context, by load_source
+                log.debug("building ahead failed (load_source will say why): %s", exc)
+        return time.perf_counter() - t0
+
+
+def library_key(source: str) -> str:
+    """The kernel cache's key of the library :func:`load_source` builds from ``source``: a
+    hash of the text (``fbx_target.h`` in), the compiler's version and the flags.
+
+    Example:
+        >>> library_key("int f(void) { return 1; }") == library_key("int f(void) { return 2; }")
+        False
+    """
+    return _text_key(_with_target(source), find_compiler())
+
+
+def _text_key(text: str, cc: str) -> str:
+    """The cache key of ``text`` compiled by ``cc`` with :data:`FLAGS`."""
+    return source_key(text, _compiler_id(cc), " ".join(FLAGS))
+
+
+def _is_built(source: str) -> bool:
+    """Whether the library of ``source`` is in the cache, verified; False where no compiler
+    is found (the build, then the load, will say so)."""
+    try:
+        return verified(library_key(source) + ".so") is not None
+    except CompilerNotFoundError:
+        return False

@@ -46,3 +46,37 @@ def test_missing_compiler_says_what_to_install(monkeypatch):
     finally:
         monkeypatch.undo()
         compile_host.find_compiler.cache_clear()
+
+
+def test_building_ahead_compiles_once_and_a_load_meanwhile_waits_for_it(tmp_path, monkeypatch):
+    """A library built ahead on a background thread is compiled once: the same source twice
+    is one build, and a load started while it builds waits on the cache's lock and finds it
+    built (a hit, not a second compile)."""
+    from fbrapids.kernels import cache
+
+    monkeypatch.setenv("FBRAPIDS_KERNEL_CACHE", str(tmp_path))
+    src = "FBX_KERNEL long long fbx_ahead_demo(long long x) { return x * 5 + %d; }" % os.getpid()
+    before = dict(cache.stats)
+    ahead = compile_host.BuildAhead([src, src])
+    assert ahead.missing == 1
+    lib = compile_host.load_source(src)  # most likely while the compiler still runs
+    ahead.wait()
+    lib.fbx_ahead_demo.restype = __import__("ctypes").c_longlong
+    lib.fbx_ahead_demo.argtypes = [__import__("ctypes").c_longlong]
+    assert lib.fbx_ahead_demo(2) == 10 + os.getpid()
+    assert cache.stats["builds"] - before["builds"] == 1 and cache.stats["hits"] - before["hits"] == 1
+    assert cache.stats["compile_seconds"] > before["compile_seconds"]
+    assert [p.name for p in tmp_path.glob("*.so")] == [compile_host.library_key(src) + ".so"]
+    assert compile_host.BuildAhead([src]).missing == 0
+
+
+def test_a_source_that_fails_to_build_ahead_fails_at_its_load(tmp_path, monkeypatch):
+    """Building ahead raises nothing; the load raises the compiler's error, naming the line."""
+    monkeypatch.setenv("FBRAPIDS_KERNEL_CACHE", str(tmp_path))
+    bad = "FBX_KERNEL int fbx_ahead_bad_%d(int x) { return x + ; }" % os.getpid()
+    ahead = compile_host.BuildAhead([bad])
+    assert ahead.missing == 1
+    ahead.wait()
+    with pytest.raises(compile_host.KernelCompileError, match="rejected a generated meta-kernel"):
+        compile_host.load_source(bad)
+    assert not list(tmp_path.glob("*.so"))

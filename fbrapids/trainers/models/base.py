@@ -118,6 +118,23 @@ class CTRModel(nn.Module):
         return workload.inputs(sequences=cls.reads_sequences)
 
     @classmethod
+    def cpu_sources(cls) -> list[str]:
+        """The C sources of the libraries its training loads on the CPU: the store's helpers
+        for every model, and a model whose modules have a C pass of their own adds it.  A run
+        that knows its model before it reads any data builds them ahead
+        (:class:`fbrapids.kernels.compile_host.BuildAhead`), so that a machine's first run
+        compiles them beside its reading and planning, not in its first training step.
+
+        Example:
+            >>> from fbrapids.trainers.models import DLRM, WideAndDeep
+            >>> len(WideAndDeep.cpu_sources()), len(DLRM.cpu_sources())
+            (1, 2)
+        """
+        from fbrapids.trainers.sparse.hashmap import source_text
+
+        return [source_text()]
+
+    @classmethod
     def pipeline_arguments(cls, common: dict[str, Any], store: StoreConfig, recipe: ModelRecipe | None = None,
                            sequences: dict[str, str] | None = None) -> dict[str, Any]:
         """The constructor arguments the pipeline builds this model with: ``common``

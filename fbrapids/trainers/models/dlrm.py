@@ -87,6 +87,11 @@ class DLRM(CTRModel):
         self.ln_top = [embedding_dim + self.interaction.num_outputs, *top_mlp, 1]
         self.top_l = mlp(self.ln_top, sigmoid_layer=len(self.ln_top) - 2)
 
+    @classmethod
+    def cpu_sources(cls) -> list[str]:
+        """The store's helpers and the dots' C pass (:mod:`~fbrapids.trainers.modules.arms_dots`)."""
+        return [*super().cpu_sources(), arms_dots.source()]
+
     def forward(self, batch: Batch) -> torch.Tensor:
         dev = next(self.bot_l.parameters()).device  # the first layer's weight's
         x = self.bot_l(batch.dense.to(dev))

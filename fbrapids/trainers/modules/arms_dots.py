@@ -39,9 +39,14 @@ CSRC = Path(__file__).with_name("csrc") / "arms_dots.c"
 MAX_FIELDS, MAX_DIM = 128, 256
 
 
+def source() -> str:
+    """The C source of the pass, as :func:`~fbrapids.kernels.load_source` compiles it."""
+    return CSRC.read_text()
+
+
 @functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
-    lib = load_source(CSRC.read_text())
+    lib = load_source(source())
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.fbx_arms_dots.restype = i32
     lib.fbx_arms_dots.argtypes = [p, p, p, i64, i64, i64, i64, i32, p, i32]
