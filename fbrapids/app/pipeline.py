@@ -664,9 +664,7 @@ def _run(w: Workload, cfg: RunConfig, client: Client | None, work: Path, watch: 
     t0 = time.perf_counter()
     watch.stage("plan")
     with counting_compiles(result, "plan"):
-        ahead = _build_ahead(cfg.model, be.is_gpu)
         planned = _plan_run(w, cfg, be.name, work, result, layout)
-        ahead.wait()  # built before the first step: the training stage's rate is training's
     result.seconds["plan"] = time.perf_counter() - t0
     if planned.frames.split is not None:  # every check passed: what is about to train, and on what
         planned.frames.split.announce(w.origin)
@@ -733,7 +731,9 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
               layout: TableLayout | None = None) -> _PlannedRun:
     """The run's inputs, lazy frames and model, checked before training: a resume with other
     settings refused, the fitted features fitted (and saved beside the checkpoints), the
-    disk preflight passed.  Records the fit's seconds and explanation in ``result``."""
+    disk preflight passed, the model's C libraries built (ahead, once the data is read and
+    planned: a run refused by its settings or its data compiles nothing).  Records the
+    fit's seconds and explanation in ``result``."""
     import torch
 
     from fbrapids.runs.disk_budget import table_bounds
@@ -749,6 +749,7 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
         result.fitted = frames.fitted_state.explain()
         if cfg.checkpoint:
             frames.fitted_state.save(work / "fitted")
+    ahead = _build_ahead(cfg.model, get_backend(backend).is_gpu)
     bounds = table_bounds(w.root or ".", inputs.sparse, inputs.extra_features)
     store, result.store_layout = store_config(cfg, work / "store", bounds, layout=layout)
     torch.manual_seed(cfg.seed)  # the model a run without a tuning builds, whatever the tuning drew before it
@@ -756,6 +757,7 @@ def _plan_run(w: Workload, cfg: RunConfig, backend: str, work: Path, result: Pip
                       recipe=recipe)
     ckpt_dir = (work / "checkpoints") if cfg.checkpoint else None
     _preflight(work, ckpt_dir, net, store, bounds, periodic=bool(cfg.checkpoint_every))
+    ahead.wait()  # built before the first step: the training stage's rate is training's
     return _PlannedRun(inputs, frames, net, ckpt_dir, recipe)
 
 
