@@ -256,7 +256,8 @@ def _threads(spec: dict, stop: threading.Event, tally: dict) -> list[threading.T
 
 def _attack_process(spec_file: str) -> None:
     """An attacker process (run niced: its own CPU would be another machine's in a real
-    attack): the threads of its spec (a JSON file) until SIGINT or ``seconds``; its tally
+    attack): the threads of its spec (a JSON file) until SIGINT or ``seconds``; the spec's
+    ``ready_file`` made once the attack is under way (its first action counted), its tally
     written as JSON to the spec's ``tally_file``."""
     spec = json.loads(Path(spec_file).read_text())
     stop, tally = threading.Event(), {}
@@ -264,6 +265,9 @@ def _attack_process(spec_file: str) -> None:
     threads = _threads(spec, stop, tally)
     for t in threads:
         t.start()
+    while not tally and not stop.wait(0.01):  # the first connection, call or refusal counted
+        pass
+    Path(spec["ready_file"]).touch()
     stop.wait(spec.get("seconds", 3600))
     stop.set()
     deadline = time.monotonic() + 2  # threads still waiting for an answer are daemons: not waited for long
@@ -364,6 +368,7 @@ def _bodies(work: Path, users, ads, args) -> tuple[list[bytes], bytes]:
 def _phase_spec(phase: str, args, port: int, work: Path) -> dict:
     """What the attacker process of ``phase`` runs (:func:`_threads`)."""
     spec: dict = {"kind": phase, "port": port, "tally_file": str(work / f"{phase}-tally.json"), "seconds": 3600,
+                  "ready_file": str(work / f"{phase}-ready"),
                   "clients": {"flood": args.flood_clients, "hog64": 64, "idle": args.idle_sockets}.get(
                       phase, args.hog_clients)}
     if (work / f"{phase}.json").exists():
@@ -405,6 +410,20 @@ def _health(port: int) -> dict:
     return {**h["refused"], "dropped_calls": h["stats"].get("dropped_calls", 0)}
 
 
+def _under_way(attacker: subprocess.Popen, ready: Path, phase: str, timeout: float = 300) -> None:
+    """Wait until the attacker process has counted its first action (its ready file): niced
+    on a loaded machine, it may take seconds to start, and an attack measured before it
+    began would measure nothing."""
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if attacker.poll() is not None:
+            raise RuntimeError(f"the {phase} attacker process exited ({attacker.returncode}) before its attack began")
+        if time.monotonic() > deadline:
+            attacker.kill()
+            raise RuntimeError(f"the {phase} attacker process began no attack in {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def _run_phase(phase: str, args, port: int, work: Path, env: dict, bodies: list[bytes], base: dict) -> dict:
     """One attack: its attacker process started, the victim measured for ``--attack-seconds``
     with /health watched, the attack stopped, what the attackers and the server counted."""
@@ -413,7 +432,8 @@ def _run_phase(phase: str, args, port: int, work: Path, env: dict, bodies: list[
     before = _health(port)
     attacker = subprocess.Popen([sys.executable, __file__, str(work / f"{phase}-spec.json")], env=env,
                                 preexec_fn=lambda: os.nice(19))
-    time.sleep(args.attack_settle)  # the attack under way (the attacker process started)
+    _under_way(attacker, Path(spec["ready_file"]), phase)
+    time.sleep(args.attack_settle)  # the attack at its pace
     watch = _HealthWatch(port)
     res = _measure(port, bodies, seconds=args.attack_seconds)
     res["health_max_ms_during"], res["health_answered_during"], res["health_asked_during"] = watch.stop()
