@@ -120,10 +120,10 @@ class CTRModel(nn.Module):
     @classmethod
     def cpu_sources(cls) -> list[str]:
         """The C sources of the libraries its training loads on the CPU: the store's helpers
-        for every model, and a model whose modules have a C pass of their own adds it.  A run
-        that knows its model before it reads any data builds them ahead
-        (:class:`fbrapids.kernels.compile_host.BuildAhead`), so that a machine's first run
-        compiles them beside its reading and planning, not in its first training step.
+        for every model, and a model whose modules have a C pass of their own adds it.  The
+        pipeline builds them ahead (:class:`fbrapids.kernels.compile_host.BuildAhead`) once
+        its data is read and planned, so that a machine's first run compiles them beside the
+        rest of its plan (the model, the preflight), not in its first training step.
 
         Example:
             >>> from fbrapids.trainers.models import DLRM, WideAndDeep
