@@ -251,7 +251,8 @@ def overlap_count(part: pd.DataFrame) -> pd.Series:
     ca, cb = _codes(fa, fb)
     width = int(max(ca.max(initial=0), cb.max(initial=0))) + 1
     # each (row, element) a number; a hash set of b's (pandas' isin: linear, where np.isin sorts)
-    hit = pd.Index(rows_a * width + ca).isin(rows_b[cb >= 0] * width + cb[cb >= 0]) & (ca >= 0)
+    coded_b = cb >= 0  # (NaN, coded -1, matches nothing on either side)
+    hit = pd.Index(rows_a * width + ca).isin(rows_b[coded_b] * width + cb[coded_b]) & (ca >= 0)
     counts = np.bincount(rows_a[hit], minlength=len(a)).astype(np.int64)
     valid = np.asarray(a.is_valid().to_numpy(zero_copy_only=False)) & np.asarray(b.is_valid().to_numpy(zero_copy_only=False))
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.array(counts, mask=~valid)), index=part.index)

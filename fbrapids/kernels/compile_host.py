@@ -200,7 +200,7 @@ class BuildAhead:
         >>> src = "FBX_KERNEL int fbx_ahead(int x) { return x * 2; }"
         >>> ahead = BuildAhead([src]); ahead.missing
         1
-        >>> _ = ahead.wait(); BuildAhead([src]).missing  # built: nothing left to do
+        >>> ahead.wait(); BuildAhead([src]).missing  # built: nothing left to do
         0
         >>> load_source(src).fbx_ahead(21)
         42
@@ -219,17 +219,13 @@ class BuildAhead:
             self._futures = [pool.submit(compile_source, s) for s in todo]
             pool.shutdown(wait=False)  # its threads end with their builds
 
-    def wait(self) -> float:
-        """Wait for every build started here; returns the seconds waited."""
-        import time
-
-        t0 = time.perf_counter()
+    def wait(self) -> None:
+        """Wait for every build started here."""
         for f in self._futures:
             try:
                 f.result()
             except Exception as exc:  # noqa: BLE001 -- raised again, with its context, by load_source
                 log.debug("building ahead failed (load_source will say why): %s", exc)
-        return time.perf_counter() - t0
 
 
 def library_key(source: str) -> str:
